@@ -1,0 +1,227 @@
+// Wire shapes of the service (spec/interface.md), one zod schema each, shared by the client and the mock.
+import { z } from 'zod';
+
+export const Timestamp = z.iso.datetime({ offset: true });
+
+// ---- enums (spec: Resources and their fields) ----
+
+export const DeploymentActivityStatus = z.enum([
+  'validating',
+  'pending',
+  'approved',
+  'queued',
+  'deployed',
+  'removing',
+  'archived',
+]);
+export type DeploymentActivityStatus = z.infer<typeof DeploymentActivityStatus>;
+
+export const ErrorStatus = z.enum(['none', 'failed', 'retrying']);
+export type ErrorStatus = z.infer<typeof ErrorStatus>;
+
+export const DeploymentStatus = z.enum([...DeploymentActivityStatus.options, 'failed', 'retrying']);
+export type DeploymentStatus = z.infer<typeof DeploymentStatus>;
+
+export const DeploymentTargetStatus = z.enum(['pending', 'approved', 'deployed', 'archived']);
+export type DeploymentTargetStatus = z.infer<typeof DeploymentTargetStatus>;
+
+export const ConfigInstanceTargetStatus = z.enum(['created', 'validated', 'deployed', 'removed']);
+export type ConfigInstanceTargetStatus = z.infer<typeof ConfigInstanceTargetStatus>;
+
+export const ConfigInstanceActivityStatus = z.enum([
+  'created',
+  'validating',
+  'validated',
+  'queued',
+  'deployed',
+  'removed',
+]);
+export type ConfigInstanceActivityStatus = z.infer<typeof ConfigInstanceActivityStatus>;
+
+/**
+ * The spec leaves the merged status's values open ("string"); the client accepts any string so a new
+ * value never breaks a device, and the mock only ever produces activity ∪ {failed, retrying}.
+ */
+export const ConfigInstanceStatus = z.string();
+
+/** The merge rule shared by deployments and config instances: an error wins over the activity. */
+export function mergeStatus<A extends string>(activity: A, error: ErrorStatus): A | 'failed' | 'retrying' {
+  return error === 'none' ? activity : error;
+}
+
+// ---- resources ----
+
+/** Content of a config instance: a JSON object that may nest objects, arrays, booleans, numbers, strings. */
+export const ConfigContent = z.record(z.string(), z.json());
+export type ConfigContent = z.infer<typeof ConfigContent>;
+
+export const Device = z.object({
+  object: z.literal('device'),
+  id: z.string(),
+  name: z.string(),
+  status: z.string(),
+  last_connected_at: Timestamp,
+  last_disconnected_at: Timestamp,
+  created_at: Timestamp,
+  updated_at: Timestamp,
+});
+export type Device = z.infer<typeof Device>;
+
+/** Fields of a config schema and a config type are not shown by the spec: we know only that they have ids. */
+export const ConfigSchemaRef = z.looseObject({ object: z.literal('config_schema'), id: z.string() });
+export type ConfigSchemaRef = z.infer<typeof ConfigSchemaRef>;
+export const ConfigTypeRef = z.looseObject({ object: z.literal('config_type'), id: z.string() });
+export type ConfigTypeRef = z.infer<typeof ConfigTypeRef>;
+
+export const Release = z.object({
+  object: z.literal('release'),
+  id: z.string(),
+  version: z.string(),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+  config_schemas: z.array(ConfigSchemaRef),
+});
+export type Release = z.infer<typeof Release>;
+
+export const ConfigInstance = z.object({
+  object: z.literal('config_instance'),
+  id: z.string(),
+  target_status: ConfigInstanceTargetStatus,
+  activity_status: ConfigInstanceActivityStatus,
+  error_status: ErrorStatus,
+  status: ConfigInstanceStatus,
+  relative_filepath: z.string(),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+  device_id: z.string(),
+  config_schema_id: z.string(),
+  config_type_id: z.string(),
+  device: Device.nullable(),
+  config_schema: ConfigSchemaRef.nullable(),
+  config_type: ConfigTypeRef.nullable(),
+  content: ConfigContent,
+});
+export type ConfigInstance = z.infer<typeof ConfigInstance>;
+
+export const Deployment = z.object({
+  object: z.literal('deployment'),
+  id: z.string(),
+  description: z.string(),
+  status: DeploymentStatus,
+  activity_status: DeploymentActivityStatus,
+  error_status: ErrorStatus,
+  target_status: DeploymentTargetStatus,
+  device_id: z.string(),
+  /** The release's version label, not its id (spec). */
+  release_id: z.string(),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+  device: Device.nullable(),
+  release: Release.nullable(),
+  config_instances: z.array(ConfigInstance).nullable(),
+});
+export type Deployment = z.infer<typeof Deployment>;
+
+// ---- lists ----
+
+export const LIMIT_MIN = 1;
+export const LIMIT_MAX = 100;
+export const LIMIT_DEFAULT = 10;
+
+export function ListEnvelope<T extends z.ZodType>(item: T) {
+  return z.object({
+    object: z.literal('list'),
+    total_count: z.number().int().min(-1),
+    limit: z.number().int().min(LIMIT_MIN).max(LIMIT_MAX),
+    offset: z.number().int().min(0),
+    has_more: z.boolean(),
+    data: z.array(item),
+  });
+}
+export interface ListEnvelope<T> {
+  object: 'list';
+  total_count: number;
+  limit: number;
+  offset: number;
+  has_more: boolean;
+  data: T[];
+}
+
+export const ConfigInstanceList = ListEnvelope(ConfigInstance);
+export const ReleaseList = ListEnvelope(Release);
+export const DeviceList = ListEnvelope(Device);
+
+// ---- deploy ----
+
+export const KNOWN_REMOVE_CODES = ['device_file_path_conflict', 'device_config_schema_conflict'] as const;
+
+export const DeployRemoval = z.object({
+  code: z.string(),
+  explanation: z.string(),
+  config_instance: ConfigInstance,
+});
+export type DeployRemoval = z.infer<typeof DeployRemoval>;
+
+export const DeployResponse = z.object({
+  deploy: ConfigInstance,
+  remove: z.array(DeployRemoval),
+});
+export type DeployResponse = z.infer<typeof DeployResponse>;
+
+// ---- errors ----
+
+/** Error body of the service: `{"error": {"code", "message", "params"}}`. */
+export const ErrorBody = z.object({
+  error: z.object({
+    code: z.string(),
+    message: z.string(),
+    params: z.record(z.string(), z.unknown()).default({}),
+  }),
+});
+export type ErrorBody = z.infer<typeof ErrorBody>;
+
+// ---- extension: the agent's status report (PATCH /v1/config_instances/{id}) ----
+
+export const STATUS_MESSAGE_MAX = 4096;
+
+export const StatusReport = z.strictObject({
+  activity_status: ConfigInstanceActivityStatus,
+  error_status: ErrorStatus,
+  message: z.string().max(STATUS_MESSAGE_MAX).optional(),
+});
+export type StatusReport = z.infer<typeof StatusReport>;
+
+// ---- query vocabulary ----
+
+export const DeploymentExpand = z.enum(['device', 'release', 'config_instances']);
+export type DeploymentExpand = z.infer<typeof DeploymentExpand>;
+
+/** Expansions a config instance list accepts: total_count (spec) and the item fields the spec marks expandable. */
+export const ConfigInstanceListExpand = z.enum(['total_count', 'device', 'config_schema', 'config_type']);
+export type ConfigInstanceListExpand = z.infer<typeof ConfigInstanceListExpand>;
+export const ListExpand = z.enum(['total_count']);
+export type ListExpand = z.infer<typeof ListExpand>;
+
+/** The four single order_by values the spec enumerates for config instances and releases. */
+export const SimpleOrderBy = z.enum(['id:asc', 'id:desc', 'created_at:desc', 'created_at:asc']);
+
+export interface ConfigInstanceFilters {
+  id?: string;
+  target_status?: ConfigInstanceTargetStatus;
+  activity_status?: ConfigInstanceActivityStatus;
+  error_status?: ErrorStatus;
+  device_id?: string;
+  config_schema_id?: string;
+  config_type_id?: string;
+}
+
+export interface ReleaseFilters {
+  id?: string;
+  version?: string;
+}
+
+export interface DeviceFilters {
+  id?: string;
+  name?: string;
+  status?: string;
+}

@@ -1,0 +1,15 @@
+// The one object through which every side effect reaches the code: built in main.ts, faked in tests.
+import type { Dispatcher } from 'undici';
+import type { Clock } from './clock.js';
+import type { FsPort } from './fs-port.js';
+import type { Logger } from './logger.js';
+
+export interface Deps {
+  fs: FsPort;
+  clock: Clock;
+  /** Uniform in [0, 1): jitter and temp-file names' entropy come from here or from crypto. */
+  random: () => number;
+  logger: Logger;
+  /** undici dispatcher for the service client; undefined means undici's global one. */
+  dispatcher?: Dispatcher;
+}
