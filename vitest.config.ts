@@ -6,6 +6,7 @@ export default defineConfig({
     testTimeout: 20_000,
     hookTimeout: 20_000,
     pool: 'forks',
+    globalSetup: ['test/global-setup.ts'],
     reporters: ['default'],
   },
 });
