@@ -1,0 +1,485 @@
+// The typed service client (undici 7): one method per endpoint, every response validated, every failure classified.
+import { Agent, type Dispatcher } from 'undici';
+import type { z } from 'zod';
+import { type Clock, systemClock } from '../lib/clock.js';
+import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
+import {
+  HttpStatusError,
+  InvalidArgumentError,
+  InvalidResponseError,
+  MalformedResponseError,
+  NetworkError,
+  type RequestTarget,
+  ResponseTooLargeError,
+  TimeoutError,
+} from './errors.js';
+import {
+  ConfigInstance,
+  type ConfigInstanceFilters,
+  ConfigInstanceList,
+  type ConfigInstanceListExpand,
+  Deployment,
+  type DeploymentExpand,
+  DeployResponse,
+  Device,
+  type DeviceFilters,
+  DeviceList,
+  ErrorBody,
+  type ListEnvelope,
+  type ListExpand,
+  type Release,
+  type ReleaseFilters,
+  ReleaseList,
+  StatusReport,
+} from './schemas.js';
+
+export type RequestOutcome =
+  | 'ok'
+  | 'http_error'
+  | 'network_error'
+  | 'timeout'
+  | 'invalid_response'
+  | 'malformed_response'
+  | 'response_too_large';
+
+export interface RequestEvent {
+  method: string;
+  route: string;
+  outcome: RequestOutcome;
+  status?: number;
+  durationMs: number;
+}
+
+export interface ClientOptions {
+  baseUrl: string;
+  /** Default 'v1'. */
+  apiVersion?: string;
+  apiKey: string;
+  /** Injected undici dispatcher; when absent the client builds an Agent with the timeouts and size cap below. */
+  dispatcher?: Dispatcher;
+  /** Total deadline of one request, from sending to the last body byte. */
+  timeoutMs: number;
+  maxResponseBytes: number;
+  /** For Retry-After HTTP-dates and request durations; default systemClock. */
+  clock?: Clock;
+  /** Called once per request that reached a verdict (not for requests the caller's signal aborted). */
+  onRequest?: (event: RequestEvent) => void;
+}
+
+export interface PageOptions<E extends string = string> {
+  offset?: number;
+  limit?: number;
+  orderBy?: string;
+  expand?: readonly E[];
+  signal?: AbortSignal;
+}
+
+export interface ServiceClient {
+  getDeployment(
+    id: string,
+    opts?: { expand?: readonly DeploymentExpand[]; signal?: AbortSignal },
+  ): Promise<Deployment>;
+  deployConfigInstance(
+    id: string,
+    opts?: { dryRun?: boolean; signal?: AbortSignal },
+  ): Promise<DeployResponse>;
+  listConfigInstances(
+    filters?: ConfigInstanceFilters,
+    page?: PageOptions<ConfigInstanceListExpand>,
+  ): Promise<ListEnvelope<ConfigInstance>>;
+  iterateConfigInstances(
+    filters?: ConfigInstanceFilters,
+    page?: PageOptions<ConfigInstanceListExpand>,
+  ): AsyncIterableIterator<ConfigInstance>;
+  listReleases(filters?: ReleaseFilters, page?: PageOptions<ListExpand>): Promise<ListEnvelope<Release>>;
+  iterateReleases(filters?: ReleaseFilters, page?: PageOptions<ListExpand>): AsyncIterableIterator<Release>;
+  getDevice(id: string, opts?: { signal?: AbortSignal }): Promise<Device>;
+  listDevices(filters?: DeviceFilters, page?: PageOptions<ListExpand>): Promise<ListEnvelope<Device>>;
+  iterateDevices(filters?: DeviceFilters, page?: PageOptions<ListExpand>): AsyncIterableIterator<Device>;
+  reportConfigInstanceStatus(
+    id: string,
+    report: StatusReport,
+    opts?: { signal?: AbortSignal },
+  ): Promise<ConfigInstance>;
+}
+
+/** Page size of the iterators: the spec's maximum, so a pull costs as few round trips as possible. */
+export const ITERATOR_PAGE_LIMIT = 100;
+/** Error bodies are only read for their code and message; a huge one is not worth the memory. */
+const ERROR_BODY_MAX_BYTES = 64 * 1024;
+const CONNECT_TIMEOUT_MAX_MS = 10_000;
+const REDACTED = '[REDACTED]';
+
+export interface ServiceDispatcherOptions {
+  timeoutMs: number;
+  maxResponseBytes: number;
+}
+
+/**
+ * The dispatcher the client builds when none is injected. `bodyTimeout` only bounds the gap between chunks, so
+ * the client's total deadline (AbortSignal.timeout) is what stops a trickling server; these are the inner bounds.
+ * main.ts may build it itself to close it on shutdown.
+ */
+export function createServiceDispatcher(options: ServiceDispatcherOptions): Agent {
+  return new Agent({
+    headersTimeout: options.timeoutMs,
+    bodyTimeout: options.timeoutMs,
+    connect: { timeout: Math.min(options.timeoutMs, CONNECT_TIMEOUT_MAX_MS) },
+    maxResponseSize: options.maxResponseBytes,
+  });
+}
+
+/** Retry-After as milliseconds from `nowMs`: delta-seconds or an HTTP-date (RFC 9110 §10.2.3), never negative. */
+export function parseRetryAfter(value: string | string[] | undefined, nowMs: number): number | undefined {
+  const raw = (Array.isArray(value) ? value[0] : value)?.trim();
+  if (raw === undefined || raw === '') return undefined;
+  if (/^\d+$/.test(raw)) {
+    const seconds = Number(raw);
+    return Number.isSafeInteger(seconds * 1000) ? seconds * 1000 : undefined;
+  }
+  // Every HTTP-date form starts with a day name; this keeps Date.parse from reading "1.5" as a year.
+  if (!/^[A-Za-z]{3}/.test(raw)) return undefined;
+  const at = Date.parse(raw);
+  if (Number.isNaN(at)) return undefined;
+  return Math.max(0, at - nowMs);
+}
+
+/** `data[0].created_at` from a zod issue path. */
+function formatPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const key of path) {
+    if (typeof key === 'number') out += `[${key}]`;
+    else out += out === '' ? String(key) : `.${String(key)}`;
+  }
+  return out;
+}
+
+function encodeId(kind: string, id: string): string {
+  if (typeof id !== 'string' || id === '')
+    throw new InvalidArgumentError(`${kind} id must be a non-empty string`);
+  // Dot segments would be collapsed by any URL normaliser on the way and reach a different route.
+  if (id === '.' || id === '..') return id.replaceAll('.', '%2E');
+  return encodeURIComponent(id);
+}
+
+function validateOptions(options: ClientOptions): { origin: string; prefix: string; apiVersion: string } {
+  let url: URL;
+  try {
+    url = new URL(options.baseUrl);
+  } catch {
+    throw new InvalidArgumentError('baseUrl is not a valid URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new InvalidArgumentError('baseUrl must use http or https');
+  }
+  if (url.username !== '' || url.password !== '' || url.search !== '' || url.hash !== '') {
+    throw new InvalidArgumentError('baseUrl must not carry credentials, a query or a fragment');
+  }
+  const apiVersion = options.apiVersion ?? 'v1';
+  if (!/^[A-Za-z0-9_-][A-Za-z0-9._-]*$/.test(apiVersion)) {
+    throw new InvalidArgumentError('apiVersion must be a single path segment such as v1');
+  }
+  // Header values must be visible ASCII; the message deliberately does not echo the key.
+  if (typeof options.apiKey !== 'string' || !/^[\x21-\x7e]+$/.test(options.apiKey)) {
+    throw new InvalidArgumentError('apiKey must be a non-empty string of visible ASCII characters');
+  }
+  if (!Number.isInteger(options.timeoutMs) || options.timeoutMs <= 0) {
+    throw new InvalidArgumentError('timeoutMs must be a positive integer');
+  }
+  if (!Number.isInteger(options.maxResponseBytes) || options.maxResponseBytes <= 0) {
+    throw new InvalidArgumentError('maxResponseBytes must be a positive integer');
+  }
+  return { origin: url.origin, prefix: url.pathname.replace(/\/+$/, ''), apiVersion };
+}
+
+type Query = [name: string, value: string][];
+
+function buildQuery(query: Query): string {
+  if (query.length === 0) return '';
+  // `expand[]` stays literal: the brackets are the parameter's name, not data.
+  return `?${query.map(([name, value]) => `${name}=${encodeURIComponent(value)}`).join('&')}`;
+}
+
+function listQuery(filters: object | undefined, page: PageOptions | undefined): Query {
+  const query: Query = [];
+  for (const [name, value] of Object.entries(filters ?? {})) {
+    if (value !== undefined) query.push([encodeURIComponent(name), String(value)]);
+  }
+  if (page?.offset !== undefined) query.push(['offset', String(page.offset)]);
+  if (page?.limit !== undefined) query.push(['limit', String(page.limit)]);
+  if (page?.orderBy !== undefined) query.push(['order_by', page.orderBy]);
+  for (const expand of page?.expand ?? []) query.push(['expand[]', expand]);
+  return query;
+}
+
+/** A failure found while reading the body, classified before the generic transport classification runs. */
+class TooLarge extends Error {}
+
+async function readCapped(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    total += chunk.length;
+    if (total > maxBytes) {
+      body.destroy();
+      throw new TooLarge();
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, total);
+}
+
+interface CallSpec<T> {
+  method: Dispatcher.HttpMethod;
+  route: string;
+  path: string;
+  query?: Query;
+  json?: unknown;
+  schema: z.ZodType<T>;
+  signal: AbortSignal | undefined;
+}
+
+export function createClient(options: ClientOptions): ServiceClient {
+  const { origin, prefix, apiVersion } = validateOptions(options);
+  const { apiKey, timeoutMs, maxResponseBytes, onRequest } = options;
+  const clock = options.clock ?? systemClock;
+  const dispatcher = options.dispatcher ?? createServiceDispatcher({ timeoutMs, maxResponseBytes });
+  const root = `${prefix}/${apiVersion}`;
+
+  /** The key can only reach a message through text the server or the network stack produced; cut it out. */
+  const scrub = (text: string): string => (text.includes(apiKey) ? text.split(apiKey).join(REDACTED) : text);
+  const scrubDeep = (value: unknown): unknown => {
+    if (typeof value === 'string') return scrub(value);
+    if (Array.isArray(value)) return value.map(scrubDeep);
+    if (typeof value === 'object' && value !== null) {
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [scrub(k), scrubDeep(v)]));
+    }
+    return value;
+  };
+
+  function emit(target: RequestTarget, started: number, outcome: RequestOutcome, status?: number): void {
+    if (onRequest === undefined) return;
+    const event: RequestEvent = { ...target, outcome, durationMs: clock.monotonic() - started };
+    if (status !== undefined) event.status = status;
+    try {
+      onRequest(event);
+    } catch {
+      // A failing metrics hook must not turn a good response into a failed request.
+    }
+  }
+
+  function transportError(
+    error: unknown,
+    target: RequestTarget,
+    deadline: AbortSignal,
+    callerSignal: AbortSignal | undefined,
+  ): unknown {
+    if (error instanceof AgentError) return error;
+    if (error instanceof TooLarge) return new ResponseTooLargeError(target, maxResponseBytes);
+    // The deadline is checked first: when both fired, the caller is told the truth about the elapsed time.
+    if (deadline.aborted) return new TimeoutError(target, `no complete response within ${timeoutMs} ms`);
+    if (callerSignal?.aborted) return callerSignal.reason;
+    const code = errnoCode(error);
+    const detail = scrub(code === undefined ? errorMessage(error) : `${code}: ${errorMessage(error)}`);
+    switch (code) {
+      case 'UND_ERR_CONNECT_TIMEOUT':
+      case 'UND_ERR_HEADERS_TIMEOUT':
+      case 'UND_ERR_BODY_TIMEOUT':
+        return new TimeoutError(target, detail, error);
+      case 'UND_ERR_RES_EXCEEDED_MAX_SIZE':
+        return new ResponseTooLargeError(target, maxResponseBytes, error);
+      case 'UND_ERR_INVALID_ARG':
+        return new InvalidArgumentError(`${target.method} ${target.route}: ${detail}`);
+      default:
+        return new NetworkError(target, detail, error);
+    }
+  }
+
+  function outcomeOf(error: unknown): RequestOutcome | undefined {
+    if (error instanceof HttpStatusError) return 'http_error';
+    if (error instanceof TimeoutError) return 'timeout';
+    if (error instanceof ResponseTooLargeError) return 'response_too_large';
+    if (error instanceof MalformedResponseError) return 'malformed_response';
+    if (error instanceof InvalidResponseError) return 'invalid_response';
+    if (error instanceof NetworkError) return 'network_error';
+    return undefined;
+  }
+
+  async function readErrorBody(body: Dispatcher.ResponseData['body']): Promise<ErrorBody | undefined> {
+    try {
+      const bytes = await readCapped(body, Math.min(ERROR_BODY_MAX_BYTES, maxResponseBytes));
+      const parsed = ErrorBody.safeParse(JSON.parse(bytes.toString('utf8')));
+      return parsed.success ? (scrubDeep(parsed.data) as ErrorBody) : undefined;
+    } catch {
+      // The status alone classifies the failure; an unreadable error body only loses the detail.
+      body.destroy();
+      return undefined;
+    }
+  }
+
+  async function call<T>(spec: CallSpec<T>): Promise<T> {
+    const target: RequestTarget = { method: spec.method, route: `/${apiVersion}${spec.route}` };
+    const started = clock.monotonic();
+    const deadline = AbortSignal.timeout(timeoutMs);
+    const signal = spec.signal === undefined ? deadline : AbortSignal.any([spec.signal, deadline]);
+    const headers: Record<string, string> = { 'x-api-key': apiKey, accept: 'application/json' };
+    if (spec.json !== undefined) headers['content-type'] = 'application/json';
+    let status: number | undefined;
+    try {
+      // dispatcher.request with a raw path: undici.request(url) would run the path through URL normalisation.
+      const response = await dispatcher.request({
+        origin,
+        path: `${root}${spec.path}${buildQuery(spec.query ?? [])}`,
+        method: spec.method,
+        headers,
+        body: spec.json === undefined ? null : JSON.stringify(spec.json),
+        signal,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+        throwOnError: false,
+      });
+      status = response.statusCode;
+      if (status < 200 || status > 299) {
+        const errorBody = await readErrorBody(response.body);
+        throw new HttpStatusError(
+          target,
+          status,
+          errorBody,
+          parseRetryAfter(response.headers['retry-after'], clock.now()),
+        );
+      }
+      const declared = Number(response.headers['content-length']);
+      if (Number.isFinite(declared) && declared > maxResponseBytes) {
+        response.body.destroy();
+        throw new TooLarge();
+      }
+      const bytes = await readCapped(response.body, maxResponseBytes);
+      let json: unknown;
+      try {
+        json = JSON.parse(bytes.toString('utf8'));
+      } catch (error) {
+        throw new MalformedResponseError(
+          target,
+          status,
+          scrub(`${bytes.length} bytes: ${errorMessage(error)}`),
+        );
+      }
+      const parsed = spec.schema.safeParse(json);
+      if (!parsed.success) {
+        throw new InvalidResponseError(
+          target,
+          parsed.error.issues.map((issue) => ({
+            path: formatPath(issue.path),
+            problem: scrub(issue.message),
+          })),
+        );
+      }
+      emit(target, started, 'ok', status);
+      return parsed.data;
+    } catch (error) {
+      const classified = transportError(error, target, deadline, spec.signal);
+      const outcome = outcomeOf(classified);
+      if (outcome !== undefined) emit(target, started, outcome, status);
+      throw classified;
+    }
+  }
+
+  function list<T>(route: string, schema: z.ZodType<ListEnvelope<T>>) {
+    return (filters: object | undefined, page: PageOptions | undefined) =>
+      call({
+        method: 'GET',
+        route,
+        path: route,
+        query: listQuery(filters, page),
+        schema,
+        signal: page?.signal,
+      });
+  }
+
+  function iterate<T>(route: string, fetchPage: ReturnType<typeof list<T>>) {
+    return async function* (filters: object | undefined, page: PageOptions | undefined): AsyncGenerator<T> {
+      const limit = page?.limit ?? ITERATOR_PAGE_LIMIT;
+      let offset = Math.max(0, page?.offset ?? 0);
+      for (;;) {
+        const envelope = await fetchPage(filters, { ...page, offset, limit });
+        yield* envelope.data;
+        if (!envelope.has_more) return;
+        if (envelope.data.length === 0) {
+          // Without this guard a server that keeps saying has_more would be paged forever.
+          throw new InvalidResponseError({ method: 'GET', route: `/${apiVersion}${route}` }, [
+            { path: 'has_more', problem: `true on an empty page at offset ${offset}` },
+          ]);
+        }
+        // The envelope's limit is the clamped one: the next page starts where this one was allowed to end.
+        offset += envelope.limit;
+      }
+    };
+  }
+
+  const listConfigInstances = list(
+    '/config_instances',
+    ConfigInstanceList as z.ZodType<ListEnvelope<ConfigInstance>>,
+  );
+  const listReleases = list('/releases', ReleaseList as z.ZodType<ListEnvelope<Release>>);
+  const listDevices = list('/devices', DeviceList as z.ZodType<ListEnvelope<Device>>);
+  const iterateConfigInstances = iterate('/config_instances', listConfigInstances);
+  const iterateReleases = iterate('/releases', listReleases);
+  const iterateDevices = iterate('/devices', listDevices);
+
+  return {
+    async getDeployment(id, opts) {
+      return call({
+        method: 'GET',
+        route: '/deployments/{id}',
+        path: `/deployments/${encodeId('deployment', id)}`,
+        query: (opts?.expand ?? []).map((e): [string, string] => ['expand[]', e]),
+        schema: Deployment,
+        signal: opts?.signal,
+      });
+    },
+    async deployConfigInstance(id, opts) {
+      return call({
+        method: 'POST',
+        route: '/config_instances/{id}/deploy',
+        path: `/config_instances/${encodeId('config instance', id)}/deploy`,
+        query: opts?.dryRun === true ? [['dry_run', 'true']] : [],
+        schema: DeployResponse,
+        signal: opts?.signal,
+      });
+    },
+    listConfigInstances: (filters, page) => listConfigInstances(filters, page),
+    iterateConfigInstances: (filters, page) => iterateConfigInstances(filters, page),
+    listReleases: (filters, page) => listReleases(filters, page),
+    iterateReleases: (filters, page) => iterateReleases(filters, page),
+    async getDevice(id, opts) {
+      return call({
+        method: 'GET',
+        route: '/devices/{id}',
+        path: `/devices/${encodeId('device', id)}`,
+        schema: Device,
+        signal: opts?.signal,
+      });
+    },
+    listDevices: (filters, page) => listDevices(filters, page),
+    iterateDevices: (filters, page) => iterateDevices(filters, page),
+    async reportConfigInstanceStatus(id, report, opts) {
+      const path = `/config_instances/${encodeId('config instance', id)}`;
+      const checked = StatusReport.safeParse(report);
+      if (!checked.success) {
+        const issue = checked.error.issues[0];
+        const field = issue === undefined ? '(report)' : formatPath(issue.path) || '(report)';
+        throw new InvalidArgumentError(
+          `status report is invalid at ${field}: ${issue?.message ?? 'invalid'}`,
+        );
+      }
+      return call({
+        method: 'PATCH',
+        route: '/config_instances/{id}',
+        path,
+        json: checked.data,
+        schema: ConfigInstance,
+        signal: opts?.signal,
+      });
+    },
+  };
+}

@@ -1,0 +1,138 @@
+// Failures of the service client as classes with a stable `code` and `retryable`, so callers never parse messages.
+import { AgentError } from '../lib/errors.js';
+import type { ErrorBody } from './schemas.js';
+
+/** Where a request was going, for messages: the method and the route *pattern* (never ids, query or headers). */
+export interface RequestTarget {
+  method: string;
+  route: string;
+}
+
+function where(target: RequestTarget): string {
+  return `${target.method} ${target.route}`;
+}
+
+/** The service answered with a non-2xx status. 5xx, 408 and 429 are worth retrying; other 4xx are not. */
+export class HttpStatusError extends AgentError {
+  readonly method: string;
+  readonly route: string;
+  readonly status: number;
+  /** The parsed error body, or undefined when the body does not have the service's error shape. */
+  readonly body: ErrorBody | undefined;
+  /** Retry-After (seconds or HTTP-date) in ms from now, never negative; undefined when absent or unparseable. */
+  readonly retryAfterMs: number | undefined;
+
+  constructor(
+    target: RequestTarget,
+    status: number,
+    body: ErrorBody | undefined,
+    retryAfterMs: number | undefined,
+  ) {
+    const code = body === undefined ? '' : ` (${body.error.code})`;
+    super('http_status', `${where(target)} failed with HTTP ${status}${code}`, {
+      retryable: isRetryableStatus(status),
+    });
+    this.method = target.method;
+    this.route = target.route;
+    this.status = status;
+    this.body = body;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+export function isRetryableStatus(status: number): boolean {
+  return status >= 500 || status === 408 || status === 429;
+}
+
+/** The connection failed, was refused or reset: the service may be back soon. */
+export class NetworkError extends AgentError {
+  readonly method: string;
+  readonly route: string;
+  constructor(target: RequestTarget, detail: string, cause?: unknown) {
+    super('network_error', `${where(target)} failed: network error (${detail})`, { retryable: true, cause });
+    this.method = target.method;
+    this.route = target.route;
+  }
+}
+
+/** The request's total deadline, or a connect/headers/body timeout, expired. */
+export class TimeoutError extends AgentError {
+  readonly method: string;
+  readonly route: string;
+  constructor(target: RequestTarget, detail: string, cause?: unknown) {
+    super('timeout', `${where(target)} timed out (${detail})`, { retryable: true, cause });
+    this.method = target.method;
+    this.route = target.route;
+  }
+}
+
+/** The response body exceeded the client's byte cap: retrying would fetch the same oversize body. */
+export class ResponseTooLargeError extends AgentError {
+  readonly method: string;
+  readonly route: string;
+  readonly maxBytes: number;
+  constructor(target: RequestTarget, maxBytes: number, cause?: unknown) {
+    super('response_too_large', `${where(target)} response exceeds the limit of ${maxBytes} bytes`, {
+      retryable: false,
+      cause,
+    });
+    this.method = target.method;
+    this.route = target.route;
+    this.maxBytes = maxBytes;
+  }
+}
+
+/** The body is not valid JSON: typically a close-delimited transfer cut short, so a retry may succeed. */
+export class MalformedResponseError extends AgentError {
+  readonly method: string;
+  readonly route: string;
+  readonly status: number;
+  constructor(target: RequestTarget, status: number, detail: string) {
+    super(
+      'malformed_response',
+      `${where(target)} returned HTTP ${status} with a body that is not JSON (${detail})`,
+      {
+        retryable: true,
+      },
+    );
+    this.method = target.method;
+    this.route = target.route;
+    this.status = status;
+  }
+}
+
+/** Valid JSON that violates the wire schema: the server and client disagree, and retrying will not fix it. */
+export class InvalidResponseError extends AgentError {
+  readonly method: string;
+  readonly route: string;
+  /** The failing field paths, such as `data[0].created_at`. */
+  readonly paths: readonly string[];
+  constructor(target: RequestTarget, problems: readonly { path: string; problem: string }[]) {
+    const shown = problems
+      .slice(0, 3)
+      .map((p) => `${p.path || '(root)'}: ${p.problem}`)
+      .join('; ');
+    const more = problems.length > 3 ? ` (and ${problems.length - 3} more)` : '';
+    super(
+      'invalid_response',
+      `${where(target)} returned a response that violates the schema: ${shown}${more}`,
+      {
+        retryable: false,
+      },
+    );
+    this.method = target.method;
+    this.route = target.route;
+    this.paths = problems.map((p) => p.path);
+  }
+}
+
+/** The caller passed an argument the client refuses to send (an empty id, an invalid status report). */
+export class InvalidArgumentError extends AgentError {
+  constructor(message: string) {
+    super('invalid_argument', message, { retryable: false });
+  }
+}
+
+export function isRetryableError(e: unknown): boolean {
+  return e instanceof AgentError && e.retryable;
+}
