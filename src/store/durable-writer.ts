@@ -1,0 +1,431 @@
+// Crash-safe publishing and removal of files under a root: temp file + fsync + rename + directory fsync.
+import { createHash, randomBytes } from 'node:crypto';
+import { constants, type Stats } from 'node:fs';
+import path from 'node:path';
+import { AgentError, errnoCode } from '../lib/errors.js';
+import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import { DiskError, PathRejectedError } from './errors.js';
+import {
+  assertRegularOrAbsent,
+  checkRoot,
+  inspectPath,
+  lstatOrUndefined,
+  TEMP_PREFIX,
+  validateRelativePath,
+} from './path-guard.js';
+
+export interface PublishRequest {
+  rootDir: string;
+  relativePath: string;
+  data: Uint8Array;
+  /** Permission bits of the published file (mode & 0o7777); applied with chmod, so the umask does not apply. */
+  mode: number;
+  /** Permission bits of every directory this call creates. */
+  dirMode: number;
+  signal?: AbortSignal;
+}
+
+export interface PublishResult {
+  outcome: 'written' | 'unchanged';
+  sha256: string;
+  bytes: number;
+  /** Relative dirs this call created, parent-first: record them to prune on removal. */
+  createdDirs: string[];
+}
+
+export interface RemoveRequest {
+  rootDir: string;
+  relativePath: string;
+  /** Relative dirs the agent created for this file; removed deepest-first when empty. */
+  pruneDirs: readonly string[];
+}
+
+export type RemoveOutcome = 'removed' | 'absent' | 'refused';
+
+export interface RegularFile {
+  data: Buffer;
+  mode: number;
+  sha256: string;
+}
+
+const TEMP_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+// O_NONBLOCK: if a FIFO is swapped in after the lstat, open must not hang the agent waiting for a writer.
+const READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY;
+const PERMISSION_BITS = 0o7777;
+
+export function sha256Hex(data: Uint8Array): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+function assertMode(value: number, field: string): void {
+  if (!Number.isInteger(value) || value < 0 || value > PERMISSION_BITS) {
+    throw new RangeError(`${field} must be an integer between 0 and 0o7777, got ${String(value)}`);
+  }
+}
+
+/** Runs one fs call and turns whatever it throws into a DiskError naming the step and the relative path. */
+async function step<T>(operation: string, relativePath: string, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (error instanceof AgentError) throw error;
+    throw new DiskError({ operation, path: relativePath, cause: error });
+  }
+}
+
+function relativeDir(relativePath: string): string {
+  const dir = path.posix.dirname(relativePath);
+  return dir === '.' ? '' : dir;
+}
+
+/**
+ * fsync a directory so the entries just created, renamed or removed in it survive a power cut. Filesystems
+ * that cannot fsync a directory answer EINVAL (some FUSE and network filesystems); there is nothing stronger
+ * to do there, so that answer is accepted.
+ */
+async function fsyncDirectory(fs: FsPort, absolute: string, relativePath: string): Promise<void> {
+  const handle = await step('open directory', relativePath, () => fs.open(absolute, DIR_FLAGS));
+  try {
+    await handle.sync();
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code !== 'EINVAL' && code !== 'ENOTSUP') {
+      throw new DiskError({ operation: 'fsync directory', path: relativePath, cause: error });
+    }
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/** Reads a regular file without following a symlink at its last component; undefined if it vanished. */
+async function readNoFollow(
+  fs: FsPort,
+  absolute: string,
+  relativePath: string,
+): Promise<RegularFile | undefined> {
+  let handle: FileHandle;
+  try {
+    handle = await fs.open(absolute, READ_FLAGS);
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code === 'ENOENT') return undefined;
+    if (code === 'ELOOP') throw new PathRejectedError('crosses_symlink', relativePath, 'the target itself');
+    throw new DiskError({ operation: 'open for reading', path: relativePath, cause: error });
+  }
+  try {
+    const stats = await step('fstat', relativePath, () => handle.stat());
+    if (!stats.isFile()) {
+      throw new PathRejectedError(
+        stats.isDirectory() ? 'target_is_directory' : 'target_not_regular_file',
+        relativePath,
+      );
+    }
+    const data = await step('read', relativePath, () => handle.readFile());
+    return { data, mode: stats.mode & PERMISSION_BITS, sha256: sha256Hex(data) };
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/**
+ * The content and permission bits of a regular file under the root; undefined when it (or a parent) is absent.
+ * A symlink or directory there throws PathRejectedError: drift detection must not read through one.
+ */
+export async function readRegularFile(
+  fs: FsPort,
+  rootDir: string,
+  relativePath: string,
+): Promise<RegularFile | undefined> {
+  const inspection = await inspectPath(fs, rootDir, relativePath);
+  assertRegularOrAbsent(inspection.final, relativePath);
+  if (inspection.final === undefined) return undefined;
+  return readNoFollow(fs, inspection.absolute, relativePath);
+}
+
+/**
+ * Creates the missing parents of the target one by one, recording each one this call made. Each directory is
+ * then opened with O_NOFOLLOW|O_DIRECTORY: a symlink that raced in is caught there, and the chmod goes through
+ * the handle, so it lands on the directory just checked and not on whatever a path lookup would find later.
+ */
+async function createParents(
+  fs: FsPort,
+  root: string,
+  segments: readonly string[],
+  existingParents: number,
+  dirMode: number,
+  relativePath: string,
+  created: string[],
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  for (let index = existingParents; index < segments.length - 1; index += 1) {
+    signal?.throwIfAborted();
+    const relative = segments.slice(0, index + 1).join('/');
+    const absolute = path.join(root, relative);
+    let made = false;
+    try {
+      await fs.mkdir(absolute, { mode: dirMode });
+      made = true;
+      created.push(relative);
+    } catch (error) {
+      if (errnoCode(error) !== 'EEXIST') {
+        throw new DiskError({ operation: 'create directory', path: relative, cause: error });
+      }
+    }
+    let handle: FileHandle;
+    try {
+      handle = await fs.open(absolute, DIR_FLAGS | constants.O_NOFOLLOW);
+    } catch (error) {
+      const code = errnoCode(error);
+      if (code === 'ELOOP') throw new PathRejectedError('crosses_symlink', relativePath, relative);
+      if (code === 'ENOTDIR') throw new PathRejectedError('not_a_directory', relativePath, relative);
+      throw new DiskError({ operation: 'open directory', path: relative, cause: error });
+    }
+    try {
+      // mkdir's mode is filtered by the umask; the operator asked for exactly dirMode.
+      if (made) await step('chmod directory', relative, () => handle.chmod(dirMode));
+    } finally {
+      await handle.close().catch(() => undefined);
+    }
+  }
+  // A new directory's own entry lives in its parent: without this fsync a power cut can lose the whole subtree.
+  for (const relative of created) {
+    const parent = relativeDir(relative);
+    await fsyncDirectory(fs, path.join(root, parent), parent);
+  }
+}
+
+/** Best-effort rollback after a failed publish: the caller never learns these dirs exist, so nobody would prune them. */
+async function removeCreatedDirs(fs: FsPort, root: string, created: readonly string[]): Promise<void> {
+  for (const relative of [...created].reverse()) {
+    try {
+      await fs.rmdir(path.join(root, relative));
+    } catch {
+      return;
+    }
+  }
+}
+
+/**
+ * Publishes `data` at `relativePath` under `rootDir` so that, whatever happens (power cut, kill -9, full disk),
+ * the path holds either the complete old file or the complete new one. Identical bytes and mode → 'unchanged'
+ * without writing anything. Throws PathRejectedError for hostile paths, DiskError for fs failures, and the
+ * signal's reason on abort; in every failure before the rename the old file is intact and no temp file is left.
+ */
+export async function publishFile(fs: FsPort, request: PublishRequest): Promise<PublishResult> {
+  const { rootDir, relativePath, data, mode, dirMode, signal } = request;
+  assertMode(mode, 'PublishRequest.mode');
+  assertMode(dirMode, 'PublishRequest.dirMode');
+  signal?.throwIfAborted();
+  const inspection = await inspectPath(fs, rootDir, relativePath);
+  assertRegularOrAbsent(inspection.final, relativePath);
+  const sha256 = sha256Hex(data);
+  const bytes = data.byteLength;
+
+  // Compare first: rewriting identical files wears flash and makes watching apps reload for nothing.
+  const current = inspection.final;
+  if (current !== undefined && current.size === bytes && (current.mode & PERMISSION_BITS) === mode) {
+    const existing = await readNoFollow(fs, inspection.absolute, relativePath);
+    if (existing !== undefined && existing.mode === mode && Buffer.compare(existing.data, data) === 0) {
+      return { outcome: 'unchanged', sha256, bytes, createdDirs: [] };
+    }
+  }
+
+  const { root, segments, absolute } = inspection;
+  const parentRelative = relativeDir(relativePath);
+  const parentAbsolute = path.dirname(absolute);
+  const created: string[] = [];
+  let tempPath: string | undefined;
+  let handle: FileHandle | undefined;
+  let renamed = false;
+  try {
+    signal?.throwIfAborted();
+    await createParents(
+      fs,
+      root,
+      segments,
+      inspection.existingParents,
+      dirMode,
+      relativePath,
+      created,
+      signal,
+    );
+    signal?.throwIfAborted();
+
+    // Same directory as the target so the rename is atomic; unguessable name + O_EXCL|O_NOFOLLOW so nobody can
+    // pre-plant a symlink or a file there for the agent to write through.
+    const candidate = path.join(parentAbsolute, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
+    handle = await step('create temp file', relativePath, () => fs.open(candidate, TEMP_FLAGS, 0o600));
+    tempPath = candidate;
+    const open = handle;
+    // FileHandle.writeFile loops over short writes and reports ENOSPC, unlike a single write() call.
+    await step('write temp file', relativePath, () => open.writeFile(data));
+    signal?.throwIfAborted();
+    await step('chmod temp file', relativePath, () => open.chmod(mode));
+    await step('fsync temp file', relativePath, () => open.sync());
+    handle = undefined;
+    await step('close temp file', relativePath, () => open.close());
+    signal?.throwIfAborted();
+
+    // Node has no openat(): re-walk the chain so a symlink swapped in since the first check is still refused.
+    const recheck = await inspectPath(fs, rootDir, relativePath);
+    assertRegularOrAbsent(recheck.final, relativePath);
+
+    const temp = candidate;
+    await step('rename', relativePath, () => fs.rename(temp, absolute));
+    renamed = true;
+  } catch (error) {
+    if (handle !== undefined) await handle.close().catch(() => undefined);
+    if (tempPath !== undefined && !renamed) {
+      const temp = tempPath;
+      await fs.unlink(temp).catch(() => undefined);
+    }
+    await removeCreatedDirs(fs, root, created);
+    throw error;
+  }
+  // The rename is the commit point: it is not undone, and an abort no longer applies. Until the directory is
+  // fsynced a power cut may still bring back the old file, so a failure here is still reported.
+  await fsyncDirectory(fs, parentAbsolute, parentRelative);
+  return { outcome: 'written', sha256, bytes, createdDirs: created };
+}
+
+/**
+ * Removes a file the agent published. Only a regular file is ever deleted: a symlink, directory or device
+ * node at the path is 'refused' and left alone. `pruneDirs` are then removed deepest-first when empty; they
+ * are pruned on 'absent' too, so a crash between the unlink and the prune heals on the next pass.
+ */
+export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Promise<RemoveOutcome> {
+  const { rootDir, relativePath, pruneDirs } = request;
+  for (const dir of pruneDirs) validateRelativePath(dir);
+  const inspection = await inspectPath(fs, rootDir, relativePath);
+  const current = inspection.final;
+  if (current !== undefined && !current.isFile()) return 'refused';
+  let outcome: RemoveOutcome = 'absent';
+  if (current !== undefined) {
+    try {
+      await fs.unlink(inspection.absolute);
+      outcome = 'removed';
+    } catch (error) {
+      if (errnoCode(error) !== 'ENOENT')
+        throw new DiskError({ operation: 'unlink', path: relativePath, cause: error });
+    }
+    if (outcome === 'removed') {
+      const parent = relativeDir(relativePath);
+      await fsyncDirectory(fs, path.dirname(inspection.absolute), parent);
+    }
+  }
+  await pruneDirectories(fs, inspection.root, pruneDirs);
+  return outcome;
+}
+
+function depth(relative: string): number {
+  return relative.split('/').length;
+}
+
+async function pruneDirectories(fs: FsPort, root: string, pruneDirs: readonly string[]): Promise<void> {
+  const ordered = [...new Set(pruneDirs)].sort((a, b) => depth(b) - depth(a) || (a < b ? 1 : a > b ? -1 : 0));
+  const touchedParents = new Set<string>();
+  for (const relative of ordered) {
+    let stats: Stats | undefined;
+    try {
+      stats = (await inspectPath(fs, root, relative)).final;
+    } catch (error) {
+      // A symlink in the way means the tree is no longer what the agent built: leave it alone.
+      if (error instanceof PathRejectedError) continue;
+      throw error;
+    }
+    if (stats === undefined || !stats.isDirectory()) continue;
+    try {
+      await fs.rmdir(path.join(root, relative));
+      touchedParents.add(relativeDir(relative));
+    } catch (error) {
+      const code = errnoCode(error);
+      // Not empty (someone else's files, or another instance's) or a mount point: keeping it is correct.
+      if (code === 'ENOTEMPTY' || code === 'EEXIST' || code === 'ENOENT' || code === 'EBUSY') continue;
+      throw new DiskError({ operation: 'remove directory', path: relative, cause: error });
+    }
+  }
+  for (const parent of touchedParents) {
+    const stats = await lstatOrUndefined(fs, path.join(root, parent), parent);
+    if (stats?.isDirectory()) await fsyncDirectory(fs, path.join(root, parent), parent);
+  }
+}
+
+/**
+ * Deletes temp files left by a crash (regular files whose name starts with TEMP_PREFIX) anywhere under the
+ * root, never following symlinks, and returns their relative paths. Run it at start, before the first publish.
+ */
+export async function sweepTempFiles(fs: FsPort, rootDir: string): Promise<string[]> {
+  let root: string;
+  try {
+    root = await checkRoot(fs, rootDir);
+  } catch (error) {
+    if (error instanceof DiskError && (error.errno === 'ENOENT' || error.errno === 'ENOTDIR')) return [];
+    throw error;
+  }
+  const removed: string[] = [];
+  // Iterative walk: a deep tree cannot overflow the stack.
+  const pending: string[] = [''];
+  while (pending.length > 0) {
+    const relative = pending.pop()!;
+    const absolute = path.join(root, relative);
+    let entries: Awaited<ReturnType<typeof readDirectory>>;
+    try {
+      entries = await readDirectory(fs, absolute);
+    } catch (error) {
+      const code = errnoCode(error);
+      if (code === 'ENOENT' || code === 'ENOTDIR') continue;
+      throw new DiskError({ operation: 'read directory', path: relative, cause: error });
+    }
+    for (const entry of entries) {
+      const name = String(entry.name);
+      const child = relative === '' ? name : `${relative}/${name}`;
+      // Dirent types come from the entry itself (lstat semantics): a symlink is neither isDirectory nor isFile.
+      if (entry.isDirectory()) {
+        pending.push(child);
+      } else if (entry.isFile() && name.startsWith(TEMP_PREFIX)) {
+        try {
+          await fs.unlink(path.join(root, child));
+          removed.push(child);
+        } catch (error) {
+          if (errnoCode(error) !== 'ENOENT') {
+            throw new DiskError({ operation: 'unlink temp file', path: child, cause: error });
+          }
+        }
+      }
+    }
+  }
+  return removed.sort();
+}
+
+function readDirectory(fs: FsPort, absolute: string) {
+  return fs.readdir(absolute, { withFileTypes: true });
+}
+
+/**
+ * Durably writes `value` as pretty JSON to `<dir>/<name>` (for the agent's own state files), creating `dir`
+ * with mode 0o700 if needed. Unchanged content is not rewritten.
+ */
+export async function writeDurableJson(
+  fs: FsPort,
+  dir: string,
+  name: string,
+  value: unknown,
+  mode = 0o600,
+): Promise<PublishResult> {
+  const text = JSON.stringify(value, null, 2);
+  if (text === undefined)
+    throw new TypeError(`writeDurableJson: value for ${JSON.stringify(name)} is not JSON`);
+  try {
+    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+  } catch (error) {
+    throw new DiskError({ operation: 'create state directory', path: '', cause: error });
+  }
+  return publishFile(fs, {
+    rootDir: dir,
+    relativePath: name,
+    data: Buffer.from(`${text}\n`, 'utf8'),
+    mode,
+    dirMode: 0o700,
+  });
+}

@@ -1,0 +1,143 @@
+// Server-supplied relative paths: validated by rule (reject, never repair) and resolved under the root without symlinks.
+import type { Stats } from 'node:fs';
+import path from 'node:path';
+import { errnoCode } from '../lib/errors.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { DiskError, PathRejectedError } from './errors.js';
+
+/** Prefix of the writer's temp files; reserved so the sweep can never delete a file the server asked for. */
+export const TEMP_PREFIX = '.config-agent.tmp-';
+
+/** NAME_MAX on Linux filesystems. */
+export const MAX_SEGMENT_BYTES = 255;
+/** PATH_MAX (4096) minus the terminating NUL. */
+export const MAX_PATH_BYTES = 4095;
+
+// \p{Cc} is C0 (U+0000–U+001F), DEL (U+007F) and C1 (U+0080–U+009F): C1 is included too because those code
+// points are never part of a legitimate file name and some terminals act on them when a path is printed.
+const CONTROL = /\p{Cc}/u;
+// With the u flag a surrogate pair is one code point, so this matches only unpaired halves. A lone surrogate
+// would be written as U+FFFD, letting two different server paths land on the same file.
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+
+/**
+ * Throws PathRejectedError unless `relativePath` is a canonical relative POSIX path.
+ *
+ * Unicode that is not NFC is rejected (not normalised): Linux filesystems compare bytes, so "é" as one code
+ * point and as "e" + U+0301 are different files there but the same file on normalising filesystems (and look
+ * identical to a person). Requiring NFC keeps the server's conflict check (string equality) in agreement with
+ * file identity everywhere, and a path that arrives decomposed is a bug to fix on the server, not to guess at.
+ */
+export function validateRelativePath(relativePath: string): void {
+  if (relativePath.length === 0) throw new PathRejectedError('empty', relativePath);
+  if (relativePath.startsWith('/')) throw new PathRejectedError('absolute', relativePath);
+  if (relativePath.includes('\\')) throw new PathRejectedError('backslash', relativePath);
+  if (CONTROL.test(relativePath)) throw new PathRejectedError('control_character', relativePath);
+  if (LONE_SURROGATE.test(relativePath)) throw new PathRejectedError('lone_surrogate', relativePath);
+  if (relativePath.normalize('NFC') !== relativePath) throw new PathRejectedError('not_nfc', relativePath);
+  const bytes = Buffer.byteLength(relativePath, 'utf8');
+  if (bytes > MAX_PATH_BYTES) {
+    throw new PathRejectedError('path_too_long', relativePath, `${bytes} bytes`);
+  }
+  for (const segment of relativePath.split('/')) {
+    if (segment.length === 0) throw new PathRejectedError('empty_segment', relativePath);
+    if (segment === '.' || segment === '..') throw new PathRejectedError('dot_segment', relativePath);
+    const segmentBytes = Buffer.byteLength(segment, 'utf8');
+    if (segmentBytes > MAX_SEGMENT_BYTES) {
+      throw new PathRejectedError('segment_too_long', relativePath, `${segmentBytes} bytes`);
+    }
+    if (segment.startsWith(TEMP_PREFIX)) throw new PathRejectedError('reserved_prefix', relativePath);
+  }
+}
+
+/** What `inspectPath` found on disk for a validated relative path. */
+export interface PathInspection {
+  /** The root, made absolute; symlinks in it are kept (the root is the trust anchor). */
+  root: string;
+  absolute: string;
+  segments: string[];
+  /** How many leading segments of the parent chain exist as real directories. */
+  existingParents: number;
+  /** lstat of the final path when every parent exists and it does too. */
+  final: Stats | undefined;
+}
+
+/** lstat that maps ENOENT to undefined and every other failure to DiskError. */
+export async function lstatOrUndefined(
+  fs: FsPort,
+  absolute: string,
+  relativeForErrors: string,
+): Promise<Stats | undefined> {
+  try {
+    return await fs.lstat(absolute);
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return undefined;
+    throw new DiskError({ operation: 'lstat', path: relativeForErrors, cause: error });
+  }
+}
+
+/** Fails with DiskError unless the root exists and is a directory; symlinks to it are followed on purpose. */
+export async function checkRoot(fs: FsPort, rootDir: string): Promise<string> {
+  const root = path.resolve(rootDir);
+  let stats: Stats;
+  try {
+    stats = await fs.stat(root);
+  } catch (error) {
+    throw new DiskError({ operation: 'stat root directory', path: '', cause: error });
+  }
+  if (!stats.isDirectory()) {
+    throw new DiskError({ operation: 'stat root directory', path: '', errno: 'ENOTDIR' });
+  }
+  return root;
+}
+
+/**
+ * Validates `relativePath`, then lstats every existing parent under the root: a symlink or a non-directory
+ * anywhere in the chain throws PathRejectedError. The final path is lstat'ed but not judged: callers differ
+ * (the writer rejects a symlink there, the remover refuses it without throwing).
+ */
+export async function inspectPath(
+  fs: FsPort,
+  rootDir: string,
+  relativePath: string,
+): Promise<PathInspection> {
+  validateRelativePath(relativePath);
+  const root = await checkRoot(fs, rootDir);
+  const segments = relativePath.split('/');
+  let current = root;
+  let existingParents = 0;
+  for (const [index, segment] of segments.slice(0, -1).entries()) {
+    current = path.join(current, segment);
+    const relative = segments.slice(0, index + 1).join('/');
+    const stats = await lstatOrUndefined(fs, current, relative);
+    if (stats === undefined) {
+      return { root, absolute: path.join(root, relativePath), segments, existingParents, final: undefined };
+    }
+    if (stats.isSymbolicLink()) throw new PathRejectedError('crosses_symlink', relativePath, relative);
+    if (!stats.isDirectory()) throw new PathRejectedError('not_a_directory', relativePath, relative);
+    existingParents += 1;
+  }
+  const absolute = path.join(root, relativePath);
+  const final = await lstatOrUndefined(fs, absolute, relativePath);
+  return { root, absolute, segments, existingParents, final };
+}
+
+/** Throws PathRejectedError unless `stats` (the final path's lstat, if it exists) is a regular file. */
+export function assertRegularOrAbsent(stats: Stats | undefined, relativePath: string): void {
+  if (stats === undefined || stats.isFile()) return;
+  if (stats.isSymbolicLink())
+    throw new PathRejectedError('crosses_symlink', relativePath, 'the target itself');
+  if (stats.isDirectory()) throw new PathRejectedError('target_is_directory', relativePath);
+  throw new PathRejectedError('target_not_regular_file', relativePath);
+}
+
+/**
+ * The absolute path of `relativePath` under `rootDir`, after validating it and lstat'ing every existing
+ * component: a symlink anywhere, a parent that is not a directory, or a final path that exists as anything
+ * but a regular file throws PathRejectedError. `rootDir` itself is trusted and may be reached via symlinks.
+ */
+export async function resolveInsideRoot(fs: FsPort, rootDir: string, relativePath: string): Promise<string> {
+  const inspection = await inspectPath(fs, rootDir, relativePath);
+  assertRegularOrAbsent(inspection.final, relativePath);
+  return inspection.absolute;
+}
