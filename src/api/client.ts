@@ -215,13 +215,19 @@ function listQuery(filters: object | undefined, page: PageOptions | undefined): 
 /** A failure found while reading the body, classified before the generic transport classification runs. */
 class TooLarge extends Error {}
 
+/** Destroying an unread undici body emits an abort error; nobody is left to hear it, so it is swallowed here. */
+function discard(body: Dispatcher.ResponseData['body']): void {
+  body.on('error', () => {});
+  body.destroy();
+}
+
 async function readCapped(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let total = 0;
   for await (const chunk of body as AsyncIterable<Buffer>) {
     total += chunk.length;
     if (total > maxBytes) {
-      body.destroy();
+      discard(body);
       throw new TooLarge();
     }
     chunks.push(chunk);
@@ -312,7 +318,7 @@ export function createClient(options: ClientOptions): ServiceClient {
       return parsed.success ? (scrubDeep(parsed.data) as ErrorBody) : undefined;
     } catch {
       // The status alone classifies the failure; an unreadable error body only loses the detail.
-      body.destroy();
+      discard(body);
       return undefined;
     }
   }
@@ -336,7 +342,6 @@ export function createClient(options: ClientOptions): ServiceClient {
         signal,
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
-        throwOnError: false,
       });
       status = response.statusCode;
       if (status < 200 || status > 299) {
@@ -350,7 +355,7 @@ export function createClient(options: ClientOptions): ServiceClient {
       }
       const declared = Number(response.headers['content-length']);
       if (Number.isFinite(declared) && declared > maxResponseBytes) {
-        response.body.destroy();
+        discard(response.body);
         throw new TooLarge();
       }
       const bytes = await readCapped(response.body, maxResponseBytes);

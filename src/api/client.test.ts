@@ -1,0 +1,563 @@
+// Unit tests of the service client against raw node:http servers on loopback: wire shape, classification, limits.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { inspect } from 'node:util';
+import { Agent } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import { type Clock, systemClock } from '../lib/clock.js';
+import { type ClientOptions, createClient, parseRetryAfter, type RequestEvent } from './client.js';
+import {
+  HttpStatusError,
+  InvalidArgumentError,
+  InvalidResponseError,
+  isRetryableError,
+  MalformedResponseError,
+  NetworkError,
+  ResponseTooLargeError,
+  TimeoutError,
+} from './errors.js';
+
+const API_KEY = 'sk-unit-test-0123456789abcdef';
+const T0 = '2025-01-01T00:00:00Z';
+
+interface Recorded {
+  method: string;
+  url: string;
+  headers: IncomingMessage['headers'];
+  body: string;
+}
+type Handler = (req: IncomingMessage, res: ServerResponse, recorded: Recorded) => void;
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** A raw HTTP server on 127.0.0.1:0 that records every request and answers with `handler`. */
+async function serve(handler: Handler): Promise<{ url: string; requests: Recorded[] }> {
+  const requests: Recorded[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const recorded: Recorded = {
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+      };
+      requests.push(recorded);
+      handler(req, res, recorded);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}`, requests };
+}
+
+function json(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': String(Buffer.byteLength(text)),
+    ...headers,
+  });
+  res.end(text);
+}
+
+function client(url: string, overrides: Partial<ClientOptions> = {}) {
+  return createClient({
+    baseUrl: url,
+    apiKey: API_KEY,
+    timeoutMs: 2_000,
+    maxResponseBytes: 1_000_000,
+    ...overrides,
+  });
+}
+
+function device(id: string, extra: Record<string, unknown> = {}) {
+  return {
+    object: 'device',
+    id,
+    name: `name-${id}`,
+    status: 'online',
+    last_connected_at: T0,
+    last_disconnected_at: T0,
+    created_at: T0,
+    updated_at: T0,
+    ...extra,
+  };
+}
+
+function configInstance(id: string) {
+  return {
+    object: 'config_instance',
+    id,
+    target_status: 'deployed',
+    activity_status: 'queued',
+    error_status: 'none',
+    status: 'queued',
+    relative_filepath: 'app/settings.json',
+    created_at: T0,
+    updated_at: T0,
+    device_id: 'dev_1',
+    config_schema_id: 'sch_1',
+    config_type_id: 'typ_1',
+    device: null,
+    config_schema: null,
+    config_type: null,
+    content: { port: 8080, nested: { enabled: true } },
+  };
+}
+
+function envelope(data: unknown[], offset: number, limit: number, hasMore: boolean) {
+  return { object: 'list', total_count: -1, limit, offset, has_more: hasMore, data };
+}
+
+function errorBody(code: string, message = 'something went wrong') {
+  return { error: { code, message, params: {} } };
+}
+
+async function failure(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error('expected the promise to reject');
+}
+
+describe('request shape', () => {
+  it('sends X-API-Key and addresses {baseUrl}/{apiVersion}/... with percent-encoded ids', async () => {
+    const server = await serve((_req, res) => json(res, 200, device('dev/1 ä')));
+    const got = await client(`${server.url}/api/`).getDevice('dev/1 ä');
+    expect(got.id).toBe('dev/1 ä');
+    const [request] = server.requests;
+    expect(request?.method).toBe('GET');
+    expect(request?.url).toBe('/api/v1/devices/dev%2F1%20%C3%A4');
+    expect(request?.headers['x-api-key']).toBe(API_KEY);
+  });
+
+  it('uses the configured apiVersion and keeps dot-only ids from being normalised away', async () => {
+    const server = await serve((_req, res) => json(res, 200, device('..')));
+    await client(server.url, { apiVersion: 'v2' }).getDevice('..');
+    expect(server.requests[0]?.url).toBe('/v2/devices/%2E%2E');
+  });
+
+  it('sends filters, paging, order_by and repeated expand[] on lists', async () => {
+    const server = await serve((_req, res) =>
+      json(res, 200, envelope([configInstance('ci_1')], 5, 2, false)),
+    );
+    const list = await client(server.url).listConfigInstances(
+      { device_id: 'dev 1', activity_status: 'queued' },
+      { offset: 5, limit: 2, orderBy: 'created_at:desc,id:asc', expand: ['total_count', 'device'] },
+    );
+    expect(list.data.map((ci) => ci.id)).toEqual(['ci_1']);
+    const url = new URL(server.requests[0]?.url ?? '', server.url);
+    expect(url.pathname).toBe('/v1/config_instances');
+    expect(url.searchParams.get('device_id')).toBe('dev 1');
+    expect(url.searchParams.get('activity_status')).toBe('queued');
+    expect(url.searchParams.get('offset')).toBe('5');
+    expect(url.searchParams.get('limit')).toBe('2');
+    expect(url.searchParams.get('order_by')).toBe('created_at:desc,id:asc');
+    expect(url.searchParams.getAll('expand[]')).toEqual(['total_count', 'device']);
+    expect(server.requests[0]?.url).toContain('expand[]=total_count&expand[]=device');
+  });
+
+  it('addresses every endpoint at its route', async () => {
+    const server = await serve((req, res) => {
+      const path = new URL(req.url ?? '', 'http://x').pathname;
+      if (path === '/v1/releases') return json(res, 200, envelope([], 0, 10, false));
+      if (path === '/v1/devices') return json(res, 200, envelope([device('d1')], 0, 10, false));
+      if (path.endsWith('/deploy')) return json(res, 200, { deploy: configInstance('ci_1'), remove: [] });
+      if (path.startsWith('/v1/deployments/')) {
+        return json(res, 200, {
+          object: 'deployment',
+          id: 'dpl_1',
+          description: 'first',
+          status: 'queued',
+          activity_status: 'queued',
+          error_status: 'none',
+          target_status: 'deployed',
+          device_id: 'dev_1',
+          release_id: 'v1.2.3',
+          created_at: T0,
+          updated_at: T0,
+          device: null,
+          release: null,
+          config_instances: null,
+        });
+      }
+      return json(res, 200, configInstance('ci_1'));
+    });
+    const c = client(server.url);
+    await c.getDeployment('dpl_1', { expand: ['device', 'release'] });
+    await c.deployConfigInstance('ci_1', { dryRun: true });
+    await c.deployConfigInstance('ci_1');
+    await c.listReleases({ version: 'v1.0.0' });
+    await c.listDevices({ status: 'online' }, { orderBy: 'name:asc' });
+    await c.reportConfigInstanceStatus('ci_1', {
+      activity_status: 'deployed',
+      error_status: 'none',
+      message: 'ok',
+    });
+    expect(server.requests.map((r) => `${r.method} ${r.url}`)).toEqual([
+      'GET /v1/deployments/dpl_1?expand[]=device&expand[]=release',
+      'POST /v1/config_instances/ci_1/deploy?dry_run=true',
+      'POST /v1/config_instances/ci_1/deploy',
+      'GET /v1/releases?version=v1.0.0',
+      'GET /v1/devices?status=online&order_by=name%3Aasc',
+      'PATCH /v1/config_instances/ci_1',
+    ]);
+    const patch = server.requests[5];
+    expect(patch?.headers['content-type']).toBe('application/json');
+    expect(JSON.parse(patch?.body ?? '')).toEqual({
+      activity_status: 'deployed',
+      error_status: 'none',
+      message: 'ok',
+    });
+  });
+
+  it('refuses empty ids and invalid status reports without sending anything', async () => {
+    const server = await serve((_req, res) => json(res, 200, configInstance('ci_1')));
+    const c = client(server.url);
+    expect(await failure(c.getDevice(''))).toBeInstanceOf(InvalidArgumentError);
+    const bad = await failure(
+      c.reportConfigInstanceStatus('ci_1', { activity_status: 'exploded', error_status: 'none' } as never),
+    );
+    expect(bad).toBeInstanceOf(InvalidArgumentError);
+    expect((bad as Error).message).toContain('activity_status');
+    expect(isRetryableError(bad)).toBe(false);
+    expect(server.requests).toHaveLength(0);
+  });
+});
+
+describe('HTTP status classification', () => {
+  const cases: [status: number, retryable: boolean][] = [
+    [400, false],
+    [401, false],
+    [404, false],
+    [408, true],
+    [429, true],
+    [500, true],
+    [503, true],
+  ];
+  it.each(cases)(
+    'HTTP %i → HttpStatusError, retryable %s, with the parsed error body',
+    async (status, retryable) => {
+      const server = await serve((_req, res) => json(res, status, errorBody(`code_${status}`, 'detail')));
+      const error = await failure(client(server.url).getDevice('dev_1'));
+      expect(error).toBeInstanceOf(HttpStatusError);
+      const http = error as HttpStatusError;
+      expect(http.code).toBe('http_status');
+      expect(http.status).toBe(status);
+      expect(http.retryable).toBe(retryable);
+      expect(isRetryableError(http)).toBe(retryable);
+      expect(http.body).toEqual(errorBody(`code_${status}`, 'detail'));
+      expect(http.message).toContain('GET /v1/devices/{id}');
+      expect(http.message).toContain(String(status));
+      expect(http.message).not.toContain('dev_1');
+    },
+  );
+
+  it('leaves body undefined when the error body is not the service shape', async () => {
+    const server = await serve((_req, res) => {
+      res.writeHead(502, { 'content-type': 'text/html' });
+      res.end('<html>bad gateway</html>');
+    });
+    const error = (await failure(client(server.url).getDevice('dev_1'))) as HttpStatusError;
+    expect(error.status).toBe(502);
+    expect(error.body).toBeUndefined();
+    expect(error.retryable).toBe(true);
+  });
+
+  it('parses Retry-After in seconds', async () => {
+    const server = await serve((_req, res) =>
+      json(res, 429, errorBody('rate_limited'), { 'retry-after': '7' }),
+    );
+    const error = (await failure(client(server.url).getDevice('dev_1'))) as HttpStatusError;
+    expect(error.retryAfterMs).toBe(7_000);
+  });
+
+  it('parses Retry-After as an HTTP-date relative to the injected clock, never negative', async () => {
+    const now = Date.parse('2025-06-01T12:00:00Z');
+    const clock: Clock = { ...systemClock, now: () => now };
+    const later = new Date(now + 90_000).toUTCString();
+    const earlier = new Date(now - 90_000).toUTCString();
+    let answer = later;
+    const server = await serve((_req, res) =>
+      json(res, 503, errorBody('unavailable'), { 'retry-after': answer }),
+    );
+    const c = client(server.url, { clock });
+    expect(((await failure(c.getDevice('d'))) as HttpStatusError).retryAfterMs).toBe(90_000);
+    answer = earlier;
+    expect(((await failure(c.getDevice('d'))) as HttpStatusError).retryAfterMs).toBe(0);
+    answer = 'soon';
+    expect(((await failure(c.getDevice('d'))) as HttpStatusError).retryAfterMs).toBeUndefined();
+  });
+});
+
+describe('transport failures', () => {
+  it('a server that never answers → TimeoutError within the deadline', async () => {
+    const server = await serve(() => {});
+    const started = performance.now();
+    const error = await failure(client(server.url, { timeoutMs: 300 }).getDevice('dev_1'));
+    const elapsed = performance.now() - started;
+    expect(error).toBeInstanceOf(TimeoutError);
+    expect((error as TimeoutError).code).toBe('timeout');
+    expect((error as TimeoutError).retryable).toBe(true);
+    expect(elapsed).toBeGreaterThanOrEqual(250);
+    expect(elapsed).toBeLessThan(2_000);
+  });
+
+  it('a server trickling one byte at a time hits the total deadline (bodyTimeout alone would not)', async () => {
+    const text = JSON.stringify(device('dev_1'));
+    const server = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(text.length) });
+      let i = 0;
+      const timer = setInterval(() => {
+        if (res.destroyed || i >= text.length) {
+          clearInterval(timer);
+          return;
+        }
+        res.write(text[i++]);
+      }, 40);
+      res.on('close', () => clearInterval(timer));
+    });
+    // A dispatcher whose per-chunk body timeout is generous: only the total deadline can stop this.
+    const agent = new Agent({ bodyTimeout: 5_000, headersTimeout: 5_000 });
+    cleanups.push(() => agent.close());
+    const started = performance.now();
+    const error = await failure(client(server.url, { timeoutMs: 500, dispatcher: agent }).getDevice('dev_1'));
+    expect(error).toBeInstanceOf(TimeoutError);
+    expect(performance.now() - started).toBeLessThan(2_500);
+  });
+
+  it('an oversize body → ResponseTooLargeError, with the built dispatcher and with an injected one', async () => {
+    const big = envelope(
+      Array.from({ length: 200 }, (_, i) => device(`dev_${i}`)),
+      0,
+      100,
+      false,
+    );
+    const chunked = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(big));
+    });
+    const withLength = await serve((_req, res) => json(res, 200, big));
+    const agent = new Agent();
+    cleanups.push(() => agent.close());
+    for (const url of [chunked.url, withLength.url]) {
+      for (const dispatcher of [undefined, agent]) {
+        const c = client(url, {
+          maxResponseBytes: 4_096,
+          ...(dispatcher === undefined ? {} : { dispatcher }),
+        });
+        const error = await failure(c.listDevices());
+        expect(error).toBeInstanceOf(ResponseTooLargeError);
+        expect((error as ResponseTooLargeError).code).toBe('response_too_large');
+        expect((error as ResponseTooLargeError).retryable).toBe(false);
+      }
+    }
+  });
+
+  it('a close-delimited body cut mid-JSON arrives as 200 → MalformedResponseError (retryable)', async () => {
+    const server = await serve((req) => {
+      req.socket.end(
+        'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{"object":"device","id":"dev_',
+      );
+    });
+    const error = await failure(client(server.url).getDevice('dev_1'));
+    expect(error).toBeInstanceOf(MalformedResponseError);
+    expect((error as MalformedResponseError).code).toBe('malformed_response');
+    expect((error as MalformedResponseError).retryable).toBe(true);
+  });
+
+  it('valid JSON that violates the schema → InvalidResponseError naming the field (not retryable)', async () => {
+    const server = await serve((_req, res) =>
+      json(res, 200, envelope([device('d0'), device('d1', { created_at: 'yesterday' })], 0, 10, false)),
+    );
+    const error = await failure(client(server.url).listDevices());
+    expect(error).toBeInstanceOf(InvalidResponseError);
+    const invalid = error as InvalidResponseError;
+    expect(invalid.code).toBe('invalid_response');
+    expect(invalid.retryable).toBe(false);
+    expect(invalid.paths).toEqual(['data[1].created_at']);
+    expect(invalid.message).toContain('data[1].created_at');
+    expect(invalid.message).toContain('GET /v1/devices');
+  });
+
+  it('a connection reset → NetworkError (retryable)', async () => {
+    const server = await serve((req) => req.socket.resetAndDestroy());
+    const error = await failure(client(server.url).getDevice('dev_1'));
+    expect(error).toBeInstanceOf(NetworkError);
+    expect((error as NetworkError).code).toBe('network_error');
+    expect((error as NetworkError).retryable).toBe(true);
+  });
+
+  it('a refused connection → NetworkError (retryable)', async () => {
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    const error = await failure(client(`http://127.0.0.1:${port}`).getDevice('dev_1'));
+    expect(error).toBeInstanceOf(NetworkError);
+    expect((error as NetworkError).message).toContain('ECONNREFUSED');
+    expect(isRetryableError(error)).toBe(true);
+  });
+
+  it("the caller's abort is passed through as the caller's reason, not as a timeout", async () => {
+    const server = await serve(() => {});
+    const controller = new AbortController();
+    const reason = new Error('shutting down');
+    setTimeout(() => controller.abort(reason), 50);
+    const error = await failure(client(server.url).getDevice('dev_1', { signal: controller.signal }));
+    expect(error).toBe(reason);
+  });
+});
+
+describe('pagination', () => {
+  const all = Array.from({ length: 25 }, (_, i) => device(`dev_${String(i).padStart(2, '0')}`));
+  async function pagedServer() {
+    return serve((req, res) => {
+      const url = new URL(req.url ?? '', 'http://x');
+      const offset = Math.max(0, Number(url.searchParams.get('offset') ?? 0));
+      const limit = Math.min(100, Math.max(1, Number(url.searchParams.get('limit') ?? 10)));
+      json(res, 200, envelope(all.slice(offset, offset + limit), offset, limit, offset + limit < all.length));
+    });
+  }
+
+  it('the iterator visits every page with offset += limit and stops when has_more is false', async () => {
+    const server = await pagedServer();
+    const seen: string[] = [];
+    for await (const d of client(server.url).iterateDevices({}, { limit: 10 })) seen.push(d.id);
+    expect(seen).toEqual(all.map((d) => d.id));
+    expect(server.requests.map((r) => r.url)).toEqual([
+      '/v1/devices?offset=0&limit=10',
+      '/v1/devices?offset=10&limit=10',
+      '/v1/devices?offset=20&limit=10',
+    ]);
+  });
+
+  it('the iterator asks for 100 per page by default', async () => {
+    const server = await pagedServer();
+    const seen: string[] = [];
+    for await (const d of client(server.url).iterateDevices()) seen.push(d.id);
+    expect(seen).toHaveLength(25);
+    expect(server.requests.map((r) => r.url)).toEqual(['/v1/devices?offset=0&limit=100']);
+  });
+
+  it('the iterator stops with an error when the server claims has_more on an empty page', async () => {
+    const server = await serve((_req, res) => json(res, 200, envelope([], 0, 10, true)));
+    const error = await failure(
+      (async () => {
+        for await (const _ of client(server.url).iterateReleases()) {
+          // draining
+        }
+      })(),
+    );
+    expect(error).toBeInstanceOf(InvalidResponseError);
+    expect((error as Error).message).toContain('has_more');
+    expect(server.requests).toHaveLength(1);
+  });
+});
+
+describe('the API key never leaks', () => {
+  function expectNoKey(error: unknown): void {
+    const err = error as Error;
+    for (const text of [
+      String(err),
+      err.stack ?? '',
+      JSON.stringify(err),
+      inspect(err, { depth: Infinity }),
+    ]) {
+      expect(text).not.toContain(API_KEY);
+    }
+  }
+
+  it('in any error form, even when the server echoes the key', async () => {
+    const server = await serve((req, res) => {
+      const key = String(req.headers['x-api-key']);
+      const path = req.url ?? '';
+      if (path.includes('echo')) return json(res, 401, errorBody('unauthorized', `bad key ${key}`));
+      if (path.includes('schema')) return json(res, 200, device('x', { name: 42, status: key }));
+      if (path.includes('malformed')) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        return res.end(`{"key":"${key}"`);
+      }
+      if (path.includes('reset')) return req.socket.resetAndDestroy();
+      return undefined;
+    });
+    const c = client(server.url, { timeoutMs: 300 });
+    const errors = [
+      await failure(c.getDevice('echo')),
+      await failure(c.getDevice('schema')),
+      await failure(c.getDevice('malformed')),
+      await failure(c.getDevice('reset')),
+      await failure(c.getDevice('hang')),
+    ];
+    expect(errors.map((e) => (e as { code?: string }).code)).toEqual([
+      'http_status',
+      'invalid_response',
+      'malformed_response',
+      'network_error',
+      'timeout',
+    ]);
+    expect((errors[0] as HttpStatusError).body?.error.message).toBe('bad key [REDACTED]');
+    for (const error of errors) expectNoKey(error);
+  });
+});
+
+describe('onRequest', () => {
+  it('reports method, route pattern, outcome, status and duration once per request', async () => {
+    const server = await serve((req, res) => {
+      if (req.url?.includes('missing')) return json(res, 404, errorBody('not_found'));
+      return json(res, 200, device('dev_1'));
+    });
+    const events: RequestEvent[] = [];
+    const c = client(server.url, { onRequest: (e) => events.push(e) });
+    await c.getDevice('dev_1');
+    await failure(c.getDevice('missing'));
+    expect(events.map(({ durationMs: _, ...rest }) => rest)).toEqual([
+      { method: 'GET', route: '/v1/devices/{id}', outcome: 'ok', status: 200 },
+      { method: 'GET', route: '/v1/devices/{id}', outcome: 'http_error', status: 404 },
+    ]);
+    for (const event of events) expect(event.durationMs).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe('parseRetryAfter', () => {
+  const now = Date.parse('2025-06-01T12:00:00Z');
+  it('reads delta-seconds and the three HTTP-date forms relative to now', () => {
+    expect(parseRetryAfter('0', now)).toBe(0);
+    expect(parseRetryAfter(' 120 ', now)).toBe(120_000);
+    expect(parseRetryAfter('Sun, 01 Jun 2025 12:00:30 GMT', now)).toBe(30_000);
+    expect(parseRetryAfter('Sunday, 01-Jun-25 12:01:00 GMT', now)).toBe(60_000);
+    expect(parseRetryAfter('Sun Jun  1 12:00:10 2025', now)).toBeGreaterThanOrEqual(0);
+    expect(parseRetryAfter(['5', '9'], now)).toBe(5_000);
+  });
+
+  it('is never negative and undefined for anything it cannot read', () => {
+    expect(parseRetryAfter('Sun, 01 Jun 2025 11:00:00 GMT', now)).toBe(0);
+    for (const bad of [undefined, '', '-5', '1.5', 'soon', '12abc', 'Xyz, 99 Foo 2025']) {
+      expect(parseRetryAfter(bad, now)).toBeUndefined();
+    }
+  });
+});
+
+describe('isRetryableError', () => {
+  it('is false for anything that is not a classified client error', () => {
+    expect(isRetryableError(new Error('boom'))).toBe(false);
+    expect(isRetryableError('text')).toBe(false);
+    expect(isRetryableError(undefined)).toBe(false);
+  });
+});
