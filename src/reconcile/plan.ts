@@ -1,0 +1,230 @@
+// The planner: a pure function of (server instances, local state, disk observation) returning the steps.
+import type { ConfigInstance, ConfigInstanceActivityStatus, ErrorStatus, StatusReport } from '../api/schemas.js';
+import { errorMessage } from '../lib/errors.js';
+import { sha256Hex } from '../store/durable-writer.js';
+import { validateRelativePath } from '../store/path-guard.js';
+import type { LocalState } from '../store/state.js';
+import { serializeContent } from './serialize.js';
+
+/** What the agent saw at a path before planning. */
+export type DiskObservation =
+  | { kind: 'file'; sha256: string; mode: number }
+  | { kind: 'absent' }
+  /** Not a regular file, or reached through a symlink: never written, never deleted. */
+  | { kind: 'rejected'; reason: string }
+  /** Could not be read (EACCES, EIO, ...): the write or removal is attempted and may fail and retry. */
+  | { kind: 'unreadable'; reason: string };
+
+export interface PlanInput {
+  /** The instances pulled from the service, at most one per id. */
+  instances: readonly ConfigInstance[];
+  local: Readonly<Pick<LocalState, 'files' | 'cooldowns'>>;
+  /** Keyed by relative path; a path missing from the map is treated as absent. */
+  disk: ReadonlyMap<string, DiskObservation>;
+  /** Monotonic now, compared with cooldown deadlines. */
+  now: number;
+  fileMode: number;
+}
+
+export interface WriteStep {
+  kind: 'write';
+  instance: ConfigInstance;
+  path: string;
+  data: Buffer;
+  sha256: string;
+  reason: 'new' | 'changed' | 'drift' | 'adopt';
+  /** Instances removed to make room for this one (same config schema elsewhere): restored if the write fails. */
+  displaces: RemoveStep[];
+  /** Whether a `deployed` report is due once the file is in place. */
+  reportOnSuccess: boolean;
+}
+
+export interface RemoveStep {
+  kind: 'remove';
+  instance: ConfigInstance;
+  path: string;
+}
+
+export type Step =
+  | WriteStep
+  | RemoveStep
+  /** A status change with no disk change (archive, already-in-place, ownership moved to another instance). */
+  | { kind: 'report'; instance: ConfigInstance; report: StatusReport; reason: ReportReason }
+  /** A permanent problem (hostile path): reported `failed` at once, never retried. */
+  | { kind: 'fail'; instance: ConfigInstance; message: string }
+  /** Two instances want one path: the loser is reported `retrying` and nothing of it is written. */
+  | { kind: 'refuse'; instance: ConfigInstance; message: string }
+  | { kind: 'wait'; instance: ConfigInstance; until: number }
+  | { kind: 'untouched'; instance: ConfigInstance; reason: 'failed' | 'in_place' };
+
+export type ReportReason = 'archive' | 'already_in_place' | 'replaced_by_owner' | 'not_ours' | 'already_absent';
+
+export type StepKind = Step['kind'];
+
+export function planSteps(input: PlanInput): Step[] {
+  const steps: Step[] = [];
+  const active = input.instances.filter((instance) => instance.error_status !== 'failed');
+  for (const instance of input.instances) {
+    if (instance.error_status === 'failed') steps.push({ kind: 'untouched', instance, reason: 'failed' });
+  }
+
+  const pathProblems = new Map<string, string>();
+  for (const instance of active) {
+    const problem = pathProblem(instance.relative_filepath);
+    if (problem !== undefined) pathProblems.set(instance.id, problem);
+  }
+
+  // The owner of each path among instances that target `deployed`: the one updated last wins.
+  const deployedByPath = new Map<string, ConfigInstance[]>();
+  for (const instance of active) {
+    if (instance.target_status !== 'deployed' || pathProblems.has(instance.id)) continue;
+    const group = deployedByPath.get(instance.relative_filepath) ?? [];
+    group.push(instance);
+    deployedByPath.set(instance.relative_filepath, group);
+  }
+  const winnerByPath = new Map<string, ConfigInstance>();
+  for (const [path, group] of deployedByPath) winnerByPath.set(path, [...group].sort(byNewestFirst)[0]!);
+
+  const writes: WriteStep[] = [];
+  const removes: RemoveStep[] = [];
+  const others: Step[] = [];
+
+  for (const instance of active) {
+    const path = instance.relative_filepath;
+    const problem = pathProblems.get(instance.id);
+    const cooldownUntil = input.local.cooldowns.get(instance.id);
+    if (cooldownUntil !== undefined && cooldownUntil > input.now) {
+      others.push({ kind: 'wait', instance, until: cooldownUntil });
+      continue;
+    }
+
+    if (instance.target_status === 'deployed') {
+      if (problem !== undefined) {
+        others.push({ kind: 'fail', instance, message: problem });
+        continue;
+      }
+      const winner = winnerByPath.get(path)!;
+      if (winner.id !== instance.id) {
+        others.push({
+          kind: 'refuse',
+          instance,
+          message: `path conflict: ${JSON.stringify(path)} is also targeted by ${winner.id}, updated later; ${instance.id} is not written`,
+        });
+        continue;
+      }
+      const step = planDeployed(instance, input);
+      if (step !== undefined) {
+        if (step.kind === 'write') writes.push(step);
+        else others.push(step);
+      }
+      continue;
+    }
+
+    // Target removed or created (or anything not `deployed`): the file goes, if it is ours to remove.
+    const owned = input.local.files.get(path);
+    const ownedByThis = owned?.instanceId === instance.id && problem === undefined;
+    const wasDeployed = instance.activity_status === 'deployed' || ownedByThis;
+    if (!wasDeployed) {
+      if (instance.activity_status !== 'removed') {
+        others.push({ kind: 'report', instance, report: removedReport(), reason: 'archive' });
+      }
+      continue;
+    }
+    if (!ownedByThis) {
+      // Deployed per the service but not recorded as written by us (lost state, another owner): never delete.
+      const reason: ReportReason = winnerByPath.has(path) || owned !== undefined ? 'replaced_by_owner' : 'not_ours';
+      others.push({ kind: 'report', instance, report: removedReport(reason), reason });
+      continue;
+    }
+    if (winnerByPath.has(path)) {
+      // Another instance targets `deployed` at this path: it takes the file over; only our status changes.
+      others.push({ kind: 'report', instance, report: removedReport(), reason: 'replaced_by_owner' });
+      continue;
+    }
+    const observed = input.disk.get(path) ?? { kind: 'absent' };
+    if (observed.kind === 'absent') {
+      others.push({ kind: 'report', instance, report: removedReport(), reason: 'already_absent' });
+      continue;
+    }
+    removes.push({ kind: 'remove', instance, path });
+  }
+
+  // A write that takes the place of a removed instance of the same config schema is applied as one swap.
+  const standaloneRemoves: RemoveStep[] = [];
+  for (const remove of removes) {
+    const replacement = writes.find(
+      (write) =>
+        write.instance.device_id === remove.instance.device_id &&
+        write.instance.config_schema_id === remove.instance.config_schema_id,
+    );
+    if (replacement === undefined) standaloneRemoves.push(remove);
+    else replacement.displaces.push(remove);
+  }
+
+  // Removals first, so a path freed by one instance can be taken by another in the same pass.
+  return [...steps, ...standaloneRemoves, ...writes, ...others];
+}
+
+function planDeployed(instance: ConfigInstance, input: PlanInput): WriteStep | Step | undefined {
+  const path = instance.relative_filepath;
+  const data = serializeContent(path, instance.content);
+  const sha256 = sha256Hex(data);
+  const observed = input.disk.get(path) ?? { kind: 'absent' };
+  if (observed.kind === 'rejected') return { kind: 'fail', instance, message: observed.reason };
+
+  const owned = input.local.files.get(path);
+  const inPlace = observed.kind === 'file' && observed.sha256 === sha256 && observed.mode === input.fileMode;
+  const serverInPlace = instance.activity_status === 'deployed' && instance.error_status === 'none';
+  if (inPlace && owned?.instanceId === instance.id && owned.sha256 === sha256) {
+    if (serverInPlace) return { kind: 'untouched', instance, reason: 'in_place' };
+    return { kind: 'report', instance, report: deployedReport(), reason: 'already_in_place' };
+  }
+  let reason: WriteStep['reason'];
+  if (inPlace) reason = 'adopt';
+  else if (observed.kind === 'absent' && owned === undefined) reason = 'new';
+  else if (owned?.instanceId === instance.id && owned.sha256 === sha256) reason = 'drift';
+  else reason = 'changed';
+  return { kind: 'write', instance, path, data, sha256, reason, displaces: [], reportOnSuccess: !serverInPlace };
+}
+
+function pathProblem(path: string): string | undefined {
+  try {
+    validateRelativePath(path);
+    return undefined;
+  } catch (error) {
+    return errorMessage(error);
+  }
+}
+
+/** Newest `updated_at` first; ties broken deterministically so every pass picks the same winner. */
+function byNewestFirst(a: ConfigInstance, b: ConfigInstance): number {
+  const byUpdate = Date.parse(b.updated_at) - Date.parse(a.updated_at);
+  if (byUpdate !== 0) return byUpdate;
+  const byCreation = Date.parse(b.created_at) - Date.parse(a.created_at);
+  if (byCreation !== 0) return byCreation;
+  return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
+}
+
+export function deployedReport(): StatusReport {
+  return { activity_status: 'deployed', error_status: 'none' };
+}
+
+const REMOVAL_NOTES: Partial<Record<ReportReason, string>> = {
+  not_ours: 'file left in place: it is not recorded as written by this agent',
+  replaced_by_owner: 'file kept: another instance now owns this path',
+};
+
+export function removedReport(reason?: ReportReason): StatusReport {
+  const note = reason === undefined ? undefined : REMOVAL_NOTES[reason];
+  return note === undefined
+    ? { activity_status: 'removed', error_status: 'none' }
+    : { activity_status: 'removed', error_status: 'none', message: note };
+}
+
+export function errorReport(
+  activity: ConfigInstanceActivityStatus,
+  error: Exclude<ErrorStatus, 'none'>,
+  message: string,
+): StatusReport {
+  return { activity_status: activity, error_status: error, message: message.slice(0, 4096) };
+}

@@ -1,0 +1,352 @@
+// One reconcile pass — pull → plan → apply → report — over the state the Reconciler keeps between passes.
+import { HttpStatusError } from '../api/errors.js';
+import type { ServiceClient } from '../api/client.js';
+import { withRequestRetry } from '../api/retry.js';
+import type { ConfigInstance, ConfigInstanceFilters } from '../api/schemas.js';
+import type { Deps } from '../lib/deps.js';
+import { errorMessage, isAgentError } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+import { ContentCache } from '../store/content-cache.js';
+import { readRegularFile, sweepTempFiles } from '../store/durable-writer.js';
+import { PathRejectedError } from '../store/errors.js';
+import { StatusOutbox } from '../store/outbox.js';
+import { emptyState, type LocalState, loadLocalState, saveLocalState } from '../store/state.js';
+import { applySteps, type InstanceOutcome, type RetryPolicy } from './apply.js';
+import { type DiskObservation, planSteps, type Step } from './plan.js';
+
+export interface ReconcilerSettings {
+  deviceId: string;
+  rootDir: string;
+  stateDir: string;
+  fileMode: number;
+  dirMode: number;
+  retry: RetryPolicy;
+  /** In-pass request retries: `--once` has no outer loop, the daemon's poll loop is its own retry layer. */
+  requestRetries: number;
+  requestRetryBaseMs?: number;
+}
+
+/**
+ * `full` asks for every instance targeting `deployed` and checks their bytes on disk; `incremental` asks only
+ * for what changed (queued instances and pending removals), which is all a steady-state poll needs.
+ */
+export type PassMode = 'full' | 'incremental';
+
+export interface PassOptions {
+  mode: PassMode;
+  dryRun?: boolean;
+  signal?: AbortSignal;
+}
+
+export interface PassError {
+  code: string;
+  message: string;
+  retryable: boolean;
+}
+
+export interface PassResult {
+  mode: PassMode;
+  dryRun: boolean;
+  startedAt: string;
+  durationMs: number;
+  /** False when the instances could not be pulled: nothing on disk was touched. */
+  reachable: boolean;
+  error?: PassError;
+  steps: Step[];
+  outcomes: InstanceOutcome[];
+  reports: { delivered: number; rejected: number; pending: number; deliveryError?: PassError };
+  sweptTempFiles: string[];
+  /** Every instance where the service wants it and every report delivered. */
+  converged: boolean;
+}
+
+const PAGE_LIMIT = 100;
+
+export class Reconciler {
+  readonly #deps: Deps;
+  readonly #settings: ReconcilerSettings;
+  readonly #client: ServiceClient;
+  readonly #logger: Logger;
+  readonly #state: LocalState;
+  readonly #outbox: StatusOutbox;
+  readonly #cache: ContentCache;
+  readonly #readOnly: boolean;
+  #sweptTempFiles: string[];
+
+  private constructor(
+    deps: Deps,
+    settings: ReconcilerSettings,
+    client: ServiceClient,
+    parts: { state: LocalState; outbox: StatusOutbox; readOnly: boolean; swept: string[] },
+  ) {
+    this.#deps = deps;
+    this.#settings = settings;
+    this.#client = client;
+    this.#logger = deps.logger.child({ component: 'reconcile' });
+    this.#state = parts.state;
+    this.#outbox = parts.outbox;
+    this.#cache = new ContentCache(deps.fs, settings.stateDir);
+    this.#readOnly = parts.readOnly;
+    this.#sweptTempFiles = parts.swept;
+  }
+
+  /**
+   * Loads local state and the outbox. Unless `readOnly` (dry runs), it first sweeps temp files a crash
+   * left behind: the directories must already exist.
+   */
+  static async open(
+    deps: Deps,
+    settings: ReconcilerSettings,
+    client: ServiceClient,
+    options: { readOnly?: boolean } = {},
+  ): Promise<Reconciler> {
+    const readOnly = options.readOnly ?? false;
+    const logger = deps.logger.child({ component: 'reconcile' });
+    let swept: string[] = [];
+    if (!readOnly) {
+      swept = await sweepTempFiles(deps.fs, settings.rootDir);
+      await sweepTempFiles(deps.fs, settings.stateDir);
+      if (swept.length > 0) logger.warn({ files: swept }, 'removed temp files left by an interrupted write');
+    }
+    const { state, outcome } = await loadLocalState(deps.fs, settings.stateDir, settings.deviceId, logger).catch(
+      (error: unknown) => {
+        if (!readOnly) throw error;
+        return { state: emptyState(settings.deviceId), outcome: 'missing' as const };
+      },
+    );
+    logger.debug({ outcome, managedFiles: state.files.size }, 'local state loaded');
+    const outbox = readOnly
+      ? StatusOutbox.ephemeral(deps.fs, settings.stateDir, logger)
+      : await StatusOutbox.open(deps.fs, settings.stateDir, logger);
+    return new Reconciler(deps, settings, client, { state, outbox, readOnly, swept });
+  }
+
+  get state(): Readonly<LocalState> {
+    return this.#state;
+  }
+
+  get pendingReports(): number {
+    return this.#outbox.size;
+  }
+
+  /** Whether some instance waits for a cooldown that has now elapsed (the daemon then runs a full pass). */
+  hasDueRetries(): boolean {
+    const now = this.#deps.clock.monotonic();
+    for (const until of this.#state.cooldowns.values()) if (until <= now) return true;
+    return false;
+  }
+
+  /** The earliest monotonic time at which a cooling-down instance may be retried. */
+  nextRetryAt(): number | undefined {
+    let earliest: number | undefined;
+    for (const until of this.#state.cooldowns.values()) if (earliest === undefined || until < earliest) earliest = until;
+    return earliest;
+  }
+
+  async reconcile(options: PassOptions): Promise<PassResult> {
+    const { clock } = this.#deps;
+    const started = clock.monotonic();
+    const dryRun = options.dryRun ?? false;
+    if (this.#readOnly && !dryRun) throw new Error('a read-only reconciler can only dry-run');
+    const result: PassResult = {
+      mode: options.mode,
+      dryRun,
+      startedAt: new Date(clock.now()).toISOString(),
+      durationMs: 0,
+      reachable: false,
+      steps: [],
+      outcomes: [],
+      reports: { delivered: 0, rejected: 0, pending: this.#outbox.size },
+      sweptTempFiles: this.#sweptTempFiles,
+      converged: false,
+    };
+    this.#sweptTempFiles = [];
+    const finish = (): PassResult => {
+      result.durationMs = Math.round(clock.monotonic() - started);
+      result.reports.pending = this.#outbox.size;
+      result.converged =
+        result.reachable &&
+        result.outcomes.every((outcome) => outcome.converged) &&
+        result.reports.pending === 0 &&
+        result.reports.rejected === 0 &&
+        !dryRun;
+      return result;
+    };
+
+    // Reports from an earlier pass go first, so the pull below sees the statuses they carry.
+    if (!dryRun && this.#outbox.size > 0) await this.#deliverReports(result, options.signal);
+
+    let instances: ConfigInstance[];
+    try {
+      instances = await this.#pull(options.mode, options.signal);
+      result.reachable = true;
+    } catch (error) {
+      options.signal?.throwIfAborted();
+      result.error = toPassError(error);
+      this.#logger.warn({ err: error }, 'could not pull config instances: files left as they are');
+      return finish();
+    }
+
+    const disk = await this.#observe(instances);
+    result.steps = planSteps({
+      instances,
+      local: this.#state,
+      disk,
+      now: clock.monotonic(),
+      fileMode: this.#settings.fileMode,
+    });
+    if (dryRun) return finish();
+
+    result.outcomes = await applySteps(result.steps, {
+      fs: this.#deps.fs,
+      clock,
+      random: this.#deps.random,
+      logger: this.#logger,
+      rootDir: this.#settings.rootDir,
+      fileMode: this.#settings.fileMode,
+      dirMode: this.#settings.dirMode,
+      retry: this.#settings.retry,
+      state: this.#state,
+      cache: this.#cache,
+      outbox: this.#outbox,
+      ...(options.signal === undefined ? {} : { signal: options.signal }),
+    });
+    if (options.mode === 'full') this.#forgetUnseen(instances);
+    await this.#persist(options.mode);
+    if (this.#outbox.size > 0) await this.#deliverReports(result, options.signal);
+    return finish();
+  }
+
+  /** Makes state and queued reports durable; used after a pass and at shutdown. */
+  async flushState(): Promise<void> {
+    if (this.#readOnly) return;
+    await saveLocalState(this.#deps.fs, this.#settings.stateDir, this.#state);
+    await this.#outbox.persist();
+  }
+
+  async #persist(mode: PassMode): Promise<void> {
+    await this.flushState();
+    if (mode === 'full') {
+      const keep = new Set([...this.#state.files.values()].map((file) => file.sha256));
+      await this.#cache.prune(keep).catch((error: unknown) => {
+        this.#logger.warn({ err: error }, 'could not prune the content cache');
+      });
+    }
+  }
+
+  async #pull(mode: PassMode, signal: AbortSignal | undefined): Promise<ConfigInstance[]> {
+    const device = { device_id: this.#settings.deviceId };
+    const queries: ConfigInstanceFilters[] = [
+      { ...device, activity_status: 'queued' },
+      { ...device, target_status: 'removed', activity_status: 'deployed' },
+    ];
+    if (mode === 'full') queries.unshift({ ...device, target_status: 'deployed' });
+    const byId = new Map<string, ConfigInstance>();
+    for (const filters of queries) {
+      const page = await withRequestRetry(
+        'list config instances',
+        async () => {
+          const items: ConfigInstance[] = [];
+          const iterator = this.#client.iterateConfigInstances(filters, {
+            limit: PAGE_LIMIT,
+            orderBy: 'id:asc',
+            ...(signal === undefined ? {} : { signal }),
+          });
+          for await (const instance of iterator) items.push(instance);
+          return items;
+        },
+        this.#retryOptions(signal),
+      );
+      for (const instance of page) {
+        // Defence in depth: a server bug must not make this device write another device's files.
+        if (instance.device_id !== this.#settings.deviceId) {
+          this.#logger.error({ instanceId: instance.id }, 'service returned an instance of another device: ignored');
+          continue;
+        }
+        if (!byId.has(instance.id)) byId.set(instance.id, instance);
+      }
+    }
+    return [...byId.values()];
+  }
+
+  async #observe(instances: readonly ConfigInstance[]): Promise<Map<string, DiskObservation>> {
+    const disk = new Map<string, DiskObservation>();
+    for (const instance of instances) {
+      const path = instance.relative_filepath;
+      if (disk.has(path)) continue;
+      try {
+        const file = await readRegularFile(this.#deps.fs, this.#settings.rootDir, path);
+        disk.set(path, file === undefined ? { kind: 'absent' } : { kind: 'file', sha256: file.sha256, mode: file.mode });
+      } catch (error) {
+        if (error instanceof PathRejectedError) disk.set(path, { kind: 'rejected', reason: error.message });
+        else disk.set(path, { kind: 'unreadable', reason: errorMessage(error) });
+      }
+    }
+    return disk;
+  }
+
+  /** After a full pass, records of instances the service no longer lists and that own no file are dropped. */
+  #forgetUnseen(instances: readonly ConfigInstance[]): void {
+    const seen = new Set(instances.map((instance) => instance.id));
+    const owners = new Set([...this.#state.files.values()].map((file) => file.instanceId));
+    for (const id of this.#state.instances.keys()) {
+      if (!seen.has(id) && !owners.has(id)) {
+        this.#state.instances.delete(id);
+        this.#state.cooldowns.delete(id);
+      }
+    }
+  }
+
+  async #deliverReports(result: PassResult, signal: AbortSignal | undefined): Promise<void> {
+    try {
+      await this.#outbox.persist();
+    } catch (error) {
+      this.#logger.error({ err: error }, 'could not persist the status outbox; delivering from memory');
+    }
+    const flushed = await this.#outbox.flush(
+      (entry) =>
+        withRequestRetry(
+          'report status',
+          () =>
+            this.#client
+              .reportConfigInstanceStatus(entry.instanceId, entry.report, signal === undefined ? {} : { signal })
+              .then(() => undefined),
+          this.#retryOptions(signal),
+        ),
+      (error) => !isPermanentRejection(error),
+    );
+    result.reports.delivered += flushed.delivered.length;
+    result.reports.rejected += flushed.rejected.length;
+    if (flushed.deferredBy !== undefined) {
+      signal?.throwIfAborted();
+      result.reports.deliveryError = toPassError(flushed.deferredBy);
+      this.#logger.warn({ err: flushed.deferredBy, pending: this.#outbox.size }, 'status reports kept for later');
+    }
+  }
+
+  #retryOptions(signal: AbortSignal | undefined) {
+    return {
+      retries: this.#settings.requestRetries,
+      baseDelayMs: this.#settings.requestRetryBaseMs ?? 500,
+      maxDelayMs: 10_000,
+      maxRetryAfterMs: 60_000,
+      clock: this.#deps.clock,
+      random: this.#deps.random,
+      logger: this.#logger,
+      ...(signal === undefined ? {} : { signal }),
+    };
+  }
+}
+
+/**
+ * A report the service will never accept (the instance is gone, the body is invalid): dropping it is the only
+ * way forward. A rejected key (401/403) is not one of these: the operator will fix the key.
+ */
+function isPermanentRejection(error: unknown): boolean {
+  return error instanceof HttpStatusError && [400, 404, 409, 410, 422].includes(error.status);
+}
+
+function toPassError(error: unknown): PassError {
+  if (isAgentError(error)) return { code: error.code, message: error.message, retryable: error.retryable };
+  return { code: 'internal', message: errorMessage(error), retryable: false };
+}

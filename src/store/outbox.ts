@@ -1,0 +1,151 @@
+// Durable queue of status reports: written before they are sent, sent in order, dropped once acknowledged.
+import path from 'node:path';
+import { z } from 'zod';
+import { StatusReport } from '../api/schemas.js';
+import { errnoCode } from '../lib/errors.js';
+import type { FsPort } from '../lib/fs-port.js';
+import type { Logger } from '../lib/logger.js';
+import { writeDurableJson } from './durable-writer.js';
+
+export const OUTBOX_FILE = 'outbox.json';
+
+export const OutboxEntry = z.object({
+  seq: z.number().int().min(0),
+  instanceId: z.string().min(1),
+  report: StatusReport,
+  queuedAt: z.string(),
+});
+export type OutboxEntry = z.infer<typeof OutboxEntry>;
+
+const OutboxFile = z.object({
+  version: z.literal(1),
+  nextSeq: z.number().int().min(0),
+  entries: z.array(OutboxEntry),
+});
+
+/** What delivering one report came to: `rejected` means the service will never accept it (dropped). */
+export type DeliveryOutcome = 'delivered' | 'rejected' | 'deferred';
+
+export interface FlushResult {
+  delivered: OutboxEntry[];
+  rejected: { entry: OutboxEntry; error: unknown }[];
+  /** Set when delivery stopped early because the service could not be reached; the rest stay queued. */
+  deferredBy: unknown;
+}
+
+export class StatusOutbox {
+  readonly #fs: FsPort;
+  readonly #stateDir: string;
+  readonly #logger: Logger;
+  #entries: OutboxEntry[] = [];
+  #nextSeq = 0;
+
+  private constructor(fs: FsPort, stateDir: string, logger: Logger) {
+    this.#fs = fs;
+    this.#stateDir = stateDir;
+    this.#logger = logger;
+  }
+
+  static async open(fs: FsPort, stateDir: string, logger: Logger): Promise<StatusOutbox> {
+    const outbox = new StatusOutbox(fs, stateDir, logger);
+    await outbox.#load();
+    return outbox;
+  }
+
+  /** An in-memory outbox for dry runs: it is never persisted. */
+  static ephemeral(fs: FsPort, stateDir: string, logger: Logger): StatusOutbox {
+    return new StatusOutbox(fs, stateDir, logger);
+  }
+
+  get size(): number {
+    return this.#entries.length;
+  }
+
+  pending(): readonly OutboxEntry[] {
+    return this.#entries;
+  }
+
+  pendingFor(instanceId: string): OutboxEntry | undefined {
+    return this.#entries.find((entry) => entry.instanceId === instanceId);
+  }
+
+  /**
+   * Queues a report in memory; `persist()` makes it durable. A newer report for the same instance replaces
+   * an undelivered older one: only the latest status matters, and it keeps the outbox bounded by the
+   * number of instances however long the device is offline.
+   */
+  enqueue(instanceId: string, report: StatusReport, now: Date): void {
+    this.#entries = this.#entries.filter((entry) => entry.instanceId !== instanceId);
+    this.#entries.push({ seq: this.#nextSeq++, instanceId, report, queuedAt: now.toISOString() });
+  }
+
+  async persist(): Promise<void> {
+    await writeDurableJson(this.#fs, this.#stateDir, OUTBOX_FILE, {
+      version: 1,
+      nextSeq: this.#nextSeq,
+      entries: this.#entries,
+    });
+  }
+
+  /**
+   * Sends the queued reports in order. A retryable failure stops delivery (the rest keep their order for the
+   * next flush); a permanent rejection (e.g. the instance no longer exists) drops that report and goes on,
+   * so one poisoned report never blocks the others.
+   */
+  async flush(
+    send: (entry: OutboxEntry) => Promise<void>,
+    isRetryable: (error: unknown) => boolean,
+  ): Promise<FlushResult> {
+    const result: FlushResult = { delivered: [], rejected: [], deferredBy: undefined };
+    const settled = new Set<number>();
+    for (const entry of this.#entries) {
+      try {
+        await send(entry);
+        result.delivered.push(entry);
+        settled.add(entry.seq);
+      } catch (error) {
+        if (isRetryable(error)) {
+          result.deferredBy = error;
+          break;
+        }
+        this.#logger.error(
+          { err: error, instanceId: entry.instanceId },
+          'status report rejected by the service: dropped',
+        );
+        result.rejected.push({ entry, error });
+        settled.add(entry.seq);
+      }
+    }
+    if (settled.size > 0) {
+      this.#entries = this.#entries.filter((entry) => !settled.has(entry.seq));
+      await this.persist();
+    }
+    return result;
+  }
+
+  async #load(): Promise<void> {
+    let raw: string;
+    try {
+      raw = (await this.#fs.readFile(path.join(this.#stateDir, OUTBOX_FILE), 'utf8')) as string;
+    } catch (error) {
+      if (errnoCode(error) === 'ENOENT') return;
+      throw error;
+    }
+    const parsed = OutboxFile.safeParse(safeJsonParse(raw));
+    if (!parsed.success) {
+      // Losing queued reports is recoverable: the next full pass re-derives every status from disk and server.
+      this.#logger.error({ file: OUTBOX_FILE }, 'status outbox is corrupt: starting empty');
+      return;
+    }
+    this.#entries = parsed.data.entries;
+    this.#nextSeq = Math.max(parsed.data.nextSeq, ...this.#entries.map((entry) => entry.seq + 1));
+  }
+}
+
+function safeJsonParse(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}

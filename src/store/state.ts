@@ -1,0 +1,120 @@
+// The agent's durable memory in stateDir: which files it wrote (and so may delete), and per-instance retries.
+import path from 'node:path';
+import { z } from 'zod';
+import { ConfigInstanceActivityStatus, ErrorStatus } from '../api/schemas.js';
+import { errnoCode } from '../lib/errors.js';
+import type { FsPort } from '../lib/fs-port.js';
+import type { Logger } from '../lib/logger.js';
+import { writeDurableJson } from './durable-writer.js';
+
+export const STATE_FILE = 'state.json';
+export const STATE_VERSION = 1;
+
+/** A file this agent published: the proof of ownership that removal requires. */
+export const ManagedFile = z.object({
+  instanceId: z.string().min(1),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  mode: z.number().int().min(0).max(0o7777),
+  /** Directories this agent created for the file, parent-first: pruned when they become empty. */
+  createdDirs: z.array(z.string()),
+  writtenAt: z.string(),
+});
+export type ManagedFile = z.infer<typeof ManagedFile>;
+
+/** What the agent last knows the service holds for an instance, and its local retry bookkeeping. */
+export const InstanceRecord = z.object({
+  relativePath: z.string(),
+  activity: ConfigInstanceActivityStatus,
+  error: ErrorStatus,
+  message: z.string().optional(),
+  attempts: z.number().int().min(0),
+  /** Wall-clock time of the next attempt, for people reading status; the schedule itself is monotonic. */
+  nextAttemptAt: z.string().optional(),
+});
+export type InstanceRecord = z.infer<typeof InstanceRecord>;
+
+export const LocalStateFile = z.object({
+  version: z.literal(STATE_VERSION),
+  deviceId: z.string(),
+  /** Keyed by relative path: a path has at most one owner at a time. */
+  files: z.record(z.string(), ManagedFile),
+  instances: z.record(z.string(), InstanceRecord),
+});
+export type LocalStateFile = z.infer<typeof LocalStateFile>;
+
+export interface LocalState {
+  deviceId: string;
+  files: Map<string, ManagedFile>;
+  instances: Map<string, InstanceRecord>;
+  /** Monotonic deadlines of per-instance cooldowns; never persisted, so attempts reset on restart. */
+  cooldowns: Map<string, number>;
+}
+
+export function emptyState(deviceId: string): LocalState {
+  return { deviceId, files: new Map(), instances: new Map(), cooldowns: new Map() };
+}
+
+export type StateLoadOutcome = 'loaded' | 'missing' | 'corrupt' | 'other_device';
+
+/**
+ * Reads state.json. A missing, corrupt, or other device's state yields an empty state: the agent then owns
+ * nothing and so deletes nothing — it re-adopts files by rewriting them as the server asks.
+ */
+export async function loadLocalState(
+  fs: FsPort,
+  stateDir: string,
+  deviceId: string,
+  logger: Logger,
+): Promise<{ state: LocalState; outcome: StateLoadOutcome }> {
+  let raw: string;
+  try {
+    raw = (await fs.readFile(path.join(stateDir, STATE_FILE), 'utf8')) as string;
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return { state: emptyState(deviceId), outcome: 'missing' };
+    throw error;
+  }
+  let parsed: LocalStateFile;
+  try {
+    parsed = LocalStateFile.parse(JSON.parse(raw));
+  } catch (error) {
+    logger.error(
+      { err: error, file: STATE_FILE },
+      'local state is corrupt: starting empty, no file will be deleted',
+    );
+    return { state: emptyState(deviceId), outcome: 'corrupt' };
+  }
+  if (parsed.deviceId !== deviceId) {
+    logger.warn(
+      { stateDeviceId: parsed.deviceId, deviceId },
+      'local state belongs to another device id: starting empty, no file will be deleted',
+    );
+    return { state: emptyState(deviceId), outcome: 'other_device' };
+  }
+  const instances = new Map<string, InstanceRecord>();
+  for (const [id, record] of Object.entries(parsed.instances)) {
+    // Attempts reset on restart: an operator who fixed the cause expects an immediate retry.
+    const { nextAttemptAt: _dropped, ...rest } = record;
+    instances.set(id, { ...rest, attempts: 0 });
+  }
+  return {
+    state: { deviceId, files: new Map(Object.entries(parsed.files)), instances, cooldowns: new Map() },
+    outcome: 'loaded',
+  };
+}
+
+export function serializeLocalState(state: LocalState): LocalStateFile {
+  const sortedEntries = <T>(map: Map<string, T>) =>
+    Object.fromEntries([...map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  return {
+    version: STATE_VERSION,
+    deviceId: state.deviceId,
+    files: sortedEntries(state.files),
+    instances: sortedEntries(state.instances),
+  };
+}
+
+/** Persists the state durably; returns false when the bytes were unchanged (no flash write). */
+export async function saveLocalState(fs: FsPort, stateDir: string, state: LocalState): Promise<boolean> {
+  const result = await writeDurableJson(fs, stateDir, STATE_FILE, serializeLocalState(state));
+  return result.outcome === 'written';
+}
