@@ -1,0 +1,471 @@
+// Durable writer on memfs: outcomes, modes, directories, injected disk faults and aborts, removal and sweep.
+import { constants } from 'node:fs';
+import path from 'node:path';
+import { createFsFromVolume, Volume } from 'memfs';
+import { describe, expect, it } from 'vitest';
+import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import {
+  publishFile,
+  readRegularFile,
+  removeManagedFile,
+  sha256Hex,
+  sweepTempFiles,
+  writeDurableJson,
+} from './durable-writer.js';
+import { DiskError, PathRejectedError } from './errors.js';
+import { TEMP_PREFIX } from './path-guard.js';
+
+const ROOT = '/srv/root';
+
+function memfs(files: Record<string, string> = {}): { fs: FsPort; vol: Volume } {
+  const vol = Volume.fromJSON({ [`${ROOT}/.keep`]: '', ...files });
+  return { fs: createFsFromVolume(vol).promises as unknown as FsPort, vol };
+}
+
+/** Every entry under `dir` (no symlink following): path → file content, 'dir', or 'symlink -> target'. */
+async function snapshot(fs: FsPort, dir: string): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  const walk = async (current: string): Promise<void> => {
+    for (const entry of await fs.readdir(current, { withFileTypes: true })) {
+      const full = path.join(current, String(entry.name));
+      const stats = await fs.lstat(full);
+      const mode = (stats.mode & 0o7777).toString(8);
+      if (stats.isSymbolicLink()) out[full] = 'symlink';
+      else if (stats.isDirectory()) {
+        out[full] = `dir ${mode}`;
+        await walk(full);
+      } else out[full] = `${mode} ${(await fs.readFile(full)).toString('utf8')}`;
+    }
+  };
+  await walk(dir);
+  return out;
+}
+
+function tempFilesIn(tree: Record<string, string>): string[] {
+  return Object.keys(tree).filter((p) => path.basename(p).startsWith(TEMP_PREFIX));
+}
+
+const request = (relativePath: string, text: string, mode = 0o644) => ({
+  rootDir: ROOT,
+  relativePath,
+  data: Buffer.from(text),
+  mode,
+  dirMode: 0o750,
+});
+
+function injected(code: string): Error {
+  return Object.assign(new Error(`${code}: injected fault`), { code });
+}
+
+type Step = 'mkdir' | 'open-temp' | 'write' | 'chmod' | 'sync' | 'close' | 'rename' | 'dir-sync';
+
+/**
+ * Wraps a FsPort so that one step of the publish protocol misbehaves: it throws `code`, or, with `onStep`,
+ * runs a hook (used to abort) before doing the real work. A failing write first writes half the bytes, as a
+ * full disk does.
+ */
+function withFault(base: FsPort, fault: Step, options: { code?: string; onStep?: () => void } = {}): FsPort {
+  const hit = (step: Step): void => {
+    if (step !== fault) return;
+    if (options.onStep) options.onStep();
+    else throw injected(options.code ?? 'ENOSPC');
+  };
+  const wrapHandle = (handle: FileHandle, isTemp: boolean, isDir: boolean): FileHandle =>
+    new Proxy(handle, {
+      get(target, property, receiver) {
+        const value = Reflect.get(target, property, receiver) as unknown;
+        if (typeof value !== 'function') return value;
+        const bound = (value as (...args: unknown[]) => unknown).bind(target);
+        if (isTemp && property === 'writeFile') {
+          return async (data: Uint8Array) => {
+            if (fault === 'write' && !options.onStep) {
+              await target.write(data.subarray(0, Math.floor(data.byteLength / 2)));
+            }
+            hit('write');
+            return bound(data);
+          };
+        }
+        if (isTemp && (property === 'chmod' || property === 'sync' || property === 'close')) {
+          return async (...args: unknown[]) => {
+            if (property === 'close' && fault === 'close' && !options.onStep) {
+              await bound();
+              hit('close');
+            }
+            hit(property);
+            return bound(...args);
+          };
+        }
+        if (isDir && property === 'sync') {
+          return async () => {
+            hit('dir-sync');
+            return bound();
+          };
+        }
+        return bound;
+      },
+    });
+  return {
+    ...base,
+    open: (async (file: string, flags: number, mode?: number) => {
+      const isTemp = path.basename(String(file)).startsWith(TEMP_PREFIX);
+      if (isTemp) hit('open-temp');
+      const handle = await base.open(file, flags, mode);
+      return wrapHandle(handle, isTemp, typeof flags === 'number' && (flags & constants.O_DIRECTORY) !== 0);
+    }) as FsPort['open'],
+    mkdir: (async (...args: Parameters<FsPort['mkdir']>) => {
+      hit('mkdir');
+      return base.mkdir(...args);
+    }) as FsPort['mkdir'],
+    rename: async (from, to) => {
+      hit('rename');
+      return base.rename(from, to);
+    },
+  };
+}
+
+describe('publishFile', () => {
+  it('writes the bytes with the requested mode and reports them', async () => {
+    const { fs } = memfs();
+    const result = await publishFile(fs, request('app.conf', 'hello', 0o640));
+    expect(result).toEqual({
+      outcome: 'written',
+      sha256: sha256Hex(Buffer.from('hello')),
+      bytes: 5,
+      createdDirs: [],
+    });
+    expect((await fs.readFile(`${ROOT}/app.conf`)).toString()).toBe('hello');
+    expect((await fs.stat(`${ROOT}/app.conf`)).mode & 0o7777).toBe(0o640);
+    expect(tempFilesIn(await snapshot(fs, ROOT))).toEqual([]);
+  });
+
+  it('replaces an existing file and leaves no temp file', async () => {
+    const { fs } = memfs({ [`${ROOT}/etc/app.conf`]: 'old' });
+    const result = await publishFile(fs, request('etc/app.conf', 'new content'));
+    expect(result.outcome).toBe('written');
+    expect(await snapshot(fs, `${ROOT}/etc`)).toEqual({ [`${ROOT}/etc/app.conf`]: '644 new content' });
+  });
+
+  it('writes an empty file', async () => {
+    const { fs } = memfs();
+    expect((await publishFile(fs, request('empty', ''))).bytes).toBe(0);
+    expect((await fs.readFile(`${ROOT}/empty`)).byteLength).toBe(0);
+  });
+
+  it("reports 'unchanged' for identical bytes and mode without replacing the file", async () => {
+    const { fs } = memfs();
+    await publishFile(fs, request('app.conf', 'same', 0o600));
+    const before = await fs.stat(`${ROOT}/app.conf`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const result = await publishFile(fs, request('app.conf', 'same', 0o600));
+    const after = await fs.stat(`${ROOT}/app.conf`);
+    expect(result).toEqual({
+      outcome: 'unchanged',
+      sha256: sha256Hex(Buffer.from('same')),
+      bytes: 4,
+      createdDirs: [],
+    });
+    expect(after.ino).toBe(before.ino);
+    expect(after.mtimeMs).toBe(before.mtimeMs);
+    expect(after.ctimeMs).toBe(before.ctimeMs);
+  });
+
+  it('rewrites when only the mode differs, and when same-size bytes differ', async () => {
+    const { fs } = memfs();
+    await publishFile(fs, request('app.conf', 'abcd', 0o644));
+    expect((await publishFile(fs, request('app.conf', 'abcd', 0o600))).outcome).toBe('written');
+    expect((await fs.stat(`${ROOT}/app.conf`)).mode & 0o7777).toBe(0o600);
+    expect((await publishFile(fs, request('app.conf', 'abce', 0o600))).outcome).toBe('written');
+    expect((await fs.readFile(`${ROOT}/app.conf`)).toString()).toBe('abce');
+  });
+
+  it('creates missing parents with dirMode and reports exactly the ones it created, parent-first', async () => {
+    const { fs } = memfs({ [`${ROOT}/a/existing`]: 'x' });
+    const result = await publishFile(fs, request('a/b/c/file.json', '{}'));
+    expect(result.createdDirs).toEqual(['a/b', 'a/b/c']);
+    expect((await fs.stat(`${ROOT}/a/b`)).mode & 0o7777).toBe(0o750);
+    expect((await fs.stat(`${ROOT}/a/b/c`)).mode & 0o7777).toBe(0o750);
+    expect((await publishFile(fs, request('a/b/c/other.json', '{}'))).createdDirs).toEqual([]);
+  });
+
+  it('rejects invalid modes before touching the disk', async () => {
+    const { fs } = memfs();
+    await expect(publishFile(fs, request('x', 'x', 0o10000))).rejects.toThrow(RangeError);
+    await expect(publishFile(fs, { ...request('x', 'x'), dirMode: -1 })).rejects.toThrow(RangeError);
+    expect(await snapshot(fs, ROOT)).toEqual({ [`${ROOT}/.keep`]: '666 ' });
+  });
+
+  const faults: Array<[Step, string]> = [
+    ['open-temp', 'EMFILE'],
+    ['write', 'ENOSPC'],
+    ['chmod', 'EPERM'],
+    ['sync', 'EIO'],
+    ['close', 'EIO'],
+    ['rename', 'EBUSY'],
+  ];
+
+  it.each(faults)(
+    'on a %s failure (%s) keeps the old file byte-identical and leaves no temp file',
+    async (step, code) => {
+      const { fs } = memfs({ [`${ROOT}/etc/app.conf`]: 'old content' });
+      const before = await snapshot(fs, '/');
+      const error = await publishFile(
+        withFault(fs, step, { code }),
+        request('etc/app.conf', 'new content!'),
+      ).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(DiskError);
+      expect(error).toMatchObject({ code: 'disk_error', retryable: true, errno: code, path: 'etc/app.conf' });
+      expect(await snapshot(fs, '/')).toEqual(before);
+    },
+  );
+
+  it.each([...faults, ['mkdir', 'ENOSPC'] as [Step, string]])(
+    'on a %s failure (%s) for a new file removes the directories it created',
+    async (step, code) => {
+      const { fs } = memfs();
+      const before = await snapshot(fs, '/');
+      const error = await publishFile(withFault(fs, step, { code }), request('new/deep/file', 'x')).catch(
+        (e: unknown) => e,
+      );
+      expect(error).toMatchObject({ code: 'disk_error', errno: code });
+      expect(await snapshot(fs, '/')).toEqual(before);
+    },
+  );
+
+  it('explains that EBUSY on rename means a bind-mounted single file', async () => {
+    const { fs } = memfs({ [`${ROOT}/app.conf`]: 'old' });
+    const error = await publishFile(
+      withFault(fs, 'rename', { code: 'EBUSY' }),
+      request('app.conf', 'new'),
+    ).catch((e: unknown) => e);
+    expect((error as DiskError).message).toMatch(/rename.*"app\.conf".*EBUSY.*bind-mount/);
+  });
+
+  it('reports a failed directory fsync after the rename, with the new file complete in place', async () => {
+    const { fs } = memfs({ [`${ROOT}/app.conf`]: 'old' });
+    const error = await publishFile(
+      withFault(fs, 'dir-sync', { code: 'EIO' }),
+      request('app.conf', 'new'),
+    ).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'disk_error', errno: 'EIO', operation: 'fsync directory' });
+    expect(await snapshot(fs, ROOT)).toEqual({ [`${ROOT}/.keep`]: '666 ', [`${ROOT}/app.conf`]: '644 new' });
+  });
+
+  it('accepts EINVAL from a directory fsync (filesystems that cannot fsync directories)', async () => {
+    const { fs } = memfs();
+    const result = await publishFile(
+      withFault(fs, 'dir-sync', { code: 'EINVAL' }),
+      request('a/app.conf', 'new'),
+    );
+    expect(result.outcome).toBe('written');
+    expect((await fs.readFile(`${ROOT}/a/app.conf`)).toString()).toBe('new');
+  });
+
+  const abortCases: Array<[Step, string]> = [
+    ['mkdir', 'fresh/dir/app.conf'],
+    ...(['open-temp', 'write', 'chmod', 'sync', 'close'] as Step[]).flatMap(
+      (step): Array<[Step, string]> => [
+        [step, 'keep/app.conf'],
+        [step, 'fresh/dir/app.conf'],
+      ],
+    ),
+  ];
+
+  it.each(abortCases)(
+    'when aborted during %s of %s, rejects with the reason, keeps the old file, leaves no temp file or new dir',
+    async (step, target) => {
+      const { fs } = memfs({ [`${ROOT}/keep/app.conf`]: 'old' });
+      const before = await snapshot(fs, '/');
+      const controller = new AbortController();
+      const reason = new Error('shutting down');
+      const faulty = withFault(fs, step, { onStep: () => controller.abort(reason) });
+      const error = await publishFile(faulty, { ...request(target, 'new'), signal: controller.signal }).catch(
+        (e: unknown) => e,
+      );
+      expect(error).toBe(reason);
+      expect(await snapshot(fs, '/')).toEqual(before);
+    },
+  );
+
+  it('does nothing when the signal is already aborted', async () => {
+    const { fs } = memfs();
+    const before = await snapshot(fs, '/');
+    await expect(publishFile(fs, { ...request('a/b', 'x'), signal: AbortSignal.abort() })).rejects.toThrow();
+    expect(await snapshot(fs, '/')).toEqual(before);
+  });
+
+  it('refuses a symlink at the target and leaves what it points to untouched', async () => {
+    const { fs, vol } = memfs({ '/outside/secret': 'precious' });
+    vol.symlinkSync('/outside/secret', `${ROOT}/app.conf`);
+    const before = await snapshot(fs, '/');
+    const error = await publishFile(fs, request('app.conf', 'pwned')).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(PathRejectedError);
+    expect((error as PathRejectedError).message).toMatch(/crosses a symlink/);
+    expect(await snapshot(fs, '/')).toEqual(before);
+  });
+
+  it('refuses a symlinked parent and creates nothing beside or through it', async () => {
+    const { fs, vol } = memfs({ '/outside/keep': 'precious' });
+    vol.symlinkSync('/outside', `${ROOT}/etc`);
+    const before = await snapshot(fs, '/');
+    for (const target of ['etc/app.conf', 'etc/new/dir/app.conf']) {
+      const error = await publishFile(fs, request(target, 'pwned')).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'path_rejected', rule: 'crosses_symlink' });
+    }
+    expect(await snapshot(fs, '/')).toEqual(before);
+  });
+
+  it('refuses hostile paths before touching the disk', async () => {
+    const { fs } = memfs();
+    const before = await snapshot(fs, '/');
+    for (const hostile of ['../escape', '/abs', 'a/../../x', `${TEMP_PREFIX}x`, 'a//b']) {
+      await expect(publishFile(fs, request(hostile, 'x'))).rejects.toBeInstanceOf(PathRejectedError);
+    }
+    expect(await snapshot(fs, '/')).toEqual(before);
+  });
+
+  it('refuses a directory at the target', async () => {
+    const { fs } = memfs({ [`${ROOT}/app.conf/inner`]: 'x' });
+    await expect(publishFile(fs, request('app.conf', 'x'))).rejects.toMatchObject({
+      rule: 'target_is_directory',
+    });
+  });
+});
+
+describe('readRegularFile', () => {
+  it('returns bytes, mode and sha256, or undefined when absent', async () => {
+    const { fs } = memfs();
+    await publishFile(fs, request('a/app.conf', 'content', 0o640));
+    expect(await readRegularFile(fs, ROOT, 'a/app.conf')).toEqual({
+      data: Buffer.from('content'),
+      mode: 0o640,
+      sha256: sha256Hex(Buffer.from('content')),
+    });
+    expect(await readRegularFile(fs, ROOT, 'a/missing')).toBeUndefined();
+    expect(await readRegularFile(fs, ROOT, 'missing/dir/file')).toBeUndefined();
+  });
+
+  it('rejects symlinks and directories instead of reading through them', async () => {
+    const { fs, vol } = memfs({ '/outside/secret': 'x', [`${ROOT}/dir/f`]: 'y' });
+    vol.symlinkSync('/outside/secret', `${ROOT}/link`);
+    await expect(readRegularFile(fs, ROOT, 'link')).rejects.toMatchObject({ rule: 'crosses_symlink' });
+    await expect(readRegularFile(fs, ROOT, 'dir')).rejects.toMatchObject({ rule: 'target_is_directory' });
+  });
+});
+
+describe('removeManagedFile', () => {
+  it('removes a regular file and prunes the empty dirs the agent created, deepest first', async () => {
+    const { fs } = memfs();
+    const { createdDirs } = await publishFile(fs, request('a/b/c/app.conf', 'x'));
+    const outcome = await removeManagedFile(fs, {
+      rootDir: ROOT,
+      relativePath: 'a/b/c/app.conf',
+      pruneDirs: createdDirs,
+    });
+    expect(outcome).toBe('removed');
+    expect(await snapshot(fs, ROOT)).toEqual({ [`${ROOT}/.keep`]: '666 ' });
+  });
+
+  it('keeps a created dir that is no longer empty', async () => {
+    const { fs } = memfs();
+    const { createdDirs } = await publishFile(fs, request('a/b/app.conf', 'x'));
+    await publishFile(fs, request('a/other.conf', 'y'));
+    await removeManagedFile(fs, { rootDir: ROOT, relativePath: 'a/b/app.conf', pruneDirs: createdDirs });
+    expect(await snapshot(fs, `${ROOT}/a`)).toEqual({ [`${ROOT}/a/other.conf`]: '644 y' });
+  });
+
+  it("is 'absent' for a missing file and still prunes (heals a crash between unlink and prune)", async () => {
+    const { fs, vol } = memfs({ [`${ROOT}/x/y/.gone`]: '' });
+    vol.unlinkSync(`${ROOT}/x/y/.gone`);
+    expect(
+      await removeManagedFile(fs, { rootDir: ROOT, relativePath: 'x/y/app', pruneDirs: ['x/y', 'x'] }),
+    ).toBe('absent');
+    expect(await snapshot(fs, ROOT)).toEqual({ [`${ROOT}/.keep`]: '666 ' });
+    expect(await removeManagedFile(fs, { rootDir: ROOT, relativePath: 'nope/app', pruneDirs: [] })).toBe(
+      'absent',
+    );
+  });
+
+  it("is 'refused' for a symlink or a directory, and deletes nothing", async () => {
+    const { fs, vol } = memfs({ '/outside/secret': 'precious', [`${ROOT}/dir/inner`]: 'z' });
+    vol.symlinkSync('/outside/secret', `${ROOT}/link.conf`);
+    vol.symlinkSync('/outside', `${ROOT}/dirlink`);
+    const before = await snapshot(fs, '/');
+    for (const relativePath of ['link.conf', 'dir', 'dirlink']) {
+      expect(await removeManagedFile(fs, { rootDir: ROOT, relativePath, pruneDirs: ['dir'] })).toBe(
+        'refused',
+      );
+    }
+    expect(await snapshot(fs, '/')).toEqual(before);
+  });
+
+  it('never removes anything through a symlinked parent, nor prunes through one', async () => {
+    const { fs, vol } = memfs({ '/outside/app.conf': 'precious', '/outside/empty/.k': '' });
+    vol.unlinkSync('/outside/empty/.k');
+    vol.symlinkSync('/outside', `${ROOT}/etc`);
+    const before = await snapshot(fs, '/');
+    await expect(
+      removeManagedFile(fs, { rootDir: ROOT, relativePath: 'etc/app.conf', pruneDirs: [] }),
+    ).rejects.toMatchObject({ rule: 'crosses_symlink' });
+    expect(
+      await removeManagedFile(fs, { rootDir: ROOT, relativePath: 'x', pruneDirs: ['etc/empty', 'etc'] }),
+    ).toBe('absent');
+    expect(await snapshot(fs, '/')).toEqual(before);
+  });
+
+  it('rejects hostile prune dirs before removing anything', async () => {
+    const { fs } = memfs({ [`${ROOT}/app.conf`]: 'x' });
+    await expect(
+      removeManagedFile(fs, { rootDir: ROOT, relativePath: 'app.conf', pruneDirs: ['..'] }),
+    ).rejects.toBeInstanceOf(PathRejectedError);
+    expect((await fs.readFile(`${ROOT}/app.conf`)).toString()).toBe('x');
+  });
+});
+
+describe('sweepTempFiles', () => {
+  it('removes leftover temp files anywhere under the root, and nothing else', async () => {
+    const { fs, vol } = memfs({
+      [`${ROOT}/${TEMP_PREFIX}aaa`]: 'torn',
+      [`${ROOT}/a/b/${TEMP_PREFIX}bbb`]: 'torn',
+      [`${ROOT}/a/b/app.conf`]: 'keep',
+      [`${ROOT}/a/.config-agent.tmp`]: 'not our prefix',
+      [`${ROOT}/${TEMP_PREFIX}dir/inner`]: 'a directory is never ours',
+      [`/outside/${TEMP_PREFIX}ccc`]: 'outside the root',
+    });
+    vol.symlinkSync('/outside', `${ROOT}/link`);
+    vol.symlinkSync('/outside/x', `${ROOT}/${TEMP_PREFIX}link`);
+    const removed = await sweepTempFiles(fs, ROOT);
+    expect(removed).toEqual([`${TEMP_PREFIX}aaa`, `a/b/${TEMP_PREFIX}bbb`]);
+    const after = await snapshot(fs, '/');
+    expect(tempFilesIn(after).sort()).toEqual(
+      [`/outside/${TEMP_PREFIX}ccc`, `${ROOT}/${TEMP_PREFIX}dir`, `${ROOT}/${TEMP_PREFIX}link`].sort(),
+    );
+    expect(after[`${ROOT}/a/b/app.conf`]).toBe('666 keep');
+    expect(after[`${ROOT}/a/.config-agent.tmp`]).toBe('666 not our prefix');
+  });
+
+  it('returns [] for a missing root', async () => {
+    const { fs } = memfs();
+    expect(await sweepTempFiles(fs, '/does/not/exist')).toEqual([]);
+  });
+});
+
+describe('writeDurableJson', () => {
+  it('creates the state dir 0700 and a 0600 JSON file, and skips identical rewrites', async () => {
+    const { fs } = memfs();
+    const first = await writeDurableJson(fs, '/var/lib/agent', 'state.json', { a: 1 });
+    expect(first.outcome).toBe('written');
+    expect(JSON.parse((await fs.readFile('/var/lib/agent/state.json')).toString())).toEqual({ a: 1 });
+    expect((await fs.stat('/var/lib/agent/state.json')).mode & 0o7777).toBe(0o600);
+    expect((await fs.stat('/var/lib/agent')).mode & 0o7777).toBe(0o700);
+    expect((await writeDurableJson(fs, '/var/lib/agent', 'state.json', { a: 1 })).outcome).toBe('unchanged');
+    expect((await writeDurableJson(fs, '/var/lib/agent', 'state.json', { a: 2 }, 0o640)).outcome).toBe(
+      'written',
+    );
+    expect((await fs.stat('/var/lib/agent/state.json')).mode & 0o7777).toBe(0o640);
+  });
+
+  it('refuses a value that is not JSON', async () => {
+    const { fs } = memfs();
+    await expect(writeDurableJson(fs, '/var/lib/agent', 'x.json', undefined)).rejects.toThrow(TypeError);
+  });
+});

@@ -1,0 +1,192 @@
+// Hostile-path corpus for validateRelativePath and the symlink/type rules of resolveInsideRoot, on memfs.
+import { createFsFromVolume, Volume } from 'memfs';
+import { describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
+import { DiskError, PathRejectedError, type PathRule } from './errors.js';
+import { resolveInsideRoot, TEMP_PREFIX, validateRelativePath } from './path-guard.js';
+
+function rejection(path: string): PathRejectedError {
+  try {
+    validateRelativePath(path);
+  } catch (error) {
+    if (error instanceof PathRejectedError) return error;
+    throw error;
+  }
+  throw new Error(`accepted ${JSON.stringify(path)}`);
+}
+
+const hostile: Array<[string, PathRule]> = [
+  ['', 'empty'],
+  ['/etc/passwd', 'absolute'],
+  ['/', 'absolute'],
+  ['//etc/passwd', 'absolute'],
+  ['/a/b', 'absolute'],
+  ['../x', 'dot_segment'],
+  ['..', 'dot_segment'],
+  ['.', 'dot_segment'],
+  ['a/../../b', 'dot_segment'],
+  ['a/..', 'dot_segment'],
+  ['a/./b', 'dot_segment'],
+  ['./a', 'dot_segment'],
+  ['a/.', 'dot_segment'],
+  ['../../../../etc/shadow', 'dot_segment'],
+  ['a//b', 'empty_segment'],
+  ['a/', 'empty_segment'],
+  ['a/b/', 'empty_segment'],
+  ['a\\b', 'backslash'],
+  ['..\\..\\windows', 'backslash'],
+  ['C:\\x', 'backslash'],
+  ['a\0b', 'control_character'],
+  ['\0', 'control_character'],
+  ['a/b\0.conf', 'control_character'],
+  ['a\nb', 'control_character'],
+  ['a\rb', 'control_character'],
+  ['a\tb', 'control_character'],
+  ['a\x1bb', 'control_character'],
+  ['a\x7fb', 'control_character'],
+  ['a\x01', 'control_character'],
+  ['a\u0085b', 'control_character'],
+  ['a\u009bb', 'control_character'],
+  ['a\uD800b', 'lone_surrogate'],
+  ['a\uDFFF', 'lone_surrogate'],
+  ['cafe\u0301.conf', 'not_nfc'],
+  ['\u212B', 'not_nfc'],
+  [`${'x'.repeat(256)}`, 'segment_too_long'],
+  [`a/${'y'.repeat(256)}/b`, 'segment_too_long'],
+  [`${'é'.repeat(128)}`, 'segment_too_long'],
+  [`${'a/'.repeat(2047)}bb`, 'path_too_long'],
+  [`${`${'z'.repeat(255)}/`.repeat(16)}`, 'path_too_long'],
+  [`${TEMP_PREFIX}x`, 'reserved_prefix'],
+  [`a/${TEMP_PREFIX}y/b`, 'reserved_prefix'],
+  [`a/${TEMP_PREFIX}`, 'reserved_prefix'],
+  [`a/b/${TEMP_PREFIX}0123456789abcdef01234567`, 'reserved_prefix'],
+];
+
+const good = [
+  'a',
+  'app.conf',
+  'etc/app/config.json',
+  '~',
+  '~/x',
+  '...',
+  'a/.../b',
+  '.hidden',
+  'a/.b/c',
+  '..foo',
+  'foo..',
+  'a b/c d.yaml',
+  '-rf',
+  '*',
+  'ünïcödé/日本語.json',
+  'emoji/😀.txt',
+  'café.conf',
+  '.config-agent.tmp',
+  'x.config-agent.tmp-y',
+  'x'.repeat(255),
+  'é'.repeat(127),
+  `${'a/'.repeat(2046)}bbb`,
+];
+
+describe('validateRelativePath', () => {
+  it('has a corpus of at least 40 hostile paths', () => {
+    expect(hostile.length).toBeGreaterThanOrEqual(40);
+  });
+
+  it.each(hostile)('rejects %j (%s)', (path, rule) => {
+    const error = rejection(path);
+    expect(error.rule).toBe(rule);
+    expect(error.code).toBe('path_rejected');
+    expect(error.retryable).toBe(false);
+    expect(error.path).toBe(path);
+  });
+
+  it.each(good.map((path) => [path]))('accepts %j', (path) => {
+    expect(() => validateRelativePath(path)).not.toThrow();
+  });
+
+  it('quotes the path with JSON escaping so control characters cannot forge log lines', () => {
+    const error = rejection('a\nlevel=info msg=forged');
+    expect(error.message).toContain('"a\\nlevel=info msg=forged"');
+    expect(error.message).not.toContain('\n');
+    expect(error.message).toMatch(/control character/);
+  });
+
+  it('keeps the message short for a very long path', () => {
+    expect(rejection('q'.repeat(5000)).message.length).toBeLessThan(400);
+  });
+
+  it('accepts a path of exactly 4095 bytes and rejects 4096', () => {
+    const at = `${'a/'.repeat(2046)}bbb`;
+    expect(Buffer.byteLength(at)).toBe(4095);
+    expect(() => validateRelativePath(at)).not.toThrow();
+    expect(rejection(`${at}b`).rule).toBe('path_too_long');
+  });
+});
+
+function memfs(files: Record<string, string>): { fs: FsPort; vol: Volume } {
+  const vol = Volume.fromJSON(files);
+  return { fs: createFsFromVolume(vol).promises as unknown as FsPort, vol };
+}
+
+async function resolveRule(fs: FsPort, root: string, rel: string): Promise<PathRule> {
+  const error = await resolveInsideRoot(fs, root, rel).catch((e: unknown) => e);
+  if (!(error instanceof PathRejectedError)) throw new Error(`expected rejection, got ${String(error)}`);
+  return error.rule;
+}
+
+describe('resolveInsideRoot', () => {
+  it('returns the joined absolute path for existing and missing files', async () => {
+    const { fs } = memfs({ '/srv/root/etc/app.conf': 'x' });
+    expect(await resolveInsideRoot(fs, '/srv/root', 'etc/app.conf')).toBe('/srv/root/etc/app.conf');
+    expect(await resolveInsideRoot(fs, '/srv/root', 'etc/new.conf')).toBe('/srv/root/etc/new.conf');
+    expect(await resolveInsideRoot(fs, '/srv/root', 'a/b/c/d.conf')).toBe('/srv/root/a/b/c/d.conf');
+  });
+
+  it('validates before touching the disk', async () => {
+    const { fs } = memfs({ '/srv/root/x': 'x' });
+    expect(await resolveRule(fs, '/srv/root', '../root/x')).toBe('dot_segment');
+  });
+
+  it('rejects a symlinked parent directory, even one pointing inside the root', async () => {
+    const { fs, vol } = memfs({ '/srv/root/real/f': 'x', '/outside/f': 'y' });
+    vol.symlinkSync('/outside', '/srv/root/out');
+    vol.symlinkSync('/srv/root/real', '/srv/root/in');
+    expect(await resolveRule(fs, '/srv/root', 'out/f')).toBe('crosses_symlink');
+    expect(await resolveRule(fs, '/srv/root', 'out/new/deeper.conf')).toBe('crosses_symlink');
+    expect(await resolveRule(fs, '/srv/root', 'in/f')).toBe('crosses_symlink');
+  });
+
+  it('rejects a symlink deep in the chain', async () => {
+    const { fs, vol } = memfs({ '/srv/root/a/b/keep': 'x', '/outside/c/f': 'y' });
+    vol.symlinkSync('/outside/c', '/srv/root/a/b/c');
+    expect(await resolveRule(fs, '/srv/root', 'a/b/c/f')).toBe('crosses_symlink');
+  });
+
+  it('rejects a symlink (even dangling) as the final component', async () => {
+    const { fs, vol } = memfs({ '/srv/root/keep': 'x', '/outside/f': 'y' });
+    vol.symlinkSync('/outside/f', '/srv/root/link.conf');
+    vol.symlinkSync('/nowhere', '/srv/root/dangling.conf');
+    expect(await resolveRule(fs, '/srv/root', 'link.conf')).toBe('crosses_symlink');
+    expect(await resolveRule(fs, '/srv/root', 'dangling.conf')).toBe('crosses_symlink');
+  });
+
+  it('rejects a parent that is a file, and a target that is a directory', async () => {
+    const { fs } = memfs({ '/srv/root/file': 'x', '/srv/root/dir/inner': 'y' });
+    expect(await resolveRule(fs, '/srv/root', 'file/x.conf')).toBe('not_a_directory');
+    expect(await resolveRule(fs, '/srv/root', 'dir')).toBe('target_is_directory');
+  });
+
+  it('trusts the root itself even when it is reached through a symlink', async () => {
+    const { fs, vol } = memfs({ '/data/real-root/app.conf': 'x' });
+    vol.symlinkSync('/data/real-root', '/srv-root');
+    expect(await resolveInsideRoot(fs, '/srv-root', 'app.conf')).toBe('/srv-root/app.conf');
+  });
+
+  it('fails with a retryable DiskError when the root is missing', async () => {
+    const { fs } = memfs({ '/other/x': 'x' });
+    const error = await resolveInsideRoot(fs, '/srv/root', 'a.conf').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DiskError);
+    expect((error as DiskError).errno).toBe('ENOENT');
+    expect((error as DiskError).retryable).toBe(true);
+  });
+});
