@@ -1,0 +1,62 @@
+// Builds everything a command needs from the loaded config: deps, logger, client, reconciler settings.
+import * as nodeFs from 'node:fs/promises';
+import { type ClientOptions, createClient, type ServiceClient } from '../api/client.js';
+import type { AgentConfig } from '../config/schema.js';
+import { systemClock } from '../lib/clock.js';
+import type { Deps } from '../lib/deps.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { createLogger, createSecretRegistry, type SecretRegistry } from '../lib/logger.js';
+import type { ReconcilerSettings } from '../reconcile/reconcile.js';
+
+/** The response cap: a page of 100 instances with generous content stays far below it. */
+export const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
+
+export function createDeps(options: {
+  config: AgentConfig;
+  secrets: SecretRegistry;
+  stderr: NodeJS.WritableStream;
+  fs?: FsPort;
+}): Deps {
+  return {
+    fs: options.fs ?? nodeFs,
+    clock: systemClock,
+    random: Math.random,
+    logger: createLogger({
+      level: options.config.log.level,
+      secrets: options.secrets,
+      destination: options.stderr,
+    }),
+  };
+}
+
+export function createServiceClient(
+  config: AgentConfig,
+  apiKey: string,
+  deps: Deps,
+  onRequest?: ClientOptions['onRequest'],
+): ServiceClient {
+  return createClient({
+    baseUrl: config.server.baseUrl,
+    apiVersion: config.server.apiVersion,
+    apiKey,
+    timeoutMs: config.server.timeoutSeconds * 1000,
+    maxResponseBytes: MAX_RESPONSE_BYTES,
+    clock: deps.clock,
+    ...(deps.dispatcher === undefined ? {} : { dispatcher: deps.dispatcher }),
+    ...(onRequest === undefined ? {} : { onRequest }),
+  });
+}
+
+export function reconcilerSettings(config: AgentConfig, requestRetries: number): ReconcilerSettings {
+  return {
+    deviceId: config.deviceId,
+    rootDir: config.rootDir,
+    stateDir: config.stateDir,
+    fileMode: config.files.mode,
+    dirMode: config.files.dirMode,
+    retry: config.retry,
+    requestRetries,
+  };
+}
+
+export { createSecretRegistry };

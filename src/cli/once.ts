@@ -1,0 +1,103 @@
+// `config-agent --once`: one reconcile pass, a summary on stdout, and an exit code that tells what happened.
+import * as nodeFs from 'node:fs/promises';
+import { ApiKeyError, ConfigError } from '../config/errors.js';
+import {
+  assertTlsVerificationEnabled,
+  ensureDirectories,
+  type LoadedConfig,
+  loadAgentConfig,
+} from '../config/load.js';
+import type { Deps } from '../lib/deps.js';
+import { errorMessage } from '../lib/errors.js';
+import { createSecretRegistry, type SecretRegistry } from '../lib/logger.js';
+import { type PassResult, Reconciler } from '../reconcile/reconcile.js';
+import { readRegularFile } from '../store/durable-writer.js';
+import { createDeps, createServiceClient, reconcilerSettings } from './agent-context.js';
+import { ExitCode } from './exit-codes.js';
+import type { CommandIo } from './io.js';
+import { describePlan } from './plan-report.js';
+import { renderHumanSummary, renderPlan, toJsonSummary } from './summary.js';
+
+/** Retries of one request within a `--once` pass: there is no outer loop to try again later. */
+const ONCE_REQUEST_RETRIES = 2;
+
+export interface OnceCommand {
+  configPath?: string;
+  dryRun: boolean;
+  json: boolean;
+}
+
+/** Loads config and key; prints the problem and returns the exit code instead when they are unusable. */
+export async function loadConfigOrExit(
+  configPath: string | undefined,
+  io: CommandIo,
+  secrets: SecretRegistry,
+): Promise<LoadedConfig | number> {
+  try {
+    assertTlsVerificationEnabled(io.env);
+    const loaded = await loadAgentConfig(nodeFs, {
+      ...(configPath === undefined ? {} : { configFlag: configPath }),
+      env: io.env,
+    });
+    secrets.add(loaded.apiKey);
+    return loaded;
+  } catch (error) {
+    if (error instanceof ConfigError || error instanceof ApiKeyError) {
+      io.stderr.write(`config-agent: ${secrets.scrub(error.message)}\n`);
+      return ExitCode.Config;
+    }
+    throw error;
+  }
+}
+
+export async function runOnce(
+  command: OnceCommand,
+  io: CommandIo,
+  overrides: Partial<Deps> = {},
+): Promise<number> {
+  const secrets = createSecretRegistry();
+  const loaded = await loadConfigOrExit(command.configPath, io, secrets);
+  if (typeof loaded === 'number') return loaded;
+  const { config, apiKey } = loaded;
+  const deps: Deps = { ...createDeps({ config, secrets, stderr: io.stderr }), ...overrides };
+  const logger = deps.logger.child({ component: 'once' });
+
+  try {
+    if (!command.dryRun) await ensureDirectories(deps.fs, config);
+    const client = createServiceClient(config, apiKey, deps);
+    const reconciler = await Reconciler.open(deps, reconcilerSettings(config, ONCE_REQUEST_RETRIES), client, {
+      readOnly: command.dryRun,
+    });
+    const result = await reconciler.reconcile({ mode: 'full', dryRun: command.dryRun });
+    await printResult(result, command, io, (path) =>
+      readRegularFile(deps.fs, config.rootDir, path).then((file) => file?.data),
+    );
+    return exitCodeFor(result);
+  } catch (error) {
+    logger.error({ err: error }, 'reconcile pass failed');
+    io.stderr.write(`config-agent: ${secrets.scrub(errorMessage(error))}\n`);
+    return ExitCode.NotConverged;
+  }
+}
+
+export function exitCodeFor(result: PassResult): number {
+  if (!result.reachable) return ExitCode.Unreachable;
+  if (result.dryRun) return ExitCode.Converged;
+  return result.converged ? ExitCode.Converged : ExitCode.NotConverged;
+}
+
+async function printResult(
+  result: PassResult,
+  command: OnceCommand,
+  io: CommandIo,
+  readCurrent: (path: string) => Promise<Buffer | undefined>,
+): Promise<void> {
+  const plan = command.dryRun ? await describePlan(result.steps, readCurrent) : undefined;
+  if (command.json) {
+    io.stdout.write(`${JSON.stringify(toJsonSummary(result, plan))}\n`);
+  } else if (plan !== undefined) {
+    io.stdout.write(renderPlan(result, plan));
+  } else {
+    io.stdout.write(renderHumanSummary(result));
+  }
+}

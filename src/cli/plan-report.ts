@@ -1,0 +1,97 @@
+// Describes planned steps for `--dry-run`: what would be written, removed, archived and reported, with a diff summary.
+import type { Step } from '../reconcile/plan.js';
+
+export interface PlannedChange {
+  action: 'write' | 'remove' | 'archive' | 'report' | 'fail' | 'refuse' | 'wait';
+  instanceId: string;
+  path: string;
+  detail?: string;
+  /** The status that would be reported, as `activity/error`. */
+  report?: string;
+}
+
+/** Reads the current bytes of a file under the root, or undefined when there is none to compare with. */
+export type ReadCurrent = (relativePath: string) => Promise<Buffer | undefined>;
+
+export async function describePlan(
+  steps: readonly Step[],
+  readCurrent: ReadCurrent,
+): Promise<PlannedChange[]> {
+  const changes: PlannedChange[] = [];
+  for (const step of steps) {
+    const base = { instanceId: step.instance.id, path: step.instance.relative_filepath };
+    switch (step.kind) {
+      case 'write': {
+        for (const displaced of step.displaces) {
+          changes.push({
+            action: 'remove',
+            instanceId: displaced.instance.id,
+            path: displaced.path,
+            detail: `replaced by ${step.instance.id} (same config schema)`,
+            report: 'removed/none',
+          });
+        }
+        const current = await readCurrent(step.path).catch(() => undefined);
+        changes.push({
+          ...base,
+          action: 'write',
+          detail: `${step.reason}: ${diffSummary(current, step.data)}`,
+          ...(step.reportOnSuccess ? { report: 'deployed/none' } : {}),
+        });
+        break;
+      }
+      case 'remove':
+        changes.push({ ...base, action: 'remove', report: 'removed/none' });
+        break;
+      case 'report':
+        changes.push({
+          ...base,
+          action: step.reason === 'archive' ? 'archive' : 'report',
+          detail: step.report.message ?? step.reason.replaceAll('_', ' '),
+          report: `${step.report.activity_status}/${step.report.error_status}`,
+        });
+        break;
+      case 'fail':
+        changes.push({
+          ...base,
+          action: 'fail',
+          detail: step.message,
+          report: `${step.instance.activity_status}/failed`,
+        });
+        break;
+      case 'refuse':
+        changes.push({
+          ...base,
+          action: 'refuse',
+          detail: step.message,
+          report: `${step.instance.activity_status}/retrying`,
+        });
+        break;
+      case 'wait':
+        changes.push({ ...base, action: 'wait', detail: 'per-instance retry cooldown not yet elapsed' });
+        break;
+      case 'untouched':
+        break;
+    }
+  }
+  return changes;
+}
+
+/** A short, human diff summary: sizes and how many lines would be added and removed. */
+export function diffSummary(current: Buffer | undefined, next: Buffer): string {
+  if (current === undefined) return `new file, ${next.length} bytes`;
+  if (current.equals(next)) return `same bytes (mode or ownership changes), ${next.length} bytes`;
+  const oldLines = countLines(current.toString('utf8'));
+  const newLines = countLines(next.toString('utf8'));
+  let added = 0;
+  let removed = 0;
+  for (const [line, count] of newLines) added += Math.max(0, count - (oldLines.get(line) ?? 0));
+  for (const [line, count] of oldLines) removed += Math.max(0, count - (newLines.get(line) ?? 0));
+  return `+${added} -${removed} lines, ${current.length} → ${next.length} bytes`;
+}
+
+function countLines(text: string): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const line of text.split('\n')) counts.set(line, (counts.get(line) ?? 0) + 1);
+  return counts;
+}

@@ -1,0 +1,109 @@
+// What a pass did, said two ways: a short human summary for a terminal and one JSON object for scripts.
+import type { InstanceAction, InstanceOutcome } from '../reconcile/apply.js';
+import type { PassResult } from '../reconcile/reconcile.js';
+import type { PlannedChange } from './plan-report.js';
+
+const ACTION_ORDER: readonly InstanceAction[] = [
+  'written',
+  'removed',
+  'archived',
+  'reported',
+  'unchanged',
+  'waiting',
+  'refused',
+  'retrying',
+  'failed',
+  'untouched',
+];
+
+export interface JsonSummary {
+  converged: boolean;
+  reachable: boolean;
+  dryRun: boolean;
+  mode: string;
+  startedAt: string;
+  durationMs: number;
+  error?: { code: string; message: string };
+  counts: Record<InstanceAction, number>;
+  instances: InstanceOutcome[];
+  plan?: PlannedChange[];
+  reports: PassResult['reports'];
+  sweptTempFiles: string[];
+}
+
+export function toJsonSummary(result: PassResult, plan?: readonly PlannedChange[]): JsonSummary {
+  const counts = Object.fromEntries(ACTION_ORDER.map((action) => [action, 0])) as Record<
+    InstanceAction,
+    number
+  >;
+  for (const outcome of result.outcomes) counts[outcome.action] += 1;
+  return {
+    converged: result.converged,
+    reachable: result.reachable,
+    dryRun: result.dryRun,
+    mode: result.mode,
+    startedAt: result.startedAt,
+    durationMs: result.durationMs,
+    ...(result.error === undefined
+      ? {}
+      : { error: { code: result.error.code, message: result.error.message } }),
+    counts,
+    instances: result.outcomes,
+    ...(plan === undefined ? {} : { plan: [...plan] }),
+    reports: result.reports,
+    sweptTempFiles: result.sweptTempFiles,
+  };
+}
+
+export function renderHumanSummary(result: PassResult): string {
+  const lines: string[] = [];
+  if (!result.reachable) {
+    lines.push(`The service could not be used: ${result.error?.message ?? 'unknown error'}`);
+    lines.push('No file was changed.');
+    if (result.reports.pending > 0) lines.push(`${result.reports.pending} status report(s) kept for later.`);
+    return `${lines.join('\n')}\n`;
+  }
+  const byAction = new Map<InstanceAction, InstanceOutcome[]>();
+  for (const outcome of result.outcomes) {
+    const group = byAction.get(outcome.action) ?? [];
+    group.push(outcome);
+    byAction.set(outcome.action, group);
+  }
+  const counts = ACTION_ORDER.filter((action) => byAction.has(action)).map(
+    (action) => `${byAction.get(action)!.length} ${action}`,
+  );
+  lines.push(`${result.converged ? 'Converged' : 'Not converged'}: ${counts.join(', ') || 'nothing to do'}.`);
+  for (const action of ACTION_ORDER) {
+    if (action === 'unchanged') continue;
+    for (const outcome of byAction.get(action) ?? []) {
+      const detail = outcome.message === undefined ? '' : ` — ${outcome.message}`;
+      lines.push(`  ${action.padEnd(9)} ${outcome.path} (${outcome.instanceId})${detail}`);
+    }
+  }
+  const { delivered, pending, rejected, deliveryError } = result.reports;
+  if (delivered + pending + rejected > 0) {
+    let reportLine = `Status reports: ${delivered} delivered`;
+    if (pending > 0)
+      reportLine += `, ${pending} pending${deliveryError ? ` (${deliveryError.message})` : ''}`;
+    if (rejected > 0) reportLine += `, ${rejected} rejected by the service`;
+    lines.push(`${reportLine}.`);
+  }
+  if (result.sweptTempFiles.length > 0) {
+    lines.push(`Removed ${result.sweptTempFiles.length} temp file(s) left by an interrupted write.`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+export function renderPlan(result: PassResult, plan: readonly PlannedChange[]): string {
+  if (!result.reachable) return renderHumanSummary(result);
+  const lines = [
+    `Dry run: ${plan.length === 0 ? 'nothing would change' : `${plan.length} change(s) planned`}.`,
+  ];
+  for (const change of plan) {
+    const detail = change.detail === undefined ? '' : ` — ${change.detail}`;
+    const report = change.report === undefined ? '' : ` [report ${change.report}]`;
+    lines.push(`  ${change.action.padEnd(9)} ${change.path} (${change.instanceId})${detail}${report}`);
+  }
+  lines.push('Nothing was changed on disk or on the service.');
+  return `${lines.join('\n')}\n`;
+}
