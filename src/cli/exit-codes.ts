@@ -1,0 +1,38 @@
+// The process exit codes of config-agent, in one place: scripts and systemd match on these numbers.
+
+export const ExitCode = {
+  /** Converged: every instance targeting deployed is on disk, every removal done, every report delivered. */
+  Converged: 0,
+  /** The server was reached but something did not converge (an instance retrying or failed, a report undelivered). */
+  NotConverged: 1,
+  /** Bad command line: unknown flag or command, missing value, flags that do not go together. */
+  Usage: 2,
+  /** The server was unreachable, timed out, or rejected the API key. */
+  Unreachable: 3,
+  /** Invalid configuration: config file, API key or environment (EX_CONFIG of sysexits.h). */
+  Config: 78,
+} as const;
+
+export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
+
+/** One line per code, for --help and the docs. */
+export const EXIT_CODE_MEANINGS: Readonly<Record<ExitCode, string>> = {
+  [ExitCode.Converged]:
+    'converged: every deployed instance is on disk, every removal done, every report delivered',
+  [ExitCode.NotConverged]:
+    'not converged: server reached, but an instance is retrying or failed, or a report is undelivered',
+  [ExitCode.Usage]: 'usage error',
+  [ExitCode.Unreachable]: 'server unreachable, timed out, or API key rejected',
+  [ExitCode.Config]: 'invalid configuration (config file, API key, environment)',
+};
+
+/**
+ * The exit code of an error raised before any pass runs (argv, config, key), matched on the stable `code`;
+ * undefined for anything else, which the caller classifies.
+ */
+export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
+  const code = typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined;
+  if (code === 'usage') return ExitCode.Usage;
+  if (code === 'invalid_config' || code === 'api_key_unavailable') return ExitCode.Config;
+  return undefined;
+}

@@ -1,0 +1,397 @@
+// Loads the agent's configuration: the file (flag > env > default path), the API key (env > credentials > file).
+import path from 'node:path';
+import type { z } from 'zod';
+import { errnoCode, errorMessage } from '../lib/errors.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
+import { type AgentConfig, AgentConfigSchema, DEFAULT_CONFIG_PATH, describeType } from './schema.js';
+
+export type ApiKeySource = 'env' | 'credentials' | 'file';
+
+export interface LoadedConfig {
+  config: AgentConfig;
+  apiKey: string;
+  configPath: string;
+  apiKeySource: ApiKeySource;
+}
+
+export const ENV_CONFIG_PATH = 'CONFIG_AGENT_CONFIG';
+export const ENV_API_KEY = 'CONFIG_AGENT_API_KEY';
+export const ENV_CREDENTIALS_DIRECTORY = 'CREDENTIALS_DIRECTORY';
+/** The credential name to give systemd: `LoadCredential=api-key:/path/to/key`. */
+export const CREDENTIAL_NAME = 'api-key';
+const STATE_DIR_MODE = 0o700;
+/** A key file bigger than this is not a key file: refuse rather than send megabytes in a header. */
+const MAX_KEY_FILE_BYTES = 64 * 1024;
+/** HTTP header values: visible ASCII only; anything else is a mangled file, not a key. */
+const KEY_CHARS = /^[\x21-\x7e]+$/;
+
+// ---- the config file ----
+
+/** Validates parsed JSON against the schema; every bad key is named in one ConfigError. */
+export function parseAgentConfig(json: unknown, source: string): AgentConfig {
+  const result = AgentConfigSchema.safeParse(json, { error: issueMessage });
+  if (result.success) return result.data;
+  throw new ConfigError(source, result.error.issues.flatMap(toConfigIssues), { cause: result.error });
+}
+
+/** flag > CONFIG_AGENT_CONFIG > /etc/config-agent/config.json; empty values count as unset. */
+export function resolveConfigPath(flag: string | undefined, env: NodeJS.ProcessEnv): string {
+  if (flag !== undefined && flag !== '') return flag;
+  const fromEnv = env[ENV_CONFIG_PATH];
+  if (fromEnv !== undefined && fromEnv !== '') return fromEnv;
+  return DEFAULT_CONFIG_PATH;
+}
+
+export async function loadConfigFile(fs: FsPort, configPath: string): Promise<AgentConfig> {
+  let text: string;
+  try {
+    text = await fs.readFile(configPath, 'utf8');
+  } catch (error) {
+    throw new ConfigError(
+      configPath,
+      [{ path: '', message: `cannot read the file: ${describeFsError(error)}` }],
+      {
+        cause: error,
+      },
+    );
+  }
+  if (text.startsWith('\uFEFF')) text = text.slice(1);
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw new ConfigError(configPath, [{ path: '', message: describeJsonError(text, error) }]);
+  }
+  return parseAgentConfig(json, configPath);
+}
+
+// ---- the API key ----
+
+/**
+ * CONFIG_AGENT_API_KEY (non-empty after trim) > $CREDENTIALS_DIRECTORY/api-key > server.apiKeyFile.
+ * The key file must not be accessible by group or others; systemd already protects the credentials directory.
+ */
+export async function loadApiKey(
+  fs: FsPort,
+  config: AgentConfig,
+  env: NodeJS.ProcessEnv,
+): Promise<{ apiKey: string; source: ApiKeySource }> {
+  const fromEnv = env[ENV_API_KEY];
+  if (fromEnv !== undefined && fromEnv.trim() !== '') {
+    return { apiKey: checkKey(fromEnv, `the environment variable ${ENV_API_KEY}`), source: 'env' };
+  }
+  const looked: string[] = [`${ENV_API_KEY} is not set`];
+  const credentialsDir = env[ENV_CREDENTIALS_DIRECTORY];
+  if (credentialsDir !== undefined && credentialsDir !== '') {
+    const credentialPath = path.join(credentialsDir, CREDENTIAL_NAME);
+    const text = await readKeyFile(fs, credentialPath, { requirePrivate: false });
+    if (text !== undefined)
+      return { apiKey: checkKey(text, `the credential ${credentialPath}`), source: 'credentials' };
+    looked.push(`${credentialPath} does not exist`);
+  } else {
+    looked.push(`${ENV_CREDENTIALS_DIRECTORY} is not set`);
+  }
+  const keyFile = config.server.apiKeyFile;
+  const text = await readKeyFile(fs, keyFile, { requirePrivate: true });
+  if (text !== undefined) return { apiKey: checkKey(text, `the API key file ${keyFile}`), source: 'file' };
+  looked.push(`server.apiKeyFile ${keyFile} does not exist`);
+  throw new ApiKeyError(`no API key found: ${looked.join(', ')}`);
+}
+
+/** The file's text, or undefined when it does not exist. Never puts the content in an error. */
+async function readKeyFile(
+  fs: FsPort,
+  file: string,
+  options: { requirePrivate: boolean },
+): Promise<string | undefined> {
+  let handle: Awaited<ReturnType<FsPort['open']>>;
+  try {
+    handle = await fs.open(file, 'r');
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return undefined;
+    throw new ApiKeyError(`cannot open the API key file ${file}: ${describeFsError(error)}`, {
+      cause: error,
+    });
+  }
+  try {
+    // Stat the open handle, not the path, so the mode we check is the mode of the bytes we read.
+    const stats = await handle.stat();
+    if (!stats.isFile()) throw new ApiKeyError(`the API key file ${file} is not a regular file`);
+    const mode = stats.mode & 0o7777;
+    if (options.requirePrivate && (mode & 0o077) !== 0) {
+      throw new ApiKeyError(
+        `the API key file ${file} is accessible by group or others (mode ${formatMode(mode)}); ` +
+          `restrict it with: chmod 600 ${file}`,
+      );
+    }
+    if (stats.size > MAX_KEY_FILE_BYTES) {
+      throw new ApiKeyError(`the API key file ${file} is larger than ${MAX_KEY_FILE_BYTES} bytes: not a key`);
+    }
+    return await handle.readFile({ encoding: 'utf8' });
+  } catch (error) {
+    if (error instanceof ApiKeyError) throw error;
+    throw new ApiKeyError(`cannot read the API key file ${file}: ${describeFsError(error)}`, {
+      cause: error,
+    });
+  } finally {
+    await handle.close();
+  }
+}
+
+function checkKey(raw: string, where: string): string {
+  const key = raw.trim();
+  if (key === '') throw new ApiKeyError(`${where} is empty`);
+  if (!KEY_CHARS.test(key)) {
+    throw new ApiKeyError(
+      `${where} must hold only the key: printable ASCII, one line, no spaces (found other characters)`,
+    );
+  }
+  return key;
+}
+
+// ---- the environment and the directories ----
+
+/** NODE_TLS_REJECT_UNAUTHORIZED=0 silently disables certificate checks for every connection: refuse to run. */
+export function assertTlsVerificationEnabled(env: NodeJS.ProcessEnv): void {
+  if (env.NODE_TLS_REJECT_UNAUTHORIZED === '0') {
+    throw new ConfigError('environment', [
+      {
+        path: 'NODE_TLS_REJECT_UNAUTHORIZED',
+        message:
+          'is "0", which turns off TLS certificate verification and would expose the API key; unset it ' +
+          '(trust a private CA with NODE_EXTRA_CA_CERTS instead)',
+      },
+    ]);
+  }
+}
+
+export async function loadAgentConfig(
+  fs: FsPort,
+  options: { configFlag?: string | undefined; env: NodeJS.ProcessEnv },
+): Promise<LoadedConfig> {
+  assertTlsVerificationEnabled(options.env);
+  const configPath = resolveConfigPath(options.configFlag, options.env);
+  const config = await loadConfigFile(fs, configPath);
+  const { apiKey, source } = await loadApiKey(fs, config, options.env);
+  return { config, apiKey, configPath, apiKeySource: source };
+}
+
+/**
+ * Creates stateDir (0700) and rootDir (files.dirMode), with their missing parents, when missing.
+ * An existing stateDir open to group/others is tightened to 0700: it holds the content cache of every file.
+ * An existing rootDir is left as the operator made it. Modes are set with chmod, so the umask does not matter.
+ */
+export async function ensureDirectories(fs: FsPort, config: AgentConfig): Promise<void> {
+  await ensureDirectory(fs, 'stateDir', config.stateDir, STATE_DIR_MODE, true);
+  await ensureDirectory(fs, 'rootDir', config.rootDir, config.files.dirMode, false);
+}
+
+async function ensureDirectory(
+  fs: FsPort,
+  key: string,
+  dir: string,
+  mode: number,
+  tighten: boolean,
+): Promise<void> {
+  const fail = (what: string, error?: unknown): never => {
+    throw new ConfigError('directories', [{ path: key, message: what }], { cause: error });
+  };
+  try {
+    const existing = await statOrUndefined(fs, dir);
+    if (existing !== undefined) {
+      if (!existing.isDirectory()) fail(`${dir} exists and is not a directory`);
+      if (tighten && (existing.mode & 0o077) !== 0) await fs.chmod(dir, mode);
+      return;
+    }
+    const missing = [dir];
+    for (let parent = path.dirname(dir); parent !== path.dirname(parent); parent = path.dirname(parent)) {
+      const stats = await statOrUndefined(fs, parent);
+      if (stats === undefined) {
+        missing.unshift(parent);
+        continue;
+      }
+      if (!stats.isDirectory()) fail(`cannot create ${dir}: ${parent} is not a directory`);
+      break;
+    }
+    for (const each of missing) {
+      try {
+        await fs.mkdir(each, { mode });
+      } catch (error) {
+        // Another process may have created it in between: fine, as long as it is a directory.
+        if (errnoCode(error) !== 'EEXIST') throw error;
+        continue;
+      }
+      await fs.chmod(each, mode);
+    }
+  } catch (error) {
+    if (error instanceof ConfigError) throw error;
+    fail(`cannot create ${dir}: ${describeFsError(error)}`, error);
+  }
+}
+
+async function statOrUndefined(fs: FsPort, file: string) {
+  try {
+    return await fs.stat(file);
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return undefined;
+    throw error;
+  }
+}
+
+// ---- messages ----
+
+const FS_ERRORS: Record<string, string> = {
+  ENOENT: 'no such file or directory',
+  EACCES: 'permission denied',
+  EPERM: 'operation not permitted',
+  EISDIR: 'is a directory',
+  ENOTDIR: 'a parent is not a directory',
+  EROFS: 'read-only file system',
+  ELOOP: 'too many symbolic links',
+};
+
+function describeFsError(error: unknown): string {
+  const code = errnoCode(error);
+  if (code === undefined) return errorMessage(error);
+  const text = FS_ERRORS[code];
+  return text === undefined ? code : `${text} (${code})`;
+}
+
+function formatMode(mode: number): string {
+  return `0${mode.toString(8).padStart(3, '0')}`;
+}
+
+/** JSON syntax errors with line and column; V8's own text can quote the file, so only its first clause is kept. */
+function describeJsonError(text: string, error: unknown): string {
+  const raw = errorMessage(error);
+  const at = /at position (\d+)/.exec(raw);
+  const position =
+    at?.[1] !== undefined ? Number(at[1]) : /end of JSON input/.test(raw) ? text.length : undefined;
+  const reason = raw
+    .replace(/, ".*" is not valid JSON$/s, '')
+    .replace(/ in JSON at position \d+.*$/s, '')
+    .replace(/ at position \d+.*$/s, '');
+  if (position === undefined) return `invalid JSON: ${reason}`;
+  const before = text.slice(0, position);
+  const line = before.split('\n').length;
+  const column = position - before.lastIndexOf('\n');
+  return `invalid JSON at line ${line}, column ${column}: ${reason}`;
+}
+
+function article(word: string): string {
+  return /^[aeiou]/.test(word) ? `an ${word}` : `a ${word}`;
+}
+
+/** Per-parse zod error map: wording of the issues, never echoing a value (a secret may sit in the wrong key). */
+function issueMessage(issue: z.core.$ZodRawIssue): string | undefined {
+  switch (issue.code) {
+    case 'invalid_type': {
+      if (issue.input === undefined) return 'required';
+      if (issue.expected === 'int') {
+        return `expected an integer, got ${typeof issue.input === 'number' ? 'a fractional number' : describeType(issue.input)}`;
+      }
+      return `expected ${article(issue.expected)}, got ${describeType(issue.input)}`;
+    }
+    case 'too_small': {
+      const min = Number(issue.minimum);
+      if (issue.origin === 'string')
+        return min <= 1 ? 'must not be empty' : `must be at least ${min} characters`;
+      if (issue.origin === 'array') return min <= 1 ? 'must not be empty' : `must have at least ${min} items`;
+      return `must be ${issue.inclusive ? '>=' : '>'} ${min}`;
+    }
+    case 'too_big': {
+      const max = Number(issue.maximum);
+      if (issue.origin === 'string') return `must be at most ${max} characters`;
+      if (issue.origin === 'array') return `must have at most ${max} items`;
+      return `must be ${issue.inclusive ? '<=' : '<'} ${max}`;
+    }
+    case 'invalid_value':
+      return `expected one of ${issue.values.map((v) => JSON.stringify(v)).join(', ')}`;
+    case 'unrecognized_keys':
+      return 'unknown key';
+    default:
+      return undefined;
+  }
+}
+
+function toConfigIssues(issue: z.core.$ZodIssue): ConfigIssue[] {
+  if (issue.code !== 'unrecognized_keys') return [{ path: formatPath(issue.path), message: issue.message }];
+  const known = knownKeysAt(issue.path);
+  return issue.keys.map((key) => {
+    const suggestion = closestKey(key, known);
+    return {
+      path: formatPath([...issue.path, key]),
+      message: suggestion === undefined ? 'unknown key' : `unknown key (did you mean "${suggestion}"?)`,
+    };
+  });
+}
+
+export function formatPath(segments: readonly PropertyKey[]): string {
+  let out = '';
+  for (const segment of segments) {
+    if (typeof segment === 'number') out += `[${segment}]`;
+    else out += out === '' ? String(segment) : `.${String(segment)}`;
+  }
+  return out;
+}
+
+/** The keys the schema allows in the object at `at`, found by walking the schema's definitions. */
+function knownKeysAt(at: readonly PropertyKey[]): string[] {
+  interface Def {
+    type: string;
+    innerType?: unknown;
+    in?: unknown;
+    element?: unknown;
+    shape?: Record<string, unknown>;
+  }
+  const defOf = (schema: unknown): Def => (schema as { _zod: { def: Def } })._zod.def;
+  const unwrap = (schema: unknown): Def => {
+    let def = defOf(schema);
+    for (let depth = 0; depth < 16; depth++) {
+      if (def.innerType !== undefined) def = defOf(def.innerType);
+      else if (def.type === 'pipe' && def.in !== undefined) def = defOf(def.in);
+      else break;
+    }
+    return def;
+  };
+  let def = unwrap(AgentConfigSchema);
+  for (const segment of at) {
+    if (def.type === 'array' && def.element !== undefined) def = unwrap(def.element);
+    else if (def.shape !== undefined && typeof segment === 'string' && def.shape[segment] !== undefined)
+      def = unwrap(def.shape[segment]);
+    else return [];
+  }
+  if (def.type === 'array' && def.element !== undefined) def = unwrap(def.element);
+  return def.shape === undefined ? [] : Object.keys(def.shape);
+}
+
+function closestKey(key: string, known: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Number.POSITIVE_INFINITY;
+  for (const candidate of known) {
+    const a = key.toLowerCase();
+    const b = candidate.toLowerCase();
+    // A truncated key ("timeout" for "timeoutSeconds") is as likely a slip as a typo.
+    const truncated = Math.min(a.length, b.length) >= 4 && (a.startsWith(b) || b.startsWith(a));
+    const distance = a === b || truncated ? 0 : editDistance(a, b);
+    if (distance < bestDistance) {
+      best = candidate;
+      bestDistance = distance;
+    }
+  }
+  return bestDistance <= Math.max(1, Math.floor(key.length / 4)) ? best : undefined;
+}
+
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const substitution = (previous[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1);
+      current.push(Math.min((previous[j] ?? 0) + 1, (current[j - 1] ?? 0) + 1, substitution));
+    }
+    previous = current;
+  }
+  return previous[b.length] ?? 0;
+}
