@@ -234,7 +234,9 @@ async function statOrUndefined(fs: FsPort, file: string) {
   try {
     return await fs.stat(file);
   } catch (error) {
-    if (errnoCode(error) === 'ENOENT') return undefined;
+    // ENOTDIR: a parent is a file; the caller's walk up finds it and says so.
+    const code = errnoCode(error);
+    if (code === 'ENOENT' || code === 'ENOTDIR') return undefined;
     throw error;
   }
 }
@@ -269,7 +271,7 @@ function describeJsonError(text: string, error: unknown): string {
   const position =
     at?.[1] !== undefined ? Number(at[1]) : /end of JSON input/.test(raw) ? text.length : undefined;
   const reason = raw
-    .replace(/, ".*" is not valid JSON$/s, '')
+    .replace(/, (?:\.\.\.)?".*is not valid JSON$/s, '')
     .replace(/ in JSON at position \d+.*$/s, '')
     .replace(/ at position \d+.*$/s, '');
   if (position === undefined) return `invalid JSON: ${reason}`;

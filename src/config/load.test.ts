@@ -1,0 +1,342 @@
+// The loader on memfs: config path precedence, file errors, API key sources and modes, TLS refusal, directories.
+import { Volume } from 'memfs';
+import { describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
+import { ApiKeyError, ConfigError } from './errors.js';
+import {
+  assertTlsVerificationEnabled,
+  ensureDirectories,
+  loadAgentConfig,
+  loadApiKey,
+  loadConfigFile,
+  parseAgentConfig,
+  resolveConfigPath,
+} from './load.js';
+import type { AgentConfig } from './schema.js';
+
+const KEY = 'sk_test_4f9c2b7e1a8d';
+const CONFIG_JSON = JSON.stringify({
+  deviceId: 'dvc_1',
+  server: { baseUrl: 'https://configs.example.com', apiKeyFile: '/etc/config-agent/api-key' },
+  rootDir: '/srv/config-agent',
+  stateDir: '/var/lib/config-agent',
+});
+
+function memfs(files: Record<string, string> = {}, modes: Record<string, number> = {}) {
+  const vol = Volume.fromJSON(files);
+  for (const [file, mode] of Object.entries(modes)) vol.chmodSync(file, mode);
+  // memfs's promise API is a structural superset of the slice the agent uses.
+  return { fs: vol.promises as unknown as FsPort, vol };
+}
+
+function config(overrides: Partial<AgentConfig> = {}): AgentConfig {
+  return { ...parseAgentConfig(JSON.parse(CONFIG_JSON), 'test'), ...overrides };
+}
+
+async function rejected<T extends Error>(
+  promise: Promise<unknown>,
+  type: new (...args: never[]) => T,
+): Promise<T> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof type) return error;
+    throw error;
+  }
+  throw new Error(`expected ${type.name}, but the promise resolved`);
+}
+
+/** Every way an error can be turned into text: the key must appear in none of them. */
+function allText(error: unknown): string {
+  const e = error as Error & { cause?: unknown };
+  return [String(e), e.message, e.stack ?? '', JSON.stringify(e), String(e.cause ?? '')].join('\n');
+}
+
+describe('resolveConfigPath', () => {
+  it('prefers the flag, then CONFIG_AGENT_CONFIG, then the default', () => {
+    expect(resolveConfigPath('/a.json', { CONFIG_AGENT_CONFIG: '/b.json' })).toBe('/a.json');
+    expect(resolveConfigPath(undefined, { CONFIG_AGENT_CONFIG: '/b.json' })).toBe('/b.json');
+    expect(resolveConfigPath(undefined, {})).toBe('/etc/config-agent/config.json');
+  });
+
+  it('treats empty values as unset', () => {
+    expect(resolveConfigPath('', { CONFIG_AGENT_CONFIG: '' })).toBe('/etc/config-agent/config.json');
+  });
+});
+
+describe('loadConfigFile', () => {
+  it('reads and validates the file', async () => {
+    const { fs } = memfs({ '/etc/c.json': CONFIG_JSON });
+    const loaded = await loadConfigFile(fs, '/etc/c.json');
+    expect(loaded.deviceId).toBe('dvc_1');
+    expect(loaded.retry.maxAttempts).toBe(10);
+  });
+
+  it('accepts a UTF-8 byte order mark', async () => {
+    const { fs } = memfs({ '/etc/c.json': `\uFEFF${CONFIG_JSON}` });
+    expect((await loadConfigFile(fs, '/etc/c.json')).deviceId).toBe('dvc_1');
+  });
+
+  it('names the file when it is missing', async () => {
+    const { fs } = memfs({ '/etc/other': '' });
+    const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
+    expect(error.message).toBe(
+      'config /etc/c.json: cannot read the file: no such file or directory (ENOENT)',
+    );
+    expect(error.code).toBe('invalid_config');
+  });
+
+  it('names the file when it is a directory', async () => {
+    const { fs } = memfs({ '/etc/c.json/x': '' });
+    const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
+    expect(error.message).toMatch(/^config \/etc\/c\.json: cannot read the file: .*EISDIR/);
+  });
+
+  it('gives the line and column of a JSON syntax error', async () => {
+    const { fs } = memfs({ '/etc/c.json': '{\n  "deviceId": "dvc_1",\n}\n' });
+    const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
+    expect(error.message).toBe(
+      'config /etc/c.json: invalid JSON at line 3, column 1: Expected double-quoted property name',
+    );
+  });
+
+  it('places a truncated file at its end', async () => {
+    const { fs } = memfs({ '/etc/c.json': '{\n  "deviceId": "dvc_1"' });
+    const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
+    expect(error.message).toMatch(
+      /^config \/etc\/c\.json: invalid JSON at line 2, column 22: Expected ',' or '}' after property value$/,
+    );
+  });
+
+  it('does not quote the file in a syntax error', async () => {
+    const { fs } = memfs({ '/etc/c.json': '{"deviceId": "dvc_1", "token": s3cr3t-value}' });
+    const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
+    expect(error.message).toBe("config /etc/c.json: invalid JSON: Unexpected token 's'");
+  });
+
+  it('rejects a valid JSON value that is not an object', async () => {
+    const { fs } = memfs({ '/etc/c.json': '"hello"' });
+    const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
+    expect(error.message).toBe('config /etc/c.json: expected an object, got string');
+  });
+});
+
+describe('loadApiKey', () => {
+  const CRED = '/run/credentials/config-agent.service';
+  const allSources = () =>
+    memfs(
+      { [`${CRED}/api-key`]: 'from-credentials\n', '/etc/config-agent/api-key': 'from-file\n' },
+      { [`${CRED}/api-key`]: 0o644, '/etc/config-agent/api-key': 0o600 },
+    );
+
+  it('takes CONFIG_AGENT_API_KEY first', async () => {
+    const { fs } = allSources();
+    const env = { CONFIG_AGENT_API_KEY: ` ${KEY}\n`, CREDENTIALS_DIRECTORY: CRED };
+    expect(await loadApiKey(fs, config(), env)).toEqual({ apiKey: KEY, source: 'env' });
+  });
+
+  it('then $CREDENTIALS_DIRECTORY/api-key, whose mode systemd owns', async () => {
+    const { fs } = allSources();
+    const env = { CONFIG_AGENT_API_KEY: '  \n', CREDENTIALS_DIRECTORY: CRED };
+    expect(await loadApiKey(fs, config(), env)).toEqual({
+      apiKey: 'from-credentials',
+      source: 'credentials',
+    });
+  });
+
+  it('then server.apiKeyFile', async () => {
+    const { fs } = allSources();
+    expect(await loadApiKey(fs, config(), {})).toEqual({ apiKey: 'from-file', source: 'file' });
+  });
+
+  it('falls through a credentials directory without an api-key credential', async () => {
+    const { fs } = memfs(
+      { [`${CRED}/other`]: 'x', '/etc/config-agent/api-key': 'from-file' },
+      { '/etc/config-agent/api-key': 0o600 },
+    );
+    expect(await loadApiKey(fs, config(), { CREDENTIALS_DIRECTORY: CRED })).toEqual({
+      apiKey: 'from-file',
+      source: 'file',
+    });
+  });
+
+  it('reads the file named by server.apiKeyFile', async () => {
+    const { fs } = memfs({ '/opt/k': `${KEY}\r\n` }, { '/opt/k': 0o400 });
+    const cfg = config({ server: { ...config().server, apiKeyFile: '/opt/k' } });
+    expect(await loadApiKey(fs, cfg, {})).toEqual({ apiKey: KEY, source: 'file' });
+  });
+
+  it.each([0o644, 0o640, 0o604, 0o660, 0o610, 0o601])('refuses a key file with mode %o', async (mode) => {
+    const { fs } = memfs({ '/etc/config-agent/api-key': KEY }, { '/etc/config-agent/api-key': mode });
+    const error = await rejected(loadApiKey(fs, config(), {}), ApiKeyError);
+    expect(error.message).toBe(
+      `the API key file /etc/config-agent/api-key is accessible by group or others (mode 0${mode.toString(8)}); ` +
+        'restrict it with: chmod 600 /etc/config-agent/api-key',
+    );
+    expect(error.code).toBe('api_key_unavailable');
+    expect(error.retryable).toBe(false);
+    expect(allText(error)).not.toContain(KEY);
+  });
+
+  it('explains where it looked when there is no key at all', async () => {
+    const { fs } = memfs({ '/etc/x': '' });
+    const error = await rejected(loadApiKey(fs, config(), { CREDENTIALS_DIRECTORY: CRED }), ApiKeyError);
+    expect(error.message).toBe(
+      `no API key found: CONFIG_AGENT_API_KEY is not set, ${CRED}/api-key does not exist, ` +
+        'server.apiKeyFile /etc/config-agent/api-key does not exist',
+    );
+  });
+
+  it.each([
+    ['an empty key file', '', 'the API key file /etc/config-agent/api-key is empty'],
+    ['a whitespace-only key file', ' \n\n', 'the API key file /etc/config-agent/api-key is empty'],
+    [
+      'a key file of two lines',
+      `${KEY}\nsecond-line-${KEY}`,
+      'the API key file /etc/config-agent/api-key must hold only the key: printable ASCII, one line, no spaces (found other characters)',
+    ],
+  ])('refuses %s, without echoing it', async (_name, content, message) => {
+    const { fs } = memfs({ '/etc/config-agent/api-key': content }, { '/etc/config-agent/api-key': 0o600 });
+    const error = await rejected(loadApiKey(fs, config(), {}), ApiKeyError);
+    expect(error.message).toBe(message);
+    expect(allText(error)).not.toContain(KEY);
+  });
+
+  it('refuses an empty credential instead of falling through to the file', async () => {
+    const { fs } = allSources();
+    await fs.open(`${CRED}/api-key`, 'w').then((h) => h.close());
+    const error = await rejected(loadApiKey(fs, config(), { CREDENTIALS_DIRECTORY: CRED }), ApiKeyError);
+    expect(error.message).toBe(`the credential ${CRED}/api-key is empty`);
+  });
+
+  it('refuses a key with spaces from the environment, without echoing it', async () => {
+    const { fs } = memfs({});
+    const error = await rejected(
+      loadApiKey(fs, config(), { CONFIG_AGENT_API_KEY: `${KEY} ${KEY}` }),
+      ApiKeyError,
+    );
+    expect(error.message).toMatch(/^the environment variable CONFIG_AGENT_API_KEY must hold only the key/);
+    expect(allText(error)).not.toContain(KEY);
+  });
+
+  it('refuses a key file that is a directory', async () => {
+    const { fs } = memfs({ '/etc/config-agent/api-key/x': '' });
+    const error = await rejected(loadApiKey(fs, config(), {}), ApiKeyError);
+    expect(error.message).toBe('the API key file /etc/config-agent/api-key is not a regular file');
+  });
+});
+
+describe('assertTlsVerificationEnabled', () => {
+  it('refuses NODE_TLS_REJECT_UNAUTHORIZED=0', () => {
+    let caught: unknown;
+    try {
+      assertTlsVerificationEnabled({ NODE_TLS_REJECT_UNAUTHORIZED: '0' });
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(ConfigError);
+    expect((caught as ConfigError).code).toBe('invalid_config');
+    expect((caught as ConfigError).message).toMatch(
+      /^config environment: NODE_TLS_REJECT_UNAUTHORIZED: is "0", which turns off TLS certificate verification/,
+    );
+  });
+
+  it.each([{}, { NODE_TLS_REJECT_UNAUTHORIZED: '1' }, { NODE_TLS_REJECT_UNAUTHORIZED: '' }])(
+    'accepts %j',
+    (env) => {
+      expect(assertTlsVerificationEnabled(env)).toBeUndefined();
+    },
+  );
+});
+
+describe('loadAgentConfig', () => {
+  it('loads the file named by CONFIG_AGENT_CONFIG and the key', async () => {
+    const { fs } = memfs(
+      { '/opt/agent.json': CONFIG_JSON, '/etc/config-agent/api-key': KEY },
+      { '/etc/config-agent/api-key': 0o600 },
+    );
+    const loaded = await loadAgentConfig(fs, { env: { CONFIG_AGENT_CONFIG: '/opt/agent.json' } });
+    expect(loaded).toEqual({
+      config: config(),
+      apiKey: KEY,
+      configPath: '/opt/agent.json',
+      apiKeySource: 'file',
+    });
+  });
+
+  it('prefers the --config flag over the environment', async () => {
+    const { fs } = memfs({ '/a.json': CONFIG_JSON });
+    const loaded = await loadAgentConfig(fs, {
+      configFlag: '/a.json',
+      env: { CONFIG_AGENT_CONFIG: '/missing.json', CONFIG_AGENT_API_KEY: KEY },
+    });
+    expect([loaded.configPath, loaded.apiKeySource]).toEqual(['/a.json', 'env']);
+  });
+
+  it('refuses disabled TLS verification before anything else', async () => {
+    const { fs } = memfs({});
+    const error = await rejected(
+      loadAgentConfig(fs, {
+        env: { NODE_TLS_REJECT_UNAUTHORIZED: '0', CONFIG_AGENT_CONFIG: '/missing.json' },
+      }),
+      ConfigError,
+    );
+    expect(error.source).toBe('environment');
+  });
+
+  it('reports a bad config before looking for the key', async () => {
+    const { fs } = memfs({ '/etc/config-agent/config.json': '{"deviceId": "d"}' });
+    const error = await rejected(loadAgentConfig(fs, { env: {} }), ConfigError);
+    expect(error.message).toBe(
+      'config /etc/config-agent/config.json: server: required; rootDir: required; stateDir: required',
+    );
+  });
+});
+
+describe('ensureDirectories', () => {
+  const modeOf = async (fs: FsPort, path: string) => (await fs.stat(path)).mode & 0o7777;
+
+  it('creates stateDir 0700 and rootDir with files.dirMode, parents included', async () => {
+    const { fs } = memfs({ '/etc/x': '' });
+    const cfg = config({ files: { mode: 0o640, dirMode: 0o750 } });
+    await ensureDirectories(fs, cfg);
+    expect(await modeOf(fs, '/var/lib/config-agent')).toBe(0o700);
+    expect(await modeOf(fs, '/srv/config-agent')).toBe(0o750);
+    expect((await fs.stat('/var/lib')).isDirectory()).toBe(true);
+  });
+
+  it('tightens an existing stateDir open to group or others, and leaves an existing rootDir alone', async () => {
+    const { fs, vol } = memfs({ '/var/lib/config-agent/state.json': '{}', '/srv/config-agent/a.conf': 'x' });
+    vol.chmodSync('/var/lib/config-agent', 0o755);
+    vol.chmodSync('/srv/config-agent', 0o775);
+    await ensureDirectories(fs, config());
+    expect(await modeOf(fs, '/var/lib/config-agent')).toBe(0o700);
+    expect(await modeOf(fs, '/srv/config-agent')).toBe(0o775);
+    expect(await fs.readFile('/var/lib/config-agent/state.json', 'utf8')).toBe('{}');
+    expect(await fs.readFile('/srv/config-agent/a.conf', 'utf8')).toBe('x');
+  });
+
+  it('is idempotent', async () => {
+    const { fs } = memfs({ '/etc/x': '' });
+    await ensureDirectories(fs, config());
+    await ensureDirectories(fs, config());
+    expect(await modeOf(fs, '/var/lib/config-agent')).toBe(0o700);
+    expect(await modeOf(fs, '/srv/config-agent')).toBe(0o755);
+  });
+
+  it('names the key when its path is a file', async () => {
+    const { fs } = memfs({ '/var/lib/config-agent': 'not a dir' });
+    const error = await rejected(ensureDirectories(fs, config()), ConfigError);
+    expect(error.message).toBe(
+      'config directories: stateDir: /var/lib/config-agent exists and is not a directory',
+    );
+  });
+
+  it('names the key when a parent is a file', async () => {
+    const { fs } = memfs({ '/srv': 'not a dir' });
+    const error = await rejected(ensureDirectories(fs, config()), ConfigError);
+    expect(error.message).toBe(
+      'config directories: rootDir: cannot create /srv/config-agent: /srv is not a directory',
+    );
+  });
+});
