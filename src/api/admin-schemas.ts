@@ -1,0 +1,168 @@
+// Wire shapes of the mock service's test-only admin API (/_admin) and of its fixtures file.
+import { z } from 'zod';
+import {
+  ConfigContent,
+  ConfigInstanceActivityStatus,
+  ConfigInstanceTargetStatus,
+  DeploymentActivityStatus,
+  DeploymentTargetStatus,
+  ErrorStatus,
+  Timestamp,
+} from './schemas.js';
+
+const Id = z.string().min(1, 'must be a non-empty string');
+
+// ---- POST /_admin/config_instances ----
+
+/** Omitted ids get defaults: `config_schema_id` is derived from the path so that two created instances never
+ * conflict by schema unless they share a path too. */
+export const CreateConfigInstanceRequest = z.strictObject({
+  device_id: Id,
+  // Any string on purpose: tests create hostile paths to check that the agent rejects them.
+  relative_filepath: z.string(),
+  content: ConfigContent,
+  id: Id.optional(),
+  config_schema_id: Id.optional(),
+  config_type_id: Id.optional(),
+  created_at: Timestamp.optional(),
+});
+export type CreateConfigInstanceRequest = z.infer<typeof CreateConfigInstanceRequest>;
+
+// ---- POST /_admin/faults ----
+
+/**
+ * reset: the socket is destroyed without a response. hang: no answer until the client or the server gives up.
+ * truncate: 200, close-delimited (no content-length) body cut in the middle of the real JSON, then close.
+ * malformed: 200 with a body that is not JSON. slow: the real body, `chunk_bytes` every `interval_ms`.
+ * Without a mode the fault answers `status` (default 503) with the standard error body and `Retry-After`.
+ */
+export const FaultMode = z.enum(['reset', 'hang', 'truncate', 'malformed', 'slow']);
+export type FaultMode = z.infer<typeof FaultMode>;
+
+export const FaultRequest = z.strictObject({
+  /** A regular expression tested against the request's path (no query string), e.g. `^/v1/config_instances$`. */
+  match: z.string().refine(isValidRegex, { message: 'must be a valid regular expression' }),
+  count: z.int().min(1),
+  status: z.int().min(400).max(599).optional(),
+  /** Seconds, sent as the `Retry-After` header of a status fault. */
+  retry_after: z.int().min(0).optional(),
+  mode: FaultMode.optional(),
+  /** Extension for `slow`: bytes per tick (default 8) and the tick in milliseconds (default 300). */
+  chunk_bytes: z.int().min(1).optional(),
+  interval_ms: z.int().min(1).max(10_000).optional(),
+});
+export type FaultRequest = z.infer<typeof FaultRequest>;
+
+/** A registered fault as the admin API returns it: `remaining` counts down as matching requests consume it. */
+export const ActiveFault = FaultRequest.extend({ id: z.string(), remaining: z.int().min(0) });
+export type ActiveFault = z.infer<typeof ActiveFault>;
+
+export const ActiveFaultList = z.object({ data: z.array(ActiveFault) });
+export type ActiveFaultList = z.infer<typeof ActiveFaultList>;
+
+function isValidRegex(source: string): boolean {
+  try {
+    new RegExp(source);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// ---- GET /_admin/reports ----
+
+/** One accepted `PATCH /v1/config_instances/{id}`, as the mock received it. */
+export const ReceivedReport = z.object({
+  config_instance_id: z.string(),
+  activity_status: ConfigInstanceActivityStatus,
+  error_status: ErrorStatus,
+  message: z.string().optional(),
+  received_at: Timestamp,
+});
+export type ReceivedReport = z.infer<typeof ReceivedReport>;
+
+export const ReceivedReportList = z.object({ data: z.array(ReceivedReport) });
+export type ReceivedReportList = z.infer<typeof ReceivedReportList>;
+
+// ---- GET /_admin/stats ----
+
+/** Requests per route key `<METHOD> <route pattern>` (e.g. `GET /v1/config_instances/:id`), admin routes excluded;
+ * requests that match no route count under `<METHOD> (unmatched)`. */
+export const AdminStats = z.object({
+  requests: z.record(z.string(), z.int().min(0)),
+  total: z.int().min(0),
+});
+export type AdminStats = z.infer<typeof AdminStats>;
+
+// ---- fixtures file (config-agent-mock-server --fixtures) ----
+// The spec's fields; `object` and `status` are derived (accepted and ignored), missing timestamps default to
+// the load time and missing statuses to the initial ones. Unknown fields are rejected so typos surface.
+
+const Derived = { object: z.string().optional(), status: z.string().optional() };
+
+export const FixtureDevice = z.strictObject({
+  object: z.literal('device').optional(),
+  id: Id,
+  name: z.string().optional(),
+  status: z.string().optional(),
+  last_connected_at: Timestamp.optional(),
+  last_disconnected_at: Timestamp.optional(),
+  created_at: Timestamp.optional(),
+  updated_at: Timestamp.optional(),
+});
+export type FixtureDevice = z.infer<typeof FixtureDevice>;
+
+export const FixtureConfigSchema = z.union([
+  Id,
+  z.looseObject({ object: z.literal('config_schema').optional(), id: Id }),
+]);
+
+export const FixtureRelease = z.strictObject({
+  object: z.literal('release').optional(),
+  id: Id,
+  version: z.string().min(1),
+  created_at: Timestamp.optional(),
+  updated_at: Timestamp.optional(),
+  config_schemas: z.array(FixtureConfigSchema).optional(),
+});
+export type FixtureRelease = z.infer<typeof FixtureRelease>;
+
+export const FixtureConfigInstance = z.strictObject({
+  ...Derived,
+  id: Id,
+  device_id: Id,
+  relative_filepath: z.string(),
+  content: ConfigContent,
+  config_schema_id: Id.optional(),
+  config_type_id: Id.optional(),
+  target_status: ConfigInstanceTargetStatus.optional(),
+  activity_status: ConfigInstanceActivityStatus.optional(),
+  error_status: ErrorStatus.optional(),
+  created_at: Timestamp.optional(),
+  updated_at: Timestamp.optional(),
+});
+export type FixtureConfigInstance = z.infer<typeof FixtureConfigInstance>;
+
+export const FixtureDeployment = z.strictObject({
+  ...Derived,
+  id: Id,
+  description: z.string().optional(),
+  device_id: Id,
+  /** The release's version label (spec), which must name a release of the fixtures. */
+  release_id: z.string().min(1),
+  target_status: DeploymentTargetStatus.optional(),
+  activity_status: DeploymentActivityStatus.optional(),
+  error_status: ErrorStatus.optional(),
+  created_at: Timestamp.optional(),
+  updated_at: Timestamp.optional(),
+  config_instance_ids: z.array(Id).optional(),
+});
+export type FixtureDeployment = z.infer<typeof FixtureDeployment>;
+
+export const Fixtures = z.strictObject({
+  devices: z.array(FixtureDevice).optional(),
+  releases: z.array(FixtureRelease).optional(),
+  config_instances: z.array(FixtureConfigInstance).optional(),
+  deployments: z.array(FixtureDeployment).optional(),
+});
+export type Fixtures = z.infer<typeof Fixtures>;
