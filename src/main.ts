@@ -4,7 +4,9 @@ import { readFileSync } from 'node:fs';
 import { HELP_TEXT, parseCliArgs, UsageError } from './cli/args.js';
 import { ExitCode } from './cli/exit-codes.js';
 import type { CommandIo } from './cli/io.js';
+import { runStatus, runSync } from './cli/local-client.js';
 import { runOnce } from './cli/once.js';
+import { startAgent } from './cli/run.js';
 
 function packageVersion(): string {
   const text = readFileSync(new URL('../package.json', import.meta.url), 'utf8');
@@ -38,10 +40,59 @@ export async function main(argv: readonly string[], io: CommandIo): Promise<numb
         },
         io,
       );
-    default:
-      io.stderr.write(`config-agent: '${command.kind}' is not available in this build\n`);
-      return ExitCode.Usage;
+    case 'status':
+      return runStatus({ json: command.json, ...configFlag(command.configPath) }, io);
+    case 'sync':
+      return runSync(configFlag(command.configPath), io);
+    case 'run':
+      return runDaemon(command.configPath, io);
   }
+}
+
+function configFlag(configPath: string | undefined): { configPath?: string } {
+  return configPath === undefined ? {} : { configPath };
+}
+
+/** Must exit within this after SIGTERM; systemd's TimeoutStopSec is longer. */
+const STOP_DEADLINE_MS = 10_000;
+
+async function runDaemon(configPath: string | undefined, io: CommandIo): Promise<number> {
+  const agent = await startAgent(configPath, io);
+  if (typeof agent === 'number') return agent;
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = (signal: NodeJS.Signals) => {
+      if (stopping) return;
+      stopping = true;
+      agent.logger.info({ signal }, 'shutdown requested');
+      const deadline = setTimeout(() => {
+        agent.logger.error('shutdown took too long: exiting with state as last flushed');
+        resolve(ExitCode.NotConverged);
+      }, STOP_DEADLINE_MS);
+      deadline.unref();
+      agent.stop().then(
+        () => resolve(ExitCode.Converged),
+        (error: unknown) => {
+          agent.logger.error({ err: error }, 'shutdown failed');
+          resolve(ExitCode.NotConverged);
+        },
+      );
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+    process.on('SIGHUP', () => {
+      agent.logger.info('SIGHUP: reloading the configuration');
+      void agent.reload();
+    });
+    process.on('uncaughtException', (error) => {
+      agent.logger.fatal({ err: error }, 'uncaught exception: exiting so systemd restarts the agent');
+      resolve(ExitCode.NotConverged);
+    });
+    process.on('unhandledRejection', (error) => {
+      agent.logger.fatal({ err: error }, 'unhandled rejection: exiting so systemd restarts the agent');
+      resolve(ExitCode.NotConverged);
+    });
+  });
 }
 
 /** Exits once stdout has drained, so piped output is never cut short. */

@@ -1,6 +1,7 @@
 // One reconcile pass — pull → plan → apply → report — over the state the Reconciler keeps between passes.
-import { HttpStatusError } from '../api/errors.js';
+
 import type { ServiceClient } from '../api/client.js';
+import { HttpStatusError } from '../api/errors.js';
 import { withRequestRetry } from '../api/retry.js';
 import type { ConfigInstance, ConfigInstanceFilters } from '../api/schemas.js';
 import type { Deps } from '../lib/deps.js';
@@ -42,6 +43,8 @@ export interface PassError {
   code: string;
   message: string;
   retryable: boolean;
+  /** The service's Retry-After, when it sent one. */
+  retryAfterMs?: number;
 }
 
 export interface PassResult {
@@ -108,12 +111,15 @@ export class Reconciler {
       await sweepTempFiles(deps.fs, settings.stateDir);
       if (swept.length > 0) logger.warn({ files: swept }, 'removed temp files left by an interrupted write');
     }
-    const { state, outcome } = await loadLocalState(deps.fs, settings.stateDir, settings.deviceId, logger).catch(
-      (error: unknown) => {
-        if (!readOnly) throw error;
-        return { state: emptyState(settings.deviceId), outcome: 'missing' as const };
-      },
-    );
+    const { state, outcome } = await loadLocalState(
+      deps.fs,
+      settings.stateDir,
+      settings.deviceId,
+      logger,
+    ).catch((error: unknown) => {
+      if (!readOnly) throw error;
+      return { state: emptyState(settings.deviceId), outcome: 'missing' as const };
+    });
     logger.debug({ outcome, managedFiles: state.files.size }, 'local state loaded');
     const outbox = readOnly
       ? StatusOutbox.ephemeral(deps.fs, settings.stateDir, logger)
@@ -139,7 +145,8 @@ export class Reconciler {
   /** The earliest monotonic time at which a cooling-down instance may be retried. */
   nextRetryAt(): number | undefined {
     let earliest: number | undefined;
-    for (const until of this.#state.cooldowns.values()) if (earliest === undefined || until < earliest) earliest = until;
+    for (const until of this.#state.cooldowns.values())
+      if (earliest === undefined || until < earliest) earliest = until;
     return earliest;
   }
 
@@ -260,7 +267,10 @@ export class Reconciler {
       for (const instance of page) {
         // Defence in depth: a server bug must not make this device write another device's files.
         if (instance.device_id !== this.#settings.deviceId) {
-          this.#logger.error({ instanceId: instance.id }, 'service returned an instance of another device: ignored');
+          this.#logger.error(
+            { instanceId: instance.id },
+            'service returned an instance of another device: ignored',
+          );
           continue;
         }
         if (!byId.has(instance.id)) byId.set(instance.id, instance);
@@ -276,7 +286,10 @@ export class Reconciler {
       if (disk.has(path)) continue;
       try {
         const file = await readRegularFile(this.#deps.fs, this.#settings.rootDir, path);
-        disk.set(path, file === undefined ? { kind: 'absent' } : { kind: 'file', sha256: file.sha256, mode: file.mode });
+        disk.set(
+          path,
+          file === undefined ? { kind: 'absent' } : { kind: 'file', sha256: file.sha256, mode: file.mode },
+        );
       } catch (error) {
         if (error instanceof PathRejectedError) disk.set(path, { kind: 'rejected', reason: error.message });
         else disk.set(path, { kind: 'unreadable', reason: errorMessage(error) });
@@ -309,7 +322,11 @@ export class Reconciler {
           'report status',
           () =>
             this.#client
-              .reportConfigInstanceStatus(entry.instanceId, entry.report, signal === undefined ? {} : { signal })
+              .reportConfigInstanceStatus(
+                entry.instanceId,
+                entry.report,
+                signal === undefined ? {} : { signal },
+              )
               .then(() => undefined),
           this.#retryOptions(signal),
         ),
@@ -320,7 +337,10 @@ export class Reconciler {
     if (flushed.deferredBy !== undefined) {
       signal?.throwIfAborted();
       result.reports.deliveryError = toPassError(flushed.deferredBy);
-      this.#logger.warn({ err: flushed.deferredBy, pending: this.#outbox.size }, 'status reports kept for later');
+      this.#logger.warn(
+        { err: flushed.deferredBy, pending: this.#outbox.size },
+        'status reports kept for later',
+      );
     }
   }
 
@@ -347,6 +367,14 @@ function isPermanentRejection(error: unknown): boolean {
 }
 
 function toPassError(error: unknown): PassError {
+  if (error instanceof HttpStatusError && error.retryAfterMs !== undefined) {
+    return {
+      code: error.code,
+      message: error.message,
+      retryable: error.retryable,
+      retryAfterMs: error.retryAfterMs,
+    };
+  }
   if (isAgentError(error)) return { code: error.code, message: error.message, retryable: error.retryable };
   return { code: 'internal', message: errorMessage(error), retryable: false };
 }

@@ -1,0 +1,144 @@
+// `config-agent status` and `config-agent sync`: ask the running agent over its unix socket.
+import * as nodeFs from 'node:fs/promises';
+import { request } from 'node:http';
+import { ConfigError } from '../config/errors.js';
+import { loadConfigFile, resolveConfigPath } from '../config/load.js';
+import { errnoCode, errorMessage } from '../lib/errors.js';
+import { ExitCode } from './exit-codes.js';
+import type { CommandIo } from './io.js';
+
+interface LocalResponse {
+  status: number;
+  body: unknown;
+}
+
+/** How long `sync` waits for the pass it asked for; a pass is bounded by request timeouts well below this. */
+const SYNC_TIMEOUT_MS = 15 * 60 * 1000;
+const STATUS_TIMEOUT_MS = 10_000;
+
+function callAgent(
+  socketPath: string,
+  method: string,
+  route: string,
+  timeoutMs: number,
+): Promise<LocalResponse> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, method, path: route, timeout: timeoutMs }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => {
+        text += chunk;
+      });
+      res.on('end', () => {
+        try {
+          resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) });
+        } catch (error) {
+          reject(error);
+        }
+      });
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`no answer within ${Math.round(timeoutMs / 1000)}s`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function socketPathFor(configPath: string | undefined, io: CommandIo): Promise<string | number> {
+  try {
+    // Only the socket path is needed: no API key, so any member of the agent's group can ask.
+    const config = await loadConfigFile(nodeFs, resolveConfigPath(configPath, io.env));
+    return config.socketPath;
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      io.stderr.write(`config-agent: ${error.message}\n`);
+      return ExitCode.Config;
+    }
+    throw error;
+  }
+}
+
+function explainUnreachable(socketPath: string, error: unknown, io: CommandIo): number {
+  const code = errnoCode(error);
+  const why =
+    code === 'ENOENT' || code === 'ECONNREFUSED'
+      ? 'no agent is running (is the service started? `systemctl status config-agent`)'
+      : code === 'EACCES'
+        ? "permission denied (add your user to the agent's group, or use sudo)"
+        : errorMessage(error);
+  io.stderr.write(`config-agent: cannot reach the agent at ${socketPath}: ${why}\n`);
+  return ExitCode.Unreachable;
+}
+
+export async function runStatus(
+  command: { configPath?: string; json: boolean },
+  io: CommandIo,
+): Promise<number> {
+  const socketPath = await socketPathFor(command.configPath, io);
+  if (typeof socketPath === 'number') return socketPath;
+  let response: LocalResponse;
+  try {
+    response = await callAgent(socketPath, 'GET', '/v1/status', STATUS_TIMEOUT_MS);
+  } catch (error) {
+    return explainUnreachable(socketPath, error, io);
+  }
+  if (command.json) io.stdout.write(`${JSON.stringify(response.body)}\n`);
+  else io.stdout.write(renderStatus(response.body as StatusView));
+  const errors = (response.body as StatusView).errors ?? [];
+  return errors.length === 0 && (response.body as StatusView).pendingReports === 0
+    ? ExitCode.Converged
+    : ExitCode.NotConverged;
+}
+
+export async function runSync(command: { configPath?: string }, io: CommandIo): Promise<number> {
+  const socketPath = await socketPathFor(command.configPath, io);
+  if (typeof socketPath === 'number') return socketPath;
+  let response: LocalResponse;
+  try {
+    response = await callAgent(socketPath, 'POST', '/v1/sync', SYNC_TIMEOUT_MS);
+  } catch (error) {
+    return explainUnreachable(socketPath, error, io);
+  }
+  const body = response.body as { converged?: boolean; result?: { reachable?: boolean; summary?: string } };
+  if (response.status !== 200) {
+    io.stderr.write(`config-agent: the agent answered ${response.status}: ${JSON.stringify(body)}\n`);
+    return ExitCode.NotConverged;
+  }
+  io.stdout.write(body.result?.summary ?? `${JSON.stringify(body)}\n`);
+  if (body.result?.reachable === false) return ExitCode.Unreachable;
+  return body.converged === true ? ExitCode.Converged : ExitCode.NotConverged;
+}
+
+interface StatusView {
+  deviceId?: string;
+  lastSuccessfulSyncAt?: string | null;
+  lastAttemptAt?: string | null;
+  nextPollAt?: string | null;
+  consecutiveFailures?: number;
+  pendingReports?: number;
+  managedFiles?: { path: string; instanceId: string; status: string }[];
+  errors?: { instanceId: string; path: string; status: string; message?: string }[];
+}
+
+function renderStatus(status: StatusView): string {
+  const lines = [
+    `Device:             ${status.deviceId ?? '?'}`,
+    `Last successful sync: ${status.lastSuccessfulSyncAt ?? 'never'}`,
+    `Last attempt:       ${status.lastAttemptAt ?? 'never'}`,
+    `Next poll:          ${status.nextPollAt ?? 'now'}`,
+    `Consecutive failures: ${status.consecutiveFailures ?? 0}`,
+    `Pending reports:    ${status.pendingReports ?? 0}`,
+    `Managed files (${status.managedFiles?.length ?? 0}):`,
+  ];
+  for (const file of status.managedFiles ?? [])
+    lines.push(`  ${file.status.padEnd(9)} ${file.path} (${file.instanceId})`);
+  if ((status.errors?.length ?? 0) > 0) {
+    lines.push('Errors:');
+    for (const error of status.errors ?? []) {
+      lines.push(
+        `  ${error.status.padEnd(9)} ${error.path} (${error.instanceId})${error.message ? ` — ${error.message}` : ''}`,
+      );
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}

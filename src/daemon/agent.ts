@@ -1,0 +1,373 @@
+// The long-running agent: jittered polling, backoff on outages, drift repair, hooks, metrics, local API.
+import type { ServiceClient } from '../api/client.js';
+import type { AgentConfig } from '../config/schema.js';
+import type { Deps } from '../lib/deps.js';
+import { errorMessage } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+import type { InstanceOutcome } from '../reconcile/apply.js';
+import type { PassMode, PassResult, Reconciler, ReconcilerSettings } from '../reconcile/reconcile.js';
+import { DriftWatcher } from './drift-watcher.js';
+import { type HookRunResult, runHooks } from './hooks.js';
+import type { HealthReport } from './local-api.js';
+import { type AgentMetrics, writeMetricsTextfile } from './metrics.js';
+import { SingleFlight } from './single-flight.js';
+
+/** Bounds of the outage backoff: it starts at the poll interval and doubles up to this. */
+const MAX_OUTAGE_BACKOFF_MS = 15 * 60 * 1000;
+/** A Retry-After longer than this is clamped: a buggy header must not park a fleet for a day. */
+const MAX_RETRY_AFTER_MS = 30 * 60 * 1000;
+/** Health: a pass running longer than this (or 20 request timeouts) is stuck. */
+const PASS_STALL_MS = 10 * 60 * 1000;
+/** Health: a loop this late past its due time is stuck. */
+const LOOP_LATE_MS = 60 * 1000;
+
+export interface AgentComponents {
+  deps: Deps;
+  config: AgentConfig;
+  client: ServiceClient;
+  reconciler: Reconciler;
+  metrics: AgentMetrics;
+  settings: ReconcilerSettings;
+  /** Environment hooks inherit (the key is stripped by the hook runner). */
+  hookEnv: NodeJS.ProcessEnv;
+}
+
+export interface AgentStatus {
+  deviceId: string;
+  running: boolean;
+  lastSuccessfulSyncAt: string | null;
+  lastAttemptAt: string | null;
+  lastResult: { converged: boolean; reachable: boolean; mode: PassMode; error?: string } | null;
+  nextPollAt: string | null;
+  consecutiveFailures: number;
+  managedFiles: { path: string; instanceId: string; sha256: string; status: string; message?: string }[];
+  pendingReports: number;
+  errors: { instanceId: string; path: string; status: string; message?: string; nextAttemptAt?: string }[];
+}
+
+export class AgentDaemon {
+  #c: AgentComponents;
+  readonly #logger: Logger;
+  readonly #runner: SingleFlight<PassResult>;
+  readonly #stop = new AbortController();
+  #wake: (() => void) | undefined;
+  #drift: DriftWatcher | undefined;
+  #pendingMode: PassMode = 'full';
+  #lastFullAt = Number.NEGATIVE_INFINITY;
+  #lastLoopAt: number | undefined;
+  #lastAttemptAt: number | undefined;
+  #lastSuccessAt: number | undefined;
+  #nextPollAt: number | undefined;
+  #lastResult: PassResult | undefined;
+  #failures = 0;
+  #loop: Promise<void> | undefined;
+  #passAbort: AbortController | undefined;
+
+  constructor(components: AgentComponents) {
+    this.#c = components;
+    this.#logger = components.deps.logger.child({ component: 'daemon' });
+    this.#runner = new SingleFlight(() => this.#pass());
+  }
+
+  get config(): AgentConfig {
+    return this.#c.config;
+  }
+
+  async start(): Promise<void> {
+    await this.#startDriftWatcher();
+    this.#loop = this.#runLoop();
+  }
+
+  /** Triggers a pass now (local API `sync`, drift); resolves with that pass's result. */
+  syncNow(mode: PassMode = 'full'): Promise<PassResult> {
+    this.#pendingMode = mode === 'full' ? 'full' : this.#pendingMode;
+    return this.#runner.trigger();
+  }
+
+  /**
+   * Swaps in a reloaded configuration between passes. Components that depend on the changed keys
+   * (client, reconciler, drift watcher) are rebuilt by the caller and handed in whole.
+   */
+  async reload(next: AgentComponents): Promise<void> {
+    await this.#runner.idle();
+    await this.#drift?.close();
+    this.#drift = undefined;
+    this.#c = next;
+    await this.#startDriftWatcher();
+    this.#pendingMode = 'full';
+    this.#wake?.();
+  }
+
+  /** Stops polling, abandons the current pass between atomic steps, and flushes state and the outbox. */
+  async stop(): Promise<void> {
+    this.#stop.abort(new Error('agent stopping'));
+    this.#passAbort?.abort(new Error('agent stopping'));
+    this.#wake?.();
+    await this.#drift?.close();
+    await this.#loop?.catch(() => undefined);
+    await this.#runner.idle();
+    await this.#c.reconciler.flushState().catch((error: unknown) => {
+      this.#logger.error({ err: error }, 'could not flush state at shutdown');
+    });
+  }
+
+  /**
+   * Healthy while the loop makes progress, whether or not the service answers: a cloud outage must not make
+   * a fleet restart its agents. Stalled means a pass that runs far past every timeout, or a loop that did not
+   * wake up when it was due.
+   */
+  health(): HealthReport {
+    const now = this.#c.deps.clock.monotonic();
+    const lastLoopAt = this.#wallTime(this.#lastLoopAt);
+    if (this.#lastLoopAt === undefined) return { healthy: true, reason: 'starting', lastLoopAt };
+    const passBudgetMs = Math.max(PASS_STALL_MS, this.#c.config.server.timeoutSeconds * 1000 * 20);
+    if (this.#runner.busy && this.#lastAttemptAt !== undefined && now - this.#lastAttemptAt > passBudgetMs) {
+      return { healthy: false, reason: 'a reconcile pass has been running far too long', lastLoopAt };
+    }
+    if (!this.#runner.busy && this.#nextPollAt !== undefined && now - this.#nextPollAt > LOOP_LATE_MS) {
+      return { healthy: false, reason: 'the poll loop did not wake up when due', lastLoopAt };
+    }
+    return { healthy: true, lastLoopAt };
+  }
+
+  status(): AgentStatus {
+    const state = this.#c.reconciler.state;
+    const managedFiles = [...state.files.entries()].map(([path, file]) => {
+      const record = state.instances.get(file.instanceId);
+      const status =
+        record === undefined ? 'deployed' : record.error === 'none' ? record.activity : record.error;
+      return {
+        path,
+        instanceId: file.instanceId,
+        sha256: file.sha256,
+        status,
+        ...(record?.message === undefined ? {} : { message: record.message }),
+      };
+    });
+    const errors = [...state.instances.entries()]
+      .filter(([, record]) => record.error !== 'none')
+      .map(([instanceId, record]) => ({
+        instanceId,
+        path: record.relativePath,
+        status: record.error,
+        ...(record.message === undefined ? {} : { message: record.message }),
+        ...(record.nextAttemptAt === undefined ? {} : { nextAttemptAt: record.nextAttemptAt }),
+      }));
+    const last = this.#lastResult;
+    return {
+      deviceId: this.#c.config.deviceId,
+      running: !this.#stop.signal.aborted,
+      lastSuccessfulSyncAt: this.#wallTime(this.#lastSuccessAt),
+      lastAttemptAt: this.#wallTime(this.#lastAttemptAt),
+      lastResult:
+        last === undefined
+          ? null
+          : {
+              converged: last.converged,
+              reachable: last.reachable,
+              mode: last.mode,
+              ...(last.error === undefined ? {} : { error: last.error.message }),
+            },
+      nextPollAt: this.#wallTime(this.#nextPollAt),
+      consecutiveFailures: this.#failures,
+      managedFiles,
+      pendingReports: this.#c.reconciler.pendingReports,
+      errors,
+    };
+  }
+
+  async #runLoop(): Promise<void> {
+    const { clock, random } = this.#c.deps;
+    // A fleet that boots together must not poll together: the very first wait is jittered too.
+    await this.#sleep(
+      random() * this.#c.config.poll.jitterRatio * this.#c.config.poll.intervalSeconds * 1000,
+    );
+    while (!this.#stop.signal.aborted) {
+      this.#lastLoopAt = clock.monotonic();
+      const result = await this.#runner.trigger().catch((error: unknown) => {
+        if (!this.#stop.signal.aborted) this.#logger.error({ err: error }, 'reconcile pass crashed');
+        return undefined;
+      });
+      if (this.#stop.signal.aborted) break;
+      this.#lastLoopAt = clock.monotonic();
+      await this.#sleep(this.#nextDelayMs(result));
+    }
+  }
+
+  #nextDelayMs(result: PassResult | undefined): number {
+    const { clock, random } = this.#c.deps;
+    const { intervalSeconds, jitterRatio } = this.#c.config.poll;
+    const intervalMs = intervalSeconds * 1000;
+    let delay: number;
+    if (result === undefined || !result.reachable) {
+      // Full jitter over an exponential ceiling, so a fleet recovering from an outage spreads out.
+      const ceiling = Math.min(MAX_OUTAGE_BACKOFF_MS, intervalMs * 2 ** Math.min(this.#failures, 20));
+      delay = Math.max(intervalMs * (1 - jitterRatio), random() * ceiling);
+      const retryAfter = result?.error?.retryAfterMs;
+      if (retryAfter !== undefined) delay = Math.max(delay, Math.min(retryAfter, MAX_RETRY_AFTER_MS));
+    } else {
+      delay = intervalMs * (1 + jitterRatio * (2 * random() - 1));
+      const nextRetry = this.#c.reconciler.nextRetryAt();
+      if (nextRetry !== undefined) delay = Math.min(delay, Math.max(0, nextRetry - clock.monotonic()));
+    }
+    this.#nextPollAt = clock.monotonic() + delay;
+    return delay;
+  }
+
+  /** Sleeps on the injected clock; `#wake` (sync, reload, stop) ends the sleep early. */
+  async #sleep(ms: number): Promise<void> {
+    const wake = new AbortController();
+    this.#wake = () => wake.abort();
+    try {
+      await this.#c.deps.clock.sleep(Math.max(0, ms), wake.signal);
+    } catch {
+      // Woken early: the loop re-checks whether to stop or to run a pass.
+    } finally {
+      this.#wake = undefined;
+    }
+  }
+
+  async #pass(): Promise<PassResult> {
+    const c = this.#c;
+    const { clock } = c.deps;
+    const now = clock.monotonic();
+    const fullDue =
+      this.#pendingMode === 'full' ||
+      now - this.#lastFullAt >= c.config.poll.fullResyncSeconds * 1000 ||
+      c.reconciler.hasDueRetries() ||
+      this.#failures > 0;
+    const mode: PassMode = fullDue ? 'full' : 'incremental';
+    this.#pendingMode = 'incremental';
+    this.#lastAttemptAt = now;
+    const abort = new AbortController();
+    this.#passAbort = abort;
+    let result: PassResult;
+    try {
+      result = await c.reconciler.reconcile({ mode, signal: abort.signal });
+    } finally {
+      this.#passAbort = undefined;
+    }
+    this.#lastResult = result;
+    if (result.reachable) {
+      this.#failures = 0;
+      this.#lastSuccessAt = clock.monotonic();
+      if (mode === 'full') this.#lastFullAt = now;
+    } else {
+      this.#failures += 1;
+      this.#pendingMode = 'full';
+    }
+    this.#logPass(result);
+    await this.#afterPass(result);
+    return result;
+  }
+
+  async #afterPass(result: PassResult): Promise<void> {
+    const c = this.#c;
+    const changed = result.outcomes
+      .filter((outcome) => outcome.action === 'written' || outcome.action === 'removed')
+      .map((outcome) => outcome.path);
+    const drifted = result.outcomes.filter(
+      (outcome) => outcome.action === 'written' && outcome.reason === 'drift',
+    );
+    if (drifted.length > 0) c.metrics.recordDriftRepair(drifted.length);
+    if (changed.length > 0 && c.config.hooks.length > 0 && !this.#stop.signal.aborted) {
+      const runs = await runHooks(c.config.hooks, changed, {
+        cwd: c.config.rootDir,
+        env: c.hookEnv,
+        logger: c.deps.logger.child({ component: 'hooks' }),
+        signal: this.#stop.signal,
+      });
+      for (const run of runs) c.metrics.recordHookRun(run);
+      this.#logHookFailures(runs);
+    }
+    c.metrics.recordPass({
+      durationMs: result.durationMs,
+      converged: result.converged,
+      reachable: result.reachable,
+      finishedAtMs: c.deps.clock.now(),
+      managedFiles: c.reconciler.state.files.size,
+      instancesByStatus: countByStatus(result.outcomes),
+      retries: result.outcomes.filter((outcome) => outcome.action === 'retrying').length,
+    });
+    const textfile = c.config.metrics.textfile;
+    if (textfile !== undefined) {
+      try {
+        await writeMetricsTextfile(c.deps.fs, textfile, await c.metrics.render());
+      } catch (error) {
+        this.#logger.warn({ err: error, textfile }, 'could not write the metrics textfile');
+      }
+    }
+  }
+
+  #logPass(result: PassResult): void {
+    const counts: Record<string, number> = {};
+    for (const outcome of result.outcomes) counts[outcome.action] = (counts[outcome.action] ?? 0) + 1;
+    const fields = {
+      mode: result.mode,
+      converged: result.converged,
+      reachable: result.reachable,
+      durationMs: result.durationMs,
+      counts,
+      pendingReports: result.reports.pending,
+      ...(result.error === undefined ? {} : { error: result.error.message }),
+    };
+    if (!result.reachable) this.#logger.warn(fields, 'pass could not reach the service');
+    else this.#logger.info(fields, 'pass finished');
+  }
+
+  #logHookFailures(runs: readonly HookRunResult[]): void {
+    for (const run of runs) {
+      if (run.exitCode === 0) continue;
+      this.#logger.warn(
+        {
+          match: run.match,
+          exitCode: run.exitCode,
+          signal: run.signal,
+          timedOut: run.timedOut,
+          stderrTail: run.stderrTail,
+        },
+        'hook failed',
+      );
+    }
+  }
+
+  async #startDriftWatcher(): Promise<void> {
+    const c = this.#c;
+    if (c.config.drift === 'off') return;
+    const policy = c.config.drift;
+    const watcher = new DriftWatcher({
+      fs: c.deps.fs,
+      rootDir: c.config.rootDir,
+      policy,
+      logger: c.deps.logger.child({ component: 'drift' }),
+      managedFiles: () => this.#c.reconciler.state.files,
+      passIdle: () => this.#runner.idle(),
+      onDrift: (paths) => {
+        this.#c.metrics.recordDriftDetected(paths.length);
+        if (policy === 'restore') {
+          this.syncNow('full').catch((error: unknown) => {
+            this.#logger.error({ err: errorMessage(error) }, 'drift repair pass failed');
+          });
+        }
+      },
+    });
+    try {
+      await watcher.start();
+      this.#drift = watcher;
+    } catch (error) {
+      this.#logger.error({ err: error }, 'could not watch the root directory: drift repair is off');
+    }
+  }
+
+  #wallTime(monotonicMs: number | undefined): string | null {
+    if (monotonicMs === undefined) return null;
+    const { clock } = this.#c.deps;
+    return new Date(clock.now() - (clock.monotonic() - monotonicMs)).toISOString();
+  }
+}
+
+function countByStatus(outcomes: readonly InstanceOutcome[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const outcome of outcomes) counts[outcome.action] = (counts[outcome.action] ?? 0) + 1;
+  return counts;
+}

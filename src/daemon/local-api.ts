@@ -1,0 +1,135 @@
+// The local API for applications: health, status and "sync now" over a unix socket (mode 0660).
+import { chmod, lstat, unlink } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createConnection } from 'node:net';
+import { errnoCode, errorMessage } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+
+export const SOCKET_MODE = 0o660;
+
+export interface HealthReport {
+  healthy: boolean;
+  /** Why it is unhealthy, when it is. */
+  reason?: string;
+  lastLoopAt: string | null;
+}
+
+export interface LocalApiHandlers {
+  health(): HealthReport;
+  status(): unknown;
+  /** Runs a pass now and answers when it ends. */
+  sync(): Promise<{ converged: boolean; result: unknown }>;
+}
+
+export class LocalApiServer {
+  readonly #socketPath: string;
+  readonly #handlers: LocalApiHandlers;
+  readonly #logger: Logger;
+  #server: Server | undefined;
+
+  constructor(socketPath: string, handlers: LocalApiHandlers, logger: Logger) {
+    this.#socketPath = socketPath;
+    this.#handlers = handlers;
+    this.#logger = logger;
+  }
+
+  async start(): Promise<void> {
+    await removeStaleSocket(this.#socketPath);
+    const server = createServer((request, response) => {
+      this.#handle(request, response).catch((error: unknown) => {
+        this.#logger.error({ err: error }, 'local API request failed');
+        sendError(response, 500, 'internal', 'internal error');
+      });
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.#socketPath, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    await chmod(this.#socketPath, SOCKET_MODE);
+    this.#server = server;
+  }
+
+  async close(): Promise<void> {
+    const server = this.#server;
+    if (server === undefined) return;
+    this.#server = undefined;
+    await new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    });
+    await unlink(this.#socketPath).catch(() => undefined);
+  }
+
+  async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const route = `${request.method ?? 'GET'} ${(request.url ?? '/').split('?')[0]}`;
+    request.resume();
+    switch (route) {
+      case 'GET /v1/health': {
+        const health = this.#handlers.health();
+        sendJson(response, health.healthy ? 200 : 503, health);
+        return;
+      }
+      case 'GET /v1/status':
+        sendJson(response, 200, this.#handlers.status());
+        return;
+      case 'POST /v1/sync': {
+        const outcome = await this.#handlers.sync();
+        sendJson(response, 200, outcome);
+        return;
+      }
+      default:
+        if (['/v1/health', '/v1/status', '/v1/sync'].includes((request.url ?? '').split('?')[0] ?? '')) {
+          sendError(response, 405, 'method_not_allowed', `${request.method} is not allowed here`);
+        } else {
+          sendError(response, 404, 'not_found', `no route ${route}`);
+        }
+    }
+  }
+}
+
+function sendJson(response: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  response.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+  });
+  response.end(text);
+}
+
+function sendError(response: ServerResponse, status: number, code: string, message: string): void {
+  if (response.headersSent) {
+    response.destroy();
+    return;
+  }
+  sendJson(response, status, { error: { code, message } });
+}
+
+/**
+ * A socket file left by a killed agent blocks listen(); remove it, but only when it is a socket nobody
+ * answers on — never a regular file, and never a live agent's socket.
+ */
+async function removeStaleSocket(socketPath: string): Promise<void> {
+  let stats: Awaited<ReturnType<typeof lstat>>;
+  try {
+    stats = await lstat(socketPath);
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return;
+    throw error;
+  }
+  if (!stats.isSocket()) throw new Error(`${socketPath} exists and is not a socket: refusing to replace it`);
+  const live = await new Promise<boolean>((resolve) => {
+    const probe = createConnection(socketPath);
+    probe.once('connect', () => {
+      probe.destroy();
+      resolve(true);
+    });
+    probe.once('error', () => resolve(false));
+  });
+  if (live) throw new Error(`another agent is already listening on ${socketPath}`);
+  await unlink(socketPath).catch((error: unknown) => {
+    throw new Error(`cannot remove stale socket ${socketPath}: ${errorMessage(error)}`);
+  });
+}

@@ -1,0 +1,233 @@
+// Integration harness: a real temp dir, the real mock service on loopback, and the compiled agent binary.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+import {
+  AdminStats,
+  type CreateConfigInstanceRequest,
+  type FaultRequest,
+  ReceivedReport,
+} from '../../src/api/admin-schemas.js';
+import { ConfigInstance, DeployResponse } from '../../src/api/schemas.js';
+import { parseFixtures } from '../../src/mock-server/fixtures.js';
+import { type RunningMockServer, startMockServer } from '../../src/mock-server/server.js';
+
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const AGENT_BIN = path.join(REPO_ROOT, 'dist', 'main.js');
+export const DEMO_FIXTURES = path.join(REPO_ROOT, 'test', 'fixtures', 'demo.json');
+export const TEST_API_KEY = 'sk_test_integration_0123456789abcdef';
+
+export interface RunResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+export interface HarnessOptions {
+  deviceId?: string;
+  /** Fixtures file to load into the mock; default: an empty service. */
+  fixturesFile?: string;
+  /** Extra config keys, merged over the harness defaults (shallow per top-level key). */
+  config?: Record<string, unknown>;
+}
+
+export class AgentHarness {
+  readonly dir: string;
+  readonly rootDir: string;
+  readonly stateDir: string;
+  readonly configPath: string;
+  readonly keyPath: string;
+  readonly deviceId: string;
+  server: RunningMockServer;
+  #config: Record<string, unknown>;
+
+  private constructor(
+    dir: string,
+    server: RunningMockServer,
+    deviceId: string,
+    config: Record<string, unknown>,
+  ) {
+    this.dir = dir;
+    this.rootDir = path.join(dir, 'root');
+    this.stateDir = path.join(dir, 'state');
+    this.configPath = path.join(dir, 'config.json');
+    this.keyPath = path.join(dir, 'api-key');
+    this.server = server;
+    this.deviceId = deviceId;
+    this.#config = config;
+  }
+
+  static async create(options: HarnessOptions = {}): Promise<AgentHarness> {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-it-'));
+    const fixtures =
+      options.fixturesFile === undefined
+        ? undefined
+        : parseFixtures(JSON.parse(await readFile(options.fixturesFile, 'utf8')));
+    const server = await startMockServer({
+      port: 0,
+      host: '127.0.0.1',
+      apiKeys: [TEST_API_KEY],
+      ...(fixtures === undefined ? {} : { fixtures }),
+    });
+    const deviceId = options.deviceId ?? 'dvc_it_01';
+    const harness = new AgentHarness(dir, server, deviceId, options.config ?? {});
+    await writeFile(harness.keyPath, `${TEST_API_KEY}\n`, { mode: 0o600 });
+    await harness.writeConfig();
+    return harness;
+  }
+
+  /** The config the agent runs with; `overrides` replace top-level keys. */
+  configObject(overrides: Record<string, unknown> = {}): Record<string, unknown> {
+    return {
+      deviceId: this.deviceId,
+      server: { baseUrl: this.server.url, apiKeyFile: this.keyPath, timeoutSeconds: 5 },
+      rootDir: this.rootDir,
+      stateDir: this.stateDir,
+      retry: { maxAttempts: 3, baseDelaySeconds: 1, maxDelaySeconds: 2 },
+      log: { level: 'info' },
+      socketPath: path.join(this.dir, 'agent.sock'),
+      ...this.#config,
+      ...overrides,
+    };
+  }
+
+  async writeConfig(overrides: Record<string, unknown> = {}): Promise<void> {
+    await writeFile(this.configPath, JSON.stringify(this.configObject(overrides), null, 2));
+  }
+
+  /** Runs the compiled agent with `args` (plus `--config`), bounded in time. */
+  run(
+    args: readonly string[],
+    options: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+  ): Promise<RunResult> {
+    const child = this.spawn(args, options.env);
+    return collect(child, options.timeoutMs ?? 30_000);
+  }
+
+  runOnce(extraArgs: readonly string[] = [], env?: NodeJS.ProcessEnv): Promise<RunResult> {
+    return this.run(['--once', ...extraArgs], env === undefined ? {} : { env });
+  }
+
+  spawn(args: readonly string[], env?: NodeJS.ProcessEnv): ChildProcess {
+    const childEnv: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, ...env };
+    return spawn(process.execPath, [AGENT_BIN, '--config', this.configPath, ...args], {
+      env: childEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+  }
+
+  // ---- the mock service's API, as a test sees it ----
+
+  async api(method: string, route: string, body?: unknown): Promise<unknown> {
+    const response = await fetch(`${this.server.url}${route}`, {
+      method,
+      headers: {
+        'X-API-Key': TEST_API_KEY,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await response.text();
+    if (!response.ok) throw new Error(`${method} ${route} → ${response.status}: ${text}`);
+    return text === '' ? undefined : JSON.parse(text);
+  }
+
+  async createInstance(request: Omit<CreateConfigInstanceRequest, 'device_id'> & { device_id?: string }) {
+    return ConfigInstance.parse(
+      await this.api('POST', '/_admin/config_instances', { device_id: this.deviceId, ...request }),
+    );
+  }
+
+  async deploy(id: string) {
+    return DeployResponse.parse(
+      await this.api('POST', `/v1/config_instances/${encodeURIComponent(id)}/deploy`),
+    );
+  }
+
+  /** Creates an instance and deploys it, the way an operator would. */
+  async createAndDeploy(request: Omit<CreateConfigInstanceRequest, 'device_id'> & { device_id?: string }) {
+    const created = await this.createInstance(request);
+    return this.deploy(created.id);
+  }
+
+  async removeInstance(id: string) {
+    return ConfigInstance.parse(
+      await this.api('POST', `/_admin/config_instances/${encodeURIComponent(id)}/remove`),
+    );
+  }
+
+  async instance(id: string) {
+    return ConfigInstance.parse(
+      await this.api('GET', `/v1/config_instances?id=${encodeURIComponent(id)}`).then(
+        (list) => (list as { data: unknown[] }).data[0],
+      ),
+    );
+  }
+
+  async reports() {
+    const body = await this.api('GET', '/_admin/reports');
+    return z.object({ data: z.array(ReceivedReport) }).parse(body).data;
+  }
+
+  async fault(request: FaultRequest): Promise<void> {
+    await this.api('POST', '/_admin/faults', request);
+  }
+
+  async clearFaults(): Promise<void> {
+    await this.api('DELETE', '/_admin/faults');
+  }
+
+  async stats() {
+    return AdminStats.parse(await this.api('GET', '/_admin/stats'));
+  }
+
+  /** Stops the mock service (an outage); `restartServer` brings the same state back on the same port. */
+  async stopServer(): Promise<void> {
+    await this.server.close();
+  }
+
+  async restartServer(): Promise<void> {
+    this.server = await startMockServer({
+      port: this.server.port,
+      host: '127.0.0.1',
+      apiKeys: [TEST_API_KEY],
+      state: this.server.state,
+    });
+  }
+
+  rootPath(relativePath: string): string {
+    return path.join(this.rootDir, relativePath);
+  }
+
+  async close(): Promise<void> {
+    await this.server.close().catch(() => undefined);
+    await rm(this.dir, { recursive: true, force: true });
+  }
+}
+
+export async function collect(child: ChildProcess, timeoutMs: number): Promise<RunResult> {
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk;
+  });
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+export async function makeDir(dir: string): Promise<void> {
+  await mkdir(dir, { recursive: true });
+}
