@@ -55,7 +55,7 @@ Options:
   -h, --help           print this help and exit
       --version        print the version and exit
 
-Exit codes of --once (the other commands use 0, 2, 3 and 78 alike):
+Exit codes of --once (every command exits 2 on a usage error and 78 on an invalid configuration):
 ${exitCodeLines}
 
 Environment:
