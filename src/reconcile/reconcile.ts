@@ -9,7 +9,7 @@ import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
 import { readRegularFile, sweepTempFiles } from '../store/durable-writer.js';
-import { PathRejectedError } from '../store/errors.js';
+import { DiskError, PathRejectedError } from '../store/errors.js';
 import { StatusOutbox } from '../store/outbox.js';
 import { emptyState, type LocalState, loadLocalState, saveLocalState } from '../store/state.js';
 import { applySteps, type InstanceOutcome, type RetryPolicy } from './apply.js';
@@ -292,6 +292,8 @@ export class Reconciler {
         );
       } catch (error) {
         if (error instanceof PathRejectedError) disk.set(path, { kind: 'rejected', reason: error.message });
+        // A root that does not exist yet (first dry run) holds no file at all.
+        else if (error instanceof DiskError && error.errno === 'ENOENT') disk.set(path, { kind: 'absent' });
         else disk.set(path, { kind: 'unreadable', reason: errorMessage(error) });
       }
     }
