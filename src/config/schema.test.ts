@@ -95,6 +95,16 @@ describe('config.example.json', () => {
     expect(keyPaths(example).sort()).toEqual(keyPaths(parsed).sort());
   });
 
+  it('has every key described in docs/configuration.md', () => {
+    const docs = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8');
+    const keys = keyPaths(example);
+    const isLeaf = (key: string) =>
+      !keys.some((other) => other.startsWith(`${key}.`) || other.startsWith(`${key}[]`));
+    const undocumented = keys.filter((key) => isLeaf(key) && !docs.includes(`| \`${key}\` |`));
+    expect(keys.filter(isLeaf).length).toBeGreaterThan(20);
+    expect(undocumented).toEqual([]);
+  });
+
   it('writes the modes as the octal strings the docs show', () => {
     expect(example).toMatchObject({ files: { mode: '0644', dirMode: '0755' } });
   });
