@@ -74,8 +74,10 @@ export async function runOnce(
     );
     return exitCodeFor(result);
   } catch (error) {
-    logger.error({ err: error }, 'reconcile pass failed');
     io.stderr.write(`config-agent: ${secrets.scrub(errorMessage(error))}\n`);
+    // A root or state directory that cannot be created is a configuration problem, not a failed pass.
+    if (error instanceof ConfigError) return ExitCode.Config;
+    logger.error({ err: error }, 'reconcile pass failed');
     return ExitCode.NotConverged;
   }
 }
