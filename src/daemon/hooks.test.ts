@@ -1,0 +1,331 @@
+// Hooks with real child processes: matching, env, timeouts (process group), failures, spawn errors, abort.
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { createLogger, createSecretRegistry, type Logger, silentLogger } from '../lib/logger.js';
+import { CHANGED_ENV, type HookSpec, matchingPaths, runHooks, STDERR_TAIL_BYTES } from './hooks.js';
+
+const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-hooks-'));
+const ROOT = path.join(BASE, 'root');
+const OUT = path.join(BASE, 'out');
+const node = process.execPath;
+let counter = 0;
+const strays: number[] = [];
+
+afterEach(() => {
+  for (const pid of strays.splice(0)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Already gone.
+    }
+  }
+});
+
+afterAll(() => {
+  rmSync(BASE, { recursive: true, force: true });
+});
+
+function outFile(name: string): string {
+  counter += 1;
+  return path.join(OUT, `${counter}-${name}`);
+}
+
+function setup(): void {
+  rmSync(ROOT, { recursive: true, force: true });
+  rmSync(OUT, { recursive: true, force: true });
+  for (const dir of [ROOT, OUT]) mkdirSync(dir, { recursive: true });
+}
+
+/** A hook that appends one JSON line {cwd, changed} per run to `file`. */
+function recordingHook(match: string, file: string): HookSpec {
+  const script = `require('node:fs').appendFileSync(process.argv[1], JSON.stringify({ cwd: process.cwd(), changed: process.env.${CHANGED_ENV} }) + '\\n')`;
+  return { match, run: [node, '-e', script, file], timeoutSeconds: 10 };
+}
+
+function runs(file: string): { cwd: string; changed: string }[] {
+  if (!existsSync(file)) return [];
+  return readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as { cwd: string; changed: string });
+}
+
+/** Alive and not a zombie: in a container PID 1 may never reap an orphan, so kill(pid, 0) is not enough. */
+function isAlive(pid: number): boolean {
+  if (existsSync('/proc/self/stat')) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+      return state !== 'Z' && state !== 'X';
+    } catch {
+      return false;
+    }
+  }
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function waitFor(condition: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (condition()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return condition();
+}
+
+function capturingLogger(): { logger: Logger; lines: () => Record<string, unknown>[] } {
+  let text = '';
+  const destination = new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      text += chunk.toString();
+      callback();
+    },
+  });
+  const logger = createLogger({ level: 'debug', secrets: createSecretRegistry(), destination });
+  return {
+    logger,
+    lines: () =>
+      text
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => JSON.parse(line) as Record<string, unknown>),
+  };
+}
+
+const options = (extra: Partial<Parameters<typeof runHooks>[2]> = {}) => ({
+  cwd: ROOT,
+  env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+  logger: silentLogger(),
+  ...extra,
+});
+
+/** A script that starts a long-lived grandchild, writes its pid to argv[1], then waits forever. */
+const SPAWNS_GRANDCHILD = `
+const { spawn } = require('node:child_process');
+const grandchild = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+require('node:fs').writeFileSync(process.argv[1], String(grandchild.pid));
+setInterval(() => {}, 1000);
+`;
+
+describe('matchingPaths', () => {
+  const hook = (match: string): HookSpec => ({ match, run: ['true'], timeoutSeconds: 1 });
+
+  it('matches globs relative to rootDir, dot files included, each path once in input order', () => {
+    const changed = ['nginx/nginx.conf', 'app/.env', 'nginx/sites/.hidden.conf', 'nginx/nginx.conf', 'x.txt'];
+    expect(matchingPaths(hook('nginx/**'), changed)).toEqual([
+      'nginx/nginx.conf',
+      'nginx/sites/.hidden.conf',
+    ]);
+    expect(matchingPaths(hook('**/.env'), changed)).toEqual(['app/.env']);
+    expect(matchingPaths(hook('*.txt'), changed)).toEqual(['x.txt']);
+    expect(matchingPaths(hook('*.conf'), changed)).toEqual([]);
+  });
+});
+
+describe('runHooks', () => {
+  it('runs each matching hook once per pass in rootDir, with only its matching paths in CONFIG_AGENT_CHANGED', async () => {
+    setup();
+    const nginxLog = outFile('nginx');
+    const jsonLog = outFile('json');
+    const unmatchedLog = outFile('unmatched');
+    const hooks = [
+      recordingHook('nginx/**', nginxLog),
+      recordingHook('**/*.json', jsonLog),
+      recordingHook('nothing/**', unmatchedLog),
+    ];
+    const changed = [
+      'nginx/nginx.conf',
+      'app/settings.json',
+      'nginx/sites/.a.conf',
+      '.hidden/x.json',
+      'a.txt',
+    ];
+
+    const results = await runHooks(hooks, changed, options());
+
+    expect(runs(nginxLog)).toEqual([{ cwd: ROOT, changed: 'nginx/nginx.conf\nnginx/sites/.a.conf' }]);
+    expect(runs(jsonLog)).toEqual([{ cwd: ROOT, changed: 'app/settings.json\n.hidden/x.json' }]);
+    expect(existsSync(unmatchedLog)).toBe(false);
+    expect(results.map((r) => [r.match, r.exitCode, r.signal, r.timedOut, r.error])).toEqual([
+      ['nginx/**', 0, null, false, undefined],
+      ['**/*.json', 0, null, false, undefined],
+    ]);
+    expect(results[0]!.changedPaths).toEqual(['nginx/nginx.conf', 'nginx/sites/.a.conf']);
+
+    // A second pass runs the hook again, once.
+    await runHooks(hooks, ['nginx/other.conf'], options());
+    expect(runs(nginxLog).map((r) => r.changed)).toEqual([
+      'nginx/nginx.conf\nnginx/sites/.a.conf',
+      'nginx/other.conf',
+    ]);
+    expect(runs(jsonLog)).toHaveLength(1);
+  });
+
+  it('runs nothing when no changed path matches', async () => {
+    setup();
+    const log = outFile('none');
+    const results = await runHooks([recordingHook('nginx/**', log)], ['app/a.conf'], options());
+    expect(results).toEqual([]);
+    expect(existsSync(log)).toBe(false);
+    expect(await runHooks([recordingHook('**', log)], [], options())).toEqual([]);
+    expect(existsSync(log)).toBe(false);
+  });
+
+  it('never passes the API key or the credentials directory to a hook', async () => {
+    setup();
+    const envFile = outFile('env');
+    const secret = 'sk_live_secret_value_123';
+    const script = `require('node:fs').writeFileSync(process.argv[1], JSON.stringify(process.env))`;
+    const env = {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      CONFIG_AGENT_API_KEY: secret,
+      OTHER_API_KEY: secret,
+      my_apikey: secret,
+      CREDENTIALS_DIRECTORY: '/run/credentials/config-agent.service',
+      KEEP_ME: 'yes',
+      [CHANGED_ENV]: 'stale value from the agent environment',
+    };
+    const [result] = await runHooks(
+      [{ match: '**', run: [node, '-e', script, envFile], timeoutSeconds: 10 }],
+      ['a.conf'],
+      options({ env }),
+    );
+    expect(result?.exitCode).toBe(0);
+    const seen = JSON.parse(readFileSync(envFile, 'utf8')) as Record<string, string>;
+    expect(seen.KEEP_ME).toBe('yes');
+    expect(seen[CHANGED_ENV]).toBe('a.conf');
+    for (const name of ['CONFIG_AGENT_API_KEY', 'OTHER_API_KEY', 'my_apikey', 'CREDENTIALS_DIRECTORY']) {
+      expect(seen).not.toHaveProperty(name);
+    }
+    expect(readFileSync(envFile, 'utf8')).not.toContain(secret);
+    expect(env.CONFIG_AGENT_API_KEY).toBe(secret);
+  });
+
+  it('kills a hook and its grandchildren after timeoutSeconds', async () => {
+    setup();
+    const pidFile = outFile('grandchild-pid');
+    const [result] = await runHooks(
+      [{ match: '**', run: [node, '-e', SPAWNS_GRANDCHILD, pidFile], timeoutSeconds: 0.5 }],
+      ['a.conf'],
+      options({ killGraceMs: 500 }),
+    );
+    const grandchild = Number(readFileSync(pidFile, 'utf8'));
+    strays.push(grandchild);
+    expect(result).toMatchObject({ timedOut: true, exitCode: null, signal: 'SIGTERM' });
+    expect(result!.durationMs).toBeGreaterThanOrEqual(450);
+    expect(result!.durationMs).toBeLessThan(5000);
+    expect(await waitFor(() => !isAlive(grandchild), 3000)).toBe(true);
+  });
+
+  it('escalates to SIGKILL when a hook ignores SIGTERM', async () => {
+    setup();
+    const script = `process.on('SIGTERM', () => {}); setInterval(() => {}, 1000);`;
+    const [result] = await runHooks(
+      [{ match: '**', run: [node, '-e', script], timeoutSeconds: 0.3 }],
+      ['a.conf'],
+      options({ killGraceMs: 300 }),
+    );
+    expect(result).toMatchObject({ timedOut: true, exitCode: null, signal: 'SIGKILL' });
+    expect(result!.durationMs).toBeLessThan(5000);
+  });
+
+  it('reports a non-zero exit with the stderr tail, logs it, and still runs the next hook', async () => {
+    setup();
+    const nextLog = outFile('next');
+    const script = `process.stderr.write('x'.repeat(10000) + 'é' + 'reload failed: bad config\\n', () => process.exit(3))`;
+    const { logger, lines } = capturingLogger();
+    const results = await runHooks(
+      [{ match: '**', run: [node, '-e', script], timeoutSeconds: 10 }, recordingHook('**', nextLog)],
+      ['a.conf'],
+      options({ logger }),
+    );
+    expect(results[0]).toMatchObject({ exitCode: 3, signal: null, timedOut: false });
+    expect(results[0]!.error).toBeUndefined();
+    const tail = results[0]!.stderrTail;
+    expect(tail.endsWith('reload failed: bad config\n')).toBe(true);
+    expect(Buffer.byteLength(tail)).toBeLessThanOrEqual(STDERR_TAIL_BYTES);
+    expect(Buffer.byteLength(tail)).toBeGreaterThan(STDERR_TAIL_BYTES - 4);
+    expect(results[1]!.exitCode).toBe(0);
+    expect(runs(nextLog)).toHaveLength(1);
+
+    const failure = lines().find((line) => line.level === 'warn');
+    expect(failure).toMatchObject({ hook: '**', exitCode: 3, signal: null, timedOut: false });
+    expect(String(failure?.stderrTail)).toContain('reload failed: bad config');
+    expect(lines().filter((line) => line.msg === 'hook ran')).toHaveLength(1);
+  });
+
+  it('reports a command that does not exist, and still runs the next hook', async () => {
+    setup();
+    const nextLog = outFile('next');
+    const missing = path.join(BASE, 'no-such-command');
+    const results = await runHooks(
+      [{ match: '**', run: [missing, '--flag'], timeoutSeconds: 10 }, recordingHook('**', nextLog)],
+      ['a.conf'],
+      options(),
+    );
+    expect(results[0]).toMatchObject({
+      exitCode: null,
+      signal: null,
+      timedOut: false,
+      argv: [missing, '--flag'],
+    });
+    expect(results[0]!.error).toContain('ENOENT');
+    expect(results[1]!.exitCode).toBe(0);
+    expect(runs(nextLog)).toHaveLength(1);
+  });
+
+  it('kills the running hook (and its group) on abort, and skips the hooks not yet started', async () => {
+    setup();
+    const pidFile = outFile('grandchild-pid');
+    const skippedLog = outFile('skipped');
+    const controller = new AbortController();
+    const pending = runHooks(
+      [
+        { match: '**', run: [node, '-e', SPAWNS_GRANDCHILD, pidFile], timeoutSeconds: 60 },
+        recordingHook('**', skippedLog),
+      ],
+      ['a.conf'],
+      options({ signal: controller.signal, killGraceMs: 500 }),
+    );
+    expect(await waitFor(() => existsSync(pidFile) && readFileSync(pidFile, 'utf8') !== '', 5000)).toBe(true);
+    const grandchild = Number(readFileSync(pidFile, 'utf8'));
+    strays.push(grandchild);
+    controller.abort();
+    const results = await pending;
+
+    expect(results).toHaveLength(1);
+    expect(results[0]).toMatchObject({ timedOut: false, exitCode: null, signal: 'SIGTERM' });
+    expect(results[0]!.error).toMatch(/abort/);
+    expect(results[0]!.durationMs).toBeLessThan(10_000);
+    expect(existsSync(skippedLog)).toBe(false);
+    expect(await waitFor(() => !isAlive(grandchild), 3000)).toBe(true);
+  });
+
+  it('does not wait for a background process that keeps the hook pipes open after the hook exits', async () => {
+    setup();
+    const pidFile = outFile('daemon-pid');
+    const script = `
+const { spawn } = require('node:child_process');
+const bg = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'inherit', detached: true });
+require('node:fs').writeFileSync(process.argv[1], String(bg.pid));
+bg.unref();
+`;
+    const started = Date.now();
+    const [result] = await runHooks(
+      [{ match: '**', run: [node, '-e', script, pidFile], timeoutSeconds: 30 }],
+      ['a.conf'],
+      options(),
+    );
+    strays.push(Number(readFileSync(pidFile, 'utf8')));
+    expect(result).toMatchObject({ exitCode: 0, signal: null, timedOut: false });
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+});

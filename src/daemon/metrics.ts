@@ -1,0 +1,207 @@
+// Prometheus metrics of the agent (prom-client, private registry), written as a node_exporter textfile.
+import path from 'node:path';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { FsPort } from '../lib/fs-port.js';
+import { publishFile } from '../store/durable-writer.js';
+import { type HookRunResult, hookFailed } from './hooks.js';
+
+export interface PassSummary {
+  durationMs: number;
+  converged: boolean;
+  /** False when the service could not be reached at all during the pass. */
+  reachable: boolean;
+  /** Wall-clock epoch milliseconds at the end of the pass. */
+  finishedAtMs: number;
+  managedFiles: number;
+  instancesByStatus: Record<string, number>;
+  /** Request retries made during the pass. */
+  retries: number;
+}
+
+/** Matches RequestEvent in src/api/client.ts. */
+export interface RequestMetricEvent {
+  method: string;
+  route: string;
+  outcome: string;
+  status?: number;
+  durationMs: number;
+}
+
+export type PassResult = 'converged' | 'not_converged' | 'unreachable';
+const PASS_RESULTS: readonly PassResult[] = ['converged', 'not_converged', 'unreachable'];
+
+const PASS_DURATION_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+const REQUEST_DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+function seconds(ms: number): number {
+  return Number.isFinite(ms) ? Math.max(0, ms) / 1000 : 0;
+}
+
+/** Recording a metric must never fail a pass: a value that is not a count reads as 0. */
+function count(value: number | undefined): number {
+  const n = value ?? 1;
+  return Number.isFinite(n) && n >= 0 ? n : 0;
+}
+
+export function passResult(summary: Pick<PassSummary, 'converged' | 'reachable'>): PassResult {
+  if (!summary.reachable) return 'unreachable';
+  return summary.converged ? 'converged' : 'not_converged';
+}
+
+/**
+ * Every metric the agent exports. A private registry per instance: no global state, so two agents (or two
+ * tests) in one process never share or clash over series, and nothing is exported that was not asked for.
+ */
+export class AgentMetrics {
+  private readonly registry = new Registry();
+  private readonly seenStatuses = new Set<string>();
+  private readonly managedFiles: Gauge;
+  private readonly instances: Gauge<'status'>;
+  private readonly passDuration: Histogram;
+  private readonly passes: Counter<'result'>;
+  private readonly lastPass: Gauge;
+  private readonly lastSuccess: Gauge;
+  private readonly retries: Counter;
+  private readonly driftRepairs: Counter;
+  private readonly driftDetected: Counter;
+  private readonly hookRuns: Counter;
+  private readonly hookFailures: Counter;
+  private readonly requests: Counter<'method' | 'route' | 'outcome'>;
+  private readonly requestDuration: Histogram<'method' | 'route'>;
+
+  constructor(labels: { deviceId: string }) {
+    this.registry.setDefaultLabels({ device_id: labels.deviceId });
+    const registers = [this.registry];
+    this.managedFiles = new Gauge({
+      name: 'config_agent_managed_files',
+      help: 'Files under rootDir the agent currently manages.',
+      registers,
+    });
+    this.instances = new Gauge({
+      name: 'config_agent_instances',
+      help: "The device's config instances by status, as of the last pass.",
+      labelNames: ['status'],
+      registers,
+    });
+    this.passDuration = new Histogram({
+      name: 'config_agent_pass_duration_seconds',
+      help: 'Duration of reconcile passes.',
+      buckets: PASS_DURATION_BUCKETS,
+      registers,
+    });
+    this.passes = new Counter({
+      name: 'config_agent_passes_total',
+      help: 'Reconcile passes by result.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.lastPass = new Gauge({
+      name: 'config_agent_last_pass_timestamp_seconds',
+      help: 'When the last pass ended, whatever its result (epoch seconds); stale means the loop is stuck.',
+      registers,
+    });
+    this.lastSuccess = new Gauge({
+      name: 'config_agent_last_success_timestamp_seconds',
+      help: 'When the last converged pass ended (epoch seconds); 0 until the first one.',
+      registers,
+    });
+    this.retries = new Counter({
+      name: 'config_agent_retries_total',
+      help: 'Request retries made by reconcile passes.',
+      registers,
+    });
+    this.driftRepairs = new Counter({
+      name: 'config_agent_drift_repairs_total',
+      help: 'Managed files rewritten after someone else changed or deleted them.',
+      registers,
+    });
+    this.driftDetected = new Counter({
+      name: 'config_agent_drift_detected_total',
+      help: 'Changes or deletions of managed files by someone else that the watcher noticed.',
+      registers,
+    });
+    this.hookRuns = new Counter({
+      name: 'config_agent_hook_runs_total',
+      help: 'Hook commands run.',
+      registers,
+    });
+    this.hookFailures = new Counter({
+      name: 'config_agent_hook_failures_total',
+      help: 'Hook commands that failed: non-zero exit, killed, timed out or not started.',
+      registers,
+    });
+    this.requests = new Counter({
+      name: 'config_agent_requests_total',
+      help: 'Requests to the service by route and outcome.',
+      labelNames: ['method', 'route', 'outcome'],
+      registers,
+    });
+    this.requestDuration = new Histogram({
+      name: 'config_agent_request_duration_seconds',
+      help: 'Duration of requests to the service.',
+      labelNames: ['method', 'route'],
+      buckets: REQUEST_DURATION_BUCKETS,
+      registers,
+    });
+    // Series that exist from the start, so rate() and absence alerts work before the first event.
+    for (const result of PASS_RESULTS) this.passes.inc({ result }, 0);
+    this.lastSuccess.set(0);
+  }
+
+  recordPass(summary: PassSummary): void {
+    const result = passResult(summary);
+    this.passes.inc({ result });
+    this.passDuration.observe(seconds(summary.durationMs));
+    this.lastPass.set(Math.floor(summary.finishedAtMs / 1000));
+    if (result === 'converged') this.lastSuccess.set(Math.floor(summary.finishedAtMs / 1000));
+    this.managedFiles.set(count(summary.managedFiles));
+    if (summary.retries > 0) this.retries.inc(count(summary.retries));
+    // A status nobody holds any more reads 0 rather than vanishing, so graphs do not keep its last value.
+    for (const status of this.seenStatuses) {
+      if (!(status in summary.instancesByStatus)) this.instances.set({ status }, 0);
+    }
+    for (const [status, n] of Object.entries(summary.instancesByStatus)) {
+      this.seenStatuses.add(status);
+      this.instances.set({ status }, count(n));
+    }
+  }
+
+  recordRequest(event: RequestMetricEvent): void {
+    const { method, route } = event;
+    this.requests.inc({ method, route, outcome: event.outcome });
+    this.requestDuration.observe({ method, route }, seconds(event.durationMs));
+  }
+
+  recordDriftRepair(n?: number): void {
+    this.driftRepairs.inc(count(n));
+  }
+
+  recordDriftDetected(n?: number): void {
+    this.driftDetected.inc(count(n));
+  }
+
+  recordHookRun(result: HookRunResult): void {
+    this.hookRuns.inc();
+    if (hookFailed(result)) this.hookFailures.inc();
+  }
+
+  /** The Prometheus text exposition format (version 0.0.4) of every metric. */
+  render(): Promise<string> {
+    return this.registry.metrics();
+  }
+}
+
+/**
+ * Publishes the textfile atomically (temp file + fsync + rename) so node_exporter never reads half a file;
+ * the temp name starts with a dot and does not end in .prom, so the collector ignores it. The directory
+ * must exist: it belongs to node_exporter's setup, not to the agent. Throws DiskError / PathRejectedError.
+ */
+export async function writeMetricsTextfile(fs: FsPort, filePath: string, text: string): Promise<void> {
+  await publishFile(fs, {
+    rootDir: path.dirname(filePath),
+    relativePath: path.basename(filePath),
+    data: Buffer.from(text, 'utf8'),
+    mode: 0o644,
+    dirMode: 0o755,
+  });
+}
