@@ -8,7 +8,15 @@ import type { ContentCache } from '../store/content-cache.js';
 import { publishFile, removeManagedFile } from '../store/durable-writer.js';
 import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
-import { errorReport, type RemoveStep, removedReport, type Step, type StepKind, type WriteStep } from './plan.js';
+import {
+  deployedReport,
+  errorReport,
+  type RemoveStep,
+  removedReport,
+  type Step,
+  type StepKind,
+  type WriteStep,
+} from './plan.js';
 
 export interface RetryPolicy {
   maxAttempts: number;
@@ -55,14 +63,23 @@ export interface InstanceOutcome {
   reason?: string;
 }
 
-type StepHandler<K extends StepKind> = (step: Extract<Step, { kind: K }>, ctx: ApplyContext) => Promise<InstanceOutcome[]>;
+type StepHandler<K extends StepKind> = (
+  step: Extract<Step, { kind: K }>,
+  ctx: ApplyContext,
+) => Promise<InstanceOutcome[]>;
 
 const handlers: { [K in StepKind]: StepHandler<K> } = {
   write: applyWrite,
   remove: async (step, ctx) => [await applyRemove(step, ctx)],
   report: async (step, ctx) => {
     queueReport(ctx, step.instance, step.report);
-    const archived = step.reason === 'archive' || step.reason === 'not_ours' || step.reason === 'replaced_by_owner';
+    const { activity_status: activity, error_status: error } = step.report;
+    // The instance is where the service wants it: earlier attempts and cooldowns no longer apply.
+    if (error === 'none' && (activity === 'deployed' || activity === 'removed')) {
+      markSucceeded(ctx, step.instance, activity);
+    }
+    const archived =
+      step.reason === 'archive' || step.reason === 'not_ours' || step.reason === 'replaced_by_owner';
     const outcome = outcomeFor(step.instance, archived ? 'archived' : 'reported', true);
     return [step.report.message === undefined ? outcome : { ...outcome, message: step.report.message }];
   },
@@ -82,10 +99,15 @@ const handlers: { [K in StepKind]: StepHandler<K> } = {
     const seconds = Math.max(0, Math.ceil((step.until - ctx.clock.monotonic()) / 1000));
     return [{ ...outcomeFor(step.instance, 'waiting', false), message: `next attempt in ${seconds}s` }];
   },
-  untouched: async (step) => {
+  untouched: async (step, ctx) => {
     if (step.reason === 'failed') {
-      return [{ ...outcomeFor(step.instance, 'untouched', false), message: 'failed on the service: left alone' }];
+      return [
+        { ...outcomeFor(step.instance, 'untouched', false), message: 'failed on the service: left alone' },
+      ];
     }
+    // In place: a stale undelivered error report (from a failed repair) must be superseded, not delivered.
+    queueReport(ctx, step.instance, deployedReport());
+    markSucceeded(ctx, step.instance, 'deployed');
     return [outcomeFor(step.instance, 'unchanged', true)];
   },
 };
@@ -129,15 +151,25 @@ async function applyWrite(step: WriteStep, ctx: ApplyContext): Promise<InstanceO
     });
     await cacheForRollback(ctx, step);
     markSucceeded(ctx, step.instance, 'deployed');
-    if (step.reportOnSuccess) queueReport(ctx, step.instance, { activity_status: 'deployed', error_status: 'none' });
-    for (const remove of displaced) queueReport(ctx, remove.instance, removedReport());
-    if (result.outcome === 'written' && step.reason === 'drift') {
-      ctx.logger.warn({ instanceId: step.instance.id, path: step.path }, 'restored a managed file changed by someone else');
+    if (step.reportOnSuccess)
+      queueReport(ctx, step.instance, { activity_status: 'deployed', error_status: 'none' });
+    for (const remove of displaced) {
+      if (ctx.state.files.get(remove.path)?.instanceId === remove.instance.id) {
+        ctx.state.files.delete(remove.path);
+      }
+      queueReport(ctx, remove.instance, removedReport());
+      markSucceeded(ctx, remove.instance, 'removed');
     }
-    outcomes.push(
-      ...displaced.map((remove) => outcomeFor(remove.instance, 'removed', true)),
-      { ...outcomeFor(step.instance, result.outcome === 'written' ? 'written' : 'unchanged', true), reason: step.reason },
-    );
+    if (result.outcome === 'written' && step.reason === 'drift') {
+      ctx.logger.warn(
+        { instanceId: step.instance.id, path: step.path },
+        'restored a managed file changed by someone else',
+      );
+    }
+    outcomes.push(...displaced.map((remove) => outcomeFor(remove.instance, 'removed', true)), {
+      ...outcomeFor(step.instance, result.outcome === 'written' ? 'written' : 'unchanged', true),
+      reason: step.reason,
+    });
     return outcomes;
   } catch (error) {
     // The swap failed half-way: put back what was removed for it, so the device keeps a working config.
@@ -189,19 +221,28 @@ async function restoreDisplaced(remove: RemoveStep, ctx: ApplyContext): Promise<
         mode: owned.mode,
         dirMode: ctx.dirMode,
       });
-      ctx.logger.warn({ instanceId: remove.instance.id, path: remove.path }, 'swap failed: restored the removed file');
+      ctx.logger.warn(
+        { instanceId: remove.instance.id, path: remove.path },
+        'swap failed: restored the removed file',
+      );
       return {
         ...outcomeFor(remove.instance, 'unchanged', false),
         message: 'kept: its replacement could not be written',
       };
     } catch (error) {
-      ctx.logger.error({ err: error, path: remove.path }, 'swap failed and the removed file could not be restored');
+      ctx.logger.error(
+        { err: error, path: remove.path },
+        'swap failed and the removed file could not be restored',
+      );
     }
   }
   ctx.state.files.delete(remove.path);
   markSucceeded(ctx, remove.instance, 'removed');
   queueReport(ctx, remove.instance, removedReport());
-  return { ...outcomeFor(remove.instance, 'removed', true), message: 'removed; rollback impossible (no cached copy)' };
+  return {
+    ...outcomeFor(remove.instance, 'removed', true),
+    message: 'removed; rollback impossible (no cached copy)',
+  };
 }
 
 async function cacheForRollback(ctx: ApplyContext, step: WriteStep): Promise<void> {
@@ -217,7 +258,12 @@ async function cacheForRollback(ctx: ApplyContext, step: WriteStep): Promise<voi
  * A failed disk operation: hostile paths fail at once; other errors count an attempt, back off with full
  * jitter and turn `failed` after maxAttempts.
  */
-function recordFailure(ctx: ApplyContext, instance: ConfigInstance, error: unknown, operation: string): InstanceOutcome {
+function recordFailure(
+  ctx: ApplyContext,
+  instance: ConfigInstance,
+  error: unknown,
+  operation: string,
+): InstanceOutcome {
   const message = `${operation} failed: ${errorMessage(error)}`;
   const permanent = isAgentError(error) && !error.retryable;
   const record = ctx.state.instances.get(instance.id);
@@ -243,7 +289,8 @@ function recordFailure(ctx: ApplyContext, instance: ConfigInstance, error: unkno
 
 /** Full jitter: uniform in [0, min(max, base × 2^(attempt-1))], so a fleet's retries spread out. */
 export function backoffDelayMs(policy: RetryPolicy, attempt: number, random: () => number): number {
-  const ceiling = Math.min(policy.maxDelaySeconds, policy.baseDelaySeconds * 2 ** Math.max(0, attempt - 1)) * 1000;
+  const ceiling =
+    Math.min(policy.maxDelaySeconds, policy.baseDelaySeconds * 2 ** Math.max(0, attempt - 1)) * 1000;
   return Math.round(random() * ceiling);
 }
 
@@ -292,7 +339,9 @@ function queueReport(ctx: ApplyContext, instance: ConfigInstance, report: Status
 }
 
 function sameReport(a: StatusReport, b: StatusReport): boolean {
-  return a.activity_status === b.activity_status && a.error_status === b.error_status && a.message === b.message;
+  return (
+    a.activity_status === b.activity_status && a.error_status === b.error_status && a.message === b.message
+  );
 }
 
 function outcomeFor(instance: ConfigInstance, action: InstanceAction, converged: boolean): InstanceOutcome {

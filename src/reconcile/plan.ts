@@ -1,5 +1,10 @@
 // The planner: a pure function of (server instances, local state, disk observation) returning the steps.
-import type { ConfigInstance, ConfigInstanceActivityStatus, ErrorStatus, StatusReport } from '../api/schemas.js';
+import type {
+  ConfigInstance,
+  ConfigInstanceActivityStatus,
+  ErrorStatus,
+  StatusReport,
+} from '../api/schemas.js';
 import { errorMessage } from '../lib/errors.js';
 import { sha256Hex } from '../store/durable-writer.js';
 import { validateRelativePath } from '../store/path-guard.js';
@@ -57,7 +62,12 @@ export type Step =
   | { kind: 'wait'; instance: ConfigInstance; until: number }
   | { kind: 'untouched'; instance: ConfigInstance; reason: 'failed' | 'in_place' };
 
-export type ReportReason = 'archive' | 'already_in_place' | 'replaced_by_owner' | 'not_ours' | 'already_absent';
+export type ReportReason =
+  | 'archive'
+  | 'already_in_place'
+  | 'replaced_by_owner'
+  | 'not_ours'
+  | 'already_absent';
 
 export type StepKind = Step['kind'];
 
@@ -132,7 +142,8 @@ export function planSteps(input: PlanInput): Step[] {
     }
     if (!ownedByThis) {
       // Deployed per the service but not recorded as written by us (lost state, another owner): never delete.
-      const reason: ReportReason = winnerByPath.has(path) || owned !== undefined ? 'replaced_by_owner' : 'not_ours';
+      const reason: ReportReason =
+        winnerByPath.has(path) || owned !== undefined ? 'replaced_by_owner' : 'not_ours';
       others.push({ kind: 'report', instance, report: removedReport(reason), reason });
       continue;
     }
@@ -141,11 +152,8 @@ export function planSteps(input: PlanInput): Step[] {
       others.push({ kind: 'report', instance, report: removedReport(), reason: 'replaced_by_owner' });
       continue;
     }
-    const observed = input.disk.get(path) ?? { kind: 'absent' };
-    if (observed.kind === 'absent') {
-      others.push({ kind: 'report', instance, report: removedReport(), reason: 'already_absent' });
-      continue;
-    }
+    // Even when the file is already gone the remover runs: it prunes the directories the agent created and the
+    // record is forgotten; a bare report would leave both behind for good.
     removes.push({ kind: 'remove', instance, path });
   }
 
@@ -184,7 +192,16 @@ function planDeployed(instance: ConfigInstance, input: PlanInput): WriteStep | S
   else if (observed.kind === 'absent' && owned === undefined) reason = 'new';
   else if (owned?.instanceId === instance.id && owned.sha256 === sha256) reason = 'drift';
   else reason = 'changed';
-  return { kind: 'write', instance, path, data, sha256, reason, displaces: [], reportOnSuccess: !serverInPlace };
+  return {
+    kind: 'write',
+    instance,
+    path,
+    data,
+    sha256,
+    reason,
+    displaces: [],
+    reportOnSuccess: !serverInPlace,
+  };
 }
 
 function pathProblem(path: string): string | undefined {

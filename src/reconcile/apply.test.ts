@@ -1,0 +1,916 @@
+// Step handlers on memfs: each pass is observe → plan → apply; assertions are on the resulting world.
+import path from 'node:path';
+import { createFsFromVolume, Volume } from 'memfs';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { ConfigInstance, mergeStatus } from '../api/schemas.js';
+import type { Clock } from '../lib/clock.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import { ContentCache } from '../store/content-cache.js';
+import { readRegularFile, sha256Hex } from '../store/durable-writer.js';
+import { PathRejectedError } from '../store/errors.js';
+import { StatusOutbox } from '../store/outbox.js';
+import { TEMP_PREFIX } from '../store/path-guard.js';
+import { emptyState, type LocalState } from '../store/state.js';
+import {
+  type ApplyContext,
+  applySteps,
+  backoffDelayMs,
+  type InstanceOutcome,
+  type RetryPolicy,
+} from './apply.js';
+import { type DiskObservation, planSteps, type Step } from './plan.js';
+
+const ROOT = '/srv/config';
+const STATE_DIR = '/var/lib/config-agent';
+const OUTSIDE = '/outside';
+const FILE_MODE = 0o640;
+const DIR_MODE = 0o750;
+const RETRY: RetryPolicy = { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 };
+const WALL_START = Date.parse('2026-03-01T12:00:00.000Z');
+
+type InstanceFields = Partial<Omit<ConfigInstance, 'status'>> & { id: string };
+
+function makeInstance(fields: InstanceFields): ConfigInstance {
+  const activity = fields.activity_status ?? 'queued';
+  const error = fields.error_status ?? 'none';
+  return ConfigInstance.parse({
+    object: 'config_instance',
+    target_status: 'deployed',
+    relative_filepath: 'app.json',
+    created_at: '2026-01-01T00:00:00Z',
+    updated_at: '2026-01-01T00:00:00Z',
+    device_id: 'dvc_1',
+    config_schema_id: 'sch_app',
+    config_type_id: 'typ_app',
+    device: null,
+    config_schema: null,
+    config_type: null,
+    content: { port: 8080 },
+    ...fields,
+    activity_status: activity,
+    error_status: error,
+    status: mergeStatus(activity, error),
+  });
+}
+
+function jsonText(content: unknown): string {
+  return `${JSON.stringify(content, null, 2)}\n`;
+}
+
+interface FakeClock extends Clock {
+  advance(ms: number): void;
+}
+
+function fakeClock(): FakeClock {
+  let wall = WALL_START;
+  let mono = 10_000;
+  return {
+    now: () => wall,
+    monotonic: () => mono,
+    sleep: async (ms) => {
+      wall += ms;
+      mono += ms;
+    },
+    advance(ms) {
+      wall += ms;
+      mono += ms;
+    },
+  };
+}
+
+type FaultOp = 'open' | 'rename' | 'unlink';
+interface Fault {
+  op: FaultOp;
+  /** Absolute path the operation targets (for rename: the destination). */
+  match: (absolute: string) => boolean;
+  code: 'ENOSPC' | 'EACCES' | 'EROFS' | 'EIO';
+}
+
+function errnoError(code: string, syscall: string, target: string): NodeJS.ErrnoException {
+  return Object.assign(new Error(`${code}: simulated failure, ${syscall} '${target}'`), {
+    code,
+    syscall,
+    path: target,
+  });
+}
+
+/** memfs with injectable errno failures for one path: the disk-failure tests need faults memfs cannot produce. */
+function faultyFs(inner: FsPort, faults: Fault[]): FsPort {
+  const check = (op: FaultOp, target: unknown) => {
+    const absolute = String(target);
+    const fault = faults.find((candidate) => candidate.op === op && candidate.match(absolute));
+    if (fault !== undefined) throw errnoError(fault.code, op, absolute);
+  };
+  return {
+    open: (async (...args: Parameters<FsPort['open']>) => {
+      check('open', args[0]);
+      return inner.open(...args);
+    }) as FsPort['open'],
+    rename: (async (...args: Parameters<FsPort['rename']>) => {
+      check('rename', args[1]);
+      return inner.rename(...args);
+    }) as FsPort['rename'],
+    unlink: (async (...args: Parameters<FsPort['unlink']>) => {
+      check('unlink', args[0]);
+      return inner.unlink(...args);
+    }) as FsPort['unlink'],
+    lstat: inner.lstat.bind(inner),
+    stat: inner.stat.bind(inner),
+    mkdir: inner.mkdir.bind(inner),
+    readdir: inner.readdir.bind(inner),
+    readFile: inner.readFile.bind(inner),
+    rmdir: inner.rmdir.bind(inner),
+    chmod: inner.chmod.bind(inner),
+  };
+}
+
+const renameTo =
+  (relative: string): Fault['match'] =>
+  (absolute) =>
+    absolute === path.join(ROOT, relative);
+const tempFileIn =
+  (relativeDir: string): Fault['match'] =>
+  (absolute) =>
+    path.dirname(absolute) === path.join(ROOT, relativeDir) &&
+    path.basename(absolute).startsWith(TEMP_PREFIX);
+
+/** The service, reduced to what a pass needs: the instances it lists and the reports it accepts. */
+class FakeService {
+  readonly instances = new Map<string, ConfigInstance>();
+  readonly received: Array<{ instanceId: string; activity: string; error: string; message?: string }> = [];
+
+  put(...instances: ConfigInstance[]): void {
+    for (const instance of instances) this.instances.set(instance.id, instance);
+  }
+
+  update(id: string, fields: Partial<Omit<ConfigInstance, 'status' | 'id'>>): void {
+    const current = this.instances.get(id);
+    if (current === undefined) throw new Error(`no instance ${id}`);
+    this.put(makeInstance({ ...current, ...fields }));
+  }
+
+  list(): ConfigInstance[] {
+    return [...this.instances.values()];
+  }
+
+  get(id: string): ConfigInstance {
+    return this.instances.get(id)!;
+  }
+
+  async deliver(outbox: StatusOutbox): Promise<void> {
+    await outbox.flush(
+      async (entry) => {
+        const { activity_status, error_status, message } = entry.report;
+        this.received.push({
+          instanceId: entry.instanceId,
+          activity: activity_status,
+          error: error_status,
+          ...(message === undefined ? {} : { message }),
+        });
+        this.update(entry.instanceId, { activity_status, error_status });
+      },
+      () => true,
+    );
+  }
+}
+
+interface World {
+  vol: InstanceType<typeof Volume>;
+  fs: FsPort;
+  faults: Fault[];
+  clock: FakeClock;
+  state: LocalState;
+  outbox: StatusOutbox;
+  cache: ContentCache;
+  ctx: ApplyContext;
+  service: FakeService;
+}
+
+async function makeWorld(files: Record<string, string> = {}): Promise<World> {
+  const vol = Volume.fromJSON(files);
+  vol.mkdirSync(ROOT, { recursive: true });
+  vol.mkdirSync(STATE_DIR, { recursive: true });
+  vol.mkdirSync(OUTSIDE, { recursive: true });
+  for (const name of Object.keys(files)) if (name.startsWith(`${ROOT}/`)) vol.chmodSync(name, FILE_MODE);
+  const faults: Fault[] = [];
+  const fs = faultyFs(createFsFromVolume(vol).promises as unknown as FsPort, faults);
+  const clock = fakeClock();
+  const logger = silentLogger();
+  const state = emptyState('dvc_1');
+  const outbox = await StatusOutbox.open(fs, STATE_DIR, logger);
+  const cache = new ContentCache(fs, STATE_DIR);
+  const ctx: ApplyContext = {
+    fs,
+    clock,
+    random: () => 0.5,
+    logger,
+    rootDir: ROOT,
+    fileMode: FILE_MODE,
+    dirMode: DIR_MODE,
+    retry: RETRY,
+    state,
+    cache,
+    outbox,
+  };
+  return { vol, fs, faults, clock, state, outbox, cache, ctx, service: new FakeService() };
+}
+
+/** What the reconciler observes before planning: the same rules as Reconciler's observation of the disk. */
+async function observe(
+  world: World,
+  instances: readonly ConfigInstance[],
+): Promise<Map<string, DiskObservation>> {
+  const disk = new Map<string, DiskObservation>();
+  for (const { relative_filepath: relative } of instances) {
+    if (disk.has(relative)) continue;
+    try {
+      const file = await readRegularFile(world.fs, ROOT, relative);
+      disk.set(
+        relative,
+        file === undefined ? { kind: 'absent' } : { kind: 'file', sha256: file.sha256, mode: file.mode },
+      );
+    } catch (error) {
+      if (!(error instanceof PathRejectedError)) throw error;
+      disk.set(relative, { kind: 'rejected', reason: error.message });
+    }
+  }
+  return disk;
+}
+
+async function pass(world: World): Promise<{ steps: Step[]; outcomes: InstanceOutcome[] }> {
+  const instances = world.service.list();
+  const disk = await observe(world, instances);
+  const steps = planSteps({
+    instances,
+    local: world.state,
+    disk,
+    now: world.clock.monotonic(),
+    fileMode: FILE_MODE,
+  });
+  const outcomes = await applySteps(steps, world.ctx);
+  return { steps, outcomes };
+}
+
+function outcomeOf(outcomes: InstanceOutcome[], id: string): InstanceOutcome {
+  const mine = outcomes.filter((outcome) => outcome.instanceId === id);
+  expect(mine).toHaveLength(1);
+  return mine[0]!;
+}
+
+function pendingReports(world: World) {
+  return world.outbox.pending().map((entry) => ({ instanceId: entry.instanceId, ...entry.report }));
+}
+
+function text(world: World, relative: string): string {
+  return world.vol.readFileSync(path.join(ROOT, relative), 'utf8') as string;
+}
+
+function exists(world: World, absolute: string): boolean {
+  return world.vol.existsSync(absolute);
+}
+
+function modeOf(world: World, absolute: string): number {
+  return world.vol.lstatSync(absolute).mode & 0o7777;
+}
+
+function identity(world: World, relative: string): { ino: number; mtimeMs: number } {
+  const stats = world.vol.statSync(path.join(ROOT, relative));
+  return { ino: Number(stats.ino), mtimeMs: Number(stats.mtimeMs) };
+}
+
+function leftoverTempFiles(world: World): string[] {
+  return Object.keys(world.vol.toJSON()).filter((name) => path.basename(name).startsWith(TEMP_PREFIX));
+}
+
+describe('applySteps: write', () => {
+  let world: World;
+  beforeEach(async () => {
+    world = await makeWorld();
+  });
+
+  it('writes the file with its mode, records it, queues `deployed`; the next pass writes nothing', async () => {
+    world.service.put(
+      makeInstance({ id: 'cfg_1', relative_filepath: 'etc/app/config.json', content: { a: 1 } }),
+    );
+    const first = await pass(world);
+
+    expect(outcomeOf(first.outcomes, 'cfg_1')).toMatchObject({
+      action: 'written',
+      converged: true,
+      reason: 'new',
+    });
+    expect(text(world, 'etc/app/config.json')).toBe(jsonText({ a: 1 }));
+    expect(modeOf(world, `${ROOT}/etc/app/config.json`)).toBe(FILE_MODE);
+    expect(modeOf(world, `${ROOT}/etc`)).toBe(DIR_MODE);
+    expect(modeOf(world, `${ROOT}/etc/app`)).toBe(DIR_MODE);
+    const sha = sha256Hex(Buffer.from(jsonText({ a: 1 })));
+    expect(world.state.files.get('etc/app/config.json')).toEqual({
+      instanceId: 'cfg_1',
+      sha256: sha,
+      mode: FILE_MODE,
+      createdDirs: ['etc', 'etc/app'],
+      writtenAt: new Date(WALL_START).toISOString(),
+    });
+    expect(world.state.instances.get('cfg_1')).toEqual({
+      relativePath: 'etc/app/config.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_1', activity_status: 'deployed', error_status: 'none' },
+    ]);
+    expect((await world.cache.get(sha))?.toString('utf8')).toBe(jsonText({ a: 1 }));
+    expect(leftoverTempFiles(world)).toEqual([]);
+
+    const before = identity(world, 'etc/app/config.json');
+    await world.service.deliver(world.outbox);
+    world.clock.advance(5_000);
+    const second = await pass(world);
+
+    expect(outcomeOf(second.outcomes, 'cfg_1')).toMatchObject({ action: 'unchanged', converged: true });
+    expect(identity(world, 'etc/app/config.json')).toEqual(before);
+    expect(world.outbox.pending()).toEqual([]);
+  });
+
+  it('adopts an identical file after lost state without rewriting it or reporting what the server knows', async () => {
+    world = await makeWorld({ [`${ROOT}/app.json`]: jsonText({ port: 8080 }) });
+    world.service.put(makeInstance({ id: 'cfg_1', activity_status: 'deployed' }));
+    const before = identity(world, 'app.json');
+
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({
+      action: 'unchanged',
+      reason: 'adopt',
+      converged: true,
+    });
+    expect(identity(world, 'app.json')).toEqual(before);
+    expect(world.state.files.get('app.json')?.instanceId).toBe('cfg_1');
+    expect(world.outbox.pending()).toEqual([]);
+  });
+
+  it('rewrites a file with the right bytes but the wrong mode', async () => {
+    world = await makeWorld({ [`${ROOT}/app.json`]: jsonText({ port: 8080 }) });
+    world.vol.chmodSync(`${ROOT}/app.json`, 0o666);
+    world.service.put(makeInstance({ id: 'cfg_1' }));
+
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'written', reason: 'changed' });
+    expect(modeOf(world, `${ROOT}/app.json`)).toBe(FILE_MODE);
+    expect(text(world, 'app.json')).toBe(jsonText({ port: 8080 }));
+  });
+
+  it('restores a managed file someone edited, without a report when the server already has deployed/none', async () => {
+    world.service.put(makeInstance({ id: 'cfg_1' }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.vol.writeFileSync(`${ROOT}/app.json`, '{"port": 1}\n');
+
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({
+      action: 'written',
+      reason: 'drift',
+      converged: true,
+    });
+    expect(text(world, 'app.json')).toBe(jsonText({ port: 8080 }));
+    expect(world.outbox.pending()).toEqual([]);
+  });
+
+  it('writes YAML for .yaml/.yml and JSON for .json and unknown extensions', async () => {
+    const content = { name: 'edge', list: [1, 2] };
+    world.service.put(
+      makeInstance({ id: 'cfg_y', relative_filepath: 'a.yaml', content, config_schema_id: 's1' }),
+      makeInstance({ id: 'cfg_m', relative_filepath: 'b.yml', content, config_schema_id: 's2' }),
+      makeInstance({ id: 'cfg_j', relative_filepath: 'c.json', content, config_schema_id: 's3' }),
+      makeInstance({ id: 'cfg_u', relative_filepath: 'd.conf', content, config_schema_id: 's4' }),
+    );
+    await pass(world);
+    const yaml = 'name: edge\nlist:\n  - 1\n  - 2\n';
+    expect([
+      text(world, 'a.yaml'),
+      text(world, 'b.yml'),
+      text(world, 'c.json'),
+      text(world, 'd.conf'),
+    ]).toEqual([yaml, yaml, jsonText(content), jsonText(content)]);
+  });
+
+  it('refuses the older of two instances at one path: only the newer is written, the older is `retrying`', async () => {
+    world.service.put(
+      makeInstance({ id: 'cfg_old', updated_at: '2026-01-01T10:00:00Z', content: { v: 1 } }),
+      makeInstance({ id: 'cfg_new', updated_at: '2026-01-01T11:00:00Z', content: { v: 2 } }),
+    );
+    const { outcomes } = await pass(world);
+
+    expect(text(world, 'app.json')).toBe(jsonText({ v: 2 }));
+    expect(outcomeOf(outcomes, 'cfg_old')).toMatchObject({ action: 'refused', converged: false });
+    const refusal = world.outbox.pendingFor('cfg_old')?.report;
+    expect(refusal).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    expect(refusal?.message).toContain('cfg_old');
+    expect(refusal?.message).toContain('cfg_new');
+    expect(world.state.files.get('app.json')?.instanceId).toBe('cfg_new');
+
+    // Once the service holds the refusal, the next pass does not send it again.
+    await world.service.deliver(world.outbox);
+    await pass(world);
+    expect(world.outbox.pending()).toEqual([]);
+    expect(world.service.received.filter((report) => report.instanceId === 'cfg_old')).toHaveLength(1);
+  });
+});
+
+describe('applySteps: remove and archive', () => {
+  it('deletes only the recorded file and prunes the directories the agent created, once empty', async () => {
+    const world = await makeWorld({ [`${ROOT}/shared/keep.txt`]: 'not ours\n' });
+    world.service.put(
+      makeInstance({ id: 'cfg_1', relative_filepath: 'shared/deep/er/app.json', config_schema_id: 's1' }),
+      makeInstance({ id: 'cfg_2', relative_filepath: 'shared/sibling.json', config_schema_id: 's2' }),
+    );
+    await pass(world);
+    expect(world.state.files.get('shared/deep/er/app.json')?.createdDirs).toEqual([
+      'shared/deep',
+      'shared/deep/er',
+    ]);
+    await world.service.deliver(world.outbox);
+
+    world.service.update('cfg_1', { target_status: 'removed' });
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'removed', converged: true });
+    expect(exists(world, `${ROOT}/shared/deep`)).toBe(false);
+    expect(text(world, 'shared/keep.txt')).toBe('not ours\n');
+    expect(text(world, 'shared/sibling.json')).toBe(jsonText({ port: 8080 }));
+    expect(world.state.files.has('shared/deep/er/app.json')).toBe(false);
+    expect(world.state.instances.get('cfg_1')).toMatchObject({
+      activity: 'removed',
+      error: 'none',
+      attempts: 0,
+    });
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_1', activity_status: 'removed', error_status: 'none' },
+    ]);
+  });
+
+  it('never deletes a file the agent did not record writing (lost state, another writer)', async () => {
+    const world = await makeWorld({ [`${ROOT}/foreign.json`]: 'written by someone else\n' });
+    world.service.put(
+      makeInstance({
+        id: 'cfg_1',
+        relative_filepath: 'foreign.json',
+        target_status: 'removed',
+        activity_status: 'deployed',
+      }),
+    );
+
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'archived', converged: true });
+    expect(text(world, 'foreign.json')).toBe('written by someone else\n');
+    expect(pendingReports(world)).toEqual([
+      {
+        instanceId: 'cfg_1',
+        activity_status: 'removed',
+        error_status: 'none',
+        message: 'file left in place: it is not recorded as written by this agent',
+      },
+    ]);
+  });
+
+  it('archives an instance never deployed by the agent: `removed` queued, the disk untouched', async () => {
+    const world = await makeWorld({ [`${ROOT}/app.json`]: 'someone else\n' });
+    world.service.put(makeInstance({ id: 'cfg_1', target_status: 'removed', activity_status: 'queued' }));
+    const before = identity(world, 'app.json');
+
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'archived', converged: true });
+    expect(identity(world, 'app.json')).toEqual(before);
+    expect(text(world, 'app.json')).toBe('someone else\n');
+    expect(world.state.files.size).toBe(0);
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_1', activity_status: 'removed', error_status: 'none' },
+    ]);
+  });
+
+  it('keeps the file when another instance that targets deployed takes the path over', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_old', content: { v: 1 } }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+
+    world.service.update('cfg_old', { target_status: 'removed' });
+    world.service.put(makeInstance({ id: 'cfg_new', content: { v: 2 } }));
+    await pass(world);
+
+    expect(text(world, 'app.json')).toBe(jsonText({ v: 2 }));
+    expect(world.state.files.get('app.json')?.instanceId).toBe('cfg_new');
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_new', activity_status: 'deployed', error_status: 'none' },
+      { instanceId: 'cfg_old', activity_status: 'removed', error_status: 'none' },
+    ]);
+  });
+
+  it('a recorded file someone already deleted: the record is forgotten and the created dirs are pruned', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'x/y/app.json' }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.vol.unlinkSync(`${ROOT}/x/y/app.json`);
+
+    world.service.update('cfg_1', { target_status: 'removed' });
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'removed', converged: true });
+    expect(exists(world, `${ROOT}/x`)).toBe(false);
+    expect(world.state.files.size).toBe(0);
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_1', activity_status: 'removed', error_status: 'none' },
+    ]);
+  });
+
+  it('a recorded file replaced by a symlink is left alone, and its target is never touched', async () => {
+    const world = await makeWorld({ [`${OUTSIDE}/secret`]: 'outside the root\n' });
+    world.service.put(makeInstance({ id: 'cfg_1' }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.vol.unlinkSync(`${ROOT}/app.json`);
+    world.vol.symlinkSync(`${OUTSIDE}/secret`, `${ROOT}/app.json`);
+
+    world.service.update('cfg_1', { target_status: 'removed' });
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'archived', converged: true });
+    expect(world.vol.lstatSync(`${ROOT}/app.json`).isSymbolicLink()).toBe(true);
+    expect(world.vol.readFileSync(`${OUTSIDE}/secret`, 'utf8')).toBe('outside the root\n');
+    expect(world.state.files.size).toBe(0);
+    expect(world.outbox.pendingFor('cfg_1')?.report).toMatchObject({
+      activity_status: 'removed',
+      error_status: 'none',
+    });
+  });
+});
+
+describe('applySteps: hostile paths and symlinks fail at once', () => {
+  it.each([
+    ['a symlinked parent directory', 'link/app.json', /crosses a symlink/],
+    ['a symlink at the target', 'app.json', /crosses a symlink/],
+    ['a dot-dot path', '../outside/app.json', /"\."|"\.\."/],
+    ['an absolute path', `${OUTSIDE}/app.json`, /absolute/],
+  ])(
+    '%s: `failed` with the reason, nothing written outside the root, no retry',
+    async (_name, relative, why) => {
+      const world = await makeWorld({ [`${OUTSIDE}/app.json`]: 'outside\n' });
+      world.vol.symlinkSync(OUTSIDE, `${ROOT}/link`);
+      world.vol.symlinkSync(`${OUTSIDE}/app.json`, `${ROOT}/app.json`);
+      world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: relative }));
+
+      const { outcomes } = await pass(world);
+
+      expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'failed', converged: false });
+      expect(world.vol.readFileSync(`${OUTSIDE}/app.json`, 'utf8')).toBe('outside\n');
+      expect(world.vol.readdirSync(OUTSIDE)).toEqual(['app.json']);
+      const report = world.outbox.pendingFor('cfg_1')?.report;
+      expect(report).toMatchObject({ activity_status: 'queued', error_status: 'failed' });
+      expect(report?.message).toMatch(why);
+      expect(world.state.instances.get('cfg_1')).toMatchObject({ error: 'failed', attempts: 0 });
+      expect(world.state.cooldowns.has('cfg_1')).toBe(false);
+
+      // The service now holds `failed`: the instance is never touched again.
+      await world.service.deliver(world.outbox);
+      const again = await pass(world);
+      expect(again.steps).toEqual([
+        { kind: 'untouched', instance: world.service.get('cfg_1'), reason: 'failed' },
+      ]);
+      expect(world.outbox.pending()).toEqual([]);
+    },
+  );
+});
+
+describe('applySteps: disk failures retry with backoff, then fail', () => {
+  it('ENOSPC on rename: `retrying` with a cooldown and the attempt count, then `failed` after maxAttempts', async () => {
+    const world = await makeWorld();
+    world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'ENOSPC' });
+    world.service.put(
+      makeInstance({ id: 'cfg_a', relative_filepath: 'a.json', config_schema_id: 's_a' }),
+      makeInstance({ id: 'cfg_b', relative_filepath: 'b.json', config_schema_id: 's_b' }),
+    );
+
+    const first = await pass(world);
+
+    // One instance's failure never stops another.
+    expect(outcomeOf(first.outcomes, 'cfg_a')).toMatchObject({ action: 'written' });
+    expect(text(world, 'a.json')).toBe(jsonText({ port: 8080 }));
+    expect(outcomeOf(first.outcomes, 'cfg_b')).toMatchObject({ action: 'retrying', converged: false });
+    expect(exists(world, `${ROOT}/b.json`)).toBe(false);
+    expect(leftoverTempFiles(world)).toEqual([]);
+    // random() = 0.5 → half of base × 2^0.
+    const firstDelay = 0.5 * 10 * 1000;
+    expect(world.state.cooldowns.get('cfg_b')).toBe(world.clock.monotonic() + firstDelay);
+    expect(world.state.instances.get('cfg_b')).toMatchObject({
+      error: 'retrying',
+      attempts: 1,
+      nextAttemptAt: new Date(world.clock.now() + firstDelay).toISOString(),
+    });
+    const retrying = world.outbox.pendingFor('cfg_b')?.report;
+    expect(retrying).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    expect(retrying?.message).toMatch(/ENOSPC/);
+    await world.service.deliver(world.outbox);
+
+    // Before the cooldown elapses the instance waits and no attempt is counted.
+    world.clock.advance(firstDelay - 1);
+    const waiting = await pass(world);
+    expect(outcomeOf(waiting.outcomes, 'cfg_b')).toMatchObject({
+      action: 'waiting',
+      message: 'next attempt in 1s',
+    });
+    expect(world.state.instances.get('cfg_b')?.attempts).toBe(1);
+
+    world.clock.advance(1);
+    const second = await pass(world);
+    expect(outcomeOf(second.outcomes, 'cfg_b').action).toBe('retrying');
+    expect(world.state.instances.get('cfg_b')?.attempts).toBe(2);
+    expect(world.state.cooldowns.get('cfg_b')).toBe(world.clock.monotonic() + 0.5 * 20 * 1000);
+    // The service already holds this `retrying` with this message: nothing new to send.
+    expect(world.outbox.pending()).toEqual([]);
+
+    world.clock.advance(10_000);
+    const third = await pass(world);
+    expect(outcomeOf(third.outcomes, 'cfg_b').action).toBe('failed');
+    expect(world.state.instances.get('cfg_b')).toMatchObject({ error: 'failed', attempts: 3 });
+    expect(world.state.cooldowns.has('cfg_b')).toBe(false);
+    expect(world.outbox.pendingFor('cfg_b')?.report).toMatchObject({ error_status: 'failed' });
+    await world.service.deliver(world.outbox);
+
+    world.clock.advance(3_600_000);
+    const after = await pass(world);
+    expect(outcomeOf(after.outcomes, 'cfg_b').action).toBe('untouched');
+    expect(exists(world, `${ROOT}/b.json`)).toBe(false);
+    expect(leftoverTempFiles(world)).toEqual([]);
+  });
+
+  it('EACCES creating the temp file: `retrying`; once the cause is fixed the next attempt writes and resets', async () => {
+    const world = await makeWorld();
+    world.vol.mkdirSync(`${ROOT}/locked`);
+    world.faults.push({ op: 'open', match: tempFileIn('locked'), code: 'EACCES' });
+    world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'locked/app.json' }));
+
+    const first = await pass(world);
+    expect(outcomeOf(first.outcomes, 'cfg_1')).toMatchObject({ action: 'retrying' });
+    expect(first.outcomes[0]?.message).toMatch(/EACCES/);
+    expect(world.state.instances.get('cfg_1')?.attempts).toBe(1);
+
+    world.faults.length = 0;
+    world.clock.advance(5_000);
+    const second = await pass(world);
+    expect(outcomeOf(second.outcomes, 'cfg_1')).toMatchObject({ action: 'written', converged: true });
+    expect(text(world, 'locked/app.json')).toBe(jsonText({ port: 8080 }));
+    expect(world.state.instances.get('cfg_1')).toEqual({
+      relativePath: 'locked/app.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    expect(world.state.cooldowns.has('cfg_1')).toBe(false);
+    // The undelivered `retrying` was superseded, not followed, by `deployed`.
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_1', activity_status: 'deployed', error_status: 'none' },
+    ]);
+  });
+
+  it('EROFS on unlink: the removal retries and the file stays until it succeeds', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_1' }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.faults.push({ op: 'unlink', match: (absolute) => absolute === `${ROOT}/app.json`, code: 'EROFS' });
+    world.service.update('cfg_1', { target_status: 'removed' });
+
+    const first = await pass(world);
+    expect(outcomeOf(first.outcomes, 'cfg_1')).toMatchObject({ action: 'retrying' });
+    expect(world.outbox.pendingFor('cfg_1')?.report).toMatchObject({
+      activity_status: 'deployed',
+      error_status: 'retrying',
+    });
+    expect(exists(world, `${ROOT}/app.json`)).toBe(true);
+    expect(world.state.files.has('app.json')).toBe(true);
+
+    world.faults.length = 0;
+    world.clock.advance(5_000);
+    const second = await pass(world);
+    expect(outcomeOf(second.outcomes, 'cfg_1').action).toBe('removed');
+    expect(exists(world, `${ROOT}/app.json`)).toBe(false);
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_1', activity_status: 'removed', error_status: 'none' },
+    ]);
+  });
+});
+
+describe('backoffDelayMs', () => {
+  const policy: RetryPolicy = { maxAttempts: 10, baseDelaySeconds: 15, maxDelaySeconds: 300 };
+  it.each([
+    // attempt, random, expected ms: uniform in [0, min(max, base × 2^(attempt-1))].
+    [1, 0, 0],
+    [1, 0.5, 7_500],
+    [1, 0.999_999, 15_000],
+    [2, 0.5, 15_000],
+    [3, 0.5, 30_000],
+    [5, 0.999_999, 240_000],
+    [6, 0.999_999, 300_000],
+    [6, 0.5, 150_000],
+    [40, 0.999_999, 300_000],
+    [0, 0.5, 7_500],
+  ])('attempt %i with random %d → %i ms', (attempt, random, expected) => {
+    expect(backoffDelayMs(policy, attempt, () => random)).toBe(expected);
+  });
+
+  it('never exceeds the cap and never goes below zero, whatever the attempt', () => {
+    for (let attempt = 1; attempt <= 64; attempt += 1) {
+      for (const random of [0, 0.25, 0.75, 0.999_999]) {
+        const delay = backoffDelayMs(policy, attempt, () => random);
+        expect(delay).toBeGreaterThanOrEqual(0);
+        expect(delay).toBeLessThanOrEqual(policy.maxDelaySeconds * 1000);
+        expect(delay).toBeLessThanOrEqual(policy.baseDelaySeconds * 2 ** (attempt - 1) * 1000);
+      }
+    }
+  });
+});
+
+describe('applySteps: swaps (a removal displaced by a write of the same config schema)', () => {
+  async function swapWorld(): Promise<World> {
+    const world = await makeWorld();
+    world.service.put(
+      makeInstance({
+        id: 'cfg_a',
+        relative_filepath: 'conf/a.json',
+        config_schema_id: 'sch_s',
+        content: { v: 'a' },
+      }),
+    );
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.vol.chmodSync(`${ROOT}/conf/a.json`, FILE_MODE);
+    world.service.update('cfg_a', { target_status: 'removed' });
+    world.service.put(
+      makeInstance({
+        id: 'cfg_b',
+        relative_filepath: 'conf/b.json',
+        config_schema_id: 'sch_s',
+        content: { v: 'b' },
+      }),
+    );
+    return world;
+  }
+
+  it('plans one write step that displaces the removal', async () => {
+    const world = await swapWorld();
+    const { steps } = await pass(world);
+    expect(steps.map((step) => [step.kind, step.instance.id])).toEqual([['write', 'cfg_b']]);
+  });
+
+  it('success: A is gone and reported removed, B is written and reported deployed', async () => {
+    const world = await swapWorld();
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_a')).toMatchObject({ action: 'removed', converged: true });
+    expect(outcomeOf(outcomes, 'cfg_b')).toMatchObject({ action: 'written', converged: true });
+    expect(exists(world, `${ROOT}/conf/a.json`)).toBe(false);
+    expect(text(world, 'conf/b.json')).toBe(jsonText({ v: 'b' }));
+    expect([...world.state.files.keys()]).toEqual(['conf/b.json']);
+    expect(world.state.instances.get('cfg_a')).toMatchObject({ activity: 'removed', error: 'none' });
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_b', activity_status: 'deployed', error_status: 'none' },
+      { instanceId: 'cfg_a', activity_status: 'removed', error_status: 'none' },
+    ]);
+  });
+
+  it('failed write: A is restored byte-identical from the content cache, B retries, no `removed` for A', async () => {
+    const world = await swapWorld();
+    const original = text(world, 'conf/a.json');
+    world.faults.push({ op: 'rename', match: renameTo('conf/b.json'), code: 'ENOSPC' });
+
+    const { outcomes } = await pass(world);
+
+    expect(text(world, 'conf/a.json')).toBe(original);
+    expect(modeOf(world, `${ROOT}/conf/a.json`)).toBe(FILE_MODE);
+    expect(exists(world, `${ROOT}/conf/b.json`)).toBe(false);
+    expect(leftoverTempFiles(world)).toEqual([]);
+    expect(outcomeOf(outcomes, 'cfg_a')).toMatchObject({ action: 'unchanged', converged: false });
+    expect(outcomeOf(outcomes, 'cfg_b')).toMatchObject({ action: 'retrying', converged: false });
+    expect(world.state.files.get('conf/a.json')?.instanceId).toBe('cfg_a');
+    expect(world.state.files.has('conf/b.json')).toBe(false);
+    expect(world.outbox.pendingFor('cfg_a')).toBeUndefined();
+    expect(world.outbox.pendingFor('cfg_b')?.report).toMatchObject({ error_status: 'retrying' });
+
+    // Once the disk recovers, the swap completes.
+    world.faults.length = 0;
+    world.clock.advance(60_000);
+    await pass(world);
+    expect(exists(world, `${ROOT}/conf/a.json`)).toBe(false);
+    expect(text(world, 'conf/b.json')).toBe(jsonText({ v: 'b' }));
+    expect(world.outbox.pendingFor('cfg_a')?.report).toEqual({
+      activity_status: 'removed',
+      error_status: 'none',
+    });
+  });
+
+  it('failed write without a cached copy: A stays removed and is reported so, B retries', async () => {
+    const world = await swapWorld();
+    world.vol.rmSync(`${STATE_DIR}/cache`, { recursive: true });
+    world.faults.push({ op: 'rename', match: renameTo('conf/b.json'), code: 'ENOSPC' });
+
+    const { outcomes } = await pass(world);
+
+    expect(exists(world, `${ROOT}/conf/a.json`)).toBe(false);
+    expect(outcomeOf(outcomes, 'cfg_a')).toMatchObject({
+      action: 'removed',
+      message: expect.stringMatching(/rollback impossible/),
+    });
+    expect(outcomeOf(outcomes, 'cfg_b').action).toBe('retrying');
+    expect(world.state.files.size).toBe(0);
+    expect(world.outbox.pendingFor('cfg_a')?.report).toEqual({
+      activity_status: 'removed',
+      error_status: 'none',
+    });
+  });
+});
+
+describe('applySteps: report coalescing', () => {
+  it('sends nothing when the service already holds the status', async () => {
+    const world = await makeWorld({ [`${ROOT}/app.json`]: jsonText({ port: 8080 }) });
+    world.service.put(
+      makeInstance({ id: 'cfg_in_place', activity_status: 'deployed' }),
+      makeInstance({
+        id: 'cfg_gone',
+        relative_filepath: 'gone.json',
+        target_status: 'removed',
+        activity_status: 'removed',
+      }),
+    );
+    await pass(world);
+    await pass(world);
+    expect(world.outbox.pending()).toEqual([]);
+  });
+
+  it('does not queue the same report twice while it is undelivered', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_1', target_status: 'removed', activity_status: 'queued' }));
+    await pass(world);
+    const queued = world.outbox.pending().map((entry) => entry.seq);
+    await pass(world);
+    expect(world.outbox.pending().map((entry) => entry.seq)).toEqual(queued);
+    expect(queued).toHaveLength(1);
+  });
+
+  it('a stale undelivered error report is superseded once the file is in place again', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_1' }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    // Drift, and the repair fails while the service is unreachable (the `retrying` report stays queued).
+    world.vol.writeFileSync(`${ROOT}/app.json`, 'tampered\n');
+    world.faults.push({ op: 'rename', match: renameTo('app.json'), code: 'EIO' });
+    await pass(world);
+    expect(world.outbox.pendingFor('cfg_1')?.report.error_status).toBe('retrying');
+
+    // Someone puts the right bytes back before the next attempt.
+    world.vol.writeFileSync(`${ROOT}/app.json`, jsonText({ port: 8080 }));
+    world.faults.length = 0;
+    world.clock.advance(60_000);
+    await pass(world);
+
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_1', activity_status: 'deployed', error_status: 'none' },
+    ]);
+    expect(world.state.instances.get('cfg_1')).toMatchObject({ error: 'none', attempts: 0 });
+  });
+
+  it('a file put back in place after a failed repair is reported `deployed` and its attempts start over', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_1' }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.vol.writeFileSync(`${ROOT}/app.json`, 'tampered\n');
+    world.faults.push({ op: 'rename', match: renameTo('app.json'), code: 'EIO' });
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    expect(world.service.get('cfg_1')).toMatchObject({
+      activity_status: 'deployed',
+      error_status: 'retrying',
+    });
+    expect(world.state.instances.get('cfg_1')?.attempts).toBe(1);
+
+    world.vol.writeFileSync(`${ROOT}/app.json`, jsonText({ port: 8080 }));
+    world.faults.length = 0;
+    world.clock.advance(60_000);
+    const { steps } = await pass(world);
+
+    expect(steps).toMatchObject([{ kind: 'report', reason: 'already_in_place' }]);
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_1', activity_status: 'deployed', error_status: 'none' },
+    ]);
+    expect(world.state.instances.get('cfg_1')).toMatchObject({ error: 'none', attempts: 0 });
+    expect(world.state.cooldowns.has('cfg_1')).toBe(false);
+  });
+});

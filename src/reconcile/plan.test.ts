@@ -1,0 +1,655 @@
+// Table tests of the pure planner: one row per row of the per-instance state machine and per branch of planSteps.
+import { createHash } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { ConfigInstance, mergeStatus } from '../api/schemas.js';
+import { TEMP_PREFIX } from '../store/path-guard.js';
+import type { ManagedFile } from '../store/state.js';
+import { type DiskObservation, type PlanInput, planSteps, type Step, type WriteStep } from './plan.js';
+
+const FILE_MODE = 0o640;
+const NOW = 50_000;
+const PATH = 'app/config.json';
+const CONTENT = { port: 8080, tls: { enabled: true }, peers: ['a', 'b'] };
+
+type InstanceFields = Partial<Omit<ConfigInstance, 'status'>> & { id: string };
+
+/** A ConfigInstance valid under the wire schema (parsed with it), with the merged status derived as the mock does. */
+function makeInstance(fields: InstanceFields): ConfigInstance {
+  const activity = fields.activity_status ?? 'queued';
+  const error = fields.error_status ?? 'none';
+  return ConfigInstance.parse({
+    object: 'config_instance',
+    target_status: 'deployed',
+    relative_filepath: PATH,
+    created_at: '2026-01-01T00:00:00Z',
+    updated_at: '2026-01-01T00:00:00Z',
+    device_id: 'dvc_1',
+    config_schema_id: 'sch_app',
+    config_type_id: 'typ_app',
+    device: null,
+    config_schema: null,
+    config_type: null,
+    content: CONTENT,
+    ...fields,
+    activity_status: activity,
+    error_status: error,
+    status: mergeStatus(activity, error),
+  });
+}
+
+/** The bytes the agent must write for JSON content: 2-space indent and a final newline. */
+function jsonBytes(content: unknown): Buffer {
+  return Buffer.from(`${JSON.stringify(content, null, 2)}\n`, 'utf8');
+}
+
+function sha256(data: Uint8Array | string): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+const CONTENT_SHA = sha256(jsonBytes(CONTENT));
+const OTHER_SHA = sha256('someone else wrote this\n');
+
+function managed(instanceId: string, sha = CONTENT_SHA): ManagedFile {
+  return {
+    instanceId,
+    sha256: sha,
+    mode: FILE_MODE,
+    createdDirs: ['app'],
+    writtenAt: '2026-01-01T00:00:00.000Z',
+  };
+}
+
+interface Setup {
+  files?: Record<string, ManagedFile>;
+  cooldowns?: Record<string, number>;
+  disk?: Record<string, DiskObservation>;
+}
+
+function plan(instances: ConfigInstance[], setup: Setup = {}): Step[] {
+  const input: PlanInput = {
+    instances,
+    local: {
+      files: new Map(Object.entries(setup.files ?? {})),
+      cooldowns: new Map(Object.entries(setup.cooldowns ?? {})),
+    },
+    disk: new Map(Object.entries(setup.disk ?? {})),
+    now: NOW,
+    fileMode: FILE_MODE,
+  };
+  return planSteps(input);
+}
+
+function stepsFor(steps: Step[], id: string): Step[] {
+  return steps.filter((step) => step.instance.id === id);
+}
+
+function onlyStepFor(steps: Step[], id: string): Step {
+  const mine = stepsFor(steps, id);
+  expect(mine).toHaveLength(1);
+  return mine[0]!;
+}
+
+function asWrite(step: Step): WriteStep {
+  if (step.kind !== 'write') throw new Error(`expected a write step, got ${step.kind}`);
+  return step;
+}
+
+type Disk = 'absent' | 'identical' | 'different' | 'wrong_mode' | 'rejected' | 'unreadable';
+type Owner = 'this' | 'other' | 'none';
+
+const observations: Record<Disk, DiskObservation | undefined> = {
+  absent: undefined,
+  identical: { kind: 'file', sha256: CONTENT_SHA, mode: FILE_MODE },
+  different: { kind: 'file', sha256: OTHER_SHA, mode: FILE_MODE },
+  wrong_mode: { kind: 'file', sha256: CONTENT_SHA, mode: 0o644 },
+  rejected: { kind: 'rejected', reason: 'path rejected: "app/config.json" crosses a symlink (app)' },
+  unreadable: { kind: 'unreadable', reason: 'disk error: open for reading failed: EACCES' },
+};
+
+function ownerFiles(owner: Owner, path = PATH): Record<string, ManagedFile> {
+  if (owner === 'this') return { [path]: managed('cfg_me') };
+  if (owner === 'other') return { [path]: managed('cfg_previous') };
+  return {};
+}
+
+function diskAt(disk: Disk, path = PATH): Record<string, DiskObservation> {
+  const observation = observations[disk];
+  return observation === undefined ? {} : { [path]: observation };
+}
+
+/** `write:<reason>`, `report`, `untouched` or `fail`. */
+type Expected = `write:${WriteStep['reason']}` | 'report' | 'untouched' | 'fail';
+
+describe('planSteps: target deployed', () => {
+  // activity × disk × who the local state says wrote the path → the step, and whether a `deployed` report is due.
+  const rows: Array<
+    [activity: 'queued' | 'removed' | 'deployed', Disk, Owner, Expected, reportDue: boolean]
+  > = [
+    ['queued', 'absent', 'none', 'write:new', true],
+    ['queued', 'absent', 'this', 'write:drift', true],
+    ['queued', 'absent', 'other', 'write:changed', true],
+    ['queued', 'identical', 'none', 'write:adopt', true],
+    ['queued', 'identical', 'this', 'report', true],
+    ['queued', 'identical', 'other', 'write:adopt', true],
+    ['queued', 'different', 'none', 'write:changed', true],
+    ['queued', 'different', 'this', 'write:drift', true],
+    ['queued', 'different', 'other', 'write:changed', true],
+    ['queued', 'wrong_mode', 'none', 'write:changed', true],
+    ['queued', 'wrong_mode', 'this', 'write:drift', true],
+    ['queued', 'wrong_mode', 'other', 'write:changed', true],
+    ['queued', 'rejected', 'none', 'fail', false],
+    ['queued', 'rejected', 'this', 'fail', false],
+    ['queued', 'rejected', 'other', 'fail', false],
+    ['queued', 'unreadable', 'none', 'write:changed', true],
+    ['removed', 'absent', 'none', 'write:new', true],
+    ['removed', 'absent', 'this', 'write:drift', true],
+    ['removed', 'absent', 'other', 'write:changed', true],
+    ['removed', 'identical', 'none', 'write:adopt', true],
+    ['removed', 'identical', 'this', 'report', true],
+    ['removed', 'identical', 'other', 'write:adopt', true],
+    ['removed', 'different', 'none', 'write:changed', true],
+    ['removed', 'different', 'this', 'write:drift', true],
+    ['removed', 'different', 'other', 'write:changed', true],
+    ['removed', 'wrong_mode', 'none', 'write:changed', true],
+    ['removed', 'wrong_mode', 'this', 'write:drift', true],
+    ['removed', 'wrong_mode', 'other', 'write:changed', true],
+    ['removed', 'rejected', 'none', 'fail', false],
+    ['removed', 'rejected', 'this', 'fail', false],
+    ['removed', 'rejected', 'other', 'fail', false],
+    ['deployed', 'absent', 'none', 'write:new', false],
+    ['deployed', 'absent', 'this', 'write:drift', false],
+    ['deployed', 'absent', 'other', 'write:changed', false],
+    ['deployed', 'identical', 'none', 'write:adopt', false],
+    ['deployed', 'identical', 'this', 'untouched', false],
+    ['deployed', 'identical', 'other', 'write:adopt', false],
+    ['deployed', 'different', 'none', 'write:changed', false],
+    ['deployed', 'different', 'this', 'write:drift', false],
+    ['deployed', 'different', 'other', 'write:changed', false],
+    ['deployed', 'wrong_mode', 'none', 'write:changed', false],
+    ['deployed', 'wrong_mode', 'this', 'write:drift', false],
+    ['deployed', 'wrong_mode', 'other', 'write:changed', false],
+    ['deployed', 'rejected', 'none', 'fail', false],
+    ['deployed', 'rejected', 'this', 'fail', false],
+    ['deployed', 'rejected', 'other', 'fail', false],
+    ['deployed', 'unreadable', 'this', 'write:drift', false],
+  ];
+
+  it.each(rows)(
+    'activity %s, disk %s, owner %s → %s (report due: %s)',
+    (activity, disk, owner, expected, due) => {
+      const instance = makeInstance({ id: 'cfg_me', activity_status: activity });
+      const steps = plan([instance], { files: ownerFiles(owner), disk: diskAt(disk) });
+      const step = onlyStepFor(steps, 'cfg_me');
+      if (expected.startsWith('write:')) {
+        const write = asWrite(step);
+        expect(write.reason).toBe(expected.slice('write:'.length));
+        expect(write.path).toBe(PATH);
+        expect(write.data.equals(jsonBytes(CONTENT))).toBe(true);
+        expect(write.sha256).toBe(CONTENT_SHA);
+        expect(write.displaces).toEqual([]);
+        expect(write.reportOnSuccess).toBe(due);
+      } else if (expected === 'report') {
+        expect(step).toMatchObject({
+          kind: 'report',
+          reason: 'already_in_place',
+          report: { activity_status: 'deployed', error_status: 'none' },
+        });
+      } else if (expected === 'untouched') {
+        expect(step).toMatchObject({ kind: 'untouched', reason: 'in_place' });
+      } else {
+        expect(step).toMatchObject({
+          kind: 'fail',
+          message: 'path rejected: "app/config.json" crosses a symlink (app)',
+        });
+      }
+    },
+  );
+
+  it('rewrites a file this agent wrote when the server changed the content (recorded sha is stale)', () => {
+    const instance = makeInstance({ id: 'cfg_me', activity_status: 'queued' });
+    const oldSha = sha256(jsonBytes({ port: 80 }));
+    const steps = plan([instance], {
+      files: { [PATH]: managed('cfg_me', oldSha) },
+      disk: { [PATH]: { kind: 'file', sha256: oldSha, mode: FILE_MODE } },
+    });
+    expect(asWrite(onlyStepFor(steps, 'cfg_me')).reason).toBe('changed');
+  });
+
+  it.each([
+    ['retrying', 'identical', 'report'],
+    ['retrying', 'absent', 'write'],
+  ] as const)(
+    'a deployed instance with error %s and disk %s is re-reported deployed/none (%s)',
+    (error, disk, kind) => {
+      const instance = makeInstance({ id: 'cfg_me', activity_status: 'deployed', error_status: error });
+      const step = onlyStepFor(plan([instance], { files: ownerFiles('this'), disk: diskAt(disk) }), 'cfg_me');
+      expect(step.kind).toBe(kind);
+      if (step.kind === 'write') expect(step.reportOnSuccess).toBe(true);
+      if (step.kind === 'report')
+        expect(step.report).toEqual({ activity_status: 'deployed', error_status: 'none' });
+    },
+  );
+
+  it('reportOnSuccess is false only when the server already holds deployed/none', () => {
+    const cases = [
+      makeInstance({
+        id: 'cfg_a',
+        relative_filepath: 'a.json',
+        activity_status: 'deployed',
+        error_status: 'none',
+      }),
+      makeInstance({
+        id: 'cfg_b',
+        relative_filepath: 'b.json',
+        activity_status: 'deployed',
+        error_status: 'retrying',
+      }),
+      makeInstance({
+        id: 'cfg_c',
+        relative_filepath: 'c.json',
+        activity_status: 'queued',
+        error_status: 'none',
+      }),
+      makeInstance({
+        id: 'cfg_d',
+        relative_filepath: 'd.json',
+        activity_status: 'queued',
+        error_status: 'retrying',
+      }),
+    ];
+    const steps = plan(cases);
+    expect(
+      Object.fromEntries(
+        cases.map((instance) => [instance.id, asWrite(onlyStepFor(steps, instance.id)).reportOnSuccess]),
+      ),
+    ).toEqual({ cfg_a: false, cfg_b: true, cfg_c: true, cfg_d: true });
+  });
+});
+
+describe('planSteps: serialisation by extension', () => {
+  const content = { name: 'edge', limits: { cpu: 2 }, tags: ['x', 'y'] };
+  it.each([
+    ['settings.json', jsonBytes(content).toString('utf8')],
+    ['settings.JSON', jsonBytes(content).toString('utf8')],
+    ['settings.conf', jsonBytes(content).toString('utf8')],
+    ['no-extension', jsonBytes(content).toString('utf8')],
+    ['settings.yaml', 'name: edge\nlimits:\n  cpu: 2\ntags:\n  - x\n  - y\n'],
+    ['nested/settings.yml', 'name: edge\nlimits:\n  cpu: 2\ntags:\n  - x\n  - y\n'],
+  ])('%s is written as %j', (path, text) => {
+    const instance = makeInstance({ id: 'cfg_me', relative_filepath: path, content });
+    const write = asWrite(onlyStepFor(plan([instance]), 'cfg_me'));
+    expect(write.data.toString('utf8')).toBe(text);
+    expect(write.sha256).toBe(sha256(text));
+  });
+});
+
+describe('planSteps: target removed or created', () => {
+  type Expectation =
+    | { kind: 'remove' }
+    | { kind: 'report'; reason: 'archive' | 'replaced_by_owner' | 'not_ours'; message: boolean }
+    | { kind: 'none' };
+  const remove: Expectation = { kind: 'remove' };
+  const archive: Expectation = { kind: 'report', reason: 'archive', message: false };
+  const replacedQuiet: Expectation = { kind: 'report', reason: 'replaced_by_owner', message: false };
+  const replacedNoted: Expectation = { kind: 'report', reason: 'replaced_by_owner', message: true };
+  const notOurs: Expectation = { kind: 'report', reason: 'not_ours', message: true };
+
+  // activity × who the local state says wrote the path × whether another instance targets deployed there.
+  const byActivity: Array<['deployed' | 'queued' | 'created' | 'removed', Owner, boolean, Expectation]> = [
+    ['deployed', 'this', false, remove],
+    ['deployed', 'this', true, replacedQuiet],
+    ['deployed', 'other', false, replacedNoted],
+    ['deployed', 'other', true, replacedNoted],
+    ['deployed', 'none', false, notOurs],
+    ['deployed', 'none', true, replacedNoted],
+    ['queued', 'this', false, remove],
+    ['queued', 'this', true, replacedQuiet],
+    ['queued', 'other', false, archive],
+    ['queued', 'other', true, archive],
+    ['queued', 'none', false, archive],
+    ['queued', 'none', true, archive],
+    ['created', 'this', false, remove],
+    ['created', 'this', true, replacedQuiet],
+    ['created', 'other', false, archive],
+    ['created', 'other', true, archive],
+    ['created', 'none', false, archive],
+    ['created', 'none', true, archive],
+    // Already removed on the service (not pulled in practice): nothing to say unless the file is still ours.
+    ['removed', 'this', false, remove],
+    ['removed', 'none', false, { kind: 'none' }],
+    ['removed', 'other', false, { kind: 'none' }],
+  ];
+  const rows = (['removed', 'created'] as const).flatMap((target) =>
+    byActivity.map(
+      ([activity, owner, other, expected]) => [target, activity, owner, other, expected] as const,
+    ),
+  );
+
+  it.each(rows)(
+    'target %s, activity %s, owner %s, another deployed at the path: %s → %o',
+    (target, activity, owner, other, expected) => {
+      const instance = makeInstance({ id: 'cfg_me', target_status: target, activity_status: activity });
+      const instances = [instance];
+      if (other) {
+        instances.push(
+          makeInstance({
+            id: 'cfg_new',
+            target_status: 'deployed',
+            activity_status: 'queued',
+            content: { port: 9 },
+          }),
+        );
+      }
+      const steps = plan(instances, { files: ownerFiles(owner), disk: diskAt('identical') });
+      const mine = stepsFor(steps, 'cfg_me');
+      if (expected.kind === 'none') {
+        expect(mine).toEqual([]);
+        return;
+      }
+      expect(mine).toHaveLength(1);
+      const step = mine[0]!;
+      if (expected.kind === 'remove') {
+        expect(step).toEqual({ kind: 'remove', instance, path: PATH });
+        return;
+      }
+      expect(step).toMatchObject({ kind: 'report', reason: expected.reason });
+      if (step.kind !== 'report') return;
+      expect(step.report.activity_status).toBe('removed');
+      expect(step.report.error_status).toBe('none');
+      if (expected.message) expect(step.report.message).toMatch(/file (left in place|kept)/);
+      else expect(step.report.message).toBeUndefined();
+      // No removal of the path is planned for anyone: the file stays for its owner (or its unknown writer).
+      expect(steps.some((s) => s.kind === 'remove' || (s.kind === 'write' && s.displaces.length > 0))).toBe(
+        false,
+      );
+    },
+  );
+
+  it.each([
+    ['absent', undefined],
+    ['unreadable', observations.unreadable],
+    ['rejected', observations.rejected],
+  ] as const)(
+    'a recorded file observed %s is still handed to the remover (it prunes dirs and forgets the record)',
+    (_disk, observation) => {
+      const instance = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
+      const disk = observation === undefined ? {} : { [PATH]: observation };
+      expect(plan([instance], { files: ownerFiles('this'), disk })).toEqual([
+        { kind: 'remove', instance, path: PATH },
+      ]);
+    },
+  );
+
+  it('the deployed instance at the same path takes the file over (adopt) while the old owner is only reported', () => {
+    const old = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
+    const successor = makeInstance({ id: 'cfg_new', activity_status: 'queued' });
+    const steps = plan([old, successor], { files: ownerFiles('this'), disk: diskAt('identical') });
+    expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([
+      ['cfg_new', 'write'],
+      ['cfg_me', 'report'],
+    ]);
+    expect(asWrite(steps[0]!).reason).toBe('adopt');
+  });
+});
+
+describe('planSteps: two instances targeting deployed at one path', () => {
+  const older = makeInstance({ id: 'cfg_old', updated_at: '2026-01-01T10:00:00Z', content: { v: 1 } });
+  const newer = makeInstance({ id: 'cfg_new', updated_at: '2026-01-01T11:00:00Z', content: { v: 2 } });
+
+  it.each([
+    ['older first', [older, newer]],
+    ['newer first', [newer, older]],
+  ])('the one updated last wins whatever the input order (%s)', (_order, instances) => {
+    const steps = plan(instances);
+    const winner = asWrite(onlyStepFor(steps, 'cfg_new'));
+    expect(winner.data.equals(jsonBytes({ v: 2 }))).toBe(true);
+    const loser = onlyStepFor(steps, 'cfg_old');
+    expect(loser.kind).toBe('refuse');
+    if (loser.kind !== 'refuse') return;
+    expect(loser.message).toContain('cfg_old');
+    expect(loser.message).toContain('cfg_new');
+    expect(loser.message).toContain(JSON.stringify(PATH));
+    expect(steps.filter((step) => step.kind === 'write')).toHaveLength(1);
+  });
+
+  it.each([
+    [
+      'same updated_at: the later created_at wins',
+      { id: 'cfg_b', created_at: '2026-01-01T00:00:00Z' },
+      { id: 'cfg_a', created_at: '2026-01-01T00:00:01Z' },
+      'cfg_a',
+    ],
+    ['same timestamps: the greater id wins', { id: 'cfg_a' }, { id: 'cfg_b' }, 'cfg_b'],
+    [
+      'equal instants written differently compare as equal',
+      { id: 'cfg_b', updated_at: '2026-01-01T01:00:00+01:00' },
+      { id: 'cfg_c', updated_at: '2026-01-01T00:00:00Z' },
+      'cfg_c',
+    ],
+  ])('ties are broken deterministically — %s', (_name, first, second, winnerId) => {
+    const a = makeInstance(first);
+    const b = makeInstance(second);
+    for (const order of [
+      [a, b],
+      [b, a],
+    ]) {
+      const steps = plan(order);
+      const loserId = winnerId === a.id ? b.id : a.id;
+      expect(onlyStepFor(steps, winnerId).kind).toBe('write');
+      expect(onlyStepFor(steps, loserId)).toMatchObject({
+        kind: 'refuse',
+        message: expect.stringContaining(winnerId),
+      });
+    }
+  });
+
+  it('three contenders: both losers are refused and name the winner', () => {
+    const middle = makeInstance({ id: 'cfg_mid', updated_at: '2026-01-01T10:30:00Z' });
+    const steps = plan([newer, older, middle]);
+    expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([
+      ['cfg_new', 'write'],
+      ['cfg_old', 'refuse'],
+      ['cfg_mid', 'refuse'],
+    ]);
+    for (const step of steps.filter((s) => s.kind === 'refuse')) {
+      if (step.kind === 'refuse') expect(step.message).toContain('cfg_new');
+    }
+  });
+
+  it('a failed instance does not compete for the path', () => {
+    const failedNewer = makeInstance({ ...newer, error_status: 'failed' });
+    const steps = plan([older, failedNewer]);
+    expect(onlyStepFor(steps, 'cfg_old').kind).toBe('write');
+    expect(onlyStepFor(steps, 'cfg_new')).toMatchObject({ kind: 'untouched', reason: 'failed' });
+  });
+
+  it('a losing instance that is cooling down waits (the cooldown is checked first)', () => {
+    const steps = plan([older, newer], { cooldowns: { cfg_old: NOW + 1 } });
+    expect(onlyStepFor(steps, 'cfg_old')).toEqual({ kind: 'wait', instance: older, until: NOW + 1 });
+  });
+});
+
+describe('planSteps: error_status failed and cooldowns', () => {
+  it.each([
+    ['deployed', 'queued'],
+    ['deployed', 'deployed'],
+    ['removed', 'deployed'],
+    ['created', 'queued'],
+  ] as const)(
+    'target %s, activity %s, error failed → untouched, even with a file we own',
+    (target, activity) => {
+      const instance = makeInstance({
+        id: 'cfg_me',
+        target_status: target,
+        activity_status: activity,
+        error_status: 'failed',
+      });
+      const steps = plan([instance], { files: ownerFiles('this'), disk: diskAt('different') });
+      expect(steps).toEqual([{ kind: 'untouched', instance, reason: 'failed' }]);
+    },
+  );
+
+  it.each([
+    ['not elapsed', NOW + 1, 'wait'],
+    ['due exactly now', NOW, 'write'],
+    ['elapsed', NOW - 1, 'write'],
+  ] as const)('a write whose cooldown is %s → %s', (_name, until, kind) => {
+    const instance = makeInstance({ id: 'cfg_me' });
+    const step = onlyStepFor(plan([instance], { cooldowns: { cfg_me: until } }), 'cfg_me');
+    expect(step.kind).toBe(kind);
+    if (step.kind === 'wait') expect(step.until).toBe(until);
+  });
+
+  it.each([
+    ['not elapsed', NOW + 5_000, 'wait'],
+    ['elapsed', NOW - 5_000, 'remove'],
+  ] as const)('a removal whose cooldown is %s → %s', (_name, until, kind) => {
+    const instance = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
+    const steps = plan([instance], {
+      files: ownerFiles('this'),
+      disk: diskAt('identical'),
+      cooldowns: { cfg_me: until },
+    });
+    expect(onlyStepFor(steps, 'cfg_me').kind).toBe(kind);
+  });
+
+  it('a cooldown of one instance never delays another', () => {
+    const waiting = makeInstance({ id: 'cfg_wait', relative_filepath: 'a.json' });
+    const free = makeInstance({ id: 'cfg_free', relative_filepath: 'b.json' });
+    const steps = plan([waiting, free], { cooldowns: { cfg_wait: NOW + 60_000 } });
+    expect(onlyStepFor(steps, 'cfg_wait').kind).toBe('wait');
+    expect(onlyStepFor(steps, 'cfg_free').kind).toBe('write');
+  });
+});
+
+describe('planSteps: hostile paths', () => {
+  const hostile: Array<[string, RegExp]> = [
+    ['../etc/passwd', /"\."|"\.\."/],
+    ['/etc/passwd', /absolute/],
+    ['a//b.json', /empty segment/],
+    ['a\\b.json', /backslash/],
+    ['a\0b.json', /control character/],
+    ['', /empty/],
+    [`${TEMP_PREFIX}x.json`, /reserved temp-file prefix/],
+    [`dir/${'x'.repeat(256)}`, /longer than 255 bytes/],
+  ];
+
+  it.each(hostile)('target deployed at %j → fail at once with the reason', (path, why) => {
+    const instance = makeInstance({ id: 'cfg_me', relative_filepath: path });
+    const steps = plan([instance]);
+    expect(steps).toHaveLength(1);
+    const step = steps[0]!;
+    expect(step.kind).toBe('fail');
+    if (step.kind !== 'fail') return;
+    expect(step.message).toMatch(/^path rejected: /);
+    expect(step.message).toMatch(why);
+  });
+
+  it.each(hostile)(
+    'target removed at %j, activity deployed → reported removed, the disk is never touched',
+    (path) => {
+      const instance = makeInstance({
+        id: 'cfg_me',
+        relative_filepath: path,
+        target_status: 'removed',
+        activity_status: 'deployed',
+      });
+      const steps = plan([instance], { files: { [path]: managed('cfg_me') } });
+      expect(steps).toHaveLength(1);
+      expect(steps[0]).toMatchObject({
+        kind: 'report',
+        report: { activity_status: 'removed', error_status: 'none' },
+      });
+    },
+  );
+
+  it('a hostile path does not take part in the conflict check of a valid one', () => {
+    const hostileNewer = makeInstance({
+      id: 'cfg_bad',
+      relative_filepath: 'app//config.json',
+      updated_at: '2026-02-01T00:00:00Z',
+    });
+    const good = makeInstance({ id: 'cfg_good' });
+    const steps = plan([hostileNewer, good]);
+    expect(onlyStepFor(steps, 'cfg_bad').kind).toBe('fail');
+    expect(onlyStepFor(steps, 'cfg_good').kind).toBe('write');
+  });
+});
+
+describe('planSteps: swaps and ordering', () => {
+  const leaving = makeInstance({
+    id: 'cfg_a',
+    relative_filepath: 'a.json',
+    target_status: 'removed',
+    activity_status: 'deployed',
+    config_schema_id: 'sch_s',
+  });
+  const arriving = makeInstance({ id: 'cfg_b', relative_filepath: 'b.json', config_schema_id: 'sch_s' });
+  const owned = { files: { 'a.json': managed('cfg_a') }, disk: { 'a.json': observations.identical! } };
+
+  it('a removal paired with a write of the same config_schema_id is displaced by that write (one swap)', () => {
+    const steps = plan([arriving, leaving], owned);
+    expect(steps).toHaveLength(1);
+    const write = asWrite(steps[0]!);
+    expect(write.instance.id).toBe('cfg_b');
+    expect(write.displaces).toEqual([{ kind: 'remove', instance: leaving, path: 'a.json' }]);
+  });
+
+  it('a removal of another config schema stays a standalone step, ordered before the writes', () => {
+    const other = makeInstance({ ...arriving, config_schema_id: 'sch_t' });
+    const steps = plan([other, leaving], owned);
+    expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([
+      ['cfg_a', 'remove'],
+      ['cfg_b', 'write'],
+    ]);
+    expect(asWrite(steps[1]!).displaces).toEqual([]);
+  });
+
+  it('orders untouched-failed first, then removals, then writes, then everything else', () => {
+    const instances = [
+      makeInstance({
+        id: 'cfg_archive',
+        relative_filepath: 'z.json',
+        target_status: 'removed',
+        activity_status: 'queued',
+      }),
+      makeInstance({ id: 'cfg_write', relative_filepath: 'w.json', config_schema_id: 'sch_w' }),
+      makeInstance({ id: 'cfg_wait', relative_filepath: 'v.json' }),
+      makeInstance({
+        id: 'cfg_remove',
+        relative_filepath: 'r.json',
+        target_status: 'removed',
+        activity_status: 'deployed',
+        config_schema_id: 'sch_r',
+      }),
+      makeInstance({ id: 'cfg_failed', relative_filepath: 'f.json', error_status: 'failed' }),
+    ];
+    const steps = plan(instances, {
+      files: { 'r.json': managed('cfg_remove') },
+      disk: { 'r.json': observations.identical! },
+      cooldowns: { cfg_wait: NOW + 1 },
+    });
+    expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([
+      ['cfg_failed', 'untouched'],
+      ['cfg_remove', 'remove'],
+      ['cfg_write', 'write'],
+      ['cfg_archive', 'report'],
+      ['cfg_wait', 'wait'],
+    ]);
+  });
+
+  it('is pure: the same input gives the same steps and the input is not changed', () => {
+    const instances = [arriving, leaving];
+    const files = new Map(Object.entries(owned.files));
+    const before = JSON.stringify([instances, [...files]]);
+    const input: PlanInput = {
+      instances,
+      local: { files, cooldowns: new Map() },
+      disk: new Map(Object.entries(owned.disk)),
+      now: NOW,
+      fileMode: FILE_MODE,
+    };
+    expect(planSteps(input)).toEqual(planSteps(input));
+    expect(JSON.stringify([instances, [...files]])).toBe(before);
+  });
+});
