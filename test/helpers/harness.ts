@@ -1,6 +1,6 @@
 // Integration harness: a real temp dir, the real mock service on loopback, and the compiled agent binary.
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -9,6 +9,7 @@ import {
   AdminStats,
   type CreateConfigInstanceRequest,
   type FaultRequest,
+  type Fixtures,
   ReceivedReport,
 } from '../../src/api/admin-schemas.js';
 import { ConfigInstance, DeployResponse } from '../../src/api/schemas.js';
@@ -31,6 +32,10 @@ export interface HarnessOptions {
   deviceId?: string;
   /** Fixtures file to load into the mock; default: an empty service. */
   fixturesFile?: string;
+  /** Fixtures given inline (ignored when `fixturesFile` is set). */
+  fixtures?: Fixtures;
+  /** Registers the harness's device in the mock (merged into the fixtures), so `createInstance` works. */
+  registerDevice?: boolean;
   /** Extra config keys, merged over the harness defaults (shallow per top-level key). */
   config?: Record<string, unknown>;
 }
@@ -63,17 +68,20 @@ export class AgentHarness {
 
   static async create(options: HarnessOptions = {}): Promise<AgentHarness> {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-it-'));
-    const fixtures =
+    const deviceId = options.deviceId ?? 'dvc_it_01';
+    let fixtures =
       options.fixturesFile === undefined
-        ? undefined
+        ? options.fixtures
         : parseFixtures(JSON.parse(await readFile(options.fixturesFile, 'utf8')));
+    if (options.registerDevice === true && !(fixtures?.devices ?? []).some((d) => d.id === deviceId)) {
+      fixtures = { ...fixtures, devices: [...(fixtures?.devices ?? []), { id: deviceId }] };
+    }
     const server = await startMockServer({
       port: 0,
       host: '127.0.0.1',
       apiKeys: [TEST_API_KEY],
       ...(fixtures === undefined ? {} : { fixtures }),
     });
-    const deviceId = options.deviceId ?? 'dvc_it_01';
     const harness = new AgentHarness(dir, server, deviceId, options.config ?? {});
     await writeFile(harness.keyPath, `${TEST_API_KEY}\n`, { mode: 0o600 });
     await harness.writeConfig();
@@ -199,6 +207,30 @@ export class AgentHarness {
     });
   }
 
+  /** The reports the mock accepted for one instance, oldest first. */
+  async reportsFor(instanceId: string) {
+    return (await this.reports()).filter((report) => report.config_instance_id === instanceId);
+  }
+
+  /** Requests the mock counted for one route key, e.g. `PATCH /v1/config_instances/:id`. */
+  async requestCount(routeKey: string): Promise<number> {
+    return (await this.stats()).requests[routeKey] ?? 0;
+  }
+
+  /** The agent's durable outbox (`stateDir/outbox.json`); empty when the file does not exist. */
+  async outbox(): Promise<OutboxSnapshot['entries']> {
+    const text = await readFile(path.join(this.stateDir, 'outbox.json'), 'utf8').catch((error: unknown) => {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw error;
+    });
+    return text === undefined ? [] : OutboxSnapshot.parse(JSON.parse(text)).entries;
+  }
+
+  /** Removes the agent's local state: the agent then cannot prove it wrote anything. */
+  async forgetState(): Promise<void> {
+    await rm(this.stateDir, { recursive: true, force: true });
+  }
+
   rootPath(relativePath: string): string {
     return path.join(this.rootDir, relativePath);
   }
@@ -230,4 +262,104 @@ export async function collect(child: ChildProcess, timeoutMs: number): Promise<R
 
 export async function makeDir(dir: string): Promise<void> {
   await mkdir(dir, { recursive: true });
+}
+
+// ---- resulting-world helpers shared by the integration tests ----
+
+const OutboxSnapshot = z.object({
+  entries: z.array(
+    z.object({
+      instanceId: z.string(),
+      report: z.object({
+        activity_status: z.string(),
+        error_status: z.string(),
+        message: z.string().optional(),
+      }),
+    }),
+  ),
+});
+type OutboxSnapshot = z.infer<typeof OutboxSnapshot>;
+
+export interface SnapshotOptions {
+  /** Also record inode and mtime (ns): equal snapshots then mean not even a rewrite of identical bytes. */
+  identity?: boolean;
+}
+
+/**
+ * Every entry under `dir` (recursively, never following symlinks): type, mode, bytes (base64)
+ * and symlink targets. Equal snapshots mean nothing under `dir` changed. A missing `dir`
+ * snapshots as `{}`.
+ */
+export async function snapshotTree(
+  dir: string,
+  options: SnapshotOptions = {},
+): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  const walk = async (current: string, relative: string): Promise<void> => {
+    let entries: string[];
+    try {
+      entries = (await readdir(current)).sort();
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT' && relative === '') return;
+      throw error;
+    }
+    for (const name of entries) {
+      const absolute = path.join(current, name);
+      const key = relative === '' ? name : `${relative}/${name}`;
+      const stats = await lstat(absolute, { bigint: true });
+      const mode = (Number(stats.mode) & 0o7777).toString(8);
+      const identity = options.identity === true ? ` ino=${stats.ino} mtime=${stats.mtimeNs}` : '';
+      if (stats.isSymbolicLink()) {
+        out[key] = `link ${mode} -> ${await readlink(absolute)}${identity}`;
+      } else if (stats.isDirectory()) {
+        out[key] = `dir ${mode}${identity}`;
+        await walk(absolute, key);
+      } else if (stats.isFile()) {
+        out[key] = `file ${mode} ${(await readFile(absolute)).toString('base64')}${identity}`;
+      } else {
+        out[key] = `other ${mode}${identity}`;
+      }
+    }
+  };
+  await walk(dir, '');
+  return out;
+}
+
+/** Whether the test API key appears anywhere in a run's stdout or stderr. */
+export function leaksApiKey(result: RunResult): boolean {
+  return result.stdout.includes(TEST_API_KEY) || result.stderr.includes(TEST_API_KEY);
+}
+
+/** The JSON log lines of a run's stderr (non-JSON lines skipped). */
+export function logLines(result: RunResult): Record<string, unknown>[] {
+  const lines: Record<string, unknown>[] = [];
+  for (const line of result.stderr.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      // A line that is not JSON is not a log line; the tests that care read stderr directly.
+    }
+  }
+  return lines;
+}
+
+/** `mount <args>`; resolves to a reason string when mounting is not permitted here, undefined on success. */
+export function tryMount(args: readonly string[]): string | undefined {
+  const result = spawnSync('mount', [...args], { encoding: 'utf8' });
+  if (result.error) return `mount ${args.join(' ')} failed: ${result.error.message}`;
+  if (result.status !== 0) {
+    const output = `${result.stdout}${result.stderr}`.trim() || `exit ${result.status}`;
+    return `mount ${args.join(' ')} not permitted here: ${output}`;
+  }
+  return undefined;
+}
+
+/** Unmounts `dir`, retrying a few times (a just-exited child may still hold it); never throws. */
+export function unmount(dir: string): void {
+  for (let attempt = 0; attempt < 5; attempt += 1) {
+    if (spawnSync('umount', [dir], { encoding: 'utf8' }).status === 0) return;
+    spawnSync('sleep', ['0.2']);
+  }
+  spawnSync('umount', ['-l', dir]);
 }

@@ -1,0 +1,170 @@
+// `config-agent --once` against the real mock: a first sync, and a second pass that writes nothing at all.
+import { readFile, stat, writeFile } from 'node:fs/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import { AgentHarness, leaksApiKey, snapshotTree } from '../helpers/harness.js';
+
+const harnesses: AgentHarness[] = [];
+async function harness(): Promise<AgentHarness> {
+  const created = await AgentHarness.create({ registerDevice: true });
+  harnesses.push(created);
+  return created;
+}
+
+afterEach(async () => {
+  await Promise.all(harnesses.splice(0).map((h) => h.close()));
+});
+
+const APP = { log_level: 'debug', workers: 4, features: { beta: true }, tags: ['a', 'b'] };
+const MQTT = { broker: { host: 'mqtt.local', port: 8883 }, topics: ['telemetry', 'alerts'] };
+const LIMITS = { max_speed: 1.5, zones: [{ id: 1, enabled: true }] };
+
+/** Three instances of different formats and depths, deployed the way an operator would. */
+async function deployFleet(h: AgentHarness) {
+  const app = await h.createAndDeploy({ relative_filepath: 'app/settings.json', content: APP });
+  const mqtt = await h.createAndDeploy({ relative_filepath: 'bridge/mqtt.yaml', content: MQTT });
+  const limits = await h.createAndDeploy({ relative_filepath: 'motion/deep/limits.yml', content: LIMITS });
+  return { app: app.deploy.id, mqtt: mqtt.deploy.id, limits: limits.deploy.id };
+}
+
+describe('config-agent --once: first sync', () => {
+  it('writes every deployed instance with the exact bytes and mode, reports deployed, exits 0', async () => {
+    const h = await harness();
+    const ids = await deployFleet(h);
+
+    const result = await h.runOnce();
+
+    expect(result.stderr).not.toMatch(/"level":(50|60)/);
+    expect(result.code).toBe(0);
+    expect(await readFile(h.rootPath('app/settings.json'), 'utf8')).toBe(`${JSON.stringify(APP, null, 2)}\n`);
+    expect(await readFile(h.rootPath('bridge/mqtt.yaml'), 'utf8')).toBe(
+      ['broker:', '  host: mqtt.local', '  port: 8883', 'topics:', '  - telemetry', '  - alerts', ''].join(
+        '\n',
+      ),
+    );
+    expect(await readFile(h.rootPath('motion/deep/limits.yml'), 'utf8')).toBe(
+      ['max_speed: 1.5', 'zones:', '  - id: 1', '    enabled: true', ''].join('\n'),
+    );
+    for (const file of ['app/settings.json', 'bridge/mqtt.yaml', 'motion/deep/limits.yml']) {
+      expect(((await stat(h.rootPath(file))).mode & 0o7777).toString(8), file).toBe('644');
+    }
+    expect(((await stat(h.rootPath('motion/deep'))).mode & 0o7777).toString(8)).toBe('755');
+    // The root holds the three files and their directories, nothing else (no temp files left behind).
+    expect(Object.keys(await snapshotTree(h.rootDir)).sort()).toEqual([
+      'app',
+      'app/settings.json',
+      'bridge',
+      'bridge/mqtt.yaml',
+      'motion',
+      'motion/deep',
+      'motion/deep/limits.yml',
+    ]);
+
+    for (const id of Object.values(ids)) {
+      const instance = await h.instance(id);
+      expect([instance.activity_status, instance.error_status], id).toEqual(['deployed', 'none']);
+      expect((await h.reportsFor(id)).map((r) => [r.activity_status, r.error_status])).toEqual([
+        ['deployed', 'none'],
+      ]);
+    }
+    expect(await h.requestCount('PATCH /v1/config_instances/:id')).toBe(3);
+    expect(await h.outbox()).toEqual([]);
+
+    expect(result.stdout).toMatch(/^Converged: 3 written\./);
+    for (const file of ['app/settings.json', 'bridge/mqtt.yaml', 'motion/deep/limits.yml']) {
+      expect(result.stdout).toContain(file);
+    }
+    expect(result.stdout).toContain('Status reports: 3 delivered.');
+    // stdout is only the summary: logs are JSON lines on stderr.
+    expect(result.stdout).not.toMatch(/"level":/);
+    expect(leaksApiKey(result)).toBe(false);
+  });
+
+  it('creates rootDir and a 0700 stateDir when they are missing', async () => {
+    const h = await harness();
+    await h.createAndDeploy({ relative_filepath: 'a.json', content: { a: 1 } });
+
+    const result = await h.runOnce();
+
+    expect(result.code).toBe(0);
+    expect((await stat(h.stateDir)).mode & 0o777).toBe(0o700);
+    expect(await readFile(h.rootPath('a.json'), 'utf8')).toBe('{\n  "a": 1\n}\n');
+  });
+
+  it('--json prints one object with the same facts', async () => {
+    const h = await harness();
+    const ids = await deployFleet(h);
+
+    const result = await h.runOnce(['--json']);
+
+    expect(result.code).toBe(0);
+    expect(result.stdout.trim().split('\n')).toHaveLength(1);
+    const summary = JSON.parse(result.stdout) as {
+      converged: boolean;
+      reachable: boolean;
+      dryRun: boolean;
+      counts: Record<string, number>;
+      instances: { instanceId: string; path: string; action: string }[];
+      reports: { delivered: number; pending: number; rejected: number };
+    };
+    expect(summary).toMatchObject({ converged: true, reachable: true, dryRun: false });
+    expect(summary.counts).toMatchObject({ written: 3, failed: 0, retrying: 0, removed: 0 });
+    expect(summary.reports).toMatchObject({ delivered: 3, pending: 0, rejected: 0 });
+    expect(
+      summary.instances
+        .map((i) => [i.instanceId, i.path, i.action])
+        .sort(([a], [b]) => String(a).localeCompare(String(b))),
+    ).toEqual(
+      [
+        [ids.app, 'app/settings.json', 'written'],
+        [ids.mqtt, 'bridge/mqtt.yaml', 'written'],
+        [ids.limits, 'motion/deep/limits.yml', 'written'],
+      ].sort(([a], [b]) => String(a).localeCompare(String(b))),
+    );
+    expect(leaksApiKey(result)).toBe(false);
+  });
+});
+
+describe('config-agent --once: idempotence', () => {
+  it('a second pass writes nothing: same inodes, mtimes, bytes; no report sent; exit 0', async () => {
+    const h = await harness();
+    const ids = await deployFleet(h);
+    expect((await h.runOnce()).code).toBe(0);
+    const rootBefore = await snapshotTree(h.rootDir, { identity: true });
+    const stateBefore = await snapshotTree(h.stateDir, { identity: true });
+    const patchesBefore = await h.requestCount('PATCH /v1/config_instances/:id');
+
+    const second = await h.runOnce(['--json']);
+
+    expect(second.code).toBe(0);
+    expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(rootBefore);
+    // Local state is rewritten only when it changed: an idempotent pass leaves it alone too.
+    expect(await snapshotTree(h.stateDir, { identity: true })).toEqual(stateBefore);
+    expect(await h.requestCount('PATCH /v1/config_instances/:id')).toBe(patchesBefore);
+    const summary = JSON.parse(second.stdout) as { converged: boolean; counts: Record<string, number> };
+    expect(summary.converged).toBe(true);
+    expect(summary.counts).toMatchObject({ unchanged: 3, written: 0 });
+    for (const id of Object.values(ids)) expect(await h.reportsFor(id)).toHaveLength(1);
+
+    const human = await h.runOnce();
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/^Converged: 3 unchanged\./);
+    expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(rootBefore);
+  });
+
+  it('restores a managed file changed behind its back, and only that file', async () => {
+    const h = await harness();
+    await deployFleet(h);
+    expect((await h.runOnce()).code).toBe(0);
+    const before = await snapshotTree(h.rootDir, { identity: true });
+    await writeFile(h.rootPath('app/settings.json'), '{"tampered": true}\n');
+
+    const result = await h.runOnce(['--json']);
+
+    expect(result.code).toBe(0);
+    expect(await readFile(h.rootPath('app/settings.json'), 'utf8')).toBe(`${JSON.stringify(APP, null, 2)}\n`);
+    const after = await snapshotTree(h.rootDir, { identity: true });
+    for (const file of ['bridge/mqtt.yaml', 'motion/deep/limits.yml']) expect(after[file]).toBe(before[file]);
+    const summary = JSON.parse(result.stdout) as { counts: Record<string, number> };
+    expect(summary.counts).toMatchObject({ written: 1, unchanged: 2 });
+  });
+});
