@@ -1,0 +1,227 @@
+// The durable status outbox on memfs: coalescing, ordered delivery, outages, poisoned reports, restarts.
+import { createFsFromVolume, Volume } from 'memfs';
+import { describe, expect, it } from 'vitest';
+import type { StatusReport } from '../api/schemas.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import { OUTBOX_FILE, type OutboxEntry, StatusOutbox } from './outbox.js';
+
+const STATE_DIR = '/var/lib/config-agent';
+const OUTBOX_PATH = `${STATE_DIR}/${OUTBOX_FILE}`;
+const T0 = new Date('2026-03-01T12:00:00.000Z');
+
+const deployed: StatusReport = { activity_status: 'deployed', error_status: 'none' };
+const removed: StatusReport = { activity_status: 'removed', error_status: 'none' };
+const retrying: StatusReport = {
+  activity_status: 'queued',
+  error_status: 'retrying',
+  message: 'write failed: ENOSPC',
+};
+
+class Retryable extends Error {
+  readonly kind = 'retryable';
+}
+class Permanent extends Error {
+  readonly kind = 'permanent';
+}
+const isRetryable = (error: unknown) => error instanceof Retryable;
+
+function memfs(files: Record<string, string> = {}): { fs: FsPort; vol: InstanceType<typeof Volume> } {
+  const vol = Volume.fromJSON(files);
+  vol.mkdirSync(STATE_DIR, { recursive: true });
+  return { fs: createFsFromVolume(vol).promises as unknown as FsPort, vol };
+}
+
+function open(fs: FsPort): Promise<StatusOutbox> {
+  return StatusOutbox.open(fs, STATE_DIR, silentLogger());
+}
+
+function ids(entries: readonly OutboxEntry[]): string[] {
+  return entries.map((entry) => entry.instanceId);
+}
+
+/** A service stand-in: records what it accepted, fails chosen instances with the given error. */
+function service(failures: Record<string, () => Error> = {}) {
+  const accepted: Array<[string, StatusReport]> = [];
+  const attempted: string[] = [];
+  const send = async (entry: OutboxEntry) => {
+    attempted.push(entry.instanceId);
+    const failure = failures[entry.instanceId];
+    if (failure !== undefined) throw failure();
+    accepted.push([entry.instanceId, entry.report]);
+  };
+  return { accepted, attempted, send };
+}
+
+async function filled(fs: FsPort, instanceIds: string[]): Promise<StatusOutbox> {
+  const outbox = await open(fs);
+  for (const id of instanceIds) outbox.enqueue(id, deployed, T0);
+  await outbox.persist();
+  return outbox;
+}
+
+describe('StatusOutbox', () => {
+  it('a newer report for an instance replaces its undelivered older one and moves to the end', async () => {
+    const { fs } = memfs();
+    const outbox = await open(fs);
+    outbox.enqueue('cfg_a', retrying, T0);
+    outbox.enqueue('cfg_b', deployed, T0);
+    outbox.enqueue('cfg_a', deployed, new Date(T0.getTime() + 1_000));
+
+    expect(outbox.size).toBe(2);
+    expect(outbox.pending().map((entry) => [entry.instanceId, entry.report, entry.queuedAt])).toEqual([
+      ['cfg_b', deployed, T0.toISOString()],
+      ['cfg_a', deployed, '2026-03-01T12:00:01.000Z'],
+    ]);
+    expect(outbox.pendingFor('cfg_a')?.report).toEqual(deployed);
+    expect(outbox.pendingFor('cfg_c')).toBeUndefined();
+  });
+
+  it('persist writes the queue to stateDir before anything is sent', async () => {
+    const { fs, vol } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b']);
+    const onDisk = JSON.parse(vol.readFileSync(OUTBOX_PATH, 'utf8') as string);
+    expect(onDisk.version).toBe(1);
+    expect(onDisk.entries).toEqual(outbox.pending());
+    expect(vol.statSync(OUTBOX_PATH).mode & 0o777).toBe(0o600);
+  });
+
+  it('flush sends in queue order and removes what was acknowledged, on disk too', async () => {
+    const { fs, vol } = memfs();
+    const outbox = await filled(fs, ['cfg_c', 'cfg_a', 'cfg_b']);
+    const svc = service();
+
+    const result = await outbox.flush(svc.send, isRetryable);
+
+    expect(svc.accepted.map(([id]) => id)).toEqual(['cfg_c', 'cfg_a', 'cfg_b']);
+    expect(ids(result.delivered)).toEqual(['cfg_c', 'cfg_a', 'cfg_b']);
+    expect(result.rejected).toEqual([]);
+    expect(result.deferredBy).toBeUndefined();
+    expect(outbox.size).toBe(0);
+    expect(JSON.parse(vol.readFileSync(OUTBOX_PATH, 'utf8') as string).entries).toEqual([]);
+    expect((await open(fs)).size).toBe(0);
+  });
+
+  it('a retryable failure stops delivery and keeps that report and the rest, in order, across a restart', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c']);
+    const outage = new Retryable('connect ECONNREFUSED');
+    const svc = service({ cfg_b: () => outage });
+
+    const result = await outbox.flush(svc.send, isRetryable);
+
+    expect(svc.attempted).toEqual(['cfg_a', 'cfg_b']);
+    expect(ids(result.delivered)).toEqual(['cfg_a']);
+    expect(result.deferredBy).toBe(outage);
+    expect(ids(outbox.pending())).toEqual(['cfg_b', 'cfg_c']);
+    const reopened = await open(fs);
+    expect(reopened.pending()).toEqual(outbox.pending());
+  });
+
+  it('nothing is lost over a long outage: repeated failed flushes keep the queue, the next success drains it in order', async () => {
+    const { fs } = memfs();
+    let up = false;
+    const accepted: string[] = [];
+    const send = async (entry: OutboxEntry) => {
+      if (!up) throw new Retryable('ETIMEDOUT');
+      accepted.push(entry.instanceId);
+    };
+    let outbox = await filled(fs, ['cfg_a', 'cfg_b']);
+    for (let attempt = 0; attempt < 5; attempt += 1) {
+      const result = await outbox.flush(send, isRetryable);
+      expect(result.delivered).toEqual([]);
+      // The agent restarts in the middle of the outage and queues more.
+      outbox = await open(fs);
+      if (attempt === 2) {
+        outbox.enqueue('cfg_c', removed, T0);
+        await outbox.persist();
+      }
+    }
+    up = true;
+    await outbox.flush(send, isRetryable);
+    expect(accepted).toEqual(['cfg_a', 'cfg_b', 'cfg_c']);
+    expect(outbox.size).toBe(0);
+  });
+
+  it('a permanent rejection drops only that report and delivery goes on', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_gone', 'cfg_c']);
+    const svc = service({ cfg_gone: () => new Permanent('404 config instance not found') });
+
+    const result = await outbox.flush(svc.send, isRetryable);
+
+    expect(svc.accepted.map(([id]) => id)).toEqual(['cfg_a', 'cfg_c']);
+    expect(ids(result.delivered)).toEqual(['cfg_a', 'cfg_c']);
+    expect(result.rejected.map(({ entry, error }) => [entry.instanceId, (error as Error).message])).toEqual([
+      ['cfg_gone', '404 config instance not found'],
+    ]);
+    expect(result.deferredBy).toBeUndefined();
+    expect(outbox.size).toBe(0);
+    expect((await open(fs)).size).toBe(0);
+  });
+
+  it('a rejection before an outage: the rejected report is dropped, the deferred ones stay in order', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_gone', 'cfg_b', 'cfg_c']);
+    const svc = service({ cfg_gone: () => new Permanent('410'), cfg_b: () => new Retryable('503') });
+
+    await outbox.flush(svc.send, isRetryable);
+
+    expect(ids(outbox.pending())).toEqual(['cfg_b', 'cfg_c']);
+    expect(ids((await open(fs)).pending())).toEqual(['cfg_b', 'cfg_c']);
+  });
+
+  it('persists across reopen: same entries, and new sequence numbers keep increasing', async () => {
+    const { fs } = memfs();
+    const first = await open(fs);
+    first.enqueue('cfg_a', retrying, T0);
+    first.enqueue('cfg_b', removed, T0);
+    first.enqueue('cfg_a', deployed, T0);
+    await first.persist();
+
+    const second = await open(fs);
+    expect(second.pending()).toEqual(first.pending());
+    second.enqueue('cfg_c', deployed, T0);
+    const seqs = second.pending().map((entry) => entry.seq);
+    expect(new Set(seqs).size).toBe(seqs.length);
+    expect(seqs.at(-1)).toBeGreaterThan(Math.max(...first.pending().map((entry) => entry.seq)));
+  });
+
+  it('an outbox that was never persisted is not on disk after a restart', async () => {
+    const { fs } = memfs();
+    const outbox = await open(fs);
+    outbox.enqueue('cfg_a', deployed, T0);
+    expect((await open(fs)).size).toBe(0);
+  });
+
+  it.each([
+    ['not JSON', '{"version": 1, "entr'],
+    ['another version', JSON.stringify({ version: 2, nextSeq: 0, entries: [] })],
+    [
+      'an invalid report',
+      JSON.stringify({
+        version: 1,
+        nextSeq: 1,
+        entries: [
+          {
+            seq: 0,
+            instanceId: 'x',
+            report: { activity_status: 'nope', error_status: 'none' },
+            queuedAt: '',
+          },
+        ],
+      }),
+    ],
+  ])(
+    'a corrupt outbox file (%s) starts empty and is replaced on the next persist',
+    async (_name, content) => {
+      const { fs, vol } = memfs({ [OUTBOX_PATH]: content });
+      const outbox = await open(fs);
+      expect(outbox.size).toBe(0);
+      outbox.enqueue('cfg_a', deployed, T0);
+      await outbox.persist();
+      expect(ids((await open(fs)).pending())).toEqual(['cfg_a']);
+      expect(JSON.parse(vol.readFileSync(OUTBOX_PATH, 'utf8') as string).version).toBe(1);
+    },
+  );
+});

@@ -1,0 +1,248 @@
+// Local state on memfs: durable round trip, and why a missing/corrupt/foreign state can never cause a deletion.
+import { createFsFromVolume, Volume } from 'memfs';
+import { describe, expect, it } from 'vitest';
+import { ConfigInstance } from '../api/schemas.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import { applySteps } from '../reconcile/apply.js';
+import { planSteps } from '../reconcile/plan.js';
+import { ContentCache } from './content-cache.js';
+import { sha256Hex } from './durable-writer.js';
+import { StatusOutbox } from './outbox.js';
+import {
+  emptyState,
+  type LocalState,
+  loadLocalState,
+  STATE_FILE,
+  STATE_VERSION,
+  saveLocalState,
+  serializeLocalState,
+} from './state.js';
+
+const STATE_DIR = '/var/lib/config-agent';
+const STATE_PATH = `${STATE_DIR}/${STATE_FILE}`;
+const ROOT = '/srv/config';
+const SHA_A = sha256Hex(Buffer.from('a'));
+const SHA_B = sha256Hex(Buffer.from('b'));
+
+function memfs(files: Record<string, string> = {}): { fs: FsPort; vol: InstanceType<typeof Volume> } {
+  const vol = Volume.fromJSON(files);
+  vol.mkdirSync(ROOT, { recursive: true });
+  return { fs: createFsFromVolume(vol).promises as unknown as FsPort, vol };
+}
+
+function sampleState(): LocalState {
+  const state = emptyState('dvc_1');
+  state.files.set('z/last.json', {
+    instanceId: 'cfg_z',
+    sha256: SHA_B,
+    mode: 0o600,
+    createdDirs: ['z'],
+    writtenAt: '2026-03-01T12:00:00.000Z',
+  });
+  state.files.set('a.json', {
+    instanceId: 'cfg_a',
+    sha256: SHA_A,
+    mode: 0o640,
+    createdDirs: [],
+    writtenAt: '2026-03-01T12:00:01.000Z',
+  });
+  state.instances.set('cfg_a', { relativePath: 'a.json', activity: 'deployed', error: 'none', attempts: 0 });
+  state.instances.set('cfg_z', {
+    relativePath: 'z/last.json',
+    activity: 'queued',
+    error: 'retrying',
+    message: 'write failed: disk error: ENOSPC',
+    attempts: 2,
+    nextAttemptAt: '2026-03-01T12:05:00.000Z',
+  });
+  state.cooldowns.set('cfg_z', 123_456);
+  return state;
+}
+
+describe('saveLocalState / loadLocalState', () => {
+  it('round-trips files and instances; attempts, next attempt time and cooldowns reset on load', async () => {
+    const { fs } = memfs();
+    const saved = sampleState();
+    expect(await saveLocalState(fs, STATE_DIR, saved)).toBe(true);
+
+    const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
+
+    expect(outcome).toBe('loaded');
+    expect(state.deviceId).toBe('dvc_1');
+    expect(state.files).toEqual(saved.files);
+    expect(state.instances.get('cfg_a')).toEqual(saved.instances.get('cfg_a'));
+    // Attempts reset on restart: an operator who fixed the cause expects an immediate retry.
+    expect(state.instances.get('cfg_z')).toEqual({
+      relativePath: 'z/last.json',
+      activity: 'queued',
+      error: 'retrying',
+      message: 'write failed: disk error: ENOSPC',
+      attempts: 0,
+    });
+    expect(state.cooldowns.size).toBe(0);
+  });
+
+  it('writes a versioned, sorted, owner-only JSON file, and does not rewrite identical state', async () => {
+    const { fs, vol } = memfs();
+    await saveLocalState(fs, STATE_DIR, sampleState());
+    const text = vol.readFileSync(STATE_PATH, 'utf8') as string;
+    const parsed = JSON.parse(text);
+    expect(parsed.version).toBe(STATE_VERSION);
+    expect(parsed.deviceId).toBe('dvc_1');
+    expect(Object.keys(parsed.files)).toEqual(['a.json', 'z/last.json']);
+    expect(parsed).toEqual(serializeLocalState(sampleState()));
+    expect(text.endsWith('\n')).toBe(true);
+    expect(vol.statSync(STATE_PATH).mode & 0o777).toBe(0o600);
+    expect(vol.statSync(STATE_DIR).mode & 0o777).toBe(0o700);
+    expect(text).not.toContain('cooldowns');
+
+    const inode = vol.statSync(STATE_PATH).ino;
+    expect(await saveLocalState(fs, STATE_DIR, sampleState())).toBe(false);
+    expect(vol.statSync(STATE_PATH).ino).toBe(inode);
+  });
+
+  it('creates the state directory when it does not exist yet', async () => {
+    const { fs, vol } = memfs();
+    expect(await saveLocalState(fs, `${STATE_DIR}/nested`, sampleState())).toBe(true);
+    expect(vol.existsSync(`${STATE_DIR}/nested/${STATE_FILE}`)).toBe(true);
+  });
+
+  it('a missing state file loads as an empty state', async () => {
+    const { fs } = memfs();
+    const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
+    expect(outcome).toBe('missing');
+    expect(state).toEqual(emptyState('dvc_1'));
+  });
+
+  const valid = serializeLocalState(sampleState());
+  it.each([
+    ['not JSON', 'garbage{'],
+    ['truncated JSON', JSON.stringify(valid).slice(0, 60)],
+    ['an empty file', ''],
+    ['JSON null', 'null'],
+    ['an empty object', '{}'],
+    ['another version', JSON.stringify({ ...valid, version: STATE_VERSION + 1 })],
+    [
+      'a bad sha256',
+      JSON.stringify({ ...valid, files: { 'a.json': { ...valid.files['a.json'], sha256: 'zz' } } }),
+    ],
+    [
+      'a negative attempt count',
+      JSON.stringify({ ...valid, instances: { x: { ...valid.instances.cfg_a, attempts: -1 } } }),
+    ],
+    [
+      'an unknown activity',
+      JSON.stringify({ ...valid, instances: { x: { ...valid.instances.cfg_a, activity: 'gone' } } }),
+    ],
+  ])('%s loads as corrupt and empty', async (_name, content) => {
+    const { fs } = memfs({ [STATE_PATH]: content });
+    const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
+    expect(outcome).toBe('corrupt');
+    expect(state).toEqual(emptyState('dvc_1'));
+  });
+
+  it("another device's state loads as empty", async () => {
+    const { fs } = memfs();
+    await saveLocalState(fs, STATE_DIR, sampleState());
+    const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_2', silentLogger());
+    expect(outcome).toBe('other_device');
+    expect(state).toEqual(emptyState('dvc_2'));
+  });
+
+  it('an unreadable state file is an error, not an empty state (ownership must not be forgotten silently)', async () => {
+    const { fs } = memfs({ [STATE_PATH]: JSON.stringify(valid) });
+    const denied: FsPort = {
+      ...fs,
+      readFile: (async () => {
+        throw Object.assign(new Error('EACCES: permission denied'), { code: 'EACCES' });
+      }) as FsPort['readFile'],
+    };
+    await expect(loadLocalState(denied, STATE_DIR, 'dvc_1', silentLogger())).rejects.toMatchObject({
+      code: 'EACCES',
+    });
+  });
+});
+
+describe('a state the agent cannot trust never leads to a deletion', () => {
+  const contents = `${JSON.stringify({ port: 8080 }, null, 2)}\n`;
+  const files = { [`${ROOT}/app.json`]: contents, [`${ROOT}/etc/other.yaml`]: 'a: 1\n' };
+  const setups: Array<[string, Record<string, string>, string]> = [
+    ['missing', {}, 'dvc_1'],
+    ['corrupt', { [STATE_PATH]: '{"version": 1, "deviceId": "dvc_1", "files": ' }, 'dvc_1'],
+    ['other device', {}, 'dvc_other'],
+  ];
+
+  it.each(setups)(
+    '%s state: removals are reported, the files stay byte-identical',
+    async (_name, stateFiles, loadAs) => {
+      const { fs, vol } = memfs({ ...files, ...stateFiles });
+      if (loadAs === 'dvc_other') {
+        // A state written by this agent for a different device id, which did own both paths.
+        const foreign = emptyState('dvc_1');
+        for (const [relative, id] of [
+          ['app.json', 'cfg_app'],
+          ['etc/other.yaml', 'cfg_other'],
+        ] as const) {
+          foreign.files.set(relative, {
+            instanceId: id,
+            sha256: sha256Hex(vol.readFileSync(`${ROOT}/${relative}`) as Buffer),
+            mode: 0o644,
+            createdDirs: [],
+            writtenAt: '2026-03-01T12:00:00.000Z',
+          });
+        }
+        await saveLocalState(fs, STATE_DIR, foreign);
+      }
+      const logger = silentLogger();
+      const { state } = await loadLocalState(fs, STATE_DIR, loadAs, logger);
+      expect(state.files.size).toBe(0);
+
+      const instances = [
+        ['cfg_app', 'app.json'],
+        ['cfg_other', 'etc/other.yaml'],
+      ].map(([id, relative]) =>
+        ConfigInstance.parse({
+          object: 'config_instance',
+          id,
+          target_status: 'removed',
+          activity_status: 'deployed',
+          error_status: 'none',
+          status: 'deployed',
+          relative_filepath: relative,
+          created_at: '2026-01-01T00:00:00Z',
+          updated_at: '2026-01-01T00:00:00Z',
+          device_id: loadAs,
+          config_schema_id: `sch_${id}`,
+          config_type_id: 'typ',
+          device: null,
+          config_schema: null,
+          config_type: null,
+          content: {},
+        }),
+      );
+      const steps = planSteps({ instances, local: state, disk: new Map(), now: 0, fileMode: 0o644 });
+      const outbox = StatusOutbox.ephemeral(fs, STATE_DIR, logger);
+      await applySteps(steps, {
+        fs,
+        clock: { now: () => 0, monotonic: () => 0, sleep: async () => undefined },
+        random: () => 0.5,
+        logger,
+        rootDir: ROOT,
+        fileMode: 0o644,
+        dirMode: 0o755,
+        retry: { maxAttempts: 3, baseDelaySeconds: 1, maxDelaySeconds: 10 },
+        state,
+        cache: new ContentCache(fs, STATE_DIR),
+        outbox,
+      });
+
+      expect(vol.readFileSync(`${ROOT}/app.json`, 'utf8')).toBe(contents);
+      expect(vol.readFileSync(`${ROOT}/etc/other.yaml`, 'utf8')).toBe('a: 1\n');
+      expect(outbox.pending().map((entry) => [entry.instanceId, entry.report.activity_status])).toEqual([
+        ['cfg_app', 'removed'],
+        ['cfg_other', 'removed'],
+      ]);
+    },
+  );
+});
