@@ -1,0 +1,175 @@
+// Daemon polling over real HTTP: deploys and removals land within one poll; steady state is cheap and writes nothing.
+import { mkdir, readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DaemonProcess, killAllDaemons } from '../helpers/daemon.js';
+import { AgentHarness, snapshotTree } from '../helpers/harness.js';
+import { waitFor } from '../helpers/wait-for.js';
+
+const INTERVAL_S = 1;
+const JITTER = 0.1;
+/** Longest wait between two polls, plus room for the pass itself on a loaded CI machine. */
+const ONE_POLL_MS = INTERVAL_S * 1000 * (1 + JITTER) + 1500;
+
+function fileBytes(content: unknown): string {
+  return `${JSON.stringify(content, null, 2)}\n`;
+}
+
+async function exists(file: string): Promise<boolean> {
+  return stat(file).then(
+    () => true,
+    () => false,
+  );
+}
+
+let harness: AgentHarness;
+
+beforeEach(async () => {
+  harness = await AgentHarness.create({
+    registerDevice: true,
+    config: { poll: { intervalSeconds: INTERVAL_S, jitterRatio: JITTER, fullResyncSeconds: 600 } },
+  });
+});
+
+afterEach(async () => {
+  await killAllDaemons();
+  await harness.close();
+});
+
+describe('daemon polling', () => {
+  it('writes a deployed instance within one poll and deletes it within one poll of its removal', async () => {
+    const daemon = DaemonProcess.start(harness);
+    await daemon.waitForPasses(1, 5000);
+
+    const content = { listen: 8080, upstreams: ['a', 'b'] };
+    const deployed = await harness.createAndDeploy({ relative_filepath: 'app/service.json', content });
+    const target = harness.rootPath('app/service.json');
+    await waitFor(() => exists(target), ONE_POLL_MS, { what: 'the deployed file on disk' });
+    await waitFor(async () => (await readFile(target, 'utf8')) === fileBytes(content), 500, {
+      what: 'the whole content',
+    });
+    await waitFor(
+      async () => (await harness.instance(deployed.deploy.id)).activity_status === 'deployed',
+      ONE_POLL_MS,
+      { what: 'the deployed status reported' },
+    );
+
+    await harness.removeInstance(deployed.deploy.id);
+    await waitFor(async () => !(await exists(target)), ONE_POLL_MS, { what: 'the removed file gone' });
+    await waitFor(
+      async () => (await harness.instance(deployed.deploy.id)).activity_status === 'removed',
+      ONE_POLL_MS,
+      { what: 'the removal reported' },
+    );
+    const reports = await harness.reports();
+    expect(reports.map((r) => [r.config_instance_id, r.activity_status, r.error_status])).toEqual([
+      [deployed.deploy.id, 'deployed', 'none'],
+      [deployed.deploy.id, 'removed', 'none'],
+    ]);
+    expect(daemon.alive).toBe(true);
+  });
+
+  it('in steady state asks at most 2 requests per poll and rewrites nothing', async () => {
+    // Over one page of 100, so a full pass would need several list requests while a poll still needs 2.
+    const count = 120;
+    const ids: string[] = [];
+    for (let start = 0; start < count; start += 20) {
+      const batch = await Promise.all(
+        Array.from({ length: Math.min(20, count - start) }, (_, k) =>
+          harness.createAndDeploy({
+            relative_filepath: `fleet/${String(start + k).padStart(3, '0')}.json`,
+            content: { n: start + k },
+          }),
+        ),
+      );
+      ids.push(...batch.map((d) => d.deploy.id));
+    }
+    const daemon = DaemonProcess.start(harness);
+    const [first] = await daemon.waitForPasses(1, 15_000, { predicate: (p) => p.converged });
+    expect(first?.mode).toBe('full');
+    await waitFor(
+      async () => (await harness.reports()).filter((r) => r.activity_status === 'deployed').length === count,
+      5000,
+      { what: 'every deploy reported' },
+    );
+    const before = await snapshotTree(harness.rootDir, { identity: true });
+    expect(Object.keys(before).filter((key) => key.endsWith('.json'))).toHaveLength(count);
+
+    // Measure from the end of a pass, so the window counts whole polls only.
+    const passesAtStart = daemon.passes().length + 1;
+    await daemon.waitForPasses(1, 5000, { after: passesAtStart - 1 });
+    const statsBefore = await harness.stats();
+    const polls = await daemon.waitForPasses(5, 10_000, { after: passesAtStart });
+    const statsAfter = await harness.stats();
+    const requests = statsAfter.total - statsBefore.total;
+
+    expect(polls.every((p) => p.mode === 'incremental' && p.converged)).toBe(true);
+    // The stats are read after the 5th poll's summary, so a 6th poll may have started in between.
+    expect(requests).toBeLessThanOrEqual(2 * (polls.length + 1));
+    expect(requests).toBeGreaterThanOrEqual(2 * polls.length);
+    const patches =
+      (statsAfter.requests['PATCH /v1/config_instances/:id'] ?? 0) -
+      (statsBefore.requests['PATCH /v1/config_instances/:id'] ?? 0);
+    expect(patches).toBe(0);
+
+    const after = await snapshotTree(harness.rootDir, { identity: true });
+    expect(after).toEqual(before);
+    expect(daemon.logsWith(/could not|failed/)).toEqual([]);
+  });
+
+  it('a periodic full resync checks bytes on disk without rewriting identical files', async () => {
+    await harness.writeConfig({
+      poll: { intervalSeconds: INTERVAL_S, jitterRatio: JITTER, fullResyncSeconds: 2 },
+    });
+    for (let k = 0; k < 5; k += 1) {
+      await harness.createAndDeploy({ relative_filepath: `etc/f${k}.json`, content: { k } });
+    }
+    const daemon = DaemonProcess.start(harness);
+    await daemon.waitForPasses(1, 5000, { predicate: (p) => p.converged });
+    const before = await snapshotTree(harness.rootDir, { identity: true });
+    const passesSoFar = daemon.passes().length;
+
+    const full = await daemon.waitForPasses(2, 10_000, {
+      after: passesSoFar,
+      predicate: (p) => p.mode === 'full',
+    });
+    expect(full.every((p) => p.converged && (p.counts.written ?? 0) === 0)).toBe(true);
+    expect(await snapshotTree(harness.rootDir, { identity: true })).toEqual(before);
+  });
+
+  it('writes a Prometheus textfile after every pass', async () => {
+    const metricsFile = path.join(harness.dir, 'metrics', 'config-agent.prom');
+    await mkdir(path.dirname(metricsFile));
+    await harness.writeConfig({
+      poll: { intervalSeconds: INTERVAL_S, jitterRatio: JITTER, fullResyncSeconds: 600 },
+      metrics: { textfile: metricsFile },
+    });
+    await harness.createAndDeploy({ relative_filepath: 'a.json', content: { a: 1 } });
+    await harness.createAndDeploy({ relative_filepath: 'b.json', content: { b: 2 } });
+    const daemon = DaemonProcess.start(harness);
+    await daemon.waitForPasses(2, 5000);
+
+    const text = await waitFor(
+      async () => {
+        const body = await readFile(metricsFile, 'utf8');
+        return /config_agent_passes_total\{[^}]*result="converged"[^}]*\} [2-9]/.test(body)
+          ? body
+          : undefined;
+      },
+      5000,
+      { what: 'a textfile counting two converged passes' },
+    );
+    expect(text).toMatch(/^config_agent_managed_files\{device_id="dvc_it_01"\} 2$/m);
+    expect(text).toMatch(/^config_agent_last_success_timestamp_seconds\{[^}]*\} (\d+)$/m);
+    const lastSuccess = Number(
+      /^config_agent_last_success_timestamp_seconds\{[^}]*\} (\d+)$/m.exec(text)?.[1],
+    );
+    expect(Math.abs(lastSuccess - Date.now() / 1000)).toBeLessThan(60);
+    expect(text).toMatch(/^config_agent_requests_total\{[^}]*outcome="[^"]+"[^}]*\} \d+$/m);
+    expect(text).toMatch(/^config_agent_pass_duration_seconds_count\{[^}]*\} [2-9]/m);
+    expect(text).toMatch(/^config_agent_drift_repairs_total\{[^}]*\} 0$/m);
+    expect(text).toMatch(/^config_agent_hook_failures_total\{[^}]*\} 0$/m);
+    const mode = (await stat(metricsFile)).mode & 0o777;
+    expect(mode).toBe(0o644);
+  });
+});
