@@ -22,8 +22,11 @@ const DEMO_PATH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..
 
 export interface Contract {
   server: RunningMockServer;
-  /** A client on the mock with the test key; `overrides` change any option. */
-  client(overrides?: Partial<ClientOptions>): ServiceClient;
+  /**
+   * A client on the mock with the test key; `overrides` change any option. With `builtDispatcher` the client
+   * builds its own undici Agent (undici's maxResponseSize applies too); the mock's close() ends its sockets.
+   */
+  client(overrides?: Partial<ClientOptions>, options?: { builtDispatcher?: boolean }): ServiceClient;
   admin: Admin;
   close(): Promise<void>;
 }
@@ -57,18 +60,13 @@ export async function startContract(): Promise<Contract> {
 
   return {
     server,
-    client(overrides = {}) {
+    client(overrides = {}, options = {}) {
+      const base = { baseUrl: server.url, apiKey: API_KEY, timeoutMs: 5_000, maxResponseBytes: 4_000_000 };
+      if (options.builtDispatcher === true) return createClient({ ...base, ...overrides });
       // Each client gets its own dispatcher so that closing the harness leaves no sockets behind.
       const agent = new Agent({ connect: { timeout: 5_000 } });
       agents.push(agent);
-      return createClient({
-        baseUrl: server.url,
-        apiKey: API_KEY,
-        dispatcher: agent,
-        timeoutMs: 5_000,
-        maxResponseBytes: 4_000_000,
-        ...overrides,
-      });
+      return createClient({ ...base, dispatcher: agent, ...overrides });
     },
     admin: {
       createInstance: async (body) =>
