@@ -63,7 +63,7 @@ export async function main(
     throw error;
   }
 
-  const level = env['LOG_LEVEL'] ?? 'info';
+  const level = env.LOG_LEVEL ?? 'info';
   const logger = createLogger({
     level: (LOG_LEVELS as readonly string[]).includes(level) ? (level as LogLevel) : 'info',
     secrets,

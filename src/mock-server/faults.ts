@@ -72,8 +72,10 @@ export function faultMiddleware(state: MockState, logger: Logger): MiddlewareHan
         outgoing.useChunkedEncodingByDefault = false;
         outgoing.writeHead(200, { 'content-type': 'application/json', connection: 'close' });
         outgoing.end(text.slice(0, Math.max(1, Math.floor(text.length / 2))));
+        // After next() hono ignores a returned response, so replace it; clearing first avoids a header merge.
         c.res = undefined;
-        return RESPONSE_ALREADY_SENT;
+        c.res = RESPONSE_ALREADY_SENT;
+        return;
       }
       case 'slow': {
         await next();

@@ -1,0 +1,295 @@
+// Fault injection (status, reset, hang, truncate, malformed, slow), request stats, close and restart.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ActiveFault, ActiveFaultList, AdminStats } from '../../src/api/admin-schemas.js';
+import { DeployResponse, DeviceList, ErrorBody } from '../../src/api/schemas.js';
+import { type RunningMockServer, startMockServer } from '../../src/mock-server/server.js';
+import { API_KEY, call, get, startDemo } from './helpers.js';
+
+let server: RunningMockServer;
+
+beforeEach(async () => {
+  server = await startDemo();
+});
+afterEach(async () => {
+  await server.close();
+});
+
+async function addFault(body: Record<string, unknown>) {
+  const response = await call(server, 'POST', '/_admin/faults', { body });
+  expect(response.status, response.text).toBe(201);
+  return ActiveFault.parse(response.body);
+}
+
+function rawFetch(path: string, init: RequestInit = {}): Promise<Response> {
+  return fetch(`${server.url}${path}`, {
+    ...init,
+    headers: { 'X-API-Key': API_KEY },
+    signal: init.signal ?? AbortSignal.timeout(10_000),
+  });
+}
+
+async function stats() {
+  return AdminStats.parse((await get(server, '/_admin/stats')).body);
+}
+
+/** Waits (bounded) until the server has counted `n` requests for `route`. */
+async function waitForRequests(route: string, n: number): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    if ((server.state.stats.get(route) ?? 0) >= n) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`server never saw ${n} requests for ${route}`);
+}
+
+describe('status faults', () => {
+  it('answer the next `count` matching requests with the status, Retry-After and the error body', async () => {
+    const fault = await addFault({ match: '^/v1/devices$', count: 2, status: 503, retry_after: 7 });
+    expect(fault).toMatchObject({ match: '^/v1/devices$', count: 2, remaining: 2 });
+
+    expect((await get(server, '/v1/releases')).status).toBe(200);
+    for (let i = 0; i < 2; i++) {
+      const response = await get(server, '/v1/devices');
+      expect(response.status).toBe(503);
+      expect(response.headers.get('retry-after')).toBe('7');
+      expect(ErrorBody.parse(response.body).error.code).toBe('service_unavailable');
+    }
+    expect((await get(server, '/v1/devices')).status).toBe(200);
+    expect(server.state.faults).toEqual([]);
+  });
+
+  it.each([
+    [429, 'rate_limited'],
+    [500, 'internal_error'],
+    [502, 'bad_gateway'],
+    [401, 'unauthorized'],
+  ])('uses a stable code for status %i (%s)', async (status, code) => {
+    await addFault({ match: 'config_instances', count: 1, status });
+    const response = await get(server, '/v1/config_instances');
+    expect(response.status).toBe(status);
+    expect(response.headers.get('retry-after')).toBeNull();
+    expect(ErrorBody.parse(response.body).error.code).toBe(code);
+  });
+
+  it('defaults to 503 and never reaches the handler', async () => {
+    await addFault({ match: '/deploy$', count: 1 });
+    const before = server.state.instances.get('cfg_r1_motion_limits_next');
+    const response = await call(server, 'POST', '/v1/config_instances/cfg_r1_motion_limits_next/deploy');
+    expect(response.status).toBe(503);
+    expect(server.state.instances.get('cfg_r1_motion_limits_next')).toBe(before);
+  });
+
+  it('applies the first registered matching fault and consumes one match per request', async () => {
+    await addFault({ match: '^/v1/', count: 1, status: 500 });
+    await addFault({ match: '^/v1/devices', count: 1, status: 502 });
+    expect((await get(server, '/v1/devices')).status).toBe(500);
+    expect((await get(server, '/v1/devices')).status).toBe(502);
+    expect((await get(server, '/v1/devices')).status).toBe(200);
+  });
+
+  it('never faults /_admin routes and does not spend matches on them', async () => {
+    await addFault({ match: '.*', count: 3, status: 500 });
+    expect((await get(server, '/_admin/stats')).status).toBe(200);
+    expect((await get(server, '/_admin/reports')).status).toBe(200);
+    const listed = ActiveFaultList.parse((await get(server, '/_admin/faults')).body);
+    expect(listed.data.map((f) => f.remaining)).toEqual([3]);
+  });
+
+  it('DELETE /_admin/faults clears every fault', async () => {
+    await addFault({ match: 'devices', count: 5, status: 500 });
+    await addFault({ match: 'releases', count: 5, mode: 'reset' });
+    const cleared = await call(server, 'DELETE', '/_admin/faults');
+    expect(cleared.body).toEqual({ cleared: 2 });
+    expect((await get(server, '/v1/devices')).status).toBe(200);
+    expect((await get(server, '/v1/releases')).status).toBe(200);
+  });
+
+  it.each([
+    [{ match: '([', count: 1 }, 'match'],
+    [{ match: 'x', count: 0 }, 'count'],
+    [{ match: 'x', count: 1.5 }, 'count'],
+    [{ match: 'x', count: 1, mode: 'explode' }, 'mode'],
+    [{ match: 'x', count: 1, status: 200 }, 'status'],
+    [{ match: 'x', count: 1, retry_after: -1 }, 'retry_after'],
+    [{ count: 1 }, 'match'],
+  ])('rejects the fault %j naming %s', async (body, field) => {
+    const response = await call(server, 'POST', '/_admin/faults', { body });
+    expect(response.status).toBe(400);
+    expect(ErrorBody.parse(response.body).error.message).toContain(field);
+    expect(server.state.faults).toEqual([]);
+  });
+});
+
+describe('network faults', () => {
+  it('reset: the connection is destroyed without a response', async () => {
+    await addFault({ match: '^/v1/devices$', count: 3, mode: 'reset' });
+    await expect(rawFetch('/v1/devices')).rejects.toThrow(TypeError);
+    await call(server, 'DELETE', '/_admin/faults');
+    expect((await get(server, '/v1/devices')).status).toBe(200);
+  });
+
+  it('hang: no answer until the client gives up', async () => {
+    await addFault({ match: '^/v1/devices$', count: 1, mode: 'hang' });
+    const started = performance.now();
+    await expect(rawFetch('/v1/devices', { signal: AbortSignal.timeout(300) })).rejects.toMatchObject({
+      name: 'TimeoutError',
+    });
+    expect(performance.now() - started).toBeGreaterThanOrEqual(250);
+    expect((await get(server, '/v1/devices')).status).toBe(200);
+  });
+
+  it('hang: close() destroys the hanging connection and returns promptly', async () => {
+    await addFault({ match: '^/v1/devices$', count: 1, mode: 'hang' });
+    const pending = rawFetch('/v1/devices').then(
+      () => 'answered',
+      () => 'failed',
+    );
+    await waitForRequests('GET /v1/devices', 1);
+    const started = performance.now();
+    await server.close();
+    expect(performance.now() - started).toBeLessThan(1000);
+    expect(await pending).toBe('failed');
+  });
+
+  it('truncate: 200 with a close-delimited body cut in the middle of the real JSON', async () => {
+    const full = await (await rawFetch('/v1/devices')).text();
+    await addFault({ match: '^/v1/devices$', count: 1, mode: 'truncate' });
+    const response = await rawFetch('/v1/devices');
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-length')).toBeNull();
+    expect(response.headers.get('transfer-encoding')).toBeNull();
+    const text = await response.text();
+    expect(text.length).toBeGreaterThan(0);
+    expect(text.length).toBeLessThan(full.length);
+    expect(full.startsWith(text)).toBe(true);
+    expect(() => JSON.parse(text)).toThrow(SyntaxError);
+    expect(DeviceList.parse(JSON.parse(await (await rawFetch('/v1/devices')).text())).data).toHaveLength(3);
+  });
+
+  it('truncate: the handler still ran, so a truncated deploy did change the state', async () => {
+    await addFault({ match: '/deploy$', count: 1, mode: 'truncate' });
+    const response = await fetch(`${server.url}/v1/config_instances/cfg_r1_motion_limits_next/deploy`, {
+      method: 'POST',
+      headers: { 'X-API-Key': API_KEY },
+    });
+    expect(response.status).toBe(200);
+    const text = await response.text();
+    expect(() => JSON.parse(text)).toThrow(SyntaxError);
+    // The same deploy answered in full shows what the client missed.
+    const again = await call(server, 'POST', '/v1/config_instances/cfg_r1_motion_limits_next/deploy');
+    expect(DeployResponse.parse(again.body).deploy.target_status).toBe('deployed');
+    expect(server.state.instances.get('cfg_r1_motion_limits_next')?.target_status).toBe('deployed');
+  });
+
+  it('malformed: 200 with a body that is not JSON', async () => {
+    await addFault({ match: '^/v1/config_instances$', count: 1, mode: 'malformed' });
+    const response = await rawFetch('/v1/config_instances');
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toMatch(/application\/json/);
+    const text = await response.text();
+    expect(() => JSON.parse(text)).toThrow(SyntaxError);
+  });
+
+  it('slow: trickles the real body in small chunks', async () => {
+    const full = await (await rawFetch('/v1/devices/dvc_robot_01')).text();
+    await addFault({ match: '^/v1/devices/', count: 1, mode: 'slow', chunk_bytes: 64, interval_ms: 40 });
+    const started = performance.now();
+    const response = await rawFetch('/v1/devices/dvc_robot_01');
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-length')).toBe(String(Buffer.byteLength(full)));
+    const reader = response.body?.getReader();
+    if (reader === undefined) throw new Error('no body');
+    const chunks: Uint8Array[] = [];
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+    }
+    const elapsed = performance.now() - started;
+    const expectedChunks = Math.ceil(Buffer.byteLength(full) / 64);
+    expect(chunks.length).toBeGreaterThanOrEqual(expectedChunks - 1);
+    expect(elapsed).toBeGreaterThanOrEqual((expectedChunks - 1) * 40 * 0.8);
+    expect(Buffer.concat(chunks).toString()).toBe(full);
+  });
+
+  it('slow with defaults (8 bytes every 300 ms) outlasts a total-time cap, and close() stays prompt', async () => {
+    await addFault({ match: '^/v1/config_instances$', count: 1, mode: 'slow' });
+    const response = await rawFetch('/v1/config_instances', { signal: AbortSignal.timeout(700) });
+    expect(response.status).toBe(200);
+    await expect(response.text()).rejects.toMatchObject({ name: 'TimeoutError' });
+
+    await addFault({ match: '^/v1/config_instances$', count: 1, mode: 'slow' });
+    const second = await rawFetch('/v1/config_instances');
+    const reading = second.text().then(
+      () => 'complete',
+      () => 'cut',
+    );
+    const started = performance.now();
+    await server.close();
+    expect(performance.now() - started).toBeLessThan(1000);
+    expect(await reading).toBe('cut');
+  });
+});
+
+describe('stats', () => {
+  it('counts requests per method and route pattern, unmatched ones apart, admin routes not at all', async () => {
+    await get(server, '/v1/config_instances');
+    await get(server, '/v1/config_instances?limit=3');
+    await get(server, '/v1/devices/dvc_robot_01');
+    await get(server, '/v1/devices/dvc_robot_02');
+    await call(server, 'POST', '/v1/config_instances/cfg_r1_lidar/deploy?dry_run=true');
+    await call(server, 'PATCH', '/v1/config_instances/cfg_r1_lidar', {
+      body: { activity_status: 'deployed', error_status: 'none' },
+    });
+    await call(server, 'DELETE', '/v1/devices');
+    await get(server, '/v9/devices');
+    await call(server, 'GET', '/v1/releases', { key: null });
+    await get(server, '/_admin/reports');
+    await addFault({ match: 'deployments', count: 1, status: 500 });
+    await get(server, '/v1/deployments/dpl_robot_01_v1_5_0');
+
+    expect(await stats()).toEqual({
+      requests: {
+        'DELETE /v1/devices': 1,
+        'GET (unmatched)': 1,
+        'GET /v1/config_instances': 2,
+        'GET /v1/deployments/:id': 1,
+        'GET /v1/devices/:id': 2,
+        'GET /v1/releases': 1,
+        'PATCH /v1/config_instances/:id': 1,
+        'POST /v1/config_instances/:id/deploy': 1,
+      },
+      total: 10,
+    });
+  });
+});
+
+describe('close and restart', () => {
+  it('restarts "the same" service on the same port with the same state', async () => {
+    await call(server, 'PATCH', '/v1/config_instances/cfg_r1_lidar', {
+      body: { activity_status: 'deployed', error_status: 'none' },
+    });
+    const { port, url, state } = server;
+    await server.close();
+    await expect(fetch(`${url}/v1/devices`, { headers: { 'X-API-Key': API_KEY } })).rejects.toThrow();
+
+    server = await startMockServer({ apiKeys: [API_KEY], port, state });
+    expect(server.url).toBe(url);
+    expect(server.state).toBe(state);
+    expect(state.reports).toHaveLength(1);
+    const response = await get(server, '/v1/config_instances?id=cfg_r1_lidar');
+    expect(response.text).toContain('"activity_status":"deployed"');
+  });
+
+  it('reports a URL without a trailing slash or version, and close() may be called twice', async () => {
+    expect(server.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(server.url).toBe(`http://127.0.0.1:${server.port}`);
+    await server.close();
+    await server.close();
+  });
+
+  it('fails to start on a port that is taken', async () => {
+    await expect(startMockServer({ apiKeys: [API_KEY], port: server.port })).rejects.toMatchObject({
+      code: 'EADDRINUSE',
+    });
+  });
+});
