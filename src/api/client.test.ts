@@ -1,4 +1,5 @@
 // Unit tests of the service client against raw node:http servers on loopback: wire shape, classification, limits.
+import { getEventListeners } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
@@ -421,6 +422,29 @@ describe('transport failures', () => {
     const reason = new Error('shutting down');
     setTimeout(() => controller.abort(reason), 50);
     const error = await failure(client(server.url).getDevice('dev_1', { signal: controller.signal }));
+    expect(error).toBe(reason);
+  });
+});
+
+describe('cancellation', () => {
+  it("leaves no listener on the caller's long-lived signal, whatever the outcome", async () => {
+    const server = await serve((req, res) => {
+      if (req.url?.includes('missing')) return json(res, 404, errorBody('not_found'));
+      return json(res, 200, device('dev_1'));
+    });
+    const shutdown = new AbortController();
+    const c = client(server.url);
+    for (let i = 0; i < 5; i++) {
+      await c.getDevice('dev_1', { signal: shutdown.signal });
+      await failure(c.getDevice('missing', { signal: shutdown.signal }));
+    }
+    expect(getEventListeners(shutdown.signal, 'abort')).toHaveLength(0);
+  });
+
+  it('an already aborted caller signal fails at once with its reason', async () => {
+    const server = await serve((_req, res) => json(res, 200, device('dev_1')));
+    const reason = new Error('stopped');
+    const error = await failure(client(server.url).getDevice('dev_1', { signal: AbortSignal.abort(reason) }));
     expect(error).toBe(reason);
   });
 });
