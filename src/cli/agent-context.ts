@@ -56,6 +56,7 @@ export function reconcilerSettings(config: AgentConfig, requestRetries: number):
     dirMode: config.files.dirMode,
     retry: config.retry,
     requestRetries,
+    restoreDrift: config.drift === 'restore',
   };
 }
 

@@ -105,6 +105,10 @@ const handlers: { [K in StepKind]: StepHandler<K> } = {
         { ...outcomeFor(step.instance, 'untouched', false), message: 'failed on the service: left alone' },
       ];
     }
+    if (step.reason === 'drift_kept') {
+      const message = 'changed on disk by someone else: kept (drift policy is not "restore")';
+      return [{ ...outcomeFor(step.instance, 'unchanged', true), message }];
+    }
     // In place: a stale undelivered error report (from a failed repair) must be superseded, not delivered.
     queueReport(ctx, step.instance, deployedReport());
     markSucceeded(ctx, step.instance, 'deployed');

@@ -63,6 +63,7 @@ interface Setup {
   files?: Record<string, ManagedFile>;
   cooldowns?: Record<string, number>;
   disk?: Record<string, DiskObservation>;
+  restoreDrift?: boolean;
 }
 
 function plan(instances: ConfigInstance[], setup: Setup = {}): Step[] {
@@ -75,6 +76,7 @@ function plan(instances: ConfigInstance[], setup: Setup = {}): Step[] {
     disk: new Map(Object.entries(setup.disk ?? {})),
     now: NOW,
     fileMode: FILE_MODE,
+    ...(setup.restoreDrift === undefined ? {} : { restoreDrift: setup.restoreDrift }),
   };
   return planSteps(input);
 }
@@ -204,6 +206,34 @@ describe('planSteps: target deployed', () => {
       }
     },
   );
+
+  it.each([
+    [undefined, 'write'],
+    [true, 'write'],
+    [false, 'untouched'],
+  ] as const)('a managed file edited locally with restoreDrift %s → %s', (restoreDrift, kind) => {
+    const instance = makeInstance({ id: 'cfg_me', activity_status: 'deployed' });
+    const steps = plan([instance], {
+      files: ownerFiles('this'),
+      disk: { [PATH]: { kind: 'file', sha256: OTHER_SHA, mode: FILE_MODE } },
+      ...(restoreDrift === undefined ? {} : { restoreDrift }),
+    });
+    const step = onlyStepFor(steps, 'cfg_me');
+    expect(step.kind).toBe(kind);
+    if (step.kind === 'write') expect(step.reason).toBe('drift');
+    if (step.kind === 'untouched') expect(step.reason).toBe('drift_kept');
+  });
+
+  it('restoreDrift false still writes when the service changed the content', () => {
+    const instance = makeInstance({ id: 'cfg_me', activity_status: 'queued' });
+    const oldSha = sha256(jsonBytes({ port: 80 }));
+    const steps = plan([instance], {
+      files: { [PATH]: managed('cfg_me', oldSha) },
+      disk: { [PATH]: { kind: 'file', sha256: OTHER_SHA, mode: FILE_MODE } },
+      restoreDrift: false,
+    });
+    expect(asWrite(onlyStepFor(steps, 'cfg_me')).reason).toBe('changed');
+  });
 
   it('rewrites a file this agent wrote when the server changed the content (recorded sha is stale)', () => {
     const instance = makeInstance({ id: 'cfg_me', activity_status: 'queued' });

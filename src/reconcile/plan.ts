@@ -29,6 +29,11 @@ export interface PlanInput {
   /** Monotonic now, compared with cooldown deadlines. */
   now: number;
   fileMode: number;
+  /**
+   * Whether a managed file changed by someone else (its instance's content unchanged) is rewritten. False
+   * under the `report` and `off` drift policies: the operator keeps the local edit until the content changes.
+   */
+  restoreDrift?: boolean;
 }
 
 export interface WriteStep {
@@ -60,7 +65,7 @@ export type Step =
   /** Two instances want one path: the loser is reported `retrying` and nothing of it is written. */
   | { kind: 'refuse'; instance: ConfigInstance; message: string }
   | { kind: 'wait'; instance: ConfigInstance; until: number }
-  | { kind: 'untouched'; instance: ConfigInstance; reason: 'failed' | 'in_place' };
+  | { kind: 'untouched'; instance: ConfigInstance; reason: 'failed' | 'in_place' | 'drift_kept' };
 
 export type ReportReason =
   | 'archive'
@@ -192,6 +197,8 @@ function planDeployed(instance: ConfigInstance, input: PlanInput): WriteStep | S
   else if (observed.kind === 'absent' && owned === undefined) reason = 'new';
   else if (owned?.instanceId === instance.id && owned.sha256 === sha256) reason = 'drift';
   else reason = 'changed';
+  if (reason === 'drift' && input.restoreDrift === false)
+    return { kind: 'untouched', instance, reason: 'drift_kept' };
   return {
     kind: 'write',
     instance,

@@ -25,6 +25,8 @@ export interface ReconcilerSettings {
   /** In-pass request retries: `--once` has no outer loop, the daemon's poll loop is its own retry layer. */
   requestRetries: number;
   requestRetryBaseMs?: number;
+  /** False under the `report`/`off` drift policies: full passes leave locally edited managed files alone. */
+  restoreDrift?: boolean;
 }
 
 /**
@@ -201,6 +203,7 @@ export class Reconciler {
       disk,
       now: clock.monotonic(),
       fileMode: this.#settings.fileMode,
+      restoreDrift: this.#settings.restoreDrift ?? true,
     });
     if (dryRun) return finish();
 
