@@ -31,7 +31,7 @@ import {
 } from '../api/schemas.js';
 import { type Logger, silentLogger } from '../lib/logger.js';
 import { errorBody, invalidBody, invalidRequest, MockServiceError } from './errors.js';
-import { faultMiddleware, isAdminPath, type MockEnv } from './faults.js';
+import { faultMiddleware, isAdminPath } from './faults.js';
 import { stateFromFixtures } from './fixtures.js';
 import {
   pageOf,
@@ -45,8 +45,6 @@ import {
 import { type ConfigInstanceRecord, type DeviceRecord, MockState, type ReleaseRecord } from './state.js';
 import { deploymentView, deviceView, type InstanceExpand, instanceView, releaseView } from './views.js';
 
-export type { MockEnv } from './faults.js';
-
 export interface MockServiceOptions {
   /** Keys accepted in `X-API-Key`, on every route including /_admin. */
   apiKeys: readonly string[];
@@ -58,7 +56,7 @@ export interface MockServiceOptions {
 }
 
 export interface MockService {
-  app: Hono<MockEnv>;
+  app: Hono;
   state: MockState;
 }
 
@@ -97,7 +95,7 @@ export function createMockService(options: MockServiceOptions): MockService {
     options.state ?? (options.fixtures ? stateFromFixtures(options.fixtures, at()) : new MockState());
   const keys = options.apiKeys.map((key) => Buffer.from(key));
 
-  const app = new Hono<MockEnv>();
+  const app = new Hono();
 
   app.use('*', async (c, next) => {
     const started = performance.now();
@@ -291,7 +289,7 @@ function isKnownKey(keys: readonly Buffer[], presented: string): boolean {
 }
 
 /** `<METHOD> <route pattern>`; a request that matched only the catch-all middleware counts as unmatched. */
-function routeKey(c: Context<MockEnv>): string {
+function routeKey(c: Context): string {
   const pattern = routePath(c, -1);
   return pattern === '*' || pattern === '/*' || pattern === ''
     ? `${c.req.method} (unmatched)`
@@ -304,7 +302,7 @@ function matches<T extends object>(item: T, filters: Record<string, string | und
   );
 }
 
-async function readJson(c: Context<MockEnv>): Promise<unknown> {
+async function readJson(c: Context): Promise<unknown> {
   const text = await c.req.text();
   if (text.trim() === '') throw invalidRequest('body: a JSON body is required', { field: '' });
   try {
@@ -322,7 +320,7 @@ function parseBody<S extends z.ZodType>(schema: S, body: unknown): z.infer<S> {
 
 /** Every response goes through its wire schema, so a mock bug surfaces as a 500 instead of a silent drift. */
 function send<S extends z.ZodType>(
-  c: Context<MockEnv>,
+  c: Context,
   schema: S,
   value: z.input<S>,
   status: ContentfulStatusCode = 200,

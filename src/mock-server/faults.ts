@@ -7,11 +7,6 @@ import type { Logger } from '../lib/logger.js';
 import { codeForStatus, errorBody } from './errors.js';
 import type { MockState } from './state.js';
 
-/** Bindings of @hono/node-server; absent when the app is driven in-process with `app.request`. */
-export interface MockEnv {
-  Bindings: Partial<HttpBindings>;
-}
-
 const DEFAULT_FAULT_STATUS = 503;
 const SLOW_CHUNK_BYTES = 8;
 const SLOW_INTERVAL_MS = 300;
@@ -21,7 +16,8 @@ export function isAdminPath(path: string): boolean {
   return path === '/_admin' || path.startsWith('/_admin/');
 }
 
-function nodeBindings(c: Context<MockEnv>): Partial<HttpBindings> {
+/** The raw node objects of @hono/node-server; absent when the app is driven in-process with `app.request`. */
+function nodeBindings(c: Context): Partial<HttpBindings> {
   return (c.env as Partial<HttpBindings> | undefined) ?? {};
 }
 
@@ -30,7 +26,7 @@ function nodeBindings(c: Context<MockEnv>): Partial<HttpBindings> {
  * never reach the handler (nothing changes); truncate and slow serve the real response, so its effects
  * (a deploy, a recorded report) happen even though the client may never read the answer.
  */
-export function faultMiddleware(state: MockState, logger: Logger): MiddlewareHandler<MockEnv> {
+export function faultMiddleware(state: MockState, logger: Logger): MiddlewareHandler {
   return async (c, next) => {
     if (isAdminPath(c.req.path)) return next();
     const fault = state.takeFault(c.req.path);
@@ -94,7 +90,7 @@ export function faultMiddleware(state: MockState, logger: Logger): MiddlewareHan
   };
 }
 
-function unsupported(c: Context<MockEnv>, mode: string): Response {
+function unsupported(c: Context, mode: string): Response {
   return c.json(
     errorBody('fault_unsupported', `fault mode ${mode} needs the node server (startMockServer)`, { mode }),
     500,
