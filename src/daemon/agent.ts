@@ -7,7 +7,7 @@ import type { Logger } from '../lib/logger.js';
 import type { InstanceOutcome } from '../reconcile/apply.js';
 import type { PassMode, PassResult, Reconciler, ReconcilerSettings } from '../reconcile/reconcile.js';
 import { DriftWatcher } from './drift-watcher.js';
-import { type HookRunResult, runHooks } from './hooks.js';
+import { runHooks } from './hooks.js';
 import type { HealthReport } from './local-api.js';
 import { type AgentMetrics, writeMetricsTextfile } from './metrics.js';
 import { SingleFlight } from './single-flight.js';
@@ -277,8 +277,8 @@ export class AgentDaemon {
         logger: c.deps.logger.child({ component: 'hooks' }),
         signal: this.#stop.signal,
       });
+      // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.
       for (const run of runs) c.metrics.recordHookRun(run);
-      this.#logHookFailures(runs);
     }
     c.metrics.recordPass({
       durationMs: result.durationMs,
@@ -313,22 +313,6 @@ export class AgentDaemon {
     };
     if (!result.reachable) this.#logger.warn(fields, 'pass could not reach the service');
     else this.#logger.info(fields, 'pass finished');
-  }
-
-  #logHookFailures(runs: readonly HookRunResult[]): void {
-    for (const run of runs) {
-      if (run.exitCode === 0) continue;
-      this.#logger.warn(
-        {
-          match: run.match,
-          exitCode: run.exitCode,
-          signal: run.signal,
-          timedOut: run.timedOut,
-          stderrTail: run.stderrTail,
-        },
-        'hook failed',
-      );
-    }
   }
 
   async #startDriftWatcher(): Promise<void> {
