@@ -1,0 +1,165 @@
+// Post-pass hooks of the daemon: run once per pass that changed matching files, with the changed paths, never the key.
+import { mkdir, readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DaemonProcess, killAllDaemons } from '../helpers/daemon.js';
+import { AgentHarness, TEST_API_KEY } from '../helpers/harness.js';
+import { waitFor } from '../helpers/wait-for.js';
+
+/** Appends one JSON line per run: what the hook saw. Runs under `node -e`, so argv[1] is the output file. */
+const RECORD_RUN = `
+const fs = require('node:fs');
+const keyVisible = Object.values(process.env).some((v) => v && v.includes(${JSON.stringify(TEST_API_KEY)}));
+fs.appendFileSync(process.argv[1], JSON.stringify({
+  changed: process.env.CONFIG_AGENT_CHANGED,
+  cwd: process.cwd(),
+  keyVisible,
+  apiKeyVar: process.env.CONFIG_AGENT_API_KEY ?? null,
+}) + '\\n');
+`;
+const FAIL_RUN = `process.stderr.write('reload failed: bad directive at line 3\\n'); process.exit(7);`;
+
+interface HookRun {
+  changed: string;
+  cwd: string;
+  keyVisible: boolean;
+  apiKeyVar: string | null;
+}
+
+let harness: AgentHarness;
+let runsFile: string;
+let metricsFile: string;
+
+async function hookRuns(): Promise<HookRun[]> {
+  const text = await readFile(runsFile, 'utf8').catch(() => '');
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as HookRun);
+}
+
+async function exists(file: string): Promise<boolean> {
+  return stat(file).then(
+    () => true,
+    () => false,
+  );
+}
+
+beforeEach(async () => {
+  harness = await AgentHarness.create({ registerDevice: true });
+  runsFile = path.join(harness.dir, 'hook-runs.jsonl');
+  metricsFile = path.join(harness.dir, 'metrics', 'agent.prom');
+  await mkdir(path.dirname(metricsFile));
+  await harness.writeConfig({
+    poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 },
+    hooks: [
+      { match: 'nginx/**', run: [process.execPath, '-e', RECORD_RUN, runsFile], timeoutSeconds: 10 },
+      { match: 'broken/*.json', run: [process.execPath, '-e', FAIL_RUN], timeoutSeconds: 10 },
+    ],
+    metrics: { textfile: metricsFile },
+  });
+});
+
+afterEach(async () => {
+  await killAllDaemons();
+  await harness.close();
+});
+
+describe('daemon hooks', () => {
+  it('runs a hook once per change with CONFIG_AGENT_CHANGED, in rootDir, without the API key', async () => {
+    // The key comes from the environment here, the way a careless unit file would pass it.
+    const daemon = DaemonProcess.start(harness, { CONFIG_AGENT_API_KEY: TEST_API_KEY });
+    await daemon.waitForPasses(1, 5000, { predicate: (p) => p.converged });
+
+    const site = await harness.createAndDeploy({ relative_filepath: 'nginx/site.json', content: { a: 1 } });
+    const [first] = await waitFor(
+      async () => ((await hookRuns()).length > 0 ? hookRuns() : undefined),
+      5000,
+      {
+        what: 'the first hook run',
+      },
+    );
+    expect(first).toEqual({
+      changed: 'nginx/site.json',
+      cwd: harness.rootDir,
+      keyVisible: false,
+      apiKeyVar: null,
+    });
+
+    // Polls that change nothing, and a change the glob does not match, run no hook.
+    await harness.createAndDeploy({ relative_filepath: 'other/app.json', content: { b: 2 } });
+    await waitFor(() => exists(harness.rootPath('other/app.json')), 5000, { what: 'the unmatched file' });
+    await daemon.waitForPasses(3, 6000, { after: daemon.passes().length });
+    expect(await hookRuns()).toHaveLength(1);
+
+    // Two matching changes: each path is announced exactly once, whether one pass or two wrote them.
+    const [a, b] = await Promise.all([
+      harness.createInstance({ relative_filepath: 'nginx/a.json', content: { a: true } }),
+      harness.createInstance({ relative_filepath: 'nginx/conf.d/b.json', content: { b: true } }),
+    ]);
+    await Promise.all([harness.deploy(a?.id ?? ''), harness.deploy(b?.id ?? '')]);
+    await waitFor(
+      async () => (await hookRuns()).flatMap((run) => run.changed.split('\n')).length >= 3,
+      5000,
+      {
+        what: 'hook runs announcing both new files',
+      },
+    );
+    await daemon.waitForPasses(2, 5000, { after: daemon.passes().length });
+    const runs = await hookRuns();
+    expect(runs.length).toBeLessThanOrEqual(3);
+    expect(runs.flatMap((run) => run.changed.split('\n')).sort()).toEqual([
+      'nginx/a.json',
+      'nginx/conf.d/b.json',
+      'nginx/site.json',
+    ]);
+
+    // A removal is a change too.
+    await harness.removeInstance(site.deploy.id);
+    await waitFor(async () => (await hookRuns()).at(-1)?.changed === 'nginx/site.json', 5000, {
+      what: 'a hook run for the removal',
+    });
+    expect(await exists(harness.rootPath('nginx/site.json'))).toBe(false);
+    expect((await hookRuns()).every((run) => !run.keyVisible)).toBe(true);
+  });
+
+  it('logs and counts a failing hook, and still writes every file', async () => {
+    const daemon = DaemonProcess.start(harness);
+    await daemon.waitForPasses(1, 5000, { predicate: (p) => p.converged });
+    const [broken, nginx] = await Promise.all([
+      harness.createInstance({ relative_filepath: 'broken/x.json', content: { x: 1 } }),
+      harness.createInstance({ relative_filepath: 'nginx/y.json', content: { y: 1 } }),
+    ]);
+    await Promise.all([harness.deploy(broken?.id ?? ''), harness.deploy(nginx?.id ?? '')]);
+
+    const failure = await daemon.waitForLog(
+      (line) => line.msg === 'hook failed',
+      5000,
+      'the hook failure log',
+    );
+    expect(failure).toMatchObject({ level: 'warn', hook: 'broken/*.json', exitCode: 7, timedOut: false });
+    expect(String(failure.stderrTail)).toContain('bad directive at line 3');
+    expect(await exists(harness.rootPath('broken/x.json'))).toBe(true);
+    await waitFor(async () => (await hookRuns()).some((run) => run.changed === 'nginx/y.json'), 5000, {
+      what: 'the other hook still ran',
+    });
+    const text = await waitFor(
+      async () => {
+        const body = await readFile(metricsFile, 'utf8');
+        return /^config_agent_hook_failures_total\{[^}]*\} 1$/m.test(body) ? body : undefined;
+      },
+      5000,
+      { what: 'the hook failure counted in the metrics textfile' },
+    );
+    expect(text).toMatch(/^config_agent_hook_runs_total\{[^}]*\} [2-9]$/m);
+    // A failing hook does not make the deploy fail: the service hears "deployed".
+    await waitFor(
+      async () => (await harness.reportsFor(broken?.id ?? '')).some((r) => r.activity_status === 'deployed'),
+      5000,
+      { what: 'the deploy reported' },
+    );
+    // One failure, one log line: an operator grepping for failed hooks must not count double.
+    expect(daemon.logsWith(/^hook (failed|killed)/)).toHaveLength(1);
+    expect(daemon.alive).toBe(true);
+  });
+});
