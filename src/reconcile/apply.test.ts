@@ -453,6 +453,31 @@ describe('applySteps: remove and archive', () => {
     ]);
   });
 
+  it('a directory created for one file and shared by another is pruned when the last of them goes', async () => {
+    const world = await makeWorld();
+    world.service.put(
+      makeInstance({ id: 'cfg_1', relative_filepath: 'svc/a/one.json', config_schema_id: 's1' }),
+    );
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.service.put(
+      makeInstance({ id: 'cfg_2', relative_filepath: 'svc/a/two.json', config_schema_id: 's2' }),
+    );
+    await pass(world);
+    await world.service.deliver(world.outbox);
+
+    world.service.update('cfg_1', { target_status: 'removed' });
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    expect(exists(world, `${ROOT}/svc/a/one.json`)).toBe(false);
+    expect(text(world, 'svc/a/two.json')).toBe(jsonText({ port: 8080 }));
+
+    world.service.update('cfg_2', { target_status: 'removed' });
+    await pass(world);
+    expect(exists(world, `${ROOT}/svc`)).toBe(false);
+    expect(world.state.files.size).toBe(0);
+  });
+
   it('never deletes a file the agent did not record writing (lost state, another writer)', async () => {
     const world = await makeWorld({ [`${ROOT}/foreign.json`]: 'written by someone else\n' });
     world.service.put(

@@ -195,6 +195,7 @@ async function applyRemove(
       relativePath: step.path,
       pruneDirs: owned?.createdDirs ?? [],
     });
+    if (result !== 'refused') handDownCreatedDirs(ctx, step.path, owned?.createdDirs ?? []);
     if (result === 'refused') {
       const message = 'file left in place: the path is no longer a regular file written by this agent';
       ctx.state.files.delete(step.path);
@@ -211,6 +212,26 @@ async function applyRemove(
   } catch (error) {
     return recordFailure(ctx, step.instance, error, 'remove');
   }
+}
+
+/**
+ * Directories the agent created for a removed file that still hold other managed files were not pruned;
+ * the first such file inherits them, so they are pruned when the last file in them goes.
+ */
+function handDownCreatedDirs(ctx: ApplyContext, removedPath: string, createdDirs: readonly string[]): void {
+  for (const dir of createdDirs) {
+    for (const [path, file] of ctx.state.files) {
+      if (path === removedPath || !path.startsWith(`${dir}/`)) continue;
+      if (!file.createdDirs.includes(dir)) {
+        ctx.state.files.set(path, { ...file, createdDirs: [dir, ...file.createdDirs].sort(byDepth) });
+      }
+      break;
+    }
+  }
+}
+
+function byDepth(a: string, b: string): number {
+  return a.split('/').length - b.split('/').length;
 }
 
 async function restoreDisplaced(remove: RemoveStep, ctx: ApplyContext): Promise<InstanceOutcome> {

@@ -328,7 +328,8 @@ describe('planSteps: target removed or created', () => {
   const byActivity: Array<['deployed' | 'queued' | 'created' | 'removed', Owner, boolean, Expectation]> = [
     ['deployed', 'this', false, remove],
     ['deployed', 'this', true, replacedQuiet],
-    ['deployed', 'other', false, replacedNoted],
+    // Written by us for an earlier owner that is gone, and nobody targets the path: our file, unwanted.
+    ['deployed', 'other', false, remove],
     ['deployed', 'other', true, replacedNoted],
     ['deployed', 'none', false, notOurs],
     ['deployed', 'none', true, replacedNoted],
@@ -409,6 +410,18 @@ describe('planSteps: target removed or created', () => {
       ]);
     },
   );
+
+  it('never removes a file at a path a failed instance still targets deployed', () => {
+    const removed = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
+    const failed = makeInstance({
+      id: 'cfg_failed',
+      target_status: 'deployed',
+      activity_status: 'deployed',
+      error_status: 'failed',
+    });
+    const steps = plan([removed, failed], { files: ownerFiles('other'), disk: diskAt('identical') });
+    expect(stepsFor(steps, 'cfg_me').map((step) => step.kind)).toEqual(['report']);
+  });
 
   it('the deployed instance at the same path takes the file over (adopt) while the old owner is only reported', () => {
     const old = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });

@@ -100,6 +100,13 @@ export function planSteps(input: PlanInput): Step[] {
   const winnerByPath = new Map<string, ConfigInstance>();
   for (const [path, group] of deployedByPath) winnerByPath.set(path, [...group].sort(byNewestFirst)[0]!);
 
+  // Paths some instance still targets `deployed` at, failed ones included: their files are never removed.
+  const claimedPaths = new Set(
+    input.instances
+      .filter((instance) => instance.target_status === 'deployed')
+      .map((i) => i.relative_filepath),
+  );
+
   const writes: WriteStep[] = [];
   const removes: RemoveStep[] = [];
   const others: Step[] = [];
@@ -143,6 +150,12 @@ export function planSteps(input: PlanInput): Step[] {
       if (instance.activity_status !== 'removed') {
         others.push({ kind: 'report', instance, report: removedReport(), reason: 'archive' });
       }
+      continue;
+    }
+    if (!ownedByThis && owned !== undefined && problem === undefined && !claimedPaths.has(path)) {
+      // Recorded as written by us for an earlier owner, and no instance wants the path any more: our file,
+      // unwanted. (An owner that never took the file over would otherwise leave it behind for good.)
+      removes.push({ kind: 'remove', instance, path });
       continue;
     }
     if (!ownedByThis) {

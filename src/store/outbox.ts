@@ -39,6 +39,7 @@ export class StatusOutbox {
   readonly #logger: Logger;
   #entries: OutboxEntry[] = [];
   #nextSeq = 0;
+  #ephemeral = false;
 
   private constructor(fs: FsPort, stateDir: string, logger: Logger) {
     this.#fs = fs;
@@ -54,7 +55,9 @@ export class StatusOutbox {
 
   /** An in-memory outbox for dry runs: it is never persisted. */
   static ephemeral(fs: FsPort, stateDir: string, logger: Logger): StatusOutbox {
-    return new StatusOutbox(fs, stateDir, logger);
+    const outbox = new StatusOutbox(fs, stateDir, logger);
+    outbox.#ephemeral = true;
+    return outbox;
   }
 
   get size(): number {
@@ -80,6 +83,7 @@ export class StatusOutbox {
   }
 
   async persist(): Promise<void> {
+    if (this.#ephemeral) return;
     await writeDurableJson(this.#fs, this.#stateDir, OUTBOX_FILE, {
       version: 1,
       nextSeq: this.#nextSeq,
