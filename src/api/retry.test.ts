@@ -1,0 +1,76 @@
+import { describe, expect, it } from 'vitest';
+import type { Clock } from '../lib/clock.js';
+import { silentLogger } from '../lib/logger.js';
+import { HttpStatusError, InvalidResponseError, NetworkError } from './errors.js';
+import { retryDelayMs, withRequestRetry } from './retry.js';
+
+function recordingClock(): Clock & { slept: number[] } {
+  const slept: number[] = [];
+  return { slept, now: () => 0, monotonic: () => 0, sleep: async (ms) => void slept.push(ms) };
+}
+
+const target = { method: 'GET', route: '/v1/config_instances' };
+
+function options(clock: Clock, retries = 2) {
+  return {
+    retries,
+    baseDelayMs: 100,
+    maxDelayMs: 1000,
+    maxRetryAfterMs: 5000,
+    clock,
+    random: () => 1,
+    logger: silentLogger(),
+  };
+}
+
+describe('withRequestRetry', () => {
+  it('retries retryable errors, then succeeds', async () => {
+    const clock = recordingClock();
+    let calls = 0;
+    const value = await withRequestRetry(
+      'list',
+      async () => {
+        calls += 1;
+        if (calls < 3) throw new NetworkError(target, 'ECONNRESET');
+        return 'ok';
+      },
+      options(clock),
+    );
+    expect([value, calls, clock.slept]).toEqual(['ok', 3, [100, 200]]);
+  });
+
+  it('never retries a schema violation', async () => {
+    const clock = recordingClock();
+    let calls = 0;
+    await expect(
+      withRequestRetry(
+        'list',
+        async () => {
+          calls += 1;
+          throw new InvalidResponseError(target, [{ path: 'data[0].id', problem: 'expected string' }]);
+        },
+        options(clock),
+      ),
+    ).rejects.toBeInstanceOf(InvalidResponseError);
+    expect(calls).toBe(1);
+  });
+
+  it('gives up after the configured retries with the last error', async () => {
+    const clock = recordingClock();
+    let calls = 0;
+    const failing = async () => {
+      calls += 1;
+      throw new HttpStatusError(target, 503, undefined, undefined);
+    };
+    await expect(withRequestRetry('list', failing, options(clock, 1))).rejects.toMatchObject({ status: 503 });
+    expect(calls).toBe(2);
+  });
+
+  it('honours Retry-After when it asks for longer than the backoff, clamped to the maximum', () => {
+    const opts = { baseDelayMs: 100, maxDelayMs: 1000, maxRetryAfterMs: 5000, random: () => 0.5 };
+    expect(retryDelayMs(new HttpStatusError(target, 429, undefined, 3000), 1, opts)).toBe(3000);
+    expect(retryDelayMs(new HttpStatusError(target, 429, undefined, 999_999), 1, opts)).toBe(5000);
+    expect(retryDelayMs(new NetworkError(target, 'x'), 3, opts)).toBe(200);
+    expect(retryDelayMs(new NetworkError(target, 'x'), 10, opts)).toBe(500);
+  });
+});
