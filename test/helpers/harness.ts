@@ -28,6 +28,12 @@ export interface RunResult {
   stderr: string;
 }
 
+/** The user a spawned agent runs as; absent fields keep the test process's own. */
+export interface SpawnIdentity {
+  uid?: number;
+  gid?: number;
+}
+
 export interface HarnessOptions {
   deviceId?: string;
   /** Fixtures file to load into the mock; default: an empty service. */
@@ -110,9 +116,13 @@ export class AgentHarness {
   /** Runs the compiled agent with `args` (plus `--config`), bounded in time. */
   run(
     args: readonly string[],
-    options: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+    options: { env?: NodeJS.ProcessEnv; timeoutMs?: number } & SpawnIdentity = {},
   ): Promise<RunResult> {
-    const child = this.spawn(args, options.env);
+    const identity: SpawnIdentity = {
+      ...(options.uid === undefined ? {} : { uid: options.uid }),
+      ...(options.gid === undefined ? {} : { gid: options.gid }),
+    };
+    const child = this.spawn(args, options.env, identity);
     return collect(child, options.timeoutMs ?? 30_000);
   }
 
@@ -120,11 +130,13 @@ export class AgentHarness {
     return this.run(['--once', ...extraArgs], env === undefined ? {} : { env });
   }
 
-  spawn(args: readonly string[], env?: NodeJS.ProcessEnv): ChildProcess {
+  /** `identity` runs the agent as another user (root only), e.g. to meet EACCES that root would bypass. */
+  spawn(args: readonly string[], env?: NodeJS.ProcessEnv, identity: SpawnIdentity = {}): ChildProcess {
     const childEnv: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, ...env };
     return spawn(process.execPath, [AGENT_BIN, '--config', this.configPath, ...args], {
       env: childEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
+      ...identity,
     });
   }
 

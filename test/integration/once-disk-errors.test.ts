@@ -1,0 +1,291 @@
+// `config-agent --once` on a failing disk: a full 64 KiB tmpfs, a read-only mount, EACCES; old files stay intact.
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmod, mkdir, readFile, stat } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import {
+  AgentHarness,
+  leaksApiKey,
+  snapshotTree,
+  TEST_API_KEY,
+  tryMount,
+  unmount,
+} from '../helpers/harness.js';
+
+// Vitest decides skipIf at collection time, so what this machine permits is probed here, on a scratch dir.
+const PROBE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-mount-probe-'));
+function probe(...argSets: string[][]): string | undefined {
+  const dir = path.join(PROBE, String(Math.random()).slice(2));
+  mkdirSync(dir);
+  let mounted = false;
+  try {
+    for (const args of argSets) {
+      const reason = tryMount(args.map((arg) => (arg === '<dir>' ? dir : arg)));
+      if (reason !== undefined) return reason;
+      mounted = true;
+    }
+    return undefined;
+  } finally {
+    if (mounted) unmount(dir);
+  }
+}
+const tmpfsSkip = probe(['-t', 'tmpfs', '-o', 'size=64k,mode=0755', 'tmpfs', '<dir>']);
+const readOnlySkip = probe(['--bind', '<dir>', '<dir>'], ['-o', 'remount,ro,bind', '<dir>']);
+rmSync(PROBE, { recursive: true, force: true });
+const isRoot = process.getuid?.() === 0;
+const NOBODY = 65534;
+const accessSkip = isRoot
+  ? undefined
+  : 'needs root to run the agent as uid 65534 against a root-owned root dir';
+for (const [what, reason] of [
+  ['ENOSPC (64 KiB tmpfs)', tmpfsSkip],
+  ['EROFS (read-only bind mount)', readOnlySkip],
+  ['EACCES (other uid)', accessSkip],
+] as const) {
+  if (reason !== undefined)
+    process.stderr.write(`once-disk-errors.test: skipping the ${what} tests: ${reason}\n`);
+}
+
+const harnesses: AgentHarness[] = [];
+const mounts: string[] = [];
+
+async function harness(): Promise<AgentHarness> {
+  const created = await AgentHarness.create({ registerDevice: true });
+  harnesses.push(created);
+  return created;
+}
+
+function mountOrThrow(...argSets: string[][]): void {
+  for (const args of argSets) {
+    const reason = tryMount(args);
+    if (reason !== undefined) throw new Error(reason);
+    const dir = args.at(-1)!;
+    if (!mounts.includes(dir)) mounts.push(dir);
+  }
+}
+
+function unmountAll(): void {
+  // A bind mount can be stacked on itself; unmount in reverse order, and every time it was mounted.
+  for (const dir of mounts.splice(0).reverse()) {
+    unmount(dir);
+    while (spawnSync('mountpoint', ['-q', dir]).status === 0) unmount(dir);
+  }
+}
+
+afterEach(async () => {
+  unmountAll();
+  await Promise.all(harnesses.splice(0).map((h) => h.close()));
+});
+
+afterAll(() => {
+  unmountAll();
+});
+
+/** Bigger than the whole 64 KiB tmpfs, so its temp file cannot be written. */
+const BIG = { blob: 'x'.repeat(200_000) };
+const SMALL = { version: 'A', limits: [1, 2, 3] };
+const json = (content: unknown) => `${JSON.stringify(content, null, 2)}\n`;
+
+async function fileIdentity(file: string): Promise<string> {
+  const stats = await stat(file, { bigint: true });
+  return `ino=${stats.ino} mtime=${stats.mtimeNs}`;
+}
+
+const statuses = async (h: AgentHarness, id: string) => {
+  const instance = await h.instance(id);
+  return [instance.target_status, instance.activity_status, instance.error_status];
+};
+
+describe('config-agent --once: disk full (ENOSPC)', () => {
+  it.skipIf(tmpfsSkip !== undefined)(
+    'a too-big new version: retrying with ENOSPC, the old file byte-identical; maxAttempts 1 → failed',
+    async () => {
+      const h = await harness();
+      await mkdir(h.rootDir);
+      mountOrThrow(['-t', 'tmpfs', '-o', 'size=64k,mode=0755', 'tmpfs', h.rootDir]);
+      const a = (await h.createAndDeploy({ relative_filepath: 'app/config.json', content: SMALL })).deploy;
+      expect((await h.runOnce()).code).toBe(0);
+      const b = await h.createInstance({ relative_filepath: 'app/config.json', content: BIG });
+      await h.deploy(b.id);
+      const before = await snapshotTree(h.rootDir);
+      const fileBefore = await fileIdentity(h.rootPath('app/config.json'));
+
+      const first = await h.runOnce(['--json']);
+
+      expect(first.code).toBe(1);
+      // Same names, bytes and modes (no temp file left behind in the full directory), same inode and mtime.
+      // The directory's own mtime moves: the temp file was created in it and unlinked again.
+      expect(await snapshotTree(h.rootDir)).toEqual(before);
+      expect(await fileIdentity(h.rootPath('app/config.json'))).toEqual(fileBefore);
+      expect(await readFile(h.rootPath('app/config.json'), 'utf8')).toBe(json(SMALL));
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
+      const [retrying] = await h.reportsFor(b.id);
+      expect(retrying).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+      expect(retrying?.message).toMatch(/ENOSPC \(no space left on device\)/);
+      expect(retrying?.message).toContain('"app/config.json"');
+      const summary = JSON.parse(first.stdout) as {
+        converged: boolean;
+        reachable: boolean;
+        counts: Record<string, number>;
+        instances: { instanceId: string; action: string; message?: string }[];
+      };
+      expect(summary).toMatchObject({ converged: false, reachable: true });
+      expect(summary.instances.find((i) => i.instanceId === b.id)).toMatchObject({ action: 'retrying' });
+      // A took no disk change: B never made it, so A's bytes are what the device runs on.
+      expect((await h.instance(a.id)).target_status).toBe('removed');
+      expect(leaksApiKey(first)).toBe(false);
+
+      await h.writeConfig({ retry: { maxAttempts: 1, baseDelaySeconds: 0.01, maxDelaySeconds: 1 } });
+      const second = await h.runOnce();
+
+      expect(second.code).toBe(1);
+      expect(await snapshotTree(h.rootDir)).toEqual(before);
+      expect(await fileIdentity(h.rootPath('app/config.json'))).toEqual(fileBefore);
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'failed']);
+      const failed = (await h.reportsFor(b.id)).at(-1);
+      expect(failed?.error_status).toBe('failed');
+      expect(failed?.message).toMatch(/ENOSPC/);
+      expect(second.stdout).toMatch(/failed\s+app\/config\.json/);
+      expect(second.stdout).toMatch(/ENOSPC/);
+
+      // Failed is final: the next pass touches neither the disk nor the service for it.
+      const reportCount = (await h.reports()).length;
+      const third = await h.runOnce();
+      expect(third.code).toBe(1);
+      expect(await snapshotTree(h.rootDir)).toEqual(before);
+      expect(await fileIdentity(h.rootPath('app/config.json'))).toEqual(fileBefore);
+      expect(await h.reports()).toHaveLength(reportCount);
+    },
+  );
+
+  it.skipIf(tmpfsSkip !== undefined)(
+    'a failed swap rolls back: the instance it displaced (same schema) is restored from the content cache',
+    async () => {
+      const h = await harness();
+      await mkdir(h.rootDir);
+      mountOrThrow(['-t', 'tmpfs', '-o', 'size=64k,mode=0755', 'tmpfs', h.rootDir]);
+      const a = (
+        await h.createAndDeploy({
+          relative_filepath: 'motion.json',
+          content: SMALL,
+          config_schema_id: 'cfs_swap',
+        })
+      ).deploy;
+      expect((await h.runOnce()).code).toBe(0);
+      const b = await h.createInstance({
+        relative_filepath: 'motion-v2.json',
+        content: BIG,
+        config_schema_id: 'cfs_swap',
+      });
+      await h.deploy(b.id);
+      const before = await snapshotTree(h.rootDir);
+
+      const result = await h.runOnce(['--json']);
+
+      expect(result.code).toBe(1);
+      // Names, bytes and modes as before: the removed file is back, the new one is absent, no temp file.
+      expect(await snapshotTree(h.rootDir)).toEqual(before);
+      expect(await readFile(h.rootPath('motion.json'), 'utf8')).toBe(json(SMALL));
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
+      expect((await h.reportsFor(b.id))[0]?.message).toMatch(/ENOSPC/);
+      // A is still on disk, so it is not reported removed.
+      expect((await h.reportsFor(a.id)).map((r) => r.activity_status)).toEqual(['deployed']);
+      expect(await statuses(h, a.id)).toEqual(['removed', 'deployed', 'none']);
+      const summary = JSON.parse(result.stdout) as { instances: { instanceId: string; message?: string }[] };
+      expect(summary.instances.find((i) => i.instanceId === a.id)?.message).toMatch(/kept/);
+    },
+  );
+});
+
+describe('config-agent --once: read-only root (EROFS)', () => {
+  it.skipIf(readOnlySkip !== undefined)(
+    'writes and removals are retrying with EROFS, files intact; once writable again the next pass converges',
+    async () => {
+      const h = await harness();
+      const a = (await h.createAndDeploy({ relative_filepath: 'app/config.json', content: SMALL })).deploy;
+      const c = (await h.createAndDeploy({ relative_filepath: 'old/gone.yaml', content: { c: 1 } })).deploy;
+      expect((await h.runOnce()).code).toBe(0);
+      mountOrThrow(['--bind', h.rootDir, h.rootDir], ['-o', 'remount,ro,bind', h.rootDir]);
+      const b = await h.createInstance({ relative_filepath: 'app/config.json', content: { version: 'B' } });
+      await h.deploy(b.id);
+      await h.removeInstance(c.id);
+      const before = await snapshotTree(h.rootDir, { identity: true });
+
+      const first = await h.runOnce();
+
+      expect(first.code).toBe(1);
+      expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(before);
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
+      expect((await h.reportsFor(b.id))[0]?.message).toMatch(/EROFS \(read-only file system\)/);
+      expect(await statuses(h, c.id)).toEqual(['removed', 'deployed', 'retrying']);
+      expect((await h.reportsFor(c.id)).at(-1)?.message).toMatch(/^remove failed: .*EROFS/);
+      expect(first.stdout).toMatch(/retrying\s+app\/config\.json/);
+      expect(first.stdout).toMatch(/retrying\s+old\/gone\.yaml/);
+      expect((await h.instance(a.id)).target_status).toBe('removed');
+
+      unmountAll();
+      const second = await h.runOnce();
+
+      expect(second.code).toBe(0);
+      expect(await snapshotTree(h.rootDir)).toEqual({
+        app: 'dir 755',
+        'app/config.json': `file 644 ${Buffer.from(json({ version: 'B' })).toString('base64')}`,
+      });
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'deployed', 'none']);
+      expect(await statuses(h, c.id)).toEqual(['removed', 'removed', 'none']);
+    },
+  );
+
+  it.skipIf(readOnlySkip !== undefined)(
+    'with maxAttempts 1 a read-only root fails the instance at once',
+    async () => {
+      const h = await harness();
+      await h.writeConfig({ retry: { maxAttempts: 1, baseDelaySeconds: 0.01, maxDelaySeconds: 1 } });
+      await h.createAndDeploy({ relative_filepath: 'app/config.json', content: SMALL });
+      expect((await h.runOnce()).code).toBe(0);
+      mountOrThrow(['--bind', h.rootDir, h.rootDir], ['-o', 'remount,ro,bind', h.rootDir]);
+      const b = await h.createInstance({ relative_filepath: 'app/config.json', content: { version: 'B' } });
+      await h.deploy(b.id);
+      const before = await snapshotTree(h.rootDir, { identity: true });
+
+      const result = await h.runOnce();
+
+      expect(result.code).toBe(1);
+      expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(before);
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'failed']);
+      expect((await h.reportsFor(b.id)).map((r) => r.error_status)).toEqual(['failed']);
+    },
+  );
+});
+
+describe('config-agent --once: permission denied (EACCES)', () => {
+  it.skipIf(accessSkip !== undefined)(
+    'an agent without write access to the root: retrying with EACCES, the old file byte-identical',
+    async () => {
+      const h = await harness();
+      await h.createAndDeploy({ relative_filepath: 'app/config.json', content: SMALL });
+      expect((await h.runOnce()).code).toBe(0);
+      // The agent's own state stays its own; the root (and app/) belong to root, 0755: no writes for uid 65534.
+      await chmod(h.dir, 0o755);
+      spawnSync('chown', ['-R', `${NOBODY}:${NOBODY}`, h.stateDir]);
+      const b = await h.createInstance({ relative_filepath: 'app/config.json', content: { version: 'B' } });
+      await h.deploy(b.id);
+      const before = await snapshotTree(h.rootDir, { identity: true });
+
+      const result = await h.run(['--once'], {
+        uid: NOBODY,
+        gid: NOBODY,
+        // The key file is root's 0600; the environment is the documented alternative.
+        env: { CONFIG_AGENT_API_KEY: TEST_API_KEY },
+      });
+
+      expect(result.code).toBe(1);
+      expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(before);
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
+      expect((await h.reportsFor(b.id))[0]?.message).toMatch(/EACCES \(permission denied\)/);
+      expect(leaksApiKey(result)).toBe(false);
+    },
+  );
+});
