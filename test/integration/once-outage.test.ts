@@ -31,7 +31,9 @@ describe('config-agent --once: reports cannot be delivered mid-pass', () => {
     expect(await readFile(h.rootPath('dir/b.yaml'), 'utf8')).toBe('b: 2\n');
     expect(await h.reports()).toEqual([]);
     expect(await h.requestCount(PATCH)).toBeGreaterThan(0);
-    expect((await h.outbox()).map((e) => [e.instanceId, e.report.activity_status, e.report.error_status]).sort()).toEqual(
+    expect(
+      (await h.outbox()).map((e) => [e.instanceId, e.report.activity_status, e.report.error_status]).sort(),
+    ).toEqual(
       [
         [a.id, 'deployed', 'none'],
         [b.id, 'deployed', 'none'],
@@ -49,7 +51,9 @@ describe('config-agent --once: reports cannot be delivered mid-pass', () => {
 
     expect(second.code).toBe(0);
     expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(rootBefore);
-    expect((await h.reports()).map((r) => [r.config_instance_id, r.activity_status, r.error_status]).sort()).toEqual(
+    expect(
+      (await h.reports()).map((r) => [r.config_instance_id, r.activity_status, r.error_status]).sort(),
+    ).toEqual(
       [
         [a.id, 'deployed', 'none'],
         [b.id, 'deployed', 'none'],
@@ -115,7 +119,11 @@ describe('config-agent --once: server unreachable', () => {
 
     const json = await h.runOnce(['--json']);
     expect(json.code).toBe(3);
-    const summary = JSON.parse(json.stdout) as { reachable: boolean; converged: boolean; error?: { code: string } };
+    const summary = JSON.parse(json.stdout) as {
+      reachable: boolean;
+      converged: boolean;
+      error?: { code: string };
+    };
     expect(summary).toMatchObject({ reachable: false, converged: false });
     expect(summary.error?.code).toMatch(/\w+/);
 
