@@ -65,7 +65,7 @@ afterEach(async () => {
   await harness.close();
 });
 
-describe('daemon hooks', () => {
+describe('daemon hooks', { timeout: 30_000 }, () => {
   it('runs a hook once per change with CONFIG_AGENT_CHANGED, in rootDir, without the API key', async () => {
     // The key comes from the environment here, the way a careless unit file would pass it.
     const daemon = DaemonProcess.start(harness, { CONFIG_AGENT_API_KEY: TEST_API_KEY });

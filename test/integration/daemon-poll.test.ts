@@ -36,7 +36,7 @@ afterEach(async () => {
   await harness.close();
 });
 
-describe('daemon polling', () => {
+describe('daemon polling', { timeout: 30_000 }, () => {
   it('writes a deployed instance within one poll and deletes it within one poll of its removal', async () => {
     const daemon = DaemonProcess.start(harness);
     await daemon.waitForPasses(1, 5000);

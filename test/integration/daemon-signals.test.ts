@@ -1,0 +1,193 @@
+// Daemon lifecycle signals: SIGTERM (idle, mid-write, mid-request) exits 0 in time with no temp file; SIGHUP reloads.
+import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Fixtures } from '../../src/api/admin-schemas.js';
+import { callLocalApi, DaemonProcess, findTempFiles, killAllDaemons } from '../helpers/daemon.js';
+import { AgentHarness } from '../helpers/harness.js';
+import { LIST_PATH } from '../helpers/outage.js';
+import { waitFor } from '../helpers/wait-for.js';
+
+const STOP_DEADLINE_MS = 10_000;
+
+let harness: AgentHarness | undefined;
+
+afterEach(async () => {
+  await killAllDaemons();
+  await harness?.close();
+  harness = undefined;
+});
+
+async function exists(file: string): Promise<boolean> {
+  return stat(file).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** Many queued instances with sizeable content, so the first pass spends a while writing. */
+function bulkFixtures(deviceId: string, count: number): Fixtures {
+  return {
+    devices: [{ id: deviceId }],
+    config_instances: Array.from({ length: count }, (_, n) => ({
+      id: `cfg_bulk_${String(n).padStart(4, '0')}`,
+      device_id: deviceId,
+      relative_filepath: `bulk/${String(n).padStart(4, '0')}.json`,
+      content: { n, padding: 'x'.repeat(16_384) },
+      target_status: 'deployed' as const,
+      activity_status: 'queued' as const,
+    })),
+  };
+}
+
+function bulkBytes(n: number): string {
+  return `${JSON.stringify({ n, padding: 'x'.repeat(16_384) }, null, 2)}\n`;
+}
+
+describe('SIGTERM', () => {
+  it('exits 0 promptly when idle and removes its socket', async () => {
+    harness = await AgentHarness.create({ registerDevice: true });
+    const daemon = DaemonProcess.start(harness);
+    await daemon.waitForPasses(1, 5000);
+    const socketPath = harness.configObject().socketPath as string;
+    await waitFor(() => exists(socketPath), 3000, { what: 'the socket' });
+
+    const exit = await daemon.stop('SIGTERM');
+    expect(exit.code).toBe(0);
+    expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
+    expect(await exists(socketPath)).toBe(false);
+    expect(daemon.logsWith('stopped')).toHaveLength(1);
+  });
+
+  it('mid-write: exits 0 within 10 s, every file on disk whole, no temp file, and the next start completes', async () => {
+    // Enough files that the pass is still writing when SIGTERM lands, even on a fast tmpfs.
+    const count = 250;
+    const h = await AgentHarness.create({
+      fixtures: bulkFixtures('dvc_it_01', count),
+      config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
+    });
+    harness = h;
+    const daemon = DaemonProcess.start(h);
+    const bulkDir = h.rootPath('bulk');
+    await waitFor(async () => (await readdir(bulkDir).catch(() => [])).length >= 5, 10_000, {
+      what: 'the first pass writing',
+      intervalMs: 5,
+    });
+    const exit = await daemon.stop('SIGTERM');
+
+    expect(exit.code).toBe(0);
+    expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
+    expect(await findTempFiles(h.rootDir)).toEqual([]);
+    expect(await findTempFiles(h.stateDir)).toEqual([]);
+    const written = (await readdir(bulkDir)).sort();
+    // The pass was abandoned part-way: if this fails, the machine wrote every file before SIGTERM landed.
+    expect(written.length).toBeLessThan(count);
+    for (const name of written) {
+      expect(await readFile(`${bulkDir}/${name}`, 'utf8')).toBe(bulkBytes(Number(name.slice(0, 4))));
+    }
+
+    // State and outbox were flushed coherently: a new agent finishes the job and reports each instance once.
+    const next = DaemonProcess.start(h);
+    await next.waitForPasses(1, 20_000, { predicate: (p) => p.converged });
+    expect(await readdir(bulkDir)).toHaveLength(count);
+    const reports = await h.reports();
+    const deployed = reports.filter((r) => r.activity_status === 'deployed');
+    expect(new Set(deployed.map((r) => r.config_instance_id)).size).toBe(count);
+    // Stopping is not a failure of the file being written: no attempt burnt, no error reported to the service.
+    expect(
+      reports.filter((r) => r.error_status !== 'none'),
+      'an abandoned write must not be reported as an instance error',
+    ).toEqual([]);
+  }, 45_000);
+
+  it('mid-request: a hanging service does not hold the exit back', async () => {
+    const h = await AgentHarness.create({ registerDevice: true });
+    harness = h;
+    await h.writeConfig({ poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } });
+    await h.createAndDeploy({ relative_filepath: 'a.json', content: { a: 1 } });
+    const daemon = DaemonProcess.start(h);
+    await daemon.waitForPasses(1, 5000, { predicate: (p) => p.converged });
+    await h.fault({ match: LIST_PATH, count: 100, mode: 'hang' });
+    // The harness's request timeout is 5 s: wait until a poll is stuck in the hang.
+    await waitFor(
+      async () => {
+        const { data } = (await h.api('GET', '/_admin/faults')) as { data: { remaining: number }[] };
+        return (data[0]?.remaining ?? 100) < 100;
+      },
+      5000,
+      { what: 'a poll hanging' },
+    );
+    const exit = await daemon.stop('SIGTERM');
+    expect(exit.code).toBe(0);
+    expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
+    expect(await findTempFiles(h.rootDir)).toEqual([]);
+  });
+});
+
+describe('SIGHUP', () => {
+  it('reloads the poll interval and the drift mode', async () => {
+    const h = await AgentHarness.create({ registerDevice: true });
+    harness = h;
+    // No jitter, a long interval and drift off: after the first pass, the agent does nothing on its own.
+    await h.writeConfig({
+      poll: { intervalSeconds: 60, jitterRatio: 0, fullResyncSeconds: 600 },
+      drift: 'off',
+    });
+    await h.createAndDeploy({ relative_filepath: 'svc.json', content: { v: 1 } });
+    const daemon = DaemonProcess.start(h);
+    await daemon.waitForPasses(1, 5000, { predicate: (p) => p.converged });
+    const bytes = await readFile(h.rootPath('svc.json'), 'utf8');
+
+    await h.writeConfig({
+      poll: { intervalSeconds: 1, jitterRatio: 0, fullResyncSeconds: 600 },
+      drift: 'restore',
+    });
+    daemon.signal('SIGHUP');
+    await daemon.waitForLog((line) => line.msg === 'configuration reloaded', 5000, 'the reload');
+    const reloadedAt = daemon.passes().length;
+    // The new interval: polls every second now, where the old one would wait a minute.
+    await daemon.waitForPasses(3, 6000, { after: reloadedAt });
+
+    // The new drift mode: the watcher is on, and repairs a changed file without waiting for a full pass.
+    await writeFile(h.rootPath('svc.json'), '{"v": "hand edit"}\n');
+    await waitFor(async () => (await readFile(h.rootPath('svc.json'), 'utf8')) === bytes, 5000, {
+      what: 'the drift repaired under the reloaded mode',
+    });
+    expect(daemon.alive).toBe(true);
+  });
+
+  it('keeps the running configuration when the new file is invalid, and says why', async () => {
+    const h = await AgentHarness.create({ registerDevice: true });
+    harness = h;
+    await h.writeConfig({ poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } });
+    const daemon = DaemonProcess.start(h);
+    await daemon.waitForPasses(1, 5000);
+
+    await writeFile(h.configPath, '{ "deviceId": "dvc_it_01", ');
+    daemon.signal('SIGHUP');
+    const syntax = await daemon.waitForLog(
+      (line) => /reload failed/.test(line.msg),
+      5000,
+      'the failed reload',
+    );
+    expect(syntax).toMatchObject({ level: 'error' });
+    expect(String(syntax.reason)).toMatch(/JSON|json/);
+
+    await h.writeConfig({ poll: { intervalSeconds: 0, jitterRatio: 0.1, fullResyncSeconds: 600 } });
+    daemon.signal('SIGHUP');
+    const schema = await daemon.waitForLog(
+      (line) => /reload failed/.test(line.msg) && line !== syntax,
+      5000,
+      'the second failed reload',
+    );
+    expect(String(schema.reason)).toContain('intervalSeconds');
+
+    // Still running, on the old configuration: it keeps polling every second and answers on its socket.
+    await daemon.waitForPasses(2, 5000, { after: daemon.passes().length });
+    expect(daemon.alive).toBe(true);
+    // Over the socket directly: the CLI would first read the (now invalid) file to find the socket.
+    const status = await callLocalApi(h.configObject().socketPath as string, 'GET', '/v1/status');
+    expect(status).toMatchObject({ status: 200, body: { deviceId: 'dvc_it_01', running: true } });
+    const exit = await daemon.stop('SIGTERM');
+    expect(exit.code).toBe(0);
+  });
+});
