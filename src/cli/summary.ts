@@ -55,10 +55,32 @@ export function toJsonSummary(result: PassResult, plan?: readonly PlannedChange[
   };
 }
 
+// Paths, ids and messages come from the service and go to a terminal: a control character (C0, C1), a bidi
+// override or a lone surrogate could forge a summary line or drive the terminal. Such text is shown quoted,
+// with those characters escaped.
+const UNSAFE_FOR_TERMINAL = /[\p{Cc}\p{Cf}\p{Cs}\u2028\u2029]/u;
+
+export function terminalSafe(text: string): string {
+  if (!UNSAFE_FOR_TERMINAL.test(text)) return text;
+  let escaped = '';
+  for (const char of text) {
+    if (char === '"' || char === '\\') escaped += `\\${char}`;
+    else if (char === '\n') escaped += '\\n';
+    else if (UNSAFE_FOR_TERMINAL.test(char)) escaped += unicodeEscape(char.codePointAt(0)!);
+    else escaped += char;
+  }
+  return `"${escaped}"`;
+}
+
+function unicodeEscape(codePoint: number): string {
+  const hex = codePoint.toString(16);
+  return codePoint > 0xffff ? `\\u{${hex}}` : `\\u${hex.padStart(4, '0')}`;
+}
+
 export function renderHumanSummary(result: PassResult): string {
   const lines: string[] = [];
   if (!result.reachable) {
-    lines.push(`The service could not be used: ${result.error?.message ?? 'unknown error'}`);
+    lines.push(`The service could not be used: ${terminalSafe(result.error?.message ?? 'unknown error')}`);
     lines.push('No file was changed.');
     if (result.reports.pending > 0) lines.push(`${result.reports.pending} status report(s) kept for later.`);
     return `${lines.join('\n')}\n`;
@@ -76,15 +98,17 @@ export function renderHumanSummary(result: PassResult): string {
   for (const action of ACTION_ORDER) {
     if (action === 'unchanged') continue;
     for (const outcome of byAction.get(action) ?? []) {
-      const detail = outcome.message === undefined ? '' : ` — ${outcome.message}`;
-      lines.push(`  ${action.padEnd(9)} ${outcome.path} (${outcome.instanceId})${detail}`);
+      const detail = outcome.message === undefined ? '' : ` — ${terminalSafe(outcome.message)}`;
+      lines.push(
+        `  ${action.padEnd(9)} ${terminalSafe(outcome.path)} (${terminalSafe(outcome.instanceId)})${detail}`,
+      );
     }
   }
   const { delivered, pending, rejected, deliveryError } = result.reports;
   if (delivered + pending + rejected > 0) {
     let reportLine = `Status reports: ${delivered} delivered`;
     if (pending > 0)
-      reportLine += `, ${pending} pending${deliveryError ? ` (${deliveryError.message})` : ''}`;
+      reportLine += `, ${pending} pending${deliveryError ? ` (${terminalSafe(deliveryError.message)})` : ''}`;
     if (rejected > 0) reportLine += `, ${rejected} rejected by the service`;
     lines.push(`${reportLine}.`);
   }
@@ -100,9 +124,10 @@ export function renderPlan(result: PassResult, plan: readonly PlannedChange[]): 
     `Dry run: ${plan.length === 0 ? 'nothing would change' : `${plan.length} change(s) planned`}.`,
   ];
   for (const change of plan) {
-    const detail = change.detail === undefined ? '' : ` — ${change.detail}`;
+    const detail = change.detail === undefined ? '' : ` — ${terminalSafe(change.detail)}`;
     const report = change.report === undefined ? '' : ` [report ${change.report}]`;
-    lines.push(`  ${change.action.padEnd(9)} ${change.path} (${change.instanceId})${detail}${report}`);
+    const subject = `${terminalSafe(change.path)} (${terminalSafe(change.instanceId)})`;
+    lines.push(`  ${change.action.padEnd(9)} ${subject}${detail}${report}`);
   }
   lines.push('Nothing was changed on disk or on the service.');
   return `${lines.join('\n')}\n`;

@@ -144,6 +144,33 @@ describe('config-agent --once: hostile paths', () => {
     expect(result.stdout).toContain(`failed    ../escape.json (${bad.id}) — path rejected:`);
     expect(await snapshotTree(h.rootDir)).toEqual({});
   });
+
+  it('control characters in server paths and ids cannot forge summary lines or drive the terminal', async () => {
+    const forged = 'x\nConverged: 0 failed.json';
+    const escape = 'evil\u001b[2J\u009b31m\u202e.json';
+    await h.createAndDeploy({ relative_filepath: forged, content: { a: 1 }, config_schema_id: 'cfs_forged' });
+    await h.createAndDeploy({ relative_filepath: escape, content: { a: 2 }, config_schema_id: 'cfs_escape' });
+    await h.createAndDeploy({
+      id: 'cfg_evil\u001b]0;pwned\u0007',
+      relative_filepath: 'fine.json',
+      content: { a: 3 },
+    });
+
+    const plan = await h.runOnce(['--dry-run']);
+    const result = await h.runOnce();
+
+    expect(result.code).toBe(1);
+    for (const output of [plan.stdout, result.stdout]) {
+      // No C0/C1 control character other than the line breaks the summary itself puts between lines.
+      expect(output.replaceAll('\n', '')).not.toMatch(/[\p{Cc}\u202e]/u);
+      expect(output.split('\n').filter((line) => line.startsWith('Converged'))).toEqual([]);
+    }
+    expect(result.stdout).toMatch(/^Not converged: 1 written, 2 failed\./);
+    expect(result.stdout).toContain('"x\\nConverged: 0 failed.json"');
+    expect(result.stdout).toContain('"evil\\u001b[2J\\u009b31m\\u202e.json"');
+    expect(result.stdout).toContain('"cfg_evil\\u001b]0;pwned\\u0007"');
+    expect(await readFile(h.rootPath('fine.json'), 'utf8')).toBe('{\n  "a": 3\n}\n');
+  });
 });
 
 describe('config-agent --once: symlinks planted in the root', () => {
