@@ -317,6 +317,26 @@ describe('config-agent --once --dry-run', () => {
     expect(await h.reports()).toEqual([]);
   });
 
+  it('does not deliver reports left in the outbox by an earlier pass', async () => {
+    const h = await harness();
+    await h.createAndDeploy({ relative_filepath: 'a.json', content: { a: 1 } });
+    await h.fault({ match: '^/v1/config_instances/[^/]+$', mode: 'reset', count: 1000 });
+    expect((await h.runOnce()).code).toBe(1);
+    await h.clearFaults();
+    const pending = await h.outbox();
+    expect(pending).toHaveLength(1);
+    const before = await world(h);
+    const patches = await h.requestCount('PATCH /v1/config_instances/:id');
+
+    const result = await h.runOnce(['--dry-run']);
+
+    expect(result.code).toBe(0);
+    expect(await world(h)).toEqual(before);
+    expect(await h.outbox()).toEqual(pending);
+    expect(await h.requestCount('PATCH /v1/config_instances/:id')).toBe(patches);
+    expect(await h.reports()).toEqual([]);
+  });
+
   it('exits 3 when the service is down, still changing nothing', async () => {
     const h = await harness();
     await h.createAndDeploy({ relative_filepath: 'a.json', content: { a: 1 } });

@@ -225,6 +225,13 @@ describe('config-agent --once: read-only root (EROFS)', () => {
       expect(first.stdout).toMatch(/retrying\s+old\/gone\.yaml/);
       expect((await h.instance(a.id)).target_status).toBe('removed');
 
+      // Attempts reset on restart: with maxAttempts 2 a second process counts its first attempt again.
+      await h.writeConfig({ retry: { maxAttempts: 2, baseDelaySeconds: 0.01, maxDelaySeconds: 1 } });
+      expect((await h.runOnce()).code).toBe(1);
+      expect((await h.runOnce()).code).toBe(1);
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
+      expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(before);
+
       unmountAll();
       const second = await h.runOnce();
 

@@ -147,9 +147,13 @@ describe('config-agent --once: hostile paths', () => {
 
   it('control characters in server paths and ids cannot forge summary lines or drive the terminal', async () => {
     const forged = 'x\nConverged: 0 failed.json';
-    const escape = 'evil\u001b[2J\u009b31m\u202e.json';
+    const terminalEscape = 'evil\u001b[2J\u009b31m\u202e.json';
     await h.createAndDeploy({ relative_filepath: forged, content: { a: 1 }, config_schema_id: 'cfs_forged' });
-    await h.createAndDeploy({ relative_filepath: escape, content: { a: 2 }, config_schema_id: 'cfs_escape' });
+    await h.createAndDeploy({
+      relative_filepath: terminalEscape,
+      content: { a: 2 },
+      config_schema_id: 'cfs_escape',
+    });
     await h.createAndDeploy({
       id: 'cfg_evil\u001b]0;pwned\u0007',
       relative_filepath: 'fine.json',

@@ -1,5 +1,6 @@
 // `config-agent --once` retiring instances: removal of files it wrote, files it cannot prove it wrote, archives.
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AgentHarness, leaksApiKey, snapshotTree } from '../helpers/harness.js';
 
@@ -100,6 +101,25 @@ describe('config-agent --once: removal', () => {
     expect(result.code).toBe(0);
     expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(before);
     expect(await statuses(h, instance.id)).toEqual(['removed', 'removed', 'none']);
+  });
+
+  it('a corrupt local state never leads to a deletion: the file stays, the instance is reported removed', async () => {
+    const h = await harness();
+    const instance = (await h.createAndDeploy({ relative_filepath: 'kept.json', content: { v: 1 } })).deploy;
+    expect((await h.runOnce()).code).toBe(0);
+    await writeFile(
+      path.join(h.stateDir, 'state.json'),
+      '{"version": 1, "deviceId": "dvc_it_01", "files": [tru',
+    );
+    await h.removeInstance(instance.id);
+    const before = await snapshotTree(h.rootDir, { identity: true });
+
+    const result = await h.runOnce();
+
+    expect(result.code).toBe(0);
+    expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(before);
+    expect(await statuses(h, instance.id)).toEqual(['removed', 'removed', 'none']);
+    expect(result.stderr).toMatch(/local state is corrupt/);
   });
 });
 

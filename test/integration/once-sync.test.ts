@@ -1,5 +1,5 @@
 // `config-agent --once` against the real mock: a first sync, and a second pass that writes nothing at all.
-import { readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, readFile, stat, writeFile } from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AgentHarness, leaksApiKey, snapshotTree } from '../helpers/harness.js';
 
@@ -166,5 +166,18 @@ describe('config-agent --once: idempotence', () => {
     for (const file of ['bridge/mqtt.yaml', 'motion/deep/limits.yml']) expect(after[file]).toBe(before[file]);
     const summary = JSON.parse(result.stdout) as { counts: Record<string, number> };
     expect(summary.counts).toMatchObject({ written: 1, unchanged: 2 });
+  });
+
+  it('puts back the configured mode of a managed file chmod-ed behind its back', async () => {
+    const h = await harness();
+    await deployFleet(h);
+    expect((await h.runOnce()).code).toBe(0);
+    await chmod(h.rootPath('bridge/mqtt.yaml'), 0o600);
+
+    const result = await h.runOnce();
+
+    expect(result.code).toBe(0);
+    expect((await stat(h.rootPath('bridge/mqtt.yaml'))).mode & 0o7777).toBe(0o644);
+    expect(await readFile(h.rootPath('bridge/mqtt.yaml'), 'utf8')).toContain('host: mqtt.local');
   });
 });
