@@ -66,20 +66,24 @@ describe('SIGTERM', () => {
       config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
     });
     harness = h;
-    const daemon = DaemonProcess.start(h);
     const bulkDir = h.rootPath('bulk');
-    await waitFor(async () => (await readdir(bulkDir).catch(() => [])).length >= 5, 10_000, {
-      what: 'the first pass writing',
-      intervalMs: 5,
-    });
-    const exit = await daemon.stop('SIGTERM');
-
-    expect(exit.code).toBe(0);
-    expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
-    expect(await findTempFiles(h.rootDir)).toEqual([]);
-    expect(await findTempFiles(h.stateDir)).toEqual([]);
+    const onDisk = async () => (await readdir(bulkDir).catch(() => [])).length;
+    // Three interruptions: each lands somewhere in a write (temp file, fsync, rename, directory fsync).
+    for (let round = 0; round < 3; round += 1) {
+      const daemon = DaemonProcess.start(h);
+      const atStart = await onDisk();
+      await waitFor(async () => (await onDisk()) >= atStart + 5, 10_000, {
+        what: `round ${round}: the pass writing`,
+        intervalMs: 5,
+      });
+      const exit = await daemon.stop('SIGTERM');
+      expect(exit.code).toBe(0);
+      expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
+      expect(await findTempFiles(h.rootDir)).toEqual([]);
+      expect(await findTempFiles(h.stateDir)).toEqual([]);
+    }
     const written = (await readdir(bulkDir)).sort();
-    // The pass was abandoned part-way: if this fails, the machine wrote every file before SIGTERM landed.
+    // The passes were abandoned part-way: if this fails, the machine wrote every file before SIGTERM landed.
     expect(written.length).toBeLessThan(count);
     for (const name of written) {
       expect(await readFile(`${bulkDir}/${name}`, 'utf8')).toBe(bulkBytes(Number(name.slice(0, 4))));
@@ -90,13 +94,14 @@ describe('SIGTERM', () => {
     await next.waitForPasses(1, 20_000, { predicate: (p) => p.converged });
     expect(await readdir(bulkDir)).toHaveLength(count);
     const reports = await h.reports();
-    const deployed = reports.filter((r) => r.activity_status === 'deployed');
-    expect(new Set(deployed.map((r) => r.config_instance_id)).size).toBe(count);
     // Stopping is not a failure of the file being written: no attempt burnt, no error reported to the service.
     expect(
       reports.filter((r) => r.error_status !== 'none'),
       'an abandoned write must not be reported as an instance error',
     ).toEqual([]);
+    const deployed = reports.filter((r) => r.activity_status === 'deployed').map((r) => r.config_instance_id);
+    expect(new Set(deployed).size).toBe(count);
+    expect(deployed).toHaveLength(count);
   }, 45_000);
 
   it('mid-request: a hanging service does not hold the exit back', async () => {
