@@ -160,6 +160,31 @@ describe('config-agent --once: disk full (ENOSPC)', () => {
     },
   );
 
+  // Known bug (planner, src/reconcile/plan.ts, not ours to edit): the replaced instance's `removed` report is a
+  // step of its own, queued whether or not the new owner's write succeeds. The same-schema swap below defers
+  // it until the replacement is in place; a same-path replacement must behave the same way.
+  it.skipIf(tmpfsSkip !== undefined)(
+    'same path: while the replacement cannot be written, the instance whose bytes stay on disk is not reported removed',
+    async () => {
+      const h = await harness();
+      await mkdir(h.rootDir);
+      mountOrThrow(['-t', 'tmpfs', '-o', 'size=64k,mode=0755', 'tmpfs', h.rootDir]);
+      const a = (await h.createAndDeploy({ relative_filepath: 'app.json', content: SMALL })).deploy;
+      expect((await h.runOnce()).code).toBe(0);
+      const b = await h.createInstance({ relative_filepath: 'app.json', content: BIG });
+      await h.deploy(b.id);
+
+      const result = await h.runOnce();
+
+      expect(result.code).toBe(1);
+      expect(await readFile(h.rootPath('app.json'), 'utf8')).toBe(json(SMALL));
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
+      // The device runs A's bytes: the service must not be told A is gone.
+      expect((await h.reportsFor(a.id)).map((r) => r.activity_status)).toEqual(['deployed']);
+      expect(await statuses(h, a.id)).toEqual(['removed', 'deployed', 'none']);
+    },
+  );
+
   it.skipIf(tmpfsSkip !== undefined)(
     'a failed swap rolls back: the instance it displaced (same schema) is restored from the content cache',
     async () => {
