@@ -124,6 +124,53 @@ describe('config-agent --once: first sync', () => {
   });
 });
 
+describe('config-agent --once: formats and paging', () => {
+  it('unknown extensions are JSON, .YAML/.yml in any case are YAML', async () => {
+    const h = await harness();
+    await h.createAndDeploy({ relative_filepath: 'nginx/site.conf', content: { listen: 80 } });
+    await h.createAndDeploy({ relative_filepath: 'noext', content: { n: null } });
+    await h.createAndDeploy({
+      relative_filepath: 'UPPER.YAML',
+      content: { list: ['a'], nested: { k: 'v' } },
+    });
+
+    expect((await h.runOnce()).code).toBe(0);
+
+    expect(await readFile(h.rootPath('nginx/site.conf'), 'utf8')).toBe('{\n  "listen": 80\n}\n');
+    expect(await readFile(h.rootPath('noext'), 'utf8')).toBe('{\n  "n": null\n}\n');
+    expect(await readFile(h.rootPath('UPPER.YAML'), 'utf8')).toBe('list:\n  - a\nnested:\n  k: v\n');
+  });
+
+  it('pulls every page: 230 deployed instances are all written and reported', async () => {
+    const h = await harness();
+    const count = 230;
+    for (let i = 0; i < count; i += 1) {
+      await h.createAndDeploy({
+        relative_filepath: `many/f${String(i).padStart(3, '0')}.json`,
+        content: { i },
+      });
+    }
+
+    const result = await h.runOnce(['--json']);
+
+    expect(result.code).toBe(0);
+    const files = Object.keys(await snapshotTree(h.rootPath('many')));
+    expect(files).toHaveLength(count);
+    expect(await readFile(h.rootPath('many/f229.json'), 'utf8')).toBe('{\n  "i": 229\n}\n');
+    expect(await h.requestCount('PATCH /v1/config_instances/:id')).toBe(count);
+    // Pages of 100: three for target `deployed`, three for activity `queued`, one for pending removals.
+    expect(await h.requestCount('GET /v1/config_instances')).toBe(7);
+    const summary = JSON.parse(result.stdout) as { counts: Record<string, number> };
+    expect(summary.counts.written).toBe(count);
+
+    // The second pass sees them all in place: nothing written, nothing reported.
+    const again = await h.runOnce(['--json']);
+    expect(again.code).toBe(0);
+    expect((JSON.parse(again.stdout) as { counts: Record<string, number> }).counts.unchanged).toBe(count);
+    expect(await h.requestCount('PATCH /v1/config_instances/:id')).toBe(count);
+  });
+});
+
 describe('config-agent --once: idempotence', () => {
   it('a second pass writes nothing: same inodes, mtimes, bytes; no report sent; exit 0', async () => {
     const h = await harness();
