@@ -122,8 +122,13 @@ export class DaemonProcess {
   }
 
   /** Sends `signal` and waits for the process to close, SIGKILLing it after `timeoutMs`. */
-  async stop(signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 15_000): Promise<DaemonExit> {
+  stop(signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 15_000): Promise<DaemonExit> {
     if (this.alive) this.signal(signal);
+    return this.waitForExit(timeoutMs);
+  }
+
+  /** Waits for the process to close on its own, SIGKILLing it after `timeoutMs`. */
+  async waitForExit(timeoutMs: number): Promise<DaemonExit> {
     const timer = setTimeout(() => this.child.kill('SIGKILL'), timeoutMs);
     try {
       const result = await this.#closed;

@@ -1,7 +1,7 @@
 // Daemon through outages: the service stopped, then requests that hang — no file change, no crash, bounded retries, recovery.
 import { readFile } from 'node:fs/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { killAllDaemons } from '../helpers/daemon.js';
+import { callLocalApi, killAllDaemons } from '../helpers/daemon.js';
 import { AgentHarness } from '../helpers/harness.js';
 import {
   expectConvergesAfterRecovery,
@@ -56,6 +56,9 @@ describe('daemon outages', { timeout: 45_000 }, () => {
       { what: 'status showing the failed polls' },
     );
     expect(status.deviceId).toBe(harness.deviceId);
+    // Healthy while the loop makes progress: a cloud outage must not make systemd restart a fleet of agents.
+    const health = await callLocalApi(harness.configObject().socketPath as string, 'GET', '/v1/health');
+    expect(health).toMatchObject({ status: 200, body: { healthy: true } });
     await sleep(Math.max(0, outageMs - (performance.now() - outageStarted)));
 
     const failed = daemon.passes().slice(passesBefore);

@@ -93,6 +93,8 @@ describe('daemon polling', { timeout: 30_000 }, () => {
       { what: 'every deploy reported' },
     );
     const before = await snapshotTree(harness.rootDir, { identity: true });
+    // "Writes nothing" covers the agent's own state too: rewriting it every poll would wear flash just the same.
+    const stateBefore = await snapshotTree(harness.stateDir, { identity: true });
     expect(Object.keys(before).filter((key) => key.endsWith('.json'))).toHaveLength(count);
 
     // Measure from the end of a pass, so the window counts whole polls only.
@@ -114,6 +116,7 @@ describe('daemon polling', { timeout: 30_000 }, () => {
 
     const after = await snapshotTree(harness.rootDir, { identity: true });
     expect(after).toEqual(before);
+    expect(await snapshotTree(harness.stateDir, { identity: true })).toEqual(stateBefore);
     expect(daemon.logsWith(/could not|failed/)).toEqual([]);
   });
 

@@ -43,9 +43,24 @@ function bulkBytes(n: number): string {
   return `${JSON.stringify({ n, padding: 'x'.repeat(16_384) }, null, 2)}\n`;
 }
 
+describe('start', () => {
+  it('exits 78 on an invalid configuration, so systemd does not restart it in a loop', async () => {
+    const h = await AgentHarness.create({ registerDevice: true });
+    harness = h;
+    await h.writeConfig({ poll: { intervalSeconds: 10, jitterRatio: 0.1, fullResyncSeconds: 5 } });
+    const daemon = DaemonProcess.start(h);
+    const exit = await daemon.waitForExit(10_000);
+    expect(exit.code).toBe(78);
+    expect(daemon.stderr).toContain('fullResyncSeconds');
+  });
+});
+
 describe('SIGTERM', () => {
   it('exits 0 promptly when idle and removes its socket', async () => {
-    harness = await AgentHarness.create({ registerDevice: true });
+    harness = await AgentHarness.create({
+      registerDevice: true,
+      config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
+    });
     const daemon = DaemonProcess.start(harness);
     await daemon.waitForPasses(1, 5000);
     const socketPath = harness.configObject().socketPath as string;
