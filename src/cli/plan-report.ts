@@ -31,6 +31,15 @@ export async function describePlan(
             report: 'removed/none',
           });
         }
+        for (const superseded of step.supersedes) {
+          changes.push({
+            action: 'report',
+            instanceId: superseded.id,
+            path: superseded.relative_filepath,
+            detail: `its file is taken over by ${step.instance.id}`,
+            report: 'removed/none',
+          });
+        }
         const current = await readCurrent(step.path).catch(() => undefined);
         changes.push({
           ...base,

@@ -7,6 +7,7 @@ const ACTION_ORDER: readonly InstanceAction[] = [
   'written',
   'removed',
   'archived',
+  'replaced',
   'reported',
   'unchanged',
   'waiting',

@@ -247,6 +247,7 @@ async function pass(world: World): Promise<{ steps: Step[]; outcomes: InstanceOu
     disk,
     now: world.clock.monotonic(),
     fileMode: FILE_MODE,
+    complete: true,
   });
   const outcomes = await applySteps(steps, world.ctx);
   return { steps, outcomes };
@@ -937,5 +938,107 @@ describe('applySteps: report coalescing', () => {
     ]);
     expect(world.state.instances.get('cfg_1')).toMatchObject({ error: 'none', attempts: 0 });
     expect(world.state.cooldowns.has('cfg_1')).toBe(false);
+  });
+});
+
+describe('applySteps: a new instance taking over the same path', () => {
+  async function takeoverWorld(): Promise<World> {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_a', relative_filepath: 'app.json', content: { v: 'a' } }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.service.update('cfg_a', { target_status: 'removed' });
+    world.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'app.json', content: { v: 'b' } }));
+    return world;
+  }
+
+  it('success: B owns the file and A is reported removed with it', async () => {
+    const world = await takeoverWorld();
+    const { outcomes } = await pass(world);
+    expect(text(world, 'app.json')).toBe(jsonText({ v: 'b' }));
+    expect(world.state.files.get('app.json')?.instanceId).toBe('cfg_b');
+    expect(outcomeOf(outcomes, 'cfg_a')).toMatchObject({ action: 'replaced', converged: true });
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_b', activity_status: 'deployed', error_status: 'none' },
+      { instanceId: 'cfg_a', activity_status: 'removed', error_status: 'none' },
+    ]);
+  });
+
+  it('failed write: A keeps its bytes and is not reported removed; later B succeeds and A goes with it', async () => {
+    const world = await takeoverWorld();
+    world.faults.push({ op: 'rename', match: renameTo('app.json'), code: 'ENOSPC' });
+    const first = await pass(world);
+    expect(text(world, 'app.json')).toBe(jsonText({ v: 'a' }));
+    expect(outcomeOf(first.outcomes, 'cfg_a')).toMatchObject({ action: 'waiting', converged: false });
+    expect(pendingReports(world).filter((report) => report.instanceId === 'cfg_a')).toEqual([]);
+
+    world.faults.length = 0;
+    world.clock.advance(3_600_000);
+    const second = await pass(world);
+    expect(text(world, 'app.json')).toBe(jsonText({ v: 'b' }));
+    expect(outcomeOf(second.outcomes, 'cfg_a')).toMatchObject({ action: 'replaced', converged: true });
+  });
+});
+
+describe('applySteps: removal checks the bytes it is about to delete', () => {
+  it('a recorded file changed by someone else since it was written is left in place', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'app.json', content: { v: 1 } }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.vol.writeFileSync(`${ROOT}/app.json`, 'edited by the operator\n');
+    world.service.update('cfg_1', { target_status: 'removed' });
+
+    const { outcomes } = await pass(world);
+
+    expect(text(world, 'app.json')).toBe('edited by the operator\n');
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'archived', converged: true });
+    expect(world.state.files.has('app.json')).toBe(false);
+    expect(pendingReports(world)).toMatchObject([
+      {
+        instanceId: 'cfg_1',
+        activity_status: 'removed',
+        error_status: 'none',
+        message: expect.stringMatching(/changed/),
+      },
+    ]);
+  });
+});
+
+describe('applySteps: stopping', () => {
+  it('an abort during a write is neither an attempt nor a report, and leaves the old file whole', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'app.json', content: { v: 1 } }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.service.update('cfg_1', { content: { v: 2 }, activity_status: 'queued' });
+    const controller = new AbortController();
+    // Stop arrives while the temp file is being opened: mid-publish, not between steps.
+    const stoppingFs: FsPort = {
+      ...world.fs,
+      open: (async (file: string, ...rest: unknown[]) => {
+        if (path.basename(String(file)).startsWith(TEMP_PREFIX))
+          controller.abort(new Error('agent stopping'));
+        return (world.fs.open as (...args: unknown[]) => unknown)(file, ...rest);
+      }) as FsPort['open'],
+    };
+    const instances = world.service.list();
+    const steps = planSteps({
+      instances,
+      local: world.state,
+      disk: await observe(world, instances),
+      now: world.clock.monotonic(),
+      fileMode: FILE_MODE,
+      complete: true,
+    });
+
+    await expect(
+      applySteps(steps, { ...world.ctx, fs: stoppingFs, signal: controller.signal }),
+    ).rejects.toThrow('agent stopping');
+
+    expect(text(world, 'app.json')).toBe(jsonText({ v: 1 }));
+    expect(world.state.instances.get('cfg_1')?.attempts ?? 0).toBe(0);
+    expect(pendingReports(world)).toEqual([]);
+    expect(leftoverTempFiles(world)).toEqual([]);
   });
 });

@@ -5,7 +5,8 @@ import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import type { ContentCache } from '../store/content-cache.js';
-import { publishFile, removeManagedFile } from '../store/durable-writer.js';
+import { publishFile, readRegularFile, removeManagedFile } from '../store/durable-writer.js';
+import { PathRejectedError } from '../store/errors.js';
 import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 import {
@@ -50,6 +51,7 @@ export type InstanceAction =
   | 'retrying'
   | 'waiting'
   | 'refused'
+  | 'replaced'
   | 'untouched';
 
 export interface InstanceOutcome {
@@ -100,7 +102,9 @@ const handlers: { [K in StepKind]: StepHandler<K> } = {
     return [{ ...outcomeFor(step.instance, 'waiting', false), message: `next attempt in ${seconds}s` }];
   },
   untouched: async (step, ctx) => {
+    if (step.reason === 'awaiting_owner') return [awaitingOwner(step.instance)];
     if (step.reason === 'failed') {
+      ctx.state.cooldowns.delete(step.instance.id);
       return [
         { ...outcomeFor(step.instance, 'untouched', false), message: 'failed on the service: left alone' },
       ];
@@ -164,20 +168,34 @@ async function applyWrite(step: WriteStep, ctx: ApplyContext): Promise<InstanceO
       queueReport(ctx, remove.instance, removedReport());
       markSucceeded(ctx, remove.instance, 'removed');
     }
+    for (const superseded of step.supersedes) {
+      queueReport(ctx, superseded, removedReport());
+      markSucceeded(ctx, superseded, 'removed');
+    }
     if (result.outcome === 'written' && step.reason === 'drift') {
       ctx.logger.warn(
         { instanceId: step.instance.id, path: step.path },
         'restored a managed file changed by someone else',
       );
     }
-    outcomes.push(...displaced.map((remove) => outcomeFor(remove.instance, 'removed', true)), {
-      ...outcomeFor(step.instance, result.outcome === 'written' ? 'written' : 'unchanged', true),
-      reason: step.reason,
-    });
+    outcomes.push(
+      ...displaced.map((remove) => outcomeFor(remove.instance, 'removed', true)),
+      ...step.supersedes.map((superseded) => ({
+        ...outcomeFor(superseded, 'replaced', true),
+        message: `its file now belongs to ${step.instance.id}`,
+      })),
+      {
+        ...outcomeFor(step.instance, result.outcome === 'written' ? 'written' : 'unchanged', true),
+        reason: step.reason,
+      },
+    );
     return outcomes;
   } catch (error) {
     // The swap failed half-way: put back what was removed for it, so the device keeps a working config.
     for (const remove of displaced) outcomes.push(await restoreDisplaced(remove, ctx));
+    // Stopping is not a failure of the instance: nothing is counted or reported, the next start goes on.
+    if (ctx.signal?.aborted) throw error;
+    for (const superseded of step.supersedes) outcomes.push(awaitingOwner(superseded, step.instance.id));
     outcomes.push(recordFailure(ctx, step.instance, error, 'write'));
     return outcomes;
   }
@@ -190,6 +208,21 @@ async function applyRemove(
 ): Promise<InstanceOutcome> {
   const owned = ctx.state.files.get(step.path);
   try {
+    // A symlink or other non-regular file at the path is judged (and refused) by the remover below.
+    const current = await readRegularFile(ctx.fs, ctx.rootDir, step.path).catch((error: unknown) => {
+      if (error instanceof PathRejectedError) return undefined;
+      throw error;
+    });
+    if (current !== undefined && owned !== undefined && current.sha256 !== owned.sha256) {
+      // Someone changed the file since we wrote it (an operator's edit kept under drift "report", another
+      // tool): it is no longer what we wrote, so it is not ours to delete.
+      const message = 'file left in place: changed by someone else since this agent wrote it';
+      ctx.logger.warn({ instanceId: step.instance.id, path: step.path }, message);
+      ctx.state.files.delete(step.path);
+      markSucceeded(ctx, step.instance, 'removed');
+      queueReport(ctx, step.instance, { ...removedReport(), message });
+      return { ...outcomeFor(step.instance, 'archived', true), message };
+    }
     const result = await removeManagedFile(ctx.fs, {
       rootDir: ctx.rootDir,
       relativePath: step.path,
@@ -210,6 +243,7 @@ async function applyRemove(
     }
     return outcomeFor(step.instance, 'removed', true);
   } catch (error) {
+    if (ctx.signal?.aborted) throw error;
     return recordFailure(ctx, step.instance, error, 'remove');
   }
 }
@@ -319,6 +353,15 @@ export function backoffDelayMs(policy: RetryPolicy, attempt: number, random: () 
   return Math.round(random() * ceiling);
 }
 
+/** An instance whose path a newer instance takes over, while the newer one's file is not in place yet. */
+function awaitingOwner(instance: ConfigInstance, ownerId?: string): InstanceOutcome {
+  const owner = ownerId === undefined ? 'its replacement' : ownerId;
+  return {
+    ...outcomeFor(instance, 'waiting', false),
+    message: `kept until ${owner} is written in its place`,
+  };
+}
+
 function recordError(
   ctx: ApplyContext,
   instance: ConfigInstance,
@@ -327,6 +370,7 @@ function recordError(
   attempts: number,
   nextAttemptAt?: string,
 ): void {
+  if (nextAttemptAt === undefined) ctx.state.cooldowns.delete(instance.id);
   ctx.state.instances.set(instance.id, {
     relativePath: instance.relative_filepath,
     activity: instance.activity_status,

@@ -64,6 +64,7 @@ interface Setup {
   cooldowns?: Record<string, number>;
   disk?: Record<string, DiskObservation>;
   restoreDrift?: boolean;
+  complete?: boolean;
 }
 
 function plan(instances: ConfigInstance[], setup: Setup = {}): Step[] {
@@ -76,6 +77,7 @@ function plan(instances: ConfigInstance[], setup: Setup = {}): Step[] {
     disk: new Map(Object.entries(setup.disk ?? {})),
     now: NOW,
     fileMode: FILE_MODE,
+    complete: setup.complete ?? true,
     ...(setup.restoreDrift === undefined ? {} : { restoreDrift: setup.restoreDrift }),
   };
   return planSteps(input);
@@ -317,30 +319,32 @@ describe('planSteps: target removed or created', () => {
   type Expectation =
     | { kind: 'remove' }
     | { kind: 'report'; reason: 'archive' | 'replaced_by_owner' | 'not_ours'; message: boolean }
+    /** No step of its own: the write of the instance taking its path over reports it removed on success. */
+    | { kind: 'superseded' }
     | { kind: 'none' };
+  const superseded: Expectation = { kind: 'superseded' };
   const remove: Expectation = { kind: 'remove' };
   const archive: Expectation = { kind: 'report', reason: 'archive', message: false };
-  const replacedQuiet: Expectation = { kind: 'report', reason: 'replaced_by_owner', message: false };
   const replacedNoted: Expectation = { kind: 'report', reason: 'replaced_by_owner', message: true };
   const notOurs: Expectation = { kind: 'report', reason: 'not_ours', message: true };
 
   // activity × who the local state says wrote the path × whether another instance targets deployed there.
   const byActivity: Array<['deployed' | 'queued' | 'created' | 'removed', Owner, boolean, Expectation]> = [
     ['deployed', 'this', false, remove],
-    ['deployed', 'this', true, replacedQuiet],
+    ['deployed', 'this', true, superseded],
     // Written by us for an earlier owner that is gone, and nobody targets the path: our file, unwanted.
     ['deployed', 'other', false, remove],
-    ['deployed', 'other', true, replacedNoted],
+    ['deployed', 'other', true, superseded],
     ['deployed', 'none', false, notOurs],
     ['deployed', 'none', true, replacedNoted],
     ['queued', 'this', false, remove],
-    ['queued', 'this', true, replacedQuiet],
+    ['queued', 'this', true, superseded],
     ['queued', 'other', false, archive],
     ['queued', 'other', true, archive],
     ['queued', 'none', false, archive],
     ['queued', 'none', true, archive],
     ['created', 'this', false, remove],
-    ['created', 'this', true, replacedQuiet],
+    ['created', 'this', true, superseded],
     ['created', 'other', false, archive],
     ['created', 'other', true, archive],
     ['created', 'none', false, archive],
@@ -373,6 +377,11 @@ describe('planSteps: target removed or created', () => {
       }
       const steps = plan(instances, { files: ownerFiles(owner), disk: diskAt('identical') });
       const mine = stepsFor(steps, 'cfg_me');
+      if (expected.kind === 'superseded') {
+        expect(mine).toEqual([]);
+        expect(asWrite(onlyStepFor(steps, 'cfg_new')).supersedes).toEqual([instance]);
+        return;
+      }
       if (expected.kind === 'none') {
         expect(mine).toEqual([]);
         return;
@@ -423,15 +432,47 @@ describe('planSteps: target removed or created', () => {
     expect(stepsFor(steps, 'cfg_me').map((step) => step.kind)).toEqual(['report']);
   });
 
-  it('the deployed instance at the same path takes the file over (adopt) while the old owner is only reported', () => {
+  it('the deployed instance at the same path takes the file over (adopt); the old owner is reported with it', () => {
     const old = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
     const successor = makeInstance({ id: 'cfg_new', activity_status: 'queued' });
     const steps = plan([old, successor], { files: ownerFiles('this'), disk: diskAt('identical') });
-    expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([
-      ['cfg_new', 'write'],
-      ['cfg_me', 'report'],
-    ]);
+    expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([['cfg_new', 'write']]);
     expect(asWrite(steps[0]!).reason).toBe('adopt');
+    expect(asWrite(steps[0]!).supersedes).toEqual([old]);
+  });
+
+  it('while the new owner of the path waits for a retry, the old owner is kept, not reported', () => {
+    const old = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
+    const successor = makeInstance({ id: 'cfg_new', activity_status: 'queued', content: { port: 9 } });
+    const steps = plan([old, successor], {
+      files: ownerFiles('this'),
+      disk: diskAt('identical'),
+      cooldowns: { cfg_new: NOW + 1000 },
+    });
+    expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([
+      ['cfg_new', 'wait'],
+      ['cfg_me', 'untouched'],
+    ]);
+  });
+
+  it('once the new owner holds the path, the old owner is simply reported removed', () => {
+    const old = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
+    const successor = makeInstance({ id: 'cfg_new', activity_status: 'deployed' });
+    const steps = plan([old, successor], {
+      files: { [PATH]: managed('cfg_new') },
+      disk: diskAt('identical'),
+    });
+    expect(stepsFor(steps, 'cfg_me')).toMatchObject([{ kind: 'report', reason: 'replaced_by_owner' }]);
+  });
+
+  it('an incremental (incomplete) pull never removes a file recorded for an instance it did not fetch', () => {
+    const instance = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
+    const steps = plan([instance], {
+      files: ownerFiles('other'),
+      disk: diskAt('identical'),
+      complete: false,
+    });
+    expect(stepsFor(steps, 'cfg_me').map((step) => step.kind)).toEqual(['report']);
   });
 });
 
@@ -676,8 +717,8 @@ describe('planSteps: swaps and ordering', () => {
       ['cfg_failed', 'untouched'],
       ['cfg_remove', 'remove'],
       ['cfg_write', 'write'],
-      ['cfg_archive', 'report'],
       ['cfg_wait', 'wait'],
+      ['cfg_archive', 'report'],
     ]);
   });
 
@@ -690,6 +731,7 @@ describe('planSteps: swaps and ordering', () => {
       local: { files, cooldowns: new Map() },
       disk: new Map(Object.entries(owned.disk)),
       now: NOW,
+      complete: true,
       fileMode: FILE_MODE,
     };
     expect(planSteps(input)).toEqual(planSteps(input));

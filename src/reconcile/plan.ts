@@ -34,6 +34,11 @@ export interface PlanInput {
    * under the `report` and `off` drift policies: the operator keeps the local edit until the content changes.
    */
   restoreDrift?: boolean;
+  /**
+   * Whether `instances` holds every instance that targets `deployed` (a full pass). Only then may the planner
+   * conclude that nobody wants a path.
+   */
+  complete: boolean;
 }
 
 export interface WriteStep {
@@ -45,6 +50,8 @@ export interface WriteStep {
   reason: 'new' | 'changed' | 'drift' | 'adopt';
   /** Instances removed to make room for this one (same config schema elsewhere): restored if the write fails. */
   displaces: RemoveStep[];
+  /** Instances whose file at this same path this write takes over: reported `removed` once it succeeds. */
+  supersedes: ConfigInstance[];
   /** Whether a `deployed` report is due once the file is in place. */
   reportOnSuccess: boolean;
 }
@@ -65,7 +72,12 @@ export type Step =
   /** Two instances want one path: the loser is reported `retrying` and nothing of it is written. */
   | { kind: 'refuse'; instance: ConfigInstance; message: string }
   | { kind: 'wait'; instance: ConfigInstance; until: number }
-  | { kind: 'untouched'; instance: ConfigInstance; reason: 'failed' | 'in_place' | 'drift_kept' };
+  | {
+      kind: 'untouched';
+      instance: ConfigInstance;
+      /** `awaiting_owner`: its path belongs to a new instance whose file is not in place yet. */
+      reason: 'failed' | 'in_place' | 'drift_kept' | 'awaiting_owner';
+    };
 
 export type ReportReason =
   | 'archive'
@@ -110,7 +122,10 @@ export function planSteps(input: PlanInput): Step[] {
   const writes: WriteStep[] = [];
   const removes: RemoveStep[] = [];
   const others: Step[] = [];
+  const writeById = new Map<string, WriteStep>();
+  const removals: ConfigInstance[] = [];
 
+  // Phase 1: instances that target `deployed`, so phase 2 knows which paths get a new owner in this pass.
   for (const instance of active) {
     const path = instance.relative_filepath;
     const problem = pathProblems.get(instance.id);
@@ -119,30 +134,36 @@ export function planSteps(input: PlanInput): Step[] {
       others.push({ kind: 'wait', instance, until: cooldownUntil });
       continue;
     }
-
-    if (instance.target_status === 'deployed') {
-      if (problem !== undefined) {
-        others.push({ kind: 'fail', instance, message: problem });
-        continue;
-      }
-      const winner = winnerByPath.get(path)!;
-      if (winner.id !== instance.id) {
-        others.push({
-          kind: 'refuse',
-          instance,
-          message: `path conflict: ${JSON.stringify(path)} is also targeted by ${winner.id}, updated later; ${instance.id} is not written`,
-        });
-        continue;
-      }
-      const step = planDeployed(instance, input);
-      if (step !== undefined) {
-        if (step.kind === 'write') writes.push(step);
-        else others.push(step);
-      }
+    if (instance.target_status !== 'deployed') {
+      removals.push(instance);
       continue;
     }
+    if (problem !== undefined) {
+      others.push({ kind: 'fail', instance, message: problem });
+      continue;
+    }
+    const winner = winnerByPath.get(path)!;
+    if (winner.id !== instance.id) {
+      others.push({
+        kind: 'refuse',
+        instance,
+        message: `path conflict: ${JSON.stringify(path)} is also targeted by ${winner.id}, updated later; ${instance.id} is not written`,
+      });
+      continue;
+    }
+    const step = planDeployed(instance, input);
+    if (step.kind === 'write') {
+      writes.push(step);
+      writeById.set(instance.id, step);
+    } else {
+      others.push(step);
+    }
+  }
 
-    // Target removed or created (or anything not `deployed`): the file goes, if it is ours to remove.
+  // Phase 2: target removed or created (or anything not `deployed`): the file goes, if it is ours to remove.
+  for (const instance of removals) {
+    const path = instance.relative_filepath;
+    const problem = pathProblems.get(instance.id);
     const owned = input.local.files.get(path);
     const ownedByThis = owned?.instanceId === instance.id && problem === undefined;
     const wasDeployed = instance.activity_status === 'deployed' || ownedByThis;
@@ -152,22 +173,38 @@ export function planSteps(input: PlanInput): Step[] {
       }
       continue;
     }
-    if (!ownedByThis && owned !== undefined && problem === undefined && !claimedPaths.has(path)) {
+    const winner = problem === undefined ? winnerByPath.get(path) : undefined;
+    if (winner !== undefined && (ownedByThis || owned !== undefined)) {
+      // Another instance targets `deployed` at this path and takes the file over: our status changes only
+      // once the file is the new owner's, so the service never hears "removed" while our bytes stay.
+      const takeover = writeById.get(winner.id);
+      if (owned?.instanceId === winner.id) {
+        others.push({ kind: 'report', instance, report: removedReport(), reason: 'replaced_by_owner' });
+      } else if (takeover !== undefined) {
+        takeover.supersedes.push(instance);
+      } else {
+        others.push({ kind: 'untouched', instance, reason: 'awaiting_owner' });
+      }
+      continue;
+    }
+    if (
+      !ownedByThis &&
+      owned !== undefined &&
+      problem === undefined &&
+      input.complete &&
+      !claimedPaths.has(path)
+    ) {
       // Recorded as written by us for an earlier owner, and no instance wants the path any more: our file,
-      // unwanted. (An owner that never took the file over would otherwise leave it behind for good.)
+      // unwanted. (An owner that never took the file over would otherwise leave it behind for good.) Only a
+      // complete pull can tell that nobody wants the path.
       removes.push({ kind: 'remove', instance, path });
       continue;
     }
     if (!ownedByThis) {
       // Deployed per the service but not recorded as written by us (lost state, another owner): never delete.
       const reason: ReportReason =
-        winnerByPath.has(path) || owned !== undefined ? 'replaced_by_owner' : 'not_ours';
+        winner !== undefined || owned !== undefined ? 'replaced_by_owner' : 'not_ours';
       others.push({ kind: 'report', instance, report: removedReport(reason), reason });
-      continue;
-    }
-    if (winnerByPath.has(path)) {
-      // Another instance targets `deployed` at this path: it takes the file over; only our status changes.
-      others.push({ kind: 'report', instance, report: removedReport(), reason: 'replaced_by_owner' });
       continue;
     }
     // Even when the file is already gone the remover runs: it prunes the directories the agent created and the
@@ -191,7 +228,7 @@ export function planSteps(input: PlanInput): Step[] {
   return [...steps, ...standaloneRemoves, ...writes, ...others];
 }
 
-function planDeployed(instance: ConfigInstance, input: PlanInput): WriteStep | Step | undefined {
+function planDeployed(instance: ConfigInstance, input: PlanInput): Step {
   const path = instance.relative_filepath;
   const data = serializeContent(path, instance.content);
   const sha256 = sha256Hex(data);
@@ -220,6 +257,7 @@ function planDeployed(instance: ConfigInstance, input: PlanInput): WriteStep | S
     sha256,
     reason,
     displaces: [],
+    supersedes: [],
     reportOnSuccess: !serverInPlace,
   };
 }

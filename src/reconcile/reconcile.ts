@@ -61,6 +61,8 @@ export interface PassResult {
   outcomes: InstanceOutcome[];
   reports: { delivered: number; rejected: number; pending: number; deliveryError?: PassError };
   sweptTempFiles: string[];
+  /** Set when state.json or the outbox could not be written after the files were applied. */
+  persistError?: PassError;
   /** Every instance where the service wants it and every report delivered. */
   converged: boolean;
 }
@@ -178,6 +180,7 @@ export class Reconciler {
         result.outcomes.every((outcome) => outcome.converged) &&
         result.reports.pending === 0 &&
         result.reports.rejected === 0 &&
+        result.persistError === undefined &&
         !dryRun;
       return result;
     };
@@ -186,8 +189,15 @@ export class Reconciler {
     if (!dryRun && this.#outbox.size > 0) await this.#deliverReports(result, options.signal);
 
     let instances: ConfigInstance[];
+    let mode = options.mode;
     try {
-      instances = await this.#pull(options.mode, options.signal);
+      instances = await this.#pull(mode, options.signal);
+      if (mode === 'incremental' && this.#touchesUnpulledOwner(instances)) {
+        // A path recorded for an instance this poll did not fetch: only the whole picture can tell who owns it.
+        mode = 'full';
+        result.mode = 'full';
+        instances = await this.#pull(mode, options.signal);
+      }
       result.reachable = true;
     } catch (error) {
       options.signal?.throwIfAborted();
@@ -196,7 +206,7 @@ export class Reconciler {
       return finish();
     }
 
-    const disk = await this.#observe(instances);
+    const disk = await this.#observe(instances, options.signal);
     result.steps = planSteps({
       instances,
       local: this.#state,
@@ -204,8 +214,10 @@ export class Reconciler {
       now: clock.monotonic(),
       fileMode: this.#settings.fileMode,
       restoreDrift: this.#settings.restoreDrift ?? true,
+      complete: mode === 'full',
     });
     if (dryRun) return finish();
+    this.#dropElapsedCooldowns(instances, clock.monotonic());
 
     result.outcomes = await applySteps(result.steps, {
       fs: this.#deps.fs,
@@ -221,8 +233,15 @@ export class Reconciler {
       outbox: this.#outbox,
       ...(options.signal === undefined ? {} : { signal: options.signal }),
     });
-    if (options.mode === 'full') this.#forgetUnseen(instances);
-    await this.#persist(options.mode);
+    if (mode === 'full') this.#forgetUnseen(instances);
+    try {
+      await this.#persist(mode);
+    } catch (error) {
+      // Files changed on disk all the same: the caller must still learn which (hooks), and reports still go.
+      options.signal?.throwIfAborted();
+      result.persistError = toPassError(error);
+      this.#logger.error({ err: error }, 'could not persist local state');
+    }
     if (this.#outbox.size > 0) await this.#deliverReports(result, options.signal);
     return finish();
   }
@@ -282,9 +301,13 @@ export class Reconciler {
     return [...byId.values()];
   }
 
-  async #observe(instances: readonly ConfigInstance[]): Promise<Map<string, DiskObservation>> {
+  async #observe(
+    instances: readonly ConfigInstance[],
+    signal: AbortSignal | undefined,
+  ): Promise<Map<string, DiskObservation>> {
     const disk = new Map<string, DiskObservation>();
     for (const instance of instances) {
+      signal?.throwIfAborted();
       const path = instance.relative_filepath;
       if (disk.has(path)) continue;
       try {
@@ -303,15 +326,33 @@ export class Reconciler {
     return disk;
   }
 
+  /** Whether a pulled instance's path is recorded for another instance that this pull did not fetch. */
+  #touchesUnpulledOwner(instances: readonly ConfigInstance[]): boolean {
+    const pulled = new Set(instances.map((instance) => instance.id));
+    return instances.some((instance) => {
+      const owner = this.#state.files.get(instance.relative_filepath)?.instanceId;
+      return owner !== undefined && owner !== instance.id && !pulled.has(owner);
+    });
+  }
+
+  /**
+   * A cooldown whose time has come has done its job once planned past: the pass acts on the instance, and a
+   * new failure sets a new one. Left in place, it would keep asking the daemon for an immediate pass.
+   */
+  #dropElapsedCooldowns(planned: readonly ConfigInstance[], now: number): void {
+    for (const instance of planned) {
+      const until = this.#state.cooldowns.get(instance.id);
+      if (until !== undefined && until <= now) this.#state.cooldowns.delete(instance.id);
+    }
+  }
+
   /** After a full pass, records of instances the service no longer lists and that own no file are dropped. */
   #forgetUnseen(instances: readonly ConfigInstance[]): void {
     const seen = new Set(instances.map((instance) => instance.id));
     const owners = new Set([...this.#state.files.values()].map((file) => file.instanceId));
     for (const id of this.#state.instances.keys()) {
-      if (!seen.has(id) && !owners.has(id)) {
-        this.#state.instances.delete(id);
-        this.#state.cooldowns.delete(id);
-      }
+      if (!seen.has(id)) this.#state.cooldowns.delete(id);
+      if (!seen.has(id) && !owners.has(id)) this.#state.instances.delete(id);
     }
   }
 
