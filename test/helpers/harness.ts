@@ -342,20 +342,6 @@ export function leaksApiKey(result: RunResult): boolean {
   return result.stdout.includes(TEST_API_KEY) || result.stderr.includes(TEST_API_KEY);
 }
 
-/** The JSON log lines of a run's stderr (non-JSON lines skipped). */
-export function logLines(result: RunResult): Record<string, unknown>[] {
-  const lines: Record<string, unknown>[] = [];
-  for (const line of result.stderr.split('\n')) {
-    if (!line.startsWith('{')) continue;
-    try {
-      lines.push(JSON.parse(line) as Record<string, unknown>);
-    } catch {
-      // A line that is not JSON is not a log line; the tests that care read stderr directly.
-    }
-  }
-  return lines;
-}
-
 /** `mount <args>`; resolves to a reason string when mounting is not permitted here, undefined on success. */
 export function tryMount(args: readonly string[]): string | undefined {
   const result = spawnSync('mount', [...args], { encoding: 'utf8' });
