@@ -465,6 +465,13 @@ describe('planSteps: target removed or created', () => {
     expect(stepsFor(steps, 'cfg_me')).toMatchObject([{ kind: 'report', reason: 'replaced_by_owner' }]);
   });
 
+  it('when the new owner of the path failed for good, the old owner keeps its file', () => {
+    const old = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
+    const failed = makeInstance({ id: 'cfg_new', activity_status: 'queued', error_status: 'failed' });
+    const steps = plan([old, failed], { files: ownerFiles('this'), disk: diskAt('identical') });
+    expect(stepsFor(steps, 'cfg_me')).toMatchObject([{ kind: 'untouched', reason: 'awaiting_owner' }]);
+  });
+
   it('an incremental (incomplete) pull never removes a file recorded for an instance it did not fetch', () => {
     const instance = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
     const steps = plan([instance], {

@@ -174,16 +174,26 @@ export function planSteps(input: PlanInput): Step[] {
       continue;
     }
     const winner = problem === undefined ? winnerByPath.get(path) : undefined;
-    if (winner !== undefined && (ownedByThis || owned !== undefined)) {
+    const claimed = problem === undefined && claimedPaths.has(path);
+    if (claimed && (ownedByThis || owned !== undefined)) {
       // Another instance targets `deployed` at this path and takes the file over: our status changes only
-      // once the file is the new owner's, so the service never hears "removed" while our bytes stay.
-      const takeover = writeById.get(winner.id);
-      if (owned?.instanceId === winner.id) {
+      // once the file is the new owner's, so the service never hears "removed" while our bytes stay. If that
+      // instance failed for good, our file stays too: a device keeps a working config rather than none.
+      const takeover = winner === undefined ? undefined : writeById.get(winner.id);
+      if (winner !== undefined && owned?.instanceId === winner.id) {
         others.push({ kind: 'report', instance, report: removedReport(), reason: 'replaced_by_owner' });
       } else if (takeover !== undefined) {
         takeover.supersedes.push(instance);
-      } else {
+      } else if (ownedByThis) {
         others.push({ kind: 'untouched', instance, reason: 'awaiting_owner' });
+      } else {
+        // The bytes there are another earlier instance's, not ours: nothing of this one is on disk.
+        others.push({
+          kind: 'report',
+          instance,
+          report: removedReport('replaced_by_owner'),
+          reason: 'replaced_by_owner',
+        });
       }
       continue;
     }
