@@ -160,9 +160,8 @@ describe('config-agent --once: disk full (ENOSPC)', () => {
     },
   );
 
-  // Known bug (planner, src/reconcile/plan.ts, not ours to edit): the replaced instance's `removed` report is a
-  // step of its own, queued whether or not the new owner's write succeeds. The same-schema swap below defers
-  // it until the replacement is in place; a same-path replacement must behave the same way.
+  // Regression (fixed in d6d2cc8): the replaced instance's `removed` report used to be queued whether or not
+  // the new owner's write succeeded, unlike the same-schema swap below, which waits for the replacement.
   it.skipIf(tmpfsSkip !== undefined)(
     'same path: while the replacement cannot be written, the instance whose bytes stay on disk is not reported removed',
     async () => {
