@@ -6,7 +6,7 @@ import { ExitCode } from './cli/exit-codes.js';
 import type { CommandIo } from './cli/io.js';
 import { runStatus, runSync } from './cli/local-client.js';
 import { runOnce } from './cli/once.js';
-import { startAgent } from './cli/run.js';
+import { type RunningAgent, startAgent } from './cli/run.js';
 
 function packageVersion(): string {
   const text = readFileSync(new URL('../package.json', import.meta.url), 'utf8');
@@ -57,42 +57,62 @@ function configFlag(configPath: string | undefined): { configPath?: string } {
 const STOP_DEADLINE_MS = 10_000;
 
 async function runDaemon(configPath: string | undefined, io: CommandIo): Promise<number> {
-  const agent = await startAgent(configPath, io);
-  if (typeof agent === 'number') return agent;
-  return new Promise<number>((resolve) => {
-    let stopping = false;
-    const stop = (signal: NodeJS.Signals) => {
-      if (stopping) return;
-      stopping = true;
-      agent.logger.info({ signal }, 'shutdown requested');
-      const deadline = setTimeout(() => {
-        agent.logger.error('shutdown took too long: exiting with state as last flushed');
-        resolve(ExitCode.NotConverged);
-      }, STOP_DEADLINE_MS);
-      deadline.unref();
-      agent.stop().then(
-        () => resolve(ExitCode.Converged),
-        (error: unknown) => {
-          agent.logger.error({ err: error }, 'shutdown failed');
-          resolve(ExitCode.NotConverged);
-        },
-      );
-    };
-    process.on('SIGTERM', stop);
-    process.on('SIGINT', stop);
-    process.on('SIGHUP', () => {
-      agent.logger.info('SIGHUP: reloading the configuration');
-      void agent.reload();
-    });
-    process.on('uncaughtException', (error) => {
-      agent.logger.fatal({ err: error }, 'uncaught exception: exiting so systemd restarts the agent');
-      resolve(ExitCode.NotConverged);
-    });
-    process.on('unhandledRejection', (error) => {
-      agent.logger.fatal({ err: error }, 'unhandled rejection: exiting so systemd restarts the agent');
-      resolve(ExitCode.NotConverged);
-    });
+  // Handlers go in before start-up: a SIGHUP's default action would end the process, and systemd counts
+  // that as a clean exit it does not restart. Signals that arrive while starting are acted on once started.
+  let agent: RunningAgent | undefined;
+  let stopSignal: NodeJS.Signals | undefined;
+  let reloadPending = false;
+  let finish: (code: number) => void = () => undefined;
+  const exit = new Promise<number>((resolve) => {
+    finish = resolve;
   });
+
+  const beginStop = (running: RunningAgent, signal: NodeJS.Signals) => {
+    running.logger.info({ signal }, 'shutdown requested');
+    const deadline = setTimeout(() => {
+      running.logger.error('shutdown took too long: exiting with state as last flushed');
+      finish(ExitCode.NotConverged);
+    }, STOP_DEADLINE_MS);
+    deadline.unref();
+    running.stop().then(
+      () => finish(ExitCode.Converged),
+      (error: unknown) => {
+        running.logger.error({ err: error }, 'shutdown failed');
+        finish(ExitCode.NotConverged);
+      },
+    );
+  };
+  const onStop = (signal: NodeJS.Signals) => {
+    if (stopSignal !== undefined) return;
+    stopSignal = signal;
+    if (agent !== undefined) beginStop(agent, signal);
+  };
+  const fatal = (what: string) => (error: unknown) => {
+    if (agent !== undefined)
+      agent.logger.fatal({ err: error }, `${what}: exiting so systemd restarts the agent`);
+    else
+      io.stderr.write(`config-agent: ${what}: ${error instanceof Error ? error.message : String(error)}\n`);
+    finish(ExitCode.NotConverged);
+  };
+  process.on('SIGTERM', onStop);
+  process.on('SIGINT', onStop);
+  process.on('SIGHUP', () => {
+    if (agent === undefined) {
+      reloadPending = true;
+      return;
+    }
+    agent.logger.info('SIGHUP: reloading the configuration');
+    void agent.reload();
+  });
+  process.on('uncaughtException', fatal('uncaught exception'));
+  process.on('unhandledRejection', fatal('unhandled rejection'));
+
+  const started = await startAgent(configPath, io);
+  if (typeof started === 'number') return started;
+  agent = started;
+  if (stopSignal !== undefined) beginStop(agent, stopSignal);
+  else if (reloadPending) void agent.reload();
+  return exit;
 }
 
 /** Exits once stdout has drained, so piped output is never cut short. */

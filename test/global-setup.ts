@@ -8,5 +8,6 @@ export default function setup(): void {
   const tsc = path.join(path.dirname(require.resolve('typescript/package.json')), 'bin', 'tsc');
   const result = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { encoding: 'utf8' });
   // tsc still emits on type errors; `npm test` typechecks separately, so only report here.
-  if (result.status !== 0) process.stderr.write(`global-setup: build reported errors\n${result.stdout}${result.stderr}`);
+  if (result.status !== 0)
+    process.stderr.write(`global-setup: build reported errors\n${result.stdout}${result.stderr}`);
 }

@@ -33,7 +33,10 @@ export async function withRequestRetry<T>(
     onFailedAttempt: async ({ error, attemptNumber, retriesLeft }) => {
       if (retriesLeft <= 0 || !isRetryableError(error)) return;
       const delayMs = retryDelayMs(error, attemptNumber, options);
-      options.logger.warn({ err: error, attempt: attemptNumber, delayMs, request: what }, 'request failed; retrying');
+      options.logger.warn(
+        { err: error, attempt: attemptNumber, delayMs, request: what },
+        'request failed; retrying',
+      );
       await options.clock.sleep(delayMs, options.signal);
     },
   });

@@ -29,17 +29,29 @@ async function buildComponents(
   loaded: LoadedConfig,
   io: CommandIo,
   secrets: SecretRegistry,
-  metrics: AgentMetrics | undefined,
+  current?: AgentComponents,
 ): Promise<AgentComponents> {
   const { config, apiKey } = loaded;
   const deps = createDeps({ config, secrets, stderr: io.stderr });
   await ensureDirectories(deps.fs, config);
-  const agentMetrics = metrics ?? new AgentMetrics({ deviceId: config.deviceId });
-  const client = createServiceClient(config, apiKey, deps, (event) => agentMetrics.recordRequest(event));
+  const metrics =
+    current !== undefined && current.config.deviceId === config.deviceId
+      ? current.metrics
+      : new AgentMetrics({ deviceId: config.deviceId });
+  const client = createServiceClient(config, apiKey, deps, (event) => metrics.recordRequest(event));
   const settings = reconcilerSettings(config, DAEMON_REQUEST_RETRIES);
-  const reconciler = await Reconciler.open(deps, settings, client);
-  return { deps, config, client, reconciler, metrics: agentMetrics, settings, hookEnv: io.env };
+  let reconciler: Reconciler;
+  if (current?.reconciler.reconfigure(deps, settings, client)) {
+    reconciler = current.reconciler;
+  } else {
+    // Another device, root or state dir: the old state is flushed where it belongs, the new one opened.
+    await current?.reconciler.flushState();
+    reconciler = await Reconciler.open(deps, settings, client);
+  }
+  return { deps, config, client, reconciler, metrics, settings, hookEnv: io.env };
 }
+
+class ReloadRejected extends Error {}
 
 export async function startAgent(
   configPath: string | undefined,
@@ -50,7 +62,7 @@ export async function startAgent(
   if (typeof loaded === 'number') return loaded;
   let components: AgentComponents;
   try {
-    components = await buildComponents(loaded, io, secrets, undefined);
+    components = await buildComponents(loaded, io, secrets);
   } catch (error) {
     io.stderr.write(`config-agent: cannot start: ${secrets.scrub(errorMessage(error))}\n`);
     return error instanceof ConfigError || error instanceof ApiKeyError
@@ -79,33 +91,25 @@ export async function startAgent(
       logger.info('stopped');
     },
     async reload() {
-      const problems = new CollectingWritable();
-      const next = await loadConfigOrExit(configPath, { ...io, stderr: problems }, secrets);
-      if (typeof next === 'number') {
-        logger.error(
-          { reason: problems.text.trim() },
-          'configuration reload failed: keeping the running configuration',
-        );
+      const before = daemon.components;
+      try {
+        await daemon.reload(async (current) => {
+          const problems = new CollectingWritable();
+          const next = await loadConfigOrExit(configPath, { ...io, stderr: problems }, secrets);
+          if (typeof next === 'number') throw new ReloadRejected(problems.text.trim());
+          return buildComponents(next, io, secrets, current);
+        });
+      } catch (error) {
+        const reason = error instanceof ReloadRejected ? error.message : errorMessage(error);
+        logger.error({ reason }, 'configuration reload failed: keeping the running configuration');
         return;
       }
-      try {
-        const rebuilt = await buildComponents(
-          next,
-          io,
-          secrets,
-          daemon.config.deviceId === next.config.deviceId ? components.metrics : undefined,
-        );
-        await components.reconciler.flushState();
-        await daemon.reload(rebuilt);
-        if (rebuilt.config.socketPath !== components.config.socketPath) {
-          await api?.close();
-          api = await startLocalApi(daemon, rebuilt, logger);
-        }
-        components = rebuilt;
-        logger.info('configuration reloaded');
-      } catch (error) {
-        logger.error({ err: error }, 'configuration reload failed: keeping the running configuration');
+      const after = daemon.components;
+      if (after.config.socketPath !== before.config.socketPath) {
+        await api?.close();
+        api = await startLocalApi(daemon, after, logger);
       }
+      logger.info('configuration reloaded');
     },
   };
 }

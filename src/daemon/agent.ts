@@ -20,6 +20,10 @@ const MAX_RETRY_AFTER_MS = 30 * 60 * 1000;
 const PASS_STALL_MS = 10 * 60 * 1000;
 /** Health: a loop this late past its due time is stuck. */
 const LOOP_LATE_MS = 60 * 1000;
+/** Shutdown waits this long for the current pass to stop, then flushes anyway (systemd and main give 10 s). */
+const STOP_BUDGET_MS = 7_000;
+/** The shortest wait between passes, even when a retry is already due: never a busy loop. */
+const MIN_POLL_DELAY_MS = 1_000;
 
 export interface AgentComponents {
   deps: Deps;
@@ -47,7 +51,6 @@ export interface AgentStatus {
 
 export class AgentDaemon {
   #c: AgentComponents;
-  readonly #logger: Logger;
   readonly #runner: SingleFlight<PassResult>;
   readonly #stop = new AbortController();
   #wake: (() => void) | undefined;
@@ -62,15 +65,27 @@ export class AgentDaemon {
   #failures = 0;
   #loop: Promise<void> | undefined;
   #passAbort: AbortController | undefined;
+  /** Hooks run here, one after another, outside the pass: a slow hook never holds up polls or `sync`. */
+  #hooks: Promise<void> = Promise.resolve();
+  /** Counts passes started, so the drift watcher can tell whether a pass ran while it was judging. */
+  #passesStarted = 0;
 
   constructor(components: AgentComponents) {
     this.#c = components;
-    this.#logger = components.deps.logger.child({ component: 'daemon' });
     this.#runner = new SingleFlight(() => this.#pass());
+  }
+
+  /** Derived per use, so a reloaded `log.level` applies to the daemon's own lines too. */
+  get #logger(): Logger {
+    return this.#c.deps.logger.child({ component: 'daemon' });
   }
 
   get config(): AgentConfig {
     return this.#c.config;
+  }
+
+  get components(): AgentComponents {
+    return this.#c;
   }
 
   async start(): Promise<void> {
@@ -85,27 +100,42 @@ export class AgentDaemon {
   }
 
   /**
-   * Swaps in a reloaded configuration between passes. Components that depend on the changed keys
-   * (client, reconciler, drift watcher) are rebuilt by the caller and handed in whole.
+   * Swaps in a reloaded configuration while no pass runs (passes wait until it is done). `build` receives
+   * the running components and returns the next ones, reusing what the reload does not change; when it
+   * throws, the running configuration stays.
    */
-  async reload(next: AgentComponents): Promise<void> {
-    await this.#runner.idle();
-    await this.#drift?.close();
-    this.#drift = undefined;
-    this.#c = next;
-    await this.#startDriftWatcher();
-    this.#pendingMode = 'full';
+  async reload(build: (current: AgentComponents) => Promise<AgentComponents>): Promise<void> {
+    await this.#runner.exclusive(async () => {
+      if (this.#stop.signal.aborted) return;
+      const next = await build(this.#c);
+      await this.#drift?.close();
+      this.#drift = undefined;
+      this.#c = next;
+      await this.#startDriftWatcher();
+      this.#pendingMode = 'full';
+    });
     this.#wake?.();
   }
 
-  /** Stops polling, abandons the current pass between atomic steps, and flushes state and the outbox. */
-  async stop(): Promise<void> {
-    this.#stop.abort(new Error('agent stopping'));
-    this.#passAbort?.abort(new Error('agent stopping'));
+  /**
+   * Stops polling, abandons the current pass between atomic steps (queued passes never start), kills running
+   * hooks, and flushes state and the outbox — within `budgetMs`, so the process can exit in time.
+   */
+  async stop(budgetMs = STOP_BUDGET_MS): Promise<void> {
+    const reason = new Error('agent stopping');
+    this.#stop.abort(reason);
+    this.#passAbort?.abort(reason);
     this.#wake?.();
-    await this.#drift?.close();
-    await this.#loop?.catch(() => undefined);
-    await this.#runner.idle();
+    const settled = Promise.all([
+      this.#drift?.close(),
+      this.#loop?.catch(() => undefined),
+      this.#runner.idle(),
+      this.#hooks,
+    ]);
+    const timer = new Promise<'late'>((resolve) => setTimeout(() => resolve('late'), budgetMs).unref());
+    if ((await Promise.race([settled.then(() => 'done' as const), timer])) === 'late') {
+      this.#logger.warn('the current pass did not stop in time: flushing state as it is');
+    }
     await this.#c.reconciler.flushState().catch((error: unknown) => {
       this.#logger.error({ err: error }, 'could not flush state at shutdown');
     });
@@ -208,7 +238,9 @@ export class AgentDaemon {
     } else {
       delay = intervalMs * (1 + jitterRatio * (2 * random() - 1));
       const nextRetry = this.#c.reconciler.nextRetryAt();
-      if (nextRetry !== undefined) delay = Math.min(delay, Math.max(0, nextRetry - clock.monotonic()));
+      if (nextRetry !== undefined) {
+        delay = Math.min(delay, Math.max(MIN_POLL_DELAY_MS, nextRetry - clock.monotonic()));
+      }
     }
     this.#nextPollAt = clock.monotonic() + delay;
     return delay;
@@ -228,6 +260,9 @@ export class AgentDaemon {
   }
 
   async #pass(): Promise<PassResult> {
+    // A pass queued behind the one that was running when the agent was told to stop never starts.
+    this.#stop.signal.throwIfAborted();
+    this.#passesStarted += 1;
     const c = this.#c;
     const { clock } = c.deps;
     const now = clock.monotonic();
@@ -247,6 +282,7 @@ export class AgentDaemon {
     } finally {
       this.#passAbort = undefined;
     }
+    this.#stop.signal.throwIfAborted();
     this.#lastResult = result;
     if (result.reachable) {
       this.#failures = 0;
@@ -270,16 +306,7 @@ export class AgentDaemon {
       (outcome) => outcome.action === 'written' && outcome.reason === 'drift',
     );
     if (drifted.length > 0) c.metrics.recordDriftRepair(drifted.length);
-    if (changed.length > 0 && c.config.hooks.length > 0 && !this.#stop.signal.aborted) {
-      const runs = await runHooks(c.config.hooks, changed, {
-        cwd: c.config.rootDir,
-        env: c.hookEnv,
-        logger: c.deps.logger.child({ component: 'hooks' }),
-        signal: this.#stop.signal,
-      });
-      // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.
-      for (const run of runs) c.metrics.recordHookRun(run);
-    }
+    if (changed.length > 0 && c.config.hooks.length > 0) this.#queueHooks(c, changed);
     c.metrics.recordPass({
       durationMs: result.durationMs,
       converged: result.converged,
@@ -289,19 +316,36 @@ export class AgentDaemon {
       instancesByStatus: countByStatus(result.outcomes),
       retries: result.outcomes.filter((outcome) => outcome.action === 'retrying').length,
     });
+    await this.#writeMetrics(c);
+  }
+
+  #queueHooks(c: AgentComponents, changed: readonly string[]): void {
+    this.#hooks = this.#hooks.then(async () => {
+      if (this.#stop.signal.aborted) return;
+      const runs = await runHooks(c.config.hooks, changed, {
+        cwd: c.config.rootDir,
+        env: c.hookEnv,
+        logger: c.deps.logger.child({ component: 'hooks' }),
+        signal: this.#stop.signal,
+      });
+      // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.
+      for (const run of runs) c.metrics.recordHookRun(run);
+      await this.#writeMetrics(c);
+    });
+  }
+
+  async #writeMetrics(c: AgentComponents): Promise<void> {
     const textfile = c.config.metrics.textfile;
-    if (textfile !== undefined) {
-      try {
-        await writeMetricsTextfile(c.deps.fs, textfile, await c.metrics.render());
-      } catch (error) {
-        this.#logger.warn({ err: error, textfile }, 'could not write the metrics textfile');
-      }
+    if (textfile === undefined) return;
+    try {
+      await writeMetricsTextfile(c.deps.fs, textfile, await c.metrics.render());
+    } catch (error) {
+      this.#logger.warn({ err: error, textfile }, 'could not write the metrics textfile');
     }
   }
 
   #logPass(result: PassResult): void {
-    const counts: Record<string, number> = {};
-    for (const outcome of result.outcomes) counts[outcome.action] = (counts[outcome.action] ?? 0) + 1;
+    const counts = countByStatus(result.outcomes);
     const fields = {
       mode: result.mode,
       converged: result.converged,
@@ -326,10 +370,12 @@ export class AgentDaemon {
       logger: c.deps.logger.child({ component: 'drift' }),
       managedFiles: () => this.#c.reconciler.state.files,
       passIdle: () => this.#runner.idle(),
+      passesStarted: () => this.#passesStarted + (this.#runner.busy ? 0.5 : 0),
       onDrift: (paths) => {
         this.#c.metrics.recordDriftDetected(paths.length);
         if (policy === 'restore') {
           this.syncNow('full').catch((error: unknown) => {
+            if (this.#stop.signal.aborted) return;
             this.#logger.error({ err: errorMessage(error) }, 'drift repair pass failed');
           });
         }

@@ -18,6 +18,8 @@ export interface DriftWatcherOptions {
   managedFiles: () => ReadonlyMap<string, ManagedFile>;
   /** Resolves once no reconcile pass is running: the agent's own writes are never judged mid-pass. */
   passIdle: () => Promise<void>;
+  /** Changes whenever a pass starts or runs: a verdict reached while it changed is judged again. */
+  passesStarted: () => number;
   /** Called with the drifted paths, once per debounce window. */
   onDrift: (paths: string[]) => void;
   debounceMs?: number;
@@ -60,6 +62,11 @@ export class DriftWatcher {
     if (relative === '' || relative.startsWith('..')) return;
     if (!this.#options.managedFiles().has(relative)) return;
     this.#pending.add(relative);
+    this.#schedule();
+  }
+
+  #schedule(): void {
+    if (this.#closed) return;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = setTimeout(() => void this.#evaluate(), this.#options.debounceMs ?? 300);
   }
@@ -69,6 +76,7 @@ export class DriftWatcher {
     this.#timer = undefined;
     await this.#options.passIdle();
     if (this.#closed) return;
+    const generation = this.#options.passesStarted();
     const candidates = [...this.#pending];
     this.#pending.clear();
     const drifted: string[] = [];
@@ -87,6 +95,12 @@ export class DriftWatcher {
         continue;
       }
       drifted.push(relative);
+    }
+    if (this.#options.passesStarted() !== generation) {
+      // A pass started while we were reading: what we saw may be its own write. Judge again after it.
+      for (const relative of candidates) this.#pending.add(relative);
+      this.#schedule();
+      return;
     }
     if (drifted.length === 0) return;
     for (const relative of drifted) {

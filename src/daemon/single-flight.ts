@@ -1,7 +1,7 @@
 // One reconcile at a time: a trigger during a pass schedules exactly one more pass, never two.
 export class SingleFlight<T> {
   readonly #run: () => Promise<T>;
-  #current: Promise<T> | undefined;
+  #current: Promise<unknown> | undefined;
   #next: Promise<T> | undefined;
 
   constructor(run: () => Promise<T>) {
@@ -17,14 +17,24 @@ export class SingleFlight<T> {
    * (level-triggered: the follow-up sees the whole world, so coalescing loses nothing).
    */
   trigger(): Promise<T> {
-    if (this.#current === undefined) return this.#start();
+    if (this.#current === undefined) return this.#start(this.#run);
     if (this.#next === undefined) {
-      this.#next = this.#current.then(
-        () => this.#afterCurrent(),
-        () => this.#afterCurrent(),
-      );
+      const after = () => {
+        this.#next = undefined;
+        return this.#start(this.#run);
+      };
+      this.#next = this.#current.then(after, after);
     }
     return this.#next;
+  }
+
+  /**
+   * Runs `job` when no pass runs, and holds passes off until it ends (a configuration reload). Triggers that
+   * arrive meanwhile share one pass after it.
+   */
+  async exclusive<R>(job: () => Promise<R>): Promise<R> {
+    while (this.#current !== undefined) await this.idle();
+    return this.#start(job);
   }
 
   /** Resolves when no pass is running or queued. */
@@ -37,18 +47,13 @@ export class SingleFlight<T> {
     }
   }
 
-  #afterCurrent(): Promise<T> {
-    this.#next = undefined;
-    return this.#start();
-  }
-
-  #start(): Promise<T> {
-    const pass = this.#run();
-    this.#current = pass;
+  #start<R>(job: () => Promise<R>): Promise<R> {
+    const running = job();
+    this.#current = running;
     const clear = () => {
-      if (this.#current === pass) this.#current = undefined;
+      if (this.#current === running) this.#current = undefined;
     };
-    pass.then(clear, clear);
-    return pass;
+    running.then(clear, clear);
+    return running;
   }
 }

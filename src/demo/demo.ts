@@ -54,7 +54,9 @@ async function main(): Promise<void> {
   await rm(demoDir, { recursive: true, force: true });
   await mkdir(demoDir, { recursive: true });
   const apiKey = `sk_demo_${randomBytes(16).toString('hex')}`;
-  const fixtures = parseFixtures(JSON.parse(await readFile(path.join(repoRoot, 'test/fixtures/demo.json'), 'utf8')));
+  const fixtures = parseFixtures(
+    JSON.parse(await readFile(path.join(repoRoot, 'test/fixtures/demo.json'), 'utf8')),
+  );
   const server = await startMockServer({ port: 0, host: '127.0.0.1', apiKeys: [apiKey], fixtures });
   const log = createWriteStream(path.join(demoDir, 'agent.log'));
   try {
@@ -74,7 +76,9 @@ async function main(): Promise<void> {
       ),
     );
     process.stdout.write(`Mock service: ${server.url} (demo fleet from test/fixtures/demo.json)\n`);
-    process.stdout.write(`Agent: device ${DEVICE_ID}, root ./demo/root, state ./demo/state, logs ./demo/agent.log\n`);
+    process.stdout.write(
+      `Agent: device ${DEVICE_ID}, root ./demo/root, state ./demo/state, logs ./demo/agent.log\n`,
+    );
 
     heading('1. First sync: config-agent --once');
     const first = await runAgent(['--once'], log);
@@ -95,10 +99,15 @@ async function main(): Promise<void> {
         id: CONFLICTING_ID,
         device_id: DEVICE_ID,
         relative_filepath: CONFLICTING_PATH,
-        content: { station: 'line-b/cell-1', shift_pattern: '2x12', telemetry: { enabled: true, interval_s: 5 } },
+        content: {
+          station: 'line-b/cell-1',
+          shift_pattern: '2x12',
+          telemetry: { enabled: true, interval_s: 5 },
+        },
       }),
     });
-    if (!created.ok) throw new Error(`creating the demo instance failed: ${created.status} ${await created.text()}`);
+    if (!created.ok)
+      throw new Error(`creating the demo instance failed: ${created.status} ${await created.text()}`);
     const deployed = await fetch(`${server.url}/v1/config_instances/${CONFLICTING_ID}/deploy`, {
       method: 'POST',
       headers,
@@ -107,7 +116,9 @@ async function main(): Promise<void> {
     process.stdout.write(`POST /v1/config_instances/${CONFLICTING_ID}/deploy →\n`);
     process.stdout.write(`  deploy: ${deploy.deploy.id} (${deploy.deploy.status})\n`);
     for (const removal of deploy.remove) {
-      process.stdout.write(`  remove: ${removal.config_instance.id} — ${removal.code}: ${removal.explanation}\n`);
+      process.stdout.write(
+        `  remove: ${removal.config_instance.id} — ${removal.code}: ${removal.explanation}\n`,
+      );
     }
 
     heading('4. Sync again: the new instance replaces the old one');
@@ -118,7 +129,9 @@ async function main(): Promise<void> {
 
     const failed = [first, second, third].some((code) => code !== 0);
     process.exitCode = failed ? 1 : 0;
-    process.stdout.write(`\nDemo ${failed ? 'FAILED' : 'done'}. Run it again: it starts from a clean ./demo.\n`);
+    process.stdout.write(
+      `\nDemo ${failed ? 'FAILED' : 'done'}. Run it again: it starts from a clean ./demo.\n`,
+    );
   } finally {
     await server.close();
     log.end();

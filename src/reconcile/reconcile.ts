@@ -70,10 +70,10 @@ export interface PassResult {
 const PAGE_LIMIT = 100;
 
 export class Reconciler {
-  readonly #deps: Deps;
-  readonly #settings: ReconcilerSettings;
-  readonly #client: ServiceClient;
-  readonly #logger: Logger;
+  #deps: Deps;
+  #settings: ReconcilerSettings;
+  #client: ServiceClient;
+  #logger: Logger;
   readonly #state: LocalState;
   readonly #outbox: StatusOutbox;
   readonly #cache: ContentCache;
@@ -129,6 +129,26 @@ export class Reconciler {
       ? StatusOutbox.ephemeral(deps.fs, settings.stateDir, logger)
       : await StatusOutbox.open(deps.fs, settings.stateDir, logger);
     return new Reconciler(deps, settings, client, { state, outbox, readOnly, swept });
+  }
+
+  /**
+   * Takes a reloaded configuration without reopening: keeps in-memory cooldowns and the outbox. Returns false
+   * when the device, root or state directory changed: those need a reconciler of their own.
+   */
+  reconfigure(deps: Deps, settings: ReconcilerSettings, client: ServiceClient): boolean {
+    const current = this.#settings;
+    if (
+      settings.deviceId !== current.deviceId ||
+      settings.rootDir !== current.rootDir ||
+      settings.stateDir !== current.stateDir
+    ) {
+      return false;
+    }
+    this.#deps = deps;
+    this.#logger = deps.logger.child({ component: 'reconcile' });
+    this.#settings = settings;
+    this.#client = client;
+    return true;
   }
 
   get state(): Readonly<LocalState> {

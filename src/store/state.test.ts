@@ -221,7 +221,14 @@ describe('a state the agent cannot trust never leads to a deletion', () => {
           content: {},
         }),
       );
-      const steps = planSteps({ instances, local: state, disk: new Map(), now: 0, fileMode: 0o644, complete: true });
+      const steps = planSteps({
+        instances,
+        local: state,
+        disk: new Map(),
+        now: 0,
+        fileMode: 0o644,
+        complete: true,
+      });
       const outbox = StatusOutbox.ephemeral(fs, STATE_DIR, logger);
       await applySteps(steps, {
         fs,
