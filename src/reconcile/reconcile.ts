@@ -120,9 +120,10 @@ export class Reconciler {
       settings.stateDir,
       settings.deviceId,
       logger,
+      settings.rootDir,
     ).catch((error: unknown) => {
       if (!readOnly) throw error;
-      return { state: emptyState(settings.deviceId), outcome: 'missing' as const };
+      return { state: emptyState(settings.deviceId, settings.rootDir), outcome: 'missing' as const };
     });
     logger.debug({ outcome, managedFiles: state.files.size }, 'local state loaded');
     const outbox = readOnly

@@ -150,6 +150,16 @@ describe('saveLocalState / loadLocalState', () => {
     expect(state).toEqual(emptyState('dvc_2'));
   });
 
+  it('a state recorded for another root directory loads as empty: its records prove nothing here', async () => {
+    const { fs } = memfs();
+    await saveLocalState(fs, STATE_DIR, { ...sampleState(), rootDir: '/srv/old-root' });
+    const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger(), '/srv/new-root');
+    expect(outcome).toBe('other_root');
+    expect(state).toEqual(emptyState('dvc_1', '/srv/new-root'));
+    const same = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger(), '/srv/old-root');
+    expect(same.outcome).toBe('loaded');
+  });
+
   it('an unreadable state file is an error, not an empty state (ownership must not be forgotten silently)', async () => {
     const { fs } = memfs({ [STATE_PATH]: JSON.stringify(valid) });
     const denied: FsPort = {

@@ -36,6 +36,8 @@ export type InstanceRecord = z.infer<typeof InstanceRecord>;
 export const LocalStateFile = z.object({
   version: z.literal(STATE_VERSION),
   deviceId: z.string(),
+  /** The root the recorded paths are relative to: a record proves nothing about another root. */
+  rootDir: z.string(),
   /** Keyed by relative path: a path has at most one owner at a time. */
   files: z.record(z.string(), ManagedFile),
   instances: z.record(z.string(), InstanceRecord),
@@ -44,33 +46,36 @@ export type LocalStateFile = z.infer<typeof LocalStateFile>;
 
 export interface LocalState {
   deviceId: string;
+  rootDir: string;
   files: Map<string, ManagedFile>;
   instances: Map<string, InstanceRecord>;
   /** Monotonic deadlines of per-instance cooldowns; never persisted, so attempts reset on restart. */
   cooldowns: Map<string, number>;
 }
 
-export function emptyState(deviceId: string): LocalState {
-  return { deviceId, files: new Map(), instances: new Map(), cooldowns: new Map() };
+export function emptyState(deviceId: string, rootDir = ''): LocalState {
+  return { deviceId, rootDir, files: new Map(), instances: new Map(), cooldowns: new Map() };
 }
 
-export type StateLoadOutcome = 'loaded' | 'missing' | 'corrupt' | 'other_device';
+export type StateLoadOutcome = 'loaded' | 'missing' | 'corrupt' | 'other_device' | 'other_root';
 
 /**
- * Reads state.json. A missing, corrupt, or other device's state yields an empty state: the agent then owns
- * nothing and so deletes nothing — it re-adopts files by rewriting them as the server asks.
+ * Reads state.json. A missing or corrupt state, or one of another device or root, yields an empty state: the
+ * agent then owns nothing and so deletes nothing — it re-adopts files by rewriting them as the server asks.
  */
 export async function loadLocalState(
   fs: FsPort,
   stateDir: string,
   deviceId: string,
   logger: Logger,
+  rootDir = '',
 ): Promise<{ state: LocalState; outcome: StateLoadOutcome }> {
+  const empty = () => emptyState(deviceId, rootDir);
   let raw: string;
   try {
     raw = (await fs.readFile(path.join(stateDir, STATE_FILE), 'utf8')) as string;
   } catch (error) {
-    if (errnoCode(error) === 'ENOENT') return { state: emptyState(deviceId), outcome: 'missing' };
+    if (errnoCode(error) === 'ENOENT') return { state: empty(), outcome: 'missing' };
     throw error;
   }
   let parsed: LocalStateFile;
@@ -81,14 +86,21 @@ export async function loadLocalState(
       { err: error, file: STATE_FILE },
       'local state is corrupt: starting empty, no file will be deleted',
     );
-    return { state: emptyState(deviceId), outcome: 'corrupt' };
+    return { state: empty(), outcome: 'corrupt' };
   }
   if (parsed.deviceId !== deviceId) {
     logger.warn(
       { stateDeviceId: parsed.deviceId, deviceId },
       'local state belongs to another device id: starting empty, no file will be deleted',
     );
-    return { state: emptyState(deviceId), outcome: 'other_device' };
+    return { state: empty(), outcome: 'other_device' };
+  }
+  if (parsed.rootDir !== rootDir) {
+    logger.warn(
+      { stateRootDir: parsed.rootDir, rootDir },
+      'local state was recorded for another root directory: starting empty, no file will be deleted',
+    );
+    return { state: empty(), outcome: 'other_root' };
   }
   const instances = new Map<string, InstanceRecord>();
   for (const [id, record] of Object.entries(parsed.instances)) {
@@ -97,7 +109,13 @@ export async function loadLocalState(
     instances.set(id, { ...rest, attempts: 0 });
   }
   return {
-    state: { deviceId, files: new Map(Object.entries(parsed.files)), instances, cooldowns: new Map() },
+    state: {
+      deviceId,
+      rootDir,
+      files: new Map(Object.entries(parsed.files)),
+      instances,
+      cooldowns: new Map(),
+    },
     outcome: 'loaded',
   };
 }
@@ -108,6 +126,7 @@ export function serializeLocalState(state: LocalState): LocalStateFile {
   return {
     version: STATE_VERSION,
     deviceId: state.deviceId,
+    rootDir: state.rootDir,
     files: sortedEntries(state.files),
     instances: sortedEntries(state.instances),
   };
