@@ -290,7 +290,19 @@ export class Reconciler {
       { ...device, activity_status: 'queued' },
       { ...device, target_status: 'removed', activity_status: 'deployed' },
     ];
-    if (mode === 'full') queries.unshift({ ...device, target_status: 'deployed' });
+    if (mode === 'full') {
+      queries.unshift({ ...device, target_status: 'deployed' });
+      // Rarer cases, asked only on full passes: a file to remove whose target went back to `created`, and
+      // removals of instances the device never received (archived without touching the disk).
+      queries.push(
+        { ...device, target_status: 'created', activity_status: 'deployed' },
+        ...(['created', 'validating', 'validated'] as const).map((activity) => ({
+          ...device,
+          target_status: 'removed' as const,
+          activity_status: activity,
+        })),
+      );
+    }
     const byId = new Map<string, ConfigInstance>();
     for (const filters of queries) {
       const page = await withRequestRetry(

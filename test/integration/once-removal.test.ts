@@ -150,6 +150,22 @@ describe('config-agent --once: archive of a never-deployed instance', () => {
     expect(summary.instances.find((i) => i.instanceId === created.id)?.action).toBe('archived');
   });
 
+  it('archives an instance removed before it was ever deployed (activity still created); leaves drafts alone', async () => {
+    const h = await harness();
+    const removedDraft = await h.createInstance({ relative_filepath: 'draft.json', content: { n: 1 } });
+    await h.removeInstance(removedDraft.id);
+    const draft = await h.createInstance({ relative_filepath: 'other.json', content: { n: 2 } });
+    expect(await statuses(h, removedDraft.id)).toEqual(['removed', 'created', 'none']);
+
+    const result = await h.runOnce();
+
+    expect(result.code).toBe(0);
+    expect(await snapshotTree(h.rootDir)).toEqual({});
+    expect(await statuses(h, removedDraft.id)).toEqual(['removed', 'removed', 'none']);
+    expect(await statuses(h, draft.id)).toEqual(['created', 'created', 'none']);
+    expect(await h.reportsFor(draft.id)).toEqual([]);
+  });
+
   it('archives on a device the agent never synced before: the root stays empty', async () => {
     const h = await harness();
     const created = await h.createInstance({ relative_filepath: 'x.json', content: { n: 1 } });

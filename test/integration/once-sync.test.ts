@@ -158,8 +158,9 @@ describe('config-agent --once: formats and paging', () => {
     expect(files).toHaveLength(count);
     expect(await readFile(h.rootPath('many/f229.json'), 'utf8')).toBe('{\n  "i": 229\n}\n');
     expect(await h.requestCount('PATCH /v1/config_instances/:id')).toBe(count);
-    // Pages of 100: three for target `deployed`, three for activity `queued`, one for pending removals.
-    expect(await h.requestCount('GET /v1/config_instances')).toBe(7);
+    // Pages of 100: three for target `deployed`, three for activity `queued`, one for pending removals, and
+    // one each for the four rarer full-pass queries (target created + deployed, removed before delivery).
+    expect(await h.requestCount('GET /v1/config_instances')).toBe(11);
     const summary = JSON.parse(result.stdout) as { counts: Record<string, number> };
     expect(summary.counts.written).toBe(count);
 
