@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { ApiKeyError, ConfigError } from '../config/errors.js';
 import { AgentError } from '../lib/errors.js';
 import { UsageError } from './args.js';
-import { EXIT_CODE_MEANINGS, ExitCode, exitCodeForStartupError } from './exit-codes.js';
+import { EXIT_CODE_MEANINGS, ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
 
 describe('ExitCode', () => {
   it('keeps the numbers of the contract', () => {
@@ -32,5 +32,45 @@ describe('exitCodeForStartupError', () => {
     expect(exitCodeForStartupError(new AgentError('network', 'down', { retryable: true }))).toBeUndefined();
     expect(exitCodeForStartupError(Object.assign(new Error('x'), { code: 'ENOENT' }))).toBeUndefined();
     expect(exitCodeForStartupError('usage')).toBeUndefined();
+  });
+});
+
+describe('exitCodeForPass', () => {
+  const base = {
+    mode: 'full' as const,
+    dryRun: false,
+    startedAt: '2026-01-01T00:00:00.000Z',
+    durationMs: 1,
+    steps: [],
+    outcomes: [],
+    reports: { delivered: 0, rejected: 0, pending: 0 },
+    sweptTempFiles: [],
+  };
+  const pullFailed = (error: Record<string, unknown>) => ({
+    ...base,
+    reachable: false,
+    converged: false,
+    error: { message: 'x', retryable: true, code: 'http_status', ...error },
+  });
+
+  it.each([
+    [{ code: 'network_error' }, 3],
+    [{ code: 'timeout' }, 3],
+    [{ status: 401 }, 3],
+    [{ status: 403 }, 3],
+    [{ status: 429 }, 3],
+    [{ status: 503 }, 3],
+    [{ status: 404 }, 1],
+    [{ status: 400 }, 1],
+    [{ code: 'invalid_response' }, 1],
+    [{ code: 'response_too_large' }, 1],
+  ])('a pull that failed with %o exits %i', (error, code) => {
+    expect(exitCodeForPass(pullFailed(error))).toBe(code);
+  });
+
+  it('a reached service exits 0 when converged, 1 otherwise; a dry run 0', () => {
+    expect(exitCodeForPass({ ...base, reachable: true, converged: true })).toBe(0);
+    expect(exitCodeForPass({ ...base, reachable: true, converged: false })).toBe(1);
+    expect(exitCodeForPass({ ...base, dryRun: true, reachable: true, converged: false })).toBe(0);
   });
 });

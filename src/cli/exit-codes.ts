@@ -1,4 +1,5 @@
 // The process exit codes of config-agent, in one place: scripts and systemd match on these numbers.
+import type { PassError, PassResult } from '../reconcile/reconcile.js';
 
 export const ExitCode = {
   /** Converged: every instance targeting deployed is on disk, every removal done, every report delivered. */
@@ -35,4 +36,29 @@ export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
   if (code === 'usage') return ExitCode.Usage;
   if (code === 'invalid_config' || code === 'api_key_unavailable') return ExitCode.Config;
   return undefined;
+}
+
+/**
+ * Whether a failed pull means the service could not be used at all (exit 3): no connection, a timeout, a
+ * rejected key, or the service saying it is unavailable. Anything else (a 404 from a wrong base URL or
+ * version, a response that breaks the schema) reached a server that answered: exit 1.
+ */
+export function isUnreachable(error: PassError | undefined): boolean {
+  if (error === undefined) return true;
+  if (error.code === 'network_error' || error.code === 'timeout') return true;
+  if (error.code !== 'http_status' || error.status === undefined) return false;
+  return (
+    error.status === 401 ||
+    error.status === 403 ||
+    error.status === 408 ||
+    error.status === 429 ||
+    error.status >= 500
+  );
+}
+
+/** The exit code of `--once` and `sync` for a pass's result. */
+export function exitCodeForPass(result: PassResult): ExitCode {
+  if (!result.reachable) return isUnreachable(result.error) ? ExitCode.Unreachable : ExitCode.NotConverged;
+  if (result.dryRun) return ExitCode.Converged;
+  return result.converged ? ExitCode.Converged : ExitCode.NotConverged;
 }

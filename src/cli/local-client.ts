@@ -1,8 +1,10 @@
 // `config-agent status` and `config-agent sync`: ask the running agent over its unix socket.
 import * as nodeFs from 'node:fs/promises';
 import { request } from 'node:http';
+import path from 'node:path';
 import { ConfigError } from '../config/errors.js';
 import { loadConfigFile, resolveConfigPath } from '../config/load.js';
+import { CONFIG_DEFAULTS } from '../config/schema.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
@@ -45,17 +47,36 @@ function callAgent(
 }
 
 async function socketPathFor(configPath: string | undefined, io: CommandIo): Promise<string | number> {
+  const file = resolveConfigPath(configPath, io.env);
   try {
     // Only the socket path is needed: no API key, so any member of the agent's group can ask.
-    const config = await loadConfigFile(nodeFs, resolveConfigPath(configPath, io.env));
+    const config = await loadConfigFile(nodeFs, file);
     return config.socketPath;
   } catch (error) {
-    if (error instanceof ConfigError) {
+    if (!(error instanceof ConfigError)) throw error;
+    // An edited, not yet valid file must not hide the agent that still runs on the previous one.
+    const fallback = await socketPathFromInvalidFile(file);
+    if (fallback === undefined) {
       io.stderr.write(`config-agent: ${error.message}\n`);
       return ExitCode.Config;
     }
-    throw error;
+    io.stderr.write(`config-agent: warning: ${error.message}; asking the agent at ${fallback} anyway\n`);
+    return fallback;
   }
+}
+
+/** The socket path of a config file that fails validation: its own `socketPath`, or the default. */
+async function socketPathFromInvalidFile(file: string): Promise<string | undefined> {
+  let json: unknown;
+  try {
+    json = JSON.parse(await nodeFs.readFile(file, 'utf8'));
+  } catch {
+    json = {};
+  }
+  const value =
+    typeof json === 'object' && json !== null ? (json as { socketPath?: unknown }).socketPath : undefined;
+  if (value === undefined) return CONFIG_DEFAULTS.socketPath;
+  return typeof value === 'string' && path.isAbsolute(value) ? value : undefined;
 }
 
 function explainUnreachable(socketPath: string, error: unknown, io: CommandIo): number {
@@ -99,13 +120,18 @@ export async function runSync(command: { configPath?: string }, io: CommandIo): 
   } catch (error) {
     return explainUnreachable(socketPath, error, io);
   }
-  const body = response.body as { converged?: boolean; result?: { reachable?: boolean; summary?: string } };
+  const body = response.body as {
+    converged?: boolean;
+    exitCode?: number;
+    result?: { reachable?: boolean; summary?: string };
+  };
   if (response.status !== 200) {
     io.stderr.write(`config-agent: the agent answered ${response.status}: ${JSON.stringify(body)}\n`);
     return ExitCode.NotConverged;
   }
   io.stdout.write(body.result?.summary ?? `${JSON.stringify(body)}\n`);
-  if (body.result?.reachable === false) return ExitCode.Unreachable;
+  // The agent classifies the pass exactly as `--once` would.
+  if (typeof body.exitCode === 'number') return body.exitCode;
   return body.converged === true ? ExitCode.Converged : ExitCode.NotConverged;
 }
 

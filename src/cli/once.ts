@@ -1,19 +1,13 @@
 // `config-agent --once`: one reconcile pass, a summary on stdout, and an exit code that tells what happened.
 import * as nodeFs from 'node:fs/promises';
-import { ApiKeyError, ConfigError } from '../config/errors.js';
-import {
-  assertTlsVerificationEnabled,
-  ensureDirectories,
-  type LoadedConfig,
-  loadAgentConfig,
-} from '../config/load.js';
+import { ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config/load.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage } from '../lib/errors.js';
 import { createSecretRegistry, type SecretRegistry } from '../lib/logger.js';
 import { type PassResult, Reconciler } from '../reconcile/reconcile.js';
 import { readRegularFile } from '../store/durable-writer.js';
 import { createDeps, createServiceClient, reconcilerSettings } from './agent-context.js';
-import { ExitCode } from './exit-codes.js';
+import { ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
 import type { CommandIo } from './io.js';
 import { describePlan } from './plan-report.js';
 import { renderHumanSummary, renderPlan, toJsonSummary } from './summary.js';
@@ -34,7 +28,6 @@ export async function loadConfigOrExit(
   secrets: SecretRegistry,
 ): Promise<LoadedConfig | number> {
   try {
-    assertTlsVerificationEnabled(io.env);
     const loaded = await loadAgentConfig(nodeFs, {
       ...(configPath === undefined ? {} : { configFlag: configPath }),
       env: io.env,
@@ -42,11 +35,10 @@ export async function loadConfigOrExit(
     secrets.add(loaded.apiKey);
     return loaded;
   } catch (error) {
-    if (error instanceof ConfigError || error instanceof ApiKeyError) {
-      io.stderr.write(`config-agent: ${secrets.scrub(error.message)}\n`);
-      return ExitCode.Config;
-    }
-    throw error;
+    const code = exitCodeForStartupError(error);
+    if (code === undefined) throw error;
+    io.stderr.write(`config-agent: ${secrets.scrub(errorMessage(error))}\n`);
+    return code;
   }
 }
 
@@ -72,20 +64,15 @@ export async function runOnce(
     await printResult(result, command, io, (path) =>
       readRegularFile(deps.fs, config.rootDir, path).then((file) => file?.data),
     );
-    return exitCodeFor(result);
+    return exitCodeForPass(result);
   } catch (error) {
     io.stderr.write(`config-agent: ${secrets.scrub(errorMessage(error))}\n`);
     // A root or state directory that cannot be created is a configuration problem, not a failed pass.
-    if (error instanceof ConfigError) return ExitCode.Config;
+    const startupCode = exitCodeForStartupError(error);
+    if (startupCode !== undefined) return startupCode;
     logger.error({ err: error }, 'reconcile pass failed');
     return ExitCode.NotConverged;
   }
-}
-
-export function exitCodeFor(result: PassResult): number {
-  if (!result.reachable) return ExitCode.Unreachable;
-  if (result.dryRun) return ExitCode.Converged;
-  return result.converged ? ExitCode.Converged : ExitCode.NotConverged;
 }
 
 async function printResult(

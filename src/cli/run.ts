@@ -1,6 +1,5 @@
 // `config-agent` without --once: builds the daemon and its local API; main.ts wires the signals to it.
 import { Writable } from 'node:stream';
-import { ApiKeyError, ConfigError } from '../config/errors.js';
 import { ensureDirectories, type LoadedConfig } from '../config/load.js';
 import { type AgentComponents, AgentDaemon } from '../daemon/agent.js';
 import { LocalApiServer } from '../daemon/local-api.js';
@@ -9,7 +8,7 @@ import { errorMessage } from '../lib/errors.js';
 import { createSecretRegistry, type Logger, type SecretRegistry } from '../lib/logger.js';
 import { Reconciler } from '../reconcile/reconcile.js';
 import { createDeps, createServiceClient, reconcilerSettings } from './agent-context.js';
-import { ExitCode } from './exit-codes.js';
+import { ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
 import type { CommandIo } from './io.js';
 import { loadConfigOrExit } from './once.js';
 import { renderHumanSummary } from './summary.js';
@@ -65,9 +64,7 @@ export async function startAgent(
     components = await buildComponents(loaded, io, secrets);
   } catch (error) {
     io.stderr.write(`config-agent: cannot start: ${secrets.scrub(errorMessage(error))}\n`);
-    return error instanceof ConfigError || error instanceof ApiKeyError
-      ? ExitCode.Config
-      : ExitCode.NotConverged;
+    return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
   }
   const logger = components.deps.logger.child({ component: 'main' });
   const daemon = new AgentDaemon(components);
@@ -128,6 +125,7 @@ async function startLocalApi(
         const result = await daemon.syncNow('full');
         return {
           converged: result.converged,
+          exitCode: exitCodeForPass(result),
           result: {
             reachable: result.reachable,
             mode: result.mode,

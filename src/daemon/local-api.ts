@@ -18,7 +18,7 @@ export interface LocalApiHandlers {
   health(): HealthReport;
   status(): unknown;
   /** Runs a pass now and answers when it ends. */
-  sync(): Promise<{ converged: boolean; result: unknown }>;
+  sync(): Promise<{ converged: boolean; exitCode: number; result: unknown }>;
 }
 
 export class LocalApiServer {

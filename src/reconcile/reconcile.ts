@@ -47,6 +47,8 @@ export interface PassError {
   retryable: boolean;
   /** The service's Retry-After, when it sent one. */
   retryAfterMs?: number;
+  /** The HTTP status, when the service answered with an error status. */
+  status?: number;
 }
 
 export interface PassResult {
@@ -446,12 +448,13 @@ function isPermanentRejection(error: unknown): boolean {
 }
 
 function toPassError(error: unknown): PassError {
-  if (error instanceof HttpStatusError && error.retryAfterMs !== undefined) {
+  if (error instanceof HttpStatusError) {
     return {
       code: error.code,
       message: error.message,
       retryable: error.retryable,
-      retryAfterMs: error.retryAfterMs,
+      status: error.status,
+      ...(error.retryAfterMs === undefined ? {} : { retryAfterMs: error.retryAfterMs }),
     };
   }
   if (isAgentError(error)) return { code: error.code, message: error.message, retryable: error.retryable };
