@@ -60,7 +60,9 @@ export async function runOnce(
     const reconciler = await Reconciler.open(deps, reconcilerSettings(config, ONCE_REQUEST_RETRIES), client, {
       readOnly: command.dryRun,
     });
-    const result = await reconciler.reconcile({ mode: 'full', dryRun: command.dryRun });
+    const result = await reconciler
+      .reconcile({ mode: 'full', dryRun: command.dryRun })
+      .finally(() => reconciler.close());
     await printResult(result, command, io, (path) =>
       readRegularFile(deps.fs, config.rootDir, path).then((file) => file?.data),
     );

@@ -44,8 +44,9 @@ async function buildComponents(
     reconciler = current.reconciler;
   } else {
     // Another device, root or state dir: the old state is flushed where it belongs, the new one opened.
-    await current?.reconciler.flushState();
     reconciler = await Reconciler.open(deps, settings, client);
+    await current?.reconciler.flushState();
+    await current?.reconciler.close();
   }
   return { deps, config, client, reconciler, metrics, settings, hookEnv: io.env };
 }

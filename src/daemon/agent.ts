@@ -139,6 +139,7 @@ export class AgentDaemon {
     await this.#c.reconciler.flushState().catch((error: unknown) => {
       this.#logger.error({ err: error }, 'could not flush state at shutdown');
     });
+    await this.#c.reconciler.close();
   }
 
   /**

@@ -10,6 +10,7 @@ import type { Logger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
 import { readRegularFile, sweepTempFiles } from '../store/durable-writer.js';
 import { DiskError, PathRejectedError } from '../store/errors.js';
+import { acquireStateLock, type StateLock } from '../store/lock.js';
 import { StatusOutbox } from '../store/outbox.js';
 import { emptyState, type LocalState, loadLocalState, saveLocalState } from '../store/state.js';
 import { applySteps, type InstanceOutcome, type RetryPolicy } from './apply.js';
@@ -81,12 +82,19 @@ export class Reconciler {
   readonly #cache: ContentCache;
   readonly #readOnly: boolean;
   #sweptTempFiles: string[];
+  #lock: StateLock | undefined;
 
   private constructor(
     deps: Deps,
     settings: ReconcilerSettings,
     client: ServiceClient,
-    parts: { state: LocalState; outbox: StatusOutbox; readOnly: boolean; swept: string[] },
+    parts: {
+      state: LocalState;
+      outbox: StatusOutbox;
+      readOnly: boolean;
+      swept: string[];
+      lock: StateLock | undefined;
+    },
   ) {
     this.#deps = deps;
     this.#settings = settings;
@@ -97,6 +105,7 @@ export class Reconciler {
     this.#cache = new ContentCache(deps.fs, settings.stateDir);
     this.#readOnly = parts.readOnly;
     this.#sweptTempFiles = parts.swept;
+    this.#lock = parts.lock;
   }
 
   /**
@@ -112,26 +121,45 @@ export class Reconciler {
     const readOnly = options.readOnly ?? false;
     const logger = deps.logger.child({ component: 'reconcile' });
     let swept: string[] = [];
+    let lock: StateLock | undefined;
     if (!readOnly) {
-      swept = await sweepTempFiles(deps.fs, settings.rootDir);
-      await sweepTempFiles(deps.fs, settings.stateDir);
+      // Before the sweep: the temp files of another agent's write in progress are not leftovers.
+      lock = await acquireStateLock(deps.fs, settings.stateDir);
+      try {
+        swept = await sweepTempFiles(deps.fs, settings.rootDir);
+        await sweepTempFiles(deps.fs, settings.stateDir);
+      } catch (error) {
+        await lock.release();
+        throw error;
+      }
       if (swept.length > 0) logger.warn({ files: swept }, 'removed temp files left by an interrupted write');
     }
-    const { state, outcome } = await loadLocalState(
-      deps.fs,
-      settings.stateDir,
-      settings.deviceId,
-      logger,
-      settings.rootDir,
-    ).catch((error: unknown) => {
-      if (!readOnly) throw error;
-      return { state: emptyState(settings.deviceId, settings.rootDir), outcome: 'missing' as const };
-    });
-    logger.debug({ outcome, managedFiles: state.files.size }, 'local state loaded');
-    const outbox = readOnly
-      ? StatusOutbox.ephemeral(deps.fs, settings.stateDir, logger)
-      : await StatusOutbox.open(deps.fs, settings.stateDir, logger);
-    return new Reconciler(deps, settings, client, { state, outbox, readOnly, swept });
+    try {
+      const { state, outcome } = await loadLocalState(
+        deps.fs,
+        settings.stateDir,
+        settings.deviceId,
+        logger,
+        settings.rootDir,
+      ).catch((error: unknown) => {
+        if (!readOnly) throw error;
+        return { state: emptyState(settings.deviceId, settings.rootDir), outcome: 'missing' as const };
+      });
+      logger.debug({ outcome, managedFiles: state.files.size }, 'local state loaded');
+      const outbox = readOnly
+        ? StatusOutbox.ephemeral(deps.fs, settings.stateDir, logger)
+        : await StatusOutbox.open(deps.fs, settings.stateDir, logger);
+      return new Reconciler(deps, settings, client, { state, outbox, readOnly, swept, lock });
+    } catch (error) {
+      await lock?.release();
+      throw error;
+    }
+  }
+
+  /** Releases the state directory for another agent; the reconciler must not be used afterwards. */
+  async close(): Promise<void> {
+    await this.#lock?.release();
+    this.#lock = undefined;
   }
 
   /**

@@ -132,3 +132,19 @@ describe('status and sync over the socket', () => {
     expect((await harness.run(['status'], { timeoutMs: 10_000 })).code).toBe(0);
   });
 });
+
+describe('one agent per state directory', () => {
+  it('--once refuses while the daemon runs, names it, and changes nothing; it runs once the daemon stops', async () => {
+    await harness.createAndDeploy({ relative_filepath: 'app/a.json', content: { a: 1 } });
+    const daemon = await startDaemon();
+    const before = await readFile(harness.rootPath('app/a.json'), 'utf8');
+
+    const refused = await harness.runOnce();
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/another config-agent \(pid \d+\) is using/);
+    expect(await readFile(harness.rootPath('app/a.json'), 'utf8')).toBe(before);
+
+    expect((await daemon.stop()).code).toBe(0);
+    expect((await harness.runOnce()).code).toBe(0);
+  });
+});
