@@ -56,6 +56,7 @@ describe('exitCodeForPass', () => {
   it.each([
     [{ code: 'network_error' }, 3],
     [{ code: 'timeout' }, 3],
+    [{ code: 'malformed_response' }, 3],
     [{ status: 401 }, 3],
     [{ status: 403 }, 3],
     [{ status: 429 }, 3],

@@ -40,12 +40,14 @@ export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
 
 /**
  * Whether a failed pull means the service could not be used at all (exit 3): no connection, a timeout, a
- * rejected key, or the service saying it is unavailable. Anything else (a 404 from a wrong base URL or
+ * truncated transfer, a rejected key, or the service saying it is unavailable. Anything else (a 404 from a wrong base URL or
  * version, a response that breaks the schema) reached a server that answered: exit 1.
  */
 export function isUnreachable(error: PassError | undefined): boolean {
   if (error === undefined) return true;
-  if (error.code === 'network_error' || error.code === 'timeout') return true;
+  // A body cut mid-JSON is a broken transfer (FIELD-NOTES: it arrives as a 200), not a server's answer.
+  if (error.code === 'network_error' || error.code === 'timeout' || error.code === 'malformed_response')
+    return true;
   if (error.code !== 'http_status' || error.status === undefined) return false;
   return (
     error.status === 401 ||
