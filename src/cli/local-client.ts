@@ -9,7 +9,7 @@ import { errnoCode, errorMessage } from '../lib/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
 
-interface LocalResponse {
+export interface LocalResponse {
   status: number;
   body: unknown;
 }
@@ -18,7 +18,8 @@ interface LocalResponse {
 const SYNC_TIMEOUT_MS = 15 * 60 * 1000;
 const STATUS_TIMEOUT_MS = 10_000;
 
-function callAgent(
+/** One request to the agent's local API over its unix socket; the body is parsed JSON. */
+export function callAgent(
   socketPath: string,
   method: string,
   route: string,

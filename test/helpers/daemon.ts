@@ -1,8 +1,9 @@
 // A running agent daemon (the compiled binary without --once) as integration tests drive it: logs, signals, exit.
+
 import type { ChildProcess } from 'node:child_process';
 import { readdir } from 'node:fs/promises';
-import { request } from 'node:http';
 import path from 'node:path';
+import { callAgent, type LocalResponse } from '../../src/cli/local-client.js';
 import { TEMP_PREFIX } from '../../src/store/path-guard.js';
 import type { AgentHarness, RunResult } from './harness.js';
 import { waitFor } from './wait-for.js';
@@ -182,31 +183,9 @@ export async function findTempFiles(root: string): Promise<string[]> {
   return files;
 }
 
-export interface LocalApiAnswer {
-  status: number;
-  body: unknown;
-}
+export type LocalApiAnswer = LocalResponse;
 
 /** One request to the agent's local API over its unix socket, as an application would make it. */
 export function callLocalApi(socketPath: string, method: string, route: string): Promise<LocalApiAnswer> {
-  return new Promise((resolve, reject) => {
-    const req = request({ socketPath, method, path: route, timeout: 15_000 }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        text += chunk;
-      });
-      res.on('end', () => {
-        try {
-          resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) });
-        } catch (error) {
-          reject(error);
-        }
-      });
-      res.on('error', reject);
-    });
-    req.on('timeout', () => req.destroy(new Error(`the local API did not answer ${method} ${route}`)));
-    req.on('error', reject);
-    req.end();
-  });
+  return callAgent(socketPath, method, route, 15_000);
 }
