@@ -3,6 +3,7 @@ import { Agent, type Dispatcher } from 'undici';
 import type { z } from 'zod';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
+import { formatFieldPath } from '../lib/field-path.js';
 import {
   HttpStatusError,
   InvalidArgumentError,
@@ -143,17 +144,6 @@ export function parseRetryAfter(value: string | string[] | undefined, nowMs: num
   if (Number.isNaN(at)) return undefined;
   return Math.max(0, at - nowMs);
 }
-
-/** `data[0].created_at` from a zod issue path. */
-function formatPath(path: readonly PropertyKey[]): string {
-  let out = '';
-  for (const key of path) {
-    if (typeof key === 'number') out += `[${key}]`;
-    else out += out === '' ? String(key) : `.${String(key)}`;
-  }
-  return out;
-}
-
 function encodeId(kind: string, id: string): string {
   if (typeof id !== 'string' || id === '')
     throw new InvalidArgumentError(`${kind} id must be a non-empty string`);
@@ -399,7 +389,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         throw new InvalidResponseError(
           target,
           parsed.error.issues.map((issue) => ({
-            path: formatPath(issue.path),
+            path: formatFieldPath(issue.path),
             problem: scrub(issue.message),
           })),
         );
@@ -499,7 +489,7 @@ export function createClient(options: ClientOptions): ServiceClient {
       const checked = StatusReport.safeParse(report);
       if (!checked.success) {
         const issue = checked.error.issues[0];
-        const field = issue === undefined ? '(report)' : formatPath(issue.path) || '(report)';
+        const field = issue === undefined ? '(report)' : formatFieldPath(issue.path) || '(report)';
         throw new InvalidArgumentError(
           `status report is invalid at ${field}: ${issue?.message ?? 'invalid'}`,
         );

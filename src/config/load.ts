@@ -2,6 +2,7 @@
 import path from 'node:path';
 import type { z } from 'zod';
 import { errnoCode, errorMessage } from '../lib/errors.js';
+import { formatFieldPath } from '../lib/field-path.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
 import { type AgentConfig, AgentConfigSchema, DEFAULT_CONFIG_PATH, describeType } from './schema.js';
@@ -318,24 +319,16 @@ function issueMessage(issue: z.core.$ZodRawIssue): string | undefined {
 }
 
 function toConfigIssues(issue: z.core.$ZodIssue): ConfigIssue[] {
-  if (issue.code !== 'unrecognized_keys') return [{ path: formatPath(issue.path), message: issue.message }];
+  if (issue.code !== 'unrecognized_keys')
+    return [{ path: formatFieldPath(issue.path), message: issue.message }];
   const known = knownKeysAt(issue.path);
   return issue.keys.map((key) => {
     const suggestion = closestKey(key, known);
     return {
-      path: formatPath([...issue.path, key]),
+      path: formatFieldPath([...issue.path, key]),
       message: suggestion === undefined ? 'unknown key' : `unknown key (did you mean "${suggestion}"?)`,
     };
   });
-}
-
-export function formatPath(segments: readonly PropertyKey[]): string {
-  let out = '';
-  for (const segment of segments) {
-    if (typeof segment === 'number') out += `[${segment}]`;
-    else out += out === '' ? String(segment) : `.${String(segment)}`;
-  }
-  return out;
 }
 
 /** The keys the schema allows in the object at `at`, found by walking the schema's definitions. */

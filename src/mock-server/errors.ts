@@ -3,6 +3,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { ZodError } from 'zod';
 import type { ErrorBody } from '../api/schemas.js';
 import { AgentError } from '../lib/errors.js';
+import { formatFieldPath } from '../lib/field-path.js';
 
 export class MockServiceError extends AgentError {
   readonly status: ContentfulStatusCode;
@@ -39,7 +40,7 @@ export function invalidRequest(message: string, params: Record<string, unknown> 
 /** A 400 naming the first offending field of a zod failure, e.g. `activity_status: Invalid option ...`. */
 export function invalidBody(error: ZodError, where = 'body'): MockServiceError {
   const issue = error.issues[0];
-  const field = issue === undefined ? '' : formatPath(issue.path);
+  const field = issue === undefined ? '' : formatFieldPath(issue.path);
   const problem = issue?.message ?? 'invalid';
   const unknownKeys = issue?.code === 'unrecognized_keys' ? issue.keys.join(', ') : undefined;
   const message =
@@ -47,15 +48,6 @@ export function invalidBody(error: ZodError, where = 'body'): MockServiceError {
       ? `${where}${field === '' ? '' : ` field ${field}`}: ${problem}`
       : `${where}${field === '' ? '' : ` field ${field}`}: unknown field(s) ${unknownKeys}`;
   return invalidRequest(message, { field: unknownKeys ?? field });
-}
-
-export function formatPath(path: readonly PropertyKey[]): string {
-  let out = '';
-  for (const key of path) {
-    if (typeof key === 'number') out += `[${key}]`;
-    else out += out === '' ? String(key) : `.${String(key)}`;
-  }
-  return out;
 }
 
 /** A stable snake_case code for an injected status fault. */

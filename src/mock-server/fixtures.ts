@@ -2,7 +2,7 @@
 import { Fixtures } from '../api/admin-schemas.js';
 import type { ConfigSchemaRef } from '../api/schemas.js';
 import { AgentError } from '../lib/errors.js';
-import { formatPath } from './errors.js';
+import { formatFieldPath } from '../lib/field-path.js';
 import {
   type ConfigInstanceRecord,
   type DeploymentRecord,
@@ -42,14 +42,14 @@ export function parseFixtures(json: unknown): Fixtures {
     const [collection, index, ...rest] = issue.path;
     const unknownKeys = issue.code === 'unrecognized_keys' ? issue.keys.join(', ') : undefined;
     if (typeof collection === 'string' && typeof index === 'number') {
-      const field = unknownKeys ?? formatPath(rest);
+      const field = unknownKeys ?? formatFieldPath(rest);
       throw new FixtureError(
         itemName(json, collection, index),
         field,
         unknownKeys ? 'unknown field' : issue.message,
       );
     }
-    const field = unknownKeys ?? formatPath(issue.path);
+    const field = unknownKeys ?? formatFieldPath(issue.path);
     throw new FixtureError('fixtures', field, unknownKeys ? 'unknown field' : issue.message);
   }
   const fixtures = result.data;
