@@ -10,11 +10,14 @@ import { parseFixtures } from '../mock-server/fixtures.js';
 import { startMockServer } from '../mock-server/server.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const demoDir = path.join(repoRoot, 'demo');
+/** `./demo` by default; the demo's own test points it at a temp dir. */
+const demoDir = process.env.CONFIG_AGENT_DEMO_DIR ?? path.join(repoRoot, 'demo');
 const agentBin = path.join(repoRoot, 'dist', 'main.js');
 const DEVICE_ID = 'dvc_robot_01';
 const CONFLICTING_ID = 'cfg_r1_app_settings_v2';
 const CONFLICTING_PATH = 'app/settings.json';
+/** In the demo fleet: validated, not yet deployed, same config schema as robot/motion/limits.yaml. */
+const SCHEMA_SUCCESSOR_ID = 'cfg_r1_motion_limits_next';
 
 function heading(text: string): void {
   process.stdout.write(`\n\x1b[1m== ${text}\x1b[0m\n`);
@@ -127,7 +130,22 @@ async function main(): Promise<void> {
     process.stdout.write(`\n./demo/root/${CONFLICTING_PATH} now holds:\n`);
     process.stdout.write(await readFile(path.join(demoDir, 'root', CONFLICTING_PATH), 'utf8'));
 
-    const failed = [first, second, third].some((code) => code !== 0);
+    heading('5. A new version of the motion limits, at another path with the same config schema');
+    const next = await fetch(`${server.url}/v1/config_instances/${SCHEMA_SUCCESSOR_ID}/deploy`, {
+      method: 'POST',
+      headers,
+    });
+    for (const removal of DeployResponse.parse(await next.json()).remove) {
+      process.stdout.write(
+        `  remove: ${removal.config_instance.id} — ${removal.code}: ${removal.explanation}\n`,
+      );
+    }
+    const fourth = await runAgent(['--once'], log);
+    process.stdout.write(`exit code ${fourth}\n`);
+    heading('Files on the device now');
+    process.stdout.write(`${(await tree(path.join(demoDir, 'root'))).join('\n')}\n`);
+
+    const failed = [first, second, third, fourth].some((code) => code !== 0);
     process.exitCode = failed ? 1 : 0;
     process.stdout.write(
       `\nDemo ${failed ? 'FAILED' : 'done'}. Run it again: it starts from a clean ./demo.\n`,
