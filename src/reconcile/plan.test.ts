@@ -472,6 +472,49 @@ describe('planSteps: target removed or created', () => {
     expect(stepsFor(steps, 'cfg_me')).toMatchObject([{ kind: 'untouched', reason: 'awaiting_owner' }]);
   });
 
+  it('a same-schema successor that is not in place yet keeps the old file; once in place, the old one goes', () => {
+    const old = makeInstance({
+      id: 'cfg_me',
+      target_status: 'removed',
+      activity_status: 'deployed',
+      config_schema_id: 'sch',
+    });
+    const successor = makeInstance({
+      id: 'cfg_next',
+      relative_filepath: 'app/next.json',
+      activity_status: 'queued',
+      config_schema_id: 'sch',
+    });
+    const waiting = plan([old, successor], {
+      files: ownerFiles('this'),
+      disk: diskAt('identical'),
+      cooldowns: { cfg_next: NOW + 1000 },
+    });
+    expect(stepsFor(waiting, 'cfg_me')).toMatchObject([{ kind: 'untouched', reason: 'awaiting_owner' }]);
+
+    const failed = plan([old, { ...successor, error_status: 'failed' as const }], {
+      files: ownerFiles('this'),
+      disk: diskAt('identical'),
+    });
+    expect(stepsFor(failed, 'cfg_me')).toMatchObject([{ kind: 'untouched', reason: 'awaiting_owner' }]);
+
+    const inPlace = plan([old, { ...successor, activity_status: 'deployed' as const }], {
+      files: { ...ownerFiles('this'), 'app/next.json': managed('cfg_next') },
+      disk: { ...diskAt('identical'), 'app/next.json': observations.identical! },
+    });
+    expect(stepsFor(inPlace, 'cfg_me')).toEqual([{ kind: 'remove', instance: old, path: PATH }]);
+  });
+
+  it("a changed configured mode is the agent's own rewrite, not drift, whatever the drift policy", () => {
+    const instance = makeInstance({ id: 'cfg_me', activity_status: 'deployed' });
+    const steps = plan([instance], {
+      files: { [PATH]: { ...managed('cfg_me'), mode: 0o644 } },
+      disk: { [PATH]: { kind: 'file', sha256: CONTENT_SHA, mode: 0o644 } },
+      restoreDrift: false,
+    });
+    expect(asWrite(onlyStepFor(steps, 'cfg_me')).reason).toBe('changed');
+  });
+
   it('an incremental (incomplete) pull never removes a file recorded for an instance it did not fetch', () => {
     const instance = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
     const steps = plan([instance], {

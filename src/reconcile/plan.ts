@@ -222,16 +222,25 @@ export function planSteps(input: PlanInput): Step[] {
     removes.push({ kind: 'remove', instance, path });
   }
 
-  // A write that takes the place of a removed instance of the same config schema is applied as one swap.
+  // A removal whose config schema another instance now serves is a swap: applied with that instance's write
+  // (and rolled back if it fails). While the successor is not in place — waiting for a retry, refused, failed
+  // for good — the old file stays: a device keeps a working config rather than none.
   const standaloneRemoves: RemoveStep[] = [];
   for (const remove of removes) {
-    const replacement = writes.find(
-      (write) =>
-        write.instance.device_id === remove.instance.device_id &&
-        write.instance.config_schema_id === remove.instance.config_schema_id,
+    const successors = input.instances.filter(
+      (candidate) =>
+        candidate.id !== remove.instance.id &&
+        candidate.target_status === 'deployed' &&
+        candidate.device_id === remove.instance.device_id &&
+        candidate.config_schema_id === remove.instance.config_schema_id,
     );
-    if (replacement === undefined) standaloneRemoves.push(remove);
-    else replacement.displaces.push(remove);
+    const replacement = writes.find((write) => successors.includes(write.instance));
+    const inPlace = successors.some(
+      (successor) => input.local.files.get(successor.relative_filepath)?.instanceId === successor.id,
+    );
+    if (replacement !== undefined) replacement.displaces.push(remove);
+    else if (successors.length === 0 || inPlace) standaloneRemoves.push(remove);
+    else others.push({ kind: 'untouched', instance: remove.instance, reason: 'awaiting_owner' });
   }
 
   // Removals first, so a path freed by one instance can be taken by another in the same pass.
@@ -255,8 +264,10 @@ function planDeployed(instance: ConfigInstance, input: PlanInput): Step {
   let reason: WriteStep['reason'];
   if (inPlace) reason = 'adopt';
   else if (observed.kind === 'absent' && owned === undefined) reason = 'new';
-  else if (owned?.instanceId === instance.id && owned.sha256 === sha256) reason = 'drift';
-  else reason = 'changed';
+  // Drift is someone else's change: when the agent's own configured mode changed, the rewrite is ours.
+  else if (owned?.instanceId === instance.id && owned.sha256 === sha256 && owned.mode === input.fileMode) {
+    reason = 'drift';
+  } else reason = 'changed';
   if (reason === 'drift' && input.restoreDrift === false)
     return { kind: 'untouched', instance, reason: 'drift_kept' };
   return {

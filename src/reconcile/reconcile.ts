@@ -243,11 +243,13 @@ export class Reconciler {
     let mode = options.mode;
     try {
       instances = await this.#pull(mode, options.signal);
-      if (mode === 'incremental' && this.#touchesUnpulledOwner(instances)) {
-        // A path recorded for an instance this poll did not fetch: only the whole picture can tell who owns it.
+      if (mode === 'incremental' && this.#removesRecordedFile(instances)) {
+        // Whether anyone else still wants a path can only be told from every instance targeting `deployed`.
         mode = 'full';
         result.mode = 'full';
         instances = await this.#pull(mode, options.signal);
+      } else if (mode === 'incremental') {
+        instances.push(...(await this.#fetchUnpulledOwners(instances, options.signal)));
       }
       result.reachable = true;
     } catch (error) {
@@ -389,13 +391,43 @@ export class Reconciler {
     return disk;
   }
 
-  /** Whether a pulled instance's path is recorded for another instance that this pull did not fetch. */
-  #touchesUnpulledOwner(instances: readonly ConfigInstance[]): boolean {
+  /** Whether a pulled instance no longer targets `deployed` and its path holds a file this agent wrote. */
+  #removesRecordedFile(instances: readonly ConfigInstance[]): boolean {
+    return instances.some(
+      (instance) =>
+        instance.target_status !== 'deployed' && this.#state.files.has(instance.relative_filepath),
+    );
+  }
+
+  /**
+   * The recorded owners of the paths a poll's instances want, when the poll did not fetch them (they are
+   * deployed and unchanged): without them a newcomer would win a path it should be refused. One small
+   * request per such owner, and only while a conflict is open.
+   */
+  async #fetchUnpulledOwners(
+    instances: readonly ConfigInstance[],
+    signal: AbortSignal | undefined,
+  ): Promise<ConfigInstance[]> {
     const pulled = new Set(instances.map((instance) => instance.id));
-    return instances.some((instance) => {
+    const owners = new Set<string>();
+    for (const instance of instances) {
       const owner = this.#state.files.get(instance.relative_filepath)?.instanceId;
-      return owner !== undefined && owner !== instance.id && !pulled.has(owner);
-    });
+      if (owner !== undefined && owner !== instance.id && !pulled.has(owner)) owners.add(owner);
+    }
+    const fetched: ConfigInstance[] = [];
+    for (const id of owners) {
+      const found = await withRequestRetry(
+        'get the owner of a path',
+        () =>
+          this.#client.listConfigInstances(
+            { device_id: this.#settings.deviceId, id },
+            signal === undefined ? {} : { signal },
+          ),
+        this.#retryOptions(signal),
+      );
+      fetched.push(...found.data.filter((instance) => instance.device_id === this.#settings.deviceId));
+    }
+    return fetched;
   }
 
   /**
