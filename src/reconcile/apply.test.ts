@@ -170,7 +170,7 @@ class FakeService {
         });
         this.update(entry.instanceId, { activity_status, error_status });
       },
-      () => true,
+      () => 'stop',
     );
   }
 }

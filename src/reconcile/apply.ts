@@ -378,7 +378,14 @@ function recordError(
     message,
     attempts,
     ...(nextAttemptAt === undefined ? {} : { nextAttemptAt }),
+    ...keptEcho(ctx, instance),
   });
+}
+
+/** The echo of the agent's own last report outlives record updates: see `PlanInput.reportEchoes`. */
+function keptEcho(ctx: ApplyContext, instance: ConfigInstance) {
+  const echo = ctx.state.instances.get(instance.id)?.reportEcho;
+  return echo === undefined ? {} : { reportEcho: echo };
 }
 
 function markSucceeded(ctx: ApplyContext, instance: ConfigInstance, activity: 'deployed' | 'removed'): void {
@@ -388,6 +395,7 @@ function markSucceeded(ctx: ApplyContext, instance: ConfigInstance, activity: 'd
     activity,
     error: 'none',
     attempts: 0,
+    ...keptEcho(ctx, instance),
   });
 }
 

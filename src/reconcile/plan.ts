@@ -39,6 +39,11 @@ export interface PlanInput {
    * conclude that nobody wants a path.
    */
   complete: boolean;
+  /**
+   * Per instance, the `updated_at` the agent's own last report produced and the operator's `updated_at`
+   * before it: "the one updated last wins" compares operators' updates, never the agent's reports.
+   */
+  reportEchoes?: ReadonlyMap<string, { updatedAt: string; operatorUpdatedAt: string }>;
 }
 
 export interface WriteStep {
@@ -110,7 +115,15 @@ export function planSteps(input: PlanInput): Step[] {
     deployedByPath.set(instance.relative_filepath, group);
   }
   const winnerByPath = new Map<string, ConfigInstance>();
-  for (const [path, group] of deployedByPath) winnerByPath.set(path, [...group].sort(byNewestFirst)[0]!);
+  const operatorUpdatedAt = (instance: ConfigInstance): string => {
+    const echo = input.reportEchoes?.get(instance.id);
+    return echo !== undefined && echo.updatedAt === instance.updated_at
+      ? echo.operatorUpdatedAt
+      : instance.updated_at;
+  };
+  for (const [path, group] of deployedByPath) {
+    winnerByPath.set(path, [...group].sort((a, b) => byNewestFirst(a, b, operatorUpdatedAt))[0]!);
+  }
 
   // Paths some instance still targets `deployed` at, failed ones included: their files are never removed.
   const claimedPaths = new Set(
@@ -293,8 +306,12 @@ function pathProblem(path: string): string | undefined {
 }
 
 /** Newest `updated_at` first; ties broken deterministically so every pass picks the same winner. */
-function byNewestFirst(a: ConfigInstance, b: ConfigInstance): number {
-  const byUpdate = Date.parse(b.updated_at) - Date.parse(a.updated_at);
+function byNewestFirst(
+  a: ConfigInstance,
+  b: ConfigInstance,
+  updatedAt: (instance: ConfigInstance) => string,
+): number {
+  const byUpdate = Date.parse(updatedAt(b)) - Date.parse(updatedAt(a));
   if (byUpdate !== 0) return byUpdate;
   const byCreation = Date.parse(b.created_at) - Date.parse(a.created_at);
   if (byCreation !== 0) return byCreation;

@@ -1,7 +1,7 @@
 // One reconcile pass — pull → plan → apply → report — over the state the Reconciler keeps between passes.
 
 import type { ServiceClient } from '../api/client.js';
-import { HttpStatusError } from '../api/errors.js';
+import { HttpStatusError, NetworkError, TimeoutError } from '../api/errors.js';
 import { withRequestRetry } from '../api/retry.js';
 import type { ConfigInstance, ConfigInstanceFilters } from '../api/schemas.js';
 import type { Deps } from '../lib/deps.js';
@@ -11,7 +11,7 @@ import { ContentCache } from '../store/content-cache.js';
 import { readRegularFile, sweepTempFiles } from '../store/durable-writer.js';
 import { DiskError, PathRejectedError } from '../store/errors.js';
 import { acquireStateLock, type StateLock } from '../store/lock.js';
-import { StatusOutbox } from '../store/outbox.js';
+import { type DeliveryVerdict, StatusOutbox } from '../store/outbox.js';
 import { emptyState, type LocalState, loadLocalState, saveLocalState } from '../store/state.js';
 import { applySteps, type InstanceOutcome, type RetryPolicy } from './apply.js';
 import { type DiskObservation, planSteps, type Step } from './plan.js';
@@ -82,6 +82,8 @@ export class Reconciler {
   readonly #cache: ContentCache;
   readonly #readOnly: boolean;
   #sweptTempFiles: string[];
+  /** The `updated_at` of each instance as last pulled (or as our last report left it). */
+  readonly #lastSeenUpdatedAt = new Map<string, string>();
   #lock: StateLock | undefined;
 
   private constructor(
@@ -259,6 +261,7 @@ export class Reconciler {
       return finish();
     }
 
+    for (const instance of instances) this.#lastSeenUpdatedAt.set(instance.id, instance.updated_at);
     const disk = await this.#observe(instances, options.signal);
     result.steps = planSteps({
       instances,
@@ -268,6 +271,11 @@ export class Reconciler {
       fileMode: this.#settings.fileMode,
       restoreDrift: this.#settings.restoreDrift ?? true,
       complete: mode === 'full',
+      reportEchoes: new Map(
+        [...this.#state.instances].flatMap(([id, record]) =>
+          record.reportEcho === undefined ? [] : [[id, record.reportEcho] as const],
+        ),
+      ),
     });
     if (dryRun) return finish();
     this.#dropElapsedCooldowns(instances, clock.monotonic());
@@ -391,6 +399,24 @@ export class Reconciler {
     return disk;
   }
 
+  /**
+   * Remembers the `updated_at` our own report gave an instance, with the one it had before: a report is not
+   * an operator's update, so it must not change which of two instances at one path was "updated last".
+   */
+  #recordReportEcho(updated: ConfigInstance): boolean {
+    const record = this.#state.instances.get(updated.id);
+    const before = this.#lastSeenUpdatedAt.get(updated.id);
+    if (record === undefined || before === undefined || before === updated.updated_at) return false;
+    const operatorUpdatedAt =
+      record.reportEcho?.updatedAt === before ? record.reportEcho.operatorUpdatedAt : before;
+    this.#state.instances.set(updated.id, {
+      ...record,
+      reportEcho: { updatedAt: updated.updated_at, operatorUpdatedAt },
+    });
+    this.#lastSeenUpdatedAt.set(updated.id, updated.updated_at);
+    return true;
+  }
+
   /** Whether a pulled instance no longer targets `deployed` and its path holds a file this agent wrote. */
   #removesRecordedFile(instances: readonly ConfigInstance[]): boolean {
     return instances.some(
@@ -457,24 +483,32 @@ export class Reconciler {
     } catch (error) {
       this.#logger.error({ err: error }, 'could not persist the status outbox; delivering from memory');
     }
-    const flushed = await this.#outbox.flush(
-      (entry) =>
-        withRequestRetry(
-          'report status',
-          () =>
-            this.#client
-              .reportConfigInstanceStatus(
-                entry.instanceId,
-                entry.report,
-                signal === undefined ? {} : { signal },
-              )
-              .then(() => undefined),
-          this.#retryOptions(signal),
-        ),
-      (error) => !isPermanentRejection(error),
-    );
+    let echoed = false;
+    const flushed = await this.#outbox.flush(async (entry) => {
+      const updated = await withRequestRetry(
+        'report status',
+        () =>
+          this.#client.reportConfigInstanceStatus(
+            entry.instanceId,
+            entry.report,
+            signal === undefined ? {} : { signal },
+          ),
+        this.#retryOptions(signal),
+      );
+      echoed = this.#recordReportEcho(updated) || echoed;
+    }, deliveryVerdict);
     result.reports.delivered += flushed.delivered.length;
     result.reports.rejected += flushed.rejected.length;
+    if (flushed.persistError !== undefined) {
+      result.persistError = toPassError(flushed.persistError);
+      this.#logger.error({ err: flushed.persistError }, 'could not rewrite the status outbox');
+    }
+    if (echoed) {
+      await saveLocalState(this.#deps.fs, this.#settings.stateDir, this.#state).catch((error: unknown) => {
+        result.persistError = toPassError(error);
+        this.#logger.error({ err: error }, 'could not persist local state');
+      });
+    }
     if (flushed.deferredBy !== undefined) {
       signal?.throwIfAborted();
       result.reports.deliveryError = toPassError(flushed.deferredBy);
@@ -500,11 +534,18 @@ export class Reconciler {
 }
 
 /**
- * A report the service will never accept (the instance is gone, the body is invalid): dropping it is the only
- * way forward. A rejected key (401/403) is not one of these: the operator will fix the key.
+ * How a failed report is judged. `drop`: the service will never accept it (the instance is gone, the body is
+ * invalid) — dropping it is the only way forward. `stop`: the service cannot take any report now (no
+ * connection, a rejected key the operator will fix, overload): keep them all. `skip`: this one failed on its
+ * own (a 500 for this instance): keep it and deliver the others.
  */
-function isPermanentRejection(error: unknown): boolean {
-  return error instanceof HttpStatusError && [400, 404, 409, 410, 422].includes(error.status);
+function deliveryVerdict(error: unknown): DeliveryVerdict {
+  if (error instanceof HttpStatusError) {
+    if ([400, 404, 409, 410, 422].includes(error.status)) return 'drop';
+    if ([401, 403, 408, 429, 502, 503, 504].includes(error.status)) return 'stop';
+    return 'skip';
+  }
+  return error instanceof NetworkError || error instanceof TimeoutError ? 'stop' : 'skip';
 }
 
 function toPassError(error: unknown): PassError {

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { StatusReport } from '../api/schemas.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
-import { OUTBOX_FILE, type OutboxEntry, StatusOutbox } from './outbox.js';
+import { type DeliveryVerdict, OUTBOX_FILE, type OutboxEntry, StatusOutbox } from './outbox.js';
 
 const STATE_DIR = '/var/lib/config-agent';
 const OUTBOX_PATH = `${STATE_DIR}/${OUTBOX_FILE}`;
@@ -24,7 +24,11 @@ class Retryable extends Error {
 class Permanent extends Error {
   readonly kind = 'permanent';
 }
-const isRetryable = (error: unknown) => error instanceof Retryable;
+/** The reconciler's verdicts in small: an outage stops delivery, a lone 500 skips, anything else drops. */
+const isRetryable = (error: unknown): DeliveryVerdict =>
+  error instanceof Retryable ? 'stop' : error instanceof LoneFailure ? 'skip' : 'drop';
+
+class LoneFailure extends Error {}
 
 function memfs(files: Record<string, string> = {}): { fs: FsPort; vol: InstanceType<typeof Volume> } {
   const vol = Volume.fromJSON(files);
@@ -169,6 +173,39 @@ describe('StatusOutbox', () => {
 
     expect(ids(outbox.pending())).toEqual(['cfg_b', 'cfg_c']);
     expect(ids((await open(fs)).pending())).toEqual(['cfg_b', 'cfg_c']);
+  });
+
+  it('a report failing on its own is kept and the others still go out', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_stuck', 'cfg_c']);
+    const svc = service({ cfg_stuck: () => new LoneFailure('500') });
+
+    const result = await outbox.flush(svc.send, isRetryable);
+
+    expect(ids(result.delivered)).toEqual(['cfg_a', 'cfg_c']);
+    expect(ids(result.skipped.map((skip) => skip.entry))).toEqual(['cfg_stuck']);
+    expect(ids(outbox.pending())).toEqual(['cfg_stuck']);
+    expect(ids((await open(fs)).pending())).toEqual(['cfg_stuck']);
+  });
+
+  it('a failure to rewrite the outbox after delivery is returned, and memory stays right', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a']);
+    const full: FsPort = {
+      ...fs,
+      open: (async () => {
+        throw Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' });
+      }) as FsPort['open'],
+    };
+    const onFullDisk = await StatusOutbox.open(full, STATE_DIR, silentLogger());
+    onFullDisk.enqueue('cfg_a', deployed, T0);
+
+    const result = await onFullDisk.flush(service({}).send, isRetryable);
+
+    expect(ids(result.delivered)).toEqual(['cfg_a']);
+    expect(result.persistError).toMatchObject({ code: 'disk_error', errno: 'ENOSPC' });
+    expect(onFullDisk.size).toBe(0);
+    expect(outbox.size).toBe(1);
   });
 
   it('persists across reopen: same entries, and new sequence numbers keep increasing', async () => {

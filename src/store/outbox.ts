@@ -23,14 +23,18 @@ const OutboxFile = z.object({
   entries: z.array(OutboxEntry),
 });
 
-/** What delivering one report came to: `rejected` means the service will never accept it (dropped). */
-export type DeliveryOutcome = 'delivered' | 'rejected' | 'deferred';
+/** How a failed delivery is judged; see `StatusOutbox.flush`. */
+export type DeliveryVerdict = 'stop' | 'skip' | 'drop';
 
 export interface FlushResult {
   delivered: OutboxEntry[];
   rejected: { entry: OutboxEntry; error: unknown }[];
-  /** Set when delivery stopped early because the service could not be reached; the rest stay queued. */
+  /** Reports that failed on their own and stay queued. */
+  skipped: { entry: OutboxEntry; error: unknown }[];
+  /** Set when delivery stopped early because the service could not take reports; the rest stay queued. */
   deferredBy: unknown;
+  /** Set when the outbox file could not be rewritten after delivery. */
+  persistError?: unknown;
 }
 
 export class StatusOutbox {
@@ -92,15 +96,16 @@ export class StatusOutbox {
   }
 
   /**
-   * Sends the queued reports in order. A retryable failure stops delivery (the rest keep their order for the
-   * next flush); a permanent rejection (e.g. the instance no longer exists) drops that report and goes on,
-   * so one poisoned report never blocks the others.
+   * Sends the queued reports in order. `classify` judges a failure: `stop` (the service cannot take any
+   * report now: keep this and the rest for the next flush), `skip` (this report failed on its own: keep it,
+   * go on — there is one report per instance, so order across instances protects nothing), `drop` (the
+   * service will never accept it, e.g. the instance is gone: one poisoned report never blocks the others).
    */
   async flush(
     send: (entry: OutboxEntry) => Promise<void>,
-    isRetryable: (error: unknown) => boolean,
+    classify: (error: unknown) => DeliveryVerdict,
   ): Promise<FlushResult> {
-    const result: FlushResult = { delivered: [], rejected: [], deferredBy: undefined };
+    const result: FlushResult = { delivered: [], rejected: [], skipped: [], deferredBy: undefined };
     const settled = new Set<number>();
     for (const entry of this.#entries) {
       try {
@@ -108,9 +113,14 @@ export class StatusOutbox {
         result.delivered.push(entry);
         settled.add(entry.seq);
       } catch (error) {
-        if (isRetryable(error)) {
+        const verdict = classify(error);
+        if (verdict === 'stop') {
           result.deferredBy = error;
           break;
+        }
+        if (verdict === 'skip') {
+          result.skipped.push({ entry, error });
+          continue;
         }
         this.#logger.error(
           { err: error, instanceId: entry.instanceId },
@@ -122,7 +132,12 @@ export class StatusOutbox {
     }
     if (settled.size > 0) {
       this.#entries = this.#entries.filter((entry) => !settled.has(entry.seq));
-      await this.persist();
+      try {
+        await this.persist();
+      } catch (error) {
+        // Memory is right; the file still lists delivered reports, which are resent harmlessly after a crash.
+        result.persistError = error;
+      }
     }
     return result;
   }

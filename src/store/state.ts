@@ -30,6 +30,8 @@ export const InstanceRecord = z.object({
   attempts: z.number().int().min(0),
   /** Wall-clock time of the next attempt, for people reading status; the schedule itself is monotonic. */
   nextAttemptAt: z.string().optional(),
+  /** The `updated_at` our last report gave the instance, and the operator's `updated_at` before it. */
+  reportEcho: z.object({ updatedAt: z.string(), operatorUpdatedAt: z.string() }).optional(),
 });
 export type InstanceRecord = z.infer<typeof InstanceRecord>;
 

@@ -154,5 +154,20 @@ describe('config-agent --once: deploy with conflict', () => {
     expect(refusal?.message).toContain('cfg_newer');
     expect(result.stdout).toMatch(/^Not converged: /);
     expect(result.stdout).toMatch(/refused\s+shared\/x\.json \(cfg_older\)/);
+
+    // The agent's own reports move `updated_at` on the service; they are not an operator's update, so the
+    // winner stays the winner: no flip-flop, no rewrite, no new report on later passes.
+    const identity = await snapshotTree(h.rootDir, { identity: true });
+    const reportCount = (await h.reports()).length;
+    for (let pass = 0; pass < 2; pass += 1) {
+      expect((await h.runOnce()).code).toBe(1);
+      expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(identity);
+    }
+    expect(await h.reports()).toHaveLength(reportCount);
+
+    // An operator's real update of the loser does make it the newer one.
+    await h.deploy('cfg_older');
+    expect((await h.runOnce()).code).toBe(0);
+    expect(await readFile(h.rootPath('shared/x.json'), 'utf8')).toBe(json({ owner: 'older' }));
   });
 });
