@@ -28,7 +28,7 @@ describe('acquireStateLock', () => {
   it('takes a free state directory and releases it', async () => {
     const { vol, fs } = memfs();
     const lock = await acquireStateLock(fs, STATE, probe(100, [100]));
-    expect(JSON.parse(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string)).toEqual({
+    expect(JSON.parse(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string)).toMatchObject({
       pid: 100,
       procStart: 'start-100',
     });
@@ -57,6 +57,16 @@ describe('acquireStateLock', () => {
     const { fs } = memfs({ [`${STATE}/${LOCK_FILE}`]: 'garbage' });
     await acquireStateLock(fs, STATE, probe(100, [100]));
     await expect(acquireStateLock(fs, STATE, probe(100, [100]))).resolves.toBeDefined();
+  });
+
+  it('a reload that reopens the same state directory keeps the lock: the old release leaves the new one', async () => {
+    const { vol, fs } = memfs();
+    const before = await acquireStateLock(fs, STATE, probe(100, [100]));
+    const after = await acquireStateLock(fs, STATE, probe(100, [100]));
+    await before.release();
+    expect(vol.existsSync(`${STATE}/${LOCK_FILE}`)).toBe(true);
+    await after.release();
+    expect(vol.existsSync(`${STATE}/${LOCK_FILE}`)).toBe(false);
   });
 
   it('never releases a lock that another agent took over meanwhile', async () => {

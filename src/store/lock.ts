@@ -1,4 +1,6 @@
 // One agent per state directory: a pid lock file, so `--once` never sweeps a running daemon's temp files.
+
+import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -8,7 +10,12 @@ import type { FsPort } from '../lib/fs-port.js';
 
 export const LOCK_FILE = 'agent.lock';
 
-const LockContent = z.object({ pid: z.number().int().positive(), procStart: z.string().optional() });
+const LockContent = z.object({
+  pid: z.number().int().positive(),
+  procStart: z.string().optional(),
+  /** Random per acquisition: a release only ever removes the lock it took, even within one process. */
+  token: z.string().optional(),
+});
 type LockContent = z.infer<typeof LockContent>;
 
 /** Another live agent holds the state directory. */
@@ -26,7 +33,7 @@ export class StateLockedError extends AgentError {
 
 /** How the lock tells a live holder from a dead one: injected so tests need no second process. */
 export interface ProcessProbe {
-  self(): Promise<LockContent>;
+  self(): Promise<Omit<LockContent, 'token'>>;
   /** Whether the process that wrote `content` still runs (same pid and, where known, same start time). */
   alive(content: LockContent): Promise<boolean>;
 }
@@ -45,7 +52,7 @@ export async function acquireStateLock(
   probe: ProcessProbe = linuxProcessProbe,
 ): Promise<StateLock> {
   const file = path.join(stateDir, LOCK_FILE);
-  const mine = await probe.self();
+  const mine: LockContent = { ...(await probe.self()), token: randomBytes(12).toString('hex') };
   for (let attempt = 0; attempt < 3; attempt += 1) {
     try {
       const handle = await fs.open(file, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600);
@@ -80,7 +87,7 @@ async function readLock(fs: FsPort, file: string): Promise<LockContent | undefin
 
 async function releaseLock(fs: FsPort, file: string, mine: LockContent): Promise<void> {
   const holder = await readLock(fs, file);
-  if (holder?.pid === mine.pid && holder.procStart === mine.procStart) {
+  if (holder?.token === mine.token) {
     await fs.unlink(file).catch(() => undefined);
   }
 }
