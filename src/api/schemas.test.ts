@@ -74,6 +74,20 @@ describe('wire schemas', () => {
     expect(result.error?.issues[0]?.path[0]).toBe(field);
   });
 
+  it('keeps every key of the content as the service sent it, __proto__ included', () => {
+    const parsed = ConfigInstance.parse({
+      ...instance(),
+      content: JSON.parse('{"n": {"__proto__": {"a": 1}, "b": 2}, "list": [{"__proto__": 3}]}'),
+    });
+    expect(JSON.stringify(parsed.content)).toBe('{"n":{"__proto__":{"a":1},"b":2},"list":[{"__proto__":3}]}');
+  });
+
+  it('rejects content nested beyond the depth limit', () => {
+    let deep: unknown = 1;
+    for (let level = 0; level < 100; level += 1) deep = { next: deep };
+    expect(ConfigInstance.safeParse(instance({ content: deep })).success).toBe(false);
+  });
+
   it('requires content on every config instance', () => {
     const { content: _content, ...withoutContent } = instance();
     expect(ConfigInstance.safeParse(withoutContent).success).toBe(false);

@@ -51,8 +51,34 @@ export function mergeStatus<A extends string>(activity: A, error: ErrorStatus): 
 
 // ---- resources ----
 
-/** Content of a config instance: a JSON object that may nest objects, arrays, booleans, numbers, strings. */
-export const ConfigContent = z.record(z.string(), z.json());
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+
+/** Deeper than this is not configuration: refusing it keeps validation (and serialisation) off the stack's edge. */
+const MAX_CONTENT_DEPTH = 64;
+
+function isJsonValue(value: unknown, depth: number): boolean {
+  if (value === null || typeof value === 'string' || typeof value === 'boolean') return true;
+  if (typeof value === 'number') return Number.isFinite(value);
+  if (depth >= MAX_CONTENT_DEPTH || typeof value !== 'object') return false;
+  if (Array.isArray(value)) return value.every((item) => isJsonValue(item, depth + 1));
+  return isPlainObject(value) && Object.values(value).every((item) => isJsonValue(item, depth + 1));
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
+  const prototype = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
+}
+
+/**
+ * Content of a config instance: a JSON object that may nest objects, arrays, booleans, numbers, strings.
+ * Checked in place, never rebuilt: rebuilding drops keys such as `__proto__`, and the file on disk would then
+ * differ from what the service holds.
+ */
+export const ConfigContent = z.custom<{ [key: string]: JsonValue }>(
+  (value) => isPlainObject(value) && isJsonValue(value, 0),
+  { message: `expected a JSON object (at most ${MAX_CONTENT_DEPTH} levels deep)` },
+);
 export type ConfigContent = z.infer<typeof ConfigContent>;
 
 export const Device = z.object({
