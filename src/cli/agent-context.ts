@@ -47,7 +47,12 @@ export function createServiceClient(
   });
 }
 
-export function reconcilerSettings(config: AgentConfig, requestRetries: number): ReconcilerSettings {
+/** `forDaemon`: the daemon runs hooks, so changed paths are kept for them until they ran. */
+export function reconcilerSettings(
+  config: AgentConfig,
+  requestRetries: number,
+  forDaemon = false,
+): ReconcilerSettings {
   return {
     deviceId: config.deviceId,
     rootDir: config.rootDir,
@@ -57,6 +62,7 @@ export function reconcilerSettings(config: AgentConfig, requestRetries: number):
     retry: config.retry,
     requestRetries,
     restoreDrift: config.drift === 'restore',
+    trackHookPaths: forDaemon && config.hooks.length > 0,
   };
 }
 

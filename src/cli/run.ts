@@ -38,7 +38,7 @@ async function buildComponents(
       ? current.metrics
       : new AgentMetrics({ deviceId: config.deviceId });
   const client = createServiceClient(config, apiKey, deps, (event) => metrics.recordRequest(event));
-  const settings = reconcilerSettings(config, DAEMON_REQUEST_RETRIES);
+  const settings = reconcilerSettings(config, DAEMON_REQUEST_RETRIES, true);
   let reconciler: Reconciler;
   if (current?.reconciler.reconfigure(deps, settings, client)) {
     reconciler = current.reconciler;

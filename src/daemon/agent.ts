@@ -67,6 +67,8 @@ export class AgentDaemon {
   #passAbort: AbortController | undefined;
   /** Hooks run here, one after another, outside the pass: a slow hook never holds up polls or `sync`. */
   #hooks: Promise<void> = Promise.resolve();
+  /** Changed paths whose hook run is queued or running, so a later pass does not queue them twice. */
+  readonly #hookPathsQueued = new Set<string>();
   /** Counts passes started, so the drift watcher can tell whether a pass ran while it was judging. */
   #passesStarted = 0;
 
@@ -300,14 +302,11 @@ export class AgentDaemon {
 
   async #afterPass(result: PassResult): Promise<void> {
     const c = this.#c;
-    const changed = result.outcomes
-      .filter((outcome) => outcome.action === 'written' || outcome.action === 'removed')
-      .map((outcome) => outcome.path);
     const drifted = result.outcomes.filter(
       (outcome) => outcome.action === 'written' && outcome.reason === 'drift',
     );
     if (drifted.length > 0) c.metrics.recordDriftRepair(drifted.length);
-    if (changed.length > 0 && c.config.hooks.length > 0) this.#queueHooks(c, changed);
+    if (c.config.hooks.length > 0) this.#queueHooks(c);
     c.metrics.recordPass({
       durationMs: result.durationMs,
       converged: result.converged,
@@ -320,7 +319,14 @@ export class AgentDaemon {
     await this.#writeMetrics(c);
   }
 
-  #queueHooks(c: AgentComponents, changed: readonly string[]): void {
+  /**
+   * Queues one hook run for the changed paths not queued yet. The paths live in state.json until their hooks
+   * ran, so a run cut short by a stop or a crash happens after the next start.
+   */
+  #queueHooks(c: AgentComponents): void {
+    const changed = c.reconciler.pendingHookPaths().filter((path) => !this.#hookPathsQueued.has(path));
+    if (changed.length === 0) return;
+    for (const path of changed) this.#hookPathsQueued.add(path);
     this.#hooks = this.#hooks.then(async () => {
       if (this.#stop.signal.aborted) return;
       const runs = await runHooks(c.config.hooks, changed, {
@@ -331,6 +337,10 @@ export class AgentDaemon {
       });
       // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.
       for (const run of runs) c.metrics.recordHookRun(run);
+      if (!this.#stop.signal.aborted) {
+        c.reconciler.settleHookPaths(changed);
+        for (const path of changed) this.#hookPathsQueued.delete(path);
+      }
       await this.#writeMetrics(c);
     });
   }

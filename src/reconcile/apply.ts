@@ -38,6 +38,8 @@ export interface ApplyContext {
   cache: ContentCache;
   outbox: StatusOutbox;
   signal?: AbortSignal;
+  /** Record written and removed paths in `state.pendingHookPaths` (the daemon has hooks to run). */
+  trackHookPaths?: boolean;
 }
 
 /** What happened to one instance in a pass: the summary, the exit code and the tests all read this. */
@@ -126,7 +128,15 @@ export async function applySteps(steps: readonly Step[], ctx: ApplyContext): Pro
   for (const step of steps) {
     ctx.signal?.throwIfAborted();
     const handler = handlers[step.kind] as StepHandler<typeof step.kind>;
-    outcomes.push(...(await handler(step as never, ctx)));
+    const stepOutcomes = await handler(step as never, ctx);
+    outcomes.push(...stepOutcomes);
+    if (ctx.trackHookPaths) {
+      // Recorded as each step lands, so a pass cut short still hands its changes to the hooks.
+      for (const outcome of stepOutcomes) {
+        if (outcome.action === 'written' || outcome.action === 'removed')
+          ctx.state.pendingHookPaths.add(outcome.path);
+      }
+    }
   }
   return outcomes;
 }

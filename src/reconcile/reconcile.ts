@@ -28,6 +28,8 @@ export interface ReconcilerSettings {
   requestRetryBaseMs?: number;
   /** False under the `report`/`off` drift policies: full passes leave locally edited managed files alone. */
   restoreDrift?: boolean;
+  /** Keep the changed paths for hooks, durably, until `settleHookPaths` (the daemon with hooks). */
+  trackHookPaths?: boolean;
 }
 
 /**
@@ -188,6 +190,19 @@ export class Reconciler {
     return this.#state;
   }
 
+  /** Paths changed since their hooks last ran (kept across restarts in state.json). */
+  pendingHookPaths(): string[] {
+    return [...this.#state.pendingHookPaths];
+  }
+
+  /**
+   * The hooks for `paths` ran (or failed and were logged): forget them. Persisted with the next pass or at
+   * shutdown — never concurrently with a pass's own save — so hooks run at least once, rarely twice.
+   */
+  settleHookPaths(paths: readonly string[]): void {
+    for (const path of paths) this.#state.pendingHookPaths.delete(path);
+  }
+
   get pendingReports(): number {
     return this.#outbox.size;
   }
@@ -292,6 +307,7 @@ export class Reconciler {
       state: this.#state,
       cache: this.#cache,
       outbox: this.#outbox,
+      trackHookPaths: this.#settings.trackHookPaths ?? false,
       ...(options.signal === undefined ? {} : { signal: options.signal }),
     });
     if (mode === 'full') this.#forgetUnseen(instances);

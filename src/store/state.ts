@@ -43,6 +43,8 @@ export const LocalStateFile = z.object({
   /** Keyed by relative path: a path has at most one owner at a time. */
   files: z.record(z.string(), ManagedFile),
   instances: z.record(z.string(), InstanceRecord),
+  /** Paths written or removed whose hooks have not run yet: replayed after a restart. */
+  pendingHookPaths: z.array(z.string()).default([]),
 });
 export type LocalStateFile = z.infer<typeof LocalStateFile>;
 
@@ -53,10 +55,18 @@ export interface LocalState {
   instances: Map<string, InstanceRecord>;
   /** Monotonic deadlines of per-instance cooldowns; never persisted, so attempts reset on restart. */
   cooldowns: Map<string, number>;
+  pendingHookPaths: Set<string>;
 }
 
 export function emptyState(deviceId: string, rootDir = ''): LocalState {
-  return { deviceId, rootDir, files: new Map(), instances: new Map(), cooldowns: new Map() };
+  return {
+    deviceId,
+    rootDir,
+    files: new Map(),
+    instances: new Map(),
+    cooldowns: new Map(),
+    pendingHookPaths: new Set(),
+  };
 }
 
 export type StateLoadOutcome = 'loaded' | 'missing' | 'corrupt' | 'other_device' | 'other_root';
@@ -117,6 +127,7 @@ export async function loadLocalState(
       files: new Map(Object.entries(parsed.files)),
       instances,
       cooldowns: new Map(),
+      pendingHookPaths: new Set(parsed.pendingHookPaths),
     },
     outcome: 'loaded',
   };
@@ -131,6 +142,7 @@ export function serializeLocalState(state: LocalState): LocalStateFile {
     rootDir: state.rootDir,
     files: sortedEntries(state.files),
     instances: sortedEntries(state.instances),
+    pendingHookPaths: [...state.pendingHookPaths].sort(),
   };
 }
 

@@ -163,3 +163,34 @@ describe('daemon hooks', { timeout: 30_000 }, () => {
     expect(daemon.alive).toBe(true);
   });
 });
+
+describe('daemon hooks across a restart', { timeout: 40_000 }, () => {
+  it('a hook run cut short by SIGTERM runs after the next start, for the same changed paths', async () => {
+    const slowRecord = `setTimeout(() => { ${RECORD_RUN} }, 4000);`;
+    await harness.writeConfig({
+      poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 },
+      hooks: [{ match: 'nginx/**', run: [process.execPath, '-e', slowRecord, runsFile], timeoutSeconds: 20 }],
+    });
+    const first = DaemonProcess.start(harness);
+    await first.waitForPasses(1, 5000, { predicate: (p) => p.converged });
+    await harness.createAndDeploy({ relative_filepath: 'nginx/late.json', content: { late: true } });
+    await waitFor(() => exists(harness.rootPath('nginx/late.json')), 5000, { what: 'the file' });
+
+    // The hook is still sleeping when the agent is stopped: it is killed and never records its run.
+    expect((await first.stop()).code).toBe(0);
+    expect(await hookRuns()).toEqual([]);
+
+    const second = DaemonProcess.start(harness);
+    const [run] = await waitFor(
+      async () => ((await hookRuns()).length > 0 ? hookRuns() : undefined),
+      15_000,
+      {
+        what: 'the replayed hook run',
+      },
+    );
+    expect(run?.changed).toBe('nginx/late.json');
+    // Once it ran, it is not replayed again by later passes.
+    await second.waitForPasses(2, 6000, { after: second.passes().length });
+    expect(await hookRuns()).toHaveLength(1);
+  });
+});
