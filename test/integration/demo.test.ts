@@ -34,6 +34,9 @@ describe('the demo', () => {
     expect(first.stdout).toMatch(/device_config_schema_conflict/);
     expect(first.stdout).toMatch(/removed\s+robot\/motion\/limits\.yaml/);
     expect(first.stdout).toMatch(/Demo done\./);
+    // The tree of written files, with sizes and modes.
+    expect(first.stdout).toMatch(/^robot\/\n {2}motion\/\n {4}limits\.yaml {2}\(\d+ bytes, mode 644\)$/m);
+    expect(first.stdout).toMatch(/^ {4}site\.json {2}\(\d+ bytes, mode 644\)$/m);
     const settings = await readFile(path.join(demoDir, 'root', 'app', 'settings.json'), 'utf8');
     expect(JSON.parse(settings)).toMatchObject({ station: 'line-b/cell-1' });
 
