@@ -107,7 +107,7 @@ export class AgentMetrics {
     });
     this.retries = new Counter({
       name: 'config_agent_retries_total',
-      help: 'Request retries made by reconcile passes.',
+      help: 'Failed instance attempts scheduled for a retry (per-instance backoff), summed over passes.',
       registers,
     });
     this.driftRepairs = new Counter({
