@@ -6,6 +6,7 @@ import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import type { InstanceOutcome } from '../reconcile/apply.js';
 import type { PassMode, PassResult, Reconciler, ReconcilerSettings } from '../reconcile/reconcile.js';
+import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher } from './drift-watcher.js';
 import { runHooks } from './hooks.js';
 import type { HealthReport } from './local-api.js';
@@ -313,7 +314,7 @@ export class AgentDaemon {
       reachable: result.reachable,
       finishedAtMs: c.deps.clock.now(),
       managedFiles: c.reconciler.state.files.size,
-      instancesByStatus: countByStatus(result.outcomes),
+      instancesByStatus: countInstanceStatuses(c.reconciler.state.instances),
       retries: result.outcomes.filter((outcome) => outcome.action === 'retrying').length,
     });
     await this.#writeMetrics(c);
@@ -405,6 +406,16 @@ export class AgentDaemon {
     const { clock } = this.#c.deps;
     return new Date(clock.now() - (clock.monotonic() - monotonicMs)).toISOString();
   }
+}
+
+/** The device's instances by merged status as the agent last knew them (an incremental pass sees few). */
+function countInstanceStatuses(records: ReadonlyMap<string, InstanceRecord>): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const record of records.values()) {
+    const status = record.error === 'none' ? record.activity : record.error;
+    counts[status] = (counts[status] ?? 0) + 1;
+  }
+  return counts;
 }
 
 function countByStatus(outcomes: readonly InstanceOutcome[]): Record<string, number> {

@@ -1,5 +1,6 @@
 // Drift repair of the daemon on a real disk: `restore` rewrites a managed file someone changed; `report` and `off` leave it.
-import { chmod, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DaemonProcess, killAllDaemons, type LogLine } from '../helpers/daemon.js';
 import { AgentHarness } from '../helpers/harness.js';
@@ -20,9 +21,12 @@ afterEach(async () => {
 
 /** A converged daemon managing MANAGED, with an unmanaged file next to it. */
 async function startConverged(drift: 'restore' | 'report' | 'off', fullResyncSeconds: number) {
-  const h = await AgentHarness.create({
-    registerDevice: true,
-    config: { drift, poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds } },
+  const h = await AgentHarness.create({ registerDevice: true });
+  await mkdir(path.join(h.dir, 'metrics'));
+  await h.writeConfig({
+    drift,
+    poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds },
+    metrics: { textfile: path.join(h.dir, 'metrics', 'agent.prom') },
   });
   harness = h;
   await h.createAndDeploy({ relative_filepath: MANAGED, content: CONTENT });
@@ -31,6 +35,13 @@ async function startConverged(drift: 'restore' | 'report' | 'off', fullResyncSec
   expect(await readFile(h.rootPath(MANAGED), 'utf8')).toBe(BYTES);
   await writeFile(h.rootPath('nginx/local-notes.txt'), 'mine, not the agent’s\n');
   return { h, daemon };
+}
+
+/** The value of one unlabelled counter in the agent's metrics textfile. */
+async function counter(h: AgentHarness, name: string): Promise<number> {
+  const text = await readFile(path.join(h.dir, 'metrics', 'agent.prom'), 'utf8');
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `));
+  return Number(line?.split(' ').at(-1) ?? Number.NaN);
 }
 
 function driftWarnings(daemon: DaemonProcess): LogLine[] {
@@ -63,6 +74,11 @@ describe('drift policy restore', () => {
     await daemon.waitForPasses(2, 5000, { after: passesAfterRepairs });
     expect(driftWarnings(daemon).map((line) => line.path)).toEqual([MANAGED, MANAGED, MANAGED]);
     expect(daemon.passes().filter((p) => (p.counts.written ?? 0) > 0)).toHaveLength(4);
+    // Counted: three repairs of three noticed changes.
+    await waitFor(async () => (await counter(h, 'config_agent_drift_repairs_total')) === 3, 5000, {
+      what: 'drift repairs counted in the metrics',
+    });
+    expect(await counter(h, 'config_agent_drift_detected_total')).toBeGreaterThanOrEqual(3);
     // Nothing reported as an error to the service: a repaired file is still deployed.
     expect((await h.reports()).map((r) => [r.activity_status, r.error_status])).toEqual([
       ['deployed', 'none'],
@@ -88,6 +104,9 @@ describe.each(['report', 'off'] as const)('drift policy %s', (policy) => {
       `drift "${policy}": a full pass must not restore a managed file someone else changed`,
     ).toBe(TAMPERED);
     if (policy === 'off') expect(driftWarnings(daemon)).toEqual([]);
+    // `report` counts what it saw; neither policy repairs.
+    expect(await counter(h, 'config_agent_drift_detected_total')).toBe(policy === 'report' ? 1 : 0);
+    expect(await counter(h, 'config_agent_drift_repairs_total')).toBe(0);
     expect(daemon.alive).toBe(true);
   });
 });

@@ -163,6 +163,7 @@ describe('daemon polling', { timeout: 30_000 }, () => {
       { what: 'a textfile counting two converged passes' },
     );
     expect(text).toMatch(/^config_agent_managed_files\{device_id="dvc_it_01"\} 2$/m);
+    expect(text).toMatch(/^config_agent_instances\{[^}]*status="deployed"[^}]*\} 2$/m);
     expect(text).toMatch(/^config_agent_last_success_timestamp_seconds\{[^}]*\} (\d+)$/m);
     const lastSuccess = Number(
       /^config_agent_last_success_timestamp_seconds\{[^}]*\} (\d+)$/m.exec(text)?.[1],
