@@ -43,6 +43,12 @@ export const FaultRequest = z.strictObject({
   /** A regular expression tested against the request's path (no query string), e.g. `^/v1/config_instances$`. */
   match: z.string().refine(isValidRegex, { message: 'must be a valid regular expression' }),
   count: z.int().min(1),
+  /**
+   * Extension: how many matching requests pass untouched before the fault applies (default 0), so a later
+   * request (page 2 of a list, the third report) can be targeted. Every fault still skipping counts each
+   * request its pattern matches, whichever fault (if any) applies to that request.
+   */
+  skip: z.int().min(0).optional(),
   status: z.int().min(400).max(599).optional(),
   /** Seconds, sent as the `Retry-After` header of a status fault. */
   retry_after: z.int().min(0).optional(),
@@ -53,8 +59,15 @@ export const FaultRequest = z.strictObject({
 });
 export type FaultRequest = z.infer<typeof FaultRequest>;
 
-/** A registered fault as the admin API returns it: `remaining` counts down as matching requests consume it. */
-export const ActiveFault = FaultRequest.extend({ id: z.string(), remaining: z.int().min(0) });
+/**
+ * A registered fault as the admin API returns it: `remaining` counts down as matching requests consume it,
+ * `skip_remaining` (present when `skip` was given) as matching requests pass before it applies.
+ */
+export const ActiveFault = FaultRequest.extend({
+  id: z.string(),
+  remaining: z.int().min(0),
+  skip_remaining: z.int().min(0).optional(),
+});
 export type ActiveFault = z.infer<typeof ActiveFault>;
 
 export const ActiveFaultList = z.object({ data: z.array(ActiveFault) });

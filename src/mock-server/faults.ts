@@ -1,4 +1,4 @@
-// Fault injection: makes the next n requests whose path matches a registered pattern fail in a chosen way.
+// Fault injection: the next n requests whose path matches a registered pattern, after `skip` of them, fail as chosen.
 import type { HttpBindings } from '@hono/node-server';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import type { Context, MiddlewareHandler } from 'hono';

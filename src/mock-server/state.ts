@@ -158,7 +158,7 @@ export class MockState {
   readonly deployments = new Map<string, DeploymentRecord>();
   /** Every accepted status report, in arrival order. */
   readonly reports: ReceivedReport[] = [];
-  /** Registered faults that still have matches left, in registration order (the first match wins). */
+  /** Registered faults that still have matches left, in registration order (the first armed match wins). */
   readonly faults: ActiveFault[] = [];
   /** Requests per route key (`GET /v1/config_instances`), admin routes excluded. */
   readonly stats = new Map<string, number>();
@@ -330,14 +330,28 @@ export class MockState {
 
   addFault(request: FaultRequest): ActiveFault {
     this.faultSequence += 1;
-    const fault: ActiveFault = { id: `flt_${this.faultSequence}`, ...request, remaining: request.count };
+    const fault: ActiveFault = {
+      id: `flt_${this.faultSequence}`,
+      ...request,
+      remaining: request.count,
+      ...(request.skip === undefined ? {} : { skip_remaining: request.skip }),
+    };
     this.faults.push(fault);
     return { ...fault };
   }
 
-  /** Consumes one match of the first fault whose pattern matches `path`; exhausted faults are dropped. */
+  /**
+   * Picks the fault for a request to `path`: the first registered fault matching it that skips no more
+   * requests, consuming one of its matches (exhausted faults are dropped). Every matching fault still
+   * skipping counts this request as one of the ones it lets through.
+   */
   takeFault(path: string): ActiveFault | undefined {
-    const index = this.faults.findIndex((fault) => new RegExp(fault.match).test(path));
+    let index = -1;
+    this.faults.forEach((fault, position) => {
+      if (!new RegExp(fault.match).test(path)) return;
+      if ((fault.skip_remaining ?? 0) > 0) fault.skip_remaining = (fault.skip_remaining ?? 0) - 1;
+      else if (index === -1) index = position;
+    });
     const fault = this.faults[index];
     if (fault === undefined) return undefined;
     fault.remaining -= 1;

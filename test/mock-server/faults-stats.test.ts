@@ -110,12 +110,66 @@ describe('status faults', () => {
     [{ match: 'x', count: 1, mode: 'explode' }, 'mode'],
     [{ match: 'x', count: 1, status: 200 }, 'status'],
     [{ match: 'x', count: 1, retry_after: -1 }, 'retry_after'],
+    [{ match: 'x', count: 1, skip: -1 }, 'skip'],
+    [{ match: 'x', count: 1, skip: 0.5 }, 'skip'],
     [{ count: 1 }, 'match'],
   ])('rejects the fault %j naming %s', async (body, field) => {
     const response = await call(server, 'POST', '/_admin/faults', { body });
     expect(response.status).toBe(400);
     expect(ErrorBody.parse(response.body).error.message).toContain(field);
     expect(server.state.faults).toEqual([]);
+  });
+});
+
+describe('skip: the first n matching requests pass before the fault applies', () => {
+  it('targets page 2 of a list: page 1 answers 200, then `count` faults, then the list works again', async () => {
+    const fault = await addFault({ match: '^/v1/devices$', count: 2, skip: 1, status: 503 });
+    expect(fault).toMatchObject({ skip: 1, skip_remaining: 1, remaining: 2 });
+
+    // Requests the pattern does not match spend no skip.
+    expect((await get(server, '/v1/releases')).status).toBe(200);
+    const page1 = await get(server, '/v1/devices?limit=1&offset=0');
+    expect(page1.status).toBe(200);
+    expect(DeviceList.parse(page1.body).data).toHaveLength(1);
+    const listed = ActiveFaultList.parse((await get(server, '/_admin/faults')).body);
+    expect(listed.data).toMatchObject([{ id: fault.id, skip_remaining: 0, remaining: 2 }]);
+
+    // The query string is not part of the path the pattern is tested against.
+    for (let attempt = 0; attempt < 2; attempt += 1) {
+      const page2 = await get(server, '/v1/devices?limit=1&offset=1');
+      expect(page2.status).toBe(503);
+      expect(ErrorBody.parse(page2.body).error.code).toBe('service_unavailable');
+    }
+    expect((await get(server, '/v1/devices?limit=1&offset=1')).status).toBe(200);
+    expect(server.state.faults).toEqual([]);
+  });
+
+  it('skipped requests reach the handler: the skipped report is recorded, the reset one is not', async () => {
+    await addFault({ match: '^/v1/config_instances/[^/]+$', count: 1, skip: 1, mode: 'reset' });
+    const route = '/v1/config_instances/cfg_r1_motion_limits_next';
+    const body = { activity_status: 'deployed', error_status: 'none' };
+    expect((await call(server, 'PATCH', route, { body })).status).toBe(200);
+    await expect(
+      call(server, 'PATCH', route, { body: { ...body, error_status: 'retrying' } }),
+    ).rejects.toThrow();
+    expect(server.state.reports.map((r) => [r.config_instance_id, r.error_status])).toEqual([
+      ['cfg_r1_motion_limits_next', 'none'],
+    ]);
+    expect(server.state.faults).toEqual([]);
+  });
+
+  it('a fault still skipping counts every request it matches, even one another fault answered', async () => {
+    await addFault({ match: '^/v1/', count: 1, skip: 1, status: 500 });
+    await addFault({ match: '^/v1/devices$', count: 1, status: 502 });
+    expect((await get(server, '/v1/devices')).status).toBe(502);
+    expect((await get(server, '/v1/devices')).status).toBe(500);
+    expect((await get(server, '/v1/devices')).status).toBe(200);
+  });
+
+  it('skip 0 is the same as no skip', async () => {
+    await addFault({ match: '^/v1/devices$', count: 1, skip: 0, status: 500 });
+    expect((await get(server, '/v1/devices')).status).toBe(500);
+    expect((await get(server, '/v1/devices')).status).toBe(200);
   });
 });
 
