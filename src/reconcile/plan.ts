@@ -84,12 +84,7 @@ export type Step =
       reason: 'failed' | 'in_place' | 'drift_kept' | 'awaiting_owner';
     };
 
-export type ReportReason =
-  | 'archive'
-  | 'already_in_place'
-  | 'replaced_by_owner'
-  | 'not_ours'
-  | 'already_absent';
+export type ReportReason = 'archive' | 'already_in_place' | 'replaced_by_owner' | 'not_ours';
 
 export type StepKind = Step['kind'];
 
@@ -125,7 +120,6 @@ export function planSteps(input: PlanInput): Step[] {
     winnerByPath.set(path, [...group].sort((a, b) => byNewestFirst(a, b, operatorUpdatedAt))[0]!);
   }
 
-  // Paths some instance still targets `deployed` at, failed ones included: their files are never removed.
   const claimedPaths = new Set(
     input.instances
       .filter((instance) => instance.target_status === 'deployed')
@@ -174,65 +168,13 @@ export function planSteps(input: PlanInput): Step[] {
   }
 
   // Phase 2: target removed or created (or anything not `deployed`): the file goes, if it is ours to remove.
+  const facts: RemovalFacts = { input, pathProblems, winnerByPath, claimedPaths, writeById };
   for (const instance of removals) {
-    const path = instance.relative_filepath;
-    const problem = pathProblems.get(instance.id);
-    const owned = input.local.files.get(path);
-    const ownedByThis = owned?.instanceId === instance.id && problem === undefined;
-    const wasDeployed = instance.activity_status === 'deployed' || ownedByThis;
-    if (!wasDeployed) {
-      if (instance.activity_status !== 'removed') {
-        others.push({ kind: 'report', instance, report: removedReport(), reason: 'archive' });
-      }
-      continue;
-    }
-    const winner = problem === undefined ? winnerByPath.get(path) : undefined;
-    const claimed = problem === undefined && claimedPaths.has(path);
-    if (claimed && (ownedByThis || owned !== undefined)) {
-      // Another instance targets `deployed` at this path and takes the file over: our status changes only
-      // once the file is the new owner's, so the service never hears "removed" while our bytes stay. If that
-      // instance failed for good, our file stays too: a device keeps a working config rather than none.
-      const takeover = winner === undefined ? undefined : writeById.get(winner.id);
-      if (winner !== undefined && owned?.instanceId === winner.id) {
-        others.push({ kind: 'report', instance, report: removedReport(), reason: 'replaced_by_owner' });
-      } else if (takeover !== undefined) {
-        takeover.supersedes.push(instance);
-      } else if (ownedByThis) {
-        others.push({ kind: 'untouched', instance, reason: 'awaiting_owner' });
-      } else {
-        // The bytes there are another earlier instance's, not ours: nothing of this one is on disk.
-        others.push({
-          kind: 'report',
-          instance,
-          report: removedReport('replaced_by_owner'),
-          reason: 'replaced_by_owner',
-        });
-      }
-      continue;
-    }
-    if (
-      !ownedByThis &&
-      owned !== undefined &&
-      problem === undefined &&
-      input.complete &&
-      !claimedPaths.has(path)
-    ) {
-      // Recorded as written by us for an earlier owner, and no instance wants the path any more: our file,
-      // unwanted. (An owner that never took the file over would otherwise leave it behind for good.) Only a
-      // complete pull can tell that nobody wants the path.
-      removes.push({ kind: 'remove', instance, path });
-      continue;
-    }
-    if (!ownedByThis) {
-      // Deployed per the service but not recorded as written by us (lost state, another owner): never delete.
-      const reason: ReportReason =
-        winner !== undefined || owned !== undefined ? 'replaced_by_owner' : 'not_ours';
-      others.push({ kind: 'report', instance, report: removedReport(reason), reason });
-      continue;
-    }
-    // Even when the file is already gone the remover runs: it prunes the directories the agent created and the
-    // record is forgotten; a bare report would leave both behind for good.
-    removes.push({ kind: 'remove', instance, path });
+    const planned = planRemoval(instance, facts);
+    if (planned === undefined) continue;
+    if (planned.kind === 'remove') removes.push(planned);
+    else if (planned.kind === 'supersede') planned.takeover.supersedes.push(instance);
+    else others.push(planned);
   }
 
   // A removal whose config schema another instance now serves is a swap: applied with that instance's write
@@ -258,6 +200,66 @@ export function planSteps(input: PlanInput): Step[] {
 
   // Removals first, so a path freed by one instance can be taken by another in the same pass.
   return [...steps, ...standaloneRemoves, ...writes, ...others];
+}
+
+interface RemovalFacts {
+  input: PlanInput;
+  pathProblems: ReadonlyMap<string, string>;
+  winnerByPath: ReadonlyMap<string, ConfigInstance>;
+  /** Paths some instance still targets `deployed` at, failed ones included: their files are never removed. */
+  claimedPaths: ReadonlySet<string>;
+  writeById: ReadonlyMap<string, WriteStep>;
+}
+
+/** What becomes of an instance that no longer targets `deployed`; undefined: nothing to do. */
+function planRemoval(
+  instance: ConfigInstance,
+  facts: RemovalFacts,
+): RemoveStep | Step | { kind: 'supersede'; takeover: WriteStep } | undefined {
+  const { input, winnerByPath, claimedPaths, writeById } = facts;
+  const path = instance.relative_filepath;
+  const problem = facts.pathProblems.get(instance.id);
+  const owned = input.local.files.get(path);
+  const ownedByThis = owned?.instanceId === instance.id && problem === undefined;
+  if (instance.activity_status !== 'deployed' && !ownedByThis) {
+    // Never deployed by us: archive, disk untouched.
+    return instance.activity_status === 'removed'
+      ? undefined
+      : { kind: 'report', instance, report: removedReport(), reason: 'archive' };
+  }
+  const winner = problem === undefined ? winnerByPath.get(path) : undefined;
+  if (problem === undefined && claimedPaths.has(path) && owned !== undefined) {
+    // Another instance targets `deployed` at this path and takes the file over: our status changes only
+    // once the file is the new owner's, so the service never hears "removed" while our bytes stay. If that
+    // instance failed for good, our file stays too: a device keeps a working config rather than none.
+    const takeover = winner === undefined ? undefined : writeById.get(winner.id);
+    if (winner !== undefined && owned.instanceId === winner.id) {
+      return { kind: 'report', instance, report: removedReport(), reason: 'replaced_by_owner' };
+    }
+    if (takeover !== undefined) return { kind: 'supersede', takeover };
+    if (ownedByThis) return { kind: 'untouched', instance, reason: 'awaiting_owner' };
+    // The bytes there are another earlier instance's, not ours: nothing of this one is on disk.
+    return {
+      kind: 'report',
+      instance,
+      report: removedReport('replaced_by_owner'),
+      reason: 'replaced_by_owner',
+    };
+  }
+  if (ownedByThis) {
+    // Even when the file is already gone the remover runs: it prunes the directories the agent created and the
+    // record is forgotten; a bare report would leave both behind for good.
+    return { kind: 'remove', instance, path };
+  }
+  if (owned !== undefined && problem === undefined && input.complete && !claimedPaths.has(path)) {
+    // Recorded as written by us for an earlier owner, and no instance wants the path any more: our file,
+    // unwanted. (An owner that never took the file over would otherwise leave it behind for good.) Only a
+    // complete pull can tell that nobody wants the path.
+    return { kind: 'remove', instance, path };
+  }
+  // Deployed per the service but not recorded as written by us (lost state, another owner): never delete.
+  const reason: ReportReason = winner !== undefined || owned !== undefined ? 'replaced_by_owner' : 'not_ours';
+  return { kind: 'report', instance, report: removedReport(reason), reason };
 }
 
 function planDeployed(instance: ConfigInstance, input: PlanInput): Step {
