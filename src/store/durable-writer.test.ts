@@ -123,6 +123,21 @@ function withFault(base: FsPort, fault: Step, options: { code?: string; onStep?:
   };
 }
 
+/** Every `open` the writer makes through `base`: the path and the flags it passed. */
+function recordingOpens(base: FsPort): { fs: FsPort; opens: Array<{ file: string; flags: number }> } {
+  const opens: Array<{ file: string; flags: number }> = [];
+  const fs: FsPort = {
+    ...base,
+    open: (async (file: string, flags: number, mode?: number) => {
+      opens.push({ file: String(file), flags });
+      return base.open(file, flags, mode);
+    }) as FsPort['open'],
+  };
+  return { fs, opens };
+}
+
+const TEMP_NAME = new RegExp(`^${TEMP_PREFIX.replaceAll('.', '\\.')}[0-9a-f]{24,}$`);
+
 describe('publishFile', () => {
   it('writes the bytes with the requested mode and reports them', async () => {
     const { fs } = memfs();
@@ -323,6 +338,34 @@ describe('publishFile', () => {
     expect(await snapshot(fs, '/')).toEqual(before);
   });
 
+  it('creates the temp file with O_CREAT|O_EXCL|O_NOFOLLOW beside the target, never following or reusing one', async () => {
+    const { fs: base } = memfs({ [`${ROOT}/etc/app.conf`]: 'old' });
+    const { fs, opens } = recordingOpens(base);
+    await publishFile(fs, request('etc/app.conf', 'new'));
+    const temps = opens.filter((o) => path.basename(o.file).startsWith(TEMP_PREFIX));
+    expect(temps).toHaveLength(1);
+    const [temp] = temps;
+    expect(path.dirname(temp!.file)).toBe(`${ROOT}/etc`);
+    // O_EXCL: a file (or symlink) planted at the name makes the open fail instead of being written through.
+    expect(temp!.flags & constants.O_EXCL).toBe(constants.O_EXCL);
+    expect(temp!.flags & constants.O_NOFOLLOW).toBe(constants.O_NOFOLLOW);
+    expect(temp!.flags & constants.O_CREAT).toBe(constants.O_CREAT);
+    expect(temp!.flags & (constants.O_WRONLY | constants.O_RDWR)).toBe(constants.O_WRONLY);
+  });
+
+  it('gives every temp file an unguessable name: the reserved prefix and at least 24 random hex digits', async () => {
+    const { fs: base } = memfs();
+    const { fs, opens } = recordingOpens(base);
+    await publishFile(fs, request('app.conf', 'first'));
+    await publishFile(fs, request('app.conf', 'second'));
+    await publishFile(fs, request('other.conf', 'third'));
+    const names = opens.map((o) => path.basename(o.file)).filter((name) => name.startsWith(TEMP_PREFIX));
+    expect(names).toHaveLength(3);
+    for (const name of names) expect(name).toMatch(TEMP_NAME);
+    expect(new Set(names).size).toBe(3);
+    expect((await fs.readFile(`${ROOT}/app.conf`)).toString()).toBe('second');
+  });
+
   it('refuses a directory at the target', async () => {
     const { fs } = memfs({ [`${ROOT}/app.conf/inner`]: 'x' });
     await expect(publishFile(fs, request('app.conf', 'x'))).rejects.toMatchObject({
@@ -410,6 +453,44 @@ describe('removeManagedFile', () => {
       await removeManagedFile(fs, { rootDir: ROOT, relativePath: 'x', pruneDirs: ['etc/empty', 'etc'] }),
     ).toBe('absent');
     expect(await snapshot(fs, '/')).toEqual(before);
+  });
+
+  it('fsyncs the parent directory after the unlink: a failed directory fsync is a DiskError naming it', async () => {
+    const { fs } = memfs({ [`${ROOT}/etc/app.conf`]: 'x', [`${ROOT}/etc/keep`]: 'k' });
+    const error = await removeManagedFile(withFault(fs, 'dir-sync', { code: 'EIO' }), {
+      rootDir: ROOT,
+      relativePath: 'etc/app.conf',
+      pruneDirs: [],
+    }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DiskError);
+    expect(error).toMatchObject({
+      code: 'disk_error',
+      retryable: true,
+      errno: 'EIO',
+      operation: 'fsync directory',
+      path: 'etc',
+    });
+    // The unlink happened; only its durability could not be confirmed.
+    expect(await snapshot(fs, `${ROOT}/etc`)).toEqual({ [`${ROOT}/etc/keep`]: '666 k' });
+  });
+
+  it('fsyncs the root itself for a file at the top level, and nothing for an absent file', async () => {
+    const { fs: base } = memfs({ [`${ROOT}/app.conf`]: 'x' });
+    const { fs, opens } = recordingOpens(base);
+    expect(await removeManagedFile(fs, { rootDir: ROOT, relativePath: 'app.conf', pruneDirs: [] })).toBe(
+      'removed',
+    );
+    expect(
+      opens.filter((o) => (o.flags & constants.O_DIRECTORY) !== 0).map((o) => path.resolve(o.file)),
+    ).toEqual([ROOT]);
+    // Already gone: 'absent' has no unlink to make durable, so a failing directory fsync is never met.
+    expect(
+      await removeManagedFile(withFault(base, 'dir-sync', { code: 'EIO' }), {
+        rootDir: ROOT,
+        relativePath: 'app.conf',
+        pruneDirs: [],
+      }),
+    ).toBe('absent');
   });
 
   it('rejects hostile prune dirs before removing anything', async () => {
