@@ -1076,3 +1076,37 @@ describe('applySteps: stopping', () => {
     expect(leftoverTempFiles(world)).toEqual([]);
   });
 });
+
+describe('applySteps: one instance never stops the others', () => {
+  it('an unexpected error in one step costs that instance an attempt and the next steps still run', async () => {
+    const world = await makeWorld();
+    world.service.put(
+      makeInstance({ id: 'cfg_1', relative_filepath: 'one.json', target_status: 'removed' }),
+      makeInstance({ id: 'cfg_2', relative_filepath: 'two.json', target_status: 'removed' }),
+      makeInstance({ id: 'cfg_3', relative_filepath: 'three.json', config_schema_id: 's3' }),
+    );
+    const instances = world.service.list();
+    const steps = planSteps({
+      instances,
+      local: world.state,
+      disk: await observe(world, instances),
+      now: world.clock.monotonic(),
+      fileMode: FILE_MODE,
+      complete: true,
+    });
+    // A bug (not a disk error) in the first archive's report: outside what the handler classifies.
+    const enqueue = world.outbox.enqueue.bind(world.outbox);
+    world.outbox.enqueue = (instanceId, report, now) => {
+      if (instanceId === 'cfg_1' && report.activity_status === 'removed') throw new TypeError('outbox bug');
+      enqueue(instanceId, report, now);
+    };
+
+    const outcomes = await applySteps(steps, world.ctx);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'retrying', converged: false });
+    expect(world.state.instances.get('cfg_1')).toMatchObject({ attempts: 1, error: 'retrying' });
+    expect(outcomeOf(outcomes, 'cfg_2')).toMatchObject({ action: 'archived', converged: true });
+    expect(outcomeOf(outcomes, 'cfg_3')).toMatchObject({ action: 'written', converged: true });
+    expect(text(world, 'three.json')).toBe(jsonText({ port: 8080 }));
+  });
+});

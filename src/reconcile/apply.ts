@@ -128,7 +128,14 @@ export async function applySteps(steps: readonly Step[], ctx: ApplyContext): Pro
   for (const step of steps) {
     ctx.signal?.throwIfAborted();
     const handler = handlers[step.kind] as StepHandler<typeof step.kind>;
-    const stepOutcomes = await handler(step as never, ctx);
+    let stepOutcomes: InstanceOutcome[];
+    try {
+      stepOutcomes = await handler(step as never, ctx);
+    } catch (error) {
+      // Handlers classify the failures they expect; anything else still costs only this instance an attempt.
+      if (ctx.signal?.aborted) throw error;
+      stepOutcomes = [recordFailure(ctx, step.instance, error, step.kind)];
+    }
     outcomes.push(...stepOutcomes);
     if (ctx.trackHookPaths) {
       // Recorded as each step lands, so a pass cut short still hands its changes to the hooks.
