@@ -1,0 +1,159 @@
+// The logger never lets a registered secret out: raw, JSON-escaped, percent-encoded, in errors and under known keys.
+import { Writable } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { createLogger, createSecretRegistry, type Logger, REDACTED, type SecretRegistry } from './logger.js';
+
+const API_KEY = 'sk_live_logger_test_5f1c9a0b7e';
+/** A key with characters that JSON escapes (`"` and `\`) and that a URL percent-encodes (`/`, `+`, `=`, space). */
+const AWKWARD_KEY = 'k"ey\\with/odd+chars= and space';
+
+/** Every form in which a secret could leave inside a JSON log line. */
+function leakedForms(secret: string): string[] {
+  return [
+    secret,
+    JSON.stringify(secret).slice(1, -1),
+    encodeURIComponent(secret),
+    // A percent-encoded key logged inside a JSON string: `%` needs no escaping, so the same bytes.
+    JSON.stringify(encodeURIComponent(secret)).slice(1, -1),
+  ];
+}
+
+/** A logger whose output is collected in memory; `lines()` parses each JSON line written so far. */
+function capture(secrets: SecretRegistry): { logger: Logger; text: () => string; lines: () => unknown[] } {
+  const chunks: string[] = [];
+  const destination = new Writable({
+    write(chunk: Buffer | string, _encoding, callback) {
+      chunks.push(chunk.toString());
+      callback();
+    },
+  });
+  const logger = createLogger({ level: 'trace', secrets, destination });
+  const text = () => chunks.join('');
+  return {
+    logger,
+    text,
+    lines: () =>
+      text()
+        .split('\n')
+        .filter((line) => line !== '')
+        .map((line) => JSON.parse(line) as unknown),
+  };
+}
+
+function registryWith(...secrets: string[]): SecretRegistry {
+  const registry = createSecretRegistry();
+  for (const secret of secrets) registry.add(secret);
+  return registry;
+}
+
+function expectNoLeak(output: string, secret: string): void {
+  for (const form of leakedForms(secret)) expect(output).not.toContain(form);
+}
+
+describe('createLogger: secrets are scrubbed from every line', () => {
+  it('in the message, the merge object (nested) and arrays', () => {
+    const { logger, text, lines } = capture(registryWith(API_KEY));
+    logger.info(`calling the service with key ${API_KEY}`);
+    logger.warn({ request: { auth: { token: API_KEY }, list: ['a', API_KEY] } }, 'nested');
+    logger.child({ component: 'client', key: API_KEY }).error('from a child logger');
+
+    expectNoLeak(text(), API_KEY);
+    const [message, nested, child] = lines() as Record<string, unknown>[];
+    expect(message?.msg).toBe(`calling the service with key ${REDACTED}`);
+    expect(nested).toMatchObject({ request: { auth: { token: REDACTED }, list: ['a', REDACTED] } });
+    expect(child).toMatchObject({ component: 'client', key: REDACTED, msg: 'from a child logger' });
+  });
+
+  it("in an error's message and stack, and in its cause", () => {
+    const { logger, text, lines } = capture(registryWith(API_KEY));
+    const cause = new Error(`socket for ${API_KEY} closed`);
+    const error = new Error(`request with X-API-Key ${API_KEY} failed`, { cause });
+    expect(error.stack).toContain(API_KEY);
+    logger.error({ err: error }, 'pull failed');
+    logger.error(error);
+
+    expectNoLeak(text(), API_KEY);
+    const [withErr, bare] = lines() as Array<{ err?: { message: string; stack: string }; msg: string }>;
+    // pino's error serializer appends the cause's message: both are scrubbed.
+    expect(withErr?.err?.message).toBe(
+      `request with X-API-Key ${REDACTED} failed: socket for ${REDACTED} closed`,
+    );
+    expect(withErr?.err?.stack).toContain(`X-API-Key ${REDACTED} failed`);
+    expect(bare?.msg).toContain(REDACTED);
+    expect(text()).toContain(`socket for ${REDACTED} closed`);
+  });
+
+  it('JSON-escaped: a key holding `"` and `\\` is caught in the escaped form the JSON line carries', () => {
+    const { logger, text, lines } = capture(registryWith(AWKWARD_KEY));
+    // Logged as a value the key is written escaped (`k\"ey\\with...`): the raw bytes never occur in the line.
+    logger.info({ header: AWKWARD_KEY }, `message ${AWKWARD_KEY}`);
+    logger.info({ wrapped: `prefix-${AWKWARD_KEY}-suffix` }, 'inside a longer string');
+
+    expectNoLeak(text(), AWKWARD_KEY);
+    const [first, second] = lines() as Record<string, unknown>[];
+    expect(first).toMatchObject({ header: REDACTED, msg: `message ${REDACTED}` });
+    expect(second).toMatchObject({ wrapped: `prefix-${REDACTED}-suffix` });
+  });
+
+  it('percent-encoded in a URL', () => {
+    const { logger, text, lines } = capture(registryWith(AWKWARD_KEY));
+    const url = `https://configs.example.com/v1/config_instances?api_key=${encodeURIComponent(AWKWARD_KEY)}&x=1`;
+    expect(url).not.toContain(AWKWARD_KEY);
+    logger.info({ url }, `GET ${url}`);
+
+    expectNoLeak(text(), AWKWARD_KEY);
+    const [line] = lines() as Record<string, unknown>[];
+    expect(line?.url).toBe(`https://configs.example.com/v1/config_instances?api_key=${REDACTED}&x=1`);
+  });
+
+  it("under headers['x-api-key'] and apiKey, even a value the registry does not know", () => {
+    const unregistered = 'sk_never_registered_0123456789';
+    const { logger, text, lines } = capture(registryWith(API_KEY));
+    logger.info({ headers: { 'x-api-key': unregistered, accept: 'application/json' } }, 'top level');
+    logger.info({ req: { headers: { 'X-API-Key': unregistered } } }, 'one level down');
+    logger.info({ apiKey: unregistered, config: { apiKey: unregistered } }, 'config');
+    logger.info({ headers: { 'x-api-key': API_KEY } }, 'registered too');
+
+    expectNoLeak(text(), unregistered);
+    expectNoLeak(text(), API_KEY);
+    const [top, nested, config, registered] = lines() as Record<string, unknown>[];
+    expect(top).toMatchObject({ headers: { 'x-api-key': REDACTED, accept: 'application/json' } });
+    expect(nested).toMatchObject({ req: { headers: { 'X-API-Key': REDACTED } } });
+    expect(config).toMatchObject({ apiKey: REDACTED, config: { apiKey: REDACTED } });
+    expect(registered).toMatchObject({ headers: { 'x-api-key': REDACTED } });
+  });
+
+  it('every secret of the registry, including one added after the logger was created', () => {
+    const registry = registryWith(API_KEY);
+    const { logger, text } = capture(registry);
+    const rotated = 'sk_rotated_after_reload_42';
+    registry.add(rotated);
+    logger.info(`old ${API_KEY} new ${rotated}`);
+    expectNoLeak(text(), API_KEY);
+    expectNoLeak(text(), rotated);
+    expect(text()).toContain(`old ${REDACTED} new ${REDACTED}`);
+  });
+});
+
+describe('createSecretRegistry', () => {
+  // Secrets under 4 characters are not registered (MIN_SECRET_LENGTH in logger.ts): scrubbing "on" from every
+  // line would shred unrelated words, numbers and JSON keys, and the [REDACTED] marks would point at every spot
+  // those characters occur. A key that short is guessable anyway, so hiding it would protect nothing.
+  it('ignores secrets shorter than 4 characters; 4 is enough', () => {
+    const registry = registryWith('', 'a', 'ab', 'abc', 'wxyz');
+    expect(registry.scrub('a ab abc cab wxyz')).toBe(`a ab abc cab ${REDACTED}`);
+
+    const { logger, text } = capture(registryWith('on'));
+    logger.info({ status: 'online' }, 'connection on');
+    expect(text()).toContain('"msg":"connection on"');
+    expect(text()).toContain('"status":"online"');
+  });
+
+  it('scrubs every occurrence, and leaves text without a secret unchanged', () => {
+    const registry = registryWith(API_KEY);
+    expect(registry.scrub(`${API_KEY}${API_KEY} and ${API_KEY}`)).toBe(
+      `${REDACTED}${REDACTED} and ${REDACTED}`,
+    );
+    expect(registry.scrub('nothing to hide here')).toBe('nothing to hide here');
+  });
+});
