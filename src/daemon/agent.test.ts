@@ -1,0 +1,557 @@
+// AgentDaemon's timing policy and lifecycle: a fake clock and a scripted reconciler record every wait and pass mode.
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { createFsFromVolume, Volume } from 'memfs';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { ServiceClient } from '../api/client.js';
+import { callAgent } from '../cli/local-client.js';
+import { parseAgentConfig } from '../config/load.js';
+import type { Clock } from '../lib/clock.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import type {
+  PassError,
+  PassMode,
+  PassOptions,
+  PassResult,
+  Reconciler,
+  ReconcilerSettings,
+} from '../reconcile/reconcile.js';
+import { emptyState } from '../store/state.js';
+import { AgentDaemon } from './agent.js';
+import { LocalApiServer } from './local-api.js';
+import { AgentMetrics } from './metrics.js';
+
+const INTERVAL_MS = 30_000;
+const JITTER = 0.2;
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+const HOUR = 60 * MINUTE;
+const DAY = 24 * HOUR;
+/** The policy's bounds (agent.ts): outage backoff cap, Retry-After clamp, loop lateness, pass budget, min wait. */
+const BACKOFF_CAP_MS = 15 * MINUTE;
+const RETRY_AFTER_CLAMP_MS = 30 * MINUTE;
+const LOOP_LATE_MS = MINUTE;
+const PASS_STALL_MS = 10 * MINUTE;
+const MIN_WAIT_MS = SECOND;
+
+interface PendingSleep {
+  ms: number;
+  /** Ends the sleep at its due time, or now when the test already moved the clock past it. */
+  release(): void;
+}
+
+/** Time under the test's control: sleeps are recorded and end only when released (or woken by the daemon). */
+class FakeClock implements Clock {
+  mono = 5_000_000;
+  wall = Date.parse('2030-06-01T12:00:00Z');
+  readonly sleeps: PendingSleep[] = [];
+
+  now(): number {
+    return this.wall;
+  }
+
+  monotonic(): number {
+    return this.mono;
+  }
+
+  sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const startedAt = this.mono;
+      const onAbort = () => reject(signal?.reason);
+      this.sleeps.push({
+        ms,
+        release: () => {
+          signal?.removeEventListener('abort', onAbort);
+          this.mono = Math.max(this.mono, startedAt + ms);
+          resolve();
+        },
+      });
+      if (signal?.aborted) onAbort();
+      else signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}
+
+/** What the next reconcile() returns; `hold` keeps the pass running until `finishHeldPass()`. */
+interface Scripted {
+  reachable: boolean;
+  retryAfterMs?: number;
+  hold?: boolean;
+  crash?: boolean;
+}
+
+/** Stands in for the Reconciler with exactly the members AgentDaemon uses, recording what it was asked. */
+class ScriptedReconciler {
+  readonly state = emptyState('dvc_unit', '/srv/config');
+  readonly modes: PassMode[] = [];
+  readonly signals: AbortSignal[] = [];
+  /** flushState and close, in the order the daemon called them, with the passes run by then. */
+  readonly lifecycle: string[] = [];
+  pendingReports = 0;
+  dueRetries = false;
+  nextRetry: () => number | undefined = () => undefined;
+  readonly #script: Scripted[] = [];
+  #held: (() => void) | undefined;
+
+  script(...passes: Scripted[]): void {
+    this.#script.push(...passes);
+  }
+
+  get holding(): boolean {
+    return this.#held !== undefined;
+  }
+
+  finishHeldPass(): void {
+    const held = this.#held;
+    this.#held = undefined;
+    held?.();
+  }
+
+  async reconcile(options: PassOptions): Promise<PassResult> {
+    this.modes.push(options.mode);
+    if (options.signal !== undefined) this.signals.push(options.signal);
+    const next = this.#script.shift() ?? { reachable: true };
+    if (next.hold === true) await new Promise<void>((resolve) => (this.#held = resolve));
+    if (next.crash === true) throw new Error('scripted crash');
+    return passResult(options.mode, next);
+  }
+
+  hasDueRetries(): boolean {
+    return this.dueRetries;
+  }
+
+  nextRetryAt(): number | undefined {
+    return this.nextRetry();
+  }
+
+  async flushState(): Promise<void> {
+    this.lifecycle.push(`flush after ${this.modes.length} passes`);
+  }
+
+  async close(): Promise<void> {
+    this.lifecycle.push('close');
+  }
+
+  pendingHookPaths(): string[] {
+    return [];
+  }
+
+  settleHookPaths(): void {}
+}
+
+function passResult(mode: PassMode, scripted: Scripted): PassResult {
+  const error: PassError | undefined = scripted.reachable
+    ? undefined
+    : {
+        code: 'http_status',
+        message: 'service unavailable (503)',
+        retryable: true,
+        status: 503,
+        ...(scripted.retryAfterMs === undefined ? {} : { retryAfterMs: scripted.retryAfterMs }),
+      };
+  return {
+    mode,
+    dryRun: false,
+    startedAt: '2030-06-01T12:00:00.000Z',
+    durationMs: 12,
+    reachable: scripted.reachable,
+    ...(error === undefined ? {} : { error }),
+    steps: [],
+    outcomes: [],
+    reports: { delivered: 0, rejected: 0, pending: 0 },
+    sweptTempFiles: [],
+    converged: scripted.reachable,
+  };
+}
+
+interface Agent {
+  daemon: AgentDaemon;
+  clock: FakeClock;
+  reconciler: ScriptedReconciler;
+  /** What `random()` returns from now on. */
+  random: number;
+}
+
+const started: AgentDaemon[] = [];
+
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
+});
+
+async function startAgent(options: { random?: number; timeoutSeconds?: number } = {}): Promise<Agent> {
+  const config = parseAgentConfig(
+    {
+      deviceId: 'dvc_unit',
+      server: { baseUrl: 'https://dcds.example.com', timeoutSeconds: options.timeoutSeconds ?? 30 },
+      rootDir: '/srv/config',
+      stateDir: '/var/lib/config-agent',
+      poll: { intervalSeconds: INTERVAL_MS / 1000, jitterRatio: JITTER, fullResyncSeconds: 600 },
+      drift: 'off',
+    },
+    'agent.test',
+  );
+  const clock = new FakeClock();
+  const reconciler = new ScriptedReconciler();
+  const settings: ReconcilerSettings = {
+    deviceId: config.deviceId,
+    rootDir: config.rootDir,
+    stateDir: config.stateDir,
+    fileMode: config.files.mode,
+    dirMode: config.files.dirMode,
+    retry: config.retry,
+    requestRetries: 0,
+  };
+  const agent: Agent = { daemon: undefined as unknown as AgentDaemon, clock, reconciler, random: 1 };
+  if (options.random !== undefined) agent.random = options.random;
+  agent.daemon = new AgentDaemon({
+    deps: {
+      fs: createFsFromVolume(new Volume()).promises as unknown as FsPort,
+      clock,
+      random: () => agent.random,
+      logger: silentLogger(),
+    },
+    config,
+    client: {} as ServiceClient,
+    reconciler: reconciler as unknown as Reconciler,
+    metrics: new AgentMetrics({ deviceId: config.deviceId }),
+    settings,
+    hookEnv: {},
+  });
+  started.push(agent.daemon);
+  await agent.daemon.start();
+  await settle(() => clock.sleeps.length === 1, 'the boot wait');
+  return agent;
+}
+
+/** Lets the daemon's promise chains run until `done` holds; bounded, since nothing here waits on real time. */
+async function settle(done: () => boolean, what: string): Promise<void> {
+  for (let turn = 0; turn < 500; turn += 1) {
+    if (done()) return;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  throw new Error(`the daemon never reached: ${what}`);
+}
+
+/** Ends the current wait; the daemon runs one pass and asks for its next wait. */
+async function nextPass(agent: Agent): Promise<{ mode: PassMode; waitMs: number }> {
+  const { clock, reconciler } = agent;
+  const sleeps = clock.sleeps.length;
+  const passes = reconciler.modes.length;
+  clock.sleeps.at(-1)?.release();
+  await settle(() => clock.sleeps.length > sleeps, 'the wait after a pass');
+  expect(reconciler.modes).toHaveLength(passes + 1);
+  return { mode: reconciler.modes.at(-1)!, waitMs: clock.sleeps.at(-1)!.ms };
+}
+
+async function passes(agent: Agent, count: number): Promise<{ modes: PassMode[]; waits: number[] }> {
+  const modes: PassMode[] = [];
+  const waits: number[] = [];
+  for (let k = 0; k < count; k += 1) {
+    const { mode, waitMs } = await nextPass(agent);
+    modes.push(mode);
+    waits.push(waitMs);
+  }
+  return { modes, waits };
+}
+
+const unreachable = (retryAfterMs?: number): Scripted =>
+  retryAfterMs === undefined ? { reachable: false } : { reachable: false, retryAfterMs };
+
+describe('AgentDaemon: the wait at boot', () => {
+  it('is jittered: random · jitterRatio · interval, and no pass runs before it ends', async () => {
+    const high = await startAgent({ random: 1 });
+    const middle = await startAgent({ random: 0.5 });
+    expect(high.clock.sleeps[0]?.ms).toBe(INTERVAL_MS * JITTER);
+    expect(middle.clock.sleeps[0]?.ms).toBe(INTERVAL_MS * JITTER * 0.5);
+    expect(high.reconciler.modes).toEqual([]);
+    expect((await nextPass(high)).mode).toBe('full');
+  });
+});
+
+describe('AgentDaemon: steady polling', () => {
+  it('waits interval · (1 ± jitterRatio); the first pass is full, the next ones incremental', async () => {
+    const agent = await startAgent({ random: 1 });
+    const high = await passes(agent, 3);
+    expect(high.modes).toEqual(['full', 'incremental', 'incremental']);
+    expect(high.waits).toEqual([36_000, 36_000, 36_000]);
+    agent.random = 0;
+    expect((await nextPass(agent)).waitMs).toBe(24_000);
+    agent.random = 0.5;
+    expect(await nextPass(agent)).toEqual({ mode: 'incremental', waitMs: INTERVAL_MS });
+  });
+
+  it('runs a full pass again once fullResyncSeconds have passed since the last one', async () => {
+    const agent = await startAgent({ random: 1 });
+    // 36 s apart: the 17th poll after the first full pass is 612 s later, the first one past 600 s.
+    const { modes } = await passes(agent, 19);
+    expect(modes[0]).toBe('full');
+    expect(modes.slice(1, 17)).toEqual(Array(16).fill('incremental'));
+    expect(modes.slice(17)).toEqual(['full', 'incremental']);
+  });
+
+  it('a trigger during a pass schedules exactly one more pass, never two', async () => {
+    const agent = await startAgent({ random: 1 });
+    await nextPass(agent);
+    agent.reconciler.script({ reachable: true, hold: true });
+    agent.clock.sleeps.at(-1)?.release();
+    await settle(() => agent.reconciler.holding, 'the held pass');
+    const triggers = [agent.daemon.syncNow(), agent.daemon.syncNow('incremental'), agent.daemon.syncNow()];
+    agent.reconciler.finishHeldPass();
+    const results = await Promise.all(triggers);
+    expect(results.map((result) => result.mode)).toEqual(['full', 'full', 'full']);
+    expect(agent.reconciler.modes).toEqual(['full', 'incremental', 'full']);
+  });
+});
+
+describe('AgentDaemon: outages', () => {
+  it('backs off with a ceiling that doubles from interval · 2 and caps at 15 min; passes after a failure are full', async () => {
+    const agent = await startAgent({ random: 1 });
+    await nextPass(agent);
+    agent.reconciler.script(...Array.from({ length: 7 }, () => unreachable()));
+    const outage = await passes(agent, 7);
+    // random() = 1: each wait is the ceiling itself.
+    expect(outage.waits).toEqual([
+      INTERVAL_MS * 2,
+      INTERVAL_MS * 4,
+      INTERVAL_MS * 8,
+      INTERVAL_MS * 16,
+      BACKOFF_CAP_MS,
+      BACKOFF_CAP_MS,
+      BACKOFF_CAP_MS,
+    ]);
+    expect(outage.modes).toEqual(['incremental', ...Array(6).fill('full')]);
+    expect(agent.daemon.status().consecutiveFailures).toBe(7);
+
+    // One success: back to the normal interval, and the pass after it is incremental again.
+    const recovery = await passes(agent, 2);
+    expect(recovery.modes).toEqual(['full', 'incremental']);
+    expect(recovery.waits).toEqual([36_000, 36_000]);
+    expect(agent.daemon.status().consecutiveFailures).toBe(0);
+
+    // A new outage starts from the bottom of the ladder, not where the last one ended.
+    agent.reconciler.script(unreachable());
+    expect(await nextPass(agent)).toEqual({ mode: 'incremental', waitMs: INTERVAL_MS * 2 });
+  });
+
+  it('spreads the fleet with full jitter (random · ceiling), never below interval · (1 − jitterRatio)', async () => {
+    const agent = await startAgent({ random: 0.25 });
+    await nextPass(agent);
+    agent.reconciler.script(...Array.from({ length: 6 }, () => unreachable()));
+    const { waits } = await passes(agent, 6);
+    expect(waits).toEqual([
+      INTERVAL_MS * (1 - JITTER),
+      INTERVAL_MS * 4 * 0.25,
+      INTERVAL_MS * 8 * 0.25,
+      INTERVAL_MS * 16 * 0.25,
+      BACKOFF_CAP_MS * 0.25,
+      BACKOFF_CAP_MS * 0.25,
+    ]);
+  });
+
+  it('honours Retry-After (the wait is at least that long) and clamps a huge one to 30 min', async () => {
+    const agent = await startAgent({ random: 0 });
+    await nextPass(agent);
+    agent.reconciler.script(unreachable(100 * SECOND));
+    expect((await nextPass(agent)).waitMs).toBe(100 * SECOND);
+    agent.reconciler.script(unreachable(10 * HOUR));
+    expect((await nextPass(agent)).waitMs).toBe(RETRY_AFTER_CLAMP_MS);
+    // A short Retry-After never shortens the backoff.
+    agent.random = 1;
+    agent.reconciler.script(unreachable(5 * SECOND));
+    expect((await nextPass(agent)).waitMs).toBe(INTERVAL_MS * 8);
+    // Past the backoff cap, up to the clamp.
+    agent.reconciler.script(unreachable(9 * DAY));
+    expect((await nextPass(agent)).waitMs).toBe(RETRY_AFTER_CLAMP_MS);
+    agent.reconciler.script(unreachable(20 * MINUTE));
+    expect((await nextPass(agent)).waitMs).toBe(20 * MINUTE);
+  });
+
+  it('a pass that throws does not stop the loop: it backs off and polls again', async () => {
+    const agent = await startAgent({ random: 1 });
+    await nextPass(agent);
+    agent.reconciler.script({ reachable: true, crash: true });
+    const { waitMs } = await nextPass(agent);
+    expect(waitMs).toBeGreaterThanOrEqual(INTERVAL_MS * (1 - JITTER));
+    expect(waitMs).toBeLessThanOrEqual(BACKOFF_CAP_MS);
+    expect(await nextPass(agent)).toMatchObject({ waitMs: 36_000 });
+    expect(agent.daemon.status().running).toBe(true);
+  });
+
+  it('a jump of the wall clock changes no wait and no mode: backoff runs on monotonic time', async () => {
+    const script = [
+      { reachable: true },
+      unreachable(),
+      unreachable(),
+      unreachable(40 * SECOND),
+      { reachable: true },
+      { reachable: true },
+    ];
+    const steady = await startAgent({ random: 1 });
+    steady.reconciler.script(...script);
+    const reference = await passes(steady, script.length);
+
+    const jumpy = await startAgent({ random: 1 });
+    jumpy.reconciler.script(...script);
+    const jumped: { modes: PassMode[]; waits: number[] } = { modes: [], waits: [] };
+    for (let k = 0; k < script.length; k += 1) {
+      // NTP steps, a dead RTC battery: a day forward, a day back, while the agent sleeps.
+      jumpy.clock.wall += k % 2 === 0 ? DAY : -2 * DAY;
+      const { mode, waitMs } = await nextPass(jumpy);
+      jumped.modes.push(mode);
+      jumped.waits.push(waitMs);
+      expect(jumpy.daemon.health()).toMatchObject({ healthy: true });
+    }
+    expect(jumped).toEqual(reference);
+    expect(reference.waits).toEqual([36_000, 60_000, 120_000, 240_000, 36_000, 36_000]);
+    expect(reference.modes).toEqual(['full', 'incremental', 'full', 'full', 'full', 'incremental']);
+  });
+});
+
+describe('AgentDaemon: per-instance retries', () => {
+  it('a due retry makes the next pass full', async () => {
+    const agent = await startAgent({ random: 1 });
+    expect((await passes(agent, 2)).modes).toEqual(['full', 'incremental']);
+    agent.reconciler.dueRetries = true;
+    expect((await nextPass(agent)).mode).toBe('full');
+    agent.reconciler.dueRetries = false;
+    expect((await nextPass(agent)).mode).toBe('incremental');
+  });
+
+  it('nextRetryAt shortens the wait to the retry, but never below 1 s', async () => {
+    const agent = await startAgent({ random: 1 });
+    await nextPass(agent);
+    const { clock, reconciler } = agent;
+    reconciler.nextRetry = () => clock.monotonic() + 5 * SECOND;
+    expect((await nextPass(agent)).waitMs).toBe(5 * SECOND);
+    reconciler.nextRetry = () => clock.monotonic() + 300;
+    expect((await nextPass(agent)).waitMs).toBe(MIN_WAIT_MS);
+    reconciler.nextRetry = () => clock.monotonic() - MINUTE;
+    expect((await nextPass(agent)).waitMs).toBe(MIN_WAIT_MS);
+    // A retry further away than the next poll does not lengthen the wait.
+    reconciler.nextRetry = () => clock.monotonic() + 10 * MINUTE;
+    expect((await nextPass(agent)).waitMs).toBe(36_000);
+  });
+});
+
+describe('AgentDaemon: health', () => {
+  it('is healthy while sleeping on time, unhealthy when the loop is more than 60 s late, healthy after it wakes', async () => {
+    const agent = await startAgent({ random: 1 });
+    const { clock, daemon } = agent;
+    expect(daemon.health()).toMatchObject({ healthy: true });
+    const { waitMs } = await nextPass(agent);
+    expect(daemon.health()).toEqual({ healthy: true, lastLoopAt: expect.any(String) });
+    clock.mono += waitMs + LOOP_LATE_MS - SECOND;
+    expect(daemon.health()).toMatchObject({ healthy: true });
+    clock.mono += 2 * SECOND;
+    const late = daemon.health();
+    expect(late.healthy).toBe(false);
+    expect(late.reason).toMatch(/did not wake up/);
+
+    await nextPass(agent);
+    expect(daemon.health()).toEqual({ healthy: true, lastLoopAt: expect.any(String) });
+  });
+
+  it('is unhealthy when one pass runs past max(10 min, 20 request timeouts), healthy after it ends', async () => {
+    for (const [timeoutSeconds, budgetMs] of [
+      [30, PASS_STALL_MS],
+      [60, 20 * 60 * SECOND],
+    ] as const) {
+      const agent = await startAgent({ random: 1, timeoutSeconds });
+      const { clock, daemon, reconciler } = agent;
+      await nextPass(agent);
+      reconciler.script({ reachable: true, hold: true });
+      clock.sleeps.at(-1)?.release();
+      await settle(() => reconciler.holding, 'the held pass');
+      clock.mono += budgetMs - SECOND;
+      expect(daemon.health(), `timeout ${timeoutSeconds}s`).toMatchObject({ healthy: true });
+      clock.mono += 2 * SECOND;
+      const stalled = daemon.health();
+      expect(stalled.healthy, `timeout ${timeoutSeconds}s`).toBe(false);
+      expect(stalled.reason).toMatch(/running far too long/);
+
+      const sleeps = clock.sleeps.length;
+      reconciler.finishHeldPass();
+      await settle(() => clock.sleeps.length > sleeps, 'the wait after the held pass');
+      expect(daemon.health()).toMatchObject({ healthy: true });
+    }
+  });
+
+  it('the local API answers 503 with the reason while unhealthy, 200 again after progress', async () => {
+    const agent = await startAgent({ random: 1 });
+    const { clock, daemon } = agent;
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-health-'));
+    const socketPath = path.join(dir, 'agent.sock');
+    const api = new LocalApiServer(
+      socketPath,
+      {
+        health: () => daemon.health(),
+        status: () => daemon.status(),
+        sync: async () => ({ converged: true, exitCode: 0, result: null }),
+      },
+      silentLogger(),
+    );
+    await api.start();
+    try {
+      const { waitMs } = await nextPass(agent);
+      expect(await callAgent(socketPath, 'GET', '/v1/health', 5000)).toMatchObject({
+        status: 200,
+        body: { healthy: true },
+      });
+      clock.mono += waitMs + LOOP_LATE_MS + SECOND;
+      expect(await callAgent(socketPath, 'GET', '/v1/health', 5000)).toMatchObject({
+        status: 503,
+        body: { healthy: false, reason: expect.stringMatching(/did not wake up/) },
+      });
+      await nextPass(agent);
+      expect(await callAgent(socketPath, 'GET', '/v1/health', 5000)).toMatchObject({
+        status: 200,
+        body: { healthy: true },
+      });
+    } finally {
+      await api.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('AgentDaemon: stop', () => {
+  it('while sleeping: resolves, flushes state then closes the reconciler, and polls no more', async () => {
+    const agent = await startAgent({ random: 1 });
+    await passes(agent, 2);
+    await agent.daemon.stop();
+    expect(agent.reconciler.lifecycle).toEqual(['flush after 2 passes', 'close']);
+    expect(agent.daemon.status().running).toBe(false);
+    // The wait it was in ended with the stop; releasing it late starts nothing.
+    agent.clock.sleeps.at(-1)?.release();
+    for (let turn = 0; turn < 20; turn += 1) await new Promise((resolve) => setImmediate(resolve));
+    expect(agent.reconciler.modes).toHaveLength(2);
+    expect(agent.clock.sleeps).toHaveLength(3);
+  });
+
+  it('during a pass: the pass is told to abort, the queued follow-up never starts, state is flushed', async () => {
+    const agent = await startAgent({ random: 1 });
+    const { clock, daemon, reconciler } = agent;
+    await nextPass(agent);
+    reconciler.script({ reachable: true, hold: true });
+    clock.sleeps.at(-1)?.release();
+    await settle(() => reconciler.holding, 'the held pass');
+    const followUp = daemon.syncNow();
+    const followUpSettled = followUp.then(
+      () => 'ran',
+      () => 'rejected',
+    );
+
+    const stopping = daemon.stop();
+    expect(reconciler.signals.at(-1)?.aborted).toBe(true);
+    // This stand-in ignores the abort and finishes the pass anyway: the follow-up must still not run.
+    reconciler.finishHeldPass();
+    await stopping;
+
+    expect(await followUpSettled).toBe('rejected');
+    expect(reconciler.modes).toEqual(['full', 'incremental']);
+    expect(reconciler.lifecycle).toEqual(['flush after 2 passes', 'close']);
+    expect(clock.sleeps).toHaveLength(2);
+  });
+});
