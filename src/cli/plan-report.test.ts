@@ -1,0 +1,281 @@
+// What `--dry-run` prints: the diff summary of a write, and one planned change per step kind.
+import { describe, expect, it } from 'vitest';
+import { ConfigInstance, mergeStatus } from '../api/schemas.js';
+import { deployedReport, errorReport, removedReport, type Step, type WriteStep } from '../reconcile/plan.js';
+import { describePlan, diffSummary, type ReadCurrent } from './plan-report.js';
+
+type InstanceFields = Partial<Omit<ConfigInstance, 'status'>> & { id: string };
+
+function makeInstance(fields: InstanceFields): ConfigInstance {
+  const activity = fields.activity_status ?? 'queued';
+  const error = fields.error_status ?? 'none';
+  return ConfigInstance.parse({
+    object: 'config_instance',
+    target_status: 'deployed',
+    relative_filepath: 'app/config.json',
+    created_at: '2026-01-01T00:00:00Z',
+    updated_at: '2026-01-01T00:00:00Z',
+    device_id: 'dvc_1',
+    config_schema_id: 'sch_app',
+    config_type_id: 'typ_app',
+    device: null,
+    config_schema: null,
+    config_type: null,
+    content: { a: 1 },
+    ...fields,
+    activity_status: activity,
+    error_status: error,
+    status: mergeStatus(activity, error),
+  });
+}
+
+function writeStep(instance: ConfigInstance, data: string, extra: Partial<WriteStep> = {}): WriteStep {
+  return {
+    kind: 'write',
+    instance,
+    path: instance.relative_filepath,
+    data: Buffer.from(data),
+    sha256: 'unused',
+    reason: 'changed',
+    displaces: [],
+    supersedes: [],
+    reportOnSuccess: true,
+    ...extra,
+  };
+}
+
+/** Reads from an in-memory root; a path not in `files` has no current bytes. */
+function readFrom(files: Record<string, string>): { read: ReadCurrent; asked: string[] } {
+  const asked: string[] = [];
+  return {
+    asked,
+    read: async (relativePath) => {
+      asked.push(relativePath);
+      const text = files[relativePath];
+      return text === undefined ? undefined : Buffer.from(text);
+    },
+  };
+}
+
+describe('diffSummary', () => {
+  it('a new file: only its size', () => {
+    expect(diffSummary(undefined, Buffer.from('{\n  "a": 1\n}\n'))).toBe('new file, 13 bytes');
+    expect(diffSummary(undefined, Buffer.alloc(0))).toBe('new file, 0 bytes');
+  });
+
+  it('identical bytes: a rewrite for the mode alone', () => {
+    expect(diffSummary(Buffer.from('same\n'), Buffer.from('same\n'))).toBe(
+      'same bytes (mode or ownership changes), 5 bytes',
+    );
+  });
+
+  it('counts added and removed lines, and old → new sizes', () => {
+    // b → B and a new d: two lines added, one removed.
+    expect(diffSummary(Buffer.from('a\nb\nc\n'), Buffer.from('a\nB\nc\nd\n'))).toBe(
+      '+2 -1 lines, 6 → 8 bytes',
+    );
+    expect(diffSummary(Buffer.from('a\nb\nc\n'), Buffer.from('a\n'))).toBe('+0 -2 lines, 6 → 2 bytes');
+    expect(diffSummary(Buffer.from('a\n'), Buffer.from('a\nb\nc\n'))).toBe('+2 -0 lines, 2 → 6 bytes');
+  });
+
+  it('counts repeated lines by multiplicity, and a moved line as neither added nor removed', () => {
+    expect(diffSummary(Buffer.from('x\nx\nx\n'), Buffer.from('x\n'))).toBe('+0 -2 lines, 6 → 2 bytes');
+    expect(diffSummary(Buffer.from('x\n'), Buffer.from('x\nx\nx\n'))).toBe('+2 -0 lines, 2 → 6 bytes');
+    expect(diffSummary(Buffer.from('a\nb\n'), Buffer.from('b\na\n'))).toBe('+0 -0 lines, 4 → 4 bytes');
+  });
+
+  it('an empty existing file is a change, not a new file; sizes are bytes, not characters', () => {
+    expect(diffSummary(Buffer.alloc(0), Buffer.from('a\n'))).toBe('+1 -0 lines, 0 → 2 bytes');
+    expect(diffSummary(Buffer.from('name: e\n'), Buffer.from('name: é\n'))).toBe('+1 -1 lines, 8 → 9 bytes');
+  });
+});
+
+describe('describePlan', () => {
+  it('a write that displaces and supersedes others: their removal and report first, then the write', async () => {
+    const winner = makeInstance({ id: 'cfg_new', relative_filepath: 'app/config.json' });
+    const displaced = makeInstance({
+      id: 'cfg_same_schema',
+      relative_filepath: 'old/place.json',
+      activity_status: 'deployed',
+    });
+    const superseded = makeInstance({
+      id: 'cfg_same_path',
+      relative_filepath: 'app/config.json',
+      activity_status: 'deployed',
+    });
+    const step = writeStep(winner, 'a\nB\nc\nd\n', {
+      displaces: [{ kind: 'remove', instance: displaced, path: 'old/place.json' }],
+      supersedes: [superseded],
+    });
+    const { read, asked } = readFrom({ 'app/config.json': 'a\nb\nc\n' });
+
+    expect(await describePlan([step], read)).toEqual([
+      {
+        action: 'remove',
+        instanceId: 'cfg_same_schema',
+        path: 'old/place.json',
+        detail: 'replaced by cfg_new (same config schema)',
+        report: 'removed/none',
+      },
+      {
+        action: 'report',
+        instanceId: 'cfg_same_path',
+        path: 'app/config.json',
+        detail: 'its file is taken over by cfg_new',
+        report: 'removed/none',
+      },
+      {
+        action: 'write',
+        instanceId: 'cfg_new',
+        path: 'app/config.json',
+        detail: 'changed: +2 -1 lines, 6 → 8 bytes',
+        report: 'deployed/none',
+      },
+    ]);
+    expect(asked).toEqual(['app/config.json']);
+  });
+
+  it('a new file; no report when the service already shows it deployed; an unreadable file counts as new', async () => {
+    const fresh = makeInstance({ id: 'cfg_fresh', relative_filepath: 'new/file.yaml' });
+    const drifted = makeInstance({
+      id: 'cfg_drift',
+      relative_filepath: 'drift.json',
+      activity_status: 'deployed',
+    });
+    const steps: Step[] = [
+      writeStep(fresh, 'k: v\n', { reason: 'new' }),
+      writeStep(drifted, 'xy\n', { reason: 'drift', reportOnSuccess: false }),
+    ];
+    const read: ReadCurrent = async (relativePath) => {
+      if (relativePath === 'drift.json') throw Object.assign(new Error('EACCES'), { code: 'EACCES' });
+      return undefined;
+    };
+
+    expect(await describePlan(steps, read)).toEqual([
+      {
+        action: 'write',
+        instanceId: 'cfg_fresh',
+        path: 'new/file.yaml',
+        detail: 'new: new file, 5 bytes',
+        report: 'deployed/none',
+      },
+      { action: 'write', instanceId: 'cfg_drift', path: 'drift.json', detail: 'drift: new file, 3 bytes' },
+    ]);
+  });
+
+  it('remove, archive, report, fail, refuse and wait each become one line; untouched none', async () => {
+    const at = (id: string, relative_filepath: string, fields: Partial<InstanceFields> = {}) =>
+      makeInstance({ id, relative_filepath, ...fields });
+    const steps: Step[] = [
+      {
+        kind: 'remove',
+        instance: at('cfg_rm', 'gone.json', { target_status: 'removed' }),
+        path: 'gone.json',
+      },
+      {
+        kind: 'report',
+        instance: at('cfg_arch', 'never.json', { target_status: 'removed' }),
+        report: removedReport(),
+        reason: 'archive',
+      },
+      {
+        kind: 'report',
+        instance: at('cfg_inplace', 'in/place.json'),
+        report: deployedReport(),
+        reason: 'already_in_place',
+      },
+      {
+        kind: 'report',
+        instance: at('cfg_notours', 'theirs.json', { target_status: 'removed', activity_status: 'deployed' }),
+        report: removedReport('not_ours'),
+        reason: 'not_ours',
+      },
+      { kind: 'fail', instance: at('cfg_evil', '../escape.json'), message: 'path rejected: dot segment' },
+      {
+        kind: 'refuse',
+        instance: at('cfg_loser', 'shared.json', { activity_status: 'deployed' }),
+        message: 'cfg_winner owns shared.json',
+      },
+      { kind: 'wait', instance: at('cfg_cool', 'later.json'), until: 1000 },
+      { kind: 'untouched', instance: at('cfg_same', 'same.json'), reason: 'in_place' },
+      {
+        kind: 'untouched',
+        instance: at('cfg_failed', 'failed.json', { error_status: 'failed' }),
+        reason: 'failed',
+      },
+    ];
+    const { read, asked } = readFrom({});
+
+    expect(await describePlan(steps, read)).toEqual([
+      { action: 'remove', instanceId: 'cfg_rm', path: 'gone.json', report: 'removed/none' },
+      {
+        action: 'archive',
+        instanceId: 'cfg_arch',
+        path: 'never.json',
+        detail: 'archive',
+        report: 'removed/none',
+      },
+      {
+        action: 'report',
+        instanceId: 'cfg_inplace',
+        path: 'in/place.json',
+        detail: 'already in place',
+        report: 'deployed/none',
+      },
+      {
+        action: 'report',
+        instanceId: 'cfg_notours',
+        path: 'theirs.json',
+        detail: 'file left in place: it is not recorded as written by this agent',
+        report: 'removed/none',
+      },
+      {
+        action: 'fail',
+        instanceId: 'cfg_evil',
+        path: '../escape.json',
+        detail: 'path rejected: dot segment',
+        report: 'queued/failed',
+      },
+      {
+        action: 'refuse',
+        instanceId: 'cfg_loser',
+        path: 'shared.json',
+        detail: 'cfg_winner owns shared.json',
+        report: 'deployed/retrying',
+      },
+      {
+        action: 'wait',
+        instanceId: 'cfg_cool',
+        path: 'later.json',
+        detail: 'per-instance retry cooldown not yet elapsed',
+      },
+    ]);
+    // Only writes compare with the disk.
+    expect(asked).toEqual([]);
+  });
+
+  it('a report carrying an error message shows that message', async () => {
+    const instance = makeInstance({
+      id: 'cfg_err',
+      relative_filepath: 'x.json',
+      activity_status: 'deployed',
+    });
+    const steps: Step[] = [
+      {
+        kind: 'report',
+        instance,
+        report: errorReport('deployed', 'retrying', 'disk full'),
+        reason: 'already_in_place',
+      },
+    ];
+    expect(await describePlan(steps, readFrom({}).read)).toEqual([
+      {
+        action: 'report',
+        instanceId: 'cfg_err',
+        path: 'x.json',
+        detail: 'disk full',
+        report: 'deployed/retrying',
+      },
+    ]);
+  });
+});
