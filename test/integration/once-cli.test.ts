@@ -246,12 +246,17 @@ describe('config-agent --once --dry-run', () => {
     expect((await h.instance(ids.fresh.id)).activity_status).toBe('queued');
 
     expect(result.stdout).toMatch(/^Dry run: \d+ change\(s\) planned\./);
-    expect(result.stdout).toMatch(new RegExp(`write\\s+new/fresh\\.yaml \\(${ids.fresh.id}\\) — new: `));
+    expect(result.stdout).toMatch(
+      new RegExp(`write\\s+new/fresh\\.yaml \\(${ids.fresh.id}\\) — new: new file, \\d+ bytes`),
+    );
     expect(result.stdout).toMatch(
       new RegExp(
-        `write\\s+app/config\\.json \\(${ids.replacement.id}\\) — changed: .*\\[report deployed/none\\]`,
+        `write\\s+app/config\\.json \\(${ids.replacement.id}\\) — changed: \\+\\d+ -\\d+ lines, \\d+ → \\d+ bytes.*\\[report deployed/none\\]`,
       ),
     );
+    // {"v": 1} → {"v": 2, "added": "line"}: two lines in, one out, 13 → 32 bytes; the YAML is 15 bytes.
+    expect(result.stdout).toContain('changed: +2 -1 lines, 13 → 32 bytes');
+    expect(result.stdout).toContain('new: new file, 15 bytes');
     expect(result.stdout).toMatch(
       new RegExp(`remove\\s+gone/file\\.yaml \\(${ids.gone.id}\\).*\\[report removed/none\\]`),
     );
@@ -313,7 +318,9 @@ describe('config-agent --once --dry-run', () => {
     const top = Object.keys(await snapshotTree(h.dir));
     expect(top).not.toContain('root');
     expect(top).not.toContain('state');
-    expect(result.stdout).toMatch(new RegExp(`write\\s+x/y\\.json \\(${fresh.id}\\) — new: `));
+    expect(result.stdout).toMatch(
+      new RegExp(`write\\s+x/y\\.json \\(${fresh.id}\\) — new: new file, \\d+ bytes`),
+    );
     expect(await h.reports()).toEqual([]);
   });
 
