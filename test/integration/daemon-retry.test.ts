@@ -1,0 +1,138 @@
+// Per-instance backoff across daemon passes: a write that failed on a read-only dir is retried when its cooldown ends.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdir, readFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { DaemonProcess, killAllDaemons } from '../helpers/daemon.js';
+import { AgentHarness, tryMount, unmount } from '../helpers/harness.js';
+import { waitFor } from '../helpers/wait-for.js';
+
+// Vitest decides skipIf at collection time, so whether this machine permits a read-only bind mount is probed here.
+function probeReadOnlyMount(): string | undefined {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'config-agent-mount-probe-'));
+  let mounted = false;
+  try {
+    for (const args of [
+      ['--bind', dir, dir],
+      ['-o', 'remount,ro,bind', dir],
+    ]) {
+      const reason = tryMount(args);
+      if (reason !== undefined) return reason;
+      mounted = true;
+    }
+    return undefined;
+  } finally {
+    if (mounted) unmount(dir);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+const readOnlySkip = probeReadOnlyMount();
+if (readOnlySkip !== undefined) {
+  process.stderr.write(`daemon-retry.test: skipping the read-only bind mount test: ${readOnlySkip}\n`);
+}
+
+const INTERVAL_S = 30;
+const JITTER = 0.05;
+/** The per-instance cooldown never exceeds this (retry.maxDelaySeconds), and the daemon waits at least 1 s. */
+const MAX_COOLDOWN_MS = 2000;
+/** Room for the retry pass itself on a loaded 2-core machine; still far below one poll interval. */
+const SLACK_MS = 4000;
+
+let harness: AgentHarness | undefined;
+const mounts: string[] = [];
+
+function unmountAll(): void {
+  for (const dir of mounts.splice(0).reverse()) {
+    unmount(dir);
+    while (spawnSync('mountpoint', ['-q', dir]).status === 0) unmount(dir);
+  }
+}
+
+afterEach(async () => {
+  await killAllDaemons();
+  unmountAll();
+  await harness?.close();
+  harness = undefined;
+});
+
+afterAll(() => {
+  unmountAll();
+});
+
+describe('daemon: per-instance retries across passes', () => {
+  it.skipIf(readOnlySkip !== undefined)(
+    'a write refused by a read-only dir is retried when its cooldown ends, not at the next poll',
+    async () => {
+      const h = await AgentHarness.create({
+        registerDevice: true,
+        config: {
+          retry: { maxAttempts: 10, baseDelaySeconds: 1, maxDelaySeconds: 2 },
+          // A poll every 30 s and no drift watcher: only the cooldown can bring the retry within seconds.
+          poll: { intervalSeconds: INTERVAL_S, jitterRatio: JITTER, fullResyncSeconds: 600 },
+          drift: 'off',
+        },
+      });
+      harness = h;
+      const lockedDir = h.rootPath('locked');
+      await mkdir(lockedDir, { recursive: true });
+      for (const args of [
+        ['--bind', lockedDir, lockedDir],
+        ['-o', 'remount,ro,bind', lockedDir],
+      ]) {
+        const reason = tryMount(args);
+        if (reason !== undefined) throw new Error(reason);
+        if (!mounts.includes(lockedDir)) mounts.push(lockedDir);
+      }
+      const content = { listen: 8443, workers: 4 };
+      const { deploy } = await h.createAndDeploy({ relative_filepath: 'locked/app.json', content });
+
+      const daemon = DaemonProcess.start(h);
+      await waitFor(async () => (await h.instance(deploy.id)).error_status === 'retrying', 10_000, {
+        what: 'the mock to see the instance retrying',
+        intervalMs: 25,
+      });
+      const [retrying] = await h.reportsFor(deploy.id);
+      expect(retrying).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+      expect(retrying?.message).toMatch(/EROFS/);
+      // The report goes out inside the pass, before its summary is logged.
+      const [boot] = await daemon.waitForPasses(1, SLACK_MS);
+      expect(boot).toMatchObject({ mode: 'full', converged: false });
+      expect(boot?.counts.retrying).toBe(1);
+
+      // Writable again: nothing on the service changes, so only the agent's own cooldown brings the retry.
+      const unlockedAt = performance.now();
+      unmountAll();
+      const target = h.rootPath('locked/app.json');
+      await waitFor(() => readFile(target, 'utf8'), MAX_COOLDOWN_MS + SLACK_MS, {
+        what: 'the retried file on disk',
+        intervalMs: 25,
+      });
+      const landedAfterMs = performance.now() - unlockedAt;
+      expect(await readFile(target, 'utf8')).toBe(`${JSON.stringify(content, null, 2)}\n`);
+      await waitFor(
+        async () => {
+          const instance = await h.instance(deploy.id);
+          return instance.activity_status === 'deployed' && instance.error_status === 'none';
+        },
+        SLACK_MS,
+        { what: 'the mock to see deployed/none' },
+      );
+      expect(landedAfterMs).toBeLessThan(INTERVAL_S * 1000 * (1 - JITTER));
+
+      // The pass that wrote it was a full one: a due retry asks for every instance and checks the disk.
+      const writer = await daemon.waitForPasses(1, SLACK_MS, {
+        predicate: (pass) => (pass.counts.written ?? 0) > 0,
+      });
+      expect(writer[0]).toMatchObject({ mode: 'full', converged: true });
+      expect(daemon.passes().length).toBeGreaterThanOrEqual(2);
+      expect((await h.reportsFor(deploy.id)).at(-1)).toMatchObject({
+        activity_status: 'deployed',
+        error_status: 'none',
+      });
+      expect(daemon.alive).toBe(true);
+    },
+    30_000,
+  );
+});
