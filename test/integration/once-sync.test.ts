@@ -1,6 +1,8 @@
 // `config-agent --once` against the real mock: a first sync, and a second pass that writes nothing at all.
-import { chmod, readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { TEMP_PREFIX } from '../../src/store/path-guard.js';
 import { AgentHarness, leaksApiKey, snapshotTree } from '../helpers/harness.js';
 
 const harnesses: AgentHarness[] = [];
@@ -227,5 +229,61 @@ describe('config-agent --once: idempotence', () => {
     expect(result.code).toBe(0);
     expect((await stat(h.rootPath('bridge/mqtt.yaml'))).mode & 0o7777).toBe(0o644);
     expect(await readFile(h.rootPath('bridge/mqtt.yaml'), 'utf8')).toContain('host: mqtt.local');
+  });
+});
+
+/**
+ * Every entry under `dir` with bytes, mode, inode and mtime, except a directory's mtime: planting and then
+ * sweeping a temp file moves it, and that is all it may move.
+ */
+async function entriesBesideTemps(dir: string): Promise<Record<string, string>> {
+  const tree = await snapshotTree(dir, { identity: true });
+  return Object.fromEntries(
+    Object.entries(tree).map(([key, value]) => [
+      key,
+      value.startsWith('dir ') ? value.replace(/ mtime=\d+$/, '') : value,
+    ]),
+  );
+}
+
+describe('config-agent --once: temp files left by a crash', () => {
+  it('sweeps them from rootDir and stateDir at start, touches nothing else, and says which', async () => {
+    const h = await harness();
+    await h.createAndDeploy({ relative_filepath: 'a/app.json', content: { a: 1 } });
+    expect((await h.runOnce()).code).toBe(0);
+    const rootTemp = `a/${TEMP_PREFIX}dead1`;
+    const stateTemp = `${TEMP_PREFIX}dead2`;
+    // Beside them: an operator's files, including names that only look like ours.
+    await mkdir(h.rootPath('b'), { recursive: true });
+    await writeFile(h.rootPath('a/notes.txt'), 'operator notes\n');
+    await writeFile(h.rootPath('b/x.config-agent.tmp-zzz'), 'prefix not at the start\n');
+    await writeFile(h.rootPath('b/.config-agent.tmp'), 'prefix without its dash\n');
+    await writeFile(path.join(h.stateDir, 'operator-backup.json'), '{"keep": true}\n', { mode: 0o600 });
+    const rootBefore = await entriesBesideTemps(h.rootDir);
+    const stateBefore = await entriesBesideTemps(h.stateDir);
+    await writeFile(h.rootPath(rootTemp), '{"a": tor');
+    await writeFile(path.join(h.stateDir, stateTemp), '{"version": 1, "fil');
+
+    const result = await h.runOnce(['--json']);
+
+    expect(result.code).toBe(0);
+    // Both temp files gone; every other entry byte-identical, same inode and mtime.
+    expect(await entriesBesideTemps(h.rootDir)).toEqual(rootBefore);
+    expect(await entriesBesideTemps(h.stateDir)).toEqual(stateBefore);
+    const summary = JSON.parse(result.stdout) as { sweptTempFiles: string[]; converged: boolean };
+    expect(summary.sweptTempFiles).toEqual([rootTemp]);
+    expect(summary.converged).toBe(true);
+    const warnings = result.stderr
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as { level: string; msg: string; files?: string[] })
+      .filter((line) => line.level === 'warn' && line.files !== undefined);
+    expect(warnings).toMatchObject([{ msg: expect.stringMatching(/temp files/), files: [rootTemp] }]);
+    expect(leaksApiKey(result)).toBe(false);
+
+    // Nothing left to sweep: the next pass reports none.
+    const again = await h.runOnce(['--json']);
+    expect((JSON.parse(again.stdout) as { sweptTempFiles: string[] }).sweptTempFiles).toEqual([]);
+    expect(again.stderr).not.toContain(TEMP_PREFIX);
   });
 });
