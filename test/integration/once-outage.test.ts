@@ -183,3 +183,65 @@ describe('config-agent --once: server unreachable', () => {
     expect(await h.reports()).toEqual([]);
   });
 });
+
+describe('config-agent --once: the pull fails after its first page', () => {
+  const COUNT = 230;
+  const file = (i: number) => `many/f${String(i).padStart(3, '0')}.json`;
+  const json = (content: unknown) => `${JSON.stringify(content, null, 2)}\n`;
+
+  /** Runs `task` over 0..n-1, a few at a time: hundreds of admin calls one by one would crowd the timeout. */
+  async function eachIndex(n: number, task: (i: number) => Promise<unknown>): Promise<void> {
+    const width = 10;
+    for (let start = 0; start < n; start += width) {
+      await Promise.all(Array.from({ length: Math.min(width, n - start) }, (_, k) => task(start + k)));
+    }
+  }
+
+  it('leaves every file untouched and reports nothing (exit 3); the next pass applies the whole change', async () => {
+    const h = await harness();
+    await eachIndex(COUNT, (i) => h.createAndDeploy({ relative_filepath: file(i), content: { i, v: 1 } }));
+    expect((await h.runOnce()).code).toBe(0);
+    // Every file changes on the service: a new instance with new content deployed at each path.
+    const replacements: string[] = [];
+    await eachIndex(COUNT, async (i) => {
+      const { deploy } = await h.createAndDeploy({ relative_filepath: file(i), content: { i, v: 2 } });
+      replacements[i] = deploy.id;
+    });
+    const rootBefore = await snapshotTree(h.rootDir, { identity: true });
+    const stateBefore = await snapshotTree(h.stateDir, { identity: true });
+    const patchesBefore = await h.requestCount(PATCH);
+    const listsBefore = await h.requestCount(LIST);
+    // Pages hold 100: page 1 of the deployed instances is served, page 2 (and every retry of it) is reset.
+    await h.fault({ match: '^/v1/config_instances$', skip: 1, count: 50, mode: 'reset' });
+
+    const failed = await h.runOnce();
+
+    expect(failed.code).toBe(3);
+    expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(rootBefore);
+    expect(await snapshotTree(h.stateDir, { identity: true })).toEqual(stateBefore);
+    expect(await h.requestCount(PATCH)).toBe(patchesBefore);
+    expect(failed.stdout).toMatch(/^The service could not be used: /);
+    expect(failed.stdout).toContain('No file was changed.');
+    // Page 1 was pulled and the fault met at least once: the failure really came after the first page.
+    const lists = (await h.requestCount(LIST)) - listsBefore;
+    const faults = (await h.api('GET', '/_admin/faults')) as { data: { remaining: number }[] };
+    expect(lists).toBeGreaterThanOrEqual(2);
+    expect(faults.data).toHaveLength(1);
+    expect(faults.data[0]?.remaining).toBe(50 - (lists - 1));
+    expect(leaksApiKey(failed)).toBe(false);
+
+    await h.clearFaults();
+    const recovered = await h.runOnce(['--json']);
+
+    expect(recovered.code).toBe(0);
+    for (let i = 0; i < COUNT; i += 1) {
+      expect(await readFile(h.rootPath(file(i)), 'utf8'), file(i)).toBe(json({ i, v: 2 }));
+    }
+    const summary = JSON.parse(recovered.stdout) as { converged: boolean; counts: Record<string, number> };
+    expect(summary.converged).toBe(true);
+    expect(summary.counts.written).toBe(COUNT);
+    for (const id of [replacements[0], replacements[COUNT - 1]]) {
+      expect((await h.instance(id!)).activity_status).toBe('deployed');
+    }
+  }, 60_000);
+});
