@@ -1,5 +1,7 @@
-// Daemon lifecycle signals: SIGTERM (idle, mid-write, mid-request) exits 0 in time with no temp file; SIGHUP reloads.
+// Daemon lifecycle: SIGTERM/SIGINT exit 0 in time with no temp file; SIGHUP reloads; unhandled errors exit 1 with a fatal line.
 import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Fixtures } from '../../src/api/admin-schemas.js';
 import { callLocalApi, DaemonProcess, findTempFiles, killAllDaemons } from '../helpers/daemon.js';
@@ -141,6 +143,65 @@ describe('SIGTERM', () => {
     expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
     expect(await findTempFiles(h.rootDir)).toEqual([]);
   });
+});
+
+describe('SIGINT', () => {
+  it('exits 0 promptly when idle and removes its socket', async () => {
+    harness = await AgentHarness.create({
+      registerDevice: true,
+      config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
+    });
+    const daemon = DaemonProcess.start(harness);
+    await daemon.waitForPasses(1, 5000);
+    const socketPath = harness.configObject().socketPath as string;
+    await waitFor(() => exists(socketPath), 3000, { what: 'the socket' });
+
+    const exit = await daemon.stop('SIGINT');
+    expect(exit.code).toBe(0);
+    expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
+    expect(await exists(socketPath)).toBe(false);
+    expect(daemon.logsWith('shutdown requested')).toMatchObject([{ signal: 'SIGINT' }]);
+    expect(daemon.logsWith('stopped')).toHaveLength(1);
+  });
+});
+
+/**
+ * A module preloaded into the agent (NODE_OPTIONS=--import) that raises `body` in a timer on SIGUSR2: the test
+ * sends it once the agent has started, so the error always meets the running agent, never the start-up path.
+ */
+async function crashingPreload(dir: string, body: string): Promise<NodeJS.ProcessEnv> {
+  const file = path.join(dir, 'throw.mjs');
+  await writeFile(file, `process.on('SIGUSR2', () => setTimeout(() => { ${body} }, 0));\n`);
+  return { NODE_OPTIONS: `--import=${pathToFileURL(file).href}` };
+}
+
+describe('unhandled errors', () => {
+  for (const [what, body, message] of [
+    ['an unhandled rejection', "Promise.reject(new Error('boom'));", 'unhandled rejection'],
+    ['an uncaught exception', "throw new Error('boom');", 'uncaught exception'],
+  ] as const) {
+    it(`${what} is logged as fatal and exits 1, so systemd restarts the agent`, async () => {
+      const h = await AgentHarness.create({
+        registerDevice: true,
+        config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
+      });
+      harness = h;
+      const daemon = DaemonProcess.start(h, await crashingPreload(h.dir, body));
+      await daemon.waitForLog((line) => line.msg === 'agent started', 5000, 'the agent started');
+      await daemon.waitForPasses(1, 5000);
+
+      daemon.signal('SIGUSR2');
+      const exit = await daemon.waitForExit(STOP_DEADLINE_MS);
+
+      expect(exit.signal).toBeNull();
+      expect(exit.code).toBe(1);
+      const fatal = daemon.logs.filter((line) => String(line.level) === 'fatal');
+      expect(fatal).toHaveLength(1);
+      expect(fatal[0]?.msg).toContain(message);
+      expect(fatal[0]?.err).toMatchObject({ message: 'boom' });
+      expect(daemon.logsWith('stopped')).toEqual([]);
+    });
+  }
 });
 
 describe('SIGHUP', () => {
