@@ -131,7 +131,13 @@ export class Reconciler {
       lock = await acquireStateLock(deps.fs, settings.stateDir);
       try {
         swept = await sweepTempFiles(deps.fs, settings.rootDir);
-        await sweepTempFiles(deps.fs, settings.stateDir);
+        const sweptState = await sweepTempFiles(deps.fs, settings.stateDir);
+        if (sweptState.length > 0) {
+          logger.warn(
+            { stateFiles: sweptState },
+            'removed temp files of the state directory left by a crash',
+          );
+        }
       } catch (error) {
         await lock.release();
         throw error;
