@@ -10,7 +10,7 @@ import { waitFor } from './wait-for.js';
 
 /** One pino JSON line the agent logged. */
 export interface LogLine {
-  level: number;
+  level: string;
   msg: string;
   component?: string;
   [field: string]: unknown;

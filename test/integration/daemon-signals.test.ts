@@ -195,7 +195,7 @@ describe('unhandled errors', () => {
 
       expect(exit.signal).toBeNull();
       expect(exit.code).toBe(1);
-      const fatal = daemon.logs.filter((line) => String(line.level) === 'fatal');
+      const fatal = daemon.logs.filter((line) => line.level === 'fatal');
       expect(fatal).toHaveLength(1);
       expect(fatal[0]?.msg).toContain(message);
       expect(fatal[0]?.err).toMatchObject({ message: 'boom' });
