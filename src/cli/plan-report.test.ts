@@ -1,33 +1,11 @@
 // What `--dry-run` prints: the diff summary of a write, and one planned change per step kind.
 import { describe, expect, it } from 'vitest';
-import { ConfigInstance, mergeStatus } from '../api/schemas.js';
+import { type InstanceFields, instanceFactory } from '../../test/helpers/instances.js';
+import type { ConfigInstance } from '../api/schemas.js';
 import { deployedReport, errorReport, removedReport, type Step, type WriteStep } from '../reconcile/plan.js';
 import { describePlan, diffSummary, type ReadCurrent } from './plan-report.js';
 
-type InstanceFields = Partial<Omit<ConfigInstance, 'status'>> & { id: string };
-
-function makeInstance(fields: InstanceFields): ConfigInstance {
-  const activity = fields.activity_status ?? 'queued';
-  const error = fields.error_status ?? 'none';
-  return ConfigInstance.parse({
-    object: 'config_instance',
-    target_status: 'deployed',
-    relative_filepath: 'app/config.json',
-    created_at: '2026-01-01T00:00:00Z',
-    updated_at: '2026-01-01T00:00:00Z',
-    device_id: 'dvc_1',
-    config_schema_id: 'sch_app',
-    config_type_id: 'typ_app',
-    device: null,
-    config_schema: null,
-    config_type: null,
-    content: { a: 1 },
-    ...fields,
-    activity_status: activity,
-    error_status: error,
-    status: mergeStatus(activity, error),
-  });
-}
+const makeInstance = instanceFactory();
 
 function writeStep(instance: ConfigInstance, data: string, extra: Partial<WriteStep> = {}): WriteStep {
   return {

@@ -2,7 +2,8 @@
 import path from 'node:path';
 import { createFsFromVolume, Volume } from 'memfs';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { ConfigInstance, mergeStatus } from '../api/schemas.js';
+import { instanceFactory } from '../../test/helpers/instances.js';
+import type { ConfigInstance } from '../api/schemas.js';
 import type { Clock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
@@ -29,30 +30,7 @@ const DIR_MODE = 0o750;
 const RETRY: RetryPolicy = { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 };
 const WALL_START = Date.parse('2026-03-01T12:00:00.000Z');
 
-type InstanceFields = Partial<Omit<ConfigInstance, 'status'>> & { id: string };
-
-function makeInstance(fields: InstanceFields): ConfigInstance {
-  const activity = fields.activity_status ?? 'queued';
-  const error = fields.error_status ?? 'none';
-  return ConfigInstance.parse({
-    object: 'config_instance',
-    target_status: 'deployed',
-    relative_filepath: 'app.json',
-    created_at: '2026-01-01T00:00:00Z',
-    updated_at: '2026-01-01T00:00:00Z',
-    device_id: 'dvc_1',
-    config_schema_id: 'sch_app',
-    config_type_id: 'typ_app',
-    device: null,
-    config_schema: null,
-    config_type: null,
-    content: { port: 8080 },
-    ...fields,
-    activity_status: activity,
-    error_status: error,
-    status: mergeStatus(activity, error),
-  });
-}
+const makeInstance = instanceFactory({ relative_filepath: 'app.json', content: { port: 8080 } });
 
 function jsonText(content: unknown): string {
   return `${JSON.stringify(content, null, 2)}\n`;

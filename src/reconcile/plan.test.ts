@@ -1,7 +1,8 @@
 // Table tests of the pure planner: one row per row of the per-instance state machine and per branch of planSteps.
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { ConfigInstance, mergeStatus } from '../api/schemas.js';
+import { instanceFactory } from '../../test/helpers/instances.js';
+import type { ConfigInstance } from '../api/schemas.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
 import { type DiskObservation, type PlanInput, planSteps, type Step, type WriteStep } from './plan.js';
@@ -11,31 +12,8 @@ const NOW = 50_000;
 const PATH = 'app/config.json';
 const CONTENT = { port: 8080, tls: { enabled: true }, peers: ['a', 'b'] };
 
-type InstanceFields = Partial<Omit<ConfigInstance, 'status'>> & { id: string };
-
-/** A ConfigInstance valid under the wire schema (parsed with it), with the merged status derived as the mock does. */
-function makeInstance(fields: InstanceFields): ConfigInstance {
-  const activity = fields.activity_status ?? 'queued';
-  const error = fields.error_status ?? 'none';
-  return ConfigInstance.parse({
-    object: 'config_instance',
-    target_status: 'deployed',
-    relative_filepath: PATH,
-    created_at: '2026-01-01T00:00:00Z',
-    updated_at: '2026-01-01T00:00:00Z',
-    device_id: 'dvc_1',
-    config_schema_id: 'sch_app',
-    config_type_id: 'typ_app',
-    device: null,
-    config_schema: null,
-    config_type: null,
-    content: CONTENT,
-    ...fields,
-    activity_status: activity,
-    error_status: error,
-    status: mergeStatus(activity, error),
-  });
-}
+/** A ConfigInstance valid under the wire schema, at PATH with CONTENT unless told otherwise. */
+const makeInstance = instanceFactory({ relative_filepath: PATH, content: CONTENT });
 
 /** The bytes the agent must write for JSON content: 2-space indent and a final newline. */
 function jsonBytes(content: unknown): Buffer {
