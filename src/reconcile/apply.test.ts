@@ -216,17 +216,21 @@ async function observe(
   return disk;
 }
 
-async function pass(world: World): Promise<{ steps: Step[]; outcomes: InstanceOutcome[] }> {
+/** Observe → plan, the way a full pass of the reconciler does. */
+async function planWorld(world: World): Promise<Step[]> {
   const instances = world.service.list();
-  const disk = await observe(world, instances);
-  const steps = planSteps({
+  return planSteps({
     instances,
     local: world.state,
-    disk,
+    disk: await observe(world, instances),
     now: world.clock.monotonic(),
     fileMode: FILE_MODE,
     complete: true,
   });
+}
+
+async function pass(world: World): Promise<{ steps: Step[]; outcomes: InstanceOutcome[] }> {
+  const steps = await planWorld(world);
   const outcomes = await applySteps(steps, world.ctx);
   return { steps, outcomes };
 }
@@ -1034,15 +1038,7 @@ describe('applySteps: stopping', () => {
         return (world.fs.open as (...args: unknown[]) => unknown)(file, ...rest);
       }) as FsPort['open'],
     };
-    const instances = world.service.list();
-    const steps = planSteps({
-      instances,
-      local: world.state,
-      disk: await observe(world, instances),
-      now: world.clock.monotonic(),
-      fileMode: FILE_MODE,
-      complete: true,
-    });
+    const steps = await planWorld(world);
 
     await expect(
       applySteps(steps, { ...world.ctx, fs: stoppingFs, signal: controller.signal }),
@@ -1063,15 +1059,7 @@ describe('applySteps: one instance never stops the others', () => {
       makeInstance({ id: 'cfg_2', relative_filepath: 'two.json', target_status: 'removed' }),
       makeInstance({ id: 'cfg_3', relative_filepath: 'three.json', config_schema_id: 's3' }),
     );
-    const instances = world.service.list();
-    const steps = planSteps({
-      instances,
-      local: world.state,
-      disk: await observe(world, instances),
-      now: world.clock.monotonic(),
-      fileMode: FILE_MODE,
-      complete: true,
-    });
+    const steps = await planWorld(world);
     // A bug (not a disk error) in the first archive's report: outside what the handler classifies.
     const enqueue = world.outbox.enqueue.bind(world.outbox);
     world.outbox.enqueue = (instanceId, report, now) => {
