@@ -771,6 +771,19 @@ describe('applySteps: swaps (a removal displaced by a write of the same config s
     return world;
   }
 
+  it('a failed swap is not undone by the next pass: while the replacement waits, A stays and is not reported', async () => {
+    const world = await swapWorld();
+    world.faults.push({ op: 'rename', match: renameTo('conf/b.json'), code: 'EROFS' });
+    await pass(world);
+    expect(text(world, 'conf/a.json')).toBe(jsonText({ v: 'a' }));
+
+    const next = await pass(world);
+
+    expect(text(world, 'conf/a.json')).toBe(jsonText({ v: 'a' }));
+    expect(outcomeOf(next.outcomes, 'cfg_a')).toMatchObject({ action: 'waiting', converged: false });
+    expect(pendingReports(world).filter((report) => report.instanceId === 'cfg_a')).toEqual([]);
+  });
+
   it('plans one write step that displaces the removal', async () => {
     const world = await swapWorld();
     const { steps } = await pass(world);
@@ -920,40 +933,6 @@ describe('applySteps: report coalescing', () => {
     ]);
     expect(world.state.instances.get('cfg_1')).toMatchObject({ error: 'none', attempts: 0 });
     expect(world.state.cooldowns.has('cfg_1')).toBe(false);
-  });
-});
-
-describe('applySteps: a failed swap is not undone by the next pass', () => {
-  it('while the replacement waits for its retry, the restored file stays and nothing is reported for it', async () => {
-    const world = await makeWorld();
-    world.service.put(
-      makeInstance({
-        id: 'cfg_a',
-        relative_filepath: 'conf/a.json',
-        config_schema_id: 'sch_s',
-        content: { v: 'a' },
-      }),
-    );
-    await pass(world);
-    await world.service.deliver(world.outbox);
-    world.service.update('cfg_a', { target_status: 'removed' });
-    world.service.put(
-      makeInstance({
-        id: 'cfg_b',
-        relative_filepath: 'conf/b.json',
-        config_schema_id: 'sch_s',
-        content: { v: 'b' },
-      }),
-    );
-    world.faults.push({ op: 'rename', match: renameTo('conf/b.json'), code: 'EROFS' });
-    await pass(world);
-    expect(text(world, 'conf/a.json')).toBe(jsonText({ v: 'a' }));
-
-    const next = await pass(world);
-
-    expect(text(world, 'conf/a.json')).toBe(jsonText({ v: 'a' }));
-    expect(outcomeOf(next.outcomes, 'cfg_a')).toMatchObject({ action: 'waiting', converged: false });
-    expect(pendingReports(world).filter((report) => report.instanceId === 'cfg_a')).toEqual([]);
   });
 });
 

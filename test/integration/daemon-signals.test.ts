@@ -58,22 +58,26 @@ describe('start', () => {
 });
 
 describe('SIGTERM', () => {
-  it('exits 0 promptly when idle and removes its socket', async () => {
-    harness = await AgentHarness.create({
-      registerDevice: true,
-      config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
-    });
-    const daemon = DaemonProcess.start(harness);
-    await daemon.waitForPasses(1, 5000);
-    const socketPath = harness.configObject().socketPath as string;
-    await waitFor(() => exists(socketPath), 3000, { what: 'the socket' });
+  it.each(['SIGTERM', 'SIGINT'] as const)(
+    '%s when idle: exits 0 promptly and removes its socket',
+    async (signal) => {
+      harness = await AgentHarness.create({
+        registerDevice: true,
+        config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
+      });
+      const daemon = DaemonProcess.start(harness);
+      await daemon.waitForPasses(1, 5000);
+      const socketPath = harness.configObject().socketPath as string;
+      await waitFor(() => exists(socketPath), 3000, { what: 'the socket' });
 
-    const exit = await daemon.stop('SIGTERM');
-    expect(exit.code).toBe(0);
-    expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
-    expect(await exists(socketPath)).toBe(false);
-    expect(daemon.logsWith('stopped')).toHaveLength(1);
-  });
+      const exit = await daemon.stop(signal);
+      expect(exit.code).toBe(0);
+      expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
+      expect(await exists(socketPath)).toBe(false);
+      expect(daemon.logsWith('shutdown requested')).toMatchObject([{ signal }]);
+      expect(daemon.logsWith('stopped')).toHaveLength(1);
+    },
+  );
 
   it('mid-write: exits 0 within 10 s, every file on disk whole, no temp file, and the next start completes', async () => {
     // Enough files that the pass is still writing when SIGTERM lands, even on a fast tmpfs.
@@ -142,26 +146,6 @@ describe('SIGTERM', () => {
     expect(exit.code).toBe(0);
     expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
     expect(await findTempFiles(h.rootDir)).toEqual([]);
-  });
-});
-
-describe('SIGINT', () => {
-  it('exits 0 promptly when idle and removes its socket', async () => {
-    harness = await AgentHarness.create({
-      registerDevice: true,
-      config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
-    });
-    const daemon = DaemonProcess.start(harness);
-    await daemon.waitForPasses(1, 5000);
-    const socketPath = harness.configObject().socketPath as string;
-    await waitFor(() => exists(socketPath), 3000, { what: 'the socket' });
-
-    const exit = await daemon.stop('SIGINT');
-    expect(exit.code).toBe(0);
-    expect(exit.elapsedMs).toBeLessThan(STOP_DEADLINE_MS);
-    expect(await exists(socketPath)).toBe(false);
-    expect(daemon.logsWith('shutdown requested')).toMatchObject([{ signal: 'SIGINT' }]);
-    expect(daemon.logsWith('stopped')).toHaveLength(1);
   });
 });
 
