@@ -70,12 +70,12 @@ async function reconcileBench(): Promise<void> {
     const reconciler = await Reconciler.open(deps, settings, client);
 
     const heapBefore = process.memoryUsage().heapUsed;
-    const first = await timed(() => reconciler.reconcile({ mode: 'full' }));
+    const first = await timed(() => reconciler.runPass({ mode: 'full' }));
     const heapAfter = process.memoryUsage().heapUsed;
     const before = totalRequests(server.state.statsSnapshot().requests);
-    const full = await timed(() => reconciler.reconcile({ mode: 'full' }));
+    const full = await timed(() => reconciler.runPass({ mode: 'full' }));
     const afterFull = totalRequests(server.state.statsSnapshot().requests);
-    const poll = await timed(() => reconciler.reconcile({ mode: 'incremental' }));
+    const poll = await timed(() => reconciler.runPass({ mode: 'incremental' }));
     const afterPoll = totalRequests(server.state.statsSnapshot().requests);
 
     const written = first.value.outcomes.filter((o) => o.action === 'written').length;

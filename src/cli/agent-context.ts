@@ -6,7 +6,7 @@ import { systemClock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { createLogger, createSecretRegistry, type SecretRegistry } from '../lib/logger.js';
-import type { ReconcilerSettings } from '../reconcile/reconcile.js';
+import type { ReconcilerSettings } from '../reconcile/pass-runner.js';
 
 /** The response cap: a page of 100 instances with generous content stays far below it. */
 export const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;

@@ -1,5 +1,5 @@
 // The process exit codes of config-agent, in one place: scripts and systemd match on these numbers.
-import type { PassError, PassResult } from '../reconcile/reconcile.js';
+import type { PassError, PassResult } from '../reconcile/pass-runner.js';
 
 export const ExitCode = {
   /** Converged: every instance targeting deployed is on disk, every removal done, every report delivered. */

@@ -4,7 +4,8 @@ import { ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config
 import type { Deps } from '../lib/deps.js';
 import { errorMessage } from '../lib/errors.js';
 import { createSecretRegistry, type SecretRegistry } from '../lib/logger.js';
-import { type PassResult, Reconciler } from '../reconcile/reconcile.js';
+import type { PassResult } from '../reconcile/pass-runner.js';
+import { Reconciler } from '../reconcile/reconcile.js';
 import { readRegularFile } from '../store/durable-writer.js';
 import { createDeps, createServiceClient, reconcilerSettings } from './agent-context.js';
 import { ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
@@ -61,7 +62,7 @@ export async function runOnce(
       readOnly: command.dryRun,
     });
     const result = await reconciler
-      .reconcile({ mode: 'full', dryRun: command.dryRun })
+      .runPass({ mode: 'full', dryRun: command.dryRun })
       .finally(() => reconciler.close());
     await printResult(result, command, io, (path) =>
       readRegularFile(deps.fs, config.rootDir, path).then((file) => file?.data),

@@ -1,6 +1,5 @@
 // What a pass did, said two ways: a short human summary for a terminal and one JSON object for scripts.
-import type { InstanceAction, InstanceOutcome } from '../reconcile/apply.js';
-import type { PassResult } from '../reconcile/reconcile.js';
+import type { InstanceAction, InstanceOutcome, PassResult } from '../reconcile/pass-runner.js';
 import type { PlannedChange } from './plan-report.js';
 
 const ACTION_ORDER: readonly InstanceAction[] = [

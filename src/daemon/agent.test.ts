@@ -15,9 +15,9 @@ import type {
   PassMode,
   PassOptions,
   PassResult,
-  Reconciler,
   ReconcilerSettings,
-} from '../reconcile/reconcile.js';
+} from '../reconcile/pass-runner.js';
+import type { Reconciler } from '../reconcile/reconcile.js';
 import { emptyState } from '../store/state.js';
 import { AgentDaemon } from './agent.js';
 import { LocalApiServer } from './local-api.js';
@@ -74,7 +74,7 @@ class FakeClock implements Clock {
   }
 }
 
-/** What the next reconcile() returns; `hold` keeps the pass running until `finishHeldPass()`. */
+/** What the next runPass() returns; `hold` keeps the pass running until `finishHeldPass()`. */
 interface Scripted {
   reachable: boolean;
   retryAfterMs?: number;
@@ -109,7 +109,7 @@ class ScriptedReconciler {
     held?.();
   }
 
-  async reconcile(options: PassOptions): Promise<PassResult> {
+  async runPass(options: PassOptions): Promise<PassResult> {
     this.modes.push(options.mode);
     if (options.signal !== undefined) this.signals.push(options.signal);
     const next = this.#script.shift() ?? { reachable: true };

@@ -4,8 +4,8 @@ import type { AgentConfig } from '../config/schema.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
-import type { InstanceOutcome } from '../reconcile/apply.js';
-import type { PassMode, PassResult, Reconciler, ReconcilerSettings } from '../reconcile/reconcile.js';
+import type { InstanceOutcome, PassMode, PassResult, ReconcilerSettings } from '../reconcile/pass-runner.js';
+import type { Reconciler } from '../reconcile/reconcile.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher } from './drift-watcher.js';
 import { runHooks } from './hooks.js';
@@ -282,7 +282,7 @@ export class AgentDaemon {
     this.#passAbort = abort;
     let result: PassResult;
     try {
-      result = await c.reconciler.reconcile({ mode, signal: abort.signal });
+      result = await c.reconciler.runPass({ mode, signal: abort.signal });
     } finally {
       this.#passAbort = undefined;
     }

@@ -13,13 +13,8 @@ import { PathRejectedError } from '../store/errors.js';
 import { StatusOutbox } from '../store/outbox.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { emptyState, type LocalState } from '../store/state.js';
-import {
-  type ApplyContext,
-  applySteps,
-  backoffDelayMs,
-  type InstanceOutcome,
-  type RetryPolicy,
-} from './apply.js';
+import { type ApplyContext, applySteps, backoffDelayMs } from './apply.js';
+import type { InstanceOutcome, RetryPolicy } from './pass-runner.js';
 import { type DiskObservation, planSteps, type Step } from './plan.js';
 
 const ROOT = '/srv/config';

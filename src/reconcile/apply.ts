@@ -9,6 +9,7 @@ import { publishFile, readRegularFile, removeManagedFile } from '../store/durabl
 import { PathRejectedError } from '../store/errors.js';
 import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
+import type { InstanceAction, InstanceOutcome, RetryPolicy } from './pass-runner.js';
 import {
   deployedReport,
   errorReport,
@@ -18,12 +19,6 @@ import {
   type StepKind,
   type WriteStep,
 } from './plan.js';
-
-export interface RetryPolicy {
-  maxAttempts: number;
-  baseDelaySeconds: number;
-  maxDelaySeconds: number;
-}
 
 export interface ApplyContext {
   fs: FsPort;
@@ -40,31 +35,6 @@ export interface ApplyContext {
   signal?: AbortSignal;
   /** Record written and removed paths in `state.pendingHookPaths` (the daemon has hooks to run). */
   trackHookPaths?: boolean;
-}
-
-/** What happened to one instance in a pass: the summary, the exit code and the tests all read this. */
-export type InstanceAction =
-  | 'written'
-  | 'unchanged'
-  | 'removed'
-  | 'archived'
-  | 'reported'
-  | 'failed'
-  | 'retrying'
-  | 'waiting'
-  | 'refused'
-  | 'replaced'
-  | 'untouched';
-
-export interface InstanceOutcome {
-  instanceId: string;
-  path: string;
-  action: InstanceAction;
-  /** Whether this instance is where the service wants it once queued reports are delivered. */
-  converged: boolean;
-  message?: string;
-  /** Set on writes: why the file was (re)written. */
-  reason?: string;
 }
 
 type StepHandler<K extends StepKind> = (

@@ -13,68 +13,20 @@ import { DiskError, PathRejectedError } from '../store/errors.js';
 import { acquireStateLock, type StateLock } from '../store/lock.js';
 import { type DeliveryVerdict, StatusOutbox } from '../store/outbox.js';
 import { emptyState, type LocalState, loadLocalState, saveLocalState } from '../store/state.js';
-import { applySteps, type InstanceOutcome, type RetryPolicy } from './apply.js';
-import { type DiskObservation, planSteps, type Step } from './plan.js';
-
-export interface ReconcilerSettings {
-  deviceId: string;
-  rootDir: string;
-  stateDir: string;
-  fileMode: number;
-  dirMode: number;
-  retry: RetryPolicy;
-  /** In-pass request retries: `--once` has no outer loop, the daemon's poll loop is its own retry layer. */
-  requestRetries: number;
-  requestRetryBaseMs?: number;
-  /** False under the `report`/`off` drift policies: full passes leave locally edited managed files alone. */
-  restoreDrift?: boolean;
-  /** Keep the changed paths for hooks, durably, until `settleHookPaths` (the daemon with hooks). */
-  trackHookPaths?: boolean;
-}
-
-/**
- * `full` asks for every instance targeting `deployed` and checks their bytes on disk; `incremental` asks only
- * for what changed (queued instances and pending removals), which is all a steady-state poll needs.
- */
-export type PassMode = 'full' | 'incremental';
-
-export interface PassOptions {
-  mode: PassMode;
-  dryRun?: boolean;
-  signal?: AbortSignal;
-}
-
-export interface PassError {
-  code: string;
-  message: string;
-  retryable: boolean;
-  /** The service's Retry-After, when it sent one. */
-  retryAfterMs?: number;
-  /** The HTTP status, when the service answered with an error status. */
-  status?: number;
-}
-
-export interface PassResult {
-  mode: PassMode;
-  dryRun: boolean;
-  startedAt: string;
-  durationMs: number;
-  /** False when the instances could not be pulled: nothing on disk was touched. */
-  reachable: boolean;
-  error?: PassError;
-  steps: Step[];
-  outcomes: InstanceOutcome[];
-  reports: { delivered: number; rejected: number; pending: number; deliveryError?: PassError };
-  sweptTempFiles: string[];
-  /** Set when state.json or the outbox could not be written after the files were applied. */
-  persistError?: PassError;
-  /** Every instance where the service wants it and every report delivered. */
-  converged: boolean;
-}
+import { applySteps } from './apply.js';
+import type {
+  PassError,
+  PassMode,
+  PassOptions,
+  PassResult,
+  PassRunner,
+  ReconcilerSettings,
+} from './pass-runner.js';
+import { type DiskObservation, planSteps } from './plan.js';
 
 const PAGE_LIMIT = 100;
 
-export class Reconciler {
+export class Reconciler implements PassRunner {
   #deps: Deps;
   #settings: ReconcilerSettings;
   #client: ServiceClient;
@@ -228,7 +180,7 @@ export class Reconciler {
     return earliest;
   }
 
-  async reconcile(options: PassOptions): Promise<PassResult> {
+  async runPass(options: PassOptions): Promise<PassResult> {
     const { clock } = this.#deps;
     const started = clock.monotonic();
     const dryRun = options.dryRun ?? false;

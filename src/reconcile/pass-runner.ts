@@ -1,0 +1,114 @@
+// What a reconcile pass takes and returns, and the `PassRunner` the daemon and the CLI drive it through.
+import type { LocalState } from '../store/state.js';
+import type { Step } from './plan.js';
+
+export interface RetryPolicy {
+  maxAttempts: number;
+  baseDelaySeconds: number;
+  maxDelaySeconds: number;
+}
+
+export interface ReconcilerSettings {
+  deviceId: string;
+  rootDir: string;
+  stateDir: string;
+  fileMode: number;
+  dirMode: number;
+  retry: RetryPolicy;
+  /** In-pass request retries: `--once` has no outer loop, the daemon's poll loop is its own retry layer. */
+  requestRetries: number;
+  requestRetryBaseMs?: number;
+  /** False under the `report`/`off` drift policies: full passes leave locally edited managed files alone. */
+  restoreDrift?: boolean;
+  /** Keep the changed paths for hooks, durably, until `settleHookPaths` (the daemon with hooks). */
+  trackHookPaths?: boolean;
+}
+
+/**
+ * `full` asks for every instance targeting `deployed` and checks their bytes on disk; `incremental` asks only
+ * for what changed (queued instances and pending removals), which is all a steady-state poll needs.
+ */
+export type PassMode = 'full' | 'incremental';
+
+export interface PassOptions {
+  mode: PassMode;
+  dryRun?: boolean;
+  signal?: AbortSignal;
+}
+
+export interface PassError {
+  code: string;
+  message: string;
+  retryable: boolean;
+  /** The service's Retry-After, when it sent one. */
+  retryAfterMs?: number;
+  /** The HTTP status, when the service answered with an error status. */
+  status?: number;
+}
+
+/** What happened to one instance in a pass: the summary, the exit code and the tests all read this. */
+export type InstanceAction =
+  | 'written'
+  | 'unchanged'
+  | 'removed'
+  | 'archived'
+  | 'reported'
+  | 'failed'
+  | 'retrying'
+  | 'waiting'
+  | 'refused'
+  | 'replaced'
+  | 'untouched';
+
+export interface InstanceOutcome {
+  instanceId: string;
+  path: string;
+  action: InstanceAction;
+  /** Whether this instance is where the service wants it once queued reports are delivered. */
+  converged: boolean;
+  message?: string;
+  /** Set on writes: why the file was (re)written. */
+  reason?: string;
+}
+
+export interface PassResult {
+  mode: PassMode;
+  dryRun: boolean;
+  startedAt: string;
+  durationMs: number;
+  /** False when the instances could not be pulled: nothing on disk was touched. */
+  reachable: boolean;
+  error?: PassError;
+  steps: Step[];
+  outcomes: InstanceOutcome[];
+  reports: { delivered: number; rejected: number; pending: number; deliveryError?: PassError };
+  sweptTempFiles: string[];
+  /** Set when state.json or the outbox could not be written after the files were applied. */
+  persistError?: PassError;
+  /** Every instance where the service wants it and every report delivered. */
+  converged: boolean;
+}
+
+/**
+ * What the daemon (and `--once`) needs from the reconciler: run one pass at a time, and read what the agent
+ * knows between passes. Tests pass a typed fake of this.
+ */
+export interface PassRunner {
+  runPass(options: PassOptions): Promise<PassResult>;
+  /** What the agent recorded: managed files, per-instance records, cooldowns. */
+  readonly state: Readonly<LocalState>;
+  /** Status reports queued and not yet delivered. */
+  readonly pendingReports: number;
+  /** Whether some instance waits for a cooldown that has now elapsed (the daemon then runs a full pass). */
+  hasDueRetries(): boolean;
+  /** The earliest monotonic time at which a cooling-down instance may be retried. */
+  nextRetryAt(): number | undefined;
+  /** Paths changed since their hooks last ran (kept across restarts). */
+  pendingHookPaths(): string[];
+  /** The hooks for `paths` ran (or failed and were logged): forget them; persisted with the next save. */
+  settleHookPaths(paths: readonly string[]): void;
+  /** Makes state and queued reports durable (after a pass and at shutdown). */
+  flushState(): Promise<void>;
+  /** Releases the state directory; the runner must not be used afterwards. */
+  close(): Promise<void>;
+}
