@@ -21,25 +21,100 @@ export interface LocalApiHandlers {
   sync(): Promise<{ converged: boolean; exitCode: number; result: unknown }>;
 }
 
+/**
+ * What one local user may hold of the agent's resources through the socket. Every member of the socket's
+ * group can connect: without these bounds, a few hundred idle connections used up the agent's file
+ * descriptors and its file writes failed with EMFILE.
+ */
+export interface LocalApiLimits {
+  /** Connections held at once; further ones are closed at once (the kernel backlog is not ours to bound). */
+  maxConnections: number;
+  /** A request's head (line and headers) must arrive within this of the connection or the previous request. */
+  headersTimeoutMs: number;
+  /** The whole request must arrive within this; a client trickling bytes is cut off (408). */
+  requestTimeoutMs: number;
+  /** An idle keep-alive connection is closed after this. */
+  keepAliveTimeoutMs: number;
+  /** How often the server looks for connections past the two timeouts above. */
+  checkIntervalMs: number;
+  /** Bytes of request line and headers. */
+  maxHeaderBytes: number;
+}
+
+export const DEFAULT_LOCAL_API_LIMITS: LocalApiLimits = {
+  maxConnections: 32,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 15_000,
+  keepAliveTimeoutMs: 5_000,
+  checkIntervalMs: 1_000,
+  maxHeaderBytes: 8 * 1024,
+};
+
+/** No route takes a body: anything announcing one is refused before it is read. */
+const MAX_BODY_BYTES = 0;
+
 export class LocalApiServer {
   readonly #socketPath: string;
   readonly #handlers: LocalApiHandlers;
   readonly #logger: Logger;
+  readonly #limits: LocalApiLimits;
   #server: Server | undefined;
+  #dropped = 0;
 
-  constructor(socketPath: string, handlers: LocalApiHandlers, logger: Logger) {
+  constructor(
+    socketPath: string,
+    handlers: LocalApiHandlers,
+    logger: Logger,
+    limits: Partial<LocalApiLimits> = {},
+  ) {
     this.#socketPath = socketPath;
     this.#handlers = handlers;
     this.#logger = logger;
+    this.#limits = { ...DEFAULT_LOCAL_API_LIMITS, ...limits };
+  }
+
+  /** Connections the server holds now. */
+  connectionCount(): Promise<number> {
+    const server = this.#server;
+    if (server === undefined) return Promise.resolve(0);
+    return new Promise((resolve, reject) =>
+      server.getConnections((error, count) => (error ? reject(error) : resolve(count))),
+    );
   }
 
   async start(): Promise<void> {
     await removeStaleSocket(this.#socketPath);
-    const server = createServer((request, response) => {
-      this.#handle(request, response).catch((error: unknown) => {
-        this.#logger.error({ err: error }, 'local API request failed');
-        sendError(response, 500, 'internal', 'internal error');
-      });
+    const limits = this.#limits;
+    const server = createServer(
+      {
+        headersTimeout: limits.headersTimeoutMs,
+        requestTimeout: Math.max(limits.requestTimeoutMs, limits.headersTimeoutMs),
+        keepAliveTimeout: limits.keepAliveTimeoutMs,
+        connectionsCheckingInterval: limits.checkIntervalMs,
+        maxHeaderSize: limits.maxHeaderBytes,
+      },
+      (request, response) => {
+        if (announcesBody(request)) {
+          response.shouldKeepAlive = false;
+          sendError(response, 413, 'body_too_large', 'requests to the local API carry no body');
+          return;
+        }
+        this.#handle(request, response).catch((error: unknown) => {
+          this.#logger.error({ err: error }, 'local API request failed');
+          sendError(response, 500, 'internal', 'internal error');
+        });
+      },
+    );
+    server.maxConnections = limits.maxConnections;
+    server.on('drop', () => {
+      this.#dropped += 1;
+      // 1st, 10th, 100th, ...: a flood of connections must not become a flood of log lines.
+      if (Number.isInteger(Math.log10(this.#dropped))) {
+        this.#logger.warn(
+          { maxConnections: limits.maxConnections, dropped: this.#dropped },
+          'local API connection refused: too many connections open',
+        );
+      }
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -88,6 +163,12 @@ export class LocalApiServer {
         }
     }
   }
+}
+
+function announcesBody(request: IncomingMessage): boolean {
+  if (request.headers['transfer-encoding'] !== undefined) return true;
+  const length = request.headers['content-length'];
+  return length !== undefined && Number(length) > MAX_BODY_BYTES;
 }
 
 function sendJson(response: ServerResponse, status: number, body: unknown): void {

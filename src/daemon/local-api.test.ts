@@ -1,0 +1,149 @@
+// The local API's bounds on a real unix socket: connection cap, idle and slow clients cut off, no request bodies.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createConnection, type Socket } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { waitFor } from '../../test/helpers/wait-for.js';
+import { callAgent } from '../cli/local-client.js';
+import { silentLogger } from '../lib/logger.js';
+import { type LocalApiLimits, LocalApiServer } from './local-api.js';
+
+let dir: string;
+let socketPath: string;
+let server: LocalApiServer | undefined;
+const clients: Socket[] = [];
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-api-'));
+  socketPath = path.join(dir, 'agent.sock');
+});
+
+afterEach(async () => {
+  for (const client of clients.splice(0)) client.destroy();
+  await server?.close();
+  server = undefined;
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** Timeouts far longer than any test, unless a test injects short ones. */
+const PATIENT: Partial<LocalApiLimits> = {
+  headersTimeoutMs: 60_000,
+  requestTimeoutMs: 60_000,
+  keepAliveTimeoutMs: 60_000,
+};
+
+async function startServer(limits: Partial<LocalApiLimits>): Promise<LocalApiServer> {
+  server = new LocalApiServer(
+    socketPath,
+    {
+      health: () => ({ healthy: true, lastLoopAt: null }),
+      status: () => ({ ok: true }),
+      sync: async () => ({ converged: true, exitCode: 0, result: null }),
+    },
+    silentLogger(),
+    limits,
+  );
+  await server.start();
+  return server;
+}
+
+interface Client {
+  socket: Socket;
+  closed: boolean;
+  received: string;
+}
+
+/** A raw connection that records whether the server closed it and what it sent. */
+async function connect(): Promise<Client> {
+  const socket = createConnection(socketPath);
+  clients.push(socket);
+  const client: Client = { socket, closed: false, received: '' };
+  socket.setEncoding('utf8');
+  socket.on('data', (chunk: string) => {
+    client.received += chunk;
+  });
+  socket.on('close', () => {
+    client.closed = true;
+  });
+  socket.on('error', () => undefined);
+  await new Promise<void>((resolve) => {
+    socket.once('connect', () => resolve());
+    socket.once('close', () => resolve());
+  });
+  return client;
+}
+
+describe('LocalApiServer limits', () => {
+  it('holds at most maxConnections: 300 idle connections leave it at the cap, the rest are closed', async () => {
+    const api = await startServer({ ...PATIENT, maxConnections: 20 });
+    const idle = await Promise.all(Array.from({ length: 300 }, () => connect()));
+    await waitFor(() => idle.filter((c) => c.closed).length >= 280, 5000, {
+      what: 'connections over the cap closed',
+    });
+    expect(idle.filter((c) => !c.closed)).toHaveLength(20);
+    expect(await api.connectionCount()).toBe(20);
+  });
+
+  it('closes idle connections that send nothing (408) and frees their slots for real requests', async () => {
+    const api = await startServer({
+      maxConnections: 5,
+      headersTimeoutMs: 100,
+      requestTimeoutMs: 200,
+      keepAliveTimeoutMs: 100,
+      checkIntervalMs: 20,
+    });
+    const idle = await Promise.all(Array.from({ length: 5 }, () => connect()));
+    await waitFor(() => idle.every((c) => c.closed), 5000, { what: 'idle connections closed' });
+    expect(idle.map((c) => c.received.split('\r\n')[0])).toEqual(
+      Array(5).fill('HTTP/1.1 408 Request Timeout'),
+    );
+    expect(await api.connectionCount()).toBe(0);
+    expect(await callAgent(socketPath, 'GET', '/v1/health', 5000)).toMatchObject({ status: 200 });
+  });
+
+  it('cuts off a client that trickles its request head', async () => {
+    await startServer({
+      headersTimeoutMs: 150,
+      requestTimeoutMs: 300,
+      keepAliveTimeoutMs: 100,
+      checkIntervalMs: 20,
+    });
+    const slow = await connect();
+    const head = `GET /v1/status HTTP/1.1\r\nHost: agent\r\nX-Pad: ${'a'.repeat(10_000)}`;
+    let sent = 0;
+    // One byte per tick until the server gives up on it; the bound only stops a broken server from looping.
+    while (!slow.closed && sent < head.length) {
+      slow.socket.write(head[sent] ?? '');
+      sent += 1;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await waitFor(() => slow.closed, 5000, { what: 'the slow client closed' });
+    expect(slow.received.split('\r\n')[0]).toMatch(/^HTTP\/1\.1 (408|431) /);
+    expect(sent).toBeLessThan(head.length);
+  });
+
+  it('closes a connection that is idle between keep-alive requests', async () => {
+    await startServer({ ...PATIENT, keepAliveTimeoutMs: 100, checkIntervalMs: 20 });
+    const client = await connect();
+    client.socket.write('GET /v1/health HTTP/1.1\r\nHost: agent\r\n\r\n');
+    await waitFor(() => client.received.includes('"healthy":true'), 5000, { what: 'the answer' });
+    await waitFor(() => client.closed, 5000, { what: 'the idle keep-alive connection closed' });
+  });
+
+  it('refuses request heads over maxHeaderBytes (431) and any request body (413), without reading it', async () => {
+    await startServer({ ...PATIENT, maxHeaderBytes: 1024 });
+    const big = await connect();
+    big.socket.write(`GET /v1/status HTTP/1.1\r\nHost: agent\r\nX-Pad: ${'a'.repeat(4096)}\r\n\r\n`);
+    await waitFor(() => big.closed, 5000, { what: 'the oversized head refused' });
+    expect(big.received.split('\r\n')[0]).toBe('HTTP/1.1 431 Request Header Fields Too Large');
+
+    for (const framing of ['Content-Length: 1000000000', 'Transfer-Encoding: chunked']) {
+      const body = await connect();
+      body.socket.write(`POST /v1/sync HTTP/1.1\r\nHost: agent\r\n${framing}\r\n\r\nxxxx`);
+      await waitFor(() => body.closed, 5000, { what: `the body (${framing}) refused` });
+      expect(body.received.split('\r\n')[0]).toBe('HTTP/1.1 413 Payload Too Large');
+      expect(body.received).toContain('"code":"body_too_large"');
+    }
+  });
+});
