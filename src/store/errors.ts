@@ -74,7 +74,33 @@ const ERRNO_TEXT: Record<string, string> = {
   ENOENT: 'no such file or directory',
   ENAMETOOLONG: 'file name too long',
   EMFILE: 'too many open files',
+  ENFILE: 'too many open files in the system',
+  ENOMEM: 'out of memory',
+  ENOBUFS: 'no buffer space available',
 };
+
+/**
+ * errno codes that mean the agent itself ran out of something (descriptors, memory), whatever file it was
+ * touching: the instance is not at fault, so such a failure never counts as an attempt, is never reported
+ * `failed` (nor `retrying`) to the service, and the next pass simply tries again.
+ */
+export const AGENT_RESOURCE_ERRNOS: ReadonlySet<string> = new Set(['EMFILE', 'ENFILE', 'ENOMEM', 'ENOBUFS']);
+
+/**
+ * Whether `error` is the agent's own resource trouble: a DiskError with `resource`, or any error (or one of
+ * its causes) whose errno is in AGENT_RESOURCE_ERRNOS.
+ */
+export function isAgentResourceError(error: unknown): boolean {
+  let current = error;
+  // Causes form a chain; a bound keeps a cyclic one from looping.
+  for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
+    if (current instanceof DiskError) return current.resource;
+    const code = errnoCode(current);
+    if (code !== undefined && AGENT_RESOURCE_ERRNOS.has(code)) return true;
+    current = typeof current === 'object' && 'cause' in current ? current.cause : undefined;
+  }
+  return false;
+}
 
 export interface DiskErrorOptions {
   /** What the store was doing: 'write temp file', 'rename', 'fsync directory', ... */
@@ -86,14 +112,20 @@ export interface DiskErrorOptions {
   cause?: unknown;
 }
 
-/** The filesystem failed an operation: retryable, because full disks get cleaned and mounts come back. */
+/**
+ * The filesystem failed an operation: retryable, because full disks get cleaned and mounts come back.
+ * `resource` is true when the agent itself ran out of descriptors or memory: see AGENT_RESOURCE_ERRNOS.
+ */
 export class DiskError extends AgentError {
   readonly errno: string | undefined;
   readonly path: string;
   readonly operation: string;
+  /** The agent's own resource trouble, not the instance's: never an attempt, never reported. */
+  readonly resource: boolean;
 
   constructor(options: DiskErrorOptions) {
     const errno = options.errno ?? errnoCode(options.cause);
+    const resource = errno !== undefined && AGENT_RESOURCE_ERRNOS.has(errno);
     super('disk_error', diskMessage(options.operation, options.path, errno), {
       retryable: true,
       cause: options.cause,
@@ -101,6 +133,7 @@ export class DiskError extends AgentError {
     this.errno = errno;
     this.path = options.path;
     this.operation = options.operation;
+    this.resource = resource;
   }
 }
 
