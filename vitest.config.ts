@@ -1,12 +1,36 @@
+// Two test tiers (see test/README.md): `unit` runs in-process with no build; `integration` spawns the built dist/.
 import { defineConfig } from 'vitest/config';
+
+/** Tests that spawn the compiled binaries (dist/), and the reliability tier that does the same. */
+const INTEGRATION = ['test/integration/**/*.test.ts', 'test/reliability/**/*.test.ts'];
 
 export default defineConfig({
   test: {
-    include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
-    testTimeout: 20_000,
-    hookTimeout: 20_000,
-    pool: 'forks',
-    globalSetup: ['test/global-setup.ts'],
     reporters: ['default', './test/plain-summary-reporter.ts'],
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: 'unit',
+          include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+          exclude: INTEGRATION,
+          testTimeout: 20_000,
+          hookTimeout: 20_000,
+          pool: 'forks',
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'integration',
+          include: INTEGRATION,
+          // Spawned agents on a busy 2-core machine: generous bounds; tests wait on conditions, not on sleeps.
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+          pool: 'forks',
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
+    ],
   },
 });

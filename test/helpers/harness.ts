@@ -32,6 +32,10 @@ export interface RunResult {
 export interface SpawnIdentity {
   uid?: number;
   gid?: number;
+  /** The agent's main.js; default the repository's dist/. Another uid may need a copy it can reach. */
+  bin?: string;
+  /** The child's working directory; default the test process's own. */
+  cwd?: string;
 }
 
 export interface HarnessOptions {
@@ -121,6 +125,8 @@ export class AgentHarness {
     const identity: SpawnIdentity = {
       ...(options.uid === undefined ? {} : { uid: options.uid }),
       ...(options.gid === undefined ? {} : { gid: options.gid }),
+      ...(options.bin === undefined ? {} : { bin: options.bin }),
+      ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
     };
     const child = this.spawn(args, options.env, identity);
     return collect(child, options.timeoutMs ?? 30_000);
@@ -133,10 +139,11 @@ export class AgentHarness {
   /** `identity` runs the agent as another user (root only), e.g. to meet EACCES that root would bypass. */
   spawn(args: readonly string[], env?: NodeJS.ProcessEnv, identity: SpawnIdentity = {}): ChildProcess {
     const childEnv: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, ...env };
-    return spawn(process.execPath, [AGENT_BIN, '--config', this.configPath, ...args], {
+    const { bin = AGENT_BIN, ...processOptions } = identity;
+    return spawn(process.execPath, [bin, '--config', this.configPath, ...args], {
       env: childEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
-      ...identity,
+      ...processOptions,
     });
   }
 

@@ -13,6 +13,7 @@ import {
   tryMount,
   unmount,
 } from '../helpers/harness.js';
+import { reachableInstall } from '../helpers/reachable-install.js';
 
 // Vitest decides skipIf at collection time, so what this machine permits is probed here, on a scratch dir.
 const PROBE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-mount-probe-'));
@@ -50,6 +51,7 @@ for (const [what, reason] of [
 
 const harnesses: AgentHarness[] = [];
 const mounts: string[] = [];
+const cleanups: Array<() => Promise<void>> = [];
 
 async function harness(): Promise<AgentHarness> {
   const created = await AgentHarness.create({ registerDevice: true });
@@ -77,6 +79,7 @@ function unmountAll(): void {
 afterEach(async () => {
   unmountAll();
   await Promise.all(harnesses.splice(0).map((h) => h.close()));
+  for (const cleanup of cleanups.splice(0)) await cleanup();
 });
 
 afterAll(() => {
@@ -305,9 +308,14 @@ describe('config-agent --once: permission denied (EACCES)', () => {
       await h.deploy(b.id);
       const before = await snapshotTree(h.rootDir, { identity: true });
 
+      // A clone may sit where uid 65534 cannot traverse (a 0700 dir): it runs a copy of dist/ it can reach.
+      const install = await reachableInstall();
+      cleanups.push(install.remove);
       const result = await h.run(['--once'], {
         uid: NOBODY,
         gid: NOBODY,
+        bin: install.dist('main.js'),
+        cwd: install.dir,
         // The key file is root's 0600; the environment is the documented alternative.
         env: { CONFIG_AGENT_API_KEY: TEST_API_KEY },
       });

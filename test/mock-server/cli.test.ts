@@ -1,18 +1,15 @@
-// The config-agent-mock-server command: flags, the one stdout line, JSON logs without the key, exit codes.
-import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+// The config-agent-mock-server command in-process: flags, the one stdout line, JSON logs without the key, exit codes.
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DeviceList } from '../../src/api/schemas.js';
 import { API_KEY_ENV, main } from '../../src/mock-server/cli.js';
 import { startMockServer } from '../../src/mock-server/server.js';
 import { API_KEY, DEMO_FIXTURES_PATH } from './helpers.js';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 let dir: string;
 
 beforeAll(async () => {
@@ -145,41 +142,6 @@ describe('main', () => {
       expect(cli.err.text()).toContain('EADDRINUSE');
     } finally {
       await other.close();
-    }
-  });
-});
-
-describe('the compiled bin', () => {
-  const bin = path.join(ROOT, 'dist/mock-server/cli.js');
-
-  it('starts with a shebang, prints the URL, and exits 0 on SIGTERM', async () => {
-    expect(existsSync(bin), `${bin} is built by test/global-setup.ts`).toBe(true);
-    expect(readFileSync(bin, 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
-    const child = spawn(process.execPath, [bin, '--port', '0', '--fixtures', DEMO_FIXTURES_PATH], {
-      env: { ...process.env, [API_KEY_ENV]: API_KEY },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    try {
-      const url = await firstLine(
-        () => stdout,
-        exited.then(() => -1),
-      );
-      expect((await devices(url)).data).toHaveLength(3);
-      child.kill('SIGTERM');
-      expect(await exited).toBe(0);
-      expect(stdout).toBe(`${url}\n`);
-      expect(stderr).not.toContain(API_KEY);
-    } finally {
-      if (child.exitCode === null) child.kill('SIGKILL');
     }
   });
 });

@@ -1,0 +1,63 @@
+// A copy of what another user runs (package.json, dist/, production node_modules) in a directory any user can read.
+// A clone may live where that user cannot traverse (under /root, in a 0700 `mktemp -d`): it cannot load dist/ there.
+import { chmod, cp, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { REPO_ROOT } from './harness.js';
+
+interface LockFile {
+  packages: Record<string, { dev?: boolean }>;
+}
+
+/** The top-level `node_modules/<name>` folders the lock file does not mark as dev-only. */
+async function productionPackages(): Promise<string[]> {
+  const lock = JSON.parse(await readFile(path.join(REPO_ROOT, 'package-lock.json'), 'utf8')) as LockFile;
+  return Object.entries(lock.packages)
+    .filter(([key]) => key.startsWith('node_modules/') && !key.slice(13).includes('/node_modules/'))
+    .filter(([, entry]) => entry.dev !== true)
+    .map(([key]) => key);
+}
+
+const exists = (file: string): Promise<boolean> =>
+  stat(file).then(
+    () => true,
+    () => false,
+  );
+
+export interface ReachableInstall {
+  /** The copy's root: `<dir>/dist/...` and `<dir>/node_modules/...` as in the repository. */
+  dir: string;
+  /** `<dir>/dist/<relative>`. */
+  dist(relative: string): string;
+  remove(): Promise<void>;
+}
+
+/** Copies the built dist/ (test/global-setup.ts builds it) and its runtime dependencies to a fresh 0755 temp dir. */
+export async function reachableInstall(): Promise<ReachableInstall> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-reachable-'));
+  await chmod(dir, 0o755);
+  const entries = ['package.json', 'dist', ...(await productionPackages())];
+  for (const entry of entries) {
+    const source = path.join(REPO_ROOT, entry);
+    if (!(await exists(source))) continue;
+    await cp(source, path.join(dir, entry), { recursive: true, verbatimSymlinks: true });
+  }
+  // The copy is readable and traversable by everyone, whatever the umask it was made under.
+  await chmodTree(dir);
+  return {
+    dir,
+    dist: (relative) => path.join(dir, 'dist', relative),
+    remove: () => rm(dir, { recursive: true, force: true }),
+  };
+}
+
+/** Adds read (and, for directories, traverse) permission for everyone under `dir`. */
+async function chmodTree(dir: string): Promise<void> {
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    if (entry.isSymbolicLink()) continue;
+    const { mode } = await stat(full);
+    await chmod(full, (mode & 0o7777) | (entry.isDirectory() ? 0o555 : 0o444));
+    if (entry.isDirectory()) await chmodTree(full);
+  }
+}
