@@ -108,10 +108,24 @@ describe('loadConfigFile', () => {
     );
   });
 
-  it('does not quote the file in a syntax error', async () => {
+  it('does not quote the file in a syntax error, and places it even where V8 gives no position', async () => {
     const { fs } = memfs({ '/etc/c.json': '{"deviceId": "dvc_1", "token": s3cr3t-value}' });
     const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
-    expect(error.message).toBe("config /etc/c.json: invalid JSON: Unexpected token 's'");
+    expect(error.message).toBe("config /etc/c.json: invalid JSON at line 1, column 32: Unexpected token 's'");
+  });
+
+  it.each([
+    ['a trailing comma in an array', '{\n  "hooks": [\n    {"match": "a", "run": ["x"]},\n  ]\n}\n', 4, 3],
+    ['a bare word', '{\n  "deviceId": dvc_1\n}', 2, 15],
+    ['a single-quoted key', "{\n  'deviceId': 1\n}", 2, 3],
+    ['an empty file', '', 1, 1],
+    ['a truncated literal', '{"a": tru', 1, 10],
+  ])('gives the line and column of %s', async (_name, text, line, column) => {
+    const { fs } = memfs({ '/etc/c.json': text });
+    const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
+    expect(error.message).toMatch(
+      new RegExp(`^config /etc/c\\.json: invalid JSON at line ${line}, column ${column}: \\S`),
+    );
   });
 
   it('rejects a valid JSON value that is not an object', async () => {

@@ -5,6 +5,7 @@ import { errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
+import { jsonSyntaxErrorOffset, lineAndColumn } from './json-position.js';
 import { type AgentConfig, AgentConfigSchema, DEFAULT_CONFIG_PATH, describeType } from './schema.js';
 
 export type ApiKeySource = 'env' | 'credentials' | 'file';
@@ -265,20 +266,21 @@ function formatMode(mode: number): string {
   return `0${mode.toString(8).padStart(3, '0')}`;
 }
 
-/** JSON syntax errors with line and column; V8's own text can quote the file, so only its first clause is kept. */
+/**
+ * JSON syntax errors with line and column, always: the position comes from our own scan, since V8 gives one
+ * for some errors only. V8's own text can quote the file, so only its first clause is kept.
+ */
 function describeJsonError(text: string, error: unknown): string {
   const raw = errorMessage(error);
-  const at = /at position (\d+)/.exec(raw);
+  const v8Position = /at position (\d+)/.exec(raw)?.[1];
   const position =
-    at?.[1] !== undefined ? Number(at[1]) : /end of JSON input/.test(raw) ? text.length : undefined;
+    jsonSyntaxErrorOffset(text) ?? (v8Position === undefined ? text.length : Number(v8Position));
   const reason = raw
     .replace(/, (?:\.\.\.)?".*is not valid JSON$/s, '')
     .replace(/ in JSON at position \d+.*$/s, '')
-    .replace(/ at position \d+.*$/s, '');
-  if (position === undefined) return `invalid JSON: ${reason}`;
-  const before = text.slice(0, position);
-  const line = before.split('\n').length;
-  const column = position - before.lastIndexOf('\n');
+    .replace(/ at position \d+.*$/s, '')
+    .replace(/ \(line \d+ column \d+\)$/, '');
+  const { line, column } = lineAndColumn(text, position);
   return `invalid JSON at line ${line}, column ${column}: ${reason}`;
 }
 
