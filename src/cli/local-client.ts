@@ -3,7 +3,7 @@ import * as nodeFs from 'node:fs/promises';
 import { request } from 'node:http';
 import path from 'node:path';
 import { ConfigError } from '../config/errors.js';
-import { loadConfigFile, resolveConfigPath } from '../config/load.js';
+import { loadConfigFile, readConfigText, resolveConfigPath } from '../config/load.js';
 import { CONFIG_DEFAULTS } from '../config/schema.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import { ExitCode } from './exit-codes.js';
@@ -66,11 +66,21 @@ async function socketPathFor(configPath: string | undefined, io: CommandIo): Pro
   }
 }
 
-/** The socket path of a config file that fails validation: its own `socketPath`, or the default. */
+/**
+ * The socket path of a config file that fails validation: its own `socketPath`, or the default. Undefined
+ * (exit 78) when the file itself cannot be read, or is not a regular file: nothing to fall back on.
+ */
 async function socketPathFromInvalidFile(file: string): Promise<string | undefined> {
+  let text: string;
+  try {
+    // The same non-blocking, regular-files-only read: a FIFO as config must not hang `status` either.
+    text = await readConfigText(nodeFs, file);
+  } catch {
+    return undefined;
+  }
   let json: unknown;
   try {
-    json = JSON.parse(await nodeFs.readFile(file, 'utf8'));
+    json = JSON.parse(text);
   } catch {
     json = {};
   }

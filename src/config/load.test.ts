@@ -1,6 +1,12 @@
 // The loader on memfs: config path precedence, file errors, API key sources and modes, TLS refusal, directories.
+import { execFileSync } from 'node:child_process';
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { Volume } from 'memfs';
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { exitCodeForStartupError } from '../cli/exit-codes.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { ApiKeyError, ConfigError } from './errors.js';
 import {
@@ -89,7 +95,7 @@ describe('loadConfigFile', () => {
   it('names the file when it is a directory', async () => {
     const { fs } = memfs({ '/etc/c.json/x': '' });
     const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
-    expect(error.message).toMatch(/^config \/etc\/c\.json: cannot read the file: .*EISDIR/);
+    expect(error.message).toBe('config /etc/c.json: not a regular file (a directory)');
   });
 
   it('gives the line and column of a JSON syntax error', async () => {
@@ -236,7 +242,9 @@ describe('loadApiKey', () => {
   it('refuses a key file that is a directory', async () => {
     const { fs } = memfs({ '/etc/config-agent/api-key/x': '' });
     const error = await rejected(loadApiKey(fs, config(), {}), ApiKeyError);
-    expect(error.message).toBe('the API key file /etc/config-agent/api-key is not a regular file');
+    expect(error.message).toBe(
+      'the API key file /etc/config-agent/api-key is not a regular file (a directory)',
+    );
   });
 });
 
@@ -352,5 +360,69 @@ describe('ensureDirectories', () => {
     expect(error.message).toBe(
       'config directories: rootDir: cannot create /srv/config-agent: /srv is not a directory',
     );
+  });
+});
+
+describe('inputs that are not regular files, on the real file system', () => {
+  // A FIFO blocks open() and read() until a writer comes: these would hang without O_NONBLOCK and fstat.
+  let dir: string;
+  beforeEach(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-special-'));
+    execFileSync('mkfifo', [path.join(dir, 'fifo')]);
+    await mkdir(path.join(dir, 'dir'));
+    await writeFile(path.join(dir, 'config.json'), CONFIG_JSON);
+  });
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it.each([
+    ['fifo', 'a FIFO'],
+    ['dir', 'a directory'],
+    ['/dev/null', 'a character device'],
+  ])('--config %s: ConfigError "not a regular file (%s)", without blocking', async (name, what) => {
+    const file = name.startsWith('/') ? name : path.join(dir, name);
+    const error = await rejected(loadAgentConfig(nodeFs, { configFlag: file, env: {} }), ConfigError);
+    expect(error.message).toBe(`config ${file}: not a regular file (${what})`);
+    expect(exitCodeForStartupError(error)).toBe(78);
+  });
+
+  it.each([
+    ['fifo', 'a FIFO'],
+    ['dir', 'a directory'],
+    ['/dev/null', 'a character device'],
+  ])('server.apiKeyFile %s: ApiKeyError "not a regular file (%s)", without blocking', async (name, what) => {
+    const file = name.startsWith('/') ? name : path.join(dir, name);
+    const cfg = config({ server: { ...config().server, apiKeyFile: file } });
+    const error = await rejected(loadApiKey(nodeFs, cfg, {}), ApiKeyError);
+    expect(error.message).toBe(`the API key file ${file} is not a regular file (${what})`);
+    expect(exitCodeForStartupError(error)).toBe(78);
+  });
+
+  it.each([
+    ['fifo', 'a FIFO'],
+    ['dir', 'a directory'],
+  ])('$CREDENTIALS_DIRECTORY/api-key as %s: refused, without blocking', async (name, what) => {
+    const credentials = path.join(dir, 'credentials');
+    await mkdir(credentials);
+    if (name === 'fifo') execFileSync('mkfifo', [path.join(credentials, 'api-key')]);
+    else await mkdir(path.join(credentials, 'api-key'));
+    const error = await rejected(
+      loadApiKey(nodeFs, config(), { CREDENTIALS_DIRECTORY: credentials }),
+      ApiKeyError,
+    );
+    expect(error.message).toBe(`the API key file ${credentials}/api-key is not a regular file (${what})`);
+  });
+
+  it('a config file larger than 1 MiB is refused unread', async () => {
+    const file = path.join(dir, 'huge.json');
+    await writeFile(file, `{"deviceId": "${'x'.repeat(1024 * 1024)}"}`);
+    const error = await rejected(loadConfigFile(nodeFs, file), ConfigError);
+    expect(error.message).toBe(`config ${file}: larger than 1048576 bytes: not a config file`);
+  });
+
+  it('a regular config file reached through a symlink still loads', async () => {
+    await symlink(path.join(dir, 'config.json'), path.join(dir, 'link.json'));
+    expect((await loadConfigFile(nodeFs, path.join(dir, 'link.json'))).deviceId).toBe('dvc_1');
   });
 });

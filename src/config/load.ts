@@ -1,4 +1,5 @@
 // Loads the agent's configuration: the file (flag > env > default path), the API key (env > credentials > file).
+import { constants } from 'node:fs';
 import path from 'node:path';
 import type { z } from 'zod';
 import { errnoCode, errorMessage } from '../lib/errors.js';
@@ -25,6 +26,10 @@ export const CREDENTIAL_NAME = 'api-key';
 const STATE_DIR_MODE = 0o700;
 /** A key file bigger than this is not a key file: refuse rather than send megabytes in a header. */
 const MAX_KEY_FILE_BYTES = 64 * 1024;
+/** A config file is a few KiB; a bigger one is a mistake (a log, an image), not worth reading into memory. */
+const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
+/** O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; O_NOCTTY: never adopt a tty. */
+const NONBLOCKING_READ = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY;
 /** HTTP header values: visible ASCII only; anything else is a mangled file, not a key. */
 const KEY_CHARS = /^[\x21-\x7e]+$/;
 
@@ -46,18 +51,7 @@ export function resolveConfigPath(flag: string | undefined, env: NodeJS.ProcessE
 }
 
 export async function loadConfigFile(fs: FsPort, configPath: string): Promise<AgentConfig> {
-  let text: string;
-  try {
-    text = await fs.readFile(configPath, 'utf8');
-  } catch (error) {
-    throw new ConfigError(
-      configPath,
-      [{ path: '', message: `cannot read the file: ${describeFsError(error)}` }],
-      {
-        cause: error,
-      },
-    );
-  }
+  let text = await readConfigText(fs, configPath);
   if (text.startsWith('\uFEFF')) text = text.slice(1);
   let json: unknown;
   try {
@@ -66,6 +60,34 @@ export async function loadConfigFile(fs: FsPort, configPath: string): Promise<Ag
     throw new ConfigError(configPath, [{ path: '', message: describeJsonError(text, error) }]);
   }
   return parseAgentConfig(json, configPath);
+}
+
+/**
+ * The config file's text. Opened non-blocking and checked with fstat before reading: a FIFO (or a device)
+ * given as the config would otherwise block the agent forever while systemd shows it running.
+ */
+export async function readConfigText(fs: FsPort, configPath: string): Promise<string> {
+  const fail = (message: string, cause?: unknown): never => {
+    throw new ConfigError(configPath, [{ path: '', message }], { cause });
+  };
+  let handle: Awaited<ReturnType<FsPort['open']>>;
+  try {
+    handle = await fs.open(configPath, NONBLOCKING_READ);
+  } catch (error) {
+    return fail(`cannot read the file: ${describeFsError(error)}`, error);
+  }
+  try {
+    const stats = await handle.stat();
+    if (!stats.isFile()) return fail(`not a regular file (${describeFileType(stats)})`);
+    if (stats.size > MAX_CONFIG_FILE_BYTES)
+      return fail(`larger than ${MAX_CONFIG_FILE_BYTES} bytes: not a config file`);
+    return await handle.readFile({ encoding: 'utf8' });
+  } catch (error) {
+    if (error instanceof ConfigError) throw error;
+    return fail(`cannot read the file: ${describeFsError(error)}`, error);
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
 }
 
 // ---- the API key ----
@@ -109,7 +131,7 @@ async function readKeyFile(
 ): Promise<string | undefined> {
   let handle: Awaited<ReturnType<FsPort['open']>>;
   try {
-    handle = await fs.open(file, 'r');
+    handle = await fs.open(file, NONBLOCKING_READ);
   } catch (error) {
     if (errnoCode(error) === 'ENOENT') return undefined;
     throw new ApiKeyError(`cannot open the API key file ${file}: ${describeFsError(error)}`, {
@@ -119,7 +141,8 @@ async function readKeyFile(
   try {
     // Stat the open handle, not the path, so the mode we check is the mode of the bytes we read.
     const stats = await handle.stat();
-    if (!stats.isFile()) throw new ApiKeyError(`the API key file ${file} is not a regular file`);
+    if (!stats.isFile())
+      throw new ApiKeyError(`the API key file ${file} is not a regular file (${describeFileType(stats)})`);
     const mode = stats.mode & 0o7777;
     if (options.requirePrivate && (mode & 0o077) !== 0) {
       throw new ApiKeyError(
@@ -260,6 +283,24 @@ function describeFsError(error: unknown): string {
   if (code === undefined) return errorMessage(error);
   const text = FS_ERRORS[code];
   return text === undefined ? code : `${text} (${code})`;
+}
+
+/** What a non-regular file is, in words, for "not a regular file (...)". */
+export function describeFileType(stats: {
+  isDirectory(): boolean;
+  isFIFO(): boolean;
+  isSocket(): boolean;
+  isCharacterDevice(): boolean;
+  isBlockDevice(): boolean;
+  isSymbolicLink(): boolean;
+}): string {
+  if (stats.isDirectory()) return 'a directory';
+  if (stats.isFIFO()) return 'a FIFO';
+  if (stats.isSocket()) return 'a socket';
+  if (stats.isCharacterDevice()) return 'a character device';
+  if (stats.isBlockDevice()) return 'a block device';
+  if (stats.isSymbolicLink()) return 'a symbolic link';
+  return 'a regular file';
 }
 
 function formatMode(mode: number): string {
