@@ -1,4 +1,6 @@
+// withRequestRetry: which errors are retried, how long it sleeps between tries, and when it hands the error up.
 import { describe, expect, it } from 'vitest';
+import { MAX_RETRY_AFTER_MS } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
 import { HttpStatusError, InvalidResponseError, NetworkError } from './errors.js';
@@ -16,7 +18,6 @@ function options(clock: Clock, retries = 2) {
     retries,
     baseDelayMs: 100,
     maxDelayMs: 1000,
-    maxRetryAfterMs: 5000,
     clock,
     random: () => 1,
     logger: silentLogger(),
@@ -66,11 +67,43 @@ describe('withRequestRetry', () => {
     expect(calls).toBe(2);
   });
 
-  it('honours Retry-After when it asks for longer than the backoff, clamped to the maximum', () => {
-    const opts = { baseDelayMs: 100, maxDelayMs: 1000, maxRetryAfterMs: 5000, random: () => 0.5 };
+  it('honours Retry-After when it asks for longer than the backoff, clamped to the one cap', () => {
+    const opts = { baseDelayMs: 100, maxDelayMs: 1000, random: () => 0.5 };
     expect(retryDelayMs(new HttpStatusError(target, 429, undefined, 3000), 1, opts)).toBe(3000);
-    expect(retryDelayMs(new HttpStatusError(target, 429, undefined, 999_999), 1, opts)).toBe(5000);
+    expect(retryDelayMs(new HttpStatusError(target, 429, undefined, 10), 3, opts)).toBe(200);
+    expect(retryDelayMs(new HttpStatusError(target, 429, undefined, 86_400_000), 1, opts)).toBe(
+      MAX_RETRY_AFTER_MS,
+    );
     expect(retryDelayMs(new NetworkError(target, 'x'), 3, opts)).toBe(200);
     expect(retryDelayMs(new NetworkError(target, 'x'), 10, opts)).toBe(500);
+  });
+
+  it('waits out a Retry-After within maxDelayMs, then retries', async () => {
+    const clock = recordingClock();
+    let calls = 0;
+    const value = await withRequestRetry(
+      'report',
+      async () => {
+        calls += 1;
+        if (calls === 1) throw new HttpStatusError(target, 429, undefined, 800);
+        return 'ok';
+      },
+      options(clock),
+    );
+    expect([value, calls, clock.slept]).toEqual(['ok', 2, [800]]);
+  });
+
+  it('never retries sooner than a Retry-After asks: one longer than maxDelayMs goes up at once', async () => {
+    const clock = recordingClock();
+    let calls = 0;
+    const failing = async () => {
+      calls += 1;
+      throw new HttpStatusError(target, 503, undefined, 5_000);
+    };
+    await expect(withRequestRetry('list', failing, options(clock))).rejects.toMatchObject({
+      status: 503,
+      retryAfterMs: 5_000,
+    });
+    expect([calls, clock.slept]).toEqual([1, []]);
   });
 });
