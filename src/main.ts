@@ -1,12 +1,13 @@
 #!/usr/bin/env node
 // The composition root: the only place that reads argv and the environment, handles signals and exits.
 import { readFileSync } from 'node:fs';
-import { HELP_TEXT, parseCliArgs, UsageError } from './cli/args.js';
+import { HELP_TEXT, parseCliArgs } from './cli/args.js';
 import { ExitCode } from './cli/exit-codes.js';
 import type { CommandIo } from './cli/io.js';
 import { runStatus, runSync } from './cli/local-client.js';
 import { runOnce } from './cli/once.js';
 import { type RunningAgent, startAgent } from './cli/run.js';
+import { UsageError } from './lib/errors.js';
 
 function packageVersion(): string {
   const text = readFileSync(new URL('../package.json', import.meta.url), 'utf8');

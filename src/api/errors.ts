@@ -1,5 +1,6 @@
 // Failures of the service client as classes with a stable `code` and `retryable`, so callers never parse messages.
 import { AgentError } from '../lib/errors.js';
+import { type DeliveryVerdict, deliveryVerdictForStatus, isRetryableStatus } from './http-status.js';
 import type { ErrorBody } from './schemas.js';
 
 /** Where a request was going, for messages: the method and the route *pattern* (never ids, query or headers). */
@@ -12,7 +13,7 @@ function where(target: RequestTarget): string {
   return `${target.method} ${target.route}`;
 }
 
-/** The service answered with a non-2xx status. 5xx, 408 and 429 are worth retrying; other 4xx are not. */
+/** The service answered with a non-2xx status; whether it is worth retrying is `http-status.ts`'s judgement. */
 export class HttpStatusError extends AgentError {
   readonly method: string;
   readonly route: string;
@@ -38,10 +39,6 @@ export class HttpStatusError extends AgentError {
     this.body = body;
     this.retryAfterMs = retryAfterMs;
   }
-}
-
-export function isRetryableStatus(status: number): boolean {
-  return status >= 500 || status === 408 || status === 429;
 }
 
 /** The connection failed, was refused or reset: the service may be back soon. */
@@ -135,4 +132,17 @@ export class InvalidArgumentError extends AgentError {
 
 export function isRetryableError(e: unknown): boolean {
   return e instanceof AgentError && e.retryable;
+}
+
+/**
+ * The outbox's verdict on a failed status report (see `deliveryVerdictForStatus`): the status decides for an
+ * HTTP answer; no connection or a timeout stops delivery (no report gets through now); anything else (a body
+ * that breaks the schema, a malformed answer) is this report's own failure: skip it.
+ */
+export function deliveryVerdict(error: unknown): DeliveryVerdict {
+  if (error instanceof HttpStatusError) {
+    const verdict = deliveryVerdictForStatus(error.status);
+    return verdict === 'delivered' ? 'skip' : verdict;
+  }
+  return error instanceof NetworkError || error instanceof TimeoutError ? 'stop' : 'skip';
 }

@@ -1,7 +1,7 @@
 // Every command-line form the agent accepts, and every misuse it rejects as a usage error.
 import { describe, expect, it } from 'vitest';
-import { AgentError } from '../lib/errors.js';
-import { type CliCommand, HELP_TEXT, parseCliArgs, UsageError } from './args.js';
+import { AgentError, UsageError } from '../lib/errors.js';
+import { type CliCommand, HELP_TEXT, parseCliArgs } from './args.js';
 
 function usageError(argv: string[]): UsageError {
   try {

@@ -1,6 +1,6 @@
 // argv → the command to run, as a discriminated union; every misuse is a UsageError (exit code 2).
 import { parseArgs } from 'node:util';
-import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
+import { errnoCode, errorMessage, UsageError } from '../lib/errors.js';
 import { EXIT_CODE_MEANINGS, ExitCode } from './exit-codes.js';
 
 export type CliCommand =
@@ -13,12 +13,6 @@ export type CliCommand =
   | { kind: 'status'; configPath?: string; json: boolean }
   /** `config-agent sync`: asks the running agent to reconcile now. */
   | { kind: 'sync'; configPath?: string };
-
-export class UsageError extends AgentError {
-  constructor(message: string) {
-    super('usage', message, { retryable: false });
-  }
-}
 
 const OPTIONS = {
   config: { type: 'string', short: 'c' },

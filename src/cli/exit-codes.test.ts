@@ -1,8 +1,8 @@
 // The exit-code contract: the numbers scripts depend on, and the mapping of startup errors to them.
 import { describe, expect, it } from 'vitest';
 import { ApiKeyError, ConfigError } from '../config/errors.js';
-import { AgentError } from '../lib/errors.js';
-import { UsageError } from './args.js';
+import { AgentError, UsageError } from '../lib/errors.js';
+import type { PassError, PassResult } from '../reconcile/pass-runner.js';
 import { EXIT_CODE_MEANINGS, ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
 
 describe('ExitCode', () => {
@@ -29,7 +29,9 @@ describe('exitCodeForStartupError', () => {
   });
 
   it('leaves every other error to the caller', () => {
-    expect(exitCodeForStartupError(new AgentError('network', 'down', { retryable: true }))).toBeUndefined();
+    expect(
+      exitCodeForStartupError(new AgentError('network_error', 'down', { retryable: true })),
+    ).toBeUndefined();
     expect(exitCodeForStartupError(Object.assign(new Error('x'), { code: 'ENOENT' }))).toBeUndefined();
     expect(exitCodeForStartupError('usage')).toBeUndefined();
   });
@@ -46,14 +48,14 @@ describe('exitCodeForPass', () => {
     reports: { delivered: 0, rejected: 0, pending: 0 },
     sweptTempFiles: [],
   };
-  const pullFailed = (error: Record<string, unknown>) => ({
+  const pullFailed = (error: Partial<PassError>): PassResult => ({
     ...base,
     reachable: false,
     converged: false,
     error: { message: 'x', retryable: true, code: 'http_status', ...error },
   });
 
-  it.each([
+  it.each<[Partial<PassError>, number]>([
     [{ code: 'network_error' }, 3],
     [{ code: 'timeout' }, 3],
     [{ code: 'malformed_response' }, 3],
@@ -61,8 +63,16 @@ describe('exitCodeForPass', () => {
     [{ status: 403 }, 3],
     [{ status: 429 }, 3],
     [{ status: 503 }, 3],
+    [{ status: 408 }, 3],
+    [{ status: 500 }, 3],
+    [{ status: 501 }, 3],
     [{ status: 404 }, 1],
     [{ status: 400 }, 1],
+    [{ status: 405 }, 1],
+    [{ status: 302 }, 1],
+    [{ code: 'http_status' }, 1],
+    [{ code: 'disk_error' }, 1],
+    [{ code: 'internal' }, 1],
     [{ code: 'invalid_response' }, 1],
     [{ code: 'response_too_large' }, 1],
   ])('a pull that failed with %o exits %i', (error, code) => {

@@ -1,4 +1,6 @@
 // The process exit codes of config-agent, in one place: scripts and systemd match on these numbers.
+import { isServiceUnusableStatus } from '../api/http-status.js';
+import { isAgentError } from '../lib/errors.js';
 import type { PassError, PassResult } from '../reconcile/pass-runner.js';
 
 export const ExitCode = {
@@ -32,30 +34,37 @@ export const EXIT_CODE_MEANINGS: Readonly<Record<ExitCode, string>> = {
  * undefined for anything else, which the caller classifies.
  */
 export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
-  const code = typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined;
-  if (code === 'usage') return ExitCode.Usage;
-  if (code === 'invalid_config' || code === 'api_key_unavailable') return ExitCode.Config;
-  return undefined;
+  if (!isAgentError(error)) return undefined;
+  switch (error.code) {
+    case 'usage':
+      return ExitCode.Usage;
+    case 'invalid_config':
+    case 'api_key_unavailable':
+      return ExitCode.Config;
+    default:
+      return undefined;
+  }
 }
 
 /**
  * Whether a failed pull means the service could not be used at all (exit 3): no connection, a timeout, a
- * truncated transfer, a rejected key, or the service saying it is unavailable. Anything else (a 404 from a wrong base URL or
- * version, a response that breaks the schema) reached a server that answered: exit 1.
+ * truncated transfer, or a status `http-status.ts` judges an outage (a refused key, overload, a server error).
+ * Anything else (a 404 from a wrong base URL or version, a response that breaks the schema) reached a server
+ * that answered: exit 1.
  */
 export function isUnreachable(error: PassError | undefined): boolean {
   if (error === undefined) return true;
-  // A body cut mid-JSON is a broken transfer (FIELD-NOTES: it arrives as a 200), not a server's answer.
-  if (error.code === 'network_error' || error.code === 'timeout' || error.code === 'malformed_response')
-    return true;
-  if (error.code !== 'http_status' || error.status === undefined) return false;
-  return (
-    error.status === 401 ||
-    error.status === 403 ||
-    error.status === 408 ||
-    error.status === 429 ||
-    error.status >= 500
-  );
+  switch (error.code) {
+    case 'network_error':
+    case 'timeout':
+    // A body cut mid-JSON is a broken transfer (FIELD-NOTES: it arrives as a 200), not a server's answer.
+    case 'malformed_response':
+      return true;
+    case 'http_status':
+      return error.status !== undefined && isServiceUnusableStatus(error.status);
+    default:
+      return false;
+  }
 }
 
 /** The exit code of `--once` and `sync` for a pass's result. */

@@ -1,9 +1,39 @@
 // Base class of every error the agent raises on purpose: match on `code`, never on message text.
-export class AgentError extends Error {
-  readonly code: string;
+
+/**
+ * Every `code` the agent's errors carry. A union, so the compiler checks each place that matches on one: a
+ * misspelt or retired code there is a type error, not a branch that never runs.
+ */
+export type ErrorCode =
+  /** argv (cli/args.ts); exit 2. */
+  | 'usage'
+  /** config file or environment (config/errors.ts); exit 78. */
+  | 'invalid_config'
+  | 'api_key_unavailable'
+  /** The service client (api/errors.ts, api/order-by.ts). */
+  | 'http_status'
+  | 'network_error'
+  | 'timeout'
+  | 'response_too_large'
+  | 'malformed_response'
+  | 'invalid_response'
+  | 'invalid_argument'
+  | 'invalid_order_by'
+  /** The store (store/errors.ts, store/lock.ts). */
+  | 'path_rejected'
+  | 'disk_error'
+  | 'state_locked'
+  /** The mock service's fixtures (mock-server/fixtures.ts). */
+  | 'invalid_fixtures'
+  /** Not an AgentError: a bug or an unexpected failure, as a pass reports it. */
+  | 'internal';
+
+/** `C` is widened only by the mock service, whose errors carry the service's wire codes. */
+export class AgentError<C extends string = ErrorCode> extends Error {
+  readonly code: C;
   readonly retryable: boolean;
 
-  constructor(code: string, message: string, options: { retryable: boolean; cause?: unknown }) {
+  constructor(code: C, message: string, options: { retryable: boolean; cause?: unknown }) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
@@ -22,6 +52,13 @@ export function errnoCode(error: unknown): string | undefined {
     if (typeof code === 'string') return code;
   }
   return undefined;
+}
+
+/** A misuse of a command line (the agent's or the mock's): printed with the usage hint, exit 2. */
+export class UsageError extends AgentError {
+  constructor(message: string) {
+    super('usage', message, { retryable: false });
+  }
 }
 
 export function errorMessage(error: unknown): string {

@@ -4,6 +4,7 @@ import { realpathSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { UsageError } from '../lib/errors.js';
 import { createLogger, createSecretRegistry, type LogLevel, type SecretRegistry } from '../lib/logger.js';
 import { FixtureError, type Fixtures, parseFixtures } from './fixtures.js';
 import { DEFAULT_HOST, startMockServer } from './server.js';
@@ -34,8 +35,6 @@ interface CliOptions {
   apiKey: string;
   fixturesPath: string | undefined;
 }
-
-class UsageError extends Error {}
 
 /** Runs the command; resolves with the exit code (2 for bad flags or fixtures) once the server has stopped. */
 export async function main(

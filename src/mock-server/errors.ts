@@ -5,7 +5,7 @@ import type { ErrorBody } from '../api/schemas.js';
 import { AgentError } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 
-export class MockServiceError extends AgentError {
+export class MockServiceError extends AgentError<string> {
   readonly status: ContentfulStatusCode;
   readonly params: Record<string, unknown>;
 

@@ -1,4 +1,5 @@
 // What a reconcile pass takes and returns, and the `PassRunner` the daemon and the CLI drive it through.
+import type { ErrorCode } from '../lib/errors.js';
 import type { LocalState } from '../store/state.js';
 import type { Step } from './plan.js';
 
@@ -37,7 +38,7 @@ export interface PassOptions {
 }
 
 export interface PassError {
-  code: string;
+  code: ErrorCode;
   message: string;
   retryable: boolean;
   /** The service's Retry-After, when it sent one. */
