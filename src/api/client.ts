@@ -4,6 +4,7 @@ import type { z } from 'zod';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
+import { REDACTED } from '../lib/logger.js';
 import {
   HttpStatusError,
   InvalidArgumentError,
@@ -109,7 +110,6 @@ export const ITERATOR_PAGE_LIMIT = 100;
 /** Error bodies are only read for their code and message; a huge one is not worth the memory. */
 const ERROR_BODY_MAX_BYTES = 64 * 1024;
 const CONNECT_TIMEOUT_MAX_MS = 10_000;
-const REDACTED = '[REDACTED]';
 
 export interface ServiceDispatcherOptions {
   timeoutMs: number;

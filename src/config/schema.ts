@@ -1,7 +1,7 @@
 // The agent's own configuration file: one strict zod schema holding every default, bound and cross-key rule.
 import { z } from 'zod';
+import type { LogLevel } from '../lib/logger.js';
 
-export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export type DriftPolicy = 'restore' | 'report' | 'off';
 
 export interface HookConfig {

@@ -6,7 +6,7 @@ import type {
   StatusReport,
 } from '../api/schemas.js';
 import { errorMessage } from '../lib/errors.js';
-import { sha256Hex } from '../store/durable-writer.js';
+import { sha256Hex } from '../lib/hash.js';
 import { validateRelativePath } from '../store/path-guard.js';
 import type { LocalState } from '../store/state.js';
 import { serializeContent } from './serialize.js';

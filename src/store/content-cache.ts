@@ -2,7 +2,8 @@
 import path from 'node:path';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
-import { publishFile, sha256Hex } from './durable-writer.js';
+import { sha256Hex } from '../lib/hash.js';
+import { publishFile } from './durable-writer.js';
 
 export const CACHE_DIR = 'cache';
 const SHA256_HEX = /^[0-9a-f]{64}$/;

@@ -4,11 +4,11 @@ import path from 'node:path';
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
 import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
 import {
   publishFile,
   readRegularFile,
   removeManagedFile,
-  sha256Hex,
   sweepTempFiles,
   writeDurableJson,
 } from './durable-writer.js';

@@ -1,9 +1,10 @@
 // Crash-safe publishing and removal of files under a root: temp file + fsync + rename + directory fsync.
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { constants, type Stats } from 'node:fs';
 import path from 'node:path';
 import { AgentError, errnoCode } from '../lib/errors.js';
 import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
 import { DiskError, PathRejectedError } from './errors.js';
 import {
   assertRegularOrAbsent,
@@ -53,10 +54,6 @@ const TEMP_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | c
 const READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY;
 const PERMISSION_BITS = 0o7777;
-
-export function sha256Hex(data: Uint8Array): string {
-  return createHash('sha256').update(data).digest('hex');
-}
 
 function assertMode(value: number, field: string): void {
   if (!Number.isInteger(value) || value < 0 || value > PERMISSION_BITS) {

@@ -3,11 +3,11 @@ import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
 import { ConfigInstance } from '../api/schemas.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { applySteps } from '../reconcile/apply.js';
 import { planSteps } from '../reconcile/plan.js';
 import { ContentCache } from './content-cache.js';
-import { sha256Hex } from './durable-writer.js';
 import { StatusOutbox } from './outbox.js';
 import {
   emptyState,
