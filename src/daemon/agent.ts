@@ -1,6 +1,7 @@
 // The long-running agent: jittered polling, backoff on outages, drift repair, hooks, metrics, local API.
 import type { ServiceClient } from '../api/client.js';
 import type { AgentConfig } from '../config/schema.js';
+import { fullJitterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -15,8 +16,6 @@ import { SingleFlight } from './single-flight.js';
 
 /** Bounds of the outage backoff: it starts at the poll interval and doubles up to this. */
 const MAX_OUTAGE_BACKOFF_MS = 15 * 60 * 1000;
-/** A Retry-After longer than this is clamped: a buggy header must not park a fleet for a day. */
-const MAX_RETRY_AFTER_MS = 30 * 60 * 1000;
 /** Health: a pass running longer than this (or 20 request timeouts) is stuck. */
 const PASS_STALL_MS = 10 * 60 * 1000;
 /** Health: a loop this late past its due time is stuck. */
@@ -70,8 +69,6 @@ export class AgentDaemon {
   #hooks: Promise<void> = Promise.resolve();
   /** Changed paths whose hook run is queued or running, so a later pass does not queue them twice. */
   readonly #hookPathsQueued = new Set<string>();
-  /** Counts passes started, so the drift watcher can tell whether a pass ran while it was judging. */
-  #passesStarted = 0;
 
   constructor(components: AgentComponents) {
     this.#c = components;
@@ -234,11 +231,11 @@ export class AgentDaemon {
     const intervalMs = intervalSeconds * 1000;
     let delay: number;
     if (result === undefined || !result.reachable) {
-      // Full jitter over an exponential ceiling, so a fleet recovering from an outage spreads out.
-      const ceiling = Math.min(MAX_OUTAGE_BACKOFF_MS, intervalMs * 2 ** Math.min(this.#failures, 20));
-      delay = Math.max(intervalMs * (1 - jitterRatio), random() * ceiling);
-      const retryAfter = result?.error?.retryAfterMs;
-      if (retryAfter !== undefined) delay = Math.max(delay, Math.min(retryAfter, MAX_RETRY_AFTER_MS));
+      // Full jitter over an exponential ceiling, so a fleet recovering from an outage spreads out; never
+      // sooner than a normal poll would be.
+      const backoff = { baseMs: intervalMs, maxMs: MAX_OUTAGE_BACKOFF_MS };
+      delay = Math.max(intervalMs * (1 - jitterRatio), fullJitterMs(backoff, this.#failures + 1, random));
+      delay = honourRetryAfter(delay, result?.error?.retryAfterMs);
     } else {
       delay = intervalMs * (1 + jitterRatio * (2 * random() - 1));
       const nextRetry = this.#c.reconciler.nextRetryAt();
@@ -266,7 +263,6 @@ export class AgentDaemon {
   async #pass(): Promise<PassResult> {
     // A pass queued behind the one that was running when the agent was told to stop never starts.
     this.#stop.signal.throwIfAborted();
-    this.#passesStarted += 1;
     const c = this.#c;
     const { clock } = c.deps;
     const now = clock.monotonic();
@@ -381,8 +377,7 @@ export class AgentDaemon {
       policy,
       logger: c.deps.logger.child({ component: 'drift' }),
       managedFiles: () => this.#c.reconciler.state.files,
-      passIdle: () => this.#runner.idle(),
-      passesStarted: () => this.#passesStarted + (this.#runner.busy ? 0.5 : 0),
+      passes: this.#runner,
       onDrift: (paths) => {
         this.#c.metrics.recordDriftDetected(paths.length);
         if (policy === 'restore') {

@@ -1,13 +1,19 @@
 // Watches rootDir for changes to managed files made by someone else, and asks for a repair pass.
 import path from 'node:path';
 import { type FSWatcher, watch } from 'chokidar';
+import type { DriftPolicy } from '../config/schema.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { readRegularFile } from '../store/durable-writer.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
 
-export type DriftPolicy = 'restore' | 'report' | 'off';
+/** What the watcher reads of the daemon's `SingleFlight`. */
+export interface PassActivity {
+  readonly busy: boolean;
+  readonly generation: number;
+  idle(): Promise<void>;
+}
 
 export interface DriftWatcherOptions {
   fs: FsPort;
@@ -16,10 +22,11 @@ export interface DriftWatcherOptions {
   logger: Logger;
   /** The files the agent manages now, by relative path. */
   managedFiles: () => ReadonlyMap<string, ManagedFile>;
-  /** Resolves once no reconcile pass is running: the agent's own writes are never judged mid-pass. */
-  passIdle: () => Promise<void>;
-  /** Changes whenever a pass starts or runs: a verdict reached while it changed is judged again. */
-  passesStarted: () => number;
+  /**
+   * The daemon's pass runner: a file is judged only while no pass runs (the agent's own writes are never
+   * drift), and a verdict reached while a pass started is judged again after it.
+   */
+  passes: PassActivity;
   /** Called with the drifted paths, once per debounce window. */
   onDrift: (paths: string[]) => void;
   debounceMs?: number;
@@ -74,9 +81,11 @@ export class DriftWatcher {
   /** A managed file drifted when its bytes or mode no longer match what the agent recorded writing. */
   async #evaluate(): Promise<void> {
     this.#timer = undefined;
-    await this.#options.passIdle();
+    const { passes } = this.#options;
+    // idle() resolves a turn later, and a pass may have started in that turn: wait until none runs.
+    while (passes.busy) await passes.idle();
     if (this.#closed) return;
-    const generation = this.#options.passesStarted();
+    const generation = passes.generation;
     const candidates = [...this.#pending];
     this.#pending.clear();
     const drifted: string[] = [];
@@ -96,7 +105,7 @@ export class DriftWatcher {
       }
       drifted.push(relative);
     }
-    if (this.#options.passesStarted() !== generation) {
+    if (passes.generation !== generation) {
       // A pass started while we were reading: what we saw may be its own write. Judge again after it.
       for (const relative of candidates) this.#pending.add(relative);
       this.#schedule();

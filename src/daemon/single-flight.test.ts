@@ -1,3 +1,4 @@
+// SingleFlight: one pass at a time, one shared follow-up, exclusive jobs, idle, and the pass generation.
 import { describe, expect, it } from 'vitest';
 import { SingleFlight } from './single-flight.js';
 
@@ -76,5 +77,28 @@ describe('SingleFlight', () => {
     await finishNext();
     await waiting;
     expect(idle).toBe(true);
+  });
+
+  it('generation counts every job that started: passes, follow-ups and exclusive jobs, failed ones too', async () => {
+    const { runner, finishNext } = gatedPasses();
+    expect(runner.generation).toBe(0);
+    const first = runner.trigger();
+    expect([runner.generation, runner.busy]).toEqual([1, true]);
+    const followUp = runner.trigger();
+    // A queued follow-up has not started yet.
+    expect(runner.generation).toBe(1);
+    await finishNext();
+    await first;
+    await finishNext();
+    await followUp;
+    expect([runner.generation, runner.busy]).toEqual([2, false]);
+    await runner.exclusive(async () => undefined);
+    expect(runner.generation).toBe(3);
+
+    const failing = new SingleFlight(async () => {
+      throw new Error('boom');
+    });
+    await expect(failing.trigger()).rejects.toThrow('boom');
+    expect([failing.generation, failing.busy]).toEqual([1, false]);
   });
 });

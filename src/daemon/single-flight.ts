@@ -3,6 +3,7 @@ export class SingleFlight<T> {
   readonly #run: () => Promise<T>;
   #current: Promise<unknown> | undefined;
   #next: Promise<T> | undefined;
+  #generation = 0;
 
   constructor(run: () => Promise<T>) {
     this.#run = run;
@@ -10,6 +11,14 @@ export class SingleFlight<T> {
 
   get busy(): boolean {
     return this.#current !== undefined;
+  }
+
+  /**
+   * How many jobs (passes and exclusive jobs) have started. Read while idle, it tells later whether anything
+   * ran since: equal and still idle means nothing did.
+   */
+  get generation(): number {
+    return this.#generation;
   }
 
   /**
@@ -48,6 +57,7 @@ export class SingleFlight<T> {
   }
 
   #start<R>(job: () => Promise<R>): Promise<R> {
+    this.#generation += 1;
     const running = job();
     this.#current = running;
     const clear = () => {
