@@ -1,139 +1,270 @@
-// Benchmarks that print ratios (never pass/fail): cost of a steady-state poll, of an unchanged pass, of a durable write.
-import * as nodeFs from 'node:fs/promises';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import { createClient } from '../src/api/client.js';
-import { systemClock } from '../src/lib/clock.js';
-import type { Deps } from '../src/lib/deps.js';
-import { silentLogger } from '../src/lib/logger.js';
-import { startMockServer } from '../src/mock-server/server.js';
-import { Reconciler } from '../src/reconcile/reconcile.js';
-import { publishFile } from '../src/store/durable-writer.js';
+// `npm run bench`: every ratio of the performance issue, measured in one run, with its target beside it.
+// Options: --json (one JSON object on stdout), --only=<section,…> (startup, sync, steady, large, fleet).
+// Environment: BENCH_INSTANCES (N, default 1000; the scale run uses 10 × N), BENCH_REPS (default 5),
+// BENCH_FLEET_AGENTS (default 10000), BENCH_AGENT_BIN (default dist/main.js).
+import { cpus, release, totalmem } from 'node:os';
+import { DEFAULT_FLEET, renderHistogram, simulateFleet } from './fleet.js';
+import { AGENT_BIN, agentFirstSync, firstSync, medianMs } from './lib/first-sync.js';
+import { benchFixtures } from './lib/fixtures.js';
+import { hasGnuTime, median, runTimed } from './lib/proc.js';
+import { daemonPolls, onceNothingToDo } from './lib/steady.js';
+import { type Row, renderTable } from './lib/table.js';
 
-const API_KEY = 'sk_bench_0123456789abcdef';
-const DEVICE = 'dvc_bench';
-const INSTANCES = Number(process.env.BENCH_INSTANCES ?? 1000);
+const SECTIONS = ['startup', 'sync', 'steady', 'large', 'fleet'] as const;
+type Section = (typeof SECTIONS)[number];
 
-function line(name: string, value: string): void {
-  process.stdout.write(`${name.padEnd(58)} ${value}\n`);
+const args = process.argv.slice(2);
+const json = args.includes('--json');
+const onlyArg = args.find((arg) => arg.startsWith('--only='));
+const only = new Set<Section>(
+  onlyArg === undefined ? SECTIONS : (onlyArg.slice('--only='.length).split(',') as Section[]),
+);
+const N = positive('BENCH_INSTANCES', 1000);
+const REPS = positive('BENCH_REPS', 5);
+const FLEET_AGENTS = positive('BENCH_FLEET_AGENTS', DEFAULT_FLEET.agents);
+const BIG_N = 10 * N;
+const MiB = 1024 * 1024;
+
+function positive(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 1) {
+    process.stderr.write(`bench: ${name} must be a positive integer, got ${JSON.stringify(raw)}\n`);
+    process.exit(2);
+  }
+  return value;
 }
 
-async function timed<T>(run: () => Promise<T>): Promise<{ ms: number; value: T }> {
-  const start = performance.now();
-  const value = await run();
-  return { ms: performance.now() - start, value };
+function log(line: string): void {
+  process.stderr.write(`${line}\n`);
 }
 
-function totalRequests(stats: Record<string, number>): number {
-  return Object.values(stats).reduce((sum, count) => sum + count, 0);
+const rows: Row[] = [];
+const extra: Record<string, unknown> = {};
+
+async function startup(): Promise<void> {
+  log('startup: node -e 0, --help, --version');
+  const node: number[] = [];
+  const help: number[] = [];
+  const version: number[] = [];
+  for (let rep = 0; rep < Math.max(REPS, 10); rep += 1) {
+    node.push((await runTimed(process.execPath, ['-e', '0'])).ms);
+    help.push((await runTimed(process.execPath, [AGENT_BIN, '--help'])).ms);
+    version.push((await runTimed(process.execPath, [AGENT_BIN, '--version'])).ms);
+  }
+  const base = median(node);
+  extra.nodeStartMs = base;
+  rows.push(
+    { id: 'node_e0_ms', label: '`node -e 0` (ms)', value: base, unit: 'ms' },
+    ratio('help_vs_node', '--help / node -e 0', median(help) / base, 1.5),
+    ratio('version_vs_node', '--version / node -e 0', median(version) / base, 1.5),
+  );
 }
 
-async function reconcileBench(): Promise<void> {
-  const server = await startMockServer({
-    port: 0,
-    apiKeys: [API_KEY],
-    fixtures: { devices: [{ id: DEVICE }] },
+async function sync(): Promise<void> {
+  log(`first sync of ${N} (×${REPS}): agent, sequential floor, 16-in-flight floor, curl + jq`);
+  const small = await firstSync({
+    instances: N,
+    reps: REPS,
+    contenders: ['agent', 'floor1', 'floor16', 'curl-jq'],
+    keepAgentWorld: only.has('steady'),
+    log,
   });
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-bench-'));
-  try {
-    const at = new Date().toISOString();
-    for (let i = 0; i < INSTANCES; i += 1) {
-      const created = server.state.createInstance(
-        {
-          device_id: DEVICE,
-          relative_filepath: `svc${i % 20}/conf${i}.json`,
-          content: { index: i, name: `service-${i}`, limits: { cpu: 0.5, memoryMb: 256 }, tags: ['a', 'b'] },
-        },
-        at,
+  const agent = medianMs(small.samples.get('agent'));
+  const floor1 = medianMs(small.samples.get('floor1'));
+  const floor16 = medianMs(small.samples.get('floor16'));
+  const curl = medianMs(small.samples.get('curl-jq'));
+  extra.firstSync = Object.fromEntries([...small.samples].map(([name, s]) => [`${name}@${N}`, s]));
+  rows.push(
+    { id: 'agent_sync_ms', label: `first sync of ${N}: agent (ms)`, value: agent, unit: 'ms' },
+    { id: 'floor1_sync_ms', label: `first sync of ${N}: sequential floor (ms)`, value: floor1, unit: 'ms' },
+    {
+      id: 'floor16_sync_ms',
+      label: `first sync of ${N}: 16-in-flight floor (ms)`,
+      value: floor16,
+      unit: 'ms',
+    },
+    { id: 'curl_sync_ms', label: `first sync of ${N}: curl + jq (ms)`, value: curl, unit: 'ms' },
+    ratio('sync_vs_floor1', `first sync ${N}: agent / sequential floor`, agent / floor1, 1.0),
+    ratio('sync_vs_floor16', `first sync ${N}: agent / 16-in-flight floor`, agent / floor16, 1.5),
+    ratio('curl_vs_agent', `first sync ${N}: curl + jq / agent`, curl / agent, 20, 'min'),
+  );
+  for (const s of small.samples.values()) {
+    if (s.failures.length > 0) log(`  ${s.contender} failed ${s.failures.length}×: ${s.failures[0]}`);
+  }
+  if (small.agentWorld !== undefined) {
+    await steadyAt(small.agentWorld, N);
+    await small.agentWorld.close();
+  }
+
+  log(`first sync of ${BIG_N} (×${REPS}): agent`);
+  const fixtures = benchFixtures({ count: BIG_N });
+  const times: number[] = [];
+  const rss: number[] = [];
+  for (let rep = 0; rep < REPS; rep += 1) {
+    const run = await agentFirstSync(fixtures);
+    times.push(run.ms);
+    if (run.maxRssKiB !== undefined) rss.push(run.maxRssKiB);
+    if (run.failure !== undefined) log(`  agent failed: ${run.failure}`);
+    log(`  agent      ${BIG_N} instances: ${run.ms.toFixed(0)} ms`);
+    if (rep === REPS - 1 && only.has('steady')) await steadyAt(run.world, BIG_N);
+    await run.world.close();
+  }
+  extra.firstSyncBig = { instances: BIG_N, ms: times, maxRssKiB: rss };
+  rows.push(
+    {
+      id: 'agent_sync_big_ms',
+      label: `first sync of ${BIG_N}: agent (ms)`,
+      value: median(times),
+      unit: 'ms',
+    },
+    ratio('sync_scale', `first sync: ${BIG_N} time / ${N} time`, median(times) / agent, 11),
+    ratio('rss_sync_big', `peak RSS, first sync of ${BIG_N} (MiB)`, (median(rss) * 1024) / MiB, 160),
+  );
+}
+
+const steadyResults = new Map<number, { bytes: number; requests: number }>();
+
+async function steadyAt(world: Parameters<typeof onceNothingToDo>[0], instances: number): Promise<void> {
+  log(`steady state at ${instances}: --once with nothing to do (×${REPS}), daemon polls`);
+  const once = await onceNothingToDo(world, REPS);
+  if (once.failures.length > 0) log(`  --once failed: ${once.failures[0]}`);
+  rows.push(
+    ratio(`resync_files_${instances}`, `full resync at ${instances}: files rewritten`, once.filesChanged, 0),
+    ratio(`resync_reports_${instances}`, `full resync at ${instances}: status reports`, once.reports, 0),
+    {
+      id: `resync_requests_${instances}`,
+      label: `full resync at ${instances}: requests`,
+      value: once.requestsPerPass,
+      unit: '',
+    },
+  );
+  if (instances === N) {
+    const base =
+      (extra.nodeStartMs as number | undefined) ??
+      median(
+        (await Promise.all([0, 1, 2, 3, 4].map(() => runTimed(process.execPath, ['-e', '0'])))).map(
+          (r) => r.ms,
+        ),
       );
-      server.state.deploy(created.id, { dryRun: false, at });
-    }
-    const deps: Deps = { fs: nodeFs, clock: systemClock, random: Math.random, logger: silentLogger() };
-    const client = createClient({
-      baseUrl: server.url,
-      apiKey: API_KEY,
-      timeoutMs: 30_000,
-      maxResponseBytes: 64 << 20,
-    });
-    const settings = {
-      deviceId: DEVICE,
-      rootDir: path.join(dir, 'root'),
-      stateDir: path.join(dir, 'state'),
-      fileMode: 0o644,
-      dirMode: 0o755,
-      retry: { maxAttempts: 3, baseDelaySeconds: 1, maxDelaySeconds: 10 },
-      requestRetries: 0,
-    };
-    await nodeFs.mkdir(settings.rootDir, { recursive: true });
-    await nodeFs.mkdir(settings.stateDir, { recursive: true, mode: 0o700 });
-    const reconciler = await Reconciler.open(deps, settings, client);
-
-    const heapBefore = process.memoryUsage().heapUsed;
-    const first = await timed(() => reconciler.runPass({ mode: 'full' }));
-    const heapAfter = process.memoryUsage().heapUsed;
-    const before = totalRequests(server.state.statsSnapshot().requests);
-    const full = await timed(() => reconciler.runPass({ mode: 'full' }));
-    const afterFull = totalRequests(server.state.statsSnapshot().requests);
-    const poll = await timed(() => reconciler.runPass({ mode: 'incremental' }));
-    const afterPoll = totalRequests(server.state.statsSnapshot().requests);
-
-    const written = first.value.outcomes.filter((o) => o.action === 'written').length;
-    const rewritten = full.value.outcomes.filter((o) => o.action === 'written').length;
-    line(`instances`, `${INSTANCES}`);
-    line(`first pass: files written`, `${written}`);
-    line(`second full pass: files rewritten (want 0)`, `${rewritten}`);
-    line(`steady-state poll: requests (want <= 2)`, `${afterPoll - afterFull}`);
-    line(`full pass: requests`, `${afterFull - before}`);
-    line(`poll time / full pass time`, (poll.ms / full.ms).toFixed(3));
-    line(`unchanged full pass time / first pass time`, (full.ms / first.ms).toFixed(3));
-    line(
-      `heap growth of the first pass per instance (bytes)`,
-      `${Math.round((heapAfter - heapBefore) / INSTANCES)}`,
+    rows.push(
+      { id: 'once_idle_ms', label: `--once, nothing to do, ${N} (ms)`, value: median(once.ms), unit: 'ms' },
+      ratio('once_idle_vs_node', `--once nothing to do ${N} / node -e 0`, median(once.ms) / base, 3),
     );
-  } finally {
-    await server.close();
-    await rm(dir, { recursive: true, force: true });
+  } else {
+    rows.push({
+      id: `once_idle_ms_${instances}`,
+      label: `--once, nothing to do, ${instances} (ms)`,
+      value: median(once.ms),
+      unit: 'ms',
+    });
+  }
+  const polls = await daemonPolls(world, Math.max(REPS, 5));
+  if (polls.failure !== undefined) log(`  daemon: ${polls.failure}`);
+  const requests = Math.max(...polls.requests);
+  const bytes = median(polls.bytes);
+  steadyResults.set(instances, { bytes, requests });
+  rows.push(ratio(`poll_requests_${instances}`, `daemon poll at ${instances}: requests (max)`, requests, 2), {
+    id: `poll_bytes_${instances}`,
+    label: `daemon poll at ${instances}: bytes on the wire`,
+    value: bytes,
+    unit: 'B',
+  });
+  if (instances === N) {
+    rows.push(
+      ratio('idle_rss', `idle daemon RSS, ${N} managed (MiB)`, (median(polls.idleRssKiB) * 1024) / MiB, 64),
+    );
+  }
+  const small = steadyResults.get(N);
+  if (instances === BIG_N && small !== undefined) {
+    rows.push(ratio('poll_bytes_scale', `daemon poll bytes: ${BIG_N} / ${N}`, bytes / small.bytes, 1.0));
   }
 }
 
-async function writerBench(): Promise<void> {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-bench-w-'));
-  const count = 200;
-  const data = Buffer.alloc(1024, 'x');
-  try {
-    const plain = await timed(async () => {
-      for (let i = 0; i < count; i += 1) await writeFile(path.join(dir, `plain${i}.json`), data);
-    });
-    const durable = await timed(async () => {
-      for (let i = 0; i < count; i += 1) {
-        await publishFile(nodeFs, {
-          rootDir: dir,
-          relativePath: `durable${i}.json`,
-          data,
-          mode: 0o644,
-          dirMode: 0o755,
-        });
-      }
-    });
-    const unchanged = await timed(async () => {
-      for (let i = 0; i < count; i += 1) {
-        await publishFile(nodeFs, {
-          rootDir: dir,
-          relativePath: `durable${i}.json`,
-          data,
-          mode: 0o644,
-          dirMode: 0o755,
-        });
-      }
-    });
-    line(`durable write ms per 1 KiB file`, (durable.ms / count).toFixed(3));
-    line(`durable write / plain writeFile`, (durable.ms / plain.ms).toFixed(2));
-    line(`unchanged publish (compare only) / durable write`, (unchanged.ms / durable.ms).toFixed(3));
-  } finally {
-    await rm(dir, { recursive: true, force: true });
+async function large(): Promise<void> {
+  const count = 40;
+  const bytes = 3 * MiB;
+  log(`first sync of ${count} instances of 3 MiB (×${Math.min(REPS, 3)})`);
+  const fixtures = benchFixtures({ count, contentBytes: bytes });
+  const rss: number[] = [];
+  const times: number[] = [];
+  let failures = 0;
+  for (let rep = 0; rep < Math.min(REPS, 3); rep += 1) {
+    const run = await agentFirstSync(fixtures);
+    await run.world.close();
+    times.push(run.ms);
+    if (run.maxRssKiB !== undefined) rss.push(run.maxRssKiB);
+    if (run.failure !== undefined) {
+      failures += 1;
+      log(`  agent failed: ${run.failure}`);
+    }
   }
+  rows.push(
+    ratio('large_failures', `first sync of ${count} × 3 MiB: failed runs`, failures, 0),
+    { id: 'large_sync_ms', label: `first sync of ${count} × 3 MiB (ms)`, value: median(times), unit: 'ms' },
+    ratio('rss_large', `peak RSS, first sync of ${count} × 3 MiB (MiB)`, (median(rss) * 1024) / MiB, 200),
+  );
 }
 
-await reconcileBench();
-await writerBench();
+async function fleet(): Promise<void> {
+  log(`fleet: ${FLEET_AGENTS} agents through a ${DEFAULT_FLEET.outageSeconds} s outage (virtual time)`);
+  const result = await simulateFleet({ ...DEFAULT_FLEET, agents: FLEET_AGENTS });
+  extra.fleet = result;
+  if (!json) process.stdout.write(`${renderHistogram(result)}\n\n`);
+  rows.push(
+    ratio(
+      'fleet_peak_mean',
+      'fleet after recovery: peak / mean request rate (10 s bins)',
+      result.peakToMeanAfterRecovery,
+      1.5,
+    ),
+    {
+      id: 'fleet_peak_mean_before',
+      label: 'fleet before the outage: peak / mean (10 s bins)',
+      value: result.peakToMeanBefore,
+      unit: '',
+    },
+    ratio(
+      'fleet_steady_load',
+      'fleet steady load: requests per device per poll interval',
+      result.steadyRequestsPerDevicePerInterval,
+      2,
+    ),
+    {
+      id: 'fleet_recovery_s',
+      label: 'fleet: seconds until every agent is back',
+      value: result.recoverySpreadSeconds,
+      unit: 's',
+    },
+  );
+}
+
+function ratio(id: string, label: string, value: number, target: number, kind: 'max' | 'min' = 'max'): Row {
+  return { id, label, value, unit: '', target, kind };
+}
+
+if (!hasGnuTime) log('bench: /usr/bin/time (Debian package "time") is missing: peak RSS is not measured');
+const started = performance.now();
+if (only.has('startup')) await startup();
+if (only.has('sync')) await sync();
+if (only.has('large')) await large();
+if (only.has('fleet')) await fleet();
+const machine = {
+  cpus: cpus().length,
+  cpu: cpus()[0]?.model ?? 'unknown',
+  memoryGiB: Math.round(totalmem() / 2 ** 30),
+  kernel: release(),
+  node: process.version,
+  agent: AGENT_BIN,
+};
+if (json) {
+  process.stdout.write(
+    `${JSON.stringify({ instances: N, reps: REPS, machine, rows, samples: extra, seconds: (performance.now() - started) / 1000 }, null, 2)}\n`,
+  );
+} else {
+  process.stdout.write(
+    `config-agent bench — N=${N}, ${REPS} repetitions (medians), ${machine.cpus}× ${machine.cpu}, node ${machine.node}\n\n`,
+  );
+  process.stdout.write(`${renderTable(rows)}\n`);
+}

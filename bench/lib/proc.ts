@@ -1,0 +1,90 @@
+// Child processes for the bench: wall time from spawn to exit, and peak RSS through GNU time when present.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+
+const GNU_TIME = '/usr/bin/time';
+export const hasGnuTime = existsSync(GNU_TIME);
+
+export interface TimedRun {
+  ms: number;
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** Peak resident set of the process (and its waited-for children), KiB; undefined without GNU time. */
+  maxRssKiB: number | undefined;
+}
+
+export interface RunOptions {
+  env?: NodeJS.ProcessEnv;
+  timeoutMs?: number;
+  /** Measure peak RSS with GNU time (costs one extra exec, ~1 ms, inside the timed span). */
+  rss?: boolean;
+}
+
+/** Runs `command args…` to completion and measures it. Never throws for a non-zero exit: callers judge. */
+export async function runTimed(
+  command: string,
+  args: readonly string[],
+  options: RunOptions = {},
+): Promise<TimedRun> {
+  const env = { PATH: process.env.PATH, HOME: process.env.HOME, ...options.env };
+  let rssDir: string | undefined;
+  let file = command;
+  let argv = [...args];
+  if (options.rss && hasGnuTime) {
+    rssDir = await mkdtemp(path.join(os.tmpdir(), 'bench-rss-'));
+    file = GNU_TIME;
+    argv = ['-f', '%M', '-o', path.join(rssDir, 'rss'), command, ...args];
+  }
+  const started = performance.now();
+  const child = spawn(file, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const result = await collect(child, options.timeoutMs ?? 30 * 60_000);
+  const ms = performance.now() - started;
+  let maxRssKiB: number | undefined;
+  if (rssDir !== undefined) {
+    const text = await readFile(path.join(rssDir, 'rss'), 'utf8').catch(() => '');
+    const last = text.trim().split('\n').pop() ?? '';
+    maxRssKiB = /^\d+$/.test(last) ? Number(last) : undefined;
+    await rm(rssDir, { recursive: true, force: true });
+  }
+  return { ms, ...result, maxRssKiB };
+}
+
+function collect(child: ChildProcess, timeoutMs: number): Promise<Omit<TimedRun, 'ms' | 'maxRssKiB'>> {
+  return new Promise((resolve, reject) => {
+    let stdout = '';
+    let stderr = '';
+    child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk;
+    });
+    child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
+      stderr += chunk;
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.once('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Resident set size of a running process from /proc, in KiB. */
+export async function currentRssKiB(pid: number): Promise<number | undefined> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
+  return match ? Number(match[1]) : undefined;
+}
+
+export function median(values: readonly number[]): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+}

@@ -1,0 +1,105 @@
+// Steady state over a synced world: `--once` with nothing to do, and the daemon's polls counted on the wire.
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { AGENT_BIN } from './first-sync.js';
+import { currentRssKiB, median, runTimed } from './proc.js';
+import { type BenchWorld, changedEntries, snapshotTree, startByteCounter } from './world.js';
+
+export interface NothingToDo {
+  ms: number[];
+  /** Files whose inode, mtime or size changed over all runs (want 0). */
+  filesChanged: number;
+  /** Status reports the mock received over all runs (want 0). */
+  reports: number;
+  /** Requests of one full pass. */
+  requestsPerPass: number;
+  failures: string[];
+}
+
+export async function onceNothingToDo(world: BenchWorld, reps: number): Promise<NothingToDo> {
+  const result: NothingToDo = { ms: [], filesChanged: 0, reports: 0, requestsPerPass: 0, failures: [] };
+  const reportsBefore = world.server.state.reports.length;
+  for (let rep = 0; rep < reps; rep += 1) {
+    const before = await snapshotTree(world.rootDir);
+    const requestsBefore = world.server.state.statsSnapshot().total;
+    const run = await runTimed(process.execPath, [AGENT_BIN, '--config', world.configPath, '--once']);
+    result.requestsPerPass = world.server.state.statsSnapshot().total - requestsBefore;
+    result.ms.push(run.ms);
+    if (run.code !== 0) result.failures.push(`exit ${run.code}: ${run.stderr.slice(0, 400)}`);
+    result.filesChanged += changedEntries(before, await snapshotTree(world.rootDir));
+  }
+  result.reports = world.server.state.reports.length - reportsBefore;
+  return result;
+}
+
+export interface DaemonPolls {
+  /** Per incremental pass (a poll): requests and bytes on the wire. */
+  requests: number[];
+  bytes: number[];
+  /** RSS samples of the idle daemon between polls, KiB. */
+  idleRssKiB: number[];
+  failure?: string;
+}
+
+/** Runs the daemon with a 1 s poll and no full resync, and measures `polls` polls after its first (full) pass. */
+export async function daemonPolls(world: BenchWorld, polls: number): Promise<DaemonPolls> {
+  const counter = await startByteCounter(world.server.port);
+  await world.writeConfig(
+    { log: { level: 'info' }, poll: { intervalSeconds: 1, jitterRatio: 0.2, fullResyncSeconds: 86_400 } },
+    counter.url,
+  );
+  const result: DaemonPolls = { requests: [], bytes: [], idleRssKiB: [] };
+  const child = spawn(process.execPath, [AGENT_BIN, '--config', world.configPath], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
+  const deadline = setTimeout(() => child.kill('SIGKILL'), 10 * 60_000);
+  let lastRequests = 0;
+  let lastBytes = 0;
+  let seenFull = false;
+  try {
+    const lines = createInterface({ input: child.stderr! });
+    for await (const line of lines) {
+      let entry: { msg?: string; mode?: string };
+      try {
+        entry = JSON.parse(line) as typeof entry;
+      } catch {
+        continue;
+      }
+      if (entry.msg !== 'pass finished' && entry.msg !== 'pass could not reach the service') continue;
+      if (entry.msg !== 'pass finished') {
+        result.failure = 'the daemon could not reach the service';
+        break;
+      }
+      const requests = world.server.state.statsSnapshot().total;
+      const bytes = counter.bytes();
+      if (seenFull && entry.mode === 'incremental') {
+        result.requests.push(requests - lastRequests);
+        result.bytes.push(bytes - lastBytes);
+        // Half-way to the next poll: the daemon is idle.
+        await new Promise((resolve) => setTimeout(resolve, 400));
+        const rss = await currentRssKiB(child.pid!);
+        if (rss !== undefined) result.idleRssKiB.push(rss);
+      }
+      if (entry.mode === 'full') seenFull = true;
+      lastRequests = requests;
+      lastBytes = bytes;
+      if (result.requests.length >= polls) break;
+    }
+  } finally {
+    clearTimeout(deadline);
+    child.kill('SIGTERM');
+    await exited;
+    await counter.close();
+    await world.writeConfig();
+  }
+  if (result.requests.length < polls && result.failure === undefined) {
+    result.failure = `the daemon stopped after ${result.requests.length} polls`;
+  }
+  return result;
+}
+
+export function medianOf(values: readonly number[]): number {
+  return median(values);
+}
