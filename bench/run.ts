@@ -203,7 +203,12 @@ async function large(): Promise<void> {
   rows.push(
     ratio('large_failures', `first sync of ${count} × 3 MiB: failed runs`, failures, 0),
     { id: 'large_sync_ms', label: `first sync of ${count} × 3 MiB (ms)`, value: median(times), unit: 'ms' },
-    ratio('rss_large', `peak RSS, first sync of ${count} × 3 MiB (MiB)`, (median(rss) * 1024) / MiB, 200),
+    ratio(
+      'rss_large',
+      `peak RSS, first sync of ${count} × 3 MiB (MiB)${failures > 0 ? ' — runs failed, not comparable' : ''}`,
+      failures > 0 ? Number.NaN : (median(rss) * 1024) / MiB,
+      200,
+    ),
   );
 }
 
