@@ -262,3 +262,86 @@ describe('StatusOutbox', () => {
     },
   );
 });
+
+describe('StatusOutbox.flush with concurrency', () => {
+  /** A service whose answers the test releases one by one; it records how many sends were open at once. */
+  function gatedService(failures: Record<string, () => Error> = {}) {
+    const accepted: string[] = [];
+    const waiting: Array<() => void> = [];
+    let open = 0;
+    let peak = 0;
+    const send = (entry: OutboxEntry) =>
+      new Promise<void>((resolve, reject) => {
+        open += 1;
+        peak = Math.max(peak, open);
+        waiting.push(() => {
+          open -= 1;
+          const failure = failures[entry.instanceId];
+          if (failure !== undefined) reject(failure());
+          else {
+            accepted.push(entry.instanceId);
+            resolve();
+          }
+        });
+      });
+    const releaseAll = async () => {
+      while (waiting.length > 0 || open > 0) {
+        waiting.shift()?.();
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    };
+    return { accepted, send, releaseAll, peak: () => peak };
+  }
+
+  it('delivers every report with at most `concurrency` open at once, and empties the file', async () => {
+    const { fs, vol } = memfs();
+    const names = Array.from({ length: 20 }, (_, i) => `cfg_${String(i).padStart(2, '0')}`);
+    const outbox = await filled(fs, names);
+    const svc = gatedService();
+
+    const flushing = outbox.flush(svc.send, isRetryable, { concurrency: 4 });
+    await svc.releaseAll();
+    const result = await flushing;
+
+    expect(svc.peak()).toBe(4);
+    expect([...svc.accepted].sort()).toEqual(names);
+    expect(ids(result.delivered).sort()).toEqual(names);
+    expect(outbox.size).toBe(0);
+    expect(JSON.parse(vol.readFileSync(OUTBOX_PATH, 'utf8') as string).entries).toEqual([]);
+  });
+
+  it('an outage stops new sends; what was not sent stays queued in order, on disk too', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c', 'cfg_d', 'cfg_e', 'cfg_f']);
+    const outage = new Retryable('connect ECONNREFUSED');
+    const svc = gatedService({ cfg_a: () => outage });
+
+    const flushing = outbox.flush(svc.send, isRetryable, { concurrency: 2 });
+    await svc.releaseAll();
+    const result = await flushing;
+
+    expect(result.deferredBy).toBe(outage);
+    // cfg_b was already on its way when cfg_a failed; nothing after it was sent.
+    expect(svc.accepted).toEqual(['cfg_b']);
+    expect(ids(outbox.pending())).toEqual(['cfg_a', 'cfg_c', 'cfg_d', 'cfg_e', 'cfg_f']);
+    expect(ids((await open(fs)).pending())).toEqual(['cfg_a', 'cfg_c', 'cfg_d', 'cfg_e', 'cfg_f']);
+  });
+
+  it('rejected and skipped reports are judged the same as one at a time', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_gone', 'cfg_stuck', 'cfg_d']);
+    const svc = gatedService({
+      cfg_gone: () => new Permanent('404'),
+      cfg_stuck: () => new LoneFailure('500'),
+    });
+
+    const flushing = outbox.flush(svc.send, isRetryable, { concurrency: 3 });
+    await svc.releaseAll();
+    const result = await flushing;
+
+    expect(ids(result.delivered).sort()).toEqual(['cfg_a', 'cfg_d']);
+    expect(result.rejected.map(({ entry }) => entry.instanceId)).toEqual(['cfg_gone']);
+    expect(ids(outbox.pending())).toEqual(['cfg_stuck']);
+    expect(ids((await open(fs)).pending())).toEqual(['cfg_stuck']);
+  });
+});

@@ -96,40 +96,50 @@ export class StatusOutbox {
   }
 
   /**
-   * Sends the queued reports in order. `classify` judges a failure: `stop` (the service cannot take any
-   * report now: keep this and the rest for the next flush), `skip` (this report failed on its own: keep it,
-   * go on — there is one report per instance, so order across instances protects nothing), `drop` (the
-   * service will never accept it, e.g. the instance is gone: one poisoned report never blocks the others).
+   * Sends the queued reports in queue order, up to `concurrency` at a time (default 1). `classify` judges a
+   * failure: `stop` (the service cannot take any report now: send nothing more, keep this and the rest for
+   * the next flush; sends already in flight still settle), `skip` (this report failed on its own: keep it,
+   * go on — there is one report per instance, so order across instances protects nothing and concurrent
+   * sends never reorder one instance's reports), `drop` (the service will never accept it, e.g. the instance
+   * is gone: one poisoned report never blocks the others). The file is rewritten once, at the end.
    */
   async flush(
     send: (entry: OutboxEntry) => Promise<void>,
     classify: (error: unknown) => DeliveryVerdict,
+    options: { concurrency?: number } = {},
   ): Promise<FlushResult> {
+    const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
     const result: FlushResult = { delivered: [], rejected: [], skipped: [], deferredBy: undefined };
     const settled = new Set<number>();
-    for (const entry of this.#entries) {
-      try {
-        await send(entry);
-        result.delivered.push(entry);
-        settled.add(entry.seq);
-      } catch (error) {
-        const verdict = classify(error);
-        if (verdict === 'stop') {
-          result.deferredBy = error;
-          break;
+    const queue = [...this.#entries];
+    let next = 0;
+    let stopped = false;
+    const deliverNext = async (): Promise<void> => {
+      while (!stopped && next < queue.length) {
+        const entry = queue[next++]!;
+        try {
+          await send(entry);
+          result.delivered.push(entry);
+          settled.add(entry.seq);
+        } catch (error) {
+          const verdict = classify(error);
+          if (verdict === 'stop') {
+            if (!stopped) result.deferredBy = error;
+            stopped = true;
+          } else if (verdict === 'skip') {
+            result.skipped.push({ entry, error });
+          } else {
+            this.#logger.error(
+              { err: error, instanceId: entry.instanceId },
+              'status report rejected by the service: dropped',
+            );
+            result.rejected.push({ entry, error });
+            settled.add(entry.seq);
+          }
         }
-        if (verdict === 'skip') {
-          result.skipped.push({ entry, error });
-          continue;
-        }
-        this.#logger.error(
-          { err: error, instanceId: entry.instanceId },
-          'status report rejected by the service: dropped',
-        );
-        result.rejected.push({ entry, error });
-        settled.add(entry.seq);
       }
-    }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, queue.length) }, deliverNext));
     if (settled.size > 0) {
       this.#entries = this.#entries.filter((entry) => !settled.has(entry.seq));
       try {
