@@ -10,6 +10,7 @@ import {
   readRegularFile,
   removeManagedFile,
   sweepTempFiles,
+  syncDirectories,
   writeDurableJson,
 } from './durable-writer.js';
 import { DiskError, PathRejectedError } from './errors.js';
@@ -136,6 +137,39 @@ function recordingOpens(base: FsPort): { fs: FsPort; opens: Array<{ file: string
   return { fs, opens };
 }
 
+/**
+ * Records the durability-relevant events in the order they happen: a file's fsync, a rename into place, a
+ * directory's fsync (as paths relative to the root). The order is the promise being tested.
+ */
+function recordingDurability(base: FsPort): { fs: FsPort; events: string[] } {
+  const events: string[] = [];
+  const relative = (file: string) => path.relative(ROOT, String(file)) || '.';
+  const fs: FsPort = {
+    ...base,
+    open: (async (file: string, flags: number, mode?: number) => {
+      const handle = await base.open(file, flags, mode);
+      const isDir = (flags & constants.O_DIRECTORY) !== 0;
+      return new Proxy(handle, {
+        get(target, property, receiver) {
+          const value = Reflect.get(target, property, receiver) as unknown;
+          if (typeof value !== 'function') return value;
+          const bound = (value as (...args: unknown[]) => unknown).bind(target);
+          if (property !== 'sync') return bound;
+          return async () => {
+            await bound();
+            events.push(`${isDir ? 'fsync-dir' : 'fsync-file'} ${relative(file)}`);
+          };
+        },
+      });
+    }) as FsPort['open'],
+    rename: async (from, to) => {
+      await base.rename(from, to);
+      events.push(`rename ${relative(String(to))}`);
+    },
+  };
+  return { fs, events };
+}
+
 const TEMP_NAME = new RegExp(`^${TEMP_PREFIX.replaceAll('.', '\\.')}[0-9a-f]{24,}$`);
 
 describe('publishFile', () => {
@@ -147,6 +181,7 @@ describe('publishFile', () => {
       sha256: sha256Hex(Buffer.from('hello')),
       bytes: 5,
       createdDirs: [],
+      directory: '',
     });
     expect((await fs.readFile(`${ROOT}/app.conf`)).toString()).toBe('hello');
     expect((await fs.stat(`${ROOT}/app.conf`)).mode & 0o7777).toBe(0o640);
@@ -178,6 +213,7 @@ describe('publishFile', () => {
       sha256: sha256Hex(Buffer.from('same')),
       bytes: 4,
       createdDirs: [],
+      directory: '',
     });
     expect(after.ino).toBe(before.ino);
     expect(after.mtimeMs).toBe(before.mtimeMs);
@@ -371,6 +407,54 @@ describe('publishFile', () => {
     await expect(publishFile(fs, request('app.conf', 'x'))).rejects.toMatchObject({
       rule: 'target_is_directory',
     });
+  });
+});
+
+describe('deferred directory fsync', () => {
+  it('syncDirectory false: the file is fsynced and renamed, its directory left to syncDirectories', async () => {
+    const { fs: base } = memfs({ [`${ROOT}/a/old.conf`]: 'x' });
+    const { fs, events } = recordingDurability(base);
+    const results = [];
+    for (const name of ['a/one.conf', 'a/two.conf', 'b/c/three.conf']) {
+      results.push(await publishFile(fs, { ...request(name, name), syncDirectory: false }));
+    }
+    // The new directories' own entries are made durable at once: only the targets' directories wait.
+    expect(events.filter((event) => event.startsWith('fsync-dir'))).toEqual(['fsync-dir .', 'fsync-dir b']);
+    expect(results.map((result) => result.directory)).toEqual(['a', 'a', 'b/c']);
+
+    const failures = await syncDirectories(
+      fs,
+      ROOT,
+      results.map((result) => result.directory),
+    );
+
+    expect(failures.size).toBe(0);
+    const dirSyncs = events.filter((event) => event.startsWith('fsync-dir'));
+    expect(dirSyncs.slice(2).sort()).toEqual(['fsync-dir a', 'fsync-dir b/c']);
+    // Every rename precedes the fsync of its directory.
+    for (const file of ['a/one.conf', 'a/two.conf', 'b/c/three.conf']) {
+      const dir = path.posix.dirname(file);
+      expect(events.indexOf(`rename ${file}`)).toBeLessThan(events.lastIndexOf(`fsync-dir ${dir}`));
+      expect(events.indexOf(`fsync-file ${file}`)).toBe(-1);
+    }
+    expect((await base.readFile(`${ROOT}/b/c/three.conf`)).toString()).toBe('b/c/three.conf');
+  });
+
+  it('syncDirectories returns the DiskError of each directory that could not be fsynced', async () => {
+    const { fs } = memfs({ [`${ROOT}/a/x.conf`]: 'x' });
+    const failures = await syncDirectories(withFault(fs, 'dir-sync', { code: 'EIO' }), ROOT, ['a', 'a', '']);
+    expect([...failures.keys()].sort()).toEqual(['', 'a']);
+    expect(failures.get('a')).toMatchObject({
+      code: 'disk_error',
+      errno: 'EIO',
+      operation: 'fsync directory',
+    });
+  });
+
+  it('syncDirectories rejects a directory name that is not a canonical relative path', async () => {
+    const { fs } = memfs();
+    const failures = await syncDirectories(fs, ROOT, ['../etc']);
+    expect(failures.get('../etc')).toBeInstanceOf(DiskError);
   });
 });
 

@@ -24,6 +24,12 @@ export interface PublishRequest {
   /** Permission bits of every directory this call creates. */
   dirMode: number;
   signal?: AbortSignal;
+  /**
+   * Default true: fsync the target's directory after the rename. False leaves that to the caller, who must
+   * pass `PublishResult.directory` to `syncDirectories` before anyone is told the file is in place: a batch of
+   * files in one directory then costs one directory fsync instead of one each.
+   */
+  syncDirectory?: boolean;
 }
 
 export interface PublishResult {
@@ -32,6 +38,8 @@ export interface PublishResult {
   bytes: number;
   /** Relative dirs this call created, parent-first: record them to prune on removal. */
   createdDirs: string[];
+  /** The target's directory relative to the root ('' for the root itself). */
+  directory: string;
 }
 
 export interface RemoveRequest {
@@ -210,7 +218,7 @@ async function removeCreatedDirs(fs: FsPort, root: string, created: readonly str
  * signal's reason on abort; in every failure before the rename the old file is intact and no temp file is left.
  */
 export async function publishFile(fs: FsPort, request: PublishRequest): Promise<PublishResult> {
-  const { rootDir, relativePath, data, mode, dirMode, signal } = request;
+  const { rootDir, relativePath, data, mode, dirMode, signal, syncDirectory = true } = request;
   assertMode(mode, 'PublishRequest.mode');
   assertMode(dirMode, 'PublishRequest.dirMode');
   signal?.throwIfAborted();
@@ -224,7 +232,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
   if (current !== undefined && current.size === bytes && (current.mode & PERMISSION_BITS) === mode) {
     const existing = await readNoFollow(fs, inspection.absolute, relativePath);
     if (existing !== undefined && existing.mode === mode && Buffer.compare(existing.data, data) === 0) {
-      return { outcome: 'unchanged', sha256, bytes, createdDirs: [] };
+      return { outcome: 'unchanged', sha256, bytes, createdDirs: [], directory: relativeDir(relativePath) };
     }
   }
 
@@ -282,8 +290,49 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
   }
   // The rename is the commit point: it is not undone, and an abort no longer applies. Until the directory is
   // fsynced a power cut may still bring back the old file, so a failure here is still reported.
-  await fsyncDirectory(fs, parentAbsolute, parentRelative);
-  return { outcome: 'written', sha256, bytes, createdDirs: created };
+  if (syncDirectory) await fsyncDirectory(fs, parentAbsolute, parentRelative);
+  return { outcome: 'written', sha256, bytes, createdDirs: created, directory: parentRelative };
+}
+
+/**
+ * fsyncs each distinct directory (relative to the root, '' for the root) once, up to `concurrency` at a
+ * time, after publishes made with `syncDirectory: false`. Returns the DiskError of every directory that
+ * could not be fsynced: the files renamed into it are in place but may not survive a power cut yet.
+ */
+export async function syncDirectories(
+  fs: FsPort,
+  rootDir: string,
+  directories: Iterable<string>,
+  options: { concurrency?: number } = {},
+): Promise<Map<string, DiskError>> {
+  const root = path.resolve(rootDir);
+  const pending = [...new Set(directories)];
+  const failures = new Map<string, DiskError>();
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < pending.length) {
+      const relative = pending[next++]!;
+      try {
+        validateDirectory(relative);
+        await fsyncDirectory(fs, path.join(root, relative), relative);
+      } catch (error) {
+        failures.set(
+          relative,
+          error instanceof DiskError
+            ? error
+            : new DiskError({ operation: 'fsync directory', path: relative, cause: error }),
+        );
+      }
+    }
+  };
+  const workers = Math.min(pending.length, Math.max(1, options.concurrency ?? 8));
+  await Promise.all(Array.from({ length: workers }, worker));
+  return failures;
+}
+
+/** '' (the root) or a canonical relative path: a directory name from anywhere else is a bug, not a path. */
+function validateDirectory(relative: string): void {
+  if (relative !== '') validateRelativePath(relative);
 }
 
 /**
