@@ -68,7 +68,9 @@ export class ResponseTooLargeError extends AgentError {
   readonly method: string;
   readonly route: string;
   readonly maxBytes: number;
-  constructor(target: RequestTarget, maxBytes: number, cause?: unknown) {
+  /** The body's first bytes (at most 64 KiB) when any arrived: never logged, read only to name an item. */
+  readonly bodyPrefix: string | undefined;
+  constructor(target: RequestTarget, maxBytes: number, cause?: unknown, bodyPrefix?: string) {
     super('response_too_large', `${where(target)} response exceeds the limit of ${maxBytes} bytes`, {
       retryable: false,
       cause,
@@ -76,6 +78,7 @@ export class ResponseTooLargeError extends AgentError {
     this.method = target.method;
     this.route = target.route;
     this.maxBytes = maxBytes;
+    this.bodyPrefix = bodyPrefix;
   }
 }
 

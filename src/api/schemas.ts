@@ -1,5 +1,6 @@
 // Wire shapes of the service (spec/interface.md), one zod schema each, shared by the client and the mock.
 import { z } from 'zod';
+import { isLosslessNumber, type LosslessNumber } from './json.js';
 
 export const Timestamp = z.iso.datetime({ offset: true });
 
@@ -51,18 +52,17 @@ export function mergeStatus<A extends string>(activity: A, error: ErrorStatus): 
 
 // ---- resources ----
 
-export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+export type JsonValue =
+  | string
+  | number
+  | boolean
+  | null
+  | LosslessNumber
+  | JsonValue[]
+  | { [key: string]: JsonValue };
 
 /** Deeper than this is not configuration: refusing it keeps validation (and serialisation) off the stack's edge. */
-const MAX_CONTENT_DEPTH = 64;
-
-function isJsonValue(value: unknown, depth: number): boolean {
-  if (value === null || typeof value === 'string' || typeof value === 'boolean') return true;
-  if (typeof value === 'number') return Number.isFinite(value);
-  if (depth >= MAX_CONTENT_DEPTH || typeof value !== 'object') return false;
-  if (Array.isArray(value)) return value.every((item) => isJsonValue(item, depth + 1));
-  return isPlainObject(value) && Object.values(value).every((item) => isJsonValue(item, depth + 1));
-}
+export const MAX_CONTENT_DEPTH = 64;
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
@@ -70,15 +70,56 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return prototype === Object.prototype || prototype === null;
 }
 
+/** A number a JSON reader of the device could not hold: beyond the range of a 64-bit float. */
+function numberOutOfRange(text: string): boolean {
+  return !Number.isFinite(Number(text));
+}
+
+/**
+ * The first thing in `value` that is not JSON content, with where it is: the real problem (a number out of
+ * range, a value nested too deep), so that the message sent to the service names it. Iterative on purpose.
+ */
+export function contentProblem(value: unknown): { path: (string | number)[]; problem: string } | undefined {
+  if (!isPlainObject(value)) return { path: [], problem: 'expected a JSON object' };
+  const pending: { value: unknown; path: (string | number)[] }[] = [{ value, path: [] }];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const { value: item, path } = next;
+    if (item === null || typeof item === 'string' || typeof item === 'boolean') continue;
+    if (typeof item === 'number') {
+      if (!Number.isFinite(item)) return { path, problem: `number ${item} is out of range` };
+      continue;
+    }
+    if (isLosslessNumber(item)) {
+      if (numberOutOfRange(item.value)) {
+        return { path, problem: `number ${item.value} is out of range (beyond ±1.8e308)` };
+      }
+      continue;
+    }
+    const isArray = Array.isArray(item);
+    if (!isArray && !isPlainObject(item)) return { path, problem: 'not a JSON value' };
+    if (path.length >= MAX_CONTENT_DEPTH) {
+      return { path, problem: `nested deeper than ${MAX_CONTENT_DEPTH} levels` };
+    }
+    const entries: [string | number, unknown][] = isArray
+      ? (item as unknown[]).map((element, index) => [index, element])
+      : Object.entries(item as Record<string, unknown>);
+    for (let i = entries.length - 1; i >= 0; i--) {
+      const [key, element] = entries[i] as [string | number, unknown];
+      pending.push({ value: element, path: [...path, key] });
+    }
+  }
+  return undefined;
+}
+
 /**
  * Content of a config instance: a JSON object that may nest objects, arrays, booleans, numbers, strings.
  * Checked in place, never rebuilt: rebuilding drops keys such as `__proto__`, and the file on disk would then
- * differ from what the service holds.
+ * differ from what the service holds. Numbers that a float cannot print back as sent stay `LosslessNumber`.
  */
-export const ConfigContent = z.custom<{ [key: string]: JsonValue }>(
-  (value) => isPlainObject(value) && isJsonValue(value, 0),
-  { message: `expected a JSON object (at most ${MAX_CONTENT_DEPTH} levels deep)` },
-);
+export const ConfigContent = z.custom<{ [key: string]: JsonValue }>().superRefine((value, ctx) => {
+  const found = contentProblem(value);
+  if (found !== undefined) ctx.addIssue({ code: 'custom', path: found.path, message: found.problem });
+});
 export type ConfigContent = z.infer<typeof ConfigContent>;
 
 export const Device = z.object({

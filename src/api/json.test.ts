@@ -1,0 +1,94 @@
+import { describe, expect, it } from 'vitest';
+import {
+  isLosslessNumber,
+  JsonTextError,
+  MAX_PARSE_DEPTH,
+  parseJson,
+  peekId,
+  splitListBody,
+  stringifyJson,
+} from './json.js';
+
+describe('parseJson / stringifyJson', () => {
+  it('keeps every number byte-faithful: plain numbers where printing gives the text back, else the text', () => {
+    const text =
+      '{"id":12345678901234567891,"ns":1700000000123456789,"small":42,"pi":3.14,"one":1.0,"exp":1e5,"neg":-0,"huge":1e400}';
+    const value = parseJson(text) as Record<string, unknown>;
+    expect(value.small).toBe(42);
+    expect(value.pi).toBe(3.14);
+    for (const key of ['id', 'ns', 'one', 'exp', 'neg', 'huge'])
+      expect(isLosslessNumber(value[key])).toBe(true);
+    expect(stringifyJson(value)).toBe(text);
+  });
+
+  it('writes everything else exactly as JSON.stringify does (indentation, escapes, key order)', () => {
+    const value = {
+      b: 'line\nbreak \u0001 "quoted" \\ é 😀 \ud800',
+      '2': [true, false, null, [], {}],
+      a: { nested: [1, -2.5, 1e21, 5e-324] },
+    };
+    const text = JSON.stringify(value, null, 2);
+    expect(stringifyJson(parseJson(text), 2)).toBe(text);
+    expect(stringifyJson(value, 2)).toBe(text);
+  });
+
+  it('keeps __proto__ as an own key and a repeated key keeps its last value, as JSON.parse does', () => {
+    const value = parseJson('{"__proto__":{"polluted":1},"k":1,"k":2}') as Record<string, unknown>;
+    expect(Object.getPrototypeOf(value)).toBe(Object.prototype);
+    expect(Object.keys(value)).toEqual(['__proto__', 'k']);
+    expect(value.k).toBe(2);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
+
+  it('refuses nesting past the parse limit before recursing, and names syntax errors with a position', () => {
+    const deep = `${'['.repeat(100_000)}${']'.repeat(100_000)}`;
+    expect(() => parseJson(deep)).toThrow(JsonTextError);
+    expect(() => parseJson(deep)).toThrow(`nested 100000 levels deep (the limit is ${MAX_PARSE_DEPTH})`);
+    expect(() => parseJson('{"a":tru}')).toThrow(/at character 5/);
+  });
+});
+
+describe('splitListBody', () => {
+  it('gives the envelope with data emptied and the exact text of each item', () => {
+    const body =
+      '{"object":"list","data":[{"id":"a","s":"],{\\"x"} , [1,[2]],\n "x" ,7],"has_more":false,"limit":10}';
+    const parts = splitListBody(body);
+    expect(parts.envelopeText).toBe('{"object":"list","data":[],"has_more":false,"limit":10}');
+    expect(parts.items).toEqual(['{"id":"a","s":"],{\\"x"}', '[1,[2]]', '"x"', '7']);
+    expect(splitListBody('{"data":[]}').items).toEqual([]);
+  });
+
+  it('cuts out items whatever they hold: a broken literal or a deep nest stays inside its item', () => {
+    const deep = `{"id":"deep","content":${'['.repeat(5000)}${']'.repeat(5000)}}`;
+    const parts = splitListBody(`{"data":[{"id":"ok"},{"id":"bad","n":tru},${deep}],"object":"list"}`);
+    expect(parts.items).toEqual(['{"id":"ok"}', '{"id":"bad","n":tru}', deep]);
+  });
+
+  it('refuses a body whose structure is broken (a body cut short), which no item can survive', () => {
+    expect(() => splitListBody('{"data":[{"id":"a"},{"id":"b"')).toThrow(JsonTextError);
+    expect(() => splitListBody('{"data":[{"id":"a"]}')).toThrow(/unexpected \]/);
+    expect(() => splitListBody('{"data":[],"data":[]}')).toThrow(/appears twice/);
+  });
+});
+
+describe('peekId', () => {
+  it('reads the id of an item, or of the first item of a list body cut short', () => {
+    expect(peekId('{"object":"config_instance","id":"cfg_\\u0041","content":{"id":"inner"}}', 1)).toBe(
+      'cfg_A',
+    );
+    expect(
+      peekId(
+        '{"object":"list","total_count":1,"data":[{"object":"config_instance","id":"big","content":{"x":"aaaa',
+        3,
+      ),
+    ).toBe('big');
+    expect(peekId('{"content":{"id":"inner"},"id":"outer"}', 1)).toBe('outer');
+  });
+
+  it('is undefined when the id is absent, not a string, or comes after the cut', () => {
+    expect(peekId('{"object":"config_instance","content":{"id":"inner"}}', 1)).toBeUndefined();
+    expect(peekId('{"id":17}', 1)).toBeUndefined();
+    expect(peekId('{"object":"list","data":[{"content":{"x":"aaa', 3)).toBeUndefined();
+    expect(peekId('{"id":"unterminated', 1)).toBeUndefined();
+  });
+});

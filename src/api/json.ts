@@ -1,0 +1,233 @@
+// JSON text ↔ values for the wire: numbers kept byte-faithful (lossless-json), nesting checked before parsing,
+// and a list body cut into its envelope and its items so that each item is judged on its own.
+import { isLosslessNumber, LosslessNumber, parse, stringify } from 'lossless-json';
+import { AgentError } from '../lib/errors.js';
+
+export { isLosslessNumber, LosslessNumber };
+
+/**
+ * The parser recurses once per level: past this depth a body is refused before parsing, far below the stack's
+ * edge. Content itself is held to a much lower limit by the wire schema, with a message naming the field.
+ */
+export const MAX_PARSE_DEPTH = 512;
+
+/** Text that is not JSON, or JSON the parser must not descend into; `offset` is where the problem was seen. */
+export class JsonTextError extends AgentError {
+  readonly offset: number;
+  constructor(problem: string, offset: number) {
+    super('invalid_json', `${problem} at character ${offset}`, { retryable: false });
+    this.offset = offset;
+  }
+}
+
+/**
+ * A number stays a plain `number` when printing it gives back the very text the service sent (most numbers);
+ * otherwise it stays a `LosslessNumber` holding that text (`12345678901234567891`, `1.0`, `1e400`, `-0`).
+ */
+function parseNumber(text: string): number | LosslessNumber {
+  const value = Number(text);
+  return String(value) === text ? value : new LosslessNumber(text);
+}
+
+/** Like JSON.parse: a repeated key keeps its last value (lossless-json throws by default). */
+function lastWins({ newValue }: { newValue: unknown }): unknown {
+  return newValue;
+}
+
+/** JSON.parse with faithful numbers and bounded nesting. Throws JsonTextError. */
+export function parseJson(text: string): unknown {
+  const depth = maxDepth(text, 0, text.length);
+  if (depth > MAX_PARSE_DEPTH) {
+    throw new JsonTextError(`nested ${depth} levels deep (the limit is ${MAX_PARSE_DEPTH})`, 0);
+  }
+  try {
+    return parse(text, null, { parseNumber, onDuplicateKey: lastWins });
+  } catch (error) {
+    if (error instanceof JsonTextError) throw error;
+    const message = error instanceof Error ? error.message : String(error);
+    const position = /position (\d+)/.exec(message);
+    throw new JsonTextError(message.replace(/ \(?at position \d+\)?/, ''), Number(position?.[1] ?? 0));
+  }
+}
+
+/** JSON.stringify that writes a `LosslessNumber` as its original text; otherwise byte-identical to it. */
+export function stringifyJson(value: unknown, space?: number): string {
+  const text = stringify(value, undefined, space);
+  if (text === undefined) throw new TypeError('value has no JSON representation');
+  return text;
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_OBJECT = 0x7b;
+const CLOSE_OBJECT = 0x7d;
+const OPEN_ARRAY = 0x5b;
+const CLOSE_ARRAY = 0x5d;
+const COMMA = 0x2c;
+const COLON = 0x3a;
+
+function isWhitespace(code: number): boolean {
+  return code === 0x20 || code === 0x0a || code === 0x0d || code === 0x09;
+}
+
+/** Index of the quote closing the string opened at `start`, or -1 when the text ends first. */
+function stringEnd(text: string, start: number): number {
+  let at = start + 1;
+  for (;;) {
+    const quote = text.indexOf('"', at);
+    if (quote === -1) return -1;
+    let backslashes = 0;
+    for (let k = quote - 1; k > start && text.charCodeAt(k) === BACKSLASH; k--) backslashes++;
+    if (backslashes % 2 === 0) return quote;
+    at = quote + 1;
+  }
+}
+
+/** The deepest nesting of objects and arrays in text[from, to), without recursion. */
+function maxDepth(text: string, from: number, to: number): number {
+  let depth = 0;
+  let deepest = 0;
+  for (let i = from; i < to; i++) {
+    const code = text.charCodeAt(i);
+    if (code === QUOTE) {
+      const end = stringEnd(text, i);
+      if (end === -1) return deepest;
+      i = end;
+    } else if (code === OPEN_OBJECT || code === OPEN_ARRAY) {
+      depth++;
+      if (depth > deepest) deepest = depth;
+    } else if (code === CLOSE_OBJECT || code === CLOSE_ARRAY) {
+      depth--;
+    }
+  }
+  return deepest;
+}
+
+export interface ListBodyParts {
+  /** The body with its `data` array emptied: the envelope alone, small whatever the items hold. */
+  envelopeText: string;
+  /** The text of each element of `data`, in order. */
+  items: string[];
+}
+
+/**
+ * Cuts a list body into its envelope and the text of each item, checking only structure (brackets, strings,
+ * commas): each part is then parsed on its own, so one broken item costs only that item. Throws JsonTextError
+ * when the structure itself is broken (a truncated body), which no item could survive.
+ */
+export function splitListBody(text: string): ListBodyParts {
+  const stack: number[] = [];
+  let expectKey = false;
+  let rootKey: string | undefined;
+  let dataOpen = -1;
+  let dataClose = -1;
+  let itemStart = -1;
+  const items: string[] = [];
+  const inData = () => dataOpen !== -1 && dataClose === -1 && stack.length === 2;
+  const endItem = (at: number) => {
+    if (itemStart !== -1) items.push(text.slice(itemStart, at).trimEnd());
+    itemStart = -1;
+  };
+
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (isWhitespace(code)) continue;
+    if (inData() && itemStart === -1 && code !== COMMA && code !== CLOSE_ARRAY) itemStart = i;
+    switch (code) {
+      case QUOTE: {
+        const end = stringEnd(text, i);
+        if (end === -1) throw new JsonTextError('unterminated string', i);
+        if (stack.length === 1 && expectKey) rootKey = text.slice(i + 1, end);
+        i = end;
+        break;
+      }
+      case OPEN_OBJECT:
+      case OPEN_ARRAY:
+        if (code === OPEN_ARRAY && stack.length === 1 && stack[0] === OPEN_OBJECT && rootKey === 'data') {
+          if (dataOpen !== -1) throw new JsonTextError('the key "data" appears twice', i);
+          dataOpen = i;
+        }
+        stack.push(code);
+        expectKey = code === OPEN_OBJECT;
+        break;
+      case CLOSE_OBJECT:
+      case CLOSE_ARRAY: {
+        const open = stack.pop();
+        if (open !== (code === CLOSE_OBJECT ? OPEN_OBJECT : OPEN_ARRAY)) {
+          throw new JsonTextError(`unexpected ${String.fromCharCode(code)}`, i);
+        }
+        if (dataOpen !== -1 && dataClose === -1 && stack.length === 1) {
+          endItem(i);
+          dataClose = i;
+        }
+        expectKey = false;
+        break;
+      }
+      case COMMA:
+        if (inData()) endItem(i);
+        expectKey = stack[stack.length - 1] === OPEN_OBJECT;
+        break;
+      case COLON:
+        expectKey = false;
+        break;
+      default:
+        break;
+    }
+  }
+  if (stack.length > 0) throw new JsonTextError('unexpected end of text', text.length);
+  if (dataOpen === -1) return { envelopeText: text, items: [] };
+  return { envelopeText: `${text.slice(0, dataOpen + 1)}${text.slice(dataClose)}`, items };
+}
+
+/**
+ * The string value of key `id` of the first object at `depth` (1: `text` is the item; 3: `text` is a list body,
+ * the item its first element), read without parsing the rest: `text` may be cut short (the first bytes of a
+ * body over the size cap) or nested too deep to parse. Undefined when it is not there.
+ */
+export function peekId(text: string, depth: 1 | 3): string | undefined {
+  let level = 0;
+  let expectKey = false;
+  let key: string | undefined;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (isWhitespace(code)) continue;
+    if (code === QUOTE) {
+      const end = stringEnd(text, i);
+      if (end === -1) return undefined;
+      const raw = text.slice(i, end + 1);
+      if (level === depth && expectKey) {
+        key = decodeString(raw);
+      } else if (level === depth && key === 'id') {
+        return decodeString(raw);
+      }
+      i = end;
+    } else if (code === OPEN_OBJECT || code === OPEN_ARRAY) {
+      level++;
+      expectKey = code === OPEN_OBJECT;
+      key = level === depth ? undefined : key;
+    } else if (code === CLOSE_OBJECT || code === CLOSE_ARRAY) {
+      // The first object at this depth ended without an id.
+      if (level === depth) return undefined;
+      level--;
+      expectKey = false;
+    } else if (code === COMMA) {
+      expectKey = true;
+      if (level === depth) key = undefined;
+    } else if (code === COLON) {
+      expectKey = false;
+    } else if (level === depth) {
+      // A number or a literal: whatever key it belongs to, it is not a string id.
+      if (key === 'id') return undefined;
+    }
+  }
+  return undefined;
+}
+
+function decodeString(quoted: string): string | undefined {
+  try {
+    const value: unknown = JSON.parse(quoted);
+    return typeof value === 'string' ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
