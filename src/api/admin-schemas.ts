@@ -35,11 +35,30 @@ export type CreateConfigInstanceRequest = z.infer<typeof CreateConfigInstanceReq
  * truncate: 200, close-delimited (no content-length) body cut in the middle of the real JSON, then close.
  * malformed: 200 with a body that is not JSON. slow: the real body, `chunk_bytes` every `interval_ms`.
  * Without a mode the fault answers `status` (default 503) with the standard error body and `Retry-After`.
+ * Extensions for hostile-service tests:
+ * rewrite: the request is served for real (its effects happen), then the answer's status becomes `status`
+ *   (any 2xx-5xx) and its body `body`, or the real body with each `replace` substitution applied (literal text,
+ *   every occurrence), e.g. to put `1e400` or an unknown `target_status` into one item of a list.
+ * paging (list routes): `ignore_offset` serves every page from offset 0 while echoing the offset asked for;
+ *   `has_more` forces the envelope's has_more.
+ * mutate: before the request is served, `remove_instances` are deleted from the service (no longer listed)
+ *   and `add_instances` created, as an operator acting between two pages of a pull would.
  */
-export const FaultMode = z.enum(['reset', 'hang', 'truncate', 'malformed', 'slow']);
+export const FaultMode = z.enum([
+  'reset',
+  'hang',
+  'truncate',
+  'malformed',
+  'slow',
+  'rewrite',
+  'paging',
+  'mutate',
+]);
 export type FaultMode = z.infer<typeof FaultMode>;
 
-export const FaultRequest = z.strictObject({
+export const TextReplacement = z.strictObject({ find: z.string().min(1), with: z.string() });
+
+const FaultFields = z.strictObject({
   /** A regular expression tested against the request's path (no query string), e.g. `^/v1/config_instances$`. */
   match: z.string().refine(isValidRegex, { message: 'must be a valid regular expression' }),
   count: z.int().min(1),
@@ -49,13 +68,29 @@ export const FaultRequest = z.strictObject({
    * request its pattern matches, whichever fault (if any) applies to that request.
    */
   skip: z.int().min(0).optional(),
-  status: z.int().min(400).max(599).optional(),
+  /** 400-599 for a status fault; `rewrite` may also answer 2xx or 3xx. */
+  status: z.int().min(200).max(599).optional(),
   /** Seconds, sent as the `Retry-After` header of a status fault. */
   retry_after: z.int().min(0).optional(),
   mode: FaultMode.optional(),
   /** Extension for `slow`: bytes per tick (default 8) and the tick in milliseconds (default 300). */
   chunk_bytes: z.int().min(1).optional(),
   interval_ms: z.int().min(1).max(10_000).optional(),
+  /** Extension for `rewrite`. */
+  body: z.string().optional(),
+  replace: z.array(TextReplacement).optional(),
+  /** Extension for `paging`. */
+  ignore_offset: z.boolean().optional(),
+  has_more: z.boolean().optional(),
+  /** Extension for `mutate`. */
+  remove_instances: z.array(z.string().min(1)).optional(),
+  add_instances: z.array(CreateConfigInstanceRequest).optional(),
+});
+
+export const FaultRequest = FaultFields.superRefine((fault, ctx) => {
+  if (fault.status !== undefined && fault.status < 400 && fault.mode !== 'rewrite') {
+    ctx.addIssue({ code: 'custom', path: ['status'], message: 'below 400 only with mode rewrite' });
+  }
 });
 export type FaultRequest = z.infer<typeof FaultRequest>;
 
@@ -63,7 +98,7 @@ export type FaultRequest = z.infer<typeof FaultRequest>;
  * A registered fault as the admin API returns it: `remaining` counts down as matching requests consume it,
  * `skip_remaining` (present when `skip` was given) as matching requests pass before it applies.
  */
-export const ActiveFault = FaultRequest.extend({
+export const ActiveFault = FaultFields.extend({
   id: z.string(),
   remaining: z.int().min(0),
   skip_remaining: z.int().min(0).optional(),

@@ -15,6 +15,8 @@ import {
   ResponseTooLargeError,
   TimeoutError,
 } from './errors.js';
+import { JsonTextError, parseJson, splitListBody } from './json.js';
+import { type ConfigInstancePage, judgeConfigInstance, ListHead } from './list-page.js';
 import {
   ConfigInstance,
   type ConfigInstanceFilters,
@@ -93,16 +95,28 @@ export interface ServiceClient {
     filters?: ConfigInstanceFilters,
     page?: PageOptions<ConfigInstanceListExpand>,
   ): AsyncIterableIterator<ConfigInstance>;
+  /**
+   * One page with its envelope validated and its items judged one by one (list-page.ts): what the pager
+   * builds a pull from. Fails as a whole only when the envelope or the body's structure is broken.
+   */
+  listConfigInstancePage(
+    filters?: ConfigInstanceFilters,
+    page?: PageOptions<ConfigInstanceListExpand>,
+  ): Promise<ConfigInstancePage>;
   listReleases(filters?: ReleaseFilters, page?: PageOptions<ListExpand>): Promise<ListEnvelope<Release>>;
   iterateReleases(filters?: ReleaseFilters, page?: PageOptions<ListExpand>): AsyncIterableIterator<Release>;
   getDevice(id: string, opts?: { signal?: AbortSignal }): Promise<Device>;
   listDevices(filters?: DeviceFilters, page?: PageOptions<ListExpand>): Promise<ListEnvelope<Device>>;
   iterateDevices(filters?: DeviceFilters, page?: PageOptions<ListExpand>): AsyncIterableIterator<Device>;
+  /**
+   * Any 2xx means the service recorded the report (the PATCH is our extension: a 204 or a short body is a
+   * service's right). Resolves with the updated instance when the body holds one, else undefined.
+   */
   reportConfigInstanceStatus(
     id: string,
     report: StatusReport,
     opts?: { signal?: AbortSignal },
-  ): Promise<ConfigInstance>;
+  ): Promise<ConfigInstance | undefined>;
 }
 
 /** Page size of the iterators: the spec's maximum, so a pull costs as few round trips as possible. */
@@ -110,6 +124,8 @@ export const ITERATOR_PAGE_LIMIT = 100;
 /** Error bodies are only read for their code and message; a huge one is not worth the memory. */
 const ERROR_BODY_MAX_BYTES = 64 * 1024;
 const CONNECT_TIMEOUT_MAX_MS = 10_000;
+/** How much of a body over the cap is kept: enough to read the id of the one item of a page of one. */
+const TOO_LARGE_PREFIX_BYTES = 64 * 1024;
 
 export interface ServiceDispatcherOptions {
   timeoutMs: number;
@@ -203,7 +219,13 @@ function listQuery(filters: object | undefined, page: PageOptions | undefined): 
 }
 
 /** A failure found while reading the body, classified before the generic transport classification runs. */
-class TooLarge extends Error {}
+class TooLarge extends Error {
+  readonly prefix: Buffer;
+  constructor(prefix: Buffer) {
+    super('response too large');
+    this.prefix = prefix;
+  }
+}
 
 /** Destroying an unread undici body emits an abort error; nobody is left to hear it, so it is swallowed here. */
 function discard(body: Dispatcher.ResponseData['body']): void {
@@ -211,18 +233,47 @@ function discard(body: Dispatcher.ResponseData['body']): void {
   body.destroy();
 }
 
+/**
+ * The body, or TooLarge carrying its first bytes once it passes `maxBytes` (also when undici's own
+ * maxResponseSize stops it first): a too-large page of one item is named by the id in those bytes.
+ */
 async function readCapped(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let total = 0;
-  for await (const chunk of body as AsyncIterable<Buffer>) {
-    total += chunk.length;
-    if (total > maxBytes) {
-      discard(body);
-      throw new TooLarge();
+  const prefix = () => Buffer.concat(chunks, total).subarray(0, TOO_LARGE_PREFIX_BYTES);
+  try {
+    for await (const chunk of body as AsyncIterable<Buffer>) {
+      if (total + chunk.length > maxBytes) {
+        chunks.push(chunk.subarray(0, Math.max(0, TOO_LARGE_PREFIX_BYTES - total)));
+        total += Math.min(chunk.length, Math.max(0, TOO_LARGE_PREFIX_BYTES - total));
+        discard(body);
+        throw new TooLarge(prefix());
+      }
+      total += chunk.length;
+      chunks.push(chunk);
     }
-    chunks.push(chunk);
+  } catch (error) {
+    if (errnoCode(error) === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') throw new TooLarge(prefix());
+    throw error;
   }
   return Buffer.concat(chunks, total);
+}
+
+/** The first bytes of a body already known to be over the cap (its content-length said so). */
+async function readPrefix(body: Dispatcher.ResponseData['body']): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  try {
+    for await (const chunk of body as AsyncIterable<Buffer>) {
+      chunks.push(chunk);
+      total += chunk.length;
+      if (total >= TOO_LARGE_PREFIX_BYTES) break;
+    }
+  } catch {
+    // What arrived is all there is to read an id from.
+  }
+  discard(body);
+  return Buffer.concat(chunks, total).subarray(0, TOO_LARGE_PREFIX_BYTES);
 }
 
 /**
@@ -256,7 +307,8 @@ interface CallSpec<T> {
   path: string;
   query?: Query;
   json?: unknown;
-  schema: z.ZodType<T>;
+  /** Turns the body's text into the result; throws InvalidResponseError or JsonTextError. */
+  read: (text: string, status: number, target: RequestTarget) => T;
   signal: AbortSignal | undefined;
 }
 
@@ -296,7 +348,9 @@ export function createClient(options: ClientOptions): ServiceClient {
     callerSignal: AbortSignal | undefined,
   ): unknown {
     if (error instanceof AgentError) return error;
-    if (error instanceof TooLarge) return new ResponseTooLargeError(target, maxResponseBytes);
+    if (error instanceof TooLarge) {
+      return new ResponseTooLargeError(target, maxResponseBytes, undefined, error.prefix.toString('utf8'));
+    }
     // The deadline is checked first: when both fired, the caller is told the truth about the elapsed time.
     if (deadline.aborted) return new TimeoutError(target, `no complete response within ${timeoutMs} ms`);
     if (callerSignal?.aborted) return callerSignal.reason;
@@ -338,6 +392,47 @@ export function createClient(options: ClientOptions): ServiceClient {
     }
   }
 
+  /** The usual reader: the whole body as JSON (numbers kept as sent), then the wire schema. */
+  function readWith<T>(schema: z.ZodType<T>) {
+    return (text: string, _status: number, target: RequestTarget): T => {
+      const parsed = schema.safeParse(parseJson(text));
+      if (!parsed.success) {
+        throw new InvalidResponseError(
+          target,
+          parsed.error.issues.map((issue) => ({
+            path: formatFieldPath(issue.path),
+            problem: scrub(issue.message),
+          })),
+        );
+      }
+      return parsed.data;
+    };
+  }
+
+  /** A list page: the envelope checked on its own, then each item judged on its own. */
+  function readPage(text: string, _status: number, target: RequestTarget): ConfigInstancePage {
+    const parts = splitListBody(text);
+    const head = readWith(ListHead)(parts.envelopeText, 200, target);
+    if (parts.items.length > head.limit) {
+      throw new InvalidResponseError(target, [
+        { path: 'data', problem: `${parts.items.length} items on a page whose limit is ${head.limit}` },
+      ]);
+    }
+    const { data: _data, ...rest } = head;
+    return { head: rest, items: parts.items.map(judgeConfigInstance), bytes: Buffer.byteLength(text) };
+  }
+
+  /** A report's answer: any 2xx settles it; the instance is used when the body holds a valid one. */
+  function readReportAnswer(text: string): ConfigInstance | undefined {
+    if (text.trim() === '') return undefined;
+    try {
+      const parsed = ConfigInstance.safeParse(parseJson(text));
+      return parsed.success ? parsed.data : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
   async function call<T>(spec: CallSpec<T>): Promise<T> {
     const target: RequestTarget = { method: spec.method, route: `/${apiVersion}${spec.route}` };
     const started = clock.monotonic();
@@ -370,32 +465,18 @@ export function createClient(options: ClientOptions): ServiceClient {
       }
       const declared = Number(response.headers['content-length']);
       if (Number.isFinite(declared) && declared > maxResponseBytes) {
-        discard(response.body);
-        throw new TooLarge();
+        throw new TooLarge(await readPrefix(response.body));
       }
       const bytes = await readCapped(response.body, maxResponseBytes);
-      let json: unknown;
+      let result: T;
       try {
-        json = JSON.parse(bytes.toString('utf8'));
+        result = spec.read(bytes.toString('utf8'), status, target);
       } catch (error) {
-        throw new MalformedResponseError(
-          target,
-          status,
-          scrub(`${bytes.length} bytes: ${errorMessage(error)}`),
-        );
-      }
-      const parsed = spec.schema.safeParse(json);
-      if (!parsed.success) {
-        throw new InvalidResponseError(
-          target,
-          parsed.error.issues.map((issue) => ({
-            path: formatFieldPath(issue.path),
-            problem: scrub(issue.message),
-          })),
-        );
+        if (!(error instanceof JsonTextError)) throw error;
+        throw new MalformedResponseError(target, status, scrub(`${bytes.length} bytes: ${error.message}`));
       }
       emit(target, started, 'ok', status);
-      return parsed.data;
+      return result;
     } catch (error) {
       const classified = transportError(error, target, deadline, spec.signal);
       const outcome = outcomeOf(classified);
@@ -413,7 +494,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         route,
         path: route,
         query: listQuery(filters, page),
-        schema,
+        read: readWith(schema),
         signal: page?.signal,
       });
   }
@@ -455,7 +536,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         route: '/deployments/{id}',
         path: `/deployments/${encodeId('deployment', id)}`,
         query: (opts?.expand ?? []).map((e): [string, string] => ['expand[]', e]),
-        schema: Deployment,
+        read: readWith(Deployment),
         signal: opts?.signal,
       });
     },
@@ -465,11 +546,20 @@ export function createClient(options: ClientOptions): ServiceClient {
         route: '/config_instances/{id}/deploy',
         path: `/config_instances/${encodeId('config instance', id)}/deploy`,
         query: opts?.dryRun === true ? [['dry_run', 'true']] : [],
-        schema: DeployResponse,
+        read: readWith(DeployResponse),
         signal: opts?.signal,
       });
     },
     listConfigInstances: (filters, page) => listConfigInstances(filters, page),
+    listConfigInstancePage: (filters, page) =>
+      call({
+        method: 'GET',
+        route: '/config_instances',
+        path: '/config_instances',
+        query: listQuery(filters, page),
+        read: readPage,
+        signal: page?.signal,
+      }),
     iterateConfigInstances: (filters, page) => iterateConfigInstances(filters, page),
     listReleases: (filters, page) => listReleases(filters, page),
     iterateReleases: (filters, page) => iterateReleases(filters, page),
@@ -478,7 +568,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         method: 'GET',
         route: '/devices/{id}',
         path: `/devices/${encodeId('device', id)}`,
-        schema: Device,
+        read: readWith(Device),
         signal: opts?.signal,
       });
     },
@@ -499,7 +589,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         route: '/config_instances/{id}',
         path,
         json: checked.data,
-        schema: ConfigInstance,
+        read: readReportAnswer,
         signal: opts?.signal,
       });
     },

@@ -13,6 +13,7 @@ import {
   type Fixtures,
   ReceivedReportList,
 } from '../api/admin-schemas.js';
+import { parseJson, stringifyJson } from '../api/json.js';
 import {
   ConfigInstance,
   ConfigInstanceActivityStatus,
@@ -25,6 +26,7 @@ import {
   Device,
   DeviceList,
   ErrorStatus,
+  type ListEnvelope,
   ListExpand,
   ReleaseList,
   StatusReport,
@@ -34,6 +36,7 @@ import { errorBody, invalidBody, invalidRequest, MockServiceError } from './erro
 import { faultMiddleware, isAdminPath } from './faults.js';
 import { stateFromFixtures } from './fixtures.js';
 import {
+  type Page,
   pageOf,
   parseEnumFilter,
   parseExpand,
@@ -111,7 +114,20 @@ export function createMockService(options: MockServiceOptions): MockService {
       'request',
     );
   });
-  app.use('*', faultMiddleware(state, logger));
+  const pagingFaults = new WeakMap<Request, ActiveFault>();
+  app.use('*', faultMiddleware({ state, logger, pagingFaults, at }));
+
+  /** One page of a list, as the spec pages it, unless a `paging` fault bends the rules for this request. */
+  function listPage<T>(c: Context, sorted: readonly T[], page: Page, withTotal: boolean): ListEnvelope<T> {
+    const fault = pagingFaults.get(c.req.raw);
+    if (fault === undefined) return pageOf(sorted, page, withTotal);
+    const envelope = pageOf(sorted, fault.ignore_offset === true ? { ...page, offset: 0 } : page, withTotal);
+    return {
+      ...envelope,
+      offset: page.offset,
+      ...(fault.has_more === undefined ? {} : { has_more: fault.has_more }),
+    };
+  }
   app.use('*', async (c, next) => {
     const presented = c.req.header('x-api-key');
     if (presented === undefined || presented === '') {
@@ -150,7 +166,7 @@ export function createMockService(options: MockServiceOptions): MockService {
       created_at: (i) => timestampKey(i.created_at),
     });
     const itemExpand = new Set([...expand].filter((e): e is InstanceExpand => e !== 'total_count'));
-    const envelope = pageOf(sorted, page, expand.has('total_count'));
+    const envelope = listPage(c, sorted, page, expand.has('total_count'));
     return send(c, ConfigInstanceList, {
       ...envelope,
       data: envelope.data.map((i) => instanceView(i, state, itemExpand)),
@@ -198,7 +214,7 @@ export function createMockService(options: MockServiceOptions): MockService {
       id: (r) => r.id,
       created_at: (r) => timestampKey(r.created_at),
     });
-    const envelope = pageOf(sorted, page, expand.has('total_count'));
+    const envelope = listPage(c, sorted, page, expand.has('total_count'));
     return send(c, ReleaseList, { ...envelope, data: envelope.data.map(releaseView) });
   });
 
@@ -216,7 +232,7 @@ export function createMockService(options: MockServiceOptions): MockService {
       updated_at: (d) => timestampKey(d.updated_at),
       last_connected_at: (d) => timestampKey(d.last_connected_at),
     });
-    const envelope = pageOf(sorted, page, expand.has('total_count'));
+    const envelope = listPage(c, sorted, page, expand.has('total_count'));
     return send(c, DeviceList, { ...envelope, data: envelope.data.map(deviceView) });
   });
 
@@ -306,7 +322,8 @@ async function readJson(c: Context): Promise<unknown> {
   const text = await c.req.text();
   if (text.trim() === '') throw invalidRequest('body: a JSON body is required', { field: '' });
   try {
-    return JSON.parse(text) as unknown;
+    // Numbers kept as sent, so content with 64-bit integers round-trips through the mock.
+    return parseJson(text);
   } catch {
     throw invalidRequest('body: not valid JSON', { field: '' });
   }
@@ -325,5 +342,5 @@ function send<S extends z.ZodType>(
   value: z.input<S>,
   status: ContentfulStatusCode = 200,
 ): Response {
-  return c.json(schema.parse(value) as object, status);
+  return c.body(stringifyJson(schema.parse(value)), status, { 'content-type': 'application/json' });
 }

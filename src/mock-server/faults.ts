@@ -3,6 +3,7 @@ import type { HttpBindings } from '@hono/node-server';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import type { Context, MiddlewareHandler } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import type { ActiveFault } from '../api/admin-schemas.js';
 import type { Logger } from '../lib/logger.js';
 import { codeForStatus, errorBody } from './errors.js';
 import type { MockState } from './state.js';
@@ -26,7 +27,16 @@ function nodeBindings(c: Context): Partial<HttpBindings> {
  * never reach the handler (nothing changes); truncate and slow serve the real response, so its effects
  * (a deploy, a recorded report) happen even though the client may never read the answer.
  */
-export function faultMiddleware(state: MockState, logger: Logger): MiddlewareHandler {
+export interface FaultContext {
+  state: MockState;
+  logger: Logger;
+  /** The `paging` fault of a request, for the list handler to apply (keyed by the raw request). */
+  pagingFaults: WeakMap<Request, ActiveFault>;
+  /** Creation time of instances a `mutate` fault adds. */
+  at: () => string;
+}
+
+export function faultMiddleware({ state, logger, pagingFaults, at }: FaultContext): MiddlewareHandler {
   return async (c, next) => {
     if (isAdminPath(c.req.path)) return next();
     const fault = state.takeFault(c.req.path);
@@ -71,6 +81,28 @@ export function faultMiddleware(state: MockState, logger: Logger): MiddlewareHan
         // After next() hono ignores a returned response, so replace it; clearing first avoids a header merge.
         c.res = undefined;
         c.res = RESPONSE_ALREADY_SENT;
+        return;
+      }
+      case 'paging':
+        pagingFaults.set(c.req.raw, fault);
+        return next();
+      case 'mutate':
+        for (const id of fault.remove_instances ?? []) state.deleteInstance(id);
+        for (const request of fault.add_instances ?? []) state.createInstance(request, at());
+        return next();
+      case 'rewrite': {
+        await next();
+        let text = fault.body ?? (await c.res.text());
+        if (fault.body === undefined) {
+          for (const { find, with: replacement } of fault.replace ?? [])
+            text = text.split(find).join(replacement);
+        }
+        const status = fault.status ?? c.res.status;
+        const headers = new Headers(c.res.headers);
+        headers.delete('content-length');
+        c.res = undefined;
+        // 204 and 304 carry no body by definition.
+        c.res = new Response(status === 204 || status === 304 ? null : text, { status, headers });
         return;
       }
       case 'slow': {

@@ -299,6 +299,11 @@ export class MockState {
     return record;
   }
 
+  /** Deletes an instance outright (mock `mutate` fault): it is no longer listed, as if purged on the service. */
+  deleteInstance(id: string): void {
+    this.instances.delete(id);
+  }
+
   /** Sets an instance's target to `removed`, as an operator retiring it would. */
   removeInstance(id: string, at: string): ConfigInstanceRecord {
     const updated = withStatus(this.instance(id), { target_status: 'removed' }, at);

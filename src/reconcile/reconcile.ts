@@ -469,7 +469,7 @@ export class Reconciler implements PassRunner {
           ),
         this.#retryOptions(signal),
       );
-      echoed = this.#recordReportEcho(updated) || echoed;
+      echoed = (updated !== undefined && this.#recordReportEcho(updated)) || echoed;
     }, deliveryVerdict);
     result.reports.delivered += flushed.delivered.length;
     result.reports.rejected += flushed.rejected.length;

@@ -136,16 +136,19 @@ describe('injected faults (POST /_admin/faults)', () => {
   });
 
   it('truncate → MalformedResponseError (retryable), although the mock did perform the request', async () => {
-    await contract.admin.addFault({ match: '^/v1/config_instances/[^/]+$', count: 1, mode: 'truncate' });
-    const error = await failure(
-      client.reportConfigInstanceStatus('cfg_r2_app_settings', {
-        activity_status: 'deployed',
-        error_status: 'none',
-      }),
-    );
+    await contract.admin.addFault({ match: '^/v1/deployments/[^/]+$', count: 1, mode: 'truncate' });
+    const error = await failure(client.getDeployment('dpl_robot_01_v1_5_0'));
     expect(error).toBeInstanceOf(MalformedResponseError);
     expect(isRetryableError(error)).toBe(true);
-    // The report landed: a retry of a PATCH must be (and is) harmless.
+  });
+
+  it('truncate on a status report: the 200 settles it (any 2xx does), and the service recorded it', async () => {
+    await contract.admin.addFault({ match: '^/v1/config_instances/[^/]+$', count: 1, mode: 'truncate' });
+    const answer = await client.reportConfigInstanceStatus('cfg_r2_app_settings', {
+      activity_status: 'deployed',
+      error_status: 'none',
+    });
+    expect(answer).toBeUndefined();
     expect((await contract.admin.reports()).map((r) => r.config_instance_id)).toEqual([
       'cfg_r2_app_settings',
     ]);

@@ -1,0 +1,111 @@
+// One page of the config instance list, judged envelope first and then item by item, so one bad item costs
+// only itself: good items are used, a bad one is named (by id when readable) with its real problem.
+import { z } from 'zod';
+import { formatFieldPath } from '../lib/field-path.js';
+import { JsonTextError, MAX_PARSE_DEPTH, parseJson, peekId } from './json.js';
+import {
+  ConfigInstance,
+  ConfigInstanceActivityStatus,
+  ConfigInstanceTargetStatus,
+  ErrorStatus,
+  LIMIT_MAX,
+  LIMIT_MIN,
+} from './schemas.js';
+
+/** The envelope without its items: `data` is judged item by item. */
+export const ListHead = z.object({
+  object: z.literal('list'),
+  total_count: z.number().int().min(-1),
+  limit: z.number().int().min(LIMIT_MIN).max(LIMIT_MAX),
+  offset: z.number().int().min(0),
+  has_more: z.boolean(),
+  data: z.array(z.unknown()),
+});
+export type ListHead = Omit<z.infer<typeof ListHead>, 'data'>;
+
+/** A status field the agent acts on, holding a value it does not know (the service adds values over time). */
+export interface UnknownStatus {
+  field: 'target_status' | 'activity_status' | 'error_status';
+  value: string;
+}
+
+export type PageItem =
+  | { kind: 'valid'; instance: ConfigInstance }
+  /** Readable, but with a status value the agent does not know: skipped with a warning, never acted on. */
+  | { kind: 'unknown_status'; instance: z.infer<typeof LenientInstance>; unknown: UnknownStatus }
+  /**
+   * Not acceptable. `id` is there when readable; `activityStatus` when the item carries a known one (the
+   * report of its failure keeps it); `problem` names the field and what is wrong with it.
+   */
+  | {
+      kind: 'invalid';
+      id?: string;
+      activityStatus?: ConfigInstanceActivityStatus;
+      problem: string;
+    };
+
+export interface ConfigInstancePage {
+  head: ListHead;
+  items: PageItem[];
+  /** Size of the body, for the pull's memory budget. */
+  bytes: number;
+}
+
+/** The instance schema with free-form statuses: tells "unknown status value" apart from "broken item". */
+const LenientInstance = ConfigInstance.extend({
+  target_status: z.string(),
+  activity_status: z.string(),
+  error_status: z.string(),
+});
+
+const STATUS_FIELDS = [
+  ['target_status', ConfigInstanceTargetStatus],
+  ['activity_status', ConfigInstanceActivityStatus],
+  ['error_status', ErrorStatus],
+] as const;
+
+const SHOWN_PROBLEMS = 3;
+
+function describeIssues(issues: readonly z.core.$ZodIssue[]): string {
+  const shown = issues
+    .slice(0, SHOWN_PROBLEMS)
+    .map((issue) => `${formatFieldPath(issue.path) || '(item)'}: ${issue.message}`);
+  const more = issues.length > SHOWN_PROBLEMS ? ` (and ${issues.length - SHOWN_PROBLEMS} more)` : '';
+  return `${shown.join('; ')}${more}`;
+}
+
+/** Judges the text of one list item. Never throws: every outcome is a value. */
+export function judgeConfigInstance(text: string): PageItem {
+  let value: unknown;
+  try {
+    value = parseJson(text);
+  } catch (error) {
+    const id = peekId(text, 1);
+    const problem =
+      error instanceof JsonTextError && error.message.startsWith('nested')
+        ? `content is nested deeper than the limit of 64 levels (the item is nested more than ${MAX_PARSE_DEPTH} levels deep)`
+        : `not valid JSON: ${error instanceof Error ? error.message : String(error)}`;
+    return id === undefined ? { kind: 'invalid', problem } : { kind: 'invalid', id, problem };
+  }
+  const strict = ConfigInstance.safeParse(value);
+  if (strict.success) return { kind: 'valid', instance: strict.data };
+
+  const lenient = LenientInstance.safeParse(value);
+  if (lenient.success) {
+    for (const [field, schema] of STATUS_FIELDS) {
+      const raw = lenient.data[field];
+      if (!schema.safeParse(raw).success) {
+        return { kind: 'unknown_status', instance: lenient.data, unknown: { field, value: raw } };
+      }
+    }
+  }
+  const record = typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : {};
+  const id = typeof record.id === 'string' && record.id !== '' ? record.id : undefined;
+  const activity = ConfigInstanceActivityStatus.safeParse(record.activity_status);
+  return {
+    kind: 'invalid',
+    ...(id === undefined ? {} : { id }),
+    ...(activity.success ? { activityStatus: activity.data } : {}),
+    problem: describeIssues(strict.error.issues),
+  };
+}

@@ -1,0 +1,362 @@
+// The pull's pager: lists config instances page by page, bounded in time, pages, items and bytes whatever the
+// service says, shrinking pages that are too large, and re-listing when the list shifted between two pages.
+import type { Clock } from '../lib/clock.js';
+import { AgentError } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+import type { ServiceClient } from './client.js';
+import { ResponseTooLargeError } from './errors.js';
+import { peekId } from './json.js';
+import type { ConfigInstancePage, PageItem, UnknownStatus } from './list-page.js';
+import type { ConfigInstance, ConfigInstanceActivityStatus, ConfigInstanceFilters } from './schemas.js';
+import { LIMIT_MAX } from './schemas.js';
+
+export const PAGER_DEFAULTS = {
+  /** The spec's maximum: as few round trips as possible. */
+  pageLimit: LIMIT_MAX,
+  /** The whole pull, every page and retry included. */
+  deadlineMs: 5 * 60_000,
+  /** Per pull; a device holds tens of config files, not tens of thousands. */
+  maxItems: 10_000,
+  /** Response bytes per pull (at least twice the response cap). */
+  maxBytes: 256 * 1024 * 1024,
+  /** Listings of one query before a list that keeps shifting fails the pull. */
+  maxListingAttempts: 3,
+} as const;
+
+/** Why a pull stopped: `code` is one of `pull_deadline`, `listing_unstable`, `listing_runaway`. */
+export class PullError extends AgentError {}
+
+/** The whole pull took longer than its deadline: the service is slow or trickling; a later pass may do. */
+export class PullDeadlineError extends PullError {
+  constructor(deadlineMs: number) {
+    super('pull_deadline', `the pull of config instances did not finish within ${deadlineMs} ms`, {
+      retryable: true,
+    });
+  }
+}
+
+/** The list changed under the pager in every attempt: nothing proves the listing complete. */
+export class ListingUnstableError extends PullError {
+  constructor(attempts: number, evidence: string) {
+    super(
+      'listing_unstable',
+      `the config instance list shifted between pages in ${attempts} consecutive listings (last: ${evidence})`,
+      { retryable: true },
+    );
+  }
+}
+
+/** The service pages without end or beyond what it announced: paging it further cannot succeed. */
+export class ListingRunawayError extends PullError {
+  constructor(problem: string) {
+    super('listing_runaway', `paging config instances stopped: ${problem}`, { retryable: false });
+  }
+}
+
+/** An item the agent cannot accept: named by id when readable, with what is wrong with it. */
+export interface InvalidListItem {
+  id?: string;
+  activityStatus?: ConfigInstanceActivityStatus;
+  problem: string;
+}
+
+/** An item with a status value the agent does not know: not acted on, warned about. */
+export interface SkippedListItem {
+  id: string;
+  relativeFilepath: string;
+  unknown: UnknownStatus;
+}
+
+export interface PullResult {
+  /** Valid instances, at most one per id, in listing order. */
+  instances: ConfigInstance[];
+  invalid: InvalidListItem[];
+  skipped: SkippedListItem[];
+}
+
+export type PageRetry = <T>(what: string, request: () => Promise<T>, signal: AbortSignal) => Promise<T>;
+
+export interface PagerOptions {
+  client: Pick<ServiceClient, 'listConfigInstancePage'>;
+  clock: Clock;
+  /** The response cap the client enforces, for messages naming an instance too large by itself. */
+  maxResponseBytes: number;
+  signal?: AbortSignal;
+  /** The one retry layer for a page request (withRequestRetry); none when absent. */
+  retry?: PageRetry;
+  logger?: Logger;
+  pageLimit?: number;
+  deadlineMs?: number;
+  maxItems?: number;
+  maxBytes?: number;
+  maxListingAttempts?: number;
+}
+
+/** The list moved between two pages: the listing is thrown away and taken again. */
+class Shifted {
+  constructor(readonly evidence: string) {}
+}
+
+interface Budget {
+  items: number;
+  bytes: number;
+  readonly maxItems: number;
+  readonly maxBytes: number;
+}
+
+interface Listing {
+  instances: ConfigInstance[];
+  invalid: InvalidListItem[];
+  skipped: SkippedListItem[];
+}
+
+function itemId(item: PageItem | undefined): string | undefined {
+  if (item === undefined) return undefined;
+  if (item.kind === 'invalid') return item.id;
+  return item.instance.id;
+}
+
+/**
+ * Lists every instance matching each of `queries` (ordered by id:asc) and merges them by id. Each next page
+ * starts on the last item of the page before (one item of overlap): when that item is not where it was, the
+ * list shifted (an instance added or removed before it) and the query is listed again; `total_count` before
+ * and after must agree as well. Throws a PullError (or the request's own error) when no consistent, bounded
+ * listing could be had.
+ */
+export async function pullConfigInstances(
+  queries: readonly ConfigInstanceFilters[],
+  options: PagerOptions,
+): Promise<PullResult> {
+  const deadlineMs = options.deadlineMs ?? PAGER_DEFAULTS.deadlineMs;
+  const deadline = new AbortController();
+  const timer = new AbortController();
+  options.clock.sleep(deadlineMs, timer.signal).then(
+    () => deadline.abort(new PullDeadlineError(deadlineMs)),
+    () => {},
+  );
+  const { signal, release } = combineSignals(deadline.signal, options.signal);
+  const budget: Budget = {
+    items: 0,
+    bytes: 0,
+    maxItems: options.maxItems ?? PAGER_DEFAULTS.maxItems,
+    maxBytes: Math.max(options.maxBytes ?? PAGER_DEFAULTS.maxBytes, 2 * options.maxResponseBytes),
+  };
+  const byId = new Map<string, ConfigInstance>();
+  const invalid = new Map<string, InvalidListItem>();
+  const unnamed: InvalidListItem[] = [];
+  const skipped = new Map<string, SkippedListItem>();
+  try {
+    for (const filters of queries) {
+      const listing = await listQuery(filters, options, budget, signal);
+      for (const instance of listing.instances) if (!byId.has(instance.id)) byId.set(instance.id, instance);
+      for (const item of listing.invalid) {
+        if (item.id === undefined) unnamed.push(item);
+        else if (!invalid.has(item.id)) invalid.set(item.id, item);
+      }
+      for (const item of listing.skipped) if (!skipped.has(item.id)) skipped.set(item.id, item);
+    }
+  } catch (error) {
+    if (deadline.signal.aborted && !options.signal?.aborted) throw deadline.signal.reason;
+    throw error;
+  } finally {
+    timer.abort();
+    release();
+  }
+  for (const id of [...invalid.keys(), ...skipped.keys()]) byId.delete(id);
+  return {
+    instances: [...byId.values()],
+    invalid: [...invalid.values(), ...unnamed],
+    skipped: [...skipped.values()],
+  };
+}
+
+async function listQuery(
+  filters: ConfigInstanceFilters,
+  options: PagerOptions,
+  budget: Budget,
+  signal: AbortSignal,
+): Promise<Listing> {
+  const attempts = options.maxListingAttempts ?? PAGER_DEFAULTS.maxListingAttempts;
+  let evidence = '';
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    const before = { items: budget.items, bytes: budget.bytes };
+    const outcome = await listOnce(filters, options, budget, signal);
+    if (!(outcome instanceof Shifted)) return outcome;
+    evidence = outcome.evidence;
+    // A discarded listing's items are not kept, but its bytes were read: only items are given back.
+    budget.items = before.items;
+    options.logger?.warn({ attempt, evidence }, 'config instance list shifted between pages: listing again');
+  }
+  throw new ListingUnstableError(attempts, evidence);
+}
+
+async function listOnce(
+  filters: ConfigInstanceFilters,
+  options: PagerOptions,
+  budget: Budget,
+  signal: AbortSignal,
+): Promise<Listing | Shifted> {
+  const pageLimit = Math.min(LIMIT_MAX, Math.max(1, options.pageLimit ?? PAGER_DEFAULTS.pageLimit));
+  const listing: Listing = { instances: [], invalid: [], skipped: [] };
+  const seen = new Set<string>();
+  let offset = 0;
+  let limit = pageLimit;
+  /** The limit before a run of "too large" answers: back to it once the run ends on a lone oversize item. */
+  let shrunkFrom: number | undefined;
+  /** The id expected first on the next page (the last item of the page before), when pages overlap. */
+  let anchor: string | undefined;
+  let firstTotal: number | undefined;
+  let lastId: string | undefined;
+
+  const fetch = (at: number, size: number): Promise<ConfigInstancePage> => {
+    const request = () =>
+      options.client.listConfigInstancePage(filters, {
+        offset: at,
+        limit: size,
+        orderBy: 'id:asc',
+        expand: ['total_count'],
+        signal,
+      });
+    return options.retry === undefined ? request() : options.retry('list config instances', request, signal);
+  };
+
+  for (;;) {
+    signal.throwIfAborted();
+    let page: ConfigInstancePage;
+    try {
+      page = await fetch(offset, limit);
+    } catch (error) {
+      if (!(error instanceof ResponseTooLargeError)) throw error;
+      shrunkFrom ??= limit;
+      if (limit > 2 || (limit === 2 && anchor === undefined)) {
+        limit = Math.floor(limit / 2);
+      } else if (limit === 2) {
+        // A page of one would hold only the anchor: step past it instead.
+        offset += 1;
+        anchor = undefined;
+        limit = 1;
+      } else {
+        const id = error.bodyPrefix === undefined ? undefined : peekId(error.bodyPrefix, 3);
+        const alone = `larger by itself than the response limit of ${options.maxResponseBytes} bytes (server.maxResponseBytes)`;
+        const where = lastId === undefined ? 'first in the listing' : `right after ${lastId}`;
+        listing.invalid.push(
+          id === undefined
+            ? { problem: `the instance ${where} (offset ${offset}) is ${alone}; its id could not be read` }
+            : { id, problem: `config instance is ${alone}` },
+        );
+        options.logger?.error({ instanceId: id, offset }, 'config instance too large to fetch');
+        offset += 1;
+        anchor = undefined;
+        limit = shrunkFrom;
+        shrunkFrom = undefined;
+        if (id !== undefined) {
+          seen.add(id);
+          lastId = id;
+        }
+        continue;
+      }
+      options.logger?.warn({ offset, limit }, 'page too large: asking for smaller pages');
+      continue;
+    }
+    shrunkFrom = undefined;
+    const { head, items } = page;
+    budget.bytes += page.bytes;
+    if (budget.bytes > budget.maxBytes) {
+      throw new ListingRunawayError(`the listing passed ${budget.maxBytes} bytes`);
+    }
+    if (head.offset !== offset) {
+      throw new ListingRunawayError(`asked for offset ${offset}, the page says offset ${head.offset}`);
+    }
+    if (head.total_count >= 0) {
+      if (firstTotal === undefined) firstTotal = head.total_count;
+      else if (head.total_count !== firstTotal) {
+        return new Shifted(`total_count went from ${firstTotal} to ${head.total_count}`);
+      }
+    }
+    let fresh = items;
+    if (anchor !== undefined) {
+      const first = itemId(items[0]);
+      if (first !== anchor) {
+        return new Shifted(
+          `the page at offset ${offset} began with ${first ?? 'nothing'} instead of ${anchor}, the last item of the page before`,
+        );
+      }
+      fresh = items.slice(1);
+    }
+    for (const item of fresh) {
+      const id = itemId(item);
+      if (id !== undefined) {
+        if (seen.has(id)) return new Shifted(`${id} was listed twice`);
+        seen.add(id);
+        lastId = id;
+      }
+      budget.items += 1;
+      if (budget.items > budget.maxItems) {
+        throw new ListingRunawayError(`more than ${budget.maxItems} config instances`);
+      }
+      take(item, listing);
+    }
+    const covered = offset + items.length;
+    if (firstTotal !== undefined && covered > firstTotal) {
+      throw new ListingRunawayError(`${covered} items listed, more than the total_count of ${firstTotal}`);
+    }
+    if (!head.has_more) {
+      if (firstTotal !== undefined && covered !== firstTotal) {
+        return new Shifted(`the listing ended after ${covered} items, total_count said ${firstTotal}`);
+      }
+      return listing;
+    }
+    if (fresh.length === 0) {
+      throw new ListingRunawayError(`has_more is true on a page with nothing new at offset ${offset}`);
+    }
+    const last = itemId(items[items.length - 1]);
+    if (limit > 1 && last !== undefined) {
+      offset = covered - 1;
+      anchor = last;
+    } else {
+      offset = covered;
+      anchor = undefined;
+    }
+  }
+}
+
+function take(item: PageItem, listing: Listing): void {
+  switch (item.kind) {
+    case 'valid':
+      listing.instances.push(item.instance);
+      return;
+    case 'unknown_status':
+      listing.skipped.push({
+        id: item.instance.id,
+        relativeFilepath: item.instance.relative_filepath,
+        unknown: item.unknown,
+      });
+      return;
+    case 'invalid': {
+      const { kind: _kind, ...rest } = item;
+      listing.invalid.push(rest);
+      return;
+    }
+  }
+}
+
+/** The deadline and the caller's signal as one, with a release (not AbortSignal.any: see client.ts). */
+function combineSignals(
+  deadline: AbortSignal,
+  caller: AbortSignal | undefined,
+): { signal: AbortSignal; release: () => void } {
+  if (caller === undefined) return { signal: deadline, release: () => {} };
+  const controller = new AbortController();
+  const onDeadline = () => controller.abort(deadline.reason);
+  const onCaller = () => controller.abort(caller.reason);
+  if (caller.aborted) onCaller();
+  else caller.addEventListener('abort', onCaller, { once: true });
+  deadline.addEventListener('abort', onDeadline, { once: true });
+  return {
+    signal: controller.signal,
+    release: () => {
+      caller.removeEventListener('abort', onCaller);
+      deadline.removeEventListener('abort', onDeadline);
+    },
+  };
+}

@@ -1,0 +1,253 @@
+// Contract: the pager against a hostile or changing service (mock faults `paging`, `rewrite`, `mutate`): every
+// pull ends, bounded in requests, and one bad or oversize item costs only itself.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  ListingRunawayError,
+  ListingUnstableError,
+  type PagerOptions,
+  PullDeadlineError,
+  type PullResult,
+  pullConfigInstances,
+} from '../../src/api/pager.js';
+import type { ConfigInstance } from '../../src/api/schemas.js';
+import { type Clock, systemClock } from '../../src/lib/clock.js';
+import { type Contract, collect, failure, startContract } from './harness.js';
+
+const DEVICE = 'dvc_gateway_01';
+const LIST = '^/v1/config_instances$';
+const BIG_CAP = 4_000_000;
+
+let contract: Contract;
+beforeEach(async () => {
+  contract = await startContract();
+});
+afterEach(async () => {
+  await contract.close();
+});
+
+async function seed(ids: readonly string[], content: (id: string) => Record<string, unknown> = () => ({})) {
+  for (const id of ids) {
+    await contract.admin.createInstance({
+      id,
+      device_id: DEVICE,
+      relative_filepath: `pg/${id}.json`,
+      content: content(id),
+    });
+  }
+}
+
+const numbered = (n: number) => Array.from({ length: n }, (_, i) => `pg_${String(i).padStart(3, '0')}`);
+
+/** The device's listing as a plain client sees it when nothing is wrong: the reference. */
+async function reference(): Promise<string[]> {
+  const all = await collect(
+    contract
+      .client({ maxResponseBytes: BIG_CAP })
+      .iterateConfigInstances({ device_id: DEVICE }, { orderBy: 'id:asc' }),
+  );
+  return all.map((instance) => instance.id);
+}
+
+function pull(options: Partial<PagerOptions> & { cap?: number } = {}): Promise<PullResult> {
+  const cap = options.cap ?? BIG_CAP;
+  return pullConfigInstances([{ device_id: DEVICE }], {
+    client: contract.client({ maxResponseBytes: cap }),
+    clock: systemClock,
+    maxResponseBytes: cap,
+    pageLimit: 4,
+    ...options,
+  });
+}
+
+const ids = (instances: readonly ConfigInstance[]) => instances.map((instance) => instance.id);
+const listRequests = async () => (await contract.admin.stats())['GET /v1/config_instances'] ?? 0;
+
+describe('paging ends whatever the service says', () => {
+  it('has_more forever while ignoring offset: fails with a typed error after a few requests, not 44,140', async () => {
+    await seed(numbered(10));
+    await contract.admin.addFault({
+      match: LIST,
+      count: 10_000,
+      mode: 'paging',
+      ignore_offset: true,
+      has_more: true,
+    });
+    const error = await failure(pull());
+    expect(error).toBeInstanceOf(ListingUnstableError);
+    expect((error as ListingUnstableError).code).toBe('listing_unstable');
+    expect((error as Error).message).toMatch(
+      /began with \S+ instead of \S+, the last item of the page before/,
+    );
+    // Three listings of two pages each.
+    expect(await listRequests()).toBe(6);
+  });
+
+  it('has_more forever past the end: stops at the first page that brings nothing new', async () => {
+    await seed(numbered(6));
+    await contract.admin.addFault({ match: LIST, count: 10_000, mode: 'paging', has_more: true });
+    const error = await failure(pull());
+    expect(error).toBeInstanceOf(ListingRunawayError);
+    expect((error as Error).message).toMatch(/has_more is true on a page with nothing new/);
+    expect(await listRequests()).toBeLessThan(10);
+  });
+
+  it('more items than total_count announced: stops', async () => {
+    await seed(numbered(6));
+    const total = (await reference()).length;
+    await contract.admin.addFault({
+      match: LIST,
+      count: 10_000,
+      mode: 'rewrite',
+      replace: [{ find: `"total_count":${total}`, with: '"total_count":2' }],
+    });
+    const error = await failure(pull());
+    expect(error).toBeInstanceOf(ListingRunawayError);
+    expect((error as Error).message).toMatch(/more than the total_count of 2/);
+  });
+
+  it('an item budget bounds memory even when every page looks right', async () => {
+    await seed(numbered(10));
+    const error = await failure(pull({ maxItems: 7 }));
+    expect(error).toBeInstanceOf(ListingRunawayError);
+    expect((error as Error).message).toMatch(/more than 7 config instances/);
+  });
+
+  it('a whole-pull deadline ends a pull stuck on a page (injected clock fires the deadline)', async () => {
+    await seed(numbered(10));
+    await contract.admin.addFault({ match: LIST, count: 1, skip: 1, mode: 'hang' });
+    let fire: (() => void) | undefined;
+    const clock: Clock = {
+      ...systemClock,
+      sleep: (_ms, signal) =>
+        new Promise<void>((resolve, reject) => {
+          fire = resolve;
+          signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
+        }),
+    };
+    const pending = failure(pull({ clock }));
+    while ((await listRequests()) < 2) await new Promise((resolve) => setTimeout(resolve, 10));
+    fire?.();
+    const error = await pending;
+    expect(error).toBeInstanceOf(PullDeadlineError);
+    expect((error as PullDeadlineError).code).toBe('pull_deadline');
+    expect(await listRequests()).toBe(2);
+  });
+});
+
+describe('large configs sync', () => {
+  it('pages too large are halved; only an instance too large by itself fails, named by its id', async () => {
+    await seed(numbered(9), () => ({ blob: 'x'.repeat(3_000) }));
+    await seed(['pg_big'], () => ({ blob: 'y'.repeat(12_000) }));
+    const all = await reference();
+    const result = await pull({ cap: 10_000, pageLimit: 5 });
+    expect(ids(result.instances)).toEqual(all.filter((id) => id !== 'pg_big'));
+    expect(result.invalid).toEqual([
+      {
+        id: 'pg_big',
+        problem:
+          'config instance is larger by itself than the response limit of 10000 bytes (server.maxResponseBytes)',
+      },
+    ]);
+  });
+
+  it('an oversize instance whose id cannot be read from its first bytes is named by its place', async () => {
+    await seed(numbered(3));
+    await seed(['pg_zbig'], () => ({ blob: 'y'.repeat(12_000) }));
+    // The id moves behind the content: the first 64 KiB would not show it if the content were that big.
+    await contract.admin.addFault({
+      match: LIST,
+      count: 10_000,
+      mode: 'rewrite',
+      replace: [{ find: '"id":"pg_zbig"', with: '"id_moved":"pg_zbig"' }],
+    });
+    const result = await pull({ cap: 10_000 });
+    expect(result.invalid).toHaveLength(1);
+    expect(result.invalid[0]?.id).toBeUndefined();
+    expect(result.invalid[0]?.problem).toMatch(
+      /^the instance right after pg_002 \(offset \d+\) is larger by itself/,
+    );
+  });
+});
+
+describe('the envelope, then each item', () => {
+  it('good items are used; a bad one is named with its real problem; an unknown status is skipped', async () => {
+    await seed(['pg_a', 'pg_b', 'pg_c', 'pg_d', 'pg_e', 'pg_f'], (id) => ({ n: 1, deep: 0, mark: id }));
+    const deep = `${'['.repeat(80)}${']'.repeat(80)}`;
+    await contract.admin.addFault({
+      match: LIST,
+      count: 10_000,
+      mode: 'rewrite',
+      replace: [
+        { find: '"n":1,"deep":0,"mark":"pg_a"', with: '"n":1e400,"deep":0,"mark":"pg_a"' },
+        { find: '"deep":0,"mark":"pg_b"', with: `"deep":${deep},"mark":"pg_b"` },
+        { find: '"id":"pg_c","target_status":"created"', with: '"id":"pg_c","target_status":"superseded"' },
+        { find: '"id":"pg_e"', with: '"id":17' },
+        { find: '"mark":"pg_f"', with: `"mark":${'['.repeat(600)}${']'.repeat(600)}` },
+      ],
+    });
+    const result = await pull();
+    const good = ids(result.instances);
+    expect(good).toContain('pg_d');
+    for (const bad of ['pg_a', 'pg_b', 'pg_c', 'pg_e', 'pg_f']) expect(good).not.toContain(bad);
+    const byId = new Map(result.invalid.map((item) => [item.id, item]));
+    expect(byId.get('pg_a')).toEqual({
+      id: 'pg_a',
+      activityStatus: 'created',
+      problem: 'content.n: number 1e400 is out of range (beyond ±1.8e308)',
+    });
+    expect(byId.get('pg_b')?.problem).toMatch(/^content\.deep(\[0\]){63}: nested deeper than 64 levels$/);
+    expect(byId.get('pg_f')?.problem).toMatch(/nested deeper than/);
+    expect(byId.get(undefined)?.problem).toMatch(/^id: .*expected string/);
+    expect(result.skipped).toEqual([
+      {
+        id: 'pg_c',
+        relativeFilepath: 'pg/pg_c.json',
+        unknown: { field: 'target_status', value: 'superseded' },
+      },
+    ]);
+  });
+
+  it('a broken envelope fails the page as a whole, naming the field', async () => {
+    await seed(numbered(2));
+    await contract.admin.addFault({
+      match: LIST,
+      count: 1,
+      mode: 'rewrite',
+      replace: [{ find: '"has_more":false', with: '"has_more":"no"' }],
+    });
+    const error = await failure(pull({ pageLimit: 100 }));
+    expect((error as Error).message).toMatch(/has_more: /);
+  });
+});
+
+describe('offset paging under change', () => {
+  it('an instance removed between two pages: the shift is seen and the list taken again, nothing lost', async () => {
+    await seed(numbered(10));
+    const before = await reference();
+    const removed = before[1] ?? '';
+    // The second request (page 2) finds the instance gone: every later item moves back by one.
+    await contract.admin.addFault({
+      match: LIST,
+      count: 1,
+      skip: 1,
+      mode: 'mutate',
+      remove_instances: [removed],
+    });
+    const result = await pull();
+    expect(ids(result.instances)).toEqual(before.filter((id) => id !== removed));
+  });
+
+  it('an instance added before the page boundary: seen, and the list taken again', async () => {
+    await seed(numbered(10));
+    const before = await reference();
+    await contract.admin.addFault({
+      match: LIST,
+      count: 1,
+      skip: 1,
+      mode: 'mutate',
+      add_instances: [{ id: 'aa_new', device_id: DEVICE, relative_filepath: 'pg/new.json', content: {} }],
+    });
+    const result = await pull();
+    expect(ids(result.instances)).toEqual(['aa_new', ...before]);
+  });
+});
