@@ -283,8 +283,9 @@ describe('planSteps: serialisation by extension', () => {
     ['settings.JSON', jsonBytes(content).toString('utf8')],
     ['settings.conf', jsonBytes(content).toString('utf8')],
     ['no-extension', jsonBytes(content).toString('utf8')],
-    ['settings.yaml', 'name: edge\nlimits:\n  cpu: 2\ntags:\n  - x\n  - y\n'],
-    ['nested/settings.yml', 'name: edge\nlimits:\n  cpu: 2\ntags:\n  - x\n  - y\n'],
+    // "y" is a boolean to YAML 1.1 readers (go-yaml v2): quoted.
+    ['settings.yaml', 'name: edge\nlimits:\n  cpu: 2\ntags:\n  - x\n  - "y"\n'],
+    ['nested/settings.yml', 'name: edge\nlimits:\n  cpu: 2\ntags:\n  - x\n  - "y"\n'],
   ])('%s is written as %j', (path, text) => {
     const instance = makeInstance({ id: 'cfg_me', relative_filepath: path, content });
     const write = asWrite(onlyStepFor(plan([instance]), 'cfg_me'));

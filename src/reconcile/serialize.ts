@@ -1,6 +1,8 @@
-// Turns an instance's JSON content into the bytes of its file, chosen by the file's extension.
+// Turns an instance's JSON content into the bytes of its file, chosen by the file's extension: numbers as the
+// service wrote them, and YAML that every common reader (YAML 1.1 and 1.2) reads back as the same content.
 import path from 'node:path';
-import { stringify as stringifyYaml } from 'yaml';
+import { Document, type ScalarTag, visit } from 'yaml';
+import { isLosslessNumber, LosslessNumber, stringifyJson } from '../api/json.js';
 import type { ConfigContent } from '../api/schemas.js';
 
 export type FileFormat = 'json' | 'yaml';
@@ -10,10 +12,94 @@ export function formatForPath(relativePath: string): FileFormat {
   return extension === '.yaml' || extension === '.yml' ? 'yaml' : 'json';
 }
 
-/** Deterministic for equal content, so identical content always compares byte-identical on disk. */
+/**
+ * Deterministic for equal content, so identical content always compares byte-identical on disk. JSON output is
+ * JSON.stringify's, except that a number is written as the text the service sent (`12345678901234567891`).
+ */
 export function serializeContent(relativePath: string, content: ConfigContent): Buffer {
-  if (formatForPath(relativePath) === 'yaml') {
-    return Buffer.from(stringifyYaml(content, { indent: 2, lineWidth: 0 }), 'utf8');
+  if (formatForPath(relativePath) === 'yaml') return Buffer.from(yamlText(content), 'utf8');
+  return Buffer.from(`${stringifyJson(content, 2)}\n`, 'utf8');
+}
+
+/*
+ * Plain scalars some YAML reader takes for something other than a string. The union of YAML 1.1's type
+ * repository (PyYAML, go-yaml v2, Ruby Psych, SnakeYAML 1.x) and YAML 1.2's core schema, erring on the side of
+ * quoting: a quoted string is a string for every reader.
+ */
+const WORDS = /^(?:y|n|yes|no|true|false|on|off|null|~|<<|=)$/i;
+const INTEGER = /^[-+]?(?:[0-9][0-9_]*|0b[01_]+|0o[0-7_]+|0x[0-9a-f_]+)$/i;
+const SEXAGESIMAL = /^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$/;
+const FLOAT = /^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:e[-+]?[0-9]+)?$/i;
+const SPECIAL_FLOAT = /^[-+]?\.(?:inf|nan)$/i;
+const TIMESTAMP =
+  /^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:(?:t|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]*)?(?:[ \t]*(?:z|[-+][0-9]{1,2}(?::[0-9]{2})?))?)?$/i;
+
+/** Whether a string written plain would be read back as something else by some common YAML reader. */
+export function yamlMisreads(value: string): boolean {
+  return (
+    value === '' ||
+    WORDS.test(value) ||
+    INTEGER.test(value) ||
+    SEXAGESIMAL.test(value) ||
+    FLOAT.test(value) ||
+    SPECIAL_FLOAT.test(value) ||
+    TIMESTAMP.test(value) ||
+    // Ruby's Psych reads `:name` as a symbol.
+    value.startsWith(':')
+  );
+}
+
+/**
+ * A JSON number's text as a YAML float or int that 1.1 and 1.2 readers both take for the same number: YAML 1.1
+ * wants a dot in the mantissa and a sign in the exponent (`1e5` is a string to PyYAML; `1.0e+5` is not).
+ */
+export function yamlNumberText(text: string): string {
+  const match = /^(-?)([0-9]+)(\.[0-9]+)?(?:[eE]([-+]?)([0-9]+))?$/.exec(text);
+  if (match === null) return text;
+  const [, sign = '', whole = '', fraction, expSign, exponent] = match;
+  if (exponent === undefined) return text;
+  return `${sign}${whole}${fraction ?? '.0'}e${expSign === '-' ? '-' : '+'}${exponent}`;
+}
+
+/** Writes a LosslessNumber as its text (YAML-safe form), with no explicit tag. */
+const losslessNumberTag: ScalarTag = {
+  identify: (value) => isLosslessNumber(value),
+  default: true,
+  tag: 'tag:yaml.org,2002:float',
+  test: /^\b$/,
+  resolve: (source) => source,
+  stringify: ({ value }) => yamlNumberText(String(value)),
+};
+
+/** Plain numbers JavaScript prints with an exponent (1e+21, 5e-324) go through the same YAML-safe form. */
+function withExponentNumbersAsText(value: unknown): unknown {
+  if (typeof value === 'number') {
+    const text = String(value);
+    return /e/i.test(text) ? new LosslessNumber(text) : value;
   }
-  return Buffer.from(`${JSON.stringify(content, null, 2)}\n`, 'utf8');
+  if (Array.isArray(value)) return value.map(withExponentNumbersAsText);
+  if (value !== null && typeof value === 'object' && !isLosslessNumber(value)) {
+    const out: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) {
+      // defineProperty: a `__proto__` key must stay an own key, not become the prototype.
+      Object.defineProperty(out, key, {
+        value: withExponentNumbersAsText(item),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
+    return out;
+  }
+  return value;
+}
+
+function yamlText(content: ConfigContent): string {
+  const doc = new Document(withExponentNumbersAsText(content), { customTags: [losslessNumberTag] });
+  visit(doc, {
+    Scalar(_key, node) {
+      if (typeof node.value === 'string' && yamlMisreads(node.value)) node.type = 'QUOTE_DOUBLE';
+    },
+  });
+  return doc.toString({ indent: 2, lineWidth: 0 });
 }

@@ -1,0 +1,147 @@
+import { spawnSync } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { isLosslessNumber, parseJson } from '../api/json.js';
+import type { ConfigContent } from '../api/schemas.js';
+import { serializeContent, yamlMisreads, yamlNumberText } from './serialize.js';
+
+const content = (text: string) => parseJson(text) as ConfigContent;
+
+/** Numbers compared by value (integers beyond 2^53 exactly), so a reader's own number syntax does not matter. */
+function canonical(value: unknown): unknown {
+  if (typeof value === 'number' || typeof value === 'bigint' || isLosslessNumber(value)) {
+    const text = String(value);
+    const exact = /^-?[0-9]+$/.test(text) && !Number.isSafeInteger(Number(text));
+    return exact ? `int:${BigInt(text)}` : `num:${Number(text)}`;
+  }
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value !== null && typeof value === 'object') {
+    return Object.entries(value).map(([key, item]) => [key, canonical(item)]);
+  }
+  return value;
+}
+
+/** Strings every common YAML reader must read back as strings (issue 8 §2 and the class they stand for). */
+const AMBIGUOUS = [
+  ...[
+    'yes',
+    'Yes',
+    'YES',
+    'yEs',
+    'no',
+    'No',
+    'NO',
+    'on',
+    'On',
+    'ON',
+    'off',
+    'Off',
+    'OFF',
+    'y',
+    'Y',
+    'n',
+    'N',
+  ],
+  ...['true', 'True', 'FALSE', 'null', 'Null', 'NULL', '~', '', '<<', '='],
+  ...['1:20', '190:20:30', '-1:30', '1:20.5', '0b101', '-0b11', '0x1F', '0o17', '017', '0777', '09', '1_000'],
+  ...['.5', '-.5', '1.', '1.5', '1e5', '1E+5', '1.0e-3', '6.8523015e+5', '685_230.15', '+12', '-0', '0'],
+  ...['.inf', '-.Inf', '+.INF', '.nan', '.NaN', '2001-12-14', '2001-12-14t21:59:43.10-05:00'],
+  ...['2001-12-14 21:59:43.10 -5', '2002-12-14', ':symbol', '12345678901234567891'],
+];
+const ORDINARY = [
+  'hello',
+  'x y',
+  'with: colon',
+  '#hash',
+  ' lead',
+  'multi\nline',
+  'ünïcode',
+  '1st',
+  'v1.2.3',
+  'a:b',
+];
+
+describe('JSON output', () => {
+  it('writes numbers as the service sent them (64-bit ids, nanosecond stamps, 1.0, 1e400 text)', () => {
+    const text = '{"serial":12345678901234567891,"ns":1700000000123456789,"ratio":1.0,"tiny":5e-324,"n":42}';
+    const bytes = serializeContent('app/settings.json', content(text)).toString('utf8');
+    expect(bytes).toBe(
+      `${JSON.stringify(JSON.parse(text), null, 2)}\n`.replace(
+        /"serial": \d+,\n {2}"ns": \d+,\n {2}"ratio": 1,/,
+        '"serial": 12345678901234567891,\n  "ns": 1700000000123456789,\n  "ratio": 1.0,',
+      ),
+    );
+    expect(bytes).toContain('"serial": 12345678901234567891');
+  });
+
+  it('is byte-identical to the earlier JSON.stringify output for content that had no such number', () => {
+    const samples = [
+      { a: 1, b: [true, null, 'x', -2.5, 1e21], c: { '2': 'k', __proto__x: {} } },
+      JSON.parse('{"__proto__":{"k":1},"s":"\\u0001\\ud800 é","e":[],"o":{}}'),
+    ];
+    for (const sample of samples) {
+      const reparsed = content(JSON.stringify(sample));
+      expect(serializeContent('x.json', reparsed).toString()).toBe(`${JSON.stringify(sample, null, 2)}\n`);
+    }
+  });
+});
+
+describe('YAML output', () => {
+  it('is byte-identical to the earlier output when no string needed quoting and no number changed', () => {
+    const sample = { a: 'hello', b: [1, 2.5, true, null, ...ORDINARY], c: { d: {}, e: [] }, true: 'k' };
+    expect(serializeContent('x.yaml', content(JSON.stringify(sample))).toString()).toBe(
+      stringifyYaml(sample, { indent: 2, lineWidth: 0 }),
+    );
+  });
+
+  it('quotes every ambiguous string, as a value and as a key, and nothing ordinary', () => {
+    for (const value of AMBIGUOUS) expect(yamlMisreads(value), value).toBe(true);
+    for (const value of ORDINARY) expect(yamlMisreads(value), value).toBe(false);
+  });
+
+  it('writes numbers in a form 1.1 and 1.2 readers agree on', () => {
+    expect(yamlNumberText('1e5')).toBe('1.0e+5');
+    expect(yamlNumberText('-2.5E-3')).toBe('-2.5e-3');
+    expect(yamlNumberText('12345678901234567891')).toBe('12345678901234567891');
+    expect(yamlNumberText('1.0')).toBe('1.0');
+  });
+
+  const numbers =
+    '{"serial":12345678901234567891,"ns":1700000000123456789,"exp":1e5,"neg":-2.5E-3,"big":1e21,"one":1.0,"tiny":5e-324}';
+  const corpus = [
+    content(numbers),
+    Object.fromEntries(AMBIGUOUS.map((value, i) => [`k${i}`, value])) as ConfigContent,
+    Object.fromEntries(AMBIGUOUS.map((value, i) => [value, i])) as ConfigContent,
+    { list: [...AMBIGUOUS, ...ORDINARY], nested: { deeper: [{ on: 'off' }] } } as ConfigContent,
+  ];
+
+  it('the yaml package reads the corpus back identically, as YAML 1.2 and as YAML 1.1', () => {
+    for (const sample of corpus) {
+      const text = serializeContent('c.yaml', sample).toString();
+      for (const version of ['1.2', '1.1'] as const) {
+        expect(canonical(parseYaml(text, { version, intAsBigInt: true })), `${version}\n${text}`).toEqual(
+          canonical(sample),
+        );
+      }
+    }
+  });
+
+  const python = spawnSync('python3', ['-c', 'import yaml'], { encoding: 'utf8' });
+  const noPyYaml = python.status !== 0 ? 'python3 with PyYAML (python3-yaml) is not installed' : undefined;
+  it.skipIf(noPyYaml !== undefined)(
+    `PyYAML (YAML 1.1) reads the corpus back identically${noPyYaml ? ` — skipped: ${noPyYaml}` : ''}`,
+    () => {
+      const texts = corpus.map((sample) => serializeContent('c.yaml', sample).toString());
+      const script =
+        'import sys, json, yaml\n' +
+        'docs = json.load(sys.stdin)\n' +
+        'print(json.dumps([yaml.safe_load(d) for d in docs], default=lambda v: "<" + type(v).__name__ + ">"))\n';
+      const run = spawnSync('python3', ['-c', script], { input: JSON.stringify(texts), encoding: 'utf8' });
+      expect(run.stderr).toBe('');
+      const read = parseJson(run.stdout) as unknown[];
+      corpus.forEach((sample, i) => {
+        expect(canonical(read[i]), texts[i]).toEqual(canonical(sample));
+      });
+    },
+  );
+});
