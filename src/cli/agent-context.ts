@@ -8,9 +8,6 @@ import type { FsPort } from '../lib/fs-port.js';
 import { createLogger, createSecretRegistry, type SecretRegistry } from '../lib/logger.js';
 import type { ReconcilerSettings } from '../reconcile/pass-runner.js';
 
-/** The response cap: a page of 100 instances with generous content stays far below it. */
-export const MAX_RESPONSE_BYTES = 32 * 1024 * 1024;
-
 export function createDeps(options: {
   config: AgentConfig;
   secrets: SecretRegistry;
@@ -40,7 +37,7 @@ export function createServiceClient(
     apiVersion: config.server.apiVersion,
     apiKey,
     timeoutMs: config.server.timeoutSeconds * 1000,
-    maxResponseBytes: MAX_RESPONSE_BYTES,
+    maxResponseBytes: config.server.maxResponseBytes,
     clock: deps.clock,
     ...(deps.dispatcher === undefined ? {} : { dispatcher: deps.dispatcher }),
     ...(onRequest === undefined ? {} : { onRequest }),

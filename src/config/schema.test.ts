@@ -44,6 +44,7 @@ const DEFAULTS: AgentConfig = {
     apiVersion: 'v1',
     apiKeyFile: '/etc/config-agent/api-key',
     timeoutSeconds: 30,
+    maxResponseBytes: 33_554_432,
   },
   rootDir: '/srv/config-agent',
   stateDir: '/var/lib/config-agent',
@@ -357,6 +358,12 @@ describe('server', () => {
   it.each([
     [{ timeoutSeconds: 0 }, 'server.timeoutSeconds: must be >= 1'],
     [{ timeoutSeconds: 601 }, 'server.timeoutSeconds: must be <= 600'],
+    [{ maxResponseBytes: 65_535 }, 'server.maxResponseBytes: must be >= 65536'],
+    [{ maxResponseBytes: 1_073_741_825 }, 'server.maxResponseBytes: must be <= 1073741824'],
+    [
+      { maxResponseBytes: 1.5e6 + 0.5 },
+      'server.maxResponseBytes: expected an integer, got a fractional number',
+    ],
     [
       { apiVersion: 'v1/../v2' },
       'server.apiVersion: must be one path segment of letters, digits, ".", "_" or "-" (like "v1")',

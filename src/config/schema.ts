@@ -15,7 +15,14 @@ export interface HookConfig {
 export interface AgentConfig {
   deviceId: string;
   /** baseUrl carries no trailing slash; requests go to `${baseUrl}/${apiVersion}/...`. */
-  server: { baseUrl: string; apiVersion: string; apiKeyFile: string; timeoutSeconds: number };
+  server: {
+    baseUrl: string;
+    apiVersion: string;
+    apiKeyFile: string;
+    timeoutSeconds: number;
+    /** Cap of one response body; a list page over it is asked again in smaller pages. */
+    maxResponseBytes: number;
+  };
   /** Absolute, canonical, no trailing slash. */
   rootDir: string;
   stateDir: string;
@@ -35,7 +42,12 @@ export const DEFAULT_CONFIG_PATH = '/etc/config-agent/config.json';
 
 /** Every default of the issues, in one place; the schema below and the docs use these values. */
 export const CONFIG_DEFAULTS = {
-  server: { apiVersion: 'v1', apiKeyFile: '/etc/config-agent/api-key', timeoutSeconds: 30 },
+  server: {
+    apiVersion: 'v1',
+    apiKeyFile: '/etc/config-agent/api-key',
+    timeoutSeconds: 30,
+    maxResponseBytes: 32 * 1024 * 1024,
+  },
   files: { mode: '0644', dirMode: '0755' },
   retry: { maxAttempts: 10, baseDelaySeconds: 15, maxDelaySeconds: 3600 },
   log: { level: 'info' },
@@ -51,6 +63,8 @@ export const CONFIG_DEFAULTS = {
 export const CONFIG_BOUNDS = {
   deviceIdMaxLength: 256,
   timeoutSeconds: { min: 1, max: 600 },
+  /** 64 KiB holds a page of one ordinary instance; 1 GiB is more than a device should ever hold at once. */
+  maxResponseBytes: { min: 64 * 1024, max: 1024 * 1024 * 1024 },
   maxAttempts: { min: 1, max: 1000 },
   /** setTimeout overflows past ~24.8 days; these stay far below. */
   maxDelaySeconds: 86_400,
@@ -212,6 +226,12 @@ const Server = z.strictObject({
   timeoutSeconds: seconds(CONFIG_BOUNDS.timeoutSeconds.min, CONFIG_BOUNDS.timeoutSeconds.max).default(
     CONFIG_DEFAULTS.server.timeoutSeconds,
   ),
+  maxResponseBytes: z
+    .number()
+    .int()
+    .min(CONFIG_BOUNDS.maxResponseBytes.min)
+    .max(CONFIG_BOUNDS.maxResponseBytes.max)
+    .default(CONFIG_DEFAULTS.server.maxResponseBytes),
 });
 
 const Files = z.strictObject({

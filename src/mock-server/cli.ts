@@ -4,6 +4,7 @@ import { realpathSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { parseJson } from '../api/json.js';
 import { UsageError } from '../lib/errors.js';
 import { createLogger, createSecretRegistry, type LogLevel, type SecretRegistry } from '../lib/logger.js';
 import { FixtureError, type Fixtures, parseFixtures } from './fixtures.js';
@@ -156,7 +157,7 @@ async function loadFixtures(path: string, read: (path: string) => Promise<string
   }
   let json: unknown;
   try {
-    json = JSON.parse(text);
+    json = parseJson(text);
   } catch (error) {
     throw new UsageError(
       `--fixtures: ${path} is not valid JSON: ${error instanceof Error ? error.message : ''}`,
