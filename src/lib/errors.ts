@@ -19,6 +19,11 @@ export type ErrorCode =
   | 'invalid_response'
   | 'invalid_argument'
   | 'invalid_order_by'
+  /** Wire JSON (api/json.ts) and the pull's pager (api/pager.ts). */
+  | 'invalid_json'
+  | 'pull_deadline'
+  | 'listing_unstable'
+  | 'listing_runaway'
   /** The store (store/errors.ts, store/lock.ts). */
   | 'path_rejected'
   | 'disk_error'
