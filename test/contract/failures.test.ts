@@ -154,6 +154,32 @@ describe('injected faults (POST /_admin/faults)', () => {
     ]);
   });
 
+  it.each([
+    [204, undefined],
+    [200, ''],
+    [200, '{}'],
+    [202, 'accepted'],
+  ])(
+    'a status report answered %i with body %j is settled (any 2xx), and was recorded',
+    async (status, body) => {
+      await contract.admin.addFault({
+        match: '^/v1/config_instances/[^/]+$',
+        count: 1,
+        mode: 'rewrite',
+        status,
+        ...(body === undefined ? {} : { body }),
+      });
+      const answer = await client.reportConfigInstanceStatus('cfg_r2_app_settings', {
+        activity_status: 'deployed',
+        error_status: 'none',
+      });
+      expect(answer).toBeUndefined();
+      expect((await contract.admin.reports()).map((r) => r.config_instance_id)).toEqual([
+        'cfg_r2_app_settings',
+      ]);
+    },
+  );
+
   it('malformed → MalformedResponseError', async () => {
     await contract.admin.addFault({ match: '^/v1/releases$', count: 1, mode: 'malformed' });
     const error = await failure(client.listReleases());

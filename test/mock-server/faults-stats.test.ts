@@ -347,3 +347,76 @@ describe('close and restart', () => {
     });
   });
 });
+
+describe('extension faults for hostile-service tests: rewrite, paging, mutate', () => {
+  it('rewrite serves the request for real, then answers the given status and body (a 204 has no body)', async () => {
+    await addFault({ match: '^/v1/config_instances/[^/]+$', count: 1, mode: 'rewrite', status: 204 });
+    const response = await call(server, 'PATCH', '/v1/config_instances/cfg_r1_motion_limits', {
+      body: { activity_status: 'deployed', error_status: 'none' },
+    });
+    expect(response.status).toBe(204);
+    expect(response.text).toBe('');
+    expect(server.state.reports.map((r) => r.config_instance_id)).toEqual(['cfg_r1_motion_limits']);
+  });
+
+  it('rewrite applies literal substitutions to the real body, every occurrence', async () => {
+    await addFault({
+      match: '^/v1/devices$',
+      count: 1,
+      mode: 'rewrite',
+      replace: [{ find: '"object":"device"', with: '"object":"gadget"' }],
+    });
+    const rewritten = await get(server, '/v1/devices?limit=100');
+    expect(rewritten.text).not.toContain('"object":"device"');
+    expect(rewritten.text.split('"object":"gadget"').length - 1).toBeGreaterThan(1);
+    expect((await get(server, '/v1/devices')).text).toContain('"object":"device"');
+  });
+
+  it('a status below 400 is refused unless the mode is rewrite', async () => {
+    const response = await call(server, 'POST', '/_admin/faults', {
+      body: { match: 'x', count: 1, status: 204 },
+    });
+    expect(response.status).toBe(400);
+    expect(response.text).toContain('status');
+  });
+
+  it('paging: ignore_offset serves page one at every offset while echoing the offset; has_more forced', async () => {
+    await addFault({
+      match: '^/v1/config_instances$',
+      count: 2,
+      mode: 'paging',
+      ignore_offset: true,
+      has_more: true,
+    });
+    const first = (await get(server, '/v1/config_instances?limit=2&order_by=id:asc')).body as Record<
+      string,
+      unknown
+    >;
+    const later = (await get(server, '/v1/config_instances?limit=2&offset=40&order_by=id:asc'))
+      .body as Record<string, unknown>;
+    expect(later.data).toEqual(first.data);
+    expect(later.offset).toBe(40);
+    expect(later.has_more).toBe(true);
+    const honest = (await get(server, '/v1/config_instances?limit=2&offset=40')).body as Record<
+      string,
+      unknown
+    >;
+    expect(honest.data).toEqual([]);
+    expect(honest.has_more).toBe(false);
+  });
+
+  it('mutate removes and adds instances before serving the request', async () => {
+    await addFault({
+      match: '^/v1/config_instances$',
+      count: 1,
+      mode: 'mutate',
+      remove_instances: ['cfg_r1_motion_limits'],
+      add_instances: [{ id: 'cfg_new', device_id: 'dvc_robot_01', relative_filepath: 'n.json', content: {} }],
+    });
+    const ids = (
+      (await get(server, '/v1/config_instances?limit=100')).body as { data: { id: string }[] }
+    ).data.map((instance) => instance.id);
+    expect(ids).toContain('cfg_new');
+    expect(ids).not.toContain('cfg_r1_motion_limits');
+  });
+});
