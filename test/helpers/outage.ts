@@ -14,8 +14,10 @@ export async function startConverged(harness: AgentHarness): Promise<DaemonProce
   await harness.createAndDeploy({ relative_filepath: 'etc/app.json', content: { level: 1 } });
   await harness.createAndDeploy({ relative_filepath: 'etc/db.yaml', content: { pool: 4 } });
   const daemon = DaemonProcess.start(harness);
-  await daemon.waitForPasses(1, 5000, { predicate: (p) => p.converged });
-  await waitFor(async () => (await harness.reports()).length === 2, 3000, { what: 'both deploys reported' });
+  await daemon.waitForPasses(1, 30_000, { predicate: (p) => p.converged });
+  await waitFor(async () => (await harness.reports()).length === 2, 30_000, {
+    what: 'both deploys reported',
+  });
   return daemon;
 }
 
@@ -24,24 +26,10 @@ export function rootSnapshot(harness: AgentHarness): Promise<Record<string, stri
   return snapshotTree(harness.rootDir, { identity: true });
 }
 
-/**
- * Samples the mock's active faults for `durationMs` and returns when each fault use happened (ms since the
- * watch began), read off the `remaining` count going down.
- */
-export async function watchFaultUses(harness: AgentHarness, durationMs: number): Promise<number[]> {
-  const started = performance.now();
-  const uses: number[] = [];
-  let last: number | undefined;
-  while (performance.now() - started < durationMs) {
-    const { data } = ActiveFaultList.parse(await harness.api('GET', '/_admin/faults'));
-    const remaining = data.reduce((sum, fault) => sum + fault.remaining, 0);
-    if (last !== undefined && remaining < last) {
-      for (let k = 0; k < last - remaining; k += 1) uses.push(performance.now() - started);
-    }
-    last = remaining;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-  return uses;
+/** How many uses the mock's active faults have left (0 once every fault is used up). */
+export async function activeFaultUses(harness: AgentHarness): Promise<number> {
+  const { data } = ActiveFaultList.parse(await harness.api('GET', '/_admin/faults'));
+  return data.reduce((sum, fault) => sum + fault.remaining, 0);
 }
 
 /** After an outage: a deploy made meanwhile lands, is reported `deployed`, and no attempt was burnt on it. */

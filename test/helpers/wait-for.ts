@@ -1,6 +1,13 @@
 // Bounded polling of the world for integration tests: wait until a probe holds, or fail naming what was awaited.
 import { setTimeout as delay } from 'node:timers/promises';
 
+/**
+ * How long a test waits for something that should happen before it fails: generous, so a 2-core machine busy
+ * with other work still passes. A deadline is never a promise about speed; the timing policy is pinned by
+ * fake-clock unit tests. Where a wait must also tell right from wrong behaviour, wrong must take far longer.
+ */
+export const PATIENCE_MS = 30_000;
+
 export interface WaitForOptions {
   /** Time between probes. Default 50 ms. */
   intervalMs?: number;

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DaemonProcess, killAllDaemons, type LogLine } from '../helpers/daemon.js';
 import { AgentHarness } from '../helpers/harness.js';
-import { waitFor } from '../helpers/wait-for.js';
+import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
 
 const MANAGED = 'nginx/site.json';
 const CONTENT = { server_name: 'robot.local', port: 443 };
@@ -31,7 +31,9 @@ async function startConverged(drift: 'restore' | 'report' | 'off', fullResyncSec
   harness = h;
   await h.createAndDeploy({ relative_filepath: MANAGED, content: CONTENT });
   const daemon = DaemonProcess.start(h);
-  await daemon.waitForPasses(1, 5000, { predicate: (p) => p.converged && (p.counts.written ?? 0) === 1 });
+  await daemon.waitForPasses(1, PATIENCE_MS, {
+    predicate: (p) => p.converged && (p.counts.written ?? 0) === 1,
+  });
   expect(await readFile(h.rootPath(MANAGED), 'utf8')).toBe(BYTES);
   await writeFile(h.rootPath('nginx/local-notes.txt'), 'mine, not the agent’s\n');
   return { h, daemon };
@@ -56,26 +58,30 @@ describe('drift policy restore', () => {
     expect(driftWarnings(daemon)).toEqual([]);
 
     await writeFile(target, TAMPERED);
-    await waitFor(async () => (await readFile(target, 'utf8')) === BYTES, 5000, { what: 'content restored' });
-    const warning = await waitFor(() => driftWarnings(daemon)[0], 1000, { what: 'a drift warning' });
+    await waitFor(async () => (await readFile(target, 'utf8')) === BYTES, PATIENCE_MS, {
+      what: 'content restored',
+    });
+    const warning = await waitFor(() => driftWarnings(daemon)[0], PATIENCE_MS, { what: 'a drift warning' });
     expect(warning).toMatchObject({ path: MANAGED, policy: 'restore', level: 'warn' });
 
     await chmod(target, 0o600);
-    await waitFor(async () => ((await stat(target)).mode & 0o777) === 0o644, 5000, { what: 'mode restored' });
+    await waitFor(async () => ((await stat(target)).mode & 0o777) === 0o644, PATIENCE_MS, {
+      what: 'mode restored',
+    });
 
     await rm(target);
-    await waitFor(async () => (await readFile(target, 'utf8')) === BYTES, 5000, {
+    await waitFor(async () => (await readFile(target, 'utf8')) === BYTES, PATIENCE_MS, {
       what: 'deleted file restored',
     });
 
     expect(await readFile(h.rootPath('nginx/local-notes.txt'), 'utf8')).toBe('mine, not the agent’s\n');
     // One repair per tampering: the repair's own write does not set off another round.
     const passesAfterRepairs = daemon.passes().length;
-    await daemon.waitForPasses(2, 5000, { after: passesAfterRepairs });
+    await daemon.waitForPasses(2, PATIENCE_MS, { after: passesAfterRepairs });
     expect(driftWarnings(daemon).map((line) => line.path)).toEqual([MANAGED, MANAGED, MANAGED]);
     expect(daemon.passes().filter((p) => (p.counts.written ?? 0) > 0)).toHaveLength(4);
     // Counted: three repairs of three noticed changes.
-    await waitFor(async () => (await counter(h, 'config_agent_drift_repairs_total')) === 3, 5000, {
+    await waitFor(async () => (await counter(h, 'config_agent_drift_repairs_total')) === 3, PATIENCE_MS, {
       what: 'drift repairs counted in the metrics',
     });
     expect(await counter(h, 'config_agent_drift_detected_total')).toBeGreaterThanOrEqual(3);
@@ -93,12 +99,15 @@ describe.each(['report', 'off'] as const)('drift policy %s', (policy) => {
     await writeFile(target, TAMPERED);
 
     if (policy === 'report') {
-      const warning = await waitFor(() => driftWarnings(daemon)[0], 3000, { what: 'a drift warning' });
+      const warning = await waitFor(() => driftWarnings(daemon)[0], PATIENCE_MS, { what: 'a drift warning' });
       expect(warning).toMatchObject({ path: MANAGED, policy: 'report' });
     }
     const passesAtTamper = daemon.passes().length;
     // Two full passes after the change: the periodic resync reads the bytes on disk and must still keep out.
-    await daemon.waitForPasses(2, 10_000, { after: passesAtTamper, predicate: (p) => p.mode === 'full' });
+    await daemon.waitForPasses(2, PATIENCE_MS, {
+      after: passesAtTamper,
+      predicate: (p) => p.mode === 'full',
+    });
     expect(
       await readFile(target, 'utf8'),
       `drift "${policy}": a full pass must not restore a managed file someone else changed`,

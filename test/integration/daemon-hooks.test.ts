@@ -1,10 +1,10 @@
 // Post-pass hooks of the daemon: run once per pass that changed matching files, with the changed paths, never the key.
-import { mkdir, readFile, stat } from 'node:fs/promises';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DaemonProcess, killAllDaemons } from '../helpers/daemon.js';
 import { AgentHarness, TEST_API_KEY } from '../helpers/harness.js';
-import { waitFor } from '../helpers/wait-for.js';
+import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
 
 /** Appends one JSON line per run: what the hook saw. Runs under `node -e`, so argv[1] is the output file. */
 const RECORD_RUN = `
@@ -53,8 +53,8 @@ beforeEach(async () => {
   await harness.writeConfig({
     poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 },
     hooks: [
-      { match: 'nginx/**', run: [process.execPath, '-e', RECORD_RUN, runsFile], timeoutSeconds: 10 },
-      { match: 'broken/*.json', run: [process.execPath, '-e', FAIL_RUN], timeoutSeconds: 10 },
+      { match: 'nginx/**', run: [process.execPath, '-e', RECORD_RUN, runsFile], timeoutSeconds: 60 },
+      { match: 'broken/*.json', run: [process.execPath, '-e', FAIL_RUN], timeoutSeconds: 60 },
     ],
     metrics: { textfile: metricsFile },
   });
@@ -65,16 +65,16 @@ afterEach(async () => {
   await harness.close();
 });
 
-describe('daemon hooks', { timeout: 30_000 }, () => {
+describe('daemon hooks', () => {
   it('runs a hook once per change with CONFIG_AGENT_CHANGED, in rootDir, without the API key', async () => {
     // The key comes from the environment here, the way a careless unit file would pass it.
     const daemon = DaemonProcess.start(harness, { CONFIG_AGENT_API_KEY: TEST_API_KEY });
-    await daemon.waitForPasses(1, 5000, { predicate: (p) => p.converged });
+    await daemon.waitForPasses(1, PATIENCE_MS, { predicate: (p) => p.converged });
 
     const site = await harness.createAndDeploy({ relative_filepath: 'nginx/site.json', content: { a: 1 } });
     const [first] = await waitFor(
       async () => ((await hookRuns()).length > 0 ? hookRuns() : undefined),
-      5000,
+      PATIENCE_MS,
       {
         what: 'the first hook run',
       },
@@ -88,8 +88,10 @@ describe('daemon hooks', { timeout: 30_000 }, () => {
 
     // Polls that change nothing, and a change the glob does not match, run no hook.
     await harness.createAndDeploy({ relative_filepath: 'other/app.json', content: { b: 2 } });
-    await waitFor(() => exists(harness.rootPath('other/app.json')), 5000, { what: 'the unmatched file' });
-    await daemon.waitForPasses(3, 6000, { after: daemon.passes().length });
+    await waitFor(() => exists(harness.rootPath('other/app.json')), PATIENCE_MS, {
+      what: 'the unmatched file',
+    });
+    await daemon.waitForPasses(3, PATIENCE_MS, { after: daemon.passes().length });
     expect(await hookRuns()).toHaveLength(1);
 
     // Two matching changes: each path is announced exactly once, whether one pass or two wrote them.
@@ -100,12 +102,12 @@ describe('daemon hooks', { timeout: 30_000 }, () => {
     await Promise.all([harness.deploy(a?.id ?? ''), harness.deploy(b?.id ?? '')]);
     await waitFor(
       async () => (await hookRuns()).flatMap((run) => run.changed.split('\n')).length >= 3,
-      5000,
+      PATIENCE_MS,
       {
         what: 'hook runs announcing both new files',
       },
     );
-    await daemon.waitForPasses(2, 5000, { after: daemon.passes().length });
+    await daemon.waitForPasses(2, PATIENCE_MS, { after: daemon.passes().length });
     const runs = await hookRuns();
     expect(runs.length).toBeLessThanOrEqual(3);
     expect(runs.flatMap((run) => run.changed.split('\n')).sort()).toEqual([
@@ -116,7 +118,7 @@ describe('daemon hooks', { timeout: 30_000 }, () => {
 
     // A removal is a change too.
     await harness.removeInstance(site.deploy.id);
-    await waitFor(async () => (await hookRuns()).at(-1)?.changed === 'nginx/site.json', 5000, {
+    await waitFor(async () => (await hookRuns()).at(-1)?.changed === 'nginx/site.json', PATIENCE_MS, {
       what: 'a hook run for the removal',
     });
     expect(await exists(harness.rootPath('nginx/site.json'))).toBe(false);
@@ -125,7 +127,7 @@ describe('daemon hooks', { timeout: 30_000 }, () => {
 
   it('logs and counts a failing hook, and still writes every file', async () => {
     const daemon = DaemonProcess.start(harness);
-    await daemon.waitForPasses(1, 5000, { predicate: (p) => p.converged });
+    await daemon.waitForPasses(1, PATIENCE_MS, { predicate: (p) => p.converged });
     const [broken, nginx] = await Promise.all([
       harness.createInstance({ relative_filepath: 'broken/x.json', content: { x: 1 } }),
       harness.createInstance({ relative_filepath: 'nginx/y.json', content: { y: 1 } }),
@@ -134,13 +136,13 @@ describe('daemon hooks', { timeout: 30_000 }, () => {
 
     const failure = await daemon.waitForLog(
       (line) => line.msg === 'hook failed',
-      5000,
+      PATIENCE_MS,
       'the hook failure log',
     );
     expect(failure).toMatchObject({ level: 'warn', hook: 'broken/*.json', exitCode: 7, timedOut: false });
     expect(String(failure.stderrTail)).toContain('bad directive at line 3');
     expect(await exists(harness.rootPath('broken/x.json'))).toBe(true);
-    await waitFor(async () => (await hookRuns()).some((run) => run.changed === 'nginx/y.json'), 5000, {
+    await waitFor(async () => (await hookRuns()).some((run) => run.changed === 'nginx/y.json'), PATIENCE_MS, {
       what: 'the other hook still ran',
     });
     const text = await waitFor(
@@ -148,14 +150,14 @@ describe('daemon hooks', { timeout: 30_000 }, () => {
         const body = await readFile(metricsFile, 'utf8');
         return /^config_agent_hook_failures_total\{[^}]*\} 1$/m.test(body) ? body : undefined;
       },
-      5000,
+      PATIENCE_MS,
       { what: 'the hook failure counted in the metrics textfile' },
     );
     expect(text).toMatch(/^config_agent_hook_runs_total\{[^}]*\} [2-9]$/m);
     // A failing hook does not make the deploy fail: the service hears "deployed".
     await waitFor(
       async () => (await harness.reportsFor(broken?.id ?? '')).some((r) => r.activity_status === 'deployed'),
-      5000,
+      PATIENCE_MS,
       { what: 'the deploy reported' },
     );
     // One failure, one log line: an operator grepping for failed hooks must not count double.
@@ -164,33 +166,36 @@ describe('daemon hooks', { timeout: 30_000 }, () => {
   });
 });
 
-describe('daemon hooks across a restart', { timeout: 40_000 }, () => {
+describe('daemon hooks across a restart', () => {
   it('a hook run cut short by SIGTERM runs after the next start, for the same changed paths', async () => {
-    const slowRecord = `setTimeout(() => { ${RECORD_RUN} }, 4000);`;
+    // The hook records its run only once the test releases it: the first run is still waiting when SIGTERM lands.
+    const release = `${runsFile}.release`;
+    const slowRecord = `const wait = () => require('node:fs').existsSync(${JSON.stringify(release)}) ? (() => { ${RECORD_RUN} })() : setTimeout(wait, 20); wait();`;
     await harness.writeConfig({
       poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 },
       hooks: [{ match: 'nginx/**', run: [process.execPath, '-e', slowRecord, runsFile], timeoutSeconds: 20 }],
     });
     const first = DaemonProcess.start(harness);
-    await first.waitForPasses(1, 5000, { predicate: (p) => p.converged });
+    await first.waitForPasses(1, PATIENCE_MS, { predicate: (p) => p.converged });
     await harness.createAndDeploy({ relative_filepath: 'nginx/late.json', content: { late: true } });
-    await waitFor(() => exists(harness.rootPath('nginx/late.json')), 5000, { what: 'the file' });
+    await waitFor(() => exists(harness.rootPath('nginx/late.json')), PATIENCE_MS, { what: 'the file' });
 
     // The hook is still sleeping when the agent is stopped: it is killed and never records its run.
     expect((await first.stop()).code).toBe(0);
     expect(await hookRuns()).toEqual([]);
+    await writeFile(release, '');
 
     const second = DaemonProcess.start(harness);
     const [run] = await waitFor(
       async () => ((await hookRuns()).length > 0 ? hookRuns() : undefined),
-      15_000,
+      PATIENCE_MS,
       {
         what: 'the replayed hook run',
       },
     );
     expect(run?.changed).toBe('nginx/late.json');
     // Once it ran, it is not replayed again by later passes.
-    await second.waitForPasses(2, 6000, { after: second.passes().length });
+    await second.waitForPasses(2, PATIENCE_MS, { after: second.passes().length });
     expect(await hookRuns()).toHaveLength(1);
   });
 });

@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { callLocalApi, DaemonProcess, killAllDaemons } from '../helpers/daemon.js';
 import { AgentHarness } from '../helpers/harness.js';
 import { LIST_PATH } from '../helpers/outage.js';
-import { waitFor } from '../helpers/wait-for.js';
+import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
 
 interface StatusBody {
   deviceId: string;
@@ -24,8 +24,8 @@ let socketPath: string;
 
 beforeEach(async () => {
   harness = await AgentHarness.create({ registerDevice: true });
-  // No jitter and a long interval: after the first pass only `sync` runs passes, so the test knows who wrote.
-  await harness.writeConfig({ poll: { intervalSeconds: 60, jitterRatio: 0, fullResyncSeconds: 600 } });
+  // No jitter and an hour between polls: after the first pass only `sync` runs passes, so the test knows who wrote.
+  await harness.writeConfig({ poll: { intervalSeconds: 3600, jitterRatio: 0, fullResyncSeconds: 3600 } });
   socketPath = harness.configObject().socketPath as string;
 });
 
@@ -36,8 +36,8 @@ afterEach(async () => {
 
 async function startDaemon(): Promise<DaemonProcess> {
   const daemon = DaemonProcess.start(harness);
-  await daemon.waitForPasses(1, 5000);
-  await waitFor(() => stat(socketPath).then(() => true), 3000, { what: 'the socket' });
+  await daemon.waitForPasses(1, PATIENCE_MS);
+  await waitFor(() => stat(socketPath).then(() => true), PATIENCE_MS, { what: 'the socket' });
   return daemon;
 }
 
@@ -47,7 +47,7 @@ describe('status and sync over the socket', () => {
     const daemon = await startDaemon();
     expect((await stat(socketPath)).mode & 0o777).toBe(0o660);
 
-    const json = await harness.run(['status', '--json'], { timeoutMs: 10_000 });
+    const json = await harness.run(['status', '--json'], { timeoutMs: PATIENCE_MS });
     expect(json.code).toBe(0);
     const status = JSON.parse(json.stdout) as StatusBody;
     expect(status).toMatchObject({
@@ -61,14 +61,14 @@ describe('status and sync over the socket', () => {
     expect(Date.parse(status.lastSuccessfulSyncAt ?? '')).toBeGreaterThan(Date.now() - 60_000);
     expect(Date.parse(status.nextPollAt ?? '')).toBeGreaterThan(Date.now());
 
-    const human = await harness.run(['status'], { timeoutMs: 10_000 });
+    const human = await harness.run(['status'], { timeoutMs: PATIENCE_MS });
     expect(human.code).toBe(0);
     expect(human.stdout).toContain(harness.deviceId);
     expect(human.stdout).toContain(`app/a.json (${first.deploy.id})`);
 
     // Nothing polls for a minute: only `sync` can make this file appear, and it answers after the pass.
     await harness.createAndDeploy({ relative_filepath: 'app/b.json', content: { b: 2 } });
-    const sync = await harness.run(['sync'], { timeoutMs: 15_000 });
+    const sync = await harness.run(['sync'], { timeoutMs: PATIENCE_MS });
     expect(sync.code).toBe(0);
     expect(await readFile(harness.rootPath('app/b.json'), 'utf8')).toBe('{\n  "b": 2\n}\n');
     expect(sync.stdout).toMatch(/app\/b\.json/);
@@ -76,16 +76,16 @@ describe('status and sync over the socket', () => {
 
     // An instance that cannot converge: sync exits 1, status lists it under errors and exits 1.
     const bad = await harness.createAndDeploy({ relative_filepath: '../escape.json', content: { x: 1 } });
-    const failing = await harness.run(['sync'], { timeoutMs: 15_000 });
+    const failing = await harness.run(['sync'], { timeoutMs: PATIENCE_MS });
     expect(failing.code).toBe(1);
-    const after = await harness.run(['status', '--json'], { timeoutMs: 10_000 });
+    const after = await harness.run(['status', '--json'], { timeoutMs: PATIENCE_MS });
     expect(after.code).toBe(1);
     const errors = (JSON.parse(after.stdout) as StatusBody).errors;
     expect(errors.map((e) => e.instanceId)).toEqual([bad.deploy.id]);
 
     // The service failing the pass: sync exits 3, like --once.
     await harness.fault({ match: LIST_PATH, count: 1, status: 503 });
-    const unreachable = await harness.run(['sync'], { timeoutMs: 15_000 });
+    const unreachable = await harness.run(['sync'], { timeoutMs: PATIENCE_MS });
     expect(unreachable.code).toBe(3);
     expect(daemon.alive).toBe(true);
   });
@@ -118,18 +118,18 @@ describe('status and sync over the socket', () => {
 
   it('exits 3 with a clear message when no agent answers', async () => {
     for (const command of [['status'], ['status', '--json'], ['sync']]) {
-      const result = await harness.run(command, { timeoutMs: 10_000 });
+      const result = await harness.run(command, { timeoutMs: PATIENCE_MS });
       expect(result.code).toBe(3);
       expect(result.stderr).toContain(`cannot reach the agent at ${socketPath}: no agent is running`);
     }
     // A socket left behind by a killed agent: still "no agent", and a new agent takes the path over.
     const killed = await startDaemon();
     await killed.kill();
-    const stale = await harness.run(['sync'], { timeoutMs: 10_000 });
+    const stale = await harness.run(['sync'], { timeoutMs: PATIENCE_MS });
     expect(stale.code).toBe(3);
     expect(stale.stderr).toContain('no agent is running');
     await startDaemon();
-    expect((await harness.run(['status'], { timeoutMs: 10_000 })).code).toBe(0);
+    expect((await harness.run(['status'], { timeoutMs: PATIENCE_MS })).code).toBe(0);
   });
 });
 
