@@ -1,36 +1,38 @@
 // Two test tiers (see test/README.md): `unit` runs in-process with no build; `integration` spawns the built dist/.
-import { defineConfig } from 'vitest/config';
+import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config';
 
 /** Tests that spawn the compiled binaries (dist/), and the reliability tier that does the same. */
 const INTEGRATION = ['test/integration/**/*.test.ts', 'test/reliability/**/*.test.ts'];
 
+/** In-process tests: memfs or a temp dir, the mock service on port 0, fake clocks. No build needed. */
+export const unitTier: TestProjectInlineConfiguration = {
+  extends: true,
+  test: {
+    name: 'unit',
+    include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+    exclude: INTEGRATION,
+    testTimeout: 20_000,
+    hookTimeout: 20_000,
+    pool: 'forks',
+  },
+};
+
+export const integrationTier: TestProjectInlineConfiguration = {
+  extends: true,
+  test: {
+    name: 'integration',
+    include: INTEGRATION,
+    // Spawned agents on a busy 2-core machine: generous bounds; tests wait on conditions, not on sleeps.
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    pool: 'forks',
+    globalSetup: ['test/global-setup.ts'],
+  },
+};
+
 export default defineConfig({
   test: {
     reporters: ['default', './test/plain-summary-reporter.ts'],
-    projects: [
-      {
-        extends: true,
-        test: {
-          name: 'unit',
-          include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
-          exclude: INTEGRATION,
-          testTimeout: 20_000,
-          hookTimeout: 20_000,
-          pool: 'forks',
-        },
-      },
-      {
-        extends: true,
-        test: {
-          name: 'integration',
-          include: INTEGRATION,
-          // Spawned agents on a busy 2-core machine: generous bounds; tests wait on conditions, not on sleeps.
-          testTimeout: 60_000,
-          hookTimeout: 60_000,
-          pool: 'forks',
-          globalSetup: ['test/global-setup.ts'],
-        },
-      },
-    ],
+    projects: [unitTier, integrationTier],
   },
 });
