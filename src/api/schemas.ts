@@ -81,9 +81,13 @@ function numberOutOfRange(text: string): boolean {
  */
 export function contentProblem(value: unknown): { path: (string | number)[]; problem: string } | undefined {
   if (!isPlainObject(value)) return { path: [], problem: 'expected a JSON object' };
-  const pending: { value: unknown; path: (string | number)[] }[] = [{ value, path: [] }];
-  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
-    const { value: item, path } = next;
+  // Depth-first with an explicit stack; `path` holds the keys from the root to the value being checked.
+  const path: (string | number)[] = [];
+  const stack: [item: unknown, key: string | number | undefined, depth: number][] = [[value, undefined, 0]];
+  for (let next = stack.pop(); next !== undefined; next = stack.pop()) {
+    const [item, key, depth] = next;
+    path.length = Math.max(0, depth - 1);
+    if (key !== undefined) path.push(key);
     if (item === null || typeof item === 'string' || typeof item === 'boolean') continue;
     if (typeof item === 'number') {
       if (!Number.isFinite(item)) return { path, problem: `number ${item} is out of range` };
@@ -97,15 +101,17 @@ export function contentProblem(value: unknown): { path: (string | number)[]; pro
     }
     const isArray = Array.isArray(item);
     if (!isArray && !isPlainObject(item)) return { path, problem: 'not a JSON value' };
-    if (path.length >= MAX_CONTENT_DEPTH) {
+    if (depth >= MAX_CONTENT_DEPTH)
       return { path, problem: `nested deeper than ${MAX_CONTENT_DEPTH} levels` };
-    }
-    const entries: [string | number, unknown][] = isArray
-      ? (item as unknown[]).map((element, index) => [index, element])
-      : Object.entries(item as Record<string, unknown>);
-    for (let i = entries.length - 1; i >= 0; i--) {
-      const [key, element] = entries[i] as [string | number, unknown];
-      pending.push({ value: element, path: [...path, key] });
+    if (isArray) {
+      const array = item as unknown[];
+      for (let i = array.length - 1; i >= 0; i--) stack.push([array[i], i, depth + 1]);
+    } else {
+      const keys = Object.keys(item as object);
+      for (let i = keys.length - 1; i >= 0; i--) {
+        const name = keys[i] as string;
+        stack.push([(item as Record<string, unknown>)[name], name, depth + 1]);
+      }
     }
   }
   return undefined;
