@@ -83,12 +83,8 @@ describe('config.example.json', () => {
   const text = readFileSync(new URL('../../config.example.json', import.meta.url), 'utf8');
   const example: unknown = JSON.parse(text);
 
-  it('parses to the defaults, plus the example hook and metrics file (whose defaults are "none")', () => {
-    expect(parseAgentConfig(example, 'config.example.json')).toEqual({
-      ...DEFAULTS,
-      hooks: [{ match: 'nginx/**', run: ['systemctl', 'reload', 'nginx'], timeoutSeconds: 30 }],
-      metrics: { textfile: '/var/lib/node_exporter/textfile/config-agent.prom' },
-    });
+  it('parses to the defaults: no hook and no metrics file, so it works as shipped on any device', () => {
+    expect(parseAgentConfig(example, 'config.example.json')).toEqual(DEFAULTS);
   });
 
   it('spells out every key the schema knows', () => {
@@ -102,7 +98,8 @@ describe('config.example.json', () => {
     const isLeaf = (key: string) =>
       !keys.some((other) => other.startsWith(`${key}.`) || other.startsWith(`${key}[]`));
     const undocumented = keys.filter((key) => isLeaf(key) && !docs.includes(`| \`${key}\` `));
-    expect(keys.filter(isLeaf).length).toBeGreaterThan(20);
+    // hooks and metrics.textfile are empty by default; docs/configuration.md shows them with examples.
+    expect(keys.filter(isLeaf).length).toBeGreaterThan(18);
     expect(undocumented).toEqual([]);
   });
 

@@ -182,7 +182,12 @@ describe('writeMetricsTextfile', () => {
   it('does not create a missing textfile directory', async () => {
     const fs = memfs();
     const missing = '/var/lib/node_exporter/absent/config-agent.prom';
-    await expect(writeMetricsTextfile(fs, missing, 'x 1\n')).rejects.toBeInstanceOf(DiskError);
+    const error = await writeMetricsTextfile(fs, missing, 'x 1\n').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DiskError);
+    // The warning names the missing directory (it once said `stat root directory failed for ""`).
+    expect((error as DiskError).message).toBe(
+      'disk error: stat directory failed for "/var/lib/node_exporter/absent": ENOENT (no such file or directory)',
+    );
     expect((await fs.readdir('/var/lib/node_exporter')).map(String)).toEqual(['textfile']);
   });
 

@@ -83,10 +83,11 @@ export async function checkRoot(fs: FsPort, rootDir: string): Promise<string> {
   try {
     stats = await fs.stat(root);
   } catch (error) {
-    throw new DiskError({ operation: 'stat root directory', path: '', cause: error });
+    // The absolute directory, not "": the same check guards rootDir and the metrics textfile's directory.
+    throw new DiskError({ operation: 'stat directory', path: root, cause: error });
   }
   if (!stats.isDirectory()) {
-    throw new DiskError({ operation: 'stat root directory', path: '', errno: 'ENOTDIR' });
+    throw new DiskError({ operation: 'stat directory', path: root, errno: 'ENOTDIR' });
   }
   return root;
 }

@@ -18,8 +18,9 @@ const EXAMPLE_CONFIG = JSON.parse(readFileSync(path.join(REPO, 'config.example.j
   rootDir: string;
   stateDir: string;
   server: { apiKeyFile: string };
-  metrics: { textfile: string };
 };
+/** Debian's prometheus-node-exporter reads its textfile collector directory here. */
+const NODE_EXPORTER_TEXTFILE_DIR = '/var/lib/prometheus/node-exporter';
 const SCRATCH = mkdtempSync(path.join(os.tmpdir(), 'config-agent-systemd-'));
 
 afterAll(() => rmSync(SCRATCH, { recursive: true, force: true }));
@@ -66,7 +67,8 @@ const value = (key: string): string | undefined => service.get(key)?.at(-1);
 describe('systemd/config-agent.service: directives the agent and the docs rely on', () => {
   it('runs the installed binary as the dedicated user, with the default config path', () => {
     expect(value('ExecStart')).toBe(`/usr/bin/config-agent --config ${DEFAULT_CONFIG_PATH}`);
-    expect(value('Type')).toBe('simple');
+    // exec: a program that cannot be started (missing binary, user, credential) fails `systemctl start`.
+    expect(value('Type')).toBe('exec');
     expect(value('User')).toBe('config-agent');
     expect(value('Group')).toBe('config-agent');
     // A dynamic user gets a new uid per start and would lose ownership of the files it wrote.
@@ -89,7 +91,14 @@ describe('systemd/config-agent.service: directives the agent and the docs rely o
     const writable = service.get('ReadWritePaths') ?? [];
     expect(writable).toContain(EXAMPLE_CONFIG.rootDir);
     // Optional ("-"): a device without node_exporter must still start.
-    expect(writable).toContain(`-${path.dirname(EXAMPLE_CONFIG.metrics.textfile)}`);
+    expect(writable).toContain(`-${NODE_EXPORTER_TEXTFILE_DIR}`);
+  });
+
+  it('is skipped, not failed, until config.json and the key exist (config-agent init writes both)', () => {
+    expect(unit.get('Unit')?.get('ConditionPathExists')).toEqual([
+      DEFAULT_CONFIG_PATH,
+      EXAMPLE_CONFIG.server.apiKeyFile,
+    ]);
   });
 
   it('restarts on failure with a delay and a start limit, but not after an invalid configuration', () => {
