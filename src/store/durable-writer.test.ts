@@ -220,11 +220,15 @@ describe('publishFile', () => {
     expect(after.ctimeMs).toBe(before.ctimeMs);
   });
 
-  it('rewrites when only the mode differs, and when same-size bytes differ', async () => {
+  it('changes only the mode in place when the bytes are the same, and rewrites when same-size bytes differ', async () => {
     const { fs } = memfs();
     await publishFile(fs, request('app.conf', 'abcd', 0o644));
-    expect((await publishFile(fs, request('app.conf', 'abcd', 0o600))).outcome).toBe('written');
-    expect((await fs.stat(`${ROOT}/app.conf`)).mode & 0o7777).toBe(0o600);
+    const before = await fs.stat(`${ROOT}/app.conf`);
+    expect((await publishFile(fs, request('app.conf', 'abcd', 0o600))).outcome).toBe('metadata');
+    const after = await fs.stat(`${ROOT}/app.conf`);
+    expect(after.mode & 0o7777).toBe(0o600);
+    expect(after.ino).toBe(before.ino);
+    expect((await publishFile(fs, request('app.conf', 'abcd', 0o600))).outcome).toBe('unchanged');
     expect((await publishFile(fs, request('app.conf', 'abce', 0o600))).outcome).toBe('written');
     expect((await fs.readFile(`${ROOT}/app.conf`)).toString()).toBe('abce');
   });

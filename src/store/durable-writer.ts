@@ -23,6 +23,8 @@ export interface PublishRequest {
   mode: number;
   /** Permission bits of every directory this call creates. */
   dirMode: number;
+  /** Group (gid) of the published file; undefined leaves the group the file gets from the process. */
+  gid?: number;
   signal?: AbortSignal;
   /**
    * Default true: fsync the target's directory after the rename. False leaves that to the caller, who must
@@ -33,7 +35,8 @@ export interface PublishRequest {
 }
 
 export interface PublishResult {
-  outcome: 'written' | 'unchanged';
+  /** metadata: the bytes were already right; only the mode and/or group changed, in place (no rewrite). */
+  outcome: 'written' | 'unchanged' | 'metadata';
   sha256: string;
   bytes: number;
   /** Relative dirs this call created, parent-first: record them to prune on removal. */
@@ -134,6 +137,48 @@ async function readNoFollow(
 }
 
 /**
+ * On one descriptor (so a file swapped in meanwhile is never touched): when the file holds exactly `data`,
+ * brings its group and mode to the wanted ones with fchown/fchmod and fsyncs the change. 'differs' when the
+ * bytes differ (the caller rewrites), undefined when the file vanished.
+ */
+async function settleMetadataInPlace(
+  fs: FsPort,
+  absolute: string,
+  relativePath: string,
+  wanted: { data: Uint8Array; mode: number; gid: number | undefined },
+): Promise<'unchanged' | 'metadata' | 'differs' | undefined> {
+  let handle: FileHandle;
+  try {
+    handle = await fs.open(absolute, READ_FLAGS);
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code === 'ENOENT') return undefined;
+    if (code === 'ELOOP') throw new PathRejectedError('crosses_symlink', relativePath, 'the target itself');
+    throw new DiskError({ operation: 'open for reading', path: relativePath, cause: error });
+  }
+  try {
+    const stats = await step('fstat', relativePath, () => handle.stat());
+    if (!stats.isFile()) {
+      throw new PathRejectedError(
+        stats.isDirectory() ? 'target_is_directory' : 'target_not_regular_file',
+        relativePath,
+      );
+    }
+    const existing = await step('read', relativePath, () => handle.readFile());
+    if (Buffer.compare(existing, wanted.data) !== 0) return 'differs';
+    const groupChanges = wanted.gid !== undefined && stats.gid !== wanted.gid;
+    if (!groupChanges && (stats.mode & PERMISSION_BITS) === wanted.mode) return 'unchanged';
+    const gid = wanted.gid;
+    if (groupChanges && gid !== undefined) await step('chown', relativePath, () => handle.chown(-1, gid));
+    await step('chmod', relativePath, () => handle.chmod(wanted.mode));
+    await step('fsync', relativePath, () => handle.sync());
+    return 'metadata';
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/**
  * The content and permission bits of a regular file under the root; undefined when it (or a parent) is absent.
  * A symlink or directory there throws PathRejectedError: drift detection must not read through one.
  */
@@ -218,8 +263,11 @@ async function removeCreatedDirs(fs: FsPort, root: string, created: readonly str
  * signal's reason on abort; in every failure before the rename the old file is intact and no temp file is left.
  */
 export async function publishFile(fs: FsPort, request: PublishRequest): Promise<PublishResult> {
-  const { rootDir, relativePath, data, mode, dirMode, signal, syncDirectory = true } = request;
+  const { rootDir, relativePath, data, mode, dirMode, gid, signal, syncDirectory = true } = request;
   assertMode(mode, 'PublishRequest.mode');
+  if (gid !== undefined && (!Number.isInteger(gid) || gid < 0)) {
+    throw new RangeError(`PublishRequest.gid must be a non-negative integer, got ${String(gid)}`);
+  }
   assertMode(dirMode, 'PublishRequest.dirMode');
   signal?.throwIfAborted();
   const inspection = await inspectPath(fs, rootDir, relativePath);
@@ -227,12 +275,13 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
   const sha256 = sha256Hex(data);
   const bytes = data.byteLength;
 
-  // Compare first: rewriting identical files wears flash and makes watching apps reload for nothing.
+  // Compare first: rewriting identical files wears flash and makes watching apps reload for nothing. Identical
+  // bytes under another mode or group get only their metadata changed, in place.
   const current = inspection.final;
-  if (current !== undefined && current.size === bytes && (current.mode & PERMISSION_BITS) === mode) {
-    const existing = await readNoFollow(fs, inspection.absolute, relativePath);
-    if (existing !== undefined && existing.mode === mode && Buffer.compare(existing.data, data) === 0) {
-      return { outcome: 'unchanged', sha256, bytes, createdDirs: [], directory: relativeDir(relativePath) };
+  if (current !== undefined && current.size === bytes) {
+    const verdict = await settleMetadataInPlace(fs, inspection.absolute, relativePath, { data, mode, gid });
+    if (verdict === 'unchanged' || verdict === 'metadata') {
+      return { outcome: verdict, sha256, bytes, createdDirs: [], directory: relativeDir(relativePath) };
     }
   }
 
@@ -266,6 +315,8 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
     // FileHandle.writeFile loops over short writes and reports ENOSPC, unlike a single write() call.
     await step('write temp file', relativePath, () => open.writeFile(data));
     signal?.throwIfAborted();
+    // Group before mode: chown clears the set-id bits. The file is still private (0600) while it changes hands.
+    if (gid !== undefined) await step('chown temp file', relativePath, () => open.chown(-1, gid));
     await step('chmod temp file', relativePath, () => open.chmod(mode));
     await step('fsync temp file', relativePath, () => open.sync());
     handle = undefined;
