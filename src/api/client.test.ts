@@ -585,3 +585,43 @@ describe('isRetryableError', () => {
     expect(isRetryableError(undefined)).toBe(false);
   });
 });
+
+describe('listConfigInstancePage: bytes that are not UTF-8', () => {
+  function instance(id: string, content: string) {
+    return `{"object":"config_instance","id":"${id}","target_status":"deployed","activity_status":"queued","error_status":"none","status":"queued","relative_filepath":"${id}.json","created_at":"${T0}","updated_at":"${T0}","device_id":"d","config_schema_id":"s","config_type_id":"t","device":null,"config_schema":null,"config_type":null,"content":{"s":"${content}"}}`;
+  }
+
+  it('cost only the item they are in (and, in such a body, an item holding U+FFFD: the mark of broken text)', async () => {
+    const tail = Buffer.from(`,${instance('also_good', 'x')}]}`);
+    // A lone continuation byte and a truncated sequence inside the "broken" item's string: not UTF-8.
+    const brokenItem = Buffer.concat([
+      Buffer.from(instance('broken', 'caf').replace('"caf"}}', '"caf')),
+      Buffer.from([0x80, 0xc3]),
+      Buffer.from('"}}'),
+    ]);
+    const full = Buffer.concat([
+      Buffer.from(`{"object":"list","total_count":3,"limit":10,"offset":0,"has_more":false,"data":[`),
+      Buffer.from(instance('replacement', 'caf\u00e9 \ufffd')),
+      Buffer.from(','),
+      brokenItem,
+      tail,
+    ]);
+    const { url } = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(full.length) });
+      res.end(full);
+    });
+    const page = await client(url).listConfigInstancePage();
+    expect(page.items.map((item) => (item.kind === 'valid' ? item.instance.id : item))).toEqual([
+      { kind: 'invalid', id: 'replacement', problem: 'not valid UTF-8 (JSON text must be UTF-8)' },
+      { kind: 'invalid', id: 'broken', problem: 'not valid UTF-8 (JSON text must be UTF-8)' },
+      'also_good',
+    ]);
+  });
+});
+
+it('a body of valid UTF-8 keeps an item holding U+FFFD', async () => {
+  const text = `{"object":"list","total_count":1,"limit":10,"offset":0,"has_more":false,"data":[{"object":"config_instance","id":"ok","target_status":"deployed","activity_status":"queued","error_status":"none","status":"queued","relative_filepath":"a.json","created_at":"${T0}","updated_at":"${T0}","device_id":"d","config_schema_id":"s","config_type_id":"t","device":null,"config_schema":null,"config_type":null,"content":{"s":"\ufffd"}}]}`;
+  const { url } = await serve((_req, res) => json(res, 200, JSON.parse(text)));
+  const [item] = (await client(url).listConfigInstancePage()).items;
+  expect(item?.kind === 'valid' && item.instance.content).toEqual({ s: '\ufffd' });
+});

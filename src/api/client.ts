@@ -1,4 +1,5 @@
 // The typed service client (undici 7): one method per endpoint, every response validated, every failure classified.
+import { isUtf8 } from 'node:buffer';
 import { Agent, type Dispatcher } from 'undici';
 import type { z } from 'zod';
 import { type Clock, systemClock } from '../lib/clock.js';
@@ -16,7 +17,7 @@ import {
   TimeoutError,
 } from './errors.js';
 import { JsonTextError, parseJson, splitListBody } from './json.js';
-import { type ConfigInstancePage, judgeConfigInstance, ListHead } from './list-page.js';
+import { type ConfigInstancePage, judgeConfigInstance, ListHead, notUtf8 } from './list-page.js';
 import {
   ConfigInstance,
   type ConfigInstanceFilters,
@@ -301,6 +302,13 @@ function combineSignals(
   };
 }
 
+/** What the reader needs to know of the bytes beyond their text. */
+interface BodyFacts {
+  /** False when the bytes are not valid UTF-8 (the text then holds U+FFFD where they were broken). */
+  utf8: boolean;
+  bytes: number;
+}
+
 interface CallSpec<T> {
   method: Dispatcher.HttpMethod;
   route: string;
@@ -308,7 +316,7 @@ interface CallSpec<T> {
   query?: Query;
   json?: unknown;
   /** Turns the body's text into the result; throws InvalidResponseError or JsonTextError. */
-  read: (text: string, status: number, target: RequestTarget) => T;
+  read: (text: string, body: BodyFacts, target: RequestTarget) => T;
   signal: AbortSignal | undefined;
 }
 
@@ -394,7 +402,8 @@ export function createClient(options: ClientOptions): ServiceClient {
 
   /** The usual reader: the whole body as JSON (numbers kept as sent), then the wire schema. */
   function readWith<T>(schema: z.ZodType<T>) {
-    return (text: string, _status: number, target: RequestTarget): T => {
+    return (text: string, body: BodyFacts, target: RequestTarget): T => {
+      if (!body.utf8) throw new JsonTextError('the body is not valid UTF-8', 0);
       const parsed = schema.safeParse(parseJson(text));
       if (!parsed.success) {
         throw new InvalidResponseError(
@@ -410,16 +419,25 @@ export function createClient(options: ClientOptions): ServiceClient {
   }
 
   /** A list page: the envelope checked on its own, then each item judged on its own. */
-  function readPage(text: string, _status: number, target: RequestTarget): ConfigInstancePage {
+  function readPage(text: string, body: BodyFacts, target: RequestTarget): ConfigInstancePage {
     const parts = splitListBody(text);
-    const head = readWith(ListHead)(parts.envelopeText, 200, target);
+    // Broken UTF-8 inside one item costs only that item; inside the envelope, the page.
+    const head = readWith(ListHead)(
+      parts.envelopeText,
+      { ...body, utf8: body.utf8 || !parts.envelopeText.includes('\uFFFD') },
+      target,
+    );
     if (parts.items.length > head.limit) {
       throw new InvalidResponseError(target, [
         { path: 'data', problem: `${parts.items.length} items on a page whose limit is ${head.limit}` },
       ]);
     }
     const { data: _data, ...rest } = head;
-    return { head: rest, items: parts.items.map(judgeConfigInstance), bytes: Buffer.byteLength(text) };
+    const items = parts.items.map((item) =>
+      // Where the bytes were broken the text holds U+FFFD; an item without one was decoded intact.
+      !body.utf8 && item.includes('\uFFFD') ? notUtf8(item) : judgeConfigInstance(item),
+    );
+    return { head: rest, items, bytes: body.bytes };
   }
 
   /** A report's answer: any 2xx settles it; the instance is used when the body holds a valid one. */
@@ -470,7 +488,7 @@ export function createClient(options: ClientOptions): ServiceClient {
       const bytes = await readCapped(response.body, maxResponseBytes);
       let result: T;
       try {
-        result = spec.read(bytes.toString('utf8'), status, target);
+        result = spec.read(bytes.toString('utf8'), { utf8: isUtf8(bytes), bytes: bytes.length }, target);
       } catch (error) {
         if (!(error instanceof JsonTextError)) throw error;
         throw new MalformedResponseError(target, status, scrub(`${bytes.length} bytes: ${error.message}`));

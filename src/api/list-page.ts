@@ -10,6 +10,7 @@ import {
   ErrorStatus,
   LIMIT_MAX,
   LIMIT_MIN,
+  MAX_CONTENT_DEPTH,
 } from './schemas.js';
 
 /** The envelope without its items: `data` is judged item by item. */
@@ -74,6 +75,15 @@ function describeIssues(issues: readonly z.core.$ZodIssue[]): string {
   return `${shown.join('; ')}${more}`;
 }
 
+/** An item whose bytes were not valid UTF-8: its strings cannot be written as the service meant them. */
+export function notUtf8(text: string): PageItem {
+  const id = peekId(text, 1);
+  const problem = 'not valid UTF-8 (JSON text must be UTF-8)';
+  return id === undefined || id.includes('\uFFFD')
+    ? { kind: 'invalid', problem }
+    : { kind: 'invalid', id, problem };
+}
+
 /** Judges the text of one list item. Never throws: every outcome is a value. */
 export function judgeConfigInstance(text: string): PageItem {
   let value: unknown;
@@ -83,7 +93,7 @@ export function judgeConfigInstance(text: string): PageItem {
     const id = peekId(text, 1);
     const problem =
       error instanceof JsonTextError && error.message.startsWith('nested')
-        ? `content is nested deeper than the limit of 64 levels (the item is nested more than ${MAX_PARSE_DEPTH} levels deep)`
+        ? `nested more than ${MAX_PARSE_DEPTH} levels deep (content may nest ${MAX_CONTENT_DEPTH} levels)`
         : `not valid JSON: ${error instanceof Error ? error.message : String(error)}`;
     return id === undefined ? { kind: 'invalid', problem } : { kind: 'invalid', id, problem };
   }
