@@ -17,7 +17,7 @@ function writeStep(instance: ConfigInstance, data: string, extra: Partial<WriteS
     reason: 'changed',
     displaces: [],
     supersedes: [],
-    reportOnSuccess: true,
+    report: deployedReport(),
     ...extra,
   };
 }
@@ -82,8 +82,8 @@ describe('describePlan', () => {
       activity_status: 'deployed',
     });
     const step = writeStep(winner, 'a\nB\nc\nd\n', {
-      displaces: [{ kind: 'remove', instance: displaced, path: 'old/place.json' }],
-      supersedes: [superseded],
+      displaces: [{ kind: 'remove', instance: displaced, path: 'old/place.json', report: removedReport() }],
+      supersedes: [{ instance: superseded, report: removedReport() }],
     });
     const { read, asked } = readFrom({ 'app/config.json': 'a\nb\nc\n' });
 
@@ -122,7 +122,7 @@ describe('describePlan', () => {
     });
     const steps: Step[] = [
       writeStep(fresh, 'k: v\n', { reason: 'new' }),
-      writeStep(drifted, 'xy\n', { reason: 'drift', reportOnSuccess: false }),
+      writeStep(drifted, 'xy\n', { reason: 'drift', report: undefined }),
     ];
     const read: ReadCurrent = async (relativePath) => {
       if (relativePath === 'drift.json') throw Object.assign(new Error('EACCES'), { code: 'EACCES' });
@@ -141,7 +141,7 @@ describe('describePlan', () => {
     ]);
   });
 
-  it('remove, archive, report, fail, refuse and wait each become one line; untouched none', async () => {
+  it('remove, archive, report, fail, refuse and wait each become one line; confirm, keep and skip none', async () => {
     const at = (id: string, relative_filepath: string, fields: Partial<InstanceFields> = {}) =>
       makeInstance({ id, relative_filepath, ...fields });
     const steps: Step[] = [
@@ -149,6 +149,7 @@ describe('describePlan', () => {
         kind: 'remove',
         instance: at('cfg_rm', 'gone.json', { target_status: 'removed' }),
         path: 'gone.json',
+        report: removedReport(),
       },
       {
         kind: 'report',
@@ -175,12 +176,9 @@ describe('describePlan', () => {
         message: 'cfg_winner owns shared.json',
       },
       { kind: 'wait', instance: at('cfg_cool', 'later.json'), until: 1000 },
-      { kind: 'untouched', instance: at('cfg_same', 'same.json'), reason: 'in_place' },
-      {
-        kind: 'untouched',
-        instance: at('cfg_failed', 'failed.json', { error_status: 'failed' }),
-        reason: 'failed',
-      },
+      { kind: 'confirm', instance: at('cfg_same', 'same.json'), report: undefined },
+      { kind: 'keep', instance: at('cfg_kept', 'kept.json'), reason: 'drift_kept' },
+      { kind: 'skip', instance: at('cfg_failed', 'failed.json', { error_status: 'failed' }) },
     ];
     const { read, asked } = readFrom({});
 

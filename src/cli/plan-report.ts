@@ -1,5 +1,6 @@
 // Describes planned steps for `--dry-run`: what would be written, removed, archived and reported, with a diff summary.
-import type { Step } from '../reconcile/plan.js';
+import type { StatusReport } from '../api/schemas.js';
+import { removedReport, type Step } from '../reconcile/plan.js';
 
 export interface PlannedChange {
   action: 'write' | 'remove' | 'archive' | 'report' | 'fail' | 'refuse' | 'wait';
@@ -28,16 +29,16 @@ export async function describePlan(
             instanceId: displaced.instance.id,
             path: displaced.path,
             detail: `replaced by ${step.instance.id} (same config schema)`,
-            report: 'removed/none',
+            ...reported(displaced.report),
           });
         }
         for (const superseded of step.supersedes) {
           changes.push({
             action: 'report',
-            instanceId: superseded.id,
-            path: superseded.relative_filepath,
+            instanceId: superseded.instance.id,
+            path: superseded.instance.relative_filepath,
             detail: `its file is taken over by ${step.instance.id}`,
-            report: 'removed/none',
+            ...reported(superseded.report),
           });
         }
         const current = await readCurrent(step.path).catch(() => undefined);
@@ -45,19 +46,19 @@ export async function describePlan(
           ...base,
           action: 'write',
           detail: `${step.reason}: ${diffSummary(current, step.data)}`,
-          ...(step.reportOnSuccess ? { report: 'deployed/none' } : {}),
+          ...reported(step.report),
         });
         break;
       }
       case 'remove':
-        changes.push({ ...base, action: 'remove', report: 'removed/none' });
+        changes.push({ ...base, action: 'remove', ...reported(step.report) });
         break;
       case 'report':
         changes.push({
           ...base,
           action: step.reason === 'archive' ? 'archive' : 'report',
-          detail: step.report.message ?? step.reason.replaceAll('_', ' '),
-          report: `${step.report.activity_status}/${step.report.error_status}`,
+          detail: (step.report ?? removedReport(step.reason)).message ?? step.reason.replaceAll('_', ' '),
+          ...reported(step.report),
         });
         break;
       case 'fail':
@@ -79,11 +80,18 @@ export async function describePlan(
       case 'wait':
         changes.push({ ...base, action: 'wait', detail: 'per-instance retry cooldown not yet elapsed' });
         break;
-      case 'untouched':
+      case 'confirm':
+      case 'keep':
+      case 'skip':
         break;
     }
   }
   return changes;
+}
+
+/** The status a step would report, as `activity/error`; nothing when the service already holds it. */
+function reported(report: StatusReport | undefined): { report?: string } {
+  return report === undefined ? {} : { report: `${report.activity_status}/${report.error_status}` };
 }
 
 /** A short, human diff summary: sizes and how many lines would be added and removed. */

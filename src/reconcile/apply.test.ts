@@ -14,9 +14,11 @@ import { PathRejectedError } from '../store/errors.js';
 import { StatusOutbox } from '../store/outbox.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { emptyState, type LocalState } from '../store/state.js';
-import { type ApplyContext, applySteps, backoffDelayMs } from './apply.js';
+import { type ApplyContext, applySteps } from './apply.js';
+import { observeDisk } from './observe.js';
 import type { InstanceOutcome, RetryPolicy } from './pass-runner.js';
-import { type DiskObservation, planSteps, type Step } from './plan.js';
+import { planSteps, type Step } from './plan.js';
+import { backoffDelayMs, pendingReports as queuedReports, type RecordContext, recordStep } from './record.js';
 
 const ROOT = '/srv/config';
 const STATE_DIR = '/var/lib/config-agent';
@@ -157,7 +159,7 @@ interface World {
   state: LocalState;
   outbox: StatusOutbox;
   cache: ContentCache;
-  ctx: ApplyContext;
+  ctx: ApplyContext & RecordContext;
   service: FakeService;
 }
 
@@ -174,7 +176,7 @@ async function makeWorld(files: Record<string, string> = {}): Promise<World> {
   const state = emptyState('dvc_1');
   const outbox = await StatusOutbox.open(fs, STATE_DIR, logger);
   const cache = new ContentCache(fs, STATE_DIR);
-  const ctx: ApplyContext = {
+  const ctx: ApplyContext & RecordContext = {
     fs,
     clock,
     random: () => 0.5,
@@ -184,32 +186,12 @@ async function makeWorld(files: Record<string, string> = {}): Promise<World> {
     dirMode: DIR_MODE,
     retry: RETRY,
     state,
+    files: state.files,
     cache,
     outbox,
+    trackHookPaths: false,
   };
   return { vol, fs, faults, clock, state, outbox, cache, ctx, service: new FakeService() };
-}
-
-/** What the reconciler observes before planning: the same rules as Reconciler's observation of the disk. */
-async function observe(
-  world: World,
-  instances: readonly ConfigInstance[],
-): Promise<Map<string, DiskObservation>> {
-  const disk = new Map<string, DiskObservation>();
-  for (const { relative_filepath: relative } of instances) {
-    if (disk.has(relative)) continue;
-    try {
-      const file = await readRegularFile(world.fs, ROOT, relative);
-      disk.set(
-        relative,
-        file === undefined ? { kind: 'absent' } : { kind: 'file', sha256: file.sha256, mode: file.mode },
-      );
-    } catch (error) {
-      if (!(error instanceof PathRejectedError)) throw error;
-      disk.set(relative, { kind: 'rejected', reason: error.message });
-    }
-  }
-  return disk;
 }
 
 /** Observe → plan, the way a full pass of the reconciler does. */
@@ -218,7 +200,8 @@ async function planWorld(world: World): Promise<Step[]> {
   return planSteps({
     instances,
     local: world.state,
-    disk: await observe(world, instances),
+    disk: await observeDisk(world.fs, ROOT, instances),
+    pendingReports: queuedReports(world.outbox),
     now: world.clock.monotonic(),
     fileMode: FILE_MODE,
     complete: true,
@@ -227,8 +210,19 @@ async function planWorld(world: World): Promise<Step[]> {
 
 async function pass(world: World): Promise<{ steps: Step[]; outcomes: InstanceOutcome[] }> {
   const steps = await planWorld(world);
-  const outcomes = await applySteps(steps, world.ctx);
+  const outcomes = await applyAndRecord(steps, world.ctx);
   return { steps, outcomes };
+}
+
+/** Apply → record, the way a pass does: each step's result recorded as it lands; an abort is rethrown. */
+async function applyAndRecord(
+  steps: readonly Step[],
+  ctx: ApplyContext & RecordContext,
+): Promise<InstanceOutcome[]> {
+  const outcomes: InstanceOutcome[] = [];
+  await applySteps(steps, ctx, (applied) => outcomes.push(...recordStep(applied, ctx)));
+  ctx.signal?.throwIfAborted();
+  return outcomes;
 }
 
 function outcomeOf(outcomes: InstanceOutcome[], id: string): InstanceOutcome {
@@ -584,9 +578,7 @@ describe('applySteps: hostile paths and symlinks fail at once', () => {
       // The service now holds `failed`: the instance is never touched again.
       await world.service.deliver(world.outbox);
       const again = await pass(world);
-      expect(again.steps).toEqual([
-        { kind: 'untouched', instance: world.service.get('cfg_1'), reason: 'failed' },
-      ]);
+      expect(again.steps).toEqual([{ kind: 'skip', instance: world.service.get('cfg_1') }]);
       expect(world.outbox.pending()).toEqual([]);
     },
   );
@@ -1016,7 +1008,7 @@ describe('applySteps: stopping', () => {
     const steps = await planWorld(world);
 
     await expect(
-      applySteps(steps, { ...world.ctx, fs: stoppingFs, signal: controller.signal }),
+      applyAndRecord(steps, { ...world.ctx, fs: stoppingFs, signal: controller.signal }),
     ).rejects.toThrow('agent stopping');
 
     expect(text(world, 'app.json')).toBe(jsonText({ v: 1 }));
@@ -1042,7 +1034,7 @@ describe('applySteps: one instance never stops the others', () => {
       enqueue(instanceId, report, now);
     };
 
-    const outcomes = await applySteps(steps, world.ctx);
+    const outcomes = await applyAndRecord(steps, world.ctx);
 
     expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'retrying', converged: false });
     expect(world.state.instances.get('cfg_1')).toMatchObject({ attempts: 1, error: 'retrying' });

@@ -61,6 +61,13 @@ function plan(instances: ConfigInstance[], setup: Setup = {}): Step[] {
   return planSteps(input);
 }
 
+/** `removed` is due unless the service already holds it. */
+function dueRemoved(instance: ConfigInstance) {
+  return instance.activity_status === 'removed' && instance.error_status === 'none'
+    ? undefined
+    : { activity_status: 'removed' as const, error_status: 'none' as const };
+}
+
 function stepsFor(steps: Step[], id: string): Step[] {
   return steps.filter((step) => step.instance.id === id);
 }
@@ -99,8 +106,8 @@ function diskAt(disk: Disk, path = PATH): Record<string, DiskObservation> {
   return observation === undefined ? {} : { [path]: observation };
 }
 
-/** `write:<reason>`, `report`, `untouched` or `fail`. */
-type Expected = `write:${WriteStep['reason']}` | 'report' | 'untouched' | 'fail';
+/** `write:<reason>`, `report`, `confirm` or `fail`. */
+type Expected = `write:${WriteStep['reason']}` | 'report' | 'confirm' | 'fail';
 
 describe('planSteps: target deployed', () => {
   // activity × disk × who the local state says wrote the path → the step, and whether a `deployed` report is due.
@@ -142,7 +149,7 @@ describe('planSteps: target deployed', () => {
     ['deployed', 'absent', 'this', 'write:drift', false],
     ['deployed', 'absent', 'other', 'write:changed', false],
     ['deployed', 'identical', 'none', 'write:adopt', false],
-    ['deployed', 'identical', 'this', 'untouched', false],
+    ['deployed', 'identical', 'this', 'confirm', false],
     ['deployed', 'identical', 'other', 'write:adopt', false],
     ['deployed', 'different', 'none', 'write:changed', false],
     ['deployed', 'different', 'this', 'write:drift', false],
@@ -169,15 +176,15 @@ describe('planSteps: target deployed', () => {
         expect(write.data.equals(jsonBytes(CONTENT))).toBe(true);
         expect(write.sha256).toBe(CONTENT_SHA);
         expect(write.displaces).toEqual([]);
-        expect(write.reportOnSuccess).toBe(due);
+        expect(write.report).toEqual(due ? { activity_status: 'deployed', error_status: 'none' } : undefined);
       } else if (expected === 'report') {
         expect(step).toMatchObject({
           kind: 'report',
           reason: 'already_in_place',
           report: { activity_status: 'deployed', error_status: 'none' },
         });
-      } else if (expected === 'untouched') {
-        expect(step).toMatchObject({ kind: 'untouched', reason: 'in_place' });
+      } else if (expected === 'confirm') {
+        expect(step).toEqual({ kind: 'confirm', instance, report: undefined });
       } else {
         expect(step).toMatchObject({
           kind: 'fail',
@@ -190,7 +197,7 @@ describe('planSteps: target deployed', () => {
   it.each([
     [undefined, 'write'],
     [true, 'write'],
-    [false, 'untouched'],
+    [false, 'keep'],
   ] as const)('a managed file edited locally with restoreDrift %s → %s', (restoreDrift, kind) => {
     const instance = makeInstance({ id: 'cfg_me', activity_status: 'deployed' });
     const steps = plan([instance], {
@@ -201,7 +208,7 @@ describe('planSteps: target deployed', () => {
     const step = onlyStepFor(steps, 'cfg_me');
     expect(step.kind).toBe(kind);
     if (step.kind === 'write') expect(step.reason).toBe('drift');
-    if (step.kind === 'untouched') expect(step.reason).toBe('drift_kept');
+    if (step.kind === 'keep') expect(step.reason).toBe('drift_kept');
   });
 
   it('restoreDrift false still writes when the service changed the content', () => {
@@ -234,13 +241,14 @@ describe('planSteps: target deployed', () => {
       const instance = makeInstance({ id: 'cfg_me', activity_status: 'deployed', error_status: error });
       const step = onlyStepFor(plan([instance], { files: ownerFiles('this'), disk: diskAt(disk) }), 'cfg_me');
       expect(step.kind).toBe(kind);
-      if (step.kind === 'write') expect(step.reportOnSuccess).toBe(true);
+      if (step.kind === 'write')
+        expect(step.report).toEqual({ activity_status: 'deployed', error_status: 'none' });
       if (step.kind === 'report')
         expect(step.report).toEqual({ activity_status: 'deployed', error_status: 'none' });
     },
   );
 
-  it('reportOnSuccess is false only when the server already holds deployed/none', () => {
+  it('a write reports nothing only when the server already holds deployed/none', () => {
     const cases = [
       makeInstance({
         id: 'cfg_a',
@@ -270,7 +278,7 @@ describe('planSteps: target deployed', () => {
     const steps = plan(cases);
     expect(
       Object.fromEntries(
-        cases.map((instance) => [instance.id, asWrite(onlyStepFor(steps, instance.id)).reportOnSuccess]),
+        cases.map((instance) => [instance.id, asWrite(onlyStepFor(steps, instance.id)).report !== undefined]),
       ),
     ).toEqual({ cfg_a: false, cfg_b: true, cfg_c: true, cfg_d: true });
   });
@@ -358,7 +366,9 @@ describe('planSteps: target removed or created', () => {
       const mine = stepsFor(steps, 'cfg_me');
       if (expected.kind === 'superseded') {
         expect(mine).toEqual([]);
-        expect(asWrite(onlyStepFor(steps, 'cfg_new')).supersedes).toEqual([instance]);
+        expect(asWrite(onlyStepFor(steps, 'cfg_new')).supersedes).toEqual([
+          { instance, report: { activity_status: 'removed', error_status: 'none' } },
+        ]);
         return;
       }
       if (expected.kind === 'none') {
@@ -368,15 +378,15 @@ describe('planSteps: target removed or created', () => {
       expect(mine).toHaveLength(1);
       const step = mine[0]!;
       if (expected.kind === 'remove') {
-        expect(step).toEqual({ kind: 'remove', instance, path: PATH });
+        expect(step).toEqual({ kind: 'remove', instance, path: PATH, report: dueRemoved(instance) });
         return;
       }
       expect(step).toMatchObject({ kind: 'report', reason: expected.reason });
       if (step.kind !== 'report') return;
-      expect(step.report.activity_status).toBe('removed');
-      expect(step.report.error_status).toBe('none');
-      if (expected.message) expect(step.report.message).toMatch(/file (left in place|kept)/);
-      else expect(step.report.message).toBeUndefined();
+      expect(step.report?.activity_status).toBe('removed');
+      expect(step.report?.error_status).toBe('none');
+      if (expected.message) expect(step.report?.message).toMatch(/file (left in place|kept)/);
+      else expect(step.report?.message).toBeUndefined();
       // No removal of the path is planned for anyone: the file stays for its owner (or its unknown writer).
       expect(steps.some((s) => s.kind === 'remove' || (s.kind === 'write' && s.displaces.length > 0))).toBe(
         false,
@@ -394,7 +404,7 @@ describe('planSteps: target removed or created', () => {
       const instance = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
       const disk = observation === undefined ? {} : { [PATH]: observation };
       expect(plan([instance], { files: ownerFiles('this'), disk })).toEqual([
-        { kind: 'remove', instance, path: PATH },
+        { kind: 'remove', instance, path: PATH, report: dueRemoved(instance) },
       ]);
     },
   );
@@ -417,7 +427,7 @@ describe('planSteps: target removed or created', () => {
     const steps = plan([old, successor], { files: ownerFiles('this'), disk: diskAt('identical') });
     expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([['cfg_new', 'write']]);
     expect(asWrite(steps[0]!).reason).toBe('adopt');
-    expect(asWrite(steps[0]!).supersedes).toEqual([old]);
+    expect(asWrite(steps[0]!).supersedes).toEqual([{ instance: old, report: dueRemoved(old) }]);
   });
 
   it('while the new owner of the path waits for a retry, the old owner is kept, not reported', () => {
@@ -430,7 +440,7 @@ describe('planSteps: target removed or created', () => {
     });
     expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([
       ['cfg_new', 'wait'],
-      ['cfg_me', 'untouched'],
+      ['cfg_me', 'keep'],
     ]);
   });
 
@@ -448,7 +458,7 @@ describe('planSteps: target removed or created', () => {
     const old = makeInstance({ id: 'cfg_me', target_status: 'removed', activity_status: 'deployed' });
     const failed = makeInstance({ id: 'cfg_new', activity_status: 'queued', error_status: 'failed' });
     const steps = plan([old, failed], { files: ownerFiles('this'), disk: diskAt('identical') });
-    expect(stepsFor(steps, 'cfg_me')).toMatchObject([{ kind: 'untouched', reason: 'awaiting_owner' }]);
+    expect(stepsFor(steps, 'cfg_me')).toMatchObject([{ kind: 'keep', reason: 'awaiting_owner' }]);
   });
 
   it('a same-schema successor that is not in place yet keeps the old file; once in place, the old one goes', () => {
@@ -469,19 +479,21 @@ describe('planSteps: target removed or created', () => {
       disk: diskAt('identical'),
       cooldowns: { cfg_next: NOW + 1000 },
     });
-    expect(stepsFor(waiting, 'cfg_me')).toMatchObject([{ kind: 'untouched', reason: 'awaiting_owner' }]);
+    expect(stepsFor(waiting, 'cfg_me')).toMatchObject([{ kind: 'keep', reason: 'awaiting_owner' }]);
 
     const failed = plan([old, { ...successor, error_status: 'failed' as const }], {
       files: ownerFiles('this'),
       disk: diskAt('identical'),
     });
-    expect(stepsFor(failed, 'cfg_me')).toMatchObject([{ kind: 'untouched', reason: 'awaiting_owner' }]);
+    expect(stepsFor(failed, 'cfg_me')).toMatchObject([{ kind: 'keep', reason: 'awaiting_owner' }]);
 
     const inPlace = plan([old, { ...successor, activity_status: 'deployed' as const }], {
       files: { ...ownerFiles('this'), 'app/next.json': managed('cfg_next') },
       disk: { ...diskAt('identical'), 'app/next.json': observations.identical! },
     });
-    expect(stepsFor(inPlace, 'cfg_me')).toEqual([{ kind: 'remove', instance: old, path: PATH }]);
+    expect(stepsFor(inPlace, 'cfg_me')).toEqual([
+      { kind: 'remove', instance: old, path: PATH, report: dueRemoved(old) },
+    ]);
   });
 
   it("a changed configured mode is the agent's own rewrite, not drift, whatever the drift policy", () => {
@@ -573,7 +585,7 @@ describe('planSteps: two instances targeting deployed at one path', () => {
     const failedNewer = makeInstance({ ...newer, error_status: 'failed' });
     const steps = plan([older, failedNewer]);
     expect(onlyStepFor(steps, 'cfg_old').kind).toBe('write');
-    expect(onlyStepFor(steps, 'cfg_new')).toMatchObject({ kind: 'untouched', reason: 'failed' });
+    expect(onlyStepFor(steps, 'cfg_new')).toMatchObject({ kind: 'skip' });
   });
 
   it('a losing instance that is cooling down waits (the cooldown is checked first)', () => {
@@ -588,19 +600,16 @@ describe('planSteps: error_status failed and cooldowns', () => {
     ['deployed', 'deployed'],
     ['removed', 'deployed'],
     ['created', 'queued'],
-  ] as const)(
-    'target %s, activity %s, error failed → untouched, even with a file we own',
-    (target, activity) => {
-      const instance = makeInstance({
-        id: 'cfg_me',
-        target_status: target,
-        activity_status: activity,
-        error_status: 'failed',
-      });
-      const steps = plan([instance], { files: ownerFiles('this'), disk: diskAt('different') });
-      expect(steps).toEqual([{ kind: 'untouched', instance, reason: 'failed' }]);
-    },
-  );
+  ] as const)('target %s, activity %s, error failed → skip, even with a file we own', (target, activity) => {
+    const instance = makeInstance({
+      id: 'cfg_me',
+      target_status: target,
+      activity_status: activity,
+      error_status: 'failed',
+    });
+    const steps = plan([instance], { files: ownerFiles('this'), disk: diskAt('different') });
+    expect(steps).toEqual([{ kind: 'skip', instance }]);
+  });
 
   it.each([
     ['not elapsed', NOW + 1, 'wait'],
@@ -705,7 +714,9 @@ describe('planSteps: swaps and ordering', () => {
     expect(steps).toHaveLength(1);
     const write = asWrite(steps[0]!);
     expect(write.instance.id).toBe('cfg_b');
-    expect(write.displaces).toEqual([{ kind: 'remove', instance: leaving, path: 'a.json' }]);
+    expect(write.displaces).toEqual([
+      { kind: 'remove', instance: leaving, path: 'a.json', report: dueRemoved(leaving) },
+    ]);
   });
 
   it('a removal of another config schema stays a standalone step, ordered before the writes', () => {
@@ -718,7 +729,7 @@ describe('planSteps: swaps and ordering', () => {
     expect(asWrite(steps[1]!).displaces).toEqual([]);
   });
 
-  it('orders untouched-failed first, then removals, then writes, then everything else', () => {
+  it('orders skipped (failed) first, then removals, then writes, then everything else', () => {
     const instances = [
       makeInstance({
         id: 'cfg_archive',
@@ -743,7 +754,7 @@ describe('planSteps: swaps and ordering', () => {
       cooldowns: { cfg_wait: NOW + 1 },
     });
     expect(steps.map((step) => [step.instance.id, step.kind])).toEqual([
-      ['cfg_failed', 'untouched'],
+      ['cfg_failed', 'skip'],
       ['cfg_remove', 'remove'],
       ['cfg_write', 'write'],
       ['cfg_wait', 'wait'],

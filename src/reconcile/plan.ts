@@ -20,10 +20,18 @@ export type DiskObservation =
   /** Could not be read (EACCES, EIO, ...): the write or removal is attempted and may fail and retry. */
   | { kind: 'unreadable'; reason: string };
 
+/** The report still queued for an instance, if any. */
+export type ReportLookup = Pick<ReadonlyMap<string, StatusReport>, 'get'>;
+
 export interface PlanInput {
   /** The instances pulled from the service, at most one per id. */
   instances: readonly ConfigInstance[];
-  local: Readonly<Pick<LocalState, 'files' | 'cooldowns'>>;
+  local: Readonly<Pick<LocalState, 'files' | 'cooldowns'>> & {
+    /** The last status recorded per instance: a repeated error report is due only when its message changed. */
+    instances?: LocalState['instances'];
+  };
+  /** The report queued and not yet delivered per instance: a newer status must supersede it. */
+  pendingReports?: ReportLookup;
   /** Keyed by relative path; a path missing from the map is treated as absent. */
   disk: ReadonlyMap<string, DiskObservation>;
   /** Monotonic now, compared with cooldown deadlines. */
@@ -54,45 +62,56 @@ export interface WriteStep {
   sha256: string;
   reason: 'new' | 'changed' | 'drift' | 'adopt';
   /** Instances removed to make room for this one (same config schema elsewhere): restored if the write fails. */
-  displaces: RemoveStep[];
+  displaces: readonly RemoveStep[];
   /** Instances whose file at this same path this write takes over: reported `removed` once it succeeds. */
-  supersedes: ConfigInstance[];
-  /** Whether a `deployed` report is due once the file is in place. */
-  reportOnSuccess: boolean;
+  supersedes: readonly { instance: ConfigInstance; report: StatusReport | undefined }[];
+  /** The report due once the file is in place; undefined when the service already holds `deployed`. */
+  report: StatusReport | undefined;
 }
 
 export interface RemoveStep {
   kind: 'remove';
   instance: ConfigInstance;
   path: string;
+  /** The report due once the file is gone; undefined when the service already holds `removed`. */
+  report: StatusReport | undefined;
 }
+
+/** Why a file is left as it is, with nothing to report. */
+export type KeepReason =
+  /** Changed on disk by someone else, and the drift policy is not `restore`. */
+  | 'drift_kept'
+  /** Its path (or config schema) belongs to a new instance whose file is not in place yet. */
+  | 'awaiting_owner';
 
 export type Step =
   | WriteStep
   | RemoveStep
-  /** A status change with no disk change (archive, already-in-place, ownership moved to another instance). */
-  | { kind: 'report'; instance: ConfigInstance; report: StatusReport; reason: ReportReason }
+  /** A status change with no disk change (archive, already in place, ownership moved to another instance). */
+  | { kind: 'report'; instance: ConfigInstance; report: StatusReport | undefined; reason: ReportReason }
+  /** The file is in place as recorded: nothing to do but confirm `deployed` if the service lacks it. */
+  | { kind: 'confirm'; instance: ConfigInstance; report: StatusReport | undefined }
+  /** The file stays as it is and nothing is reported. */
+  | { kind: 'keep'; instance: ConfigInstance; reason: KeepReason }
+  /** `error_status=failed` on the service: never touched again. */
+  | { kind: 'skip'; instance: ConfigInstance }
   /** A permanent problem (hostile path): reported `failed` at once, never retried. */
   | { kind: 'fail'; instance: ConfigInstance; message: string }
   /** Two instances want one path: the loser is reported `retrying` and nothing of it is written. */
   | { kind: 'refuse'; instance: ConfigInstance; message: string }
-  | { kind: 'wait'; instance: ConfigInstance; until: number }
-  | {
-      kind: 'untouched';
-      instance: ConfigInstance;
-      /** `awaiting_owner`: its path belongs to a new instance whose file is not in place yet. */
-      reason: 'failed' | 'in_place' | 'drift_kept' | 'awaiting_owner';
-    };
+  | { kind: 'wait'; instance: ConfigInstance; until: number };
 
 export type ReportReason = 'archive' | 'already_in_place' | 'replaced_by_owner' | 'not_ours';
 
 export type StepKind = Step['kind'];
 
 export function planSteps(input: PlanInput): Step[] {
-  const steps: Step[] = [];
-  const active = input.instances.filter((instance) => instance.error_status !== 'failed');
+  const due = (instance: ConfigInstance, report: StatusReport) => dueReport(instance, report, input);
+  const skipped: Step[] = [];
+  const active: ConfigInstance[] = [];
   for (const instance of input.instances) {
-    if (instance.error_status === 'failed') steps.push({ kind: 'untouched', instance, reason: 'failed' });
+    if (instance.error_status === 'failed') skipped.push({ kind: 'skip', instance });
+    else active.push(instance);
   }
 
   const pathProblems = new Map<string, string>();
@@ -100,86 +119,61 @@ export function planSteps(input: PlanInput): Step[] {
     const problem = pathProblem(instance.relative_filepath);
     if (problem !== undefined) pathProblems.set(instance.id, problem);
   }
-
-  // The owner of each path among instances that target `deployed`: the one updated last wins.
-  const deployedByPath = new Map<string, ConfigInstance[]>();
-  for (const instance of active) {
-    if (instance.target_status !== 'deployed' || pathProblems.has(instance.id)) continue;
-    const group = deployedByPath.get(instance.relative_filepath) ?? [];
-    group.push(instance);
-    deployedByPath.set(instance.relative_filepath, group);
-  }
-  const winnerByPath = new Map<string, ConfigInstance>();
-  const operatorUpdatedAt = (instance: ConfigInstance): string => {
-    const echo = input.reportEchoes?.get(instance.id);
-    return echo !== undefined && echo.updatedAt === instance.updated_at
-      ? echo.operatorUpdatedAt
-      : instance.updated_at;
-  };
-  for (const [path, group] of deployedByPath) {
-    winnerByPath.set(path, [...group].sort((a, b) => byNewestFirst(a, b, operatorUpdatedAt))[0]!);
-  }
-
+  const winnerByPath = pathWinners(active, pathProblems, input);
   const claimedPaths = new Set(
     input.instances
       .filter((instance) => instance.target_status === 'deployed')
       .map((i) => i.relative_filepath),
   );
 
-  const writes: WriteStep[] = [];
-  const removes: RemoveStep[] = [];
   const others: Step[] = [];
-  const writeById = new Map<string, WriteStep>();
+  /** Writes as planned for instances targeting `deployed`; their swaps and takeovers are added below. */
+  const writeById = new Map<string, Omit<WriteStep, 'displaces' | 'supersedes'>>();
   const removals: ConfigInstance[] = [];
 
   // Phase 1: instances that target `deployed`, so phase 2 knows which paths get a new owner in this pass.
   for (const instance of active) {
-    const path = instance.relative_filepath;
     const problem = pathProblems.get(instance.id);
     const cooldownUntil = input.local.cooldowns.get(instance.id);
     if (cooldownUntil !== undefined && cooldownUntil > input.now) {
       others.push({ kind: 'wait', instance, until: cooldownUntil });
-      continue;
-    }
-    if (instance.target_status !== 'deployed') {
+    } else if (instance.target_status !== 'deployed') {
       removals.push(instance);
-      continue;
-    }
-    if (problem !== undefined) {
+    } else if (problem !== undefined) {
       others.push({ kind: 'fail', instance, message: problem });
-      continue;
-    }
-    const winner = winnerByPath.get(path)!;
-    if (winner.id !== instance.id) {
-      others.push({
-        kind: 'refuse',
-        instance,
-        message: `path conflict: ${JSON.stringify(path)} is also targeted by ${winner.id}, updated later; ${instance.id} is not written`,
-      });
-      continue;
-    }
-    const step = planDeployed(instance, input);
-    if (step.kind === 'write') {
-      writes.push(step);
-      writeById.set(instance.id, step);
     } else {
-      others.push(step);
+      const winner = winnerByPath.get(instance.relative_filepath)!;
+      if (winner.id !== instance.id) {
+        const path = JSON.stringify(instance.relative_filepath);
+        const message = `path conflict: ${path} is also targeted by ${winner.id}, updated later; ${instance.id} is not written`;
+        others.push({ kind: 'refuse', instance, message });
+        continue;
+      }
+      const step = planDeployed(instance, input);
+      if (step.kind === 'write') writeById.set(instance.id, step);
+      else others.push(step);
     }
   }
 
   // Phase 2: target removed or created (or anything not `deployed`): the file goes, if it is ours to remove.
+  const supersedes = new Map<string, { instance: ConfigInstance; report: StatusReport | undefined }[]>();
+  const removes: RemoveStep[] = [];
   const facts: RemovalFacts = { input, pathProblems, winnerByPath, claimedPaths, writeById };
   for (const instance of removals) {
     const planned = planRemoval(instance, facts);
     if (planned === undefined) continue;
-    if (planned.kind === 'remove') removes.push(planned);
-    else if (planned.kind === 'supersede') planned.takeover.supersedes.push(instance);
+    if ('takeoverBy' in planned) {
+      const list = supersedes.get(planned.takeoverBy) ?? [];
+      list.push({ instance, report: due(instance, removedReport()) });
+      supersedes.set(planned.takeoverBy, list);
+    } else if (planned.kind === 'remove') removes.push(planned);
     else others.push(planned);
   }
 
   // A removal whose config schema another instance now serves is a swap: applied with that instance's write
   // (and rolled back if it fails). While the successor is not in place — waiting for a retry, refused, failed
   // for good — the old file stays: a device keeps a working config rather than none.
+  const displaces = new Map<string, RemoveStep[]>();
   const standaloneRemoves: RemoveStep[] = [];
   for (const remove of removes) {
     const successors = input.instances.filter(
@@ -189,17 +183,50 @@ export function planSteps(input: PlanInput): Step[] {
         candidate.device_id === remove.instance.device_id &&
         candidate.config_schema_id === remove.instance.config_schema_id,
     );
-    const replacement = writes.find((write) => successors.includes(write.instance));
+    const replacement = successors.find((successor) => writeById.has(successor.id));
     const inPlace = successors.some(
       (successor) => input.local.files.get(successor.relative_filepath)?.instanceId === successor.id,
     );
-    if (replacement !== undefined) replacement.displaces.push(remove);
-    else if (successors.length === 0 || inPlace) standaloneRemoves.push(remove);
-    else others.push({ kind: 'untouched', instance: remove.instance, reason: 'awaiting_owner' });
+    if (replacement !== undefined) {
+      displaces.set(replacement.id, [...(displaces.get(replacement.id) ?? []), remove]);
+    } else if (successors.length === 0 || inPlace) standaloneRemoves.push(remove);
+    else others.push({ kind: 'keep', instance: remove.instance, reason: 'awaiting_owner' });
   }
 
+  const writes: WriteStep[] = [...writeById.values()].map((write) => ({
+    ...write,
+    displaces: displaces.get(write.instance.id) ?? [],
+    supersedes: supersedes.get(write.instance.id) ?? [],
+  }));
   // Removals first, so a path freed by one instance can be taken by another in the same pass.
-  return [...steps, ...standaloneRemoves, ...writes, ...others];
+  return [...skipped, ...standaloneRemoves, ...writes, ...others];
+}
+
+/** The owner of each path among instances that target `deployed`: the one operators updated last wins. */
+function pathWinners(
+  active: readonly ConfigInstance[],
+  pathProblems: ReadonlyMap<string, string>,
+  input: PlanInput,
+): Map<string, ConfigInstance> {
+  const deployedByPath = new Map<string, ConfigInstance[]>();
+  for (const instance of active) {
+    if (instance.target_status !== 'deployed' || pathProblems.has(instance.id)) continue;
+    const group = deployedByPath.get(instance.relative_filepath) ?? [];
+    group.push(instance);
+    deployedByPath.set(instance.relative_filepath, group);
+  }
+  // The agent's own report moves `updated_at` too; comparing that would let the last one reported win.
+  const operatorUpdatedAt = (instance: ConfigInstance): string => {
+    const echo = input.reportEchoes?.get(instance.id);
+    return echo !== undefined && echo.updatedAt === instance.updated_at
+      ? echo.operatorUpdatedAt
+      : instance.updated_at;
+  };
+  const winnerByPath = new Map<string, ConfigInstance>();
+  for (const [path, group] of deployedByPath) {
+    winnerByPath.set(path, [...group].sort((a, b) => byNewestFirst(a, b, operatorUpdatedAt))[0]!);
+  }
+  return winnerByPath;
 }
 
 interface RemovalFacts {
@@ -208,61 +235,69 @@ interface RemovalFacts {
   winnerByPath: ReadonlyMap<string, ConfigInstance>;
   /** Paths some instance still targets `deployed` at, failed ones included: their files are never removed. */
   claimedPaths: ReadonlySet<string>;
-  writeById: ReadonlyMap<string, WriteStep>;
+  writeById: ReadonlyMap<string, unknown>;
 }
 
-/** What becomes of an instance that no longer targets `deployed`; undefined: nothing to do. */
+/**
+ * What becomes of an instance that no longer targets `deployed`; undefined: nothing to do. `takeoverBy`: no
+ * step of its own, its file is taken over by that instance's write in this pass and reported with it.
+ */
 function planRemoval(
   instance: ConfigInstance,
   facts: RemovalFacts,
-): RemoveStep | Step | { kind: 'supersede'; takeover: WriteStep } | undefined {
+): Step | { takeoverBy: string } | undefined {
   const { input, winnerByPath, claimedPaths, writeById } = facts;
   const path = instance.relative_filepath;
   const problem = facts.pathProblems.get(instance.id);
   const owned = input.local.files.get(path);
   const ownedByThis = owned?.instanceId === instance.id && problem === undefined;
+  /** A removal with no disk change; `note` says why the file stays (none for an archive or a takeover). */
+  const report = (reason: ReportReason, note: ReportReason | undefined = reason): Step => ({
+    kind: 'report',
+    instance,
+    report: dueReport(instance, removedReport(note), input),
+    reason,
+  });
   if (instance.activity_status !== 'deployed' && !ownedByThis) {
     // Never deployed by us: archive, disk untouched.
-    return instance.activity_status === 'removed'
-      ? undefined
-      : { kind: 'report', instance, report: removedReport(), reason: 'archive' };
+    return instance.activity_status === 'removed' ? undefined : report('archive', undefined);
   }
   const winner = problem === undefined ? winnerByPath.get(path) : undefined;
   if (problem === undefined && claimedPaths.has(path) && owned !== undefined) {
     // Another instance targets `deployed` at this path and takes the file over: our status changes only
     // once the file is the new owner's, so the service never hears "removed" while our bytes stay. If that
     // instance failed for good, our file stays too: a device keeps a working config rather than none.
-    const takeover = winner === undefined ? undefined : writeById.get(winner.id);
     if (winner !== undefined && owned.instanceId === winner.id) {
-      return { kind: 'report', instance, report: removedReport(), reason: 'replaced_by_owner' };
+      return report('replaced_by_owner', undefined);
     }
-    if (takeover !== undefined) return { kind: 'supersede', takeover };
-    if (ownedByThis) return { kind: 'untouched', instance, reason: 'awaiting_owner' };
+    if (winner !== undefined && writeById.has(winner.id)) return { takeoverBy: winner.id };
+    if (ownedByThis) return { kind: 'keep', instance, reason: 'awaiting_owner' };
     // The bytes there are another earlier instance's, not ours: nothing of this one is on disk.
-    return {
-      kind: 'report',
-      instance,
-      report: removedReport('replaced_by_owner'),
-      reason: 'replaced_by_owner',
-    };
+    return report('replaced_by_owner');
   }
-  if (ownedByThis) {
-    // Even when the file is already gone the remover runs: it prunes the directories the agent created and the
-    // record is forgotten; a bare report would leave both behind for good.
-    return { kind: 'remove', instance, path };
-  }
+  const remove = (): RemoveStep => ({
+    kind: 'remove',
+    instance,
+    path,
+    report: dueReport(instance, removedReport(), input),
+  });
+  // Even when the file is already gone the remover runs: it prunes the directories the agent created and the
+  // record is forgotten; a bare report would leave both behind for good.
+  if (ownedByThis) return remove();
   if (owned !== undefined && problem === undefined && input.complete && !claimedPaths.has(path)) {
     // Recorded as written by us for an earlier owner, and no instance wants the path any more: our file,
     // unwanted. (An owner that never took the file over would otherwise leave it behind for good.) Only a
     // complete pull can tell that nobody wants the path.
-    return { kind: 'remove', instance, path };
+    return remove();
   }
   // Deployed per the service but not recorded as written by us (lost state, another owner): never delete.
-  const reason: ReportReason = winner !== undefined || owned !== undefined ? 'replaced_by_owner' : 'not_ours';
-  return { kind: 'report', instance, report: removedReport(reason), reason };
+  return report(winner !== undefined || owned !== undefined ? 'replaced_by_owner' : 'not_ours');
 }
 
-function planDeployed(instance: ConfigInstance, input: PlanInput): Step {
+function planDeployed(
+  instance: ConfigInstance,
+  input: PlanInput,
+): Omit<WriteStep, 'displaces' | 'supersedes'> | Step {
   const path = instance.relative_filepath;
   const data = serializeContent(path, instance.content);
   const sha256 = sha256Hex(data);
@@ -270,11 +305,13 @@ function planDeployed(instance: ConfigInstance, input: PlanInput): Step {
   if (observed.kind === 'rejected') return { kind: 'fail', instance, message: observed.reason };
 
   const owned = input.local.files.get(path);
+  const deployed = dueReport(instance, deployedReport(), input);
   const inPlace = observed.kind === 'file' && observed.sha256 === sha256 && observed.mode === input.fileMode;
-  const serverInPlace = instance.activity_status === 'deployed' && instance.error_status === 'none';
   if (inPlace && owned?.instanceId === instance.id && owned.sha256 === sha256) {
-    if (serverInPlace) return { kind: 'untouched', instance, reason: 'in_place' };
-    return { kind: 'report', instance, report: deployedReport(), reason: 'already_in_place' };
+    const serverInPlace = instance.activity_status === 'deployed' && instance.error_status === 'none';
+    // `confirm` also supersedes a stale undelivered error report (from a failed repair) with `deployed`.
+    if (serverInPlace) return { kind: 'confirm', instance, report: deployed };
+    return { kind: 'report', instance, report: deployed, reason: 'already_in_place' };
   }
   let reason: WriteStep['reason'];
   if (inPlace) reason = 'adopt';
@@ -284,18 +321,35 @@ function planDeployed(instance: ConfigInstance, input: PlanInput): Step {
     reason = 'drift';
   } else reason = 'changed';
   if (reason === 'drift' && input.restoreDrift === false)
-    return { kind: 'untouched', instance, reason: 'drift_kept' };
-  return {
-    kind: 'write',
-    instance,
-    path,
-    data,
-    sha256,
-    reason,
-    displaces: [],
-    supersedes: [],
-    reportOnSuccess: !serverInPlace,
-  };
+    return { kind: 'keep', instance, reason: 'drift_kept' };
+  return { kind: 'write', instance, path, data, sha256, reason, report: deployed };
+}
+
+/**
+ * Whether the service must hear `report` for this instance: the one place this is decided (record.ts asks it
+ * too, for the failure reports only an effect can produce). Not when the service already holds that status
+ * and nothing else is pending for the instance; a pending different report must be superseded, or the older
+ * status would be delivered last.
+ */
+export function dueReport(
+  instance: ConfigInstance,
+  report: StatusReport,
+  known: Pick<PlanInput, 'pendingReports'> & { local: Pick<PlanInput['local'], 'instances'> },
+): StatusReport | undefined {
+  const pending = known.pendingReports?.get(instance.id);
+  const serverHasIt =
+    instance.activity_status === report.activity_status &&
+    instance.error_status === report.error_status &&
+    (report.error_status === 'none' || known.local.instances?.get(instance.id)?.message === report.message);
+  if (serverHasIt && pending === undefined) return undefined;
+  if (pending !== undefined && sameReport(pending, report)) return undefined;
+  return report;
+}
+
+function sameReport(a: StatusReport, b: StatusReport): boolean {
+  return (
+    a.activity_status === b.activity_status && a.error_status === b.error_status && a.message === b.message
+  );
 }
 
 function pathProblem(path: string): string | undefined {

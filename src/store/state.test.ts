@@ -7,6 +7,7 @@ import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { applySteps } from '../reconcile/apply.js';
 import { planSteps } from '../reconcile/plan.js';
+import { recordStep } from '../reconcile/record.js';
 import { ContentCache } from './content-cache.js';
 import { StatusOutbox } from './outbox.js';
 import {
@@ -240,7 +241,7 @@ describe('a state the agent cannot trust never leads to a deletion', () => {
         complete: true,
       });
       const outbox = StatusOutbox.ephemeral(fs, STATE_DIR, logger);
-      await applySteps(steps, {
+      const ctx = {
         fs,
         clock: { now: () => 0, monotonic: () => 0, sleep: async () => undefined },
         random: () => 0.5,
@@ -250,9 +251,12 @@ describe('a state the agent cannot trust never leads to a deletion', () => {
         dirMode: 0o755,
         retry: { maxAttempts: 3, baseDelaySeconds: 1, maxDelaySeconds: 10 },
         state,
+        files: state.files,
         cache: new ContentCache(fs, STATE_DIR),
         outbox,
-      });
+        trackHookPaths: false,
+      };
+      await applySteps(steps, ctx, (applied) => recordStep(applied, ctx));
 
       expect(vol.readFileSync(`${ROOT}/app.json`, 'utf8')).toBe(contents);
       expect(vol.readFileSync(`${ROOT}/etc/other.yaml`, 'utf8')).toBe('a: 1\n');

@@ -1,0 +1,202 @@
+// One reconcile pass: pull → observe → plan → apply → record → persist → report.
+import type { ServiceClient } from '../api/client.js';
+import { HttpStatusError } from '../api/errors.js';
+import type { RequestRetryOptions } from '../api/retry.js';
+import type { Deps } from '../lib/deps.js';
+import { errorMessage, isAgentError } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+import type { StateDir } from '../store/state-dir.js';
+import { applySteps } from './apply.js';
+import { observeDisk } from './observe.js';
+import type { PassError, PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
+import { planSteps } from './plan.js';
+import { type Pulled, pullInstances } from './pull.js';
+import { dropElapsedCooldowns, forgetUnseen, pendingReports, recordStep } from './record.js';
+import { deliverReports } from './report.js';
+
+/** Everything a pass works with; `lastSeenUpdatedAt` lives as long as the reconciler (report echoes). */
+export interface PassContext {
+  deps: Deps;
+  settings: ReconcilerSettings;
+  client: ServiceClient;
+  dir: StateDir;
+  lastSeenUpdatedAt: Map<string, string>;
+  logger: Logger;
+}
+
+export async function runPass(ctx: PassContext, options: PassOptions): Promise<PassResult> {
+  const { deps, settings, dir, logger } = ctx;
+  const { state, outbox } = dir;
+  const { signal } = options;
+  const started = deps.clock.monotonic();
+  const result = emptyResult(ctx, options);
+  const finish = () => finishResult(result, started, ctx);
+  // Reports from an earlier pass go first, so the pull below sees the statuses they carry.
+  if (!result.dryRun && outbox.size > 0) await report(ctx, result, signal);
+
+  let pulled: Pulled;
+  try {
+    pulled = await pullInstances(options.mode, {
+      ...requestContext(ctx, signal),
+      deviceId: settings.deviceId,
+      files: state.files,
+    });
+  } catch (error) {
+    signal?.throwIfAborted();
+    result.error = toPassError(error);
+    logger.warn({ err: error }, 'could not pull config instances: files left as they are');
+    return finish();
+  }
+  result.reachable = true;
+  result.mode = pulled.mode;
+  for (const instance of pulled.instances) ctx.lastSeenUpdatedAt.set(instance.id, instance.updated_at);
+
+  const disk = await observeDisk(deps.fs, settings.rootDir, pulled.instances, signal);
+  result.steps = planSteps({
+    instances: pulled.instances,
+    local: state,
+    disk,
+    pendingReports: pendingReports(outbox),
+    now: deps.clock.monotonic(),
+    fileMode: settings.fileMode,
+    restoreDrift: settings.restoreDrift ?? true,
+    complete: pulled.mode === 'full',
+    reportEchoes: reportEchoes(state.instances),
+  });
+  if (result.dryRun) return finish();
+  dropElapsedCooldowns(state, pulled.instances, deps.clock.monotonic());
+
+  const recordContext = {
+    ...deps,
+    state,
+    outbox,
+    logger,
+    fileMode: settings.fileMode,
+    retry: settings.retry,
+    trackHookPaths: settings.trackHookPaths ?? false,
+  };
+  const applyContext = {
+    fs: deps.fs,
+    logger,
+    rootDir: settings.rootDir,
+    fileMode: settings.fileMode,
+    dirMode: settings.dirMode,
+    files: state.files,
+    cache: dir.cache,
+    ...(signal === undefined ? {} : { signal }),
+  };
+  await applySteps(result.steps, applyContext, (applied) =>
+    result.outcomes.push(...recordStep(applied, recordContext)),
+  );
+  // Stopping is not a failure: what landed is recorded in memory, and the daemon's stop persists it.
+  signal?.throwIfAborted();
+  if (pulled.mode === 'full') forgetUnseen(state, pulled.instances);
+
+  try {
+    await dir.persist();
+    if (pulled.mode === 'full') await dir.pruneCache();
+  } catch (error) {
+    // Files changed on disk all the same: the caller must still learn which (hooks), and reports still go.
+    signal?.throwIfAborted();
+    result.persistError = toPassError(error);
+    logger.error({ err: error }, 'could not persist local state');
+  }
+  if (outbox.size > 0) await report(ctx, result, signal);
+  return finish();
+}
+
+/** Delivers the outbox (made durable first) and adds what happened to the result. */
+async function report(ctx: PassContext, result: PassResult, signal: AbortSignal | undefined): Promise<void> {
+  const { dir, logger } = ctx;
+  try {
+    await dir.outbox.persist();
+  } catch (error) {
+    logger.error({ err: error }, 'could not persist the status outbox; delivering from memory');
+  }
+  const delivery = await deliverReports({
+    ...requestContext(ctx, signal),
+    outbox: dir.outbox,
+    state: dir.state,
+    lastSeenUpdatedAt: ctx.lastSeenUpdatedAt,
+  });
+  result.reports.delivered += delivery.delivered;
+  result.reports.rejected += delivery.rejected;
+  if (delivery.persistError !== undefined) {
+    result.persistError = toPassError(delivery.persistError);
+    logger.error({ err: delivery.persistError }, 'could not rewrite the status outbox');
+  }
+  if (delivery.echoed) {
+    await dir.persistState().catch((error: unknown) => {
+      result.persistError = toPassError(error);
+      logger.error({ err: error }, 'could not persist local state');
+    });
+  }
+  if (delivery.deferredBy !== undefined) {
+    signal?.throwIfAborted();
+    result.reports.deliveryError = toPassError(delivery.deferredBy);
+  }
+}
+
+function requestContext(ctx: PassContext, signal: AbortSignal | undefined) {
+  const retry: RequestRetryOptions = {
+    retries: ctx.settings.requestRetries,
+    baseDelayMs: ctx.settings.requestRetryBaseMs ?? 500,
+    maxDelayMs: 10_000,
+    maxRetryAfterMs: 60_000,
+    clock: ctx.deps.clock,
+    random: ctx.deps.random,
+    logger: ctx.logger,
+    ...(signal === undefined ? {} : { signal }),
+  };
+  return { client: ctx.client, retry, logger: ctx.logger, ...(signal === undefined ? {} : { signal }) };
+}
+
+function reportEchoes(instances: PassContext['dir']['state']['instances']) {
+  return new Map(
+    [...instances].flatMap(([id, record]) =>
+      record.reportEcho === undefined ? [] : [[id, record.reportEcho] as const],
+    ),
+  );
+}
+
+function emptyResult(ctx: PassContext, options: PassOptions): PassResult {
+  return {
+    mode: options.mode,
+    dryRun: options.dryRun ?? false,
+    startedAt: new Date(ctx.deps.clock.now()).toISOString(),
+    durationMs: 0,
+    reachable: false,
+    steps: [],
+    outcomes: [],
+    reports: { delivered: 0, rejected: 0, pending: ctx.dir.outbox.size },
+    sweptTempFiles: ctx.dir.takeSweptTempFiles(),
+    converged: false,
+  };
+}
+
+function finishResult(result: PassResult, started: number, ctx: PassContext): PassResult {
+  result.durationMs = Math.round(ctx.deps.clock.monotonic() - started);
+  result.reports.pending = ctx.dir.outbox.size;
+  result.converged =
+    result.reachable &&
+    result.outcomes.every((outcome) => outcome.converged) &&
+    result.reports.pending === 0 &&
+    result.reports.rejected === 0 &&
+    result.persistError === undefined &&
+    !result.dryRun;
+  return result;
+}
+
+export function toPassError(error: unknown): PassError {
+  if (error instanceof HttpStatusError) {
+    return {
+      code: error.code,
+      message: error.message,
+      retryable: error.retryable,
+      status: error.status,
+      ...(error.retryAfterMs === undefined ? {} : { retryAfterMs: error.retryAfterMs }),
+    };
+  }
+  if (isAgentError(error)) return { code: error.code, message: error.message, retryable: error.retryable };
+  return { code: 'internal', message: errorMessage(error), retryable: false };
+}

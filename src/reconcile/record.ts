@@ -1,0 +1,297 @@
+// Turns what each step did into local-state changes and due status reports: the only writer of both in a pass.
+import type { ConfigInstance, StatusReport } from '../api/schemas.js';
+import type { Clock } from '../lib/clock.js';
+import { errorMessage, isAgentError } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+import type { StatusOutbox } from '../store/outbox.js';
+import type { LocalState } from '../store/state.js';
+import type { AppliedStep, EffectResult } from './apply.js';
+import type { InstanceAction, InstanceOutcome, RetryPolicy } from './pass-runner.js';
+import { dueReport, errorReport, type RemoveStep, type ReportLookup, removedReport } from './plan.js';
+
+export interface RecordContext {
+  state: LocalState;
+  outbox: StatusOutbox;
+  clock: Clock;
+  random: () => number;
+  logger: Logger;
+  fileMode: number;
+  retry: RetryPolicy;
+  /** Record written and removed paths in `state.pendingHookPaths` (the daemon has hooks to run). */
+  trackHookPaths: boolean;
+}
+
+/** Records one applied step; returns what happened to each instance it concerned. */
+export function recordStep(applied: AppliedStep, ctx: RecordContext): InstanceOutcome[] {
+  let outcomes: InstanceOutcome[];
+  try {
+    outcomes = outcomesOf(applied, ctx);
+  } catch (error) {
+    // A bug met while recording one step still costs only that instance an attempt; the pass goes on.
+    const operation = applied.step.kind === 'remove' ? 'remove' : 'write';
+    outcomes = [recordFailure(ctx, applied.step.instance, { kind: 'failed', error, operation })];
+  }
+  if (ctx.trackHookPaths) {
+    for (const outcome of outcomes) {
+      if (outcome.action === 'written' || outcome.action === 'removed')
+        ctx.state.pendingHookPaths.add(outcome.path);
+    }
+  }
+  return outcomes;
+}
+
+function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext): InstanceOutcome[] {
+  const { instance } = step;
+  switch (step.kind) {
+    case 'write': {
+      const recordSwapped = () => displaced.map((entry) => recordDisplaced(entry.step, entry.result, ctx));
+      if (result.kind !== 'written' && result.kind !== 'unchanged') {
+        const swapped = recordSwapped();
+        const waiting = step.supersedes.map(({ instance: superseded }) =>
+          awaitingOwner(superseded, instance.id),
+        );
+        return [...swapped, ...waiting, recordFailure(ctx, instance, result)];
+      }
+      const previous = ctx.state.files.get(step.path);
+      ctx.state.files.set(step.path, {
+        instanceId: instance.id,
+        sha256: result.sha256,
+        mode: ctx.fileMode,
+        createdDirs: [...new Set([...(previous?.createdDirs ?? []), ...result.createdDirs])],
+        writtenAt: new Date(ctx.clock.now()).toISOString(),
+      });
+      markSucceeded(ctx, instance, 'deployed', step.report);
+      const swapped = recordSwapped();
+      const replaced = step.supersedes.map(({ instance: superseded, report }) => {
+        markSucceeded(ctx, superseded, 'removed', report);
+        return {
+          ...outcomeFor(superseded, 'replaced', true),
+          message: `its file now belongs to ${instance.id}`,
+        };
+      });
+      return [...swapped, ...replaced, { ...outcomeFor(instance, result.kind, true), reason: step.reason }];
+    }
+    case 'remove':
+      return [recordRemoval(step, result, ctx)];
+    case 'report': {
+      const activity = step.reason === 'already_in_place' ? 'deployed' : 'removed';
+      markSucceeded(ctx, instance, activity, step.report);
+      const outcome = outcomeFor(instance, activity === 'deployed' ? 'reported' : 'archived', true);
+      const note = activity === 'removed' ? removedReport(step.reason).message : undefined;
+      return [note === undefined ? outcome : { ...outcome, message: note }];
+    }
+    case 'confirm':
+      markSucceeded(ctx, instance, 'deployed', step.report);
+      return [outcomeFor(instance, 'unchanged', true)];
+    case 'keep':
+      if (step.reason === 'awaiting_owner') return [awaitingOwner(instance)];
+      return [
+        {
+          ...outcomeFor(instance, 'unchanged', true),
+          message: 'changed on disk by someone else: kept (drift policy is not "restore")',
+        },
+      ];
+    case 'skip':
+      ctx.state.cooldowns.delete(instance.id);
+      return [{ ...outcomeFor(instance, 'untouched', false), message: 'failed on the service: left alone' }];
+    case 'fail':
+      ctx.logger.error({ instanceId: instance.id, path: instance.relative_filepath }, step.message);
+      recordError(ctx, instance, 'failed', step.message, 0);
+      return [{ ...outcomeFor(instance, 'failed', false), message: step.message }];
+    case 'refuse':
+      ctx.logger.warn({ instanceId: instance.id, path: instance.relative_filepath }, step.message);
+      recordError(ctx, instance, 'retrying', step.message, 0);
+      return [{ ...outcomeFor(instance, 'refused', false), message: step.message }];
+    case 'wait': {
+      const seconds = Math.max(0, Math.ceil((step.until - ctx.clock.monotonic()) / 1000));
+      return [{ ...outcomeFor(instance, 'waiting', false), message: `next attempt in ${seconds}s` }];
+    }
+  }
+}
+
+function recordRemoval(step: RemoveStep, result: EffectResult, ctx: RecordContext): InstanceOutcome {
+  const { instance } = step;
+  if (result.kind === 'removed') {
+    handDownCreatedDirs(ctx.state, step.path);
+    ctx.state.files.delete(step.path);
+    markSucceeded(ctx, instance, 'removed', step.report);
+    return outcomeFor(instance, 'removed', true);
+  }
+  if (result.kind === 'kept') {
+    ctx.state.files.delete(step.path);
+    markSucceeded(
+      ctx,
+      instance,
+      'removed',
+      dueReport(instance, { ...removedReport(), message: result.message }, known(ctx)),
+    );
+    return { ...outcomeFor(instance, 'archived', true), message: result.message };
+  }
+  return recordFailure(ctx, instance, result);
+}
+
+/** A file removed for a swap: it counts once the new file is in place, or rolls back with it. */
+function recordDisplaced(step: RemoveStep, result: EffectResult, ctx: RecordContext): InstanceOutcome {
+  if (result.kind === 'restored') {
+    return {
+      ...outcomeFor(step.instance, 'unchanged', false),
+      message: 'kept: its replacement could not be written',
+    };
+  }
+  const outcome = recordRemoval(step, result, ctx);
+  return result.kind === 'removed' && result.rollbackLost
+    ? { ...outcome, message: 'removed; rollback impossible (no cached copy)' }
+    : outcome;
+}
+
+/**
+ * Directories the agent created for a removed file that still hold other managed files were not pruned;
+ * the first such file inherits them, so they are pruned when the last file in them goes.
+ */
+function handDownCreatedDirs(state: LocalState, removedPath: string): void {
+  for (const dir of state.files.get(removedPath)?.createdDirs ?? []) {
+    for (const [path, file] of state.files) {
+      if (path === removedPath || !path.startsWith(`${dir}/`)) continue;
+      if (!file.createdDirs.includes(dir)) {
+        state.files.set(path, { ...file, createdDirs: [dir, ...file.createdDirs].sort(byDepth) });
+      }
+      break;
+    }
+  }
+}
+
+function byDepth(a: string, b: string): number {
+  return a.split('/').length - b.split('/').length;
+}
+
+/**
+ * A failed disk operation: hostile paths fail at once; other errors count an attempt, back off with full
+ * jitter and turn `failed` after maxAttempts.
+ */
+function recordFailure(ctx: RecordContext, instance: ConfigInstance, result: EffectResult): InstanceOutcome {
+  const { error, operation } =
+    result.kind === 'failed' ? result : { error: new Error(`unexpected ${result.kind}`), operation: 'write' };
+  const message = `${operation} failed: ${errorMessage(error)}`;
+  const permanent = isAgentError(error) && !error.retryable;
+  const attempts = (ctx.state.instances.get(instance.id)?.attempts ?? 0) + 1;
+  const exhausted = permanent || attempts >= ctx.retry.maxAttempts;
+  const errorStatus = exhausted ? 'failed' : 'retrying';
+  let nextAttemptAt: string | undefined;
+  if (!exhausted) {
+    const delayMs = backoffDelayMs(ctx.retry, attempts, ctx.random);
+    ctx.state.cooldowns.set(instance.id, ctx.clock.monotonic() + delayMs);
+    nextAttemptAt = new Date(ctx.clock.now() + delayMs).toISOString();
+  }
+  ctx.logger.error(
+    { err: error, instanceId: instance.id, path: instance.relative_filepath, attempts, errorStatus },
+    `${operation} failed`,
+  );
+  recordError(ctx, instance, errorStatus, message, attempts, nextAttemptAt);
+  return { ...outcomeFor(instance, errorStatus, false), message };
+}
+
+/** Full jitter: uniform in [0, min(max, base × 2^(attempt-1))], so a fleet's retries spread out. */
+export function backoffDelayMs(policy: RetryPolicy, attempt: number, random: () => number): number {
+  const ceiling =
+    Math.min(policy.maxDelaySeconds, policy.baseDelaySeconds * 2 ** Math.max(0, attempt - 1)) * 1000;
+  return Math.round(random() * ceiling);
+}
+
+/** An instance whose path a newer instance takes over, while the newer one's file is not in place yet. */
+function awaitingOwner(instance: ConfigInstance, ownerId?: string): InstanceOutcome {
+  const owner = ownerId === undefined ? 'its replacement' : ownerId;
+  return {
+    ...outcomeFor(instance, 'waiting', false),
+    message: `kept until ${owner} is written in its place`,
+  };
+}
+
+/** Queues the failure report if due (compared with the record's last message), then updates the record. */
+function recordError(
+  ctx: RecordContext,
+  instance: ConfigInstance,
+  error: 'failed' | 'retrying',
+  message: string,
+  attempts: number,
+  nextAttemptAt?: string,
+): void {
+  queue(
+    ctx,
+    instance,
+    dueReport(instance, errorReport(instance.activity_status, error, message), known(ctx)),
+  );
+  if (nextAttemptAt === undefined) ctx.state.cooldowns.delete(instance.id);
+  ctx.state.instances.set(instance.id, {
+    relativePath: instance.relative_filepath,
+    activity: instance.activity_status,
+    error,
+    message,
+    attempts,
+    ...(nextAttemptAt === undefined ? {} : { nextAttemptAt }),
+    ...keptEcho(ctx, instance),
+  });
+}
+
+/** The instance is where the service wants it: earlier attempts and cooldowns no longer apply. */
+function markSucceeded(
+  ctx: RecordContext,
+  instance: ConfigInstance,
+  activity: 'deployed' | 'removed',
+  report: StatusReport | undefined,
+): void {
+  queue(ctx, instance, report);
+  ctx.state.cooldowns.delete(instance.id);
+  ctx.state.instances.set(instance.id, {
+    relativePath: instance.relative_filepath,
+    activity,
+    error: 'none',
+    attempts: 0,
+    ...keptEcho(ctx, instance),
+  });
+}
+
+function queue(ctx: RecordContext, instance: ConfigInstance, report: StatusReport | undefined): void {
+  if (report !== undefined) ctx.outbox.enqueue(instance.id, report, new Date(ctx.clock.now()));
+}
+
+/** What `dueReport` compares with: the reports still queued and the messages last recorded. */
+function known(ctx: RecordContext) {
+  return { pendingReports: pendingReports(ctx.outbox), local: { instances: ctx.state.instances } };
+}
+
+/** The queued report of each instance, as the planner and `dueReport` see them. */
+export function pendingReports(outbox: StatusOutbox): ReportLookup {
+  return { get: (instanceId) => outbox.pendingFor(instanceId)?.report };
+}
+
+/** The echo of the agent's own last report outlives record updates: see `PlanInput.reportEchoes`. */
+function keptEcho(ctx: RecordContext, instance: ConfigInstance) {
+  const echo = ctx.state.instances.get(instance.id)?.reportEcho;
+  return echo === undefined ? {} : { reportEcho: echo };
+}
+
+function outcomeFor(instance: ConfigInstance, action: InstanceAction, converged: boolean): InstanceOutcome {
+  return { instanceId: instance.id, path: instance.relative_filepath, action, converged };
+}
+
+/** A cooldown whose time has come has done its job once planned past: the pass acts, a new failure sets a new one. */
+export function dropElapsedCooldowns(
+  state: LocalState,
+  planned: readonly ConfigInstance[],
+  now: number,
+): void {
+  for (const instance of planned) {
+    const until = state.cooldowns.get(instance.id);
+    if (until !== undefined && until <= now) state.cooldowns.delete(instance.id);
+  }
+}
+
+/** After a full pass, records of instances the service no longer lists and that own no file are dropped. */
+export function forgetUnseen(state: LocalState, instances: readonly ConfigInstance[]): void {
+  const seen = new Set(instances.map((instance) => instance.id));
+  const owners = new Set([...state.files.values()].map((file) => file.instanceId));
+  for (const id of state.instances.keys()) {
+    if (!seen.has(id)) state.cooldowns.delete(id);
+    if (!seen.has(id) && !owners.has(id)) state.instances.delete(id);
+  }
+}

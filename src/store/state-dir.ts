@@ -1,0 +1,136 @@
+// The state directory: its lock, the sweep of temp files a crash left, and loading and persisting what is in it.
+import type { FsPort } from '../lib/fs-port.js';
+import type { Logger } from '../lib/logger.js';
+import { ContentCache } from './content-cache.js';
+import { sweepTempFiles } from './durable-writer.js';
+import { acquireStateLock, type StateLock } from './lock.js';
+import { StatusOutbox } from './outbox.js';
+import { emptyState, type LocalState, loadLocalState, saveLocalState } from './state.js';
+
+export interface StateDirSettings {
+  stateDir: string;
+  rootDir: string;
+  deviceId: string;
+}
+
+export class StateDir {
+  readonly state: LocalState;
+  readonly outbox: StatusOutbox;
+  readonly cache: ContentCache;
+  /** True for dry runs: nothing is locked, swept or persisted. */
+  readonly readOnly: boolean;
+  readonly #fs: FsPort;
+  readonly #settings: StateDirSettings;
+  readonly #logger: Logger;
+  #lock: StateLock | undefined;
+  /** Temp files swept from the root at open, handed to the first pass's result once. */
+  #sweptTempFiles: string[];
+
+  private constructor(
+    fs: FsPort,
+    settings: StateDirSettings,
+    logger: Logger,
+    parts: { state: LocalState; outbox: StatusOutbox; readOnly: boolean; swept: string[]; lock?: StateLock },
+  ) {
+    this.#fs = fs;
+    this.#settings = settings;
+    this.#logger = logger;
+    this.state = parts.state;
+    this.outbox = parts.outbox;
+    this.cache = new ContentCache(fs, settings.stateDir);
+    this.readOnly = parts.readOnly;
+    this.#sweptTempFiles = parts.swept;
+    this.#lock = parts.lock;
+  }
+
+  /**
+   * Takes the lock, sweeps temp files a crash left in the root and the state directory (both must exist),
+   * then loads state and outbox. `readOnly` (dry runs) does none of the first two and tolerates no state.
+   */
+  static async open(
+    fs: FsPort,
+    settings: StateDirSettings,
+    logger: Logger,
+    options: { readOnly?: boolean } = {},
+  ): Promise<StateDir> {
+    const readOnly = options.readOnly ?? false;
+    let lock: StateLock | undefined;
+    let swept: string[] = [];
+    try {
+      if (!readOnly) {
+        // Before the sweep: the temp files of another agent's write in progress are not leftovers.
+        lock = await acquireStateLock(fs, settings.stateDir);
+        swept = await sweepTempFiles(fs, settings.rootDir);
+        if (swept.length > 0)
+          logger.warn({ files: swept }, 'removed temp files left by an interrupted write');
+        const sweptState = await sweepTempFiles(fs, settings.stateDir);
+        if (sweptState.length > 0) {
+          logger.warn(
+            { stateFiles: sweptState },
+            'removed temp files of the state directory left by a crash',
+          );
+        }
+      }
+      const { state, outcome } = await loadLocalState(
+        fs,
+        settings.stateDir,
+        settings.deviceId,
+        logger,
+        settings.rootDir,
+      ).catch((error: unknown) => {
+        if (!readOnly) throw error;
+        return { state: emptyState(settings.deviceId, settings.rootDir), outcome: 'missing' as const };
+      });
+      logger.debug({ outcome, managedFiles: state.files.size }, 'local state loaded');
+      const outbox = readOnly
+        ? StatusOutbox.ephemeral(fs, settings.stateDir, logger)
+        : await StatusOutbox.open(fs, settings.stateDir, logger);
+      return new StateDir(fs, settings, logger, {
+        state,
+        outbox,
+        readOnly,
+        swept,
+        ...(lock === undefined ? {} : { lock }),
+      });
+    } catch (error) {
+      await lock?.release();
+      throw error;
+    }
+  }
+
+  get settings(): Readonly<StateDirSettings> {
+    return this.#settings;
+  }
+
+  /** The temp files swept at open, once: the first pass reports them. */
+  takeSweptTempFiles(): string[] {
+    const swept = this.#sweptTempFiles;
+    this.#sweptTempFiles = [];
+    return swept;
+  }
+
+  /** Makes state and queued reports durable (unchanged bytes are not rewritten). */
+  async persist(): Promise<void> {
+    if (this.readOnly) return;
+    await saveLocalState(this.#fs, this.#settings.stateDir, this.state);
+    await this.outbox.persist();
+  }
+
+  async persistState(): Promise<void> {
+    if (!this.readOnly) await saveLocalState(this.#fs, this.#settings.stateDir, this.state);
+  }
+
+  /** Drops cached contents no managed file references any more (after a full pass). */
+  async pruneCache(): Promise<void> {
+    const keep = new Set([...this.state.files.values()].map((file) => file.sha256));
+    await this.cache.prune(keep).catch((error: unknown) => {
+      this.#logger.warn({ err: error }, 'could not prune the content cache');
+    });
+  }
+
+  /** Releases the directory for another agent; nothing may be persisted afterwards. */
+  async close(): Promise<void> {
+    await this.#lock?.release();
+    this.#lock = undefined;
+  }
+}
