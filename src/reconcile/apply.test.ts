@@ -9,8 +9,6 @@ import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
-import { readRegularFile } from '../store/durable-writer.js';
-import { PathRejectedError } from '../store/errors.js';
 import { StatusOutbox } from '../store/outbox.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { emptyState, type LocalState } from '../store/state.js';

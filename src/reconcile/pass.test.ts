@@ -1,0 +1,437 @@
+// runPass in-process against the mock service on loopback and a real temp dir: one test per rule of the pass.
+
+import * as nodeFs from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createClient, type ServiceClient } from '../api/client.js';
+import type { ConfigInstance } from '../api/schemas.js';
+import type { Clock } from '../lib/clock.js';
+import type { Deps } from '../lib/deps.js';
+import { silentLogger } from '../lib/logger.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import type { PassMode, PassResult, ReconcilerSettings } from './pass-runner.js';
+import { Reconciler } from './reconcile.js';
+
+const API_KEY = 'sk_test_pass_0123456789abcdef';
+const DEVICE = 'dvc_1';
+const T0 = '2026-01-01T00:00:00.000Z';
+
+/** A monotonic clock that moves only when told: cooldowns are crossed on purpose, never by waiting. */
+function manualClock(): Clock & { advance(ms: number): void } {
+  let monotonic = 1_000;
+  return {
+    now: () => Date.parse('2026-06-01T00:00:00.000Z') + monotonic,
+    monotonic: () => monotonic,
+    sleep: async () => undefined,
+    advance(ms) {
+      monotonic += ms;
+    },
+  };
+}
+
+/** The real fs, with a switch that makes renames onto chosen targets fail as a full disk would. */
+function faultyFs() {
+  const fs = {
+    ...nodeFs,
+    failRenameTo: (_target: string) => false,
+    rename: async (from: Parameters<typeof nodeFs.rename>[0], to: Parameters<typeof nodeFs.rename>[1]) => {
+      if (fs.failRenameTo(String(to))) {
+        throw Object.assign(new Error(`ENOSPC: no space left on device, rename '${String(to)}'`), {
+          code: 'ENOSPC',
+        });
+      }
+      return nodeFs.rename(from, to);
+    },
+  };
+  return fs;
+}
+
+interface World {
+  fs: ReturnType<typeof faultyFs>;
+  dir: string;
+  rootDir: string;
+  server: RunningMockServer;
+  clock: ReturnType<typeof manualClock>;
+  client: ServiceClient;
+  reconciler: Reconciler;
+}
+
+let world: World;
+
+async function openReconciler(client: ServiceClient): Promise<Reconciler> {
+  const deps: Deps = { fs: world.fs, clock: world.clock, random: () => 0.5, logger: silentLogger() };
+  const settings: ReconcilerSettings = {
+    deviceId: DEVICE,
+    rootDir: world.rootDir,
+    stateDir: path.join(world.dir, 'state'),
+    fileMode: 0o640,
+    dirMode: 0o750,
+    retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    requestRetries: 0,
+  };
+  return Reconciler.open(deps, settings, client);
+}
+
+beforeEach(async () => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-pass-'));
+  const rootDir = path.join(dir, 'root');
+  await mkdir(rootDir);
+  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
+  const server = await startMockServer({ apiKeys: [API_KEY] });
+  const client = createClient({
+    baseUrl: server.url,
+    apiKey: API_KEY,
+    timeoutMs: 10_000,
+    maxResponseBytes: 1 << 20,
+  });
+  world = { fs: faultyFs(), dir, rootDir, server, clock: manualClock(), client } as World;
+  world.reconciler = await openReconciler(client);
+});
+
+afterEach(async () => {
+  await world.reconciler.close();
+  await world.server.close();
+  await rm(world.dir, { recursive: true, force: true });
+});
+
+/** Puts an instance on the service exactly as given (statuses included), as if operators and reports had. */
+function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
+  world.server.state.instances.set(fields.id, {
+    device_id: DEVICE,
+    relative_filepath: `${fields.id}.json`,
+    config_schema_id: `sch_${fields.id}`,
+    config_type_id: 'typ',
+    target_status: 'deployed',
+    activity_status: 'queued',
+    error_status: 'none',
+    content: { owner: fields.id },
+    created_at: T0,
+    updated_at: T0,
+    ...fields,
+  });
+}
+
+function onService(id: string): ConfigInstanceRecord {
+  return world.server.state.instance(id);
+}
+
+function pass(mode: PassMode = 'full'): Promise<PassResult> {
+  return world.reconciler.runPass({ mode });
+}
+
+/** The reports the service received, as `id activity/error`. */
+function reportsReceived(): string[] {
+  return world.server.state.reports.map(
+    (r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`,
+  );
+}
+
+function fileAt(relative: string): Promise<string> {
+  return readFile(path.join(world.rootDir, relative), 'utf8');
+}
+
+async function exists(relative: string): Promise<boolean> {
+  return lstat(path.join(world.rootDir, relative)).then(
+    () => true,
+    () => false,
+  );
+}
+
+function json(content: unknown): string {
+  return `${JSON.stringify(content, null, 2)}\n`;
+}
+
+describe('runPass: target deployed', () => {
+  it('writes a new file with the exact bytes, then reports deployed; a second pass changes nothing', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { port: 8080 } });
+
+    const first = await pass();
+
+    expect(await fileAt('app/a.json')).toBe(json({ port: 8080 }));
+    expect((await stat(path.join(world.rootDir, 'app/a.json'))).mode & 0o777).toBe(0o640);
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none']);
+    expect(first.converged).toBe(true);
+    const before = await stat(path.join(world.rootDir, 'app/a.json'));
+    const second = await pass();
+    const after = await stat(path.join(world.rootDir, 'app/a.json'));
+    expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+    expect(reportsReceived()).toHaveLength(1);
+    expect(second.converged).toBe(true);
+  });
+
+  it('in place and recorded as ours: nothing written; `deployed` reported again only when the service lags', async () => {
+    put({ id: 'cfg_a', content: { v: 1 } });
+    await pass();
+    const before = await stat(path.join(world.rootDir, 'cfg_a.json'));
+    put({ ...onService('cfg_a'), error_status: 'retrying' });
+
+    await pass();
+
+    const after = await stat(path.join(world.rootDir, 'cfg_a.json'));
+    expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none', 'cfg_a deployed/none']);
+    expect(onService('cfg_a')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+  });
+
+  it('error_status failed: never touched again, not even a file it owns', async () => {
+    put({ id: 'cfg_a', content: { v: 1 } });
+    await pass();
+    put({ ...onService('cfg_a'), content: { v: 2 }, error_status: 'failed' });
+
+    const result = await pass();
+
+    expect(await fileAt('cfg_a.json')).toBe(json({ v: 1 }));
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none']);
+    expect(result.outcomes).toMatchObject([{ instanceId: 'cfg_a', action: 'untouched' }]);
+  });
+
+  it('a hostile path fails at once with the rule broken; nothing is written anywhere', async () => {
+    put({ id: 'cfg_evil', relative_filepath: '../escape.json' });
+
+    await pass();
+
+    expect(reportsReceived()).toEqual(['cfg_evil queued/failed']);
+    expect(world.server.state.reports[0]?.message).toMatch(/\.\./);
+    await expect(lstat(path.join(world.dir, 'escape.json'))).rejects.toThrow();
+    expect(await nodeFs.readdir(world.rootDir)).toEqual([]);
+  });
+
+  it('two instances at one path: the one updated later wins, the other is refused `retrying` naming both', async () => {
+    put({ id: 'cfg_old', relative_filepath: 'shared.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    put({ id: 'cfg_new', relative_filepath: 'shared.json', updated_at: '2026-01-02T00:00:00.000Z' });
+
+    await pass();
+
+    expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_new' }));
+    expect(reportsReceived().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
+    const refusal = world.server.state.reports.find((r) => r.config_instance_id === 'cfg_old');
+    expect(refusal?.message).toMatch(/cfg_new/);
+    expect(refusal?.message).toMatch(/cfg_old/);
+  });
+
+  it('a failed write waits out its cooldown (no new attempt, no new report), then succeeds once it is due', async () => {
+    const full = { on: true };
+    world.fs.failRenameTo = (target) => full.on && target.endsWith('app.json');
+    put({ id: 'cfg_a', relative_filepath: 'app.json' });
+
+    await pass();
+    expect(reportsReceived()).toEqual(['cfg_a queued/retrying']);
+    full.on = false;
+
+    const waiting = await pass();
+    expect(waiting.outcomes).toMatchObject([{ instanceId: 'cfg_a', action: 'waiting' }]);
+    expect(await exists('app.json')).toBe(false);
+    expect(reportsReceived()).toEqual(['cfg_a queued/retrying']);
+
+    world.clock.advance(10_001);
+    await pass();
+    expect(await fileAt('app.json')).toBe(json({ owner: 'cfg_a' }));
+    expect(reportsReceived()).toEqual(['cfg_a queued/retrying', 'cfg_a deployed/none']);
+  });
+});
+
+describe('runPass: target removed or created', () => {
+  it('recorded as ours: the file is removed and `removed` reported', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'dir/a.json' });
+    await pass();
+    world.server.state.removeInstance('cfg_a', T0);
+
+    await pass();
+
+    expect(await exists('dir/a.json')).toBe(false);
+    expect(await exists('dir')).toBe(false);
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none', 'cfg_a removed/none']);
+  });
+
+  it('never deployed by us: archived (`removed`), a file at its path untouched', async () => {
+    await writeFile(path.join(world.rootDir, 'cfg_a.json'), 'not ours\n');
+    put({ id: 'cfg_a', target_status: 'removed', activity_status: 'queued' });
+
+    await pass();
+
+    expect(await fileAt('cfg_a.json')).toBe('not ours\n');
+    expect(reportsReceived()).toEqual(['cfg_a removed/none']);
+  });
+
+  it('deployed per the service but not recorded as ours: `removed` with a note, the file stays', async () => {
+    await writeFile(path.join(world.rootDir, 'cfg_a.json'), 'someone else\n');
+    put({ id: 'cfg_a', target_status: 'removed', activity_status: 'deployed' });
+
+    await pass();
+
+    expect(await fileAt('cfg_a.json')).toBe('someone else\n');
+    expect(reportsReceived()).toEqual(['cfg_a removed/none']);
+    expect(world.server.state.reports[0]?.message).toMatch(/not recorded as written by this agent/);
+  });
+
+  it('another instance deployed at the path in this pass takes the file over; the old one is reported with it', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'app.json', content: { v: 'a' } });
+    await pass();
+    put({ id: 'cfg_b', relative_filepath: 'app.json', content: { v: 'b' } });
+    world.server.state.removeInstance('cfg_a', T0);
+
+    await pass();
+
+    expect(await fileAt('app.json')).toBe(json({ v: 'b' }));
+    expect(reportsReceived().slice(1).sort()).toEqual(['cfg_a removed/none', 'cfg_b deployed/none']);
+  });
+
+  it('the path already belongs to the other instance: the old one is simply reported `removed`', async () => {
+    put({ id: 'cfg_b', relative_filepath: 'app.json', content: { v: 'b' } });
+    await pass();
+    put({
+      id: 'cfg_a',
+      relative_filepath: 'app.json',
+      target_status: 'removed',
+      activity_status: 'deployed',
+    });
+
+    await pass();
+
+    expect(await fileAt('app.json')).toBe(json({ v: 'b' }));
+    expect(reportsReceived()).toEqual(['cfg_b deployed/none', 'cfg_a removed/none']);
+  });
+
+  it('while the new owner of the path failed for good, the old file stays and nothing is reported for it', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'app.json', content: { v: 'a' } });
+    await pass();
+    world.server.state.removeInstance('cfg_a', T0);
+    put({ id: 'cfg_b', relative_filepath: 'app.json', error_status: 'failed' });
+
+    await pass();
+
+    expect(await fileAt('app.json')).toBe(json({ v: 'a' }));
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none']);
+  });
+
+  it('recorded as ours for an earlier owner and wanted by nobody (full pass): removed, `removed` reported', async () => {
+    put({ id: 'cfg_x', relative_filepath: 'app.json' });
+    await pass();
+    // cfg_x is history now (not listed again); cfg_y claims it had the path deployed and must go.
+    put({ ...onService('cfg_x'), target_status: 'removed', activity_status: 'removed' });
+    put({
+      id: 'cfg_y',
+      relative_filepath: 'app.json',
+      target_status: 'removed',
+      activity_status: 'deployed',
+    });
+
+    await pass();
+
+    expect(await exists('app.json')).toBe(false);
+    expect(reportsReceived()).toEqual(['cfg_x deployed/none', 'cfg_y removed/none']);
+  });
+
+  it('a removal of the same config schema is a swap: the old file goes, the new one is written, both reported', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'old.json', config_schema_id: 'sch_app' });
+    await pass();
+    put({ id: 'cfg_b', relative_filepath: 'new.json', config_schema_id: 'sch_app' });
+    world.server.state.removeInstance('cfg_a', T0);
+
+    await pass();
+
+    expect(await exists('old.json')).toBe(false);
+    expect(await fileAt('new.json')).toBe(json({ owner: 'cfg_b' }));
+    expect(reportsReceived().slice(1)).toEqual(['cfg_b deployed/none', 'cfg_a removed/none']);
+  });
+});
+
+describe('runPass: pulls', () => {
+  it('an incremental poll fetches the recorded owner of a path a newcomer wants, so the newcomer is refused', async () => {
+    put({ id: 'cfg_owner', relative_filepath: 'app.json', updated_at: '2026-01-05T00:00:00.000Z' });
+    await pass();
+    // An older instance is queued at the same path; the owner is deployed and unchanged, so a poll's
+    // queries do not list it.
+    put({ id: 'cfg_late', relative_filepath: 'app.json', updated_at: '2026-01-02T00:00:00.000Z' });
+
+    const result = await pass('incremental');
+
+    expect(result.mode).toBe('incremental');
+    expect(await fileAt('app.json')).toBe(json({ owner: 'cfg_owner' }));
+    expect(reportsReceived()).toEqual(['cfg_owner deployed/none', 'cfg_late queued/retrying']);
+  });
+
+  it('an incremental poll that would remove a recorded file becomes a full pass', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'a.json' });
+    await pass();
+    world.server.state.removeInstance('cfg_a', T0);
+
+    const result = await pass('incremental');
+
+    expect(result.mode).toBe('full');
+    expect(await exists('a.json')).toBe(false);
+  });
+
+  it('an instance of another device in a listing is ignored: nothing written, nothing reported', async () => {
+    put({ id: 'cfg_mine', relative_filepath: 'mine.json' });
+    const stranger = {
+      ...(await world.client.listConfigInstances({ device_id: DEVICE })).data[0]!,
+      id: 'cfg_stranger',
+      device_id: 'dvc_other',
+      relative_filepath: 'stranger.json',
+    } satisfies ConfigInstance;
+    const leaky: ServiceClient = {
+      ...world.client,
+      async *iterateConfigInstances(filters, page) {
+        yield* world.client.iterateConfigInstances(filters, page);
+        yield stranger;
+      },
+    };
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(leaky);
+
+    await pass();
+
+    expect(await exists('stranger.json')).toBe(false);
+    expect(await fileAt('mine.json')).toBe(json({ owner: 'cfg_mine' }));
+    expect(reportsReceived()).toEqual(['cfg_mine deployed/none']);
+  });
+});
+
+describe('runPass: reports', () => {
+  it('a report the service rejects for good (404) is dropped; the reports after it are still delivered', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'a.json' });
+    put({ id: 'cfg_b', relative_filepath: 'b.json' });
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 100, status: 404 });
+
+    const first = await pass();
+
+    expect(reportsReceived()).toEqual(['cfg_b deployed/none']);
+    expect(first.reports).toMatchObject({ delivered: 1, rejected: 1, pending: 0 });
+    // The service still lacks cfg_a's status: each pass says it again (and it is dropped again); nothing queues up.
+    const second = await pass();
+    expect(second.reports).toMatchObject({ delivered: 0, pending: 0 });
+    expect(reportsReceived()).toEqual(['cfg_b deployed/none']);
+  });
+
+  it('a service that cannot take reports now (503) keeps them all, in order, for the next pass', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'a.json' });
+    put({ id: 'cfg_b', relative_filepath: 'b.json' });
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_', count: 1, status: 503 });
+
+    const first = await pass();
+
+    expect(first.reports).toMatchObject({ delivered: 0, pending: 2 });
+    expect(first.converged).toBe(false);
+    const second = await pass();
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none', 'cfg_b deployed/none']);
+    expect(second.converged).toBe(true);
+  });
+
+  it("the agent's own report does not make an instance the one 'updated last' at a path", async () => {
+    // cfg_first was updated by operators later than cfg_second; reporting cfg_first moves its updated_at
+    // again, but cfg_second's own newer report must not flip the winner on the next passes.
+    put({ id: 'cfg_first', relative_filepath: 'p.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    put({ id: 'cfg_second', relative_filepath: 'p.json', updated_at: '2026-01-02T00:00:00.000Z' });
+
+    await pass();
+    await pass();
+    await pass();
+
+    expect(await fileAt('p.json')).toBe(json({ owner: 'cfg_first' }));
+    expect(reportsReceived().sort()).toEqual(['cfg_first deployed/none', 'cfg_second queued/retrying']);
+  });
+});
