@@ -548,18 +548,14 @@ describe('applySteps: remove and archive', () => {
   });
 });
 
-describe('applySteps: hostile paths and symlinks fail at once', () => {
+describe('applySteps: hostile path strings fail at once', () => {
   it.each([
-    ['a symlinked parent directory', 'link/app.json', /crosses a symlink/],
-    ['a symlink at the target', 'app.json', /crosses a symlink/],
     ['a dot-dot path', '../outside/app.json', /"\."|"\.\."/],
     ['an absolute path', `${OUTSIDE}/app.json`, /absolute/],
   ])(
     '%s: `failed` with the reason, nothing written outside the root, no retry',
     async (_name, relative, why) => {
       const world = await makeWorld({ [`${OUTSIDE}/app.json`]: 'outside\n' });
-      world.vol.symlinkSync(OUTSIDE, `${ROOT}/link`);
-      world.vol.symlinkSync(`${OUTSIDE}/app.json`, `${ROOT}/app.json`);
       world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: relative }));
 
       const { outcomes } = await pass(world);
@@ -580,6 +576,76 @@ describe('applySteps: hostile paths and symlinks fail at once', () => {
       expect(world.outbox.pending()).toEqual([]);
     },
   );
+});
+
+describe('applySteps: an obstacle on disk is never written through, and is retried', () => {
+  it.each([
+    ['a symlinked parent directory', 'link/app.json', `${ROOT}/link`],
+    ['a symlink at the target', 'app.json', `${ROOT}/app.json`],
+  ])(
+    '%s: `retrying` with a cooldown, nothing written outside the root; converges once it is cleared',
+    async (_name, relative, obstacle) => {
+      const world = await makeWorld({ [`${OUTSIDE}/app.json`]: 'outside\n' });
+      world.vol.symlinkSync(OUTSIDE, `${ROOT}/link`);
+      world.vol.symlinkSync(`${OUTSIDE}/app.json`, `${ROOT}/app.json`);
+      world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: relative }));
+
+      const { outcomes } = await pass(world);
+
+      expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'retrying', converged: false });
+      expect(world.vol.readFileSync(`${OUTSIDE}/app.json`, 'utf8')).toBe('outside\n');
+      expect(world.vol.readdirSync(OUTSIDE)).toEqual(['app.json']);
+      const report = world.outbox.pendingFor('cfg_1')?.report;
+      expect(report).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+      expect(report?.message).toMatch(/crosses a symlink/);
+      expect(world.state.instances.get('cfg_1')).toMatchObject({ error: 'retrying', attempts: 1 });
+
+      world.vol.unlinkSync(obstacle);
+      world.clock.advance(60_001);
+      const again = await pass(world);
+      expect(outcomeOf(again.outcomes, 'cfg_1')).toMatchObject({ action: 'written', converged: true });
+      expect(text(world, relative)).toBe(jsonText({ port: 8080 }));
+      expect(world.vol.readFileSync(`${OUTSIDE}/app.json`, 'utf8')).toBe('outside\n');
+    },
+  );
+
+  it('a file replaced by a directory of the same name, in one pass: the file goes first, then the new tree', async () => {
+    const world = await makeWorld();
+    world.service.put(
+      makeInstance({ id: 'cfg_file', relative_filepath: 'app/conf', config_schema_id: 's_f' }),
+    );
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.service.update('cfg_file', { target_status: 'removed' });
+    world.service.put(
+      makeInstance({ id: 'cfg_tree', relative_filepath: 'app/conf/main.json', config_schema_id: 's_t' }),
+    );
+
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_file')).toMatchObject({ action: 'removed' });
+    expect(outcomeOf(outcomes, 'cfg_tree')).toMatchObject({ action: 'written', converged: true });
+    expect(text(world, 'app/conf/main.json')).toBe(jsonText({ port: 8080 }));
+  });
+
+  it('a directory replaced by a file of the same name, in one pass: the tree goes first, then the file', async () => {
+    const world = await makeWorld();
+    world.service.put(
+      makeInstance({ id: 'cfg_tree', relative_filepath: 'app/conf/main.json', config_schema_id: 's_t' }),
+    );
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.service.update('cfg_tree', { target_status: 'removed' });
+    world.service.put(
+      makeInstance({ id: 'cfg_file', relative_filepath: 'app/conf', config_schema_id: 's_f' }),
+    );
+
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_tree')).toMatchObject({ action: 'removed' });
+    expect(outcomeOf(outcomes, 'cfg_file')).toMatchObject({ action: 'written', converged: true });
+    expect(text(world, 'app/conf')).toBe(jsonText({ port: 8080 }));
+  });
 });
 
 describe('applySteps: disk failures retry with backoff, then fail', () => {

@@ -15,7 +15,7 @@ import { serializeContent } from './serialize.js';
 export type DiskObservation =
   | { kind: 'file'; sha256: string; mode: number }
   | { kind: 'absent' }
-  /** Not a regular file, or reached through a symlink: never written, never deleted. */
+  /** Not a regular file, or reached through a symlink: never written through, never deleted. */
   | { kind: 'rejected'; reason: string }
   /** Could not be read (EACCES, EIO, ...): the write or removal is attempted and may fail and retry. */
   | { kind: 'unreadable'; reason: string };
@@ -301,8 +301,9 @@ function planDeployed(
   const path = instance.relative_filepath;
   const data = serializeContent(path, instance.content);
   const sha256 = sha256Hex(data);
+  // Something in the way on disk (a symlink, a file where a directory goes) is not the path's fault: the write
+  // is attempted after this pass's removals, refuses to go through it, and is retried while it stays.
   const observed = input.disk.get(path) ?? { kind: 'absent' };
-  if (observed.kind === 'rejected') return { kind: 'fail', instance, message: observed.reason };
 
   const owned = input.local.files.get(path);
   const deployed = dueReport(instance, deployedReport(), input);

@@ -46,7 +46,22 @@ function quotePath(path: string): string {
   return JSON.stringify(shown);
 }
 
-/** A server-supplied path that breaks a rule: never repaired, never retried (the server must change it). */
+/**
+ * Rules broken by what is on disk rather than by the path's text: a symlink, a file where a directory must go,
+ * a directory where the file goes. Never written through, but retried: a removal later in the pass or an
+ * operator may clear the way, and a tree restructured in one release must converge.
+ */
+const DISK_STATE_RULES: ReadonlySet<PathRule> = new Set([
+  'crosses_symlink',
+  'not_a_directory',
+  'target_is_directory',
+  'target_not_regular_file',
+]);
+
+/**
+ * A path the agent refuses to touch, never repaired. A hostile path string is final (the server must change
+ * it); an obstacle on disk (`DISK_STATE_RULES`) is retried with the instance's backoff.
+ */
 export class PathRejectedError extends AgentError {
   readonly rule: PathRule;
   readonly path: string;
@@ -55,9 +70,7 @@ export class PathRejectedError extends AgentError {
     super(
       'path_rejected',
       `path rejected: ${quotePath(path)} ${RULE_TEXT[rule]}${detail ? ` (${detail})` : ''}`,
-      {
-        retryable: false,
-      },
+      { retryable: DISK_STATE_RULES.has(rule) },
     );
     this.rule = rule;
     this.path = path;
