@@ -142,7 +142,6 @@ function requestContext(ctx: PassContext, signal: AbortSignal | undefined) {
     retries: ctx.settings.requestRetries,
     baseDelayMs: ctx.settings.requestRetryBaseMs ?? 500,
     maxDelayMs: 10_000,
-    maxRetryAfterMs: 60_000,
     clock: ctx.deps.clock,
     random: ctx.deps.random,
     logger: ctx.logger,

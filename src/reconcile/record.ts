@@ -1,5 +1,6 @@
 // Turns what each step did into local-state changes and due status reports: the only writer of both in a pass.
 import type { ConfigInstance, StatusReport } from '../api/schemas.js';
+import { fullJitterMs } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -190,11 +191,13 @@ function recordFailure(ctx: RecordContext, instance: ConfigInstance, result: Eff
   return { ...outcomeFor(instance, errorStatus, false), message };
 }
 
-/** Full jitter: uniform in [0, min(max, base × 2^(attempt-1))], so a fleet's retries spread out. */
+/** The per-instance cooldown: full jitter over `baseDelaySeconds × 2^(attempt-1)`, capped at `maxDelaySeconds`. */
 export function backoffDelayMs(policy: RetryPolicy, attempt: number, random: () => number): number {
-  const ceiling =
-    Math.min(policy.maxDelaySeconds, policy.baseDelaySeconds * 2 ** Math.max(0, attempt - 1)) * 1000;
-  return Math.round(random() * ceiling);
+  return fullJitterMs(
+    { baseMs: policy.baseDelaySeconds * 1000, maxMs: policy.maxDelaySeconds * 1000 },
+    attempt,
+    random,
+  );
 }
 
 /** An instance whose path a newer instance takes over, while the newer one's file is not in place yet. */

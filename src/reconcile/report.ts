@@ -1,10 +1,10 @@
-// Report: delivers the outbox in order and judges each failed delivery (drop, stop or skip).
+// Report: delivers the outbox in order; each failed delivery is judged by the one status classifier.
 import type { ServiceClient } from '../api/client.js';
-import { HttpStatusError, NetworkError, TimeoutError } from '../api/errors.js';
+import { deliveryVerdict } from '../api/errors.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
 import type { ConfigInstance } from '../api/schemas.js';
 import type { Logger } from '../lib/logger.js';
-import type { DeliveryVerdict, StatusOutbox } from '../store/outbox.js';
+import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 
 export interface ReportContext {
@@ -55,21 +55,6 @@ export async function deliverReports(ctx: ReportContext): Promise<Delivery> {
     ...(flushed.persistError === undefined ? {} : { persistError: flushed.persistError }),
     echoed,
   };
-}
-
-/**
- * How a failed report is judged. `drop`: the service will never accept it (the instance is gone, the body is
- * invalid) — dropping it is the only way forward. `stop`: the service cannot take any report now (no
- * connection, a rejected key the operator will fix, overload): keep them all. `skip`: this one failed on its
- * own (a 500 for this instance): keep it and deliver the others.
- */
-export function deliveryVerdict(error: unknown): DeliveryVerdict {
-  if (error instanceof HttpStatusError) {
-    if ([400, 404, 409, 410, 422].includes(error.status)) return 'drop';
-    if ([401, 403, 408, 429, 502, 503, 504].includes(error.status)) return 'stop';
-    return 'skip';
-  }
-  return error instanceof NetworkError || error instanceof TimeoutError ? 'stop' : 'skip';
 }
 
 /**
