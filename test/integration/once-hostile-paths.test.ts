@@ -178,7 +178,7 @@ describe('config-agent --once: hostile paths', () => {
 });
 
 describe('config-agent --once: symlinks planted in the root', () => {
-  it('a symlinked directory in the root: the instance fails, nothing is written through it', async () => {
+  it('a symlinked directory in the root: the instance retries (an obstacle on disk), nothing is written through it', async () => {
     await symlink('../sentinel', h.rootPath('link'));
     const through = (await h.createAndDeploy({ relative_filepath: 'link/x.json', content: { evil: 1 } }))
       .deploy;
@@ -196,14 +196,14 @@ describe('config-agent --once: symlinks planted in the root', () => {
     expect(await snapshotTree(sentinel, { identity: true })).toEqual(sentinelBefore);
     expect(await readlink(h.rootPath('link'))).toBe('../sentinel');
     for (const id of [through.id, overwrite.id, deeper.id]) {
-      expect(await statuses(id)).toEqual(['deployed', 'queued', 'failed']);
+      expect(await statuses(id)).toEqual(['deployed', 'queued', 'retrying']);
       expect((await h.reportsFor(id))[0]?.message).toMatch(/crosses a symlink/);
     }
     expect(await readFile(h.rootPath('ok.json'), 'utf8')).toBe('{\n  "ok": 1\n}\n');
     expect(await statuses(good.id)).toEqual(['deployed', 'deployed', 'none']);
   });
 
-  it('a symlink at the target file: the instance fails and the symlink and its target are untouched', async () => {
+  it('a symlink at the target file: the instance retries and the symlink and its target are untouched', async () => {
     await symlink('../sentinel/file.json', h.rootPath('target.json'));
     await symlink(path.join(sentinel, 'x.json'), h.rootPath('absolute-target.json'));
     const relative = (await h.createAndDeploy({ relative_filepath: 'target.json', content: { evil: 1 } }))
@@ -220,9 +220,9 @@ describe('config-agent --once: symlinks planted in the root', () => {
     expect(await snapshotTree(sentinel, { identity: true })).toEqual(sentinelBefore);
     expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(rootBefore);
     for (const id of [relative.id, absolute.id]) {
-      expect(await statuses(id)).toEqual(['deployed', 'queued', 'failed']);
+      expect(await statuses(id)).toEqual(['deployed', 'queued', 'retrying']);
       expect((await h.reportsFor(id))[0]?.message).toMatch(
-        /^path rejected: .* crosses a symlink \(the target itself\)$/,
+        /^write failed: path rejected: .* crosses a symlink \(the target itself\)$/,
       );
     }
   });
@@ -244,7 +244,7 @@ describe('config-agent --once: symlinks planted in the root', () => {
     expect(await readFile(path.join(sentinel, 'file.json'), 'utf8')).toBe('sentinel: file\n');
     // The file the agent wrote is no longer reachable without crossing the symlink: a permanent failure.
     expect(result.code).toBe(1);
-    expect(await statuses(instance.id)).toEqual(['removed', 'deployed', 'failed']);
+    expect(await statuses(instance.id)).toEqual(['removed', 'deployed', 'retrying']);
     expect((await h.reportsFor(instance.id)).at(-1)?.message).toBe(
       'remove failed: path rejected: "d/file.json" crosses a symlink (d)',
     );
