@@ -43,7 +43,8 @@ export async function deliverReports(ctx: ReportContext): Promise<Delivery> {
         ),
       ctx.retry,
     );
-    echoed = recordReportEcho(ctx, updated) || echoed;
+    // A 2xx without a body settles the report too; only a returned instance can carry an echo.
+    echoed = (updated !== undefined && recordReportEcho(ctx, updated)) || echoed;
   }, deliveryVerdict);
   if (flushed.deferredBy !== undefined) {
     ctx.logger.warn({ err: flushed.deferredBy, pending: ctx.outbox.size }, 'status reports kept for later');
