@@ -22,7 +22,8 @@ export interface ApplyContext {
 
 /** What one effect did. Handlers never touch local state or the outbox: `record.ts` does, from these. */
 export type EffectResult =
-  | { kind: 'written' | 'unchanged'; sha256: string; createdDirs: readonly string[] }
+  /** `metadata`: the bytes were right, only mode or group changed in place (no rewrite). */
+  | { kind: 'written' | 'unchanged' | 'metadata'; sha256: string; createdDirs: readonly string[] }
   /** `rollbackLost`: a swap's displaced file that could not be put back after its replacement failed. */
   | { kind: 'removed'; rollbackLost?: true }
   /** The file was left in place (changed by someone else, or no longer a regular file we wrote). */

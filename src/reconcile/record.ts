@@ -46,7 +46,7 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
   switch (step.kind) {
     case 'write': {
       const recordSwapped = () => displaced.map((entry) => recordDisplaced(entry.step, entry.result, ctx));
-      if (result.kind !== 'written' && result.kind !== 'unchanged') {
+      if (result.kind !== 'written' && result.kind !== 'unchanged' && result.kind !== 'metadata') {
         const swapped = recordSwapped();
         const waiting = step.supersedes.map(({ instance: superseded }) =>
           awaitingOwner(superseded, instance.id),
@@ -70,7 +70,9 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
           message: `its file now belongs to ${instance.id}`,
         };
       });
-      return [...swapped, ...replaced, { ...outcomeFor(instance, result.kind, true), reason: step.reason }];
+      // A metadata-only change is still a change of the file for hooks and the summary.
+      const action = result.kind === 'unchanged' ? 'unchanged' : 'written';
+      return [...swapped, ...replaced, { ...outcomeFor(instance, action, true), reason: step.reason }];
     }
     case 'remove':
       return [recordRemoval(step, result, ctx)];
