@@ -320,7 +320,7 @@ describe('ensureDirectories', () => {
 
   it('creates stateDir 0700 and rootDir with files.dirMode, parents included', async () => {
     const { fs } = memfs({ '/etc/x': '' });
-    const cfg = config({ files: { mode: 0o640, dirMode: 0o750 } });
+    const cfg = config({ files: { mode: 0o640, dirMode: 0o750, rules: [] } });
     await ensureDirectories(fs, cfg);
     expect(await modeOf(fs, '/var/lib/config-agent')).toBe(0o700);
     expect(await modeOf(fs, '/srv/config-agent')).toBe(0o750);

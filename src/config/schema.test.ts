@@ -48,7 +48,7 @@ const DEFAULTS: AgentConfig = {
   },
   rootDir: '/srv/config-agent',
   stateDir: '/var/lib/config-agent',
-  files: { mode: 0o644, dirMode: 0o755 },
+  files: { mode: 0o644, dirMode: 0o755, rules: [] },
   retry: { maxAttempts: 10, baseDelaySeconds: 15, maxDelaySeconds: 3600 },
   log: { level: 'info' },
   poll: { intervalSeconds: 30, jitterRatio: 0.2, fullResyncSeconds: 600 },
@@ -216,7 +216,7 @@ describe('wrong types', () => {
 describe('file modes', () => {
   it('parses octal strings of 3 or 4 digits', () => {
     const config = parseAgentConfig(withPatch({ files: { mode: '640', dirMode: '0750' } }), SOURCE);
-    expect(config.files).toEqual({ mode: 0o640, dirMode: 0o750 });
+    expect(config.files).toEqual({ mode: 0o640, dirMode: 0o750, rules: [] });
   });
 
   it('accepts a read-only file mode (the agent publishes by rename)', () => {

@@ -12,6 +12,16 @@ export interface HookConfig {
   timeoutSeconds: number;
 }
 
+/** `files.rules[]`: per-path mode and group; the first rule whose glob matches decides (see files/rules.ts). */
+export interface FileRule {
+  /** Glob (picomatch, as for hooks) over the file's path relative to rootDir. */
+  match: string;
+  /** Permission bits; absent: files.mode. */
+  mode?: number;
+  /** Group name or numeric gid; absent: the agent's own group. Must be one the agent's user belongs to. */
+  group?: string;
+}
+
 export interface AgentConfig {
   deviceId: string;
   /** baseUrl carries no trailing slash; requests go to `${baseUrl}/${apiVersion}/...`. */
@@ -27,7 +37,7 @@ export interface AgentConfig {
   rootDir: string;
   stateDir: string;
   /** Permission bits, parsed from octal strings ("0644"). */
-  files: { mode: number; dirMode: number };
+  files: { mode: number; dirMode: number; rules: FileRule[] };
   retry: { maxAttempts: number; baseDelaySeconds: number; maxDelaySeconds: number };
   log: { level: LogLevel };
   poll: { intervalSeconds: number; jitterRatio: number; fullResyncSeconds: number };
@@ -48,7 +58,7 @@ export const CONFIG_DEFAULTS = {
     timeoutSeconds: 30,
     maxResponseBytes: 32 * 1024 * 1024,
   },
-  files: { mode: '0644', dirMode: '0755' },
+  files: { mode: '0644', dirMode: '0755', rules: [] },
   retry: { maxAttempts: 10, baseDelaySeconds: 15, maxDelaySeconds: 3600 },
   log: { level: 'info' },
   poll: { intervalSeconds: 30, jitterRatio: 0.2, fullResyncSeconds: 600 },
@@ -72,6 +82,7 @@ export const CONFIG_BOUNDS = {
   fullResyncSecondsMax: 604_800,
   hookTimeoutSeconds: { min: 1, max: 3600 },
   maxHooks: 100,
+  maxFileRules: 100,
   pathMaxBytes: 4095,
   /** sun_path is 108 bytes including the terminating NUL. */
   socketPathMaxBytes: 107,
@@ -192,18 +203,21 @@ const HookArg = z
   .string()
   .refine((value) => !value.includes('\u0000'), { message: 'must not contain a NUL character' });
 
+/** A glob over paths relative to rootDir, as hooks and file rules take it. */
+const RelativeGlob = z
+  .string()
+  .min(1)
+  .superRefine((value, ctx) => {
+    if (CONTROL_CHARS.test(value))
+      ctx.addIssue({ code: 'custom', message: 'must not contain control characters' });
+    else if (value.startsWith('/'))
+      ctx.addIssue({ code: 'custom', message: 'must be a glob relative to rootDir (no leading /)' });
+    else if (value.split('/').includes('..'))
+      ctx.addIssue({ code: 'custom', message: "must not contain '..'" });
+  });
+
 const Hook = z.strictObject({
-  match: z
-    .string()
-    .min(1)
-    .superRefine((value, ctx) => {
-      if (CONTROL_CHARS.test(value))
-        ctx.addIssue({ code: 'custom', message: 'must not contain control characters' });
-      else if (value.startsWith('/'))
-        ctx.addIssue({ code: 'custom', message: 'must be a glob relative to rootDir (no leading /)' });
-      else if (value.split('/').includes('..'))
-        ctx.addIssue({ code: 'custom', message: "must not contain '..'" });
-    }),
+  match: RelativeGlob,
   run: z
     .array(HookArg)
     .min(1, { message: 'must be a non-empty argv, like ["systemctl", "reload", "nginx"]' })
@@ -234,9 +248,26 @@ const Server = z.strictObject({
     .default(CONFIG_DEFAULTS.server.maxResponseBytes),
 });
 
+/** A group name as useradd/groupadd accept it, or a numeric gid. */
+const GROUP = /^(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|\d{1,10})$/;
+
+const FileRuleSchema = z
+  .strictObject({
+    match: RelativeGlob,
+    mode: octalMode('file').exactOptional(),
+    group: z
+      .string()
+      .regex(GROUP, { message: 'must be a group name (like "app") or a numeric gid' })
+      .exactOptional(),
+  })
+  .refine((rule) => rule.mode !== undefined || rule.group !== undefined, {
+    message: 'must set mode, group or both',
+  });
+
 const Files = z.strictObject({
   mode: octalMode('file').default(Number.parseInt(CONFIG_DEFAULTS.files.mode, 8)),
   dirMode: octalMode('dir').default(Number.parseInt(CONFIG_DEFAULTS.files.dirMode, 8)),
+  rules: z.array(FileRuleSchema).max(CONFIG_BOUNDS.maxFileRules).default([]),
 });
 
 const Retry = z
