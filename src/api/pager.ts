@@ -79,8 +79,8 @@ export type PageRetry = <T>(what: string, request: () => Promise<T>, signal: Abo
 export interface PagerOptions {
   client: Pick<ServiceClient, 'listConfigInstancePage'>;
   clock: Clock;
-  /** The response cap the client enforces, for messages naming an instance too large by itself. */
-  maxResponseBytes: number;
+  /** The response cap the client enforces: the byte budget is at least twice it. */
+  maxResponseBytes?: number;
   signal?: AbortSignal;
   /** The one retry layer for a page request (withRequestRetry); none when absent. */
   retry?: PageRetry;
@@ -139,7 +139,7 @@ export async function pullConfigInstances(
     items: 0,
     bytes: 0,
     maxItems: options.maxItems ?? PAGER_DEFAULTS.maxItems,
-    maxBytes: Math.max(options.maxBytes ?? PAGER_DEFAULTS.maxBytes, 2 * options.maxResponseBytes),
+    maxBytes: Math.max(options.maxBytes ?? PAGER_DEFAULTS.maxBytes, 2 * (options.maxResponseBytes ?? 0)),
   };
   const byId = new Map<string, ConfigInstance>();
   const invalid = new Map<string, InvalidListItem>();
@@ -237,7 +237,7 @@ async function listOnce(
         limit = 1;
       } else {
         const id = error.bodyPrefix === undefined ? undefined : peekId(error.bodyPrefix, 3);
-        const alone = `larger by itself than the response limit of ${options.maxResponseBytes} bytes (server.maxResponseBytes)`;
+        const alone = `larger by itself than the response limit of ${error.maxBytes} bytes (server.maxResponseBytes)`;
         const where = lastId === undefined ? 'first in the listing' : `right after ${lastId}`;
         listing.invalid.push(
           id === undefined
