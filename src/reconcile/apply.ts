@@ -109,6 +109,9 @@ async function applyWrite(step: WriteStep, ctx: ApplyContext): Promise<Omit<Appl
       data: step.data,
       mode: ctx.fileMode,
       dirMode: ctx.dirMode,
+      // The planner writes only what it has no durable record of: bytes already there (an adopted file, or
+      // the leftover of a write whose fsync failed) are fsynced before anyone is told they are in place.
+      ensureDurable: true,
       ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
     });
     await cacheForRollback(ctx, step);

@@ -435,3 +435,77 @@ describe('runPass: reports', () => {
     expect(reportsReceived().sort()).toEqual(['cfg_first deployed/none', 'cfg_second queued/retrying']);
   });
 });
+
+/**
+ * The real fs plus a model of what a power cut would lose: bytes written and not yet fsynced, and directory
+ * entries renamed and not yet fsynced. `failDirSyncs` makes that many fsyncs of `failDirSyncOf` fail with EIO.
+ */
+function durabilityModel(base: typeof nodeFs) {
+  const unsyncedFiles = new Set<string>();
+  const unsyncedDirs = new Set<string>();
+  const model = { unsyncedFiles, unsyncedDirs, failDirSyncs: 0, failDirSyncOf: '' };
+  const open = async (file: Parameters<typeof nodeFs.open>[0], ...rest: unknown[]) => {
+    const name = String(file);
+    const handle = await (base.open as (...args: unknown[]) => Promise<nodeFs.FileHandle>)(file, ...rest);
+    const isDir = (await handle.stat()).isDirectory();
+    return new Proxy(handle, {
+      get(target, key, receiver) {
+        const value = Reflect.get(target, key, receiver);
+        if (key === 'writeFile' || key === 'write') {
+          return async (...args: unknown[]) => {
+            unsyncedFiles.add(name);
+            return (value as (...a: unknown[]) => unknown).apply(target, args);
+          };
+        }
+        if (key === 'sync' || key === 'datasync') {
+          return async () => {
+            if (isDir && name === model.failDirSyncOf && model.failDirSyncs > 0) {
+              model.failDirSyncs -= 1;
+              throw Object.assign(new Error('EIO: i/o error, fsync'), { code: 'EIO' });
+            }
+            await (value as () => Promise<void>).apply(target);
+            (isDir ? unsyncedDirs : unsyncedFiles).delete(name);
+          };
+        }
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+  };
+  const rename = async (from: string, to: string) => {
+    await base.rename(from, to);
+    if (unsyncedFiles.delete(String(from))) unsyncedFiles.add(String(to));
+    unsyncedDirs.add(path.dirname(String(to)));
+  };
+  return { model, fs: { ...base, open, rename } as unknown as typeof nodeFs };
+}
+
+describe('runPass: "deployed" means durable', () => {
+  it('after a directory fsync failed, the next pass fsyncs the renamed file and its directory before reporting it', async () => {
+    const { model, fs } = durabilityModel(nodeFs);
+    world.fs = { ...faultyFs(), ...fs } as ReturnType<typeof faultyFs>;
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client);
+    put({ id: 'cfg_a', relative_filepath: 'conf/a.json', content: { v: 1 } });
+    model.failDirSyncOf = path.join(world.rootDir, 'conf');
+    model.failDirSyncs = 1;
+
+    await pass();
+    // The rename happened (the bytes are there) but its directory entry may not survive a power cut.
+    expect(await fileAt('conf/a.json')).toBe(json({ v: 1 }));
+    expect(reportsReceived()).toEqual(['cfg_a queued/retrying']);
+
+    // The next run (a restart: attempts and cooldowns start over) finds the bytes already in place.
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client);
+    await pass();
+
+    expect(reportsReceived()).toEqual(['cfg_a queued/retrying', 'cfg_a deployed/none']);
+    const file = path.join(world.rootDir, 'conf/a.json');
+    expect(model.unsyncedFiles.has(file)).toBe(false);
+    expect(model.unsyncedDirs.has(path.dirname(file))).toBe(false);
+    // Nothing the state directory's next decisions rely on is left unsynced either (the lock is not one: a
+    // power cut ends its holder, and a lock whose process is gone is taken over).
+    const unsynced = [...model.unsyncedFiles, ...model.unsyncedDirs];
+    expect(unsynced.filter((p) => p.startsWith(world.dir) && !p.endsWith('agent.lock'))).toEqual([]);
+  });
+});

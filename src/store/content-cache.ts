@@ -26,6 +26,8 @@ export class ContentCache {
       data,
       mode: 0o600,
       dirMode: 0o700,
+      // A copy left by a write that never reached its fsync must not pass for one that can be restored from.
+      ensureDurable: true,
     });
     return sha256;
   }

@@ -32,6 +32,12 @@ export interface PublishRequest {
    * files in one directory then costs one directory fsync instead of one each.
    */
   syncDirectory?: boolean;
+  /**
+   * When the bytes are already in place, fsync the file and its directory before answering `unchanged`: the
+   * bytes may be the leftover of a write whose fsync failed or was cut by a power loss, and nobody may be told
+   * they are in place until they are durable. Set for every publish the caller has no durable record of.
+   */
+  ensureDurable?: boolean;
 }
 
 export interface PublishResult {
@@ -145,7 +151,7 @@ async function settleMetadataInPlace(
   fs: FsPort,
   absolute: string,
   relativePath: string,
-  wanted: { data: Uint8Array; mode: number; gid: number | undefined },
+  wanted: { data: Uint8Array; mode: number; gid: number | undefined; ensureDurable: boolean },
 ): Promise<'unchanged' | 'metadata' | 'differs' | undefined> {
   let handle: FileHandle;
   try {
@@ -167,7 +173,10 @@ async function settleMetadataInPlace(
     const existing = await step('read', relativePath, () => handle.readFile());
     if (Buffer.compare(existing, wanted.data) !== 0) return 'differs';
     const groupChanges = wanted.gid !== undefined && stats.gid !== wanted.gid;
-    if (!groupChanges && (stats.mode & PERMISSION_BITS) === wanted.mode) return 'unchanged';
+    if (!groupChanges && (stats.mode & PERMISSION_BITS) === wanted.mode) {
+      if (wanted.ensureDurable) await step('fsync', relativePath, () => handle.sync());
+      return 'unchanged';
+    }
     const gid = wanted.gid;
     if (groupChanges && gid !== undefined) await step('chown', relativePath, () => handle.chown(-1, gid));
     await step('chmod', relativePath, () => handle.chmod(wanted.mode));
@@ -264,6 +273,7 @@ async function removeCreatedDirs(fs: FsPort, root: string, created: readonly str
  */
 export async function publishFile(fs: FsPort, request: PublishRequest): Promise<PublishResult> {
   const { rootDir, relativePath, data, mode, dirMode, gid, signal, syncDirectory = true } = request;
+  const ensureDurable = request.ensureDurable ?? false;
   assertMode(mode, 'PublishRequest.mode');
   if (gid !== undefined && (!Number.isInteger(gid) || gid < 0)) {
     throw new RangeError(`PublishRequest.gid must be a non-negative integer, got ${String(gid)}`);
@@ -279,9 +289,18 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
   // bytes under another mode or group get only their metadata changed, in place.
   const current = inspection.final;
   if (current !== undefined && current.size === bytes) {
-    const verdict = await settleMetadataInPlace(fs, inspection.absolute, relativePath, { data, mode, gid });
+    const verdict = await settleMetadataInPlace(fs, inspection.absolute, relativePath, {
+      data,
+      mode,
+      gid,
+      ensureDurable,
+    });
     if (verdict === 'unchanged' || verdict === 'metadata') {
-      return { outcome: verdict, sha256, bytes, createdDirs: [], directory: relativeDir(relativePath) };
+      const directory = relativeDir(relativePath);
+      if (ensureDurable && syncDirectory) {
+        await fsyncDirectory(fs, path.dirname(inspection.absolute), directory);
+      }
+      return { outcome: verdict, sha256, bytes, createdDirs: [], directory };
     }
   }
 
@@ -509,6 +528,7 @@ export async function writeDurableJson(
   name: string,
   value: unknown,
   mode = 0o600,
+  options: { ensureDurable?: boolean } = {},
 ): Promise<PublishResult> {
   const text = JSON.stringify(value, null, 2);
   if (text === undefined)
@@ -524,5 +544,6 @@ export async function writeDurableJson(
     data: Buffer.from(`${text}\n`, 'utf8'),
     mode,
     dirMode: 0o700,
+    ...(options.ensureDurable === undefined ? {} : { ensureDurable: options.ensureDurable }),
   });
 }

@@ -86,13 +86,17 @@ export class StatusOutbox {
     this.#entries.push({ seq: this.#nextSeq++, instanceId, report, queuedAt: now.toISOString() });
   }
 
-  async persist(): Promise<void> {
+  /** `ensureDurable`: fsync the file even when its bytes are unchanged (see `PublishRequest.ensureDurable`). */
+  async persist(options: { ensureDurable?: boolean } = {}): Promise<void> {
     if (this.#ephemeral) return;
-    await writeDurableJson(this.#fs, this.#stateDir, OUTBOX_FILE, {
-      version: 1,
-      nextSeq: this.#nextSeq,
-      entries: this.#entries,
-    });
+    await writeDurableJson(
+      this.#fs,
+      this.#stateDir,
+      OUTBOX_FILE,
+      { version: 1, nextSeq: this.#nextSeq, entries: this.#entries },
+      0o600,
+      options,
+    );
   }
 
   /**

@@ -23,6 +23,11 @@ export class StateDir {
   readonly #settings: StateDirSettings;
   readonly #logger: Logger;
   #lock: StateLock | undefined;
+  /**
+   * Whether state.json and the outbox were made durable by this process: until then (and after any failed
+   * persist) unchanged bytes are fsynced anyway, since an earlier run may have died before its fsync.
+   */
+  #durable = false;
   /** Temp files swept from the root at open, handed to the first pass's result once. */
   #sweptTempFiles: string[];
 
@@ -112,12 +117,24 @@ export class StateDir {
   /** Makes state and queued reports durable (unchanged bytes are not rewritten). */
   async persist(): Promise<void> {
     if (this.readOnly) return;
-    await saveLocalState(this.#fs, this.#settings.stateDir, this.state);
-    await this.outbox.persist();
+    await this.#durably(async (ensureDurable) => {
+      await saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable });
+      await this.outbox.persist({ ensureDurable });
+    });
   }
 
   async persistState(): Promise<void> {
-    if (!this.readOnly) await saveLocalState(this.#fs, this.#settings.stateDir, this.state);
+    if (this.readOnly) return;
+    await this.#durably((ensureDurable) =>
+      saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable }),
+    );
+  }
+
+  async #durably(persist: (ensureDurable: boolean) => Promise<unknown>): Promise<void> {
+    const ensureDurable = !this.#durable;
+    this.#durable = false;
+    await persist(ensureDurable);
+    this.#durable = true;
   }
 
   /** Drops cached contents no managed file references any more (after a full pass). */

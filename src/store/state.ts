@@ -147,7 +147,12 @@ export function serializeLocalState(state: LocalState): LocalStateFile {
 }
 
 /** Persists the state durably; returns false when the bytes were unchanged (no flash write). */
-export async function saveLocalState(fs: FsPort, stateDir: string, state: LocalState): Promise<boolean> {
-  const result = await writeDurableJson(fs, stateDir, STATE_FILE, serializeLocalState(state));
+export async function saveLocalState(
+  fs: FsPort,
+  stateDir: string,
+  state: LocalState,
+  options: { ensureDurable?: boolean } = {},
+): Promise<boolean> {
+  const result = await writeDurableJson(fs, stateDir, STATE_FILE, serializeLocalState(state), 0o600, options);
   return result.outcome === 'written';
 }
