@@ -5,7 +5,7 @@ import type { z } from 'zod';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
-import { REDACTED } from '../lib/logger.js';
+import { REDACTED } from '../lib/secrets.js';
 import {
   HttpStatusError,
   InvalidArgumentError,

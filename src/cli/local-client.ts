@@ -47,7 +47,8 @@ export function callAgent(
   });
 }
 
-async function socketPathFor(configPath: string | undefined, io: CommandIo): Promise<string | number> {
+/** The socket of the agent this config file describes; throws ConfigError (exit 78) when there is none to ask. */
+async function socketPathFor(configPath: string | undefined, io: CommandIo): Promise<string> {
   const file = resolveConfigPath(configPath, io.env);
   try {
     // Only the socket path is needed: no API key, so any member of the agent's group can ask.
@@ -57,10 +58,7 @@ async function socketPathFor(configPath: string | undefined, io: CommandIo): Pro
     if (!(error instanceof ConfigError)) throw error;
     // An edited, not yet valid file must not hide the agent that still runs on the previous one.
     const fallback = await socketPathFromInvalidFile(file);
-    if (fallback === undefined) {
-      io.stderr.write(`config-agent: ${error.message}\n`);
-      return ExitCode.Config;
-    }
+    if (fallback === undefined) throw error;
     io.stderr.write(`config-agent: warning: ${error.message}; asking the agent at ${fallback} anyway\n`);
     return fallback;
   }
@@ -107,7 +105,6 @@ export async function runStatus(
   io: CommandIo,
 ): Promise<number> {
   const socketPath = await socketPathFor(command.configPath, io);
-  if (typeof socketPath === 'number') return socketPath;
   let response: LocalResponse;
   try {
     response = await callAgent(socketPath, 'GET', '/v1/status', STATUS_TIMEOUT_MS);
@@ -124,7 +121,6 @@ export async function runStatus(
 
 export async function runSync(command: { configPath?: string }, io: CommandIo): Promise<number> {
   const socketPath = await socketPathFor(command.configPath, io);
-  if (typeof socketPath === 'number') return socketPath;
   let response: LocalResponse;
   try {
     response = await callAgent(socketPath, 'POST', '/v1/sync', SYNC_TIMEOUT_MS);

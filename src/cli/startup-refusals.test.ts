@@ -1,13 +1,13 @@
 // Start-up refusals through the commands themselves: inputs and directories that must exit 78, never hang.
 import { execFileSync } from 'node:child_process';
+import { EventEmitter } from 'node:events';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { main } from '../main.js';
 import type { CommandIo } from './io.js';
-import { runStatus } from './local-client.js';
-import { runOnce } from './once.js';
 
 const KEY = 'sk_test_startup_refusals_0123';
 
@@ -20,6 +20,9 @@ beforeEach(async () => {
 afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
+
+/** The command line, in-process, as main.ts runs it: what it prints and the exit code. */
+const run = (argv: string[], io: CommandIo) => main(argv, io, new EventEmitter());
 
 function bufferedIo(env: NodeJS.ProcessEnv = {}): CommandIo & { out: () => string; err: () => string } {
   const stdout = new PassThrough();
@@ -59,10 +62,10 @@ describe('inputs that are not regular files exit 78, never hang', () => {
     const fifo = path.join(dir, 'config.fifo');
     execFileSync('mkfifo', [fifo]);
     const once = bufferedIo();
-    expect(await runOnce({ configPath: fifo, dryRun: false, json: false }, once)).toBe(78);
+    expect(await run(['--once', '--config', fifo], once)).toBe(78);
     expect(once.err()).toBe(`config-agent: config ${fifo}: not a regular file (a FIFO)\n`);
     const status = bufferedIo();
-    expect(await runStatus({ configPath: fifo, json: false }, status)).toBe(78);
+    expect(await run(['status', '--config', fifo], status)).toBe(78);
     expect(status.err()).toContain('not a regular file (a FIFO)');
   });
 
@@ -73,14 +76,14 @@ describe('inputs that are not regular files exit 78, never hang', () => {
       server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: fifo },
     });
     const io = bufferedIo();
-    expect(await runOnce({ configPath, dryRun: false, json: false }, io)).toBe(78);
+    expect(await run(['--once', '--config', configPath], io)).toBe(78);
     expect(io.err()).toBe(`config-agent: the API key file ${fifo} is not a regular file (a FIFO)\n`);
 
     const credentials = path.join(dir, 'credentials');
     await mkdir(credentials);
     execFileSync('mkfifo', [path.join(credentials, 'api-key')]);
     const fromCredentials = bufferedIo({ CREDENTIALS_DIRECTORY: credentials });
-    expect(await runOnce({ configPath, dryRun: false, json: false }, fromCredentials)).toBe(78);
+    expect(await run(['--once', '--config', configPath], fromCredentials)).toBe(78);
     expect(fromCredentials.err()).toContain(`${credentials}/api-key is not a regular file (a FIFO)`);
   });
 });

@@ -1,23 +1,15 @@
-// AgentDaemon's timing policy and lifecycle: a fake clock and a scripted reconciler record every wait and pass mode.
+// AgentDaemon's timing policy and lifecycle: a fake clock and a scripted PassRunner record every wait and pass mode.
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { createFsFromVolume, Volume } from 'memfs';
+import { Volume } from 'memfs';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { ServiceClient } from '../api/client.js';
+import { memfsPort } from '../../test/helpers/memfs.js';
 import { callAgent } from '../cli/local-client.js';
 import { parseAgentConfig } from '../config/load.js';
 import type { Clock } from '../lib/clock.js';
-import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
-import type {
-  PassError,
-  PassMode,
-  PassOptions,
-  PassResult,
-  ReconcilerSettings,
-} from '../reconcile/pass-runner.js';
-import type { Reconciler } from '../reconcile/reconcile.js';
+import type { PassError, PassMode, PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
 import { emptyState } from '../store/state.js';
 import { AgentDaemon } from './agent.js';
 import { LocalApiServer } from './local-api.js';
@@ -82,8 +74,8 @@ interface Scripted {
   crash?: boolean;
 }
 
-/** Stands in for the Reconciler with exactly the members AgentDaemon uses, recording what it was asked. */
-class ScriptedReconciler {
+/** The PassRunner the daemon drives, scripted: it records what it was asked and answers what the test says. */
+class ScriptedRunner implements PassRunner {
   readonly state = emptyState('dvc_unit', '/srv/config');
   readonly modes: PassMode[] = [];
   readonly signals: AbortSignal[] = [];
@@ -138,7 +130,7 @@ class ScriptedReconciler {
     return [];
   }
 
-  settleHookPaths(): void {}
+  settleHookPaths(_paths: readonly string[]): void {}
 }
 
 function passResult(mode: PassMode, scripted: Scripted): PassResult {
@@ -167,14 +159,14 @@ function passResult(mode: PassMode, scripted: Scripted): PassResult {
 }
 
 interface Agent {
-  daemon: AgentDaemon;
+  daemon: AgentDaemon<ScriptedRunner>;
   clock: FakeClock;
-  reconciler: ScriptedReconciler;
+  reconciler: ScriptedRunner;
   /** What `random()` returns from now on. */
   random: number;
 }
 
-const started: AgentDaemon[] = [];
+const started: AgentDaemon<ScriptedRunner>[] = [];
 
 afterEach(async () => {
   await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
@@ -193,32 +185,26 @@ async function startAgent(options: { random?: number; timeoutSeconds?: number } 
     'agent.test',
   );
   const clock = new FakeClock();
-  const reconciler = new ScriptedReconciler();
-  const settings: ReconcilerSettings = {
-    deviceId: config.deviceId,
-    rootDir: config.rootDir,
-    stateDir: config.stateDir,
-    fileMode: config.files.mode,
-    dirMode: config.files.dirMode,
-    retry: config.retry,
-    requestRetries: 0,
-  };
-  const agent: Agent = { daemon: undefined as unknown as AgentDaemon, clock, reconciler, random: 1 };
-  if (options.random !== undefined) agent.random = options.random;
-  agent.daemon = new AgentDaemon({
-    deps: {
-      fs: createFsFromVolume(new Volume()).promises as unknown as FsPort,
-      clock,
-      random: () => agent.random,
-      logger: silentLogger(),
-    },
+  const reconciler = new ScriptedRunner();
+  const randomness = { value: options.random ?? 1 };
+  const daemon = new AgentDaemon({
+    deps: { fs: memfsPort(new Volume()), clock, random: () => randomness.value, logger: silentLogger() },
     config,
-    client: {} as ServiceClient,
-    reconciler: reconciler as unknown as Reconciler,
+    runner: reconciler,
     metrics: new AgentMetrics({ deviceId: config.deviceId }),
-    settings,
     hookEnv: {},
   });
+  const agent: Agent = {
+    daemon,
+    clock,
+    reconciler,
+    get random() {
+      return randomness.value;
+    },
+    set random(value: number) {
+      randomness.value = value;
+    },
+  };
   started.push(agent.daemon);
   await agent.daemon.start();
   await settle(() => clock.sleeps.length === 1, 'the boot wait');

@@ -1,12 +1,10 @@
 // The long-running agent: jittered polling, backoff on outages, drift repair, hooks, metrics, local API.
-import type { ServiceClient } from '../api/client.js';
 import type { AgentConfig } from '../config/schema.js';
 import { fullJitterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
-import type { InstanceOutcome, PassMode, PassResult, ReconcilerSettings } from '../reconcile/pass-runner.js';
-import type { Reconciler } from '../reconcile/reconcile.js';
+import type { InstanceOutcome, PassMode, PassResult, PassRunner } from '../reconcile/pass-runner.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher } from './drift-watcher.js';
 import { runHooks } from './hooks.js';
@@ -25,13 +23,12 @@ const STOP_BUDGET_MS = 7_000;
 /** The shortest wait between passes, even when a retry is already due: never a busy loop. */
 const MIN_POLL_DELAY_MS = 1_000;
 
-export interface AgentComponents {
+/** What the daemon runs on; a reload swaps in the next set. `R` is the composition root's concrete runner. */
+export interface AgentComponents<R extends PassRunner = PassRunner> {
   deps: Deps;
   config: AgentConfig;
-  client: ServiceClient;
-  reconciler: Reconciler;
+  runner: R;
   metrics: AgentMetrics;
-  settings: ReconcilerSettings;
   /** Environment hooks inherit (the key is stripped by the hook runner). */
   hookEnv: NodeJS.ProcessEnv;
 }
@@ -49,8 +46,8 @@ export interface AgentStatus {
   errors: { instanceId: string; path: string; status: string; message?: string; nextAttemptAt?: string }[];
 }
 
-export class AgentDaemon {
-  #c: AgentComponents;
+export class AgentDaemon<R extends PassRunner = PassRunner> {
+  #c: AgentComponents<R>;
   readonly #runner: SingleFlight<PassResult>;
   readonly #stop = new AbortController();
   #wake: (() => void) | undefined;
@@ -70,7 +67,7 @@ export class AgentDaemon {
   /** Changed paths whose hook run is queued or running, so a later pass does not queue them twice. */
   readonly #hookPathsQueued = new Set<string>();
 
-  constructor(components: AgentComponents) {
+  constructor(components: AgentComponents<R>) {
     this.#c = components;
     this.#runner = new SingleFlight(() => this.#pass());
   }
@@ -84,7 +81,7 @@ export class AgentDaemon {
     return this.#c.config;
   }
 
-  get components(): AgentComponents {
+  get components(): AgentComponents<R> {
     return this.#c;
   }
 
@@ -104,7 +101,7 @@ export class AgentDaemon {
    * the running components and returns the next ones, reusing what the reload does not change; when it
    * throws, the running configuration stays.
    */
-  async reload(build: (current: AgentComponents) => Promise<AgentComponents>): Promise<void> {
+  async reload(build: (current: AgentComponents<R>) => Promise<AgentComponents<R>>): Promise<void> {
     await this.#runner.exclusive(async () => {
       if (this.#stop.signal.aborted) return;
       const next = await build(this.#c);
@@ -136,10 +133,10 @@ export class AgentDaemon {
     if ((await Promise.race([settled.then(() => 'done' as const), timer])) === 'late') {
       this.#logger.warn('the current pass did not stop in time: flushing state as it is');
     }
-    await this.#c.reconciler.flushState().catch((error: unknown) => {
+    await this.#c.runner.flushState().catch((error: unknown) => {
       this.#logger.error({ err: error }, 'could not flush state at shutdown');
     });
-    await this.#c.reconciler.close();
+    await this.#c.runner.close();
   }
 
   /**
@@ -162,7 +159,7 @@ export class AgentDaemon {
   }
 
   status(): AgentStatus {
-    const state = this.#c.reconciler.state;
+    const state = this.#c.runner.state;
     const managedFiles = [...state.files.entries()].map(([path, file]) => {
       const record = state.instances.get(file.instanceId);
       const status =
@@ -202,7 +199,7 @@ export class AgentDaemon {
       nextPollAt: this.#wallTime(this.#nextPollAt),
       consecutiveFailures: this.#failures,
       managedFiles,
-      pendingReports: this.#c.reconciler.pendingReports,
+      pendingReports: this.#c.runner.pendingReports,
       errors,
     };
   }
@@ -238,7 +235,7 @@ export class AgentDaemon {
       delay = honourRetryAfter(delay, result?.error?.retryAfterMs);
     } else {
       delay = intervalMs * (1 + jitterRatio * (2 * random() - 1));
-      const nextRetry = this.#c.reconciler.nextRetryAt();
+      const nextRetry = this.#c.runner.nextRetryAt();
       if (nextRetry !== undefined) {
         delay = Math.min(delay, Math.max(MIN_POLL_DELAY_MS, nextRetry - clock.monotonic()));
       }
@@ -269,7 +266,7 @@ export class AgentDaemon {
     const fullDue =
       this.#pendingMode === 'full' ||
       now - this.#lastFullAt >= c.config.poll.fullResyncSeconds * 1000 ||
-      c.reconciler.hasDueRetries() ||
+      c.runner.hasDueRetries() ||
       this.#failures > 0;
     const mode: PassMode = fullDue ? 'full' : 'incremental';
     this.#pendingMode = 'incremental';
@@ -278,7 +275,7 @@ export class AgentDaemon {
     this.#passAbort = abort;
     let result: PassResult;
     try {
-      result = await c.reconciler.runPass({ mode, signal: abort.signal });
+      result = await c.runner.runPass({ mode, signal: abort.signal });
     } finally {
       this.#passAbort = undefined;
     }
@@ -309,8 +306,8 @@ export class AgentDaemon {
       converged: result.converged,
       reachable: result.reachable,
       finishedAtMs: c.deps.clock.now(),
-      managedFiles: c.reconciler.state.files.size,
-      instancesByStatus: countInstanceStatuses(c.reconciler.state.instances),
+      managedFiles: c.runner.state.files.size,
+      instancesByStatus: countInstanceStatuses(c.runner.state.instances),
       retries: result.outcomes.filter((outcome) => outcome.action === 'retrying').length,
     });
     await this.#writeMetrics(c);
@@ -320,8 +317,8 @@ export class AgentDaemon {
    * Queues one hook run for the changed paths not queued yet. The paths live in state.json until their hooks
    * ran, so a run cut short by a stop or a crash happens after the next start.
    */
-  #queueHooks(c: AgentComponents): void {
-    const changed = c.reconciler.pendingHookPaths().filter((path) => !this.#hookPathsQueued.has(path));
+  #queueHooks(c: AgentComponents<R>): void {
+    const changed = c.runner.pendingHookPaths().filter((path) => !this.#hookPathsQueued.has(path));
     if (changed.length === 0) return;
     for (const path of changed) this.#hookPathsQueued.add(path);
     this.#hooks = this.#hooks.then(async () => {
@@ -335,14 +332,14 @@ export class AgentDaemon {
       // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.
       for (const run of runs) c.metrics.recordHookRun(run);
       if (!this.#stop.signal.aborted) {
-        c.reconciler.settleHookPaths(changed);
+        c.runner.settleHookPaths(changed);
         for (const path of changed) this.#hookPathsQueued.delete(path);
       }
       await this.#writeMetrics(c);
     });
   }
 
-  async #writeMetrics(c: AgentComponents): Promise<void> {
+  async #writeMetrics(c: AgentComponents<R>): Promise<void> {
     const textfile = c.config.metrics.textfile;
     if (textfile === undefined) return;
     try {
@@ -376,7 +373,7 @@ export class AgentDaemon {
       rootDir: c.config.rootDir,
       policy,
       logger: c.deps.logger.child({ component: 'drift' }),
-      managedFiles: () => this.#c.reconciler.state.files,
+      managedFiles: () => this.#c.runner.state.files,
       passes: this.#runner,
       onDrift: (paths) => {
         this.#c.metrics.recordDriftDetected(paths.length);

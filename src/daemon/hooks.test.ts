@@ -4,7 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { createLogger, createSecretRegistry, type Logger, silentLogger } from '../lib/logger.js';
+import { createLogger, type Logger, silentLogger } from '../lib/logger.js';
+import { createSecretRegistry } from '../lib/secrets.js';
 import { CHANGED_ENV, type HookSpec, matchingPaths, runHooks, STDERR_TAIL_BYTES } from './hooks.js';
 
 const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-hooks-'));

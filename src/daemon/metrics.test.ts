@@ -2,9 +2,10 @@
 import { mkdtempSync, promises as nodeFs, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createFsFromVolume, Volume } from 'memfs';
+import { Volume } from 'memfs';
 import { register as globalRegistry } from 'prom-client';
 import { afterAll, describe, expect, it } from 'vitest';
+import { memfsPort } from '../../test/helpers/memfs.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { DiskError } from '../store/errors.js';
 import type { HookRunResult } from './hooks.js';
@@ -162,8 +163,7 @@ describe('writeMetricsTextfile', () => {
   const FILE = `${DIR}/config-agent.prom`;
 
   function memfs(): FsPort {
-    return createFsFromVolume(Volume.fromJSON({ [`${DIR}/node.prom`]: 'other 1\n' }))
-      .promises as unknown as FsPort;
+    return memfsPort(Volume.fromJSON({ [`${DIR}/node.prom`]: 'other 1\n' }));
   }
 
   it('publishes the file with mode 0644 on memfs, replaces it, and leaves no temp file', async () => {

@@ -1,7 +1,8 @@
 // The logger never lets a registered secret out: raw, JSON-escaped, percent-encoded, in errors and under known keys.
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createLogger, createSecretRegistry, type Logger, REDACTED, type SecretRegistry } from './logger.js';
+import { createLogger, type Logger } from './logger.js';
+import { createSecretRegistry, REDACTED, type SecretRegistry } from './secrets.js';
 
 const API_KEY = 'sk_live_logger_test_5f1c9a0b7e';
 /** A key with characters that JSON escapes (`"` and `\`) and that a URL percent-encodes (`/`, `+`, `=`, space). */

@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { parseJson } from '../api/json.js';
 import { UsageError } from '../lib/errors.js';
-import { createLogger, createSecretRegistry, type LogLevel, type SecretRegistry } from '../lib/logger.js';
+import { createLogger, type LogLevel } from '../lib/logger.js';
+import { createSecretRegistry, type SecretRegistry } from '../lib/secrets.js';
 import { FixtureError, type Fixtures, parseFixtures } from './fixtures.js';
 import { DEFAULT_HOST, startMockServer } from './server.js';
 

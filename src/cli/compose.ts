@@ -1,0 +1,236 @@
+// The composition root of the commands that reconcile (`--once`, the daemon): configuration, Deps, client, runner, signals.
+import type { EventEmitter } from 'node:events';
+import * as nodeFs from 'node:fs/promises';
+import { type ClientOptions, createClient, type ServiceClient } from '../api/client.js';
+import { ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config/load.js';
+import type { AgentConfig } from '../config/schema.js';
+import type { AgentComponents } from '../daemon/agent.js';
+import { systemClock } from '../lib/clock.js';
+import type { Deps } from '../lib/deps.js';
+import { errorMessage } from '../lib/errors.js';
+import { createLogger } from '../lib/logger.js';
+import type { SecretRegistry } from '../lib/secrets.js';
+import type { ReconcilerSettings } from '../reconcile/pass-runner.js';
+import { Reconciler } from '../reconcile/reconcile.js';
+import { readRegularFile } from '../store/durable-writer.js';
+import type { RunningAgent } from './daemon.js';
+import { ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
+import type { CommandIo } from './io.js';
+import { type OnceCommand, printPassResult } from './once.js';
+
+/** Retries of one request within a `--once` pass: there is no outer loop to try again later. */
+const ONCE_REQUEST_RETRIES = 2;
+/** The daemon's poll loop is its retry layer for requests: no retries inside a pass. */
+const DAEMON_REQUEST_RETRIES = 0;
+/** Must exit within this after SIGTERM; systemd's TimeoutStopSec is longer. */
+const STOP_DEADLINE_MS = 10_000;
+
+/** Loaded only by the daemon: `--once` never pays for chokidar, prom-client, the socket server or hooks. */
+type DaemonModule = typeof import('./daemon.js');
+
+/**
+ * Reads the config file, the environment and the API key, and registers the key with `secrets`. Throws
+ * ConfigError or ApiKeyError (exit 78): the caller prints the problem.
+ */
+export async function loadConfiguration(
+  configPath: string | undefined,
+  env: NodeJS.ProcessEnv,
+  secrets: SecretRegistry,
+): Promise<LoadedConfig> {
+  const loaded = await loadAgentConfig(nodeFs, {
+    ...(configPath === undefined ? {} : { configFlag: configPath }),
+    env,
+  });
+  secrets.add(loaded.apiKey);
+  return loaded;
+}
+
+export function createDeps(
+  config: AgentConfig,
+  secrets: SecretRegistry,
+  stderr: NodeJS.WritableStream,
+): Deps {
+  return {
+    fs: nodeFs,
+    clock: systemClock,
+    random: Math.random,
+    logger: createLogger({ level: config.log.level, secrets, destination: stderr }),
+  };
+}
+
+function createServiceClient(
+  loaded: LoadedConfig,
+  deps: Deps,
+  onRequest?: ClientOptions['onRequest'],
+): ServiceClient {
+  const { server } = loaded.config;
+  return createClient({
+    baseUrl: server.baseUrl,
+    apiVersion: server.apiVersion,
+    apiKey: loaded.apiKey,
+    timeoutMs: server.timeoutSeconds * 1000,
+    maxResponseBytes: server.maxResponseBytes,
+    clock: deps.clock,
+    ...(deps.dispatcher === undefined ? {} : { dispatcher: deps.dispatcher }),
+    ...(onRequest === undefined ? {} : { onRequest }),
+  });
+}
+
+/** `forDaemon`: the daemon runs hooks, so changed paths are kept for them until they ran. */
+function reconcilerSettings(
+  config: AgentConfig,
+  requestRetries: number,
+  forDaemon: boolean,
+): ReconcilerSettings {
+  return {
+    deviceId: config.deviceId,
+    rootDir: config.rootDir,
+    stateDir: config.stateDir,
+    fileMode: config.files.mode,
+    dirMode: config.files.dirMode,
+    retry: config.retry,
+    requestRetries,
+    restoreDrift: config.drift === 'restore',
+    trackHookPaths: forDaemon && config.hooks.length > 0,
+  };
+}
+
+/** `config-agent --once`: one pass, what it did on stdout, and the exit code that tells it. */
+export async function runOnce(command: OnceCommand, io: CommandIo, secrets: SecretRegistry): Promise<number> {
+  const loaded = await loadConfiguration(command.configPath, io.env, secrets);
+  const { config } = loaded;
+  const deps = createDeps(config, secrets, io.stderr);
+  try {
+    if (!command.dryRun) await ensureDirectories(deps.fs, config);
+    const settings = reconcilerSettings(config, ONCE_REQUEST_RETRIES, false);
+    const runner = await Reconciler.open(deps, settings, createServiceClient(loaded, deps), {
+      readOnly: command.dryRun,
+    });
+    const result = await runner
+      .runPass({ mode: 'full', dryRun: command.dryRun })
+      .finally(() => runner.close());
+    await printPassResult(result, command, io, (path) =>
+      readRegularFile(deps.fs, config.rootDir, path).then((file) => file?.data),
+    );
+    return exitCodeForPass(result);
+  } catch (error) {
+    // A root or state directory that cannot be created is a configuration problem: the caller prints it.
+    if (exitCodeForStartupError(error) !== undefined) throw error;
+    io.stderr.write(`config-agent: ${secrets.scrub(errorMessage(error))}\n`);
+    deps.logger.child({ component: 'once' }).error({ err: error }, 'reconcile pass failed');
+    return ExitCode.NotConverged;
+  }
+}
+
+/**
+ * The components of the daemon for the configuration on disk now. `current` (a reload) keeps what the new
+ * configuration does not change: the runner with its cooldowns and outbox (unless the device, root or state
+ * directory moved), and the metrics (unless the device did).
+ */
+async function buildAgentComponents(
+  loaded: LoadedConfig,
+  io: CommandIo,
+  secrets: SecretRegistry,
+  daemon: DaemonModule,
+  current?: AgentComponents<Reconciler>,
+): Promise<AgentComponents<Reconciler>> {
+  const { config } = loaded;
+  const deps = createDeps(config, secrets, io.stderr);
+  await ensureDirectories(deps.fs, config);
+  const metrics = daemon.metricsFor(config, current);
+  const client = createServiceClient(loaded, deps, (event) => metrics.recordRequest(event));
+  const settings = reconcilerSettings(config, DAEMON_REQUEST_RETRIES, true);
+  let runner: Reconciler;
+  if (current?.runner.reconfigure(deps, settings, client)) {
+    runner = current.runner;
+  } else {
+    // Another device, root or state dir: the old state is flushed where it belongs, the new one opened.
+    runner = await Reconciler.open(deps, settings, client);
+    await current?.runner.flushState();
+    await current?.runner.close();
+  }
+  return { deps, config, runner, metrics, hookEnv: io.env };
+}
+
+/**
+ * `config-agent` without --once: starts the daemon and serves until SIGTERM/SIGINT (exit 0 once state is
+ * flushed, 1 past the deadline); SIGHUP reloads the configuration. Handlers go in before start-up: a SIGHUP's
+ * default action would end the process, and systemd counts that as a clean exit it does not restart. Signals
+ * that arrive while starting are acted on once started.
+ */
+export async function runAgent(
+  command: { configPath?: string },
+  io: CommandIo,
+  secrets: SecretRegistry,
+  events: EventEmitter,
+): Promise<number> {
+  let agent: RunningAgent<Reconciler> | undefined;
+  let stopSignal: NodeJS.Signals | undefined;
+  let reloadPending = false;
+  let finish: (code: number) => void = () => undefined;
+  const exit = new Promise<number>((resolve) => {
+    finish = resolve;
+  });
+
+  const beginStop = (running: RunningAgent<Reconciler>, signal: NodeJS.Signals) => {
+    running.logger.info({ signal }, 'shutdown requested');
+    const deadline = setTimeout(() => {
+      running.logger.error('shutdown took too long: exiting with state as last flushed');
+      finish(ExitCode.NotConverged);
+    }, STOP_DEADLINE_MS);
+    deadline.unref();
+    running.stop().then(
+      () => finish(ExitCode.Converged),
+      (error: unknown) => {
+        running.logger.error({ err: error }, 'shutdown failed');
+        finish(ExitCode.NotConverged);
+      },
+    );
+  };
+  const onStop = (signal: NodeJS.Signals) => {
+    if (stopSignal !== undefined) return;
+    stopSignal = signal;
+    if (agent !== undefined) beginStop(agent, signal);
+  };
+  const fatal = (what: string) => (error: unknown) => {
+    if (agent !== undefined)
+      agent.logger.fatal({ err: error }, `${what}: exiting so systemd restarts the agent`);
+    else io.stderr.write(`config-agent: ${what}: ${secrets.scrub(errorMessage(error))}\n`);
+    finish(ExitCode.NotConverged);
+  };
+  events.on('SIGTERM', onStop);
+  events.on('SIGINT', onStop);
+  events.on('SIGHUP', () => {
+    if (agent === undefined) {
+      reloadPending = true;
+      return;
+    }
+    agent.logger.info('SIGHUP: reloading the configuration');
+    void reload(agent);
+  });
+  events.on('uncaughtException', fatal('uncaught exception'));
+  events.on('unhandledRejection', fatal('unhandled rejection'));
+
+  const daemon = await import('./daemon.js');
+  const reload = (running: RunningAgent<Reconciler>) =>
+    running.reload(async (current) =>
+      buildAgentComponents(
+        await loadConfiguration(command.configPath, io.env, secrets),
+        io,
+        secrets,
+        daemon,
+        current,
+      ),
+    );
+  // An invalid configuration throws to the caller (exit 78); a failure to start on a valid one is told here.
+  const loaded = await loadConfiguration(command.configPath, io.env, secrets);
+  try {
+    agent = await daemon.startAgent(await buildAgentComponents(loaded, io, secrets, daemon));
+  } catch (error) {
+    io.stderr.write(`config-agent: cannot start: ${secrets.scrub(errorMessage(error))}\n`);
+    return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
+  }
+  if (stopSignal !== undefined) beginStop(agent, stopSignal);
+  else if (reloadPending) void reload(agent);
+  return exit;
+}

@@ -1,0 +1,112 @@
+// The running agent (daemon and local API) started, reloaded, stopped: the one CLI module that imports daemon/*.
+import type { AgentConfig } from '../config/schema.js';
+import { type AgentComponents, AgentDaemon } from '../daemon/agent.js';
+import { LocalApiServer } from '../daemon/local-api.js';
+import { AgentMetrics } from '../daemon/metrics.js';
+import { errorMessage } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+import type { PassRunner } from '../reconcile/pass-runner.js';
+import { exitCodeForPass } from './exit-codes.js';
+import { renderHumanSummary } from './summary.js';
+
+export interface RunningAgent<R extends PassRunner> {
+  readonly logger: Logger;
+  /** SIGTERM/SIGINT: stop polling, abandon the current file atomically, flush state and the outbox. */
+  stop(): Promise<void>;
+  /**
+   * SIGHUP: `build` loads the configuration again and returns the next components (see AgentDaemon.reload).
+   * When it throws, the reason is logged and the running configuration stays; this never rejects.
+   */
+  reload(build: (current: AgentComponents<R>) => Promise<AgentComponents<R>>): Promise<void>;
+}
+
+/** Metrics live as long as the device id: a reload to another device starts them afresh. */
+export function metricsFor(config: AgentConfig, current?: AgentComponents<PassRunner>): AgentMetrics {
+  return current !== undefined && current.config.deviceId === config.deviceId
+    ? current.metrics
+    : new AgentMetrics({ deviceId: config.deviceId });
+}
+
+export async function startAgent<R extends PassRunner>(
+  components: AgentComponents<R>,
+): Promise<RunningAgent<R>> {
+  const logger = components.deps.logger.child({ component: 'main' });
+  const daemon = new AgentDaemon(components);
+  let api = await startLocalApi(daemon, components, logger);
+  await daemon.start();
+  logger.info(
+    {
+      deviceId: components.config.deviceId,
+      rootDir: components.config.rootDir,
+      socketPath: components.config.socketPath,
+    },
+    'agent started',
+  );
+
+  return {
+    logger,
+    async stop() {
+      logger.info('stopping');
+      await api?.close();
+      await daemon.stop();
+      logger.info('stopped');
+    },
+    async reload(build) {
+      const before = daemon.components;
+      try {
+        await daemon.reload(build);
+      } catch (error) {
+        logger.error(
+          { reason: errorMessage(error) },
+          'configuration reload failed: keeping the running configuration',
+        );
+        return;
+      }
+      const after = daemon.components;
+      if (after.config.socketPath !== before.config.socketPath) {
+        await api?.close();
+        api = await startLocalApi(daemon, after, logger);
+      }
+      logger.info('configuration reloaded');
+    },
+  };
+}
+
+async function startLocalApi<R extends PassRunner>(
+  daemon: AgentDaemon<R>,
+  components: AgentComponents<R>,
+  logger: Logger,
+): Promise<LocalApiServer | undefined> {
+  const server = new LocalApiServer(
+    components.config.socketPath,
+    {
+      health: () => daemon.health(),
+      status: () => daemon.status(),
+      sync: async () => {
+        const result = await daemon.syncNow('full');
+        return {
+          converged: result.converged,
+          exitCode: exitCodeForPass(result),
+          result: {
+            reachable: result.reachable,
+            mode: result.mode,
+            durationMs: result.durationMs,
+            outcomes: result.outcomes,
+            reports: result.reports,
+            ...(result.error === undefined ? {} : { error: result.error }),
+            summary: renderHumanSummary(result),
+          },
+        };
+      },
+    },
+    components.deps.logger.child({ component: 'local-api' }),
+  );
+  try {
+    await server.start();
+    return server;
+  } catch (error) {
+    // Apps lose the socket, but the device keeps converging: the agent's main job does not depend on it.
+    logger.error({ err: error, socketPath: components.config.socketPath }, 'local API unavailable');
+    return undefined;
+  }
+}

@@ -1,0 +1,85 @@
+// Startup cost: each command of the built binary loads only the modules it needs (a module-resolve hook lists them).
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AGENT_BIN, REPO_ROOT } from '../helpers/harness.js';
+
+const HOOKS = `export async function resolve(specifier, context, next) {
+  const resolved = await next(specifier, context);
+  if (!resolved.url.startsWith('node:')) process.stderr.write('LOADED ' + resolved.url + '\\n');
+  return resolved;
+}
+`;
+const REGISTER = `import { register } from 'node:module';
+register('./hooks.mjs', import.meta.url);
+`;
+
+let dir: string;
+
+beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-imports-'));
+  await writeFile(path.join(dir, 'hooks.mjs'), HOOKS);
+  await writeFile(path.join(dir, 'register.mjs'), REGISTER);
+});
+
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** The packages (node_modules) and the agent's own modules (relative to dist/) one command line loads. */
+function loadedBy(args: string[]): { code: number | null; packages: Set<string>; modules: Set<string> } {
+  const run = spawnSync(
+    process.execPath,
+    ['--import', pathToFileURL(path.join(dir, 'register.mjs')).href, AGENT_BIN, ...args],
+    { encoding: 'utf8', env: { PATH: process.env.PATH ?? '' }, timeout: 30_000 },
+  );
+  const packages = new Set<string>();
+  const modules = new Set<string>();
+  const dist = `${pathToFileURL(path.join(REPO_ROOT, 'dist')).href}/`;
+  for (const line of run.stderr.split('\n')) {
+    const url = /^LOADED (.*)$/.exec(line)?.[1];
+    if (url === undefined) continue;
+    const pkg = /\/node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];
+    if (pkg !== undefined) packages.add(pkg);
+    else if (url.startsWith(dist)) modules.add(url.slice(dist.length));
+  }
+  return { code: run.status, packages, modules };
+}
+
+const DAEMON_PACKAGES = ['chokidar', 'prom-client', 'picomatch', '@hono/node-server', 'hono'];
+
+describe('modules loaded per command', () => {
+  it('--help and --version load no package at all, and only the argument parser of the agent', () => {
+    for (const flag of ['--help', '--version']) {
+      const { code, packages, modules } = loadedBy([flag]);
+      expect(code, flag).toBe(0);
+      expect([...packages], flag).toEqual([]);
+      expect(
+        [...modules].filter(
+          (module) => !/^(main|cli\/(args|exit-codes)|lib\/\w+|api\/http-status)\.js$/.test(module),
+        ),
+        flag,
+      ).toEqual([]);
+    }
+  });
+
+  it('--once never loads the daemon: no chokidar, prom-client, hooks or local API', () => {
+    const { code, packages, modules } = loadedBy(['--once', '--config', path.join(dir, 'missing.json')]);
+    expect(code).toBe(78);
+    // The configuration is read before anything else is built: zod is all it took to refuse it.
+    for (const pkg of DAEMON_PACKAGES) expect(packages.has(pkg), pkg).toBe(false);
+    expect([...modules].filter((module) => /^(daemon\/|cli\/daemon\.js)/.test(module))).toEqual([]);
+    expect(modules.has('cli/compose.js')).toBe(true);
+  });
+
+  it('status loads neither the service client nor the reconciler', () => {
+    const { code, packages, modules } = loadedBy(['status', '--config', path.join(dir, 'missing.json')]);
+    expect(code).toBe(78);
+    for (const pkg of ['undici', 'pino', 'p-retry', ...DAEMON_PACKAGES])
+      expect(packages.has(pkg), pkg).toBe(false);
+    expect([...modules].filter((module) => /^(reconcile|daemon|store)\//.test(module))).toEqual([]);
+  });
+});
