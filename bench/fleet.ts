@@ -4,13 +4,7 @@ import { type AgentComponents, AgentDaemon } from '../src/daemon/agent.js';
 import type { AgentMetrics } from '../src/daemon/metrics.js';
 import type { Clock } from '../src/lib/clock.js';
 import { silentLogger } from '../src/lib/logger.js';
-import type {
-  PassOptions,
-  PassResult,
-  PassRunner,
-  ReconcilerSettings,
-} from '../src/reconcile/pass-runner.js';
-import type { Reconciler } from '../src/reconcile/reconcile.js';
+import type { PassOptions, PassResult, PassRunner } from '../src/reconcile/pass-runner.js';
 import { emptyState } from '../src/store/state.js';
 
 interface Timer {
@@ -294,10 +288,8 @@ export async function simulateFleet(options: FleetOptions = DEFAULT_FLEET): Prom
     const components: AgentComponents = {
       deps: { fs: undefined as never, clock, random, logger },
       config,
-      client: undefined as never,
-      reconciler: runner as unknown as Reconciler,
+      runner,
       metrics: noMetrics,
-      settings: {} as ReconcilerSettings,
       hookEnv: {},
     };
     const daemon = new AgentDaemon(components);
