@@ -6,12 +6,18 @@ import type { Deps } from '../lib/deps.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import type { StateDir } from '../store/state-dir.js';
-import { applySteps } from './apply.js';
+import { type ApplyContext, applySteps } from './apply.js';
 import { observeDisk } from './observe.js';
 import type { PassError, PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
-import { planSteps } from './plan.js';
-import { type Pulled, pullInstances } from './pull.js';
-import { dropElapsedCooldowns, forgetUnseen, pendingReports, recordStep } from './record.js';
+import { type DiskObservation, type PlanInput, planSteps } from './plan.js';
+import { type PullContext, type Pulled, pullInstances } from './pull.js';
+import {
+  dropElapsedCooldowns,
+  forgetUnseen,
+  pendingReports,
+  type RecordContext,
+  recordStep,
+} from './record.js';
 import { deliverReports } from './report.js';
 
 /** Everything a pass works with; `lastSeenUpdatedAt` lives as long as the reconciler (report echoes). */
@@ -36,11 +42,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
 
   let pulled: Pulled;
   try {
-    pulled = await pullInstances(options.mode, {
-      ...requestContext(ctx, signal),
-      deviceId: settings.deviceId,
-      files: state.files,
-    });
+    pulled = await pullInstances(options.mode, pullContext(ctx, signal));
   } catch (error) {
     signal?.throwIfAborted();
     result.error = toPassError(error);
@@ -52,41 +54,13 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   for (const instance of pulled.instances) ctx.lastSeenUpdatedAt.set(instance.id, instance.updated_at);
 
   const disk = await observeDisk(deps.fs, settings.rootDir, pulled.instances, signal);
-  result.steps = planSteps({
-    instances: pulled.instances,
-    local: state,
-    disk,
-    pendingReports: pendingReports(outbox),
-    now: deps.clock.monotonic(),
-    fileMode: settings.fileMode,
-    restoreDrift: settings.restoreDrift ?? true,
-    complete: pulled.mode === 'full',
-    reportEchoes: reportEchoes(state.instances),
-  });
+  result.steps = planSteps(planInput(ctx, pulled, disk));
   if (result.dryRun) return finish();
   dropElapsedCooldowns(state, pulled.instances, deps.clock.monotonic());
 
-  const recordContext = {
-    ...deps,
-    state,
-    outbox,
-    logger,
-    fileMode: settings.fileMode,
-    retry: settings.retry,
-    trackHookPaths: settings.trackHookPaths ?? false,
-  };
-  const applyContext = {
-    fs: deps.fs,
-    logger,
-    rootDir: settings.rootDir,
-    fileMode: settings.fileMode,
-    dirMode: settings.dirMode,
-    files: state.files,
-    cache: dir.cache,
-    ...(signal === undefined ? {} : { signal }),
-  };
-  await applySteps(result.steps, applyContext, (applied) =>
-    result.outcomes.push(...recordStep(applied, recordContext)),
+  const recording = recordContext(ctx);
+  await applySteps(result.steps, applyContext(ctx, signal), (applied) =>
+    result.outcomes.push(...recordStep(applied, recording)),
   );
   // Stopping is not a failure: what landed is recorded in memory, and the daemon's stop persists it.
   signal?.throwIfAborted();
@@ -103,6 +77,52 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   }
   if (outbox.size > 0) await report(ctx, result, signal);
   return finish();
+}
+
+function pullContext(ctx: PassContext, signal: AbortSignal | undefined): PullContext {
+  return { ...requestContext(ctx, signal), deviceId: ctx.settings.deviceId, files: ctx.dir.state.files };
+}
+
+function planInput(ctx: PassContext, pulled: Pulled, disk: Map<string, DiskObservation>): PlanInput {
+  const { settings, dir } = ctx;
+  return {
+    instances: pulled.instances,
+    local: dir.state,
+    disk,
+    pendingReports: pendingReports(dir.outbox),
+    now: ctx.deps.clock.monotonic(),
+    fileMode: settings.fileMode,
+    restoreDrift: settings.restoreDrift ?? true,
+    complete: pulled.mode === 'full',
+    reportEchoes: reportEchoes(dir.state.instances),
+  };
+}
+
+function applyContext(ctx: PassContext, signal: AbortSignal | undefined): ApplyContext {
+  const { settings, dir } = ctx;
+  return {
+    fs: ctx.deps.fs,
+    logger: ctx.logger,
+    rootDir: settings.rootDir,
+    fileMode: settings.fileMode,
+    dirMode: settings.dirMode,
+    files: dir.state.files,
+    cache: dir.cache,
+    ...(signal === undefined ? {} : { signal }),
+  };
+}
+
+function recordContext(ctx: PassContext): RecordContext {
+  const { settings, dir } = ctx;
+  return {
+    ...ctx.deps,
+    state: dir.state,
+    outbox: dir.outbox,
+    logger: ctx.logger,
+    fileMode: settings.fileMode,
+    retry: settings.retry,
+    trackHookPaths: settings.trackHookPaths ?? false,
+  };
 }
 
 /** Delivers the outbox (made durable first) and adds what happened to the result. */
