@@ -46,6 +46,25 @@ export async function main(argv: readonly string[], io: CommandIo, events: Event
         const { runAgent } = await import('./cli/compose.js');
         return await runAgent(command, io, secrets, events);
       }
+      case 'init': {
+        const { runInit, SYSTEM_INIT_ENVIRONMENT } = await import('./cli/init.js');
+        const { kind: _, ...flags } = command;
+        return await runInit(flags, io, {
+          ...SYSTEM_INIT_ENVIRONMENT,
+          stdin: process.stdin,
+          stdinIsTty: process.stdin.isTTY === true,
+        });
+      }
+      case 'doctor': {
+        const { runDoctor, runSystemctl } = await import('./cli/doctor.js');
+        const { SYSTEM_INIT_ENVIRONMENT } = await import('./cli/init.js');
+        return await runDoctor(command, io, {
+          ...SYSTEM_INIT_ENVIRONMENT,
+          systemctl: runSystemctl,
+          now: Date.now,
+          unit: 'config-agent.service',
+        });
+      }
     }
   } catch (error) {
     if (error instanceof UsageError) {

@@ -64,8 +64,8 @@ describe('parseCliArgs', () => {
     [['sync', '--once'], '--once cannot be used with sync'],
     [['sync', '--json'], '--json cannot be used with sync'],
     [['sync', '--dry-run'], '--dry-run cannot be used with sync'],
-    [['run'], "unknown command 'run' (commands: status, sync; or none to run the agent)"],
-    [['once'], "unknown command 'once' (commands: status, sync; or none to run the agent)"],
+    [['run'], "unknown command 'run' (commands: status, sync, init, doctor; or none to run the agent)"],
+    [['once'], "unknown command 'once' (commands: status, sync, init, doctor; or none to run the agent)"],
     [['status', 'now'], "unexpected argument 'now'"],
     [['help', '--once'], 'help takes no options'],
   ])('%j is a usage error: %s', (argv, message) => {

@@ -12,7 +12,18 @@ export type CliCommand =
   /** `config-agent status [--json]`: asks the running agent over its local socket. */
   | { kind: 'status'; configPath?: string; json: boolean }
   /** `config-agent sync`: asks the running agent to reconcile now. */
-  | { kind: 'sync'; configPath?: string };
+  | { kind: 'sync'; configPath?: string }
+  /** `config-agent init`: writes config.json and the key, checks them (src/cli/init.ts). */
+  | {
+      kind: 'init';
+      configPath?: string;
+      deviceId?: string;
+      baseUrl?: string;
+      rootDir?: string;
+      apiKeyFile?: string;
+    }
+  /** `config-agent doctor`: checks the installation, one line per check (src/cli/doctor.ts). */
+  | { kind: 'doctor'; configPath?: string };
 
 const OPTIONS = {
   config: { type: 'string', short: 'c' },
@@ -21,9 +32,14 @@ const OPTIONS = {
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean' },
+  'device-id': { type: 'string' },
+  'base-url': { type: 'string' },
+  'root-dir': { type: 'string' },
+  'api-key-file': { type: 'string' },
 } as const;
 
-const COMMANDS = ['status', 'sync', 'help'] as const;
+const COMMANDS = ['status', 'sync', 'help', 'init', 'doctor'] as const;
+const INIT_FLAGS = ['device-id', 'base-url', 'root-dir', 'api-key-file'] as const;
 
 const exitCodeLines = Object.values(ExitCode)
   .map((code) => `  ${String(code).padEnd(4)}${EXIT_CODE_MEANINGS[code]}`)
@@ -37,6 +53,11 @@ Usage:
                                                         run one reconcile pass and exit (codes below)
   config-agent status [--json] [--config <file>]        print the running agent's status
   config-agent sync [--config <file>]                   ask the running agent to reconcile now
+  config-agent init [--device-id <id>] [--base-url <url>] [--root-dir <dir>] [--api-key-file <file|->]
+                                                        write config.json (0640 root:config-agent) and the
+                                                        key (0600 root:root), check them against the service;
+                                                        asks for what is missing on a terminal
+  config-agent doctor [--config <file>]                 check config, key, directories, unit, service, clock
   config-agent --help | --version
 
 Options:
@@ -83,7 +104,13 @@ export function parseCliArgs(argv: readonly string[]): CliCommand {
   if (positionals.length > 1) throw new UsageError(`unexpected argument '${positionals[1]}'`);
   const command = positionals[0];
   if (command !== undefined && !(COMMANDS as readonly string[]).includes(command)) {
-    throw new UsageError(`unknown command '${command}' (commands: status, sync; or none to run the agent)`);
+    throw new UsageError(
+      `unknown command '${command}' (commands: status, sync, init, doctor; or none to run the agent)`,
+    );
+  }
+  const initFlags = INIT_FLAGS.filter((flag) => values[flag] !== undefined);
+  if (command !== 'init' && initFlags.length > 0) {
+    throw new UsageError(`--${initFlags[0]} can only be used with init`);
   }
   const once = values.once === true;
   const dryRun = values['dry-run'] === true;
@@ -104,6 +131,19 @@ export function parseCliArgs(argv: readonly string[]): CliCommand {
       if (dryRun) throw new UsageError('--dry-run cannot be used with sync');
       if (json) throw new UsageError('--json cannot be used with sync');
       return { kind: 'sync', ...withConfig };
+    case 'init':
+    case 'doctor':
+      if (once || dryRun || json) throw new UsageError(`${command} takes no --once, --dry-run or --json`);
+      if (command === 'doctor') return { kind: 'doctor', ...withConfig };
+      for (const flag of initFlags) if (values[flag] === '') throw new UsageError(`--${flag} needs a value`);
+      return {
+        kind: 'init',
+        ...withConfig,
+        ...(values['device-id'] === undefined ? {} : { deviceId: values['device-id'] }),
+        ...(values['base-url'] === undefined ? {} : { baseUrl: values['base-url'] }),
+        ...(values['root-dir'] === undefined ? {} : { rootDir: values['root-dir'] }),
+        ...(values['api-key-file'] === undefined ? {} : { apiKeyFile: values['api-key-file'] }),
+      };
     default:
       if (once) return { kind: 'once', ...withConfig, dryRun, json };
       if (dryRun) throw new UsageError('--dry-run requires --once');
@@ -125,7 +165,8 @@ function describeParseError(error: unknown): string {
       return `unknown option '${option ?? message}'`;
     case 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE':
       if (/does not take an argument/.test(message)) return `option '${option}' does not take a value`;
-      // Both "argument missing" and "argument is ambiguous" (`--config --once`) mean the path is missing.
+      // Both "argument missing" and "argument is ambiguous" (`--config --once`) mean the value is missing.
+      if (option !== undefined && !option.includes('config')) return `${option.split(' ')[0]} needs a value`;
       return '--config needs a file path (--config <file> or --config=<file>)';
     default:
       return message.split('\n')[0] ?? message;

@@ -1,0 +1,264 @@
+// `config-agent doctor`: checks config, key, directories, the unit, the service and the clock; one line per check.
+import { execFile } from 'node:child_process';
+import type { Stats } from 'node:fs';
+import * as nodeFs from 'node:fs/promises';
+import path from 'node:path';
+import { createServiceDispatcher } from '../api/client.js';
+import { loadApiKey, loadConfigFile, resolveConfigPath } from '../config/load.js';
+import type { AgentConfig } from '../config/schema.js';
+import { errnoCode, errorMessage } from '../lib/errors.js';
+import { ExitCode } from './exit-codes.js';
+import { AGENT_ACCOUNT, agentAccount, type InitEnvironment } from './init.js';
+import type { CommandIo } from './io.js';
+import { checkService } from './service-check.js';
+
+export interface DoctorCommand {
+  configPath?: string;
+}
+
+export interface SystemctlResult {
+  status: number;
+  stdout: string;
+}
+
+export interface DoctorEnvironment
+  extends Pick<InitEnvironment, 'groupFile' | 'passwdFile' | 'checkTimeoutMs'> {
+  /** Runs systemctl with these arguments; a missing systemctl resolves with status 127. */
+  systemctl: (args: readonly string[]) => Promise<SystemctlResult>;
+  now: () => number;
+  unit: string;
+}
+
+/** More skew than this breaks TLS validity windows and Retry-After dates; NTP keeps devices well within it. */
+export const MAX_CLOCK_SKEW_MS = 60_000;
+
+export function runSystemctl(args: readonly string[]): Promise<SystemctlResult> {
+  return new Promise((resolve) => {
+    execFile('systemctl', [...args], { timeout: 10_000 }, (error, stdout) => {
+      if (error && errnoCode(error) === 'ENOENT') resolve({ status: 127, stdout: '' });
+      else resolve({ status: error ? Number((error as { code?: unknown }).code ?? 1) || 1 : 0, stdout });
+    });
+  });
+}
+
+interface Check {
+  name: string;
+  ok: boolean;
+  detail: string;
+}
+
+function modeText(stats: Stats): string {
+  return (stats.mode & 0o7777).toString(8).padStart(4, '0');
+}
+
+async function statOrUndefined(file: string): Promise<Stats | undefined> {
+  try {
+    return await nodeFs.stat(file);
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return undefined;
+    throw error;
+  }
+}
+
+/** Owner, group and mode of a path against what the unit and docs expect. */
+async function ownership(
+  name: string,
+  file: string,
+  want: { uid: number; gid: number; mode: number; ownerText: string; dir: boolean },
+  missing?: string,
+): Promise<Check> {
+  let stats: Stats | undefined;
+  try {
+    stats = await statOrUndefined(file);
+  } catch (error) {
+    return { name, ok: false, detail: `${file}: cannot stat: ${errorMessage(error)}` };
+  }
+  if (stats === undefined) {
+    return missing === undefined
+      ? { name, ok: false, detail: `${file} does not exist` }
+      : { name, ok: true, detail: `${file} ${missing}` };
+  }
+  const wantText = `${want.mode.toString(8).padStart(4, '0')} ${want.ownerText}`;
+  if (want.dir !== stats.isDirectory()) {
+    return { name, ok: false, detail: `${file} is not a ${want.dir ? 'directory' : 'regular file'}` };
+  }
+  const problems: string[] = [];
+  if (stats.uid !== want.uid || stats.gid !== want.gid) problems.push(`owner ${stats.uid}:${stats.gid}`);
+  if ((stats.mode & 0o7777) !== want.mode) problems.push(`mode ${modeText(stats)}`);
+  if (problems.length > 0) {
+    return { name, ok: false, detail: `${file}: ${problems.join(', ')}; want ${wantText}` };
+  }
+  return { name, ok: true, detail: `${file} ${wantText}` };
+}
+
+async function unitCheck(env: DoctorEnvironment): Promise<Check> {
+  const name = 'unit';
+  const shown = await env.systemctl([
+    'show',
+    env.unit,
+    '--property=LoadState,ActiveState,SubState,UnitFileState,ConditionResult,Result',
+  ]);
+  if (shown.status === 127)
+    return { name, ok: false, detail: 'systemctl not found: is this a systemd system?' };
+  const props = Object.fromEntries(
+    shown.stdout
+      .split('\n')
+      .filter((line) => line.includes('='))
+      .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+  );
+  if (props.LoadState !== 'loaded') {
+    return {
+      name,
+      ok: false,
+      detail: `${env.unit} is ${props.LoadState ?? 'unknown'}: is the package installed?`,
+    };
+  }
+  const state = `${props.ActiveState}/${props.SubState}, ${props.UnitFileState}`;
+  if (props.ActiveState === 'active' && props.SubState === 'running') {
+    return {
+      name,
+      ok: props.UnitFileState === 'enabled',
+      detail:
+        props.UnitFileState === 'enabled'
+          ? `${env.unit} ${state}`
+          : `${env.unit} ${state}: it will not start at boot (sudo systemctl enable config-agent)`,
+    };
+  }
+  const why =
+    props.ConditionResult === 'no'
+      ? 'a start condition failed: config.json or the key was missing at the last start (sudo systemctl restart config-agent)'
+      : `last result ${props.Result}: see journalctl -u ${env.unit} -o cat -n 20`;
+  return { name, ok: false, detail: `${env.unit} ${state}; ${why}` };
+}
+
+export async function runDoctor(
+  command: DoctorCommand,
+  io: CommandIo,
+  env: DoctorEnvironment,
+): Promise<number> {
+  const checks: Check[] = [];
+  const report = (check: Check) => {
+    checks.push(check);
+    io.stdout.write(`${check.ok ? 'ok  ' : 'FAIL'}  ${check.name.padEnd(9)} ${check.detail}\n`);
+  };
+
+  const configPath = resolveConfigPath(command.configPath, io.env);
+  let config: AgentConfig | undefined;
+  try {
+    config = await loadConfigFile(nodeFs, configPath);
+    report({ name: 'config', ok: true, detail: `${configPath} valid (device ${config.deviceId})` });
+  } catch (error) {
+    report({ name: 'config', ok: false, detail: errorMessage(error) });
+  }
+
+  let account: { uid: number; gid: number } | undefined;
+  try {
+    account = await agentAccount(env);
+    report({
+      name: 'account',
+      ok: true,
+      detail: `user and group ${AGENT_ACCOUNT} (${account.uid}:${account.gid})`,
+    });
+  } catch (error) {
+    report({ name: 'account', ok: false, detail: errorMessage(error) });
+  }
+
+  if (account !== undefined) {
+    const { uid, gid } = account;
+    const group = `root:${AGENT_ACCOUNT}`;
+    report(
+      await ownership('confdir', path.dirname(configPath), {
+        uid: 0,
+        gid,
+        mode: 0o750,
+        ownerText: group,
+        dir: true,
+      }),
+    );
+    report(await ownership('config', configPath, { uid: 0, gid, mode: 0o640, ownerText: group, dir: false }));
+    if (config !== undefined) {
+      const keyFile = config.server.apiKeyFile;
+      report(
+        await ownership('key', keyFile, { uid: 0, gid: 0, mode: 0o600, ownerText: 'root:root', dir: false }),
+      );
+      const agent = `${AGENT_ACCOUNT}:${AGENT_ACCOUNT}`;
+      report(
+        await ownership('rootDir', config.rootDir, {
+          uid,
+          gid,
+          mode: config.files.dirMode,
+          ownerText: agent,
+          dir: true,
+        }),
+      );
+      report(
+        await ownership(
+          'stateDir',
+          config.stateDir,
+          { uid, gid, mode: 0o700, ownerText: agent, dir: true },
+          'does not exist yet (the unit creates it at its first start)',
+        ),
+      );
+    }
+  }
+
+  report(await unitCheck(env));
+
+  if (config !== undefined) {
+    let apiKey: string | undefined;
+    try {
+      // The unit's view: the key file (the credential systemd copies from it), not this shell's environment.
+      apiKey = (await loadApiKey(nodeFs, config, {})).apiKey;
+    } catch (error) {
+      report({ name: 'service', ok: false, detail: `not checked: ${errorMessage(error)}` });
+    }
+    if (apiKey !== undefined) {
+      const dispatcher = createServiceDispatcher({
+        timeoutMs: env.checkTimeoutMs,
+        maxResponseBytes: 1024 * 1024,
+      });
+      const before = env.now();
+      try {
+        const result = await checkService({
+          baseUrl: config.server.baseUrl,
+          apiVersion: config.server.apiVersion,
+          apiKey,
+          deviceId: config.deviceId,
+          timeoutMs: env.checkTimeoutMs,
+          dispatcher,
+        });
+        const after = env.now();
+        report({ name: 'service', ok: result.ok, detail: result.message });
+        if (result.serverDate === undefined) {
+          report({
+            name: 'clock',
+            ok: false,
+            detail:
+              result.ok || result.kind === 'auth' || result.kind === 'not_found' || result.kind === 'http'
+                ? 'the service sent no Date header: cannot compare clocks'
+                : 'not checked: the service was not reached',
+          });
+        } else {
+          // The Date header has one-second resolution and was stamped somewhere between send and receipt.
+          const skew = result.serverDate.getTime() - (before + after) / 2;
+          const slack = 1000 + (after - before) / 2;
+          const off = Math.abs(skew) <= slack ? 0 : Math.abs(skew) - slack;
+          report({
+            name: 'clock',
+            ok: off <= MAX_CLOCK_SKEW_MS,
+            detail:
+              off <= MAX_CLOCK_SKEW_MS
+                ? `within ${Math.round(slack / 1000)} s of the service's Date (${result.serverDate.toISOString()})`
+                : `this device is ${Math.round(Math.abs(skew) / 1000)} s ${skew > 0 ? 'behind' : 'ahead of'} the service (Date ${result.serverDate.toISOString()}): enable NTP (timedatectl set-ntp true)`,
+          });
+        }
+      } finally {
+        await dispatcher.close().catch(() => undefined);
+      }
+    }
+  }
+
+  const failed = checks.filter((check) => !check.ok).length;
+  io.stdout.write(failed === 0 ? 'all checks passed\n' : `${failed} check(s) failed\n`);
+  return failed === 0 ? ExitCode.Converged : ExitCode.NotConverged;
+}

@@ -1,0 +1,349 @@
+// `config-agent init`: writes config.json and the API key with the right owners and modes, then checks them live.
+import * as nodeFs from 'node:fs/promises';
+import path from 'node:path';
+import { createInterface } from 'node:readline/promises';
+import { Writable } from 'node:stream';
+import { createServiceDispatcher } from '../api/client.js';
+import { ConfigError } from '../config/errors.js';
+import { parseAgentConfig, resolveConfigPath } from '../config/load.js';
+import { DEFAULT_CONFIG_PATH } from '../config/schema.js';
+import { errnoCode, errorMessage } from '../lib/errors.js';
+import { publishFile } from '../store/durable-writer.js';
+import { DiskError } from '../store/errors.js';
+import { ExitCode } from './exit-codes.js';
+import type { CommandIo } from './io.js';
+import { checkService, type ServiceCheckResult } from './service-check.js';
+
+export interface InitCommand {
+  configPath?: string;
+  deviceId?: string;
+  baseUrl?: string;
+  rootDir?: string;
+  /** A file holding the key, or '-' for standard input. */
+  apiKeyFile?: string;
+}
+
+/** Where init looks and writes besides the config path; tests point these into a scratch directory. */
+export interface InitEnvironment {
+  stdin: NodeJS.ReadableStream;
+  stdinIsTty: boolean;
+  groupFile: string;
+  passwdFile: string;
+  /** The unit's drop-in directory, for a rootDir other than the default. */
+  dropInDir: string;
+  /** The service check's deadline. */
+  checkTimeoutMs: number;
+}
+
+export const SYSTEM_INIT_ENVIRONMENT: Omit<InitEnvironment, 'stdin' | 'stdinIsTty'> = {
+  groupFile: '/etc/group',
+  passwdFile: '/etc/passwd',
+  dropInDir: '/etc/systemd/system/config-agent.service.d',
+  checkTimeoutMs: 15_000,
+};
+
+export const AGENT_ACCOUNT = 'config-agent';
+export const DEFAULT_ROOT_DIR = '/srv/config-agent';
+const DEFAULT_STATE_DIR = '/var/lib/config-agent';
+const ROOT_DIR_DROP_IN = '50-root-dir.conf';
+
+export class InitFailure extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number,
+  ) {
+    super(message);
+  }
+}
+
+async function readOptional(file: string): Promise<string | undefined> {
+  try {
+    return await nodeFs.readFile(file, 'utf8');
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return undefined;
+    throw new InitFailure(`cannot read ${file}: ${errorMessage(error)}`, ExitCode.Config);
+  }
+}
+
+/** Asks on the terminal (prompts on stderr, so stdout stays the command's output); hidden input for the key. */
+class Prompter {
+  #muted = false;
+  readonly #rl;
+  constructor(
+    stdin: NodeJS.ReadableStream,
+    private readonly stderr: NodeJS.WritableStream,
+  ) {
+    const output = new Writable({
+      write: (chunk, _encoding, done) => {
+        if (!this.#muted) stderr.write(chunk);
+        done();
+      },
+    });
+    this.#rl = createInterface({ input: stdin, output, terminal: true });
+  }
+  async ask(question: string, fallback?: string): Promise<string> {
+    const suffix = fallback === undefined ? '' : ` [${fallback}]`;
+    const answer = (await this.#rl.question(`${question}${suffix}: `)).trim();
+    return answer === '' ? (fallback ?? '') : answer;
+  }
+  async askHidden(question: string): Promise<string> {
+    this.stderr.write(`${question} (input hidden): `);
+    this.#muted = true;
+    try {
+      return (await this.#rl.question('')).trim();
+    } finally {
+      this.#muted = false;
+      this.stderr.write('\n');
+    }
+  }
+  close(): void {
+    this.#rl.close();
+  }
+}
+
+async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** The first line, trimmed: a key file with a trailing newline (or CRLF) is the normal case. */
+function keyFromText(text: string, where: string): string {
+  const key = (text.split(/\r?\n/).find((line) => line.trim() !== '') ?? '').trim();
+  if (key === '') throw new InitFailure(`no API key in ${where}`, ExitCode.Usage);
+  if (!/^[\x21-\x7e]+$/.test(key)) {
+    throw new InitFailure(
+      `the API key from ${where} must be printable ASCII without spaces (found other characters)`,
+      ExitCode.Usage,
+    );
+  }
+  return key;
+}
+
+/** The uid (passwd) or gid (group) of `name`: the third field in both files. */
+function idOf(file: string, text: string | undefined, name: string): number {
+  const line = text?.split('\n').find((entry) => entry.split(':')[0] === name);
+  const id = line?.split(':')[2];
+  if (id === undefined || !/^\d+$/.test(id)) {
+    throw new InitFailure(
+      `${name} is not in ${file}: install the config-agent package first (its postinst runs systemd-sysusers)`,
+      ExitCode.Config,
+    );
+  }
+  return Number(id);
+}
+
+/** The uid and gid of the config-agent account; InitFailure when the package has not created it. */
+export async function agentAccount(env: Pick<InitEnvironment, 'groupFile' | 'passwdFile'>): Promise<{
+  uid: number;
+  gid: number;
+}> {
+  return {
+    uid: idOf(env.passwdFile, await readOptional(env.passwdFile), AGENT_ACCOUNT),
+    gid: idOf(env.groupFile, await readOptional(env.groupFile), AGENT_ACCOUNT),
+  };
+}
+
+/** mkdir -p that reports whether it created the last component. */
+async function ensureDir(dir: string, mode: number, uid: number, gid: number): Promise<boolean> {
+  try {
+    const stats = await nodeFs.stat(dir);
+    if (!stats.isDirectory()) throw new InitFailure(`${dir} exists and is not a directory`, ExitCode.Config);
+    return false;
+  } catch (error) {
+    if (error instanceof InitFailure) throw error;
+    if (errnoCode(error) !== 'ENOENT') throw error;
+  }
+  await nodeFs.mkdir(dir, { recursive: true, mode });
+  await nodeFs.chown(dir, uid, gid);
+  await nodeFs.chmod(dir, mode);
+  return true;
+}
+
+async function publish(file: string, text: string, mode: number, gid: number): Promise<void> {
+  await publishFile(nodeFs, {
+    rootDir: path.dirname(file),
+    relativePath: path.basename(file),
+    data: Buffer.from(text, 'utf8'),
+    mode,
+    dirMode: 0o750,
+    gid,
+  });
+}
+
+function failureExit(result: ServiceCheckResult): number {
+  if (result.ok) return ExitCode.Converged;
+  return result.kind === 'not_found' ? ExitCode.Config : ExitCode.Unreachable;
+}
+
+export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvironment): Promise<number> {
+  let prompter: Prompter | undefined;
+  try {
+    if (process.getuid?.() !== 0) {
+      throw new InitFailure(
+        'init writes /etc/config-agent and chowns files to config-agent: run it as root (sudo config-agent init ...)',
+        ExitCode.Config,
+      );
+    }
+    const configPath = resolveConfigPath(command.configPath, io.env);
+    const existingText = await readOptional(configPath);
+    let existing: Record<string, unknown> = {};
+    if (existingText !== undefined) {
+      try {
+        const parsed: unknown = JSON.parse(existingText);
+        if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed))
+          existing = parsed as Record<string, unknown>;
+      } catch {
+        io.stderr.write(`config-agent init: ${configPath} is not JSON; writing a new one\n`);
+      }
+    }
+    const existingServer =
+      typeof existing.server === 'object' && existing.server !== null
+        ? (existing.server as Record<string, unknown>)
+        : {};
+    const keyPath =
+      typeof existingServer.apiKeyFile === 'string' && configPath !== DEFAULT_CONFIG_PATH
+        ? existingServer.apiKeyFile
+        : path.join(path.dirname(configPath), 'api-key');
+    const keyExists = (await readOptional(keyPath)) !== undefined;
+
+    const stringOr = (value: unknown): string | undefined => (typeof value === 'string' ? value : undefined);
+    const missing: string[] = [];
+    if (command.deviceId === undefined && stringOr(existing.deviceId) === undefined)
+      missing.push('--device-id');
+    if (command.baseUrl === undefined && stringOr(existingServer.baseUrl) === undefined)
+      missing.push('--base-url');
+    if (command.apiKeyFile === undefined && !keyExists) missing.push('--api-key-file');
+    if (missing.length > 0 && !env.stdinIsTty) {
+      throw new InitFailure(
+        `missing ${missing.join(', ')} (no terminal to ask on); e.g. config-agent init --device-id dvc_123 ` +
+          '--base-url https://configs.example.com --api-key-file /path/to/key',
+        ExitCode.Usage,
+      );
+    }
+    if (env.stdinIsTty && (missing.length > 0 || command.apiKeyFile === '-'))
+      prompter = new Prompter(env.stdin, io.stderr);
+
+    const deviceId =
+      command.deviceId ??
+      stringOr(existing.deviceId) ??
+      (await prompter?.ask('Device id (like dvc_123)')) ??
+      '';
+    const baseUrl =
+      command.baseUrl ??
+      stringOr(existingServer.baseUrl) ??
+      (await prompter?.ask('Service base URL', 'https://configs.example.com')) ??
+      '';
+    const rootDir = command.rootDir ?? stringOr(existing.rootDir) ?? DEFAULT_ROOT_DIR;
+
+    let apiKey: string | undefined;
+    if (command.apiKeyFile === '-') {
+      apiKey = env.stdinIsTty
+        ? keyFromText((await prompter?.askHidden('API key')) ?? '', 'the terminal')
+        : keyFromText(await readAll(env.stdin), 'standard input');
+    } else if (command.apiKeyFile !== undefined) {
+      const text = await readOptional(command.apiKeyFile);
+      if (text === undefined) throw new InitFailure(`${command.apiKeyFile} does not exist`, ExitCode.Usage);
+      apiKey = keyFromText(text, command.apiKeyFile);
+    } else if (!keyExists) {
+      apiKey = keyFromText((await prompter?.askHidden('API key')) ?? '', 'the terminal');
+    }
+    prompter?.close();
+    prompter = undefined;
+
+    const raw = {
+      ...existing,
+      deviceId,
+      server: { ...existingServer, baseUrl, apiKeyFile: keyPath },
+      rootDir,
+      stateDir: stringOr(existing.stateDir) ?? DEFAULT_STATE_DIR,
+    };
+    // Validated before anything is written: a typo never leaves a half-configured device.
+    const config = parseAgentConfig(raw, configPath);
+
+    const { uid, gid } = await agentAccount(env);
+
+    await ensureDir(path.dirname(configPath), 0o750, 0, gid);
+    if (apiKey !== undefined) {
+      await publish(keyPath, `${apiKey}\n`, 0o600, 0);
+      io.stdout.write(`wrote ${keyPath} (0600 root:root)\n`);
+    } else {
+      apiKey = keyFromText((await readOptional(keyPath)) ?? '', keyPath);
+      io.stdout.write(`kept ${keyPath}\n`);
+    }
+    await publish(configPath, `${JSON.stringify(raw, null, 2)}\n`, 0o640, gid);
+    io.stdout.write(`wrote ${configPath} (0640 root:${AGENT_ACCOUNT})\n`);
+
+    const createdRoot = await ensureDir(config.rootDir, config.files.dirMode, uid, gid);
+    if (createdRoot)
+      io.stdout.write(
+        `created ${config.rootDir} (${config.files.dirMode.toString(8).padStart(4, '0')} ${AGENT_ACCOUNT})\n`,
+      );
+    let needsReload = false;
+    const dropIn = path.join(env.dropInDir, ROOT_DIR_DROP_IN);
+    if (config.rootDir !== DEFAULT_ROOT_DIR) {
+      await nodeFs.mkdir(env.dropInDir, { recursive: true, mode: 0o755 });
+      await publishFile(nodeFs, {
+        rootDir: env.dropInDir,
+        relativePath: ROOT_DIR_DROP_IN,
+        data: Buffer.from(
+          `# Written by config-agent init: the unit may write rootDir (ProtectSystem=strict).\n[Service]\nReadWritePaths=${config.rootDir}\n`,
+        ),
+        mode: 0o644,
+        dirMode: 0o755,
+      });
+      io.stdout.write(`wrote ${dropIn} (ReadWritePaths=${config.rootDir})\n`);
+      needsReload = true;
+    } else if ((await readOptional(dropIn)) !== undefined) {
+      await nodeFs.unlink(dropIn);
+      io.stdout.write(`removed ${dropIn} (rootDir is the default again)\n`);
+      needsReload = true;
+    }
+
+    const dispatcher = createServiceDispatcher({
+      timeoutMs: env.checkTimeoutMs,
+      maxResponseBytes: 1024 * 1024,
+    });
+    let result: ServiceCheckResult;
+    try {
+      result = await checkService({
+        baseUrl: config.server.baseUrl,
+        apiVersion: config.server.apiVersion,
+        apiKey,
+        deviceId: config.deviceId,
+        timeoutMs: env.checkTimeoutMs,
+        dispatcher,
+      });
+    } finally {
+      await dispatcher.close().catch(() => undefined);
+    }
+    const reload = needsReload ? 'sudo systemctl daemon-reload && ' : '';
+    if (!result.ok) {
+      io.stdout.write(`check failed: ${result.message}\n`);
+      io.stdout.write(
+        'The files are written; fix the setting and run config-agent init again (only the flags that change), ' +
+          'or see config-agent doctor.\n',
+      );
+      return failureExit(result);
+    }
+    io.stdout.write(`check: ${result.message}\n`);
+    io.stdout.write(`next: ${reload}sudo systemctl restart config-agent && config-agent status\n`);
+    return ExitCode.Converged;
+  } catch (error) {
+    prompter?.close();
+    if (error instanceof InitFailure) {
+      io.stderr.write(`config-agent init: ${error.message}\n`);
+      return error.exitCode;
+    }
+    if (error instanceof ConfigError || error instanceof DiskError) {
+      io.stderr.write(`config-agent init: ${error.message}\n`);
+      return ExitCode.Config;
+    }
+    const code = errnoCode(error);
+    if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
+      io.stderr.write(`config-agent init: ${errorMessage(error)} (run it as root)\n`);
+      return ExitCode.Config;
+    }
+    throw error;
+  }
+}
