@@ -198,8 +198,7 @@ export async function runAgent(
     else io.stderr.write(`config-agent: ${what}: ${secrets.scrub(errorMessage(error))}\n`);
     finish(ExitCode.NotConverged);
   };
-  events.on('SIGTERM', onStop);
-  events.on('SIGINT', onStop);
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) events.on(signal, () => onStop(signal));
   events.on('SIGHUP', () => {
     if (agent === undefined) {
       reloadPending = true;

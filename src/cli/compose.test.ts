@@ -1,0 +1,164 @@
+// The composition root in-process: main's exit codes and messages, and the daemon's signals wired by runAgent.
+import { EventEmitter } from 'node:events';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
+import { createSecretRegistry } from '../lib/secrets.js';
+import { main } from '../main.js';
+import { runAgent } from './compose.js';
+import type { CommandIo } from './io.js';
+import { callAgent } from './local-client.js';
+
+const KEY = 'sk_test_compose_5b1e0c9d7a';
+
+let dir: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-compose-'));
+});
+
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+function bufferedIo(env: NodeJS.ProcessEnv = {}): CommandIo & { out: () => string; err: () => string } {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let out = '';
+  let err = '';
+  stdout.on('data', (chunk: Buffer) => {
+    out += chunk.toString();
+  });
+  stderr.on('data', (chunk: Buffer) => {
+    err += chunk.toString();
+  });
+  return { stdout, stderr, env, isTty: false, out: () => out, err: () => err };
+}
+
+/** A valid config in `dir`; its service (port 9, discard) never answers, which the daemon survives. */
+async function writeConfig(overrides: Record<string, unknown> = {}): Promise<string> {
+  const file = path.join(dir, 'config.json');
+  await writeFile(
+    file,
+    JSON.stringify({
+      deviceId: 'dvc_compose',
+      server: { baseUrl: 'http://127.0.0.1:9', timeoutSeconds: 1 },
+      rootDir: path.join(dir, 'root'),
+      stateDir: path.join(dir, 'state'),
+      socketPath: path.join(dir, 'agent.sock'),
+      drift: 'off',
+      ...overrides,
+    }),
+  );
+  return file;
+}
+
+const run = (argv: string[], io: CommandIo) => main(argv, io, new EventEmitter());
+
+describe('main', () => {
+  it('--help and --version print to stdout and exit 0', async () => {
+    const help = bufferedIo();
+    expect(await run(['--help'], help)).toBe(0);
+    expect(help.out()).toMatch(/^config-agent: keeps this device's config files in sync/);
+    const version = bufferedIo();
+    expect(await run(['--version'], version)).toBe(0);
+    expect(version.out()).toMatch(/^config-agent \d+\.\d+\.\d+\n$/);
+  });
+
+  it('a usage error exits 2 with the problem and the hint, on stderr only', async () => {
+    const io = bufferedIo();
+    expect(await run(['--once', '--bogus'], io)).toBe(2);
+    expect(io.err()).toBe("config-agent: unknown option '--bogus'\nRun 'config-agent --help' for usage.\n");
+    expect(io.out()).toBe('');
+  });
+
+  it('an invalid configuration exits 78 with one line naming the key, for --once and the daemon', async () => {
+    const configPath = await writeConfig({ poll: { intervalSeconds: 0 } });
+    // (status is left out: it falls back to the socket of the file's previous version, see local-client.ts.)
+    for (const argv of [['--once'], []]) {
+      const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+      expect(await run([...argv, '--config', configPath], io), argv.join(' ')).toBe(78);
+      expect(io.err(), argv.join(' ')).toMatch(
+        /^config-agent: config .*config\.json: poll\.intervalSeconds: .*\n$/,
+      );
+    }
+  });
+
+  it('no API key exits 78 naming where it looked, for --once and the daemon', async () => {
+    const configPath = await writeConfig({
+      server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: path.join(dir, 'absent-key') },
+    });
+    for (const argv of [['--once'], []]) {
+      const io = bufferedIo();
+      expect(await run([...argv, '--config', configPath], io)).toBe(78);
+      expect(io.err()).toContain('absent-key');
+    }
+  });
+});
+
+describe('runAgent: signals and reload', () => {
+  it('SIGHUP with an invalid file keeps the running configuration; a valid one is applied; SIGTERM exits 0', async () => {
+    const configPath = await writeConfig();
+    const socketPath = path.join(dir, 'agent.sock');
+    const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+    const events = new EventEmitter();
+    const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
+    await waitFor(() => io.err().includes('"agent started"'), PATIENCE_MS, { what: 'the agent started' });
+    await waitFor(() => callAgent(socketPath, 'GET', '/v1/health', 5000), PATIENCE_MS, {
+      what: 'the socket',
+    });
+
+    await writeFile(configPath, '{"deviceId": ');
+    events.emit('SIGHUP');
+    await waitFor(() => io.err().includes('configuration reload failed'), PATIENCE_MS, {
+      what: 'the failed reload',
+    });
+    const failed = io
+      .err()
+      .split('\n')
+      .find((line) => line.includes('configuration reload failed'));
+    expect(JSON.parse(failed ?? '{}')).toMatchObject({
+      level: 'error',
+      reason: expect.stringMatching(/JSON/),
+    });
+    expect((await callAgent(socketPath, 'GET', '/v1/status', 5000)).body).toMatchObject({
+      deviceId: 'dvc_compose',
+    });
+
+    await writeConfig({ deviceId: 'dvc_compose_renamed' });
+    events.emit('SIGHUP');
+    await waitFor(() => io.err().includes('"configuration reloaded"'), PATIENCE_MS, { what: 'the reload' });
+    expect((await callAgent(socketPath, 'GET', '/v1/status', 5000)).body).toMatchObject({
+      deviceId: 'dvc_compose_renamed',
+    });
+
+    events.emit('SIGTERM');
+    expect(await exit).toBe(0);
+    expect(io.err()).toContain('"stopped"');
+    expect(io.err()).not.toContain(KEY);
+    expect(io.out()).toBe('');
+  });
+
+  it('a SIGTERM that arrives while starting stops the agent once started', async () => {
+    const configPath = await writeConfig();
+    const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+    const events = new EventEmitter();
+    const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
+    events.emit('SIGTERM');
+    expect(await exit).toBe(0);
+    expect(
+      JSON.parse(
+        io
+          .err()
+          .split('\n')
+          .find((line) => line.includes('shutdown requested')) ?? '{}',
+      ),
+    ).toMatchObject({
+      signal: 'SIGTERM',
+    });
+    expect(io.err()).toContain('"stopped"');
+  });
+});
