@@ -47,8 +47,8 @@ export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
 }
 
 /**
- * Whether a failed pull means the service could not be used at all (exit 3): no connection, a timeout, a
- * truncated transfer, or a status `http-status.ts` judges an outage (a refused key, overload, a server error).
+ * Whether a failed pull means the service could not be used at all (exit 3): no connection, a timeout (of a
+ * request or of the whole pull), a truncated transfer, or a status `http-status.ts` judges an outage (a refused key, overload, a server error).
  * Anything else (a 404 from a wrong base URL or version, a response that breaks the schema) reached a server
  * that answered: exit 1.
  */
@@ -57,6 +57,8 @@ export function isUnreachable(error: PassError | undefined): boolean {
   switch (error.code) {
     case 'network_error':
     case 'timeout':
+    // The whole pull outlived its deadline: a trickling or stalled service is a timeout too.
+    case 'pull_deadline':
     // A body cut mid-JSON is a broken transfer (FIELD-NOTES: it arrives as a 200), not a server's answer.
     case 'malformed_response':
       return true;
