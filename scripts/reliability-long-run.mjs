@@ -1,0 +1,38 @@
+#!/usr/bin/env node
+// Long runs of the reliability tier: the same tests as `npm test`, with the counts raised by flags.
+//   npm run test:killloop -- --kills 10000      npm run test:powercut -- --cuts 2000
+//   npm run test:properties -- --cases 100000   (any of them: --seed <n> replays a run)
+import { spawnSync } from 'node:child_process';
+import { parseArgs } from 'node:util';
+
+const RUNS = {
+  killloop: { file: 'test/reliability/kill-loop.test.ts', flag: 'kills', env: 'RELIABILITY_KILLS' },
+  powercut: { file: 'test/reliability/power-cut.test.ts', flag: 'cuts', env: 'RELIABILITY_CUTS' },
+  properties: { file: 'test/reliability/properties.test.ts', flag: 'cases', env: 'RELIABILITY_PATH_CASES' },
+};
+
+const [kind, ...rest] = process.argv.slice(2);
+const run = RUNS[kind ?? ''];
+if (run === undefined) {
+  process.stderr.write(
+    `usage: reliability-long-run.mjs ${Object.keys(RUNS).join('|')} [--<count> n] [--seed n]\n`,
+  );
+  process.exit(2);
+}
+const { values } = parseArgs({
+  args: rest,
+  options: { [run.flag]: { type: 'string' }, seed: { type: 'string' } },
+  strict: true,
+});
+const env = { ...process.env };
+const count = values[run.flag];
+if (count !== undefined) {
+  if (!/^\d+$/.test(count)) {
+    process.stderr.write(`--${run.flag} must be a count, got ${count}\n`);
+    process.exit(2);
+  }
+  env[run.env] = count;
+}
+if (values.seed !== undefined) env.RELIABILITY_SEED = values.seed;
+const result = spawnSync('npx', ['vitest', 'run', run.file], { stdio: 'inherit', env });
+process.exit(result.status ?? 1);

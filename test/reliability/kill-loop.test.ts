@@ -1,0 +1,82 @@
+// kill -9 of the whole agent at random moments, in parallel lanes: never a torn file, never a temp file after a
+// restart that finishes, always converges. `npm run test:killloop -- --kills 10000` is the long run.
+import { constants } from 'node:fs';
+import { access, mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Fleet } from './support/fleet.js';
+import { type KillLaneFigures, runKillLane } from './support/kill-loop.js';
+import { countFromEnv, runSeed, seededRandom } from './support/random.js';
+
+const KILLS = countFromEnv('RELIABILITY_KILLS', 1000);
+const LANES = Math.max(1, countFromEnv('RELIABILITY_KILL_LANES', 3));
+/** The first lanes carry a config of several MB and take a smaller share of the kills: their runs are long. */
+const BIG_LANES = Math.min(LANES, countFromEnv('RELIABILITY_BIG_LANES', 1));
+const BIG_FILE_BYTES = 3 * 1024 * 1024;
+const BIG_LANE_SHARE = 0.5;
+const SEED = runSeed();
+
+let base = '';
+const fleets: Fleet[] = [];
+beforeAll(async () => {
+  // A kill -9 keeps the page cache, so the disk plays no part here (power cuts are power-cut.test.ts): tmpfs
+  // makes each fsync free and leaves the CPU to the agents.
+  const tmpfs = '/dev/shm';
+  const parent = (await access(tmpfs, constants.W_OK).then(
+    () => true,
+    () => false,
+  ))
+    ? tmpfs
+    : os.tmpdir();
+  base = await mkdtemp(path.join(parent, 'config-agent-killloop-'));
+});
+afterAll(async () => {
+  await Promise.all(fleets.map((fleet) => fleet.close()));
+  if (base) await rm(base, { recursive: true, force: true });
+});
+
+describe('kill -9 loop over the whole agent', () => {
+  it(`${KILLS} SIGKILLs at random moments: every file one whole version, no temp file after a finished run, converges`, {
+    timeout: Math.max(300_000, KILLS * 1_000),
+  }, async () => {
+    const lanes = await Promise.all(
+      Array.from({ length: LANES }, async (_, lane) => {
+        const dir = path.join(base, `lane-${lane}`);
+        const fleet = await Fleet.create({
+          dir,
+          rootDir: path.join(dir, 'root'),
+          stateDir: path.join(dir, 'state'),
+          bigFileBytes: lane < BIG_LANES ? BIG_FILE_BYTES : 0,
+        });
+        fleets.push(fleet);
+        return fleet;
+      }),
+    );
+    // Kill counts by weight: a big lane counts half, so all lanes end at about the same time.
+    const weights = lanes.map((_, lane) => (lane < BIG_LANES ? BIG_LANE_SHARE : 1));
+    const totalWeight = weights.reduce((sum, w) => sum + w, 0);
+    const results: KillLaneFigures[] = await Promise.all(
+      lanes.map((fleet, lane) =>
+        runKillLane(fleet, seededRandom(SEED + lane), {
+          kills: Math.ceil((KILLS * (weights[lane] ?? 1)) / totalWeight),
+          finishEvery: 16,
+        }),
+      ),
+    );
+    const total = {
+      kills: results.reduce((sum, r) => sum + r.kills, 0),
+      onEvent: results.reduce((sum, r) => sum + r.killsOnEvent, 0),
+      insidePublish: results.reduce((sum, r) => sum + r.killsInsidePublish, 0),
+      finished: results.reduce((sum, r) => sum + r.completedRuns, 0),
+      violations: results.flatMap((r, lane) => r.violations.map((v) => `lane ${lane}: ${v}`)),
+    };
+    process.stderr.write(
+      `kill-loop: seed ${SEED}, ${LANES} lanes, ${total.kills} SIGKILLs (${total.onEvent} timed by a filesystem event, ` +
+        `${total.insidePublish} left a temp file), ` +
+        `${total.finished} finished runs, ${total.violations.length} violations\n`,
+    );
+    expect(total.violations, `seed ${SEED} (replay with RELIABILITY_SEED=${SEED})`).toEqual([]);
+    expect(total.kills).toBeGreaterThanOrEqual(KILLS);
+  });
+});
