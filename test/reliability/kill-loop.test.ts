@@ -38,7 +38,7 @@ afterAll(async () => {
 
 describe('kill -9 loop over the whole agent', () => {
   it(`${KILLS} SIGKILLs at random moments: every file one whole version, no temp file after a finished run, converges`, {
-    timeout: Math.max(300_000, KILLS * 1_000),
+    timeout: Math.max(600_000, KILLS * 3_000),
   }, async () => {
     const lanes = await Promise.all(
       Array.from({ length: LANES }, async (_, lane) => {
@@ -61,6 +61,7 @@ describe('kill -9 loop over the whole agent', () => {
         runKillLane(fleet, seededRandom(SEED + lane), {
           kills: Math.ceil((KILLS * (weights[lane] ?? 1)) / totalWeight),
           finishEvery: 16,
+          label: `kill-loop lane ${lane}`,
         }),
       ),
     );

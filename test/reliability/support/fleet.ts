@@ -1,8 +1,8 @@
 // A device's world for crash tests: the mock service (in-process, loopback), a root and state dir anywhere
 // (tmp, LazyFS), every version the service ever deployed per path, and the invariants checked after a crash.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
-import { lstat, mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { lstat, mkdir, open, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { type RunningMockServer, startMockServer } from '../../../src/mock-server/server.js';
 import type { ConfigInstanceRecord } from '../../../src/mock-server/state.js';
@@ -47,6 +47,16 @@ export interface FleetOptions {
 export interface Violation {
   path: string;
   problem: string;
+}
+
+/** `length` hex digits from the seeded generator: twin fleets built with one seed hold identical bytes. */
+function randomHex(random: Random, length: number): string {
+  const bytes = Buffer.alloc(Math.ceil(length / 2));
+  for (let i = 0; i < bytes.length; i += 4) {
+    const word = (random() * 2 ** 32) >>> 0;
+    for (let b = 0; b < 4 && i + b < bytes.length; b += 1) bytes[i + b] = (word >>> (8 * b)) & 0xff;
+  }
+  return bytes.toString('hex').slice(0, length);
 }
 
 const sha = (data: Uint8Array) => createHash('sha256').update(data).digest('hex');
@@ -100,7 +110,11 @@ export class Fleet {
     await writeFile(fleet.configPath, JSON.stringify(config, null, 2));
     for (const [relative, text] of Object.entries(FOREIGN_FILES)) {
       await mkdir(path.dirname(path.join(options.rootDir, relative)), { recursive: true });
-      await writeFile(path.join(options.rootDir, relative), text);
+      // Synced: an operator's file that predates the agent is on the platter before any power cut.
+      const handle = await open(path.join(options.rootDir, relative), 'w', 0o644);
+      await handle.writeFile(text);
+      await handle.sync();
+      await handle.close();
     }
     return fleet;
   }
@@ -124,9 +138,7 @@ export class Fleet {
       path: relativePath,
       version: this.#sequence,
       // Random hex: two versions differ almost everywhere, so a splice of two is never a third.
-      payload: randomBytes(Math.ceil(size / 2))
-        .toString('hex')
-        .slice(0, size),
+      payload: randomHex(random, size),
       nested: { list: [this.#sequence, randomInt(random, 1_000_000)], flag: random() < 0.5 },
     };
     const at = new Date().toISOString();
@@ -141,6 +153,19 @@ export class Fleet {
     versions.add(sha(bytes));
     this.#versions.set(relativePath, versions);
     return record.id;
+  }
+
+  /** The bytes the agent must write for an instance this fleet created. */
+  bytesOf(instanceId: string): Buffer | undefined {
+    return this.#expected.get(instanceId);
+  }
+
+  /** The instance deployed on disk (as the service knows it) and the one replacing it, at a path. */
+  versionsAt(relativePath: string): { deployed?: string; next?: string } {
+    const here = this.instancesAt(relativePath);
+    const deployed = here.find((i) => i.activity_status === 'deployed')?.id;
+    const next = here.find((i) => i.target_status === 'deployed' && i.activity_status !== 'deployed')?.id;
+    return { ...(deployed === undefined ? {} : { deployed }), ...(next === undefined ? {} : { next }) };
   }
 
   /** Every path gets a first version. */
@@ -221,6 +246,11 @@ export class Fleet {
       );
     }
     return found;
+  }
+
+  /** The bytes of a managed file now; undefined when absent. */
+  fileBytes(relativePath: string): Promise<Buffer | undefined> {
+    return this.#read(relativePath);
   }
 
   async #read(relativePath: string): Promise<Buffer | undefined> {

@@ -13,13 +13,23 @@ export interface KillLaneFigures {
   killsInsidePublish: number;
   /** Runs that ran to their end (convergence checks, and runs the kill came too late for). */
   completedRuns: number;
+  /** Power cuts right after a run's clean exit (with `cutAfterFinish`). */
+  cutsAfterExit: number;
   violations: string[];
 }
 
 export interface KillLaneOptions {
   kills: number;
+  /**
+   * A power cut: runs after each SIGKILL (the process is gone, as at a cut) and, with `cutAfterFinish`, after
+   * each run that finished; it must drop what was not synced. Without it the lane is a plain kill -9 loop.
+   */
+  powerCut?: () => Promise<void>;
+  cutAfterFinish?: boolean;
   /** A run is let finish after this many kills in a row (at most; the exact count is random). */
   finishEvery: number;
+  /** Progress lines on stderr every 100 kills carry this name; none without it. */
+  label?: string;
   /** Stops after this many violations: one is a failure, a few give the picture. */
   maxViolations?: number;
 }
@@ -29,8 +39,17 @@ interface Exit {
   output: string;
 }
 
+/** A run that takes longer than this is stuck: it is killed and reported (a run here takes about a second). */
+const RUN_DEADLINE_MS = 60_000;
+
+/** Collects a run's output and exit; kills it and flags it `hung` when it outlives RUN_DEADLINE_MS. */
 function watch(child: ChildProcess): Promise<Exit> {
   let output = '';
+  let hung = false;
+  const deadline = setTimeout(() => {
+    hung = true;
+    child.kill('SIGKILL');
+  }, RUN_DEADLINE_MS);
   child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
     output += chunk;
   });
@@ -39,7 +58,10 @@ function watch(child: ChildProcess): Promise<Exit> {
   });
   return new Promise((resolve, reject) => {
     child.on('error', reject);
-    child.on('close', (code) => resolve({ code, output }));
+    child.on('close', (code) => {
+      clearTimeout(deadline);
+      resolve({ code, output: hung ? `hung for ${RUN_DEADLINE_MS} ms, killed\n${output}` : output });
+    });
   });
 }
 
@@ -75,6 +97,7 @@ export async function runKillLane(
     killsOnEvent: 0,
     killsInsidePublish: 0,
     completedRuns: 0,
+    cutsAfterExit: 0,
     violations: [],
   };
   const maxViolations = options.maxViolations ?? 3;
@@ -91,6 +114,13 @@ export async function runKillLane(
       fail(`${label}: exit ${String(exit.code)} instead of 0: ${exit.output.slice(-1500)}`);
     const violations = await fleet.checkConverged();
     if (violations.length > 0) fail(`${label}: not converged: ${describe(violations)}`);
+    if (options.powerCut !== undefined && options.cutAfterFinish === true) {
+      // Right after a clean exit 0 everything the service was told must already be on the platter.
+      await options.powerCut();
+      figures.cutsAfterExit += 1;
+      const afterCut = await fleet.checkAnyMoment();
+      if (afterCut.length > 0) fail(`power cut right after ${label} (exit 0): ${describe(afterCut)}`);
+    }
     return elapsed;
   };
 
@@ -138,7 +168,13 @@ export async function runKillLane(
     child.kill('SIGKILL');
     const exit = await exited;
     unwatch();
+    await options.powerCut?.();
     figures.kills += 1;
+    if (options.label !== undefined && figures.kills % 100 === 0) {
+      process.stderr.write(
+        `${options.label}: ${figures.kills}/${options.kills}, ${figures.violations.length} violations\n`,
+      );
+    }
     if (onEvent) figures.killsOnEvent += 1;
     if (exit.output.includes(CANARY_KEY)) fail(`${label}: the API key appeared in the output`);
     if ((await fleet.tempFiles()).length > 0) figures.killsInsidePublish += 1;

@@ -39,6 +39,8 @@ export function straceUnavailable(): string | undefined {
 export interface Syscall {
   /** Position in the trace at completion: the order the checks use. */
   index: number;
+  /** Line of the trace where the call began: strace's `when=N` counts calls in this order. */
+  entry: number;
   pid: number;
   name: string;
   args: string;
@@ -50,18 +52,28 @@ export function succeeded(call: Syscall): boolean {
   return !call.result.startsWith('-1');
 }
 
-const LINE = /^(\d+) (.*)$/;
+// strace pads the pid column, so the gap after it is one space or more.
+const LINE = /^(\d+)\s+(.*)$/;
 
 /** Parses `strace -f -y -o` output, joining `<unfinished ...>` / `<... resumed>` halves of one call. */
 export function parseStrace(text: string): Syscall[] {
   const calls: Syscall[] = [];
-  const pending = new Map<number, { name: string; args: string }>();
-  const complete = (pid: number, name: string, body: string) => {
+  const pending = new Map<number, { name: string; args: string; entry: number }>();
+  const complete = (pid: number, name: string, body: string, entry: number) => {
     const cut = body.lastIndexOf(') = ');
     if (cut < 0) return;
-    calls.push({ index: calls.length, pid, name, args: body.slice(0, cut), result: body.slice(cut + 4) });
+    calls.push({
+      index: calls.length,
+      entry,
+      pid,
+      name,
+      args: body.slice(0, cut),
+      result: body.slice(cut + 4),
+    });
   };
+  let lineNumber = -1;
   for (const line of text.split('\n')) {
+    lineNumber += 1;
     const match = LINE.exec(line);
     if (match === null) continue;
     const pid = Number(match[1]);
@@ -71,7 +83,7 @@ export function parseStrace(text: string): Syscall[] {
       const start = pending.get(pid);
       if (resumed === null || start === undefined) continue;
       pending.delete(pid);
-      complete(pid, start.name, start.args + (resumed[2] ?? ''));
+      complete(pid, start.name, start.args + (resumed[2] ?? ''), start.entry);
       continue;
     }
     const call = /^(\w+)\((.*)$/.exec(rest);
@@ -79,9 +91,13 @@ export function parseStrace(text: string): Syscall[] {
     const name = call[1] ?? '';
     const body = call[2] ?? '';
     if (body.endsWith('<unfinished ...>')) {
-      pending.set(pid, { name, args: body.slice(0, -'<unfinished ...>'.length).trimEnd() });
+      pending.set(pid, {
+        name,
+        args: body.slice(0, -'<unfinished ...>'.length).trimEnd(),
+        entry: lineNumber,
+      });
     } else {
-      complete(pid, name, body);
+      complete(pid, name, body, lineNumber);
     }
   }
   return calls;
@@ -250,6 +266,25 @@ export function reportsBeforeDurable(
   return problems;
 }
 
+/** Whether strace injected a fault into this call. */
+export function injected(call: Syscall): boolean {
+  return call.result.includes('(INJECTED)');
+}
+
+/**
+ * The `when=` value that makes strace hit the first call of `name` matching `predicate`: its rank among the calls
+ * of that name, in the order they began.
+ */
+export function whenFor(
+  calls: readonly Syscall[],
+  name: string,
+  predicate: (call: Syscall) => boolean,
+): number | undefined {
+  const ofName = calls.filter((c) => c.name === name).sort((a, b) => a.entry - b.entry);
+  const at = ofName.findIndex(predicate);
+  return at < 0 ? undefined : at + 1;
+}
+
 export interface TracedRun {
   code: number | null;
   stdout: string;
@@ -298,7 +333,13 @@ export async function runTraced(options: {
       );
     },
   );
-  const calls = parseStrace(await readFile(options.traceFile, 'utf8'));
+  const text = await readFile(options.traceFile, 'utf8').catch(() => '');
+  const calls = parseStrace(text);
+  if (calls.length === 0) {
+    throw new Error(
+      `strace recorded no calls (exit ${String(code)}, ${text.length} bytes of trace): ${stderr.slice(-1500)}`,
+    );
+  }
   await rm(options.traceFile, { force: true });
   return { code, stdout, stderr, calls };
 }

@@ -1,0 +1,161 @@
+// LazyFS mounts for power-cut tests: a FUSE filesystem that holds written data in its own cache until fsync, and
+// drops every unsynced byte on `lazyfs::clear-cache`. Metadata (create, rename, unlink) goes straight through.
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { createReadStream, existsSync } from 'node:fs';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { REPO_ROOT } from '../../helpers/harness.js';
+import { waitFor } from '../../helpers/wait-for.js';
+
+/** Where test/reliability/lazyfs/build.sh (run by .ci/run) leaves the binary; LAZYFS_BIN overrides it. */
+export function lazyfsBinary(): string {
+  return process.env.LAZYFS_BIN ?? path.join(REPO_ROOT, '.cache/lazyfs/lazyfs/lazyfs/build/lazyfs');
+}
+
+/** Why power cuts cannot be simulated here, or undefined when they can. */
+export function lazyfsUnavailable(): string | undefined {
+  const binary = lazyfsBinary();
+  if (!existsSync(binary))
+    return `LazyFS is not built (${binary}); run test/reliability/lazyfs/build.sh (.ci/run does)`;
+  if (!existsSync('/dev/fuse')) return 'no /dev/fuse: FUSE is not available here';
+  if (process.getuid?.() !== 0) return 'mounting LazyFS needs root';
+  return undefined;
+}
+
+async function isMounted(mountPoint: string): Promise<boolean> {
+  const mounts = await readFile('/proc/self/mounts', 'utf8');
+  return mounts.split('\n').some((line) => line.split(' ')[1] === mountPoint);
+}
+
+/** One LazyFS mount of `backing` at `mountPoint`; its control FIFOs and config live in `controlDir`. */
+export class LazyFsMount {
+  readonly mountPoint: string;
+  readonly backing: string;
+  readonly #controlDir: string;
+  #process: ChildProcess | undefined;
+  #log = '';
+
+  private constructor(backing: string, mountPoint: string, controlDir: string) {
+    this.backing = backing;
+    this.mountPoint = mountPoint;
+    this.#controlDir = controlDir;
+  }
+
+  static async mount(backing: string, mountPoint: string, controlDir: string): Promise<LazyFsMount> {
+    const mount = new LazyFsMount(backing, mountPoint, controlDir);
+    await Promise.all([backing, mountPoint, controlDir].map((dir) => mkdir(dir, { recursive: true })));
+    await writeFile(
+      path.join(controlDir, 'lazyfs.toml'),
+      [
+        '[faults]',
+        `fifo_path="${path.join(controlDir, 'faults.fifo')}"`,
+        `fifo_path_completed="${path.join(controlDir, 'faults-done.fifo')}"`,
+        '[cache]',
+        'apply_eviction=false',
+        '[cache.simple]',
+        // Holds every byte written between two fsyncs (a few MB here); a bigger cache only slows the mount.
+        'custom_size="64mb"',
+        'blocks_per_page=1',
+        '[filesystem]',
+        'log_all_operations=false',
+        'logfile=""',
+        '',
+      ].join('\n'),
+    );
+    await mount.start();
+    return mount;
+  }
+
+  async start(): Promise<void> {
+    const child = spawn(
+      lazyfsBinary(),
+      [
+        this.mountPoint,
+        '--config-path',
+        path.join(this.#controlDir, 'lazyfs.toml'),
+        '-o',
+        'allow_other',
+        '-o',
+        'modules=subdir',
+        '-o',
+        `subdir=${this.backing}`,
+        '-f',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    this.#process = child;
+    const keep = (chunk: Buffer) => {
+      this.#log = (this.#log + chunk.toString()).slice(-4000);
+    };
+    child.stdout?.on('data', keep);
+    child.stderr?.on('data', keep);
+    // A cut sent before the FIFO listener is up just waits in the FIFO, so the mount is all there is to await.
+    await waitFor(
+      async () => {
+        if (child.exitCode !== null) return 'exited';
+        return isMounted(this.mountPoint);
+      },
+      20_000,
+      { what: `LazyFS mounted at ${this.mountPoint}`, intervalMs: 20 },
+    ).catch(async (error: unknown) => {
+      await this.stop();
+      throw error;
+    });
+    if (child.exitCode !== null) throw new Error(`lazyfs exited ${child.exitCode}: ${this.#log}`);
+  }
+
+  /** Drops every byte that was written and not fsynced: what a power cut does to the disk's cache. */
+  async clearCache(): Promise<void> {
+    const done = this.#readCompletion();
+    await writeFile(path.join(this.#controlDir, 'faults.fifo'), 'lazyfs::clear-cache\n');
+    const line = await done;
+    if (!line.includes('clear-cache'))
+      throw new Error(`LazyFS answered ${JSON.stringify(line)} to clear-cache`);
+  }
+
+  #readCompletion(): Promise<string> {
+    return new Promise((resolve, reject) => {
+      const stream = createReadStream(path.join(this.#controlDir, 'faults-done.fifo'), { encoding: 'utf8' });
+      let text = '';
+      const timer = setTimeout(() => {
+        stream.destroy();
+        reject(new Error(`LazyFS did not confirm clear-cache within 20 s: ${this.#log}`));
+      }, 20_000);
+      stream.on('data', (chunk) => {
+        text += String(chunk);
+        if (text.includes('\n')) {
+          clearTimeout(timer);
+          stream.destroy();
+          resolve(text.split('\n')[0] ?? '');
+        }
+      });
+      stream.on('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+    });
+  }
+
+  /**
+   * A power cut: drop the unsynced data. With `reboot`, the filesystem is also unmounted and mounted again, so
+   * not even the kernel's page cache of the mount survives. (FUSE re-reads a file on every open anyway, so the
+   * cheap cut alone already shows what the disk kept; the reboot makes sure.)
+   */
+  async powerCut(options: { reboot: boolean }): Promise<void> {
+    await this.clearCache();
+    if (!options.reboot) return;
+    await this.stop();
+    await this.start();
+  }
+
+  async stop(): Promise<void> {
+    const child = this.#process;
+    this.#process = undefined;
+    if (child !== undefined && child.exitCode === null) {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      await exited;
+    }
+    if (await isMounted(this.mountPoint)) spawnSync('umount', ['-l', this.mountPoint]);
+  }
+}
