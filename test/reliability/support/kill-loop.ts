@@ -135,7 +135,8 @@ export async function runKillLane(
     // Two kinds of moment: uniform in time (start-up, pull, plan...), or right after the n-th filesystem event
     // of the run, which lands kills inside publishes and between a publish and its record or report.
     const onEvent = random() < 0.6;
-    const killAtEvent = 1 + randomInt(random, typicalEvents);
+    // Below the typical count: a run with few changes makes fewer events, and a kill that comes too late is a wasted run.
+    const killAtEvent = 1 + randomInt(random, Math.max(1, Math.round(typicalEvents * 0.8)));
     const delayMs = onEvent ? randomInt(random, 3) : random() * typicalMs * 0.95;
     let events = 0;
     let trigger: () => void = () => undefined;
