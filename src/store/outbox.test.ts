@@ -1,4 +1,5 @@
 // The durable status outbox on memfs: coalescing, ordered delivery, outages, poisoned reports, restarts.
+import { constants } from 'node:fs';
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
 import type { StatusReport } from '../api/schemas.js';
@@ -191,10 +192,14 @@ describe('StatusOutbox', () => {
   it('a failure to rewrite the outbox after delivery is returned, and memory stays right', async () => {
     const { fs } = memfs();
     const outbox = await filled(fs, ['cfg_a']);
+    // Reading still works on a full disk; creating the new outbox file does not.
     const full: FsPort = {
       ...fs,
-      open: (async () => {
-        throw Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' });
+      open: (async (...args: Parameters<FsPort['open']>) => {
+        const flags = args[1];
+        if (typeof flags === 'number' && (flags & constants.O_CREAT) !== 0)
+          throw Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' });
+        return fs.open(...args);
       }) as FsPort['open'],
     };
     const onFullDisk = await StatusOutbox.open(full, STATE_DIR, silentLogger());
@@ -343,5 +348,43 @@ describe('StatusOutbox.flush with concurrency', () => {
     expect(result.rejected.map(({ entry }) => entry.instanceId)).toEqual(['cfg_gone']);
     expect(ids(outbox.pending())).toEqual(['cfg_stuck']);
     expect(ids((await open(fs)).pending())).toEqual(['cfg_stuck']);
+  });
+});
+
+describe('a large outbox at start-up', () => {
+  it('opens 200,000 queued reports (nothing in loading is bounded by the call stack) and keeps their order', async () => {
+    const count = 200_000;
+    const entries = Array.from({ length: count }, (_, i) => ({
+      seq: i * 2,
+      instanceId: `cfg_${i}`,
+      report: deployed,
+      queuedAt: T0.toISOString(),
+    }));
+    const { fs } = memfs({ [OUTBOX_PATH]: JSON.stringify({ version: 1, nextSeq: 5, entries }) });
+    const outbox = await open(fs);
+    expect(outbox.size).toBe(count);
+    expect(outbox.pending()[count - 1]?.instanceId).toBe(`cfg_${count - 1}`);
+    // The next report gets a sequence number after every loaded one, however stale nextSeq was.
+    outbox.enqueue('cfg_new', removed, T0);
+    expect(outbox.pending().at(-1)).toMatchObject({ instanceId: 'cfg_new', seq: (count - 1) * 2 + 1 });
+  });
+});
+
+describe('an unreadable outbox', () => {
+  it('names stateDir instead of failing with a raw errno, and a FIFO in its place does not hang', async () => {
+    const { fs } = memfs();
+    const denied: FsPort = {
+      ...fs,
+      open: (async () => {
+        throw Object.assign(new Error('EACCES: simulated'), { code: 'EACCES' });
+      }) as FsPort['open'],
+    };
+    await expect(open(denied)).rejects.toMatchObject({
+      code: 'state_dir_unusable',
+      retryable: false,
+      message: expect.stringMatching(
+        /^stateDir \/var\/lib\/config-agent is not usable: cannot read outbox\.json: permission denied/,
+      ),
+    });
   });
 });

@@ -1,11 +1,10 @@
 // Durable queue of status reports: written before they are sent, sent in order, dropped once acknowledged.
-import path from 'node:path';
 import { z } from 'zod';
 import { StatusReport } from '../api/schemas.js';
-import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';
+import { readStateDirFile } from './state.js';
 
 export const OUTBOX_FILE = 'outbox.json';
 
@@ -157,13 +156,8 @@ export class StatusOutbox {
   }
 
   async #load(): Promise<void> {
-    let raw: string;
-    try {
-      raw = (await this.#fs.readFile(path.join(this.#stateDir, OUTBOX_FILE), 'utf8')) as string;
-    } catch (error) {
-      if (errnoCode(error) === 'ENOENT') return;
-      throw error;
-    }
+    const raw = await readStateDirFile(this.#fs, this.#stateDir, OUTBOX_FILE);
+    if (raw === undefined) return;
     const parsed = OutboxFile.safeParse(safeJsonParse(raw));
     if (!parsed.success) {
       // Losing queued reports is recoverable: the next full pass re-derives every status from disk and server.
@@ -171,7 +165,10 @@ export class StatusOutbox {
       return;
     }
     this.#entries = parsed.data.entries;
-    this.#nextSeq = Math.max(parsed.data.nextSeq, ...this.#entries.map((entry) => entry.seq + 1));
+    // A loop, not Math.max(...spread): 200,000 queued reports as arguments overflow the call stack.
+    let nextSeq = parsed.data.nextSeq;
+    for (const entry of this.#entries) if (entry.seq >= nextSeq) nextSeq = entry.seq + 1;
+    this.#nextSeq = nextSeq;
   }
 }
 
