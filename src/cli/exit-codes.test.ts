@@ -3,6 +3,12 @@ import { describe, expect, it } from 'vitest';
 import { ApiKeyError, ConfigError } from '../config/errors.js';
 import { AgentError, UsageError } from '../lib/errors.js';
 import type { PassError, PassResult } from '../reconcile/pass-runner.js';
+import { StateDirError } from '../store/lock.js';
+
+function errno(code: string): Error {
+  return Object.assign(new Error(code), { code });
+}
+
 import { EXIT_CODE_MEANINGS, ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
 
 describe('ExitCode', () => {
@@ -24,6 +30,8 @@ describe('exitCodeForStartupError', () => {
     [new UsageError('bad flag'), ExitCode.Usage],
     [new ConfigError('/etc/x.json', [{ path: 'deviceId', message: 'required' }]), ExitCode.Config],
     [new ApiKeyError('no API key found'), ExitCode.Config],
+    [new StateDirError('/var/lib/a', 'cannot create agent.lock', errno('EROFS')), ExitCode.Config],
+    [new StateDirError('/var/lib/a', 'cannot create agent.lock', errno('EACCES')), ExitCode.Config],
   ])('%s → %i', (error, code) => {
     expect(exitCodeForStartupError(error)).toBe(code);
   });
@@ -34,6 +42,10 @@ describe('exitCodeForStartupError', () => {
     ).toBeUndefined();
     expect(exitCodeForStartupError(Object.assign(new Error('x'), { code: 'ENOENT' }))).toBeUndefined();
     expect(exitCodeForStartupError('usage')).toBeUndefined();
+    // A full disk under stateDir may clear up: exit 1, and systemd restarts the agent.
+    expect(
+      exitCodeForStartupError(new StateDirError('/var/lib/a', 'cannot create agent.lock', errno('ENOSPC'))),
+    ).toBeUndefined();
   });
 });
 

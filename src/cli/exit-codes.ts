@@ -12,7 +12,7 @@ export const ExitCode = {
   Usage: 2,
   /** The server was unreachable, timed out, or rejected the API key. */
   Unreachable: 3,
-  /** Invalid configuration: config file, API key or environment (EX_CONFIG of sysexits.h). */
+  /** Invalid configuration: config file, API key, environment, or an unusable stateDir (EX_CONFIG of sysexits.h). */
   Config: 78,
 } as const;
 
@@ -26,7 +26,8 @@ export const EXIT_CODE_MEANINGS: Readonly<Record<ExitCode, string>> = {
     'not converged: server reached, but an instance is retrying or failed, or a report is undelivered',
   [ExitCode.Usage]: 'usage error',
   [ExitCode.Unreachable]: 'server unreachable, timed out, or API key rejected',
-  [ExitCode.Config]: 'invalid configuration (config file, API key, environment)',
+  [ExitCode.Config]:
+    'invalid configuration (config file, API key, environment), or a read-only or unwritable stateDir',
 };
 
 /**
@@ -41,6 +42,9 @@ export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
     case 'invalid_config':
     case 'api_key_unavailable':
       return ExitCode.Config;
+    case 'state_dir_unusable':
+      // A read-only or foreign-owned stateDir needs an operator; a full disk may clear up (exit 1, restart).
+      return error.retryable ? undefined : ExitCode.Config;
     default:
       return undefined;
   }

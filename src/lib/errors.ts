@@ -28,6 +28,8 @@ export type ErrorCode =
   | 'path_rejected'
   | 'disk_error'
   | 'state_locked'
+  /** stateDir read-only, not writable or failing (store/errors.ts); exit 78 when not retryable. */
+  | 'state_dir_unusable'
   /** The mock service's fixtures (mock-server/fixtures.ts). */
   | 'invalid_fixtures'
   /** Not an AgentError: a bug or an unexpected failure, as a pass reports it. */

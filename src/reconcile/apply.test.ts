@@ -89,6 +89,7 @@ function faultyFs(inner: FsPort, faults: Fault[]): FsPort {
       check('unlink', args[0]);
       return inner.unlink(...args);
     }) as FsPort['unlink'],
+    link: inner.link.bind(inner),
     lstat: inner.lstat.bind(inner),
     stat: inner.stat.bind(inner),
     mkdir: inner.mkdir.bind(inner),

@@ -1,5 +1,5 @@
 // Failures of the file store: a path the agent refuses to touch (final) and a disk that failed under it (retryable).
-import { AgentError, errnoCode } from '../lib/errors.js';
+import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 
 /** Which rule a rejected path broke; stable, so callers and tests can match on it. */
 export type PathRule =
@@ -160,4 +160,48 @@ function diskMessage(operation: string, path: string, errno: string | undefined)
       'replaced atomically by rename: bind-mount its parent directory instead';
   }
   return message;
+}
+
+/**
+ * The state directory cannot be used: read-only, not writable by the agent's user, or failing. `retryable`
+ * is false for what only an operator can fix (EROFS, EACCES, EPERM, ...): the agent exits 78 instead of
+ * entering a restart loop. The message names stateDir and the reason.
+ */
+export class StateDirError extends AgentError {
+  readonly stateDir: string;
+  readonly errno: string | undefined;
+  constructor(stateDir: string, operation: string, cause: unknown) {
+    const errno = errnoCode(cause);
+    const permanent = errno !== undefined && OPERATOR_ERRNOS.has(errno);
+    super('state_dir_unusable', stateDirMessage(stateDir, operation, errno, cause), {
+      retryable: !permanent,
+      cause,
+    });
+    this.stateDir = stateDir;
+    this.errno = errno;
+  }
+}
+
+/** Errors only an operator can fix; anything else (ENOSPC, EIO, EMFILE) may pass by itself. */
+const OPERATOR_ERRNOS = new Set(['EROFS', 'EACCES', 'EPERM', 'ENOTDIR', 'ELOOP', 'ENAMETOOLONG', 'EISDIR']);
+
+const STATE_DIR_HINTS: Record<string, string> = {
+  EROFS:
+    'read-only file system: stateDir must be on a writable file system (under systemd: inside ' +
+    'StateDirectory= or ReadWritePaths=)',
+  EACCES: "permission denied: the agent's user must own stateDir (chown it, mode 0700)",
+  EPERM: "operation not permitted: the agent's user must own stateDir (chown it, mode 0700)",
+  ENOSPC: 'no space left on device',
+  EDQUOT: 'disk quota exceeded',
+  EIO: 'input/output error',
+};
+
+function stateDirMessage(stateDir: string, operation: string, errno: string | undefined, cause: unknown) {
+  const reason =
+    errno === undefined
+      ? errorMessage(cause)
+      : STATE_DIR_HINTS[errno] === undefined
+        ? errno
+        : `${STATE_DIR_HINTS[errno]} (${errno})`;
+  return `stateDir ${stateDir} is not usable: ${operation}: ${reason}`;
 }

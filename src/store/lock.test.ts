@@ -6,8 +6,11 @@ import {
   LOCK_FILE,
   linuxProcessProbe,
   type ProcessProbe,
+  StateDirError,
+  type StateLock,
   StateLockedError,
 } from './lock.js';
+import { TEMP_PREFIX } from './path-guard.js';
 
 const STATE = '/var/lib/config-agent';
 
@@ -82,5 +85,140 @@ describe('acquireStateLock', () => {
     expect(self.pid).toBe(process.pid);
     expect(await linuxProcessProbe.alive(self)).toBe(true);
     expect(await linuxProcessProbe.alive({ pid: 2 ** 22 + 1 })).toBe(false);
+  });
+});
+
+/** A small seeded generator, so a failing interleaving can be replayed from its seed. */
+function seeded(seed: number): () => number {
+  let x = seed >>> 0 || 1;
+  return () => {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    return (x >>> 0) / 2 ** 32;
+  };
+}
+
+/** The fs with a random number of event-loop turns before every call: two acquirers interleave anywhere. */
+function interleaving(fs: FsPort, random: () => number): FsPort {
+  const turns = async () => {
+    for (let n = Math.floor(random() * 4); n > 0; n -= 1) await new Promise((r) => setImmediate(r));
+  };
+  const wrapped: Record<string, unknown> = {};
+  for (const name of ['open', 'rename', 'unlink', 'link', 'lstat', 'stat', 'readFile'] as const) {
+    const original = fs[name] as (...args: unknown[]) => Promise<unknown>;
+    wrapped[name] = async (...args: unknown[]) => {
+      await turns();
+      const result = await original.apply(fs, args);
+      await turns();
+      return result;
+    };
+  }
+  return { ...fs, ...wrapped } as FsPort;
+}
+
+async function race(fs: FsPort, random: () => number) {
+  const both = await Promise.allSettled([
+    acquireStateLock(interleaving(fs, random), STATE, probe(100, [100, 200])),
+    acquireStateLock(interleaving(fs, random), STATE, probe(200, [100, 200])),
+  ]);
+  const won = both.filter((r): r is PromiseFulfilledResult<StateLock> => r.status === 'fulfilled');
+  const lost = both.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+  return { won, lost };
+}
+
+describe('acquireStateLock: two agents racing', () => {
+  it('for a free state directory: exactly one wins in every interleaving, the other names it', async () => {
+    for (let seed = 1; seed <= 150; seed += 1) {
+      const { vol, fs } = memfs();
+      const { won, lost } = await race(fs, seeded(seed));
+      expect(won, `seed ${seed}`).toHaveLength(1);
+      expect(lost[0]?.reason, `seed ${seed}`).toBeInstanceOf(StateLockedError);
+      const holder = JSON.parse(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string);
+      expect((lost[0]?.reason as StateLockedError).pid).toBe(holder.pid);
+      expect(vol.readdirSync(STATE), `seed ${seed}`).toEqual([LOCK_FILE]);
+    }
+  });
+
+  it('for a lock left by a dead agent: exactly one takes it over in every interleaving', async () => {
+    for (let seed = 1; seed <= 150; seed += 1) {
+      const { vol, fs } = memfs({
+        [`${STATE}/${LOCK_FILE}`]: JSON.stringify({ pid: 300, procStart: 'start-300', token: 'dead' }),
+      });
+      const { won, lost } = await race(fs, seeded(seed));
+      expect(won, `seed ${seed}`).toHaveLength(1);
+      expect(lost[0]?.reason, `seed ${seed}`).toBeInstanceOf(StateLockedError);
+      expect(vol.readdirSync(STATE), `seed ${seed}`).toEqual([LOCK_FILE]);
+      await won[0]?.value.release();
+      expect(vol.readdirSync(STATE)).toEqual([]);
+    }
+  });
+
+  it('a lock is never visible empty: it is complete from the moment it has its name', async () => {
+    const { vol, fs } = memfs();
+    const seen: string[] = [];
+    const watching: FsPort = {
+      ...fs,
+      link: async (...args: Parameters<FsPort['link']>) => {
+        await fs.link(...args);
+        seen.push(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string);
+      },
+    };
+    await acquireStateLock(watching, STATE, probe(100, [100]));
+    expect(seen).toHaveLength(1);
+    expect(JSON.parse(seen[0] ?? '')).toMatchObject({ pid: 100 });
+  });
+});
+
+describe('acquireStateLock: an unusable state directory', () => {
+  function failing(code: string): FsPort {
+    const { fs } = memfs();
+    const error = () => Object.assign(new Error(`${code}: simulated`), { code });
+    return {
+      ...fs,
+      open: (async () => {
+        throw error();
+      }) as FsPort['open'],
+    };
+  }
+
+  it.each([
+    ['EROFS', 'read-only file system: stateDir must be on a writable file system'],
+    ['EACCES', "permission denied: the agent's user must own stateDir"],
+  ])('%s: StateDirError naming stateDir and the reason, not retryable (exit 78)', async (code, reason) => {
+    const error = await acquireStateLock(failing(code), STATE, probe(100, [100])).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StateDirError);
+    expect(error).toMatchObject({
+      code: 'state_dir_unusable',
+      retryable: false,
+      stateDir: STATE,
+      errno: code,
+    });
+    expect((error as Error).message).toBe(
+      `stateDir ${STATE} is not usable: cannot create ${LOCK_FILE}: ${reason}${
+        code === 'EROFS'
+          ? ' (under systemd: inside StateDirectory= or ReadWritePaths=)'
+          : ' (chown it, mode 0700)'
+      } (${code})`,
+    );
+  });
+
+  it('ENOSPC: StateDirError that is retryable (the disk may be cleaned)', async () => {
+    const error = await acquireStateLock(failing('ENOSPC'), STATE, probe(100, [100])).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toMatchObject({ code: 'state_dir_unusable', retryable: true, errno: 'ENOSPC' });
+  });
+
+  it('leaves no temp file when the link fails', async () => {
+    const { vol, fs } = memfs();
+    const broken: FsPort = {
+      ...fs,
+      link: (async () => {
+        throw Object.assign(new Error('EIO'), { code: 'EIO' });
+      }) as FsPort['link'],
+    };
+    await expect(acquireStateLock(broken, STATE, probe(100, [100]))).rejects.toBeInstanceOf(StateDirError);
+    expect(vol.readdirSync(STATE).filter((name) => String(name).startsWith(TEMP_PREFIX))).toEqual([]);
   });
 });

@@ -7,6 +7,10 @@ import path from 'node:path';
 import { z } from 'zod';
 import { AgentError, errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { StateDirError } from './errors.js';
+import { TEMP_PREFIX } from './path-guard.js';
+
+export { StateDirError };
 
 export const LOCK_FILE = 'agent.lock';
 
@@ -43,8 +47,11 @@ export interface StateLock {
 }
 
 /**
- * Takes `stateDir/agent.lock` (O_EXCL). A lock left by a dead process (crash, power cut) is taken over; the
- * holder's start time guards against a recycled pid.
+ * Takes `stateDir/agent.lock`. The lock appears whole or not at all: it is written and fsynced under a temp
+ * name, then link()ed into place (link fails with EEXIST when a lock exists), so no other agent ever sees a
+ * created but still empty lock and takes it over. A lock left by a dead process (crash, power cut) is taken
+ * over by renaming it aside first: of two agents racing for one stale lock, only the one that moved exactly
+ * that stale lock goes on. The holder's start time guards against a recycled pid.
  */
 export async function acquireStateLock(
   fs: FsPort,
@@ -53,32 +60,90 @@ export async function acquireStateLock(
 ): Promise<StateLock> {
   const file = path.join(stateDir, LOCK_FILE);
   const mine: LockContent = { ...(await probe.self()), token: randomBytes(12).toString('hex') };
-  for (let attempt = 0; attempt < 3; attempt += 1) {
-    try {
-      const handle = await fs.open(file, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600);
+  const temp = path.join(stateDir, `${TEMP_PREFIX}${LOCK_FILE}-${mine.token}`);
+  await writeLockTemp(fs, stateDir, temp, mine);
+  try {
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt += 1) {
       try {
-        await handle.writeFile(JSON.stringify(mine));
-      } finally {
-        await handle.close();
+        await fs.link(temp, file);
+        return { release: () => releaseLock(fs, file, mine) };
+      } catch (error) {
+        if (errnoCode(error) !== 'EEXIST')
+          throw new StateDirError(stateDir, `cannot create ${LOCK_FILE}`, error);
       }
-      return { release: () => releaseLock(fs, file, mine) };
-    } catch (error) {
-      if (errnoCode(error) !== 'EEXIST') throw error;
+      const holder = await readLock(fs, file);
+      if (holder === 'missing') continue;
+      if (holder !== undefined && holder.pid !== mine.pid && (await probe.alive(holder))) {
+        throw new StateLockedError(stateDir, holder.pid);
+      }
+      await moveStaleLockAside(fs, stateDir, file, holder, mine.token ?? '');
     }
-    const holder = await readLock(fs, file);
-    if (holder !== undefined && holder.pid !== mine.pid && (await probe.alive(holder))) {
-      throw new StateLockedError(stateDir, holder.pid);
-    }
-    await fs.unlink(file).catch((error: unknown) => {
-      if (errnoCode(error) !== 'ENOENT') throw error;
-    });
+  } finally {
+    await fs.unlink(temp).catch(() => undefined);
   }
   throw new StateLockedError(stateDir, 0);
 }
 
-async function readLock(fs: FsPort, file: string): Promise<LockContent | undefined> {
+/** Rounds of link → judge → take over before giving up: only agents starting in a tight loop get there. */
+const MAX_ATTEMPTS = 5;
+
+async function writeLockTemp(fs: FsPort, stateDir: string, temp: string, mine: LockContent): Promise<void> {
+  let handle: Awaited<ReturnType<FsPort['open']>> | undefined;
   try {
-    const parsed = LockContent.safeParse(JSON.parse((await fs.readFile(file, 'utf8')) as string));
+    handle = await fs.open(
+      temp,
+      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+      0o600,
+    );
+    await handle.writeFile(JSON.stringify(mine));
+    await handle.sync();
+  } catch (error) {
+    await handle?.close().catch(() => undefined);
+    handle = undefined;
+    await fs.unlink(temp).catch(() => undefined);
+    throw new StateDirError(stateDir, `cannot create ${LOCK_FILE}`, error);
+  } finally {
+    await handle?.close();
+  }
+}
+
+/**
+ * Renames the lock judged stale to a name of our own, then checks that what moved is that stale lock. If
+ * another agent's fresh lock moved instead (it took the stale one over just before us), it is put back.
+ */
+async function moveStaleLockAside(
+  fs: FsPort,
+  stateDir: string,
+  file: string,
+  judged: LockContent | undefined,
+  token: string,
+): Promise<void> {
+  const aside = path.join(stateDir, `${TEMP_PREFIX}${LOCK_FILE}-stale-${token}`);
+  try {
+    await fs.rename(file, aside);
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return;
+    throw new StateDirError(stateDir, `cannot replace the stale ${LOCK_FILE}`, error);
+  }
+  const moved = await readLock(fs, aside);
+  const same =
+    moved === undefined || moved === 'missing'
+      ? judged === undefined
+      : judged !== undefined && moved.token === judged.token && moved.pid === judged.pid;
+  if (!same) await fs.link(aside, file).catch(() => undefined);
+  await fs.unlink(aside).catch(() => undefined);
+}
+
+/** The lock's content; undefined when it is unreadable or not a lock; 'missing' when it vanished. */
+async function readLock(fs: FsPort, file: string): Promise<LockContent | undefined | 'missing'> {
+  let text: string;
+  try {
+    text = (await fs.readFile(file, 'utf8')) as string;
+  } catch (error) {
+    return errnoCode(error) === 'ENOENT' ? 'missing' : undefined;
+  }
+  try {
+    const parsed = LockContent.safeParse(JSON.parse(text));
     return parsed.success ? parsed.data : undefined;
   } catch {
     return undefined;
@@ -87,7 +152,7 @@ async function readLock(fs: FsPort, file: string): Promise<LockContent | undefin
 
 async function releaseLock(fs: FsPort, file: string, mine: LockContent): Promise<void> {
   const holder = await readLock(fs, file);
-  if (holder?.token === mine.token) {
+  if (typeof holder === 'object' && holder.token === mine.token) {
     await fs.unlink(file).catch(() => undefined);
   }
 }

@@ -165,12 +165,17 @@ describe('saveLocalState / loadLocalState', () => {
     const { fs } = memfs({ [STATE_PATH]: JSON.stringify(valid) });
     const denied: FsPort = {
       ...fs,
-      readFile: (async () => {
+      open: (async () => {
         throw Object.assign(new Error('EACCES: permission denied'), { code: 'EACCES' });
-      }) as FsPort['readFile'],
+      }) as FsPort['open'],
     };
     await expect(loadLocalState(denied, STATE_DIR, 'dvc_1', silentLogger())).rejects.toMatchObject({
-      code: 'EACCES',
+      code: 'state_dir_unusable',
+      errno: 'EACCES',
+      retryable: false,
+      message: expect.stringMatching(
+        /^stateDir \/var\/lib\/config-agent is not usable: cannot read state\.json/,
+      ),
     });
   });
 });

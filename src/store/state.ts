@@ -1,4 +1,5 @@
 // The agent's durable memory in stateDir: which files it wrote (and so may delete), and per-instance retries.
+import { constants } from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { ConfigInstanceActivityStatus, ErrorStatus } from '../api/schemas.js';
@@ -6,6 +7,7 @@ import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';
+import { StateDirError } from './errors.js';
 
 export const STATE_FILE = 'state.json';
 export const STATE_VERSION = 1;
@@ -83,13 +85,8 @@ export async function loadLocalState(
   rootDir = '',
 ): Promise<{ state: LocalState; outcome: StateLoadOutcome }> {
   const empty = () => emptyState(deviceId, rootDir);
-  let raw: string;
-  try {
-    raw = (await fs.readFile(path.join(stateDir, STATE_FILE), 'utf8')) as string;
-  } catch (error) {
-    if (errnoCode(error) === 'ENOENT') return { state: empty(), outcome: 'missing' };
-    throw error;
-  }
+  const raw = await readStateDirFile(fs, stateDir, STATE_FILE);
+  if (raw === undefined) return { state: empty(), outcome: 'missing' };
   let parsed: LocalStateFile;
   try {
     parsed = LocalStateFile.parse(JSON.parse(raw));
@@ -132,6 +129,42 @@ export async function loadLocalState(
     outcome: 'loaded',
   };
 }
+
+/**
+ * A file of stateDir as text, undefined when it does not exist. Opened non-blocking and fstat-checked: a FIFO
+ * or device in its place must not hang start-up. Any other failure names stateDir (StateDirError).
+ */
+export async function readStateDirFile(
+  fs: FsPort,
+  stateDir: string,
+  name: string,
+): Promise<string | undefined> {
+  let handle: Awaited<ReturnType<FsPort['open']>>;
+  try {
+    handle = await fs.open(path.join(stateDir, name), STATE_READ_FLAGS);
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return undefined;
+    throw new StateDirError(stateDir, `cannot read ${name}`, error);
+  }
+  try {
+    const stats = await handle.stat();
+    if (!stats.isFile()) {
+      throw new StateDirError(
+        stateDir,
+        `cannot read ${name}`,
+        Object.assign(new Error('not a regular file'), { code: 'EISDIR' }),
+      );
+    }
+    return await handle.readFile({ encoding: 'utf8' });
+  } catch (error) {
+    if (error instanceof StateDirError) throw error;
+    throw new StateDirError(stateDir, `cannot read ${name}`, error);
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+const STATE_READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW;
 
 export function serializeLocalState(state: LocalState): LocalStateFile {
   const sortedEntries = <T>(map: Map<string, T>) =>
