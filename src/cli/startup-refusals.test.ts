@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { tryMount, unmount } from '../../test/helpers/harness.js';
 import { main } from '../main.js';
 import type { CommandIo } from './io.js';
 
@@ -85,5 +86,28 @@ describe('inputs that are not regular files exit 78, never hang', () => {
     const fromCredentials = bufferedIo({ CREDENTIALS_DIRECTORY: credentials });
     expect(await run(['--once', '--config', configPath], fromCredentials)).toBe(78);
     expect(fromCredentials.err()).toContain(`${credentials}/api-key is not a regular file (a FIFO)`);
+  });
+});
+
+describe('a read-only stateDir exits 78 naming stateDir and the reason', () => {
+  it('--once on a read-only mount: no raw EROFS, no exit 1 (which systemd would restart forever)', async (ctx) => {
+    const stateDir = path.join(dir, 'state');
+    await mkdir(stateDir);
+    const refused = tryMount(['-t', 'tmpfs', '-o', 'ro,mode=0700,size=64k', 'tmpfs', stateDir]);
+    if (refused !== undefined) {
+      ctx.skip(refused);
+      return;
+    }
+    try {
+      const configPath = await writeConfig();
+      const io = bufferedIo();
+      expect(await run(['--once', '--config', configPath], io)).toBe(78);
+      expect(io.err()).toContain(
+        `stateDir ${stateDir} is not usable: cannot create agent.lock: read-only file system: stateDir must be ` +
+          'on a writable file system (under systemd: inside StateDirectory= or ReadWritePaths=) (EROFS)',
+      );
+    } finally {
+      unmount(stateDir);
+    }
   });
 });

@@ -226,7 +226,13 @@ async function ensureDirectory(
     const existing = await statOrUndefined(fs, dir);
     if (existing !== undefined) {
       if (!existing.isDirectory()) fail(`${dir} exists and is not a directory`);
-      if (tighten && (existing.mode & 0o077) !== 0) await fs.chmod(dir, mode);
+      if (tighten && (existing.mode & 0o077) !== 0) {
+        await fs
+          .chmod(dir, mode)
+          .catch((error: unknown) =>
+            fail(`cannot restrict ${dir} to mode ${formatMode(mode)}: ${describeFsError(error)}`, error),
+          );
+      }
       return;
     }
     const missing = [dir];

@@ -3,7 +3,17 @@ import type * as fsp from 'node:fs/promises';
 
 export type FsPort = Pick<
   typeof fsp,
-  'open' | 'rename' | 'unlink' | 'link' | 'lstat' | 'stat' | 'mkdir' | 'readdir' | 'readFile' | 'rmdir' | 'chmod'
+  | 'open'
+  | 'rename'
+  | 'unlink'
+  | 'link'
+  | 'lstat'
+  | 'stat'
+  | 'mkdir'
+  | 'readdir'
+  | 'readFile'
+  | 'rmdir'
+  | 'chmod'
 >;
 
 export type FileHandle = fsp.FileHandle;
