@@ -135,7 +135,7 @@ describe('acquireStateLock: two agents racing', () => {
       expect(won, `seed ${seed}`).toHaveLength(1);
       expect(lost[0]?.reason, `seed ${seed}`).toBeInstanceOf(StateLockedError);
       const holder = JSON.parse(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string);
-      expect((lost[0]?.reason as StateLockedError).pid).toBe(holder.pid);
+      expect(lost[0]?.reason).toMatchObject({ pid: holder.pid });
       expect(vol.readdirSync(STATE), `seed ${seed}`).toEqual([LOCK_FILE]);
     }
   });
