@@ -38,7 +38,7 @@ describe('config-agent --once: removal', () => {
     expect(await snapshotTree(h.rootDir)).toEqual({
       svc: 'dir 755',
       'svc/operator-dir': 'dir 755',
-      'stays.yaml': `file 644 ${Buffer.from('y: 2\n').toString('base64')}`,
+      'stays.yaml': `file 644 ${Buffer.from('"y": 2\n').toString('base64')}`, // "y" is a boolean to YAML 1.1 readers
     });
     expect((await snapshotTree(h.rootDir, { identity: true }))['stays.yaml']).toBe(staysBefore);
     expect(await statuses(h, gone.id)).toEqual(['removed', 'removed', 'none']);
