@@ -42,6 +42,8 @@ export interface FleetOptions {
   bigFileBytes: number;
   /** Extra config keys over the defaults below. */
   config?: Record<string, unknown>;
+  /** Keys of `server` over the defaults (e.g. a short timeoutSeconds). */
+  server?: Record<string, unknown>;
 }
 
 export interface Violation {
@@ -73,6 +75,8 @@ export class Fleet {
   /** sha256 of the bytes of every version ever created, per path: after a crash a file must be one of them. */
   readonly #versions = new Map<string, Set<string>>();
   readonly #expected = new Map<string, Buffer>();
+  #keyPath = '';
+  #options: FleetOptions | undefined;
   #sequence = 0;
 
   private constructor(server: RunningMockServer, options: FleetOptions) {
@@ -97,17 +101,9 @@ export class Fleet {
     await mkdir(options.rootDir, { recursive: true });
     const keyPath = path.join(options.dir, 'api-key');
     await writeFile(keyPath, `${CANARY_KEY}\n`, { mode: 0o600 });
-    const config = {
-      deviceId: fleet.deviceId,
-      server: { baseUrl: server.url, apiKeyFile: keyPath, timeoutSeconds: 10 },
-      rootDir: options.rootDir,
-      stateDir: options.stateDir,
-      retry: { maxAttempts: 5, baseDelaySeconds: 1, maxDelaySeconds: 2 },
-      log: { level: 'info' },
-      socketPath: path.join(options.dir, 'agent.sock'),
-      ...options.config,
-    };
-    await writeFile(fleet.configPath, JSON.stringify(config, null, 2));
+    fleet.#keyPath = keyPath;
+    fleet.#options = options;
+    await fleet.writeConfig(server.url);
     for (const [relative, text] of Object.entries(FOREIGN_FILES)) {
       await mkdir(path.dirname(path.join(options.rootDir, relative)), { recursive: true });
       // Synced: an operator's file that predates the agent is on the platter before any power cut.
@@ -117,6 +113,22 @@ export class Fleet {
       await handle.close();
     }
     return fleet;
+  }
+
+  /** Writes the agent's config, pointing it at `baseUrl` (the mock, or a proxy in front of it). */
+  async writeConfig(baseUrl: string): Promise<void> {
+    const options = this.#options;
+    const config = {
+      deviceId: this.deviceId,
+      server: { baseUrl, apiKeyFile: this.#keyPath, timeoutSeconds: 10, ...options?.server },
+      rootDir: this.rootDir,
+      stateDir: this.stateDir,
+      retry: { maxAttempts: 5, baseDelaySeconds: 1, maxDelaySeconds: 2 },
+      log: { level: 'info' },
+      socketPath: path.join(this.dir, 'agent.sock'),
+      ...options?.config,
+    };
+    await writeFile(this.configPath, JSON.stringify(config, null, 2));
   }
 
   // ---- the service side ----
