@@ -1,0 +1,71 @@
+// The content cache on memfs: entries named by their sha256, private modes, bytes checked on read, pruning.
+import { createHash } from 'node:crypto';
+import { createFsFromVolume, Volume } from 'memfs';
+import { describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
+import { CACHE_DIR, ContentCache } from './content-cache.js';
+
+const STATE = '/var/lib/config-agent';
+const CACHE = `${STATE}/${CACHE_DIR}`;
+
+function world() {
+  const vol = Volume.fromJSON({});
+  vol.mkdirSync(STATE, { recursive: true });
+  const fs = createFsFromVolume(vol).promises as unknown as FsPort;
+  return { vol, fs, cache: new ContentCache(fs, STATE) };
+}
+
+const sha = (text: string) => createHash('sha256').update(text).digest('hex');
+
+describe('ContentCache', () => {
+  it('put stores the bytes under their sha256 in a 0700 directory, as a 0600 file', async () => {
+    const { vol, cache } = world();
+    const name = await cache.put(Buffer.from('listen 80;\n'));
+    expect(name).toBe(sha('listen 80;\n'));
+    expect(vol.readFileSync(`${CACHE}/${name}`, 'utf8')).toBe('listen 80;\n');
+    expect(vol.statSync(`${CACHE}/${name}`).mode & 0o777).toBe(0o600);
+    expect(vol.statSync(CACHE).mode & 0o777).toBe(0o700);
+    expect((await cache.get(name))?.toString()).toBe('listen 80;\n');
+  });
+
+  it('get answers undefined for an absent entry, for bytes that no longer hash to their name, and for non-names', async () => {
+    const { vol, cache } = world();
+    const good = await cache.put(Buffer.from('a'));
+    expect(await cache.get(sha('never stored'))).toBeUndefined();
+    vol.writeFileSync(`${CACHE}/${good}`, 'tampered');
+    expect(await cache.get(good)).toBeUndefined();
+    // A name that is not exactly 64 lowercase hex digits is never read, whatever the directory holds.
+    const other = sha('b');
+    for (const name of [`x${other}`, `${other}x`, other.toUpperCase(), '../state.json']) {
+      vol.writeFileSync(`${CACHE}/${name.replace('../', '')}`, 'b');
+      expect(await cache.get(name)).toBeUndefined();
+    }
+  });
+
+  it('get throws a read failure other than "absent"', async () => {
+    const { vol, cache } = world();
+    const name = sha('dir');
+    vol.mkdirSync(`${CACHE}/${name}`, { recursive: true });
+    await expect(cache.get(name)).rejects.toMatchObject({ code: 'EISDIR' });
+  });
+
+  it('prune deletes the entries not kept, leaves other names alone, and counts what it deleted', async () => {
+    const { vol, cache } = world();
+    const kept = await cache.put(Buffer.from('kept'));
+    const dropped = [await cache.put(Buffer.from('old 1')), await cache.put(Buffer.from('old 2'))];
+    // Names that merely contain a sha256 are not entries either.
+    const others = ['notes.txt', `copy-${sha('z')}`, `${sha('z')}.bak`];
+    for (const name of others) vol.writeFileSync(`${CACHE}/${name}`, 'not an entry');
+    expect(await cache.prune(new Set([kept]))).toBe(2);
+    expect(vol.readdirSync(CACHE)).toEqual([kept, ...others].sort());
+    for (const name of dropped) expect(await cache.get(name)).toBeUndefined();
+    expect(await cache.prune(new Set([kept]))).toBe(0);
+  });
+
+  it('prune with no cache directory deletes nothing; a cache path that is not a directory throws', async () => {
+    const { vol, cache } = world();
+    expect(await cache.prune(new Set())).toBe(0);
+    vol.writeFileSync(CACHE, 'a file where the directory should be');
+    await expect(cache.prune(new Set())).rejects.toMatchObject({ code: 'ENOTDIR' });
+  });
+});
