@@ -16,6 +16,8 @@ export default {
   jsonReporter: { fileName: 'reports/mutation/mutation.json' },
   thresholds: { high: 90, low: 85, break: null },
   timeoutMS: 20_000,
+  // The first run of the related unit tests, on a machine busy with other work.
+  dryRunTimeoutMinutes: 30,
   tempDirName: '.stryker-tmp',
   // Stryker rewrites the tsconfig's extends/references with TypeScript's JS API, which TypeScript 7 no longer
   // has; our tsconfig has neither, so point it at no file and let the sandbox keep the tsconfig as it is.
