@@ -7,26 +7,26 @@ function errno(code: string): NodeJS.ErrnoException {
 }
 
 describe('PathRejectedError', () => {
-  it.each<[PathRule, string]>([
-    ['empty', 'is empty'],
-    ['absolute', 'is absolute (starts with "/")'],
-    ['backslash', 'contains a backslash'],
-    ['control_character', 'contains a NUL or control character'],
-    ['lone_surrogate', 'contains an unpaired UTF-16 surrogate (not valid Unicode)'],
-    ['not_nfc', 'is not in Unicode normalisation form NFC'],
-    ['dot_segment', 'contains a "." or ".." segment'],
-    ['empty_segment', 'contains an empty segment ("//" or a trailing "/")'],
-    ['segment_too_long', 'has a segment longer than 255 bytes (UTF-8)'],
-    ['path_too_long', 'is longer than 4095 bytes (UTF-8)'],
-    ['reserved_prefix', 'has a segment starting with the reserved temp-file prefix'],
-    ['crosses_symlink', 'crosses a symlink'],
-    ['not_a_directory', 'has a parent component that exists but is not a directory'],
-    ['target_is_directory', 'names an existing directory'],
-    ['target_not_regular_file', 'names an existing file that is not a regular file'],
-  ])('%s: "path rejected: <path> %s", final, with rule and path', (rule, text) => {
+  it.each<[PathRule, string, boolean]>([
+    ['empty', 'is empty', false],
+    ['absolute', 'is absolute (starts with "/")', false],
+    ['backslash', 'contains a backslash', false],
+    ['control_character', 'contains a NUL or control character', false],
+    ['lone_surrogate', 'contains an unpaired UTF-16 surrogate (not valid Unicode)', false],
+    ['not_nfc', 'is not in Unicode normalisation form NFC', false],
+    ['dot_segment', 'contains a "." or ".." segment', false],
+    ['empty_segment', 'contains an empty segment ("//" or a trailing "/")', false],
+    ['segment_too_long', 'has a segment longer than 255 bytes (UTF-8)', false],
+    ['path_too_long', 'is longer than 4095 bytes (UTF-8)', false],
+    ['reserved_prefix', 'has a segment starting with the reserved temp-file prefix', false],
+    ['crosses_symlink', 'crosses a symlink', true],
+    ['not_a_directory', 'has a parent component that exists but is not a directory', true],
+    ['target_is_directory', 'names an existing directory', true],
+    ['target_not_regular_file', 'names an existing file that is not a regular file', true],
+  ])('%s: "path rejected: <path> %s", retryable %s (only obstacles on disk are)', (rule, text, retryable) => {
     const error = new PathRejectedError(rule, 'etc/app.conf');
     expect(error.message).toBe(`path rejected: "etc/app.conf" ${text}`);
-    expect(error).toMatchObject({ code: 'path_rejected', retryable: false, rule, path: 'etc/app.conf' });
+    expect(error).toMatchObject({ code: 'path_rejected', retryable, rule, path: 'etc/app.conf' });
   });
 
   it('adds a detail in parentheses only when there is one', () => {

@@ -96,11 +96,11 @@ describe('rejections name where the rule broke', () => {
 });
 
 describe('roots and lstat failures', () => {
-  it('a root that is a file is a DiskError ENOTDIR on "stat root directory"', async () => {
+  it('a root that is a file is a DiskError ENOTDIR on "stat directory", naming the absolute root', async () => {
     const { fs } = memfs({ '/srv/root': 'not a directory' });
-    const error = await checkRoot(fs, '/srv/root').catch((e: unknown) => e);
+    const error = await checkRoot(fs, '/srv/x/../root').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(DiskError);
-    expect(error).toMatchObject({ errno: 'ENOTDIR', operation: 'stat root directory', path: '' });
+    expect(error).toMatchObject({ errno: 'ENOTDIR', operation: 'stat directory', path: '/srv/root' });
   });
 
   it('an lstat failure other than ENOENT is a DiskError naming the relative path', async () => {
