@@ -10,6 +10,7 @@ import { planSteps } from '../reconcile/plan.js';
 import { recordStep } from '../reconcile/record.js';
 import { ContentCache } from './content-cache.js';
 import { StatusOutbox } from './outbox.js';
+import { validateRelativePath } from './path-guard.js';
 import {
   emptyState,
   type LocalState,
@@ -271,4 +272,98 @@ describe('a state the agent cannot trust never leads to a deletion', () => {
       ]);
     },
   );
+});
+
+describe('every path the path guard accepts round-trips through state', () => {
+  const file = (instanceId: string) => ({
+    instanceId,
+    sha256: SHA_A,
+    mode: 0o644,
+    createdDirs: [],
+    writtenAt: '2026-03-01T12:00:00.000Z',
+  });
+
+  async function roundTrip(paths: readonly string[]): Promise<LocalState> {
+    const { fs } = memfs();
+    const saved = emptyState('dvc_1');
+    for (const [i, relativePath] of paths.entries()) {
+      saved.files.set(relativePath, file(`cfg_${i}`));
+      // Instance ids come from the service: the same names must survive as keys there too.
+      saved.instances.set(relativePath, { relativePath, activity: 'deployed', error: 'none', attempts: 0 });
+    }
+    await saveLocalState(fs, STATE_DIR, saved);
+    return (await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger())).state;
+  }
+
+  it('__proto__ and the other names of Object.prototype, as a path and as an instance id', async () => {
+    const names = ['__proto__', 'constructor', 'hasOwnProperty', 'toString', 'valueOf', '__defineGetter__'];
+    const paths = [...names, ...names.map((name) => `a/${name}`), `__proto__/__proto__`];
+    for (const relativePath of paths) expect(() => validateRelativePath(relativePath)).not.toThrow();
+    const loaded = await roundTrip(paths);
+    expect([...loaded.files.keys()].sort()).toEqual([...paths].sort());
+    expect([...loaded.instances.keys()].sort()).toEqual([...paths].sort());
+    expect(loaded.files.get('__proto__')).toEqual(file('cfg_0'));
+  });
+
+  it('random paths the guard accepts (seeded): all come back, none added', async () => {
+    const pieces = [
+      '__proto__',
+      'constructor',
+      'a',
+      'é',
+      'ﬁ',
+      '😀',
+      'x.json',
+      '.hidden',
+      '-',
+      ' sp ',
+      '0',
+      'prototype',
+    ];
+    let x = 12345;
+    const random = () => {
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      return (x >>> 0) / 2 ** 32;
+    };
+    const paths = new Set<string>();
+    for (let tries = 0; paths.size < 2000 && tries < 100_000; tries += 1) {
+      const depth = 1 + Math.floor(random() * 4);
+      const segments = Array.from({ length: depth }, () => {
+        const parts = 1 + Math.floor(random() * 2);
+        return Array.from({ length: parts }, () => pieces[Math.floor(random() * pieces.length)]).join('');
+      });
+      const candidate = segments.join('/');
+      try {
+        validateRelativePath(candidate);
+      } catch {
+        continue;
+      }
+      paths.add(candidate);
+    }
+    const loaded = await roundTrip([...paths]);
+    expect([...loaded.files.keys()].sort()).toEqual([...paths].sort());
+    expect([...loaded.instances.keys()].sort()).toEqual([...paths].sort());
+  });
+});
+
+describe('a large state at start-up', () => {
+  it('loads 150,000 managed files (more than V8 takes as spread arguments) without any call-stack bound', async () => {
+    const { fs } = memfs();
+    const saved = emptyState('dvc_1');
+    for (let i = 0; i < 150_000; i += 1) {
+      saved.files.set(`f/${i}.json`, {
+        instanceId: `cfg_${i}`,
+        sha256: SHA_A,
+        mode: 0o644,
+        createdDirs: [],
+        writtenAt: '2026-03-01T12:00:00.000Z',
+      });
+    }
+    await saveLocalState(fs, STATE_DIR, saved);
+    const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
+    expect(outcome).toBe('loaded');
+    expect(state.files.size).toBe(150_000);
+  });
 });

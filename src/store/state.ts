@@ -37,18 +37,46 @@ export const InstanceRecord = z.object({
 });
 export type InstanceRecord = z.infer<typeof InstanceRecord>;
 
+/**
+ * A JSON object keyed by arbitrary strings, parsed into a Map. Not z.record: it builds a plain object, where a
+ * key `__proto__` (a path the guard accepts, or an instance id) sets the prototype instead of a property and
+ * is silently lost — its file would then never be removed. Object.entries of JSON.parse's output keeps it.
+ */
+function keyedBy<T extends z.ZodType>(value: T) {
+  return z.unknown().transform((input, ctx): Map<string, z.output<T>> => {
+    const map = new Map<string, z.output<T>>();
+    if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+      ctx.addIssue({ code: 'custom', message: 'expected an object' });
+      return map;
+    }
+    for (const [key, item] of Object.entries(input)) {
+      const parsed = value.safeParse(item);
+      if (!parsed.success) {
+        ctx.addIssue({ code: 'custom', path: [key], message: parsed.error.message });
+        continue;
+      }
+      map.set(key, parsed.data);
+    }
+    return map;
+  });
+}
+
 export const LocalStateFile = z.object({
   version: z.literal(STATE_VERSION),
   deviceId: z.string(),
   /** The root the recorded paths are relative to: a record proves nothing about another root. */
   rootDir: z.string(),
   /** Keyed by relative path: a path has at most one owner at a time. */
-  files: z.record(z.string(), ManagedFile),
-  instances: z.record(z.string(), InstanceRecord),
+  files: keyedBy(ManagedFile),
+  instances: keyedBy(InstanceRecord),
   /** Paths written or removed whose hooks have not run yet: replayed after a restart. */
   pendingHookPaths: z.array(z.string()).default([]),
 });
-export type LocalStateFile = z.infer<typeof LocalStateFile>;
+/** The file as written: plain objects, whose own `__proto__` key JSON.stringify writes like any other. */
+export type LocalStateFile = Omit<z.infer<typeof LocalStateFile>, 'files' | 'instances'> & {
+  files: Record<string, ManagedFile>;
+  instances: Record<string, InstanceRecord>;
+};
 
 export interface LocalState {
   deviceId: string;
@@ -87,7 +115,7 @@ export async function loadLocalState(
   const empty = () => emptyState(deviceId, rootDir);
   const raw = await readStateDirFile(fs, stateDir, STATE_FILE);
   if (raw === undefined) return { state: empty(), outcome: 'missing' };
-  let parsed: LocalStateFile;
+  let parsed: z.infer<typeof LocalStateFile>;
   try {
     parsed = LocalStateFile.parse(JSON.parse(raw));
   } catch (error) {
@@ -112,7 +140,7 @@ export async function loadLocalState(
     return { state: empty(), outcome: 'other_root' };
   }
   const instances = new Map<string, InstanceRecord>();
-  for (const [id, record] of Object.entries(parsed.instances)) {
+  for (const [id, record] of parsed.instances) {
     // Attempts reset on restart: an operator who fixed the cause expects an immediate retry.
     const { nextAttemptAt: _dropped, ...rest } = record;
     instances.set(id, { ...rest, attempts: 0 });
@@ -121,7 +149,7 @@ export async function loadLocalState(
     state: {
       deviceId,
       rootDir,
-      files: new Map(Object.entries(parsed.files)),
+      files: parsed.files,
       instances,
       cooldowns: new Map(),
       pendingHookPaths: new Set(parsed.pendingHookPaths),
