@@ -19,6 +19,7 @@ import {
   injected,
   quoted,
   reportsBeforeDurable,
+  reportsSent,
   runTraced,
   type Syscall,
   straceUnavailable,
@@ -234,22 +235,57 @@ describe.skipIf(SKIP !== undefined)('disk faults injected with strace', { timeou
       }
       // The first publish in the root failed before its rename: at least that file kept its old bytes exactly.
       if (fault.beforeCommit) expect(kept.length, 'no file kept its old bytes').toBeGreaterThan(0);
+      // Files renamed into the directory whose fsync failed are in place but not durable: none is deployed yet.
+      const stranded: string[] = [];
       if (fault.afterRename === true) {
-        // The file renamed just before the failed directory fsync is in place but not durable: not deployed yet.
-        const renamed = run.calls.filter((c) => c.name.startsWith('rename') && c.index < call.index).at(-1);
-        const target = renamed === undefined ? undefined : quoted(renamed.args)[1];
-        const relative = target === undefined ? undefined : path.relative(fleet.rootDir, target);
+        const dir = fdPath(call.args) ?? '';
+        for (const renamed of run.calls.filter((c) => c.name.startsWith('rename') && c.index < call.index)) {
+          const target = quoted(renamed.args)[1];
+          if (target === undefined || path.dirname(target) !== dir) continue;
+          const relative = path.relative(fleet.rootDir, target);
+          if (fleet.paths.includes(relative)) stranded.push(relative);
+        }
         expect(
-          relative !== undefined && fleet.paths.includes(relative),
-          `renamed before the fault: ${target}`,
-        ).toBe(true);
-        const { next } = before.get(relative ?? '') ?? {};
-        expect(reportedDeployed(next), `${relative} reported deployed after its directory fsync failed`).toBe(
-          false,
-        );
+          stranded.length,
+          `no managed file was renamed into ${dir} before its fsync failed`,
+        ).toBeGreaterThan(0);
+        for (const relative of stranded) {
+          const { next } = before.get(relative) ?? {};
+          expect(
+            reportedDeployed(next),
+            `${relative} reported deployed after its directory fsync failed`,
+          ).toBe(false);
+        }
       }
 
-      const after = await fleet.runOnce();
+      // The next run finds those files already holding the new bytes. Adopting them as "unchanged" would report
+      // them deployed with nothing ever synced: it must fsync the file and its directory before the report.
+      const after = await traced(fleet, 'after');
+      for (const relative of stranded) {
+        const absolute = path.join(fleet.rootDir, relative);
+        const { next } = before.get(relative) ?? {};
+        const report = reportsSent(after.calls).find(
+          (r) => r.instanceId === next && r.activity === 'deployed',
+        );
+        expect(report, `${relative}: ${next} never reported deployed after the fault`).toBeDefined();
+        const synced = (file: string) =>
+          after.calls.some(
+            (c) =>
+              c.index < (report?.index ?? 0) && c.name === 'fsync' && fdPath(c.args) === file && !injected(c),
+          );
+        const republished = after.calls.some(
+          (c) =>
+            c.index < (report?.index ?? 0) && c.name.startsWith('rename') && quoted(c.args)[1] === absolute,
+        );
+        expect(
+          synced(absolute) || republished,
+          `${relative}: reported deployed without an fsync of the file`,
+        ).toBe(true);
+        expect(
+          synced(path.dirname(absolute)),
+          `${relative}: reported deployed without an fsync of its directory`,
+        ).toBe(true);
+      }
       expect(after.code, `the run after the fault: ${after.stdout}${after.stderr.slice(-2000)}`).toBe(0);
       expect(await fleet.checkConverged()).toEqual([]);
       expect(await fleet.canaryHits([run.stdout, run.stderr, after.stdout, after.stderr])).toEqual([]);
