@@ -37,10 +37,11 @@ function faultyFs() {
   const fs = {
     ...nodeFs,
     failRenameTo: (_target: string) => false,
+    renameErrno: 'ENOSPC',
     rename: async (from: Parameters<typeof nodeFs.rename>[0], to: Parameters<typeof nodeFs.rename>[1]) => {
       if (fs.failRenameTo(String(to))) {
-        throw Object.assign(new Error(`ENOSPC: no space left on device, rename '${String(to)}'`), {
-          code: 'ENOSPC',
+        throw Object.assign(new Error(`${fs.renameErrno}: simulated failure, rename '${String(to)}'`), {
+          code: fs.renameErrno,
         });
       }
       return nodeFs.rename(from, to);
@@ -231,6 +232,33 @@ describe('runPass: target deployed', () => {
     expect(await fileAt('app.json')).toBe(json({ owner: 'cfg_a' }));
     expect(reportsReceived()).toEqual(['cfg_a queued/retrying', 'cfg_a deployed/none']);
   });
+});
+
+describe("runPass: the agent's own resource trouble", () => {
+  it.each(['EMFILE', 'ENFILE', 'ENOMEM'])(
+    '%s: no attempt counted, nothing reported, no cooldown: the next pass simply tries again',
+    async (code) => {
+      put({ id: 'cfg_a', content: { v: 1 } });
+      world.fs.renameErrno = code;
+      world.fs.failRenameTo = () => true;
+      // More passes than retry.maxAttempts (3), without moving the clock past any cooldown.
+      for (let round = 0; round < 5; round += 1) {
+        const result = await pass();
+        expect(result.converged).toBe(false);
+        expect(result.outcomes).toMatchObject([
+          { instanceId: 'cfg_a', action: 'waiting', message: expect.stringMatching(/retried next pass/) },
+        ]);
+      }
+      expect(reportsReceived()).toEqual([]);
+      expect(world.reconciler.state.instances.get('cfg_a')?.attempts ?? 0).toBe(0);
+
+      world.fs.failRenameTo = () => false;
+      const healed = await pass();
+      expect(healed.converged).toBe(true);
+      expect(await fileAt('cfg_a.json')).toBe(json({ v: 1 }));
+      expect(reportsReceived()).toEqual(['cfg_a deployed/none']);
+    },
+  );
 });
 
 describe('runPass: target removed or created', () => {

@@ -4,6 +4,7 @@ import { fullJitterMs } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+import { isAgentResourceError } from '../store/errors.js';
 import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
@@ -174,6 +175,18 @@ function byDepth(a: string, b: string): number {
 function recordFailure(ctx: RecordContext, instance: ConfigInstance, result: EffectResult): InstanceOutcome {
   const { error, operation } =
     result.kind === 'failed' ? result : { error: new Error(`unexpected ${result.kind}`), operation: 'write' };
+  if (isAgentResourceError(error)) {
+    // The agent ran out of descriptors or memory: not this instance's fault. No attempt, no cooldown, no
+    // report (the service must not hear `failed` for the agent's own trouble); the next pass tries again.
+    ctx.logger.warn(
+      { err: error, instanceId: instance.id, path: instance.relative_filepath },
+      `${operation} postponed: the agent is short of file descriptors or memory`,
+    );
+    return {
+      ...outcomeFor(instance, 'waiting', false),
+      message: `${operation} postponed: ${errorMessage(error)}; the agent's own resource limit, retried next pass`,
+    };
+  }
   const message = `${operation} failed: ${errorMessage(error)}`;
   const permanent = isAgentError(error) && !error.retryable;
   const attempts = (ctx.state.instances.get(instance.id)?.attempts ?? 0) + 1;
