@@ -11,8 +11,9 @@ export const unitTier: TestProjectInlineConfiguration = {
     name: 'unit',
     include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
     exclude: INTEGRATION,
-    testTimeout: 20_000,
-    hookTimeout: 20_000,
+    // Bounds for a failing test only: a passing unit test takes milliseconds, even on a busy machine.
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
     pool: 'forks',
   },
 };
@@ -22,9 +23,10 @@ export const integrationTier: TestProjectInlineConfiguration = {
   test: {
     name: 'integration',
     include: INTEGRATION,
-    // Spawned agents on a busy 2-core machine: generous bounds; tests wait on conditions, not on sleeps.
-    testTimeout: 60_000,
-    hookTimeout: 60_000,
+    // Spawned agents on a busy 2-core machine: generous bounds (they only end a failing test); tests wait on
+    // conditions, not on sleeps.
+    testTimeout: 300_000,
+    hookTimeout: 120_000,
     pool: 'forks',
     globalSetup: ['test/global-setup.ts'],
   },

@@ -123,7 +123,7 @@ export class DaemonProcess {
   }
 
   /** Sends `signal` and waits for the process to close, SIGKILLing it after `timeoutMs`. */
-  stop(signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 15_000): Promise<DaemonExit> {
+  stop(signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 60_000): Promise<DaemonExit> {
     if (this.alive) this.signal(signal);
     return this.waitForExit(timeoutMs);
   }

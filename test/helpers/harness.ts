@@ -129,7 +129,8 @@ export class AgentHarness {
       ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
     };
     const child = this.spawn(args, options.env, identity);
-    return collect(child, options.timeoutMs ?? 30_000);
+    // Generous: a --once over hundreds of files on a machine whose cores are busy with other work.
+    return collect(child, options.timeoutMs ?? 120_000);
   }
 
   runOnce(extraArgs: readonly string[] = [], env?: NodeJS.ProcessEnv): Promise<RunResult> {

@@ -243,5 +243,5 @@ describe('config-agent --once: the pull fails after its first page', () => {
     for (const id of [replacements[0], replacements[COUNT - 1]]) {
       expect((await h.instance(id!)).activity_status).toBe('deployed');
     }
-  }, 60_000);
+  }, 300_000);
 });
