@@ -2,7 +2,12 @@
 import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config';
 
 /** Tests that spawn the compiled binaries (dist/), and the reliability tier that does the same. */
-const INTEGRATION = ['test/integration/**/*.test.ts', 'test/reliability/**/*.test.ts'];
+const INTEGRATION = [
+  'test/integration/**/*.test.ts',
+  'test/reliability/**/*.test.ts',
+  // Installs the built .deb under a real systemd: slow, needs dist/ and dist-pkg/.
+  'test/systemd/deb.test.ts',
+];
 
 /** In-process tests: memfs or a temp dir, the mock service on port 0, fake clocks. No build needed. */
 export const unitTier: TestProjectInlineConfiguration = {

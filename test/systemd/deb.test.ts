@@ -1,0 +1,330 @@
+// The built config-agent-node .deb under a real systemd (PID 1 in its own namespaces): install, init, run, reload, stop, purge.
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const BOOT = path.join(REPO, 'test/systemd/boot-systemd.sh');
+const MOCK = path.join(REPO, 'dist/mock-server/cli.js');
+const ARCH = process.arch === 'x64' ? 'amd64' : process.arch;
+const SIGRTMIN_PLUS_4 = 38;
+const KEY = 'sk_ci_systemd_0123456789abcdef';
+const DEVICE = 'dvc_ci_01';
+const FIXTURES = {
+  devices: [{ id: DEVICE, name: 'ci robot' }],
+  config_instances: [
+    {
+      id: 'cfg_app',
+      device_id: DEVICE,
+      relative_filepath: 'app/config.json',
+      content: { port: 8080, mode: 'ci' },
+      target_status: 'deployed',
+      activity_status: 'queued',
+    },
+  ],
+};
+
+function findDeb(): string | undefined {
+  const dir = path.join(REPO, 'dist-pkg');
+  if (!existsSync(dir)) return undefined;
+  const name = readdirSync(dir).find(
+    (file) => file.startsWith('config-agent-node_') && file.endsWith(`_${ARCH}.deb`),
+  );
+  return name === undefined ? undefined : path.join(dir, name);
+}
+
+/** Why this machine cannot run the test, or undefined. */
+function cannotRun(deb: string | undefined): string | undefined {
+  if (process.getuid?.() !== 0) return 'needs root (namespaces, mounts, pivot_root)';
+  for (const tool of ['unshare', 'nsenter']) {
+    if (spawnSync(tool, ['--version']).error !== undefined) return `${tool} is not installed (util-linux)`;
+  }
+  if (!existsSync('/lib/systemd/systemd')) return 'systemd is not installed (apt install systemd)';
+  if (deb === undefined)
+    return `no dist-pkg/config-agent-node_*_${ARCH}.deb: run npm run package -- --arch ${ARCH}`;
+  if (!existsSync(MOCK)) return 'dist/ is not built (npm run build)';
+  return undefined;
+}
+
+const DEB = findDeb();
+let skipReason = cannotRun(DEB);
+/** Not /tmp: the machine's tmpfiles would empty it (FIELD-NOTES, pitfall 2). */
+const scratch = '/var/tmp';
+let workDir = '';
+let boot: ChildProcess | undefined;
+let bootLog = '';
+let systemdPid: number | undefined;
+let mock: ChildProcess | undefined;
+let mockUrl = '';
+
+interface Run {
+  status: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** A shell command inside the booted machine (all its namespaces). */
+function inside(command: string, input?: string): Run {
+  const result = spawnSync('nsenter', ['-t', String(systemdPid), '-a', 'sh', '-c', command], {
+    encoding: 'utf8',
+    input,
+    timeout: 120_000,
+  });
+  return { status: result.status, stdout: result.stdout ?? '', stderr: result.stderr ?? '' };
+}
+
+/** `systemctl show` properties as an object (systemctl prints them in its own order). */
+function unitProps(names: string): Record<string, string> {
+  const text = inside(`systemctl show -p ${names} config-agent`).stdout;
+  return Object.fromEntries(
+    text
+      .trim()
+      .split('\n')
+      .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+  );
+}
+
+function owner(file: string): string {
+  return inside(`stat -c '%a %U:%G' ${file}`).stdout.trim();
+}
+
+async function until(what: string, check: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}
+
+function childPid(pid: number): number | undefined {
+  try {
+    const text = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim();
+    return text === '' ? undefined : Number(text.split(' ')[0]);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The pid of the unshare that forks systemd: the innermost unshare of the boot script's chain. */
+function findSystemd(): number | undefined {
+  let pid = boot?.pid;
+  for (let depth = 0; pid !== undefined && depth < 4; depth += 1) {
+    const comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+    if (comm === 'systemd') return pid;
+    pid = childPid(pid);
+  }
+  return undefined;
+}
+
+/** In a PID namespace, systemd's poweroff ends PID 1 with SIGINT, so unshare dies of a signal: no exit code. */
+function bootExited(): boolean {
+  return boot !== undefined && (boot.exitCode !== null || boot.signalCode !== null);
+}
+
+/** kill(2) that accepts the process being gone already. */
+function signal(pid: number, sig: NodeJS.Signals | number): void {
+  try {
+    process.kill(pid, sig);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ESRCH') throw error;
+  }
+}
+
+beforeAll(async () => {
+  if (skipReason !== undefined) return;
+  workDir = mkdtempSync(path.join(scratch, 'config-agent-systemd-'));
+  boot = spawn(BOOT, [path.join(workDir, 'boot'), DEB as string], { stdio: ['ignore', 'pipe', 'pipe'] });
+  boot.stdout?.on('data', (chunk) => {
+    bootLog += String(chunk);
+  });
+  boot.stderr?.on('data', (chunk) => {
+    bootLog += String(chunk);
+  });
+  try {
+    await until(
+      'systemd to start',
+      () => {
+        systemdPid = findSystemd();
+        return systemdPid !== undefined || bootExited();
+      },
+      30_000,
+    );
+    if (systemdPid === undefined) throw new Error('the boot script exited');
+    // --wait needs the bus, which appears a moment after PID 1.
+    let running = inside('systemctl is-system-running --wait');
+    await until(
+      'the system bus',
+      () => {
+        running = inside('systemctl is-system-running --wait');
+        return !/Failed to connect to bus/.test(running.stderr);
+      },
+      60_000,
+    );
+    if (!['running', 'degraded'].includes(running.stdout.trim())) {
+      throw new Error(`systemctl is-system-running: ${running.stdout.trim()} ${running.stderr.trim()}`);
+    }
+  } catch (error) {
+    skipReason = `systemd could not boot here (${error instanceof Error ? error.message : String(error)}): ${bootLog.slice(-400)}`;
+    return;
+  }
+  // The mock service in the machine's network namespace (its loopback), run from this checkout.
+  const fixtures = path.join(workDir, 'fixtures.json');
+  writeFileSync(fixtures, JSON.stringify(FIXTURES));
+  mock = spawn(
+    'nsenter',
+    [
+      '-t',
+      String(systemdPid),
+      '-n',
+      process.execPath,
+      MOCK,
+      '--port',
+      '0',
+      '--api-key',
+      KEY,
+      '--fixtures',
+      fixtures,
+    ],
+    { stdio: ['ignore', 'pipe', 'ignore'] },
+  );
+  let out = '';
+  mock.stdout?.on('data', (chunk) => {
+    out += String(chunk);
+  });
+  await until('the mock service', () => /^http:\/\/\S+\n/.test(out), 20_000);
+  mockUrl = out.split('\n')[0] as string;
+  // A container image's policy-rc.d (exit 101) forbids starting services from maintainer scripts; a real
+  // Debian has none.
+  inside('rm -f /usr/sbin/policy-rc.d');
+}, 120_000);
+
+afterAll(async () => {
+  if (mock?.pid !== undefined && mock.exitCode === null) mock.kill('SIGTERM');
+  if (systemdPid !== undefined && !bootExited()) {
+    // SIGRTMIN+4 (38 on Linux; Node has no name for it): systemd's poweroff.
+    signal(systemdPid, SIGRTMIN_PLUS_4);
+    try {
+      await until('systemd to power off', () => bootExited(), 60_000);
+    } catch {
+      process.stderr.write(
+        `systemd did not power off within 60 s; killing it. Its console:\n${bootLog.slice(-2000)}\n`,
+      );
+      signal(systemdPid, 'SIGKILL');
+    }
+  }
+  if (boot?.pid !== undefined) {
+    // The cgroup the boot script made for the machine outlives it: remove it, deepest first.
+    spawnSync('unshare', [
+      '--mount',
+      '--propagation',
+      'private',
+      'sh',
+      '-c',
+      `mkdir -p ${workDir}/cg && mount -t cgroup2 cgroup2 ${workDir}/cg && ` +
+        `find ${workDir}/cg/config-agent-ci-${boot.pid} -depth -type d -exec rmdir {} + ; umount ${workDir}/cg`,
+    ]);
+  }
+  if (workDir !== '') rmSync(workDir, { recursive: true, force: true });
+}, 120_000);
+
+describe('config-agent-node .deb under a real systemd (skipped with the reason where systemd cannot boot)', () => {
+  it('installs: user, directories, unit enabled, but refuses to start unconfigured', (ctx) => {
+    if (skipReason !== undefined) ctx.skip(skipReason);
+    const installed = inside(`apt-get install -y /opt/ci/${path.basename(DEB as string)}`);
+    expect(installed.status, installed.stdout + installed.stderr).toBe(0);
+    expect(inside('id -u config-agent').status).toBe(0);
+    expect(owner('/etc/config-agent')).toBe('750 root:config-agent');
+    expect(owner('/srv/config-agent')).toBe('755 config-agent:config-agent');
+    expect(inside('systemctl is-enabled config-agent').stdout.trim()).toBe('enabled');
+    // Unconfigured: a start is skipped by ConditionPathExists=, not failed, and nothing runs.
+    expect(inside('systemctl start config-agent').status).toBe(0);
+    expect(unitProps('ActiveState,ConditionResult')).toEqual({
+      ActiveState: 'inactive',
+      ConditionResult: 'no',
+    });
+    expect(inside('/usr/lib/config-agent/node/bin/node --version').stdout).toMatch(/^v24\./);
+  });
+
+  it('config-agent init writes config and key with their owners and modes and checks the device', (ctx) => {
+    if (skipReason !== undefined) ctx.skip(skipReason);
+    const init = inside(
+      `config-agent init --device-id ${DEVICE} --base-url ${mockUrl} --api-key-file -`,
+      `${KEY}\n`,
+    );
+    expect(init.stderr).toBe('');
+    expect(init.stdout).toContain(`check: device ${DEVICE} ("ci robot") found at ${mockUrl}`);
+    expect(init.stdout).toContain('next: sudo systemctl restart config-agent && config-agent status');
+    expect(init.status).toBe(0);
+    expect(owner('/etc/config-agent/config.json')).toBe('640 root:config-agent');
+    expect(owner('/etc/config-agent/api-key')).toBe('600 root:root');
+  });
+
+  it('starts, writes the files as config-agent, and answers status, sync and doctor', async (ctx) => {
+    if (skipReason !== undefined) ctx.skip(skipReason);
+    expect(inside('systemctl restart config-agent').status).toBe(0);
+    // The first pass waits a random part of the poll interval; sync runs one now (exit 3 until the socket is up).
+    let sync = inside('config-agent sync');
+    await until(
+      'config-agent sync to converge',
+      () => {
+        sync = inside('config-agent sync');
+        return sync.status === 0;
+      },
+      60_000,
+    );
+    const written = inside('cat /srv/config-agent/app/config.json');
+    const why = () =>
+      `sync: ${sync.stdout}${sync.stderr}\n${inside('config-agent status; journalctl -u config-agent -o cat | tail -n 30').stdout}`;
+    expect(written.status, why()).toBe(0);
+    expect(JSON.parse(written.stdout)).toEqual({ port: 8080, mode: 'ci' });
+    expect(owner('/srv/config-agent/app/config.json')).toBe('644 config-agent:config-agent');
+    expect(owner('/var/lib/config-agent')).toBe('700 config-agent:config-agent');
+    const status = inside('config-agent status --json');
+    expect(JSON.parse(status.stdout)).toMatchObject({ deviceId: DEVICE, pendingReports: 0 });
+    expect(inside('config-agent status').status).toBe(0);
+    const doctor = inside('config-agent doctor');
+    expect(doctor.stdout).toContain('all checks passed');
+    expect(doctor.status).toBe(0);
+  });
+
+  it('reloads on systemctl reload without restarting, and stops cleanly', async (ctx) => {
+    if (skipReason !== undefined) ctx.skip(skipReason);
+    const pidBefore = inside('systemctl show -p MainPID --value config-agent').stdout.trim();
+    expect(
+      inside(
+        'sed -i \'s/"deviceId"/"log": {"level": "debug"},\\n  "deviceId"/\' /etc/config-agent/config.json',
+      ).status,
+    ).toBe(0);
+    expect(inside('systemctl reload config-agent').status).toBe(0);
+    await until(
+      'the reload in the journal',
+      () => inside('journalctl -u config-agent -o cat').stdout.includes('configuration reloaded'),
+      30_000,
+    );
+    expect(inside('systemctl show -p MainPID --value config-agent').stdout.trim()).toBe(pidBefore);
+    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+
+    expect(inside('systemctl stop config-agent').status).toBe(0);
+    expect(unitProps('ActiveState,Result,ExecMainStatus')).toEqual({
+      ActiveState: 'inactive',
+      Result: 'success',
+      ExecMainStatus: '0',
+    });
+    expect(inside('config-agent status').status).toBe(3);
+  });
+
+  it('purge removes configuration and state but never the managed files', (ctx) => {
+    if (skipReason !== undefined) ctx.skip(skipReason);
+    const purged = inside('apt-get purge -y config-agent-node');
+    expect(purged.status, purged.stdout + purged.stderr).toBe(0);
+    expect(inside('test -e /etc/config-agent').status).toBe(1);
+    expect(inside('test -e /var/lib/config-agent').status).toBe(1);
+    expect(inside('test -e /usr/bin/config-agent').status).toBe(1);
+    expect(JSON.parse(inside('cat /srv/config-agent/app/config.json').stdout)).toEqual({
+      port: 8080,
+      mode: 'ci',
+    });
+  });
+});
