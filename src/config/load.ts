@@ -7,6 +7,7 @@ import { formatFieldPath } from '../lib/field-path.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
 import { jsonSyntaxErrorOffset, lineAndColumn } from './json-position.js';
+import { assertOwnPathsOutsideRoot, type OwnPathsPort, ownPaths } from './own-paths.js';
 import { type AgentConfig, AgentConfigSchema, DEFAULT_CONFIG_PATH, describeType } from './schema.js';
 
 export type ApiKeySource = 'env' | 'credentials' | 'file';
@@ -193,11 +194,17 @@ export function assertTlsVerificationEnabled(env: NodeJS.ProcessEnv): void {
 
 export async function loadAgentConfig(
   fs: FsPort,
-  options: { configFlag?: string | undefined; env: NodeJS.ProcessEnv },
+  options: { configFlag?: string | undefined; env: NodeJS.ProcessEnv; ownPathsPort?: OwnPathsPort },
 ): Promise<LoadedConfig> {
   assertTlsVerificationEnabled(options.env);
   const configPath = resolveConfigPath(options.configFlag, options.env);
   const config = await loadConfigFile(fs, configPath);
+  await assertOwnPathsOutsideRoot(
+    config,
+    configPath,
+    ownPaths(config, configPath, options.env),
+    options.ownPathsPort,
+  );
   const { apiKey, source } = await loadApiKey(fs, config, options.env);
   return { config, apiKey, configPath, apiKeySource: source };
 }

@@ -1,0 +1,196 @@
+// The agent's own files must lie outside rootDir, judged on real paths: symlinks and bind mounts resolved.
+import * as nodeFs from 'node:fs/promises';
+import path from 'node:path';
+import { errnoCode } from '../lib/errors.js';
+import { ConfigError, type ConfigIssue } from './errors.js';
+import type { AgentConfig } from './schema.js';
+
+/** What the check reads; injected so tests can describe mounts without mounting. */
+export interface OwnPathsPort {
+  realpath(file: string): Promise<string>;
+  /** The target of a symlink; throws (EINVAL) for anything else. */
+  readlink(file: string): Promise<string>;
+  stat(file: string): Promise<{ dev: number; ino: number }>;
+  /** /proc/self/mountinfo, or undefined where there is none. */
+  mountinfo(): Promise<string | undefined>;
+}
+
+export const nodeOwnPathsPort: OwnPathsPort = {
+  realpath: (file) => nodeFs.realpath(file),
+  readlink: (file) => nodeFs.readlink(file),
+  stat: (file) => nodeFs.stat(file),
+  mountinfo: () => nodeFs.readFile('/proc/self/mountinfo', 'utf8').catch(() => undefined),
+};
+
+export interface OwnPath {
+  /** The config key (or what it is) named in the message. */
+  key: string;
+  file: string;
+}
+
+/**
+ * The paths the service must never be able to replace by deploying a file: each would hand it the agent's
+ * configuration (hooks run commands), its key, its state, its socket or its code.
+ */
+export function ownPaths(
+  config: AgentConfig,
+  configPath: string,
+  env: NodeJS.ProcessEnv,
+  agentCode: readonly OwnPath[] = agentCodePaths(),
+): OwnPath[] {
+  const paths: OwnPath[] = [
+    { key: 'the config file', file: configPath },
+    { key: 'stateDir', file: config.stateDir },
+    { key: 'server.apiKeyFile', file: config.server.apiKeyFile },
+    { key: 'socketPath', file: config.socketPath },
+  ];
+  const credentials = env.CREDENTIALS_DIRECTORY;
+  if (credentials !== undefined && credentials !== '')
+    paths.push({ key: '$CREDENTIALS_DIRECTORY', file: credentials });
+  if (config.metrics.textfile !== undefined)
+    paths.push({ key: 'metrics.textfile', file: config.metrics.textfile });
+  for (const [i, hook] of config.hooks.entries()) {
+    // A bare program name is looked up in PATH, which the service cannot write to; a path can be replaced.
+    if (path.isAbsolute(hook.run[0])) paths.push({ key: `hooks[${i}].run[0]`, file: hook.run[0] });
+  }
+  return [...paths, ...agentCode];
+}
+
+function agentCodePaths(): OwnPath[] {
+  return [
+    { key: 'the node executable', file: process.execPath },
+    { key: "the agent's code", file: path.dirname(new URL('.', import.meta.url).pathname) },
+  ];
+}
+
+/**
+ * Refuses (ConfigError, exit 78) any own path inside rootDir, or rootDir inside stateDir. Paths that do not
+ * exist yet are resolved through their deepest existing ancestor, as the file will be created there.
+ */
+export async function assertOwnPathsOutsideRoot(
+  config: AgentConfig,
+  configPath: string,
+  paths: readonly OwnPath[],
+  port: OwnPathsPort = nodeOwnPathsPort,
+): Promise<void> {
+  const mounts = parseMountinfo((await port.mountinfo()) ?? '');
+  const root = await realLocation(port, config.rootDir, mounts);
+  const issues: ConfigIssue[] = [];
+  for (const own of paths) {
+    const where = await realLocation(port, own.file, mounts);
+    const inside =
+      isInside(where, root) ||
+      (own.key === 'stateDir' && isInside(root, where)) ||
+      (await crossesRoot(port, where.real, root));
+    if (!inside) continue;
+    const shown = where.real === own.file ? '' : ` (really ${where.real})`;
+    issues.push({
+      path: own.key,
+      message:
+        `${own.file}${shown} is inside rootDir ${config.rootDir}` +
+        `${root.real === config.rootDir ? '' : ` (really ${root.real})`}, ` +
+        'where the service decides what is written: move it out of rootDir',
+    });
+  }
+  if (issues.length > 0) throw new ConfigError(configPath, issues);
+}
+
+interface Location {
+  /** The path with every symlink resolved. */
+  real: string;
+  /** The filesystem (major:minor) and the path inside it, when mountinfo is known: bind mounts resolved. */
+  device?: string;
+  inFs?: string;
+}
+
+function isInside(inner: Location, outer: Location): boolean {
+  if (isSameOrInside(inner.real, outer.real)) return true;
+  if (inner.device === undefined || inner.device !== outer.device) return false;
+  return isSameOrInside(inner.inFs ?? '', outer.inFs ?? '');
+}
+
+function isSameOrInside(inner: string, outer: string): boolean {
+  return outer === '/' || inner === outer || inner.startsWith(`${outer}/`);
+}
+
+/**
+ * The real path of `file`: its deepest existing ancestor resolved, the rest appended as it will be created.
+ * A dangling symlink is followed too: the directory it names may be created later — by the service, in rootDir.
+ */
+async function realLocation(port: OwnPathsPort, file: string, mounts: readonly Mount[]): Promise<Location> {
+  const missing: string[] = [];
+  let pending = path.resolve(file);
+  for (let hops = 0; hops < MAX_HOPS; hops += 1) {
+    try {
+      const real = path.join(await port.realpath(pending), ...missing);
+      return { real, ...fsLocation(real, mounts) };
+    } catch (error) {
+      const code = errnoCode(error);
+      // Not ours to resolve (EACCES on a parent): judge the path as written, the schema's lexical rule.
+      if ((code !== 'ENOENT' && code !== 'ENOTDIR') || pending === '/') break;
+    }
+    const target = await port.readlink(pending).catch(() => undefined);
+    if (target !== undefined) {
+      pending = path.resolve(path.dirname(pending), target);
+      continue;
+    }
+    missing.unshift(path.basename(pending));
+    pending = path.dirname(pending);
+  }
+  return { real: path.resolve(file) };
+}
+
+/** Symlinks followed plus components walked up (a 4095-byte path has at most 2048), before giving up. */
+const MAX_HOPS = 5000;
+
+/** Whether an existing ancestor of `real` is rootDir itself, mounted elsewhere (same device and inode). */
+async function crossesRoot(port: OwnPathsPort, real: string, root: Location): Promise<boolean> {
+  let rootStat: { dev: number; ino: number };
+  try {
+    rootStat = await port.stat(root.real);
+  } catch {
+    return false;
+  }
+  for (let dir = real; ; dir = path.dirname(dir)) {
+    const stats = await port.stat(dir).catch(() => undefined);
+    if (stats !== undefined && stats.dev === rootStat.dev && stats.ino === rootStat.ino) return true;
+    if (dir === '/') return false;
+  }
+}
+
+export interface Mount {
+  device: string;
+  /** The mounted directory's path inside its filesystem. */
+  root: string;
+  mountPoint: string;
+}
+
+/** /proc/self/mountinfo lines: `id parent major:minor root mountpoint options ... - type source superoptions`. */
+export function parseMountinfo(text: string): Mount[] {
+  const mounts: Mount[] = [];
+  for (const line of text.split('\n')) {
+    const fields = line.split(' ');
+    const [, , device, root, mountPoint] = fields;
+    if (device === undefined || root === undefined || mountPoint === undefined) continue;
+    mounts.push({ device, root: unescapeMountPath(root), mountPoint: unescapeMountPath(mountPoint) });
+  }
+  return mounts;
+}
+
+function unescapeMountPath(value: string): string {
+  return value.replace(/\\([0-7]{3})/g, (_all, octal: string) =>
+    String.fromCharCode(Number.parseInt(octal, 8)),
+  );
+}
+
+/** The filesystem holding `real` and the path inside it; the last mount on a mount point is the visible one. */
+function fsLocation(real: string, mounts: readonly Mount[]): { device?: string; inFs?: string } {
+  let best: Mount | undefined;
+  for (const mount of mounts) {
+    if (!isSameOrInside(real, mount.mountPoint)) continue;
+    if (best === undefined || mount.mountPoint.length >= best.mountPoint.length) best = mount;
+  }
+  if (best === undefined) return {};
+  const relative = best.mountPoint === '/' ? real.slice(1) : real.slice(best.mountPoint.length + 1);
+  return { device: best.device, inFs: path.posix.join(best.root, relative) };
+}
