@@ -42,6 +42,8 @@ export type PageItem =
       kind: 'invalid';
       id?: string;
       activityStatus?: ConfigInstanceActivityStatus;
+      /** The item's error_status when known: `failed` means the service already holds a failure. */
+      errorStatus?: ErrorStatus;
       problem: string;
     };
 
@@ -112,10 +114,12 @@ export function judgeConfigInstance(text: string): PageItem {
   const record = typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : {};
   const id = typeof record.id === 'string' && record.id !== '' ? record.id : undefined;
   const activity = ConfigInstanceActivityStatus.safeParse(record.activity_status);
+  const error = ErrorStatus.safeParse(record.error_status);
   return {
     kind: 'invalid',
     ...(id === undefined ? {} : { id }),
     ...(activity.success ? { activityStatus: activity.data } : {}),
+    ...(error.success ? { errorStatus: error.data } : {}),
     problem: describeIssues(strict.error.issues),
   };
 }

@@ -7,7 +7,12 @@ import type { ServiceClient } from './client.js';
 import { ResponseTooLargeError } from './errors.js';
 import { peekId } from './json.js';
 import type { ConfigInstancePage, PageItem, UnknownStatus } from './list-page.js';
-import type { ConfigInstance, ConfigInstanceActivityStatus, ConfigInstanceFilters } from './schemas.js';
+import type {
+  ConfigInstance,
+  ConfigInstanceActivityStatus,
+  ConfigInstanceFilters,
+  ErrorStatus,
+} from './schemas.js';
 import { LIMIT_MAX } from './schemas.js';
 
 export const PAGER_DEFAULTS = {
@@ -57,6 +62,7 @@ export class ListingRunawayError extends PullError {
 export interface InvalidListItem {
   id?: string;
   activityStatus?: ConfigInstanceActivityStatus;
+  errorStatus?: ErrorStatus;
   problem: string;
 }
 
@@ -128,12 +134,16 @@ export async function pullConfigInstances(
   options: PagerOptions,
 ): Promise<PullResult> {
   const deadlineMs = options.deadlineMs ?? PAGER_DEFAULTS.deadlineMs;
+  // Checked on the injected clock before every page; a real timer also cuts a request or a retry wait in
+  // flight (each request has its own timeout too, so the overshoot is bounded either way).
+  const deadlineAt = options.clock.monotonic() + deadlineMs;
   const deadline = new AbortController();
-  const timer = new AbortController();
-  options.clock.sleep(deadlineMs, timer.signal).then(
-    () => deadline.abort(new PullDeadlineError(deadlineMs)),
-    () => {},
-  );
+  const timer = AbortSignal.timeout(deadlineMs);
+  const onTimer = () => deadline.abort(new PullDeadlineError(deadlineMs));
+  timer.addEventListener('abort', onTimer, { once: true });
+  const checkDeadline = () => {
+    if (options.clock.monotonic() >= deadlineAt) deadline.abort(new PullDeadlineError(deadlineMs));
+  };
   const { signal, release } = combineSignals(deadline.signal, options.signal);
   const budget: Budget = {
     items: 0,
@@ -147,7 +157,7 @@ export async function pullConfigInstances(
   const skipped = new Map<string, SkippedListItem>();
   try {
     for (const filters of queries) {
-      const listing = await listQuery(filters, options, budget, signal);
+      const listing = await listQuery(filters, options, budget, signal, checkDeadline);
       for (const instance of listing.instances) if (!byId.has(instance.id)) byId.set(instance.id, instance);
       for (const item of listing.invalid) {
         if (item.id === undefined) unnamed.push(item);
@@ -159,7 +169,7 @@ export async function pullConfigInstances(
     if (deadline.signal.aborted && !options.signal?.aborted) throw deadline.signal.reason;
     throw error;
   } finally {
-    timer.abort();
+    timer.removeEventListener('abort', onTimer);
     release();
   }
   for (const id of [...invalid.keys(), ...skipped.keys()]) byId.delete(id);
@@ -175,12 +185,13 @@ async function listQuery(
   options: PagerOptions,
   budget: Budget,
   signal: AbortSignal,
+  checkDeadline: () => void,
 ): Promise<Listing> {
   const attempts = options.maxListingAttempts ?? PAGER_DEFAULTS.maxListingAttempts;
   let evidence = '';
   for (let attempt = 1; attempt <= attempts; attempt++) {
     const before = { items: budget.items, bytes: budget.bytes };
-    const outcome = await listOnce(filters, options, budget, signal);
+    const outcome = await listOnce(filters, options, budget, signal, checkDeadline);
     if (!(outcome instanceof Shifted)) return outcome;
     evidence = outcome.evidence;
     // A discarded listing's items are not kept, but its bytes were read: only items are given back.
@@ -195,6 +206,7 @@ async function listOnce(
   options: PagerOptions,
   budget: Budget,
   signal: AbortSignal,
+  checkDeadline: () => void,
 ): Promise<Listing | Shifted> {
   const pageLimit = Math.min(LIMIT_MAX, Math.max(1, options.pageLimit ?? PAGER_DEFAULTS.pageLimit));
   const listing: Listing = { instances: [], invalid: [], skipped: [] };
@@ -221,6 +233,7 @@ async function listOnce(
   };
 
   for (;;) {
+    checkDeadline();
     signal.throwIfAborted();
     let page: ConfigInstancePage;
     try {
@@ -228,13 +241,13 @@ async function listOnce(
     } catch (error) {
       if (!(error instanceof ResponseTooLargeError)) throw error;
       shrunkFrom ??= limit;
-      if (limit > 2 || (limit === 2 && anchor === undefined)) {
+      if (limit > 1) {
         limit = Math.floor(limit / 2);
-      } else if (limit === 2) {
-        // A page of one would hold only the anchor: step past it instead.
-        offset += 1;
-        anchor = undefined;
-        limit = 1;
+        if (limit === 1 && anchor !== undefined) {
+          // A page of one would hold only the anchor: step past it instead.
+          offset += 1;
+          anchor = undefined;
+        }
       } else {
         const id = error.bodyPrefix === undefined ? undefined : peekId(error.bodyPrefix, 3);
         const alone = `larger by itself than the response limit of ${error.maxBytes} bytes (server.maxResponseBytes)`;

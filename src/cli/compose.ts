@@ -90,6 +90,7 @@ function reconcilerSettings(
     dirMode: config.files.dirMode,
     retry: config.retry,
     requestRetries,
+    maxResponseBytes: config.server.maxResponseBytes,
     restoreDrift: config.drift === 'restore',
     trackHookPaths: forDaemon && config.hooks.length > 0,
   };

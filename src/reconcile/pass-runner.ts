@@ -19,6 +19,8 @@ export interface ReconcilerSettings {
   /** In-pass request retries: `--once` has no outer loop, the daemon's poll loop is its own retry layer. */
   requestRetries: number;
   requestRetryBaseMs?: number;
+  /** The client's response cap (server.maxResponseBytes): the pull's byte budget is at least twice it. */
+  maxResponseBytes?: number;
   /** False under the `report`/`off` drift policies: full passes leave locally edited managed files alone. */
   restoreDrift?: boolean;
   /** Keep the changed paths for hooks, durably, until `settleHookPaths` (the daemon with hooks). */

@@ -16,6 +16,7 @@ import {
   forgetUnseen,
   pendingReports,
   type RecordContext,
+  recordInvalid,
   recordStep,
 } from './record.js';
 import { deliverReports } from './report.js';
@@ -62,9 +63,10 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   await applySteps(result.steps, applyContext(ctx, signal), (applied) =>
     result.outcomes.push(...recordStep(applied, recording)),
   );
+  result.outcomes.push(...recordInvalid(pulled.invalid, recording));
   // Stopping is not a failure: what landed is recorded in memory, and the daemon's stop persists it.
   signal?.throwIfAborted();
-  if (pulled.mode === 'full') forgetUnseen(state, pulled.instances);
+  if (pulled.mode === 'full') forgetUnseen(state, pulled.instances, unusableIds(pulled));
 
   try {
     await dir.persist();
@@ -80,7 +82,19 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
 }
 
 function pullContext(ctx: PassContext, signal: AbortSignal | undefined): PullContext {
-  return { ...requestContext(ctx, signal), deviceId: ctx.settings.deviceId, files: ctx.dir.state.files };
+  const { maxResponseBytes } = ctx.settings;
+  return {
+    ...requestContext(ctx, signal),
+    deviceId: ctx.settings.deviceId,
+    files: ctx.dir.state.files,
+    clock: ctx.deps.clock,
+    ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
+  };
+}
+
+/** Ids listed but not usable (invalid or skipped items): still the service's instances. */
+function unusableIds(pulled: Pulled): string[] {
+  return [...pulled.invalid.flatMap((item) => item.id ?? []), ...pulled.skipped.map((item) => item.id)];
 }
 
 function planInput(ctx: PassContext, pulled: Pulled, disk: Map<string, DiskObservation>): PlanInput {
@@ -93,7 +107,8 @@ function planInput(ctx: PassContext, pulled: Pulled, disk: Map<string, DiskObser
     now: ctx.deps.clock.monotonic(),
     fileMode: settings.fileMode,
     restoreDrift: settings.restoreDrift ?? true,
-    complete: pulled.mode === 'full',
+    // An item that could not be used may want any path: only a listing without one tells that nobody does.
+    complete: pulled.mode === 'full' && pulled.invalid.length === 0 && pulled.skipped.length === 0,
     reportEchoes: reportEchoes(dir.state.instances),
   };
 }

@@ -1,12 +1,18 @@
-// Pull: the query set of a pass, paged; escalation from incremental to full; the owners a poll did not fetch.
+// Pull: the query set of a pass, paged (api/pager.ts); escalation from incremental to full; the owners a poll
+// did not fetch.
 import type { ServiceClient } from '../api/client.js';
+import {
+  type InvalidListItem,
+  type PullResult,
+  pullConfigInstances,
+  type SkippedListItem,
+} from '../api/pager.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
 import type { ConfigInstance, ConfigInstanceFilters } from '../api/schemas.js';
+import type { Clock } from '../lib/clock.js';
 import type { Logger } from '../lib/logger.js';
 import type { ManagedFile } from '../store/state.js';
 import type { PassMode } from './pass-runner.js';
-
-const PAGE_LIMIT = 100;
 
 export interface PullContext {
   client: ServiceClient;
@@ -15,6 +21,10 @@ export interface PullContext {
   files: ReadonlyMap<string, ManagedFile>;
   retry: RequestRetryOptions;
   logger: Logger;
+  /** The pull's deadline runs on it. */
+  clock: Clock;
+  /** The client's response cap, for the pull's byte budget. */
+  maxResponseBytes?: number;
   signal?: AbortSignal;
 }
 
@@ -23,6 +33,10 @@ export interface Pulled {
   instances: ConfigInstance[];
   /** `full` when an incremental pull had to escalate. */
   mode: PassMode;
+  /** Items the agent cannot accept (reported `failed` when their id is readable). */
+  invalid: InvalidListItem[];
+  /** Items with a status value the agent does not know: not acted on. */
+  skipped: SkippedListItem[];
 }
 
 /**
@@ -31,12 +45,19 @@ export interface Pulled {
  * path its instances want, so a newcomer is never given a path it should be refused.
  */
 export async function pullInstances(mode: PassMode, ctx: PullContext): Promise<Pulled> {
-  const instances = await listInstances(queriesFor(mode, ctx.deviceId), ctx);
-  if (mode === 'full') return { instances, mode };
+  const listed = await listInstances(queriesFor(mode, ctx.deviceId), ctx);
+  const { instances } = listed;
+  if (mode === 'full') return { ...listed, mode };
   if (instances.some((i) => i.target_status !== 'deployed' && ctx.files.has(i.relative_filepath))) {
-    return { instances: await listInstances(queriesFor('full', ctx.deviceId), ctx), mode: 'full' };
+    return { ...(await listInstances(queriesFor('full', ctx.deviceId), ctx)), mode: 'full' };
   }
-  return { instances: [...instances, ...(await fetchUnpulledOwners(instances, ctx))], mode };
+  const owners = await fetchUnpulledOwners(instances, ctx);
+  return {
+    instances: [...instances, ...owners.instances],
+    invalid: [...listed.invalid, ...owners.invalid],
+    skipped: [...listed.skipped, ...owners.skipped],
+    mode,
+  };
 }
 
 /** `full` asks for every instance targeting `deployed`; both ask for what changed. */
@@ -61,30 +82,32 @@ export function queriesFor(mode: PassMode, deviceId: string): ConfigInstanceFilt
   ];
 }
 
+/** The pager does the paging, its bounds and its retries (one layer: withRequestRetry per page). */
 async function listInstances(
   queries: readonly ConfigInstanceFilters[],
   ctx: PullContext,
-): Promise<ConfigInstance[]> {
-  const byId = new Map<string, ConfigInstance>();
-  for (const filters of queries) {
-    const page = await withRequestRetry(
-      'list config instances',
-      async () => {
-        const items: ConfigInstance[] = [];
-        const iterator = ctx.client.iterateConfigInstances(filters, {
-          limit: PAGE_LIMIT,
-          orderBy: 'id:asc',
-          ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
-        });
-        for await (const instance of iterator) items.push(instance);
-        return items;
-      },
-      ctx.retry,
+): Promise<PullResult> {
+  const pulled = await pullConfigInstances(queries, {
+    client: ctx.client,
+    clock: ctx.clock,
+    logger: ctx.logger,
+    retry: (what, request, signal) => withRequestRetry(what, request, { ...ctx.retry, signal }),
+    ...(ctx.maxResponseBytes === undefined ? {} : { maxResponseBytes: ctx.maxResponseBytes }),
+    ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
+  });
+  for (const item of pulled.skipped) {
+    ctx.logger.warn(
+      { instanceId: item.id, path: item.relativeFilepath, [item.unknown.field]: item.unknown.value },
+      `instance skipped: its ${item.unknown.field} ${JSON.stringify(item.unknown.value)} is not a value this agent knows`,
     );
-    for (const instance of ofThisDevice(page, ctx))
-      if (!byId.has(instance.id)) byId.set(instance.id, instance);
   }
-  return [...byId.values()];
+  for (const item of pulled.invalid) {
+    ctx.logger.error(
+      { instanceId: item.id, problem: item.problem },
+      'the service sent an instance this agent cannot accept',
+    );
+  }
+  return { ...pulled, instances: ofThisDevice(pulled.instances, ctx) };
 }
 
 /** Defence in depth: a server bug must not make this device write (or delete) another device's files. */
@@ -100,25 +123,16 @@ function ofThisDevice(instances: readonly ConfigInstance[], ctx: PullContext): C
 async function fetchUnpulledOwners(
   instances: readonly ConfigInstance[],
   ctx: PullContext,
-): Promise<ConfigInstance[]> {
+): Promise<PullResult> {
   const pulled = new Set(instances.map((instance) => instance.id));
   const owners = new Set<string>();
   for (const instance of instances) {
     const owner = ctx.files.get(instance.relative_filepath)?.instanceId;
     if (owner !== undefined && owner !== instance.id && !pulled.has(owner)) owners.add(owner);
   }
-  const fetched: ConfigInstance[] = [];
-  for (const id of owners) {
-    const found = await withRequestRetry(
-      'get the owner of a path',
-      () =>
-        ctx.client.listConfigInstances(
-          { device_id: ctx.deviceId, id },
-          ctx.signal === undefined ? {} : { signal: ctx.signal },
-        ),
-      ctx.retry,
-    );
-    fetched.push(...ofThisDevice(found.data, ctx));
-  }
-  return fetched;
+  if (owners.size === 0) return { instances: [], invalid: [], skipped: [] };
+  return listInstances(
+    [...owners].map((id) => ({ device_id: ctx.deviceId, id })),
+    ctx,
+  );
 }

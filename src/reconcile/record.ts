@@ -1,5 +1,6 @@
 // Turns what each step did into local-state changes and due status reports: the only writer of both in a pass.
-import type { ConfigInstance, StatusReport } from '../api/schemas.js';
+import type { InvalidListItem } from '../api/pager.js';
+import { type ConfigInstance, STATUS_MESSAGE_MAX, type StatusReport } from '../api/schemas.js';
 import { fullJitterMs } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
@@ -292,6 +293,32 @@ function outcomeFor(instance: ConfigInstance, action: InstanceAction, converged:
   return { instanceId: instance.id, path: instance.relative_filepath, action, converged };
 }
 
+/**
+ * Items of the listing the agent cannot accept (api/pager.ts): one with a readable id is reported `failed` with
+ * the problem named, once (not when the service already shows it failed, nor again with the same message);
+ * its file, if any, is left as it is. One without an id can only be logged and counted.
+ */
+export function recordInvalid(items: readonly InvalidListItem[], ctx: RecordContext): InstanceOutcome[] {
+  return items.map((item) => {
+    const message = `invalid instance from the service: ${item.problem}`.slice(0, STATUS_MESSAGE_MAX);
+    if (item.id === undefined)
+      return { instanceId: '', path: '', action: 'failed', converged: false, message };
+    const record = ctx.state.instances.get(item.id);
+    const report: StatusReport = {
+      activity_status: item.activityStatus ?? record?.activity ?? 'queued',
+      error_status: 'failed',
+      message,
+    };
+    const pending = ctx.outbox.pendingFor(item.id)?.report;
+    const known = item.errorStatus === 'failed' || (record?.error === 'failed' && record.message === message);
+    const queued = pending?.error_status === 'failed' && pending.message === message;
+    if (!known && !queued) ctx.outbox.enqueue(item.id, report, new Date(ctx.clock.now()));
+    if (record !== undefined) ctx.state.instances.set(item.id, { ...record, error: 'failed', message });
+    const path = record?.relativePath ?? '';
+    return { instanceId: item.id, path, action: 'failed', converged: item.errorStatus === 'failed', message };
+  });
+}
+
 /** A cooldown whose time has come has done its job once planned past: the pass acts, a new failure sets a new one. */
 export function dropElapsedCooldowns(
   state: LocalState,
@@ -304,9 +331,16 @@ export function dropElapsedCooldowns(
   }
 }
 
-/** After a full pass, records of instances the service no longer lists and that own no file are dropped. */
-export function forgetUnseen(state: LocalState, instances: readonly ConfigInstance[]): void {
-  const seen = new Set(instances.map((instance) => instance.id));
+/**
+ * After a full pass, records of instances the service no longer lists and that own no file are dropped.
+ * `alsoListed`: ids listed but not usable (invalid or skipped items): still the service's, so kept.
+ */
+export function forgetUnseen(
+  state: LocalState,
+  instances: readonly ConfigInstance[],
+  alsoListed: readonly string[] = [],
+): void {
+  const seen = new Set([...instances.map((instance) => instance.id), ...alsoListed]);
   const owners = new Set([...state.files.values()].map((file) => file.instanceId));
   for (const id of state.instances.keys()) {
     if (!seen.has(id)) state.cooldowns.delete(id);

@@ -112,24 +112,22 @@ describe('paging ends whatever the service says', () => {
     expect((error as Error).message).toMatch(/more than 7 config instances/);
   });
 
-  it('a whole-pull deadline ends a pull stuck on a page (injected clock fires the deadline)', async () => {
-    await seed(numbered(10));
-    await contract.admin.addFault({ match: LIST, count: 1, skip: 1, mode: 'hang' });
-    let fire: (() => void) | undefined;
-    const clock: Clock = {
-      ...systemClock,
-      sleep: (_ms, signal) =>
-        new Promise<void>((resolve, reject) => {
-          fire = resolve;
-          signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
-        }),
-    };
-    const pending = failure(pull({ clock }));
-    while ((await listRequests()) < 2) await new Promise((resolve) => setTimeout(resolve, 10));
-    fire?.();
-    const error = await pending;
+  it('a whole-pull deadline on the injected clock ends a pull that goes on too long', async () => {
+    await seed(numbered(20));
+    // Every look at the clock moves it one minute on: the 3-minute deadline passes before the third page.
+    let minutes = 0;
+    const clock: Clock = { ...systemClock, monotonic: () => ++minutes * 60_000 };
+    const error = await failure(pull({ clock, deadlineMs: 3 * 60_000 }));
     expect(error).toBeInstanceOf(PullDeadlineError);
     expect((error as PullDeadlineError).code).toBe('pull_deadline');
+    expect(await listRequests()).toBe(2);
+  });
+
+  it('the deadline also cuts a page request that hangs', async () => {
+    await seed(numbered(10));
+    await contract.admin.addFault({ match: LIST, count: 1, skip: 1, mode: 'hang' });
+    const error = await failure(pull({ deadlineMs: 300 }));
+    expect(error).toBeInstanceOf(PullDeadlineError);
     expect(await listRequests()).toBe(2);
   });
 });
@@ -193,6 +191,7 @@ describe('the envelope, then each item', () => {
     expect(byId.get('pg_a')).toEqual({
       id: 'pg_a',
       activityStatus: 'created',
+      errorStatus: 'none',
       problem: 'content.n: number 1e400 is out of range (beyond ±1.8e308)',
     });
     expect(byId.get('pg_b')?.problem).toMatch(/^content\.deep(\[0\]){63}: nested deeper than 64 levels$/);

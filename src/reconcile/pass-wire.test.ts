@@ -1,0 +1,194 @@
+// runPass against a hostile or changing service (issue 8 §1-2): what lands on disk and what the service hears.
+import * as nodeFs from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { FaultRequest } from '../api/admin-schemas.js';
+import { createClient } from '../api/client.js';
+import { LosslessNumber } from '../api/json.js';
+import type { Clock } from '../lib/clock.js';
+import type { Deps } from '../lib/deps.js';
+import { silentLogger } from '../lib/logger.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import type { PassResult } from './pass-runner.js';
+import { Reconciler } from './reconcile.js';
+
+const API_KEY = 'sk_test_wire_0123456789abcdef';
+const DEVICE = 'dvc_1';
+const T0 = '2026-01-01T00:00:00.000Z';
+
+const clock: Clock = {
+  now: () => Date.parse('2026-06-01T00:00:00.000Z'),
+  monotonic: () => 1_000,
+  sleep: async () => undefined,
+};
+
+let dir: string;
+let rootDir: string;
+let server: RunningMockServer;
+let reconciler: Reconciler;
+
+async function open(maxResponseBytes = 1 << 20): Promise<void> {
+  await reconciler?.close();
+  const client = createClient({ baseUrl: server.url, apiKey: API_KEY, timeoutMs: 10_000, maxResponseBytes });
+  const deps: Deps = { fs: nodeFs, clock, random: () => 0.5, logger: silentLogger() };
+  reconciler = await Reconciler.open(
+    deps,
+    {
+      deviceId: DEVICE,
+      rootDir,
+      stateDir: path.join(dir, 'state'),
+      fileMode: 0o640,
+      dirMode: 0o750,
+      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      requestRetries: 0,
+      maxResponseBytes,
+    },
+    client,
+  );
+}
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-wire-'));
+  rootDir = path.join(dir, 'root');
+  await mkdir(rootDir);
+  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
+  server = await startMockServer({ apiKeys: [API_KEY] });
+  await open();
+});
+
+afterEach(async () => {
+  await reconciler.close();
+  await server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
+  server.state.instances.set(fields.id, {
+    device_id: DEVICE,
+    relative_filepath: `${fields.id}.json`,
+    config_schema_id: `sch_${fields.id}`,
+    config_type_id: 'typ',
+    target_status: 'deployed',
+    activity_status: 'queued',
+    error_status: 'none',
+    content: { owner: fields.id },
+    created_at: T0,
+    updated_at: T0,
+    ...fields,
+  });
+}
+
+const fault = (request: FaultRequest) => server.state.addFault(request);
+const pass = (): Promise<PassResult> => reconciler.runPass({ mode: 'full' });
+const fileAt = (relative: string) => readFile(path.join(rootDir, relative), 'utf8');
+const exists = (relative: string) =>
+  lstat(path.join(rootDir, relative)).then(
+    () => true,
+    () => false,
+  );
+const reports = () =>
+  server.state.reports.map((r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`);
+const LIST = '^/v1/config_instances$';
+
+describe('one bad item never blocks the others', () => {
+  it('good instances are written; one with 1e400 is reported failed naming the number, once', async () => {
+    put({ id: 'cfg_a', content: { n: 1 } });
+    put({ id: 'cfg_b' });
+    fault({ match: LIST, count: 1000, mode: 'rewrite', replace: [{ find: '"n":1}', with: '"n":1e400}' }] });
+    const first = await pass();
+    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    expect(await exists('cfg_a.json')).toBe(false);
+    expect(reports().sort()).toEqual(['cfg_a queued/failed', 'cfg_b deployed/none']);
+    expect(server.state.reports.find((r) => r.config_instance_id === 'cfg_a')?.message).toBe(
+      'invalid instance from the service: content.n: number 1e400 is out of range (beyond ±1.8e308)',
+    );
+    expect(first.converged).toBe(false);
+    // The service now shows it failed: no second report, and nothing else to do.
+    const second = await pass();
+    expect(reports()).toHaveLength(2);
+    expect(second.converged).toBe(true);
+  });
+
+  it('an unknown target_status skips that instance: nothing written, nothing reported, its file kept', async () => {
+    put({ id: 'cfg_a' });
+    await pass();
+    expect(await exists('cfg_a.json')).toBe(true);
+    const before = reports().length;
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"target_status":"deployed"', with: '"target_status":"superseded"' }],
+    });
+    put({
+      id: 'cfg_old',
+      target_status: 'removed',
+      activity_status: 'deployed',
+      relative_filepath: 'cfg_a.json',
+    });
+    const result = await pass();
+    expect(await fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
+    expect(
+      reports()
+        .slice(before)
+        .filter((r) => r.startsWith('cfg_a ')),
+    ).toEqual([]);
+    expect(result.error).toBeUndefined();
+  });
+
+  it('large configs sync: pages shrink; only the instance too large alone is reported failed, by id', async () => {
+    await open(64 * 1024);
+    for (let i = 0; i < 20; i++)
+      put({ id: `cfg_${String(i).padStart(2, '0')}`, content: { blob: 'x'.repeat(8_000) } });
+    put({ id: 'cfg_big', content: { blob: 'y'.repeat(100_000) } });
+    const result = await pass();
+    for (let i = 0; i < 20; i++) expect(await exists(`cfg_${String(i).padStart(2, '0')}.json`)).toBe(true);
+    expect(await exists('cfg_big.json')).toBe(false);
+    const big = server.state.reports.find((r) => r.config_instance_id === 'cfg_big');
+    expect(big?.error_status).toBe('failed');
+    expect(big?.message).toMatch(/larger by itself than the response limit of 65536 bytes/);
+    expect(result.outcomes.find((o) => o.instanceId === 'cfg_big')?.action).toBe('failed');
+  });
+});
+
+describe('offset paging under change', () => {
+  it('an instance removed between page 1 and page 2: the boundary instance is still written', async () => {
+    const ids = Array.from({ length: 150 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
+    for (const id of ids) put({ id });
+    // Page 2 of the first query finds cfg_001 gone: without the re-pull cfg_100 would land on neither page.
+    fault({ match: LIST, count: 1, skip: 1, mode: 'mutate', remove_instances: ['cfg_001'] });
+    const result = await pass();
+    for (const id of ids.filter((id) => id !== 'cfg_001')) expect(await exists(`${id}.json`), id).toBe(true);
+    expect(result.converged).toBe(true);
+  });
+});
+
+describe('what is written means what the service sent', () => {
+  it('a 64-bit integer is written byte-faithfully, in JSON and in YAML; YAML strings every reader reads back', async () => {
+    const serial = new LosslessNumber('12345678901234567891');
+    put({ id: 'cfg_j', content: { serial } });
+    put({
+      id: 'cfg_y',
+      relative_filepath: 'cfg_y.yaml',
+      content: { serial, mode: 'off', answer: 'NO', at: '1:20' },
+    });
+    await pass();
+    expect(await fileAt('cfg_j.json')).toBe('{\n  "serial": 12345678901234567891\n}\n');
+    expect(await fileAt('cfg_y.yaml')).toBe(
+      'serial: 12345678901234567891\nmode: "off"\nanswer: "NO"\nat: "1:20"\n',
+    );
+  });
+
+  it('a status report answered 204 is settled: not re-sent, and the pass converges', async () => {
+    put({ id: 'cfg_a' });
+    fault({ match: '^/v1/config_instances/[^/]+$', count: 1, mode: 'rewrite', status: 204 });
+    const result = await pass();
+    expect(result.reports).toMatchObject({ delivered: 1, pending: 0 });
+    expect(result.converged).toBe(true);
+    await pass();
+    expect(reports()).toEqual(['cfg_a deployed/none']);
+  });
+});
