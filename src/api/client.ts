@@ -1,6 +1,6 @@
 // The typed service client (undici 7): one method per endpoint, every response validated, every failure classified.
 import { isUtf8 } from 'node:buffer';
-import { Agent, type Dispatcher } from 'undici';
+import { Agent, type Dispatcher, EnvHttpProxyAgent, ProxyAgent } from 'undici';
 import type { z } from 'zod';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
@@ -18,6 +18,7 @@ import {
 } from './errors.js';
 import { JsonTextError, parseJson, splitListBody } from './json.js';
 import { type ConfigInstancePage, judgeConfigInstance, ListHead, notUtf8 } from './list-page.js';
+import { chooseProxy, type ProxySettings } from './proxy.js';
 import {
   ConfigInstance,
   type ConfigInstanceFilters,
@@ -62,6 +63,10 @@ export interface ClientOptions {
   apiKey: string;
   /** Injected undici dispatcher; when absent the client builds an Agent with the timeouts and size cap below. */
   dispatcher?: Dispatcher;
+  /** server.proxy and the environment (HTTPS_PROXY, NO_PROXY), for the dispatcher the client builds. */
+  proxy?: ProxySettings;
+  /** Extra trusted CAs (PEM) for the dispatcher the client builds; production uses NODE_EXTRA_CA_CERTS. */
+  dispatcherCa?: string[];
   /** Total deadline of one request, from sending to the last body byte. */
   timeoutMs: number;
   maxResponseBytes: number;
@@ -131,6 +136,11 @@ const TOO_LARGE_PREFIX_BYTES = 64 * 1024;
 export interface ServiceDispatcherOptions {
   timeoutMs: number;
   maxResponseBytes: number;
+  /** With `proxy`: the service, so that an http:// one is never proxied (api/proxy.ts). */
+  baseUrl?: string;
+  proxy?: ProxySettings;
+  /** Extra trusted CA certificates (PEM); production uses NODE_EXTRA_CA_CERTS. */
+  ca?: string[];
 }
 
 /**
@@ -138,13 +148,32 @@ export interface ServiceDispatcherOptions {
  * the client's total deadline (AbortSignal.timeout) is what stops a trickling server; these are the inner bounds.
  * main.ts may build it itself to close it on shutdown.
  */
-export function createServiceDispatcher(options: ServiceDispatcherOptions): Agent {
-  return new Agent({
+export function createServiceDispatcher(options: ServiceDispatcherOptions): Dispatcher {
+  const timeout = Math.min(options.timeoutMs, CONNECT_TIMEOUT_MAX_MS);
+  const tls = options.ca === undefined ? {} : { ca: options.ca };
+  const common = {
     headersTimeout: options.timeoutMs,
     bodyTimeout: options.timeoutMs,
-    connect: { timeout: Math.min(options.timeoutMs, CONNECT_TIMEOUT_MAX_MS) },
+    connect: { timeout, ...tls },
     maxResponseSize: options.maxResponseBytes,
-  });
+  };
+  const choice = chooseProxy(options.baseUrl ?? 'http://direct', options.proxy);
+  switch (choice.kind) {
+    case 'direct':
+      return new Agent(common);
+    case 'configured':
+      // requestTls: the TLS session to the service inside the CONNECT tunnel.
+      return new ProxyAgent({ ...common, uri: choice.url, requestTls: { timeout, ...tls } });
+    case 'environment':
+      return new EnvHttpProxyAgent({
+        ...common,
+        requestTls: { timeout, ...tls },
+        ...(choice.httpsProxy === undefined ? {} : { httpsProxy: choice.httpsProxy }),
+        ...(choice.httpProxy === undefined ? {} : { httpProxy: choice.httpProxy }),
+        // Without NO_PROXY undici would read process.env itself; these settings are the whole truth.
+        noProxy: choice.noProxy ?? '',
+      });
+  }
 }
 
 /** Retry-After as milliseconds from `nowMs`: delta-seconds or an HTTP-date (RFC 9110 §10.2.3), never negative. */
@@ -324,7 +353,15 @@ export function createClient(options: ClientOptions): ServiceClient {
   const { origin, prefix, apiVersion } = validateOptions(options);
   const { apiKey, timeoutMs, maxResponseBytes, onRequest } = options;
   const clock = options.clock ?? systemClock;
-  const dispatcher = options.dispatcher ?? createServiceDispatcher({ timeoutMs, maxResponseBytes });
+  const dispatcher =
+    options.dispatcher ??
+    createServiceDispatcher({
+      timeoutMs,
+      maxResponseBytes,
+      baseUrl: options.baseUrl,
+      ...(options.proxy === undefined ? {} : { proxy: options.proxy }),
+      ...(options.dispatcherCa === undefined ? {} : { ca: options.dispatcherCa }),
+    });
   const root = `${prefix}/${apiVersion}`;
 
   /** The key can only reach a message through text the server or the network stack produced; cut it out. */

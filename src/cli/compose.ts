@@ -61,6 +61,7 @@ export function createDeps(
 function createServiceClient(
   loaded: LoadedConfig,
   deps: Deps,
+  env: NodeJS.ProcessEnv,
   onRequest?: ClientOptions['onRequest'],
 ): ServiceClient {
   const { server } = loaded.config;
@@ -73,6 +74,7 @@ function createServiceClient(
     clock: deps.clock,
     ...(deps.dispatcher === undefined ? {} : { dispatcher: deps.dispatcher }),
     ...(onRequest === undefined ? {} : { onRequest }),
+    proxy: { ...(server.proxy === undefined ? {} : { url: server.proxy }), env },
   });
 }
 
@@ -104,7 +106,7 @@ export async function runOnce(command: OnceCommand, io: CommandIo, secrets: Secr
   try {
     if (!command.dryRun) await ensureDirectories(deps.fs, config);
     const settings = reconcilerSettings(config, ONCE_REQUEST_RETRIES, false);
-    const runner = await Reconciler.open(deps, settings, createServiceClient(loaded, deps), {
+    const runner = await Reconciler.open(deps, settings, createServiceClient(loaded, deps, io.env), {
       readOnly: command.dryRun,
     });
     const result = await runner
@@ -139,7 +141,7 @@ async function buildAgentComponents(
   const deps = createDeps(config, secrets, io.stderr);
   await ensureDirectories(deps.fs, config);
   const metrics = daemon.metricsFor(config, current);
-  const client = createServiceClient(loaded, deps, (event) => metrics.recordRequest(event));
+  const client = createServiceClient(loaded, deps, io.env, (event) => metrics.recordRequest(event));
   const settings = reconcilerSettings(config, DAEMON_REQUEST_RETRIES, true);
   let runner: Reconciler;
   if (current?.runner.reconfigure(deps, settings, client)) {

@@ -216,6 +216,9 @@ export async function runDoctor(
       const dispatcher = createServiceDispatcher({
         timeoutMs: env.checkTimeoutMs,
         maxResponseBytes: 1024 * 1024,
+        baseUrl: config.server.baseUrl,
+        // The agent's own way to the service: server.proxy, else HTTPS_PROXY/NO_PROXY of this environment.
+        proxy: { ...(config.server.proxy === undefined ? {} : { url: config.server.proxy }), env: io.env },
       });
       const before = env.now();
       try {

@@ -303,6 +303,9 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
     const dispatcher = createServiceDispatcher({
       timeoutMs: env.checkTimeoutMs,
       maxResponseBytes: 1024 * 1024,
+      baseUrl: config.server.baseUrl,
+      // The agent's own way to the service: server.proxy, else HTTPS_PROXY/NO_PROXY of this environment.
+      proxy: { ...(config.server.proxy === undefined ? {} : { url: config.server.proxy }), env: io.env },
     });
     let result: ServiceCheckResult;
     try {

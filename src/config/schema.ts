@@ -32,6 +32,8 @@ export interface AgentConfig {
     timeoutSeconds: number;
     /** Cap of one response body; a list page over it is asked again in smaller pages. */
     maxResponseBytes: number;
+    /** HTTP(S) proxy for an https baseUrl; absent: HTTPS_PROXY/HTTP_PROXY/NO_PROXY, else direct. */
+    proxy?: string;
   };
   /** Absolute, canonical, no trailing slash. */
   rootDir: string;
@@ -246,6 +248,32 @@ const Server = z.strictObject({
     .min(CONFIG_BOUNDS.maxResponseBytes.min)
     .max(CONFIG_BOUNDS.maxResponseBytes.max)
     .default(CONFIG_DEFAULTS.server.maxResponseBytes),
+  proxy: z
+    .string()
+    .superRefine((value, ctx) => {
+      let url: URL;
+      try {
+        url = new URL(value);
+      } catch {
+        ctx.addIssue({
+          code: 'custom',
+          message: 'must be an absolute URL like "http://proxy.example.com:3128"',
+        });
+        return;
+      }
+      if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+        ctx.addIssue({
+          code: 'custom',
+          message: `must use http or https (got ${url.protocol.slice(0, -1)})`,
+        });
+      } else if (url.username !== '' || url.password !== '') {
+        // The URL ends up in logs and error messages; a proxy password there would leak.
+        ctx.addIssue({ code: 'custom', message: 'must not contain credentials' });
+      } else if ((url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.hash !== '') {
+        ctx.addIssue({ code: 'custom', message: 'must be only a scheme, host and port' });
+      }
+    })
+    .exactOptional(),
 });
 
 /** A group name as useradd/groupadd accept it, or a numeric gid. */
