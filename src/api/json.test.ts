@@ -56,6 +56,8 @@ describe('splitListBody', () => {
     expect(parts.envelopeText).toBe('{"object":"list","data":[],"has_more":false,"limit":10}');
     expect(parts.items).toEqual(['{"id":"a","s":"],{\\"x"}', '[1,[2]]', '"x"', '7']);
     expect(splitListBody('{"data":[]}').items).toEqual([]);
+    // A key spelt with escapes is still the key.
+    expect(splitListBody('{"d\\u0061ta":[{"id":"x"}]}').items).toEqual(['{"id":"x"}']);
   });
 
   it('cuts out items whatever they hold: a broken literal or a deep nest stays inside its item', () => {
@@ -90,5 +92,8 @@ describe('peekId', () => {
     expect(peekId('{"id":17}', 1)).toBeUndefined();
     expect(peekId('{"object":"list","data":[{"content":{"x":"aaa', 3)).toBeUndefined();
     expect(peekId('{"id":"unterminated', 1)).toBeUndefined();
+    // Only an item of data names the instance, not an object in another envelope field.
+    expect(peekId('{"meta":{"x":{"id":"evil"}},"data":[{"id":"real","content":{"a":"…', 3)).toBe('real');
+    expect(peekId('{"object":"list","data":[{"id":"real"', 3)).toBe('real');
   });
 });

@@ -169,7 +169,7 @@ export function splitListBody(text: string): ListBodyParts {
       case QUOTE: {
         const end = stringEnd(text, i);
         if (end === -1) throw new JsonTextError('unterminated string', i);
-        if (stack.length === 1 && expectKey) rootKey = text.slice(i + 1, end);
+        if (stack.length === 1 && expectKey) rootKey = keyText(text, i, end);
         i = end;
         break;
       }
@@ -220,6 +220,9 @@ export function peekId(text: string, depth: 1 | 3): string | undefined {
   let level = 0;
   let expectKey = false;
   let key: string | undefined;
+  /** In a list body, the envelope's key being read: only an item of `data` may name the instance. */
+  let rootKey: string | undefined;
+  const inItem = () => level === depth && (depth === 1 || rootKey === 'data');
   for (let i = 0; i < text.length; i++) {
     const code = text.charCodeAt(i);
     if (isWhitespace(code)) continue;
@@ -227,9 +230,10 @@ export function peekId(text: string, depth: 1 | 3): string | undefined {
       const end = stringEnd(text, i);
       if (end === -1) return undefined;
       const raw = text.slice(i, end + 1);
-      if (level === depth && expectKey) {
+      if (level === 1 && depth === 3 && expectKey) rootKey = decodeString(raw);
+      if (inItem() && expectKey) {
         key = decodeString(raw);
-      } else if (level === depth && key === 'id') {
+      } else if (inItem() && key === 'id') {
         return decodeString(raw);
       }
       i = end;
@@ -239,7 +243,7 @@ export function peekId(text: string, depth: 1 | 3): string | undefined {
       key = level === depth ? undefined : key;
     } else if (code === CLOSE_OBJECT || code === CLOSE_ARRAY) {
       // The first object at this depth ended without an id.
-      if (level === depth) return undefined;
+      if (inItem()) return undefined;
       level--;
       expectKey = false;
     } else if (code === COMMA) {
@@ -247,12 +251,18 @@ export function peekId(text: string, depth: 1 | 3): string | undefined {
       if (level === depth) key = undefined;
     } else if (code === COLON) {
       expectKey = false;
-    } else if (level === depth) {
+    } else if (inItem()) {
       // A number or a literal: whatever key it belongs to, it is not a string id.
       if (key === 'id') return undefined;
     }
   }
   return undefined;
+}
+
+/** A key as its value: raw when it has no escapes (nearly always), decoded otherwise (`"d\u0061ta"`). */
+function keyText(text: string, start: number, end: number): string {
+  const raw = text.slice(start + 1, end);
+  return raw.includes('\\') ? (decodeString(text.slice(start, end + 1)) ?? raw) : raw;
 }
 
 function decodeString(quoted: string): string | undefined {
