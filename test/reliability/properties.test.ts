@@ -7,6 +7,8 @@ import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/lib/logger.js';
+import { createSecretRegistry } from '../../src/lib/secrets.js';
 import { publishFile, readRegularFile, removeManagedFile } from '../../src/store/durable-writer.js';
 import { DiskError, PathRejectedError } from '../../src/store/errors.js';
 import {
@@ -15,6 +17,7 @@ import {
   TEMP_PREFIX,
   validateRelativePath,
 } from '../../src/store/path-guard.js';
+import { emptyState, loadLocalState, saveLocalState } from '../../src/store/state.js';
 import { countFromEnv, runSeed } from './support/random.js';
 
 const CASES = countFromEnv('RELIABILITY_PATH_CASES', 10_000);
@@ -110,6 +113,48 @@ describe('path guard properties', () => {
     // The generator must exercise both sides, or the property says nothing.
     expect(acceptedCount).toBeGreaterThan(CASES / 10);
     expect(acceptedCount).toBeLessThan(CASES);
+  });
+});
+
+describe('state round trip', () => {
+  it('every set of accepted paths is remembered exactly through state.json (no name is special)', async () => {
+    const stateDir = await nodeFs.mkdtemp(path.join(os.tmpdir(), 'config-agent-state-props-'));
+    const logger = createLogger({ level: 'silent', secrets: createSecretRegistry() });
+    const runs = Math.max(50, Math.floor(CASES / 200));
+    try {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.uniqueArray(candidatePath.filter(accepted), { minLength: 1, maxLength: 20 }),
+          async (paths) => {
+            const state = emptyState('dvc_props', '/srv/root');
+            paths.forEach((relativePath, index) => {
+              state.files.set(relativePath, {
+                instanceId: `cfg_${index}`,
+                sha256: 'a'.repeat(64),
+                mode: 0o644,
+                createdDirs: [],
+                writtenAt: '2026-01-01T00:00:00Z',
+              });
+            });
+            await saveLocalState(nodeFs, stateDir, state);
+            const { state: loaded, outcome } = await loadLocalState(
+              nodeFs,
+              stateDir,
+              'dvc_props',
+              logger,
+              '/srv/root',
+            );
+            expect(outcome).toBe('loaded');
+            expect([...loaded.files.keys()].sort()).toEqual([...paths].sort());
+            for (const [relativePath, file] of state.files)
+              expect(loaded.files.get(relativePath)).toEqual(file);
+          },
+        ),
+        { numRuns: runs, seed: SEED },
+      );
+    } finally {
+      await nodeFs.rm(stateDir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -1,7 +1,7 @@
 // strace for the reliability tier: run the agent traced (optionally with injected syscall faults), parse the
 // trace, and check the durable-publish protocol and what the service was told against it.
 import { execFile, spawnSync } from 'node:child_process';
-import { readFile, rm } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { TEMP_PREFIX } from '../../../src/store/path-guard.js';
 import { AGENT_BIN } from '../../helpers/harness.js';
@@ -60,16 +60,11 @@ export function parseStrace(text: string): Syscall[] {
   const calls: Syscall[] = [];
   const pending = new Map<number, { name: string; args: string; entry: number }>();
   const complete = (pid: number, name: string, body: string, entry: number) => {
-    const cut = body.lastIndexOf(') = ');
-    if (cut < 0) return;
-    calls.push({
-      index: calls.length,
-      entry,
-      pid,
-      name,
-      args: body.slice(0, cut),
-      result: body.slice(cut + 4),
-    });
+    // strace pads before ` = ` to align columns (always after a `resumed>`); the greedy group keeps a `) = `
+    // that a string argument may hold.
+    const split = /^(.*)\)\s+= (.*)$/s.exec(body);
+    if (split === null) return;
+    calls.push({ index: calls.length, entry, pid, name, args: split[1] ?? '', result: split[2] ?? '' });
   };
   let lineNumber = -1;
   for (const line of text.split('\n')) {
@@ -339,6 +334,11 @@ export async function runTraced(options: {
     throw new Error(
       `strace recorded no calls (exit ${String(code)}, ${text.length} bytes of trace): ${stderr.slice(-1500)}`,
     );
+  }
+  // RELIABILITY_KEEP_TRACES=<dir> keeps every trace there, to read after a failure.
+  const keep = process.env.RELIABILITY_KEEP_TRACES;
+  if (keep !== undefined && keep !== '') {
+    await writeFile(path.join(keep, `${Date.now()}-${path.basename(options.traceFile)}`), text);
   }
   await rm(options.traceFile, { force: true });
   return { code, stdout, stderr, calls };
