@@ -154,6 +154,19 @@ describe('one bad item never blocks the others', () => {
   });
 });
 
+describe('a pull is bounded', () => {
+  it('has_more forever while ignoring offset: the pass fails with a typed error after a few requests, disk untouched', async () => {
+    for (let i = 0; i < 120; i++) put({ id: `cfg_${String(i).padStart(3, '0')}` });
+    fault({ match: LIST, count: 100_000, mode: 'paging', ignore_offset: true, has_more: true });
+    const result = await pass();
+    expect(result.reachable).toBe(false);
+    expect(result.error).toMatchObject({ code: 'listing_unstable', retryable: true });
+    expect(result.converged).toBe(false);
+    expect(await nodeFs.readdir(rootDir)).toEqual([]);
+    expect(server.state.stats.get('GET /v1/config_instances')).toBe(6);
+  });
+});
+
 describe('offset paging under change', () => {
   it('an instance removed between page 1 and page 2: the boundary instance is still written', async () => {
     const ids = Array.from({ length: 150 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
