@@ -127,6 +127,8 @@ export interface ServiceClient {
 
 /** Page size of the iterators: the spec's maximum, so a pull costs as few round trips as possible. */
 export const ITERATOR_PAGE_LIMIT = 100;
+/** Items one iteration may yield before the listing is judged runaway. */
+export const ITERATOR_MAX_ITEMS = 100_000;
 /** Error bodies are only read for their code and message; a huge one is not worth the memory. */
 const ERROR_BODY_MAX_BYTES = 64 * 1024;
 const CONNECT_TIMEOUT_MAX_MS = 10_000;
@@ -554,17 +556,31 @@ export function createClient(options: ClientOptions): ServiceClient {
       });
   }
 
-  function iterate<T>(route: string, fetchPage: ReturnType<typeof list<T>>) {
+  function iterate<T extends { id: string }>(route: string, fetchPage: ReturnType<typeof list<T>>) {
     return async function* (filters: object | undefined, page: PageOptions | undefined): AsyncGenerator<T> {
       const limit = page?.limit ?? ITERATOR_PAGE_LIMIT;
       let offset = Math.max(0, page?.offset ?? 0);
+      const target = { method: 'GET', route: `/${apiVersion}${route}` };
+      // Without these guards a server that keeps saying has_more would be paged forever (the pull has its own
+      // pager, api/pager.ts; these bound every other listing).
+      const seen = new Set<string>();
       for (;;) {
         const envelope = await fetchPage(filters, { ...page, offset, limit });
+        if (envelope.data.length > 0 && envelope.data.every((item) => seen.has(item.id))) {
+          throw new InvalidResponseError(target, [
+            { path: 'data', problem: `the page at offset ${offset} repeats items already listed` },
+          ]);
+        }
+        for (const item of envelope.data) seen.add(item.id);
+        if (seen.size > ITERATOR_MAX_ITEMS) {
+          throw new InvalidResponseError(target, [
+            { path: 'has_more', problem: `more than ${ITERATOR_MAX_ITEMS} items` },
+          ]);
+        }
         yield* envelope.data;
         if (!envelope.has_more) return;
         if (envelope.data.length === 0) {
-          // Without this guard a server that keeps saying has_more would be paged forever.
-          throw new InvalidResponseError({ method: 'GET', route: `/${apiVersion}${route}` }, [
+          throw new InvalidResponseError(target, [
             { path: 'has_more', problem: `true on an empty page at offset ${offset}` },
           ]);
         }

@@ -82,6 +82,24 @@ describe('paging ends whatever the service says', () => {
     expect(await listRequests()).toBe(6);
   });
 
+  it('the client iterators stop too: a page that repeats what was listed ends the iteration', async () => {
+    await seed(numbered(6));
+    await contract.admin.addFault({
+      match: LIST,
+      count: 10_000,
+      mode: 'paging',
+      ignore_offset: true,
+      has_more: true,
+    });
+    const error = await failure(
+      collect(
+        contract.client().iterateConfigInstances({ device_id: DEVICE }, { limit: 3, orderBy: 'id:asc' }),
+      ),
+    );
+    expect((error as Error).message).toMatch(/the page at offset 3 repeats items already listed/);
+    expect(await listRequests()).toBe(2);
+  });
+
   it('has_more forever past the end: stops at the first page that brings nothing new', async () => {
     await seed(numbered(6));
     await contract.admin.addFault({ match: LIST, count: 10_000, mode: 'paging', has_more: true });
