@@ -176,14 +176,22 @@ export const ConfigInstance = z.object({
 });
 export type ConfigInstance = z.infer<typeof ConfigInstance>;
 
+/**
+ * A status the agent reads but never acts on: a value added by the service later (the real product renamed its
+ * deployment statuses within weeks) is accepted as a string instead of failing the whole response.
+ */
+function tolerated<T extends z.ZodEnum>(known: T) {
+  return z.union([known, z.string()]);
+}
+
 export const Deployment = z.object({
   object: z.literal('deployment'),
   id: z.string(),
   description: z.string(),
-  status: DeploymentStatus,
-  activity_status: DeploymentActivityStatus,
-  error_status: ErrorStatus,
-  target_status: DeploymentTargetStatus,
+  status: tolerated(DeploymentStatus),
+  activity_status: tolerated(DeploymentActivityStatus),
+  error_status: tolerated(ErrorStatus),
+  target_status: tolerated(DeploymentTargetStatus),
   device_id: z.string(),
   /** The release's version label, not its id (spec). */
   release_id: z.string(),

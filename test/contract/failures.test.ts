@@ -180,6 +180,17 @@ describe('injected faults (POST /_admin/faults)', () => {
     },
   );
 
+  it('a deployment status the agent does not know (and never acts on) is tolerated', async () => {
+    await contract.admin.addFault({
+      match: '^/v1/deployments/[^/]+$',
+      count: 1,
+      mode: 'rewrite',
+      replace: [{ find: '"target_status":"deployed"', with: '"target_status":"rolled_out"' }],
+    });
+    const deployment = await client.getDeployment('dpl_robot_01_v1_5_0');
+    expect(deployment.target_status).toBe('rolled_out');
+  });
+
   it('malformed → MalformedResponseError', async () => {
     await contract.admin.addFault({ match: '^/v1/releases$', count: 1, mode: 'malformed' });
     const error = await failure(client.listReleases());
