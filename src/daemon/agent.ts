@@ -20,6 +20,8 @@ const PASS_STALL_MS = 10 * 60 * 1000;
 const LOOP_LATE_MS = 60 * 1000;
 /** Shutdown waits this long for the current pass to stop, then flushes anyway (systemd and main give 10 s). */
 const STOP_BUDGET_MS = 7_000;
+/** A file restored after drift is not restored again before this; the hold-off doubles up to the poll interval. */
+const DRIFT_HOLD_OFF_MS = 1_000;
 /** The shortest wait between passes, even when a retry is already due: never a busy loop. */
 const MIN_POLL_DELAY_MS = 1_000;
 
@@ -375,6 +377,18 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       logger: c.deps.logger.child({ component: 'drift' }),
       managedFiles: () => this.#c.runner.state.files,
       passes: this.#runner,
+      // Restores come from the content cache, not a pass: a local drift fight costs the service nothing.
+      restore: {
+        stateDir: c.config.stateDir,
+        dirMode: c.config.files.dirMode,
+        clock: c.deps.clock,
+        minHoldOffMs: DRIFT_HOLD_OFF_MS,
+        maxHoldOffMs: c.config.poll.intervalSeconds * 1000,
+        onRestored: (paths) => {
+          this.#c.metrics.recordDriftDetected(paths.length);
+          this.#c.metrics.recordDriftRepair(paths.length);
+        },
+      },
       onDrift: (paths) => {
         this.#c.metrics.recordDriftDetected(paths.length);
         if (policy === 'restore') {

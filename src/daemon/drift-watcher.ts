@@ -1,11 +1,13 @@
-// Watches rootDir for changes to managed files made by someone else, and asks for a repair pass.
+// Watches rootDir for changes to managed files made by someone else; restores them from the content cache.
 import path from 'node:path';
 import { type FSWatcher, watch } from 'chokidar';
 import type { DriftPolicy } from '../config/schema.js';
+import type { Clock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
-import { readRegularFile } from '../store/durable-writer.js';
-import { TEMP_PREFIX } from '../store/path-guard.js';
+import { ContentCache } from '../store/content-cache.js';
+import { publishFile, readRegularFile } from '../store/durable-writer.js';
+import { lstatOrUndefined, TEMP_PREFIX } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
 
 /** What the watcher reads of the daemon's `SingleFlight`. */
@@ -13,6 +15,26 @@ export interface PassActivity {
   readonly busy: boolean;
   readonly generation: number;
   idle(): Promise<void>;
+  /** Runs `job` while no pass runs, holding passes off until it ends. */
+  exclusive<R>(job: () => Promise<R>): Promise<R>;
+}
+
+/**
+ * Local restores (policy `restore`): a drifted file is written back from the content cache, the bytes the
+ * agent last published, without a pass — so a process rewriting a managed file every 500 ms costs the service
+ * nothing (each restore used to be a full pass that pulled). One file is restored at once, then held off for
+ * `minHoldOffMs`, doubling while the fight goes on, up to `maxHoldOffMs`; a file quiet for twice that starts
+ * over. Without cached bytes (or with its directory gone) the watcher falls back to `onDrift`, a pass, under
+ * the same hold-off.
+ */
+export interface LocalRestore {
+  stateDir: string;
+  dirMode: number;
+  clock: Pick<Clock, 'monotonic' | 'sleep'>;
+  minHoldOffMs: number;
+  maxHoldOffMs: number;
+  /** The paths written back (for the repairs metric). */
+  onRestored: (paths: string[]) => void;
 }
 
 export interface DriftWatcherOptions {
@@ -27,14 +49,25 @@ export interface DriftWatcherOptions {
    * drift), and a verdict reached while a pass started is judged again after it.
    */
   passes: PassActivity;
-  /** Called with the drifted paths, once per debounce window. */
+  /** Called with the drifted paths a local restore cannot handle (or all of them without `restore`). */
   onDrift: (paths: string[]) => void;
+  restore?: LocalRestore;
   debounceMs?: number;
+}
+
+interface HoldOff {
+  /** Monotonic time of the last restore (or repair pass asked for) of the file. */
+  at: number;
+  ms: number;
+  /** A re-judgement is scheduled for when the hold-off ends. */
+  waiting: boolean;
 }
 
 export class DriftWatcher {
   readonly #options: DriftWatcherOptions;
   readonly #pending = new Set<string>();
+  readonly #holdOffs = new Map<string, HoldOff>();
+  readonly #closing = new AbortController();
   #watcher: FSWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
@@ -60,8 +93,20 @@ export class DriftWatcher {
 
   async close(): Promise<void> {
     this.#closed = true;
+    this.#closing.abort();
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     await this.#watcher?.close();
+  }
+
+  /** A change at `file` (absolute), as the file watcher reports it. */
+  noticeChange(file: string): void {
+    this.#onEvent(file);
+  }
+
+  /** Judges the changes noticed so far now, instead of after the debounce window. */
+  async judgeNow(): Promise<void> {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    await this.#evaluate();
   }
 
   #onEvent(file: string): void {
@@ -112,7 +157,9 @@ export class DriftWatcher {
       return;
     }
     if (drifted.length === 0) return;
-    for (const relative of drifted) {
+    const due = drifted.filter((relative) => this.#dueOrHeldOff(relative));
+    if (due.length === 0) return;
+    for (const relative of due) {
       this.#options.logger.warn(
         { path: relative, policy: this.#options.policy },
         this.#options.policy === 'restore'
@@ -120,6 +167,79 @@ export class DriftWatcher {
           : 'managed file changed by someone else (drift policy "report": left as it is)',
       );
     }
-    this.#options.onDrift(drifted);
+    const restore = this.#options.policy === 'restore' ? this.#options.restore : undefined;
+    const needPass = restore === undefined ? due : await this.#restoreLocally(due, restore);
+    if (needPass.length > 0) this.#options.onDrift(needPass);
+  }
+
+  /**
+   * Whether `relative` may be acted on now. Only under a local restore: a file acted on less than its hold-off
+   * ago is judged again when the hold-off ends (one re-judgement scheduled, however often it changes).
+   */
+  #dueOrHeldOff(relative: string): boolean {
+    const restore = this.#options.restore;
+    if (restore === undefined || this.#options.policy !== 'restore') return true;
+    const now = restore.clock.monotonic();
+    const last = this.#holdOffs.get(relative);
+    if (last !== undefined && now < last.at + last.ms) {
+      if (!last.waiting) {
+        last.waiting = true;
+        restore.clock.sleep(last.at + last.ms - now, this.#closing.signal).then(
+          () => {
+            last.waiting = false;
+            this.#pending.add(relative);
+            this.#schedule();
+          },
+          () => undefined,
+        );
+      }
+      return false;
+    }
+    const fighting = last !== undefined && now - last.at < 2 * restore.maxHoldOffMs;
+    const ms = fighting
+      ? Math.min(Math.max(last.ms * 2, restore.minHoldOffMs), restore.maxHoldOffMs)
+      : restore.minHoldOffMs;
+    this.#holdOffs.set(relative, { at: now, ms, waiting: false });
+    return true;
+  }
+
+  /** Writes each path back from the cache while no pass runs; returns the paths only a pass can repair. */
+  async #restoreLocally(paths: readonly string[], restore: LocalRestore): Promise<string[]> {
+    const { fs, rootDir, logger } = this.#options;
+    const cache = new ContentCache(fs, restore.stateDir);
+    const needPass: string[] = [];
+    const restored: string[] = [];
+    await this.#options.passes.exclusive(async () => {
+      for (const relative of paths) {
+        if (this.#closed) return;
+        // Judged again inside the exclusive section: a pass that ran meanwhile may have changed the record.
+        const managed = this.#options.managedFiles().get(relative);
+        if (managed === undefined) continue;
+        try {
+          const parent = path.posix.dirname(relative);
+          const data = await cache.get(managed.sha256);
+          const parentThere =
+            parent === '.' ||
+            (await lstatOrUndefined(fs, path.join(rootDir, parent), parent))?.isDirectory() === true;
+          if (data === undefined || !parentThere) {
+            needPass.push(relative);
+            continue;
+          }
+          const result = await publishFile(fs, {
+            rootDir,
+            relativePath: relative,
+            data,
+            mode: managed.mode,
+            dirMode: restore.dirMode,
+          });
+          if (result.outcome !== 'unchanged') restored.push(relative);
+        } catch (error) {
+          logger.warn({ err: error, path: relative }, 'local restore failed: asking for a repair pass');
+          needPass.push(relative);
+        }
+      }
+    });
+    if (restored.length > 0) restore.onRestored(restored);
+    return needPass;
   }
 }
