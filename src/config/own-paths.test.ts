@@ -120,6 +120,33 @@ describe('assertOwnPathsOutsideRoot on the real file system', () => {
     ]);
   });
 
+  it('refuses a PATH entry inside rootDir (or a relative one: hooks run in rootDir) when a hook names a bare program', async () => {
+    const cfg = config({ hooks: [{ match: '**', run: ['reload-app'] }] });
+    const configPath = path.join(dir, 'c.json');
+    const check = (PATH: string) =>
+      assertOwnPathsOutsideRoot(cfg, configPath, ownPaths(cfg, configPath, { PATH }, NO_CODE));
+    await expect(check('/usr/bin:/bin')).resolves.toBeUndefined();
+    await expect(check(`/usr/bin:${root}/bin`)).rejects.toMatchObject({
+      issues: [{ path: `PATH entry "${root}/bin" (hooks look programs up there)` }],
+    });
+    await expect(check('/usr/bin::/bin')).rejects.toBeInstanceOf(ConfigError);
+    await expect(check('.:/usr/bin')).rejects.toBeInstanceOf(ConfigError);
+    // Without a bare program, PATH is not consulted.
+    const absolute = config({ hooks: [{ match: '**', run: ['/usr/bin/true'] }] });
+    await expect(
+      assertOwnPathsOutsideRoot(absolute, configPath, ownPaths(absolute, configPath, { PATH: '.' }, NO_CODE)),
+    ).resolves.toBeUndefined();
+  });
+
+  it('refuses NODE_EXTRA_CA_CERTS inside rootDir: a planted CA would impersonate the service', async () => {
+    const cfg = config();
+    const configPath = path.join(dir, 'c.json');
+    const env = { NODE_EXTRA_CA_CERTS: path.join(root, 'ca.pem') };
+    await expect(
+      assertOwnPathsOutsideRoot(cfg, configPath, ownPaths(cfg, configPath, env, NO_CODE)),
+    ).rejects.toMatchObject({ issues: [{ path: 'NODE_EXTRA_CA_CERTS' }] });
+  });
+
   it("refuses rootDir containing the agent's own code or the node executable", async () => {
     const cfg = config();
     const code: OwnPath[] = [

@@ -49,9 +49,24 @@ export function ownPaths(
     paths.push({ key: '$CREDENTIALS_DIRECTORY', file: credentials });
   if (config.metrics.textfile !== undefined)
     paths.push({ key: 'metrics.textfile', file: config.metrics.textfile });
+  const extraCa = env.NODE_EXTRA_CA_CERTS;
+  // A CA planted there would let anyone impersonate the service after the next start.
+  if (extraCa !== undefined && extraCa !== '') paths.push({ key: 'NODE_EXTRA_CA_CERTS', file: extraCa });
+  let bareProgram = false;
   for (const [i, hook] of config.hooks.entries()) {
-    // A bare program name is looked up in PATH, which the service cannot write to; a path can be replaced.
     if (path.isAbsolute(hook.run[0])) paths.push({ key: `hooks[${i}].run[0]`, file: hook.run[0] });
+    else bareProgram = true;
+  }
+  // Unset, PATH is the C library's default (/bin:/usr/bin), never relative.
+  if (bareProgram && env.PATH !== undefined) {
+    // A bare program name is looked up in PATH: no PATH directory may be one the service writes to. Hooks
+    // run with rootDir as their working directory, so a relative entry ("", ".") means rootDir itself.
+    for (const entry of env.PATH.split(':')) {
+      paths.push({
+        key: `PATH entry "${entry}" (hooks look programs up there)`,
+        file: path.isAbsolute(entry) ? entry : path.join(config.rootDir, entry),
+      });
+    }
   }
   return [...paths, ...agentCode];
 }
