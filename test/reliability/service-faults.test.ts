@@ -5,12 +5,13 @@
 // reported, and the next run converges. The canary key runs through every case and every CLI command.
 
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FaultRequest } from '../../src/api/admin-schemas.js';
 import { AGENT_BIN, collect, snapshotTree } from '../helpers/harness.js';
+import { waitFor } from '../helpers/wait-for.js';
 import { type FaultProxy, startFaultProxy } from './support/fault-proxy.js';
 import { CANARY_KEY, Fleet } from './support/fleet.js';
 import { runSeed, seededRandom } from './support/random.js';
@@ -257,7 +258,7 @@ describe('service faults against real --once runs', { timeout: 120_000 }, () => 
     expect(`${run.stdout}${run.stderr}`.includes(CANARY_KEY)).toBe(false);
   });
 
-  it('every CLI command, with the canary key configured, prints it nowhere', async () => {
+  it('every CLI command and the daemon (logs, metrics textfile, socket answers) show the canary key nowhere', async () => {
     const w = await world('cli');
     const { fleet } = w;
     const run = (args: readonly string[]) =>
@@ -292,6 +293,36 @@ describe('service faults against real --once runs', { timeout: 120_000 }, () => 
     fleet.server.state.addFault({ match: LIST, count: 1000, status: 401 });
     const refused = await run([...config, '--once']);
     outputs.push(refused.stdout, refused.stderr);
+    fleet.server.state.clearFaults();
+
+    // The daemon, with its metrics textfile, answering status and sync over its socket.
+    const metricsFile = path.join(fleet.dir, 'agent.prom');
+    await fleet.writeConfig(fleet.server.url, {
+      metrics: { textfile: metricsFile },
+      poll: { intervalSeconds: 1 },
+    });
+    const daemon = spawn(process.execPath, [AGENT_BIN, ...config], {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const daemonExit = collect(daemon, 60_000);
+    try {
+      await waitFor(() => readFile(metricsFile, 'utf8').then((text) => text.length > 0), 30_000, {
+        what: 'the metrics textfile',
+      });
+      for (const args of [['status'], ['status', '--json'], ['sync']]) {
+        const result = await run([...config, ...args]);
+        outputs.push(result.stdout, result.stderr);
+        expect(
+          `${result.stdout}${result.stderr}`.includes(CANARY_KEY),
+          `config-agent ${args.join(' ')}`,
+        ).toBe(false);
+      }
+    } finally {
+      daemon.kill('SIGTERM');
+    }
+    const stopped = await daemonExit;
+    outputs.push(stopped.stdout, stopped.stderr, await readFile(metricsFile, 'utf8'));
     expect(await fleet.canaryHits(outputs)).toEqual([]);
   });
 });

@@ -116,7 +116,7 @@ export class Fleet {
   }
 
   /** Writes the agent's config, pointing it at `baseUrl` (the mock, or a proxy in front of it). */
-  async writeConfig(baseUrl: string): Promise<void> {
+  async writeConfig(baseUrl: string, extra: Record<string, unknown> = {}): Promise<void> {
     const options = this.#options;
     const config = {
       deviceId: this.deviceId,
@@ -127,6 +127,7 @@ export class Fleet {
       log: { level: 'info' },
       socketPath: path.join(this.dir, 'agent.sock'),
       ...options?.config,
+      ...extra,
     };
     await writeFile(this.configPath, JSON.stringify(config, null, 2));
   }
