@@ -149,3 +149,60 @@ describe('LocalApiServer limits', () => {
     }
   });
 });
+
+describe('LocalApiServer sync rate', () => {
+  /** Monotonic time moves only when told; sleeps resolve when it passes their deadline. */
+  function fakeClock() {
+    let mono = 0;
+    const sleepers: { until: number; resolve: () => void }[] = [];
+    return {
+      monotonic: () => mono,
+      sleep: (ms: number) => new Promise<void>((resolve) => sleepers.push({ until: mono + ms, resolve })),
+      advance(ms: number) {
+        mono += ms;
+        for (const sleeper of sleepers.splice(0)) {
+          if (sleeper.until <= mono) sleeper.resolve();
+          else sleepers.push(sleeper);
+        }
+      },
+      get sleeping() {
+        return sleepers.length;
+      },
+    };
+  }
+
+  it('a loop of syncs runs at most one pass per minSyncIntervalMs; each answer comes from a pass started after its request', async () => {
+    const clock = fakeClock();
+    let passes = 0;
+    const api = new LocalApiServer(
+      socketPath,
+      {
+        health: () => ({ healthy: true, lastLoopAt: null }),
+        status: () => ({}),
+        sync: async () => {
+          passes += 1;
+          return { converged: true, exitCode: 0, result: { pass: passes } };
+        },
+      },
+      silentLogger(),
+      { ...PATIENT, minSyncIntervalMs: 5_000 },
+      clock,
+    );
+    server = api;
+    await api.start();
+    const first = await callAgent(socketPath, 'POST', '/v1/sync', 5000);
+    expect(first.body).toMatchObject({ result: { pass: 1 } });
+    // 20 more requests at once, within the interval: they wait and share one pass.
+    const burst = Promise.all(
+      Array.from({ length: 20 }, () => callAgent(socketPath, 'POST', '/v1/sync', 5000)),
+    );
+    await waitFor(() => clock.sleeping > 0, 5000, { what: 'the burst waiting out the interval' });
+    expect(passes).toBe(1);
+    clock.advance(5_000);
+    const answers = await burst;
+    expect(passes).toBe(2);
+    expect(answers.map((answer) => answer.body)).toEqual(
+      Array(20).fill(expect.objectContaining({ result: { pass: 2 } })),
+    );
+  });
+});

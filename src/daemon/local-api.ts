@@ -2,6 +2,7 @@
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createConnection } from 'node:net';
+import { type Clock, systemClock } from '../lib/clock.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 
@@ -39,6 +40,12 @@ export interface LocalApiLimits {
   checkIntervalMs: number;
   /** Bytes of request line and headers. */
   maxHeaderBytes: number;
+  /**
+   * A `sync` pass starts at least this long after the previous one ended; requests arriving meanwhile wait
+   * and share one pass. A local user looping `config-agent sync` cannot turn the agent into a load on the
+   * service beyond one pass per interval.
+   */
+  minSyncIntervalMs: number;
 }
 
 export const DEFAULT_LOCAL_API_LIMITS: LocalApiLimits = {
@@ -48,7 +55,10 @@ export const DEFAULT_LOCAL_API_LIMITS: LocalApiLimits = {
   keepAliveTimeoutMs: 5_000,
   checkIntervalMs: 1_000,
   maxHeaderBytes: 8 * 1024,
+  minSyncIntervalMs: 5_000,
 };
+
+type SyncOutcome = Awaited<ReturnType<LocalApiHandlers['sync']>>;
 
 /** No route takes a body: anything announcing one is refused before it is read. */
 const MAX_BODY_BYTES = 0;
@@ -58,7 +68,12 @@ export class LocalApiServer {
   readonly #handlers: LocalApiHandlers;
   readonly #logger: Logger;
   readonly #limits: LocalApiLimits;
+  readonly #clock: Pick<Clock, 'monotonic' | 'sleep'>;
   #server: Server | undefined;
+  /** The sync waiting to start, shared by every request that arrives before it starts. */
+  #pendingSync: Promise<SyncOutcome> | undefined;
+  #runningSync: Promise<unknown> = Promise.resolve();
+  #lastSyncEndedAt = Number.NEGATIVE_INFINITY;
   #dropped = 0;
 
   constructor(
@@ -66,11 +81,13 @@ export class LocalApiServer {
     handlers: LocalApiHandlers,
     logger: Logger,
     limits: Partial<LocalApiLimits> = {},
+    clock: Pick<Clock, 'monotonic' | 'sleep'> = systemClock,
   ) {
     this.#socketPath = socketPath;
     this.#handlers = handlers;
     this.#logger = logger;
     this.#limits = { ...DEFAULT_LOCAL_API_LIMITS, ...limits };
+    this.#clock = clock;
   }
 
   /** Connections the server holds now. */
@@ -138,6 +155,35 @@ export class LocalApiServer {
     await unlink(this.#socketPath).catch(() => undefined);
   }
 
+  /**
+   * Runs a pass that starts after this request arrived (never answers with an older pass), at most one per
+   * minSyncIntervalMs: requests arriving while one waits to start share it.
+   */
+  #sync(): Promise<SyncOutcome> {
+    if (this.#pendingSync !== undefined) return this.#pendingSync;
+    const pending = (async () => {
+      await this.#runningSync;
+      const wait = this.#lastSyncEndedAt + this.#limits.minSyncIntervalMs - this.#clock.monotonic();
+      if (wait > 0) await this.#clock.sleep(wait);
+      // Started: requests from now on need a pass of their own.
+      this.#pendingSync = undefined;
+      const run = (async () => {
+        try {
+          return await this.#handlers.sync();
+        } finally {
+          this.#lastSyncEndedAt = this.#clock.monotonic();
+        }
+      })();
+      this.#runningSync = run.then(
+        () => undefined,
+        () => undefined,
+      );
+      return run;
+    })();
+    this.#pendingSync = pending;
+    return pending;
+  }
+
   async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
     const route = `${request.method ?? 'GET'} ${(request.url ?? '/').split('?')[0]}`;
     request.resume();
@@ -151,7 +197,7 @@ export class LocalApiServer {
         sendJson(response, 200, this.#handlers.status());
         return;
       case 'POST /v1/sync': {
-        const outcome = await this.#handlers.sync();
+        const outcome = await this.#sync();
         sendJson(response, 200, outcome);
         return;
       }
