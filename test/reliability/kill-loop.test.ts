@@ -1,13 +1,12 @@
 // kill -9 of the whole agent at random moments, in parallel lanes: never a torn file, never a temp file after a
 // restart that finishes, always converges. `npm run test:killloop -- --kills 10000` is the long run.
-import { constants } from 'node:fs';
-import { access, mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
+import { mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Fleet } from './support/fleet.js';
 import { type KillLaneFigures, runKillLane } from './support/kill-loop.js';
 import { countFromEnv, runSeed, seededRandom } from './support/random.js';
+import { scratchParent } from './support/scratch.js';
 
 const KILLS = countFromEnv('RELIABILITY_KILLS', 1000);
 const LANES = Math.max(1, countFromEnv('RELIABILITY_KILL_LANES', 3));
@@ -22,13 +21,7 @@ const fleets: Fleet[] = [];
 beforeAll(async () => {
   // A kill -9 keeps the page cache, so the disk plays no part here (power cuts are power-cut.test.ts): tmpfs
   // makes each fsync free and leaves the CPU to the agents.
-  const tmpfs = '/dev/shm';
-  const parent = (await access(tmpfs, constants.W_OK).then(
-    () => true,
-    () => false,
-  ))
-    ? tmpfs
-    : os.tmpdir();
+  const parent = await scratchParent();
   base = await mkdtemp(path.join(parent, 'config-agent-killloop-'));
 });
 afterAll(async () => {

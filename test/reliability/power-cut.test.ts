@@ -2,15 +2,14 @@
 // random moments of a pass and right after a clean exit 0; after each cut every file is a deployed version, every
 // instance reported deployed has its bytes, and the restarted agent deletes nothing it cannot prove it wrote
 // and converges. `npm run test:powercut -- --cuts 2000` is the long run.
-import { constants } from 'node:fs';
-import { access, mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
+import { mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Fleet } from './support/fleet.js';
 import { runKillLane } from './support/kill-loop.js';
 import { LazyFsMount, lazyfsUnavailable } from './support/lazyfs.js';
 import { countFromEnv, runSeed, seededRandom } from './support/random.js';
+import { scratchParent } from './support/scratch.js';
 
 const CUTS = countFromEnv('RELIABILITY_CUTS', 50);
 const SEED = runSeed();
@@ -22,13 +21,7 @@ let fleet: Fleet | undefined;
 beforeAll(async () => {
   if (SKIP !== undefined) return;
   // The backing store's own durability plays no part (LazyFS drops its cache itself): tmpfs keeps fsync cheap.
-  const tmpfs = '/dev/shm';
-  const parent = (await access(tmpfs, constants.W_OK).then(
-    () => true,
-    () => false,
-  ))
-    ? tmpfs
-    : os.tmpdir();
+  const parent = await scratchParent();
   base = await mkdtemp(path.join(parent, 'config-agent-powercut-'));
 });
 afterAll(async () => {
