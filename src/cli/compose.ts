@@ -2,6 +2,7 @@
 import type { EventEmitter } from 'node:events';
 import * as nodeFs from 'node:fs/promises';
 import { type ClientOptions, createClient, type ServiceClient } from '../api/client.js';
+import { compileFileRules, parseGroupFile } from '../config/file-rules.js';
 import { ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
 import type { AgentComponents } from '../daemon/agent.js';
@@ -78,13 +79,31 @@ function createServiceClient(
   });
 }
 
+/**
+ * files.rules as a resolver, checked against the groups this process holds (a ConfigError, exit 78 or a
+ * refused reload, names a group the agent cannot use). /etc/group is read only when a rule names a group.
+ */
+async function fileMetaFor(config: AgentConfig): Promise<ReconcilerSettings['fileMeta']> {
+  if (config.files.rules.length === 0) return undefined;
+  const named = config.files.rules.some((rule) => rule.group !== undefined && !/^\d+$/.test(rule.group));
+  const groups = named ? await nodeFs.readFile('/etc/group', 'utf8') : '';
+  return compileFileRules(config.files, {
+    gidByName: parseGroupFile(groups),
+    memberGids: process.getgroups?.() ?? [],
+    primaryGid: process.getgid?.() ?? 0,
+    privileged: process.getuid?.() === 0,
+  });
+}
+
 /** `forDaemon`: the daemon runs hooks, so changed paths are kept for them until they ran. */
 function reconcilerSettings(
   config: AgentConfig,
   requestRetries: number,
   forDaemon: boolean,
+  fileMeta: ReconcilerSettings['fileMeta'],
 ): ReconcilerSettings {
   return {
+    ...(fileMeta === undefined ? {} : { fileMeta }),
     deviceId: config.deviceId,
     rootDir: config.rootDir,
     stateDir: config.stateDir,
@@ -105,7 +124,7 @@ export async function runOnce(command: OnceCommand, io: CommandIo, secrets: Secr
   const deps = createDeps(config, secrets, io.stderr);
   try {
     if (!command.dryRun) await ensureDirectories(deps.fs, config);
-    const settings = reconcilerSettings(config, ONCE_REQUEST_RETRIES, false);
+    const settings = reconcilerSettings(config, ONCE_REQUEST_RETRIES, false, await fileMetaFor(config));
     const runner = await Reconciler.open(deps, settings, createServiceClient(loaded, deps, io.env), {
       readOnly: command.dryRun,
     });
@@ -142,7 +161,7 @@ async function buildAgentComponents(
   await ensureDirectories(deps.fs, config);
   const metrics = daemon.metricsFor(config, current);
   const client = createServiceClient(loaded, deps, io.env, (event) => metrics.recordRequest(event));
-  const settings = reconcilerSettings(config, DAEMON_REQUEST_RETRIES, true);
+  const settings = reconcilerSettings(config, DAEMON_REQUEST_RETRIES, true, await fileMetaFor(config));
   let runner: Reconciler;
   if (current?.runner.reconfigure(deps, settings, client)) {
     runner = current.runner;

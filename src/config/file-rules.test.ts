@@ -90,6 +90,19 @@ describe('compileFileRules', () => {
   });
 });
 
+describe('compileFileRules as root', () => {
+  it('accepts any existing group (CAP_CHOWN), still refuses a missing one', () => {
+    const privileged = { ...FACTS, memberGids: [], privileged: true };
+    expect(compileFileRules(files([{ match: '**', group: 'web' }]), privileged)('a')).toEqual({
+      mode: 0o644,
+      gid: 1002,
+    });
+    expect(() => compileFileRules(files([{ match: '**', group: 'nosuch' }]), privileged)).toThrow(
+      'group "nosuch" does not exist',
+    );
+  });
+});
+
 describe('files.rules in the schema', () => {
   it.each([
     [[{ match: 'a/**' }], 'files.rules[0]: must set mode, group or both'],

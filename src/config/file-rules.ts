@@ -20,6 +20,8 @@ export interface GroupFacts {
   memberGids: readonly number[];
   /** process.getgid(): the group of files no rule gives a group (so removing a rule takes the group back). */
   primaryGid: number;
+  /** Running as root (CAP_CHOWN): any existing group will do. The unit never runs the agent so. */
+  privileged?: boolean;
 }
 
 /** `/etc/group` text → name → gid. Malformed lines are skipped; the first entry of a name wins, as in libc. */
@@ -52,7 +54,11 @@ export function compileFileRules(
       const path = `files.rules[${index}].group`;
       if (gid === undefined) {
         issues.push({ path, message: `group "${rule.group}" does not exist on this system` });
-      } else if (gid !== groups.primaryGid && !groups.memberGids.includes(gid)) {
+      } else if (
+        groups.privileged !== true &&
+        gid !== groups.primaryGid &&
+        !groups.memberGids.includes(gid)
+      ) {
         issues.push({
           path,
           message:

@@ -107,7 +107,8 @@ async function applyWrite(step: WriteStep, ctx: ApplyContext): Promise<Omit<Appl
       rootDir: ctx.rootDir,
       relativePath: step.path,
       data: step.data,
-      mode: ctx.fileMode,
+      mode: step.mode ?? ctx.fileMode,
+      ...(step.gid === undefined ? {} : { gid: step.gid }),
       dirMode: ctx.dirMode,
       // The planner writes only what it has no durable record of: bytes already there (an adopted file, or
       // the leftover of a write whose fsync failed) are fsynced before anyone is told they are in place.

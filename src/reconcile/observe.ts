@@ -25,7 +25,9 @@ export async function observeDisk(
 export async function observePath(fs: FsPort, rootDir: string, path: string): Promise<DiskObservation> {
   try {
     const file = await readRegularFile(fs, rootDir, path);
-    return file === undefined ? { kind: 'absent' } : { kind: 'file', sha256: file.sha256, mode: file.mode };
+    return file === undefined
+      ? { kind: 'absent' }
+      : { kind: 'file', sha256: file.sha256, mode: file.mode, gid: file.gid };
   } catch (error) {
     if (error instanceof PathRejectedError) return { kind: 'rejected', reason: error.message };
     // A root that does not exist yet (first dry run) holds no file at all.

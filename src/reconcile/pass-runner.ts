@@ -25,6 +25,8 @@ export interface ReconcilerSettings {
   restoreDrift?: boolean;
   /** Keep the changed paths for hooks, durably, until `settleHookPaths` (the daemon with hooks). */
   trackHookPaths?: boolean;
+  /** files.rules, resolved (config/file-rules.ts): the mode and group per path; absent: fileMode. */
+  fileMeta?: (path: string) => { mode: number; gid: number };
 }
 
 /**

@@ -106,6 +106,7 @@ function planInput(ctx: PassContext, pulled: Pulled, disk: Map<string, DiskObser
     pendingReports: pendingReports(dir.outbox),
     now: ctx.deps.clock.monotonic(),
     fileMode: settings.fileMode,
+    ...(settings.fileMeta === undefined ? {} : { fileMeta: settings.fileMeta }),
     restoreDrift: settings.restoreDrift ?? true,
     // An item that could not be used may want any path: only a listing without one tells that nobody does.
     complete: pulled.mode === 'full' && pulled.invalid.length === 0 && pulled.skipped.length === 0,

@@ -43,6 +43,7 @@ interface Setup {
   disk?: Record<string, DiskObservation>;
   restoreDrift?: boolean;
   complete?: boolean;
+  fileMeta?: PlanInput['fileMeta'];
 }
 
 function plan(instances: ConfigInstance[], setup: Setup = {}): Step[] {
@@ -57,6 +58,7 @@ function plan(instances: ConfigInstance[], setup: Setup = {}): Step[] {
     fileMode: FILE_MODE,
     complete: setup.complete ?? true,
     ...(setup.restoreDrift === undefined ? {} : { restoreDrift: setup.restoreDrift }),
+    ...(setup.fileMeta === undefined ? {} : { fileMeta: setup.fileMeta }),
   };
   return planSteps(input);
 }
@@ -496,14 +498,35 @@ describe('planSteps: target removed or created', () => {
     ]);
   });
 
-  it("a changed configured mode is the agent's own rewrite, not drift, whatever the drift policy", () => {
+  it("a changed configured mode is the agent's own metadata change (no rewrite), not drift, whatever the drift policy", () => {
     const instance = makeInstance({ id: 'cfg_me', activity_status: 'deployed' });
     const steps = plan([instance], {
       files: { [PATH]: { ...managed('cfg_me'), mode: 0o644 } },
       disk: { [PATH]: { kind: 'file', sha256: CONTENT_SHA, mode: 0o644 } },
       restoreDrift: false,
     });
-    expect(asWrite(onlyStepFor(steps, 'cfg_me')).reason).toBe('changed');
+    expect(asWrite(onlyStepFor(steps, 'cfg_me')).reason).toBe('metadata');
+  });
+
+  it('files.rules: a path whose rule wants another mode or group gets a metadata step carrying them', () => {
+    const instance = makeInstance({ id: 'cfg_me', activity_status: 'deployed' });
+    const fileMeta = () => ({ mode: 0o640, gid: 1001 });
+    const groupOnly = plan([instance], {
+      files: { [PATH]: { ...managed('cfg_me'), mode: 0o640 } },
+      disk: { [PATH]: { kind: 'file', sha256: CONTENT_SHA, mode: 0o640, gid: 997 } },
+      fileMeta,
+    });
+    expect(asWrite(onlyStepFor(groupOnly, 'cfg_me'))).toMatchObject({
+      reason: 'metadata',
+      mode: 0o640,
+      gid: 1001,
+    });
+    const settled = plan([instance], {
+      files: { [PATH]: { ...managed('cfg_me'), mode: 0o640 } },
+      disk: { [PATH]: { kind: 'file', sha256: CONTENT_SHA, mode: 0o640, gid: 1001 } },
+      fileMeta,
+    });
+    expect(onlyStepFor(settled, 'cfg_me').kind).not.toBe('write');
   });
 
   it('an incremental (incomplete) pull never removes a file recorded for an instance it did not fetch', () => {

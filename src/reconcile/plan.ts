@@ -13,7 +13,7 @@ import { serializeContent } from './serialize.js';
 
 /** What the agent saw at a path before planning. */
 export type DiskObservation =
-  | { kind: 'file'; sha256: string; mode: number }
+  | { kind: 'file'; sha256: string; mode: number; gid?: number }
   | { kind: 'absent' }
   /** Not a regular file, or reached through a symlink: never written through, never deleted. */
   | { kind: 'rejected'; reason: string }
@@ -37,6 +37,8 @@ export interface PlanInput {
   /** Monotonic now, compared with cooldown deadlines. */
   now: number;
   fileMode: number;
+  /** files.rules resolved: the mode and group each path should have; absent: fileMode, any group. */
+  fileMeta?: (path: string) => { mode: number; gid: number };
   /**
    * Whether a managed file changed by someone else (its instance's content unchanged) is rewritten. False
    * under the `report` and `off` drift policies: the operator keeps the local edit until the content changes.
@@ -60,7 +62,11 @@ export interface WriteStep {
   path: string;
   data: Buffer;
   sha256: string;
-  reason: 'new' | 'changed' | 'drift' | 'adopt';
+  /** metadata: the bytes are right, only the mode or group the configuration wants changed (no rewrite). */
+  reason: 'new' | 'changed' | 'drift' | 'adopt' | 'metadata';
+  /** Mode and group of the file (files.rules); absent mode: the apply context's fileMode. */
+  mode?: number;
+  gid?: number;
   /** Instances removed to make room for this one (same config schema elsewhere): restored if the write fails. */
   displaces: readonly RemoveStep[];
   /** Instances whose file at this same path this write takes over: reported `removed` once it succeeds. */
@@ -307,7 +313,13 @@ function planDeployed(
 
   const owned = input.local.files.get(path);
   const deployed = dueReport(instance, deployedReport(), input);
-  const inPlace = observed.kind === 'file' && observed.sha256 === sha256 && observed.mode === input.fileMode;
+  const want = input.fileMeta?.(path);
+  const mode = want?.mode ?? input.fileMode;
+  const gid = want?.gid;
+  const sameBytes = observed.kind === 'file' && observed.sha256 === sha256;
+  const groupDiffers =
+    observed.kind === 'file' && gid !== undefined && observed.gid !== undefined && observed.gid !== gid;
+  const inPlace = sameBytes && observed.mode === mode && !groupDiffers;
   if (inPlace && owned?.instanceId === instance.id && owned.sha256 === sha256) {
     const serverInPlace = instance.activity_status === 'deployed' && instance.error_status === 'none';
     // `confirm` also supersedes a stale undelivered error report (from a failed repair) with `deployed`.
@@ -315,15 +327,19 @@ function planDeployed(
     return { kind: 'report', instance, report: deployed, reason: 'already_in_place' };
   }
   let reason: WriteStep['reason'];
+  const ours = owned?.instanceId === instance.id && owned.sha256 === sha256;
   if (inPlace) reason = 'adopt';
   else if (observed.kind === 'absent' && owned === undefined) reason = 'new';
+  // Our own bytes, and the configuration now wants another mode or group: changed in place, never rewritten.
+  // (The group is not recorded, so any group difference counts as the configuration's.)
+  else if (sameBytes && ours && (owned.mode !== mode || groupDiffers)) reason = 'metadata';
   // Drift is someone else's change: when the agent's own configured mode changed, the rewrite is ours.
-  else if (owned?.instanceId === instance.id && owned.sha256 === sha256 && owned.mode === input.fileMode) {
-    reason = 'drift';
-  } else reason = 'changed';
+  else if (ours && owned.mode === mode) reason = 'drift';
+  else reason = 'changed';
   if (reason === 'drift' && input.restoreDrift === false)
     return { kind: 'keep', instance, reason: 'drift_kept' };
-  return { kind: 'write', instance, path, data, sha256, reason, report: deployed };
+  const meta = { ...(want === undefined ? {} : { mode }), ...(gid === undefined ? {} : { gid }) };
+  return { kind: 'write', instance, path, data, sha256, reason, report: deployed, ...meta };
 }
 
 /**

@@ -59,7 +59,7 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
       ctx.state.files.set(step.path, {
         instanceId: instance.id,
         sha256: result.sha256,
-        mode: ctx.fileMode,
+        mode: step.mode ?? ctx.fileMode,
         createdDirs: [...new Set([...(previous?.createdDirs ?? []), ...result.createdDirs])],
         writtenAt: new Date(ctx.clock.now()).toISOString(),
       });

@@ -470,6 +470,7 @@ describe('readRegularFile', () => {
       data: Buffer.from('content'),
       mode: 0o640,
       sha256: sha256Hex(Buffer.from('content')),
+      gid: process.getgid?.() ?? 0,
     });
     expect(await readRegularFile(fs, ROOT, 'a/missing')).toBeUndefined();
     expect(await readRegularFile(fs, ROOT, 'missing/dir/file')).toBeUndefined();

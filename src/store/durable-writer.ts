@@ -64,6 +64,8 @@ export interface RegularFile {
   data: Buffer;
   mode: number;
   sha256: string;
+  /** Group of the file (files.rules may want another one). */
+  gid: number;
 }
 
 const TEMP_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
@@ -136,7 +138,7 @@ async function readNoFollow(
       );
     }
     const data = await step('read', relativePath, () => handle.readFile());
-    return { data, mode: stats.mode & PERMISSION_BITS, sha256: sha256Hex(data) };
+    return { data, mode: stats.mode & PERMISSION_BITS, sha256: sha256Hex(data), gid: stats.gid };
   } finally {
     await handle.close().catch(() => undefined);
   }
