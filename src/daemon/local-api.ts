@@ -140,6 +140,8 @@ export class LocalApiServer {
         resolve();
       });
     });
+    // After listen, an 'error' without a listener would end the process: the API is not worth the agent.
+    server.on('error', (error) => this.#logger.warn({ err: error }, 'local API server error'));
     await chmod(this.#socketPath, SOCKET_MODE);
     this.#server = server;
   }
