@@ -859,7 +859,7 @@ describe('applySteps: swaps (a removal displaced by a write of the same config s
     ]);
   });
 
-  it('failed write: A is restored byte-identical from the content cache, B retries, no `removed` for A', async () => {
+  it('failed write: A is restored byte-identical from the bytes read before its removal, B retries, no `removed` for A', async () => {
     const world = await swapWorld();
     const original = text(world, 'conf/a.json');
     world.faults.push({ op: 'rename', match: renameTo('conf/b.json'), code: 'ENOSPC' });
@@ -889,10 +889,10 @@ describe('applySteps: swaps (a removal displaced by a write of the same config s
     });
   });
 
-  it('failed write without a cached copy: A stays removed and is reported so, B retries', async () => {
+  it('failed write whose rollback fails too: A stays removed and is reported so, B retries', async () => {
     const world = await swapWorld();
-    world.vol.rmSync(`${STATE_DIR}/cache`, { recursive: true });
     world.faults.push({ op: 'rename', match: renameTo('conf/b.json'), code: 'ENOSPC' });
+    world.faults.push({ op: 'rename', match: renameTo('conf/a.json'), code: 'ENOSPC' });
 
     const { outcomes } = await pass(world);
 

@@ -1,12 +1,23 @@
 // The step handlers: one per step kind, each doing its disk effect (if any) and returning what happened.
-
+import path from 'node:path';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import type { ContentCache } from '../store/content-cache.js';
-import { publishFile, readRegularFile, removeManagedFile } from '../store/durable-writer.js';
+import {
+  publishFile,
+  type RegularFile,
+  readRegularFile,
+  removeManagedFile,
+  syncDirectories,
+} from '../store/durable-writer.js';
 import { PathRejectedError } from '../store/errors.js';
 import type { ManagedFile } from '../store/state.js';
 import type { RemoveStep, Step, StepKind, WriteStep } from './plan.js';
+
+/** Plain writes in flight at once: enough to overlap the fsyncs and the thread pool's round trips. */
+export const WRITE_CONCURRENCY = 16;
+/** At most this many steps per batch; a batch's directories are fsynced once, before any result is recorded. */
+export const BATCH_STEPS = 256;
 
 export interface ApplyContext {
   fs: FsPort;
@@ -47,9 +58,15 @@ export interface ApplyOutcome {
   aborted: boolean;
 }
 
+/** `batched`: the write joins a batch whose directories the batch fsyncs, once each, after its writes. */
+interface HandlerOptions {
+  batched: boolean;
+}
+
 type StepHandler<K extends StepKind> = (
   step: Extract<Step, { kind: K }>,
   ctx: ApplyContext,
+  options: HandlerOptions,
 ) => Promise<Omit<AppliedStep, 'step'>>;
 
 const noEffect = async (): Promise<Omit<AppliedStep, 'step'>> => ({
@@ -59,7 +76,7 @@ const noEffect = async (): Promise<Omit<AppliedStep, 'step'>> => ({
 
 const handlers: { [K in StepKind]: StepHandler<K> } = {
   write: applyWrite,
-  remove: async (step, ctx) => ({ result: await removeFile(step, ctx), displaced: [] }),
+  remove: async (step, ctx) => ({ result: (await removeFile(step, ctx)).result, displaced: [] }),
   report: noEffect,
   confirm: noEffect,
   keep: noEffect,
@@ -70,8 +87,12 @@ const handlers: { [K in StepKind]: StepHandler<K> } = {
 };
 
 /**
- * Applies the steps in order, handing each result to `onApplied` as soon as it lands (so local state follows
- * the disk step by step). A failure of one instance never stops the others; an abort stops between steps.
+ * Applies the steps in plan order, handing each result to `onApplied` (so local state follows the disk). Plain
+ * writes (no file displaced) and steps without a disk effect run in batches, up to WRITE_CONCURRENCY at once,
+ * and each batch's directories are fsynced once before any of its results is handed on: nothing is recorded,
+ * and so nothing reported, before its file and its directory entry are durable. Removals and swaps run alone,
+ * between batches, because they prune and restore directories other steps may use. A failure of one instance
+ * never stops the others; an abort stops starting steps, and what already landed is still handed on.
  */
 export async function applySteps(
   steps: readonly Step[],
@@ -79,29 +100,119 @@ export async function applySteps(
   onApplied: (applied: AppliedStep) => void,
 ): Promise<ApplyOutcome> {
   const applied: AppliedStep[] = [];
-  for (const step of steps) {
+  let index = 0;
+  while (index < steps.length) {
     if (ctx.signal?.aborted) return { applied, aborted: true };
-    const handler = handlers[step.kind] as StepHandler<typeof step.kind>;
-    let done: AppliedStep;
-    try {
-      done = { step, ...(await handler(step as never, ctx)) };
-    } catch (error) {
-      if (ctx.signal?.aborted) return { applied, aborted: true };
-      // Handlers classify the failures they expect; anything else still costs only this instance an attempt.
-      const operation = step.kind === 'remove' ? 'remove' : 'write';
-      done = { step, result: { kind: 'failed', error, operation }, displaced: [] };
+    const batch = nextBatch(steps, index);
+    index += batch.length;
+    const done = await applyBatch(batch, ctx);
+    for (const step of done) {
+      applied.push(step);
+      onApplied(step);
     }
-    applied.push(done);
-    onApplied(done);
+    if (done.length < batch.length) return { applied, aborted: true };
   }
   return { applied, aborted: ctx.signal?.aborted ?? false };
 }
 
-/** A swap (a write with displaced files) is the one compound handler: the removals are rolled back on failure. */
-async function applyWrite(step: WriteStep, ctx: ApplyContext): Promise<Omit<AppliedStep, 'step'>> {
-  const displaced: AppliedStep['displaced'] = [];
-  for (const remove of step.displaces)
-    displaced.push({ step: remove, result: await removeFile(remove, ctx) });
+function batchable(step: Step): boolean {
+  return step.kind !== 'remove' && (step.kind !== 'write' || step.displaces.length === 0);
+}
+
+/** The steps from `start` that can share a batch: batchable, one write per path, at most BATCH_STEPS. */
+function nextBatch(steps: readonly Step[], start: number): Step[] {
+  const first = steps[start]!;
+  if (!batchable(first)) return [first];
+  const batch: Step[] = [];
+  const paths = new Set<string>();
+  for (let i = start; i < steps.length && batch.length < BATCH_STEPS; i += 1) {
+    const step = steps[i]!;
+    if (!batchable(step)) break;
+    if (step.kind === 'write') {
+      if (paths.has(step.path)) break;
+      paths.add(step.path);
+    }
+    batch.push(step);
+  }
+  return batch;
+}
+
+/**
+ * Runs one batch and returns its applied steps in plan order, after the directories of its written files
+ * are fsynced (a directory that fails turns its writes into failures: the bytes are in place, but a power cut
+ * could still undo the rename). Steps cut off by an abort are left out.
+ */
+async function applyBatch(batch: readonly Step[], ctx: ApplyContext): Promise<AppliedStep[]> {
+  const batched = batch.length > 1 || batchable(batch[0]!);
+  const results: (AppliedStep | undefined)[] = new Array(batch.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < batch.length && !ctx.signal?.aborted) {
+      const position = next++;
+      const step = batch[position]!;
+      results[position] = await applyOne(step, ctx, { batched });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(WRITE_CONCURRENCY, batch.length) }, worker));
+
+  // Steps an abort cut off are missing; the others landed, and are handed on all the same.
+  const done = results.filter((result): result is AppliedStep => result !== undefined);
+  if (!batched) return done;
+  // Every landed write, bytes already in place included: each publish ensures durability, and in a batch
+  // the directory entry's part of that is this fsync.
+  const landed = (applied: AppliedStep): applied is AppliedStep & { step: WriteStep } =>
+    applied.step.kind === 'write' && LANDED.has(applied.result.kind);
+  const failures = await syncDirectories(
+    ctx.fs,
+    ctx.rootDir,
+    done.filter(landed).map((applied) => directoryOf(applied.step.path)),
+  );
+  if (failures.size === 0) return done;
+  return done.map((applied) => {
+    const error = landed(applied) ? failures.get(directoryOf(applied.step.path)) : undefined;
+    if (error === undefined) return applied;
+    return { ...applied, result: { kind: 'failed', error, operation: 'write' } };
+  });
+}
+
+const LANDED: ReadonlySet<EffectResult['kind']> = new Set(['written', 'unchanged', 'metadata']);
+
+function directoryOf(relativePath: string): string {
+  const dir = path.posix.dirname(relativePath);
+  return dir === '.' ? '' : dir;
+}
+
+/** One step through its handler; undefined when an abort cut it short. */
+async function applyOne(
+  step: Step,
+  ctx: ApplyContext,
+  options: HandlerOptions,
+): Promise<AppliedStep | undefined> {
+  const handler = handlers[step.kind] as StepHandler<typeof step.kind>;
+  try {
+    return { step, ...(await handler(step as never, ctx, options)) };
+  } catch (error) {
+    if (ctx.signal?.aborted) return undefined;
+    // Handlers classify the failures they expect; anything else still costs only this instance an attempt.
+    const operation = step.kind === 'remove' ? 'remove' : 'write';
+    return { step, result: { kind: 'failed', error, operation }, displaced: [] };
+  }
+}
+
+/**
+ * A swap (a write with displaced files) is the one compound handler: the removals are rolled back on failure,
+ * from the bytes read just before each removal (no copy of every file is kept anywhere for this).
+ */
+async function applyWrite(
+  step: WriteStep,
+  ctx: ApplyContext,
+  options: HandlerOptions,
+): Promise<Omit<AppliedStep, 'step'>> {
+  const displaced: (AppliedStep['displaced'][number] & { previous: RegularFile | undefined })[] = [];
+  for (const remove of step.displaces) {
+    const { result, previous } = await removeFile(remove, ctx);
+    displaced.push({ step: remove, result, previous });
+  }
   try {
     const published = await publishFile(ctx.fs, {
       rootDir: ctx.rootDir,
@@ -113,9 +224,10 @@ async function applyWrite(step: WriteStep, ctx: ApplyContext): Promise<Omit<Appl
       // The planner writes only what it has no durable record of: bytes already there (an adopted file, or
       // the leftover of a write whose fsync failed) are fsynced before anyone is told they are in place.
       ensureDurable: true,
+      syncDirectory: !options.batched,
       ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
     });
-    await cacheForRollback(ctx, step);
+    await cacheContent(ctx, step);
     if (published.outcome === 'written' && step.reason === 'drift') {
       ctx.logger.warn(
         { instanceId: step.instance.id, path: step.path },
@@ -123,24 +235,35 @@ async function applyWrite(step: WriteStep, ctx: ApplyContext): Promise<Omit<Appl
       );
     }
     const result = { kind: published.outcome, sha256: published.sha256, createdDirs: published.createdDirs };
-    return { result, displaced };
+    return {
+      result,
+      displaced: displaced.map(({ step: remove, result: removal }) => ({ step: remove, result: removal })),
+    };
   } catch (error) {
     // The swap failed half-way: put back what was removed for it, so the device keeps a working config.
     const rolledBack: AppliedStep['displaced'] = [];
     for (const entry of displaced) {
-      rolledBack.push(
-        entry.result.kind === 'removed'
-          ? { step: entry.step, result: await restoreDisplaced(entry.step, ctx) }
-          : entry,
-      );
+      rolledBack.push({
+        step: entry.step,
+        result:
+          entry.result.kind === 'removed'
+            ? await restoreDisplaced(entry.step, entry.previous, ctx)
+            : entry.result,
+      });
     }
     if (ctx.signal?.aborted) throw error;
     return { result: { kind: 'failed', error, operation: 'write' }, displaced: rolledBack };
   }
 }
 
-/** Removes a file only while it is still the one this agent recorded writing. */
-async function removeFile(step: RemoveStep, ctx: ApplyContext): Promise<EffectResult> {
+/**
+ * Removes a file only while it is still the one this agent recorded writing; returns what was there before
+ * (bytes and mode), which a failed swap puts back.
+ */
+async function removeFile(
+  step: RemoveStep,
+  ctx: ApplyContext,
+): Promise<{ result: EffectResult; previous?: RegularFile }> {
   const owned = ctx.files.get(step.path);
   try {
     // A symlink or other non-regular file at the path is judged (and refused) by the remover below.
@@ -153,7 +276,7 @@ async function removeFile(step: RemoveStep, ctx: ApplyContext): Promise<EffectRe
       // tool): it is no longer what we wrote, so it is not ours to delete.
       const message = 'file left in place: changed by someone else since this agent wrote it';
       ctx.logger.warn({ instanceId: step.instance.id, path: step.path }, message);
-      return { kind: 'kept', message };
+      return { result: { kind: 'kept', message } };
     }
     const removed = await removeManagedFile(ctx.fs, {
       rootDir: ctx.rootDir,
@@ -161,28 +284,28 @@ async function removeFile(step: RemoveStep, ctx: ApplyContext): Promise<EffectRe
       pruneDirs: owned?.createdDirs ?? [],
     });
     if (removed === 'refused') {
-      return {
-        kind: 'kept',
-        message: 'file left in place: the path is no longer a regular file written by this agent',
-      };
+      const message = 'file left in place: the path is no longer a regular file written by this agent';
+      return { result: { kind: 'kept', message } };
     }
-    return { kind: 'removed' };
+    return { result: { kind: 'removed' }, ...(current === undefined ? {} : { previous: current }) };
   } catch (error) {
     if (ctx.signal?.aborted) throw error;
-    return { kind: 'failed', error, operation: 'remove' };
+    return { result: { kind: 'failed', error, operation: 'remove' } };
   }
 }
 
-async function restoreDisplaced(remove: RemoveStep, ctx: ApplyContext): Promise<EffectResult> {
-  const owned = ctx.files.get(remove.path);
-  const data = owned === undefined ? undefined : await ctx.cache.get(owned.sha256).catch(() => undefined);
-  if (owned !== undefined && data !== undefined) {
+async function restoreDisplaced(
+  remove: RemoveStep,
+  previous: RegularFile | undefined,
+  ctx: ApplyContext,
+): Promise<EffectResult> {
+  if (previous !== undefined) {
     try {
       await publishFile(ctx.fs, {
         rootDir: ctx.rootDir,
         relativePath: remove.path,
-        data,
-        mode: owned.mode,
+        data: previous.data,
+        mode: previous.mode,
         dirMode: ctx.dirMode,
       });
       ctx.logger.warn(
@@ -200,11 +323,12 @@ async function restoreDisplaced(remove: RemoveStep, ctx: ApplyContext): Promise<
   return { kind: 'removed', rollbackLost: true };
 }
 
-async function cacheForRollback(ctx: ApplyContext, step: WriteStep): Promise<void> {
+/** The drift watcher restores a drifted file from these bytes without a pass (see drift-watcher.ts). */
+async function cacheContent(ctx: ApplyContext, step: WriteStep): Promise<void> {
   try {
     await ctx.cache.put(step.data);
   } catch (error) {
-    // The file itself is in place; only a later rollback of it would be impossible.
-    ctx.logger.warn({ err: error, path: step.path }, 'could not cache content for rollback');
+    // The file itself is in place; only a local restore of it would fall back to a pass.
+    ctx.logger.warn({ err: error, path: step.path }, 'could not cache content for local restores');
   }
 }

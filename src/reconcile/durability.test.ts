@@ -2,7 +2,7 @@
 // fsynced before its instance is reported `deployed`. The fs and the client record one ordered event log.
 import { constants } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -186,6 +186,33 @@ describe('the durable guarantee of a pass', () => {
     const violations = [...paths].map(([id, relative]) => orderViolation(world.events, id, relative));
     expect(violations.filter((v) => v !== undefined)).toEqual([]);
     expect(await readFile(path.join(world.rootDir, 'd1/s1/c1.json'), 'utf8')).toContain('"cfg_001"');
+  });
+
+  it('bytes already in place but unrecorded (a leftover, an adopted file): fsynced with their directory before the report', async () => {
+    const paths = putInstances();
+    const leftovers = [...paths].filter(([, relative]) => relative.startsWith('d1/'));
+    for (const [id, relative] of leftovers) {
+      await mkdir(path.join(world.rootDir, directoryOf(relative)), { recursive: true });
+      const content = { id, padding: 'x'.repeat(200) };
+      await writeFile(path.join(world.rootDir, relative), `${JSON.stringify(content, null, 2)}\n`, {
+        mode: 0o644,
+      });
+    }
+
+    const result = await world.reconciler.runPass({ mode: 'full' });
+
+    expect(result.converged).toBe(true);
+    for (const [id, relative] of leftovers) {
+      const reported = world.events.findIndex((e) => e.kind === 'report' && e.id === id);
+      expect(reported).toBeGreaterThan(-1);
+      const before = world.events.slice(0, reported);
+      expect(before.some((e) => e.kind === 'rename' && e.to === relative)).toBe(false);
+      expect(before.some((e) => e.kind === 'fsync-file' && e.path === relative)).toBe(true);
+      const fileSynced = before.findIndex((e) => e.kind === 'fsync-file' && e.path === relative);
+      expect(
+        before.some((e, i) => i > fileSynced && e.kind === 'fsync-dir' && e.path === directoryOf(relative)),
+      ).toBe(true);
+    }
   });
 
   it('a directory whose fsync fails: its files are not reported deployed; every other file keeps the order', async () => {

@@ -6,6 +6,9 @@ import { readRegularFile } from '../store/durable-writer.js';
 import { DiskError, PathRejectedError } from '../store/errors.js';
 import type { DiskObservation } from './plan.js';
 
+/** Paths read at once: a pass with nothing to do is mostly these reads, each a few thread-pool round trips. */
+export const OBSERVE_CONCURRENCY = 16;
+
 /** Observes each distinct path once; a path that cannot be judged is `rejected` or `unreadable`, never thrown. */
 export async function observeDisk(
   fs: FsPort,
@@ -13,13 +16,18 @@ export async function observeDisk(
   instances: readonly Pick<ConfigInstance, 'relative_filepath'>[],
   signal?: AbortSignal,
 ): Promise<Map<string, DiskObservation>> {
-  const disk = new Map<string, DiskObservation>();
-  for (const instance of instances) {
-    signal?.throwIfAborted();
-    const path = instance.relative_filepath;
-    if (!disk.has(path)) disk.set(path, await observePath(fs, rootDir, path));
-  }
-  return disk;
+  const paths = [...new Set(instances.map((instance) => instance.relative_filepath))];
+  const observed = new Array<DiskObservation>(paths.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < paths.length) {
+      signal?.throwIfAborted();
+      const index = next++;
+      observed[index] = await observePath(fs, rootDir, paths[index]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(OBSERVE_CONCURRENCY, paths.length) }, worker));
+  return new Map(paths.map((path, index) => [path, observed[index]!]));
 }
 
 export async function observePath(fs: FsPort, rootDir: string, path: string): Promise<DiskObservation> {

@@ -7,6 +7,12 @@ import type { Logger } from '../lib/logger.js';
 import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 
+/**
+ * Reports in flight at once, over kept-alive connections. The outbox holds one report per instance, so
+ * concurrency never reorders an instance's reports.
+ */
+export const REPORT_CONCURRENCY = 8;
+
 export interface ReportContext {
   client: ServiceClient;
   outbox: StatusOutbox;
@@ -32,20 +38,24 @@ export interface Delivery {
 /** Delivers every queued report it can; never throws for a failed delivery. */
 export async function deliverReports(ctx: ReportContext): Promise<Delivery> {
   let echoed = false;
-  const flushed = await ctx.outbox.flush(async (entry) => {
-    const updated = await withRequestRetry(
-      'report status',
-      () =>
-        ctx.client.reportConfigInstanceStatus(
-          entry.instanceId,
-          entry.report,
-          ctx.signal === undefined ? {} : { signal: ctx.signal },
-        ),
-      ctx.retry,
-    );
-    // A 2xx without a body settles the report too; only a returned instance can carry an echo.
-    echoed = (updated !== undefined && recordReportEcho(ctx, updated)) || echoed;
-  }, deliveryVerdict);
+  const flushed = await ctx.outbox.flush(
+    async (entry) => {
+      const updated = await withRequestRetry(
+        'report status',
+        () =>
+          ctx.client.reportConfigInstanceStatus(
+            entry.instanceId,
+            entry.report,
+            ctx.signal === undefined ? {} : { signal: ctx.signal },
+          ),
+        ctx.retry,
+      );
+      // A 2xx without a body settles the report too; only a returned instance can carry an echo.
+      echoed = (updated !== undefined && recordReportEcho(ctx, updated)) || echoed;
+    },
+    deliveryVerdict,
+    { concurrency: REPORT_CONCURRENCY },
+  );
   if (flushed.deferredBy !== undefined) {
     ctx.logger.warn({ err: flushed.deferredBy, pending: ctx.outbox.size }, 'status reports kept for later');
   }
