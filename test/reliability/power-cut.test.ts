@@ -32,7 +32,8 @@ afterAll(async () => {
 
 describe.skipIf(SKIP !== undefined)('power cuts (LazyFS)', () => {
   it(`${CUTS} cuts during passes, plus one after every clean exit: no torn or lost file, converges`, {
-    timeout: Math.max(600_000, CUTS * 10_000),
+    // A cut, a reboot now and then and the runs around it: seconds each on a loaded machine.
+    timeout: Math.max(900_000, CUTS * 30_000),
   }, async () => {
     const disk = await LazyFsMount.mount(
       path.join(base, 'backing'),
@@ -57,6 +58,7 @@ describe.skipIf(SKIP !== undefined)('power cuts (LazyFS)', () => {
       },
       cutAfterFinish: true,
       label: 'power-cut',
+      progressEvery: 10,
     });
     process.stderr.write(
       `power-cut: seed ${SEED}, ${figures.kills} cuts during runs (${figures.killsOnEvent} timed by a filesystem ` +

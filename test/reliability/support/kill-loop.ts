@@ -28,8 +28,9 @@ export interface KillLaneOptions {
   cutAfterFinish?: boolean;
   /** A run is let finish after this many kills in a row (at most; the exact count is random). */
   finishEvery: number;
-  /** Progress lines on stderr every 100 kills carry this name; none without it. */
+  /** Progress lines on stderr every `progressEvery` (100) kills carry this name; none without it. */
   label?: string;
+  progressEvery?: number;
   /** Stops after this many violations: one is a failure, a few give the picture. */
   maxViolations?: number;
 }
@@ -171,7 +172,7 @@ export async function runKillLane(
     unwatch();
     await options.powerCut?.();
     figures.kills += 1;
-    if (options.label !== undefined && figures.kills % 100 === 0) {
+    if (options.label !== undefined && figures.kills % (options.progressEvery ?? 100) === 0) {
       process.stderr.write(
         `${options.label}: ${figures.kills}/${options.kills}, ${figures.violations.length} violations\n`,
       );
