@@ -1,0 +1,91 @@
+// The built .deb packages (npm run package): control fields, file list, and the bundle's lazy command modules.
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const OUT = path.join(REPO, 'dist-pkg');
+const debs = existsSync(OUT) ? readdirSync(OUT).filter((name) => name.endsWith('.deb')) : [];
+const all = debs.find((name) => name.startsWith('config-agent_'));
+const bundled = debs.find((name) => name.startsWith('config-agent-node_'));
+const haveDpkg = spawnSync('dpkg-deb', ['--version']).error === undefined;
+
+function dpkgDeb(args: string[]): string {
+  const result = spawnSync('dpkg-deb', args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  if (result.status !== 0) throw new Error(result.stderr);
+  return result.stdout;
+}
+
+const field = (deb: string, name: string) => dpkgDeb(['-f', path.join(OUT, deb), name]).trim();
+const files = (deb: string) =>
+  dpkgDeb(['-c', path.join(OUT, deb)])
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => line.split(/\s+/).slice(5).join(' ').replace(/^\./, ''));
+
+describe.skipIf(!haveDpkg || all === undefined)(
+  'config-agent_all.deb (skipped until npm run package has built it)',
+  () => {
+    it('depends on Node >= 20.19 and conflicts with config-agent-node', () => {
+      const deb = all as string;
+      expect(field(deb, 'Architecture')).toBe('all');
+      expect(field(deb, 'Depends')).toBe('nodejs (>= 20.19), systemd');
+      expect(field(deb, 'Conflicts')).toBe('config-agent-node');
+    });
+
+    it('ships one bundled program, the unit and its companions, docs; no node_modules and no mock server', () => {
+      const list = files(all as string);
+      for (const wanted of [
+        '/usr/bin/config-agent',
+        '/usr/lib/config-agent/dist/main.js',
+        '/usr/lib/config-agent/package.json',
+        '/lib/systemd/system/config-agent.service',
+        '/usr/lib/sysusers.d/config-agent.conf',
+        '/usr/lib/tmpfiles.d/config-agent.conf',
+        '/usr/share/doc/config-agent/examples/config.json',
+        '/usr/share/doc/config-agent/operations.md',
+        '/usr/share/doc/config-agent/copyright',
+        '/usr/share/man/man1/config-agent.1.gz',
+      ]) {
+        expect(list).toContain(wanted);
+      }
+      expect(list.filter((file) => file.includes('node_modules') || file.includes('mock'))).toEqual([]);
+      expect(list.filter((file) => file.startsWith('/usr/lib/config-agent/dist/'))).toEqual([
+        '/usr/lib/config-agent/dist/',
+        '/usr/lib/config-agent/dist/main.js',
+      ]);
+    });
+  },
+);
+
+describe.skipIf(!haveDpkg || bundled === undefined)(
+  'config-agent-node_<arch>.deb (skipped until npm run package has built it)',
+  () => {
+    it('carries Node and replaces config-agent', () => {
+      const deb = bundled as string;
+      expect(field(deb, 'Provides')).toMatch(/^config-agent \(= /);
+      expect(field(deb, 'Conflicts')).toBe('config-agent');
+      expect(field(deb, 'Replaces')).toBe('config-agent');
+      expect(files(deb)).toContain('/usr/lib/config-agent/node/bin/node');
+    });
+  },
+);
+
+const BUNDLE = path.join(OUT, 'build/bundle/main.js');
+
+describe.skipIf(!existsSync(BUNDLE))(
+  'the esbuild bundle (skipped until npm run package has built it)',
+  () => {
+    it("keeps each command's modules lazy: wrapped in an init function run at the dynamic import", async () => {
+      const { readFile } = await import('node:fs/promises');
+      const text = await readFile(BUNDLE, 'utf8');
+      // esbuild's single-file ESM output for `await import('./x.js')`: the module body runs on the first call.
+      for (const module of ['compose', 'init', 'doctor', 'local-client']) {
+        expect(text).toMatch(new RegExp(`var init_${module.replace('-', '_')} = __esm\\(`));
+      }
+      expect(text).toMatch(/Promise\.resolve\(\)\.then\(\(\) => \(init_init\(\), init_exports\)\)/);
+    });
+  },
+);
