@@ -46,6 +46,7 @@ export function renderSvg(points: readonly SweepPoint[], title: string): string 
     margin.top + plotH - ((Math.log10(s) - Math.log10(yMin)) / (Math.log10(yMax) - Math.log10(yMin))) * plotH;
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
+    `<title>${escapeXml(title)}</title>`,
     `<rect width="${width}" height="${height}" fill="white"/>`,
     `<text x="${margin.left}" y="22" font-size="14" font-weight="bold">${escapeXml(title)}</text>`,
   ];
