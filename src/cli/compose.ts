@@ -2,7 +2,6 @@
 import type { EventEmitter } from 'node:events';
 import * as nodeFs from 'node:fs/promises';
 import { type ClientOptions, createClient, type ServiceClient } from '../api/client.js';
-import { compileFileRules, parseGroupFile } from '../config/file-rules.js';
 import { ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
 import type { AgentComponents } from '../daemon/agent.js';
@@ -85,6 +84,8 @@ function createServiceClient(
  */
 async function fileMetaFor(config: AgentConfig): Promise<ReconcilerSettings['fileMeta']> {
   if (config.files.rules.length === 0) return undefined;
+  // Loaded only with rules: picomatch is otherwise a daemon-only (hooks) dependency.
+  const { compileFileRules, parseGroupFile } = await import('../config/file-rules.js');
   const named = config.files.rules.some((rule) => rule.group !== undefined && !/^\d+$/.test(rule.group));
   const groups = named ? await nodeFs.readFile('/etc/group', 'utf8') : '';
   return compileFileRules(config.files, {
