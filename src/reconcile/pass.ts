@@ -63,7 +63,8 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   await applySteps(result.steps, applyContext(ctx, signal), (applied) =>
     result.outcomes.push(...recordStep(applied, recording)),
   );
-  result.outcomes.push(...recordInvalid(pulled.invalid, recording));
+  // A loop, not a spread: a listing may hold more invalid items than a call's argument list can take.
+  for (const outcome of recordInvalid(pulled.invalid, recording)) result.outcomes.push(outcome);
   // Stopping is not a failure: what landed is recorded in memory, and the daemon's stop persists it.
   signal?.throwIfAborted();
   if (pulled.mode === 'full') forgetUnseen(state, pulled.instances, unusableIds(pulled));
