@@ -327,6 +327,25 @@ describe('ensureDirectories', () => {
     expect((await fs.stat('/var/lib')).isDirectory()).toBe(true);
   });
 
+  it('fsyncs the parent of every directory it creates, so a power cut cannot take a new stateDir away', async () => {
+    const { fs: base } = memfs({ '/etc/x': '' });
+    const synced: string[] = [];
+    const fs: FsPort = {
+      ...base,
+      open: (async (file: string, flags: number) => {
+        const handle = await base.open(file, flags);
+        return Object.assign(Object.create(handle), {
+          sync: async () => {
+            synced.push(String(file));
+          },
+          close: () => handle.close(),
+        });
+      }) as FsPort['open'],
+    };
+    await ensureDirectories(fs, config());
+    expect(synced).toEqual(['/', '/var', '/var/lib', '/', '/srv']);
+  });
+
   it('tightens an existing stateDir open to group or others, and leaves an existing rootDir alone', async () => {
     const { fs, vol } = memfs({ '/var/lib/config-agent/state.json': '{}', '/srv/config-agent/a.conf': 'x' });
     vol.chmodSync('/var/lib/config-agent', 0o755);

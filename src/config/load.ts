@@ -261,10 +261,26 @@ async function ensureDirectory(
         continue;
       }
       await fs.chmod(each, mode);
+      // A new directory's entry lives in its parent: without this fsync a power cut can take the whole
+      // directory (and for stateDir, the record of which files the agent wrote) with it.
+      await fsyncDirectoryOf(fs, path.dirname(each));
     }
   } catch (error) {
     if (error instanceof ConfigError) throw error;
     fail(`cannot create ${dir}: ${describeFsError(error)}`, error);
+  }
+}
+
+async function fsyncDirectoryOf(fs: FsPort, dir: string): Promise<void> {
+  const handle = await fs.open(dir, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    await handle.sync().catch((error: unknown) => {
+      // Some filesystems cannot fsync a directory at all; there is nothing more to do for them.
+      const code = errnoCode(error);
+      if (code !== 'EINVAL' && code !== 'ENOTSUP') throw error;
+    });
+  } finally {
+    await handle.close().catch(() => undefined);
   }
 }
 
