@@ -6,6 +6,7 @@ import { type Clock, systemClock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 import { REDACTED } from '../lib/secrets.js';
+import { combineSignals } from '../lib/signals.js';
 import {
   HttpStatusError,
   InvalidArgumentError,
@@ -306,31 +307,6 @@ async function readPrefix(body: Dispatcher.ResponseData['body']): Promise<Buffer
   }
   discard(body);
   return Buffer.concat(chunks, total).subarray(0, TOO_LARGE_PREFIX_BYTES);
-}
-
-/**
- * The deadline and the caller's signal as one signal, plus a release that unhooks it from the caller's.
- * Not AbortSignal.any: on Node 20 every call leaves a dependant entry on a long-lived caller signal (a daemon's
- * shutdown signal) that is never cleaned up — about 80 bytes per request, forever (nodejs/node#55351).
- */
-function combineSignals(
-  deadline: AbortSignal,
-  caller: AbortSignal | undefined,
-): { signal: AbortSignal; release: () => void } {
-  if (caller === undefined) return { signal: deadline, release: () => {} };
-  const controller = new AbortController();
-  const onDeadline = () => controller.abort(deadline.reason);
-  const onCaller = () => controller.abort(caller.reason);
-  if (caller.aborted) onCaller();
-  else caller.addEventListener('abort', onCaller, { once: true });
-  deadline.addEventListener('abort', onDeadline, { once: true });
-  return {
-    signal: controller.signal,
-    release: () => {
-      caller.removeEventListener('abort', onCaller);
-      deadline.removeEventListener('abort', onDeadline);
-    },
-  };
 }
 
 /** What the reader needs to know of the bytes beyond their text. */

@@ -3,6 +3,7 @@
 import type { Clock } from '../lib/clock.js';
 import { AgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+import { combineSignals } from '../lib/signals.js';
 import type { ServiceClient } from './client.js';
 import { ResponseTooLargeError } from './errors.js';
 import { peekId } from './json.js';
@@ -362,25 +363,4 @@ function take(item: PageItem, listing: Listing): void {
       return;
     }
   }
-}
-
-/** The deadline and the caller's signal as one, with a release (not AbortSignal.any: see client.ts). */
-function combineSignals(
-  deadline: AbortSignal,
-  caller: AbortSignal | undefined,
-): { signal: AbortSignal; release: () => void } {
-  if (caller === undefined) return { signal: deadline, release: () => {} };
-  const controller = new AbortController();
-  const onDeadline = () => controller.abort(deadline.reason);
-  const onCaller = () => controller.abort(caller.reason);
-  if (caller.aborted) onCaller();
-  else caller.addEventListener('abort', onCaller, { once: true });
-  deadline.addEventListener('abort', onDeadline, { once: true });
-  return {
-    signal: controller.signal,
-    release: () => {
-      caller.removeEventListener('abort', onCaller);
-      deadline.removeEventListener('abort', onDeadline);
-    },
-  };
 }

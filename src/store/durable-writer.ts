@@ -114,12 +114,15 @@ async function fsyncDirectory(fs: FsPort, absolute: string, relativePath: string
   }
 }
 
-/** Reads a regular file without following a symlink at its last component; undefined if it vanished. */
-async function readNoFollow(
+/**
+ * Opens a regular file for reading without following a symlink at its last component; undefined if it
+ * vanished. The caller closes the handle. A directory or other non-regular file there is refused.
+ */
+async function openRegularNoFollow(
   fs: FsPort,
   absolute: string,
   relativePath: string,
-): Promise<RegularFile | undefined> {
+): Promise<{ handle: FileHandle; stats: Stats } | undefined> {
   let handle: FileHandle;
   try {
     handle = await fs.open(absolute, READ_FLAGS);
@@ -137,6 +140,23 @@ async function readNoFollow(
         relativePath,
       );
     }
+    return { handle, stats };
+  } catch (error) {
+    await handle.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** Reads a regular file without following a symlink at its last component; undefined if it vanished. */
+async function readNoFollow(
+  fs: FsPort,
+  absolute: string,
+  relativePath: string,
+): Promise<RegularFile | undefined> {
+  const opened = await openRegularNoFollow(fs, absolute, relativePath);
+  if (opened === undefined) return undefined;
+  const { handle, stats } = opened;
+  try {
     const data = await step('read', relativePath, () => handle.readFile());
     return { data, mode: stats.mode & PERMISSION_BITS, sha256: sha256Hex(data), gid: stats.gid };
   } finally {
@@ -155,23 +175,10 @@ async function settleMetadataInPlace(
   relativePath: string,
   wanted: { data: Uint8Array; mode: number; gid: number | undefined; ensureDurable: boolean },
 ): Promise<'unchanged' | 'metadata' | 'differs' | undefined> {
-  let handle: FileHandle;
+  const opened = await openRegularNoFollow(fs, absolute, relativePath);
+  if (opened === undefined) return undefined;
+  const { handle, stats } = opened;
   try {
-    handle = await fs.open(absolute, READ_FLAGS);
-  } catch (error) {
-    const code = errnoCode(error);
-    if (code === 'ENOENT') return undefined;
-    if (code === 'ELOOP') throw new PathRejectedError('crosses_symlink', relativePath, 'the target itself');
-    throw new DiskError({ operation: 'open for reading', path: relativePath, cause: error });
-  }
-  try {
-    const stats = await step('fstat', relativePath, () => handle.stat());
-    if (!stats.isFile()) {
-      throw new PathRejectedError(
-        stats.isDirectory() ? 'target_is_directory' : 'target_not_regular_file',
-        relativePath,
-      );
-    }
     const existing = await step('read', relativePath, () => handle.readFile());
     if (Buffer.compare(existing, wanted.data) !== 0) return 'differs';
     const groupChanges = wanted.gid !== undefined && stats.gid !== wanted.gid;
