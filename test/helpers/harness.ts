@@ -34,6 +34,8 @@ export interface SpawnIdentity {
   gid?: number;
   /** The agent's main.js; default the repository's dist/. Another uid may need a copy it can reach. */
   bin?: string;
+  /** The node binary; default this process's own. Another uid may need a copy it can reach. */
+  node?: string;
   /** The child's working directory; default the test process's own. */
   cwd?: string;
 }
@@ -126,6 +128,7 @@ export class AgentHarness {
       ...(options.uid === undefined ? {} : { uid: options.uid }),
       ...(options.gid === undefined ? {} : { gid: options.gid }),
       ...(options.bin === undefined ? {} : { bin: options.bin }),
+      ...(options.node === undefined ? {} : { node: options.node }),
       ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
     };
     const child = this.spawn(args, options.env, identity);
@@ -140,8 +143,8 @@ export class AgentHarness {
   /** `identity` runs the agent as another user (root only), e.g. to meet EACCES that root would bypass. */
   spawn(args: readonly string[], env?: NodeJS.ProcessEnv, identity: SpawnIdentity = {}): ChildProcess {
     const childEnv: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, ...env };
-    const { bin = AGENT_BIN, ...processOptions } = identity;
-    return spawn(process.execPath, [bin, '--config', this.configPath, ...args], {
+    const { bin = AGENT_BIN, node = process.execPath, ...processOptions } = identity;
+    return spawn(node, [bin, '--config', this.configPath, ...args], {
       env: childEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
       ...processOptions,

@@ -1,4 +1,4 @@
-// A copy of what another user runs (package.json, dist/, production node_modules) in a directory any user can read.
+// A copy of what another user runs (node, package.json, dist/, production node_modules) in a dir any user can read.
 // A clone may live where that user cannot traverse (under /root, in a 0700 `mktemp -d`): it cannot load dist/ there.
 import { chmod, cp, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
@@ -29,6 +29,8 @@ export interface ReachableInstall {
   dir: string;
   /** `<dir>/dist/<relative>`. */
   dist(relative: string): string;
+  /** A node binary the other user can run: this process's own, or a copy when it sits out of reach (a 0700 dir). */
+  node: string;
   remove(): Promise<void>;
 }
 
@@ -44,11 +46,27 @@ export async function reachableInstall(): Promise<ReachableInstall> {
   }
   // The copy is readable and traversable by everyone, whatever the umask it was made under.
   await chmodTree(dir);
+  let node = process.execPath;
+  if (!(await reachableByOthers(node))) {
+    node = path.join(dir, 'node');
+    await cp(process.execPath, node);
+    await chmod(node, 0o755);
+  }
   return {
     dir,
+    node,
     dist: (relative) => path.join(dir, 'dist', relative),
     remove: () => rm(dir, { recursive: true, force: true }),
   };
+}
+
+/** Whether a user other than the owner can traverse every ancestor of `file` and execute it. */
+async function reachableByOthers(file: string): Promise<boolean> {
+  if (((await stat(file)).mode & 0o001) === 0) return false;
+  for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
+    if (((await stat(dir)).mode & 0o001) === 0) return false;
+    if (dir === path.dirname(dir)) return true;
+  }
 }
 
 /** Adds read (and, for directories, traverse) permission for everyone under `dir`. */

@@ -315,6 +315,7 @@ describe('config-agent --once: permission denied (EACCES)', () => {
         uid: NOBODY,
         gid: NOBODY,
         bin: install.dist('main.js'),
+        node: install.node,
         cwd: install.dir,
         // The key file is root's 0600; the environment is the documented alternative.
         env: { CONFIG_AGENT_API_KEY: TEST_API_KEY },

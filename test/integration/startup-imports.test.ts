@@ -7,9 +7,12 @@ import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_BIN, REPO_ROOT } from '../helpers/harness.js';
 
-const HOOKS = `export async function resolve(specifier, context, next) {
+// writeSync, not process.stderr: hooks run on their own thread, and from Node 22 on what that thread writes to
+// process.stderr is lost when the main thread exits soon after (as a refused --once does).
+const HOOKS = `import { writeSync } from 'node:fs';
+export async function resolve(specifier, context, next) {
   const resolved = await next(specifier, context);
-  if (!resolved.url.startsWith('node:')) process.stderr.write('LOADED ' + resolved.url + '\\n');
+  if (!resolved.url.startsWith('node:')) writeSync(2, 'LOADED ' + resolved.url + '\\n');
   return resolved;
 }
 `;

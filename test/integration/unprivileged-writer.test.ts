@@ -41,7 +41,7 @@ describe('publishFile as an unprivileged agent', () => {
         try { await publishFile(fs, request); console.log(JSON.stringify({ ok: true })); }
         catch (e) { console.log(JSON.stringify({ name: e.name, code: e.code, errno: e.errno, retryable: e.retryable, message: e.message })); }
       `;
-      const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      const child = spawnSync(install.node, ['--input-type=module', '-e', script], {
         cwd: install.dir,
         uid: NOBODY,
         gid: NOBODY,
