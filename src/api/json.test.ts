@@ -1,3 +1,5 @@
+import fc from 'fast-check';
+import { LosslessNumber, parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
 import { describe, expect, it } from 'vitest';
 import {
   isLosslessNumber,
@@ -45,6 +47,67 @@ describe('parseJson / stringifyJson', () => {
     expect(() => parseJson(deep)).toThrow(JsonTextError);
     expect(() => parseJson(deep)).toThrow(`nested 100000 levels deep (the limit is ${MAX_PARSE_DEPTH})`);
     expect(() => parseJson('{"a":tru}')).toThrow(/at character 5/);
+  });
+});
+
+describe('parseJson / stringifyJson against lossless-json alone (the native fast paths change no result)', () => {
+  const losslessNumber = (text: string) => {
+    const value = Number(text);
+    return String(value) === text ? value : new LosslessNumber(text);
+  };
+  const exact = (text: string) =>
+    losslessStringify(
+      losslessParse(text, null, { parseNumber: losslessNumber, onDuplicateKey: ({ newValue }) => newValue }),
+    );
+
+  it('parses any JSON text to the value the lossless parser gives, booleans and odd numbers included', () => {
+    const number = fc.oneof(
+      fc.integer().map(String),
+      fc.double({ noNaN: true, noDefaultInfinity: true }).map(String),
+      fc.constantFrom('1.0', '-0', '1e5', '1E+2', '12345678901234567891', '0.1000', '-12.50e-3', '1e400'),
+    );
+    const text = fc.letrec((tie) => ({
+      value: fc.oneof(
+        { depthSize: 'small' },
+        number,
+        fc.constantFrom('true', 'false', 'null'),
+        fc.string().map((s) => JSON.stringify(s)),
+        fc.array(tie('value'), { maxLength: 4 }).map((items) => `[${items.join(',')}]`),
+        fc
+          .array(fc.tuple(fc.string(), tie('value')), { maxLength: 4 })
+          .map((entries) => `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${v}`).join(',')}}`),
+      ),
+    })).value;
+    fc.assert(
+      fc.property(text, (json) => {
+        expect(stringifyJson(parseJson(json))).toBe(exact(json));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('serialises any value as lossless-json does, with or without indentation', () => {
+    const value = fc.letrec((tie) => ({
+      value: fc.oneof(
+        { depthSize: 'small' },
+        fc.jsonValue({ maxDepth: 1 }),
+        fc.constantFrom('1.0', '12345678901234567891', '-0').map((t) => new LosslessNumber(t)),
+        fc.array(tie('value'), { maxLength: 4 }),
+        fc.dictionary(fc.string(), tie('value'), { maxKeys: 4 }),
+      ),
+    })).value;
+    fc.assert(
+      fc.property(value, fc.constantFrom(undefined, 0, 2), (v, space) => {
+        expect(stringifyJson(v, space)).toBe(losslessStringify(v, undefined, space));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('a key named like the marker, or a BigInt, takes the lossless path and still comes out right', () => {
+    const marked = { isLosslessNumber: true, value: '1' };
+    expect(stringifyJson(marked)).toBe(JSON.stringify(marked));
+    expect(stringifyJson({ big: 12345678901234567891n })).toBe('{"big":12345678901234567891}');
   });
 });
 
