@@ -6,6 +6,9 @@ export default {
   vitest: { configFile: 'test/vitest.mutation.config.ts', related: true },
   mutate: ['src/reconcile/**/*.ts', 'src/store/**/*.ts', '!src/**/*.test.ts'],
   coverageAnalysis: 'perTest',
+  // Mutants inside log calls are not counted (test/stryker-ignore-logging.mjs says why).
+  plugins: ['@stryker-mutator/*', './test/stryker-ignore-logging.mjs'],
+  ignorers: ['logging'],
   // CPU-heavy: the machine has 2 cores shared with other work.
   concurrency: 2,
   // Re-tests only mutants whose code or tests changed since the last run (reports/ is not committed).

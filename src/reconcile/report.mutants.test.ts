@@ -1,0 +1,248 @@
+// deliverReports on its own, against the mock service and a real outbox in a temp dir: what a delivery
+// returns, what the service received, what stays queued and what the local state remembers of the echo.
+
+import * as nodeFs from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createClient } from '../api/client.js';
+import type { Clock } from '../lib/clock.js';
+import { silentLogger } from '../lib/logger.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import { StatusOutbox } from '../store/outbox.js';
+import { emptyState, type InstanceRecord, type LocalState } from '../store/state.js';
+import { deliverReports, type ReportContext } from './report.js';
+
+const API_KEY = 'sk_test_report_0123456789abcdef';
+const T0 = '2026-01-01T00:00:00.000Z';
+const NOW = new Date('2026-06-01T00:00:00.000Z');
+/** Retries are off; a clock that never moves by itself. */
+const clock: Clock = { now: () => NOW.getTime(), monotonic: () => 1_000, sleep: async () => undefined };
+
+/** The real fs, except that replacing outbox.json can be made to fail as a full disk would. */
+function faultyFs() {
+  const fs = {
+    ...nodeFs,
+    failOutbox: false,
+    rename: async (from: Parameters<typeof nodeFs.rename>[0], to: Parameters<typeof nodeFs.rename>[1]) => {
+      if (fs.failOutbox && String(to).endsWith('outbox.json')) {
+        throw Object.assign(new Error(`ENOSPC: simulated failure, rename '${String(to)}'`), {
+          code: 'ENOSPC',
+        });
+      }
+      return nodeFs.rename(from, to);
+    },
+  };
+  return fs;
+}
+
+let dir: string;
+let server: RunningMockServer;
+let fs: ReturnType<typeof faultyFs>;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-report-'));
+  server = await startMockServer({ apiKeys: [API_KEY] });
+  fs = faultyFs();
+});
+
+afterEach(async () => {
+  await server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function put(id: string, fields: Partial<ConfigInstanceRecord> = {}): void {
+  server.state.instances.set(id, {
+    id,
+    device_id: 'dvc_1',
+    relative_filepath: `${id}.json`,
+    config_schema_id: `sch_${id}`,
+    config_type_id: 'typ',
+    target_status: 'deployed',
+    activity_status: 'queued',
+    error_status: 'none',
+    content: { owner: id },
+    created_at: T0,
+    updated_at: T0,
+    ...fields,
+  });
+}
+
+function record(fields: Partial<InstanceRecord> = {}): InstanceRecord {
+  return { relativePath: 'x.json', activity: 'deployed', error: 'none', attempts: 0, ...fields };
+}
+
+async function context(
+  ids: string[],
+  options: { state?: LocalState; seen?: Map<string, string>; signal?: AbortSignal } = {},
+): Promise<ReportContext> {
+  const outbox = await StatusOutbox.open(fs, dir, silentLogger());
+  for (const id of ids) outbox.enqueue(id, { activity_status: 'deployed', error_status: 'none' }, NOW);
+  await outbox.persist();
+  return {
+    client: createClient({
+      baseUrl: server.url,
+      apiKey: API_KEY,
+      timeoutMs: 10_000,
+      maxResponseBytes: 1 << 20,
+    }),
+    outbox,
+    state: options.state ?? emptyState('dvc_1'),
+    lastSeenUpdatedAt: options.seen ?? new Map(),
+    retry: { retries: 0, baseDelayMs: 0, maxDelayMs: 0, clock, random: () => 0.5, logger: silentLogger() },
+    logger: silentLogger(),
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+  };
+}
+
+function received(): string[] {
+  return server.state.reports.map((r) => r.config_instance_id).sort();
+}
+
+async function queuedOnDisk(): Promise<string[]> {
+  const reopened = await StatusOutbox.open(fs, dir, silentLogger());
+  return reopened.pending().map((entry) => entry.instanceId);
+}
+
+describe('deliverReports: the delivery it returns', () => {
+  it('all delivered: counts only, no deferral, no persist error, no echo for an instance the state does not know', async () => {
+    put('cfg_a');
+    put('cfg_b');
+    const ctx = await context(['cfg_a', 'cfg_b']);
+
+    const delivery = await deliverReports(ctx);
+
+    expect(delivery).toStrictEqual({ delivered: 2, rejected: 0, echoed: false });
+    expect(received()).toEqual(['cfg_a', 'cfg_b']);
+    expect(await queuedOnDisk()).toEqual([]);
+  });
+
+  it('an outage (503) defers delivery: the error is returned and every report stays queued on disk', async () => {
+    put('cfg_a');
+    server.state.addFault({ match: '^/v1/config_instances/', count: 10, status: 503 });
+    const ctx = await context(['cfg_a']);
+
+    const delivery = await deliverReports(ctx);
+
+    expect(delivery.deferredBy).toBeDefined();
+    expect(delivery).toMatchObject({ delivered: 0, rejected: 0, echoed: false });
+    expect('persistError' in delivery).toBe(false);
+    expect(received()).toEqual([]);
+    expect(await queuedOnDisk()).toEqual(['cfg_a']);
+  });
+
+  it('reports go out several at once: those already sent when the outage answers one are still delivered', async () => {
+    for (const id of ['cfg_a', 'cfg_b', 'cfg_c']) put(id);
+    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, status: 503 });
+    const ctx = await context(['cfg_a', 'cfg_b', 'cfg_c']);
+
+    const delivery = await deliverReports(ctx);
+
+    expect(delivery).toMatchObject({ delivered: 2 });
+    expect(received()).toEqual(['cfg_b', 'cfg_c']);
+    expect(ctx.outbox.pending().map((entry) => entry.instanceId)).toEqual(['cfg_a']);
+  });
+
+  it('an outbox that cannot be rewritten after delivery is returned as the persist error; memory is right', async () => {
+    put('cfg_a');
+    const ctx = await context(['cfg_a']);
+    fs.failOutbox = true;
+
+    const delivery = await deliverReports(ctx);
+
+    expect(delivery.persistError).toBeInstanceOf(Error);
+    expect('deferredBy' in delivery).toBe(false);
+    expect(delivery).toMatchObject({ delivered: 1, rejected: 0 });
+    expect(ctx.outbox.size).toBe(0);
+    expect(await queuedOnDisk()).toEqual(['cfg_a']);
+  });
+
+  it('an aborted pass sends nothing: the report stays queued', async () => {
+    put('cfg_a');
+    const ctx = await context(['cfg_a'], { signal: AbortSignal.abort() });
+
+    const delivery = await deliverReports(ctx);
+
+    expect(delivery.delivered).toBe(0);
+    expect(received()).toEqual([]);
+    expect(ctx.outbox.pending().map((entry) => entry.instanceId)).toEqual(['cfg_a']);
+  });
+});
+
+describe("deliverReports: our report's echo in the local state", () => {
+  it('a report that moves updated_at is remembered with the operator updated_at before it, and echoed', async () => {
+    put('cfg_a', { updated_at: '2026-02-01T00:00:00.000Z' });
+    const state = emptyState('dvc_1');
+    state.instances.set('cfg_a', record());
+    const seen = new Map([['cfg_a', '2026-02-01T00:00:00.000Z']]);
+    const ctx = await context(['cfg_a'], { state, seen });
+
+    const delivery = await deliverReports(ctx);
+
+    const now = server.state.instance('cfg_a').updated_at;
+    expect(now).not.toBe('2026-02-01T00:00:00.000Z');
+    expect(delivery.echoed).toBe(true);
+    expect(state.instances.get('cfg_a')).toEqual(
+      record({ reportEcho: { updatedAt: now, operatorUpdatedAt: '2026-02-01T00:00:00.000Z' } }),
+    );
+    expect(seen.get('cfg_a')).toBe(now);
+  });
+
+  it('the echo of an echo keeps the operator updated_at from before our first report', async () => {
+    put('cfg_a', { updated_at: '2026-03-01T00:00:00.000Z' });
+    const state = emptyState('dvc_1');
+    const echo = { updatedAt: '2026-03-01T00:00:00.000Z', operatorUpdatedAt: '2026-02-01T00:00:00.000Z' };
+    state.instances.set('cfg_a', record({ reportEcho: echo }));
+    const seen = new Map([['cfg_a', '2026-03-01T00:00:00.000Z']]);
+    const ctx = await context(['cfg_a'], { state, seen });
+
+    await deliverReports(ctx);
+
+    const now = server.state.instance('cfg_a').updated_at;
+    expect(state.instances.get('cfg_a')?.reportEcho).toEqual({
+      updatedAt: now,
+      operatorUpdatedAt: '2026-02-01T00:00:00.000Z',
+    });
+  });
+
+  it('one echo among several reports is enough for the delivery to say echoed', async () => {
+    put('cfg_a', { updated_at: '2026-02-01T00:00:00.000Z' });
+    put('cfg_b', { updated_at: '2026-02-01T00:00:00.000Z' });
+    const state = emptyState('dvc_1');
+    state.instances.set('cfg_a', record());
+    const seen = new Map([['cfg_a', '2026-02-01T00:00:00.000Z']]);
+    const ctx = await context(['cfg_a', 'cfg_b'], { state, seen });
+
+    expect((await deliverReports(ctx)).echoed).toBe(true);
+  });
+
+  it('no echo without a local record, without a last-seen updated_at, or when updated_at did not move', async () => {
+    // cfg_a: no local record. cfg_b: never seen. cfg_c: the service already holds this status (no move).
+    put('cfg_a', { updated_at: '2026-02-01T00:00:00.000Z' });
+    put('cfg_b', { updated_at: '2026-02-01T00:00:00.000Z' });
+    put('cfg_c', { updated_at: '2026-02-01T00:00:00.000Z', activity_status: 'deployed' });
+    const state = emptyState('dvc_1');
+    state.instances.set('cfg_b', record());
+    state.instances.set('cfg_c', record());
+    const seen = new Map([
+      ['cfg_a', '2026-02-01T00:00:00.000Z'],
+      ['cfg_c', '2026-02-01T00:00:00.000Z'],
+    ]);
+    const ctx = await context(['cfg_a', 'cfg_b', 'cfg_c'], { state, seen });
+
+    const delivery = await deliverReports(ctx);
+
+    expect(delivery).toMatchObject({ delivered: 3, echoed: false });
+    expect([...state.instances.keys()].sort()).toEqual(['cfg_b', 'cfg_c']);
+    expect(state.instances.get('cfg_b')).toEqual(record());
+    expect(state.instances.get('cfg_c')).toEqual(record());
+    expect(seen).toEqual(
+      new Map([
+        ['cfg_a', '2026-02-01T00:00:00.000Z'],
+        ['cfg_c', '2026-02-01T00:00:00.000Z'],
+      ]),
+    );
+  });
+});
