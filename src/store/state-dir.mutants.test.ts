@@ -1,0 +1,198 @@
+// StateDir on a real temp dir: the lock it holds, the temp files it sweeps, what a dry run leaves alone, what
+// persisting writes, and what the cache keeps.
+
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { silentLogger } from '../lib/logger.js';
+import { TEMP_PREFIX } from './path-guard.js';
+import { StateDir, type StateDirSettings } from './state-dir.js';
+
+const NOW = new Date('2026-06-01T00:00:00.000Z');
+const SHA_A = 'a'.repeat(64);
+
+let dir: string;
+let settings: StateDirSettings;
+const opened: StateDir[] = [];
+
+/** The real fs, except that listing the content cache can be made to fail. */
+const fs = {
+  ...nodeFs,
+  failCacheListing: false,
+  readdir: ((target: string, options?: never) => {
+    if (fs.failCacheListing && String(target).endsWith(`${path.sep}cache`)) {
+      return Promise.reject(Object.assign(new Error('EIO: simulated failure'), { code: 'EIO' }));
+    }
+    return nodeFs.readdir(target, options);
+  }) as typeof nodeFs.readdir,
+};
+
+async function open(options: { readOnly?: boolean } = {}): Promise<StateDir> {
+  const stateDir = await StateDir.open(fs, settings, silentLogger(), options);
+  opened.push(stateDir);
+  return stateDir;
+}
+
+async function names(relative: string): Promise<string[]> {
+  return (await readdir(path.join(dir, relative))).sort();
+}
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-state-dir-'));
+  settings = { stateDir: path.join(dir, 'state'), rootDir: path.join(dir, 'root'), deviceId: 'dvc_1' };
+  await mkdir(settings.stateDir, { mode: 0o700 });
+  await mkdir(path.join(settings.rootDir, 'sub'), { recursive: true });
+  fs.failCacheListing = false;
+});
+
+afterEach(async () => {
+  for (const stateDir of opened.splice(0)) await stateDir.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('StateDir: the lock', () => {
+  it('is held from open to close (agent.lock exists exactly then)', async () => {
+    const first = await open();
+    expect(await names('state')).toContain('agent.lock');
+    await first.close();
+    expect(await names('state')).not.toContain('agent.lock');
+    await first.close();
+    const second = await open();
+    expect(second.readOnly).toBe(false);
+    expect(await names('state')).toContain('agent.lock');
+  });
+
+  it('is released when loading fails, so the next start can take it', async () => {
+    await mkdir(path.join(settings.stateDir, 'state.json'));
+    await expect(StateDir.open(fs, settings, silentLogger())).rejects.toThrow(/state\.json/);
+    expect(await names('state')).toEqual(['state.json']);
+  });
+
+  it('is not taken by a dry run, which also tolerates an unreadable state', async () => {
+    await mkdir(path.join(settings.stateDir, 'state.json'));
+    const dry = await open({ readOnly: true });
+    expect(dry.readOnly).toBe(true);
+    expect(dry.state.files.size).toBe(0);
+    expect(dry.state.deviceId).toBe('dvc_1');
+    expect(await names('state')).toEqual(['state.json']);
+  });
+});
+
+describe('StateDir: temp files a crash left', () => {
+  beforeEach(async () => {
+    await writeFile(path.join(settings.rootDir, 'sub', `${TEMP_PREFIX}1`), 'partial');
+    await writeFile(path.join(settings.rootDir, `${TEMP_PREFIX}2`), 'partial');
+    await writeFile(path.join(settings.stateDir, `${TEMP_PREFIX}3`), 'partial');
+  });
+
+  it('are removed from root and state dir at open; the root ones are handed out once', async () => {
+    const stateDir = await open();
+    expect(await names('root')).toEqual(['sub']);
+    expect(await names('root/sub')).toEqual([]);
+    expect(await names('state')).not.toContain(`${TEMP_PREFIX}3`);
+    expect(stateDir.takeSweptTempFiles()).toEqual([`${TEMP_PREFIX}2`, `sub/${TEMP_PREFIX}1`]);
+    expect(stateDir.takeSweptTempFiles()).toEqual([]);
+  });
+
+  it('are left alone by a dry run', async () => {
+    const dry = await open({ readOnly: true });
+    expect(dry.takeSweptTempFiles()).toEqual([]);
+    expect(await names('root')).toEqual([`${TEMP_PREFIX}2`, 'sub']);
+    expect(await names('state')).toEqual([`${TEMP_PREFIX}3`]);
+  });
+});
+
+describe('StateDir: persisting', () => {
+  it('persist writes the state and the queued reports; they load again on the next open', async () => {
+    const first = await open();
+    first.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    first.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
+    await first.persist();
+    await first.close();
+
+    const second = await open();
+    expect(second.state.instances.get('cfg_a')?.relativePath).toBe('a.json');
+    expect(second.outbox.pending().map((entry) => entry.instanceId)).toEqual(['cfg_a']);
+  });
+
+  it('persistState writes the state only', async () => {
+    const stateDir = await open();
+    stateDir.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    stateDir.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
+    await stateDir.persistState();
+    const files = await names('state');
+    expect(files).toContain('state.json');
+    expect(files).not.toContain('outbox.json');
+    expect(JSON.parse(await readFile(path.join(settings.stateDir, 'state.json'), 'utf8'))).toMatchObject({
+      instances: { cfg_a: { relativePath: 'a.json' } },
+    });
+  });
+
+  it('a dry run persists nothing, and its queued reports stay in memory', async () => {
+    const dry = await open({ readOnly: true });
+    dry.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    dry.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
+    await dry.persist();
+    await dry.persistState();
+    await dry.outbox.persist();
+    expect(await names('state')).toEqual([]);
+  });
+
+  it('a dry run does not see reports a real run queued (its outbox starts empty)', async () => {
+    const real = await open();
+    real.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
+    await real.persist();
+    await real.close();
+    const dry = await open({ readOnly: true });
+    expect(dry.outbox.size).toBe(0);
+  });
+
+  it('settings are the ones it was opened with', async () => {
+    const stateDir = await open();
+    expect(stateDir.settings).toEqual(settings);
+  });
+});
+
+describe('StateDir: the content cache', () => {
+  it('pruneCache keeps the contents managed files reference and drops the rest', async () => {
+    const stateDir = await open();
+    const kept = await stateDir.cache.put(Buffer.from('kept'));
+    const dropped = await stateDir.cache.put(Buffer.from('dropped'));
+    stateDir.state.files.set('a.json', {
+      instanceId: 'cfg_a',
+      sha256: kept,
+      mode: 0o640,
+      createdDirs: [],
+      writtenAt: NOW.toISOString(),
+    });
+    await stateDir.pruneCache();
+    expect(await stateDir.cache.get(kept)).toEqual(Buffer.from('kept'));
+    expect(await stateDir.cache.get(dropped)).toBeUndefined();
+  });
+
+  it('a cache that cannot be pruned is not an error: the pass goes on', async () => {
+    const stateDir = await open();
+    await mkdir(path.join(settings.stateDir, 'cache'), { recursive: true });
+    await writeFile(path.join(settings.stateDir, 'cache', SHA_A), 'x');
+    fs.failCacheListing = true;
+    await expect(stateDir.pruneCache()).resolves.toBeUndefined();
+    expect(await names('state/cache')).toEqual([SHA_A]);
+  });
+});
