@@ -44,6 +44,9 @@ export type PageItem =
       activityStatus?: ConfigInstanceActivityStatus;
       /** The item's error_status when known: `failed` means the service already holds a failure. */
       errorStatus?: ErrorStatus;
+      /** Known only to tell whether a query would have listed it (api/pager.ts `matches`). */
+      targetStatus?: ConfigInstanceTargetStatus;
+      deviceId?: string;
       problem: string;
     };
 
@@ -115,11 +118,14 @@ export function judgeConfigInstance(text: string): PageItem {
   const id = typeof record.id === 'string' && record.id !== '' ? record.id : undefined;
   const activity = ConfigInstanceActivityStatus.safeParse(record.activity_status);
   const error = ErrorStatus.safeParse(record.error_status);
+  const target = ConfigInstanceTargetStatus.safeParse(record.target_status);
   return {
     kind: 'invalid',
     ...(id === undefined ? {} : { id }),
     ...(activity.success ? { activityStatus: activity.data } : {}),
     ...(error.success ? { errorStatus: error.data } : {}),
+    ...(target.success ? { targetStatus: target.data } : {}),
+    ...(typeof record.device_id === 'string' ? { deviceId: record.device_id } : {}),
     problem: describeIssues(strict.error.issues),
   };
 }

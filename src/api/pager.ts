@@ -26,8 +26,19 @@ export const PAGER_DEFAULTS = {
    * the performance issue asks for) lists each one twice (`target_status=deployed` and `queued`).
    */
   maxItems: 100_000,
-  /** Response bytes per pull (at least twice the response cap). */
-  maxBytes: 256 * 1024 * 1024,
+  /**
+   * Response bytes per pull (at least twice the response cap): a guard against a service that pages without
+   * end, far above a real device's listing (40 instances of 3 MiB list 120 MiB).
+   */
+  maxBytes: 1024 * 1024 * 1024,
+  /**
+   * A page aims at this share of the response cap once the size of an item is known: pages of large items stay
+   * below the cap (no "too large" round trips, a bounded page in memory) and small items keep pages of 100.
+   * Not less: pages overlap by one item, so a page of n large items brings only n − 1 new ones.
+   */
+  pageBytesShareOfCap: 0.5,
+  /** A wide listing whose first page keeps less than this share of its items is given up for the queries. */
+  minWideKeptRatio: 0.5,
   /** Listings of one query before a list that keeps shifting fails the pull. */
   maxListingAttempts: 3,
 } as const;
@@ -88,6 +99,13 @@ export type PageRetry = <T>(what: string, request: () => Promise<T>, signal: Abo
 
 export interface PagerOptions {
   client: Pick<ServiceClient, 'listConfigInstancePage'>;
+  /**
+   * One query that returns a superset of `queries` (the device's whole listing): listed instead of them, and
+   * only the items matching some query are kept, when that costs fewer requests. When its first page shows that
+   * less than `minWideKeptRatio` of it would be kept and more pages follow (a device with a long history of
+   * removed instances), the wide listing is given up and the queries are listed one by one.
+   */
+  wide?: ConfigInstanceFilters;
   clock: Clock;
   /** The response cap the client enforces: the byte budget is at least twice it. */
   maxResponseBytes?: number;
@@ -96,6 +114,8 @@ export interface PagerOptions {
   retry?: PageRetry;
   logger?: Logger;
   pageLimit?: number;
+  /** Bytes a page aims at once items' sizes are known (default: half of `maxResponseBytes`). */
+  pageBytes?: number;
   deadlineMs?: number;
   maxItems?: number;
   maxBytes?: number;
@@ -112,7 +132,19 @@ interface Budget {
   bytes: number;
   readonly maxItems: number;
   readonly maxBytes: number;
+  /** Bytes per item of the pages seen so far in this pull (0 before the first page), to size the next pages. */
+  itemBytes: number;
 }
+
+/** What a listing keeps of what it lists. */
+interface Keep {
+  item(item: PageItem): boolean;
+  /** When set, the listing gives up after its first page if it kept less than this share and has more. */
+  giveUpBelow?: number;
+}
+
+/** The wide listing would transfer mostly items nobody asked for: list the queries instead. */
+class GaveUp {}
 
 interface Listing {
   instances: ConfigInstance[];
@@ -154,20 +186,43 @@ export async function pullConfigInstances(
     bytes: 0,
     maxItems: options.maxItems ?? PAGER_DEFAULTS.maxItems,
     maxBytes: Math.max(options.maxBytes ?? PAGER_DEFAULTS.maxBytes, 2 * (options.maxResponseBytes ?? 0)),
+    itemBytes: 0,
   };
   const byId = new Map<string, ConfigInstance>();
   const invalid = new Map<string, InvalidListItem>();
   const unnamed: InvalidListItem[] = [];
   const skipped = new Map<string, SkippedListItem>();
+  const merge = (listing: Listing) => {
+    for (const instance of listing.instances) if (!byId.has(instance.id)) byId.set(instance.id, instance);
+    for (const item of listing.invalid) {
+      if (item.id === undefined) unnamed.push(item);
+      else if (!invalid.has(item.id)) invalid.set(item.id, item);
+    }
+    for (const item of listing.skipped) if (!skipped.has(item.id)) skipped.set(item.id, item);
+  };
+  // An instance an earlier query already gave is dropped on arrival: a first sync lists each one twice
+  // (`target_status=deployed` and `queued`), and holding both copies until the merge doubles the pull's memory.
+  const unseen = (item: PageItem) => item.kind !== 'valid' || !byId.has(item.instance.id);
   try {
-    for (const filters of queries) {
-      const listing = await listQuery(filters, options, budget, signal, checkDeadline);
-      for (const instance of listing.instances) if (!byId.has(instance.id)) byId.set(instance.id, instance);
-      for (const item of listing.invalid) {
-        if (item.id === undefined) unnamed.push(item);
-        else if (!invalid.has(item.id)) invalid.set(item.id, item);
+    let listed = false;
+    if (options.wide !== undefined && queries.length > 1) {
+      const keep: Keep = {
+        item: (item) => queries.some((filters) => matches(item, filters)),
+        giveUpBelow: PAGER_DEFAULTS.minWideKeptRatio,
+      };
+      const listing = await listQuery(options.wide, options, budget, signal, checkDeadline, keep);
+      if (!(listing instanceof GaveUp)) {
+        merge(listing);
+        listed = true;
+      } else {
+        options.logger?.info('the device listing is mostly history: listing the queries one by one');
       }
-      for (const item of listing.skipped) if (!skipped.has(item.id)) skipped.set(item.id, item);
+    }
+    if (!listed) {
+      for (const filters of queries) {
+        const listing = await listQuery(filters, options, budget, signal, checkDeadline, { item: unseen });
+        if (!(listing instanceof GaveUp)) merge(listing);
+      }
     }
   } catch (error) {
     if (deadline.signal.aborted && !options.signal?.aborted) throw deadline.signal.reason;
@@ -190,12 +245,13 @@ async function listQuery(
   budget: Budget,
   signal: AbortSignal,
   checkDeadline: () => void,
-): Promise<Listing> {
+  keep: Keep,
+): Promise<Listing | GaveUp> {
   const attempts = options.maxListingAttempts ?? PAGER_DEFAULTS.maxListingAttempts;
   let evidence = '';
   for (let attempt = 1; attempt <= attempts; attempt++) {
     const before = { items: budget.items, bytes: budget.bytes };
-    const outcome = await listOnce(filters, options, budget, signal, checkDeadline);
+    const outcome = await listOnce(filters, options, budget, signal, checkDeadline, keep);
     if (!(outcome instanceof Shifted)) return outcome;
     evidence = outcome.evidence;
     // A discarded listing's items are not kept, but its bytes were read: only items are given back.
@@ -211,12 +267,25 @@ async function listOnce(
   budget: Budget,
   signal: AbortSignal,
   checkDeadline: () => void,
-): Promise<Listing | Shifted> {
+  keep: Keep,
+): Promise<Listing | Shifted | GaveUp> {
   const pageLimit = Math.min(LIMIT_MAX, Math.max(1, options.pageLimit ?? PAGER_DEFAULTS.pageLimit));
+  const pageBytes =
+    options.pageBytes ??
+    (options.maxResponseBytes === undefined
+      ? Number.POSITIVE_INFINITY
+      : options.maxResponseBytes * PAGER_DEFAULTS.pageBytesShareOfCap);
+  /** The page limit the sizes seen so far suggest: at least 2, so that a page can overlap the one before. */
+  const sized = () =>
+    budget.itemBytes === 0
+      ? pageLimit
+      : Math.min(pageLimit, Math.max(2, Math.floor(pageBytes / budget.itemBytes)));
   const listing: Listing = { instances: [], invalid: [], skipped: [] };
   const seen = new Set<string>();
   let offset = 0;
-  let limit = pageLimit;
+  let limit = sized();
+  let pages = 0;
+  let kept = 0;
   /** The limit before a run of "too large" answers: back to it once the run ends on a lone oversize item. */
   let shrunkFrom: number | undefined;
   /** The id expected first on the next page (the last item of the page before), when pages overlap. */
@@ -282,6 +351,12 @@ async function listOnce(
     shrunkFrom = undefined;
     const { head, items } = page;
     budget.bytes += page.bytes;
+    if (items.length > 0) {
+      const perItem = page.bytes / items.length;
+      budget.itemBytes =
+        budget.itemBytes === 0 ? perItem : Math.max(perItem, (budget.itemBytes + perItem) / 2);
+    }
+    pages += 1;
     if (budget.bytes > budget.maxBytes) {
       throw new ListingRunawayError(`the listing passed ${budget.maxBytes} bytes`);
     }
@@ -315,7 +390,18 @@ async function listOnce(
       if (budget.items > budget.maxItems) {
         throw new ListingRunawayError(`more than ${budget.maxItems} config instances`);
       }
-      take(item, listing);
+      if (keep.item(item)) {
+        kept += 1;
+        take(item, listing);
+      }
+    }
+    if (
+      pages === 1 &&
+      keep.giveUpBelow !== undefined &&
+      head.has_more &&
+      kept < keep.giveUpBelow * fresh.length
+    ) {
+      return new GaveUp();
     }
     const covered = offset + items.length;
     if (firstTotal !== undefined && covered > firstTotal) {
@@ -334,6 +420,8 @@ async function listOnce(
       throw new ListingRunawayError(`has_more is true on a page with nothing new at offset ${offset}`);
     }
     const last = itemId(items[items.length - 1]);
+    // The next page is sized by what the pages so far weighed.
+    limit = sized();
     if (limit > 1 && last !== undefined) {
       offset = covered - 1;
       anchor = last;
@@ -358,9 +446,43 @@ function take(item: PageItem, listing: Listing): void {
       });
       return;
     case 'invalid': {
-      const { kind: _kind, ...rest } = item;
+      const { kind: _kind, targetStatus: _target, deviceId: _device, ...rest } = item;
       listing.invalid.push(rest);
       return;
     }
   }
+}
+
+/** The fields of an item a query filters on; unreadable fields and status values unknown to the agent are absent. */
+function fieldsOf(item: PageItem): Partial<Record<keyof ConfigInstanceFilters, unknown>> {
+  switch (item.kind) {
+    case 'valid':
+      return item.instance;
+    case 'unknown_status':
+      return { ...item.instance, [item.unknown.field]: undefined };
+    case 'invalid':
+      return {
+        id: item.id,
+        device_id: item.deviceId,
+        target_status: item.targetStatus,
+        activity_status: item.activityStatus,
+        error_status: item.errorStatus,
+      };
+  }
+}
+
+/**
+ * Whether the service would list `item` for `filters` (equality on every field the filters name). A field the
+ * agent cannot read, or holding a status value it does not know, counts as matching: the service may have
+ * filtered on it, and an item kept is named (invalid) or protects its path (skipped) where one dropped would
+ * leave its file looking unowned.
+ */
+export function matches(item: PageItem, filters: ConfigInstanceFilters): boolean {
+  const fields = fieldsOf(item);
+  for (const [key, wanted] of Object.entries(filters) as [keyof ConfigInstanceFilters, unknown][]) {
+    if (wanted === undefined) continue;
+    const value = fields[key];
+    if (value !== undefined && value !== wanted) return false;
+  }
+  return true;
 }

@@ -45,11 +45,11 @@ export interface Pulled {
  * path its instances want, so a newcomer is never given a path it should be refused.
  */
 export async function pullInstances(mode: PassMode, ctx: PullContext): Promise<Pulled> {
-  const listed = await listInstances(queriesFor(mode, ctx.deviceId), ctx);
+  const listed = await listInstances(queriesFor(mode, ctx.deviceId), ctx, mode);
   const { instances } = listed;
   if (mode === 'full') return { ...listed, mode };
   if (instances.some((i) => i.target_status !== 'deployed' && ctx.files.has(i.relative_filepath))) {
-    return { ...(await listInstances(queriesFor('full', ctx.deviceId), ctx)), mode: 'full' };
+    return { ...(await listInstances(queriesFor('full', ctx.deviceId), ctx, 'full')), mode: 'full' };
   }
   const owners = await fetchUnpulledOwners(instances, ctx);
   return {
@@ -82,12 +82,19 @@ export function queriesFor(mode: PassMode, deviceId: string): ConfigInstanceFilt
   ];
 }
 
-/** The pager does the paging, its bounds and its retries (one layer: withRequestRetry per page). */
+/**
+ * The pager does the paging, its bounds and its retries (one layer: withRequestRetry per page). A full pull
+ * lists the device's whole listing once and keeps what its seven queries would give (api/pager.ts `wide`): one
+ * request instead of seven for a device with up to 100 instances, and each instance listed once, not twice, on a
+ * first sync. A device whose listing is mostly history gets the seven queries instead.
+ */
 async function listInstances(
   queries: readonly ConfigInstanceFilters[],
   ctx: PullContext,
+  mode: PassMode | 'owners' = 'owners',
 ): Promise<PullResult> {
   const pulled = await pullConfigInstances(queries, {
+    ...(mode === 'full' ? { wide: { device_id: ctx.deviceId } } : {}),
     client: ctx.client,
     clock: ctx.clock,
     logger: ctx.logger,
