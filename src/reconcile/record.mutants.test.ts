@@ -1,0 +1,324 @@
+// recordStep and recordInvalid on their own: the state, cooldowns, hook paths and queued reports each kind of
+// applied step leaves behind.
+
+import { createFsFromVolume, Volume } from 'memfs';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { instanceFactory } from '../../test/helpers/instances.js';
+import type { Clock } from '../lib/clock.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import { StatusOutbox } from '../store/outbox.js';
+import { emptyState } from '../store/state.js';
+import type { AppliedStep, EffectResult } from './apply.js';
+import type { RemoveStep, Step, WriteStep } from './plan.js';
+import { type RecordContext, recordInvalid, recordStep } from './record.js';
+
+const SHA = 'a'.repeat(64);
+const makeInstance = instanceFactory({ relative_filepath: 'app.json' });
+
+let ctx: RecordContext;
+let mono: number;
+
+beforeEach(() => {
+  mono = 10_000;
+  const clock: Clock = {
+    now: () => Date.parse('2026-03-01T12:00:00.000Z') + mono,
+    monotonic: () => mono,
+    sleep: async () => undefined,
+  };
+  const fs = createFsFromVolume(new Volume()).promises as unknown as FsPort;
+  ctx = {
+    state: emptyState('dvc_1', '/srv'),
+    outbox: StatusOutbox.ephemeral(fs, '/state', silentLogger()),
+    clock,
+    random: () => 0.5,
+    logger: silentLogger(),
+    fileMode: 0o640,
+    retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    trackHookPaths: false,
+  };
+});
+
+function writeStep(id: string, path: string): WriteStep {
+  return {
+    kind: 'write',
+    instance: makeInstance({ id, relative_filepath: path }),
+    path,
+    data: Buffer.from('x'),
+    sha256: SHA,
+    reason: 'new',
+    displaces: [],
+    supersedes: [],
+    report: { activity_status: 'deployed', error_status: 'none' },
+  };
+}
+
+function removeStep(id: string, path: string): RemoveStep {
+  return {
+    kind: 'remove',
+    instance: makeInstance({
+      id,
+      relative_filepath: path,
+      target_status: 'removed',
+      activity_status: 'deployed',
+    }),
+    path,
+    report: { activity_status: 'removed', error_status: 'none' },
+  };
+}
+
+function applied(step: Step, result: EffectResult): AppliedStep {
+  return { step, result, displaced: [] };
+}
+
+const written: EffectResult = { kind: 'written', sha256: SHA, createdDirs: [] };
+
+function queued(): string[] {
+  return ctx.outbox
+    .pending()
+    .map(
+      (entry) =>
+        `${entry.instanceId} ${entry.report.activity_status}/${entry.report.error_status}${entry.report.message === undefined ? '' : ` ${entry.report.message}`}`,
+    );
+}
+
+describe('recordStep: hook paths', () => {
+  it('with hooks, written and removed paths are remembered for them; unchanged and failed ones are not', () => {
+    ctx.trackHookPaths = true;
+    ctx.state.files.set('old.json', {
+      instanceId: 'cfg_old',
+      sha256: SHA,
+      mode: 0o640,
+      createdDirs: [],
+      writtenAt: 'x',
+    });
+
+    recordStep(applied(writeStep('cfg_a', 'a.json'), written), ctx);
+    recordStep(applied(removeStep('cfg_old', 'old.json'), { kind: 'removed' }), ctx);
+    recordStep(
+      applied(writeStep('cfg_b', 'b.json'), { kind: 'unchanged', sha256: SHA, createdDirs: [] }),
+      ctx,
+    );
+    recordStep(
+      applied(writeStep('cfg_c', 'c.json'), { kind: 'failed', error: new Error('EIO'), operation: 'write' }),
+      ctx,
+    );
+
+    expect([...ctx.state.pendingHookPaths].sort()).toEqual(['a.json', 'old.json']);
+  });
+
+  it('without hooks, nothing is remembered for them', () => {
+    recordStep(applied(writeStep('cfg_a', 'a.json'), written), ctx);
+    expect(ctx.state.pendingHookPaths.size).toBe(0);
+  });
+});
+
+describe('recordStep: a bug met while recording one step', () => {
+  it('costs that instance one write attempt: retrying, with a cooldown and the report', () => {
+    const broken = { kind: 'written', sha256: SHA } as unknown as EffectResult;
+
+    const outcomes = recordStep(applied(writeStep('cfg_a', 'a.json'), broken), ctx);
+
+    expect(outcomes).toHaveLength(1);
+    expect(outcomes[0]).toMatchObject({ instanceId: 'cfg_a', action: 'retrying', converged: false });
+    expect(outcomes[0]?.message).toMatch(/^write failed: /);
+    expect(ctx.state.instances.get('cfg_a')).toMatchObject({ error: 'retrying', attempts: 1 });
+    expect(ctx.state.cooldowns.has('cfg_a')).toBe(true);
+    expect(queued()).toEqual([`cfg_a queued/retrying ${outcomes[0]?.message}`]);
+  });
+
+  it('for a removal, the attempt is a remove attempt', () => {
+    ctx.state.files.set('old.json', {
+      instanceId: 'cfg_old',
+      sha256: SHA,
+      mode: 0o640,
+      createdDirs: 5 as unknown as string[],
+      writtenAt: 'x',
+    });
+
+    const outcomes = recordStep(applied(removeStep('cfg_old', 'old.json'), { kind: 'removed' }), ctx);
+
+    expect(outcomes[0]).toMatchObject({ instanceId: 'cfg_old', action: 'retrying' });
+    expect(outcomes[0]?.message).toMatch(/^remove failed: /);
+  });
+});
+
+describe('recordStep: keep', () => {
+  it('a file changed by someone else and kept: converged, said so, nothing queued', () => {
+    const outcomes = recordStep(
+      applied(
+        { kind: 'keep', instance: makeInstance({ id: 'cfg_a' }), reason: 'drift_kept' },
+        { kind: 'none' },
+      ),
+      ctx,
+    );
+
+    expect(outcomes).toEqual([
+      {
+        instanceId: 'cfg_a',
+        path: 'app.json',
+        action: 'unchanged',
+        converged: true,
+        message: 'changed on disk by someone else: kept (drift policy is not "restore")',
+      },
+    ]);
+    expect(queued()).toEqual([]);
+  });
+
+  it('a file kept for its replacement: waiting for it', () => {
+    const outcomes = recordStep(
+      applied(
+        { kind: 'keep', instance: makeInstance({ id: 'cfg_a' }), reason: 'awaiting_owner' },
+        { kind: 'none' },
+      ),
+      ctx,
+    );
+
+    expect(outcomes).toEqual([
+      {
+        instanceId: 'cfg_a',
+        path: 'app.json',
+        action: 'waiting',
+        converged: false,
+        message: 'kept until its replacement is written in its place',
+      },
+    ]);
+  });
+});
+
+describe('recordInvalid', () => {
+  it('an item without an id: counted as failed, nothing queued or recorded', () => {
+    expect(recordInvalid([{ problem: 'no id' }], ctx)).toEqual([
+      {
+        instanceId: '',
+        path: '',
+        action: 'failed',
+        converged: false,
+        message: 'invalid instance from the service: no id',
+      },
+    ]);
+    expect(queued()).toEqual([]);
+    expect(ctx.state.instances.size).toBe(0);
+  });
+
+  it('an item with an id: reported failed once with the activity the service gave, its record marked failed', () => {
+    ctx.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+
+    const outcomes = recordInvalid([{ id: 'cfg_a', activityStatus: 'queued', problem: 'bad content' }], ctx);
+
+    const message = 'invalid instance from the service: bad content';
+    expect(outcomes).toEqual([
+      { instanceId: 'cfg_a', path: 'a.json', action: 'failed', converged: false, message },
+    ]);
+    expect(queued()).toEqual([`cfg_a queued/failed ${message}`]);
+    expect(ctx.state.instances.get('cfg_a')).toEqual({
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'failed',
+      message,
+      attempts: 0,
+    });
+  });
+
+  it('the activity falls back to the record, then to queued', () => {
+    ctx.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+
+    recordInvalid(
+      [
+        { id: 'cfg_a', problem: 'p' },
+        { id: 'cfg_b', problem: 'p' },
+      ],
+      ctx,
+    );
+
+    expect(queued().sort()).toEqual([
+      'cfg_a deployed/failed invalid instance from the service: p',
+      'cfg_b queued/failed invalid instance from the service: p',
+    ]);
+    expect(ctx.state.instances.has('cfg_b')).toBe(false);
+  });
+
+  it('not reported again: when the service shows it failed, when recorded failed with this message, when queued', () => {
+    const message = 'invalid instance from the service: p';
+    ctx.state.instances.set('cfg_rec', {
+      relativePath: 'r.json',
+      activity: 'deployed',
+      error: 'failed',
+      message,
+      attempts: 0,
+    });
+    ctx.outbox.enqueue('cfg_q', { activity_status: 'queued', error_status: 'failed', message }, new Date(0));
+    const before = ctx.outbox.pending()[0]?.seq;
+
+    const outcomes = recordInvalid(
+      [
+        { id: 'cfg_svc', errorStatus: 'failed', problem: 'p' },
+        { id: 'cfg_rec', problem: 'p' },
+        { id: 'cfg_q', problem: 'p' },
+      ],
+      ctx,
+    );
+
+    expect(outcomes.map((outcome) => outcome.converged)).toEqual([true, false, false]);
+    expect(ctx.outbox.pending().map((entry) => [entry.instanceId, entry.seq])).toEqual([['cfg_q', before]]);
+  });
+
+  it('reported again when the recorded or queued failure says something else', () => {
+    const old = 'invalid instance from the service: old';
+    ctx.state.instances.set('cfg_rec', {
+      relativePath: 'r.json',
+      activity: 'deployed',
+      error: 'failed',
+      message: old,
+      attempts: 0,
+    });
+    ctx.state.instances.set('cfg_none', {
+      relativePath: 'n.json',
+      activity: 'deployed',
+      error: 'none',
+      message: 'invalid instance from the service: p',
+      attempts: 0,
+    });
+    ctx.outbox.enqueue(
+      'cfg_q',
+      { activity_status: 'queued', error_status: 'failed', message: old },
+      new Date(0),
+    );
+    ctx.outbox.enqueue(
+      'cfg_r',
+      {
+        activity_status: 'queued',
+        error_status: 'retrying',
+        message: 'invalid instance from the service: p',
+      },
+      new Date(0),
+    );
+
+    recordInvalid(
+      [
+        { id: 'cfg_rec', problem: 'p' },
+        { id: 'cfg_none', problem: 'p' },
+        { id: 'cfg_q', problem: 'p' },
+        { id: 'cfg_r', problem: 'p' },
+      ],
+      ctx,
+    );
+
+    expect(queued().sort()).toEqual([
+      'cfg_none deployed/failed invalid instance from the service: p',
+      'cfg_q queued/failed invalid instance from the service: p',
+      'cfg_r queued/failed invalid instance from the service: p',
+      'cfg_rec deployed/failed invalid instance from the service: p',
+    ]);
+  });
+});
