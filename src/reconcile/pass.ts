@@ -54,7 +54,10 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   result.mode = pulled.mode;
   for (const instance of pulled.instances) ctx.lastSeenUpdatedAt.set(instance.id, instance.updated_at);
 
-  const disk = await observeDisk(deps.fs, settings.rootDir, pulled.instances, signal);
+  const disk = await observeDisk(deps.fs, settings.rootDir, pulled.instances, {
+    ...(signal === undefined ? {} : { signal }),
+    fingerprints: { store: dir.fingerprints, now: () => deps.clock.now() },
+  });
   result.steps = planSteps(planInput(ctx, pulled, disk));
   if (result.dryRun) return finish();
   dropElapsedCooldowns(state, pulled.instances, deps.clock.monotonic());

@@ -3,6 +3,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { ContentCache } from './content-cache.js';
 import { sweepTempFiles } from './durable-writer.js';
+import { FileFingerprints } from './fingerprints.js';
 import { acquireStateLock, type StateLock } from './lock.js';
 import { StatusOutbox } from './outbox.js';
 import { emptyState, type LocalState, loadLocalState, saveLocalState } from './state.js';
@@ -17,6 +18,8 @@ export class StateDir {
   readonly state: LocalState;
   readonly outbox: StatusOutbox;
   readonly cache: ContentCache;
+  /** Identities of managed files whose bytes were hashed: observation skips reading those unchanged. */
+  readonly fingerprints: FileFingerprints;
   /** True for dry runs: nothing is locked, swept or persisted. */
   readonly readOnly: boolean;
   readonly #fs: FsPort;
@@ -35,13 +38,21 @@ export class StateDir {
     fs: FsPort,
     settings: StateDirSettings,
     logger: Logger,
-    parts: { state: LocalState; outbox: StatusOutbox; readOnly: boolean; swept: string[]; lock?: StateLock },
+    parts: {
+      state: LocalState;
+      outbox: StatusOutbox;
+      fingerprints: FileFingerprints;
+      readOnly: boolean;
+      swept: string[];
+      lock?: StateLock;
+    },
   ) {
     this.#fs = fs;
     this.#settings = settings;
     this.#logger = logger;
     this.state = parts.state;
     this.outbox = parts.outbox;
+    this.fingerprints = parts.fingerprints;
     this.cache = new ContentCache(fs, settings.stateDir);
     this.readOnly = parts.readOnly;
     this.#sweptTempFiles = parts.swept;
@@ -90,9 +101,11 @@ export class StateDir {
       const outbox = readOnly
         ? StatusOutbox.ephemeral(fs, settings.stateDir, logger)
         : await StatusOutbox.open(fs, settings.stateDir, logger);
+      const fingerprints = await FileFingerprints.load(fs, settings.stateDir, settings.rootDir, logger);
       return new StateDir(fs, settings, logger, {
         state,
         outbox,
+        fingerprints,
         readOnly,
         swept,
         ...(lock === undefined ? {} : { lock }),
@@ -120,6 +133,15 @@ export class StateDir {
     await this.#durably(async (ensureDurable) => {
       await saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable });
       await this.outbox.persist({ ensureDurable });
+    });
+    await this.#saveFingerprints();
+  }
+
+  /** A cache: written only when it changed, and a failure costs the next pass some reads, nothing more. */
+  async #saveFingerprints(): Promise<void> {
+    this.fingerprints.retain(this.state.files);
+    await this.fingerprints.save(this.#fs, this.#settings.stateDir).catch((error: unknown) => {
+      this.#logger.warn({ err: error }, 'could not save the file fingerprints');
     });
   }
 

@@ -1,0 +1,182 @@
+// observeDisk with file fingerprints, on a real temp dir (nanosecond timestamps): when a recorded sha256 stands
+// in for reading, and every way a file can change under it (forged mtime, rename, chmod, expiry, symlinks).
+import * as nodeFs from 'node:fs/promises';
+import { chmod, lstat, mkdir, mkdtemp, rename, rm, symlink, utimes, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { sha256Hex } from '../lib/hash.js';
+import { silentLogger } from '../lib/logger.js';
+import {
+  FINGERPRINTS_FILE,
+  FileFingerprints,
+  FULL_VERIFY_INTERVAL_MS,
+  identityOf,
+  RACY_MARGIN_MS,
+} from '../store/fingerprints.js';
+import { observeDisk } from './observe.js';
+import type { DiskObservation } from './plan.js';
+
+const FILE = 'app/conf.json';
+const BYTES = '{"a":1}\n';
+/** A digest no file here has: seen in an observation, it proves the file was not read. */
+const RECORDED = 'f'.repeat(64);
+
+let dir: string;
+let root: string;
+let stateDir: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'observe-test-'));
+  root = path.join(dir, 'root');
+  stateDir = path.join(dir, 'state');
+  await mkdir(path.join(root, 'app'), { recursive: true });
+  await mkdir(stateDir);
+  await writeFile(path.join(root, FILE), BYTES, { mode: 0o644 });
+});
+
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** Wall-clock ms well past the file's ctime: its fingerprint is not racy. */
+async function settled(): Promise<number> {
+  const stats = await lstat(path.join(root, FILE), { bigint: true });
+  return Number(stats.ctimeNs / 1_000_000n) + RACY_MARGIN_MS + 1_000;
+}
+
+async function observe(store: FileFingerprints, now: number): Promise<DiskObservation | undefined> {
+  const disk = await observeDisk(nodeFs, root, [{ relative_filepath: FILE }], {
+    fingerprints: { store, now: () => now },
+  });
+  return disk.get(FILE);
+}
+
+/** A store holding RECORDED for the file as it is now. */
+async function storeWithRecorded(now: number): Promise<FileFingerprints> {
+  const store = FileFingerprints.empty(root);
+  const stats = await lstat(path.join(root, FILE), { bigint: true });
+  store.record(FILE, identityOf(stats), RECORDED, now);
+  return store;
+}
+
+describe('observeDisk with fingerprints', () => {
+  it('reads a file once, then answers from its fingerprint while its identity holds', async () => {
+    const now = await settled();
+    const store = FileFingerprints.empty(root);
+    const first = await observe(store, now);
+    expect(first).toEqual({
+      kind: 'file',
+      sha256: sha256Hex(Buffer.from(BYTES)),
+      mode: 0o644,
+      gid: expect.any(Number),
+    });
+    expect(store.size).toBe(1);
+    expect(await observe(store, now + 1000)).toEqual(first);
+
+    // The recorded digest is what the observation gives: the file was not read.
+    expect(await observe(await storeWithRecorded(now), now)).toMatchObject({
+      kind: 'file',
+      sha256: RECORDED,
+    });
+  });
+
+  it('reads again after an edit of the same size whose mtime was forged back (utimes sets ctime)', async () => {
+    const now = await settled();
+    const store = await storeWithRecorded(now);
+    const before = await lstat(path.join(root, FILE));
+    await writeFile(path.join(root, FILE), '{"a":2}\n');
+    await utimes(path.join(root, FILE), before.atime, before.mtime);
+    const seen = await observe(store, now + 10_000);
+    expect(seen).toMatchObject({ kind: 'file', sha256: sha256Hex(Buffer.from('{"a":2}\n')) });
+  });
+
+  it('reads again when another file was renamed into place, and sees a chmod at once', async () => {
+    const now = await settled();
+    const store = await storeWithRecorded(now);
+    await writeFile(path.join(root, 'app/other'), BYTES);
+    await rename(path.join(root, 'app/other'), path.join(root, FILE));
+    expect(await observe(store, now + 10_000)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
+
+    const again = await storeWithRecorded(now + 10_000);
+    await chmod(path.join(root, FILE), 0o600);
+    expect(await observe(again, now + 10_000)).toMatchObject({
+      mode: 0o600,
+      sha256: sha256Hex(Buffer.from(BYTES)),
+    });
+  });
+
+  it('never records a file changed within the racy margin, and re-reads once the full-verify interval is over', async () => {
+    const stats = await lstat(path.join(root, FILE), { bigint: true });
+    const ctimeMs = Number(stats.ctimeNs / 1_000_000n);
+    const racy = FileFingerprints.empty(root);
+    racy.record(FILE, identityOf(stats), RECORDED, ctimeMs + RACY_MARGIN_MS - 1);
+    expect(racy.size).toBe(0);
+    expect(await observe(racy, ctimeMs + 1)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
+    expect(racy.size).toBe(0);
+
+    const now = await settled();
+    const store = await storeWithRecorded(now);
+    expect(await observe(store, now + FULL_VERIFY_INTERVAL_MS - 1)).toMatchObject({ sha256: RECORDED });
+    expect(await observe(store, now + FULL_VERIFY_INTERVAL_MS)).toMatchObject({
+      sha256: sha256Hex(Buffer.from(BYTES)),
+    });
+    // A clock set back before the record is not trusted either.
+    const back = await storeWithRecorded(now);
+    expect(await observe(back, now - 1)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
+  });
+
+  it('judges symlinks, missing files and bad paths exactly as without fingerprints', async () => {
+    const now = await settled();
+    const store = await storeWithRecorded(now);
+    await rename(path.join(root, 'app'), path.join(root, 'real'));
+    await symlink(path.join(root, 'real'), path.join(root, 'app'));
+    const instances = [
+      { relative_filepath: FILE },
+      { relative_filepath: 'gone/x' },
+      { relative_filepath: '../x' },
+    ];
+    const withPrints = await observeDisk(nodeFs, root, instances, {
+      fingerprints: { store, now: () => now },
+    });
+    const without = await observeDisk(nodeFs, root, instances);
+    expect([...withPrints]).toEqual([...without]);
+    expect(withPrints.get(FILE)?.kind).toBe('rejected');
+    expect(withPrints.get('gone/x')).toEqual({ kind: 'absent' });
+    expect(withPrints.get('../x')?.kind).toBe('rejected');
+  });
+});
+
+describe('FileFingerprints persistence', () => {
+  it('saves only what changed, loads it back (a __proto__ path included), and ignores another root or a corrupt file', async () => {
+    const now = await settled();
+    const store = FileFingerprints.empty(root);
+    await observeDisk(nodeFs, root, [{ relative_filepath: FILE }], {
+      fingerprints: { store, now: () => now },
+    });
+    expect(await store.save(nodeFs, stateDir)).toBe(true);
+    const written = await lstat(path.join(stateDir, FINGERPRINTS_FILE), { bigint: true });
+
+    const loaded = await FileFingerprints.load(nodeFs, stateDir, root, silentLogger());
+    expect(await observe(loaded, now)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
+    // Nothing new: nothing written (same inode, same mtime).
+    expect(await loaded.save(nodeFs, stateDir)).toBe(false);
+    const after = await lstat(path.join(stateDir, FINGERPRINTS_FILE), { bigint: true });
+    expect([after.ino, after.mtimeNs]).toEqual([written.ino, written.mtimeNs]);
+
+    expect(
+      (await FileFingerprints.load(nodeFs, stateDir, path.join(dir, 'elsewhere'), silentLogger())).size,
+    ).toBe(0);
+    await writeFile(path.join(stateDir, FINGERPRINTS_FILE), '{"version":1,"rootDir":');
+    expect((await FileFingerprints.load(nodeFs, stateDir, root, silentLogger())).size).toBe(0);
+
+    const proto = FileFingerprints.empty(root);
+    const stats = await lstat(path.join(root, FILE), { bigint: true });
+    proto.record('__proto__', identityOf(stats), RECORDED, now);
+    await proto.save(nodeFs, stateDir);
+    const back = await FileFingerprints.load(nodeFs, stateDir, root, silentLogger());
+    expect(back.lookup('__proto__', identityOf(stats), now)).toBe(RECORDED);
+    back.retain(new Set(['other']));
+    expect(back.size).toBe(0);
+  });
+});

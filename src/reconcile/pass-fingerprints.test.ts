@@ -1,0 +1,136 @@
+// Full passes with nothing to do, in-process against the mock on loopback and a real temp dir: once the files'
+// fingerprints are recorded, such a pass writes nothing anywhere, and a drifted file is still restored.
+import * as nodeFs from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createClient } from '../api/client.js';
+import type { Clock } from '../lib/clock.js';
+import { silentLogger } from '../lib/logger.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import { FINGERPRINTS_FILE, RACY_MARGIN_MS } from '../store/fingerprints.js';
+import { Reconciler } from './reconcile.js';
+
+const API_KEY = 'sk_test_prints_0123456789abcdef';
+const DEVICE = 'dvc_1';
+const T0 = '2026-01-01T00:00:00.000Z';
+const COUNT = 20;
+
+let dir: string;
+let server: RunningMockServer;
+/** Wall clock ahead of the files' ctimes by more than the racy margin: what a later pass sees. */
+let wallOffset: number;
+
+function clock(): Clock {
+  return {
+    now: () => Date.now() + wallOffset,
+    monotonic: () => performance.now(),
+    sleep: async () => undefined,
+  };
+}
+
+async function runPass() {
+  const client = createClient({
+    baseUrl: server.url,
+    apiKey: API_KEY,
+    timeoutMs: 10_000,
+    maxResponseBytes: 1 << 20,
+  });
+  const reconciler = await Reconciler.open(
+    { fs: nodeFs, clock: clock(), random: () => 0.5, logger: silentLogger() },
+    {
+      deviceId: DEVICE,
+      rootDir: path.join(dir, 'root'),
+      stateDir: path.join(dir, 'state'),
+      fileMode: 0o640,
+      dirMode: 0o750,
+      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      requestRetries: 0,
+    },
+    client,
+  );
+  try {
+    return await reconciler.runPass({ mode: 'full' });
+  } finally {
+    await reconciler.close();
+  }
+}
+
+/** Every entry under `top` (files and directories): path → inode, size, mtime and ctime in ns. */
+async function snapshot(top: string): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  for (const name of await readdir(top, { recursive: true })) {
+    const stats = await lstat(path.join(top, name), { bigint: true });
+    out.set(name, `${stats.ino}:${stats.size}:${stats.mtimeNs}:${stats.ctimeNs}`);
+  }
+  return out;
+}
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-prints-'));
+  await mkdir(path.join(dir, 'root'));
+  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
+  server = await startMockServer({ apiKeys: [API_KEY] });
+  wallOffset = 0;
+  for (let i = 0; i < COUNT; i += 1) {
+    server.state.instances.set(`cfg_${i}`, {
+      id: `cfg_${i}`,
+      device_id: DEVICE,
+      relative_filepath: `d${i % 3}/conf${i}.json`,
+      config_schema_id: `sch_${i}`,
+      config_type_id: 'typ',
+      target_status: 'deployed',
+      activity_status: 'queued',
+      error_status: 'none',
+      content: { index: i, enabled: i % 2 === 0 },
+      created_at: T0,
+      updated_at: T0,
+    });
+  }
+});
+
+afterEach(async () => {
+  await server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('a full pass with nothing to do', () => {
+  it('records the fingerprints once, then writes nothing in the root or the state dir, with no report sent', async () => {
+    const first = await runPass();
+    expect(first.error).toBeUndefined();
+    expect(first.converged).toBe(true);
+    // The files were just written: within the racy margin, so none is fingerprinted yet.
+    await runPass();
+    expect(await readdir(path.join(dir, 'state'))).not.toContain(FINGERPRINTS_FILE);
+
+    wallOffset = RACY_MARGIN_MS + 1_000;
+    await runPass();
+    const prints = JSON.parse(await readFile(path.join(dir, 'state', FINGERPRINTS_FILE), 'utf8'));
+    expect(Object.keys(prints.files)).toHaveLength(COUNT);
+
+    const reports = server.state.reports.length;
+    const before = [await snapshot(path.join(dir, 'root')), await snapshot(path.join(dir, 'state'))];
+    const idle = await runPass();
+    expect(idle.converged).toBe(true);
+    expect(idle.outcomes.every((o) => o.action === 'unchanged')).toBe(true);
+    expect([await snapshot(path.join(dir, 'root')), await snapshot(path.join(dir, 'state'))]).toEqual(before);
+    expect(server.state.reports.length).toBe(reports);
+  });
+
+  it('still restores a fingerprinted file edited behind its back with the size and mtime kept', async () => {
+    await runPass();
+    wallOffset = RACY_MARGIN_MS + 1_000;
+    await runPass();
+    const file = path.join(dir, 'root', 'd1/conf1.json');
+    const original = await readFile(file, 'utf8');
+    const stats = await lstat(file);
+    await writeFile(file, original.replace('"index": 1', '"index": 7'));
+    await utimes(file, stats.atime, stats.mtime);
+    expect((await lstat(file)).size).toBe(stats.size);
+
+    const result = await runPass();
+    expect(result.outcomes.find((o) => o.path === 'd1/conf1.json')?.action).toBe('written');
+    expect(await readFile(file, 'utf8')).toBe(original);
+  });
+});

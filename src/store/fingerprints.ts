@@ -1,0 +1,198 @@
+// Verified fingerprints of managed files: a file whose identity is what it was when its bytes were hashed is not read again.
+import type { BigIntStats } from 'node:fs';
+import { z } from 'zod';
+import type { FsPort } from '../lib/fs-port.js';
+import type { Logger } from '../lib/logger.js';
+import { writeDurableJson } from './durable-writer.js';
+import { readStateDirFile } from './state.js';
+
+export const FINGERPRINTS_FILE = 'fingerprints.json';
+const FINGERPRINTS_VERSION = 1;
+
+/**
+ * A fingerprint is trusted only if the file's ctime was at least this long before its bytes were read. Any
+ * later change (write, truncate, chmod, rename into place, utimes — which is how an mtime is forged) sets the
+ * ctime to the kernel's clock at that moment, which is then past the recorded one by at least a timestamp
+ * tick. The margin covers the coarsest common granularity (FAT's 2 s; ext4, xfs, btrfs and tmpfs stamp in
+ * ns with a clock tick of a few ms) and the coarse clock's lag behind the one the agent reads.
+ */
+export const RACY_MARGIN_MS = 3_000;
+
+/**
+ * However unchanged a file looks, its bytes are read and hashed again this long after they last were: what
+ * a fingerprint cannot see (the clock set back to the very tick of a recorded ctime, a raw write to the
+ * block device, bit rot, a filesystem that does not keep ctime) is caught within this bound.
+ */
+export const FULL_VERIFY_INTERVAL_MS = 24 * 60 * 60 * 1000;
+
+/** The identity of one file as the kernel reports it: any change through the filesystem changes ctime. */
+export interface FileIdentity {
+  dev: bigint;
+  ino: bigint;
+  size: bigint;
+  mtimeNs: bigint;
+  ctimeNs: bigint;
+}
+
+const Entry = z.object({
+  dev: z.string().regex(/^\d+$/),
+  ino: z.string().regex(/^\d+$/),
+  size: z.string().regex(/^\d+$/),
+  mtimeNs: z.string().regex(/^-?\d+$/),
+  ctimeNs: z.string().regex(/^-?\d+$/),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  /** Wall-clock ms when the bytes were read. */
+  verifiedAt: z.number(),
+});
+type Entry = z.infer<typeof Entry>;
+
+const Header = z.object({
+  version: z.literal(FINGERPRINTS_VERSION),
+  rootDir: z.string(),
+  files: z.custom<Record<string, unknown>>(
+    (value) => typeof value === 'object' && value !== null && !Array.isArray(value),
+  ),
+});
+
+export function identityOf(stats: BigIntStats): FileIdentity {
+  return {
+    dev: stats.dev,
+    ino: stats.ino,
+    size: stats.size,
+    mtimeNs: stats.mtimeNs,
+    ctimeNs: stats.ctimeNs,
+  };
+}
+
+export function sameIdentity(a: FileIdentity, b: FileIdentity): boolean {
+  return (
+    a.dev === b.dev &&
+    a.ino === b.ino &&
+    a.size === b.size &&
+    a.mtimeNs === b.mtimeNs &&
+    a.ctimeNs === b.ctimeNs
+  );
+}
+
+function entryIdentity(entry: Entry): FileIdentity {
+  return {
+    dev: BigInt(entry.dev),
+    ino: BigInt(entry.ino),
+    size: BigInt(entry.size),
+    mtimeNs: BigInt(entry.mtimeNs),
+    ctimeNs: BigInt(entry.ctimeNs),
+  };
+}
+
+/**
+ * Relative path → the identity a file had when its bytes were read, and their sha256. Kept in
+ * stateDir/fingerprints.json, a cache: missing, corrupt or of another root, it is empty and every file is read.
+ * A stale entry is harmless: it speaks only of an identity, and a changed file no longer has it.
+ */
+export class FileFingerprints {
+  readonly #entries: Map<string, Entry>;
+  readonly #rootDir: string;
+  #changed = false;
+
+  private constructor(rootDir: string, entries: Map<string, Entry>) {
+    this.#rootDir = rootDir;
+    this.#entries = entries;
+  }
+
+  static empty(rootDir: string): FileFingerprints {
+    return new FileFingerprints(rootDir, new Map());
+  }
+
+  static async load(
+    fs: FsPort,
+    stateDir: string,
+    rootDir: string,
+    logger: Logger,
+  ): Promise<FileFingerprints> {
+    let raw: string | undefined;
+    try {
+      raw = await readStateDirFile(fs, stateDir, FINGERPRINTS_FILE);
+    } catch (error) {
+      logger.warn({ err: error }, 'cannot read the file fingerprints: every managed file is read');
+      return FileFingerprints.empty(rootDir);
+    }
+    if (raw === undefined) return FileFingerprints.empty(rootDir);
+    const entries = new Map<string, Entry>();
+    try {
+      const header = Header.parse(JSON.parse(raw));
+      if (header.rootDir !== rootDir) return FileFingerprints.empty(rootDir);
+      // Checked in place, not rebuilt: Object.entries of JSON.parse's output keeps a path named __proto__.
+      for (const [path, value] of Object.entries(header.files)) {
+        const entry = Entry.safeParse(value);
+        if (entry.success) entries.set(path, entry.data);
+      }
+    } catch (error) {
+      logger.warn({ err: error }, 'the file fingerprints are corrupt: every managed file is read');
+      return FileFingerprints.empty(rootDir);
+    }
+    return new FileFingerprints(rootDir, entries);
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /**
+   * The sha256 recorded for `path` when the file there has exactly `identity` and its bytes were read less
+   * than FULL_VERIFY_INTERVAL_MS ago (by `now`, wall-clock ms); otherwise undefined: read the file.
+   */
+  lookup(path: string, identity: FileIdentity, now: number): string | undefined {
+    const entry = this.#entries.get(path);
+    if (entry === undefined) return undefined;
+    // A clock set back makes the age negative: read again rather than trust for longer.
+    const age = now - entry.verifiedAt;
+    if (age < 0 || age >= FULL_VERIFY_INTERVAL_MS) return undefined;
+    return sameIdentity(entryIdentity(entry), identity) ? entry.sha256 : undefined;
+  }
+
+  /**
+   * Records that the file at `path` with `identity` held bytes hashing to `sha256`, read after `readFrom`
+   * (wall-clock ms, taken before `identity` was). Ignored when the ctime is within RACY_MARGIN_MS of
+   * `readFrom`: a change in the same timestamp tick would leave the identity as it is.
+   */
+  record(path: string, identity: FileIdentity, sha256: string, readFrom: number): void {
+    const ctimeMs = Number(identity.ctimeNs / 1_000_000n);
+    if (readFrom - ctimeMs < RACY_MARGIN_MS) {
+      this.forget(path);
+      return;
+    }
+    this.#entries.set(path, {
+      dev: identity.dev.toString(),
+      ino: identity.ino.toString(),
+      size: identity.size.toString(),
+      mtimeNs: identity.mtimeNs.toString(),
+      ctimeNs: identity.ctimeNs.toString(),
+      sha256,
+      verifiedAt: readFrom,
+    });
+    this.#changed = true;
+  }
+
+  forget(path: string): void {
+    if (this.#entries.delete(path)) this.#changed = true;
+  }
+
+  /** Keeps only the fingerprints of `paths` (the managed files). */
+  retain(paths: ReadonlySet<string> | ReadonlyMap<string, unknown>): void {
+    for (const path of this.#entries.keys()) if (!paths.has(path)) this.forget(path);
+  }
+
+  /** Writes the file when something changed since it was loaded or last saved; otherwise writes nothing. */
+  async save(fs: FsPort, stateDir: string): Promise<boolean> {
+    if (!this.#changed) return false;
+    // fromEntries defines own properties: a path named __proto__ is written like any other.
+    const files = Object.fromEntries([...this.#entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+    await writeDurableJson(fs, stateDir, FINGERPRINTS_FILE, {
+      version: FINGERPRINTS_VERSION,
+      rootDir: this.#rootDir,
+      files,
+    });
+    this.#changed = false;
+    return true;
+  }
+}
