@@ -93,6 +93,6 @@ describe('observeDisk', () => {
   });
 
   it('an aborted pass observes nothing more', async () => {
-    await expect(observeDisk(nodeFs, root, at('a.json'), AbortSignal.abort())).rejects.toThrow();
+    await expect(observeDisk(nodeFs, root, at('a.json'), { signal: AbortSignal.abort() })).rejects.toThrow();
   });
 });
