@@ -6,7 +6,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createClient, type ServiceClient } from '../api/client.js';
-import type { ConfigInstance } from '../api/schemas.js';
 import type { Clock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
 import { silentLogger } from '../lib/logger.js';
@@ -62,7 +61,10 @@ interface World {
 
 let world: World;
 
-async function openReconciler(client: ServiceClient): Promise<Reconciler> {
+async function openReconciler(
+  client: ServiceClient,
+  extra: Partial<ReconcilerSettings> = {},
+): Promise<Reconciler> {
   const deps: Deps = { fs: world.fs, clock: world.clock, random: () => 0.5, logger: silentLogger() };
   const settings: ReconcilerSettings = {
     deviceId: DEVICE,
@@ -72,6 +74,7 @@ async function openReconciler(client: ServiceClient): Promise<Reconciler> {
     dirMode: 0o750,
     retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
     requestRetries: 0,
+    ...extra,
   };
   return Reconciler.open(deps, settings, client);
 }
@@ -395,24 +398,20 @@ describe('runPass: pulls', () => {
 
   it('an instance of another device in a listing is ignored: nothing written, nothing reported', async () => {
     put({ id: 'cfg_mine', relative_filepath: 'mine.json' });
-    const stranger = {
-      ...(await world.client.listConfigInstances({ device_id: DEVICE })).data[0]!,
-      id: 'cfg_stranger',
-      device_id: 'dvc_other',
-      relative_filepath: 'stranger.json',
-    } satisfies ConfigInstance;
+    put({ id: 'cfg_stranger', device_id: 'dvc_other', relative_filepath: 'stranger.json' });
+    // A server bug: the device filter is ignored (the pager builds every pull from listConfigInstancePage).
     const leaky: ServiceClient = {
       ...world.client,
-      async *iterateConfigInstances(filters, page) {
-        yield* world.client.iterateConfigInstances(filters, page);
-        yield stranger;
-      },
+      listConfigInstancePage: ({ device_id: _ignored, ...filters } = {}, page) =>
+        world.client.listConfigInstancePage(filters, page),
     };
     await world.reconciler.close();
     world.reconciler = await openReconciler(leaky);
 
-    await pass();
+    // A poll lists its queries one by one (a full pull's one wide listing keeps only what its queries match).
+    const result = await pass('incremental');
 
+    expect(result.error).toBeUndefined();
     expect(await exists('stranger.json')).toBe(false);
     expect(await fileAt('mine.json')).toBe(json({ owner: 'cfg_mine' }));
     expect(reportsReceived()).toEqual(['cfg_mine deployed/none']);
@@ -536,5 +535,225 @@ describe('runPass: "deployed" means durable', () => {
     // power cut ends its holder, and a lock whose process is gone is taken over).
     const unsynced = [...model.unsyncedFiles, ...model.unsyncedDirs];
     expect(unsynced.filter((p) => p.startsWith(world.dir) && !p.endsWith('agent.lock'))).toEqual([]);
+  });
+});
+
+describe('runPass: the result', () => {
+  it('starts at the injected wall clock and takes no monotonic time the clock did not move', async () => {
+    put({ id: 'cfg_a' });
+
+    const result = await pass();
+
+    expect(result.startedAt).toBe('2026-06-01T00:00:01.000Z');
+    expect(result.durationMs).toBe(0);
+    expect(result).toMatchObject({ mode: 'full', dryRun: false, reachable: true, converged: true });
+    expect(result.steps.map((step) => step.kind)).toEqual(['write']);
+  });
+
+  it('a service that cannot be pulled: unreachable, the HTTP error with its Retry-After, nothing touched', async () => {
+    put({ id: 'cfg_a' });
+    world.server.state.addFault({ match: '^/v1/config_instances$', count: 100, status: 503, retry_after: 7 });
+
+    const result = await pass('incremental');
+
+    expect(result).toMatchObject({
+      mode: 'incremental',
+      reachable: false,
+      converged: false,
+      steps: [],
+      outcomes: [],
+      error: { code: 'http_status', status: 503, retryable: true, retryAfterMs: 7000 },
+    });
+    expect(result.error?.message).toMatch(/503/);
+    expect(await exists('cfg_a.json')).toBe(false);
+    expect(reportsReceived()).toEqual([]);
+  });
+
+  it('an HTTP error without Retry-After carries none', async () => {
+    world.server.state.addFault({ match: '^/v1/config_instances$', count: 100, status: 500 });
+
+    const result = await pass();
+
+    expect(result.error).toMatchObject({ code: 'http_status', status: 500 });
+    expect(result.error !== undefined && 'retryAfterMs' in result.error).toBe(false);
+  });
+
+  it('a failure that is not an HTTP status: its code and retryability, no status', async () => {
+    const port = Number(new URL(world.server.url).port);
+    await world.server.close();
+    world.server = await startMockServer({ apiKeys: [API_KEY] });
+    const unreachable = createClient({
+      baseUrl: `http://127.0.0.1:${port}`,
+      apiKey: API_KEY,
+      timeoutMs: 10_000,
+      maxResponseBytes: 1 << 20,
+    });
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(unreachable);
+
+    const result = await pass();
+
+    expect(result.reachable).toBe(false);
+    expect(result.error).toMatchObject({ code: 'network_error', retryable: true });
+    expect(result.error !== undefined && 'status' in result.error).toBe(false);
+  });
+
+  it('a bug met while pulling is an internal error, not retryable', async () => {
+    const broken: ServiceClient = {
+      ...world.client,
+      async listConfigInstancePage() {
+        throw new TypeError('bug in the listing');
+      },
+    };
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(broken);
+
+    const result = await pass();
+
+    expect(result.error).toEqual({ code: 'internal', message: 'bug in the listing', retryable: false });
+  });
+
+  it('a state that cannot be saved: files and reports still happen, the pass says persistError', async () => {
+    put({ id: 'cfg_a' });
+    world.fs.failRenameTo = (target) => target.endsWith('state.json');
+
+    const result = await pass();
+
+    expect(await fileAt('cfg_a.json')).toBe(json({ owner: 'cfg_a' }));
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none']);
+    expect(result.persistError).toMatchObject({
+      retryable: expect.any(Boolean),
+      message: expect.any(String),
+    });
+    expect(result.converged).toBe(false);
+
+    world.fs.failRenameTo = () => false;
+    expect((await pass()).converged).toBe(true);
+  });
+
+  it('a report rejected for good keeps the pass from converging', async () => {
+    put({ id: 'cfg_a' });
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 100, status: 404 });
+
+    const result = await pass();
+
+    expect(result.reports).toMatchObject({ rejected: 1, pending: 0 });
+    expect(result.converged).toBe(false);
+  });
+
+  it('an outage while reporting: the delivery error and the pending count, not converged', async () => {
+    put({ id: 'cfg_a' });
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 100, status: 503 });
+
+    const result = await pass();
+
+    expect(result.reports).toMatchObject({ delivered: 0, pending: 1, deliveryError: { status: 503 } });
+    expect(result.converged).toBe(false);
+    expect(world.reconciler.pendingReports).toBe(1);
+  });
+
+  it('temp files swept at open are in the first pass result only', async () => {
+    await world.reconciler.close();
+    await writeFile(path.join(world.rootDir, '.config-agent.tmp-left'), 'partial');
+    world.reconciler = await openReconciler(world.client);
+
+    expect((await pass()).sweptTempFiles).toEqual(['.config-agent.tmp-left']);
+    expect((await pass()).sweptTempFiles).toEqual([]);
+  });
+});
+
+describe('runPass: dry runs', () => {
+  it('plans against the service and the disk, writes, records and reports nothing', async () => {
+    put({ id: 'cfg_a' });
+    await world.reconciler.close();
+    const deps: Deps = { fs: world.fs, clock: world.clock, random: () => 0.5, logger: silentLogger() };
+    const settings: ReconcilerSettings = {
+      deviceId: DEVICE,
+      rootDir: world.rootDir,
+      stateDir: path.join(world.dir, 'state'),
+      fileMode: 0o640,
+      dirMode: 0o750,
+      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      requestRetries: 0,
+    };
+    world.reconciler = await Reconciler.open(deps, settings, world.client, { readOnly: true });
+
+    expect(() => world.reconciler.runPass({ mode: 'full' })).toThrow(/dry-run/);
+    const result = await world.reconciler.runPass({ mode: 'full', dryRun: true });
+
+    expect(result).toMatchObject({ dryRun: true, reachable: true, converged: false, outcomes: [] });
+    expect(result.steps.map((step) => step.kind)).toEqual(['write']);
+    expect(await exists('cfg_a.json')).toBe(false);
+    expect(reportsReceived()).toEqual([]);
+    expect(world.reconciler.state.instances.size).toBe(0);
+  });
+});
+
+describe('Reconciler: between passes', () => {
+  it('a failed write: a cooldown the daemon can wait for, due once the clock passes it', async () => {
+    put({ id: 'cfg_a' });
+    world.fs.failRenameTo = (target) => target.endsWith('cfg_a.json');
+    expect(world.reconciler.nextRetryAt()).toBeUndefined();
+
+    await pass();
+
+    const at = world.reconciler.nextRetryAt();
+    expect(at).toBeGreaterThan(world.clock.monotonic());
+    expect(world.reconciler.hasDueRetries()).toBe(false);
+    world.clock.advance((at ?? 0) - world.clock.monotonic() - 1);
+    expect(world.reconciler.hasDueRetries()).toBe(false);
+    world.clock.advance(1);
+    expect(world.reconciler.hasDueRetries()).toBe(true);
+  });
+
+  it('the earliest of several cooldowns is the next retry', async () => {
+    put({ id: 'cfg_a' });
+    put({ id: 'cfg_b' });
+    world.fs.failRenameTo = (target) => target.endsWith('cfg_a.json') || target.endsWith('cfg_b.json');
+    await pass();
+    const cooldowns = [...world.reconciler.state.cooldowns.values()];
+    expect(cooldowns).toHaveLength(2);
+    world.reconciler.state.cooldowns.set('cfg_b', Math.min(...cooldowns) - 5);
+    world.reconciler.state.cooldowns.set('cfg_a', Math.min(...cooldowns) + 5);
+
+    expect(world.reconciler.nextRetryAt()).toBe(Math.min(...cooldowns) - 5);
+  });
+
+  it('changed paths are kept for hooks until settled, and survive a restart until then', async () => {
+    put({ id: 'cfg_a' });
+    put({ id: 'cfg_b' });
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client, { trackHookPaths: true });
+
+    await pass();
+    expect(world.reconciler.pendingHookPaths().sort()).toEqual(['cfg_a.json', 'cfg_b.json']);
+    world.reconciler.settleHookPaths(['cfg_a.json']);
+    await world.reconciler.flushState();
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client, { trackHookPaths: true });
+
+    expect(world.reconciler.pendingHookPaths()).toEqual(['cfg_b.json']);
+  });
+
+  it('reconfigure keeps the reconciler for new settings of the same device, root and state dir only', async () => {
+    put({ id: 'cfg_a' });
+    const deps: Deps = { fs: world.fs, clock: world.clock, random: () => 0.5, logger: silentLogger() };
+    const same = {
+      deviceId: DEVICE,
+      rootDir: world.rootDir,
+      stateDir: path.join(world.dir, 'state'),
+      fileMode: 0o600,
+      dirMode: 0o750,
+      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      requestRetries: 0,
+    } satisfies ReconcilerSettings;
+
+    expect(world.reconciler.reconfigure(deps, { ...same, deviceId: 'dvc_2' }, world.client)).toBe(false);
+    expect(world.reconciler.reconfigure(deps, { ...same, rootDir: world.dir }, world.client)).toBe(false);
+    expect(world.reconciler.reconfigure(deps, { ...same, stateDir: world.dir }, world.client)).toBe(false);
+    expect(world.reconciler.reconfigure(deps, same, world.client)).toBe(true);
+    await pass();
+
+    expect((await stat(path.join(world.rootDir, 'cfg_a.json'))).mode & 0o777).toBe(0o600);
   });
 });
