@@ -3,10 +3,12 @@
 // file is left, and the next run converges. The fault lands on the first call of its kind in the root; a twin
 // world traced without faults tells which Nth call that is, and the trace confirms where it landed.
 //
-// strace's `when=N` counts per thread and strikes the Nth call of *every* thread, so only syscalls that the libuv
-// pool thread alone makes (fsync, rename, fchmod) can be aimed at one call. write, close and openat are also made
-// by the main thread (module loading, sockets, logs) and cannot be aimed this way; a full disk at write time is
-// tested on a real full tmpfs in test/integration/once-disk-errors.test.ts.
+// strace's `when=N` counts per thread and strikes the Nth call of *every* thread, so this way only syscalls that
+// the libuv pool thread alone makes (fsync, rename, fchmod) can be aimed at one call. write, close and openat are
+// also made by the main thread (module loading, sockets, logs, eventfd wake-ups), so those faults are aimed by
+// path instead: the run is preloaded with support/fixed-temp-names.mjs (temp files named 1, 2, 3...), strace's
+// `-P` lists the temp paths the run can use in the root (or the state dir), and a fault with `when=1` strikes the
+// first write, close or open of one of those files and nothing else.
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -16,6 +18,7 @@ import { CANARY_KEY, Fleet } from './support/fleet.js';
 import { runSeed, seededRandom } from './support/random.js';
 import {
   fdPath,
+  fixedTempPaths,
   injected,
   quoted,
   reportsBeforeDurable,
@@ -125,13 +128,19 @@ async function worldWithUpdatesWaiting(name: string): Promise<Fleet> {
   return fleet;
 }
 
-function traced(fleet: Fleet, label: string, inject?: string): Promise<TracedRun> {
+function traced(
+  fleet: Fleet,
+  label: string,
+  inject?: string,
+  aim?: { paths: readonly string[] },
+): Promise<TracedRun> {
   return runTraced({
     configPath: fleet.configPath,
     args: ['--once'],
     traceFile: path.join(fleet.dir, `${label}.trace`),
     timeoutMs: 30_000,
     ...(inject === undefined ? {} : { inject: [inject] }),
+    ...(aim === undefined ? {} : { paths: aim.paths, fixedTempNames: true }),
   });
 }
 
@@ -292,6 +301,144 @@ describe.skipIf(SKIP !== undefined)('disk faults injected with strace', { timeou
     },
   );
 });
+
+interface AimedCase {
+  name: string;
+  syscall: 'write' | 'close' | 'openat';
+  errno: string;
+  /** Whose temp files the fault aims at: a managed file's publish in the root, state.json or outbox.json, a cache entry. */
+  where: 'root' | 'state' | 'cache';
+  /** EMFILE and the like are the agent's own trouble: no attempt counted, nothing reported for the instance. */
+  resource?: boolean;
+}
+
+const AIMED: AimedCase[] = [
+  { name: 'write of the new file: disk full (ENOSPC)', syscall: 'write', errno: 'ENOSPC', where: 'root' },
+  { name: 'close of the new file fails (EIO)', syscall: 'close', errno: 'EIO', where: 'root' },
+  {
+    name: 'open of the new file: out of descriptors (EMFILE)',
+    syscall: 'openat',
+    errno: 'EMFILE',
+    where: 'root',
+    resource: true,
+  },
+  { name: 'write of state or outbox: disk full (ENOSPC)', syscall: 'write', errno: 'ENOSPC', where: 'state' },
+  { name: 'close of state or outbox fails (EIO)', syscall: 'close', errno: 'EIO', where: 'state' },
+  {
+    name: 'open of state or outbox: out of descriptors (EMFILE)',
+    syscall: 'openat',
+    errno: 'EMFILE',
+    where: 'state',
+  },
+  {
+    name: 'write of a content-cache entry: disk full (ENOSPC)',
+    syscall: 'write',
+    errno: 'ENOSPC',
+    where: 'cache',
+  },
+];
+
+/** More than the random names one run of these worlds uses (lock token, publishes, state and cache files). */
+const TEMP_NAMES_PER_RUN = 96;
+
+/** The file a traced call was made on: the path an fd argument was printed with, else the first path argument. */
+const fileOf = (call: Syscall) => fdPath(call.args) ?? quoted(call.args)[0];
+
+describe.skipIf(SKIP !== undefined)(
+  'disk faults aimed at one publish with strace -P',
+  { timeout: 120_000 },
+  () => {
+    it.each(AIMED)(
+      '$name: old file intact, nothing reported deployed early, converges after',
+      async (fault) => {
+        const fleet = await worldWithUpdatesWaiting(`aimed-${fault.name.replace(/\W+/g, '-')}`);
+        const dirs =
+          fault.where === 'root'
+            ? [...new Set(fleet.paths.map((p) => path.dirname(path.join(fleet.rootDir, p))))]
+            : fault.where === 'state'
+              ? [fleet.stateDir]
+              : [path.join(fleet.stateDir, 'cache')];
+        const aimedAt = fixedTempPaths(dirs, TEMP_NAMES_PER_RUN);
+        const before = new Map(fleet.paths.map((p) => [p, fleet.versionsAt(p)]));
+        const reportsBefore = fleet.server.state.reports.length;
+        const run = await traced(fleet, 'aimed', `${fault.syscall}:error=${fault.errno}:when=1`, {
+          paths: aimedAt,
+        });
+
+        // The fault struck exactly one call, of its kind, on one of the aimed temp files; nothing else was hit.
+        const hits = run.calls.filter(injected);
+        expect(hits.map((c) => `${c.name}(${c.args.slice(0, 160)})`)).toHaveLength(1);
+        const hit = hits[0]!;
+        expect(hit.name).toBe(fault.syscall);
+        const hitFile = fileOf(hit) ?? '';
+        expect(aimedAt, `the fault landed on ${hitFile}`).toContain(hitFile);
+        // The temp file it struck was never renamed into place.
+        expect(
+          run.calls.some(
+            (c) => c.name.startsWith('rename') && quoted(c.args)[0] === hitFile && !c.result.startsWith('-1'),
+          ),
+          `${hitFile} was renamed after its ${fault.syscall} failed`,
+        ).toBe(false);
+        expect(run.code === 0 || run.code === 1, `exit ${String(run.code)}: ${run.stderr.slice(-2000)}`).toBe(
+          true,
+        );
+
+        expect(await fleet.tempFiles(), 'temp files left by the failed publish').toEqual([]);
+        expect(await fleet.checkAnyMoment()).toEqual([]);
+        const reports = fleet.server.state.reports.slice(reportsBefore);
+        const kept: string[] = [];
+        for (const relativePath of fleet.paths) {
+          const { deployed: old, next } = before.get(relativePath) ?? {};
+          const data = await fleet.fileBytes(relativePath);
+          if (old !== undefined && data?.equals(fleet.bytesOf(old) ?? Buffer.alloc(0))) {
+            kept.push(relativePath);
+            const told = reports.filter((r) => r.config_instance_id === next).map((r) => r.activity_status);
+            expect(
+              told,
+              `${relativePath} holds its old bytes, yet ${next} was reported deployed`,
+            ).not.toContain('deployed');
+            // The agent's own resource trouble is no attempt of the instance: the service hears nothing of it.
+            if (fault.resource === true)
+              expect(told, `${relativePath}: reports after ${fault.errno}`).toEqual([]);
+          } else {
+            expect(
+              data?.equals(fleet.bytesOf(next ?? '') ?? Buffer.alloc(0)),
+              `${relativePath} is neither old nor new`,
+            ).toBe(true);
+          }
+        }
+        if (fault.where === 'root') {
+          // The struck publish was a managed file's: that file, and only files whose publish failed, kept old bytes.
+          expect(kept.length, 'no file kept its old bytes').toBeGreaterThan(0);
+          const inDir = kept.filter(
+            (p) => path.dirname(path.join(fleet.rootDir, p)) === path.dirname(hitFile),
+          );
+          expect(inDir.length, `no file in ${path.dirname(hitFile)} kept its old bytes`).toBeGreaterThan(0);
+        }
+
+        if (fault.where === 'state') {
+          // The run reported files deployed whose record (state.json) it could not persist. The service now
+          // retires them: the agent wrote them, so the next run must delete them, not keep them as someone else's.
+          for (const relativePath of fleet.paths) {
+            const { next } = before.get(relativePath) ?? {};
+            const told = reports.some(
+              (r) => r.config_instance_id === next && r.activity_status === 'deployed',
+            );
+            if (next !== undefined && told && relativePath.endsWith('.json'))
+              fleet.server.state.removeInstance(next, new Date().toISOString());
+          }
+        }
+        // The run after the fault converges, and tells the service nothing before it is durable.
+        const after = await traced(fleet, 'after');
+        expect(after.code, `the run after the fault: ${after.stdout}${after.stderr.slice(-2000)}`).toBe(0);
+        const pathOf = (id: string) => fleet.server.state.instances.get(id)?.relative_filepath;
+        expect(reportsBeforeDurable(after.calls, fleet.rootDir, pathOf)).toEqual([]);
+        expect(await fleet.checkConverged()).toEqual([]);
+        expect(await fleet.canaryHits([run.stdout, run.stderr, after.stdout, after.stderr])).toEqual([]);
+      },
+    );
+  },
+);
 
 if (SKIP !== undefined) {
   describe('disk faults injected with strace (skipped)', () => {

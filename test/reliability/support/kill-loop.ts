@@ -102,7 +102,12 @@ export async function runKillLane(
     violations: [],
   };
   const maxViolations = options.maxViolations ?? 3;
-  const fail = (what: string) => figures.violations.push(what);
+  const fail = (what: string) => {
+    figures.violations.push(what);
+    // At once, not only at the end: a long run that goes wrong at its 77th kill says so while it still runs.
+    if (options.label !== undefined)
+      process.stderr.write(`${options.label}: violation at kill ${figures.kills}: ${what.slice(0, 4000)}\n`);
+  };
 
   /** A run let finish: exit 0, converged world, no temp file. Returns its duration. */
   const finishRun = async (label: string): Promise<number> => {

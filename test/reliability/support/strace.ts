@@ -4,7 +4,7 @@ import { execFile, spawnSync } from 'node:child_process';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { TEMP_PREFIX } from '../../../src/store/path-guard.js';
-import { AGENT_BIN } from '../../helpers/harness.js';
+import { AGENT_BIN, REPO_ROOT } from '../../helpers/harness.js';
 
 /** The syscalls the checks read; everything else is left out of the trace to keep it small. */
 export const TRACED_SYSCALLS = [
@@ -287,15 +287,48 @@ export interface TracedRun {
   calls: Syscall[];
 }
 
+/** Preloaded by `fixedTempNames` runs: randomBytes(12), the temp files' names, counts 1, 2, 3... */
+export const FIXED_TEMP_NAMES = path.join(
+  REPO_ROOT,
+  'test',
+  'reliability',
+  'support',
+  'fixed-temp-names.mjs',
+);
+
+/**
+ * The temp paths a run preloaded with FIXED_TEMP_NAMES can use in `dirs`: the first `count` names in each. The
+ * count is shared by every random name of the run (the lock's token, the state dir's temp files), so it only
+ * has to exceed how many the run makes.
+ */
+export function fixedTempPaths(dirs: readonly string[], count: number): string[] {
+  const paths: string[] = [];
+  for (const dir of dirs) {
+    for (let n = 1; n <= count; n += 1) {
+      const name = Buffer.alloc(12);
+      name.writeUInt32BE(n, 8);
+      paths.push(path.join(dir, `${TEMP_PREFIX}${name.toString('hex')}`));
+    }
+  }
+  return paths;
+}
+
 /**
  * Runs `config-agent --config <config> <args>` under strace, with UV_THREADPOOL_SIZE=1 so the order of fs calls
  * (and so "the Nth fsync") is reproducible. `inject` are strace `-e inject=` specs, e.g. `fsync:error=EIO:when=3`.
+ *
+ * `paths` narrows strace to calls on those paths (`-P`: by path argument, or by the path of an fd argument), and
+ * an injected fault with it: `write:error=ENOSPC:when=1` then strikes the first write to one of those files and
+ * nothing else (module loading, logs, sockets, eventfd wake-ups are not counted). The trace holds only those
+ * calls. `fixedTempNames` preloads FIXED_TEMP_NAMES, so `fixedTempPaths` names the temp files in advance.
  */
 export async function runTraced(options: {
   configPath: string;
   args: readonly string[];
   traceFile: string;
   inject?: readonly string[];
+  paths?: readonly string[];
+  fixedTempNames?: boolean;
   env?: NodeJS.ProcessEnv;
   timeoutMs?: number;
 }): Promise<TracedRun> {
@@ -310,11 +343,21 @@ export async function runTraced(options: {
     `trace=${TRACED_SYSCALLS.join(',')}`,
   ];
   for (const spec of options.inject ?? []) straceArgs.push('-e', `inject=${spec}`);
+  for (const file of options.paths ?? []) straceArgs.push('-P', file);
+  const nodeArgs = options.fixedTempNames === true ? ['--import', FIXED_TEMP_NAMES] : [];
   const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>(
     (resolve) => {
       execFile(
         'strace',
-        [...straceArgs, process.execPath, AGENT_BIN, '--config', options.configPath, ...options.args],
+        [
+          ...straceArgs,
+          process.execPath,
+          ...nodeArgs,
+          AGENT_BIN,
+          '--config',
+          options.configPath,
+          ...options.args,
+        ],
         {
           env: { PATH: process.env.PATH, HOME: process.env.HOME, UV_THREADPOOL_SIZE: '1', ...options.env },
           timeout: options.timeoutMs ?? 60_000,
@@ -330,7 +373,7 @@ export async function runTraced(options: {
   );
   const text = await readFile(options.traceFile, 'utf8').catch(() => '');
   const calls = parseStrace(text);
-  if (calls.length === 0) {
+  if (calls.length === 0 && options.paths === undefined) {
     throw new Error(
       `strace recorded no calls (exit ${String(code)}, ${text.length} bytes of trace): ${stderr.slice(-1500)}`,
     );
