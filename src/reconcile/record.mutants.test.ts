@@ -10,7 +10,7 @@ import { silentLogger } from '../lib/logger.js';
 import { StatusOutbox } from '../store/outbox.js';
 import { emptyState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
-import type { RemoveStep, Step, WriteStep } from './plan.js';
+import { type RemoveStep, removedReport, type Step, type WriteStep } from './plan.js';
 import { type RecordContext, recordInvalid, recordStep } from './record.js';
 
 const SHA = 'a'.repeat(64);
@@ -320,5 +320,82 @@ describe('recordInvalid', () => {
       'cfg_r queued/failed invalid instance from the service: p',
       'cfg_rec deployed/failed invalid instance from the service: p',
     ]);
+  });
+});
+
+describe('recordStep: status-only steps and takeovers', () => {
+  const reportStep = (
+    id: string,
+    reason: 'archive' | 'already_in_place' | 'replaced_by_owner' | 'not_ours',
+  ) =>
+    applied(
+      {
+        kind: 'report',
+        instance: makeInstance({ id }),
+        report: {
+          activity_status: reason === 'already_in_place' ? 'deployed' : 'removed',
+          error_status: 'none',
+        },
+        reason,
+      },
+      { kind: 'none' },
+    );
+
+  it('already in place: recorded deployed, reported, converged, no note', () => {
+    expect(recordStep(reportStep('cfg_a', 'already_in_place'), ctx)).toEqual([
+      { instanceId: 'cfg_a', path: 'app.json', action: 'reported', converged: true },
+    ]);
+    expect(ctx.state.instances.get('cfg_a')).toEqual({
+      relativePath: 'app.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    expect(queued()).toEqual(['cfg_a deployed/none']);
+  });
+
+  it.each(['archive', 'replaced_by_owner', 'not_ours'] as const)(
+    '%s: recorded removed, archived with the note of its reason',
+    (reason) => {
+      const outcomes = recordStep(reportStep('cfg_a', reason), ctx);
+
+      expect(outcomes).toEqual([
+        {
+          instanceId: 'cfg_a',
+          path: 'app.json',
+          action: 'archived',
+          converged: true,
+          ...(removedReport(reason).message === undefined ? {} : { message: removedReport(reason).message }),
+        },
+      ]);
+      expect(ctx.state.instances.get('cfg_a')?.activity).toBe('removed');
+    },
+  );
+
+  it('a write that takes over a path: the old owner is recorded removed and told who has the file now', () => {
+    const step: WriteStep = {
+      ...writeStep('cfg_new', 'a.json'),
+      supersedes: [
+        {
+          instance: makeInstance({ id: 'cfg_old', relative_filepath: 'a.json' }),
+          report: { activity_status: 'removed', error_status: 'none' },
+        },
+      ],
+    };
+
+    const outcomes = recordStep(applied(step, written), ctx);
+
+    expect(outcomes).toEqual([
+      {
+        instanceId: 'cfg_old',
+        path: 'a.json',
+        action: 'replaced',
+        converged: true,
+        message: 'its file now belongs to cfg_new',
+      },
+      { instanceId: 'cfg_new', path: 'a.json', action: 'written', converged: true, reason: 'new' },
+    ]);
+    expect(ctx.state.instances.get('cfg_old')?.activity).toBe('removed');
+    expect(queued().sort()).toEqual(['cfg_new deployed/none', 'cfg_old removed/none']);
   });
 });
