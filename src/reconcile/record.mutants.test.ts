@@ -10,7 +10,7 @@ import { silentLogger } from '../lib/logger.js';
 import { StatusOutbox } from '../store/outbox.js';
 import { emptyState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
-import { type RemoveStep, removedReport, type Step, type WriteStep } from './plan.js';
+import type { RemoveStep, Step, WriteStep } from './plan.js';
 import { type RecordContext, recordInvalid, recordStep } from './record.js';
 
 const SHA = 'a'.repeat(64);
@@ -354,23 +354,24 @@ describe('recordStep: status-only steps and takeovers', () => {
     expect(queued()).toEqual(['cfg_a deployed/none']);
   });
 
-  it.each(['archive', 'replaced_by_owner', 'not_ours'] as const)(
-    '%s: recorded removed, archived with the note of its reason',
-    (reason) => {
-      const outcomes = recordStep(reportStep('cfg_a', reason), ctx);
+  it.each([
+    ['archive', undefined],
+    ['replaced_by_owner', 'file kept: another instance now owns this path'],
+    ['not_ours', 'file left in place: it is not recorded as written by this agent'],
+  ] as const)('%s: recorded removed, archived with the note of its reason', (reason, note) => {
+    const outcomes = recordStep(reportStep('cfg_a', reason), ctx);
 
-      expect(outcomes).toEqual([
-        {
-          instanceId: 'cfg_a',
-          path: 'app.json',
-          action: 'archived',
-          converged: true,
-          ...(removedReport(reason).message === undefined ? {} : { message: removedReport(reason).message }),
-        },
-      ]);
-      expect(ctx.state.instances.get('cfg_a')?.activity).toBe('removed');
-    },
-  );
+    expect(outcomes).toEqual([
+      {
+        instanceId: 'cfg_a',
+        path: 'app.json',
+        action: 'archived',
+        converged: true,
+        ...(note === undefined ? {} : { message: note }),
+      },
+    ]);
+    expect(ctx.state.instances.get('cfg_a')?.activity).toBe('removed');
+  });
 
   it('a write that takes over a path: the old owner is recorded removed and told who has the file now', () => {
     const step: WriteStep = {
