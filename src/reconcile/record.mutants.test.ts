@@ -400,3 +400,47 @@ describe('recordStep: status-only steps and takeovers', () => {
     expect(queued().sort()).toEqual(['cfg_new deployed/none', 'cfg_old removed/none']);
   });
 });
+
+describe('recordStep: steps that leave the instance alone', () => {
+  it('failed on the service: untouched, not converged, its cooldown dropped', () => {
+    ctx.state.cooldowns.set('cfg_a', mono + 5_000);
+
+    const outcomes = recordStep(
+      applied({ kind: 'skip', instance: makeInstance({ id: 'cfg_a' }) }, { kind: 'none' }),
+      ctx,
+    );
+
+    expect(outcomes).toEqual([
+      {
+        instanceId: 'cfg_a',
+        path: 'app.json',
+        action: 'untouched',
+        converged: false,
+        message: 'failed on the service: left alone',
+      },
+    ]);
+    expect(ctx.state.cooldowns.has('cfg_a')).toBe(false);
+    expect(queued()).toEqual([]);
+  });
+
+  it('cooling down: waiting, not converged, the whole seconds left rounded up', () => {
+    const wait = (until: number) =>
+      recordStep(
+        applied({ kind: 'wait', instance: makeInstance({ id: 'cfg_a' }), until }, { kind: 'none' }),
+        ctx,
+      );
+
+    expect(wait(mono + 1_500)).toEqual([
+      {
+        instanceId: 'cfg_a',
+        path: 'app.json',
+        action: 'waiting',
+        converged: false,
+        message: 'next attempt in 2s',
+      },
+    ]);
+    expect(wait(mono + 1_000)[0]?.message).toBe('next attempt in 1s');
+    expect(wait(mono - 3_000)[0]?.message).toBe('next attempt in 0s');
+    expect(queued()).toEqual([]);
+  });
+});

@@ -213,6 +213,22 @@ describe('StatusOutbox', () => {
     expect(outbox.size).toBe(1);
   });
 
+  it('a flush that settles nothing leaves the file as it was (reports queued since are not written by it)', async () => {
+    const { fs } = memfs();
+    const outbox = await open(fs);
+    outbox.enqueue('cfg_a', deployed, T0);
+    await outbox.persist();
+    outbox.enqueue('cfg_b', deployed, T0);
+
+    const result = await outbox.flush(
+      service({ cfg_a: () => new LoneFailure('500'), cfg_b: () => new LoneFailure('500') }).send,
+      isRetryable,
+    );
+
+    expect(result.skipped).toHaveLength(2);
+    expect(ids((await open(fs)).pending())).toEqual(['cfg_a']);
+  });
+
   it('persists across reopen: same entries, and new sequence numbers keep increasing', async () => {
     const { fs } = memfs();
     const first = await open(fs);
@@ -330,6 +346,20 @@ describe('StatusOutbox.flush with concurrency', () => {
     expect(svc.accepted).toEqual(['cfg_b']);
     expect(ids(outbox.pending())).toEqual(['cfg_a', 'cfg_c', 'cfg_d', 'cfg_e', 'cfg_f']);
     expect(ids((await open(fs)).pending())).toEqual(['cfg_a', 'cfg_c', 'cfg_d', 'cfg_e', 'cfg_f']);
+  });
+
+  it('an outage answering two sends in flight: the first answer is the one returned', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c']);
+    const first = new Retryable('first');
+    const svc = gatedService({ cfg_a: () => first, cfg_b: () => new Retryable('second') });
+
+    const flushing = outbox.flush(svc.send, isRetryable, { concurrency: 2 });
+    await svc.releaseAll();
+    const result = await flushing;
+
+    expect(result.deferredBy).toBe(first);
+    expect(ids(outbox.pending())).toEqual(['cfg_a', 'cfg_b', 'cfg_c']);
   });
 
   it('rejected and skipped reports are judged the same as one at a time', async () => {
