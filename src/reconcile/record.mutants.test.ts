@@ -444,3 +444,38 @@ describe('recordStep: steps that leave the instance alone', () => {
     expect(queued()).toEqual([]);
   });
 });
+
+describe('recordStep: removals', () => {
+  it('a file left in place by a removal (changed by someone else): no longer ours, recorded removed, reported with why', () => {
+    ctx.state.files.set('old.json', {
+      instanceId: 'cfg_old',
+      sha256: SHA,
+      mode: 0o640,
+      createdDirs: [],
+      writtenAt: 'x',
+    });
+
+    const outcomes = recordStep(
+      applied(removeStep('cfg_old', 'old.json'), { kind: 'kept', message: 'changed on disk: kept' }),
+      ctx,
+    );
+
+    expect(outcomes).toEqual([
+      {
+        instanceId: 'cfg_old',
+        path: 'old.json',
+        action: 'archived',
+        converged: true,
+        message: 'changed on disk: kept',
+      },
+    ]);
+    expect(ctx.state.files.has('old.json')).toBe(false);
+    expect(ctx.state.instances.get('cfg_old')).toEqual({
+      relativePath: 'old.json',
+      activity: 'removed',
+      error: 'none',
+      attempts: 0,
+    });
+    expect(queued()).toEqual(['cfg_old removed/none changed on disk: kept']);
+  });
+});
