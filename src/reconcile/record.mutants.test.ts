@@ -479,3 +479,106 @@ describe('recordStep: removals', () => {
     expect(queued()).toEqual(['cfg_old removed/none changed on disk: kept']);
   });
 });
+
+describe('recordStep: directories the agent created, handed down on removal', () => {
+  const file = (instanceId: string, createdDirs: string[]) => ({
+    instanceId,
+    sha256: SHA,
+    mode: 0o640,
+    createdDirs,
+    writtenAt: 'x',
+  });
+
+  it('the first managed file still under each created directory inherits it, shallowest first', () => {
+    ctx.state.files.set('z.json', file('cfg_z', []));
+    ctx.state.files.set('d/e/f/a.json', file('cfg_a', ['d', 'd/e', 'd/e/f']));
+    ctx.state.files.set('d/e/f/c.json', file('cfg_c', []));
+    ctx.state.files.set('d/b.json', file('cfg_b', ['d']));
+
+    const outcomes = recordStep(applied(removeStep('cfg_a', 'd/e/f/a.json'), { kind: 'removed' }), ctx);
+
+    expect(outcomes.map((outcome) => outcome.action)).toEqual(['removed']);
+    expect(ctx.state.files.has('d/e/f/a.json')).toBe(false);
+    expect(ctx.state.files.get('d/e/f/c.json')?.createdDirs).toEqual(['d', 'd/e', 'd/e/f']);
+    expect(ctx.state.files.get('d/b.json')?.createdDirs).toEqual(['d']);
+    expect(ctx.state.files.get('z.json')?.createdDirs).toEqual([]);
+  });
+
+  it('a directory the inheriting file already holds is not added twice', () => {
+    ctx.state.files.set('d/a.json', file('cfg_a', ['d']));
+    ctx.state.files.set('d/b.json', file('cfg_b', ['d']));
+
+    recordStep(applied(removeStep('cfg_a', 'd/a.json'), { kind: 'removed' }), ctx);
+
+    expect(ctx.state.files.get('d/b.json')?.createdDirs).toEqual(['d']);
+  });
+
+  it('a removal of a path with no record is still a removal', () => {
+    const outcomes = recordStep(applied(removeStep('cfg_a', 'gone.json'), { kind: 'removed' }), ctx);
+
+    expect(outcomes).toEqual([
+      { instanceId: 'cfg_a', path: 'gone.json', action: 'removed', converged: true },
+    ]);
+  });
+});
+
+describe('recordStep: a swap', () => {
+  const swap = (displacedResult: EffectResult, result: EffectResult) => {
+    const displaced = removeStep('cfg_old', 'old.json');
+    ctx.state.files.set('old.json', {
+      instanceId: 'cfg_old',
+      sha256: SHA,
+      mode: 0o640,
+      createdDirs: [],
+      writtenAt: 'x',
+    });
+    return recordStep(
+      {
+        step: { ...writeStep('cfg_new', 'new.json'), displaces: [displaced] },
+        result,
+        displaced: [{ step: displaced, result: displacedResult }],
+      },
+      ctx,
+    );
+  };
+
+  it('the old file put back after the new one failed: kept, not converged, said why', () => {
+    const outcomes = swap(
+      { kind: 'restored' },
+      { kind: 'failed', error: new Error('ENOSPC'), operation: 'write' },
+    );
+
+    expect(outcomes[0]).toEqual({
+      instanceId: 'cfg_old',
+      path: 'old.json',
+      action: 'unchanged',
+      converged: false,
+      message: 'kept: its replacement could not be written',
+    });
+    expect(ctx.state.files.has('old.json')).toBe(true);
+  });
+
+  it('the old file gone and not restorable: removed, with the lost rollback named', () => {
+    const outcomes = swap(
+      { kind: 'removed', rollbackLost: true },
+      { kind: 'failed', error: new Error('ENOSPC'), operation: 'write' },
+    );
+
+    expect(outcomes[0]).toMatchObject({
+      instanceId: 'cfg_old',
+      action: 'removed',
+      message: 'removed; rollback impossible (no cached copy)',
+    });
+  });
+
+  it('the old file removed and the new one written: removed with no note', () => {
+    const outcomes = swap({ kind: 'removed' }, written);
+
+    expect(outcomes[0]).toEqual({
+      instanceId: 'cfg_old',
+      path: 'old.json',
+      action: 'removed',
+      converged: true,
+    });
+  });
+});

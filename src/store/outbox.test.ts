@@ -229,6 +229,24 @@ describe('StatusOutbox', () => {
     expect(ids((await open(fs)).pending())).toEqual(['cfg_a']);
   });
 
+  it('a file whose nextSeq lags its entries: new reports still get sequence numbers above every entry', async () => {
+    const entry = (seq: number, instanceId: string) => ({
+      seq,
+      instanceId,
+      report: deployed,
+      queuedAt: T0.toISOString(),
+    });
+    for (const entries of [[entry(3, 'cfg_a')], [entry(7, 'cfg_a'), entry(2, 'cfg_b')]]) {
+      const { fs } = memfs({ [OUTBOX_PATH]: JSON.stringify({ version: 1, nextSeq: 3, entries }) });
+      const outbox = await open(fs);
+
+      outbox.enqueue('cfg_new', deployed, T0);
+
+      const seqs = outbox.pending().map((pending) => pending.seq);
+      expect(seqs.at(-1)).toBe(Math.max(...entries.map((e) => e.seq)) + 1);
+    }
+  });
+
   it('persists across reopen: same entries, and new sequence numbers keep increasing', async () => {
     const { fs } = memfs();
     const first = await open(fs);
