@@ -7,6 +7,7 @@ import { instanceFactory } from '../../test/helpers/instances.js';
 import type { Clock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
+import { PathRejectedError } from '../store/errors.js';
 import { StatusOutbox } from '../store/outbox.js';
 import { emptyState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
@@ -580,5 +581,46 @@ describe('recordStep: a swap', () => {
       action: 'removed',
       converged: true,
     });
+  });
+});
+
+describe('recordStep: failures', () => {
+  const fail = (id: string, error: unknown) =>
+    recordStep(applied(writeStep(id, `${id}.json`), { kind: 'failed', error, operation: 'write' }), ctx);
+
+  it('a permanent error (a hostile path) fails at the first attempt: failed, no cooldown', () => {
+    const outcomes = fail('cfg_a', new PathRejectedError('absolute', '/etc/passwd'));
+
+    expect(outcomes[0]).toMatchObject({ action: 'failed', converged: false });
+    expect(ctx.state.instances.get('cfg_a')).toMatchObject({ error: 'failed', attempts: 1 });
+    expect(ctx.state.cooldowns.has('cfg_a')).toBe(false);
+    expect(queued()[0]).toMatch(/^cfg_a queued\/failed write failed: path rejected/);
+  });
+
+  it("the agent's own resource trouble: waiting, not converged, no attempt, no cooldown, nothing queued", () => {
+    const outcomes = fail(
+      'cfg_a',
+      Object.assign(new Error('EMFILE: too many open files'), { code: 'EMFILE' }),
+    );
+
+    expect(outcomes).toEqual([
+      {
+        instanceId: 'cfg_a',
+        path: 'cfg_a.json',
+        action: 'waiting',
+        converged: false,
+        message:
+          "write postponed: EMFILE: too many open files; the agent's own resource limit, retried next pass",
+      },
+    ]);
+    expect(ctx.state.instances.has('cfg_a')).toBe(false);
+    expect(ctx.state.cooldowns.size).toBe(0);
+    expect(queued()).toEqual([]);
+  });
+
+  it('a write step whose handler returned no write result counts as a failed write', () => {
+    const outcomes = recordStep(applied(writeStep('cfg_a', 'a.json'), { kind: 'none' }), ctx);
+
+    expect(outcomes[0]).toMatchObject({ action: 'retrying', message: 'write failed: unexpected none' });
   });
 });
