@@ -1,6 +1,11 @@
 // The typed service client (undici 7): one method per endpoint, every response validated, every failure classified.
 import { isUtf8 } from 'node:buffer';
-import { Agent, type Dispatcher, EnvHttpProxyAgent, ProxyAgent } from 'undici';
+import type { Dispatcher } from 'undici';
+import requestThrough from 'undici/lib/api/api-request.js';
+// One file each, not undici's index (see undici-parts.d.ts): the client needs only these.
+import Agent from 'undici/lib/dispatcher/agent.js';
+import EnvHttpProxyAgent from 'undici/lib/dispatcher/env-http-proxy-agent.js';
+import ProxyAgent from 'undici/lib/dispatcher/proxy-agent.js';
 import type { z } from 'zod';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
@@ -476,7 +481,7 @@ export function createClient(options: ClientOptions): ServiceClient {
     let status: number | undefined;
     try {
       // dispatcher.request with a raw path: undici.request(url) would run the path through URL normalisation.
-      const response = await dispatcher.request({
+      const response = await requestThrough.call(dispatcher, {
         origin,
         path: `${root}${spec.path}${buildQuery(spec.query ?? [])}`,
         method: spec.method,
