@@ -1,10 +1,11 @@
 // `npm run bench`: every ratio of the performance issue, measured in one run, with its target beside it.
-// Options: --json (one JSON object on stdout), --only=<section,…> (startup, sync, steady, large, fleet).
-// Environment: BENCH_INSTANCES (N, default 1000; the scale run uses 10 × N), BENCH_REPS (default 5),
-// BENCH_FLEET_AGENTS (default 10000), BENCH_AGENT_BIN (default dist/main.js).
+// Options: --json (one JSON object on stdout), --only=<section,…> (startup, sync, steady, large, fleet; steady
+// without sync syncs one world of N first). Environment: BENCH_INSTANCES (N, default 1000; the scale run uses
+// 10 × N), BENCH_REPS (default 5), BENCH_FLEET_AGENTS (default 10000), BENCH_AGENT_BIN (default: the bundle
+// the packages ship, dist-bench/agent/dist/main.js, built by `npm run bench`).
 import { cpus, release, totalmem } from 'node:os';
 import { DEFAULT_FLEET, renderHistogram, simulateFleet } from './fleet.js';
-import { AGENT_BIN, agentFirstSync, firstSync, medianMs } from './lib/first-sync.js';
+import { AGENT_BIN, agentFirstSync, BUNDLE_BIN, firstSync, medianMs } from './lib/first-sync.js';
 import { benchFixtures } from './lib/fixtures.js';
 import { hasGnuTime, median, runTimed } from './lib/proc.js';
 import { daemonPolls, onceNothingToDo } from './lib/steady.js';
@@ -48,18 +49,50 @@ async function startup(): Promise<void> {
   const node: number[] = [];
   const help: number[] = [];
   const version: number[] = [];
+  const cpu = { node: [] as number[], help: [] as number[], version: [] as number[] };
+  const timed = async (args: string[], ms: number[], cpuSeconds: number[]) => {
+    const run = await runTimed(process.execPath, args, { rss: true });
+    ms.push(run.ms);
+    if (run.cpuSeconds !== undefined) cpuSeconds.push(run.cpuSeconds);
+  };
   for (let rep = 0; rep < Math.max(REPS, 10); rep += 1) {
-    node.push((await runTimed(process.execPath, ['-e', '0'])).ms);
-    help.push((await runTimed(process.execPath, [AGENT_BIN, '--help'])).ms);
-    version.push((await runTimed(process.execPath, [AGENT_BIN, '--version'])).ms);
+    await timed(['-e', '0'], node, cpu.node);
+    await timed([AGENT_BIN, '--help'], help, cpu.help);
+    await timed([AGENT_BIN, '--version'], version, cpu.version);
   }
   const base = median(node);
   extra.nodeStartMs = base;
+  extra.nodeStartCpuMs = median(cpu.node) * 1000;
+  extra.startupCpuSeconds = cpu;
   rows.push(
     { id: 'node_e0_ms', label: '`node -e 0` (ms)', value: base, unit: 'ms' },
+    {
+      id: 'node_e0_cpu_ms',
+      label: '`node -e 0` CPU user+sys (ms)',
+      value: median(cpu.node) * 1000,
+      unit: 'ms',
+    },
     ratio('help_vs_node', '--help / node -e 0', median(help) / base, 1.5),
     ratio('version_vs_node', '--version / node -e 0', median(version) / base, 1.5),
+    {
+      id: 'help_cpu_vs_node',
+      label: '--help / node -e 0, CPU user+sys',
+      value: median(cpu.help) / median(cpu.node),
+      unit: '',
+    },
   );
+}
+
+/** `--only=steady` without `sync`: one world synced by the agent, then the steady-state measures at N. */
+async function steadyAlone(): Promise<void> {
+  log(`steady state alone: first sync of ${N} by the agent, once`);
+  const run = await agentFirstSync(benchFixtures({ count: N }));
+  if (run.failure !== undefined) log(`  agent failed: ${run.failure}`);
+  try {
+    await steadyAt(run.world, N);
+  } finally {
+    await run.world.close();
+  }
 }
 
 async function sync(): Promise<void> {
@@ -132,6 +165,12 @@ async function steadyAt(world: Parameters<typeof onceNothingToDo>[0], instances:
   if (once.failures.length > 0) log(`  --once failed: ${once.failures[0]}`);
   rows.push(
     ratio(`resync_files_${instances}`, `full resync at ${instances}: files rewritten`, once.filesChanged, 0),
+    ratio(
+      `resync_state_files_${instances}`,
+      `full resync at ${instances}: state files written (runs 2…)`,
+      once.stateFilesChanged,
+      0,
+    ),
     ratio(`resync_reports_${instances}`, `full resync at ${instances}: status reports`, once.reports, 0),
     {
       id: `resync_requests_${instances}`,
@@ -151,7 +190,23 @@ async function steadyAt(world: Parameters<typeof onceNothingToDo>[0], instances:
     rows.push(
       { id: 'once_idle_ms', label: `--once, nothing to do, ${N} (ms)`, value: median(once.ms), unit: 'ms' },
       ratio('once_idle_vs_node', `--once nothing to do ${N} / node -e 0`, median(once.ms) / base, 3),
+      {
+        id: 'once_idle_cpu_ms',
+        label: `--once, nothing to do, ${N}: CPU user+sys (ms)`,
+        value: median(once.cpuSeconds) * 1000,
+        unit: 'ms',
+      },
     );
+    const baseCpuMs = extra.nodeStartCpuMs as number | undefined;
+    if (baseCpuMs !== undefined) {
+      rows.push({
+        id: 'once_idle_cpu_vs_node',
+        label: `--once nothing to do ${N} / node -e 0, CPU user+sys`,
+        value: (median(once.cpuSeconds) * 1000) / baseCpuMs,
+        unit: '',
+      });
+    }
+    extra.onceIdle = once;
   } else {
     rows.push({
       id: `once_idle_ms_${instances}`,
@@ -253,6 +308,7 @@ if (!hasGnuTime) log('bench: /usr/bin/time (Debian package "time") is missing: p
 const started = performance.now();
 if (only.has('startup')) await startup();
 if (only.has('sync')) await sync();
+else if (only.has('steady')) await steadyAlone();
 if (only.has('large')) await large();
 if (only.has('fleet')) await fleet();
 const machine = {
@@ -262,6 +318,7 @@ const machine = {
   kernel: release(),
   node: process.version,
   agent: AGENT_BIN,
+  agentIsShippedBundle: AGENT_BIN === BUNDLE_BIN,
 };
 if (json) {
   process.stdout.write(
@@ -269,7 +326,8 @@ if (json) {
   );
 } else {
   process.stdout.write(
-    `config-agent bench — N=${N}, ${REPS} repetitions (medians), ${machine.cpus}× ${machine.cpu}, node ${machine.node}\n\n`,
+    `config-agent bench — N=${N}, ${REPS} repetitions (medians), ${machine.cpus}× ${machine.cpu}, node ${machine.node}\n` +
+      `agent: ${machine.agentIsShippedBundle ? 'the shipped bundle' : 'not the shipped bundle'}, ${AGENT_BIN}\n\n`,
   );
   process.stdout.write(`${renderTable(rows)}\n`);
 }

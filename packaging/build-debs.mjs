@@ -18,6 +18,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
+import { bundleCli, installedPackageJson } from './bundle.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const OUT = path.join(REPO, 'dist-pkg');
@@ -66,23 +67,13 @@ mkdirSync(WORK, { recursive: true });
 mkdirSync(CACHE, { recursive: true });
 for (const name of readdirSync(OUT)) if (name.endsWith('.deb')) rmSync(path.join(OUT, name));
 
-// One file, ESM. No code splitting: the dynamic import()s of the composition root stay lazy anyway (esbuild
-// wraps each dynamically imported module in an init function that runs at the import), and one file cannot
-// be half-replaced under a running agent during an upgrade. The banner gives bundled CommonJS code require().
 const bundleDir = path.join(WORK, 'bundle');
 const metafile = path.join(WORK, 'meta.json');
-run(path.join(REPO, 'node_modules/.bin/esbuild'), [
-  'src/main.ts',
-  '--bundle',
-  '--platform=node',
-  '--format=esm',
-  '--target=node20.19',
-  `--outfile=${path.join(bundleDir, 'main.js')}`,
-  `--metafile=${metafile}`,
-  '--legal-comments=none',
-  '--log-level=warning',
-  "--banner:js=import { createRequire as __bundleRequire } from 'node:module'; const require = __bundleRequire(import.meta.url);",
-]);
+try {
+  bundleCli({ outfile: path.join(bundleDir, 'main.js'), metafile });
+} catch (error) {
+  fail(`esbuild: ${error.message}`);
+}
 const bundle = readFileSync(path.join(bundleDir, 'main.js'), 'utf8').replace(/^#!.*\n/, '');
 
 /** The npm packages inside the bundle, with their licenses, for the copyright file. */
@@ -226,11 +217,7 @@ function compression(arch) {
 function stage({ name, arch, interpreter, depends, relations, node }) {
   const root = path.join(WORK, `${name}_${arch}`);
   write(path.join(root, LIB, 'dist/main.js'), bundle);
-  // main.js reads its version from ../package.json, as in the repository; "type": "module" makes .js ESM.
-  write(
-    path.join(root, LIB, 'package.json'),
-    `${JSON.stringify({ name: 'config-agent', version: pkg.version, type: 'module', private: true }, null, 2)}\n`,
-  );
+  write(path.join(root, LIB, 'package.json'), installedPackageJson(pkg.version));
   // exec keeps the process id: under Type=exec the agent itself is the unit's main process.
   write(
     path.join(root, 'usr/bin/config-agent'),

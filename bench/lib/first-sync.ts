@@ -13,7 +13,9 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const REPO_ROOT = path.resolve(HERE, '../../..');
 export const FLOOR_LOOP = path.resolve(HERE, '../floor-loop.js');
 export const CURL_JQ = path.join(REPO_ROOT, 'bench', 'alternatives', 'curl-jq.sh');
-export const AGENT_BIN = process.env.BENCH_AGENT_BIN ?? path.join(REPO_ROOT, 'dist', 'main.js');
+/** What users run: the bundle the packages ship (packaging/bundle.mjs, built by `npm run bench`). */
+export const BUNDLE_BIN = path.join(REPO_ROOT, 'dist-bench', 'agent', 'dist', 'main.js');
+export const AGENT_BIN = process.env.BENCH_AGENT_BIN ?? BUNDLE_BIN;
 
 export type Contender = 'agent' | 'floor1' | 'floor16' | 'curl-jq';
 

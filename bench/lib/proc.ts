@@ -15,6 +15,8 @@ export interface TimedRun {
   stderr: string;
   /** Peak resident set of the process (and its waited-for children), KiB; undefined without GNU time. */
   maxRssKiB: number | undefined;
+  /** CPU seconds (user + system) of the process, from GNU time with `rss`: does not depend on the load. */
+  cpuSeconds: number | undefined;
 }
 
 export interface RunOptions {
@@ -37,23 +39,30 @@ export async function runTimed(
   if (options.rss && hasGnuTime) {
     rssDir = await mkdtemp(path.join(os.tmpdir(), 'bench-rss-'));
     file = GNU_TIME;
-    argv = ['-f', '%M', '-o', path.join(rssDir, 'rss'), command, ...args];
+    argv = ['-f', '%M %U %S', '-o', path.join(rssDir, 'rss'), command, ...args];
   }
   const started = performance.now();
   const child = spawn(file, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
   const result = await collect(child, options.timeoutMs ?? 30 * 60_000);
   const ms = performance.now() - started;
   let maxRssKiB: number | undefined;
+  let cpuSeconds: number | undefined;
   if (rssDir !== undefined) {
     const text = await readFile(path.join(rssDir, 'rss'), 'utf8').catch(() => '');
-    const last = text.trim().split('\n').pop() ?? '';
-    maxRssKiB = /^\d+$/.test(last) ? Number(last) : undefined;
+    const last = /^(\d+) (\d+\.\d+) (\d+\.\d+)$/.exec(text.trim().split('\n').pop() ?? '');
+    if (last !== null) {
+      maxRssKiB = Number(last[1]);
+      cpuSeconds = Number(last[2]) + Number(last[3]);
+    }
     await rm(rssDir, { recursive: true, force: true });
   }
-  return { ms, ...result, maxRssKiB };
+  return { ms, ...result, maxRssKiB, cpuSeconds };
 }
 
-function collect(child: ChildProcess, timeoutMs: number): Promise<Omit<TimedRun, 'ms' | 'maxRssKiB'>> {
+function collect(
+  child: ChildProcess,
+  timeoutMs: number,
+): Promise<Omit<TimedRun, 'ms' | 'maxRssKiB' | 'cpuSeconds'>> {
   return new Promise((resolve, reject) => {
     let stdout = '';
     let stderr = '';

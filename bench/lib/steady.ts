@@ -7,8 +7,15 @@ import { type BenchWorld, changedEntries, snapshotTree, startByteCounter } from 
 
 export interface NothingToDo {
   ms: number[];
+  /** CPU seconds (user + system) of each run, when GNU time is there. */
+  cpuSeconds: number[];
   /** Files whose inode, mtime or size changed over all runs (want 0). */
   filesChanged: number;
+  /**
+   * Files of the state directory changed by the runs after the first (want 0). The first run after a sync
+   * records the files' fingerprints (stateDir/fingerprints.json); a pass with nothing to do writes nothing.
+   */
+  stateFilesChanged: number;
   /** Status reports the mock received over all runs (want 0). */
   reports: number;
   /** Requests of one full pass. */
@@ -17,16 +24,29 @@ export interface NothingToDo {
 }
 
 export async function onceNothingToDo(world: BenchWorld, reps: number): Promise<NothingToDo> {
-  const result: NothingToDo = { ms: [], filesChanged: 0, reports: 0, requestsPerPass: 0, failures: [] };
+  const result: NothingToDo = {
+    ms: [],
+    cpuSeconds: [],
+    filesChanged: 0,
+    stateFilesChanged: 0,
+    reports: 0,
+    requestsPerPass: 0,
+    failures: [],
+  };
   const reportsBefore = world.server.state.reports.length;
   for (let rep = 0; rep < reps; rep += 1) {
     const before = await snapshotTree(world.rootDir);
+    const stateBefore = await snapshotTree(world.stateDir);
     const requestsBefore = world.server.state.statsSnapshot().total;
-    const run = await runTimed(process.execPath, [AGENT_BIN, '--config', world.configPath, '--once']);
+    const run = await runTimed(process.execPath, [AGENT_BIN, '--config', world.configPath, '--once'], {
+      rss: true,
+    });
     result.requestsPerPass = world.server.state.statsSnapshot().total - requestsBefore;
     result.ms.push(run.ms);
+    if (run.cpuSeconds !== undefined) result.cpuSeconds.push(run.cpuSeconds);
     if (run.code !== 0) result.failures.push(`exit ${run.code}: ${run.stderr.slice(0, 400)}`);
     result.filesChanged += changedEntries(before, await snapshotTree(world.rootDir));
+    if (rep > 0) result.stateFilesChanged += changedEntries(stateBefore, await snapshotTree(world.stateDir));
   }
   result.reports = world.server.state.reports.length - reportsBefore;
   return result;
