@@ -1,6 +1,7 @@
 // Stryker ignorer (stryker.config.mjs): mutants that change only log lines, which no test reads. Tests assert
 // on resulting state (files, state, outbox, what the mock received), never on logs, so a mutant inside
-// `logger.warn({ … }, '…')`, or in the condition of an `if` that only logs, can only survive.
+// `logger.warn({ … }, '…')`, in the condition of an `if` that only logs, or removing a block that only logs,
+// can only survive.
 
 const LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error', 'fatal']);
 
@@ -32,13 +33,20 @@ function isLogOnlyIf(path) {
   return statements.length > 0 && statements.every(isLogStatement);
 }
 
+/** `catch { logger.warn(…); }`, `.catch((error) => { logger.warn(…); })`: a block that only logs. */
+function isLogOnlyBlock(path) {
+  if (!path.isBlockStatement()) return false;
+  const statements = path.get('body');
+  return statements.length > 0 && statements.every(isLogStatement);
+}
+
 export const strykerPlugins = [
   {
     kind: 'Ignore',
     name: 'logging',
     value: {
       shouldIgnore(path) {
-        return isLogStatement(path) || isLogOnlyIf(path)
+        return isLogStatement(path) || isLogOnlyIf(path) || isLogOnlyBlock(path)
           ? 'a log call: tests assert on state, never on log lines'
           : undefined;
       },

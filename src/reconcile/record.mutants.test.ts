@@ -624,3 +624,28 @@ describe('recordStep: failures', () => {
     expect(outcomes[0]).toMatchObject({ action: 'retrying', message: 'write failed: unexpected none' });
   });
 });
+
+describe('recordStep: a failed takeover', () => {
+  it('the instance whose path it was to take over waits for the newcomer, named', () => {
+    const step: WriteStep = {
+      ...writeStep('cfg_new', 'a.json'),
+      supersedes: [
+        { instance: makeInstance({ id: 'cfg_old', relative_filepath: 'a.json' }), report: undefined },
+      ],
+    };
+
+    const outcomes = recordStep(
+      applied(step, { kind: 'failed', error: new Error('EIO'), operation: 'write' }),
+      ctx,
+    );
+
+    expect(outcomes[0]).toEqual({
+      instanceId: 'cfg_old',
+      path: 'a.json',
+      action: 'waiting',
+      converged: false,
+      message: 'kept until cfg_new is written in its place',
+    });
+    expect(outcomes[1]).toMatchObject({ instanceId: 'cfg_new', action: 'retrying' });
+  });
+});
