@@ -174,8 +174,9 @@ function seeded(seed: number): () => number {
 
 /**
  * The service as one device sees it, standing in for the reconciler: a pass costs the requests the real one
- * makes for a device with fewer than 100 instances (a poll: 2 lists; a full pass: 7 lists), and during the
- * outage the first request fails and ends the pass, as a refused connection does.
+ * makes for a device with fewer than 100 instances (a poll: 2 lists; a full pass: 1, the device's whole listing
+ * in one page, counted at the mock by test/contract/pager-wide.test.ts), and during the outage the first request
+ * fails and ends the pass, as a refused connection does.
  */
 class StandInPassRunner implements PassRunner {
   readonly state = emptyState('dvc_fleet');
@@ -232,7 +233,7 @@ class StandInPassRunner implements PassRunner {
   async close(): Promise<void> {}
 }
 
-const FULL_PASS_REQUESTS = 7;
+const FULL_PASS_REQUESTS = 1;
 const POLL_REQUESTS = 2;
 
 /** The daemon only records into its metrics; the simulation has no use for 10,000 Prometheus registries. */

@@ -268,13 +268,39 @@ describe('AgentDaemon: steady polling', () => {
     expect(await nextPass(agent)).toEqual({ mode: 'incremental', waitMs: INTERVAL_MS });
   });
 
-  it('runs a full pass again once fullResyncSeconds have passed since the last one', async () => {
-    const agent = await startAgent({ random: 1 });
-    // 36 s apart: the 17th poll after the first full pass is 612 s later, the first one past 600 s.
-    const { modes } = await passes(agent, 19);
-    expect(modes[0]).toBe('full');
-    expect(modes.slice(1, 17)).toEqual(Array(16).fill('incremental'));
-    expect(modes.slice(17)).toEqual(['full', 'incremental']);
+  it('runs the next full pass 0.5–1.5 × fullResyncSeconds after the last one, drawn per agent', async () => {
+    // random() = 0.5: polls 30 s apart, the next full pass due 600 s after the first one (the 20th poll).
+    const middle = await startAgent({ random: 0.5 });
+    const even = await passes(middle, 22);
+    expect(even.modes[0]).toBe('full');
+    expect(even.modes.slice(1, 20)).toEqual(Array(19).fill('incremental'));
+    expect(even.modes.slice(20)).toEqual(['full', 'incremental']);
+
+    // random() = 0: polls 24 s apart, the next full pass due after 300 s: the 13th poll (312 s).
+    const early = await startAgent({ random: 0 });
+    const soon = await passes(early, 15);
+    expect(soon.modes.slice(1, 13)).toEqual(Array(12).fill('incremental'));
+    expect(soon.modes.slice(13)).toEqual(['full', 'incremental']);
+
+    // random() = 1: polls 36 s apart, due after 900 s: the 25th poll (900 s).
+    const late = await startAgent({ random: 1 });
+    const far = await passes(late, 26);
+    expect(far.modes.slice(1, 25)).toEqual(Array(24).fill('incremental'));
+    expect(far.modes.slice(25)).toEqual(['full']);
+  });
+
+  it('draws the deadline again after every full pass, including one forced by a failure', async () => {
+    const agent = await startAgent({ random: 0.5 });
+    await nextPass(agent);
+    agent.reconciler.script(unreachable());
+    expect((await nextPass(agent)).mode).toBe('incremental');
+    // Back after the outage: a full pass, then the next full one a drawn period after it (random() = 0: 300 s).
+    agent.random = 0;
+    const after = await passes(agent, 15);
+    expect(after.modes[0]).toBe('full');
+    // Waits of 24 s from here: the full pass falls on the first poll at or past 300 s, the 13th.
+    expect(after.modes.slice(1, 13)).toEqual(Array(12).fill('incremental'));
+    expect(after.modes[13]).toBe('full');
   });
 
   it('a trigger during a pass schedules exactly one more pass, never two', async () => {

@@ -55,7 +55,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   #wake: (() => void) | undefined;
   #drift: DriftWatcher | undefined;
   #pendingMode: PassMode = 'full';
-  #lastFullAt = Number.NEGATIVE_INFINITY;
+  /** When the next full resync is due (monotonic ms); the first pass is full anyway. */
+  #nextFullAt = Number.NEGATIVE_INFINITY;
   #lastLoopAt: number | undefined;
   #lastAttemptAt: number | undefined;
   #lastSuccessAt: number | undefined;
@@ -267,7 +268,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     const now = clock.monotonic();
     const fullDue =
       this.#pendingMode === 'full' ||
-      now - this.#lastFullAt >= c.config.poll.fullResyncSeconds * 1000 ||
+      now >= this.#nextFullAt ||
       c.runner.hasDueRetries() ||
       this.#failures > 0;
     const mode: PassMode = fullDue ? 'full' : 'incremental';
@@ -286,7 +287,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     if (result.reachable) {
       this.#failures = 0;
       this.#lastSuccessAt = clock.monotonic();
-      if (mode === 'full') this.#lastFullAt = now;
+      if (mode === 'full')
+        this.#nextFullAt = now + fullResyncDelayMs(c.config.poll.fullResyncSeconds, c.deps.random);
     } else {
       this.#failures += 1;
       this.#pendingMode = 'full';
@@ -412,6 +414,15 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     const { clock } = this.#c.deps;
     return new Date(clock.now() - (clock.monotonic() - monotonicMs)).toISOString();
   }
+}
+
+/**
+ * The wait from one full resync to the next: uniform between 0.5 and 1.5 × `fullResyncSeconds` (the mean is
+ * the setting). A fleet that boots or recovers together runs its first full pass together; drawing each next
+ * deadline over a whole period spreads the following ones evenly instead of keeping them in step.
+ */
+export function fullResyncDelayMs(fullResyncSeconds: number, random: () => number): number {
+  return fullResyncSeconds * 1000 * (0.5 + random());
 }
 
 /** The device's instances by merged status as the agent last knew them (an incremental pass sees few). */
