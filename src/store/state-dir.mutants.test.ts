@@ -17,10 +17,22 @@ let dir: string;
 let settings: StateDirSettings;
 const opened: StateDir[] = [];
 
-/** The real fs, except that listing the content cache can be made to fail. */
+/** Files fsynced through a handle since the last reset: the durability model of these tests. */
+const synced = new Set<string>();
+
+/** The real fs, except that listing the content cache can be made to fail; fsyncs are noted in `synced`. */
 const fs = {
   ...nodeFs,
   failCacheListing: false,
+  open: (async (target: string, ...rest: never[]) => {
+    const handle = await nodeFs.open(target, ...rest);
+    const sync = handle.sync.bind(handle);
+    handle.sync = async () => {
+      await sync();
+      synced.add(path.basename(String(target)));
+    };
+    return handle;
+  }) as typeof nodeFs.open,
   readdir: ((target: string, options?: never) => {
     if (fs.failCacheListing && String(target).endsWith(`${path.sep}cache`)) {
       return Promise.reject(Object.assign(new Error('EIO: simulated failure'), { code: 'EIO' }));
@@ -120,6 +132,23 @@ describe('StateDir: persisting', () => {
     const second = await open();
     expect(second.state.instances.get('cfg_a')?.relativePath).toBe('a.json');
     expect(second.outbox.pending().map((entry) => entry.instanceId)).toEqual(['cfg_a']);
+  });
+
+  it('a new process fsyncs state and outbox at its first persist even when their bytes did not change', async () => {
+    const first = await open();
+    first.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
+    await first.persist();
+    await first.close();
+    // A restart after a crash that may have come before the earlier run's fsync: the bytes are the same.
+    const second = await open();
+    synced.clear();
+
+    await second.persist();
+    expect([...synced]).toEqual(expect.arrayContaining(['outbox.json', 'state.json']));
+
+    synced.clear();
+    await second.persist();
+    expect([...synced].filter((name) => name.endsWith('.json'))).toEqual([]);
   });
 
   it('persistState writes the state only', async () => {
