@@ -593,8 +593,19 @@ describe('recordStep: failures', () => {
 
     expect(outcomes[0]).toMatchObject({ action: 'failed', converged: false });
     expect(ctx.state.instances.get('cfg_a')).toMatchObject({ error: 'failed', attempts: 1 });
+    expect(Object.keys(ctx.state.instances.get('cfg_a') ?? {})).not.toContain('nextAttemptAt');
     expect(ctx.state.cooldowns.has('cfg_a')).toBe(false);
     expect(queued()[0]).toMatch(/^cfg_a queued\/failed write failed: path rejected/);
+  });
+
+  it('a retryable error: retrying, with the wall-clock time of the next attempt beside the monotonic cooldown', () => {
+    fail('cfg_a', new Error('EIO: i/o error'));
+
+    const record = ctx.state.instances.get('cfg_a');
+    const cooldown = ctx.state.cooldowns.get('cfg_a') ?? 0;
+    expect(record).toMatchObject({ error: 'retrying', attempts: 1 });
+    expect(cooldown).toBeGreaterThan(mono);
+    expect(record?.nextAttemptAt).toBe(new Date(ctx.clock.now() + (cooldown - mono)).toISOString());
   });
 
   it("the agent's own resource trouble: waiting, not converged, no attempt, no cooldown, nothing queued", () => {
