@@ -68,7 +68,8 @@ describe('kill -9 loop over the whole agent', () => {
     process.stderr.write(
       `kill-loop: seed ${SEED}, ${LANES} lanes, ${total.kills} SIGKILLs (${total.onEvent} timed by a filesystem event, ` +
         `${total.insidePublish} left a temp file), ` +
-        `${total.finished} finished runs, ${total.violations.length} violations\n`,
+        `${total.finished} finished runs (slowest per lane: ${results.map((r) => `${(r.slowestRunMs / 1000).toFixed(1)} s`).join(', ')}), ` +
+        `${total.violations.length} violations\n`,
     );
     expect(total.violations, `seed ${SEED} (replay with RELIABILITY_SEED=${SEED})`).toEqual([]);
     expect(total.kills).toBeGreaterThanOrEqual(KILLS);

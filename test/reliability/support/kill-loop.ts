@@ -2,8 +2,10 @@
 // a run is let finish, and it must converge with no temp file left.
 import type { ChildProcess } from 'node:child_process';
 import { type FSWatcher, watch as watchDir } from 'node:fs';
+import { mkdir, readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
 import { CANARY_KEY, type Fleet, type Violation } from './fleet.js';
-import { type Random, randomInt } from './random.js';
+import { countFromEnv, type Random, randomInt } from './random.js';
 
 export interface KillLaneFigures {
   kills: number;
@@ -15,6 +17,8 @@ export interface KillLaneFigures {
   completedRuns: number;
   /** Power cuts right after a run's clean exit (with `cutAfterFinish`). */
   cutsAfterExit: number;
+  /** The longest a run let finish took (wall time): how close the lane came to the hung-run deadline. */
+  slowestRunMs: number;
   violations: string[];
 }
 
@@ -41,15 +45,73 @@ interface Exit {
 }
 
 /** A run that takes longer than this is stuck: it is killed and reported (a run here takes about a second). */
-const RUN_DEADLINE_MS = 60_000;
+const RUN_DEADLINE_MS = countFromEnv('RELIABILITY_RUN_DEADLINE_MS', 60_000);
 
-/** Collects a run's output and exit; kills it and flags it `hung` when it outlives RUN_DEADLINE_MS. */
-function watch(child: ChildProcess): Promise<Exit> {
+/** The env of every run: SIGUSR2 makes Node write a diagnostic report (JS stack, handles) into `dir`. */
+export function reportOnSignalEnv(dir: string): NodeJS.ProcessEnv {
+  return { NODE_OPTIONS: `--report-on-signal --report-signal=SIGUSR2 --report-directory=${dir}` };
+}
+
+/** What the kernel says each thread of `pid` is doing: state, CPU ticks, the kernel function it sleeps in. */
+async function threadStates(pid: number): Promise<string> {
+  const lines: string[] = [];
+  const tasks = await readdir(`/proc/${pid}/task`).catch(() => [] as string[]);
+  for (const tid of tasks) {
+    const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, 'utf8').catch(() => '');
+    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const wchan = await readFile(`/proc/${pid}/task/${tid}/wchan`, 'utf8').catch(() => '?');
+    lines.push(`${tid} ${comm} ${fields[0]} utime=${fields[11]} stime=${fields[12]} wchan=${wchan}`);
+  }
+  return lines.join('; ');
+}
+
+/** The newest diagnostic report in `dir` written for `pid`, summarised; waits up to `waitMs` for it. */
+async function diagnosticReport(dir: string, pid: number, waitMs: number): Promise<string> {
+  const until = performance.now() + waitMs;
+  while (performance.now() < until) {
+    const names = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.includes(`.${pid}.`));
+    for (const name of names) {
+      const text = await readFile(path.join(dir, name), 'utf8').catch(() => '');
+      try {
+        const report = JSON.parse(text) as {
+          javascriptStack?: { message?: string; stack?: string[] };
+          libuv?: { type: string; is_active: boolean; remoteEndpoint?: unknown; filename?: string }[];
+        };
+        const stack = report.javascriptStack?.stack?.slice(0, 25).join(' | ') ?? '';
+        const handles = (report.libuv ?? [])
+          .filter((h) => h.is_active)
+          .map((h) => `${h.type}${h.remoteEndpoint ? ` ${JSON.stringify(h.remoteEndpoint)}` : ''}`)
+          .join(', ');
+        return `JS: ${report.javascriptStack?.message ?? ''} ${stack}; active handles: ${handles}`;
+      } catch {
+        // Still being written.
+      }
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return 'no diagnostic report came';
+}
+
+/**
+ * Collects a run's output and exit; when it outlives RUN_DEADLINE_MS it is flagged `hung`, asked for a diagnostic
+ * report (with `reportDir`) and its threads' states are read, then it is killed: a hung run says where it hung.
+ */
+function watch(child: ChildProcess, reportDir?: string): Promise<Exit> {
   let output = '';
-  let hung = false;
+  let hung: Promise<string> | undefined;
   const deadline = setTimeout(() => {
-    hung = true;
-    child.kill('SIGKILL');
+    hung = (async () => {
+      const pid = child.pid ?? 0;
+      const threads = await threadStates(pid);
+      let report = '';
+      if (reportDir !== undefined) {
+        child.kill('SIGUSR2');
+        report = await diagnosticReport(reportDir, pid, 5_000);
+      }
+      child.kill('SIGKILL');
+      return `threads: ${threads}\n${report}`;
+    })();
   }, RUN_DEADLINE_MS);
   child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
     output += chunk;
@@ -61,7 +123,13 @@ function watch(child: ChildProcess): Promise<Exit> {
     child.on('error', reject);
     child.on('close', (code) => {
       clearTimeout(deadline);
-      resolve({ code, output: hung ? `hung for ${RUN_DEADLINE_MS} ms, killed\n${output}` : output });
+      if (hung === undefined) {
+        resolve({ code, output });
+        return;
+      }
+      void hung.then((where) =>
+        resolve({ code, output: `hung for ${RUN_DEADLINE_MS} ms, killed\n${where}\n${output}` }),
+      );
     });
   });
 }
@@ -99,9 +167,13 @@ export async function runKillLane(
     killsInsidePublish: 0,
     completedRuns: 0,
     cutsAfterExit: 0,
+    slowestRunMs: 0,
     violations: [],
   };
   const maxViolations = options.maxViolations ?? 3;
+  const reportDir = path.join(fleet.dir, 'reports');
+  await mkdir(reportDir, { recursive: true });
+  const runEnv = reportOnSignalEnv(reportDir);
   const fail = (what: string) => {
     figures.violations.push(what);
     // At once, not only at the end: a long run that goes wrong at its 77th kill says so while it still runs.
@@ -112,9 +184,10 @@ export async function runKillLane(
   /** A run let finish: exit 0, converged world, no temp file. Returns its duration. */
   const finishRun = async (label: string): Promise<number> => {
     const started = performance.now();
-    const exit = await watch(fleet.spawnOnce());
+    const exit = await watch(fleet.spawnOnce([], runEnv), reportDir);
     const elapsed = performance.now() - started;
     figures.completedRuns += 1;
+    figures.slowestRunMs = Math.max(figures.slowestRunMs, elapsed);
     if (exit.output.includes(CANARY_KEY)) fail(`${label}: the API key appeared in the output`);
     if (exit.code !== 0)
       fail(`${label}: exit ${String(exit.code)} instead of 0: ${exit.output.slice(-1500)}`);
@@ -149,12 +222,12 @@ export async function runKillLane(
     const triggered = new Promise<'kill'>((resolve) => {
       trigger = () => resolve('kill');
     });
-    const child = fleet.spawnOnce();
+    const child = fleet.spawnOnce([], runEnv);
     const unwatch = watchDirs(fleet.writtenDirs(), () => {
       events += 1;
       if (onEvent && events === killAtEvent) setTimeout(trigger, delayMs);
     });
-    const exited = watch(child);
+    const exited = watch(child, reportDir);
     const timer = onEvent ? undefined : setTimeout(trigger, delayMs);
     const first = await Promise.race([exited.then(() => 'exited' as const), triggered]);
     clearTimeout(timer);
