@@ -11,24 +11,33 @@ const given = args.filter((arg) => arg !== '--survivors');
 const listed = (dir) => (existsSync(dir) ? readdirSync(dir).map((name) => path.join(dir, name)) : []);
 const sources = given.length > 0 ? given : [...listed('reports/incremental'), ...listed('reports/events')];
 
-/** file → mutants (status, line, mutator, replacement); complete results win over events. */
-const complete = new Map();
-const partial = new Map();
+/**
+ * file → mutant key → mutant. Sources are read in order and a later result of the same mutant (same place,
+ * mutator and replacement) replaces an earlier one: a run scoped to some lines (`--mutate file:10-20`) after a
+ * whole-file run updates just those mutants.
+ */
+const results = new Map();
+const fromEvents = new Set();
+const keyOf = (mutant) => `${JSON.stringify(mutant.location)}:${mutant.mutatorName}:${mutant.replacement}`;
+const add = (file, mutant) => {
+  if (!results.has(file)) results.set(file, new Map());
+  results.get(file).set(keyOf(mutant), mutant);
+};
 for (const source of sources) {
   if (statSync(source).isDirectory()) {
     for (const event of listed(source).filter((name) => name.endsWith('-onMutantTested.json'))) {
       const mutant = JSON.parse(readFileSync(event, 'utf8'));
       const file = path.relative(process.cwd(), mutant.fileName);
-      if (!partial.has(file)) partial.set(file, []);
-      partial.get(file).push(mutant);
+      fromEvents.add(file);
+      add(file, mutant);
     }
   } else {
     const report = JSON.parse(readFileSync(source, 'utf8'));
-    for (const [file, result] of Object.entries(report.files)) complete.set(file, result.mutants);
+    for (const [file, result] of Object.entries(report.files))
+      for (const mutant of result.mutants) add(file, mutant);
   }
 }
-const completeFiles = new Set(complete.keys());
-for (const [file, mutants] of partial) if (!complete.has(file)) complete.set(file, mutants);
+const complete = new Map([...results].map(([file, byKey]) => [file, [...byKey.values()]]));
 
 const DETECTED = new Set(['Killed', 'Timeout']);
 const UNDETECTED = new Set(['Survived', 'NoCoverage']);
@@ -45,7 +54,7 @@ for (const [file, mutants] of [...complete].sort(([a], [b]) => a.localeCompare(b
   const score =
     detected + undetected === 0 ? 'n/a' : `${((100 * detected) / (detected + undetected)).toFixed(1)} %`;
   rows.push(
-    `${file.padEnd(34)} ${score.padStart(8)}  killed ${count('Killed')} timeout ${count('Timeout')} survived ${count('Survived')} no-coverage ${count('NoCoverage')} ignored ${count('Ignored')}${completeFiles.has(file) ? '' : ' (from events: maybe a run still going)'}`,
+    `${file.padEnd(34)} ${score.padStart(8)}  killed ${count('Killed')} timeout ${count('Timeout')} survived ${count('Survived')} no-coverage ${count('NoCoverage')} ignored ${count('Ignored')}${fromEvents.has(file) ? ' (events included: maybe a run still going)' : ''}`,
   );
   if (showSurvivors) {
     const lines = existsSync(file) ? readFileSync(file, 'utf8').split('\n') : [];
