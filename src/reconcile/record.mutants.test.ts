@@ -4,6 +4,7 @@
 import { createFsFromVolume, Volume } from 'memfs';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { instanceFactory } from '../../test/helpers/instances.js';
+import { STATUS_MESSAGE_MAX } from '../api/schemas.js';
 import type { Clock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
@@ -658,5 +659,42 @@ describe('recordStep: a failed takeover', () => {
       message: 'kept until cfg_new is written in its place',
     });
     expect(outcomes[1]).toMatchObject({ instanceId: 'cfg_new', action: 'retrying' });
+  });
+});
+
+describe('recordStep and recordInvalid: what a record keeps', () => {
+  it("a new record keeps the echo of the agent's own last report", () => {
+    const echo = { updatedAt: '2026-02-02T00:00:00.000Z', operatorUpdatedAt: '2026-02-01T00:00:00.000Z' };
+    ctx.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'queued',
+      error: 'none',
+      attempts: 0,
+      reportEcho: echo,
+    });
+    ctx.state.instances.set('cfg_b', {
+      relativePath: 'b.json',
+      activity: 'queued',
+      error: 'none',
+      attempts: 0,
+      reportEcho: echo,
+    });
+
+    recordStep(applied(writeStep('cfg_a', 'a.json'), written), ctx);
+    recordStep(
+      applied(writeStep('cfg_b', 'b.json'), { kind: 'failed', error: new Error('EIO'), operation: 'write' }),
+      ctx,
+    );
+
+    expect(ctx.state.instances.get('cfg_a')?.reportEcho).toEqual(echo);
+    expect(ctx.state.instances.get('cfg_b')?.reportEcho).toEqual(echo);
+  });
+
+  it('the message of an invalid item is cut to what a status report may carry', () => {
+    recordInvalid([{ id: 'cfg_a', problem: 'x'.repeat(STATUS_MESSAGE_MAX * 2) }], ctx);
+
+    const message = ctx.outbox.pending()[0]?.report.message ?? '';
+    expect(message).toHaveLength(STATUS_MESSAGE_MAX);
+    expect(message.startsWith('invalid instance from the service: xxx')).toBe(true);
   });
 });
