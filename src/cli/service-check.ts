@@ -1,5 +1,7 @@
 // init and doctor: one GET /devices/{id} with the device's settings, classified into a sentence an operator can act on.
 import type { Dispatcher } from 'undici';
+// Dispatcher.prototype.request is installed by undici's index, which the client does not load (api/undici-parts.d.ts).
+import requestThrough from 'undici/lib/api/api-request.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 
 export interface ServiceCheckInput {
@@ -99,7 +101,7 @@ export async function checkService(input: ServiceCheckInput): Promise<ServiceChe
   const path = `${base.pathname.replace(/\/+$/, '')}/${input.apiVersion}/devices/${encodeURIComponent(input.deviceId)}`;
   let response: Dispatcher.ResponseData;
   try {
-    response = await input.dispatcher.request({
+    response = await requestThrough.call(input.dispatcher, {
       origin,
       path,
       method: 'GET',
