@@ -2,6 +2,7 @@
 // Long runs of the reliability tier: the same tests as `npm test`, with the counts raised by flags.
 //   npm run test:killloop -- --kills 10000      npm run test:powercut -- --cuts 2000
 //   npm run test:properties -- --cases 100000   (any of them: --seed <n> replays a run)
+// --until <date> (kill loop, power cuts): a time budget; no kill starts after it and the figures say so.
 import { spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 
@@ -25,7 +26,7 @@ if (run === undefined) {
 }
 const { values } = parseArgs({
   args: rest,
-  options: { [run.flag]: { type: 'string' }, seed: { type: 'string' } },
+  options: { [run.flag]: { type: 'string' }, seed: { type: 'string' }, until: { type: 'string' } },
   strict: true,
 });
 const env = { ...process.env };
@@ -41,5 +42,12 @@ if (count !== undefined) {
     env.RELIABILITY_LIST_CASES = String(Math.max(150, Math.floor(Number(count) / 20)));
 }
 if (values.seed !== undefined) env.RELIABILITY_SEED = values.seed;
+if (values.until !== undefined) {
+  if (!Number.isFinite(Date.parse(values.until))) {
+    process.stderr.write(`--until must be a date (e.g. 2026-11-23T02:35:00Z), got ${values.until}\n`);
+    process.exit(2);
+  }
+  env.RELIABILITY_UNTIL = values.until;
+}
 const result = spawnSync('npx', ['vitest', 'run', ...run.file.split(' ')], { stdio: 'inherit', env });
 process.exit(result.status ?? 1);

@@ -19,6 +19,8 @@ export interface KillLaneFigures {
   cutsAfterExit: number;
   /** The longest a run let finish took (wall time): how close the lane came to the hung-run deadline. */
   slowestRunMs: number;
+  /** The time budget (`until`) ended the lane before its count of kills. */
+  stoppedByTime: boolean;
   violations: string[];
 }
 
@@ -37,6 +39,8 @@ export interface KillLaneOptions {
   progressEvery?: number;
   /** Stops after this many violations: one is a failure, a few give the picture. */
   maxViolations?: number;
+  /** A long run's time budget (epoch ms): no new kill starts after it; `stoppedByTime` says it ended the lane. */
+  until?: number;
 }
 
 interface Exit {
@@ -134,6 +138,16 @@ function watch(child: ChildProcess, reportDir?: string): Promise<Exit> {
   });
 }
 
+/** RELIABILITY_UNTIL (an ISO date or epoch ms), the long runs' time budget; undefined when unset. */
+export function untilFromEnv(): number | undefined {
+  const value = process.env.RELIABILITY_UNTIL;
+  if (value === undefined || value === '') return undefined;
+  const at = /^\d+$/.test(value) ? Number(value) : Date.parse(value);
+  if (!Number.isFinite(at))
+    throw new RangeError(`RELIABILITY_UNTIL must be a date or epoch ms, got ${value}`);
+  return at;
+}
+
 /** Calls `onEvent` for every entry created, renamed or removed in `dirs` (those that exist now). */
 function watchDirs(dirs: readonly string[], onEvent: () => void): () => void {
   const watchers: FSWatcher[] = [];
@@ -168,6 +182,7 @@ export async function runKillLane(
     completedRuns: 0,
     cutsAfterExit: 0,
     slowestRunMs: 0,
+    stoppedByTime: false,
     violations: [],
   };
   const maxViolations = options.maxViolations ?? 3;
@@ -210,6 +225,10 @@ export async function runKillLane(
   let sinceFinish = 0;
   let finishAfter = 1 + randomInt(random, options.finishEvery);
   while (figures.kills < options.kills && figures.violations.length < maxViolations) {
+    if (options.until !== undefined && Date.now() >= options.until) {
+      figures.stoppedByTime = true;
+      break;
+    }
     if (random() < 0.8) fleet.mutate(random);
     // Two kinds of moment: uniform in time (start-up, pull, plan...), or right after the n-th filesystem event
     // of the run, which lands kills inside publishes and between a publish and its record or report.
