@@ -24,6 +24,13 @@ const synced = new Set<string>();
 const fs = {
   ...nodeFs,
   failCacheListing: false,
+  failOutboxRename: false,
+  rename: (async (from: string, to: string) => {
+    if (fs.failOutboxRename && String(to).endsWith('outbox.json')) {
+      throw Object.assign(new Error('ENOSPC: simulated failure'), { code: 'ENOSPC' });
+    }
+    return nodeFs.rename(from, to);
+  }) as typeof nodeFs.rename,
   open: (async (target: string, ...rest: never[]) => {
     const handle = await nodeFs.open(target, ...rest);
     const sync = handle.sync.bind(handle);
@@ -57,6 +64,7 @@ beforeEach(async () => {
   await mkdir(settings.stateDir, { mode: 0o700 });
   await mkdir(path.join(settings.rootDir, 'sub'), { recursive: true });
   fs.failCacheListing = false;
+  fs.failOutboxRename = false;
 });
 
 afterEach(async () => {
@@ -149,6 +157,39 @@ describe('StateDir: persisting', () => {
     synced.clear();
     await second.persist();
     expect([...synced].filter((name) => name.endsWith('.json'))).toEqual([]);
+  });
+
+  it('persistState, the first save of a new process, fsyncs state.json even when its bytes did not change', async () => {
+    const first = await open();
+    await first.persist();
+    await first.close();
+    const second = await open();
+    synced.clear();
+
+    await second.persistState();
+
+    expect([...synced]).toContain('state.json');
+  });
+
+  it('after a failed persist, the next one fsyncs unchanged bytes again', async () => {
+    const stateDir = await open();
+    await stateDir.persist();
+    stateDir.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    stateDir.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
+    fs.failOutboxRename = true;
+    await expect(stateDir.persist()).rejects.toThrow();
+    fs.failOutboxRename = false;
+    synced.clear();
+
+    await stateDir.persist();
+
+    // state.json was written before the failure and is unchanged now; the outbox is new bytes (a temp file).
+    expect([...synced]).toContain('state.json');
   });
 
   it('persistState writes the state only', async () => {
