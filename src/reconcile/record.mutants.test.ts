@@ -13,7 +13,7 @@ import { StatusOutbox } from '../store/outbox.js';
 import { emptyState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
 import type { RemoveStep, Step, WriteStep } from './plan.js';
-import { type RecordContext, recordInvalid, recordStep } from './record.js';
+import { dropElapsedCooldowns, type RecordContext, recordInvalid, recordStep } from './record.js';
 
 const SHA = 'a'.repeat(64);
 const makeInstance = instanceFactory({ relative_filepath: 'app.json' });
@@ -696,5 +696,21 @@ describe('recordStep and recordInvalid: what a record keeps', () => {
     const message = ctx.outbox.pending()[0]?.report.message ?? '';
     expect(message).toHaveLength(STATUS_MESSAGE_MAX);
     expect(message.startsWith('invalid instance from the service: xxx')).toBe(true);
+  });
+});
+
+describe('dropElapsedCooldowns', () => {
+  it('drops the cooldowns of planned instances whose time has come, and only those', () => {
+    ctx.state.cooldowns.set('cfg_due', 100);
+    ctx.state.cooldowns.set('cfg_later', 101);
+    ctx.state.cooldowns.set('cfg_unplanned', 50);
+
+    dropElapsedCooldowns(
+      ctx.state,
+      ['cfg_due', 'cfg_later', 'cfg_none'].map((id) => makeInstance({ id })),
+      100,
+    );
+
+    expect([...ctx.state.cooldowns.keys()].sort()).toEqual(['cfg_later', 'cfg_unplanned']);
   });
 });
