@@ -69,12 +69,17 @@ for (const name of readdirSync(OUT)) if (name.endsWith('.deb')) rmSync(path.join
 
 const bundleDir = path.join(WORK, 'bundle');
 const metafile = path.join(WORK, 'meta.json');
+let bundleFiles;
 try {
-  bundleCli({ outfile: path.join(bundleDir, 'main.js'), metafile });
+  bundleFiles = bundleCli({ outdir: bundleDir, metafile });
 } catch (error) {
   fail(`esbuild: ${error.message}`);
 }
-const bundle = readFileSync(path.join(bundleDir, 'main.js'), 'utf8').replace(/^#!.*\n/, '');
+/** dist/main.js and its chunks, as installed: main.js without the shebang (the wrapper names the runtime). */
+const bundle = bundleFiles.map((file) => ({
+  name: path.basename(file),
+  text: readFileSync(file, 'utf8').replace(/^#!.*\n/, ''),
+}));
 
 /** The npm packages inside the bundle, with their licenses, for the copyright file. */
 function bundledPackages() {
@@ -99,7 +104,7 @@ function copyright(withNode) {
     'Files: *',
     'Copyright: 2026 config-agent authors',
     'License: Apache-2.0',
-    'Comment: /usr/lib/config-agent/dist/main.js bundles these npm packages, each under its own license:',
+    'Comment: /usr/lib/config-agent/dist/ bundles these npm packages, each under its own license:',
     ...packages.map((p) => ` ${p.name} ${p.version}: ${p.license}`),
   ];
   if (withNode) {
@@ -216,7 +221,7 @@ function compression(arch) {
 
 function stage({ name, arch, interpreter, depends, relations, node }) {
   const root = path.join(WORK, `${name}_${arch}`);
-  write(path.join(root, LIB, 'dist/main.js'), bundle);
+  for (const file of bundle) write(path.join(root, LIB, 'dist', file.name), file.text);
   write(path.join(root, LIB, 'package.json'), installedPackageJson(pkg.version));
   // exec keeps the process id: under Type=exec the agent itself is the unit's main process.
   write(

@@ -234,6 +234,10 @@ export async function runAgent(
   events.on('unhandledRejection', fatal('unhandled rejection'));
 
   const daemon = await import('./daemon.js');
+  // Now, not at the first reload with files.rules: the shipped bundle splits into hashed chunks, and after an
+  // upgrade replaced them a later import() would not find this version's (packaging/bundle.mjs). The daemon
+  // loads picomatch for its hooks anyway.
+  await import('../config/file-rules.js');
   const reload = (running: RunningAgent<Reconciler>) =>
     running.reload(async (current) =>
       buildAgentComponents(
