@@ -81,6 +81,52 @@ describe('observeDisk with fingerprints', () => {
     });
   });
 
+  it('a file whose identity changes while it is read is observed as read but not fingerprinted', async () => {
+    const now = await settled();
+    const store = FileFingerprints.empty(root);
+    const target = path.join(root, FILE);
+    // Someone touches the file while the agent reads it: same bytes, new ctime.
+    const touching = {
+      ...nodeFs,
+      open: (async (file: string, ...rest: never[]) => {
+        const handle = await nodeFs.open(file, ...rest);
+        if (String(file) === target) await utimes(target, new Date(), new Date(Date.UTC(2001, 0, 1)));
+        return handle;
+      }) as typeof nodeFs.open,
+    };
+
+    const disk = await observeDisk(touching, root, [{ relative_filepath: FILE }], {
+      fingerprints: { store, now: () => now },
+    });
+
+    expect(disk.get(FILE)).toMatchObject({ kind: 'file', sha256: sha256Hex(Buffer.from(BYTES)) });
+    expect(store.size).toBe(0);
+  });
+
+  it('a file that appears between its lstat and its read is observed as read but not fingerprinted', async () => {
+    const now = await settled();
+    const store = FileFingerprints.empty(root);
+    const target = path.join(root, FILE);
+    let first = true;
+    const appearing = {
+      ...nodeFs,
+      lstat: (async (file: string, ...rest: never[]) => {
+        if (String(file) === target && first) {
+          first = false;
+          throw Object.assign(new Error(`ENOENT: no such file, lstat '${target}'`), { code: 'ENOENT' });
+        }
+        return nodeFs.lstat(file, ...rest);
+      }) as typeof nodeFs.lstat,
+    };
+
+    const disk = await observeDisk(appearing, root, [{ relative_filepath: FILE }], {
+      fingerprints: { store, now: () => now },
+    });
+
+    expect(disk.get(FILE)).toMatchObject({ kind: 'file', sha256: sha256Hex(Buffer.from(BYTES)) });
+    expect(store.size).toBe(0);
+  });
+
   it('reads again after an edit of the same size whose mtime was forged back (utimes sets ctime)', async () => {
     const now = await settled();
     const store = await storeWithRecorded(now);
