@@ -27,7 +27,8 @@ for (const source of sources) {
   if (statSync(source).isDirectory()) {
     for (const event of listed(source).filter((name) => name.endsWith('-onMutantTested.json'))) {
       const mutant = JSON.parse(readFileSync(event, 'utf8'));
-      const file = path.relative(process.cwd(), mutant.fileName);
+      // Relative to its repository, wherever the run was (a clone, a sandbox).
+      const file = mutant.fileName.slice(mutant.fileName.lastIndexOf('/src/') + 1);
       fromEvents.add(file);
       add(file, mutant);
     }
