@@ -81,6 +81,21 @@ describe('observeDisk with fingerprints', () => {
     });
   });
 
+  it('a fingerprint recorded for a hostile path (a tampered store) never stands in for judging the path', async () => {
+    const outside = path.join(dir, 'outside.json');
+    await writeFile(outside, BYTES);
+    const stats = await lstat(outside, { bigint: true });
+    const now = Number(stats.ctimeNs / 1_000_000n) + RACY_MARGIN_MS + 1_000;
+    const store = FileFingerprints.empty(root);
+    store.record('../outside.json', identityOf(stats), RECORDED, now);
+
+    const disk = await observeDisk(nodeFs, root, [{ relative_filepath: '../outside.json' }], {
+      fingerprints: { store, now: () => now },
+    });
+
+    expect(disk.get('../outside.json')?.kind).toBe('rejected');
+  });
+
   it('a file whose identity changes while it is read is observed as read but not fingerprinted', async () => {
     const now = await settled();
     const store = FileFingerprints.empty(root);
