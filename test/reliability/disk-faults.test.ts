@@ -310,6 +310,10 @@ interface AimedCase {
   where: 'root' | 'state' | 'cache';
   /** EMFILE and the like are the agent's own trouble: no attempt counted, nothing reported for the instance. */
   resource?: boolean;
+  /** Which of the aimed files' calls of that kind to strike (1 by default); the pool thread makes them in order. */
+  when?: number;
+  /** The state-dir file whose write the fault broke, as the agent's error names it. */
+  failedFile?: string;
 }
 
 const AIMED: AimedCase[] = [
@@ -322,13 +326,35 @@ const AIMED: AimedCase[] = [
     where: 'root',
     resource: true,
   },
-  { name: 'write of state or outbox: disk full (ENOSPC)', syscall: 'write', errno: 'ENOSPC', where: 'state' },
-  { name: 'close of state or outbox fails (EIO)', syscall: 'close', errno: 'EIO', where: 'state' },
   {
-    name: 'open of state or outbox: out of descriptors (EMFILE)',
+    name: 'write of state.json: disk full (ENOSPC)',
+    syscall: 'write',
+    errno: 'ENOSPC',
+    where: 'state',
+    failedFile: 'state.json',
+  },
+  {
+    name: 'close of state.json fails (EIO)',
+    syscall: 'close',
+    errno: 'EIO',
+    where: 'state',
+    failedFile: 'state.json',
+  },
+  {
+    name: 'open of state.json: out of descriptors (EMFILE)',
     syscall: 'openat',
     errno: 'EMFILE',
     where: 'state',
+    failedFile: 'state.json',
+  },
+  {
+    // state.json is written first, then the outbox: the second write in the state dir is the outbox's.
+    name: 'write of outbox.json: disk full (ENOSPC)',
+    syscall: 'write',
+    errno: 'ENOSPC',
+    where: 'state',
+    when: 2,
+    failedFile: 'outbox.json',
   },
   {
     name: 'write of a content-cache entry: disk full (ENOSPC)',
@@ -361,9 +387,14 @@ describe.skipIf(SKIP !== undefined)(
         const aimedAt = fixedTempPaths(dirs, TEMP_NAMES_PER_RUN);
         const before = new Map(fleet.paths.map((p) => [p, fleet.versionsAt(p)]));
         const reportsBefore = fleet.server.state.reports.length;
-        const run = await traced(fleet, 'aimed', `${fault.syscall}:error=${fault.errno}:when=1`, {
-          paths: aimedAt,
-        });
+        const run = await traced(
+          fleet,
+          'aimed',
+          `${fault.syscall}:error=${fault.errno}:when=${fault.when ?? 1}`,
+          {
+            paths: aimedAt,
+          },
+        );
 
         // The fault struck exactly one call, of its kind, on one of the aimed temp files; nothing else was hit.
         const hits = run.calls.filter(injected);
@@ -382,6 +413,10 @@ describe.skipIf(SKIP !== undefined)(
         expect(run.code === 0 || run.code === 1, `exit ${String(run.code)}: ${run.stderr.slice(-2000)}`).toBe(
           true,
         );
+        if (fault.failedFile !== undefined)
+          expect(run.stderr, `the fault did not break ${fault.failedFile}`).toContain(
+            `"path":"${fault.failedFile}"`,
+          );
 
         expect(await fleet.tempFiles(), 'temp files left by the failed publish').toEqual([]);
         expect(await fleet.checkAnyMoment()).toEqual([]);
