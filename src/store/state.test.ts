@@ -137,6 +137,9 @@ describe('saveLocalState / loadLocalState', () => {
       'an unknown activity',
       JSON.stringify({ ...valid, instances: { x: { ...valid.instances.cfg_a, activity: 'gone' } } }),
     ],
+    ['files as an array', JSON.stringify({ ...valid, files: [valid.files['a.json']] })],
+    ['files as null', JSON.stringify({ ...valid, files: null })],
+    ['instances as a string', JSON.stringify({ ...valid, instances: 'cfg_a' })],
   ])('%s loads as corrupt and empty', async (_name, content) => {
     const { fs } = memfs({ [STATE_PATH]: content });
     const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
