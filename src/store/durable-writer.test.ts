@@ -249,6 +249,15 @@ describe('publishFile', () => {
     expect(await snapshot(fs, ROOT)).toEqual({ [`${ROOT}/.keep`]: '666 ' });
   });
 
+  it('accepts the bounds of a mode, 0 and 0o7777, and names the field it rejects', async () => {
+    const { fs } = memfs();
+    await publishFile(fs, request('zero', 'x', 0));
+    await publishFile(fs, request('all', 'x', 0o7777));
+    expect((await fs.stat(`${ROOT}/zero`)).mode & 0o7777).toBe(0);
+    expect((await fs.stat(`${ROOT}/all`)).mode & 0o7777).toBe(0o7777);
+    await expect(publishFile(fs, { ...request('y', 'y'), dirMode: 0o10000 })).rejects.toThrow(/dirMode/);
+  });
+
   const faults: Array<[Step, string]> = [
     ['open-temp', 'EMFILE'],
     ['write', 'ENOSPC'],
