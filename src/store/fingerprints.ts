@@ -113,7 +113,8 @@ export class FileFingerprints {
     try {
       raw = await readStateDirFile(fs, stateDir, FINGERPRINTS_FILE);
     } catch (error) {
-      logger.warn({ err: error }, 'cannot read the file fingerprints: every managed file is read');
+      // Debug: a dry run by a user who cannot read stateDir meets this, and loses nothing but speed.
+      logger.debug({ err: error }, 'cannot read the file fingerprints: every managed file is read');
       return FileFingerprints.empty(rootDir);
     }
     if (raw === undefined) return FileFingerprints.empty(rootDir);
