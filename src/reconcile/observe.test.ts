@@ -81,6 +81,38 @@ describe('observeDisk with fingerprints', () => {
     });
   });
 
+  it('a parent directory moved away and replaced by a symlink to it: rejected, not answered from the fingerprint', async () => {
+    const now = await settled();
+    const store = FileFingerprints.empty(root);
+    expect(await observe(store, now)).toMatchObject({ kind: 'file' });
+    expect(store.size).toBe(1);
+    // The file keeps its inode and times; only the way to it now crosses a symlink.
+    await rename(path.join(root, 'app'), path.join(dir, 'app-elsewhere'));
+    await symlink(path.join(dir, 'app-elsewhere'), path.join(root, 'app'));
+
+    expect(await observe(store, now + 1000)).toMatchObject({ kind: 'rejected' });
+  });
+
+  it('a grandparent replaced by a symlink is caught too (each directory on the way is checked)', async () => {
+    await mkdir(path.join(root, 'a', 'b'), { recursive: true });
+    const deep = 'a/b/conf.json';
+    await writeFile(path.join(root, deep), BYTES);
+    const stats = await lstat(path.join(root, deep), { bigint: true });
+    const now = Number(stats.ctimeNs / 1_000_000n) + RACY_MARGIN_MS + 1_000;
+    const store = FileFingerprints.empty(root);
+    const observeDeep = async () =>
+      (
+        await observeDisk(nodeFs, root, [{ relative_filepath: deep }], {
+          fingerprints: { store, now: () => now },
+        })
+      ).get(deep);
+    expect(await observeDeep()).toMatchObject({ kind: 'file' });
+    await rename(path.join(root, 'a'), path.join(dir, 'a-elsewhere'));
+    await symlink(path.join(dir, 'a-elsewhere'), path.join(root, 'a'));
+
+    expect(await observeDeep()).toMatchObject({ kind: 'rejected' });
+  });
+
   it('a fingerprint recorded for a hostile path (a tampered store) never stands in for judging the path', async () => {
     const outside = path.join(dir, 'outside.json');
     await writeFile(outside, BYTES);
