@@ -9,11 +9,14 @@ import { CANARY_KEY, Fleet } from './support/fleet.js';
 import { runSeed, seededRandom } from './support/random.js';
 import {
   checkPublishes,
+  directoriesNotSyncedInParent,
   parseStrace,
+  quoted,
   reportsBeforeDurable,
   reportsSent,
   runTraced,
   straceUnavailable,
+  succeeded,
   type TracedRun,
   unsafeOpens,
 } from './support/strace.js';
@@ -109,7 +112,17 @@ describe.skipIf(SKIP !== undefined)('syscall order under strace', () => {
       expect(broken, `${run.label}: publishes breaking the protocol: ${JSON.stringify(broken)}`).toEqual([]);
       expect(unsafeOpens(run.calls, dirs), run.label).toEqual([]);
       expect(reportsBeforeDurable(run.calls, world.rootDir, pathOf), run.label).toEqual([]);
+      // Directories the run created (the state dir itself on the first run, the managed files' parents): each
+      // entry made durable in its parent before anyone is told a file below it is in place.
+      expect(directoriesNotSyncedInParent(run.calls, dirs), run.label).toEqual([]);
     }
+    // The first run created the state dir and every managed file's parent: the check above did see them.
+    expect(
+      runs[0]!.calls.filter(
+        (c) => c.name.startsWith('mkdir') && succeeded(c) && quoted(c.args)[0] === world.stateDir,
+      ).length,
+      'the first run did not create the state dir',
+    ).toBe(1);
     const rootPublishes = (run: TracedRun) =>
       checkPublishes(run.calls, [world.rootDir]).filter((p) => p.target !== undefined);
     // The traces did see the work: every path published on the first and second run, reports sent.

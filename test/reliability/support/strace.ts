@@ -261,6 +261,32 @@ export function reportsBeforeDurable(
   return problems;
 }
 
+/**
+ * Every directory created (mkdir/mkdirat) at or under `dirs` whose entry was not made durable by a successful
+ * fsync of its parent before the first status report of the run (or before the run's end, with none): a power
+ * cut could take such a directory, with all it holds, after the service was told its files are in place.
+ */
+export function directoriesNotSyncedInParent(calls: readonly Syscall[], dirs: readonly string[]): string[] {
+  const firstReport = reportsSent(calls)[0]?.index ?? Infinity;
+  const problems: string[] = [];
+  for (const call of calls) {
+    if ((call.name !== 'mkdir' && call.name !== 'mkdirat') || !succeeded(call)) continue;
+    const created = quoted(call.args)[0];
+    if (created === undefined || !under(created, dirs)) continue;
+    const parent = path.dirname(created);
+    const synced = calls.some(
+      (c) =>
+        c.index > call.index &&
+        c.index < firstReport &&
+        c.name === 'fsync' &&
+        fdPath(c.args) === parent &&
+        succeeded(c),
+    );
+    if (!synced) problems.push(`${created} created, ${parent} not fsynced before the first report`);
+  }
+  return problems;
+}
+
 /** Whether strace injected a fault into this call. */
 export function injected(call: Syscall): boolean {
   return call.result.includes('(INJECTED)');
