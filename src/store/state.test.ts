@@ -1,4 +1,9 @@
 // Local state on memfs: durable round trip, and why a missing/corrupt/foreign state can never cause a deletion.
+import { execFileSync } from 'node:child_process';
+import * as nodeFs from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
 import { ConfigInstance } from '../api/schemas.js';
@@ -140,6 +145,20 @@ describe('saveLocalState / loadLocalState', () => {
     ['files as an array', JSON.stringify({ ...valid, files: [valid.files['a.json']] })],
     ['files as null', JSON.stringify({ ...valid, files: null })],
     ['instances as a string', JSON.stringify({ ...valid, instances: 'cfg_a' })],
+    [
+      'a sha256 with a prefix',
+      JSON.stringify({
+        ...valid,
+        files: { 'a.json': { ...valid.files['a.json'], sha256: `x${'a'.repeat(64)}` } },
+      }),
+    ],
+    [
+      'a sha256 with a suffix',
+      JSON.stringify({
+        ...valid,
+        files: { 'a.json': { ...valid.files['a.json'], sha256: `${'a'.repeat(64)}x` } },
+      }),
+    ],
   ])('%s loads as corrupt and empty', async (_name, content) => {
     const { fs } = memfs({ [STATE_PATH]: content });
     const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
@@ -368,5 +387,40 @@ describe('a large state at start-up', () => {
     const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
     expect(outcome).toBe('loaded');
     expect(state.files.size).toBe(150_000);
+  });
+});
+
+describe('a state.json that is not a regular file', () => {
+  it('a FIFO in its place fails naming stateDir, at once (it is neither read as empty nor waited on)', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-state-fifo-'));
+    try {
+      execFileSync('mkfifo', [path.join(dir, STATE_FILE)]);
+      await expect(loadLocalState(nodeFs, dir, 'dvc_1', silentLogger())).rejects.toMatchObject({
+        code: 'state_dir_unusable',
+        message: expect.stringContaining(`cannot read ${STATE_FILE}`),
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a read failure names stateDir once, with the errno in words', async () => {
+    const { fs } = memfs({ [STATE_PATH]: '{}' });
+    const failing: FsPort = {
+      ...fs,
+      open: (async (...args: Parameters<FsPort['open']>) => {
+        const handle = await fs.open(...args);
+        return Object.assign(Object.create(Object.getPrototypeOf(handle)), handle, {
+          stat: handle.stat.bind(handle),
+          close: handle.close.bind(handle),
+          readFile: async () => {
+            throw Object.assign(new Error('EIO: simulated'), { code: 'EIO' });
+          },
+        });
+      }) as FsPort['open'],
+    };
+    const error = await loadLocalState(failing, STATE_DIR, 'dvc_1', silentLogger()).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'state_dir_unusable' });
+    expect(String((error as Error).message).match(/stateDir/g)).toHaveLength(1);
   });
 });
