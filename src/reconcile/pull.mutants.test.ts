@@ -172,6 +172,33 @@ describe('pullInstances', () => {
     expect(ids(pulled)).toEqual(['cfg_gone', 'cfg_new']);
   });
 
+  it("a full pull is one listing, and one that escalates from a poll adds one listing to the poll's queries", async () => {
+    server.state.stats.clear();
+    const full = await pullInstances('full', context(owned({ 'cfg_gone.json': 'cfg_gone' })));
+    const fullRequests = listRequests();
+    server.state.stats.clear();
+    await pullInstances('incremental', context());
+    const pollRequests = listRequests();
+    server.state.stats.clear();
+
+    const escalated = await pullInstances('incremental', context(owned({ 'cfg_gone.json': 'cfg_gone' })));
+
+    expect(full.mode).toBe('full');
+    expect(fullRequests).toBe(1);
+    expect(escalated.mode).toBe('full');
+    expect(listRequests()).toBe(pollRequests + fullRequests);
+  });
+
+  it('a poll returns the items it could not use: invalid ones and ones with a status it does not know', async () => {
+    put('cfg_bad', { relative_filepath: 42 as unknown as string });
+    put('cfg_odd', { error_status: 'exploded' as never });
+
+    const pulled = await pullInstances('incremental', context());
+
+    expect(pulled.invalid.map((item) => item.id)).toEqual(['cfg_bad']);
+    expect(pulled.skipped.map((item) => item.id)).toEqual(['cfg_odd']);
+  });
+
   it('an aborted pull fails instead of returning a partial listing', async () => {
     await expect(
       pullInstances('full', context(new Map(), { signal: AbortSignal.abort() })),
