@@ -189,16 +189,6 @@ describe('pullInstances', () => {
     expect(listRequests()).toBe(pollRequests + fullRequests);
   });
 
-  it('a poll returns the items it could not use: invalid ones and ones with a status it does not know', async () => {
-    put('cfg_bad', { relative_filepath: 42 as unknown as string });
-    put('cfg_odd', { error_status: 'exploded' as never });
-
-    const pulled = await pullInstances('incremental', context());
-
-    expect(pulled.invalid.map((item) => item.id)).toEqual(['cfg_bad']);
-    expect(pulled.skipped.map((item) => item.id)).toEqual(['cfg_odd']);
-  });
-
   it('an aborted pull fails instead of returning a partial listing', async () => {
     await expect(
       pullInstances('full', context(new Map(), { signal: AbortSignal.abort() })),
