@@ -43,13 +43,46 @@ export interface KillLaneOptions {
   until?: number;
 }
 
-interface Exit {
+export interface Exit {
   code: number | null;
   output: string;
 }
 
-/** A run that takes longer than this is stuck: it is killed and reported (a run here takes about a second). */
-const RUN_DEADLINE_MS = countFromEnv('RELIABILITY_RUN_DEADLINE_MS', 60_000);
+/**
+ * When a run counts as hung. Not a wall-clock deadline alone: on a shared machine a niced run that needs 1–2 s
+ * of CPU can wait minutes for it (a run capped at 1.5 % of a core takes over a minute and logs nothing, like the
+ * 3 MB lane's "stall"). A run is hung when it neither used CPU nor was waiting for one (no thread runnable) for
+ * `idleMs` — it waits on something that never comes —, when it used more than `cpuMs` of CPU — it spins —, or
+ * when it outlives `wallMs` whatever else is true.
+ */
+export interface HangLimits {
+  idleMs: number;
+  cpuMs: number;
+  wallMs: number;
+}
+
+export const HANG_LIMITS: HangLimits = {
+  idleMs: countFromEnv('RELIABILITY_RUN_DEADLINE_MS', 60_000),
+  // A run uses 1–3 s of CPU (a first sync of the 3 MB config included).
+  cpuMs: 60_000,
+  wallMs: 15 * 60_000,
+};
+
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/** CPU time (ms) of the whole process and whether any of its threads is runnable now; undefined once gone. */
+async function cpuAndRunnable(pid: number): Promise<{ cpuMs: number; runnable: boolean } | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  if (stat === undefined) return undefined;
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = Number(fields[11]) + Number(fields[12]);
+  let runnable = false;
+  for (const tid of await readdir(`/proc/${pid}/task`).catch(() => [] as string[])) {
+    const task = await readFile(`/proc/${pid}/task/${tid}/stat`, 'utf8').catch(() => '');
+    if (task.slice(task.lastIndexOf(')') + 2, task.lastIndexOf(')') + 3) === 'R') runnable = true;
+  }
+  return { cpuMs: (ticks * 1000) / CLOCK_TICKS_PER_SECOND, runnable };
+}
 
 /** The env of every run: SIGUSR2 makes Node write a diagnostic report (JS stack, handles) into `dir`. */
 export function reportOnSignalEnv(dir: string): NodeJS.ProcessEnv {
@@ -98,13 +131,20 @@ async function diagnosticReport(dir: string, pid: number, waitMs: number): Promi
 }
 
 /**
- * Collects a run's output and exit; when it outlives RUN_DEADLINE_MS it is flagged `hung`, asked for a diagnostic
- * report (with `reportDir`) and its threads' states are read, then it is killed: a hung run says where it hung.
+ * Collects a run's output and exit; when it is hung (see HangLimits) it is asked for a diagnostic report (with
+ * `reportDir`) and its threads' states are read, then it is killed: a hung run says why and where it hung.
  */
-function watch(child: ChildProcess, reportDir?: string): Promise<Exit> {
+export function watchRun(child: ChildProcess, limits: HangLimits, reportDir?: string): Promise<Exit> {
   let output = '';
   let hung: Promise<string> | undefined;
-  const deadline = setTimeout(() => {
+  const started = performance.now();
+  let lastProgress = started;
+  let lastCpuMs = 0;
+  let lastPoll = started;
+  let polling = false;
+  const interval = Math.min(1_000, limits.idleMs / 4);
+  const hang = (why: string) => {
+    clearInterval(poll);
     hung = (async () => {
       const pid = child.pid ?? 0;
       const threads = await threadStates(pid);
@@ -114,9 +154,31 @@ function watch(child: ChildProcess, reportDir?: string): Promise<Exit> {
         report = await diagnosticReport(reportDir, pid, 5_000);
       }
       child.kill('SIGKILL');
-      return `threads: ${threads}\n${report}`;
+      return `hung (${why}), killed\nthreads: ${threads}\n${report}`;
     })();
-  }, RUN_DEADLINE_MS);
+  };
+  const poll = setInterval(() => {
+    if (polling || hung !== undefined || child.pid === undefined) return;
+    polling = true;
+    void cpuAndRunnable(child.pid)
+      .then((now) => {
+        if (now === undefined || hung !== undefined) return;
+        const at = performance.now();
+        // A poll that came late means this process (and the mock service in it) was starved too: a run
+        // waiting on the service meanwhile is not idle.
+        const late = at - lastPoll > 3 * interval;
+        lastPoll = at;
+        if (now.cpuMs > lastCpuMs || now.runnable || late) lastProgress = at;
+        lastCpuMs = now.cpuMs;
+        if (now.cpuMs > limits.cpuMs) hang(`used ${Math.round(now.cpuMs)} ms of CPU`);
+        else if (at - lastProgress > limits.idleMs)
+          hang(`no CPU used and none waited for in ${Math.round(at - lastProgress)} ms`);
+        else if (at - started > limits.wallMs) hang(`ran ${Math.round(at - started)} ms`);
+      })
+      .finally(() => {
+        polling = false;
+      });
+  }, interval);
   child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
     output += chunk;
   });
@@ -126,16 +188,18 @@ function watch(child: ChildProcess, reportDir?: string): Promise<Exit> {
   return new Promise((resolve, reject) => {
     child.on('error', reject);
     child.on('close', (code) => {
-      clearTimeout(deadline);
+      clearInterval(poll);
       if (hung === undefined) {
         resolve({ code, output });
         return;
       }
-      void hung.then((where) =>
-        resolve({ code, output: `hung for ${RUN_DEADLINE_MS} ms, killed\n${where}\n${output}` }),
-      );
+      void hung.then((why) => resolve({ code, output: `${why}\n${output}` }));
     });
   });
+}
+
+function watch(child: ChildProcess, reportDir?: string): Promise<Exit> {
+  return watchRun(child, HANG_LIMITS, reportDir);
 }
 
 /** RELIABILITY_UNTIL (an ISO date or epoch ms), the long runs' time budget; undefined when unset. */
