@@ -13,7 +13,13 @@ import { StatusOutbox } from '../store/outbox.js';
 import { emptyState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
 import type { RemoveStep, Step, WriteStep } from './plan.js';
-import { dropElapsedCooldowns, type RecordContext, recordInvalid, recordStep } from './record.js';
+import {
+  dropElapsedCooldowns,
+  forgetUnseen,
+  type RecordContext,
+  recordInvalid,
+  recordStep,
+} from './record.js';
 
 const SHA = 'a'.repeat(64);
 const makeInstance = instanceFactory({ relative_filepath: 'app.json' });
@@ -712,5 +718,36 @@ describe('dropElapsedCooldowns', () => {
     );
 
     expect([...ctx.state.cooldowns.keys()].sort()).toEqual(['cfg_later', 'cfg_unplanned']);
+  });
+});
+
+describe('forgetUnseen', () => {
+  it('after a full pass: unseen instances lose their cooldowns, and their records unless they own a file', () => {
+    const record = {
+      relativePath: 'x.json',
+      activity: 'deployed' as const,
+      error: 'none' as const,
+      attempts: 0,
+    };
+    for (const id of ['cfg_seen', 'cfg_listed_unusable', 'cfg_owner', 'cfg_gone']) {
+      ctx.state.instances.set(id, record);
+      ctx.state.cooldowns.set(id, 1);
+    }
+    ctx.state.files.set('owned.json', {
+      instanceId: 'cfg_owner',
+      sha256: SHA,
+      mode: 0o640,
+      createdDirs: [],
+      writtenAt: 'x',
+    });
+
+    forgetUnseen(ctx.state, [makeInstance({ id: 'cfg_seen' })], ['cfg_listed_unusable']);
+
+    expect([...ctx.state.instances.keys()].sort()).toEqual(['cfg_listed_unusable', 'cfg_owner', 'cfg_seen']);
+    expect([...ctx.state.cooldowns.keys()].sort()).toEqual(['cfg_listed_unusable', 'cfg_seen']);
+  });
+
+  it('an invalid item the agent has no record of is counted at no path', () => {
+    expect(recordInvalid([{ id: 'cfg_new', problem: 'p' }], ctx)[0]?.path).toBe('');
   });
 });
