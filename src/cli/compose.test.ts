@@ -107,7 +107,7 @@ describe('runAgent: signals and reload', () => {
     const events = new EventEmitter();
     const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
     await waitFor(() => io.err().includes('"agent started"'), PATIENCE_MS, { what: 'the agent started' });
-    await waitFor(() => callAgent(socketPath, 'GET', '/v1/health', 5000), PATIENCE_MS, {
+    await waitFor(() => callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS), PATIENCE_MS, {
       what: 'the socket',
     });
 
@@ -124,14 +124,14 @@ describe('runAgent: signals and reload', () => {
       level: 'error',
       reason: expect.stringMatching(/JSON/),
     });
-    expect((await callAgent(socketPath, 'GET', '/v1/status', 5000)).body).toMatchObject({
+    expect((await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS)).body).toMatchObject({
       deviceId: 'dvc_compose',
     });
 
     await writeConfig({ deviceId: 'dvc_compose_renamed' });
     events.emit('SIGHUP');
     await waitFor(() => io.err().includes('"configuration reloaded"'), PATIENCE_MS, { what: 'the reload' });
-    expect((await callAgent(socketPath, 'GET', '/v1/status', 5000)).body).toMatchObject({
+    expect((await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS)).body).toMatchObject({
       deviceId: 'dvc_compose_renamed',
     });
 

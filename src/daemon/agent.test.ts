@@ -5,6 +5,7 @@ import path from 'node:path';
 import { Volume } from 'memfs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { memfsPort } from '../../test/helpers/memfs.js';
+import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { callAgent } from '../cli/local-client.js';
 import { parseAgentConfig } from '../config/load.js';
 import type { Clock } from '../lib/clock.js';
@@ -507,17 +508,17 @@ describe('AgentDaemon: health', () => {
     await api.start();
     try {
       const { waitMs } = await nextPass(agent);
-      expect(await callAgent(socketPath, 'GET', '/v1/health', 5000)).toMatchObject({
+      expect(await callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS)).toMatchObject({
         status: 200,
         body: { healthy: true },
       });
       clock.mono += waitMs + LOOP_LATE_MS + SECOND;
-      expect(await callAgent(socketPath, 'GET', '/v1/health', 5000)).toMatchObject({
+      expect(await callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS)).toMatchObject({
         status: 503,
         body: { healthy: false, reason: expect.stringMatching(/did not wake up/) },
       });
       await nextPass(agent);
-      expect(await callAgent(socketPath, 'GET', '/v1/health', 5000)).toMatchObject({
+      expect(await callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS)).toMatchObject({
         status: 200,
         body: { healthy: true },
       });

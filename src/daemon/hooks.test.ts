@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { createLogger, type Logger, silentLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { CHANGED_ENV, type HookSpec, matchingPaths, runHooks, STDERR_TAIL_BYTES } from './hooks.js';
@@ -223,7 +224,7 @@ describe('runHooks', () => {
     expect(result).toMatchObject({ timedOut: true, exitCode: null, signal: 'SIGTERM' });
     expect(result!.durationMs).toBeGreaterThanOrEqual(450);
     expect(result!.durationMs).toBeLessThan(5000);
-    expect(await waitFor(() => !isAlive(grandchild), 3000)).toBe(true);
+    expect(await waitFor(() => !isAlive(grandchild), PATIENCE_MS)).toBe(true);
   });
 
   it('escalates to SIGKILL when a hook ignores SIGTERM', async () => {
@@ -296,7 +297,9 @@ describe('runHooks', () => {
       ['a.conf'],
       options({ signal: controller.signal, killGraceMs: 500 }),
     );
-    expect(await waitFor(() => existsSync(pidFile) && readFileSync(pidFile, 'utf8') !== '', 5000)).toBe(true);
+    expect(
+      await waitFor(() => existsSync(pidFile) && readFileSync(pidFile, 'utf8') !== '', PATIENCE_MS),
+    ).toBe(true);
     const grandchild = Number(readFileSync(pidFile, 'utf8'));
     strays.push(grandchild);
     controller.abort();
@@ -307,7 +310,7 @@ describe('runHooks', () => {
     expect(results[0]!.error).toMatch(/abort/);
     expect(results[0]!.durationMs).toBeLessThan(10_000);
     expect(existsSync(skippedLog)).toBe(false);
-    expect(await waitFor(() => !isAlive(grandchild), 3000)).toBe(true);
+    expect(await waitFor(() => !isAlive(grandchild), PATIENCE_MS)).toBe(true);
   });
 
   it('does not wait for a background process that keeps the hook pipes open after the hook exits', async () => {
