@@ -213,6 +213,8 @@ async function applyWrite(
     const { result, previous } = await removeFile(remove, ctx);
     displaced.push({ step: remove, result, previous });
   }
+  // Alongside the publish: the copy is not durable (see content-cache.ts), so it waits for nothing.
+  const caching = cacheContent(ctx, step);
   try {
     const published = await publishFile(ctx.fs, {
       rootDir: ctx.rootDir,
@@ -227,7 +229,7 @@ async function applyWrite(
       syncDirectory: !options.batched,
       ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
     });
-    await cacheContent(ctx, step);
+    await caching;
     if (published.outcome === 'written' && step.reason === 'drift') {
       ctx.logger.warn(
         { instanceId: step.instance.id, path: step.path },
@@ -240,6 +242,7 @@ async function applyWrite(
       displaced: displaced.map(({ step: remove, result: removal }) => ({ step: remove, result: removal })),
     };
   } catch (error) {
+    await caching;
     // The swap failed half-way: put back what was removed for it, so the device keeps a working config.
     const rolledBack: AppliedStep['displaced'] = [];
     for (const entry of displaced) {
@@ -323,7 +326,10 @@ async function restoreDisplaced(
   return { kind: 'removed', rollbackLost: true };
 }
 
-/** The drift watcher restores a drifted file from these bytes without a pass (see drift-watcher.ts). */
+/**
+ * The drift watcher restores a drifted file from these bytes without a pass (see drift-watcher.ts). Never
+ * rejects: a missing copy only sends a later restore of the file through a pass.
+ */
 async function cacheContent(ctx: ApplyContext, step: WriteStep): Promise<void> {
   try {
     await ctx.cache.put(step.data);

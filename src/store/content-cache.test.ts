@@ -28,6 +28,42 @@ describe('ContentCache', () => {
     expect((await cache.get(name))?.toString()).toBe('listen 80;\n');
   });
 
+  it('put replaces a torn entry (a crash while it was written) and keeps an intact one', async () => {
+    const { vol, cache } = world();
+    const text = '{"port": 8080}\n';
+    const name = sha(text);
+    vol.mkdirSync(CACHE, { recursive: true, mode: 0o700 });
+    vol.writeFileSync(`${CACHE}/${name}`, text.slice(0, 5));
+    expect(await cache.get(name)).toBeUndefined();
+    expect(await cache.put(Buffer.from(text))).toBe(name);
+    expect(vol.readFileSync(`${CACHE}/${name}`, 'utf8')).toBe(text);
+    expect((await cache.get(name))?.toString()).toBe(text);
+    // Nothing but the entry is left behind (no temp file).
+    expect(vol.readdirSync(CACHE)).toEqual([name]);
+    const inode = vol.statSync(`${CACHE}/${name}`).ino;
+    await cache.put(Buffer.from(text));
+    expect(vol.statSync(`${CACHE}/${name}`).ino).toBe(inode);
+  });
+
+  it('put makes the directory again when it was removed since the last put', async () => {
+    const { vol, cache } = world();
+    await cache.put(Buffer.from('first'));
+    vol.rmSync(CACHE, { recursive: true, force: true });
+    const name = await cache.put(Buffer.from('second'));
+    expect(vol.readFileSync(`${CACHE}/${name}`, 'utf8')).toBe('second');
+    expect(vol.statSync(CACHE).mode & 0o777).toBe(0o700);
+  });
+
+  it('put refuses a symlink planted at an entry name and leaves its target alone', async () => {
+    const { vol, cache } = world();
+    vol.mkdirSync(CACHE, { recursive: true, mode: 0o700 });
+    vol.writeFileSync('/elsewhere', 'precious');
+    const name = sha('evil');
+    vol.symlinkSync('/elsewhere', `${CACHE}/${name}`);
+    await cache.put(Buffer.from('evil')).catch(() => undefined);
+    expect(vol.readFileSync('/elsewhere', 'utf8')).toBe('precious');
+  });
+
   it('get answers undefined for an absent entry, for bytes that no longer hash to their name, and for non-names', async () => {
     const { vol, cache } = world();
     const good = await cache.put(Buffer.from('a'));

@@ -1,35 +1,89 @@
-// Bytes of every file the agent published, by sha256, so a failed swap can restore what it removed.
+// Bytes of every file the agent published, by sha256, for the drift watcher's local restores.
+import { randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
 import path from 'node:path';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
-import { publishFile } from './durable-writer.js';
+import { TEMP_PREFIX } from './path-guard.js';
 
 export const CACHE_DIR = 'cache';
 const SHA256_HEX = /^[0-9a-f]{64}$/;
+const CREATE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
+/**
+ * Entries are written without fsync, temp file or directory fsync: every read checks the bytes against the
+ * name, so an entry a power cut tore or lost is simply absent (the drift watcher then asks for a pass, which
+ * rewrites the file from the service). Nothing else reads the cache, and nothing is decided on the strength of
+ * an entry existing: the durable record of a managed file is `state.json`, written with the durable protocol.
+ */
 export class ContentCache {
   readonly #fs: FsPort;
   readonly #dir: string;
+  #made: Promise<unknown> | undefined;
 
   constructor(fs: FsPort, stateDir: string) {
     this.#fs = fs;
     this.#dir = path.join(stateDir, CACHE_DIR);
   }
 
+  /** Stores `data` under its sha256 unless an intact entry is already there; returns the sha256. */
   async put(data: Uint8Array): Promise<string> {
     const sha256 = sha256Hex(data);
-    await this.#fs.mkdir(this.#dir, { recursive: true, mode: 0o700 });
-    await publishFile(this.#fs, {
-      rootDir: this.#dir,
-      relativePath: sha256,
-      data,
-      mode: 0o600,
-      dirMode: 0o700,
-      // A copy left by a write that never reached its fsync must not pass for one that can be restored from.
-      ensureDurable: true,
-    });
+    const target = path.join(this.#dir, sha256);
+    if (await this.#create(target, data)) return sha256;
+    if ((await this.get(sha256)) !== undefined) return sha256;
+    // A torn entry (a crash while it was written): replaced whole, so a reader never meets it half-written.
+    const temp = path.join(this.#dir, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
+    try {
+      await this.#write(temp, CREATE_FLAGS, data);
+      await this.#fs.rename(temp, target);
+    } catch (error) {
+      await this.#fs.unlink(temp).catch(() => undefined);
+      throw error;
+    }
     return sha256;
+  }
+
+  /** Writes a new entry; false when one is already there. */
+  async #create(target: string, data: Uint8Array): Promise<boolean> {
+    for (let attempt = 0; ; attempt += 1) {
+      await this.#ensureDir();
+      try {
+        await this.#write(target, CREATE_FLAGS, data);
+        return true;
+      } catch (error) {
+        const code = errnoCode(error);
+        if (code === 'EEXIST') return false;
+        // The directory went away since it was made (removed by hand): made again, once.
+        if (code !== 'ENOENT' || attempt > 0) throw error;
+        this.#made = undefined;
+      }
+    }
+  }
+
+  /** Once per cache: every put of a pass would otherwise pay a mkdir that fails with EEXIST. */
+  async #ensureDir(): Promise<void> {
+    this.#made ??= this.#fs.mkdir(this.#dir, { recursive: true, mode: 0o700 });
+    try {
+      await this.#made;
+    } catch (error) {
+      this.#made = undefined;
+      throw error;
+    }
+  }
+
+  async #write(file: string, flags: number, data: Uint8Array): Promise<void> {
+    const handle = await this.#fs.open(file, flags, 0o600);
+    try {
+      await handle.writeFile(data);
+      await handle.close();
+    } catch (error) {
+      // A partial entry would cost the next put a read to find it torn: better gone.
+      await handle.close().catch(() => undefined);
+      await this.#fs.unlink(file).catch(() => undefined);
+      throw error;
+    }
   }
 
   /** The cached bytes, or undefined when absent or when they no longer hash to their name. */
