@@ -11,6 +11,7 @@ import {
   syncDirectories,
 } from '../store/durable-writer.js';
 import { PathRejectedError } from '../store/errors.js';
+import { VerifiedDirectories } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
 import type { RemoveStep, Step, StepKind, WriteStep } from './plan.js';
 
@@ -58,9 +59,13 @@ export interface ApplyOutcome {
   aborted: boolean;
 }
 
-/** `batched`: the write joins a batch whose directories the batch fsyncs, once each, after its writes. */
+/**
+ * `batched`: the write joins a batch whose directories the batch fsyncs, once each, after its writes.
+ * `verified`: the batch's directories that nobody but the agent's user or root can change (path-guard.ts).
+ */
 interface HandlerOptions {
   batched: boolean;
+  verified?: VerifiedDirectories;
 }
 
 type StepHandler<K extends StepKind> = (
@@ -144,13 +149,17 @@ function nextBatch(steps: readonly Step[], start: number): Step[] {
  */
 async function applyBatch(batch: readonly Step[], ctx: ApplyContext): Promise<AppliedStep[]> {
   const batched = batch.length > 1 || batchable(batch[0]!);
+  // One per batch: removals and swaps, which can delete directories, run between batches.
+  const options: HandlerOptions = batched
+    ? { batched, verified: new VerifiedDirectories(process.geteuid?.() ?? -1) }
+    : { batched };
   const results: (AppliedStep | undefined)[] = new Array(batch.length);
   let next = 0;
   const worker = async (): Promise<void> => {
     while (next < batch.length && !ctx.signal?.aborted) {
       const position = next++;
       const step = batch[position]!;
-      results[position] = await applyOne(step, ctx, { batched });
+      results[position] = await applyOne(step, ctx, options);
     }
   };
   await Promise.all(Array.from({ length: Math.min(WRITE_CONCURRENCY, batch.length) }, worker));
@@ -227,6 +236,7 @@ async function applyWrite(
       // the leftover of a write whose fsync failed) are fsynced before anyone is told they are in place.
       ensureDurable: true,
       syncDirectory: !options.batched,
+      ...(options.verified === undefined ? {} : { verified: options.verified }),
       ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
     });
     await caching;

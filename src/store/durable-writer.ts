@@ -12,6 +12,7 @@ import {
   inspectPath,
   lstatOrUndefined,
   TEMP_PREFIX,
+  type VerifiedDirectories,
   validateRelativePath,
 } from './path-guard.js';
 
@@ -38,6 +39,12 @@ export interface PublishRequest {
    * they are in place until they are durable. Set for every publish the caller has no durable record of.
    */
   ensureDurable?: boolean;
+  /**
+   * The directories found stable by the other publishes of this batch (see VerifiedDirectories): their
+   * parents are not lstat'ed again, and a target whose directory is stable is not checked again before the
+   * rename (nobody but the agent's user or root can change what is in it).
+   */
+  verified?: VerifiedDirectories;
 }
 
 export interface PublishResult {
@@ -281,7 +288,7 @@ async function removeCreatedDirs(fs: FsPort, root: string, created: readonly str
  * signal's reason on abort; in every failure before the rename the old file is intact and no temp file is left.
  */
 export async function publishFile(fs: FsPort, request: PublishRequest): Promise<PublishResult> {
-  const { rootDir, relativePath, data, mode, dirMode, gid, signal, syncDirectory = true } = request;
+  const { rootDir, relativePath, data, mode, dirMode, gid, signal, verified, syncDirectory = true } = request;
   const ensureDurable = request.ensureDurable ?? false;
   assertMode(mode, 'PublishRequest.mode');
   if (gid !== undefined && (!Number.isInteger(gid) || gid < 0)) {
@@ -289,7 +296,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
   }
   assertMode(dirMode, 'PublishRequest.dirMode');
   signal?.throwIfAborted();
-  const inspection = await inspectPath(fs, rootDir, relativePath);
+  const inspection = await inspectPath(fs, rootDir, relativePath, verified);
   assertRegularOrAbsent(inspection.final, relativePath);
   const sha256 = sha256Hex(data);
   const bytes = data.byteLength;
@@ -351,9 +358,12 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
     await step('close temp file', relativePath, () => open.close());
     signal?.throwIfAborted();
 
-    // Node has no openat(): re-walk the chain so a symlink swapped in since the first check is still refused.
-    const recheck = await inspectPath(fs, rootDir, relativePath);
-    assertRegularOrAbsent(recheck.final, relativePath);
+    // Node has no openat(): re-walk the chain so a symlink swapped in since the first check is still refused
+    // (where anyone but the agent's user or root could have swapped one: see VerifiedDirectories).
+    if (!inspection.stableParent) {
+      const recheck = await inspectPath(fs, rootDir, relativePath, verified);
+      assertRegularOrAbsent(recheck.final, relativePath);
+    }
 
     const temp = candidate;
     await step('rename', relativePath, () => fs.rename(temp, absolute));

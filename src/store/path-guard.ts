@@ -50,6 +50,66 @@ export function validateRelativePath(relativePath: string): void {
   }
 }
 
+/**
+ * Directories under one root that nobody but the agent's own user (or root) can change, found while walking
+ * the paths of one batch of publishes, so that the next paths through them need no lstat of their parents.
+ *
+ * A directory is **stable** when it is a real directory (no symlink), owned by the agent's user or root,
+ * writable by neither group nor others, and its own parent is stable (or it is the root). Replacing a
+ * directory by a symlink needs write permission on the directory holding it: so within a stable chain no
+ * other local user can swap anything, and checking it again would find the same thing. The root itself is the
+ * trust anchor (its stat is taken once). A directory writable by anyone else, or below one, is never
+ * remembered: it is lstat'ed on every walk, before the write and again before the rename, as without a cache.
+ * Only positive answers are kept (a missing directory may be created meanwhile), and the cache lives for one
+ * batch of plain writes: removals, which can delete directories, run between batches.
+ */
+export class VerifiedDirectories {
+  readonly #uid: number;
+  readonly #stable = new Set<string>();
+  #root: Promise<string> | undefined;
+  #rootDir: string | undefined;
+
+  /** `uid`: the agent's effective user id (its own directories are trusted like root's). */
+  constructor(uid: number) {
+    this.#uid = uid;
+  }
+
+  /** The checked root (see `checkRoot`), once per cache; a failed check is not kept. */
+  async root(fs: FsPort, rootDir: string): Promise<string> {
+    if (this.#rootDir !== undefined && this.#rootDir !== rootDir) {
+      throw new Error(`VerifiedDirectories holds ${this.#rootDir}, asked for ${rootDir}`);
+    }
+    this.#rootDir = rootDir;
+    this.#root ??= checkRootStats(fs, rootDir).then(({ root, stats }) => {
+      if (this.sealed(stats)) this.#stable.add('');
+      return root;
+    });
+    try {
+      return await this.#root;
+    } catch (error) {
+      this.#root = undefined;
+      throw error;
+    }
+  }
+
+  /** Whether `relative` ('' for the root) is known stable. */
+  has(relative: string): boolean {
+    return this.#stable.has(relative);
+  }
+
+  /** Records a directory just lstat'ed as a real directory: kept only when it and its parent are stable. */
+  saw(relative: string, stats: Stats): void {
+    const slash = relative.lastIndexOf('/');
+    const parent = slash < 0 ? '' : relative.slice(0, slash);
+    if (this.#stable.has(parent) && this.sealed(stats)) this.#stable.add(relative);
+  }
+
+  /** Owned by the agent's user or root, and writable by neither group nor others. */
+  sealed(stats: Stats): boolean {
+    return (stats.uid === this.#uid || stats.uid === 0) && (stats.mode & 0o022) === 0;
+  }
+}
+
 /** What `inspectPath` found on disk for a validated relative path. */
 export interface PathInspection {
   /** The root, made absolute; symlinks in it are kept (the root is the trust anchor). */
@@ -60,6 +120,8 @@ export interface PathInspection {
   existingParents: number;
   /** lstat of the final path when every parent exists and it does too. */
   final: Stats | undefined;
+  /** The final path's directory is stable (see VerifiedDirectories): nobody else can change its entries. */
+  stableParent: boolean;
 }
 
 /** lstat that maps ENOENT to undefined and every other failure to DiskError. */
@@ -78,6 +140,10 @@ export async function lstatOrUndefined(
 
 /** Fails with DiskError unless the root exists and is a directory; symlinks to it are followed on purpose. */
 export async function checkRoot(fs: FsPort, rootDir: string): Promise<string> {
+  return (await checkRootStats(fs, rootDir)).root;
+}
+
+async function checkRootStats(fs: FsPort, rootDir: string): Promise<{ root: string; stats: Stats }> {
   const root = path.resolve(rootDir);
   let stats: Stats;
   try {
@@ -89,7 +155,7 @@ export async function checkRoot(fs: FsPort, rootDir: string): Promise<string> {
   if (!stats.isDirectory()) {
     throw new DiskError({ operation: 'stat directory', path: root, errno: 'ENOTDIR' });
   }
-  return root;
+  return { root, stats };
 }
 
 /**
@@ -101,26 +167,38 @@ export async function inspectPath(
   fs: FsPort,
   rootDir: string,
   relativePath: string,
+  verified?: VerifiedDirectories,
 ): Promise<PathInspection> {
   validateRelativePath(relativePath);
-  const root = await checkRoot(fs, rootDir);
+  const root = verified === undefined ? await checkRoot(fs, rootDir) : await verified.root(fs, rootDir);
   const segments = relativePath.split('/');
   let current = root;
+  let relative = '';
   let existingParents = 0;
-  for (const [index, segment] of segments.slice(0, -1).entries()) {
+  for (const segment of segments.slice(0, -1)) {
     current = path.join(current, segment);
-    const relative = segments.slice(0, index + 1).join('/');
+    relative = relative === '' ? segment : `${relative}/${segment}`;
+    existingParents += 1;
+    if (verified?.has(relative)) continue;
     const stats = await lstatOrUndefined(fs, current, relative);
     if (stats === undefined) {
-      return { root, absolute: path.join(root, relativePath), segments, existingParents, final: undefined };
+      const absolute = path.join(root, relativePath);
+      return {
+        root,
+        absolute,
+        segments,
+        existingParents: existingParents - 1,
+        final: undefined,
+        stableParent: false,
+      };
     }
     if (stats.isSymbolicLink()) throw new PathRejectedError('crosses_symlink', relativePath, relative);
     if (!stats.isDirectory()) throw new PathRejectedError('not_a_directory', relativePath, relative);
-    existingParents += 1;
+    verified?.saw(relative, stats);
   }
   const absolute = path.join(root, relativePath);
   const final = await lstatOrUndefined(fs, absolute, relativePath);
-  return { root, absolute, segments, existingParents, final };
+  return { root, absolute, segments, existingParents, final, stableParent: verified?.has(relative) ?? false };
 }
 
 /** Throws PathRejectedError unless `stats` (the final path's lstat, if it exists) is a regular file. */
