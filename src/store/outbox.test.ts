@@ -82,6 +82,28 @@ describe('StatusOutbox', () => {
     expect(outbox.pendingFor('cfg_c')).toBeUndefined();
   });
 
+  it('pendingFor answers the queued report after a flush settles some, after a reopen, and after a replacement', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c']);
+    await outbox.flush(service({ cfg_b: () => new Error('later') }).send, () => 'skip');
+    expect(outbox.pendingFor('cfg_a')).toBeUndefined();
+    expect(outbox.pendingFor('cfg_b')?.report).toEqual(deployed);
+    expect(outbox.pendingFor('cfg_c')).toBeUndefined();
+    // Queued again after its delivery: a new entry, found as such.
+    outbox.enqueue('cfg_a', removed, T0);
+    expect(outbox.pendingFor('cfg_a')?.report).toEqual(removed);
+    await outbox.persist();
+
+    const reopened = await open(fs);
+    expect(ids(reopened.pending())).toEqual(['cfg_b', 'cfg_a']);
+    expect(reopened.pendingFor('cfg_a')?.report).toEqual(removed);
+    expect(reopened.pendingFor('cfg_b')?.report).toEqual(deployed);
+    reopened.enqueue('cfg_b', retrying, T0);
+    expect(ids(reopened.pending())).toEqual(['cfg_a', 'cfg_b']);
+    expect(reopened.pendingFor('cfg_b')?.report).toEqual(retrying);
+    expect(reopened.pendingFor('cfg_c')).toBeUndefined();
+  });
+
   it('persist writes the queue to stateDir before anything is sent', async () => {
     const { fs, vol } = memfs();
     const outbox = await filled(fs, ['cfg_a', 'cfg_b']);

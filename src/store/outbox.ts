@@ -41,6 +41,8 @@ export class StatusOutbox {
   readonly #stateDir: string;
   readonly #logger: Logger;
   #entries: OutboxEntry[] = [];
+  /** The first queued entry of each instance: a first sync queues one per file, and a scan each was O(n²). */
+  #byInstance = new Map<string, OutboxEntry>();
   #nextSeq = 0;
   #ephemeral = false;
 
@@ -72,7 +74,7 @@ export class StatusOutbox {
   }
 
   pendingFor(instanceId: string): OutboxEntry | undefined {
-    return this.#entries.find((entry) => entry.instanceId === instanceId);
+    return this.#byInstance.get(instanceId);
   }
 
   /**
@@ -81,8 +83,12 @@ export class StatusOutbox {
    * number of instances however long the device is offline.
    */
   enqueue(instanceId: string, report: StatusReport, now: Date): void {
-    this.#entries = this.#entries.filter((entry) => entry.instanceId !== instanceId);
-    this.#entries.push({ seq: this.#nextSeq++, instanceId, report, queuedAt: now.toISOString() });
+    if (this.#byInstance.has(instanceId)) {
+      this.#entries = this.#entries.filter((entry) => entry.instanceId !== instanceId);
+    }
+    const entry = { seq: this.#nextSeq++, instanceId, report, queuedAt: now.toISOString() };
+    this.#entries.push(entry);
+    this.#byInstance.set(instanceId, entry);
   }
 
   /** `ensureDurable`: fsync the file even when its bytes are unchanged (see `PublishRequest.ensureDurable`). */
@@ -145,6 +151,7 @@ export class StatusOutbox {
     await Promise.all(Array.from({ length: Math.min(concurrency, queue.length) }, deliverNext));
     if (settled.size > 0) {
       this.#entries = this.#entries.filter((entry) => !settled.has(entry.seq));
+      this.#index();
       try {
         await this.persist();
       } catch (error) {
@@ -153,6 +160,13 @@ export class StatusOutbox {
       }
     }
     return result;
+  }
+
+  #index(): void {
+    this.#byInstance = new Map();
+    for (const entry of this.#entries) {
+      if (!this.#byInstance.has(entry.instanceId)) this.#byInstance.set(entry.instanceId, entry);
+    }
   }
 
   async #load(): Promise<void> {
@@ -165,6 +179,7 @@ export class StatusOutbox {
       return;
     }
     this.#entries = parsed.data.entries;
+    this.#index();
     // A loop, not Math.max(...spread): 200,000 queued reports as arguments overflow the call stack.
     let nextSeq = parsed.data.nextSeq;
     for (const entry of this.#entries) if (entry.seq >= nextSeq) nextSeq = entry.seq + 1;
