@@ -538,7 +538,11 @@ describe('runPass: "deployed" means durable', () => {
     const unsynced = [...model.unsyncedFiles, ...model.unsyncedDirs];
     expect(
       unsynced.filter(
-        (p) => p.startsWith(world.dir) && !p.endsWith('agent.lock') && !p.startsWith(`${cacheDir}/`),
+        (p) =>
+          p.startsWith(world.dir) &&
+          !p.endsWith('agent.lock') &&
+          p !== cacheDir &&
+          !p.startsWith(`${cacheDir}/`),
       ),
     ).toEqual([]);
   });

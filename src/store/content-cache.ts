@@ -12,10 +12,11 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
 const CREATE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
 /**
- * Entries are written without fsync, temp file or directory fsync: every read checks the bytes against the
- * name, so an entry a power cut tore or lost is simply absent (the drift watcher then asks for a pass, which
- * rewrites the file from the service). Nothing else reads the cache, and nothing is decided on the strength of
- * an entry existing: the durable record of a managed file is `state.json`, written with the durable protocol.
+ * Entries are written without fsync or directory fsync: every read checks the bytes against the name, so an
+ * entry a power cut tore or lost is simply absent (the drift watcher then asks for a pass, which rewrites the
+ * file from the service). Nothing else reads the cache, and nothing is decided on the strength of an entry
+ * existing: the durable record of a managed file is `state.json`, written with the durable protocol. Each
+ * entry still goes through a temp file and a rename, so a reader never meets one half-written.
  */
 export class ContentCache {
   readonly #fs: FsPort;
@@ -27,36 +28,17 @@ export class ContentCache {
     this.#dir = path.join(stateDir, CACHE_DIR);
   }
 
-  /** Stores `data` under its sha256 unless an intact entry is already there; returns the sha256. */
+  /** Stores `data` under its sha256 (replacing whatever entry of that name was there); returns the sha256. */
   async put(data: Uint8Array): Promise<string> {
     const sha256 = sha256Hex(data);
-    const target = path.join(this.#dir, sha256);
-    if (await this.#create(target, data)) return sha256;
-    if ((await this.get(sha256)) !== undefined) return sha256;
-    // A torn entry (a crash while it was written): replaced whole, so a reader never meets it half-written.
-    const temp = path.join(this.#dir, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
-    try {
-      await this.#write(temp, CREATE_FLAGS, data);
-      await this.#fs.rename(temp, target);
-    } catch (error) {
-      await this.#fs.unlink(temp).catch(() => undefined);
-      throw error;
-    }
-    return sha256;
-  }
-
-  /** Writes a new entry; false when one is already there. */
-  async #create(target: string, data: Uint8Array): Promise<boolean> {
     for (let attempt = 0; ; attempt += 1) {
       await this.#ensureDir();
       try {
-        await this.#write(target, CREATE_FLAGS, data);
-        return true;
+        await this.#write(path.join(this.#dir, sha256), data);
+        return sha256;
       } catch (error) {
-        const code = errnoCode(error);
-        if (code === 'EEXIST') return false;
         // The directory went away since it was made (removed by hand): made again, once.
-        if (code !== 'ENOENT' || attempt > 0) throw error;
+        if (errnoCode(error) !== 'ENOENT' || attempt > 0) throw error;
         this.#made = undefined;
       }
     }
@@ -73,15 +55,16 @@ export class ContentCache {
     }
   }
 
-  async #write(file: string, flags: number, data: Uint8Array): Promise<void> {
-    const handle = await this.#fs.open(file, flags, 0o600);
+  async #write(target: string, data: Uint8Array): Promise<void> {
+    const temp = path.join(this.#dir, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
+    const handle = await this.#fs.open(temp, CREATE_FLAGS, 0o600);
     try {
       await handle.writeFile(data);
       await handle.close();
+      await this.#fs.rename(temp, target);
     } catch (error) {
-      // A partial entry would cost the next put a read to find it torn: better gone.
       await handle.close().catch(() => undefined);
-      await this.#fs.unlink(file).catch(() => undefined);
+      await this.#fs.unlink(temp).catch(() => undefined);
       throw error;
     }
   }
