@@ -107,7 +107,18 @@ describe.skipIf(SKIP !== undefined)('syscall order under strace', () => {
       expect(`${run.stdout}${run.stderr}`.includes(CANARY_KEY), `${run.label}: API key in the output`).toBe(
         false,
       );
-      const publishes = checkPublishes(run.calls, dirs);
+      // The content cache is not durable by design (docs/reliability.md: every read checks an entry's bytes
+      // against its name): its entries skip both fsyncs; every other step of the protocol holds for them too.
+      const cacheDir = path.join(world.stateDir, 'cache');
+      const notDurable = new Set([
+        'renamed without a successful fsync',
+        `no fsync of ${cacheDir} after the rename`,
+      ]);
+      const publishes = checkPublishes(run.calls, dirs).map((p) =>
+        p.temp?.startsWith(`${cacheDir}/`) === true
+          ? { ...p, problems: p.problems.filter((problem) => !notDurable.has(problem)) }
+          : p,
+      );
       const broken = publishes.filter((p) => p.problems.length > 0);
       expect(broken, `${run.label}: publishes breaking the protocol: ${JSON.stringify(broken)}`).toEqual([]);
       expect(unsafeOpens(run.calls, dirs), run.label).toEqual([]);
