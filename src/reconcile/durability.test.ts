@@ -234,4 +234,24 @@ describe('the durable guarantee of a pass', () => {
     const violations = others.map(([id, relative]) => orderViolation(world.events, id, relative));
     expect(violations.filter((v) => v !== undefined)).toEqual([]);
   });
+  it('a takeover (a newer instance wants the path of a deployed one): the swap keeps the order too', async () => {
+    putInstances();
+    expect((await world.reconciler.runPass({ mode: 'full' })).converged).toBe(true);
+    world.events.length = 0;
+    const old = world.server.state.instance('cfg_000');
+    world.server.state.instances.set('cfg_new', {
+      ...old,
+      id: 'cfg_new',
+      config_schema_id: 'sch_cfg_new',
+      activity_status: 'queued',
+      content: { id: 'cfg_new', padding: 'y'.repeat(200) },
+      created_at: '2026-12-30T00:00:00.000Z',
+      updated_at: '2026-12-31T00:00:00.000Z',
+    });
+
+    await world.reconciler.runPass({ mode: 'full' });
+
+    expect(await readFile(path.join(world.rootDir, 'top.json'), 'utf8')).toContain('"cfg_new"');
+    expect(orderViolation(world.events, 'cfg_new', 'top.json')).toBeUndefined();
+  });
 });
