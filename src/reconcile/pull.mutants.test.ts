@@ -2,6 +2,7 @@
 // owners a poll fetches, and what the pull returns.
 
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { mockRecord } from '../../test/helpers/instances.js';
 import { createClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
@@ -25,20 +26,7 @@ afterEach(async () => {
 });
 
 function put(id: string, fields: Partial<ConfigInstanceRecord> = {}): void {
-  server.state.instances.set(id, {
-    id,
-    device_id: 'dvc_1',
-    relative_filepath: `${id}.json`,
-    config_schema_id: `sch_${id}`,
-    config_type_id: 'typ',
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    content: { owner: id },
-    created_at: T0,
-    updated_at: T0,
-    ...fields,
-  });
+  server.state.instances.set(id, mockRecord(id, fields));
 }
 
 function owned(entries: Record<string, string>): Map<string, ManagedFile> {

@@ -6,6 +6,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { mockRecord } from '../../test/helpers/instances.js';
 import { createClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
@@ -16,7 +17,6 @@ import { emptyState, type InstanceRecord, type LocalState } from '../store/state
 import { deliverReports, type ReportContext } from './report.js';
 
 const API_KEY = 'sk_test_report_0123456789abcdef';
-const T0 = '2026-01-01T00:00:00.000Z';
 const NOW = new Date('2026-06-01T00:00:00.000Z');
 /** Retries are off; a clock that never moves by itself. */
 const clock: Clock = { now: () => NOW.getTime(), monotonic: () => 1_000, sleep: async () => undefined };
@@ -54,20 +54,7 @@ afterEach(async () => {
 });
 
 function put(id: string, fields: Partial<ConfigInstanceRecord> = {}): void {
-  server.state.instances.set(id, {
-    id,
-    device_id: 'dvc_1',
-    relative_filepath: `${id}.json`,
-    config_schema_id: `sch_${id}`,
-    config_type_id: 'typ',
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    content: { owner: id },
-    created_at: T0,
-    updated_at: T0,
-    ...fields,
-  });
+  server.state.instances.set(id, mockRecord(id, fields));
 }
 
 function record(fields: Partial<InstanceRecord> = {}): InstanceRecord {

@@ -1,5 +1,6 @@
 // A ConfigInstance factory for unit tests: valid under the wire schema, merged status derived as the mock does.
 import { ConfigInstance, mergeStatus } from '../../src/api/schemas.js';
+import type { ConfigInstanceRecord } from '../../src/mock-server/state.js';
 
 export type InstanceFields = Partial<Omit<ConfigInstance, 'status'>> & { id: string };
 
@@ -27,5 +28,23 @@ export function instanceFactory(defaults: Partial<Omit<ConfigInstance, 'status' 
       error_status: error,
       status: mergeStatus(activity, error),
     });
+  };
+}
+
+/** A record for the mock service's store: device dvc_1, `deployed`, `<id>.json`, `fields` on top. */
+export function mockRecord(id: string, fields: Partial<ConfigInstanceRecord> = {}): ConfigInstanceRecord {
+  return {
+    id,
+    device_id: 'dvc_1',
+    relative_filepath: `${id}.json`,
+    config_schema_id: `sch_${id}`,
+    config_type_id: 'typ',
+    target_status: 'deployed',
+    activity_status: 'queued',
+    error_status: 'none',
+    content: { owner: id },
+    created_at: '2026-01-01T00:00:00.000Z',
+    updated_at: '2026-01-01T00:00:00.000Z',
+    ...fields,
   };
 }
