@@ -1,22 +1,21 @@
 // Bytes of every file the agent published, by sha256, for the drift watcher's local restores.
-import { randomBytes } from 'node:crypto';
-import { constants } from 'node:fs';
 import path from 'node:path';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
-import { TEMP_PREFIX } from './path-guard.js';
+import { publishFile } from './durable-writer.js';
+import { DiskError, PathRejectedError } from './errors.js';
 
 export const CACHE_DIR = 'cache';
 const SHA256_HEX = /^[0-9a-f]{64}$/;
-const CREATE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
 
 /**
- * Entries are written without fsync or directory fsync: every read checks the bytes against the name, so an
- * entry a power cut tore or lost is simply absent (the drift watcher then asks for a pass, which rewrites the
- * file from the service). Nothing else reads the cache, and nothing is decided on the strength of an entry
- * existing: the durable record of a managed file is `state.json`, written with the durable protocol. Each
- * entry still goes through a temp file and a rename, so a reader never meets one half-written.
+ * Entries are published by the one writer with `durable: false` (no fsync, no directory fsync): every read
+ * checks the bytes against the name, so an entry a power cut tore or lost is simply absent (the drift watcher
+ * then asks for a pass, which rewrites the file from the service). Nothing else reads the cache, and nothing is
+ * decided on the strength of an entry existing: the durable record of a managed file is `state.json`, written
+ * with the durable protocol. Each entry still goes through a temp file and a rename, so a reader never meets
+ * one half-written, and an entry already holding the right bytes is not rewritten.
  */
 export class ContentCache {
   readonly #fs: FsPort;
@@ -28,17 +27,31 @@ export class ContentCache {
     this.#dir = path.join(stateDir, CACHE_DIR);
   }
 
-  /** Stores `data` under its sha256 (replacing whatever entry of that name was there); returns the sha256. */
+  /** Stores `data` under its sha256 (replacing whatever else an entry of that name held); returns the sha256. */
   async put(data: Uint8Array): Promise<string> {
     const sha256 = sha256Hex(data);
     for (let attempt = 0; ; attempt += 1) {
       await this.#ensureDir();
       try {
-        await this.#write(path.join(this.#dir, sha256), data);
+        await publishFile(this.#fs, {
+          rootDir: this.#dir,
+          relativePath: sha256,
+          data,
+          mode: 0o600,
+          dirMode: 0o700,
+          durable: false,
+        });
         return sha256;
       } catch (error) {
+        if (attempt > 0) throw error;
+        if (error instanceof PathRejectedError) {
+          // Something else than a file at the entry's name (a planted symlink): removed, not followed.
+          await this.#fs.unlink(path.join(this.#dir, sha256));
+          continue;
+        }
         // The directory went away since it was made (removed by hand): made again, once.
-        if (errnoCode(error) !== 'ENOENT' || attempt > 0) throw error;
+        const errno = error instanceof DiskError ? error.errno : errnoCode(error);
+        if (errno !== 'ENOENT') throw error;
         this.#made = undefined;
       }
     }
@@ -51,20 +64,6 @@ export class ContentCache {
       await this.#made;
     } catch (error) {
       this.#made = undefined;
-      throw error;
-    }
-  }
-
-  async #write(target: string, data: Uint8Array): Promise<void> {
-    const temp = path.join(this.#dir, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
-    const handle = await this.#fs.open(temp, CREATE_FLAGS, 0o600);
-    try {
-      await handle.writeFile(data);
-      await handle.close();
-      await this.#fs.rename(temp, target);
-    } catch (error) {
-      await handle.close().catch(() => undefined);
-      await this.#fs.unlink(temp).catch(() => undefined);
       throw error;
     }
   }

@@ -45,6 +45,13 @@ export interface PublishRequest {
    * rename (nobody but the agent's user or root can change what is in it).
    */
   verified?: VerifiedDirectories;
+  /**
+   * Default true. False skips every fsync (of the file, of its directory, of directories it creates) and
+   * keeps only the temp file + rename, so a reader never meets a half-written file: for content whose every
+   * read verifies it against its name and on which nothing durable is decided (the content cache). A power
+   * cut may then lose or tear such a file, never a managed one.
+   */
+  durable?: boolean;
 }
 
 export interface PublishResult {
@@ -180,7 +187,13 @@ async function settleMetadataInPlace(
   fs: FsPort,
   absolute: string,
   relativePath: string,
-  wanted: { data: Uint8Array; mode: number; gid: number | undefined; ensureDurable: boolean },
+  wanted: {
+    data: Uint8Array;
+    mode: number;
+    gid: number | undefined;
+    ensureDurable: boolean;
+    durable: boolean;
+  },
 ): Promise<'unchanged' | 'metadata' | 'differs' | undefined> {
   const opened = await openRegularNoFollow(fs, absolute, relativePath);
   if (opened === undefined) return undefined;
@@ -196,7 +209,7 @@ async function settleMetadataInPlace(
     const gid = wanted.gid;
     if (groupChanges && gid !== undefined) await step('chown', relativePath, () => handle.chown(-1, gid));
     await step('chmod', relativePath, () => handle.chmod(wanted.mode));
-    await step('fsync', relativePath, () => handle.sync());
+    if (wanted.durable) await step('fsync', relativePath, () => handle.sync());
     return 'metadata';
   } finally {
     await handle.close().catch(() => undefined);
@@ -232,6 +245,7 @@ async function createParents(
   relativePath: string,
   created: string[],
   signal: AbortSignal | undefined,
+  durable: boolean,
 ): Promise<void> {
   for (let index = existingParents; index < segments.length - 1; index += 1) {
     signal?.throwIfAborted();
@@ -264,6 +278,7 @@ async function createParents(
     }
   }
   // A new directory's own entry lives in its parent: without this fsync a power cut can lose the whole subtree.
+  if (!durable) return;
   for (const relative of created) {
     const parent = relativeDir(relative);
     await fsyncDirectory(fs, path.join(root, parent), parent);
@@ -288,8 +303,9 @@ async function removeCreatedDirs(fs: FsPort, root: string, created: readonly str
  * signal's reason on abort; in every failure before the rename the old file is intact and no temp file is left.
  */
 export async function publishFile(fs: FsPort, request: PublishRequest): Promise<PublishResult> {
-  const { rootDir, relativePath, data, mode, dirMode, gid, signal, verified, syncDirectory = true } = request;
-  const ensureDurable = request.ensureDurable ?? false;
+  const { rootDir, relativePath, data, mode, dirMode, gid, signal, verified, durable = true } = request;
+  const syncDirectory = durable && (request.syncDirectory ?? true);
+  const ensureDurable = durable && (request.ensureDurable ?? false);
   assertMode(mode, 'PublishRequest.mode');
   if (gid !== undefined && (!Number.isInteger(gid) || gid < 0)) {
     throw new RangeError(`PublishRequest.gid must be a non-negative integer, got ${String(gid)}`);
@@ -310,6 +326,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
       mode,
       gid,
       ensureDurable,
+      durable,
     });
     if (verdict === 'unchanged' || verdict === 'metadata') {
       const directory = relativeDir(relativePath);
@@ -338,6 +355,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
       relativePath,
       created,
       signal,
+      durable,
     );
     signal?.throwIfAborted();
 
@@ -353,7 +371,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
     // Group before mode: chown clears the set-id bits. The file is still private (0600) while it changes hands.
     if (gid !== undefined) await step('chown temp file', relativePath, () => open.chown(-1, gid));
     await step('chmod temp file', relativePath, () => open.chmod(mode));
-    await step('fsync temp file', relativePath, () => open.sync());
+    if (durable) await step('fsync temp file', relativePath, () => open.sync());
     handle = undefined;
     await step('close temp file', relativePath, () => open.close());
     signal?.throwIfAborted();
