@@ -1,0 +1,265 @@
+// FileFingerprints on its own: what a lookup trusts, what a record keeps, the bytes save writes, what load accepts.
+import * as nodeFs from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { silentLogger } from '../lib/logger.js';
+import {
+  FINGERPRINTS_FILE,
+  FileFingerprints,
+  type FileIdentity,
+  FULL_VERIFY_INTERVAL_MS,
+  identityOf,
+  RACY_MARGIN_MS,
+  sameIdentity,
+} from './fingerprints.js';
+
+const ROOT = '/srv/config';
+const SHA = 'a'.repeat(64);
+const OTHER_SHA = 'b'.repeat(64);
+/** A ctime of 1,700,000,000,000 ms and a few ns: the ns below the ms are cut, never rounded up. */
+const CTIME_MS = 1_700_000_000_000;
+const ID: FileIdentity = {
+  dev: 2049n,
+  ino: 131_077n,
+  size: 8n,
+  mtimeNs: 1_699_999_999_123_456_789n,
+  ctimeNs: BigInt(CTIME_MS) * 1_000_000n + 999_999n,
+};
+/** The first wall-clock ms at which a file with identity ID is trusted. */
+const SETTLED = CTIME_MS + RACY_MARGIN_MS;
+
+let dir: string;
+let stateDir: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'fingerprints-test-'));
+  stateDir = path.join(dir, 'state');
+  await mkdir(stateDir);
+});
+
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const load = (rootDir = ROOT) => FileFingerprints.load(nodeFs, stateDir, rootDir, silentLogger());
+const fileText = () => readFile(path.join(stateDir, FINGERPRINTS_FILE), 'utf8');
+const writeFingerprints = (value: unknown) =>
+  writeFile(path.join(stateDir, FINGERPRINTS_FILE), JSON.stringify(value));
+
+/** The entry `record(…, ID, SHA, SETTLED)` writes. */
+const ENTRY = {
+  dev: '2049',
+  ino: '131077',
+  size: '8',
+  mtimeNs: '1699999999123456789',
+  ctimeNs: '1700000000000999999',
+  sha256: SHA,
+  verifiedAt: SETTLED,
+};
+
+describe('identityOf and sameIdentity', () => {
+  it("takes dev, ino, size, mtime and ctime (ns) from a file's bigint stats", async () => {
+    const file = path.join(dir, 'f');
+    await writeFile(file, 'bytes');
+    const stats = await lstat(file, { bigint: true });
+    expect(identityOf(stats)).toEqual({
+      dev: stats.dev,
+      ino: stats.ino,
+      size: 5n,
+      mtimeNs: stats.mtimeNs,
+      ctimeNs: stats.ctimeNs,
+    });
+  });
+
+  it.each(['dev', 'ino', 'size', 'mtimeNs', 'ctimeNs'] as const)('differs when only %s differs', (field) => {
+    expect(sameIdentity(ID, { ...ID })).toBe(true);
+    expect(sameIdentity(ID, { ...ID, [field]: ID[field] + 1n })).toBe(false);
+  });
+});
+
+describe('lookup', () => {
+  it('answers the recorded sha256 for the same path and identity only', () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, SETTLED);
+    expect(store.lookup('a.conf', { ...ID }, SETTLED)).toBe(SHA);
+    expect(store.lookup('b.conf', ID, SETTLED)).toBeUndefined();
+    for (const field of ['dev', 'ino', 'size', 'mtimeNs', 'ctimeNs'] as const) {
+      expect(store.lookup('a.conf', { ...ID, [field]: ID[field] + 1n }, SETTLED)).toBeUndefined();
+    }
+  });
+
+  it('trusts a fingerprint from the moment it was read until just before FULL_VERIFY_INTERVAL_MS later', () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, SETTLED);
+    expect(store.lookup('a.conf', ID, SETTLED)).toBe(SHA);
+    expect(store.lookup('a.conf', ID, SETTLED + FULL_VERIFY_INTERVAL_MS - 1)).toBe(SHA);
+    expect(store.lookup('a.conf', ID, SETTLED + FULL_VERIFY_INTERVAL_MS)).toBeUndefined();
+    // The clock set back before the read: read again.
+    expect(store.lookup('a.conf', ID, SETTLED - 1)).toBeUndefined();
+  });
+});
+
+describe('record', () => {
+  it('keeps a fingerprint read RACY_MARGIN_MS after the ctime (ns below the ms cut), not one read earlier', () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, SETTLED);
+    expect(store.size).toBe(1);
+    const racy = FileFingerprints.empty(ROOT);
+    racy.record('a.conf', ID, SHA, SETTLED - 1);
+    expect(racy.size).toBe(0);
+    expect(racy.lookup('a.conf', ID, SETTLED)).toBeUndefined();
+  });
+
+  it('a racy record forgets what was recorded for the path before; a later one replaces it', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, SETTLED);
+    store.record('b.conf', ID, SHA, SETTLED);
+    store.record('a.conf', ID, OTHER_SHA, SETTLED - 1);
+    expect(store.lookup('a.conf', ID, SETTLED)).toBeUndefined();
+    expect(store.size).toBe(1);
+    store.record('b.conf', ID, OTHER_SHA, SETTLED + 5);
+    expect(store.lookup('b.conf', ID, SETTLED + 5)).toBe(OTHER_SHA);
+  });
+});
+
+describe('save', () => {
+  it('writes nothing for a new empty store, nor for one loaded and left as it was', async () => {
+    expect(await FileFingerprints.empty(ROOT).save(nodeFs, stateDir)).toBe(false);
+    await expect(stat(path.join(stateDir, FINGERPRINTS_FILE))).rejects.toMatchObject({ code: 'ENOENT' });
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, SETTLED);
+    expect(await store.save(nodeFs, stateDir)).toBe(true);
+    expect(await (await load()).save(nodeFs, stateDir)).toBe(false);
+  });
+
+  it('writes version, root and every entry sorted by path, as indented JSON; then nothing until a change', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    for (const name of ['c.conf', 'a.conf', 'd/e.conf', 'b.conf']) store.record(name, ID, SHA, SETTLED);
+    expect(await store.save(nodeFs, stateDir)).toBe(true);
+    const expected = {
+      version: 1,
+      rootDir: ROOT,
+      files: { 'a.conf': ENTRY, 'b.conf': ENTRY, 'c.conf': ENTRY, 'd/e.conf': ENTRY },
+    };
+    expect(await fileText()).toBe(`${JSON.stringify(expected, null, 2)}\n`);
+    expect(Object.keys(JSON.parse(await fileText()).files)).toEqual([
+      'a.conf',
+      'b.conf',
+      'c.conf',
+      'd/e.conf',
+    ]);
+    expect(await store.save(nodeFs, stateDir)).toBe(false);
+  });
+
+  it('forgetting or dropping a path is a change; forgetting an unknown one and keeping everything are not', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, SETTLED);
+    store.record('b.conf', ID, SHA, SETTLED);
+    await store.save(nodeFs, stateDir);
+
+    store.forget('unknown.conf');
+    store.retain(new Set(['a.conf', 'b.conf', 'c.conf']));
+    expect(await store.save(nodeFs, stateDir)).toBe(false);
+
+    store.retain(new Map([['b.conf', 1]]));
+    expect(store.size).toBe(1);
+    expect(await store.save(nodeFs, stateDir)).toBe(true);
+    expect(Object.keys(JSON.parse(await fileText()).files)).toEqual(['b.conf']);
+
+    store.forget('b.conf');
+    expect(await store.save(nodeFs, stateDir)).toBe(true);
+    expect(JSON.parse(await fileText()).files).toEqual({});
+  });
+
+  it('a racy record of a path never fingerprinted changes nothing', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, SETTLED - 1);
+    expect(await store.save(nodeFs, stateDir)).toBe(false);
+  });
+});
+
+describe('load', () => {
+  it('reads back what save wrote: each identity field and the read time', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, SETTLED);
+    await store.save(nodeFs, stateDir);
+    const loaded = await load();
+    expect(loaded.size).toBe(1);
+    expect(loaded.lookup('a.conf', ID, SETTLED)).toBe(SHA);
+    for (const field of ['dev', 'ino', 'size', 'mtimeNs', 'ctimeNs'] as const) {
+      expect(loaded.lookup('a.conf', { ...ID, [field]: ID[field] + 1n }, SETTLED)).toBeUndefined();
+    }
+    expect(loaded.lookup('a.conf', ID, SETTLED - 1)).toBeUndefined();
+    expect(loaded.lookup('a.conf', ID, SETTLED + FULL_VERIFY_INTERVAL_MS)).toBeUndefined();
+  });
+
+  it('is empty when the file is missing, unreadable (a directory), of another root or version, or not a header', async () => {
+    const valid = { version: 1, rootDir: ROOT, files: { 'a.conf': ENTRY } };
+    await writeFingerprints(valid);
+    expect((await load()).size).toBe(1);
+
+    expect((await load('/srv/other')).size).toBe(0);
+    for (const header of [
+      { ...valid, version: 2 },
+      { version: 1, files: valid.files },
+      { ...valid, rootDir: 7 },
+      // An array of entries is not a map of paths (its indices would be read as paths).
+      { ...valid, files: [ENTRY] },
+      { ...valid, files: null },
+      { version: 1, rootDir: ROOT },
+    ]) {
+      await writeFingerprints(header);
+      expect((await load()).size, JSON.stringify(header)).toBe(0);
+    }
+    await writeFile(path.join(stateDir, FINGERPRINTS_FILE), '{"version":1,');
+    expect((await load()).size).toBe(0);
+
+    await rm(path.join(stateDir, FINGERPRINTS_FILE));
+    expect((await load()).size).toBe(0);
+    await mkdir(path.join(stateDir, FINGERPRINTS_FILE));
+    const unreadable = await load();
+    expect(unreadable.size).toBe(0);
+    // Still usable: it starts over (and cannot save over a directory, which is the writer's business).
+    expect(unreadable.lookup('a.conf', ID, SETTLED)).toBeUndefined();
+  });
+
+  it('drops each malformed entry and keeps the others', async () => {
+    const bad: Record<string, unknown> = {
+      'dev-suffix': { ...ENTRY, dev: '2049x' },
+      'dev-prefix': { ...ENTRY, dev: 'x2049' },
+      'dev-empty': { ...ENTRY, dev: '' },
+      'dev-negative': { ...ENTRY, dev: '-2049' },
+      'ino-suffix': { ...ENTRY, ino: '131077x' },
+      'ino-prefix': { ...ENTRY, ino: 'x131077' },
+      'ino-number': { ...ENTRY, ino: 131077 },
+      'size-suffix': { ...ENTRY, size: '8x' },
+      'size-prefix': { ...ENTRY, size: 'x8' },
+      'size-empty': { ...ENTRY, size: '' },
+      'mtime-suffix': { ...ENTRY, mtimeNs: '1699x' },
+      'mtime-prefix': { ...ENTRY, mtimeNs: 'x1699' },
+      'mtime-double-minus': { ...ENTRY, mtimeNs: '--1699' },
+      'ctime-suffix': { ...ENTRY, ctimeNs: '1700x' },
+      'ctime-prefix': { ...ENTRY, ctimeNs: 'x1700' },
+      'ctime-double-minus': { ...ENTRY, ctimeNs: '--1700' },
+      'sha-short': { ...ENTRY, sha256: SHA.slice(1) },
+      'sha-upper': { ...ENTRY, sha256: SHA.toUpperCase() },
+      'sha-prefix': { ...ENTRY, sha256: `x${SHA}` },
+      'sha-suffix': { ...ENTRY, sha256: `${SHA}x` },
+      'verified-string': { ...ENTRY, verifiedAt: String(SETTLED) },
+      'not-an-object': 'a'.repeat(64),
+    };
+    const good = {
+      'a.conf': ENTRY,
+      'negative-times': { ...ENTRY, mtimeNs: '-1699', ctimeNs: '-1700' },
+    };
+    await writeFingerprints({ version: 1, rootDir: ROOT, files: { ...bad, ...good } });
+    const loaded = await load();
+    expect(loaded.size).toBe(2);
+    expect(loaded.lookup('a.conf', ID, SETTLED)).toBe(SHA);
+    expect(loaded.lookup('negative-times', { ...ID, mtimeNs: -1699n, ctimeNs: -1700n }, SETTLED)).toBe(SHA);
+    // Loading drops them from memory only: nothing changed, nothing is written.
+    expect(await loaded.save(nodeFs, stateDir)).toBe(false);
+  });
+});

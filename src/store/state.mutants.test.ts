@@ -1,0 +1,118 @@
+// Reading stateDir files on a real temp dir: what readStateDirFile returns, the errors it throws (errno,
+// retryable, message), the descriptors it leaves open, and the shapes of state.json that load as corrupt.
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import { StateDirError } from './errors.js';
+import { emptyState, loadLocalState, readStateDirFile, STATE_FILE, serializeLocalState } from './state.js';
+
+let dir: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'state-mutants-'));
+});
+
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/**
+ * The real fs, keeping every handle it opened until that handle is closed: `handles.size` is the number of
+ * descriptors left open. `failRead` makes every handle's readFile fail with EIO.
+ */
+function countingFs(failRead = false): FsPort & { open: FsPort['open']; handles: Set<FileHandle> } {
+  const handles = new Set<FileHandle>();
+  const open = (async (...args: Parameters<typeof nodeFs.open>) => {
+    const handle = await nodeFs.open(...args);
+    handles.add(handle);
+    const close = handle.close.bind(handle);
+    handle.close = async () => {
+      await close();
+      handles.delete(handle);
+    };
+    if (failRead) {
+      handle.readFile = (async () => {
+        throw Object.assign(new Error('EIO: simulated'), { code: 'EIO' });
+      }) as FileHandle['readFile'];
+    }
+    return handle;
+  }) as FsPort['open'];
+  return { ...nodeFs, open, handles };
+}
+
+describe('readStateDirFile', () => {
+  it('returns the text of the file (a string, not bytes), undefined when there is none, and closes what it opened', async () => {
+    await writeFile(path.join(dir, 'some.json'), '{"a":"é"}\n');
+    const fs = countingFs();
+    const text = await readStateDirFile(fs, dir, 'some.json');
+    expect(text).toBe('{"a":"é"}\n');
+    expect(typeof text).toBe('string');
+    expect(await readStateDirFile(fs, dir, 'absent.json')).toBeUndefined();
+    expect(fs.handles.size).toBe(0);
+  });
+
+  it('a directory in its place: EISDIR, not retryable (an operator must fix it), nothing left open', async () => {
+    await mkdir(path.join(dir, STATE_FILE));
+    const fs = countingFs();
+    const error = await loadLocalState(fs, dir, 'dvc_1', silentLogger()).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StateDirError);
+    expect(error).toMatchObject({
+      code: 'state_dir_unusable',
+      errno: 'EISDIR',
+      retryable: false,
+      stateDir: dir,
+      message: `stateDir ${dir} is not usable: cannot read ${STATE_FILE}: EISDIR`,
+    });
+    expect((error as StateDirError).cause).toMatchObject({ code: 'EISDIR', message: 'not a regular file' });
+    expect(fs.handles.size).toBe(0);
+  });
+
+  it('a failed read names stateDir, the file and the errno in words, is retryable, and leaves nothing open', async () => {
+    await writeFile(path.join(dir, STATE_FILE), '{}');
+    const fs = countingFs(true);
+    const error = await loadLocalState(fs, dir, 'dvc_1', silentLogger()).catch((e: unknown) => e);
+    expect(error).toMatchObject({
+      code: 'state_dir_unusable',
+      errno: 'EIO',
+      retryable: true,
+      message: `stateDir ${dir} is not usable: cannot read ${STATE_FILE}: input/output error (EIO)`,
+    });
+    expect(fs.handles.size).toBe(0);
+  });
+
+  it('many loads in a row leave no descriptor open', async () => {
+    await writeFile(path.join(dir, STATE_FILE), JSON.stringify(serializeLocalState(emptyState('dvc_1'))));
+    const fs = countingFs();
+    for (let k = 0; k < 20; k += 1) {
+      expect((await loadLocalState(fs, dir, 'dvc_1', silentLogger())).outcome).toBe('loaded');
+    }
+    expect(fs.handles.size).toBe(0);
+  });
+});
+
+describe('loadLocalState: files and instances must be JSON objects', () => {
+  const valid = serializeLocalState(emptyState('dvc_1'));
+  it.each([
+    ['files as a number', { ...valid, files: 5 }],
+    ['files as an empty string', { ...valid, files: '' }],
+    ['files as an empty array', { ...valid, files: [] }],
+    ['files as false', { ...valid, files: false }],
+    ['instances as a number', { ...valid, instances: 0 }],
+    ['instances as an empty string', { ...valid, instances: '' }],
+    ['instances as an empty array', { ...valid, instances: [] }],
+  ])('%s loads as corrupt and empty', async (_name, content) => {
+    await writeFile(path.join(dir, STATE_FILE), JSON.stringify(content));
+    const { state, outcome } = await loadLocalState(nodeFs, dir, 'dvc_1', silentLogger());
+    expect(outcome).toBe('corrupt');
+    expect(state).toEqual(emptyState('dvc_1'));
+  });
+
+  it('empty objects load as an empty state', async () => {
+    await writeFile(path.join(dir, STATE_FILE), JSON.stringify(valid));
+    expect((await loadLocalState(nodeFs, dir, 'dvc_1', silentLogger())).outcome).toBe('loaded');
+  });
+});
