@@ -1,10 +1,12 @@
 // The typed service client (undici 7): one method per endpoint, every response validated, every failure classified.
 import { isUtf8 } from 'node:buffer';
 import type { Dispatcher } from 'undici';
+import connectThrough from 'undici/lib/api/api-connect.js';
 import requestThrough from 'undici/lib/api/api-request.js';
 // One file each, not undici's index (see undici-parts.d.ts): the client needs only these.
 import Agent from 'undici/lib/dispatcher/agent.js';
 import EnvHttpProxyAgent from 'undici/lib/dispatcher/env-http-proxy-agent.js';
+import Pool from 'undici/lib/dispatcher/pool.js';
 import ProxyAgent from 'undici/lib/dispatcher/proxy-agent.js';
 import type { z } from 'zod';
 import { type Clock, systemClock } from '../lib/clock.js';
@@ -44,6 +46,12 @@ import {
   ReleaseList,
   StatusReport,
 } from './schemas.js';
+import {
+  freshBuilderOf,
+  isStaleConnectionError,
+  offerFresh,
+  watchedPoolFactory,
+} from './stale-connection.js';
 
 export type RequestOutcome =
   | 'ok'
@@ -157,6 +165,10 @@ export interface ServiceDispatcherOptions {
  * main.ts may build it itself to close it on shutdown.
  */
 export function createServiceDispatcher(options: ServiceDispatcherOptions): Dispatcher {
+  return offerFresh(buildServiceDispatcher(options), () => buildServiceDispatcher(options));
+}
+
+function buildServiceDispatcher(options: ServiceDispatcherOptions): Dispatcher {
   const timeout = Math.min(options.timeoutMs, CONNECT_TIMEOUT_MAX_MS);
   const tls = options.ca === undefined ? {} : { ca: options.ca };
   const common = {
@@ -164,17 +176,24 @@ export function createServiceDispatcher(options: ServiceDispatcherOptions): Disp
     bodyTimeout: options.timeoutMs,
     connect: { timeout, ...tls },
     maxResponseSize: options.maxResponseBytes,
+    // Every connection watched, so that a request meeting one the service had closed can be sent again (call()).
+    factory: watchedPoolFactory,
   };
   const choice = chooseProxy(options.baseUrl ?? 'http://direct', options.proxy);
+  // ProxyAgent opens its tunnels with `connect()` on its pool to the proxy, a method undici's index installs on
+  // every dispatcher; without the index (undici-parts.d.ts) the pool gets it here, and only this pool.
+  const clientFactory = (origin: URL, opts: object): Dispatcher =>
+    Object.assign(new Pool(origin, opts), { connect: connectThrough });
   switch (choice.kind) {
     case 'direct':
       return new Agent(common);
     case 'configured':
       // requestTls: the TLS session to the service inside the CONNECT tunnel.
-      return new ProxyAgent({ ...common, uri: choice.url, requestTls: { timeout, ...tls } });
+      return new ProxyAgent({ ...common, clientFactory, uri: choice.url, requestTls: { timeout, ...tls } });
     case 'environment':
       return new EnvHttpProxyAgent({
         ...common,
+        clientFactory,
         requestTls: { timeout, ...tls },
         ...(choice.httpsProxy === undefined ? {} : { httpsProxy: choice.httpsProxy }),
         ...(choice.httpProxy === undefined ? {} : { httpProxy: choice.httpProxy }),
@@ -327,6 +346,11 @@ interface CallSpec<T> {
   path: string;
   query?: Query;
   json?: unknown;
+  /**
+   * Whether sending the request twice has the effect of sending it once (RFC 9110 §9.2.2): then a request
+   * that met a stale keep-alive connection is sent again at once (see call()).
+   */
+  idempotent: boolean;
   /** Turns the body's text into the result; throws InvalidResponseError or JsonTextError. */
   read: (text: string, body: BodyFacts, target: RequestTarget) => T;
   signal: AbortSignal | undefined;
@@ -481,16 +505,37 @@ export function createClient(options: ClientOptions): ServiceClient {
     let status: number | undefined;
     try {
       // dispatcher.request with a raw path: undici.request(url) would run the path through URL normalisation.
-      const response = await requestThrough.call(dispatcher, {
-        origin,
-        path: `${root}${spec.path}${buildQuery(spec.query ?? [])}`,
-        method: spec.method,
-        headers,
-        body: spec.json === undefined ? null : JSON.stringify(spec.json),
-        signal,
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
-      });
+      const send = (through: Dispatcher) =>
+        requestThrough.call(through, {
+          origin,
+          path: `${root}${spec.path}${buildQuery(spec.query ?? [])}`,
+          method: spec.method,
+          headers,
+          body: spec.json === undefined ? null : JSON.stringify(spec.json),
+          signal,
+          headersTimeout: timeoutMs,
+          bodyTimeout: timeoutMs,
+        });
+      let response: Dispatcher.ResponseData;
+      try {
+        response = await send(dispatcher);
+      } catch (error) {
+        // A kept-alive connection the service (or a proxy) closed as this request left it: nothing answered.
+        // An idempotent request is sent once more, at once and within the same deadline, on a new connection
+        // (the pool's other idle ones may be just as dead). Not an attempt of the retry policy: the service
+        // never saw the first one fail.
+        const fresh = freshBuilderOf(dispatcher);
+        if (!spec.idempotent || fresh === undefined || !isStaleConnectionError(error) || signal.aborted) {
+          throw error;
+        }
+        const once = fresh();
+        try {
+          response = await send(once);
+        } finally {
+          // Closing waits for the response being read, then ends its connection.
+          once.close().catch(() => {});
+        }
+      }
       status = response.statusCode;
       if (status < 200 || status > 299) {
         const errorBody = await readErrorBody(response.body);
@@ -532,6 +577,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         route,
         path: route,
         query: listQuery(filters, page),
+        idempotent: true,
         read: readWith(schema),
         signal: page?.signal,
       });
@@ -588,6 +634,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         route: '/deployments/{id}',
         path: `/deployments/${encodeId('deployment', id)}`,
         query: (opts?.expand ?? []).map((e): [string, string] => ['expand[]', e]),
+        idempotent: true,
         read: readWith(Deployment),
         signal: opts?.signal,
       });
@@ -598,6 +645,8 @@ export function createClient(options: ClientOptions): ServiceClient {
         route: '/config_instances/{id}/deploy',
         path: `/config_instances/${encodeId('config instance', id)}/deploy`,
         query: opts?.dryRun === true ? [['dry_run', 'true']] : [],
+        // Deploying queues a deployment and may remove conflicting instances: sent once, never replayed.
+        idempotent: false,
         read: readWith(DeployResponse),
         signal: opts?.signal,
       });
@@ -609,6 +658,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         route: '/config_instances',
         path: '/config_instances',
         query: listQuery(filters, page),
+        idempotent: true,
         read: readPage,
         signal: page?.signal,
       }),
@@ -620,6 +670,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         method: 'GET',
         route: '/devices/{id}',
         path: `/devices/${encodeId('device', id)}`,
+        idempotent: true,
         read: readWith(Device),
         signal: opts?.signal,
       });
@@ -641,6 +692,9 @@ export function createClient(options: ClientOptions): ServiceClient {
         route: '/config_instances/{id}',
         path,
         json: checked.data,
+        // A report states the instance's whole status (activity, error, message), not a change to it: the
+        // same report twice leaves the service as once (docs/spec-gaps.md; the outbox resends them too).
+        idempotent: true,
         read: readReportAnswer,
         signal: opts?.signal,
       });

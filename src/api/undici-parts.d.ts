@@ -25,3 +25,22 @@ declare module 'undici/lib/api/api-request.js' {
   const request: (this: Dispatcher, options: Dispatcher.RequestOptions) => Promise<Dispatcher.ResponseData>;
   export default request;
 }
+declare module 'undici/lib/dispatcher/pool.js' {
+  import type { Pool } from 'undici';
+
+  const PoolClass: typeof Pool;
+  export default PoolClass;
+}
+declare module 'undici/lib/core/connect.js' {
+  import type { buildConnector } from 'undici';
+
+  const build: typeof buildConnector;
+  export default build;
+}
+declare module 'undici/lib/api/api-connect.js' {
+  import type { Dispatcher } from 'undici';
+
+  /** Dispatcher.prototype.connect, which undici's index installs; ProxyAgent calls it on its proxy pool. */
+  const connect: Dispatcher['connect'];
+  export default connect;
+}
