@@ -1,6 +1,12 @@
 // Every message the store's errors can carry, word for word: they reach logs, `status` and the service's reports.
 import { describe, expect, it } from 'vitest';
-import { DiskError, isAgentResourceError, PathRejectedError, type PathRule } from './errors.js';
+import {
+  DiskError,
+  isAgentResourceError,
+  PathRejectedError,
+  type PathRule,
+  StateDirError,
+} from './errors.js';
 
 function errno(code: string): NodeJS.ErrnoException {
   return Object.assign(new Error(`${code}: failed`), { code });
@@ -116,5 +122,45 @@ describe('isAgentResourceError', () => {
     let chain: unknown = errno('EMFILE');
     for (let k = 0; k < 7; k += 1) chain = new Error(`layer ${k}`, { cause: chain });
     expect(isAgentResourceError(chain)).toBe(true);
+  });
+});
+
+describe('StateDirError', () => {
+  const STATE = '/var/lib/config-agent';
+
+  it.each([
+    [
+      'EROFS',
+      'read-only file system: stateDir must be on a writable file system (under systemd: inside ' +
+        'StateDirectory= or ReadWritePaths=) (EROFS)',
+      false,
+    ],
+    ['EACCES', "permission denied: the agent's user must own stateDir (chown it, mode 0700) (EACCES)", false],
+    [
+      'EPERM',
+      "operation not permitted: the agent's user must own stateDir (chown it, mode 0700) (EPERM)",
+      false,
+    ],
+    ['ENOTDIR', 'ENOTDIR', false],
+    ['ELOOP', 'ELOOP', false],
+    ['ENAMETOOLONG', 'ENAMETOOLONG', false],
+    ['EISDIR', 'EISDIR', false],
+    ['ENOSPC', 'no space left on device (ENOSPC)', true],
+    ['EDQUOT', 'disk quota exceeded (EDQUOT)', true],
+    ['EIO', 'input/output error (EIO)', true],
+    ['EMFILE', 'EMFILE', true],
+    ['EBUSY', 'EBUSY', true],
+  ])('%s: "<stateDir> is not usable: <operation>: %s", retryable %s', (code, reason, retryable) => {
+    const cause = errno(code);
+    const error = new StateDirError(STATE, 'cannot create agent.lock', cause);
+    expect(error.message).toBe(`stateDir ${STATE} is not usable: cannot create agent.lock: ${reason}`);
+    expect(error).toMatchObject({ code: 'state_dir_unusable', retryable, stateDir: STATE, errno: code });
+    expect(error.cause).toBe(cause);
+  });
+
+  it("without an errno: the cause's own message, and retryable", () => {
+    const error = new StateDirError(STATE, 'cannot read state.json', new Error('odd failure'));
+    expect(error.message).toBe(`stateDir ${STATE} is not usable: cannot read state.json: odd failure`);
+    expect(error).toMatchObject({ retryable: true, errno: undefined });
   });
 });
