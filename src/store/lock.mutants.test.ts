@@ -1,9 +1,11 @@
-// The state lock's edges that mutation testing found unpinned: the file it leaves, release, the error, the probe.
+// The state lock's edges mutation testing found unpinned: its file, release, errors, the probe, a lock that moves.
 import { readdirSync } from 'node:fs';
 import nodeFs, { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { createFsFromVolume, Volume } from 'memfs';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
 import {
   acquireStateLock,
   LOCK_FILE,
@@ -83,5 +85,107 @@ describe('linuxProcessProbe', () => {
     expect(await linuxProcessProbe.alive({ pid: process.pid })).toBe(true);
     expect(await linuxProcessProbe.alive({ pid: process.pid, procStart: `${self.procStart}0` })).toBe(false);
     expect(await linuxProcessProbe.alive({ pid: 2 ** 22 + 1, procStart: self.procStart })).toBe(false);
+  });
+});
+
+describe('acquireStateLock when the lock moves under it (memfs)', () => {
+  const STATE = '/var/lib/config-agent';
+  const lockPath = `${STATE}/${LOCK_FILE}`;
+
+  function memfs(files: Record<string, string> = {}) {
+    const vol = Volume.fromJSON(files);
+    vol.mkdirSync(STATE, { recursive: true });
+    return { vol, fs: createFsFromVolume(vol).promises as unknown as FsPort };
+  }
+
+  /** Every other process is alive: only a lock that is gone or is our own pid's may be taken. */
+  const everyoneAlive: ProcessProbe = {
+    self: async () => ({ pid: 100, procStart: 'start-100' }),
+    alive: async () => true,
+  };
+
+  it('a lock released between our link and our read is taken on the next round, whoever else runs', async () => {
+    const { vol, fs } = memfs();
+    let collisions = 1;
+    const racing: FsPort = {
+      ...fs,
+      // The first link meets a lock that its holder removes before we read it.
+      link: (async (from: string, to: string) => {
+        if (collisions > 0) {
+          collisions -= 1;
+          throw Object.assign(new Error('EEXIST: simulated'), { code: 'EEXIST' });
+        }
+        return fs.link(from, to);
+      }) as FsPort['link'],
+    };
+    const lock = await acquireStateLock(racing, STATE, everyoneAlive);
+    expect(JSON.parse(vol.readFileSync(lockPath, 'utf8') as string)).toMatchObject({ pid: 100 });
+    await lock.release();
+    expect(vol.readdirSync(STATE)).toEqual([]);
+  });
+
+  it('gives up after five rounds of a lock that keeps appearing and vanishing: state_locked, no pid', async () => {
+    const { vol, fs } = memfs();
+    const flapping = (rounds: number): FsPort => {
+      let collisions = rounds;
+      return {
+        ...fs,
+        link: (async (from: string, to: string) => {
+          if (collisions > 0) {
+            collisions -= 1;
+            throw Object.assign(new Error('EEXIST: simulated'), { code: 'EEXIST' });
+          }
+          return fs.link(from, to);
+        }) as FsPort['link'],
+      };
+    };
+    const error = await acquireStateLock(flapping(5), STATE, everyoneAlive).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StateLockedError);
+    expect(error).toMatchObject({ code: 'state_locked', pid: 0, retryable: false });
+    expect(vol.readdirSync(STATE)).toEqual([]);
+    // Four rounds are not enough to give up.
+    const lock = await acquireStateLock(flapping(4), STATE, everyoneAlive);
+    expect(vol.readdirSync(STATE)).toEqual([LOCK_FILE]);
+    await lock.release();
+  });
+
+  it('a link failure other than EEXIST names stateDir, the lock and the errno', async () => {
+    const { vol, fs } = memfs();
+    const broken: FsPort = {
+      ...fs,
+      link: (async () => {
+        throw Object.assign(new Error('EIO: simulated'), { code: 'EIO' });
+      }) as FsPort['link'],
+    };
+    const error = await acquireStateLock(broken, STATE, everyoneAlive).catch((e: unknown) => e);
+    expect(error).toMatchObject({
+      code: 'state_dir_unusable',
+      errno: 'EIO',
+      retryable: true,
+      message: `stateDir ${STATE} is not usable: cannot create ${LOCK_FILE}: input/output error (EIO)`,
+    });
+    expect(vol.readdirSync(STATE)).toEqual([]);
+  });
+
+  it('a stale lock that cannot be moved aside: StateDirError naming it, the stale lock left in place', async () => {
+    const stale = JSON.stringify({ pid: 300, procStart: 'start-300', token: 'dead' });
+    const { vol, fs } = memfs({ [lockPath]: stale });
+    const stuck: FsPort = {
+      ...fs,
+      rename: (async () => {
+        throw Object.assign(new Error('EACCES: simulated'), { code: 'EACCES' });
+      }) as FsPort['rename'],
+    };
+    const error = await acquireStateLock(stuck, STATE, probe(100, [100])).catch((e: unknown) => e);
+    expect(error).toMatchObject({
+      code: 'state_dir_unusable',
+      errno: 'EACCES',
+      retryable: false,
+      message:
+        `stateDir ${STATE} is not usable: cannot replace the stale ${LOCK_FILE}: permission denied: ` +
+        "the agent's user must own stateDir (chown it, mode 0700) (EACCES)",
+    });
+    expect(vol.readdirSync(STATE)).toEqual([LOCK_FILE]);
+    expect(vol.readFileSync(lockPath, 'utf8')).toBe(stale);
   });
 });
