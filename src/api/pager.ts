@@ -12,6 +12,7 @@ import type {
   ConfigInstance,
   ConfigInstanceActivityStatus,
   ConfigInstanceFilters,
+  ConfigInstanceHead,
   ErrorStatus,
 } from './schemas.js';
 import { LIMIT_MAX } from './schemas.js';
@@ -88,9 +89,9 @@ export interface SkippedListItem {
   unknown: UnknownStatus;
 }
 
-export interface PullResult {
+export interface PullResult<I extends ConfigInstanceHead = ConfigInstance> {
   /** Valid instances, at most one per id, in listing order. */
-  instances: ConfigInstance[];
+  instances: I[];
   invalid: InvalidListItem[];
   skipped: SkippedListItem[];
 }
@@ -136,9 +137,10 @@ interface Budget {
   itemBytes: number;
 }
 
-/** What a listing keeps of what it lists. */
-interface Keep {
+/** What a listing keeps of what it lists, and in what form. */
+interface Keep<I> {
   item(item: PageItem): boolean;
+  prepare(instance: ConfigInstance): I;
   /** When set, the listing gives up after its first page if it kept less than this share and has more. */
   giveUpBelow?: number;
 }
@@ -146,8 +148,8 @@ interface Keep {
 /** The wide listing would transfer mostly items nobody asked for: list the queries instead. */
 class GaveUp {}
 
-interface Listing {
-  instances: ConfigInstance[];
+interface Listing<I> {
+  instances: I[];
   invalid: InvalidListItem[];
   skipped: SkippedListItem[];
 }
@@ -165,10 +167,17 @@ function itemId(item: PageItem | undefined): string | undefined {
  * and after must agree as well. Throws a PullError (or the request's own error) when no consistent, bounded
  * listing could be had.
  */
-export async function pullConfigInstances(
+export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigInstance>(
   queries: readonly ConfigInstanceFilters[],
-  options: PagerOptions,
-): Promise<PullResult> {
+  options: PagerOptions & {
+    /**
+     * Turns each valid instance kept into what the pull holds, as its page arrives (the pass keeps the bytes of
+     * its file instead of its parsed content: reconcile/pull.ts). Without it, the instance as parsed.
+     */
+    prepare?: (instance: ConfigInstance) => I;
+  },
+): Promise<PullResult<I>> {
+  const prepare = options.prepare ?? ((instance: ConfigInstance) => instance as unknown as I);
   const deadlineMs = options.deadlineMs ?? PAGER_DEFAULTS.deadlineMs;
   // Checked on the injected clock before every page; a real timer also cuts a request or a retry wait in
   // flight (each request has its own timeout too, so the overshoot is bounded either way).
@@ -188,11 +197,11 @@ export async function pullConfigInstances(
     maxBytes: Math.max(options.maxBytes ?? PAGER_DEFAULTS.maxBytes, 2 * (options.maxResponseBytes ?? 0)),
     itemBytes: 0,
   };
-  const byId = new Map<string, ConfigInstance>();
+  const byId = new Map<string, I>();
   const invalid = new Map<string, InvalidListItem>();
   const unnamed: InvalidListItem[] = [];
   const skipped = new Map<string, SkippedListItem>();
-  const merge = (listing: Listing) => {
+  const merge = (listing: Listing<I>) => {
     for (const instance of listing.instances) if (!byId.has(instance.id)) byId.set(instance.id, instance);
     for (const item of listing.invalid) {
       if (item.id === undefined) unnamed.push(item);
@@ -206,8 +215,9 @@ export async function pullConfigInstances(
   try {
     let listed = false;
     if (options.wide !== undefined && queries.length > 1) {
-      const keep: Keep = {
+      const keep: Keep<I> = {
         item: (item) => queries.some((filters) => matches(item, filters)),
+        prepare,
         giveUpBelow: PAGER_DEFAULTS.minWideKeptRatio,
       };
       const listing = await listQuery(options.wide, options, budget, signal, checkDeadline, keep);
@@ -220,7 +230,10 @@ export async function pullConfigInstances(
     }
     if (!listed) {
       for (const filters of queries) {
-        const listing = await listQuery(filters, options, budget, signal, checkDeadline, { item: unseen });
+        const listing = await listQuery(filters, options, budget, signal, checkDeadline, {
+          item: unseen,
+          prepare,
+        });
         if (!(listing instanceof GaveUp)) merge(listing);
       }
     }
@@ -239,14 +252,14 @@ export async function pullConfigInstances(
   };
 }
 
-async function listQuery(
+async function listQuery<I>(
   filters: ConfigInstanceFilters,
   options: PagerOptions,
   budget: Budget,
   signal: AbortSignal,
   checkDeadline: () => void,
-  keep: Keep,
-): Promise<Listing | GaveUp> {
+  keep: Keep<I>,
+): Promise<Listing<I> | GaveUp> {
   const attempts = options.maxListingAttempts ?? PAGER_DEFAULTS.maxListingAttempts;
   let evidence = '';
   for (let attempt = 1; attempt <= attempts; attempt++) {
@@ -261,14 +274,14 @@ async function listQuery(
   throw new ListingUnstableError(attempts, evidence);
 }
 
-async function listOnce(
+async function listOnce<I>(
   filters: ConfigInstanceFilters,
   options: PagerOptions,
   budget: Budget,
   signal: AbortSignal,
   checkDeadline: () => void,
-  keep: Keep,
-): Promise<Listing | Shifted | GaveUp> {
+  keep: Keep<I>,
+): Promise<Listing<I> | Shifted | GaveUp> {
   const pageLimit = Math.min(LIMIT_MAX, Math.max(1, options.pageLimit ?? PAGER_DEFAULTS.pageLimit));
   const pageBytes =
     options.pageBytes ??
@@ -280,7 +293,7 @@ async function listOnce(
     budget.itemBytes === 0
       ? pageLimit
       : Math.min(pageLimit, Math.max(2, Math.floor(pageBytes / budget.itemBytes)));
-  const listing: Listing = { instances: [], invalid: [], skipped: [] };
+  const listing: Listing<I> = { instances: [], invalid: [], skipped: [] };
   const seen = new Set<string>();
   let offset = 0;
   let limit = sized();
@@ -392,7 +405,7 @@ async function listOnce(
       }
       if (keep.item(item)) {
         kept += 1;
-        take(item, listing);
+        take(item, listing, keep);
       }
     }
     if (
@@ -433,10 +446,10 @@ async function listOnce(
   }
 }
 
-function take(item: PageItem, listing: Listing): void {
+function take<I>(item: PageItem, listing: Listing<I>, keep: Keep<I>): void {
   switch (item.kind) {
     case 'valid':
-      listing.instances.push(item.instance);
+      listing.instances.push(keep.prepare(item.instance));
       return;
     case 'unknown_status':
       listing.skipped.push({

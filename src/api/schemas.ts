@@ -175,6 +175,8 @@ export const ConfigInstance = z.object({
   content: ConfigContent,
 });
 export type ConfigInstance = z.infer<typeof ConfigInstance>;
+/** An instance without its content: what every stage after planning needs of it. */
+export type ConfigInstanceHead = Omit<ConfigInstance, 'content'>;
 
 /**
  * A status the agent reads but never acts on: a value added by the service later (the real product renamed its

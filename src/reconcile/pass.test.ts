@@ -166,6 +166,22 @@ describe('runPass: target deployed', () => {
     expect(second.converged).toBe(true);
   });
 
+  it('holds each instance as the bytes of its file, not its parsed content, and writes those bytes', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { port: 8080 } });
+    put({ id: 'cfg_b', relative_filepath: 'app/b.yaml', content: { port: 'on' } });
+
+    const result = await pass();
+
+    const writes = result.steps.filter((step) => step.kind === 'write');
+    expect(writes.map((step) => step.path).sort()).toEqual(['app/a.json', 'app/b.yaml']);
+    for (const step of writes) {
+      expect('content' in step.instance).toBe(false);
+      expect(await readFile(path.join(world.rootDir, step.path))).toEqual(step.data);
+    }
+    expect(await fileAt('app/b.yaml')).toBe('port: "on"\n');
+    expect(reportsReceived().sort()).toEqual(['cfg_a deployed/none', 'cfg_b deployed/none']);
+  });
+
   it('in place and recorded as ours: nothing written; `deployed` reported again only when the service lags', async () => {
     put({ id: 'cfg_a', content: { v: 1 } });
     await pass();

@@ -9,7 +9,7 @@ import type { StateDir } from '../store/state-dir.js';
 import { type ApplyContext, applySteps } from './apply.js';
 import { observeDisk } from './observe.js';
 import type { PassError, PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
-import { type DiskObservation, type PlanInput, planSteps } from './plan.js';
+import { type DiskObservation, type PlanInput, type PlanInstance, planSteps, withFile } from './plan.js';
 import { type PullContext, type Pulled, pullInstances } from './pull.js';
 import {
   dropElapsedCooldowns,
@@ -41,7 +41,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   // Reports from an earlier pass go first, so the pull below sees the statuses they carry.
   if (!result.dryRun && outbox.size > 0) await report(ctx, result, signal);
 
-  let pulled: Pulled;
+  let pulled: Pulled<PlanInstance>;
   try {
     pulled = await pullInstances(options.mode, pullContext(ctx, signal));
   } catch (error) {
@@ -85,23 +85,29 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   return finish();
 }
 
-function pullContext(ctx: PassContext, signal: AbortSignal | undefined): PullContext {
+function pullContext(ctx: PassContext, signal: AbortSignal | undefined): PullContext<PlanInstance> {
   const { maxResponseBytes } = ctx.settings;
   return {
     ...requestContext(ctx, signal),
     deviceId: ctx.settings.deviceId,
     files: ctx.dir.state.files,
     clock: ctx.deps.clock,
+    // Each instance is serialized as its page arrives and only the bytes are kept (plan.ts `withFile`).
+    prepare: withFile,
     ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
   };
 }
 
 /** Ids listed but not usable (invalid or skipped items): still the service's instances. */
-function unusableIds(pulled: Pulled): string[] {
+function unusableIds(pulled: Pulled<PlanInstance>): string[] {
   return [...pulled.invalid.flatMap((item) => item.id ?? []), ...pulled.skipped.map((item) => item.id)];
 }
 
-function planInput(ctx: PassContext, pulled: Pulled, disk: Map<string, DiskObservation>): PlanInput {
+function planInput(
+  ctx: PassContext,
+  pulled: Pulled<PlanInstance>,
+  disk: Map<string, DiskObservation>,
+): PlanInput {
   const { settings, dir } = ctx;
   return {
     instances: pulled.instances,

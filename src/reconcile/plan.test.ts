@@ -2,10 +2,19 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { instanceFactory } from '../../test/helpers/instances.js';
+import { LosslessNumber } from '../api/json.js';
 import type { ConfigInstance } from '../api/schemas.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
-import { type DiskObservation, type PlanInput, planSteps, type Step, type WriteStep } from './plan.js';
+import {
+  type DiskObservation,
+  type PlanInput,
+  type PlanInstance,
+  planSteps,
+  type Step,
+  type WriteStep,
+  withFile,
+} from './plan.js';
 
 const FILE_MODE = 0o640;
 const NOW = 50_000;
@@ -46,7 +55,7 @@ interface Setup {
   fileMeta?: PlanInput['fileMeta'];
 }
 
-function plan(instances: ConfigInstance[], setup: Setup = {}): Step[] {
+function plan(instances: PlanInstance[], setup: Setup = {}): Step[] {
   const input: PlanInput = {
     instances,
     local: {
@@ -301,6 +310,57 @@ describe('planSteps: serialisation by extension', () => {
     const write = asWrite(onlyStepFor(plan([instance]), 'cfg_me'));
     expect(write.data.toString('utf8')).toBe(text);
     expect(write.sha256).toBe(sha256(text));
+  });
+});
+
+describe('withFile: an instance held as the bytes of its file', () => {
+  const content = {
+    name: 'edge',
+    big: new LosslessNumber('12345678901234567891'),
+    ratio: new LosslessNumber('1.0'),
+    tags: ['x', 'y'],
+  };
+  it.each([
+    [
+      'settings.json',
+      '{\n  "name": "edge",\n  "big": 12345678901234567891,\n  "ratio": 1.0,\n  "tags": [\n    "x",\n    "y"\n  ]\n}\n',
+    ],
+    ['settings.yaml', 'name: edge\nbig: 12345678901234567891\nratio: 1.0\ntags:\n  - x\n  - "y"\n'],
+  ])('%s: the bytes the content is written as, the content itself dropped', (path, text) => {
+    const instance = makeInstance({ id: 'cfg_me', relative_filepath: path, content });
+
+    const held = withFile(instance);
+
+    expect('content' in held).toBe(false);
+    const { content: _content, ...head } = instance;
+    expect(held).toMatchObject(head);
+    if (!('file' in held)) throw new Error('expected the bytes of the file');
+    expect(held.file.data.toString('utf8')).toBe(text);
+    expect(held.file.sha256).toBe(sha256(text));
+  });
+
+  it.each([
+    ['new file', {}, {}],
+    [
+      'in place and ours',
+      { [PATH]: managed('cfg_me') },
+      { [PATH]: { kind: 'file', sha256: CONTENT_SHA, mode: FILE_MODE } },
+    ],
+    [
+      'drifted',
+      { [PATH]: managed('cfg_me') },
+      { [PATH]: { kind: 'file', sha256: OTHER_SHA, mode: FILE_MODE } },
+    ],
+  ] as const)('%s: planned exactly as the instance with its content', (_name, files, disk) => {
+    const instance = makeInstance({ id: 'cfg_me', activity_status: 'deployed' });
+    const setup: Setup = { files: { ...files }, disk: { ...disk } };
+
+    const fromBytes = plan([withFile(instance)], setup);
+    const fromContent = plan([instance], setup);
+
+    expect(fromBytes.map((step) => step.kind)).toEqual(fromContent.map((step) => step.kind));
+    const strip = (steps: Step[]) => steps.map(({ instance: { id }, ...rest }) => ({ id, ...rest }));
+    expect(strip(fromBytes)).toEqual(strip(fromContent));
   });
 });
 

@@ -2,6 +2,7 @@
 import type {
   ConfigInstance,
   ConfigInstanceActivityStatus,
+  ConfigInstanceHead,
   ErrorStatus,
   StatusReport,
 } from '../api/schemas.js';
@@ -20,12 +21,25 @@ export type DiskObservation =
   /** Could not be read (EACCES, EIO, ...): the write or removal is attempted and may fail and retry. */
   | { kind: 'unreadable'; reason: string };
 
+/** The bytes an instance's content serializes to (serialize.ts), and their sha256. */
+export interface InstanceFile {
+  data: Buffer;
+  sha256: string;
+}
+
+/**
+ * An instance as the planner takes it: with its content, or with the bytes that content serializes to. A pass
+ * serializes each instance as its page arrives and keeps only the bytes (pull.ts `instanceFile`): the parsed
+ * content of a large listing is never held whole next to its bytes.
+ */
+export type PlanInstance = ConfigInstance | (ConfigInstanceHead & { file: InstanceFile });
+
 /** The report still queued for an instance, if any. */
 export type ReportLookup = Pick<ReadonlyMap<string, StatusReport>, 'get'>;
 
 export interface PlanInput {
   /** The instances pulled from the service, at most one per id. */
-  instances: readonly ConfigInstance[];
+  instances: readonly PlanInstance[];
   local: Readonly<Pick<LocalState, 'files' | 'cooldowns'>> & {
     /** The last status recorded per instance: a repeated error report is due only when its message changed. */
     instances?: LocalState['instances'];
@@ -58,7 +72,7 @@ export interface PlanInput {
 
 export interface WriteStep {
   kind: 'write';
-  instance: ConfigInstance;
+  instance: ConfigInstanceHead;
   path: string;
   data: Buffer;
   sha256: string;
@@ -70,14 +84,14 @@ export interface WriteStep {
   /** Instances removed to make room for this one (same config schema elsewhere): restored if the write fails. */
   displaces: readonly RemoveStep[];
   /** Instances whose file at this same path this write takes over: reported `removed` once it succeeds. */
-  supersedes: readonly { instance: ConfigInstance; report: StatusReport | undefined }[];
+  supersedes: readonly { instance: ConfigInstanceHead; report: StatusReport | undefined }[];
   /** The report due once the file is in place; undefined when the service already holds `deployed`. */
   report: StatusReport | undefined;
 }
 
 export interface RemoveStep {
   kind: 'remove';
-  instance: ConfigInstance;
+  instance: ConfigInstanceHead;
   path: string;
   /** The report due once the file is gone; undefined when the service already holds `removed`. */
   report: StatusReport | undefined;
@@ -94,27 +108,27 @@ export type Step =
   | WriteStep
   | RemoveStep
   /** A status change with no disk change (archive, already in place, ownership moved to another instance). */
-  | { kind: 'report'; instance: ConfigInstance; report: StatusReport | undefined; reason: ReportReason }
+  | { kind: 'report'; instance: ConfigInstanceHead; report: StatusReport | undefined; reason: ReportReason }
   /** The file is in place as recorded: nothing to do but confirm `deployed` if the service lacks it. */
-  | { kind: 'confirm'; instance: ConfigInstance; report: StatusReport | undefined }
+  | { kind: 'confirm'; instance: ConfigInstanceHead; report: StatusReport | undefined }
   /** The file stays as it is and nothing is reported. */
-  | { kind: 'keep'; instance: ConfigInstance; reason: KeepReason }
+  | { kind: 'keep'; instance: ConfigInstanceHead; reason: KeepReason }
   /** `error_status=failed` on the service: never touched again. */
-  | { kind: 'skip'; instance: ConfigInstance }
+  | { kind: 'skip'; instance: ConfigInstanceHead }
   /** A permanent problem (hostile path): reported `failed` at once, never retried. */
-  | { kind: 'fail'; instance: ConfigInstance; message: string }
+  | { kind: 'fail'; instance: ConfigInstanceHead; message: string }
   /** Two instances want one path: the loser is reported `retrying` and nothing of it is written. */
-  | { kind: 'refuse'; instance: ConfigInstance; message: string }
-  | { kind: 'wait'; instance: ConfigInstance; until: number };
+  | { kind: 'refuse'; instance: ConfigInstanceHead; message: string }
+  | { kind: 'wait'; instance: ConfigInstanceHead; until: number };
 
 export type ReportReason = 'archive' | 'already_in_place' | 'replaced_by_owner' | 'not_ours';
 
 export type StepKind = Step['kind'];
 
 export function planSteps(input: PlanInput): Step[] {
-  const due = (instance: ConfigInstance, report: StatusReport) => dueReport(instance, report, input);
+  const due = (instance: PlanInstance, report: StatusReport) => dueReport(instance, report, input);
   const skipped: Step[] = [];
-  const active: ConfigInstance[] = [];
+  const active: PlanInstance[] = [];
   for (const instance of input.instances) {
     if (instance.error_status === 'failed') skipped.push({ kind: 'skip', instance });
     else active.push(instance);
@@ -135,7 +149,7 @@ export function planSteps(input: PlanInput): Step[] {
   const others: Step[] = [];
   /** Writes as planned for instances targeting `deployed`; their swaps and takeovers are added below. */
   const writeById = new Map<string, Omit<WriteStep, 'displaces' | 'supersedes'>>();
-  const removals: ConfigInstance[] = [];
+  const removals: PlanInstance[] = [];
 
   // Phase 1: instances that target `deployed`, so phase 2 knows which paths get a new owner in this pass.
   for (const instance of active) {
@@ -162,7 +176,7 @@ export function planSteps(input: PlanInput): Step[] {
   }
 
   // Phase 2: target removed or created (or anything not `deployed`): the file goes, if it is ours to remove.
-  const supersedes = new Map<string, { instance: ConfigInstance; report: StatusReport | undefined }[]>();
+  const supersedes = new Map<string, { instance: PlanInstance; report: StatusReport | undefined }[]>();
   const removes: RemoveStep[] = [];
   const facts: RemovalFacts = { input, pathProblems, winnerByPath, claimedPaths, writeById };
   for (const instance of removals) {
@@ -210,11 +224,11 @@ export function planSteps(input: PlanInput): Step[] {
 
 /** The owner of each path among instances that target `deployed`: the one operators updated last wins. */
 function pathWinners(
-  active: readonly ConfigInstance[],
+  active: readonly PlanInstance[],
   pathProblems: ReadonlyMap<string, string>,
   input: PlanInput,
-): Map<string, ConfigInstance> {
-  const deployedByPath = new Map<string, ConfigInstance[]>();
+): Map<string, PlanInstance> {
+  const deployedByPath = new Map<string, PlanInstance[]>();
   for (const instance of active) {
     if (instance.target_status !== 'deployed' || pathProblems.has(instance.id)) continue;
     const group = deployedByPath.get(instance.relative_filepath) ?? [];
@@ -222,13 +236,13 @@ function pathWinners(
     deployedByPath.set(instance.relative_filepath, group);
   }
   // The agent's own report moves `updated_at` too; comparing that would let the last one reported win.
-  const operatorUpdatedAt = (instance: ConfigInstance): string => {
+  const operatorUpdatedAt = (instance: ConfigInstanceHead): string => {
     const echo = input.reportEchoes?.get(instance.id);
     return echo !== undefined && echo.updatedAt === instance.updated_at
       ? echo.operatorUpdatedAt
       : instance.updated_at;
   };
-  const winnerByPath = new Map<string, ConfigInstance>();
+  const winnerByPath = new Map<string, PlanInstance>();
   for (const [path, group] of deployedByPath) {
     winnerByPath.set(path, [...group].sort((a, b) => byNewestFirst(a, b, operatorUpdatedAt))[0]!);
   }
@@ -238,7 +252,7 @@ function pathWinners(
 interface RemovalFacts {
   input: PlanInput;
   pathProblems: ReadonlyMap<string, string>;
-  winnerByPath: ReadonlyMap<string, ConfigInstance>;
+  winnerByPath: ReadonlyMap<string, PlanInstance>;
   /** Paths some instance still targets `deployed` at, failed ones included: their files are never removed. */
   claimedPaths: ReadonlySet<string>;
   writeById: ReadonlyMap<string, unknown>;
@@ -248,10 +262,7 @@ interface RemovalFacts {
  * What becomes of an instance that no longer targets `deployed`; undefined: nothing to do. `takeoverBy`: no
  * step of its own, its file is taken over by that instance's write in this pass and reported with it.
  */
-function planRemoval(
-  instance: ConfigInstance,
-  facts: RemovalFacts,
-): Step | { takeoverBy: string } | undefined {
+function planRemoval(instance: PlanInstance, facts: RemovalFacts): Step | { takeoverBy: string } | undefined {
   const { input, winnerByPath, claimedPaths, writeById } = facts;
   const path = instance.relative_filepath;
   const problem = facts.pathProblems.get(instance.id);
@@ -301,12 +312,11 @@ function planRemoval(
 }
 
 function planDeployed(
-  instance: ConfigInstance,
+  instance: PlanInstance,
   input: PlanInput,
 ): Omit<WriteStep, 'displaces' | 'supersedes'> | Step {
   const path = instance.relative_filepath;
-  const data = serializeContent(path, instance.content);
-  const sha256 = sha256Hex(data);
+  const { data, sha256 } = fileOf(instance);
   // Something in the way on disk (a symlink, a file where a directory goes) is not the path's fault: the write
   // is attempted after this pass's removals, refuses to go through it, and is retried while it stays.
   const observed = input.disk.get(path) ?? { kind: 'absent' };
@@ -342,6 +352,29 @@ function planDeployed(
   return { kind: 'write', instance, path, data, sha256, reason, report: deployed, ...meta };
 }
 
+/** The bytes of an instance's file: serialized at arrival already, or now. */
+export function fileOf(instance: PlanInstance): InstanceFile {
+  if ('file' in instance) return instance.file;
+  const data = serializeContent(instance.relative_filepath, instance.content);
+  return { data, sha256: sha256Hex(data) };
+}
+
+/**
+ * The instance with the bytes of its file in place of its parsed content, which is then free to go: a pass
+ * holds each instance one way only. An instance whose content cannot be serialized is kept as it is, and
+ * planning meets the problem as it would have.
+ */
+export function withFile(instance: ConfigInstance): PlanInstance {
+  let file: InstanceFile;
+  try {
+    file = fileOf(instance);
+  } catch {
+    return instance;
+  }
+  const { content: _content, ...head } = instance;
+  return { ...head, file };
+}
+
 /**
  * Whether the service must hear `report` for this instance: the one place this is decided (record.ts asks it
  * too, for the failure reports only an effect can produce). Not when the service already holds that status
@@ -349,7 +382,7 @@ function planDeployed(
  * status would be delivered last.
  */
 export function dueReport(
-  instance: ConfigInstance,
+  instance: ConfigInstanceHead,
   report: StatusReport,
   known: Pick<PlanInput, 'pendingReports'> & { local: Pick<PlanInput['local'], 'instances'> },
 ): StatusReport | undefined {
@@ -380,9 +413,9 @@ function pathProblem(path: string): string | undefined {
 
 /** Newest `updated_at` first; ties broken deterministically so every pass picks the same winner. */
 function byNewestFirst(
-  a: ConfigInstance,
-  b: ConfigInstance,
-  updatedAt: (instance: ConfigInstance) => string,
+  a: ConfigInstanceHead,
+  b: ConfigInstanceHead,
+  updatedAt: (instance: ConfigInstanceHead) => string,
 ): number {
   const byUpdate = Date.parse(updatedAt(b)) - Date.parse(updatedAt(a));
   if (byUpdate !== 0) return byUpdate;

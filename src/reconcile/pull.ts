@@ -8,13 +8,13 @@ import {
   type SkippedListItem,
 } from '../api/pager.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
-import type { ConfigInstance, ConfigInstanceFilters } from '../api/schemas.js';
+import type { ConfigInstance, ConfigInstanceFilters, ConfigInstanceHead } from '../api/schemas.js';
 import type { Clock } from '../lib/clock.js';
 import type { Logger } from '../lib/logger.js';
 import type { ManagedFile } from '../store/state.js';
 import type { PassMode } from './pass-runner.js';
 
-export interface PullContext {
+export interface PullContext<I extends ConfigInstanceHead = ConfigInstance> {
   client: ServiceClient;
   deviceId: string;
   /** The files the agent recorded writing: who owns each path it may have to decide about. */
@@ -25,12 +25,14 @@ export interface PullContext {
   clock: Clock;
   /** The client's response cap, for the pull's byte budget. */
   maxResponseBytes?: number;
+  /** What each instance is turned into as its page arrives (api/pager.ts); the instance as parsed without. */
+  prepare?: (instance: ConfigInstance) => I;
   signal?: AbortSignal;
 }
 
-export interface Pulled {
+export interface Pulled<I extends ConfigInstanceHead = ConfigInstance> {
   /** At most one per id, all of this device. */
-  instances: ConfigInstance[];
+  instances: I[];
   /** `full` when an incremental pull had to escalate. */
   mode: PassMode;
   /** Items the agent cannot accept (reported `failed` when their id is readable). */
@@ -44,7 +46,10 @@ export interface Pulled {
  * only be told from every instance targeting `deployed`. Otherwise a poll fetches the recorded owner of every
  * path its instances want, so a newcomer is never given a path it should be refused.
  */
-export async function pullInstances(mode: PassMode, ctx: PullContext): Promise<Pulled> {
+export async function pullInstances<I extends ConfigInstanceHead = ConfigInstance>(
+  mode: PassMode,
+  ctx: PullContext<I>,
+): Promise<Pulled<I>> {
   const listed = await listInstances(queriesFor(mode, ctx.deviceId), ctx, mode);
   const { instances } = listed;
   if (mode === 'full') return { ...listed, mode };
@@ -88,18 +93,19 @@ export function queriesFor(mode: PassMode, deviceId: string): ConfigInstanceFilt
  * request instead of seven for a device with up to 100 instances, and each instance listed once, not twice, on a
  * first sync. A device whose listing is mostly history gets the seven queries instead.
  */
-async function listInstances(
+async function listInstances<I extends ConfigInstanceHead>(
   queries: readonly ConfigInstanceFilters[],
-  ctx: PullContext,
+  ctx: PullContext<I>,
   mode: PassMode | 'owners' = 'owners',
-): Promise<PullResult> {
-  const pulled = await pullConfigInstances(queries, {
+): Promise<PullResult<I>> {
+  const pulled = await pullConfigInstances<I>(queries, {
     ...(mode === 'full' ? { wide: { device_id: ctx.deviceId } } : {}),
     client: ctx.client,
     clock: ctx.clock,
     logger: ctx.logger,
     retry: (what, request, signal) => withRequestRetry(what, request, { ...ctx.retry, signal }),
     ...(ctx.maxResponseBytes === undefined ? {} : { maxResponseBytes: ctx.maxResponseBytes }),
+    ...(ctx.prepare === undefined ? {} : { prepare: ctx.prepare }),
     ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
   });
   for (const item of pulled.skipped) {
@@ -118,7 +124,7 @@ async function listInstances(
 }
 
 /** Defence in depth: a server bug must not make this device write (or delete) another device's files. */
-function ofThisDevice(instances: readonly ConfigInstance[], ctx: PullContext): ConfigInstance[] {
+function ofThisDevice<I extends ConfigInstanceHead>(instances: readonly I[], ctx: PullContext<I>): I[] {
   return instances.filter((instance) => {
     if (instance.device_id === ctx.deviceId) return true;
     ctx.logger.error({ instanceId: instance.id }, 'service returned an instance of another device: ignored');
@@ -127,10 +133,10 @@ function ofThisDevice(instances: readonly ConfigInstance[], ctx: PullContext): C
 }
 
 /** One small request per recorded owner a poll did not fetch, and only while a conflict is open. */
-async function fetchUnpulledOwners(
-  instances: readonly ConfigInstance[],
-  ctx: PullContext,
-): Promise<PullResult> {
+async function fetchUnpulledOwners<I extends ConfigInstanceHead>(
+  instances: readonly I[],
+  ctx: PullContext<I>,
+): Promise<PullResult<I>> {
   const pulled = new Set(instances.map((instance) => instance.id));
   const owners = new Set<string>();
   for (const instance of instances) {

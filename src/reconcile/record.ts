@@ -1,6 +1,6 @@
 // Turns what each step did into local-state changes and due status reports: the only writer of both in a pass.
 import type { InvalidListItem } from '../api/pager.js';
-import { type ConfigInstance, STATUS_MESSAGE_MAX, type StatusReport } from '../api/schemas.js';
+import { type ConfigInstanceHead, STATUS_MESSAGE_MAX, type StatusReport } from '../api/schemas.js';
 import { fullJitterMs } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
@@ -173,7 +173,11 @@ function byDepth(a: string, b: string): number {
  * A failed disk operation: hostile paths fail at once; other errors count an attempt, back off with full
  * jitter and turn `failed` after maxAttempts.
  */
-function recordFailure(ctx: RecordContext, instance: ConfigInstance, result: EffectResult): InstanceOutcome {
+function recordFailure(
+  ctx: RecordContext,
+  instance: ConfigInstanceHead,
+  result: EffectResult,
+): InstanceOutcome {
   const { error, operation } =
     result.kind === 'failed' ? result : { error: new Error(`unexpected ${result.kind}`), operation: 'write' };
   if (isAgentResourceError(error)) {
@@ -217,7 +221,7 @@ export function backoffDelayMs(policy: RetryPolicy, attempt: number, random: () 
 }
 
 /** An instance whose path a newer instance takes over, while the newer one's file is not in place yet. */
-function awaitingOwner(instance: ConfigInstance, ownerId?: string): InstanceOutcome {
+function awaitingOwner(instance: ConfigInstanceHead, ownerId?: string): InstanceOutcome {
   const owner = ownerId === undefined ? 'its replacement' : ownerId;
   return {
     ...outcomeFor(instance, 'waiting', false),
@@ -228,7 +232,7 @@ function awaitingOwner(instance: ConfigInstance, ownerId?: string): InstanceOutc
 /** Queues the failure report if due (compared with the record's last message), then updates the record. */
 function recordError(
   ctx: RecordContext,
-  instance: ConfigInstance,
+  instance: ConfigInstanceHead,
   error: 'failed' | 'retrying',
   message: string,
   attempts: number,
@@ -254,7 +258,7 @@ function recordError(
 /** The instance is where the service wants it: earlier attempts and cooldowns no longer apply. */
 function markSucceeded(
   ctx: RecordContext,
-  instance: ConfigInstance,
+  instance: ConfigInstanceHead,
   activity: 'deployed' | 'removed',
   report: StatusReport | undefined,
 ): void {
@@ -269,7 +273,7 @@ function markSucceeded(
   });
 }
 
-function queue(ctx: RecordContext, instance: ConfigInstance, report: StatusReport | undefined): void {
+function queue(ctx: RecordContext, instance: ConfigInstanceHead, report: StatusReport | undefined): void {
   if (report !== undefined) ctx.outbox.enqueue(instance.id, report, new Date(ctx.clock.now()));
 }
 
@@ -284,12 +288,16 @@ export function pendingReports(outbox: StatusOutbox): ReportLookup {
 }
 
 /** The echo of the agent's own last report outlives record updates: see `PlanInput.reportEchoes`. */
-function keptEcho(ctx: RecordContext, instance: ConfigInstance) {
+function keptEcho(ctx: RecordContext, instance: ConfigInstanceHead) {
   const echo = ctx.state.instances.get(instance.id)?.reportEcho;
   return echo === undefined ? {} : { reportEcho: echo };
 }
 
-function outcomeFor(instance: ConfigInstance, action: InstanceAction, converged: boolean): InstanceOutcome {
+function outcomeFor(
+  instance: ConfigInstanceHead,
+  action: InstanceAction,
+  converged: boolean,
+): InstanceOutcome {
   return { instanceId: instance.id, path: instance.relative_filepath, action, converged };
 }
 
@@ -322,7 +330,7 @@ export function recordInvalid(items: readonly InvalidListItem[], ctx: RecordCont
 /** A cooldown whose time has come has done its job once planned past: the pass acts, a new failure sets a new one. */
 export function dropElapsedCooldowns(
   state: LocalState,
-  planned: readonly ConfigInstance[],
+  planned: readonly ConfigInstanceHead[],
   now: number,
 ): void {
   for (const instance of planned) {
@@ -337,7 +345,7 @@ export function dropElapsedCooldowns(
  */
 export function forgetUnseen(
   state: LocalState,
-  instances: readonly ConfigInstance[],
+  instances: readonly ConfigInstanceHead[],
   alsoListed: readonly string[] = [],
 ): void {
   const seen = new Set([...instances.map((instance) => instance.id), ...alsoListed]);
