@@ -111,6 +111,32 @@ describe('loadLocalState: files and instances must be JSON objects', () => {
     expect(state).toEqual(emptyState('dvc_1'));
   });
 
+  it('an instance keeps its report echo through a round trip; an echo missing a field is corrupt', async () => {
+    const state = emptyState('dvc_1');
+    const reportEcho = {
+      updatedAt: '2026-03-01T12:00:00.000Z',
+      operatorUpdatedAt: '2026-02-01T00:00:00.000Z',
+    };
+    state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+      reportEcho,
+    });
+    const file = serializeLocalState(state);
+    await writeFile(path.join(dir, STATE_FILE), JSON.stringify(file));
+    const loaded = await loadLocalState(nodeFs, dir, 'dvc_1', silentLogger());
+    expect(loaded.state.instances.get('cfg_a')?.reportEcho).toEqual(reportEcho);
+
+    const partial = {
+      ...file,
+      instances: { cfg_a: { ...file.instances.cfg_a, reportEcho: { updatedAt: 'x' } } },
+    };
+    await writeFile(path.join(dir, STATE_FILE), JSON.stringify(partial));
+    expect((await loadLocalState(nodeFs, dir, 'dvc_1', silentLogger())).outcome).toBe('corrupt');
+  });
+
   it('empty objects load as an empty state', async () => {
     await writeFile(path.join(dir, STATE_FILE), JSON.stringify(valid));
     expect((await loadLocalState(nodeFs, dir, 'dvc_1', silentLogger())).outcome).toBe('loaded');
