@@ -13,6 +13,7 @@ import {
   type ProcessProbe,
   StateLockedError,
 } from './lock.js';
+import { TEMP_PREFIX } from './path-guard.js';
 
 const dirs: string[] = [];
 afterEach(async () => {
@@ -165,6 +166,61 @@ describe('acquireStateLock when the lock moves under it (memfs)', () => {
       message: `stateDir ${STATE} is not usable: cannot create ${LOCK_FILE}: input/output error (EIO)`,
     });
     expect(vol.readdirSync(STATE)).toEqual([]);
+  });
+
+  /**
+   * The fs as it is when another agent replaces the stale lock by its own fresh `fresh` lock just before we
+   * move the stale one aside: what we move is that fresh lock.
+   */
+  function replacedBeforeMove(fs: FsPort, vol: InstanceType<typeof Volume>, fresh: object): FsPort {
+    let replaced = false;
+    return {
+      ...fs,
+      rename: (async (from: string, to: string) => {
+        if (!replaced && from === lockPath) {
+          replaced = true;
+          vol.writeFileSync(lockPath, JSON.stringify(fresh));
+        }
+        return fs.rename(from, to);
+      }) as FsPort['rename'],
+    };
+  }
+
+  it.each([
+    [
+      'another pid, another token',
+      { pid: 300, procStart: 'start-300', token: 'dead' },
+      { pid: 200, token: 'fresh' },
+    ],
+    [
+      'the same pid, another token',
+      { pid: 200, procStart: 'old', token: 'dead' },
+      { pid: 200, token: 'fresh' },
+    ],
+    ['locks without tokens (an older agent), another pid', { pid: 300 }, { pid: 200 }],
+    ['a corrupt stale lock', 'garbage', { pid: 200, token: 'fresh' }],
+  ])('a fresh lock moved aside instead of the stale one is put back: %s', async (_name, stale, fresh) => {
+    const { vol, fs } = memfs({ [lockPath]: typeof stale === 'string' ? stale : JSON.stringify(stale) });
+    const live = { ...fresh, procStart: 'start-200' };
+    const racing = replacedBeforeMove(fs, vol, live);
+    const error = await acquireStateLock(racing, STATE, probe(100, [100, 200])).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StateLockedError);
+    expect(error).toMatchObject({ pid: 200 });
+    expect(vol.readdirSync(STATE)).toEqual([LOCK_FILE]);
+    expect(JSON.parse(vol.readFileSync(lockPath, 'utf8') as string)).toEqual(live);
+  });
+
+  it('a directory in place of the lock (unreadable, not a lock) is moved aside under a temp name and taken over', async () => {
+    const { vol, fs } = memfs();
+    vol.mkdirSync(`${lockPath}/inside`, { recursive: true });
+    const lock = await acquireStateLock(fs, STATE, probe(100, [100]));
+    expect(JSON.parse(vol.readFileSync(lockPath, 'utf8') as string)).toMatchObject({ pid: 100 });
+    // The directory cannot be unlinked: it stays under a temp name, for the start-up sweep.
+    const left = (vol.readdirSync(STATE) as string[]).filter((name) => name !== LOCK_FILE);
+    expect(left).toHaveLength(1);
+    expect(left[0]?.startsWith(`${TEMP_PREFIX}${LOCK_FILE}-stale-`)).toBe(true);
+    expect(vol.readdirSync(`${STATE}/${left[0]}`)).toEqual(['inside']);
+    await lock.release();
   });
 
   it('a stale lock that cannot be moved aside: StateDirError naming it, the stale lock left in place', async () => {
