@@ -108,3 +108,55 @@ describe('ContentCache', () => {
     await expect(cache.prune(new Set())).rejects.toMatchObject({ code: 'ENOTDIR' });
   });
 });
+
+describe('ContentCache put when the disk fails', () => {
+  function failing(vol: InstanceType<typeof Volume>, fail: { mkdir?: number; open?: number; code: string }) {
+    const fs = createFsFromVolume(vol).promises as unknown as FsPort;
+    const error = () => Object.assign(new Error(`${fail.code}: simulated`), { code: fail.code });
+    let mkdirs = fail.mkdir ?? 0;
+    let opens = fail.open ?? 0;
+    return {
+      ...fs,
+      mkdir: (async (...args: Parameters<FsPort['mkdir']>) => {
+        if (mkdirs > 0) {
+          mkdirs -= 1;
+          throw error();
+        }
+        return fs.mkdir(...args);
+      }) as FsPort['mkdir'],
+      open: (async (...args: Parameters<FsPort['open']>) => {
+        if (opens > 0 && String(args[0]).startsWith(`${CACHE}/`)) {
+          opens -= 1;
+          throw error();
+        }
+        return fs.open(...args);
+      }) as FsPort['open'],
+    } as FsPort;
+  }
+
+  it('a directory that could not be made is made on the next put', async () => {
+    const vol = Volume.fromJSON({});
+    vol.mkdirSync(STATE, { recursive: true });
+    const cache = new ContentCache(failing(vol, { mkdir: 1, code: 'EACCES' }), STATE);
+    await expect(cache.put(Buffer.from('a'))).rejects.toMatchObject({ code: 'EACCES' });
+    expect(await cache.put(Buffer.from('a'))).toBe(sha('a'));
+    expect(vol.readFileSync(`${CACHE}/${sha('a')}`, 'utf8')).toBe('a');
+  });
+
+  it('a failure other than a vanished directory is not retried: the put fails, the next one succeeds', async () => {
+    const vol = Volume.fromJSON({});
+    vol.mkdirSync(STATE, { recursive: true });
+    const cache = new ContentCache(failing(vol, { open: 1, code: 'ENOSPC' }), STATE);
+    await expect(cache.put(Buffer.from('a'))).rejects.toMatchObject({ code: 'disk_error', errno: 'ENOSPC' });
+    expect(vol.readdirSync(CACHE)).toEqual([]);
+    expect(await cache.put(Buffer.from('a'))).toBe(sha('a'));
+  });
+
+  it('a directory that vanishes again after being made again: the put fails after that one retry', async () => {
+    const vol = Volume.fromJSON({});
+    vol.mkdirSync(STATE, { recursive: true });
+    const cache = new ContentCache(failing(vol, { open: 2, code: 'ENOENT' }), STATE);
+    await expect(cache.put(Buffer.from('a'))).rejects.toMatchObject({ code: 'disk_error', errno: 'ENOENT' });
+    expect(await cache.put(Buffer.from('a'))).toBe(sha('a'));
+  });
+});
