@@ -1,0 +1,263 @@
+// runPass's own decisions, in-process against the mock service: reports before the pull, stopping at each
+// stage, what the pass hands the planner, the recorder and the writer, and what a full pass forgets and prunes.
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { mockRecord } from '../../test/helpers/instances.js';
+import { createClient, type ServiceClient } from '../api/client.js';
+import type { Clock } from '../lib/clock.js';
+import type { Deps } from '../lib/deps.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import { CACHE_DIR } from '../store/content-cache.js';
+import { TEMP_PREFIX } from '../store/path-guard.js';
+import type { PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
+import { Reconciler } from './reconcile.js';
+
+const API_KEY = 'sk_test_pass_mutants_0123456789abcdef';
+const LIST = '^/v1/config_instances$';
+
+let dir: string;
+let rootDir: string;
+let server: RunningMockServer;
+let client: ServiceClient;
+let reconciler: Reconciler;
+/** Runs before each fs call the agent makes (its name and first argument): where a test stops the agent. */
+let onFsCall: (name: string, target: string) => void;
+
+const clock: Clock & { advance(ms: number): void } = (() => {
+  let monotonic = 1_000;
+  return {
+    now: () => Date.parse('2026-06-01T00:00:00.000Z') + monotonic,
+    monotonic: () => monotonic,
+    sleep: async () => undefined,
+    advance(ms: number) {
+      monotonic += ms;
+    },
+  };
+})();
+
+function watchedFs(): FsPort {
+  const real: FsPort = nodeFs;
+  const wrap = <K extends keyof FsPort>(name: K) =>
+    (async (...args: unknown[]) => {
+      onFsCall(name, String(args[0]));
+      return (real[name] as (...rest: unknown[]) => Promise<unknown>)(...args);
+    }) as unknown as FsPort[K];
+  return {
+    open: wrap('open'),
+    rename: wrap('rename'),
+    unlink: wrap('unlink'),
+    link: wrap('link'),
+    lstat: wrap('lstat'),
+    stat: wrap('stat'),
+    mkdir: wrap('mkdir'),
+    readdir: wrap('readdir'),
+    readFile: wrap('readFile'),
+    rmdir: wrap('rmdir'),
+    chmod: wrap('chmod'),
+  };
+}
+
+async function open(
+  extra: Partial<ReconcilerSettings> = {},
+  options: { readOnly?: boolean; client?: ServiceClient } = {},
+): Promise<void> {
+  await reconciler?.close();
+  const deps: Deps = { fs: watchedFs(), clock, random: () => 0.5, logger: silentLogger() };
+  const settings: ReconcilerSettings = {
+    deviceId: 'dvc_1',
+    rootDir,
+    stateDir: path.join(dir, 'state'),
+    fileMode: 0o640,
+    dirMode: 0o750,
+    retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    requestRetries: 0,
+    ...extra,
+  };
+  reconciler = await Reconciler.open(deps, settings, options.client ?? client, {
+    readOnly: options.readOnly ?? false,
+  });
+}
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-pass-mutants-'));
+  rootDir = path.join(dir, 'root');
+  await mkdir(rootDir);
+  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
+  server = await startMockServer({ apiKeys: [API_KEY] });
+  client = createClient({
+    baseUrl: server.url,
+    apiKey: API_KEY,
+    timeoutMs: 10_000,
+    maxResponseBytes: 1 << 20,
+  });
+  onFsCall = () => undefined;
+  await open();
+});
+
+afterEach(async () => {
+  await reconciler.close();
+  await server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function put(id: string, fields: Partial<ConfigInstanceRecord> = {}): void {
+  server.state.instances.set(id, mockRecord(id, fields));
+}
+
+const pass = (options: Partial<PassOptions> = {}): Promise<PassResult> =>
+  reconciler.runPass({ mode: 'full', ...options });
+const reports = () =>
+  server.state.reports.map((r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`);
+const exists = (relative: string) =>
+  stat(path.join(rootDir, relative)).then(
+    () => true,
+    () => false,
+  );
+
+describe('runPass: reports of an earlier pass', () => {
+  it('go out before the pull, so they are delivered even when the pull then fails', async () => {
+    put('cfg_a');
+    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, status: 503 });
+    expect((await pass()).reports).toMatchObject({ delivered: 0, pending: 1 });
+    server.state.addFault({ match: LIST, count: 100, status: 503 });
+
+    const result = await pass({ mode: 'incremental' });
+
+    expect(result).toMatchObject({ reachable: false, reports: { delivered: 1, pending: 0 } });
+    expect(reports()).toEqual(['cfg_a deployed/none']);
+  });
+
+  it('are not delivered by a dry run (of a reconciler that could deliver them)', async () => {
+    put('cfg_a');
+    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, status: 503 });
+    await pass();
+
+    const result = await pass({ dryRun: true });
+
+    expect(result.reports).toMatchObject({ delivered: 0, pending: 1 });
+    expect(reports()).toEqual([]);
+  });
+});
+
+describe('runPass: stopping', () => {
+  it('a stop while pulling: the pass rejects with the stop, nothing is written', async () => {
+    put('cfg_a');
+    const controller = new AbortController();
+    const stopping: ServiceClient = {
+      ...client,
+      listConfigInstancePage: (query, options) => {
+        controller.abort(new Error('agent stopping'));
+        return client.listConfigInstancePage(query, options);
+      },
+    };
+    await open({}, { client: stopping });
+
+    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    expect(await exists('cfg_a.json')).toBe(false);
+    expect(reports()).toEqual([]);
+  });
+
+  it('a stop while a file is written: that file is not put in place and the pass rejects with the stop', async () => {
+    put('cfg_a');
+    const controller = new AbortController();
+    onFsCall = (name, target) => {
+      if (name === 'open' && path.basename(target).startsWith(TEMP_PREFIX) && target.startsWith(rootDir))
+        controller.abort(new Error('agent stopping'));
+    };
+
+    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    expect(await exists('cfg_a.json')).toBe(false);
+    expect(reports()).toEqual([]);
+  });
+});
+
+describe('runPass: settings handed on', () => {
+  it('files.rules (fileMeta) give each written file its mode and group', async () => {
+    await open({ fileMeta: () => ({ mode: 0o604, gid: 65534 }) });
+    put('cfg_a');
+
+    await pass();
+
+    const stats = await stat(path.join(rootDir, 'cfg_a.json'));
+    expect({ mode: stats.mode & 0o7777, gid: stats.gid }).toEqual({ mode: 0o604, gid: 65534 });
+  });
+
+  it('without trackHookPaths, written paths are not kept for hooks', async () => {
+    put('cfg_a');
+
+    await pass();
+
+    expect(reconciler.pendingHookPaths()).toEqual([]);
+  });
+});
+
+describe('runPass: what a full pass forgets and prunes', () => {
+  /** cfg_b archived (never deployed): a record with no file. */
+  async function archived(): Promise<void> {
+    put('cfg_a');
+    put('cfg_b', { target_status: 'removed', activity_status: 'created' });
+    await pass();
+    expect(reconciler.state.instances.get('cfg_b')).toMatchObject({ activity: 'removed' });
+  }
+
+  it('a poll keeps the record of an instance it did not list; a full pass that does not list it forgets it', async () => {
+    await archived();
+
+    await pass({ mode: 'incremental' });
+    expect(reconciler.state.instances.has('cfg_b')).toBe(true);
+
+    await pass();
+    expect(reconciler.state.instances.has('cfg_b')).toBe(false);
+    expect(reconciler.state.instances.has('cfg_a')).toBe(true);
+  });
+
+  it('an instance listed but invalid keeps its record (with no file) through a full pass', async () => {
+    put('cfg_a', { content: { n: 1 } });
+    onFsCall = (name, target) => {
+      if (name === 'rename' && target.startsWith(rootDir))
+        throw Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' });
+    };
+    await pass();
+    expect(reconciler.state.instances.get('cfg_a')).toMatchObject({ attempts: 1, error: 'retrying' });
+    server.state.addFault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"n":1}', with: '"n":1e400}' }],
+    });
+
+    await pass();
+
+    expect(reconciler.state.instances.get('cfg_a')).toMatchObject({
+      attempts: 1,
+      error: 'failed',
+      message: expect.stringMatching(/^invalid instance from the service: content\.n/),
+    });
+  });
+
+  it('a full pass drops the cached content of a file it removed', async () => {
+    put('cfg_a', { content: { only: 'a' } });
+    await pass();
+    const cache = path.join(dir, 'state', CACHE_DIR);
+    const cached = await readdir(cache, { recursive: true });
+    expect(cached.length).toBeGreaterThan(0);
+    server.state.instances.set('cfg_a', {
+      ...server.state.instance('cfg_a'),
+      target_status: 'removed',
+      activity_status: 'deployed',
+    });
+
+    await pass();
+
+    expect(await exists('cfg_a.json')).toBe(false);
+    expect(await readdir(cache, { recursive: true })).toEqual(
+      cached.filter((name) => !/^[0-9a-f]{64}$/.test(path.basename(name))),
+    );
+  });
+});
