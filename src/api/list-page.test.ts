@@ -1,0 +1,159 @@
+// The hand check of everyday list items against zod: never a different verdict or value, only a faster one.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { parseJson } from './json.js';
+import { judgeConfigInstance, quickInstance } from './list-page.js';
+import { ConfigInstance } from './schemas.js';
+
+const T0 = '2025-01-01T00:00:00Z';
+
+function item(overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    object: 'config_instance',
+    id: 'cfg_1',
+    target_status: 'deployed',
+    activity_status: 'deployed',
+    error_status: 'none',
+    status: 'deployed',
+    relative_filepath: 'app/a.json',
+    created_at: T0,
+    updated_at: T0,
+    device_id: 'dev_1',
+    config_schema_id: 'sch_1',
+    config_type_id: 'typ_1',
+    device: null,
+    config_schema: null,
+    config_type: null,
+    content: { port: 8080 },
+    ...overrides,
+  };
+}
+
+/** The hand check either says nothing or says exactly what zod says: same fields, same order, same values. */
+function agreesWithZod(value: unknown): 'quick' | 'zod' {
+  const quick = quickInstance(value);
+  const strict = ConfigInstance.safeParse(value);
+  if (quick === undefined) return 'zod';
+  expect(strict.success).toBe(true);
+  expect(Object.keys(quick)).toEqual(Object.keys(strict.data ?? {}));
+  expect(quick).toStrictEqual(strict.data);
+  expect(quick.content).toBe((value as { content: unknown }).content);
+  return 'quick';
+}
+
+const anyValue = fc.oneof(
+  fc.constant(undefined),
+  fc.constant(null),
+  fc.string({ maxLength: 30 }),
+  fc.integer(),
+  fc.double(),
+  fc.boolean(),
+  fc.constant([]),
+  fc.constant({}),
+  fc.constant({ object: 'device', id: 'dev_1' }),
+);
+const validTimestamp = fc.oneof(
+  fc.constantFrom(T0, '2024-02-29T23:59:59.123+02:00', '2025-06-30T12:00:00.5-11:30'),
+  fc
+    .date({ noInvalidDate: true, min: new Date('0001-01-01'), max: new Date('9999-12-31') })
+    .map((d) => d.toISOString()),
+);
+const timestamp = fc.oneof(
+  fc.constant(T0),
+  fc.constant('2024-02-29T23:59:59.123+02:00'),
+  fc.constant('2023-02-29T00:00:00Z'),
+  fc.constant('2025-01-01T00:00Z'),
+  fc.constant('2025-01-01 00:00:00Z'),
+  fc.constant('2025-01-01T24:00:00Z'),
+  fc.constant('2025-01-01T00:00:00'),
+  fc
+    .date({ noInvalidDate: true, min: new Date('0001-01-01'), max: new Date('9999-12-31') })
+    .map((d) => d.toISOString()),
+  fc.string({ maxLength: 25 }),
+);
+const status = (known: readonly string[]) =>
+  fc.oneof(fc.constantFrom(...known), fc.constantFrom('archived', 'Deployed', ''), anyValue);
+const content = fc.oneof(
+  fc.jsonValue({ maxDepth: 4 }),
+  fc.constant({ a: { b: Number.NaN } }),
+  fc.constant({ n: Number.POSITIVE_INFINITY }),
+  fc.constant(Object.create(null)),
+  fc.constant({ d: new Date(0) }),
+  fc.constant({ __proto__: null, x: [1, { y: 'z' }] }),
+);
+
+describe('quickInstance', () => {
+  it('a textbook item is taken by the hand check, and zod agrees', () => {
+    expect(agreesWithZod(item())).toBe('quick');
+    expect(agreesWithZod(parseJson(JSON.stringify(item({ extra: 1, content: { big: 1e300 } }))))).toBe(
+      'quick',
+    );
+  });
+
+  it('leaves to zod what zod must judge or name', () => {
+    for (const odd of [
+      item({ device: { object: 'device', id: 'd' } }),
+      item({ config_schema: { object: 'config_schema', id: 's' } }),
+      item({ target_status: 'retired' }),
+      item({ created_at: '2025-13-01T00:00:00Z' }),
+      item({ content: [] }),
+      item({ content: { deep: JSON.parse(`${'['.repeat(70)}${']'.repeat(70)}`) } }),
+      item({ id: undefined }),
+      [item()],
+      null,
+    ]) {
+      expect(quickInstance(odd)).toBeUndefined();
+    }
+  });
+
+  it('never disagrees with zod on generated items (a valid one, then one field mutated or dropped)', () => {
+    const fields = Object.keys(item());
+    const outcomes = { quick: 0, zod: 0 };
+    fc.assert(
+      fc.property(
+        fc.record({
+          id: fc.string({ maxLength: 20 }),
+          target_status: fc.constantFrom(...ConfigInstance.shape.target_status.options),
+          activity_status: fc.constantFrom(...ConfigInstance.shape.activity_status.options),
+          error_status: fc.constantFrom(...ConfigInstance.shape.error_status.options),
+          status: fc.string({ maxLength: 12 }),
+          relative_filepath: fc.string({ maxLength: 20 }),
+          created_at: validTimestamp,
+          updated_at: validTimestamp,
+          content: fc.oneof(
+            { arbitrary: fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 })), weight: 4 },
+            content,
+          ),
+        }),
+        // Which field goes wrong (none when past the end), with what, and whether it is dropped instead.
+        fc.nat({ max: fields.length * 2 }),
+        fc.oneof(anyValue, timestamp, fc.constantFrom('archived', 'Deployed', '')),
+        fc.boolean(),
+        (valid, which, bad, drop) => {
+          const value: Record<string, unknown> = item(valid);
+          const field = fields[which];
+          if (field !== undefined && drop) delete value[field];
+          else if (field !== undefined) value[field] = bad;
+          outcomes[agreesWithZod(value)] += 1;
+        },
+      ),
+      { numRuns: 1_500 },
+    );
+    // Both paths were taken often: the comparison is not vacuous.
+    expect(outcomes.quick).toBeGreaterThan(300);
+    expect(outcomes.zod).toBeGreaterThan(300);
+  });
+
+  it('judgeConfigInstance: the same verdicts as before on valid, unknown-status and broken items', () => {
+    expect(judgeConfigInstance(JSON.stringify(item()))).toMatchObject({ kind: 'valid' });
+    expect(judgeConfigInstance(JSON.stringify(item({ target_status: 'retired' })))).toMatchObject({
+      kind: 'unknown_status',
+      unknown: { field: 'target_status', value: 'retired' },
+    });
+    expect(judgeConfigInstance(JSON.stringify(item({ updated_at: 'yesterday' })))).toMatchObject({
+      kind: 'invalid',
+      id: 'cfg_1',
+      problem: expect.stringContaining('updated_at'),
+    });
+  });
+});
