@@ -1,9 +1,9 @@
-// The hand check of everyday list items against zod: never a different verdict or value, only a faster one.
+// The hand checks of everyday list items against zod and the full content walk: never a different verdict, only a faster one.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { parseJson } from './json.js';
+import { LosslessNumber, parseJson } from './json.js';
 import { judgeConfigInstance, quickInstance } from './list-page.js';
-import { ConfigInstance } from './schemas.js';
+import { ConfigInstance, isCleanContent, locateContentProblem } from './schemas.js';
 
 const T0 = '2025-01-01T00:00:00Z';
 
@@ -71,8 +71,6 @@ const timestamp = fc.oneof(
     .map((d) => d.toISOString()),
   fc.string({ maxLength: 25 }),
 );
-const status = (known: readonly string[]) =>
-  fc.oneof(fc.constantFrom(...known), fc.constantFrom('archived', 'Deployed', ''), anyValue);
 const content = fc.oneof(
   fc.jsonValue({ maxDepth: 4 }),
   fc.constant({ a: { b: Number.NaN } }),
@@ -155,5 +153,54 @@ describe('quickInstance', () => {
       id: 'cfg_1',
       problem: expect.stringContaining('updated_at'),
     });
+  });
+});
+
+describe('isCleanContent', () => {
+  /** Nested `levels` deep: an object holding an array holding an object ... */
+  function nested(levels: number): unknown {
+    let value: unknown = 1;
+    for (let i = 0; i < levels; i += 1) value = i % 2 === 0 ? [value] : { k: value };
+    return value;
+  }
+
+  it('says clean exactly when locateContentProblem finds nothing', () => {
+    const odd = fc.constantFrom<unknown>(
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      new LosslessNumber('1e400'),
+      new LosslessNumber('12345678901234567891'),
+      new Date(0),
+      new Map(),
+      Object.create(null),
+      undefined,
+      () => 1,
+      Symbol('s'),
+      10n,
+    );
+    const value = fc.letrec((tie) => ({
+      node: fc.oneof(
+        { arbitrary: fc.jsonValue({ maxDepth: 2 }), weight: 6 },
+        { arbitrary: odd, weight: 1 },
+        { arbitrary: fc.array(tie('node'), { maxLength: 3 }), weight: 2 },
+        { arbitrary: fc.dictionary(fc.string({ maxLength: 4 }), tie('node'), { maxKeys: 3 }), weight: 2 },
+      ),
+    })).node;
+    const outcomes = { clean: 0, not: 0 };
+    fc.assert(
+      fc.property(fc.oneof(value, fc.dictionary(fc.string({ maxLength: 4 }), value)), (content) => {
+        const clean = isCleanContent(content);
+        expect(clean).toBe(locateContentProblem(content) === undefined);
+        outcomes[clean ? 'clean' : 'not'] += 1;
+      }),
+      { numRuns: 2_000 },
+    );
+    expect(Math.min(outcomes.clean, outcomes.not)).toBeGreaterThan(200);
+    for (const levels of [62, 63, 64, 65, 66]) {
+      const content = { top: nested(levels) };
+      expect(isCleanContent(content)).toBe(locateContentProblem(content) === undefined);
+    }
+    expect(isCleanContent({ top: nested(62) })).toBe(true);
+    expect(isCleanContent({ top: nested(64) })).toBe(false);
   });
 });

@@ -106,8 +106,16 @@ const TIMESTAMP_PATTERN: RegExp | undefined = Timestamp._zod.pattern;
 export function quickInstance(value: unknown): ConfigInstance | undefined {
   if (TIMESTAMP_PATTERN === undefined || typeof value !== 'object' || value === null) return undefined;
   const v = value as Record<string, unknown>;
-  const { id, status, relative_filepath, created_at, updated_at, device_id, config_schema_id, config_type_id } =
-    v;
+  const {
+    id,
+    status,
+    relative_filepath,
+    created_at,
+    updated_at,
+    device_id,
+    config_schema_id,
+    config_type_id,
+  } = v;
   if (
     v.object !== 'config_instance' ||
     typeof id !== 'string' ||
