@@ -140,7 +140,7 @@ interface Budget {
 /** What a listing keeps of what it lists, and in what form. */
 interface Keep<I> {
   item(item: PageItem): boolean;
-  prepare(instance: ConfigInstance): I;
+  prepare(instance: ConfigInstance): I | Promise<I>;
   /** When set, the listing gives up after its first page if it kept less than this share and has more. */
   giveUpBelow?: number;
 }
@@ -174,7 +174,7 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
      * Turns each valid instance kept into what the pull holds, as its page arrives (the pass keeps the bytes of
      * its file instead of its parsed content: reconcile/pull.ts). Without it, the instance as parsed.
      */
-    prepare?: (instance: ConfigInstance) => I;
+    prepare?: (instance: ConfigInstance) => I | Promise<I>;
   },
 ): Promise<PullResult<I>> {
   const prepare = options.prepare ?? ((instance: ConfigInstance) => instance as unknown as I);
@@ -405,7 +405,7 @@ async function listOnce<I>(
       }
       if (keep.item(item)) {
         kept += 1;
-        take(item, listing, keep);
+        await take(item, listing, keep);
       }
     }
     if (
@@ -446,10 +446,10 @@ async function listOnce<I>(
   }
 }
 
-function take<I>(item: PageItem, listing: Listing<I>, keep: Keep<I>): void {
+async function take<I>(item: PageItem, listing: Listing<I>, keep: Keep<I>): Promise<void> {
   switch (item.kind) {
     case 'valid':
-      listing.instances.push(keep.prepare(item.instance));
+      listing.instances.push(await keep.prepare(item.instance));
       return;
     case 'unknown_status':
       listing.skipped.push({

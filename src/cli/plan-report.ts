@@ -45,7 +45,8 @@ export async function describePlan(
         changes.push({
           ...base,
           action: 'write',
-          detail: `${step.reason}: ${diffSummary(current, step.data)}`,
+          // A dry run holds every file's bytes (nothing is set aside in the state directory: pass.ts).
+          detail: `${step.reason}: ${step.data === undefined ? `${step.sha256} (bytes set aside)` : diffSummary(current, step.data)}`,
           ...reported(step.report),
         });
         break;

@@ -30,6 +30,8 @@ export type ErrorCode =
   | 'state_locked'
   /** stateDir read-only, not writable or failing (store/errors.ts); exit 78 when not retryable. */
   | 'state_dir_unusable'
+  /** A write's bytes set aside in the content cache by the pull were gone when written (reconcile/apply.ts). */
+  | 'set_aside_bytes_lost'
   /** The mock service's fixtures (mock-server/fixtures.ts). */
   | 'invalid_fixtures'
   /** Not an AgentError: a bug or an unexpected failure, as a pass reports it. */

@@ -1,5 +1,6 @@
 // The step handlers: one per step kind, each doing its disk effect (if any) and returning what happened.
 import path from 'node:path';
+import { AgentError } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import type { ContentCache } from '../store/content-cache.js';
@@ -217,18 +218,21 @@ async function applyWrite(
   ctx: ApplyContext,
   options: HandlerOptions,
 ): Promise<Omit<AppliedStep, 'step'>> {
+  // First, so that bytes lost from the cache cost this write only, never a displaced file.
+  const data = step.data ?? (await setAsideBytes(ctx, step));
   const displaced: (AppliedStep['displaced'][number] & { previous: RegularFile | undefined })[] = [];
   for (const remove of step.displaces) {
     const { result, previous } = await removeFile(remove, ctx);
     displaced.push({ step: remove, result, previous });
   }
-  // Alongside the publish: the copy is not durable (see content-cache.ts), so it waits for nothing.
-  const caching = cacheContent(ctx, step);
+  // Alongside the publish: the copy is not durable (see content-cache.ts), so it waits for nothing. Bytes
+  // set aside by the pull are in the cache already.
+  const caching = step.data === undefined ? Promise.resolve() : cacheContent(ctx, step, step.data);
   try {
     const published = await publishFile(ctx.fs, {
       rootDir: ctx.rootDir,
       relativePath: step.path,
-      data: step.data,
+      data,
       mode: step.mode ?? ctx.fileMode,
       ...(step.gid === undefined ? {} : { gid: step.gid }),
       dirMode: ctx.dirMode,
@@ -340,11 +344,32 @@ async function restoreDisplaced(
  * The drift watcher restores a drifted file from these bytes without a pass (see drift-watcher.ts). Never
  * rejects: a missing copy only sends a later restore of the file through a pass.
  */
-async function cacheContent(ctx: ApplyContext, step: WriteStep): Promise<void> {
+async function cacheContent(ctx: ApplyContext, step: WriteStep, data: Buffer): Promise<void> {
   try {
-    await ctx.cache.put(step.data);
+    await ctx.cache.put(data);
   } catch (error) {
     // The file itself is in place; only a local restore of it would fall back to a pass.
     ctx.logger.warn({ err: error, path: step.path }, 'could not cache content for local restores');
+  }
+}
+
+/** The bytes of a write the pull set aside in the content cache (spill.ts), checked against their sha256. */
+async function setAsideBytes(ctx: ApplyContext, step: WriteStep): Promise<Buffer> {
+  const data = await ctx.cache.get(step.sha256);
+  if (data === undefined) throw new SetAsideBytesLostError(step.sha256);
+  return data;
+}
+
+/**
+ * The bytes the pull set aside for a write were gone from the content cache, or no longer hashed to their name,
+ * when the write came: the write fails (and is retried by a later pass, which pulls the content again).
+ */
+export class SetAsideBytesLostError extends AgentError {
+  constructor(sha256: string) {
+    super(
+      'set_aside_bytes_lost',
+      `the file's bytes, set aside in the state directory's content cache during this pass (${sha256}), were missing or changed when it was written`,
+      { retryable: true },
+    );
   }
 }

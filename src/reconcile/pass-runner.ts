@@ -21,6 +21,8 @@ export interface ReconcilerSettings {
   requestRetryBaseMs?: number;
   /** The client's response cap (server.maxResponseBytes): the pull's byte budget is at least twice it. */
   maxResponseBytes?: number;
+  /** File bytes a pass holds in memory before it sets the next ones aside (spill.ts; default 16 MiB). */
+  inMemoryFileBytes?: number;
   /** False under the `report`/`off` drift policies: full passes leave locally edited managed files alone. */
   restoreDrift?: boolean;
   /** Keep the changed paths for hooks, durably, until `settleHookPaths` (the daemon with hooks). */

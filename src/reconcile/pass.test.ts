@@ -386,6 +386,69 @@ describe('runPass: target removed or created', () => {
   });
 });
 
+describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {
+  /** A reconciler that holds no file bytes in memory: every file goes through the content cache. */
+  async function spillingEverything(): Promise<void> {
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client, { inMemoryFileBytes: 0 });
+  }
+
+  /** Reads of the content cache's entries fail as if the entries were gone. */
+  function loseCacheEntries(): void {
+    const readFile = world.fs.readFile;
+    world.fs.readFile = (async (...args: Parameters<typeof nodeFs.readFile>) => {
+      if (String(args[0]).includes(`${path.sep}cache${path.sep}`)) {
+        throw Object.assign(new Error(`ENOENT: simulated, open '${String(args[0])}'`), { code: 'ENOENT' });
+      }
+      return readFile(...args);
+    }) as typeof nodeFs.readFile;
+  }
+
+  it('are set aside in the content cache and written byte for byte, then reported', async () => {
+    await spillingEverything();
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { port: 8080 } });
+    put({ id: 'cfg_b', relative_filepath: 'app/b.yaml', content: { port: 'on', list: [1, 2] } });
+
+    const result = await pass();
+
+    const writes = result.steps.filter((step) => step.kind === 'write');
+    expect(writes.map((step) => step.data)).toEqual([undefined, undefined]);
+    expect(await fileAt('app/a.json')).toBe(json({ port: 8080 }));
+    expect(await fileAt('app/b.yaml')).toBe('port: "on"\nlist:\n  - 1\n  - 2\n');
+    expect(reportsReceived().sort()).toEqual(['cfg_a deployed/none', 'cfg_b deployed/none']);
+    expect(result.converged).toBe(true);
+    // The drift watcher's copies are the entries set aside: one per file, named by its sha256.
+    const cached = await nodeFs.readdir(path.join(world.dir, 'state', 'cache'));
+    expect(cached.sort()).toEqual(writes.map((step) => step.sha256).sort());
+  });
+
+  it('a write whose bytes were lost from the cache fails and is retried; the file it displaces stays', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'old.json', config_schema_id: 'sch_app' });
+    await pass();
+    await spillingEverything();
+    put({ id: 'cfg_b', relative_filepath: 'new.json', config_schema_id: 'sch_app' });
+    world.server.state.removeInstance('cfg_a', T0);
+    loseCacheEntries();
+
+    const failed = await pass();
+
+    expect(failed.converged).toBe(false);
+    expect(await fileAt('old.json')).toBe(json({ owner: 'cfg_a' }));
+    expect(await exists('new.json')).toBe(false);
+    expect(reportsReceived().slice(1)).toEqual(['cfg_b queued/retrying']);
+    expect(world.server.state.reports.at(-1)?.message).toMatch(/content cache/);
+
+    world.fs.readFile = nodeFs.readFile;
+    world.clock.advance(60_001);
+    const healed = await pass();
+
+    expect(healed.converged).toBe(true);
+    expect(await exists('old.json')).toBe(false);
+    expect(await fileAt('new.json')).toBe(json({ owner: 'cfg_b' }));
+    expect(reportsReceived().slice(2)).toEqual(['cfg_b deployed/none', 'cfg_a removed/none']);
+  });
+});
+
 describe('runPass: pulls', () => {
   it('an incremental poll fetches the recorded owner of a path a newcomer wants, so the newcomer is refused', async () => {
     put({ id: 'cfg_owner', relative_filepath: 'app.json', updated_at: '2026-01-05T00:00:00.000Z' });

@@ -20,6 +20,7 @@ import {
   recordStep,
 } from './record.js';
 import { deliverReports } from './report.js';
+import { FileSpill } from './spill.js';
 
 /** Everything a pass works with; `lastSeenUpdatedAt` lives as long as the reconciler (report echoes). */
 export interface PassContext {
@@ -43,7 +44,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
 
   let pulled: Pulled<PlanInstance>;
   try {
-    pulled = await pullInstances(options.mode, pullContext(ctx, signal));
+    pulled = await pullInstances(options.mode, pullContext(ctx, signal, result.dryRun));
   } catch (error) {
     signal?.throwIfAborted();
     result.error = toPassError(error);
@@ -85,15 +86,22 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   return finish();
 }
 
-function pullContext(ctx: PassContext, signal: AbortSignal | undefined): PullContext<PlanInstance> {
+function pullContext(
+  ctx: PassContext,
+  signal: AbortSignal | undefined,
+  dryRun: boolean,
+): PullContext<PlanInstance> {
   const { maxResponseBytes } = ctx.settings;
   return {
     ...requestContext(ctx, signal),
     deviceId: ctx.settings.deviceId,
     files: ctx.dir.state.files,
     clock: ctx.deps.clock,
-    // Each instance is serialized as its page arrives and only the bytes are kept (plan.ts `withFile`).
-    prepare: withFile,
+    // Each instance is serialized as its page arrives and only the bytes are kept (plan.ts `withFile`), past a
+    // budget in the content cache (spill.ts). A dry run writes nothing to the state directory: it holds them.
+    prepare: dryRun
+      ? withFile
+      : new FileSpill(ctx.dir.cache, ctx.logger, ctx.settings.inMemoryFileBytes).prepare,
     ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
   };
 }

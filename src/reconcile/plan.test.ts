@@ -184,7 +184,7 @@ describe('planSteps: target deployed', () => {
         const write = asWrite(step);
         expect(write.reason).toBe(expected.slice('write:'.length));
         expect(write.path).toBe(PATH);
-        expect(write.data.equals(jsonBytes(CONTENT))).toBe(true);
+        expect(write.data?.equals(jsonBytes(CONTENT))).toBe(true);
         expect(write.sha256).toBe(CONTENT_SHA);
         expect(write.displaces).toEqual([]);
         expect(write.report).toEqual(due ? { activity_status: 'deployed', error_status: 'none' } : undefined);
@@ -308,7 +308,7 @@ describe('planSteps: serialisation by extension', () => {
   ])('%s is written as %j', (path, text) => {
     const instance = makeInstance({ id: 'cfg_me', relative_filepath: path, content });
     const write = asWrite(onlyStepFor(plan([instance]), 'cfg_me'));
-    expect(write.data.toString('utf8')).toBe(text);
+    expect(write.data?.toString('utf8')).toBe(text);
     expect(write.sha256).toBe(sha256(text));
   });
 });
@@ -610,7 +610,7 @@ describe('planSteps: two instances targeting deployed at one path', () => {
   ])('the one updated last wins whatever the input order (%s)', (_order, instances) => {
     const steps = plan(instances);
     const winner = asWrite(onlyStepFor(steps, 'cfg_new'));
-    expect(winner.data.equals(jsonBytes({ v: 2 }))).toBe(true);
+    expect(winner.data?.equals(jsonBytes({ v: 2 }))).toBe(true);
     const loser = onlyStepFor(steps, 'cfg_old');
     expect(loser.kind).toBe('refuse');
     if (loser.kind !== 'refuse') return;

@@ -21,9 +21,12 @@ export type DiskObservation =
   /** Could not be read (EACCES, EIO, ...): the write or removal is attempted and may fail and retry. */
   | { kind: 'unreadable'; reason: string };
 
-/** The bytes an instance's content serializes to (serialize.ts), and their sha256. */
+/**
+ * The bytes an instance's content serializes to (serialize.ts), and their sha256. No `data`: the bytes were set
+ * aside in the content cache under `sha256` as they arrived (spill.ts), and are read back when written.
+ */
 export interface InstanceFile {
-  data: Buffer;
+  data?: Buffer;
   sha256: string;
 }
 
@@ -74,7 +77,8 @@ export interface WriteStep {
   kind: 'write';
   instance: ConfigInstanceHead;
   path: string;
-  data: Buffer;
+  /** The bytes to write; absent: in the content cache under `sha256` (set aside by the pull, spill.ts). */
+  data?: Buffer;
   sha256: string;
   /** metadata: the bytes are right, only the mode or group the configuration wants changed (no rewrite). */
   reason: 'new' | 'changed' | 'drift' | 'adopt' | 'metadata';
@@ -349,10 +353,13 @@ function planDeployed(
   if (reason === 'drift' && input.restoreDrift === false)
     return { kind: 'keep', instance, reason: 'drift_kept' };
   const meta = { ...(want === undefined ? {} : { mode }), ...(gid === undefined ? {} : { gid }) };
-  return { kind: 'write', instance, path, data, sha256, reason, report: deployed, ...meta };
+  const bytes = data === undefined ? {} : { data };
+  return { kind: 'write', instance, path, ...bytes, sha256, reason, report: deployed, ...meta };
 }
 
-/** The bytes of an instance's file: serialized at arrival already, or now. */
+/** The bytes of an instance's file: serialized at arrival already (maybe set aside), or now. */
+export function fileOf(instance: ConfigInstance): Required<InstanceFile>;
+export function fileOf(instance: PlanInstance): InstanceFile;
 export function fileOf(instance: PlanInstance): InstanceFile {
   if ('file' in instance) return instance.file;
   const data = serializeContent(instance.relative_filepath, instance.content);
@@ -364,8 +371,10 @@ export function fileOf(instance: PlanInstance): InstanceFile {
  * holds each instance one way only. An instance whose content cannot be serialized is kept as it is, and
  * planning meets the problem as it would have.
  */
-export function withFile(instance: ConfigInstance): PlanInstance {
-  let file: InstanceFile;
+export function withFile(
+  instance: ConfigInstance,
+): ConfigInstance | (ConfigInstanceHead & { file: Required<InstanceFile> }) {
+  let file: Required<InstanceFile>;
   try {
     file = fileOf(instance);
   } catch {

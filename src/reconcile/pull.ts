@@ -26,7 +26,7 @@ export interface PullContext<I extends ConfigInstanceHead = ConfigInstance> {
   /** The client's response cap, for the pull's byte budget. */
   maxResponseBytes?: number;
   /** What each instance is turned into as its page arrives (api/pager.ts); the instance as parsed without. */
-  prepare?: (instance: ConfigInstance) => I;
+  prepare?: (instance: ConfigInstance) => I | Promise<I>;
   signal?: AbortSignal;
 }
 

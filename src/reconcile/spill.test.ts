@@ -1,0 +1,58 @@
+// FileSpill on memfs: bytes held in memory up to the budget, then set aside in the content cache, or held when
+// the cache cannot take them.
+import { createFsFromVolume, Volume } from 'memfs';
+import { describe, expect, it } from 'vitest';
+import { instanceFactory } from '../../test/helpers/instances.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
+import { silentLogger } from '../lib/logger.js';
+import { CACHE_DIR, ContentCache } from '../store/content-cache.js';
+import type { PlanInstance } from './plan.js';
+import { FileSpill } from './spill.js';
+
+const STATE = '/var/lib/config-agent';
+const makeInstance = instanceFactory({ relative_filepath: 'app/config.json' });
+/** `{ "n": 1 }` as the agent writes it: 13 bytes. */
+const bytesOf = (n: number) => Buffer.from(`${JSON.stringify({ n }, null, 2)}\n`);
+
+function world(options: { cacheWritable?: boolean } = {}) {
+  const vol = Volume.fromJSON({});
+  vol.mkdirSync(STATE, { recursive: true });
+  // A file where the cache directory goes: every put fails (ENOTDIR / EEXIST), as a broken state dir would.
+  if (options.cacheWritable === false) vol.writeFileSync(`${STATE}/${CACHE_DIR}`, 'not a directory');
+  const fs = createFsFromVolume(vol).promises as unknown as FsPort;
+  return { vol, cache: new ContentCache(fs, STATE) };
+}
+
+function fileOfHeld(held: PlanInstance) {
+  if (!('file' in held)) throw new Error('expected the bytes of the file, not the content');
+  expect('content' in held).toBe(false);
+  return held.file;
+}
+
+describe('FileSpill', () => {
+  it('holds bytes up to the budget, then sets each next file aside under its sha256', async () => {
+    const { vol, cache } = world();
+    // Room for two files of 13 bytes, not three.
+    const spill = new FileSpill(cache, silentLogger(), 26);
+
+    const held = await Promise.all(
+      [1, 2, 3].map((n) => spill.prepare(makeInstance({ id: `cfg_${n}`, content: { n } }))),
+    );
+
+    const files = held.map(fileOfHeld);
+    expect(files.map((file) => file.sha256)).toEqual([1, 2, 3].map((n) => sha256Hex(bytesOf(n))));
+    expect(files.map((file) => file.data)).toEqual([bytesOf(1), bytesOf(2), undefined]);
+    expect(vol.readdirSync(`${STATE}/${CACHE_DIR}`)).toEqual([sha256Hex(bytesOf(3))]);
+    expect(await cache.get(sha256Hex(bytesOf(3)))).toEqual(bytesOf(3));
+  });
+
+  it('a cache that cannot take the bytes: they stay in memory, and nothing is lost', async () => {
+    const { cache } = world({ cacheWritable: false });
+    const spill = new FileSpill(cache, silentLogger(), 0);
+
+    const held = fileOfHeld(await spill.prepare(makeInstance({ id: 'cfg_1', content: { n: 1 } })));
+
+    expect(held).toEqual({ data: bytesOf(1), sha256: sha256Hex(bytesOf(1)) });
+  });
+});
