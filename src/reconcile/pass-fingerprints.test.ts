@@ -21,10 +21,12 @@ let dir: string;
 let server: RunningMockServer;
 /** Wall clock ahead of the files' ctimes by more than the racy margin: what a later pass sees. */
 let wallOffset: number;
+/** When set, the wall clock stands still at this ms (a pass that runs the instant the files were written). */
+let pinnedNow: number | undefined;
 
 function clock(): Clock {
   return {
-    now: () => Date.now() + wallOffset,
+    now: () => pinnedNow ?? Date.now() + wallOffset,
     monotonic: () => performance.now(),
     sleep: async () => undefined,
   };
@@ -67,12 +69,22 @@ async function snapshot(top: string): Promise<Map<string, string>> {
   return out;
 }
 
+/** The newest ctime (ms) of the entries under `top`. */
+async function newestCtimeMs(top: string): Promise<number> {
+  let newest = 0;
+  for (const name of await readdir(top, { recursive: true })) {
+    newest = Math.max(newest, (await lstat(path.join(top, name))).ctimeMs);
+  }
+  return Math.ceil(newest);
+}
+
 beforeEach(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-prints-'));
   await mkdir(path.join(dir, 'root'));
   await mkdir(path.join(dir, 'state'), { mode: 0o700 });
   server = await startMockServer({ apiKeys: [API_KEY] });
   wallOffset = 0;
+  pinnedNow = undefined;
   for (let i = 0; i < COUNT; i += 1) {
     server.state.instances.set(`cfg_${i}`, {
       id: `cfg_${i}`,
@@ -100,10 +112,13 @@ describe('a full pass with nothing to do', () => {
     const first = await runPass();
     expect(first.error).toBeUndefined();
     expect(first.converged).toBe(true);
-    // The files were just written: within the racy margin, so none is fingerprinted yet.
+    // The files were just written: within the racy margin, so none is fingerprinted yet. The clock stands at
+    // the newest file's ctime, so however slowly this pass runs on a busy machine, it is within the margin.
+    pinnedNow = await newestCtimeMs(path.join(dir, 'root'));
     await runPass();
     expect(await readdir(path.join(dir, 'state'))).not.toContain(FINGERPRINTS_FILE);
 
+    pinnedNow = undefined;
     wallOffset = RACY_MARGIN_MS + 1_000;
     await runPass();
     const prints = JSON.parse(await readFile(path.join(dir, 'state', FINGERPRINTS_FILE), 'utf8'));
