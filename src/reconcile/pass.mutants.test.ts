@@ -7,6 +7,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { mockRecord } from '../../test/helpers/instances.js';
 import { createClient, type ServiceClient } from '../api/client.js';
+import { NetworkError } from '../api/errors.js';
 import type { Clock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
 import type { FsPort } from '../lib/fs-port.js';
@@ -26,15 +27,22 @@ let rootDir: string;
 let server: RunningMockServer;
 let client: ServiceClient;
 let reconciler: Reconciler;
-/** Runs before each fs call the agent makes (its name and first argument): where a test stops the agent. */
-let onFsCall: (name: string, target: string) => void;
+/** Runs before each fs call the agent makes (its name, first argument and the rest): where a test stops it. */
+let onFsCall: (name: string, target: string, args: readonly unknown[]) => void;
+/** Every wait the pass asked the clock for, in ms. */
+const slept: number[] = [];
 
 const clock: Clock & { advance(ms: number): void } = (() => {
   let monotonic = 1_000;
   return {
     now: () => Date.parse('2026-06-01T00:00:00.000Z') + monotonic,
     monotonic: () => monotonic,
-    sleep: async () => undefined,
+    // A wait the signal has already stopped ends at once, as the real clock's does.
+    sleep: async (ms: number, signal?: AbortSignal) => {
+      signal?.throwIfAborted();
+      slept.push(ms);
+      monotonic += ms;
+    },
     advance(ms: number) {
       monotonic += ms;
     },
@@ -45,7 +53,7 @@ function watchedFs(): FsPort {
   const real: FsPort = nodeFs;
   const wrap = <K extends keyof FsPort>(name: K) =>
     (async (...args: unknown[]) => {
-      onFsCall(name, String(args[0]));
+      onFsCall(name, String(args[0]), args);
       return (real[name] as (...rest: unknown[]) => Promise<unknown>)(...args);
     }) as unknown as FsPort[K];
   return {
@@ -97,6 +105,7 @@ beforeEach(async () => {
     maxResponseBytes: 1 << 20,
   });
   onFsCall = () => undefined;
+  slept.length = 0;
   await open();
 });
 
@@ -145,6 +154,17 @@ describe('runPass: reports of an earlier pass', () => {
   });
 });
 
+let stop: AbortController;
+/** A client that stops the agent as soon as a listing request has been answered (or failed). */
+function stoppingAfterListing(): ServiceClient {
+  stop = new AbortController();
+  return {
+    ...client,
+    listConfigInstancePage: (query, options) =>
+      client.listConfigInstancePage(query, options).finally(() => stop.abort(new Error('agent stopping'))),
+  };
+}
+
 describe('runPass: stopping', () => {
   it('a stop while pulling: the pass rejects with the stop, nothing is written', async () => {
     put('cfg_a');
@@ -161,6 +181,69 @@ describe('runPass: stopping', () => {
     await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
     expect(await exists('cfg_a.json')).toBe(false);
     expect(reports()).toEqual([]);
+    // The listing request was never sent: the stop reached the client.
+    expect(server.state.statsSnapshot().total).toBe(0);
+  });
+
+  it('a stop that cuts a report off (the connection drops as the agent stops): the pass rejects with the stop', async () => {
+    put('cfg_a');
+    const controller = new AbortController();
+    const stopping: ServiceClient = {
+      ...client,
+      reportConfigInstanceStatus: async () => {
+        controller.abort(new Error('agent stopping'));
+        throw new NetworkError({ method: 'PATCH', route: '/v1/config_instances/{id}' }, 'socket closed');
+      },
+    };
+    await open({}, { client: stopping });
+
+    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    expect(await exists('cfg_a.json')).toBe(true);
+    expect(reconciler.pendingReports).toBe(1);
+  });
+
+  it('a stop while state is saved (the save fails as the agent stops): the pass rejects with the stop', async () => {
+    put('cfg_a');
+    const controller = new AbortController();
+    onFsCall = (name, _target, args) => {
+      if (name === 'rename' && String(args[1]).endsWith('state.json')) {
+        controller.abort(new Error('agent stopping'));
+        throw Object.assign(new Error('EIO: i/o error'), { code: 'EIO' });
+      }
+    };
+
+    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    expect(reports()).toEqual([]);
+  });
+
+  it('a stop during a request retry ends the wait: no backoff is slept, the pass rejects with the stop', async () => {
+    await open({ requestRetries: 3 }, { client: stoppingAfterListing() });
+    put('cfg_a');
+    server.state.addFault({ match: LIST, count: 3, status: 503 });
+
+    await expect(pass({ signal: stop.signal })).rejects.toThrow('agent stopping');
+    expect(slept).toEqual([]);
+    expect(await exists('cfg_a.json')).toBe(false);
+  });
+
+  it("a stop during a report's retry wait ends the wait: no backoff is slept, the report stays queued", async () => {
+    const controller = new AbortController();
+    const stopping: ServiceClient = {
+      ...client,
+      reportConfigInstanceStatus: (id, report, options) =>
+        client
+          .reportConfigInstanceStatus(id, report, options)
+          .finally(() => controller.abort(new Error('agent stopping'))),
+    };
+    await open({ requestRetries: 3 }, { client: stopping });
+    put('cfg_a');
+    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 3, status: 503 });
+
+    await pass({ signal: controller.signal }).catch(() => undefined);
+
+    expect(slept).toEqual([]);
+    expect(reports()).toEqual([]);
+    expect(reconciler.pendingReports).toBe(1);
   });
 
   it('a stop while a file is written: that file is not put in place and the pass rejects with the stop', async () => {
@@ -259,5 +342,54 @@ describe('runPass: what a full pass forgets and prunes', () => {
     expect(await readdir(cache, { recursive: true })).toEqual(
       cached.filter((name) => !/^[0-9a-f]{64}$/.test(path.basename(name))),
     );
+  });
+});
+
+describe('runPass: requests and what reporting persists', () => {
+  it('in-pass request retries: full jitter from 500 ms doubling to a 10 s cap; the pass lasts what it slept', async () => {
+    await open({ requestRetries: 6 });
+    put('cfg_a');
+    server.state.addFault({ match: LIST, count: 6, status: 503 });
+
+    const result = await pass();
+
+    // random() is 0.5: half of each ceiling.
+    expect(slept).toEqual([250, 500, 1000, 2000, 4000, 5000]);
+    expect(result).toMatchObject({ reachable: true, converged: true, durationMs: 12_750 });
+    expect(reports()).toEqual(['cfg_a deployed/none']);
+  });
+
+  it('requestRetryBaseMs sets the first ceiling', async () => {
+    await open({ requestRetries: 2, requestRetryBaseMs: 2_000 });
+    put('cfg_a');
+    server.state.addFault({ match: LIST, count: 2, status: 503 });
+
+    expect((await pass()).reachable).toBe(true);
+    expect(slept).toEqual([1_000, 2_000]);
+  });
+
+  it('the echo of a delivered report is saved: a restarted agent still knows it', async () => {
+    put('cfg_a');
+    await pass();
+    expect(reconciler.state.instances.get('cfg_a')?.reportEcho).toBeDefined();
+    const echo = reconciler.state.instances.get('cfg_a')?.reportEcho;
+
+    await open();
+
+    expect(reconciler.state.instances.get('cfg_a')?.reportEcho).toEqual(echo);
+  });
+
+  it('an outbox that cannot be rewritten after delivery: the pass says persistError and does not converge', async () => {
+    put('cfg_a');
+    onFsCall = (name, _target, args) => {
+      if (name === 'rename' && String(args[1]).endsWith('outbox.json') && server.state.reports.length > 0)
+        throw Object.assign(new Error('EIO: i/o error'), { code: 'EIO' });
+    };
+
+    const result = await pass();
+
+    expect(reports()).toEqual(['cfg_a deployed/none']);
+    expect(result.persistError).toMatchObject({ code: expect.any(String), message: expect.any(String) });
+    expect(result.converged).toBe(false);
   });
 });
