@@ -357,6 +357,37 @@ describe('a path that changes between the check and the open', () => {
   );
 });
 
+describe('publishFile: a group changed in place', () => {
+  it('a failed chown of the file in place is a DiskError naming the step, and changes nothing', async () => {
+    const { fs } = memfs({ [`${ROOT}/etc/app.conf`]: 'same' });
+    const before = await snapshot(fs, '/');
+    const broken = failOnce(fs, (call) => call.op === 'chown-handle', 'EPERM');
+    const error = await caught(publishFile(broken, { ...request('etc/app.conf', 'same', 0o666), gid: 4242 }));
+    expect(error).toBeInstanceOf(DiskError);
+    expect(error).toMatchObject({ errno: 'EPERM', operation: 'chown', path: 'etc/app.conf' });
+    expect(await snapshot(fs, '/')).toEqual(before);
+  });
+
+  it.skipIf(process.getuid?.() !== 0)(
+    'changes only the group, never the owner (skipped unless root: only root may chown to any group)',
+    async () => {
+      const { root } = await realRoot();
+      const file = path.join(root, 'app.conf');
+      const publish = (gid: number) =>
+        publishFile(nodeFs, { ...request('app.conf', 'same', 0o640), rootDir: root, gid });
+      expect((await publish(4242)).outcome).toBe('written');
+      expect((await nodeFs.stat(file)).uid).toBe(0);
+      expect((await publish(4243)).outcome).toBe('metadata');
+      const stats = await nodeFs.stat(file);
+      expect({ uid: stats.uid, gid: stats.gid, mode: stats.mode & 0o7777 }).toEqual({
+        uid: 0,
+        gid: 4243,
+        mode: 0o640,
+      });
+    },
+  );
+});
+
 describe('publishFile: creating the parents', () => {
   it('a directory replaced by a symlink right after its mkdir is refused, and nothing goes through it', async () => {
     const { root, outside } = await realRoot();
@@ -438,6 +469,19 @@ describe('publishFile: creating the parents', () => {
     const error = await caught(publishFile(broken, request('a/b/app.conf', 'x')));
     expect(error).toMatchObject({ errno: 'EPERM', operation: 'chmod directory', path: 'a/b' });
     expect(await snapshot(fs, '/')).toEqual(before);
+  });
+
+  it('a new directory is never more open than dirMode, not even before its chmod', async () => {
+    const { root } = await realRoot();
+    const seen: number[] = [];
+    const watching = intercepted(nodeFs, async (call) => {
+      if (call.op === 'chmod-handle' && isDirOpen(call))
+        seen.push((await nodeFs.lstat(call.path)).mode & 0o7777);
+    });
+    await publishFile(watching, { ...request('a/b/app.conf', 'x'), rootDir: root, dirMode: 0o700 });
+    expect(seen).toHaveLength(2);
+    for (const mode of seen) expect(mode & ~0o700).toBe(0);
+    expect((await nodeFs.stat(path.join(root, 'a/b'))).mode & 0o7777).toBe(0o700);
   });
 
   it('a directory someone else creates meanwhile is used as it is: not reported, not chmod-ed, never removed', async () => {
@@ -627,6 +671,22 @@ describe('what a power cut keeps', () => {
       if (call.op === 'sync') throw fault('EIO');
     });
     expect((await publishFile(both, request('app.conf', 'same', 0o666))).outcome).toBe('unchanged');
+  });
+
+  it('durable: false keeps no fsync: a cut may lose the new file, its new directories and a mode change', async () => {
+    const { cut } = await model({ [`${ROOT}/cache/old`]: 'abcd' });
+    const fresh = await publishFile(cut.fs, {
+      ...request('cache/x/y/entry', 'bytes', 0o600),
+      durable: false,
+    });
+    expect(fresh).toMatchObject({
+      outcome: 'written',
+      createdDirs: ['cache/x', 'cache/x/y'],
+      directory: 'cache/x/y',
+    });
+    const metadata = await publishFile(cut.fs, { ...request('cache/old', 'abcd', 0o600), durable: false });
+    expect(metadata.outcome).toBe('metadata');
+    expect(cut.afterPowerCut()).toEqual({ '.keep': '666 ', cache: 'dir', 'cache/old': '666 abcd' });
   });
 
   it('a removal survives, and so does the pruning of the directories it empties', async () => {
