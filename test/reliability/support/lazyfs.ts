@@ -1,9 +1,10 @@
 // LazyFS mounts for power-cut tests: a FUSE filesystem that holds written data in its own cache until fsync, and
 // drops every unsynced byte on `lazyfs::clear-cache`. Metadata (create, rename, unlink) goes straight through.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { createReadStream, existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { constants, existsSync } from 'node:fs';
+import { type FileHandle, mkdir, open, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { REPO_ROOT } from '../../helpers/harness.js';
 import { waitFor } from '../../helpers/wait-for.js';
 
@@ -33,6 +34,13 @@ export class LazyFsMount {
   readonly backing: string;
   readonly #controlDir: string;
   #process: ChildProcess | undefined;
+  /**
+   * Our end of `faults-done.fifo`, held open for as long as LazyFS runs. LazyFS writes each completion once,
+   * into whatever reader the FIFO has at that instant: a reader opened per command could still be opening when
+   * a fast clear-cache finished (seen at a load of 27), and the completion was lost. Opened read-write and
+   * non-blocking, so opening never waits for LazyFS and a read with nothing there answers EAGAIN at once.
+   */
+  #completions: FileHandle | undefined;
   #log = '';
 
   private constructor(backing: string, mountPoint: string, controlDir: string) {
@@ -102,38 +110,45 @@ export class LazyFsMount {
       throw error;
     });
     if (child.exitCode !== null) throw new Error(`lazyfs exited ${child.exitCode}: ${this.#log}`);
+    // LazyFS made the FIFO before it mounted; its worker waits for a reader before it takes commands.
+    this.#completions = await open(
+      path.join(this.#controlDir, 'faults-done.fifo'),
+      constants.O_RDWR | constants.O_NONBLOCK,
+    );
   }
 
   /** Drops every byte that was written and not fsynced: what a power cut does to the disk's cache. */
   async clearCache(): Promise<void> {
-    const done = this.#readCompletion();
+    const completions = this.#completions;
+    if (completions === undefined) throw new Error('LazyFS is not running');
+    await this.#readCompletion(completions, 0); // a completion left over from a command that timed out
     await writeFile(path.join(this.#controlDir, 'faults.fifo'), 'lazyfs::clear-cache\n');
-    const line = await done;
+    const line = await this.#readCompletion(completions, 20_000);
     if (!line.includes('clear-cache'))
       throw new Error(`LazyFS answered ${JSON.stringify(line)} to clear-cache`);
   }
 
-  #readCompletion(): Promise<string> {
-    return new Promise((resolve, reject) => {
-      const stream = createReadStream(path.join(this.#controlDir, 'faults-done.fifo'), { encoding: 'utf8' });
-      let text = '';
-      const timer = setTimeout(() => {
-        stream.destroy();
-        reject(new Error(`LazyFS did not confirm clear-cache within 20 s: ${this.#log}`));
-      }, 20_000);
-      stream.on('data', (chunk) => {
-        text += String(chunk);
-        if (text.includes('\n')) {
-          clearTimeout(timer);
-          stream.destroy();
-          resolve(text.split('\n')[0] ?? '');
-        }
-      });
-      stream.on('error', (error) => {
-        clearTimeout(timer);
-        reject(error);
-      });
-    });
+  /** The next line LazyFS wrote to `faults-done.fifo`, polled until `patienceMs` ran out ('' with 0). */
+  async #readCompletion(completions: FileHandle, patienceMs: number): Promise<string> {
+    const deadline = Date.now() + patienceMs;
+    const buffer = Buffer.alloc(256);
+    let text = '';
+    for (;;) {
+      let bytesRead = 0;
+      try {
+        ({ bytesRead } = await completions.read(buffer, 0, buffer.length, null));
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== 'EAGAIN') throw error;
+      }
+      text += buffer.toString('utf8', 0, bytesRead);
+      if (text.includes('\n')) return text.split('\n')[0] ?? '';
+      if (bytesRead > 0) continue;
+      if (patienceMs === 0) return text;
+      if (Date.now() > deadline) {
+        throw new Error(`LazyFS did not confirm clear-cache within ${patienceMs} ms: ${this.#log}`);
+      }
+      await sleep(5);
+    }
   }
 
   /**
@@ -157,5 +172,7 @@ export class LazyFsMount {
       await exited;
     }
     if (await isMounted(this.mountPoint)) spawnSync('umount', ['-l', this.mountPoint]);
+    await this.#completions?.close();
+    this.#completions = undefined;
   }
 }
