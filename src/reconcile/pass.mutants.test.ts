@@ -393,3 +393,51 @@ describe('runPass: requests and what reporting persists', () => {
     expect(result.converged).toBe(false);
   });
 });
+
+describe('runPass: a listing with unusable items is not complete', () => {
+  /** p.json written for cfg_old, which the service no longer lists; cfg_x, at the same path, is being removed. */
+  async function orphanedFile(): Promise<void> {
+    put('cfg_old', { relative_filepath: 'p.json' });
+    await pass();
+    server.state.instances.delete('cfg_old');
+    put('cfg_x', { relative_filepath: 'p.json', target_status: 'removed', activity_status: 'deployed' });
+  }
+
+  it('an invalid item (which may want the path) keeps a recorded file that no usable item wants', async () => {
+    await orphanedFile();
+    put('cfg_bad', { relative_filepath: 'p.json', content: { n: 1 } });
+    server.state.addFault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"n":1}', with: '"n":1e400}' }],
+    });
+
+    await pass();
+
+    expect(await exists('p.json')).toBe(true);
+  });
+
+  it('a skipped item (a status this agent does not know) keeps it too', async () => {
+    await orphanedFile();
+    put('cfg_new', { relative_filepath: 'p.json' });
+    server.state.addFault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"target_status":"deployed"', with: '"target_status":"superseded"' }],
+    });
+
+    await pass();
+
+    expect(await exists('p.json')).toBe(true);
+  });
+
+  it('with every item usable and none wanting the path, the file goes', async () => {
+    await orphanedFile();
+
+    await pass();
+
+    expect(await exists('p.json')).toBe(false);
+  });
+});
