@@ -177,6 +177,37 @@ describe.skipIf(!hasOpenssl)(
       expect(serviceSawKeys).toEqual([]);
     });
 
+    it('through the tunnel, a TLS connection the service closed is met and the request sent again on a new one', async () => {
+      // The service answers each connection's first request and closes the connection on the next one.
+      const requestsOn = new Map<unknown, number>();
+      const seen: number[] = [];
+      const stale = createHttpsServer(
+        { key: readFileSync(path.join(dir, 'key.pem')), cert: ca },
+        (req, res) => {
+          const nth = (requestsOn.get(req.socket) ?? 0) + 1;
+          requestsOn.set(req.socket, nth);
+          seen.push(nth);
+          if (nth > 1) return req.socket.destroy();
+          res.setHeader('content-type', 'application/json');
+          res.end(JSON.stringify(DEVICE));
+        },
+      );
+      const port = await listen(stale);
+      try {
+        const c = client(`https://127.0.0.1:${port}`, { url: proxyUrl, env: {} });
+        for (let i = 0; i < 6; i += 1) expect((await c.getDevice('dvc_1')).id).toBe('dvc_1');
+        const killed = seen.filter((nth) => nth > 1).length;
+        expect(killed).toBeGreaterThan(0);
+        // Each killed request was followed by one on a new connection, and nothing else was sent.
+        expect(seen).toHaveLength(6 + killed);
+        for (const [i, nth] of seen.entries()) if (nth > 1) expect(seen[i + 1]).toBe(1);
+        expect(proxySaw.every((r) => r.method === 'CONNECT')).toBe(true);
+      } finally {
+        stale.closeAllConnections();
+        await new Promise((resolve) => stale.close(resolve));
+      }
+    });
+
     it('an http:// (loopback) service is never sent through a proxy, so the key never crosses one in clear', async () => {
       const plain = createHttpServer((req, res) => {
         serviceSawKeys.push(req.headers['x-api-key'] as string | undefined);
