@@ -103,10 +103,10 @@ function configInstance(id: string) {
   };
 }
 
-/** A client on the dispatcher production builds (the watched one), closed after the test. */
+/** A client on the dispatcher production builds (the watched one), closed after the test; no deadline is tested here. */
 function client(url: string, events: RequestEvent[] = [], overrides: Partial<ClientOptions> = {}) {
   const dispatcher: Dispatcher = createServiceDispatcher({
-    timeoutMs: 2_000,
+    timeoutMs: 15_000,
     maxResponseBytes: 1_000_000,
     baseUrl: url,
   });
@@ -114,7 +114,7 @@ function client(url: string, events: RequestEvent[] = [], overrides: Partial<Cli
   return createClient({
     baseUrl: url,
     apiKey: API_KEY,
-    timeoutMs: 2_000,
+    timeoutMs: 15_000,
     maxResponseBytes: 1_000_000,
     dispatcher,
     onRequest: (event) => events.push(event),
