@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createProxy, type ProxyServer } from 'proxy';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { parseAgentConfig } from '../config/load.js';
 import { createClient } from './client.js';
 import { NetworkError } from './errors.js';
@@ -113,7 +114,8 @@ function client(baseUrl: string, proxySettings: { url?: string; env: NodeJS.Proc
   return createClient({
     baseUrl,
     apiKey: KEY,
-    timeoutMs: 5_000,
+    // Nothing here tests a deadline: a TLS handshake through a tunnel can take seconds on a busy machine.
+    timeoutMs: PATIENCE_MS,
     maxResponseBytes: 1024 * 1024,
     proxy: proxySettings,
     dispatcherCa: [ca],
