@@ -1,4 +1,4 @@
-// Bytes of every file the agent published, by sha256, for the drift watcher's local restores.
+// Bytes of files by sha256: for the drift watcher's local restores, and a pass's large files set aside until apply.
 import path from 'node:path';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
@@ -11,9 +11,10 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
 
 /**
  * Entries are published by the one writer with `durable: false` (no fsync, no directory fsync): every read
- * checks the bytes against the name, so an entry a power cut tore or lost is simply absent (the drift watcher
- * then asks for a pass, which rewrites the file from the service). Nothing else reads the cache, and nothing is
- * decided on the strength of an entry existing: the durable record of a managed file is `state.json`, written
+ * checks the bytes against the name, so an entry a power cut tore or lost is simply absent: the drift watcher
+ * then asks for a pass, which rewrites the file from the service, and a write whose bytes the pass had set aside
+ * here (reconcile/spill.ts) fails retryably before it touches anything. Nothing is decided on the strength of an
+ * entry existing: the durable record of a managed file is `state.json`, written
  * with the durable protocol. Each entry still goes through a temp file and a rename, so a reader never meets
  * one half-written, and an entry already holding the right bytes is not rewritten.
  */
