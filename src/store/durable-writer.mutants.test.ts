@@ -552,6 +552,9 @@ describe('publishFile: creating the parents', () => {
   it.each([
     ['chown-handle', 'chown temp file'],
     ['writeFile-handle', 'write temp file'],
+    ['open', 'create temp file'],
+    ['chmod-handle', 'chmod temp file'],
+    ['sync', 'fsync temp file'],
   ] as Array<[Op, string]>)(
     'a %s failure with a group removes the temp file and the new dirs',
     async (op, operation) => {
