@@ -70,7 +70,7 @@ describe('daemon under service faults', () => {
     await expectConvergesAfterRecovery(harness, daemon, added.deploy.id, 30_000);
   });
 
-  it('survives connection resets: one request per failed pass (no in-pass retries), writes nothing, then converges', async () => {
+  it('survives connection resets: each fails one pass (no retry with backoff inside it), writes nothing, then converges', async () => {
     const daemon = await startConverged(harness);
     const before = await rootSnapshot(harness);
     const passesBefore = daemon.passes().length;
@@ -82,9 +82,14 @@ describe('daemon under service faults', () => {
     const added = await harness.createAndDeploy({ relative_filepath: 'etc/late.json', content: { n: 2 } });
     await expectConvergesAfterRecovery(harness, daemon, added.deploy.id, 60_000);
 
-    // Each reset failed exactly one pass: the daemon neither retried inside a pass nor gave up polling.
+    // The daemon neither retried inside a pass nor gave up polling. A reset met on a kept-alive connection
+    // looks like one the service closed while idle, and is sent once more at once on a new connection
+    // (src/api/stale-connection.ts): whether the poll found its connection still open is timing, so a pass
+    // used up one reset or two — never more, and none was left unused.
     const since = daemon.passes().slice(passesBefore);
-    expect(since.filter((p) => !p.reachable)).toHaveLength(resets);
+    const failed = since.filter((p) => !p.reachable).length;
+    expect(failed).toBeGreaterThanOrEqual(Math.ceil(resets / 2));
+    expect(failed).toBeLessThanOrEqual(resets);
     expect(daemon.alive).toBe(true);
   });
 });
