@@ -3,6 +3,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo, Socket } from 'node:net';
 import { Agent, type Dispatcher } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
+import { instanceFactory } from '../../test/helpers/instances.js';
 import { type ClientOptions, createClient, createServiceDispatcher, type RequestEvent } from './client.js';
 import { MalformedResponseError, NetworkError } from './errors.js';
 
@@ -82,26 +83,8 @@ function device(id: string) {
   };
 }
 
-function configInstance(id: string) {
-  return {
-    object: 'config_instance',
-    id,
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    status: 'queued',
-    relative_filepath: 'app/settings.json',
-    created_at: T0,
-    updated_at: T0,
-    device_id: 'dev_1',
-    config_schema_id: 'sch_1',
-    config_type_id: 'typ_1',
-    device: null,
-    config_schema: null,
-    config_type: null,
-    content: { port: 8080 },
-  };
-}
+/** A valid instance for the deploy answer. */
+const configInstance = (id: string) => instanceFactory()({ id });
 
 /** A client on the dispatcher production builds (the watched one), closed after the test; no deadline is tested here. */
 function client(url: string, events: RequestEvent[] = [], overrides: Partial<ClientOptions> = {}) {
