@@ -8,6 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createClient, type ServiceClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
+import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
@@ -446,6 +447,33 @@ describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {
     expect(await exists('old.json')).toBe(false);
     expect(await fileAt('new.json')).toBe(json({ owner: 'cfg_b' }));
     expect(reportsReceived().slice(2)).toEqual(['cfg_b deployed/none', 'cfg_a removed/none']);
+  });
+
+  it('an entry of the right size with other bytes fails the write once, is deleted, and the next pass heals', async () => {
+    // The entry is kept by every prune (a.json, deployed, has these bytes), so only its deletion on the failed
+    // read stops it from failing b.json's write on every pass.
+    await spillingEverything();
+    put({ id: 'cfg_a', relative_filepath: 'a.json', content: { port: 8080 } });
+    await pass();
+    const wanted = Buffer.from(json({ port: 8080 }));
+    const entry = path.join(world.dir, 'state', 'cache', sha256Hex(wanted));
+    await nodeFs.writeFile(entry, Buffer.from(json({ port: 8081 })));
+    put({ id: 'cfg_b', relative_filepath: 'b.json', content: { port: 8080 } });
+
+    const failed = await pass();
+
+    expect(failed.converged).toBe(false);
+    expect(await exists('b.json')).toBe(false);
+    expect(reportsReceived().slice(1)).toEqual(['cfg_b queued/retrying']);
+
+    world.clock.advance(60_001);
+    const healed = await pass();
+
+    expect(healed.converged).toBe(true);
+    expect(await fileAt('a.json')).toBe(json({ port: 8080 }));
+    expect(await fileAt('b.json')).toBe(json({ port: 8080 }));
+    expect(reportsReceived().slice(2)).toEqual(['cfg_b deployed/none']);
+    expect(await nodeFs.readFile(entry)).toEqual(wanted);
   });
 });
 

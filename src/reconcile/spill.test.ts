@@ -47,6 +47,34 @@ describe('FileSpill', () => {
     expect(await cache.get(sha256Hex(bytesOf(3)))).toEqual(bytesOf(3));
   });
 
+  it('an entry of the right size already there is not read back or rewritten (apply checks its bytes)', async () => {
+    const { vol, cache } = world();
+    const spill = new FileSpill(cache, silentLogger(), 0);
+    const name = sha256Hex(bytesOf(1));
+    // Same size as the real bytes, other bytes: what a full pass would rewrite if it compared them.
+    const planted = Buffer.from(bytesOf(1).toString().replace('1', '9'));
+    vol.mkdirSync(`${STATE}/${CACHE_DIR}`, { recursive: true });
+    vol.writeFileSync(`${STATE}/${CACHE_DIR}/${name}`, planted);
+
+    const held = fileOfHeld(await spill.prepare(makeInstance({ id: 'cfg_1', content: { n: 1 } })));
+
+    expect(held).toEqual({ sha256: name });
+    expect(vol.readFileSync(`${STATE}/${CACHE_DIR}/${name}`)).toEqual(planted);
+  });
+
+  it('an entry of another size at the name is replaced by the bytes', async () => {
+    const { vol, cache } = world();
+    const spill = new FileSpill(cache, silentLogger(), 0);
+    const name = sha256Hex(bytesOf(1));
+    vol.mkdirSync(`${STATE}/${CACHE_DIR}`, { recursive: true });
+    vol.writeFileSync(`${STATE}/${CACHE_DIR}/${name}`, 'torn');
+
+    const held = fileOfHeld(await spill.prepare(makeInstance({ id: 'cfg_1', content: { n: 1 } })));
+
+    expect(held).toEqual({ sha256: name });
+    expect(vol.readFileSync(`${STATE}/${CACHE_DIR}/${name}`)).toEqual(bytesOf(1));
+  });
+
   it('a cache that cannot take the bytes: they stay in memory, and nothing is lost', async () => {
     const { cache } = world({ cacheWritable: false });
     const spill = new FileSpill(cache, silentLogger(), 0);

@@ -38,7 +38,9 @@ export class FileSpill {
       return held;
     }
     try {
-      await this.#cache.put(data);
+      // A full pass meets the same large files every time: an entry of the right size is not read back and
+      // rewritten; apply checks the bytes against their sha256 anyway, and a bad entry is deleted there.
+      if (!(await this.#cache.holds(sha256, data.length))) await this.#cache.put(data);
     } catch (error) {
       this.#logger.warn(
         { err: error, instanceId: instance.id },

@@ -74,12 +74,51 @@ describe('ContentCache', () => {
     expect(await cache.get(sha('never stored'))).toBeUndefined();
     vol.writeFileSync(`${CACHE}/${good}`, 'tampered');
     expect(await cache.get(good)).toBeUndefined();
+    // The tampered entry is gone, so nothing (holds) can take it for the bytes again.
+    expect(vol.existsSync(`${CACHE}/${good}`)).toBe(false);
     // A name that is not exactly 64 lowercase hex digits is never read, whatever the directory holds.
     const other = sha('b');
     for (const name of [`x${other}`, `${other}x`, other.toUpperCase(), '../state.json']) {
       vol.writeFileSync(`${CACHE}/${name.replace('../', '')}`, 'b');
       expect(await cache.get(name)).toBeUndefined();
     }
+  });
+
+  it('holds answers from one lstat: a regular file of that name and size, nothing else', async () => {
+    const { vol, cache } = world();
+    expect(await cache.holds(sha('abc'), 3)).toBe(false);
+    const name = await cache.put(Buffer.from('abc'));
+    expect(await cache.holds(name, 3)).toBe(true);
+    expect(await cache.holds(name, 4)).toBe(false);
+    expect(await cache.holds(name, 2)).toBe(false);
+    expect(await cache.holds(sha('other'), 3)).toBe(false);
+    // Not a name: never looked up, whatever is there.
+    vol.writeFileSync(`${CACHE}/notes`, 'abc');
+    expect(await cache.holds('notes', 3)).toBe(false);
+    // A symlink or a directory at an entry name is not an entry.
+    vol.writeFileSync('/elsewhere', 'xyz');
+    vol.symlinkSync('/elsewhere', `${CACHE}/${sha('xyz')}`);
+    expect(await cache.holds(sha('xyz'), 3)).toBe(false);
+    vol.mkdirSync(`${CACHE}/${sha('dir')}`);
+    expect(await cache.holds(sha('dir'), 0)).toBe(false);
+  });
+
+  it('holds is false when there is no cache directory, or a file in its place; other failures throw', async () => {
+    const { vol, cache } = world();
+    expect(await cache.holds(sha('a'), 1)).toBe(false);
+    vol.writeFileSync(CACHE, 'a file where the directory should be');
+    expect(await cache.holds(sha('a'), 1)).toBe(false);
+    const fs = createFsFromVolume(vol).promises as unknown as FsPort;
+    const denied = new ContentCache(
+      {
+        ...fs,
+        lstat: (async () => {
+          throw Object.assign(new Error('EACCES: simulated'), { code: 'EACCES' });
+        }) as FsPort['lstat'],
+      } as FsPort,
+      STATE,
+    );
+    await expect(denied.holds(sha('a'), 1)).rejects.toMatchObject({ code: 'EACCES' });
   });
 
   it('get throws a read failure other than "absent"', async () => {

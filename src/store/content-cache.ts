@@ -69,16 +69,40 @@ export class ContentCache {
     }
   }
 
-  /** The cached bytes, or undefined when absent or when they no longer hash to their name. */
+  /**
+   * Whether an entry of this name is a regular file of `size` bytes: a check that costs one lstat, not a read,
+   * for a caller that will verify the bytes on `get` anyway (a pass setting aside bytes it set aside before).
+   */
+  async holds(sha256: string, size: number): Promise<boolean> {
+    if (!SHA256_HEX.test(sha256)) return false;
+    try {
+      const stats = await this.#fs.lstat(path.join(this.#dir, sha256));
+      return stats.isFile() && stats.size === size;
+    } catch (error) {
+      const code = errnoCode(error);
+      if (code === 'ENOENT' || code === 'ENOTDIR') return false;
+      throw error;
+    }
+  }
+
+  /**
+   * The cached bytes, or undefined when absent or when they no longer hash to their name. An entry that no
+   * longer hashes to its name (a power cut tore it, or it was edited) is deleted, so the next put writes it
+   * again instead of a check by `holds` trusting it forever.
+   */
   async get(sha256: string): Promise<Buffer | undefined> {
     if (!SHA256_HEX.test(sha256)) return undefined;
+    const entry = path.join(this.#dir, sha256);
+    let data: Buffer;
     try {
-      const data = (await this.#fs.readFile(path.join(this.#dir, sha256))) as Buffer;
-      return sha256Hex(data) === sha256 ? data : undefined;
+      data = (await this.#fs.readFile(entry)) as Buffer;
     } catch (error) {
       if (errnoCode(error) === 'ENOENT') return undefined;
       throw error;
     }
+    if (sha256Hex(data) === sha256) return data;
+    await this.#fs.unlink(entry).catch(() => undefined);
+    return undefined;
   }
 
   /** Deletes every entry not in `keep`; returns how many it deleted. */
