@@ -203,6 +203,26 @@ describe('runPass: stopping', () => {
     expect(reconciler.pendingReports).toBe(1);
   });
 
+  it('a stop that aborts a report in flight (the client throws the stop itself): the pass rejects with the stop', async () => {
+    put('cfg_a');
+    put('cfg_b');
+    const controller = new AbortController();
+    const stopping: ServiceClient = {
+      ...client,
+      reportConfigInstanceStatus: (id, report, options) => {
+        controller.abort(new Error('agent stopping'));
+        return client.reportConfigInstanceStatus(id, report, options);
+      },
+    };
+    await open({}, { client: stopping });
+
+    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    expect(await exists('cfg_a.json')).toBe(true);
+    expect(await exists('cfg_b.json')).toBe(true);
+    expect(reports()).toEqual([]);
+    expect(reconciler.pendingReports).toBe(2);
+  });
+
   it('a stop while state is saved (the save fails as the agent stops): the pass rejects with the stop', async () => {
     put('cfg_a');
     const controller = new AbortController();

@@ -53,7 +53,9 @@ export async function deliverReports(ctx: ReportContext): Promise<Delivery> {
       // A 2xx without a body settles the report too; only a returned instance can carry an echo.
       echoed = (updated !== undefined && recordReportEcho(ctx, updated)) || echoed;
     },
-    deliveryVerdict,
+    // A stop aborts the requests in flight with the stop itself, which is no verdict on a report: delivery
+    // ends there (every report not acknowledged stays queued) and the pass ends with the stop.
+    (error) => (ctx.signal?.aborted === true ? 'stop' : deliveryVerdict(error)),
     { concurrency: REPORT_CONCURRENCY },
   );
   if (flushed.deferredBy !== undefined) {
