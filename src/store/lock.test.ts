@@ -1,5 +1,9 @@
+import { execFileSync } from 'node:child_process';
+import nodeFs, { mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { createFsFromVolume, Volume } from 'memfs';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
 import {
   acquireStateLock,
@@ -220,5 +224,46 @@ describe('acquireStateLock: an unusable state directory', () => {
     };
     await expect(acquireStateLock(broken, STATE, probe(100, [100]))).rejects.toBeInstanceOf(StateDirError);
     expect(vol.readdirSync(STATE).filter((name) => String(name).startsWith(TEMP_PREFIX))).toEqual([]);
+  });
+});
+
+describe('acquireStateLock: what a local user can plant as the lock (real directory)', () => {
+  const dirs: string[] = [];
+  afterEach(async () => {
+    for (const dir of dirs.splice(0)) await rm(dir, { recursive: true, force: true });
+  });
+
+  async function plantedLock(plant: (lock: string) => Promise<void>) {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-lock-'));
+    dirs.push(dir);
+    await plant(path.join(dir, LOCK_FILE));
+    return dir;
+  }
+
+  it.each<[string, (lock: string) => Promise<void>]>([
+    // Reading a FIFO waits for a writer that never comes: start-up hung forever (systemd sees it running).
+    ['a FIFO', async (lock) => void execFileSync('mkfifo', [lock])],
+    // Read through, /dev/zero never ends: the agent would fill its memory.
+    ['a symlink to /dev/zero', (lock) => symlink('/dev/zero', lock)],
+    [
+      'a symlink to a live lock elsewhere',
+      async (lock) => {
+        const elsewhere = `${lock}-elsewhere`;
+        await writeFile(elsewhere, JSON.stringify({ pid: 200, procStart: 'start-200' }));
+        await symlink(elsewhere, lock);
+      },
+    ],
+    [
+      'a regular file larger than any lock',
+      (lock) => writeFile(lock, JSON.stringify({ pid: 200, procStart: 'start-200', pad: 'x'.repeat(8192) })),
+    ],
+  ])('%s is not a lock: taken over at once, never read through', async (_name, plant) => {
+    const dir = await plantedLock(plant);
+    const lock = await acquireStateLock(nodeFs, dir, probe(100, [100, 200]));
+    const file = path.join(dir, LOCK_FILE);
+    expect(JSON.parse(await readFile(file, 'utf8'))).toMatchObject({ pid: 100 });
+    expect((await readdir(dir)).filter((name) => name.startsWith(TEMP_PREFIX))).toEqual([]);
+    await lock.release();
+    expect((await readdir(dir)).includes(LOCK_FILE)).toBe(false);
   });
 });

@@ -134,13 +134,34 @@ async function moveStaleLockAside(
   await fs.unlink(aside).catch(() => undefined);
 }
 
-/** The lock's content; undefined when it is unreadable or not a lock; 'missing' when it vanished. */
+/**
+ * O_NONBLOCK and O_NOFOLLOW: a FIFO planted as the lock would otherwise block start-up forever waiting for a
+ * writer, and a symlink to a device (/dev/zero) would be read without end.
+ */
+const LOCK_READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW;
+/** A lock is one small JSON object; anything bigger is not a lock, and is not read. */
+const MAX_LOCK_BYTES = 4096;
+
+/**
+ * The lock's content; undefined when it is unreadable or not a lock (not a regular file, too large, not
+ * JSON of a lock); 'missing' when it vanished.
+ */
 async function readLock(fs: FsPort, file: string): Promise<LockContent | undefined | 'missing'> {
-  let text: string;
+  let handle: Awaited<ReturnType<FsPort['open']>>;
   try {
-    text = (await fs.readFile(file, 'utf8')) as string;
+    handle = await fs.open(file, LOCK_READ_FLAGS);
   } catch (error) {
     return errnoCode(error) === 'ENOENT' ? 'missing' : undefined;
+  }
+  let text: string;
+  try {
+    const stats = await handle.stat();
+    if (!stats.isFile() || stats.size > MAX_LOCK_BYTES) return undefined;
+    text = await handle.readFile({ encoding: 'utf8' });
+  } catch {
+    return undefined;
+  } finally {
+    await handle.close().catch(() => undefined);
   }
   try {
     const parsed = LockContent.safeParse(JSON.parse(text));
