@@ -1,0 +1,136 @@
+// What applySteps costs the disk, counted (memfs): one fsync per written file, and per batch one fsync of each
+// directory that got a file, however many files it got; a swap or a removal makes its own directory durable.
+import path from 'node:path';
+import { Volume } from 'memfs';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { instanceFactory } from '../../test/helpers/instances.js';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
+import { silentLogger } from '../lib/logger.js';
+import { ContentCache } from '../store/content-cache.js';
+import type { ManagedFile } from '../store/state.js';
+import { type ApplyContext, applySteps, BATCH_STEPS } from './apply.js';
+import type { RemoveStep, Step, WriteStep } from './plan.js';
+
+const ROOT = '/srv/config';
+const STATE_DIR = '/var/lib/config-agent';
+const makeInstance = instanceFactory({ relative_filepath: 'app.json' });
+
+let vol: InstanceType<typeof Volume>;
+let files: Map<string, ManagedFile>;
+/** fsyncs by what was synced: a directory by its path under the root ('.' for the root), a file as 'file'. */
+let fsyncs: Map<string, number>;
+let ctx: ApplyContext;
+
+/** memfs whose handles count their fsyncs; a handle opened on a directory under the root counts as it. */
+function countingFs(base: FsPort): FsPort {
+  return {
+    ...base,
+    open: (async (...args: Parameters<FsPort['open']>) => {
+      const handle: FileHandle = await base.open(...args);
+      const target = String(args[0]);
+      const sync = handle.sync.bind(handle);
+      handle.sync = async () => {
+        const isDirectory = (await handle.stat()).isDirectory();
+        const key = !isDirectory ? 'file' : path.relative(ROOT, target) || '.';
+        if (isDirectory && target.startsWith(STATE_DIR)) return sync();
+        fsyncs.set(key, (fsyncs.get(key) ?? 0) + 1);
+        return sync();
+      };
+      return handle;
+    }) as FsPort['open'],
+  };
+}
+
+beforeEach(() => {
+  vol = new Volume();
+  for (const dir of ['a', 'b', 'c']) vol.mkdirSync(path.join(ROOT, dir), { recursive: true });
+  vol.mkdirSync(STATE_DIR, { recursive: true });
+  files = new Map();
+  fsyncs = new Map();
+  const fs = countingFs(memfsPort(vol));
+  ctx = {
+    fs,
+    logger: silentLogger(),
+    rootDir: ROOT,
+    fileMode: 0o640,
+    dirMode: 0o750,
+    files,
+    cache: new ContentCache(fs, STATE_DIR),
+  };
+});
+
+function write(id: string, relative: string, text: string, extra: Partial<WriteStep> = {}): WriteStep {
+  const data = Buffer.from(text);
+  return {
+    kind: 'write',
+    instance: makeInstance({ id, relative_filepath: relative }),
+    path: relative,
+    data,
+    sha256: sha256Hex(data),
+    reason: 'new',
+    displaces: [],
+    supersedes: [],
+    report: { activity_status: 'deployed', error_status: 'none' },
+    ...extra,
+  };
+}
+
+function managed(id: string, relative: string, text: string): void {
+  vol.writeFileSync(path.join(ROOT, relative), text, { mode: 0o640 });
+  files.set(relative, {
+    instanceId: id,
+    sha256: sha256Hex(Buffer.from(text)),
+    mode: 0o640,
+    createdDirs: [],
+    writtenAt: '2026-01-01T00:00:00.000Z',
+  });
+}
+
+function remove(id: string, relative: string): RemoveStep {
+  return {
+    kind: 'remove',
+    instance: makeInstance({ id, relative_filepath: relative, target_status: 'removed' }),
+    path: relative,
+    report: { activity_status: 'removed', error_status: 'none' },
+  };
+}
+
+const many = (dir: string, count: number): WriteStep[] =>
+  Array.from({ length: count }, (_, i) => write(`cfg_${dir}${i}`, `${dir}/f${i}.json`, `${dir}${i}\n`));
+
+async function apply(steps: readonly Step[]) {
+  const outcome = await applySteps(steps, ctx, () => undefined);
+  expect(outcome.aborted).toBe(false);
+  expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(
+    steps.map((step) => (step.kind === 'remove' ? 'removed' : 'written')),
+  );
+  return Object.fromEntries([...fsyncs].sort(([x], [y]) => x.localeCompare(y)));
+}
+
+describe('applySteps: fsyncs', () => {
+  it('a batch of new files: one fsync each, and one per directory that got any', async () => {
+    expect(await apply([...many('a', 10), ...many('b', 5)])).toEqual({ file: 15, a: 1, b: 1 });
+    expect(vol.readdirSync(path.join(ROOT, 'a'))).toHaveLength(10);
+  });
+
+  it('past one batch, each batch fsyncs its own directories before its steps are handed on', async () => {
+    // One file more than a batch takes: two batches, two fsyncs of the directory.
+    expect(await apply(many('a', BATCH_STEPS + 1))).toEqual({ file: BATCH_STEPS + 1, a: 2 });
+    expect(vol.readdirSync(path.join(ROOT, 'a'))).toHaveLength(BATCH_STEPS + 1);
+  });
+
+  it('a swap and a removal are not batched: each makes its own directory durable', async () => {
+    managed('cfg_old', 'c/old.json', 'old\n');
+    managed('cfg_gone', 'b/gone.json', 'gone\n');
+    const swap = write('cfg_new', 'c/new.json', 'new\n', { displaces: [remove('cfg_old', 'c/old.json')] });
+
+    const counted = await apply([...many('a', 2), swap, remove('cfg_gone', 'b/gone.json')]);
+
+    // c twice: the new file's entry is durable before the old file goes, and the removal before it is reported.
+    expect(counted).toEqual({ file: 3, a: 1, b: 1, c: 2 });
+    expect(vol.existsSync(path.join(ROOT, 'c/old.json'))).toBe(false);
+    expect(vol.existsSync(path.join(ROOT, 'b/gone.json'))).toBe(false);
+  });
+});
