@@ -394,15 +394,15 @@ describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {
     world.reconciler = await openReconciler(world.client, { inMemoryFileBytes: 0 });
   }
 
-  /** Reads of the content cache's entries fail as if the entries were gone. */
+  /** Opening the content cache's entries (not its temp files) fails as if the entries were gone. */
   function loseCacheEntries(): void {
-    const readFile = world.fs.readFile;
-    world.fs.readFile = (async (...args: Parameters<typeof nodeFs.readFile>) => {
-      if (String(args[0]).includes(`${path.sep}cache${path.sep}`)) {
+    const open = world.fs.open;
+    world.fs.open = (async (...args: Parameters<typeof nodeFs.open>) => {
+      if (/[/]cache[/][0-9a-f]{64}$/.test(String(args[0]))) {
         throw Object.assign(new Error(`ENOENT: simulated, open '${String(args[0])}'`), { code: 'ENOENT' });
       }
-      return readFile(...args);
-    }) as typeof nodeFs.readFile;
+      return open(...args);
+    }) as typeof nodeFs.open;
   }
 
   it('are set aside in the content cache and written byte for byte, then reported', async () => {
@@ -439,7 +439,7 @@ describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {
     expect(reportsReceived().slice(1)).toEqual(['cfg_b queued/retrying']);
     expect(world.server.state.reports.at(-1)?.message).toMatch(/content cache/);
 
-    world.fs.readFile = nodeFs.readFile;
+    world.fs.open = nodeFs.open;
     world.clock.advance(60_001);
     const healed = await pass();
 

@@ -1,5 +1,9 @@
 // The content cache on memfs: entries named by their sha256, private modes, bytes checked on read, pruning.
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import nodeFs, { mkdir, mkdtemp, rm, symlink } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
@@ -212,4 +216,29 @@ describe('ContentCache and power cuts', () => {
     // Neither the entry's bytes nor the directory's new name were made durable.
     expect(model.afterPowerCut()).toEqual({ cache: 'dir' });
   });
+});
+
+describe('ContentCache: what a local user can plant at an entry name (real directory)', () => {
+  it.each<[string, (entry: string) => Promise<void>]>([
+    // A restore (or a pass's set-aside write) read it and waited for a writer forever: the daemon wedged.
+    ['a FIFO', async (entry) => void execFileSync('mkfifo', [entry])],
+    // Read through, /dev/zero never ends.
+    ['a symlink to /dev/zero', (entry) => symlink('/dev/zero', entry)],
+  ])(
+    '%s is not an entry: get answers undefined without reading it, and put replaces it',
+    async (_name, plant) => {
+      const state = await mkdtemp(path.join(os.tmpdir(), 'config-agent-cache-'));
+      try {
+        const cache = new ContentCache(nodeFs, state);
+        const name = sha('listen 80;\n');
+        await mkdir(path.join(state, CACHE_DIR), { mode: 0o700 });
+        await plant(path.join(state, CACHE_DIR, name));
+        expect(await cache.get(name)).toBeUndefined();
+        expect(await cache.put(Buffer.from('listen 80;\n'))).toBe(name);
+        expect((await cache.get(name))?.toString()).toBe('listen 80;\n');
+      } finally {
+        await rm(state, { recursive: true, force: true });
+      }
+    },
+  );
 });

@@ -1,4 +1,5 @@
 // Bytes of files by sha256: for the drift watcher's local restores, and a pass's large files set aside until apply.
+import { constants } from 'node:fs';
 import path from 'node:path';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
@@ -8,6 +9,8 @@ import { DiskError, PathRejectedError } from './errors.js';
 
 export const CACHE_DIR = 'cache';
 const SHA256_HEX = /^[0-9a-f]{64}$/;
+/** O_NONBLOCK: a FIFO planted at an entry's name must not hang a restore or a pass waiting for a writer. */
+const ENTRY_READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /**
  * Entries are published by the one writer with `durable: false` (no fsync, no directory fsync): every read
@@ -93,12 +96,23 @@ export class ContentCache {
   async get(sha256: string): Promise<Buffer | undefined> {
     if (!SHA256_HEX.test(sha256)) return undefined;
     const entry = path.join(this.#dir, sha256);
+    let handle: Awaited<ReturnType<FsPort['open']>>;
+    try {
+      handle = await this.#fs.open(entry, ENTRY_READ_FLAGS);
+    } catch (error) {
+      // ELOOP: a symlink at the entry's name is not an entry; it is never read through.
+      const code = errnoCode(error);
+      if (code === 'ENOENT' || code === 'ELOOP') return undefined;
+      throw error;
+    }
     let data: Buffer;
     try {
-      data = (await this.#fs.readFile(entry)) as Buffer;
-    } catch (error) {
-      if (errnoCode(error) === 'ENOENT') return undefined;
-      throw error;
+      const stats = await handle.stat();
+      // A FIFO, socket or device is not an entry: reading one would wait for a writer, or never end.
+      if (!stats.isFile() && !stats.isDirectory()) return undefined;
+      data = await handle.readFile();
+    } finally {
+      await handle.close().catch(() => undefined);
     }
     if (sha256Hex(data) === sha256) return data;
     await this.#fs.unlink(entry).catch(() => undefined);
