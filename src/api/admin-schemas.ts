@@ -1,5 +1,5 @@
 // Wire shapes of the mock service's test-only admin API (/_admin) and of its fixtures file.
-import { z } from 'zod';
+import * as z from 'zod';
 import {
   ConfigContent,
   ConfigInstanceActivityStatus,

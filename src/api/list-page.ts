@@ -1,6 +1,6 @@
 // One page of the config instance list, judged envelope first and then item by item, so one bad item costs
 // only itself: good items are used, a bad one is named (by id when readable) with its real problem.
-import { z } from 'zod';
+import * as z from 'zod';
 import { formatFieldPath } from '../lib/field-path.js';
 import { JsonTextError, MAX_PARSE_DEPTH, parseJson, peekId } from './json.js';
 import {

@@ -1,5 +1,5 @@
 // Wire shapes of the service (spec/interface.md), one zod schema each, shared by the client and the mock.
-import { z } from 'zod';
+import * as z from 'zod';
 import { isLosslessNumber, type LosslessNumber } from './json.js';
 
 export const Timestamp = z.iso.datetime({ offset: true });

@@ -1,5 +1,5 @@
 // The agent's own configuration file: one strict zod schema holding every default, bound and cross-key rule.
-import { z } from 'zod';
+import * as z from 'zod';
 import type { LogLevel } from '../lib/logger.js';
 
 export type DriftPolicy = 'restore' | 'report' | 'off';

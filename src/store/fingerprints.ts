@@ -1,6 +1,6 @@
 // Verified fingerprints of managed files: a file whose identity is what it was when its bytes were hashed is not read again.
 import type { BigIntStats } from 'node:fs';
-import { z } from 'zod';
+import * as z from 'zod';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';

@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { z } from 'zod';
+import * as z from 'zod';
 import { AgentError, errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { StateDirError } from './errors.js';

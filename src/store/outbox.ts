@@ -1,5 +1,5 @@
 // Durable queue of status reports: written before they are sent, sent in order, dropped once acknowledged.
-import { z } from 'zod';
+import * as z from 'zod';
 import { StatusReport } from '../api/schemas.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';

@@ -1,7 +1,7 @@
 // The agent's durable memory in stateDir: which files it wrote (and so may delete), and per-instance retries.
 import { constants } from 'node:fs';
 import path from 'node:path';
-import { z } from 'zod';
+import * as z from 'zod';
 import { ConfigInstanceActivityStatus, ErrorStatus } from '../api/schemas.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
