@@ -1,5 +1,6 @@
 // The composition root of the commands that reconcile (`--once`, the daemon): configuration, Deps, client, runner, signals.
 import type { EventEmitter } from 'node:events';
+import { lstatSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import { type ClientOptions, createClient, type ServiceClient } from '../api/client.js';
 import { ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config/load.js';
@@ -51,7 +52,7 @@ export function createDeps(
   stderr: NodeJS.WritableStream,
 ): Deps {
   return {
-    fs: nodeFs,
+    fs: { ...nodeFs, lstatSync },
     clock: systemClock,
     random: Math.random,
     logger: createLogger({ level: config.log.level, secrets, destination: stderr }),

@@ -1,4 +1,5 @@
 // The slice of node:fs/promises the agent uses; node's and memfs's promise APIs both satisfy it.
+import type { BigIntStats } from 'node:fs';
 import type * as fsp from 'node:fs/promises';
 
 export type FsPort = Pick<
@@ -14,6 +15,13 @@ export type FsPort = Pick<
   | 'readFile'
   | 'rmdir'
   | 'chmod'
->;
+> & {
+  /**
+   * Optional: an lstat answered on the calling thread, for observation's one lstat per managed file each pass
+   * (node:fs's lstatSync in production: one syscall instead of a thread-pool round trip). Without it the
+   * promise `lstat` is used; tests that inject faults into `lstat` leave this out.
+   */
+  lstatSync?: (file: string, options: { bigint: true; throwIfNoEntry: false }) => BigIntStats | undefined;
+};
 
 export type FileHandle = fsp.FileHandle;

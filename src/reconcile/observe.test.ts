@@ -1,10 +1,13 @@
 // observeDisk with file fingerprints, on a real temp dir (nanosecond timestamps): when a recorded sha256 stands
 // in for reading, and every way a file can change under it (forged mtime, rename, chmod, expiry, symlinks).
+
+import { lstatSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import { chmod, lstat, mkdir, mkdtemp, rename, rm, symlink, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import {
@@ -45,8 +48,12 @@ async function settled(): Promise<number> {
   return Number(stats.ctimeNs / 1_000_000n) + RACY_MARGIN_MS + 1_000;
 }
 
-async function observe(store: FileFingerprints, now: number): Promise<DiskObservation | undefined> {
-  const disk = await observeDisk(nodeFs, root, [{ relative_filepath: FILE }], {
+async function observe(
+  store: FileFingerprints,
+  now: number,
+  port: FsPort = nodeFs,
+): Promise<DiskObservation | undefined> {
+  const disk = await observeDisk(port, root, [{ relative_filepath: FILE }], {
     fingerprints: { store, now: () => now },
   });
   return disk.get(FILE);
@@ -60,11 +67,17 @@ async function storeWithRecorded(now: number): Promise<FileFingerprints> {
   return store;
 }
 
-describe('observeDisk with fingerprints', () => {
+/** The promise lstat (a thread-pool round trip each), and the synchronous one the agent is given in production. */
+const PORTS: [string, FsPort][] = [
+  ['promise lstat', nodeFs],
+  ['synchronous lstat', { ...nodeFs, lstatSync }],
+];
+
+describe.each(PORTS)('observeDisk with fingerprints, %s', (_name, port) => {
   it('reads a file once, then answers from its fingerprint while its identity holds', async () => {
     const now = await settled();
     const store = FileFingerprints.empty(root);
-    const first = await observe(store, now);
+    const first = await observe(store, now, port);
     expect(first).toEqual({
       kind: 'file',
       sha256: sha256Hex(Buffer.from(BYTES)),
@@ -72,10 +85,10 @@ describe('observeDisk with fingerprints', () => {
       gid: expect.any(Number),
     });
     expect(store.size).toBe(1);
-    expect(await observe(store, now + 1000)).toEqual(first);
+    expect(await observe(store, now + 1000, port)).toEqual(first);
 
     // The recorded digest is what the observation gives: the file was not read.
-    expect(await observe(await storeWithRecorded(now), now)).toMatchObject({
+    expect(await observe(await storeWithRecorded(now), now, port)).toMatchObject({
       kind: 'file',
       sha256: RECORDED,
     });
@@ -84,13 +97,13 @@ describe('observeDisk with fingerprints', () => {
   it('a parent directory moved away and replaced by a symlink to it: rejected, not answered from the fingerprint', async () => {
     const now = await settled();
     const store = FileFingerprints.empty(root);
-    expect(await observe(store, now)).toMatchObject({ kind: 'file' });
+    expect(await observe(store, now, port)).toMatchObject({ kind: 'file' });
     expect(store.size).toBe(1);
     // The file keeps its inode and times; only the way to it now crosses a symlink.
     await rename(path.join(root, 'app'), path.join(dir, 'app-elsewhere'));
     await symlink(path.join(dir, 'app-elsewhere'), path.join(root, 'app'));
 
-    expect(await observe(store, now + 1000)).toMatchObject({ kind: 'rejected' });
+    expect(await observe(store, now + 1000, port)).toMatchObject({ kind: 'rejected' });
   });
 
   it('a grandparent replaced by a symlink is caught too (each directory on the way is checked)', async () => {
@@ -102,7 +115,7 @@ describe('observeDisk with fingerprints', () => {
     const store = FileFingerprints.empty(root);
     const observeDeep = async () =>
       (
-        await observeDisk(nodeFs, root, [{ relative_filepath: deep }], {
+        await observeDisk(port, root, [{ relative_filepath: deep }], {
           fingerprints: { store, now: () => now },
         })
       ).get(deep);
@@ -121,7 +134,7 @@ describe('observeDisk with fingerprints', () => {
     const store = FileFingerprints.empty(root);
     store.record('../outside.json', identityOf(stats), RECORDED, now);
 
-    const disk = await observeDisk(nodeFs, root, [{ relative_filepath: '../outside.json' }], {
+    const disk = await observeDisk(port, root, [{ relative_filepath: '../outside.json' }], {
       fingerprints: { store, now: () => now },
     });
 
@@ -134,7 +147,7 @@ describe('observeDisk with fingerprints', () => {
     const target = path.join(root, FILE);
     // Someone touches the file while the agent reads it: same bytes, new ctime.
     const touching = {
-      ...nodeFs,
+      ...port,
       open: (async (file: string, ...rest: never[]) => {
         const handle = await nodeFs.open(file, ...rest);
         if (String(file) === target) await utimes(target, new Date(), new Date(Date.UTC(2001, 0, 1)));
@@ -155,15 +168,22 @@ describe('observeDisk with fingerprints', () => {
     const store = FileFingerprints.empty(root);
     const target = path.join(root, FILE);
     let first = true;
-    const appearing = {
-      ...nodeFs,
+    const gone = (file: string) => {
+      if (file !== target || !first) return false;
+      first = false;
+      return true;
+    };
+    const appearing: FsPort = {
+      ...port,
       lstat: (async (file: string, ...rest: never[]) => {
-        if (String(file) === target && first) {
-          first = false;
+        if (gone(String(file))) {
           throw Object.assign(new Error(`ENOENT: no such file, lstat '${target}'`), { code: 'ENOENT' });
         }
         return nodeFs.lstat(file, ...rest);
       }) as typeof nodeFs.lstat,
+      ...(port.lstatSync === undefined
+        ? {}
+        : { lstatSync: (file, options) => (gone(file) ? undefined : lstatSync(file, options)) }),
     };
 
     const disk = await observeDisk(appearing, root, [{ relative_filepath: FILE }], {
@@ -180,7 +200,7 @@ describe('observeDisk with fingerprints', () => {
     const before = await lstat(path.join(root, FILE));
     await writeFile(path.join(root, FILE), '{"a":2}\n');
     await utimes(path.join(root, FILE), before.atime, before.mtime);
-    const seen = await observe(store, now + 10_000);
+    const seen = await observe(store, now + 10_000, port);
     expect(seen).toMatchObject({ kind: 'file', sha256: sha256Hex(Buffer.from('{"a":2}\n')) });
   });
 
@@ -189,11 +209,11 @@ describe('observeDisk with fingerprints', () => {
     const store = await storeWithRecorded(now);
     await writeFile(path.join(root, 'app/other'), BYTES);
     await rename(path.join(root, 'app/other'), path.join(root, FILE));
-    expect(await observe(store, now + 10_000)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
+    expect(await observe(store, now + 10_000, port)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
 
     const again = await storeWithRecorded(now + 10_000);
     await chmod(path.join(root, FILE), 0o600);
-    expect(await observe(again, now + 10_000)).toMatchObject({
+    expect(await observe(again, now + 10_000, port)).toMatchObject({
       mode: 0o600,
       sha256: sha256Hex(Buffer.from(BYTES)),
     });
@@ -205,18 +225,18 @@ describe('observeDisk with fingerprints', () => {
     const racy = FileFingerprints.empty(root);
     racy.record(FILE, identityOf(stats), RECORDED, ctimeMs + RACY_MARGIN_MS - 1);
     expect(racy.size).toBe(0);
-    expect(await observe(racy, ctimeMs + 1)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
+    expect(await observe(racy, ctimeMs + 1, port)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
     expect(racy.size).toBe(0);
 
     const now = await settled();
     const store = await storeWithRecorded(now);
-    expect(await observe(store, now + FULL_VERIFY_INTERVAL_MS - 1)).toMatchObject({ sha256: RECORDED });
-    expect(await observe(store, now + FULL_VERIFY_INTERVAL_MS)).toMatchObject({
+    expect(await observe(store, now + FULL_VERIFY_INTERVAL_MS - 1, port)).toMatchObject({ sha256: RECORDED });
+    expect(await observe(store, now + FULL_VERIFY_INTERVAL_MS, port)).toMatchObject({
       sha256: sha256Hex(Buffer.from(BYTES)),
     });
     // A clock set back before the record is not trusted either.
     const back = await storeWithRecorded(now);
-    expect(await observe(back, now - 1)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
+    expect(await observe(back, now - 1, port)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
   });
 
   it('judges symlinks, missing files and bad paths exactly as without fingerprints', async () => {
@@ -229,10 +249,10 @@ describe('observeDisk with fingerprints', () => {
       { relative_filepath: 'gone/x' },
       { relative_filepath: '../x' },
     ];
-    const withPrints = await observeDisk(nodeFs, root, instances, {
+    const withPrints = await observeDisk(port, root, instances, {
       fingerprints: { store, now: () => now },
     });
-    const without = await observeDisk(nodeFs, root, instances);
+    const without = await observeDisk(port, root, instances);
     expect([...withPrints]).toEqual([...without]);
     expect(withPrints.get(FILE)?.kind).toBe('rejected');
     expect(withPrints.get('gone/x')).toEqual({ kind: 'absent' });
