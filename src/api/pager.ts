@@ -77,6 +77,8 @@ export class ListingRunawayError extends PullError {
 /** An item the agent cannot accept: named by id when readable, with what is wrong with it. */
 export interface InvalidListItem {
   id?: string;
+  /** When readable: an item of another device (a service bug) is not this device's to report. */
+  deviceId?: string;
   activityStatus?: ConfigInstanceActivityStatus;
   errorStatus?: ErrorStatus;
   problem: string;
@@ -85,6 +87,7 @@ export interface InvalidListItem {
 /** An item with a status value the agent does not know: not acted on, warned about. */
 export interface SkippedListItem {
   id: string;
+  deviceId: string;
   relativeFilepath: string;
   unknown: UnknownStatus;
 }
@@ -454,12 +457,13 @@ async function take<I>(item: PageItem, listing: Listing<I>, keep: Keep<I>): Prom
     case 'unknown_status':
       listing.skipped.push({
         id: item.instance.id,
+        deviceId: item.instance.device_id,
         relativeFilepath: item.instance.relative_filepath,
         unknown: item.unknown,
       });
       return;
     case 'invalid': {
-      const { kind: _kind, targetStatus: _target, deviceId: _device, ...rest } = item;
+      const { kind: _kind, targetStatus: _target, ...rest } = item;
       listing.invalid.push(rest);
       return;
     }

@@ -139,6 +139,43 @@ describe('one bad item never blocks the others', () => {
     expect(result.error).toBeUndefined();
   });
 
+  it("an invalid or unknown-status item of another device is not this device's: never reported, never protects a path", async () => {
+    put({ id: 'cfg_a' });
+    await pass();
+    // A poll lists each changed query on its own: the service (a bug) slips in other devices' broken items.
+    put({ id: 'cfg_bad', content: { n: 1 } });
+    put({ id: 'cfg_odd' });
+    put({ id: 'cfg_new' });
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [
+        {
+          find: '"device_id":"dvc_1","config_schema_id":"sch_cfg_bad"',
+          with: '"device_id":"dvc_2","config_schema_id":"sch_cfg_bad"',
+        },
+        { find: '"n":1}', with: '"n":1e400}' },
+        {
+          find: '"id":"cfg_odd","target_status":"deployed"',
+          with: '"id":"cfg_odd","target_status":"superseded"',
+        },
+        {
+          find: '"device_id":"dvc_1","config_schema_id":"sch_cfg_odd"',
+          with: '"device_id":"dvc_2","config_schema_id":"sch_cfg_odd"',
+        },
+      ],
+    });
+    const poll = await reconciler.runPass({ mode: 'incremental' });
+    expect(await fileAt('cfg_new.json')).toBe('{\n  "owner": "cfg_new"\n}\n');
+    expect(
+      reports()
+        .filter((r) => !r.startsWith('cfg_a '))
+        .sort(),
+    ).toEqual(['cfg_new deployed/none']);
+    expect(poll.converged).toBe(true);
+  });
+
   it('large configs sync: pages shrink; only the instance too large alone is reported failed, by id', async () => {
     await open(64 * 1024);
     for (let i = 0; i < 20; i++)

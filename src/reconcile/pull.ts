@@ -120,14 +120,27 @@ async function listInstances<I extends ConfigInstanceHead>(
       'the service sent an instance this agent cannot accept',
     );
   }
-  return { ...pulled, instances: ofThisDevice(pulled.instances, ctx) };
+  return {
+    instances: ofThisDevice(pulled.instances, ctx, (instance) => instance),
+    invalid: ofThisDevice(pulled.invalid, ctx, (item) => ({ id: item.id, device_id: item.deviceId })),
+    skipped: ofThisDevice(pulled.skipped, ctx, (item) => ({ id: item.id, device_id: item.deviceId })),
+  };
 }
 
-/** Defence in depth: a server bug must not make this device write (or delete) another device's files. */
-function ofThisDevice<I extends ConfigInstanceHead>(instances: readonly I[], ctx: PullContext<I>): I[] {
-  return instances.filter((instance) => {
-    if (instance.device_id === ctx.deviceId) return true;
-    ctx.logger.error({ instanceId: instance.id }, 'service returned an instance of another device: ignored');
+/**
+ * Defence in depth: a server bug must not make this device write (or delete) another device's files, nor
+ * report another device's broken items `failed`, nor let them hold a path. An item whose device is unreadable
+ * was listed for this device's id: it stays.
+ */
+function ofThisDevice<T>(
+  items: readonly T[],
+  ctx: { deviceId: string; logger: Logger },
+  head: (item: T) => { id?: string | undefined; device_id?: string | undefined },
+): T[] {
+  return items.filter((item) => {
+    const { id, device_id } = head(item);
+    if (device_id === undefined || device_id === ctx.deviceId) return true;
+    ctx.logger.error({ instanceId: id }, 'service returned an instance of another device: ignored');
     return false;
   });
 }

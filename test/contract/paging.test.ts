@@ -220,6 +220,7 @@ describe('the envelope, then each item', () => {
     const byId = new Map(result.invalid.map((item) => [item.id, item]));
     expect(byId.get('pg_a')).toEqual({
       id: 'pg_a',
+      deviceId: 'dvc_gateway_01',
       activityStatus: 'created',
       errorStatus: 'none',
       problem: 'content.n: number 1e400 is out of range (beyond ±1.8e308)',
@@ -230,6 +231,7 @@ describe('the envelope, then each item', () => {
     expect(result.skipped).toEqual([
       {
         id: 'pg_c',
+        deviceId: 'dvc_gateway_01',
         relativeFilepath: 'pg/pg_c.json',
         unknown: { field: 'target_status', value: 'superseded' },
       },
