@@ -363,6 +363,9 @@ function issueMessage(issue: z.core.$ZodRawIssue): string | undefined {
   switch (issue.code) {
     case 'invalid_type': {
       if (issue.input === undefined) return 'required';
+      // JSON.parse reads 1e400 as Infinity: "expected a number, got number" would name no problem.
+      if (typeof issue.input === 'number' && !Number.isFinite(issue.input))
+        return 'number out of range (beyond ±1.8e308)';
       if (issue.expected === 'int') {
         return `expected an integer, got ${typeof issue.input === 'number' ? 'a fractional number' : describeType(issue.input)}`;
       }

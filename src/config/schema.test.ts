@@ -193,6 +193,9 @@ describe('wrong types', () => {
     [{ drift: 'fix' }, 'drift: expected one of "restore", "report", "off"'],
     [{ rootDir: null }, 'rootDir: expected a string, got null'],
     [{ poll: { jitterRatio: true } }, 'poll.jitterRatio: expected a number, got boolean'],
+    // What JSON.parse makes of 1e400 and -1e400: the message said "expected a number, got number".
+    [{ poll: { intervalSeconds: Infinity } }, 'poll.intervalSeconds: number out of range (beyond ±1.8e308)'],
+    [{ retry: { maxAttempts: -Infinity } }, 'retry.maxAttempts: number out of range (beyond ±1.8e308)'],
   ])('%j → %s', (patch, expected) => {
     expect(rejection(withPatch(patch)).message).toBe(`config ${SOURCE}: ${expected}`);
   });
