@@ -3,11 +3,12 @@ import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { instanceFactory } from '../../test/helpers/instances.js';
 import { LosslessNumber } from '../api/json.js';
-import type { ConfigInstance } from '../api/schemas.js';
+import { type ConfigInstance, STATUS_MESSAGE_MAX } from '../api/schemas.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
 import {
   type DiskObservation,
+  errorReport,
   type PlanInput,
   type PlanInstance,
   planSteps,
@@ -619,6 +620,23 @@ describe('planSteps: two instances targeting deployed at one path', () => {
     expect(loser.message).toContain(JSON.stringify(PATH));
     expect(steps.filter((step) => step.kind === 'write')).toHaveLength(1);
   });
+
+  it.each(['x', 'xx'])(
+    'a refusal naming ids longer than a report holds is cut on a character, never inside a surrogate pair (prefix %s)',
+    (prefix) => {
+      // Ids come from the service; one of the two prefixes puts the cut of the message inside a pair.
+      const id = (tag: string) => `${prefix}_${tag}_${'\u{1F600}'.repeat(2100)}`;
+      const loser = makeInstance({ id: id('old'), updated_at: '2026-01-01T10:00:00Z' });
+      const winner = makeInstance({ id: id('new'), updated_at: '2026-01-01T11:00:00Z' });
+      const step = onlyStepFor(plan([loser, winner]), loser.id);
+      if (step.kind !== 'refuse') throw new Error(`expected a refusal, got ${step.kind}`);
+      const { message } = errorReport('queued', 'retrying', step.message);
+      expect(message?.length).toBeGreaterThanOrEqual(STATUS_MESSAGE_MAX - 1);
+      expect(message?.length).toBeLessThanOrEqual(STATUS_MESSAGE_MAX);
+      expect(message).not.toMatch(/[\uD800-\uDFFF]/u);
+      expect(step.message.startsWith(message ?? '')).toBe(true);
+    },
+  );
 
   it.each([
     [

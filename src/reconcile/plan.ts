@@ -1,10 +1,11 @@
 // The planner: a pure function of (server instances, local state, disk observation) returning the steps.
-import type {
-  ConfigInstance,
-  ConfigInstanceActivityStatus,
-  ConfigInstanceHead,
-  ErrorStatus,
-  StatusReport,
+import {
+  type ConfigInstance,
+  type ConfigInstanceActivityStatus,
+  type ConfigInstanceHead,
+  type ErrorStatus,
+  STATUS_MESSAGE_MAX,
+  type StatusReport,
 } from '../api/schemas.js';
 import { errorMessage } from '../lib/errors.js';
 import { sha256Hex } from '../lib/hash.js';
@@ -454,5 +455,17 @@ export function errorReport(
   error: Exclude<ErrorStatus, 'none'>,
   message: string,
 ): StatusReport {
-  return { activity_status: activity, error_status: error, message: message.slice(0, 4096) };
+  return { activity_status: activity, error_status: error, message: statusMessage(message) };
+}
+
+/**
+ * A report's message cut to what the service takes (STATUS_MESSAGE_MAX UTF-16 units), never in the middle of a
+ * surrogate pair: messages quote ids and paths from the service, and a lone surrogate is not valid Unicode (a
+ * strict JSON parser rejects it, and a rejected report is dropped).
+ */
+export function statusMessage(text: string): string {
+  if (text.length <= STATUS_MESSAGE_MAX) return text;
+  const cut = text.slice(0, STATUS_MESSAGE_MAX);
+  const last = cut.charCodeAt(cut.length - 1);
+  return last >= 0xd800 && last <= 0xdbff ? cut.slice(0, -1) : cut;
 }

@@ -1,6 +1,6 @@
 // Turns what each step did into local-state changes and due status reports: the only writer of both in a pass.
 import type { InvalidListItem } from '../api/pager.js';
-import { type ConfigInstanceHead, STATUS_MESSAGE_MAX, type StatusReport } from '../api/schemas.js';
+import type { ConfigInstanceHead, StatusReport } from '../api/schemas.js';
 import { fullJitterMs } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
@@ -10,7 +10,14 @@ import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
 import type { InstanceAction, InstanceOutcome, RetryPolicy } from './pass-runner.js';
-import { dueReport, errorReport, type RemoveStep, type ReportLookup, removedReport } from './plan.js';
+import {
+  dueReport,
+  errorReport,
+  type RemoveStep,
+  type ReportLookup,
+  removedReport,
+  statusMessage,
+} from './plan.js';
 
 export interface RecordContext {
   state: LocalState;
@@ -308,7 +315,7 @@ function outcomeFor(
  */
 export function recordInvalid(items: readonly InvalidListItem[], ctx: RecordContext): InstanceOutcome[] {
   return items.map((item) => {
-    const message = `invalid instance from the service: ${item.problem}`.slice(0, STATUS_MESSAGE_MAX);
+    const message = statusMessage(`invalid instance from the service: ${item.problem}`);
     if (item.id === undefined)
       return { instanceId: '', path: '', action: 'failed', converged: false, message };
     const record = ctx.state.instances.get(item.id);
