@@ -119,6 +119,7 @@ export function quickInstance(value: unknown): ConfigInstance | undefined {
   if (
     v.object !== 'config_instance' ||
     typeof id !== 'string' ||
+    id === '' ||
     !TARGET_STATUSES.has(v.target_status) ||
     !ACTIVITY_STATUSES.has(v.activity_status) ||
     !ERROR_STATUSES.has(v.error_status) ||

@@ -196,7 +196,8 @@ export type Release = z.infer<typeof Release>;
 
 export const ConfigInstance = z.object({
   object: z.literal('config_instance'),
-  id: z.string(),
+  // Not empty: the id names the instance's record, its file's owner and its report (PATCH /config_instances/{id}).
+  id: z.string().min(1),
   target_status: ConfigInstanceTargetStatus,
   activity_status: ConfigInstanceActivityStatus,
   error_status: ErrorStatus,

@@ -176,6 +176,25 @@ describe('one bad item never blocks the others', () => {
     expect(poll.converged).toBe(true);
   });
 
+  it('an instance with an empty id is invalid: the others are written, and the local state still loads', async () => {
+    put({ id: 'cfg_a' });
+    put({ id: 'cfg_b' });
+    fault({ match: LIST, count: 1, mode: 'rewrite', replace: [{ find: '"id":"cfg_a"', with: '"id":""' }] });
+    const first = await pass();
+    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    expect(await exists('cfg_a.json')).toBe(false);
+    expect(first.converged).toBe(false);
+    // The next run (a new process) still knows cfg_b.json is its own: retired, it is deleted. An instance
+    // recorded under the id "" made state.json unloadable, so the agent owned nothing any more.
+    await open();
+    server.state.removeInstance('cfg_b', T0);
+    const second = await pass();
+    expect(await exists('cfg_b.json')).toBe(false);
+    expect(await fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
+    expect(reports()).toContain('cfg_b removed/none');
+    expect(second.converged).toBe(true);
+  });
+
   it('large configs sync: pages shrink; only the instance too large alone is reported failed, by id', async () => {
     await open(64 * 1024);
     for (let i = 0; i < 20; i++)
