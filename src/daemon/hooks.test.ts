@@ -7,7 +7,14 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { createLogger, type Logger, silentLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
-import { CHANGED_ENV, type HookSpec, matchingPaths, runHooks, STDERR_TAIL_BYTES } from './hooks.js';
+import {
+  CHANGED_ENV,
+  CHANGED_TRUNCATED_ENV,
+  type HookSpec,
+  matchingPaths,
+  runHooks,
+  STDERR_TAIL_BYTES,
+} from './hooks.js';
 
 const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-hooks-'));
 const ROOT = path.join(BASE, 'root');
@@ -209,6 +216,42 @@ describe('runHooks', () => {
     }
     expect(readFileSync(envFile, 'utf8')).not.toContain(secret);
     expect(env.CONFIG_AGENT_API_KEY).toBe(secret);
+  });
+
+  it('runs when the changed paths are too many for one environment variable, told the list is cut short', async () => {
+    setup();
+    const envFile = outFile('env');
+    const script = `require('node:fs').writeFileSync(process.argv[1], JSON.stringify(process.env))`;
+    // 3,000 paths of 100 bytes: 300 KB, over Linux's 128 KiB for one NAME=value (exec failed with E2BIG).
+    const changed = Array.from(
+      { length: 3000 },
+      (_, i) => `app/${String(i).padStart(4, '0')}-${'x'.repeat(90)}.json`,
+    );
+    const [result] = await runHooks(
+      [{ match: '**', run: [node, '-e', script, envFile], timeoutSeconds: 10 }],
+      changed,
+      options({ env: { PATH: process.env.PATH ?? '/usr/bin:/bin', [CHANGED_TRUNCATED_ENV]: 'stale' } }),
+    );
+    expect(result?.error).toBeUndefined();
+    expect(result?.exitCode).toBe(0);
+    expect(result?.changedPaths).toHaveLength(3000);
+    const seen = JSON.parse(readFileSync(envFile, 'utf8')) as Record<string, string>;
+    const listed = seen[CHANGED_ENV]?.split('\n') ?? [];
+    // Whole paths, in order, as many as fit.
+    expect(listed).toEqual(changed.slice(0, listed.length));
+    expect(listed.length).toBeGreaterThan(1200);
+    expect(seen[CHANGED_TRUNCATED_ENV]).toBe('1');
+
+    // A list that fits is whole, and not said to be cut short (an inherited value is not passed on).
+    const [small] = await runHooks(
+      [{ match: '**', run: [node, '-e', script, envFile], timeoutSeconds: 10 }],
+      changed.slice(0, 10),
+      options({ env: { PATH: process.env.PATH ?? '/usr/bin:/bin', [CHANGED_TRUNCATED_ENV]: '1' } }),
+    );
+    expect(small?.exitCode).toBe(0);
+    const again = JSON.parse(readFileSync(envFile, 'utf8')) as Record<string, string>;
+    expect(again[CHANGED_ENV]).toBe(changed.slice(0, 10).join('\n'));
+    expect(again).not.toHaveProperty(CHANGED_TRUNCATED_ENV);
   });
 
   it('kills a hook and its grandchildren after timeoutSeconds', async () => {

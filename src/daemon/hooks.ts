@@ -42,6 +42,13 @@ export interface RunHooksOptions {
 }
 
 export const CHANGED_ENV = 'CONFIG_AGENT_CHANGED';
+/** Set to "1" when CHANGED_ENV could not hold every changed path (see `changedList`). */
+export const CHANGED_TRUNCATED_ENV = 'CONFIG_AGENT_CHANGED_TRUNCATED';
+/**
+ * Linux's MAX_ARG_STRLEN (32 pages): no single `NAME=value` string of a new process may be longer, or exec
+ * fails with E2BIG and the hook never runs. A first sync of a few thousand files reaches it.
+ */
+const MAX_ENV_STRING_BYTES = 32 * 4096;
 export const STDERR_TAIL_BYTES = 4096;
 const STDOUT_TAIL_BYTES = 1024;
 const DEFAULT_KILL_GRACE_MS = 2000;
@@ -64,10 +71,30 @@ export function matchingPaths(hook: HookSpec, changedPaths: readonly string[]): 
 export function hookEnvironment(env: NodeJS.ProcessEnv, changedPaths: readonly string[]): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(env)) {
-    if (value !== undefined && !SECRET_ENV.test(name)) out[name] = value;
+    if (value !== undefined && !SECRET_ENV.test(name) && name !== CHANGED_TRUNCATED_ENV) out[name] = value;
   }
-  out[CHANGED_ENV] = changedPaths.join('\n');
+  const { list, truncated } = changedList(changedPaths);
+  out[CHANGED_ENV] = list;
+  if (truncated) out[CHANGED_TRUNCATED_ENV] = '1';
   return out;
+}
+
+/**
+ * The changed paths, one per line, as many whole paths as one environment string can carry: a hook must run
+ * even when the list is too long for exec, and it is then told the list is incomplete.
+ */
+function changedList(changedPaths: readonly string[]): { list: string; truncated: boolean } {
+  // `NAME=` before the value and the terminating NUL after it count too.
+  const room = MAX_ENV_STRING_BYTES - Buffer.byteLength(CHANGED_ENV) - 2;
+  let bytes = 0;
+  let count = 0;
+  for (const changed of changedPaths) {
+    const needed = Buffer.byteLength(changed) + (count === 0 ? 0 : 1);
+    if (bytes + needed > room) break;
+    bytes += needed;
+    count += 1;
+  }
+  return { list: changedPaths.slice(0, count).join('\n'), truncated: count < changedPaths.length };
 }
 
 /** Keeps the last `limit` bytes written to it. */
