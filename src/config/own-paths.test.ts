@@ -138,6 +138,18 @@ describe('assertOwnPathsOutsideRoot on the real file system', () => {
     ).resolves.toBeUndefined();
   });
 
+  it('refuses a hook program given as a relative path: hooks run in rootDir, so it names a file the service writes', async () => {
+    const configPath = path.join(dir, 'c.json');
+    for (const program of ['scripts/reload.sh', './reload']) {
+      const cfg = config({ hooks: [{ match: '**', run: [program] }] });
+      // PATH is not consulted for a name with a slash: even a clean PATH does not make it safe.
+      await expect(
+        assertOwnPathsOutsideRoot(cfg, configPath, ownPaths(cfg, configPath, { PATH: '/usr/bin' }, NO_CODE)),
+        program,
+      ).rejects.toMatchObject({ issues: [{ path: 'hooks[0].run[0]' }] });
+    }
+  });
+
   it('refuses NODE_EXTRA_CA_CERTS inside rootDir: a planted CA would impersonate the service', async () => {
     const cfg = config();
     const configPath = path.join(dir, 'c.json');

@@ -54,7 +54,11 @@ export function ownPaths(
   if (extraCa !== undefined && extraCa !== '') paths.push({ key: 'NODE_EXTRA_CA_CERTS', file: extraCa });
   let bareProgram = false;
   for (const [i, hook] of config.hooks.entries()) {
-    if (path.isAbsolute(hook.run[0])) paths.push({ key: `hooks[${i}].run[0]`, file: hook.run[0] });
+    const program = hook.run[0];
+    if (path.isAbsolute(program)) paths.push({ key: `hooks[${i}].run[0]`, file: program });
+    // A name with a slash is not looked up in PATH but taken from the hook's working directory, rootDir.
+    else if (program.includes('/'))
+      paths.push({ key: `hooks[${i}].run[0]`, file: path.join(config.rootDir, program) });
     else bareProgram = true;
   }
   // Unset, PATH is the C library's default (/bin:/usr/bin), never relative.
