@@ -8,6 +8,7 @@ import { CONFIG_DEFAULTS } from '../config/schema.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
+import { terminalSafe } from './summary.js';
 
 export interface LocalResponse {
   status: number;
@@ -163,13 +164,16 @@ function renderStatus(status: StatusView): string {
     `Pending reports:    ${status.pendingReports ?? 0}`,
     `Managed files (${status.managedFiles?.length ?? 0}):`,
   ];
+  // Paths, ids and messages came from the service: shown the way --once shows them (cli/summary.ts).
   for (const file of status.managedFiles ?? [])
-    lines.push(`  ${file.status.padEnd(9)} ${file.path} (${file.instanceId})`);
+    lines.push(
+      `  ${terminalSafe(file.status).padEnd(9)} ${terminalSafe(file.path)} (${terminalSafe(file.instanceId)})`,
+    );
   if ((status.errors?.length ?? 0) > 0) {
     lines.push('Errors:');
     for (const error of status.errors ?? []) {
       lines.push(
-        `  ${error.status.padEnd(9)} ${error.path} (${error.instanceId})${error.message ? ` — ${error.message}` : ''}`,
+        `  ${terminalSafe(error.status).padEnd(9)} ${terminalSafe(error.path)} (${terminalSafe(error.instanceId)})${error.message ? ` — ${terminalSafe(error.message)}` : ''}`,
       );
     }
   }
