@@ -252,10 +252,22 @@ export function splitListBody(text: string): ListBodyParts {
   return { envelopeText: `${text.slice(0, dataOpen + 1)}${text.slice(dataClose)}`, items };
 }
 
+// With the u flag only an unpaired half matches: a lone surrogate has no UTF-8 form, so no URL can carry it.
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+
+/**
+ * An instance id the agent can use: it names the instance's record, its file's owner and its report (PATCH
+ * /config_instances/{id}), so it must not be empty nor hold a lone surrogate (encodeURIComponent throws on one,
+ * and a report that can never be sent is never dropped either).
+ */
+export function isUsableInstanceId(id: unknown): id is string {
+  return typeof id === 'string' && id !== '' && !LONE_SURROGATE.test(id);
+}
+
 /**
  * The string value of key `id` of the first object at `depth` (1: `text` is the item; 3: `text` is a list body,
  * the item its first element), read without parsing the rest: `text` may be cut short (the first bytes of a
- * body over the size cap) or nested too deep to parse. Undefined when it is not there.
+ * body over the size cap) or nested too deep to parse. Undefined when it is not there or not usable.
  */
 export function peekId(text: string, depth: 1 | 3): string | undefined {
   let level = 0;
@@ -275,7 +287,9 @@ export function peekId(text: string, depth: 1 | 3): string | undefined {
       if (inItem() && expectKey) {
         key = decodeString(raw);
       } else if (inItem() && key === 'id') {
-        return decodeString(raw);
+        // An id no report could name is no id: the item is then named by its place.
+        const id = decodeString(raw);
+        return isUsableInstanceId(id) ? id : undefined;
       }
       i = end;
     } else if (code === OPEN_OBJECT || code === OPEN_ARRAY) {

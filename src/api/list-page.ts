@@ -9,6 +9,7 @@ import {
   ConfigInstanceTargetStatus,
   contentProblem,
   ErrorStatus,
+  isUsableInstanceId,
   LIMIT_MAX,
   LIMIT_MIN,
   MAX_CONTENT_DEPTH,
@@ -118,8 +119,7 @@ export function quickInstance(value: unknown): ConfigInstance | undefined {
   } = v;
   if (
     v.object !== 'config_instance' ||
-    typeof id !== 'string' ||
-    id === '' ||
+    !isUsableInstanceId(id) ||
     !TARGET_STATUSES.has(v.target_status) ||
     !ACTIVITY_STATUSES.has(v.activity_status) ||
     !ERROR_STATUSES.has(v.error_status) ||
@@ -187,7 +187,7 @@ export function judgeConfigInstance(text: string): PageItem {
     }
   }
   const record = typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : {};
-  const id = typeof record.id === 'string' && record.id !== '' ? record.id : undefined;
+  const id = isUsableInstanceId(record.id) ? record.id : undefined;
   const activity = ConfigInstanceActivityStatus.safeParse(record.activity_status);
   const error = ErrorStatus.safeParse(record.error_status);
   const target = ConfigInstanceTargetStatus.safeParse(record.target_status);

@@ -1,6 +1,8 @@
 // Wire shapes of the service (spec/interface.md), one zod schema each, shared by the client and the mock.
 import * as z from 'zod';
-import { isLosslessNumber, type LosslessNumber } from './json.js';
+import { isLosslessNumber, isUsableInstanceId, type LosslessNumber } from './json.js';
+
+export { isUsableInstanceId };
 
 export const Timestamp = z.iso.datetime({ offset: true });
 
@@ -196,8 +198,13 @@ export type Release = z.infer<typeof Release>;
 
 export const ConfigInstance = z.object({
   object: z.literal('config_instance'),
-  // Not empty: the id names the instance's record, its file's owner and its report (PATCH /config_instances/{id}).
-  id: z.string().min(1),
+  id: z
+    .string()
+    .min(1)
+    // The empty id is min(1)'s to name.
+    .refine((id) => id === '' || isUsableInstanceId(id), {
+      message: 'holds a lone surrogate (no URL can carry it)',
+    }),
   target_status: ConfigInstanceTargetStatus,
   activity_status: ConfigInstanceActivityStatus,
   error_status: ErrorStatus,

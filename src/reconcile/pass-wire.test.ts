@@ -195,6 +195,26 @@ describe('one bad item never blocks the others', () => {
     expect(second.converged).toBe(true);
   });
 
+  it('an id holding a lone surrogate (no URL can carry it) is invalid: nothing stuck once the service is fixed', async () => {
+    put({ id: 'cfg_a' });
+    put({ id: 'cfg_b' });
+    fault({
+      match: LIST,
+      count: 1,
+      mode: 'rewrite',
+      replace: [{ find: '"id":"cfg_a"', with: '"id":"cfg_\\ud800"' }],
+    });
+    const first = await pass();
+    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    expect(first.converged).toBe(false);
+    // The service lists the id right again: the pass converges. A report queued for the broken id could never
+    // be sent (encodeURIComponent throws on it) nor dropped, and kept every later pass from converging.
+    const second = await pass();
+    expect(await fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
+    expect(second.reports.pending).toBe(0);
+    expect(second.converged).toBe(true);
+  });
+
   it('large configs sync: pages shrink; only the instance too large alone is reported failed, by id', async () => {
     await open(64 * 1024);
     for (let i = 0; i < 20; i++)
