@@ -205,6 +205,36 @@ describe("deliverReports: our report's echo in the local state", () => {
     expect((await deliverReports(ctx)).echoed).toBe(true);
   });
 
+  it("an answer that is another instance (a lying service) is no echo of ours: that instance's record is untouched", async () => {
+    put('cfg_a', { updated_at: '2026-02-01T00:00:00.000Z' });
+    put('cfg_b', { updated_at: '2026-02-01T00:00:00.000Z' });
+    const state = emptyState('dvc_1');
+    state.instances.set('cfg_a', record());
+    state.instances.set('cfg_b', record());
+    const seen = new Map([
+      ['cfg_a', '2026-02-01T00:00:00.000Z'],
+      ['cfg_b', '2026-02-01T00:00:00.000Z'],
+    ]);
+    // The report on cfg_a is answered with cfg_b, updated since by an operator.
+    server.state.addFault({
+      match: '^/v1/config_instances/cfg_a$',
+      count: 1,
+      mode: 'rewrite',
+      replace: [
+        { find: '"id":"cfg_a"', with: '"id":"cfg_b"' },
+        { find: '"relative_filepath":"cfg_a.json"', with: '"relative_filepath":"cfg_b.json"' },
+      ],
+    });
+    const ctx = await context(['cfg_a'], { state, seen });
+
+    const delivery = await deliverReports(ctx);
+
+    expect(delivery).toMatchObject({ delivered: 1, echoed: false });
+    // Had it been taken for cfg_b's echo, cfg_b's later operator update would lose a path conflict it wins.
+    expect(state.instances.get('cfg_b')).toEqual(record());
+    expect(seen.get('cfg_b')).toBe('2026-02-01T00:00:00.000Z');
+  });
+
   it('no echo without a local record, without a last-seen updated_at, or when updated_at did not move', async () => {
     // cfg_a: no local record. cfg_b: never seen. cfg_c: the service already holds this status (no move).
     put('cfg_a', { updated_at: '2026-02-01T00:00:00.000Z' });

@@ -50,8 +50,9 @@ export async function deliverReports(ctx: ReportContext): Promise<Delivery> {
           ),
         ctx.retry,
       );
-      // A 2xx without a body settles the report too; only a returned instance can carry an echo.
-      echoed = (updated !== undefined && recordReportEcho(ctx, updated)) || echoed;
+      // A 2xx without a body settles the report too; only the reported instance, returned, can carry an echo
+      // (another one in the answer is a service bug, and taken for its echo it would lose a path it wins).
+      echoed = (updated?.id === entry.instanceId && recordReportEcho(ctx, updated)) || echoed;
     },
     // A stop aborts the requests in flight with the stop itself, which is no verdict on a report: delivery
     // ends there (every report not acknowledged stays queued) and the pass ends with the stop.
