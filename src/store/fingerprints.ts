@@ -34,7 +34,8 @@ export interface FileIdentity {
   ctimeNs: bigint;
 }
 
-const Entry = z.object({
+/** One file's fingerprint as stored in fingerprints.json. */
+export const FingerprintEntry = z.object({
   dev: z.string().regex(/^\d+$/),
   ino: z.string().regex(/^\d+$/),
   size: z.string().regex(/^\d+$/),
@@ -44,7 +45,7 @@ const Entry = z.object({
   /** Wall-clock ms when the bytes were read. */
   verifiedAt: z.number(),
 });
-type Entry = z.infer<typeof Entry>;
+type Entry = z.infer<typeof FingerprintEntry>;
 
 const Header = z.object({
   version: z.literal(FINGERPRINTS_VERSION),
@@ -53,6 +54,38 @@ const Header = z.object({
     (value) => typeof value === 'object' && value !== null && !Array.isArray(value),
   ),
 });
+
+const DIGITS = /^\d+$/;
+const SIGNED_DIGITS = /^-?\d+$/;
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+/**
+ * The everyday entry checked by hand: what `FingerprintEntry.parse` returns (same fields, same order), or undefined for
+ * zod to judge (zod costs most of loading 1,000 entries). src/store/fingerprints.test.ts compares the two.
+ */
+export function quickEntry(value: unknown): Entry | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const { dev, ino, size, mtimeNs, ctimeNs, sha256, verifiedAt } = value as Record<string, unknown>;
+  if (
+    typeof dev !== 'string' ||
+    !DIGITS.test(dev) ||
+    typeof ino !== 'string' ||
+    !DIGITS.test(ino) ||
+    typeof size !== 'string' ||
+    !DIGITS.test(size) ||
+    typeof mtimeNs !== 'string' ||
+    !SIGNED_DIGITS.test(mtimeNs) ||
+    typeof ctimeNs !== 'string' ||
+    !SIGNED_DIGITS.test(ctimeNs) ||
+    typeof sha256 !== 'string' ||
+    !SHA256_HEX.test(sha256) ||
+    typeof verifiedAt !== 'number' ||
+    !Number.isFinite(verifiedAt)
+  ) {
+    return undefined;
+  }
+  return { dev, ino, size, mtimeNs, ctimeNs, sha256, verifiedAt };
+}
 
 export function identityOf(stats: BigIntStats): FileIdentity {
   return {
@@ -124,7 +157,12 @@ export class FileFingerprints {
       if (header.rootDir !== rootDir) return FileFingerprints.empty(rootDir);
       // Checked in place, not rebuilt: Object.entries of JSON.parse's output keeps a path named __proto__.
       for (const [path, value] of Object.entries(header.files)) {
-        const entry = Entry.safeParse(value);
+        const quick = quickEntry(value);
+        if (quick !== undefined) {
+          entries.set(path, quick);
+          continue;
+        }
+        const entry = FingerprintEntry.safeParse(value);
         if (entry.success) entries.set(path, entry.data);
       }
     } catch (error) {
