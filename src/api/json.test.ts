@@ -2,9 +2,11 @@ import fc from 'fast-check';
 import { LosslessNumber, parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
 import { describe, expect, it } from 'vitest';
 import {
+  cutListBody,
   isLosslessNumber,
   JsonTextError,
   MAX_PARSE_DEPTH,
+  NATIVE_SPLIT_MAX_CHARS,
   parseJson,
   peekId,
   splitListBody,
@@ -47,6 +49,10 @@ describe('parseJson / stringifyJson', () => {
     expect(() => parseJson(deep)).toThrow(JsonTextError);
     expect(() => parseJson(deep)).toThrow(`nested 100000 levels deep (the limit is ${MAX_PARSE_DEPTH})`);
     expect(() => parseJson('{"a":tru}')).toThrow(/at character 5/);
+    // Many brackets, little depth: parsed, whichever way it is taken.
+    const wide = `[${'[{}],'.repeat(600)}[1.0]]`;
+    expect(stringifyJson(parseJson(wide))).toBe(wide);
+    expect(parseJson(wide.replace('1.0', '1'))).toEqual(JSON.parse(wide.replace('1.0', '1')));
   });
 });
 
@@ -127,6 +133,41 @@ describe('splitListBody', () => {
     const deep = `{"id":"deep","content":${'['.repeat(5000)}${']'.repeat(5000)}}`;
     const parts = splitListBody(`{"data":[{"id":"ok"},{"id":"bad","n":tru},${deep}],"object":"list"}`);
     expect(parts.items).toEqual(['{"id":"ok"}', '{"id":"bad","n":tru}', deep]);
+  });
+
+  it('a compact body gives exactly what the cut gives, odd numbers, escapes and repeated keys included', () => {
+    const oddNumber = fc.constantFrom('1.0', '-0', '1e5', '12345678901234567891', '0.5', '-7');
+    const item = fc.oneof(
+      fc.jsonValue({ maxDepth: 3 }).map((value) => JSON.stringify(value)),
+      fc
+        .tuple(fc.string({ maxLength: 6 }), oddNumber)
+        .map(([id, number]) => `{"id":${JSON.stringify(id)},"n":${number},"s":"]\\",\\"{"}`),
+      fc.constant('{"k":1,"k":2}'),
+      fc.constant('{"__proto__":{"x":1},"d\\u0061ta":[]}'),
+    );
+    const body = fc
+      .tuple(fc.array(item, { maxLength: 6 }), fc.boolean(), fc.constantFrom('', ' ', '\n'))
+      .map(
+        ([items, first, space]) =>
+          `${space}{${first ? `"data":[${items.join(',')}],"object":"list"` : `"object":"list","data":[${items.join(',')}],"has_more":false`}}${space}`,
+      );
+    fc.assert(
+      fc.property(body, (text) => {
+        const parts = splitListBody(text);
+        const cut = cutListBody(text);
+        expect(parts.items).toEqual(cut.items);
+        expect(parts.envelopeText.trim()).toBe(cut.envelopeText.trim());
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('a body past the native size is cut all the same', () => {
+    const item = JSON.stringify({ id: 'x', content: { text: 'y'.repeat(1000) } });
+    const items = Array.from({ length: Math.ceil(NATIVE_SPLIT_MAX_CHARS / item.length) + 1 }, () => item);
+    const body = `{"object":"list","data":[${items.join(',')}]}`;
+    expect(body.length).toBeGreaterThan(NATIVE_SPLIT_MAX_CHARS);
+    expect(splitListBody(body)).toEqual({ envelopeText: '{"object":"list","data":[]}', items });
   });
 
   it('refuses a body whose structure is broken (a body cut short), which no item can survive', () => {
