@@ -154,3 +154,41 @@ export function lineAndColumn(text: string, offset: number): { line: number; col
   for (let at = before.indexOf('\n'); at !== -1; at = before.indexOf('\n', at + 1)) line += 1;
   return { line, column: [...before.slice(lineStart)].length + 1 };
 }
+
+/**
+ * The path of the first key that appears twice in one object of a valid JSON text (`["server", "baseUrl"]`),
+ * or undefined when every object's keys are distinct. JSON.parse silently keeps the last value of a repeated
+ * key: the config an operator reads top-down would not be the one the agent runs.
+ */
+export function firstDuplicateKey(text: string): (string | number)[] | undefined {
+  interface Frame {
+    keys: Set<string> | undefined;
+    at: string | number | undefined;
+  }
+  const stack: Frame[] = [];
+  for (let i = 0; i < text.length; i += 1) {
+    const c = text[i];
+    if (c === '{') stack.push({ keys: new Set(), at: undefined });
+    else if (c === '[') stack.push({ keys: undefined, at: 0 });
+    else if (c === '}' || c === ']') stack.pop();
+    else if (c === ',') {
+      const top = stack.at(-1);
+      if (top !== undefined && typeof top.at === 'number') top.at += 1;
+    } else if (c === '"') {
+      let end = i + 1;
+      while (text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+      const top = stack.at(-1);
+      let next = end + 1;
+      while (text[next] === ' ' || text[next] === '\t' || text[next] === '\n' || text[next] === '\r')
+        next += 1;
+      if (top?.keys !== undefined && text[next] === ':') {
+        const key = JSON.parse(text.slice(i, end + 1)) as string;
+        if (top.keys.has(key)) return [...stack.slice(0, -1).map((frame) => frame.at!), key];
+        top.keys.add(key);
+        top.at = key;
+      }
+      i = end;
+    }
+  }
+  return undefined;
+}

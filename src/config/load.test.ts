@@ -134,6 +134,42 @@ describe('loadConfigFile', () => {
     );
   });
 
+  it.each([
+    ['a top-level key', '{"deviceId": "dvc_1", "rootDir": "/srv/a", "deviceId": "dvc_2"}', 'deviceId'],
+    [
+      'a nested key',
+      '{"server": {"baseUrl": "https://a.example", "baseUrl": "https://b.example"}}',
+      'server.baseUrl',
+    ],
+    [
+      'a key inside an array item',
+      '{"hooks": [{"match": "a", "run": ["x"]}, {"match": "b", "\\u006datch": "c"}]}',
+      'hooks[1].match',
+    ],
+  ])(
+    'refuses %s given twice, naming it: JSON.parse would silently keep the last',
+    async (_name, text, field) => {
+      const { fs } = memfs({ '/etc/c.json': text });
+      const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
+      expect(error.message).toBe(
+        `config /etc/c.json: ${field}: appears twice in one object: remove one (JSON keeps the last)`,
+      );
+    },
+  );
+
+  it('accepts the same key in different objects, and strings that look like keys', async () => {
+    const text = JSON.stringify({
+      ...JSON.parse(CONFIG_JSON),
+      hooks: [
+        { match: 'a', run: ['x', '"match":'] },
+        { match: 'b', run: ['y'] },
+      ],
+      files: { rules: [{ match: 'a', mode: '0600' }] },
+    });
+    const { fs } = memfs({ '/etc/c.json': text });
+    expect((await loadConfigFile(fs, '/etc/c.json')).hooks).toHaveLength(2);
+  });
+
   it('rejects a valid JSON value that is not an object', async () => {
     const { fs } = memfs({ '/etc/c.json': '"hello"' });
     const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);

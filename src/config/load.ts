@@ -6,7 +6,7 @@ import { errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
-import { jsonSyntaxErrorOffset, lineAndColumn } from './json-position.js';
+import { firstDuplicateKey, jsonSyntaxErrorOffset, lineAndColumn } from './json-position.js';
 import { assertOwnPathsOutsideRoot, type OwnPathsPort, ownPaths } from './own-paths.js';
 import { type AgentConfig, AgentConfigSchema, DEFAULT_CONFIG_PATH, describeType } from './schema.js';
 
@@ -59,6 +59,15 @@ export async function loadConfigFile(fs: FsPort, configPath: string): Promise<Ag
     json = JSON.parse(text);
   } catch (error) {
     throw new ConfigError(configPath, [{ path: '', message: describeJsonError(text, error) }]);
+  }
+  const duplicate = firstDuplicateKey(text);
+  if (duplicate !== undefined) {
+    throw new ConfigError(configPath, [
+      {
+        path: formatFieldPath(duplicate),
+        message: 'appears twice in one object: remove one (JSON keeps the last)',
+      },
+    ]);
   }
   return parseAgentConfig(json, configPath);
 }
