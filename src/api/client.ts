@@ -24,7 +24,7 @@ import {
   ResponseTooLargeError,
   TimeoutError,
 } from './errors.js';
-import { JsonTextError, parseJson, splitListBody } from './json.js';
+import { isUsableInstanceId, JsonTextError, parseJson, splitListBody } from './json.js';
 import { type ConfigInstancePage, judgeConfigInstance, ListHead, notUtf8 } from './list-page.js';
 import { chooseProxy, type ProxySettings } from './proxy.js';
 import {
@@ -222,6 +222,8 @@ function encodeId(kind: string, id: string): string {
     throw new InvalidArgumentError(`${kind} id must be a non-empty string`);
   // Dot segments would be collapsed by any URL normaliser on the way and reach a different route.
   if (id === '.' || id === '..') return id.replaceAll('.', '%2E');
+  if (!isUsableInstanceId(id))
+    throw new InvalidArgumentError(`${kind} id holds a lone surrogate: no URL can carry it`);
   return encodeURIComponent(id);
 }
 

@@ -143,6 +143,8 @@ export function isRetryableError(e: unknown): boolean {
  * that breaks the schema, a malformed answer) is this report's own failure: skip it.
  */
 export function deliveryVerdict(error: unknown): DeliveryVerdict {
+  // Refused before it was sent, for good (an id no URL can carry): kept, it would block convergence forever.
+  if (error instanceof InvalidArgumentError) return 'drop';
   if (error instanceof HttpStatusError) {
     const verdict = deliveryVerdictForStatus(error.status);
     return verdict === 'delivered' ? 'skip' : verdict;

@@ -106,6 +106,18 @@ describe('deliverReports: the delivery it returns', () => {
     expect(await queuedOnDisk()).toEqual([]);
   });
 
+  it('a report no request can carry (an id with a lone surrogate, queued by an older agent) is dropped, not kept forever', async () => {
+    put('cfg_a');
+    const ctx = await context(['cfg_\uD800', 'cfg_a']);
+
+    const delivery = await deliverReports(ctx);
+
+    // Kept, it was tried and skipped on every pass, and the device never converged again.
+    expect(delivery).toMatchObject({ delivered: 1, rejected: 1 });
+    expect(received()).toEqual(['cfg_a']);
+    expect(await queuedOnDisk()).toEqual([]);
+  });
+
   it('an outage (503) defers delivery: the error is returned and every report stays queued on disk', async () => {
     put('cfg_a');
     server.state.addFault({ match: '^/v1/config_instances/', count: 10, status: 503 });
