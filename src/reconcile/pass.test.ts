@@ -281,6 +281,26 @@ describe("runPass: the agent's own resource trouble", () => {
   );
 });
 
+describe('runPass: the root removed under a running agent', () => {
+  it('is made again, as start-up makes it: every file is written back, no instance is failed', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+    put({ id: 'cfg_b', content: { v: 2 } });
+    await pass();
+    // A local clean-up script removes the whole tree while the daemon runs.
+    await rm(world.rootDir, { recursive: true });
+
+    const result = await pass();
+
+    expect(result.converged).toBe(true);
+    expect(await fileAt('app/a.json')).toBe(json({ v: 1 }));
+    expect(await fileAt('cfg_b.json')).toBe(json({ v: 2 }));
+    expect((await stat(world.rootDir)).mode & 0o777).toBe(0o750);
+    // Each write failed with the root's ENOENT before: an attempt each, `retrying` reported, then `failed`
+    // for good once retry.maxAttempts passed, and a failed instance is never touched again.
+    expect(reportsReceived().filter((r) => !r.endsWith('deployed/none'))).toEqual([]);
+  });
+});
+
 describe('runPass: target removed or created', () => {
   it('recorded as ours: the file is removed and `removed` reported', async () => {
     put({ id: 'cfg_a', relative_filepath: 'dir/a.json' });

@@ -5,6 +5,7 @@ import type { RequestRetryOptions } from '../api/retry.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+import { remakeMissingRoot } from '../store/durable-writer.js';
 import type { StateDir } from '../store/state-dir.js';
 import { type ApplyContext, applySteps } from './apply.js';
 import { observeDisk } from './observe.js';
@@ -63,6 +64,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   if (result.dryRun) return finish();
   dropElapsedCooldowns(state, pulled.instances, deps.clock.monotonic());
 
+  if (result.steps.some((step) => step.kind === 'write')) await remakeRoot(ctx);
   const recording = recordContext(ctx);
   await applySteps(result.steps, applyContext(ctx, signal), (applied) =>
     result.outcomes.push(...recordStep(applied, recording)),
@@ -84,6 +86,20 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   }
   if (outbox.size > 0) await report(ctx, result, signal);
   return finish();
+}
+
+/** A root removed since start-up is made again before writing into it (a failure is left to the writes). */
+async function remakeRoot(ctx: PassContext): Promise<void> {
+  const { rootDir, dirMode } = ctx.settings;
+  try {
+    if (await remakeMissingRoot(ctx.deps.fs, rootDir, dirMode))
+      ctx.logger.warn({ rootDir }, 'rootDir was removed while the agent ran: made again');
+  } catch (error) {
+    ctx.logger.warn(
+      { err: error, rootDir },
+      'rootDir was removed while the agent ran and could not be made again',
+    );
+  }
 }
 
 function pullContext(

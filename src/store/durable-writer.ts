@@ -505,6 +505,33 @@ async function pruneDirectories(fs: FsPort, root: string, pruneDirs: readonly st
 }
 
 /**
+ * Makes `rootDir` again when it is missing (its parent still there), as start-up does: mode `dirMode`, its entry
+ * fsynced in its parent. A root removed under a running agent (a clean-up script) would otherwise fail every
+ * write of every instance, each failure an attempt, until the service held them all `failed` for good. True
+ * when it made the root; anything else (a dangling symlink, a missing parent, a failure) is left for the writes
+ * to meet and name.
+ */
+export async function remakeMissingRoot(fs: FsPort, rootDir: string, dirMode: number): Promise<boolean> {
+  assertMode(dirMode, 'dirMode');
+  const root = path.resolve(rootDir);
+  try {
+    await fs.stat(root);
+    return false;
+  } catch (error) {
+    if (errnoCode(error) !== 'ENOENT') return false;
+  }
+  try {
+    await fs.mkdir(root, { mode: dirMode });
+  } catch {
+    return false;
+  }
+  await step('chmod directory', '', () => fs.chmod(root, dirMode));
+  await fsyncDirectory(fs, path.dirname(root), '');
+  return true;
+}
+
+/**
+ * Deletes temp files left by a crash/**
  * Deletes temp files left by a crash (regular files whose name starts with TEMP_PREFIX) anywhere under the
  * root, never following symlinks, and returns their relative paths. Run it at start, before the first publish.
  */
