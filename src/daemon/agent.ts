@@ -390,6 +390,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
           this.#c.metrics.recordDriftDetected(paths.length);
           this.#c.metrics.recordDriftRepair(paths.length);
         },
+        fileMeta: (relative) => this.#c.runner.fileMeta?.(relative),
       },
       onDrift: (paths) => {
         this.#c.metrics.recordDriftDetected(paths.length);

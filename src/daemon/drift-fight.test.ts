@@ -66,7 +66,7 @@ function requests(): number {
   return server.state.statsSnapshot().total;
 }
 
-async function setUp(options: { cached: boolean }) {
+async function setUp(options: { cached: boolean; gid?: number }) {
   const clock = fakeClock();
   const rootDir = path.join(dir, 'root');
   const stateDir = path.join(dir, 'state');
@@ -99,6 +99,8 @@ async function setUp(options: { cached: boolean }) {
       dirMode: 0o755,
       retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
       requestRetries: 0,
+      // files.rules giving every file a group of its own.
+      ...(options.gid === undefined ? {} : { fileMeta: () => ({ mode: 0o640, gid: options.gid ?? 0 }) }),
     },
     client,
   );
@@ -125,6 +127,7 @@ async function setUp(options: { cached: boolean }) {
       minHoldOffMs: 1_000,
       maxHoldOffMs: POLL_MS,
       onRestored: (paths) => restored.push(...paths),
+      fileMeta: (relative) => reconciler.fileMeta(relative),
     },
     debounceMs: 1,
   });
@@ -188,6 +191,27 @@ describe('a drift fight', () => {
     expect(restored).toEqual([FILE, FILE]);
     expect(requests()).toBe(before);
   });
+
+  it.skipIf(process.getuid?.() !== 0)(
+    "a file of a files.rules group is restored in that group, not the agent's (root only: chown to any gid)",
+    async () => {
+      // A gid no account uses: the readers of the file (nginx, say) are in it, and the mode is 0640.
+      const { target, restored } = await setUp({ cached: true, gid: 4242 });
+      expect((await nodeFs.stat(target)).gid).toBe(4242);
+      // An editor saves the file as a new inode in its own group.
+      await writeFile(`${target}.new`, '{"edited": true}\n');
+      await nodeFs.chown(`${target}.new`, 0, 0);
+      await nodeFs.rename(`${target}.new`, target);
+      watcher.noticeChange(target);
+      await watcher.judgeNow();
+
+      expect(restored).toEqual([FILE]);
+      expect(await readFile(target, 'utf8')).toBe(BYTES);
+      const stats = await nodeFs.stat(target);
+      // Restored in the agent's group, the file was unreadable to its readers until the next full pass.
+      expect({ gid: stats.gid, mode: stats.mode & 0o777 }).toEqual({ gid: 4242, mode: 0o640 });
+    },
+  );
 
   it('without cached bytes the first repair is a pass (which caches them); every later one is local', async () => {
     const { restored, repairPasses, tamper } = await setUp({ cached: false });

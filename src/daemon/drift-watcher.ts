@@ -35,6 +35,8 @@ export interface LocalRestore {
   maxHoldOffMs: number;
   /** The paths written back (for the repairs metric). */
   onRestored: (paths: string[]) => void;
+  /** The group `files.rules` give a path: a restored file gets it, as a pass's write does. */
+  fileMeta?: (path: string) => { gid: number } | undefined;
 }
 
 export interface DriftWatcherOptions {
@@ -225,11 +227,14 @@ export class DriftWatcher {
             needPass.push(relative);
             continue;
           }
+          const gid = restore.fileMeta?.(relative)?.gid;
           const result = await publishFile(fs, {
             rootDir,
             relativePath: relative,
             data,
             mode: managed.mode,
+            // A new inode gets the agent's group: without the rule's group, the file's readers lost it.
+            ...(gid === undefined ? {} : { gid }),
             dirMode: restore.dirMode,
           });
           if (result.outcome !== 'unchanged') restored.push(relative);

@@ -114,6 +114,11 @@ export interface PassRunner {
   pendingHookPaths(): string[];
   /** The hooks for `paths` ran (or failed and were logged): forget them; persisted with the next save. */
   settleHookPaths(paths: readonly string[]): void;
+  /**
+   * The mode and group `files.rules` give `path`, when rules apply (a local restore must put a file back with
+   * the group a pass gives it).
+   */
+  fileMeta?(path: string): { mode: number; gid: number } | undefined;
   /** Makes state and queued reports durable (after a pass and at shutdown). */
   flushState(): Promise<void>;
   /** Releases the state directory; the runner must not be used afterwards. */

@@ -84,6 +84,10 @@ export class Reconciler implements PassRunner {
     return earliest;
   }
 
+  fileMeta(path: string): { mode: number; gid: number } | undefined {
+    return this.#ctx.settings.fileMeta?.(path);
+  }
+
   flushState(): Promise<void> {
     return this.#ctx.dir.persist();
   }
