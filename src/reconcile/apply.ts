@@ -323,6 +323,8 @@ async function restoreDisplaced(
         relativePath: remove.path,
         data: previous.data,
         mode: previous.mode,
+        // A new inode: without it the file would change hands to the agent's group, away from its readers.
+        gid: previous.gid,
         dirMode: ctx.dirMode,
       });
       ctx.logger.warn(

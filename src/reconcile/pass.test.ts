@@ -301,6 +301,28 @@ describe('runPass: the root removed under a running agent', () => {
   });
 });
 
+describe('runPass: a failed swap', () => {
+  it.skipIf(process.getuid?.() !== 0)(
+    "puts the old file back in the group it had, not the agent's (root only: chown to any gid)",
+    async () => {
+      put({ id: 'cfg_a', relative_filepath: 'conf/a.json', config_schema_id: 'sch_s', content: { v: 'a' } });
+      await pass();
+      // files.rules gave it the group of its readers (a gid no account uses), mode 0640.
+      await nodeFs.chown(path.join(world.rootDir, 'conf/a.json'), 0, 4242);
+      world.server.state.removeInstance('cfg_a', T0);
+      put({ id: 'cfg_b', relative_filepath: 'conf/b.json', config_schema_id: 'sch_s', content: { v: 'b' } });
+      world.fs.failRenameTo = (target) => target.endsWith('conf/b.json');
+
+      await pass();
+
+      expect(await fileAt('conf/a.json')).toBe(json({ v: 'a' }));
+      // Rolled back as a new inode in the agent's group, it was unreadable to the group that reads it.
+      const stats = await stat(path.join(world.rootDir, 'conf/a.json'));
+      expect({ gid: stats.gid, mode: stats.mode & 0o777 }).toEqual({ gid: 4242, mode: 0o640 });
+    },
+  );
+});
+
 describe('runPass: target removed or created', () => {
   it('recorded as ours: the file is removed and `removed` reported', async () => {
     put({ id: 'cfg_a', relative_filepath: 'dir/a.json' });
