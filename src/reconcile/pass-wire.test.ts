@@ -215,6 +215,24 @@ describe('one bad item never blocks the others', () => {
     expect(second.converged).toBe(true);
   });
 
+  it('a path that fits alone but not under rootDir fails at once, naming why; the others are written', async () => {
+    // 4,060 bytes: valid as a relative path (at most 4095), over PATH_MAX once rootDir is in front of it.
+    const long = `${Array.from({ length: 20 }, () => 'd'.repeat(200)).join('/')}/${'f'.repeat(54)}.json`;
+    put({ id: 'cfg_long', relative_filepath: long });
+    put({ id: 'cfg_b' });
+
+    const result = await pass();
+
+    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    expect(await exists('d'.repeat(200))).toBe(false);
+    // Not `retrying` with ENAMETOOLONG, attempt after attempt for hours, before `failed` anyway.
+    expect(reports().sort()).toEqual(['cfg_b deployed/none', 'cfg_long queued/failed']);
+    expect(server.state.reports.find((r) => r.config_instance_id === 'cfg_long')?.message).toMatch(
+      /is too long under rootDir/,
+    );
+    expect(result.converged).toBe(false);
+  });
+
   it('large configs sync: pages shrink; only the instance too large alone is reported failed, by id', async () => {
     await open(64 * 1024);
     for (let i = 0; i < 20; i++)

@@ -13,6 +13,7 @@ export type PathRule =
   | 'empty_segment'
   | 'segment_too_long'
   | 'path_too_long'
+  | 'too_long_under_root'
   | 'reserved_prefix'
   | 'crosses_symlink'
   | 'not_a_directory'
@@ -30,6 +31,7 @@ const RULE_TEXT: Record<PathRule, string> = {
   empty_segment: 'contains an empty segment ("//" or a trailing "/")',
   segment_too_long: 'has a segment longer than 255 bytes (UTF-8)',
   path_too_long: 'is longer than 4095 bytes (UTF-8)',
+  too_long_under_root: 'is too long under rootDir: with it, the file (or its temp file) passes 4095 bytes',
   reserved_prefix: 'has a segment starting with the reserved temp-file prefix',
   crosses_symlink: 'crosses a symlink',
   not_a_directory: 'has a parent component that exists but is not a directory',

@@ -8,6 +8,9 @@ import { DiskError, PathRejectedError } from './errors.js';
 /** Prefix of the writer's temp files; reserved so the sweep can never delete a file the server asked for. */
 export const TEMP_PREFIX = '.config-agent.tmp-';
 
+/** The writer's temp file names: the prefix and 12 random bytes in hex (durable-writer.ts). */
+export const TEMP_NAME_BYTES = TEMP_PREFIX.length + 24;
+
 /** NAME_MAX on Linux filesystems. */
 export const MAX_SEGMENT_BYTES = 255;
 /** PATH_MAX (4096) minus the terminating NUL. */
@@ -171,6 +174,7 @@ export async function inspectPath(
 ): Promise<PathInspection> {
   validateRelativePath(relativePath);
   const root = verified === undefined ? await checkRoot(fs, rootDir) : await verified.root(fs, rootDir);
+  assertFitsUnderRoot(root, relativePath);
   const segments = relativePath.split('/');
   let current = root;
   let relative = '';
@@ -199,6 +203,20 @@ export async function inspectPath(
   const absolute = path.join(root, relativePath);
   const final = await lstatOrUndefined(fs, absolute, relativePath);
   return { root, absolute, segments, existingParents, final, stableParent: verified?.has(relative) ?? false };
+}
+
+/**
+ * The kernel refuses a path over PATH_MAX with ENAMETOOLONG: a path that fits alone may not once the root is in
+ * front of it, nor its temp file beside it. That never changes while the root stays, so it is a rule broken
+ * (the instance fails at once), not a disk error retried for hours before it fails anyway.
+ */
+function assertFitsUnderRoot(root: string, relativePath: string): void {
+  const absolute = path.join(root, relativePath);
+  const temp = Buffer.byteLength(path.dirname(absolute)) + 1 + TEMP_NAME_BYTES;
+  const longest = Math.max(Buffer.byteLength(absolute), temp);
+  if (longest > MAX_PATH_BYTES) {
+    throw new PathRejectedError('too_long_under_root', relativePath, `${longest} bytes`);
+  }
 }
 
 /** Throws PathRejectedError unless `stats` (the final path's lstat, if it exists) is a regular file. */
