@@ -137,6 +137,15 @@ describe('one bad item never blocks the others', () => {
         .filter((r) => r.startsWith('cfg_a ')),
     ).toEqual([]);
     expect(result.error).toBeUndefined();
+    // Nothing can be said of the skipped instances: the pass has not converged (--once exited 0).
+    expect(result.outcomes.filter((o) => !o.converged)).toContainEqual({
+      instanceId: 'cfg_a',
+      path: 'cfg_a.json',
+      action: 'untouched',
+      converged: false,
+      message: 'left alone: its target_status "superseded" is not a value this agent knows',
+    });
+    expect(result.converged).toBe(false);
   });
 
   it("an invalid or unknown-status item of another device is not this device's: never reported, never protects a path", async () => {
