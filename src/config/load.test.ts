@@ -170,6 +170,14 @@ describe('loadConfigFile', () => {
     expect((await loadConfigFile(fs, '/etc/c.json')).hooks).toHaveLength(2);
   });
 
+  it('shows an unknown key holding control or format characters quoted and escaped, never raw', async () => {
+    const text = JSON.stringify({ deviceId: 'dvc_1', '\u001b[2Jred\nforged: line\u202e': 1 });
+    const { fs } = memfs({ '/etc/c.json': text });
+    const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
+    expect(error.message).toContain('"\\u001b[2Jred\\nforged: line\\u202e": unknown key');
+    for (const raw of ['\u001b', '\n', '\u202e']) expect(error.message.includes(raw)).toBe(false);
+  });
+
   it('rejects a valid JSON value that is not an object', async () => {
     const { fs } = memfs({ '/etc/c.json': '"hello"' });
     const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);

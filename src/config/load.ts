@@ -64,7 +64,7 @@ export async function loadConfigFile(fs: FsPort, configPath: string): Promise<Ag
   if (duplicate !== undefined) {
     throw new ConfigError(configPath, [
       {
-        path: formatFieldPath(duplicate),
+        path: formatFieldPath(duplicate.map((key) => (typeof key === 'string' ? shownKey(key) : key))),
         message: 'appears twice in one object: remove one (JSON keeps the last)',
       },
     ]);
@@ -409,10 +409,25 @@ function toConfigIssues(issue: z.core.$ZodIssue): ConfigIssue[] {
   return issue.keys.map((key) => {
     const suggestion = closestKey(key, known);
     return {
-      path: formatFieldPath([...issue.path, key]),
+      path: formatFieldPath([...issue.path, shownKey(key)]),
       message: suggestion === undefined ? 'unknown key' : `unknown key (did you mean "${suggestion}"?)`,
     };
   });
+}
+
+const UNSAFE_KEY_CHARS = /[\p{Cc}\p{Cf}\p{Cs}\u2028\u2029]/u;
+
+/**
+ * An unknown key is text from the file, printed to a terminal and the journal: with a control or format
+ * character it is shown quoted and escaped (an escape sequence or a newline in a key drove the terminal or
+ * forged a line).
+ */
+function shownKey(key: string): string {
+  if (!UNSAFE_KEY_CHARS.test(key)) return key;
+  return JSON.stringify(key).replace(
+    /[\p{Cf}\u2028\u2029]/gu,
+    (char) => `\\u${(char.codePointAt(0) ?? 0).toString(16).padStart(4, '0')}`,
+  );
 }
 
 /** The keys the schema allows in the object at `at`, found by walking the schema's definitions. */
