@@ -47,6 +47,9 @@ const AMBIGUOUS = [
   ...['.5', '-.5', '1.', '1.5', '1e5', '1E+5', '1.0e-3', '6.8523015e+5', '685_230.15', '+12', '-0', '0'],
   ...['.inf', '-.Inf', '+.INF', '.nan', '.NaN', '2001-12-14', '2001-12-14t21:59:43.10-05:00'],
   ...['2001-12-14 21:59:43.10 -5', '2002-12-14', ':symbol', '12345678901234567891'],
+  // Each part the patterns above make optional or repeatable, taken away or repeated once.
+  ...['2001-12-14 21:59:43', '2001-12-14  21:59:43', '2001-12-14T21:59:43Z', '1:2', '1:20.55', '.55'],
+  ...['1e10', '-1.5e-10', '0x1f_ff', '+.nan'],
 ];
 const ORDINARY = [
   'hello',
@@ -59,6 +62,8 @@ const ORDINARY = [
   '1st',
   'v1.2.3',
   'a:b',
+  // An ambiguous form with something before or after it is an ordinary string.
+  ...['x.inf', '.infinity', 'x1:20', '1:20x', '2001-12-14x', 'x2001-12-14', '1e', 'x.5', 'yes!'],
 ];
 
 describe('JSON output', () => {
