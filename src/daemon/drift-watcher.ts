@@ -6,7 +6,7 @@ import type { Clock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
-import { publishFile, readRegularFile } from '../store/durable-writer.js';
+import { hashRegularFile, publishFile } from '../store/durable-writer.js';
 import { lstatOrUndefined, TEMP_PREFIX } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
 
@@ -139,7 +139,7 @@ export class DriftWatcher {
     for (const relative of candidates) {
       const managed = this.#options.managedFiles().get(relative);
       if (managed === undefined) continue;
-      const current = await readRegularFile(this.#options.fs, this.#options.rootDir, relative).catch(
+      const current = await hashRegularFile(this.#options.fs, this.#options.rootDir, relative).catch(
         () => null,
       );
       if (

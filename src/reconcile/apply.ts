@@ -5,6 +5,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import type { ContentCache } from '../store/content-cache.js';
 import {
+  hashRegularFile,
   publishFile,
   type RegularFile,
   readRegularFile,
@@ -284,11 +285,19 @@ async function removeFile(
   const owned = ctx.files.get(step.path);
   try {
     // A symlink or other non-regular file at the path is judged (and refused) by the remover below.
-    const current = await readRegularFile(ctx.fs, ctx.rootDir, step.path).catch((error: unknown) => {
+    const unlessRejected = (error: unknown) => {
       if (error instanceof PathRejectedError) return undefined;
       throw error;
-    });
-    if (current !== undefined && owned !== undefined && current.sha256 !== owned.sha256) {
+    };
+    // Hashed in chunks first: a file someone replaced (with gigabytes, say) is never read whole, only one that
+    // is still ours, whose bytes a failed swap puts back.
+    const hashed = await hashRegularFile(ctx.fs, ctx.rootDir, step.path).catch(unlessRejected);
+    const changed = (file: { sha256: string } | undefined) =>
+      file !== undefined && owned !== undefined && file.sha256 !== owned.sha256;
+    const current = changed(hashed)
+      ? undefined
+      : await readRegularFile(ctx.fs, ctx.rootDir, step.path).catch(unlessRejected);
+    if (changed(hashed) || changed(current)) {
       // Someone changed the file since we wrote it (an operator's edit kept under drift "report", another
       // tool): it is no longer what we wrote, so it is not ours to delete.
       const message = 'file left in place: changed by someone else since this agent wrote it';

@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { ConfigInstance } from '../api/schemas.js';
 import { errorMessage } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
-import { readRegularFile } from '../store/durable-writer.js';
+import { hashRegularFile } from '../store/durable-writer.js';
 import { DiskError, PathRejectedError } from '../store/errors.js';
 import { type FileFingerprints, identityOf, sameIdentity } from '../store/fingerprints.js';
 import { validateRelativePath } from '../store/path-guard.js';
@@ -54,7 +54,7 @@ export async function observeDisk(
 
 export async function observePath(fs: FsPort, rootDir: string, relative: string): Promise<DiskObservation> {
   try {
-    const file = await readRegularFile(fs, rootDir, relative);
+    const file = await hashRegularFile(fs, rootDir, relative);
     return file === undefined
       ? { kind: 'absent' }
       : { kind: 'file', sha256: file.sha256, mode: file.mode, gid: file.gid };

@@ -1,7 +1,7 @@
 // runPass in-process against the mock service on loopback and a real temp dir: one test per rule of the pass.
 
 import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -321,6 +321,53 @@ describe('runPass: a failed swap', () => {
       expect({ gid: stats.gid, mode: stats.mode & 0o777 }).toEqual({ gid: 4242, mode: 0o640 });
     },
   );
+});
+
+describe('runPass: a huge file planted at a managed path', () => {
+  /** The most bytes of a file any one read handed the agent: what observing a file costs in memory. */
+  function meterReads(): () => number {
+    let largest = 0;
+    const open = world.fs.open;
+    world.fs.open = (async (...args: Parameters<typeof nodeFs.open>) => {
+      const handle = await open(...args);
+      const readFile = handle.readFile.bind(handle);
+      const read = handle.read.bind(handle);
+      return Object.assign(handle, {
+        readFile: async (...rest: unknown[]) => {
+          const data = await (readFile as (...a: unknown[]) => Promise<Buffer | string>)(...rest);
+          largest = Math.max(largest, data.length);
+          return data;
+        },
+        read: async (...rest: unknown[]) => {
+          const result = await (read as (...a: unknown[]) => Promise<{ bytesRead: number }>)(...rest);
+          largest = Math.max(largest, result.bytesRead);
+          return result;
+        },
+      });
+    }) as typeof nodeFs.open;
+    return () => largest;
+  }
+
+  it('is hashed a chunk at a time, never held whole, and repaired (a retired one kept)', async () => {
+    put({ id: 'cfg_a', content: { v: 1 } });
+    put({ id: 'cfg_b', content: { v: 2 } });
+    await pass();
+    // A local user replaces both with sparse files of 64 MiB (gigabytes cost no more to make): read whole, each
+    // was allocated in full, on every pass, until a small device killed the agent for it.
+    for (const name of ['cfg_a.json', 'cfg_b.json']) {
+      await writeFile(path.join(world.rootDir, name), '');
+      await truncate(path.join(world.rootDir, name), 64 * 1024 * 1024);
+    }
+    world.server.state.removeInstance('cfg_b', T0);
+    const largestRead = meterReads();
+
+    const result = await pass();
+
+    expect(await fileAt('cfg_a.json')).toBe(json({ v: 1 }));
+    expect((await stat(path.join(world.rootDir, 'cfg_b.json'))).size).toBe(64 * 1024 * 1024);
+    expect(result.outcomes.find((o) => o.instanceId === 'cfg_b')?.message).toMatch(/changed by someone else/);
+    expect(largestRead()).toBeLessThanOrEqual(1024 * 1024);
+  });
 });
 
 describe('runPass: target removed or created', () => {

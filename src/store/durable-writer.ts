@@ -1,5 +1,5 @@
 // Crash-safe publishing and removal of files under a root: temp file + fsync + rename + directory fsync.
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { constants, type Stats } from 'node:fs';
 import path from 'node:path';
 import { AgentError, errnoCode } from '../lib/errors.js';
@@ -231,7 +231,45 @@ export async function readRegularFile(
   return readNoFollow(fs, inspection.absolute, relativePath);
 }
 
+/** Bytes read at a time when only a file's hash is wanted. */
+const HASH_CHUNK_BYTES = 256 * 1024;
+
 /**
+ * The sha256, permission bits and group of a regular file under the root (what readRegularFile gives, without
+ * the bytes), read a chunk at a time: memory stays flat whatever the file's size. A local user can put a sparse
+ * file of gigabytes at a managed path; read whole, the agent allocated all of it on every pass (1.5 GB: 1.6 GB
+ * resident), enough to be killed for it on a small device, again after every restart.
+ */
+export async function hashRegularFile(
+  fs: FsPort,
+  rootDir: string,
+  relativePath: string,
+): Promise<Omit<RegularFile, 'data'> | undefined> {
+  const inspection = await inspectPath(fs, rootDir, relativePath);
+  assertRegularOrAbsent(inspection.final, relativePath);
+  if (inspection.final === undefined) return undefined;
+  const opened = await openRegularNoFollow(fs, inspection.absolute, relativePath);
+  if (opened === undefined) return undefined;
+  const { handle, stats } = opened;
+  try {
+    const hash = createHash('sha256');
+    // One read past the size sees the end: a small file costs what readFile costs.
+    const buffer = Buffer.allocUnsafe(Math.min(HASH_CHUNK_BYTES, stats.size + 1));
+    for (;;) {
+      const { bytesRead } = await step('read', relativePath, () =>
+        handle.read(buffer, 0, buffer.length, null),
+      );
+      if (bytesRead === 0) break;
+      hash.update(buffer.subarray(0, bytesRead));
+    }
+    return { sha256: hash.digest('hex'), mode: stats.mode & PERMISSION_BITS, gid: stats.gid };
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
+/**
+ * Creates the missing parents of the target one by one/**
  * Creates the missing parents of the target one by one, recording each one this call made. Each directory is
  * then opened with O_NOFOLLOW|O_DIRECTORY: a symlink that raced in is caught there, and the chmod goes through
  * the handle, so it lands on the directory just checked and not on whatever a path lookup would find later.
