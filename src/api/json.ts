@@ -315,12 +315,20 @@ const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 
 /**
  * An instance id the agent can use: it names the instance's record, its file's owner and its report (PATCH
- * /config_instances/{id}), so it must not be empty nor hold a lone surrogate (encodeURIComponent throws on one,
- * and a report that can never be sent is never dropped either).
+ * /config_instances/{id}), so it must not be empty, longer than MAX_INSTANCE_ID_LENGTH, nor hold a lone surrogate
+ * (encodeURIComponent throws on one, and a report that can never be sent is never dropped either).
  */
 export function isUsableInstanceId(id: unknown): id is string {
-  return typeof id === 'string' && id !== '' && !LONE_SURROGATE.test(id);
+  return (
+    typeof id === 'string' && id !== '' && id.length <= MAX_INSTANCE_ID_LENGTH && !LONE_SURROGATE.test(id)
+  );
 }
+
+/**
+ * Ids are tens of characters; a megabyte one would be kept in state.json and sent in every report's URL, which
+ * servers refuse (414), and a report refused that way stays queued: such an item is invalid instead.
+ */
+export const MAX_INSTANCE_ID_LENGTH = 512;
 
 /**
  * The string value of key `id` of the first object at `depth` (1: `text` is the item; 3: `text` is a list body,

@@ -1,6 +1,6 @@
 // Wire shapes of the service (spec/interface.md), one zod schema each, shared by the client and the mock.
 import * as z from 'zod';
-import { isLosslessNumber, isUsableInstanceId, type LosslessNumber } from './json.js';
+import { isLosslessNumber, isUsableInstanceId, type LosslessNumber, MAX_INSTANCE_ID_LENGTH } from './json.js';
 
 export { isUsableInstanceId };
 
@@ -201,8 +201,9 @@ export const ConfigInstance = z.object({
   id: z
     .string()
     .min(1)
+    .max(MAX_INSTANCE_ID_LENGTH)
     // The empty id is min(1)'s to name.
-    .refine((id) => id === '' || isUsableInstanceId(id), {
+    .refine((id) => id === '' || id.length > MAX_INSTANCE_ID_LENGTH || isUsableInstanceId(id), {
       message: 'holds a lone surrogate (no URL can carry it)',
     }),
   target_status: ConfigInstanceTargetStatus,

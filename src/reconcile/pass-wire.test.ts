@@ -242,6 +242,28 @@ describe('one bad item never blocks the others', () => {
     expect(result.converged).toBe(false);
   });
 
+  it('an id longer than 512 characters is invalid: nothing recorded under it, no report no server would take', async () => {
+    put({ id: 'cfg_a' });
+    put({ id: 'cfg_b' });
+    const huge = `cfg_${'x'.repeat(100_000)}`;
+    fault({
+      match: LIST,
+      count: 1,
+      mode: 'rewrite',
+      replace: [{ find: '"id":"cfg_a"', with: `"id":"${huge}"` }],
+    });
+    const first = await pass();
+    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    expect(first.converged).toBe(false);
+    // Kept, its report's URL (100 KB) was refused by every server (414) and stayed queued for good, and the id
+    // sat in state.json and the outbox. The service lists the id right again: the pass converges.
+    const second = await pass();
+    expect(await fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
+    expect(second.reports.pending).toBe(0);
+    expect(second.converged).toBe(true);
+    expect(await readFile(path.join(dir, 'state', 'state.json'), 'utf8')).not.toContain('xxxxxxxxxx');
+  });
+
   it('large configs sync: pages shrink; only the instance too large alone is reported failed, by id', async () => {
     await open(64 * 1024);
     for (let i = 0; i < 20; i++)
