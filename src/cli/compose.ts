@@ -13,6 +13,7 @@ import { createLogger } from '../lib/logger.js';
 import type { SecretRegistry } from '../lib/secrets.js';
 import type { ReconcilerSettings } from '../reconcile/pass-runner.js';
 import { Reconciler } from '../reconcile/reconcile.js';
+import { loadYaml } from '../reconcile/serialize.js';
 import { readRegularFile } from '../store/durable-writer.js';
 import type { RunningAgent } from './daemon.js';
 import { ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
@@ -237,8 +238,9 @@ export async function runAgent(
   const daemon = await import('./daemon.js');
   // Now, not at the first reload with files.rules: the shipped bundle splits into hashed chunks, and after an
   // upgrade replaced them a later import() would not find this version's (packaging/bundle.mjs). The daemon
-  // loads picomatch for its hooks anyway.
+  // loads picomatch for its hooks anyway. Likewise the yaml package, which `--once` loads only for a YAML path.
   await import('../config/file-rules.js');
+  await loadYaml();
   const reload = (running: RunningAgent<Reconciler>) =>
     running.reload(async (current) =>
       buildAgentComponents(

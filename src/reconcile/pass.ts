@@ -2,6 +2,7 @@
 import type { ServiceClient } from '../api/client.js';
 import { HttpStatusError } from '../api/errors.js';
 import type { RequestRetryOptions } from '../api/retry.js';
+import type { ConfigInstance } from '../api/schemas.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -21,6 +22,7 @@ import {
   recordStep,
 } from './record.js';
 import { deliverReports } from './report.js';
+import { formatForPath, loadYaml } from './serialize.js';
 import { FileSpill } from './spill.js';
 
 /** Everything a pass works with; `lastSeenUpdatedAt` lives as long as the reconciler (report echoes). */
@@ -125,11 +127,21 @@ function pullContext(
     clock: ctx.deps.clock,
     // Each instance is serialized as its page arrives and only the bytes are kept (plan.ts `withFile`), past a
     // budget in the content cache (spill.ts). A dry run writes nothing to the state directory: it holds them.
-    prepare: dryRun
-      ? withFile
-      : new FileSpill(ctx.dir.cache, ctx.logger, ctx.settings.inMemoryFileBytes).prepare,
+    prepare: yamlLoadedFirst(
+      dryRun ? withFile : new FileSpill(ctx.dir.cache, ctx.logger, ctx.settings.inMemoryFileBytes).prepare,
+    ),
     ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
   };
+}
+
+/** `prepare`, with the yaml package loaded before the first YAML path is serialized (serialize.ts `loadYaml`). */
+function yamlLoadedFirst(
+  prepare: (instance: ConfigInstance) => PlanInstance | Promise<PlanInstance>,
+): (instance: ConfigInstance) => PlanInstance | Promise<PlanInstance> {
+  return (instance) =>
+    formatForPath(instance.relative_filepath) === 'yaml'
+      ? loadYaml().then(() => prepare(instance))
+      : prepare(instance);
 }
 
 /** Ids listed but not usable (invalid or skipped items): still the service's instances. */

@@ -1,9 +1,12 @@
 import { spawnSync } from 'node:child_process';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { isLosslessNumber, parseJson } from '../api/json.js';
 import type { ConfigContent } from '../api/schemas.js';
-import { serializeContent, yamlMisreads, yamlNumberText } from './serialize.js';
+import { loadYaml, serializeContent, yamlMisreads, yamlNumberText } from './serialize.js';
+
+// YAML paths are serialized here directly, not through a pass, which loads the yaml package first.
+beforeAll(loadYaml);
 
 const content = (text: string) => parseJson(text) as ConfigContent;
 

@@ -1,11 +1,30 @@
 // Turns an instance's JSON content into the bytes of its file, chosen by the file's extension: numbers as the
 // service wrote them, and YAML that every common reader (YAML 1.1 and 1.2) reads back as the same content.
 import path from 'node:path';
-import { Document, type ScalarTag, visit } from 'yaml';
+import type { ScalarTag } from 'yaml';
 import { isLosslessNumber, LosslessNumber, stringifyJson } from '../api/json.js';
 import type { ConfigContent } from '../api/schemas.js';
 
 export type FileFormat = 'json' | 'yaml';
+
+type YamlModule = typeof import('yaml');
+
+/**
+ * The yaml package: ~260 KB of code that a device with only JSON files never needs, so it is not imported with
+ * this module (the bundle keeps it in a chunk of its own) but loaded by `loadYaml` before the first YAML path
+ * is serialized. Code, not state: every caller gets the same module, as with a static import.
+ */
+let yamlModule: YamlModule | undefined;
+
+/** Loads the yaml package for `serializeContent`; the pass awaits it before preparing a YAML path. */
+export async function loadYaml(): Promise<void> {
+  yamlModule ??= await import('yaml');
+}
+
+function loadedYaml(): YamlModule {
+  if (yamlModule === undefined) throw new Error('YAML content serialized before loadYaml() was awaited');
+  return yamlModule;
+}
 
 export function formatForPath(relativePath: string): FileFormat {
   const extension = path.posix.extname(relativePath).toLowerCase();
@@ -15,6 +34,7 @@ export function formatForPath(relativePath: string): FileFormat {
 /**
  * Deterministic for equal content, so identical content always compares byte-identical on disk. JSON output is
  * JSON.stringify's, except that a number is written as the text the service sent (`12345678901234567891`).
+ * A YAML path needs `loadYaml()` awaited first.
  */
 export function serializeContent(relativePath: string, content: ConfigContent): Buffer {
   if (formatForPath(relativePath) === 'yaml') return Buffer.from(yamlText(content), 'utf8');
@@ -95,6 +115,7 @@ function withExponentNumbersAsText(value: unknown): unknown {
 }
 
 function yamlText(content: ConfigContent): string {
+  const { Document, visit } = loadedYaml();
   const doc = new Document(withExponentNumbersAsText(content), { customTags: [losslessNumberTag] });
   visit(doc, {
     Scalar(_key, node) {
