@@ -264,6 +264,23 @@ describe('one bad item never blocks the others', () => {
     expect(await readFile(path.join(dir, 'state', 'state.json'), 'utf8')).not.toContain('xxxxxxxxxx');
   });
 
+  it('a refusal whose message is over 4096 characters is reported once, not again on every pass', async () => {
+    // Two instances at one long path: the refusal names the path and both ids, past what a report holds.
+    const long = Array.from({ length: 14 }, (_, i) => `${i}${'p'.repeat(220)}`).join('/');
+    const older = `cfg_old_${'o'.repeat(480)}`;
+    const newer = `cfg_new_${'n'.repeat(480)}`;
+    put({ id: older, relative_filepath: long, updated_at: '2026-01-01T00:00:00.000Z' });
+    put({ id: newer, relative_filepath: long, updated_at: '2026-01-02T00:00:00.000Z' });
+
+    await pass();
+    await pass();
+    await pass();
+
+    const refusals = reports().filter((r) => r.startsWith(`${older} `));
+    // The record kept the whole message, the report the cut one: they never matched, so it went out again.
+    expect(refusals).toEqual([`${older} queued/retrying`]);
+  });
+
   it('large configs sync: pages shrink; only the instance too large alone is reported failed, by id', async () => {
     await open(64 * 1024);
     for (let i = 0; i < 20; i++)

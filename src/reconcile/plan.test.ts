@@ -628,10 +628,12 @@ describe('planSteps: two instances targeting deployed at one path', () => {
   it.each(['x', 'xx'])(
     'a refusal naming ids longer than a report holds is cut on a character, never inside a surrogate pair (prefix %s)',
     (prefix) => {
-      // Ids come from the service; one of the two prefixes puts the cut of the message inside a pair.
-      const id = (tag: string) => `${prefix}_${tag}_${'\u{1F600}'.repeat(2100)}`;
-      const loser = makeInstance({ id: id('old'), updated_at: '2026-01-01T10:00:00Z' });
-      const winner = makeInstance({ id: id('new'), updated_at: '2026-01-01T11:00:00Z' });
+      // Ids come from the service (up to 512 characters); with a long path in front of them, one of the two
+      // prefixes puts the cut of the message inside a pair.
+      const id = (tag: string) => `${prefix}_${tag}_${'\u{1F600}'.repeat(250)}`;
+      const relative_filepath = Array.from({ length: 15 }, () => 'p'.repeat(250)).join('/');
+      const loser = makeInstance({ id: id('old'), relative_filepath, updated_at: '2026-01-01T10:00:00Z' });
+      const winner = makeInstance({ id: id('new'), relative_filepath, updated_at: '2026-01-01T11:00:00Z' });
       const step = onlyStepFor(plan([loser, winner]), loser.id);
       if (step.kind !== 'refuse') throw new Error(`expected a refusal, got ${step.kind}`);
       const { message } = errorReport('queued', 'retrying', step.message);

@@ -255,7 +255,8 @@ function recordError(
     relativePath: instance.relative_filepath,
     activity: instance.activity_status,
     error,
-    message,
+    // As the report carries it: the next pass compares the two to tell whether the service already has it.
+    message: statusMessage(message),
     attempts,
     ...(nextAttemptAt === undefined ? {} : { nextAttemptAt }),
     ...keptEcho(ctx, instance),
