@@ -143,6 +143,19 @@ describe('runPass: reports of an earlier pass', () => {
     expect(reports()).toEqual(['cfg_a deployed/none']);
   });
 
+  it('a delivery that went through, or skipped one report on its own, names no delivery error', async () => {
+    put('cfg_a');
+    put('cfg_b');
+    // A 500 is this report's own failure: skipped and kept; delivery goes on and was not deferred.
+    server.state.addFault({ match: '^/v1/config_instances/cfg_b$', count: 1, status: 500 });
+
+    const skipped = await pass();
+
+    expect(skipped.reports).toStrictEqual({ delivered: 1, rejected: 0, pending: 1 });
+    expect(await pass()).toMatchObject({ converged: true });
+    expect(reports().sort()).toEqual(['cfg_a deployed/none', 'cfg_b deployed/none']);
+  });
+
   it('are not delivered by a dry run (of a reconciler that could deliver them)', async () => {
     put('cfg_a');
     server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, status: 503 });
