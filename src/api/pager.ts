@@ -126,6 +126,8 @@ export interface PagerOptions {
   maxListingAttempts?: number;
 }
 
+const DUPLICATED = 'listed more than once in one listing by the service (ambiguous: no copy is used)';
+
 /** The list moved between two pages: the listing is thrown away and taken again. */
 class Shifted {
   constructor(readonly evidence: string) {}
@@ -298,6 +300,9 @@ async function listOnce<I>(
       : Math.min(pageLimit, Math.max(2, Math.floor(pageBytes / budget.itemBytes)));
   const listing: Listing<I> = { instances: [], invalid: [], skipped: [] };
   const seen = new Set<string>();
+  /** Ids this listing kept an item of, and ids it listed more than once (kept or not): reported, never used. */
+  const keptIds = new Set<string>();
+  const duplicated = new Set<string>();
   let offset = 0;
   let limit = sized();
   let pages = 0;
@@ -397,17 +402,25 @@ async function listOnce<I>(
     }
     for (const item of fresh) {
       const id = itemId(item);
-      if (id !== undefined) {
-        if (seen.has(id)) return new Shifted(`${id} was listed twice`);
-        seen.add(id);
-        lastId = id;
-      }
       budget.items += 1;
       if (budget.items > budget.maxItems) {
         throw new ListingRunawayError(`more than ${budget.maxItems} config instances`);
       }
+      if (id !== undefined && seen.has(id)) {
+        // Only a boundary the overlap did not check lets a shift list an id again; otherwise the service listed
+        // one id twice (in one page, or out of id order), maybe with different content or path: neither copy
+        // is used, the id is named (a first-one-wins would pick by page layout and could flap between passes).
+        if (anchor === undefined && offset > 0) return new Shifted(`${id} was listed twice`);
+        if (keptIds.has(id) || keep.item(item)) duplicated.add(id);
+        continue;
+      }
+      if (id !== undefined) {
+        seen.add(id);
+        lastId = id;
+      }
       if (keep.item(item)) {
         kept += 1;
+        if (id !== undefined) keptIds.add(id);
         await take(item, listing, keep);
       }
     }
@@ -430,6 +443,7 @@ async function listOnce<I>(
         if (unanchored) return new Shifted(problem);
         options.logger?.warn({ covered, totalCount: firstTotal }, problem);
       }
+      for (const id of duplicated) listing.invalid.push({ id, problem: DUPLICATED });
       return listing;
     }
     if (fresh.length === 0) {

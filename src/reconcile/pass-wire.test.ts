@@ -296,6 +296,57 @@ describe('one bad item never blocks the others', () => {
   });
 });
 
+describe('an id the service lists twice', () => {
+  const DUPLICATED =
+    'invalid instance from the service: listed more than once in one listing by the service (ambiguous: no copy is used)';
+
+  it('with other content and path, in one page: neither copy is written, the file on disk stays, it is reported failed once', async () => {
+    put({ id: 'cfg_a', content: { v: 'A' } });
+    put({ id: 'cfg_c' });
+    await pass();
+    const before = reports().length;
+    put({ id: 'cfg_b', content: { v: 'B' } });
+    // cfg_b's item comes out as a second cfg_a (other content, other path) in every listing.
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"id":"cfg_b"', with: '"id":"cfg_a"' }],
+    });
+    const first = await pass();
+    const second = await pass();
+
+    expect(await fileAt('cfg_a.json')).toBe('{\n  "v": "A"\n}\n');
+    expect(await exists('cfg_b.json')).toBe(false);
+    expect(reports().slice(before)).toEqual(['cfg_a deployed/failed']);
+    expect(server.state.reports.at(-1)?.message).toBe(DUPLICATED);
+    expect(first.error).toBeUndefined();
+    // Not converged while the service still lists it twice; reported once, not again on every pass.
+    expect(first.converged).toBe(false);
+    expect(second.converged).toBe(false);
+    // One listing per pass: no relisting, and the rest of the device is not held up (it was: listing_unstable).
+    expect(server.state.stats.get('GET /v1/config_instances')).toBe(3);
+  });
+
+  it('on two pages: the others are written, the id is reported failed and written nowhere', async () => {
+    const ids = Array.from({ length: 150 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
+    for (const id of ids) put({ id, content: { owner: id } });
+    // The last item (page 2) comes out as a second cfg_000 (page 1).
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"id":"cfg_149"', with: '"id":"cfg_000"' }],
+    });
+    const result = await pass();
+    for (const id of ids.slice(1, 149)) expect(await exists(`${id}.json`), id).toBe(true);
+    expect(await exists('cfg_000.json')).toBe(false);
+    expect(await exists('cfg_149.json')).toBe(false);
+    expect(reports().filter((r) => !r.endsWith('deployed/none'))).toEqual(['cfg_000 queued/failed']);
+    expect(result.error).toBeUndefined();
+  });
+});
+
 describe('a pull is bounded', () => {
   it('has_more forever while ignoring offset: the pass fails with a typed error after a few requests, disk untouched', async () => {
     for (let i = 0; i < 120; i++) put({ id: `cfg_${String(i).padStart(3, '0')}` });
