@@ -14,7 +14,7 @@ import type { SecretRegistry } from '../lib/secrets.js';
 import type { ReconcilerSettings } from '../reconcile/pass-runner.js';
 import { Reconciler } from '../reconcile/reconcile.js';
 import { loadYaml } from '../reconcile/serialize.js';
-import { readRegularFile } from '../store/durable-writer.js';
+import { readRegularFileUpTo } from '../store/durable-writer.js';
 import type { RunningAgent } from './daemon.js';
 import { ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
 import type { CommandIo } from './io.js';
@@ -134,8 +134,8 @@ export async function runOnce(command: OnceCommand, io: CommandIo, secrets: Secr
     const result = await runner
       .runPass({ mode: 'full', dryRun: command.dryRun })
       .finally(() => runner.close());
-    await printPassResult(result, command, io, (path) =>
-      readRegularFile(deps.fs, config.rootDir, path).then((file) => file?.data),
+    await printPassResult(result, command, io, (path, maxBytes) =>
+      readRegularFileUpTo(deps.fs, config.rootDir, path, maxBytes),
     );
     return exitCodeForPass(result);
   } catch (error) {

@@ -1,9 +1,15 @@
 // What `--dry-run` prints: the diff summary of a write, and one planned change per step kind.
-import { describe, expect, it } from 'vitest';
+import * as nodeFs from 'node:fs/promises';
+import { mkdtemp, rm, truncate, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type InstanceFields, instanceFactory } from '../../test/helpers/instances.js';
 import type { ConfigInstance } from '../api/schemas.js';
+import type { FsPort } from '../lib/fs-port.js';
 import { deployedReport, errorReport, removedReport, type Step, type WriteStep } from '../reconcile/plan.js';
-import { describePlan, diffSummary, type ReadCurrent } from './plan-report.js';
+import { readRegularFileUpTo } from '../store/durable-writer.js';
+import { DIFF_MAX_BYTES, describePlan, diffSummary, type ReadCurrent } from './plan-report.js';
 
 const makeInstance = instanceFactory();
 
@@ -30,7 +36,7 @@ function readFrom(files: Record<string, string>): { read: ReadCurrent; asked: st
     read: async (relativePath) => {
       asked.push(relativePath);
       const text = files[relativePath];
-      return text === undefined ? undefined : Buffer.from(text);
+      return text === undefined ? undefined : { size: text.length, data: Buffer.from(text) };
     },
   };
 }
@@ -253,5 +259,64 @@ describe('describePlan', () => {
         report: 'deployed/retrying',
       },
     ]);
+  });
+});
+
+describe('describePlan over a real root: a file a local user planted', () => {
+  let root: string;
+  beforeEach(async () => {
+    root = await mkdtemp(path.join(os.tmpdir(), 'config-agent-plan-'));
+  });
+  afterEach(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  /** The root's files read as `--once` reads them, counting the bytes read. */
+  function meteredRoot(): { read: ReadCurrent; bytesRead: () => number } {
+    let total = 0;
+    const fs: FsPort = {
+      ...nodeFs,
+      open: (async (...args: Parameters<typeof nodeFs.open>) => {
+        const handle = await nodeFs.open(...args);
+        const read = handle.read.bind(handle);
+        return Object.assign(handle, {
+          read: async (...rest: unknown[]) => {
+            const result = await (read as (...a: unknown[]) => Promise<{ bytesRead: number }>)(...rest);
+            total += result.bytesRead;
+            return result;
+          },
+          readFile: () => Promise.reject(new Error('read whole')),
+        });
+      }) as typeof nodeFs.open,
+    };
+    return {
+      read: (relativePath, maxBytes) => readRegularFileUpTo(fs, root, relativePath, maxBytes),
+      bytesRead: () => total,
+    };
+  }
+
+  it('a huge file is not read for its diff: only its size is shown; a small one is diffed', async () => {
+    // Sparse: gigabytes would cost no more to make. Read whole, the dry run held all of it in memory.
+    await writeFile(path.join(root, 'big.json'), '');
+    await truncate(path.join(root, 'big.json'), DIFF_MAX_BYTES + 1);
+    await writeFile(path.join(root, 'small.json'), 'a\nb\n');
+    const big = makeInstance({ id: 'cfg_big', relative_filepath: 'big.json' });
+    const small = makeInstance({ id: 'cfg_small', relative_filepath: 'small.json' });
+    const { read, bytesRead } = meteredRoot();
+
+    const plan = await describePlan([writeStep(big, 'x\n'), writeStep(small, 'a\nc\n')], read);
+
+    expect(plan.map((change) => change.detail)).toEqual([
+      `changed: differs (${DIFF_MAX_BYTES + 1} bytes on disk, too large to show) → 2 bytes`,
+      'changed: +1 -1 lines, 4 → 4 bytes',
+    ]);
+    expect(bytesRead()).toBe(4);
+  });
+
+  it('a file of exactly the cap is diffed', async () => {
+    await writeFile(path.join(root, 'edge.json'), Buffer.alloc(DIFF_MAX_BYTES, 0x61));
+    const edge = makeInstance({ id: 'cfg_edge', relative_filepath: 'edge.json' });
+    const plan = await describePlan([writeStep(edge, 'a\n')], meteredRoot().read);
+    expect(plan[0]?.detail).toBe(`changed: +2 -1 lines, ${DIFF_MAX_BYTES} → 2 bytes`);
   });
 });

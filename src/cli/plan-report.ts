@@ -11,8 +11,20 @@ export interface PlannedChange {
   report?: string;
 }
 
-/** Reads the current bytes of a file under the root, or undefined when there is none to compare with. */
-export type ReadCurrent = (relativePath: string) => Promise<Buffer | undefined>;
+/**
+ * The file under the root now: its size, and its bytes when it holds at most `maxBytes`; undefined when there is
+ * none to compare with.
+ */
+export type ReadCurrent = (
+  relativePath: string,
+  maxBytes: number,
+) => Promise<{ size: number; data?: Buffer } | undefined>;
+
+/**
+ * A file on disk larger than this is not read for its diff: a dry run must not hold a file a local user planted
+ * at a managed path (gigabytes, sparse) in memory. Files the service sends are bounded by the response cap.
+ */
+export const DIFF_MAX_BYTES = 4 * 1024 * 1024;
 
 export async function describePlan(
   steps: readonly Step[],
@@ -41,12 +53,12 @@ export async function describePlan(
             ...reported(superseded.report),
           });
         }
-        const current = await readCurrent(step.path).catch(() => undefined);
+        const current = await readCurrent(step.path, DIFF_MAX_BYTES).catch(() => undefined);
         changes.push({
           ...base,
           action: 'write',
           // A dry run holds every file's bytes (nothing is set aside in the state directory: pass.ts).
-          detail: `${step.reason}: ${step.data === undefined ? `${step.sha256} (bytes set aside)` : diffSummary(current, step.data)}`,
+          detail: `${step.reason}: ${step.data === undefined ? `${step.sha256} (bytes set aside)` : summary(current, step.data)}`,
           ...reported(step.report),
         });
         break;
@@ -93,6 +105,14 @@ export async function describePlan(
 /** The status a step would report, as `activity/error`; nothing when the service already holds it. */
 function reported(report: StatusReport | undefined): { report?: string } {
   return report === undefined ? {} : { report: `${report.activity_status}/${report.error_status}` };
+}
+
+/** The diff summary of the file on disk, or only its size when it was too large to read. */
+function summary(current: { size: number; data?: Buffer } | undefined, next: Buffer): string {
+  if (current !== undefined && current.data === undefined) {
+    return `differs (${current.size} bytes on disk, too large to show) → ${next.length} bytes`;
+  }
+  return diffSummary(current?.data, next);
 }
 
 /** A short, human diff summary: sizes and how many lines would be added and removed. */

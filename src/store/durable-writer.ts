@@ -231,6 +231,41 @@ export async function readRegularFile(
   return readNoFollow(fs, inspection.absolute, relativePath);
 }
 
+/**
+ * The bytes of a regular file under the root when it holds at most `maxBytes`, else only its size (what it
+ * holds when read: a file that grows meanwhile is not read past `maxBytes`). For a dry run's diff: a file a
+ * local user planted at a managed path is never held whole.
+ */
+export async function readRegularFileUpTo(
+  fs: FsPort,
+  rootDir: string,
+  relativePath: string,
+  maxBytes: number,
+): Promise<{ size: number; data?: Buffer } | undefined> {
+  const inspection = await inspectPath(fs, rootDir, relativePath);
+  assertRegularOrAbsent(inspection.final, relativePath);
+  if (inspection.final === undefined) return undefined;
+  const opened = await openRegularNoFollow(fs, inspection.absolute, relativePath);
+  if (opened === undefined) return undefined;
+  const { handle, stats } = opened;
+  try {
+    if (stats.size > maxBytes) return { size: stats.size };
+    // One byte past the size sees the end; a file that grew past it is not shown (only what was read counted).
+    const buffer = Buffer.alloc(stats.size + 1);
+    let length = 0;
+    while (length < buffer.length) {
+      const { bytesRead } = await step('read', relativePath, () =>
+        handle.read(buffer, length, buffer.length - length, null),
+      );
+      if (bytesRead === 0) return { size: length, data: buffer.subarray(0, length) };
+      length += bytesRead;
+    }
+    return { size: length };
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
 /** Bytes read at a time when only a file's hash is wanted. */
 const HASH_CHUNK_BYTES = 256 * 1024;
 
