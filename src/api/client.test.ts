@@ -594,7 +594,7 @@ describe('listConfigInstancePage: bytes that are not UTF-8', () => {
     return `{"object":"config_instance","id":"${id}","target_status":"deployed","activity_status":"queued","error_status":"none","status":"queued","relative_filepath":"${id}.json","created_at":"${T0}","updated_at":"${T0}","device_id":"d","config_schema_id":"s","config_type_id":"t","device":null,"config_schema":null,"config_type":null,"content":{"s":"${content}"}}`;
   }
 
-  it('cost only the item they are in (and, in such a body, an item holding U+FFFD: the mark of broken text)', async () => {
+  it('cost only the item they are in: an item holding U+FFFD as valid UTF-8 is kept, even in such a body', async () => {
     const tail = Buffer.from(`,${instance('also_good', 'x')}]}`);
     // A lone continuation byte and a truncated sequence inside the "broken" item's string: not UTF-8.
     const brokenItem = Buffer.concat([
@@ -614,8 +614,8 @@ describe('listConfigInstancePage: bytes that are not UTF-8', () => {
       res.end(full);
     });
     const page = await client(url).listConfigInstancePage();
-    expect(page.items.map((item) => (item.kind === 'valid' ? item.instance.id : item))).toEqual([
-      { kind: 'invalid', id: 'replacement', problem: 'not valid UTF-8 (JSON text must be UTF-8)' },
+    expect([...page.items].map((item) => (item.kind === 'valid' ? item.instance.id : item))).toEqual([
+      'replacement',
       { kind: 'invalid', id: 'broken', problem: 'not valid UTF-8 (JSON text must be UTF-8)' },
       'also_good',
     ]);
@@ -627,4 +627,54 @@ it('a body of valid UTF-8 keeps an item holding U+FFFD', async () => {
   const { url } = await serve((_req, res) => json(res, 200, JSON.parse(text)));
   const [item] = (await client(url).listConfigInstancePage()).items;
   expect(item?.kind === 'valid' && item.instance.content).toEqual({ s: '\ufffd' });
+});
+
+describe('listConfigInstancePage: a page read as bytes, its items judged one by one', () => {
+  /** A page of three items (2.4 MB: over NATIVE_SPLIT_MAX_CHARS), one broken, strings with multi-byte UTF-8. */
+  function pageBody(): Buffer {
+    const items = ['cfg_a', 'cfg_b', 'cfg_c'].map((id, i) => ({
+      ...configInstance(id),
+      content: { note: `caf\u00e9 ☃ 𝄞 ${'x'.repeat(400_000 * (i + 1))}`, i },
+    }));
+    const text = JSON.stringify({ ...envelope(items, 0, 10, false), total_count: 3 }).replace(
+      '"cfg_b","target_status":"deployed"',
+      '"cfg_b","target_status":"deployed","broken":tru',
+    );
+    return Buffer.from(text, 'utf8');
+  }
+
+  it('gives the same items with a declared length and chunked, whatever the pieces', async () => {
+    const body = pageBody();
+    const send = (withLength: boolean) =>
+      serve(async (_req, res) => {
+        res.writeHead(200, {
+          'content-type': 'application/json',
+          ...(withLength ? { 'content-length': String(body.length) } : {}),
+        });
+        // Pieces of an odd size: multi-byte characters and item boundaries fall across them.
+        for (let at = 0; at < body.length; at += 65_537) {
+          res.write(body.subarray(at, at + 65_537));
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        res.end();
+      });
+    for (const withLength of [true, false]) {
+      const { url } = await send(withLength);
+      const page = await client(url, { maxResponseBytes: 8_000_000 }).listConfigInstancePage();
+      expect(page.bytes).toBe(body.length);
+      expect(page.items.length).toBe(3);
+      const items = [...page.items];
+      expect(items.map((item) => item.kind)).toEqual(['valid', 'invalid', 'valid']);
+      expect(items[1]).toMatchObject({ id: 'cfg_b', problem: expect.stringMatching(/not valid JSON/) });
+      const third = items[2];
+      expect(third?.kind === 'valid' && third.instance.content).toEqual({
+        note: `caf\u00e9 ☃ 𝄞 ${'x'.repeat(1_200_000)}`,
+        i: 2,
+      });
+      // Each item is judged afresh from the page's bytes: the same verdict, a new value.
+      expect(page.items.at(2)).toEqual(third);
+      expect(page.items.at(2)).not.toBe(third);
+      expect(page.items.at(3)).toBeUndefined();
+    }
+  });
 });

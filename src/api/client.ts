@@ -24,8 +24,15 @@ import {
   ResponseTooLargeError,
   TimeoutError,
 } from './errors.js';
-import { isUsableInstanceId, JsonTextError, parseJson, splitListBody } from './json.js';
-import { type ConfigInstancePage, judgeConfigInstance, ListHead, notUtf8 } from './list-page.js';
+import {
+  cutListBytes,
+  isUsableInstanceId,
+  JsonTextError,
+  NATIVE_SPLIT_MAX_CHARS,
+  parseJson,
+  splitListBody,
+} from './json.js';
+import { type ConfigInstancePage, ListHead, PageItems } from './list-page.js';
 import { chooseProxy, type ProxySettings } from './proxy.js';
 import {
   ConfigInstance,
@@ -294,14 +301,34 @@ function discard(body: Dispatcher.ResponseData['body']): void {
 
 /**
  * The body, or TooLarge carrying its first bytes once it passes `maxBytes` (also when undici's own
- * maxResponseSize stops it first): a too-large page of one item is named by the id in those bytes.
+ * maxResponseSize stops it first): a too-large page of one item is named by the id in those bytes. With the
+ * length the response declared, the bytes go straight into one buffer of that size: a large page is never held
+ * twice (its chunks and their join) while it is read.
  */
-async function readCapped(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<Buffer> {
+async function readCapped(
+  body: Dispatcher.ResponseData['body'],
+  maxBytes: number,
+  declared?: number,
+): Promise<Buffer> {
+  let whole =
+    declared !== undefined && Number.isSafeInteger(declared) && declared >= 0 && declared <= maxBytes
+      ? Buffer.allocUnsafe(declared)
+      : undefined;
   const chunks: Buffer[] = [];
   let total = 0;
   const prefix = () => Buffer.concat(chunks, total).subarray(0, TOO_LARGE_PREFIX_BYTES);
   try {
     for await (const chunk of body as AsyncIterable<Buffer>) {
+      if (whole !== undefined && total + chunk.length > whole.length) {
+        // More than declared: undici refuses that itself; until it does, the bytes are gathered as they come.
+        chunks.push(whole.subarray(0, total));
+        whole = undefined;
+      }
+      if (whole !== undefined) {
+        chunk.copy(whole, total);
+        total += chunk.length;
+        continue;
+      }
       if (total + chunk.length > maxBytes) {
         chunks.push(chunk.subarray(0, Math.max(0, TOO_LARGE_PREFIX_BYTES - total)));
         total += Math.min(chunk.length, Math.max(0, TOO_LARGE_PREFIX_BYTES - total));
@@ -312,9 +339,14 @@ async function readCapped(body: Dispatcher.ResponseData['body'], maxBytes: numbe
       chunks.push(chunk);
     }
   } catch (error) {
-    if (errnoCode(error) === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') throw new TooLarge(prefix());
+    if (errnoCode(error) === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
+      throw new TooLarge(
+        whole === undefined ? prefix() : whole.subarray(0, Math.min(total, TOO_LARGE_PREFIX_BYTES)),
+      );
+    }
     throw error;
   }
+  if (whole !== undefined) return total === whole.length ? whole : whole.subarray(0, total);
   return Buffer.concat(chunks, total);
 }
 
@@ -335,13 +367,6 @@ async function readPrefix(body: Dispatcher.ResponseData['body']): Promise<Buffer
   return Buffer.concat(chunks, total).subarray(0, TOO_LARGE_PREFIX_BYTES);
 }
 
-/** What the reader needs to know of the bytes beyond their text. */
-interface BodyFacts {
-  /** False when the bytes are not valid UTF-8 (the text then holds U+FFFD where they were broken). */
-  utf8: boolean;
-  bytes: number;
-}
-
 interface CallSpec<T> {
   method: Dispatcher.HttpMethod;
   route: string;
@@ -353,8 +378,8 @@ interface CallSpec<T> {
    * that met a stale keep-alive connection is sent again at once (see call()).
    */
   idempotent: boolean;
-  /** Turns the body's text into the result; throws InvalidResponseError or JsonTextError. */
-  read: (text: string, body: BodyFacts, target: RequestTarget) => T;
+  /** Turns the body's bytes into the result; throws InvalidResponseError or JsonTextError. */
+  read: (body: Buffer, target: RequestTarget) => T;
   signal: AbortSignal | undefined;
 }
 
@@ -448,46 +473,59 @@ export function createClient(options: ClientOptions): ServiceClient {
 
   /** The usual reader: the whole body as JSON (numbers kept as sent), then the wire schema. */
   function readWith<T>(schema: z.ZodType<T>) {
-    return (text: string, body: BodyFacts, target: RequestTarget): T => {
-      if (!body.utf8) throw new JsonTextError('the body is not valid UTF-8', 0);
-      const parsed = schema.safeParse(parseJson(text));
-      if (!parsed.success) {
-        throw new InvalidResponseError(
-          target,
-          parsed.error.issues.map((issue) => ({
-            path: formatFieldPath(issue.path),
-            problem: scrub(issue.message),
-          })),
-        );
-      }
-      return parsed.data;
+    return (body: Buffer, target: RequestTarget): T => {
+      if (!isUtf8(body)) throw new JsonTextError('the body is not valid UTF-8', 0);
+      return checked(schema, body.toString('utf8'), target);
     };
   }
 
-  /** A list page: the envelope checked on its own, then each item judged on its own. */
-  function readPage(text: string, body: BodyFacts, target: RequestTarget): ConfigInstancePage {
-    const parts = splitListBody(text);
-    // Broken UTF-8 inside one item costs only that item; inside the envelope, the page.
-    const head = readWith(ListHead)(
-      parts.envelopeText,
-      { ...body, utf8: body.utf8 || !parts.envelopeText.includes('\uFFFD') },
-      target,
-    );
-    if (parts.items.length > head.limit) {
+  function checked<T>(schema: z.ZodType<T>, text: string, target: RequestTarget): T {
+    const parsed = schema.safeParse(parseJson(text));
+    if (!parsed.success) {
+      throw new InvalidResponseError(
+        target,
+        parsed.error.issues.map((issue) => ({
+          path: formatFieldPath(issue.path),
+          problem: scrub(issue.message),
+        })),
+      );
+    }
+    return parsed.data;
+  }
+
+  /**
+   * A list page: the envelope checked on its own, then each item judged on its own as the pager takes it
+   * (list-page.ts PageItems). A small body of valid UTF-8 is split as text (json.ts splitListBody, natively
+   * when compact); a large one, or one that is not UTF-8, stays bytes and is cut on them, each item decoded
+   * only when judged: a page of large items never exists as one text, and broken UTF-8 inside one item costs
+   * only that item (inside the envelope, the page).
+   */
+  function readPage(body: Buffer, target: RequestTarget): ConfigInstancePage {
+    let envelope: string;
+    let items: PageItems;
+    if (body.length <= NATIVE_SPLIT_MAX_CHARS && isUtf8(body)) {
+      const parts = splitListBody(body.toString('utf8'));
+      envelope = parts.envelopeText;
+      items = PageItems.ofTexts(parts.items);
+    } else {
+      const parts = cutListBytes(body);
+      if (!isUtf8(parts.envelope)) throw new JsonTextError('the body is not valid UTF-8', 0);
+      envelope = parts.envelope.toString('utf8');
+      items = PageItems.ofBytes(body, parts.items);
+    }
+    const head = checked(ListHead, envelope, target);
+    if (items.length > head.limit) {
       throw new InvalidResponseError(target, [
-        { path: 'data', problem: `${parts.items.length} items on a page whose limit is ${head.limit}` },
+        { path: 'data', problem: `${items.length} items on a page whose limit is ${head.limit}` },
       ]);
     }
     const { data: _data, ...rest } = head;
-    const items = parts.items.map((item) =>
-      // Where the bytes were broken the text holds U+FFFD; an item without one was decoded intact.
-      !body.utf8 && item.includes('\uFFFD') ? notUtf8(item) : judgeConfigInstance(item),
-    );
-    return { head: rest, items, bytes: body.bytes };
+    return { head: rest, items, bytes: body.length };
   }
 
   /** A report's answer: any 2xx settles it; the instance is used when the body holds a valid one. */
-  function readReportAnswer(text: string): ConfigInstance | undefined {
+  function readReportAnswer(body: Buffer): ConfigInstance | undefined {
+    const text = body.toString('utf8');
     if (text.trim() === '') return undefined;
     try {
       const parsed = ConfigInstance.safeParse(parseJson(text));
@@ -552,10 +590,14 @@ export function createClient(options: ClientOptions): ServiceClient {
       if (Number.isFinite(declared) && declared > maxResponseBytes) {
         throw new TooLarge(await readPrefix(response.body));
       }
-      const bytes = await readCapped(response.body, maxResponseBytes);
+      const bytes = await readCapped(
+        response.body,
+        maxResponseBytes,
+        Number.isFinite(declared) ? declared : undefined,
+      );
       let result: T;
       try {
-        result = spec.read(bytes.toString('utf8'), { utf8: isUtf8(bytes), bytes: bytes.length }, target);
+        result = spec.read(bytes, target);
       } catch (error) {
         if (!(error instanceof JsonTextError)) throw error;
         throw new MalformedResponseError(target, status, scrub(`${bytes.length} bytes: ${error.message}`));

@@ -3,6 +3,7 @@ import { LosslessNumber, parse as losslessParse, stringify as losslessStringify 
 import { describe, expect, it } from 'vitest';
 import {
   cutListBody,
+  cutListBytes,
   isLosslessNumber,
   JsonTextError,
   MAX_PARSE_DEPTH,
@@ -199,5 +200,41 @@ describe('peekId', () => {
     // Only an item of data names the instance, not an object in another envelope field.
     expect(peekId('{"meta":{"x":{"id":"evil"}},"data":[{"id":"real","content":{"a":"…', 3)).toBe('real');
     expect(peekId('{"object":"list","data":[{"id":"real"', 3)).toBe('real');
+  });
+});
+
+describe('cutListBytes', () => {
+  /** The parts as text: the envelope, and each item decoded from where the cut says it lies. */
+  function cut(text: string): { envelopeText: string; items: string[] } {
+    const body = Buffer.from(text, 'utf8');
+    const parts = cutListBytes(body);
+    const items: string[] = [];
+    for (let k = 0; k < parts.items.length; k += 2) {
+      items.push(body.toString('utf8', parts.items[k], parts.items[k + 1]));
+    }
+    return { envelopeText: parts.envelope.toString('utf8'), items };
+  }
+
+  it('cuts as cutListBody does, on the bytes', () => {
+    const bodies = [
+      '{"object":"list","data":[{"id":"a","s":"],{\\"x"} , [1,[2]],\n "x" ,7],"has_more":false,"limit":10}',
+      '{"data":[]}',
+      '{"data":[ \n ]}',
+      '{"d\\u0061ta":[{"id":"x"}]}',
+      `{"data":[{"id":"ok"},{"id":"bad","n":tru},{"id":"deep","content":${'['.repeat(5000)}${']'.repeat(5000)}}],"object":"list"}`,
+    ];
+    for (const body of bodies) expect(cut(body)).toEqual(cutListBody(body));
+  });
+
+  it('multi-byte UTF-8 before and inside items moves no boundary', () => {
+    const parts = cut('{"note":"caf\u00e9 ☃ 𝄞","data":[{"s":"é,]}"} ,\t{"s":"𝄞"}\r\n],"x":"ü"}');
+    expect(parts.items).toEqual(['{"s":"é,]}"}', '{"s":"𝄞"}']);
+    expect(parts.envelopeText).toBe('{"note":"caf\u00e9 ☃ 𝄞","data":[],"x":"ü"}');
+  });
+
+  it('refuses a body whose structure is broken (a body cut short), which no item can survive', () => {
+    expect(() => cut('{"data":[{"id":"a"},{"id":"b"')).toThrow(JsonTextError);
+    expect(() => cut('{"data":[{"id":"a"]}')).toThrow(/unexpected \]/);
+    expect(() => cut('{"data":[],"data":[]}')).toThrow(/appears twice/);
   });
 });

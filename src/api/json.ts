@@ -310,6 +310,105 @@ export function cutListBody(text: string): ListBodyParts {
   return { envelopeText: `${text.slice(0, dataOpen + 1)}${text.slice(dataClose)}`, items };
 }
 
+export interface ListBytesParts {
+  /** The body with its `data` array emptied: the envelope alone, small whatever the items hold. */
+  envelope: Buffer;
+  /**
+   * Where each element of `data` lies in the body, in order: `[start, end)` byte offsets, two per item, end
+   * before any whitespace that follows it. The items stay bytes until each is decoded on its own.
+   */
+  items: number[];
+}
+
+/** Index of the quote byte closing the string opened at `start`, or -1 when the bytes end first. */
+function byteStringEnd(body: Buffer, start: number): number {
+  let at = start + 1;
+  for (;;) {
+    const quote = body.indexOf(QUOTE, at);
+    if (quote === -1) return -1;
+    let backslashes = 0;
+    for (let k = quote - 1; k > start && body[k] === BACKSLASH; k--) backslashes++;
+    if (backslashes % 2 === 0) return quote;
+    at = quote + 1;
+  }
+}
+
+/**
+ * `cutListBody` on the bytes of a body: where each item lies, not its text, so that a page of large items never
+ * exists as one text and each item is decoded only when it is judged (list-page.ts PageItems). Every structural
+ * character of JSON is ASCII, and no byte of a multi-byte UTF-8 sequence is, so the cuts are the same. Throws
+ * JsonTextError when the structure itself is broken.
+ */
+export function cutListBytes(body: Buffer): ListBytesParts {
+  const stack: number[] = [];
+  let expectKey = false;
+  let rootKey: string | undefined;
+  let dataOpen = -1;
+  let dataClose = -1;
+  let itemStart = -1;
+  /** The end of the current item's last byte that is not whitespace. */
+  let itemEnd = -1;
+  const items: number[] = [];
+  const inData = () => dataOpen !== -1 && dataClose === -1 && stack.length === 2;
+  const endItem = () => {
+    if (itemStart !== -1) items.push(itemStart, itemEnd);
+    itemStart = -1;
+  };
+
+  for (let i = 0; i < body.length; i++) {
+    const code = body[i]!;
+    if (isWhitespace(code)) continue;
+    if (inData() && itemStart === -1 && code !== COMMA && code !== CLOSE_ARRAY) itemStart = i;
+    switch (code) {
+      case QUOTE: {
+        const end = byteStringEnd(body, i);
+        if (end === -1) throw new JsonTextError('unterminated string', i);
+        if (stack.length === 1 && expectKey) {
+          const quoted = body.toString('utf8', i, end + 1);
+          rootKey = keyText(quoted, 0, quoted.length - 1);
+        }
+        i = end;
+        break;
+      }
+      case OPEN_OBJECT:
+      case OPEN_ARRAY:
+        if (code === OPEN_ARRAY && stack.length === 1 && stack[0] === OPEN_OBJECT && rootKey === 'data') {
+          if (dataOpen !== -1) throw new JsonTextError('the key "data" appears twice', i);
+          dataOpen = i;
+        }
+        stack.push(code);
+        expectKey = code === OPEN_OBJECT;
+        break;
+      case CLOSE_OBJECT:
+      case CLOSE_ARRAY: {
+        const open = stack.pop();
+        if (open !== (code === CLOSE_OBJECT ? OPEN_OBJECT : OPEN_ARRAY)) {
+          throw new JsonTextError(`unexpected ${String.fromCharCode(code)}`, i);
+        }
+        if (dataOpen !== -1 && dataClose === -1 && stack.length === 1) {
+          endItem();
+          dataClose = i;
+        }
+        expectKey = false;
+        break;
+      }
+      case COMMA:
+        if (inData()) endItem();
+        expectKey = stack[stack.length - 1] === OPEN_OBJECT;
+        break;
+      case COLON:
+        expectKey = false;
+        break;
+      default:
+        break;
+    }
+    if (itemStart !== -1) itemEnd = i + 1;
+  }
+  if (stack.length > 0) throw new JsonTextError('unexpected end of text', body.length);
+  if (dataOpen === -1) return { envelope: body, items: [] };
+  return { envelope: Buffer.concat([body.subarray(0, dataOpen + 1), body.subarray(dataClose)]), items };
+}
+
 // With the u flag only an unpaired half matches: a lone surrogate has no UTF-8 form, so no URL can carry it.
 const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 

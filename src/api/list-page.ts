@@ -1,5 +1,6 @@
 // One page of the config instance list, judged envelope first and then item by item, so one bad item costs
 // only itself: good items are used, a bad one is named (by id when readable) with its real problem.
+import { isUtf8 } from 'node:buffer';
 import * as z from 'zod';
 import { formatFieldPath } from '../lib/field-path.js';
 import { JsonTextError, MAX_PARSE_DEPTH, parseJson, peekId } from './json.js';
@@ -53,9 +54,51 @@ export type PageItem =
       problem: string;
     };
 
+/**
+ * The items of one page, each judged when it is asked for and not kept: the pager takes them one by one, so a
+ * page of large items never holds more than one parsed item (a parsed tree weighs several times its text). A
+ * large page stays bytes, each item decoded only then (`ofBytes`).
+ */
+export class PageItems implements Iterable<PageItem> {
+  readonly length: number;
+  readonly #judge: (index: number) => PageItem;
+
+  private constructor(length: number, judge: (index: number) => PageItem) {
+    this.length = length;
+    this.#judge = judge;
+  }
+
+  /** Items already cut into texts of a body that was valid UTF-8. */
+  static ofTexts(texts: readonly string[]): PageItems {
+    return new PageItems(texts.length, (index) => judgeConfigInstance(texts[index]!));
+  }
+
+  /** Items as `[start, end)` byte ranges of `body`, two numbers per item (json.ts cutListBytes). */
+  static ofBytes(body: Buffer, ranges: readonly number[]): PageItems {
+    return new PageItems(ranges.length / 2, (index) =>
+      judgeItemBytes(body.subarray(ranges[2 * index], ranges[2 * index + 1])),
+    );
+  }
+
+  /** The item at `index`, judged afresh on every call; undefined past the end. */
+  at(index: number): PageItem | undefined {
+    return Number.isInteger(index) && index >= 0 && index < this.length ? this.#judge(index) : undefined;
+  }
+
+  *[Symbol.iterator](): Iterator<PageItem> {
+    for (let index = 0; index < this.length; index += 1) yield this.#judge(index);
+  }
+}
+
+/** Judges the bytes of one list item: bytes that are not UTF-8 cost this item only. Never throws. */
+export function judgeItemBytes(bytes: Buffer): PageItem {
+  const text = bytes.toString('utf8');
+  return isUtf8(bytes) ? judgeConfigInstance(text) : notUtf8(text);
+}
+
 export interface ConfigInstancePage {
   head: ListHead;
-  items: PageItem[];
+  items: PageItems;
   /** Size of the body, for the pull's memory budget. */
   bytes: number;
 }

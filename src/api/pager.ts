@@ -390,18 +390,24 @@ async function listOnce<I>(
         return new Shifted(`total_count went from ${firstTotal} to ${head.total_count}`);
       }
     }
-    let fresh = items;
+    // Items are judged one at a time, as they are taken (api/list-page.ts PageItems), and none is kept here.
+    let start = 0;
     if (anchor !== undefined) {
-      const first = itemId(items[0]);
+      const first = itemId(items.at(0));
       if (first !== anchor) {
         return new Shifted(
           `the page at offset ${offset} began with ${first ?? 'nothing'} instead of ${anchor}, the last item of the page before`,
         );
       }
-      fresh = items.slice(1);
+      start = 1;
     }
-    for (const item of fresh) {
+    const fresh = items.length - start;
+    /** The id of the page's last item, read as it is taken. */
+    let last: string | undefined;
+    for (let index = start; index < items.length; index += 1) {
+      const item = items.at(index)!;
       const id = itemId(item);
+      last = id;
       budget.items += 1;
       if (budget.items > budget.maxItems) {
         throw new ListingRunawayError(`more than ${budget.maxItems} config instances`);
@@ -424,12 +430,7 @@ async function listOnce<I>(
         await take(item, listing, keep);
       }
     }
-    if (
-      pages === 1 &&
-      keep.giveUpBelow !== undefined &&
-      head.has_more &&
-      kept < keep.giveUpBelow * fresh.length
-    ) {
+    if (pages === 1 && keep.giveUpBelow !== undefined && head.has_more && kept < keep.giveUpBelow * fresh) {
       return new GaveUp();
     }
     const covered = offset + items.length;
@@ -446,10 +447,9 @@ async function listOnce<I>(
       for (const id of duplicated) listing.invalid.push({ id, problem: DUPLICATED });
       return listing;
     }
-    if (fresh.length === 0) {
+    if (fresh === 0) {
       throw new ListingRunawayError(`has_more is true on a page with nothing new at offset ${offset}`);
     }
-    const last = itemId(items[items.length - 1]);
     // The next page is sized by what the pages so far weighed.
     limit = sized();
     if (limit > 1 && last !== undefined) {

@@ -38,7 +38,12 @@ export function formatForPath(relativePath: string): FileFormat {
  */
 export function serializeContent(relativePath: string, content: ConfigContent): Buffer {
   if (formatForPath(relativePath) === 'yaml') return Buffer.from(yamlText(content), 'utf8');
-  return Buffer.from(`${stringifyJson(content, 2)}\n`, 'utf8');
+  // Written with its newline straight into one buffer: joining them first would copy a large file's text once more.
+  const text = stringifyJson(content, 2);
+  const data = Buffer.allocUnsafe(Buffer.byteLength(text, 'utf8') + 1);
+  data.write(text, 0, 'utf8');
+  data[data.length - 1] = 0x0a;
+  return data;
 }
 
 /*
