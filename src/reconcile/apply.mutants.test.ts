@@ -11,7 +11,13 @@ import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
 import type { ManagedFile } from '../store/state.js';
-import { type AppliedStep, type ApplyContext, applySteps, WRITE_CONCURRENCY } from './apply.js';
+import {
+  type AppliedStep,
+  type ApplyContext,
+  applySteps,
+  SET_ASIDE_BYTES_IN_FLIGHT,
+  WRITE_CONCURRENCY,
+} from './apply.js';
 import type { RemoveStep, Step, WriteStep } from './plan.js';
 
 const ROOT = '/srv/config';
@@ -437,5 +443,114 @@ describe('applySteps: an abort in a batch', () => {
     expect(outcome.aborted).toBe(true);
     expect(outcome.applied).toEqual([]);
     expect(vol.toJSON(ROOT)).toEqual({ [ROOT]: null });
+  });
+});
+
+describe('applySteps: bytes set aside by the pull are read back a few at a time', () => {
+  const LIMIT = 3_000;
+
+  /** A write whose bytes the pull set aside in the content cache (spill.ts): no data, its sha256 and size. */
+  async function setAside(id: string, relative: string, data: Buffer): Promise<WriteStep> {
+    await ctx.cache.put(data);
+    const { data: _inMemory, ...step } = write(id, relative, '');
+    return { ...step, sha256: sha256Hex(data), size: data.length };
+  }
+
+  /**
+   * A context whose fs counts the set-aside bytes read back from the state directory and not yet renamed into
+   * place under the root: what the batch holds of them.
+   */
+  function counting(base: FsPort = fs): { context: ApplyContext; most: () => number } {
+    let held = 0;
+    let most = 0;
+    const counted: FsPort = {
+      ...base,
+      open: (async (file: string, flags: number, mode?: number) => {
+        const handle = await base.open(file, flags, mode);
+        // A cache entry opened to be read (content-cache.ts get): its bytes are about to be held.
+        const reading = (flags & (constants.O_WRONLY | constants.O_RDWR | constants.O_CREAT)) === 0;
+        if (reading && String(file).startsWith(STATE_DIR) && vol.statSync(file).isFile()) {
+          held += vol.statSync(file).size;
+          most = Math.max(most, held);
+        }
+        return handle;
+      }) as FsPort['open'],
+      rename: (async (from: string, to: string) => {
+        const size = vol.statSync(from).size;
+        await base.rename(from, to);
+        if (String(to).startsWith(ROOT)) held -= size;
+      }) as FsPort['rename'],
+    };
+    const context = {
+      ...ctx,
+      fs: counted,
+      cache: new ContentCache(counted, STATE_DIR),
+      setAsideBytesInFlight: LIMIT,
+    };
+    return { context, most: () => most };
+  }
+
+  it('never more than the limit at once, and every file written byte for byte', async () => {
+    const size = Math.floor(LIMIT / 3) + 1;
+    const contents = Array.from({ length: 6 }, (_, i) => Buffer.alloc(size, String(i)));
+    const steps = await Promise.all(contents.map((data, i) => setAside(`cfg_${i}`, `big/f${i}.bin`, data)));
+    const small = write('cfg_small', 'small.json', 'small\n');
+    const counted = counting();
+
+    const outcome = await run([...steps, small], counted.context);
+
+    expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(Array(7).fill('written'));
+    contents.forEach((data, i) => {
+      expect(vol.readFileSync(`${ROOT}/big/f${i}.bin`)).toEqual(data);
+    });
+    expect(text('small.json')).toBe('small\n');
+    // Two fit (2 × size ≤ the limit), a third would not.
+    expect(counted.most()).toBe(2 * size);
+  });
+
+  it('by default, SET_ASIDE_BYTES_IN_FLIGHT: a batch of large files holds a few, not WRITE_CONCURRENCY', () => {
+    expect(SET_ASIDE_BYTES_IN_FLIGHT).toBeLessThanOrEqual(4 * 3 * 1024 * 1024);
+    expect(SET_ASIDE_BYTES_IN_FLIGHT).toBeGreaterThanOrEqual(1024 * 1024);
+  });
+
+  it('a file larger than the limit is written alone, not refused', async () => {
+    const huge = Buffer.alloc(LIMIT + 1, 'h');
+    const other = Buffer.alloc(100, 'o');
+    const steps = [
+      await setAside('cfg_huge', 'huge.bin', huge),
+      await setAside('cfg_other', 'other.bin', other),
+    ];
+    const counted = counting();
+
+    const outcome = await run(steps, counted.context);
+
+    expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(['written', 'written']);
+    expect(vol.readFileSync(`${ROOT}/huge.bin`)).toEqual(huge);
+    expect(vol.readFileSync(`${ROOT}/other.bin`)).toEqual(other);
+    expect(counted.most()).toBe(huge.length);
+  });
+
+  it('an abort while a write waits for room: it is cut off, what landed is handed on', async () => {
+    const controller = new AbortController();
+    const size = Math.floor(LIMIT / 2) + 1;
+    const steps = [
+      await setAside('cfg_a', 'a.bin', Buffer.alloc(size, 'a')),
+      await setAside('cfg_b', 'b.bin', Buffer.alloc(size, 'b')),
+    ];
+    // The first write's bytes are in place when the agent is told to stop; the second still waits for room.
+    const stopping: FsPort = {
+      ...fs,
+      rename: (async (from: string, to: string) => {
+        await fs.rename(from, to);
+        if (String(to) === `${ROOT}/a.bin`) controller.abort(new Error('agent stopping'));
+      }) as FsPort['rename'],
+    };
+    const counted = counting(stopping);
+
+    const outcome = await run(steps, { ...counted.context, signal: controller.signal });
+
+    expect(outcome.aborted).toBe(true);
+    expect(vol.existsSync(`${ROOT}/b.bin`)).toBe(false);
+    expect(counted.most()).toBe(size);
   });
 });

@@ -21,6 +21,12 @@ import type { RemoveStep, Step, StepKind, WriteStep } from './plan.js';
 export const WRITE_CONCURRENCY = 16;
 /** At most this many steps per batch; a batch's directories are fsynced once, before any result is recorded. */
 export const BATCH_STEPS = 256;
+/**
+ * Bytes set aside by the pull (spill.ts) that a batch reads back from the content cache and holds until written,
+ * at most, at once: a batch of large files would otherwise hold WRITE_CONCURRENCY of them (16 × 3 MiB). A file
+ * larger than this is written alone. Bytes held in memory since the pull cost nothing more and are not counted.
+ */
+export const SET_ASIDE_BYTES_IN_FLIGHT = 8 * 1024 * 1024;
 
 export interface ApplyContext {
   fs: FsPort;
@@ -31,6 +37,8 @@ export interface ApplyContext {
   /** The files the agent recorded writing, as of this step: ownership checks and rollback read them. */
   files: ReadonlyMap<string, ManagedFile>;
   cache: ContentCache;
+  /** Set-aside bytes read back and held at once (default SET_ASIDE_BYTES_IN_FLIGHT). */
+  setAsideBytesInFlight?: number;
   signal?: AbortSignal;
 }
 
@@ -157,11 +165,20 @@ async function applyBatch(batch: readonly Step[], ctx: ApplyContext): Promise<Ap
     : { batched };
   const results: (AppliedStep | undefined)[] = new Array(batch.length);
   let next = 0;
+  const gate = new ByteGate(ctx.setAsideBytesInFlight ?? SET_ASIDE_BYTES_IN_FLIGHT);
   const worker = async (): Promise<void> => {
     while (next < batch.length && !ctx.signal?.aborted) {
       const position = next++;
       const step = batch[position]!;
-      results[position] = await applyOne(step, ctx, options);
+      const weight = step.kind === 'write' && step.data === undefined ? (step.size ?? 0) : 0;
+      await gate.enter(weight);
+      try {
+        // An abort while this step waited for room: it is cut off, as a step not yet started is.
+        if (ctx.signal?.aborted) return;
+        results[position] = await applyOne(step, ctx, options);
+      } finally {
+        gate.leave(weight);
+      }
     }
   };
   await Promise.all(Array.from({ length: Math.min(WRITE_CONCURRENCY, batch.length) }, worker));
@@ -184,6 +201,44 @@ async function applyBatch(batch: readonly Step[], ctx: ApplyContext): Promise<Ap
     if (error === undefined) return applied;
     return { ...applied, result: { kind: 'failed', error, operation: 'write' } };
   });
+}
+
+/** Admits work, first come first served, while the bytes admitted stay within `limit`; more goes in alone. */
+class ByteGate {
+  readonly #limit: number;
+  #admitted = 0;
+  readonly #waiting: { bytes: number; admit: () => void }[] = [];
+
+  constructor(limit: number) {
+    this.#limit = limit;
+  }
+
+  async enter(bytes: number): Promise<void> {
+    if (bytes === 0) return;
+    if (this.#waiting.length === 0 && this.#fits(bytes)) {
+      this.#admitted += bytes;
+      return;
+    }
+    await new Promise<void>((admit) => this.#waiting.push({ bytes, admit }));
+  }
+
+  leave(bytes: number): void {
+    if (bytes === 0) return;
+    this.#admitted -= bytes;
+    for (
+      let first = this.#waiting[0];
+      first !== undefined && this.#fits(first.bytes);
+      first = this.#waiting[0]
+    ) {
+      this.#waiting.shift();
+      this.#admitted += first.bytes;
+      first.admit();
+    }
+  }
+
+  #fits(bytes: number): boolean {
+    return this.#admitted === 0 || this.#admitted + bytes <= this.#limit;
+  }
 }
 
 const LANDED: ReadonlySet<EffectResult['kind']> = new Set(['written', 'unchanged', 'metadata']);

@@ -29,6 +29,8 @@ export type DiskObservation =
 export interface InstanceFile {
   data?: Buffer;
   sha256: string;
+  /** The file's length, when its bytes were set aside (no `data`): apply bounds the bytes it reads back at once. */
+  size?: number;
 }
 
 /**
@@ -81,6 +83,8 @@ export interface WriteStep {
   /** The bytes to write; absent: in the content cache under `sha256` (set aside by the pull, spill.ts). */
   data?: Buffer;
   sha256: string;
+  /** The length of bytes set aside, when known (spill.ts). */
+  size?: number;
   /** metadata: the bytes are right, only the mode or group the configuration wants changed (no rewrite). */
   reason: 'new' | 'changed' | 'drift' | 'adopt' | 'metadata';
   /** Mode and group of the file (files.rules); absent mode: the apply context's fileMode. */
@@ -321,7 +325,7 @@ function planDeployed(
   input: PlanInput,
 ): Omit<WriteStep, 'displaces' | 'supersedes'> | Step {
   const path = instance.relative_filepath;
-  const { data, sha256 } = fileOf(instance);
+  const { data, sha256, size } = fileOf(instance);
   // Something in the way on disk (a symlink, a file where a directory goes) is not the path's fault: the write
   // is attempted after this pass's removals, refuses to go through it, and is retried while it stays.
   const observed = input.disk.get(path) ?? { kind: 'absent' };
@@ -354,7 +358,7 @@ function planDeployed(
   if (reason === 'drift' && input.restoreDrift === false)
     return { kind: 'keep', instance, reason: 'drift_kept' };
   const meta = { ...(want === undefined ? {} : { mode }), ...(gid === undefined ? {} : { gid }) };
-  const bytes = data === undefined ? {} : { data };
+  const bytes = data !== undefined ? { data } : size === undefined ? {} : { size };
   return { kind: 'write', instance, path, ...bytes, sha256, reason, report: deployed, ...meta };
 }
 

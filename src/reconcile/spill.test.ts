@@ -43,6 +43,8 @@ describe('FileSpill', () => {
     const files = held.map(fileOfHeld);
     expect(files.map((file) => file.sha256)).toEqual([1, 2, 3].map((n) => sha256Hex(bytesOf(n))));
     expect(files.map((file) => file.data)).toEqual([bytesOf(1), bytesOf(2), undefined]);
+    // The size of bytes set aside goes with them: apply bounds what it reads back at once.
+    expect(files.map((file) => file.size)).toEqual([undefined, undefined, bytesOf(3).length]);
     expect(vol.readdirSync(`${STATE}/${CACHE_DIR}`)).toEqual([sha256Hex(bytesOf(3))]);
     expect(await cache.get(sha256Hex(bytesOf(3)))).toEqual(bytesOf(3));
   });
@@ -58,7 +60,7 @@ describe('FileSpill', () => {
 
     const held = fileOfHeld(await spill.prepare(makeInstance({ id: 'cfg_1', content: { n: 1 } })));
 
-    expect(held).toEqual({ sha256: name });
+    expect(held).toEqual({ sha256: name, size: bytesOf(1).length });
     expect(vol.readFileSync(`${STATE}/${CACHE_DIR}/${name}`)).toEqual(planted);
   });
 
@@ -71,7 +73,7 @@ describe('FileSpill', () => {
 
     const held = fileOfHeld(await spill.prepare(makeInstance({ id: 'cfg_1', content: { n: 1 } })));
 
-    expect(held).toEqual({ sha256: name });
+    expect(held).toEqual({ sha256: name, size: bytesOf(1).length });
     expect(vol.readFileSync(`${STATE}/${CACHE_DIR}/${name}`)).toEqual(bytesOf(1));
   });
 

@@ -49,6 +49,6 @@ export class FileSpill {
       this.#held += data.length;
       return held;
     }
-    return { ...held, file: { sha256 } };
+    return { ...held, file: { sha256, size: data.length } };
   };
 }
