@@ -66,7 +66,7 @@ function intercepted(base: FsPort, hook: (call: Call) => void | Promise<void>): 
               Op
             >
           )[property] ??
-          (property === 'readFile'
+          (property === 'readFile' || property === 'read'
             ? 'readFile-handle'
             : property === 'writeFile'
               ? 'writeFile-handle'

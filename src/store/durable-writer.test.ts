@@ -233,6 +233,39 @@ describe('publishFile', () => {
     expect((await fs.readFile(`${ROOT}/app.conf`)).toString()).toBe('abce');
   });
 
+  it('a file grown huge between its lstat and the compare is never read whole: it is replaced', async () => {
+    const { fs: base, vol } = memfs({ [`${ROOT}/app.conf`]: 'abcd' });
+    const huge = 8 * 1024 * 1024;
+    let largest = 0;
+    const fs: FsPort = {
+      ...base,
+      open: (async (file: string, flags: number, mode?: number) => {
+        // A local user grows the file right after the writer's lstat saw its size equal to the new bytes'.
+        if (String(file).endsWith('/app.conf') && (flags & (constants.O_WRONLY | constants.O_RDWR)) === 0) {
+          vol.truncateSync(String(file), huge);
+        }
+        const handle = await base.open(file, flags, mode);
+        const readFile = handle.readFile.bind(handle);
+        const read = handle.read.bind(handle);
+        return Object.assign(handle, {
+          readFile: async (...rest: unknown[]) => {
+            const data = await (readFile as (...a: unknown[]) => Promise<Buffer>)(...rest);
+            largest = Math.max(largest, data.length);
+            return data;
+          },
+          read: async (...rest: unknown[]) => {
+            const result = await (read as (...a: unknown[]) => Promise<{ bytesRead: number }>)(...rest);
+            largest = Math.max(largest, result.bytesRead);
+            return result;
+          },
+        });
+      }) as FsPort['open'],
+    };
+    expect((await publishFile(fs, request('app.conf', 'abce', 0o644))).outcome).toBe('written');
+    expect((await base.readFile(`${ROOT}/app.conf`)).toString()).toBe('abce');
+    expect(largest).toBeLessThanOrEqual(5);
+  });
+
   it('creates missing parents with dirMode and reports exactly the ones it created, parent-first', async () => {
     const { fs } = memfs({ [`${ROOT}/a/existing`]: 'x' });
     const result = await publishFile(fs, request('a/b/c/file.json', '{}'));

@@ -199,8 +199,19 @@ async function settleMetadataInPlace(
   if (opened === undefined) return undefined;
   const { handle, stats } = opened;
   try {
-    const existing = await step('read', relativePath, () => handle.readFile());
-    if (Buffer.compare(existing, wanted.data) !== 0) return 'differs';
+    // The size the caller's lstat saw may be stale (a local user can grow the file meanwhile): the descriptor's
+    // decides, and no more than one byte past the wanted ones is read, so a planted file is never held whole.
+    if (stats.size !== wanted.data.byteLength) return 'differs';
+    const existing = Buffer.alloc(wanted.data.byteLength + 1);
+    let length = 0;
+    while (length < existing.length) {
+      const { bytesRead } = await step('read', relativePath, () =>
+        handle.read(existing, length, existing.length - length, null),
+      );
+      if (bytesRead === 0) break;
+      length += bytesRead;
+    }
+    if (Buffer.compare(existing.subarray(0, length), wanted.data) !== 0) return 'differs';
     const groupChanges = wanted.gid !== undefined && stats.gid !== wanted.gid;
     if (!groupChanges && (stats.mode & PERMISSION_BITS) === wanted.mode) {
       if (wanted.ensureDurable) await step('fsync', relativePath, () => handle.sync());
