@@ -1057,6 +1057,50 @@ describe('applySteps: removal checks the bytes it is about to delete', () => {
   });
 });
 
+describe('applySteps: removal of a file grown huge after its hash', () => {
+  it('is not read whole: the file is left in place, changed by someone else', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'app.json', content: { v: 1 } }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.service.update('cfg_1', { target_status: 'removed' });
+    const huge = 16 * 1024 * 1024;
+    let opens = 0;
+    let largest = 0;
+    const base = world.ctx.fs;
+    // The removal hashes the file (ours), then reads it to keep its bytes: a local user grows it in between.
+    world.ctx.fs = {
+      ...base,
+      open: (async (...args: Parameters<FsPort['open']>) => {
+        if (String(args[0]) === `${ROOT}/app.json` && (Number(args[1]) & 3) === 0 && ++opens === 2) {
+          world.vol.truncateSync(`${ROOT}/app.json`, huge);
+        }
+        const handle = await base.open(...args);
+        const readFile = handle.readFile.bind(handle);
+        const read = handle.read.bind(handle);
+        return Object.assign(handle, {
+          readFile: async (...rest: unknown[]) => {
+            const data = await (readFile as (...a: unknown[]) => Promise<Buffer>)(...rest);
+            largest = Math.max(largest, data.length);
+            return data;
+          },
+          read: async (...rest: unknown[]) => {
+            const result = await (read as (...a: unknown[]) => Promise<{ bytesRead: number }>)(...rest);
+            largest = Math.max(largest, result.bytesRead);
+            return result;
+          },
+        });
+      }) as FsPort['open'],
+    };
+
+    const { outcomes } = await pass(world);
+
+    expect(world.vol.statSync(`${ROOT}/app.json`).size).toBe(huge);
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'archived', converged: true });
+    expect(largest).toBeLessThanOrEqual(1024 * 1024);
+  });
+});
+
 describe('applySteps: stopping', () => {
   it('an abort during a write is neither an attempt nor a report, and leaves the old file whole', async () => {
     const world = await makeWorld();

@@ -345,13 +345,14 @@ async function removeFile(
       throw error;
     };
     // Hashed in chunks first: a file someone replaced (with gigabytes, say) is never read whole, only one that
-    // is still ours, whose bytes a failed swap puts back.
+    // is still ours, whose bytes a failed swap puts back — and no further than the size hashed: a file grown
+    // since reads as changed.
     const hashed = await hashRegularFile(ctx.fs, ctx.rootDir, step.path).catch(unlessRejected);
     const changed = (file: { sha256: string } | undefined) =>
       file !== undefined && owned !== undefined && file.sha256 !== owned.sha256;
     const current = changed(hashed)
       ? undefined
-      : await readRegularFile(ctx.fs, ctx.rootDir, step.path).catch(unlessRejected);
+      : await readRegularFile(ctx.fs, ctx.rootDir, step.path, hashed?.size ?? 0).catch(unlessRejected);
     if (changed(hashed) || changed(current)) {
       // Someone changed the file since we wrote it (an operator's edit kept under drift "report", another
       // tool): it is no longer what we wrote, so it is not ours to delete.

@@ -166,12 +166,16 @@ async function readNoFollow(
   fs: FsPort,
   absolute: string,
   relativePath: string,
+  maxBytes: number | undefined,
 ): Promise<RegularFile | undefined> {
   const opened = await openRegularNoFollow(fs, absolute, relativePath);
   if (opened === undefined) return undefined;
   const { handle, stats } = opened;
   try {
-    const data = await step('read', relativePath, () => handle.readFile());
+    const data =
+      maxBytes === undefined
+        ? await step('read', relativePath, () => handle.readFile())
+        : await readAtMost(handle, Math.min(stats.size, maxBytes) + 1, relativePath);
     return { data, mode: stats.mode & PERMISSION_BITS, sha256: sha256Hex(data), gid: stats.gid };
   } finally {
     await handle.close().catch(() => undefined);
@@ -202,16 +206,8 @@ async function settleMetadataInPlace(
     // The size the caller's lstat saw may be stale (a local user can grow the file meanwhile): the descriptor's
     // decides, and no more than one byte past the wanted ones is read, so a planted file is never held whole.
     if (stats.size !== wanted.data.byteLength) return 'differs';
-    const existing = Buffer.alloc(wanted.data.byteLength + 1);
-    let length = 0;
-    while (length < existing.length) {
-      const { bytesRead } = await step('read', relativePath, () =>
-        handle.read(existing, length, existing.length - length, null),
-      );
-      if (bytesRead === 0) break;
-      length += bytesRead;
-    }
-    if (Buffer.compare(existing.subarray(0, length), wanted.data) !== 0) return 'differs';
+    const existing = await readAtMost(handle, wanted.data.byteLength + 1, relativePath);
+    if (Buffer.compare(existing, wanted.data) !== 0) return 'differs';
     const groupChanges = wanted.gid !== undefined && stats.gid !== wanted.gid;
     if (!groupChanges && (stats.mode & PERMISSION_BITS) === wanted.mode) {
       if (wanted.ensureDurable) await step('fsync', relativePath, () => handle.sync());
@@ -235,11 +231,27 @@ export async function readRegularFile(
   fs: FsPort,
   rootDir: string,
   relativePath: string,
+  /** When given, no more than one byte past it is read (a longer file's data and sha256 are of that prefix). */
+  maxBytes?: number,
 ): Promise<RegularFile | undefined> {
   const inspection = await inspectPath(fs, rootDir, relativePath);
   assertRegularOrAbsent(inspection.final, relativePath);
   if (inspection.final === undefined) return undefined;
-  return readNoFollow(fs, inspection.absolute, relativePath);
+  return readNoFollow(fs, inspection.absolute, relativePath, maxBytes);
+}
+
+/** Up to `length` bytes from the handle's position: fewer when the file ends first. */
+async function readAtMost(handle: FileHandle, length: number, relativePath: string): Promise<Buffer> {
+  const buffer = Buffer.alloc(length);
+  let filled = 0;
+  while (filled < length) {
+    const { bytesRead } = await step('read', relativePath, () =>
+      handle.read(buffer, filled, length - filled, null),
+    );
+    if (bytesRead === 0) break;
+    filled += bytesRead;
+  }
+  return buffer.subarray(0, filled);
 }
 
 /**
@@ -290,7 +302,7 @@ export async function hashRegularFile(
   fs: FsPort,
   rootDir: string,
   relativePath: string,
-): Promise<Omit<RegularFile, 'data'> | undefined> {
+): Promise<(Omit<RegularFile, 'data'> & { size: number }) | undefined> {
   const inspection = await inspectPath(fs, rootDir, relativePath);
   assertRegularOrAbsent(inspection.final, relativePath);
   if (inspection.final === undefined) return undefined;
@@ -301,14 +313,16 @@ export async function hashRegularFile(
     const hash = createHash('sha256');
     // One read past the size sees the end: a small file costs what readFile costs.
     const buffer = Buffer.allocUnsafe(Math.min(HASH_CHUNK_BYTES, stats.size + 1));
+    let size = 0;
     for (;;) {
       const { bytesRead } = await step('read', relativePath, () =>
         handle.read(buffer, 0, buffer.length, null),
       );
       if (bytesRead === 0) break;
       hash.update(buffer.subarray(0, bytesRead));
+      size += bytesRead;
     }
-    return { sha256: hash.digest('hex'), mode: stats.mode & PERMISSION_BITS, gid: stats.gid };
+    return { sha256: hash.digest('hex'), mode: stats.mode & PERMISSION_BITS, gid: stats.gid, size };
   } finally {
     await handle.close().catch(() => undefined);
   }
