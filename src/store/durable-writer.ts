@@ -240,6 +240,17 @@ export async function readRegularFile(
   return readNoFollow(fs, inspection.absolute, relativePath, maxBytes);
 }
 
+/**
+ * The regular file at a path under the root, opened without following a symlink, with its fstat; undefined
+ * when it (or a parent) is absent. A symlink or directory there throws PathRejectedError.
+ */
+async function openRegularUnderRoot(fs: FsPort, rootDir: string, relativePath: string) {
+  const inspection = await inspectPath(fs, rootDir, relativePath);
+  assertRegularOrAbsent(inspection.final, relativePath);
+  if (inspection.final === undefined) return undefined;
+  return openRegularNoFollow(fs, inspection.absolute, relativePath);
+}
+
 /** Up to `length` bytes from the handle's position: fewer when the file ends first. */
 async function readAtMost(handle: FileHandle, length: number, relativePath: string): Promise<Buffer> {
   const buffer = Buffer.alloc(length);
@@ -265,25 +276,14 @@ export async function readRegularFileUpTo(
   relativePath: string,
   maxBytes: number,
 ): Promise<{ size: number; data?: Buffer } | undefined> {
-  const inspection = await inspectPath(fs, rootDir, relativePath);
-  assertRegularOrAbsent(inspection.final, relativePath);
-  if (inspection.final === undefined) return undefined;
-  const opened = await openRegularNoFollow(fs, inspection.absolute, relativePath);
+  const opened = await openRegularUnderRoot(fs, rootDir, relativePath);
   if (opened === undefined) return undefined;
   const { handle, stats } = opened;
   try {
     if (stats.size > maxBytes) return { size: stats.size };
     // One byte past the size sees the end; a file that grew past it is not shown (only what was read counted).
-    const buffer = Buffer.alloc(stats.size + 1);
-    let length = 0;
-    while (length < buffer.length) {
-      const { bytesRead } = await step('read', relativePath, () =>
-        handle.read(buffer, length, buffer.length - length, null),
-      );
-      if (bytesRead === 0) return { size: length, data: buffer.subarray(0, length) };
-      length += bytesRead;
-    }
-    return { size: length };
+    const data = await readAtMost(handle, stats.size + 1, relativePath);
+    return data.length > stats.size ? { size: data.length } : { size: data.length, data };
   } finally {
     await handle.close().catch(() => undefined);
   }
@@ -303,10 +303,7 @@ export async function hashRegularFile(
   rootDir: string,
   relativePath: string,
 ): Promise<(Omit<RegularFile, 'data'> & { size: number }) | undefined> {
-  const inspection = await inspectPath(fs, rootDir, relativePath);
-  assertRegularOrAbsent(inspection.final, relativePath);
-  if (inspection.final === undefined) return undefined;
-  const opened = await openRegularNoFollow(fs, inspection.absolute, relativePath);
+  const opened = await openRegularUnderRoot(fs, rootDir, relativePath);
   if (opened === undefined) return undefined;
   const { handle, stats } = opened;
   try {
