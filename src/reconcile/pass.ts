@@ -20,6 +20,7 @@ import {
   type RecordContext,
   recordInvalid,
   recordStep,
+  skippedOutcomes,
 } from './record.js';
 import { deliverReports } from './report.js';
 import { formatForPath, loadYaml } from './serialize.js';
@@ -73,16 +74,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   );
   // A loop, not a spread: a listing may hold more invalid items than a call's argument list can take.
   for (const outcome of recordInvalid(pulled.invalid, recording)) result.outcomes.push(outcome);
-  // Left alone, an instance with a status value this agent does not know cannot be said to have converged.
-  for (const item of pulled.skipped) {
-    result.outcomes.push({
-      instanceId: item.id,
-      path: item.relativeFilepath,
-      action: 'untouched',
-      converged: false,
-      message: `left alone: its ${item.unknown.field} ${JSON.stringify(item.unknown.value)} is not a value this agent knows`,
-    });
-  }
+  for (const outcome of skippedOutcomes(pulled.skipped)) result.outcomes.push(outcome);
   // Stopping is not a failure: what landed is recorded in memory, and the daemon's stop persists it.
   signal?.throwIfAborted();
   if (pulled.mode === 'full') forgetUnseen(state, pulled.instances, unusableIds(pulled));

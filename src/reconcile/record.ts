@@ -1,5 +1,5 @@
 // Turns what each step did into local-state changes and due status reports: the only writer of both in a pass.
-import type { InvalidListItem } from '../api/pager.js';
+import type { InvalidListItem, SkippedListItem } from '../api/pager.js';
 import type { ConfigInstanceHead, StatusReport } from '../api/schemas.js';
 import { fullJitterMs } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
@@ -333,6 +333,20 @@ export function recordInvalid(items: readonly InvalidListItem[], ctx: RecordCont
     const path = record?.relativePath ?? '';
     return { instanceId: item.id, path, action: 'failed', converged: item.errorStatus === 'failed', message };
   });
+}
+
+/**
+ * Instances left alone for a status value this agent does not know: nothing is recorded or reported for them,
+ * but a pass that left them cannot be said to have converged.
+ */
+export function skippedOutcomes(items: readonly SkippedListItem[]): InstanceOutcome[] {
+  return items.map((item) => ({
+    instanceId: item.id,
+    path: item.relativeFilepath,
+    action: 'untouched',
+    converged: false,
+    message: `left alone: its ${item.unknown.field} ${JSON.stringify(item.unknown.value)} is not a value this agent knows`,
+  }));
 }
 
 /** A cooldown whose time has come has done its job once planned past: the pass acts, a new failure sets a new one. */
