@@ -43,11 +43,19 @@ const TABLE: [number, StatusClass, boolean, boolean, string][] = [
   [501, 'server_error', true, true, 'skip'],
   [505, 'server_error', true, true, 'skip'],
   [599, 'server_error', true, true, 'skip'],
-  [405, 'unexpected', false, false, 'skip'],
-  [411, 'unexpected', false, false, 'skip'],
-  [413, 'unexpected', false, false, 'skip'],
-  [418, 'unexpected', false, false, 'skip'],
-  [451, 'unexpected', false, false, 'skip'],
+  // Any other 4xx: the service will never accept that exact request (a kept report was retried every pass).
+  [405, 'rejected', false, false, 'drop'],
+  [411, 'rejected', false, false, 'drop'],
+  [415, 'rejected', false, false, 'drop'],
+  [418, 'rejected', false, false, 'drop'],
+  [451, 'rejected', false, false, 'drop'],
+  [499, 'rejected', false, false, 'drop'],
+  // Refused for its size: a report is sent again without its message first (reconcile/report.ts).
+  [413, 'too_large', false, false, 'drop'],
+  [414, 'too_large', false, false, 'drop'],
+  [431, 'too_large', false, false, 'drop'],
+  [407, 'denied', false, true, 'stop'],
+  [425, 'unavailable', true, true, 'stop'],
 ];
 
 describe('classifyStatus and what is read from it', () => {
@@ -65,7 +73,7 @@ describe('classifyStatus and what is read from it', () => {
   it('the whole range has a class', () => {
     for (let status = 100; status < 600; status += 1) {
       expect(classifyStatus(status)).toMatch(
-        /^(success|rejected|denied|unavailable|server_error|unexpected)$/,
+        /^(success|too_large|rejected|denied|unavailable|server_error|unexpected)$/,
       );
     }
   });
@@ -73,7 +81,7 @@ describe('classifyStatus and what is read from it', () => {
 
 describe('deliveryVerdict (the outbox reads it for a failed report)', () => {
   it('a permanently rejected report is dropped, so one poisoned report never blocks the rest', () => {
-    for (const status of [400, 404, 409, 410, 422]) {
+    for (const status of [400, 404, 405, 409, 410, 413, 414, 415, 422, 431]) {
       expect(deliveryVerdict(new HttpStatusError(target, status, undefined, undefined))).toBe('drop');
     }
   });
@@ -87,7 +95,7 @@ describe('deliveryVerdict (the outbox reads it for a failed report)', () => {
   });
 
   it("anything else is this report's own failure: skip it, keep it, deliver the others", () => {
-    for (const status of [500, 501, 405, 413]) {
+    for (const status of [500, 501, 302]) {
       expect(deliveryVerdict(new HttpStatusError(target, status, undefined, undefined))).toBe('skip');
     }
     expect(deliveryVerdict(new MalformedResponseError(target, 200, 'cut'))).toBe('skip');

@@ -1,8 +1,8 @@
 // Report: delivers the outbox in order; each failed delivery is judged by the one status classifier.
 import type { ServiceClient } from '../api/client.js';
-import { deliveryVerdict } from '../api/errors.js';
+import { deliveryVerdict, HttpStatusError } from '../api/errors.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
-import type { ConfigInstance } from '../api/schemas.js';
+import type { ConfigInstance, StatusReport } from '../api/schemas.js';
 import type { Logger } from '../lib/logger.js';
 import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
@@ -40,16 +40,28 @@ export async function deliverReports(ctx: ReportContext): Promise<Delivery> {
   let echoed = false;
   const flushed = await ctx.outbox.flush(
     async (entry) => {
-      const updated = await withRequestRetry(
-        'report status',
-        () =>
-          ctx.client.reportConfigInstanceStatus(
-            entry.instanceId,
-            entry.report,
-            ctx.signal === undefined ? {} : { signal: ctx.signal },
-          ),
-        ctx.retry,
-      );
+      const send = (report: StatusReport) =>
+        withRequestRetry(
+          'report status',
+          () =>
+            ctx.client.reportConfigInstanceStatus(
+              entry.instanceId,
+              report,
+              ctx.signal === undefined ? {} : { signal: ctx.signal },
+            ),
+          ctx.retry,
+        );
+      const updated = await send(entry.report).catch((error: unknown) => {
+        const { message, ...bare } = entry.report;
+        // Refused for its size (413): the status is what matters, so it goes once more without the message;
+        // refused again, it is dropped (http-status.ts `too_large`) instead of being retried on every pass.
+        if (!(error instanceof HttpStatusError && error.status === 413) || message === undefined) throw error;
+        ctx.logger.warn(
+          { instanceId: entry.instanceId, status: error.status },
+          'status report refused for its size: sent again without its message',
+        );
+        return send(bare);
+      });
       // A 2xx without a body settles the report too; only the reported instance, returned, can carry an echo
       // (another one in the answer is a service bug, and taken for its echo it would lose a path it wins).
       echoed = (updated?.id === entry.instanceId && recordReportEcho(ctx, updated)) || echoed;
