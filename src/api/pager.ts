@@ -82,6 +82,11 @@ export interface InvalidListItem {
   activityStatus?: ConfigInstanceActivityStatus;
   errorStatus?: ErrorStatus;
   problem: string;
+  /**
+   * The listing is at fault, not the item (an id listed twice): reported `retrying`, never `failed` (a final
+   * status: the instance would stay skipped after the service lists it properly again).
+   */
+  listingFault?: true;
 }
 
 /** An item with a status value the agent does not know: not acted on, warned about. */
@@ -301,7 +306,7 @@ async function listOnce<I>(
   const listing: Listing<I> = { instances: [], invalid: [], skipped: [] };
   const seen = new Set<string>();
   /** Ids this listing kept an item of, and ids it listed more than once (kept or not): reported, never used. */
-  const keptIds = new Set<string>();
+  const keptHeads = new Map<string, ItemHead>();
   const duplicated = new Set<string>();
   let offset = 0;
   let limit = sized();
@@ -417,7 +422,11 @@ async function listOnce<I>(
         // one id twice (in one page, or out of id order), maybe with different content or path: neither copy
         // is used, the id is named (a first-one-wins would pick by page layout and could flap between passes).
         if (anchor === undefined && offset > 0) return new Shifted(`${id} was listed twice`);
-        if (keptIds.has(id) || keep.item(item)) duplicated.add(id);
+        const earlier = keptHeads.get(id);
+        if (earlier !== undefined || keep.item(item)) {
+          duplicated.add(id);
+          keptHeads.set(id, earlier === undefined ? headOf(item) : newerHead(earlier, headOf(item)));
+        }
         continue;
       }
       if (id !== undefined) {
@@ -426,7 +435,7 @@ async function listOnce<I>(
       }
       if (keep.item(item)) {
         kept += 1;
-        if (id !== undefined) keptIds.add(id);
+        if (id !== undefined) keptHeads.set(id, headOf(item));
         await take(item, listing, keep);
       }
     }
@@ -444,7 +453,16 @@ async function listOnce<I>(
         if (unanchored) return new Shifted(problem);
         options.logger?.warn({ covered, totalCount: firstTotal }, problem);
       }
-      for (const id of duplicated) listing.invalid.push({ id, problem: DUPLICATED });
+      for (const id of duplicated) {
+        const { activityStatus, errorStatus } = keptHeads.get(id) ?? {};
+        listing.invalid.push({
+          id,
+          ...(activityStatus === undefined ? {} : { activityStatus }),
+          ...(errorStatus === undefined ? {} : { errorStatus }),
+          problem: DUPLICATED,
+          listingFault: true,
+        });
+      }
       return listing;
     }
     if (fresh === 0) {
@@ -482,6 +500,54 @@ async function take<I>(item: PageItem, listing: Listing<I>, keep: Keep<I>): Prom
       return;
     }
   }
+}
+
+/** What a listing remembers of each item it kept: enough to tell which of two copies of one id is newer. */
+interface ItemHead {
+  updatedAt?: number;
+  activityStatus?: ConfigInstanceActivityStatus;
+  errorStatus?: ErrorStatus;
+}
+
+function headOf(item: PageItem): ItemHead {
+  if (item.kind === 'unknown_status') return {};
+  if (item.kind === 'invalid') {
+    const { activityStatus, errorStatus } = item;
+    return {
+      ...(activityStatus === undefined ? {} : { activityStatus }),
+      ...(errorStatus === undefined ? {} : { errorStatus }),
+    };
+  }
+  const { activity_status, error_status, updated_at } = item.instance;
+  const at = Date.parse(updated_at);
+  return {
+    activityStatus: activity_status,
+    errorStatus: error_status,
+    ...(Number.isNaN(at) ? {} : { updatedAt: at }),
+  };
+}
+
+/**
+ * The head of whichever copy was updated last; when neither is known to be newer, only what both copies agree
+ * on (the service's statuses of the id are then unknown where they differ).
+ */
+export function newerHead(a: ItemHead, b: ItemHead): ItemHead {
+  const order = compareUpdatedAt(a.updatedAt, b.updatedAt);
+  if (order > 0) return a;
+  if (order < 0) return b;
+  return {
+    ...(a.updatedAt === undefined ? {} : { updatedAt: a.updatedAt }),
+    ...(a.activityStatus === b.activityStatus && a.activityStatus !== undefined
+      ? { activityStatus: a.activityStatus }
+      : {}),
+    ...(a.errorStatus === b.errorStatus && a.errorStatus !== undefined ? { errorStatus: a.errorStatus } : {}),
+  };
+}
+
+/** Positive when `a` is the later time, negative when `b` is, 0 when equal or either is unknown. */
+export function compareUpdatedAt(a: number | undefined, b: number | undefined): number {
+  if (a === undefined || b === undefined) return 0;
+  return Math.sign(a - b);
 }
 
 /** The fields of an item a query filters on; unreadable fields and status values unknown to the agent are absent. */

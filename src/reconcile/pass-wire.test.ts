@@ -300,7 +300,7 @@ describe('an id the service lists twice', () => {
   const DUPLICATED =
     'invalid instance from the service: listed more than once in one listing by the service (ambiguous: no copy is used)';
 
-  it('with other content and path, in one page: neither copy is written, the file on disk stays, it is reported failed once', async () => {
+  it('with other content and path, in one page: neither copy is written, the file on disk stays, it is reported retrying once', async () => {
     put({ id: 'cfg_a', content: { v: 'A' } });
     put({ id: 'cfg_c' });
     await pass();
@@ -318,7 +318,7 @@ describe('an id the service lists twice', () => {
 
     expect(await fileAt('cfg_a.json')).toBe('{\n  "v": "A"\n}\n');
     expect(await exists('cfg_b.json')).toBe(false);
-    expect(reports().slice(before)).toEqual(['cfg_a deployed/failed']);
+    expect(reports().slice(before)).toEqual(['cfg_a deployed/retrying']);
     expect(server.state.reports.at(-1)?.message).toBe(DUPLICATED);
     expect(first.error).toBeUndefined();
     // Not converged while the service still lists it twice; reported once, not again on every pass.
@@ -328,7 +328,33 @@ describe('an id the service lists twice', () => {
     expect(server.state.stats.get('GET /v1/config_instances')).toBe(3);
   });
 
-  it('on two pages: the others are written, the id is reported failed and written nowhere', async () => {
+  it("the service stops listing it twice: the instance converges (a duplicate is the listing's fault, not the instance's: retrying, never failed)", async () => {
+    put({ id: 'cfg_a', content: { v: 'A' } });
+    put({ id: 'cfg_b', content: { v: 'B' } });
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"id":"cfg_b"', with: '"id":"cfg_a"' }],
+    });
+    await pass();
+    await pass();
+    expect(await exists('cfg_a.json')).toBe(false);
+    expect(reports()).toEqual(['cfg_a queued/retrying']);
+    server.state.clearFaults();
+
+    const clean = await pass();
+
+    expect(await fileAt('cfg_a.json')).toBe('{\n  "v": "A"\n}\n');
+    expect(await fileAt('cfg_b.json')).toBe('{\n  "v": "B"\n}\n');
+    expect(server.state.instance('cfg_a')).toMatchObject({
+      activity_status: 'deployed',
+      error_status: 'none',
+    });
+    expect(clean.converged).toBe(true);
+  });
+
+  it('on two pages: the others are written, the id is reported retrying and written nowhere', async () => {
     const ids = Array.from({ length: 150 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
     for (const id of ids) put({ id, content: { owner: id } });
     // The last item (page 2) comes out as a second cfg_000 (page 1).
@@ -342,7 +368,7 @@ describe('an id the service lists twice', () => {
     for (const id of ids.slice(1, 149)) expect(await exists(`${id}.json`), id).toBe(true);
     expect(await exists('cfg_000.json')).toBe(false);
     expect(await exists('cfg_149.json')).toBe(false);
-    expect(reports().filter((r) => !r.endsWith('deployed/none'))).toEqual(['cfg_000 queued/failed']);
+    expect(reports().filter((r) => !r.endsWith('deployed/none'))).toEqual(['cfg_000 queued/retrying']);
     expect(result.error).toBeUndefined();
   });
 });

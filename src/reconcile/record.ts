@@ -320,18 +320,21 @@ export function recordInvalid(items: readonly InvalidListItem[], ctx: RecordCont
     if (item.id === undefined)
       return { instanceId: '', path: '', action: 'failed', converged: false, message };
     const record = ctx.state.instances.get(item.id);
+    // A fault of the listing (an id listed twice) is not final: the instance converges once it is listed right.
+    const error = item.listingFault === true ? 'retrying' : 'failed';
     const report: StatusReport = {
       activity_status: item.activityStatus ?? record?.activity ?? 'queued',
-      error_status: 'failed',
+      error_status: error,
       message,
     };
     const pending = ctx.outbox.pendingFor(item.id)?.report;
-    const known = item.errorStatus === 'failed' || (record?.error === 'failed' && record.message === message);
-    const queued = pending?.error_status === 'failed' && pending.message === message;
+    const known = item.errorStatus === error || (record?.error === error && record.message === message);
+    const queued = pending?.error_status === error && pending.message === message;
     if (!known && !queued) ctx.outbox.enqueue(item.id, report, new Date(ctx.clock.now()));
-    if (record !== undefined) ctx.state.instances.set(item.id, { ...record, error: 'failed', message });
+    if (record !== undefined) ctx.state.instances.set(item.id, { ...record, error, message });
     const path = record?.relativePath ?? '';
-    return { instanceId: item.id, path, action: 'failed', converged: item.errorStatus === 'failed', message };
+    const action = error === 'failed' ? 'failed' : 'retrying';
+    return { instanceId: item.id, path, action, converged: item.errorStatus === 'failed', message };
   });
 }
 
