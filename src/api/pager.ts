@@ -132,6 +132,28 @@ export interface PagerOptions {
 }
 
 const DUPLICATED = 'listed more than once in one listing by the service (ambiguous: no copy is used)';
+const GIVEN_TWICE =
+  'listed by two queries of one pull with other fields and the same updated_at (ambiguous: no copy is used)';
+
+/** The fields of an instance (all but its content) that decide what the agent does with it. */
+const HEAD_FIELDS = [
+  'updated_at',
+  'relative_filepath',
+  'target_status',
+  'activity_status',
+  'error_status',
+  'config_schema_id',
+  'device_id',
+] as const satisfies readonly (keyof ConfigInstanceHead)[];
+
+function sameHead(a: ConfigInstanceHead, b: ConfigInstanceHead): boolean {
+  return HEAD_FIELDS.every((field) => a[field] === b[field]);
+}
+
+function timeOf(instance: ConfigInstanceHead): number | undefined {
+  const at = Date.parse(instance.updated_at);
+  return Number.isNaN(at) ? undefined : at;
+}
 
 /** The list moved between two pages: the listing is thrown away and taken again. */
 class Shifted {
@@ -212,7 +234,28 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
   const unnamed: InvalidListItem[] = [];
   const skipped = new Map<string, SkippedListItem>();
   const merge = (listing: Listing<I>) => {
-    for (const instance of listing.instances) if (!byId.has(instance.id)) byId.set(instance.id, instance);
+    for (const instance of listing.instances) {
+      const earlier = byId.get(instance.id);
+      if (earlier === undefined) {
+        byId.set(instance.id, instance);
+        continue;
+      }
+      // Two queries gave one id with other fields (it changed between them, or the service is broken): the copy
+      // updated last is the instance; two copies of the same time cannot be told apart, so neither is used.
+      const order = compareUpdatedAt(timeOf(instance), timeOf(earlier));
+      if (order > 0) byId.set(instance.id, instance);
+      else if (order === 0 && !invalid.has(instance.id)) {
+        const { activityStatus, errorStatus } = newerHead(headOfInstance(earlier), headOfInstance(instance));
+        invalid.set(instance.id, {
+          id: instance.id,
+          deviceId: instance.device_id,
+          ...(activityStatus === undefined ? {} : { activityStatus }),
+          ...(errorStatus === undefined ? {} : { errorStatus }),
+          problem: GIVEN_TWICE,
+          listingFault: true,
+        });
+      }
+    }
     for (const item of listing.invalid) {
       if (item.id === undefined) unnamed.push(item);
       else if (!invalid.has(item.id)) invalid.set(item.id, item);
@@ -221,7 +264,12 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
   };
   // An instance an earlier query already gave is dropped on arrival: a first sync lists each one twice
   // (`target_status=deployed` and `queued`), and holding both copies until the merge doubles the pull's memory.
-  const unseen = (item: PageItem) => item.kind !== 'valid' || !byId.has(item.instance.id);
+  // Only a copy that differs from the one kept goes on to the merge, which picks one.
+  const unseen = (item: PageItem) => {
+    if (item.kind !== 'valid') return true;
+    const earlier = byId.get(item.instance.id);
+    return earlier === undefined || !sameHead(earlier, item.instance);
+  };
   try {
     let listed = false;
     if (options.wide !== undefined && queries.length > 1) {
@@ -518,12 +566,15 @@ function headOf(item: PageItem): ItemHead {
       ...(errorStatus === undefined ? {} : { errorStatus }),
     };
   }
-  const { activity_status, error_status, updated_at } = item.instance;
-  const at = Date.parse(updated_at);
+  return headOfInstance(item.instance);
+}
+
+function headOfInstance(instance: ConfigInstanceHead): ItemHead {
+  const at = timeOf(instance);
   return {
-    activityStatus: activity_status,
-    errorStatus: error_status,
-    ...(Number.isNaN(at) ? {} : { updatedAt: at }),
+    activityStatus: instance.activity_status,
+    errorStatus: instance.error_status,
+    ...(at === undefined ? {} : { updatedAt: at }),
   };
 }
 

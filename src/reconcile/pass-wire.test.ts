@@ -373,6 +373,48 @@ describe('an id the service lists twice', () => {
   });
 });
 
+describe('one id given by two queries of one pull, with other fields', () => {
+  // A poll lists `activity_status=queued`, then `target_status=removed&activity_status=deployed`; the second
+  // answer is made to carry cfg_a again (cfg_z's item renamed), at another path.
+  const secondQueryGivesCfgAAt = (updatedAt: string) => {
+    put({ id: 'cfg_a', relative_filepath: 'a.json', content: { v: 'old' } });
+    put({
+      id: 'cfg_z',
+      relative_filepath: 'b.json',
+      target_status: 'removed',
+      activity_status: 'deployed',
+      content: { v: 'new' },
+      updated_at: updatedAt,
+    });
+    fault({
+      match: LIST,
+      count: 1,
+      skip: 1,
+      mode: 'rewrite',
+      replace: [
+        { find: '"id":"cfg_z"', with: '"id":"cfg_a"' },
+        { find: '"target_status":"removed"', with: '"target_status":"deployed"' },
+      ],
+    });
+  };
+
+  it('the copy updated last is used, whichever query gave it', async () => {
+    secondQueryGivesCfgAAt('2026-02-01T00:00:00.000Z');
+    await reconciler.runPass({ mode: 'incremental' });
+    expect(await exists('a.json')).toBe(false);
+    expect(await fileAt('b.json')).toBe('{\n  "v": "new"\n}\n');
+  });
+
+  it('updated at the same time: ambiguous, no copy is used and it is reported retrying', async () => {
+    secondQueryGivesCfgAAt(T0);
+    const result = await reconciler.runPass({ mode: 'incremental' });
+    expect(await exists('a.json')).toBe(false);
+    expect(await exists('b.json')).toBe(false);
+    expect(reports()).toEqual(['cfg_a queued/retrying']);
+    expect(result.converged).toBe(false);
+  });
+});
+
 describe('a pull is bounded', () => {
   it('has_more forever while ignoring offset: the pass fails with a typed error after a few requests, disk untouched', async () => {
     for (let i = 0; i < 120; i++) put({ id: `cfg_${String(i).padStart(3, '0')}` });
