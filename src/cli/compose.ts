@@ -27,7 +27,7 @@ const DAEMON_REQUEST_RETRIES = 0;
 /** Must exit within this after SIGTERM; systemd's TimeoutStopSec is longer. */
 const STOP_DEADLINE_MS = 10_000;
 
-/** Loaded only by the daemon: `--once` never pays for chokidar, prom-client, the socket server or hooks. */
+/** Loaded only by the daemon: `--once` never pays for the drift watcher, prom-client, the socket server or hooks. */
 type DaemonModule = typeof import('./daemon.js');
 
 /**

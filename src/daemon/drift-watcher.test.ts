@@ -1,8 +1,9 @@
-// DriftWatcher in a real temp dir: a managed file changed by someone else is reported; one judged while a pass
-// started is judged again after it (the pass generation of SingleFlight), so the agent's own write is not drift.
+// DriftWatcher in a real temp dir: a managed file changed by someone else is reported, in any directory, however
+// it changed (one watch per directory); one judged while a pass started is judged again after it (the pass
+// generation of SingleFlight), so the agent's own write is not drift.
 import { writeFileSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -29,21 +30,29 @@ async function eventually(done: () => boolean, what: string): Promise<void> {
   throw new Error(`never happened: ${what}`);
 }
 
-async function watchedRoot(fs: FsPort, passes: SingleFlight<unknown>) {
+function managedFile(bytes: string): ManagedFile {
+  return {
+    instanceId: 'cfg_1',
+    sha256: sha256Hex(Buffer.from(bytes)),
+    mode: 0o644,
+    createdDirs: [],
+    writtenAt: '2030-01-01T00:00:00.000Z',
+  };
+}
+
+/** A root holding `files` (relative path → bytes, mode 0644), all managed, watched under policy `report`. */
+async function watchedRoot(
+  fs: FsPort,
+  passes: SingleFlight<unknown>,
+  files: readonly string[] = ['app.json'],
+) {
   const rootDir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-drift-'));
-  await writeFile(path.join(rootDir, 'app.json'), ORIGINAL, { mode: 0o644 });
-  const managed = new Map<string, ManagedFile>([
-    [
-      'app.json',
-      {
-        instanceId: 'cfg_1',
-        sha256: sha256Hex(Buffer.from(ORIGINAL)),
-        mode: 0o644,
-        createdDirs: [],
-        writtenAt: '2030-01-01T00:00:00.000Z',
-      },
-    ],
-  ]);
+  const managed = new Map<string, ManagedFile>();
+  for (const file of files) {
+    await mkdir(path.dirname(path.join(rootDir, file)), { recursive: true });
+    await writeFile(path.join(rootDir, file), ORIGINAL, { mode: 0o644 });
+    managed.set(file, managedFile(ORIGINAL));
+  }
   const drifts: string[][] = [];
   const watcher = new DriftWatcher({
     fs,
@@ -60,8 +69,12 @@ async function watchedRoot(fs: FsPort, passes: SingleFlight<unknown>) {
     await watcher.close();
     await rm(rootDir, { recursive: true, force: true });
   });
-  return { rootDir, drifts };
+  /** The paths reported (since the `since`-th report), each once, sorted. */
+  const reported = (since = 0) => [...new Set(drifts.slice(since).flat())].sort();
+  return { rootDir, drifts, managed, reported };
 }
+
+const NESTED = ['top.json', 'a/one.json', 'a/two.json', 'a/b/three.json', 'a/b/four.json', 'c/five.json'];
 
 describe('DriftWatcher', () => {
   it('reports a managed file whose bytes someone else changed', async () => {
@@ -98,5 +111,50 @@ describe('DriftWatcher', () => {
     await new Promise((resolve) => setTimeout(resolve, 100));
     expect(watched.drifts).toEqual([]);
     expect(passes.generation).toBe(1);
+  });
+
+  it('sees every managed file in every directory: written, re-moded, deleted, replaced by a rename', async () => {
+    const passes = new SingleFlight(async () => undefined);
+    const { rootDir, reported } = await watchedRoot(nodeFs, passes, NESTED);
+    await writeFile(path.join(rootDir, 'top.json'), '{"a":2}\n');
+    await writeFile(path.join(rootDir, 'a/one.json'), '{"a":2}\n');
+    await chmod(path.join(rootDir, 'a/two.json'), 0o600);
+    await rm(path.join(rootDir, 'a/b/three.json'));
+    await writeFile(path.join(rootDir, 'a/b/new.json'), '{"a":3}\n');
+    await rename(path.join(rootDir, 'a/b/new.json'), path.join(rootDir, 'a/b/four.json'));
+    await writeFile(path.join(rootDir, 'c/five.json'), ORIGINAL, { flag: 'a' });
+    await eventually(() => reported().length === NESTED.length, 'every managed file reported');
+    expect(reported()).toEqual([...NESTED].sort());
+  });
+
+  it('a directory above managed files renamed away or removed: each managed file in it is reported', async () => {
+    const passes = new SingleFlight(async () => undefined);
+    const { rootDir, reported } = await watchedRoot(nodeFs, passes, NESTED);
+    await rename(path.join(rootDir, 'a'), path.join(rootDir, 'a.moved'));
+    await rm(path.join(rootDir, 'c'), { recursive: true });
+    const expected = NESTED.filter((file) => file !== 'top.json').sort();
+    await eventually(() => reported().length === expected.length, 'the files under both directories');
+    expect(reported()).toEqual(expected);
+  });
+
+  it('a directory made after the start, and one put back in place of a removed one, are watched', async () => {
+    const passes = new SingleFlight(async () => undefined);
+    const { rootDir, managed, drifts, reported } = await watchedRoot(nodeFs, passes, NESTED);
+    // The agent's pass makes a new directory and a file in it, and puts back a directory someone removed.
+    await rm(path.join(rootDir, 'c'), { recursive: true });
+    await eventually(() => reported().includes('c/five.json'), 'the removed directory');
+    for (const file of ['new/deep/six.json', 'c/five.json']) {
+      await mkdir(path.dirname(path.join(rootDir, file)), { recursive: true });
+      await writeFile(path.join(rootDir, file), ORIGINAL, { mode: 0o644 });
+      managed.set(file, managedFile(ORIGINAL));
+    }
+    // Judged, unchanged: not drift. Then someone edits both.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(reported()).toEqual(['c/five.json']);
+    const mark = drifts.length;
+    await writeFile(path.join(rootDir, 'new/deep/six.json'), '{"a":2}\n');
+    await writeFile(path.join(rootDir, 'c/five.json'), '{"a":2}\n');
+    await eventually(() => reported(mark).length === 2, 'both files');
+    expect(reported(mark)).toEqual(['c/five.json', 'new/deep/six.json']);
   });
 });

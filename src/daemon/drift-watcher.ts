@@ -1,6 +1,5 @@
 // Watches rootDir for changes to managed files made by someone else; restores them from the content cache.
 import path from 'node:path';
-import { type FSWatcher, watch } from 'chokidar';
 import type { DriftPolicy } from '../config/schema.js';
 import type { Clock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
@@ -9,6 +8,7 @@ import { ContentCache } from '../store/content-cache.js';
 import { hashRegularFile, publishFile } from '../store/durable-writer.js';
 import { lstatOrUndefined, TEMP_PREFIX } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
+import { DirectoryWatcher } from './directory-watcher.js';
 
 /** What the watcher reads of the daemon's `SingleFlight`. */
 export interface PassActivity {
@@ -70,7 +70,7 @@ export class DriftWatcher {
   readonly #pending = new Set<string>();
   readonly #holdOffs = new Map<string, HoldOff>();
   readonly #closing = new AbortController();
-  #watcher: FSWatcher | undefined;
+  #watcher: DirectoryWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
 
@@ -79,17 +79,20 @@ export class DriftWatcher {
   }
 
   async start(): Promise<void> {
-    const watcher = watch(this.#options.rootDir, {
-      ignoreInitial: true,
-      followSymlinks: false,
+    const watcher = new DirectoryWatcher({
+      fs: this.#options.fs,
+      rootDir: this.#options.rootDir,
+      onChange: (file) => this.#onEvent(file),
+      onError: (error) => this.#options.logger.warn({ err: error }, 'file watcher error'),
       // The agent's temp files appear and vanish on every write: they are never drift.
-      ignored: (file: string) => path.basename(file).startsWith(TEMP_PREFIX),
+      ignored: (file) => path.basename(file).startsWith(TEMP_PREFIX),
     });
-    for (const event of ['add', 'change', 'unlink'] as const) {
-      watcher.on(event, (file: string) => this.#onEvent(file));
+    try {
+      await watcher.start();
+    } catch (error) {
+      watcher.close();
+      throw error;
     }
-    watcher.on('error', (error: unknown) => this.#options.logger.warn({ err: error }, 'file watcher error'));
-    await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
     this.#watcher = watcher;
   }
 
@@ -97,7 +100,7 @@ export class DriftWatcher {
     this.#closed = true;
     this.#closing.abort();
     if (this.#timer !== undefined) clearTimeout(this.#timer);
-    await this.#watcher?.close();
+    this.#watcher?.close();
   }
 
   /** A change at `file` (absolute), as the file watcher reports it. */
@@ -111,11 +114,26 @@ export class DriftWatcher {
     await this.#evaluate();
   }
 
+  /**
+   * A managed file, or a directory above managed files (renamed, removed, replaced, made anew): each managed
+   * file it names or holds is judged. The directory watcher reports names, not what they were.
+   */
   #onEvent(file: string): void {
     const relative = path.relative(this.#options.rootDir, file).split(path.sep).join('/');
-    if (relative === '' || relative.startsWith('..')) return;
-    if (!this.#options.managedFiles().has(relative)) return;
-    this.#pending.add(relative);
+    if (relative.startsWith('..') || path.isAbsolute(relative)) return;
+    const managed = this.#options.managedFiles();
+    if (managed.has(relative)) {
+      this.#pending.add(relative);
+    } else {
+      const prefix = relative === '' ? '' : `${relative}/`;
+      let any = false;
+      for (const managedPath of managed.keys()) {
+        if (!managedPath.startsWith(prefix)) continue;
+        this.#pending.add(managedPath);
+        any = true;
+      }
+      if (!any) return;
+    }
     this.#schedule();
   }
 

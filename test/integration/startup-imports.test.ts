@@ -52,7 +52,7 @@ function loadedBy(args: string[]): { code: number | null; packages: Set<string>;
   return { code: run.status, packages, modules };
 }
 
-const DAEMON_PACKAGES = ['chokidar', 'prom-client', 'picomatch', '@hono/node-server', 'hono'];
+const DAEMON_PACKAGES = ['prom-client', 'picomatch', '@hono/node-server', 'hono'];
 
 describe('modules loaded per command', () => {
   it('--help and --version load no package at all, and only the argument parser of the agent', () => {
@@ -69,7 +69,7 @@ describe('modules loaded per command', () => {
     }
   });
 
-  it('--once never loads the daemon: no chokidar, prom-client, hooks or local API', () => {
+  it('--once never loads the daemon: no prom-client, drift watcher, hooks or local API', () => {
     const { code, packages, modules } = loadedBy(['--once', '--config', path.join(dir, 'missing.json')]);
     expect(code).toBe(78);
     // The configuration is read before anything else is built: zod is all it took to refuse it.
