@@ -456,6 +456,29 @@ describe('what is written means what the service sent', () => {
     );
   });
 
+  it('keys in another order are another file (consumers may read keys in order): written once, nothing reported, no churn', async () => {
+    put({ id: 'cfg_a', content: { a: 1, b: { c: 2, d: 3 } } });
+    await pass();
+    const before = reports();
+    const reordered = () =>
+      fault({
+        match: LIST,
+        count: 1,
+        mode: 'rewrite',
+        replace: [{ find: '{"a":1,"b":{"c":2,"d":3}}', with: '{"b":{"d":3,"c":2},"a":1}' }],
+      });
+    reordered();
+    const first = await pass();
+    expect(await fileAt('cfg_a.json')).toBe('{\n  "b": {\n    "d": 3,\n    "c": 2\n  },\n  "a": 1\n}\n');
+    expect(first.outcomes.map((o) => o.action)).toEqual(['written']);
+    // The same order again: nothing to write. The service already holds deployed: nothing reported either time.
+    reordered();
+    const again = await pass();
+    expect(again.outcomes.map((o) => o.action)).toEqual(['unchanged']);
+    expect(reports()).toEqual(before);
+    expect(first.converged && again.converged).toBe(true);
+  });
+
   it('a status report answered 204 is settled: not re-sent, and the pass converges', async () => {
     put({ id: 'cfg_a' });
     fault({ match: '^/v1/config_instances/[^/]+$', count: 1, mode: 'rewrite', status: 204 });
