@@ -39,7 +39,7 @@ export async function createWorld(fixtures: Fixtures): Promise<BenchWorld> {
         socketPath: path.join(dir, 'agent.sock'),
         ...overrides,
       };
-      await writeFile(world.configPath, JSON.stringify(config, null, 2));
+      await writeFile(world.configPath, JSON.stringify(config, null, 2), { mode: 0o644 });
     },
     async close() {
       await server.close();

@@ -30,6 +30,8 @@ const CONFIG_JSON = JSON.stringify({
 
 function memfs(files: Record<string, string> = {}, modes: Record<string, number> = {}) {
   const vol = Volume.fromJSON(files);
+  // memfs makes files 0666; a config others can write is refused (loadConfigFile), so files start as 0644.
+  for (const file of Object.keys(files)) vol.chmodSync(file, 0o644);
   for (const [file, mode] of Object.entries(modes)) vol.chmodSync(file, mode);
   // memfs's promise API is a structural superset of the slice the agent uses.
   return { fs: vol.promises as unknown as FsPort, vol };
@@ -483,6 +485,41 @@ describe('inputs that are not regular files, on the real file system', () => {
     const error = await rejected(loadConfigFile(nodeFs, file), ConfigError);
     expect(error.message).toBe(`config ${file}: larger than 1048576 bytes: not a config file`);
   });
+
+  // Whoever can change the config decides where the agent sends the API key, where it writes and what its
+  // hooks run: a file others (or the socket's group, which applications join) can rewrite is refused.
+  it.each([
+    [0o666, 'writable by others'],
+    [0o602, 'writable by others'],
+  ])('a config file of mode %o is refused (exit 78): %s', async (mode, what) => {
+    const file = path.join(dir, 'config.json');
+    await nodeFs.chmod(file, mode);
+    const error = await rejected(
+      loadAgentConfig(nodeFs, { configFlag: file, env: { CONFIG_AGENT_API_KEY: KEY } }),
+      ConfigError,
+    );
+    expect(error.message).toContain(what);
+    expect(exitCodeForStartupError(error)).toBe(78);
+  });
+
+  it.runIf(process.geteuid?.() === 0)(
+    'a config file writable by a group other than root, or owned by another user, is refused; root:root 0664 and 0644 load',
+    async () => {
+      const file = path.join(dir, 'config.json');
+      await nodeFs.chmod(file, 0o660);
+      await nodeFs.chown(file, 0, 1);
+      expect((await rejected(loadConfigFile(nodeFs, file), ConfigError)).message).toContain(
+        'writable by its group',
+      );
+      await nodeFs.chown(file, 0, 0);
+      expect((await loadConfigFile(nodeFs, file)).deviceId).toBe('dvc_1');
+      await nodeFs.chmod(file, 0o644);
+      await nodeFs.chown(file, 1, 0);
+      expect((await rejected(loadConfigFile(nodeFs, file), ConfigError)).message).toContain('owned by uid 1');
+      await nodeFs.chown(file, 0, 0);
+      expect((await loadConfigFile(nodeFs, file)).deviceId).toBe('dvc_1');
+    },
+  );
 
   it('a regular config file reached through a symlink still loads', async () => {
     await symlink(path.join(dir, 'config.json'), path.join(dir, 'link.json'));

@@ -89,6 +89,8 @@ export async function readConfigText(fs: FsPort, configPath: string): Promise<st
   try {
     const stats = await handle.stat();
     if (!stats.isFile()) return fail(`not a regular file (${describeFileType(stats)})`);
+    const untrusted = whoElseCanChange(stats, process.geteuid?.());
+    if (untrusted !== undefined) return fail(untrusted);
     if (stats.size > MAX_CONFIG_FILE_BYTES)
       return fail(`larger than ${MAX_CONFIG_FILE_BYTES} bytes: not a config file`);
     return await handle.readFile({ encoding: 'utf8' });
@@ -98,6 +100,30 @@ export async function readConfigText(fs: FsPort, configPath: string): Promise<st
   } finally {
     await handle.close().catch(() => undefined);
   }
+}
+
+/**
+ * Whoever can change the config decides where the agent sends the API key, where it writes and what its hooks
+ * run: a file that a user other than root or the agent's own, the group of a non-root user (applications join
+ * the agent's group for its socket), or anyone can rewrite is refused. Undefined when only they can.
+ */
+export function whoElseCanChange(
+  stats: { uid: number; gid: number; mode: number },
+  euid: number | undefined,
+): string | undefined {
+  if (euid === undefined) return undefined;
+  const mode = formatMode(stats.mode & 0o7777);
+  const risk = 'could point the agent at another server (with the API key), another rootDir or other hooks';
+  if (stats.uid !== 0 && stats.uid !== euid) {
+    return `owned by uid ${stats.uid}, neither root nor the agent's user (uid ${euid}): that user ${risk}; make root its owner`;
+  }
+  if ((stats.mode & 0o002) !== 0) {
+    return `writable by others (mode ${mode}): any local user ${risk}; remove their write permission (chmod o-w)`;
+  }
+  if ((stats.mode & 0o020) !== 0 && stats.gid !== 0) {
+    return `writable by its group (gid ${stats.gid}, mode ${mode}): every member ${risk}; remove the group's write permission (chmod g-w)`;
+  }
+  return undefined;
 }
 
 // ---- the API key ----

@@ -77,6 +77,8 @@ async function main(): Promise<void> {
         null,
         2,
       ),
+      // Not writable by the group even under a umask of 002: a config others can change is refused.
+      { mode: 0o644 },
     );
     process.stdout.write(`Mock service: ${server.url} (demo fleet from test/fixtures/demo.json)\n`);
     process.stdout.write(

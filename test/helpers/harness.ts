@@ -116,7 +116,7 @@ export class AgentHarness {
   }
 
   async writeConfig(overrides: Record<string, unknown> = {}): Promise<void> {
-    await writeFile(this.configPath, JSON.stringify(this.configObject(overrides), null, 2));
+    await writeFile(this.configPath, JSON.stringify(this.configObject(overrides), null, 2), { mode: 0o644 });
   }
 
   /** Runs the compiled agent with `args` (plus `--config`), bounded in time. */

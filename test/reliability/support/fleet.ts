@@ -131,7 +131,7 @@ export class Fleet {
       ...options?.config,
       ...extra,
     };
-    await writeFile(this.configPath, JSON.stringify(config, null, 2));
+    await writeFile(this.configPath, JSON.stringify(config, null, 2), { mode: 0o644 });
   }
 
   // ---- the service side ----
