@@ -18,6 +18,7 @@ import {
   ResponseTooLargeError,
   TimeoutError,
 } from './errors.js';
+import { isJsonContentFile } from './json-file.js';
 
 const API_KEY = 'sk-unit-test-0123456789abcdef';
 const T0 = '2025-01-01T00:00:00Z';
@@ -241,6 +242,27 @@ describe('request shape', () => {
     expect((bad as Error).message).toContain('activity_status');
     expect(isRetryableError(bad)).toBe(false);
     expect(server.requests).toHaveLength(0);
+  });
+
+  it("reads a large report answer's instance from its bytes, and refuses one with bad content", async () => {
+    const rules = Array.from({ length: 2000 }, (_, k) => `rule ${k}: ship /var/log/app-${k}/*.log`);
+    const answers = [
+      { ...configInstance('ci_1'), updated_at: '2025-01-02T00:00:00Z', content: { rules } },
+      {
+        ...configInstance('ci_1'),
+        content: { rules, deep: JSON.parse(`${'['.repeat(70)}${']'.repeat(70)}`) },
+      },
+    ];
+    const server = await serve((_req, res) => json(res, 200, answers.shift()));
+    const c = client(server.url);
+    const report = { activity_status: 'deployed', error_status: 'none' } as const;
+    const answer = await c.reportConfigInstanceStatus('ci_1', report);
+    expect(answer).toMatchObject({ id: 'ci_1', updated_at: '2025-01-02T00:00:00Z' });
+    const content = answer?.content;
+    expect(isJsonContentFile(content) && content.data.toString('utf8')).toBe(
+      `${JSON.stringify({ rules }, null, 2)}\n`,
+    );
+    expect(await c.reportConfigInstanceStatus('ci_1', report)).toBeUndefined();
   });
 });
 
@@ -667,10 +689,11 @@ describe('listConfigInstancePage: a page read as bytes, its items judged one by 
       expect(items.map((item) => item.kind)).toEqual(['valid', 'invalid', 'valid']);
       expect(items[1]).toMatchObject({ id: 'cfg_b', problem: expect.stringMatching(/not valid JSON/) });
       const third = items[2];
-      expect(third?.kind === 'valid' && third.instance.content).toEqual({
-        note: `caf\u00e9 ☃ 𝄞 ${'x'.repeat(1_200_000)}`,
-        i: 2,
-      });
+      // A large item's content comes as the bytes of its file, written without a tree (json-file.ts).
+      const content = third?.kind === 'valid' ? third.instance.content : undefined;
+      expect(isJsonContentFile(content) && content.data.toString('utf8')).toBe(
+        `${JSON.stringify({ note: `caf\u00e9 ☃ 𝄞 ${'x'.repeat(1_200_000)}`, i: 2 }, null, 2)}\n`,
+      );
       // Each item is judged afresh from the page's bytes: the same verdict, a new value.
       expect(page.items.at(2)).toEqual(third);
       expect(page.items.at(2)).not.toBe(third);

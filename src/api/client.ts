@@ -32,7 +32,13 @@ import {
   parseJson,
   splitListBody,
 } from './json.js';
-import { type ConfigInstancePage, ListHead, PageItems } from './list-page.js';
+import {
+  type ConfigInstancePage,
+  judgeItemBytes,
+  ListHead,
+  PageItems,
+  STREAMED_ITEM_BYTES,
+} from './list-page.js';
 import { chooseProxy, type ProxySettings } from './proxy.js';
 import {
   ConfigInstance,
@@ -523,8 +529,16 @@ export function createClient(options: ClientOptions): ServiceClient {
     return { head: rest, items, bytes: body.length };
   }
 
-  /** A report's answer: any 2xx settles it; the instance is used when the body holds a valid one. */
+  /**
+   * A report's answer: any 2xx settles it; the instance is used when the body holds a valid one. The service
+   * answers with the whole instance: a large one is judged from its bytes, its content checked without a tree
+   * (list-page.ts judgeItemBytes), since only the instance's fields are used.
+   */
   function readReportAnswer(body: Buffer): ConfigInstance | undefined {
+    if (body.length >= STREAMED_ITEM_BYTES && isUtf8(body)) {
+      const item = judgeItemBytes(body);
+      return item.kind === 'valid' ? item.instance : undefined;
+    }
     const text = body.toString('utf8');
     if (text.trim() === '') return undefined;
     try {

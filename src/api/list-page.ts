@@ -3,7 +3,9 @@
 import { isUtf8 } from 'node:buffer';
 import * as z from 'zod';
 import { formatFieldPath } from '../lib/field-path.js';
+import { formatForPath } from '../lib/file-format.js';
 import { JsonTextError, MAX_PARSE_DEPTH, parseJson, peekId } from './json.js';
+import { JsonContentFile, locateContent } from './json-file.js';
 import {
   ConfigInstance,
   ConfigInstanceActivityStatus,
@@ -90,10 +92,37 @@ export class PageItems implements Iterable<PageItem> {
   }
 }
 
+/**
+ * Items at least this long (a page of them is cut on its bytes) have their content written straight into the
+ * bytes of its file: a parsed tree weighs several times its text, and it would only be serialized and dropped.
+ */
+export const STREAMED_ITEM_BYTES = 64 * 1024;
+
 /** Judges the bytes of one list item: bytes that are not UTF-8 cost this item only. Never throws. */
-export function judgeItemBytes(bytes: Buffer): PageItem {
-  const text = bytes.toString('utf8');
-  return isUtf8(bytes) ? judgeConfigInstance(text) : notUtf8(text);
+export function judgeItemBytes(bytes: Buffer, streamFrom = STREAMED_ITEM_BYTES): PageItem {
+  if (!isUtf8(bytes)) return notUtf8(bytes.toString('utf8'));
+  if (bytes.length >= streamFrom) {
+    const streamed = judgeStreamed(bytes);
+    if (streamed !== undefined) return streamed;
+  }
+  return judgeConfigInstance(bytes.toString('utf8'));
+}
+
+/**
+ * A valid item for a JSON path with its content as the bytes of its file (api/json-file.ts), never as a tree:
+ * the rest of the item is judged as usual with `{}` for its content, which json-file.ts has checked as the
+ * content schema would. Undefined whenever the usual path must judge it: it alone names every problem, and
+ * writes YAML and content whose keys JSON.parse reorders.
+ */
+function judgeStreamed(bytes: Buffer): PageItem | undefined {
+  const content = locateContent(bytes);
+  if (content === undefined) return undefined;
+  const head = judgeConfigInstance(
+    `${bytes.toString('utf8', 0, content.start)}{}${bytes.toString('utf8', content.end)}`,
+  );
+  if (head.kind !== 'valid' || formatForPath(head.instance.relative_filepath) !== 'json') return undefined;
+  const file = new JsonContentFile(bytes, content);
+  return { kind: 'valid', instance: { ...head.instance, content: file.asContent() } };
 }
 
 export interface ConfigInstancePage {

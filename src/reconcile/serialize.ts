@@ -1,11 +1,12 @@
 // Turns an instance's JSON content into the bytes of its file, chosen by the file's extension: numbers as the
 // service wrote them, and YAML that every common reader (YAML 1.1 and 1.2) reads back as the same content.
-import path from 'node:path';
 import type { ScalarTag } from 'yaml';
-import { isLosslessNumber, LosslessNumber, stringifyJson } from '../api/json.js';
+import { isLosslessNumber, LosslessNumber, parseJson, stringifyJson } from '../api/json.js';
+import { isJsonContentFile } from '../api/json-file.js';
 import type { ConfigContent } from '../api/schemas.js';
+import { formatForPath } from '../lib/file-format.js';
 
-export type FileFormat = 'json' | 'yaml';
+export { type FileFormat, formatForPath } from '../lib/file-format.js';
 
 type YamlModule = typeof import('yaml');
 
@@ -26,17 +27,17 @@ function loadedYaml(): YamlModule {
   return yamlModule;
 }
 
-export function formatForPath(relativePath: string): FileFormat {
-  const extension = path.posix.extname(relativePath).toLowerCase();
-  return extension === '.yaml' || extension === '.yml' ? 'yaml' : 'json';
-}
-
 /**
  * Deterministic for equal content, so identical content always compares byte-identical on disk. JSON output is
  * JSON.stringify's, except that a number is written as the text the service sent (`12345678901234567891`).
  * A YAML path needs `loadYaml()` awaited first.
  */
 export function serializeContent(relativePath: string, content: ConfigContent): Buffer {
+  // A large item's content arrives already as these bytes (api/json-file.ts), only ever for a JSON path.
+  if (isJsonContentFile(content)) {
+    if (formatForPath(relativePath) === 'json') return content.data;
+    return serializeContent(relativePath, parseJson(content.data.toString('utf8')) as ConfigContent);
+  }
   if (formatForPath(relativePath) === 'yaml') return Buffer.from(yamlText(content), 'utf8');
   // Written with its newline straight into one buffer: joining them first would copy a large file's text once more.
   const text = stringifyJson(content, 2);
