@@ -1,6 +1,7 @@
 // Contract: the pager against a hostile or changing service (mock faults `paging`, `rewrite`, `mutate`): every
 // pull ends, bounded in requests, and one bad or oversize item costs only itself.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { isJsonContentFile } from '../../src/api/json-file.js';
 import {
   ListingRunawayError,
   ListingUnstableError,
@@ -9,8 +10,10 @@ import {
   type PullResult,
   pullConfigInstances,
 } from '../../src/api/pager.js';
-import type { ConfigInstance } from '../../src/api/schemas.js';
+import type { ConfigContent, ConfigInstance } from '../../src/api/schemas.js';
 import { type Clock, systemClock } from '../../src/lib/clock.js';
+import { fileOf, type PlanInstance, withFile } from '../../src/reconcile/plan.js';
+import { loadYaml, serializeContent } from '../../src/reconcile/serialize.js';
 import { type Contract, collect, failure, startContract } from './harness.js';
 
 const DEVICE = 'dvc_gateway_01';
@@ -176,6 +179,45 @@ describe('large configs sync', () => {
           'config instance is larger by itself than the response limit of 10000 bytes (server.maxResponseBytes)',
       },
     ]);
+  });
+
+  it('large items become the bytes of their files as the usual path writes them, JSON streamed or not, and YAML', async () => {
+    await loadYaml();
+    const rules = Array.from({ length: 10_000 }, (_, k) => `rule ${k}: "ship" /var/log/é-${k}/*.log\t☃`);
+    const contents: Record<string, Record<string, unknown>> = {
+      pg_json: { rules, n: [0, -5, 1.5, 1e21, 5e-324], nested: { a: [true, null, {}], b: [] } },
+      // Integer-like keys, which JSON.parse moves first: this item takes the usual path.
+      pg_keys: { rules, 10: 'ten', 2: 'two' },
+      pg_yaml: { rules: rules.slice(0, 2000), on: 'yes' },
+    };
+    for (const [id, content] of Object.entries(contents)) {
+      const extension = id === 'pg_yaml' ? 'yaml' : 'json';
+      await contract.admin.createInstance({
+        id,
+        device_id: DEVICE,
+        relative_filepath: `pg/${id}.${extension}`,
+        content,
+      });
+    }
+    const streamed: string[] = [];
+    const result = await pullConfigInstances<PlanInstance>([{ device_id: DEVICE }], {
+      client: contract.client({ maxResponseBytes: BIG_CAP }),
+      clock: systemClock,
+      maxResponseBytes: BIG_CAP,
+      // One page over NATIVE_SPLIT_MAX_CHARS: cut on its bytes, its items judged from them.
+      pageLimit: 20,
+      prepare: (instance) => {
+        if (isJsonContentFile(instance.content)) streamed.push(instance.id);
+        return withFile(instance);
+      },
+    });
+    expect(streamed).toEqual(['pg_json']);
+    const pulled = result.instances.filter((instance) => instance.id in contents);
+    expect(pulled.map((instance) => instance.id)).toEqual(['pg_json', 'pg_keys', 'pg_yaml']);
+    for (const instance of pulled) {
+      const expected = serializeContent(instance.relative_filepath, contents[instance.id] as ConfigContent);
+      expect(fileOf(instance).data?.equals(expected), instance.id).toBe(true);
+    }
   });
 
   it('an oversize instance whose id cannot be read from its first bytes is named by its place', async () => {
