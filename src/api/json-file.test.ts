@@ -38,12 +38,13 @@ function outcome(item: PageItem): Outcome {
 }
 
 /**
- * The usual path against the streaming one for one item's text; returns whether the streaming one took it. The
- * text must be valid UTF-8 (judgeItemBytes checks that before either path).
+ * The usual path against the streaming one for one item's text; returns whether the streaming one took it.
  */
 function compare(text: string): boolean {
-  const usual = outcome(judgeConfigInstance(text));
-  const judged = judgeItemBytes(Buffer.from(text, 'utf8'), 0);
+  // Both paths start from the item's bytes: a mistake cut into a surrogate pair is U+FFFD for both.
+  const bytes = Buffer.from(text, 'utf8');
+  const usual = outcome(judgeConfigInstance(bytes.toString('utf8')));
+  const judged = judgeItemBytes(bytes, 0);
   const streamed = judged.kind === 'valid' && isJsonContentFile(judged.instance.content);
   expect(outcome(judged), text).toEqual(usual);
   return streamed;
