@@ -283,7 +283,7 @@ describe('a large item judged with its content streamed into its file', () => {
   });
 
   it('gives the usual verdict and bytes for seeded random texts', () => {
-    const runs = Number(process.env.JSON_FILE_CASES ?? 250);
+    const runs = Number(process.env.JSON_FILE_CASES ?? 200);
     const seed = Number(process.env.JSON_FILE_SEED ?? 9);
     const next = random(seed);
     let streamed = 0;
