@@ -39,6 +39,8 @@ export interface ApplyContext {
   cache: ContentCache;
   /** Set-aside bytes read back and held at once (default SET_ASIDE_BYTES_IN_FLIGHT). */
   setAsideBytesInFlight?: number;
+  /** Steps per batch (default BATCH_STEPS). */
+  batchSteps?: number;
   signal?: AbortSignal;
 }
 
@@ -118,7 +120,7 @@ export async function applySteps(
   let index = 0;
   while (index < steps.length) {
     if (ctx.signal?.aborted) return { applied, aborted: true };
-    const batch = nextBatch(steps, index);
+    const batch = nextBatch(steps, index, ctx.batchSteps ?? BATCH_STEPS);
     index += batch.length;
     const done = await applyBatch(batch, ctx);
     for (const step of done) {
@@ -134,13 +136,13 @@ function batchable(step: Step): boolean {
   return step.kind !== 'remove' && (step.kind !== 'write' || step.displaces.length === 0);
 }
 
-/** The steps from `start` that can share a batch: batchable, one write per path, at most BATCH_STEPS. */
-function nextBatch(steps: readonly Step[], start: number): Step[] {
+/** The steps from `start` that can share a batch: batchable, one write per path, at most `limit`. */
+function nextBatch(steps: readonly Step[], start: number, limit: number): Step[] {
   const first = steps[start]!;
   if (!batchable(first)) return [first];
   const batch: Step[] = [];
   const paths = new Set<string>();
-  for (let i = start; i < steps.length && batch.length < BATCH_STEPS; i += 1) {
+  for (let i = start; i < steps.length && batch.length < limit; i += 1) {
     const step = steps[i]!;
     if (!batchable(step)) break;
     if (step.kind === 'write') {

@@ -23,6 +23,8 @@ export interface ReconcilerSettings {
   maxResponseBytes?: number;
   /** File bytes a pass holds in memory before it sets the next ones aside (spill.ts; default 16 MiB). */
   inMemoryFileBytes?: number;
+  /** Steps per batch of plain writes (apply.ts; default BATCH_STEPS): tests pipeline reports with a few files. */
+  batchSteps?: number;
   /** False under the `report`/`off` drift policies: full passes leave locally edited managed files alone. */
   restoreDrift?: boolean;
   /** Keep the changed paths for hooks, durably, until `settleHookPaths` (the daemon with hooks). */

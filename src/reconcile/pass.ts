@@ -8,7 +8,7 @@ import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { remakeMissingRoot } from '../store/durable-writer.js';
 import type { StateDir } from '../store/state-dir.js';
-import { type ApplyContext, applySteps } from './apply.js';
+import { type ApplyContext, applySteps, BATCH_STEPS } from './apply.js';
 import { observeDisk } from './observe.js';
 import type { PassError, PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
 import { type DiskObservation, type PlanInput, type PlanInstance, planSteps, withFile } from './plan.js';
@@ -22,7 +22,7 @@ import {
   recordStep,
   skippedOutcomes,
 } from './record.js';
-import { deliverReports } from './report.js';
+import { DELIVERIES_WHILE_WRITING, PassReports, type ReportContext } from './report.js';
 import { formatForPath, loadYaml } from './serialize.js';
 import { FileSpill } from './spill.js';
 
@@ -69,8 +69,12 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
 
   if (result.steps.some((step) => step.kind === 'write')) await remakeRoot(ctx);
   const recording = recordContext(ctx);
-  await applySteps(result.steps, applyContext(ctx, signal), (applied) =>
-    result.outcomes.push(...recordStep(applied, recording)),
+  const reports = reportsWhileWriting(ctx, result.steps.length, signal);
+  await reports.around(() =>
+    applySteps(result.steps, applyContext(ctx, signal), (applied) => {
+      result.outcomes.push(...recordStep(applied, recording));
+      reports.queued();
+    }),
   );
   // A loop, not a spread: a listing may hold more invalid items than a call's argument list can take.
   for (const outcome of recordInvalid(pulled.invalid, recording)) result.outcomes.push(outcome);
@@ -88,7 +92,8 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
     result.persistError = toPassError(error);
     logger.error({ err: error }, 'could not persist local state');
   }
-  if (outbox.size > 0) await report(ctx, result, signal);
+  // Also when the outbox is empty: what the deliveries during apply did goes into the result.
+  await report(ctx, result, signal, reports);
   return finish();
 }
 
@@ -172,6 +177,7 @@ function applyContext(ctx: PassContext, signal: AbortSignal | undefined): ApplyC
     dirMode: settings.dirMode,
     files: dir.state.files,
     cache: dir.cache,
+    ...(settings.batchSteps === undefined ? {} : { batchSteps: settings.batchSteps }),
     ...(signal === undefined ? {} : { signal }),
   };
 }
@@ -189,20 +195,37 @@ function recordContext(ctx: PassContext): RecordContext {
   };
 }
 
-/** Delivers the outbox (made durable first) and adds what happened to the result. */
-async function report(ctx: PassContext, result: PassResult, signal: AbortSignal | undefined): Promise<void> {
-  const { dir, logger } = ctx;
-  try {
-    await dir.outbox.persist();
-  } catch (error) {
-    logger.error({ err: error }, 'could not persist the status outbox; delivering from memory');
-  }
-  const delivery = await deliverReports({
+/**
+ * A pass's reports: with many of them, deliveries start while apply still writes (report.ts `PassReports`), each
+ * after state.json and the outbox are made durable, at most DELIVERIES_WHILE_WRITING of them, each of at least
+ * a batch's worth (a pass with fewer reports delivers them all at its end, as one delivery).
+ */
+function reportsWhileWriting(ctx: PassContext, steps: number, signal: AbortSignal | undefined): PassReports {
+  return new PassReports(reportContext(ctx, signal), {
+    persistRecords: () => ctx.dir.persistRecords(),
+    every: Math.max(ctx.settings.batchSteps ?? BATCH_STEPS, Math.ceil(steps / DELIVERIES_WHILE_WRITING)),
+  });
+}
+
+function reportContext(ctx: PassContext, signal: AbortSignal | undefined): ReportContext {
+  const { dir } = ctx;
+  return {
     ...requestContext(ctx, signal),
     outbox: dir.outbox,
     state: dir.state,
     lastSeenUpdatedAt: ctx.lastSeenUpdatedAt,
-  });
+  };
+}
+
+/** The last delivery of `reports` (the outbox made durable first); adds what all of its deliveries did. */
+async function report(
+  ctx: PassContext,
+  result: PassResult,
+  signal: AbortSignal | undefined,
+  reports = new PassReports(reportContext(ctx, signal)),
+): Promise<void> {
+  const { dir, logger } = ctx;
+  const delivery = await reports.finish();
   result.reports.delivered += delivery.delivered;
   result.reports.rejected += delivery.rejected;
   if (delivery.persistError !== undefined) {

@@ -4,7 +4,7 @@ import { deliveryVerdict, HttpStatusError } from '../api/errors.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
 import type { ConfigInstance, StatusReport } from '../api/schemas.js';
 import type { Logger } from '../lib/logger.js';
-import type { StatusOutbox } from '../store/outbox.js';
+import type { OutboxEntry, StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 
 /**
@@ -12,6 +12,11 @@ import type { LocalState } from '../store/state.js';
  * concurrency never reorders an instance's reports.
  */
 export const REPORT_CONCURRENCY = 8;
+/**
+ * A pass with many reports delivers them in about this many parts while it still writes, and the rest at its
+ * end. Each part costs a persist of state.json first, whose size grows with the device, so the parts are few.
+ */
+export const DELIVERIES_WHILE_WRITING = 4;
 
 export interface ReportContext {
   client: ServiceClient;
@@ -35,8 +40,14 @@ export interface Delivery {
   echoed: boolean;
 }
 
-/** Delivers every queued report it can; never throws for a failed delivery. */
-export async function deliverReports(ctx: ReportContext): Promise<Delivery> {
+/** How one delivery picks its reports and whether it rewrites the outbox file after them (see `StatusOutbox.flush`). */
+export interface DeliveryOptions {
+  select?: (entry: OutboxEntry) => boolean;
+  persist?: boolean;
+}
+
+/** Delivers every queued report it can (those `select` picks); never throws for a failed delivery. */
+export async function deliverReports(ctx: ReportContext, options: DeliveryOptions = {}): Promise<Delivery> {
   let echoed = false;
   const flushed = await ctx.outbox.flush(
     async (entry) => {
@@ -69,7 +80,7 @@ export async function deliverReports(ctx: ReportContext): Promise<Delivery> {
     // A stop aborts the requests in flight with the stop itself, which is no verdict on a report: delivery
     // ends there (every report not acknowledged stays queued) and the pass ends with the stop.
     (error) => (ctx.signal?.aborted === true ? 'stop' : deliveryVerdict(error)),
-    { concurrency: REPORT_CONCURRENCY },
+    { concurrency: REPORT_CONCURRENCY, ...options },
   );
   if (flushed.deferredBy !== undefined) {
     ctx.logger.warn({ err: flushed.deferredBy, pending: ctx.outbox.size }, 'status reports kept for later');
@@ -81,6 +92,122 @@ export async function deliverReports(ctx: ReportContext): Promise<Delivery> {
     ...(flushed.persistError === undefined ? {} : { persistError: flushed.persistError }),
     echoed,
   };
+}
+
+export interface WhileWriting {
+  /** Makes state.json and the outbox durable: before each delivery that starts while the pass still writes. */
+  persistRecords: () => Promise<void>;
+  /** Reports queued since the last delivery started that start the next one. */
+  every: number;
+}
+
+/**
+ * The status reports of one pass, delivered one delivery at a time. With `whileWriting`, deliveries start while
+ * apply still writes: `record` queues a batch's reports only once the batch's files and directory entries are
+ * fsynced, so they may leave while the next batch is written instead of all of them after the last write.
+ * Before each such delivery state.json and the outbox are made durable (the service never hears of a file the
+ * state does not record as the agent's, nor of a report the outbox could lose); a persist that fails leaves the
+ * rest to the end of the pass, as before. `finish` is the pass's last delivery. A `stop` verdict (the service
+ * cannot take reports now, or the pass was stopped) ends delivery for the whole pass; each queued report goes
+ * into one of its deliveries at most (a report that failed on its own, `skip`, waits for the next pass).
+ */
+export class PassReports {
+  readonly #ctx: ReportContext;
+  readonly #whileWriting: WhileWriting | undefined;
+  readonly #sent = new Set<number>();
+  readonly #total: Delivery = { delivered: 0, rejected: 0, echoed: false };
+  /** `outbox.queuedEver` when the last delivery started. */
+  #queuedBefore: number;
+  #running: Promise<void> | undefined;
+  #persistFailed = false;
+
+  constructor(ctx: ReportContext, whileWriting?: WhileWriting) {
+    this.#ctx = ctx;
+    this.#whileWriting = whileWriting;
+    this.#queuedBefore = ctx.outbox.queuedEver;
+  }
+
+  /** Reports were queued (their files durable): once `every` have gathered, a delivery starts. */
+  queued(): void {
+    if (this.#running === undefined && this.#due())
+      this.#running = this.#deliverWhileWriting().finally(() => {
+        this.#running = undefined;
+      });
+  }
+
+  /** Runs `work`, which queues reports, and waits for the delivery it started: none outlives it. */
+  async around<T>(work: () => Promise<T>): Promise<T> {
+    try {
+      return await work();
+    } finally {
+      await this.#running;
+    }
+  }
+
+  /**
+   * The pass's last delivery, unless a `stop` ended delivery or nothing is queued: the outbox made durable, then
+   * every queued report not sent yet in this pass. Returns what all deliveries did; `echoed` only for this last one (the state the
+   * pass persisted before it holds the echoes of the others).
+   */
+  async finish(): Promise<Delivery> {
+    await this.#running;
+    this.#total.echoed = false;
+    if (this.#total.deferredBy !== undefined || this.#ctx.outbox.size === 0) return this.#total;
+    try {
+      await this.#ctx.outbox.persist();
+    } catch (error) {
+      this.#ctx.logger.error({ err: error }, 'could not persist the status outbox; delivering from memory');
+    }
+    await this.#deliver(true);
+    return this.#total;
+  }
+
+  #due(): boolean {
+    return (
+      this.#whileWriting !== undefined &&
+      !this.#persistFailed &&
+      this.#total.deferredBy === undefined &&
+      this.#ctx.outbox.queuedEver - this.#queuedBefore >= this.#whileWriting.every
+    );
+  }
+
+  async #deliverWhileWriting(): Promise<void> {
+    // Record takes a batch's steps one after another without awaiting: start after the last of them.
+    await Promise.resolve();
+    while (this.#due()) {
+      // Reports queued while state.json is written may be of files it does not record yet: they wait.
+      const persisted = this.#ctx.outbox.queuedEver;
+      this.#queuedBefore = persisted;
+      try {
+        await this.#whileWriting!.persistRecords();
+      } catch (error) {
+        this.#persistFailed = true;
+        this.#ctx.logger.error(
+          { err: error },
+          'could not persist local state: reports wait for the end of the pass',
+        );
+        return;
+      }
+      // The outbox file is rewritten by the next persist, not after each delivery.
+      await this.#deliver(false, persisted);
+    }
+  }
+
+  /** One delivery of the reports not sent yet, of those queued before `queuedBefore` when given. */
+  async #deliver(persist: boolean, queuedBefore = Number.POSITIVE_INFINITY): Promise<void> {
+    const select = (entry: OutboxEntry) => {
+      if (entry.seq >= queuedBefore || this.#sent.has(entry.seq)) return false;
+      this.#sent.add(entry.seq);
+      return true;
+    };
+    const delivery = await deliverReports(this.#ctx, { select, persist });
+    const total = this.#total;
+    total.delivered += delivery.delivered;
+    total.rejected += delivery.rejected;
+    total.echoed ||= delivery.echoed;
+    if (delivery.deferredBy !== undefined) total.deferredBy = delivery.deferredBy;
+    if (delivery.persistError !== undefined) total.persistError = delivery.persistError;
+  }
 }
 
 /**

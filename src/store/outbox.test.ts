@@ -458,3 +458,82 @@ describe('an unreadable outbox', () => {
     });
   });
 });
+
+describe('StatusOutbox.flush while reports are queued (a pass delivering as it writes)', () => {
+  /** Holds every send until `release`; records the order in which the service accepted reports. */
+  function heldService() {
+    const accepted: Array<[string, StatusReport]> = [];
+    const held: Array<() => void> = [];
+    const send = (entry: OutboxEntry) =>
+      new Promise<void>((resolve) => {
+        held.push(() => {
+          accepted.push([entry.instanceId, entry.report]);
+          resolve();
+        });
+      });
+    const release = async () => {
+      while (held.length > 0) {
+        held.shift()?.();
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    };
+    return { accepted, send, release };
+  }
+
+  it('a report replaced while a flush runs is not sent; its replacement goes next time, after it in order', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c']);
+    const svc = heldService();
+
+    // One at a time: cfg_a is on its way, cfg_b and cfg_c wait their turn when cfg_c's newer report comes.
+    const flushing = outbox.flush(svc.send, isRetryable, { concurrency: 1, persist: false });
+    outbox.enqueue('cfg_c', removed, T0);
+    outbox.enqueue('cfg_d', deployed, T0);
+    await svc.release();
+    const first = await flushing;
+    const second = outbox.flush(svc.send, isRetryable, { concurrency: 1 });
+    await svc.release();
+    await second;
+
+    expect(ids(first.delivered)).toEqual(['cfg_a', 'cfg_b']);
+    expect(svc.accepted).toEqual([
+      ['cfg_a', deployed],
+      ['cfg_b', deployed],
+      ['cfg_c', removed],
+      ['cfg_d', deployed],
+    ]);
+    expect(outbox.size).toBe(0);
+  });
+
+  it('`persist: false` leaves the file to the caller; `select` sends only what it picks', async () => {
+    const { fs, vol } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c']);
+    const svc = service();
+
+    const result = await outbox.flush(svc.send, isRetryable, {
+      select: (entry) => entry.instanceId !== 'cfg_b',
+      persist: false,
+    });
+
+    expect(svc.attempted).toEqual(['cfg_a', 'cfg_c']);
+    expect(ids(result.delivered)).toEqual(['cfg_a', 'cfg_c']);
+    expect(ids(outbox.pending())).toEqual(['cfg_b']);
+    // Not rewritten: the file still lists all three (resent harmlessly after a crash), until the next persist.
+    expect(ids(JSON.parse(vol.readFileSync(OUTBOX_PATH, 'utf8') as string).entries)).toEqual([
+      'cfg_a',
+      'cfg_b',
+      'cfg_c',
+    ]);
+    await outbox.persist();
+    expect(ids((await open(fs)).pending())).toEqual(['cfg_b']);
+  });
+
+  it('queuedEver counts every report queued, replaced ones too, across restarts', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b']);
+    outbox.enqueue('cfg_a', removed, T0);
+    expect(outbox.queuedEver).toBe(3);
+    await outbox.persist();
+    expect((await open(fs)).queuedEver).toBe(3);
+  });
+});

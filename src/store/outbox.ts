@@ -77,6 +77,11 @@ export class StatusOutbox {
     return this.#byInstance.get(instanceId);
   }
 
+  /** Reports queued since the outbox was opened or made, replaced ones included: grows with every `enqueue`. */
+  get queuedEver(): number {
+    return this.#nextSeq;
+  }
+
   /**
    * Queues a report in memory; `persist()` makes it durable. A newer report for the same instance replaces
    * an undelivered older one: only the latest status matters, and it keeps the outbox bounded by the
@@ -110,22 +115,27 @@ export class StatusOutbox {
    * the next flush; sends already in flight still settle), `skip` (this report failed on its own: keep it,
    * go on — there is one report per instance, so order across instances protects nothing and concurrent
    * sends never reorder one instance's reports), `drop` (the service will never accept it, e.g. the instance
-   * is gone: one poisoned report never blocks the others). The file is rewritten once, at the end.
+   * is gone: one poisoned report never blocks the others). The file is rewritten once, at the end, unless
+   * `persist` is false (the caller rewrites it before its next flush). `select`: only the queued reports it
+   * picks are sent. Reports may be queued while a flush runs: they wait for the next one, and a report
+   * replaced by a newer one before its turn is not sent (the newer one goes next time, so an instance's reports
+   * are never reordered).
    */
   async flush(
     send: (entry: OutboxEntry) => Promise<void>,
     classify: (error: unknown) => DeliveryVerdict,
-    options: { concurrency?: number } = {},
+    options: { concurrency?: number; select?: (entry: OutboxEntry) => boolean; persist?: boolean } = {},
   ): Promise<FlushResult> {
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
     const result: FlushResult = { delivered: [], rejected: [], skipped: [], deferredBy: undefined };
     const settled = new Set<number>();
-    const queue = [...this.#entries];
+    const queue = options.select === undefined ? [...this.#entries] : this.#entries.filter(options.select);
     let next = 0;
     let stopped = false;
     const deliverNext = async (): Promise<void> => {
       while (!stopped && next < queue.length) {
         const entry = queue[next++]!;
+        if (this.#replaced(entry)) continue;
         try {
           await send(entry);
           result.delivered.push(entry);
@@ -152,6 +162,7 @@ export class StatusOutbox {
     if (settled.size > 0) {
       this.#entries = this.#entries.filter((entry) => !settled.has(entry.seq));
       this.#index();
+      if (options.persist === false) return result;
       try {
         await this.persist();
       } catch (error) {
@@ -160,6 +171,11 @@ export class StatusOutbox {
       }
     }
     return result;
+  }
+
+  /** A newer report for the instance was queued after this one (while a flush ran). */
+  #replaced(entry: OutboxEntry): boolean {
+    return (this.#byInstance.get(entry.instanceId)?.seq ?? -1) > entry.seq;
   }
 
   #index(): void {

@@ -127,14 +127,24 @@ export class StateDir {
     return swept;
   }
 
-  /** Makes state and queued reports durable (unchanged bytes are not rewritten). */
+  /** Makes state and queued reports durable (unchanged bytes are not rewritten), then saves the fingerprints. */
   async persist(): Promise<void> {
+    if (this.readOnly) return;
+    await this.persistRecords();
+    await this.#saveFingerprints();
+  }
+
+  /**
+   * State and queued reports, durably, in that order; not the fingerprints (a cache, saved at the end of a
+   * pass). A pass that reports while it still writes calls this before each delivery: the service never hears
+   * of a file that state.json does not record as the agent's.
+   */
+  async persistRecords(): Promise<void> {
     if (this.readOnly) return;
     await this.#durably(async (ensureDurable) => {
       await saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable });
       await this.outbox.persist({ ensureDurable });
     });
-    await this.#saveFingerprints();
   }
 
   /** A cache: written only when it changed, and a failure costs the next pass some reads, nothing more. */
