@@ -229,6 +229,12 @@ async function steadyAt(world: Parameters<typeof onceNothingToDo>[0], instances:
   if (instances === N) {
     rows.push(
       ratio('idle_rss', `idle daemon RSS, ${N} managed (MiB)`, (median(polls.idleRssKiB) * 1024) / MiB, 64),
+      {
+        id: 'idle_rss_anon',
+        label: `idle daemon RSS, ${N} managed: anonymous part, without the node binary's pages (MiB)`,
+        value: (median(polls.idleAnonKiB) * 1024) / MiB,
+        unit: 'MiB',
+      },
     );
   }
   const small = steadyResults.get(N);

@@ -86,9 +86,18 @@ function collect(
 
 /** Resident set size of a running process from /proc, in KiB. */
 export async function currentRssKiB(pid: number): Promise<number | undefined> {
+  return (await currentMemoryKiB(pid))?.rss;
+}
+
+/**
+ * RSS and its anonymous part (heap, malloc, stacks: what the process itself allocated), KiB. The rest is
+ * file-backed — mostly the pages of the node binary that were touched — shared and reclaimable.
+ */
+export async function currentMemoryKiB(pid: number): Promise<{ rss: number; anon: number } | undefined> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
-  const match = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
-  return match ? Number(match[1]) : undefined;
+  const rss = /^VmRSS:\s+(\d+)\s+kB/m.exec(status);
+  const anon = /^RssAnon:\s+(\d+)\s+kB/m.exec(status);
+  return rss && anon ? { rss: Number(rss[1]), anon: Number(anon[1]) } : undefined;
 }
 
 export function median(values: readonly number[]): number {

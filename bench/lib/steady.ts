@@ -2,7 +2,7 @@
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { AGENT_BIN } from './first-sync.js';
-import { currentRssKiB, median, runTimed } from './proc.js';
+import { currentMemoryKiB, median, runTimed } from './proc.js';
 import { type BenchWorld, changedEntries, snapshotTree, startByteCounter } from './world.js';
 
 export interface NothingToDo {
@@ -61,6 +61,8 @@ export interface DaemonPolls {
   bytes: number[];
   /** RSS samples of the idle daemon between polls, KiB. */
   idleRssKiB: number[];
+  /** The anonymous part of each sample (RssAnon): without the node binary's file-backed pages. */
+  idleAnonKiB: number[];
   failure?: string;
 }
 
@@ -71,7 +73,7 @@ export async function daemonPolls(world: BenchWorld, polls: number): Promise<Dae
     { log: { level: 'info' }, poll: { intervalSeconds: 1, jitterRatio: 0.2, fullResyncSeconds: 86_400 } },
     counter.url,
   );
-  const result: DaemonPolls = { requests: [], bytes: [], idleRssKiB: [] };
+  const result: DaemonPolls = { requests: [], bytes: [], idleRssKiB: [], idleAnonKiB: [] };
   const child = spawn(process.execPath, [AGENT_BIN, '--config', world.configPath], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -102,8 +104,11 @@ export async function daemonPolls(world: BenchWorld, polls: number): Promise<Dae
         result.bytes.push(bytes - lastBytes);
         // Half-way to the next poll: the daemon is idle.
         await new Promise((resolve) => setTimeout(resolve, 400));
-        const rss = await currentRssKiB(child.pid!);
-        if (rss !== undefined) result.idleRssKiB.push(rss);
+        const memory = await currentMemoryKiB(child.pid!);
+        if (memory !== undefined) {
+          result.idleRssKiB.push(memory.rss);
+          result.idleAnonKiB.push(memory.anon);
+        }
       }
       if (entry.mode === 'full') seenFull = true;
       lastRequests = requests;

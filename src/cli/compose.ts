@@ -10,6 +10,7 @@ import { systemClock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage } from '../lib/errors.js';
 import { createLogger } from '../lib/logger.js';
+import { heapReleaser } from '../lib/release-memory.js';
 import type { SecretRegistry } from '../lib/secrets.js';
 import type { ReconcilerSettings } from '../reconcile/pass-runner.js';
 import { Reconciler } from '../reconcile/reconcile.js';
@@ -161,6 +162,9 @@ async function buildAgentComponents(
 ): Promise<AgentComponents<Reconciler>> {
   const { config } = loaded;
   const deps = createDeps(config, secrets, io.stderr);
+  // Between polls the daemon gives back what its pass grew; `--once` exits instead.
+  const releaseMemory = heapReleaser();
+  if (releaseMemory !== undefined) deps.releaseMemory = releaseMemory;
   await ensureDirectories(deps.fs, config);
   const metrics = daemon.metricsFor(config, current);
   const client = createServiceClient(loaded, deps, io.env, (event) => metrics.recordRequest(event));

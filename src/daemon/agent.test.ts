@@ -173,7 +173,9 @@ afterEach(async () => {
   await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
 });
 
-async function startAgent(options: { random?: number; timeoutSeconds?: number } = {}): Promise<Agent> {
+async function startAgent(
+  options: { random?: number; timeoutSeconds?: number; releaseMemory?: () => void } = {},
+): Promise<Agent> {
   const config = parseAgentConfig(
     {
       deviceId: 'dvc_unit',
@@ -189,7 +191,13 @@ async function startAgent(options: { random?: number; timeoutSeconds?: number } 
   const reconciler = new ScriptedRunner();
   const randomness = { value: options.random ?? 1 };
   const daemon = new AgentDaemon({
-    deps: { fs: memfsPort(new Volume()), clock, random: () => randomness.value, logger: silentLogger() },
+    deps: {
+      fs: memfsPort(new Volume()),
+      clock,
+      random: () => randomness.value,
+      logger: silentLogger(),
+      ...(options.releaseMemory === undefined ? {} : { releaseMemory: options.releaseMemory }),
+    },
     config,
     runner: reconciler,
     metrics: new AgentMetrics({ deviceId: config.deviceId }),
@@ -254,6 +262,35 @@ describe('AgentDaemon: the wait at boot', () => {
     expect(middle.clock.sleeps[0]?.ms).toBe(INTERVAL_MS * JITTER * 0.5);
     expect(high.reconciler.modes).toEqual([]);
     expect((await nextPass(high)).mode).toBe('full');
+  });
+});
+
+describe('AgentDaemon: memory between polls', () => {
+  it('is given back once after each pass, before the wait for the next poll, whatever the pass did', async () => {
+    const timeline: string[] = [];
+    let agent: Agent | undefined;
+    agent = await startAgent({
+      releaseMemory: () =>
+        timeline.push(`after ${agent?.reconciler.modes.length} passes, ${agent?.clock.sleeps.length} waits`),
+    });
+    agent.reconciler.script({ reachable: true }, { reachable: false }, { reachable: true, crash: true });
+    await passes(agent, 3);
+    // The boot wait is the first: the release after pass k comes before its wait, the (k + 1)th.
+    expect(timeline).toEqual([
+      'after 1 passes, 1 waits',
+      'after 2 passes, 2 waits',
+      'after 3 passes, 3 waits',
+    ]);
+  });
+
+  it('a release that throws leaves the daemon polling', async () => {
+    const agent = await startAgent({
+      releaseMemory: () => {
+        throw new Error('no gc here');
+      },
+    });
+    const { modes } = await passes(agent, 2);
+    expect(modes).toEqual(['full', 'incremental']);
   });
 });
 

@@ -221,7 +221,9 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       });
       if (this.#stop.signal.aborted) break;
       this.#lastLoopAt = clock.monotonic();
-      await this.#sleep(this.#nextDelayMs(result));
+      const delay = this.#nextDelayMs(result);
+      this.#releaseMemory();
+      await this.#sleep(delay);
     }
   }
 
@@ -245,6 +247,15 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     }
     this.#nextPollAt = clock.monotonic() + delay;
     return delay;
+  }
+
+  /** Idle until the next poll: memory the pass grew goes back to the system (deps.releaseMemory). */
+  #releaseMemory(): void {
+    try {
+      this.#c.deps.releaseMemory?.();
+    } catch (error) {
+      this.#logger.warn({ err: error }, 'could not release memory after the pass');
+    }
   }
 
   /** Sleeps on the injected clock; `#wake` (sync, reload, stop) ends the sleep early. */

@@ -12,4 +12,9 @@ export interface Deps {
   logger: Logger;
   /** undici dispatcher for the service client; undefined means undici's global one. */
   dispatcher?: Dispatcher;
+  /**
+   * The daemon calls this when it goes idle after a pass, to give memory back to the system (a full
+   * collection, lib/release-memory.ts); absent in tests and for `--once`, which exits instead.
+   */
+  releaseMemory?: () => void;
 }
