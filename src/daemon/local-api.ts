@@ -1,10 +1,16 @@
 // The local API for applications: health, status and "sync now" over a unix socket (mode 0660).
 import { chmod, lstat, unlink } from 'node:fs/promises';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createRequire } from 'node:module';
 import { createConnection } from 'node:net';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+
+// node:http through require, not import: on Node 24 an ESM import of node:http reads every export, and its lazy
+// WebSocket and MessageEvent getters load Node's own copy of undici, zlib and perf_hooks (+12 MiB RSS, ~60 modules)
+// that the daemon never uses (docs/performance.md "Idle daemon").
+const { createServer } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
 
 export const SOCKET_MODE = 0o660;
 

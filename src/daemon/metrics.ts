@@ -1,6 +1,12 @@
 // Prometheus metrics of the agent (prom-client, private registry), written as a node_exporter textfile.
 import path from 'node:path';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+// One file each, not prom-client's index: that also loads the Pushgateway (https, and on Node 24 its own undici
+// with it), the default metrics (perf_hooks), Summary and the cluster aggregator, none of which the agent uses.
+import type { Counter, Gauge, Histogram } from 'prom-client';
+import CounterClass from 'prom-client/lib/counter.js';
+import GaugeClass from 'prom-client/lib/gauge.js';
+import HistogramClass from 'prom-client/lib/histogram.js';
+import Registry from 'prom-client/lib/registry.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { publishFile } from '../store/durable-writer.js';
 import { type HookRunResult, hookFailed } from './hooks.js';
@@ -72,71 +78,71 @@ export class AgentMetrics {
   constructor(labels: { deviceId: string }) {
     this.registry.setDefaultLabels({ device_id: labels.deviceId });
     const registers = [this.registry];
-    this.managedFiles = new Gauge({
+    this.managedFiles = new GaugeClass({
       name: 'config_agent_managed_files',
       help: 'Files under rootDir the agent currently manages.',
       registers,
     });
-    this.instances = new Gauge({
+    this.instances = new GaugeClass({
       name: 'config_agent_instances',
       help: "The device's config instances by status, as of the last pass.",
       labelNames: ['status'],
       registers,
     });
-    this.passDuration = new Histogram({
+    this.passDuration = new HistogramClass({
       name: 'config_agent_pass_duration_seconds',
       help: 'Duration of reconcile passes.',
       buckets: PASS_DURATION_BUCKETS,
       registers,
     });
-    this.passes = new Counter({
+    this.passes = new CounterClass({
       name: 'config_agent_passes_total',
       help: 'Reconcile passes by result.',
       labelNames: ['result'],
       registers,
     });
-    this.lastPass = new Gauge({
+    this.lastPass = new GaugeClass({
       name: 'config_agent_last_pass_timestamp_seconds',
       help: 'When the last pass ended, whatever its result (epoch seconds); stale means the loop is stuck.',
       registers,
     });
-    this.lastSuccess = new Gauge({
+    this.lastSuccess = new GaugeClass({
       name: 'config_agent_last_success_timestamp_seconds',
       help: 'When the last converged pass ended (epoch seconds); 0 until the first one.',
       registers,
     });
-    this.retries = new Counter({
+    this.retries = new CounterClass({
       name: 'config_agent_retries_total',
       help: 'Failed instance attempts scheduled for a retry (per-instance backoff), summed over passes.',
       registers,
     });
-    this.driftRepairs = new Counter({
+    this.driftRepairs = new CounterClass({
       name: 'config_agent_drift_repairs_total',
       help: 'Managed files rewritten after someone else changed or deleted them.',
       registers,
     });
-    this.driftDetected = new Counter({
+    this.driftDetected = new CounterClass({
       name: 'config_agent_drift_detected_total',
       help: 'Changes or deletions of managed files by someone else that the watcher noticed.',
       registers,
     });
-    this.hookRuns = new Counter({
+    this.hookRuns = new CounterClass({
       name: 'config_agent_hook_runs_total',
       help: 'Hook commands run.',
       registers,
     });
-    this.hookFailures = new Counter({
+    this.hookFailures = new CounterClass({
       name: 'config_agent_hook_failures_total',
       help: 'Hook commands that failed: non-zero exit, killed, timed out or not started.',
       registers,
     });
-    this.requests = new Counter({
+    this.requests = new CounterClass({
       name: 'config_agent_requests_total',
       help: 'Requests to the service by route and outcome.',
       labelNames: ['method', 'route', 'outcome'],
       registers,
     });
-    this.requestDuration = new Histogram({
+    this.requestDuration = new HistogramClass({
       name: 'config_agent_request_duration_seconds',
       help: 'Duration of requests to the service.',
       labelNames: ['method', 'route'],
