@@ -66,11 +66,30 @@ export interface DaemonPolls {
   failure?: string;
 }
 
-/** Runs the daemon with a 1 s poll and no full resync, and measures `polls` polls after its first (full) pass. */
-export async function daemonPolls(world: BenchWorld, polls: number): Promise<DaemonPolls> {
+/** How long the daemon waits between polls, and when in that wait its RSS is read. */
+export interface PollTiming {
+  intervalSeconds: number;
+  /** After the log line of each incremental poll. */
+  sampleAfterMs: number;
+}
+
+/** The bench's usual measure: 1 s polls, read half-way (a daemon that is never idle for long). */
+export const FAST_POLLS: PollTiming = { intervalSeconds: 1, sampleAfterMs: 400 };
+/** The default poll interval (30 s), read 20 s into the wait: what a device sees between polls. */
+export const DEFAULT_POLLS: PollTiming = { intervalSeconds: 30, sampleAfterMs: 20_000 };
+
+/** Runs the daemon with no full resync, and measures `polls` polls after its first (full) pass. */
+export async function daemonPolls(
+  world: BenchWorld,
+  polls: number,
+  timing: PollTiming = FAST_POLLS,
+): Promise<DaemonPolls> {
   const counter = await startByteCounter(world.server.port);
   await world.writeConfig(
-    { log: { level: 'info' }, poll: { intervalSeconds: 1, jitterRatio: 0.2, fullResyncSeconds: 86_400 } },
+    {
+      log: { level: 'info' },
+      poll: { intervalSeconds: timing.intervalSeconds, jitterRatio: 0.2, fullResyncSeconds: 86_400 },
+    },
     counter.url,
   );
   const result: DaemonPolls = { requests: [], bytes: [], idleRssKiB: [], idleAnonKiB: [] };
@@ -102,8 +121,8 @@ export async function daemonPolls(world: BenchWorld, polls: number): Promise<Dae
       if (seenFull && entry.mode === 'incremental') {
         result.requests.push(requests - lastRequests);
         result.bytes.push(bytes - lastBytes);
-        // Half-way to the next poll: the daemon is idle.
-        await new Promise((resolve) => setTimeout(resolve, 400));
+        // Between this poll and the next: the daemon is idle.
+        await new Promise((resolve) => setTimeout(resolve, timing.sampleAfterMs));
         const memory = await currentMemoryKiB(child.pid!);
         if (memory !== undefined) {
           result.idleRssKiB.push(memory.rss);
