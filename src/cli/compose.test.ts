@@ -8,6 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { main } from '../main.js';
+import { startMockServer } from '../mock-server/server.js';
 import { runAgent } from './compose.js';
 import type { CommandIo } from './io.js';
 import { callAgent } from './local-client.js';
@@ -95,6 +96,42 @@ describe('main', () => {
       const io = bufferedIo();
       expect(await run([...argv, '--config', configPath], io)).toBe(78);
       expect(io.err()).toContain('absent-key');
+    }
+  });
+});
+
+describe('--once: the summary never carries the API key', () => {
+  it('not even when a hostile service echoes it in an id and a path', async () => {
+    const server = await startMockServer({ apiKeys: [KEY] });
+    try {
+      for (const [id, where] of [
+        [`cfg_${KEY}`, 'ok.json'],
+        ['cfg_b', `../${KEY}.json`],
+      ] as const) {
+        server.state.instances.set(id, {
+          id,
+          device_id: 'dvc_compose',
+          relative_filepath: where,
+          config_schema_id: `sch_${id}`,
+          config_type_id: 'typ',
+          target_status: 'deployed',
+          activity_status: 'queued',
+          error_status: 'none',
+          content: { a: 1 },
+          created_at: '2026-01-01T00:00:00.000Z',
+          updated_at: '2026-01-01T00:00:00.000Z',
+        });
+      }
+      const file = await writeConfig({ server: { baseUrl: server.url, timeoutSeconds: 5 } });
+      for (const extra of [['--dry-run'], [], ['--json']]) {
+        const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+        await run(['--once', '--config', file, ...extra], io);
+        expect(io.out()).toContain('[REDACTED]');
+        expect(io.out()).not.toContain(KEY);
+        expect(io.err()).not.toContain(KEY);
+      }
+    } finally {
+      await server.close();
     }
   });
 });

@@ -135,7 +135,9 @@ export async function runOnce(command: OnceCommand, io: CommandIo, secrets: Secr
     const result = await runner
       .runPass({ mode: 'full', dryRun: command.dryRun })
       .finally(() => runner.close());
-    await printPassResult(result, command, io, (path, maxBytes) =>
+    // Ids, paths and messages come from the service, which may echo the key back: scrubbed like the logs.
+    const scrubbed = { write: (text: string) => io.stdout.write(secrets.scrub(text)) };
+    await printPassResult(result, command, { stdout: scrubbed }, (path, maxBytes) =>
       readRegularFileUpTo(deps.fs, config.rootDir, path, maxBytes),
     );
     return exitCodeForPass(result);

@@ -14,7 +14,7 @@ export interface OnceCommand {
 export async function printPassResult(
   result: PassResult,
   command: OnceCommand,
-  io: CommandIo,
+  io: { stdout: Pick<CommandIo['stdout'], 'write'> },
   readCurrent: ReadCurrent,
 ): Promise<void> {
   const plan = command.dryRun ? await describePlan(result.steps, readCurrent) : undefined;
