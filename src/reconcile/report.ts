@@ -146,8 +146,8 @@ export class PassReports {
 
   /**
    * The pass's last delivery, unless a `stop` ended delivery or nothing is queued: the outbox made durable, then
-   * every queued report not sent yet in this pass. Returns what all deliveries did; `echoed` only for this last one (the state the
-   * pass persisted before it holds the echoes of the others).
+   * every queued report not sent yet in this pass. Returns what all deliveries did; `echoed` only for this last
+   * one (the state the pass persisted before it holds the echoes of the others).
    */
   async finish(): Promise<Delivery> {
     await this.#running;
