@@ -415,6 +415,36 @@ describe('one id given by two queries of one pull, with other fields', () => {
   });
 });
 
+describe('the owner a poll fetches by id', () => {
+  it('answered with another instance (a broken service): that answer is not taken, nothing is written at its path', async () => {
+    put({ id: 'cfg_old', relative_filepath: 'a.json', content: { v: 'old' } });
+    await pass();
+    put({
+      id: 'cfg_new',
+      relative_filepath: 'a.json',
+      content: { v: 'new' },
+      updated_at: '2026-02-01T00:00:00.000Z',
+    });
+    // The poll's third request fetches cfg_old, the recorded owner of a.json; it is answered with cfg_new at b.json.
+    fault({
+      match: LIST,
+      count: 1,
+      skip: 2,
+      mode: 'rewrite',
+      replace: [
+        { find: '"id":"cfg_old"', with: '"id":"cfg_new"' },
+        { find: '"relative_filepath":"a.json"', with: '"relative_filepath":"b.json"' },
+      ],
+    });
+    const poll = await reconciler.runPass({ mode: 'incremental' });
+    expect(await exists('b.json')).toBe(false);
+    // Taken, it was a second cfg_new: a file was written at each copy's path. The owner given back by nobody
+    // counts as gone, as before: the newcomer (updated later anyway) takes the path.
+    expect(await fileAt('a.json')).toBe('{\n  "v": "new"\n}\n');
+    expect(poll.outcomes.filter((o) => o.instanceId === 'cfg_new')).toHaveLength(1);
+  });
+});
+
 describe('a pull is bounded', () => {
   it('has_more forever while ignoring offset: the pass fails with a typed error after a few requests, disk untouched', async () => {
     for (let i = 0; i < 120; i++) put({ id: `cfg_${String(i).padStart(3, '0')}` });

@@ -157,8 +157,23 @@ async function fetchUnpulledOwners<I extends ConfigInstanceHead>(
     if (owner !== undefined && owner !== instance.id && !pulled.has(owner)) owners.add(owner);
   }
   if (owners.size === 0) return { instances: [], invalid: [], skipped: [] };
-  return listInstances(
+  const fetched = await listInstances(
     [...owners].map((id) => ({ device_id: ctx.deviceId, id })),
     ctx,
   );
+  // Only what was asked for: another instance in the answer (a broken service) would be a second copy of one
+  // the poll listed, and both would be acted on (a file written at each copy's path).
+  const asked = (id: string | undefined) => id === undefined || owners.has(id);
+  const stray = fetched.instances.filter((instance) => !asked(instance.id));
+  if (stray.length > 0) {
+    ctx.logger.error(
+      { instanceIds: stray.map((instance) => instance.id) },
+      'service answered a fetch by id with other instances: ignored',
+    );
+  }
+  return {
+    instances: fetched.instances.filter((instance) => asked(instance.id)),
+    invalid: fetched.invalid.filter((item) => asked(item.id)),
+    skipped: fetched.skipped.filter((item) => asked(item.id)),
+  };
 }
