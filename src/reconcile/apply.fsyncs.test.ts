@@ -121,6 +121,14 @@ describe('applySteps: fsyncs', () => {
     expect(vol.readdirSync(path.join(ROOT, 'a'))).toHaveLength(BATCH_STEPS + 1);
   });
 
+  it('a removal whose file is already gone (a crash or a failed fsync after the unlink) still fsyncs its directory before it is reported', async () => {
+    managed('cfg_gone', 'b/gone.json', 'gone\n');
+    vol.unlinkSync(path.join(ROOT, 'b/gone.json'));
+
+    // The unlink may still be only in memory: a power cut would bring the file back after `removed` was sent.
+    expect(await apply([remove('cfg_gone', 'b/gone.json')])).toEqual({ b: 1 });
+  });
+
   it('a swap and a removal are not batched: each makes its own directory durable', async () => {
     managed('cfg_old', 'c/old.json', 'old\n');
     managed('cfg_gone', 'b/gone.json', 'gone\n');

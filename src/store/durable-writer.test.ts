@@ -605,7 +605,7 @@ describe('removeManagedFile', () => {
     expect(await snapshot(fs, `${ROOT}/etc`)).toEqual({ [`${ROOT}/etc/keep`]: '666 k' });
   });
 
-  it('fsyncs the root itself for a file at the top level, and nothing for an absent file', async () => {
+  it('fsyncs the root itself for a file at the top level, and for an absent file too', async () => {
     const { fs: base } = memfs({ [`${ROOT}/app.conf`]: 'x' });
     const { fs, opens } = recordingOpens(base);
     expect(await removeManagedFile(fs, { rootDir: ROOT, relativePath: 'app.conf', pruneDirs: [] })).toBe(
@@ -614,14 +614,18 @@ describe('removeManagedFile', () => {
     expect(
       opens.filter((o) => (o.flags & constants.O_DIRECTORY) !== 0).map((o) => path.resolve(o.file)),
     ).toEqual([ROOT]);
-    // Already gone: 'absent' has no unlink to make durable, so a failing directory fsync is never met.
-    expect(
-      await removeManagedFile(withFault(base, 'dir-sync', { code: 'EIO' }), {
+    // Already gone, maybe by an unlink of ours whose directory fsync a crash cut off: `absent` is reported
+    // `removed` too, so the directory is made durable first, and a failing fsync is the removal's failure.
+    await expect(
+      removeManagedFile(withFault(base, 'dir-sync', { code: 'EIO' }), {
         rootDir: ROOT,
         relativePath: 'app.conf',
         pruneDirs: [],
       }),
-    ).toBe('absent');
+    ).rejects.toBeInstanceOf(DiskError);
+    expect(await removeManagedFile(base, { rootDir: ROOT, relativePath: 'app.conf', pruneDirs: [] })).toBe(
+      'absent',
+    );
   });
 
   it('rejects hostile prune dirs before removing anything', async () => {

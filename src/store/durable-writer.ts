@@ -562,8 +562,19 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
       await fsyncDirectory(fs, path.dirname(inspection.absolute), parent);
     }
   }
+  // Already gone: maybe by our own unlink whose directory fsync a crash or an error cut off. It is reported
+  // `removed` all the same, so the nearest directory still there is made durable first.
+  if (outcome === 'absent') await fsyncNearestDirectory(fs, inspection.root, relativeDir(relativePath));
   await pruneDirectories(fs, inspection.root, pruneDirs);
   return outcome;
+}
+
+async function fsyncNearestDirectory(fs: FsPort, root: string, relative: string): Promise<void> {
+  for (let dir = relative; ; dir = relativeDir(dir)) {
+    const stats = await lstatOrUndefined(fs, path.join(root, dir), dir);
+    if (stats?.isDirectory()) return fsyncDirectory(fs, path.join(root, dir), dir);
+    if (dir === '') return;
+  }
 }
 
 function depth(relative: string): number {
