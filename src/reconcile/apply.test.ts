@@ -1101,6 +1101,40 @@ describe('applySteps: removal of a file grown huge after its hash', () => {
   });
 });
 
+describe('applySteps: removal of a file swapped after its hash', () => {
+  it('another file renamed into place between the check and the unlink is left in place, never deleted', async () => {
+    const world = await makeWorld();
+    world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'app.json', content: { v: 1 } }));
+    await pass(world);
+    await world.service.deliver(world.outbox);
+    world.service.update('cfg_1', { target_status: 'removed' });
+    world.vol.writeFileSync(`${ROOT}/theirs.json`, 'a local user file\n');
+    let opens = 0;
+    const base = world.ctx.fs;
+    // The removal hashes the file and reads it (ours, both); a local user then renames a file of theirs over it.
+    world.ctx.fs = {
+      ...base,
+      open: (async (...args: Parameters<FsPort['open']>) => {
+        const handle = await base.open(...args);
+        if (String(args[0]) === `${ROOT}/app.json` && (Number(args[1]) & 3) === 0 && ++opens === 2) {
+          const close = handle.close.bind(handle);
+          return Object.assign(handle, {
+            close: async () => {
+              await close();
+              world.vol.renameSync(`${ROOT}/theirs.json`, `${ROOT}/app.json`);
+            },
+          });
+        }
+        return handle;
+      }) as FsPort['open'],
+    };
+
+    await pass(world);
+
+    expect(world.vol.readFileSync(`${ROOT}/app.json`, 'utf8')).toBe('a local user file\n');
+  });
+});
+
 describe('applySteps: stopping', () => {
   it('an abort during a write is neither an attempt nor a report, and leaves the old file whole', async () => {
     const world = await makeWorld();

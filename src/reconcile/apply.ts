@@ -366,6 +366,8 @@ async function removeFile(
       rootDir: ctx.rootDir,
       relativePath: step.path,
       pruneDirs: owned?.createdDirs ?? [],
+      // Only the file just checked: one a local user renamed into place since is theirs.
+      ...(current === undefined ? {} : { expected: current.identity }),
     });
     if (removed === 'refused') {
       const message = 'file left in place: the path is no longer a regular file written by this agent';

@@ -505,14 +505,16 @@ describe('deferred directory fsync', () => {
 });
 
 describe('readRegularFile', () => {
-  it('returns bytes, mode and sha256, or undefined when absent', async () => {
-    const { fs } = memfs();
+  it('returns bytes, mode, sha256 and which file it read, or undefined when absent', async () => {
+    const { fs, vol } = memfs();
     await publishFile(fs, request('a/app.conf', 'content', 0o640));
+    const { dev, ino } = vol.statSync(`${ROOT}/a/app.conf`);
     expect(await readRegularFile(fs, ROOT, 'a/app.conf')).toEqual({
       data: Buffer.from('content'),
       mode: 0o640,
       sha256: sha256Hex(Buffer.from('content')),
       gid: process.getgid?.() ?? 0,
+      identity: { dev, ino },
     });
     expect(await readRegularFile(fs, ROOT, 'a/missing')).toBeUndefined();
     expect(await readRegularFile(fs, ROOT, 'missing/dir/file')).toBeUndefined();

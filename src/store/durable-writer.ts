@@ -70,6 +70,17 @@ export interface RemoveRequest {
   relativePath: string;
   /** Relative dirs the agent created for this file; removed deepest-first when empty. */
   pruneDirs: readonly string[];
+  /**
+   * The file the caller checked (`RegularFile.identity`): another one found at the path (renamed in by someone
+   * since the check) is 'refused', never deleted.
+   */
+  expected?: FileIdentity;
+}
+
+/** Which file: device and inode. */
+export interface FileIdentity {
+  dev: number;
+  ino: number;
 }
 
 export type RemoveOutcome = 'removed' | 'absent' | 'refused';
@@ -80,6 +91,8 @@ export interface RegularFile {
   sha256: string;
   /** Group of the file (files.rules may want another one). */
   gid: number;
+  /** The file these bytes were read from. */
+  identity: FileIdentity;
 }
 
 const TEMP_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
@@ -176,7 +189,13 @@ async function readNoFollow(
       maxBytes === undefined
         ? await step('read', relativePath, () => handle.readFile())
         : await readAtMost(handle, Math.min(stats.size, maxBytes) + 1, relativePath);
-    return { data, mode: stats.mode & PERMISSION_BITS, sha256: sha256Hex(data), gid: stats.gid };
+    return {
+      data,
+      mode: stats.mode & PERMISSION_BITS,
+      sha256: sha256Hex(data),
+      gid: stats.gid,
+      identity: { dev: stats.dev, ino: stats.ino },
+    };
   } finally {
     await handle.close().catch(() => undefined);
   }
@@ -319,7 +338,13 @@ export async function hashRegularFile(
       hash.update(buffer.subarray(0, bytesRead));
       size += bytesRead;
     }
-    return { sha256: hash.digest('hex'), mode: stats.mode & PERMISSION_BITS, gid: stats.gid, size };
+    return {
+      sha256: hash.digest('hex'),
+      mode: stats.mode & PERMISSION_BITS,
+      gid: stats.gid,
+      size,
+      identity: { dev: stats.dev, ino: stats.ino },
+    };
   } finally {
     await handle.close().catch(() => undefined);
   }
@@ -548,6 +573,10 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
   const inspection = await inspectPath(fs, rootDir, relativePath);
   const current = inspection.final;
   if (current !== undefined && !current.isFile()) return 'refused';
+  const { expected } = request;
+  if (current !== undefined && expected !== undefined) {
+    if (current.dev !== expected.dev || current.ino !== expected.ino) return 'refused';
+  }
   let outcome: RemoveOutcome = 'absent';
   if (current !== undefined) {
     try {
