@@ -292,6 +292,7 @@ export async function simulateFleet(options: FleetOptions = DEFAULT_FLEET): Prom
       runner,
       metrics: noMetrics,
       hookEnv: {},
+      scrub: (text) => text,
     };
     const daemon = new AgentDaemon(components);
     daemons.push(daemon);

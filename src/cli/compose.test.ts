@@ -136,6 +136,52 @@ describe('--once: the summary never carries the API key', () => {
   });
 });
 
+describe('the local API never carries the API key', () => {
+  it('not in a sync answer nor in the status, when a hostile service echoes it in an id and a path', async () => {
+    const server = await startMockServer({ apiKeys: [KEY] });
+    const socketPath = path.join(dir, 'agent.sock');
+    const events = new EventEmitter();
+    try {
+      for (const [id, where] of [
+        [`cfg_${KEY}`, 'ok.json'],
+        ['cfg_b', `../${KEY}.json`],
+      ] as const) {
+        server.state.instances.set(id, {
+          id,
+          device_id: 'dvc_compose',
+          relative_filepath: where,
+          config_schema_id: `sch_${id}`,
+          config_type_id: 'typ',
+          target_status: 'deployed',
+          activity_status: 'queued',
+          error_status: 'none',
+          content: { a: 1 },
+          created_at: '2026-01-01T00:00:00.000Z',
+          updated_at: '2026-01-01T00:00:00.000Z',
+        });
+      }
+      const configPath = await writeConfig({ server: { baseUrl: server.url, timeoutSeconds: 5 } });
+      const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+      const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
+      await waitFor(() => callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS), PATIENCE_MS, {
+        what: 'the socket',
+      });
+      const answers = [
+        await callAgent(socketPath, 'POST', '/v1/sync', PATIENCE_MS),
+        await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS),
+      ].map((answer) => JSON.stringify(answer.body));
+      expect(answers[0]).toContain('[REDACTED]');
+      for (const answer of answers) expect(answer).not.toContain(KEY);
+      events.emit('SIGTERM');
+      expect(await exit).toBe(0);
+      expect(io.err()).not.toContain(KEY);
+    } finally {
+      events.emit('SIGTERM');
+      await server.close();
+    }
+  });
+});
+
 describe('runAgent: signals and reload', () => {
   it('SIGHUP with an invalid file keeps the running configuration; a valid one is applied; SIGTERM exits 0', async () => {
     const configPath = await writeConfig();

@@ -180,7 +180,7 @@ async function buildAgentComponents(
     await current?.runner.flushState();
     await current?.runner.close();
   }
-  return { deps, config, runner, metrics, hookEnv: io.env };
+  return { deps, config, runner, metrics, hookEnv: io.env, scrub: (text) => secrets.scrub(text) };
 }
 
 /**

@@ -82,6 +82,7 @@ async function startLocalApi<R extends PassRunner>(
     {
       health: () => daemon.health(),
       status: () => daemon.status(),
+      scrub: components.scrub,
       sync: async () => {
         const result = await daemon.syncNow('full');
         return {

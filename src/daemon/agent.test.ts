@@ -202,6 +202,7 @@ async function startAgent(
     runner: reconciler,
     metrics: new AgentMetrics({ deviceId: config.deviceId }),
     hookEnv: {},
+    scrub: (text) => text,
   });
   const agent: Agent = {
     daemon,

@@ -33,6 +33,8 @@ export interface AgentComponents<R extends PassRunner = PassRunner> {
   metrics: AgentMetrics;
   /** Environment hooks inherit (the key is stripped by the hook runner). */
   hookEnv: NodeJS.ProcessEnv;
+  /** Removes the API key from text the agent hands to local users (the local API's answers). */
+  scrub: (text: string) => string;
 }
 
 export interface AgentStatus {

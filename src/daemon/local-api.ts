@@ -26,6 +26,11 @@ export interface LocalApiHandlers {
   status(): unknown;
   /** Runs a pass now and answers when it ends. */
   sync(): Promise<{ converged: boolean; exitCode: number; result: unknown }>;
+  /**
+   * Every answer's text passes through this before it is sent: ids, paths and messages come from the service,
+   * which may echo the API key, and every member of the socket's group can read the answers.
+   */
+  scrub?: (text: string) => string;
 }
 
 /**
@@ -198,15 +203,15 @@ export class LocalApiServer {
     switch (route) {
       case 'GET /v1/health': {
         const health = this.#handlers.health();
-        sendJson(response, health.healthy ? 200 : 503, health);
+        sendJson(response, health.healthy ? 200 : 503, health, this.#handlers.scrub);
         return;
       }
       case 'GET /v1/status':
-        sendJson(response, 200, this.#handlers.status());
+        sendJson(response, 200, this.#handlers.status(), this.#handlers.scrub);
         return;
       case 'POST /v1/sync': {
         const outcome = await this.#sync();
-        sendJson(response, 200, outcome);
+        sendJson(response, 200, outcome, this.#handlers.scrub);
         return;
       }
       default:
@@ -225,8 +230,13 @@ function announcesBody(request: IncomingMessage): boolean {
   return length !== undefined && Number(length) > MAX_BODY_BYTES;
 }
 
-function sendJson(response: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
+function sendJson(
+  response: ServerResponse,
+  status: number,
+  body: unknown,
+  scrub: (text: string) => string = (text) => text,
+): void {
+  const text = scrub(JSON.stringify(body));
   response.writeHead(status, {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(text),
