@@ -69,6 +69,7 @@ export class DriftWatcher {
   readonly #options: DriftWatcherOptions;
   readonly #pending = new Set<string>();
   readonly #holdOffs = new Map<string, HoldOff>();
+  #judging: Promise<void> = Promise.resolve();
   readonly #closing = new AbortController();
   #watcher: DirectoryWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -143,9 +144,19 @@ export class DriftWatcher {
     this.#timer = setTimeout(() => void this.#evaluate(), this.#options.debounceMs ?? 300);
   }
 
-  /** A managed file drifted when its bytes or mode no longer match what the agent recorded writing. */
-  async #evaluate(): Promise<void> {
+  /**
+   * One judgement at a time, in the order asked: a debounce timer's judgement and `judgeNow` would otherwise
+   * run side by side, and `judgeNow` could return while the other still restores what it had taken.
+   */
+  #evaluate(): Promise<void> {
     this.#timer = undefined;
+    const judged = this.#judging.then(() => this.#judgeOnce());
+    this.#judging = judged.catch(() => undefined);
+    return judged;
+  }
+
+  /** A managed file drifted when its bytes or mode no longer match what the agent recorded writing. */
+  async #judgeOnce(): Promise<void> {
     const { passes } = this.#options;
     // idle() resolves a turn later, and a pass may have started in that turn: wait until none runs.
     while (passes.busy) await passes.idle();
