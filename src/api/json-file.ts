@@ -1,5 +1,6 @@
 // A large item's content turned from its JSON text into the bytes of its file without a parsed tree: the very bytes
 // parseJson and then serialize.ts give (JSON.stringify's layout with 2 spaces, numbers as sent, a newline).
+import { byteStringEnd } from './json.js';
 import type { ConfigContent } from './schemas.js';
 
 /**
@@ -491,7 +492,7 @@ export function locateContent(item: Buffer): CheckedContent | undefined {
   let found: CheckedContent | undefined;
   for (;;) {
     if (item[at] !== QUOTE) return undefined;
-    const close = stringEnd(item, at);
+    const close = byteStringEnd(item, at);
     if (close === -1) return undefined;
     for (let k = at + 1; k < close; k++) if (item[k] === BACKSLASH) return undefined;
     const isContent = close - at - 1 === 7 && item.toString('latin1', at + 1, close) === 'content';
@@ -521,19 +522,6 @@ function skipWhitespace(src: Buffer, from: number): number {
   return at;
 }
 
-/** Index of the quote closing the string opened at `start`, or -1 when the bytes end first. */
-function stringEnd(src: Buffer, start: number): number {
-  let at = start + 1;
-  for (;;) {
-    const quote = src.indexOf(QUOTE, at);
-    if (quote === -1) return -1;
-    let backslashes = 0;
-    for (let k = quote - 1; k > start && src[k] === BACKSLASH; k--) backslashes++;
-    if (backslashes % 2 === 0) return quote;
-    at = quote + 1;
-  }
-}
-
 /** Just past the value starting at `from`, by its brackets and strings only; -1 when the bytes end first. */
 function skipValue(src: Buffer, from: number): number {
   let depth = 0;
@@ -542,7 +530,7 @@ function skipValue(src: Buffer, from: number): number {
     const code = src[at];
     if (code === undefined) return depth === 0 ? at : -1;
     if (code === QUOTE) {
-      const close = stringEnd(src, at);
+      const close = byteStringEnd(src, at);
       if (close === -1) return -1;
       at = close + 1;
       if (depth === 0) return at;

@@ -321,7 +321,7 @@ export interface ListBytesParts {
 }
 
 /** Index of the quote byte closing the string opened at `start`, or -1 when the bytes end first. */
-function byteStringEnd(body: Buffer, start: number): number {
+export function byteStringEnd(body: Buffer, start: number): number {
   let at = start + 1;
   for (;;) {
     const quote = body.indexOf(QUOTE, at);

@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { main } from '../main.js';
-import { startMockServer } from '../mock-server/server.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { runAgent } from './compose.js';
 import type { CommandIo } from './io.js';
 import { callAgent } from './local-client.js';
@@ -100,28 +100,33 @@ describe('main', () => {
   });
 });
 
+/** A hostile service's listing that echoes the API key: in an instance id, and in a path it rejects. */
+function listKeyEchoes(server: RunningMockServer): void {
+  for (const [id, where] of [
+    [`cfg_${KEY}`, 'ok.json'],
+    ['cfg_b', `../${KEY}.json`],
+  ] as const) {
+    server.state.instances.set(id, {
+      id,
+      device_id: 'dvc_compose',
+      relative_filepath: where,
+      config_schema_id: `sch_${id}`,
+      config_type_id: 'typ',
+      target_status: 'deployed',
+      activity_status: 'queued',
+      error_status: 'none',
+      content: { a: 1 },
+      created_at: '2026-01-01T00:00:00.000Z',
+      updated_at: '2026-01-01T00:00:00.000Z',
+    });
+  }
+}
+
 describe('--once: the summary never carries the API key', () => {
   it('not even when a hostile service echoes it in an id and a path', async () => {
     const server = await startMockServer({ apiKeys: [KEY] });
     try {
-      for (const [id, where] of [
-        [`cfg_${KEY}`, 'ok.json'],
-        ['cfg_b', `../${KEY}.json`],
-      ] as const) {
-        server.state.instances.set(id, {
-          id,
-          device_id: 'dvc_compose',
-          relative_filepath: where,
-          config_schema_id: `sch_${id}`,
-          config_type_id: 'typ',
-          target_status: 'deployed',
-          activity_status: 'queued',
-          error_status: 'none',
-          content: { a: 1 },
-          created_at: '2026-01-01T00:00:00.000Z',
-          updated_at: '2026-01-01T00:00:00.000Z',
-        });
-      }
+      listKeyEchoes(server);
       const file = await writeConfig({ server: { baseUrl: server.url, timeoutSeconds: 5 } });
       for (const extra of [['--dry-run'], [], ['--json']]) {
         const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
@@ -142,24 +147,7 @@ describe('the local API never carries the API key', () => {
     const socketPath = path.join(dir, 'agent.sock');
     const events = new EventEmitter();
     try {
-      for (const [id, where] of [
-        [`cfg_${KEY}`, 'ok.json'],
-        ['cfg_b', `../${KEY}.json`],
-      ] as const) {
-        server.state.instances.set(id, {
-          id,
-          device_id: 'dvc_compose',
-          relative_filepath: where,
-          config_schema_id: `sch_${id}`,
-          config_type_id: 'typ',
-          target_status: 'deployed',
-          activity_status: 'queued',
-          error_status: 'none',
-          content: { a: 1 },
-          created_at: '2026-01-01T00:00:00.000Z',
-          updated_at: '2026-01-01T00:00:00.000Z',
-        });
-      }
+      listKeyEchoes(server);
       const configPath = await writeConfig({ server: { baseUrl: server.url, timeoutSeconds: 5 } });
       const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
       const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
