@@ -14,5 +14,6 @@ export default defineConfig({
       },
     },
   ],
-  test: { projects: [unitTier] },
+  // One worker per Stryker process: Stryker runs its own processes side by side (stryker.config.mjs).
+  test: { projects: [{ ...unitTier, test: { ...unitTier.test, maxWorkers: 1 } }] },
 });

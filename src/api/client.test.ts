@@ -313,14 +313,15 @@ describe('HTTP status classification', () => {
     expect(error.retryAfterMs).toBe(7_000);
   });
 
-  it('parses Retry-After as an HTTP-date relative to the injected clock, never negative', async () => {
+  it("parses Retry-After as an HTTP-date relative to the service's Date header, never negative", async () => {
     const now = Date.parse('2025-06-01T12:00:00Z');
-    const clock: Clock = { ...systemClock, now: () => now };
+    // The device's clock is wrong (booted at 1970): the wait is still what the service asked.
+    const clock: Clock = { ...systemClock, now: () => 0 };
     const later = new Date(now + 90_000).toUTCString();
     const earlier = new Date(now - 90_000).toUTCString();
     let answer = later;
     const server = await serve((_req, res) =>
-      json(res, 503, errorBody('unavailable'), { 'retry-after': answer }),
+      json(res, 503, errorBody('unavailable'), { 'retry-after': answer, date: new Date(now).toUTCString() }),
     );
     const c = client(server.url, { clock });
     expect(((await failure(c.getDevice('d'))) as HttpStatusError).retryAfterMs).toBe(90_000);
@@ -593,6 +594,16 @@ describe('parseRetryAfter', () => {
     expect(parseRetryAfter('Sunday, 01-Jun-25 12:01:00 GMT', now)).toBe(60_000);
     expect(parseRetryAfter('Sun Jun  1 12:00:10 2025', now)).toBeGreaterThanOrEqual(0);
     expect(parseRetryAfter(['5', '9'], now)).toBe(5_000);
+  });
+
+  it("measures an HTTP-date against the response's Date header when it has one, not the local clock", () => {
+    const epoch = 0; // a device booted with its clock at 1970
+    const date = 'Sun, 01 Jun 2025 12:00:00 GMT';
+    expect(parseRetryAfter('Sun, 01 Jun 2025 12:00:30 GMT', epoch, date)).toBe(30_000);
+    expect(parseRetryAfter('Sun, 01 Jun 2025 12:00:30 GMT', now + 3_600_000, [date])).toBe(30_000);
+    expect(parseRetryAfter('120', epoch, date)).toBe(120_000);
+    // A Date header it cannot read: the local clock, as before.
+    expect(parseRetryAfter('Sun, 01 Jun 2025 12:00:30 GMT', now, 'yesterday')).toBe(30_000);
   });
 
   it('is never negative and undefined for anything it cannot read', () => {

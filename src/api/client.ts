@@ -217,19 +217,48 @@ function buildServiceDispatcher(options: ServiceDispatcherOptions): Dispatcher {
 }
 
 /** Retry-After as milliseconds from `nowMs`: delta-seconds or an HTTP-date (RFC 9110 §10.2.3), never negative. */
-export function parseRetryAfter(value: string | string[] | undefined, nowMs: number): number | undefined {
+export function parseRetryAfter(
+  value: string | string[] | undefined,
+  nowMs: number,
+  responseDate?: string | string[],
+): number | undefined {
   const raw = (Array.isArray(value) ? value[0] : value)?.trim();
   if (raw === undefined || raw === '') return undefined;
   if (/^\d+$/.test(raw)) {
     const seconds = Number(raw);
     return Number.isSafeInteger(seconds * 1000) ? seconds * 1000 : undefined;
   }
-  // Every HTTP-date form starts with a day name; this keeps Date.parse from reading "1.5" as a year.
-  if (!/^[A-Za-z]{3}/.test(raw)) return undefined;
-  const at = Date.parse(raw);
-  if (Number.isNaN(at)) return undefined;
-  return Math.max(0, at - nowMs);
+  const at = parseHttpDate(raw);
+  if (at === undefined) return undefined;
+  // The date is on the service's clock: measured against its own Date header, a device whose clock is wrong
+  // (booted in 1970, or hours ahead) still waits what the service asked, not up to the cap or not at all.
+  const serverNow = parseHttpDate((Array.isArray(responseDate) ? responseDate[0] : responseDate)?.trim());
+  return Math.max(0, at - (serverNow ?? nowMs));
 }
+
+function parseHttpDate(raw: string | undefined): number | undefined {
+  // Every HTTP-date form starts with a day name; this keeps Date.parse from reading "1.5" as a year.
+  if (raw === undefined || !/^[A-Za-z]{3}/.test(raw)) return undefined;
+  const at = Date.parse(raw);
+  return Number.isNaN(at) ? undefined : at;
+}
+/**
+ * An HTML page where the service's JSON should be: declared `text/html`, or starting with `<` (no JSON text
+ * does). Empty bodies are not pages. Only the first non-blank byte is looked at.
+ */
+function isHtmlPage(contentType: string | string[] | undefined, body: Buffer): boolean {
+  let first = 0;
+  while (
+    first < body.length &&
+    (body[first] === 0x20 || body[first] === 0x0a || body[first] === 0x0d || body[first] === 0x09)
+  )
+    first++;
+  if (first === body.length) return false;
+  if (body[first] === 0x3c) return true;
+  const type = (Array.isArray(contentType) ? contentType[0] : contentType) ?? '';
+  return /^\s*(text\/html|application\/xhtml\+xml)\s*(;|$)/i.test(type);
+}
+
 function encodeId(kind: string, id: string): string {
   if (typeof id !== 'string' || id === '')
     throw new InvalidArgumentError(`${kind} id must be a non-empty string`);
@@ -386,6 +415,11 @@ interface CallSpec<T> {
   idempotent: boolean;
   /** Turns the body's bytes into the result; throws InvalidResponseError or JsonTextError. */
   read: (body: Buffer, target: RequestTarget) => T;
+  /**
+   * The result of a 2xx whose body is over the cap, when the status alone means success (a report): without it
+   * such an answer fails with ResponseTooLargeError, as a body the caller needs does.
+   */
+  whenTooLarge?: () => T;
   signal: AbortSignal | undefined;
 }
 
@@ -597,7 +631,7 @@ export function createClient(options: ClientOptions): ServiceClient {
           target,
           status,
           errorBody,
-          parseRetryAfter(response.headers['retry-after'], clock.now()),
+          parseRetryAfter(response.headers['retry-after'], clock.now(), response.headers.date),
         );
       }
       const declared = Number(response.headers['content-length']);
@@ -609,6 +643,15 @@ export function createClient(options: ClientOptions): ServiceClient {
         maxResponseBytes,
         Number.isFinite(declared) ? declared : undefined,
       );
+      if (isHtmlPage(response.headers['content-type'], bytes)) {
+        // Not the service: a 2xx that settles a report must never come from a captive portal or a proxy's page.
+        throw new MalformedResponseError(
+          target,
+          status,
+          'an HTML page, not the service (a captive portal or a proxy?)',
+          true,
+        );
+      }
       let result: T;
       try {
         result = spec.read(bytes, target);
@@ -619,6 +662,10 @@ export function createClient(options: ClientOptions): ServiceClient {
       emit(target, started, 'ok', status);
       return result;
     } catch (error) {
+      if (error instanceof TooLarge && spec.whenTooLarge !== undefined && status !== undefined) {
+        emit(target, started, 'ok', status);
+        return spec.whenTooLarge();
+      }
       const classified = transportError(error, target, deadline, spec.signal);
       const outcome = outcomeOf(classified);
       if (outcome !== undefined) emit(target, started, outcome, status);
@@ -754,6 +801,8 @@ export function createClient(options: ClientOptions): ServiceClient {
         // same report twice leaves the service as once (docs/spec-gaps.md; the outbox resends them too).
         idempotent: true,
         read: readReportAnswer,
+        // The service recorded the report; only its echo (the instance as updated) is not read.
+        whenTooLarge: () => undefined,
         signal: opts?.signal,
       });
     },

@@ -87,7 +87,9 @@ export class MalformedResponseError extends AgentError {
   readonly method: string;
   readonly route: string;
   readonly status: number;
-  constructor(target: RequestTarget, status: number, detail: string) {
+  /** An HTML page (a captive portal, a proxy's page): something other than the service answered. */
+  readonly htmlPage: boolean;
+  constructor(target: RequestTarget, status: number, detail: string, htmlPage = false) {
     super(
       'malformed_response',
       `${where(target)} returned HTTP ${status} with a body that is not JSON (${detail})`,
@@ -98,6 +100,7 @@ export class MalformedResponseError extends AgentError {
     this.method = target.method;
     this.route = target.route;
     this.status = status;
+    this.htmlPage = htmlPage;
   }
 }
 
@@ -126,6 +129,20 @@ export class InvalidResponseError extends AgentError {
   }
 }
 
+/**
+ * A 2xx to a status report whose body is the reported instance in other statuses: the service did not take the
+ * report (a bug, or something answering for it). Judged `skip`: kept, sent again after its backoff.
+ */
+export class ReportContradictedError extends AgentError {
+  constructor(instanceId: string, sent: string, answered: string) {
+    super(
+      'report_contradicted',
+      `the service answered the report ${sent} of ${instanceId} with the instance still ${answered}`,
+      { retryable: false },
+    );
+  }
+}
+
 /** The caller passed an argument the client refuses to send (an empty id, an invalid status report). */
 export class InvalidArgumentError extends AgentError {
   constructor(message: string) {
@@ -139,7 +156,7 @@ export function isRetryableError(e: unknown): boolean {
 
 /**
  * The outbox's verdict on a failed status report (see `deliveryVerdictForStatus`): the status decides for an
- * HTTP answer; no connection or a timeout stops delivery (no report gets through now); anything else (a body
+ * HTTP answer; no connection, a timeout or an HTML page stops delivery (no report gets through now); anything else (a body
  * that breaks the schema, a malformed answer) is this report's own failure: skip it.
  */
 export function deliveryVerdict(error: unknown): DeliveryVerdict {
@@ -149,5 +166,7 @@ export function deliveryVerdict(error: unknown): DeliveryVerdict {
     const verdict = deliveryVerdictForStatus(error.status);
     return verdict === 'delivered' ? 'skip' : verdict;
   }
+  // An HTML page answers for the service (a captive portal): no report gets through it now.
+  if (error instanceof MalformedResponseError && error.htmlPage) return 'stop';
   return error instanceof NetworkError || error instanceof TimeoutError ? 'stop' : 'skip';
 }

@@ -10,6 +10,7 @@ import {
   NATIVE_SPLIT_MAX_CHARS,
   parseJson,
   peekId,
+  peekStrings,
   splitListBody,
   stringifyJson,
 } from './json.js';
@@ -201,6 +202,13 @@ describe('peekId', () => {
     expect(peekId('{"meta":{"x":{"id":"evil"}},"data":[{"id":"real","content":{"a":"…', 3)).toBe('real');
     expect(peekId('{"object":"list","data":[{"id":"real"', 3)).toBe('real');
   });
+
+  it('is undefined when the item gives its id twice: JSON.parse keeps the last, so the first names nobody', () => {
+    // A hostile item broken on purpose could otherwise have another instance of the device reported failed.
+    expect(peekId('{"id":"victim","content":{"n":1e400},"id":"real"}', 1)).toBeUndefined();
+    expect(peekId('{"id":"victim","id":"victim"}', 1)).toBeUndefined();
+    expect(peekId('{"id":"a","n":12345,"m":true,"content":{"id":"b"}}', 1)).toBe('a');
+  });
 });
 
 describe('cutListBytes', () => {
@@ -236,5 +244,19 @@ describe('cutListBytes', () => {
     expect(() => cut('{"data":[{"id":"a"},{"id":"b"')).toThrow(JsonTextError);
     expect(() => cut('{"data":[{"id":"a"]}')).toThrow(/unexpected \]/);
     expect(() => cut('{"data":[],"data":[]}')).toThrow(/appears twice/);
+  });
+});
+
+describe('peekStrings', () => {
+  it('reads the string value of each named key of the first item, nothing of nested objects, nothing given twice', () => {
+    const body =
+      '{"object":"list","data":[{"id":"big","content":{"error_status":"inner"},"error_status":"retrying","error_status":"none","device_id":17,"activity_status":"queued","x":{"a":"b';
+    expect(peekStrings(body, 3, ['id', 'error_status', 'device_id', 'activity_status'])).toEqual({
+      id: 'big',
+      activity_status: 'queued',
+    });
+    // Cut before a key, or the item ended without it: absent.
+    expect(peekStrings('{"id":"a","content":{"x":"aaa', 1, ['id', 'error_status'])).toEqual({ id: 'a' });
+    expect(peekStrings('{"id":"a"},{"error_status":"none"}', 1, ['error_status'])).toEqual({});
   });
 });

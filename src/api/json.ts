@@ -435,35 +435,63 @@ export const MAX_INSTANCE_ID_LENGTH = 512;
  * body over the size cap) or nested too deep to parse. Undefined when it is not there or not usable.
  */
 export function peekId(text: string, depth: 1 | 3): string | undefined {
+  const id = peekStrings(text, depth, ['id']).id;
+  // An id no report could name is no id: the item is then named by its place.
+  return id !== undefined && isUsableInstanceId(id) ? id : undefined;
+}
+
+/**
+ * The string values of the keys `names` of the first object at `depth`, read as `peekId` reads the id: only its
+ * own keys (not those of nested objects), the first of each name, none whose value is not a string.
+ */
+export function peekStrings<N extends string>(
+  text: string,
+  depth: 1 | 3,
+  names: readonly N[],
+): Partial<Record<N, string>> {
+  const found: Partial<Record<N, string>> = {};
+  const wanted = new Set<string>(names);
+  const seen = new Set<string>();
   let level = 0;
   let expectKey = false;
   let key: string | undefined;
   /** In a list body, the envelope's key being read: only an item of `data` may name the instance. */
   let rootKey: string | undefined;
   const inItem = () => level === depth && (depth === 1 || rootKey === 'data');
+  /** After a colon of the item: the next token is a value (one `take` per value, not per digit). */
+  let awaitingValue = false;
+  /** Keys given twice: JSON.parse keeps the last, this reader would keep the first, so neither is trusted. */
+  const twice = new Set<string>();
+  const take = (value: string | undefined) => {
+    if (!awaitingValue) return;
+    awaitingValue = false;
+    if (key === undefined || !wanted.has(key)) return;
+    if (seen.has(key)) twice.add(key);
+    seen.add(key);
+    if (value !== undefined && !twice.has(key)) found[key as N] = value;
+    else delete found[key as N];
+  };
+  // To the item's end (or the text's): a key given again later must be seen.
   for (let i = 0; i < text.length; i++) {
     const code = text.charCodeAt(i);
     if (isWhitespace(code)) continue;
     if (code === QUOTE) {
       const end = stringEnd(text, i);
-      if (end === -1) return undefined;
+      if (end === -1) return found;
       const raw = text.slice(i, end + 1);
       if (level === 1 && depth === 3 && expectKey) rootKey = decodeString(raw);
-      if (inItem() && expectKey) {
-        key = decodeString(raw);
-      } else if (inItem() && key === 'id') {
-        // An id no report could name is no id: the item is then named by its place.
-        const id = decodeString(raw);
-        return isUsableInstanceId(id) ? id : undefined;
-      }
+      if (inItem() && expectKey) key = decodeString(raw);
+      else if (inItem()) take(decodeString(raw));
       i = end;
     } else if (code === OPEN_OBJECT || code === OPEN_ARRAY) {
+      // An object or array value: not a string, whatever key it belongs to.
+      if (inItem() && !expectKey) take(undefined);
       level++;
       expectKey = code === OPEN_OBJECT;
       key = level === depth ? undefined : key;
     } else if (code === CLOSE_OBJECT || code === CLOSE_ARRAY) {
-      // The first object at this depth ended without an id.
-      if (inItem()) return undefined;
+      // The first object at this depth ended.
+      if (inItem()) return found;
       level--;
       expectKey = false;
     } else if (code === COMMA) {
@@ -471,12 +499,13 @@ export function peekId(text: string, depth: 1 | 3): string | undefined {
       if (level === depth) key = undefined;
     } else if (code === COLON) {
       expectKey = false;
+      awaitingValue = inItem();
     } else if (inItem()) {
-      // A number or a literal: whatever key it belongs to, it is not a string id.
-      if (key === 'id') return undefined;
+      // A number or a literal: not a string value.
+      take(undefined);
     }
   }
-  return undefined;
+  return found;
 }
 
 /** A key as its value: raw when it has no escapes (nearly always), decoded otherwise (`"d\u0061ta"`). */

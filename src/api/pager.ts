@@ -6,7 +6,7 @@ import type { Logger } from '../lib/logger.js';
 import { combineSignals } from '../lib/signals.js';
 import type { ServiceClient } from './client.js';
 import { ResponseTooLargeError } from './errors.js';
-import { peekId } from './json.js';
+import { peekId, peekStrings } from './json.js';
 import type { ConfigInstancePage, PageItem, UnknownStatus } from './list-page.js';
 import type {
   ConfigInstance,
@@ -15,7 +15,11 @@ import type {
   ConfigInstanceHead,
   ErrorStatus,
 } from './schemas.js';
-import { LIMIT_MAX } from './schemas.js';
+import {
+  ConfigInstanceActivityStatus as ActivityStatus,
+  ErrorStatus as ErrorStatusSchema,
+  LIMIT_MAX,
+} from './schemas.js';
 
 export const PAGER_DEFAULTS = {
   /** The spec's maximum: as few round trips as possible. */
@@ -83,8 +87,9 @@ export interface InvalidListItem {
   errorStatus?: ErrorStatus;
   problem: string;
   /**
-   * The listing is at fault, not the item (an id listed twice): reported `retrying`, never `failed` (a final
-   * status: the instance would stay skipped after the service lists it properly again).
+   * The item itself is not at fault — the listing is (an id listed twice), or the agent's own response limit
+   * (an item larger than server.maxResponseBytes by itself): reported `retrying`, never `failed` (a final
+   * status: the instance would stay skipped after the service lists it properly again, or the limit is raised).
    */
   listingFault?: true;
 }
@@ -399,13 +404,17 @@ async function listOnce<I>(
           unanchored = true;
         }
       } else {
-        const id = error.bodyPrefix === undefined ? undefined : peekId(error.bodyPrefix, 3);
+        const head = error.bodyPrefix === undefined ? {} : peekHead(error.bodyPrefix);
+        const { id } = head;
         const alone = `larger by itself than the response limit of ${error.maxBytes} bytes (server.maxResponseBytes)`;
         const where = lastId === undefined ? 'first in the listing' : `right after ${lastId}`;
         listing.invalid.push(
           id === undefined
             ? { problem: `the instance ${where} (offset ${offset}) is ${alone}; its id could not be read` }
-            : { id, problem: `config instance is ${alone}` },
+            : // The agent's own limit, not the item, is at fault: `retrying`, so it is fetched again once the
+              // operator raises server.maxResponseBytes (`failed`, a final status, left it skipped for good).
+              // Its statuses, read like its id, keep it from being reported again on every pass.
+              { ...head, id, problem: `config instance is ${alone}`, listingFault: true },
         );
         options.logger?.error({ instanceId: id, offset }, 'config instance too large to fetch');
         offset += 1;
@@ -633,4 +642,23 @@ export function matches(item: PageItem, filters: ConfigInstanceFilters): boolean
     if (value !== undefined && value !== wanted) return false;
   }
   return true;
+}
+
+/**
+ * What can be read of the one item of a page over the cap from the body's first bytes: its id and, when they
+ * come before its content, its device and statuses (the service's field order decides).
+ */
+function peekHead(
+  bodyPrefix: string,
+): Pick<InvalidListItem, 'id' | 'deviceId' | 'activityStatus' | 'errorStatus'> {
+  const id = peekId(bodyPrefix, 3);
+  const fields = peekStrings(bodyPrefix, 3, ['device_id', 'activity_status', 'error_status']);
+  const activity = ActivityStatus.safeParse(fields.activity_status);
+  const error = ErrorStatusSchema.safeParse(fields.error_status);
+  return {
+    ...(id === undefined ? {} : { id }),
+    ...(fields.device_id === undefined ? {} : { deviceId: fields.device_id }),
+    ...(activity.success ? { activityStatus: activity.data } : {}),
+    ...(error.success ? { errorStatus: error.data } : {}),
+  };
 }

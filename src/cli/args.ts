@@ -1,7 +1,11 @@
 // argv → the command to run, as a discriminated union; every misuse is a UsageError (exit code 2).
-import { parseArgs } from 'node:util';
+import { createRequire } from 'node:module';
 import { errnoCode, errorMessage, UsageError } from '../lib/errors.js';
 import { EXIT_CODE_MEANINGS, ExitCode } from './exit-codes.js';
+
+// Through require: on Node 24 an ESM import of node:util reads every export, and its lazy getters load ~19 more
+// modules for every command (docs/performance.md "Memory, fourth round").
+const { parseArgs } = createRequire(import.meta.url)('node:util') as typeof import('node:util');
 
 export type CliCommand =
   | { kind: 'help' }

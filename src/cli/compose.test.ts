@@ -1,10 +1,11 @@
 // The composition root in-process: main's exit codes and messages, and the daemon's signals wired by runAgent.
 import { EventEmitter } from 'node:events';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { tryMount, unmount } from '../../test/helpers/harness.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { main } from '../main.js';
@@ -231,5 +232,53 @@ describe('runAgent: signals and reload', () => {
       signal: 'SIGTERM',
     });
     expect(io.err()).toContain('"stopped"');
+  });
+});
+
+describe('runAgent: a full stateDir at start', () => {
+  // Exit 1 let systemd restart the agent, but 10 starts in 10 minutes left the unit failed for good
+  // (StartLimitBurst): a disk full for a minute at boot left the device unmanaged after space came back.
+  it('is waited out in-process, not exited: a stop while waiting exits 0; once space is back the agent starts (at once on SIGHUP)', async (ctx) => {
+    const stateDir = path.join(dir, 'state');
+    await mkdir(stateDir, { mode: 0o700 });
+    const refused = tryMount(['-t', 'tmpfs', '-o', 'mode=0700,size=16k', 'tmpfs', stateDir]);
+    if (refused !== undefined) {
+      ctx.skip(refused);
+      return;
+    }
+    const events = new EventEmitter();
+    const second = new EventEmitter();
+    try {
+      // Fill the tmpfs: a filler written until ENOSPC.
+      const filler = path.join(stateDir, 'filler');
+      await writeFile(filler, Buffer.alloc(64 * 1024)).catch(() => undefined);
+      const configPath = await writeConfig();
+      const retry = { firstDelayMs: 20, maxDelayMs: 40 };
+
+      const stopped = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+      const exitWhileWaiting = runAgent({ configPath }, stopped, createSecretRegistry(), events, retry);
+      await waitFor(() => stopped.err().split('cannot start yet').length > 2, PATIENCE_MS, {
+        what: 'two attempts',
+      });
+      expect(stopped.err()).toContain('no space left on device (ENOSPC)');
+      events.emit('SIGTERM');
+      expect(await exitWhileWaiting).toBe(0);
+
+      // The next attempt an hour away: the operator who freed space sends SIGHUP, and it starts at once.
+      const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+      const hourly = { firstDelayMs: 3_600_000, maxDelayMs: 3_600_000 };
+      const exit = runAgent({ configPath }, io, createSecretRegistry(), second, hourly);
+      await waitFor(() => io.err().includes('cannot start yet'), PATIENCE_MS, { what: 'a first attempt' });
+      await rm(filler);
+      second.emit('SIGHUP');
+      await waitFor(() => io.err().includes('"agent started"'), PATIENCE_MS, { what: 'the agent started' });
+      second.emit('SIGTERM');
+      expect(await exit).toBe(0);
+      expect(io.err()).not.toContain(KEY);
+    } finally {
+      events.emit('SIGTERM');
+      second.emit('SIGTERM');
+      unmount(stateDir);
+    }
   });
 });

@@ -3,13 +3,20 @@ import { describe, expect, it } from 'vitest';
 import { ApiKeyError, ConfigError } from '../config/errors.js';
 import { AgentError, UsageError } from '../lib/errors.js';
 import type { PassError, PassResult } from '../reconcile/pass-runner.js';
+import { DiskError } from '../store/errors.js';
 import { StateDirError } from '../store/lock.js';
 
 function errno(code: string): Error {
   return Object.assign(new Error(code), { code });
 }
 
-import { EXIT_CODE_MEANINGS, ExitCode, exitCodeForPass, exitCodeForStartupError } from './exit-codes.js';
+import {
+  EXIT_CODE_MEANINGS,
+  ExitCode,
+  exitCodeForPass,
+  exitCodeForStartupError,
+  waitsOutAtStart,
+} from './exit-codes.js';
 
 describe('ExitCode', () => {
   it('keeps the numbers of the contract', () => {
@@ -98,5 +105,23 @@ describe('exitCodeForPass', () => {
     expect(exitCodeForPass({ ...base, reachable: true, converged: true })).toBe(0);
     expect(exitCodeForPass({ ...base, reachable: true, converged: false })).toBe(1);
     expect(exitCodeForPass({ ...base, dryRun: true, reachable: true, converged: false })).toBe(0);
+  });
+});
+
+describe('waitsOutAtStart: what the daemon waits out instead of exiting', () => {
+  it.each([
+    [new StateDirError('/s', 'cannot create agent.lock', errno('ENOSPC')), true],
+    [new StateDirError('/s', 'cannot read state.json', errno('EIO')), true],
+    [new StateDirError('/s', 'cannot create agent.lock', errno('EDQUOT')), true],
+    [new DiskError({ operation: 'sweep', path: '', cause: errno('EMFILE') }), true],
+    [new ConfigError('directories', [{ path: 'rootDir', message: 'x' }], { cause: errno('ENOSPC') }), true],
+    [new StateDirError('/s', 'cannot create agent.lock', errno('EROFS')), false],
+    [new StateDirError('/s', 'cannot create agent.lock', errno('EACCES')), false],
+    [new ConfigError('directories', [{ path: 'rootDir', message: 'x' }], { cause: errno('EACCES') }), false],
+    [new ConfigError('/etc/config.json', [{ path: 'x', message: 'x' }], { cause: errno('EIO') }), false],
+    [new DiskError({ operation: 'sweep', path: '', cause: errno('EACCES') }), false],
+    [errno('ENOSPC'), false],
+  ])('%s → %s', (error, expected) => {
+    expect(waitsOutAtStart(error)).toBe(expected);
   });
 });

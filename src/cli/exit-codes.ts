@@ -1,6 +1,6 @@
 // The process exit codes of config-agent, in one place: scripts and systemd match on these numbers.
 import { isServiceUnusableStatus } from '../api/http-status.js';
-import { isAgentError } from '../lib/errors.js';
+import { errnoCode, isAgentError } from '../lib/errors.js';
 import type { PassError, PassResult } from '../reconcile/pass-runner.js';
 
 export const ExitCode = {
@@ -43,7 +43,8 @@ export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
     case 'api_key_unavailable':
       return ExitCode.Config;
     case 'state_dir_unusable':
-      // A read-only or foreign-owned stateDir needs an operator; a full disk may clear up (exit 1, restart).
+      // A read-only or foreign-owned stateDir needs an operator; a full disk may clear up (exit 1; the daemon
+      // waits instead: see waitsOutAtStart).
       return error.retryable ? undefined : ExitCode.Config;
     default:
       return undefined;
@@ -78,4 +79,38 @@ export function exitCodeForPass(result: PassResult): ExitCode {
   if (!result.reachable) return isUnreachable(result.error) ? ExitCode.Unreachable : ExitCode.NotConverged;
   if (result.dryRun) return ExitCode.Converged;
   return result.converged ? ExitCode.Converged : ExitCode.NotConverged;
+}
+
+/** errno codes of a disk or a device that may recover by itself: space freed, a flaky medium, descriptors back. */
+const TRANSIENT_ERRNOS: ReadonlySet<string> = new Set([
+  'ENOSPC',
+  'EDQUOT',
+  'EIO',
+  'EMFILE',
+  'ENFILE',
+  'ENOMEM',
+  'ENOBUFS',
+]);
+
+/**
+ * Whether the daemon should wait and try to start again in-process rather than exit: stateDir or rootDir
+ * could not be opened, locked, created or swept for a reason that may pass (a full disk, EIO, no
+ * descriptors). Exiting 1 let systemd restart the agent, but after StartLimitBurst starts in
+ * StartLimitIntervalSec the unit stays failed for good: a disk full for a minute at boot left the device
+ * unmanaged until someone ran `systemctl reset-failed`, however soon space came back.
+ */
+export function waitsOutAtStart(error: unknown): boolean {
+  if (!isAgentError(error)) return false;
+  const from = error.code === 'invalid_config' ? (error as { source?: unknown }).source : undefined;
+  if (error.code !== 'state_dir_unusable' && error.code !== 'disk_error' && from !== 'directories') {
+    return false;
+  }
+  let current: unknown = error;
+  // Causes form a chain; a bound keeps a cyclic one from looping.
+  for (let depth = 0; depth < 8 && typeof current === 'object' && current !== null; depth += 1) {
+    const code = errnoCode(current);
+    if (code !== undefined && TRANSIENT_ERRNOS.has(code)) return true;
+    current = 'cause' in current ? current.cause : undefined;
+  }
+  return false;
 }

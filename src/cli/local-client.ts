@@ -1,6 +1,6 @@
 // `config-agent status` and `config-agent sync`: ask the running agent over its unix socket.
 import * as nodeFs from 'node:fs/promises';
-import { request } from 'node:http';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import { ConfigError } from '../config/errors.js';
 import { loadConfigFile, readConfigText, resolveConfigPath } from '../config/load.js';
@@ -9,6 +9,10 @@ import { errnoCode, errorMessage } from '../lib/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
 import { terminalSafe } from './summary.js';
+
+// Through require, as in daemon/local-api.ts: on Node 24 an ESM import of node:http reads every export, whose lazy
+// WebSocket getter loads Node's own undici (+12 MiB RSS, ~60 modules) for a command that sends one request.
+const { request } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
 
 export interface LocalResponse {
   status: number;

@@ -11,6 +11,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import { ApiKeyError, ConfigError } from './errors.js';
 import {
   assertTlsVerificationEnabled,
+  type ConfigFs,
   ensureDirectories,
   loadAgentConfig,
   loadApiKey,
@@ -33,8 +34,13 @@ function memfs(files: Record<string, string> = {}, modes: Record<string, number>
   // memfs makes files 0666; a config others can write is refused (loadConfigFile), so files start as 0644.
   for (const file of Object.keys(files)) vol.chmodSync(file, 0o644);
   for (const [file, mode] of Object.entries(modes)) vol.chmodSync(file, mode);
+  // memfs makes directories 0777; one others can write is refused (whoElseCanSwap), so they start as 0755.
+  for (const file of Object.keys(files)) {
+    for (let dir = path.dirname(file); dir !== '/'; dir = path.dirname(dir)) vol.chmodSync(dir, 0o755);
+  }
+  vol.chmodSync('/', 0o755);
   // memfs's promise API is a structural superset of the slice the agent uses.
-  return { fs: vol.promises as unknown as FsPort, vol };
+  return { fs: vol.promises as unknown as ConfigFs, vol };
 }
 
 function config(overrides: Partial<AgentConfig> = {}): AgentConfig {

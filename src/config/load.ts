@@ -6,11 +6,16 @@ import { errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
+import { assertHookProgramsTrusted } from './hook-programs.js';
 import { firstDuplicateKey, jsonSyntaxErrorOffset, lineAndColumn } from './json-position.js';
 import { assertOwnPathsOutsideRoot, type OwnPathsPort, ownPaths } from './own-paths.js';
+import { type PathChainFs, whoElseCanSwap } from './path-chain.js';
 import { type AgentConfig, AgentConfigSchema, DEFAULT_CONFIG_PATH, describeType } from './schema.js';
 
 export type ApiKeySource = 'env' | 'credentials' | 'file';
+
+/** What the loader reads with: the agent's fs slice, plus readlink to walk a path's directories and symlinks. */
+export type ConfigFs = FsPort & PathChainFs;
 
 export interface LoadedConfig {
   config: AgentConfig;
@@ -51,7 +56,7 @@ export function resolveConfigPath(flag: string | undefined, env: NodeJS.ProcessE
   return DEFAULT_CONFIG_PATH;
 }
 
-export async function loadConfigFile(fs: FsPort, configPath: string): Promise<AgentConfig> {
+export async function loadConfigFile(fs: ConfigFs, configPath: string): Promise<AgentConfig> {
   let text = await readConfigText(fs, configPath);
   if (text.startsWith('\uFEFF')) text = text.slice(1);
   let json: unknown;
@@ -74,12 +79,15 @@ export async function loadConfigFile(fs: FsPort, configPath: string): Promise<Ag
 
 /**
  * The config file's text. Opened non-blocking and checked with fstat before reading: a FIFO (or a device)
- * given as the config would otherwise block the agent forever while systemd shows it running.
+ * given as the config would otherwise block the agent forever while systemd shows it running. Refused when
+ * someone else could change it, or swap it through a directory or symlink on the way (whoElseCanSwap).
  */
-export async function readConfigText(fs: FsPort, configPath: string): Promise<string> {
+export async function readConfigText(fs: ConfigFs, configPath: string): Promise<string> {
   const fail = (message: string, cause?: unknown): never => {
     throw new ConfigError(configPath, [{ path: '', message }], { cause });
   };
+  const swappable = await whoElseCanSwap(fs, configPath, process.geteuid?.());
+  if (swappable !== undefined) return fail(swappable);
   let handle: Awaited<ReturnType<FsPort['open']>>;
   try {
     handle = await fs.open(configPath, NONBLOCKING_READ);
@@ -133,7 +141,7 @@ export function whoElseCanChange(
  * The key file must not be accessible by group or others; systemd already protects the credentials directory.
  */
 export async function loadApiKey(
-  fs: FsPort,
+  fs: ConfigFs,
   config: AgentConfig,
   env: NodeJS.ProcessEnv,
 ): Promise<{ apiKey: string; source: ApiKeySource }> {
@@ -161,10 +169,15 @@ export async function loadApiKey(
 
 /** The file's text, or undefined when it does not exist. Never puts the content in an error. */
 async function readKeyFile(
-  fs: FsPort,
+  fs: ConfigFs,
   file: string,
   options: { requirePrivate: boolean },
 ): Promise<string | undefined> {
+  const euid = process.geteuid?.();
+  if (options.requirePrivate) {
+    const swappable = await whoElseCanSwap(fs, file, euid);
+    if (swappable !== undefined) throw new ApiKeyError(`the API key file ${file}: ${swappable}`);
+  }
   let handle: Awaited<ReturnType<FsPort['open']>>;
   try {
     handle = await fs.open(file, NONBLOCKING_READ);
@@ -180,6 +193,12 @@ async function readKeyFile(
     if (!stats.isFile())
       throw new ApiKeyError(`the API key file ${file} is not a regular file (${describeFileType(stats)})`);
     const mode = stats.mode & 0o7777;
+    if (options.requirePrivate && euid !== undefined && stats.uid !== 0 && stats.uid !== euid) {
+      throw new ApiKeyError(
+        `the API key file ${file} is owned by uid ${stats.uid}, neither root nor the agent's user (uid ${euid}): ` +
+          `that user can rewrite it or open it to anyone; make root its owner (chown root ${file})`,
+      );
+    }
     if (options.requirePrivate && (mode & 0o077) !== 0) {
       throw new ApiKeyError(
         `the API key file ${file} is accessible by group or others (mode ${formatMode(mode)}); ` +
@@ -228,7 +247,7 @@ export function assertTlsVerificationEnabled(env: NodeJS.ProcessEnv): void {
 }
 
 export async function loadAgentConfig(
-  fs: FsPort,
+  fs: ConfigFs,
   options: { configFlag?: string | undefined; env: NodeJS.ProcessEnv; ownPathsPort?: OwnPathsPort },
 ): Promise<LoadedConfig> {
   assertTlsVerificationEnabled(options.env);
@@ -240,6 +259,7 @@ export async function loadAgentConfig(
     ownPaths(config, configPath, options.env),
     options.ownPathsPort,
   );
+  await assertHookProgramsTrusted(fs, config, configPath, options.env);
   const { apiKey, source } = await loadApiKey(fs, config, options.env);
   return { config, apiKey, configPath, apiKeySource: source };
 }

@@ -326,6 +326,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       managedFiles: c.runner.state.files.size,
       instancesByStatus: countInstanceStatuses(c.runner.state.instances),
       retries: result.outcomes.filter((outcome) => outcome.action === 'retrying').length,
+      pendingReports: result.reports.pending,
     });
     await this.#writeMetrics(c);
   }

@@ -1,5 +1,5 @@
 // The local API for applications: health, status and "sync now" over a unix socket (mode 0660).
-import { chmod, lstat, unlink } from 'node:fs/promises';
+import { lstat, unlink } from 'node:fs/promises';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import { createConnection } from 'node:net';
@@ -146,14 +146,21 @@ export class LocalApiServer {
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(this.#socketPath, () => {
-        server.off('error', reject);
-        resolve();
-      });
+      // The socket gets its mode from bind(), which listen() makes synchronously here, under a umask that
+      // leaves SOCKET_MODE: a chmod of the path afterwards follows a symlink that another user who can write
+      // the directory swapped in meanwhile, and changed the mode of its target (any file, as root).
+      const umask = process.umask(0o777 & ~SOCKET_MODE);
+      try {
+        server.listen(this.#socketPath, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      } finally {
+        process.umask(umask);
+      }
     });
     // After listen, an 'error' without a listener would end the process: the API is not worth the agent.
     server.on('error', (error) => this.#logger.warn({ err: error }, 'local API server error'));
-    await chmod(this.#socketPath, SOCKET_MODE);
     this.#server = server;
   }
 

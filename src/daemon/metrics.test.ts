@@ -82,6 +82,7 @@ describe('AgentMetrics', () => {
       managedFiles: 2,
       instancesByStatus: { deployed: 2, failed: 1 },
       retries: 1,
+      pendingReports: 4,
     });
     metrics.recordPass({
       ...pass,
@@ -102,6 +103,8 @@ describe('AgentMetrics', () => {
     // A status that disappeared reads 0 instead of keeping its old value.
     expect(sample(text, 'config_agent_instances', { status: 'failed' })).toBe(0);
     expect(sample(text, 'config_agent_retries_total')).toBe(5);
+    // Absent from a summary (the third pass): the last known count stays.
+    expect(sample(text, 'config_agent_reports_pending')).toBe(4);
     expect(sample(text, 'config_agent_pass_duration_seconds_count')).toBe(3);
     expect(sample(text, 'config_agent_pass_duration_seconds_sum')).toBe(3.5);
     expect(sample(text, 'config_agent_pass_duration_seconds_bucket', { le: '1' })).toBe(1);

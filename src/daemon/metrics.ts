@@ -22,6 +22,8 @@ export interface PassSummary {
   instancesByStatus: Record<string, number>;
   /** Request retries made during the pass. */
   retries: number;
+  /** Status reports still queued after the pass (failed ones wait out their backoff: report.ts). */
+  pendingReports?: number;
 }
 
 /** Matches RequestEvent in src/api/client.ts. */
@@ -68,6 +70,7 @@ export class AgentMetrics {
   private readonly lastPass: Gauge;
   private readonly lastSuccess: Gauge;
   private readonly retries: Counter;
+  private readonly pendingReports: Gauge;
   private readonly driftRepairs: Counter;
   private readonly driftDetected: Counter;
   private readonly hookRuns: Counter;
@@ -116,6 +119,11 @@ export class AgentMetrics {
       help: 'Failed instance attempts scheduled for a retry (per-instance backoff), summed over passes.',
       registers,
     });
+    this.pendingReports = new GaugeClass({
+      name: 'config_agent_reports_pending',
+      help: 'Status reports queued and not yet accepted by the service, as of the last pass; one that stays up means reports are failing.',
+      registers,
+    });
     this.driftRepairs = new CounterClass({
       name: 'config_agent_drift_repairs_total',
       help: 'Managed files rewritten after someone else changed or deleted them.',
@@ -162,6 +170,7 @@ export class AgentMetrics {
     if (result === 'converged') this.lastSuccess.set(Math.floor(summary.finishedAtMs / 1000));
     this.managedFiles.set(count(summary.managedFiles));
     if (summary.retries > 0) this.retries.inc(count(summary.retries));
+    if (summary.pendingReports !== undefined) this.pendingReports.set(count(summary.pendingReports));
     // A status nobody holds any more reads 0 rather than vanishing, so graphs do not keep its last value.
     for (const status of this.seenStatuses) {
       if (!(status in summary.instancesByStatus)) this.instances.set({ status }, 0);

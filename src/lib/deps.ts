@@ -17,4 +17,10 @@ export interface Deps {
    * collection, lib/release-memory.ts); absent in tests and for `--once`, which exits instead.
    */
   releaseMemory?: () => void;
+  /**
+   * A pass calls this between units of work (each pulled item, each applied step, before the last delivery):
+   * a full collection once the used heap grew enough since the last (lib/release-memory.ts `heapCheckpoint`).
+   * Absent in tests.
+   */
+  heapCheckpoint?: () => void;
 }

@@ -16,6 +16,7 @@ export type ErrorCode =
   | 'timeout'
   | 'response_too_large'
   | 'malformed_response'
+  | 'report_contradicted'
   | 'invalid_response'
   | 'invalid_argument'
   | 'invalid_order_by'

@@ -18,8 +18,9 @@ export type FsPort = Pick<
 > & {
   /**
    * Optional: an lstat answered on the calling thread, for observation's one lstat per managed file each pass
-   * (node:fs's lstatSync in production: one syscall instead of a thread-pool round trip). Without it the
-   * promise `lstat` is used; tests that inject faults into `lstat` leave this out.
+   * (node:fs's lstatSync in production: one syscall instead of a thread-pool round trip), and for the path
+   * checks to learn that a path is absent without an Error (store/path-guard.ts). Without it the promise
+   * `lstat` is used; tests that inject faults into `lstat` leave this out.
    */
   lstatSync?: (file: string, options: { bigint: true; throwIfNoEntry: false }) => BigIntStats | undefined;
 };

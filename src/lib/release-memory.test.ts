@@ -1,6 +1,6 @@
-// heapReleaser: V8's gc reached without --expose-gc on the command line, run only once the heap grew enough.
+// heapReleaser: V8's gc reached without --expose-gc, run only once the heap grew enough; the growth policy with a fake heap.
 import { describe, expect, it } from 'vitest';
-import { heapReleaser } from './release-memory.js';
+import { collectOnGrowth, type HeapControl, heapReleaser, idleReleaseThreshold } from './release-memory.js';
 
 const MiB = 1024 * 1024;
 
@@ -11,7 +11,7 @@ function garbage(): string[][] {
 
 describe('heapReleaser', () => {
   it('collects garbage the program dropped, without --expose-gc on the command line', () => {
-    const release = heapReleaser(0);
+    const release = heapReleaser(() => 0);
     expect(release).toBeTypeOf('function');
     let dropped: string[][] | undefined = garbage();
     const held = process.memoryUsage().heapUsed;
@@ -23,7 +23,7 @@ describe('heapReleaser', () => {
   });
 
   it('does nothing until the heap grew by the given size since its last collection', () => {
-    const release = heapReleaser(1024 * MiB);
+    const release = heapReleaser(() => 1024 * MiB);
     release?.();
     let dropped: string[][] | undefined = garbage();
     const held = process.memoryUsage().heapUsed;
@@ -33,5 +33,111 @@ describe('heapReleaser', () => {
     expect(made).toBe(200);
     // Not collected: the heap did not grow by 1 GiB since the first call's collection.
     expect(held - process.memoryUsage().heapUsed).toBeLessThan(4 * MiB);
+  });
+});
+
+/** A heap whose size the test sets; a collection brings it down to `live`. */
+function fakeHeap(
+  size: number,
+  live: number,
+): HeapControl & { size: () => number; set(bytes: number): void; collections: number } {
+  const heap = {
+    current: size,
+    collections: 0,
+    size: () => heap.current,
+    collect: () => {
+      heap.collections += 1;
+      heap.current = live;
+    },
+    set: (bytes: number) => {
+      heap.current = bytes;
+    },
+  };
+  return heap;
+}
+
+describe('collectOnGrowth', () => {
+  it('collects once the heap grew by the threshold over the base, then measures from what the collection left', () => {
+    const heap = fakeHeap(20 * MiB, 20 * MiB);
+    const check = collectOnGrowth(heap, () => 8 * MiB);
+    expect(check()).toBe(false); // the first reading is the base
+    heap.set(27 * MiB);
+    expect(check()).toBe(false);
+    heap.set(28 * MiB);
+    expect(check()).toBe(true);
+    expect(heap.collections).toBe(1);
+    expect(heap.size()).toBe(20 * MiB);
+    heap.set(27 * MiB);
+    expect(check()).toBe(false);
+    expect(heap.collections).toBe(1);
+  });
+
+  it('follows the heap down when V8 shrinks it by itself', () => {
+    const heap = fakeHeap(40 * MiB, 10 * MiB);
+    const check = collectOnGrowth(heap, () => 8 * MiB);
+    check();
+    heap.set(12 * MiB);
+    expect(check()).toBe(false);
+    heap.set(20 * MiB);
+    expect(check()).toBe(true);
+  });
+
+  it('with an initial base of 0, the first call collects', () => {
+    const heap = fakeHeap(30 * MiB, 12 * MiB);
+    const check = collectOnGrowth(heap, (base) => idleReleaseThreshold(base), 0);
+    expect(check()).toBe(true);
+    expect(heap.collections).toBe(1);
+  });
+
+  it('gives the threshold the base it measures from', () => {
+    const bases: number[] = [];
+    const heap = fakeHeap(30 * MiB, 12 * MiB);
+    const check = collectOnGrowth(
+      heap,
+      (base) => {
+        bases.push(base);
+        return MiB;
+      },
+      0,
+    );
+    check();
+    heap.set(14 * MiB);
+    check();
+    expect(bases).toEqual([0, 12 * MiB]);
+  });
+});
+
+describe('the idle release threshold', () => {
+  it('is three quarters of the heap the last release left, never under 8 MiB', () => {
+    expect(idleReleaseThreshold(0)).toBe(8 * MiB);
+    expect(idleReleaseThreshold(5 * MiB)).toBe(8 * MiB);
+    expect(idleReleaseThreshold(8 * MiB)).toBe(8 * MiB);
+    expect(idleReleaseThreshold(28 * MiB)).toBe(21 * MiB);
+    expect(idleReleaseThreshold(27 * MiB, 8 * MiB, 0.5)).toBe(13.5 * MiB);
+  });
+
+  it('at 10,000 managed, a poll that grows the young generation back does not release; the next real growth does', () => {
+    // Node 24, 10,000 managed: 27 MiB after a release, 44 MiB at the next poll (docs/performance.md).
+    const heap = fakeHeap(60 * MiB, 27 * MiB);
+    const release = collectOnGrowth(heap, (base) => idleReleaseThreshold(base), 0);
+    expect(release()).toBe(true);
+    let releases = 0;
+    for (const size of [44, 45, 44, 46, 45]) {
+      heap.set(size * MiB);
+      if (release()) releases += 1;
+    }
+    expect(releases).toBe(0);
+    heap.set(54 * MiB);
+    expect(release()).toBe(true);
+  });
+
+  it('with a small heap (7 MiB after a release), still releases after 8 MiB of growth', () => {
+    const heap = fakeHeap(40 * MiB, 7 * MiB);
+    const release = collectOnGrowth(heap, (base) => idleReleaseThreshold(base), 0);
+    release();
+    heap.set(14 * MiB);
+    expect(release()).toBe(false);
+    heap.set(15 * MiB);
+    expect(release()).toBe(true);
   });
 });

@@ -1,42 +1,141 @@
-// A full garbage collection that shrinks the heap, for the daemon between polls: V8 alone keeps what a pass grew.
-import { getHeapStatistics, setFlagsFromString } from 'node:v8';
+// Full garbage collections that bound the heap: between polls (V8 alone keeps what a pass grew) and during a pass.
+import { getHeapSpaceStatistics, getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
 type GcFunction = (options?: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void;
 
+const MiB = 1024 * 1024;
+
 /**
- * A release runs only once V8's heap grew this much since the last one. A poll with nothing to do grows it by
- * ~4 MiB (the young generation filling again): releasing after every poll kept the idle daemon at 91 MiB
- * instead of 99 but cost ~55 ms of CPU per poll instead of ~7 (Node 24, 1,000 managed).
+ * The idle release runs only once V8's heap (committed) grew by at least this much since the last one. A poll
+ * with nothing to do grows it by ~4 MiB (the young generation filling again): releasing after every poll kept
+ * the idle daemon at 91 MiB instead of 99 but cost ~55 ms of CPU per poll instead of ~7 (Node 24, 1,000 managed).
  */
-export const RELEASE_AFTER_GROWTH_BYTES = 8 * 1024 * 1024;
+export const RELEASE_AFTER_GROWTH_BYTES = 8 * MiB;
+
+/**
+ * …and by this fraction of the heap the last release left. With 10,000 managed the young generation alone grows
+ * back by ~17 MiB after each release (27 → 44 MiB), so a fixed 8 MiB ran a release after every poll (~195 ms of
+ * CPU per poll on Node 24). Node 24, 10,000 managed, 1 s polls: 0.75 gave 133 ms per poll and 131 MiB, 1 gave
+ * 128 ms and 140 MiB, 0.5 released after every poll (docs/performance.md "Memory, fourth round").
+ */
+export const RELEASE_AFTER_GROWTH_FRACTION = 0.75;
+
+/**
+ * During a pass, a full collection once the old generation grew this much since its lowest point after the
+ * last one. V8 lets the old generation grow to about four times what was live between its own full collections
+ * (a first sync of 10,000 made three); collecting sooner keeps the committed heap, and the RSS, nearer what is
+ * live: peak RSS of that sync 194 → 166 MiB (median of 5), six full collections instead of three. Keyed on the
+ * used heap as a whole, which swings with the young generation, it collected 13 times for the same peak and
+ * ~3 s more CPU (docs/performance.md "Memory, fourth round").
+ */
+export const COLLECT_AFTER_OLD_GROWTH_BYTES = 16 * MiB;
+
+/** What a growth policy reads and does: V8 in production, fakes in tests. */
+export interface HeapControl {
+  /** The heap size the policy watches, in bytes. */
+  size(): number;
+  collect(): void;
+}
+
+/**
+ * A function to call at quiet points: it runs `heap.collect()` once `heap.size()` exceeds its lowest reading
+ * since the last collection (V8 may shrink the heap itself) by `threshold(that lowest reading)`, and says
+ * whether it collected. Before any collection the base is `initialBase`, or else the first reading.
+ */
+export function collectOnGrowth(
+  heap: HeapControl,
+  threshold: (base: number) => number,
+  initialBase?: number,
+): () => boolean {
+  let base = initialBase;
+  return () => {
+    const size = heap.size();
+    if (base === undefined || size < base) base = size;
+    if (size < base + threshold(base)) return false;
+    heap.collect();
+    base = heap.size();
+    return true;
+  };
+}
+
+/** The idle release's threshold: a fraction of the heap its last release left, never under the floor. */
+export function idleReleaseThreshold(
+  base: number,
+  floorBytes = RELEASE_AFTER_GROWTH_BYTES,
+  fraction = RELEASE_AFTER_GROWTH_FRACTION,
+): number {
+  return Math.max(floorBytes, fraction * base);
+}
 
 let collector: GcFunction | null | undefined;
 
 /**
- * V8's `gc` without `--expose-gc` on the command line: the flag set now applies to the contexts made after it,
- * so a new context has `gc`. From V8 12 (Node 22) it is asked for the `last-resort` flavor, V8's collection
- * under memory pressure, which also shrinks the young generation and returns the freed pages (Node 24, idle
- * daemon with 1,000 managed: 115 → 99 MiB, docs/performance.md "Idle daemon"). Node 20's V8 (11.3) takes no
- * flavor, and a `gc(options)` there leaves garbage a plain `gc()` collects: it gets the plain one, which
- * returns little (90 MiB either way). The releaser collects only once the heap (V8's committed size) grew by
- * `growthBytes` since its last collection. Undefined when the runtime refuses (memory is then left to V8).
+ * The daemon's release between polls. V8's `gc` without `--expose-gc` on the command line: the flag set now
+ * applies to the contexts made after it, so a new context has `gc`. From V8 12 (Node 22) it is asked for the
+ * `last-resort` flavor, V8's collection under memory pressure, which also shrinks the young generation and
+ * returns the freed pages (Node 24, idle daemon with 1,000 managed: 115 → 99 MiB, docs/performance.md "Idle
+ * daemon"). Node 20's V8 (11.3) takes no flavor, and a `gc(options)` there leaves garbage a plain `gc()`
+ * collects: it gets the plain one, which returns little (90 MiB either way). It collects only once the heap
+ * (V8's committed size) grew by `threshold` (`idleReleaseThreshold`) since its last collection; the first call
+ * collects.
+ * Undefined when the runtime refuses (memory is then left to V8).
  */
 export function heapReleaser(
-  growthBytes = RELEASE_AFTER_GROWTH_BYTES,
+  threshold: (base: number) => number = idleReleaseThreshold,
   v8Version = process.versions.v8,
 ): (() => void) | undefined {
-  collector ??= exposeGc();
-  const collect = collector;
+  const collect = gcFunction();
   if (collect === null) return undefined;
   const lastResort = Number.parseInt(v8Version, 10) >= 12;
-  let heapAfterLast = 0;
+  const release = collectOnGrowth(
+    {
+      size: () => getHeapStatistics().total_heap_size,
+      collect: () =>
+        lastResort ? collect({ type: 'major', execution: 'sync', flavor: 'last-resort' }) : collect(),
+    },
+    threshold,
+    // The first pass grew the heap from nothing: the first call collects.
+    0,
+  );
   return () => {
-    if (getHeapStatistics().total_heap_size < heapAfterLast + growthBytes) return;
-    if (lastResort) collect({ type: 'major', execution: 'sync', flavor: 'last-resort' });
-    else collect();
-    heapAfterLast = getHeapStatistics().total_heap_size;
+    release();
   };
+}
+
+/**
+ * The pass's checkpoint (deps.heapCheckpoint): a plain full collection once the old generation's used bytes grew
+ * by `growthBytes` since their lowest reading after the last one. Undefined when the runtime refuses.
+ */
+export function heapCheckpoint(growthBytes = COLLECT_AFTER_OLD_GROWTH_BYTES): (() => void) | undefined {
+  const collect = gcFunction();
+  if (collect === null) return undefined;
+  const check = collectOnGrowth({ size: oldGenerationUsed, collect: () => collect() }, () => growthBytes);
+  return () => {
+    try {
+      check();
+    } catch {
+      // A collection that fails leaves memory to V8; the pass goes on.
+    }
+  };
+}
+
+/**
+ * The used bytes of every space but the young generation's: what only a full collection frees. The used heap
+ * as a whole swings by the young generation's size (up to 16 MiB a semi-space) between scavenges.
+ */
+function oldGenerationUsed(): number {
+  let used = 0;
+  for (const space of getHeapSpaceStatistics()) {
+    if (space.space_name !== 'new_space' && space.space_name !== 'new_large_object_space')
+      used += space.space_used_size;
+  }
+  return used;
+}
+
+function gcFunction(): GcFunction | null {
+  collector ??= exposeGc();
+  return collector;
 }
 
 function exposeGc(): GcFunction | null {

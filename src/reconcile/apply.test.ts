@@ -310,6 +310,21 @@ describe('applySteps: write', () => {
     expect(world.outbox.pending()).toEqual([]);
   });
 
+  it('without cacheWrittenFiles (`--once`): written, recorded and queued alike, no copy in the content cache', async () => {
+    world.ctx.cacheWrittenFiles = false;
+    world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'etc/app.json', content: { a: 1 } }));
+    const { outcomes } = await pass(world);
+
+    expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'written', converged: true });
+    expect(text(world, 'etc/app.json')).toBe(jsonText({ a: 1 }));
+    expect(world.state.files.get('etc/app.json')?.sha256).toBe(sha256Hex(Buffer.from(jsonText({ a: 1 }))));
+    expect(pendingReports(world)).toEqual([
+      { instanceId: 'cfg_1', activity_status: 'deployed', error_status: 'none' },
+    ]);
+    expect(exists(world, path.join(STATE_DIR, 'cache'))).toBe(false);
+    expect(leftoverTempFiles(world)).toEqual([]);
+  });
+
   it('adopts an identical file after lost state without rewriting it or reporting what the server knows', async () => {
     world = await makeWorld({ [`${ROOT}/app.json`]: jsonText({ port: 8080 }) });
     world.service.put(makeInstance({ id: 'cfg_1', activity_status: 'deployed' }));

@@ -37,6 +37,11 @@ export interface ApplyContext {
   /** The files the agent recorded writing, as of this step: ownership checks and rollback read them. */
   files: ReadonlyMap<string, ManagedFile>;
   cache: ContentCache;
+  /**
+   * Default true: each file written is also copied into the content cache, for the drift watcher's local
+   * restores. False (`--once`: no watcher runs) skips the copy; bytes the pull set aside are read back all the same.
+   */
+  cacheWrittenFiles?: boolean;
   /** Set-aside bytes read back and held at once (default SET_ASIDE_BYTES_IN_FLIGHT). */
   setAsideBytesInFlight?: number;
   /** Steps per batch (default BATCH_STEPS). */
@@ -285,7 +290,10 @@ async function applyWrite(
   }
   // Alongside the publish: the copy is not durable (see content-cache.ts), so it waits for nothing. Bytes
   // set aside by the pull are in the cache already.
-  const caching = step.data === undefined ? Promise.resolve() : cacheContent(ctx, step, step.data);
+  const caching =
+    step.data === undefined || ctx.cacheWrittenFiles === false
+      ? Promise.resolve()
+      : cacheContent(ctx, step, step.data);
   try {
     const published = await publishFile(ctx.fs, {
       rootDir: ctx.rootDir,

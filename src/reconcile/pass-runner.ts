@@ -25,6 +25,11 @@ export interface ReconcilerSettings {
   inMemoryFileBytes?: number;
   /** Steps per batch of plain writes (apply.ts; default BATCH_STEPS): tests pipeline reports with a few files. */
   batchSteps?: number;
+  /**
+   * Default true: every file written is copied into the content cache for the drift watcher's local restores.
+   * False for `--once`, which runs no watcher: a later daemon finds no entry and repairs such a file with a pass.
+   */
+  cacheWrittenFiles?: boolean;
   /** False under the `report`/`off` drift policies: full passes leave locally edited managed files alone. */
   restoreDrift?: boolean;
   /** Keep the changed paths for hooks, durably, until `settleHookPaths` (the daemon with hooks). */

@@ -281,7 +281,7 @@ describe('one bad item never blocks the others', () => {
     expect(refusals).toEqual([`${older} queued/retrying`]);
   });
 
-  it('large configs sync: pages shrink; only the instance too large alone is reported failed, by id', async () => {
+  it('large configs sync: pages shrink; only the instance too large alone is reported retrying, by id, until the limit is raised', async () => {
     await open(64 * 1024);
     for (let i = 0; i < 20; i++)
       put({ id: `cfg_${String(i).padStart(2, '0')}`, content: { blob: 'x'.repeat(8_000) } });
@@ -289,10 +289,28 @@ describe('one bad item never blocks the others', () => {
     const result = await pass();
     for (let i = 0; i < 20; i++) expect(await exists(`cfg_${String(i).padStart(2, '0')}.json`)).toBe(true);
     expect(await exists('cfg_big.json')).toBe(false);
-    const big = server.state.reports.find((r) => r.config_instance_id === 'cfg_big');
-    expect(big?.error_status).toBe('failed');
-    expect(big?.message).toMatch(/larger by itself than the response limit of 65536 bytes/);
-    expect(result.outcomes.find((o) => o.instanceId === 'cfg_big')?.action).toBe('failed');
+    const big = server.state.reports.filter((r) => r.config_instance_id === 'cfg_big');
+    // Not `failed`: a final status, the instance stayed skipped for good after the operator raised the limit.
+    expect(big.map((r) => `${r.activity_status}/${r.error_status}`)).toEqual(['queued/retrying']);
+    expect(big[0]?.message).toMatch(
+      /larger by itself than the response limit of 65536 bytes \(server.maxResponseBytes\)/,
+    );
+    expect(result.outcomes.find((o) => o.instanceId === 'cfg_big')).toMatchObject({
+      action: 'retrying',
+      converged: false,
+    });
+    expect(result.converged).toBe(false);
+    // Passes under the same limit report nothing more.
+    await pass();
+    expect(server.state.reports.filter((r) => r.config_instance_id === 'cfg_big')).toHaveLength(1);
+
+    await open(1 << 20);
+    expect(await pass()).toMatchObject({ converged: true });
+    expect(await exists('cfg_big.json')).toBe(true);
+    expect(server.state.reports.filter((r) => r.config_instance_id === 'cfg_big').at(-1)).toMatchObject({
+      activity_status: 'deployed',
+      error_status: 'none',
+    });
   });
 });
 

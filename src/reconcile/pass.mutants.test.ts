@@ -18,6 +18,7 @@ import { CACHE_DIR } from '../store/content-cache.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import type { PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
 import { Reconciler } from './reconcile.js';
+import { REPORT_BACKOFF } from './report.js';
 
 const API_KEY = 'sk_test_pass_mutants_0123456789abcdef';
 const LIST = '^/v1/config_instances$';
@@ -152,6 +153,9 @@ describe('runPass: reports of an earlier pass', () => {
     const skipped = await pass();
 
     expect(skipped.reports).toStrictEqual({ delivered: 1, rejected: 0, pending: 1 });
+    // It waits out its backoff (report.ts REPORT_BACKOFF), then goes.
+    expect(await pass()).toMatchObject({ converged: false, reports: { delivered: 0, pending: 1 } });
+    clock.advance(REPORT_BACKOFF.baseMs);
     expect(await pass()).toMatchObject({ converged: true });
     expect(reports().sort()).toEqual(['cfg_a deployed/none', 'cfg_b deployed/none']);
   });

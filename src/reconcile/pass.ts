@@ -74,6 +74,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
     applySteps(result.steps, applyContext(ctx, signal), (applied) => {
       result.outcomes.push(...recordStep(applied, recording));
       reports.queued();
+      deps.heapCheckpoint?.();
     }),
   );
   // A loop, not a spread: a listing may hold more invalid items than a call's argument list can take.
@@ -86,6 +87,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   try {
     await dir.persist();
     if (pulled.mode === 'full') await dir.pruneCache();
+    deps.heapCheckpoint?.();
   } catch (error) {
     // Files changed on disk all the same: the caller must still learn which (hooks), and reports still go.
     signal?.throwIfAborted();
@@ -126,19 +128,26 @@ function pullContext(
     // budget in the content cache (spill.ts). A dry run writes nothing to the state directory: it holds them.
     prepare: yamlLoadedFirst(
       dryRun ? withFile : new FileSpill(ctx.dir.cache, ctx.logger, ctx.settings.inMemoryFileBytes).prepare,
+      ctx.deps.heapCheckpoint,
     ),
     ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
   };
 }
 
-/** `prepare`, with the yaml package loaded before the first YAML path is serialized (serialize.ts `loadYaml`). */
+/**
+ * `prepare`, with the yaml package loaded before the first YAML path is serialized (serialize.ts `loadYaml`),
+ * and the heap checkpoint (deps.heapCheckpoint) before each item: a page's garbage is collected as it piles up.
+ */
 function yamlLoadedFirst(
   prepare: (instance: ConfigInstance) => PlanInstance | Promise<PlanInstance>,
+  heapCheckpoint: (() => void) | undefined,
 ): (instance: ConfigInstance) => PlanInstance | Promise<PlanInstance> {
-  return (instance) =>
-    formatForPath(instance.relative_filepath) === 'yaml'
+  return (instance) => {
+    heapCheckpoint?.();
+    return formatForPath(instance.relative_filepath) === 'yaml'
       ? loadYaml().then(() => prepare(instance))
       : prepare(instance);
+  };
 }
 
 /** Ids listed but not usable (invalid or skipped items): still the service's instances. */
@@ -178,6 +187,7 @@ function applyContext(ctx: PassContext, signal: AbortSignal | undefined): ApplyC
     files: dir.state.files,
     cache: dir.cache,
     ...(settings.batchSteps === undefined ? {} : { batchSteps: settings.batchSteps }),
+    ...(settings.cacheWrittenFiles === undefined ? {} : { cacheWrittenFiles: settings.cacheWrittenFiles }),
     ...(signal === undefined ? {} : { signal }),
   };
 }

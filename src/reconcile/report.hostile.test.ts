@@ -6,13 +6,12 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { mockRecord } from '../../test/helpers/instances.js';
-import { createClient } from '../api/client.js';
+import { reportContext } from '../../test/helpers/report-context.js';
 import type { StatusReport } from '../api/schemas.js';
 import type { Clock } from '../lib/clock.js';
 import { type Logger, silentLogger } from '../lib/logger.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { StatusOutbox } from '../store/outbox.js';
-import { emptyState } from '../store/state.js';
 import { deliverReports, type ReportContext } from './report.js';
 
 const API_KEY = 'sk_test_report_hostile_0123456789';
@@ -50,19 +49,7 @@ async function context(
   const outbox = await StatusOutbox.open(nodeFs, dir, logger);
   for (const [id, report] of reports) outbox.enqueue(id, report, NOW);
   await outbox.persist();
-  return {
-    client: createClient({
-      baseUrl: server.url,
-      apiKey: API_KEY,
-      timeoutMs: 10_000,
-      maxResponseBytes: 1 << 20,
-    }),
-    outbox,
-    state: emptyState('dvc_1'),
-    lastSeenUpdatedAt: new Map(),
-    retry: { retries: 0, baseDelayMs: 0, maxDelayMs: 0, clock, random: () => 0.5, logger: silentLogger() },
-    logger,
-  };
+  return reportContext({ url: server.url, apiKey: API_KEY, clock }, outbox, { logger });
 }
 
 async function queuedOnDisk(): Promise<string[]> {
@@ -111,7 +98,7 @@ describe('a report the service refuses for its size', () => {
     expect(delivery).toMatchObject({ delivered: 1, rejected: 1 });
     expect(server.state.reports.map((r) => r.config_instance_id)).toEqual(['cfg_b']);
     // Two tries of cfg_a's report (as queued, then shrunk), one of cfg_b's.
-    expect(server.state.stats.get('PATCH /v1/config_instances/{id}') ?? 0).toBeLessThanOrEqual(3);
+    expect(server.state.stats.get('PATCH /v1/config_instances/:id') ?? 0).toBeLessThanOrEqual(3);
     expect(await queuedOnDisk()).toEqual([]);
     expect(lines.some((line) => /dropped/.test(line))).toBe(true);
   });
@@ -133,4 +120,40 @@ describe('a report the service refuses for its size', () => {
       expect(await queuedOnDisk()).toEqual([]);
     },
   );
+});
+
+describe('a report answered 2xx with a body over server.maxResponseBytes', () => {
+  it('is delivered (any 2xx settles it): not kept and sent again for an answer the agent would not read', async () => {
+    // The service answers a PATCH with the whole instance: one whose content is over the cap (an instance the
+    // pull could not fetch, reported retrying, or one fetched before the operator lowered the cap).
+    server.state.instances.set('cfg_big', mockRecord('cfg_big', { content: { blob: 'x'.repeat(2 << 20) } }));
+    const ctx = await context([['cfg_big', failed]]);
+
+    const delivery = await deliverReports(ctx);
+
+    expect(delivery).toMatchObject({ delivered: 1, rejected: 0 });
+    expect(server.state.stats.get('PATCH /v1/config_instances/:id')).toBe(1);
+    expect(await queuedOnDisk()).toEqual([]);
+  });
+});
+
+describe('a report answered 2xx with the instance still in another status', () => {
+  it('is not taken as delivered: kept, and sent again after its backoff, not on every pass', async () => {
+    server.state.instances.set('cfg_a', mockRecord('cfg_a', { activity_status: 'queued' }));
+    // The answer says the service still holds `queued`: it did not take the report, whatever its status code.
+    server.state.addFault({
+      match: '^/v1/config_instances/cfg_a$',
+      count: 100,
+      mode: 'rewrite',
+      replace: [{ find: '"activity_status":"deployed"', with: '"activity_status":"queued"' }],
+    });
+    const ctx = await context([['cfg_a', deployed]]);
+
+    const delivery = await deliverReports(ctx);
+    await deliverReports(ctx);
+
+    expect(delivery).toMatchObject({ delivered: 0, rejected: 0 });
+    expect(server.state.stats.get('PATCH /v1/config_instances/:id')).toBe(1);
+    expect(await queuedOnDisk()).toEqual(['cfg_a']);
+  });
 });

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { mockRecord } from '../../test/helpers/instances.js';
-import { createClient } from '../api/client.js';
+import { reportContext } from '../../test/helpers/report-context.js';
 import type { Clock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
@@ -68,20 +68,7 @@ async function context(
   const outbox = await StatusOutbox.open(fs, dir, silentLogger());
   for (const id of ids) outbox.enqueue(id, { activity_status: 'deployed', error_status: 'none' }, NOW);
   await outbox.persist();
-  return {
-    client: createClient({
-      baseUrl: server.url,
-      apiKey: API_KEY,
-      timeoutMs: 10_000,
-      maxResponseBytes: 1 << 20,
-    }),
-    outbox,
-    state: options.state ?? emptyState('dvc_1'),
-    lastSeenUpdatedAt: options.seen ?? new Map(),
-    retry: { retries: 0, baseDelayMs: 0, maxDelayMs: 0, clock, random: () => 0.5, logger: silentLogger() },
-    logger: silentLogger(),
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
-  };
+  return reportContext({ url: server.url, apiKey: API_KEY, clock }, outbox, options);
 }
 
 function received(): string[] {

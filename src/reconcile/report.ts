@@ -1,10 +1,11 @@
 // Report: delivers the outbox in order; each failed delivery is judged by the one status classifier.
 import type { ServiceClient } from '../api/client.js';
-import { deliveryVerdict, HttpStatusError } from '../api/errors.js';
+import { deliveryVerdict, HttpStatusError, ReportContradictedError } from '../api/errors.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
 import type { ConfigInstance, StatusReport } from '../api/schemas.js';
+import { type Backoff, backoffCeilingMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Logger } from '../lib/logger.js';
-import type { OutboxEntry, StatusOutbox } from '../store/outbox.js';
+import type { DeliveryBackoff, OutboxEntry, StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 
 /**
@@ -17,6 +18,15 @@ export const REPORT_CONCURRENCY = 8;
  * end. Each part costs a persist of state.json first, whose size grows with the device, so the parts are few.
  */
 export const DELIVERIES_WHILE_WRITING = 4;
+/**
+ * A report that failed on its own (a 500 for it, an answer the client cannot use) waits before it is sent
+ * again: 30 s after its first failure, doubling per failure up to an hour, each wait between half and all of
+ * that (so a fleet does not retry in step), longer when the service's Retry-After asks. Without it such a
+ * report was sent again at the start and the end of every pass, with the request retries each time.
+ */
+export const REPORT_BACKOFF: Backoff = { baseMs: 30_000, maxMs: 60 * 60 * 1000 };
+/** Failures of one report after which each further one is logged as an error: someone must look. */
+export const REPORT_ATTEMPTS_ALARM = 5;
 
 export interface ReportContext {
   client: ServiceClient;
@@ -73,6 +83,17 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
         );
         return send(bare);
       });
+      // The reported instance returned in other statuses: the service did not take the report, whatever its
+      // status code. Taken as delivered, the same report went out again on every poll, each pass "converged".
+      if (
+        updated?.id === entry.instanceId &&
+        (updated.activity_status !== entry.report.activity_status ||
+          updated.error_status !== entry.report.error_status)
+      ) {
+        const status = (r: { activity_status: string; error_status: string }) =>
+          `${r.activity_status}/${r.error_status}`;
+        throw new ReportContradictedError(entry.instanceId, status(entry.report), status(updated));
+      }
       // A 2xx without a body settles the report too; only the reported instance, returned, can carry an echo
       // (another one in the answer is a service bug, and taken for its echo it would lose a path it wins).
       echoed = (updated?.id === entry.instanceId && recordReportEcho(ctx, updated)) || echoed;
@@ -80,8 +101,16 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
     // A stop aborts the requests in flight with the stop itself, which is no verdict on a report: delivery
     // ends there (every report not acknowledged stays queued) and the pass ends with the stop.
     (error) => (ctx.signal?.aborted === true ? 'stop' : deliveryVerdict(error)),
-    { concurrency: REPORT_CONCURRENCY, ...options },
+    { concurrency: REPORT_CONCURRENCY, backoff: reportBackoff(ctx.retry), ...options },
   );
+  for (const { entry, error } of flushed.skipped) {
+    const attempts = entry.attempts ?? 0;
+    const fields = { err: error, instanceId: entry.instanceId, attempts, pending: ctx.outbox.size };
+    // Never dropped: a report lost here may never be derived again (a `failed` the state already records).
+    if (attempts >= REPORT_ATTEMPTS_ALARM)
+      ctx.logger.error(fields, 'status report still not accepted by the service: kept, sent again later');
+    else ctx.logger.warn(fields, 'status report failed: kept, sent again after a backoff');
+  }
   if (flushed.deferredBy !== undefined) {
     ctx.logger.warn({ err: flushed.deferredBy, pending: ctx.outbox.size }, 'status reports kept for later');
   }
@@ -91,6 +120,18 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
     ...(flushed.deferredBy === undefined ? {} : { deferredBy: flushed.deferredBy }),
     ...(flushed.persistError === undefined ? {} : { persistError: flushed.persistError }),
     echoed,
+  };
+}
+
+/** The outbox's backoff for reports that failed on their own, on the request layer's clock and randomness. */
+export function reportBackoff(retry: Pick<RequestRetryOptions, 'clock' | 'random'>): DeliveryBackoff {
+  return {
+    now: () => retry.clock.monotonic(),
+    delayMs: (attempts, error) => {
+      const ceiling = backoffCeilingMs(REPORT_BACKOFF, attempts);
+      const jittered = Math.round(ceiling / 2 + (retry.random() * ceiling) / 2);
+      return honourRetryAfter(jittered, error instanceof HttpStatusError ? error.retryAfterMs : undefined);
+    },
   };
 }
 

@@ -172,13 +172,15 @@ function diskMessage(operation: string, path: string, errno: string | undefined)
 export class StateDirError extends AgentError {
   readonly stateDir: string;
   readonly errno: string | undefined;
-  constructor(stateDir: string, operation: string, cause: unknown) {
+  /** `refusal`: not an fs failure but a reason of the agent's own, always for an operator to resolve. */
+  constructor(stateDir: string, operation: string, cause: unknown, refusal?: string) {
     const errno = errnoCode(cause);
-    const permanent = errno !== undefined && OPERATOR_ERRNOS.has(errno);
-    super('state_dir_unusable', stateDirMessage(stateDir, operation, errno, cause), {
-      retryable: !permanent,
-      cause,
-    });
+    const permanent = refusal !== undefined || (errno !== undefined && OPERATOR_ERRNOS.has(errno));
+    const message =
+      refusal === undefined
+        ? stateDirMessage(stateDir, operation, errno, cause)
+        : `stateDir ${stateDir} is not usable: ${operation}: ${refusal}`;
+    super('state_dir_unusable', message, { retryable: !permanent, cause });
     this.stateDir = stateDir;
     this.errno = errno;
   }

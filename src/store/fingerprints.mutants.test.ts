@@ -125,6 +125,41 @@ describe('record', () => {
   });
 });
 
+describe('a clock set back behind the ctimes of the files', () => {
+  const HOUR = 60 * 60 * 1000;
+  // The clock is an hour behind ID's ctime (set back since the file was written): the file is still fingerprinted.
+  const BEHIND = CTIME_MS - HOUR;
+
+  it('keeps the fingerprint of a file whose ctime is ahead of the clock, and trusts it while the clock stays clear of that ctime', () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, BEHIND);
+    expect(store.lookup('a.conf', ID, BEHIND)).toBe(SHA);
+    expect(store.lookup('a.conf', ID, CTIME_MS - RACY_MARGIN_MS)).toBe(SHA);
+    // Near the ctime a change could be stamped with it: read again, and recorded normally once the clock is past.
+    expect(store.lookup('a.conf', ID, CTIME_MS - RACY_MARGIN_MS + 1)).toBeUndefined();
+    expect(store.lookup('a.conf', ID, SETTLED + 10)).toBeUndefined();
+    store.record('a.conf', ID, SHA, SETTLED);
+    expect(store.lookup('a.conf', ID, SETTLED + 10)).toBe(SHA);
+  });
+
+  it('never keeps one whose ctime is within the margin ahead of the clock', () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, CTIME_MS - RACY_MARGIN_MS + 1);
+    expect(store.size).toBe(0);
+    store.record('a.conf', ID, SHA, CTIME_MS - RACY_MARGIN_MS);
+    expect(store.size).toBe(1);
+  });
+
+  it('survives a save and a load', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('a.conf', ID, SHA, BEHIND);
+    await store.save(nodeFs, stateDir);
+    const loaded = await load();
+    expect(loaded.lookup('a.conf', ID, BEHIND + 1)).toBe(SHA);
+    expect(loaded.lookup('a.conf', ID, CTIME_MS)).toBeUndefined();
+  });
+});
+
 describe('save', () => {
   it('writes nothing for a new empty store, nor for one loaded and left as it was', async () => {
     expect(await FileFingerprints.empty(ROOT).save(nodeFs, stateDir)).toBe(false);

@@ -186,17 +186,25 @@ export class FileFingerprints {
     // A clock set back makes the age negative: read again rather than trust for longer.
     const age = now - entry.verifiedAt;
     if (age < 0 || age >= FULL_VERIFY_INTERVAL_MS) return undefined;
+    // Recorded while its ctime lay ahead of the clock (see `record`): trusted only until the clock comes within
+    // the margin of that ctime, where a change could be stamped with the very same one.
+    const ctimeMs = Number(BigInt(entry.ctimeNs) / 1_000_000n);
+    if (ctimeMs > entry.verifiedAt && now > ctimeMs - RACY_MARGIN_MS) return undefined;
     return sameIdentity(entryIdentity(entry), identity) ? entry.sha256 : undefined;
   }
 
   /**
    * Records that the file at `path` with `identity` held bytes hashing to `sha256`, read after `readFrom`
    * (wall-clock ms, taken before `identity` was). Ignored when the ctime is within RACY_MARGIN_MS of
-   * `readFrom`: a change in the same timestamp tick would leave the identity as it is.
+   * `readFrom`: a change in the same timestamp tick would leave the identity as it is. A ctime further ahead
+   * of the clock (the clock was set back since the file last changed) is kept: any change now is stamped with
+   * the clock's time, before that ctime, until the clock comes near it (`lookup` stops trusting it there).
+   * It was ignored, so after the clock went back by hours every managed file was read on every pass until
+   * the clock caught up with their ctimes.
    */
   record(path: string, identity: FileIdentity, sha256: string, readFrom: number): void {
     const ctimeMs = Number(identity.ctimeNs / 1_000_000n);
-    if (readFrom - ctimeMs < RACY_MARGIN_MS) {
+    if (Math.abs(readFrom - ctimeMs) < RACY_MARGIN_MS) {
       this.forget(path);
       return;
     }

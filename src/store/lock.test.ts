@@ -90,6 +90,37 @@ describe('acquireStateLock', () => {
     expect(await linuxProcessProbe.alive(self)).toBe(true);
     expect(await linuxProcessProbe.alive({ pid: 2 ** 22 + 1 })).toBe(false);
   });
+
+  it('the Linux probe sees a lock of another boot as dead, even when its pid and start time are live now', async () => {
+    const self = await linuxProcessProbe.self();
+    expect(self.bootId).toMatch(/^[0-9a-f-]{36}$/);
+    // After a power cut the next boot gave the dead agent's pid, at the same tick, to another process.
+    const earlierBoot = { ...self, bootId: '00000000-0000-4000-8000-000000000000' };
+    expect(await linuxProcessProbe.alive(earlierBoot)).toBe(false);
+    const { bootId: _none, ...withoutBoot } = self;
+    expect(await linuxProcessProbe.alive(withoutBoot)).toBe(true);
+  });
+
+  it('a lock of an earlier boot is taken over on a real directory', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'lock-boot-'));
+    try {
+      // The holder's pid and start time are those of a live process (this one, seen as another pid's holder).
+      const self = await linuxProcessProbe.self();
+      const probe: ProcessProbe = {
+        self: async () => ({ ...self, pid: self.pid + 1 }),
+        alive: (content) => linuxProcessProbe.alive({ ...content, pid: self.pid }),
+      };
+      await writeFile(
+        path.join(dir, LOCK_FILE),
+        JSON.stringify({ ...self, bootId: '00000000-0000-4000-8000-000000000000' }),
+      );
+      const lock = await acquireStateLock(nodeFs, dir, probe);
+      await lock.release();
+      expect(await readdir(dir)).toEqual([]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 /** A small seeded generator, so a failing interleaving can be replayed from its seed. */

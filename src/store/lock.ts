@@ -17,6 +17,8 @@ export const LOCK_FILE = 'agent.lock';
 const LockContent = z.object({
   pid: z.number().int().positive(),
   procStart: z.string().optional(),
+  /** The kernel's boot id when the lock was taken: a lock of an earlier boot belongs to no live process. */
+  bootId: z.string().optional(),
   /** Random per acquisition: a release only ever removes the lock it took, even within one process. */
   token: z.string().optional(),
 });
@@ -189,12 +191,35 @@ async function procStart(pid: number | 'self'): Promise<string | undefined> {
   }
 }
 
+/** A random id the kernel draws at every boot. */
+async function bootId(): Promise<string | undefined> {
+  try {
+    return (await readFile('/proc/sys/kernel/random/boot_id', 'utf8')).trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A pid and its start time (clock ticks since boot) name one process within one boot only. After a power cut,
+ * the next boot can give the dead agent's pid, at the same tick, to another process (boots are alike, and a
+ * tick is 10 ms), which then looked alive: the lock was never taken over and the agent could not start until
+ * that process ended. A lock records the boot id, and one of another boot is stale.
+ */
 export const linuxProcessProbe: ProcessProbe = {
   async self() {
-    const start = await procStart('self');
-    return start === undefined ? { pid: process.pid } : { pid: process.pid, procStart: start };
+    const [start, boot] = await Promise.all([procStart('self'), bootId()]);
+    return {
+      pid: process.pid,
+      ...(start === undefined ? {} : { procStart: start }),
+      ...(boot === undefined ? {} : { bootId: boot }),
+    };
   },
   async alive(content) {
+    if (content.bootId !== undefined) {
+      const boot = await bootId();
+      if (boot !== undefined && boot !== content.bootId) return false;
+    }
     try {
       process.kill(content.pid, 0);
     } catch (error) {

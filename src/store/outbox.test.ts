@@ -242,13 +242,37 @@ describe('StatusOutbox', () => {
     await outbox.persist();
     outbox.enqueue('cfg_b', deployed, T0);
 
-    const result = await outbox.flush(
-      service({ cfg_a: () => new LoneFailure('500'), cfg_b: () => new LoneFailure('500') }).send,
-      isRetryable,
-    );
+    const result = await outbox.flush(service({ cfg_a: () => new Retryable('down') }).send, isRetryable);
 
-    expect(result.skipped).toHaveLength(2);
+    expect(result.deferredBy).toBeInstanceOf(Retryable);
     expect(ids((await open(fs)).pending())).toEqual(['cfg_a']);
+  });
+
+  it('a report failing on its own counts an attempt, kept on disk; a backoff holds it back until due', async () => {
+    const { fs } = memfs();
+    const outbox = await open(fs);
+    outbox.enqueue('cfg_a', deployed, T0);
+    outbox.enqueue('cfg_b', deployed, T0);
+    let now = 0;
+    const backoff = { now: () => now, delayMs: (attempts: number) => attempts * 1_000 };
+    const failing = service({ cfg_a: () => new LoneFailure('500'), cfg_b: () => new LoneFailure('500') });
+
+    const first = await outbox.flush(failing.send, isRetryable, { backoff });
+    expect(first.skipped).toHaveLength(2);
+    expect((await open(fs)).pending().map((entry) => entry.attempts)).toEqual([1, 1]);
+
+    now = 999;
+    const early = await outbox.flush(failing.send, isRetryable, { backoff });
+    expect([early.skipped.length, early.backingOff]).toEqual([0, 2]);
+    // A newer report of cfg_b replaces it, backoff and attempts included: it goes at once.
+    outbox.enqueue('cfg_b', removed, T0);
+    const replaced = await outbox.flush(service().send, isRetryable, { backoff });
+    expect([ids(replaced.delivered), replaced.backingOff]).toEqual([['cfg_b'], 1]);
+
+    now = 1_000;
+    const due = await outbox.flush(failing.send, isRetryable, { backoff });
+    expect(due.skipped.map(({ entry }) => [entry.instanceId, entry.attempts])).toEqual([['cfg_a', 2]]);
+    expect(failing.attempted).toEqual(['cfg_a', 'cfg_b', 'cfg_a']);
   });
 
   it('a file whose nextSeq lags its entries: new reports still get sequence numbers above every entry', async () => {

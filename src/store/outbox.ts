@@ -13,6 +13,8 @@ export const OutboxEntry = z.object({
   instanceId: z.string().min(1),
   report: StatusReport,
   queuedAt: z.string(),
+  /** Deliveries of this report that failed on their own (`skip`): its backoff grows with them. */
+  attempts: z.number().int().min(0).optional(),
 });
 export type OutboxEntry = z.infer<typeof OutboxEntry>;
 
@@ -34,6 +36,17 @@ export interface FlushResult {
   deferredBy: unknown;
   /** Set when the outbox file could not be rewritten after delivery. */
   persistError?: unknown;
+  /** Reports not sent because their backoff after a failure of their own has not elapsed; they stay queued. */
+  backingOff: number;
+}
+
+/**
+ * When a report that failed on its own (`skip`) may be sent again. `now` is monotonic; `delayMs` is given the
+ * report's failed deliveries so far (1 after the first) and the error of the last one.
+ */
+export interface DeliveryBackoff {
+  now: () => number;
+  delayMs: (attempts: number, error: unknown) => number;
 }
 
 export class StatusOutbox {
@@ -45,6 +58,11 @@ export class StatusOutbox {
   #byInstance = new Map<string, OutboxEntry>();
   #nextSeq = 0;
   #ephemeral = false;
+  /**
+   * The monotonic time before which a report that failed on its own is not sent again, by seq. In memory only:
+   * a restart (an operator who fixed something, a `--once` run) tries every report at once.
+   */
+  #notBefore = new Map<number, number>();
 
   private constructor(fs: FsPort, stateDir: string, logger: Logger) {
     this.#fs = fs;
@@ -88,8 +106,10 @@ export class StatusOutbox {
    * number of instances however long the device is offline.
    */
   enqueue(instanceId: string, report: StatusReport, now: Date): void {
-    if (this.#byInstance.has(instanceId)) {
+    const replaced = this.#byInstance.get(instanceId);
+    if (replaced !== undefined) {
       this.#entries = this.#entries.filter((entry) => entry.instanceId !== instanceId);
+      this.#notBefore.delete(replaced.seq);
     }
     const entry = { seq: this.#nextSeq++, instanceId, report, queuedAt: now.toISOString() };
     this.#entries.push(entry);
@@ -119,17 +139,39 @@ export class StatusOutbox {
    * `persist` is false (the caller rewrites it before its next flush). `select`: only the queued reports it
    * picks are sent. Reports may be queued while a flush runs: they wait for the next one, and a report
    * replaced by a newer one before its turn is not sent (the newer one goes next time, so an instance's reports
-   * are never reordered).
+   * are never reordered). `backoff`: a skipped report counts an attempt (persisted) and is not sent again before
+   * its delay has passed — it is never dropped for failing on its own, only replaced by a newer report of its
+   * instance, which goes at once.
    */
   async flush(
     send: (entry: OutboxEntry) => Promise<void>,
     classify: (error: unknown) => DeliveryVerdict,
-    options: { concurrency?: number; select?: (entry: OutboxEntry) => boolean; persist?: boolean } = {},
+    options: {
+      concurrency?: number;
+      select?: (entry: OutboxEntry) => boolean;
+      persist?: boolean;
+      backoff?: DeliveryBackoff;
+    } = {},
   ): Promise<FlushResult> {
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
-    const result: FlushResult = { delivered: [], rejected: [], skipped: [], deferredBy: undefined };
+    const result: FlushResult = {
+      delivered: [],
+      rejected: [],
+      skipped: [],
+      deferredBy: undefined,
+      backingOff: 0,
+    };
     const settled = new Set<number>();
-    const queue = options.select === undefined ? [...this.#entries] : this.#entries.filter(options.select);
+    const { backoff } = options;
+    const startedAt = backoff?.now();
+    const due = (entry: OutboxEntry) => {
+      const notBefore = this.#notBefore.get(entry.seq);
+      if (startedAt === undefined || notBefore === undefined || notBefore <= startedAt) return true;
+      result.backingOff++;
+      return false;
+    };
+    const picked = options.select === undefined ? this.#entries : this.#entries.filter(options.select);
+    const queue = picked.filter(due);
     let next = 0;
     let stopped = false;
     const deliverNext = async (): Promise<void> => {
@@ -147,6 +189,9 @@ export class StatusOutbox {
             stopped = true;
           } else if (verdict === 'skip') {
             result.skipped.push({ entry, error });
+            entry.attempts = (entry.attempts ?? 0) + 1;
+            if (backoff !== undefined)
+              this.#notBefore.set(entry.seq, backoff.now() + backoff.delayMs(entry.attempts, error));
           } else {
             this.#logger.error(
               { err: error, instanceId: entry.instanceId },
@@ -159,9 +204,13 @@ export class StatusOutbox {
       }
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, queue.length) }, deliverNext));
-    if (settled.size > 0) {
-      this.#entries = this.#entries.filter((entry) => !settled.has(entry.seq));
-      this.#index();
+    // A skipped report's attempts are persisted too: they are what its backoff and its warning go by.
+    if (settled.size > 0 || result.skipped.length > 0) {
+      if (settled.size > 0) {
+        this.#entries = this.#entries.filter((entry) => !settled.has(entry.seq));
+        for (const seq of settled) this.#notBefore.delete(seq);
+        this.#index();
+      }
       if (options.persist === false) return result;
       try {
         await this.persist();

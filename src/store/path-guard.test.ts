@@ -190,3 +190,46 @@ describe('resolveInsideRoot', () => {
     expect((error as DiskError).retryable).toBe(true);
   });
 });
+
+describe('resolveInsideRoot with the port’s synchronous lstat (absent paths known without an Error)', () => {
+  function withSyncLstat(files: Record<string, string>): { fs: FsPort; vol: Volume } {
+    const { fs, vol } = memfs(files);
+    const lstatSync: NonNullable<FsPort['lstatSync']> = (file, options) =>
+      vol.lstatSync(file, options) as ReturnType<NonNullable<FsPort['lstatSync']>>;
+    return { fs: { ...fs, lstatSync }, vol };
+  }
+
+  it('gives the same answers as without it', async () => {
+    const { fs, vol } = withSyncLstat({
+      '/srv/root/etc/app.conf': 'x',
+      '/srv/root/file': 'x',
+      '/outside/f': 'y',
+    });
+    vol.symlinkSync('/outside', '/srv/root/out');
+    expect(await resolveInsideRoot(fs, '/srv/root', 'etc/app.conf')).toBe('/srv/root/etc/app.conf');
+    expect(await resolveInsideRoot(fs, '/srv/root', 'etc/new.conf')).toBe('/srv/root/etc/new.conf');
+    expect(await resolveInsideRoot(fs, '/srv/root', 'a/b/c/d.conf')).toBe('/srv/root/a/b/c/d.conf');
+    expect(await resolveRule(fs, '/srv/root', 'out/new/deeper.conf')).toBe('crosses_symlink');
+    expect(await resolveRule(fs, '/srv/root', 'file/x.conf')).toBe('not_a_directory');
+    expect(await resolveRule(fs, '/srv/root', 'etc')).toBe('target_is_directory');
+  });
+
+  it('a failure other than absence is reported as the promise lstat reports it, code and path kept', async () => {
+    const { fs } = memfs({ '/srv/root/etc/app.conf': 'x' });
+    const denied = () => Object.assign(new Error('EACCES: permission denied'), { code: 'EACCES' });
+    const port: FsPort = {
+      ...fs,
+      lstatSync: () => {
+        throw denied();
+      },
+      lstat: (async (file: string) => {
+        if (String(file).endsWith('app.conf')) throw denied();
+        return fs.lstat(file);
+      }) as FsPort['lstat'],
+    };
+    const error = await resolveInsideRoot(port, '/srv/root', 'etc/app.conf').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DiskError);
+    expect((error as DiskError).errno).toBe('EACCES');
+    expect((error as DiskError).message).toContain('etc/app.conf');
+  });
+});

@@ -1,12 +1,15 @@
 // The state directory: its lock, the sweep of temp files a crash left, and loading and persisting what is in it.
+import path from 'node:path';
+import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { ContentCache } from './content-cache.js';
 import { sweepTempFiles } from './durable-writer.js';
+import { StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
 import { acquireStateLock, type StateLock } from './lock.js';
 import { StatusOutbox } from './outbox.js';
-import { emptyState, type LocalState, loadLocalState, saveLocalState } from './state.js';
+import { emptyState, type LocalState, loadLocalState, STATE_FILE, saveLocalState } from './state.js';
 
 export interface StateDirSettings {
   stateDir: string;
@@ -67,11 +70,13 @@ export class StateDir {
     fs: FsPort,
     settings: StateDirSettings,
     logger: Logger,
-    options: { readOnly?: boolean } = {},
+    options: { readOnly?: boolean; euid?: number } = {},
   ): Promise<StateDir> {
     const readOnly = options.readOnly ?? false;
     let lock: StateLock | undefined;
     let swept: string[] = [];
+    if (!readOnly)
+      await refuseRootInForeignStateDir(fs, settings.stateDir, options.euid ?? process.geteuid?.());
     try {
       if (!readOnly) {
         // Before the sweep: the temp files of another agent's write in progress are not leftovers.
@@ -98,6 +103,7 @@ export class StateDir {
         return { state: emptyState(settings.deviceId, settings.rootDir), outcome: 'missing' as const };
       });
       logger.debug({ outcome, managedFiles: state.files.size }, 'local state loaded');
+      if (outcome === 'corrupt' && !readOnly) await keepCorruptState(fs, settings.stateDir, logger);
       const outbox = readOnly
         ? StatusOutbox.ephemeral(fs, settings.stateDir, logger)
         : await StatusOutbox.open(fs, settings.stateDir, logger);
@@ -181,5 +187,54 @@ export class StateDir {
   async close(): Promise<void> {
     await this.#lock?.release();
     this.#lock = undefined;
+  }
+}
+
+/**
+ * Root may not write into a stateDir another user owns (the service's `config-agent`): an operator's `sudo
+ * config-agent --once` left state.json and outbox.json as root's 0600 files, and the service then exited 78 on
+ * every start (EACCES reading them) until someone chowned them back; directories it made in rootDir stayed
+ * root's too. Refused before anything is written. A stateDir root owns, and every other user, are not judged.
+ */
+async function refuseRootInForeignStateDir(
+  fs: FsPort,
+  stateDir: string,
+  euid: number | undefined,
+): Promise<void> {
+  if (euid !== 0) return;
+  let owner: number;
+  try {
+    owner = (await fs.stat(stateDir)).uid;
+  } catch (error) {
+    // Missing or unreadable: the lock that follows names the problem.
+    if (errnoCode(error) !== undefined) return;
+    throw error;
+  }
+  if (owner === 0) return;
+  throw new StateDirError(
+    stateDir,
+    'refusing to run as root',
+    undefined,
+    `it belongs to uid ${owner}, the agent's user: run the command as that user (sudo -u '#${owner}' ...), or ` +
+      "ask the running agent with 'config-agent sync'; as root, state.json and outbox.json would become root's " +
+      'and the agent would no longer start',
+  );
+}
+
+/** Where an unreadable state.json is kept for an operator: the last one only, so it never accumulates. */
+export const CORRUPT_STATE_FILE = `${STATE_FILE}.corrupt`;
+
+/**
+ * A state.json that cannot be parsed is renamed aside before the first persist replaces it: it is the only
+ * record of which files the agent wrote, so the files of instances retired later (which the agent, starting
+ * empty, will not delete) can still be found by someone. It was overwritten by the first pass.
+ */
+async function keepCorruptState(fs: FsPort, stateDir: string, logger: Logger): Promise<void> {
+  const kept = path.join(stateDir, CORRUPT_STATE_FILE);
+  try {
+    await fs.rename(path.join(stateDir, STATE_FILE), kept);
+    logger.error({ kept }, 'the unreadable local state was kept aside for inspection');
+  } catch (error) {
+    logger.warn({ err: error }, 'could not keep the unreadable local state aside');
   }
 }

@@ -166,7 +166,7 @@ describe('paging ends whatever the service says', () => {
 });
 
 describe('large configs sync', () => {
-  it('pages too large are halved; only an instance too large by itself fails, named by its id', async () => {
+  it('pages too large are halved; only an instance too large by itself is invalid (not by its own fault), named by its id', async () => {
     await seed(numbered(9), () => ({ blob: 'x'.repeat(3_000) }));
     await seed(['pg_big'], () => ({ blob: 'y'.repeat(12_000) }));
     const all = await reference();
@@ -175,8 +175,13 @@ describe('large configs sync', () => {
     expect(result.invalid).toEqual([
       {
         id: 'pg_big',
+        // Read from the body's first bytes, like the id: the mock sends them before the content.
+        deviceId: expect.any(String),
+        activityStatus: 'created',
+        errorStatus: 'none',
         problem:
           'config instance is larger by itself than the response limit of 10000 bytes (server.maxResponseBytes)',
+        listingFault: true,
       },
     ]);
   });

@@ -42,6 +42,7 @@ describe('kill -9 loop over the whole agent', () => {
           rootDir: path.join(dir, 'root'),
           stateDir: path.join(dir, 'state'),
           bigFileBytes: lane < BIG_LANES ? BIG_FILE_BYTES : 0,
+          schemaSwaps: true,
         });
         fleets.push(fleet);
         return fleet;

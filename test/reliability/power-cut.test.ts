@@ -49,6 +49,7 @@ async function runCutLane(dir: string, lane: number, cuts: number): Promise<Kill
     rootDir: path.join(disk.mountPoint, 'root'),
     stateDir: path.join(disk.mountPoint, 'state'),
     bigFileBytes: 1024 * 1024,
+    schemaSwaps: true,
   });
   fleets.push(fleet);
   let made = 0;

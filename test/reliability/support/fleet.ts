@@ -32,6 +32,12 @@ const SMALL_PATHS = [
   'srv/robot/leg/gait.json',
 ];
 const BIG_PATH = 'var/lib/app/model-params.json';
+/**
+ * Two paths of one config schema: deploying at one retires the instance deployed at the other (the service's
+ * schema conflict), so the agent swaps them — removes one file and writes the other, rolling back on failure.
+ */
+const SWAP_PATHS = ['srv/motion/left.json', 'srv/motion/right.json'];
+const SWAP_SCHEMA = 'cfs_motion';
 
 export interface FleetOptions {
   /** Where the config and key files go (never on the filesystem under test). */
@@ -44,6 +50,8 @@ export interface FleetOptions {
   config?: Record<string, unknown>;
   /** Keys of `server` over the defaults (e.g. a short timeoutSeconds). */
   server?: Record<string, unknown>;
+  /** Adds SWAP_PATHS, whose versions move between the two paths (swaps of one schema). */
+  schemaSwaps?: boolean;
 }
 
 export interface Violation {
@@ -86,7 +94,11 @@ export class Fleet {
     this.stateDir = options.stateDir;
     this.configPath = path.join(options.dir, 'config.json');
     this.bigFileBytes = options.bigFileBytes;
-    this.paths = options.bigFileBytes > 0 ? [...SMALL_PATHS, BIG_PATH] : SMALL_PATHS;
+    this.paths = [
+      ...SMALL_PATHS,
+      ...(options.bigFileBytes > 0 ? [BIG_PATH] : []),
+      ...(options.schemaSwaps === true ? SWAP_PATHS : []),
+    ];
   }
 
   static async create(options: FleetOptions): Promise<Fleet> {
@@ -157,8 +169,9 @@ export class Fleet {
       nested: { list: [this.#sequence, randomInt(random, 1_000_000)], flag: random() < 0.5 },
     };
     const at = new Date().toISOString();
+    const schema = SWAP_PATHS.includes(relativePath) ? { config_schema_id: SWAP_SCHEMA } : {};
     const record = this.server.state.createInstance(
-      { device_id: this.deviceId, relative_filepath: relativePath, content },
+      { device_id: this.deviceId, relative_filepath: relativePath, content, ...schema },
       at,
     );
     this.server.state.deploy(record.id, { dryRun: false, at });
@@ -199,6 +212,7 @@ export class Fleet {
       const live = here.find((i) => i.target_status === 'deployed');
       const roll = random();
       const ratio = relativePath === BIG_PATH ? changeRatio / 3 : changeRatio;
+      if (!this.#swapAllowed(relativePath)) continue;
       if (live === undefined) {
         if (roll < 0.5) this.deployVersion(relativePath, random);
       } else if (roll < ratio) {
@@ -207,6 +221,20 @@ export class Fleet {
         this.server.state.removeInstance(live.id, new Date().toISOString());
       }
     }
+  }
+
+  /**
+   * A deploy at a swap path retires the instance the other path holds, like `removeInstance` retires one: only
+   * when the service knows that one as deployed and expects nothing more there. An instance retired while still
+   * queued is archived — its file, if a killed run wrote it without recording it, legitimately stays.
+   */
+  #swapAllowed(relativePath: string): boolean {
+    if (!SWAP_PATHS.includes(relativePath)) return true;
+    return SWAP_PATHS.filter((other) => other !== relativePath).every((other) => {
+      const there = this.instancesAt(other);
+      const live = there.find((i) => i.target_status === 'deployed');
+      return live === undefined || (live.activity_status === 'deployed' && !this.#pending(there));
+    });
   }
 
   /** Whether the service still expects the agent to act at this path (a write or a removal). */

@@ -1,0 +1,102 @@
+// A hung FUSE mount under rootDir must not block the event loop: observation through the daemon's fs port.
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { parseAgentConfig } from '../config/load.js';
+import { createSecretRegistry } from '../lib/secrets.js';
+import { observeDisk } from '../reconcile/observe.js';
+import { FileFingerprints } from '../store/fingerprints.js';
+import { createDeps } from './compose.js';
+import { mountsUnderRootAreLocal } from './hang-safe-fs.js';
+
+const line = (id: number, mountPoint: string, type: string) =>
+  `${id} 1 0:${id} / ${mountPoint} rw,relatime shared:${id} - ${type} src rw`;
+
+describe('mountsUnderRootAreLocal', () => {
+  const table = [line(1, '/', 'ext4'), line(2, '/proc', 'proc'), line(3, '/srv/nfs', 'nfs4')].join('\n');
+
+  it.each([
+    ['/srv/config-agent', true, 'on ext4, the nfs mount elsewhere'],
+    ['/srv/nfs', false, 'rootDir is the nfs mount'],
+    ['/srv/nfs/app', false, 'rootDir inside the nfs mount'],
+    ['/srv', false, 'an nfs mount below rootDir'],
+    ['/srv/nfsx', true, 'a sibling whose name starts like the mount'],
+  ])('%s → %s (%s)', (root, expected) => {
+    expect(mountsUnderRootAreLocal(table, root)).toBe(expected);
+  });
+
+  it('a FUSE mount (escaped space in its path) under rootDir, and an empty table, are not local', () => {
+    const fuse = [line(1, '/', 'ext4'), line(2, '/srv/root/my\\040disk', 'fuse.sshfs')].join('\n');
+    expect(mountsUnderRootAreLocal(fuse, '/srv/root')).toBe(false);
+    expect(mountsUnderRootAreLocal(fuse, '/srv/root/my disk/x')).toBe(false);
+    expect(mountsUnderRootAreLocal(fuse, '/srv/other')).toBe(true);
+    expect(mountsUnderRootAreLocal('', '/srv/root')).toBe(false);
+  });
+});
+
+const canMountFuse = process.geteuid?.() === 0 && existsSync('/dev/fuse');
+
+/**
+ * A FUSE mount nobody serves: a child opens /dev/fuse, mounts it and never answers, so every lookup below
+ * it waits (as on a dead NFS server) until the child exits (after `hangMs` by itself), which aborts the connection.
+ */
+function hungFuseMount(mountPoint: string, hangMs: number): Promise<ChildProcess> {
+  // The shell becomes `sleep`, which holds /dev/fuse as fd 3: killing it aborts the connection.
+  const script =
+    'exec 3<>/dev/fuse; mount -i -t fuse -o fd=3,rootmode=40000,user_id=0,group_id=0 config-agent-hung "$1" ' +
+    '&& echo mounted && exec sleep "$2"; echo failed';
+  const child = spawn('sh', ['-c', script, 'sh', mountPoint, String(hangMs / 1000)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return new Promise((resolve, reject) => {
+    child.stdout?.once('data', (data: Buffer) =>
+      String(data).startsWith('mounted') ? resolve(child) : reject(new Error('mount failed')),
+    );
+  });
+}
+
+describe.runIf(canMountFuse)('a hung FUSE mount under rootDir', () => {
+  let dir: string | undefined;
+  let child: ChildProcess | undefined;
+  afterEach(async () => {
+    child?.kill('SIGKILL');
+    if (dir !== undefined) {
+      spawnSync('umount', ['-l', path.join(dir, 'root', 'hung')]);
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('observation waits for it without blocking the event loop (the local API and SIGTERM still run)', async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-hung-'));
+    const root = path.join(dir, 'root');
+    await mkdir(path.join(root, 'hung'), { recursive: true });
+    child = await hungFuseMount(path.join(root, 'hung'), 8000);
+    const config = parseAgentConfig(
+      {
+        deviceId: 'dvc_1',
+        server: { baseUrl: 'https://configs.example.com' },
+        rootDir: root,
+        stateDir: path.join(dir, 'state'),
+      },
+      'test',
+    );
+    const sink = new Writable({ write: (_chunk, _encoding, done) => done() });
+    const deps = await createDeps(config, createSecretRegistry(), sink);
+    const observed = observeDisk(deps.fs, root, [{ relative_filepath: 'hung/app.json' }], {
+      fingerprints: { store: FileFingerprints.empty(root), now: () => Date.now() },
+    });
+    // The timer stands for everything else the loop serves (the local API, SIGTERM's handler): it ends the
+    // hang. With a synchronous lstat it cannot run; the mount then ends only when its child gives up (8 s).
+    const mountChild = child;
+    const ended = new Promise<NodeJS.Signals | null>((resolve) =>
+      mountChild.once('exit', (_code, signal) => resolve(signal)),
+    );
+    setTimeout(() => mountChild.kill('SIGKILL'), 50);
+    expect(await ended).toBe('SIGKILL');
+    expect((await observed).get('hung/app.json')?.kind).toBe('unreadable');
+  });
+});

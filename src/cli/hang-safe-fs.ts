@@ -1,0 +1,127 @@
+// The fs port's synchronous lstat, offered only while no mount at or under rootDir can hang (network, FUSE).
+import { lstatSync } from 'node:fs';
+import * as nodeFs from 'node:fs/promises';
+import path from 'node:path';
+import type { Clock } from '../lib/clock.js';
+import type { FsPort } from '../lib/fs-port.js';
+
+/**
+ * Filesystems whose lstat is answered by the kernel from memory or a local disk. Anything else — nfs, cifs,
+ * 9p, ceph, fuse.* (sshfs, a wedged FUSE daemon) — may wait for a server or a process that never answers.
+ */
+const LOCAL_FILESYSTEMS = new Set([
+  'ext2',
+  'ext3',
+  'ext4',
+  'xfs',
+  'btrfs',
+  'f2fs',
+  'tmpfs',
+  'ramfs',
+  'overlay',
+  'vfat',
+  'msdos',
+  'exfat',
+  'ntfs3',
+  'jfs',
+  'reiserfs',
+  'nilfs2',
+  'ubifs',
+  'jffs2',
+  'squashfs',
+  'erofs',
+  'iso9660',
+  'udf',
+  'zfs',
+  'bcachefs',
+  'hfsplus',
+]);
+
+/** How old the mount table may get before the next lstat asks for it again (a mount made under rootDir). */
+const RECHECK_MS = 10_000;
+
+/**
+ * True when the mount holding `realRootDir` and every mount below it are local filesystems (LOCAL_FILESYSTEMS),
+ * judged from /proc/self/mountinfo's text; false when any may hang, or when the table says nothing.
+ */
+export function mountsUnderRootAreLocal(mountinfo: string, realRootDir: string): boolean {
+  const mounts: { mountPoint: string; type: string }[] = [];
+  for (const line of mountinfo.split('\n')) {
+    const fields = line.split(' ');
+    const dash = fields.indexOf('-', 6);
+    const mountPoint = fields[4];
+    const type = dash === -1 ? undefined : fields[dash + 1];
+    if (mountPoint === undefined || type === undefined) continue;
+    mounts.push({ mountPoint: unescapeMountPath(mountPoint), type });
+  }
+  let holding = '';
+  for (const { mountPoint } of mounts) {
+    if (isSameOrInside(realRootDir, mountPoint) && mountPoint.length > holding.length) holding = mountPoint;
+  }
+  if (holding === '') return false;
+  return mounts.every(
+    ({ mountPoint, type }) =>
+      LOCAL_FILESYSTEMS.has(type) || (mountPoint !== holding && !isSameOrInside(mountPoint, realRootDir)),
+  );
+}
+
+/** What the port reads: rootDir's real path and the mount table (undefined where there is none). */
+export interface MountTablePort {
+  realpath(file: string): Promise<string>;
+  mountinfo(): Promise<string | undefined>;
+}
+
+const nodeMountTablePort: MountTablePort = {
+  realpath: (file) => nodeFs.realpath(file),
+  mountinfo: () => nodeFs.readFile('/proc/self/mountinfo', 'utf8').catch(() => undefined),
+};
+
+/**
+ * node:fs/promises as the agent's FsPort, with `lstatSync` only while rootDir's mounts are all local: a
+ * synchronous lstat on a hung NFS or FUSE mount blocks the event loop, and with it the local API, the stop
+ * on SIGTERM and its deadline; through the thread pool it blocks one pool thread and the agent still answers
+ * and exits. Decided before it returns, then again in the background once RECHECK_MS have passed.
+ */
+export async function hangSafeFs(
+  rootDir: string,
+  clock: Pick<Clock, 'monotonic'>,
+  port: MountTablePort = nodeMountTablePort,
+): Promise<FsPort> {
+  let local = false;
+  let checkedAt = Number.NEGATIVE_INFINITY;
+  let checking: Promise<void> | undefined;
+  const check = (): Promise<void> => {
+    checking ??= (async () => {
+      try {
+        const real = await port.realpath(rootDir).catch(() => path.resolve(rootDir));
+        local = mountsUnderRootAreLocal((await port.mountinfo()) ?? '', real);
+      } catch {
+        local = false;
+      } finally {
+        checkedAt = clock.monotonic();
+        checking = undefined;
+      }
+    })();
+    return checking;
+  };
+  await check();
+  const fs: FsPort = { ...nodeFs };
+  Object.defineProperty(fs, 'lstatSync', {
+    enumerable: true,
+    get() {
+      if (checking === undefined && clock.monotonic() - checkedAt > RECHECK_MS) void check();
+      return local ? lstatSync : undefined;
+    },
+  });
+  return fs;
+}
+
+function isSameOrInside(file: string, dir: string): boolean {
+  return file === dir || dir === '/' || file.startsWith(`${dir}/`);
+}
+
+function unescapeMountPath(value: string): string {
+  return value.replace(/\\([0-7]{3})/g, (_all, octal: string) =>
+    String.fromCharCode(Number.parseInt(octal, 8)),
+  );
+}
