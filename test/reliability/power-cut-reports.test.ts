@@ -180,6 +180,7 @@ describe.skipIf(SKIP !== undefined)('power cuts while reports leave during the w
       const { reports, killed } = await runCutAtReport(world, cutAt);
       await world.disk.powerCut({ reboot: cut % 2 === 1 });
       seen.push(`cut at report ${cutAt}: ${killed ? 'killed' : `not reached (${reports} reports)`}`);
+      process.stderr.write(`power-cut-reports: seed ${SEED}, cut ${cut}: ${seen.at(-1)}\n`);
       violations.push(...(await violationsAfterCut(world)).map((v) => `cut ${cut} (report ${cutAt}): ${v}`));
 
       const rerun = await collect(

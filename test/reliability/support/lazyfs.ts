@@ -88,6 +88,9 @@ export class LazyFsMount {
         '-o',
         `subdir=${this.backing}`,
         '-f',
+        // One FUSE thread: LazyFS's page cache races under concurrent requests and died of SIGSEGV in about
+        // 1 run in 4 of a 300-file first sync (16 writes in flight); serialised requests lose no fault.
+        '-s',
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -97,6 +100,7 @@ export class LazyFsMount {
     };
     child.stdout?.on('data', keep);
     child.stderr?.on('data', keep);
+    child.once('exit', (code, signal) => keep(Buffer.from(`\n[lazyfs exited: code ${code}, signal ${signal}]\n`)));
     // A cut sent before the FIFO listener is up just waits in the FIFO, so the mount is all there is to await.
     await waitFor(
       async () => {
@@ -122,10 +126,45 @@ export class LazyFsMount {
     const completions = this.#completions;
     if (completions === undefined) throw new Error('LazyFS is not running');
     await this.#readCompletion(completions, 0); // a completion left over from a command that timed out
-    await writeFile(path.join(this.#controlDir, 'faults.fifo'), 'lazyfs::clear-cache\n');
+    await this.#sendCommand('lazyfs::clear-cache\n');
     const line = await this.#readCompletion(completions, 20_000);
     if (!line.includes('clear-cache'))
       throw new Error(`LazyFS answered ${JSON.stringify(line)} to clear-cache`);
+  }
+
+  /**
+   * Writes one command into `faults.fifo`. Opened non-blocking: with LazyFS gone the FIFO has no reader, and a
+   * blocking open would wait for one forever (a CI run once hung 600 s there after LazyFS died).
+   */
+  async #sendCommand(command: string): Promise<void> {
+    this.#throwIfExited();
+    let fifo: FileHandle;
+    try {
+      fifo = await open(path.join(this.#controlDir, 'faults.fifo'), constants.O_WRONLY | constants.O_NONBLOCK);
+    } catch (error) {
+      if ((error as { code?: unknown }).code === 'ENXIO')
+        throw new Error(`LazyFS does not read its command FIFO (exited: ${this.#exitDescription()}): ${this.#log}`);
+      throw error;
+    }
+    try {
+      await fifo.write(command);
+    } finally {
+      await fifo.close();
+    }
+  }
+
+  #exitDescription(): string {
+    const child = this.#process;
+    if (child === undefined) return 'not started';
+    if (child.exitCode !== null) return `code ${child.exitCode}`;
+    if (child.signalCode !== null) return `signal ${child.signalCode}`;
+    return 'no';
+  }
+
+  #throwIfExited(): void {
+    const child = this.#process;
+    if (child === undefined || child.exitCode !== null || child.signalCode !== null)
+      throw new Error(`LazyFS is not running (${this.#exitDescription()}): ${this.#log}`);
   }
 
   /** The next line LazyFS wrote to `faults-done.fifo`, polled until `patienceMs` ran out ('' with 0). */
@@ -145,7 +184,9 @@ export class LazyFsMount {
       if (bytesRead > 0) continue;
       if (patienceMs === 0) return text;
       if (Date.now() > deadline) {
-        throw new Error(`LazyFS did not confirm clear-cache within ${patienceMs} ms: ${this.#log}`);
+        throw new Error(
+          `LazyFS did not confirm clear-cache within ${patienceMs} ms (exited: ${this.#exitDescription()}): ${this.#log}`,
+        );
       }
       await sleep(5);
     }
@@ -166,10 +207,13 @@ export class LazyFsMount {
   async stop(): Promise<void> {
     const child = this.#process;
     this.#process = undefined;
-    if (child !== undefined && child.exitCode === null) {
+    if (child !== undefined && child.exitCode === null && child.signalCode === null) {
       const exited = new Promise((resolve) => child.once('exit', resolve));
       child.kill('SIGTERM');
+      // A LazyFS stuck in a request must not hold the suite: SIGKILL after 10 s (the lazy unmount follows).
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
       await exited;
+      clearTimeout(timer);
     }
     if (await isMounted(this.mountPoint)) spawnSync('umount', ['-l', this.mountPoint]);
     await this.#completions?.close();
