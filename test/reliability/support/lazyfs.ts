@@ -100,7 +100,9 @@ export class LazyFsMount {
     };
     child.stdout?.on('data', keep);
     child.stderr?.on('data', keep);
-    child.once('exit', (code, signal) => keep(Buffer.from(`\n[lazyfs exited: code ${code}, signal ${signal}]\n`)));
+    child.once('exit', (code, signal) =>
+      keep(Buffer.from(`\n[lazyfs exited: code ${code}, signal ${signal}]\n`)),
+    );
     // A cut sent before the FIFO listener is up just waits in the FIFO, so the mount is all there is to await.
     await waitFor(
       async () => {
@@ -140,10 +142,15 @@ export class LazyFsMount {
     this.#throwIfExited();
     let fifo: FileHandle;
     try {
-      fifo = await open(path.join(this.#controlDir, 'faults.fifo'), constants.O_WRONLY | constants.O_NONBLOCK);
+      fifo = await open(
+        path.join(this.#controlDir, 'faults.fifo'),
+        constants.O_WRONLY | constants.O_NONBLOCK,
+      );
     } catch (error) {
       if ((error as { code?: unknown }).code === 'ENXIO')
-        throw new Error(`LazyFS does not read its command FIFO (exited: ${this.#exitDescription()}): ${this.#log}`);
+        throw new Error(
+          `LazyFS does not read its command FIFO (exited: ${this.#exitDescription()}): ${this.#log}`,
+        );
       throw error;
     }
     try {
