@@ -512,10 +512,20 @@ describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {
     expect(cached.sort()).toEqual(writes.map((step) => step.sha256).sort());
   });
 
-  it('a write whose bytes were lost from the cache fails and is retried; the file it displaces stays', async () => {
+  it('a write whose bytes were lost from the cache waits for the next pass, uncharged; the file it displaces stays', async () => {
+    // The bytes are the agent's own state directory's trouble, not the instance's: no attempt is counted (with
+    // maxAttempts 1 the instance would be `failed` for good), nothing is reported, no cooldown holds it off.
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client, {
+      retry: { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    });
     put({ id: 'cfg_a', relative_filepath: 'old.json', config_schema_id: 'sch_app' });
     await pass();
-    await spillingEverything();
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client, {
+      inMemoryFileBytes: 0,
+      retry: { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    });
     put({ id: 'cfg_b', relative_filepath: 'new.json', config_schema_id: 'sch_app' });
     world.server.state.removeInstance('cfg_a', T0);
     loseCacheEntries();
@@ -523,45 +533,54 @@ describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {
     const failed = await pass();
 
     expect(failed.converged).toBe(false);
+    expect(failed.outcomes).toContainEqual(
+      expect.objectContaining({
+        instanceId: 'cfg_b',
+        action: 'waiting',
+        message: expect.stringMatching(/content cache/),
+      }),
+    );
     expect(await fileAt('old.json')).toBe(json({ owner: 'cfg_a' }));
     expect(await exists('new.json')).toBe(false);
-    expect(reportsReceived().slice(1)).toEqual(['cfg_b queued/retrying']);
-    expect(world.server.state.reports.at(-1)?.message).toMatch(/content cache/);
+    expect(reportsReceived().slice(1)).toEqual([]);
 
     world.fs.open = nodeFs.open;
-    world.clock.advance(60_001);
     const healed = await pass();
 
     expect(healed.converged).toBe(true);
     expect(await exists('old.json')).toBe(false);
     expect(await fileAt('new.json')).toBe(json({ owner: 'cfg_b' }));
-    expect(reportsReceived().slice(2)).toEqual(['cfg_b deployed/none', 'cfg_a removed/none']);
+    expect(reportsReceived().slice(1)).toEqual(['cfg_b deployed/none', 'cfg_a removed/none']);
   });
 
-  it('an entry of the right size with other bytes fails the write once, is deleted, and the next pass heals', async () => {
+  it('an entry of the right size with other bytes (torn) costs no attempt, is deleted, and the next pass heals', async () => {
     // The entry is kept by every prune (a.json, deployed, has these bytes), so only its deletion on the failed
-    // read stops it from failing b.json's write on every pass.
-    await spillingEverything();
+    // read stops it from failing b.json's write on every pass. With maxAttempts 1 a charged attempt would have
+    // left cfg_b `failed` for good over a cache entry a power cut tore.
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client, {
+      inMemoryFileBytes: 0,
+      retry: { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    });
     put({ id: 'cfg_a', relative_filepath: 'a.json', content: { port: 8080 } });
     await pass();
     const wanted = Buffer.from(json({ port: 8080 }));
     const entry = path.join(world.dir, 'state', 'cache', sha256Hex(wanted));
-    await nodeFs.writeFile(entry, Buffer.from(json({ port: 8081 })));
+    await nodeFs.writeFile(entry, Buffer.alloc(wanted.length));
     put({ id: 'cfg_b', relative_filepath: 'b.json', content: { port: 8080 } });
 
     const failed = await pass();
 
     expect(failed.converged).toBe(false);
     expect(await exists('b.json')).toBe(false);
-    expect(reportsReceived().slice(1)).toEqual(['cfg_b queued/retrying']);
+    expect(reportsReceived().slice(1)).toEqual([]);
 
-    world.clock.advance(60_001);
     const healed = await pass();
 
     expect(healed.converged).toBe(true);
     expect(await fileAt('a.json')).toBe(json({ port: 8080 }));
     expect(await fileAt('b.json')).toBe(json({ port: 8080 }));
-    expect(reportsReceived().slice(2)).toEqual(['cfg_b deployed/none']);
+    expect(reportsReceived().slice(1)).toEqual(['cfg_b deployed/none']);
     expect(await nodeFs.readFile(entry)).toEqual(wanted);
   });
 });

@@ -195,6 +195,19 @@ function recordFailure(
       message: `${operation} postponed: ${errorMessage(error)}; the agent's own resource limit, retried next pass`,
     });
   }
+  if (isAgentError(error) && error.code === 'set_aside_bytes_lost') {
+    // The content cache lost or tore the bytes the pull set aside (its entries are not durable, on purpose):
+    // the agent's own state directory, not the instance. The bad entry is already deleted (ContentCache.get),
+    // so the next pass pulls the content, sets it aside again and writes it. No attempt (with maxAttempts 1 an
+    // attempt was `failed` for good), no cooldown, no report.
+    ctx.logger.warn(
+      { err: error, instanceId: instance.id, path: instance.relative_filepath },
+      `${operation} postponed: its bytes were lost from the content cache`,
+    );
+    return outcomeFor(instance, 'waiting', false, {
+      message: `${operation} postponed: ${errorMessage(error)}; retried next pass`,
+    });
+  }
   const message = `${operation} failed: ${errorMessage(error)}`;
   const permanent = isAgentError(error) && !error.retryable;
   const attempts = (ctx.state.instances.get(instance.id)?.attempts ?? 0) + 1;
