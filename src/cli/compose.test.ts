@@ -1,4 +1,5 @@
 // The composition root in-process: main's exit codes and messages, and the daemon's signals wired by runAgent.
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -6,6 +7,7 @@ import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { tryMount, unmount } from '../../test/helpers/harness.js';
+import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { main } from '../main.js';
@@ -281,4 +283,31 @@ describe('runAgent: a full stateDir at start', () => {
       unmount(stateDir);
     }
   });
+});
+
+describe.runIf(canMountFuse)('runAgent: a stop while start-up hangs on rootDir', () => {
+  let child: ChildProcess | undefined;
+  afterEach(() => {
+    child?.kill('SIGKILL');
+    spawnSync('umount', ['-l', path.join(dir, 'hung')]);
+  });
+
+  // rootDir on a dead NFS server or a wedged FUSE daemon: start-up's realpath of it waits in the kernel for
+  // good. A SIGTERM was only acted on once started, so the agent ran on until systemd's SIGKILL.
+  it('exits 1 at the stop deadline, while the mount still hangs', async () => {
+    const mountPoint = path.join(dir, 'hung');
+    await mkdir(mountPoint);
+    child = await hungFuseMount(mountPoint, 30_000);
+    const configPath = await writeConfig({ rootDir: path.join(mountPoint, 'root') });
+    const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+    const events = new EventEmitter();
+    const retry = { firstDelayMs: 20, maxDelayMs: 40, stopDeadlineMs: 100 };
+    const exit = runAgent({ configPath }, io, createSecretRegistry(), events, retry);
+    events.emit('SIGTERM');
+    expect(await exit).toBe(1);
+    expect(child.exitCode === null && child.signalCode === null, 'the mount still hangs').toBe(true);
+    expect(io.err()).toBe(
+      'config-agent: SIGTERM: start-up has not finished after 0.1 s (a hung file system under rootDir or stateDir?): exiting without it\n',
+    );
+  }, 20_000);
 });

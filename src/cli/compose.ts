@@ -36,6 +36,8 @@ const STOP_DEADLINE_MS = 10_000;
 export interface StartRetry {
   firstDelayMs: number;
   maxDelayMs: number;
+  /** How long a stop may take from its signal, start-up included (STOP_DEADLINE_MS; shorter in tests). */
+  stopDeadlineMs?: number;
 }
 const START_RETRY: StartRetry = { firstDelayMs: 5_000, maxDelayMs: 300_000 };
 
@@ -202,7 +204,8 @@ async function buildAgentComponents(
  * `config-agent` without --once: starts the daemon and serves until SIGTERM/SIGINT (exit 0 once state is
  * flushed, 1 past the deadline); SIGHUP reloads the configuration. Handlers go in before start-up: a SIGHUP's
  * default action would end the process, and systemd counts that as a clean exit it does not restart. Signals
- * that arrive while starting are acted on once started.
+ * that arrive while starting are acted on once started; the stop deadline runs from the signal, so a start-up
+ * that hangs (rootDir on a dead mount) exits 1 when it runs out.
  */
 export async function runAgent(
   command: { configPath?: string },
@@ -211,6 +214,7 @@ export async function runAgent(
   events: EventEmitter,
   startRetry: StartRetry = START_RETRY,
 ): Promise<number> {
+  const stopDeadlineMs = startRetry.stopDeadlineMs ?? STOP_DEADLINE_MS;
   let agent: RunningAgent<Reconciler> | undefined;
   let stopSignal: NodeJS.Signals | undefined;
   let reloadPending = false;
@@ -221,11 +225,6 @@ export async function runAgent(
 
   const beginStop = (running: RunningAgent<Reconciler>, signal: NodeJS.Signals) => {
     running.logger.info({ signal }, 'shutdown requested');
-    const deadline = setTimeout(() => {
-      running.logger.error('shutdown took too long: exiting with state as last flushed');
-      finish(ExitCode.NotConverged);
-    }, STOP_DEADLINE_MS);
-    deadline.unref();
     running.stop().then(
       () => finish(ExitCode.Converged),
       (error: unknown) => {
@@ -236,10 +235,28 @@ export async function runAgent(
   };
   /** Ends a wait between start attempts early: a stop, or a SIGHUP (the operator fixed something: try now). */
   let wakeStartWait: () => void = () => undefined;
+  /** Set when the stop deadline ran out before start-up finished: whatever start-up still opens is closed. */
+  let abandoned = false;
   const onStop = (signal: NodeJS.Signals) => {
     if (stopSignal !== undefined) return;
     stopSignal = signal;
     wakeStartWait();
+    // The deadline runs from the signal, start-up included: a start-up that never ends (rootDir on a hung NFS
+    // or FUSE mount: its realpath or mkdir waits in the kernel for good) must not keep a stopped agent
+    // running until systemd's SIGKILL. Killing a start-up part-way is what a kill -9 does (test/reliability).
+    const deadline = setTimeout(() => {
+      if (agent !== undefined) {
+        agent.logger.error('shutdown took too long: exiting with state as last flushed');
+      } else {
+        abandoned = true;
+        io.stderr.write(
+          `config-agent: ${signal}: start-up has not finished after ${stopDeadlineMs / 1000} s ` +
+            '(a hung file system under rootDir or stateDir?): exiting without it\n',
+        );
+      }
+      finish(ExitCode.NotConverged);
+    }, stopDeadlineMs);
+    deadline.unref();
     if (agent !== undefined) beginStop(agent, signal);
   };
   /** Waits `ms` unless a stop or a SIGHUP comes first; true when a stop did. */
@@ -288,35 +305,47 @@ export async function runAgent(
         current,
       ),
     );
-  // An invalid configuration throws to the caller (exit 78); a failure to start on a valid one is told here.
-  let components: AgentComponents<Reconciler> | undefined;
-  for (let attempt = 0; components === undefined; attempt += 1) {
-    // Each attempt reads the configuration afresh: a SIGHUP meanwhile asks for nothing more.
-    reloadPending = false;
-    const loaded = await loadConfiguration(command.configPath, io.env, secrets);
-    try {
-      components = await buildAgentComponents(loaded, io, secrets, daemon);
-    } catch (error) {
-      const message = secrets.scrub(errorMessage(error));
-      if (!waitsOutAtStart(error)) {
-        io.stderr.write(`config-agent: cannot start: ${message}\n`);
-        return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
+  // Start-up races the stop deadline: `exit` settles when the deadline runs out, however start-up hangs.
+  return Promise.race([exit, startAndServe()]);
+
+  async function startAndServe(): Promise<number> {
+    // An invalid configuration throws to the caller (exit 78); a failure to start on a valid one is told here.
+    let components: AgentComponents<Reconciler> | undefined;
+    for (let attempt = 0; components === undefined; attempt += 1) {
+      // Each attempt reads the configuration afresh: a SIGHUP meanwhile asks for nothing more.
+      reloadPending = false;
+      const loaded = await loadConfiguration(command.configPath, io.env, secrets);
+      // The deadline ran out while the configuration was read (its realpaths hung): create nothing now.
+      if (abandoned) return ExitCode.NotConverged;
+      try {
+        components = await buildAgentComponents(loaded, io, secrets, daemon);
+      } catch (error) {
+        const message = secrets.scrub(errorMessage(error));
+        if (!waitsOutAtStart(error)) {
+          io.stderr.write(`config-agent: cannot start: ${message}\n`);
+          return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
+        }
+        // A stop asked for while this attempt ran: nothing was opened, so there is nothing to flush.
+        if (stopSignal !== undefined) return ExitCode.Converged;
+        const delayMs = Math.min(startRetry.firstDelayMs * 2 ** attempt, startRetry.maxDelayMs);
+        io.stderr.write(`config-agent: cannot start yet: ${message}; trying again in ${delayMs / 1000} s\n`);
+        if (await stopOrDelay(delayMs)) return ExitCode.Converged;
       }
-      // A stop asked for while this attempt ran: nothing was opened, so there is nothing to flush.
-      if (stopSignal !== undefined) return ExitCode.Converged;
-      const delayMs = Math.min(startRetry.firstDelayMs * 2 ** attempt, startRetry.maxDelayMs);
-      io.stderr.write(`config-agent: cannot start yet: ${message}; trying again in ${delayMs / 1000} s\n`);
-      if (await stopOrDelay(delayMs)) return ExitCode.Converged;
     }
+    if (abandoned) {
+      // The process is exiting already (the deadline ran out): the lock is given back, nothing is started.
+      await components.runner.close().catch(() => undefined);
+      return ExitCode.NotConverged;
+    }
+    try {
+      agent = await daemon.startAgent(components);
+    } catch (error) {
+      io.stderr.write(`config-agent: cannot start: ${secrets.scrub(errorMessage(error))}\n`);
+      await components.runner.close().catch(() => undefined);
+      return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
+    }
+    if (stopSignal !== undefined) beginStop(agent, stopSignal);
+    else if (reloadPending) void reload(agent);
+    return exit;
   }
-  try {
-    agent = await daemon.startAgent(components);
-  } catch (error) {
-    io.stderr.write(`config-agent: cannot start: ${secrets.scrub(errorMessage(error))}\n`);
-    await components.runner.close().catch(() => undefined);
-    return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
-  }
-  if (stopSignal !== undefined) beginStop(agent, stopSignal);
-  else if (reloadPending) void reload(agent);
-  return exit;
 }

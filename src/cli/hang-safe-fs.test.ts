@@ -1,11 +1,11 @@
 // A hung FUSE mount under rootDir must not block the event loop: observation through the daemon's fs port.
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
+import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
 import { parseAgentConfig } from '../config/load.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { observeDisk } from '../reconcile/observe.js';
@@ -37,27 +37,6 @@ describe('mountsUnderRootAreLocal', () => {
     expect(mountsUnderRootAreLocal('', '/srv/root')).toBe(false);
   });
 });
-
-const canMountFuse = process.geteuid?.() === 0 && existsSync('/dev/fuse');
-
-/**
- * A FUSE mount nobody serves: a child opens /dev/fuse, mounts it and never answers, so every lookup below
- * it waits (as on a dead NFS server) until the child exits (after `hangMs` by itself), which aborts the connection.
- */
-function hungFuseMount(mountPoint: string, hangMs: number): Promise<ChildProcess> {
-  // The shell becomes `sleep`, which holds /dev/fuse as fd 3: killing it aborts the connection.
-  const script =
-    'exec 3<>/dev/fuse; mount -i -t fuse -o fd=3,rootmode=40000,user_id=0,group_id=0 config-agent-hung "$1" ' +
-    '&& echo mounted && exec sleep "$2"; echo failed';
-  const child = spawn('sh', ['-c', script, 'sh', mountPoint, String(hangMs / 1000)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  return new Promise((resolve, reject) => {
-    child.stdout?.once('data', (data: Buffer) =>
-      String(data).startsWith('mounted') ? resolve(child) : reject(new Error('mount failed')),
-    );
-  });
-}
 
 describe.runIf(canMountFuse)('a hung FUSE mount under rootDir', () => {
   let dir: string | undefined;
