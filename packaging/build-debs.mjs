@@ -19,6 +19,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { bundleCli, installedPackageJson } from './bundle.mjs';
+import { launcherScript } from './launcher.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const OUT = path.join(REPO, 'dist-pkg');
@@ -223,10 +224,13 @@ function stage({ name, arch, interpreter, depends, relations, node }) {
   const root = path.join(WORK, `${name}_${arch}`);
   for (const file of bundle) write(path.join(root, LIB, 'dist', file.name), file.text);
   write(path.join(root, LIB, 'package.json'), installedPackageJson(pkg.version));
-  // exec keeps the process id: under Type=exec the agent itself is the unit's main process.
   write(
     path.join(root, 'usr/bin/config-agent'),
-    `#!/bin/sh\n# config-agent: runs the bundled CLI with ${node ? 'its own Node.js runtime' : 'the system Node.js'}.\nexec ${interpreter} /${LIB}/dist/main.js "$@"\n`,
+    launcherScript({
+      interpreter,
+      mainJs: `/${LIB}/dist/main.js`,
+      runtime: node ? 'its own Node.js runtime' : 'the system Node.js',
+    }),
     0o755,
   );
   if (node) {

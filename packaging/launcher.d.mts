@@ -1,0 +1,3 @@
+export const KEPT_NODE_VARIABLES: string[];
+export const OPENSSL_VARIABLES: string[];
+export function launcherScript(options: { interpreter: string; mainJs: string; runtime: string }): string;

@@ -1,0 +1,46 @@
+// /usr/bin/config-agent: the shell launcher the packages install (build-debs.mjs), kept apart so a test runs it.
+
+/**
+ * Variables Node itself acts on before the agent runs a line, which would let whoever set the caller's
+ * environment run code in the agent, read its memory or write files as it (as root under `sudo -E`, or
+ * after a plain `su` that keeps a user's environment): NODE_OPTIONS (`--require`, `--import`, `--inspect`),
+ * NODE_PATH, NODE_REDIRECT_WARNINGS, NODE_V8_COVERAGE, NODE_COMPILE_CACHE, NODE_ICU_DATA, NODE_UNIQUE_ID,
+ * NODE_CHANNEL_FD, ... — every `NODE_*` but the two the agent checks itself (NODE_EXTRA_CA_CERTS must lie outside
+ * rootDir, NODE_TLS_REJECT_UNAUTHORIZED=0 is refused) — and OpenSSL's (a config file loads engines and providers:
+ * shared objects).
+ */
+export const KEPT_NODE_VARIABLES = ['NODE_EXTRA_CA_CERTS', 'NODE_TLS_REJECT_UNAUTHORIZED'];
+export const OPENSSL_VARIABLES = [
+  'OPENSSL_CONF',
+  'OPENSSL_ENGINES',
+  'OPENSSL_MODULES',
+  'SSL_CERT_FILE',
+  'SSL_CERT_DIR',
+];
+
+/**
+ * The launcher: unsets those variables, then `exec`s the interpreter on main.js (exec keeps the process id:
+ * under Type=exec the agent itself is the unit's main process). Shell builtins only (`export -p`, `read`,
+ * `case`, `unset`): the caller's PATH chooses no program. A value holding a newline can only make it unset one
+ * more variable, never keep one.
+ */
+export function launcherScript({ interpreter, mainJs, runtime }) {
+  return [
+    '#!/bin/sh',
+    `# config-agent: runs the bundled CLI with ${runtime}.`,
+    '# Node acts on NODE_* (NODE_OPTIONS=--require ...) and OpenSSL variables before the agent runs a line: they',
+    '# are dropped, so whoever set the environment of `sudo -E`/`su` cannot run code as the agent (docs/operations.md).',
+    'drop=$(export -p | while IFS= read -r line; do',
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansions, not a template
+    '  line=${line#declare -x }; line=${line#export }; name=${line%%=*}',
+    '  case $name in',
+    `    ${KEPT_NODE_VARIABLES.join('|')}) ;;`,
+    '    *[!A-Za-z0-9_]*) ;;',
+    '    NODE_*) printf \'%s\\n\' "$name" ;;',
+    '  esac',
+    'done)',
+    `unset $drop ${OPENSSL_VARIABLES.join(' ')}`,
+    `exec ${interpreter} ${mainJs} "$@"`,
+    '',
+  ].join('\n');
+}

@@ -1,0 +1,89 @@
+// /usr/bin/config-agent, the packages' shell launcher: what of the caller's environment reaches Node.
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { launcherScript } from '../../packaging/launcher.mjs';
+
+let dir: string;
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-launcher-'));
+});
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** The launcher on a stand-in main.js that prints its argv and the variables Node and the agent read. */
+async function launch(env: NodeJS.ProcessEnv, args: string[] = [], shell = '/bin/sh') {
+  const mainJs = path.join(dir, 'main.mjs');
+  await writeFile(
+    mainJs,
+    'const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => /^(NODE_|OPENSSL_|SSL_|CONFIG_AGENT_|CREDENTIALS_|HTTPS?_PROXY|NO_PROXY)/.test(k)));\n' +
+      'process.stdout.write(JSON.stringify({ argv: process.argv.slice(2), env }));\n',
+  );
+  const launcher = path.join(dir, 'config-agent');
+  await writeFile(launcher, launcherScript({ interpreter: process.execPath, mainJs, runtime: 'a test' }), {
+    mode: 0o755,
+  });
+  // A clean environment but for PATH (which the launcher does not need) and what the case sets.
+  const result = spawnSync(shell, [launcher, ...args], {
+    env: { PATH: process.env.PATH, ...env },
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  expect(result.stderr).toBe('');
+  return JSON.parse(result.stdout) as { argv: string[]; env: Record<string, string> };
+}
+
+describe('the launcher', () => {
+  // `su` (without -) keeps the user's environment, `sudo -E` the caller's: a NODE_OPTIONS=--require there ran
+  // the user's code as root before the agent's first line; --inspect opened a debugger onto the API key.
+  it.each(['/bin/sh', 'bash'])(
+    'drops NODE_OPTIONS and every other NODE_* and OpenSSL variable (%s)',
+    async (shell) => {
+      if (shell === 'bash' && spawnSync('bash', ['-c', 'true']).error !== undefined) return;
+      const marker = path.join(dir, 'ran');
+      const evil = path.join(dir, 'evil.cjs');
+      await writeFile(evil, `require('node:fs').writeFileSync(${JSON.stringify(marker)}, 'ran');\n`);
+      const { argv, env } = await launch(
+        {
+          NODE_OPTIONS: `--require ${evil}`,
+          NODE_PATH: dir,
+          NODE_REDIRECT_WARNINGS: path.join(dir, 'warnings'),
+          NODE_V8_COVERAGE: path.join(dir, 'coverage'),
+          NODE_COMPILE_CACHE: path.join(dir, 'cache'),
+          NODE_UNIQUE_ID: '1',
+          OPENSSL_CONF: path.join(dir, 'openssl.cnf'),
+          OPENSSL_MODULES: dir,
+          SSL_CERT_FILE: path.join(dir, 'ca.pem'),
+          // A value whose lines look like other variables can only drop more, never keep one.
+          X_FORGED: 'a\nNODE_EXTRA_CA_CERTS=x\nNODE_OPTIONS=y',
+          NODE_EXTRA_CA_CERTS: '/etc/ssl/certs/ca-certificates.crt',
+          NODE_TLS_REJECT_UNAUTHORIZED: '1',
+          CONFIG_AGENT_API_KEY: 'k',
+          CONFIG_AGENT_CONFIG: '/etc/config-agent/config.json',
+          CREDENTIALS_DIRECTORY: '/run/credentials/config-agent.service',
+          HTTPS_PROXY: 'http://proxy:3128',
+          NO_PROXY: 'localhost',
+        },
+        ['--once', 'a b', "c'd", '$HOME', '*'],
+        shell,
+      );
+      expect(existsSync(marker)).toBe(false);
+      expect(argv).toEqual(['--once', 'a b', "c'd", '$HOME', '*']);
+      // What is left: the agent's own variables, and the two Node variables the agent itself judges.
+      expect(env).toEqual({
+        NODE_EXTRA_CA_CERTS: '/etc/ssl/certs/ca-certificates.crt',
+        NODE_TLS_REJECT_UNAUTHORIZED: '1',
+        CONFIG_AGENT_API_KEY: 'k',
+        CONFIG_AGENT_CONFIG: '/etc/config-agent/config.json',
+        CREDENTIALS_DIRECTORY: '/run/credentials/config-agent.service',
+        HTTPS_PROXY: 'http://proxy:3128',
+        NO_PROXY: 'localhost',
+      });
+      expect(existsSync(path.join(dir, 'coverage'))).toBe(false);
+    },
+  );
+});
