@@ -33,12 +33,15 @@ const PATIENT: Partial<LocalApiLimits> = {
   keepAliveTimeoutMs: 60_000,
 };
 
-async function startServer(limits: Partial<LocalApiLimits>): Promise<LocalApiServer> {
+async function startServer(
+  limits: Partial<LocalApiLimits>,
+  status: () => unknown = () => ({ ok: true }),
+): Promise<LocalApiServer> {
   server = new LocalApiServer(
     socketPath,
     {
       health: () => ({ healthy: true, lastLoopAt: null }),
-      status: () => ({ ok: true }),
+      status,
       sync: async () => ({ converged: true, exitCode: 0, result: null }),
     },
     silentLogger(),
@@ -147,6 +150,46 @@ describe('LocalApiServer limits', () => {
       expect(body.received.split('\r\n')[0]).toBe('HTTP/1.1 413 Payload Too Large');
       expect(body.received).toContain('"code":"body_too_large"');
     }
+  });
+});
+
+describe('LocalApiServer: a client that never reads its answers', () => {
+  // The status of 10,000 managed files is megabytes (paths are up to 4 KiB each): a client that asked for it and
+  // never read held it in the agent's memory for good, 32 connections 32 copies, and their slots with it.
+  it('is cut off once an answer is not taken within sendTimeoutMs, and its slot and memory freed', async () => {
+    const big = { files: Array.from({ length: 2_000 }, (_, i) => `${'p'.repeat(1000)}/${i}`) };
+    const api = await startServer({ ...PATIENT, sendTimeoutMs: 200 }, () => big);
+    const socket = createConnection(socketPath);
+    clients.push(socket);
+    socket.pause();
+    let closed = false;
+    socket.on('close', () => {
+      closed = true;
+    });
+    socket.on('error', () => undefined);
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    // Pipelined, none read: 2 MB per answer, far beyond what the socket buffers take.
+    socket.write('GET /v1/status HTTP/1.1\r\nHost: agent\r\n\r\n'.repeat(20));
+    await waitFor(async () => (await api.connectionCount()) === 0, PATIENCE_MS, {
+      what: 'the non-reading client cut off',
+    });
+    // Reading at last, it finds the connection closed, the answer cut short.
+    let received = 0;
+    socket.on('data', (chunk: Buffer) => {
+      received += chunk.length;
+    });
+    socket.resume();
+    await waitFor(() => closed, PATIENCE_MS, { what: 'the client sees its connection closed' });
+    expect(received).toBeLessThan(20 * JSON.stringify(big).length);
+    expect(await callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS)).toMatchObject({ status: 200 });
+  });
+
+  it('a client that reads slowly but steadily gets the whole answer', async () => {
+    const big = { files: Array.from({ length: 2_000 }, (_, i) => `${'p'.repeat(1000)}/${i}`) };
+    await startServer({ ...PATIENT, sendTimeoutMs: 60_000 }, () => big);
+    const answer = await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS);
+    expect(answer).toMatchObject({ status: 200 });
+    expect(JSON.stringify(answer.body)).toBe(JSON.stringify(big));
   });
 });
 

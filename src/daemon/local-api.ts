@@ -52,6 +52,12 @@ export interface LocalApiLimits {
   /** Bytes of request line and headers. */
   maxHeaderBytes: number;
   /**
+   * An answer must be taken by the client within this of its sending: the connection of a client that does
+   * not read is closed, and the answer it held in the agent's memory freed (a status is megabytes with
+   * thousands of managed files; Node buffers all of it past what the socket takes).
+   */
+  sendTimeoutMs: number;
+  /**
    * A `sync` pass starts at least this long after the previous one ended; requests arriving meanwhile wait
    * and share one pass. A local user looping `config-agent sync` cannot turn the agent into a load on the
    * service beyond one pass per interval.
@@ -66,6 +72,7 @@ export const DEFAULT_LOCAL_API_LIMITS: LocalApiLimits = {
   keepAliveTimeoutMs: 5_000,
   checkIntervalMs: 1_000,
   maxHeaderBytes: 8 * 1024,
+  sendTimeoutMs: 10_000,
   minSyncIntervalMs: 5_000,
 };
 
@@ -204,21 +211,32 @@ export class LocalApiServer {
     return pending;
   }
 
+  /** Sends a JSON answer the client must take within sendTimeoutMs, else its connection is closed. */
+  #send(response: ServerResponse, status: number, body: unknown): void {
+    sendJson(response, status, body, this.#handlers.scrub);
+    if (response.writableFinished) return;
+    const timer = setTimeout(() => response.destroy(), this.#limits.sendTimeoutMs);
+    timer.unref();
+    const clear = () => clearTimeout(timer);
+    response.once('finish', clear);
+    response.once('close', clear);
+  }
+
   async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
     const route = `${request.method ?? 'GET'} ${(request.url ?? '/').split('?')[0]}`;
     request.resume();
     switch (route) {
       case 'GET /v1/health': {
         const health = this.#handlers.health();
-        sendJson(response, health.healthy ? 200 : 503, health, this.#handlers.scrub);
+        this.#send(response, health.healthy ? 200 : 503, health);
         return;
       }
       case 'GET /v1/status':
-        sendJson(response, 200, this.#handlers.status(), this.#handlers.scrub);
+        this.#send(response, 200, this.#handlers.status());
         return;
       case 'POST /v1/sync': {
         const outcome = await this.#sync();
-        sendJson(response, 200, outcome, this.#handlers.scrub);
+        this.#send(response, 200, outcome);
         return;
       }
       default:
