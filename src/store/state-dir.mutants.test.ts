@@ -2,7 +2,7 @@
 // persisting writes, and what the cache keeps.
 
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -159,11 +159,12 @@ describe('StateDir: persisting', () => {
     expect([...synced].filter((name) => name.endsWith('.json'))).toEqual([]);
   });
 
-  it('persistState, the first save of a new process, fsyncs state.json even when its bytes did not change', async () => {
+  it('persistState, the first save of a new process, fsyncs state.json even when its bytes did not change, while reports are queued', async () => {
     const first = await open();
     await first.persist();
     await first.close();
     const second = await open();
+    second.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
     synced.clear();
 
     await second.persistState();
@@ -171,7 +172,117 @@ describe('StateDir: persisting', () => {
     expect([...synced]).toContain('state.json');
   });
 
-  it('after a failed persist, the next one fsyncs unchanged bytes again', async () => {
+  it('a state equal to what state.json holds is not written, read back or fsynced while no report is queued', async () => {
+    const first = await open();
+    first.state.files.set('a.json', {
+      instanceId: 'cfg_a',
+      sha256: SHA_A,
+      mode: 0o644,
+      createdDirs: ['etc'],
+      writtenAt: NOW.toISOString(),
+    });
+    first.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+      reportEcho: { updatedAt: '2026-06-01T00:00:01.000Z', operatorUpdatedAt: '2026-06-01T00:00:00.000Z' },
+    });
+    first.state.pendingHookPaths.add('a.json');
+    await first.persist();
+    await first.close();
+    const statePath = path.join(settings.stateDir, 'state.json');
+    const before = await stat(statePath);
+    const bytes = await readFile(statePath);
+    // An idle pass: every record replaced by an equal copy, as record.ts does for each instance it confirms.
+    const second = await open();
+    for (const [id, record] of second.state.instances) second.state.instances.set(id, { ...record });
+    for (const [file, record] of second.state.files) {
+      second.state.files.set(file, { ...record, createdDirs: [...record.createdDirs] });
+    }
+    synced.clear();
+
+    await second.persist();
+    await second.persistState();
+
+    const after = await stat(statePath);
+    expect([after.ino, after.mtimeMs, after.ctimeMs]).toEqual([before.ino, before.mtimeMs, before.ctimeMs]);
+    expect(await readFile(statePath)).toEqual(bytes);
+    // A new process's first save fsynced even equal bytes before: none happens while nothing is queued.
+    expect([...synced]).not.toContain('state.json');
+  });
+
+  it('a changed record, a removed one, a hook path or a queued report make the save happen', async () => {
+    const first = await open();
+    first.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    await first.persist();
+    await first.close();
+    const statePath = path.join(settings.stateDir, 'state.json');
+    const load = async () => JSON.parse(await readFile(statePath, 'utf8')) as Record<string, unknown>;
+
+    const second = await open();
+    second.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 1,
+    });
+    await second.persist();
+    expect(await load()).toMatchObject({ instances: { cfg_a: { attempts: 1 } } });
+
+    second.state.pendingHookPaths.add('a.json');
+    await second.persist();
+    expect(await load()).toMatchObject({ pendingHookPaths: ['a.json'] });
+
+    second.state.instances.delete('cfg_a');
+    await second.persistState();
+    expect(await load()).toMatchObject({ instances: {} });
+    await second.close();
+
+    // Equal bytes, but a report is queued: a new process makes state.json durable before it can be delivered.
+    const third = await open();
+    third.outbox.enqueue('cfg_b', { activity_status: 'deployed', error_status: 'none' }, NOW);
+    synced.clear();
+    await third.persist();
+    expect([...synced]).toContain('state.json');
+  });
+
+  it('a state.json whose records carried attempts or a next attempt is written again, as the process holds them', async () => {
+    await mkdir(settings.stateDir, { recursive: true });
+    const file = {
+      version: 1,
+      deviceId: settings.deviceId,
+      rootDir: settings.rootDir,
+      files: {},
+      instances: {
+        cfg_a: {
+          relativePath: 'a.json',
+          activity: 'deployed',
+          error: 'failed',
+          attempts: 3,
+          nextAttemptAt: '2026-06-01T00:05:00.000Z',
+        },
+      },
+      pendingHookPaths: [],
+    };
+    await writeFile(path.join(settings.stateDir, 'state.json'), JSON.stringify(file));
+    const stateDir = await open();
+    await stateDir.persist();
+    const written = JSON.parse(await readFile(path.join(settings.stateDir, 'state.json'), 'utf8'));
+    expect(written.instances.cfg_a).toEqual({
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'failed',
+      attempts: 0,
+    });
+  });
+
+  it('after a failed persist, the next one writes what failed again', async () => {
     const stateDir = await open();
     await stateDir.persist();
     stateDir.state.instances.set('cfg_a', {
@@ -188,8 +299,13 @@ describe('StateDir: persisting', () => {
 
     await stateDir.persist();
 
-    // state.json was written before the failure and is unchanged now; the outbox is new bytes (a temp file).
-    expect([...synced]).toContain('state.json');
+    // state.json was written durably before the failure and still holds this state: nothing to redo. The outbox,
+    // whose rename failed, is written again (a temp file, fsynced, renamed, its directory fsynced).
+    expect([...synced]).not.toContain('state.json');
+    expect([...synced].some((name) => name.startsWith(TEMP_PREFIX))).toBe(true);
+    expect(JSON.parse(await readFile(path.join(settings.stateDir, 'outbox.json'), 'utf8'))).toMatchObject({
+      entries: [{ instanceId: 'cfg_a' }],
+    });
   });
 
   it('persistState writes the state only', async () => {

@@ -10,6 +10,7 @@ import { FileFingerprints } from './fingerprints.js';
 import { acquireStateLock, type StateLock } from './lock.js';
 import { StatusOutbox } from './outbox.js';
 import { emptyState, type LocalState, loadLocalState, STATE_FILE, saveLocalState } from './state.js';
+import { type StateSnapshot, sameAsSnapshot, snapshotState } from './state-snapshot.js';
 
 export interface StateDirSettings {
   stateDir: string;
@@ -30,10 +31,14 @@ export class StateDir {
   readonly #logger: Logger;
   #lock: StateLock | undefined;
   /**
-   * Whether state.json and the outbox were made durable by this process: until then (and after any failed
-   * persist) unchanged bytes are fsynced anyway, since an earlier run may have died before its fsync.
+   * Whether the outbox was made durable by this process: until then (and after any failed persist) unchanged
+   * bytes are fsynced anyway, since an earlier run may have died before its fsync.
    */
   #durable = false;
+  /** What state.json holds, when known (loaded, or written by this process); undefined after a failed save. */
+  #persisted: StateSnapshot | undefined;
+  /** Whether state.json was made durable by this process (as `#durable`, for state.json alone). */
+  #stateDurable = false;
   /** Temp files swept from the root at open, handed to the first pass's result once. */
   #sweptTempFiles: string[];
 
@@ -48,6 +53,7 @@ export class StateDir {
       readOnly: boolean;
       swept: string[];
       lock?: StateLock;
+      persisted?: StateSnapshot;
     },
   ) {
     this.#fs = fs;
@@ -60,6 +66,7 @@ export class StateDir {
     this.readOnly = parts.readOnly;
     this.#sweptTempFiles = parts.swept;
     this.#lock = parts.lock;
+    this.#persisted = parts.persisted;
   }
 
   /**
@@ -92,7 +99,7 @@ export class StateDir {
           );
         }
       }
-      const { state, outcome } = await loadLocalState(
+      const { state, outcome, persisted } = await loadLocalState(
         fs,
         settings.stateDir,
         settings.deviceId,
@@ -100,7 +107,11 @@ export class StateDir {
         settings.rootDir,
       ).catch((error: unknown) => {
         if (!readOnly) throw error;
-        return { state: emptyState(settings.deviceId, settings.rootDir), outcome: 'missing' as const };
+        return {
+          state: emptyState(settings.deviceId, settings.rootDir),
+          outcome: 'missing' as const,
+          persisted: undefined,
+        };
       });
       logger.debug({ outcome, managedFiles: state.files.size }, 'local state loaded');
       if (outcome === 'corrupt' && !readOnly) await keepCorruptState(fs, settings.stateDir, logger);
@@ -115,6 +126,7 @@ export class StateDir {
         readOnly,
         swept,
         ...(lock === undefined ? {} : { lock }),
+        ...(persisted === undefined ? {} : { persisted }),
       });
     } catch (error) {
       await lock?.release();
@@ -147,10 +159,8 @@ export class StateDir {
    */
   async persistRecords(): Promise<void> {
     if (this.readOnly) return;
-    await this.#durably(async (ensureDurable) => {
-      await saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable });
-      await this.outbox.persist({ ensureDurable });
-    });
+    await this.#saveState();
+    await this.#durably((ensureDurable) => this.outbox.persist({ ensureDurable }));
   }
 
   /** A cache: written only when it changed, and a failure costs the next pass some reads, nothing more. */
@@ -163,9 +173,30 @@ export class StateDir {
 
   async persistState(): Promise<void> {
     if (this.readOnly) return;
-    await this.#durably((ensureDurable) =>
-      saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable }),
-    );
+    await this.#saveState();
+  }
+
+  /**
+   * state.json, durably, unless it already holds this state: then there is nothing to serialise, read back or
+   * write (an idle pass of 1,000 instances spent ~20 ms of CPU on that). An equal state.json that an earlier
+   * process wrote may not be durable yet (it may have died before its fsync): that matters only once a report
+   * can follow, so while reports are queued it is fsynced as before, by the first save of this process. With
+   * none queued, nothing this process told the service depends on it, and a report queued later comes with a
+   * persist of its own before its delivery.
+   */
+  async #saveState(): Promise<void> {
+    const persisted = this.#persisted;
+    if (persisted !== undefined && sameAsSnapshot(this.state, persisted)) {
+      if (this.#stateDurable || this.outbox.size === 0) return;
+    }
+    const ensureDurable = !this.#stateDurable;
+    this.#persisted = undefined;
+    this.#stateDurable = false;
+    // Taken in the same synchronous step as saveLocalState serialises the state.
+    const snapshot = snapshotState(this.state);
+    await saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable });
+    this.#persisted = snapshot;
+    this.#stateDurable = true;
   }
 
   async #durably(persist: (ensureDurable: boolean) => Promise<unknown>): Promise<void> {

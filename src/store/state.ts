@@ -8,6 +8,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';
 import { StateDirError } from './errors.js';
+import type { StateSnapshot } from './state-snapshot.js';
 
 export const STATE_FILE = 'state.json';
 export const STATE_VERSION = 1;
@@ -215,7 +216,7 @@ export async function loadLocalState(
   deviceId: string,
   logger: Logger,
   rootDir = '',
-): Promise<{ state: LocalState; outcome: StateLoadOutcome }> {
+): Promise<{ state: LocalState; outcome: StateLoadOutcome; persisted?: StateSnapshot }> {
   const empty = () => emptyState(deviceId, rootDir);
   const raw = await readStateDirFile(fs, stateDir, STATE_FILE);
   if (raw === undefined) return { state: empty(), outcome: 'missing' };
@@ -260,6 +261,14 @@ export async function loadLocalState(
       pendingHookPaths: new Set(parsed.pendingHookPaths),
     },
     outcome: 'loaded',
+    // What the file holds (attempts and nextAttemptAt as read): a state still equal to it has nothing to write.
+    persisted: {
+      deviceId: parsed.deviceId,
+      rootDir: parsed.rootDir,
+      files: new Map(parsed.files),
+      instances: parsed.instances,
+      pendingHookPaths: new Set(parsed.pendingHookPaths),
+    },
   };
 }
 
