@@ -227,19 +227,29 @@ async function settleMetadataInPlace(
     if (stats.size !== wanted.data.byteLength) return 'differs';
     const existing = await readAtMost(handle, wanted.data.byteLength + 1, relativePath);
     if (Buffer.compare(existing, wanted.data) !== 0) return 'differs';
-    const groupChanges = wanted.gid !== undefined && stats.gid !== wanted.gid;
-    if (!groupChanges && (stats.mode & PERMISSION_BITS) === wanted.mode) {
-      if (wanted.ensureDurable) await step('fsync', relativePath, () => handle.sync());
-      return 'unchanged';
-    }
-    const gid = wanted.gid;
-    if (groupChanges && gid !== undefined) await step('chown', relativePath, () => handle.chown(-1, gid));
-    await step('chmod', relativePath, () => handle.chmod(wanted.mode));
-    if (wanted.durable) await step('fsync', relativePath, () => handle.sync());
-    return 'metadata';
+    return await settleMetadata(handle, stats, relativePath, wanted);
   } finally {
     await handle.close().catch(() => undefined);
   }
+}
+
+/** The bytes of the open file are the wanted ones: brings its group and mode to the wanted ones (see above). */
+async function settleMetadata(
+  handle: FileHandle,
+  stats: Stats,
+  relativePath: string,
+  wanted: { mode: number; gid: number | undefined; ensureDurable: boolean; durable: boolean },
+): Promise<'unchanged' | 'metadata'> {
+  const groupChanges = wanted.gid !== undefined && stats.gid !== wanted.gid;
+  if (!groupChanges && (stats.mode & PERMISSION_BITS) === wanted.mode) {
+    if (wanted.ensureDurable) await step('fsync', relativePath, () => handle.sync());
+    return 'unchanged';
+  }
+  const gid = wanted.gid;
+  if (groupChanges && gid !== undefined) await step('chown', relativePath, () => handle.chown(-1, gid));
+  await step('chmod', relativePath, () => handle.chmod(wanted.mode));
+  if (wanted.durable) await step('fsync', relativePath, () => handle.sync());
+  return 'metadata';
 }
 
 /**
@@ -457,6 +467,46 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
     }
   }
 
+  return writeTempAndRename(fs, inspection, {
+    relativePath,
+    mode,
+    dirMode,
+    gid,
+    signal,
+    durable,
+    syncDirectory,
+    verify: () => inspectPath(fs, rootDir, relativePath, verified),
+    // FileHandle.writeFile loops over short writes and reports ENOSPC, unlike a single write() call.
+    write: (handle) => step('write temp file', relativePath, () => handle.writeFile(data)),
+    sha256: () => sha256,
+    bytes: () => bytes,
+  });
+}
+
+/**
+ * The publish itself, once the path was inspected and the bytes in place found different: missing parents made,
+ * a temp file beside the target written by `write`, its group and mode set, fsynced, renamed over the target,
+ * the directory fsynced. `sha256` and `bytes` are asked once `write` is done.
+ */
+async function writeTempAndRename(
+  fs: FsPort,
+  inspection: Awaited<ReturnType<typeof inspectPath>>,
+  options: {
+    relativePath: string;
+    mode: number;
+    dirMode: number;
+    gid: number | undefined;
+    signal: AbortSignal | undefined;
+    durable: boolean;
+    syncDirectory: boolean;
+    /** The path checked again before the rename (see below). */
+    verify: () => ReturnType<typeof inspectPath>;
+    write: (handle: FileHandle) => Promise<unknown>;
+    sha256: () => string;
+    bytes: () => number;
+  },
+): Promise<PublishResult> {
+  const { relativePath, mode, dirMode, gid, signal, durable, syncDirectory } = options;
   const { root, segments, absolute } = inspection;
   const parentRelative = relativeDir(relativePath);
   const parentAbsolute = path.dirname(absolute);
@@ -485,8 +535,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
     handle = await step('create temp file', relativePath, () => fs.open(candidate, TEMP_FLAGS, 0o600));
     tempPath = candidate;
     const open = handle;
-    // FileHandle.writeFile loops over short writes and reports ENOSPC, unlike a single write() call.
-    await step('write temp file', relativePath, () => open.writeFile(data));
+    await options.write(open);
     signal?.throwIfAborted();
     // Group before mode: chown clears the set-id bits. The file is still private (0600) while it changes hands.
     if (gid !== undefined) await step('chown temp file', relativePath, () => open.chown(-1, gid));
@@ -499,7 +548,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
     // Node has no openat(): re-walk the chain so a symlink swapped in since the first check is still refused
     // (where anyone but the agent's user or root could have swapped one: see VerifiedDirectories).
     if (!inspection.stableParent) {
-      const recheck = await inspectPath(fs, rootDir, relativePath, verified);
+      const recheck = await options.verify();
       assertRegularOrAbsent(recheck.final, relativePath);
     }
 
@@ -518,7 +567,142 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
   // The rename is the commit point: it is not undone, and an abort no longer applies. Until the directory is
   // fsynced a power cut may still bring back the old file, so a failure here is still reported.
   if (syncDirectory) await fsyncDirectory(fs, parentAbsolute, parentRelative);
-  return { outcome: 'written', sha256, bytes, createdDirs: created, directory: parentRelative };
+  return {
+    outcome: 'written',
+    sha256: options.sha256(),
+    bytes: options.bytes(),
+    createdDirs: created,
+    directory: parentRelative,
+  };
+}
+
+/** Bytes a text is written and compared in, at most (a larger piece goes on its own). */
+const PIECE_CHUNK_BYTES = 64 * 1024;
+
+/**
+ * The UTF-8 bytes of `pieces`, joined, `PIECE_CHUNK_BYTES` at a time in one reused buffer: each chunk is valid
+ * only until the next is asked for. A piece that might not fit in a chunk is yielded on its own.
+ */
+function* chunksOf(pieces: Iterable<string>): Generator<Buffer> {
+  const buffer = Buffer.allocUnsafe(PIECE_CHUNK_BYTES);
+  let used = 0;
+  for (const piece of pieces) {
+    // A UTF-16 code unit takes at most three bytes in UTF-8.
+    if (piece.length * 3 > PIECE_CHUNK_BYTES - used) {
+      if (used > 0) yield buffer.subarray(0, used);
+      used = 0;
+      if (piece.length * 3 > PIECE_CHUNK_BYTES) {
+        yield Buffer.from(piece, 'utf8');
+        continue;
+      }
+    }
+    used += buffer.write(piece, used, 'utf8');
+  }
+  if (used > 0) yield buffer.subarray(0, used);
+}
+
+/** Writes all of `chunk` at the handle's position (a write may be short). */
+async function writeAll(handle: FileHandle, chunk: Uint8Array, relativePath: string): Promise<void> {
+  let written = 0;
+  while (written < chunk.byteLength) {
+    const { bytesWritten } = await step('write temp file', relativePath, () =>
+      handle.write(chunk, written, chunk.byteLength - written, null),
+    );
+    written += bytesWritten;
+  }
+}
+
+/**
+ * Compares the file open at `handle` (read from its position) with the text of `pieces`, a chunk of each at a
+ * time: when it holds exactly those bytes, their sha256 and length, else undefined.
+ */
+async function holdsPieces(
+  handle: FileHandle,
+  pieces: Iterable<string>,
+  relativePath: string,
+): Promise<{ sha256: string; bytes: number } | undefined> {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  for (const chunk of chunksOf(pieces)) {
+    const existing = await readAtMost(handle, chunk.byteLength, relativePath);
+    if (!existing.equals(chunk)) return undefined;
+    hash.update(chunk);
+    bytes += chunk.byteLength;
+  }
+  if ((await readAtMost(handle, 1, relativePath)).byteLength > 0) return undefined;
+  return { sha256: hash.digest('hex'), bytes };
+}
+
+export interface PublishTextRequest extends Omit<PublishRequest, 'data' | 'verified'> {
+  /**
+   * The file's text as pieces joined in order, made afresh each time it is called (it may be called twice: once
+   * to compare with the file in place, once to write): the whole text is never held at once, only a chunk of
+   * its bytes (64 KiB) — for the agent's own state, whose text at 10,000 managed files is ~4 MB.
+   * Each piece is a whole string: one ending in half of a surrogate pair would be written as U+FFFD.
+   */
+  pieces: () => Iterable<string>;
+}
+
+/**
+ * `publishFile` for a text given in pieces: the same protocol (temp file, fsync, rename, directory fsync), the
+ * same answers, and unchanged bytes are not rewritten — compared with the file in place a chunk at a time.
+ */
+export async function publishText(fs: FsPort, request: PublishTextRequest): Promise<PublishResult> {
+  const { rootDir, relativePath, pieces, mode, dirMode, gid, signal, durable = true } = request;
+  const syncDirectory = durable && (request.syncDirectory ?? true);
+  const ensureDurable = durable && (request.ensureDurable ?? false);
+  assertMode(mode, 'PublishRequest.mode');
+  if (gid !== undefined && (!Number.isInteger(gid) || gid < 0)) {
+    throw new RangeError(`PublishRequest.gid must be a non-negative integer, got ${String(gid)}`);
+  }
+  assertMode(dirMode, 'PublishRequest.dirMode');
+  signal?.throwIfAborted();
+  const inspection = await inspectPath(fs, rootDir, relativePath);
+  assertRegularOrAbsent(inspection.final, relativePath);
+  const directory = relativeDir(relativePath);
+  if (inspection.final !== undefined) {
+    const opened = await openRegularNoFollow(fs, inspection.absolute, relativePath);
+    if (opened !== undefined) {
+      const { handle, stats } = opened;
+      let same: { sha256: string; bytes: number; outcome: 'unchanged' | 'metadata' } | undefined;
+      try {
+        const held = await holdsPieces(handle, pieces(), relativePath);
+        if (held !== undefined) {
+          const wanted = { mode, gid, ensureDurable, durable };
+          same = { ...held, outcome: await settleMetadata(handle, stats, relativePath, wanted) };
+        }
+      } finally {
+        await handle.close().catch(() => undefined);
+      }
+      if (same !== undefined) {
+        if (ensureDurable && syncDirectory) {
+          await fsyncDirectory(fs, path.dirname(inspection.absolute), directory);
+        }
+        return { ...same, createdDirs: [], directory };
+      }
+    }
+  }
+  const hash = createHash('sha256');
+  let bytes = 0;
+  return writeTempAndRename(fs, inspection, {
+    relativePath,
+    mode,
+    dirMode,
+    gid,
+    signal,
+    durable,
+    syncDirectory,
+    verify: () => inspectPath(fs, rootDir, relativePath),
+    write: async (handle) => {
+      for (const chunk of chunksOf(pieces())) {
+        hash.update(chunk);
+        bytes += chunk.byteLength;
+        await writeAll(handle, chunk, relativePath);
+      }
+    },
+    sha256: () => hash.digest('hex'),
+    bytes: () => bytes,
+  });
 }
 
 /**
@@ -741,6 +925,33 @@ export async function writeDurableJson(
     rootDir: dir,
     relativePath: name,
     data: Buffer.from(`${text}\n`, 'utf8'),
+    mode,
+    dirMode: 0o700,
+    ...(options.ensureDurable === undefined ? {} : { ensureDurable: options.ensureDurable }),
+  });
+}
+
+/**
+ * Durably writes a text given in pieces (see `PublishTextRequest.pieces`) to `<dir>/<name>`, as
+ * `writeDurableJson` does: `dir` made with mode 0o700 if needed, unchanged content not rewritten.
+ */
+export async function writeDurableText(
+  fs: FsPort,
+  dir: string,
+  name: string,
+  pieces: () => Iterable<string>,
+  mode = 0o600,
+  options: { ensureDurable?: boolean } = {},
+): Promise<PublishResult> {
+  try {
+    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+  } catch (error) {
+    throw new DiskError({ operation: 'create state directory', path: '', cause: error });
+  }
+  return publishText(fs, {
+    rootDir: dir,
+    relativePath: name,
+    pieces,
     mode,
     dirMode: 0o700,
     ...(options.ensureDurable === undefined ? {} : { ensureDurable: options.ensureDurable }),

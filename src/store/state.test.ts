@@ -109,6 +109,57 @@ describe('saveLocalState / loadLocalState', () => {
     expect(vol.statSync(STATE_PATH).ino).toBe(inode);
   });
 
+  it('state.json holds the state without indentation: the bytes of JSON.stringify, then a newline', async () => {
+    const { fs, vol } = memfs();
+    const state = sampleState();
+    state.pendingHookPaths.add('z/last.json');
+    await saveLocalState(fs, STATE_DIR, state);
+    const text = vol.readFileSync(STATE_PATH, 'utf8') as string;
+    expect(text).toBe(`${JSON.stringify(serializeLocalState(state))}\n`);
+    expect(text.split('\n')).toHaveLength(2);
+    // The indented form of the versions before: ~30 % more bytes.
+    expect(Buffer.byteLength(text)).toBeLessThan(
+      0.8 * Buffer.byteLength(`${JSON.stringify(serializeLocalState(state), null, 2)}\n`),
+    );
+  });
+
+  it('keys in code-unit order, numeric-looking and __proto__ ones too', async () => {
+    const { fs, vol } = memfs();
+    const state = emptyState('dvc_1');
+    for (const [name, id] of [
+      ['b', '10'],
+      ['__proto__', '9'],
+      ['10', '__proto__'],
+      ['9', 'a'],
+    ] as const) {
+      state.files.set(name, { instanceId: id, sha256: SHA_A, mode: 0o600, createdDirs: [], writtenAt: 'x' });
+      state.instances.set(id, { relativePath: name, activity: 'deployed', error: 'none', attempts: 0 });
+    }
+    await saveLocalState(fs, STATE_DIR, state);
+    const text = vol.readFileSync(STATE_PATH, 'utf8') as string;
+    const keys = (section: string) =>
+      [...text.slice(text.indexOf(section)).matchAll(/"([^"]+)":\{"(?:instanceId|relativePath)"/g)]
+        .map((m) => m[1])
+        .slice(0, 4);
+    expect(keys('"files"')).toEqual(['10', '9', '__proto__', 'b']);
+    expect(keys('"instances"')).toEqual(['10', '9', '__proto__', 'a']);
+    const { state: loaded } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
+    expect(loaded.files).toEqual(state.files);
+    expect(loaded.instances).toEqual(state.instances);
+  });
+
+  it('an indented state.json of an earlier version is read, and rewritten without indentation at the next save', async () => {
+    const state = sampleState();
+    const indented = `${JSON.stringify(serializeLocalState(state), null, 2)}\n`;
+    const { fs, vol } = memfs({ [STATE_PATH]: indented });
+    const { state: loaded, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
+    expect(outcome).toBe('loaded');
+    expect(loaded.files).toEqual(state.files);
+    expect(await saveLocalState(fs, STATE_DIR, loaded)).toBe(true);
+    expect(vol.readFileSync(STATE_PATH, 'utf8')).toBe(`${JSON.stringify(serializeLocalState(loaded))}\n`);
+    expect(await saveLocalState(fs, STATE_DIR, loaded)).toBe(false);
+  });
+
   it('creates the state directory when it does not exist yet', async () => {
     const { fs, vol } = memfs();
     expect(await saveLocalState(fs, `${STATE_DIR}/nested`, sampleState())).toBe(true);

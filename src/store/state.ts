@@ -6,7 +6,7 @@ import { ConfigInstanceActivityStatus, ErrorStatus } from '../api/schemas.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
-import { writeDurableJson } from './durable-writer.js';
+import { writeDurableText } from './durable-writer.js';
 import { StateDirError } from './errors.js';
 import type { StateSnapshot } from './state-snapshot.js';
 
@@ -308,17 +308,52 @@ export async function readStateDirFile(
 
 const STATE_READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW;
 
+/** Entries in code-unit order of their keys. */
+function sortedEntries<T>(map: Map<string, T>): [string, T][] {
+  return [...map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
 export function serializeLocalState(state: LocalState): LocalStateFile {
-  const sortedEntries = <T>(map: Map<string, T>) =>
-    Object.fromEntries([...map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
   return {
     version: STATE_VERSION,
     deviceId: state.deviceId,
     rootDir: state.rootDir,
-    files: sortedEntries(state.files),
-    instances: sortedEntries(state.instances),
+    files: Object.fromEntries(sortedEntries(state.files)),
+    instances: Object.fromEntries(sortedEntries(state.instances)),
     pendingHookPaths: [...state.pendingHookPaths].sort(),
   };
+}
+
+/**
+ * state.json's text, a record at a time: `JSON.stringify(serializeLocalState(state))` without indentation
+ * (which was ~30 % of its bytes), keys in code-unit order, then a newline. Any version's `JSON.parse` reads it
+ * as before. The state is taken as it is now (its entries, whose records are replaced, never changed in
+ * place); the text is made afresh on each call of the function returned, so that it is never held whole
+ * (~4 MB at 10,000 managed files, ~5.6 MB indented before).
+ */
+export function stateFilePieces(state: LocalState): () => Iterable<string> {
+  const head =
+    `{"version":${STATE_VERSION},"deviceId":${JSON.stringify(state.deviceId)},` +
+    `"rootDir":${JSON.stringify(state.rootDir)},"files":`;
+  const files = sortedEntries(state.files);
+  const instances = sortedEntries(state.instances);
+  const tail = `,"pendingHookPaths":${JSON.stringify([...state.pendingHookPaths].sort())}}\n`;
+  return function* pieces() {
+    yield head;
+    yield* objectPieces(files);
+    yield ',"instances":';
+    yield* objectPieces(instances);
+    yield tail;
+  };
+}
+
+function* objectPieces(entries: readonly [string, unknown][]): Generator<string> {
+  let separator = '{';
+  for (const [key, value] of entries) {
+    yield `${separator}${JSON.stringify(key)}:${JSON.stringify(value)}`;
+    separator = ',';
+  }
+  yield separator === '{' ? '{}' : '}';
 }
 
 /** Persists the state durably; returns false when the bytes were unchanged (no flash write). */
@@ -328,6 +363,6 @@ export async function saveLocalState(
   state: LocalState,
   options: { ensureDurable?: boolean } = {},
 ): Promise<boolean> {
-  const result = await writeDurableJson(fs, stateDir, STATE_FILE, serializeLocalState(state), 0o600, options);
+  const result = await writeDurableText(fs, stateDir, STATE_FILE, stateFilePieces(state), 0o600, options);
   return result.outcome === 'written';
 }
