@@ -44,6 +44,12 @@ export interface ApplyContext {
   cacheWrittenFiles?: boolean;
   /** Set-aside bytes read back and held at once (default SET_ASIDE_BYTES_IN_FLIGHT). */
   setAsideBytesInFlight?: number;
+  /**
+   * Makes the batch's writes durable as intents before any of them is renamed into place (the state directory's
+   * write journal): what proves a file the agent's after a crash between its rename and state.json. A failure
+   * is logged and the writes go ahead, as they did before the journal.
+   */
+  declareWrites?: (intents: readonly { path: string; instanceId: string; sha256: string }[]) => Promise<void>;
   /** Steps per batch (default BATCH_STEPS). */
   batchSteps?: number;
   signal?: AbortSignal;
@@ -137,6 +143,22 @@ export async function applySteps(
   return { applied, aborted: ctx.signal?.aborted ?? false };
 }
 
+/** The batch's writes, declared before any of them is renamed (ApplyContext.declareWrites). */
+async function declareWrites(batch: readonly Step[], ctx: ApplyContext): Promise<void> {
+  if (ctx.declareWrites === undefined || ctx.signal?.aborted) return;
+  const intents: { path: string; instanceId: string; sha256: string }[] = [];
+  for (const step of batch) {
+    if (step.kind === 'write')
+      intents.push({ path: step.path, instanceId: step.instance.id, sha256: step.sha256 });
+  }
+  if (intents.length === 0) return;
+  try {
+    await ctx.declareWrites(intents);
+  } catch (error) {
+    ctx.logger.warn({ err: error }, 'could not declare the writes of a batch: written without');
+  }
+}
+
 function batchable(step: Step): boolean {
   return step.kind !== 'remove' && (step.kind !== 'write' || step.displaces.length === 0);
 }
@@ -170,6 +192,7 @@ async function applyBatch(batch: readonly Step[], ctx: ApplyContext): Promise<Ap
   const options: HandlerOptions = batched
     ? { batched, verified: new VerifiedDirectories(process.geteuid?.() ?? -1) }
     : { batched };
+  await declareWrites(batch, ctx);
   const results: (AppliedStep | undefined)[] = new Array(batch.length);
   let next = 0;
   const gate = new ByteGate(ctx.setAsideBytesInFlight ?? SET_ASIDE_BYTES_IN_FLIGHT);

@@ -585,6 +585,86 @@ describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {
   });
 });
 
+describe('runPass: ownership declared before the rename (intent.json)', () => {
+  /**
+   * A run that dies right after `relative` is renamed into place: the pass is stopped there, and the reconciler
+   * is closed without the persist a stop would make, so state.json never records the file (a kill -9).
+   */
+  async function killedAfterRenameOf(relative: string, fail = false): Promise<void> {
+    const controller = new AbortController();
+    const rename = world.fs.rename;
+    world.fs.rename = async (from, to) => {
+      if (String(to) !== path.join(world.rootDir, relative)) return rename(from, to);
+      controller.abort();
+      if (fail) throw Object.assign(new Error('EIO: simulated, rename'), { code: 'EIO' });
+      return rename(from, to);
+    };
+    await expect(world.reconciler.runPass({ mode: 'full', signal: controller.signal })).rejects.toThrow();
+    world.fs.rename = rename;
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client);
+  }
+
+  it('a file a killed run published and never recorded is removed when its still-queued instance is retired', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'motion/left.json', config_schema_id: 'sch_motion' });
+    await killedAfterRenameOf('motion/left.json');
+    expect(await fileAt('motion/left.json')).toBe(json({ owner: 'cfg_a' }));
+    expect(reportsReceived()).toEqual([]);
+    // The service swaps the schema to another path while cfg_a is still queued: cfg_a is retired with it.
+    put({ id: 'cfg_b', relative_filepath: 'motion/right.json', config_schema_id: 'sch_motion' });
+    world.server.state.removeInstance('cfg_a', T0);
+
+    const result = await pass();
+
+    expect(await exists('motion/left.json')).toBe(false);
+    expect(await fileAt('motion/right.json')).toBe(json({ owner: 'cfg_b' }));
+    expect(reportsReceived().sort()).toEqual(['cfg_a removed/none', 'cfg_b deployed/none']);
+    expect(result.converged).toBe(true);
+    // Settled: state.json records what the journal declared, and the journal is gone.
+    expect(await exists(path.join('..', 'state', 'intent.json'))).toBe(false);
+  });
+
+  it('retired alone (no successor), the same file is removed too', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'a.json' });
+    await killedAfterRenameOf('a.json');
+    world.server.state.removeInstance('cfg_a', T0);
+
+    const result = await pass();
+
+    expect(await exists('a.json')).toBe(false);
+    expect(reportsReceived()).toEqual(['cfg_a removed/none']);
+    expect(result.converged).toBe(true);
+  });
+
+  it('a declared write whose rename never happened proves nothing: the file there stays', async () => {
+    await writeFile(path.join(world.rootDir, 'a.json'), 'an operator file\n');
+    put({ id: 'cfg_a', relative_filepath: 'a.json' });
+    await killedAfterRenameOf('a.json', true);
+    expect(await fileAt('a.json')).toBe('an operator file\n');
+    world.server.state.removeInstance('cfg_a', T0);
+
+    const result = await pass();
+
+    expect(await fileAt('a.json')).toBe('an operator file\n');
+    expect(reportsReceived()).toEqual(['cfg_a removed/none']);
+    expect(result.converged).toBe(true);
+    expect(await exists(path.join('..', 'state', 'intent.json'))).toBe(false);
+  });
+
+  it('a file a killed run published and never recorded is confirmed, not rewritten, when still wanted', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'a.json' });
+    await killedAfterRenameOf('a.json');
+    const before = await stat(path.join(world.rootDir, 'a.json'));
+
+    const result = await pass();
+
+    const after = await stat(path.join(world.rootDir, 'a.json'));
+    expect(after.ino).toBe(before.ino);
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none']);
+    expect(result.converged).toBe(true);
+  });
+});
+
 describe('runPass: pulls', () => {
   it('an incremental poll fetches the recorded owner of a path a newcomer wants, so the newcomer is refused', async () => {
     put({ id: 'cfg_owner', relative_filepath: 'app.json', updated_at: '2026-01-05T00:00:00.000Z' });

@@ -59,6 +59,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   result.mode = pulled.mode;
   for (const instance of pulled.instances) ctx.lastSeenUpdatedAt.set(instance.id, instance.updated_at);
 
+  if (!result.dryRun) await adoptDeclaredWrites(ctx);
   const disk = await observeDisk(deps.fs, settings.rootDir, pulled.instances, {
     ...(signal === undefined ? {} : { signal }),
     fingerprints: { store: dir.fingerprints, now: () => deps.clock.now() },
@@ -97,6 +98,20 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   // Also when the outbox is empty: what the deliveries during apply did goes into the result.
   await report(ctx, result, signal, reports);
   return finish();
+}
+
+/**
+ * Files an earlier run renamed into place and died before state.json recorded (or whose directory fsync failed)
+ * are the agent's by their declared bytes: recorded before planning, so a retired instance's file is removed.
+ */
+async function adoptDeclaredWrites(ctx: PassContext): Promise<void> {
+  try {
+    const adopted = await ctx.dir.adoptDeclaredWrites(new Date(ctx.deps.clock.now()).toISOString());
+    if (adopted.length > 0)
+      ctx.logger.warn({ paths: adopted }, 'recorded files an interrupted run wrote and did not record');
+  } catch (error) {
+    ctx.logger.warn({ err: error }, 'could not check the writes an interrupted run declared');
+  }
 }
 
 /** A root removed since start-up is made again before writing into it (a failure is left to the writes). */
@@ -186,6 +201,7 @@ function applyContext(ctx: PassContext, signal: AbortSignal | undefined): ApplyC
     dirMode: settings.dirMode,
     files: dir.state.files,
     cache: dir.cache,
+    declareWrites: (intents) => dir.declareWrites(intents),
     ...(settings.batchSteps === undefined ? {} : { batchSteps: settings.batchSteps }),
     ...(settings.cacheWrittenFiles === undefined ? {} : { cacheWrittenFiles: settings.cacheWrittenFiles }),
     ...(signal === undefined ? {} : { signal }),

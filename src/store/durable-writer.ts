@@ -361,6 +361,41 @@ export async function hashRegularFile(
 }
 
 /**
+ * The sha256 and permission bits of a regular file under the root when they are `sha256`, after the file and
+ * its directory were fsynced: bytes a run renamed into place and could not record (killed, or its directory
+ * fsync failed) become durable before anything is recorded of them. Undefined when the file is absent or holds
+ * other bytes (nothing is fsynced then); a symlink or directory there throws PathRejectedError.
+ */
+export async function syncRegularFileIf(
+  fs: FsPort,
+  rootDir: string,
+  relativePath: string,
+  sha256: string,
+): Promise<{ mode: number } | undefined> {
+  const opened = await openRegularUnderRoot(fs, rootDir, relativePath);
+  if (opened === undefined) return undefined;
+  const { handle, stats } = opened;
+  try {
+    const hash = createHash('sha256');
+    const buffer = Buffer.allocUnsafe(Math.min(HASH_CHUNK_BYTES, stats.size + 1));
+    for (;;) {
+      const { bytesRead } = await step('read', relativePath, () =>
+        handle.read(buffer, 0, buffer.length, null),
+      );
+      if (bytesRead === 0) break;
+      hash.update(buffer.subarray(0, bytesRead));
+    }
+    if (hash.digest('hex') !== sha256) return undefined;
+    await step('fsync', relativePath, () => handle.sync());
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+  const dir = relativeDir(relativePath);
+  await fsyncDirectory(fs, path.join(path.resolve(rootDir), dir), dir);
+  return { mode: stats.mode & PERMISSION_BITS };
+}
+
+/**
  * Creates the missing parents of the target one by one/**
  * Creates the missing parents of the target one by one, recording each one this call made. Each directory is
  * then opened with O_NOFOLLOW|O_DIRECTORY: a symlink that raced in is caught there, and the chmod goes through

@@ -7,6 +7,7 @@ import { ContentCache } from './content-cache.js';
 import { sweepTempFiles } from './durable-writer.js';
 import { StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
+import { IntentJournal, type WriteIntent } from './intent-journal.js';
 import { acquireStateLock, type StateLock } from './lock.js';
 import { StatusOutbox } from './outbox.js';
 import { emptyState, type LocalState, loadLocalState, STATE_FILE, saveLocalState } from './state.js';
@@ -24,6 +25,8 @@ export class StateDir {
   readonly cache: ContentCache;
   /** Identities of managed files whose bytes were hashed: observation skips reading those unchanged. */
   readonly fingerprints: FileFingerprints;
+  /** Writes declared before their renames and not yet recorded by a durable state.json (intent-journal.ts). */
+  readonly intents: IntentJournal;
   /** True for dry runs: nothing is locked, swept or persisted. */
   readonly readOnly: boolean;
   readonly #fs: FsPort;
@@ -50,6 +53,7 @@ export class StateDir {
       state: LocalState;
       outbox: StatusOutbox;
       fingerprints: FileFingerprints;
+      intents: IntentJournal;
       readOnly: boolean;
       swept: string[];
       lock?: StateLock;
@@ -62,6 +66,7 @@ export class StateDir {
     this.state = parts.state;
     this.outbox = parts.outbox;
     this.fingerprints = parts.fingerprints;
+    this.intents = parts.intents;
     this.cache = new ContentCache(fs, settings.stateDir);
     this.readOnly = parts.readOnly;
     this.#sweptTempFiles = parts.swept;
@@ -119,10 +124,14 @@ export class StateDir {
         ? StatusOutbox.ephemeral(fs, settings.stateDir, logger)
         : await StatusOutbox.open(fs, settings.stateDir, logger);
       const fingerprints = await FileFingerprints.load(fs, settings.stateDir, settings.rootDir, logger);
+      const intents = readOnly
+        ? IntentJournal.empty(fs, settings.stateDir, settings.rootDir, logger)
+        : await IntentJournal.open(fs, settings.stateDir, settings.rootDir, logger);
       return new StateDir(fs, settings, logger, {
         state,
         outbox,
         fingerprints,
+        intents,
         readOnly,
         swept,
         ...(lock === undefined ? {} : { lock }),
@@ -186,8 +195,12 @@ export class StateDir {
    */
   async #saveState(): Promise<void> {
     const persisted = this.#persisted;
+    // The declared writes this state records (intent-journal.ts), taken before it is serialised: settled once
+    // a durable state.json holds them. A batch landing during the save stays declared.
+    const recorded = this.intents.recordedIn(this.state.files);
     if (persisted !== undefined && sameAsSnapshot(this.state, persisted)) {
-      if (this.#stateDurable || this.outbox.size === 0) return;
+      if (this.#stateDurable) return this.intents.settle(recorded);
+      if (this.outbox.size === 0) return;
     }
     const ensureDurable = !this.#stateDurable;
     this.#persisted = undefined;
@@ -197,6 +210,7 @@ export class StateDir {
     await saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable });
     this.#persisted = snapshot;
     this.#stateDurable = true;
+    await this.intents.settle(recorded);
   }
 
   async #durably(persist: (ensureDurable: boolean) => Promise<unknown>): Promise<void> {
@@ -204,6 +218,24 @@ export class StateDir {
     this.#durable = false;
     await persist(ensureDurable);
     this.#durable = true;
+  }
+
+  /**
+   * Declares writes about to be renamed into the root (intent-journal.ts): durable before any of their renames,
+   * so a run that dies before state.json records them leaves the proof that their bytes are the agent's.
+   */
+  async declareWrites(intents: readonly WriteIntent[]): Promise<void> {
+    if (this.readOnly || intents.length === 0) return;
+    await this.intents.declare(intents);
+  }
+
+  /**
+   * Records the declared writes whose exact bytes are at their paths and that state.json does not record yet
+   * (a run died between a rename and the persist), each fsynced first; before a pass plans. Returns the paths.
+   */
+  async adoptDeclaredWrites(now: string): Promise<string[]> {
+    if (this.readOnly || this.intents.size === 0) return [];
+    return this.intents.adopt(this.state, now);
   }
 
   /** Drops cached contents no managed file references any more (after a full pass). */

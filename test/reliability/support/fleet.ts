@@ -33,8 +33,11 @@ const SMALL_PATHS = [
 ];
 const BIG_PATH = 'var/lib/app/model-params.json';
 /**
- * Two paths of one config schema: deploying at one retires the instance deployed at the other (the service's
- * schema conflict), so the agent swaps them — removes one file and writes the other, rolling back on failure.
+ * Two paths of one config schema: deploying at one retires the instance at the other, queued or deployed (the
+ * service's schema conflict), so the agent swaps them — removes one file and writes the other, rolling back on
+ * failure. A queued one retired may have had its file published by a killed run that never recorded it: the
+ * write's declaration (`intent.json`, src/store/intent-journal.ts) must still get that file removed. Swaps were
+ * once restricted to deployed instances, which hid that leak (RELIABILITY_SEED=2846312739, 150 kills).
  */
 const SWAP_PATHS = ['srv/motion/left.json', 'srv/motion/right.json'];
 const SWAP_SCHEMA = 'cfs_motion';
@@ -212,7 +215,6 @@ export class Fleet {
       const live = here.find((i) => i.target_status === 'deployed');
       const roll = random();
       const ratio = relativePath === BIG_PATH ? changeRatio / 3 : changeRatio;
-      if (!this.#swapAllowed(relativePath)) continue;
       if (live === undefined) {
         if (roll < 0.5) this.deployVersion(relativePath, random);
       } else if (roll < ratio) {
@@ -221,20 +223,6 @@ export class Fleet {
         this.server.state.removeInstance(live.id, new Date().toISOString());
       }
     }
-  }
-
-  /**
-   * A deploy at a swap path retires the instance the other path holds, like `removeInstance` retires one: only
-   * when the service knows that one as deployed and expects nothing more there. An instance retired while still
-   * queued is archived — its file, if a killed run wrote it without recording it, legitimately stays.
-   */
-  #swapAllowed(relativePath: string): boolean {
-    if (!SWAP_PATHS.includes(relativePath)) return true;
-    return SWAP_PATHS.filter((other) => other !== relativePath).every((other) => {
-      const there = this.instancesAt(other);
-      const live = there.find((i) => i.target_status === 'deployed');
-      return live === undefined || (live.activity_status === 'deployed' && !this.#pending(there));
-    });
   }
 
   /** Whether the service still expects the agent to act at this path (a write or a removal). */

@@ -1,0 +1,179 @@
+// Ownership declared before a rename: what proves, after a run died between a publish and state.json recording
+// it, that the file at a path holding exactly those bytes is the agent's (and so may be deleted when retired).
+import path from 'node:path';
+import * as z from 'zod';
+import { errnoCode } from '../lib/errors.js';
+import type { FsPort } from '../lib/fs-port.js';
+import type { Logger } from '../lib/logger.js';
+import { syncRegularFileIf, writeDurableJson } from './durable-writer.js';
+import { PathRejectedError } from './errors.js';
+import { validateRelativePath } from './path-guard.js';
+import { type LocalState, type ManagedFile, readStateDirFile } from './state.js';
+
+export const INTENT_FILE = 'intent.json';
+
+/** A write about to be published: the file at `path` will hold bytes hashing to `sha256`, for `instanceId`. */
+export interface WriteIntent {
+  path: string;
+  instanceId: string;
+  sha256: string;
+}
+
+const IntentFile = z.object({
+  version: z.literal(1),
+  rootDir: z.string(),
+  intents: z.array(
+    z.object({
+      path: z.string(),
+      instanceId: z.string().min(1),
+      sha256: z.string().regex(/^[0-9a-f]{64}$/),
+    }),
+  ),
+});
+
+/**
+ * `intent.json` in the state directory: every write declared and not yet recorded by a durable `state.json`.
+ * A batch of writes is declared (the file published durably, one per batch, never one per file) before any of
+ * its renames; after a persist of `state.json` that records them, they are settled and the file is unlinked.
+ * The unlink needs no fsync: every later publish in the state directory (the next declaration, the next
+ * `state.json`) fsyncs the directory, and a journal that outlives it holds only entries the `state.json` beside
+ * it already records, which adoption leaves as they are.
+ *
+ * A declared entry proves nothing alone (the rename may never have happened): `adopt` records one only when
+ * the file at its path holds exactly its bytes, after fsyncing the file and its directory, so a record never
+ * stands for bytes a power cut could still take back.
+ */
+export class IntentJournal {
+  readonly #fs: FsPort;
+  readonly #stateDir: string;
+  readonly #rootDir: string;
+  readonly #logger: Logger;
+  /** Declared and not settled, by path (a later declaration for a path replaces the earlier one). */
+  readonly #pending = new Map<string, WriteIntent>();
+  /**
+   * Pending intents `adopt` recorded in the state: whatever becomes of their record afterwards (a removal, a
+   * rewrite), the next durable state.json carries it, so they settle with it.
+   */
+  readonly #adopted = new Set<WriteIntent>();
+  /** Whether intent.json may exist on disk. */
+  #onDisk = false;
+
+  private constructor(fs: FsPort, stateDir: string, rootDir: string, logger: Logger) {
+    this.#fs = fs;
+    this.#stateDir = stateDir;
+    this.#rootDir = rootDir;
+    this.#logger = logger;
+  }
+
+  /** A journal that declares nothing yet and found none (dry runs: nothing is read or written). */
+  static empty(fs: FsPort, stateDir: string, rootDir: string, logger: Logger): IntentJournal {
+    return new IntentJournal(fs, stateDir, rootDir, logger);
+  }
+
+  /** The journal a crashed run left, if any (entries of another root directory are dropped). */
+  static async open(fs: FsPort, stateDir: string, rootDir: string, logger: Logger): Promise<IntentJournal> {
+    const journal = new IntentJournal(fs, stateDir, rootDir, logger);
+    const raw = await readStateDirFile(fs, stateDir, INTENT_FILE);
+    if (raw === undefined) return journal;
+    journal.#onDisk = true;
+    try {
+      const parsed = IntentFile.parse(JSON.parse(raw));
+      if (parsed.rootDir !== rootDir) return journal;
+      for (const intent of parsed.intents) {
+        validateRelativePath(intent.path);
+        journal.#pending.set(intent.path, intent);
+      }
+    } catch (error) {
+      // Torn it cannot be (published whole); edited or of another version: it proves nothing.
+      journal.#pending.clear();
+      logger.warn({ err: error, file: INTENT_FILE }, 'unreadable write journal ignored');
+    }
+    return journal;
+  }
+
+  get size(): number {
+    return this.#pending.size;
+  }
+
+  /** Makes the intents durable, with every earlier one not settled yet; call before any of their renames. */
+  async declare(intents: readonly WriteIntent[]): Promise<void> {
+    for (const intent of intents) this.#pending.set(intent.path, intent);
+    this.#onDisk = true;
+    await writeDurableJson(this.#fs, this.#stateDir, INTENT_FILE, {
+      version: 1,
+      rootDir: this.#rootDir,
+      intents: [...this.#pending.values()],
+    });
+  }
+
+  /**
+   * The pending intents `files` records as written, or that `adopt` recorded: taken just before `state.json` is serialized, they are
+   * settled once that persist succeeded (`settle`). Intents declared or recorded later stay pending.
+   */
+  recordedIn(files: ReadonlyMap<string, ManagedFile>): WriteIntent[] {
+    if (this.#pending.size === 0) return [];
+    const recorded: WriteIntent[] = [];
+    for (const intent of this.#pending.values()) {
+      const file = files.get(intent.path);
+      const inFiles = file?.instanceId === intent.instanceId && file.sha256 === intent.sha256;
+      if (inFiles || this.#adopted.has(intent)) recorded.push(intent);
+    }
+    return recorded;
+  }
+
+  /** After a durable persist of `state.json` holding `recorded`: those are proven there now. */
+  async settle(recorded: readonly WriteIntent[]): Promise<void> {
+    for (const intent of recorded) {
+      if (this.#pending.get(intent.path) === intent) this.#pending.delete(intent.path);
+      this.#adopted.delete(intent);
+    }
+    if (this.#pending.size > 0 || !this.#onDisk) return;
+    try {
+      await this.#fs.unlink(path.join(this.#stateDir, INTENT_FILE));
+      this.#onDisk = false;
+    } catch (error) {
+      if (errnoCode(error) === 'ENOENT') this.#onDisk = false;
+      else this.#logger.warn({ err: error }, 'could not remove the settled write journal');
+    }
+  }
+
+  /**
+   * Records in `state` every pending intent it does not record yet whose file holds exactly the declared bytes
+   * (fsynced first, with its directory): a run died after the rename and before `state.json` recorded it, or
+   * the write's directory fsync failed. An intent whose file is absent or holds other bytes is dropped: its
+   * rename never happened, or the file changed since. One that cannot be checked (EIO) stays for the next pass.
+   * Run before a pass plans, never while writes are in flight. Returns the paths adopted.
+   */
+  async adopt(state: LocalState, now: string): Promise<string[]> {
+    const adopted: string[] = [];
+    for (const intent of [...this.#pending.values()]) {
+      const file = state.files.get(intent.path);
+      if (file?.instanceId === intent.instanceId && file.sha256 === intent.sha256) continue;
+      let found: { mode: number } | undefined;
+      try {
+        found = await syncRegularFileIf(this.#fs, this.#rootDir, intent.path, intent.sha256);
+      } catch (error) {
+        // A symlink or directory there now: not a file the agent wrote. A disk error: checked next pass.
+        if (!(error instanceof PathRejectedError)) {
+          this.#logger.warn({ err: error, path: intent.path }, 'could not check a declared write');
+          continue;
+        }
+      }
+      if (found === undefined) {
+        this.#pending.delete(intent.path);
+        continue;
+      }
+      state.files.set(intent.path, {
+        instanceId: intent.instanceId,
+        sha256: intent.sha256,
+        mode: found.mode,
+        // The directories the write may have made are not known: a removal leaves them (empty) in place.
+        createdDirs: file?.createdDirs ?? [],
+        writtenAt: now,
+      });
+      this.#adopted.add(intent);
+      adopted.push(intent.path);
+    }
+    return adopted;
+  }
+}
