@@ -106,4 +106,59 @@ describe('withRequestRetry', () => {
     });
     expect([calls, clock.slept]).toEqual([1, []]);
   });
+
+  it('a stop ends it: before a try, while one runs (its answer is not handed on) and while it waits', async () => {
+    const reason = new Error('stopped');
+    const stopped = AbortSignal.abort(reason);
+    let calls = 0;
+    const ok = async () => {
+      calls += 1;
+      return 'ok';
+    };
+    await expect(
+      withRequestRetry('list', ok, { ...options(recordingClock()), signal: stopped }),
+    ).rejects.toBe(reason);
+    expect(calls).toBe(0);
+
+    const stop = new AbortController();
+    const answeredAfterStop = async () => {
+      calls += 1;
+      stop.abort(reason);
+      return 'late';
+    };
+    await expect(
+      withRequestRetry('list', answeredAfterStop, { ...options(recordingClock()), signal: stop.signal }),
+    ).rejects.toBe(reason);
+    expect(calls).toBe(1);
+
+    const during = new AbortController();
+    const sleepingClock: Clock = {
+      now: () => 0,
+      monotonic: () => 0,
+      sleep: async (_ms, signal) => {
+        during.abort(reason);
+        signal?.throwIfAborted();
+      },
+    };
+    let tries = 0;
+    const failing = async () => {
+      tries += 1;
+      throw new NetworkError(target, 'ECONNRESET');
+    };
+    await expect(
+      withRequestRetry('list', failing, { ...options(sleepingClock), signal: during.signal }),
+    ).rejects.toBe(reason);
+    expect(tries).toBe(1);
+  });
+
+  it('hands up a thrown non-error as an Error, without retrying it', async () => {
+    const clock = recordingClock();
+    let calls = 0;
+    const throwing = async () => {
+      calls += 1;
+      throw 'boom';
+    };
+    await expect(withRequestRetry('list', throwing, options(clock))).rejects.toBeInstanceOf(TypeError);
+    expect([calls, clock.slept]).toEqual([1, []]);
+  });
 });

@@ -1,5 +1,4 @@
 // The one retry layer for a service request: retryable errors only, full jitter, Retry-After honoured.
-import pRetry from 'p-retry';
 import { clampRetryAfterMs, fullJitterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import type { Logger } from '../lib/logger.js';
@@ -27,26 +26,28 @@ export async function withRequestRetry<T>(
   request: () => Promise<T>,
   options: RequestRetryOptions,
 ): Promise<T> {
-  const willRetry = (error: unknown) =>
-    isRetryableError(error) && (retryAfterOf(error) ?? 0) <= options.maxDelayMs;
-  return pRetry(request, {
-    retries: options.retries,
-    // Delays come from onFailedAttempt, through the injected clock and randomness.
-    minTimeout: 0,
-    maxTimeout: 0,
-    randomize: false,
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
-    shouldRetry: ({ error }) => willRetry(error),
-    onFailedAttempt: async ({ error, attemptNumber, retriesLeft }) => {
-      if (retriesLeft <= 0 || !willRetry(error)) return;
-      const delayMs = retryDelayMs(error, attemptNumber, options);
-      options.logger.warn(
-        { err: error, attempt: attemptNumber, delayMs, request: what },
-        'request failed; retrying',
-      );
-      await options.clock.sleep(delayMs, options.signal);
-    },
-  });
+  // A loop of its own (p-retry before): one closure and one options object fewer per request, no option
+  // validation on every call; ~1,000 status reports of a first sync each go through here.
+  const { signal } = options;
+  for (let attempt = 1; ; attempt += 1) {
+    signal?.throwIfAborted();
+    let result: T;
+    try {
+      result = await request();
+    } catch (thrown) {
+      const error = thrown instanceof Error ? thrown : new TypeError(`non-error thrown: ${String(thrown)}`);
+      // `retries` retries after the first try; only retryable errors, and only a Retry-After this layer may honour.
+      if (attempt > options.retries || !isRetryableError(error)) throw error;
+      if ((retryAfterOf(error) ?? 0) > options.maxDelayMs) throw error;
+      const delayMs = retryDelayMs(error, attempt, options);
+      options.logger.warn({ err: error, attempt, delayMs, request: what }, 'request failed; retrying');
+      await options.clock.sleep(delayMs, signal);
+      continue;
+    }
+    // An answer that arrives after a stop is not handed on: the stop wins, as it does before a try.
+    signal?.throwIfAborted();
+    return result;
+  }
 }
 
 /** Full-jitter exponential delay (lib/backoff.ts), or the server's Retry-After when it asks for longer. */
