@@ -163,7 +163,7 @@ describe.each(PORTS)('observeDisk with fingerprints, %s', (_name, port) => {
     expect(store.size).toBe(0);
   });
 
-  it('a file that appears between its lstat and its read is observed as read but not fingerprinted', async () => {
+  it('a file that appears after its lstat found it absent is observed absent (as of that lstat) and not fingerprinted', async () => {
     const now = await settled();
     const store = FileFingerprints.empty(root);
     const target = path.join(root, FILE);
@@ -190,7 +190,8 @@ describe.each(PORTS)('observeDisk with fingerprints, %s', (_name, port) => {
       fingerprints: { store, now: () => now },
     });
 
-    expect(disk.get(FILE)).toMatchObject({ kind: 'file', sha256: sha256Hex(Buffer.from(BYTES)) });
+    // What observePath would answer had it looked a moment earlier; the writer checks the path again itself.
+    expect(disk.get(FILE)).toEqual({ kind: 'absent' });
     expect(store.size).toBe(0);
   });
 
@@ -257,6 +258,36 @@ describe.each(PORTS)('observeDisk with fingerprints, %s', (_name, port) => {
     expect(withPrints.get(FILE)?.kind).toBe('rejected');
     expect(withPrints.get('gone/x')).toEqual({ kind: 'absent' });
     expect(withPrints.get('../x')?.kind).toBe('rejected');
+  });
+
+  it('judges absent paths exactly as without fingerprints: missing file, missing directories, a file in the way, too long, no root', async () => {
+    const now = await settled();
+    // Past PATH_MAX once under the root: rejected, not absent, though nothing of it exists.
+    const tooLong = `gone/${'d'.repeat(250)}/${'e'.repeat(250)}/${Array.from({ length: 16 }, () => 'f'.repeat(250)).join('/')}`;
+    const instances = [
+      { relative_filepath: 'app/missing.json' },
+      { relative_filepath: 'gone/deeper/x.json' },
+      { relative_filepath: `${FILE}/under-a-file` },
+      { relative_filepath: tooLong },
+    ];
+    const judge = async () => {
+      const store = FileFingerprints.empty(root);
+      const withPrints = await observeDisk(port, root, instances, {
+        fingerprints: { store, now: () => now },
+      });
+      const without = await observeDisk(port, root, instances);
+      expect([...withPrints]).toEqual([...without]);
+      return withPrints;
+    };
+    const seen = await judge();
+    expect(seen.get('app/missing.json')).toEqual({ kind: 'absent' });
+    expect(seen.get('gone/deeper/x.json')).toEqual({ kind: 'absent' });
+    expect(seen.get(`${FILE}/under-a-file`)?.kind).toBe('rejected');
+    expect(seen.get(tooLong)?.kind).toBe('rejected');
+    await rm(root, { recursive: true });
+    const rootless = await judge();
+    expect(rootless.get('app/missing.json')).toEqual({ kind: 'absent' });
+    expect(rootless.get(tooLong)?.kind).toBe('rejected');
   });
 });
 

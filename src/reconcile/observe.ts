@@ -2,12 +2,12 @@
 import type { BigIntStats } from 'node:fs';
 import path from 'node:path';
 import type { ConfigInstance } from '../api/schemas.js';
-import { errorMessage } from '../lib/errors.js';
+import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { hashRegularFile } from '../store/durable-writer.js';
 import { DiskError, PathRejectedError } from '../store/errors.js';
 import { type FileFingerprints, identityOf, sameIdentity } from '../store/fingerprints.js';
-import { validateRelativePath } from '../store/path-guard.js';
+import { fitsUnderRoot, validateRelativePath } from '../store/path-guard.js';
 import type { DiskObservation } from './plan.js';
 
 /** Paths observed at once: a pass with nothing to do is mostly these, each a few thread-pool round trips. */
@@ -68,9 +68,11 @@ export async function observePath(fs: FsPort, rootDir: string, relative: string)
 
 /**
  * One lstat when the path is valid, its parents are real directories (checked once per directory per pass)
- * and the file's identity is the fingerprinted one. Anything else — a new or changed file, a symlink, a
- * missing parent, an error — goes through `observePath`, whose verdict stands, and a file read there is
- * fingerprinted when its identity did not change while it was read.
+ * and the file's identity is the fingerprinted one. A path known absent here — its directory chain real up to
+ * a missing directory, or its directory real and the file missing — is `absent` at once, as `observePath` would
+ * judge it: a first sync's every path is that, and walking each again cost a stat of the root and an lstat per
+ * directory. Anything else — a new or changed file, a symlink, an error — goes through `observePath`, whose
+ * verdict stands, and a file read there is fingerprinted when its identity did not change while it was read.
  */
 async function observeWithFingerprint(
   fs: FsPort,
@@ -82,6 +84,10 @@ async function observeWithFingerprint(
   const { store, now } = fingerprints;
   const readFrom = now();
   const before = await regularFileStats(fs, rootDir, relative, directories);
+  if (before === ABSENT) {
+    store.forget(relative);
+    return { kind: 'absent' };
+  }
   if (before !== undefined) {
     const sha256 = store.lookup(relative, identityOf(before), readFrom);
     if (sha256 !== undefined) {
@@ -94,7 +100,7 @@ async function observeWithFingerprint(
     return observation;
   }
   const after = await regularFileStats(fs, rootDir, relative, directories);
-  if (after !== undefined && sameIdentity(identityOf(before), identityOf(after))) {
+  if (after !== undefined && after !== ABSENT && sameIdentity(identityOf(before), identityOf(after))) {
     store.record(relative, identityOf(after), observation.sha256, readFrom);
   } else {
     store.forget(relative);
@@ -102,49 +108,66 @@ async function observeWithFingerprint(
   return observation;
 }
 
-/** The lstat of a regular file at a valid path under real directories; undefined for anything else. */
+/** Nothing at the path, found without an error: a real directory chain from the root up to a missing entry. */
+const ABSENT = 'absent';
+
+/**
+ * The lstat of a regular file at a valid path under real directories; ABSENT when the path or one of its
+ * directories is missing under real directories; undefined for anything else (observePath judges it).
+ */
 async function regularFileStats(
   fs: FsPort,
   rootDir: string,
   relative: string,
   directories: DirectoryCheck,
-): Promise<BigIntStats | undefined> {
+): Promise<BigIntStats | typeof ABSENT | undefined> {
   try {
     validateRelativePath(relative);
   } catch {
     return undefined;
   }
   const parent = path.posix.dirname(relative);
-  if (!(await directories.isRealDirectory(parent === '.' ? '' : parent))) return undefined;
-  const stats = await lstatOrUndefined(fs, path.join(path.resolve(rootDir), relative));
+  const chain = await directories.state(parent === '.' ? '' : parent);
+  if (chain === ABSENT) return fitsUnderRoot(path.resolve(rootDir), relative) ? ABSENT : undefined;
+  if (chain !== 'directory') return undefined;
+  const stats = await lstatOrAbsent(fs, path.join(path.resolve(rootDir), relative));
+  if (stats === ABSENT) return fitsUnderRoot(path.resolve(rootDir), relative) ? ABSENT : undefined;
   return stats?.isFile() ? stats : undefined;
 }
 
 /**
- * lstat, never following a symlink; undefined when it fails. Synchronous where the port offers it: a pass with
- * nothing to do is mostly these, and a thread-pool round trip costs several syscalls and two thread switches.
+ * lstat, never following a symlink; ABSENT for ENOENT, undefined when it fails otherwise. Synchronous where the
+ * port offers it: a pass with nothing to do is mostly these, and a thread-pool round trip costs several
+ * syscalls and two thread switches.
  */
-async function lstatOrUndefined(fs: FsPort, absolute: string): Promise<BigIntStats | undefined> {
+async function lstatOrAbsent(fs: FsPort, absolute: string): Promise<BigIntStats | typeof ABSENT | undefined> {
   try {
-    if (fs.lstatSync !== undefined) return fs.lstatSync(absolute, { bigint: true, throwIfNoEntry: false });
+    if (fs.lstatSync !== undefined) {
+      return fs.lstatSync(absolute, { bigint: true, throwIfNoEntry: false }) ?? ABSENT;
+    }
     return await fs.lstat(absolute, { bigint: true });
-  } catch {
-    return undefined;
+  } catch (error) {
+    return errnoCode(error) === 'ENOENT' ? ABSENT : undefined;
   }
 }
 
-/** Whether each directory under the root is a real directory (no symlink on the way), asked once per pass. */
+type DirectoryState = 'directory' | typeof ABSENT | 'other';
+
+/**
+ * What each directory under the root is, asked once per pass: a real directory (no symlink on the way), ABSENT
+ * (missing, every directory above it real), or 'other' (a symlink, a file, an error: left to observePath).
+ */
 class DirectoryCheck {
   readonly #fs: FsPort;
   readonly #root: string;
-  readonly #known = new Map<string, Promise<boolean>>();
+  readonly #known = new Map<string, Promise<DirectoryState>>();
 
   constructor(fs: FsPort, rootDir: string) {
     this.#fs = fs;
     this.#root = path.resolve(rootDir);
   }
 
-  isRealDirectory(relative: string): Promise<boolean> {
+  state(relative: string): Promise<DirectoryState> {
     let known = this.#known.get(relative);
     if (known === undefined) {
       known = this.#check(relative);
@@ -153,19 +176,21 @@ class DirectoryCheck {
     return known;
   }
 
-  async #check(relative: string): Promise<boolean> {
+  async #check(relative: string): Promise<DirectoryState> {
     try {
       if (relative === '') {
         // The root is the trust anchor: reached through symlinks on purpose, as path-guard's checkRoot does.
-        return (await this.#fs.stat(this.#root)).isDirectory();
+        return (await this.#fs.stat(this.#root)).isDirectory() ? 'directory' : 'other';
       }
       const parent = path.posix.dirname(relative);
-      if (!(await this.isRealDirectory(parent === '.' ? '' : parent))) return false;
-      const stats = await lstatOrUndefined(this.#fs, path.join(this.#root, relative));
-      if (stats === undefined) return false;
-      return stats.isDirectory() && !stats.isSymbolicLink();
-    } catch {
-      return false;
+      const above = await this.state(parent === '.' ? '' : parent);
+      if (above !== 'directory') return above;
+      const stats = await lstatOrAbsent(this.#fs, path.join(this.#root, relative));
+      if (stats === ABSENT) return ABSENT;
+      return stats?.isDirectory() ? 'directory' : 'other';
+    } catch (error) {
+      // A missing root holds no file at all (observePath: `absent`); any other failure is judged there.
+      return relative === '' && errnoCode(error) === 'ENOENT' ? ABSENT : 'other';
     }
   }
 }

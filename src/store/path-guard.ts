@@ -229,12 +229,22 @@ export async function inspectPath(
  * (the instance fails at once), not a disk error retried for hours before it fails anyway.
  */
 function assertFitsUnderRoot(root: string, relativePath: string): void {
-  const absolute = path.join(root, relativePath);
-  const temp = Buffer.byteLength(path.dirname(absolute)) + 1 + TEMP_NAME_BYTES;
-  const longest = Math.max(Buffer.byteLength(absolute), temp);
+  const longest = longestPathUnderRoot(root, relativePath);
   if (longest > MAX_PATH_BYTES) {
     throw new PathRejectedError('too_long_under_root', relativePath, `${longest} bytes`);
   }
+}
+
+/** Whether `inspectPath` lets `relativePath` under `root` (made absolute) through its length check. */
+export function fitsUnderRoot(root: string, relativePath: string): boolean {
+  return longestPathUnderRoot(root, relativePath) <= MAX_PATH_BYTES;
+}
+
+/** The longer of the target's absolute path and its temp file's, in bytes. */
+function longestPathUnderRoot(root: string, relativePath: string): number {
+  const absolute = path.join(root, relativePath);
+  const temp = Buffer.byteLength(path.dirname(absolute)) + 1 + TEMP_NAME_BYTES;
+  return Math.max(Buffer.byteLength(absolute), temp);
 }
 
 /** Throws PathRejectedError unless `stats` (the final path's lstat, if it exists) is a regular file. */
