@@ -25,12 +25,13 @@ import {
   TimeoutError,
 } from './errors.js';
 import {
+  cutListBody,
   cutListBytes,
   isUsableInstanceId,
   JsonTextError,
   NATIVE_SPLIT_MAX_CHARS,
+  parseCompactListBody,
   parseJson,
-  splitListBody,
 } from './json.js';
 import {
   type ConfigInstancePage,
@@ -535,8 +536,8 @@ export function createClient(options: ClientOptions): ServiceClient {
 
   /**
    * A list page: the envelope checked on its own, then each item judged on its own as the pager takes it
-   * (list-page.ts PageItems). A small body of valid UTF-8 is split as text (json.ts splitListBody, natively
-   * when compact); a large one, or one that is not UTF-8, stays bytes and is cut on them, each item decoded
+   * (list-page.ts PageItems). A small body of valid UTF-8 in the compact form is parsed natively once and its
+   * items judged on their values (json.ts parseCompactListBody), any other is cut into texts; a large one, or one that is not UTF-8, stays bytes and is cut on them, each item decoded
    * only when judged: a page of large items never exists as one text, and broken UTF-8 inside one item costs
    * only that item (inside the envelope, the page).
    */
@@ -544,9 +545,16 @@ export function createClient(options: ClientOptions): ServiceClient {
     let envelope: string;
     let items: PageItems;
     if (body.length <= NATIVE_SPLIT_MAX_CHARS && isUtf8(body)) {
-      const parts = splitListBody(body.toString('utf8'));
-      envelope = parts.envelopeText;
-      items = PageItems.ofTexts(parts.items);
+      const text = body.toString('utf8');
+      const compact = parseCompactListBody(text);
+      if (compact !== undefined) {
+        envelope = compact.envelopeText;
+        items = PageItems.ofValues(compact.values);
+      } else {
+        const parts = cutListBody(text);
+        envelope = parts.envelopeText;
+        items = PageItems.ofTexts(parts.items);
+      }
     } else {
       const parts = cutListBytes(body);
       if (!isUtf8(parts.envelope)) throw new JsonTextError('the body is not valid UTF-8', 0);

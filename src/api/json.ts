@@ -228,6 +228,25 @@ export const NATIVE_SPLIT_MAX_CHARS = 1024 * 1024;
  * once, and a larger body (large items) is never parsed whole. Anything else is cut by `cutListBody`.
  */
 export function splitListBody(text: string): ListBodyParts {
+  const compact = parseCompactListBody(text);
+  if (compact === undefined) return cutListBody(text);
+  return { envelopeText: compact.envelopeText, items: compact.values.map((item) => JSON.stringify(item)) };
+}
+
+/** A compact list body parsed natively: its envelope's text, and each item's value as `parseJson` gives it. */
+export interface ListBodyValues {
+  envelopeText: string;
+  values: unknown[];
+}
+
+/**
+ * A body of at most NATIVE_SPLIT_MAX_CHARS in the compact form the service sends, parsed natively once: each item
+ * is the very value `parseJson` gives for its text (the whole printed back as written, so every number of every
+ * item does and no key is repeated), so it needs no text of its own, no second parse and no print-back. The
+ * tree of the page stays whole until the page is done: at most what a 1 MiB body parses into. Undefined for
+ * anything else, which is cut (`splitListBody`).
+ */
+export function parseCompactListBody(text: string): ListBodyValues | undefined {
   const compact = text.length <= NATIVE_SPLIT_MAX_CHARS ? parseCompact(text) : undefined;
   const list = compact?.value;
   if (typeof list === 'object' && list !== null && !Array.isArray(list) && Object.hasOwn(list, 'data')) {
@@ -235,10 +254,10 @@ export function splitListBody(text: string): ListBodyParts {
     const { data } = envelope;
     if (Array.isArray(data)) {
       envelope.data = [];
-      return { envelopeText: JSON.stringify(envelope), items: data.map((item) => JSON.stringify(item)) };
+      return { envelopeText: JSON.stringify(envelope), values: data };
     }
   }
-  return cutListBody(text);
+  return undefined;
 }
 
 /**

@@ -1,8 +1,8 @@
 // The hand checks of everyday list items against zod and the full content walk: never a different verdict, only a faster one.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { LosslessNumber, parseJson } from './json.js';
-import { judgeConfigInstance, quickInstance } from './list-page.js';
+import { cutListBody, LosslessNumber, parseCompactListBody, parseJson } from './json.js';
+import { judgeConfigInstance, judgeParsedItem, PageItems, quickInstance } from './list-page.js';
 import { ConfigInstance, isCleanContent, locateContentProblem } from './schemas.js';
 
 const T0 = '2025-01-01T00:00:00Z';
@@ -153,6 +153,64 @@ describe('quickInstance', () => {
       id: 'cfg_1',
       problem: expect.stringContaining('updated_at'),
     });
+  });
+});
+
+describe('items of a compact body judged on their values', () => {
+  it('judgeParsedItem gives what judgeConfigInstance gives for the text (generated items, one field mutated)', () => {
+    const fields = Object.keys(item());
+    const kinds = { valid: 0, other: 0 };
+    fc.assert(
+      fc.property(
+        fc.record({
+          id: fc.string({ maxLength: 20 }),
+          target_status: fc.constantFrom(...ConfigInstance.shape.target_status.options, 'retired'),
+          activity_status: fc.constantFrom(...ConfigInstance.shape.activity_status.options),
+          created_at: validTimestamp,
+          content: fc.oneof(
+            { arbitrary: fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 })), weight: 4 },
+            content,
+          ),
+        }),
+        fc.nat({ max: fields.length * 2 }),
+        fc.oneof(anyValue, timestamp),
+        (valid, which, bad) => {
+          const value: Record<string, unknown> = item(valid);
+          const field = fields[which];
+          if (field !== undefined) value[field] = bad;
+          const text = JSON.stringify(value);
+          // What the native parse of a compact body holds for this item.
+          const verdict = judgeParsedItem(JSON.parse(text));
+          expect(verdict).toEqual(judgeConfigInstance(text));
+          kinds[verdict.kind === 'valid' ? 'valid' : 'other'] += 1;
+        },
+      ),
+      { numRuns: 1_500 },
+    );
+    expect(kinds.valid).toBeGreaterThan(200);
+    expect(kinds.other).toBeGreaterThan(200);
+  });
+
+  it('a page of values judges like the page of texts cut from the same body, a too-deep item included', () => {
+    const deep = `${'['.repeat(600)}${']'.repeat(600)}`;
+    const items = [
+      JSON.stringify(item({ id: 'cfg_a' })),
+      JSON.stringify(item({ id: 'cfg_b', target_status: 'retired' })),
+      JSON.stringify(item({ id: 'cfg_c', updated_at: 'yesterday' })),
+      JSON.stringify(item({ id: 'cfg_d' })).replace('{"port":8080}', `{"deep":${deep}}`),
+    ];
+    const body = `{"object":"list","total_count":4,"limit":10,"offset":0,"has_more":false,"data":[${items.join(',')}]}`;
+    const compact = parseCompactListBody(body);
+    expect(compact?.envelopeText).toBe(cutListBody(body).envelopeText);
+    const byValues = [...PageItems.ofValues(compact?.values ?? [])];
+    expect(byValues).toEqual([...PageItems.ofTexts(cutListBody(body).items)]);
+    expect(byValues.map((judged) => judged.kind)).toEqual(['valid', 'unknown_status', 'invalid', 'invalid']);
+    expect(byValues[3]).toMatchObject({
+      id: 'cfg_d',
+      problem: expect.stringContaining('nested more than 512'),
+    });
+    // Not compact (a number written 1.0): no values, the body is cut as before.
+    expect(parseCompactListBody(body.replace('"limit":10', '"limit":10.0'))).toBeUndefined();
   });
 });
 

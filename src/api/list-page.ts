@@ -75,6 +75,14 @@ export class PageItems implements Iterable<PageItem> {
     return new PageItems(texts.length, (index) => judgeConfigInstance(texts[index]!));
   }
 
+  /**
+   * Items parsed natively from a compact body (json.ts parseCompactListBody): the everyday item is checked by
+   * hand on its value; any other is judged from its text as `ofTexts` would, so every problem is named alike.
+   */
+  static ofValues(values: readonly unknown[]): PageItems {
+    return new PageItems(values.length, (index) => judgeParsedItem(values[index]));
+  }
+
   /** Items as `[start, end)` byte ranges of `body`, two numbers per item (json.ts cutListBytes). */
   static ofBytes(body: Buffer, ranges: readonly number[]): PageItems {
     return new PageItems(ranges.length / 2, (index) =>
@@ -229,6 +237,17 @@ export function quickInstance(value: unknown): ConfigInstance | undefined {
     config_type: null,
     content: v.content as ConfigInstance['content'],
   };
+}
+
+/**
+ * Judges an item parsed from a compact body: what `judgeConfigInstance` gives for its text (JSON.stringify of
+ * it, which parses back to an equal value). A valid everyday item holds nothing nested past its content's 64
+ * levels, so the hand check needs no depth guard; anything else goes through the text.
+ */
+export function judgeParsedItem(value: unknown): PageItem {
+  const quick = quickInstance(value);
+  if (quick !== undefined) return { kind: 'valid', instance: quick };
+  return judgeConfigInstance(JSON.stringify(value));
 }
 
 /** Judges the text of one list item. Never throws: every outcome is a value. */
