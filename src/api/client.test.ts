@@ -19,6 +19,7 @@ import {
   TimeoutError,
 } from './errors.js';
 import { isJsonContentFile } from './json-file.js';
+import type { ConfigInstance } from './schemas.js';
 
 const API_KEY = 'sk-unit-test-0123456789abcdef';
 const T0 = '2025-01-01T00:00:00Z';
@@ -258,7 +259,8 @@ describe('request shape', () => {
     const report = { activity_status: 'deployed', error_status: 'none' } as const;
     const answer = await c.reportConfigInstanceStatus('ci_1', report);
     expect(answer).toMatchObject({ id: 'ci_1', updated_at: '2025-01-02T00:00:00Z' });
-    const content = answer?.content;
+    // A whole answer is the whole instance (only one over the cap is read for its head).
+    const content = (answer as ConfigInstance | undefined)?.content;
     expect(isJsonContentFile(content) && content.data.toString('utf8')).toBe(
       `${JSON.stringify({ rules }, null, 2)}\n`,
     );

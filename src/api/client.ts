@@ -32,6 +32,8 @@ import {
   NATIVE_SPLIT_MAX_CHARS,
   parseCompactListBody,
   parseJson,
+  peekId,
+  peekStrings,
 } from './json.js';
 import {
   type ConfigInstancePage,
@@ -43,6 +45,7 @@ import {
 import { chooseProxy, type ProxySettings } from './proxy.js';
 import {
   ConfigInstance,
+  ConfigInstanceActivityStatus,
   type ConfigInstanceFilters,
   ConfigInstanceList,
   type ConfigInstanceListExpand,
@@ -53,6 +56,7 @@ import {
   type DeviceFilters,
   DeviceList,
   ErrorBody,
+  ErrorStatus,
   type ListEnvelope,
   type ListExpand,
   type Release,
@@ -150,7 +154,31 @@ export interface ServiceClient {
     id: string,
     report: StatusReport,
     opts?: { signal?: AbortSignal },
-  ): Promise<ConfigInstance | undefined>;
+  ): Promise<ReportAnswer | undefined>;
+}
+
+/**
+ * What a report's answer tells: the instance as the service now holds it. An answer over the cap is read only
+ * for these fields, from its first bytes (when they come before its content).
+ */
+export type ReportAnswer = Pick<ConfigInstance, 'id' | 'activity_status' | 'error_status' | 'updated_at'>;
+
+/**
+ * The id, statuses and `updated_at` of the instance a report's answer over the cap holds, read from its first
+ * bytes as the pager reads a lone oversize item's (json.ts `peekStrings`: the object's own keys, each given once);
+ * undefined unless all four are there and valid. Without them the report still settles (the status got through),
+ * but its new `updated_at` went unrecorded: the agent's own report then counted as an operator's update, and two
+ * instances at one path took turns winning it.
+ */
+function reportAnswerHead(prefix: Buffer): ReportAnswer | undefined {
+  const text = prefix.toString('utf8');
+  const id = peekId(text, 1);
+  const fields = peekStrings(text, 1, ['activity_status', 'error_status', 'updated_at']);
+  const activity = ConfigInstanceActivityStatus.safeParse(fields.activity_status);
+  const error = ErrorStatus.safeParse(fields.error_status);
+  const updatedAt = ConfigInstance.shape.updated_at.safeParse(fields.updated_at);
+  if (id === undefined || !activity.success || !error.success || !updatedAt.success) return undefined;
+  return { id, activity_status: activity.data, error_status: error.data, updated_at: updatedAt.data };
 }
 
 /** Page size of the iterators: the spec's maximum, so a pull costs as few round trips as possible. */
@@ -420,7 +448,7 @@ interface CallSpec<T> {
    * The result of a 2xx whose body is over the cap, when the status alone means success (a report): without it
    * such an answer fails with ResponseTooLargeError, as a body the caller needs does.
    */
-  whenTooLarge?: () => T;
+  whenTooLarge?: (prefix: Buffer) => T;
   signal: AbortSignal | undefined;
 }
 
@@ -672,7 +700,7 @@ export function createClient(options: ClientOptions): ServiceClient {
     } catch (error) {
       if (error instanceof TooLarge && spec.whenTooLarge !== undefined && status !== undefined) {
         emit(target, started, 'ok', status);
-        return spec.whenTooLarge();
+        return spec.whenTooLarge(error.prefix);
       }
       const classified = transportError(error, target, deadline, spec.signal);
       const outcome = outcomeOf(classified);
@@ -809,8 +837,8 @@ export function createClient(options: ClientOptions): ServiceClient {
         // same report twice leaves the service as once (docs/spec-gaps.md; the outbox resends them too).
         idempotent: true,
         read: readReportAnswer,
-        // The service recorded the report; only its echo (the instance as updated) is not read.
-        whenTooLarge: () => undefined,
+        // The service recorded the report; of its echo (the instance as updated) only the head is read.
+        whenTooLarge: reportAnswerHead,
         signal: opts?.signal,
       });
     },

@@ -314,6 +314,51 @@ describe('one bad item never blocks the others', () => {
   });
 });
 
+describe('report answers and oversize items over server.maxResponseBytes', () => {
+  const PATCH = '^/v1/config_instances/[^/]+$';
+
+  it("a report's answer over the cap still records its new updated_at: two instances at one path do not take turns", async () => {
+    await open(64 * 1024);
+    put({ id: 'cfg_old', relative_filepath: 'app.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    put({ id: 'cfg_new', relative_filepath: 'app.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    // Every report's answer is padded past the cap after the instance's head (id, statuses, updated_at).
+    const pad = `"pad":"${'p'.repeat(70 * 1024)}","content":`;
+    fault({ match: PATCH, count: 1000, mode: 'rewrite', replace: [{ find: '"content":', with: pad }] });
+
+    await pass();
+    expect(await fileAt('app.json')).toBe(`${JSON.stringify({ owner: 'cfg_new' }, null, 2)}\n`);
+    expect(reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
+    // cfg_old's own report moved its updated_at past cfg_new's: only the recorded echo says it was the agent's.
+    await pass();
+    await pass();
+
+    expect(await fileAt('app.json')).toBe(`${JSON.stringify({ owner: 'cfg_new' }, null, 2)}\n`);
+    expect(reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
+  });
+
+  it('an instance too large by itself whose content comes before its statuses is reported retrying once, not on every pass', async () => {
+    await open(64 * 1024);
+    put({ id: 'cfg_a' });
+    put({ id: 'cfg_big', content: { blob: 'y'.repeat(100_000) } });
+    // The service's field order: the content first, its statuses past the 64 KiB the agent reads of it.
+    const first = `"object":"config_instance","id":"cfg_big","content":{"blob":"${'y'.repeat(100_000)}"},`;
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"object":"config_instance","id":"cfg_big",', with: first }],
+    });
+
+    await pass();
+    await pass();
+    await pass();
+
+    expect(reports().filter((r) => r.startsWith('cfg_big '))).toEqual(['cfg_big queued/retrying']);
+    expect(await exists('cfg_a.json')).toBe(true);
+    expect(await exists('cfg_big.json')).toBe(false);
+  });
+});
+
 describe('an id the service lists twice', () => {
   const DUPLICATED =
     'invalid instance from the service: listed more than once in one listing by the service (ambiguous: no copy is used)';

@@ -348,7 +348,15 @@ export function recordInvalid(items: readonly InvalidListItem[], ctx: RecordCont
     const known = item.errorStatus === error || (record?.error === error && record.message === message);
     const queued = pending?.error_status === error && pending.message === message;
     if (!known && !queued) ctx.outbox.enqueue(item.id, report, new Date(ctx.clock.now()));
-    if (record !== undefined) ctx.state.instances.set(item.id, { ...record, error, message });
+    // Recorded even for an instance the agent never knew: an item too large by itself whose statuses come after
+    // its content (past the bytes read of it) tells nothing of what the service holds, and only this record
+    // keeps its report from going out again on every pass.
+    ctx.state.instances.set(
+      item.id,
+      record === undefined
+        ? { relativePath: '', activity: report.activity_status, error, message, attempts: 0 }
+        : { ...record, error, message },
+    );
     const path = record?.relativePath ?? '';
     const action = error === 'failed' ? 'failed' : 'retrying';
     return { instanceId: item.id, path, action, converged: item.errorStatus === 'failed', message };

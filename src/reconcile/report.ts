@@ -1,8 +1,8 @@
 // Report: delivers the outbox in order; each failed delivery is judged by the one status classifier.
-import type { ServiceClient } from '../api/client.js';
+import type { ReportAnswer, ServiceClient } from '../api/client.js';
 import { deliveryVerdict, HttpStatusError, ReportContradictedError } from '../api/errors.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
-import type { ConfigInstance, StatusReport } from '../api/schemas.js';
+import type { StatusReport } from '../api/schemas.js';
 import { type Backoff, backoffCeilingMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Logger } from '../lib/logger.js';
 import type { DeliveryBackoff, OutboxEntry, StatusOutbox } from '../store/outbox.js';
@@ -255,7 +255,7 @@ export class PassReports {
  * Remembers the `updated_at` our own report gave an instance, with the one it had before: a report is not
  * an operator's update, so it must not change which of two instances at one path was "updated last".
  */
-function recordReportEcho(ctx: ReportContext, updated: ConfigInstance): boolean {
+function recordReportEcho(ctx: ReportContext, updated: ReportAnswer): boolean {
   const record = ctx.state.instances.get(updated.id);
   const before = ctx.lastSeenUpdatedAt.get(updated.id);
   if (record === undefined || before === undefined || before === updated.updated_at) return false;

@@ -164,13 +164,13 @@ describe('PATCH /v1/config_instances/{id} (extension: the agent status report)',
       activity_status: 'deployed',
       error_status: 'none',
     });
-    expect(first?.status).toBe('deployed');
+    expect((first as ConfigInstance | undefined)?.status).toBe('deployed');
     const second = await client.reportConfigInstanceStatus('cfg_r2_camera_front', {
       activity_status: 'deployed',
       error_status: 'failed',
       message: 'write failed: ENOSPC',
     });
-    expect(second?.status).toBe('failed');
+    expect((second as ConfigInstance | undefined)?.status).toBe('failed');
     expect(await instance('cfg_r2_camera_front')).toEqual(second);
 
     expect(await contract.admin.reports()).toEqual([
