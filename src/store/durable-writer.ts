@@ -12,7 +12,7 @@ import {
   inspectPath,
   lstatOrUndefined,
   TEMP_PREFIX,
-  type VerifiedDirectories,
+  VerifiedDirectories,
   validateRelativePath,
 } from './path-guard.js';
 
@@ -411,6 +411,7 @@ async function createParents(
   created: string[],
   signal: AbortSignal | undefined,
   durable: boolean,
+  verified: VerifiedDirectories,
 ): Promise<void> {
   for (let index = existingParents; index < segments.length - 1; index += 1) {
     signal?.throwIfAborted();
@@ -438,6 +439,10 @@ async function createParents(
     try {
       // mkdir's mode is filtered by the umask; the operator asked for exactly dirMode.
       if (made) await step('chmod directory', relative, () => handle.chmod(dirMode));
+      // Just opened without following a symlink, under a parent nobody else can change: stable when sealed.
+      if (verified.has(relativeDir(relative))) {
+        verified.saw(relative, await step('stat directory', relative, () => handle.stat()));
+      }
     } finally {
       await handle.close().catch(() => undefined);
     }
@@ -448,6 +453,60 @@ async function createParents(
     const parent = relativeDir(relative);
     await fsyncDirectory(fs, path.join(root, parent), parent);
   }
+}
+
+/** A path through an open descriptor: the kernel resolves it to that very directory, whatever was swapped since. */
+const PROC_FD = '/proc/self/fd';
+
+/**
+ * The target's parent, opened by a walk from the root that follows no symlink: each directory opened with
+ * O_NOFOLLOW|O_DIRECTORY inside the one before it, named through /proc/self/fd (openat() without openat(), which
+ * Node lacks). The temp file is created, and renamed, inside this descriptor's directory: another local user
+ * who swaps a directory on the way for a symlink at any moment — between the walk, the create, the re-walk and
+ * the rename — cannot take the write out of the root. Undefined when the file system port has no /proc that
+ * names the descriptor (memfs in tests): the re-walk before the rename is then the only check.
+ */
+async function pinParent(
+  fs: FsPort,
+  root: string,
+  segments: readonly string[],
+  relativePath: string,
+): Promise<FileHandle | undefined> {
+  let handle = await step('open directory', '', () => fs.open(root, DIR_FLAGS));
+  try {
+    if (!(await namesItself(fs, handle))) {
+      await handle.close().catch(() => undefined);
+      return undefined;
+    }
+    let relative = '';
+    for (const segment of segments.slice(0, -1)) {
+      relative = relative === '' ? segment : `${relative}/${segment}`;
+      let next: FileHandle;
+      try {
+        next = await fs.open(`${PROC_FD}/${handle.fd}/${segment}`, DIR_FLAGS | constants.O_NOFOLLOW);
+      } catch (error) {
+        const code = errnoCode(error);
+        if (code === 'ELOOP') throw new PathRejectedError('crosses_symlink', relativePath, relative);
+        if (code === 'ENOTDIR') throw new PathRejectedError('not_a_directory', relativePath, relative);
+        throw new DiskError({ operation: 'open directory', path: relative, cause: error });
+      }
+      await handle.close().catch(() => undefined);
+      handle = next;
+    }
+    return handle;
+  } catch (error) {
+    await handle.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** Whether /proc/self/fd/N names this open directory (not so on memfs, nor without /proc). */
+async function namesItself(fs: FsPort, handle: FileHandle): Promise<boolean> {
+  const [named, own] = await Promise.all([
+    fs.stat(`${PROC_FD}/${handle.fd}`).catch(() => undefined),
+    handle.stat().catch(() => undefined),
+  ]);
+  return named !== undefined && own !== undefined && named.dev === own.dev && named.ino === own.ino;
 }
 
 /** Best-effort rollback after a failed publish: the caller never learns these dirs exist, so nobody would prune them. */
@@ -468,7 +527,10 @@ async function removeCreatedDirs(fs: FsPort, root: string, created: readonly str
  * signal's reason on abort; in every failure before the rename the old file is intact and no temp file is left.
  */
 export async function publishFile(fs: FsPort, request: PublishRequest): Promise<PublishResult> {
-  const { rootDir, relativePath, data, mode, dirMode, gid, signal, verified, durable = true } = request;
+  const { rootDir, relativePath, data, mode, dirMode, gid, signal, durable = true } = request;
+  // Without a batch's cache, one for this publish alone: its walk tells a parent nobody else can change (then
+  // no re-walk and no pinned descriptor are needed) from one they can.
+  const verified = request.verified ?? new VerifiedDirectories(process.geteuid?.() ?? -1);
   const syncDirectory = durable && (request.syncDirectory ?? true);
   const ensureDurable = durable && (request.ensureDurable ?? false);
   assertMode(mode, 'PublishRequest.mode');
@@ -510,6 +572,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
     signal,
     durable,
     syncDirectory,
+    verified,
     verify: () => inspectPath(fs, rootDir, relativePath, verified),
     // FileHandle.writeFile loops over short writes and reports ENOSPC, unlike a single write() call.
     write: (handle) => step('write temp file', relativePath, () => handle.writeFile(data)),
@@ -534,6 +597,8 @@ async function writeTempAndRename(
     signal: AbortSignal | undefined;
     durable: boolean;
     syncDirectory: boolean;
+    /** What the inspection (and any earlier publish of its batch) found stable; createParents adds to it. */
+    verified: VerifiedDirectories;
     /** The path checked again before the rename (see below). */
     verify: () => ReturnType<typeof inspectPath>;
     write: (handle: FileHandle) => Promise<unknown>;
@@ -541,7 +606,7 @@ async function writeTempAndRename(
     bytes: () => number;
   },
 ): Promise<PublishResult> {
-  const { relativePath, mode, dirMode, gid, signal, durable, syncDirectory } = options;
+  const { relativePath, mode, dirMode, gid, signal, durable, syncDirectory, verified } = options;
   const { root, segments, absolute } = inspection;
   const parentRelative = relativeDir(relativePath);
   const parentAbsolute = path.dirname(absolute);
@@ -549,6 +614,7 @@ async function writeTempAndRename(
   let tempPath: string | undefined;
   let handle: FileHandle | undefined;
   let renamed = false;
+  let pinned: FileHandle | undefined;
   try {
     signal?.throwIfAborted();
     await createParents(
@@ -561,12 +627,17 @@ async function writeTempAndRename(
       created,
       signal,
       durable,
+      verified,
     );
     signal?.throwIfAborted();
+    const stableParent = inspection.stableParent || verified.has(parentRelative);
+    // Where someone else could swap a directory on the way, the rest goes through the parent's descriptor.
+    if (!stableParent) pinned = await pinParent(fs, root, segments, relativePath);
+    const directory = pinned === undefined ? parentAbsolute : `${PROC_FD}/${pinned.fd}`;
 
     // Same directory as the target so the rename is atomic; unguessable name + O_EXCL|O_NOFOLLOW so nobody can
     // pre-plant a symlink or a file there for the agent to write through.
-    const candidate = path.join(parentAbsolute, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
+    const candidate = path.join(directory, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
     handle = await step('create temp file', relativePath, () => fs.open(candidate, TEMP_FLAGS, 0o600));
     tempPath = candidate;
     const open = handle;
@@ -582,26 +653,29 @@ async function writeTempAndRename(
 
     // Node has no openat(): re-walk the chain so a symlink swapped in since the first check is still refused
     // (where anyone but the agent's user or root could have swapped one: see VerifiedDirectories).
-    if (!inspection.stableParent) {
+    if (!stableParent) {
       const recheck = await options.verify();
       assertRegularOrAbsent(recheck.final, relativePath);
     }
 
     const temp = candidate;
-    await step('rename', relativePath, () => fs.rename(temp, absolute));
+    const target = path.join(directory, path.basename(absolute));
+    await step('rename', relativePath, () => fs.rename(temp, target));
     renamed = true;
+    // The rename is the commit point: it is not undone, and an abort no longer applies. Until the directory is
+    // fsynced a power cut may still bring back the old file, so a failure here is still reported.
+    if (syncDirectory) await fsyncDirectory(fs, directory, parentRelative);
   } catch (error) {
     if (handle !== undefined) await handle.close().catch(() => undefined);
     if (tempPath !== undefined && !renamed) {
       const temp = tempPath;
       await fs.unlink(temp).catch(() => undefined);
     }
-    await removeCreatedDirs(fs, root, created);
+    if (!renamed) await removeCreatedDirs(fs, root, created);
     throw error;
+  } finally {
+    await pinned?.close().catch(() => undefined);
   }
-  // The rename is the commit point: it is not undone, and an abort no longer applies. Until the directory is
-  // fsynced a power cut may still bring back the old file, so a failure here is still reported.
-  if (syncDirectory) await fsyncDirectory(fs, parentAbsolute, parentRelative);
   return {
     outcome: 'written',
     sha256: options.sha256(),
@@ -692,7 +766,9 @@ export async function publishText(fs: FsPort, request: PublishTextRequest): Prom
   }
   assertMode(dirMode, 'PublishRequest.dirMode');
   signal?.throwIfAborted();
-  const inspection = await inspectPath(fs, rootDir, relativePath);
+  // This publish's own cache: see publishFile.
+  const verified = new VerifiedDirectories(process.geteuid?.() ?? -1);
+  const inspection = await inspectPath(fs, rootDir, relativePath, verified);
   assertRegularOrAbsent(inspection.final, relativePath);
   const directory = relativeDir(relativePath);
   if (inspection.final !== undefined) {
@@ -727,7 +803,8 @@ export async function publishText(fs: FsPort, request: PublishTextRequest): Prom
     signal,
     durable,
     syncDirectory,
-    verify: () => inspectPath(fs, rootDir, relativePath),
+    verified,
+    verify: () => inspectPath(fs, rootDir, relativePath, verified),
     write: async (handle) => {
       for (const chunk of chunksOf(pieces())) {
         hash.update(chunk);

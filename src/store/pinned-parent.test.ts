@@ -1,0 +1,96 @@
+// A directory another local user can write, swapped for a symlink and back around every check of a publish:
+// the write still lands in the directory the walk found, never outside the root (real fs, /proc/self/fd).
+import * as nodeFs from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rename, rm, symlink, unlink } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
+import { publishFile } from './durable-writer.js';
+import { TEMP_PREFIX, VerifiedDirectories } from './path-guard.js';
+
+let dir: string;
+let root: string;
+let outside: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-pinned-'));
+  root = path.join(dir, 'root');
+  outside = path.join(dir, 'outside');
+  await mkdir(path.join(root, 'shared', 'app'), { recursive: true });
+  await chmod(root, 0o755);
+  // The directory another local user can write: they can swap its entries.
+  await chmod(path.join(root, 'shared'), 0o777);
+  await mkdir(outside, { mode: 0o755 });
+});
+
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/**
+ * The worst interleaving a racing user can hit: `victim` becomes a symlink to `outside` just before the temp
+ * file is created, is a real directory again when the writer re-walks the path, and a symlink again just
+ * before the rename.
+ */
+function racingFs(victim: string): FsPort & { swaps: () => number } {
+  const target = path.join(root, victim);
+  let swaps = 0;
+  let isLink = false;
+  const toLink = async () => {
+    if (isLink) return;
+    await rename(target, `${target}-real`);
+    await symlink(outside, target);
+    isLink = true;
+    swaps += 1;
+  };
+  const toReal = async () => {
+    if (!isLink) return;
+    await unlink(target);
+    await rename(`${target}-real`, target);
+    isLink = false;
+    swaps += 1;
+  };
+  const isTemp = (file: unknown) => path.basename(String(file)).startsWith(TEMP_PREFIX);
+  const open = (async (file: string, ...rest: unknown[]) => {
+    if (isTemp(file)) await toLink();
+    return (nodeFs.open as (...args: unknown[]) => Promise<nodeFs.FileHandle>)(file, ...rest);
+  }) as FsPort['open'];
+  const lstat = (async (file: string, ...rest: unknown[]) => {
+    if (String(file) === target && swaps === 1) await toReal();
+    return (nodeFs.lstat as (...args: unknown[]) => Promise<unknown>)(file, ...rest);
+  }) as FsPort['lstat'];
+  const renameFile = (async (from: string, to: string) => {
+    if (isTemp(from)) await toLink();
+    return nodeFs.rename(from, to);
+  }) as FsPort['rename'];
+  return { ...nodeFs, open, lstat, rename: renameFile, swaps: () => swaps };
+}
+
+describe('publishFile under a directory another user can write', () => {
+  it('lands in the directory the walk found: never outside the root, not even a temp file', async () => {
+    for (const [victim, relativePath] of [
+      ['shared/app', 'shared/app/config.json'],
+      ['shared', 'shared/app/config.json'],
+    ] as const) {
+      const fs = racingFs(victim);
+      const result = await publishFile(fs, {
+        rootDir: root,
+        relativePath,
+        data: Buffer.from('{"v":1}\n'),
+        mode: 0o644,
+        dirMode: 0o755,
+        verified: new VerifiedDirectories(process.geteuid?.() ?? 0),
+      });
+      expect(fs.swaps(), victim).toBe(3);
+      expect(await readdir(outside), victim).toEqual([]);
+      expect(result, victim).toMatchObject({ outcome: 'written' });
+      // The real directory, now at `<victim>-real`: the file is there, whole.
+      const real = path.join(root, `${victim}-real`, path.relative(victim, relativePath));
+      expect(await readFile(real, 'utf8'), victim).toBe('{"v":1}\n');
+      await unlink(path.join(root, victim));
+      await rename(path.join(root, `${victim}-real`), path.join(root, victim));
+      await rm(path.join(root, relativePath));
+    }
+  });
+});
