@@ -1,7 +1,9 @@
 // Steady state over a synced world: `--once` with nothing to do, and the daemon's polls counted on the wire.
 import { spawn } from 'node:child_process';
+import path from 'node:path';
 import { createInterface } from 'node:readline';
-import { AGENT_BIN } from './first-sync.js';
+import { pathToFileURL } from 'node:url';
+import { AGENT_BIN, REPO_ROOT } from './first-sync.js';
 import { currentMemoryKiB, median, runTimed } from './proc.js';
 import { type BenchWorld, changedEntries, snapshotTree, startByteCounter } from './world.js';
 
@@ -93,10 +95,18 @@ export async function daemonPolls(
     counter.url,
   );
   const result: DaemonPolls = { requests: [], bytes: [], idleRssKiB: [], idleAnonKiB: [] };
-  const child = spawn(process.execPath, [AGENT_BIN, '--config', world.configPath], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  // The V8 flags the packaged launcher gives the daemon (packaging/launcher.mjs): the daemon as shipped.
+  const launcher = (await import(pathToFileURL(path.join(REPO_ROOT, 'packaging', 'launcher.mjs')).href)) as {
+    DAEMON_NODE_FLAGS: string[];
+  };
+  const child = spawn(
+    process.execPath,
+    [...launcher.DAEMON_NODE_FLAGS, AGENT_BIN, '--config', world.configPath],
+    {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
   const deadline = setTimeout(() => child.kill('SIGKILL'), 10 * 60_000);
   let lastRequests = 0;

@@ -5,7 +5,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { launcherScript } from '../../packaging/launcher.mjs';
+import { DAEMON_NODE_FLAGS, launcherScript } from '../../packaging/launcher.mjs';
 
 let dir: string;
 beforeEach(async () => {
@@ -21,7 +21,7 @@ async function launch(env: NodeJS.ProcessEnv, args: string[] = [], shell = '/bin
   await writeFile(
     mainJs,
     'const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => /^(NODE_|OPENSSL_|SSL_|CONFIG_AGENT_|CREDENTIALS_|HTTPS?_PROXY|NO_PROXY)/.test(k)));\n' +
-      'process.stdout.write(JSON.stringify({ argv: process.argv.slice(2), env }));\n',
+      'process.stdout.write(JSON.stringify({ argv: process.argv.slice(2), execArgv: process.execArgv, env }));\n',
   );
   const launcher = path.join(dir, 'config-agent');
   await writeFile(launcher, launcherScript({ interpreter: process.execPath, mainJs, runtime: 'a test' }), {
@@ -34,10 +34,39 @@ async function launch(env: NodeJS.ProcessEnv, args: string[] = [], shell = '/bin
     timeout: 30_000,
   });
   expect(result.stderr).toBe('');
-  return JSON.parse(result.stdout) as { argv: string[]; env: Record<string, string> };
+  return JSON.parse(result.stdout) as { argv: string[]; execArgv: string[]; env: Record<string, string> };
 }
 
 describe('the launcher', () => {
+  it.each(['/bin/sh', 'bash'])(
+    'runs the daemon, and only the daemon, with its V8 flags; every argument reaches the agent (%s)',
+    async (shell) => {
+      if (shell === 'bash' && spawnSync('bash', ['-c', 'true']).error !== undefined) return;
+      expect(DAEMON_NODE_FLAGS).toEqual(['--max-semi-space-size=1']);
+      for (const args of [[], ['--config', '/etc/a b.json'], ['--config=/etc/config.json']]) {
+        const run = await launch({}, args, shell);
+        expect(run.execArgv, args.join(' ')).toEqual(DAEMON_NODE_FLAGS);
+        expect(run.argv).toEqual(args);
+      }
+      for (const args of [
+        ['--once'],
+        ['--once', '--config', '/etc/config.json'],
+        ['--config', '/etc/config.json', '--once'],
+        ['status'],
+        ['sync', '--config', '/etc/config.json'],
+        ['--help'],
+        ['--version'],
+        ['init', '--device-id', 'dvc_1'],
+        ['doctor'],
+        ['--config'],
+      ]) {
+        const run = await launch({}, args, shell);
+        expect(run.execArgv, args.join(' ')).toEqual([]);
+        expect(run.argv).toEqual(args);
+      }
+    },
+  );
+
   // `su` (without -) keeps the user's environment, `sudo -E` the caller's: a NODE_OPTIONS=--require there ran
   // the user's code as root before the agent's first line; --inspect opened a debugger onto the API key.
   it.each(['/bin/sh', 'bash'])(
