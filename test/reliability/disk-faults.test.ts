@@ -330,33 +330,39 @@ const AIMED: AimedCase[] = [
     resource: true,
   },
   {
+    // intent.json (the batch's declared writes) is published first, then state.json, then the outbox.
     name: 'write of state.json: disk full (ENOSPC)',
+    when: 2,
     syscall: 'write',
     errno: 'ENOSPC',
     where: 'state',
     failedFile: 'state.json',
   },
   {
+    // intent.json (the batch's declared writes) is published first, then state.json, then the outbox.
     name: 'close of state.json fails (EIO)',
+    when: 2,
     syscall: 'close',
     errno: 'EIO',
     where: 'state',
     failedFile: 'state.json',
   },
   {
+    // intent.json (the batch's declared writes) is published first, then state.json, then the outbox.
     name: 'open of state.json: out of descriptors (EMFILE)',
+    when: 2,
     syscall: 'openat',
     errno: 'EMFILE',
     where: 'state',
     failedFile: 'state.json',
   },
   {
-    // state.json is written first, then the outbox: the second write in the state dir is the outbox's.
+    // intent.json is written first, then state.json, then the outbox: the third write in the state dir.
     name: 'write of outbox.json: disk full (ENOSPC)',
     syscall: 'write',
     errno: 'ENOSPC',
     where: 'state',
-    when: 2,
+    when: 3,
     failedFile: 'outbox.json',
   },
   {
