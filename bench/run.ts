@@ -5,7 +5,15 @@
 // the packages ship, dist-bench/agent/dist/main.js, built by `npm run bench`).
 import { cpus, release, totalmem } from 'node:os';
 import { DEFAULT_FLEET, renderHistogram, simulateFleet } from './fleet.js';
-import { AGENT_BIN, agentFirstSync, BUNDLE_BIN, firstSync, medianMs } from './lib/first-sync.js';
+import {
+  AGENT_ARGV,
+  AGENT_BIN,
+  AGENT_NODE_FLAGS,
+  agentFirstSync,
+  BUNDLE_BIN,
+  firstSync,
+  medianMs,
+} from './lib/first-sync.js';
 import { benchFixtures } from './lib/fixtures.js';
 import { hasGnuTime, median, runTimed } from './lib/proc.js';
 import { DEFAULT_POLLS, daemonPolls, onceNothingToDo } from './lib/steady.js';
@@ -57,8 +65,8 @@ async function startup(): Promise<void> {
   };
   for (let rep = 0; rep < Math.max(REPS, 10); rep += 1) {
     await timed(['-e', '0'], node, cpu.node);
-    await timed([AGENT_BIN, '--help'], help, cpu.help);
-    await timed([AGENT_BIN, '--version'], version, cpu.version);
+    await timed([...AGENT_ARGV, '--help'], help, cpu.help);
+    await timed([...AGENT_ARGV, '--version'], version, cpu.version);
   }
   const base = median(node);
   extra.nodeStartMs = base;
@@ -337,6 +345,8 @@ const machine = {
   node: process.version,
   agent: AGENT_BIN,
   agentIsShippedBundle: AGENT_BIN === BUNDLE_BIN,
+  /** The packages' launcher's Node flags of every command but the daemon (packaging/launcher.mjs). */
+  agentNodeFlags: AGENT_NODE_FLAGS,
 };
 if (json) {
   process.stdout.write(
@@ -345,7 +355,7 @@ if (json) {
 } else {
   process.stdout.write(
     `config-agent bench — N=${N}, ${REPS} repetitions (medians), ${machine.cpus}× ${machine.cpu}, node ${machine.node}\n` +
-      `agent: ${machine.agentIsShippedBundle ? 'the shipped bundle' : 'not the shipped bundle'}, ${AGENT_BIN}\n\n`,
+      `agent: ${machine.agentIsShippedBundle ? 'the shipped bundle' : 'not the shipped bundle'}, node ${AGENT_NODE_FLAGS.join(' ')} ${AGENT_BIN}\n\n`,
   );
   process.stdout.write(`${renderTable(rows)}\n`);
 }

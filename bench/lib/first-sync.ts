@@ -2,7 +2,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Fixtures } from '../../src/api/admin-schemas.js';
 import { BENCH_API_KEY, BENCH_DEVICE, benchFixtures, expectedFiles } from './fixtures.js';
 import { median, runTimed } from './proc.js';
@@ -16,6 +16,17 @@ export const CURL_JQ = path.join(REPO_ROOT, 'bench', 'alternatives', 'curl-jq.sh
 /** What users run: the bundle the packages ship (packaging/bundle.mjs, built by `npm run bench`). */
 export const BUNDLE_BIN = path.join(REPO_ROOT, 'dist-bench', 'agent', 'dist', 'main.js');
 export const AGENT_BIN = process.env.BENCH_AGENT_BIN ?? BUNDLE_BIN;
+/**
+ * Node's flags the packages' launcher gives every command but the daemon (`COMMAND_NODE_FLAGS` in
+ * packaging/launcher.mjs): `--once`, `--help` and `--version` are measured as the packages run them.
+ */
+export const AGENT_NODE_FLAGS: readonly string[] = (
+  (await import(pathToFileURL(path.join(REPO_ROOT, 'packaging', 'launcher.mjs')).href)) as {
+    COMMAND_NODE_FLAGS: string[];
+  }
+).COMMAND_NODE_FLAGS;
+/** The command line of `--once` and the other commands before their own arguments: the flags, then main.js. */
+export const AGENT_ARGV: readonly string[] = [...AGENT_NODE_FLAGS, AGENT_BIN];
 
 export type Contender = 'agent' | 'floor1' | 'floor16' | 'curl-jq';
 
@@ -38,7 +49,7 @@ export async function agentFirstSync(
   onWorld?: (world: BenchWorld) => Promise<void>,
 ): Promise<{ ms: number; maxRssKiB: number | undefined; failure?: string; world: BenchWorld }> {
   const world = await createWorld(fixtures);
-  const run = await runTimed(process.execPath, [AGENT_BIN, '--config', world.configPath, '--once'], {
+  const run = await runTimed(process.execPath, [...AGENT_ARGV, '--config', world.configPath, '--once'], {
     rss: true,
   });
   await onWorld?.(world);

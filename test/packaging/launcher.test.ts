@@ -5,7 +5,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DAEMON_NODE_FLAGS, launcherScript } from '../../packaging/launcher.mjs';
+import { COMMAND_NODE_FLAGS, DAEMON_NODE_FLAGS, launcherScript } from '../../packaging/launcher.mjs';
 
 let dir: string;
 beforeEach(async () => {
@@ -21,7 +21,12 @@ async function launch(env: NodeJS.ProcessEnv, args: string[] = [], shell = '/bin
   await writeFile(
     mainJs,
     'const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => /^(NODE_|OPENSSL_|SSL_|CONFIG_AGENT_|CREDENTIALS_|HTTPS?_PROXY|NO_PROXY)/.test(k)));\n' +
-      'process.stdout.write(JSON.stringify({ argv: process.argv.slice(2), execArgv: process.execArgv, env }));\n',
+      'const out = { argv: process.argv.slice(2), execArgv: process.execArgv, env };\n' +
+      // With CHURN: objects kept alive while many more are made (what grows V8's young generation to its limit),
+      // then the new space's size.
+      "if (process.env.CHURN) { const v8 = await import('node:v8'); const kept = []; for (let i = 0; i < 2e6; i++) { kept.push({ i, s: 'x' + i }); if (kept.length > 2e5) kept.splice(0, 1e5); }\n" +
+      "out.newSpace = v8.getHeapSpaceStatistics().find((space) => space.space_name === 'new_space').space_size; }\n" +
+      'process.stdout.write(JSON.stringify(out));\n',
   );
   const launcher = path.join(dir, 'config-agent');
   await writeFile(launcher, launcherScript({ interpreter: process.execPath, mainJs, runtime: 'a test' }), {
@@ -34,15 +39,21 @@ async function launch(env: NodeJS.ProcessEnv, args: string[] = [], shell = '/bin
     timeout: 30_000,
   });
   expect(result.stderr).toBe('');
-  return JSON.parse(result.stdout) as { argv: string[]; execArgv: string[]; env: Record<string, string> };
+  return JSON.parse(result.stdout) as {
+    argv: string[];
+    execArgv: string[];
+    env: Record<string, string>;
+    newSpace?: number;
+  };
 }
 
 describe('the launcher', () => {
   it.each(['/bin/sh', 'bash'])(
-    'runs the daemon, and only the daemon, with its V8 flags; every argument reaches the agent (%s)',
+    'runs the daemon with its V8 flags, every other command with theirs; every argument reaches the agent (%s)',
     async (shell) => {
       if (shell === 'bash' && spawnSync('bash', ['-c', 'true']).error !== undefined) return;
       expect(DAEMON_NODE_FLAGS).toEqual(['--max-semi-space-size=1']);
+      expect(COMMAND_NODE_FLAGS).toEqual(['--max-semi-space-size=4']);
       for (const args of [[], ['--config', '/etc/a b.json'], ['--config=/etc/config.json']]) {
         const run = await launch({}, args, shell);
         expect(run.execArgv, args.join(' ')).toEqual(DAEMON_NODE_FLAGS);
@@ -61,11 +72,19 @@ describe('the launcher', () => {
         ['--config'],
       ]) {
         const run = await launch({}, args, shell);
-        expect(run.execArgv, args.join(' ')).toEqual([]);
+        expect(run.execArgv, args.join(' ')).toEqual(COMMAND_NODE_FLAGS);
         expect(run.argv).toEqual(args);
       }
     },
   );
+
+  // Node 20 lets it grow to two semi-spaces of 16 MiB: ~20 MiB more RSS at the peak of a first sync of 10,000.
+  it("runs --once with V8's young generation bounded to two semi-spaces of 4 MiB", async () => {
+    const { execArgv, newSpace, argv } = await launch({ CHURN: '1' }, ['--once']);
+    expect(execArgv).toEqual(['--max-semi-space-size=4']);
+    expect(newSpace).toBeLessThanOrEqual(8 * 1024 * 1024);
+    expect(argv).toEqual(['--once']);
+  });
 
   // `su` (without -) keeps the user's environment, `sudo -E` the caller's: a NODE_OPTIONS=--require there ran
   // the user's code as root before the agent's first line; --inspect opened a debugger onto the API key.
