@@ -23,6 +23,11 @@ export type FsPort = Pick<
    * `lstat` is used; tests that inject faults into `lstat` leave this out.
    */
   lstatSync?: (file: string, options: { bigint: true; throwIfNoEntry: false }) => BigIntStats | undefined;
+  /**
+   * Optional: the size of the filesystem holding a path (node:fs/promises's statfs), to tell a write that can
+   * never fit (larger than the whole filesystem) from one waiting for space (reconcile/apply.ts).
+   */
+  statfs?: (file: string) => Promise<{ blocks: number; bsize: number }>;
 };
 
 export type FileHandle = fsp.FileHandle;

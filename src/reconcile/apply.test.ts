@@ -62,7 +62,7 @@ interface Fault {
   op: FaultOp;
   /** Absolute path the operation targets (for rename: the destination). */
   match: (absolute: string) => boolean;
-  code: 'ENOSPC' | 'EACCES' | 'EROFS' | 'EIO';
+  code: 'ENOSPC' | 'EDQUOT' | 'EACCES' | 'EROFS' | 'EIO';
 }
 
 function errnoError(code: string, syscall: string, target: string): NodeJS.ErrnoException {
@@ -669,9 +669,9 @@ describe('applySteps: an obstacle on disk is never written through, and is retri
 });
 
 describe('applySteps: disk failures retry with backoff, then fail', () => {
-  it('ENOSPC on rename: `retrying` with a cooldown and the attempt count, then `failed` after maxAttempts', async () => {
+  it('EIO on rename: `retrying` with a cooldown and the attempt count, then `failed` after maxAttempts', async () => {
     const world = await makeWorld();
-    world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'ENOSPC' });
+    world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'EIO' });
     world.service.put(
       makeInstance({ id: 'cfg_a', relative_filepath: 'a.json', config_schema_id: 's_a' }),
       makeInstance({ id: 'cfg_b', relative_filepath: 'b.json', config_schema_id: 's_b' }),
@@ -695,7 +695,7 @@ describe('applySteps: disk failures retry with backoff, then fail', () => {
     });
     const retrying = world.outbox.pendingFor('cfg_b')?.report;
     expect(retrying).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
-    expect(retrying?.message).toMatch(/ENOSPC/);
+    expect(retrying?.message).toMatch(/EIO/);
     await world.service.deliver(world.outbox);
 
     // Before the cooldown elapses the instance waits and no attempt is counted.
@@ -728,6 +728,93 @@ describe('applySteps: disk failures retry with backoff, then fail', () => {
     expect(outcomeOf(after.outcomes, 'cfg_b').action).toBe('untouched');
     expect(exists(world, `${ROOT}/b.json`)).toBe(false);
     expect(leftoverTempFiles(world)).toEqual([]);
+  });
+
+  it('a full disk (ENOSPC, EDQUOT) for hours: `retrying` naming the disk, never an attempt nor `failed`; written once space returns', async () => {
+    for (const code of ['ENOSPC', 'EDQUOT'] as const) {
+      const world = await makeWorld();
+      const fault = { op: 'rename' as const, match: renameTo('b.json'), code };
+      world.faults.push(fault);
+      world.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'b.json' }));
+
+      // Three hours of passes, each after the longest cooldown (maxDelaySeconds 60): maxAttempts is 3.
+      for (let i = 0; i < 180; i += 1) {
+        const result = await pass(world);
+        expect(outcomeOf(result.outcomes, 'cfg_b')).toMatchObject({ action: 'retrying' });
+        await world.service.deliver(world.outbox);
+        world.clock.advance(60_001);
+      }
+
+      expect(world.state.instances.get('cfg_b')).toMatchObject({ error: 'retrying', attempts: 0 });
+      const told = world.service.received.filter((r) => r.instanceId === 'cfg_b');
+      // Reported once: the same message every time, which the service already holds.
+      expect(told.map((r) => `${r.activity}/${r.error}`)).toEqual(['queued/retrying']);
+      expect(told[0]?.message).toMatch(/the disk holding rootDir is full: retried until space returns/);
+      expect(told[0]?.message).toContain(code);
+      expect(exists(world, `${ROOT}/b.json`)).toBe(false);
+
+      world.faults.splice(world.faults.indexOf(fault), 1);
+      const healed = await pass(world);
+      expect(outcomeOf(healed.outcomes, 'cfg_b')).toMatchObject({ action: 'written' });
+      expect(text(world, 'b.json')).toBe(jsonText({ port: 8080 }));
+      expect(world.outbox.pendingFor('cfg_b')?.report).toMatchObject({ activity_status: 'deployed' });
+    }
+  });
+
+  it('a full disk holds each attempt off longer: full jitter over base × 2^(n-1), capped, like attempts', async () => {
+    const world = await makeWorld();
+    world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'ENOSPC' });
+    world.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'b.json' }));
+    const delays: number[] = [];
+    for (let i = 0; i < 5; i += 1) {
+      await pass(world);
+      const until = world.state.cooldowns.get('cfg_b') ?? 0;
+      delays.push(until - world.clock.monotonic());
+      world.clock.advance(until - world.clock.monotonic());
+    }
+    // random() = 0.5: half of 10 s, 20 s, 40 s, then the 60 s cap.
+    expect(delays).toEqual([5_000, 10_000, 20_000, 30_000, 30_000]);
+  });
+
+  it('EROFS (a read-only root): `retrying` naming it, never an attempt nor `failed`', async () => {
+    const world = await makeWorld();
+    world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'EROFS' });
+    world.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'b.json' }));
+    for (let i = 0; i < 10; i += 1) {
+      const result = await pass(world);
+      expect(outcomeOf(result.outcomes, 'cfg_b')).toMatchObject({
+        action: 'retrying',
+        message: expect.stringMatching(/EROFS.*rootDir is on a read-only filesystem/),
+      });
+      world.clock.advance(60_001);
+    }
+    expect(world.state.instances.get('cfg_b')).toMatchObject({ error: 'retrying', attempts: 0 });
+  });
+
+  it('a file larger than the whole filesystem (statfs) counts attempts: `failed` after maxAttempts', async () => {
+    const world = await makeWorld();
+    // 8 bytes in all: the file's 21 bytes can never fit, however much is freed.
+    world.fs.statfs = async () => ({ blocks: 2, bsize: 4 });
+    world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'ENOSPC' });
+    world.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'b.json' }));
+    const actions: string[] = [];
+    for (let i = 0; i < 3; i += 1) {
+      actions.push(outcomeOf((await pass(world)).outcomes, 'cfg_b').action);
+      world.clock.advance(60_001);
+    }
+    expect(actions).toEqual(['retrying', 'retrying', 'failed']);
+    expect(world.outbox.pendingFor('cfg_b')?.report).toMatchObject({ error_status: 'failed' });
+
+    // The same file on a filesystem it fits: the disk's condition, no attempt.
+    const roomy = await makeWorld();
+    roomy.fs.statfs = async () => ({ blocks: 1024, bsize: 4096 });
+    roomy.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'ENOSPC' });
+    roomy.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'b.json' }));
+    for (let i = 0; i < 3; i += 1) {
+      expect(outcomeOf((await pass(roomy)).outcomes, 'cfg_b').action).toBe('retrying');
+      roomy.clock.advance(60_001);
+    }
+    expect(roomy.state.instances.get('cfg_b')).toMatchObject({ error: 'retrying', attempts: 0 });
   });
 
   it('EACCES creating the temp file: `retrying`; once the cause is fixed the next attempt writes and resets', async () => {

@@ -12,7 +12,7 @@ import {
   removeManagedFile,
   syncDirectories,
 } from '../store/durable-writer.js';
-import { PathRejectedError } from '../store/errors.js';
+import { PathRejectedError, rootConditionOf } from '../store/errors.js';
 import { VerifiedDirectories } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
 import type { RemoveStep, Step, StepKind, WriteStep } from './plan.js';
@@ -65,7 +65,11 @@ export type EffectResult =
   | { kind: 'kept'; message: string }
   /** A swap's displaced file put back after its replacement could not be written. */
   | { kind: 'restored' }
-  | { kind: 'failed'; error: unknown; operation: 'write' | 'remove' }
+  /**
+   * `neverFits`: a write that failed for a full disk with more bytes than the whole filesystem holds: it can
+   * never be written there, so it counts attempts (record.ts); other full-disk failures wait for space.
+   */
+  | { kind: 'failed'; error: unknown; operation: 'write' | 'remove'; neverFits?: true }
   /** The step has no disk effect. */
   | { kind: 'none' };
 
@@ -133,7 +137,7 @@ export async function applySteps(
     if (ctx.signal?.aborted) return { applied, aborted: true };
     const batch = nextBatch(steps, index, ctx.batchSteps ?? BATCH_STEPS);
     index += batch.length;
-    const done = await applyBatch(batch, ctx);
+    const done = await judgeFullDisk(await applyBatch(batch, ctx), ctx);
     for (const step of done) {
       applied.push(step);
       onApplied(step);
@@ -157,6 +161,33 @@ async function declareWrites(batch: readonly Step[], ctx: ApplyContext): Promise
   } catch (error) {
     ctx.logger.warn({ err: error }, 'could not declare the writes of a batch: written without');
   }
+}
+
+/**
+ * Marks the writes that failed for a full disk (ENOSPC, EDQUOT) with more bytes than the filesystem holding the
+ * root has in all (statfs): those can never be written, and count attempts. Without statfs, or when it fails,
+ * nothing is marked: a full disk is taken for the disk's condition, which ends when space returns.
+ */
+async function judgeFullDisk(done: AppliedStep[], ctx: ApplyContext): Promise<AppliedStep[]> {
+  const full = done.filter(
+    ({ step, result }) =>
+      step.kind === 'write' && result.kind === 'failed' && rootConditionOf(result.error) === 'full',
+  );
+  if (full.length === 0 || ctx.fs.statfs === undefined) return done;
+  let capacity: number;
+  try {
+    const stats = await ctx.fs.statfs(ctx.rootDir);
+    capacity = stats.blocks * stats.bsize;
+  } catch {
+    return done;
+  }
+  for (const applied of full) {
+    const step = applied.step as WriteStep;
+    const bytes = step.data?.length ?? step.size;
+    if (bytes !== undefined && bytes > capacity && applied.result.kind === 'failed')
+      applied.result = { ...applied.result, neverFits: true };
+  }
+  return done;
 }
 
 function batchable(step: Step): boolean {

@@ -5,7 +5,7 @@ import { fullJitterMs } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
-import { isAgentResourceError } from '../store/errors.js';
+import { isAgentResourceError, type RootCondition, rootConditionOf } from '../store/errors.js';
 import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
@@ -208,6 +208,9 @@ function recordFailure(
       message: `${operation} postponed: ${errorMessage(error)}; retried next pass`,
     });
   }
+  const condition =
+    result.kind === 'failed' && result.neverFits !== true ? rootConditionOf(error) : undefined;
+  if (condition !== undefined) return recordRootCondition(ctx, instance, operation, error, condition);
   const message = `${operation} failed: ${errorMessage(error)}`;
   const permanent = isAgentError(error) && !error.retryable;
   const attempts = (ctx.state.instances.get(instance.id)?.attempts ?? 0) + 1;
@@ -225,6 +228,41 @@ function recordFailure(
   );
   recordError(ctx, instance, errorStatus, message, attempts, nextAttemptAt);
   return outcomeFor(instance, errorStatus, false, { message });
+}
+
+/**
+ * A failure the root's own condition caused (the disk holding it full, or mounted read-only): reported
+ * `retrying` with a message naming the condition, held off like an attempt (full jitter over
+ * `baseDelaySeconds × 2^(n-1)` for the n-th such failure in a row, capped at `maxDelaySeconds`), but never an
+ * attempt: however long the disk stays full, the instance is not `failed` for good (final at the service),
+ * and is written once space returns. The wait grows with these failures, the attempts keep their count.
+ */
+function recordRootCondition(
+  ctx: RecordContext,
+  instance: ConfigInstanceHead,
+  operation: string,
+  error: unknown,
+  condition: RootCondition,
+): InstanceOutcome {
+  if (ctx.state.diskWaits === undefined) ctx.state.diskWaits = new Map();
+  const waits = ctx.state.diskWaits;
+  const count = (waits.get(instance.id) ?? 0) + 1;
+  waits.set(instance.id, count);
+  const attempts = ctx.state.instances.get(instance.id)?.attempts ?? 0;
+  const delayMs = backoffDelayMs(ctx.retry, attempts + count, ctx.random);
+  ctx.state.cooldowns.set(instance.id, ctx.clock.monotonic() + delayMs);
+  const nextAttemptAt = new Date(ctx.clock.now() + delayMs).toISOString();
+  const why =
+    condition === 'full'
+      ? 'the disk holding rootDir is full: retried until space returns, not counted as an attempt'
+      : 'rootDir is on a read-only filesystem: retried until it is writable, not counted as an attempt';
+  const message = `${operation} failed: ${errorMessage(error)}; ${why}`;
+  ctx.logger.error(
+    { err: error, instanceId: instance.id, path: instance.relative_filepath, attempts, condition },
+    `${operation} failed: ${condition === 'full' ? 'disk full' : 'read-only filesystem'}`,
+  );
+  recordError(ctx, instance, 'retrying', message, attempts, nextAttemptAt);
+  return outcomeFor(instance, 'retrying', false, { message });
 }
 
 /** The per-instance cooldown: full jitter over `baseDelaySeconds × 2^(attempt-1)`, capped at `maxDelaySeconds`. */
@@ -278,6 +316,7 @@ function markSucceeded(
 ): void {
   queue(ctx, instance, report);
   ctx.state.cooldowns.delete(instance.id);
+  ctx.state.diskWaits?.delete(instance.id);
   ctx.state.instances.set(instance.id, {
     relativePath: instance.relative_filepath,
     activity,
@@ -401,7 +440,10 @@ export function forgetUnseen(
   const seen = new Set([...instances.map((instance) => instance.id), ...alsoListed]);
   const owners = new Set([...state.files.values()].map((file) => file.instanceId));
   for (const id of state.instances.keys()) {
-    if (!seen.has(id)) state.cooldowns.delete(id);
+    if (!seen.has(id)) {
+      state.cooldowns.delete(id);
+      state.diskWaits?.delete(id);
+    }
     if (!seen.has(id) && !owners.has(id)) state.instances.delete(id);
   }
 }

@@ -117,6 +117,26 @@ export function isAgentResourceError(error: unknown): boolean {
   return false;
 }
 
+/**
+ * The root's own condition, not the instance's: the disk holding it is full (ENOSPC, EDQUOT) or it is mounted
+ * read-only (EROFS). Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the
+ * condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
+ */
+export type RootCondition = 'full' | 'read_only';
+
+/** The RootCondition an error (or one of its causes) stands for, if any. */
+export function rootConditionOf(error: unknown): RootCondition | undefined {
+  let current = error;
+  for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
+    const code = current instanceof DiskError ? current.errno : errnoCode(current);
+    if (code === 'ENOSPC' || code === 'EDQUOT') return 'full';
+    if (code === 'EROFS') return 'read_only';
+    if (current instanceof DiskError) return undefined;
+    current = typeof current === 'object' && 'cause' in current ? current.cause : undefined;
+  }
+  return undefined;
+}
+
 export interface DiskErrorOptions {
   /** What the store was doing: 'write temp file', 'rename', 'fsync directory', ... */
   operation: string;

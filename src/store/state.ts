@@ -86,6 +86,11 @@ export interface LocalState {
   instances: Map<string, InstanceRecord>;
   /** Monotonic deadlines of per-instance cooldowns; never persisted, so attempts reset on restart. */
   cooldowns: Map<string, number>;
+  /**
+   * Per instance, the failures in a row the root's own condition caused (a full disk, a read-only mount):
+   * they are not attempts, only the length of the wait before the next one (record.ts). Never persisted.
+   */
+  diskWaits?: Map<string, number>;
   pendingHookPaths: Set<string>;
 }
 

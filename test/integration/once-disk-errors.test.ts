@@ -1,7 +1,7 @@
 // `config-agent --once` on a failing disk: a full 64 KiB tmpfs, a read-only mount, EACCES; old files stay intact.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { chmod, mkdir, readFile, stat } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
@@ -103,7 +103,7 @@ const statuses = async (h: AgentHarness, id: string) => {
 
 describe('config-agent --once: disk full (ENOSPC)', () => {
   it.skipIf(tmpfsSkip !== undefined)(
-    'a too-big new version: retrying with ENOSPC, the old file byte-identical; maxAttempts 1 → failed',
+    'a new version larger than the whole filesystem: retrying with ENOSPC, the old file byte-identical; maxAttempts 1 → failed',
     async () => {
       const h = await harness();
       await mkdir(h.rootDir);
@@ -160,6 +160,43 @@ describe('config-agent --once: disk full (ENOSPC)', () => {
       expect(await snapshotTree(h.rootDir)).toEqual(before);
       expect(await fileIdentity(h.rootPath('app/config.json'))).toEqual(fileBefore);
       expect(await h.reports()).toHaveLength(reportCount);
+    },
+  );
+
+  it.skipIf(tmpfsSkip !== undefined)(
+    'a full disk is no attempt: with maxAttempts 1 the new version stays retrying, naming the disk, until space returns',
+    async () => {
+      const h = await harness();
+      await mkdir(h.rootDir);
+      mountOrThrow(['-t', 'tmpfs', '-o', 'size=64k,mode=0755', 'tmpfs', h.rootDir]);
+      await h.writeConfig({ retry: { maxAttempts: 1, baseDelaySeconds: 0.01, maxDelaySeconds: 1 } });
+      await h.createAndDeploy({ relative_filepath: 'app/config.json', content: SMALL });
+      expect((await h.runOnce()).code).toBe(0);
+      // An operator's file fills the disk; the new version would fit on an empty one.
+      await writeFile(h.rootPath('filler.bin'), Buffer.alloc(64 * 1024)).catch(() => undefined);
+      const b = await h.createInstance({
+        relative_filepath: 'app/config.json',
+        content: { version: 'B', pad: 'y'.repeat(8_000) },
+      });
+      await h.deploy(b.id);
+
+      for (let run = 0; run < 3; run += 1) {
+        expect((await h.runOnce()).code).toBe(1);
+        expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
+      }
+      expect(await readFile(h.rootPath('app/config.json'), 'utf8')).toBe(json(SMALL));
+      const told = await h.reportsFor(b.id);
+      expect(told.map((r) => r.error_status)).not.toContain('failed');
+      expect(told.at(-1)?.message).toMatch(
+        /ENOSPC.*the disk holding rootDir is full: retried until space returns/,
+      );
+
+      await rm(h.rootPath('filler.bin'));
+      expect((await h.runOnce()).code).toBe(0);
+      expect(await readFile(h.rootPath('app/config.json'), 'utf8')).toBe(
+        json({ version: 'B', pad: 'y'.repeat(8_000) }),
+      );
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'deployed', 'none']);
     },
   );
 
@@ -273,7 +310,7 @@ describe('config-agent --once: read-only root (EROFS)', () => {
   );
 
   it.skipIf(readOnlySkip !== undefined)(
-    'with maxAttempts 1 a read-only root fails the instance at once',
+    'a read-only root is no attempt: with maxAttempts 1 the instance stays retrying, then converges once writable',
     async () => {
       const h = await harness();
       await h.writeConfig({ retry: { maxAttempts: 1, baseDelaySeconds: 0.01, maxDelaySeconds: 1 } });
@@ -284,12 +321,21 @@ describe('config-agent --once: read-only root (EROFS)', () => {
       await h.deploy(b.id);
       const before = await snapshotTree(h.rootDir, { identity: true });
 
-      const result = await h.runOnce();
+      for (let run = 0; run < 3; run += 1) {
+        expect((await h.runOnce()).code).toBe(1);
+        expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
+      }
 
-      expect(result.code).toBe(1);
       expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(before);
-      expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'failed']);
-      expect((await h.reportsFor(b.id)).map((r) => r.error_status)).toEqual(['failed']);
+      // Reported once: the same message each run, which the service already holds.
+      const told = await h.reportsFor(b.id);
+      expect(told.map((r) => r.error_status)).toEqual(['retrying']);
+      expect(told[0]?.message).toMatch(
+        /EROFS.*rootDir is on a read-only filesystem: retried until it is writable/,
+      );
+      unmountAll();
+      expect((await h.runOnce()).code).toBe(0);
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'deployed', 'none']);
     },
   );
 });
