@@ -1,6 +1,6 @@
 // The step handlers: one per step kind, each doing its disk effect (if any) and returning what happened.
 import path from 'node:path';
-import { AgentError } from '../lib/errors.js';
+import { AgentError, errorMessage } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import type { ContentCache } from '../store/content-cache.js';
@@ -488,7 +488,13 @@ async function cacheContent(ctx: ApplyContext, step: WriteStep, data: Buffer): P
 
 /** The bytes of a write the pull set aside in the content cache (spill.ts), checked against their sha256. */
 async function setAsideBytes(ctx: ApplyContext, step: WriteStep): Promise<Buffer> {
-  const data = await ctx.cache.get(step.sha256);
+  let data: Buffer | undefined;
+  try {
+    data = await ctx.cache.get(step.sha256);
+  } catch (error) {
+    // The state directory's trouble (EIO, EACCES on the entry), not the instance's: lost like a torn entry.
+    throw new SetAsideBytesLostError(step.sha256, error);
+  }
   if (data === undefined) throw new SetAsideBytesLostError(step.sha256);
   return data;
 }
@@ -498,11 +504,11 @@ async function setAsideBytes(ctx: ApplyContext, step: WriteStep): Promise<Buffer
  * when the write came: the write fails (and is retried by a later pass, which pulls the content again).
  */
 export class SetAsideBytesLostError extends AgentError {
-  constructor(sha256: string) {
+  constructor(sha256: string, cause?: unknown) {
     super(
       'set_aside_bytes_lost',
-      `the file's bytes, set aside in the state directory's content cache during this pass (${sha256}), were missing or changed when it was written`,
-      { retryable: true },
+      `the file's bytes, set aside in the state directory's content cache during this pass (${sha256}), were ${cause === undefined ? 'missing or changed' : `unreadable (${errorMessage(cause)})`} when it was written`,
+      { retryable: true, ...(cause === undefined ? {} : { cause }) },
     );
   }
 }

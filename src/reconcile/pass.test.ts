@@ -553,6 +553,33 @@ describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {
     expect(reportsReceived().slice(1)).toEqual(['cfg_b deployed/none', 'cfg_a removed/none']);
   });
 
+  it('an entry the state directory cannot read (EIO) costs no attempt either; the next pass heals', async () => {
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client, {
+      inMemoryFileBytes: 0,
+      retry: { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    });
+    put({ id: 'cfg_b', relative_filepath: 'b.json', content: { port: 8080 } });
+    const open = world.fs.open;
+    world.fs.open = (async (...args: Parameters<typeof nodeFs.open>) => {
+      if (/[/]cache[/][0-9a-f]{64}$/.test(String(args[0])))
+        throw Object.assign(new Error(`EIO: simulated, open '${String(args[0])}'`), { code: 'EIO' });
+      return open(...args);
+    }) as typeof nodeFs.open;
+
+    const failed = await pass();
+
+    expect(failed.outcomes).toContainEqual(
+      expect.objectContaining({ instanceId: 'cfg_b', action: 'waiting' }),
+    );
+    expect(reportsReceived()).toEqual([]);
+    world.fs.open = open;
+    const healed = await pass();
+    expect(healed.converged).toBe(true);
+    expect(await fileAt('b.json')).toBe(json({ port: 8080 }));
+    expect(reportsReceived()).toEqual(['cfg_b deployed/none']);
+  });
+
   it('an entry of the right size with other bytes (torn) costs no attempt, is deleted, and the next pass heals', async () => {
     // The entry is kept by every prune (a.json, deployed, has these bytes), so only its deletion on the failed
     // read stops it from failing b.json's write on every pass. With maxAttempts 1 a charged attempt would have
