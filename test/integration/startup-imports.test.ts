@@ -84,4 +84,22 @@ describe('modules loaded per command', () => {
     for (const pkg of ['undici', 'pino', ...DAEMON_PACKAGES]) expect(packages.has(pkg), pkg).toBe(false);
     expect([...modules].filter((module) => /^(reconcile|daemon|store)\//.test(module))).toEqual([]);
   });
+
+  it('--help and --version never load node:v8 (the commands that sync load it to raise the tier-up budget)', async () => {
+    const preload = path.join(dir, 'builtins.cjs');
+    await writeFile(
+      preload,
+      "process.on('exit', () => require('node:fs').writeSync(2, 'V8 ' + process.moduleLoadList.includes('NativeModule v8') + '\\n'));\n",
+    );
+    const loadsV8 = (args: string[]) => {
+      const run = spawnSync(process.execPath, ['--require', preload, AGENT_BIN, ...args], {
+        encoding: 'utf8',
+        env: { PATH: process.env.PATH ?? '' },
+        timeout: 30_000,
+      });
+      return /^V8 (true|false)$/m.exec(run.stderr)?.[1];
+    };
+    expect(loadsV8(['--help'])).toBe('false');
+    expect(loadsV8(['--version'])).toBe('false');
+  });
 });
