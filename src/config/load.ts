@@ -9,7 +9,7 @@ import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
 import { assertHookProgramsTrusted } from './hook-programs.js';
 import { firstDuplicateKey, jsonSyntaxErrorOffset, lineAndColumn } from './json-position.js';
 import { assertOwnPathsOutsideRoot, type OwnPathsPort, ownPaths } from './own-paths.js';
-import { type PathChainFs, whoElseCanSwap } from './path-chain.js';
+import { type PathChainFs, whoElseCanCreateIn, whoElseCanSwap } from './path-chain.js';
 import { type AgentConfig, AgentConfigSchema, DEFAULT_CONFIG_PATH, describeType } from './schema.js';
 
 export type ApiKeySource = 'env' | 'credentials' | 'file';
@@ -75,6 +75,53 @@ export async function loadConfigFile(fs: ConfigFs, configPath: string): Promise<
     ]);
   }
   return parseAgentConfig(json, configPath);
+}
+
+/**
+ * rootDir and stateDir must not be replaceable by another user: a directory on the way owned by someone other
+ * than root or the agent's user, or writable by others (or a group but root's) without a sticky bit protecting an
+ * entry root or the agent owns. Swapped for a symlink, either would have the agent write the service's files or
+ * its own state wherever the symlink points (as root: anywhere), and a rootDir in /tmp could be planted as such a
+ * symlink before the first start. Entries inside rootDir are another matter: the writer never follows a symlink
+ * below the root (store/path-guard.ts, store/durable-writer.ts).
+ */
+async function assertDirectoriesUnswappable(
+  fs: ConfigFs,
+  config: AgentConfig,
+  configPath: string,
+): Promise<void> {
+  const euid = process.geteuid?.();
+  const issues: ConfigIssue[] = [];
+  for (const key of ['rootDir', 'stateDir'] as const) {
+    const directory = config[key];
+    // Missing (the agent makes it at start): whoever can create entries where it will be could make it first.
+    const missing = await nearestMissing(fs, directory);
+    const problem =
+      missing === undefined
+        ? await whoElseCanSwap(fs, directory, euid)
+        : await whoElseCanCreateIn(fs, path.dirname(missing), euid);
+    if (problem !== undefined) issues.push({ path: key, message: `${directory}: ${problem}` });
+  }
+  if (issues.length > 0) throw new ConfigError(configPath, issues);
+}
+
+/** The outermost missing directory on the way to `directory` (itself included), or undefined when it exists. */
+async function nearestMissing(fs: ConfigFs, directory: string): Promise<string | undefined> {
+  let missing: string | undefined;
+  for (
+    let current = path.resolve(directory);
+    current !== path.dirname(current);
+    current = path.dirname(current)
+  ) {
+    try {
+      await fs.lstat(current);
+      return missing;
+    } catch (error) {
+      if (errnoCode(error) !== 'ENOENT') return missing;
+      missing = current;
+    }
+  }
+  return missing;
 }
 
 /**
@@ -260,6 +307,7 @@ export async function loadAgentConfig(
     options.ownPathsPort,
   );
   await assertHookProgramsTrusted(fs, config, configPath, options.env);
+  await assertDirectoriesUnswappable(fs, config, configPath);
   const { apiKey, source } = await loadApiKey(fs, config, options.env);
   return { config, apiKey, configPath, apiKeySource: source };
 }
