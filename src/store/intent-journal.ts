@@ -57,6 +57,8 @@ export class IntentJournal {
   readonly #adopted = new Set<WriteIntent>();
   /** Whether intent.json may exist on disk. */
   #onDisk = false;
+  /** The last disk operation queued (`#serially`). */
+  #last: Promise<unknown> = Promise.resolve();
 
   private constructor(fs: FsPort, stateDir: string, rootDir: string, logger: Logger) {
     this.#fs = fs;
@@ -98,12 +100,24 @@ export class IntentJournal {
   /** Makes the intents durable, with every earlier one not settled yet; call before any of their renames. */
   async declare(intents: readonly WriteIntent[]): Promise<void> {
     for (const intent of intents) this.#pending.set(intent.path, intent);
-    this.#onDisk = true;
-    await writeDurableJson(this.#fs, this.#stateDir, INTENT_FILE, {
-      version: 1,
-      rootDir: this.#rootDir,
-      intents: [...this.#pending.values()],
+    await this.#serially(async () => {
+      this.#onDisk = true;
+      await writeDurableJson(this.#fs, this.#stateDir, INTENT_FILE, {
+        version: 1,
+        rootDir: this.#rootDir,
+        intents: [...this.#pending.values()],
+      });
     });
+  }
+
+  /**
+   * The journal's disk operations one at a time: a settle's unlink (after a persist that runs beside the next
+   * batch, report.ts PassReports) must never land after the next declaration's rename and take it away.
+   */
+  #serially(operation: () => Promise<void>): Promise<void> {
+    const run = this.#last.then(operation, operation);
+    this.#last = run.catch(() => undefined);
+    return run;
   }
 
   /**
@@ -127,14 +141,17 @@ export class IntentJournal {
       if (this.#pending.get(intent.path) === intent) this.#pending.delete(intent.path);
       this.#adopted.delete(intent);
     }
-    if (this.#pending.size > 0 || !this.#onDisk) return;
-    try {
-      await this.#fs.unlink(path.join(this.#stateDir, INTENT_FILE));
-      this.#onDisk = false;
-    } catch (error) {
-      if (errnoCode(error) === 'ENOENT') this.#onDisk = false;
-      else this.#logger.warn({ err: error }, 'could not remove the settled write journal');
-    }
+    await this.#serially(async () => {
+      // Judged when its turn comes: a declaration queued before it keeps the journal.
+      if (this.#pending.size > 0 || !this.#onDisk) return;
+      try {
+        await this.#fs.unlink(path.join(this.#stateDir, INTENT_FILE));
+        this.#onDisk = false;
+      } catch (error) {
+        if (errnoCode(error) === 'ENOENT') this.#onDisk = false;
+        else this.#logger.warn({ err: error }, 'could not remove the settled write journal');
+      }
+    });
   }
 
   /**
