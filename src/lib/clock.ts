@@ -8,6 +8,22 @@ export interface Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
+/** setTimeout's limit: a longer delay fires after 1 ms instead (Node's TimeoutOverflowWarning). */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A timer of `ms` (clamped to 0), longer ones chained at MAX_TIMER_MS: `done` runs once it has all passed. */
+function longTimer(ms: number, done: () => void): { cancel(): void } {
+  let remaining = Number.isNaN(ms) ? 0 : Math.max(0, ms);
+  let timer: ReturnType<typeof setTimeout>;
+  const arm = () => {
+    const step = Math.min(remaining, MAX_TIMER_MS);
+    remaining -= step;
+    timer = setTimeout(() => (remaining > 0 ? arm() : done()), step);
+  };
+  arm();
+  return { cancel: () => clearTimeout(timer) };
+}
+
 export const systemClock: Clock = {
   now: () => Date.now(),
   monotonic: () => performance.now(),
@@ -18,16 +34,13 @@ export const systemClock: Clock = {
         return;
       }
       const onAbort = () => {
-        clearTimeout(timer);
+        timer.cancel();
         reject(signal?.reason);
       };
-      const timer = setTimeout(
-        () => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve();
-        },
-        Math.max(0, ms),
-      );
+      const timer = longTimer(ms, () => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      });
       signal?.addEventListener('abort', onAbort, { once: true });
     }),
 };
