@@ -500,6 +500,78 @@ async function pinParent(
   }
 }
 
+/**
+ * createParents for a chain someone else could change: each missing directory is made, opened (O_NOFOLLOW) and
+ * chmod'ed inside the descriptor of the one before (`start`, the deepest existing parent, pinned), and that one
+ * fsynced for its new entry; a symlink swapped in anywhere never has a directory made in its target. Returns
+ * the descriptor of the target's parent; closes every other one, and all of them when it throws.
+ */
+async function createParentsPinned(
+  fs: FsPort,
+  start: FileHandle,
+  segments: readonly string[],
+  from: number,
+  dirMode: number,
+  relativePath: string,
+  created: string[],
+  signal: AbortSignal | undefined,
+  durable: boolean,
+): Promise<FileHandle> {
+  let current = start;
+  try {
+    for (let index = from; index < segments.length - 1; index += 1) {
+      signal?.throwIfAborted();
+      const relative = segments.slice(0, index + 1).join('/');
+      const entry = `${PROC_FD}/${current.fd}/${segments[index]}`;
+      let made = false;
+      try {
+        await fs.mkdir(entry, { mode: dirMode });
+        made = true;
+        created.push(relative);
+      } catch (error) {
+        if (errnoCode(error) !== 'EEXIST') {
+          throw new DiskError({ operation: 'create directory', path: relative, cause: error });
+        }
+      }
+      let next: FileHandle;
+      try {
+        next = await fs.open(entry, DIR_FLAGS | constants.O_NOFOLLOW);
+      } catch (error) {
+        const code = errnoCode(error);
+        if (code === 'ELOOP') throw new PathRejectedError('crosses_symlink', relativePath, relative);
+        if (code === 'ENOTDIR') throw new PathRejectedError('not_a_directory', relativePath, relative);
+        throw new DiskError({ operation: 'open directory', path: relative, cause: error });
+      }
+      try {
+        if (made) await step('chmod directory', relative, () => next.chmod(dirMode));
+        // The new entry lives in its parent: without this fsync a power cut can lose the whole subtree.
+        if (made && durable) await syncOpenDirectory(current, relativeDir(relative));
+      } catch (error) {
+        await next.close().catch(() => undefined);
+        throw error;
+      }
+      await current.close().catch(() => undefined);
+      current = next;
+    }
+    return current;
+  } catch (error) {
+    await current.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** fsyncDirectory on a directory already open. */
+async function syncOpenDirectory(handle: FileHandle, relativePath: string): Promise<void> {
+  try {
+    await handle.sync();
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code !== 'EINVAL' && code !== 'ENOTSUP') {
+      throw new DiskError({ operation: 'fsync directory', path: relativePath, cause: error });
+    }
+  }
+}
+
 /** Whether /proc/self/fd/N names this open directory (not so on memfs, nor without /proc). */
 async function namesItself(fs: FsPort, handle: FileHandle): Promise<boolean> {
   const [named, own] = await Promise.all([
@@ -617,22 +689,46 @@ async function writeTempAndRename(
   let pinned: FileHandle | undefined;
   try {
     signal?.throwIfAborted();
-    await createParents(
-      fs,
-      root,
-      segments,
-      inspection.existingParents,
-      dirMode,
-      relativePath,
-      created,
-      signal,
-      durable,
-      verified,
-    );
+    const { existingParents } = inspection;
+    // Parents to make under a directory someone else could change: made through descriptors, never by path.
+    if (
+      existingParents < segments.length - 1 &&
+      !verified.has(segments.slice(0, existingParents).join('/'))
+    ) {
+      const deepest = segments.slice(0, existingParents + 1);
+      const start = await pinParent(fs, root, deepest, relativePath);
+      if (start !== undefined) {
+        pinned = await createParentsPinned(
+          fs,
+          start,
+          segments,
+          existingParents,
+          dirMode,
+          relativePath,
+          created,
+          signal,
+          durable,
+        );
+      }
+    }
+    if (pinned === undefined) {
+      await createParents(
+        fs,
+        root,
+        segments,
+        existingParents,
+        dirMode,
+        relativePath,
+        created,
+        signal,
+        durable,
+        verified,
+      );
+    }
     signal?.throwIfAborted();
     const stableParent = inspection.stableParent || verified.has(parentRelative);
     // Where someone else could swap a directory on the way, the rest goes through the parent's descriptor.
-    if (!stableParent) pinned = await pinParent(fs, root, segments, relativePath);
+    if (!stableParent && pinned === undefined) pinned = await pinParent(fs, root, segments, relativePath);
     const directory = pinned === undefined ? parentAbsolute : `${PROC_FD}/${pinned.fd}`;
 
     // Same directory as the target so the rename is atomic; unguessable name + O_EXCL|O_NOFOLLOW so nobody can

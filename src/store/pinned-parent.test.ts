@@ -7,6 +7,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
 import { publishFile } from './durable-writer.js';
+import { PathRejectedError } from './errors.js';
 import { TEMP_PREFIX, VerifiedDirectories } from './path-guard.js';
 
 let dir: string;
@@ -92,5 +93,39 @@ describe('publishFile under a directory another user can write', () => {
       await rename(path.join(root, `${victim}-real`), path.join(root, victim));
       await rm(path.join(root, relativePath));
     }
+  });
+});
+
+describe('publishFile making parents under a directory another user can write', () => {
+  it('never makes a directory outside the root when the way is swapped just before the mkdir', async () => {
+    const shared = path.join(root, 'shared');
+    let swapped = false;
+    let leaked = false;
+    const mkdirFs: FsPort = {
+      ...nodeFs,
+      mkdir: (async (file: string, ...rest: unknown[]) => {
+        if (!swapped) {
+          swapped = true;
+          await rename(shared, `${shared}-real`);
+          await symlink(outside, shared);
+        }
+        const made = await (nodeFs.mkdir as (...args: unknown[]) => Promise<unknown>)(file, ...rest);
+        // A rollback may remove it again: what counts is that it was ever made there (a kill -9 keeps it).
+        if ((await readdir(outside)).length > 0) leaked = true;
+        return made;
+      }) as FsPort['mkdir'],
+    };
+    const result = await publishFile(mkdirFs, {
+      rootDir: root,
+      relativePath: 'shared/new/deeper/config.json',
+      data: Buffer.from('{"v":1}\n'),
+      mode: 0o644,
+      dirMode: 0o755,
+    }).catch((error: unknown) => error);
+    expect(swapped).toBe(true);
+    expect(leaked).toBe(false);
+    expect(await readdir(outside)).toEqual([]);
+    // The swap is seen by the re-walk before the rename: refused (the directories made stay in the real one).
+    expect(result).toBeInstanceOf(PathRejectedError);
   });
 });
