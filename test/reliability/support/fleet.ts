@@ -205,9 +205,10 @@ export class Fleet {
   }
 
   /**
-   * What an operator does between two runs: new versions at some paths, a deployed instance retired now and
-   * then, a retired path brought back. Only instances the service knows to be deployed are retired, so that
-   * after convergence their file must be gone (a file the agent never reported may legitimately stay).
+   * What an operator does between two runs: new versions at some paths, the live instance retired now and
+   * then (deployed or still queued: a queued one's file, published by a killed run that never recorded it, must
+   * go too, proven by its declaration in intent.json), a retired path brought back. After convergence every
+   * retired instance's file is gone.
    */
   mutate(random: Random, changeRatio = 0.3): void {
     for (const relativePath of this.paths) {
@@ -219,7 +220,7 @@ export class Fleet {
         if (roll < 0.5) this.deployVersion(relativePath, random);
       } else if (roll < ratio) {
         this.deployVersion(relativePath, random);
-      } else if (roll < ratio + 0.04 && live.activity_status === 'deployed' && !this.#pending(here)) {
+      } else if (roll < ratio + 0.04) {
         this.server.state.removeInstance(live.id, new Date().toISOString());
       }
     }
