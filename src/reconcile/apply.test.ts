@@ -776,6 +776,22 @@ describe('applySteps: disk failures retry with backoff, then fail', () => {
     expect(delays).toEqual([5_000, 10_000, 20_000, 30_000, 30_000]);
   });
 
+  it('a full disk is tried again at least every 5 minutes, whatever maxDelaySeconds: written soon after space returns', async () => {
+    const world = await makeWorld();
+    world.ctx.retry = { maxAttempts: 10, baseDelaySeconds: 15, maxDelaySeconds: 3600 };
+    world.ctx.random = () => 1;
+    world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'ENOSPC' });
+    world.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'b.json' }));
+    const delays: number[] = [];
+    for (let i = 0; i < 8; i += 1) {
+      await pass(world);
+      const until = world.state.cooldowns.get('cfg_b') ?? 0;
+      delays.push(until - world.clock.monotonic());
+      world.clock.advance(until - world.clock.monotonic());
+    }
+    expect(delays).toEqual([15_000, 30_000, 60_000, 120_000, 240_000, 300_000, 300_000, 300_000]);
+  });
+
   it('EROFS (a read-only root): `retrying` naming it, never an attempt nor `failed`', async () => {
     const world = await makeWorld();
     world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'EROFS' });

@@ -230,10 +230,14 @@ function recordFailure(
   return outcomeFor(instance, errorStatus, false, { message });
 }
 
+/** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */
+export const DISK_WAIT_MAX_SECONDS = 300;
+
 /**
  * A failure the root's own condition caused (the disk holding it full, or mounted read-only): reported
  * `retrying` with a message naming the condition, held off like an attempt (full jitter over
- * `baseDelaySeconds × 2^(n-1)` for the n-th such failure in a row, capped at `maxDelaySeconds`), but never an
+ * `baseDelaySeconds × 2^(n-1)` for the n-th such failure in a row, capped at `maxDelaySeconds` and at 5
+ * minutes), but never an
  * attempt: however long the disk stays full, the instance is not `failed` for good (final at the service),
  * and is written once space returns. The wait grows with these failures, the attempts keep their count.
  */
@@ -249,7 +253,13 @@ function recordRootCondition(
   const count = (waits.get(instance.id) ?? 0) + 1;
   waits.set(instance.id, count);
   const attempts = ctx.state.instances.get(instance.id)?.attempts ?? 0;
-  const delayMs = backoffDelayMs(ctx.retry, attempts + count, ctx.random);
+  // At most DISK_WAIT_MAX_SECONDS apart: the wait is for space to return, and a device whose disk was full for
+  // hours should not then wait up to maxDelaySeconds (an hour by default) more before writing.
+  const policy = {
+    ...ctx.retry,
+    maxDelaySeconds: Math.min(ctx.retry.maxDelaySeconds, DISK_WAIT_MAX_SECONDS),
+  };
+  const delayMs = backoffDelayMs(policy, attempts + count, ctx.random);
   ctx.state.cooldowns.set(instance.id, ctx.clock.monotonic() + delayMs);
   const nextAttemptAt = new Date(ctx.clock.now() + delayMs).toISOString();
   const why =
