@@ -255,6 +255,7 @@ async function applyBatch(batch: readonly Step[], ctx: ApplyContext): Promise<Ap
     ctx.fs,
     ctx.rootDir,
     done.filter(landed).map((applied) => directoryOf(applied.step.path)),
+    options.verified === undefined ? {} : { verified: options.verified },
   );
   if (failures.size === 0) return done;
   return done.map((applied) => {

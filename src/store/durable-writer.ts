@@ -922,7 +922,14 @@ export async function syncDirectories(
   fs: FsPort,
   rootDir: string,
   directories: Iterable<string>,
-  options: { concurrency?: number } = {},
+  options: {
+    concurrency?: number;
+    /**
+     * The batch's stable directories: any other one is fsynced through a descriptor from a walk that follows
+     * no symlink (pinParent), so a symlink swapped in meanwhile fails its fsync instead of taking it elsewhere.
+     */
+    verified?: VerifiedDirectories;
+  } = {},
 ): Promise<Map<string, DiskError>> {
   const root = path.resolve(rootDir);
   const pending = [...new Set(directories)];
@@ -933,7 +940,19 @@ export async function syncDirectories(
       const relative = pending[next++]!;
       try {
         validateDirectory(relative);
-        await fsyncDirectory(fs, path.join(root, relative), relative);
+        const pinned =
+          options.verified === undefined || options.verified.has(relative)
+            ? undefined
+            : await pinParent(fs, root, [...(relative === '' ? [] : relative.split('/')), '_'], relative);
+        if (pinned === undefined) {
+          await fsyncDirectory(fs, path.join(root, relative), relative);
+        } else {
+          try {
+            await syncOpenDirectory(pinned, relative);
+          } finally {
+            await pinned.close().catch(() => undefined);
+          }
+        }
       } catch (error) {
         failures.set(
           relative,

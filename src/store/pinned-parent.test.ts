@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
-import { publishFile } from './durable-writer.js';
+import { publishFile, syncDirectories } from './durable-writer.js';
 import { PathRejectedError } from './errors.js';
 import { TEMP_PREFIX, VerifiedDirectories } from './path-guard.js';
 
@@ -127,5 +127,26 @@ describe('publishFile making parents under a directory another user can write', 
     expect(await readdir(outside)).toEqual([]);
     // The swap is seen by the re-walk before the rename: refused (the directories made stay in the real one).
     expect(result).toBeInstanceOf(PathRejectedError);
+  });
+});
+
+describe('syncDirectories for a batch under a directory another user can write', () => {
+  it('a directory swapped for a symlink before its fsync fails it, never fsyncs the target instead', async () => {
+    const verified = new VerifiedDirectories(process.geteuid?.() ?? 0);
+    await publishFile(nodeFs, {
+      rootDir: root,
+      relativePath: 'shared/app/config.json',
+      data: Buffer.from('{"v":1}\n'),
+      mode: 0o644,
+      dirMode: 0o755,
+      syncDirectory: false,
+      verified,
+    });
+    const shared = path.join(root, 'shared');
+    await rename(shared, `${shared}-real`);
+    await mkdir(path.join(outside, 'app'));
+    await symlink(outside, shared);
+    const failures = await syncDirectories(nodeFs, root, ['shared/app', ''], { verified });
+    expect([...failures.keys()]).toEqual(['shared/app']);
   });
 });
