@@ -1,13 +1,14 @@
 // The write journal's own mechanics: a settle's unlink never takes away the declaration queued after it.
 import * as nodeFs from 'node:fs/promises';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import { INTENT_FILE, IntentJournal } from './intent-journal.js';
-import type { ManagedFile } from './state.js';
+import { emptyState, type ManagedFile } from './state.js';
 
 let dir: string;
 
@@ -71,5 +72,47 @@ describe('IntentJournal', () => {
     await journal.settle(journal.recordedIn(recorded('a.json', 'cfg_a', SHA_A)));
 
     await expect(readFile(path.join(dir, INTENT_FILE))).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
+  it('a write declared at a path after a published one that was never recorded leaves the first one provable', async () => {
+    // Run 1 declares cfg_a at p and renames its bytes into place, then dies before state.json records it. Run 2
+    // declares cfg_b at the same path and dies before its rename. Run 3 must still prove the bytes there cfg_a's.
+    const rootDir = path.join(dir, 'root');
+    const stateDir = path.join(dir, 'state');
+    await Promise.all([mkdir(path.join(rootDir, 'motion'), { recursive: true }), mkdir(stateDir)]);
+    const bytesA = Buffer.from('{"owner":"cfg_a"}\n');
+    const shaA = createHash('sha256').update(bytesA).digest('hex');
+    const run1 = await IntentJournal.open(nodeFs, stateDir, rootDir, silentLogger());
+    await run1.declare([{ path: 'motion/right.json', instanceId: 'cfg_a', sha256: shaA }]);
+    await writeFile(path.join(rootDir, 'motion/right.json'), bytesA);
+    const run2 = await IntentJournal.open(nodeFs, stateDir, rootDir, silentLogger());
+    await run2.declare([{ path: 'motion/right.json', instanceId: 'cfg_b', sha256: SHA_B }]);
+
+    const run3 = await IntentJournal.open(nodeFs, stateDir, rootDir, silentLogger());
+    const state = emptyState('dvc_1', rootDir);
+    expect(await run3.adopt(state, 'now')).toEqual(['motion/right.json']);
+    expect(state.files.get('motion/right.json')).toMatchObject({ instanceId: 'cfg_a', sha256: shaA });
+    // cfg_b's rename never happened: its declaration is dropped, cfg_a's settles with the next state.json.
+    await run3.settle(run3.recordedIn(state.files));
+    expect(run3.size).toBe(0);
+    await expect(readFile(path.join(stateDir, INTENT_FILE))).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
+  it('a write recorded durably settles the writes declared at its path before it, not those after', async () => {
+    const journal = await IntentJournal.open(nodeFs, dir, '/root', silentLogger());
+    await journal.declare([{ path: 'p.json', instanceId: 'cfg_a', sha256: SHA_A }]);
+    await journal.declare([{ path: 'p.json', instanceId: 'cfg_b', sha256: SHA_B }]);
+    expect(journal.size).toBe(2);
+
+    await journal.settle(journal.recordedIn(recorded('p.json', 'cfg_b', SHA_B)));
+    expect(journal.size).toBe(0);
+
+    await journal.declare([{ path: 'p.json', instanceId: 'cfg_c', sha256: SHA_A }]);
+    await journal.declare([{ path: 'p.json', instanceId: 'cfg_d', sha256: SHA_B }]);
+    // cfg_c recorded (the state saved between the two declarations): cfg_d, declared after, still stands.
+    await journal.settle(journal.recordedIn(recorded('p.json', 'cfg_c', SHA_A)));
+    expect(journal.size).toBe(1);
+    const text = await readFile(path.join(dir, INTENT_FILE), 'utf8');
+    expect(JSON.parse(text)).toMatchObject({ intents: [{ instanceId: 'cfg_c' }, { instanceId: 'cfg_d' }] });
   });
 });

@@ -12,6 +12,10 @@ import { type LocalState, type ManagedFile, readStateDirFile } from './state.js'
 
 export const INTENT_FILE = 'intent.json';
 
+function intentKey(intent: WriteIntent): string {
+  return `${intent.path}\n${intent.instanceId}\n${intent.sha256}`;
+}
+
 /** A write about to be published: the file at `path` will hold bytes hashing to `sha256`, for `instanceId`. */
 export interface WriteIntent {
   path: string;
@@ -48,7 +52,12 @@ export class IntentJournal {
   readonly #stateDir: string;
   readonly #rootDir: string;
   readonly #logger: Logger;
-  /** Declared and not settled, by path (a later declaration for a path replaces the earlier one). */
+  /**
+   * Declared and not settled, by `intentKey`, in declaration order. One path may hold several: a run that died
+   * after one rename leaves its declaration, and the next run may declare another write at that path and die
+   * before its rename; the first declaration is still the only proof of the bytes there. (Keyed by path, the
+   * second replaced the first, and the file stayed for good once its instance was retired: kill loop, 2026-11-23.)
+   */
   readonly #pending = new Map<string, WriteIntent>();
   /**
    * Pending intents `adopt` recorded in the state: whatever becomes of their record afterwards (a removal, a
@@ -83,7 +92,7 @@ export class IntentJournal {
       if (parsed.rootDir !== rootDir) return journal;
       for (const intent of parsed.intents) {
         validateRelativePath(intent.path);
-        journal.#pending.set(intent.path, intent);
+        journal.#pending.set(intentKey(intent), intent);
       }
     } catch (error) {
       // Torn it cannot be (published whole); edited or of another version: it proves nothing.
@@ -99,7 +108,11 @@ export class IntentJournal {
 
   /** Makes the intents durable, with every earlier one not settled yet; call before any of their renames. */
   async declare(intents: readonly WriteIntent[]): Promise<void> {
-    for (const intent of intents) this.#pending.set(intent.path, intent);
+    for (const intent of intents) {
+      // Declared again: it moves to the end, after any other write declared at its path since.
+      this.#pending.delete(intentKey(intent));
+      this.#pending.set(intentKey(intent), intent);
+    }
     await this.#serially(async () => {
       this.#onDisk = true;
       await writeDurableJson(this.#fs, this.#stateDir, INTENT_FILE, {
@@ -138,7 +151,16 @@ export class IntentJournal {
   /** After a durable persist of `state.json` holding `recorded`: those are proven there now. */
   async settle(recorded: readonly WriteIntent[]): Promise<void> {
     for (const intent of recorded) {
-      if (this.#pending.get(intent.path) === intent) this.#pending.delete(intent.path);
+      const key = intentKey(intent);
+      if (this.#pending.get(key) === intent) {
+        // The writes declared at its path before it were replaced by its rename (one path's writes are never
+        // in flight at once): with it recorded in a durable state.json, they prove nothing any more.
+        for (const [otherKey, other] of this.#pending) {
+          if (otherKey === key) break;
+          if (other.path === intent.path) this.#pending.delete(otherKey);
+        }
+        this.#pending.delete(key);
+      }
       this.#adopted.delete(intent);
     }
     await this.#serially(async () => {
@@ -177,7 +199,7 @@ export class IntentJournal {
         }
       }
       if (found === undefined) {
-        this.#pending.delete(intent.path);
+        this.#pending.delete(intentKey(intent));
         continue;
       }
       state.files.set(intent.path, {
