@@ -1,6 +1,7 @@
 // The write journal's own mechanics: a settle's unlink never takes away the declaration queued after it.
-import * as nodeFs from 'node:fs/promises';
+
 import { createHash } from 'node:crypto';
+import * as nodeFs from 'node:fs/promises';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
