@@ -395,6 +395,41 @@ export async function syncRegularFileIf(
   return { mode: stats.mode & PERMISSION_BITS };
 }
 
+/** mkdir of one parent (`target`, a path or a /proc/self/fd name); true when this call made it (then in `created`). */
+async function makeDirectory(
+  fs: FsPort,
+  target: string,
+  dirMode: number,
+  relative: string,
+  created: string[],
+): Promise<boolean> {
+  try {
+    await fs.mkdir(target, { mode: dirMode });
+  } catch (error) {
+    if (errnoCode(error) === 'EEXIST') return false;
+    throw new DiskError({ operation: 'create directory', path: relative, cause: error });
+  }
+  created.push(relative);
+  return true;
+}
+
+/** Opens a parent just made or found with O_NOFOLLOW|O_DIRECTORY: a symlink or a file raced in there is refused. */
+async function openDirectoryNoFollow(
+  fs: FsPort,
+  target: string,
+  relative: string,
+  relativePath: string,
+): Promise<FileHandle> {
+  try {
+    return await fs.open(target, DIR_FLAGS | constants.O_NOFOLLOW);
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code === 'ELOOP') throw new PathRejectedError('crosses_symlink', relativePath, relative);
+    if (code === 'ENOTDIR') throw new PathRejectedError('not_a_directory', relativePath, relative);
+    throw new DiskError({ operation: 'open directory', path: relative, cause: error });
+  }
+}
+
 /**
  * Creates the missing parents of the target one by one/**
  * Creates the missing parents of the target one by one, recording each one this call made. Each directory is
@@ -417,25 +452,8 @@ async function createParents(
     signal?.throwIfAborted();
     const relative = segments.slice(0, index + 1).join('/');
     const absolute = path.join(root, relative);
-    let made = false;
-    try {
-      await fs.mkdir(absolute, { mode: dirMode });
-      made = true;
-      created.push(relative);
-    } catch (error) {
-      if (errnoCode(error) !== 'EEXIST') {
-        throw new DiskError({ operation: 'create directory', path: relative, cause: error });
-      }
-    }
-    let handle: FileHandle;
-    try {
-      handle = await fs.open(absolute, DIR_FLAGS | constants.O_NOFOLLOW);
-    } catch (error) {
-      const code = errnoCode(error);
-      if (code === 'ELOOP') throw new PathRejectedError('crosses_symlink', relativePath, relative);
-      if (code === 'ENOTDIR') throw new PathRejectedError('not_a_directory', relativePath, relative);
-      throw new DiskError({ operation: 'open directory', path: relative, cause: error });
-    }
+    const made = await makeDirectory(fs, absolute, dirMode, relative, created);
+    const handle = await openDirectoryNoFollow(fs, absolute, relative, relativePath);
     try {
       // mkdir's mode is filtered by the umask; the operator asked for exactly dirMode.
       if (made) await step('chmod directory', relative, () => handle.chmod(dirMode));
@@ -523,25 +541,8 @@ async function createParentsPinned(
       signal?.throwIfAborted();
       const relative = segments.slice(0, index + 1).join('/');
       const entry = `${PROC_FD}/${current.fd}/${segments[index]}`;
-      let made = false;
-      try {
-        await fs.mkdir(entry, { mode: dirMode });
-        made = true;
-        created.push(relative);
-      } catch (error) {
-        if (errnoCode(error) !== 'EEXIST') {
-          throw new DiskError({ operation: 'create directory', path: relative, cause: error });
-        }
-      }
-      let next: FileHandle;
-      try {
-        next = await fs.open(entry, DIR_FLAGS | constants.O_NOFOLLOW);
-      } catch (error) {
-        const code = errnoCode(error);
-        if (code === 'ELOOP') throw new PathRejectedError('crosses_symlink', relativePath, relative);
-        if (code === 'ENOTDIR') throw new PathRejectedError('not_a_directory', relativePath, relative);
-        throw new DiskError({ operation: 'open directory', path: relative, cause: error });
-      }
+      const made = await makeDirectory(fs, entry, dirMode, relative, created);
+      const next = await openDirectoryNoFollow(fs, entry, relative, relativePath);
       try {
         if (made) await step('chmod directory', relative, () => next.chmod(dirMode));
         // The new entry lives in its parent: without this fsync a power cut can lose the whole subtree.
