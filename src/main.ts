@@ -101,6 +101,8 @@ function isEntryPoint(): boolean {
  * a long-running daemon) is still optimised, a little later.
  */
 const TIER_UP_INTERRUPT_BUDGET = 4 * 67_584;
+/** The V8 majors whose `--interrupt-budget` this was measured on (Node 20.19+ ships V8 11.3). */
+const INTERRUPT_BUDGET_V8_MAJORS = new Set([11]);
 
 /**
  * Raises the budget for the commands that sync (`--once`, `run`); the others are over before any tier-up, and
@@ -114,6 +116,10 @@ async function raiseTierUpBudget(argv: readonly string[]): Promise<void> {
     return; // main() reports the usage error.
   }
   if (process.execArgv.some((arg) => /^--interrupt[-_]budget=/.test(arg))) return;
+  // Only V8 11 (Node 20) has the flag: V8 13 (Node 24, the config-agent-node package) renamed the tier-up
+  // counters, and setFlagsFromString of an unknown flag prints 'Error: unrecognized flag' to stderr, a line that
+  // is not JSON among the logs. The newer counters are not measured here, so newer runtimes keep V8's default.
+  if (!INTERRUPT_BUDGET_V8_MAJORS.has(Number.parseInt(process.versions.v8, 10))) return;
   try {
     const { setFlagsFromString } = await import('node:v8');
     setFlagsFromString(`--interrupt-budget=${TIER_UP_INTERRUPT_BUDGET}`);
