@@ -6,7 +6,6 @@
 import { cpus, release, totalmem } from 'node:os';
 import { DEFAULT_FLEET, renderHistogram, simulateFleet } from './fleet.js';
 import {
-  AGENT_ARGV,
   AGENT_BIN,
   AGENT_NODE_FLAGS,
   agentFirstSync,
@@ -65,8 +64,9 @@ async function startup(): Promise<void> {
   };
   for (let rep = 0; rep < Math.max(REPS, 10); rep += 1) {
     await timed(['-e', '0'], node, cpu.node);
-    await timed([...AGENT_ARGV, '--help'], help, cpu.help);
-    await timed([...AGENT_ARGV, '--version'], version, cpu.version);
+    // As the launcher runs them: no V8 flag (packaging/launcher.mjs).
+    await timed([AGENT_BIN, '--help'], help, cpu.help);
+    await timed([AGENT_BIN, '--version'], version, cpu.version);
   }
   const base = median(node);
   extra.nodeStartMs = base;

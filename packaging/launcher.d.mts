@@ -1,5 +1,5 @@
 export const KEPT_NODE_VARIABLES: string[];
 export const OPENSSL_VARIABLES: string[];
 export const DAEMON_NODE_FLAGS: string[];
-export const COMMAND_NODE_FLAGS: string[];
+export const ONCE_NODE_FLAGS: string[];
 export function launcherScript(options: { interpreter: string; mainJs: string; runtime: string }): string;

@@ -22,21 +22,23 @@ export const OPENSSL_VARIABLES = [
  * V8 flags of the daemon alone (`config-agent` or `config-agent --config <file>`, as the systemd unit runs it): a
  * young generation of 1 MiB semi-spaces instead of up to 16. The idle daemon at 1,000 managed on Node 20: 86–96 →
  * 72–73 MiB of RSS at 1 s polls, with no CPU cost measured on its polls, on a first sync of 1,000 × 1 KiB or
- * of 40 × 3 MiB (docs/performance.md, "fifth round"). Other commands: COMMAND_NODE_FLAGS.
+ * of 40 × 3 MiB (docs/performance.md, "fifth round"). `--once`: ONCE_NODE_FLAGS.
  */
 export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1'];
 
 /**
- * V8 flags of every other command (`--once` above all): semi-spaces of 4 MiB. A `--once` first sync of 10,000
+ * V8 flags of a `--once` run, which may be a first sync: semi-spaces of 4 MiB. A `--once` first sync of 10,000
  * peaked at ~152 MiB RSS with Node's default and ~131 MiB with 4, for no more time in garbage collection (335
  * scavenges of ~1.1 s against 97 of ~1.0–1.3 s; 1 MiB took 1,447 of 2.8–3.8 s there). docs/performance.md,
- * "Memory, fifth round". Only a command-line flag sets it: V8 sizes the heap before the first line runs.
+ * "Memory, fifth round". Only a command-line flag sets it: V8 sizes the heap before the first line runs. The
+ * other commands (`--help`, `--version`, the local clients, `init`, `doctor`) get no flag: they allocate little,
+ * and the flag cost `--help` ~7 ms of start-up (1.50 → 1.78× `node -e 0` in the bench).
  */
-export const COMMAND_NODE_FLAGS = ['--max-semi-space-size=4'];
+export const ONCE_NODE_FLAGS = ['--max-semi-space-size=4'];
 
 /**
- * The launcher: unsets those variables, then `exec`s the interpreter with the daemon's or the other commands'
- * flags on main.js (exec keeps the process id: under Type=exec the agent itself is the unit's main process).
+ * The launcher: unsets those variables, then `exec`s the interpreter with the daemon's or `--once`'s flags, or
+ * none, on main.js (exec keeps the process id: under Type=exec the agent itself is the unit's main process).
  * Shell builtins only (`export -p`, `read`, `case`, `unset`): the caller's PATH chooses no program. A value holding a newline can only make it unset one
  * more variable, never keep one.
  */
@@ -61,7 +63,11 @@ export function launcherScript({ interpreter, mainJs, runtime }) {
     'case $#:${1-} in',
     `  0:|1:--config=*|2:--config) exec ${interpreter} ${DAEMON_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;;`,
     'esac',
-    `exec ${interpreter} ${COMMAND_NODE_FLAGS.join(' ')} ${mainJs} "$@"`,
+    '# --once (anywhere among the arguments): its own V8 flags; every other command none.',
+    'for arg in "$@"; do',
+    `  case $arg in --once) exec ${interpreter} ${ONCE_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;; esac`,
+    'done',
+    `exec ${interpreter} ${mainJs} "$@"`,
     '',
   ].join('\n');
 }

@@ -17,15 +17,15 @@ export const CURL_JQ = path.join(REPO_ROOT, 'bench', 'alternatives', 'curl-jq.sh
 export const BUNDLE_BIN = path.join(REPO_ROOT, 'dist-bench', 'agent', 'dist', 'main.js');
 export const AGENT_BIN = process.env.BENCH_AGENT_BIN ?? BUNDLE_BIN;
 /**
- * Node's flags the packages' launcher gives every command but the daemon (`COMMAND_NODE_FLAGS` in
- * packaging/launcher.mjs): `--once`, `--help` and `--version` are measured as the packages run them.
+ * Node's flags the packages' launcher gives `--once` (`ONCE_NODE_FLAGS` in packaging/launcher.mjs): it is
+ * measured as the packages run it. `--help` and `--version` get none there, nor here.
  */
 export const AGENT_NODE_FLAGS: readonly string[] = (
   (await import(pathToFileURL(path.join(REPO_ROOT, 'packaging', 'launcher.mjs')).href)) as {
-    COMMAND_NODE_FLAGS: string[];
+    ONCE_NODE_FLAGS: string[];
   }
-).COMMAND_NODE_FLAGS;
-/** The command line of `--once` and the other commands before their own arguments: the flags, then main.js. */
+).ONCE_NODE_FLAGS;
+/** The command line of `--once` before its own arguments: the flags, then main.js. */
 export const AGENT_ARGV: readonly string[] = [...AGENT_NODE_FLAGS, AGENT_BIN];
 
 export type Contender = 'agent' | 'floor1' | 'floor16' | 'curl-jq';
