@@ -204,7 +204,8 @@ async function readNoFollow(
 /**
  * On one descriptor (so a file swapped in meanwhile is never touched): when the file holds exactly `data`,
  * brings its group and mode to the wanted ones with fchown/fchmod and fsyncs the change. 'differs' when the
- * bytes differ (the caller rewrites), undefined when the file vanished.
+ * bytes differ or the metadata cannot change in place (see settleMetadata): the caller rewrites; undefined
+ * when the file vanished.
  */
 async function settleMetadataInPlace(
   fs: FsPort,
@@ -233,18 +234,24 @@ async function settleMetadataInPlace(
   }
 }
 
-/** The bytes of the open file are the wanted ones: brings its group and mode to the wanted ones (see above). */
+/**
+ * The bytes of the open file are the wanted ones: brings its group and mode to the wanted ones (see above).
+ * 'differs' when they must change on a file with other names (nlink > 1: a hard link someone planted where
+ * fs.protected_hardlinks is 0): a fchmod/fchown would change the inode those names share, so the caller
+ * publishes a fresh file instead and the other names keep their mode and group.
+ */
 async function settleMetadata(
   handle: FileHandle,
   stats: Stats,
   relativePath: string,
   wanted: { mode: number; gid: number | undefined; ensureDurable: boolean; durable: boolean },
-): Promise<'unchanged' | 'metadata'> {
+): Promise<'unchanged' | 'metadata' | 'differs'> {
   const groupChanges = wanted.gid !== undefined && stats.gid !== wanted.gid;
   if (!groupChanges && (stats.mode & PERMISSION_BITS) === wanted.mode) {
     if (wanted.ensureDurable) await step('fsync', relativePath, () => handle.sync());
     return 'unchanged';
   }
+  if (stats.nlink > 1) return 'differs';
   const gid = wanted.gid;
   if (groupChanges && gid !== undefined) await step('chown', relativePath, () => handle.chown(-1, gid));
   await step('chmod', relativePath, () => handle.chmod(wanted.mode));
@@ -877,7 +884,8 @@ export async function publishText(fs: FsPort, request: PublishTextRequest): Prom
         const held = await holdsPieces(handle, pieces(), relativePath);
         if (held !== undefined) {
           const wanted = { mode, gid, ensureDurable, durable };
-          same = { ...held, outcome: await settleMetadata(handle, stats, relativePath, wanted) };
+          const outcome = await settleMetadata(handle, stats, relativePath, wanted);
+          if (outcome !== 'differs') same = { ...held, outcome };
         }
       } finally {
         await handle.close().catch(() => undefined);
