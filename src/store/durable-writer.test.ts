@@ -608,7 +608,9 @@ describe('removeManagedFile', () => {
   });
 
   it('fsyncs the root itself for a file at the top level, and for an absent file too', async () => {
-    const { fs: base } = memfs({ [`${ROOT}/app.conf`]: 'x' });
+    const { fs: base, vol } = memfs({ [`${ROOT}/app.conf`]: 'x' });
+    // A root nobody else can write (memfs makes it 0777): no descriptor is pinned to remove in it.
+    vol.chmodSync(ROOT, 0o755);
     const { fs, opens } = recordingOpens(base);
     expect(await removeManagedFile(fs, { rootDir: ROOT, relativePath: 'app.conf', pruneDirs: [] })).toBe(
       'removed',

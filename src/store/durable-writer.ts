@@ -11,6 +11,7 @@ import {
   checkRoot,
   inspectPath,
   lstatOrUndefined,
+  type PathInspection,
   TEMP_PREFIX,
   VerifiedDirectories,
   validateRelativePath,
@@ -529,7 +530,9 @@ async function pinParent(
  * createParents for a chain someone else could change: each missing directory is made, opened (O_NOFOLLOW) and
  * chmod'ed inside the descriptor of the one before (`start`, the deepest existing parent, pinned), and that one
  * fsynced for its new entry; a symlink swapped in anywhere never has a directory made in its target. Returns
- * the descriptor of the target's parent; closes every other one, and all of them when it throws.
+ * the descriptor of the target's parent. The descriptor of each directory it made one in stays open in
+ * `parents` (by relative path), for a rollback to remove what it made through them (`removeCreatedDirs`); the
+ * caller closes those. Every other descriptor is closed, the target's parent too when it throws.
  */
 async function createParentsPinned(
   fs: FsPort,
@@ -539,16 +542,21 @@ async function createParentsPinned(
   dirMode: number,
   relativePath: string,
   created: string[],
+  parents: Map<string, FileHandle>,
   signal: AbortSignal | undefined,
   durable: boolean,
 ): Promise<FileHandle> {
   let current = start;
+  const release = async (handle: FileHandle) => {
+    if (![...parents.values()].includes(handle)) await handle.close().catch(() => undefined);
+  };
   try {
     for (let index = from; index < segments.length - 1; index += 1) {
       signal?.throwIfAborted();
       const relative = segments.slice(0, index + 1).join('/');
       const entry = `${PROC_FD}/${current.fd}/${segments[index]}`;
       const made = await makeDirectory(fs, entry, dirMode, relative, created);
+      if (made) parents.set(relativeDir(relative), current);
       const next = await openDirectoryNoFollow(fs, entry, relative, relativePath);
       try {
         if (made) await step('chmod directory', relative, () => next.chmod(dirMode));
@@ -558,12 +566,12 @@ async function createParentsPinned(
         await next.close().catch(() => undefined);
         throw error;
       }
-      await current.close().catch(() => undefined);
+      await release(current);
       current = next;
     }
     return current;
   } catch (error) {
-    await current.close().catch(() => undefined);
+    await release(current);
     throw error;
   }
 }
@@ -589,11 +597,27 @@ async function namesItself(fs: FsPort, handle: FileHandle): Promise<boolean> {
   return named !== undefined && own !== undefined && named.dev === own.dev && named.ino === own.ino;
 }
 
-/** Best-effort rollback after a failed publish: the caller never learns these dirs exist, so nobody would prune them. */
-async function removeCreatedDirs(fs: FsPort, root: string, created: readonly string[]): Promise<void> {
+/**
+ * Best-effort rollback after a failed publish: the caller never learns these dirs exist, so nobody would prune
+ * them. A directory made through a pinned parent (`parents`: see createParentsPinned) is removed inside that
+ * descriptor (`/proc/self/fd/<fd>/<name>`: rmdirat() without rmdirat(), the path never walked again), so a
+ * symlink another local user swapped in on the way since cannot turn the rmdir onto a directory of the same
+ * name in its target; the others were made under a stable chain (nobody else can change it) and go by path.
+ */
+async function removeCreatedDirs(
+  fs: FsPort,
+  root: string,
+  created: readonly string[],
+  parents: ReadonlyMap<string, FileHandle>,
+): Promise<void> {
   for (const relative of [...created].reverse()) {
+    const parent = parents.get(relativeDir(relative));
+    const target =
+      parent === undefined
+        ? path.join(root, relative)
+        : `${PROC_FD}/${parent.fd}/${path.posix.basename(relative)}`;
     try {
-      await fs.rmdir(path.join(root, relative));
+      await fs.rmdir(target);
     } catch {
       return;
     }
@@ -691,6 +715,7 @@ async function writeTempAndRename(
   const parentRelative = relativeDir(relativePath);
   const parentAbsolute = path.dirname(absolute);
   const created: string[] = [];
+  const createdIn = new Map<string, FileHandle>();
   let tempPath: string | undefined;
   let handle: FileHandle | undefined;
   let renamed = false;
@@ -714,6 +739,7 @@ async function writeTempAndRename(
           dirMode,
           relativePath,
           created,
+          createdIn,
           signal,
           durable,
         );
@@ -775,10 +801,11 @@ async function writeTempAndRename(
       const temp = tempPath;
       await fs.unlink(temp).catch(() => undefined);
     }
-    if (!renamed) await removeCreatedDirs(fs, root, created);
+    if (!renamed) await removeCreatedDirs(fs, root, created, createdIn);
     throw error;
   } finally {
     await pinned?.close().catch(() => undefined);
+    for (const parent of createdIn.values()) await parent.close().catch(() => undefined);
   }
   return {
     outcome: 'written',
@@ -990,25 +1017,17 @@ function validateDirectory(relative: string): void {
 export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Promise<RemoveOutcome> {
   const { rootDir, relativePath, pruneDirs } = request;
   for (const dir of pruneDirs) validateRelativePath(dir);
-  const inspection = await inspectPath(fs, rootDir, relativePath);
-  const current = inspection.final;
-  if (current !== undefined && !current.isFile()) return 'refused';
-  const { expected } = request;
-  if (current !== undefined && expected !== undefined) {
-    if (current.dev !== expected.dev || current.ino !== expected.ino) return 'refused';
-  }
+  const inspection = await inspectPath(fs, rootDir, relativePath, newVerified());
   let outcome: RemoveOutcome = 'absent';
-  if (current !== undefined) {
-    try {
-      await fs.unlink(inspection.absolute);
-      outcome = 'removed';
-    } catch (error) {
-      if (errnoCode(error) !== 'ENOENT')
-        throw new DiskError({ operation: 'unlink', path: relativePath, cause: error });
-    }
-    if (outcome === 'removed') {
-      const parent = relativeDir(relativePath);
-      await fsyncDirectory(fs, path.dirname(inspection.absolute), parent);
+  if (inspection.final !== undefined) {
+    const parent = await pinUnstableParent(fs, inspection, relativePath);
+    if (parent !== 'absent') {
+      try {
+        outcome = await unlinkChecked(fs, inspection, relativePath, request.expected, parent);
+      } finally {
+        await parent?.close().catch(() => undefined);
+      }
+      if (outcome === 'refused') return outcome;
     }
   }
   // Already gone: maybe by our own unlink whose directory fsync a crash or an error cut off. It is reported
@@ -1016,6 +1035,63 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
   if (outcome === 'absent') await fsyncNearestDirectory(fs, inspection.root, relativeDir(relativePath));
   await pruneDirectories(fs, inspection.root, pruneDirs);
   return outcome;
+}
+
+function newVerified(): VerifiedDirectories {
+  return new VerifiedDirectories(process.geteuid?.() ?? -1);
+}
+
+/**
+ * The descriptor of the path's directory when someone else could change the chain to it (pinParent), so what
+ * follows acts inside that directory and never walks the path again: undefined where the chain is stable or
+ * no /proc names descriptors; 'absent' when a directory on the way is gone since.
+ */
+async function pinUnstableParent(
+  fs: FsPort,
+  inspection: PathInspection,
+  relativePath: string,
+): Promise<FileHandle | undefined | 'absent'> {
+  if (inspection.stableParent) return undefined;
+  try {
+    return await pinParent(fs, inspection.root, inspection.segments, relativePath);
+  } catch (error) {
+    if (error instanceof DiskError && (error.errno === 'ENOENT' || error.errno === 'ENOTDIR'))
+      return 'absent';
+    throw error;
+  }
+}
+
+/**
+ * Unlinks the regular file at the inspected path when it is the `expected` one, then fsyncs its directory; in
+ * the pinned `parent` when given (lstat, unlink and fsync by `/proc/self/fd/<fd>/<name>`: unlinkat()), so a
+ * symlink swapped in for a directory on the way cannot take the unlink to a file of that name elsewhere.
+ */
+async function unlinkChecked(
+  fs: FsPort,
+  inspection: PathInspection,
+  relativePath: string,
+  expected: FileIdentity | undefined,
+  parent: FileHandle | undefined,
+): Promise<RemoveOutcome> {
+  const entry =
+    parent === undefined
+      ? inspection.absolute
+      : `${PROC_FD}/${parent.fd}/${path.posix.basename(relativePath)}`;
+  const current = parent === undefined ? inspection.final : await lstatOrUndefined(fs, entry, relativePath);
+  if (current === undefined) return 'absent';
+  if (!current.isFile()) return 'refused';
+  if (expected !== undefined && (current.dev !== expected.dev || current.ino !== expected.ino))
+    return 'refused';
+  try {
+    await fs.unlink(entry);
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return 'absent';
+    throw new DiskError({ operation: 'unlink', path: relativePath, cause: error });
+  }
+  const directory = relativeDir(relativePath);
+  if (parent === undefined) await fsyncDirectory(fs, path.dirname(inspection.absolute), directory);
+  else await syncOpenDirectory(parent, directory);
+  return 'removed';
 }
 
 async function fsyncNearestDirectory(fs: FsPort, root: string, relative: string): Promise<void> {
@@ -1030,32 +1106,65 @@ function depth(relative: string): number {
   return relative.split('/').length;
 }
 
+/**
+ * Removes the empty ones of `pruneDirs`, deepest first, then fsyncs the directories they were in. Under a chain
+ * someone else could change, each rmdir and fsync goes through the pinned parent (see pinUnstableParent): a
+ * symlink swapped in on the way cannot turn the rmdir onto an empty directory of the same name in its target.
+ */
 async function pruneDirectories(fs: FsPort, root: string, pruneDirs: readonly string[]): Promise<void> {
   const ordered = [...new Set(pruneDirs)].sort((a, b) => depth(b) - depth(a) || (a < b ? 1 : a > b ? -1 : 0));
-  const touchedParents = new Set<string>();
-  for (const relative of ordered) {
-    let stats: Stats | undefined;
-    try {
-      stats = (await inspectPath(fs, root, relative)).final;
-    } catch (error) {
-      // A symlink in the way means the tree is no longer what the agent built: leave it alone.
-      if (error instanceof PathRejectedError) continue;
-      throw error;
+  const touchedParents = new Map<string, FileHandle | undefined>();
+  const removed = new Set<string>();
+  try {
+    for (const relative of ordered) {
+      let inspection: PathInspection;
+      try {
+        inspection = await inspectPath(fs, root, relative, newVerified());
+      } catch (error) {
+        // A symlink in the way means the tree is no longer what the agent built: leave it alone.
+        if (error instanceof PathRejectedError) continue;
+        throw error;
+      }
+      if (inspection.final === undefined || !inspection.final.isDirectory()) continue;
+      let parent: FileHandle | undefined | 'absent';
+      try {
+        parent = await pinUnstableParent(fs, inspection, relative);
+      } catch (error) {
+        if (error instanceof PathRejectedError) continue;
+        throw error;
+      }
+      if (parent === 'absent') continue;
+      const target =
+        parent === undefined
+          ? path.join(root, relative)
+          : `${PROC_FD}/${parent.fd}/${path.posix.basename(relative)}`;
+      try {
+        await fs.rmdir(target);
+      } catch (error) {
+        await parent?.close().catch(() => undefined);
+        const code = errnoCode(error);
+        // Not empty (someone else's files, or another instance's), a mount point, or no longer a directory
+        // there (a symlink swapped in: rmdir never follows it): keeping it is correct.
+        if (code === 'ENOTEMPTY' || code === 'EEXIST' || code === 'ENOENT' || code === 'EBUSY') continue;
+        if (code === 'ENOTDIR') continue;
+        throw new DiskError({ operation: 'remove directory', path: relative, cause: error });
+      }
+      removed.add(relative);
+      const key = relativeDir(relative);
+      if (touchedParents.has(key)) await parent?.close().catch(() => undefined);
+      else touchedParents.set(key, parent);
     }
-    if (stats === undefined || !stats.isDirectory()) continue;
-    try {
-      await fs.rmdir(path.join(root, relative));
-      touchedParents.add(relativeDir(relative));
-    } catch (error) {
-      const code = errnoCode(error);
-      // Not empty (someone else's files, or another instance's) or a mount point: keeping it is correct.
-      if (code === 'ENOTEMPTY' || code === 'EEXIST' || code === 'ENOENT' || code === 'EBUSY') continue;
-      throw new DiskError({ operation: 'remove directory', path: relative, cause: error });
+    for (const [relative, handle] of touchedParents) {
+      if (removed.has(relative)) continue;
+      if (handle !== undefined) {
+        await syncOpenDirectory(handle, relative);
+        continue;
+      }
+      const stats = await lstatOrUndefined(fs, path.join(root, relative), relative);
+      if (stats?.isDirectory()) await fsyncDirectory(fs, path.join(root, relative), relative);
     }
-  }
-  for (const parent of touchedParents) {
-    const stats = await lstatOrUndefined(fs, path.join(root, parent), parent);
-    if (stats?.isDirectory()) await fsyncDirectory(fs, path.join(root, parent), parent);
+  } finally {
+    for (const handle of touchedParents.values()) await handle?.close().catch(() => undefined);
   }
 }
 

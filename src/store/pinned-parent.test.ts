@@ -1,12 +1,23 @@
-// A directory another local user can write, swapped for a symlink and back around every check of a publish:
-// the write still lands in the directory the walk found, never outside the root (real fs, /proc/self/fd).
+// A directory another local user can write, swapped for a symlink around the checks of a publish, a rollback
+// or a removal: each still acts in the directory the walk found, never outside the root (real fs, /proc/self/fd).
 import * as nodeFs from 'node:fs/promises';
-import { chmod, mkdir, mkdtemp, readdir, readFile, rename, rm, symlink, unlink } from 'node:fs/promises';
+import {
+  chmod,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  symlink,
+  unlink,
+  writeFile,
+} from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
-import { publishFile, syncDirectories } from './durable-writer.js';
+import { publishFile, removeManagedFile, syncDirectories } from './durable-writer.js';
 import { PathRejectedError } from './errors.js';
 import { TEMP_PREFIX, VerifiedDirectories } from './path-guard.js';
 
@@ -127,6 +138,84 @@ describe('publishFile making parents under a directory another user can write', 
     expect(await readdir(outside)).toEqual([]);
     // The swap is seen by the re-walk before the rename: refused (the directories made stay in the real one).
     expect(result).toBeInstanceOf(PathRejectedError);
+  });
+});
+
+describe('a failed publish under a directory another user can write rolls back through descriptors', () => {
+  it('removes the directories it made in the real directory, never an empty one of the same name in a symlink target', async () => {
+    const shared = path.join(root, 'shared');
+    // The other user's empty directories, named as the ones the publish will make: an rmdir by path through
+    // the symlink swapped in for `shared` would remove them.
+    await mkdir(path.join(outside, 'new', 'deeper'), { recursive: true });
+    let swapped = false;
+    const mkdirFs: FsPort = {
+      ...nodeFs,
+      mkdir: (async (file: string, ...rest: unknown[]) => {
+        if (!swapped) {
+          swapped = true;
+          await rename(shared, `${shared}-real`);
+          await symlink(outside, shared);
+        }
+        return (nodeFs.mkdir as (...args: unknown[]) => Promise<unknown>)(file, ...rest);
+      }) as FsPort['mkdir'],
+    };
+    const result = await publishFile(mkdirFs, {
+      rootDir: root,
+      relativePath: 'shared/new/deeper/config.json',
+      data: Buffer.from('{"v":1}\n'),
+      mode: 0o644,
+      dirMode: 0o755,
+    }).catch((error: unknown) => error);
+    // The re-walk before the rename sees the symlink: refused, and what the publish made is rolled back.
+    expect(result).toBeInstanceOf(PathRejectedError);
+    expect(await readdir(path.join(outside, 'new'))).toEqual(['deeper']);
+    expect(await readdir(`${shared}-real`)).toEqual(['app']);
+  });
+});
+
+describe('removeManagedFile under a directory another user can write', () => {
+  /** `fs` whose first call of `name` swaps `shared` for a symlink to `outside` just before it runs. */
+  const swapBefore = (name: 'unlink' | 'rmdir'): FsPort => {
+    const shared = path.join(root, 'shared');
+    let swapped = false;
+    const call = (async (file: string) => {
+      if (!swapped) {
+        swapped = true;
+        await rename(shared, `${shared}-real`);
+        await symlink(outside, shared);
+      }
+      return name === 'unlink' ? nodeFs.unlink(file) : nodeFs.rmdir(file);
+    }) as FsPort['unlink'] & FsPort['rmdir'];
+    return { ...nodeFs, [name]: call };
+  };
+
+  it('unlinks the file it checked, never a file of the same name in a symlink target', async () => {
+    await writeFile(path.join(root, 'shared/app/config.json'), 'ours');
+    await mkdir(path.join(outside, 'app'));
+    await writeFile(path.join(outside, 'app/config.json'), 'theirs');
+    const outcome = await removeManagedFile(swapBefore('unlink'), {
+      rootDir: root,
+      relativePath: 'shared/app/config.json',
+      pruneDirs: [],
+    });
+    expect(outcome).toBe('removed');
+    expect(await readFile(path.join(outside, 'app/config.json'), 'utf8')).toBe('theirs');
+    expect(await readdir(path.join(root, 'shared-real/app'))).toEqual([]);
+  });
+
+  it('prunes the directories it made, never an empty one of the same name in a symlink target', async () => {
+    await mkdir(path.join(root, 'shared/new/deeper'), { recursive: true });
+    await writeFile(path.join(root, 'shared/new/deeper/config.json'), 'ours');
+    await mkdir(path.join(outside, 'new/deeper'), { recursive: true });
+    const outcome = await removeManagedFile(swapBefore('rmdir'), {
+      rootDir: root,
+      relativePath: 'shared/new/deeper/config.json',
+      pruneDirs: ['shared/new', 'shared/new/deeper'],
+    });
+    expect(outcome).toBe('removed');
+    expect(await readdir(path.join(outside, 'new'))).toEqual(['deeper']);
+    // The one removed before the swap was seen is gone; `new` stays: a symlink is now on the way to it.
+    expect(await readdir(path.join(root, 'shared-real/new'))).toEqual([]);
   });
 });
 
