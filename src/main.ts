@@ -129,6 +129,11 @@ async function raiseTierUpBudget(argv: readonly string[]): Promise<void> {
 }
 
 if (isEntryPoint()) {
+  // stdout and stderr may go away under a running agent (journald stopped, the terminal closed, a pipe's reader
+  // gone): a write then fails with EPIPE or EIO, emitted as an 'error' that nothing handled. The fatal handler
+  // logged it to the same stream, which failed again: a nextTick loop at 100 % CPU that starved every timer,
+  // the socket and SIGTERM. Output is best effort; the configs are the job, so the agent goes on without it.
+  for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
   const io: CommandIo = {
     stdout: process.stdout,
     stderr: process.stderr,

@@ -270,7 +270,11 @@ export async function runAgent(
     }).finally(() => {
       wakeStartWait = () => undefined;
     });
+  let fatalSeen = false;
   const fatal = (what: string) => (error: unknown) => {
+    // Once: an error raised by the logging of the first (a log destination that fails) must not loop on itself.
+    if (fatalSeen) return;
+    fatalSeen = true;
     if (agent !== undefined)
       agent.logger.fatal({ err: error }, `${what}: exiting so systemd restarts the agent`);
     else io.stderr.write(`config-agent: ${what}: ${secrets.scrub(errorMessage(error))}\n`);

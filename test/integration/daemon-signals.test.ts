@@ -272,3 +272,29 @@ describe('SIGHUP', () => {
     expect(exit.code).toBe(0);
   });
 });
+
+describe('stdout and stderr gone (journald stopped, the terminal closed)', () => {
+  it('keeps syncing, answers on its socket and stops with exit 0 on SIGTERM', async () => {
+    const h = await AgentHarness.create({
+      registerDevice: true,
+      config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
+    });
+    harness = h;
+    const daemon = DaemonProcess.start(h);
+    await daemon.waitForPasses(1, PATIENCE_MS);
+    // The reading ends close: every later write of the agent to either fails with EPIPE. Each log line did, the
+    // fatal handler logged that, which failed again: a nextTick loop at 100 % CPU that no signal or timer ended.
+    daemon.child.stdout?.destroy();
+    daemon.child.stderr?.destroy();
+    await h.createAndDeploy({ relative_filepath: 'after.json', content: { logs: 'gone' } });
+
+    const answer = await callLocalApi(h.configObject().socketPath as string, 'POST', '/v1/sync');
+    expect(answer.status).toBe(200);
+    expect(await readFile(h.rootPath('after.json'), 'utf8')).toBe(
+      `${JSON.stringify({ logs: 'gone' }, null, 2)}\n`,
+    );
+    const exit = await daemon.stop('SIGTERM', STOP_TIMEOUT_MS);
+    expect(exit).toMatchObject({ code: 0, signal: null });
+    expect(await findTempFiles(h.rootDir)).toEqual([]);
+  });
+});
