@@ -651,6 +651,21 @@ describe('runPass: ownership declared before the rename (intent.json)', () => {
     expect(await exists(path.join('..', 'state', 'intent.json'))).toBe(false);
   });
 
+  it('removed, it takes the directories its write made with it, never one that was there before', async () => {
+    // `keep` is the operator's (empty); `keep/made/deeper` did not exist at the declaration: the write made it.
+    await mkdir(path.join(world.rootDir, 'keep'));
+    put({ id: 'cfg_a', relative_filepath: 'keep/made/deeper/a.json' });
+    await killedAfterRenameOf('keep/made/deeper/a.json');
+    world.server.state.removeInstance('cfg_a', T0);
+
+    const result = await pass();
+
+    expect(reportsReceived()).toEqual(['cfg_a removed/none']);
+    expect(result.converged).toBe(true);
+    expect(await exists('keep/made')).toBe(false);
+    expect(await exists('keep')).toBe(true);
+  });
+
   it('retired alone (no successor), the same file is removed too', async () => {
     put({ id: 'cfg_a', relative_filepath: 'a.json' });
     await killedAfterRenameOf('a.json');

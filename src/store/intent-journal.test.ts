@@ -2,7 +2,7 @@
 
 import { createHash } from 'node:crypto';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -115,5 +115,47 @@ describe('IntentJournal', () => {
     expect(journal.size).toBe(1);
     const text = await readFile(path.join(dir, INTENT_FILE), 'utf8');
     expect(JSON.parse(text)).toMatchObject({ intents: [{ instanceId: 'cfg_c' }, { instanceId: 'cfg_d' }] });
+  });
+
+  describe('the directories a declared write made', () => {
+    const bytes = Buffer.from('{"v":1}\n');
+    const sha = createHash('sha256').update(bytes).digest('hex');
+    const rootDir = () => path.join(dir, 'root');
+    const stateDir = () => path.join(dir, 'state');
+
+    /** Run 1 declares `relative`, then `made` runs (the write's mkdirs), the bytes land, and the run dies. */
+    async function adoptedAfter(relative: string, made: () => Promise<void>) {
+      const run1 = await IntentJournal.open(nodeFs, stateDir(), rootDir(), silentLogger());
+      await run1.declare([{ path: relative, instanceId: 'cfg_a', sha256: sha }]);
+      await made();
+      await writeFile(path.join(rootDir(), relative), bytes);
+      const run2 = await IntentJournal.open(nodeFs, stateDir(), rootDir(), silentLogger());
+      const state = emptyState('dvc_1', rootDir());
+      expect(await run2.adopt(state, 'now')).toEqual([relative]);
+      return state.files.get(relative)?.createdDirs;
+    }
+
+    beforeEach(async () => {
+      await Promise.all([mkdir(path.join(rootDir(), 'keep'), { recursive: true }), mkdir(stateDir())]);
+    });
+
+    it('are recorded: those missing at the declaration, never one that was there', async () => {
+      const createdDirs = await adoptedAfter('keep/made/deeper/a.json', () =>
+        mkdir(path.join(rootDir(), 'keep/made/deeper'), { recursive: true }).then(() => undefined),
+      );
+      expect(createdDirs).toEqual(['keep/made', 'keep/made/deeper']);
+    });
+
+    it.skipIf(process.getuid?.() !== 0)(
+      'a directory another user made between the declaration and the write is theirs (root only: chown)',
+      async () => {
+        const createdDirs = await adoptedAfter('keep/made/deeper/a.json', async () => {
+          await mkdir(path.join(rootDir(), 'keep/made/deeper'), { recursive: true });
+          await chown(path.join(rootDir(), 'keep/made'), 4242, 4242);
+        });
+        // Not theirs, nor anything below it: a leftover empty directory is the lesser error.
+        expect(createdDirs).toEqual([]);
+      },
+    );
   });
 });

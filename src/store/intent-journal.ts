@@ -7,7 +7,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { syncRegularFileIf, writeDurableJson } from './durable-writer.js';
 import { PathRejectedError } from './errors.js';
-import { validateRelativePath } from './path-guard.js';
+import { inspectPath, lstatOrUndefined, validateRelativePath } from './path-guard.js';
 import { type LocalState, type ManagedFile, readStateDirFile } from './state.js';
 
 export const INTENT_FILE = 'intent.json';
@@ -23,6 +23,12 @@ export interface WriteIntent {
   sha256: string;
 }
 
+/** A declared write as the journal keeps it: with the parent directories missing when it was declared. */
+interface DeclaredWrite extends WriteIntent {
+  /** Parent-first; the write's publish (or another of its batch) will make them. Absent in older journals. */
+  dirs?: string[];
+}
+
 const IntentFile = z.object({
   version: z.literal(1),
   rootDir: z.string(),
@@ -31,6 +37,7 @@ const IntentFile = z.object({
       path: z.string(),
       instanceId: z.string().min(1),
       sha256: z.string().regex(/^[0-9a-f]{64}$/),
+      dirs: z.array(z.string()).optional(),
     }),
   ),
 });
@@ -58,7 +65,7 @@ export class IntentJournal {
    * before its rename; the first declaration is still the only proof of the bytes there. (Keyed by path, the
    * second replaced the first, and the file stayed for good once its instance was retired: kill loop, 2026-11-23.)
    */
-  readonly #pending = new Map<string, WriteIntent>();
+  readonly #pending = new Map<string, DeclaredWrite>();
   /**
    * Pending intents `adopt` recorded in the state: whatever becomes of their record afterwards (a removal, a
    * rewrite), the next durable state.json carries it, so they settle with it.
@@ -92,7 +99,9 @@ export class IntentJournal {
       if (parsed.rootDir !== rootDir) return journal;
       for (const intent of parsed.intents) {
         validateRelativePath(intent.path);
-        journal.#pending.set(intentKey(intent), intent);
+        for (const dir of intent.dirs ?? []) validateRelativePath(dir);
+        const { dirs, ...write } = intent;
+        journal.#pending.set(intentKey(intent), dirs === undefined ? write : { ...write, dirs });
       }
     } catch (error) {
       // Torn it cannot be (published whole); edited or of another version: it proves nothing.
@@ -108,10 +117,12 @@ export class IntentJournal {
 
   /** Makes the intents durable, with every earlier one not settled yet; call before any of their renames. */
   async declare(intents: readonly WriteIntent[]): Promise<void> {
+    const missing = new Map<string, boolean>();
     for (const intent of intents) {
+      const dirs = await this.#missingParents(intent.path, missing);
       // Declared again: it moves to the end, after any other write declared at its path since.
       this.#pending.delete(intentKey(intent));
-      this.#pending.set(intentKey(intent), intent);
+      this.#pending.set(intentKey(intent), dirs.length === 0 ? intent : { ...intent, dirs });
     }
     await this.#serially(async () => {
       this.#onDisk = true;
@@ -121,6 +132,46 @@ export class IntentJournal {
         intents: [...this.#pending.values()],
       });
     });
+  }
+
+  /**
+   * The parents of `relativePath` under the root that do not exist now, parent-first (`missing` caches the
+   * answers of one declaration). A directory that cannot be checked counts as existing: it is never claimed.
+   */
+  async #missingParents(relativePath: string, missing: Map<string, boolean>): Promise<string[]> {
+    const dirs: string[] = [];
+    for (let dir = path.posix.dirname(relativePath); dir !== '.'; dir = path.posix.dirname(dir)) {
+      let absent = missing.get(dir);
+      if (absent === undefined) {
+        absent = await lstatOrUndefined(this.#fs, path.join(this.#rootDir, dir), dir).then(
+          (stats) => stats === undefined,
+          () => false,
+        );
+        missing.set(dir, absent);
+      }
+      if (!absent) break;
+      dirs.unshift(dir);
+    }
+    return dirs;
+  }
+
+  /**
+   * The directories `intent` declared missing that its write made: each still a real directory on a chain
+   * without symlinks, owned by the agent's user. A directory another user made meanwhile (in a directory they
+   * can write, between the declaration and the write's mkdir) is theirs: never claimed, so never pruned.
+   */
+  async #madeFor(intent: DeclaredWrite): Promise<string[]> {
+    const uid = process.geteuid?.() ?? -1;
+    const made: string[] = [];
+    for (const dir of intent.dirs ?? []) {
+      const stats = await inspectPath(this.#fs, this.#rootDir, dir).then(
+        (inspection) => inspection.final,
+        () => undefined,
+      );
+      if (stats === undefined || !stats.isDirectory() || stats.uid !== uid) break;
+      made.push(dir);
+    }
+    return made;
   }
 
   /**
@@ -202,12 +253,13 @@ export class IntentJournal {
         this.#pending.delete(intentKey(intent));
         continue;
       }
+      const made = await this.#madeFor(intent);
       state.files.set(intent.path, {
         instanceId: intent.instanceId,
         sha256: intent.sha256,
         mode: found.mode,
-        // The directories the write may have made are not known: a removal leaves them (empty) in place.
-        createdDirs: file?.createdDirs ?? [],
+        // What a removal prunes once empty, as for a write recorded in the same run.
+        createdDirs: [...new Set([...(file?.createdDirs ?? []), ...made])].sort(byDepth),
         writtenAt: now,
       });
       this.#adopted.add(intent);
@@ -215,4 +267,8 @@ export class IntentJournal {
     }
     return adopted;
   }
+}
+
+function byDepth(a: string, b: string): number {
+  return a.split('/').length - b.split('/').length;
 }
