@@ -101,12 +101,34 @@ function isEntryPoint(): boolean {
  * a long-running daemon) is still optimised, a little later.
  */
 const TIER_UP_INTERRUPT_BUDGET = 4 * 67_584;
-/** The V8 majors whose `--interrupt-budget` this was measured on (Node 20.19+ ships V8 11.3). */
-const INTERRUPT_BUDGET_V8_MAJORS = new Set([11]);
+/** The V8 majors whose flags below were measured on (Node 20.19+ ships V8 11.3). */
+const SYNC_V8_FLAGS_MAJORS = new Set([11]);
 
 /**
- * Raises the budget for the commands that sync (`--once`, `run`); the others are over before any tier-up, and
- * loading node:v8 (~2 ms) would only slow them. A budget given on node's command line stands.
+ * The V8 flags the commands that sync set on V8 `v8Major`, less those node's command line (`execArgv`) already
+ * gives. Both only on V8 11: V8 13 (Node 24, the config-agent-node package) renamed the tier-up counters, and
+ * setFlagsFromString of an unknown flag prints 'Error: unrecognized flag' to stderr, a line that is not JSON
+ * among the logs; setting `--liftoff-only` after start there cost ~40 ms more than it saved. Newer runtimes keep
+ * V8's defaults.
+ * - the interrupt budget above;
+ * - `--liftoff-only`: llhttp, undici's HTTP parser, is WebAssembly, and V8 11 optimised its parser with TurboFan
+ *   in every process: ~85 ms of a helper thread's CPU in an idle `--once` at 1,000 that parses 11 responses.
+ *   Liftoff's code parses the few kilobytes of headers a request has at much the same cost
+ *   (docs/performance.md "The transport, sixth round"). Nothing else in the agent is WebAssembly.
+ */
+export function syncV8Flags(v8Major: number, execArgv: readonly string[]): string[] {
+  if (!SYNC_V8_FLAGS_MAJORS.has(v8Major)) return [];
+  const flags: string[] = [];
+  if (!execArgv.some((arg) => /^--interrupt[-_]budget=/.test(arg))) {
+    flags.push(`--interrupt-budget=${TIER_UP_INTERRUPT_BUDGET}`);
+  }
+  if (!execArgv.some((arg) => /^--(no-)?liftoff[-_]only$/.test(arg))) flags.push('--liftoff-only');
+  return flags;
+}
+
+/**
+ * Sets `syncV8Flags` for the commands that sync (`--once`, `run`); the others are over before any tier-up, and
+ * loading node:v8 (~2 ms) would only slow them.
  */
 async function raiseTierUpBudget(argv: readonly string[]): Promise<void> {
   try {
@@ -115,16 +137,13 @@ async function raiseTierUpBudget(argv: readonly string[]): Promise<void> {
   } catch {
     return; // main() reports the usage error.
   }
-  if (process.execArgv.some((arg) => /^--interrupt[-_]budget=/.test(arg))) return;
-  // Only V8 11 (Node 20) has the flag: V8 13 (Node 24, the config-agent-node package) renamed the tier-up
-  // counters, and setFlagsFromString of an unknown flag prints 'Error: unrecognized flag' to stderr, a line that
-  // is not JSON among the logs. The newer counters are not measured here, so newer runtimes keep V8's default.
-  if (!INTERRUPT_BUDGET_V8_MAJORS.has(Number.parseInt(process.versions.v8, 10))) return;
+  const flags = syncV8Flags(Number.parseInt(process.versions.v8, 10), process.execArgv);
+  if (flags.length === 0) return;
   try {
     const { setFlagsFromString } = await import('node:v8');
-    setFlagsFromString(`--interrupt-budget=${TIER_UP_INTERRUPT_BUDGET}`);
+    for (const flag of flags) setFlagsFromString(flag);
   } catch {
-    // Only a cost: the command runs the same at V8's default budget.
+    // Only a cost: the command runs the same at V8's defaults.
   }
 }
 
