@@ -2,7 +2,7 @@
 // Options: --json (one JSON object on stdout), --only=<section,…> (startup, sync, steady, large, fleet; steady
 // without sync syncs one world of N first). Environment: BENCH_INSTANCES (N, default 1000; the scale run uses
 // 10 × N), BENCH_REPS (default 5), BENCH_FLEET_AGENTS (default 10000), BENCH_AGENT_BIN (default: the bundle
-// the packages ship, dist-bench/agent/dist/main.js, built by `npm run bench`).
+// the packages ship, dist-bench/agent/dist/main.cjs, built by `npm run bench`).
 import { cpus, release, totalmem } from 'node:os';
 import { DEFAULT_FLEET, renderHistogram, simulateFleet } from './fleet.js';
 import {

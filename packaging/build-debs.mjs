@@ -76,7 +76,7 @@ try {
 } catch (error) {
   fail(`esbuild: ${error.message}`);
 }
-/** dist/main.js and its chunks, as installed: main.js without the shebang (the wrapper names the runtime). */
+/** dist/main.cjs, main.js and its chunks, as installed: main.js without the shebang (the wrapper names the runtime). */
 const bundle = bundleFiles.map((file) => ({
   name: path.basename(file),
   text: readFileSync(file, 'utf8').replace(/^#!.*\n/, ''),
@@ -228,7 +228,7 @@ function stage({ name, arch, interpreter, depends, relations, node }) {
     path.join(root, 'usr/bin/config-agent'),
     launcherScript({
       interpreter,
-      mainJs: `/${LIB}/dist/main.js`,
+      mainJs: `/${LIB}/dist/main.cjs`,
       runtime: node ? 'its own Node.js runtime' : 'the system Node.js',
     }),
     0o755,

@@ -38,7 +38,7 @@ export const ONCE_NODE_FLAGS = ['--max-semi-space-size=4'];
 
 /**
  * The launcher: unsets those variables, then `exec`s the interpreter with the daemon's or `--once`'s flags, or
- * none, on main.js (exec keeps the process id: under Type=exec the agent itself is the unit's main process).
+ * none, on main.cjs (exec keeps the process id: under Type=exec the agent itself is the unit's main process).
  * Shell builtins only (`export -p`, `read`, `case`, `unset`): the caller's PATH chooses no program. A value holding a newline can only make it unset one
  * more variable, never keep one.
  */

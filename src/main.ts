@@ -147,7 +147,11 @@ async function raiseTierUpBudget(argv: readonly string[]): Promise<void> {
   }
 }
 
-if (isEntryPoint()) {
+/**
+ * Runs this process's command line and exits with its code. The packages' entry is main.cjs (packaging/bundle.mjs),
+ * which answers --help and --version itself and calls this for every other command line.
+ */
+export function runProcess(): void {
   // stdout and stderr may go away under a running agent (journald stopped, the terminal closed, a pipe's reader
   // gone): a write then fails with EPIPE or EIO, emitted as an 'error' that nothing handled. The fatal handler
   // logged it to the same stream, which failed again: a nextTick loop at 100 % CPU that starved every timer,
@@ -169,3 +173,5 @@ if (isEntryPoint()) {
       exitAfterFlush(ExitCode.NotConverged);
     });
 }
+
+if (isEntryPoint()) runProcess();

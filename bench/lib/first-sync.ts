@@ -14,7 +14,7 @@ export const REPO_ROOT = path.resolve(HERE, '../../..');
 export const FLOOR_LOOP = path.resolve(HERE, '../floor-loop.js');
 export const CURL_JQ = path.join(REPO_ROOT, 'bench', 'alternatives', 'curl-jq.sh');
 /** What users run: the bundle the packages ship (packaging/bundle.mjs, built by `npm run bench`). */
-export const BUNDLE_BIN = path.join(REPO_ROOT, 'dist-bench', 'agent', 'dist', 'main.js');
+export const BUNDLE_BIN = path.join(REPO_ROOT, 'dist-bench', 'agent', 'dist', 'main.cjs');
 export const AGENT_BIN = process.env.BENCH_AGENT_BIN ?? BUNDLE_BIN;
 /**
  * Node's flags the packages' launcher gives `--once` (`ONCE_NODE_FLAGS` in packaging/launcher.mjs): it is
@@ -25,7 +25,7 @@ export const AGENT_NODE_FLAGS: readonly string[] = (
     ONCE_NODE_FLAGS: string[];
   }
 ).ONCE_NODE_FLAGS;
-/** The command line of `--once` before its own arguments: the flags, then main.js. */
+/** The command line of `--once` before its own arguments: the flags, then the entry (main.cjs). */
 export const AGENT_ARGV: readonly string[] = [...AGENT_NODE_FLAGS, AGENT_BIN];
 
 export type Contender = 'agent' | 'floor1' | 'floor16' | 'curl-jq';

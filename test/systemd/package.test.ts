@@ -39,6 +39,7 @@ describe.skipIf(!haveDpkg || all === undefined)(
       const list = files(all as string);
       for (const wanted of [
         '/usr/bin/config-agent',
+        '/usr/lib/config-agent/dist/main.cjs',
         '/usr/lib/config-agent/dist/main.js',
         '/usr/lib/config-agent/package.json',
         '/lib/systemd/system/config-agent.service',
@@ -52,7 +53,7 @@ describe.skipIf(!haveDpkg || all === undefined)(
         expect(list).toContain(wanted);
       }
       expect(list.filter((file) => file.includes('node_modules') || file.includes('mock'))).toEqual([]);
-      // main.js and the chunks its commands import, each named by its content hash (packaging/bundle.mjs).
+      // main.cjs, main.js and the chunks its commands import, each named by its content hash (packaging/bundle.mjs).
       const dist = list.filter((file) => file.startsWith('/usr/lib/config-agent/dist/'));
       const chunks = dist.filter((file) =>
         /^\/usr\/lib\/config-agent\/dist\/chunk-[A-Z0-9]+\.js$/.test(file),
@@ -60,8 +61,12 @@ describe.skipIf(!haveDpkg || all === undefined)(
       expect(chunks.length).toBeGreaterThan(0);
       expect(dist.filter((file) => !chunks.includes(file)).sort()).toEqual([
         '/usr/lib/config-agent/dist/',
+        '/usr/lib/config-agent/dist/main.cjs',
         '/usr/lib/config-agent/dist/main.js',
       ]);
+      // The launcher runs main.cjs.
+      const launcher = dpkgDeb(['--fsys-tarfile', path.join(OUT, all as string)]);
+      expect(launcher).toContain('/usr/lib/config-agent/dist/main.cjs "$@"');
     });
   },
 );
@@ -93,6 +98,18 @@ describe.skipIf(!existsSync(BUNDLE))(
       for (const absent of ['node_modules/zod', 'node_modules/undici', 'src/daemon/', 'src/cli/compose.ts']) {
         expect(text).not.toContain(absent);
       }
+    });
+
+    it('answers every command line through main.cjs exactly as through main.js', () => {
+      const entry = path.join(path.dirname(BUNDLE), 'main.cjs');
+      const run = (file: string, args: string[]) => {
+        const result = spawnSync(process.execPath, [file, ...args], { encoding: 'utf8', timeout: 60_000 });
+        return { stdout: result.stdout, stderr: result.stderr, status: result.status };
+      };
+      for (const args of [['--help'], ['-h'], ['help'], ['--version'], ['--once', '--help'], ['--bogus']]) {
+        expect(run(entry, args), args.join(' ')).toEqual(run(BUNDLE, args));
+      }
+      expect(run(entry, ['--help']).stdout).toMatch(/^config-agent: keeps this device's config files/);
     });
   },
 );

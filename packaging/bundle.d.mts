@@ -1,0 +1,5 @@
+export const REPO: string;
+export function bundleCli(options: { outdir: string; metafile?: string }): string[];
+export function frontDoor(helpText: string): string;
+export function bundleInto(dir: string): string;
+export function installedPackageJson(version: string): string;

@@ -1,0 +1,81 @@
+// dist/main.cjs, the packaged program's entry (packaging/bundle.mjs): what it answers itself, what reaches main.js.
+import { spawnSync } from 'node:child_process';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { frontDoor, installedPackageJson } from '../../packaging/bundle.mjs';
+
+// biome-ignore lint/suspicious/noTemplateCurlyInString: a help text that would break a template literal, on purpose
+const HELP = 'config-agent: a stand-in help text\n  with `backquotes`, ${braces}, \\ and "quotes"\n';
+
+let dir: string;
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-front-door-'));
+  await mkdir(path.join(dir, 'dist'));
+  await writeFile(path.join(dir, 'dist', 'main.cjs'), frontDoor(HELP));
+  // A stand-in main.js: what runProcess() was given, as main.js would see it.
+  await writeFile(
+    path.join(dir, 'dist', 'main.js'),
+    'export function runProcess() { process.stdout.write(JSON.stringify({ ran: process.argv.slice(2) })); process.exitCode = 3; }\n',
+  );
+  await writeFile(path.join(dir, 'package.json'), installedPackageJson('9.8.7'));
+});
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+function run(args: string[]) {
+  const result = spawnSync(process.execPath, [path.join(dir, 'dist', 'main.cjs'), ...args], {
+    env: { PATH: process.env.PATH },
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  return { stdout: result.stdout, stderr: result.stderr, status: result.status };
+}
+
+describe('main.cjs', () => {
+  it('prints the help text main.js printed at build time for --help, -h and help, and exits 0', () => {
+    for (const args of [['--help'], ['-h'], ['help']]) {
+      expect(run(args), args.join(' ')).toEqual({ stdout: HELP, stderr: '', status: 0 });
+    }
+  });
+
+  it('prints the version from ../package.json for --version', () => {
+    expect(run(['--version'])).toEqual({ stdout: 'config-agent 9.8.7\n', stderr: '', status: 0 });
+  });
+
+  it('hands every other command line to main.js unchanged, and exits with its code', () => {
+    for (const args of [
+      [],
+      ['--once'],
+      ['--help', '--once'],
+      ['--version', 'x'],
+      ['help', 'status'],
+      ['--config', '/etc/a b.json'],
+      ['--HELP'],
+    ]) {
+      expect(run(args), args.join(' ')).toEqual({
+        stdout: JSON.stringify({ ran: args }),
+        stderr: '',
+        status: 3,
+      });
+    }
+  });
+
+  it('hands --version to main.js when ../package.json cannot be read, so main.js reports it', async () => {
+    await rm(path.join(dir, 'package.json'));
+    expect(run(['--version'])).toEqual({
+      stdout: JSON.stringify({ ran: ['--version'] }),
+      stderr: '',
+      status: 3,
+    });
+  });
+
+  it('exits 1 with the error when main.js cannot be imported (a half-upgraded install)', async () => {
+    await rm(path.join(dir, 'dist', 'main.js'));
+    const { stdout, stderr, status } = run(['--once']);
+    expect({ stdout, status }).toEqual({ stdout: '', status: 1 });
+    expect(stderr).toMatch(/^config-agent: unexpected error: .*ERR_MODULE_NOT_FOUND|Cannot find module/s);
+  });
+});
