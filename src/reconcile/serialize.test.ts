@@ -69,6 +69,20 @@ const ORDINARY = [
   ...['x.inf', '.infinity', 'x1:20', '1:20x', '2001-12-14x', 'x2001-12-14', '1e', 'x.5', 'yes!'],
 ];
 
+/**
+ * Characters YAML 1.1 does not allow raw in a stream (DEL, the C1 controls, U+FFFE, U+FFFF: PyYAML refuses the
+ * whole file, "unacceptable character") or takes for line breaks (NEL, LS, PS: folded to a space inside quotes,
+ * a broken mapping outside), each alone, inside, at both edges and in a multi-line string.
+ */
+const UNPRINTABLE_CHARS = [
+  ...Array.from({ length: 0xa0 - 0x7f }, (_, i) => String.fromCharCode(0x7f + i)),
+  '\u2028',
+  '\u2029',
+  '\ufffe',
+  '\uffff',
+];
+const UNPRINTABLE = UNPRINTABLE_CHARS.flatMap((ch) => [ch, `x${ch}y`, `${ch}x${ch}`, `l1\nx${ch}y\nl3`]);
+
 describe('JSON output', () => {
   it('writes numbers as the service sent them (64-bit ids, nanosecond stamps, 1.0, 1e400 text)', () => {
     const text = '{"serial":12345678901234567891,"ns":1700000000123456789,"ratio":1.0,"tiny":5e-324,"n":42}';
@@ -107,6 +121,17 @@ describe('YAML output', () => {
     for (const value of ORDINARY) expect(yamlMisreads(value), value).toBe(false);
   });
 
+  it('escapes every character YAML 1.1 forbids raw or reads as a line break, as a value and as a key', () => {
+    for (const value of UNPRINTABLE) {
+      for (const sample of [{ k: value }, { [value]: 1 }] as ConfigContent[]) {
+        const text = serializeContent('c.yaml', sample).toString();
+        expect(text, JSON.stringify(text)).not.toMatch(/[\x7f-\x9f\u2028\u2029\ufffe\uffff]/);
+        expect(parseYaml(text, { version: '1.1' }), JSON.stringify(text)).toEqual(sample);
+      }
+    }
+    expect(serializeContent('c.yaml', { k: 'x\u0085y\u2028' }).toString()).toBe('k: "x\\x85y\\u2028"\n');
+  });
+
   it('writes numbers in a form 1.1 and 1.2 readers agree on', () => {
     expect(yamlNumberText('1e5')).toBe('1.0e+5');
     expect(yamlNumberText('-2.5E-3')).toBe('-2.5e-3');
@@ -118,6 +143,8 @@ describe('YAML output', () => {
     '{"serial":12345678901234567891,"ns":1700000000123456789,"exp":1e5,"neg":-2.5E-3,"big":1e21,"one":1.0,"tiny":5e-324}';
   const corpus = [
     content(numbers),
+    Object.fromEntries(UNPRINTABLE.map((value, i) => [`u${i}`, value])) as ConfigContent,
+    Object.fromEntries(UNPRINTABLE.map((value, i) => [value, i])) as ConfigContent,
     Object.fromEntries(AMBIGUOUS.map((value, i) => [`k${i}`, value])) as ConfigContent,
     Object.fromEntries(AMBIGUOUS.map((value, i) => [value, i])) as ConfigContent,
     { list: [...AMBIGUOUS, ...ORDINARY], nested: { deeper: [{ on: 'off' }] } } as ConfigContent,

@@ -120,13 +120,34 @@ function withExponentNumbersAsText(value: unknown): unknown {
   return value;
 }
 
+/**
+ * Characters the yaml package writes raw that YAML 1.1 readers refuse in a stream (DEL, the C1 controls,
+ * U+FFFE, U+FFFF: PyYAML rejects the whole file) or read as line breaks (NEL, LS, PS: a value folded to a space,
+ * a mapping broken). A string holding one is double-quoted, and each such character written as an escape both
+ * versions read (`\x85`, `\u2028`).
+ */
+const YAML_RAW_UNSAFE = /[\x7f-\x9f\u2028\u2029\ufffe\uffff]/;
+const YAML_RAW_UNSAFE_ALL = new RegExp(YAML_RAW_UNSAFE.source, 'g');
+
+function yamlEscape(char: string): string {
+  const code = char.charCodeAt(0);
+  return code <= 0xff ? `\\x${code.toString(16)}` : `\\u${code.toString(16)}`;
+}
+
 function yamlText(content: ConfigContent): string {
   const { Document, visit } = loadedYaml();
   const doc = new Document(withExponentNumbersAsText(content), { customTags: [losslessNumberTag] });
+  let unsafe = false;
   visit(doc, {
     Scalar(_key, node) {
-      if (typeof node.value === 'string' && yamlMisreads(node.value)) node.type = 'QUOTE_DOUBLE';
+      if (typeof node.value !== 'string') return;
+      if (YAML_RAW_UNSAFE.test(node.value)) {
+        unsafe = true;
+        node.type = 'QUOTE_DOUBLE';
+      } else if (yamlMisreads(node.value)) node.type = 'QUOTE_DOUBLE';
     },
   });
-  return doc.toString({ indent: 2, lineWidth: 0 });
+  const text = doc.toString({ indent: 2, lineWidth: 0 });
+  // Only double-quoted scalars can hold such a character now, and there an escape stands for it.
+  return unsafe ? text.replace(YAML_RAW_UNSAFE_ALL, yamlEscape) : text;
 }
