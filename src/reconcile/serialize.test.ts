@@ -53,6 +53,8 @@ const AMBIGUOUS = [
   // Each part the patterns above make optional or repeatable, taken away or repeated once.
   ...['2001-12-14 21:59:43', '2001-12-14  21:59:43', '2001-12-14T21:59:43Z', '1:2', '1:20.55', '.55'],
   ...['1e10', '-1.5e-10', '0x1f_ff', '+.nan'],
+  // A byte order mark that would open the file (the first key) is dropped by readers.
+  ...['\ufeff', '\ufeffkey'],
 ];
 const ORDINARY = [
   'hello',
@@ -121,6 +123,12 @@ describe('YAML output', () => {
     for (const value of ORDINARY) expect(yamlMisreads(value), value).toBe(false);
   });
 
+  it('a first key starting with a byte order mark keeps it', () => {
+    const sample = { '\ufeff': 1, '\ufeffk': 'v' } as ConfigContent;
+    const text = serializeContent('c.yaml', sample).toString();
+    for (const version of ['1.2', '1.1'] as const) expect(parseYaml(text, { version })).toEqual(sample);
+  });
+
   it('escapes every character YAML 1.1 forbids raw or reads as a line break, as a value and as a key', () => {
     for (const value of UNPRINTABLE) {
       for (const sample of [{ k: value }, { [value]: 1 }] as ConfigContent[]) {
@@ -145,6 +153,7 @@ describe('YAML output', () => {
     content(numbers),
     Object.fromEntries(UNPRINTABLE.map((value, i) => [`u${i}`, value])) as ConfigContent,
     Object.fromEntries(UNPRINTABLE.map((value, i) => [value, i])) as ConfigContent,
+    { '\ufeff': 1, '\ufeffk': 'v' } as ConfigContent,
     Object.fromEntries(AMBIGUOUS.map((value, i) => [`k${i}`, value])) as ConfigContent,
     Object.fromEntries(AMBIGUOUS.map((value, i) => [value, i])) as ConfigContent,
     { list: [...AMBIGUOUS, ...ORDINARY], nested: { deeper: [{ on: 'off' }] } } as ConfigContent,

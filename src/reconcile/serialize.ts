@@ -71,7 +71,9 @@ export function yamlMisreads(value: string): boolean {
     SPECIAL_FLOAT.test(value) ||
     TIMESTAMP.test(value) ||
     // Ruby's Psych reads `:name` as a symbol.
-    value.startsWith(':')
+    value.startsWith(':') ||
+    // Written plain as the first key, it would open the file: readers drop a byte order mark there.
+    value.startsWith('\ufeff')
   );
 }
 
