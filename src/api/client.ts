@@ -14,6 +14,7 @@ import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 import { REDACTED } from '../lib/secrets.js';
 import { combineSignals } from '../lib/signals.js';
+import { AnswerScanner, answerScanLimit } from './answer-scan.js';
 import {
   HttpStatusError,
   InvalidArgumentError,
@@ -217,7 +218,9 @@ function buildServiceDispatcher(options: ServiceDispatcherOptions): Dispatcher {
     headersTimeout: options.timeoutMs,
     bodyTimeout: options.timeoutMs,
     connect: { timeout, ...tls },
-    maxResponseSize: options.maxResponseBytes,
+    // A backstop only: every body is cut at the cap by the client itself, but a report's answer over it is
+    // scanned on for its head (answer-scan.ts).
+    maxResponseSize: answerScanLimit(options.maxResponseBytes),
     // Every connection watched, so that a request meeting one the service had closed can be sent again (call()).
     factory: watchedPoolFactory,
   };
@@ -373,6 +376,8 @@ async function readCapped(
   body: Dispatcher.ResponseData['body'],
   maxBytes: number,
   declared?: number,
+  /** A report's answer: over the cap it is not cut there but scanned on (see AnswerScan). */
+  scan?: AnswerScan,
 ): Promise<Buffer> {
   let whole =
     declared !== undefined && Number.isSafeInteger(declared) && declared >= 0 && declared <= maxBytes
@@ -380,9 +385,16 @@ async function readCapped(
       : undefined;
   const chunks: Buffer[] = [];
   let total = 0;
+  let scanning = false;
   const prefix = () => Buffer.concat(chunks, total).subarray(0, TOO_LARGE_PREFIX_BYTES);
   try {
     for await (const chunk of body as AsyncIterable<Buffer>) {
+      if (scanning && scan !== undefined) {
+        total += chunk.length;
+        scan.scanner.feed(chunk);
+        if (scan.scanner.finished || total > scan.limit) break;
+        continue;
+      }
       if (whole !== undefined && total + chunk.length > whole.length) {
         // More than declared: undici refuses that itself; until it does, the bytes are gathered as they come.
         chunks.push(whole.subarray(0, total));
@@ -394,6 +406,15 @@ async function readCapped(
         continue;
       }
       if (total + chunk.length > maxBytes) {
+        if (scan !== undefined) {
+          scanning = true;
+          for (const seen of chunks) scan.scanner.feed(seen);
+          chunks.length = 0;
+          total += chunk.length;
+          scan.scanner.feed(chunk);
+          if (scan.scanner.finished) break;
+          continue;
+        }
         chunks.push(chunk.subarray(0, Math.max(0, TOO_LARGE_PREFIX_BYTES - total)));
         total += Math.min(chunk.length, Math.max(0, TOO_LARGE_PREFIX_BYTES - total));
         discard(body);
@@ -403,15 +424,51 @@ async function readCapped(
       chunks.push(chunk);
     }
   } catch (error) {
+    // The status (a 2xx) settled the report: a scan cut short (the deadline, the connection) reads what it saw.
+    if (scanning && scan !== undefined) throw new TooLarge(scan.scanner.skeleton());
     if (errnoCode(error) === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
+      if (scan !== undefined) {
+        for (const seen of whole === undefined ? chunks : [whole.subarray(0, total)]) scan.scanner.feed(seen);
+        throw new TooLarge(scan.scanner.skeleton());
+      }
       throw new TooLarge(
         whole === undefined ? prefix() : whole.subarray(0, Math.min(total, TOO_LARGE_PREFIX_BYTES)),
       );
     }
     throw error;
   }
+  if (scanning && scan !== undefined) {
+    discard(body);
+    throw new TooLarge(scan.scanner.skeleton());
+  }
   if (whole !== undefined) return total === whole.length ? whole : whole.subarray(0, total);
   return Buffer.concat(chunks, total);
+}
+
+/**
+ * What a report's answer over the cap is scanned with (answer-scan.ts), and how many of its bytes at most: the
+ * bytes read so far and those after them go through the scanner and are dropped; TooLarge then carries the
+ * skeleton it kept instead of a prefix.
+ */
+interface AnswerScan {
+  scanner: AnswerScanner;
+  limit: number;
+}
+
+/** The skeleton of a body already known to be over the cap (its content-length said so): see AnswerScan. */
+async function scanPrefix(body: Dispatcher.ResponseData['body'], scan: AnswerScan): Promise<Buffer> {
+  let total = 0;
+  try {
+    for await (const chunk of body as AsyncIterable<Buffer>) {
+      total += chunk.length;
+      scan.scanner.feed(chunk);
+      if (scan.scanner.finished || total > scan.limit) break;
+    }
+  } catch {
+    // What arrived is all there is to read the head from.
+  }
+  discard(body);
+  return scan.scanner.skeleton();
 }
 
 /** The first bytes of a body already known to be over the cap (its content-length said so). */
@@ -671,13 +728,21 @@ export function createClient(options: ClientOptions): ServiceClient {
         );
       }
       const declared = Number(response.headers['content-length']);
+      // A report's answer over the cap is scanned for its head wherever it comes (answer-scan.ts).
+      const scan =
+        spec.whenTooLarge === undefined
+          ? undefined
+          : { scanner: new AnswerScanner(), limit: answerScanLimit(maxResponseBytes) };
       if (Number.isFinite(declared) && declared > maxResponseBytes) {
-        throw new TooLarge(await readPrefix(response.body));
+        throw new TooLarge(
+          scan === undefined ? await readPrefix(response.body) : await scanPrefix(response.body, scan),
+        );
       }
       const bytes = await readCapped(
         response.body,
         maxResponseBytes,
         Number.isFinite(declared) ? declared : undefined,
+        scan,
       );
       if (isHtmlPage(response.headers['content-type'], bytes)) {
         // Not the service: a 2xx that settles a report must never come from a captive portal or a proxy's page.

@@ -336,6 +336,28 @@ describe('report answers and oversize items over server.maxResponseBytes', () =>
     expect(reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
   });
 
+  it("the same with the answer's head after 70 KiB (nested, with quotes and brackets in its strings): scanned for it", async () => {
+    await open(64 * 1024);
+    put({ id: 'cfg_old', relative_filepath: 'app.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    put({ id: 'cfg_new', relative_filepath: 'app.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    // Before the id, statuses and updated_at: past the 64 KiB of the answer that were all it read of it.
+    const nested = `{"updated_at":"1999-01-01T00:00:00.000Z","a":["\\"}]","${'p'.repeat(70 * 1024)}"]}`;
+    const pad = `"object":"config_instance","pad":${nested},`;
+    fault({
+      match: PATCH,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"object":"config_instance",', with: pad }],
+    });
+
+    await pass();
+    await pass();
+    await pass();
+
+    expect(await fileAt('app.json')).toBe(`${JSON.stringify({ owner: 'cfg_new' }, null, 2)}\n`);
+    expect(reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
+  });
+
   it('an instance too large by itself whose content comes before its statuses is reported retrying once, not on every pass', async () => {
     await open(64 * 1024);
     put({ id: 'cfg_a' });

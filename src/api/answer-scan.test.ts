@@ -1,0 +1,67 @@
+// The answer scanner: peekStrings reads the same fields of its skeleton as of the whole text, however it is cut.
+import { describe, expect, it } from 'vitest';
+import { AnswerScanner, TOKEN_MAX_BYTES } from './answer-scan.js';
+import { peekStrings } from './json.js';
+
+const NAMES = ['id', 'activity_status', 'error_status', 'updated_at'] as const;
+
+function skeletonOf(text: string, cuts: number[]): string {
+  const bytes = Buffer.from(text, 'utf8');
+  const scanner = new AnswerScanner();
+  let at = 0;
+  for (const cut of [...cuts, bytes.length]) {
+    if (scanner.finished) break;
+    scanner.feed(bytes.subarray(at, Math.max(at, Math.min(cut, bytes.length))));
+    at = Math.max(at, Math.min(cut, bytes.length));
+  }
+  return scanner.skeleton().toString('utf8');
+}
+
+const HEAD =
+  '"id":"cfg_a","activity_status":"deployed","error_status":"none","updated_at":"2026-11-23T21:00:00.000Z"';
+const BIG = 'x'.repeat(100_000);
+
+const TEXTS: Record<string, string> = {
+  'head first': `{${HEAD},"content":{"blob":"${BIG}"}}`,
+  'head after the content': `{"content":{"blob":"${BIG}"},${HEAD}}`,
+  'head after nested look-alikes': `{"content":{"updated_at":"1999-01-01T00:00:00Z","a":[{"id":"cfg_x"}, "\\"}]"]},${HEAD}}`,
+  'escaped quotes and backslashes in the content': `{"content":"${'\\\\\\"'.repeat(1000)}}{][",${HEAD}}`,
+  'a key written with an escape': `{"content":1,"updated\\u005fat":"2026-01-01T00:00:00Z","id":"cfg_a","activity_status":"deployed","error_status":"none"}`,
+  'updated_at given twice': `{${HEAD},"content":"${BIG}","updated_at":"2027-01-01T00:00:00.000Z"}`,
+  'an id of 512 escaped characters': `{"id":"${'\\u0061'.repeat(512)}","content":"${BIG}",${HEAD.slice(13)}}`,
+  'numbers, literals and whitespace': `{ "n" : -1.5e3 , "t" : true , "z" : null ,\n\t${HEAD} , "c" : [ 1 , { } ] }`,
+  'a long key': `{"${'k'.repeat(400)}":"v",${HEAD}}`,
+  'cut short in the content': `{${HEAD},"content":"${BIG}`,
+  'not an object': `["${BIG}"]`,
+  'multi-byte text': `{"content":"${'é😀'.repeat(5000)}","id":"cfg_é",${HEAD.slice(13)}}`,
+};
+
+describe('AnswerScanner', () => {
+  for (const [name, text] of Object.entries(TEXTS)) {
+    it(`${name}: the same fields as the whole text, cut anywhere`, () => {
+      const whole = peekStrings(text, 1, NAMES);
+      const length = Buffer.byteLength(text);
+      // Seeded cuts: every byte alone at the start, then pieces of varied sizes.
+      let seed = 12345;
+      const random = () => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed / 2 ** 31;
+      };
+      const cuts: number[] = [];
+      for (let at = 1; at < length; at += 1 + Math.floor(random() * (at < 64 ? 1 : 9000))) cuts.push(at);
+      expect(peekStrings(skeletonOf(text, []), 1, NAMES)).toEqual(whole);
+      expect(peekStrings(skeletonOf(text, cuts), 1, NAMES)).toEqual(whole);
+    });
+  }
+
+  it('a value over TOKEN_MAX_BYTES is no string there (no field the agent reads is that long)', () => {
+    const text = `{"id":"cfg_a","updated_at":"${'9'.repeat(TOKEN_MAX_BYTES + 1)}"}`;
+    expect(peekStrings(skeletonOf(text, []), 1, NAMES)).toEqual({ id: 'cfg_a' });
+  });
+
+  it('keeps a bounded skeleton, whatever the answer holds', () => {
+    const fields = Array.from({ length: 20_000 }, (_, i) => `"k${i}":"${'v'.repeat(200)}"`).join(',');
+    const skeleton = skeletonOf(`{${fields},${HEAD}}`, []);
+    expect(skeleton.length).toBeLessThanOrEqual(64 * 1024);
+  });
+});
