@@ -749,7 +749,12 @@ describe('applySteps: disk failures retry with backoff, then fail', () => {
       const told = world.service.received.filter((r) => r.instanceId === 'cfg_b');
       // Reported once: the same message every time, which the service already holds.
       expect(told.map((r) => `${r.activity}/${r.error}`)).toEqual(['queued/retrying']);
-      expect(told[0]?.message).toMatch(/the disk holding rootDir is full: retried until space returns/);
+      // A quota is named as one: its remedy is the quota, not space on the disk.
+      expect(told[0]?.message).toMatch(
+        code === 'EDQUOT'
+          ? /the agent's disk quota on rootDir's filesystem is used up: retried until it has room/
+          : /the disk holding rootDir is full: retried until space returns/,
+      );
       expect(told[0]?.message).toContain(code);
       expect(exists(world, `${ROOT}/b.json`)).toBe(false);
 

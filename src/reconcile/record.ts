@@ -5,7 +5,7 @@ import { fullJitterMs } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
-import { isAgentResourceError, type RootCondition, rootConditionOf } from '../store/errors.js';
+import { isAgentResourceError, quotaExceeded, type RootCondition, rootConditionOf } from '../store/errors.js';
 import type { StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
@@ -262,14 +262,16 @@ function recordRootCondition(
   const delayMs = backoffDelayMs(policy, attempts + count, ctx.random);
   ctx.state.cooldowns.set(instance.id, ctx.clock.monotonic() + delayMs);
   const nextAttemptAt = new Date(ctx.clock.now() + delayMs).toISOString();
-  const why =
-    condition === 'full'
+  const quota = condition === 'full' && quotaExceeded(error);
+  const why = quota
+    ? "the agent's disk quota on rootDir's filesystem is used up: retried until it has room (raise the quota if this file is larger than it), not counted as an attempt"
+    : condition === 'full'
       ? 'the disk holding rootDir is full: retried until space returns, not counted as an attempt'
       : 'rootDir is on a read-only filesystem: retried until it is writable, not counted as an attempt';
   const message = `${operation} failed: ${errorMessage(error)}; ${why}`;
   ctx.logger.error(
     { err: error, instanceId: instance.id, path: instance.relative_filepath, attempts, condition },
-    `${operation} failed: ${condition === 'full' ? 'disk full' : 'read-only filesystem'}`,
+    `${operation} failed: ${quota ? 'disk quota exceeded' : condition === 'full' ? 'disk full' : 'read-only filesystem'}`,
   );
   recordError(ctx, instance, 'retrying', message, attempts, nextAttemptAt);
   return outcomeFor(instance, 'retrying', false, { message });

@@ -137,6 +137,22 @@ export function rootConditionOf(error: unknown): RootCondition | undefined {
   return undefined;
 }
 
+/**
+ * Whether a 'full' root condition is a disk quota (EDQUOT) rather than the filesystem itself: the same wait, but
+ * its remedy differs (the quota, not space), and a quota is not visible to statfs, so a file larger than the
+ * quota (smaller than the filesystem) is never told from one waiting for room: it stays `retrying`.
+ */
+export function quotaExceeded(error: unknown): boolean {
+  let current = error;
+  for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
+    const code = current instanceof DiskError ? current.errno : errnoCode(current);
+    if (code === 'EDQUOT') return true;
+    if (current instanceof DiskError) return false;
+    current = typeof current === 'object' && 'cause' in current ? current.cause : undefined;
+  }
+  return false;
+}
+
 export interface DiskErrorOptions {
   /** What the store was doing: 'write temp file', 'rename', 'fsync directory', ... */
   operation: string;
