@@ -122,9 +122,11 @@ const handlers: { [K in StepKind]: StepHandler<K> } = {
  * Applies the steps in plan order, handing each result to `onApplied` (so local state follows the disk). Plain
  * writes (no file displaced) and steps without a disk effect run in batches, up to WRITE_CONCURRENCY at once,
  * and each batch's directories are fsynced once before any of its results is handed on: nothing is recorded,
- * and so nothing reported, before its file and its directory entry are durable. Removals and swaps run alone,
- * between batches, because they prune and restore directories other steps may use. A failure of one instance
- * never stops the others; an abort stops starting steps, and what already landed is still handed on.
+ * and so nothing reported, before its file and its directory entry are durable. A batch's directory fsyncs
+ * run while the next plain batch writes (its results are handed on after the batch before it, in plan order).
+ * Removals and swaps run alone, after every batch before them has settled, because they prune and restore
+ * directories other steps may use. A failure of one instance never stops the others; an abort stops starting
+ * steps, and what already landed is still handed on.
  */
 export async function applySteps(
   steps: readonly Step[],
@@ -132,18 +134,44 @@ export async function applySteps(
   onApplied: (applied: AppliedStep) => void,
 ): Promise<ApplyOutcome> {
   const applied: AppliedStep[] = [];
+  // The last batch's settling (directory fsyncs, then its results handed on): true when no step was cut off.
+  let settling: Promise<boolean> = Promise.resolve(true);
+  // The paths that batch writes: a later write to one of them waits until it is recorded.
+  let settlingPaths = new Set<string>();
   let index = 0;
-  while (index < steps.length) {
-    if (ctx.signal?.aborted) return { applied, aborted: true };
-    const batch = nextBatch(steps, index, ctx.batchSteps ?? BATCH_STEPS);
-    index += batch.length;
-    const done = await judgeFullDisk(await applyBatch(batch, ctx), ctx);
-    for (const step of done) {
-      applied.push(step);
-      onApplied(step);
+  try {
+    while (index < steps.length) {
+      if (ctx.signal?.aborted) break;
+      const batch = nextBatch(steps, index, ctx.batchSteps ?? BATCH_STEPS);
+      index += batch.length;
+      const plain = isPlain(batch);
+      const paths = writtenPaths(batch);
+      const overlaps = [...paths].some((written) => settlingPaths.has(written));
+      if ((!plain || overlaps) && !(await settling)) return { applied, aborted: true };
+      settlingPaths = paths;
+      const options = handlerOptions(plain);
+      const written = await writeBatch(batch, ctx, options);
+      const before = settling;
+      settling = (async () => {
+        const done = await judgeFullDisk(await syncBatch(written, ctx, options), ctx);
+        const complete = await before;
+        for (const step of done) {
+          applied.push(step);
+          onApplied(step);
+        }
+        return complete && done.length === batch.length;
+      })();
+      // Awaited later (by the next batch's settling, or below); a rejection (onApplied threw) is not unhandled.
+      settling.catch(() => undefined);
+      // A removal or swap, or a batch cut off by an abort: nothing starts before it has settled.
+      if ((!plain || written.length < batch.length) && !(await settling)) return { applied, aborted: true };
     }
-    if (done.length < batch.length) return { applied, aborted: true };
+  } catch (error) {
+    // Never left running: an error thrown above still waits for the batch in flight.
+    await settling.catch(() => undefined);
+    throw error;
   }
+  if (!(await settling)) return { applied, aborted: true };
   return { applied, aborted: ctx.signal?.aborted ?? false };
 }
 
@@ -212,17 +240,31 @@ function nextBatch(steps: readonly Step[], start: number, limit: number): Step[]
   return batch;
 }
 
-/**
- * Runs one batch and returns its applied steps in plan order, after the directories of its written files
- * are fsynced (a directory that fails turns its writes into failures: the bytes are in place, but a power cut
- * could still undo the rename). Steps cut off by an abort are left out.
- */
-async function applyBatch(batch: readonly Step[], ctx: ApplyContext): Promise<AppliedStep[]> {
-  const batched = batch.length > 1 || batchable(batch[0]!);
+function writtenPaths(batch: readonly Step[]): Set<string> {
+  return new Set(batch.flatMap((step) => (step.kind === 'write' ? [step.path] : [])));
+}
+
+/** A batch of plain writes (or steps without a disk effect), as opposed to a removal or swap run alone. */
+function isPlain(batch: readonly Step[]): boolean {
+  return batch.length > 1 || batchable(batch[0]!);
+}
+
+function handlerOptions(plain: boolean): HandlerOptions {
   // One per batch: removals and swaps, which can delete directories, run between batches.
-  const options: HandlerOptions = batched
-    ? { batched, verified: new VerifiedDirectories(process.geteuid?.() ?? -1) }
-    : { batched };
+  return plain
+    ? { batched: true, verified: new VerifiedDirectories(process.geteuid?.() ?? -1) }
+    : { batched: false };
+}
+
+/**
+ * Runs one batch's steps and returns them in plan order, before any directory fsync of the batch (syncBatch).
+ * Steps cut off by an abort are left out.
+ */
+async function writeBatch(
+  batch: readonly Step[],
+  ctx: ApplyContext,
+  options: HandlerOptions,
+): Promise<AppliedStep[]> {
   await declareWrites(batch, ctx);
   const results: (AppliedStep | undefined)[] = new Array(batch.length);
   let next = 0;
@@ -243,10 +285,20 @@ async function applyBatch(batch: readonly Step[], ctx: ApplyContext): Promise<Ap
     }
   };
   await Promise.all(Array.from({ length: Math.min(WRITE_CONCURRENCY, batch.length) }, worker));
-
   // Steps an abort cut off are missing; the others landed, and are handed on all the same.
-  const done = results.filter((result): result is AppliedStep => result !== undefined);
-  if (!batched) return done;
+  return results.filter((result): result is AppliedStep => result !== undefined);
+}
+
+/**
+ * A batch's written steps once the directories of its files are fsynced (a directory that fails turns its writes
+ * into failures: the bytes are in place, but a power cut could still undo the rename). Never rejects.
+ */
+async function syncBatch(
+  done: AppliedStep[],
+  ctx: ApplyContext,
+  options: HandlerOptions,
+): Promise<AppliedStep[]> {
+  if (!options.batched) return done;
   // Every landed write, bytes already in place included: each publish ensures durability, and in a batch
   // the directory entry's part of that is this fsync.
   const landed = (applied: AppliedStep): applied is AppliedStep & { step: WriteStep } =>
