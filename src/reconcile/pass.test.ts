@@ -301,6 +301,48 @@ describe('runPass: the root removed under a running agent', () => {
   });
 });
 
+describe('runPass: the root replaced by something not a directory under a running agent', () => {
+  for (const [what, plant] of [
+    ['a regular file', (root: string) => writeFile(root, 'not a directory\n')],
+    ['a dangling symlink', (root: string) => nodeFs.symlink(`${root}-gone`, root)],
+    // rm -rf of rootDir's parent: the root cannot be made again where it was (no mkdir -p, on purpose).
+    ['nothing, its parent gone too', (root: string) => rm(path.dirname(root), { recursive: true })],
+  ] as const) {
+    it(`${what}: the device's condition, no attempt charged; written back once it is a directory again`, async () => {
+      await world.reconciler.close();
+      const rootDir = path.join(world.dir, 'parent', 'root');
+      await mkdir(rootDir, { recursive: true });
+      world.rootDir = rootDir;
+      world.reconciler = await openReconciler(world.client, {
+        retry: { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      });
+      put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+      put({ id: 'cfg_b', content: { v: 2 } });
+      await pass();
+      await rm(rootDir, { recursive: true });
+      await plant(rootDir);
+      put({ id: 'cfg_c', content: { v: 3 } });
+
+      // Three passes, each past every cooldown: with maxAttempts 1 an attempt is `failed` for good.
+      for (let n = 0; n < 3; n += 1) {
+        expect((await pass('full')).converged).toBe(false);
+        world.clock.advance(3_600_000);
+      }
+      expect(reportsReceived().filter((r) => r.endsWith('/failed'))).toEqual([]);
+
+      await rm(path.dirname(rootDir), { recursive: true, force: true });
+      await mkdir(rootDir, { recursive: true });
+      const result = await pass('full');
+
+      expect(result.converged).toBe(true);
+      expect(await fileAt('app/a.json')).toBe(json({ v: 1 }));
+      expect(await fileAt('cfg_b.json')).toBe(json({ v: 2 }));
+      expect(await fileAt('cfg_c.json')).toBe(json({ v: 3 }));
+      expect(reportsReceived().filter((r) => r.endsWith('/failed'))).toEqual([]);
+    });
+  }
+});
+
 describe('runPass: a failed swap', () => {
   it.skipIf(process.getuid?.() !== 0)(
     "puts the old file back in the group it had, not the agent's (root only: chown to any gid)",

@@ -230,6 +230,18 @@ function recordFailure(
   return outcomeFor(instance, errorStatus, false, { message });
 }
 
+const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
+  full: 'the disk holding rootDir is full: retried until space returns, not counted as an attempt',
+  read_only: 'rootDir is on a read-only filesystem: retried until it is writable, not counted as an attempt',
+  not_a_directory:
+    'rootDir is not a directory any more (replaced or removed with its parent): retried until it is one again, not counted as an attempt',
+};
+const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
+  full: 'disk full',
+  read_only: 'read-only filesystem',
+  not_a_directory: 'rootDir is not a directory',
+};
+
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */
 export const DISK_WAIT_MAX_SECONDS = 300;
 
@@ -265,13 +277,11 @@ function recordRootCondition(
   const quota = condition === 'full' && quotaExceeded(error);
   const why = quota
     ? "the agent's disk quota on rootDir's filesystem is used up: retried until it has room (raise the quota if this file is larger than it), not counted as an attempt"
-    : condition === 'full'
-      ? 'the disk holding rootDir is full: retried until space returns, not counted as an attempt'
-      : 'rootDir is on a read-only filesystem: retried until it is writable, not counted as an attempt';
+    : ROOT_CONDITION_WHY[condition];
   const message = `${operation} failed: ${errorMessage(error)}; ${why}`;
   ctx.logger.error(
     { err: error, instanceId: instance.id, path: instance.relative_filepath, attempts, condition },
-    `${operation} failed: ${quota ? 'disk quota exceeded' : condition === 'full' ? 'disk full' : 'read-only filesystem'}`,
+    `${operation} failed: ${quota ? 'disk quota exceeded' : ROOT_CONDITION_LOG[condition]}`,
   );
   recordError(ctx, instance, 'retrying', message, attempts, nextAttemptAt);
   return outcomeFor(instance, 'retrying', false, { message });

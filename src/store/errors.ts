@@ -118,16 +118,18 @@ export function isAgentResourceError(error: unknown): boolean {
 }
 
 /**
- * The root's own condition, not the instance's: the disk holding it is full (ENOSPC, EDQUOT) or it is mounted
- * read-only (EROFS). Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the
+ * The root's own condition, not the instance's: the disk holding it is full (ENOSPC, EDQUOT), it is mounted
+ * read-only (EROFS), or rootDir itself is no directory any more (replaced by a file or a symlink, or gone with its
+ * parent, so it cannot be made again: `DiskError.rootItself`). Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the
  * condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
  */
-export type RootCondition = 'full' | 'read_only';
+export type RootCondition = 'full' | 'read_only' | 'not_a_directory';
 
 /** The RootCondition an error (or one of its causes) stands for, if any. */
 export function rootConditionOf(error: unknown): RootCondition | undefined {
   let current = error;
   for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
+    if (current instanceof DiskError && current.rootItself && !current.resource) return 'not_a_directory';
     const code = current instanceof DiskError ? current.errno : errnoCode(current);
     if (code === 'ENOSPC' || code === 'EDQUOT') return 'full';
     if (code === 'EROFS') return 'read_only';
@@ -161,6 +163,8 @@ export interface DiskErrorOptions {
   /** Defaults to the errno code of `cause`. */
   errno?: string | undefined;
   cause?: unknown;
+  /** The failure is the root directory's own (`checkRoot`): missing, not a directory, or not reachable. */
+  rootItself?: boolean;
 }
 
 /**
@@ -173,6 +177,7 @@ export class DiskError extends AgentError {
   readonly operation: string;
   /** The agent's own resource trouble, not the instance's: never an attempt, never reported. */
   readonly resource: boolean;
+  readonly rootItself: boolean;
 
   constructor(options: DiskErrorOptions) {
     const errno = options.errno ?? errnoCode(options.cause);
@@ -185,6 +190,7 @@ export class DiskError extends AgentError {
     this.path = options.path;
     this.operation = options.operation;
     this.resource = resource;
+    this.rootItself = options.rootItself === true;
   }
 }
 

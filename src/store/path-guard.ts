@@ -171,10 +171,10 @@ async function checkRootStats(fs: FsPort, rootDir: string): Promise<{ root: stri
     stats = await fs.stat(root);
   } catch (error) {
     // The absolute directory, not "": the same check guards rootDir and the metrics textfile's directory.
-    throw new DiskError({ operation: 'stat directory', path: root, cause: error });
+    throw new DiskError({ operation: 'stat directory', path: root, cause: error, rootItself: true });
   }
   if (!stats.isDirectory()) {
-    throw new DiskError({ operation: 'stat directory', path: root, errno: 'ENOTDIR' });
+    throw new DiskError({ operation: 'stat directory', path: root, errno: 'ENOTDIR', rootItself: true });
   }
   return { root, stats };
 }
