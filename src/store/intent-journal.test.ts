@@ -1,6 +1,7 @@
 // The write journal's own mechanics: a settle's unlink never takes away the declaration queued after it.
 
 import { createHash } from 'node:crypto';
+import { lstatSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import { chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -124,8 +125,8 @@ describe('IntentJournal', () => {
     const stateDir = () => path.join(dir, 'state');
 
     /** Run 1 declares `relative`, then `made` runs (the write's mkdirs), the bytes land, and the run dies. */
-    async function adoptedAfter(relative: string, made: () => Promise<void>) {
-      const run1 = await IntentJournal.open(nodeFs, stateDir(), rootDir(), silentLogger());
+    async function adoptedAfter(relative: string, made: () => Promise<void>, fs: FsPort = nodeFs) {
+      const run1 = await IntentJournal.open(fs, stateDir(), rootDir(), silentLogger());
       await run1.declare([{ path: relative, instanceId: 'cfg_a', sha256: sha }]);
       await made();
       await writeFile(path.join(rootDir(), relative), bytes);
@@ -144,6 +145,16 @@ describe('IntentJournal', () => {
         mkdir(path.join(rootDir(), 'keep/made/deeper'), { recursive: true }).then(() => undefined),
       );
       expect(createdDirs).toEqual(['keep/made', 'keep/made/deeper']);
+    });
+
+    it('the same through the synchronous lstat of a port that offers it', async () => {
+      const fs: FsPort = { ...nodeFs, lstatSync: lstatSync as NonNullable<FsPort['lstatSync']> };
+      const createdDirs = await adoptedAfter(
+        'keep/other/a.json',
+        () => mkdir(path.join(rootDir(), 'keep/other')).then(() => undefined),
+        fs,
+      );
+      expect(createdDirs).toEqual(['keep/other']);
     });
 
     it.skipIf(process.getuid?.() !== 0)(

@@ -143,16 +143,30 @@ export class IntentJournal {
     for (let dir = path.posix.dirname(relativePath); dir !== '.'; dir = path.posix.dirname(dir)) {
       let absent = missing.get(dir);
       if (absent === undefined) {
-        absent = await lstatOrUndefined(this.#fs, path.join(this.#rootDir, dir), dir).then(
-          (stats) => stats === undefined,
-          () => false,
-        );
+        absent = await this.#absent(path.join(this.#rootDir, dir), dir);
         missing.set(dir, absent);
       }
       if (!absent) break;
       dirs.unshift(dir);
     }
     return dirs;
+  }
+
+  /** Whether nothing is at `absolute`; a failure to tell counts as something there. */
+  async #absent(absolute: string, relative: string): Promise<boolean> {
+    const { lstatSync } = this.#fs;
+    if (lstatSync !== undefined) {
+      // Offered only where rootDir's mounts cannot hang (cli/hang-safe-fs.ts): one syscall, no thread-pool trip.
+      try {
+        return lstatSync(absolute, { bigint: true, throwIfNoEntry: false }) === undefined;
+      } catch {
+        return false;
+      }
+    }
+    return lstatOrUndefined(this.#fs, absolute, relative).then(
+      (stats) => stats === undefined,
+      () => false,
+    );
   }
 
   /**
