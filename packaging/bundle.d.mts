@@ -3,3 +3,4 @@ export function bundleCli(options: { outdir: string; metafile?: string }): strin
 export function frontDoor(helpText: string): string;
 export function bundleInto(dir: string): string;
 export function installedPackageJson(version: string): string;
+export function asciiComments(file: string): void;

@@ -40,6 +40,7 @@ export function bundleCli({ outdir, metafile }) {
   );
   if (result.error) throw result.error;
   if (result.status !== 0) throw new Error(`esbuild exited ${result.status}`);
+  for (const name of readdirSync(outdir)) asciiComments(path.join(outdir, name));
   const help = spawnSync(process.execPath, [path.join(outdir, 'main.js'), '--help'], { encoding: 'utf8' });
   if (help.error) throw help.error;
   if (help.status !== 0 || help.stderr !== '') {
@@ -50,6 +51,34 @@ export function bundleCli({ outdir, metafile }) {
     .filter((name) => name !== 'main.js' && name !== 'main.cjs')
     .sort();
   return ['main.cjs', 'main.js', ...chunks].map((name) => path.join(outdir, name));
+}
+
+/**
+ * esbuild escapes every non-ASCII character of strings, templates and regular expressions (its default charset)
+ * but copies the comments it keeps (those on class members) as written, and one `—` in a comment makes V8 hold
+ * the whole chunk's source as a two-byte string: three chunks took 1.25 MiB of the idle daemon's heap instead of
+ * 0.63 (docs/performance.md, "sixth round (engineer start9)"). Each non-ASCII character is written as `\u{…}`
+ * text instead; that only comments changed is checked by comparing esbuild's whitespace-minified output (which
+ * drops them) of both texts.
+ */
+export function asciiComments(file) {
+  const text = readFileSync(file, 'utf8');
+  const ascii = text.replace(/[^\0-\x7f]/gu, (c) => `\\u{${c.codePointAt(0).toString(16)}}`);
+  if (ascii === text) return;
+  const stripped = (input) => {
+    const run = spawnSync(
+      path.join(REPO, 'node_modules/.bin/esbuild'),
+      ['--minify-whitespace', '--legal-comments=none', '--format=esm', '--log-level=error'],
+      { input, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 },
+    );
+    if (run.error) throw run.error;
+    if (run.status !== 0) throw new Error(`esbuild exited ${run.status}: ${run.stderr}`);
+    return run.stdout;
+  };
+  if (stripped(ascii) !== stripped(text)) {
+    throw new Error(`${path.basename(file)}: a non-ASCII character outside a comment`);
+  }
+  writeFileSync(file, ascii);
 }
 
 /**

@@ -100,6 +100,14 @@ describe.skipIf(!existsSync(BUNDLE))(
       }
     });
 
+    it('is ASCII only, so V8 holds each chunk one byte a character', async () => {
+      const { readFile } = await import('node:fs/promises');
+      const dir = path.dirname(BUNDLE);
+      for (const name of readdirSync(dir)) {
+        expect(/[^\0-\x7f]/.test(await readFile(path.join(dir, name), 'utf8')), name).toBe(false);
+      }
+    });
+
     it('answers every command line through main.cjs exactly as through main.js', () => {
       const entry = path.join(path.dirname(BUNDLE), 'main.cjs');
       const run = (file: string, args: string[]) => {
