@@ -266,6 +266,29 @@ describe('request shape', () => {
     );
     expect(await c.reportConfigInstanceStatus('ci_1', report)).toBeUndefined();
   });
+
+  it("takes a small report answer's instance whether the hand check or zod judges it, and drops an invalid one", async () => {
+    const answers: unknown[] = [
+      { ...configInstance('ci_1'), updated_at: '2025-01-03T00:00:00Z', extra: 'ignored' },
+      // An expanded device is past the hand check (list-page.ts quickInstance): zod judges it alike.
+      { ...configInstance('ci_1'), updated_at: '2025-01-04T00:00:00Z', device: device('dev_1') },
+      { ...configInstance('ci_1'), activity_status: 'exploded' },
+      { ...configInstance('ci_1'), updated_at: 'yesterday' },
+    ];
+    const server = await serve((_req, res) => json(res, 200, answers.shift()));
+    const c = client(server.url);
+    const report = { activity_status: 'deployed', error_status: 'none' } as const;
+    const first = await c.reportConfigInstanceStatus('ci_1', report);
+    expect(first).toMatchObject({ id: 'ci_1', updated_at: '2025-01-03T00:00:00Z', device: null });
+    expect(first).not.toHaveProperty('extra');
+    expect(await c.reportConfigInstanceStatus('ci_1', report)).toMatchObject({
+      updated_at: '2025-01-04T00:00:00Z',
+      device: { id: 'dev_1' },
+    });
+    expect(await c.reportConfigInstanceStatus('ci_1', report)).toBeUndefined();
+    expect(await c.reportConfigInstanceStatus('ci_1', report)).toBeUndefined();
+    expect(server.requests).toHaveLength(4);
+  });
 });
 
 describe('HTTP status classification', () => {

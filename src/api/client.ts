@@ -13,7 +13,6 @@ import { type Clock, systemClock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 import { REDACTED } from '../lib/secrets.js';
-import { combineSignals } from '../lib/signals.js';
 import { AnswerScanner, answerScanLimit } from './answer-scan.js';
 import {
   HttpStatusError,
@@ -41,6 +40,7 @@ import {
   judgeItemBytes,
   ListHead,
   PageItems,
+  quickInstance,
   STREAMED_ITEM_BYTES,
 } from './list-page.js';
 import { chooseProxy, type ProxySettings } from './proxy.js';
@@ -204,7 +204,7 @@ export interface ServiceDispatcherOptions {
 
 /**
  * The dispatcher the client builds when none is injected. `bodyTimeout` only bounds the gap between chunks, so
- * the client's total deadline (AbortSignal.timeout) is what stops a trickling server; these are the inner bounds.
+ * the client's total deadline (one timer per request) is what stops a trickling server; these are the inner bounds.
  * main.ts may build it itself to close it on shutdown.
  */
 export function createServiceDispatcher(options: ServiceDispatcherOptions): Dispatcher {
@@ -549,7 +549,7 @@ export function createClient(options: ClientOptions): ServiceClient {
   function transportError(
     error: unknown,
     target: RequestTarget,
-    deadline: AbortSignal,
+    timedOut: boolean,
     callerSignal: AbortSignal | undefined,
   ): unknown {
     if (error instanceof AgentError) return error;
@@ -557,7 +557,7 @@ export function createClient(options: ClientOptions): ServiceClient {
       return new ResponseTooLargeError(target, maxResponseBytes, undefined, error.prefix.toString('utf8'));
     }
     // The deadline is checked first: when both fired, the caller is told the truth about the elapsed time.
-    if (deadline.aborted) return new TimeoutError(target, `no complete response within ${timeoutMs} ms`);
+    if (timedOut) return new TimeoutError(target, `no complete response within ${timeoutMs} ms`);
     if (callerSignal?.aborted) return callerSignal.reason;
     const code = errnoCode(error);
     const detail = scrub(code === undefined ? errorMessage(error) : `${code}: ${errorMessage(error)}`);
@@ -669,7 +669,11 @@ export function createClient(options: ClientOptions): ServiceClient {
     const text = body.toString('utf8');
     if (text.trim() === '') return undefined;
     try {
-      const parsed = ConfigInstance.safeParse(parseJson(text));
+      // The hand check takes the everyday answer (zod cost twice as much per report); zod judges the rest.
+      const value = parseJson(text);
+      const quick = quickInstance(value);
+      if (quick !== undefined) return quick;
+      const parsed = ConfigInstance.safeParse(value);
       return parsed.success ? parsed.data : undefined;
     } catch {
       return undefined;
@@ -679,8 +683,20 @@ export function createClient(options: ClientOptions): ServiceClient {
   async function call<T>(spec: CallSpec<T>): Promise<T> {
     const target: RequestTarget = { method: spec.method, route: `/${apiVersion}${spec.route}` };
     const started = clock.monotonic();
-    const deadline = AbortSignal.timeout(timeoutMs);
-    const { signal, release } = combineSignals(deadline, spec.signal);
+    // One timer and one controller for the deadline and the caller's signal: AbortSignal.timeout joined to the
+    // caller's cost ~30 µs of CPU per request against ~7, and left its timer running after the answer.
+    const controller = new AbortController();
+    const { signal } = controller;
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort(new DOMException(`no complete response within ${timeoutMs} ms`, 'TimeoutError'));
+    }, timeoutMs);
+    timer.unref();
+    const callerSignal = spec.signal;
+    const onCallerAbort = () => controller.abort(callerSignal?.reason);
+    if (callerSignal?.aborted) onCallerAbort();
+    else callerSignal?.addEventListener('abort', onCallerAbort, { once: true });
     const headers: Record<string, string> = { 'x-api-key': apiKey, accept: 'application/json' };
     if (spec.json !== undefined) headers['content-type'] = 'application/json';
     let status: number | undefined;
@@ -767,12 +783,13 @@ export function createClient(options: ClientOptions): ServiceClient {
         emit(target, started, 'ok', status);
         return spec.whenTooLarge(error.prefix);
       }
-      const classified = transportError(error, target, deadline, spec.signal);
+      const classified = transportError(error, target, timedOut, spec.signal);
       const outcome = outcomeOf(classified);
       if (outcome !== undefined) emit(target, started, outcome, status);
       throw classified;
     } finally {
-      release();
+      clearTimeout(timer);
+      callerSignal?.removeEventListener('abort', onCallerAbort);
     }
   }
 
