@@ -881,6 +881,12 @@ export interface PublishTextRequest extends Omit<PublishRequest, 'data' | 'verif
    * Each piece is a whole string: one ending in half of a surrogate pair would be written as U+FFFD.
    */
   pieces: () => Iterable<string>;
+  /**
+   * Default true: a file in place holding exactly these bytes is not rewritten (read back and compared a chunk
+   * at a time). False when the caller knows the text changed since it last wrote the file (state.json after a
+   * persist of this process): the file is rewritten without being read back and serialised twice.
+   */
+  compare?: boolean;
 }
 
 /**
@@ -888,7 +894,17 @@ export interface PublishTextRequest extends Omit<PublishRequest, 'data' | 'verif
  * same answers, and unchanged bytes are not rewritten — compared with the file in place a chunk at a time.
  */
 export async function publishText(fs: FsPort, request: PublishTextRequest): Promise<PublishResult> {
-  const { rootDir, relativePath, pieces, mode, dirMode, gid, signal, durable = true } = request;
+  const {
+    rootDir,
+    relativePath,
+    pieces,
+    mode,
+    dirMode,
+    gid,
+    signal,
+    durable = true,
+    compare = true,
+  } = request;
   const syncDirectory = durable && (request.syncDirectory ?? true);
   const ensureDurable = durable && (request.ensureDurable ?? false);
   assertMode(mode, 'PublishRequest.mode');
@@ -902,7 +918,7 @@ export async function publishText(fs: FsPort, request: PublishTextRequest): Prom
   const inspection = await inspectPath(fs, rootDir, relativePath, verified);
   assertRegularOrAbsent(inspection.final, relativePath);
   const directory = relativeDir(relativePath);
-  if (inspection.final !== undefined) {
+  if (inspection.final !== undefined && compare) {
     const opened = await openRegularNoFollow(fs, inspection.absolute, relativePath);
     if (opened !== undefined) {
       const { handle, stats } = opened;
@@ -1286,7 +1302,7 @@ export async function writeDurableText(
   name: string,
   pieces: () => Iterable<string>,
   mode = 0o600,
-  options: { ensureDurable?: boolean } = {},
+  options: { ensureDurable?: boolean; compare?: boolean } = {},
 ): Promise<PublishResult> {
   try {
     await fs.mkdir(dir, { recursive: true, mode: 0o700 });
@@ -1300,5 +1316,6 @@ export async function writeDurableText(
     mode,
     dirMode: 0o700,
     ...(options.ensureDurable === undefined ? {} : { ensureDurable: options.ensureDurable }),
+    ...(options.compare === undefined ? {} : { compare: options.compare }),
   });
 }

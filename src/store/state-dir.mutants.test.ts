@@ -25,6 +25,8 @@ const fs = {
   ...nodeFs,
   failCacheListing: false,
   failOutboxRename: false,
+  /** Opens of state.json itself (not its temp files): reads, since it is only ever written through a temp file. */
+  stateOpens: 0,
   rename: (async (from: string, to: string) => {
     if (fs.failOutboxRename && String(to).endsWith('outbox.json')) {
       throw Object.assign(new Error('ENOSPC: simulated failure'), { code: 'ENOSPC' });
@@ -32,6 +34,7 @@ const fs = {
     return nodeFs.rename(from, to);
   }) as typeof nodeFs.rename,
   open: (async (target: string, ...rest: never[]) => {
+    if (path.basename(String(target)) === 'state.json') fs.stateOpens += 1;
     const handle = await nodeFs.open(target, ...rest);
     const sync = handle.sync.bind(handle);
     handle.sync = async () => {
@@ -65,6 +68,7 @@ beforeEach(async () => {
   await mkdir(path.join(settings.rootDir, 'sub'), { recursive: true });
   fs.failCacheListing = false;
   fs.failOutboxRename = false;
+  fs.stateOpens = 0;
 });
 
 afterEach(async () => {
@@ -250,6 +254,28 @@ describe('StateDir: persisting', () => {
     synced.clear();
     await third.persist();
     expect([...synced]).toContain('state.json');
+  });
+
+  it('after its own save, a process rewrites a changed state.json without reading it back first', async () => {
+    const statePath = path.join(settings.stateDir, 'state.json');
+    const load = async () => JSON.parse(await readFile(statePath, 'utf8')) as Record<string, unknown>;
+    const record = { relativePath: 'a.json', activity: 'deployed', error: 'none', attempts: 0 } as const;
+    const first = await open();
+    first.state.instances.set('cfg_a', record);
+    await first.persist();
+    fs.stateOpens = 0;
+
+    first.state.instances.set('cfg_a', { ...record, attempts: 1 });
+    await first.persist();
+    first.state.instances.set('cfg_b', { ...record, relativePath: 'b.json' });
+    await first.persistState();
+
+    // Before: each save opened state.json to compare it chunk by chunk with the new text (serialised twice).
+    expect(fs.stateOpens).toBe(0);
+    expect(await load()).toMatchObject({
+      instances: { cfg_a: { attempts: 1 }, cfg_b: { relativePath: 'b.json' } },
+    });
+    // A new process still compares first: equal bytes are not rewritten (the test above).
   });
 
   it('a state.json whose records carried attempts or a next attempt is written again, as the process holds them', async () => {

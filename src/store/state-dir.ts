@@ -203,11 +203,15 @@ export class StateDir {
       if (this.outbox.size === 0) return;
     }
     const ensureDurable = !this.#stateDurable;
+    // This process wrote `persisted` durably (a state loaded at open may equal it): the bytes in place are that
+    // snapshot's, which this state is not, so nothing is read back (a first sync of 1,000 read ~200 KB back and
+    // serialised it twice in each of its later persists).
+    const changed = persisted !== undefined && this.#stateDurable;
     this.#persisted = undefined;
     this.#stateDurable = false;
     // Taken in the same synchronous step as saveLocalState serialises the state.
     const snapshot = snapshotState(this.state);
-    await saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable });
+    await saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable, compare: !changed });
     this.#persisted = snapshot;
     this.#stateDurable = true;
     await this.intents.settle(recorded);

@@ -361,12 +361,15 @@ function* objectPieces(entries: readonly [string, unknown][]): Generator<string>
   yield separator === '{' ? '{}' : '}';
 }
 
-/** Persists the state durably; returns false when the bytes were unchanged (no flash write). */
+/**
+ * Persists the state durably; returns false when the bytes were unchanged (no flash write). `compare: false`:
+ * the caller knows the state changed since it last wrote the file, which is rewritten without a read-back.
+ */
 export async function saveLocalState(
   fs: FsPort,
   stateDir: string,
   state: LocalState,
-  options: { ensureDurable?: boolean } = {},
+  options: { ensureDurable?: boolean; compare?: boolean } = {},
 ): Promise<boolean> {
   const result = await writeDurableText(fs, stateDir, STATE_FILE, stateFilePieces(state), 0o600, options);
   return result.outcome === 'written';
