@@ -153,4 +153,34 @@ describe('applySteps: a batch settles while the next one writes', () => {
     expect(text('a/x.json')).toBe('two\n');
     expect(handed.map((applied) => applied.step.instance.id)).toEqual(['cfg_1', 'cfg_2', 'cfg_3']);
   });
+
+  it('also when a batch between them wrote other paths', async () => {
+    const hold = holdingDirectorySync('a');
+    const steps = [
+      write('cfg_1', 'a/x.json', 'one\n'),
+      write('cfg_2', 'b/y.json', 'y\n'),
+      write('cfg_3', 'b/z.json', 'z\n'),
+      write('cfg_4', 'b/w.json', 'w\n'),
+      write('cfg_5', 'a/x.json', 'two\n'),
+    ];
+    const handed: AppliedStep[] = [];
+    const between = hold.renamed('b/w.json');
+
+    const running = applySteps(steps, { ...ctx, fs: hold.port }, (applied) => handed.push(applied));
+    await between;
+    await turns(50);
+    expect(text('a/x.json')).toBe('one\n');
+    expect(handed).toEqual([]);
+
+    hold.release();
+    await running;
+    expect(text('a/x.json')).toBe('two\n');
+    expect(handed.map((applied) => applied.step.instance.id)).toEqual([
+      'cfg_1',
+      'cfg_2',
+      'cfg_3',
+      'cfg_4',
+      'cfg_5',
+    ]);
+  });
 });

@@ -136,8 +136,8 @@ export async function applySteps(
   const applied: AppliedStep[] = [];
   // The last batch's settling (directory fsyncs, then its results handed on): true when no step was cut off.
   let settling: Promise<boolean> = Promise.resolve(true);
-  // The paths that batch writes: a later write to one of them waits until it is recorded.
-  let settlingPaths = new Set<string>();
+  // The paths written by batches not known to have settled: a later write to one waits until it is recorded.
+  const unsettledPaths = new Set<string>();
   let index = 0;
   try {
     while (index < steps.length) {
@@ -146,9 +146,13 @@ export async function applySteps(
       index += batch.length;
       const plain = isPlain(batch);
       const paths = writtenPaths(batch);
-      const overlaps = [...paths].some((written) => settlingPaths.has(written));
-      if ((!plain || overlaps) && !(await settling)) return { applied, aborted: true };
-      settlingPaths = paths;
+      const overlaps = paths.some((written) => unsettledPaths.has(written));
+      if (!plain || overlaps) {
+        if (!(await settling)) return { applied, aborted: true };
+        // Each batch's settling waits for the one before it: every batch so far has settled.
+        unsettledPaths.clear();
+      }
+      for (const written of paths) unsettledPaths.add(written);
       const options = handlerOptions(plain);
       const written = await writeBatch(batch, ctx, options);
       const before = settling;
@@ -240,8 +244,8 @@ function nextBatch(steps: readonly Step[], start: number, limit: number): Step[]
   return batch;
 }
 
-function writtenPaths(batch: readonly Step[]): Set<string> {
-  return new Set(batch.flatMap((step) => (step.kind === 'write' ? [step.path] : [])));
+function writtenPaths(batch: readonly Step[]): string[] {
+  return batch.flatMap((step) => (step.kind === 'write' ? [step.path] : []));
 }
 
 /** A batch of plain writes (or steps without a disk effect), as opposed to a removal or swap run alone. */
