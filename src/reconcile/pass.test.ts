@@ -1146,3 +1146,76 @@ describe('Reconciler: between passes', () => {
     expect((await stat(path.join(world.rootDir, 'cfg_a.json'))).mode & 0o777).toBe(0o600);
   });
 });
+
+describe('runPass: an instance the service lists at another path than its recorded file', () => {
+  const LATER = '2026-01-02T00:00:00.000Z';
+
+  it('moved while deployed: the new file is written, the next pass removes the old; retired: nothing stays', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'old/a.json', content: { v: 1 } });
+    await pass();
+    put({
+      ...onService('cfg_a'),
+      relative_filepath: 'new.json',
+      content: { v: 2 },
+      activity_status: 'queued',
+      updated_at: LATER,
+    });
+
+    await pass();
+    // The old file stays until the new one is in place (recorded), as for a swap.
+    expect(await fileAt('old/a.json')).toBe(json({ v: 1 }));
+    const moved = await pass();
+
+    expect(await fileAt('new.json')).toBe(json({ v: 2 }));
+    expect(await exists('old/a.json')).toBe(false);
+    expect(await exists('old')).toBe(false);
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none', 'cfg_a deployed/none']);
+    expect(moved.converged).toBe(true);
+    world.server.state.removeInstance('cfg_a', '2026-01-03T00:00:00.000Z');
+
+    const retired = await pass();
+
+    expect(await exists('new.json')).toBe(false);
+    expect(reportsReceived().at(-1)).toBe('cfg_a removed/none');
+    expect(retired.converged).toBe(true);
+    const state = JSON.parse(await readFile(path.join(world.dir, 'state', 'state.json'), 'utf8'));
+    expect(state.files).toEqual({});
+  });
+
+  it('retired at another path: the file at its old path is removed too', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'old.json', content: { v: 1 } });
+    await pass();
+    put({
+      ...onService('cfg_a'),
+      relative_filepath: 'new.json',
+      activity_status: 'deployed',
+      updated_at: LATER,
+    });
+    world.server.state.removeInstance('cfg_a', '2026-01-03T00:00:00.000Z');
+
+    const result = await pass();
+
+    expect(await exists('old.json')).toBe(false);
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none', 'cfg_a removed/none']);
+    expect(result.converged).toBe(true);
+  });
+
+  it('kept while its new file cannot be written, and while another instance is listed at the old path', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'old.json', content: { v: 1 } });
+    await pass();
+    put({ ...onService('cfg_a'), relative_filepath: 'new.json', content: { v: 2 }, updated_at: LATER });
+    world.fs.failRenameTo = (target) => target.endsWith('new.json');
+
+    await pass();
+
+    expect(await fileAt('old.json')).toBe(json({ v: 1 }));
+    world.fs.failRenameTo = () => false;
+    put({ id: 'cfg_b', relative_filepath: 'old.json', target_status: 'removed', activity_status: 'removed' });
+    world.clock.advance(3_600_000);
+
+    await pass();
+
+    expect(await fileAt('new.json')).toBe(json({ v: 2 }));
+    expect(await fileAt('old.json')).toBe(json({ v: 1 }));
+  });
+});

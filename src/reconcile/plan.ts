@@ -104,6 +104,11 @@ export interface RemoveStep {
   path: string;
   /** The report due once the file is gone; undefined when the service already holds `removed`. */
   report: StatusReport | undefined;
+  /**
+   * A file recorded as this instance's at a path it has left (the service lists it at another one): removed
+   * without a report or a change to the instance's own status, which belong to its current path.
+   */
+  leftPath?: true;
 }
 
 /** Why a file is left as it is, with nothing to report. */
@@ -222,6 +227,8 @@ export function planSteps(input: PlanInput): Step[] {
     else others.push({ kind: 'keep', instance: remove.instance, reason: 'awaiting_owner' });
   }
 
+  standaloneRemoves.push(...leftPathRemovals(input, claimedPaths));
+
   // Object.assign, not `{ ...write, displaces }`: V8 (Node 20) gives every object made by a spread followed by a
   // new key a hidden class of its own, ~300 bytes each, and a pass makes one step per instance.
   const writes: WriteStep[] = [...writeById.values()].map((write) =>
@@ -232,6 +239,39 @@ export function planSteps(input: PlanInput): Step[] {
   );
   // Removals first, so a path freed by one instance can be taken by another in the same pass.
   return [...skipped, ...standaloneRemoves, ...writes, ...others];
+}
+
+/**
+ * Files recorded as an instance's at a path it no longer has (the service now lists it at another one): the
+ * agent's bytes of that instance, which nothing else removes — every other rule looks up files by the path an
+ * instance is listed at. Only in a complete pull (an unlisted instance may claim the path), only where no listed
+ * instance stands, never for an instance failed on the service (left alone), and, while the instance still
+ * targets `deployed`, only once its file is in place at its new path (a device keeps a working config rather
+ * than none). Before, such a file stayed recorded and on disk for good, also after its instance was retired and
+ * reported `removed`.
+ */
+function leftPathRemovals(input: PlanInput, claimedPaths: ReadonlySet<string>): RemoveStep[] {
+  if (!input.complete) return [];
+  const byId = new Map<string, PlanInstance>();
+  const listedPaths = new Set<string>();
+  for (const instance of input.instances) {
+    byId.set(instance.id, instance);
+    listedPaths.add(instance.relative_filepath);
+  }
+  const steps: RemoveStep[] = [];
+  for (const [path, file] of input.local.files) {
+    const owner = byId.get(file.instanceId);
+    if (owner === undefined || owner.relative_filepath === path) continue;
+    if (listedPaths.has(path) || claimedPaths.has(path) || owner.error_status === 'failed') continue;
+    if (
+      owner.target_status === 'deployed' &&
+      input.local.files.get(owner.relative_filepath)?.instanceId !== owner.id
+    ) {
+      continue;
+    }
+    steps.push({ kind: 'remove', instance: owner, path, report: undefined, leftPath: true });
+  }
+  return steps;
 }
 
 /** The owner of each path among instances that target `deployed`: the one operators updated last wins. */

@@ -121,6 +121,7 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
 
 function recordRemoval(step: RemoveStep, result: EffectResult, ctx: RecordContext): InstanceOutcome {
   const { instance } = step;
+  if (step.leftPath) return recordLeftPath(step, result, ctx);
   if (result.kind === 'removed') {
     handDownCreatedDirs(ctx.state, step.path);
     ctx.state.files.delete(step.path);
@@ -138,6 +139,39 @@ function recordRemoval(step: RemoveStep, result: EffectResult, ctx: RecordContex
     return outcomeFor(instance, 'archived', true, { message: result.message });
   }
   return recordFailure(ctx, instance, result);
+}
+
+/**
+ * A file at a path its instance left: the record goes once the file is gone or no longer ours; the instance's
+ * status, attempts and reports are its current path's. A failure is logged and the next full pass tries again.
+ */
+function recordLeftPath(step: RemoveStep, result: EffectResult, ctx: RecordContext): InstanceOutcome {
+  const outcome = (action: InstanceAction, converged: boolean, message: string): InstanceOutcome => ({
+    instanceId: step.instance.id,
+    path: step.path,
+    action,
+    converged,
+    message,
+  });
+  if (result.kind === 'removed') {
+    handDownCreatedDirs(ctx.state, step.path);
+    ctx.state.files.delete(step.path);
+    return outcome(
+      'removed',
+      true,
+      `a path it left (now at ${JSON.stringify(step.instance.relative_filepath)})`,
+    );
+  }
+  if (result.kind === 'kept') {
+    ctx.state.files.delete(step.path);
+    return outcome('archived', true, result.message);
+  }
+  const error = result.kind === 'failed' ? result.error : new Error(`unexpected ${result.kind}`);
+  ctx.logger.warn(
+    { err: error, instanceId: step.instance.id, path: step.path },
+    'removal of a file at a path its instance left failed: tried again next full pass',
+  );
+  return outcome('waiting', false, `removal of a path it left failed: ${errorMessage(error)}`);
 }
 
 /** A file removed for a swap: it counts once the new file is in place, or rolls back with it. */
