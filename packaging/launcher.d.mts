@@ -3,3 +3,4 @@ export const OPENSSL_VARIABLES: string[];
 export const DAEMON_NODE_FLAGS: string[];
 export const ONCE_NODE_FLAGS: string[];
 export function launcherScript(options: { interpreter: string; mainJs: string; runtime: string }): string;
+export const DAEMON_MALLOC_ARENA_MAX: string;

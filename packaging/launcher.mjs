@@ -27,6 +27,16 @@ export const OPENSSL_VARIABLES = [
 export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1'];
 
 /**
+ * glibc's malloc arenas of the daemon alone, when the caller did not choose: one, shared by every thread, instead
+ * of one per thread that allocates (up to 8 per core: libuv's workers, V8's compiler and GC threads), each
+ * keeping its own free pages. Idle daemon at 1,000 managed, 1 s polls: Node 20 67.6 → 65.9 MiB (67.5 → 66.6 over
+ * 30 polls), Node 24 92.0 → 89.0 MiB; the peak of a first sync of 1,000 73.3 → 70.6 MiB, its CPU and a poll's
+ * unchanged within the noise (docs/performance.md, "sixth round (engineer start9)"). glibc reads it before the first line of JavaScript, so
+ * only the environment sets it; the daemon's hooks inherit it.
+ */
+export const DAEMON_MALLOC_ARENA_MAX = '1';
+
+/**
  * V8 flags of a `--once` run, which may be a first sync: semi-spaces of 4 MiB. A `--once` first sync of 10,000
  * peaked at ~152 MiB RSS with Node's default and ~131 MiB with 4, for no more time in garbage collection (335
  * scavenges of ~1.1 s against 97 of ~1.0–1.3 s; 1 MiB took 1,447 of 2.8–3.8 s there). docs/performance.md,
@@ -58,10 +68,12 @@ export function launcherScript({ interpreter, mainJs, runtime }) {
     '  esac',
     'done)',
     `unset $drop ${OPENSSL_VARIABLES.join(' ')}`,
-    '# The daemon (no command, at most --config): its own V8 flags (docs/performance.md).',
+    '# The daemon (no command, at most --config): its own V8 flags and malloc arenas (docs/performance.md).',
     // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
     'case $#:${1-} in',
-    `  0:|1:--config=*|2:--config) exec ${interpreter} ${DAEMON_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;;`,
+    '  0:|1:--config=*|2:--config)',
+    `    export MALLOC_ARENA_MAX="\${MALLOC_ARENA_MAX-${DAEMON_MALLOC_ARENA_MAX}}"`,
+    `    exec ${interpreter} ${DAEMON_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;;`,
     'esac',
     '# --once (anywhere among the arguments): its own V8 flags; every other command none.',
     'for arg in "$@"; do',

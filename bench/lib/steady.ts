@@ -95,15 +95,21 @@ export async function daemonPolls(
     counter.url,
   );
   const result: DaemonPolls = { requests: [], bytes: [], idleRssKiB: [], idleAnonKiB: [] };
-  // The V8 flags the packaged launcher gives the daemon (packaging/launcher.mjs): the daemon as shipped.
+  // The V8 flags and malloc arenas the packaged launcher gives the daemon (packaging/launcher.mjs): the daemon as
+  // shipped.
   const launcher = (await import(pathToFileURL(path.join(REPO_ROOT, 'packaging', 'launcher.mjs')).href)) as {
     DAEMON_NODE_FLAGS: string[];
+    DAEMON_MALLOC_ARENA_MAX: string;
   };
   const child = spawn(
     process.execPath,
     [...launcher.DAEMON_NODE_FLAGS, AGENT_BIN, '--config', world.configPath],
     {
-      env: { PATH: process.env.PATH, HOME: process.env.HOME },
+      env: {
+        PATH: process.env.PATH,
+        HOME: process.env.HOME,
+        MALLOC_ARENA_MAX: launcher.DAEMON_MALLOC_ARENA_MAX,
+      },
       stdio: ['ignore', 'ignore', 'pipe'],
     },
   );

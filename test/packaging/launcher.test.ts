@@ -5,7 +5,12 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DAEMON_NODE_FLAGS, launcherScript, ONCE_NODE_FLAGS } from '../../packaging/launcher.mjs';
+import {
+  DAEMON_MALLOC_ARENA_MAX,
+  DAEMON_NODE_FLAGS,
+  launcherScript,
+  ONCE_NODE_FLAGS,
+} from '../../packaging/launcher.mjs';
 
 let dir: string;
 beforeEach(async () => {
@@ -20,7 +25,7 @@ async function launch(env: NodeJS.ProcessEnv, args: string[] = [], shell = '/bin
   const mainJs = path.join(dir, 'main.mjs');
   await writeFile(
     mainJs,
-    'const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => /^(NODE_|OPENSSL_|SSL_|CONFIG_AGENT_|CREDENTIALS_|HTTPS?_PROXY|NO_PROXY)/.test(k)));\n' +
+    'const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => /^(NODE_|OPENSSL_|SSL_|MALLOC_|CONFIG_AGENT_|CREDENTIALS_|HTTPS?_PROXY|NO_PROXY)/.test(k)));\n' +
       'const out = { argv: process.argv.slice(2), execArgv: process.execArgv, env };\n' +
       // With CHURN: objects kept alive while many more are made (what grows V8's young generation to its limit),
       // then the new space's size.
@@ -80,9 +85,21 @@ describe('the launcher', () => {
         const run = await launch({}, args, shell);
         expect(run.execArgv, args.join(' ')).toEqual(flags);
         expect(run.argv).toEqual(args);
+        // glibc's malloc arenas: one for the daemon alone.
+        const daemon = flags === DAEMON_NODE_FLAGS;
+        expect(run.env, args.join(' ')).toEqual(daemon ? { MALLOC_ARENA_MAX: '1' } : {});
       }
     },
   );
+
+  it("gives the daemon one malloc arena unless the caller chose a number; passes the caller's to every command", async () => {
+    expect(DAEMON_MALLOC_ARENA_MAX).toBe('1');
+    expect((await launch({ MALLOC_ARENA_MAX: '4' }, ['--config', '/etc/c.json'])).env).toEqual({
+      MALLOC_ARENA_MAX: '4',
+    });
+    expect((await launch({ MALLOC_ARENA_MAX: '4' }, ['--once'])).env).toEqual({ MALLOC_ARENA_MAX: '4' });
+    expect((await launch({}, [])).env).toEqual({ MALLOC_ARENA_MAX: '1' });
+  });
 
   // Node 20 lets it grow to two semi-spaces of 16 MiB: ~20 MiB more RSS at the peak of a first sync of 10,000.
   it("runs --once with V8's young generation bounded to two semi-spaces of 4 MiB", async () => {
