@@ -142,3 +142,43 @@ describe('a report answered 2xx by something that is not the service', () => {
     }
   });
 });
+
+describe('a report answered 4xx by a page that is not the service', () => {
+  it("an HTML error page (nginx's 405 for a PATCH, a proxy's 404, a portal's 400) keeps it: sent again later", async () => {
+    const pages = [
+      (res: ServerResponse) =>
+        res
+          .writeHead(405, { 'content-type': 'text/html' })
+          .end('<html><head><title>405 Not Allowed</title></head><body>nginx</body></html>'),
+      (res: ServerResponse) => res.writeHead(404).end('\r\n<!DOCTYPE html><h1>Not Found</h1>'),
+      (res: ServerResponse) => res.writeHead(400, { 'content-type': 'text/html; charset=utf-8' }).end('Bad'),
+      (res: ServerResponse) => res.writeHead(413, { 'content-type': 'text/html' }).end('<h1>Too Large</h1>'),
+    ];
+    for (const page of pages) {
+      const proxy = await serve((_req, res) => page(res));
+      const error = await client(proxy.url)
+        .reportConfigInstanceStatus('cfg_a', deployed)
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(HttpStatusError);
+      expect(deliveryVerdict(error)).toBe('skip');
+    }
+  });
+
+  it("the service's own refusal (its JSON error, or no body) still drops it", async () => {
+    const answers = [
+      (res: ServerResponse) =>
+        res
+          .writeHead(404, { 'content-type': 'application/json' })
+          .end('{"error":{"code":"not_found","message":"no such config instance"}}'),
+      (res: ServerResponse) => res.writeHead(405).end(),
+      (res: ServerResponse) => res.writeHead(422, { 'content-type': 'text/plain' }).end('bad status'),
+    ];
+    for (const answer of answers) {
+      const service = await serve((_req, res) => answer(res));
+      const error = await client(service.url)
+        .reportConfigInstanceStatus('cfg_a', deployed)
+        .catch((e: unknown) => e);
+      expect(deliveryVerdict(error)).toBe('drop');
+    }
+  });
+});

@@ -585,15 +585,24 @@ export function createClient(options: ClientOptions): ServiceClient {
     return undefined;
   }
 
-  async function readErrorBody(body: Dispatcher.ResponseData['body']): Promise<ErrorBody | undefined> {
+  /** The service's error body when it has that shape; `htmlPage` when the answer is an HTML page instead. */
+  async function readErrorBody(
+    response: Dispatcher.ResponseData,
+  ): Promise<{ body: ErrorBody | undefined; htmlPage: boolean }> {
+    let bytes: Buffer;
     try {
-      const bytes = await readCapped(body, Math.min(ERROR_BODY_MAX_BYTES, maxResponseBytes));
-      const parsed = ErrorBody.safeParse(JSON.parse(bytes.toString('utf8')));
-      return parsed.success ? (scrubDeep(parsed.data) as ErrorBody) : undefined;
+      bytes = await readCapped(response.body, Math.min(ERROR_BODY_MAX_BYTES, maxResponseBytes));
     } catch {
       // The status alone classifies the failure; an unreadable error body only loses the detail.
-      discard(body);
-      return undefined;
+      discard(response.body);
+      return { body: undefined, htmlPage: false };
+    }
+    const htmlPage = isHtmlPage(response.headers['content-type'], bytes);
+    try {
+      const parsed = ErrorBody.safeParse(JSON.parse(bytes.toString('utf8')));
+      return { body: parsed.success ? (scrubDeep(parsed.data) as ErrorBody) : undefined, htmlPage };
+    } catch {
+      return { body: undefined, htmlPage };
     }
   }
 
@@ -735,12 +744,13 @@ export function createClient(options: ClientOptions): ServiceClient {
       }
       status = response.statusCode;
       if (status < 200 || status > 299) {
-        const errorBody = await readErrorBody(response.body);
+        const { body: errorBody, htmlPage } = await readErrorBody(response);
         throw new HttpStatusError(
           target,
           status,
           errorBody,
           parseRetryAfter(response.headers['retry-after'], clock.now(), response.headers.date),
+          htmlPage,
         );
       }
       const declared = Number(response.headers['content-length']);

@@ -22,12 +22,15 @@ export class HttpStatusError extends AgentError {
   readonly body: ErrorBody | undefined;
   /** Retry-After (seconds or HTTP-date) in ms from now, never negative; undefined when absent or unparseable. */
   readonly retryAfterMs: number | undefined;
+  /** The answer was an HTML page (a proxy's or a captive portal's error page), not the service's JSON. */
+  readonly htmlPage: boolean;
 
   constructor(
     target: RequestTarget,
     status: number,
     body: ErrorBody | undefined,
     retryAfterMs: number | undefined,
+    htmlPage = false,
   ) {
     const code = body === undefined ? '' : ` (${body.error.code})`;
     super('http_status', `${where(target)} failed with HTTP ${status}${code}`, {
@@ -38,6 +41,7 @@ export class HttpStatusError extends AgentError {
     this.status = status;
     this.body = body;
     this.retryAfterMs = retryAfterMs;
+    this.htmlPage = htmlPage;
   }
 }
 
@@ -164,6 +168,10 @@ export function deliveryVerdict(error: unknown): DeliveryVerdict {
   if (error instanceof InvalidArgumentError) return 'drop';
   if (error instanceof HttpStatusError) {
     const verdict = deliveryVerdictForStatus(error.status);
+    // A 4xx HTML page (nginx's 405 for a PATCH, a proxy's 404, a portal's 400) is no verdict of the service on
+    // this report: kept and sent again after its backoff. Dropped, every queued report went with it, `failed`s
+    // the state already records included, which are never derived again.
+    if (verdict === 'drop' && error.htmlPage) return 'skip';
     return verdict === 'delivered' ? 'skip' : verdict;
   }
   // An HTML page answers for the service (a captive portal): no report gets through it now.
