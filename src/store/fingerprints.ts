@@ -4,7 +4,7 @@ import * as z from 'zod';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';
-import { readStateDirFile } from './state.js';
+import { readStateDirFileOrSetAside } from './state.js';
 
 export const FINGERPRINTS_FILE = 'fingerprints.json';
 const FINGERPRINTS_VERSION = 1;
@@ -141,10 +141,12 @@ export class FileFingerprints {
     stateDir: string,
     rootDir: string,
     logger: Logger,
+    options: { setAside?: boolean } = {},
   ): Promise<FileFingerprints> {
     let raw: string | undefined;
     try {
-      raw = await readStateDirFile(fs, stateDir, FINGERPRINTS_FILE);
+      // Not a regular file: moved aside (unless a dry run), or every save of every pass failed with a warning.
+      raw = await readStateDirFileOrSetAside(fs, stateDir, FINGERPRINTS_FILE, logger, options);
     } catch (error) {
       // Debug: a dry run by a user who cannot read stateDir meets this, and loses nothing but speed.
       logger.debug({ err: error }, 'cannot read the file fingerprints: every managed file is read');

@@ -8,7 +8,7 @@ import type { Logger } from '../lib/logger.js';
 import { syncRegularFileIf, writeDurableJson } from './durable-writer.js';
 import { PathRejectedError } from './errors.js';
 import { inspectPath, lstatOrUndefined, validateRelativePath } from './path-guard.js';
-import { type LocalState, type ManagedFile, readStateDirFile } from './state.js';
+import { type LocalState, type ManagedFile, readStateDirFileOrSetAside } from './state.js';
 
 export const INTENT_FILE = 'intent.json';
 
@@ -91,7 +91,7 @@ export class IntentJournal {
   /** The journal a crashed run left, if any (entries of another root directory are dropped). */
   static async open(fs: FsPort, stateDir: string, rootDir: string, logger: Logger): Promise<IntentJournal> {
     const journal = new IntentJournal(fs, stateDir, rootDir, logger);
-    const raw = await readStateDirFile(fs, stateDir, INTENT_FILE);
+    const raw = await readStateDirFileOrSetAside(fs, stateDir, INTENT_FILE, logger);
     if (raw === undefined) return journal;
     journal.#onDisk = true;
     try {

@@ -466,7 +466,8 @@ describe('a large outbox at start-up', () => {
 
 describe('an unreadable outbox', () => {
   it('names stateDir instead of failing with a raw errno, and a FIFO in its place does not hang', async () => {
-    const { fs } = memfs();
+    // A regular file the agent may not open (a FIFO or directory there is moved aside: state-files-aside.test.ts).
+    const { fs } = memfs({ [OUTBOX_PATH]: '{}' });
     const denied: FsPort = {
       ...fs,
       open: (async () => {

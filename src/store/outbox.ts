@@ -4,9 +4,11 @@ import { StatusReport } from '../api/schemas.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';
-import { readStateDirFile } from './state.js';
+import { readStateDirFileOrSetAside } from './state.js';
 
 export const OUTBOX_FILE = 'outbox.json';
+/** A symlinked outbox's target larger than this is not read (~200 bytes a report: 300,000 reports). */
+const MAX_SALVAGED_OUTBOX_BYTES = 64 * 1024 * 1024;
 
 export const OutboxEntry = z.object({
   seq: z.number().int().min(0),
@@ -70,9 +72,19 @@ export class StatusOutbox {
     this.#logger = logger;
   }
 
-  static async open(fs: FsPort, stateDir: string, logger: Logger): Promise<StatusOutbox> {
+  /**
+   * `euid`: the agent's user. An outbox.json that is not a regular file is moved aside (its reports would
+   * otherwise stop start-up for good); when it is a symlink to a regular file of that user's that nobody else
+   * can write, the reports in it are kept.
+   */
+  static async open(
+    fs: FsPort,
+    stateDir: string,
+    logger: Logger,
+    euid: number | undefined = process.geteuid?.(),
+  ): Promise<StatusOutbox> {
     const outbox = new StatusOutbox(fs, stateDir, logger);
-    await outbox.#load();
+    await outbox.#load(euid);
     return outbox;
   }
 
@@ -234,8 +246,10 @@ export class StatusOutbox {
     }
   }
 
-  async #load(): Promise<void> {
-    const raw = await readStateDirFile(this.#fs, this.#stateDir, OUTBOX_FILE);
+  async #load(euid: number | undefined): Promise<void> {
+    const raw = await readStateDirFileOrSetAside(this.#fs, this.#stateDir, OUTBOX_FILE, this.#logger, {
+      salvageSymlink: { euid, maxBytes: MAX_SALVAGED_OUTBOX_BYTES },
+    });
     if (raw === undefined) return;
     const parsed = OutboxFile.safeParse(safeJsonParse(raw));
     if (!parsed.success) {

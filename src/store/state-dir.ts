@@ -122,8 +122,10 @@ export class StateDir {
       if (outcome === 'corrupt' && !readOnly) await keepCorruptState(fs, settings.stateDir, logger);
       const outbox = readOnly
         ? StatusOutbox.ephemeral(fs, settings.stateDir, logger)
-        : await StatusOutbox.open(fs, settings.stateDir, logger);
-      const fingerprints = await FileFingerprints.load(fs, settings.stateDir, settings.rootDir, logger);
+        : await StatusOutbox.open(fs, settings.stateDir, logger, options.euid ?? process.geteuid?.());
+      const fingerprints = await FileFingerprints.load(fs, settings.stateDir, settings.rootDir, logger, {
+        setAside: !readOnly,
+      });
       const intents = readOnly
         ? IntentJournal.empty(fs, settings.stateDir, settings.rootDir, logger)
         : await IntentJournal.open(fs, settings.stateDir, settings.rootDir, logger);

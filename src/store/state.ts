@@ -313,6 +313,96 @@ export async function readStateDirFile(
 
 const STATE_READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW;
 
+/** What a state file's name held instead of a regular file, in words for the log. */
+function entryKind(stats: {
+  isDirectory(): boolean;
+  isSymbolicLink(): boolean;
+  isFIFO(): boolean;
+  isSocket(): boolean;
+}): string {
+  if (stats.isDirectory()) return 'a directory';
+  if (stats.isSymbolicLink()) return 'a symlink';
+  if (stats.isFIFO()) return 'a FIFO';
+  if (stats.isSocket()) return 'a socket';
+  return 'a device';
+}
+
+/**
+ * A state file that may be lost without harm to a promise (the write journal, the outbox, the fingerprints) as
+ * text, undefined when absent; anything but a regular file at its name (a directory, FIFO, socket, device, a
+ * symlink — never followed, never opened blocking: lstat first) is renamed aside to `<name>.not-regular-<ms>`,
+ * logged, and read as absent, as garbage inside such a file is. It stopped start-up with exit 78 for good.
+ * `salvageSymlink`: a symlink's target is read (non-blocking) when it is a regular file of at most `maxBytes`
+ * owned by `euid` and writable by nobody else — the agent's own bytes, e.g. queued reports; any other is not
+ * trusted. `setAside: false` (dry runs) moves nothing. A failed rename fails as reading did (StateDirError).
+ */
+export async function readStateDirFileOrSetAside(
+  fs: FsPort,
+  stateDir: string,
+  name: string,
+  logger: Logger,
+  options: { setAside?: boolean; salvageSymlink?: { euid: number | undefined; maxBytes: number } } = {},
+): Promise<string | undefined> {
+  const file = path.join(stateDir, name);
+  let stats: Awaited<ReturnType<FsPort['lstat']>>;
+  try {
+    stats = await fs.lstat(file);
+  } catch (error) {
+    if (errnoCode(error) === 'ENOENT') return undefined;
+    throw new StateDirError(stateDir, `cannot read ${name}`, error);
+  }
+  if (stats.isFile()) {
+    try {
+      return await readStateDirFile(fs, stateDir, name);
+    } catch (error) {
+      // Swapped for something else between the lstat and the open: judged again below.
+      const again = await fs.lstat(file).catch(() => undefined);
+      if (again === undefined || again.isFile()) throw error;
+      stats = again;
+    }
+  }
+  const salvaged =
+    stats.isSymbolicLink() && options.salvageSymlink !== undefined
+      ? await readOwnedTarget(fs, file, options.salvageSymlink)
+      : undefined;
+  if (options.setAside === false) return salvaged;
+  const aside = `${file}.not-regular-${Date.now()}`;
+  try {
+    await fs.rename(file, aside);
+  } catch (error) {
+    throw new StateDirError(stateDir, `cannot move ${name} (${entryKind(stats)}) aside`, error);
+  }
+  logger.warn(
+    { file: name, found: entryKind(stats), aside, salvaged: salvaged !== undefined },
+    `${name} was not a regular file: moved aside`,
+  );
+  return salvaged;
+}
+
+async function readOwnedTarget(
+  fs: FsPort,
+  file: string,
+  trust: { euid: number | undefined; maxBytes: number },
+): Promise<string | undefined> {
+  if (trust.euid === undefined) return undefined;
+  let handle: Awaited<ReturnType<FsPort['open']>>;
+  try {
+    handle = await fs.open(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  } catch {
+    return undefined;
+  }
+  try {
+    const target = await handle.stat();
+    if (!target.isFile() || target.uid !== trust.euid || (target.mode & 0o022) !== 0) return undefined;
+    if (target.size > trust.maxBytes) return undefined;
+    return await handle.readFile({ encoding: 'utf8' });
+  } catch {
+    return undefined;
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+}
+
 /** Entries in code-unit order of their keys. */
 function sortedEntries<T>(map: Map<string, T>): [string, T][] {
   return [...map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));

@@ -1,0 +1,177 @@
+// State files that are not regular files (a directory, FIFO, symlink at intent.json, outbox.json or
+// fingerprints.json) are moved aside at start-up, through `--once` against the mock: they exited 78 for good.
+import { execFileSync } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import { chown, lstat, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { CommandIo } from '../cli/io.js';
+import { main } from '../main.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+
+const KEY = 'sk_test_state_files_aside_0123';
+const DEVICE = 'dvc_aside';
+const isRoot = process.geteuid?.() === 0;
+
+let dir: string;
+let server: RunningMockServer;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-aside-'));
+  server = await startMockServer({
+    apiKeys: [KEY],
+    fixtures: {
+      devices: [{ id: DEVICE, name: 'robot' }],
+      config_instances: [
+        {
+          id: 'cfg_a',
+          device_id: DEVICE,
+          relative_filepath: 'a.json',
+          content: { a: 1 },
+          target_status: 'deployed',
+          activity_status: 'queued',
+        },
+        // Retired before this device's first run: no pass reports anything of it.
+        {
+          id: 'cfg_gone',
+          device_id: DEVICE,
+          relative_filepath: 'gone.json',
+          content: {},
+          target_status: 'removed',
+          activity_status: 'removed',
+        },
+      ],
+    },
+  });
+});
+
+afterEach(async () => {
+  await server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function bufferedIo(): CommandIo & { err: () => string } {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let err = '';
+  stdout.resume();
+  stderr.on('data', (chunk: Buffer) => {
+    err += chunk.toString();
+  });
+  return { stdout, stderr, env: { CONFIG_AGENT_API_KEY: KEY }, isTty: false, err: () => err };
+}
+
+async function once(): Promise<{ code: number; err: string }> {
+  const file = path.join(dir, 'config.json');
+  await writeFile(
+    file,
+    JSON.stringify({
+      deviceId: DEVICE,
+      server: { baseUrl: server.url, timeoutSeconds: 5 },
+      rootDir: path.join(dir, 'root'),
+      stateDir: path.join(dir, 'state'),
+      socketPath: path.join(dir, 'agent.sock'),
+    }),
+  );
+  const io = bufferedIo();
+  const code = await main(['--once', '--config', file], io, new EventEmitter());
+  return { code, err: io.err() };
+}
+
+const stateDir = () => path.join(dir, 'state');
+
+/** Plants `kind` at stateDir/name. */
+async function plant(name: string, kind: 'directory' | 'FIFO' | 'dangling symlink'): Promise<void> {
+  await mkdir(stateDir(), { recursive: true, mode: 0o700 });
+  const at = path.join(stateDir(), name);
+  if (kind === 'directory') await mkdir(path.join(at, 'inside'), { recursive: true });
+  else if (kind === 'FIFO') execFileSync('mkfifo', [at]);
+  else await symlink(path.join(dir, 'nowhere'), at);
+}
+
+async function expectSynced(name: string): Promise<void> {
+  expect(JSON.parse(await readFile(path.join(dir, 'root', 'a.json'), 'utf8'))).toEqual({ a: 1 });
+  expect(server.state.reports.map((r) => [r.config_instance_id, r.activity_status])).toContainEqual([
+    'cfg_a',
+    'deployed',
+  ]);
+  const entries = await readdir(stateDir());
+  expect(entries.filter((entry) => entry.startsWith(`${name}.not-regular-`))).toHaveLength(1);
+  // Whatever holds the name now is the agent's own regular file (or nothing).
+  const now = await lstat(path.join(stateDir(), name)).catch(() => undefined);
+  expect(now === undefined || now.isFile()).toBe(true);
+}
+
+describe('a state file that is not a regular file is moved aside; the agent starts and syncs', () => {
+  for (const name of ['intent.json', 'outbox.json', 'fingerprints.json']) {
+    for (const kind of ['directory', 'FIFO', 'dangling symlink'] as const) {
+      it(`${name} as a ${kind}`, async () => {
+        await plant(name, kind);
+        const { code, err } = await once();
+        expect(code).toBe(0);
+        expect(err).toContain(`${name} was not a regular file: moved aside`);
+        await expectSynced(name);
+        // The next run finds nothing to set aside.
+        expect((await once()).code).toBe(0);
+        expect((await readdir(stateDir())).filter((e) => e.includes('.not-regular-'))).toHaveLength(1);
+      });
+    }
+  }
+});
+
+/** An outbox holding one queued report for cfg_gone, which the pass itself never reports. */
+async function queuedOutbox(at: string, mode: number): Promise<void> {
+  await writeFile(
+    at,
+    JSON.stringify({
+      version: 1,
+      nextSeq: 1,
+      entries: [
+        {
+          seq: 0,
+          instanceId: 'cfg_gone',
+          report: { activity_status: 'removed', error_status: 'none', message: 'salvaged report' },
+          queuedAt: '2026-11-23T00:00:00.000Z',
+        },
+      ],
+    }),
+    { mode },
+  );
+}
+
+describe('outbox.json as a symlink to a regular file', () => {
+  it("the agent's own 0600 file: its queued reports are kept and sent", async () => {
+    await mkdir(stateDir(), { recursive: true, mode: 0o700 });
+    const target = path.join(dir, 'own-outbox.json');
+    await queuedOutbox(target, 0o600);
+    await symlink(target, path.join(stateDir(), 'outbox.json'));
+    const { code } = await once();
+    expect(code).toBe(0);
+    expect(server.state.reports.map((r) => r.message)).toContain('salvaged report');
+    await expectSynced('outbox.json');
+  });
+
+  it.skipIf(!isRoot)("another user's file is not trusted: nothing of it is sent", async () => {
+    await mkdir(stateDir(), { recursive: true, mode: 0o700 });
+    const target = path.join(dir, 'their-outbox.json');
+    await queuedOutbox(target, 0o600);
+    await chown(target, 4242, 4242);
+    await symlink(target, path.join(stateDir(), 'outbox.json'));
+    expect((await once()).code).toBe(0);
+    expect(server.state.reports.map((r) => r.message)).not.toContain('salvaged report');
+    await expectSynced('outbox.json');
+  });
+
+  it('a file others can write is not trusted either', async () => {
+    await mkdir(stateDir(), { recursive: true, mode: 0o700 });
+    const target = path.join(dir, 'shared-outbox.json');
+    await queuedOutbox(target, 0o600);
+    execFileSync('chmod', ['0666', target]);
+    await symlink(target, path.join(stateDir(), 'outbox.json'));
+    expect((await once()).code).toBe(0);
+    expect(server.state.reports.map((r) => r.message)).not.toContain('salvaged report');
+    await expectSynced('outbox.json');
+  });
+});
