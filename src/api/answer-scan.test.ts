@@ -33,6 +33,9 @@ const TEXTS: Record<string, string> = {
   'a long key': `{"${'k'.repeat(400)}":"v",${HEAD}}`,
   'cut short in the content': `{${HEAD},"content":"${BIG}`,
   'not an object': `["${BIG}"]`,
+  'whitespace of each kind around the object, its keys and values': ` \r\n\t{ "id" :\t"cfg_a" ,\r\n"activity_status"\t:\n"deployed" , "error_status" :\r"none","updated_at": "2026-11-23T21:00:00.000Z" }`,
+  'an empty first key': `{"":"x",${HEAD},"content":"${BIG}"}`,
+  'a stray ] at the top level ends what is read': `{"id":"cfg_a"],"updated_at":"2026-11-23T21:00:00.000Z"}`,
   'multi-byte text': `{"content":"${'é😀'.repeat(5000)}","id":"cfg_é",${HEAD.slice(13)}}`,
 };
 
@@ -63,5 +66,29 @@ describe('AnswerScanner', () => {
     const fields = Array.from({ length: 20_000 }, (_, i) => `"k${i}":"${'v'.repeat(200)}"`).join(',');
     const skeleton = skeletonOf(`{${fields},${HEAD}}`, []);
     expect(skeleton.length).toBeLessThanOrEqual(64 * 1024);
+  });
+
+  it('keeps a skeleton of exactly 64 KiB whole, and one byte more ends it', () => {
+    const fields: string[] = [];
+    for (let i = 0; i < 21; i += 1) fields.push(`"k${i}":"${'v'.repeat(3000)}"`);
+    const bare = `{${fields.join(',')},"pad":"",${HEAD}}`;
+    const exact = bare.replace('"pad":""', `"pad":"${'p'.repeat(64 * 1024 - bare.length)}"`);
+    expect(exact.length).toBe(64 * 1024);
+    expect(skeletonOf(exact, [])).toBe(exact);
+    const over = exact.replace('"pad":"', '"pad":"p');
+    expect(skeletonOf(over, [])).toBe(over.slice(0, -1));
+  });
+
+  it('is finished once the object ends or the bytes are not one, not before', () => {
+    const ended = new AnswerScanner();
+    ended.feed(Buffer.from(`{${HEAD},"content":{"a":[1]`));
+    expect(ended.finished).toBe(false);
+    ended.feed(Buffer.from('}} trailing bytes'));
+    expect(ended.finished).toBe(true);
+    expect(ended.skeleton().toString()).toBe(`{${HEAD},"content":0}`);
+    const notAnObject = new AnswerScanner();
+    notAnObject.feed(Buffer.from('  ['));
+    expect(notAnObject.finished).toBe(true);
+    expect(notAnObject.skeleton().length).toBe(0);
   });
 });

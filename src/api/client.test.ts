@@ -267,6 +267,36 @@ describe('request shape', () => {
     expect(await c.reportConfigInstanceStatus('ci_1', report)).toBeUndefined();
   });
 
+  it('reads the head of a report answer over the cap past its content up to twice the cap, and no further', async () => {
+    const head = {
+      id: 'ci_1',
+      activity_status: 'deployed',
+      error_status: 'none',
+      updated_at: '2025-01-05T00:00:00Z',
+    };
+    // The content first: 6,000 bytes (within twice the 4,096-byte cap), then 20,000 (past it).
+    const answers = [6_000, 20_000, 6_000, 20_000].map((pad) =>
+      JSON.stringify({ content: 'x'.repeat(pad), ...head }),
+    );
+    let served = 0;
+    const server = await serve((_req, res) => {
+      const text = answers[served] ?? '';
+      // The first two with content-length, the others chunked (readCapped's own scan).
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        ...(served < 2 ? { 'content-length': String(Buffer.byteLength(text)) } : {}),
+      });
+      served += 1;
+      res.end(text);
+    });
+    const c = client(server.url, { maxResponseBytes: 4_096 });
+    const report = { activity_status: 'deployed', error_status: 'none' } as const;
+    const read: unknown[] = [];
+    for (let i = 0; i < answers.length; i += 1) read.push(await c.reportConfigInstanceStatus('ci_1', report));
+    expect(read).toEqual([head, undefined, head, undefined]);
+    expect(server.requests).toHaveLength(4);
+  });
+
   it("takes a small report answer's instance whether the hand check or zod judges it, and drops an invalid one", async () => {
     const answers: unknown[] = [
       { ...configInstance('ci_1'), updated_at: '2025-01-03T00:00:00Z', extra: 'ignored' },
