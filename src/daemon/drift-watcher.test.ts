@@ -79,10 +79,12 @@ const NESTED = ['top.json', 'a/one.json', 'a/two.json', 'a/b/three.json', 'a/b/f
 describe('DriftWatcher', () => {
   it('reports a managed file whose bytes someone else changed', async () => {
     const passes = new SingleFlight(async () => undefined);
-    const { rootDir, drifts } = await watchedRoot(nodeFs, passes);
+    const { rootDir, drifts, reported } = await watchedRoot(nodeFs, passes);
     await writeFile(path.join(rootDir, 'app.json'), '{"a":2}\n');
     await eventually(() => drifts.length > 0, 'a drift report');
-    expect(drifts).toEqual([['app.json']]);
+    // writeFile truncates, then writes: on a busy machine the two inotify events can fall into two debounce
+    // windows, and each judgement finds the file drifted (empty, then other bytes).
+    expect(reported()).toEqual(['app.json']);
   });
 
   it('a verdict reached while a pass started is judged again: the pass restored the file, no drift', async () => {
