@@ -233,6 +233,29 @@ describe('runPass: target deployed', () => {
     expect(refusal?.message).toMatch(/cfg_old/);
   });
 
+  it('the winner stays when the listing writes timestamps otherwise than the report answers (+00:00, not Z)', async () => {
+    put({ id: 'cfg_old', relative_filepath: 'shared.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    put({ id: 'cfg_new', relative_filepath: 'shared.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    /** The service lists the instants its report answers gave, written with an offset instead of `Z`. */
+    const listedWithOffset = () => {
+      for (const id of ['cfg_old', 'cfg_new']) {
+        const record = onService(id);
+        put({ ...record, updated_at: record.updated_at.replace(/Z$/, '+00:00') });
+      }
+    };
+
+    for (let round = 0; round < 3; round++) {
+      await pass();
+      listedWithOffset();
+      world.clock.advance(3_600_000);
+    }
+
+    // The agent's own reports moved both updated_at; the operators' choice (cfg_new, updated later) still holds.
+    expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_new' }));
+    expect(reportsReceived()).not.toContain('cfg_old deployed/none');
+    expect(onService('cfg_old')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+  });
+
   it('a failed write waits out its cooldown (no new attempt, no new report), then succeeds once it is due', async () => {
     const full = { on: true };
     world.fs.failRenameTo = (target) => full.on && target.endsWith('app.json');

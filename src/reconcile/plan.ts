@@ -290,7 +290,7 @@ function pathWinners(
   // The agent's own report moves `updated_at` too; comparing that would let the last one reported win.
   const operatorUpdatedAt = (instance: ConfigInstanceHead): string => {
     const echo = input.reportEchoes?.get(instance.id);
-    return echo !== undefined && echo.updatedAt === instance.updated_at
+    return echo !== undefined && sameInstant(echo.updatedAt, instance.updated_at)
       ? echo.operatorUpdatedAt
       : instance.updated_at;
   };
@@ -467,6 +467,18 @@ function pathProblem(path: string): string | undefined {
   } catch (error) {
     return errorMessage(error);
   }
+}
+
+/**
+ * Whether two of the service's timestamps name one instant (to the millisecond, as every comparison of them):
+ * a listing and a report's answer may write it differently (`Z` or `+00:00`, `.000` or no fraction), and the
+ * echo of the agent's own report compared as text then looked like an operator's update: at a path conflict the
+ * instance the agent refused, reported `retrying` last, took the path from the one operators chose.
+ */
+export function sameInstant(a: string, b: string): boolean {
+  if (a === b) return true;
+  const at = Date.parse(a);
+  return !Number.isNaN(at) && at === Date.parse(b);
 }
 
 /** Newest `updated_at` first; ties broken deterministically so every pass picks the same winner. */

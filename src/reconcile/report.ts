@@ -7,6 +7,7 @@ import { type Backoff, backoffCeilingMs, honourRetryAfter } from '../lib/backoff
 import type { Logger } from '../lib/logger.js';
 import type { DeliveryBackoff, OutboxEntry, StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
+import { sameInstant } from './plan.js';
 
 /**
  * Reports in flight at once, over kept-alive connections. The outbox holds one report per instance, so
@@ -258,9 +259,10 @@ export class PassReports {
 function recordReportEcho(ctx: ReportContext, updated: ReportAnswer): boolean {
   const record = ctx.state.instances.get(updated.id);
   const before = ctx.lastSeenUpdatedAt.get(updated.id);
-  if (record === undefined || before === undefined || before === updated.updated_at) return false;
+  if (record === undefined || before === undefined || sameInstant(before, updated.updated_at)) return false;
+  const echo = record.reportEcho;
   const operatorUpdatedAt =
-    record.reportEcho?.updatedAt === before ? record.reportEcho.operatorUpdatedAt : before;
+    echo !== undefined && sameInstant(echo.updatedAt, before) ? echo.operatorUpdatedAt : before;
   ctx.state.instances.set(updated.id, {
     ...record,
     reportEcho: { updatedAt: updated.updated_at, operatorUpdatedAt },
