@@ -1,6 +1,14 @@
 // Store errors: which failures are the agent's own resource trouble (never an instance's attempt), and messages.
 import { describe, expect, it } from 'vitest';
-import { AGENT_RESOURCE_ERRNOS, DiskError, isAgentResourceError, PathRejectedError } from './errors.js';
+import type { FsPort } from '../lib/fs-port.js';
+import {
+  AGENT_RESOURCE_ERRNOS,
+  DiskError,
+  isAgentResourceError,
+  PathRejectedError,
+  rootConditionOf,
+} from './errors.js';
+import { checkRoot } from './path-guard.js';
 
 function errno(code: string): NodeJS.ErrnoException {
   return Object.assign(new Error(`${code}: failed`), { code });
@@ -50,4 +58,30 @@ describe('agent resource errors', () => {
       'disk error: open directory failed for "app": ENFILE (too many open files in the system)',
     );
   });
+});
+
+describe("rootDir's own failures (checkRoot)", () => {
+  async function rootFailure(code: string): Promise<unknown> {
+    const fs = { stat: () => Promise.reject(errno(code)) } as unknown as FsPort;
+    return checkRoot(fs, '/srv/config').then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+  }
+
+  it.each(['ENOENT', 'ENOTDIR', 'ELOOP'])(
+    '%s: rootDir replaced or gone, the condition that waits (not_a_directory)',
+    async (code) => {
+      expect(rootConditionOf(await rootFailure(code))).toBe('not_a_directory');
+    },
+  );
+
+  it.each(['EACCES', 'EIO', 'ENAMETOOLONG'])(
+    '%s: not a rootDir replaced: judged as before, by its errno (an attempt)',
+    async (code) => {
+      const error = await rootFailure(code);
+      expect(error).toMatchObject({ code: 'disk_error', errno: code });
+      expect(rootConditionOf(error)).toBeUndefined();
+    },
+  );
 });

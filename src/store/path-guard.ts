@@ -164,6 +164,9 @@ export async function checkRoot(fs: FsPort, rootDir: string): Promise<string> {
   return (await checkRootStats(fs, rootDir)).root;
 }
 
+/** stat()'s answers for a rootDir replaced by a dangling symlink or a symlink loop, or gone with its parent. */
+const ROOT_REPLACED_ERRNOS = new Set(['ENOENT', 'ENOTDIR', 'ELOOP']);
+
 async function checkRootStats(fs: FsPort, rootDir: string): Promise<{ root: string; stats: Stats }> {
   const root = path.resolve(rootDir);
   let stats: Stats;
@@ -171,7 +174,10 @@ async function checkRootStats(fs: FsPort, rootDir: string): Promise<{ root: stri
     stats = await fs.stat(root);
   } catch (error) {
     // The absolute directory, not "": the same check guards rootDir and the metrics textfile's directory.
-    throw new DiskError({ operation: 'stat directory', path: root, cause: error, rootItself: true });
+    // rootItself (a condition that waits, never an attempt: errors.ts) only where rootDir was replaced or is
+    // gone; EACCES, EIO and the like are judged by their errno as every other failure is.
+    const replaced = ROOT_REPLACED_ERRNOS.has(errnoCode(error) ?? '');
+    throw new DiskError({ operation: 'stat directory', path: root, cause: error, rootItself: replaced });
   }
   if (!stats.isDirectory()) {
     throw new DiskError({ operation: 'stat directory', path: root, errno: 'ENOTDIR', rootItself: true });
