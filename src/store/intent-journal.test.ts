@@ -6,7 +6,7 @@ import * as nodeFs from 'node:fs/promises';
 import { chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import { INTENT_FILE, IntentJournal } from './intent-journal.js';
@@ -155,6 +155,50 @@ describe('IntentJournal', () => {
         fs,
       );
       expect(createdDirs).toEqual(['keep/other']);
+    });
+
+    it('one whose absence cannot be told (lstat fails) counts as there: never claimed, nor any above it', async () => {
+      const refused = path.join(rootDir(), 'keep/made');
+      const eacces = () => Object.assign(new Error('EACCES: permission denied'), { code: 'EACCES' });
+      const syncPort: FsPort = {
+        ...nodeFs,
+        lstatSync: ((file: string, options: Parameters<NonNullable<FsPort['lstatSync']>>[1]) => {
+          if (file === refused) throw eacces();
+          return lstatSync(file, options);
+        }) as NonNullable<FsPort['lstatSync']>,
+      };
+      const asyncPort: FsPort = {
+        ...nodeFs,
+        lstat: ((file: string, options?: never) =>
+          file === refused ? Promise.reject(eacces()) : nodeFs.lstat(file, options)) as FsPort['lstat'],
+      };
+      for (const [fs, relative] of [
+        [syncPort, 'keep/made/deeper/a.json'],
+        [asyncPort, 'keep/made/deeper/b.json'],
+      ] as const) {
+        const createdDirs = await adoptedAfter(
+          relative,
+          () => mkdir(path.join(rootDir(), 'keep/made/deeper'), { recursive: true }).then(() => undefined),
+          fs,
+        );
+        expect(createdDirs).toEqual(['keep/made/deeper']);
+        // The next round starts as this one did: nothing made, nothing declared.
+        await rm(path.join(rootDir(), 'keep/made'), { recursive: true });
+        await rm(path.join(stateDir(), INTENT_FILE));
+      }
+    });
+
+    it("one not owned by the agent's user at adoption is never claimed", async () => {
+      const euid = process.geteuid?.() ?? 0;
+      const spy = vi.spyOn(process, 'geteuid').mockReturnValue(euid + 4242);
+      try {
+        const createdDirs = await adoptedAfter('keep/made/deeper/a.json', () =>
+          mkdir(path.join(rootDir(), 'keep/made/deeper'), { recursive: true }).then(() => undefined),
+        );
+        expect(createdDirs).toEqual([]);
+      } finally {
+        spy.mockRestore();
+      }
     });
 
     it.skipIf(process.getuid?.() !== 0)(
