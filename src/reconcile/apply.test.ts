@@ -57,12 +57,12 @@ function fakeClock(): FakeClock {
   };
 }
 
-type FaultOp = 'open' | 'rename' | 'unlink';
+type FaultOp = 'open' | 'rename' | 'unlink' | 'mkdir';
 interface Fault {
   op: FaultOp;
   /** Absolute path the operation targets (for rename: the destination). */
   match: (absolute: string) => boolean;
-  code: 'ENOSPC' | 'EDQUOT' | 'EACCES' | 'EROFS' | 'EIO';
+  code: 'ENOSPC' | 'EDQUOT' | 'EACCES' | 'EPERM' | 'EROFS' | 'EIO';
 }
 
 function errnoError(code: string, syscall: string, target: string): NodeJS.ErrnoException {
@@ -96,7 +96,10 @@ function faultyFs(inner: FsPort, faults: Fault[]): FsPort {
     link: inner.link.bind(inner),
     lstat: inner.lstat.bind(inner),
     stat: inner.stat.bind(inner),
-    mkdir: inner.mkdir.bind(inner),
+    mkdir: (async (...args: Parameters<FsPort['mkdir']>) => {
+      check('mkdir', args[0]);
+      return inner.mkdir(...args);
+    }) as FsPort['mkdir'],
     readdir: inner.readdir.bind(inner),
     readFile: inner.readFile.bind(inner),
     rmdir: inner.rmdir.bind(inner),
@@ -865,6 +868,70 @@ describe('applySteps: disk failures retry with backoff, then fail', () => {
     expect(pendingReports(world)).toEqual([
       { instanceId: 'cfg_1', activity_status: 'deployed', error_status: 'none' },
     ]);
+  });
+
+  describe('rootDir itself refusing the agent (EACCES, EPERM: chowned to root, an immutable attribute)', () => {
+    /** maxAttempts 1: an attempt counted is `failed` at once. Ten passes, each past the longest hold-off. */
+    async function passesUnderFault(world: World, id: string): Promise<string[]> {
+      world.ctx.retry = { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 };
+      const seen: string[] = [];
+      for (let i = 0; i < 10; i += 1) {
+        const outcome = outcomeOf((await pass(world)).outcomes, id);
+        seen.push(outcome.action);
+        expect(outcome.message).toMatch(/rootDir refuses the agent's user.*not counted as an attempt/);
+        world.clock.advance(300_001);
+      }
+      expect(world.state.instances.get(id)).toMatchObject({ error: 'retrying', attempts: 0 });
+      expect(world.outbox.pendingFor(id)?.report).not.toMatchObject({ error_status: 'failed' });
+      return seen;
+    }
+
+    it.each([
+      ['EACCES creating the temp file in the root', { op: 'open', match: tempFileIn(''), code: 'EACCES' }],
+      ['EPERM renaming into the root', { op: 'rename', match: renameTo('b.json'), code: 'EPERM' }],
+    ] as const)('%s: `retrying`, never an attempt nor `failed`; written once it may', async (_, fault) => {
+      const world = await makeWorld();
+      world.faults.push({ ...fault });
+      world.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'b.json' }));
+      expect(new Set(await passesUnderFault(world, 'cfg_b'))).toEqual(new Set(['retrying']));
+      world.faults.length = 0;
+      const after = await pass(world);
+      expect(outcomeOf(after.outcomes, 'cfg_b')).toMatchObject({ action: 'written', converged: true });
+      expect(text(world, 'b.json')).toBe(jsonText({ port: 8080 }));
+    });
+
+    it('EACCES making a first-level directory: the root refuses, not an attempt', async () => {
+      const world = await makeWorld();
+      world.faults.push({ op: 'mkdir', match: (absolute) => absolute.endsWith('/app'), code: 'EACCES' });
+      world.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'app/b.json' }));
+      expect(new Set(await passesUnderFault(world, 'cfg_b'))).toEqual(new Set(['retrying']));
+    });
+
+    it('EACCES removing a file of the root: the file stays, `retrying`, removed once it may', async () => {
+      const world = await makeWorld();
+      world.service.put(makeInstance({ id: 'cfg_1' }));
+      await pass(world);
+      await world.service.deliver(world.outbox);
+      world.faults.push({
+        op: 'unlink',
+        match: (absolute) => absolute === `${ROOT}/app.json`,
+        code: 'EACCES',
+      });
+      world.service.update('cfg_1', { target_status: 'removed' });
+      expect(new Set(await passesUnderFault(world, 'cfg_1'))).toEqual(new Set(['retrying']));
+      expect(exists(world, `${ROOT}/app.json`)).toBe(true);
+      world.faults.length = 0;
+      expect(outcomeOf((await pass(world)).outcomes, 'cfg_1').action).toBe('removed');
+    });
+
+    it("the same refusal in a subdirectory is the instance's: an attempt, `failed` at maxAttempts", async () => {
+      const world = await makeWorld();
+      world.ctx.retry = { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 };
+      world.vol.mkdirSync(`${ROOT}/locked`);
+      world.faults.push({ op: 'open', match: tempFileIn('locked'), code: 'EACCES' });
+      world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'locked/app.json' }));
+      expect(outcomeOf((await pass(world)).outcomes, 'cfg_1').action).toBe('failed');
+    });
   });
 
   it('EROFS on unlink: the removal retries and the file stays until it succeeds', async () => {

@@ -269,11 +269,14 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
   read_only: 'rootDir is on a read-only filesystem: retried until it is writable, not counted as an attempt',
   not_a_directory:
     'rootDir is not a directory any more (replaced or removed with its parent): retried until it is one again, not counted as an attempt',
+  not_writable:
+    "rootDir refuses the agent's user (its owner, mode or an immutable attribute): retried until the agent may write it, not counted as an attempt",
 };
 const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   full: 'disk full',
   read_only: 'read-only filesystem',
   not_a_directory: 'rootDir is not a directory',
+  not_writable: 'rootDir not writable by the agent',
 };
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */

@@ -120,15 +120,40 @@ export function isAgentResourceError(error: unknown): boolean {
 /**
  * The root's own condition, not the instance's: the disk holding it is full (ENOSPC, EDQUOT), it is mounted
  * read-only (EROFS), or rootDir itself is no directory any more (replaced by a file or a symlink, or gone with its
- * parent, so it cannot be made again: `DiskError.rootItself`). Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the
- * condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
+ * parent, so it cannot be made again: `DiskError.rootItself`), or it refuses the agent's user (`rootRefuses`).
+ * Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
  */
-export type RootCondition = 'full' | 'read_only' | 'not_a_directory';
+export type RootCondition = 'full' | 'read_only' | 'not_a_directory' | 'not_writable';
+
+/** Steps that add or remove an entry of the directory holding their path. */
+const ENTRY_OPERATIONS = new Set([
+  'create temp file',
+  'rename',
+  'unlink',
+  'create directory',
+  'remove directory',
+]);
+/** Steps on a directory itself: the root's own when their path is ''. */
+const DIRECTORY_OPERATIONS = new Set(['open directory', 'stat directory', 'chmod directory']);
+
+/**
+ * Whether a DiskError is rootDir itself refusing the agent's user (EACCES, EPERM: chowned to another user, its
+ * mode, an immutable attribute): a step on an entry of the root (a path without '/') or on the root (''). The
+ * same refusal in a subdirectory is that directory's, which an operator may have locked on purpose: the
+ * instance's attempt, as before. Judged by where it happened, not probed.
+ */
+function rootRefuses(error: DiskError): boolean {
+  if (error.errno !== 'EACCES' && error.errno !== 'EPERM') return false;
+  if (error.rootItself) return true;
+  if (DIRECTORY_OPERATIONS.has(error.operation)) return error.path === '';
+  return ENTRY_OPERATIONS.has(error.operation) && error.path !== '' && !error.path.includes('/');
+}
 
 /** The RootCondition an error (or one of its causes) stands for, if any. */
 export function rootConditionOf(error: unknown): RootCondition | undefined {
   let current = error;
   for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
+    if (current instanceof DiskError && rootRefuses(current)) return 'not_writable';
     if (current instanceof DiskError && current.rootItself && !current.resource) return 'not_a_directory';
     const code = current instanceof DiskError ? current.errno : errnoCode(current);
     if (code === 'ENOSPC' || code === 'EDQUOT') return 'full';
