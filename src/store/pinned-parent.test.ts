@@ -219,6 +219,56 @@ describe('removeManagedFile under a directory another user can write', () => {
   });
 });
 
+describe('removeManagedFile under a directory another user can write: the edges', () => {
+  const openFds = async () => (await readdir('/proc/self/fd')).length;
+
+  it('a directory on the way gone before it is pinned: the file is absent, nothing thrown', async () => {
+    await writeFile(path.join(root, 'shared/app/config.json'), 'ours');
+    let removed = false;
+    const fs: FsPort = {
+      ...nodeFs,
+      open: (async (file: string, ...rest: unknown[]) => {
+        if (!removed && String(file).endsWith('/app')) {
+          removed = true;
+          await rm(path.join(root, 'shared/app'), { recursive: true });
+        }
+        return (nodeFs.open as (...args: unknown[]) => Promise<nodeFs.FileHandle>)(file, ...rest);
+      }) as FsPort['open'],
+    };
+    const outcome = await removeManagedFile(fs, {
+      rootDir: root,
+      relativePath: 'shared/app/config.json',
+      pruneDirs: ['shared/app'],
+    });
+    expect(removed).toBe(true);
+    expect(outcome).toBe('absent');
+    expect(await readdir(path.join(root, 'shared'))).toEqual([]);
+  });
+
+  it('leaves no descriptor open: removed, pruned, refused', async () => {
+    const before = await openFds();
+    for (let i = 0; i < 20; i += 1) {
+      await mkdir(path.join(root, `shared/n${i}/deeper`), { recursive: true });
+      await writeFile(path.join(root, `shared/n${i}/deeper/config.json`), 'ours');
+      const removal = { rootDir: root, relativePath: `shared/n${i}/deeper/config.json` };
+      // Refused first (another file than the one recorded), then removed with its directories.
+      const refused = await removeManagedFile(nodeFs, {
+        ...removal,
+        pruneDirs: [],
+        expected: { dev: 0, ino: 0 },
+      });
+      const outcome = await removeManagedFile(nodeFs, {
+        ...removal,
+        pruneDirs: [`shared/n${i}`, `shared/n${i}/deeper`],
+      });
+      expect([refused, outcome]).toEqual(['refused', 'removed']);
+    }
+    expect(await readdir(path.join(root, 'shared'))).toEqual(['app']);
+    // One leaked per removal would be 20 or 40 more.
+    expect(await openFds()).toBeLessThan(before + 10);
+  });
+});
+
 describe('syncDirectories for a batch under a directory another user can write', () => {
   it('a directory swapped for a symlink before its fsync fails it, never fsyncs the target instead', async () => {
     const verified = new VerifiedDirectories(process.geteuid?.() ?? 0);
