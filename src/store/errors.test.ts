@@ -76,8 +76,15 @@ describe("rootDir's own failures (checkRoot)", () => {
     },
   );
 
-  it.each(['EACCES', 'EIO', 'ENAMETOOLONG'])(
-    '%s: not a rootDir replaced: judged as before, by its errno (an attempt)',
+  it.each(['EACCES', 'EPERM'])(
+    "%s: rootDir out of the agent's reach, the condition that waits (not_writable)",
+    async (code) => {
+      expect(rootConditionOf(await rootFailure(code))).toBe('not_writable');
+    },
+  );
+
+  it.each(['EIO', 'ENAMETOOLONG'])(
+    '%s: not a rootDir replaced nor refusing: judged as before, by its errno (an attempt)',
     async (code) => {
       const error = await rootFailure(code);
       expect(error).toMatchObject({ code: 'disk_error', errno: code });

@@ -164,8 +164,11 @@ export async function checkRoot(fs: FsPort, rootDir: string): Promise<string> {
   return (await checkRootStats(fs, rootDir)).root;
 }
 
-/** stat()'s answers for a rootDir replaced by a dangling symlink or a symlink loop, or gone with its parent. */
-const ROOT_REPLACED_ERRNOS = new Set(['ENOENT', 'ENOTDIR', 'ELOOP']);
+/**
+ * stat()'s answers for a rootDir replaced by a dangling symlink or a symlink loop, or gone with its parent
+ * ('not_a_directory'), or out of the agent's user's reach (EACCES, EPERM: 'not_writable').
+ */
+const ROOT_ITSELF_ERRNOS = new Set(['ENOENT', 'ENOTDIR', 'ELOOP', 'EACCES', 'EPERM']);
 
 async function checkRootStats(fs: FsPort, rootDir: string): Promise<{ root: string; stats: Stats }> {
   const root = path.resolve(rootDir);
@@ -174,10 +177,10 @@ async function checkRootStats(fs: FsPort, rootDir: string): Promise<{ root: stri
     stats = await fs.stat(root);
   } catch (error) {
     // The absolute directory, not "": the same check guards rootDir and the metrics textfile's directory.
-    // rootItself (a condition that waits, never an attempt: errors.ts) only where rootDir was replaced or is
-    // gone; EACCES, EIO and the like are judged by their errno as every other failure is.
-    const replaced = ROOT_REPLACED_ERRNOS.has(errnoCode(error) ?? '');
-    throw new DiskError({ operation: 'stat directory', path: root, cause: error, rootItself: replaced });
+    // rootItself (a condition that waits, never an attempt: errors.ts rootConditionOf) only where rootDir was
+    // replaced, is gone or refuses the agent's user; EIO and the like are judged by their errno as any failure.
+    const own = ROOT_ITSELF_ERRNOS.has(errnoCode(error) ?? '');
+    throw new DiskError({ operation: 'stat directory', path: root, cause: error, rootItself: own });
   }
   if (!stats.isDirectory()) {
     throw new DiskError({ operation: 'stat directory', path: root, errno: 'ENOTDIR', rootItself: true });
