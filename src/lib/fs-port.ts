@@ -28,6 +28,11 @@ export type FsPort = Pick<
    * never fit (larger than the whole filesystem) from one waiting for space (reconcile/apply.ts).
    */
   statfs?: (file: string) => Promise<{ blocks: number; bsize: number }>;
+  /**
+   * Optional: node:fs/promises's access, to ask whether rootDir itself refuses the agent when a subdirectory
+   * did (reconcile/apply.ts). Without it such a refusal is the subdirectory's.
+   */
+  access?: (file: string, mode?: number) => Promise<void>;
 };
 
 export type FileHandle = fsp.FileHandle;

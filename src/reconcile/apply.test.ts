@@ -924,8 +924,23 @@ describe('applySteps: disk failures retry with backoff, then fail', () => {
       expect(outcomeOf((await pass(world)).outcomes, 'cfg_1').action).toBe('removed');
     });
 
+    it("a subdirectory refusing under a root that refuses too (chown -R): the root's condition", async () => {
+      const world = await makeWorld();
+      world.fs.access = async (file) => {
+        throw errnoError('EACCES', 'access', String(file));
+      };
+      world.vol.mkdirSync(`${ROOT}/locked`);
+      world.faults.push({ op: 'open', match: tempFileIn('locked'), code: 'EACCES' });
+      world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'locked/app.json' }));
+      expect(new Set(await passesUnderFault(world, 'cfg_1'))).toEqual(new Set(['retrying']));
+      world.faults.length = 0;
+      world.fs.access = async () => undefined;
+      expect(outcomeOf((await pass(world)).outcomes, 'cfg_1').action).toBe('written');
+    });
+
     it("the same refusal in a subdirectory is the instance's: an attempt, `failed` at maxAttempts", async () => {
       const world = await makeWorld();
+      world.fs.access = async () => undefined;
       world.ctx.retry = { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 };
       world.vol.mkdirSync(`${ROOT}/locked`);
       world.faults.push({ op: 'open', match: tempFileIn('locked'), code: 'EACCES' });

@@ -1,4 +1,5 @@
 // The step handlers: one per step kind, each doing its disk effect (if any) and returning what happened.
+import { constants } from 'node:fs';
 import path from 'node:path';
 import { AgentError, errorMessage } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
@@ -12,7 +13,7 @@ import {
   removeManagedFile,
   syncDirectories,
 } from '../store/durable-writer.js';
-import { PathRejectedError, rootConditionOf } from '../store/errors.js';
+import { PathRejectedError, permissionDenied, rootConditionOf } from '../store/errors.js';
 import { VerifiedDirectories } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
 import type { RemoveStep, Step, StepKind, WriteStep } from './plan.js';
@@ -69,7 +70,7 @@ export type EffectResult =
    * `neverFits`: a write that failed for a full disk with more bytes than the whole filesystem holds: it can
    * never be written there, so it counts attempts (record.ts); other full-disk failures wait for space.
    */
-  | { kind: 'failed'; error: unknown; operation: 'write' | 'remove'; neverFits?: true }
+  | { kind: 'failed'; error: unknown; operation: 'write' | 'remove'; neverFits?: true; rootRefuses?: true }
   /** The step has no disk effect. */
   | { kind: 'none' };
 
@@ -157,7 +158,10 @@ export async function applySteps(
       const written = await writeBatch(batch, ctx, options);
       const before = settling;
       settling = (async () => {
-        const done = await judgeFullDisk(await syncBatch(written, ctx, options), ctx);
+        const done = await judgeRootRefusal(
+          await judgeFullDisk(await syncBatch(written, ctx, options), ctx),
+          ctx,
+        );
         const complete = await before;
         for (const step of done) {
           applied.push(step);
@@ -218,6 +222,32 @@ async function judgeFullDisk(done: AppliedStep[], ctx: ApplyContext): Promise<Ap
     const bytes = step.data?.length ?? step.size;
     if (bytes !== undefined && bytes > capacity && applied.result.kind === 'failed')
       applied.result = { ...applied.result, neverFits: true };
+  }
+  return done;
+}
+
+/**
+ * Marks the steps a subdirectory refused (EACCES, EPERM) as the root's condition (`rootRefuses`) when rootDir
+ * itself refuses the agent too (`access(W_OK|X_OK)`, asked once per batch): a tree chowned away whole (`chown -R`)
+ * is the device's, not each instance's. A subdirectory that refuses under a root the agent may write is that
+ * directory's (an operator locked it): nothing is marked, and the failure counts an attempt.
+ */
+async function judgeRootRefusal(done: AppliedStep[], ctx: ApplyContext): Promise<AppliedStep[]> {
+  const denied = done.filter(
+    ({ result }) =>
+      result.kind === 'failed' &&
+      rootConditionOf(result.error) === undefined &&
+      permissionDenied(result.error),
+  );
+  if (denied.length === 0 || ctx.fs.access === undefined) return done;
+  try {
+    await ctx.fs.access(ctx.rootDir, constants.W_OK | constants.X_OK);
+    return done;
+  } catch (error) {
+    if (!permissionDenied(error)) return done;
+  }
+  for (const applied of denied) {
+    if (applied.result.kind === 'failed') applied.result = { ...applied.result, rootRefuses: true };
   }
   return done;
 }

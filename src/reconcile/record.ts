@@ -243,7 +243,11 @@ function recordFailure(
     });
   }
   const condition =
-    result.kind === 'failed' && result.neverFits !== true ? rootConditionOf(error) : undefined;
+    result.kind !== 'failed' || result.neverFits === true
+      ? undefined
+      : result.rootRefuses === true
+        ? 'not_writable'
+        : rootConditionOf(error);
   if (condition !== undefined) return recordRootCondition(ctx, instance, operation, error, condition);
   const message = `${operation} failed: ${errorMessage(error)}`;
   const permanent = isAgentError(error) && !error.retryable;

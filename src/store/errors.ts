@@ -149,6 +149,18 @@ function rootRefuses(error: DiskError): boolean {
   return ENTRY_OPERATIONS.has(error.operation) && error.path !== '' && !error.path.includes('/');
 }
 
+/** Whether an error (or the first DiskError among its causes) is a refusal of the agent's user: EACCES, EPERM. */
+export function permissionDenied(error: unknown): boolean {
+  let current = error;
+  for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
+    const code = current instanceof DiskError ? current.errno : errnoCode(current);
+    if (code === 'EACCES' || code === 'EPERM') return true;
+    if (current instanceof DiskError) return false;
+    current = typeof current === 'object' && 'cause' in current ? current.cause : undefined;
+  }
+  return false;
+}
+
 /** The RootCondition an error (or one of its causes) stands for, if any. */
 export function rootConditionOf(error: unknown): RootCondition | undefined {
   let current = error;
