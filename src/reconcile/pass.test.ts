@@ -256,6 +256,38 @@ describe('runPass: target deployed', () => {
     expect(onService('cfg_old')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
   });
 
+  it('the winner stays when the service answers reports with 204 (no echo in the answer)', async () => {
+    world.server.state.addFault({
+      match: '^/v1/config_instances/[^/]+$',
+      count: 100,
+      mode: 'rewrite',
+      status: 204,
+    });
+    put({ id: 'cfg_old', relative_filepath: 'shared.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    put({ id: 'cfg_new', relative_filepath: 'shared.json', updated_at: '2026-01-02T00:00:00.000Z' });
+
+    for (let round = 0; round < 4; round++) {
+      await pass();
+      world.clock.advance(3_600_000);
+      // A new process each time (as `--once`): the awaited echo lives in state.json.
+      await world.reconciler.close();
+      world.reconciler = await openReconciler(world.client);
+    }
+
+    expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_new' }));
+    // Each once: the file never changed hands, so nothing was reported again.
+    expect(reportsReceived().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
+    expect(onService('cfg_old')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    // An operator who now redeploys cfg_old (queued, no error, updated later) hands it the path.
+    put({
+      ...onService('cfg_old'),
+      error_status: 'none',
+      updated_at: new Date(Date.now() + 60_000).toISOString(),
+    });
+    await pass();
+    expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_old' }));
+  });
+
   it('a failed write waits out its cooldown (no new attempt, no new report), then succeeds once it is due', async () => {
     const full = { on: true };
     world.fs.failRenameTo = (target) => full.on && target.endsWith('app.json');

@@ -22,7 +22,7 @@ import {
   recordStep,
   skippedOutcomes,
 } from './record.js';
-import { DELIVERIES_WHILE_WRITING, PassReports, type ReportContext } from './report.js';
+import { DELIVERIES_WHILE_WRITING, PassReports, type ReportContext, resolveAwaitedEchoes } from './report.js';
 import { formatForPath, loadYaml } from './serialize.js';
 import { FileSpill } from './spill.js';
 
@@ -58,6 +58,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   result.reachable = true;
   result.mode = pulled.mode;
   for (const instance of pulled.instances) ctx.lastSeenUpdatedAt.set(instance.id, instance.updated_at);
+  resolveAwaitedEchoes(state, pulled.instances);
 
   if (!result.dryRun) await adoptDeclaredWrites(ctx);
   const disk = await observeDisk(deps.fs, settings.rootDir, pulled.instances, {

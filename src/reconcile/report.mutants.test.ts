@@ -228,9 +228,15 @@ describe("deliverReports: our report's echo in the local state", () => {
 
     const delivery = await deliverReports(ctx);
 
-    expect(delivery).toMatchObject({ delivered: 1, echoed: false });
+    expect(delivery).toMatchObject({ delivered: 1 });
     // Had it been taken for cfg_b's echo, cfg_b's later operator update would lose a path conflict it wins.
     expect(state.instances.get('cfg_b')).toEqual(record());
+    // cfg_a's own echo is awaited from the next listing (the answer did not give it).
+    expect(state.instances.get('cfg_a')?.reportEcho).toEqual({
+      updatedAt: '2026-02-01T00:00:00.000Z',
+      operatorUpdatedAt: '2026-02-01T00:00:00.000Z',
+      awaiting: 'deployed/none',
+    });
     expect(seen.get('cfg_b')).toBe('2026-02-01T00:00:00.000Z');
   });
 

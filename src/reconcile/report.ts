@@ -2,7 +2,7 @@
 import type { ReportAnswer, ServiceClient } from '../api/client.js';
 import { deliveryVerdict, HttpStatusError, ReportContradictedError } from '../api/errors.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
-import type { StatusReport } from '../api/schemas.js';
+import type { ConfigInstanceHead, StatusReport } from '../api/schemas.js';
 import { type Backoff, backoffCeilingMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Logger } from '../lib/logger.js';
 import type { DeliveryBackoff, OutboxEntry, StatusOutbox } from '../store/outbox.js';
@@ -97,7 +97,10 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
       }
       // A 2xx without a body settles the report too; only the reported instance, returned, can carry an echo
       // (another one in the answer is a service bug, and taken for its echo it would lose a path it wins).
-      echoed = (updated?.id === entry.instanceId && recordReportEcho(ctx, updated)) || echoed;
+      echoed =
+        (updated?.id === entry.instanceId
+          ? recordReportEcho(ctx, updated)
+          : recordAwaitedEcho(ctx, entry.instanceId, entry.report)) || echoed;
     },
     // A stop aborts the requests in flight with the stop itself, which is no verdict on a report: delivery
     // ends there (every report not acknowledged stays queued) and the pass ends with the stop.
@@ -249,6 +252,51 @@ export class PassReports {
     total.echoed ||= delivery.echoed;
     if (delivery.deferredBy !== undefined) total.deferredBy = delivery.deferredBy;
     if (delivery.persistError !== undefined) total.persistError = delivery.persistError;
+  }
+}
+
+/**
+ * A report settled by an answer that carries no echo (a 204, an empty or unreadable body, another instance):
+ * the `updated_at` it gave is not known yet, and without it the next listing took the agent's own report for
+ * an operator's update (at a path conflict the two instances took turns, every pass). The operator's time is
+ * kept, and the next listing that shows the instance in exactly the reported statuses gives the echo
+ * (`resolveAwaitedEchoes`).
+ */
+function recordAwaitedEcho(ctx: ReportContext, instanceId: string, report: StatusReport): boolean {
+  const record = ctx.state.instances.get(instanceId);
+  const before = ctx.lastSeenUpdatedAt.get(instanceId);
+  if (record === undefined || before === undefined) return false;
+  const echo = record.reportEcho;
+  const operatorUpdatedAt =
+    echo !== undefined && sameInstant(echo.updatedAt, before) ? echo.operatorUpdatedAt : before;
+  const awaiting = `${report.activity_status}/${report.error_status}`;
+  ctx.state.instances.set(instanceId, {
+    ...record,
+    reportEcho: { updatedAt: before, operatorUpdatedAt, awaiting },
+  });
+  return true;
+}
+
+/**
+ * Settles the echoes a report's answer did not give, from a fresh listing: an instance shown in exactly the
+ * statuses the agent reported takes its `updated_at` as the echo (an operator's change of the same instance
+ * that leaves those statuses is taken for it too: the lesser error); in other statuses the listing is not
+ * the echo, and its `updated_at` counts as the operator's.
+ */
+export function resolveAwaitedEchoes(state: LocalState, instances: readonly ConfigInstanceHead[]): void {
+  for (const instance of instances) {
+    const record = state.instances.get(instance.id);
+    const echo = record?.reportEcho;
+    if (record === undefined || echo?.awaiting === undefined) continue;
+    const { updatedAt, operatorUpdatedAt } = echo;
+    const shown = `${instance.activity_status}/${instance.error_status}`;
+    state.instances.set(instance.id, {
+      ...record,
+      reportEcho:
+        shown === echo.awaiting
+          ? { updatedAt: instance.updated_at, operatorUpdatedAt }
+          : { updatedAt, operatorUpdatedAt },
+    });
   }
 }
 

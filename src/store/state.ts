@@ -33,8 +33,14 @@ export const InstanceRecord = z.object({
   attempts: z.number().int().min(0),
   /** Wall-clock time of the next attempt, for people reading status; the schedule itself is monotonic. */
   nextAttemptAt: z.string().optional(),
-  /** The `updated_at` our last report gave the instance, and the operator's `updated_at` before it. */
-  reportEcho: z.object({ updatedAt: z.string(), operatorUpdatedAt: z.string() }).optional(),
+  /**
+   * The `updated_at` our last report gave the instance, and the operator's `updated_at` before it. `awaiting`
+   * (`activity/error`): the report's answer carried no echo, so `updatedAt` is still the one before it, and
+   * the next listing showing the instance in exactly those statuses gives the echo.
+   */
+  reportEcho: z
+    .object({ updatedAt: z.string(), operatorUpdatedAt: z.string(), awaiting: z.string().optional() })
+    .optional(),
 });
 export type InstanceRecord = z.infer<typeof InstanceRecord>;
 
@@ -157,9 +163,10 @@ function quickInstanceRecord(value: unknown): InstanceRecord | undefined {
   let echo: InstanceRecord['reportEcho'];
   if (reportEcho !== undefined) {
     if (!isPlainObject(reportEcho)) return undefined;
-    const { updatedAt, operatorUpdatedAt } = reportEcho;
+    const { updatedAt, operatorUpdatedAt, awaiting } = reportEcho;
     if (typeof updatedAt !== 'string' || typeof operatorUpdatedAt !== 'string') return undefined;
-    echo = { updatedAt, operatorUpdatedAt };
+    if (awaiting !== undefined && typeof awaiting !== 'string') return undefined;
+    echo = { updatedAt, operatorUpdatedAt, ...(awaiting === undefined ? {} : { awaiting }) };
   }
   return {
     relativePath,
