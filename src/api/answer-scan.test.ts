@@ -36,6 +36,7 @@ const TEXTS: Record<string, string> = {
   'whitespace of each kind around the object, its keys and values': ` \r\n\t{ "id" :\t"cfg_a" ,\r\n"activity_status"\t:\n"deployed" , "error_status" :\r"none","updated_at": "2026-11-23T21:00:00.000Z" }`,
   'an empty first key': `{"":"x",${HEAD},"content":"${BIG}"}`,
   'a stray ] at the top level ends what is read': `{"id":"cfg_a"],"updated_at":"2026-11-23T21:00:00.000Z"}`,
+  'escaped quotes in nested strings hiding look-alike keys': `{"content":{"s":"\\"},\\"updated_at\\":\\"1999-01-01T00:00:00Z\\",\\"x\\":{\\"","t":["\\\\"]},${HEAD}}`,
   'multi-byte text': `{"content":"${'é😀'.repeat(5000)}","id":"cfg_é",${HEAD.slice(13)}}`,
 };
 
@@ -90,5 +91,11 @@ describe('AnswerScanner', () => {
     notAnObject.feed(Buffer.from('  ['));
     expect(notAnObject.finished).toBe(true);
     expect(notAnObject.skeleton().length).toBe(0);
+  });
+
+  it('writes each kind of top-level value as the skeleton says, whatever the whitespace', () => {
+    const long = 'v'.repeat(TOKEN_MAX_BYTES + 1);
+    const text = ` {\t"n" : -1.5e3 ,"t":true,\r\n"z" : null , "s":"x", "o":{"k":"\\"}"}, "a":[1,"]"],"${long}":"${long}","e":""}`;
+    expect(skeletonOf(text, [])).toBe('{"n":0,"t":0,"z":0,"s":"x","o":0,"a":0,"":0,"e":""}');
   });
 });
