@@ -3,7 +3,7 @@ import path from 'node:path';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
-import { ContentCache } from './content-cache.js';
+import { CACHE_DIR, ContentCache } from './content-cache.js';
 import { sweepTempFiles } from './durable-writer.js';
 import { StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
@@ -96,6 +96,7 @@ export class StateDir {
         swept = await sweepTempFiles(fs, settings.rootDir);
         if (swept.length > 0)
           logger.warn({ files: swept }, 'removed temp files left by an interrupted write');
+        await setAsideCacheUnlessDirectory(fs, settings.stateDir, logger);
         const sweptState = await sweepTempFiles(fs, settings.stateDir);
         if (sweptState.length > 0) {
           logger.warn(
@@ -305,5 +306,23 @@ async function keepCorruptState(fs: FsPort, stateDir: string, logger: Logger): P
     logger.error({ kept }, 'the unreadable local state was kept aside for inspection');
   } catch (error) {
     logger.warn({ err: error }, 'could not keep the unreadable local state aside');
+  }
+}
+
+/**
+ * `cache` that is not a real directory (a file, FIFO, or a symlink, which the cache's writes would follow) is
+ * renamed aside to `cache.not-a-directory-<ms>`: every put and prune failed (a warning each full pass) and a
+ * symlink took the entries wherever it pointed. A cache costs a pass when lost, so a failure here only warns.
+ */
+async function setAsideCacheUnlessDirectory(fs: FsPort, stateDir: string, logger: Logger): Promise<void> {
+  const at = path.join(stateDir, CACHE_DIR);
+  const stats = await fs.lstat(at).catch(() => undefined);
+  if (stats === undefined || stats.isDirectory()) return;
+  const aside = `${at}.not-a-directory-${Date.now()}`;
+  try {
+    await fs.rename(at, aside);
+    logger.warn({ file: CACHE_DIR, aside }, 'the content cache was not a directory: moved aside');
+  } catch (error) {
+    logger.warn({ err: error }, 'could not move the content cache aside (not a directory)');
   }
 }

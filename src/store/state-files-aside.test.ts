@@ -175,3 +175,26 @@ describe('outbox.json as a symlink to a regular file', () => {
     await expectSynced('outbox.json');
   });
 });
+
+describe('stateDir/cache that is not a real directory is moved aside', () => {
+  for (const kind of ['file', 'FIFO', 'symlink to a directory'] as const) {
+    it(`cache as a ${kind}: set aside, nothing written through it`, async () => {
+      await mkdir(stateDir(), { recursive: true, mode: 0o700 });
+      const at = path.join(stateDir(), 'cache');
+      const elsewhere = path.join(dir, 'elsewhere');
+      await mkdir(elsewhere);
+      if (kind === 'file') await writeFile(at, 'x');
+      else if (kind === 'FIFO') execFileSync('mkfifo', [at]);
+      else await symlink(elsewhere, at);
+      const { code, err } = await once();
+      expect(code).toBe(0);
+      expect(err).toContain('the content cache was not a directory: moved aside');
+      const now = await lstat(at).catch(() => undefined);
+      expect(now === undefined || now.isDirectory()).toBe(true);
+      expect(await readdir(elsewhere)).toEqual([]);
+      expect((await readdir(stateDir())).filter((e) => e.startsWith('cache.not-a-directory-'))).toHaveLength(
+        1,
+      );
+    });
+  }
+});
