@@ -245,6 +245,30 @@ describe('removeManagedFile under a directory another user can write: the edges'
     expect(await readdir(path.join(root, 'shared'))).toEqual([]);
   });
 
+  it('a directory to prune whose parent is gone before it is pinned is skipped, nothing thrown', async () => {
+    await mkdir(path.join(root, 'shared/gone/deeper'), { recursive: true });
+    await writeFile(path.join(root, 'shared/app/config.json'), 'ours');
+    let removed = false;
+    const fs: FsPort = {
+      ...nodeFs,
+      open: (async (file: string, ...rest: unknown[]) => {
+        if (!removed && String(file).endsWith('/gone')) {
+          removed = true;
+          await rm(path.join(root, 'shared/gone'), { recursive: true });
+        }
+        return (nodeFs.open as (...args: unknown[]) => Promise<nodeFs.FileHandle>)(file, ...rest);
+      }) as FsPort['open'],
+    };
+    const outcome = await removeManagedFile(fs, {
+      rootDir: root,
+      relativePath: 'shared/app/config.json',
+      pruneDirs: ['shared/app', 'shared/gone/deeper'],
+    });
+    expect(removed).toBe(true);
+    expect(outcome).toBe('removed');
+    expect(await readdir(path.join(root, 'shared'))).toEqual([]);
+  });
+
   it('leaves no descriptor open: removed, pruned, refused', async () => {
     const before = await openFds();
     for (let i = 0; i < 20; i += 1) {
