@@ -13,8 +13,9 @@ import {
   removeManagedFile,
   syncDirectories,
 } from '../store/durable-writer.js';
-import { PathRejectedError, permissionDenied, rootConditionOf } from '../store/errors.js';
+import { type DiskError, PathRejectedError, permissionDenied, rootConditionOf } from '../store/errors.js';
 import { VerifiedDirectories } from '../store/path-guard.js';
+import type { RootMountWatch } from '../store/root-mount.js';
 import type { ManagedFile } from '../store/state.js';
 import type { RemoveStep, Step, StepKind, WriteStep } from './plan.js';
 
@@ -53,6 +54,11 @@ export interface ApplyContext {
   declareWrites?: (intents: readonly { path: string; instanceId: string; sha256: string }[]) => Promise<void>;
   /** Steps per batch (default BATCH_STEPS). */
   batchSteps?: number;
+  /**
+   * rootDir's mount, asked before each batch: while it is gone (root-mount.ts) the batch's writes and removals
+   * fail with its error (the device's condition, record.ts) and touch nothing.
+   */
+  rootMount?: RootMountWatch;
   signal?: AbortSignal;
 }
 
@@ -94,6 +100,8 @@ export interface ApplyOutcome {
 interface HandlerOptions {
   batched: boolean;
   verified?: VerifiedDirectories;
+  /** rootDir's mount is gone: no disk effect is attempted. */
+  mountGone?: DiskError;
 }
 
 type StepHandler<K extends StepKind> = (
@@ -299,7 +307,9 @@ async function writeBatch(
   ctx: ApplyContext,
   options: HandlerOptions,
 ): Promise<AppliedStep[]> {
-  await declareWrites(batch, ctx);
+  const mountGone = await ctx.rootMount?.check();
+  if (mountGone === undefined) await declareWrites(batch, ctx);
+  const stepOptions = mountGone === undefined ? options : { ...options, mountGone };
   const results: (AppliedStep | undefined)[] = new Array(batch.length);
   let next = 0;
   const gate = new ByteGate(ctx.setAsideBytesInFlight ?? SET_ASIDE_BYTES_IN_FLIGHT);
@@ -312,7 +322,7 @@ async function writeBatch(
       try {
         // An abort while this step waited for room: it is cut off, as a step not yet started is.
         if (ctx.signal?.aborted) return;
-        results[position] = await applyOne(step, ctx, options);
+        results[position] = await applyOne(step, ctx, stepOptions);
       } finally {
         gate.leave(weight);
       }
@@ -403,6 +413,10 @@ async function applyOne(
   options: HandlerOptions,
 ): Promise<AppliedStep | undefined> {
   const handler = handlers[step.kind] as StepHandler<typeof step.kind>;
+  if (options.mountGone !== undefined && (step.kind === 'write' || step.kind === 'remove')) {
+    const operation = step.kind === 'remove' ? 'remove' : 'write';
+    return { step, result: { kind: 'failed', error: options.mountGone, operation }, displaced: [] };
+  }
   try {
     return { step, ...(await handler(step as never, ctx, options)) };
   } catch (error) {

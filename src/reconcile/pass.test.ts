@@ -398,6 +398,95 @@ describe('runPass: the root replaced by something not a directory under a runnin
   }
 });
 
+/**
+ * The real fs, with rootDir reported as a mount point (its st_dev one past its parent's) while `mounted` is true:
+ * what a tmpfs or a data partition on rootDir looks like, switched off as a lazy unmount leaves the bare mountpoint.
+ */
+function mountedRootFs(rootDir: string) {
+  const fs = {
+    ...faultyFs(),
+    mounted: true,
+    stat: (async (target: string, options?: unknown) => {
+      const stats = await nodeFs.stat(target, options as never);
+      if (fs.mounted && target === rootDir) Object.assign(stats, { dev: Number(stats.dev) + 1 });
+      return stats;
+    }) as typeof nodeFs.stat,
+  };
+  return fs;
+}
+
+describe("runPass: rootDir's mount gone under a running agent", () => {
+  async function mountedWorld(): Promise<ReturnType<typeof mountedRootFs>> {
+    await world.reconciler.close();
+    const fs = mountedRootFs(world.rootDir);
+    world.fs = fs;
+    world.reconciler = await openReconciler(world.client, {
+      retry: { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    });
+    return fs;
+  }
+
+  it('writes nothing into the bare mountpoint, never an attempt; written back once it is mounted again', async () => {
+    const fs = await mountedWorld();
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+    put({ id: 'cfg_b', content: { v: 2 } });
+    expect((await pass()).converged).toBe(true);
+    // Unmounted: the bare directory underneath is empty.
+    fs.mounted = false;
+    await rm(world.rootDir, { recursive: true });
+    await mkdir(world.rootDir);
+    put({ id: 'cfg_c', content: { v: 3 } });
+
+    // Three passes, each past every cooldown: with maxAttempts 1 an attempt is `failed` for good.
+    for (let n = 0; n < 3; n += 1) {
+      expect((await pass('full')).converged).toBe(false);
+      world.clock.advance(3_600_000);
+    }
+    expect(await nodeFs.readdir(world.rootDir)).toEqual([]);
+    expect(reportsReceived().filter((r) => r.endsWith('/failed'))).toEqual([]);
+    expect(onService('cfg_c')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    expect(world.server.state.reports.at(-1)?.message).toContain('is no mount point any more');
+
+    // Mounted again (a remount: the files are back).
+    fs.mounted = true;
+    await mkdir(path.join(world.rootDir, 'app'));
+    await writeFile(path.join(world.rootDir, 'app/a.json'), json({ v: 1 }));
+    await writeFile(path.join(world.rootDir, 'cfg_b.json'), json({ v: 2 }));
+    const result = await pass('full');
+
+    expect(result.converged).toBe(true);
+    expect(await fileAt('cfg_c.json')).toBe(json({ v: 3 }));
+    expect(onService('cfg_c')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+    expect(reportsReceived().filter((r) => r.endsWith('/failed'))).toEqual([]);
+  });
+
+  it('removes nothing while it is gone', async () => {
+    const fs = await mountedWorld();
+    put({ id: 'cfg_a', content: { v: 1 } });
+    await pass();
+    fs.mounted = false;
+    put({ ...onService('cfg_a'), target_status: 'removed' });
+
+    await pass('full');
+
+    expect(await fileAt('cfg_a.json')).toBe(json({ v: 1 }));
+    expect(reportsReceived().filter((r) => r.startsWith('cfg_a removed'))).toEqual([]);
+  });
+
+  it('a restart takes rootDir as it finds it: a new reconciler writes into a directory that is no mount point', async () => {
+    const fs = await mountedWorld();
+    put({ id: 'cfg_a', content: { v: 1 } });
+    await pass();
+    fs.mounted = false;
+    await rm(path.join(world.rootDir, 'cfg_a.json'));
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client);
+
+    expect((await pass('full')).converged).toBe(true);
+    expect(await fileAt('cfg_a.json')).toBe(json({ v: 1 }));
+  });
+});
+
 describe('runPass: a failed swap', () => {
   it.skipIf(process.getuid?.() !== 0)(
     "puts the old file back in the group it had, not the agent's (root only: chown to any gid)",

@@ -7,6 +7,7 @@ import type { Deps } from '../lib/deps.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { remakeMissingRoot } from '../store/durable-writer.js';
+import type { RootMountWatch } from '../store/root-mount.js';
 import type { StateDir } from '../store/state-dir.js';
 import { type ApplyContext, applySteps, BATCH_STEPS } from './apply.js';
 import { observeDisk } from './observe.js';
@@ -34,6 +35,8 @@ export interface PassContext {
   dir: StateDir;
   lastSeenUpdatedAt: Map<string, string>;
   logger: Logger;
+  /** rootDir's mount as this process saw it (root-mount.ts); one per reconciler, so per process. */
+  rootMount?: RootMountWatch;
 }
 
 export async function runPass(ctx: PassContext, options: PassOptions): Promise<PassResult> {
@@ -203,6 +206,7 @@ function applyContext(ctx: PassContext, signal: AbortSignal | undefined): ApplyC
     files: dir.state.files,
     cache: dir.cache,
     declareWrites: (intents) => dir.declareWrites(intents),
+    ...(ctx.rootMount === undefined ? {} : { rootMount: ctx.rootMount }),
     ...(settings.batchSteps === undefined ? {} : { batchSteps: settings.batchSteps }),
     ...(settings.cacheWrittenFiles === undefined ? {} : { cacheWrittenFiles: settings.cacheWrittenFiles }),
     ...(signal === undefined ? {} : { signal }),

@@ -1,6 +1,7 @@
 // The reconciler: a state directory, a service client and settings, running one pass at a time over them.
 import type { ServiceClient } from '../api/client.js';
 import type { Deps } from '../lib/deps.js';
+import { RootMountWatch } from '../store/root-mount.js';
 import type { LocalState } from '../store/state.js';
 import { StateDir } from '../store/state-dir.js';
 import { type PassContext, runPass } from './pass.js';
@@ -22,7 +23,8 @@ export class Reconciler implements PassRunner {
   ): Promise<Reconciler> {
     const logger = deps.logger.child({ component: 'reconcile' });
     const dir = await StateDir.open(deps.fs, settings, logger, options);
-    return new Reconciler({ deps, settings, client, dir, logger, lastSeenUpdatedAt: new Map() });
+    const rootMount = new RootMountWatch(deps.fs, settings.rootDir);
+    return new Reconciler({ deps, settings, client, dir, logger, lastSeenUpdatedAt: new Map(), rootMount });
   }
 
   /**

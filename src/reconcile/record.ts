@@ -275,12 +275,15 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
     'rootDir is not a directory any more (replaced or removed with its parent): retried until it is one again, not counted as an attempt',
   not_writable:
     "rootDir refuses the agent's user (its owner, mode or an immutable attribute): retried until the agent may write it, not counted as an attempt",
+  mount_gone:
+    'the filesystem mounted on rootDir is gone (unmounted, its device removed): nothing written to the bare mountpoint; retried until it is mounted again, not counted as an attempt',
 };
 const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   full: 'disk full',
   read_only: 'read-only filesystem',
   not_a_directory: 'rootDir is not a directory',
   not_writable: 'rootDir not writable by the agent',
+  mount_gone: "rootDir's mount is gone",
 };
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */

@@ -120,10 +120,11 @@ export function isAgentResourceError(error: unknown): boolean {
 /**
  * The root's own condition, not the instance's: the disk holding it is full (ENOSPC, EDQUOT), it is mounted
  * read-only (EROFS), or rootDir itself is no directory any more (replaced by a file or a symlink, or gone with its
- * parent, so it cannot be made again: `DiskError.rootItself`), or it refuses the agent's user (`rootRefuses`).
+ * parent, so it cannot be made again: `DiskError.rootItself`), or it refuses the agent's user (`rootRefuses`), or
+ * it was a mount point and is not any more (`DiskError.mountGone`, root-mount.ts).
  * Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
  */
-export type RootCondition = 'full' | 'read_only' | 'not_a_directory' | 'not_writable';
+export type RootCondition = 'full' | 'read_only' | 'not_a_directory' | 'not_writable' | 'mount_gone';
 
 /** Steps that add or remove an entry of the directory holding their path. */
 const ENTRY_OPERATIONS = new Set([
@@ -165,6 +166,7 @@ export function permissionDenied(error: unknown): boolean {
 export function rootConditionOf(error: unknown): RootCondition | undefined {
   let current = error;
   for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
+    if (current instanceof DiskError && current.mountGone !== undefined) return 'mount_gone';
     if (current instanceof DiskError && rootRefuses(current)) return 'not_writable';
     if (current instanceof DiskError && current.rootItself && !current.resource) return 'not_a_directory';
     const code = current instanceof DiskError ? current.errno : errnoCode(current);
@@ -202,6 +204,8 @@ export interface DiskErrorOptions {
   cause?: unknown;
   /** The failure is the root directory's own (`checkRoot`): missing, not a directory, or not reachable. */
   rootItself?: boolean;
+  /** rootDir was a mount point and is not any more (root-mount.ts): what was seen, for the message. */
+  mountGone?: string;
 }
 
 /**
@@ -215,11 +219,12 @@ export class DiskError extends AgentError {
   /** The agent's own resource trouble, not the instance's: never an attempt, never reported. */
   readonly resource: boolean;
   readonly rootItself: boolean;
+  readonly mountGone: string | undefined;
 
   constructor(options: DiskErrorOptions) {
     const errno = options.errno ?? errnoCode(options.cause);
     const resource = errno !== undefined && AGENT_RESOURCE_ERRNOS.has(errno);
-    super('disk_error', diskMessage(options.operation, options.path, errno), {
+    super('disk_error', options.mountGone ?? diskMessage(options.operation, options.path, errno), {
       retryable: true,
       cause: options.cause,
     });
@@ -228,6 +233,7 @@ export class DiskError extends AgentError {
     this.operation = options.operation;
     this.resource = resource;
     this.rootItself = options.rootItself === true;
+    this.mountGone = options.mountGone;
   }
 }
 

@@ -1,0 +1,51 @@
+// rootDir's mount, remembered per process: a mount point that stops being one (unmounted under the agent) is waited out.
+import type { FsPort } from '../lib/fs-port.js';
+import { DiskError } from './errors.js';
+
+/**
+ * Whether rootDir is still the mount point this process saw it be. rootDir is a mount point when its `st_dev`
+ * differs from its parent's (`<rootDir>/..`, resolved by the kernel, so a symlinked rootDir is judged where it
+ * points). Once seen as one, a rootDir that is a plain directory of its parent's filesystem again (a lazy
+ * unmount, a card pulled, an NFS share gone, leaving the bare mountpoint underneath) is the device's condition:
+ * `check` answers a DiskError (`mountGone`) and nothing is written or removed there, so the files never land on
+ * the filesystem under the mountpoint. A mount point again (the same or another device: a remount gets a new
+ * `st_dev`) is accepted. Kept in memory only: a restart takes rootDir as it finds it (docs/operations.md).
+ * A bind mount of a directory of the same filesystem has its parent's `st_dev` and is not told apart.
+ */
+export class RootMountWatch {
+  readonly #fs: FsPort;
+  readonly #rootDir: string;
+  /** rootDir's `st_dev` when last seen as a mount point; undefined while never seen as one. */
+  #mountDev: number | bigint | undefined;
+
+  constructor(fs: FsPort, rootDir: string) {
+    this.#fs = fs;
+    this.#rootDir = rootDir;
+  }
+
+  /** Undefined while rootDir is the mount it was (or never was one); a stat that fails is left to the writes. */
+  async check(): Promise<DiskError | undefined> {
+    let root: { dev: number | bigint };
+    let parent: { dev: number | bigint };
+    try {
+      [root, parent] = await Promise.all([
+        this.#fs.stat(this.#rootDir),
+        // Not path.join: it would drop `..` textually, and a symlinked rootDir's parent is its target's.
+        this.#fs.stat(`${this.#rootDir}/..`),
+      ]);
+    } catch {
+      return undefined;
+    }
+    if (root.dev !== parent.dev) {
+      this.#mountDev = root.dev;
+      return undefined;
+    }
+    if (this.#mountDev === undefined) return undefined;
+    return new DiskError({
+      operation: 'check mount',
+      path: '',
+      errno: 'ENODEV',
+      mountGone: `rootDir ${this.#rootDir} is no mount point any more (it was one, st_dev ${this.#mountDev})`,
+    });
+  }
+}
