@@ -1,10 +1,12 @@
 // runPass in-process against the mock service on loopback and a real temp dir: one test per rule of the pass.
 
+import { spawnSync } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
 import { lstat, mkdir, mkdtemp, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { tryMount, unmount } from '../../test/helpers/harness.js';
 import { createClient, type ServiceClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
@@ -471,6 +473,47 @@ describe("runPass: rootDir's mount gone under a running agent", () => {
 
     expect(await fileAt('cfg_a.json')).toBe(json({ v: 1 }));
     expect(reportsReceived().filter((r) => r.startsWith('cfg_a removed'))).toEqual([]);
+  });
+
+  it('a real tmpfs on rootDir, lazily unmounted mid-run: the bare directory stays empty; a new mount is written (root only)', async (ctx) => {
+    const refused = tryMount(['-t', 'tmpfs', '-o', 'mode=0755,size=1m', 'tmpfs', world.rootDir]);
+    if (refused !== undefined) {
+      ctx.skip(refused);
+      return;
+    }
+    let mounted = true;
+    try {
+      await world.reconciler.close();
+      world.reconciler = await openReconciler(world.client, {
+        retry: { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      });
+      put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+      put({ id: 'cfg_b', content: { v: 2 } });
+      expect((await pass()).converged).toBe(true);
+      expect(spawnSync('umount', ['-l', world.rootDir]).status).toBe(0);
+      mounted = false;
+      put({ id: 'cfg_c', content: { v: 3 } });
+
+      for (let n = 0; n < 3; n += 1) {
+        expect((await pass('full')).converged).toBe(false);
+        world.clock.advance(3_600_000);
+      }
+      expect(await nodeFs.readdir(world.rootDir)).toEqual([]);
+      expect(reportsReceived().filter((r) => r.endsWith('/failed'))).toEqual([]);
+
+      // Another (empty) tmpfs mounted there: a new st_dev, accepted; everything is written onto it.
+      expect(tryMount(['-t', 'tmpfs', '-o', 'mode=0755,size=1m', 'tmpfs', world.rootDir])).toBeUndefined();
+      mounted = true;
+      expect((await pass('full')).converged).toBe(true);
+      expect(await fileAt('app/a.json')).toBe(json({ v: 1 }));
+      expect(await fileAt('cfg_b.json')).toBe(json({ v: 2 }));
+      expect(await fileAt('cfg_c.json')).toBe(json({ v: 3 }));
+      unmount(world.rootDir);
+      mounted = false;
+      expect(await nodeFs.readdir(world.rootDir)).toEqual([]);
+    } finally {
+      if (mounted) unmount(world.rootDir);
+    }
   });
 
   it('a restart takes rootDir as it finds it: a new reconciler writes into a directory that is no mount point', async () => {
