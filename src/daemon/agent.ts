@@ -405,6 +405,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
           this.#c.metrics.recordDriftRepair(paths.length);
         },
         fileMeta: (relative) => this.#c.runner.fileMeta?.(relative),
+        rootMountGone: async () => (await this.#c.runner.rootMountGone?.()) === true,
       },
       onDrift: (paths) => {
         this.#c.metrics.recordDriftDetected(paths.length);

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
+import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { PassResult } from '../reconcile/pass-runner.js';
@@ -66,7 +67,7 @@ function requests(): number {
   return server.state.statsSnapshot().total;
 }
 
-async function setUp(options: { cached: boolean; gid?: number }) {
+async function setUp(options: { cached: boolean; gid?: number; fs?: FsPort }) {
   const clock = fakeClock();
   const rootDir = path.join(dir, 'root');
   const stateDir = path.join(dir, 'state');
@@ -90,7 +91,7 @@ async function setUp(options: { cached: boolean; gid?: number }) {
     maxResponseBytes: 1 << 20,
   });
   reconciler = await Reconciler.open(
-    { fs: nodeFs, clock, random: () => 0.5, logger: silentLogger() },
+    { fs: options.fs ?? nodeFs, clock, random: () => 0.5, logger: silentLogger() },
     {
       deviceId: DEVICE,
       rootDir,
@@ -128,6 +129,7 @@ async function setUp(options: { cached: boolean; gid?: number }) {
       maxHoldOffMs: POLL_MS,
       onRestored: (paths) => restored.push(...paths),
       fileMeta: (relative) => reconciler.fileMeta(relative),
+      rootMountGone: () => reconciler.rootMountGone(),
     },
     debounceMs: 1,
   });
@@ -190,6 +192,33 @@ describe('a drift fight', () => {
     expect(await readFile(target, 'utf8')).toBe(BYTES);
     expect(restored).toEqual([FILE, FILE]);
     expect(requests()).toBe(before);
+  });
+
+  it("rootDir's mount gone: nothing restored into the bare mountpoint, the repair is a pass (which writes nothing there)", async () => {
+    const rootDir = path.join(dir, 'root');
+    // rootDir reported as a mount point (st_dev one past its parent's) while `mounted`: then unmounted.
+    let mounted = true;
+    const fs = {
+      ...nodeFs,
+      stat: (async (target: string, opts?: unknown) => {
+        const stats = await nodeFs.stat(target, opts as never);
+        if (mounted && target === rootDir) Object.assign(stats, { dev: Number(stats.dev) + 1 });
+        return stats;
+      }) as typeof nodeFs.stat,
+    };
+    const { target, restored, repairPasses, passes } = await setUp({ cached: true, fs });
+    mounted = false;
+    await rm(path.join(rootDir, 'app'), { recursive: true });
+    await mkdir(path.join(rootDir, 'app'));
+
+    watcher.noticeChange(target);
+    await watcher.judgeNow();
+    await passes.idle();
+
+    expect(restored).toEqual([]);
+    expect(repairPasses).toEqual([[FILE]]);
+    expect(await nodeFs.readdir(path.join(rootDir, 'app'))).toEqual([]);
+    expect(server.state.instance('cfg_app')).toMatchObject({ error_status: 'retrying' });
   });
 
   it.skipIf(process.getuid?.() !== 0)(

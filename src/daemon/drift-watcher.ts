@@ -37,6 +37,8 @@ export interface LocalRestore {
   onRestored: (paths: string[]) => void;
   /** The group `files.rules` give a path: a restored file gets it, as a pass's write does. */
   fileMeta?: (path: string) => { gid: number } | undefined;
+  /** Whether rootDir's mount is gone (store/root-mount.ts): then nothing is restored, a pass judges instead. */
+  rootMountGone?: () => Promise<boolean>;
 }
 
 export interface DriftWatcherOptions {
@@ -241,6 +243,11 @@ export class DriftWatcher {
     const needPass: string[] = [];
     const restored: string[] = [];
     await this.#options.passes.exclusive(async () => {
+      // Into the bare mountpoint they would land on the filesystem underneath: the pass reports them retrying.
+      if (await restore.rootMountGone?.()) {
+        needPass.push(...paths);
+        return;
+      }
       for (const relative of paths) {
         if (this.#closed) return;
         // Judged again inside the exclusive section: a pass that ran meanwhile may have changed the record.

@@ -126,6 +126,8 @@ export interface PassRunner {
    * the group a pass gives it).
    */
   fileMeta?(path: string): { mode: number; gid: number } | undefined;
+  /** Whether rootDir's mount went away under this process (store/root-mount.ts): nothing may be written there. */
+  rootMountGone?(): Promise<boolean>;
   /** Makes state and queued reports durable (after a pass and at shutdown). */
   flushState(): Promise<void>;
   /** Releases the state directory; the runner must not be used afterwards. */

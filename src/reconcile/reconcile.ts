@@ -86,6 +86,10 @@ export class Reconciler implements PassRunner {
     return earliest;
   }
 
+  async rootMountGone(): Promise<boolean> {
+    return (await this.#ctx.rootMount?.check()) !== undefined;
+  }
+
   fileMeta(path: string): { mode: number; gid: number } | undefined {
     return this.#ctx.settings.fileMeta?.(path);
   }
