@@ -167,7 +167,7 @@ export async function applySteps(
       const before = settling;
       settling = (async () => {
         const done = await judgeRootRefusal(
-          await judgeFullDisk(await syncBatch(written, ctx, options), ctx),
+          await judgeFullDisk(await judgeMount(await syncBatch(written, ctx, options), ctx), ctx),
           ctx,
         );
         const complete = await before;
@@ -205,6 +205,28 @@ async function declareWrites(batch: readonly Step[], ctx: ApplyContext): Promise
   } catch (error) {
     ctx.logger.warn({ err: error }, 'could not declare the writes of a batch: written without');
   }
+}
+
+/**
+ * rootDir's mount asked again once a batch has written or removed: gone by now, what landed may have landed on the
+ * filesystem under the bare mountpoint, so none of it counts (`failed` with the mount's error, recorded as the
+ * device's condition: retrying, never `deployed` nor `removed`); the next pass after the mount is back judges the
+ * disk again. Swaps (with displaced files) are left as they are.
+ */
+async function judgeMount(done: AppliedStep[], ctx: ApplyContext): Promise<AppliedStep[]> {
+  const landed = done.filter(
+    ({ result, displaced }) =>
+      displaced.length === 0 &&
+      (result.kind === 'written' || result.kind === 'metadata' || result.kind === 'removed'),
+  );
+  if (landed.length === 0 || ctx.rootMount === undefined) return done;
+  const gone = await ctx.rootMount.check();
+  if (gone === undefined) return done;
+  for (const applied of landed) {
+    const operation = applied.step.kind === 'remove' ? 'remove' : 'write';
+    applied.result = { kind: 'failed', error: gone, operation };
+  }
+  return done;
 }
 
 /**

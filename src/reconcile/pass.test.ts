@@ -405,15 +405,15 @@ describe('runPass: the root replaced by something not a directory under a runnin
  * what a tmpfs or a data partition on rootDir looks like, switched off as a lazy unmount leaves the bare mountpoint.
  */
 function mountedRootFs(rootDir: string) {
-  const fs = {
-    ...faultyFs(),
+  // The same object as faultyFs's: its rename reads failRenameTo from it.
+  const fs = Object.assign(faultyFs(), {
     mounted: true,
     stat: (async (target: string, options?: unknown) => {
       const stats = await nodeFs.stat(target, options as never);
       if (fs.mounted && target === rootDir) Object.assign(stats, { dev: Number(stats.dev) + 1 });
       return stats;
     }) as typeof nodeFs.stat,
-  };
+  });
   return fs;
 }
 
@@ -460,6 +460,29 @@ describe("runPass: rootDir's mount gone under a running agent", () => {
     expect(await fileAt('cfg_c.json')).toBe(json({ v: 3 }));
     expect(onService('cfg_c')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
     expect(reportsReceived().filter((r) => r.endsWith('/failed'))).toEqual([]);
+  });
+
+  it('gone in the middle of a batch: nothing of that batch reported deployed, nor adopted from its declarations', async () => {
+    const fs = await mountedWorld();
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+    put({ id: 'cfg_b', content: { v: 2 } });
+    // Unmounted at the batch's first rename into rootDir: its writes go on into the bare directory.
+    fs.failRenameTo = (target) => {
+      if (target.startsWith(world.rootDir)) fs.mounted = false;
+      return false;
+    };
+
+    expect((await pass()).converged).toBe(false);
+    world.clock.advance(3_600_000);
+    expect((await pass('full')).converged).toBe(false);
+    expect(reportsReceived().filter((r) => !r.endsWith('/retrying'))).toEqual([]);
+    expect(onService('cfg_a')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+
+    fs.mounted = true;
+    world.clock.advance(3_600_000);
+    expect((await pass('full')).converged).toBe(true);
+    expect(onService('cfg_a')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+    expect(onService('cfg_b')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
   });
 
   it('removes nothing while it is gone', async () => {

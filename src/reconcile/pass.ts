@@ -109,6 +109,8 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
  * are the agent's by their declared bytes: recorded before planning, so a retired instance's file is removed.
  */
 async function adoptDeclaredWrites(ctx: PassContext): Promise<void> {
+  // Bytes found in the bare mountpoint prove nothing about the mount's files: the declarations wait for it.
+  if ((await ctx.rootMount?.check()) !== undefined) return;
   try {
     const adopted = await ctx.dir.adoptDeclaredWrites(new Date(ctx.deps.clock.now()).toISOString());
     if (adopted.length > 0)
