@@ -1,10 +1,10 @@
-// A reader of the daemon's stdout and stderr that stalls (journald busy, a paused `| less`) must not stall the agent.
+// A reader of the agent's stdout and stderr that stalls (journald busy, a paused pager) or goes (`| head`) must not stall it.
 import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { callLocalApi, DaemonProcess, findTempFiles, killAllDaemons } from '../helpers/daemon.js';
-import { AgentHarness, REPO_ROOT } from '../helpers/harness.js';
+import { AgentHarness, collect, REPO_ROOT } from '../helpers/harness.js';
 import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
 
 /** systemd SIGKILLs a unit that has not stopped after TimeoutStopSec: the agent must exit on its own before. */
@@ -83,5 +83,24 @@ describe('stdout and stderr not read (journald busy or stopped, a paused pager)'
     const exit = await daemon.stop('SIGTERM', STOP_TIMEOUT_MS);
     expect(exit).toMatchObject({ code: 0, signal: null });
     expect(await findTempFiles(h.rootDir)).toEqual([]);
+  });
+});
+
+describe('--once whose stdout reader is gone (`config-agent --once --json | head -c 100`)', () => {
+  it('converges and exits with its own code', async () => {
+    const h = await AgentHarness.create({ registerDevice: true });
+    harness = h;
+    const count = 300;
+    await Promise.all(
+      Array.from({ length: count }, (_, n) =>
+        h.createAndDeploy({ relative_filepath: `many/${n}.json`, content: { n } }),
+      ),
+    );
+    const child = h.spawn(['--once', '--json']);
+    // Gone before the first byte: every write of the summary fails with EPIPE.
+    child.stdout?.destroy();
+    const result = await collect(child, 120_000);
+    expect(result).toMatchObject({ code: 0, signal: null });
+    expect(await readdir(h.rootPath('many'))).toHaveLength(count);
   });
 });
