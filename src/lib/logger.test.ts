@@ -1,7 +1,8 @@
 // The logger never lets a registered secret out: raw, JSON-escaped, percent-encoded, in errors and under known keys.
 import { Writable } from 'node:stream';
+import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { createLogger, type Logger } from './logger.js';
+import { createLogger, type Logger, scrubbingStream } from './logger.js';
 import { createSecretRegistry, REDACTED, type SecretRegistry } from './secrets.js';
 
 const API_KEY = 'sk_live_logger_test_5f1c9a0b7e';
@@ -156,5 +157,72 @@ describe('createSecretRegistry', () => {
       `${REDACTED}${REDACTED} and ${REDACTED}`,
     );
     expect(registry.scrub('nothing to hide here')).toBe('nothing to hide here');
+  });
+});
+
+describe('scrubbingStream: a reader that stops reading', () => {
+  /** A destination that takes nothing until `resume()`: what the agent's stderr is while journald stalls. */
+  function stalledReader() {
+    const taken: string[] = [];
+    const pending: Array<() => void> = [];
+    let reading = false;
+    const destination = new Writable({
+      highWaterMark: 1024,
+      write(chunk: Buffer | string, _encoding, callback) {
+        taken.push(chunk.toString());
+        if (reading) callback();
+        else pending.push(callback);
+      },
+    });
+    const resume = () => {
+      reading = true;
+      for (const callback of pending.splice(0)) callback();
+    };
+    return { destination, taken, resume };
+  }
+
+  it('holds at most about the cap, drops the rest, and says how many once the reader is back', async () => {
+    const { destination, taken, resume } = stalledReader();
+    const cap = 64 * 1024;
+    const stream = scrubbingStream(registryWith(API_KEY), destination, cap);
+    const logger = pino({ level: 'info' }, stream);
+    const line = 'x'.repeat(1000);
+    for (let i = 0; i < 1000; i += 1) logger.info({ i }, line);
+    await new Promise((resolve) => setImmediate(resolve));
+    // Writable queues behind the first pending write; what it holds is what the reader has not taken.
+    expect(destination.writableLength).toBeGreaterThan(cap);
+    expect(destination.writableLength).toBeLessThan(cap + 2 * 1100);
+    const kept = destination.writableLength;
+    resume();
+    await new Promise((resolve) => setImmediate(resolve));
+    const lines = taken
+      .join('')
+      .split('\n')
+      .filter((text) => text !== '')
+      .map((text) => JSON.parse(text) as { i?: number; droppedLines?: number });
+    const written = lines.filter((entry) => entry.i !== undefined);
+    const notice = lines.find((entry) => entry.droppedLines !== undefined);
+    expect(written.length + (notice?.droppedLines ?? 0)).toBe(1000);
+    expect(notice?.droppedLines).toBeGreaterThan(900);
+    expect(kept).toBeGreaterThan(0);
+    // The lines after the notice are logged again as usual.
+    logger.info({ i: 1000 }, 'after');
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(taken.join('')).toContain('"i":1000');
+  });
+
+  it('drops nothing while the reader keeps up', async () => {
+    const { destination, taken, resume } = stalledReader();
+    resume();
+    const logger = pino({ level: 'info' }, scrubbingStream(registryWith(API_KEY), destination, 4096));
+    for (let i = 0; i < 500; i += 1) logger.info({ i }, 'x'.repeat(200));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(
+      taken
+        .join('')
+        .split('\n')
+        .filter((text) => text !== ''),
+    ).toHaveLength(500);
+    expect(taken.join('')).not.toContain('droppedLines');
   });
 });

@@ -7,11 +7,53 @@ export type { Logger } from 'pino';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
-/** A stream that scrubs secrets from each chunk and forwards it to `target`. */
-export function scrubbingStream(secrets: SecretRegistry, target: NodeJS.WritableStream): DestinationStream {
+/**
+ * What may wait in the process for a log reader that stopped reading (journald stalled, a paused `| less`):
+ * Node queues a pipe's or socket's writes without bound, and an error storm would grow the agent's memory with
+ * it. Past this many queued bytes lines are dropped and counted; the count is logged once the reader drains.
+ */
+export const MAX_QUEUED_LOG_BYTES = 4 * 1024 * 1024;
+
+/**
+ * A stream that scrubs secrets from each chunk and forwards it to `target`, dropping lines while more than
+ * `maxQueuedBytes` wait in `target` for their reader.
+ */
+export function scrubbingStream(
+  secrets: SecretRegistry,
+  target: NodeJS.WritableStream,
+  maxQueuedBytes = MAX_QUEUED_LOG_BYTES,
+): DestinationStream {
+  const queued = (): number => (target as Partial<Writable>).writableLength ?? 0;
+  let dropped = 0;
+  let awaitingDrain = false;
+  const reportDropped = (): void => {
+    if (dropped === 0 || queued() > maxQueuedBytes) return;
+    const line = {
+      level: 'warn',
+      time: new Date().toISOString(),
+      pid: process.pid,
+      name: 'config-agent',
+      msg: 'log lines dropped while the log reader was not reading',
+      droppedLines: dropped,
+    };
+    dropped = 0;
+    target.write(`${JSON.stringify(line)}\n`);
+  };
   return new Writable({
     write(chunk: Buffer | string, _encoding, callback) {
-      target.write(secrets.scrub(chunk.toString()));
+      if (queued() > maxQueuedBytes) {
+        if (!awaitingDrain) {
+          awaitingDrain = true;
+          target.once('drain', () => {
+            awaitingDrain = false;
+            reportDropped();
+          });
+        }
+        dropped += 1;
+      } else {
+        reportDropped();
+        target.write(secrets.scrub(chunk.toString()));
+      }
       callback();
     },
   });
