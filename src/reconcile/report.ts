@@ -20,6 +20,12 @@ export const REPORT_CONCURRENCY = 8;
  */
 export const DELIVERIES_WHILE_WRITING = 4;
 /**
+ * Deliveries of one pass in flight at once while it writes: the next one's persist and sends start while the
+ * one before still sends (its last answers were a backlog after the last write). Each is still sent only after
+ * the persist that makes its reports durable, and the outbox keeps an instance's reports one at a time in order.
+ */
+export const DELIVERIES_IN_FLIGHT = 2;
+/**
  * A report that failed on its own (a 500 for it, an answer the client cannot use) waits before it is sent
  * again: 30 s after its first failure, doubling per failure up to an hour, each wait between half and all of
  * that (so a fleet does not retry in step), longer when the service's Retry-After asks. Without it such a
@@ -55,6 +61,8 @@ export interface Delivery {
 export interface DeliveryOptions {
   select?: (entry: OutboxEntry) => boolean;
   persist?: boolean;
+  /** Shared by deliveries side by side: a `stop` in one ends them all. */
+  halt?: { stopped: boolean };
 }
 
 /** Delivers every queued report it can (those `select` picks); never throws for a failed delivery. */
@@ -147,23 +155,29 @@ export interface WhileWriting {
 }
 
 /**
- * The status reports of one pass, delivered one delivery at a time. With `whileWriting`, deliveries start while
- * apply still writes: `record` queues a batch's reports only once the batch's files and directory entries are
- * fsynced, so they may leave while the next batch is written instead of all of them after the last write.
- * Before each such delivery state.json and the outbox are made durable (the service never hears of a file the
- * state does not record as the agent's, nor of a report the outbox could lose); a persist that fails leaves the
- * rest to the end of the pass, as before. `finish` is the pass's last delivery. A `stop` verdict (the service
- * cannot take reports now, or the pass was stopped) ends delivery for the whole pass; each queued report goes
- * into one of its deliveries at most (a report that failed on its own, `skip`, waits for the next pass).
+ * The status reports of one pass, delivered by up to DELIVERIES_IN_FLIGHT deliveries at a time. With
+ * `whileWriting`, deliveries start while apply still writes: `record` queues a batch's reports only once the
+ * batch's files and directory entries are fsynced, so they may leave while the next batch is written instead of
+ * all of them after the last write. Before each such delivery state.json and the outbox are made durable (the
+ * service never hears of a file the state does not record as the agent's, nor of a report the outbox could
+ * lose); persists run one at a time, and the next may run while an earlier delivery still sends. A persist that
+ * fails leaves the rest to the end of the pass, as before. `finish` is the pass's last delivery, after every
+ * other has settled. A `stop` verdict (the service cannot take reports now, or the pass was stopped) ends
+ * delivery for the whole pass, the deliveries beside it included; each queued report goes into one of its
+ * deliveries at most (a report that failed on its own, `skip`, waits for the next pass). Reports of one instance
+ * are never in flight together (`StatusOutbox.flush`).
  */
 export class PassReports {
   readonly #ctx: ReportContext;
   readonly #whileWriting: WhileWriting | undefined;
   readonly #sent = new Set<number>();
   readonly #total: Delivery = { delivered: 0, rejected: 0, echoed: false };
+  readonly #halt = { stopped: false };
   /** `outbox.queuedEver` when the last delivery started. */
   #queuedBefore: number;
   #running: Promise<void> | undefined;
+  /** Wakes the running loop when reports were queued while it waits for a delivery. */
+  #wake: (() => void) | undefined;
   #persistFailed = false;
 
   constructor(ctx: ReportContext, whileWriting?: WhileWriting) {
@@ -174,13 +188,17 @@ export class PassReports {
 
   /** Reports were queued (their files durable): once `every` have gathered, a delivery starts. */
   queued(): void {
-    if (this.#running === undefined && this.#due())
+    if (this.#running !== undefined) {
+      this.#wake?.();
+      return;
+    }
+    if (this.#due())
       this.#running = this.#deliverWhileWriting().finally(() => {
         this.#running = undefined;
       });
   }
 
-  /** Runs `work`, which queues reports, and waits for the delivery it started: none outlives it. */
+  /** Runs `work`, which queues reports, and waits for the deliveries it started: none outlives it. */
   async around<T>(work: () => Promise<T>): Promise<T> {
     try {
       return await work();
@@ -211,31 +229,51 @@ export class PassReports {
     return (
       this.#whileWriting !== undefined &&
       !this.#persistFailed &&
+      !this.#halt.stopped &&
       this.#total.deferredBy === undefined &&
       this.#ctx.outbox.queuedEver - this.#queuedBefore >= this.#whileWriting.every
     );
   }
 
   async #deliverWhileWriting(): Promise<void> {
+    const deliveries = new Set<Promise<void>>();
+    // A delivery that throws (not a failed report: deliverReports judges those) ends the loop once all settled.
+    let failure: { error: unknown } | undefined;
     // Record takes a batch's steps one after another without awaiting: start after the last of them.
     await Promise.resolve();
-    while (this.#due()) {
-      // Reports queued while state.json is written may be of files it does not record yet: they wait.
-      const persisted = this.#ctx.outbox.queuedEver;
-      this.#queuedBefore = persisted;
-      try {
-        await this.#whileWriting!.persistRecords();
-      } catch (error) {
-        this.#persistFailed = true;
-        this.#ctx.logger.error(
-          { err: error },
-          'could not persist local state: reports wait for the end of the pass',
-        );
-        return;
+    for (;;) {
+      if (this.#due() && deliveries.size < DELIVERIES_IN_FLIGHT) {
+        // Reports queued while state.json is written may be of files it does not record yet: they wait.
+        const persisted = this.#ctx.outbox.queuedEver;
+        this.#queuedBefore = persisted;
+        try {
+          await this.#whileWriting!.persistRecords();
+        } catch (error) {
+          this.#persistFailed = true;
+          this.#ctx.logger.error(
+            { err: error },
+            'could not persist local state: reports wait for the end of the pass',
+          );
+          break;
+        }
+        // The outbox file is rewritten by the next persist, not after each delivery.
+        const delivery: Promise<void> = this.#deliver(false, persisted)
+          .catch((error: unknown) => {
+            failure ??= { error };
+          })
+          .finally(() => deliveries.delete(delivery));
+        deliveries.add(delivery);
+        continue;
       }
-      // The outbox file is rewritten by the next persist, not after each delivery.
-      await this.#deliver(false, persisted);
+      if (deliveries.size === 0 || failure !== undefined) break;
+      const woken = new Promise<void>((resolve) => {
+        this.#wake = resolve;
+      });
+      await Promise.race([woken, ...deliveries]);
+      this.#wake = undefined;
     }
+    await Promise.all(deliveries);
+    if (failure !== undefined) throw failure.error;
   }
 
   /** One delivery of the reports not sent yet, of those queued before `queuedBefore` when given. */
@@ -245,7 +283,7 @@ export class PassReports {
       this.#sent.add(entry.seq);
       return true;
     };
-    const delivery = await deliverReports(this.#ctx, { select, persist });
+    const delivery = await deliverReports(this.#ctx, { select, persist, halt: this.#halt });
     const total = this.#total;
     total.delivered += delivery.delivered;
     total.rejected += delivery.rejected;

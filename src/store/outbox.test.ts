@@ -530,6 +530,100 @@ describe('StatusOutbox.flush while reports are queued (a pass delivering as it w
     expect(outbox.size).toBe(0);
   });
 
+  it("flushes side by side: an instance's later report waits for its earlier one in flight, never both at once", async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b']);
+    // Every send is held until released; what matters is which are in flight together, per instance.
+    const inFlight = new Map<string, number>();
+    let together = 0;
+    const accepted: Array<[string, string]> = [];
+    const held: Array<() => void> = [];
+    const send = (entry: OutboxEntry) => {
+      const open = (inFlight.get(entry.instanceId) ?? 0) + 1;
+      inFlight.set(entry.instanceId, open);
+      if (open > 1) together += 1;
+      return new Promise<void>((resolve) => {
+        held.push(() => {
+          inFlight.set(entry.instanceId, open - 1);
+          accepted.push([entry.instanceId, entry.report.activity_status]);
+          resolve();
+        });
+      });
+    };
+    const release = async () => {
+      while (held.length > 0) {
+        held.shift()?.();
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    };
+
+    const first = outbox.flush(send, isRetryable, { concurrency: 8, persist: false });
+    await new Promise((resolve) => setImmediate(resolve));
+    // cfg_a's deployed report is in flight; its newer one goes with the next flush, beside the first.
+    outbox.enqueue('cfg_a', removed, T0);
+    outbox.enqueue('cfg_c', deployed, T0);
+    // As a pass's deliveries do, the second sends only what the first did not take (PassReports `select`).
+    const second = outbox.flush(send, isRetryable, {
+      concurrency: 8,
+      persist: false,
+      select: (entry) => entry.instanceId !== 'cfg_b',
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    await release();
+    await Promise.all([first, second]);
+
+    expect(together).toBe(0);
+    expect(accepted.filter(([id]) => id === 'cfg_a')).toEqual([
+      ['cfg_a', 'deployed'],
+      ['cfg_a', 'removed'],
+    ]);
+    expect(accepted.map(([id]) => id).sort()).toEqual(['cfg_a', 'cfg_a', 'cfg_b', 'cfg_c']);
+    expect(outbox.size).toBe(0);
+  });
+
+  it('a stop in one of two flushes side by side (a shared `halt`) ends the other: nothing more is sent', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c', 'cfg_d']);
+    const halt = { stopped: false };
+    const attempted: string[] = [];
+    let failFirst: ((error: Error) => void) | undefined;
+    const send = (entry: OutboxEntry) => {
+      attempted.push(entry.instanceId);
+      if (entry.instanceId === 'cfg_a')
+        return new Promise<void>((_resolve, reject) => {
+          failFirst = reject;
+        });
+      return Promise.resolve();
+    };
+    let releaseSecond: (() => void) | undefined;
+    const gate = new Promise<void>((resolve) => {
+      releaseSecond = resolve;
+    });
+    const first = outbox.flush(send, isRetryable, {
+      select: (entry) => entry.instanceId === 'cfg_a',
+      halt,
+      persist: false,
+    });
+    const second = outbox.flush(
+      async (entry) => {
+        await gate;
+        await send(entry);
+      },
+      isRetryable,
+      { select: (entry) => entry.instanceId !== 'cfg_a', halt, persist: false },
+    );
+    await new Promise((resolve) => setImmediate(resolve));
+    failFirst?.(new Retryable('service unavailable'));
+    const stopped = await first;
+    releaseSecond?.();
+    await second;
+
+    expect(stopped.deferredBy).toBeInstanceOf(Retryable);
+    // The second flush had cfg_b on its way (one at a time): it settles; cfg_c and cfg_d are not sent.
+    expect(attempted).toEqual(['cfg_a', 'cfg_b']);
+    expect(ids(outbox.pending())).toEqual(['cfg_a', 'cfg_c', 'cfg_d']);
+  });
+
   it('`persist: false` leaves the file to the caller; `select` sends only what it picks', async () => {
     const { fs, vol } = memfs();
     const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c']);

@@ -65,6 +65,11 @@ export class StatusOutbox {
    * a restart (an operator who fixed something, a `--once` run) tries every report at once.
    */
   #notBefore = new Map<number, number>();
+  /**
+   * The send in flight for each instance, whichever flush started it: flushes may run side by side (a pass
+   * delivers while it writes), and an instance's later report waits for its earlier one to settle.
+   */
+  readonly #inFlight = new Map<string, Promise<unknown>>();
 
   private constructor(fs: FsPort, stateDir: string, logger: Logger) {
     this.#fs = fs;
@@ -153,7 +158,10 @@ export class StatusOutbox {
    * replaced by a newer one before its turn is not sent (the newer one goes next time, so an instance's reports
    * are never reordered). `backoff`: a skipped report counts an attempt (persisted) and is not sent again before
    * its delay has passed — it is never dropped for failing on its own, only replaced by a newer report of its
-   * instance, which goes at once.
+   * instance, which goes at once. Flushes may run side by side: a report whose instance has a report in flight
+   * in another flush is sent only once that one has settled (two reports of one instance are never in flight
+   * together, and the later never overtakes the earlier). `halt`, shared by flushes side by side: a `stop` in
+   * any of them sets it, and none sends anything more.
    */
   async flush(
     send: (entry: OutboxEntry) => Promise<void>,
@@ -163,6 +171,7 @@ export class StatusOutbox {
       select?: (entry: OutboxEntry) => boolean;
       persist?: boolean;
       backoff?: DeliveryBackoff;
+      halt?: { stopped: boolean };
     } = {},
   ): Promise<FlushResult> {
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
@@ -185,20 +194,30 @@ export class StatusOutbox {
     const picked = options.select === undefined ? this.#entries : this.#entries.filter(options.select);
     const queue = picked.filter(due);
     let next = 0;
-    let stopped = false;
+    const halt = options.halt ?? { stopped: false };
     const deliverNext = async (): Promise<void> => {
-      while (!stopped && next < queue.length) {
+      while (!halt.stopped && next < queue.length) {
         const entry = queue[next++]!;
+        for (let earlier = this.#inFlight.get(entry.instanceId); earlier !== undefined; ) {
+          await earlier;
+          earlier = this.#inFlight.get(entry.instanceId);
+        }
+        // Not sent, still queued: the next flush takes it.
+        if (halt.stopped) break;
         if (this.#replaced(entry)) continue;
+        let inFlight: Promise<unknown> | undefined;
         try {
-          await send(entry);
+          const sending = send(entry);
+          inFlight = sending.catch(() => undefined);
+          this.#inFlight.set(entry.instanceId, inFlight);
+          await sending;
           result.delivered.push(entry);
           settled.add(entry.seq);
         } catch (error) {
           const verdict = classify(error);
           if (verdict === 'stop') {
-            if (!stopped) result.deferredBy = error;
-            stopped = true;
+            if (result.deferredBy === undefined) result.deferredBy = error;
+            halt.stopped = true;
           } else if (verdict === 'skip') {
             result.skipped.push({ entry, error });
             entry.attempts = (entry.attempts ?? 0) + 1;
@@ -212,6 +231,8 @@ export class StatusOutbox {
             result.rejected.push({ entry, error });
             settled.add(entry.seq);
           }
+        } finally {
+          if (this.#inFlight.get(entry.instanceId) === inFlight) this.#inFlight.delete(entry.instanceId);
         }
       }
     };
