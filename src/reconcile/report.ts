@@ -5,7 +5,7 @@ import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
 import type { ConfigInstanceHead, StatusReport } from '../api/schemas.js';
 import { type Backoff, backoffCeilingMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Logger } from '../lib/logger.js';
-import type { DeliveryBackoff, OutboxEntry, StatusOutbox } from '../store/outbox.js';
+import { type DeliveryBackoff, type OutboxEntry, SharedSends, type StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 import { sameInstant } from './plan.js';
 
@@ -21,8 +21,9 @@ export const REPORT_CONCURRENCY = 8;
 export const DELIVERIES_WHILE_WRITING = 4;
 /**
  * Deliveries of one pass in flight at once while it writes: the next one's persist and sends start while the
- * one before still sends (its last answers were a backlog after the last write). Each is still sent only after
- * the persist that makes its reports durable, and the outbox keeps an instance's reports one at a time in order.
+ * one before still awaits its last answers (they were a backlog after the last write), REPORT_CONCURRENCY sends
+ * in flight in all (16 cost CPU on a loaded machine). Each is still sent only after the persist that makes its
+ * reports durable, and the outbox keeps an instance's reports one at a time, in order.
  */
 export const DELIVERIES_IN_FLIGHT = 2;
 /**
@@ -61,8 +62,8 @@ export interface Delivery {
 export interface DeliveryOptions {
   select?: (entry: OutboxEntry) => boolean;
   persist?: boolean;
-  /** Shared by deliveries side by side: a `stop` in one ends them all. */
-  halt?: { stopped: boolean };
+  /** Shared by deliveries side by side: REPORT_CONCURRENCY sends in flight in all, and a `stop` in one ends them all. */
+  shared?: SharedSends;
 }
 
 /** Delivers every queued report it can (those `select` picks); never throws for a failed delivery. */
@@ -172,7 +173,7 @@ export class PassReports {
   readonly #whileWriting: WhileWriting | undefined;
   readonly #sent = new Set<number>();
   readonly #total: Delivery = { delivered: 0, rejected: 0, echoed: false };
-  readonly #halt = { stopped: false };
+  readonly #shared = new SharedSends(REPORT_CONCURRENCY);
   /** `outbox.queuedEver` when the last delivery started. */
   #queuedBefore: number;
   #running: Promise<void> | undefined;
@@ -229,7 +230,7 @@ export class PassReports {
     return (
       this.#whileWriting !== undefined &&
       !this.#persistFailed &&
-      !this.#halt.stopped &&
+      !this.#shared.stopped &&
       this.#total.deferredBy === undefined &&
       this.#ctx.outbox.queuedEver - this.#queuedBefore >= this.#whileWriting.every
     );
@@ -283,7 +284,7 @@ export class PassReports {
       this.#sent.add(entry.seq);
       return true;
     };
-    const delivery = await deliverReports(this.#ctx, { select, persist, halt: this.#halt });
+    const delivery = await deliverReports(this.#ctx, { select, persist, shared: this.#shared });
     const total = this.#total;
     total.delivered += delivery.delivered;
     total.rejected += delivery.rejected;

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import type { StatusReport } from '../api/schemas.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
-import { type DeliveryVerdict, OUTBOX_FILE, type OutboxEntry, StatusOutbox } from './outbox.js';
+import { type DeliveryVerdict, OUTBOX_FILE, type OutboxEntry, SharedSends, StatusOutbox } from './outbox.js';
 
 const STATE_DIR = '/var/lib/config-agent';
 const OUTBOX_PATH = `${STATE_DIR}/${OUTBOX_FILE}`;
@@ -581,10 +581,10 @@ describe('StatusOutbox.flush while reports are queued (a pass delivering as it w
     expect(outbox.size).toBe(0);
   });
 
-  it('a stop in one of two flushes side by side (a shared `halt`) ends the other: nothing more is sent', async () => {
+  it('a stop in one of two flushes side by side (`shared`) ends the other: nothing more is sent', async () => {
     const { fs } = memfs();
     const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c', 'cfg_d']);
-    const halt = { stopped: false };
+    const shared = new SharedSends(8);
     const attempted: string[] = [];
     let failFirst: ((error: Error) => void) | undefined;
     const send = (entry: OutboxEntry) => {
@@ -601,7 +601,7 @@ describe('StatusOutbox.flush while reports are queued (a pass delivering as it w
     });
     const first = outbox.flush(send, isRetryable, {
       select: (entry) => entry.instanceId === 'cfg_a',
-      halt,
+      shared,
       persist: false,
     });
     const second = outbox.flush(
@@ -610,7 +610,7 @@ describe('StatusOutbox.flush while reports are queued (a pass delivering as it w
         await send(entry);
       },
       isRetryable,
-      { select: (entry) => entry.instanceId !== 'cfg_a', halt, persist: false },
+      { select: (entry) => entry.instanceId !== 'cfg_a', shared, persist: false },
     );
     await new Promise((resolve) => setImmediate(resolve));
     failFirst?.(new Retryable('service unavailable'));
@@ -622,6 +622,39 @@ describe('StatusOutbox.flush while reports are queued (a pass delivering as it w
     // The second flush had cfg_b on its way (one at a time): it settles; cfg_c and cfg_d are not sent.
     expect(attempted).toEqual(['cfg_a', 'cfg_b']);
     expect(ids(outbox.pending())).toEqual(['cfg_a', 'cfg_c', 'cfg_d']);
+  });
+
+  it('flushes side by side keep to their shared bound on sends in flight together', async () => {
+    const { fs } = memfs();
+    const outbox = await filled(fs, ['cfg_a', 'cfg_b', 'cfg_c', 'cfg_d', 'cfg_e', 'cfg_f']);
+    const shared = new SharedSends(3);
+    let open = 0;
+    let most = 0;
+    const held: Array<() => void> = [];
+    const send = () => {
+      open += 1;
+      most = Math.max(most, open);
+      return new Promise<void>((resolve) => {
+        held.push(() => {
+          open -= 1;
+          resolve();
+        });
+      });
+    };
+    const half = (entry: OutboxEntry) => entry.instanceId < 'cfg_d';
+    const flushes = Promise.all([
+      outbox.flush(send, isRetryable, { concurrency: 3, shared, persist: false, select: half }),
+      outbox.flush(send, isRetryable, { concurrency: 3, shared, persist: false, select: (e) => !half(e) }),
+    ]);
+    for (let i = 0; i < 50 && (held.length > 0 || open > 0 || i < 2); i++) {
+      held.shift()?.();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    const [first, second] = await flushes;
+
+    expect(most).toBe(3);
+    expect(first.delivered.length + second.delivered.length).toBe(6);
+    expect(outbox.size).toBe(0);
   });
 
   it('`persist: false` leaves the file to the caller; `select` sends only what it picks', async () => {

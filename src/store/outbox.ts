@@ -51,6 +51,40 @@ export interface DeliveryBackoff {
   delayMs: (attempts: number, error: unknown) => number;
 }
 
+/**
+ * What flushes side by side share (a pass's deliveries): a bound on their sends in flight together, and the
+ * stop — a `stop` verdict in any of them sets `stopped`, and none sends anything more.
+ */
+export class SharedSends {
+  stopped = false;
+  readonly #limit: number;
+  #sending = 0;
+  #waiting: Array<() => void> = [];
+
+  constructor(limit: number) {
+    this.#limit = Math.max(1, Math.floor(limit));
+  }
+
+  /** Takes a place for one send when one is free, synchronously (no other send can slip in between). */
+  tryTake(): boolean {
+    if (this.#sending >= this.#limit) return false;
+    this.#sending++;
+    return true;
+  }
+
+  /** Resolves once some send has given its place back. */
+  freed(): Promise<void> {
+    return new Promise((resolve) => this.#waiting.push(resolve));
+  }
+
+  giveBack(): void {
+    this.#sending--;
+    const waiting = this.#waiting;
+    this.#waiting = [];
+    for (const wake of waiting) wake();
+  }
+}
+
 export class StatusOutbox {
   readonly #fs: FsPort;
   readonly #stateDir: string;
@@ -160,8 +194,8 @@ export class StatusOutbox {
    * its delay has passed — it is never dropped for failing on its own, only replaced by a newer report of its
    * instance, which goes at once. Flushes may run side by side: a report whose instance has a report in flight
    * in another flush is sent only once that one has settled (two reports of one instance are never in flight
-   * together, and the later never overtakes the earlier). `halt`, shared by flushes side by side: a `stop` in
-   * any of them sets it, and none sends anything more.
+   * together, and the later never overtakes the earlier). `shared`: flushes side by side keep to its bound on
+   * sends in flight together (and `concurrency` each), and a `stop` in any of them ends them all.
    */
   async flush(
     send: (entry: OutboxEntry) => Promise<void>,
@@ -171,7 +205,7 @@ export class StatusOutbox {
       select?: (entry: OutboxEntry) => boolean;
       persist?: boolean;
       backoff?: DeliveryBackoff;
-      halt?: { stopped: boolean };
+      shared?: SharedSends;
     } = {},
   ): Promise<FlushResult> {
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
@@ -194,19 +228,22 @@ export class StatusOutbox {
     const picked = options.select === undefined ? this.#entries : this.#entries.filter(options.select);
     const queue = picked.filter(due);
     let next = 0;
-    const halt = options.halt ?? { stopped: false };
+    const shared = options.shared ?? new SharedSends(concurrency);
     const deliverNext = async (): Promise<void> => {
-      while (!halt.stopped && next < queue.length) {
+      while (!shared.stopped && next < queue.length) {
         const entry = queue[next++]!;
-        for (let earlier = this.#inFlight.get(entry.instanceId); earlier !== undefined; ) {
-          await earlier;
-          earlier = this.#inFlight.get(entry.instanceId);
+        // An earlier report of the instance in flight (another flush) settles first; then a place among the sends.
+        for (;;) {
+          const earlier = this.#inFlight.get(entry.instanceId);
+          if (earlier !== undefined) await earlier;
+          else if (shared.tryTake()) break;
+          else await shared.freed();
         }
-        // Not sent, still queued: the next flush takes it.
-        if (halt.stopped) break;
-        if (this.#replaced(entry)) continue;
         let inFlight: Promise<unknown> | undefined;
         try {
+          // Not sent, still queued: the next flush takes it.
+          if (shared.stopped) break;
+          if (this.#replaced(entry)) continue;
           const sending = send(entry);
           inFlight = sending.catch(() => undefined);
           this.#inFlight.set(entry.instanceId, inFlight);
@@ -217,7 +254,7 @@ export class StatusOutbox {
           const verdict = classify(error);
           if (verdict === 'stop') {
             if (result.deferredBy === undefined) result.deferredBy = error;
-            halt.stopped = true;
+            shared.stopped = true;
           } else if (verdict === 'skip') {
             result.skipped.push({ entry, error });
             entry.attempts = (entry.attempts ?? 0) + 1;
@@ -232,7 +269,9 @@ export class StatusOutbox {
             settled.add(entry.seq);
           }
         } finally {
-          if (this.#inFlight.get(entry.instanceId) === inFlight) this.#inFlight.delete(entry.instanceId);
+          if (inFlight !== undefined && this.#inFlight.get(entry.instanceId) === inFlight)
+            this.#inFlight.delete(entry.instanceId);
+          shared.giveBack();
         }
       }
     };
