@@ -1,5 +1,5 @@
 // Reports delivered while a pass still writes: each only after its file, its directory entry, state.json and the
-// outbox are durable; one delivery at a time; a stop or an outage ends delivery for the pass and loses nothing.
+// outbox are durable; deliveries never outlive the pass; a stop or an outage ends delivery for it and loses nothing.
 import { constants, existsSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
