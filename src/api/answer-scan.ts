@@ -1,4 +1,15 @@
 // The head of a report's answer over server.maxResponseBytes, read by a bounded scan that holds none of its content.
+import {
+  BACKSLASH,
+  CLOSE_ARRAY,
+  CLOSE_OBJECT,
+  COLON,
+  COMMA,
+  isWhitespace,
+  OPEN_ARRAY,
+  OPEN_OBJECT,
+  QUOTE,
+} from './json-bytes.js';
 
 /**
  * Bytes of a top-level key or string value kept as sent; a longer one is no field the agent reads (the longest,
@@ -16,19 +27,6 @@ const SKELETON_MAX_BYTES = 64 * 1024;
  */
 export function answerScanLimit(maxResponseBytes: number): number {
   return 2 * maxResponseBytes;
-}
-
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const OPEN_OBJECT = 0x7b;
-const CLOSE_OBJECT = 0x7d;
-const OPEN_ARRAY = 0x5b;
-const CLOSE_ARRAY = 0x5d;
-const COMMA = 0x2c;
-const COLON = 0x3a;
-
-function isWhitespace(byte: number): boolean {
-  return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
 }
 
 /**

@@ -1,6 +1,32 @@
 // A large item's content turned from its JSON text into the bytes of its file without a parsed tree: the very bytes
 // parseJson and then serialize.ts give (JSON.stringify's layout with 2 spaces, numbers as sent, a newline).
 import { byteStringEnd } from './json.js';
+import {
+  BACKSLASH,
+  CLOSE_ARRAY,
+  CLOSE_OBJECT,
+  COLON,
+  COMMA,
+  DIGIT_0,
+  DIGIT_1,
+  DIGIT_9,
+  DOT,
+  isWhitespace,
+  LOWER_E,
+  LOWER_F,
+  LOWER_N,
+  LOWER_T,
+  LOWER_U,
+  MINUS,
+  NEWLINE,
+  OPEN_ARRAY,
+  OPEN_OBJECT,
+  PLUS,
+  QUOTE,
+  SLASH,
+  SPACE,
+  UPPER_E,
+} from './json-bytes.js';
 import type { ConfigContent } from './schemas.js';
 
 /**
@@ -39,30 +65,6 @@ export function isJsonContentFile(value: unknown): value is JsonContentFile {
   return value instanceof JsonContentFile;
 }
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const SLASH = 0x2f;
-const OPEN_OBJECT = 0x7b;
-const CLOSE_OBJECT = 0x7d;
-const OPEN_ARRAY = 0x5b;
-const CLOSE_ARRAY = 0x5d;
-const COMMA = 0x2c;
-const COLON = 0x3a;
-const MINUS = 0x2d;
-const PLUS = 0x2b;
-const DOT = 0x2e;
-const DIGIT_0 = 0x30;
-const DIGIT_1 = 0x31;
-const DIGIT_9 = 0x39;
-const SPACE = 0x20;
-const NEWLINE = 0x0a;
-const LOWER_E = 0x65;
-const UPPER_E = 0x45;
-const LOWER_U = 0x75;
-const LOWER_T = 0x74;
-const LOWER_F = 0x66;
-const LOWER_N = 0x6e;
-
 /** The same limit as schemas.ts MAX_CONTENT_DEPTH: an object or array at this depth or deeper is refused. */
 const MAX_DEPTH = 64;
 /** A number with more integer digits than this may be beyond a double's range: it is then checked. */
@@ -88,10 +90,6 @@ SHORT_ESCAPE_LETTERS[0x09] = 0x74;
 SHORT_ESCAPE_LETTERS[0x0a] = 0x6e;
 SHORT_ESCAPE_LETTERS[0x0c] = 0x66;
 SHORT_ESCAPE_LETTERS[0x0d] = 0x72;
-
-function isWhitespace(code: number | undefined): boolean {
-  return code === SPACE || code === NEWLINE || code === 0x0d || code === 0x09;
-}
 
 function hexValue(code: number | undefined): number {
   if (code === undefined) return -1;

@@ -2,6 +2,20 @@
 // and a list body cut into its envelope and its items so that each item is judged on its own.
 import { isLosslessNumber, LosslessNumber, parse, stringify } from 'lossless-json';
 import { AgentError } from '../lib/errors.js';
+import {
+  BACKSLASH,
+  CLOSE_ARRAY,
+  CLOSE_OBJECT,
+  COLON,
+  COMMA,
+  DIGIT_0,
+  DIGIT_9,
+  isWhitespace,
+  MINUS,
+  OPEN_ARRAY,
+  OPEN_OBJECT,
+  QUOTE,
+} from './json-bytes.js';
 
 export { isLosslessNumber, LosslessNumber };
 
@@ -115,22 +129,6 @@ export function stringifyJson(value: unknown, space?: number): string {
   if (text === undefined || text.includes(LOSSLESS_NUMBER_KEY)) text = stringify(value, undefined, space);
   if (text === undefined) throw new TypeError('value has no JSON representation');
   return text;
-}
-
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const OPEN_OBJECT = 0x7b;
-const CLOSE_OBJECT = 0x7d;
-const OPEN_ARRAY = 0x5b;
-const CLOSE_ARRAY = 0x5d;
-const COMMA = 0x2c;
-const COLON = 0x3a;
-const MINUS = 0x2d;
-const DIGIT_0 = 0x30;
-const DIGIT_9 = 0x39;
-
-function isWhitespace(code: number): boolean {
-  return code === 0x20 || code === 0x0a || code === 0x0d || code === 0x09;
 }
 
 /** Index of the quote closing the string opened at `start`, or -1 when the text ends first. */
