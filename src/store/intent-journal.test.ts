@@ -3,7 +3,7 @@
 import { createHash } from 'node:crypto';
 import { lstatSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -124,13 +124,21 @@ describe('IntentJournal', () => {
     const rootDir = () => path.join(dir, 'root');
     const stateDir = () => path.join(dir, 'state');
 
-    /** Run 1 declares `relative`, then `made` runs (the write's mkdirs), the bytes land, and the run dies. */
-    async function adoptedAfter(relative: string, made: () => Promise<void>, fs: FsPort = nodeFs) {
+    /**
+     * Run 1 declares `relative` (through `fs`), then `made` runs (the write's mkdirs), the bytes land, and the run
+     * dies; run 2 adopts it (through `adoptFs`).
+     */
+    async function adoptedAfter(
+      relative: string,
+      made: () => Promise<void>,
+      fs: FsPort = nodeFs,
+      adoptFs: FsPort = nodeFs,
+    ) {
       const run1 = await IntentJournal.open(fs, stateDir(), rootDir(), silentLogger());
       await run1.declare([{ path: relative, instanceId: 'cfg_a', sha256: sha }]);
       await made();
       await writeFile(path.join(rootDir(), relative), bytes);
-      const run2 = await IntentJournal.open(nodeFs, stateDir(), rootDir(), silentLogger());
+      const run2 = await IntentJournal.open(adoptFs, stateDir(), rootDir(), silentLogger());
       const state = emptyState('dvc_1', rootDir());
       expect(await run2.adopt(state, 'now')).toEqual([relative]);
       return state.files.get(relative)?.createdDirs;
@@ -201,16 +209,24 @@ describe('IntentJournal', () => {
       }
     });
 
-    it.skipIf(process.getuid?.() !== 0)(
-      'a directory another user made between the declaration and the write is theirs (root only: chown)',
-      async () => {
-        const createdDirs = await adoptedAfter('keep/made/deeper/a.json', async () => {
-          await mkdir(path.join(rootDir(), 'keep/made/deeper'), { recursive: true });
-          await chown(path.join(rootDir(), 'keep/made'), 4242, 4242);
-        });
-        // Not theirs, nor anything below it: a leftover empty directory is the lesser error.
-        expect(createdDirs).toEqual([]);
-      },
-    );
+    it('a directory another user made between the declaration and the write is theirs, and all below it', async () => {
+      // `keep/made` as lstat shows a directory of another user's (what a chown would leave; any user runs this).
+      const fs: FsPort = {
+        ...nodeFs,
+        lstat: (async (file: string, options?: never) => {
+          const stats = await nodeFs.lstat(file, options);
+          if (String(file).endsWith('/keep/made')) stats.uid += 4242;
+          return stats;
+        }) as FsPort['lstat'],
+      };
+      const createdDirs = await adoptedAfter(
+        'keep/made/deeper/a.json',
+        () => mkdir(path.join(rootDir(), 'keep/made/deeper'), { recursive: true }).then(() => undefined),
+        nodeFs,
+        fs,
+      );
+      // Not theirs, nor anything below it: a leftover empty directory is the lesser error.
+      expect(createdDirs).toEqual([]);
+    });
   });
 });

@@ -2,18 +2,20 @@
 // fingerprints.json) are moved aside at start-up, through `--once` against the mock: they exited 78 for good.
 import { execFileSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { chown, lstat, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import * as nodeFs from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CommandIo } from '../cli/io.js';
+import { silentLogger } from '../lib/logger.js';
 import { main } from '../main.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import { StatusOutbox } from './outbox.js';
 
 const KEY = 'sk_test_state_files_aside_0123';
 const DEVICE = 'dvc_aside';
-const isRoot = process.geteuid?.() === 0;
 
 let dir: string;
 let server: RunningMockServer;
@@ -153,15 +155,21 @@ describe('outbox.json as a symlink to a regular file', () => {
     await expectSynced('outbox.json');
   });
 
-  it.skipIf(!isRoot)("another user's file is not trusted: nothing of it is sent", async () => {
+  it("another user's file is not trusted: nothing of it is kept, the link is set aside", async () => {
     await mkdir(stateDir(), { recursive: true, mode: 0o700 });
     const target = path.join(dir, 'their-outbox.json');
     await queuedOutbox(target, 0o600);
-    await chown(target, 4242, 4242);
     await symlink(target, path.join(stateDir(), 'outbox.json'));
-    expect((await once()).code).toBe(0);
-    expect(server.state.reports.map((r) => r.message)).not.toContain('salvaged report');
-    await expectSynced('outbox.json');
+    // The agent's user as StatusOutbox.open takes it: the file's owner is someone else (no chown, any user).
+    const owner = (await lstat(target)).uid;
+    const theirs = await StatusOutbox.open(nodeFs, stateDir(), silentLogger(), owner + 4242);
+    expect(theirs.pending()).toEqual([]);
+    const entries = await readdir(stateDir());
+    expect(entries.filter((entry) => entry.startsWith('outbox.json.not-regular-'))).toHaveLength(1);
+    // The same file, its owner the agent's user: kept (what tells the two apart is the owner alone).
+    await symlink(target, path.join(stateDir(), 'outbox.json'));
+    const own = await StatusOutbox.open(nodeFs, stateDir(), silentLogger(), owner);
+    expect(own.pending().map((entry) => entry.report.message)).toEqual(['salvaged report']);
   });
 
   it('a file others can write is not trusted either', async () => {
