@@ -485,6 +485,16 @@ async function createParents(
 const PROC_FD = '/proc/self/fd';
 
 /**
+ * The name `relative` under `root`: inside its pinned parent directory when there is one (the /proc link is the
+ * open directory itself, never a walk of the path: unlinkat/rmdirat semantics), else by path.
+ */
+function entryPath(root: string, relative: string, parent: FileHandle | undefined): string {
+  return parent === undefined
+    ? path.join(root, relative)
+    : `${PROC_FD}/${parent.fd}/${path.posix.basename(relative)}`;
+}
+
+/**
  * The target's parent, opened by a walk from the root that follows no symlink: each directory opened with
  * O_NOFOLLOW|O_DIRECTORY inside the one before it, named through /proc/self/fd (openat() without openat(), which
  * Node lacks). The temp file is created, and renamed, inside this descriptor's directory: another local user
@@ -612,12 +622,8 @@ async function removeCreatedDirs(
 ): Promise<void> {
   for (const relative of [...created].reverse()) {
     const parent = parents.get(relativeDir(relative));
-    const target =
-      parent === undefined
-        ? path.join(root, relative)
-        : `${PROC_FD}/${parent.fd}/${path.posix.basename(relative)}`;
     try {
-      await fs.rmdir(target);
+      await fs.rmdir(entryPath(root, relative, parent));
     } catch {
       return;
     }
@@ -1089,10 +1095,7 @@ async function unlinkChecked(
   expected: FileIdentity | undefined,
   parent: FileHandle | undefined,
 ): Promise<RemoveOutcome> {
-  const entry =
-    parent === undefined
-      ? inspection.absolute
-      : `${PROC_FD}/${parent.fd}/${path.posix.basename(relativePath)}`;
+  const entry = entryPath(inspection.root, relativePath, parent);
   const current = parent === undefined ? inspection.final : await lstatOrUndefined(fs, entry, relativePath);
   if (current === undefined) return 'absent';
   if (!current.isFile()) return 'refused';
@@ -1150,12 +1153,8 @@ async function pruneDirectories(fs: FsPort, root: string, pruneDirs: readonly st
         throw error;
       }
       if (parent === 'absent') continue;
-      const target =
-        parent === undefined
-          ? path.join(root, relative)
-          : `${PROC_FD}/${parent.fd}/${path.posix.basename(relative)}`;
       try {
-        await fs.rmdir(target);
+        await fs.rmdir(entryPath(root, relative, parent));
       } catch (error) {
         await parent?.close().catch(() => undefined);
         const code = errnoCode(error);
