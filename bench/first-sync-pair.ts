@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { FLOOR_LOOP } from './lib/first-sync.js';
 import { benchFixtures, expectedFiles } from './lib/fixtures.js';
-import { median, runTimed } from './lib/proc.js';
+import { median, runTimed, settleDisk } from './lib/proc.js';
 import { createWorld, verifyTree } from './lib/world.js';
 
 const [beforeBin, afterBin, repsArg] = process.argv.slice(2);
@@ -74,6 +74,7 @@ async function agent(name: Name, bin: string): Promise<void> {
     rttMs > 0 ? await delayingProxy(Number(new URL(world.server.url).port), rttMs / 2) : undefined;
   if (proxy !== undefined) await world.writeConfig({}, proxy.url);
   try {
+    await settleDisk();
     const run = await runTimed(process.execPath, [bin, '--config', world.configPath, '--once'], {
       rss: true,
     });
@@ -95,6 +96,7 @@ async function agent(name: Name, bin: string): Promise<void> {
 
 async function floor(name: Name, inFlight: number, rep: number): Promise<void> {
   const root = path.join(scratch, `root-${name}-${rep}`);
+  await settleDisk();
   const run = await runTimed(process.execPath, [FLOOR_LOOP, manifest, root, String(inFlight)], { rss: true });
   if (run.code !== 0) throw new Error(`${name}: exit ${run.code}`);
   push(name, run.ms, run.cpuSeconds);

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Fixtures } from '../../src/api/admin-schemas.js';
 import { BENCH_API_KEY, BENCH_DEVICE, benchFixtures, expectedFiles } from './fixtures.js';
-import { median, runTimed } from './proc.js';
+import { median, runTimed, settleDisk } from './proc.js';
 import { type BenchWorld, createWorld, verifyTree } from './world.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -49,6 +49,7 @@ export async function agentFirstSync(
   onWorld?: (world: BenchWorld) => Promise<void>,
 ): Promise<{ ms: number; maxRssKiB: number | undefined; failure?: string; world: BenchWorld }> {
   const world = await createWorld(fixtures);
+  await settleDisk();
   const run = await runTimed(process.execPath, [...AGENT_ARGV, '--config', world.configPath, '--once'], {
     rss: true,
   });
@@ -108,6 +109,7 @@ export async function firstSync(
           continue;
         }
         const root = path.join(scratch, `root-${contender}-${rep}`);
+        await settleDisk();
         const run =
           contender === 'curl-jq'
             ? await runTimed('bash', [CURL_JQ, curlWorld!.server.url, BENCH_DEVICE, root], {

@@ -1,5 +1,5 @@
 // Child processes for the bench: wall time from spawn to exit, and peak RSS through GNU time when present.
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
@@ -105,4 +105,29 @@ export function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const middle = Math.floor(sorted.length / 2);
   return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+}
+
+/** Dirty and under-writeback page cache, KiB (/proc/meminfo): what the disk still owes earlier runs. */
+export async function unwrittenKiB(): Promise<number | undefined> {
+  const meminfo = await readFile('/proc/meminfo', 'utf8').catch(() => '');
+  const dirty = /^Dirty:\s+(\d+)\s+kB/m.exec(meminfo);
+  const writeback = /^Writeback:\s+(\d+)\s+kB/m.exec(meminfo);
+  return dirty && writeback ? Number(dirty[1]) + Number(writeback[1]) : undefined;
+}
+
+/**
+ * Waits until the disk has written back what earlier runs left dirty (`sync`, then /proc/meminfo's Dirty +
+ * Writeback under 4 MiB, at most 30 s), so that no timed run pays for its predecessors' writeback: without it,
+ * a run's repetitions slowed one after the other (the 10,000 first syncs 7.1 → 14.3 s, the floors 875 → 1,865
+ * ms). Every contender gets the same settling before each of its timed runs. Returns the milliseconds waited.
+ */
+export async function settleDisk(): Promise<number> {
+  const started = performance.now();
+  await new Promise<void>((resolve) => execFile('sync', () => resolve()));
+  for (;;) {
+    const unwritten = await unwrittenKiB();
+    if (unwritten === undefined || unwritten < 4096 || performance.now() - started > 30_000) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return performance.now() - started;
 }
