@@ -24,9 +24,24 @@ const TABLE: [number, StatusClass, boolean, boolean, string][] = [
   [200, 'success', false, false, 'delivered'],
   [204, 'success', false, false, 'delivered'],
   [299, 'success', false, false, 'delivered'],
-  [100, 'unexpected', false, false, 'skip'],
-  [302, 'unexpected', false, false, 'skip'],
-  [304, 'unexpected', false, false, 'skip'],
+  // No working service answers these to this client (it never asks conditionally, for a range or with
+  // Expect): a broken service, cache or proxy. The service is unusable (exit 3); a report is kept.
+  [100, 'unexpected', false, true, 'skip'],
+  [199, 'unexpected', false, true, 'skip'],
+  [302, 'unexpected', false, true, 'skip'],
+  [304, 'unexpected', false, true, 'skip'],
+  [399, 'unexpected', false, true, 'skip'],
+  [406, 'unexpected', false, true, 'skip'],
+  [412, 'unexpected', false, true, 'skip'],
+  [416, 'unexpected', false, true, 'skip'],
+  [417, 'unexpected', false, true, 'skip'],
+  [418, 'unexpected', false, true, 'skip'],
+  [421, 'unexpected', false, true, 'skip'],
+  [426, 'unexpected', false, true, 'skip'],
+  [428, 'unexpected', false, true, 'skip'],
+  [499, 'unexpected', false, true, 'skip'],
+  [600, 'unexpected', false, true, 'skip'],
+  [999, 'unexpected', false, true, 'skip'],
   [400, 'rejected', false, false, 'drop'],
   [404, 'rejected', false, false, 'drop'],
   [409, 'rejected', false, false, 'drop'],
@@ -43,13 +58,13 @@ const TABLE: [number, StatusClass, boolean, boolean, string][] = [
   [501, 'server_error', true, true, 'skip'],
   [505, 'server_error', true, true, 'skip'],
   [599, 'server_error', true, true, 'skip'],
-  // Any other 4xx: the service will never accept that exact request (a kept report was retried every pass).
+  // A 4xx judging the request itself: the service will never accept it (a kept report was retried every pass).
   [405, 'rejected', false, false, 'drop'],
   [411, 'rejected', false, false, 'drop'],
   [415, 'rejected', false, false, 'drop'],
-  [418, 'rejected', false, false, 'drop'],
-  [451, 'rejected', false, false, 'drop'],
-  [499, 'rejected', false, false, 'drop'],
+  // Blocked (by law or policy, at a proxy) or unpaid: no request judged, every report kept.
+  [402, 'denied', false, true, 'stop'],
+  [451, 'denied', false, true, 'stop'],
   // Refused for its size: a report is sent again without its message first (reconcile/report.ts).
   [413, 'too_large', false, false, 'drop'],
   [414, 'too_large', false, false, 'drop'],
@@ -71,7 +86,7 @@ describe('classifyStatus and what is read from it', () => {
   );
 
   it('the whole range has a class', () => {
-    for (let status = 100; status < 600; status += 1) {
+    for (let status = 100; status < 1000; status += 1) {
       expect(classifyStatus(status)).toMatch(
         /^(success|too_large|rejected|denied|unavailable|server_error|unexpected)$/,
       );

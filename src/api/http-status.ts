@@ -7,16 +7,20 @@ export type { DeliveryVerdict };
  * - `success`: 2xx.
  * - `too_large`: 413, 414, 431: the service refuses this request for its size (body, URL, headers); repeating
  *   it as it is changes nothing (a report is sent once more without its message, then dropped: report.ts).
- * - `rejected`: every other 4xx not named below (400, 404, 405, 409, 410, 415, 422, 451, ...): the service will
- *   never accept this request as sent (a bad body, an instance that is gone, a conflict, a method or media type
- *   it refuses); repeating it changes nothing.
- * - `denied`: 401, 403, 407: the key (or the proxy's credentials) is refused; nothing succeeds until an
- *   operator fixes it.
+ * - `rejected`: 400, 404, 405, 409, 410, 411, 415, 422: the service will never accept this request as sent (a
+ *   bad body, an instance that is gone, a conflict, a method or media type it refuses); repeating it changes
+ *   nothing.
+ * - `denied`: 401, 402, 403, 407, 451: the key (or the proxy's credentials) is refused, the account is not
+ *   paid, or the service is blocked for this device (451: by law or policy, usually at a proxy); nothing
+ *   succeeds until someone acts, and no request is judged on its own.
  * - `unavailable`: 408, 425, 429, 502, 503, 504: the service cannot take requests now (overload, a gateway, a
  *   timeout); every request will fail for a while.
  * - `server_error`: any other 5xx: this request failed at the server; it may succeed later, others may now.
- * - `unexpected`: anything else (1xx, 3xx: redirects are never followed): an answer the client did not plan
- *   for; repeating it is pointless.
+ * - `unexpected`: an answer no working service gives this client: 1xx and 3xx as a final answer (redirects are
+ *   never followed; the client never asks conditionally, so a 304 is a broken cache or proxy), 412, 416 and 417
+ *   (it never sends a precondition, a range or an Expect), 406, 421, 426 and 428 (about the connection or the
+ *   protocol, the same for every request), a 4xx HTTP does not define (418, 499, ...), anything from 600 on. A
+ *   broken service or something between, not a verdict on the request; repeating it at once is pointless.
  */
 export type StatusClass =
   | 'success'
@@ -28,16 +32,18 @@ export type StatusClass =
   | 'unexpected';
 
 const TOO_LARGE: ReadonlySet<number> = new Set([413, 414, 431]);
-const DENIED: ReadonlySet<number> = new Set([401, 403, 407]);
+const DENIED: ReadonlySet<number> = new Set([401, 402, 403, 407, 451]);
 const UNAVAILABLE: ReadonlySet<number> = new Set([408, 425, 429, 502, 503, 504]);
+/** The 4xx that judge the request itself (its body, target, method or media type): never accepted as sent. */
+const REJECTED: ReadonlySet<number> = new Set([400, 404, 405, 409, 410, 411, 415, 422]);
 
 export function classifyStatus(status: number): StatusClass {
   if (status >= 200 && status <= 299) return 'success';
   if (TOO_LARGE.has(status)) return 'too_large';
   if (DENIED.has(status)) return 'denied';
   if (UNAVAILABLE.has(status)) return 'unavailable';
-  if (status >= 400 && status <= 499) return 'rejected';
-  if (status >= 500) return 'server_error';
+  if (REJECTED.has(status)) return 'rejected';
+  if (status >= 500 && status <= 599) return 'server_error';
   return 'unexpected';
 }
 
@@ -48,13 +54,14 @@ export function isRetryableStatus(status: number): boolean {
 }
 
 /**
- * The service could not be used at all (exit code 3): it refused the key, or is down or overloaded. A
- * `rejected`, `too_large` or `unexpected` answer came from a server that works but disagrees with the client (a wrong base
- * URL or API version): that is not an outage.
+ * The service could not be used at all (exit code 3): it refused the key, is blocked, down or overloaded, or
+ * what answered is broken (`unexpected`: a 304 to a request that was never conditional is a cache or proxy in
+ * the way, not the agent's failure). A `rejected` or `too_large` answer came from a server that works but
+ * disagrees with the client (a wrong base URL or API version): that is not an outage.
  */
 export function isServiceUnusableStatus(status: number): boolean {
   const kind = classifyStatus(status);
-  return kind === 'denied' || kind === 'unavailable' || kind === 'server_error';
+  return kind !== 'success' && kind !== 'rejected' && kind !== 'too_large';
 }
 
 /**

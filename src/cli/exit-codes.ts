@@ -10,7 +10,7 @@ export const ExitCode = {
   NotConverged: 1,
   /** Bad command line: unknown flag or command, missing value, flags that do not go together. */
   Usage: 2,
-  /** The server was unreachable, timed out, or rejected the API key. */
+  /** The server was unreachable, timed out, rejected the API key, or answered what no working service sends. */
   Unreachable: 3,
   /** Invalid configuration: config file, API key, environment, or an unusable stateDir (EX_CONFIG of sysexits.h). */
   Config: 78,
@@ -25,7 +25,7 @@ export const EXIT_CODE_MEANINGS: Readonly<Record<ExitCode, string>> = {
   [ExitCode.NotConverged]:
     'not converged: server reached, but an instance is retrying or failed, or a report is undelivered',
   [ExitCode.Usage]: 'usage error',
-  [ExitCode.Unreachable]: 'server unreachable, timed out, or API key rejected',
+  [ExitCode.Unreachable]: 'server unreachable, timed out, API key rejected, or a broken answer (304, 3xx)',
   [ExitCode.Config]:
     'invalid configuration (config file, API key, environment), or a read-only or unwritable stateDir',
 };
@@ -53,9 +53,9 @@ export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
 
 /**
  * Whether a failed pull means the service could not be used at all (exit 3): no connection, a timeout (of a
- * request or of the whole pull), a truncated transfer, or a status `http-status.ts` judges an outage (a refused key, overload, a server error).
- * Anything else (a 404 from a wrong base URL or version, a response that breaks the schema) reached a server
- * that answered: exit 1.
+ * request or of the whole pull), a truncated transfer, or a status `http-status.ts` judges an outage (a refused key,
+ * overload, a server error, an answer no working service gives: a 304, a redirect, a 418). Anything else (a 404
+ * from a wrong base URL or version, a response that breaks the schema) reached a server that answered: exit 1.
  */
 export function isUnreachable(error: PassError | undefined): boolean {
   if (error === undefined) return true;

@@ -103,7 +103,7 @@ describe('a report the service refuses for its size', () => {
     expect(lines.some((line) => /dropped/.test(line))).toBe(true);
   });
 
-  it.each([414, 431, 405, 415, 451])(
+  it.each([414, 431, 405, 415, 422])(
     '%i (will never succeed for this exact request): dropped at once, the others delivered',
     async (status) => {
       server.state.instances.set('cfg_a', mockRecord('cfg_a'));
