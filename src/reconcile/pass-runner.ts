@@ -115,7 +115,7 @@ export interface PassRunner {
   readonly pendingReports: number;
   /** Whether some instance waits for a cooldown that has now elapsed (the daemon then runs a full pass). */
   hasDueRetries(): boolean;
-  /** The earliest monotonic time at which a cooling-down instance may be retried. */
+  /** The earliest monotonic time at which a cooling-down instance may be retried, or held reports may go. */
   nextRetryAt(): number | undefined;
   /** Paths changed since their hooks last ran (kept across restarts). */
   pendingHookPaths(): string[];

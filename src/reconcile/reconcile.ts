@@ -79,7 +79,8 @@ export class Reconciler implements PassRunner {
   }
 
   nextRetryAt(): number | undefined {
-    let earliest: number | undefined;
+    // Reports held by the service's Retry-After go when it ends, not with the next poll after it.
+    let earliest = this.#ctx.dir.outbox.heldUntil(this.#ctx.deps.clock.monotonic());
     for (const until of this.#ctx.dir.state.cooldowns.values()) {
       if (earliest === undefined || until < earliest) earliest = until;
     }

@@ -3,7 +3,7 @@ import type { ReportAnswer, ServiceClient } from '../api/client.js';
 import { deliveryVerdict, HttpStatusError, ReportContradictedError } from '../api/errors.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
 import type { ConfigInstanceHead, StatusReport } from '../api/schemas.js';
-import { type Backoff, backoffCeilingMs, honourRetryAfter } from '../lib/backoff.js';
+import { type Backoff, backoffCeilingMs, clampRetryAfterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Logger } from '../lib/logger.js';
 import { type DeliveryBackoff, type OutboxEntry, SharedSends, type StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
@@ -136,15 +136,23 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
   };
 }
 
-/** The outbox's backoff for reports that failed on their own, on the request layer's clock and randomness. */
+/**
+ * The outbox's backoff on the request layer's clock and randomness: for reports that failed on their own, and
+ * the hold of every report after a stop whose answer carries a Retry-After (a 503 or 429: measured against the
+ * service's Date header by the client, capped at MAX_RETRY_AFTER_MS). Without the hold the reports went again
+ * with the next pass, sooner than asked when the poll is shorter, later than needed when it is longer.
+ */
 export function reportBackoff(retry: Pick<RequestRetryOptions, 'clock' | 'random'>): DeliveryBackoff {
+  const retryAfterOf = (error: unknown) =>
+    error instanceof HttpStatusError ? clampRetryAfterMs(error.retryAfterMs) : undefined;
   return {
     now: () => retry.clock.monotonic(),
     delayMs: (attempts, error) => {
       const ceiling = backoffCeilingMs(REPORT_BACKOFF, attempts);
       const jittered = Math.round(ceiling / 2 + (retry.random() * ceiling) / 2);
-      return honourRetryAfter(jittered, error instanceof HttpStatusError ? error.retryAfterMs : undefined);
+      return honourRetryAfter(jittered, retryAfterOf(error));
     },
+    holdMs: retryAfterOf,
   };
 }
 

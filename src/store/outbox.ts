@@ -40,6 +40,8 @@ export interface FlushResult {
   persistError?: unknown;
   /** Reports not sent because their backoff after a failure of their own has not elapsed; they stay queued. */
   backingOff: number;
+  /** Set when nothing was sent because an earlier stop's Retry-After has not elapsed (`deferredBy` is that stop). */
+  heldUntil?: number;
 }
 
 /**
@@ -49,6 +51,11 @@ export interface FlushResult {
 export interface DeliveryBackoff {
   now: () => number;
   delayMs: (attempts: number, error: unknown) => number;
+  /**
+   * How long a `stop` asks every report to wait (the service's Retry-After, capped), or undefined: no flush
+   * with this backoff sends anything before that has passed.
+   */
+  holdMs?: (error: unknown) => number | undefined;
 }
 
 /**
@@ -99,6 +106,8 @@ export class StatusOutbox {
    * a restart (an operator who fixed something, a `--once` run) tries every report at once.
    */
   #notBefore = new Map<number, number>();
+  /** A stop with a Retry-After: no report goes before this monotonic time (in memory only, as `#notBefore`). */
+  #held: { until: number; by: unknown } | undefined;
   /**
    * The send in flight for each instance, whichever flush started it: flushes may run side by side (a pass
    * delivers while it writes), and an instance's later report waits for its earlier one to settle.
@@ -144,6 +153,13 @@ export class StatusOutbox {
 
   pendingFor(instanceId: string): OutboxEntry | undefined {
     return this.#byInstance.get(instanceId);
+  }
+
+  /** The monotonic time before which no report is sent (a stop's Retry-After), while one is in force at `now`. */
+  heldUntil(now: number): number | undefined {
+    return this.#held !== undefined && this.#held.until > now && this.#entries.length > 0
+      ? this.#held.until
+      : undefined;
   }
 
   /** Reports queued since the outbox was opened or made, replaced ones included: grows with every `enqueue`. */
@@ -219,6 +235,12 @@ export class StatusOutbox {
     const settled = new Set<number>();
     const { backoff } = options;
     const startedAt = backoff?.now();
+    // The service asked for a wait (a 503 or 429 with Retry-After): nothing goes sooner, a new report neither.
+    if (startedAt !== undefined && this.#held !== undefined && this.#held.until > startedAt) {
+      result.deferredBy = this.#held.by;
+      result.heldUntil = this.#held.until;
+      return result;
+    }
     const due = (entry: OutboxEntry) => {
       const notBefore = this.#notBefore.get(entry.seq);
       if (startedAt === undefined || notBefore === undefined || notBefore <= startedAt) return true;
@@ -255,6 +277,11 @@ export class StatusOutbox {
           if (verdict === 'stop') {
             if (result.deferredBy === undefined) result.deferredBy = error;
             shared.stopped = true;
+            const holdMs = backoff?.holdMs?.(error);
+            if (backoff !== undefined && holdMs !== undefined && holdMs > 0) {
+              const until = backoff.now() + holdMs;
+              if (this.#held === undefined || until > this.#held.until) this.#held = { until, by: error };
+            }
           } else if (verdict === 'skip') {
             result.skipped.push({ entry, error });
             entry.attempts = (entry.attempts ?? 0) + 1;
