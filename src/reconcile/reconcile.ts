@@ -52,7 +52,9 @@ export class Reconciler implements PassRunner {
 
   runPass(options: PassOptions): Promise<PassResult> {
     if (this.#ctx.dir.readOnly && !options.dryRun) throw new Error('a read-only reconciler can only dry-run');
-    return runPass(this.#ctx, options);
+    if (options.dryRun === true) return runPass(this.#ctx, options);
+    // Another agent may have run on stateDir since the last pass if its lock was removed (`rm -rf stateDir`).
+    return this.#ctx.dir.holdLock().then(() => runPass(this.#ctx, options));
   }
 
   get state(): Readonly<LocalState> {

@@ -123,6 +123,54 @@ describe('acquireStateLock', () => {
   });
 });
 
+describe('StateLock.ensureHeld: the lock removed under a running agent', () => {
+  it('takes it again (stateDir made again) when it was removed, so a second agent is refused', async () => {
+    const { vol, fs } = memfs();
+    const lock = await acquireStateLock(fs, STATE, probe(100, [100, 200]));
+    expect(await lock.ensureHeld()).toBe(false);
+    vol.rmSync(STATE, { recursive: true });
+    expect(await lock.ensureHeld()).toBe(true);
+    expect(JSON.parse(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string)).toMatchObject({
+      pid: 100,
+    });
+    expect((vol.statSync(STATE).mode as number) & 0o777).toBe(0o700);
+    await expect(acquireStateLock(fs, STATE, probe(200, [100, 200]))).rejects.toBeInstanceOf(
+      StateLockedError,
+    );
+    expect(vol.readdirSync(STATE)).toEqual([LOCK_FILE]);
+  });
+
+  it('refuses while another live agent took it meanwhile, and leaves that agent its lock', async () => {
+    const { vol, fs } = memfs();
+    const first = await acquireStateLock(fs, STATE, probe(100, [100, 200]));
+    vol.unlinkSync(`${STATE}/${LOCK_FILE}`);
+    const second = await acquireStateLock(fs, STATE, probe(200, [100, 200]));
+    await expect(first.ensureHeld()).rejects.toBeInstanceOf(StateLockedError);
+    expect(JSON.parse(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string)).toMatchObject({
+      pid: 200,
+    });
+    await second.release();
+    expect(await first.ensureHeld()).toBe(true);
+    expect(JSON.parse(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string)).toMatchObject({
+      pid: 100,
+    });
+  });
+
+  it('a lock replaced by garbage or by a dead agent is taken again', async () => {
+    const { vol, fs } = memfs();
+    const lock = await acquireStateLock(fs, STATE, probe(100, [100]));
+    vol.writeFileSync(`${STATE}/${LOCK_FILE}`, JSON.stringify({ pid: 300, procStart: 'start-300' }));
+    expect(await lock.ensureHeld()).toBe(true);
+    vol.writeFileSync(`${STATE}/${LOCK_FILE}`, 'garbage');
+    expect(await lock.ensureHeld()).toBe(true);
+    expect(JSON.parse(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string)).toMatchObject({
+      pid: 100,
+    });
+    await lock.release();
+    expect(vol.existsSync(`${STATE}/${LOCK_FILE}`)).toBe(false);
+  });
+});
+
 /** A small seeded generator, so a failing interleaving can be replayed from its seed. */
 function seeded(seed: number): () => number {
   let x = seed >>> 0 || 1;

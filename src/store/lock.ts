@@ -46,6 +46,14 @@ export interface ProcessProbe {
 
 export interface StateLock {
   release(): Promise<void>;
+  /**
+   * Makes sure the lock at stateDir is still this one, before a pass writes: an operator's `rm -rf stateDir`
+   * (or of the lock alone) while the agent runs took it away, and a `--once` or a second agent then ran beside
+   * it, sweeping its temp files and writing state.json under it. A lock that is gone or not a live agent's is
+   * taken again (stateDir made again, 0700); one another live agent holds throws StateLockedError. True when it
+   * had to be taken again.
+   */
+  ensureHeld(): Promise<boolean>;
 }
 
 /**
@@ -62,13 +70,35 @@ export async function acquireStateLock(
 ): Promise<StateLock> {
   const file = path.join(stateDir, LOCK_FILE);
   const mine: LockContent = { ...(await probe.self()), token: randomBytes(12).toString('hex') };
+  await takeLock(fs, stateDir, mine, probe);
+  return {
+    release: () => releaseLock(fs, file, mine),
+    ensureHeld: async () => {
+      const holder = await readLock(fs, file);
+      // Another lock of this process (a reload that reopened stateDir) holds it for us just as well.
+      if (typeof holder === 'object' && (holder.token === mine.token || holder.pid === mine.pid))
+        return false;
+      try {
+        await fs.mkdir(stateDir, { recursive: true, mode: 0o700 });
+      } catch (error) {
+        throw new StateDirError(stateDir, `cannot create ${LOCK_FILE}`, error);
+      }
+      await takeLock(fs, stateDir, mine, probe);
+      return true;
+    },
+  };
+}
+
+/** Publishes `mine` as the lock: link() of a complete temp file, a stale lock taken over, a live one refused. */
+async function takeLock(fs: FsPort, stateDir: string, mine: LockContent, probe: ProcessProbe): Promise<void> {
+  const file = path.join(stateDir, LOCK_FILE);
   const temp = path.join(stateDir, `${TEMP_PREFIX}${LOCK_FILE}-${mine.token}`);
   await writeLockTemp(fs, stateDir, temp, mine);
   try {
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt += 1) {
       try {
         await fs.link(temp, file);
-        return { release: () => releaseLock(fs, file, mine) };
+        return;
       } catch (error) {
         if (errnoCode(error) !== 'EEXIST')
           throw new StateDirError(stateDir, `cannot create ${LOCK_FILE}`, error);

@@ -253,6 +253,26 @@ export class StateDir {
     });
   }
 
+  /**
+   * Before a pass writes: the lock taken at open must still be this agent's (StateLock.ensureHeld). A lock
+   * removed under the running agent is taken again, logged; one another live agent took meanwhile throws
+   * StateLockedError, so this agent writes nothing beside it.
+   */
+  async holdLock(): Promise<void> {
+    if (this.#lock === undefined) return;
+    if (await this.#lock.ensureHeld()) {
+      // Removed with the lock, state.json would never come back while the state stays what it holds: a restart
+      // would then start empty and own none of the files the agent wrote. The next persist writes them afresh.
+      this.#persisted = undefined;
+      this.#stateDurable = false;
+      this.#durable = false;
+      this.#logger.warn(
+        { stateDir: this.#settings.stateDir },
+        'agent.lock was gone from the state directory (removed under the running agent): taken again, state.json and outbox.json written again',
+      );
+    }
+  }
+
   /** Releases the directory for another agent; nothing may be persisted afterwards. */
   async close(): Promise<void> {
     await this.#lock?.release();
