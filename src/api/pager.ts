@@ -6,6 +6,7 @@ import type { Logger } from '../lib/logger.js';
 import { combineSignals } from '../lib/signals.js';
 import type { ServiceClient } from './client.js';
 import { ResponseTooLargeError } from './errors.js';
+import { compareInstants, sameInstant } from './instant.js';
 import { peekId, peekStrings } from './json.js';
 import type { ConfigInstancePage, PageItem, UnknownStatus } from './list-page.js';
 import type {
@@ -151,13 +152,11 @@ const HEAD_FIELDS = [
   'device_id',
 ] as const satisfies readonly (keyof ConfigInstanceHead)[];
 
+/** `updated_at` by instant: one instant written two ways (`Z`, `+00:00`) by two queries is one head. */
 function sameHead(a: ConfigInstanceHead, b: ConfigInstanceHead): boolean {
-  return HEAD_FIELDS.every((field) => a[field] === b[field]);
-}
-
-function timeOf(instance: ConfigInstanceHead): number | undefined {
-  const at = Date.parse(instance.updated_at);
-  return Number.isNaN(at) ? undefined : at;
+  return HEAD_FIELDS.every((field) =>
+    field === 'updated_at' ? sameInstant(a.updated_at, b.updated_at) : a[field] === b[field],
+  );
 }
 
 /** The list moved between two pages: the listing is thrown away and taken again. */
@@ -247,7 +246,7 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
       }
       // Two queries gave one id with other fields (it changed between them, or the service is broken): the copy
       // updated last is the instance; two copies of the same time cannot be told apart, so neither is used.
-      const order = compareUpdatedAt(timeOf(instance), timeOf(earlier));
+      const order = compareUpdatedAt(instance.updated_at, earlier.updated_at);
       if (order > 0) byId.set(instance.id, instance);
       else if (order === 0 && !invalid.has(instance.id)) {
         const { activityStatus, errorStatus } = newerHead(headOfInstance(earlier), headOfInstance(instance));
@@ -561,7 +560,7 @@ async function take<I>(item: PageItem, listing: Listing<I>, keep: Keep<I>): Prom
 
 /** What a listing remembers of each item it kept: enough to tell which of two copies of one id is newer. */
 interface ItemHead {
-  updatedAt?: number;
+  updatedAt?: string;
   activityStatus?: ConfigInstanceActivityStatus;
   errorStatus?: ErrorStatus;
 }
@@ -579,11 +578,10 @@ function headOf(item: PageItem): ItemHead {
 }
 
 function headOfInstance(instance: ConfigInstanceHead): ItemHead {
-  const at = timeOf(instance);
   return {
     activityStatus: instance.activity_status,
     errorStatus: instance.error_status,
-    ...(at === undefined ? {} : { updatedAt: at }),
+    updatedAt: instance.updated_at,
   };
 }
 
@@ -604,10 +602,10 @@ export function newerHead(a: ItemHead, b: ItemHead): ItemHead {
   };
 }
 
-/** Positive when `a` is the later time, negative when `b` is, 0 when equal or either is unknown. */
-export function compareUpdatedAt(a: number | undefined, b: number | undefined): number {
+/** Positive when `a` is the later instant, negative when `b` is, 0 when equal or either is unknown. */
+export function compareUpdatedAt(a: string | undefined, b: string | undefined): number {
   if (a === undefined || b === undefined) return 0;
-  return Math.sign(a - b);
+  return compareInstants(a, b) ?? 0;
 }
 
 /** The fields of an item a query filters on; unreadable fields and status values unknown to the agent are absent. */

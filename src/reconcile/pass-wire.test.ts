@@ -490,6 +490,46 @@ describe('one id given by two queries of one pull, with other fields', () => {
     expect(await fileAt('b.json')).toBe('{\n  "v": "new"\n}\n');
   });
 
+  it('updated a microsecond later: that copy is used (Date.parse alone took them for the same time)', async () => {
+    secondQueryGivesCfgAAt('2026-01-01T00:00:00.000002Z');
+    server.state.instances.set('cfg_a', {
+      ...server.state.instance('cfg_a'),
+      updated_at: '2026-01-01T00:00:00.000001Z',
+    });
+    await reconciler.runPass({ mode: 'incremental' });
+    expect(await exists('a.json')).toBe(false);
+    expect(await fileAt('b.json')).toBe('{\n  "v": "new"\n}\n');
+  });
+
+  it('the same copy with updated_at written another way (+00:00 for Z) is one copy: used, not ambiguous', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'a.json', content: { v: 'same' } });
+    put({
+      id: 'cfg_z',
+      relative_filepath: 'a.json',
+      config_schema_id: 'sch_cfg_a',
+      target_status: 'removed',
+      activity_status: 'deployed',
+      content: { v: 'same' },
+      updated_at: '2026-01-01T00:00:00+00:00',
+    });
+    fault({
+      match: LIST,
+      count: 1,
+      skip: 1,
+      mode: 'rewrite',
+      replace: [
+        { find: '"id":"cfg_z"', with: '"id":"cfg_a"' },
+        { find: '"target_status":"removed"', with: '"target_status":"deployed"' },
+        { find: '"activity_status":"deployed"', with: '"activity_status":"queued"' },
+        { find: '"status":"deployed"', with: '"status":"queued"' },
+      ],
+    });
+    const result = await reconciler.runPass({ mode: 'incremental' });
+    expect(await fileAt('a.json')).toBe('{\n  "v": "same"\n}\n');
+    expect(reports()).toEqual(['cfg_a deployed/none']);
+    expect(result.converged).toBe(true);
+  });
+
   it('updated at the same time: ambiguous, no copy is used and it is reported retrying', async () => {
     secondQueryGivesCfgAAt(T0);
     const result = await reconciler.runPass({ mode: 'incremental' });

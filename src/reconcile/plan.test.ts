@@ -658,6 +658,19 @@ describe('planSteps: two instances targeting deployed at one path', () => {
       { id: 'cfg_c', updated_at: '2026-01-01T00:00:00Z' },
       'cfg_c',
     ],
+    [
+      // Date.parse drops what is past the millisecond: these tied, and the greater id (cfg_b) took the path.
+      'updated a microsecond apart: the later one wins',
+      { id: 'cfg_b', updated_at: '2026-01-01T00:00:00.000001Z' },
+      { id: 'cfg_a', updated_at: '2026-01-01T00:00:00.000002Z' },
+      'cfg_a',
+    ],
+    [
+      'created a microsecond apart, same updated_at: the later created_at wins',
+      { id: 'cfg_b', created_at: '2025-12-31T23:59:59.9999990Z' },
+      { id: 'cfg_a', created_at: '2025-12-31T23:59:59.999999500+00:00' },
+      'cfg_a',
+    ],
   ])('ties are broken deterministically — %s', (_name, first, second, winnerId) => {
     const a = makeInstance(first);
     const b = makeInstance(second);

@@ -1,4 +1,6 @@
 // The planner: a pure function of (server instances, local state, disk observation) returning the steps.
+
+import { newestFirst, sameInstant } from '../api/instant.js';
 import {
   type ConfigInstance,
   type ConfigInstanceActivityStatus,
@@ -469,27 +471,15 @@ function pathProblem(path: string): string | undefined {
   }
 }
 
-/**
- * Whether two of the service's timestamps name one instant (to the millisecond, as every comparison of them):
- * a listing and a report's answer may write it differently (`Z` or `+00:00`, `.000` or no fraction), and the
- * echo of the agent's own report compared as text then looked like an operator's update: at a path conflict the
- * instance the agent refused, reported `retrying` last, took the path from the one operators chose.
- */
-export function sameInstant(a: string, b: string): boolean {
-  if (a === b) return true;
-  const at = Date.parse(a);
-  return !Number.isNaN(at) && at === Date.parse(b);
-}
-
 /** Newest `updated_at` first; ties broken deterministically so every pass picks the same winner. */
 function byNewestFirst(
   a: ConfigInstanceHead,
   b: ConfigInstanceHead,
   updatedAt: (instance: ConfigInstanceHead) => string,
 ): number {
-  const byUpdate = Date.parse(updatedAt(b)) - Date.parse(updatedAt(a));
+  const byUpdate = newestFirst(updatedAt(a), updatedAt(b));
   if (byUpdate !== 0) return byUpdate;
-  const byCreation = Date.parse(b.created_at) - Date.parse(a.created_at);
+  const byCreation = newestFirst(a.created_at, b.created_at);
   if (byCreation !== 0) return byCreation;
   return a.id < b.id ? 1 : a.id > b.id ? -1 : 0;
 }

@@ -1,13 +1,13 @@
 // Report: delivers the outbox in order; each failed delivery is judged by the one status classifier.
 import type { ReportAnswer, ServiceClient } from '../api/client.js';
 import { deliveryVerdict, HttpStatusError, ReportContradictedError } from '../api/errors.js';
+import { sameInstant } from '../api/instant.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
 import type { ConfigInstanceHead, StatusReport } from '../api/schemas.js';
 import { type Backoff, backoffCeilingMs, clampRetryAfterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Logger } from '../lib/logger.js';
 import { type DeliveryBackoff, type OutboxEntry, SharedSends, type StatusOutbox } from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
-import { sameInstant } from './plan.js';
 
 /**
  * Reports in flight at once, over kept-alive connections. The outbox holds one report per instance, so
