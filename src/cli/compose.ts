@@ -2,6 +2,7 @@
 import type { EventEmitter } from 'node:events';
 import * as nodeFs from 'node:fs/promises';
 import { type ClientOptions, createClient, type ServiceClient } from '../api/client.js';
+import { hookProgramProblem } from '../config/hook-programs.js';
 import { ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
 import type { AgentComponents } from '../daemon/agent.js';
@@ -197,7 +198,15 @@ async function buildAgentComponents(
     await current?.runner.flushState();
     await current?.runner.close();
   }
-  return { deps, config, runner, metrics, hookEnv: io.env, scrub: (text) => secrets.scrub(text) };
+  return {
+    deps,
+    config,
+    runner,
+    metrics,
+    hookEnv: io.env,
+    scrub: (text) => secrets.scrub(text),
+    vetHookProgram: (program) => hookProgramProblem(nodeFs, program, io.env),
+  };
 }
 
 /**

@@ -27,17 +27,32 @@ export async function assertHookProgramsTrusted(
   const issues: ConfigIssue[] = [];
   for (const [i, hook] of config.hooks.entries()) {
     const program = hook.run[0];
-    if (!path.isAbsolute(program) && program.includes('/')) continue;
-    const candidates = path.isAbsolute(program)
-      ? [program]
-      : (env.PATH ?? DEFAULT_PATH)
-          .split(':')
-          .filter((entry) => path.isAbsolute(entry))
-          .map((entry) => path.join(entry, program));
-    const problem = await firstProblem(fs, candidates, euid);
+    const problem = await hookProgramProblem(fs, program, env, euid);
     if (problem !== undefined) issues.push({ path: `hooks[${i}].run[0]`, message: `${program}: ${problem}` });
   }
   if (issues.length > 0) throw new ConfigError(configPath, issues);
+}
+
+/**
+ * Why another local user could change what `program` runs, or undefined when nobody but root and the agent's
+ * user can. Asked at start and reload (assertHookProgramsTrusted), and again by the daemon just before each run:
+ * a program (or a directory on the way) made writable by others after start must not run.
+ */
+export async function hookProgramProblem(
+  fs: PathChainFs & Pick<FsPort, 'stat'>,
+  program: string,
+  env: NodeJS.ProcessEnv,
+  euid: number | undefined = process.geteuid?.(),
+): Promise<string | undefined> {
+  if (euid === undefined) return undefined;
+  if (!path.isAbsolute(program) && program.includes('/')) return undefined;
+  const candidates = path.isAbsolute(program)
+    ? [program]
+    : (env.PATH ?? DEFAULT_PATH)
+        .split(':')
+        .filter((entry) => path.isAbsolute(entry))
+        .map((entry) => path.join(entry, program));
+  return firstProblem(fs, candidates, euid);
 }
 
 /** The first candidate that exists decides; each missing one before it must be a name nobody else can take. */

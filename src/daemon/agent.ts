@@ -35,6 +35,8 @@ export interface AgentComponents<R extends PassRunner = PassRunner> {
   hookEnv: NodeJS.ProcessEnv;
   /** Removes the API key from text the agent hands to local users (the local API's answers). */
   scrub: (text: string) => string;
+  /** Why a hook's program may not run now (another user could change it), asked before each run. */
+  vetHookProgram?: (program: string) => Promise<string | undefined>;
 }
 
 export interface AgentStatus {
@@ -346,6 +348,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
         env: c.hookEnv,
         logger: c.deps.logger.child({ component: 'hooks' }),
         signal: this.#stop.signal,
+        ...(c.vetHookProgram === undefined ? {} : { vetProgram: c.vetHookProgram }),
       });
       // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.
       for (const run of runs) c.metrics.recordHookRun(run);

@@ -39,6 +39,11 @@ export interface RunHooksOptions {
   /** Time between SIGTERM and SIGKILL after a timeout or abort. Default 2000. */
   killGraceMs?: number;
   clock?: Pick<Clock, 'monotonic'>;
+  /**
+   * Asked just before each hook starts: why its program (`run[0]`) may no longer be run (another user could
+   * have changed it since start), or undefined. Such a hook is not started; it counts as failed.
+   */
+  vetProgram?: (program: string) => Promise<string | undefined>;
 }
 
 export const CHANGED_ENV = 'CONFIG_AGENT_CHANGED';
@@ -260,6 +265,21 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
   });
 }
 
+/** A hook that was not started because its program could be changed by another user. */
+function refusedRun(hook: HookSpec, changedPaths: string[], error: string): HookRunResult {
+  return {
+    match: hook.match,
+    argv: [...hook.run],
+    changedPaths,
+    exitCode: null,
+    signal: null,
+    timedOut: false,
+    durationMs: 0,
+    stderrTail: '',
+    error,
+  };
+}
+
 /** True when a hook run did not end on its own with exit code 0. */
 export function hookFailed(result: HookRunResult): boolean {
   return result.error !== undefined || result.timedOut || result.exitCode !== 0 || result.signal !== null;
@@ -291,7 +311,11 @@ export async function runHooks(
       options.logger.info({ hook: hook.match }, 'hook skipped: the agent is shutting down');
       continue;
     }
-    const result = await runOne(hook, matched, runOptions);
+    const refused = await options.vetProgram?.(hook.run[0]);
+    const result =
+      refused === undefined
+        ? await runOne(hook, matched, runOptions)
+        : refusedRun(hook, matched, `not run: ${hook.run[0]}: ${refused}`);
     results.push(result);
     const fields = {
       hook: hook.match,
