@@ -14,10 +14,11 @@ import {
   syncDirectories,
 } from '../store/durable-writer.js';
 import { type DiskError, PathRejectedError, permissionDenied, rootConditionOf } from '../store/errors.js';
+import { EntryCheck, foldKey } from '../store/path-aliases.js';
 import { VerifiedDirectories } from '../store/path-guard.js';
 import type { RootMountWatch } from '../store/root-mount.js';
 import type { ManagedFile } from '../store/state.js';
-import type { RemoveStep, Step, StepKind, WriteStep } from './plan.js';
+import { aliasConflictMessage, type RemoveStep, type Step, type StepKind, type WriteStep } from './plan.js';
 
 /** Plain writes in flight at once: enough to overlap the fsyncs and the thread pool's round trips. */
 export const WRITE_CONCURRENCY = 16;
@@ -70,6 +71,8 @@ export type EffectResult =
   | { kind: 'removed'; rollbackLost?: true }
   /** The file was left in place (changed by someone else, or no longer a regular file we wrote). */
   | { kind: 'kept'; message: string }
+  /** A write not done: its path names the file another instance's write put in place earlier in this pass. */
+  | { kind: 'refused'; message: string }
   /** A swap's displaced file put back after its replacement could not be written. */
   | { kind: 'restored' }
   /**
@@ -99,6 +102,8 @@ export interface ApplyOutcome {
  */
 interface HandlerOptions {
   batched: boolean;
+  /** The pass's landed writes by fold key (store/path-aliases.ts), for `aliasedWrite`. */
+  landed?: LandedWrites;
   verified?: VerifiedDirectories;
   /** rootDir's mount is gone: no disk effect is attempted. */
   mountGone?: DiskError;
@@ -143,6 +148,7 @@ export async function applySteps(
   onApplied: (applied: AppliedStep) => void,
 ): Promise<ApplyOutcome> {
   const applied: AppliedStep[] = [];
+  const landed: LandedWrites = new Map();
   // The last batch's settling (directory fsyncs, then its results handed on): true when no step was cut off.
   let settling: Promise<boolean> = Promise.resolve(true);
   // The paths written by batches not known to have settled: a later write to one waits until it is recorded.
@@ -162,7 +168,7 @@ export async function applySteps(
         unsettledPaths.clear();
       }
       for (const written of paths) unsettledPaths.add(written);
-      const options = handlerOptions(plain);
+      const options = { ...handlerOptions(plain), landed };
       const written = await writeBatch(batch, ctx, options);
       const before = settling;
       settling = (async () => {
@@ -291,13 +297,16 @@ function nextBatch(steps: readonly Step[], start: number, limit: number): Step[]
   const first = steps[start]!;
   if (!batchable(first)) return [first];
   const batch: Step[] = [];
+  // Fold keys, not paths: two spellings of one name may be one file (a case-insensitive filesystem), and a write
+  // is checked against the ones that landed before it (`aliasedWrite`), never raced with them.
   const paths = new Set<string>();
   for (let i = start; i < steps.length && batch.length < limit; i += 1) {
     const step = steps[i]!;
     if (!batchable(step)) break;
     if (step.kind === 'write') {
-      if (paths.has(step.path)) break;
-      paths.add(step.path);
+      const key = foldKey(step.path);
+      if (paths.has(key)) break;
+      paths.add(key);
     }
     batch.push(step);
   }
@@ -458,6 +467,8 @@ async function applyWrite(
   ctx: ApplyContext,
   options: HandlerOptions,
 ): Promise<Omit<AppliedStep, 'step'>> {
+  const aliased = await aliasedWrite(step, ctx, options.landed);
+  if (aliased !== undefined) return { result: { kind: 'refused', message: aliased }, displaced: [] };
   // First, so that bytes lost from the cache cost this write only, never a displaced file.
   const data = step.data ?? (await setAsideBytes(ctx, step));
   const displaced: (AppliedStep['displaced'][number] & { previous: RegularFile | undefined })[] = [];
@@ -494,6 +505,13 @@ async function applyWrite(
       );
     }
     const result = { kind: published.outcome, sha256: published.sha256, createdDirs: published.createdDirs };
+    if (options.landed !== undefined) {
+      const key = foldKey(step.path);
+      const entry = { path: step.path, instanceId: step.instance.id };
+      const same = options.landed.get(key);
+      if (same === undefined) options.landed.set(key, [entry]);
+      else same.push(entry);
+    }
     return {
       result,
       displaced: displaced.map(({ step: remove, result: removal }) => ({ step: remove, result: removal })),
@@ -516,14 +534,47 @@ async function applyWrite(
   }
 }
 
+/** Writes that landed in this pass, by the fold key of their path: path and instance. */
+type LandedWrites = Map<string, { path: string; instanceId: string }[]>;
+
+/**
+ * Why a write must not be done, if it must not: its path names the file another instance's write of this pass
+ * put in place (two spellings of one name on a case-insensitive filesystem, neither on disk when the pass was
+ * planned). Replacing it would leave that instance reported `deployed` over this one's bytes, and the two would
+ * take turns every pass. The plan writes the winner of such a pair first (plan.ts `winnersFirst`); the next
+ * pass sees the alias on disk and refuses the loser there.
+ */
+async function aliasedWrite(
+  step: WriteStep,
+  ctx: ApplyContext,
+  landed: LandedWrites | undefined,
+): Promise<string | undefined> {
+  const earlier = landed
+    ?.get(foldKey(step.path))
+    ?.filter((write) => write.path !== step.path && write.instanceId !== step.instance.id);
+  if (earlier === undefined || earlier.length === 0) return undefined;
+  const entries = new EntryCheck(ctx.fs, path.resolve(ctx.rootDir));
+  for (const write of earlier) {
+    if (await entries.same(step.path, write.path)) {
+      return aliasConflictMessage(step.instance, write.path, write.instanceId);
+    }
+  }
+  return undefined;
+}
+
 /**
  * Removes a file only while it is still the one this agent recorded writing; returns what was there before
- * (bytes and mode), which a failed swap puts back.
+ * (bytes and mode), which a failed swap puts back. A path that names another instance's file (`aliasOf`) is
+ * never touched: only its record goes.
  */
 async function removeFile(
   step: RemoveStep,
   ctx: ApplyContext,
 ): Promise<{ result: EffectResult; previous?: RegularFile }> {
+  if (step.aliasOf !== undefined) {
+    const message = `file left in place: ${JSON.stringify(step.path)} names the same file on this device as ${JSON.stringify(step.aliasOf.path)}, ${step.aliasOf.instanceId}'s`;
+    return { result: { kind: 'kept', message } };
+  }
   const owned = ctx.files.get(step.path);
   try {
     // A symlink or other non-regular file at the path is judged (and refused) by the remover below.

@@ -7,6 +7,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import { hashRegularFile } from '../store/durable-writer.js';
 import { DiskError, PathRejectedError } from '../store/errors.js';
 import { type FileFingerprints, identityOf, sameIdentity } from '../store/fingerprints.js';
+import type { ObservedIdentity } from '../store/path-aliases.js';
 import { fitsUnderRoot, validateRelativePath } from '../store/path-guard.js';
 import type { DiskObservation } from './plan.js';
 
@@ -23,6 +24,8 @@ export interface ObserveOptions {
    * read is recorded. `now` is the wall clock (ms) the records are dated by.
    */
   fingerprints?: { store: FileFingerprints; now: () => number };
+  /** Filled with the identity of each regular file observed (store/path-aliases.ts tells aliases by it). */
+  identities?: Map<string, ObservedIdentity>;
 }
 
 /** Observes each distinct path once; a path that cannot be judged is `rejected` or `unreadable`, never thrown. */
@@ -32,7 +35,7 @@ export async function observeDisk(
   instances: readonly Pick<ConfigInstance, 'relative_filepath'>[],
   options: ObserveOptions = {},
 ): Promise<Map<string, DiskObservation>> {
-  const { signal, fingerprints } = options;
+  const { signal, fingerprints, identities } = options;
   const paths = [...new Set(instances.map((instance) => instance.relative_filepath))];
   const observed = new Array<DiskObservation>(paths.length);
   const directories = new DirectoryCheck(fs, rootDir);
@@ -44,17 +47,23 @@ export async function observeDisk(
       const relative = paths[index]!;
       observed[index] =
         fingerprints === undefined
-          ? await observePath(fs, rootDir, relative)
-          : await observeWithFingerprint(fs, rootDir, relative, directories, fingerprints);
+          ? await observePath(fs, rootDir, relative, identities)
+          : await observeWithFingerprint(fs, rootDir, relative, directories, fingerprints, identities);
     }
   };
   await Promise.all(Array.from({ length: Math.min(OBSERVE_CONCURRENCY, paths.length) }, worker));
   return new Map(paths.map((relative, index) => [relative, observed[index]!]));
 }
 
-export async function observePath(fs: FsPort, rootDir: string, relative: string): Promise<DiskObservation> {
+export async function observePath(
+  fs: FsPort,
+  rootDir: string,
+  relative: string,
+  identities?: Map<string, ObservedIdentity>,
+): Promise<DiskObservation> {
   try {
     const file = await hashRegularFile(fs, rootDir, relative);
+    if (file !== undefined) identities?.set(relative, { ...file.identity, nlink: file.links });
     return file === undefined
       ? { kind: 'absent' }
       : { kind: 'file', sha256: file.sha256, mode: file.mode, gid: file.gid };
@@ -80,6 +89,7 @@ async function observeWithFingerprint(
   relative: string,
   directories: DirectoryCheck,
   fingerprints: NonNullable<ObserveOptions['fingerprints']>,
+  identities: Map<string, ObservedIdentity> | undefined,
 ): Promise<DiskObservation> {
   const { store, now } = fingerprints;
   const readFrom = now();
@@ -91,10 +101,11 @@ async function observeWithFingerprint(
   if (before !== undefined) {
     const sha256 = store.lookup(relative, identityOf(before), readFrom);
     if (sha256 !== undefined) {
+      identities?.set(relative, { dev: before.dev, ino: before.ino, nlink: before.nlink });
       return { kind: 'file', sha256, mode: Number(before.mode) & PERMISSION_BITS, gid: Number(before.gid) };
     }
   }
-  const observation = await observePath(fs, rootDir, relative);
+  const observation = await observePath(fs, rootDir, relative, identities);
   if (observation.kind !== 'file' || before === undefined) {
     store.forget(relative);
     return observation;

@@ -7,6 +7,7 @@ import type { Deps } from '../lib/deps.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { remakeMissingRoot } from '../store/durable-writer.js';
+import { findPathAliases, type ObservedIdentity } from '../store/path-aliases.js';
 import type { RootMountWatch } from '../store/root-mount.js';
 import type { StateDir } from '../store/state-dir.js';
 import { type ApplyContext, applySteps, BATCH_STEPS } from './apply.js';
@@ -64,11 +65,19 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   resolveAwaitedEchoes(state, pulled.instances);
 
   if (!result.dryRun) await adoptDeclaredWrites(ctx);
+  const identities = new Map<string, ObservedIdentity>();
   const disk = await observeDisk(deps.fs, settings.rootDir, pulled.instances, {
     ...(signal === undefined ? {} : { signal }),
     fingerprints: { store: dir.fingerprints, now: () => deps.clock.now() },
+    identities,
   });
-  result.steps = planSteps(planInput(ctx, pulled, disk));
+  const aliases = await findPathAliases(
+    deps.fs,
+    settings.rootDir,
+    aliasCandidates(pulled, state),
+    identities,
+  );
+  result.steps = planSteps(planInput(ctx, pulled, disk, aliases));
   if (result.dryRun) return finish();
   dropElapsedCooldowns(state, pulled.instances, deps.clock.monotonic());
 
@@ -176,10 +185,20 @@ function unusableIds(pulled: Pulled<PlanInstance>): string[] {
   return [...pulled.invalid.flatMap((item) => item.id ?? []), ...pulled.skipped.map((item) => item.id)];
 }
 
+/** Every path the plan may write or remove: the instances' and the recorded files'. */
+function* aliasCandidates(
+  pulled: Pulled<PlanInstance>,
+  state: PassContext['dir']['state'],
+): Generator<string> {
+  for (const instance of pulled.instances) yield instance.relative_filepath;
+  yield* state.files.keys();
+}
+
 function planInput(
   ctx: PassContext,
   pulled: Pulled<PlanInstance>,
   disk: Map<string, DiskObservation>,
+  aliases: ReadonlyMap<string, string>,
 ): PlanInput {
   const { settings, dir } = ctx;
   return {
@@ -194,6 +213,7 @@ function planInput(
     // An item that could not be used may want any path: only a listing without one tells that nobody does.
     complete: pulled.mode === 'full' && pulled.invalid.length === 0 && pulled.skipped.length === 0,
     reportEchoes: reportEchoes(dir.state.instances),
+    ...(aliases.size === 0 ? {} : { aliases }),
   };
 }
 

@@ -11,6 +11,7 @@ import {
 } from '../api/schemas.js';
 import { errorMessage } from '../lib/errors.js';
 import { sha256Hex } from '../lib/hash.js';
+import { foldKey } from '../store/path-aliases.js';
 import { validateRelativePath } from '../store/path-guard.js';
 import type { LocalState } from '../store/state.js';
 import { serializeContent } from './serialize.js';
@@ -76,6 +77,11 @@ export interface PlanInput {
    * before it: "the one updated last wins" compares operators' updates, never the agent's reports.
    */
   reportEchoes?: ReadonlyMap<string, { updatedAt: string; operatorUpdatedAt: string }>;
+  /**
+   * Paths that name one file on disk (store/path-aliases.ts: a case-insensitive filesystem, a directory mounted
+   * twice), each mapped to a key its aliases share; a path not in the map names a file of its own.
+   */
+  aliases?: ReadonlyMap<string, string>;
 }
 
 export interface WriteStep {
@@ -111,6 +117,11 @@ export interface RemoveStep {
    * without a report or a change to the instance's own status, which belong to its current path.
    */
   leftPath?: true;
+  /**
+   * The path names the same file as this one, which an instance targeting `deployed` is listed at: the file is
+   * left in place and only this path's record goes (an unlink would delete that instance's file).
+   */
+  aliasOf?: { path: string; instanceId: string };
 }
 
 /** Why a file is left as it is, with nothing to report. */
@@ -133,8 +144,12 @@ export type Step =
   | { kind: 'skip'; instance: ConfigInstanceHead }
   /** A permanent problem (hostile path): reported `failed` at once, never retried. */
   | { kind: 'fail'; instance: ConfigInstanceHead; message: string }
-  /** Two instances want one path: the loser is reported `retrying` and nothing of it is written. */
-  | { kind: 'refuse'; instance: ConfigInstanceHead; message: string }
+  /**
+   * Two instances want one path, or two paths naming one file: the loser is reported `retrying` and nothing of
+   * it is written. `forgetFile`: its record at that path goes (the file is the winner's; deleting it when the
+   * loser retires, or the drift watcher restoring the loser's bytes there, would undo the winner's).
+   */
+  | { kind: 'refuse'; instance: ConfigInstanceHead; message: string; forgetFile?: string }
   | { kind: 'wait'; instance: ConfigInstanceHead; until: number };
 
 export type ReportReason = 'archive' | 'already_in_place' | 'replaced_by_owner' | 'not_ours';
@@ -155,12 +170,14 @@ export function planSteps(input: PlanInput): Step[] {
     const problem = pathProblem(instance.relative_filepath);
     if (problem !== undefined) pathProblems.set(instance.id, problem);
   }
-  const winnerByPath = pathWinners(active, pathProblems, input);
+  const fileKey = (path: string): string => input.aliases?.get(path) ?? path;
+  const winnerByPath = pathWinners(active, pathProblems, input, fileKey);
   const claimedPaths = new Set(
     input.instances
       .filter((instance) => instance.target_status === 'deployed')
       .map((i) => i.relative_filepath),
   );
+  const claimedAlias = claimedAliases(input, claimedPaths);
 
   const others: Step[] = [];
   /** Writes as planned for instances targeting `deployed`; their swaps and takeovers are added below. */
@@ -178,11 +195,22 @@ export function planSteps(input: PlanInput): Step[] {
     } else if (problem !== undefined) {
       others.push({ kind: 'fail', instance, message: problem });
     } else {
-      const winner = winnerByPath.get(instance.relative_filepath)!;
+      const winner = winnerByPath.get(fileKey(instance.relative_filepath))!;
       if (winner.id !== instance.id) {
         const path = JSON.stringify(instance.relative_filepath);
-        const message = `path conflict: ${path} is also targeted by ${winner.id}, updated later; ${instance.id} is not written`;
-        others.push({ kind: 'refuse', instance, message });
+        if (winner.relative_filepath === instance.relative_filepath) {
+          const message = `path conflict: ${path} is also targeted by ${winner.id}, updated later; ${instance.id} is not written`;
+          others.push({ kind: 'refuse', instance, message });
+          continue;
+        }
+        const message = aliasConflictMessage(instance, winner.relative_filepath, winner.id);
+        const recorded = input.local.files.get(instance.relative_filepath)?.instanceId === instance.id;
+        others.push({
+          kind: 'refuse',
+          instance,
+          message,
+          ...(recorded ? { forgetFile: instance.relative_filepath } : {}),
+        });
         continue;
       }
       const step = planDeployed(instance, input);
@@ -194,7 +222,7 @@ export function planSteps(input: PlanInput): Step[] {
   // Phase 2: target removed or created (or anything not `deployed`): the file goes, if it is ours to remove.
   const supersedes = new Map<string, { instance: PlanInstance; report: StatusReport | undefined }[]>();
   const removes: RemoveStep[] = [];
-  const facts: RemovalFacts = { input, pathProblems, winnerByPath, claimedPaths, writeById };
+  const facts: RemovalFacts = { input, pathProblems, winnerByPath, claimedPaths, claimedAlias, writeById };
   for (const instance of removals) {
     const planned = planRemoval(instance, facts);
     if (planned === undefined) continue;
@@ -229,11 +257,11 @@ export function planSteps(input: PlanInput): Step[] {
     else others.push({ kind: 'keep', instance: remove.instance, reason: 'awaiting_owner' });
   }
 
-  standaloneRemoves.push(...leftPathRemovals(input, claimedPaths));
+  standaloneRemoves.push(...leftPathRemovals(input, claimedPaths, claimedAlias));
 
   // Object.assign, not `{ ...write, displaces }`: V8 (Node 20) gives every object made by a spread followed by a
   // new key a hidden class of its own, ~300 bytes each, and a pass makes one step per instance.
-  const writes: WriteStep[] = [...writeById.values()].map((write) =>
+  const writes: WriteStep[] = winnersFirst([...writeById.values()], input).map((write) =>
     Object.assign({}, write, {
       displaces: displaces.get(write.instance.id) ?? [],
       supersedes: supersedes.get(write.instance.id) ?? [],
@@ -252,7 +280,11 @@ export function planSteps(input: PlanInput): Step[] {
  * than none). Before, such a file stayed recorded and on disk for good, also after its instance was retired and
  * reported `removed`.
  */
-function leftPathRemovals(input: PlanInput, claimedPaths: ReadonlySet<string>): RemoveStep[] {
+function leftPathRemovals(
+  input: PlanInput,
+  claimedPaths: ReadonlySet<string>,
+  claimedAlias: (path: string) => { path: string; instanceId: string } | undefined,
+): RemoveStep[] {
   if (!input.complete) return [];
   const byId = new Map<string, PlanInstance>();
   const listedPaths = new Set<string>();
@@ -265,6 +297,19 @@ function leftPathRemovals(input: PlanInput, claimedPaths: ReadonlySet<string>): 
     const owner = byId.get(file.instanceId);
     if (owner === undefined || owner.relative_filepath === path) continue;
     if (listedPaths.has(path) || claimedPaths.has(path) || owner.error_status === 'failed') continue;
+    // Moved to another spelling of the same file (`app.json` to `App.json` on exFAT): only the record goes.
+    const alias = claimedAlias(path);
+    if (alias !== undefined) {
+      steps.push({
+        kind: 'remove',
+        instance: owner,
+        path,
+        report: undefined,
+        leftPath: true,
+        aliasOf: alias,
+      });
+      continue;
+    }
     if (
       owner.target_status === 'deployed' &&
       input.local.files.get(owner.relative_filepath)?.instanceId !== owner.id
@@ -281,14 +326,33 @@ function pathWinners(
   active: readonly PlanInstance[],
   pathProblems: ReadonlyMap<string, string>,
   input: PlanInput,
+  fileKey: (path: string) => string,
 ): Map<string, PlanInstance> {
   const deployedByPath = new Map<string, PlanInstance[]>();
   for (const instance of active) {
     if (instance.target_status !== 'deployed' || pathProblems.has(instance.id)) continue;
-    const group = deployedByPath.get(instance.relative_filepath) ?? [];
+    const key = fileKey(instance.relative_filepath);
+    const group = deployedByPath.get(key) ?? [];
     group.push(instance);
-    deployedByPath.set(instance.relative_filepath, group);
+    deployedByPath.set(key, group);
   }
+  const winnerByPath = new Map<string, PlanInstance>();
+  for (const [path, group] of deployedByPath) {
+    winnerByPath.set(path, [...group].sort(byPrecedence(input))[0]!);
+  }
+  return winnerByPath;
+}
+
+/**
+ * The error of an instance whose path names the file another instance targets at another path: the same text
+ * whether apply found it (neither file on disk at planning) or the plan did, so the service hears it once.
+ */
+export function aliasConflictMessage(loser: ConfigInstanceHead, path: string, winnerId: string): string {
+  return `path conflict: relative_filepath ${JSON.stringify(loser.relative_filepath)} names the same file on this device as ${JSON.stringify(path)} (a case-insensitive filesystem, or a directory mounted twice), targeted by ${winnerId}, the instance updated last; ${loser.id} is not written`;
+}
+
+/** "The one operators updated last wins": the order of instances competing for one file, winner first. */
+function byPrecedence(input: PlanInput): (a: ConfigInstanceHead, b: ConfigInstanceHead) => number {
   // The agent's own report moves `updated_at` too; comparing that would let the last one reported win.
   const operatorUpdatedAt = (instance: ConfigInstanceHead): string => {
     const echo = input.reportEchoes?.get(instance.id);
@@ -296,11 +360,64 @@ function pathWinners(
       ? echo.operatorUpdatedAt
       : instance.updated_at;
   };
-  const winnerByPath = new Map<string, PlanInstance>();
-  for (const [path, group] of deployedByPath) {
-    winnerByPath.set(path, [...group].sort((a, b) => byNewestFirst(a, b, operatorUpdatedAt))[0]!);
+  return (a, b) => byNewestFirst(a, b, operatorUpdatedAt);
+}
+
+/**
+ * For a path that names the same file as a path some other instance targets `deployed` at (PlanInput.aliases),
+ * that path and the instance that wins it; undefined for a path that names a file of its own.
+ */
+function claimedAliases(
+  input: PlanInput,
+  claimedPaths: ReadonlySet<string>,
+): (path: string) => { path: string; instanceId: string } | undefined {
+  const aliases = input.aliases;
+  if (aliases === undefined || aliases.size === 0) return () => undefined;
+  const claims = new Map<string, ConfigInstanceHead[]>();
+  for (const instance of input.instances) {
+    const key = aliases.get(instance.relative_filepath);
+    if (key === undefined || instance.target_status !== 'deployed') continue;
+    claims.set(key, [...(claims.get(key) ?? []), instance]);
   }
-  return winnerByPath;
+  const order = byPrecedence(input);
+  return (path) => {
+    const key = aliases.get(path);
+    if (key === undefined || claimedPaths.has(path)) return undefined;
+    const claim = claims.get(key)?.filter((instance) => instance.relative_filepath !== path);
+    if (claim === undefined || claim.length === 0) return undefined;
+    const winner = claim.sort(order)[0]!;
+    return { path: winner.relative_filepath, instanceId: winner.id };
+  };
+}
+
+/**
+ * Writes to paths that may name one file on a case-insensitive filesystem (one `foldKey`) in precedence order,
+ * the winner first: on a first sync neither exists yet, and apply refuses a later write whose path turns out to
+ * name a file written earlier in the pass (apply.ts), so the winner is the one in place, as the next pass's plan
+ * (which sees the alias on disk) decides. Other writes keep their order.
+ */
+function winnersFirst<W extends { instance: ConfigInstanceHead; path: string }>(
+  writes: W[],
+  input: PlanInput,
+): W[] {
+  if (writes.length < 2) return writes;
+  const groups = new Map<string, W[]>();
+  for (const write of writes) {
+    const key = foldKey(write.path);
+    const group = groups.get(key);
+    if (group === undefined) groups.set(key, [write]);
+    else group.push(write);
+  }
+  if (groups.size === writes.length) return writes;
+  const order = byPrecedence(input);
+  const ordered: W[] = [];
+  for (const write of writes) {
+    const group = groups.get(foldKey(write.path))!;
+    if (group.length === 0) continue;
+    ordered.push(...group.sort((a, b) => order(a.instance, b.instance)));
+    group.length = 0;
+  }
+  return ordered;
 }
 
 interface RemovalFacts {
@@ -309,6 +426,8 @@ interface RemovalFacts {
   winnerByPath: ReadonlyMap<string, PlanInstance>;
   /** Paths some instance still targets `deployed` at, failed ones included: their files are never removed. */
   claimedPaths: ReadonlySet<string>;
+  /** The claimed path (and its instance) that names the same file as a path, if any. */
+  claimedAlias: (path: string) => { path: string; instanceId: string } | undefined;
   writeById: ReadonlyMap<string, unknown>;
 }
 
@@ -333,7 +452,19 @@ function planRemoval(instance: PlanInstance, facts: RemovalFacts): Step | { take
     // Never deployed by us: archive, disk untouched.
     return instance.activity_status === 'removed' ? undefined : report('archive', undefined);
   }
-  const winner = problem === undefined ? winnerByPath.get(path) : undefined;
+  const alias = problem === undefined ? facts.claimedAlias(path) : undefined;
+  if (alias !== undefined) {
+    // Its path names the file another instance is (or is about to be) deployed at: never unlinked for this one.
+    if (!ownedByThis) return report('replaced_by_owner');
+    return {
+      kind: 'remove',
+      instance,
+      path,
+      report: dueReport(instance, removedReport(), input),
+      aliasOf: alias,
+    };
+  }
+  const winner = problem === undefined ? winnerByPath.get(input.aliases?.get(path) ?? path) : undefined;
   if (problem === undefined && claimedPaths.has(path) && owned !== undefined) {
     // Another instance targets `deployed` at this path and takes the file over: our status changes only
     // once the file is the new owner's, so the service never hears "removed" while our bytes stay. If that

@@ -60,6 +60,15 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
         const waiting = step.supersedes.map(({ instance: superseded }) =>
           awaitingOwner(superseded, instance.id),
         );
+        if (result.kind === 'refused') {
+          ctx.logger.warn({ instanceId: instance.id, path: step.path }, result.message);
+          recordError(ctx, instance, 'retrying', result.message, 0);
+          return [
+            ...swapped,
+            ...waiting,
+            outcomeFor(instance, 'refused', false, { message: result.message }),
+          ];
+        }
         return [...swapped, ...waiting, recordFailure(ctx, instance, result)];
       }
       const previous = ctx.state.files.get(step.path);
@@ -109,6 +118,9 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
       recordError(ctx, instance, 'failed', step.message, 0);
       return [outcomeFor(instance, 'failed', false, { message: step.message })];
     case 'refuse':
+      if (step.forgetFile !== undefined && ctx.state.files.get(step.forgetFile)?.instanceId === instance.id) {
+        ctx.state.files.delete(step.forgetFile);
+      }
       ctx.logger.warn({ instanceId: instance.id, path: instance.relative_filepath }, step.message);
       recordError(ctx, instance, 'retrying', step.message, 0);
       return [outcomeFor(instance, 'refused', false, { message: step.message })];

@@ -339,7 +339,7 @@ export async function hashRegularFile(
   fs: FsPort,
   rootDir: string,
   relativePath: string,
-): Promise<(Omit<RegularFile, 'data'> & { size: number }) | undefined> {
+): Promise<(Omit<RegularFile, 'data'> & { size: number; links: number }) | undefined> {
   const opened = await openRegularUnderRoot(fs, rootDir, relativePath);
   if (opened === undefined) return undefined;
   const { handle, stats } = opened;
@@ -362,6 +362,7 @@ export async function hashRegularFile(
       gid: stats.gid,
       size,
       identity: { dev: stats.dev, ino: stats.ino },
+      links: stats.nlink,
     };
   } finally {
     await handle.close().catch(() => undefined);

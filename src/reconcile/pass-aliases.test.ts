@@ -1,0 +1,247 @@
+// runPass where two paths name one file: a case-insensitive root (exFAT, vfat) and a directory mounted twice.
+import { link, lstat, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { bindMountFs, caseInsensitiveFs } from '../../test/helpers/aliasing-fs.js';
+import { createClient } from '../api/client.js';
+import type { Clock } from '../lib/clock.js';
+import type { Deps } from '../lib/deps.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import type { PassResult } from './pass-runner.js';
+import { Reconciler } from './reconcile.js';
+
+const API_KEY = 'sk_test_alias_0123456789abcdef';
+const DEVICE = 'dvc_1';
+const T0 = '2026-01-01T00:00:00.000Z';
+const T1 = '2026-01-02T00:00:00.000Z';
+
+function fixedClock(): Clock {
+  return {
+    now: () => Date.parse('2026-06-01T00:00:00.000Z'),
+    monotonic: () => 1_000,
+    sleep: async () => undefined,
+  };
+}
+
+let dir: string;
+let rootDir: string;
+let server: RunningMockServer;
+let reconciler: Reconciler | undefined;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-alias-'));
+  rootDir = path.join(dir, 'root');
+  await mkdir(rootDir);
+  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
+  server = await startMockServer({ apiKeys: [API_KEY] });
+});
+
+afterEach(async () => {
+  await reconciler?.close();
+  reconciler = undefined;
+  await server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function open(fs: FsPort): Promise<void> {
+  const client = createClient({
+    baseUrl: server.url,
+    apiKey: API_KEY,
+    timeoutMs: 10_000,
+    maxResponseBytes: 1 << 20,
+  });
+  const deps: Deps = { fs, clock: fixedClock(), random: () => 0.5, logger: silentLogger() };
+  reconciler = await Reconciler.open(
+    deps,
+    {
+      deviceId: DEVICE,
+      rootDir,
+      stateDir: path.join(dir, 'state'),
+      fileMode: 0o640,
+      dirMode: 0o750,
+      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      requestRetries: 0,
+    },
+    client,
+  );
+}
+
+function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
+  server.state.instances.set(fields.id, {
+    device_id: DEVICE,
+    relative_filepath: `${fields.id}.json`,
+    config_schema_id: `sch_${fields.id}`,
+    config_type_id: 'typ',
+    target_status: 'deployed',
+    activity_status: 'queued',
+    error_status: 'none',
+    content: { owner: fields.id },
+    created_at: T0,
+    updated_at: T0,
+    ...fields,
+  });
+}
+
+function update(id: string, fields: Partial<ConfigInstanceRecord>): void {
+  put({ ...server.state.instance(id), ...fields, id });
+}
+
+function pass(): Promise<PassResult> {
+  return reconciler!.runPass({ mode: 'full' });
+}
+
+function status(id: string): string {
+  const instance = server.state.instance(id);
+  return `${instance.activity_status}/${instance.error_status}`;
+}
+
+function reportCount(): number {
+  return server.state.reports.length;
+}
+
+function json(content: unknown): string {
+  return `${JSON.stringify(content, null, 2)}\n`;
+}
+
+/** The names in a real directory (what the filesystem holds, whatever spelling the agent asked for). */
+async function namesIn(relativeDir: string): Promise<string[]> {
+  return (await readdir(path.join(rootDir, relativeDir))).filter((name) => !name.startsWith('.')).sort();
+}
+
+async function realBytes(relative: string): Promise<string> {
+  return readFile(path.join(rootDir, relative), 'utf8');
+}
+
+describe('a case-insensitive root (exFAT, vfat)', () => {
+  beforeEach(async () => {
+    await open(caseInsensitiveFs(rootDir));
+  });
+
+  it('an instance moved from etc/app.json to etc/App.json keeps its file: deployed, and still there after more passes', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'etc/app.json', content: { port: 1 } });
+    await pass();
+    expect(status('cfg_a')).toBe('deployed/none');
+
+    update('cfg_a', { relative_filepath: 'etc/App.json', updated_at: T1 });
+    // After every pass: the file recorded at the path it left is the file it is deployed at now.
+    for (let n = 0; n < 4; n += 1) {
+      await pass();
+      const names = await namesIn('etc');
+      expect(names).toHaveLength(1);
+      expect(await realBytes(`etc/${names[0]}`)).toBe(json({ port: 1 }));
+      expect(status('cfg_a')).toBe('deployed/none');
+    }
+    const settled = reportCount();
+    await pass();
+    expect(reportCount()).toBe(settled);
+  });
+
+  it('two instances at App.json and app.json: the one updated later is written and deployed, the other retrying with a message naming both paths; nothing changes in later passes', async () => {
+    put({ id: 'cfg_old', relative_filepath: 'etc/app.json', content: { who: 'old' }, updated_at: T0 });
+    put({ id: 'cfg_new', relative_filepath: 'etc/App.json', content: { who: 'new' }, updated_at: T1 });
+
+    await pass();
+
+    const names = await namesIn('etc');
+    expect(names).toHaveLength(1);
+    expect(await realBytes(`etc/${names[0]}`)).toBe(json({ who: 'new' }));
+    expect(status('cfg_new')).toBe('deployed/none');
+    expect(status('cfg_old')).toBe('queued/retrying');
+    const refusal = server.state.reports.findLast((r) => r.config_instance_id === 'cfg_old');
+    expect(refusal?.message).toContain('relative_filepath "etc/app.json"');
+    expect(refusal?.message).toContain('"etc/App.json"');
+    expect(refusal?.message).toContain('cfg_new');
+
+    const { ino } = await lstat(path.join(rootDir, 'etc', names[0]!));
+    const settled = reportCount();
+    for (let n = 0; n < 3; n += 1) await pass();
+    expect(reportCount()).toBe(settled);
+    expect((await lstat(path.join(rootDir, 'etc', names[0]!))).ino).toBe(ino);
+    expect(status('cfg_new')).toBe('deployed/none');
+    expect(status('cfg_old')).toBe('queued/retrying');
+  });
+
+  it('a second instance at another case of a deployed file, updated later, takes the file; the first is refused, its record dropped', async () => {
+    put({ id: 'cfg_first', relative_filepath: 'app.json', content: { who: 'first' }, updated_at: T0 });
+    await pass();
+    put({ id: 'cfg_second', relative_filepath: 'APP.json', content: { who: 'second' }, updated_at: T1 });
+
+    for (let n = 0; n < 3; n += 1) await pass();
+
+    const names = await namesIn('');
+    expect(names).toHaveLength(1);
+    expect(await realBytes(names[0]!)).toBe(json({ who: 'second' }));
+    expect(status('cfg_second')).toBe('deployed/none');
+    expect(status('cfg_first')).toBe('deployed/retrying');
+
+    // Retired now: its old record is gone, so nothing of it is unlinked (the file is cfg_second's).
+    update('cfg_first', { target_status: 'removed', updated_at: T1 });
+    await pass();
+    expect(await realBytes(names[0]!)).toBe(json({ who: 'second' }));
+    expect(status('cfg_first').startsWith('removed/')).toBe(true);
+    expect(status('cfg_second')).toBe('deployed/none');
+  });
+
+  it('the retired instance at app.json, with the same bytes as the one at App.json, never deletes that file', async () => {
+    put({ id: 'cfg_x', relative_filepath: 'app.json', content: { same: true }, updated_at: T0 });
+    await pass();
+    put({ id: 'cfg_y', relative_filepath: 'App.json', content: { same: true }, updated_at: T1 });
+    await pass();
+    update('cfg_x', { target_status: 'removed', updated_at: T1 });
+
+    for (let n = 0; n < 3; n += 1) {
+      await pass();
+      const names = await namesIn('');
+      expect(names).toHaveLength(1);
+      expect(await realBytes(names[0]!)).toBe(json({ same: true }));
+      expect(status('cfg_y')).toBe('deployed/none');
+    }
+    expect(status('cfg_x')).toBe('removed/none');
+  });
+});
+
+describe('a directory of the root mounted again in the root', () => {
+  it('two instances at a/x.json and b/x.json, b a bind mount of a: one file, the later one deployed, the other retrying, stable', async () => {
+    await mkdir(path.join(rootDir, 'a'));
+    await mkdir(path.join(rootDir, 'b'));
+    await open(bindMountFs(path.join(rootDir, 'a'), path.join(rootDir, 'b')));
+    put({ id: 'cfg_a', relative_filepath: 'a/x.json', content: { who: 'a' }, updated_at: T0 });
+    await pass();
+    put({ id: 'cfg_b', relative_filepath: 'b/x.json', content: { who: 'b' }, updated_at: T1 });
+
+    for (let n = 0; n < 3; n += 1) await pass();
+
+    expect(await realBytes('a/x.json')).toBe(json({ who: 'b' }));
+    expect(status('cfg_b')).toBe('deployed/none');
+    expect(status('cfg_a')).toBe('deployed/retrying');
+    const settled = reportCount();
+    await pass();
+    expect(reportCount()).toBe(settled);
+    expect(await realBytes('a/x.json')).toBe(json({ who: 'b' }));
+  });
+});
+
+describe('hard links are separate names, not one file', () => {
+  it('two instances at hard-linked paths with the same bytes are both deployed; retiring one leaves the other', async () => {
+    await open((await import('node:fs/promises')) as unknown as FsPort);
+    const content = { same: 1 };
+    await writeFile(path.join(rootDir, 'a.json'), json(content), { mode: 0o640 });
+    await link(path.join(rootDir, 'a.json'), path.join(rootDir, 'b.json'));
+    put({ id: 'cfg_a', relative_filepath: 'a.json', content });
+    put({ id: 'cfg_b', relative_filepath: 'b.json', content });
+
+    await pass();
+    expect(status('cfg_a')).toBe('deployed/none');
+    expect(status('cfg_b')).toBe('deployed/none');
+
+    update('cfg_b', { target_status: 'removed', updated_at: T1 });
+    await pass();
+    expect(await realBytes('a.json')).toBe(json(content));
+    expect(status('cfg_a')).toBe('deployed/none');
+    expect(status('cfg_b')).toBe('removed/none');
+  });
+});

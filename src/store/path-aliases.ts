@@ -1,0 +1,156 @@
+// Paths that name one file: a case-insensitive filesystem (exFAT, vfat, ext4 casefold) or a bind mount in the root.
+import type { BigIntStats } from 'node:fs';
+import path from 'node:path';
+import { errnoCode } from '../lib/errors.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { validateRelativePath } from './path-guard.js';
+
+/**
+ * A key under which every spelling a case-insensitive filesystem may take for one name agrees: case and
+ * compatibility forms folded. Only a hint of which paths to compare on disk (`findPathAliases`): two paths with
+ * one key are distinct files on a case-sensitive filesystem, and a filesystem that folds differently still
+ * folds no two names of different keys together as far as exFAT's, vfat's and ext4's tables go.
+ */
+export function foldKey(relative: string): string {
+  // Printable ASCII (nearly every path): lower case is the whole fold.
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: the range is the whole of ASCII on purpose
+  if (/^[\x00-\x7f]*$/.test(relative)) return relative.toLowerCase();
+  return relative.normalize('NFKD').toUpperCase().toLowerCase().normalize('NFKD');
+}
+
+/** A file as observed: device, inode and number of names (`nlink`). */
+export interface ObservedIdentity {
+  dev: bigint | number;
+  ino: bigint | number;
+  nlink: bigint | number;
+}
+
+/**
+ * Which of `paths` (relative, valid) name one file on disk as it is now: a map from each such path to a key its
+ * aliases share (the first of them in sorted order); a path with no alias is not in the map.
+ *
+ * Two paths are one file when
+ * - their observed identities are one device and inode and the file has one name only (`nlink` 1: a bind mount
+ *   of a directory of the root elsewhere in the root, or a filesystem whose inode numbers are its entries'); with
+ *   more names (hard links) each path is an entry of its own, which a publish replaces and an unlink removes
+ *   without touching the other;
+ * - or they differ only in case (`foldKey`), both are found by lstat, their directories are one directory, and
+ *   that directory's listing does not hold both names. This is what tells a case-insensitive filesystem whose
+ *   inode numbers are not stable per file: exfat-fuse numbers each name it was asked for, so `etc/App.json` and
+ *   `etc/app.json` lstat with two inodes while naming one entry.
+ *
+ * Costs nothing on disk unless two paths share a fold key (then a few lstats and one readdir per directory).
+ */
+export async function findPathAliases(
+  fs: FsPort,
+  rootDir: string,
+  paths: Iterable<string>,
+  identities: ReadonlyMap<string, ObservedIdentity> = new Map(),
+): Promise<Map<string, string>> {
+  const parent = new Map<string, string>();
+  const find = (p: string): string => {
+    let root = p;
+    for (let up = parent.get(root); up !== undefined && up !== root; up = parent.get(root)) root = up;
+    return root;
+  };
+  const union = (a: string, b: string) => {
+    const ra = find(a);
+    const rb = find(b);
+    if (ra === rb) return;
+    if (ra < rb) parent.set(rb, ra);
+    else parent.set(ra, rb);
+  };
+
+  const byFold = new Map<string, string[]>();
+  const byIdentity = new Map<string, string>();
+  for (const relative of new Set(paths)) {
+    const key = foldKey(relative);
+    const group = byFold.get(key);
+    if (group === undefined) byFold.set(key, [relative]);
+    else group.push(relative);
+    const identity = identities.get(relative);
+    if (identity === undefined || Number(identity.nlink) !== 1) continue;
+    const id = `${identity.dev}:${identity.ino}`;
+    const first = byIdentity.get(id);
+    if (first === undefined) byIdentity.set(id, relative);
+    else union(first, relative);
+  }
+
+  const entries = new EntryCheck(fs, path.resolve(rootDir));
+  for (const group of byFold.values()) {
+    if (group.length < 2) continue;
+    for (let i = 0; i < group.length; i += 1) {
+      for (let j = i + 1; j < group.length; j += 1) {
+        if (await entries.same(group[i]!, group[j]!)) union(group[i]!, group[j]!);
+      }
+    }
+  }
+
+  const aliases = new Map<string, string>();
+  for (const p of parent.keys()) {
+    const root = find(p);
+    aliases.set(p, root);
+    aliases.set(root, root);
+  }
+  return aliases;
+}
+
+/** Whether two relative paths of one fold key name one directory entry (see findPathAliases). */
+export class EntryCheck {
+  readonly #fs: FsPort;
+  readonly #root: string;
+  readonly #listings = new Map<string, Promise<ReadonlySet<string> | undefined>>();
+
+  constructor(fs: FsPort, root: string) {
+    this.#fs = fs;
+    this.#root = root;
+  }
+
+  async same(a: string, b: string): Promise<boolean> {
+    if (a === b) return true;
+    // Only paths under the root are looked at (a hostile one is refused by the plan anyway).
+    if (!isValid(a) || !isValid(b)) return false;
+    const aDir = path.posix.dirname(a);
+    const bDir = path.posix.dirname(b);
+    const aName = path.posix.basename(a);
+    const bName = path.posix.basename(b);
+    if (foldKey(aName) !== foldKey(bName)) return false;
+    if ((aDir === '.') !== (bDir === '.')) return false;
+    if (aDir !== bDir && !(await this.same(aDir, bDir))) return false;
+    if (aName === bName) return true;
+    const [aStats, bStats] = await Promise.all([this.#lstat(a), this.#lstat(b)]);
+    if (aStats === undefined || bStats === undefined) return false;
+    const listing = await this.#list(aDir);
+    // Unreadable: taken as one entry, the side that never deletes or overwrites what another path names.
+    return listing === undefined || !(listing.has(aName) && listing.has(bName));
+  }
+
+  async #lstat(relative: string): Promise<BigIntStats | undefined> {
+    try {
+      return await this.#fs.lstat(path.join(this.#root, relative), { bigint: true });
+    } catch {
+      return undefined;
+    }
+  }
+
+  #list(relativeDir: string): Promise<ReadonlySet<string> | undefined> {
+    let listing = this.#listings.get(relativeDir);
+    if (listing === undefined) {
+      listing = this.#fs.readdir(path.join(this.#root, relativeDir === '.' ? '' : relativeDir)).then(
+        (names) => new Set(names.map(String)),
+        (error: unknown) => (errnoCode(error) === 'ENOENT' ? new Set<string>() : undefined),
+      );
+      this.#listings.set(relativeDir, listing);
+    }
+    return listing;
+  }
+}
+
+function isValid(relative: string): boolean {
+  try {
+    validateRelativePath(relative);
+    return true;
+  } catch {
+    return false;
+  }
+}
