@@ -225,6 +225,23 @@ describe('a directory of the root mounted again in the root', () => {
   });
 });
 
+describe('a case-sensitive root', () => {
+  it('App.json and app.json are two files: both written and deployed', async () => {
+    await open((await import('node:fs/promises')) as unknown as FsPort);
+    put({ id: 'cfg_lower', relative_filepath: 'app.json', content: { who: 'lower' } });
+    put({ id: 'cfg_upper', relative_filepath: 'App.json', content: { who: 'upper' }, updated_at: T1 });
+
+    await pass();
+    await pass();
+
+    expect(await namesIn('')).toEqual(['App.json', 'app.json']);
+    expect(await realBytes('app.json')).toBe(json({ who: 'lower' }));
+    expect(await realBytes('App.json')).toBe(json({ who: 'upper' }));
+    expect(status('cfg_lower')).toBe('deployed/none');
+    expect(status('cfg_upper')).toBe('deployed/none');
+  });
+});
+
 describe('hard links are separate names, not one file', () => {
   it('two instances at hard-linked paths with the same bytes are both deployed; retiring one leaves the other', async () => {
     await open((await import('node:fs/promises')) as unknown as FsPort);

@@ -61,24 +61,31 @@ export async function findPathAliases(
     else parent.set(ra, rb);
   };
 
-  const byFold = new Map<string, string[]>();
-  const byIdentity = new Map<string, string>();
-  for (const relative of new Set(paths)) {
+  // One string per fold key until a second path shares it: a pass of 10,000 paths allocates no array.
+  const byFold = new Map<string, string | string[]>();
+  const byIdentity = new Map<bigint, Map<bigint, string>>();
+  for (const relative of paths) {
     const key = foldKey(relative);
     const group = byFold.get(key);
-    if (group === undefined) byFold.set(key, [relative]);
+    if (group === undefined) byFold.set(key, relative);
+    else if (group === relative) continue;
+    else if (typeof group === 'string') byFold.set(key, [group, relative]);
+    else if (group.includes(relative)) continue;
     else group.push(relative);
     const identity = identities.get(relative);
     if (identity === undefined || Number(identity.nlink) !== 1) continue;
-    const id = `${identity.dev}:${identity.ino}`;
-    const first = byIdentity.get(id);
-    if (first === undefined) byIdentity.set(id, relative);
-    else union(first, relative);
+    const dev = BigInt(identity.dev);
+    const ino = BigInt(identity.ino);
+    let inodes = byIdentity.get(dev);
+    if (inodes === undefined) byIdentity.set(dev, (inodes = new Map()));
+    const first = inodes.get(ino);
+    if (first === undefined) inodes.set(ino, relative);
+    else if (first !== relative) union(first, relative);
   }
 
   const entries = new EntryCheck(fs, path.resolve(rootDir));
   for (const group of byFold.values()) {
-    if (group.length < 2) continue;
+    if (typeof group === 'string') continue;
     for (let i = 0; i < group.length; i += 1) {
       for (let j = i + 1; j < group.length; j += 1) {
         if (await entries.same(group[i]!, group[j]!)) union(group[i]!, group[j]!);

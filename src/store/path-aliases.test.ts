@@ -1,0 +1,90 @@
+// findPathAliases on a real temp dir: a case-sensitive one, the same seen case-insensitively, and observed identities.
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { caseInsensitiveFs } from '../../test/helpers/aliasing-fs.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { findPathAliases, foldKey } from './path-aliases.js';
+
+let root: string;
+
+beforeEach(async () => {
+  root = await mkdtemp(path.join(os.tmpdir(), 'config-agent-aliases-'));
+});
+
+afterEach(async () => {
+  await rm(root, { recursive: true, force: true });
+});
+
+const realFs = nodeFs as unknown as FsPort;
+
+describe('foldKey', () => {
+  it('folds case, full case folding and compatibility forms; keeps other names apart', () => {
+    expect(foldKey('Etc/App.JSON')).toBe(foldKey('etc/app.json'));
+    expect(foldKey('straße.json')).toBe(foldKey('STRASSE.json'));
+    expect(foldKey('Émile.json')).toBe(foldKey('émile.json'));
+    expect(foldKey('ﬁle.json')).toBe(foldKey('FILE.json'));
+    expect(foldKey('app.json')).not.toBe(foldKey('app.yaml'));
+    expect(foldKey('a/b.json')).not.toBe(foldKey('ab.json'));
+  });
+});
+
+describe('findPathAliases', () => {
+  it('on a case-sensitive directory, App.json and app.json both on disk are two files', async () => {
+    await writeFile(path.join(root, 'App.json'), 'a');
+    await writeFile(path.join(root, 'app.json'), 'b');
+    expect(await findPathAliases(realFs, root, ['App.json', 'app.json'])).toEqual(new Map());
+  });
+
+  it('on a case-insensitive directory, one entry found under two spellings, directories included', async () => {
+    await mkdir(path.join(root, 'etc'));
+    await writeFile(path.join(root, 'etc', 'app.json'), 'a');
+    const aliases = await findPathAliases(caseInsensitiveFs(root), root, [
+      'Etc/APP.json',
+      'etc/app.json',
+      'etc/App.json',
+      'etc/other.json',
+    ]);
+    expect(aliases).toEqual(
+      new Map([
+        ['Etc/APP.json', 'Etc/APP.json'],
+        ['etc/app.json', 'Etc/APP.json'],
+        ['etc/App.json', 'Etc/APP.json'],
+      ]),
+    );
+  });
+
+  it('no alias where the file is on disk under neither spelling (nothing tells yet)', async () => {
+    expect(await findPathAliases(caseInsensitiveFs(root), root, ['App.json', 'app.json'])).toEqual(new Map());
+  });
+
+  it('one device and inode with one name is one file; with more names (hard links) each is its own', async () => {
+    const one = { dev: 7n, ino: 42n, nlink: 1n };
+    const linked = { dev: 7n, ino: 43n, nlink: 2n };
+    const aliases = await findPathAliases(
+      realFs,
+      root,
+      ['a/x.json', 'b/x.json', 'c.json', 'd.json'],
+      new Map([
+        ['a/x.json', one],
+        ['b/x.json', one],
+        ['c.json', linked],
+        ['d.json', linked],
+      ]),
+    );
+    expect(aliases).toEqual(
+      new Map([
+        ['a/x.json', 'a/x.json'],
+        ['b/x.json', 'a/x.json'],
+      ]),
+    );
+  });
+
+  it('a path outside the root is never looked at', async () => {
+    expect(await findPathAliases(caseInsensitiveFs(root), root, ['../X.json', '../x.json'])).toEqual(
+      new Map(),
+    );
+  });
+});
