@@ -1,6 +1,7 @@
 // The composition root in-process: main's exit codes and messages, and the daemon's signals wired by runAgent.
 import { type ChildProcess, spawnSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
+import * as nodeFs from 'node:fs/promises';
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,6 +13,7 @@ import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { main } from '../main.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import { acquireStateLock, linuxProcessProbe } from '../store/lock.js';
 import { runAgent } from './compose.js';
 import type { CommandIo } from './io.js';
 import { callAgent } from './local-client.js';
@@ -342,6 +344,49 @@ describe('runAgent: a full stateDir at start', () => {
       events.emit('SIGTERM');
       second.emit('SIGTERM');
       unmount(stateDir);
+    }
+  });
+});
+
+describe('runAgent: stateDir locked by another live agent at start', () => {
+  // An operator's `config-agent --once` running when the service starts (at boot, after an upgrade): the daemon
+  // exited 1, systemd restarted it every 5 s, and a run longer than the start limit (10 starts) left the unit
+  // failed for good.
+  it('is waited out in-process: the agent starts once the other lets go; a stop while waiting exits 0', async () => {
+    const stateDir = path.join(dir, 'state');
+    await mkdir(stateDir, { mode: 0o700 });
+    // The other agent is the parent process (alive to the probe), with its own start time (field 22 of its stat).
+    const stat = await readFile(`/proc/${process.ppid}/stat`, 'utf8');
+    const procStart = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? '';
+    const other = await acquireStateLock(nodeFs, stateDir, {
+      self: async () => ({ pid: process.ppid, procStart }),
+      alive: linuxProcessProbe.alive,
+    });
+    const events = new EventEmitter();
+    const second = new EventEmitter();
+    try {
+      const configPath = await writeConfig();
+      const retry = { firstDelayMs: 20, maxDelayMs: 40 };
+      const stopped = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+      const exitWhileWaiting = runAgent({ configPath }, stopped, createSecretRegistry(), events, retry);
+      await waitFor(() => stopped.err().split('cannot start yet').length > 2, PATIENCE_MS, {
+        what: 'two attempts',
+      });
+      expect(stopped.err()).toContain(`another config-agent (pid ${process.ppid})`);
+      events.emit('SIGTERM');
+      expect(await exitWhileWaiting).toBe(0);
+
+      const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+      const exit = runAgent({ configPath }, io, createSecretRegistry(), second, retry);
+      await waitFor(() => io.err().includes('cannot start yet'), PATIENCE_MS, { what: 'a first attempt' });
+      await other.release();
+      await waitFor(() => io.err().includes('"agent started"'), PATIENCE_MS, { what: 'the agent started' });
+      second.emit('SIGTERM');
+      expect(await exit).toBe(0);
+    } finally {
+      events.emit('SIGTERM');
+      second.emit('SIGTERM');
+      await other.release();
     }
   });
 });

@@ -16,6 +16,7 @@ import type { ReconcilerSettings } from '../reconcile/pass-runner.js';
 import { Reconciler } from '../reconcile/reconcile.js';
 import { loadYaml } from '../reconcile/serialize.js';
 import { readRegularFileUpTo } from '../store/durable-writer.js';
+import { StateLockedError } from '../store/lock.js';
 import type { RunningAgent } from './daemon.js';
 import { ExitCode, exitCodeForPass, exitCodeForStartupError, waitsOutAtStart } from './exit-codes.js';
 import { hangSafeFs } from './hang-safe-fs.js';
@@ -31,7 +32,8 @@ const STOP_DEADLINE_MS = 10_000;
 
 /**
  * How the daemon waits out a start-up failure that may pass by itself (`waitsOutAtStart`: a full or failing
- * disk under stateDir or rootDir): 5 s, doubling up to 5 min, in-process. Never beyond what systemd allows:
+ * disk under stateDir or rootDir; or stateDir locked by another live agent, such as an operator's long
+ * `config-agent --once` at boot): 5 s, doubling up to 5 min, in-process. Never beyond what systemd allows:
  * exiting instead would soon hit the unit's start limit and leave it failed until an operator came.
  */
 export interface StartRetry {
@@ -334,7 +336,7 @@ export async function runAgent(
         components = await buildAgentComponents(loaded, io, secrets, daemon);
       } catch (error) {
         const message = secrets.scrub(errorMessage(error));
-        if (!waitsOutAtStart(error)) {
+        if (!waitsOutAtStart(error) && !(error instanceof StateLockedError)) {
           io.stderr.write(`config-agent: cannot start: ${message}\n`);
           return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
         }
