@@ -8,6 +8,8 @@ const INTEGRATION = [
   'test/reliability/**/*.test.ts',
   // Installs the built .deb under a real systemd: slow, needs dist/ and dist-pkg/.
   'test/systemd/deb.test.ts',
+  // Builds the shipped bundle and runs it against the mock service: its V8 code cache.
+  'test/packaging/code-cache.test.ts',
 ];
 
 /** In-process tests: memfs or a temp dir, the mock service on port 0, fake clocks. No build needed. */

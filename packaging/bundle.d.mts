@@ -1,6 +1,6 @@
 export const REPO: string;
 export function bundleCli(options: { outdir: string; metafile?: string }): string[];
-export function frontDoor(helpText: string): string;
+export function frontDoor(helpText: string, agentBundle?: string): string;
 export function bundleInto(dir: string): string;
 export function installedPackageJson(version: string): string;
 export function asciiComments(file: string): void;

@@ -2,7 +2,8 @@
 // The shipped CLI as one esbuild bundle: one build, used by the Debian packages and by the bench.
 // Usage: node packaging/bundle.mjs <dir>  → <dir>/dist/main.cjs, main.js (+ its chunks) and <dir>/package.json, as installed.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
@@ -40,17 +41,82 @@ export function bundleCli({ outdir, metafile }) {
   );
   if (result.error) throw result.error;
   if (result.status !== 0) throw new Error(`esbuild exited ${result.status}`);
+  const agentBundle = agentBundleCli(outdir);
   for (const name of readdirSync(outdir)) asciiComments(path.join(outdir, name));
+  const agentName = hashedName(path.join(outdir, agentBundle));
   const help = spawnSync(process.execPath, [path.join(outdir, 'main.js'), '--help'], { encoding: 'utf8' });
   if (help.error) throw help.error;
   if (help.status !== 0 || help.stderr !== '') {
     throw new Error(`main.js --help exited ${help.status}: ${help.stderr}`);
   }
-  writeFileSync(path.join(outdir, 'main.cjs'), frontDoor(help.stdout));
+  writeFileSync(path.join(outdir, 'main.cjs'), frontDoor(help.stdout, agentName));
   const chunks = readdirSync(outdir)
     .filter((name) => name !== 'main.js' && name !== 'main.cjs')
     .sort();
   return ['main.cjs', 'main.js', ...chunks].map((name) => path.join(outdir, name));
+}
+
+function esbuild(args) {
+  const result = spawnSync(path.join(REPO, 'node_modules/.bin/esbuild'), args, {
+    stdio: 'inherit',
+    cwd: REPO,
+  });
+  if (result.error) throw result.error;
+  if (result.status !== 0) throw new Error(`esbuild exited ${result.status}`);
+}
+
+/**
+ * `--once` loads one CommonJS bundle of main.ts instead of the ESM chunks: V8 can cache the compiled code of a
+ * classic script (vm.Script's cachedData) on Node 20 and 24 alike, and its cache made after a pass holds every
+ * function the pass compiled (~1 MB; Node 24's module.enableCompileCache keeps only what compiled at load,
+ * ~0.3 MB). agent-loader.cjs finds, checks, uses and writes the cache (src/cli/agent-loader.ts;
+ * docs/performance.md, "eighth round"). The bundle has no import(): a vm.Script cannot run one. Returns the
+ * bundle's temporary name, agent.cjs; hashedName() names it by content.
+ */
+function agentBundleCli(outdir) {
+  esbuild([
+    'src/main.ts',
+    '--bundle',
+    '--platform=node',
+    '--format=cjs',
+    '--target=node20.19',
+    `--outfile=${path.join(outdir, 'agent.cjs')}`,
+    '--legal-comments=none',
+    '--log-level=warning',
+    '--define:import.meta.url=__agentBundleUrl',
+    "--banner:js=const __agentBundleUrl = require('node:url').pathToFileURL(__filename).href;",
+    `--metafile=${path.join(outdir, 'agent.meta.json')}`,
+  ]);
+  const meta = path.join(outdir, 'agent.meta.json');
+  const outputs = Object.values(JSON.parse(readFileSync(meta, 'utf8')).outputs);
+  rmSync(meta);
+  const dynamic = outputs.flatMap((output) => output.imports.filter((i) => i.kind === 'dynamic-import'));
+  if (dynamic.length > 0) {
+    throw new Error(
+      `agent.cjs: import() of ${dynamic.map((i) => i.path)} is left, which a vm.Script cannot run`,
+    );
+  }
+  const file = path.join(outdir, 'agent.cjs');
+  writeFileSync(file, readFileSync(file, 'utf8').replace(/^#!.*\n/, ''));
+  esbuild([
+    'src/cli/agent-loader.ts',
+    '--bundle',
+    '--platform=node',
+    '--format=cjs',
+    '--target=node20.19',
+    `--outfile=${path.join(outdir, 'agent-loader.cjs')}`,
+    '--legal-comments=none',
+    '--log-level=warning',
+  ]);
+  return 'agent.cjs';
+}
+
+/** Renames `file` to <stem>-<first 12 hex of its sha256>.cjs: another version's bundle has another name. */
+function hashedName(file) {
+  const hash = createHash('sha256').update(readFileSync(file)).digest('hex').slice(0, 12).toUpperCase();
+  const name = `${path.basename(file, '.cjs')}-${hash}.cjs`;
+  renameSync(file, path.join(path.dirname(file), name));
+  return name;
 }
 
 /**
@@ -86,14 +152,18 @@ export function asciiComments(file) {
  * script: 27.6 ms as ESM, 23.2 ms as CommonJS, `node -e 0` 22.2 ms), a fifth of `--help`'s whole start-up, so
  * this CommonJS file answers the exact command lines `--help`, `-h`, `help` and `--version` itself: with main.js's
  * own --help output, captured at build time, and the version read from ../package.json as main.js reads it.
- * Every other command line (and a version it cannot read) goes to main.js's runProcess(), which parses and
- * answers it as if Node had run main.js.
+ * A command line with `--once` (as the launcher tells it) goes to `agentBundle` (when given) through
+ * agent-loader.cjs, with V8's code cache; every other one (and a version it cannot read) goes to main.js's
+ * runProcess(), which parses and answers it as if Node had run main.js. Both builds are the whole of main.ts:
+ * which one runs a command line changes its cost, never what it does. The daemon stays on main.js: the one
+ * CommonJS bundle held ~1.5 MiB more of idle RSS, for ~120 ms less CPU at its one start (docs/performance.md).
  */
-export function frontDoor(helpText) {
+export function frontDoor(helpText, agentBundle) {
   return [
-    "// config-agent's entry (packaging/bundle.mjs): answers --help and --version without Node's ESM loader; the rest runs main.js.",
+    "// config-agent's entry (packaging/bundle.mjs): answers --help and --version without Node's ESM loader; the rest runs main.js or the agent bundle.",
     "'use strict';",
     `const HELP = ${JSON.stringify(helpText)};`,
+    `const AGENT_BUNDLE = ${JSON.stringify(agentBundle ?? null)};`,
     'const argv = process.argv.slice(2);',
     'let text;',
     'if (argv.length === 1) {',
@@ -106,20 +176,25 @@ export function frontDoor(helpText) {
     '    } catch {}',
     '  }',
     '}',
+    'function failed(error) {',
+    '  const text = error instanceof Error ? error.stack : String(error);',
+    "  process.stderr.write('config-agent: unexpected error: ' + text + '\\n');",
+    "  process.stdout.write('', () => process.exit(1));",
+    '}',
     'if (text !== undefined) {',
     '  // As main.js: output is best effort (a reader gone is EPIPE, not a crash).',
     "  for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);",
     '  process.stdout.write(text);',
     "  process.stdout.write('', () => process.exit(0));",
+    "} else if (AGENT_BUNDLE !== null && argv.includes('--once')) {",
+    '  try {',
+    "    const join = require('node:path').join;",
+    "    require(join(__dirname, 'agent-loader.cjs')).runAgentBundle(join(__dirname, AGENT_BUNDLE));",
+    '  } catch (error) {',
+    '    failed(error);',
+    '  }',
     '} else {',
-    "  import('./main.js').then(",
-    '    (main) => main.runProcess(),',
-    '    (error) => {',
-    '      const text = error instanceof Error ? error.stack : String(error);',
-    "      process.stderr.write('config-agent: unexpected error: ' + text + '\\n');",
-    "      process.stdout.write('', () => process.exit(1));",
-    '    },',
-    '  );',
+    "  import('./main.js').then((main) => main.runProcess(), failed);",
     '}',
     '',
   ].join('\n');

@@ -78,4 +78,51 @@ describe('main.cjs', () => {
     expect({ stdout, status }).toEqual({ stdout: '', status: 1 });
     expect(stderr).toMatch(/^config-agent: unexpected error: .*ERR_MODULE_NOT_FOUND|Cannot find module/s);
   });
+
+  describe('with an agent bundle', () => {
+    const AGENT = 'agent-0123456789AB.cjs';
+    beforeEach(async () => {
+      await writeFile(path.join(dir, 'dist', 'main.cjs'), frontDoor(HELP, AGENT));
+      // A stand-in loader: which bundle it was asked to run, for which command line.
+      await writeFile(
+        path.join(dir, 'dist', 'agent-loader.cjs'),
+        "exports.runAgentBundle = (file) => { process.stdout.write(JSON.stringify({ agent: require('node:path').basename(file), ran: process.argv.slice(2) })); process.exitCode = 4; };\n",
+      );
+    });
+
+    it('runs the command lines with --once through the agent loader', () => {
+      for (const args of [['--once'], ['--once', '--dry-run', '--config', '/c.json'], ['--help', '--once']]) {
+        expect(run(args), args.join(' ')).toEqual({
+          stdout: JSON.stringify({ agent: AGENT, ran: args }),
+          stderr: '',
+          status: 4,
+        });
+      }
+    });
+
+    it('answers --help and --version itself and hands the other commands, the daemon too, to main.js', () => {
+      expect(run(['--help'])).toEqual({ stdout: HELP, stderr: '', status: 0 });
+      expect(run(['--version'])).toEqual({ stdout: 'config-agent 9.8.7\n', stderr: '', status: 0 });
+      for (const args of [
+        ['status'],
+        ['sync'],
+        ['--config', '/c.json', 'status'],
+        ['doctor'],
+        ['--version', 'x'],
+      ]) {
+        expect(run(args), args.join(' ')).toEqual({
+          stdout: JSON.stringify({ ran: args }),
+          stderr: '',
+          status: 3,
+        });
+      }
+    });
+
+    it('exits 1 with the error when the agent loader is missing (a half-upgraded install)', async () => {
+      await rm(path.join(dir, 'dist', 'agent-loader.cjs'));
+      const { stdout, stderr, status } = run(['--once']);
+      expect({ stdout, status }).toEqual({ stdout: '', status: 1 });
+      expect(stderr).toMatch(/^config-agent: unexpected error: .*Cannot find module/s);
+    });
+  });
 });

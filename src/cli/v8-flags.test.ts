@@ -1,6 +1,6 @@
 // The V8 flags the commands that sync set, by V8 version and node's own command line.
 import { describe, expect, it } from 'vitest';
-import { syncV8Flags } from './main.js';
+import { syncV8Flags } from './v8-flags.js';
 
 describe('syncV8Flags', () => {
   it('on V8 11 (Node 20): the raised interrupt budget and Liftoff only for WebAssembly (llhttp)', () => {

@@ -1,0 +1,209 @@
+// The code cache's files: whose may be read, which bytes are refused, the atomic bounded write, the config peek.
+import {
+  chmodSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  CODE_CACHE_DIR,
+  type CodeCacheKey,
+  codeCacheDirectory,
+  codeCacheFileName,
+  configPathOf,
+  MAX_CODE_CACHE_FILES,
+  peekConfig,
+  readCodeCache,
+  writeCodeCache,
+} from './code-cache.js';
+
+const KEY: CodeCacheKey = { bundle: 'agent-0123456789AB.cjs', runtime: 'v20.20.2 x64 v8-11.3 --expose-gc' };
+const PAYLOAD = Buffer.from('V8 code cache bytes '.repeat(100));
+const euid = process.geteuid?.() ?? 0;
+
+let stateDir: string;
+let dir: string;
+beforeEach(() => {
+  stateDir = mkdtempSync(path.join(os.tmpdir(), 'config-agent-code-cache-'));
+  chmodSync(stateDir, 0o700);
+  dir = path.join(stateDir, CODE_CACHE_DIR);
+});
+afterEach(() => {
+  rmSync(stateDir, { recursive: true, force: true });
+});
+
+function cacheFile(key = KEY): string {
+  return path.join(dir, codeCacheFileName(key));
+}
+
+describe('codeCacheDirectory', () => {
+  it('creates stateDir/code-cache 0700 in a stateDir of this user, and finds it again', () => {
+    expect(codeCacheDirectory(stateDir, euid, false)).toEqual({ unusable: 'ENOENT' });
+    expect(codeCacheDirectory(stateDir, euid, true)).toEqual({ dir });
+    expect(lstatSync(dir).mode & 0o777).toBe(0o700);
+    expect(codeCacheDirectory(stateDir, euid, false)).toEqual({ dir });
+  });
+
+  it("never uses another user's stateDir or code-cache, nor one others may write, nor a symlink", () => {
+    expect(codeCacheDirectory(stateDir, euid + 1, true)).toEqual({
+      unusable: `stateDir owned by uid ${euid}, not ${euid + 1}`,
+    });
+    expect(readdirSync(stateDir)).toEqual([]);
+    chmodSync(stateDir, 0o777);
+    expect(codeCacheDirectory(stateDir, euid, true)).toEqual({
+      unusable: 'stateDir writable by group or others (mode 777)',
+    });
+    chmodSync(stateDir, 0o700);
+    mkdirSync(dir, { mode: 0o700 });
+    chmodSync(dir, 0o770);
+    expect(codeCacheDirectory(stateDir, euid, true)).toEqual({
+      unusable: 'writable by group or others (mode 770)',
+    });
+    rmSync(dir, { recursive: true });
+    const elsewhere = mkdtempSync(path.join(os.tmpdir(), 'config-agent-code-cache-elsewhere-'));
+    try {
+      symlinkSync(elsewhere, dir);
+      expect(codeCacheDirectory(stateDir, euid, true)).toEqual({ unusable: 'not a directory' });
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('readCodeCache and writeCodeCache', () => {
+  beforeEach(() => {
+    mkdirSync(dir, { mode: 0o700 });
+  });
+
+  it('reads back what was written: a 0600 file named by bundle and runtime, no temp file left', () => {
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ absent: true });
+    writeCodeCache(dir, KEY, PAYLOAD);
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ found: PAYLOAD });
+    expect(readdirSync(dir)).toEqual([codeCacheFileName(KEY)]);
+    expect(lstatSync(cacheFile()).mode & 0o777).toBe(0o600);
+  });
+
+  it('ignores a cache made for another bundle or runtime, even under the right name', () => {
+    const other = { ...KEY, runtime: 'v24.21.0 x64 v8-13.6 --expose-gc' };
+    writeCodeCache(dir, other, PAYLOAD);
+    writeFileSync(cacheFile(), readFileSync(cacheFile(other)));
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'made for another bundle or runtime' });
+  });
+
+  it('ignores a truncated, corrupt or foreign file: V8 would run a flipped byte', () => {
+    writeCodeCache(dir, KEY, PAYLOAD);
+    const good = readFileSync(cacheFile());
+    const flipped = Buffer.from(good);
+    flipped[flipped.length - 100] = (flipped[flipped.length - 100] as number) ^ 0x01;
+    writeFileSync(cacheFile(), flipped);
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'checksum mismatch (truncated or corrupt)' });
+    writeFileSync(cacheFile(), good.subarray(0, good.length - 1));
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'checksum mismatch (truncated or corrupt)' });
+    writeFileSync(cacheFile(), good.subarray(0, 40));
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'truncated' });
+    writeFileSync(cacheFile(), PAYLOAD);
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'not a code cache file' });
+    writeFileSync(cacheFile(), '');
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'not a code cache file' });
+  });
+
+  it("ignores another user's file, one others may write, a symlink and a FIFO-like non-file", () => {
+    writeCodeCache(dir, KEY, PAYLOAD);
+    expect(readCodeCache(dir, KEY, euid + 1)).toEqual({ ignored: `owned by uid ${euid}, not ${euid + 1}` });
+    chmodSync(cacheFile(), 0o622);
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'writable by group or others (mode 622)' });
+    chmodSync(cacheFile(), 0o600);
+    const target = path.join(stateDir, 'elsewhere.v8cache');
+    writeFileSync(target, readFileSync(cacheFile()), { mode: 0o600 });
+    rmSync(cacheFile());
+    symlinkSync(target, cacheFile());
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'cannot open: ELOOP' });
+    rmSync(cacheFile());
+    mkdirSync(cacheFile());
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'not a regular file' });
+  });
+
+  it('a write replaces a corrupt cache, removes other bundles and stale temp files, and keeps at most four', () => {
+    writeFileSync(cacheFile(), 'garbage', { mode: 0o600 });
+    const oldBundle = { ...KEY, bundle: 'agent-FFFFFFFFFFFF.cjs' };
+    writeFileSync(path.join(dir, codeCacheFileName(oldBundle)), 'old', { mode: 0o600 });
+    const staleTemp = path.join(dir, `.${codeCacheFileName(KEY)}.tmp-99999`);
+    const freshTemp = path.join(dir, `.${codeCacheFileName(KEY)}.tmp-99998`);
+    writeFileSync(staleTemp, 'x');
+    writeFileSync(freshTemp, 'x');
+    const now = Date.now();
+    utimesSync(staleTemp, new Date(now - 3_600_000), new Date(now - 3_600_000));
+    writeFileSync(path.join(dir, 'unrelated'), 'kept');
+    writeCodeCache(dir, KEY, PAYLOAD, now);
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ found: PAYLOAD });
+    expect(readdirSync(dir).sort()).toEqual(
+      [codeCacheFileName(KEY), path.basename(freshTemp), 'unrelated'].sort(),
+    );
+  });
+
+  it('keeps the newest four caches of the running bundle (one per runtime and flag set)', () => {
+    const now = Date.now();
+    const runtimes = Array.from({ length: MAX_CODE_CACHE_FILES + 2 }, (_, i) => ({
+      ...KEY,
+      runtime: `r${i}`,
+    }));
+    runtimes.forEach((key, i) => {
+      writeCodeCache(dir, key, PAYLOAD, now);
+      const at = new Date(now - (runtimes.length - i) * 1000);
+      utimesSync(cacheFile(key), at, at);
+    });
+    const kept = readdirSync(dir).filter((name) => name.endsWith('.v8cache'));
+    expect(kept).toHaveLength(MAX_CODE_CACHE_FILES);
+    expect(kept.sort()).toEqual(
+      runtimes
+        .slice(-MAX_CODE_CACHE_FILES)
+        .map((key) => codeCacheFileName(key))
+        .sort(),
+    );
+  });
+
+  it('a write that fails throws and leaves no temp file', () => {
+    const missing = path.join(stateDir, 'no-such-dir');
+    expect(() => writeCodeCache(missing, KEY, PAYLOAD)).toThrow(/ENOENT/);
+    mkdirSync(cacheFile());
+    writeFileSync(path.join(cacheFile(), 'inside'), 'x');
+    expect(() => writeCodeCache(dir, KEY, PAYLOAD)).toThrow(/EISDIR|ENOTEMPTY|EEXIST/);
+    expect(readdirSync(dir)).toEqual([codeCacheFileName(KEY)]);
+  });
+});
+
+describe('the configuration peek', () => {
+  it('resolves the file as config/load.ts does: --config, -c, CONFIG_AGENT_CONFIG, the default', () => {
+    expect(configPathOf(['--once', '--config', '/a.json'], {})).toBe('/a.json');
+    expect(configPathOf(['--config=/b.json'], { CONFIG_AGENT_CONFIG: '/e.json' })).toBe('/b.json');
+    expect(configPathOf(['-c', '/c.json', '--once'], {})).toBe('/c.json');
+    expect(configPathOf(['-c/d.json'], {})).toBe('/d.json');
+    expect(configPathOf(['--once'], { CONFIG_AGENT_CONFIG: '/e.json' })).toBe('/e.json');
+    expect(configPathOf(['--once', '--config', ''], { CONFIG_AGENT_CONFIG: '' })).toBe(
+      '/etc/config-agent/config.json',
+    );
+  });
+
+  it('takes an absolute stateDir and the log level, and nothing from what is not a small JSON file', () => {
+    const file = path.join(stateDir, 'config.json');
+    writeFileSync(file, JSON.stringify({ stateDir: '/var/lib/x', log: { level: 'debug' } }));
+    expect(peekConfig(file)).toEqual({ stateDir: '/var/lib/x', logLevel: 'debug' });
+    writeFileSync(file, JSON.stringify({ stateDir: 'relative', log: 'debug' }));
+    expect(peekConfig(file)).toEqual({});
+    writeFileSync(file, '{ not json');
+    expect(peekConfig(file)).toEqual({});
+    writeFileSync(file, 'null');
+    expect(peekConfig(file)).toEqual({});
+    expect(peekConfig(path.join(stateDir, 'missing.json'))).toEqual({});
+    expect(peekConfig(stateDir)).toEqual({});
+  });
+});
