@@ -204,6 +204,41 @@ describe('a case-insensitive root (exFAT, vfat)', () => {
   });
 });
 
+describe('a case-insensitive root, polled', () => {
+  it('a newcomer at App.json beside a deployed app.json, seen by a poll: the owner of app.json is judged too', async () => {
+    await open(caseInsensitiveFs(rootDir));
+    put({ id: 'cfg_old', relative_filepath: 'app.json', content: { who: 'old' }, updated_at: T0 });
+    await pass();
+    put({ id: 'cfg_new', relative_filepath: 'App.json', content: { who: 'new' }, updated_at: T1 });
+
+    await reconciler!.runPass({ mode: 'incremental' });
+
+    expect(await realBytes((await namesIn(''))[0]!)).toBe(json({ who: 'new' }));
+    expect(status('cfg_new')).toBe('deployed/none');
+    // Not left `deployed` with the newcomer's bytes in its file.
+    expect(status('cfg_old')).toBe('deployed/retrying');
+    expect(reconciler!.state.files.has('app.json')).toBe(false);
+  });
+
+  it('an instance moved to another case, seen by a poll: its record at the old spelling goes at once', async () => {
+    await open(caseInsensitiveFs(rootDir));
+    put({ id: 'cfg_a', relative_filepath: 'etc/app.json', content: { port: 1 } });
+    await pass();
+    update('cfg_a', {
+      relative_filepath: 'etc/App.json',
+      content: { port: 2 },
+      activity_status: 'queued',
+      updated_at: T1,
+    });
+
+    await reconciler!.runPass({ mode: 'incremental' });
+
+    expect([...reconciler!.state.files.keys()]).toEqual(['etc/App.json']);
+    expect(await realBytes(`etc/${(await namesIn('etc'))[0]}`)).toBe(json({ port: 2 }));
+    expect(status('cfg_a')).toBe('deployed/none');
+  });
+});
+
 describe('a directory of the root mounted again in the root', () => {
   it('two instances at a/x.json and b/x.json, b a bind mount of a: one file, the later one deployed, the other retrying, stable', async () => {
     await mkdir(path.join(rootDir, 'a'));

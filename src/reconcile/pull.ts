@@ -11,6 +11,7 @@ import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
 import type { ConfigInstance, ConfigInstanceFilters, ConfigInstanceHead } from '../api/schemas.js';
 import type { Clock } from '../lib/clock.js';
 import type { Logger } from '../lib/logger.js';
+import { foldKey } from '../store/path-aliases.js';
 import type { ManagedFile } from '../store/state.js';
 import type { PassMode } from './pass-runner.js';
 
@@ -53,7 +54,10 @@ export async function pullInstances<I extends ConfigInstanceHead = ConfigInstanc
   const listed = await listInstances(queriesFor(mode, ctx.deviceId), ctx, mode);
   const { instances } = listed;
   if (mode === 'full') return { ...listed, mode };
-  if (instances.some((i) => i.target_status !== 'deployed' && ctx.files.has(i.relative_filepath))) {
+  if (
+    instances.some((i) => i.target_status !== 'deployed' && ctx.files.has(i.relative_filepath)) ||
+    respellsRecordedPath(instances, ctx.files)
+  ) {
     return { ...(await listInstances(queriesFor('full', ctx.deviceId), ctx, 'full')), mode: 'full' };
   }
   const owners = await fetchUnpulledOwners(instances, ctx);
@@ -63,6 +67,27 @@ export async function pullInstances<I extends ConfigInstanceHead = ConfigInstanc
     skipped: [...listed.skipped, ...owners.skipped],
     mode,
   };
+}
+
+/**
+ * Whether an instance wants a path that spells a recorded path otherwise (`etc/App.json` beside a recorded
+ * `etc/app.json`): on a case-insensitive root that is the recorded file, whose instance the poll did not pull,
+ * so only a full pull can tell which of the two wins it (plan.ts). Costs a fold of every recorded path only
+ * when a pulled path is not recorded as it is spelled.
+ */
+function respellsRecordedPath(
+  instances: readonly ConfigInstanceHead[],
+  files: ReadonlyMap<string, ManagedFile>,
+): boolean {
+  const wanted = new Set<string>();
+  for (const instance of instances) {
+    if (!files.has(instance.relative_filepath)) wanted.add(foldKey(instance.relative_filepath));
+  }
+  if (wanted.size === 0) return false;
+  for (const recorded of files.keys()) {
+    if (wanted.has(foldKey(recorded))) return true;
+  }
+  return false;
 }
 
 /** `full` asks for every instance targeting `deployed`; both ask for what changed. */
