@@ -9,6 +9,7 @@ import {
   readFileSync,
   rmSync,
   statSync,
+  writeFileSync,
 } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -241,6 +242,41 @@ describe.skipIf(!isRoot)('config-agent init (skipped unless root: it chowns to c
     expect(result.code).toBe(2);
     expect(result.stderr).toContain('missing --device-id, --api-key-file (no terminal to ask on)');
     expect(existsSync(sys.configPath)).toBe(false);
+  });
+
+  // The drop-in's line was `ReadWritePaths=<rootDir>` verbatim: a space split it into two paths (one ignored as
+  // relative), a `'` made systemd ignore it, a `%d` named the credentials directory: the unit could not write rootDir.
+  it('writes a rootDir holding a space, a quote and a % as one path systemd reads back; refuses a " (exit 78)', async () => {
+    const sys = scratch();
+    const rootDir = path.join(sys.dir, "srv/bob's configs 100%d");
+    const result = await init(
+      { configPath: sys.configPath, deviceId: DEVICE, baseUrl: server.url, rootDir, apiKeyFile: '-' },
+      sys.env(`${KEY}\n`),
+    );
+    expect(result.code).toBe(0);
+    const dropIn = path.join(sys.dir, 'etc/systemd/system/config-agent.service.d/50-root-dir.conf');
+    const line = `ReadWritePaths="${rootDir.replaceAll('%', '%%')}"`;
+    expect(readFileSync(dropIn, 'utf8')).toContain(`\n${line}\n`);
+    // Where systemd is installed, it parses the line without a warning (CI installs it: .ci/run).
+    const unit = path.join(sys.dir, 'probe.service');
+    writeFileSync(unit, `[Service]\nExecStart=/bin/true\n${line}\n`);
+    const verify = spawnSync('systemd-analyze', ['verify', unit], { encoding: 'utf8' });
+    if (verify.error === undefined) expect(verify.stderr).not.toContain('ReadWritePaths');
+
+    const quoted = scratch();
+    const refused = await init(
+      {
+        configPath: quoted.configPath,
+        deviceId: DEVICE,
+        baseUrl: server.url,
+        rootDir: path.join(quoted.dir, 'srv/"x"'),
+        apiKeyFile: '-',
+      },
+      quoted.env(`${KEY}\n`),
+    );
+    expect(refused.code).toBe(78);
+    expect(refused.stderr).toContain('a ReadWritePaths= line of the unit cannot carry');
+    expect(existsSync(quoted.configPath)).toBe(false);
   });
 
   it('refuses an invalid setting before writing anything (exit 78)', async () => {

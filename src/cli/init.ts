@@ -144,6 +144,19 @@ export async function agentAccount(env: Pick<InitEnvironment, 'groupFile' | 'pas
   };
 }
 
+/**
+ * A directory as one value of a systemd `ReadWritePaths=` line: `%` doubled (systemd expands `%d`, `%h`, ...
+ * there: `/srv/100%d` named the credentials directory) and, when it holds a space or a single quote, the whole in
+ * double quotes (a space split the line into two paths, `/srv/my configs` into `/srv/my` and an ignored
+ * `configs`; a lone `'` made systemd ignore the line): either way the unit could not write rootDir.
+ * Undefined for a `"` or `\`, which that line keeps or unquotes in ways not worth trusting.
+ */
+export function systemdPathValue(dir: string): string | undefined {
+  if (/["\\]/.test(dir)) return undefined;
+  const value = dir.replaceAll('%', '%%');
+  return /[\s']/.test(value) ? `"${value}"` : value;
+}
+
 /** mkdir -p that reports whether it created the last component. */
 async function ensureDir(dir: string, mode: number, uid: number, gid: number): Promise<boolean> {
   try {
@@ -260,6 +273,14 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
     };
     // Validated before anything is written: a typo never leaves a half-configured device.
     const config = parseAgentConfig(raw, configPath);
+    const rootDirValue = systemdPathValue(config.rootDir);
+    if (rootDirValue === undefined) {
+      throw new InitFailure(
+        `rootDir ${JSON.stringify(config.rootDir)} holds a double quote or a backslash, which a ReadWritePaths= line of ` +
+          'the unit cannot carry: choose another rootDir',
+        ExitCode.Config,
+      );
+    }
 
     const { uid, gid } = await agentAccount(env);
 
@@ -287,12 +308,12 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
         rootDir: env.dropInDir,
         relativePath: ROOT_DIR_DROP_IN,
         data: Buffer.from(
-          `# Written by config-agent init: the unit may write rootDir (ProtectSystem=strict).\n[Service]\nReadWritePaths=${config.rootDir}\n`,
+          `# Written by config-agent init: the unit may write rootDir (ProtectSystem=strict).\n[Service]\nReadWritePaths=${rootDirValue}\n`,
         ),
         mode: 0o644,
         dirMode: 0o755,
       });
-      io.stdout.write(`wrote ${dropIn} (ReadWritePaths=${config.rootDir})\n`);
+      io.stdout.write(`wrote ${dropIn} (ReadWritePaths=${rootDirValue})\n`);
       needsReload = true;
     } else if ((await readOptional(dropIn)) !== undefined) {
       await nodeFs.unlink(dropIn);
