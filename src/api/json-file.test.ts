@@ -1,7 +1,7 @@
 // A large item judged from its bytes with its content written straight into its file's bytes gives what the usual
 // path gives (parse the item, then serialize.ts): byte for byte, verdict for verdict, over a corpus and seeded texts.
-import { beforeAll, describe, expect, it } from 'vitest';
-import { loadYaml, serializeContent } from '../reconcile/serialize.js';
+import { describe, expect, it } from 'vitest';
+import { serializeContent } from '../reconcile/serialize.js';
 import {
   checkContent,
   isJsonContentFile,
@@ -271,8 +271,6 @@ const CORPUS = [
 ];
 
 describe('a large item judged with its content streamed into its file', () => {
-  beforeAll(loadYaml);
-
   it('gives the usual verdict and the usual bytes for every text of the corpus', () => {
     let streamed = 0;
     for (const content of CORPUS) {
@@ -359,8 +357,6 @@ describe('locateContent / checkContent', () => {
 });
 
 describe('JsonContentFile in serialize.ts', () => {
-  beforeAll(loadYaml);
-
   it('gives its bytes for a JSON path and the usual YAML for a YAML path', () => {
     const text = '{"b":[1.0,"x"],"a":{"c":null}}';
     const bytes = Buffer.from(text, 'utf8');

@@ -14,7 +14,6 @@ import { heapCheckpoint, heapReleaser } from '../lib/release-memory.js';
 import type { SecretRegistry } from '../lib/secrets.js';
 import type { ReconcilerSettings } from '../reconcile/pass-runner.js';
 import { Reconciler } from '../reconcile/reconcile.js';
-import { loadYaml } from '../reconcile/serialize.js';
 import { readRegularFileUpTo } from '../store/durable-writer.js';
 import { StateLockedError } from '../store/lock.js';
 import type { RunningAgent } from './daemon.js';
@@ -307,9 +306,8 @@ export async function runAgent(
   const daemon = await import('./daemon.js');
   // Now, not at the first reload with files.rules: the shipped bundle splits into hashed chunks, and after an
   // upgrade replaced them a later import() would not find this version's (packaging/bundle.mjs). The daemon
-  // loads picomatch for its hooks anyway. Likewise the yaml package, which `--once` loads only for a YAML path.
+  // loads picomatch for its hooks anyway.
   await import('../config/file-rules.js');
-  await loadYaml();
   const reload = (running: RunningAgent<Reconciler>) =>
     running.reload(async (current) =>
       buildAgentComponents(

@@ -1,7 +1,7 @@
 // Step handlers on memfs: each pass is observe → plan → apply; assertions are on the resulting world.
 import path from 'node:path';
 import { createFsFromVolume, Volume } from 'memfs';
-import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { instanceFactory } from '../../test/helpers/instances.js';
 import type { ConfigInstance } from '../api/schemas.js';
 import type { Clock } from '../lib/clock.js';
@@ -17,10 +17,6 @@ import { observeDisk } from './observe.js';
 import type { InstanceOutcome, RetryPolicy } from './pass-runner.js';
 import { planSteps, type Step } from './plan.js';
 import { backoffDelayMs, pendingReports as queuedReports, type RecordContext, recordStep } from './record.js';
-import { loadYaml } from './serialize.js';
-
-// YAML paths are serialized here directly, not through a pass, which loads the yaml package first.
-beforeAll(loadYaml);
 
 const ROOT = '/srv/config';
 const STATE_DIR = '/var/lib/config-agent';

@@ -25,7 +25,6 @@ import {
   skippedOutcomes,
 } from './record.js';
 import { DELIVERIES_WHILE_WRITING, PassReports, type ReportContext, resolveAwaitedEchoes } from './report.js';
-import { formatForPath, loadYaml } from './serialize.js';
 import { FileSpill } from './spill.js';
 
 /** Everything a pass works with; `lastSeenUpdatedAt` lives as long as the reconciler (report echoes). */
@@ -156,7 +155,7 @@ function pullContext(
     clock: ctx.deps.clock,
     // Each instance is serialized as its page arrives and only the bytes are kept (plan.ts `withFile`), past a
     // budget in the content cache (spill.ts). A dry run writes nothing to the state directory: it holds them.
-    prepare: yamlLoadedFirst(
+    prepare: afterHeapCheckpoint(
       dryRun ? withFile : new FileSpill(ctx.dir.cache, ctx.logger, ctx.settings.inMemoryFileBytes).prepare,
       ctx.deps.heapCheckpoint,
     ),
@@ -164,19 +163,14 @@ function pullContext(
   };
 }
 
-/**
- * `prepare`, with the yaml package loaded before the first YAML path is serialized (serialize.ts `loadYaml`),
- * and the heap checkpoint (deps.heapCheckpoint) before each item: a page's garbage is collected as it piles up.
- */
-function yamlLoadedFirst(
+/** `prepare`, after the heap checkpoint (deps.heapCheckpoint) before each item: a page's garbage is collected as it piles up. */
+function afterHeapCheckpoint(
   prepare: (instance: ConfigInstance) => PlanInstance | Promise<PlanInstance>,
   heapCheckpoint: (() => void) | undefined,
 ): (instance: ConfigInstance) => PlanInstance | Promise<PlanInstance> {
   return (instance) => {
     heapCheckpoint?.();
-    return formatForPath(instance.relative_filepath) === 'yaml'
-      ? loadYaml().then(() => prepare(instance))
-      : prepare(instance);
+    return prepare(instance);
   };
 }
 

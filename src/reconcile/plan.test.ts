@@ -1,6 +1,6 @@
 // Table tests of the pure planner: one row per row of the per-instance state machine and per branch of planSteps.
 import { createHash } from 'node:crypto';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { instanceFactory } from '../../test/helpers/instances.js';
 import { LosslessNumber } from '../api/json.js';
 import { type ConfigInstance, STATUS_MESSAGE_MAX } from '../api/schemas.js';
@@ -16,10 +16,6 @@ import {
   type WriteStep,
   withFile,
 } from './plan.js';
-import { loadYaml } from './serialize.js';
-
-// YAML paths are serialized here directly, not through a pass, which loads the yaml package first.
-beforeAll(loadYaml);
 
 const FILE_MODE = 0o640;
 const NOW = 50_000;

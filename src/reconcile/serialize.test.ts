@@ -1,12 +1,9 @@
 import { spawnSync } from 'node:child_process';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { isLosslessNumber, parseJson } from '../api/json.js';
 import type { ConfigContent } from '../api/schemas.js';
-import { loadYaml, serializeContent, yamlMisreads, yamlNumberText } from './serialize.js';
-
-// YAML paths are serialized here directly, not through a pass, which loads the yaml package first.
-beforeAll(loadYaml);
+import { serializeContent, yamlMisreads, yamlNumberText } from './serialize.js';
 
 const content = (text: string) => parseJson(text) as ConfigContent;
 

@@ -13,7 +13,7 @@ import {
 import type { ConfigContent, ConfigInstance } from '../../src/api/schemas.js';
 import { type Clock, systemClock } from '../../src/lib/clock.js';
 import { fileOf, type PlanInstance, withFile } from '../../src/reconcile/plan.js';
-import { loadYaml, serializeContent } from '../../src/reconcile/serialize.js';
+import { serializeContent } from '../../src/reconcile/serialize.js';
 import { type Contract, collect, failure, startContract } from './harness.js';
 
 const DEVICE = 'dvc_gateway_01';
@@ -187,7 +187,6 @@ describe('large configs sync', () => {
   });
 
   it('large items become the bytes of their files as the usual path writes them, JSON streamed or not, and YAML', async () => {
-    await loadYaml();
     // Long strings, few of them: over 1 MiB in all, cheap to build and compare.
     const rules = Array.from(
       { length: 1000 },

@@ -6,7 +6,7 @@ import { lstat, mkdir, open, readdir, readFile, writeFile } from 'node:fs/promis
 import path from 'node:path';
 import { type RunningMockServer, startMockServer } from '../../../src/mock-server/server.js';
 import type { ConfigInstanceRecord } from '../../../src/mock-server/state.js';
-import { loadYaml, serializeContent } from '../../../src/reconcile/serialize.js';
+import { serializeContent } from '../../../src/reconcile/serialize.js';
 import { TEMP_PREFIX } from '../../../src/store/path-guard.js';
 import { AGENT_BIN, collect, type RunResult } from '../../helpers/harness.js';
 import { pick, type Random, randomInt } from './random.js';
@@ -105,8 +105,6 @@ export class Fleet {
   }
 
   static async create(options: FleetOptions): Promise<Fleet> {
-    // deployVersion serializes YAML paths to know the bytes each file must hold.
-    await loadYaml();
     const server = await startMockServer({
       port: 0,
       host: '127.0.0.1',

@@ -1,0 +1,239 @@
+// The agent's YAML emitter against the yaml-package serializer it replaced: byte for byte on generated content,
+// so no deployed YAML file is rewritten after an upgrade.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { Document, parse as parseYaml, type ScalarTag, visit } from 'yaml';
+import { isLosslessNumber, LosslessNumber } from '../api/json.js';
+import type { ConfigContent } from '../api/schemas.js';
+import { yamlBytes, yamlMisreads, yamlNumberText } from './yaml-text.js';
+
+/** Cases per property, and the seed: `YAML_DIFF_RUNS=100000 YAML_DIFF_SEED=7` for a long local run. */
+const RUNS = Number(process.env.YAML_DIFF_RUNS ?? 300);
+const SEED = Number(process.env.YAML_DIFF_SEED ?? 20261124);
+
+// The serializer as it was up to this change (src/reconcile/serialize.ts before the emitter), kept as the oracle.
+const losslessNumberTag: ScalarTag = {
+  identify: (value) => isLosslessNumber(value),
+  default: true,
+  tag: 'tag:yaml.org,2002:float',
+  test: /^\b$/,
+  resolve: (source) => source,
+  stringify: ({ value }) => yamlNumberText(String(value)),
+};
+
+function withExponentNumbersAsText(value: unknown): unknown {
+  if (typeof value === 'number') {
+    const text = String(value);
+    return /e/i.test(text) ? new LosslessNumber(text) : value;
+  }
+  if (Array.isArray(value)) return value.map(withExponentNumbersAsText);
+  if (value !== null && typeof value === 'object' && !isLosslessNumber(value)) {
+    const out: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) {
+      Object.defineProperty(out, key, {
+        value: withExponentNumbersAsText(item),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    }
+    return out;
+  }
+  return value;
+}
+
+const YAML_RAW_UNSAFE = /[\x7f-\x9f\u2028\u2029\ufffe\uffff]/;
+const YAML_RAW_UNSAFE_ALL = new RegExp(YAML_RAW_UNSAFE.source, 'g');
+
+function yamlEscape(char: string): string {
+  const code = char.charCodeAt(0);
+  return code <= 0xff ? `\\x${code.toString(16)}` : `\\u${code.toString(16)}`;
+}
+
+function yamlPackageText(content: ConfigContent): string {
+  const doc = new Document(withExponentNumbersAsText(content), { customTags: [losslessNumberTag] });
+  let unsafe = false;
+  visit(doc, {
+    Scalar(_key, node) {
+      if (typeof node.value !== 'string') return;
+      if (YAML_RAW_UNSAFE.test(node.value)) {
+        unsafe = true;
+        node.type = 'QUOTE_DOUBLE';
+      } else if (yamlMisreads(node.value)) node.type = 'QUOTE_DOUBLE';
+    },
+  });
+  const text = doc.toString({ indent: 2, lineWidth: 0 });
+  return unsafe ? text.replace(YAML_RAW_UNSAFE_ALL, yamlEscape) : text;
+}
+
+/** An object with these own keys in order, `__proto__` included as an own key. */
+function objectOf(entries: readonly (readonly [string, unknown])[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of entries) {
+    Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+  }
+  return out;
+}
+
+/** Whole strings of every class some reader misreads, and of every class that needs a quote style or a block. */
+const TOKENS = [
+  ...['yes', 'No', 'ON', 'off', 'y', 'N', 'true', 'False', 'NULL', 'null', '~', '', '<<', '=', 'Yes', 'oFF'],
+  ...['0', '-0', '+12', '017', '0b101', '0o17', '0x1F', '0x1f_ff', '1_000', '12345678901234567891', '09'],
+  ...['.5', '1.', '1.5', '1e5', '1E+5', '-1.5e-10', '685_230.15', '.inf', '-.Inf', '.NaN', '+.nan'],
+  ...['2001-12-14', '2001-12-14t21:59:43.10-05:00', '2001-12-14 21:59:43.10 -5', '2001-12-14T21:59:43Z'],
+  ...['1:20', '190:20:30', '-1:30', '1:20.5', ':symbol', ':', '\ufeff', '\ufeffkey', '-', '?', '- x', '? x'],
+  ...['---', '...', '--- x', '%YAML', 'a\n---', 'a\n...\nb', '#', 'a #b', 'a# b', 'a: b', 'a:', 'a :b'],
+  ...[
+    ' lead',
+    'trail ',
+    '\tt',
+    't\t',
+    '\n',
+    '\n\n',
+    'a\n',
+    'a\n\n',
+    'a\n \n',
+    '\na',
+    ' \na',
+    '\n a',
+    'a \nb',
+  ],
+  ...['a\n\tb', 'a\n\nb\n', '  \n  x\n', "it's", 'say "hi"', `both ' and "`, 'back\\slash', '\\n', '"', "'"],
+  ...['[a]', '{a}', 'a,b', '&a', '*a', '!t', '|', '>', '@x', '`x`', '%', 'x\r\ny', 'ünïcode', '😀', 'a😀\nb'],
+  ...['\u0000', '\u0007', '\u000b', '\u001b', '\u007f', '\u0085', '\u00a0', '\u2028', '\u2029', '\ufffe'],
+  ...['\uffff', '\ud800', '\udfff', 'x\ud83dy', '\u0080\n\u009f'],
+];
+/** Pieces strings are built from: the characters that steer a scalar's style, and ordinary ones. */
+const PIECES = [
+  ...[' ', '  ', '\n', '\n\n', '\t', '\r', '#', ':', ': ', ' #', '-', '- ', '?', ',', '[', ']', '{', '}'],
+  ...['"', "'", '\\', '\\n', '%', '.', '...', '---', '|', '>', '&', '*', '!', '@', '`', '~', '=', '<<'],
+  ...['a', 'Z', 'key', 'value', '0', '1', '12', '1.5', 'e', 'E5', '+', '_', 'x', 'yes', 'no', 'null', 'true'],
+  ...[
+    'é',
+    '\u00a0',
+    '\u0085',
+    '\u2028',
+    '\u2029',
+    '\ufeff',
+    '\ufffe',
+    '\uffff',
+    '\u007f',
+    '\u009f',
+    '\u0000',
+  ],
+  ...['\u0007', '\u001b', '\u000b', '\u0001', '\ud800', '\udc00', '😀', '𝄞', '中文', '\u200b'],
+];
+
+const pieceString = fc.array(fc.constantFrom(...PIECES), { maxLength: 24 }).map((parts) => parts.join(''));
+const text = fc.oneof(
+  { weight: 3, arbitrary: fc.constantFrom(...TOKENS) },
+  { weight: 5, arbitrary: pieceString },
+  // A token with something before or after it, and long strings (folded double quotes, keys over 1024).
+  {
+    weight: 2,
+    arbitrary: fc.tuple(pieceString, fc.constantFrom(...TOKENS), pieceString).map((p) => p.join('')),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.tuple(pieceString, fc.integer({ min: 2, max: 120 })).map(([s, n]) => s.repeat(n)),
+  },
+  { weight: 2, arbitrary: fc.string({ unit: 'grapheme', maxLength: 20 }) },
+  { weight: 2, arbitrary: fc.string({ unit: 'binary', maxLength: 20 }) },
+);
+const key = fc.oneof(
+  { weight: 6, arbitrary: text },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom('__proto__', '0', '1', '42', '4294967294', '4294967295', '-1', '01'),
+  },
+);
+const NUMBER_TEXTS = ['12345678901234567891', '1.0', '1e400', '-0', '1E5', '2.50', '-2.5E-3', '0.0', '1e-7'];
+const scalar = fc.oneof(
+  text,
+  fc.constant(null),
+  fc.boolean(),
+  fc.integer(),
+  fc.double({ noNaN: true, noDefaultInfinity: true }),
+  fc.constantFrom(0, -0, 1e21, 5e-324, 1e-7, 123456789012, 0.1, -1.5e300, Number.MAX_SAFE_INTEGER),
+  fc.constantFrom(...NUMBER_TEXTS).map((t) => new LosslessNumber(t)),
+);
+const { value } = fc.letrec((tie) => ({
+  value: fc.oneof({ depthSize: 'small', withCrossShrink: true }, scalar, tie('array'), tie('object')),
+  array: fc.array(tie('value'), { maxLength: 6 }),
+  object: fc.array(fc.tuple(key, tie('value')), { maxLength: 6 }).map(objectOf),
+}));
+const content = fc
+  .array(fc.tuple(key, value), { maxLength: 8 })
+  .map((entries) => objectOf(entries) as ConfigContent);
+
+/** `inner` under `depth` levels of single-key objects and one-item arrays, alternating as `shape` says. */
+const deep = fc
+  .tuple(value, fc.array(fc.tuple(fc.boolean(), key), { minLength: 1, maxLength: 64 }))
+  .map(([inner, shape]) => {
+    let node: unknown = inner;
+    for (const [asArray, name] of shape) node = asArray ? [node] : objectOf([[name, node]]);
+    return objectOf([['root', node]]) as ConfigContent;
+  });
+
+function expectSameBytes(sample: ConfigContent): void {
+  const expected = yamlPackageText(sample);
+  const actual = yamlBytes(sample).toString('utf8');
+  expect(actual, JSON.stringify(expected)).toBe(expected);
+}
+
+describe('yamlBytes', () => {
+  it('writes what the yaml package wrote, byte for byte, for generated content', () => {
+    fc.assert(fc.property(content, expectSameBytes), { numRuns: RUNS, seed: SEED });
+  });
+
+  it('writes what the yaml package wrote for content nested up to 65 levels deep', () => {
+    fc.assert(fc.property(deep, expectSameBytes), { numRuns: Math.ceil(RUNS / 5), seed: SEED });
+  });
+
+  it('writes what the yaml package wrote for each token as a value, a key, a list item, at three depths', () => {
+    for (const token of TOKENS) {
+      for (const long of [
+        token,
+        `${token} and then a text long enough to fold ${token}`,
+        token.repeat(300),
+      ]) {
+        const samples = [
+          { k: long },
+          { [long]: 1 },
+          { [long]: { [long]: [long, [long], { [long]: long }] } },
+          { a: { b: { c: [long, { [long]: [] }, { d: {} }] } } },
+        ] as ConfigContent[];
+        for (const sample of samples) expectSameBytes(sample);
+      }
+    }
+  });
+
+  it('writes every number form as before: integers, exponents, -0, texts kept from the service', () => {
+    const numbers = [0, -0, 1, -1, 0.5, 1e21, 1e-7, 5e-324, 1.7976931348623157e308, 123456789.125, -2.5e-300];
+    const lossless = NUMBER_TEXTS.map((t) => new LosslessNumber(t));
+    expectSameBytes({ numbers, lossless, n: -0, l: new LosslessNumber('1E5') } as unknown as ConfigContent);
+  });
+
+  it('writes empty and nested empty collections, and an empty document, as before', () => {
+    const samples = [{}, { a: {} }, { a: [] }, { a: [[], {}, [[]], [{}]] }, { a: { b: {} } }, { '': {} }];
+    for (const sample of samples) expectSameBytes(sample as ConfigContent);
+    expect(yamlBytes({}).toString()).toBe('{}\n');
+  });
+
+  it('keeps a __proto__ key and integer-like keys in the order the object has them', () => {
+    const sample = JSON.parse('{"b":1,"__proto__":{"x":"on"},"10":2,"2":[3]}') as ConfigContent;
+    expectSameBytes(sample);
+    expect(parseYaml(yamlBytes(sample).toString())).toEqual(sample);
+  });
+
+  it('writes wide content, in more than one chunk, as before', () => {
+    const wide = objectOf(
+      Array.from({ length: 20_000 }, (_, i) => [
+        `key${i}`,
+        i % 3 === 0 ? `v${i}\nline` : i % 3 === 1 ? 'on' : i,
+      ]),
+    ) as ConfigContent;
+    expectSameBytes(wide);
+    expectSameBytes({ list: Array.from({ length: 20_000 }, (_, i) => ({ i, s: `é${i}` })) } as ConfigContent);
+  });
+});
