@@ -237,3 +237,23 @@ describe('yamlBytes', () => {
     expectSameBytes({ list: Array.from({ length: 20_000 }, (_, i) => ({ i, s: `é${i}` })) } as ConfigContent);
   });
 });
+
+describe('the yaml package', () => {
+  it('is a devDependency only: no module the build ships imports it', async () => {
+    const { readdir, readFile } = await import('node:fs/promises');
+    const pkg = JSON.parse(await readFile('package.json', 'utf8')) as {
+      dependencies: object;
+      devDependencies: object;
+    };
+    expect(Object.keys(pkg.dependencies)).not.toContain('yaml');
+    expect(Object.keys(pkg.devDependencies)).toContain('yaml');
+    const shipped = (await readdir('src', { recursive: true })).filter(
+      (file) => file.endsWith('.ts') && !file.endsWith('.test.ts'),
+    );
+    const importing = [];
+    for (const file of shipped) {
+      if (/from 'yaml'|import\('yaml'\)/.test(await readFile(`src/${file}`, 'utf8'))) importing.push(file);
+    }
+    expect(importing).toEqual([]);
+  });
+});
