@@ -204,6 +204,23 @@ describe('a case-insensitive root (exFAT, vfat)', () => {
   });
 });
 
+describe('a root that drops trailing dots (the kernel vfat and exfat)', () => {
+  it('app.json and app.json. are one file: the later one deployed, the other retrying', async () => {
+    await open(caseInsensitiveFs(rootDir));
+    put({ id: 'cfg_plain', relative_filepath: 'app.json', content: { who: 'plain' }, updated_at: T0 });
+    await pass();
+    put({ id: 'cfg_dot', relative_filepath: 'app.json.', content: { who: 'dot' }, updated_at: T1 });
+
+    await pass();
+    await pass();
+
+    expect(await namesIn('')).toEqual(['app.json']);
+    expect(await realBytes('app.json')).toBe(json({ who: 'dot' }));
+    expect(status('cfg_dot')).toBe('deployed/none');
+    expect(status('cfg_plain')).toBe('deployed/retrying');
+  });
+});
+
 describe('a case-insensitive root, polled', () => {
   it('a newcomer at App.json beside a deployed app.json, seen by a poll: the owner of app.json is judged too', async () => {
     await open(caseInsensitiveFs(rootDir));

@@ -26,6 +26,8 @@ describe('foldKey', () => {
     expect(foldKey('straße.json')).toBe(foldKey('STRASSE.json'));
     expect(foldKey('Émile.json')).toBe(foldKey('émile.json'));
     expect(foldKey('ﬁle.json')).toBe(foldKey('FILE.json'));
+    expect(foldKey('etc./app.json..')).toBe(foldKey('etc/app.json'));
+    expect(foldKey('.hidden')).toBe('.hidden');
     expect(foldKey('app.json')).not.toBe(foldKey('app.yaml'));
     expect(foldKey('a/b.json')).not.toBe(foldKey('ab.json'));
   });
@@ -52,6 +54,21 @@ describe('findPathAliases', () => {
         ['Etc/APP.json', 'Etc/APP.json'],
         ['etc/app.json', 'Etc/APP.json'],
         ['etc/App.json', 'Etc/APP.json'],
+      ]),
+    );
+  });
+
+  it('by the listing alone (no identities, as under exfat-fuse): a name with trailing dots is the name without', async () => {
+    await writeFile(path.join(root, 'app.json'), 'a');
+    const aliases = await findPathAliases(caseInsensitiveFs(root), root, [
+      'app.json.',
+      'App.json',
+      'other.json',
+    ]);
+    expect(aliases).toEqual(
+      new Map([
+        ['App.json', 'App.json'],
+        ['app.json.', 'App.json'],
       ]),
     );
   });

@@ -7,16 +7,21 @@ import { validateRelativePath } from './path-guard.js';
 
 /**
  * A key under which every spelling a case-insensitive filesystem may take for one name agrees: case and
- * compatibility forms folded. Only a hint of which paths to compare on disk (`findPathAliases`): two paths with
+ * compatibility forms folded, trailing dots of each name dropped. Only a hint of which paths to compare on disk (`findPathAliases`): two paths with
  * one key are distinct files on a case-sensitive filesystem, and a filesystem that folds differently still
  * folds no two names of different keys together as far as exFAT's, vfat's and ext4's tables go.
  */
 export function foldKey(relative: string): string {
+  // The kernel's vfat and exfat drop a name's trailing dots ("app.json." is "app.json").
+  const name = TRAILING_DOTS.test(relative) ? relative.replace(TRAILING_DOTS_ALL, '') : relative;
   // Printable ASCII (nearly every path): lower case is the whole fold.
   // biome-ignore lint/suspicious/noControlCharactersInRegex: the range is the whole of ASCII on purpose
-  if (/^[\x00-\x7f]*$/.test(relative)) return relative.toLowerCase();
-  return relative.normalize('NFKD').toUpperCase().toLowerCase().normalize('NFKD');
+  if (/^[\x00-\x7f]*$/.test(name)) return name.toLowerCase();
+  return name.normalize('NFKD').toUpperCase().toLowerCase().normalize('NFKD');
 }
+
+const TRAILING_DOTS = /\.(?:\/|$)/;
+const TRAILING_DOTS_ALL = /\.+(?=\/|$)/g;
 
 /** A file as observed: device, inode and number of names (`nlink`). */
 export interface ObservedIdentity {

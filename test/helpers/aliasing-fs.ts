@@ -34,8 +34,8 @@ function mappedPort(map: (absolute: string) => string): FsPort {
 }
 
 /**
- * `root` as a case-insensitive directory tree (exFAT, vfat): each name below it finds an entry of any case, and a
- * rename onto a name of another case replaces that entry. Inode numbers are the real ones (as the kernel's exfat
+ * `root` as a case-insensitive directory tree (exFAT, vfat): each name below it finds an entry of any case (and
+ * with its trailing dots dropped), and a rename onto a name of another case replaces that entry. Inode numbers are the real ones (as the kernel's exfat
  * gives them; exfat-fuse numbers names instead: test/integration/exfat-aliases.test.ts).
  */
 export function caseInsensitiveFs(root: string): FsPort {
@@ -49,8 +49,10 @@ export function caseInsensitiveFs(root: string): FsPort {
       } catch {
         // Not a directory (yet): the rest of the path is taken as given.
       }
-      const folded = segment.toLowerCase();
-      current = path.join(current, names.find((name) => name.toLowerCase() === folded) ?? segment);
+      // As the kernel's vfat and exfat, a name's trailing dots are dropped.
+      const given = segment.replace(/\.+$/, '') || segment;
+      const folded = given.toLowerCase();
+      current = path.join(current, names.find((name) => name.toLowerCase() === folded) ?? given);
     }
     return current;
   });
