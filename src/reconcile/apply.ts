@@ -13,7 +13,13 @@ import {
   removeManagedFile,
   syncDirectories,
 } from '../store/durable-writer.js';
-import { type DiskError, PathRejectedError, permissionDenied, rootConditionOf } from '../store/errors.js';
+import {
+  type DiskError,
+  PathRejectedError,
+  permissionDenied,
+  rootConditionOf,
+  WriteNotDeclaredError,
+} from '../store/errors.js';
 import { EntryCheck, foldKey } from '../store/path-aliases.js';
 import { VerifiedDirectories } from '../store/path-guard.js';
 import type { RootMountWatch } from '../store/root-mount.js';
@@ -49,8 +55,8 @@ export interface ApplyContext {
   setAsideBytesInFlight?: number;
   /**
    * Makes the batch's writes durable as intents before any of them is renamed into place (the state directory's
-   * write journal): what proves a file the agent's after a crash between its rename and state.json. A failure
-   * is logged and the writes go ahead, as they did before the journal.
+   * write journal): what proves a file the agent's after a crash between its rename and state.json. When it
+   * fails none of the batch's writes is made (`WriteNotDeclaredError`: the device's condition, never an attempt).
    */
   declareWrites?: (intents: readonly { path: string; instanceId: string; sha256: string }[]) => Promise<void>;
   /** Steps per batch (default BATCH_STEPS). */
@@ -107,6 +113,8 @@ interface HandlerOptions {
   verified?: VerifiedDirectories;
   /** rootDir's mount is gone: no disk effect is attempted. */
   mountGone?: DiskError;
+  /** The batch's writes could not be declared (intent.json): none is attempted. */
+  undeclared?: WriteNotDeclaredError;
 }
 
 type StepHandler<K extends StepKind> = (
@@ -197,19 +205,30 @@ export async function applySteps(
   return { applied, aborted: ctx.signal?.aborted ?? false };
 }
 
-/** The batch's writes, declared before any of them is renamed (ApplyContext.declareWrites). */
-async function declareWrites(batch: readonly Step[], ctx: ApplyContext): Promise<void> {
-  if (ctx.declareWrites === undefined || ctx.signal?.aborted) return;
+/**
+ * The batch's writes, declared before any of them is renamed (ApplyContext.declareWrites); the error when the
+ * declaration could not be made durable, and then none of them may be written.
+ */
+async function declareWrites(
+  batch: readonly Step[],
+  ctx: ApplyContext,
+): Promise<WriteNotDeclaredError | undefined> {
+  if (ctx.declareWrites === undefined || ctx.signal?.aborted) return undefined;
   const intents: { path: string; instanceId: string; sha256: string }[] = [];
   for (const step of batch) {
     if (step.kind === 'write')
       intents.push({ path: step.path, instanceId: step.instance.id, sha256: step.sha256 });
   }
-  if (intents.length === 0) return;
+  if (intents.length === 0) return undefined;
   try {
     await ctx.declareWrites(intents);
+    return undefined;
   } catch (error) {
-    ctx.logger.warn({ err: error }, 'could not declare the writes of a batch: written without');
+    ctx.logger.error(
+      { err: error, writes: intents.length },
+      'could not declare the writes of a batch (stateDir/intent.json): none of them written',
+    );
+    return new WriteNotDeclaredError(error);
   }
 }
 
@@ -339,8 +358,13 @@ async function writeBatch(
   options: HandlerOptions,
 ): Promise<AppliedStep[]> {
   const mountGone = await ctx.rootMount?.check();
-  if (mountGone === undefined) await declareWrites(batch, ctx);
-  const stepOptions = mountGone === undefined ? options : { ...options, mountGone };
+  const undeclared = mountGone === undefined ? await declareWrites(batch, ctx) : undefined;
+  const stepOptions =
+    mountGone !== undefined
+      ? { ...options, mountGone }
+      : undeclared !== undefined
+        ? { ...options, undeclared }
+        : options;
   const results: (AppliedStep | undefined)[] = new Array(batch.length);
   let next = 0;
   const gate = new ByteGate(ctx.setAsideBytesInFlight ?? SET_ASIDE_BYTES_IN_FLIGHT);
@@ -447,6 +471,9 @@ async function applyOne(
   if (options.mountGone !== undefined && (step.kind === 'write' || step.kind === 'remove')) {
     const operation = step.kind === 'remove' ? 'remove' : 'write';
     return { step, result: { kind: 'failed', error: options.mountGone, operation }, displaced: [] };
+  }
+  if (options.undeclared !== undefined && step.kind === 'write') {
+    return { step, result: { kind: 'failed', error: options.undeclared, operation: 'write' }, displaced: [] };
   }
   try {
     return { step, ...(await handler(step as never, ctx, options)) };

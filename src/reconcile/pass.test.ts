@@ -864,6 +864,47 @@ describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {
   });
 });
 
+describe('runPass: a batch whose declaration cannot be written (intent.json)', () => {
+  it.each(['ENOSPC', 'EIO', 'EROFS'])(
+    '%s: none of its files is created, retrying as the device condition (never an attempt); written once it can declare',
+    async (errno) => {
+      await world.reconciler.close();
+      let failing = true;
+      // Every publish of intent.json fails (its rename into place), as on a full, failing or read-only stateDir.
+      world.fs.renameErrno = errno;
+      world.fs.failRenameTo = (target) => failing && path.basename(target) === 'intent.json';
+      world.reconciler = await openReconciler(world.client, {
+        retry: { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      });
+      put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+      put({ id: 'cfg_b', content: { v: 2 } });
+
+      // Three passes, each past every cooldown: with maxAttempts 1 an attempt is `failed` for good.
+      for (let n = 0; n < 3; n += 1) {
+        expect((await pass('full')).converged).toBe(false);
+        world.clock.advance(3_600_000);
+      }
+      // No file, no temp file, no directory: nothing a power cut could leave undeclared.
+      expect(await nodeFs.readdir(world.rootDir)).toEqual([]);
+      expect(reportsReceived().filter((r) => !r.endsWith('/retrying'))).toEqual([]);
+      expect(onService('cfg_a')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+      expect(onService('cfg_b')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+      expect(world.server.state.reports.at(-1)?.message).toContain('intent.json');
+
+      failing = false;
+      const result = await pass('full');
+
+      expect(result.converged).toBe(true);
+      expect(await fileAt('app/a.json')).toBe(json({ v: 1 }));
+      expect(await fileAt('cfg_b.json')).toBe(json({ v: 2 }));
+      expect(onService('cfg_a')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+      expect(reportsReceived().filter((r) => r.endsWith('/failed'))).toEqual([]);
+      // Settled: the journal is gone once state.json records the files.
+      expect(await exists(path.join('..', 'state', 'intent.json'))).toBe(false);
+    },
+  );
+});
+
 describe('runPass: ownership declared before the rename (intent.json)', () => {
   /**
    * A run that dies right after `relative` is renamed into place: the pass is stopped there, and the reconciler

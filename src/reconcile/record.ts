@@ -289,6 +289,8 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
     "rootDir refuses the agent's user (its owner, mode or an immutable attribute): retried until the agent may write it, not counted as an attempt",
   mount_gone:
     'the filesystem mounted on rootDir is gone (unmounted, its device removed): nothing written to the bare mountpoint; retried until it is mounted again, not counted as an attempt',
+  not_declared:
+    'the state directory could not record the write before it (full, failing or read-only): nothing written until it can, so that a crash never leaves a file the agent cannot prove it wrote; retried, not counted as an attempt',
 };
 const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   full: 'disk full',
@@ -296,6 +298,7 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   not_a_directory: 'rootDir is not a directory',
   not_writable: 'rootDir not writable by the agent',
   mount_gone: "rootDir's mount is gone",
+  not_declared: 'write journal could not be written',
 };
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */

@@ -121,10 +121,17 @@ export function isAgentResourceError(error: unknown): boolean {
  * The root's own condition, not the instance's: the disk holding it is full (ENOSPC, EDQUOT), it is mounted
  * read-only (EROFS), or rootDir itself is no directory any more (replaced by a file or a symlink, or gone with its
  * parent, so it cannot be made again: `DiskError.rootItself`), or it refuses the agent's user (`rootRefuses`), or
- * it was a mount point and is not any more (`DiskError.mountGone`, root-mount.ts).
+ * it was a mount point and is not any more (`DiskError.mountGone`, root-mount.ts), or the state directory could not
+ * declare the write first (`WriteNotDeclaredError`: the device's condition too, though not the root's).
  * Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
  */
-export type RootCondition = 'full' | 'read_only' | 'not_a_directory' | 'not_writable' | 'mount_gone';
+export type RootCondition =
+  | 'full'
+  | 'read_only'
+  | 'not_a_directory'
+  | 'not_writable'
+  | 'mount_gone'
+  | 'not_declared';
 
 /** Steps that add or remove an entry of the directory holding their path. */
 const ENTRY_OPERATIONS = new Set([
@@ -166,6 +173,7 @@ export function permissionDenied(error: unknown): boolean {
 export function rootConditionOf(error: unknown): RootCondition | undefined {
   let current = error;
   for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
+    if (current instanceof WriteNotDeclaredError) return 'not_declared';
     if (current instanceof DiskError && current.mountGone !== undefined) return 'mount_gone';
     if (current instanceof DiskError && rootRefuses(current)) return 'not_writable';
     if (current instanceof DiskError && current.rootItself && !current.resource) return 'not_a_directory';
@@ -293,4 +301,22 @@ function stateDirMessage(stateDir: string, operation: string, errno: string | un
         ? errno
         : `${STATE_DIR_HINTS[errno]} (${errno})`;
   return `stateDir ${stateDir} is not usable: ${operation}: ${reason}`;
+}
+
+/**
+ * A batch's writes could not be declared in `stateDir/intent.json` (the state directory full, failing or
+ * read-only): none of them is written. Written undeclared, a crash before the next durable state.json left files
+ * that nothing proves the agent's: never removed when retired, never claimed. `cause`: the publish's error.
+ */
+export class WriteNotDeclaredError extends AgentError {
+  constructor(cause: unknown) {
+    super(
+      'disk_error',
+      `could not declare the write in stateDir/intent.json first (${errorMessage(cause)})`,
+      {
+        retryable: true,
+        cause,
+      },
+    );
+  }
 }

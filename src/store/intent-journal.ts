@@ -118,20 +118,28 @@ export class IntentJournal {
   /** Makes the intents durable, with every earlier one not settled yet; call before any of their renames. */
   async declare(intents: readonly WriteIntent[]): Promise<void> {
     const missing = new Map<string, boolean>();
+    const added: string[] = [];
     for (const intent of intents) {
       const dirs = await this.#missingParents(intent.path, missing);
+      const key = intentKey(intent);
       // Declared again: it moves to the end, after any other write declared at its path since.
-      this.#pending.delete(intentKey(intent));
-      this.#pending.set(intentKey(intent), dirs.length === 0 ? intent : { ...intent, dirs });
+      if (!this.#pending.delete(key)) added.push(key);
+      this.#pending.set(key, dirs.length === 0 ? intent : { ...intent, dirs });
     }
-    await this.#serially(async () => {
-      this.#onDisk = true;
-      await writeDurableJson(this.#fs, this.#stateDir, INTENT_FILE, {
-        version: 1,
-        rootDir: this.#rootDir,
-        intents: [...this.#pending.values()],
+    try {
+      await this.#serially(async () => {
+        this.#onDisk = true;
+        await writeDurableJson(this.#fs, this.#stateDir, INTENT_FILE, {
+          version: 1,
+          rootDir: this.#rootDir,
+          intents: [...this.#pending.values()],
+        });
       });
-    });
+    } catch (error) {
+      // Not durable, so not declared: the caller writes none of them (apply.ts), and nothing would settle them.
+      for (const key of added) this.#pending.delete(key);
+      throw error;
+    }
   }
 
   /**

@@ -317,6 +317,8 @@ interface AimedCase {
   failedFile?: string;
   /** A file of this size in the world (0: none). */
   bigFileBytes?: number;
+  /** The batch's writes could not be declared (intent.json): every file keeps its old bytes, none reported deployed. */
+  nothingWritten?: boolean;
 }
 
 const AIMED: AimedCase[] = [
@@ -328,6 +330,16 @@ const AIMED: AimedCase[] = [
     errno: 'EMFILE',
     where: 'root',
     resource: true,
+  },
+  {
+    // intent.json (the batch's declared writes) is the first publish in the state dir. Undeclared, a file a
+    // crash left behind would be provable by nothing: the batch is not written at all.
+    name: 'write of intent.json: disk full (ENOSPC)',
+    syscall: 'write',
+    errno: 'ENOSPC',
+    where: 'state',
+    failedFile: 'intent.json',
+    nothingWritten: true,
   },
   {
     // intent.json (the batch's declared writes) is published first, then state.json, then the outbox.
@@ -456,6 +468,12 @@ describe.skipIf(SKIP !== undefined)(
               `${relativePath} is neither old nor new`,
             ).toBe(true);
           }
+        }
+        if (fault.nothingWritten === true) {
+          expect(kept.sort(), 'files written though their declaration failed').toEqual(
+            [...fleet.paths].sort(),
+          );
+          expect(reports.filter((r) => r.activity_status === 'deployed')).toEqual([]);
         }
         if (fault.where === 'root') {
           // The struck publish was a managed file's: that file, and only files whose publish failed, kept old bytes.
