@@ -82,7 +82,10 @@ export async function findPathAliases(
     const dev = BigInt(identity.dev);
     const ino = BigInt(identity.ino);
     let inodes = byIdentity.get(dev);
-    if (inodes === undefined) byIdentity.set(dev, (inodes = new Map()));
+    if (inodes === undefined) {
+      inodes = new Map();
+      byIdentity.set(dev, inodes);
+    }
     const first = inodes.get(ino);
     if (first === undefined) inodes.set(ino, relative);
     else if (first !== relative) union(first, relative);
