@@ -127,6 +127,11 @@ export function runProcess(): void {
   // logged it to the same stream, which failed again: a nextTick loop at 100 % CPU that starved every timer,
   // the socket and SIGTERM. Output is best effort; the configs are the job, so the agent goes on without it.
   for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
+  // Node's own answer to SIGUSR1 is to open its inspector on 127.0.0.1:9229, with no authentication: every local
+  // user could then connect and run code as the agent (read the API key, write anywhere it may; root, in many
+  // installs). Anyone allowed to signal the agent (root, its own user: a hook) could open it. A listener of our
+  // own keeps Node's from acting (Node 20 and 24).
+  process.on('SIGUSR1', () => undefined);
   const io: CommandIo = {
     stdout: process.stdout,
     stderr: process.stderr,

@@ -300,6 +300,12 @@ export async function runAgent(
     agent.logger.info('SIGHUP: reloading the configuration');
     void reload(agent);
   });
+  // main.ts keeps Node's inspector from opening on SIGUSR1; this only says so.
+  events.on('SIGUSR1', () =>
+    agent?.logger.warn(
+      'SIGUSR1 ignored: the Node inspector stays off (it would let any local user run code as the agent)',
+    ),
+  );
   events.on('uncaughtException', fatal('uncaught exception'));
   events.on('unhandledRejection', fatal('unhandled rejection'));
 

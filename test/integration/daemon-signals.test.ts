@@ -1,6 +1,6 @@
 // Daemon lifecycle: SIGTERM/SIGINT exit 0 in time with no temp file; SIGHUP reloads; unhandled errors exit 1 with a fatal line.
 import { readFileSync } from 'node:fs';
-import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, readlink, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -63,6 +63,51 @@ describe('start', () => {
     expect(daemon.stderr).toContain('fullResyncSeconds');
   });
 });
+
+describe('SIGUSR1', () => {
+  // Node's default opened its inspector on 127.0.0.1:9229, unauthenticated: any local user could connect and
+  // run code as the agent (read the API key; root in many installs).
+  it('opens no inspector: logged and ignored, the agent goes on and stops with exit 0', async () => {
+    harness = await AgentHarness.create({
+      registerDevice: true,
+      config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
+    });
+    const daemon = DaemonProcess.start(harness);
+    await daemon.waitForPasses(1, PATIENCE_MS);
+    daemon.signal('SIGUSR1');
+    // Before: Node's inspector answered instead ("Debugger listening on ws://127.0.0.1:9229/...").
+    await waitFor(
+      () => daemon.stderr.includes('inspector') || daemon.stderr.includes('Debugger listening'),
+      PATIENCE_MS,
+      { what: 'the answer to SIGUSR1' },
+    );
+    expect(daemon.logsWith(/^SIGUSR1 ignored/)).toHaveLength(1);
+    expect(daemon.stderr).not.toContain('Debugger listening');
+    expect(await listeningTcpSockets(daemon.child.pid ?? 0)).toEqual([]);
+    const passes = daemon.passes().length;
+    await daemon.waitForPasses(1, PATIENCE_MS, { after: passes });
+    expect((await daemon.stop()).code).toBe(0);
+  });
+});
+
+/** The TCP sockets process `pid` listens on (state 0A in /proc/net/tcp and tcp6, matched by inode). */
+async function listeningTcpSockets(pid: number): Promise<string[]> {
+  const inodes = new Set<string>();
+  for (const fd of await readdir(`/proc/${pid}/fd`)) {
+    const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => '');
+    const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
+    if (inode !== undefined) inodes.add(inode);
+  }
+  const listening: string[] = [];
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    const text = await readFile(table, 'utf8').catch(() => '');
+    for (const line of text.split('\n').slice(1)) {
+      const fields = line.trim().split(/\s+/);
+      if (fields[3] === '0A' && inodes.has(fields[9] ?? '')) listening.push(fields[1] ?? '');
+    }
+  }
+  return listening;
+}
 
 describe('SIGTERM', () => {
   it.each(['SIGTERM', 'SIGINT'] as const)(
