@@ -8,6 +8,7 @@ import { createClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
@@ -200,6 +201,30 @@ describe('a case-insensitive root (exFAT, vfat)', () => {
       expect(await realBytes(names[0]!)).toBe(json({ same: true }));
       expect(status('cfg_y')).toBe('deployed/none');
     }
+    expect(status('cfg_x')).toBe('removed/none');
+  });
+});
+
+describe('a case-insensitive root after a crash (intent.json)', () => {
+  it('two declared writes of equal bytes at app.json and App.json adopt one file: the retired one never deletes it', async () => {
+    const bytes = json({ same: true });
+    await writeFile(path.join(rootDir, 'app.json'), bytes, { mode: 0o640 });
+    // A run killed after declaring both writes (one batch each) and renaming the first: both prove the file.
+    const intents = [
+      { path: 'app.json', instanceId: 'cfg_x', sha256: sha256Hex(Buffer.from(bytes)) },
+      { path: 'App.json', instanceId: 'cfg_y', sha256: sha256Hex(Buffer.from(bytes)) },
+    ];
+    await writeFile(path.join(dir, 'state', 'intent.json'), JSON.stringify({ version: 1, rootDir, intents }));
+    put({ id: 'cfg_x', relative_filepath: 'app.json', content: { same: true }, target_status: 'removed' });
+    put({ id: 'cfg_y', relative_filepath: 'App.json', content: { same: true }, updated_at: T1 });
+    await open(caseInsensitiveFs(rootDir));
+
+    for (let n = 0; n < 3; n += 1) {
+      await pass();
+      expect(await namesIn('')).toHaveLength(1);
+      expect(await realBytes((await namesIn(''))[0]!)).toBe(bytes);
+    }
+    expect(status('cfg_y')).toBe('deployed/none');
     expect(status('cfg_x')).toBe('removed/none');
   });
 });
