@@ -2,6 +2,8 @@
 // (on that clock) the service received each report.
 import * as nodeFs from 'node:fs/promises';
 import { mkdtemp, rm } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -65,12 +67,15 @@ afterEach(async () => {
  * Runs the daemon for `seconds` of fake time, one wait at a time; returns when (seconds after the first pass
  * started) each status report reached the service and how many status requests it got.
  */
-async function runDaemon(seconds: number): Promise<{ receivedAt: number[]; patches: number }> {
+async function runDaemon(
+  seconds: number,
+  baseUrl = server.url,
+): Promise<{ receivedAt: number[]; patches: number }> {
   const clock = new FakeClock();
   const config = parseAgentConfig(
     {
       deviceId: 'dvc_1',
-      server: { baseUrl: server.url, timeoutSeconds: 10 },
+      server: { baseUrl, timeoutSeconds: 10 },
       rootDir: path.join(dir, 'root'),
       stateDir: path.join(dir, 'state'),
       poll: { intervalSeconds: POLL_S, jitterRatio: 0.1, fullResyncSeconds: 3600 },
@@ -82,7 +87,7 @@ async function runDaemon(seconds: number): Promise<{ receivedAt: number[]; patch
   await nodeFs.mkdir(config.stateDir, { recursive: true, mode: 0o700 });
   const deps = { fs: nodeFs, clock, random: () => 0.5, logger: silentLogger() };
   const client = createClient({
-    baseUrl: server.url,
+    baseUrl,
     apiKey: API_KEY,
     timeoutMs: 10_000,
     maxResponseBytes: 1 << 20,
@@ -159,6 +164,46 @@ describe('a status report answered 503 with Retry-After', () => {
     // Polls at 60 and 120 s send nothing. Before: sent again at 60 s, 90 s before the service asked.
     expect(receivedAt).toEqual([150]);
     expect(patches).toBe(2);
+  });
+
+  it("as an HTTP date: measured against the service's Date header, not the device's clock", async () => {
+    // A stand-in in front of the mock answers the first report itself: the service's clock says 2001, the
+    // device's 2026; the date asked for is 20 s after the service's Date. Against the device's clock it is
+    // long past (no wait at all).
+    let refused = false;
+    const standIn = http.createServer((req, res) => {
+      if (req.method === 'PATCH' && !refused) {
+        refused = true;
+        req.resume();
+        res.writeHead(503, {
+          'content-type': 'application/json',
+          date: 'Mon, 01 Jan 2001 00:00:00 GMT',
+          'retry-after': 'Mon, 01 Jan 2001 00:00:20 GMT',
+        });
+        res.end('{}');
+        return;
+      }
+      const upstream = http.request(
+        { host: '127.0.0.1', port: server.port, path: req.url, method: req.method, headers: req.headers },
+        (answer) => {
+          res.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(res);
+        },
+      );
+      req.pipe(upstream);
+    });
+    await new Promise<void>((resolve) => standIn.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = standIn.address() as AddressInfo;
+      const { receivedAt, patches } = await runDaemon(2 * POLL_S, `http://127.0.0.1:${port}`);
+
+      expect(refused).toBe(true);
+      expect(receivedAt).toEqual([20]);
+      expect(patches).toBe(1);
+    } finally {
+      standIn.closeAllConnections();
+      await new Promise((resolve) => standIn.close(resolve));
+    }
   });
 
   it('beyond the 30-minute cap: held 30 minutes, then sent', async () => {
