@@ -30,6 +30,36 @@ function recorded(pathName: string, instanceId: string, sha256: string): Map<str
 }
 
 describe('IntentJournal', () => {
+  it('a declaration that could not be published is taken back: not kept to be written with a later one', async () => {
+    let failing = false;
+    const fs: FsPort = {
+      ...nodeFs,
+      rename: async (from, to) => {
+        if (failing && path.basename(String(to)) === INTENT_FILE)
+          throw Object.assign(new Error('ENOSPC: simulated, rename'), { code: 'ENOSPC' });
+        return nodeFs.rename(from, to);
+      },
+    };
+    const journal = await IntentJournal.open(fs, dir, '/root', silentLogger());
+    await journal.declare([{ path: 'a.json', instanceId: 'cfg_a', sha256: SHA_A }]);
+    failing = true;
+    await expect(
+      journal.declare([
+        { path: 'a.json', instanceId: 'cfg_a', sha256: SHA_A },
+        { path: 'b.json', instanceId: 'cfg_b', sha256: SHA_B },
+      ]),
+    ).rejects.toThrow(/ENOSPC/);
+    // a.json's earlier declaration is on disk and stays; b.json's never was.
+    expect(journal.size).toBe(1);
+
+    failing = false;
+    await journal.declare([{ path: 'c.json', instanceId: 'cfg_c', sha256: SHA_A }]);
+    const onDisk = JSON.parse(await readFile(path.join(dir, INTENT_FILE), 'utf8')) as {
+      intents: { path: string }[];
+    };
+    expect(onDisk.intents.map((intent) => intent.path)).toEqual(['a.json', 'c.json']);
+  });
+
   it('a settle whose unlink is slow never removes the declaration made after it (a persist beside the next batch)', async () => {
     let release: () => void = () => undefined;
     let waiting = false;
