@@ -15,7 +15,21 @@ export interface DirectoryWatcherOptions {
   onError: (error: unknown) => void;
   /** Names never reported (the agent's temp files). */
   ignored?: (file: string) => boolean;
+  /** Directories watched at most (DEFAULT_MAX_DIRECTORIES); those past it are not watched. */
+  maxDirectories?: number;
+  /**
+   * A directory was left unwatched for want of room: past `maxDirectories`, or the kernel's inotify limit
+   * (ENOSPC, `fs.inotify.max_user_watches`). Told once until a watched directory goes away.
+   */
+  onLimit?: (watched: number) => void;
 }
+
+/**
+ * Each watched directory costs about 2.6 KiB of the agent's memory (measured: 20,000 directories a local process
+ * made under rootDir grew the idle daemon from 77 to 130 MB) and one of the user's inotify watches; a process
+ * making directories there without end grew the agent with them. Far above any real tree of configs.
+ */
+export const DEFAULT_MAX_DIRECTORIES = 10_000;
 
 interface Watched {
   watcher: FSWatcher;
@@ -33,6 +47,7 @@ export class DirectoryWatcher {
   readonly #options: DirectoryWatcherOptions;
   readonly #watched = new Map<string, Watched>();
   #closed = false;
+  #limitTold = false;
 
   constructor(options: DirectoryWatcherOptions) {
     this.#options = options;
@@ -57,28 +72,46 @@ export class DirectoryWatcher {
     return this.#watched.size;
   }
 
-  /** Watches `dir` (already lstat-ed as a directory with inode `ino`); throws only when `rethrow`. */
-  #add(dir: string, ino: number, rethrow = false): void {
-    if (this.#closed) return;
+  /**
+   * Watches `dir` (already lstat-ed as a directory with inode `ino`); throws only when `rethrow`. False when it
+   * is not watched for want of room (nothing below it is then worth walking).
+   */
+  #add(dir: string, ino: number, rethrow = false): boolean {
+    if (this.#closed) return true;
     const existing = this.#watched.get(dir);
     if (existing !== undefined) {
-      if (existing.ino === ino) return;
+      if (existing.ino === ino) return true;
       this.#unwatch(dir);
+    }
+    if (this.#watched.size >= (this.#options.maxDirectories ?? DEFAULT_MAX_DIRECTORIES)) {
+      this.#tellLimit();
+      return false;
     }
     let watcher: FSWatcher;
     try {
       watcher = watch(dir, { persistent: true }, (_event, name) => this.#onEvent(dir, name));
     } catch (error) {
       if (rethrow) throw error;
+      if ((error as NodeJS.ErrnoException | undefined)?.code === 'ENOSPC') {
+        this.#tellLimit();
+        return false;
+      }
       // Gone or replaced since it was listed: its parent's event for that is on its way.
       if (!isVanished(error)) this.#options.onError(error);
-      return;
+      return true;
     }
     watcher.on('error', (error) => {
       this.#unwatch(dir);
       if (!isVanished(error)) this.#options.onError(error);
     });
     this.#watched.set(dir, { watcher, ino });
+    return true;
+  }
+
+  #tellLimit(): void {
+    if (this.#limitTold) return;
+    this.#limitTold = true;
+    this.#options.onLimit?.(this.#watched.size);
   }
 
   /** Watches the directories below `dir`, depth first; one that vanished meanwhile is skipped. */
@@ -93,8 +126,7 @@ export class DirectoryWatcher {
         if (this.#options.ignored?.(child) === true) continue;
         const stats = await this.#options.fs.lstat(child).catch(() => undefined);
         if (stats?.isDirectory() !== true) continue;
-        this.#add(child, stats.ino);
-        pending.push(child);
+        if (this.#add(child, stats.ino)) pending.push(child);
       }
     }
   }
@@ -118,7 +150,7 @@ export class DirectoryWatcher {
     }
     const known = this.#watched.get(file);
     if (known !== undefined && known.ino === stats.ino) return;
-    this.#add(file, stats.ino);
+    if (!this.#add(file, stats.ino)) return;
     await this.#watchBelow(file);
     // Entries made in it before its watch was set: tell them now (the caller judges what is there).
     if (!this.#closed) this.#options.onChange(file);
@@ -131,6 +163,7 @@ export class DirectoryWatcher {
       if (watchedDir === dir || watchedDir.startsWith(prefix)) {
         watcher.close();
         this.#watched.delete(watchedDir);
+        this.#limitTold = false;
       }
     }
   }

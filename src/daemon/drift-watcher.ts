@@ -87,6 +87,11 @@ export class DriftWatcher {
       rootDir: this.#options.rootDir,
       onChange: (file) => this.#onEvent(file),
       onError: (error) => this.#options.logger.warn({ err: error }, 'file watcher error'),
+      onLimit: (watched) =>
+        this.#options.logger.warn(
+          { watched },
+          'too many directories under rootDir to watch them all: a change below those left unwatched is repaired by the next full pass, not at once',
+        ),
       // The agent's temp files appear and vanish on every write: they are never drift.
       ignored: (file) => path.basename(file).startsWith(TEMP_PREFIX),
     });

@@ -1,0 +1,58 @@
+// The directory watcher's bound: a local process making directories under rootDir without end cannot grow the agent with them.
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { DirectoryWatcher } from './directory-watcher.js';
+
+let dir: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-dirwatch-'));
+});
+
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+it('watches at most maxDirectories directories, tells it once, and raises no error for the rest', async () => {
+  for (let n = 0; n < 30; n += 1) await mkdir(path.join(dir, `junk${n}`, 'deeper'), { recursive: true });
+  const limits: number[] = [];
+  const errors: unknown[] = [];
+  const watcher = new DirectoryWatcher({
+    fs: nodeFs,
+    rootDir: dir,
+    onChange: () => undefined,
+    onError: (error) => errors.push(error),
+    maxDirectories: 10,
+    onLimit: (watched) => limits.push(watched),
+  });
+  try {
+    await watcher.start();
+    expect(watcher.size).toBe(10);
+    expect(limits).toEqual([10]);
+    expect(errors).toEqual([]);
+  } finally {
+    watcher.close();
+  }
+});
+
+it('watches every directory of a tree under the limit', async () => {
+  for (let n = 0; n < 5; n += 1) await mkdir(path.join(dir, `app${n}`, 'conf.d'), { recursive: true });
+  const limits: number[] = [];
+  const watcher = new DirectoryWatcher({
+    fs: nodeFs,
+    rootDir: dir,
+    onChange: () => undefined,
+    onError: () => undefined,
+    onLimit: (watched) => limits.push(watched),
+  });
+  try {
+    await watcher.start();
+    expect(watcher.size).toBe(11);
+    expect(limits).toEqual([]);
+  } finally {
+    watcher.close();
+  }
+});
