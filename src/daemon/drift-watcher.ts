@@ -182,7 +182,7 @@ export class DriftWatcher {
         current !== undefined &&
         current !== null &&
         current.sha256 === managed.sha256 &&
-        current.mode === managed.mode
+        (current.mode === managed.mode || current.mode === managed.keptMode)
       ) {
         continue;
       }

@@ -71,8 +71,16 @@ export interface ApplyContext {
 
 /** What one effect did. Handlers never touch local state or the outbox: `record.ts` does, from these. */
 export type EffectResult =
-  /** `metadata`: the bytes were right, only mode or group changed in place (no rewrite). */
-  | { kind: 'written' | 'unchanged' | 'metadata'; sha256: string; createdDirs: readonly string[] }
+  /**
+   * `metadata`: the bytes were right, only mode or group changed in place (no rewrite). `keptMode`: the file
+   * kept these permission bits instead of the mode asked for (a filesystem without them: exFAT, vfat).
+   */
+  | {
+      kind: 'written' | 'unchanged' | 'metadata';
+      sha256: string;
+      createdDirs: readonly string[];
+      keptMode?: number;
+    }
   /** `rollbackLost`: a swap's displaced file that could not be put back after its replacement failed. */
   | { kind: 'removed'; rollbackLost?: true }
   /** The file was left in place (changed by someone else, or no longer a regular file we wrote). */
@@ -531,7 +539,12 @@ async function applyWrite(
         'restored a managed file changed by someone else',
       );
     }
-    const result = { kind: published.outcome, sha256: published.sha256, createdDirs: published.createdDirs };
+    const result = {
+      kind: published.outcome,
+      sha256: published.sha256,
+      createdDirs: published.createdDirs,
+      ...(published.keptMode === undefined ? {} : { keptMode: published.keptMode }),
+    };
     if (options.landed !== undefined) {
       const key = foldKey(step.path);
       const entry = { path: step.path, instanceId: step.instance.id };

@@ -1,9 +1,9 @@
-// runPass where two paths name one file: a case-insensitive root (exFAT, vfat) and a directory mounted twice.
-import { link, lstat, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+// runPass on exFAT-like roots: two paths naming one file (case-insensitive, a directory mounted twice), no modes.
+import { link, lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { bindMountFs, caseInsensitiveFs } from '../../test/helpers/aliasing-fs.js';
+import { bindMountFs, caseInsensitiveFs, modelessFs } from '../../test/helpers/aliasing-fs.js';
 import { createClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
@@ -316,6 +316,29 @@ describe('a case-sensitive root', () => {
     expect(await realBytes('App.json')).toBe(json({ who: 'upper' }));
     expect(status('cfg_lower')).toBe('deployed/none');
     expect(status('cfg_upper')).toBe('deployed/none');
+  });
+});
+
+describe('a root that keeps no permission bits (exFAT, vfat)', () => {
+  it('a file whose mode the filesystem does not take is left alone after one try: no change counted, state.json not rewritten', async () => {
+    await open(modelessFs(caseInsensitiveFs(rootDir), rootDir));
+    put({ id: 'cfg_a', relative_filepath: 'etc/a.json', content: { a: 1 } });
+    await pass();
+    await pass();
+    const { ino, mtimeMs } = await lstat(path.join(rootDir, 'etc', 'a.json'));
+    const statePath = path.join(dir, 'state', 'state.json');
+    const persisted = (await stat(statePath)).mtimeMs;
+
+    const later = [await pass(), await pass()];
+
+    for (const result of later) {
+      expect(result.outcomes.map((o) => `${o.instanceId} ${o.action}`)).toEqual(['cfg_a unchanged']);
+    }
+    expect((await stat(statePath)).mtimeMs).toBe(persisted);
+    const now = await lstat(path.join(rootDir, 'etc', 'a.json'));
+    expect([now.ino, now.mtimeMs]).toEqual([ino, mtimeMs]);
+    expect(await realBytes('etc/a.json')).toBe(json({ a: 1 }));
+    expect(status('cfg_a')).toBe('deployed/none');
   });
 });
 

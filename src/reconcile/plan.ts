@@ -514,7 +514,12 @@ function planDeployed(
   const sameBytes = observed.kind === 'file' && observed.sha256 === sha256;
   const groupDiffers =
     observed.kind === 'file' && gid !== undefined && observed.gid !== undefined && observed.gid !== gid;
-  const inPlace = sameBytes && observed.mode === mode && !groupDiffers;
+  // A filesystem without permission bits shows the ones it keeps whatever the agent asks (ManagedFile.keptMode).
+  const modeInPlace =
+    observed.kind === 'file' &&
+    (observed.mode === mode ||
+      (owned?.instanceId === instance.id && owned.mode === mode && owned.keptMode === observed.mode));
+  const inPlace = sameBytes && modeInPlace && !groupDiffers;
   if (inPlace && owned?.instanceId === instance.id && owned.sha256 === sha256) {
     const serverInPlace = instance.activity_status === 'deployed' && instance.error_status === 'none';
     // `confirm` also supersedes a stale undelivered error report (from a failed repair) with `deployed`.

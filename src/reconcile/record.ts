@@ -78,6 +78,7 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
         mode: step.mode ?? ctx.fileMode,
         createdDirs: [...new Set([...(previous?.createdDirs ?? []), ...result.createdDirs])],
         writtenAt: new Date(ctx.clock.now()).toISOString(),
+        ...(result.keptMode === undefined ? {} : { keptMode: result.keptMode }),
       });
       markSucceeded(ctx, instance, 'deployed', step.report);
       const swapped = recordSwapped();

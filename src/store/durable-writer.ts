@@ -64,6 +64,11 @@ export interface PublishResult {
   createdDirs: string[];
   /** The target's directory relative to the root ('' for the root itself). */
   directory: string;
+  /**
+   * The permission bits the file kept when a fchmod to `mode` left them as they were (exFAT, vfat: the mount's
+   * fmask): the bytes are in place and nothing more can change. Absent when the file has `mode`.
+   */
+  keptMode?: number;
 }
 
 export interface RemoveRequest {
@@ -219,7 +224,7 @@ async function settleMetadataInPlace(
     ensureDurable: boolean;
     durable: boolean;
   },
-): Promise<'unchanged' | 'metadata' | 'differs' | undefined> {
+): Promise<MetadataVerdict | 'differs' | undefined> {
   const opened = await openRegularNoFollow(fs, absolute, relativePath);
   if (opened === undefined) return undefined;
   const { handle, stats } = opened;
@@ -246,18 +251,34 @@ async function settleMetadata(
   stats: Stats,
   relativePath: string,
   wanted: { mode: number; gid: number | undefined; ensureDurable: boolean; durable: boolean },
-): Promise<'unchanged' | 'metadata' | 'differs'> {
+): Promise<MetadataVerdict | 'differs'> {
   const groupChanges = wanted.gid !== undefined && stats.gid !== wanted.gid;
-  if (!groupChanges && (stats.mode & PERMISSION_BITS) === wanted.mode) {
+  const before = stats.mode & PERMISSION_BITS;
+  if (!groupChanges && before === wanted.mode) {
     if (wanted.ensureDurable) await step('fsync', relativePath, () => handle.sync());
-    return 'unchanged';
+    return { outcome: 'unchanged' };
   }
   if (stats.nlink > 1) return 'differs';
   const gid = wanted.gid;
   if (groupChanges && gid !== undefined) await step('chown', relativePath, () => handle.chown(-1, gid));
   await step('chmod', relativePath, () => handle.chmod(wanted.mode));
+  if (!groupChanges) {
+    // A filesystem without permission bits (exFAT, vfat) takes the fchmod and keeps its own: nothing changed,
+    // so the file is as it was (its fsync as for unchanged bytes), and the caller records the mode it kept.
+    const after = (await step('fstat', relativePath, () => handle.stat())).mode & PERMISSION_BITS;
+    if (after === before) {
+      if (wanted.ensureDurable) await step('fsync', relativePath, () => handle.sync());
+      return { outcome: 'unchanged', keptMode: after };
+    }
+  }
   if (wanted.durable) await step('fsync', relativePath, () => handle.sync());
-  return 'metadata';
+  return { outcome: 'metadata' };
+}
+
+/** What settleMetadata did: `keptMode` when the filesystem kept other permission bits than those asked for. */
+interface MetadataVerdict {
+  outcome: 'unchanged' | 'metadata';
+  keptMode?: number;
 }
 
 /**
@@ -666,12 +687,12 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
       ensureDurable,
       durable,
     });
-    if (verdict === 'unchanged' || verdict === 'metadata') {
+    if (verdict !== undefined && verdict !== 'differs') {
       const directory = relativeDir(relativePath);
       if (ensureDurable && syncDirectory) {
         await fsyncDirectory(fs, path.dirname(inspection.absolute), directory);
       }
-      return { outcome: verdict, sha256, bytes, createdDirs: [], directory };
+      return { ...verdict, sha256, bytes, createdDirs: [], directory };
     }
   }
 
@@ -929,13 +950,13 @@ export async function publishText(fs: FsPort, request: PublishTextRequest): Prom
     const opened = await openRegularNoFollow(fs, inspection.absolute, relativePath);
     if (opened !== undefined) {
       const { handle, stats } = opened;
-      let same: { sha256: string; bytes: number; outcome: 'unchanged' | 'metadata' } | undefined;
+      let same: ({ sha256: string; bytes: number } & MetadataVerdict) | undefined;
       try {
         const held = await holdsPieces(handle, pieces(), relativePath);
         if (held !== undefined) {
           const wanted = { mode, gid, ensureDurable, durable };
-          const outcome = await settleMetadata(handle, stats, relativePath, wanted);
-          if (outcome !== 'differs') same = { ...held, outcome };
+          const verdict = await settleMetadata(handle, stats, relativePath, wanted);
+          if (verdict !== 'differs') same = { ...held, ...verdict };
         }
       } finally {
         await handle.close().catch(() => undefined);

@@ -21,6 +21,11 @@ export const ManagedFile = z.object({
   /** Directories this agent created for the file, parent-first: pruned when they become empty. */
   createdDirs: z.array(z.string()),
   writtenAt: z.string(),
+  /**
+   * The permission bits the file kept when the agent's fchmod to `mode` changed nothing (exFAT, vfat: the
+   * mount's fmask): seen on disk, they are `mode` as far as this filesystem goes, not drift.
+   */
+  keptMode: z.number().int().min(0).max(0o7777).optional(),
 });
 export type ManagedFile = z.infer<typeof ManagedFile>;
 
@@ -130,7 +135,7 @@ function isStringArray(value: unknown): value is string[] {
 /** ManagedFile checked by hand: what `ManagedFile.parse` returns (same fields, same order), or undefined. */
 function quickManagedFile(value: unknown): ManagedFile | undefined {
   if (!isPlainObject(value)) return undefined;
-  const { instanceId, sha256, mode, createdDirs, writtenAt } = value;
+  const { instanceId, sha256, mode, createdDirs, writtenAt, keptMode } = value;
   if (
     typeof instanceId !== 'string' ||
     instanceId.length === 0 ||
@@ -139,11 +144,14 @@ function quickManagedFile(value: unknown): ManagedFile | undefined {
     !isCount(mode) ||
     mode > 0o7777 ||
     !isStringArray(createdDirs) ||
-    typeof writtenAt !== 'string'
+    typeof writtenAt !== 'string' ||
+    (keptMode !== undefined && (!isCount(keptMode) || keptMode > 0o7777))
   ) {
     return undefined;
   }
-  return { instanceId, sha256, mode, createdDirs, writtenAt };
+  return keptMode === undefined
+    ? { instanceId, sha256, mode, createdDirs, writtenAt }
+    : { instanceId, sha256, mode, createdDirs, writtenAt, keptMode };
 }
 
 /** InstanceRecord checked by hand: what `InstanceRecord.parse` returns (same fields, same order), or undefined. */

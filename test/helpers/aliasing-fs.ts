@@ -1,4 +1,4 @@
-// FsPorts over the real fs under which two paths name one file: a case-insensitive root (as exFAT) and a bind mount.
+// FsPorts over the real fs as exFAT-like roots show it: two paths naming one file (case, a bind mount), no modes.
 import { lstatSync, readdirSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
@@ -65,4 +65,27 @@ export function bindMountFs(source: string, mountpoint: string): FsPort {
       ? source + absolute.slice(mountpoint.length)
       : absolute,
   );
+}
+
+/**
+ * `base` with a root that keeps no permission bits (exFAT, vfat): every chmod under `root`, by path or on an open
+ * file, succeeds and changes nothing. Files keep the mode they were created with.
+ */
+export function modelessFs(base: FsPort, root: string): FsPort {
+  const under = (p: unknown) => String(p).startsWith(`${root}${path.sep}`);
+  return {
+    ...base,
+    chmod: async (p, mode) => (under(p) ? undefined : base.chmod(p, mode)),
+    open: (async (p: PathArg, ...rest: unknown[]) => {
+      const handle = await (base.open as (...args: unknown[]) => Promise<nodeFs.FileHandle>)(p, ...rest);
+      if (!under(p)) return handle;
+      return new Proxy(handle, {
+        get(target, key) {
+          if (key === 'chmod') return async () => undefined;
+          const value = Reflect.get(target, key, target) as unknown;
+          return typeof value === 'function' ? value.bind(target) : value;
+        },
+      });
+    }) as FsPort['open'],
+  };
 }

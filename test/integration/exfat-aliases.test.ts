@@ -1,7 +1,8 @@
-// `config-agent --once` with rootDir on a real exFAT (exfat-fuse on a loop image): App.json and app.json are one file.
+// `config-agent --once` with rootDir on a real exFAT (exfat-fuse on a loop image): App.json and app.json are one
+// file, and files keep the mount's permission bits whatever the agent asks.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { lstat, mkdir, readdir, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -11,7 +12,7 @@ import { AgentHarness, leaksApiKey, tryMount, unmount } from '../helpers/harness
 const MOUNT_OPTIONS = 'loop,fmask=0133,dmask=0022';
 
 /** An exFAT image of 16 MiB in `dir`, mounted on `mountpoint`; the reason when this machine cannot. */
-function mountExfat(dir: string, mountpoint: string): string | undefined {
+function mountExfat(dir: string, mountpoint: string, options = MOUNT_OPTIONS): string | undefined {
   const image = path.join(dir, 'exfat.img');
   const made = spawnSync('sh', ['-c', `truncate -s 16M "$1" && mkfs.exfat "$1"`, 'sh', image], {
     encoding: 'utf8',
@@ -19,7 +20,7 @@ function mountExfat(dir: string, mountpoint: string): string | undefined {
   if (made.error !== undefined || made.status !== 0) {
     return `mkfs.exfat failed (package exfatprogs): ${(made.stderr ?? made.error?.message ?? '').trim()}`;
   }
-  return tryMount(['-t', 'exfat-fuse', '-o', MOUNT_OPTIONS, image, mountpoint]);
+  return tryMount(['-t', 'exfat-fuse', '-o', options, image, mountpoint]);
 }
 
 // Vitest decides skipIf at collection time: probed here, once. Needs root (a loop device and a FUSE mount) and
@@ -41,11 +42,11 @@ if (exfatSkip !== undefined) process.stderr.write(`exfat-aliases.test: skipping:
 const harnesses: AgentHarness[] = [];
 const mounts: string[] = [];
 
-async function harness(): Promise<AgentHarness> {
+async function harness(options?: string): Promise<AgentHarness> {
   const created = await AgentHarness.create({ registerDevice: true });
   harnesses.push(created);
   await mkdir(created.rootDir);
-  const reason = mountExfat(created.dir, created.rootDir);
+  const reason = mountExfat(created.dir, created.rootDir, options);
   if (reason !== undefined) throw new Error(reason);
   mounts.push(created.rootDir);
   return created;
@@ -114,6 +115,29 @@ describe('config-agent --once on exFAT: two spellings of one name', () => {
       expect(await theOneFile(h, '')).toBe(json({ same: true }));
       expect(await status(h, y.id)).toBe('deployed/none');
       expect(await status(h, x.id)).toBe('removed/none');
+    },
+  );
+});
+
+describe('config-agent --once on exFAT mounted without masks (every file 0777)', () => {
+  it.skipIf(exfatSkip !== undefined)(
+    'files.mode 0644 never taken: after the run that finds it out, a run changes nothing and counts nothing',
+    async () => {
+      const h = await harness('loop');
+      await h.createAndDeploy({ relative_filepath: 'etc/a.json', content: { a: 1 } });
+      expect((await h.runOnce()).code).toBe(0);
+      expect((await h.runOnce()).code).toBe(0);
+      const before = await lstat(h.rootPath('etc/a.json'));
+      expect(before.mode & 0o777).toBe(0o777);
+
+      const run = await h.runOnce(['--json']);
+
+      expect(run.code).toBe(0);
+      const summary = JSON.parse(run.stdout) as { instances: { action: string }[] };
+      expect(summary.instances.map((i) => i.action)).toEqual(['unchanged']);
+      const after = await lstat(h.rootPath('etc/a.json'));
+      expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+      expect(await readFile(h.rootPath('etc/a.json'), 'utf8')).toBe(json({ a: 1 }));
     },
   );
 });
