@@ -3,6 +3,7 @@ import { type ChildProcess, spawnSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import * as nodeFs from 'node:fs/promises';
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createConnection } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -63,6 +64,18 @@ async function writeConfig(overrides: Record<string, unknown> = {}): Promise<str
 }
 
 const run = (argv: string[], io: CommandIo) => main(argv, io, new EventEmitter());
+
+/** Whether a new connection to the unix socket at `socketPath` is accepted. */
+function connects(socketPath: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection(socketPath);
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
 
 describe('main', () => {
   it('--help and --version print to stdout and exit 0', async () => {
@@ -277,6 +290,31 @@ describe('runAgent: signals and reload', () => {
     expect(io.err()).toContain('"stopped"');
     expect(io.err()).not.toContain(KEY);
     expect(io.out()).toBe('');
+  });
+
+  // A clean-up of /run or an operator's rm took the socket file: the agent went on listening on the unlinked
+  // socket, and no application (nor `config-agent status`) could reach it again until a restart.
+  it('SIGHUP makes the socket again when its file was removed under the running agent', async () => {
+    const configPath = await writeConfig();
+    const socketPath = path.join(dir, 'agent.sock');
+    const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+    const events = new EventEmitter();
+    const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
+    try {
+      await waitFor(() => io.err().includes('"agent started"'), PATIENCE_MS, { what: 'the agent started' });
+      await waitFor(() => callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS), PATIENCE_MS, {
+        what: 'the socket',
+      });
+      await rm(socketPath);
+      events.emit('SIGHUP');
+      await waitFor(() => io.err().includes('"configuration reloaded"'), PATIENCE_MS, { what: 'the reload' });
+      // A new connection: the http agent's kept-alive one reaches the unlinked socket still.
+      expect(await connects(socketPath)).toBe(true);
+      events.emit('SIGTERM');
+      expect(await exit).toBe(0);
+    } finally {
+      events.emit('SIGTERM');
+    }
   });
 
   it('a SIGTERM that arrives while starting stops the agent once started', async () => {

@@ -63,7 +63,9 @@ export async function startAgent<R extends PassRunner>(
         return;
       }
       const after = daemon.components;
-      if (after.config.socketPath !== before.config.socketPath) {
+      // Also when its socket file was removed or replaced under the running agent (or never came up): apps could
+      // not reach it again until a restart.
+      if (after.config.socketPath !== before.config.socketPath || !(await api?.reachable())) {
         await api?.close();
         api = await startLocalApi(daemon, after, logger);
       }

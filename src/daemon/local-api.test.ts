@@ -264,3 +264,26 @@ describe('LocalApiServer sync rate', () => {
     }
   });
 });
+
+describe('the socket file', () => {
+  it('tells whether the file it made is still at its path: not once removed, nor once another took its place', async () => {
+    const first = await startServer(PATIENT);
+    expect(await first.reachable()).toBe(true);
+    await rm(socketPath);
+    expect(await first.reachable()).toBe(false);
+    const handlers = {
+      health: () => ({ healthy: true, lastLoopAt: null }),
+      status: () => ({ second: true }),
+      sync: async () => ({ converged: true, exitCode: 0, result: null }),
+    };
+    const second = new LocalApiServer(socketPath, handlers, silentLogger(), PATIENT);
+    await second.start();
+    try {
+      // Most likely with the inode number the removed file had: the change time tells them apart.
+      expect(await first.reachable()).toBe(false);
+      expect(await second.reachable()).toBe(true);
+    } finally {
+      await second.close();
+    }
+  });
+});

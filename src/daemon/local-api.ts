@@ -93,6 +93,8 @@ export class LocalApiServer {
   #runningSync: Promise<unknown> = Promise.resolve();
   #lastSyncEndedAt = Number.NEGATIVE_INFINITY;
   #dropped = 0;
+  /** The socket file bind() made: device, inode and change time (a file made after ours may get its inode). */
+  #socketIdentity: string | undefined;
 
   constructor(
     socketPath: string,
@@ -169,6 +171,15 @@ export class LocalApiServer {
     // After listen, an 'error' without a listener would end the process: the API is not worth the agent.
     server.on('error', (error) => this.#logger.warn({ err: error }, 'local API server error'));
     this.#server = server;
+    this.#socketIdentity = await socketIdentity(this.#socketPath);
+  }
+
+  /**
+   * Whether the socket file this server made is still at its path: removed (`rm`, a clean-up of /run) or
+   * replaced, nobody can reach the agent there any more, though it still listens on the unlinked socket.
+   */
+  async reachable(): Promise<boolean> {
+    return this.#server !== undefined && (await this.#stillOurs());
   }
 
   async close(): Promise<void> {
@@ -179,7 +190,14 @@ export class LocalApiServer {
       server.close(() => resolve());
       server.closeAllConnections();
     });
-    await unlink(this.#socketPath).catch(() => undefined);
+    // libuv's close of a listening pipe unlinks its path by name already (whatever file is there by then: so a
+    // reload closes the old server before it starts the new one); this one only when it is still ours.
+    if (await this.#stillOurs()) await unlink(this.#socketPath).catch(() => undefined);
+  }
+
+  async #stillOurs(): Promise<boolean> {
+    const identity = this.#socketIdentity;
+    return identity !== undefined && (await socketIdentity(this.#socketPath)) === identity;
   }
 
   /**
@@ -247,6 +265,12 @@ export class LocalApiServer {
         }
     }
   }
+}
+
+/** The socket file at `socketPath` as `dev:ino:ctime` (nanoseconds); undefined when there is no socket. */
+async function socketIdentity(socketPath: string): Promise<string | undefined> {
+  const stats = await lstat(socketPath, { bigint: true }).catch(() => undefined);
+  return stats?.isSocket() === true ? `${stats.dev}:${stats.ino}:${stats.ctimeNs}` : undefined;
 }
 
 function announcesBody(request: IncomingMessage): boolean {
