@@ -11,6 +11,7 @@ import {
   CHANGED_ENV,
   CHANGED_TRUNCATED_ENV,
   type HookSpec,
+  hookFailed,
   matchingPaths,
   runHooks,
   STDERR_TAIL_BYTES,
@@ -327,6 +328,37 @@ describe('runHooks', () => {
     });
     expect(results[0]!.error).toContain('ENOENT');
     expect(results[1]!.exitCode).toBe(0);
+    expect(runs(nextLog)).toHaveLength(1);
+  });
+
+  it('does not start a hook whose program fails its check (or whose check throws), and still runs the next', async () => {
+    setup();
+    const refusedLog = outFile('refused');
+    const thrownLog = outFile('thrown');
+    const nextLog = outFile('next');
+    const [refusedHook, thrownHook, nextHook] = [
+      recordingHook('**', refusedLog),
+      recordingHook('*.conf', thrownLog),
+      recordingHook('a.*', nextLog),
+    ];
+    let asked = 0;
+    const results = await runHooks([refusedHook, thrownHook, nextHook], ['a.conf'], {
+      ...options(),
+      vetProgram: async () => {
+        asked += 1;
+        if (asked === 1) return 'writable by others';
+        if (asked === 2) throw new Error('EIO');
+        return undefined;
+      },
+    });
+    expect(results.map((result) => result.error)).toEqual([
+      `not run: ${refusedHook.run[0]}: writable by others`,
+      `not run: ${thrownHook.run[0]}: its check failed: EIO`,
+      undefined,
+    ]);
+    expect(results.map(hookFailed)).toEqual([true, true, false]);
+    expect(runs(refusedLog)).toHaveLength(0);
+    expect(runs(thrownLog)).toHaveLength(0);
     expect(runs(nextLog)).toHaveLength(1);
   });
 

@@ -311,7 +311,10 @@ export async function runHooks(
       options.logger.info({ hook: hook.match }, 'hook skipped: the agent is shutting down');
       continue;
     }
-    const refused = await options.vetProgram?.(hook.run[0]);
+    // A check that cannot be made refuses too: never a rejection here, which would stop every later hook run.
+    const refused = await options
+      .vetProgram?.(hook.run[0])
+      .catch((error: unknown) => `its check failed: ${errorMessage(error)}`);
     const result =
       refused === undefined
         ? await runOne(hook, matched, runOptions)
