@@ -99,6 +99,35 @@ describe('findPathAliases', () => {
     );
   });
 
+  it('1,024 spellings of one name (a hostile listing) cost one lookup each, not one per pair', async () => {
+    await writeFile(path.join(root, 'abcdefghij.json'), 'a');
+    const spellings = Array.from({ length: 1024 }, (_, bits) =>
+      [...'abcdefghij']
+        .map((c, i) => ((bits >> i) & 1 ? c.toUpperCase() : c))
+        .join('')
+        .concat('.json'),
+    );
+    const port = caseInsensitiveFs(root);
+    let lookups = 0;
+    const counting: FsPort = {
+      ...port,
+      lstat: ((...args: Parameters<FsPort['lstat']>) => {
+        lookups += 1;
+        return port.lstat(...args);
+      }) as FsPort['lstat'],
+      readdir: ((...args: Parameters<FsPort['readdir']>) => {
+        lookups += 1;
+        return port.readdir(...args);
+      }) as FsPort['readdir'],
+    };
+
+    const aliases = await findPathAliases(counting, root, spellings);
+
+    expect(aliases.size).toBe(1024);
+    expect(new Set(aliases.values())).toEqual(new Set([[...spellings].sort()[0]]));
+    expect(lookups).toBeLessThanOrEqual(1024 + 1);
+  });
+
   it('a path outside the root is never looked at', async () => {
     expect(await findPathAliases(caseInsensitiveFs(root), root, ['../X.json', '../x.json'])).toEqual(
       new Map(),

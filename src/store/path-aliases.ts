@@ -1,7 +1,5 @@
 // Paths that name one file: a case-insensitive filesystem (exFAT, vfat, ext4 casefold) or a bind mount in the root.
-import type { BigIntStats } from 'node:fs';
 import path from 'node:path';
-import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { validateRelativePath } from './path-guard.js';
 
@@ -91,13 +89,17 @@ export async function findPathAliases(
     else if (first !== relative) union(first, relative);
   }
 
+  // Each path of a shared fold key once (a hostile listing may hold thousands of spellings of one name).
   const entries = new EntryCheck(fs, path.resolve(rootDir));
   for (const group of byFold.values()) {
     if (typeof group === 'string') continue;
-    for (let i = 0; i < group.length; i += 1) {
-      for (let j = i + 1; j < group.length; j += 1) {
-        if (await entries.same(group[i]!, group[j]!)) union(group[i]!, group[j]!);
-      }
+    const byEntry = new Map<string, string>();
+    for (const relative of group) {
+      const entry = await entries.canonical(relative);
+      if (entry === undefined) continue;
+      const first = byEntry.get(entry);
+      if (first === undefined) byEntry.set(entry, relative);
+      else union(first, relative);
     }
   }
 
@@ -110,55 +112,88 @@ export async function findPathAliases(
   return aliases;
 }
 
-/** Whether two relative paths of one fold key name one directory entry (see findPathAliases). */
+/**
+ * The directory entries paths name, read from the listings of their directories (see findPathAliases): a
+ * listing of each directory once, folded once.
+ */
 export class EntryCheck {
   readonly #fs: FsPort;
   readonly #root: string;
-  readonly #listings = new Map<string, Promise<ReadonlySet<string> | undefined>>();
+  readonly #listings = new Map<string, Promise<Listing | undefined>>();
 
   constructor(fs: FsPort, root: string) {
     this.#fs = fs;
     this.#root = root;
   }
 
+  /** Whether two relative paths name one directory entry on disk now. */
   async same(a: string, b: string): Promise<boolean> {
     if (a === b) return true;
-    // Only paths under the root are looked at (a hostile one is refused by the plan anyway).
-    if (!isValid(a) || !isValid(b)) return false;
-    const aDir = path.posix.dirname(a);
-    const bDir = path.posix.dirname(b);
-    const aName = path.posix.basename(a);
-    const bName = path.posix.basename(b);
-    if (foldKey(aName) !== foldKey(bName)) return false;
-    if ((aDir === '.') !== (bDir === '.')) return false;
-    if (aDir !== bDir && !(await this.same(aDir, bDir))) return false;
-    if (aName === bName) return true;
-    const [aStats, bStats] = await Promise.all([this.#lstat(a), this.#lstat(b)]);
-    if (aStats === undefined || bStats === undefined) return false;
-    const listing = await this.#list(aDir);
-    // Unreadable: taken as one entry, the side that never deletes or overwrites what another path names.
-    return listing === undefined || !(listing.has(aName) && listing.has(bName));
+    if (foldKey(a) !== foldKey(b)) return false;
+    const entry = await this.canonical(a);
+    return entry !== undefined && entry === (await this.canonical(b));
   }
 
-  async #lstat(relative: string): Promise<BigIntStats | undefined> {
+  /**
+   * The spelling of the entry `relative` names, as its directories list it: each name listed as given stays, a
+   * name not listed that lstat finds anyway is the one listed name of its fold key (the filesystem folded it).
+   * Undefined when the path is invalid or names nothing (or nothing a listing shows unambiguously).
+   */
+  async canonical(relative: string): Promise<string | undefined> {
+    // Only paths under the root are looked at (a hostile one is refused by the plan anyway).
+    if (!isValid(relative)) return undefined;
+    let dir = '';
+    for (const name of relative.split('/')) {
+      const listing = await this.#list(dir);
+      if (listing === undefined) return undefined;
+      let entry = name;
+      if (!listing.names.has(name)) {
+        const folded = listing.byFold.get(foldKey(name));
+        if (folded === undefined || folded.length !== 1) return undefined;
+        if (!(await this.#exists(dir === '' ? name : `${dir}/${name}`))) return undefined;
+        entry = folded[0]!;
+      }
+      dir = dir === '' ? entry : `${dir}/${entry}`;
+    }
+    return dir;
+  }
+
+  async #exists(relative: string): Promise<boolean> {
     try {
-      return await this.#fs.lstat(path.join(this.#root, relative), { bigint: true });
+      await this.#fs.lstat(path.join(this.#root, relative));
+      return true;
     } catch {
-      return undefined;
+      return false;
     }
   }
 
-  #list(relativeDir: string): Promise<ReadonlySet<string> | undefined> {
+  #list(relativeDir: string): Promise<Listing | undefined> {
     let listing = this.#listings.get(relativeDir);
     if (listing === undefined) {
-      listing = this.#fs.readdir(path.join(this.#root, relativeDir === '.' ? '' : relativeDir)).then(
-        (names) => new Set(names.map(String)),
-        (error: unknown) => (errnoCode(error) === 'ENOENT' ? new Set<string>() : undefined),
+      listing = this.#fs.readdir(path.join(this.#root, relativeDir)).then(
+        (entries) => {
+          const names = new Set(entries.map(String));
+          const byFold = new Map<string, string[]>();
+          for (const name of names) {
+            const key = foldKey(name);
+            const same = byFold.get(key);
+            if (same === undefined) byFold.set(key, [name]);
+            else same.push(name);
+          }
+          return { names, byFold };
+        },
+        () => undefined,
       );
       this.#listings.set(relativeDir, listing);
     }
     return listing;
   }
+}
+
+/** A directory's names, and those names by fold key. */
+interface Listing {
+  names: ReadonlySet<string>;
+  byFold: ReadonlyMap<string, string[]>;
 }
 
 function isValid(relative: string): boolean {
