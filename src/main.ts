@@ -118,6 +118,19 @@ async function raiseTierUpBudget(argv: readonly string[]): Promise<void> {
 }
 
 /**
+ * Whether `argv` runs a pass that keeps its state (`--once` without `--dry-run`): the agent loader writes its code
+ * cache only after such a run, so that `--once --help` does not leave a cache of the argument parser alone.
+ */
+export function runsAPass(argv: readonly string[]): boolean {
+  try {
+    const command = parseCliArgs(argv);
+    return command.kind === 'once' && !command.dryRun;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Runs this process's command line and exits with its code. The packages' entry is main.cjs (packaging/bundle.mjs),
  * which answers --help and --version itself and calls this for every other command line.
  */

@@ -31,9 +31,9 @@ export function agentV8Flags(): string[] {
 
 /**
  * Compiles `bundleFile` (a CommonJS bundle of main.ts) with its code cache when there is a trusted one, runs
- * it and calls its runProcess(). When no cache was used and the process ends with exit code 0 — its result
- * known and told — the cache V8 made of everything compiled so far is written for the next run; a dry run
- * writes nothing. Every problem with the cache is logged at debug (when the configuration's log.level is debug
+ * it and calls its runProcess(). When no cache was used and a pass (`runsAPass`: not a dry run, not `--help`)
+ * ends the process with exit code 0 — its result known and told — the cache V8 made of everything compiled so
+ * far is written for the next run. Every problem with the cache is logged at debug (when the configuration's log.level is debug
  * or trace) and costs only the cache: the agent runs the same without it.
  */
 export function runAgentBundle(bundleFile: string): void {
@@ -46,7 +46,6 @@ export function runAgentBundle(bundleFile: string): void {
   }
   const { stateDir, logLevel } = peekConfig(configPathOf(argv, process.env));
   const debug = debugLog(logLevel !== undefined && DEBUG_LEVELS.has(logLevel));
-  const dryRun = argv.includes('--dry-run');
   const euid = process.geteuid?.();
   const key = codeCacheKey(path.basename(bundleFile), flags);
   let dir: string | undefined;
@@ -55,7 +54,8 @@ export function runAgentBundle(bundleFile: string): void {
     debug('code cache not used: no stateDir known', {});
   } else {
     try {
-      const found = codeCacheDirectory(stateDir, euid, !dryRun);
+      // Created only when a cache is written (at exit), not for a run that writes none.
+      const found = codeCacheDirectory(stateDir, euid, false);
       if ('unusable' in found) debug('code cache not used', { reason: found.unusable });
       else {
         dir = found.dir;
@@ -75,13 +75,8 @@ export function runAgentBundle(bundleFile: string): void {
   const used = cachedData !== undefined && !script.cachedDataRejected;
   if (used) debug('code cache used', { bytes: cachedData?.length });
   else if (cachedData !== undefined) debug('code cache ignored', { reason: 'rejected by V8' });
-  if (stateDir !== undefined && euid !== undefined && !used && !dryRun) {
-    // A first run finds no stateDir yet (the agent creates it): the directory is looked for again at exit.
-    const at = stateDir;
-    saveAtExit(script, () => (dir === undefined ? codeCacheDirectory(at, euid, true) : { dir }), key, debug);
-  }
   const wrapper = script.runInThisContext() as (...args: unknown[]) => void;
-  const module = { exports: {} as { runProcess?: () => void } };
+  const module = { exports: {} as { runProcess?: () => void; runsAPass?: (argv: string[]) => boolean } };
   wrapper.call(
     module.exports,
     module.exports,
@@ -91,6 +86,19 @@ export function runAgentBundle(bundleFile: string): void {
     path.dirname(bundleFile),
   );
   if (typeof module.exports.runProcess !== 'function') throw new Error(`${bundleFile}: no runProcess()`);
+  if (stateDir !== undefined && euid !== undefined && !used) {
+    if (module.exports.runsAPass?.(argv) !== true) debug('code cache not written', { reason: 'no pass' });
+    else {
+      // A first run finds no stateDir yet (the agent creates it): the directory is looked for again at exit.
+      const at = stateDir;
+      saveAtExit(
+        script,
+        () => (dir === undefined ? codeCacheDirectory(at, euid, true) : { dir }),
+        key,
+        debug,
+      );
+    }
+  }
   module.exports.runProcess();
 }
 

@@ -220,15 +220,19 @@ describe('the code cache of the shipped bundle', () => {
     if (statSync(cacheDir).isDirectory()) expect(readdirSync(cacheDir)).toEqual([]);
   });
 
-  it('a dry run and a run that does not exit 0 write no cache', async () => {
+  it('a dry run, --once --help and a run that does not exit 0 write no cache', async () => {
     mkdirSync(world.stateDir, { mode: 0o700 });
     const dry = await once('--dry-run');
     expect(dry.status).toBe(0);
-    expect(dry.cache).toEqual(['code cache not used: ENOENT']);
+    expect(dry.cache).toEqual(['code cache not used: ENOENT', 'code cache not written: no pass']);
+    const help = await once('--help');
+    expect(help.status).toBe(0);
+    expect(help.stdout).toMatch(/^config-agent: keeps/);
+    expect(help.cache).toEqual(['code cache not used: ENOENT', 'code cache not written: no pass']);
     await world.writeConfig({ log: { level: 'debug' }, unknownField: true });
     const refused = await once();
     expect(refused.status).toBe(78);
-    expect(refused.cache).toEqual(['code cache not written: exit code 78']);
+    expect(refused.cache).toEqual(['code cache not used: ENOENT', 'code cache not written: exit code 78']);
     expect(cacheFiles()).toEqual([]);
   });
 });
