@@ -315,6 +315,35 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
     expect(inside('config-agent status').status).toBe(3);
   });
 
+  it("--once as the agent's user makes and uses its code cache in /var/lib/config-agent; root's --once writes none", (ctx) => {
+    if (skipReason !== undefined) ctx.skip(skipReason);
+    // The key is root's (the unit hands it over with LoadCredential=): given here through the environment.
+    const asAgent =
+      'k=$(cat /etc/config-agent/api-key); CONFIG_AGENT_API_KEY="$k" runuser -u config-agent -- config-agent --once';
+    const cacheLines = (text: string) =>
+      text
+        .split('\n')
+        .filter((line) => line.includes('"component":"code-cache"'))
+        .map((line) => (JSON.parse(line) as { msg: string }).msg);
+    const first = inside(`${asAgent} 2>&1`);
+    expect(first.status, first.stdout).toBe(0);
+    expect(cacheLines(first.stdout)).toEqual(['code cache not used', 'code cache written']);
+    expect(owner('/var/lib/config-agent/code-cache')).toBe('700 config-agent:config-agent');
+    const files = inside('ls /var/lib/config-agent/code-cache').stdout.trim().split('\n');
+    expect(files).toHaveLength(1);
+    expect(files[0]).toMatch(/^agent-[0-9A-F]{12}\.[0-9a-f]{16}\.v8cache$/);
+    expect(owner(`/var/lib/config-agent/code-cache/${files[0]}`)).toBe('600 config-agent:config-agent');
+    const second = inside(`${asAgent} 2>&1`);
+    expect(second.status, second.stdout).toBe(0);
+    expect(cacheLines(second.stdout)).toEqual(['code cache used']);
+    // Root on the service's stateDir: refused (exit 78), and neither reads nor writes the agent's cache.
+    const root = inside('config-agent --once 2>&1');
+    expect(root.status, root.stdout).toBe(78);
+    expect(cacheLines(root.stdout)).toEqual(['code cache not used', 'code cache not written']);
+    expect(inside('ls /var/lib/config-agent/code-cache').stdout.trim()).toBe(files[0]);
+    expect(owner(`/var/lib/config-agent/code-cache/${files[0]}`)).toBe('600 config-agent:config-agent');
+  });
+
   it('purge removes configuration and state but never the managed files', (ctx) => {
     if (skipReason !== undefined) ctx.skip(skipReason);
     const purged = inside('apt-get purge -y config-agent-node');
