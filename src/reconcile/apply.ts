@@ -595,9 +595,9 @@ async function aliasedWrite(
   if (earlier === undefined || earlier.length === 0) return undefined;
   const entries = new EntryCheck(ctx.fs, path.resolve(ctx.rootDir));
   for (const write of earlier) {
-    if (await entries.same(step.path, write.path)) {
-      return aliasConflictMessage(step.instance, write.path, write.instanceId);
-    }
+    // A directory that cannot be listed tells nothing: not written this pass, the side that overwrites nothing.
+    const same = await entries.same(step.path, write.path).catch(() => true);
+    if (same) return aliasConflictMessage(step.instance, write.path, write.instanceId);
   }
   return undefined;
 }

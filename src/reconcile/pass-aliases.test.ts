@@ -1,4 +1,6 @@
 // runPass on exFAT-like roots: two paths naming one file (case-insensitive, a directory mounted twice), no modes.
+
+import * as fsPromises from 'node:fs/promises';
 import { link, lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -360,5 +362,91 @@ describe('hard links are separate names, not one file', () => {
     expect(await realBytes('a.json')).toBe(json(content));
     expect(status('cfg_a')).toBe('deployed/none');
     expect(status('cfg_b')).toBe('removed/none');
+  });
+});
+
+describe('a root whose directory cannot be listed for a pass (EMFILE)', () => {
+  /** `base` (node:fs/promises) whose readdir fails with EMFILE while `failing.on`. */
+  function flakyReaddirFs(failing: { on: boolean }, base = fsPromises as unknown as FsPort): FsPort {
+    return new Proxy(base, {
+      get(target, key, receiver) {
+        if (key === 'readdir' && failing.on) {
+          return async () => {
+            throw Object.assign(new Error('EMFILE: too many open files, scandir'), { code: 'EMFILE' });
+          };
+        }
+        return Reflect.get(target, key, receiver);
+      },
+    });
+  }
+
+  it('app.json retired beside App.json: not reported removed while its file stays; removed once the listing reads again', async () => {
+    const failing = { on: false };
+    await open(flakyReaddirFs(failing));
+    put({ id: 'cfg_lower', relative_filepath: 'app.json', content: { who: 'lower' } });
+    put({ id: 'cfg_upper', relative_filepath: 'App.json', content: { who: 'upper' }, updated_at: T1 });
+    await pass();
+    expect(await namesIn('')).toEqual(['App.json', 'app.json']);
+
+    update('cfg_lower', { target_status: 'removed', updated_at: T1 });
+    failing.on = true;
+    await pass();
+    // Two files on this filesystem: "removed" with app.json still there would be a lie, and its record gone
+    // would leave the file there for good.
+    expect(await namesIn('')).toEqual(['App.json', 'app.json']);
+    expect(status('cfg_lower').startsWith('removed/')).toBe(false);
+
+    failing.on = false;
+    await pass();
+    expect(await namesIn('')).toEqual(['App.json']);
+    expect(status('cfg_lower')).toBe('removed/none');
+    expect(status('cfg_upper')).toBe('deployed/none');
+    expect(await realBytes('App.json')).toBe(json({ who: 'upper' }));
+  });
+
+  it('App.json updated later beside a deployed app.json: app.json is never refused nor forgotten', async () => {
+    const failing = { on: false };
+    await open(flakyReaddirFs(failing));
+    put({ id: 'cfg_lower', relative_filepath: 'app.json', content: { who: 'lower' } });
+    put({ id: 'cfg_upper', relative_filepath: 'App.json', content: { who: 'upper' } });
+    await pass();
+    update('cfg_upper', { content: { who: 'upper', v: 2 }, updated_at: T1 });
+    failing.on = true;
+    await pass();
+    expect(status('cfg_lower')).toBe('deployed/none');
+    failing.on = false;
+    await pass();
+    expect(status('cfg_lower')).toBe('deployed/none');
+    expect(status('cfg_upper')).toBe('deployed/none');
+    expect(await realBytes('App.json')).toBe(json({ who: 'upper', v: 2 }));
+
+    // Retired now: its file goes (the record was never dropped).
+    update('cfg_lower', { target_status: 'removed', updated_at: T1 });
+    await pass();
+    expect(await namesIn('')).toEqual(['App.json']);
+    expect(status('cfg_lower')).toBe('removed/none');
+  });
+
+  it('case-insensitive: the retired app.json, with the same bytes as App.json, never deletes that file while unlisted', async () => {
+    const failing = { on: false };
+    await open(flakyReaddirFs(failing, caseInsensitiveFs(rootDir)));
+    put({ id: 'cfg_x', relative_filepath: 'app.json', content: { same: true }, updated_at: T0 });
+    await pass();
+    put({ id: 'cfg_y', relative_filepath: 'App.json', content: { same: true }, updated_at: T1 });
+    await pass();
+    update('cfg_x', { target_status: 'removed', updated_at: T1 });
+
+    failing.on = true;
+    await pass();
+    expect(await namesIn('')).toHaveLength(1);
+    failing.on = false;
+    for (let n = 0; n < 2; n += 1) {
+      await pass();
+      const names = await namesIn('');
+      expect(names).toHaveLength(1);
+      expect(await realBytes(names[0]!)).toBe(json({ same: true }));
+    }
+    expect(status('cfg_y')).toBe('deployed/none');
+    expect(status('cfg_x')).toBe('removed/none');
   });
 });

@@ -70,12 +70,18 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
     fingerprints: { store: dir.fingerprints, now: () => deps.clock.now() },
     identities,
   });
-  const aliases = await findPathAliases(
-    deps.fs,
-    settings.rootDir,
-    aliasCandidates(pulled, state),
-    identities,
-  );
+  let aliases: Map<string, string>;
+  try {
+    aliases = await findPathAliases(deps.fs, settings.rootDir, aliasCandidates(pulled, state), identities);
+  } catch (error) {
+    // Which paths name one file is unknown: any plan could unlink another instance's file or forget one of ours.
+    result.error = toPassError(error);
+    logger.warn(
+      { err: error },
+      'could not tell which paths name one file: nothing done this pass, tried again next',
+    );
+    return finish();
+  }
   result.steps = planSteps(planInput(ctx, pulled, disk, aliases));
   if (result.dryRun) return finish();
   dropElapsedCooldowns(state, pulled.instances, deps.clock.monotonic());

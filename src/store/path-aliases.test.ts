@@ -73,6 +73,23 @@ describe('findPathAliases', () => {
     );
   });
 
+  it('a directory that cannot be listed (EMFILE) tells nothing: a retryable DiskError, not a guess either way', async () => {
+    await writeFile(path.join(root, 'app.json'), 'a');
+    const base = caseInsensitiveFs(root);
+    const unlistable: FsPort = {
+      ...base,
+      readdir: (async () => {
+        throw Object.assign(new Error('EMFILE: too many open files, scandir'), { code: 'EMFILE' });
+      }) as FsPort['readdir'],
+    };
+    // Without identities (exfat-fuse numbers names): taken for two files, a retired App.json's unlink would
+    // delete app.json's instance's file; taken for one on ext4, a record went while its file stayed.
+    const found = findPathAliases(unlistable, root, ['App.json', 'app.json']);
+    await expect(found).rejects.toMatchObject({ code: 'disk_error', retryable: true, errno: 'EMFILE' });
+    // A missing directory lists nothing: no alias, no error.
+    expect(await findPathAliases(base, root, ['gone/App.json', 'gone/app.json'])).toEqual(new Map());
+  });
+
   it('no alias where the file is on disk under neither spelling (nothing tells yet)', async () => {
     expect(await findPathAliases(caseInsensitiveFs(root), root, ['App.json', 'app.json'])).toEqual(new Map());
   });

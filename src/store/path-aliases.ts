@@ -1,6 +1,8 @@
 // Paths that name one file: a case-insensitive filesystem (exFAT, vfat, ext4 casefold) or a bind mount in the root.
 import path from 'node:path';
+import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { DiskError } from './errors.js';
 import { validateRelativePath } from './path-guard.js';
 
 /**
@@ -43,6 +45,9 @@ export interface ObservedIdentity {
  *   `etc/app.json` lstat with two inodes while naming one entry.
  *
  * Costs nothing on disk unless two paths share a fold key (then a few lstats and one readdir per directory).
+ * Throws a DiskError (retryable) when such a directory cannot be listed (EMFILE, EIO, EACCES): nothing else tells
+ * one file from two, and either guess is wrong somewhere (two files on ext4 taken for one lost a record and were
+ * reported `removed` while the file stayed; one file on exFAT taken for two deletes the other instance's).
  */
 export async function findPathAliases(
   fs: FsPort,
@@ -126,7 +131,7 @@ export class EntryCheck {
     this.#root = root;
   }
 
-  /** Whether two relative paths name one directory entry on disk now. */
+  /** Whether two relative paths name one directory entry on disk now; throws a DiskError when a listing cannot be read. */
   async same(a: string, b: string): Promise<boolean> {
     if (a === b) return true;
     if (foldKey(a) !== foldKey(b)) return false;
@@ -182,7 +187,14 @@ export class EntryCheck {
           }
           return { names, byFold };
         },
-        () => undefined,
+        (error: unknown) => {
+          if (errnoCode(error) === 'ENOENT' || errnoCode(error) === 'ENOTDIR') return undefined;
+          throw new DiskError({
+            operation: 'list (to tell two spellings of one name apart)',
+            path: relativeDir,
+            cause: error,
+          });
+        },
       );
       this.#listings.set(relativeDir, listing);
     }
