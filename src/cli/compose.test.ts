@@ -1,6 +1,7 @@
 // The composition root in-process: main's exit codes and messages, and the daemon's signals wired by runAgent.
 import { type ChildProcess, spawnSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
+import { existsSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createConnection } from 'node:net';
@@ -315,6 +316,26 @@ describe('runAgent: signals and reload', () => {
     } finally {
       events.emit('SIGTERM');
     }
+  });
+
+  it('a SIGHUP right after SIGTERM does not listen again: exit 0, no socket left behind', async () => {
+    const configPath = await writeConfig();
+    const socketPath = path.join(dir, 'agent.sock');
+    const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+    const events = new EventEmitter();
+    const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
+    await waitFor(() => io.err().includes('"agent started"'), PATIENCE_MS, { what: 'the agent started' });
+    events.emit('SIGTERM');
+    events.emit('SIGHUP');
+    expect(await exit).toBe(0);
+    // The reload ends with one of these lines (before the fix: reloaded, listening again).
+    await waitFor(
+      () => /the local API stays closed|"configuration reloaded"|configuration reload failed/.test(io.err()),
+      PATIENCE_MS,
+      { what: 'the end of the reload' },
+    );
+    expect(await connects(socketPath)).toBe(false);
+    expect(existsSync(socketPath)).toBe(false);
   });
 
   it('a SIGTERM that arrives while starting stops the agent once started', async () => {

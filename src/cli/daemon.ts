@@ -33,6 +33,8 @@ export async function startAgent<R extends PassRunner>(
   const logger = components.deps.logger.child({ component: 'main' });
   const daemon = new AgentDaemon(components);
   let api = await startLocalApi(daemon, components, logger);
+  /** Set by stop(): a SIGHUP during or after it must not listen again. */
+  let stopping = false;
   await daemon.start();
   logger.info(
     {
@@ -47,6 +49,7 @@ export async function startAgent<R extends PassRunner>(
     logger,
     async stop() {
       logger.info('stopping');
+      stopping = true;
       await api?.close();
       await daemon.stop();
       logger.info('stopped');
@@ -65,9 +68,15 @@ export async function startAgent<R extends PassRunner>(
       const after = daemon.components;
       // Also when its socket file was removed or replaced under the running agent (or never came up): apps could
       // not reach it again until a restart.
+      if (stopping) return logger.info('SIGHUP while stopping: the local API stays closed');
       if (after.config.socketPath !== before.config.socketPath || !(await api?.reachable())) {
         await api?.close();
-        api = await startLocalApi(daemon, after, logger);
+        const next = await startLocalApi(daemon, after, logger);
+        if (stopping) {
+          await next?.close();
+          return logger.info('SIGHUP while stopping: the local API stays closed');
+        }
+        api = next;
       }
       logger.info('configuration reloaded');
     },
