@@ -22,6 +22,8 @@ export interface DirectoryWatcherOptions {
    * (ENOSPC, `fs.inotify.max_user_watches`). Told once until a watched directory goes away.
    */
   onLimit?: (watched: number) => void;
+  /** node:fs `watch` (tests stand in for the kernel's inotify limit with one that throws ENOSPC). */
+  watch?: typeof watch;
 }
 
 /**
@@ -89,7 +91,9 @@ export class DirectoryWatcher {
     }
     let watcher: FSWatcher;
     try {
-      watcher = watch(dir, { persistent: true }, (_event, name) => this.#onEvent(dir, name));
+      watcher = (this.#options.watch ?? watch)(dir, { persistent: true }, (_event, name) =>
+        this.#onEvent(dir, name),
+      );
     } catch (error) {
       if (rethrow) throw error;
       if ((error as NodeJS.ErrnoException | undefined)?.code === 'ENOSPC') {
