@@ -450,3 +450,22 @@ describe('a root whose directory cannot be listed for a pass (EMFILE)', () => {
     expect(status('cfg_x')).toBe('removed/none');
   });
 });
+
+describe('a case-insensitive root, first sync of two spellings', () => {
+  it('the instance updated later is written first and holds the file after one pass, whatever the listing order; the other never reported deployed', async () => {
+    await open(caseInsensitiveFs(rootDir));
+    // Listed first (ids in order), updated first: the loser.
+    put({ id: 'cfg_a', relative_filepath: 'etc/app.json', content: { who: 'a' }, updated_at: T0 });
+    put({ id: 'cfg_z', relative_filepath: 'etc/APP.json', content: { who: 'z' }, updated_at: T1 });
+
+    await pass();
+
+    const names = await namesIn('etc');
+    expect(names).toHaveLength(1);
+    expect(await realBytes(`etc/${names[0]}`)).toBe(json({ who: 'z' }));
+    expect(status('cfg_z')).toBe('deployed/none');
+    expect(status('cfg_a')).toBe('queued/retrying');
+    const told = server.state.reports.filter((r) => r.config_instance_id === 'cfg_a');
+    expect(told.map((r) => r.activity_status)).not.toContain('deployed');
+  });
+});
