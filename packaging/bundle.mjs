@@ -162,6 +162,9 @@ export function frontDoor(helpText, agentBundle) {
   return [
     "// config-agent's entry (packaging/bundle.mjs): answers --help and --version without Node's ESM loader; the rest runs main.js or the agent bundle.",
     "'use strict';",
+    "// Node's own answer to SIGUSR1 opens an unauthenticated inspector on 127.0.0.1:9229; main.ts answers it too,",
+    '// but only once its modules are loaded: from here on no moment is left open.',
+    "process.on('SIGUSR1', () => undefined);",
     `const HELP = ${JSON.stringify(helpText)};`,
     `const AGENT_BUNDLE = ${JSON.stringify(agentBundle ?? null)};`,
     'const argv = process.argv.slice(2);',

@@ -79,6 +79,32 @@ describe('main.cjs', () => {
     expect(stderr).toMatch(/^config-agent: unexpected error: .*ERR_MODULE_NOT_FOUND|Cannot find module/s);
   });
 
+  it("opens no inspector on a SIGUSR1 before main.js's own listener is there (while its modules load)", async () => {
+    // A stand-in main.js with no listener of its own, as main.ts is until its first line runs: it signals
+    // itself and watches for Node's inspector (127.0.0.1:9229, no authentication) for up to 1 s.
+    await writeFile(
+      path.join(dir, 'dist', 'main.js'),
+      [
+        "import inspector from 'node:inspector';",
+        'export function runProcess() {',
+        "  process.kill(process.pid, 'SIGUSR1');",
+        '  let turns = 0;',
+        '  const timer = setInterval(() => {',
+        '    const url = inspector.url();',
+        '    if (url === undefined && ++turns < 100) return;',
+        '    clearInterval(timer);',
+        '    inspector.close();',
+        '    process.stdout.write(JSON.stringify({ inspector: url !== undefined }));',
+        '  }, 10);',
+        '}',
+        '',
+      ].join('\n'),
+    );
+    const { stdout, status } = run(['--once']);
+    // Before: {"inspector":true} and "Debugger listening on ws://127.0.0.1:9229/..." on stderr.
+    expect({ stdout, status }).toEqual({ stdout: JSON.stringify({ inspector: false }), status: 0 });
+  });
+
   describe('with an agent bundle', () => {
     const AGENT = 'agent-0123456789AB.cjs';
     beforeEach(async () => {
