@@ -427,6 +427,34 @@ describe('a root whose directory cannot be listed for a pass (EMFILE)', () => {
     expect(status('cfg_lower')).toBe('removed/none');
   });
 
+  it('case-insensitive, first sync: a write whose alias check cannot list its directory is not made (never over the winner, never reported deployed)', async () => {
+    const base = caseInsensitiveFs(rootDir);
+    // etc/ does not exist when the pass plans; once the winner's write made it, it cannot be listed.
+    const etcUnlistable: FsPort = {
+      ...base,
+      readdir: ((p: Parameters<FsPort['readdir']>[0], ...rest: unknown[]) => {
+        if (String(p) === path.join(rootDir, 'etc')) {
+          return Promise.reject(
+            Object.assign(new Error('EMFILE: too many open files, scandir'), { code: 'EMFILE' }),
+          );
+        }
+        return (base.readdir as (...args: unknown[]) => Promise<unknown>)(p, ...rest);
+      }) as FsPort['readdir'],
+    };
+    await open(etcUnlistable);
+    put({ id: 'cfg_a', relative_filepath: 'etc/app.json', content: { who: 'a' }, updated_at: T0 });
+    put({ id: 'cfg_z', relative_filepath: 'etc/APP.json', content: { who: 'z' }, updated_at: T1 });
+
+    await pass();
+
+    const names = await namesIn('etc');
+    expect(names).toHaveLength(1);
+    expect(await realBytes(`etc/${names[0]}`)).toBe(json({ who: 'z' }));
+    expect(status('cfg_z')).toBe('deployed/none');
+    const told = server.state.reports.filter((r) => r.config_instance_id === 'cfg_a');
+    expect(told.map((r) => r.activity_status)).not.toContain('deployed');
+  });
+
   it('case-insensitive: the retired app.json, with the same bytes as App.json, never deletes that file while unlisted', async () => {
     const failing = { on: false };
     await open(flakyReaddirFs(failing, caseInsensitiveFs(rootDir)));
