@@ -2,6 +2,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { Writable } from 'node:stream';
 import { Volume } from 'memfs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { memfsPort } from '../../test/helpers/memfs.js';
@@ -9,7 +10,8 @@ import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { callAgent } from '../cli/local-client.js';
 import { parseAgentConfig } from '../config/load.js';
 import type { Clock } from '../lib/clock.js';
-import { silentLogger } from '../lib/logger.js';
+import { createLogger, type Logger, silentLogger } from '../lib/logger.js';
+import { createSecretRegistry } from '../lib/secrets.js';
 import type { PassError, PassMode, PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
 import { emptyState } from '../store/state.js';
 import { AgentDaemon } from './agent.js';
@@ -174,7 +176,14 @@ afterEach(async () => {
 });
 
 async function startAgent(
-  options: { random?: number; timeoutSeconds?: number; releaseMemory?: () => void } = {},
+  options: {
+    random?: number;
+    timeoutSeconds?: number;
+    releaseMemory?: () => void;
+    metricsTextfile?: string;
+    volume?: Volume;
+    logger?: Logger;
+  } = {},
 ): Promise<Agent> {
   const config = parseAgentConfig(
     {
@@ -184,6 +193,7 @@ async function startAgent(
       stateDir: '/var/lib/config-agent',
       poll: { intervalSeconds: INTERVAL_MS / 1000, jitterRatio: JITTER, fullResyncSeconds: 600 },
       drift: 'off',
+      ...(options.metricsTextfile === undefined ? {} : { metrics: { textfile: options.metricsTextfile } }),
     },
     'agent.test',
   );
@@ -192,10 +202,10 @@ async function startAgent(
   const randomness = { value: options.random ?? 1 };
   const daemon = new AgentDaemon({
     deps: {
-      fs: memfsPort(new Volume()),
+      fs: memfsPort(options.volume ?? new Volume()),
       clock,
       random: () => randomness.value,
-      logger: silentLogger(),
+      logger: options.logger ?? silentLogger(),
       ...(options.releaseMemory === undefined ? {} : { releaseMemory: options.releaseMemory }),
     },
     config,
@@ -254,6 +264,35 @@ async function passes(agent: Agent, count: number): Promise<{ modes: PassMode[];
 
 const unreachable = (retryAfterMs?: number): Scripted =>
   retryAfterMs === undefined ? { reachable: false } : { reachable: false, retryAfterMs };
+
+describe('AgentDaemon: the metrics textfile', () => {
+  it('a failure that lasts is warned about once, again once it changes, and its end is told', async () => {
+    let text = '';
+    const destination = new Writable({
+      write(chunk, _encoding, done) {
+        text += String(chunk);
+        done();
+      },
+    });
+    const logger = createLogger({ level: 'info', secrets: createSecretRegistry(), destination });
+    const warnings = () =>
+      text.split('\n').filter((line) => line.includes('could not write the metrics textfile'));
+    const volume = new Volume();
+    // Its directory is missing: every write fails the same way.
+    const agent = await startAgent({ metricsTextfile: '/metrics/agent.prom', volume, logger });
+    await passes(agent, 5);
+    expect(warnings()).toHaveLength(1);
+    volume.mkdirSync('/metrics');
+    await passes(agent, 1);
+    expect(volume.existsSync('/metrics/agent.prom')).toBe(true);
+    expect(text).toContain('metrics textfile written again');
+    // A directory put at its path: another failure, warned about once more.
+    volume.unlinkSync('/metrics/agent.prom');
+    volume.mkdirSync('/metrics/agent.prom');
+    await passes(agent, 3);
+    expect(warnings()).toHaveLength(2);
+  });
+});
 
 describe('AgentDaemon: the wait at boot', () => {
   it('is jittered: random · jitterRatio · interval, and no pass runs before it ends', async () => {

@@ -2,9 +2,10 @@
 import type { AgentConfig } from '../config/schema.js';
 import { fullJitterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Deps } from '../lib/deps.js';
-import { errorMessage } from '../lib/errors.js';
+import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import type { InstanceOutcome, PassMode, PassResult, PassRunner } from '../reconcile/pass-runner.js';
+import { DiskError } from '../store/errors.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher } from './drift-watcher.js';
 import { runHooks } from './hooks.js';
@@ -73,6 +74,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   #hooks: Promise<void> = Promise.resolve();
   /** Changed paths whose hook run is queued or running, so a later pass does not queue them twice. */
   readonly #hookPathsQueued = new Set<string>();
+  /** The last failure to write the metrics textfile, while it lasts. */
+  #metricsFailure: string | undefined;
 
   constructor(components: AgentComponents<R>) {
     this.#c = components;
@@ -360,13 +363,32 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     });
   }
 
+  /**
+   * Writes the textfile. A failure that lasts (its directory gone, a symlink or FIFO put at its path, a full
+   * disk) is warned about once, then at debug until it changes or the file is written again: it logged a warning
+   * with its stack after every pass and every hook run, thousands of lines a day.
+   */
   async #writeMetrics(c: AgentComponents<R>): Promise<void> {
     const textfile = c.config.metrics.textfile;
     if (textfile === undefined) return;
     try {
       await writeMetricsTextfile(c.deps.fs, textfile, await c.metrics.render());
+      if (this.#metricsFailure !== undefined)
+        this.#logger.info({ textfile }, 'metrics textfile written again');
+      this.#metricsFailure = undefined;
     } catch (error) {
-      this.#logger.warn({ err: error, textfile }, 'could not write the metrics textfile');
+      // By kind (an errno, else the error's code), not by message: a message may name a fresh temp file each time.
+      const errno = error instanceof DiskError ? error.errno : undefined;
+      const failure = `${textfile}: ${errno ?? errnoCode(error) ?? errorMessage(error)}`;
+      if (failure === this.#metricsFailure) {
+        this.#logger.debug({ err: error, textfile }, 'could not write the metrics textfile (still)');
+        return;
+      }
+      this.#metricsFailure = failure;
+      this.#logger.warn(
+        { err: error, textfile },
+        'could not write the metrics textfile (told again only once it changes or is written)',
+      );
     }
   }
 
