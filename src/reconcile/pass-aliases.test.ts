@@ -321,6 +321,37 @@ describe('a case-sensitive root', () => {
   });
 });
 
+describe('a case-sensitive root, paths a hostile service folds together', () => {
+  // An NFD spelling is refused by the path guard ("not in Unicode normalisation form NFC"), as before this session.
+  it('compatibility forms, case (ASCII and not) and trailing dots are each a file of its own: all written and deployed, stable', async () => {
+    await open(fsPromises as unknown as FsPort);
+    const paths = [
+      'file.json',
+      '\ufb01le.json',
+      'FILE.json',
+      '\u00e9.json',
+      '\u00c9.json',
+      'app.json',
+      'app.json.',
+    ];
+    paths.forEach((relative, n) => {
+      put({ id: `cfg_${n}`, relative_filepath: relative, content: { n }, updated_at: n % 2 === 0 ? T0 : T1 });
+    });
+
+    await pass();
+    await pass();
+
+    expect(await namesIn('')).toEqual([...paths].sort());
+    for (const [n, relative] of paths.entries()) {
+      expect(await realBytes(relative)).toBe(json({ n }));
+      expect(status(`cfg_${n}`)).toBe('deployed/none');
+    }
+    const settled = reportCount();
+    await pass();
+    expect(reportCount()).toBe(settled);
+  });
+});
+
 describe('a root that keeps no permission bits (exFAT, vfat)', () => {
   it('a file whose mode the filesystem does not take is left alone after one try: no change counted, state.json not rewritten', async () => {
     await open(modelessFs(caseInsensitiveFs(rootDir), rootDir));
