@@ -19,7 +19,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { bundleCli, installedPackageJson } from './bundle.mjs';
-import { launcherScript } from './launcher.mjs';
+import { BUNDLED_RUNTIME_NODE_FLAGS, launcherScript } from './launcher.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const OUT = path.join(REPO, 'dist-pkg');
@@ -230,6 +230,7 @@ function stage({ name, arch, interpreter, depends, relations, node }) {
       interpreter,
       mainJs: `/${LIB}/dist/main.cjs`,
       runtime: node ? 'its own Node.js runtime' : 'the system Node.js',
+      runtimeFlags: node ? BUNDLED_RUNTIME_NODE_FLAGS : [],
     }),
     0o755,
   );

@@ -2,5 +2,11 @@ export const KEPT_NODE_VARIABLES: string[];
 export const OPENSSL_VARIABLES: string[];
 export const DAEMON_NODE_FLAGS: string[];
 export const ONCE_NODE_FLAGS: string[];
-export function launcherScript(options: { interpreter: string; mainJs: string; runtime: string }): string;
+export const BUNDLED_RUNTIME_NODE_FLAGS: string[];
+export function launcherScript(options: {
+  interpreter: string;
+  mainJs: string;
+  runtime: string;
+  runtimeFlags?: string[];
+}): string;
 export const DAEMON_MALLOC_ARENA_MAX: string;

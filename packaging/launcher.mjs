@@ -47,12 +47,24 @@ export const DAEMON_MALLOC_ARENA_MAX = '1';
 export const ONCE_NODE_FLAGS = ['--max-semi-space-size=4'];
 
 /**
+ * Node flags of every command when the package ships its own runtime (config-agent-node, Node 24): Node's answer
+ * to SIGUSR1 is to open its inspector on 127.0.0.1:9229 without authentication, a debugger onto the API key for
+ * whatever may signal the agent (its own user, so its hooks, and root). main.ts installs a listener that keeps
+ * it closed, but only once its first line runs, ~0.1 s into the start; `--disable-sigusr1` closes it from the
+ * first instruction. Node 20 (the system runtime of config-agent_all) refuses the flag, so only the bundled
+ * runtime gets it.
+ */
+export const BUNDLED_RUNTIME_NODE_FLAGS = ['--disable-sigusr1'];
+
+/**
  * The launcher: unsets those variables, then `exec`s the interpreter with the daemon's or `--once`'s flags, or
- * none, on main.cjs (exec keeps the process id: under Type=exec the agent itself is the unit's main process).
+ * none, on main.cjs (exec keeps the process id: under Type=exec the agent itself is the unit's main process);
+ * `runtimeFlags` go first on every command's line (BUNDLED_RUNTIME_NODE_FLAGS for the bundled runtime).
  * Shell builtins only (`export -p`, `read`, `case`, `unset`): the caller's PATH chooses no program. A value holding a newline can only make it unset one
  * more variable, never keep one.
  */
-export function launcherScript({ interpreter, mainJs, runtime }) {
+export function launcherScript({ interpreter, mainJs, runtime, runtimeFlags = [] }) {
+  const node = [interpreter, ...runtimeFlags].join(' ');
   return [
     '#!/bin/sh',
     `# config-agent: runs the bundled CLI with ${runtime}.`,
@@ -73,13 +85,13 @@ export function launcherScript({ interpreter, mainJs, runtime }) {
     'case $#:${1-} in',
     '  0:|1:--config=*|2:--config)',
     `    export MALLOC_ARENA_MAX="\${MALLOC_ARENA_MAX-${DAEMON_MALLOC_ARENA_MAX}}"`,
-    `    exec ${interpreter} ${DAEMON_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;;`,
+    `    exec ${node} ${DAEMON_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;;`,
     'esac',
     '# --once (anywhere among the arguments): its own V8 flags; every other command none.',
     'for arg in "$@"; do',
-    `  case $arg in --once) exec ${interpreter} ${ONCE_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;; esac`,
+    `  case $arg in --once) exec ${node} ${ONCE_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;; esac`,
     'done',
-    `exec ${interpreter} ${mainJs} "$@"`,
+    `exec ${node} ${mainJs} "$@"`,
     '',
   ].join('\n');
 }

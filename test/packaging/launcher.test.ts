@@ -6,12 +6,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
+  BUNDLED_RUNTIME_NODE_FLAGS,
   DAEMON_MALLOC_ARENA_MAX,
   DAEMON_NODE_FLAGS,
   launcherScript,
   ONCE_NODE_FLAGS,
 } from '../../packaging/launcher.mjs';
 
+const REPO = path.resolve(import.meta.dirname, '../..');
 let dir: string;
 beforeEach(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-launcher-'));
@@ -21,7 +23,12 @@ afterEach(async () => {
 });
 
 /** The launcher on a stand-in main.js that prints its argv and the variables Node and the agent read. */
-async function launch(env: NodeJS.ProcessEnv, args: string[] = [], shell = '/bin/sh') {
+async function launch(
+  env: NodeJS.ProcessEnv,
+  args: string[] = [],
+  shell = '/bin/sh',
+  runtime: { interpreter: string; runtimeFlags: string[] } = { interpreter: process.execPath, runtimeFlags: [] },
+) {
   const mainJs = path.join(dir, 'main.mjs');
   await writeFile(
     mainJs,
@@ -31,12 +38,12 @@ async function launch(env: NodeJS.ProcessEnv, args: string[] = [], shell = '/bin
       // then the new space's size.
       "if (process.env.CHURN) { const v8 = await import('node:v8'); const kept = []; for (let i = 0; i < 2e6; i++) { kept.push({ i, s: 'x' + i }); if (kept.length > 2e5) kept.splice(0, 1e5); }\n" +
       "out.newSpace = v8.getHeapSpaceStatistics().find((space) => space.space_name === 'new_space').space_size; }\n" +
+      // With SIGUSR1: the signal Node answers by opening its inspector, sent before any listener of the program's.
+      "if (process.env.SIGUSR1) { process.kill(process.pid, 'SIGUSR1'); await new Promise((r) => setTimeout(r, 200)); out.inspector = (await import('node:inspector')).url() ?? null; }\n" +
       'process.stdout.write(JSON.stringify(out));\n',
   );
   const launcher = path.join(dir, 'config-agent');
-  await writeFile(launcher, launcherScript({ interpreter: process.execPath, mainJs, runtime: 'a test' }), {
-    mode: 0o755,
-  });
+  await writeFile(launcher, launcherScript({ ...runtime, mainJs, runtime: 'a test' }), { mode: 0o755 });
   // A clean environment but for PATH (which the launcher does not need) and what the case sets.
   const result = spawnSync(shell, [launcher, ...args], {
     env: { PATH: process.env.PATH, ...env },
@@ -49,6 +56,7 @@ async function launch(env: NodeJS.ProcessEnv, args: string[] = [], shell = '/bin
     execArgv: string[];
     env: Record<string, string>;
     newSpace?: number;
+    inspector?: string | null;
   };
 }
 
@@ -91,6 +99,39 @@ describe('the launcher', () => {
       }
     },
   );
+
+  it('puts the runtime flags first on every command line', async () => {
+    // A flag every supported Node takes, standing for BUNDLED_RUNTIME_NODE_FLAGS (Node 24 only).
+    const runtime = { interpreter: process.execPath, runtimeFlags: ['--no-deprecation'] };
+    for (const [args, flags] of [
+      [[], DAEMON_NODE_FLAGS],
+      [['--once'], ONCE_NODE_FLAGS],
+      [['status'], []],
+    ] as const) {
+      expect((await launch({}, [...args], '/bin/sh', runtime)).execArgv).toEqual(['--no-deprecation', ...flags]);
+    }
+  });
+
+  // Node answers SIGUSR1 by opening its inspector (127.0.0.1:9229, no authentication) unless told not to:
+  // main.ts's listener comes ~0.1 s into the start. The bundled runtime (Node 24, which CI unpacks into dist-pkg
+  // with `npm run package`, or this process's when it is 22.14+) closes it from the first instruction.
+  it('keeps the bundled runtime from opening its inspector on a SIGUSR1 before the program listens', async () => {
+    expect(BUNDLED_RUNTIME_NODE_FLAGS).toEqual(['--disable-sigusr1']);
+    const unpacked = path.join(
+      REPO,
+      `dist-pkg/build/node-${process.arch === 'x64' ? 'amd64' : process.arch}/package/bin/node`,
+    );
+    const interpreter = process.allowedNodeEnvironmentFlags.has('--disable-sigusr1')
+      ? process.execPath
+      : unpacked;
+    if (!existsSync(interpreter)) return; // Node 20 without `npm run package`: .ci/run always has the runtime.
+    const closed = await launch({ SIGUSR1: '1' }, ['--once'], '/bin/sh', {
+      interpreter,
+      runtimeFlags: BUNDLED_RUNTIME_NODE_FLAGS,
+    });
+    expect(closed.inspector).toBeNull();
+    expect(closed.execArgv).toEqual([...BUNDLED_RUNTIME_NODE_FLAGS, ...ONCE_NODE_FLAGS]);
+  });
 
   it("gives the daemon one malloc arena unless the caller chose a number; passes the caller's to every command", async () => {
     expect(DAEMON_MALLOC_ARENA_MAX).toBe('1');
