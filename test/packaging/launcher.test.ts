@@ -27,7 +27,10 @@ async function launch(
   env: NodeJS.ProcessEnv,
   args: string[] = [],
   shell = '/bin/sh',
-  runtime: { interpreter: string; runtimeFlags: string[] } = { interpreter: process.execPath, runtimeFlags: [] },
+  runtime: { interpreter: string; runtimeFlags: string[] } = {
+    interpreter: process.execPath,
+    runtimeFlags: [],
+  },
 ) {
   const mainJs = path.join(dir, 'main.mjs');
   await writeFile(
@@ -108,7 +111,10 @@ describe('the launcher', () => {
       [['--once'], ONCE_NODE_FLAGS],
       [['status'], []],
     ] as const) {
-      expect((await launch({}, [...args], '/bin/sh', runtime)).execArgv).toEqual(['--no-deprecation', ...flags]);
+      expect((await launch({}, [...args], '/bin/sh', runtime)).execArgv).toEqual([
+        '--no-deprecation',
+        ...flags,
+      ]);
     }
   });
 
