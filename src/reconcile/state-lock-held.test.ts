@@ -70,7 +70,12 @@ const otherAgent = {
   self: async () => {
     const self = await linuxProcessProbe.self();
     const start = await procStart(process.ppid);
-    return { ...self, pid: process.ppid, ...(start === undefined ? {} : { procStart: start }) };
+    return {
+      ...self,
+      pid: process.ppid,
+      instance: 'parent',
+      ...(start === undefined ? {} : { procStart: start }),
+    };
   },
   alive: linuxProcessProbe.alive,
 };
@@ -108,5 +113,36 @@ it('a pass writes nothing while another live agent holds the lock it lost', asyn
   const before = await nodeFs.readdir(stateDir);
   await expect(reconciler.runPass({ mode: 'full' })).rejects.toBeInstanceOf(StateLockedError);
   expect(await nodeFs.readdir(stateDir)).toEqual(before);
+  await other.release();
+});
+
+it('a pass writes nothing while the lock is held by another process with this pid (another container sharing stateDir, pid 1 in both)', async () => {
+  server.state.instances.set('cfg_a', {
+    id: 'cfg_a',
+    device_id: 'dvc_1',
+    relative_filepath: 'a.json',
+    config_schema_id: 'sch_a',
+    config_type_id: 'typ',
+    target_status: 'deployed',
+    activity_status: 'queued',
+    error_status: 'none',
+    content: { a: 1 },
+    created_at: '2026-01-01T00:00:00.000Z',
+    updated_at: '2026-01-01T00:00:00.000Z',
+  });
+  await rm(path.join(stateDir, LOCK_FILE));
+  // Same pid, same start time and boot (what the probe can see of pid 1 in another pid namespace), another process.
+  const sameProcessNumber = {
+    self: async () => ({ ...(await linuxProcessProbe.self()), instance: 'another-container' }),
+    alive: linuxProcessProbe.alive,
+  };
+  const other = await acquireStateLock(nodeFs, stateDir, sameProcessNumber);
+  const lockBefore = await readFile(path.join(stateDir, LOCK_FILE), 'utf8');
+  const before = await nodeFs.readdir(stateDir);
+  await expect(reconciler.runPass({ mode: 'full' })).rejects.toBeInstanceOf(StateLockedError);
+  expect(await nodeFs.readdir(stateDir)).toEqual(before);
+  expect(await readFile(path.join(stateDir, LOCK_FILE), 'utf8')).toBe(lockBefore);
+  expect(await nodeFs.readdir(path.join(dir, 'root'))).toEqual([]);
+  expect(server.state.instances.get('cfg_a')?.activity_status).toBe('queued');
   await other.release();
 });

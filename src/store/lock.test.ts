@@ -156,6 +156,27 @@ describe('StateLock.ensureHeld: the lock removed under a running agent', () => {
     });
   });
 
+  it('a lock of another process with the same pid (another container, pid 1 in both) is not taken for its own', async () => {
+    const { vol, fs } = memfs();
+    const inContainer = (instance: string): ProcessProbe => ({
+      self: async () => ({ pid: 1, procStart: 'start-1', instance }),
+      alive: async (content) => content.pid === 1 && content.procStart === 'start-1',
+    });
+    const first = await acquireStateLock(fs, STATE, inContainer('container-a'));
+    vol.unlinkSync(`${STATE}/${LOCK_FILE}`);
+    const second = await acquireStateLock(fs, STATE, inContainer('container-b'));
+    const taken = vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8') as string;
+    await expect(first.ensureHeld()).rejects.toBeInstanceOf(StateLockedError);
+    expect(vol.readFileSync(`${STATE}/${LOCK_FILE}`, 'utf8')).toBe(taken);
+    expect(vol.readdirSync(STATE)).toEqual([LOCK_FILE]);
+    // A reload of container b's agent (a second lock of the same process) still holds it for that agent.
+    const reloaded = await acquireStateLock(fs, STATE, inContainer('container-b'));
+    expect(await second.ensureHeld()).toBe(false);
+    await second.release();
+    expect(vol.existsSync(`${STATE}/${LOCK_FILE}`)).toBe(true);
+    await reloaded.release();
+  });
+
   it('a lock replaced by garbage or by a dead agent is taken again', async () => {
     const { vol, fs } = memfs();
     const lock = await acquireStateLock(fs, STATE, probe(100, [100]));

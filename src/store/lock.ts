@@ -21,6 +21,12 @@ const LockContent = z.object({
   bootId: z.string().optional(),
   /** Random per acquisition: a release only ever removes the lock it took, even within one process. */
   token: z.string().optional(),
+  /**
+   * Random per process (ProcessProbe.self): what tells this process's locks from another's. Not the pid: two
+   * containers sharing one stateDir (a bind mount) both run their agent as pid 1. Absent in a lock an agent
+   * before this field wrote; such a lock is this process's when its pid is (as those agents judged).
+   */
+  instance: z.string().optional(),
 });
 type LockContent = z.infer<typeof LockContent>;
 
@@ -75,8 +81,9 @@ export async function acquireStateLock(
     release: () => releaseLock(fs, file, mine),
     ensureHeld: async () => {
       const holder = await readLock(fs, file);
-      // Another lock of this process (a reload that reopened stateDir) holds it for us just as well.
-      if (typeof holder === 'object' && (holder.token === mine.token || holder.pid === mine.pid))
+      // Another lock of this process (a reload that reopened stateDir) holds it for us just as well; another
+      // process's with our pid (another pid namespace) does not, and is judged as any other holder.
+      if (typeof holder === 'object' && (holder.token === mine.token || sameInstance(holder, mine)))
         return false;
       try {
         await fs.mkdir(stateDir, { recursive: true, mode: 0o700 });
@@ -105,7 +112,7 @@ async function takeLock(fs: FsPort, stateDir: string, mine: LockContent, probe: 
       }
       const holder = await readLock(fs, file);
       if (holder === 'missing') continue;
-      if (holder !== undefined && holder.pid !== mine.pid && (await probe.alive(holder))) {
+      if (holder !== undefined && !ofThisProcess(holder, mine) && (await probe.alive(holder))) {
         throw new StateLockedError(stateDir, holder.pid);
       }
       await moveStaleLockAside(fs, stateDir, file, holder, mine.token ?? '');
@@ -114,6 +121,18 @@ async function takeLock(fs: FsPort, stateDir: string, mine: LockContent, probe: 
     await fs.unlink(temp).catch(() => undefined);
   }
   throw new StateLockedError(stateDir, 0);
+}
+
+function sameInstance(holder: LockContent, mine: LockContent): boolean {
+  return mine.instance !== undefined && holder.instance === mine.instance;
+}
+
+/**
+ * Whether a lock was taken by this very process (a reload's, or one it lost and finds again): its instance, or
+ * for a lock without one (written before that field, or by a probe that gives none) its pid.
+ */
+function ofThisProcess(holder: LockContent, mine: LockContent): boolean {
+  return holder.instance === undefined ? holder.pid === mine.pid : sameInstance(holder, mine);
 }
 
 /** Rounds of link → judge → take over before giving up: only agents starting in a tight loop get there. */
@@ -230,6 +249,9 @@ async function bootId(): Promise<string | undefined> {
   }
 }
 
+/** Drawn once per process: this process's locks carry it (LockContent.instance), no other process's do. */
+const PROCESS_INSTANCE = randomBytes(12).toString('hex');
+
 /**
  * A pid and its start time (clock ticks since boot) name one process within one boot only. After a power cut,
  * the next boot can give the dead agent's pid, at the same tick, to another process (boots are alike, and a
@@ -241,6 +263,7 @@ export const linuxProcessProbe: ProcessProbe = {
     const [start, boot] = await Promise.all([procStart('self'), bootId()]);
     return {
       pid: process.pid,
+      instance: PROCESS_INSTANCE,
       ...(start === undefined ? {} : { procStart: start }),
       ...(boot === undefined ? {} : { bootId: boot }),
     };
