@@ -142,6 +142,8 @@ describe('YAML output', () => {
     expect(yamlNumberText('-2.5E-3')).toBe('-2.5e-3');
     expect(yamlNumberText('12345678901234567891')).toBe('12345678901234567891');
     expect(yamlNumberText('1.0')).toBe('1.0');
+    expect(yamlNumberText('1.25e5')).toBe('1.25e+5');
+    expect(yamlNumberText('12E-3')).toBe('12.0e-3');
   });
 
   const numbers =

@@ -102,6 +102,19 @@ const TOKENS = [
   ...['[a]', '{a}', 'a,b', '&a', '*a', '!t', '|', '>', '@x', '`x`', '%', 'x\r\ny', 'ünïcode', '😀', 'a😀\nb'],
   ...['\u0000', '\u0007', '\u000b', '\u001b', '\u007f', '\u0085', '\u00a0', '\u2028', '\u2029', '\ufffe'],
   ...['\uffff', '\ud800', '\udfff', 'x\ud83dy', '\u0080\n\u009f'],
+  // Blocks: a blank last line (quoted instead), leading and trailing runs of line breaks.
+  ...[
+    'a\n ',
+    'a\n\t',
+    '\n ',
+    '\n\na',
+    '\n\n  a\n',
+    ' \n\na',
+    'x\n\n\n',
+    'a\n\n\nb\n\n',
+    '\n\n\na',
+    '\n\n\n  a',
+  ],
 ];
 /** Pieces strings are built from: the characters that steer a scalar's style, and ordinary ones. */
 const PIECES = [
@@ -148,6 +161,7 @@ const key = fc.oneof(
   },
 );
 const NUMBER_TEXTS = ['12345678901234567891', '1.0', '1e400', '-0', '1E5', '2.50', '-2.5E-3', '0.0', '1e-7'];
+NUMBER_TEXTS.push('1.25e5', '12E-3', '-0.5e10', '100e+2');
 const scalar = fc.oneof(
   text,
   fc.constant(null),
@@ -192,11 +206,9 @@ describe('yamlBytes', () => {
 
   it('writes what the yaml package wrote for each token as a value, a key, a list item, at three depths', () => {
     for (const token of TOKENS) {
-      for (const long of [
-        token,
-        `${token} and then a text long enough to fold ${token}`,
-        token.repeat(300),
-      ]) {
+      const folded = `${token} and then a text long enough to fold ${token}`;
+      // The last two are double-quoted whatever they hold (a control character), so their line breaks fold.
+      for (const long of [token, folded, token.repeat(300), `\u0007${folded}`, `${folded}\u0007${token}`]) {
         const samples = [
           { k: long },
           { [long]: 1 },
