@@ -1,10 +1,19 @@
 // The client against hostile loopback stand-ins: redirects elsewhere, compressed or HTML bodies, header floods.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, createServer as createTcpServer, type Socket } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createClient } from './client.js';
-import { deliveryVerdict, HttpStatusError, MalformedResponseError, NetworkError } from './errors.js';
+import {
+  deliveryVerdict,
+  HttpStatusError,
+  MalformedResponseError,
+  NetworkError,
+  ResponseTooLargeError,
+  TimeoutError,
+} from './errors.js';
+import { createServiceTransport, type ServiceTransportOptions, type Transport } from './transport.js';
+import { createUndiciTransport } from './undici-transport.js';
 
 const API_KEY = 'sk-hostile-test-0123456789abcdef';
 
@@ -180,5 +189,158 @@ describe('a report answered 4xx by a page that is not the service', () => {
         .catch((e: unknown) => e);
       expect(deliveryVerdict(error)).toBe('drop');
     }
+  });
+});
+
+/**
+ * A raw TCP stand-in: each request's head is read, then `answer` writes whatever bytes it likes on the socket.
+ * Connections are destroyed at cleanup, so an endless answer stops there.
+ */
+async function serveRaw(
+  answer: (socket: Socket, nth: number) => void,
+): Promise<{ url: string; requests: () => number }> {
+  let requests = 0;
+  const sockets = new Set<Socket>();
+  const server = createTcpServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => {});
+    let head = '';
+    socket.on('data', (chunk: Buffer) => {
+      head += chunk.toString('latin1');
+      // Requests here have no body but the PATCH's, which is small and arrives with its head.
+      if (!head.includes('\r\n\r\n')) return;
+      head = '';
+      requests += 1;
+      answer(socket, requests);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(async () => {
+    for (const socket of sockets) socket.destroy();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests: () => requests };
+}
+
+const PAGE = JSON.stringify({
+  object: 'list',
+  total_count: 0,
+  limit: 10,
+  offset: 0,
+  has_more: false,
+  data: [],
+});
+
+/** Both transports production builds: node:http (direct) and undici (what a proxy gets, here without one). */
+const TRANSPORTS: [string, (options: ServiceTransportOptions) => Transport][] = [
+  ['node:http', createServiceTransport],
+  ['undici', createUndiciTransport],
+];
+
+describe.each(TRANSPORTS)('malformed HTTP on the wire, through %s', (_name, build) => {
+  function clientOn(baseUrl: string, overrides: { timeoutMs?: number; maxResponseBytes?: number } = {}) {
+    const options = { baseUrl, timeoutMs: 2_000, maxResponseBytes: 64 * 1024, ...overrides };
+    const transport = build(options);
+    cleanups.push(() => transport.destroy());
+    return createClient({ ...options, apiKey: API_KEY, transport });
+  }
+  const listPage = (baseUrl: string, overrides?: { timeoutMs?: number; maxResponseBytes?: number }) =>
+    clientOn(baseUrl, overrides)
+      .listConfigInstancePage({ device_id: 'dvc_1' }, { limit: 10 })
+      .catch((e: unknown) => e);
+
+  function expectFailure(error: unknown, type: abstract new (...args: never[]) => Error, retryable: boolean) {
+    expect(error).toBeInstanceOf(type);
+    expect((error as { retryable: boolean }).retryable).toBe(retryable);
+    expect(String(error)).not.toContain(API_KEY);
+    expect(JSON.stringify(error)).not.toContain(API_KEY);
+  }
+
+  it('a storm of 1xx answers that never ends: the total deadline stops it', async () => {
+    const service = await serveRaw((socket) => {
+      const storm = setInterval(() => {
+        if (socket.destroyed) return clearInterval(storm);
+        socket.write('HTTP/1.1 102 Processing\r\n\r\n'.repeat(50));
+      }, 1);
+      socket.on('close', () => clearInterval(storm));
+    });
+    expectFailure(await listPage(service.url, { timeoutMs: 300 }), TimeoutError, true);
+  });
+
+  it('a body shorter than its content-length, then the connection closed: a network error', async () => {
+    const service = await serveRaw((socket) => {
+      socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n${PAGE}`);
+    });
+    expectFailure(await listPage(service.url), NetworkError, true);
+  });
+
+  it.each([
+    ['not a number', 'content-length: 12abc'],
+    ['two that disagree', `content-length: ${PAGE.length}\r\ncontent-length: ${PAGE.length + 1}`],
+    ['a bad chunk size', 'transfer-encoding: chunked'],
+    ['no status line', ''],
+  ])('a malformed head or framing (%s): a network error', async (what, header) => {
+    const service = await serveRaw((socket) => {
+      if (what === 'no status line') return void socket.end('junk\r\n\r\n');
+      const body = what === 'a bad chunk size' ? `zz\r\n${PAGE}\r\n0\r\n\r\n` : PAGE;
+      socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n${header}\r\n\r\n${body}`);
+    });
+    expectFailure(await listPage(service.url), NetworkError, true);
+  });
+
+  it('bytes past the declared content-length are not the body, and never answer the next request', async () => {
+    const service = await serveRaw((socket, nth) => {
+      const extra = nth === 1 ? '{"object":"junk"}HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}' : '';
+      socket.write(
+        `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${PAGE.length}\r\n\r\n${PAGE}${extra}`,
+      );
+    });
+    const client = clientOn(service.url);
+    const first = await client.listConfigInstancePage({ device_id: 'dvc_1' }, { limit: 10 });
+    expect(first.bytes).toBe(PAGE.length);
+    const second = await client
+      .listConfigInstancePage({ device_id: 'dvc_1' }, { limit: 10 })
+      .catch((e: unknown) => e);
+    // Either the junk broke the connection (a network error, retryable) or the page came on a new one: never
+    // the smuggled `{}` as the second answer.
+    if (second instanceof Error) expectFailure(second, NetworkError, true);
+    else expect((second as { bytes: number }).bytes).toBe(PAGE.length);
+  });
+
+  it('an endless chunked body: cut at the cap, not read to the end', async () => {
+    const service = await serveRaw((socket) => {
+      socket.write('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n');
+      const chunk = `4000\r\n${'x'.repeat(0x4000)}\r\n`;
+      const pump = () => {
+        while (!socket.destroyed && socket.write(chunk));
+        if (!socket.destroyed) socket.once('drain', pump);
+      };
+      pump();
+    });
+    expectFailure(await listPage(service.url), ResponseTooLargeError, false);
+  });
+
+  it('a server that closes mid-body of a chunked answer: a network error, not a short page', async () => {
+    const service = await serveRaw((socket) => {
+      socket.end(
+        `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n10\r\n${PAGE.slice(0, 16)}\r\n`,
+      );
+    });
+    expectFailure(await listPage(service.url), NetworkError, true);
+  });
+
+  it('a head over 16 KiB, sent slowly: a network error before the deadline', async () => {
+    const service = await serveRaw((socket) => {
+      socket.write('HTTP/1.1 200 OK\r\n');
+      let sent = 0;
+      const drip = setInterval(() => {
+        if (socket.destroyed || sent > 64) return clearInterval(drip);
+        sent += 1;
+        socket.write(`x-junk-${sent}: ${'j'.repeat(1_000)}\r\n`);
+      }, 1);
+      socket.on('close', () => clearInterval(drip));
+    });
+    expectFailure(await listPage(service.url, { timeoutMs: 10_000 }), NetworkError, true);
   });
 });

@@ -1,13 +1,7 @@
-// The typed service client (undici 7): one method per endpoint, every response validated, every failure classified.
+// The typed service client: one method per endpoint, every response validated, every failure classified.
 import { isUtf8 } from 'node:buffer';
+import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import connectThrough from 'undici/lib/api/api-connect.js';
-import requestThrough from 'undici/lib/api/api-request.js';
-// One file each, not undici's index (see undici-parts.d.ts): the client needs only these.
-import Agent from 'undici/lib/dispatcher/agent.js';
-import EnvHttpProxyAgent from 'undici/lib/dispatcher/env-http-proxy-agent.js';
-import Pool from 'undici/lib/dispatcher/pool.js';
-import ProxyAgent from 'undici/lib/dispatcher/proxy-agent.js';
 import type { z } from 'zod';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
@@ -43,7 +37,7 @@ import {
   quickInstance,
   STREAMED_ITEM_BYTES,
 } from './list-page.js';
-import { chooseProxy, type ProxySettings } from './proxy.js';
+import type { ProxySettings } from './proxy.js';
 import {
   ConfigInstance,
   ConfigInstanceActivityStatus,
@@ -65,12 +59,13 @@ import {
   ReleaseList,
   StatusReport,
 } from './schemas.js';
+import { isStaleConnectionError } from './stale-connection.js';
 import {
-  freshBuilderOf,
-  isStaleConnectionError,
-  offerFresh,
-  watchedPoolFactory,
-} from './stale-connection.js';
+  createServiceTransport,
+  dispatcherTransport,
+  type Transport,
+  type TransportResponse,
+} from './transport.js';
 
 export type RequestOutcome =
   | 'ok'
@@ -94,11 +89,16 @@ export interface ClientOptions {
   /** Default 'v1'. */
   apiVersion?: string;
   apiKey: string;
-  /** Injected undici dispatcher; when absent the client builds an Agent with the timeouts and size cap below. */
+  /**
+   * Injected transport (transport.ts); when absent (and no `dispatcher`) the client builds one: node:http for a
+   * direct connection, undici through a proxy (createServiceTransport).
+   */
+  transport?: Transport;
+  /** Injected undici dispatcher, used through dispatcherTransport (undici imported at the first request). */
   dispatcher?: Dispatcher;
-  /** server.proxy and the environment (HTTPS_PROXY, NO_PROXY), for the dispatcher the client builds. */
+  /** server.proxy and the environment (HTTPS_PROXY, NO_PROXY), for the transport the client builds. */
   proxy?: ProxySettings;
-  /** Extra trusted CAs (PEM) for the dispatcher the client builds; production uses NODE_EXTRA_CA_CERTS. */
+  /** Extra trusted CAs (PEM) for the transport the client builds; production uses NODE_EXTRA_CA_CERTS. */
   dispatcherCa?: string[];
   /** Total deadline of one request, from sending to the last body byte. */
   timeoutMs: number;
@@ -188,65 +188,8 @@ export const ITERATOR_PAGE_LIMIT = 100;
 export const ITERATOR_MAX_ITEMS = 100_000;
 /** Error bodies are only read for their code and message; a huge one is not worth the memory. */
 const ERROR_BODY_MAX_BYTES = 64 * 1024;
-const CONNECT_TIMEOUT_MAX_MS = 10_000;
 /** How much of a body over the cap is kept: enough to read the id of the one item of a page of one. */
 const TOO_LARGE_PREFIX_BYTES = 64 * 1024;
-
-export interface ServiceDispatcherOptions {
-  timeoutMs: number;
-  maxResponseBytes: number;
-  /** With `proxy`: the service, so that an http:// one is never proxied (api/proxy.ts). */
-  baseUrl?: string;
-  proxy?: ProxySettings;
-  /** Extra trusted CA certificates (PEM); production uses NODE_EXTRA_CA_CERTS. */
-  ca?: string[];
-}
-
-/**
- * The dispatcher the client builds when none is injected. `bodyTimeout` only bounds the gap between chunks, so
- * the client's total deadline (one timer per request) is what stops a trickling server; these are the inner bounds.
- * main.ts may build it itself to close it on shutdown.
- */
-export function createServiceDispatcher(options: ServiceDispatcherOptions): Dispatcher {
-  return offerFresh(buildServiceDispatcher(options), () => buildServiceDispatcher(options));
-}
-
-function buildServiceDispatcher(options: ServiceDispatcherOptions): Dispatcher {
-  const timeout = Math.min(options.timeoutMs, CONNECT_TIMEOUT_MAX_MS);
-  const tls = options.ca === undefined ? {} : { ca: options.ca };
-  const common = {
-    headersTimeout: options.timeoutMs,
-    bodyTimeout: options.timeoutMs,
-    connect: { timeout, ...tls },
-    // A backstop only: every body is cut at the cap by the client itself, but a report's answer over it is
-    // scanned on for its head (answer-scan.ts).
-    maxResponseSize: answerScanLimit(options.maxResponseBytes),
-    // Every connection watched, so that a request meeting one the service had closed can be sent again (call()).
-    factory: watchedPoolFactory,
-  };
-  const choice = chooseProxy(options.baseUrl ?? 'http://direct', options.proxy);
-  // ProxyAgent opens its tunnels with `connect()` on its pool to the proxy, a method undici's index installs on
-  // every dispatcher; without the index (undici-parts.d.ts) the pool gets it here, and only this pool.
-  const clientFactory = (origin: URL, opts: object): Dispatcher =>
-    Object.assign(new Pool(origin, opts), { connect: connectThrough });
-  switch (choice.kind) {
-    case 'direct':
-      return new Agent(common);
-    case 'configured':
-      // requestTls: the TLS session to the service inside the CONNECT tunnel.
-      return new ProxyAgent({ ...common, clientFactory, uri: choice.url, requestTls: { timeout, ...tls } });
-    case 'environment':
-      return new EnvHttpProxyAgent({
-        ...common,
-        clientFactory,
-        requestTls: { timeout, ...tls },
-        ...(choice.httpsProxy === undefined ? {} : { httpsProxy: choice.httpsProxy }),
-        ...(choice.httpProxy === undefined ? {} : { httpProxy: choice.httpProxy }),
-        // Without NO_PROXY undici would read process.env itself; these settings are the whole truth.
-        noProxy: choice.noProxy ?? '',
-      });
-  }
-}
 
 /** Retry-After as milliseconds from `nowMs`: delta-seconds or an HTTP-date (RFC 9110 §10.2.3), never negative. */
 export function parseRetryAfter(
@@ -360,8 +303,8 @@ class TooLarge extends Error {
   }
 }
 
-/** Destroying an unread undici body emits an abort error; nobody is left to hear it, so it is swallowed here. */
-function discard(body: Dispatcher.ResponseData['body']): void {
+/** Destroying an unread body may emit an abort error; nobody is left to hear it, so it is swallowed here. */
+function discard(body: Readable): void {
   body.on('error', () => {});
   body.destroy();
 }
@@ -373,7 +316,7 @@ function discard(body: Dispatcher.ResponseData['body']): void {
  * twice (its chunks and their join) while it is read.
  */
 async function readCapped(
-  body: Dispatcher.ResponseData['body'],
+  body: Readable,
   maxBytes: number,
   declared?: number,
   /** A report's answer: over the cap it is not cut there but scanned on (see AnswerScan). */
@@ -391,12 +334,11 @@ async function readCapped(
     for await (const chunk of body as AsyncIterable<Buffer>) {
       if (scanning && scan !== undefined) {
         total += chunk.length;
-        scan.scanner.feed(chunk);
-        if (scan.scanner.finished || total > scan.limit) break;
+        if (scanOn(scan, chunk, total - chunk.length)) break;
         continue;
       }
       if (whole !== undefined && total + chunk.length > whole.length) {
-        // More than declared: undici refuses that itself; until it does, the bytes are gathered as they come.
+        // More than declared: the HTTP parser refuses that itself; until it does, the bytes are gathered as they come.
         chunks.push(whole.subarray(0, total));
         whole = undefined;
       }
@@ -411,8 +353,7 @@ async function readCapped(
           for (const seen of chunks) scan.scanner.feed(seen);
           chunks.length = 0;
           total += chunk.length;
-          scan.scanner.feed(chunk);
-          if (scan.scanner.finished) break;
+          if (scanOn(scan, chunk, total - chunk.length)) break;
           continue;
         }
         chunks.push(chunk.subarray(0, Math.max(0, TOO_LARGE_PREFIX_BYTES - total)));
@@ -455,14 +396,23 @@ interface AnswerScan {
   limit: number;
 }
 
+/**
+ * Feeds the scanner `chunk`, the body's bytes from offset `at`, as far as the scan's limit (a chunk may cross it:
+ * node:http hands on what the socket read); true once the scan is done, its head found or its limit reached.
+ */
+function scanOn(scan: AnswerScan, chunk: Buffer, at: number): boolean {
+  const end = at + chunk.length;
+  scan.scanner.feed(end > scan.limit ? chunk.subarray(0, Math.max(0, scan.limit - at)) : chunk);
+  return scan.scanner.finished || end > scan.limit;
+}
+
 /** The skeleton of a body already known to be over the cap (its content-length said so): see AnswerScan. */
-async function scanPrefix(body: Dispatcher.ResponseData['body'], scan: AnswerScan): Promise<Buffer> {
+async function scanPrefix(body: Readable, scan: AnswerScan): Promise<Buffer> {
   let total = 0;
   try {
     for await (const chunk of body as AsyncIterable<Buffer>) {
       total += chunk.length;
-      scan.scanner.feed(chunk);
-      if (scan.scanner.finished || total > scan.limit) break;
+      if (scanOn(scan, chunk, total - chunk.length)) break;
     }
   } catch {
     // What arrived is all there is to read the head from.
@@ -472,7 +422,7 @@ async function scanPrefix(body: Dispatcher.ResponseData['body'], scan: AnswerSca
 }
 
 /** The first bytes of a body already known to be over the cap (its content-length said so). */
-async function readPrefix(body: Dispatcher.ResponseData['body']): Promise<Buffer> {
+async function readPrefix(body: Readable): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let total = 0;
   try {
@@ -489,7 +439,7 @@ async function readPrefix(body: Dispatcher.ResponseData['body']): Promise<Buffer
 }
 
 interface CallSpec<T> {
-  method: Dispatcher.HttpMethod;
+  method: 'GET' | 'POST' | 'PATCH';
   route: string;
   path: string;
   query?: Query;
@@ -513,15 +463,17 @@ export function createClient(options: ClientOptions): ServiceClient {
   const { origin, prefix, apiVersion } = validateOptions(options);
   const { apiKey, timeoutMs, maxResponseBytes, onRequest } = options;
   const clock = options.clock ?? systemClock;
-  const dispatcher =
-    options.dispatcher ??
-    createServiceDispatcher({
-      timeoutMs,
-      maxResponseBytes,
-      baseUrl: options.baseUrl,
-      ...(options.proxy === undefined ? {} : { proxy: options.proxy }),
-      ...(options.dispatcherCa === undefined ? {} : { ca: options.dispatcherCa }),
-    });
+  const transport =
+    options.transport ??
+    (options.dispatcher === undefined
+      ? createServiceTransport({
+          timeoutMs,
+          maxResponseBytes,
+          baseUrl: options.baseUrl,
+          ...(options.proxy === undefined ? {} : { proxy: options.proxy }),
+          ...(options.dispatcherCa === undefined ? {} : { ca: options.dispatcherCa }),
+        })
+      : dispatcherTransport(options.dispatcher));
   const root = `${prefix}/${apiVersion}`;
 
   /** The key can only reach a message through text the server or the network stack produced; cut it out. */
@@ -562,6 +514,7 @@ export function createClient(options: ClientOptions): ServiceClient {
     const code = errnoCode(error);
     const detail = scrub(code === undefined ? errorMessage(error) : `${code}: ${errorMessage(error)}`);
     switch (code) {
+      case 'CONNECT_TIMEOUT':
       case 'UND_ERR_CONNECT_TIMEOUT':
       case 'UND_ERR_HEADERS_TIMEOUT':
       case 'UND_ERR_BODY_TIMEOUT':
@@ -587,7 +540,7 @@ export function createClient(options: ClientOptions): ServiceClient {
 
   /** The service's error body when it has that shape; `htmlPage` when the answer is an HTML page instead. */
   async function readErrorBody(
-    response: Dispatcher.ResponseData,
+    response: TransportResponse,
   ): Promise<{ body: ErrorBody | undefined; htmlPage: boolean }> {
     let bytes: Buffer;
     try {
@@ -710,31 +663,32 @@ export function createClient(options: ClientOptions): ServiceClient {
     if (spec.json !== undefined) headers['content-type'] = 'application/json';
     let status: number | undefined;
     try {
-      // dispatcher.request with a raw path: undici.request(url) would run the path through URL normalisation.
-      const send = (through: Dispatcher) =>
-        requestThrough.call(through, {
+      const send = (through: Transport) =>
+        through.request({
           origin,
           path: `${root}${spec.path}${buildQuery(spec.query ?? [])}`,
           method: spec.method,
           headers,
           body: spec.json === undefined ? null : JSON.stringify(spec.json),
           signal,
-          headersTimeout: timeoutMs,
-          bodyTimeout: timeoutMs,
         });
-      let response: Dispatcher.ResponseData;
+      let response: TransportResponse;
       try {
-        response = await send(dispatcher);
+        response = await send(transport);
       } catch (error) {
         // A kept-alive connection the service (or a proxy) closed as this request left it: nothing answered.
         // An idempotent request is sent once more, at once and within the same deadline, on a new connection
         // (the pool's other idle ones may be just as dead). Not an attempt of the retry policy: the service
         // never saw the first one fail.
-        const fresh = freshBuilderOf(dispatcher);
-        if (!spec.idempotent || fresh === undefined || !isStaleConnectionError(error) || signal.aborted) {
+        if (
+          !spec.idempotent ||
+          transport.fresh === undefined ||
+          !isStaleConnectionError(error) ||
+          signal.aborted
+        ) {
           throw error;
         }
-        const once = fresh();
+        const once = transport.fresh();
         try {
           response = await send(once);
         } finally {

@@ -1,4 +1,4 @@
-// Types for the undici files the client imports one by one: undici's index also loads fetch, WebSocket, caches,
+// Types for the undici files undici-transport.ts imports one by one: undici's index also loads fetch, WebSocket, caches,
 // mocks and HTTP/2 (~100 ms of CPU at every start); these are the same classes, so undici's own types apply.
 declare module 'undici/lib/dispatcher/agent.js' {
   import type { Agent } from 'undici';

@@ -92,7 +92,7 @@ function createServiceClient(
     timeoutMs: server.timeoutSeconds * 1000,
     maxResponseBytes: server.maxResponseBytes,
     clock: deps.clock,
-    ...(deps.dispatcher === undefined ? {} : { dispatcher: deps.dispatcher }),
+    ...(deps.transport === undefined ? {} : { transport: deps.transport }),
     ...(onRequest === undefined ? {} : { onRequest }),
     proxy: { ...(server.proxy === undefined ? {} : { url: server.proxy }), env },
   });

@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import type { Stats } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
-import { createServiceDispatcher } from '../api/client.js';
+import { createServiceTransport } from '../api/transport.js';
 import { loadApiKey, loadConfigFile, resolveConfigPath } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
@@ -213,7 +213,7 @@ export async function runDoctor(
       report({ name: 'service', ok: false, detail: `not checked: ${errorMessage(error)}` });
     }
     if (apiKey !== undefined) {
-      const dispatcher = createServiceDispatcher({
+      const transport = createServiceTransport({
         timeoutMs: env.checkTimeoutMs,
         maxResponseBytes: 1024 * 1024,
         baseUrl: config.server.baseUrl,
@@ -228,7 +228,7 @@ export async function runDoctor(
           apiKey,
           deviceId: config.deviceId,
           timeoutMs: env.checkTimeoutMs,
-          dispatcher,
+          transport,
         });
         const after = env.now();
         report({ name: 'service', ok: result.ok, detail: result.message });
@@ -256,7 +256,7 @@ export async function runDoctor(
           });
         }
       } finally {
-        await dispatcher.close().catch(() => undefined);
+        await transport.close().catch(() => undefined);
       }
     }
   }

@@ -3,7 +3,7 @@ import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { Writable } from 'node:stream';
-import { createServiceDispatcher } from '../api/client.js';
+import { createServiceTransport } from '../api/transport.js';
 import { ConfigError } from '../config/errors.js';
 import { parseAgentConfig, resolveConfigPath } from '../config/load.js';
 import { DEFAULT_CONFIG_PATH } from '../config/schema.js';
@@ -321,7 +321,7 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       needsReload = true;
     }
 
-    const dispatcher = createServiceDispatcher({
+    const transport = createServiceTransport({
       timeoutMs: env.checkTimeoutMs,
       maxResponseBytes: 1024 * 1024,
       baseUrl: config.server.baseUrl,
@@ -336,10 +336,10 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
         apiKey,
         deviceId: config.deviceId,
         timeoutMs: env.checkTimeoutMs,
-        dispatcher,
+        transport,
       });
     } finally {
-      await dispatcher.close().catch(() => undefined);
+      await transport.close().catch(() => undefined);
     }
     const reload = needsReload ? 'sudo systemctl daemon-reload && ' : '';
     if (!result.ok) {

@@ -1,7 +1,5 @@
 // init and doctor: one GET /devices/{id} with the device's settings, classified into a sentence an operator can act on.
-import type { Dispatcher } from 'undici';
-// Dispatcher.prototype.request is installed by undici's index, which the client does not load (api/undici-parts.d.ts).
-import requestThrough from 'undici/lib/api/api-request.js';
+import type { Transport, TransportResponse } from '../api/transport.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 
 export interface ServiceCheckInput {
@@ -10,7 +8,8 @@ export interface ServiceCheckInput {
   apiKey: string;
   deviceId: string;
   timeoutMs: number;
-  dispatcher: Dispatcher;
+  /** The agent's own way to the service (api/transport.ts createServiceTransport). */
+  transport: Transport;
 }
 
 export type ServiceCheckResult =
@@ -76,7 +75,10 @@ function describeTransport(error: unknown, origin: string): ServiceCheckResult {
       ? 'the host name does not resolve (check the URL and DNS)'
       : code === 'ECONNREFUSED'
         ? 'nothing listens there (check the URL and port)'
-        : code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ETIMEDOUT' || code === 'ABORT_ERR'
+        : code === 'CONNECT_TIMEOUT' ||
+            code === 'UND_ERR_CONNECT_TIMEOUT' ||
+            code === 'ETIMEDOUT' ||
+            code === 'ABORT_ERR'
           ? 'no answer in time (a firewall, or a proxy needed: HTTPS_PROXY or server.proxy)'
           : 'check the URL, the network and the proxy settings';
   return {
@@ -94,19 +96,42 @@ function parseDate(value: string | string[] | undefined): Date | undefined {
   return Number.isNaN(date.getTime()) ? undefined : date;
 }
 
+/** A device's answer is small: a body past this is not read on (its name is then not shown). */
+const BODY_MAX_BYTES = 1024 * 1024;
+
+async function readText(body: TransportResponse['body']): Promise<string> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  try {
+    for await (const chunk of body as AsyncIterable<Buffer>) {
+      total += chunk.length;
+      if (total > BODY_MAX_BYTES) throw new Error('body too large');
+      chunks.push(chunk);
+    }
+  } finally {
+    if (!body.readableEnded) {
+      body.on('error', () => {});
+      body.destroy();
+    }
+  }
+  return Buffer.concat(chunks, total).toString('utf8');
+}
+
 /** Never throws; the key is only ever sent in the header, never put in a message. */
 export async function checkService(input: ServiceCheckInput): Promise<ServiceCheckResult> {
   const base = new URL(input.baseUrl);
   const origin = base.origin;
   const path = `${base.pathname.replace(/\/+$/, '')}/${input.apiVersion}/devices/${encodeURIComponent(input.deviceId)}`;
-  let response: Dispatcher.ResponseData;
+  let response: TransportResponse;
+  const signal = AbortSignal.timeout(input.timeoutMs);
   try {
-    response = await requestThrough.call(input.dispatcher, {
+    response = await input.transport.request({
       origin,
       path,
       method: 'GET',
       headers: { 'x-api-key': input.apiKey, accept: 'application/json' },
-      signal: AbortSignal.timeout(input.timeoutMs),
+      body: null,
+      signal,
     });
   } catch (error) {
     return describeTransport(error, origin);
@@ -115,7 +140,7 @@ export async function checkService(input: ServiceCheckInput): Promise<ServiceChe
   const status = response.statusCode;
   let body: unknown;
   try {
-    body = await response.body.json();
+    body = JSON.parse(await readText(response.body));
   } catch {
     body = undefined;
   }

@@ -1,5 +1,5 @@
 // The one object through which every side effect reaches the code: built in main.ts, faked in tests.
-import type { Dispatcher } from 'undici';
+import type { Transport } from '../api/transport.js';
 import type { Clock } from './clock.js';
 import type { FsPort } from './fs-port.js';
 import type { Logger } from './logger.js';
@@ -10,8 +10,11 @@ export interface Deps {
   /** Uniform in [0, 1): jitter and temp-file names' entropy come from here or from crypto. */
   random: () => number;
   logger: Logger;
-  /** undici dispatcher for the service client; undefined means undici's global one. */
-  dispatcher?: Dispatcher;
+  /**
+   * How the service client sends its requests (api/transport.ts: node:http, or undici through
+   * dispatcherTransport); undefined means the client builds its own (createServiceTransport).
+   */
+  transport?: Transport;
   /**
    * The daemon calls this when it goes idle after a pass, to give memory back to the system (a full
    * collection, lib/release-memory.ts); absent in tests and for `--once`, which exits instead.

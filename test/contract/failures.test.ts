@@ -233,7 +233,7 @@ describe('maxResponseBytes', () => {
       });
     }
     const cap = 60_000;
-    // Injected dispatcher (only the client's own byte count applies) and the client's built one (undici's cap too).
+    // An injected transport and the one the client builds (both node:http: the client's own byte count is the cap).
     const injected = contract.client({ maxResponseBytes: cap });
     const built = contract.client({ maxResponseBytes: cap }, { builtDispatcher: true });
     for (const c of [injected, built]) {

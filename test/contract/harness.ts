@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Agent, request } from 'undici';
+import { request } from 'undici';
 import {
   ActiveFault,
   type FaultRequest,
@@ -11,6 +11,7 @@ import {
 } from '../../src/api/admin-schemas.js';
 import { type ClientOptions, createClient, type ServiceClient } from '../../src/api/client.js';
 import { ConfigInstance } from '../../src/api/schemas.js';
+import { createServiceTransport, type Transport } from '../../src/api/transport.js';
 import { parseFixtures } from '../../src/mock-server/fixtures.js';
 import { type RunningMockServer, startMockServer } from '../../src/mock-server/server.js';
 
@@ -23,8 +24,9 @@ const DEMO_PATH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..
 export interface Contract {
   server: RunningMockServer;
   /**
-   * A client on the mock with the test key; `overrides` change any option. With `builtDispatcher` the client
-   * builds its own undici Agent (undici's maxResponseSize applies too); the mock's close() ends its sockets.
+   * A client on the mock with the test key, on the transport production builds for a direct connection
+   * (node:http); `overrides` change any option. With `builtDispatcher` the client builds its own; the mock's
+   * close() ends its sockets.
    */
   client(overrides?: Partial<ClientOptions>, options?: { builtDispatcher?: boolean }): ServiceClient;
   admin: Admin;
@@ -43,7 +45,7 @@ export interface Admin {
 export async function startContract(): Promise<Contract> {
   const fixtures = parseFixtures(JSON.parse(readFileSync(DEMO_PATH, 'utf8')));
   const server = await startMockServer({ apiKeys: [API_KEY], fixtures, now: () => new Date(NOW) });
-  const agents: Agent[] = [];
+  const transports: Transport[] = [];
 
   async function admin(method: 'GET' | 'POST' | 'DELETE', route: string, body?: unknown): Promise<unknown> {
     const response = await request(`${server.url}${route}`, {
@@ -63,10 +65,10 @@ export async function startContract(): Promise<Contract> {
     client(overrides = {}, options = {}) {
       const base = { baseUrl: server.url, apiKey: API_KEY, timeoutMs: 5_000, maxResponseBytes: 4_000_000 };
       if (options.builtDispatcher === true) return createClient({ ...base, ...overrides });
-      // Each client gets its own dispatcher so that closing the harness leaves no sockets behind.
-      const agent = new Agent({ connect: { timeout: 5_000 } });
-      agents.push(agent);
-      return createClient({ ...base, dispatcher: agent, ...overrides });
+      // Each client gets its own transport so that closing the harness leaves no sockets behind.
+      const transport = createServiceTransport({ ...base, ...overrides });
+      transports.push(transport);
+      return createClient({ ...base, transport, ...overrides });
     },
     admin: {
       createInstance: async (body) =>
@@ -85,7 +87,7 @@ export async function startContract(): Promise<Contract> {
     },
     async close() {
       await server.close();
-      await Promise.all(agents.map((agent) => agent.destroy()));
+      await Promise.all(transports.map((transport) => transport.destroy()));
     },
   };
 }

@@ -84,11 +84,13 @@ describe('daemon under service faults', () => {
 
     // The daemon neither retried inside a pass nor gave up polling. A reset met on a kept-alive connection
     // looks like one the service closed while idle, and is sent once more at once on a new connection
-    // (src/api/stale-connection.ts): whether the poll found its connection still open is timing, so a pass
-    // used up one reset or two — never more, and none was left unused.
+    // (src/api/stale-connection.ts): whether the poll found its connection still open is timing, so a failed
+    // pass used up one reset or two — never more, and none was left unused. A pass that met the last reset on
+    // a kept-alive connection (node:http keeps one per request that ran at once: a report beside the pull) is
+    // answered by that second send, so the failed passes are at least ceil((resets − 1) / 2).
     const since = daemon.passes().slice(passesBefore);
     const failed = since.filter((p) => !p.reachable).length;
-    expect(failed).toBeGreaterThanOrEqual(Math.ceil(resets / 2));
+    expect(failed).toBeGreaterThanOrEqual(Math.ceil((resets - 1) / 2));
     expect(failed).toBeLessThanOrEqual(resets);
     expect(daemon.alive).toBe(true);
   });

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AGENT_BIN, REPO_ROOT } from '../helpers/harness.js';
+import { AGENT_BIN, AgentHarness, REPO_ROOT } from '../helpers/harness.js';
 
 // writeSync, not process.stderr: hooks run on their own thread, and from Node 22 on what that thread writes to
 // process.stderr is lost when the main thread exits soon after (as a refused --once does).
@@ -39,17 +39,22 @@ function loadedBy(args: string[]): { code: number | null; packages: Set<string>;
     ['--import', pathToFileURL(path.join(dir, 'register.mjs')).href, AGENT_BIN, ...args],
     { encoding: 'utf8', env: { PATH: process.env.PATH ?? '' }, timeout: 30_000 },
   );
+  return { code: run.status, ...loadedIn(run.stderr) };
+}
+
+/** What the resolve hook saw loaded, from a run's stderr. */
+function loadedIn(stderr: string): { packages: Set<string>; modules: Set<string> } {
   const packages = new Set<string>();
   const modules = new Set<string>();
   const dist = `${pathToFileURL(path.join(REPO_ROOT, 'dist')).href}/`;
-  for (const line of run.stderr.split('\n')) {
+  for (const line of stderr.split('\n')) {
     const url = /^LOADED (.*)$/.exec(line)?.[1];
     if (url === undefined) continue;
     const pkg = /\/node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];
     if (pkg !== undefined) packages.add(pkg);
     else if (url.startsWith(dist)) modules.add(url.slice(dist.length));
   }
-  return { code: run.status, packages, modules };
+  return { packages, modules };
 }
 
 const DAEMON_PACKAGES = ['prom-client', 'picomatch', '@hono/node-server', 'hono'];
@@ -76,6 +81,27 @@ describe('modules loaded per command', () => {
     for (const pkg of DAEMON_PACKAGES) expect(packages.has(pkg), pkg).toBe(false);
     expect([...modules].filter((module) => /^(daemon\/|cli\/daemon\.js)/.test(module))).toEqual([]);
     expect(modules.has('cli/compose.js')).toBe(true);
+  });
+
+  it('--once against a service reached without a proxy never loads undici: node:http carries the requests', async () => {
+    const harness = await AgentHarness.create({ registerDevice: true });
+    try {
+      await harness.createAndDeploy({ relative_filepath: 'etc/app.json', content: { level: 1 } });
+      // HTTPS_PROXY is set, but the loopback service is http://: never proxied (api/proxy.ts).
+      const run = await harness.runOnce([], {
+        NODE_OPTIONS: `--import ${pathToFileURL(path.join(dir, 'register.mjs')).href}`,
+        HTTPS_PROXY: 'http://127.0.0.1:9',
+      });
+      expect(run.code, run.stderr).toBe(0);
+      expect(await harness.reports()).toHaveLength(1);
+      const { packages, modules } = loadedIn(run.stderr);
+      expect(packages.has('zod')).toBe(true);
+      expect(packages.has('undici')).toBe(false);
+      expect(modules.has('api/http-transport.js')).toBe(true);
+      expect(modules.has('api/undici-transport.js')).toBe(false);
+    } finally {
+      await harness.close();
+    }
   });
 
   it('status loads neither the service client nor the reconciler', () => {

@@ -379,8 +379,9 @@ export async function runTraced(options: {
   const straceArgs = [
     '-f',
     '-y',
+    // Enough for a report's request line, headers and the start of its body in one write (reportsSent).
     '-s',
-    '256',
+    '1024',
     '-o',
     options.traceFile,
     '-e',

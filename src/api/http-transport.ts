@@ -1,0 +1,143 @@
+// Direct requests to the service over node:http and node:https: kept-alive connections, a connect timeout, stale connections marked.
+import http, { type IncomingMessage } from 'node:http';
+import type https from 'node:https';
+import type { Socket } from 'node:net';
+import { markIfStale } from './stale-connection.js';
+import {
+  CONNECT_TIMEOUT_MAX_MS,
+  type Transport,
+  type TransportRequest,
+  type TransportResponse,
+} from './transport.js';
+
+/** How long an idle connection is kept (undici's default; a shorter `Keep-Alive: timeout=` from the server wins). */
+const IDLE_KEEP_MS = 4_000;
+
+export interface HttpTransportOptions {
+  timeoutMs: number;
+  /** Extra trusted CA certificates (PEM), as tls.connect's `ca`. */
+  ca?: string[];
+  /** false: one connection per request, closed after its response (a fresh transport's). Default true. */
+  keepAlive?: boolean;
+}
+
+/** Where requests go, parsed once per origin (a client has one). */
+interface Endpoint {
+  origin: string;
+  secure: boolean;
+  hostname: string;
+  port: number;
+}
+
+export class HttpTransport implements Transport {
+  readonly #options: HttpTransportOptions;
+  readonly #keepAlive: boolean;
+  readonly #connectTimeoutMs: number;
+  #httpAgent: http.Agent | undefined;
+  #httpsAgent: https.Agent | undefined;
+  #endpoint: Endpoint | undefined;
+
+  constructor(options: HttpTransportOptions) {
+    this.#options = options;
+    this.#keepAlive = options.keepAlive ?? true;
+    this.#connectTimeoutMs = Math.min(options.timeoutMs, CONNECT_TIMEOUT_MAX_MS);
+  }
+
+  fresh(): Transport {
+    return new HttpTransport({ ...this.#options, keepAlive: false });
+  }
+
+  async close(): Promise<void> {
+    for (const agent of [this.#httpAgent, this.#httpsAgent]) {
+      for (const sockets of Object.values(agent?.freeSockets ?? {})) {
+        for (const socket of sockets ?? []) socket.destroy();
+      }
+    }
+  }
+
+  async destroy(): Promise<void> {
+    this.#httpAgent?.destroy();
+    this.#httpsAgent?.destroy();
+  }
+
+  #endpointOf(origin: string): Endpoint {
+    if (this.#endpoint?.origin === origin) return this.#endpoint;
+    const url = new URL(origin);
+    const secure = url.protocol === 'https:';
+    this.#endpoint = {
+      origin,
+      secure,
+      // An IPv6 literal comes bracketed; node:http wants it bare (and brackets it again in the Host header).
+      hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
+      port: url.port === '' ? (secure ? 443 : 80) : Number(url.port),
+    };
+    return this.#endpoint;
+  }
+
+  /** node:https (and with it node:tls) is loaded only for an https:// service. */
+  #agentFor(secure: boolean): { agent: http.Agent; send: typeof http.request } {
+    const agentOptions = { keepAlive: this.#keepAlive, timeout: IDLE_KEEP_MS };
+    if (!secure) {
+      this.#httpAgent ??= new http.Agent(agentOptions);
+      return { agent: this.#httpAgent, send: http.request };
+    }
+    const tls = process.getBuiltinModule('node:https');
+    const ca = this.#options.ca;
+    this.#httpsAgent ??= new tls.Agent({ ...agentOptions, ...(ca === undefined ? {} : { ca }) });
+    return { agent: this.#httpsAgent, send: tls.request };
+  }
+
+  request(request: TransportRequest): Promise<TransportResponse> {
+    const endpoint = this.#endpointOf(request.origin);
+    const { agent, send } = this.#agentFor(endpoint.secure);
+    const headers: Record<string, string> = { ...request.headers };
+    if (request.body !== null) headers['content-length'] = String(Buffer.byteLength(request.body));
+    return new Promise((resolve, reject) => {
+      const req = send({
+        hostname: endpoint.hostname,
+        port: endpoint.port,
+        path: request.path,
+        method: request.method,
+        headers,
+        agent,
+        signal: request.signal,
+      });
+      let response: IncomingMessage | undefined;
+      /** A request was written on the socket and no byte of its response has been read yet. */
+      let awaitingResponse = true;
+      let connectTimer: NodeJS.Timeout | undefined;
+      req.on('socket', (socket: Socket) => {
+        const onData = () => {
+          awaitingResponse = false;
+          socket.off('data', onData);
+        };
+        socket.on('data', onData);
+        req.once('close', () => socket.off('data', onData));
+        if (socket.connecting) {
+          connectTimer = setTimeout(() => {
+            const error = new Error(`no connection within ${this.#connectTimeoutMs} ms`);
+            req.destroy(Object.assign(error, { code: 'CONNECT_TIMEOUT' }));
+          }, this.#connectTimeoutMs);
+          connectTimer.unref();
+          socket.once(endpoint.secure ? 'secureConnect' : 'connect', () => clearTimeout(connectTimer));
+        }
+      });
+      req.on('error', (error) => {
+        clearTimeout(connectTimer);
+        markIfStale(error, req.reusedSocket, awaitingResponse);
+        // After the head, a failure (a parser error, a reset, the abort) fails the body being read with its cause;
+        // after the whole message, it is about the bytes past it (the connection is dropped, the answer stands).
+        if (response === undefined) reject(error);
+        else if (!response.complete && !response.destroyed) response.destroy(error);
+      });
+      req.on('response', (res) => {
+        clearTimeout(connectTimer);
+        response = res;
+        // The reader attaches its own listeners; this one keeps an error nobody reads from being thrown.
+        res.on('error', () => {});
+        resolve({ statusCode: res.statusCode ?? 0, headers: res.headers, body: res });
+      });
+      req.end(request.body ?? undefined);
+    });
+  }
+}

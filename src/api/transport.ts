@@ -1,0 +1,92 @@
+// How the client's requests reach the service: node:http for direct connections, undici (imported on first use) through a proxy.
+import type { Readable } from 'node:stream';
+import type { Dispatcher } from 'undici';
+import { HttpTransport } from './http-transport.js';
+import { chooseProxy, type ProxySettings } from './proxy.js';
+
+export interface TransportRequest {
+  /** scheme://host[:port] */
+  origin: string;
+  /** Sent as it is: no URL normalisation (dot segments, percent-encoding) on the way. */
+  path: string;
+  method: string;
+  headers: Record<string, string>;
+  body: string | null;
+  /** Aborts the request, and its body while it is read: the body then fails with an error. */
+  signal: AbortSignal;
+}
+
+export interface TransportResponse {
+  statusCode: number;
+  /** Lowercase names. */
+  headers: Record<string, string | string[] | undefined>;
+  /** Must be read to its end or destroyed: either frees the connection. */
+  body: Readable;
+}
+
+/**
+ * One way to send requests, with its own kept-alive connections. Every failure is an error carrying the network
+ * stack's `code` (errno, HPE_*, UND_ERR_*, CONNECT_TIMEOUT); a request that met a kept-alive connection the other
+ * side had closed before any response byte is marked (stale-connection.ts).
+ */
+export interface Transport {
+  request(request: TransportRequest): Promise<TransportResponse>;
+  /**
+   * A transport like this one with no connection yet, for a request sent again after a stale connection; closed
+   * once its response is read. Absent on a transport that cannot make one (an injected undici dispatcher).
+   */
+  fresh?(): Transport;
+  /** Ends the idle connections; those in use end when their response is read. */
+  close(): Promise<void>;
+  /** Ends every connection now. */
+  destroy(): Promise<void>;
+}
+
+/** Connect timeout's cap: a connection that takes longer is given up before the request's whole deadline. */
+export const CONNECT_TIMEOUT_MAX_MS = 10_000;
+
+export interface ServiceTransportOptions {
+  timeoutMs: number;
+  maxResponseBytes: number;
+  /** The service: decides with `proxy` whether requests go direct (api/proxy.ts); an http:// one always does. */
+  baseUrl: string;
+  proxy?: ProxySettings;
+  /** Extra trusted CA certificates (PEM), replacing the default ones as tls.connect's `ca`; production uses NODE_EXTRA_CA_CERTS. */
+  ca?: string[];
+}
+
+/**
+ * The transport the client builds when none is injected. Direct: node:http(s), already part of Node. Through a
+ * proxy: undici's ProxyAgent or EnvHttpProxyAgent, whose module (~0.5 MB, ~25 ms of CPU to load) is imported
+ * only then, at the first request (undici-transport.ts).
+ */
+export function createServiceTransport(options: ServiceTransportOptions): Transport {
+  if (chooseProxy(options.baseUrl, options.proxy).kind === 'direct') return new HttpTransport(options);
+  return deferred(async () => (await import('./undici-transport.js')).createUndiciTransport(options), true);
+}
+
+/** An undici dispatcher (a test's, or a caller's own) as a Transport; undici is imported at its first request. */
+export function dispatcherTransport(dispatcher: Dispatcher): Transport {
+  return deferred(async () => (await import('./undici-transport.js')).undiciTransport(dispatcher), false);
+}
+
+/** A transport built at its first use, so that building a client never waits and never loads what it will not use. */
+function deferred(build: () => Promise<Transport>, freshable: boolean): Transport {
+  let built: Promise<Transport> | undefined;
+  const transport = () => {
+    built ??= build();
+    return built;
+  };
+  const fresh = () =>
+    deferred(async () => {
+      const built = await transport();
+      if (built.fresh === undefined) throw new Error('this transport cannot make a fresh one');
+      return built.fresh();
+    }, false);
+  return {
+    request: async (request) => (await transport()).request(request),
+    ...(freshable ? { fresh } : {}),
+    close: async () => (built === undefined ? undefined : (await built).close()),
+    destroy: async () => (built === undefined ? undefined : (await built).destroy()),
+  };
+}

@@ -1,0 +1,131 @@
+// Requests through a proxy with undici (ProxyAgent, EnvHttpProxyAgent), or through an injected undici dispatcher; imported only then.
+import type { Socket as NetSocket } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import type { buildConnector as Connectors, Dispatcher, Pool as PoolTypes } from 'undici';
+import connectThrough from 'undici/lib/api/api-connect.js';
+import requestThrough from 'undici/lib/api/api-request.js';
+import buildConnector from 'undici/lib/core/connect.js';
+// One file each, not undici's index (see undici-parts.d.ts): the client needs only these.
+import Agent from 'undici/lib/dispatcher/agent.js';
+import EnvHttpProxyAgent from 'undici/lib/dispatcher/env-http-proxy-agent.js';
+import Pool from 'undici/lib/dispatcher/pool.js';
+import ProxyAgent from 'undici/lib/dispatcher/proxy-agent.js';
+import { answerScanLimit } from './answer-scan.js';
+import { chooseProxy } from './proxy.js';
+import { markIfStale } from './stale-connection.js';
+import { CONNECT_TIMEOUT_MAX_MS, type ServiceTransportOptions, type Transport } from './transport.js';
+
+/** `dispatcher` as a Transport; `fresh` builds a like one with no connection yet (a stale connection's resend). */
+export function undiciTransport(dispatcher: Dispatcher, fresh?: () => Transport): Transport {
+  return {
+    async request(request) {
+      // dispatcher.request with a raw path: undici.request(url) would run the path through URL normalisation.
+      const response = await requestThrough.call(dispatcher, {
+        origin: request.origin,
+        path: request.path,
+        method: request.method as Dispatcher.HttpMethod,
+        headers: request.headers,
+        body: request.body,
+        signal: request.signal,
+      });
+      return { statusCode: response.statusCode, headers: response.headers, body: response.body };
+    },
+    ...(fresh === undefined ? {} : { fresh }),
+    close: () => dispatcher.close(),
+    destroy: () => dispatcher.destroy(),
+  };
+}
+
+/** The transport createServiceTransport builds when a proxy applies; with no proxy, an undici Agent (tests compare). */
+export function createUndiciTransport(options: ServiceTransportOptions): Transport {
+  const fresh = () => undiciTransport(buildServiceDispatcher(options));
+  return undiciTransport(buildServiceDispatcher(options), fresh);
+}
+
+/**
+ * `bodyTimeout` only bounds the gap between chunks, so the client's total deadline (one timer per request) is
+ * what stops a trickling server; these are the inner bounds.
+ */
+function buildServiceDispatcher(options: ServiceTransportOptions): Dispatcher {
+  const timeout = Math.min(options.timeoutMs, CONNECT_TIMEOUT_MAX_MS);
+  const tls = options.ca === undefined ? {} : { ca: options.ca };
+  const common = {
+    headersTimeout: options.timeoutMs,
+    bodyTimeout: options.timeoutMs,
+    connect: { timeout, ...tls },
+    // A backstop only: every body is cut at the cap by the client itself, but a report's answer over it is
+    // scanned on for its head (answer-scan.ts).
+    maxResponseSize: answerScanLimit(options.maxResponseBytes),
+    // Every connection watched, so that a request meeting one the service had closed can be sent again (call()).
+    factory: watchedPoolFactory,
+  };
+  const choice = chooseProxy(options.baseUrl, options.proxy);
+  // ProxyAgent opens its tunnels with `connect()` on its pool to the proxy, a method undici's index installs on
+  // every dispatcher; without the index (undici-parts.d.ts) the pool gets it here, and only this pool.
+  const clientFactory = (origin: URL, opts: object): Dispatcher =>
+    Object.assign(new Pool(origin, opts), { connect: connectThrough });
+  switch (choice.kind) {
+    case 'direct':
+      return new Agent(common);
+    case 'configured':
+      // requestTls: the TLS session to the service inside the CONNECT tunnel.
+      return new ProxyAgent({ ...common, clientFactory, uri: choice.url, requestTls: { timeout, ...tls } });
+    case 'environment':
+      return new EnvHttpProxyAgent({
+        ...common,
+        clientFactory,
+        requestTls: { timeout, ...tls },
+        ...(choice.httpsProxy === undefined ? {} : { httpsProxy: choice.httpsProxy }),
+        ...(choice.httpProxy === undefined ? {} : { httpProxy: choice.httpProxy }),
+        // Without NO_PROXY undici would read process.env itself; these settings are the whole truth.
+        noProxy: choice.noProxy ?? '',
+      });
+  }
+}
+
+type Socket = NetSocket | TLSSocket;
+
+/**
+ * Watches one socket through what undici itself does with it (HTTP/1.1, one request at a time): a write after
+ * response bytes, or the first write, starts a request; a read that returns bytes is its response arriving.
+ * Reads and writes are the decrypted ones on TLS, so a TLS close_notify is not mistaken for a response byte.
+ */
+function watch(socket: Socket): void {
+  let requests = 0;
+  /** A request was written and no byte of its response has been read yet. */
+  let awaitingResponse = false;
+  const write = socket.write;
+  socket.write = function (this: Socket, ...args: unknown[]) {
+    if (!awaitingResponse) {
+      requests += 1;
+      awaitingResponse = true;
+    }
+    return (write as (...a: unknown[]) => boolean).apply(this, args);
+  } as Socket['write'];
+  const read = socket.read;
+  socket.read = function (this: Socket, size?: number) {
+    const chunk: unknown = read.call(this, size);
+    if (chunk !== null && chunk !== undefined) awaitingResponse = false;
+    return chunk;
+  } as Socket['read'];
+  // Registered before undici's own listener: the error is marked before undici fails the request with it.
+  socket.on('error', (error: unknown) => markIfStale(error, requests > 1, awaitingResponse));
+}
+
+function watching(connect: Connectors.connector): Connectors.connector {
+  return (options, callback) =>
+    connect(options, (...result: [null, Socket] | [Error, null]) => {
+      if (result[0] === null) watch(result[1]);
+      callback(...result);
+    });
+}
+
+/**
+ * The per-origin pool undici's Agent and ProxyAgent build by default (`factory`), with every connection it
+ * opens watched: the direct one, the TLS session inside a proxy tunnel and the connection to a plain-HTTP proxy.
+ */
+function watchedPoolFactory(origin: string | URL, options: PoolTypes.Options): Dispatcher {
+  const connect =
+    typeof options.connect === 'function' ? options.connect : buildConnector({ ...options.connect });
+  return new Pool(origin, { ...options, connect: watching(connect) });
+}
