@@ -10,6 +10,8 @@ const INTEGRATION = [
   'test/systemd/deb.test.ts',
   // Builds the shipped bundle and runs it against the mock service: its V8 code cache.
   'test/packaging/code-cache.test.ts',
+  // Builds the shipped bundle: without a proxy, --once and the ESM chunks never load undici.
+  'test/packaging/transport-chunks.test.ts',
 ];
 
 /** In-process tests: memfs or a temp dir, the mock service on port 0, fake clocks. No build needed. */
