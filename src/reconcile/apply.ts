@@ -164,7 +164,10 @@ export async function applySteps(
   onApplied: (applied: AppliedStep) => void,
 ): Promise<ApplyOutcome> {
   const applied: AppliedStep[] = [];
-  const landed: LandedWrites = new Map();
+  const landed: LandedWrites = {
+    byFold: new Map(),
+    entries: new EntryCheck(ctx.fs, path.resolve(ctx.rootDir)),
+  };
   // The last batch's settling (directory fsyncs, then its results handed on): true when no step was cut off.
   let settling: Promise<boolean> = Promise.resolve(true);
   // The paths written by batches not known to have settled: a later write to one waits until it is recorded.
@@ -186,6 +189,8 @@ export async function applySteps(
       for (const written of paths) unsettledPaths.add(written);
       const options = { ...handlerOptions(plain), landed };
       const written = await writeBatch(batch, ctx, options);
+      // Removals and swaps may have removed entries and directories the listings read so far hold.
+      if (!plain) landed.entries.forget();
       const before = settling;
       settling = (async () => {
         const done = await judgeRootRefusal(
@@ -502,7 +507,7 @@ async function applyWrite(
   ctx: ApplyContext,
   options: HandlerOptions,
 ): Promise<Omit<AppliedStep, 'step'>> {
-  const aliased = await aliasedWrite(step, ctx, options.landed);
+  const aliased = await aliasedWrite(step, options.landed);
   if (aliased !== undefined) return { result: { kind: 'refused', message: aliased }, displaced: [] };
   // First, so that bytes lost from the cache cost this write only, never a displaced file.
   const data = step.data ?? (await setAsideBytes(ctx, step));
@@ -546,10 +551,11 @@ async function applyWrite(
       ...(published.keptMode === undefined ? {} : { keptMode: published.keptMode }),
     };
     if (options.landed !== undefined) {
+      await options.landed.entries.written(step.path);
       const key = foldKey(step.path);
       const entry = { path: step.path, instanceId: step.instance.id };
-      const same = options.landed.get(key);
-      if (same === undefined) options.landed.set(key, [entry]);
+      const same = options.landed.byFold.get(key);
+      if (same === undefined) options.landed.byFold.set(key, [entry]);
       else same.push(entry);
     }
     return {
@@ -574,8 +580,14 @@ async function applyWrite(
   }
 }
 
-/** Writes that landed in this pass, by the fold key of their path: path and instance. */
-type LandedWrites = Map<string, { path: string; instanceId: string }[]>;
+/**
+ * Writes that landed in this pass, by the fold key of their path (path and instance), and the directory
+ * listings that tell their aliases: read once per directory per pass and kept up to date with the pass's writes.
+ */
+interface LandedWrites {
+  byFold: Map<string, { path: string; instanceId: string }[]>;
+  entries: EntryCheck;
+}
 
 /**
  * Why a write must not be done, if it must not: its path names the file another instance's write of this pass
@@ -584,21 +596,32 @@ type LandedWrites = Map<string, { path: string; instanceId: string }[]>;
  * take turns every pass. The plan writes the winner of such a pair first (plan.ts `winnersFirst`); the next
  * pass sees the alias on disk and refuses the loser there.
  */
-async function aliasedWrite(
-  step: WriteStep,
-  ctx: ApplyContext,
-  landed: LandedWrites | undefined,
-): Promise<string | undefined> {
-  const earlier = landed
-    ?.get(foldKey(step.path))
+async function aliasedWrite(step: WriteStep, landed: LandedWrites | undefined): Promise<string | undefined> {
+  if (landed === undefined) return undefined;
+  const earlier = landed.byFold
+    .get(foldKey(step.path))
     ?.filter((write) => write.path !== step.path && write.instanceId !== step.instance.id);
-  if (earlier === undefined || earlier.length === 0) return undefined;
-  const entries = new EntryCheck(ctx.fs, path.resolve(ctx.rootDir));
-  for (const write of earlier) {
-    // A directory that cannot be listed tells nothing: not written this pass, the side that overwrites nothing.
-    const same = await entries.same(step.path, write.path).catch(() => true);
-    if (same) return aliasConflictMessage(step.instance, write.path, write.instanceId);
+  if (earlier !== undefined && earlier.length > 0) {
+    // Once per write, however many spellings of its name landed before it (a hostile service may send thousands).
+    let entry: string | undefined;
+    try {
+      entry = await landed.entries.canonical(step.path);
+    } catch {
+      // A directory that cannot be listed tells nothing: not written this pass, the side that overwrites nothing.
+      const first = earlier[0]!;
+      return aliasConflictMessage(step.instance, first.path, first.instanceId);
+    }
+    if (entry !== undefined) {
+      for (const write of earlier) {
+        const same = await landed.entries.canonical(write.path).then(
+          (other) => other === entry,
+          () => true,
+        );
+        if (same) return aliasConflictMessage(step.instance, write.path, write.instanceId);
+      }
+    }
   }
+  await landed.entries.beforeWrite(step.path);
   return undefined;
 }
 

@@ -528,3 +528,59 @@ describe('a case-insensitive root, first sync of two spellings', () => {
     expect(told.map((r) => r.activity_status)).not.toContain('deployed');
   });
 });
+
+describe('a first sync of many pairs of spellings in one directory', () => {
+  // Cost is the property under test: the listings of etc/ are counted through the fs port.
+  const PAIRS = 40;
+
+  /** `base` counting its readdir calls by directory. */
+  function countingListings(base: FsPort, listings: Map<string, number>): FsPort {
+    return {
+      ...base,
+      readdir: ((p: Parameters<FsPort['readdir']>[0], ...rest: unknown[]) => {
+        listings.set(String(p), (listings.get(String(p)) ?? 0) + 1);
+        return (base.readdir as (...args: unknown[]) => Promise<unknown>)(p, ...rest);
+      }) as FsPort['readdir'],
+    };
+  }
+
+  function putPairs(): void {
+    for (let n = 0; n < PAIRS; n += 1) {
+      put({ id: `cfg_l${n}`, relative_filepath: `etc/f${n}.json`, content: { n, who: 'l' }, updated_at: T0 });
+      put({ id: `cfg_u${n}`, relative_filepath: `etc/F${n}.json`, content: { n, who: 'u' }, updated_at: T1 });
+    }
+  }
+
+  it(`case-insensitive: ${PAIRS} pairs, etc/ listed a bounded number of times (by directories, not pairs); every winner written, no loser over it`, async () => {
+    const listings = new Map<string, number>();
+    await open(countingListings(caseInsensitiveFs(rootDir), listings));
+    putPairs();
+    await pass();
+    expect(listings.get(path.join(rootDir, 'etc')) ?? 0).toBeLessThanOrEqual(2);
+    const names = await namesIn('etc');
+    expect(names).toHaveLength(PAIRS);
+    for (const name of names) {
+      const n = Number(/\d+/.exec(name)?.[0]);
+      expect(await realBytes(`etc/${name}`)).toBe(json({ n, who: 'u' }));
+    }
+    for (let n = 0; n < PAIRS; n += 1) {
+      expect(status(`cfg_u${n}`)).toBe('deployed/none');
+      expect(status(`cfg_l${n}`)).toBe('queued/retrying');
+    }
+  });
+
+  it(`case-sensitive: ${PAIRS} pairs, etc/ listed a bounded number of times; all ${2 * PAIRS} files written and deployed`, async () => {
+    const listings = new Map<string, number>();
+    await open(countingListings(fsPromises as unknown as FsPort, listings));
+    putPairs();
+    await pass();
+    expect(listings.get(path.join(rootDir, 'etc')) ?? 0).toBeLessThanOrEqual(2);
+    expect(await namesIn('etc')).toHaveLength(2 * PAIRS);
+    for (let n = 0; n < PAIRS; n += 1) {
+      expect(await realBytes(`etc/f${n}.json`)).toBe(json({ n, who: 'l' }));
+      expect(await realBytes(`etc/F${n}.json`)).toBe(json({ n, who: 'u' }));
+      expect(status(`cfg_l${n}`)).toBe('deployed/none');
+      expect(status(`cfg_u${n}`)).toBe('deployed/none');
+    }
+  });
+});

@@ -125,6 +125,8 @@ export class EntryCheck {
   readonly #fs: FsPort;
   readonly #root: string;
   readonly #listings = new Map<string, Promise<Listing | undefined>>();
+  /** Paths (their directories as listed) found missing by lstat since their directory was listed. */
+  readonly #absent = new Set<string>();
 
   constructor(fs: FsPort, root: string) {
     this.#fs = fs;
@@ -154,13 +156,92 @@ export class EntryCheck {
       let entry = name;
       if (!listing.names.has(name)) {
         const folded = listing.byFold.get(foldKey(name));
-        if (folded === undefined || folded.length !== 1) return undefined;
-        if (!(await this.#exists(dir === '' ? name : `${dir}/${name}`))) return undefined;
+        if (folded === undefined) return undefined;
+        const here = joinRelative(dir, name);
+        if (!(await this.#exists(here))) {
+          this.#absent.add(here);
+          return undefined;
+        }
+        if (folded.length !== 1) return undefined;
         entry = folded[0]!;
       }
-      dir = dir === '' ? entry : `${dir}/${entry}`;
+      dir = joinRelative(dir, entry);
     }
     return dir;
+  }
+
+  /**
+   * Before a write of `relative`: for each of its names the listings read so far do not hold but fold onto a
+   * listed name, whether it exists (lstat), so that `written` knows whether the write made a new entry. Reads no
+   * listing; costs nothing while none was read.
+   */
+  async beforeWrite(relative: string): Promise<void> {
+    if (this.#listings.size === 0 || !isValid(relative)) return;
+    let dir = '';
+    for (const name of relative.split('/')) {
+      const listing = await this.#cached(dir);
+      if (listing === undefined || listing === null) return;
+      const here = joinRelative(dir, name);
+      if (listing.names.has(name)) {
+        dir = here;
+        continue;
+      }
+      const folded = listing.byFold.get(foldKey(name));
+      if (folded === undefined) return;
+      if (!(await this.#exists(here))) {
+        this.#absent.add(here);
+        return;
+      }
+      if (folded.length !== 1) return;
+      dir = joinRelative(dir, folded[0]!);
+    }
+  }
+
+  /**
+   * A write of `relative` landed: the listings read so far take the names it created, so one listing per
+   * directory serves a whole pass (a listing read anew per write made a hostile batch of thousands of spellings
+   * of names in one directory quadratic). A name that folds onto a listed one and was not seen missing before the
+   * write (it may have been written through that entry) forgets every listing: the next check reads them anew.
+   */
+  async written(relative: string): Promise<void> {
+    if (this.#listings.size === 0 || !isValid(relative)) return;
+    let dir = '';
+    for (const name of relative.split('/')) {
+      const listing = await this.#cached(dir);
+      if (listing === undefined) return;
+      // Listed as missing, and written into since.
+      if (listing === null) {
+        this.forget();
+        return;
+      }
+      const here = joinRelative(dir, name);
+      if (!listing.names.has(name)) {
+        const folded = listing.byFold.get(foldKey(name));
+        if (folded !== undefined && !this.#absent.has(here)) {
+          this.forget();
+          return;
+        }
+        this.#absent.delete(here);
+        listing.names.add(name);
+        if (folded === undefined) listing.byFold.set(foldKey(name), [name]);
+        else folded.push(name);
+      }
+      dir = here;
+    }
+  }
+
+  /** Drops every listing read (a removal or swap ran, which may remove entries and directories). */
+  forget(): void {
+    this.#listings.clear();
+    this.#absent.clear();
+  }
+
+  /** The listing of `relativeDir` if one was read: null when it was missing, undefined when none is at hand. */
+  async #cached(relativeDir: string): Promise<Listing | null | undefined> {
+    const pending = this.#listings.get(relativeDir);
+    if (pending === undefined) return undefined;
+    const listing = await pending.catch(() => undefined);
+    return listing === undefined ? (this.#listings.has(relativeDir) ? null : undefined) : listing;
   }
 
   async #exists(relative: string): Promise<boolean> {
@@ -197,15 +278,24 @@ export class EntryCheck {
         },
       );
       this.#listings.set(relativeDir, listing);
+      // A listing that failed is read again by the next check (the failure may have passed).
+      const failed = listing;
+      failed.catch(() => {
+        if (this.#listings.get(relativeDir) === failed) this.#listings.delete(relativeDir);
+      });
     }
     return listing;
   }
 }
 
-/** A directory's names, and those names by fold key. */
+/** A directory's names, and those names by fold key (with the names of the writes landed since, `written`). */
 interface Listing {
-  names: ReadonlySet<string>;
-  byFold: ReadonlyMap<string, string[]>;
+  names: Set<string>;
+  byFold: Map<string, string[]>;
+}
+
+function joinRelative(dir: string, name: string): string {
+  return dir === '' ? name : `${dir}/${name}`;
 }
 
 function isValid(relative: string): boolean {
