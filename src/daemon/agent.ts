@@ -312,6 +312,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#pendingMode = 'full';
     }
     this.#logPass(result);
+    await this.#drift?.managedFilesChanged();
     await this.#afterPass(result);
     return result;
   }

@@ -15,11 +15,15 @@ export interface DirectoryWatcherOptions {
   onError: (error: unknown) => void;
   /** Names never reported (the agent's temp files). */
   ignored?: (file: string) => boolean;
-  /** Directories watched at most (DEFAULT_MAX_DIRECTORIES); those past it are not watched. */
+  /**
+   * Directories watched at most besides the priority ones (DEFAULT_MAX_DIRECTORIES); those past it are not
+   * watched. The priority directories (`setPriority`, and rootDir) never count and are never refused for it.
+   */
   maxDirectories?: number;
   /**
    * A directory was left unwatched for want of room: past `maxDirectories`, or the kernel's inotify limit
-   * (ENOSPC, `fs.inotify.max_user_watches`). Told once until a watched directory goes away.
+   * (ENOSPC, `fs.inotify.max_user_watches`) with no other directory's watch left to give up for a priority
+   * one. Told once until a watched directory goes away.
    */
   onLimit?: (watched: number) => void;
   /** node:fs `watch` (tests stand in for the kernel's inotify limit with one that throws ENOSPC). */
@@ -40,14 +44,44 @@ interface Watched {
 }
 
 /**
+ * Every directory from `rootDir` down to each file's directory (`relativeFiles` are '/'-separated paths
+ * relative to it), as absolute paths: the directories a watcher must see to notice those files change.
+ */
+export function directoriesHolding(rootDir: string, relativeFiles: Iterable<string>): Set<string> {
+  const dirs = new Set<string>();
+  for (const relative of relativeFiles) {
+    let parent = path.posix.dirname(relative);
+    while (parent !== '.' && parent !== '/') {
+      const absolute = path.join(rootDir, parent);
+      // Its own parents are in the set already.
+      if (dirs.has(absolute)) break;
+      dirs.add(absolute);
+      parent = path.posix.dirname(parent);
+    }
+  }
+  return dirs;
+}
+
+/**
  * A directory's inotify watch reports what happens to its entries (create, write, chmod, delete, rename), so
  * one per directory sees every file in it — chokidar watched each file as well (1,113 watchers for 1,000
  * files in 111 directories, ~25 MiB of the idle daemon). A directory that appears is watched with all below it;
  * one that goes away (or is replaced) stops being watched. Symbolic links are not followed.
+ *
+ * The priority directories (those holding the agent's files and the chain from rootDir to them) are watched
+ * first and always: the cap counts only the others, and at the kernel's limit another directory's watch is
+ * given up to make room for a priority one. A local flood of directories therefore never hides the agent's
+ * own files, whatever order a walk meets them in.
  */
 export class DirectoryWatcher {
   readonly #options: DirectoryWatcherOptions;
   readonly #watched = new Map<string, Watched>();
+  /** The watched directories that are not priority ones (the cap counts these), oldest first. */
+  readonly #others = new Set<string>();
+  #priority: ReadonlySet<string> = new Set();
+  /** A priority directory went unwatched for want of kernel watches: retried when a watch is freed. */
+  #priorityMissed = false;
+  #started = false;
   #closed = false;
   #limitTold = false;
 
@@ -60,13 +94,33 @@ export class DirectoryWatcher {
     const root = await this.#options.fs.lstat(this.#options.rootDir);
     if (!root.isDirectory()) throw new Error(`${this.#options.rootDir} is not a directory`);
     this.#add(this.#options.rootDir, root.ino, true);
+    this.#started = true;
+    // The priority directories first: a flood of others met earlier by the walk cannot take their room.
+    await this.#watchPriority(false);
     await this.#watchBelow(this.#options.rootDir);
+  }
+
+  /**
+   * The directories always watched (absolute paths, `directoriesHolding`): any not watched yet is watched now
+   * (and reported to `onChange`, its entries may have changed unseen); those no longer in it count against the
+   * cap again, the oldest given up past it.
+   */
+  async setPriority(dirs: ReadonlySet<string>): Promise<void> {
+    this.#priority = dirs;
+    if (!this.#started || this.#closed) return;
+    for (const dir of this.#watched.keys()) {
+      if (this.#isPriority(dir)) this.#others.delete(dir);
+      else this.#others.add(dir);
+    }
+    while (this.#others.size > this.#maxOthers()) this.#dropOther();
+    await this.#watchPriority(true);
   }
 
   close(): void {
     this.#closed = true;
     for (const { watcher } of this.#watched.values()) watcher.close();
     this.#watched.clear();
+    this.#others.clear();
   }
 
   /** How many directories are watched (for tests and the docs' numbers). */
@@ -85,31 +139,74 @@ export class DirectoryWatcher {
       if (existing.ino === ino) return true;
       this.#unwatch(dir);
     }
-    if (this.#watched.size >= (this.#options.maxDirectories ?? DEFAULT_MAX_DIRECTORIES)) {
+    const priority = this.#isPriority(dir);
+    if (!priority && this.#others.size >= this.#maxOthers()) {
       this.#tellLimit();
       return false;
     }
     let watcher: FSWatcher;
-    try {
-      watcher = (this.#options.watch ?? watch)(dir, { persistent: true }, (_event, name) =>
-        this.#onEvent(dir, name),
-      );
-    } catch (error) {
-      if (rethrow) throw error;
-      if ((error as NodeJS.ErrnoException | undefined)?.code === 'ENOSPC') {
-        this.#tellLimit();
-        return false;
+    for (;;) {
+      try {
+        watcher = (this.#options.watch ?? watch)(dir, { persistent: true }, (_event, name) =>
+          this.#onEvent(dir, name),
+        );
+        break;
+      } catch (error) {
+        if (rethrow) throw error;
+        if ((error as NodeJS.ErrnoException | undefined)?.code === 'ENOSPC') {
+          // The kernel's watches are used up: a priority directory takes another's (closing a watch frees it at once).
+          if (priority && this.#dropOther()) continue;
+          if (priority) this.#priorityMissed = true;
+          this.#tellLimit();
+          return false;
+        }
+        // Gone or replaced since it was listed: its parent's event for that is on its way.
+        if (!isVanished(error)) this.#options.onError(error);
+        return true;
       }
-      // Gone or replaced since it was listed: its parent's event for that is on its way.
-      if (!isVanished(error)) this.#options.onError(error);
-      return true;
     }
     watcher.on('error', (error) => {
       this.#unwatch(dir);
       if (!isVanished(error)) this.#options.onError(error);
     });
     this.#watched.set(dir, { watcher, ino });
+    if (!priority) this.#others.add(dir);
     return true;
+  }
+
+  #isPriority(dir: string): boolean {
+    return dir === this.#options.rootDir || this.#priority.has(dir);
+  }
+
+  #maxOthers(): number {
+    return this.#options.maxDirectories ?? DEFAULT_MAX_DIRECTORIES;
+  }
+
+  /** Gives up the oldest non-priority watch (a change below it is left to the next full pass); false if none. */
+  #dropOther(): boolean {
+    for (const dir of this.#others) {
+      this.#others.delete(dir);
+      this.#watched.get(dir)?.watcher.close();
+      this.#watched.delete(dir);
+      this.#tellLimit();
+      return true;
+    }
+    return false;
+  }
+
+  /** Watches each priority directory not watched yet; `notify`: reports each newly watched to `onChange`. */
+  async #watchPriority(notify: boolean): Promise<void> {
+    this.#priorityMissed = false;
+    const newlyWatched: string[] = [];
+    for (const dir of this.#priority) {
+      if (this.#closed) return;
+      if (this.#watched.has(dir)) continue;
+      const stats = await this.#options.fs.lstat(dir).catch(() => undefined);
+      if (stats?.isDirectory() !== true || this.#watched.has(dir)) continue;
+      if (this.#add(dir, stats.ino)) newlyWatched.push(dir);
+    }
+    if (!notify) return;
+    for (const dir of newlyWatched) if (!this.#closed) this.#options.onChange(dir);
   }
 
   #tellLimit(): void {
@@ -167,9 +264,12 @@ export class DirectoryWatcher {
       if (watchedDir === dir || watchedDir.startsWith(prefix)) {
         watcher.close();
         this.#watched.delete(watchedDir);
+        this.#others.delete(watchedDir);
         this.#limitTold = false;
       }
     }
+    // A watch freed: room for a priority directory the kernel's limit kept unwatched.
+    if (this.#priorityMissed) void this.#watchPriority(true);
   }
 }
 

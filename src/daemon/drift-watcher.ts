@@ -8,7 +8,7 @@ import { ContentCache } from '../store/content-cache.js';
 import { hashRegularFile, publishFile } from '../store/durable-writer.js';
 import { lstatOrUndefined, TEMP_PREFIX } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
-import { DirectoryWatcher } from './directory-watcher.js';
+import { DirectoryWatcher, type DirectoryWatcherOptions, directoriesHolding } from './directory-watcher.js';
 
 /** What the watcher reads of the daemon's `SingleFlight`. */
 export interface PassActivity {
@@ -57,6 +57,8 @@ export interface DriftWatcherOptions {
   onDrift: (paths: string[]) => void;
   restore?: LocalRestore;
   debounceMs?: number;
+  /** The directory watcher's cap and node:fs `watch` (tests: a small cap, watches counted, ENOSPC). */
+  directories?: Pick<DirectoryWatcherOptions, 'maxDirectories' | 'watch'>;
 }
 
 interface HoldOff {
@@ -94,7 +96,10 @@ export class DriftWatcher {
         ),
       // The agent's temp files appear and vanish on every write: they are never drift.
       ignored: (file) => path.basename(file).startsWith(TEMP_PREFIX),
+      ...this.#options.directories,
     });
+    // The managed files' directories are watched first and always; the cap applies to the rest.
+    await watcher.setPriority(directoriesHolding(this.#options.rootDir, this.#options.managedFiles().keys()));
     try {
       await watcher.start();
     } catch (error) {
@@ -109,6 +114,17 @@ export class DriftWatcher {
     this.#closing.abort();
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#watcher?.close();
+  }
+
+  /**
+   * The managed files may have changed (after a pass): their directories are always watched, so one a pass made
+   * (or one left unwatched for want of room) is watched now, whatever else exists under rootDir.
+   */
+  async managedFilesChanged(): Promise<void> {
+    const watcher = this.#watcher;
+    if (watcher === undefined || this.#closed) return;
+    // Also when the set is unchanged: one of its directories may have been left unwatched for want of room.
+    await watcher.setPriority(directoriesHolding(this.#options.rootDir, this.#options.managedFiles().keys()));
   }
 
   /** A change at `file` (absolute), as the file watcher reports it. */
