@@ -1,12 +1,12 @@
 // `config-agent status` against a stand-in agent on a real unix socket: what reaches the operator's terminal.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CommandIo } from './io.js';
-import { runStatus } from './local-client.js';
+import { MAX_LOCAL_ANSWER_BYTES, runStatus, runSync } from './local-client.js';
 
 let dir: string;
 let server: Server | undefined;
@@ -16,18 +16,26 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
+  server?.closeAllConnections();
   await new Promise((resolve) => (server === undefined ? resolve(undefined) : server.close(resolve)));
   server = undefined;
   await rm(dir, { recursive: true, force: true });
 });
 
 /** An agent whose status holds `body`, listening where the config written beside it says. */
-async function agentAnswering(body: unknown): Promise<string> {
-  const socketPath = path.join(dir, 'agent.sock');
-  server = createServer((_request, response) => {
+function agentAnswering(body: unknown): Promise<string> {
+  return socketServing((_request, response) => {
     response.writeHead(200, { 'content-type': 'application/json' });
     response.end(JSON.stringify(body));
   });
+}
+
+/** Whatever answers on the socket the config written beside it names. */
+async function socketServing(
+  handler: (request: IncomingMessage, response: ServerResponse) => void,
+): Promise<string> {
+  const socketPath = path.join(dir, 'agent.sock');
+  server = createServer(handler);
   await new Promise<void>((resolve) => server?.listen(socketPath, resolve));
   const configPath = path.join(dir, 'config.json');
   await writeFile(
@@ -43,13 +51,42 @@ async function agentAnswering(body: unknown): Promise<string> {
   return configPath;
 }
 
-function bufferedIo(): CommandIo & { out: () => string } {
+function bufferedIo(): CommandIo & { out: () => string; err: () => string } {
   const stdout = new PassThrough();
+  const stderr = new PassThrough();
   let out = '';
+  let err = '';
   stdout.on('data', (chunk: Buffer) => {
     out += chunk.toString();
   });
-  return { stdout, stderr: new PassThrough(), env: {}, isTty: true, out: () => out };
+  stderr.on('data', (chunk: Buffer) => {
+    err += chunk.toString();
+  });
+  return { stdout, stderr, env: {}, isTty: true, out: () => out, err: () => err };
+}
+
+/**
+ * A socket answering `limit` bytes of a JSON string in 64 KiB writes, each after the last drained: endless to a
+ * client that keeps reading; stops writing when the client goes. `sent` counts what the socket took.
+ */
+function endlessAnswer(limit: number): { sent: () => number; handler: Parameters<typeof socketServing>[0] } {
+  let sent = 0;
+  const piece = Buffer.alloc(64 * 1024, 'a');
+  return {
+    sent: () => sent,
+    handler: (_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.write('"');
+      const more = () => {
+        while (sent < limit && !response.destroyed) {
+          sent += piece.length;
+          if (!response.write(piece)) return void response.once('drain', more);
+        }
+        if (!response.destroyed) response.end('"');
+      };
+      more();
+    },
+  };
 }
 
 describe('config-agent status', () => {
@@ -78,5 +115,73 @@ describe('config-agent status', () => {
     expect(out.match(/^Device:/gmu)).toHaveLength(1);
     expect(out).toContain('app/a.json ("cfg_\\u001b[2J\\u001b[31mx\\nDevice:             dvc_forged")');
     expect(out).toContain('app/b.json ("cfg_b\\u009b31m")');
+  });
+});
+
+describe('status and sync against whatever answers on the socket', () => {
+  it('stop reading an answer over the cap: exit 3, the answer named, the rest never read', async () => {
+    const answer = endlessAnswer(64 * 1024 * 1024);
+    const configPath = await socketServing(answer.handler);
+    const io = bufferedIo();
+
+    expect(await runStatus({ configPath, json: true }, io, { maxBytes: 1024 * 1024 })).toBe(3);
+
+    expect(io.err()).toContain('its answer is larger than 1048576 bytes');
+    expect(io.out()).toBe('');
+    // Read to its end before (64 MiB, then exit 3 for a JSON string that is not a status): a few socket buffers now.
+    expect(answer.sent()).toBeLessThan(16 * 1024 * 1024);
+  });
+
+  it('the default cap holds for sync too, and is far above a status of 10,000 files', async () => {
+    expect(MAX_LOCAL_ANSWER_BYTES).toBeGreaterThanOrEqual(10 * 1_800_000);
+    const answer = endlessAnswer(3 * MAX_LOCAL_ANSWER_BYTES);
+    const configPath = await socketServing(answer.handler);
+    const io = bufferedIo();
+
+    expect(await runSync({ configPath }, io)).toBe(3);
+
+    expect(io.err()).toContain(`its answer is larger than ${MAX_LOCAL_ANSWER_BYTES} bytes`);
+    expect(answer.sent()).toBeLessThan(2 * MAX_LOCAL_ANSWER_BYTES);
+  });
+
+  it('a declared length over the cap is refused before its body', async () => {
+    const configPath = await socketServing((_request, response) => {
+      response.writeHead(200, { 'content-length': String(2 * 1024 * 1024) });
+      response.write('"');
+    });
+    const io = bufferedIo();
+
+    expect(await runStatus({ configPath, json: true }, io, { maxBytes: 1024 * 1024 })).toBe(3);
+    expect(io.err()).toContain('its answer is larger than 1048576 bytes');
+  });
+
+  it('a silent socket and one that trickles its answer end at the deadline: exit 3', async () => {
+    let trickling: NodeJS.Timeout | undefined;
+    const configPath = await socketServing((request, response) => {
+      if (request.method === 'POST') return; // sync: accepted, never answered
+      // status: a byte every 50 ms for 20 s, so the socket never goes idle; a valid status at its end.
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.write('{"pendingReports":0,"pad":"');
+      let left = 400;
+      trickling = setInterval(() => {
+        left -= 1;
+        if (response.destroyed || left === 0) {
+          clearInterval(trickling);
+          if (!response.destroyed) response.end('"}');
+          return;
+        }
+        response.write('a');
+      }, 50);
+    });
+
+    const silent = bufferedIo();
+    expect(await runSync({ configPath }, silent, { timeoutMs: 200 })).toBe(3);
+    expect(silent.err()).toContain('no whole answer within');
+
+    // Before the deadline, only an idle socket timed out: this one exited 0 after 20 s.
+    const trickled = bufferedIo();
+    expect(await runStatus({ configPath, json: true }, trickled, { timeoutMs: 500 })).toBe(3);
+    expect(trickled.err()).toContain('no whole answer within');
+    clearInterval(trickling);
   });
 });
