@@ -56,7 +56,11 @@ async function flood(count: number, prefix = 'j'): Promise<void> {
  * name (so the junk 'j...' comes before the managed 'zz...', the order that hid them), counting its live
  * watches; with `kernelWatches`, a watch past that many throws ENOSPC as inotify does at max_user_watches.
  */
-async function watchedRoot(files: readonly string[], options: { kernelWatches?: number } = {}) {
+async function watchedRoot(
+  files: readonly string[],
+  options: { kernelWatches?: number; pass?: () => Promise<void> } = {},
+) {
+  const passes = new SingleFlight(async () => options.pass?.());
   const managed = new Map<string, ManagedFile>();
   const cache = new ContentCache(nodeFs as unknown as FsPort, stateDir);
   await cache.put(Buffer.from(ORIGINAL));
@@ -99,7 +103,7 @@ async function watchedRoot(files: readonly string[], options: { kernelWatches?: 
     policy: 'restore',
     logger: silentLogger(),
     managedFiles: () => managed,
-    passes: new SingleFlight(async () => undefined),
+    passes,
     onDrift: () => undefined,
     restore: {
       stateDir,
@@ -124,7 +128,7 @@ async function watchedRoot(files: readonly string[], options: { kernelWatches?: 
     await writeFile(file, TAMPERED);
     await eventually(async () => (await readFile(file, 'utf8')) === ORIGINAL, `${relative} restored`);
   };
-  return { drift, live, addManaged, tamperAndAwaitRestore };
+  return { drift, live, passes, addManaged, tamperAndAwaitRestore };
 }
 
 it('a flood made before start: the managed directories are watched, the flood only up to the cap', async () => {
@@ -149,6 +153,19 @@ it('a flood made after start, then a pass adds a managed file in a new directory
   await flood(20, 'k');
   await tamperAndAwaitRestore('zzz/new/app.json');
   expect(live.size).toBe(5 + CAP);
+});
+
+it('a pass writing a file in a new directory under the full cap: watched once the pass ends, without being told', async () => {
+  const pass: { run?: () => Promise<void> } = {};
+  const { live, passes, addManaged, tamperAndAwaitRestore } = await watchedRoot(['zz/conf/app.json'], {
+    pass: () => pass.run?.() ?? Promise.resolve(),
+  });
+  await flood(30);
+  await eventually(() => live.size === 3 + CAP, 'the flood watched up to the cap');
+  pass.run = () => addManaged('zzz/new/app.json');
+  await passes.trigger();
+  await eventually(() => live.size === 5 + CAP, 'zzz and zzz/new watched');
+  await tamperAndAwaitRestore('zzz/new/app.json');
 });
 
 it("at the kernel's inotify limit, the managed directories take the flood's watches", async () => {

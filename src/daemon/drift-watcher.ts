@@ -77,6 +77,9 @@ export class DriftWatcher {
   readonly #closing = new AbortController();
   #watcher: DirectoryWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
+  #refreshQueued = false;
+  /** The pass generation when the managed set was last handed to the directory watcher. */
+  #refreshedGeneration = -1;
   #closed = false;
 
   constructor(options: DriftWatcherOptions) {
@@ -99,6 +102,7 @@ export class DriftWatcher {
       ...this.#options.directories,
     });
     // The managed files' directories are watched first and always; the cap applies to the rest.
+    this.#refreshedGeneration = this.#options.passes.generation;
     await watcher.setPriority(directoriesHolding(this.#options.rootDir, this.#options.managedFiles().keys()));
     try {
       await watcher.start();
@@ -123,8 +127,28 @@ export class DriftWatcher {
   async managedFilesChanged(): Promise<void> {
     const watcher = this.#watcher;
     if (watcher === undefined || this.#closed) return;
+    this.#refreshedGeneration = this.#options.passes.generation;
     // Also when the set is unchanged: one of its directories may have been left unwatched for want of room.
     await watcher.setPriority(directoriesHolding(this.#options.rootDir, this.#options.managedFiles().keys()));
+  }
+
+  /**
+   * Hands the managed set to the directory watcher again once no pass runs, if a pass ran since it last was:
+   * once per pass, however many foreign names a flood reports.
+   */
+  #refreshAfterPass(): void {
+    const { passes } = this.#options;
+    if (this.#closed) return;
+    if (passes.busy) {
+      if (this.#refreshQueued) return;
+      this.#refreshQueued = true;
+      void passes.idle().then(() => {
+        this.#refreshQueued = false;
+        this.#refreshAfterPass();
+      });
+      return;
+    }
+    if (passes.generation !== this.#refreshedGeneration) void this.managedFilesChanged();
   }
 
   /** A change at `file` (absolute), as the file watcher reports it. */
@@ -156,7 +180,11 @@ export class DriftWatcher {
         this.#pending.add(managedPath);
         any = true;
       }
-      if (!any) return;
+      if (!any) {
+        // Perhaps a directory a running pass made for a file it is writing: once it ends, its files' directories are watched.
+        this.#refreshAfterPass();
+        return;
+      }
     }
     this.#schedule();
   }
