@@ -233,3 +233,67 @@ describe('resolveInsideRoot with the port’s synchronous lstat (absent paths kn
     expect((error as DiskError).message).toContain('etc/app.conf');
   });
 });
+
+describe('validateRelativePath: the printable-ASCII shortcut', () => {
+  /** The rules as written before the shortcut: every check on every path. */
+  function referenceRule(relativePath: string): PathRule | undefined {
+    if (relativePath.length === 0) return 'empty';
+    if (relativePath.startsWith('/')) return 'absolute';
+    if (relativePath.includes('\\')) return 'backslash';
+    if (/\p{Cc}/u.test(relativePath)) return 'control_character';
+    if (/[\uD800-\uDFFF]/u.test(relativePath)) return 'lone_surrogate';
+    if (relativePath.normalize('NFC') !== relativePath) return 'not_nfc';
+    if (Buffer.byteLength(relativePath, 'utf8') > 4095) return 'path_too_long';
+    for (const segment of relativePath.split('/')) {
+      if (segment.length === 0) return 'empty_segment';
+      if (segment === '.' || segment === '..') return 'dot_segment';
+      if (Buffer.byteLength(segment, 'utf8') > 255) return 'segment_too_long';
+      if (segment.startsWith(TEMP_PREFIX)) return 'reserved_prefix';
+    }
+    return undefined;
+  }
+
+  function ruleOf(relativePath: string): PathRule | undefined {
+    try {
+      validateRelativePath(relativePath);
+      return undefined;
+    } catch (error) {
+      if (error instanceof PathRejectedError) return error.rule;
+      throw error;
+    }
+  }
+
+  it('judges every path as the full rules do, at the edges of printable ASCII and beyond', () => {
+    // Each character alone and inside a path: the range's edges (U+001F, U+0020, U+007E, U+007F), C1, NBSP,
+    // a decomposed accent, lone and paired surrogates, and lengths around both byte limits in one- and
+    // multi-byte characters.
+    const characters = [
+      ...Array.from({ length: 0xa2 }, (_, code) => String.fromCharCode(code)),
+      'e\u0301',
+      '\u00e9',
+      '\ud800',
+      '\udfff',
+      '\ud83d\ude00',
+      '\u2028',
+      '\ufeff',
+    ];
+    const paths: string[] = [];
+    for (const c of characters) paths.push(c, `a/${c}`, `${c}/b`, `dir/x${c}y.json`);
+    for (const n of [254, 255, 256]) {
+      paths.push('a'.repeat(n), `d/${'a'.repeat(n)}`, `${'\u00e9'.repeat(Math.ceil(n / 2))}`);
+    }
+    for (const n of [4094, 4095, 4096]) {
+      const ascii = Array.from({ length: Math.ceil(n / 10) }, () => 'abcdefghi')
+        .join('/')
+        .slice(0, n);
+      paths.push(ascii, `${ascii.slice(0, n - 2)}\u00e9`);
+    }
+    paths.push(`${TEMP_PREFIX}x`, `a/${TEMP_PREFIX}`, 'a//b', 'a/./b', '../a', '/a', 'a\\b');
+    let rejected = 0;
+    for (const candidate of paths) {
+      expect([candidate, ruleOf(candidate)]).toEqual([candidate, referenceRule(candidate)]);
+      if (referenceRule(candidate) !== undefined) rejected += 1;
+    }
+    expect(rejected).toBeGreaterThan(100);
+  });
+});

@@ -22,6 +22,7 @@ const CONTROL = /\p{Cc}/u;
 // With the u flag a surrogate pair is one code point, so this matches only unpaired halves. A lone surrogate
 // would be written as U+FFFD, letting two different server paths land on the same file.
 const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
 
 /**
  * Throws PathRejectedError unless `relativePath` is a canonical relative POSIX path.
@@ -35,17 +36,21 @@ export function validateRelativePath(relativePath: string): void {
   if (relativePath.length === 0) throw new PathRejectedError('empty', relativePath);
   if (relativePath.startsWith('/')) throw new PathRejectedError('absolute', relativePath);
   if (relativePath.includes('\\')) throw new PathRejectedError('backslash', relativePath);
-  if (CONTROL.test(relativePath)) throw new PathRejectedError('control_character', relativePath);
-  if (LONE_SURROGATE.test(relativePath)) throw new PathRejectedError('lone_surrogate', relativePath);
-  if (relativePath.normalize('NFC') !== relativePath) throw new PathRejectedError('not_nfc', relativePath);
-  const bytes = Buffer.byteLength(relativePath, 'utf8');
+  // Printable ASCII (nearly every path) holds no control character or surrogate, is NFC and one byte a character.
+  const ascii = PRINTABLE_ASCII.test(relativePath);
+  if (!ascii) {
+    if (CONTROL.test(relativePath)) throw new PathRejectedError('control_character', relativePath);
+    if (LONE_SURROGATE.test(relativePath)) throw new PathRejectedError('lone_surrogate', relativePath);
+    if (relativePath.normalize('NFC') !== relativePath) throw new PathRejectedError('not_nfc', relativePath);
+  }
+  const bytes = ascii ? relativePath.length : Buffer.byteLength(relativePath, 'utf8');
   if (bytes > MAX_PATH_BYTES) {
     throw new PathRejectedError('path_too_long', relativePath, `${bytes} bytes`);
   }
   for (const segment of relativePath.split('/')) {
     if (segment.length === 0) throw new PathRejectedError('empty_segment', relativePath);
     if (segment === '.' || segment === '..') throw new PathRejectedError('dot_segment', relativePath);
-    const segmentBytes = Buffer.byteLength(segment, 'utf8');
+    const segmentBytes = ascii ? segment.length : Buffer.byteLength(segment, 'utf8');
     if (segmentBytes > MAX_SEGMENT_BYTES) {
       throw new PathRejectedError('segment_too_long', relativePath, `${segmentBytes} bytes`);
     }
