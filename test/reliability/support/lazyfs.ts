@@ -28,6 +28,19 @@ async function isMounted(mountPoint: string): Promise<boolean> {
   return mounts.split('\n').some((line) => line.split(' ')[1] === mountPoint);
 }
 
+/** LazyFS ran but its mount did not appear in time: worth a fresh process. */
+class MountTimeout extends Error {}
+
+/** Processes in uninterruptible sleep (state D) and what they wait on: a mount or unmount stuck in the kernel. */
+function stuckProcesses(): string {
+  const ps = spawnSync('ps', ['-eo', 'pid,stat,wchan:32,args'], { encoding: 'utf8', timeout: 5_000 });
+  const stuck = (ps.stdout ?? '')
+    .split('\n')
+    .filter((line) => /^\s*\d+\s+D/.test(line))
+    .map((line) => line.trim().slice(0, 160));
+  return stuck.length === 0 ? 'none' : stuck.join(' | ');
+}
+
 /** One LazyFS mount of `backing` at `mountPoint`; its control FIFOs and config live in `controlDir`. */
 export class LazyFsMount {
   readonly mountPoint: string;
@@ -74,7 +87,28 @@ export class LazyFsMount {
     return mount;
   }
 
+  /**
+   * Starts LazyFS and waits for its mount, up to three times. A CI run once saw a mount that never appeared
+   * within 20 s (LazyFS alive, no line in /proc/self/mounts) and the same test pass at once when run again; a
+   * fresh process is the remedy, and the diagnostics of every failed try (LazyFS's own output, the processes
+   * stuck in the kernel) go into the error if all three fail.
+   */
   async start(): Promise<void> {
+    const failures: string[] = [];
+    for (let attempt = 1; attempt <= 3; attempt += 1) {
+      try {
+        await this.#startOnce();
+        return;
+      } catch (error) {
+        if (!(error instanceof MountTimeout)) throw error;
+        failures.push(`try ${attempt}: ${error.message}`);
+      }
+    }
+    throw new Error(`LazyFS did not mount at ${this.mountPoint} in 3 tries:\n${failures.join('\n')}`);
+  }
+
+  async #startOnce(): Promise<void> {
+    this.#log = '';
     const child = spawn(
       lazyfsBinary(),
       [
@@ -112,8 +146,9 @@ export class LazyFsMount {
       20_000,
       { what: `LazyFS mounted at ${this.mountPoint}`, intervalMs: 20 },
     ).catch(async (error: unknown) => {
+      const diagnostics = `${(error as Error).message}; LazyFS said: ${this.#log || '(nothing)'}; stuck: ${stuckProcesses()}`;
       await this.stop();
-      throw error;
+      throw new MountTimeout(diagnostics);
     });
     if (child.exitCode !== null) throw new Error(`lazyfs exited ${child.exitCode}: ${this.#log}`);
     // LazyFS made the FIFO before it mounted; its worker waits for a reader before it takes commands.
