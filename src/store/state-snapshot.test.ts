@@ -40,4 +40,11 @@ describe('sameJson', () => {
     expect(sameJson({ a: undefined }, {})).toBe(true);
     expect(sameJson({ a: 1 }, { b: 1 })).toBe(false);
   });
+
+  it('never takes a hole in an array for the value at that index (written as null, so unequal)', () => {
+    // biome-ignore lint/suspicious/noSparseArray: the hole is the case
+    expect(sameJson([, 1], ['x', 1])).toBe(false);
+    // biome-ignore lint/suspicious/noSparseArray: the hole is the case
+    expect(sameJson({ dirs: ['a', 'b'] }, { dirs: [, 'b'] })).toBe(false);
+  });
 });
