@@ -117,9 +117,9 @@ export async function unwrittenKiB(): Promise<number | undefined> {
 
 /**
  * Waits until the disk has written back what earlier runs left dirty (`sync`, then /proc/meminfo's Dirty +
- * Writeback under 4 MiB, at most 30 s), so that no timed run pays for its predecessors' writeback: without it,
- * a run's repetitions slowed one after the other (the 10,000 first syncs 7.1 → 14.3 s, the floors 875 → 1,865
- * ms). Every contender gets the same settling before each of its timed runs. Returns the milliseconds waited.
+ * Writeback under 4 MiB, at most 30 s), so that no timed run pays for its predecessors' writeback. Every
+ * contender gets the same settling before each of its timed runs. (The slow-down from one repetition to the next
+ * seen on this VM outlives it: docs/performance.md, Method.) Returns the milliseconds waited.
  */
 export async function settleDisk(): Promise<number> {
   const started = performance.now();
