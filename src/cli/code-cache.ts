@@ -16,6 +16,7 @@ import {
   writeSync,
 } from 'node:fs';
 import path from 'node:path';
+import { resolveConfigPath } from '../config/config-path.js';
 import { errnoCode } from '../lib/errors.js';
 
 /** The cache's directory inside stateDir (docs/operations.md says how to clear it). */
@@ -28,7 +29,6 @@ export const MAX_CODE_CACHE_FILES = 4;
 const STALE_TEMP_MS = 10 * 60 * 1000;
 /** The configuration file is read here only for stateDir and the log level; a larger one is not read. */
 const MAX_CONFIG_BYTES = 1024 * 1024;
-const DEFAULT_CONFIG_PATH = '/etc/config-agent/config.json';
 const MAGIC = Buffer.from('config-agent v8 code cache 1\n', 'latin1');
 const DIGEST_BYTES = 32;
 
@@ -226,7 +226,7 @@ function pruneCodeCaches(dir: string, key: CodeCacheKey, now: number): void {
   }
 }
 
-/** The configuration file the command line names, as config/load.ts resolves it: --config/-c > env > default. */
+/** The configuration file the command line names: its --config/-c, then resolveConfigPath's rule. */
 export function configPathOf(argv: readonly string[], env: NodeJS.ProcessEnv): string {
   for (let i = 0; i < argv.length; i += 1) {
     const arg = argv[i] as string;
@@ -237,8 +237,7 @@ export function configPathOf(argv: readonly string[], env: NodeJS.ProcessEnv): s
     else if (arg.startsWith('-c') && !arg.startsWith('--')) value = arg.slice(2);
     if (value !== undefined && value !== '') return value;
   }
-  const fromEnv = env.CONFIG_AGENT_CONFIG;
-  return fromEnv !== undefined && fromEnv !== '' ? fromEnv : DEFAULT_CONFIG_PATH;
+  return resolveConfigPath(undefined, env);
 }
 
 /**

@@ -5,12 +5,15 @@ import type { z } from 'zod';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { resolveConfigPath } from './config-path.js';
 import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
 import { assertHookProgramsTrusted } from './hook-programs.js';
 import { firstDuplicateKey, jsonSyntaxErrorOffset, lineAndColumn } from './json-position.js';
 import { assertOwnPathsOutsideRoot, type OwnPathsPort, ownPaths } from './own-paths.js';
 import { type PathChainFs, whoElseCanCreateIn, whoElseCanSwap } from './path-chain.js';
-import { type AgentConfig, AgentConfigSchema, DEFAULT_CONFIG_PATH, describeType } from './schema.js';
+import { type AgentConfig, AgentConfigSchema, describeType } from './schema.js';
+
+export { ENV_CONFIG_PATH, resolveConfigPath } from './config-path.js';
 
 export type ApiKeySource = 'env' | 'credentials' | 'file';
 
@@ -24,7 +27,6 @@ export interface LoadedConfig {
   apiKeySource: ApiKeySource;
 }
 
-export const ENV_CONFIG_PATH = 'CONFIG_AGENT_CONFIG';
 export const ENV_API_KEY = 'CONFIG_AGENT_API_KEY';
 export const ENV_CREDENTIALS_DIRECTORY = 'CREDENTIALS_DIRECTORY';
 /** The credential name to give systemd: `LoadCredential=api-key:/path/to/key`. */
@@ -46,14 +48,6 @@ export function parseAgentConfig(json: unknown, source: string): AgentConfig {
   const result = AgentConfigSchema.safeParse(json, { error: issueMessage });
   if (result.success) return result.data;
   throw new ConfigError(source, result.error.issues.flatMap(toConfigIssues), { cause: result.error });
-}
-
-/** flag > CONFIG_AGENT_CONFIG > /etc/config-agent/config.json; empty values count as unset. */
-export function resolveConfigPath(flag: string | undefined, env: NodeJS.ProcessEnv): string {
-  if (flag !== undefined && flag !== '') return flag;
-  const fromEnv = env[ENV_CONFIG_PATH];
-  if (fromEnv !== undefined && fromEnv !== '') return fromEnv;
-  return DEFAULT_CONFIG_PATH;
 }
 
 export async function loadConfigFile(fs: ConfigFs, configPath: string): Promise<AgentConfig> {

@@ -50,7 +50,7 @@ export interface AgentConfig {
   metrics: { textfile?: string };
 }
 
-export const DEFAULT_CONFIG_PATH = '/etc/config-agent/config.json';
+export { DEFAULT_CONFIG_PATH } from './config-path.js';
 
 /** Every default of the issues, in one place; the schema below and the docs use these values. */
 export const CONFIG_DEFAULTS = {
