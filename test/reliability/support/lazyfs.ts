@@ -28,9 +28,6 @@ async function isMounted(mountPoint: string): Promise<boolean> {
   return mounts.split('\n').some((line) => line.split(' ')[1] === mountPoint);
 }
 
-/** LazyFS ran but its mount did not appear in time: worth a fresh process. */
-class MountTimeout extends Error {}
-
 /** Processes in uninterruptible sleep (state D) and what they wait on: a mount or unmount stuck in the kernel. */
 function stuckProcesses(): string {
   const ps = spawnSync('ps', ['-eo', 'pid,stat,wchan:32,args'], { encoding: 'utf8', timeout: 5_000 });
@@ -88,33 +85,20 @@ export class LazyFsMount {
   }
 
   /**
-   * Starts LazyFS and waits for its mount, up to three times. A CI run once saw a mount that never appeared
-   * within 20 s (LazyFS alive, no line in /proc/self/mounts) and the same test pass at once when run again; a
-   * fresh process is the remedy, and the diagnostics of every failed try (LazyFS's own output, the processes
-   * stuck in the kernel) go into the error if all three fail.
+   * Starts LazyFS and waits for its mount. A failure says what LazyFS printed and which processes are stuck in
+   * the kernel (a mount or unmount that hangs), since the test's own error is only the timeout.
    */
   async start(): Promise<void> {
-    const failures: string[] = [];
-    for (let attempt = 1; attempt <= 3; attempt += 1) {
-      try {
-        await this.#startOnce();
-        return;
-      } catch (error) {
-        if (!(error instanceof MountTimeout)) throw error;
-        failures.push(`try ${attempt}: ${error.message}`);
-      }
-    }
-    throw new Error(`LazyFS did not mount at ${this.mountPoint} in 3 tries:\n${failures.join('\n')}`);
-  }
-
-  async #startOnce(): Promise<void> {
     this.#log = '';
     const child = spawn(
       lazyfsBinary(),
       [
         this.mountPoint,
         '--config-path',
-        path.join(this.#controlDir, 'lazyfs.toml'),
+        // Relative to the control directory (its cwd): LazyFS ignores a --config-path that contains "-o" in any
+        // case (`strcasestr(argv[i + 1], "-o")` in its main.cpp) and aborts on config/default.toml, and a
+        // mkdtemp suffix starting with o or O makes one ("config-agent-powercut-OoaMd7"): ~3 % of the dirs.
+        'lazyfs.toml',
         '-o',
         'allow_other',
         '-o',
@@ -126,7 +110,7 @@ export class LazyFsMount {
         // 1 run in 4 of a 300-file first sync (16 writes in flight); serialised requests lose no fault.
         '-s',
       ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
+      { cwd: this.#controlDir, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     this.#process = child;
     const keep = (chunk: Buffer) => {
@@ -140,7 +124,7 @@ export class LazyFsMount {
     // A cut sent before the FIFO listener is up just waits in the FIFO, so the mount is all there is to await.
     await waitFor(
       async () => {
-        if (child.exitCode !== null) return 'exited';
+        if (child.exitCode !== null || child.signalCode !== null) return 'exited';
         return isMounted(this.mountPoint);
       },
       20_000,
@@ -148,9 +132,10 @@ export class LazyFsMount {
     ).catch(async (error: unknown) => {
       const diagnostics = `${(error as Error).message}; LazyFS said: ${this.#log || '(nothing)'}; stuck: ${stuckProcesses()}`;
       await this.stop();
-      throw new MountTimeout(diagnostics);
+      throw new Error(diagnostics);
     });
-    if (child.exitCode !== null) throw new Error(`lazyfs exited ${child.exitCode}: ${this.#log}`);
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(`lazyfs exited (${this.#exitDescription()}): ${this.#log}`);
     // LazyFS made the FIFO before it mounted; its worker waits for a reader before it takes commands.
     this.#completions = await open(
       path.join(this.#controlDir, 'faults-done.fifo'),
