@@ -963,15 +963,36 @@ describe('sweepTempFiles', () => {
     }
   });
 
-  it('a directory that cannot be read is a DiskError naming it', async () => {
+  it('skips a directory below the root it cannot read and sweeps the rest; the root itself and EMFILE still throw', async () => {
+    for (const code of ['EACCES', 'EPERM', 'ENAMETOOLONG', 'ELOOP', 'EIO']) {
+      const { fs } = memfs({
+        [`${ROOT}/a/b/${TEMP_PREFIX}1`]: 't',
+        [`${ROOT}/a/${TEMP_PREFIX}2`]: 't',
+        [`${ROOT}/c/${TEMP_PREFIX}3`]: 't',
+      });
+      const broken = failOnce(fs, (call) => call.op === 'readdir' && at('a/b')(call), code);
+      const skipped: unknown[] = [];
+      expect(await sweepTempFiles(broken, ROOT, (skip) => skipped.push(skip)), code).toEqual([
+        `a/${TEMP_PREFIX}2`,
+        `c/${TEMP_PREFIX}3`,
+      ]);
+      expect(skipped).toEqual([{ path: 'a/b', operation: 'read directory', errno: code }]);
+      expect(await snapshot(fs, `${ROOT}/a/b`)).toEqual({ [`${ROOT}/a/b/${TEMP_PREFIX}1`]: '666 t' });
+    }
     const { fs } = memfs({ [`${ROOT}/a/b/${TEMP_PREFIX}1`]: 't' });
-    const broken = failOnce(fs, (call) => call.op === 'readdir' && at('a/b')(call), 'EACCES');
-    const error = await caught(sweepTempFiles(broken, ROOT));
+    const rootUnreadable = failOnce(fs, (call) => call.op === 'readdir' && call.path === ROOT, 'EACCES');
+    expect(await caught(sweepTempFiles(rootUnreadable, ROOT))).toMatchObject({
+      errno: 'EACCES',
+      operation: 'read directory',
+      path: '',
+    });
+    const outOfDescriptors = failOnce(fs, (call) => call.op === 'readdir' && at('a/b')(call), 'EMFILE');
+    const error = await caught(sweepTempFiles(outOfDescriptors, ROOT));
     expect(error).toBeInstanceOf(DiskError);
-    expect(error).toMatchObject({ errno: 'EACCES', operation: 'read directory', path: 'a/b' });
+    expect(error).toMatchObject({ errno: 'EMFILE', operation: 'read directory', path: 'a/b' });
   });
 
-  it('a temp file gone before its unlink is not listed; one that cannot be removed is a DiskError naming it', async () => {
+  it('a temp file gone before its unlink is not listed; one that cannot be removed is left, named, and the sweep goes on', async () => {
     const { fs, vol } = memfs({ [`${ROOT}/a/${TEMP_PREFIX}1`]: 't', [`${ROOT}/a/${TEMP_PREFIX}2`]: 't' });
     const racy = intercepted(fs, (call) => {
       if (call.op === 'unlink' && at(`a/${TEMP_PREFIX}1`)(call)) vol.unlinkSync(call.path);
@@ -979,12 +1000,27 @@ describe('sweepTempFiles', () => {
     expect(await sweepTempFiles(racy, ROOT)).toEqual([`a/${TEMP_PREFIX}2`]);
     expect(await snapshot(fs, `${ROOT}/a`)).toEqual({});
 
-    vol.writeFileSync(`${ROOT}/a/${TEMP_PREFIX}3`, 't');
-    const broken = failOnce(fs, (call) => call.op === 'unlink', 'EPERM');
-    const error = await caught(sweepTempFiles(broken, ROOT));
+    for (const code of ['EPERM', 'EACCES', 'EROFS', 'EBUSY']) {
+      vol.writeFileSync(`${ROOT}/a/${TEMP_PREFIX}3`, 't');
+      vol.writeFileSync(`${ROOT}/a/${TEMP_PREFIX}4`, 't');
+      const broken = failOnce(fs, (call) => call.op === 'unlink' && at(`a/${TEMP_PREFIX}3`)(call), code);
+      const skipped: unknown[] = [];
+      expect(await sweepTempFiles(broken, ROOT, (skip) => skipped.push(skip)), code).toEqual([
+        `a/${TEMP_PREFIX}4`,
+      ]);
+      expect(skipped).toEqual([{ path: `a/${TEMP_PREFIX}3`, operation: 'unlink temp file', errno: code }]);
+      expect(await snapshot(fs, `${ROOT}/a`)).toEqual({ [`${ROOT}/a/${TEMP_PREFIX}3`]: '666 t' });
+      vol.unlinkSync(`${ROOT}/a/${TEMP_PREFIX}3`);
+    }
+    vol.writeFileSync(`${ROOT}/a/${TEMP_PREFIX}5`, 't');
+    const outOfMemory = failOnce(fs, (call) => call.op === 'unlink', 'ENOMEM');
+    const error = await caught(sweepTempFiles(outOfMemory, ROOT));
     expect(error).toBeInstanceOf(DiskError);
-    expect(error).toMatchObject({ errno: 'EPERM', operation: 'unlink temp file', path: `a/${TEMP_PREFIX}3` });
-    expect(await snapshot(fs, `${ROOT}/a`)).toEqual({ [`${ROOT}/a/${TEMP_PREFIX}3`]: '666 t' });
+    expect(error).toMatchObject({
+      errno: 'ENOMEM',
+      operation: 'unlink temp file',
+      path: `a/${TEMP_PREFIX}5`,
+    });
   });
 
   it('returns what it removed sorted, across directories', async () => {

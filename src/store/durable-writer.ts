@@ -1231,12 +1231,27 @@ export async function remakeMissingRoot(fs: FsPort, rootDir: string, dirMode: nu
   return true;
 }
 
+/** A directory below the root the sweep could not read, or a temp file it could not unlink: left as it is. */
+export interface SweepSkip {
+  path: string;
+  operation: 'read directory' | 'unlink temp file';
+  errno: string | undefined;
+}
+
 /**
- * Deletes temp files left by a crash/**
  * Deletes temp files left by a crash (regular files whose name starts with TEMP_PREFIX) anywhere under the
  * root, never following symlinks, and returns their relative paths. Run it at start, before the first publish.
+ * Below the root it is best effort: a directory it cannot read (another user's 0700 directory, one past
+ * PATH_MAX, a failing one) or a temp file it cannot unlink (another user's in a sticky directory, an immutable
+ * one, a read-only root) is handed to `onSkip` and left, since a leftover temp file costs only its bytes and a
+ * local user's junk must never keep the agent from starting. Only the root's own listing and the agent's own
+ * resource trouble (EMFILE, ENOMEM, ...) still throw.
  */
-export async function sweepTempFiles(fs: FsPort, rootDir: string): Promise<string[]> {
+export async function sweepTempFiles(
+  fs: FsPort,
+  rootDir: string,
+  onSkip: (skip: SweepSkip) => void = () => undefined,
+): Promise<string[]> {
   let root: string;
   try {
     root = await checkRoot(fs, rootDir);
@@ -1256,7 +1271,10 @@ export async function sweepTempFiles(fs: FsPort, rootDir: string): Promise<strin
     } catch (error) {
       const code = errnoCode(error);
       if (code === 'ENOENT' || code === 'ENOTDIR') continue;
-      throw new DiskError({ operation: 'read directory', path: relative, cause: error });
+      const failure = new DiskError({ operation: 'read directory', path: relative, cause: error });
+      if (relative === '' || failure.resource) throw failure;
+      onSkip({ path: relative, operation: 'read directory', errno: code });
+      continue;
     }
     for (const entry of entries) {
       const name = String(entry.name);
@@ -1269,8 +1287,11 @@ export async function sweepTempFiles(fs: FsPort, rootDir: string): Promise<strin
           await fs.unlink(path.join(root, child));
           removed.push(child);
         } catch (error) {
-          if (errnoCode(error) !== 'ENOENT') {
-            throw new DiskError({ operation: 'unlink temp file', path: child, cause: error });
+          const code = errnoCode(error);
+          if (code !== 'ENOENT') {
+            const failure = new DiskError({ operation: 'unlink temp file', path: child, cause: error });
+            if (failure.resource) throw failure;
+            onSkip({ path: child, operation: 'unlink temp file', errno: code });
           }
         }
       }

@@ -4,7 +4,7 @@ import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { CACHE_DIR, ContentCache } from './content-cache.js';
-import { sweepTempFiles } from './durable-writer.js';
+import { type SweepSkip, sweepTempFiles } from './durable-writer.js';
 import { StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
 import { IntentJournal, type WriteIntent } from './intent-journal.js';
@@ -12,6 +12,9 @@ import { acquireStateLock, type StateLock } from './lock.js';
 import { StatusOutbox } from './outbox.js';
 import { emptyState, type LocalState, loadLocalState, STATE_FILE, saveLocalState } from './state.js';
 import { type StateSnapshot, sameAsSnapshot, snapshotState } from './state-snapshot.js';
+
+/** A junk tree of unreadable directories must not make one log line of megabytes. */
+const MAX_SWEEP_SKIPS_LOGGED = 20;
 
 export interface StateDirSettings {
   stateDir: string;
@@ -93,11 +96,22 @@ export class StateDir {
       if (!readOnly) {
         // Before the sweep: the temp files of another agent's write in progress are not leftovers.
         lock = await acquireStateLock(fs, settings.stateDir);
-        swept = await sweepTempFiles(fs, settings.rootDir);
+        const skipped: Array<SweepSkip & { under: 'rootDir' | 'stateDir' }> = [];
+        swept = await sweepTempFiles(fs, settings.rootDir, (skip) => {
+          skipped.push({ ...skip, under: 'rootDir' });
+        });
         if (swept.length > 0)
           logger.warn({ files: swept }, 'removed temp files left by an interrupted write');
         await setAsideCacheUnlessDirectory(fs, settings.stateDir, logger);
-        const sweptState = await sweepTempFiles(fs, settings.stateDir);
+        const sweptState = await sweepTempFiles(fs, settings.stateDir, (skip) => {
+          skipped.push({ ...skip, under: 'stateDir' });
+        });
+        if (skipped.length > 0) {
+          logger.warn(
+            { skipped: skipped.slice(0, MAX_SWEEP_SKIPS_LOGGED), count: skipped.length },
+            'the start-up sweep of temp files could not read or remove some entries: left as they are, started anyway',
+          );
+        }
         if (sweptState.length > 0) {
           logger.warn(
             { stateFiles: sweptState },
