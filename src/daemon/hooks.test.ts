@@ -7,6 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { createLogger, type Logger, silentLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
+import type { ProcessEntry, ProcessTable } from './hook-processes.js';
 import {
   CHANGED_ENV,
   CHANGED_TRUNCATED_ENV,
@@ -409,5 +410,145 @@ bg.unref();
     strays.push(Number(readFileSync(pidFile, 'utf8')));
     expect(result).toMatchObject({ exitCode: 0, signal: null, timedOut: false });
     expect(Date.now() - started).toBeLessThan(5000);
+  });
+});
+
+/** The pids written to `files`, once every file holds one (each process writes its own when it is ready). */
+async function pidsFrom(files: readonly string[]): Promise<number[]> {
+  expect(
+    await waitFor(
+      () => files.every((file) => existsSync(file) && /^\d+\s*$/.test(readFileSync(file, 'utf8'))),
+      PATIENCE_MS,
+    ),
+  ).toBe(true);
+  const pids = files.map((file) => Number(readFileSync(file, 'utf8')));
+  strays.push(...pids);
+  return pids;
+}
+
+/** A process table the test makes up, seen through `list`/`get`; `kill` acts on it as the kernel would. */
+function madeUpProcesses(world: Map<number, ProcessEntry & { ignoresTerm?: boolean }>): ProcessTable {
+  const hit = (entry: ProcessEntry & { ignoresTerm?: boolean }, signal: NodeJS.Signals) => {
+    if (signal === 'SIGKILL' || (signal === 'SIGTERM' && entry.ignoresTerm !== true)) world.delete(entry.pid);
+  };
+  return {
+    list: () => [...world.values()],
+    get: (pid) => world.get(pid),
+    kill: (pid, signal) => {
+      const targets = pid < 0 ? [...world.values()].filter((entry) => entry.pgrp === -pid) : [world.get(pid)];
+      const found = targets.filter((entry) => entry !== undefined);
+      if (found.length === 0) throw Object.assign(new Error('kill ESRCH'), { code: 'ESRCH' });
+      for (const entry of found) hit(entry, signal);
+    },
+  };
+}
+
+describe('processes a hook leaves running', () => {
+  it('ends what a hook that exited 0 left running: a background child, one that ignores SIGTERM, one in a group of its own', async () => {
+    setup();
+    const [plain, deaf, regrouped] = [outFile('plain'), outFile('deaf'), outFile('regrouped')];
+    // Each writes its own pid once it is what it claims to be (SIGTERM ignored, its own process group), and
+    // the hook exits 0 only then.
+    const script = [
+      'sleep 1000 & echo $! > "$1"',
+      `sh -c 'trap "" TERM; echo $$ > "$1"; exec sleep 1000' ignores-term "$2" &`,
+      `perl -e 'setpgrp(0, 0); open(my $f, ">", $ARGV[0]); print $f $$; close($f); sleep 1000' "$3" &`,
+      'while [ ! -s "$2" ] || [ ! -s "$3" ]; do sleep 0.01; done',
+    ].join('\n');
+    const { logger, lines } = capturingLogger();
+    const [result] = await runHooks(
+      [{ match: '**', run: ['sh', '-c', script, 'hook', plain, deaf, regrouped], timeoutSeconds: 30 }],
+      ['a.conf'],
+      options({ logger, killGraceMs: 300 }),
+    );
+    const pids = await pidsFrom([plain, deaf, regrouped]);
+    expect(result).toMatchObject({ exitCode: 0, signal: null, timedOut: false });
+    expect(hookFailed(result!)).toBe(false);
+    expect(result!.leftovers.map((leftover) => leftover.pid).sort()).toEqual([...pids].sort());
+    for (const pid of pids) expect(await waitFor(() => !isAlive(pid), PATIENCE_MS)).toBe(true);
+    const warning = lines().find((line) => String(line.msg).startsWith('hook left 3 process(es) running'));
+    expect(warning).toMatchObject({ level: 'warn', hook: '**' });
+  });
+
+  it('ends, when it stops a running hook, a child that called setsid while the hook was still running', async () => {
+    setup();
+    const escaped = outFile('setsid');
+    const script = `setsid sh -c 'echo $$ > "$1"; exec sleep 1000' escaped "$1" & while :; do sleep 1; done`;
+    const controller = new AbortController();
+    // Stopped by an abort once the child has left the session (a timeout stops it the same way, but could come
+    // before that on a busy machine).
+    const pending = runHooks(
+      [{ match: '**', run: ['sh', '-c', script, 'hook', escaped], timeoutSeconds: 60 }],
+      ['a.conf'],
+      options({ killGraceMs: 300, signal: controller.signal }),
+    );
+    const [pid] = await pidsFrom([escaped]);
+    controller.abort();
+    const [result] = await pending;
+    expect(result).toMatchObject({ exitCode: null, signal: 'SIGTERM' });
+    expect(await waitFor(() => !isAlive(pid!), PATIENCE_MS)).toBe(true);
+  });
+
+  it('never signals a process group or pid handed out again after the hook and its leftovers were gone', async () => {
+    setup();
+    const leaderFile = outFile('leader');
+    const world = new Map<number, ProcessEntry & { ignoresTerm?: boolean }>();
+    let leader = 0;
+    const table = madeUpProcesses(world);
+    const processes: ProcessTable = {
+      ...table,
+      list: () => {
+        // First look, right at the hook's exit: one child of its group left, ignoring SIGTERM.
+        if (leader === 0) {
+          leader = Number(readFileSync(leaderFile, 'utf8'));
+          world.set(900001, {
+            pid: 900001,
+            ppid: 1,
+            pgrp: leader,
+            session: leader,
+            startTime: '100',
+            comm: 'deaf',
+            exited: false,
+            ignoresTerm: true,
+          });
+        }
+        return table.list();
+      },
+      kill: (pid, signal) => {
+        // Then, in the next turn of the event loop after the first SIGTERM: it died, and both its pid and the
+        // hook's were handed to unrelated processes, one of which made a session (and group) under the hook's id.
+        if (signal === 'SIGTERM' && world.get(900001)?.startTime === '100') {
+          setImmediate(() => {
+            world.clear();
+            world.set(leader, {
+              pid: leader,
+              ppid: 1,
+              pgrp: leader,
+              session: leader,
+              startTime: '300',
+              comm: 'other',
+              exited: false,
+            });
+            world.set(900001, {
+              pid: 900001,
+              ppid: 1,
+              pgrp: 5,
+              session: 5,
+              startTime: '301',
+              comm: 'another',
+              exited: false,
+            });
+          });
+        }
+        table.kill(pid, signal);
+      },
+    };
+    const [result] = await runHooks(
+      [{ match: '**', run: ['sh', '-c', 'echo $$ > "$1"', 'hook', leaderFile], timeoutSeconds: 30 }],
+      ['a.conf'],
+      options({ killGraceMs: 200, processes }),
+    );
+    expect(result).toMatchObject({ exitCode: 0, leftovers: [{ pid: 900001, command: 'deaf' }] });
+    expect([...world.values()].map((entry) => entry.comm).sort()).toEqual(['another', 'other']);
   });
 });

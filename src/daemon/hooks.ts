@@ -3,8 +3,16 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import picomatch from 'picomatch';
 import type { Clock } from '../lib/clock.js';
 import { systemClock } from '../lib/clock.js';
-import { errnoCode, errorMessage } from '../lib/errors.js';
+import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+import {
+  hookProcesses,
+  type ProcessEntry,
+  type ProcessTable,
+  procProcessTable,
+  signalQuietly,
+  stillRunning,
+} from './hook-processes.js';
 
 /** Same shape as the config's `hooks` entries (HookConfig in src/config/schema.ts). */
 export interface HookSpec {
@@ -26,6 +34,8 @@ export interface HookRunResult {
   stderrTail: string;
   /** Why the hook did not run or was stopped: a spawn failure (`spawn ENOENT: ...`) or an abort. */
   error?: string;
+  /** Processes it started that were still running when it ended: each was sent SIGTERM, then SIGKILL. */
+  leftovers: { pid: number; command: string }[];
 }
 
 export interface RunHooksOptions {
@@ -36,9 +46,11 @@ export interface RunHooksOptions {
   logger: Logger;
   /** Aborting kills the running hook (whole process group) and skips the ones not yet started. */
   signal?: AbortSignal;
-  /** Time between SIGTERM and SIGKILL after a timeout or abort. Default 2000. */
+  /** Time between SIGTERM and SIGKILL after a timeout, an abort, or for what a hook left running. Default 2000. */
   killGraceMs?: number;
   clock?: Pick<Clock, 'monotonic'>;
+  /** Where the hook's processes are looked up and signalled: /proc by default. */
+  processes?: ProcessTable;
   /**
    * Asked just before each hook starts: why its program (`run[0]`) may no longer be run (another user could
    * have changed it since start), or undefined. Such a hook is not started; it counts as failed.
@@ -62,6 +74,8 @@ const DEFAULT_KILL_GRACE_MS = 2000;
  * in the background may hold them open forever; waiting on that would stall every later pass.
  */
 const PIPE_DRAIN_MS = 250;
+/** How often, within the kill grace, to look whether what a hook left running has gone after SIGTERM. */
+const LEFTOVER_POLL_MS = 50;
 
 // A hook must never see the API key: not the variable, not the credentials directory that holds the file.
 const SECRET_ENV = /API_?KEY|CREDENTIALS_DIRECTORY/i;
@@ -126,23 +140,6 @@ class ByteTail {
   }
 }
 
-/** Signals the hook's whole process group, so grandchildren (a shell's children) die with it. */
-function killGroup(child: ChildProcess, signal: NodeJS.Signals): void {
-  if (child.pid === undefined) return;
-  try {
-    process.kill(-child.pid, signal);
-  } catch (error) {
-    // ESRCH: the group is already gone, which is what we wanted.
-    if (errnoCode(error) !== 'ESRCH') {
-      try {
-        child.kill(signal);
-      } catch {
-        // Nothing more can be done from here; the exit (or not) is reported by the caller.
-      }
-    }
-  }
-}
-
 interface RunOneOptions {
   cwd: string;
   env: NodeJS.ProcessEnv;
@@ -150,15 +147,16 @@ interface RunOneOptions {
   signal: AbortSignal | undefined;
   killGraceMs: number;
   clock: Pick<Clock, 'monotonic'>;
+  processes: ProcessTable;
 }
 
 function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions): Promise<HookRunResult> {
-  const { clock, killGraceMs, signal } = options;
+  const { clock, killGraceMs, signal, processes } = options;
   const started = clock.monotonic();
   const stderr = new ByteTail(STDERR_TAIL_BYTES);
   const stdout = new ByteTail(STDOUT_TAIL_BYTES);
   const [command, ...args] = hook.run;
-  const base = { match: hook.match, argv: [...hook.run], changedPaths };
+  const base = { match: hook.match, argv: [...hook.run], changedPaths, leftovers: [] };
 
   return new Promise<HookRunResult>((resolve) => {
     let child: ChildProcess;
@@ -167,7 +165,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
         cwd: options.cwd,
         env: hookEnvironment(options.env, changedPaths),
         stdio: ['ignore', 'pipe', 'pipe'],
-        // Its own process group, so a timeout can kill everything it started.
+        // Its own session and process group (setsid), so everything it starts can be found and ended.
         detached: true,
         shell: false,
         windowsHide: true,
@@ -192,16 +190,87 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
     let settled = false;
     let killTimer: NodeJS.Timeout | undefined;
     let drainTimer: NodeJS.Timeout | undefined;
+    let leftoverTimer: NodeJS.Timeout | undefined;
     let stdoutClosed = false;
     let stderrClosed = false;
+    let drained = false;
+    let leftoversEnded = false;
+    const leftovers: ProcessEntry[] = [];
+    // The hook's processes seen so far, each with its start time: a pid handed out again is never taken for one.
+    const known = new Map<number, ProcessEntry>();
+    const leader = child.pid;
+
+    /**
+     * Records the processes of the hook's session and their descendants. Only while the session id is surely
+     * still the hook's: its leader not reaped yet, or reaped a moment ago in this same turn of the event loop
+     * (its pid stays taken while any process uses it as a group or session id).
+     */
+    const lookAround = (): void => {
+      if (leader === undefined) return;
+      for (const entry of hookProcesses(processes.list() ?? [], leader)) {
+        if (entry.pid !== leader && !known.has(entry.pid)) known.set(entry.pid, entry);
+      }
+    };
+
+    const runningKnown = (): ProcessEntry[] => {
+      const running: ProcessEntry[] = [];
+      for (const entry of known.values()) {
+        const now = stillRunning(processes, entry);
+        if (now !== undefined) running.push(now);
+      }
+      return running;
+    };
+
+    /**
+     * Signals the hook's process group and each known process outside it. The group by its id only while it is
+     * surely the hook's: the leader unreaped (`groupIsOurs`), or a process seen in it before still in it.
+     */
+    const signalHook = (sig: NodeJS.Signals, groupIsOurs: boolean): ProcessEntry[] => {
+      const running = runningKnown();
+      const groupStands = groupIsOurs || running.some((entry) => entry.pgrp === leader);
+      if (leader !== undefined && groupStands) signalQuietly(processes, -leader, sig);
+      for (const entry of running) {
+        if (!groupStands || entry.pgrp !== leader) signalQuietly(processes, entry.pid, sig);
+      }
+      return running;
+    };
 
     const stop = (why: 'timeout' | 'abort'): void => {
       if (exit !== undefined || killTimer !== undefined) return;
       if (why === 'timeout') timedOut = true;
       else stopReason = 'aborted: the agent is shutting down';
-      killGroup(child, 'SIGTERM');
-      // Kept even after the leader exits: a grandchild that ignores SIGTERM must still go.
-      killTimer = setTimeout(() => killGroup(child, 'SIGKILL'), killGraceMs);
+      lookAround();
+      signalHook('SIGTERM', true);
+      killTimer = setTimeout(() => {
+        if (exit !== undefined) return;
+        lookAround();
+        signalHook('SIGKILL', true);
+      }, killGraceMs);
+    };
+
+    /** After the leader's exit: what it left running gets SIGTERM, then SIGKILL once the grace has passed. */
+    const endLeftovers = (): void => {
+      lookAround();
+      const running = signalHook('SIGTERM', true);
+      leftovers.push(...running);
+      if (running.length === 0) {
+        leftoversEnded = true;
+        return;
+      }
+      // A stopped process acts on SIGTERM only once continued.
+      signalHook('SIGCONT', true);
+      const deadline = clock.monotonic() + killGraceMs;
+      const check = (): void => {
+        const past = clock.monotonic() >= deadline;
+        if (past) signalHook('SIGKILL', false);
+        if (past || runningKnown().length === 0) {
+          leftoversEnded = true;
+          maybeFinish();
+        } else {
+          leftoverTimer = setTimeout(check, LEFTOVER_POLL_MS);
+        }
+      };
+      leftoverTimer = setTimeout(check, LEFTOVER_POLL_MS);
     };
 
     const timeoutTimer = setTimeout(() => stop('timeout'), hook.timeoutSeconds * 1000);
@@ -213,6 +282,8 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
       settled = true;
       clearTimeout(timeoutTimer);
       clearTimeout(drainTimer);
+      clearTimeout(killTimer);
+      clearTimeout(leftoverTimer);
       signal?.removeEventListener('abort', onAbort);
       child.stdout?.destroy();
       child.stderr?.destroy();
@@ -223,6 +294,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
         timedOut,
         durationMs: clock.monotonic() - started,
         stderrTail: stderr.text(),
+        leftovers: leftovers.map((entry) => ({ pid: entry.pid, command: entry.comm })),
       };
       const error = spawnError ?? stopReason;
       if (error !== undefined) result.error = error;
@@ -231,9 +303,9 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
       resolve(result);
     };
 
-    const maybeFinish = (): void => {
-      if (exit !== undefined && stdoutClosed && stderrClosed) finish();
-    };
+    function maybeFinish(): void {
+      if (exit !== undefined && leftoversEnded && (drained || (stdoutClosed && stderrClosed))) finish();
+    }
 
     child.stdout?.on('data', (chunk: Buffer) => stdout.push(chunk));
     child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
@@ -247,9 +319,13 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
     });
     child.on('exit', (code, exitSignal) => {
       exit = { code, signal: exitSignal };
-      // Only a pending escalation for an already-killed group stays; a clean exit needs nothing more.
-      if (!timedOut && stopReason === undefined) clearTimeout(killTimer);
-      drainTimer = setTimeout(finish, PIPE_DRAIN_MS);
+      clearTimeout(killTimer);
+      // In the same turn as the reap: the session id cannot have been handed out again yet.
+      endLeftovers();
+      drainTimer = setTimeout(() => {
+        drained = true;
+        maybeFinish();
+      }, PIPE_DRAIN_MS);
       maybeFinish();
     });
     child.on('error', (error) => {
@@ -257,6 +333,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
       spawnError = errorMessage(error);
       if (child.pid === undefined) {
         exit ??= { code: null, signal: null };
+        leftoversEnded = true;
         finish();
       }
     });
@@ -277,6 +354,7 @@ function refusedRun(hook: HookSpec, changedPaths: string[], error: string): Hook
     durationMs: 0,
     stderrTail: '',
     error,
+    leftovers: [],
   };
 }
 
@@ -303,6 +381,7 @@ export async function runHooks(
     signal: options.signal,
     killGraceMs: options.killGraceMs ?? DEFAULT_KILL_GRACE_MS,
     clock: options.clock ?? systemClock,
+    processes: options.processes ?? procProcessTable(),
   };
   for (const hook of hooks) {
     const matched = matchingPaths(hook, changedPaths);
@@ -340,6 +419,12 @@ export async function runHooks(
       );
     } else {
       options.logger.info(fields, 'hook ran');
+    }
+    if (result.leftovers.length > 0) {
+      options.logger.warn(
+        { hook: hook.match, leftovers: result.leftovers },
+        `hook left ${result.leftovers.length} process(es) running: ended them (SIGTERM, then SIGKILL after ${runOptions.killGraceMs} ms)`,
+      );
     }
   }
   return results;

@@ -45,6 +45,7 @@ function hookResult(overrides: Partial<HookRunResult> = {}): HookRunResult {
     timedOut: false,
     durationMs: 12,
     stderrTail: '',
+    leftovers: [],
     ...overrides,
   };
 }
