@@ -4,12 +4,12 @@ import path from 'node:path';
 import type { ConfigInstance } from '../api/schemas.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
-import { hashRegularFile } from '../store/durable-writer.js';
+import { hashRegularFile, NOT_HASHED } from '../store/durable-writer.js';
 import { DiskError, PathRejectedError } from '../store/errors.js';
 import { type FileFingerprints, identityOf, sameIdentity } from '../store/fingerprints.js';
 import type { ObservedIdentity } from '../store/path-aliases.js';
 import { fitsUnderRoot, validateRelativePath } from '../store/path-guard.js';
-import type { DiskObservation } from './plan.js';
+import type { DiskObservation, PlanInstance } from './plan.js';
 
 /** Paths observed at once: a pass with nothing to do is mostly these, each a few thread-pool round trips. */
 export const OBSERVE_CONCURRENCY = 16;
@@ -26,6 +26,35 @@ export interface ObserveOptions {
   fingerprints?: { store: FileFingerprints; now: () => number };
   /** Filled with the identity of each regular file observed (store/path-aliases.ts tells aliases by it). */
   identities?: Map<string, ObservedIdentity>;
+  /**
+   * The sizes of the bytes each path may be compared with (`wantedSizes`): a file of another size there is not
+   * read (its sha256 is NOT_HASHED, which equals no digest). A path absent from the map is read whatever its size.
+   */
+  sizes?: ReadonlyMap<string, ReadonlySet<number>>;
+}
+
+/**
+ * For each path, the sizes of the files the pulled instances targeting `deployed` want there: the plan compares
+ * an observed file only with those (a write is skipped only when the bytes are equal, so of equal size). A path
+ * with an instance whose size is not known yet (content not serialized) is left out: read as before.
+ */
+export function wantedSizes(instances: readonly PlanInstance[]): Map<string, Set<number>> {
+  const sizes = new Map<string, Set<number>>();
+  const unknown = new Set<string>();
+  for (const instance of instances) {
+    if (instance.target_status !== 'deployed') continue;
+    const at = instance.relative_filepath;
+    const size = 'file' in instance ? (instance.file.data?.length ?? instance.file.size) : undefined;
+    if (size === undefined) {
+      unknown.add(at);
+      continue;
+    }
+    const known = sizes.get(at);
+    if (known === undefined) sizes.set(at, new Set([size]));
+    else known.add(size);
+  }
+  for (const at of unknown) sizes.delete(at);
+  return sizes;
 }
 
 /** Observes each distinct path once; a path that cannot be judged is `rejected` or `unreadable`, never thrown. */
@@ -35,7 +64,7 @@ export async function observeDisk(
   instances: readonly Pick<ConfigInstance, 'relative_filepath'>[],
   options: ObserveOptions = {},
 ): Promise<Map<string, DiskObservation>> {
-  const { signal, fingerprints, identities } = options;
+  const { signal, fingerprints, identities, sizes } = options;
   const paths = [...new Set(instances.map((instance) => instance.relative_filepath))];
   const observed = new Array<DiskObservation>(paths.length);
   const directories = new DirectoryCheck(fs, rootDir);
@@ -45,10 +74,19 @@ export async function observeDisk(
       signal?.throwIfAborted();
       const index = next++;
       const relative = paths[index]!;
+      const onlySizes = sizes?.get(relative);
       observed[index] =
         fingerprints === undefined
-          ? await observePath(fs, rootDir, relative, identities)
-          : await observeWithFingerprint(fs, rootDir, relative, directories, fingerprints, identities);
+          ? await observePath(fs, rootDir, relative, identities, onlySizes)
+          : await observeWithFingerprint(
+              fs,
+              rootDir,
+              relative,
+              directories,
+              fingerprints,
+              identities,
+              onlySizes,
+            );
     }
   };
   await Promise.all(Array.from({ length: Math.min(OBSERVE_CONCURRENCY, paths.length) }, worker));
@@ -60,9 +98,10 @@ export async function observePath(
   rootDir: string,
   relative: string,
   identities?: Map<string, ObservedIdentity>,
+  onlySizes?: ReadonlySet<number>,
 ): Promise<DiskObservation> {
   try {
-    const file = await hashRegularFile(fs, rootDir, relative);
+    const file = await hashRegularFile(fs, rootDir, relative, onlySizes === undefined ? {} : { onlySizes });
     if (file !== undefined) identities?.set(relative, { ...file.identity, nlink: file.links });
     return file === undefined
       ? { kind: 'absent' }
@@ -90,6 +129,7 @@ async function observeWithFingerprint(
   directories: DirectoryCheck,
   fingerprints: NonNullable<ObserveOptions['fingerprints']>,
   identities: Map<string, ObservedIdentity> | undefined,
+  onlySizes: ReadonlySet<number> | undefined,
 ): Promise<DiskObservation> {
   const { store, now } = fingerprints;
   const readFrom = now();
@@ -105,8 +145,8 @@ async function observeWithFingerprint(
       return { kind: 'file', sha256, mode: Number(before.mode) & PERMISSION_BITS, gid: Number(before.gid) };
     }
   }
-  const observation = await observePath(fs, rootDir, relative, identities);
-  if (observation.kind !== 'file' || before === undefined) {
+  const observation = await observePath(fs, rootDir, relative, identities, onlySizes);
+  if (observation.kind !== 'file' || before === undefined || observation.sha256 === NOT_HASHED) {
     store.forget(relative);
     return observation;
   }

@@ -620,6 +620,44 @@ describe('runPass: a huge file planted at a managed path', () => {
     expect(result.outcomes.find((o) => o.instanceId === 'cfg_b')?.message).toMatch(/changed by someone else/);
     expect(largestRead()).toBeLessThanOrEqual(1024 * 1024);
   });
+
+  it('of another size than the bytes wanted there is not read at all by the observation, and repaired', async () => {
+    put({ id: 'cfg_a', content: { v: 1 } });
+    put({ id: 'cfg_c', relative_filepath: 'same-size.json', content: { v: 3 } });
+    await pass();
+    // A terabyte sparse file took 50 minutes of reading per pass (4 GiB: 12 s on the dev machine): every full
+    // pass held the device's other configs back that long. One of the wanted size is still read and compared.
+    await writeFile(path.join(world.rootDir, 'cfg_a.json'), '');
+    await truncate(path.join(world.rootDir, 'cfg_a.json'), 64 * 1024 * 1024);
+    await writeFile(path.join(world.rootDir, 'same-size.json'), json({ v: 4 }));
+    const bytesRead = new Map<string, number>();
+    const open = world.fs.open;
+    world.fs.open = (async (...args: Parameters<typeof nodeFs.open>) => {
+      const handle = await open(...args);
+      const read = handle.read.bind(handle);
+      const name = path.basename(String(args[0]));
+      return Object.assign(handle, {
+        read: async (...rest: unknown[]) => {
+          const result = await (read as (...a: unknown[]) => Promise<{ bytesRead: number }>)(...rest);
+          bytesRead.set(name, (bytesRead.get(name) ?? 0) + result.bytesRead);
+          return result;
+        },
+      });
+    }) as typeof nodeFs.open;
+
+    const result = await pass();
+
+    expect(await fileAt('cfg_a.json')).toBe(json({ v: 1 }));
+    expect(await fileAt('same-size.json')).toBe(json({ v: 3 }));
+    expect(bytesRead.get('cfg_a.json') ?? 0).toBe(0);
+    expect(bytesRead.get('same-size.json')).toBeGreaterThan(0);
+    expect(
+      result.outcomes
+        .filter((o) => o.action === 'written')
+        .map((o) => o.instanceId)
+        .sort(),
+    ).toEqual(['cfg_a', 'cfg_c']);
+  });
 });
 
 describe('runPass: target removed or created', () => {

@@ -11,7 +11,7 @@ import { findPathAliases, type ObservedIdentity } from '../store/path-aliases.js
 import type { RootMountWatch } from '../store/root-mount.js';
 import type { StateDir } from '../store/state-dir.js';
 import { type ApplyContext, applySteps, BATCH_STEPS } from './apply.js';
-import { observeDisk } from './observe.js';
+import { observeDisk, wantedSizes } from './observe.js';
 import type { PassError, PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
 import { type DiskObservation, type PlanInput, type PlanInstance, planSteps, withFile } from './plan.js';
 import { type PullContext, type Pulled, pullInstances } from './pull.js';
@@ -69,6 +69,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
     ...(signal === undefined ? {} : { signal }),
     fingerprints: { store: dir.fingerprints, now: () => deps.clock.now() },
     identities,
+    sizes: wantedSizes(pulled.instances),
   });
   let aliases: Map<string, string>;
   try {

@@ -351,8 +351,16 @@ export async function readRegularFileUpTo(
 const HASH_CHUNK_BYTES = 256 * 1024;
 
 /**
+ * The `sha256` hashRegularFile gives a file it did not read because its size is none of `onlySizes`: no digest
+ * (64 hex digits) ever equals it, so the file compares as holding other bytes than any the caller wanted.
+ */
+export const NOT_HASHED = 'not-hashed';
+
+/**
  * The sha256, permission bits and group of a regular file under the root (what readRegularFile gives, without
- * the bytes), read a chunk at a time: memory stays flat whatever the file's size. A local user can put a sparse
+ * the bytes), read a chunk at a time: memory stays flat whatever the file's size. With `onlySizes` (the sizes of
+ * the bytes the caller compares with), a file of another size is not read at all (`sha256` is NOT_HASHED): a
+ * sparse file of a terabyte at a managed path took 50 minutes of reading per pass (4 GiB: 12 s here). A local user can put a sparse
  * file of gigabytes at a managed path; read whole, the agent allocated all of it on every pass (1.5 GB: 1.6 GB
  * resident), enough to be killed for it on a small device, again after every restart.
  */
@@ -360,11 +368,22 @@ export async function hashRegularFile(
   fs: FsPort,
   rootDir: string,
   relativePath: string,
+  options: { onlySizes?: ReadonlySet<number> } = {},
 ): Promise<(Omit<RegularFile, 'data'> & { size: number; links: number }) | undefined> {
   const opened = await openRegularUnderRoot(fs, rootDir, relativePath);
   if (opened === undefined) return undefined;
   const { handle, stats } = opened;
   try {
+    if (options.onlySizes !== undefined && !options.onlySizes.has(stats.size)) {
+      return {
+        sha256: NOT_HASHED,
+        mode: stats.mode & PERMISSION_BITS,
+        gid: stats.gid,
+        size: stats.size,
+        identity: { dev: stats.dev, ino: stats.ino },
+        links: stats.nlink,
+      };
+    }
     const hash = createHash('sha256');
     // One read past the size sees the end: a small file costs what readFile costs.
     const buffer = Buffer.allocUnsafe(Math.min(HASH_CHUNK_BYTES, stats.size + 1));
