@@ -1,5 +1,6 @@
 // YAML for an instance's JSON content, written in chunks: byte for byte what the yaml package wrote before
-// (`new Document(content).toString({ indent: 2, lineWidth: 0 })` with the quoting below), without its node tree.
+// (`new Document(content).toString({ indent: 2, lineWidth: 0 })` with the quoting below), without its node tree,
+// except where that did not read back as the content (docs/reliability.md).
 import { isLosslessNumber, type LosslessNumber } from '../api/json.js';
 import type { ConfigContent } from '../api/schemas.js';
 
@@ -71,6 +72,8 @@ const NOT_PLAIN = /^[\n\t ,[\]{}#&*!|>'"%@`]|^[?-]$|^[?-][ \t]|[\n:][ \t]|[ \t]\
 const DOCUMENT_MARKER = /^(%|---|\.\.\.)/m;
 const BLANK_AROUND_BREAK = /[ \t]\n|\n[ \t]/;
 const TRAILING_BLANK_LINE = /\n[\t ]+$/;
+/** Spaces and tabs on lines of their own and nothing else: a literal block would lose the spaces (its lines are empty). */
+const BLANKS_ONLY = /^[\n\t ]* [\n\t ]*$/;
 const BREAKS = /\n+/g;
 const SINGLE_QUOTE = /'/g;
 /** Runs of line breaks inside a block scalar's trailing breaks that a further line follows. */
@@ -113,8 +116,9 @@ function doubleQuoted(value: string, indent: string, implicitKey: boolean): stri
           i += 2;
         }
         str += indent;
-        // A space after a line break is escaped, or folding would drop it.
-        if (json[i + 2] === ' ') str += '\\';
+        // A space after a line break is escaped, or folding would drop it; a space before the next break is
+        // escaped by the first branch instead (both made an escaped backslash: the yaml package's bug).
+        if (json[i + 2] === ' ' && !(json[i + 3] === '\\' && json[i + 4] === 'n')) str += '\\';
         i += 1;
         start = i + 1;
       }
@@ -144,7 +148,7 @@ function quoted(value: string, indent: string, implicitKey: boolean): string {
 
 /** A multi-line value as a literal block scalar (`|`), with the chomping and indentation indicators it needs. */
 function literalBlock(text: string, indent: string): string {
-  if (TRAILING_BLANK_LINE.test(text)) return quoted(text, indent, false);
+  if (TRAILING_BLANK_LINE.test(text) || BLANKS_ONLY.test(text)) return quoted(text, indent, false);
   let value = text;
   let endStart = value.length;
   for (; endStart > 0; --endStart) {
@@ -266,9 +270,8 @@ function writeMapping(out: Utf8Chunks, object: JsonObject, keys: readonly string
       unsafe || yamlMisreads(key) || FORCES_DOUBLE_QUOTES.test(key)
         ? doubleQuoted(key, inner, true)
         : plainOrOther(key, inner, true);
-    // The limit counts the key as written before its unsafe characters were escaped (the package's order).
-    const explicitKey = keyText.length > MAX_IMPLICIT_KEY;
     if (unsafe) keyText = keyText.replace(RAW_UNSAFE_ALL, escapeRawUnsafe);
+    const explicitKey = keyText.length > MAX_IMPLICIT_KEY;
     out.write(explicitKey ? `? ${keyText}\n${indent}:` : `${keyText}:`);
     writeNode(out, object[key], inner, ' ', explicitKey ? ' ' : `\n${inner}`);
   }
