@@ -1,6 +1,7 @@
 // The code cache's files: whose may be read, which bytes are refused, the atomic bounded write, the config peek.
 import {
   chmodSync,
+  linkSync,
   lstatSync,
   mkdirSync,
   mkdtempSync,
@@ -169,6 +170,26 @@ describe('readCodeCache and writeCodeCache', () => {
         .map((key) => codeCacheFileName(key))
         .sort(),
     );
+  });
+
+  it("a crashed write's temp file of the same pid does not stop the next write (a container's --once is pid 1)", () => {
+    const crashed = path.join(dir, `.${codeCacheFileName(KEY)}.tmp-${process.pid}`);
+    writeFileSync(crashed, 'half a cache', { mode: 0o600 });
+    writeCodeCache(dir, KEY, PAYLOAD);
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ found: PAYLOAD });
+    const now = Date.now();
+    utimesSync(crashed, new Date(now - 3_600_000), new Date(now - 3_600_000));
+    writeCodeCache(dir, KEY, PAYLOAD, now);
+    expect(readdirSync(dir)).toEqual([codeCacheFileName(KEY)]);
+  });
+
+  it('ignores a cache file with another name elsewhere (a hard link): whoever holds that name could change it', () => {
+    writeCodeCache(dir, KEY, PAYLOAD);
+    const elsewhere = path.join(stateDir, 'elsewhere');
+    linkSync(cacheFile(), elsewhere);
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'has 2 links' });
+    rmSync(elsewhere);
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ found: PAYLOAD });
   });
 
   it('a write that fails throws and leaves no temp file', () => {

@@ -1,5 +1,5 @@
 // V8's code cache of the shipped agent bundle: where it lives, whose file may be read, its bytes checked, its atomic write.
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import {
   closeSync,
   constants,
@@ -106,9 +106,10 @@ export function codeCacheDirectory(stateDir: string, euid: number, create: boole
 export type CodeCacheRead = { found: Buffer } | { absent: true } | { ignored: string };
 
 /**
- * The cache for `key` in `dir`: a regular file (never a symlink, never opened blocking) of `euid`'s that no group
- * or other user may write, holding this bundle's and runtime's cache whose checksum matches. V8 itself checks its
- * version and flags but not its payload's checksum (release builds): a flipped byte would be run.
+ * The cache for `key` in `dir`: a regular file (never a symlink, never opened blocking, no other hard link) of
+ * `euid`'s that no group or other user may write, holding this bundle's and runtime's cache whose checksum
+ * matches. V8 itself checks its version and flags but not its payload's checksum (release builds): a flipped
+ * byte would be run.
  */
 export function readCodeCache(dir: string, key: CodeCacheKey, euid: number): CodeCacheRead {
   const file = path.join(dir, codeCacheFileName(key));
@@ -123,6 +124,8 @@ export function readCodeCache(dir: string, key: CodeCacheKey, euid: number): Cod
     if (!stats.isFile()) return { ignored: 'not a regular file' };
     const problem = distrust(stats, euid);
     if (problem !== undefined) return { ignored: problem };
+    // The agent's own cache has one name (a rename made it); another is a name someone else may write through.
+    if (stats.nlink !== 1) return { ignored: `has ${stats.nlink} links` };
     if (stats.size > MAX_CODE_CACHE_BYTES + 4096) return { ignored: 'too large' };
     const bytes = Buffer.allocUnsafe(stats.size);
     let filled = 0;
@@ -177,7 +180,9 @@ export function decodeCodeCache(bytes: Buffer, key: CodeCacheKey): CodeCacheRead
 export function writeCodeCache(dir: string, key: CodeCacheKey, payload: Buffer, now = Date.now()): number {
   if (payload.length > MAX_CODE_CACHE_BYTES) throw new Error(`too large (${payload.length} bytes)`);
   const name = codeCacheFileName(key);
-  const temp = path.join(dir, `.${name}.tmp-${process.pid}`);
+  // Not the pid alone: a crashed write's temp file under a pid that comes again (a container's --once is pid 1
+  // every run) would fail every later write's O_EXCL, and the prune that removes it runs only after a write.
+  const temp = path.join(dir, `.${name}.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
   const bytes = encodeCodeCache(key, payload);
   const fd = openSync(
     temp,
@@ -208,7 +213,7 @@ function pruneCodeCaches(dir: string, key: CodeCacheKey, now: number): void {
   for (const name of readdirSync(dir)) {
     const file = path.join(dir, name);
     try {
-      if (/^\..*\.v8cache\.tmp-\d+$/.test(name)) {
+      if (/^\..*\.v8cache\.tmp-[0-9a-f-]+$/.test(name)) {
         if (now - lstatSync(file).mtimeMs > STALE_TEMP_MS) unlinkSync(file);
       } else if (name.endsWith('.v8cache')) {
         if (!name.startsWith(stem)) unlinkSync(file);
