@@ -409,6 +409,45 @@ describe('ensureDirectories', () => {
     expect(await fs.readFile('/srv/config-agent/a.conf', 'utf8')).toBe('x');
   });
 
+  it('refuses, without restricting it, a stateDir that is shared (sticky or writable by others) or holds entries the agent did not make', async () => {
+    for (const mode of [0o1777, 0o777, 0o1775]) {
+      const { fs, vol } = memfs({ '/var/lib/config-agent/x': '' });
+      vol.chmodSync('/var/lib/config-agent', mode);
+      const error = await rejected(ensureDirectories(fs, config()), ConfigError);
+      expect(error.message).toContain('is a shared directory');
+      expect(await modeOf(fs, '/var/lib/config-agent')).toBe(mode);
+    }
+    const { fs, vol } = memfs({
+      '/var/lib/config-agent/passwd': 'root:x:0:0',
+      '/var/lib/config-agent/state.json': '{}',
+    });
+    vol.chmodSync('/var/lib/config-agent', 0o755);
+    const error = await rejected(ensureDirectories(fs, config()), ConfigError);
+    expect(error.message).toBe(
+      'config directories: stateDir: /var/lib/config-agent is open to others (mode 0755) and holds entries the agent did not make ("passwd"): not restricting it to 0700; give stateDir a directory of its own',
+    );
+    expect(await modeOf(fs, '/var/lib/config-agent')).toBe(0o755);
+  });
+
+  it('still restricts a stateDir holding only what the agent makes there', async () => {
+    const { fs, vol } = memfs({
+      '/var/lib/config-agent/state.json': '{}',
+      '/var/lib/config-agent/state.json.corrupt': 'x',
+      '/var/lib/config-agent/outbox.json.not-regular-1732412345678/x': '',
+      '/var/lib/config-agent/intent.json': '{}',
+      '/var/lib/config-agent/fingerprints.json': '{}',
+      '/var/lib/config-agent/agent.lock': '{}',
+      '/var/lib/config-agent/cache/abc': 'x',
+      '/var/lib/config-agent/cache.not-a-directory-1732412345678': 'x',
+      '/var/lib/config-agent/code-cache/x': 'x',
+      '/var/lib/config-agent/.config-agent.tmp-0123abcd': 'x',
+      '/var/lib/config-agent/lost+found/x': '',
+    });
+    vol.chmodSync('/var/lib/config-agent', 0o755);
+    await ensureDirectories(fs, config());
+    expect(await modeOf(fs, '/var/lib/config-agent')).toBe(0o700);
+  });
+
   it('is idempotent', async () => {
     const { fs } = memfs({ '/etc/x': '' });
     await ensureDirectories(fs, config());

@@ -331,6 +331,7 @@ async function ensureDirectory(
     if (existing !== undefined) {
       if (!existing.isDirectory()) fail(`${dir} exists and is not a directory`);
       if (tighten && (existing.mode & 0o077) !== 0) {
+        await refuseSharedStateDir(fs, dir, existing.mode & 0o7777, fail);
         await fs
           .chmod(dir, mode)
           .catch((error: unknown) =>
@@ -365,6 +366,55 @@ async function ensureDirectory(
   } catch (error) {
     if (error instanceof ConfigError) throw error;
     fail(`cannot create ${dir}: ${describeFsError(error)}`, error);
+  }
+}
+
+/**
+ * The names the agent itself makes in stateDir (store/, cli/code-cache.ts): its state files, their set-aside
+ * copies, the lock, the caches, temp files; `lost+found` for a stateDir that is its own filesystem.
+ */
+const AGENT_STATE_ENTRY =
+  /^(?:\.config-agent\.tmp-.*|(?:state|outbox|intent|fingerprints)\.json(?:\.corrupt|\.not-regular-\d+)?|agent\.lock(?:\.not-regular-\d+)?|cache(?:\.not-a-directory-\d+)?|code-cache|lost\+found)$/;
+
+/** At most this many foreign entries are named when stateDir is refused. */
+const FOREIGN_ENTRIES_NAMED = 5;
+
+/**
+ * A stateDir the agent would have to restrict to 0700 is refused, not restricted, when it is plainly not a
+ * directory of the agent's own: a shared one (sticky or writable by others: `/tmp`, `/var/tmp`, `/dev/shm`), or
+ * one holding entries the agent never makes (`/etc`, a home directory). Restricted, such a directory locked every
+ * other user of the device out of it (`stateDir: "/tmp"` made /tmp 0700 as root: no other program could make a
+ * temp file), and the agent's sweep and state files went into it.
+ */
+async function refuseSharedStateDir(
+  fs: FsPort,
+  dir: string,
+  mode: number,
+  fail: (what: string, error?: unknown) => never,
+): Promise<void> {
+  const shown = formatMode(mode);
+  if ((mode & 0o1002) !== 0) {
+    fail(
+      `${dir} is a shared directory (mode ${shown}): the agent would restrict it to 0700 and lock every other user out; give stateDir a directory of its own`,
+    );
+  }
+  let names: string[];
+  try {
+    names = (await fs.readdir(dir)).map(String);
+  } catch (error) {
+    return fail(`cannot list ${dir}: ${describeFsError(error)}`, error);
+  }
+  const foreign = names.filter((name) => !AGENT_STATE_ENTRY.test(name)).sort();
+  if (foreign.length > 0) {
+    const named = foreign
+      .slice(0, FOREIGN_ENTRIES_NAMED)
+      .map((name) => JSON.stringify(name))
+      .join(', ');
+    const more =
+      foreign.length > FOREIGN_ENTRIES_NAMED ? ` and ${foreign.length - FOREIGN_ENTRIES_NAMED} more` : '';
+    fail(
+      `${dir} is open to others (mode ${shown}) and holds entries the agent did not make (${named}${more}): not restricting it to 0700; give stateDir a directory of its own`,
+    );
   }
 }
 
