@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { HELP_TEXT, parseCliArgs } from './cli/args.js';
 import { ExitCode, exitCodeForStartupError } from './cli/exit-codes.js';
-import type { CommandIo } from './cli/io.js';
+import { type CommandIo, checkedOutput, finishOutput } from './cli/io.js';
 import { errorMessage, UsageError } from './lib/errors.js';
 import { createSecretRegistry } from './lib/secrets.js';
 
@@ -79,11 +79,6 @@ export async function main(argv: readonly string[], io: CommandIo, events: Event
   }
 }
 
-/** Exits once stdout has drained, so piped output is never cut short. */
-function exitAfterFlush(code: number): void {
-  process.stdout.write('', () => process.exit(code));
-}
-
 function isEntryPoint(): boolean {
   const script = process.argv[1];
   if (script === undefined) return false;
@@ -145,13 +140,26 @@ export function runProcess(): void {
   // installs). Anyone allowed to signal the agent (root, its own user: a hook) could open it. A listener of our
   // own keeps Node's from acting (Node 20 and 24).
   process.on('SIGUSR1', () => undefined);
+  const argv = process.argv.slice(2);
+  // The daemon's stdout carries nothing (its logs go to stderr): only the other commands' output is checked.
+  const stdout = runsTheDaemon(argv) ? undefined : checkedOutput(process.stdout, { fd: 1 });
   const io: CommandIo = {
-    stdout: process.stdout,
+    stdout: stdout?.stream ?? process.stdout,
     stderr: process.stderr,
     env: process.env,
     isTty: process.stdout.isTTY === true,
   };
-  const argv = process.argv.slice(2);
+  // Exits once stdout has drained, so piped output is never cut short, and not with 0 when it was not written.
+  const exitAfterFlush = (code: number): void => {
+    if (stdout === undefined) {
+      process.stdout.write('', () => process.exit(code));
+      return;
+    }
+    finishOutput(code, stdout, process.stderr).then(
+      (final) => process.exit(final),
+      () => process.exit(code),
+    );
+  };
   raiseTierUpBudget(argv)
     .then(() => main(argv, io, process))
     .then(exitAfterFlush, (error: unknown) => {
@@ -160,6 +168,14 @@ export function runProcess(): void {
       );
       exitAfterFlush(ExitCode.NotConverged);
     });
+}
+
+function runsTheDaemon(argv: readonly string[]): boolean {
+  try {
+    return parseCliArgs(argv).kind === 'run';
+  } catch {
+    return false;
+  }
 }
 
 if (isEntryPoint()) runProcess();

@@ -98,7 +98,7 @@ describe('HELP_TEXT', () => {
     expect(HELP_TEXT).toContain(text);
   });
 
-  it.each([0, 1, 2, 3, 78])('explains exit code %i', (code) => {
+  it.each([0, 1, 2, 3, 74, 78])('explains exit code %i', (code) => {
     expect(HELP_TEXT).toMatch(new RegExp(`^  ${code} +\\S`, 'm'));
   });
 

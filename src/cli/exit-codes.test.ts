@@ -20,7 +20,14 @@ import {
 
 describe('ExitCode', () => {
   it('keeps the numbers of the contract', () => {
-    expect(ExitCode).toEqual({ Converged: 0, NotConverged: 1, Usage: 2, Unreachable: 3, Config: 78 });
+    expect(ExitCode).toEqual({
+      Converged: 0,
+      NotConverged: 1,
+      Usage: 2,
+      Unreachable: 3,
+      OutputFailed: 74,
+      Config: 78,
+    });
   });
 
   it('has a meaning for every code', () => {
@@ -28,7 +35,7 @@ describe('ExitCode', () => {
       Object.keys(EXIT_CODE_MEANINGS)
         .map(Number)
         .sort((a, b) => a - b),
-    ).toEqual([0, 1, 2, 3, 78]);
+    ).toEqual([0, 1, 2, 3, 74, 78]);
   });
 });
 

@@ -12,6 +12,11 @@ export const ExitCode = {
   Usage: 2,
   /** The server was unreachable, timed out, rejected the API key, or answered what no working service sends. */
   Unreachable: 3,
+  /**
+   * The command's output could not be written to stdout (a full disk, an I/O error, stdout closed) where it would
+   * otherwise have exited 0 (EX_IOERR of sysexits.h). A reader that went away (EPIPE) is not this.
+   */
+  OutputFailed: 74,
   /** Invalid configuration: config file, API key, environment, or an unusable stateDir (EX_CONFIG of sysexits.h). */
   Config: 78,
 } as const;
@@ -26,6 +31,8 @@ export const EXIT_CODE_MEANINGS: Readonly<Record<ExitCode, string>> = {
     'not converged: server reached, but an instance is retrying or failed, or a report is undelivered',
   [ExitCode.Usage]: 'usage error',
   [ExitCode.Unreachable]: 'server unreachable, timed out, API key rejected, or a broken answer (304, 3xx)',
+  [ExitCode.OutputFailed]:
+    'the output could not be written to stdout (full disk, I/O error, stdout closed); otherwise it would be 0',
   [ExitCode.Config]:
     'invalid configuration (config file, API key, environment), or a read-only or unwritable stateDir',
 };
