@@ -90,6 +90,32 @@ describe('findPathAliases', () => {
     expect(await findPathAliases(base, root, ['gone/App.json', 'gone/app.json'])).toEqual(new Map());
   });
 
+  it('a spelling whose lstat fails otherwise than ENOENT (EIO, EACCES) tells nothing either: a retryable DiskError', async () => {
+    await writeFile(path.join(root, 'App.json'), 'a');
+    const base = caseInsensitiveFs(root);
+    const failing = (code: string): FsPort => ({
+      ...base,
+      lstat: (async (p: string) => {
+        if (path.basename(String(p)) === 'app.json') {
+          throw Object.assign(new Error(`${code}: lstat`), { code });
+        }
+        return base.lstat(p);
+      }) as FsPort['lstat'],
+    });
+    // Taken for missing, app.json was no alias of App.json: a retired App.json's unlink would take app.json's file.
+    for (const code of ['EIO', 'EACCES']) {
+      const found = findPathAliases(failing(code), root, ['App.json', 'app.json']);
+      await expect(found).rejects.toMatchObject({ code: 'disk_error', retryable: true, errno: code });
+    }
+    expect(await findPathAliases(failing('ENOENT'), root, ['App.json', 'app.json'])).toEqual(new Map());
+    expect(await findPathAliases(base, root, ['App.json', 'app.json'])).toEqual(
+      new Map([
+        ['App.json', 'App.json'],
+        ['app.json', 'App.json'],
+      ]),
+    );
+  });
+
   it('no alias where the file is on disk under neither spelling (nothing tells yet)', async () => {
     expect(await findPathAliases(caseInsensitiveFs(root), root, ['App.json', 'app.json'])).toEqual(new Map());
   });

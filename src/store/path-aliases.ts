@@ -45,9 +45,10 @@ export interface ObservedIdentity {
  *   `etc/app.json` lstat with two inodes while naming one entry.
  *
  * Costs nothing on disk unless two paths share a fold key (then a few lstats and one readdir per directory).
- * Throws a DiskError (retryable) when such a directory cannot be listed (EMFILE, EIO, EACCES): nothing else tells
- * one file from two, and either guess is wrong somewhere (two files on ext4 taken for one lost a record and were
- * reported `removed` while the file stayed; one file on exFAT taken for two deletes the other instance's).
+ * Throws a DiskError (retryable) when such a directory cannot be listed, or such a path's lstat fails otherwise
+ * than ENOENT (EMFILE, EIO, EACCES): nothing else tells one file from two, and either guess is wrong somewhere
+ * (two files on ext4 taken for one lost a record and were reported `removed` while the file stayed; one file on
+ * exFAT taken for two deletes the other instance's).
  */
 export async function findPathAliases(
   fs: FsPort,
@@ -188,7 +189,8 @@ export class EntryCheck {
       }
       const folded = listing.byFold.get(foldKey(name));
       if (folded === undefined) return;
-      if (!(await this.#exists(here))) {
+      // Not known missing when lstat fails otherwise: `written` then reads the listings anew.
+      if (!(await this.#exists(here).catch(() => true))) {
         this.#absent.add(here);
         return;
       }
@@ -244,12 +246,21 @@ export class EntryCheck {
     return listing === undefined ? (this.#listings.has(relativeDir) ? null : undefined) : listing;
   }
 
+  /**
+   * Whether lstat finds `relative`; a DiskError when it fails otherwise than ENOENT or ENOTDIR (EIO, EACCES): taken
+   * for missing, a spelling of a listed entry would be no alias of it, as with a directory that cannot be listed.
+   */
   async #exists(relative: string): Promise<boolean> {
     try {
       await this.#fs.lstat(path.join(this.#root, relative));
       return true;
-    } catch {
-      return false;
+    } catch (error) {
+      if (errnoCode(error) === 'ENOENT' || errnoCode(error) === 'ENOTDIR') return false;
+      throw new DiskError({
+        operation: 'lstat (to tell two spellings of one name apart)',
+        path: relative,
+        cause: error,
+      });
     }
   }
 
