@@ -1,5 +1,5 @@
 // Direct requests to the service over node:http and node:https: kept-alive connections, a connect timeout, stale connections marked.
-import http, { type IncomingMessage } from 'node:http';
+import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
 import type https from 'node:https';
 import type { Socket } from 'node:net';
 import { markIfStale } from './stale-connection.js';
@@ -9,6 +9,14 @@ import {
   type TransportRequest,
   type TransportResponse,
 } from './transport.js';
+
+/**
+ * node:http's CommonJS exports, not an ES import: on Node 24 an ES module's `import` of a builtin reads every
+ * export, and node:http's lazy `WebSocket`, `CloseEvent` and `MessageEvent` getters then load Node's own bundled
+ * undici with node:http2, node:tls, node:zlib and the web streams (~70 modules): the idle daemon held 8 MiB more
+ * (docs/performance.md "Idle daemon, ninth round"). The CommonJS bundle of `--once` compiles imports to require().
+ */
+const http = process.getBuiltinModule('node:http');
 
 /** How long an idle connection is kept (undici's default; a shorter `Keep-Alive: timeout=` from the server wins). */
 const IDLE_KEEP_MS = 4_000;
@@ -33,7 +41,7 @@ export class HttpTransport implements Transport {
   readonly #options: HttpTransportOptions;
   readonly #keepAlive: boolean;
   readonly #connectTimeoutMs: number;
-  #httpAgent: http.Agent | undefined;
+  #httpAgent: HttpAgent | undefined;
   #httpsAgent: https.Agent | undefined;
   #endpoint: Endpoint | undefined;
 
@@ -75,7 +83,7 @@ export class HttpTransport implements Transport {
   }
 
   /** node:https (and with it node:tls) is loaded only for an https:// service. */
-  #agentFor(secure: boolean): { agent: http.Agent; send: typeof http.request } {
+  #agentFor(secure: boolean): { agent: HttpAgent; send: typeof http.request } {
     const agentOptions = { keepAlive: this.#keepAlive, timeout: IDLE_KEEP_MS };
     if (!secure) {
       this.#httpAgent ??= new http.Agent(agentOptions);

@@ -1,6 +1,6 @@
 // The shipped bundle without a proxy: --once and the ESM chunks never load or initialise undici (api/transport.ts).
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -9,8 +9,9 @@ import { benchFixtures } from '../../bench/lib/fixtures.js';
 import { type BenchWorld, createWorld } from '../../bench/lib/world.js';
 import { bundleCli } from '../../packaging/bundle.mjs';
 
-// At exit: whether node:http2 was loaded (undici's Client requires it at its initialisation, whatever the dispatcher).
-const PROBE = `process.on('exit', () => require('node:fs').writeSync(2, 'HTTP2 ' + process.moduleLoadList.includes('NativeModule http2') + '\\n'));\n`;
+// At exit: whether node:http2 was loaded (undici's Client requires it at its initialisation, whatever the dispatcher),
+// and whether Node's own bundled undici was (node:http's lazy WebSocket getter loads it on Node 22+).
+const PROBE = `process.on('exit', () => require('node:fs').writeSync(2, 'HTTP2 ' + process.moduleLoadList.includes('NativeModule http2') + ' NODE_UNDICI ' + process.moduleLoadList.includes('NativeModule internal/deps/undici/undici') + '\\n'));\n`;
 // Every file of the bundle an ES module import resolves to (main.js and its chunks).
 const HOOKS = `import { writeSync } from 'node:fs';
 export async function resolve(specifier, context, next) {
@@ -23,6 +24,7 @@ const REGISTER = `import { register } from 'node:module';
 register('./hooks.mjs', import.meta.url);
 `;
 
+const REPO = path.resolve(import.meta.dirname, '../..');
 let build: string;
 let dist: string;
 let world: BenchWorld;
@@ -41,10 +43,13 @@ afterAll(async () => {
   rmSync(build, { recursive: true, force: true });
 });
 
-function run(args: string[]): Promise<{ status: number | null; stderr: string }> {
+function run(
+  args: string[],
+  interpreter = process.execPath,
+): Promise<{ status: number | null; stderr: string }> {
   return new Promise((resolve, reject) => {
     // HTTPS_PROXY is set, but the loopback service is http://: never proxied (api/proxy.ts).
-    const child = spawn(process.execPath, [...args, '--once', '--config', world.configPath], {
+    const child = spawn(interpreter, [...args, '--once', '--config', world.configPath], {
       env: { PATH: process.env.PATH, HOME: os.tmpdir(), HTTPS_PROXY: 'http://127.0.0.1:9' },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
@@ -95,5 +100,28 @@ describe('a device without a proxy', () => {
     expect(loaded.some((name) => name.startsWith('chunk-'))).toBe(true);
     expect(loaded).not.toContain(undiciChunks[0]);
     expect(stderr).toContain('HTTP2 false');
+  });
+
+  // On Node 22+ an ES module's import of node:http reads every export, and its lazy WebSocket getter loads Node's own
+  // undici with node:http2, node:tls and node:zlib: ~70 modules and 7 MiB of the idle daemon's RSS on the bundled
+  // Node 24 (docs/performance.md "Idle daemon, ninth round"). The bundled Node 24 is unpacked by `npm run package`,
+  // which .ci/run runs first; this process's Node is used when it is 22 or newer.
+  it("main.js on the bundled Node 24 loads neither Node's own undici nor node:http2", async (ctx) => {
+    const unpacked = path.join(
+      REPO,
+      `dist-pkg/build/node-${process.arch === 'x64' ? 'amd64' : process.arch}/package/bin/node`,
+    );
+    const interpreter = Number.parseInt(process.versions.node, 10) >= 22 ? process.execPath : unpacked;
+    if (!existsSync(interpreter)) {
+      ctx.skip(`no Node 22+ here (${unpacked}: run npm run package)`);
+      return;
+    }
+    const { status, stderr } = await run(
+      ['--require', path.join(build, 'probe.cjs'), path.join(dist, 'main.js')],
+      interpreter,
+    );
+    expect(status, stderr).toBe(0);
+    expect(stderr).toContain('HTTP2 false NODE_UNDICI false');
+    expect(world.server.state.reports.length).toBeGreaterThan(0);
   });
 });
