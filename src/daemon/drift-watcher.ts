@@ -219,9 +219,14 @@ export class DriftWatcher {
     for (const relative of candidates) {
       const managed = this.#options.managedFiles().get(relative);
       if (managed === undefined) continue;
-      const current = await hashRegularFile(this.#options.fs, this.#options.rootDir, relative).catch(
-        () => null,
-      );
+      // A file of another length than the one written is drift: not read to tell (NOT_HASHED).
+      const onlySizes = managed.size === undefined ? {} : { onlySizes: new Set([managed.size]) };
+      const current = await hashRegularFile(
+        this.#options.fs,
+        this.#options.rootDir,
+        relative,
+        onlySizes,
+      ).catch(() => null);
       if (
         current !== undefined &&
         current !== null &&

@@ -286,6 +286,7 @@ describe('applySteps: write', () => {
       mode: FILE_MODE,
       createdDirs: ['etc', 'etc/app'],
       writtenAt: new Date(WALL_START).toISOString(),
+      size: Buffer.byteLength(jsonText({ a: 1 })),
     });
     expect(world.state.instances.get('cfg_1')).toEqual({
       relativePath: 'etc/app/config.json',

@@ -648,7 +648,14 @@ async function removeFile(
     // Hashed in chunks first: a file someone replaced (with gigabytes, say) is never read whole, only one that
     // is still ours, whose bytes a failed swap puts back — and no further than the size hashed: a file grown
     // since reads as changed.
-    const hashed = await hashRegularFile(ctx.fs, ctx.rootDir, step.path).catch(unlessRejected);
+    // A file of another length than the one recorded is not ours: taken as changed unread (NOT_HASHED).
+    const onlySizes = owned?.size === undefined ? undefined : new Set([owned.size]);
+    const hashed = await hashRegularFile(
+      ctx.fs,
+      ctx.rootDir,
+      step.path,
+      onlySizes === undefined ? {} : { onlySizes },
+    ).catch(unlessRejected);
     const changed = (file: { sha256: string } | undefined) =>
       file !== undefined && owned !== undefined && file.sha256 !== owned.sha256;
     const current = changed(hashed)

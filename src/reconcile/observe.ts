@@ -35,23 +35,23 @@ export interface ObserveOptions {
 
 /**
  * For each path, the sizes of the files the pulled instances targeting `deployed` want there: the plan compares
- * an observed file only with those (a write is skipped only when the bytes are equal, so of equal size). A path
- * with an instance whose size is not known yet (content not serialized) is left out: read as before.
+ * an observed file only with those (a write is skipped only when the bytes are equal, so of equal size); a path
+ * only retired instances name gets none (a removal checks its file itself). A path with an instance whose size
+ * is not known yet (content not serialized) is left out: read as before.
  */
 export function wantedSizes(instances: readonly PlanInstance[]): Map<string, Set<number>> {
   const sizes = new Map<string, Set<number>>();
   const unknown = new Set<string>();
   for (const instance of instances) {
-    if (instance.target_status !== 'deployed') continue;
     const at = instance.relative_filepath;
+    if (!sizes.has(at)) sizes.set(at, new Set());
+    if (instance.target_status !== 'deployed') continue;
     const size = 'file' in instance ? (instance.file.data?.length ?? instance.file.size) : undefined;
     if (size === undefined) {
       unknown.add(at);
       continue;
     }
-    const known = sizes.get(at);
-    if (known === undefined) sizes.set(at, new Set([size]));
-    else known.add(size);
+    sizes.get(at)?.add(size);
   }
   for (const at of unknown) sizes.delete(at);
   return sizes;

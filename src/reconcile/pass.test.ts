@@ -624,7 +624,13 @@ describe('runPass: a huge file planted at a managed path', () => {
   it('of another size than the bytes wanted there is not read at all by the observation, and repaired', async () => {
     put({ id: 'cfg_a', content: { v: 1 } });
     put({ id: 'cfg_c', relative_filepath: 'same-size.json', content: { v: 3 } });
+    put({ id: 'cfg_r', relative_filepath: 'retired.json', content: { v: 5 } });
     await pass();
+    // Retired while a local user's sparse file stands at its path: another length than the one written, so not
+    // ours, kept without a read.
+    await writeFile(path.join(world.rootDir, 'retired.json'), '');
+    await truncate(path.join(world.rootDir, 'retired.json'), 64 * 1024 * 1024);
+    world.server.state.removeInstance('cfg_r', T0);
     // A terabyte sparse file took 50 minutes of reading per pass (4 GiB: 12 s on the dev machine): every full
     // pass held the device's other configs back that long. One of the wanted size is still read and compared.
     await writeFile(path.join(world.rootDir, 'cfg_a.json'), '');
@@ -650,6 +656,9 @@ describe('runPass: a huge file planted at a managed path', () => {
     expect(await fileAt('cfg_a.json')).toBe(json({ v: 1 }));
     expect(await fileAt('same-size.json')).toBe(json({ v: 3 }));
     expect(bytesRead.get('cfg_a.json') ?? 0).toBe(0);
+    expect(bytesRead.get('retired.json') ?? 0).toBe(0);
+    expect((await stat(path.join(world.rootDir, 'retired.json'))).size).toBe(64 * 1024 * 1024);
+    expect(result.outcomes.find((o) => o.instanceId === 'cfg_r')?.message).toMatch(/changed by someone else/);
     expect(bytesRead.get('same-size.json')).toBeGreaterThan(0);
     expect(
       result.outcomes

@@ -72,6 +72,7 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
         return [...swapped, ...waiting, recordFailure(ctx, instance, result)];
       }
       const previous = ctx.state.files.get(step.path);
+      const writtenSize = step.data?.length ?? step.size;
       ctx.state.files.set(step.path, {
         instanceId: instance.id,
         sha256: result.sha256,
@@ -79,6 +80,7 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
         createdDirs: [...new Set([...(previous?.createdDirs ?? []), ...result.createdDirs])],
         writtenAt: new Date(ctx.clock.now()).toISOString(),
         ...(result.keptMode === undefined ? {} : { keptMode: result.keptMode }),
+        ...(writtenSize === undefined ? {} : { size: writtenSize }),
       });
       markSucceeded(ctx, instance, 'deployed', step.report);
       const swapped = recordSwapped();

@@ -26,6 +26,12 @@ export const ManagedFile = z.object({
    * mount's fmask): seen on disk, they are `mode` as far as this filesystem goes, not drift.
    */
   keptMode: z.number().int().min(0).max(0o7777).optional(),
+  /**
+   * The file's length as written (absent in records made before it was kept, and for files adopted from a
+   * declaration): a file of another length at the path holds other bytes, so it is not read to tell (a sparse
+   * file of a terabyte took the drift watcher and a removal's check most of an hour).
+   */
+  size: z.number().int().min(0).optional(),
 });
 export type ManagedFile = z.infer<typeof ManagedFile>;
 
