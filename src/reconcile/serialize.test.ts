@@ -148,8 +148,13 @@ describe('YAML output', () => {
 
   const numbers =
     '{"serial":12345678901234567891,"ns":1700000000123456789,"exp":1e5,"neg":-2.5E-3,"big":1e21,"one":1.0,"tiny":5e-324}';
+  /** Tabs inside what would be a plain scalar: PyYAML refuses the whole file when one is written plain. */
+  const TABBED = ['a\tb', 'x\ty z', 'say "a\tb"', "it's\ta", 'k\t1', 'multi\tline\nwith\ttabs\n'];
   const corpus = [
     content(numbers),
+    Object.fromEntries(TABBED.map((value, i) => [`t${i}`, value])) as ConfigContent,
+    Object.fromEntries(TABBED.map((value, i) => [value, i])) as ConfigContent,
+    { list: TABBED, nested: { 'a\tb': [{ 'c\td': 'e\tf' }] } } as ConfigContent,
     Object.fromEntries(UNPRINTABLE.map((value, i) => [`u${i}`, value])) as ConfigContent,
     Object.fromEntries(UNPRINTABLE.map((value, i) => [value, i])) as ConfigContent,
     { '\ufeff': 1, '\ufeffk': 'v' } as ConfigContent,

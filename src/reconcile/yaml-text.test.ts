@@ -60,6 +60,11 @@ function yamlPackageText(content: ConfigContent): string {
         unsafe = true;
         node.type = 'QUOTE_DOUBLE';
       } else if (yamlMisreads(node.value)) node.type = 'QUOTE_DOUBLE';
+      // The one deliberate change: a tab in what would be a plain scalar is quoted (PyYAML refuses it plain),
+      // single-quoted when the string has double quotes and no single ones, as the package picks.
+      else if (node.value.includes('\t') && !node.value.includes('\n')) {
+        node.type = node.value.includes('"') && !node.value.includes("'") ? 'QUOTE_SINGLE' : 'QUOTE_DOUBLE';
+      }
     },
   });
   const text = doc.toString({ indent: 2, lineWidth: 0 });

@@ -193,6 +193,9 @@ function plainOrOther(value: string, indent: string, implicitKey: boolean): stri
   // A top-level key on a line of its own starting a document marker; deeper, the indentation keeps it a key.
   if (implicitKey && indent === INDENT_STEP && DOCUMENT_MARKER.test(value))
     return quoted(value, indent, true);
+  // YAML allows a tab inside a plain scalar, but PyYAML refuses the whole file ("found character '\t' that
+  // cannot start any token"); quoted, every reader takes it. (The yaml package wrote it plain.)
+  if (value.includes('\t')) return quoted(value, indent, implicitKey);
   return value;
 }
 
