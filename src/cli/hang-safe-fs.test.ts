@@ -1,6 +1,6 @@
 // A hung FUSE mount under rootDir must not block the event loop: observation through the daemon's fs port.
 import { type ChildProcess, spawnSync } from 'node:child_process';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -11,7 +11,7 @@ import { createSecretRegistry } from '../lib/secrets.js';
 import { observeDisk } from '../reconcile/observe.js';
 import { FileFingerprints } from '../store/fingerprints.js';
 import { createDeps } from './compose.js';
-import { mountsUnderRootAreLocal } from './hang-safe-fs.js';
+import { hangSafeFs, mountsUnderRootAreLocal } from './hang-safe-fs.js';
 
 const line = (id: number, mountPoint: string, type: string) =>
   `${id} 1 0:${id} / ${mountPoint} rw,relatime shared:${id} - ${type} src rw`;
@@ -36,6 +36,40 @@ describe('mountsUnderRootAreLocal', () => {
     expect(mountsUnderRootAreLocal(fuse, '/srv/other')).toBe(true);
     expect(mountsUnderRootAreLocal('', '/srv/root')).toBe(false);
   });
+});
+
+describe('hangSafeFs: the pool lstat (lstatOrAbsent)', () => {
+  let dir: string | undefined;
+  afterEach(async () => {
+    if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+  });
+
+  it.each([
+    ['local', line(1, '/', 'ext4')],
+    ['behind an nfs mount, where lstatSync is withheld', line(1, '/', 'nfs4')],
+  ])(
+    'on a root %s: Stats for an entry (a symlink not followed), undefined for nothing, the errno error otherwise',
+    async (_name, table) => {
+      dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-poollstat-'));
+      await writeFile(path.join(dir, 'file'), 'x');
+      await symlink('/nowhere', path.join(dir, 'link'));
+      const fs = await hangSafeFs(
+        dir,
+        { monotonic: () => 0 },
+        {
+          realpath: async (file) => file,
+          mountinfo: async () => table,
+        },
+      );
+      const lstatOrAbsent = fs.lstatOrAbsent!;
+      expect((await lstatOrAbsent(path.join(dir, 'file')))?.isFile()).toBe(true);
+      expect((await lstatOrAbsent(path.join(dir, 'link')))?.isSymbolicLink()).toBe(true);
+      expect(await lstatOrAbsent(path.join(dir, 'missing'))).toBeUndefined();
+      expect(await lstatOrAbsent(path.join(dir, 'missing', 'deeper'))).toBeUndefined();
+      const error = await lstatOrAbsent(path.join(dir, 'file', 'below')).catch((e: unknown) => e);
+      expect((error as { code?: string }).code).toBe('ENOTDIR');
+    },
+  );
 });
 
 describe.runIf(canMountFuse)('a hung FUSE mount under rootDir', () => {

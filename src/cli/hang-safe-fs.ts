@@ -1,5 +1,5 @@
-// The fs port's synchronous lstat, offered only while no mount at or under rootDir can hang (network, FUSE).
-import { lstatSync } from 'node:fs';
+// The fs port: the synchronous lstat only while no mount at or under rootDir can hang (network, FUSE); a quiet pool lstat always.
+import { lstat, lstatSync, type Stats } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import type { Clock } from '../lib/clock.js';
@@ -105,7 +105,7 @@ export async function hangSafeFs(
     return checking;
   };
   await check();
-  const fs: FsPort = { ...nodeFs };
+  const fs: FsPort = { ...nodeFs, lstatOrAbsent };
   Object.defineProperty(fs, 'lstatSync', {
     enumerable: true,
     get() {
@@ -124,4 +124,19 @@ function unescapeMountPath(value: string): string {
   return value.replace(/\\([0-7]{3})/g, (_all, octal: string) =>
     String.fromCharCode(Number.parseInt(octal, 8)),
   );
+}
+
+/**
+ * lstat through the thread pool (hang-safe whatever the mount), undefined for ENOENT. node:fs's callback API
+ * builds its errno error from the pool's completion, with no JavaScript frames to capture: a first sync's
+ * absent paths cost no captured stack each, unlike the promise API's rejections.
+ */
+function lstatOrAbsent(file: string): Promise<Stats | undefined> {
+  return new Promise((resolve, reject) => {
+    lstat(file, (error, stats) => {
+      if (error === null) resolve(stats);
+      else if (error.code === 'ENOENT') resolve(undefined);
+      else reject(error);
+    });
+  });
 }

@@ -1,5 +1,5 @@
 // The slice of node:fs/promises the agent uses; node's and memfs's promise APIs both satisfy it.
-import type { BigIntStats } from 'node:fs';
+import type { BigIntStats, Stats } from 'node:fs';
 import type * as fsp from 'node:fs/promises';
 
 export type FsPort = Pick<
@@ -23,6 +23,13 @@ export type FsPort = Pick<
    * `lstat` is used; tests that inject faults into `lstat` leave this out.
    */
   lstatSync?: (file: string, options: { bigint: true; throwIfNoEntry: false }) => BigIntStats | undefined;
+  /**
+   * Optional: lstat through the thread pool that answers undefined where nothing is (ENOENT) and rejects with the
+   * errno error otherwise, whose Error carries no JavaScript stack (node:fs's callback lstat). The writer's path
+   * checks use it in preference to `lstatSync`: while the pool creates files in a directory, a synchronous
+   * lookup of a new name there waits on the kernel's directory lock on the calling thread (store/path-guard.ts).
+   */
+  lstatOrAbsent?: (file: string) => Promise<Stats | undefined>;
   /**
    * Optional: the size of the filesystem holding a path (node:fs/promises's statfs), to tell a write that can
    * never fit (larger than the whole filesystem) from one waiting for space (reconcile/apply.ts).

@@ -234,6 +234,60 @@ describe('resolveInsideRoot with the port’s synchronous lstat (absent paths kn
   });
 });
 
+describe('resolveInsideRoot with the port’s pool lstat (lstatOrAbsent: absence without a synchronous call)', () => {
+  /** memfs's lstat as `lstatOrAbsent`; the port's other two throw, so every answer comes through the pool one. */
+  function withPoolLstat(files: Record<string, string>): { fs: FsPort; vol: Volume } {
+    const { fs, vol } = memfs(files);
+    const lstatOrAbsent: NonNullable<FsPort['lstatOrAbsent']> = async (file) => {
+      try {
+        return await fs.lstat(file);
+      } catch (error) {
+        if ((error as { code?: string }).code === 'ENOENT') return undefined;
+        throw error;
+      }
+    };
+    const unused = () => {
+      throw new Error('neither other lstat is to be used when the pool one is offered');
+    };
+    return {
+      fs: { ...fs, lstatOrAbsent, lstatSync: unused, lstat: unused as unknown as FsPort['lstat'] },
+      vol,
+    };
+  }
+
+  it('gives the same answers as without it', async () => {
+    const { fs, vol } = withPoolLstat({
+      '/srv/root/etc/app.conf': 'x',
+      '/srv/root/file': 'x',
+      '/outside/f': 'y',
+    });
+    vol.symlinkSync('/outside', '/srv/root/out');
+    vol.symlinkSync('/outside/f', '/srv/root/etc/link.conf');
+    expect(await resolveInsideRoot(fs, '/srv/root', 'etc/app.conf')).toBe('/srv/root/etc/app.conf');
+    expect(await resolveInsideRoot(fs, '/srv/root', 'etc/new.conf')).toBe('/srv/root/etc/new.conf');
+    expect(await resolveInsideRoot(fs, '/srv/root', 'a/b/c/d.conf')).toBe('/srv/root/a/b/c/d.conf');
+    expect(await resolveRule(fs, '/srv/root', 'out/new/deeper.conf')).toBe('crosses_symlink');
+    expect(await resolveRule(fs, '/srv/root', 'etc/link.conf')).toBe('crosses_symlink');
+    expect(await resolveRule(fs, '/srv/root', 'file/x.conf')).toBe('not_a_directory');
+    expect(await resolveRule(fs, '/srv/root', 'etc')).toBe('target_is_directory');
+  });
+
+  it('a failure other than absence is a DiskError with its errno and the relative path', async () => {
+    const { fs } = withPoolLstat({ '/srv/root/etc/app.conf': 'x' });
+    const port: FsPort = {
+      ...fs,
+      lstatOrAbsent: async (file) => {
+        if (file.endsWith('app.conf')) throw Object.assign(new Error('EIO: i/o error'), { code: 'EIO' });
+        return fs.lstatOrAbsent!(file);
+      },
+    };
+    const error = await resolveInsideRoot(port, '/srv/root', 'etc/app.conf').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DiskError);
+    expect((error as DiskError).errno).toBe('EIO');
+    expect((error as DiskError).message).toContain('etc/app.conf');
+  });
+});
+
 describe('validateRelativePath: the printable-ASCII shortcut', () => {
   /** The rules as written before the shortcut: every check on every path. */
   function referenceRule(relativePath: string): PathRule | undefined {

@@ -132,12 +132,25 @@ export interface PathInspection {
   stableParent: boolean;
 }
 
-/** lstat that maps ENOENT to undefined and every other failure to DiskError. */
+/**
+ * lstat that maps ENOENT to undefined and every other failure to DiskError. Through the port's `lstatOrAbsent`
+ * when it has one (production): on the event loop, a lookup of a name not yet in a directory where the thread
+ * pool is creating files waited on the directory's lock, ~230 ms of a first sync of 1,000 under strace
+ * (docs/performance.md "First sync, eighth round").
+ */
 export async function lstatOrUndefined(
   fs: FsPort,
   absolute: string,
   relativeForErrors: string,
 ): Promise<Stats | undefined> {
+  const { lstatOrAbsent } = fs;
+  if (lstatOrAbsent !== undefined) {
+    try {
+      return await lstatOrAbsent(absolute);
+    } catch (error) {
+      throw new DiskError({ operation: 'lstat', path: relativeForErrors, cause: error });
+    }
+  }
   if (absentNow(fs, absolute)) return undefined;
   try {
     return await fs.lstat(absolute);
@@ -148,7 +161,7 @@ export async function lstatOrUndefined(
 }
 
 /**
- * An absent path is the common case of a first sync (every file, and each new directory's first file), and node's
+ * Without the port's `lstatOrAbsent`: an absent path is the common case of a first sync (every file, and each new directory's first file), and node's
  * promise lstat rejects it with an Error whose stack it captures: ~2 KiB of garbage each, 46 MiB over a first
  * sync of 10,000 (docs/performance.md "Memory, fourth round"). The port's synchronous lstat, when there is one
  * (only while rootDir's mounts cannot hang: cli/hang-safe-fs.ts), answers undefined instead; a path that exists is lstat'ed again for its Stats, and any failure of the
