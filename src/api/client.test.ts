@@ -2,6 +2,7 @@
 import { getEventListeners } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
 import { inspect } from 'node:util';
 import { Agent } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -20,6 +21,7 @@ import {
 } from './errors.js';
 import { isJsonContentFile } from './json-file.js';
 import type { ConfigInstance } from './schemas.js';
+import type { Transport, TransportResponse } from './transport.js';
 
 const API_KEY = 'sk-unit-test-0123456789abcdef';
 const T0 = '2025-01-01T00:00:00Z';
@@ -765,5 +767,89 @@ describe('listConfigInstancePage: a page read as bytes, its items judged one by 
       expect(page.items.at(2)).not.toBe(third);
       expect(page.items.at(3)).toBeUndefined();
     }
+  });
+});
+
+describe('reading a body (its chunks by events: every way a body ends)', () => {
+  /** A transport answering 200 with `body()`'s stream, declaring `declared` bytes when given. */
+  function answering(body: () => Readable, declared?: number): Transport {
+    return {
+      request: async (): Promise<TransportResponse> => ({
+        statusCode: 200,
+        headers: {
+          'content-type': 'application/json',
+          ...(declared === undefined ? {} : { 'content-length': String(declared) }),
+        },
+        body: body(),
+      }),
+      close: async () => undefined,
+      destroy: async () => undefined,
+    };
+  }
+  const text = JSON.stringify(device('dev_1'));
+  const viaTransport = (transport: Transport, maxResponseBytes = 1_000_000) =>
+    createClient({
+      baseUrl: 'http://127.0.0.1:9',
+      apiKey: API_KEY,
+      timeoutMs: PATIENCE_MS,
+      maxResponseBytes,
+      transport,
+    });
+
+  it('chunks of a declared and of an undeclared length, and a body already at its end', async () => {
+    const pieces = () =>
+      Readable.from([text.slice(0, 10), text.slice(10, 50), text.slice(50)].map((p) => Buffer.from(p)));
+    expect((await viaTransport(answering(pieces, Buffer.byteLength(text))).getDevice('dev_1')).id).toBe(
+      'dev_1',
+    );
+    expect((await viaTransport(answering(pieces)).getDevice('dev_1')).id).toBe('dev_1');
+    const ended = () => {
+      const body = new Readable({ read() {} });
+      body.push(null);
+      body.resume();
+      return body;
+    };
+    // An empty body is no device: the answer is malformed, not a hang.
+    expect(await failure(viaTransport(answering(ended)).getDevice('dev_1'))).toBeInstanceOf(
+      MalformedResponseError,
+    );
+  });
+
+  it('closed before its end without an error: a retryable network error (premature close), not a hang', async () => {
+    const cut = () => {
+      const body = new Readable({ read() {} });
+      body.push(Buffer.from(text.slice(0, 20)));
+      setImmediate(() => body.destroy());
+      return body;
+    };
+    const error = await failure(viaTransport(answering(cut, Buffer.byteLength(text))).getDevice('dev_1'));
+    expect(error).toBeInstanceOf(NetworkError);
+    expect((error as NetworkError).message).toContain('ERR_STREAM_PREMATURE_CLOSE');
+    expect(isRetryableError(error)).toBe(true);
+  });
+
+  it('an error from the body fails the request with it; over the cap the body is destroyed', async () => {
+    const broken = () => {
+      const body = new Readable({ read() {} });
+      body.push(Buffer.from(text.slice(0, 20)));
+      setImmediate(() => body.destroy(Object.assign(new Error('reset'), { code: 'ECONNRESET' })));
+      return body;
+    };
+    const error = await failure(viaTransport(answering(broken)).getDevice('dev_1'));
+    expect(error).toBeInstanceOf(NetworkError);
+    expect((error as NetworkError).message).toContain('ECONNRESET');
+    let big: Readable | undefined;
+    const endless = () => {
+      big = new Readable({
+        read() {
+          this.push(Buffer.alloc(1024, 0x20));
+        },
+      });
+      return big;
+    };
+    expect(await failure(viaTransport(answering(endless), 10_000).getDevice('dev_1'))).toBeInstanceOf(
+      ResponseTooLargeError,
+    );
+    expect(big?.destroyed).toBe(true);
   });
 });

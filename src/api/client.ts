@@ -310,6 +310,63 @@ function discard(body: Readable): void {
 }
 
 /**
+ * Hands `body`'s chunks to `take` as they come, until it ends or `take` returns true (the body is then destroyed,
+ * as a `for await` that breaks destroys it). Rejects with the stream's error, with ERR_STREAM_PREMATURE_CLOSE when
+ * it closes before its end, or with what `take` threw (the body destroyed). Listeners instead of `for await`:
+ * its async iterator and end-of-stream watch cost ~10 µs of CPU per response, ~1,000 report answers a first sync.
+ */
+function eachChunk(body: Readable, take: (chunk: Buffer) => boolean): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const settle = (error: unknown, stop: boolean) => {
+      if (settled) return;
+      settled = true;
+      body.off('data', onData);
+      body.off('end', onEnd);
+      body.off('close', onClose);
+      if (stop) body.destroy();
+      if (error === undefined) resolve();
+      else reject(error);
+    };
+    const onData = (chunk: Buffer) => {
+      let stop: boolean;
+      try {
+        stop = take(chunk);
+      } catch (error) {
+        settle(error, true);
+        return;
+      }
+      if (stop) settle(undefined, true);
+    };
+    const onEnd = () => settle(undefined, false);
+    // Stays attached: an error after the read settled has nobody else to hear it.
+    const onError = (error: unknown) => settle(error, false);
+    const onClose = () => {
+      if (!body.readableEnded) {
+        settle(prematureClose(), false);
+      }
+    };
+    if (body.readableEnded) {
+      resolve();
+      return;
+    }
+    if (body.destroyed) {
+      reject(body.errored ?? prematureClose());
+      return;
+    }
+    body.on('error', onError);
+    body.on('end', onEnd);
+    body.on('close', onClose);
+    body.on('data', onData);
+  });
+}
+
+/** What a `for await` over a stream throws when it closes before its end without an error. */
+function prematureClose(): Error {
+  return Object.assign(new Error('Premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' });
+}
+
+/**
  * The body, or TooLarge carrying its first bytes once it passes `maxBytes` (also when undici's own
  * maxResponseSize stops it first): a too-large page of one item is named by the id in those bytes. With the
  * length the response declared, the bytes go straight into one buffer of that size: a large page is never held
@@ -331,11 +388,11 @@ async function readCapped(
   let scanning = false;
   const prefix = () => Buffer.concat(chunks, total).subarray(0, TOO_LARGE_PREFIX_BYTES);
   try {
-    for await (const chunk of body as AsyncIterable<Buffer>) {
+    // Each chunk as it comes; true stops the read (the body is then destroyed).
+    await eachChunk(body, (chunk) => {
       if (scanning && scan !== undefined) {
         total += chunk.length;
-        if (scanOn(scan, chunk, total - chunk.length)) break;
-        continue;
+        return scanOn(scan, chunk, total - chunk.length);
       }
       if (whole !== undefined && total + chunk.length > whole.length) {
         // More than declared: the HTTP parser refuses that itself; until it does, the bytes are gathered as they come.
@@ -345,7 +402,7 @@ async function readCapped(
       if (whole !== undefined) {
         chunk.copy(whole, total);
         total += chunk.length;
-        continue;
+        return false;
       }
       if (total + chunk.length > maxBytes) {
         if (scan !== undefined) {
@@ -353,8 +410,7 @@ async function readCapped(
           for (const seen of chunks) scan.scanner.feed(seen);
           chunks.length = 0;
           total += chunk.length;
-          if (scanOn(scan, chunk, total - chunk.length)) break;
-          continue;
+          return scanOn(scan, chunk, total - chunk.length);
         }
         chunks.push(chunk.subarray(0, Math.max(0, TOO_LARGE_PREFIX_BYTES - total)));
         total += Math.min(chunk.length, Math.max(0, TOO_LARGE_PREFIX_BYTES - total));
@@ -363,7 +419,8 @@ async function readCapped(
       }
       total += chunk.length;
       chunks.push(chunk);
-    }
+      return false;
+    });
   } catch (error) {
     // The status (a 2xx) settled the report: a scan cut short (the deadline, the connection) reads what it saw.
     if (scanning && scan !== undefined) throw new TooLarge(scan.scanner.skeleton());

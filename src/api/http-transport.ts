@@ -100,7 +100,11 @@ export class HttpTransport implements Transport {
     const { agent, send } = this.#agentFor(endpoint.secure);
     const headers: Record<string, string> = { ...request.headers };
     if (request.body !== null) headers['content-length'] = String(Buffer.byteLength(request.body));
+    const { signal } = request;
     return new Promise((resolve, reject) => {
+      // The signal is not handed to node:http (its `signal` option costs an end-of-stream watch of the request
+      // per request): one listener destroys the request as node's would, with the same AbortError, until the
+      // request closes (its response read, or failed).
       const req = send({
         hostname: endpoint.hostname,
         port: endpoint.port,
@@ -108,8 +112,13 @@ export class HttpTransport implements Transport {
         method: request.method,
         headers,
         agent,
-        signal: request.signal,
       });
+      const onAbort = () => req.destroy(abortError(signal.reason));
+      if (signal.aborted) onAbort();
+      else {
+        signal.addEventListener('abort', onAbort, { once: true });
+        req.once('close', () => signal.removeEventListener('abort', onAbort));
+      }
       let response: IncomingMessage | undefined;
       /** A request was written on the socket and no byte of its response has been read yet. */
       let awaitingResponse = true;
@@ -148,4 +157,11 @@ export class HttpTransport implements Transport {
       req.end(request.body ?? undefined);
     });
   }
+}
+
+/** The error node:http destroys a request with when its `signal` aborts (AbortError, ABORT_ERR, the reason as cause). */
+function abortError(reason: unknown): Error {
+  const error = new Error('The operation was aborted', { cause: reason });
+  error.name = 'AbortError';
+  return Object.assign(error, { code: 'ABORT_ERR' });
 }

@@ -1,0 +1,94 @@
+// The node:http transport's abort: the request's signal ends the request and the body being read, and no listener stays on it.
+import { getEventListeners } from 'node:events';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { HttpTransport } from './http-transport.js';
+import type { TransportRequest } from './transport.js';
+
+const servers: http.Server[] = [];
+afterEach(async () => {
+  for (const server of servers.splice(0)) {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
+async function serve(handler: http.RequestListener): Promise<string> {
+  const server = http.createServer(handler);
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+function request(origin: string, signal: AbortSignal): TransportRequest {
+  return { origin, path: '/x', method: 'GET', headers: {}, body: null, signal };
+}
+
+async function readAll(body: NodeJS.ReadableStream): Promise<string> {
+  let text = '';
+  for await (const chunk of body) text += String(chunk);
+  return text;
+}
+
+describe('HttpTransport and the request signal', () => {
+  it('a complete answer, then another: no listener is left on either signal', async () => {
+    const origin = await serve((_req, res) => res.end('{"ok":true}'));
+    const transport = new HttpTransport({ timeoutMs: 5_000 });
+    for (let i = 0; i < 2; i += 1) {
+      const controller = new AbortController();
+      const response = await transport.request(request(origin, controller.signal));
+      expect(await readAll(response.body)).toBe('{"ok":true}');
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    }
+    await transport.destroy();
+  });
+
+  it('an abort after the head fails the body being read, with the reason as its cause', async () => {
+    const origin = await serve((_req, res) => {
+      res.writeHead(200, { 'content-length': '100' });
+      res.write('{"partial":');
+    });
+    const transport = new HttpTransport({ timeoutMs: 5_000 });
+    const controller = new AbortController();
+    const response = await transport.request(request(origin, controller.signal));
+    const reading = readAll(response.body).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    const reason = new Error('deadline');
+    controller.abort(reason);
+    const error = (await reading) as Error & { code?: string };
+    expect(error).toBeInstanceOf(Error);
+    expect(error.name).toBe('AbortError');
+    expect(error.code).toBe('ABORT_ERR');
+    expect(error.cause).toBe(reason);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    await transport.destroy();
+  });
+
+  it('an abort before any answer rejects the request; an already aborted signal too', async () => {
+    const origin = await serve(() => {});
+    const transport = new HttpTransport({ timeoutMs: 5_000 });
+    const controller = new AbortController();
+    const pending = transport.request(request(origin, controller.signal)).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    const reason = new Error('stopped');
+    controller.abort(reason);
+    const error = (await pending) as Error;
+    expect(error.name).toBe('AbortError');
+    expect(error.cause).toBe(reason);
+    const early = (await transport.request(request(origin, AbortSignal.abort(reason))).then(
+      () => undefined,
+      (e: unknown) => e,
+    )) as Error;
+    expect(early.name).toBe('AbortError');
+    expect(early.cause).toBe(reason);
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    await transport.destroy();
+  });
+});
