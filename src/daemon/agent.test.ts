@@ -1,18 +1,22 @@
 // AgentDaemon's timing policy and lifecycle: a fake clock and a scripted PassRunner record every wait and pass mode.
-import { mkdtemp, rm } from 'node:fs/promises';
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { Volume } from 'memfs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { memfsPort } from '../../test/helpers/memfs.js';
-import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
+import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { callAgent } from '../cli/local-client.js';
 import { parseAgentConfig } from '../config/load.js';
 import type { Clock } from '../lib/clock.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
 import { createLogger, type Logger, silentLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import type { PassError, PassMode, PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
+import { ContentCache } from '../store/content-cache.js';
 import { emptyState } from '../store/state.js';
 import { AgentDaemon } from './agent.js';
 import { LocalApiServer } from './local-api.js';
@@ -170,6 +174,7 @@ interface Agent {
 }
 
 const started: AgentDaemon<ScriptedRunner>[] = [];
+const realFs = nodeFs as unknown as FsPort;
 
 afterEach(async () => {
   await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
@@ -643,5 +648,82 @@ describe('AgentDaemon: stop', () => {
     expect(reconciler.modes).toEqual(['full', 'incremental']);
     expect(reconciler.lifecycle).toEqual(['flush after 2 passes', 'close']);
     expect(clock.sleeps).toHaveLength(2);
+  });
+});
+
+describe('AgentDaemon: the drift watcher after a pass', () => {
+  it('hands the managed set over: a file a pass wrote below a directory left unwatched at the cap is restored', async () => {
+    const base = await mkdtemp(path.join(os.tmpdir(), 'config-agent-handover-'));
+    try {
+      const rootDir = path.join(base, 'root');
+      const stateDir = path.join(base, 'state');
+      // 30 foreign directories, a cap of 10: listed in name order, j010 to j029 are left unwatched.
+      for (let n = 0; n < 30; n += 1)
+        await mkdir(path.join(rootDir, `j${String(n).padStart(3, '0')}`), { recursive: true });
+      const original = '{"managed":true}\n';
+      await new ContentCache(realFs, stateDir).put(Buffer.from(original));
+      const sortedFs = {
+        ...realFs,
+        readdir: async (dir: string, options: { withFileTypes: true }) =>
+          (await nodeFs.readdir(dir, options)).sort((a, b) => a.name.localeCompare(b.name)),
+      } as unknown as FsPort;
+      const config = parseAgentConfig(
+        {
+          deviceId: 'dvc_unit',
+          server: { baseUrl: 'https://dcds.example.com' },
+          rootDir,
+          stateDir,
+          poll: { intervalSeconds: INTERVAL_MS / 1000, jitterRatio: JITTER, fullResyncSeconds: 600 },
+          drift: 'restore',
+        },
+        'agent.test',
+      );
+      const clock = new FakeClock();
+      const reconciler = new ScriptedRunner();
+      const daemon = new AgentDaemon({
+        deps: { fs: sortedFs, clock, random: () => 1, logger: silentLogger() },
+        config,
+        runner: reconciler,
+        metrics: new AgentMetrics({ deviceId: config.deviceId }),
+        hookEnv: {},
+        scrub: (text) => text,
+        driftDirectories: { maxDirectories: 10 },
+      });
+      started.push(daemon);
+      const agent: Agent = { daemon, clock, reconciler, random: 1 };
+      await daemon.start();
+      await settle(() => clock.sleeps.length === 1, 'the boot wait');
+
+      // A pass writes a new managed file below j025, which no watch sees.
+      reconciler.script({ reachable: true, hold: true });
+      clock.sleeps.at(-1)?.release();
+      await settle(() => reconciler.holding, 'the pass running');
+      const relative = 'j025/new/app.json';
+      await mkdir(path.join(rootDir, 'j025/new'));
+      await writeFile(path.join(rootDir, relative), original, { mode: 0o644 });
+      reconciler.state.files.set(relative, {
+        instanceId: 'cfg_1',
+        sha256: sha256Hex(Buffer.from(original)),
+        mode: 0o644,
+        createdDirs: [],
+        writtenAt: '2030-06-01T12:00:00.000Z',
+      });
+      reconciler.finishHeldPass();
+      // The handover walks the real directories: real time, not turns of the event loop.
+      await waitFor(() => clock.sleeps.length === 2 || undefined, PATIENCE_MS, {
+        what: 'the wait after the pass',
+      });
+      expect(agent.reconciler.modes).toEqual(['full']);
+
+      await writeFile(path.join(rootDir, relative), '{"managed":false}\n');
+      await waitFor(
+        async () => ((await readFile(path.join(rootDir, relative), 'utf8')) === original ? true : undefined),
+        PATIENCE_MS,
+        { what: `${relative} restored` },
+      );
+    } finally {
+      await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
+      await rm(base, { recursive: true, force: true });
+    }
   });
 });

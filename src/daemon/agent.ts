@@ -7,7 +7,7 @@ import type { Logger } from '../lib/logger.js';
 import type { InstanceOutcome, PassMode, PassResult, PassRunner } from '../reconcile/pass-runner.js';
 import { DiskError } from '../store/errors.js';
 import type { InstanceRecord } from '../store/state.js';
-import { DriftWatcher } from './drift-watcher.js';
+import { DriftWatcher, type DriftWatcherOptions } from './drift-watcher.js';
 import { runHooks } from './hooks.js';
 import type { HealthReport } from './local-api.js';
 import { type AgentMetrics, writeMetricsTextfile } from './metrics.js';
@@ -38,6 +38,8 @@ export interface AgentComponents<R extends PassRunner = PassRunner> {
   scrub: (text: string) => string;
   /** Why a hook's program may not run now (another user could change it), asked before each run. */
   vetHookProgram?: (program: string) => Promise<string | undefined>;
+  /** The drift watcher's watch cap and `fs.watch` (tests stand in for a flood at a small cap); defaults otherwise. */
+  driftDirectories?: DriftWatcherOptions['directories'];
 }
 
 export interface AgentStatus {
@@ -419,6 +421,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       logger: c.deps.logger.child({ component: 'drift' }),
       managedFiles: () => this.#c.runner.state.files,
       passes: this.#runner,
+      ...(c.driftDirectories === undefined ? {} : { directories: c.driftDirectories }),
       // Restores come from the content cache, not a pass: a local drift fight costs the service nothing.
       restore: {
         stateDir: c.config.stateDir,

@@ -1,10 +1,11 @@
 // The directory watcher's bound: a local process making directories under rootDir without end cannot grow the agent with them.
 import { watch } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
+import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { DirectoryWatcher } from './directory-watcher.js';
 
 let dir: string;
@@ -85,6 +86,50 @@ it("at the kernel's inotify limit (watch throws ENOSPC): tells it once, raises n
     expect(watcher.size).toBe(4);
     expect(limits).toEqual([4]);
     expect(errors).toEqual([]);
+  } finally {
+    watcher.close();
+  }
+});
+
+it('watches the directories left out at the cap at the next refresh once watched ones went away, up to the cap again', async () => {
+  // 30 directories listed in name order with a cap of 10: d00–d09 watched, d10–d29 left out.
+  for (let n = 0; n < 30; n += 1) await mkdir(path.join(dir, `d${String(n).padStart(2, '0')}`));
+  const sortedFs = {
+    ...nodeFs,
+    readdir: async (dirPath: string, options: { withFileTypes: true }) =>
+      (await nodeFs.readdir(dirPath, options)).sort((a, b) => a.name.localeCompare(b.name)),
+  } as unknown as ConstructorParameters<typeof DirectoryWatcher>[0]['fs'];
+  const changes = new Set<string>();
+  const watcher = new DirectoryWatcher({
+    fs: sortedFs,
+    rootDir: dir,
+    onChange: (file) => changes.add(file),
+    onError: () => undefined,
+    maxDirectories: 10,
+  });
+  /** A file made in `name`, reported by the watcher (or not, within a bound that only ends a failing wait). */
+  const seen = async (name: string): Promise<boolean> => {
+    const file = path.join(dir, name, 'probe');
+    await writeFile(file, 'x');
+    for (let turn = 0; turn < 200 && !changes.has(file); turn += 1)
+      await new Promise((r) => setTimeout(r, 10));
+    return changes.has(file);
+  };
+  try {
+    await watcher.start();
+    expect(watcher.size).toBe(11);
+    for (let n = 0; n < 10; n += 1) await rm(path.join(dir, `d0${n}`), { recursive: true });
+    await waitFor(() => watcher.size === 1 || undefined, PATIENCE_MS, { what: 'd00–d09 unwatched' });
+    // A later refresh (the drift watcher's after each pass) watches d10–d19; d20–d29 wait for more room.
+    await watcher.setPriority(new Set());
+    expect(watcher.size).toBe(11);
+    expect(await seen('d15')).toBe(true);
+    await rm(path.join(dir, 'd10'), { recursive: true });
+    for (let turn = 0; turn < 400 && watcher.size > 10; turn += 1)
+      await new Promise((r) => setTimeout(r, 10));
+    await watcher.setPriority(new Set());
+    expect(watcher.size).toBe(11);
+    expect(await seen('d20')).toBe(true);
   } finally {
     watcher.close();
   }

@@ -81,6 +81,11 @@ export class DirectoryWatcher {
   #priority: ReadonlySet<string> = new Set();
   /** A priority directory went unwatched for want of kernel watches: retried when a watch is freed. */
   #priorityMissed = false;
+  /** Another directory went unwatched for want of room (the cap or the kernel's limit): looked for again by
+   * `setPriority` once there is room. */
+  #othersMissed = false;
+  /** The kernel refused a watch (ENOSPC) and none of ours was freed since: walking for room would find none. */
+  #kernelFull = false;
   #started = false;
   #closed = false;
   #limitTold = false;
@@ -103,7 +108,8 @@ export class DirectoryWatcher {
   /**
    * The directories always watched (absolute paths, `directoriesHolding`): any not watched yet is watched now
    * (and reported to `onChange`, its entries may have changed unseen); those no longer in it count against the
-   * cap again, the oldest given up past it.
+   * cap again, the oldest given up past it. Then, when directories were left unwatched for want of room and
+   * room has come back since (watched ones removed), the tree is walked again to watch them, up to the cap.
    */
   async setPriority(dirs: ReadonlySet<string>): Promise<void> {
     this.#priority = dirs;
@@ -114,6 +120,10 @@ export class DirectoryWatcher {
     }
     while (this.#others.size > this.#maxOthers()) this.#dropOther();
     await this.#watchPriority(true);
+    if (this.#othersMissed && this.#roomForOthers() && !this.#closed) {
+      this.#othersMissed = false;
+      await this.#watchBelow(this.#options.rootDir, true);
+    }
   }
 
   close(): void {
@@ -141,6 +151,7 @@ export class DirectoryWatcher {
     }
     const priority = this.#isPriority(dir);
     if (!priority && this.#others.size >= this.#maxOthers()) {
+      this.#othersMissed = true;
       this.#tellLimit();
       return false;
     }
@@ -154,9 +165,11 @@ export class DirectoryWatcher {
       } catch (error) {
         if (rethrow) throw error;
         if ((error as NodeJS.ErrnoException | undefined)?.code === 'ENOSPC') {
+          this.#kernelFull = true;
           // The kernel's watches are used up: a priority directory takes another's (closing a watch frees it at once).
           if (priority && this.#dropOther()) continue;
           if (priority) this.#priorityMissed = true;
+          else this.#othersMissed = true;
           this.#tellLimit();
           return false;
         }
@@ -178,6 +191,10 @@ export class DirectoryWatcher {
     return dir === this.#options.rootDir || this.#priority.has(dir);
   }
 
+  #roomForOthers(): boolean {
+    return this.#others.size < this.#maxOthers() && !this.#kernelFull;
+  }
+
   #maxOthers(): number {
     return this.#options.maxDirectories ?? DEFAULT_MAX_DIRECTORIES;
   }
@@ -185,6 +202,7 @@ export class DirectoryWatcher {
   /** Gives up the oldest non-priority watch (a change below it is left to the next full pass); false if none. */
   #dropOther(): boolean {
     for (const dir of this.#others) {
+      this.#othersMissed = true;
       this.#others.delete(dir);
       this.#watched.get(dir)?.watcher.close();
       this.#watched.delete(dir);
@@ -215,16 +233,33 @@ export class DirectoryWatcher {
     this.#options.onLimit?.(this.#watched.size);
   }
 
-  /** Watches the directories below `dir`, depth first; one that vanished meanwhile is skipped. */
-  async #watchBelow(dir: string): Promise<void> {
+  /**
+   * Watches the directories below `dir`, depth first; one that vanished meanwhile is skipped. `untilFull`: stops
+   * once the cap is reached (a walk to fill room again, through directories mostly watched already).
+   */
+  async #watchBelow(dir: string, untilFull = false): Promise<void> {
     const pending = [dir];
     while (pending.length > 0 && !this.#closed) {
+      if (untilFull && !this.#roomForOthers()) {
+        // What is left of the walk may hold more unwatched directories.
+        this.#othersMissed = true;
+        return;
+      }
       const current = pending.pop() as string;
       const entries = await this.#options.fs.readdir(current, { withFileTypes: true }).catch(() => []);
       for (const entry of entries) {
         if (!entry.isDirectory()) continue;
+        if (untilFull && !this.#roomForOthers()) {
+          this.#othersMissed = true;
+          return;
+        }
         const child = path.join(current, entry.name);
         if (this.#options.ignored?.(child) === true) continue;
+        // Watched already: a walk for room only looks below it (a replacement is its parent's event to follow).
+        if (untilFull && this.#watched.has(child)) {
+          pending.push(child);
+          continue;
+        }
         const stats = await this.#options.fs.lstat(child).catch(() => undefined);
         if (stats?.isDirectory() !== true) continue;
         if (this.#add(child, stats.ino)) pending.push(child);
@@ -266,6 +301,7 @@ export class DirectoryWatcher {
         this.#watched.delete(watchedDir);
         this.#others.delete(watchedDir);
         this.#limitTold = false;
+        this.#kernelFull = false;
       }
     }
     // A watch freed: room for a priority directory the kernel's limit kept unwatched.
