@@ -7,6 +7,7 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  renameSync,
   rmSync,
   symlinkSync,
   utimesSync,
@@ -20,10 +21,12 @@ import {
   type CodeCacheKey,
   codeCacheDirectory,
   codeCacheFileName,
+  codeCacheKey,
   configPathOf,
   MAX_CODE_CACHE_FILES,
   peekConfig,
   readCodeCache,
+  runtimeBinary,
   writeCodeCache,
 } from './code-cache.js';
 
@@ -98,6 +101,24 @@ describe('readCodeCache and writeCodeCache', () => {
     writeCodeCache(dir, other, PAYLOAD);
     writeFileSync(cacheFile(), readFileSync(cacheFile(other)));
     expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'made for another bundle or runtime' });
+  });
+
+  it('a cache made under another node binary of the same version (a patched rebuild) is not found', () => {
+    const node = path.join(stateDir, 'node');
+    writeFileSync(node, 'node 20.20.2, first build');
+    const before = codeCacheKey(KEY.bundle, ['--expose-gc'], runtimeBinary(node));
+    writeCodeCache(dir, before, PAYLOAD);
+    expect(readCodeCache(dir, codeCacheKey(KEY.bundle, ['--expose-gc'], runtimeBinary(node)), euid)).toEqual({
+      found: PAYLOAD,
+    });
+    // The package manager's upgrade: a new file at the same path (rename over it), same version string.
+    writeFileSync(`${node}.new`, 'node 20.20.2, patched build');
+    renameSync(`${node}.new`, node);
+    const after = codeCacheKey(KEY.bundle, ['--expose-gc'], runtimeBinary(node));
+    expect(after.runtime.startsWith(process.version)).toBe(true);
+    expect(readCodeCache(dir, after, euid)).toEqual({ absent: true });
+    // The running node's own key names its binary.
+    expect(codeCacheKey(KEY.bundle, []).runtime).toContain(runtimeBinary(process.execPath));
   });
 
   it('ignores a truncated, corrupt or foreign file: V8 would run a flipped byte', () => {

@@ -34,20 +34,39 @@ const DIGEST_BYTES = 32;
 
 /**
  * What a cache belongs to. `bundle` is the agent bundle's content-hashed file name; `runtime` is Node's and V8's
- * versions, the architecture and every V8 flag the process runs with: V8 rejects a cache made under other flags
- * or another V8, so each gets a file of its own instead of overwriting the other's.
+ * versions, the architecture, the node binary itself (`runtimeBinary`) and every V8 flag the process runs with:
+ * V8 rejects a cache made under other flags or another V8, so each gets a file of its own instead of overwriting
+ * the other's.
  */
 export interface CodeCacheKey {
   bundle: string;
   runtime: string;
 }
 
-export function codeCacheKey(bundle: string, setFlags: readonly string[]): CodeCacheKey {
+export function codeCacheKey(
+  bundle: string,
+  setFlags: readonly string[],
+  binary = runtimeBinary(process.execPath),
+): CodeCacheKey {
   const { version, arch, execArgv } = process;
   return {
     bundle,
-    runtime: [version, arch, `v8-${process.versions.v8}`, ...execArgv, ...setFlags].join(' '),
+    runtime: [version, arch, `v8-${process.versions.v8}`, binary, ...execArgv, ...setFlags].join(' '),
   };
+}
+
+/**
+ * The node binary as a file (inode, size, mtime). V8 checks a cache's version, flags and source length, not the
+ * build: a distribution's rebuilt or patched Node of the same version (a security update of the system runtime)
+ * would be handed the cache of the binary it replaced, whose layout may differ. A new binary is a new file.
+ */
+export function runtimeBinary(file: string): string {
+  try {
+    const stats = statSync(file);
+    return `node-file-${stats.ino}-${stats.size}-${Math.trunc(stats.mtimeMs)}`;
+  } catch {
+    return 'node-file-unknown';
+  }
 }
 
 /** `<bundle stem>.<hash of the runtime>.v8cache`. */
