@@ -1,4 +1,5 @@
 // The code cache's files: whose may be read, which bytes are refused, the atomic bounded write, the config peek.
+import { spawnSync } from 'node:child_process';
 import {
   chmodSync,
   linkSync,
@@ -138,7 +139,7 @@ describe('readCodeCache and writeCodeCache', () => {
     expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'not a code cache file' });
   });
 
-  it("ignores another user's file, one others may write, a symlink and a FIFO-like non-file", () => {
+  it("ignores another user's file, one others may write, a symlink, a directory and a FIFO", () => {
     writeCodeCache(dir, KEY, PAYLOAD);
     expect(readCodeCache(dir, KEY, euid + 1)).toEqual({ ignored: `owned by uid ${euid}, not ${euid + 1}` });
     chmodSync(cacheFile(), 0o622);
@@ -151,6 +152,10 @@ describe('readCodeCache and writeCodeCache', () => {
     expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'cannot open: ELOOP' });
     rmSync(cacheFile());
     mkdirSync(cacheFile());
+    expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'not a regular file' });
+    rmSync(cacheFile(), { recursive: true });
+    // A FIFO: opened without O_NONBLOCK, the read would wait for a writer for good (here: the test's timeout).
+    expect(spawnSync('mkfifo', ['-m', '0600', cacheFile()]).status).toBe(0);
     expect(readCodeCache(dir, KEY, euid)).toEqual({ ignored: 'not a regular file' });
   });
 
