@@ -19,6 +19,8 @@ export interface ProcessTable {
   list(): ProcessEntry[] | undefined;
   /** One process, or undefined when there is none with that pid. */
   get(pid: number): ProcessEntry | undefined;
+  /** The environment a process was started with (`/proc/<pid>/environ`), or undefined when it cannot be read. */
+  environ(pid: number): Buffer | undefined;
   /** `process.kill`: throws ESRCH when nothing has that pid (or group, for a negative one). */
   kill(pid: number, signal: NodeJS.Signals): void;
 }
@@ -72,6 +74,13 @@ export function procProcessTable(procDir = '/proc'): ProcessTable {
       return entries;
     },
     get: (pid) => readStat(procDir, pid),
+    environ: (pid) => {
+      try {
+        return readFileSync(`${procDir}/${pid}/environ`);
+      } catch {
+        return undefined;
+      }
+    },
     kill: (pid, signal) => {
       process.kill(pid, signal);
     },
@@ -80,15 +89,20 @@ export function procProcessTable(procDir = '/proc'): ProcessTable {
 
 /**
  * The processes of the hook whose session and process group are `leader`'s pid: the members of that session
- * (whatever group they moved to) and every descendant of one (also one that called setsid while its parent
- * was still there). Only to be called while that session is known to be the hook's: its leader not yet
- * reaped, or just reaped (a pid is not handed out again while a process still uses it as its group or session).
+ * (whatever group they moved to), those `marked` says carry the hook's mark (one that left the session and
+ * lost its parent: a daemon that double-forked), and every descendant of one. Only to be called while that
+ * session is known to be the hook's: its leader not yet reaped, or just reaped (a pid is not handed out again
+ * while a process still uses it as its group or session).
  */
-export function hookProcesses(table: readonly ProcessEntry[], leader: number): ProcessEntry[] {
+export function hookProcesses(
+  table: readonly ProcessEntry[],
+  leader: number,
+  marked: (entry: ProcessEntry) => boolean = () => false,
+): ProcessEntry[] {
   const found = new Map<number, ProcessEntry>();
   for (const entry of table) {
-    if (entry.pid !== process.pid && (entry.session === leader || entry.pgrp === leader))
-      found.set(entry.pid, entry);
+    if (entry.pid === process.pid || entry.exited) continue;
+    if (entry.session === leader || entry.pgrp === leader || marked(entry)) found.set(entry.pid, entry);
   }
   const children = new Map<number, ProcessEntry[]>();
   for (const entry of table) {
@@ -99,7 +113,7 @@ export function hookProcesses(table: readonly ProcessEntry[], leader: number): P
   const queue = [...found.values()];
   for (let next = queue.pop(); next !== undefined; next = queue.pop()) {
     for (const child of children.get(next.pid) ?? []) {
-      if (child.pid === process.pid || found.has(child.pid)) continue;
+      if (child.pid === process.pid || child.exited || found.has(child.pid)) continue;
       found.set(child.pid, child);
       queue.push(child);
     }
@@ -121,4 +135,18 @@ export function signalQuietly(table: ProcessTable, pid: number, signal: NodeJS.S
     // ESRCH: already gone, which is what was wanted. EPERM: one that changed its user (a setuid program);
     // nothing more can be done from here.
   }
+}
+
+/**
+ * Whether `environ` (as /proc shows it: NUL-separated) holds exactly `variable` (`NAME=value`). A process's
+ * initial environment, which it cannot change afterwards; only an exec with another environment drops it.
+ */
+export function environHolds(environ: Buffer, variable: string): boolean {
+  const needle = Buffer.from(`${variable}\0`);
+  let at = environ.indexOf(needle);
+  while (at >= 0) {
+    if (at === 0 || environ[at - 1] === 0) return true;
+    at = environ.indexOf(needle, at + 1);
+  }
+  return false;
 }

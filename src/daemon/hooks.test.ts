@@ -434,6 +434,7 @@ function madeUpProcesses(world: Map<number, ProcessEntry & { ignoresTerm?: boole
   return {
     list: () => [...world.values()],
     get: (pid) => world.get(pid),
+    environ: () => undefined,
     kill: (pid, signal) => {
       const targets = pid < 0 ? [...world.values()].filter((entry) => entry.pgrp === -pid) : [world.get(pid)];
       const found = targets.filter((entry) => entry !== undefined);
@@ -486,6 +487,22 @@ describe('processes a hook leaves running', () => {
     controller.abort();
     const [result] = await pending;
     expect(result).toMatchObject({ exitCode: null, signal: 'SIGTERM' });
+    expect(await waitFor(() => !isAlive(pid!), PATIENCE_MS)).toBe(true);
+  });
+
+  it('ends a daemon the hook double-forked into a session of its own, orphaned before the hook exited', async () => {
+    setup();
+    const daemonized = outFile('daemonized');
+    // The subshell starts the daemon in a new session and exits at once: the daemon's parent is gone before the
+    // hook ends, so neither its session, its group nor its parentage ties it to the hook.
+    const script = `(setsid sh -c 'echo $$ > "$1"; exec sleep 1000' daemon "$1" &); while [ ! -s "$1" ]; do sleep 0.01; done`;
+    const [result] = await runHooks(
+      [{ match: '**', run: ['sh', '-c', script, 'hook', daemonized], timeoutSeconds: 30 }],
+      ['a.conf'],
+      options({ killGraceMs: 300 }),
+    );
+    const [pid] = await pidsFrom([daemonized]);
+    expect(result).toMatchObject({ exitCode: 0, leftovers: [{ pid }] });
     expect(await waitFor(() => !isAlive(pid!), PATIENCE_MS)).toBe(true);
   });
 

@@ -1,11 +1,13 @@
 // Post-pass hooks: run each configured command once when a pass changed files matching its glob.
 import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import picomatch from 'picomatch';
 import type { Clock } from '../lib/clock.js';
 import { systemClock } from '../lib/clock.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import {
+  environHolds,
   hookProcesses,
   type ProcessEntry,
   type ProcessTable,
@@ -59,6 +61,11 @@ export interface RunHooksOptions {
 }
 
 export const CHANGED_ENV = 'CONFIG_AGENT_CHANGED';
+/**
+ * A value of its own for each hook run, inherited by every process the hook starts: how one that left the hook's
+ * session and lost its parent (a daemon that double-forked with setsid) is still known as the hook's.
+ */
+export const HOOK_RUN_ENV = 'CONFIG_AGENT_HOOK_RUN';
 /** Set to "1" when CHANGED_ENV could not hold every changed path (see `changedList`). */
 export const CHANGED_TRUNCATED_ENV = 'CONFIG_AGENT_CHANGED_TRUNCATED';
 /**
@@ -90,7 +97,13 @@ export function matchingPaths(hook: HookSpec, changedPaths: readonly string[]): 
 export function hookEnvironment(env: NodeJS.ProcessEnv, changedPaths: readonly string[]): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(env)) {
-    if (value !== undefined && !SECRET_ENV.test(name) && name !== CHANGED_TRUNCATED_ENV) out[name] = value;
+    if (
+      value !== undefined &&
+      !SECRET_ENV.test(name) &&
+      name !== CHANGED_TRUNCATED_ENV &&
+      name !== HOOK_RUN_ENV
+    )
+      out[name] = value;
   }
   const { list, truncated } = changedList(changedPaths);
   out[CHANGED_ENV] = list;
@@ -158,12 +171,16 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
   const [command, ...args] = hook.run;
   const base = { match: hook.match, argv: [...hook.run], changedPaths, leftovers: [] };
 
+  const runMark = `${HOOK_RUN_ENV}=${randomUUID()}`;
   return new Promise<HookRunResult>((resolve) => {
     let child: ChildProcess;
     try {
       child = spawn(command, args, {
         cwd: options.cwd,
-        env: hookEnvironment(options.env, changedPaths),
+        env: {
+          ...hookEnvironment(options.env, changedPaths),
+          [HOOK_RUN_ENV]: runMark.slice(HOOK_RUN_ENV.length + 1),
+        },
         stdio: ['ignore', 'pipe', 'pipe'],
         // Its own session and process group (setsid), so everything it starts can be found and ended.
         detached: true,
@@ -199,6 +216,14 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
     // The hook's processes seen so far, each with its start time: a pid handed out again is never taken for one.
     const known = new Map<number, ProcessEntry>();
     const leader = child.pid;
+    // Its start time (read while it cannot have been reaped): what carries the mark started no earlier.
+    const leaderStart = leader === undefined ? undefined : Number(processes.get(leader)?.startTime);
+    const marked = (entry: ProcessEntry): boolean => {
+      if (leaderStart === undefined || Number.isNaN(leaderStart) || Number(entry.startTime) < leaderStart)
+        return false;
+      const environ = processes.environ(entry.pid);
+      return environ !== undefined && environHolds(environ, runMark);
+    };
 
     /**
      * Records the processes of the hook's session and their descendants. Only while the session id is surely
@@ -207,7 +232,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
      */
     const lookAround = (): void => {
       if (leader === undefined) return;
-      for (const entry of hookProcesses(processes.list() ?? [], leader)) {
+      for (const entry of hookProcesses(processes.list() ?? [], leader, marked)) {
         if (entry.pid !== leader && !known.has(entry.pid)) known.set(entry.pid, entry);
       }
     };
