@@ -653,7 +653,7 @@ export function createClient(options: ClientOptions): ServiceClient {
       const compact = parseCompactListBody(text);
       if (compact !== undefined) {
         envelope = compact.envelopeText;
-        items = PageItems.ofValues(compact.values);
+        items = PageItems.ofValues(compact.values, compact.texts);
       } else {
         const parts = cutListBody(text);
         envelope = parts.envelopeText;

@@ -8,6 +8,7 @@ import {
   JsonTextError,
   MAX_PARSE_DEPTH,
   NATIVE_SPLIT_MAX_CHARS,
+  parseCompactListBody,
   parseJson,
   peekId,
   peekStrings,
@@ -258,5 +259,32 @@ describe('peekStrings', () => {
     // Cut before a key, or the item ended without it: absent.
     expect(peekStrings('{"id":"a","content":{"x":"aaa', 1, ['id', 'error_status'])).toEqual({ id: 'a' });
     expect(peekStrings('{"id":"a"},{"error_status":"none"}', 1, ['error_status'])).toEqual({});
+  });
+});
+
+describe('parseCompactListBody', () => {
+  it('gives each item\'s exact text, also when the envelope holds another "data":[] before the list\'s', () => {
+    const items = ['{"id":"a","data":[]}', '{"id":"b","n":1.5}'];
+    const body = `{"meta":{"data":[]},"object":"list","data":[${items.join(',')}],"tail":{"data":[]}}\n`;
+    const compact = parseCompactListBody(body);
+    expect(compact?.texts).toEqual(items);
+    expect(compact?.envelopeText).toBe('{"meta":{"data":[]},"object":"list","data":[],"tail":{"data":[]}}');
+    expect(compact?.values).toEqual([
+      { id: 'a', data: [] },
+      { id: 'b', n: 1.5 },
+    ]);
+  });
+
+  it('is undefined for a body that is not exactly what JSON.stringify writes for it', () => {
+    for (const body of [
+      '{"object":"list","data":[{"id":"a","id":"b"}]}',
+      '{"object":"list","data":[{"id":"a","n":1.0}]}',
+      '{"object":"list","data":[{"id":"a"} ]}',
+      '{"object":"list","data":[{"id":"\\u0061"}]}',
+      '{"object":"list","data":[{"id":"a"}],"object":"list"}',
+      '{"data":{"id":"a"}}',
+    ]) {
+      expect(parseCompactListBody(body), body).toBeUndefined();
+    }
   });
 });

@@ -228,34 +228,76 @@ export const NATIVE_SPLIT_MAX_CHARS = 1024 * 1024;
 export function splitListBody(text: string): ListBodyParts {
   const compact = parseCompactListBody(text);
   if (compact === undefined) return cutListBody(text);
-  return { envelopeText: compact.envelopeText, items: compact.values.map((item) => JSON.stringify(item)) };
+  return { envelopeText: compact.envelopeText, items: compact.texts };
 }
 
-/** A compact list body parsed natively: its envelope's text, and each item's value as `parseJson` gives it. */
+/** A compact list body parsed natively: its envelope's text, and each item's value and exact text. */
 export interface ListBodyValues {
   envelopeText: string;
   values: unknown[];
+  /**
+   * Each item's text as it lies in the body, character for character (JSON.stringify of its value, which the
+   * body was proven to be made of): what a key of the item's exact wire text is taken from (list-page.ts).
+   */
+  texts: string[];
 }
 
 /**
  * A body of at most NATIVE_SPLIT_MAX_CHARS in the compact form the service sends, parsed natively once: each item
  * is the very value `parseJson` gives for its text (the whole printed back as written, so every number of every
- * item does and no key is repeated), so it needs no text of its own, no second parse and no print-back. The
- * tree of the page stays whole until the page is done: at most what a 1 MiB body parses into. Undefined for
- * anything else, which is cut (`splitListBody`).
+ * item does and no key is repeated), so it needs no second parse. The proof prints the envelope and each item
+ * on its own and checks that the body is exactly those texts put together (the work of printing the whole, once),
+ * which leaves each item's exact text in hand. The tree of the page stays whole until the page is done: at most
+ * what a 1 MiB body parses into. Undefined for anything else, which is cut (`splitListBody`).
  */
 export function parseCompactListBody(text: string): ListBodyValues | undefined {
-  const compact = text.length <= NATIVE_SPLIT_MAX_CHARS ? parseCompact(text) : undefined;
-  const list = compact?.value;
-  if (typeof list === 'object' && list !== null && !Array.isArray(list) && Object.hasOwn(list, 'data')) {
-    const envelope = list as { data: unknown };
-    const { data } = envelope;
-    if (Array.isArray(data)) {
-      envelope.data = [];
-      return { envelopeText: JSON.stringify(envelope), values: data };
-    }
+  if (text.length > NATIVE_SPLIT_MAX_CHARS) return undefined;
+  let list: unknown;
+  try {
+    list = JSON.parse(text);
+  } catch {
+    return undefined;
   }
-  return undefined;
+  if (typeof list !== 'object' || list === null || Array.isArray(list) || !Object.hasOwn(list, 'data')) {
+    return undefined;
+  }
+  const envelope = list as { data: unknown };
+  const { data } = envelope;
+  if (!Array.isArray(data)) return undefined;
+  envelope.data = [];
+  const envelopeText = JSON.stringify(envelope);
+  const texts = data.map((item) => JSON.stringify(item));
+  return madeOf(text.trim(), envelopeText, texts) ? { envelopeText, values: data, texts } : undefined;
+}
+
+const EMPTY_DATA = '"data":[]';
+
+/**
+ * Whether `body` is exactly `envelopeText` with `texts` joined by commas in its `"data":[]`: then it is what
+ * JSON.stringify writes for the value JSON.parse made of it. Every place `"data":[]` appears is tried (a nested
+ * object of the envelope may hold one; the body then matches at the top-level one only).
+ */
+function madeOf(body: string, envelopeText: string, texts: readonly string[]): boolean {
+  let length = envelopeText.length + Math.max(0, texts.length - 1);
+  for (const item of texts) length += item.length;
+  if (body.length !== length) return false;
+  for (let at = envelopeText.indexOf(EMPTY_DATA); at !== -1; at = envelopeText.indexOf(EMPTY_DATA, at + 1)) {
+    const open = at + EMPTY_DATA.length - 1;
+    if (!body.startsWith(envelopeText.slice(0, open))) continue;
+    let position = open;
+    let same = true;
+    for (let index = 0; index < texts.length && same; index += 1) {
+      if (index > 0) {
+        same = body.charCodeAt(position) === COMMA;
+        position += 1;
+      }
+      const item = texts[index]!;
+      same &&= body.startsWith(item, position);
+      position += item.length;
+    }
+    if (same && body.endsWith(envelopeText.slice(open))) return true;
+  }
+  return false;
 }
 
 /**

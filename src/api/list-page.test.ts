@@ -2,7 +2,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { cutListBody, LosslessNumber, parseCompactListBody, parseJson } from './json.js';
-import { judgeConfigInstance, judgeParsedItem, PageItems, quickInstance } from './list-page.js';
+import { itemKey, judgeConfigInstance, judgeParsedItem, PageItems, quickInstance } from './list-page.js';
 import { ConfigInstance, isCleanContent, locateContentProblem } from './schemas.js';
 
 const T0 = '2025-01-01T00:00:00Z';
@@ -260,5 +260,36 @@ describe('isCleanContent', () => {
     }
     expect(isCleanContent({ top: nested(62) })).toBe(true);
     expect(isCleanContent({ top: nested(64) })).toBe(false);
+  });
+});
+
+describe('judgeParsedItem with the exact text of the item', () => {
+  const hostile = item({ content: { deep: JSON.parse(`${'{"a":'.repeat(70)}{}${'}'.repeat(70)}`) } });
+  const text = JSON.stringify(hostile);
+  const known = (id: string, key: string) => ({
+    lookup: (askedId: string, askedKey: string) =>
+      askedId === id && askedKey === key ? { sha256: 'a'.repeat(64), size: 9 } : undefined,
+  });
+
+  it('gives a valid item its text and key; unknown, its content is checked', () => {
+    const valid = judgeParsedItem(item(), JSON.stringify(item()), known('cfg_1', 'another key'));
+    expect(valid).toMatchObject({
+      kind: 'valid',
+      wire: { text: JSON.stringify(item()), key: itemKey(JSON.stringify(item())) },
+    });
+    expect(valid.kind === 'valid' && valid.wire?.known).toBeUndefined();
+    expect(judgeParsedItem(hostile, text).kind).toBe('invalid');
+    expect(judgeParsedItem(hostile, text, known('cfg_2', itemKey(text))).kind).toBe('invalid');
+    expect(judgeParsedItem(hostile, text, known('cfg_1', itemKey(`${text} `))).kind).toBe('invalid');
+  });
+
+  it('takes an item known for its id and key without checking its content, every other field still checked', () => {
+    expect(judgeParsedItem(hostile, text, known('cfg_1', itemKey(text)))).toMatchObject({
+      kind: 'valid',
+      wire: { known: { sha256: 'a'.repeat(64), size: 9 } },
+    });
+    const badHead = item({ updated_at: 'yesterday' });
+    const badText = JSON.stringify(badHead);
+    expect(judgeParsedItem(badHead, badText, known('cfg_1', itemKey(badText))).kind).toBe('invalid');
   });
 });

@@ -1,6 +1,7 @@
 // One page of the config instance list, judged envelope first and then item by item, so one bad item costs
 // only itself: good items are used, a bad one is named (by id when readable) with its real problem.
 import { isUtf8 } from 'node:buffer';
+import { hash } from 'node:crypto';
 import * as z from 'zod';
 import { formatFieldPath } from '../lib/field-path.js';
 import { formatForPath } from '../lib/file-format.js';
@@ -36,8 +37,45 @@ export interface UnknownStatus {
   value: string;
 }
 
+/**
+ * Bumped whenever what makes an item valid (`quickInstance`, schemas.ts `contentProblem`) or the bytes its file
+ * gets (reconcile/serialize.ts, yaml-text.ts) change: the items recorded under another value are forgotten
+ * (store/fingerprints.ts), so an upgrade never trusts what an older agent judged. list-page.test.ts pins the
+ * serialization of a set of items and the verdicts on a set of hostile ones: a change to either fails it until
+ * this is bumped and the pins are renewed.
+ */
+export const ITEM_RULES_VERSION = 1;
+
+/** The key of an item's exact wire text: its sha256, base64. */
+export function itemKey(text: string): string {
+  return hash('sha256', text, 'base64');
+}
+
+/** What the agent recorded of an item it judged valid and serialized: its file's sha256 and length. */
+export interface KnownItem {
+  sha256: string;
+  size: number;
+}
+
+/**
+ * Items judged valid before, looked up by id and by the key of their exact wire text (store/fingerprints.ts
+ * keeps them across runs). The same text is the same content under the same rules (ITEM_RULES_VERSION): found
+ * here, an item's content is not checked again and its file is known without serializing it.
+ */
+export interface KnownItems {
+  lookup(id: string, key: string): KnownItem | undefined;
+}
+
+/** A valid item's exact text on the wire (compact pages), its key, and what was recorded of it, if anything. */
+export interface ItemWire {
+  text: string;
+  key: string;
+  /** Set only when the text's key was recorded for this id: the content was then NOT checked by this judge. */
+  known?: KnownItem;
+}
+
 export type PageItem =
-  | { kind: 'valid'; instance: ConfigInstance }
+  | { kind: 'valid'; instance: ConfigInstance; wire?: ItemWire }
   /** Readable, but with a status value the agent does not know: skipped with a warning, never acted on. */
   | { kind: 'unknown_status'; instance: z.infer<typeof LenientInstance>; unknown: UnknownStatus }
   /**
@@ -63,9 +101,9 @@ export type PageItem =
  */
 export class PageItems implements Iterable<PageItem> {
   readonly length: number;
-  readonly #judge: (index: number) => PageItem;
+  readonly #judge: (index: number, known?: KnownItems) => PageItem;
 
-  private constructor(length: number, judge: (index: number) => PageItem) {
+  private constructor(length: number, judge: (index: number, known?: KnownItems) => PageItem) {
     this.length = length;
     this.#judge = judge;
   }
@@ -78,9 +116,12 @@ export class PageItems implements Iterable<PageItem> {
   /**
    * Items parsed natively from a compact body (json.ts parseCompactListBody): the everyday item is checked by
    * hand on its value; any other is judged from its text as `ofTexts` would, so every problem is named alike.
+   * `texts`: each item's exact text (json.ts ListBodyValues), which gives a valid item its `wire`.
    */
-  static ofValues(values: readonly unknown[]): PageItems {
-    return new PageItems(values.length, (index) => judgeParsedItem(values[index]));
+  static ofValues(values: readonly unknown[], texts?: readonly string[]): PageItems {
+    return new PageItems(values.length, (index, known) =>
+      judgeParsedItem(values[index], texts?.[index], known),
+    );
   }
 
   /** Items as `[start, end)` byte ranges of `body`, two numbers per item (json.ts cutListBytes). */
@@ -90,9 +131,14 @@ export class PageItems implements Iterable<PageItem> {
     );
   }
 
-  /** The item at `index`, judged afresh on every call; undefined past the end. */
-  at(index: number): PageItem | undefined {
-    return Number.isInteger(index) && index >= 0 && index < this.length ? this.#judge(index) : undefined;
+  /**
+   * The item at `index`, judged afresh on every call; undefined past the end. With `known`, an item of a compact
+   * page whose exact text is recorded there for its id is taken without checking its content (`judgeParsedItem`).
+   */
+  at(index: number, known?: KnownItems): PageItem | undefined {
+    return Number.isInteger(index) && index >= 0 && index < this.length
+      ? this.#judge(index, known)
+      : undefined;
   }
 
   *[Symbol.iterator](): Iterator<PageItem> {
@@ -184,7 +230,7 @@ const TIMESTAMP_PATTERN: RegExp | undefined = Timestamp._zod.pattern;
  * by reference, unknown fields dropped), or undefined whenever anything differs, for zod to judge and name.
  * src/api/list-page.test.ts compares the two on generated items.
  */
-export function quickInstance(value: unknown): ConfigInstance | undefined {
+export function quickInstance(value: unknown, contentKnown = false): ConfigInstance | undefined {
   if (TIMESTAMP_PATTERN === undefined || typeof value !== 'object' || value === null) return undefined;
   const v = value as Record<string, unknown>;
   const {
@@ -215,7 +261,7 @@ export function quickInstance(value: unknown): ConfigInstance | undefined {
     v.device !== null ||
     v.config_schema !== null ||
     v.config_type !== null ||
-    contentProblem(v.content) !== undefined
+    (!contentKnown && contentProblem(v.content) !== undefined)
   ) {
     return undefined;
   }
@@ -241,13 +287,28 @@ export function quickInstance(value: unknown): ConfigInstance | undefined {
 
 /**
  * Judges an item parsed from a compact body: what `judgeConfigInstance` gives for its text (JSON.stringify of
- * it, which parses back to an equal value). A valid everyday item holds nothing nested past its content's 64
- * levels, so the hand check needs no depth guard; anything else goes through the text.
+ * it, which parses back to an equal value; `text` when given). A valid everyday item holds nothing nested past
+ * its content's 64 levels, so the hand check needs no depth guard; anything else goes through the text.
+ *
+ * With its exact `text`, a valid everyday item carries it and its key (`wire`), and when `known` holds that key
+ * for the item's id, its content is not checked again: that very text passed every check before, under these
+ * rules (ITEM_RULES_VERSION), and only ever is recorded after it did. Every other field is checked as always.
  */
-export function judgeParsedItem(value: unknown): PageItem {
-  const quick = quickInstance(value);
-  if (quick !== undefined) return { kind: 'valid', instance: quick };
-  return judgeConfigInstance(JSON.stringify(value));
+export function judgeParsedItem(value: unknown, text?: string, known?: KnownItems): PageItem {
+  if (text === undefined) {
+    const quick = quickInstance(value);
+    if (quick !== undefined) return { kind: 'valid', instance: quick };
+    return judgeConfigInstance(JSON.stringify(value));
+  }
+  const key = itemKey(text);
+  const id = typeof value === 'object' && value !== null ? (value as { id?: unknown }).id : undefined;
+  const recorded = known !== undefined && typeof id === 'string' ? known.lookup(id, key) : undefined;
+  const quick = quickInstance(value, recorded !== undefined);
+  if (quick !== undefined) {
+    const wire = recorded === undefined ? { text, key } : { text, key, known: recorded };
+    return { kind: 'valid', instance: quick, wire };
+  }
+  return judgeConfigInstance(text);
 }
 
 /** Judges the text of one list item. Never throws: every outcome is a value. */

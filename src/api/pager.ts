@@ -8,7 +8,7 @@ import type { ServiceClient } from './client.js';
 import { ResponseTooLargeError } from './errors.js';
 import { compareInstants, sameInstant } from './instant.js';
 import { peekId, peekStrings } from './json.js';
-import type { ConfigInstancePage, PageItem, UnknownStatus } from './list-page.js';
+import type { ConfigInstancePage, ItemWire, KnownItems, PageItem, UnknownStatus } from './list-page.js';
 import type {
   ConfigInstance,
   ConfigInstanceActivityStatus,
@@ -127,6 +127,8 @@ export interface PagerOptions {
   signal?: AbortSignal;
   /** The one retry layer for a page request (withRequestRetry); none when absent. */
   retry?: PageRetry;
+  /** Items judged valid before, by the key of their exact text: their content is not checked again (list-page.ts). */
+  knownItems?: KnownItems;
   logger?: Logger;
   pageLimit?: number;
   /** Bytes a page aims at once items' sizes are known (default: half of `maxResponseBytes`). */
@@ -176,7 +178,7 @@ interface Budget {
 /** What a listing keeps of what it lists, and in what form. */
 interface Keep<I> {
   item(item: PageItem): boolean;
-  prepare(instance: ConfigInstance): I | Promise<I>;
+  prepare(instance: ConfigInstance, wire?: ItemWire): I | Promise<I>;
   /** When set, the listing gives up after its first page if it kept less than this share and has more. */
   giveUpBelow?: number;
 }
@@ -208,12 +210,17 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
   options: PagerOptions & {
     /**
      * Turns each valid instance kept into what the pull holds, as its page arrives (the pass keeps the bytes of
-     * its file instead of its parsed content: reconcile/pull.ts). Without it, the instance as parsed.
+     * its file instead of its parsed content: reconcile/pull.ts). Without it, the instance as parsed. `wire`: the
+     * item's exact text when its page was compact; with `wire.known`, its content was not checked (list-page.ts
+     * `judgeParsedItem`), and `prepare` must not use it for anything but the recorded file.
      */
-    prepare?: (instance: ConfigInstance) => I | Promise<I>;
+    prepare?: (instance: ConfigInstance, wire?: ItemWire) => I | Promise<I>;
   },
 ): Promise<PullResult<I>> {
   const prepare = options.prepare ?? ((instance: ConfigInstance) => instance as unknown as I);
+  // Known items are only for a `prepare` that takes their recorded file: as parsed, their content is unchecked.
+  const { knownItems: _known, ...unknowing } = options;
+  const pageOptions: PagerOptions = options.prepare === undefined ? unknowing : options;
   const deadlineMs = options.deadlineMs ?? PAGER_DEFAULTS.deadlineMs;
   // Checked on the injected clock before every page; a real timer also cuts a request or a retry wait in
   // flight (each request has its own timeout too, so the overshoot is bounded either way).
@@ -282,7 +289,7 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
         prepare,
         giveUpBelow: PAGER_DEFAULTS.minWideKeptRatio,
       };
-      const listing = await listQuery(options.wide, options, budget, signal, checkDeadline, keep);
+      const listing = await listQuery(options.wide, pageOptions, budget, signal, checkDeadline, keep);
       if (!(listing instanceof GaveUp)) {
         merge(listing);
         listed = true;
@@ -292,7 +299,7 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
     }
     if (!listed) {
       for (const filters of queries) {
-        const listing = await listQuery(filters, options, budget, signal, checkDeadline, {
+        const listing = await listQuery(filters, pageOptions, budget, signal, checkDeadline, {
           item: unseen,
           prepare,
         });
@@ -454,7 +461,7 @@ async function listOnce<I>(
     // Items are judged one at a time, as they are taken (api/list-page.ts PageItems), and none is kept here.
     let start = 0;
     if (anchor !== undefined) {
-      const first = itemId(items.at(0));
+      const first = itemId(items.at(0, options.knownItems));
       if (first !== anchor) {
         return new Shifted(
           `the page at offset ${offset} began with ${first ?? 'nothing'} instead of ${anchor}, the last item of the page before`,
@@ -466,7 +473,7 @@ async function listOnce<I>(
     /** The id of the page's last item, read as it is taken. */
     let last: string | undefined;
     for (let index = start; index < items.length; index += 1) {
-      const item = items.at(index)!;
+      const item = items.at(index, options.knownItems)!;
       const id = itemId(item);
       last = id;
       budget.items += 1;
@@ -540,7 +547,7 @@ async function listOnce<I>(
 async function take<I>(item: PageItem, listing: Listing<I>, keep: Keep<I>): Promise<void> {
   switch (item.kind) {
     case 'valid':
-      listing.instances.push(await keep.prepare(item.instance));
+      listing.instances.push(await keep.prepare(item.instance, item.wire));
       return;
     case 'unknown_status':
       listing.skipped.push({

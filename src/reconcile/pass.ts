@@ -1,8 +1,10 @@
 // One reconcile pass: pull → observe → plan → apply → record → persist → report.
 import type { ServiceClient } from '../api/client.js';
 import { HttpStatusError } from '../api/errors.js';
+import { type ItemWire, judgeConfigInstance } from '../api/list-page.js';
+import type { InvalidListItem } from '../api/pager.js';
 import type { RequestRetryOptions } from '../api/retry.js';
-import type { ConfigInstance } from '../api/schemas.js';
+import type { ConfigInstance, ConfigInstanceHead } from '../api/schemas.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -13,7 +15,14 @@ import type { StateDir } from '../store/state-dir.js';
 import { type ApplyContext, applySteps, BATCH_STEPS } from './apply.js';
 import { observeDisk, wantedSizes } from './observe.js';
 import type { PassError, PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
-import { type DiskObservation, type PlanInput, type PlanInstance, planSteps, withFile } from './plan.js';
+import {
+  type DiskObservation,
+  type PlanInput,
+  type PlanInstance,
+  planSteps,
+  type Step,
+  withFile,
+} from './plan.js';
 import { type PullContext, type Pulled, pullInstances } from './pull.js';
 import {
   dropElapsedCooldowns,
@@ -84,6 +93,13 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
     return finish();
   }
   result.steps = planSteps(planInput(ctx, pulled, disk, aliases));
+  const unmade = unmadeWrites(result.steps);
+  if (unmade.size > 0) {
+    // Known items whose file this pass writes after all: judged in full from their text, their bytes made, and
+    // the plan made again with them (plan is pure; this happens only when something on disk must change).
+    pulled = await makeKnownFiles(pulled, unmade, pullPrepare(ctx, result.dryRun));
+    result.steps = planSteps(planInput(ctx, pulled, disk, aliases));
+  }
   if (result.dryRun) return finish();
   dropElapsedCooldowns(state, pulled.instances, deps.clock.monotonic());
 
@@ -149,36 +165,94 @@ async function remakeRoot(ctx: PassContext): Promise<void> {
   }
 }
 
+type Prepare = (instance: ConfigInstance, wire?: ItemWire) => PlanInstance | Promise<PlanInstance>;
+
 function pullContext(
   ctx: PassContext,
   signal: AbortSignal | undefined,
   dryRun: boolean,
 ): PullContext<PlanInstance> {
   const { maxResponseBytes } = ctx.settings;
+  const { fingerprints } = ctx.dir;
   return {
     ...requestContext(ctx, signal),
     deviceId: ctx.settings.deviceId,
     files: ctx.dir.state.files,
     clock: ctx.deps.clock,
-    // Each instance is serialized as its page arrives and only the bytes are kept (plan.ts `withFile`), past a
-    // budget in the content cache (spill.ts). A dry run writes nothing to the state directory: it holds them.
-    prepare: afterHeapCheckpoint(
-      dryRun ? withFile : new FileSpill(ctx.dir.cache, ctx.logger, ctx.settings.inMemoryFileBytes).prepare,
-      ctx.deps.heapCheckpoint,
-    ),
+    prepare: afterHeapCheckpoint(pullPrepare(ctx, dryRun), ctx.deps.heapCheckpoint),
+    // An item whose exact text was judged and serialized before is not again (api/list-page.ts KnownItems). Not
+    // in a dry run, whose `withFile` would serialize the unchecked content.
+    ...(dryRun ? {} : { knownItems: { lookup: (id, key) => fingerprints.lookupItem(id, key) } }),
     ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
   };
 }
 
+/**
+ * Each instance is serialized as its page arrives and only the bytes are kept (plan.ts `withFile`), past a budget
+ * in the content cache (spill.ts), which records them by the key of the item's text in the fingerprints. A dry
+ * run writes nothing to the state directory: it holds them.
+ */
+function pullPrepare(ctx: PassContext, dryRun: boolean): Prepare {
+  if (dryRun) return withFile;
+  const { cache, fingerprints } = ctx.dir;
+  return new FileSpill(cache, ctx.logger, ctx.settings.inMemoryFileBytes, fingerprints).prepare;
+}
+
 /** `prepare`, after the heap checkpoint (deps.heapCheckpoint) before each item: a page's garbage is collected as it piles up. */
-function afterHeapCheckpoint(
-  prepare: (instance: ConfigInstance) => PlanInstance | Promise<PlanInstance>,
-  heapCheckpoint: (() => void) | undefined,
-): (instance: ConfigInstance) => PlanInstance | Promise<PlanInstance> {
-  return (instance) => {
+function afterHeapCheckpoint(prepare: Prepare, heapCheckpoint: (() => void) | undefined): Prepare {
+  return (instance, wire) => {
     heapCheckpoint?.();
-    return prepare(instance);
+    return prepare(instance, wire);
   };
+}
+
+/** Ids of the instances a step writes whose bytes were not made (known items: plan.ts InstanceFile `wire`). */
+function unmadeWrites(steps: readonly Step[]): Set<string> {
+  const ids = new Set<string>();
+  for (const step of steps) {
+    if (step.kind === 'write' && step.data === undefined && unmade(step.instance) !== undefined) {
+      ids.add(step.instance.id);
+    }
+  }
+  return ids;
+}
+
+function unmade(instance: ConfigInstanceHead | PlanInstance): string | undefined {
+  return 'file' in instance && instance.file.data === undefined ? instance.file.wire : undefined;
+}
+
+/**
+ * The pull with the instances of `ids` judged in full from their text and prepared as any other. One the
+ * judge refuses now (its text passed before: only a change of the rules without ITEM_RULES_VERSION could do
+ * that) becomes an invalid item, as in the pull.
+ */
+async function makeKnownFiles(
+  pulled: Pulled<PlanInstance>,
+  ids: ReadonlySet<string>,
+  prepare: Prepare,
+): Promise<Pulled<PlanInstance>> {
+  const instances: PlanInstance[] = [];
+  const invalid: InvalidListItem[] = [...pulled.invalid];
+  for (const instance of pulled.instances) {
+    const wire = ids.has(instance.id) ? unmade(instance) : undefined;
+    if (wire === undefined) {
+      instances.push(instance);
+      continue;
+    }
+    const judged = judgeConfigInstance(wire);
+    if (judged.kind === 'valid' && judged.instance.id === instance.id)
+      instances.push(await prepare(judged.instance));
+    else {
+      invalid.push({
+        id: instance.id,
+        deviceId: instance.device_id,
+        activityStatus: instance.activity_status,
+        errorStatus: instance.error_status,
+        problem: judged.kind === 'invalid' ? judged.problem : 'its listed text changed meaning',
+      });
+    }
+  }
+  return { ...pulled, instances, invalid };
 }
 
 /** Ids listed but not usable (invalid or skipped items): still the service's instances. */

@@ -34,6 +34,12 @@ export interface InstanceFile {
   sha256: string;
   /** The file's length, when its bytes were set aside (no `data`): apply bounds the bytes it reads back at once. */
   size?: number;
+  /**
+   * No `data` and nothing set aside: the item was known by its exact text (api/list-page.ts KnownItems), so its
+   * file's sha256 and size were recorded and its bytes not made. This is that text: a pass whose plan writes
+   * the file judges it in full and makes the bytes from it, then plans again (reconcile/pass.ts).
+   */
+  wire?: string;
 }
 
 /**

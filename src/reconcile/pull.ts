@@ -1,6 +1,7 @@
 // Pull: the query set of a pass, paged (api/pager.ts); escalation from incremental to full; the owners a poll
 // did not fetch.
 import type { ServiceClient } from '../api/client.js';
+import type { ItemWire, KnownItems } from '../api/list-page.js';
 import {
   type InvalidListItem,
   type PullResult,
@@ -26,8 +27,13 @@ export interface PullContext<I extends ConfigInstanceHead = ConfigInstance> {
   clock: Clock;
   /** The client's response cap, for the pull's byte budget. */
   maxResponseBytes?: number;
-  /** What each instance is turned into as its page arrives (api/pager.ts); the instance as parsed without. */
-  prepare?: (instance: ConfigInstance) => I | Promise<I>;
+  /**
+   * What each instance is turned into as its page arrives (api/pager.ts); the instance as parsed without.
+   * `wire.known`: its content was not checked, only the recorded file may be used (api/list-page.ts).
+   */
+  prepare?: (instance: ConfigInstance, wire?: ItemWire) => I | Promise<I>;
+  /** Items judged valid before (store/fingerprints.ts): taken without checking their content again. */
+  knownItems?: KnownItems;
   signal?: AbortSignal;
 }
 
@@ -131,6 +137,7 @@ async function listInstances<I extends ConfigInstanceHead>(
     retry: (what, request, signal) => withRequestRetry(what, request, { ...ctx.retry, signal }),
     ...(ctx.maxResponseBytes === undefined ? {} : { maxResponseBytes: ctx.maxResponseBytes }),
     ...(ctx.prepare === undefined ? {} : { prepare: ctx.prepare }),
+    ...(ctx.knownItems === undefined ? {} : { knownItems: ctx.knownItems }),
     ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
   });
   for (const item of pulled.skipped) {

@@ -1,4 +1,5 @@
 // Where a pass keeps the bytes of the files it pulled: in memory up to a budget, then in the content cache.
+import type { ItemWire, KnownItem } from '../api/list-page.js';
 import type { ConfigInstance } from '../api/schemas.js';
 import type { Logger } from '../lib/logger.js';
 import type { ContentCache } from '../store/content-cache.js';
@@ -21,18 +22,23 @@ export class FileSpill {
   readonly #cache: ContentCache;
   readonly #logger: Logger;
   readonly #budget: number;
+  readonly #items: ItemFiles | undefined;
   #held = 0;
 
-  constructor(cache: ContentCache, logger: Logger, budget = IN_MEMORY_FILE_BYTES) {
+  constructor(cache: ContentCache, logger: Logger, budget = IN_MEMORY_FILE_BYTES, items?: ItemFiles) {
     this.#cache = cache;
     this.#logger = logger;
     this.#budget = budget;
+    this.#items = items;
   }
 
-  readonly prepare = async (instance: ConfigInstance): Promise<PlanInstance> => {
+  readonly prepare = async (instance: ConfigInstance, wire?: ItemWire): Promise<PlanInstance> => {
+    // Known by its exact text: its file's sha256 and size were recorded, its bytes are made only for a write.
+    if (wire?.known !== undefined) return withKnownFile(instance, wire.known, wire.text);
     const held = withFile(instance);
     if (!('file' in held)) return held;
     const { data, sha256 } = held.file;
+    if (wire !== undefined) this.#items?.recordItem(instance.id, wire.key, { sha256, size: data.length });
     if (this.#held + data.length <= this.#budget) {
       this.#held += data.length;
       return held;
@@ -51,4 +57,15 @@ export class FileSpill {
     }
     return { ...held, file: { sha256, size: data.length } };
   };
+}
+
+/** Where the items a pass serialized are recorded by the key of their text (store/fingerprints.ts). */
+export interface ItemFiles {
+  recordItem(id: string, key: string, file: KnownItem): void;
+}
+
+/** The instance without its content (unchecked: never used), with the file recorded for its text. */
+function withKnownFile(instance: ConfigInstance, known: KnownItem, wire: string): PlanInstance {
+  const { content: _content, ...head } = instance;
+  return Object.assign(head, { file: { sha256: known.sha256, size: known.size, wire } });
 }

@@ -4,6 +4,7 @@ import { lstat, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/pr
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ITEM_RULES_VERSION } from '../api/list-page.js';
 import { silentLogger } from '../lib/logger.js';
 import {
   FINGERPRINTS_FILE,
@@ -297,5 +298,68 @@ describe('load', () => {
     expect(loaded.lookup('negative-times', { ...ID, mtimeNs: -1699n, ctimeNs: -1700n }, SETTLED)).toBe(SHA);
     // Loading drops them from memory only: nothing changed, nothing is written.
     expect(await loaded.save(nodeFs, stateDir)).toBe(false);
+  });
+});
+
+describe('items known by their exact text', () => {
+  const KEY = `${'k'.repeat(43)}=`;
+  const OTHER_KEY = `${'j'.repeat(43)}=`;
+
+  it('answers the recorded file for the same id and key only, across a save and a load', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.recordItem('cfg_1', KEY, { sha256: SHA, size: 12 });
+    expect(store.lookupItem('cfg_1', KEY)).toEqual({ sha256: SHA, size: 12 });
+    expect(store.lookupItem('cfg_1', OTHER_KEY)).toBeUndefined();
+    expect(store.lookupItem('cfg_2', KEY)).toBeUndefined();
+    expect(await store.save(nodeFs, stateDir)).toBe(true);
+    const loaded = await load();
+    expect(loaded.lookupItem('cfg_1', KEY)).toEqual({ sha256: SHA, size: 12 });
+    expect(loaded.lookupItem('cfg_1', OTHER_KEY)).toBeUndefined();
+    // The same record again is no change; another key for the id replaces it.
+    loaded.recordItem('cfg_1', KEY, { sha256: SHA, size: 12 });
+    expect(await loaded.save(nodeFs, stateDir)).toBe(false);
+    loaded.recordItem('cfg_1', OTHER_KEY, { sha256: OTHER_SHA, size: 3 });
+    expect(loaded.lookupItem('cfg_1', KEY)).toBeUndefined();
+    expect(await loaded.save(nodeFs, stateDir)).toBe(true);
+    expect((await load()).lookupItem('cfg_1', OTHER_KEY)).toEqual({ sha256: OTHER_SHA, size: 3 });
+  });
+
+  it('forgets the items of instances no longer recorded', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.recordItem('cfg_1', KEY, { sha256: SHA, size: 1 });
+    store.recordItem('cfg_2', KEY, { sha256: SHA, size: 1 });
+    await store.save(nodeFs, stateDir);
+    store.retainItems(new Set(['cfg_1', 'cfg_2', 'cfg_3']));
+    expect(await store.save(nodeFs, stateDir)).toBe(false);
+    store.retainItems(new Map([['cfg_2', {}]]));
+    expect(await store.save(nodeFs, stateDir)).toBe(true);
+    const loaded = await load();
+    expect(loaded.lookupItem('cfg_1', KEY)).toBeUndefined();
+    expect(loaded.lookupItem('cfg_2', KEY)).toEqual({ sha256: SHA, size: 1 });
+  });
+
+  it('knows none recorded under other item rules, and drops each malformed one', async () => {
+    const good = [KEY, SHA, 5];
+    const header = { version: 1, rootDir: ROOT, files: {} };
+    await writeFingerprints({ ...header, items: { rules: ITEM_RULES_VERSION + 1, byId: { cfg_1: good } } });
+    expect((await load()).lookupItem('cfg_1', KEY)).toBeUndefined();
+    await writeFingerprints({ ...header, items: { byId: { cfg_1: good } } });
+    expect((await load()).lookupItem('cfg_1', KEY)).toBeUndefined();
+    const byId = {
+      cfg_1: good,
+      short: [KEY, SHA],
+      badKey: ['not a key', SHA, 5],
+      badSha: [KEY, 'A'.repeat(64), 5],
+      badSize: [KEY, SHA, -1],
+      fraction: [KEY, SHA, 1.5],
+      object: { key: KEY, sha256: SHA, size: 5 },
+    };
+    await writeFingerprints({ ...header, items: { rules: ITEM_RULES_VERSION, byId } });
+    const loaded = await load();
+    expect(loaded.lookupItem('cfg_1', KEY)).toEqual({ sha256: SHA, size: 5 });
+    for (const id of ['short', 'badSize', 'fraction', 'object', 'badSha']) {
+      expect(loaded.lookupItem(id, KEY), id).toBeUndefined();
+    }
+    expect(loaded.lookupItem('badKey', 'not a key')).toBeUndefined();
   });
 });

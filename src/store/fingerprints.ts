@@ -1,6 +1,7 @@
 // Verified fingerprints of managed files: a file whose identity is what it was when its bytes were hashed is not read again.
 import type { BigIntStats } from 'node:fs';
 import * as z from 'zod';
+import { ITEM_RULES_VERSION, type KnownItem } from '../api/list-page.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';
@@ -47,13 +48,48 @@ export const FingerprintEntry = z.object({
 });
 type Entry = z.infer<typeof FingerprintEntry>;
 
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
 const Header = z.object({
   version: z.literal(FINGERPRINTS_VERSION),
   rootDir: z.string(),
-  files: z.custom<Record<string, unknown>>(
-    (value) => typeof value === 'object' && value !== null && !Array.isArray(value),
-  ),
+  files: z.custom<Record<string, unknown>>(isObject),
+  /**
+   * Items known by their exact text (api/list-page.ts KnownItems), recorded under the item rules `rules`: by
+   * instance id, `[key, sha256, size]`. Optional, so an older agent reads and drops it, and a newer one reading
+   * an older file starts without.
+   */
+  items: z.unknown().optional(),
 });
+
+/** One item known by its text: the key of that text, and the sha256 and length of the bytes it serializes to. */
+interface ItemEntry extends KnownItem {
+  key: string;
+}
+
+const ITEM_KEY = /^[A-Za-z0-9+/]{43}=$/;
+
+/** A stored `[key, sha256, size]`, or undefined when it is anything else (then the item is not known). */
+function itemEntry(value: unknown): ItemEntry | undefined {
+  if (!Array.isArray(value) || value.length !== 3) return undefined;
+  const [key, sha256, size] = value as unknown[];
+  if (typeof key !== 'string' || !ITEM_KEY.test(key)) return undefined;
+  if (typeof sha256 !== 'string' || !SHA256_HEX.test(sha256)) return undefined;
+  if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0) return undefined;
+  return { key, sha256, size };
+}
+
+/** The items of a stored file, when recorded under this agent's item rules; none otherwise. */
+function loadItems(stored: unknown): Map<string, ItemEntry> {
+  const items = new Map<string, ItemEntry>();
+  if (!isObject(stored) || stored.rules !== ITEM_RULES_VERSION || !isObject(stored.byId)) return items;
+  for (const [id, value] of Object.entries(stored.byId)) {
+    const entry = itemEntry(value);
+    if (entry !== undefined) items.set(id, entry);
+  }
+  return items;
+}
 
 const DIGITS = /^\d+$/;
 const SIGNED_DIGITS = /^-?\d+$/;
@@ -124,12 +160,14 @@ function entryIdentity(entry: Entry): FileIdentity {
  */
 export class FileFingerprints {
   readonly #entries: Map<string, Entry>;
+  readonly #items: Map<string, ItemEntry>;
   readonly #rootDir: string;
   #changed = false;
 
-  private constructor(rootDir: string, entries: Map<string, Entry>) {
+  private constructor(rootDir: string, entries: Map<string, Entry>, items = new Map<string, ItemEntry>()) {
     this.#rootDir = rootDir;
     this.#entries = entries;
+    this.#items = items;
   }
 
   static empty(rootDir: string): FileFingerprints {
@@ -154,6 +192,7 @@ export class FileFingerprints {
     }
     if (raw === undefined) return FileFingerprints.empty(rootDir);
     const entries = new Map<string, Entry>();
+    let items: Map<string, ItemEntry>;
     try {
       const header = Header.parse(JSON.parse(raw));
       if (header.rootDir !== rootDir) return FileFingerprints.empty(rootDir);
@@ -167,11 +206,39 @@ export class FileFingerprints {
         const entry = FingerprintEntry.safeParse(value);
         if (entry.success) entries.set(path, entry.data);
       }
+      items = loadItems(header.items);
     } catch (error) {
       logger.warn({ err: error }, 'the file fingerprints are corrupt: every managed file is read');
       return FileFingerprints.empty(rootDir);
     }
-    return new FileFingerprints(rootDir, entries);
+    return new FileFingerprints(rootDir, entries, items);
+  }
+
+  /**
+   * What was recorded of the item `id` whose exact text has `key` (api/list-page.ts KnownItems); undefined for any
+   * other text. Only ever recorded after that text passed every check and was serialized (reconcile/spill.ts).
+   */
+  lookupItem(id: string, key: string): KnownItem | undefined {
+    const item = this.#items.get(id);
+    return item !== undefined && item.key === key ? { sha256: item.sha256, size: item.size } : undefined;
+  }
+
+  /** Records that the item `id` whose exact text has `key` serializes to `file`. */
+  recordItem(id: string, key: string, file: KnownItem): void {
+    const known = this.#items.get(id);
+    if (known?.key === key && known.sha256 === file.sha256 && known.size === file.size) return;
+    this.#items.set(id, { key, sha256: file.sha256, size: file.size });
+    this.#changed = true;
+  }
+
+  /** Keeps only the items of `ids` (the instances recorded in state). */
+  retainItems(ids: ReadonlySet<string> | ReadonlyMap<string, unknown>): void {
+    for (const id of this.#items.keys()) {
+      if (!ids.has(id)) {
+        this.#items.delete(id);
+        this.#changed = true;
+      }
+    }
   }
 
   get size(): number {
@@ -236,10 +303,14 @@ export class FileFingerprints {
     if (!this.#changed) return false;
     // fromEntries defines own properties: a path named __proto__ is written like any other.
     const files = Object.fromEntries([...this.#entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+    const byId = Object.fromEntries(
+      [...this.#items].map(([id, item]) => [id, [item.key, item.sha256, item.size]] as const),
+    );
     await writeDurableJson(fs, stateDir, FINGERPRINTS_FILE, {
       version: FINGERPRINTS_VERSION,
       rootDir: this.#rootDir,
       files,
+      ...(this.#items.size === 0 ? {} : { items: { rules: ITEM_RULES_VERSION, byId } }),
     });
     this.#changed = false;
     return true;

@@ -192,6 +192,7 @@ export class StateDir {
   /** A cache: written only when it changed, and a failure costs the next pass some reads, nothing more. */
   async #saveFingerprints(): Promise<void> {
     this.fingerprints.retain(this.state.files);
+    this.fingerprints.retainItems(this.state.instances);
     await this.fingerprints.save(this.#fs, this.#settings.stateDir).catch((error: unknown) => {
       this.#logger.warn({ err: error }, 'could not save the file fingerprints');
     });

@@ -1,0 +1,293 @@
+// Items known by their exact text (api/list-page.ts KnownItems), through whole passes against the mock on loopback
+// and a real temp dir: only the very same text skips the content check and the serialization; a changed byte, a
+// hostile item, a drifted or deleted file are each met as if nothing were known.
+import * as nodeFs from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readFile, rm, unlink, utimes, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createClient } from '../api/client.js';
+import { parseCompactListBody } from '../api/json.js';
+import { ITEM_RULES_VERSION, itemKey } from '../api/list-page.js';
+import type { Clock } from '../lib/clock.js';
+import { silentLogger } from '../lib/logger.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import { FINGERPRINTS_FILE, RACY_MARGIN_MS } from '../store/fingerprints.js';
+import { Reconciler } from './reconcile.js';
+
+const API_KEY = 'sk_test_known_0123456789abcdef';
+const DEVICE = 'dvc_1';
+const T0 = '2026-01-01T00:00:00.000Z';
+const COUNT = 12;
+
+let dir: string;
+let server: RunningMockServer;
+/** In front of the mock (which only ever sends what its schema allows): rewrites list bodies as a hostile service. */
+let proxy: http.Server;
+let proxyUrl: string;
+let rewriteList: (body: string) => string = (body) => body;
+
+async function startProxy(): Promise<void> {
+  proxy = http.createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const upstream = http.request(
+        `${server.url}${request.url}`,
+        { method: request.method, headers: request.headers },
+        (answer) => {
+          const parts: Buffer[] = [];
+          answer.on('data', (chunk: Buffer) => parts.push(chunk));
+          answer.on('end', () => {
+            let body = Buffer.concat(parts).toString('utf8');
+            if (request.method === 'GET' && request.url?.startsWith('/v1/config_instances'))
+              body = rewriteList(body);
+            response.writeHead(answer.statusCode ?? 502, {
+              'content-type': 'application/json',
+              'content-length': Buffer.byteLength(body),
+            });
+            response.end(body);
+          });
+        },
+      );
+      upstream.end(Buffer.concat(chunks));
+    });
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+}
+
+/** The wall clock past the racy margin of every file: their fingerprints are trusted, as on a later run. */
+function clock(): Clock {
+  return {
+    now: () => Date.now() + RACY_MARGIN_MS + 1_000,
+    monotonic: () => performance.now(),
+    sleep: async () => undefined,
+  };
+}
+
+async function runPass() {
+  const client = createClient({
+    baseUrl: proxyUrl,
+    apiKey: API_KEY,
+    timeoutMs: 10_000,
+    maxResponseBytes: 1 << 20,
+  });
+  const reconciler = await Reconciler.open(
+    { fs: nodeFs, clock: clock(), random: () => 0.5, logger: silentLogger() },
+    {
+      deviceId: DEVICE,
+      rootDir: path.join(dir, 'root'),
+      stateDir: path.join(dir, 'state'),
+      fileMode: 0o640,
+      dirMode: 0o750,
+      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      requestRetries: 0,
+      // As --once runs: no content-cache copies, so a known item's bytes can come only from its text.
+      cacheWrittenFiles: false,
+    },
+    client,
+  );
+  try {
+    return await reconciler.runPass({ mode: 'full' });
+  } finally {
+    await reconciler.close();
+  }
+}
+
+const rootFile = (relative: string) => path.join(dir, 'root', relative);
+
+/** The instance's content on the service changed in place: same `updated_at`, as a broken service could do. */
+function changeContentQuietly(id: string, content: ConfigInstanceRecord['content']): void {
+  const record = server.state.instances.get(id);
+  if (record === undefined) throw new Error(`no ${id}`);
+  server.state.instances.set(id, { ...record, content });
+}
+
+/** A hostile service: `id`'s listed content is replaced by `content` (text), all else as the mock listed it. */
+function listHostile(id: string, content: string): void {
+  rewriteList = (body) => {
+    const list = JSON.parse(body) as { data: Record<string, unknown>[] };
+    const texts = list.data.map((item) => {
+      if (item.id !== id) return JSON.stringify(item);
+      const { content: _content, ...rest } = item;
+      return `${JSON.stringify(rest).slice(0, -1)},"content":${content}}`;
+    });
+    const empty = JSON.stringify({ ...list, data: [] });
+    return empty.replace('"data":[]', `"data":[${texts.join(',')}]`);
+  };
+}
+
+/** Content nested 70 levels deep: past the 64 the agent accepts. */
+const DEEP = `${'{"a":'.repeat(69)}{}${'}'.repeat(69)}`;
+
+/** Synced, every file fingerprinted and every item known by its text: what every later --once starts from. */
+async function settledWorld(): Promise<void> {
+  expect((await runPass()).converged).toBe(true);
+  expect((await runPass()).converged).toBe(true);
+  const prints = JSON.parse(await readFile(path.join(dir, 'state', FINGERPRINTS_FILE), 'utf8'));
+  expect(Object.keys(prints.items.byId)).toHaveLength(COUNT);
+  expect(Object.keys(prints.files)).toHaveLength(COUNT);
+}
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-known-'));
+  await mkdir(path.join(dir, 'root'));
+  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
+  server = await startMockServer({ apiKeys: [API_KEY] });
+  rewriteList = (body) => body;
+  await startProxy();
+  for (let i = 0; i < COUNT; i += 1) {
+    server.state.instances.set(`cfg_${i}`, {
+      id: `cfg_${i}`,
+      device_id: DEVICE,
+      relative_filepath: i % 4 === 3 ? `d${i % 3}/conf${i}.yaml` : `d${i % 3}/conf${i}.json`,
+      config_schema_id: `sch_${i}`,
+      config_type_id: 'typ',
+      target_status: 'deployed',
+      activity_status: 'queued',
+      error_status: 'none',
+      content: { index: i, enabled: i % 2 === 0, name: `service ${i}` },
+      created_at: T0,
+      updated_at: T0,
+    });
+  }
+});
+
+afterEach(async () => {
+  proxy.closeAllConnections();
+  await new Promise((resolve) => proxy.close(resolve));
+  await server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('items known by their exact text', () => {
+  it('a pass with nothing changed writes nothing, reports nothing, and still converges', async () => {
+    await settledWorld();
+    const reports = server.state.reports.length;
+    const before = await readFile(rootFile('d1/conf1.json'));
+    const idle = await runPass();
+    expect(idle.converged).toBe(true);
+    expect(idle.outcomes.every((o) => o.action === 'unchanged')).toBe(true);
+    expect(server.state.reports.length).toBe(reports);
+    expect(await readFile(rootFile('d1/conf1.json'))).toEqual(before);
+  });
+
+  it('one byte of content changed with the same updated_at: the new bytes are written (JSON and YAML)', async () => {
+    await settledWorld();
+    changeContentQuietly('cfg_1', { index: 1, enabled: false, name: 'service 2' });
+    changeContentQuietly('cfg_3', { index: 3, enabled: false, name: 'service 4' });
+    const result = await runPass();
+    expect(result.converged).toBe(true);
+    expect(JSON.parse(await readFile(rootFile('d1/conf1.json'), 'utf8'))).toEqual({
+      index: 1,
+      enabled: false,
+      name: 'service 2',
+    });
+    expect(await readFile(rootFile('d0/conf3.yaml'), 'utf8')).toContain('service 4');
+    // The others stay known: unchanged.
+    expect(result.outcomes.filter((o) => o.action === 'written').map((o) => o.path)).toEqual([
+      'd1/conf1.json',
+      'd0/conf3.yaml',
+    ]);
+  });
+
+  it('a hostile item with the same id and updated_at is judged: reported failed, its old file left alone', async () => {
+    await settledWorld();
+    const before = await readFile(rootFile('d2/conf2.json'));
+    listHostile('cfg_2', DEEP);
+    const result = await runPass();
+    expect(result.converged).toBe(false);
+    const failed = server.state.reports.filter((r) => r.config_instance_id === 'cfg_2').at(-1);
+    expect(failed?.error_status).toBe('failed');
+    expect(failed?.message).toMatch(/content/);
+    expect(await readFile(rootFile('d2/conf2.json'))).toEqual(before);
+  });
+
+  it('a known item whose file drifted (size and mtime kept) or was deleted is written again from its text', async () => {
+    await settledWorld();
+    const drifted = rootFile('d1/conf4.json');
+    const original = await readFile(drifted, 'utf8');
+    const stats = await lstat(drifted);
+    await writeFile(drifted, original.replace('"index": 4', '"index": 8'));
+    await utimes(drifted, stats.atime, stats.mtime);
+    const yaml = await readFile(rootFile('d1/conf7.yaml'), 'utf8');
+    await unlink(rootFile('d1/conf7.yaml'));
+
+    const result = await runPass();
+    expect(result.converged).toBe(true);
+    expect(await readFile(drifted, 'utf8')).toBe(original);
+    expect(await readFile(rootFile('d1/conf7.yaml'), 'utf8')).toBe(yaml);
+    expect(
+      result.outcomes
+        .filter((o) => o.action === 'written')
+        .map((o) => o.path)
+        .sort(),
+    ).toEqual(['d1/conf4.json', 'd1/conf7.yaml']);
+  });
+
+  /** The fingerprints file with `edit` applied to its items, as a broken or older agent could have left it. */
+  async function editItems(
+    edit: (items: { rules: number; byId: Record<string, [string, string, number]> }) => void,
+  ) {
+    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const prints = JSON.parse(await readFile(printsFile, 'utf8'));
+    edit(prints.items);
+    await writeFile(printsFile, JSON.stringify(prints));
+  }
+
+  /** The exact text of `id` as the (hostile) service now lists it, and its key. */
+  async function listedKey(id: string): Promise<string> {
+    const response = await fetch(`${proxyUrl}/v1/config_instances?device_id=${DEVICE}&limit=100`, {
+      headers: { 'X-API-Key': API_KEY },
+    });
+    const body = await response.text();
+    const texts = parseCompactListBody(body)?.texts ?? [];
+    const text = texts.find((item) => item.startsWith(`{"object":"config_instance","id":"${id}"`));
+    if (text === undefined) throw new Error(`${id} not listed`);
+    return itemKey(text);
+  }
+
+  it('the premise: a text recorded for its id under these rules is taken without checking its content', async () => {
+    await settledWorld();
+    listHostile('cfg_5', DEEP);
+    const key = await listedKey('cfg_5');
+    await editItems((items) => {
+      items.byId.cfg_5![0] = key;
+    });
+    // Nothing but that record vouches for the text: its content goes unchecked (the file is left, nothing failed).
+    const result = await runPass();
+    expect(result.converged).toBe(true);
+    expect(server.state.reports.filter((r) => r.error_status === 'failed')).toEqual([]);
+  });
+
+  it('a text recorded for another id is judged in full', async () => {
+    await settledWorld();
+    listHostile('cfg_5', DEEP);
+    const key = await listedKey('cfg_5');
+    await editItems((items) => {
+      items.byId.cfg_6![0] = key;
+    });
+    await runPass();
+    expect(server.state.reports.filter((r) => r.config_instance_id === 'cfg_5').at(-1)?.error_status).toBe(
+      'failed',
+    );
+  });
+
+  it('a text recorded under other item rules (an older agent) is judged in full', async () => {
+    await settledWorld();
+    listHostile('cfg_5', DEEP);
+    const key = await listedKey('cfg_5');
+    await editItems((items) => {
+      items.byId.cfg_5![0] = key;
+      items.rules = ITEM_RULES_VERSION + 1;
+    });
+    await runPass();
+    expect(server.state.reports.filter((r) => r.config_instance_id === 'cfg_5').at(-1)?.error_status).toBe(
+      'failed',
+    );
+  });
+});
