@@ -53,6 +53,41 @@ const failed: StatusReport = { activity_status: 'queued', error_status: 'failed'
 const patches = () => server.state.stats.get(PATCHES) ?? 0;
 const reportsOf = (id: string) => server.state.reports.filter((r) => r.config_instance_id === id);
 
+describe('a report the service refuses for good (409), derived again by every pass', () => {
+  it('is dropped, and the same report queued again waits the backoff; another report of it goes at once', async () => {
+    const refusals = () => server.state.stats.get(PATCHES) ?? 0;
+    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1_000, status: 409 });
+    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger());
+    const ctx = await context(outbox);
+    // A daemon polling every second for a minute: each pass finds the instance still queued at the service and
+    // the file in place, so it queues `deployed` again (plan.ts dueReport). It was sent again every second.
+    for (let second = 0; second < 60; second++) {
+      monotonic += 1_000;
+      if (outbox.pendingFor('cfg_a') === undefined) outbox.enqueue('cfg_a', deployed, NOW);
+      outbox.enqueue('cfg_b', deployed, NOW);
+      await deliverReports(ctx);
+    }
+    expect(reportsOf('cfg_b')).toHaveLength(60);
+    const cfgARefusals = refusals() - 60;
+    expect(cfgARefusals).toBeGreaterThanOrEqual(2);
+    expect(cfgARefusals).toBeLessThanOrEqual(3);
+    // Another status for it is not the refused one: it goes at once.
+    const before = refusals();
+    outbox.enqueue('cfg_a', failed, NOW);
+    monotonic += 1;
+    await deliverReports(ctx);
+    expect(refusals() - before).toBe(1);
+    // The service takes reports of it again: the refused one goes once its wait is over, and is delivered.
+    server.state.clearFaults();
+    for (let step = 0; step < 200 && reportsOf('cfg_a').length === 0; step++) {
+      monotonic += 10_000;
+      if (outbox.pendingFor('cfg_a') === undefined) outbox.enqueue('cfg_a', deployed, NOW);
+      await deliverReports(ctx);
+    }
+    expect(reportsOf('cfg_a')).toMatchObject([{ activity_status: 'deployed', error_status: 'none' }]);
+  });
+});
+
 describe('a report the service answers 500 every time', () => {
   it('waits out a growing backoff: one request per backoff, not one per delivery; the others still go', async () => {
     server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1_000, status: 500 });

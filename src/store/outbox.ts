@@ -109,6 +109,12 @@ export class StatusOutbox {
   /** A stop with a Retry-After: no report goes before this monotonic time (in memory only, as `#notBefore`). */
   #held: { until: number; by: unknown } | undefined;
   /**
+   * The last report of each instance the service refused for good (`drop`), how often in a row, and when the
+   * same report queued again (a later pass derives it again while the service still shows the instance as
+   * before) may go: the backoff of a report failing on its own. In memory only: a restart sends it at once.
+   */
+  #refused = new Map<string, { report: StatusReport; refusals: number; notBefore: number }>();
+  /**
    * The send in flight for each instance, whichever flush started it: flushes may run side by side (a pass
    * delivers while it writes), and an instance's later report waits for its earlier one to settle.
    */
@@ -242,6 +248,16 @@ export class StatusOutbox {
       return result;
     }
     const due = (entry: OutboxEntry) => {
+      const refused = this.#refused.get(entry.instanceId);
+      if (
+        startedAt !== undefined &&
+        refused !== undefined &&
+        refused.notBefore > startedAt &&
+        sameStatusReport(refused.report, entry.report)
+      ) {
+        result.backingOff++;
+        return false;
+      }
       const notBefore = this.#notBefore.get(entry.seq);
       if (startedAt === undefined || notBefore === undefined || notBefore <= startedAt) return true;
       result.backingOff++;
@@ -272,6 +288,7 @@ export class StatusOutbox {
           await sending;
           result.delivered.push(entry);
           settled.add(entry.seq);
+          this.#refused.delete(entry.instanceId);
         } catch (error) {
           const verdict = classify(error);
           if (verdict === 'stop') {
@@ -294,6 +311,15 @@ export class StatusOutbox {
             );
             result.rejected.push({ entry, error });
             settled.add(entry.seq);
+            if (backoff !== undefined) {
+              const before = this.#refused.get(entry.instanceId);
+              const refusals =
+                before !== undefined && sameStatusReport(before.report, entry.report)
+                  ? before.refusals + 1
+                  : 1;
+              const notBefore = backoff.now() + backoff.delayMs(refusals, error);
+              this.#refused.set(entry.instanceId, { report: entry.report, refusals, notBefore });
+            }
           }
         } finally {
           if (inFlight !== undefined && this.#inFlight.get(entry.instanceId) === inFlight)
@@ -351,6 +377,12 @@ export class StatusOutbox {
     for (const entry of this.#entries) if (entry.seq >= nextSeq) nextSeq = entry.seq + 1;
     this.#nextSeq = nextSeq;
   }
+}
+
+function sameStatusReport(a: StatusReport, b: StatusReport): boolean {
+  return (
+    a.activity_status === b.activity_status && a.error_status === b.error_status && a.message === b.message
+  );
 }
 
 function safeJsonParse(text: string): unknown {
