@@ -50,6 +50,8 @@ const AMBIGUOUS = [
   // Each part the patterns above make optional or repeatable, taken away or repeated once.
   ...['2001-12-14 21:59:43', '2001-12-14  21:59:43', '2001-12-14T21:59:43Z', '1:2', '1:20.55', '.55'],
   ...['1e10', '-1.5e-10', '0x1f_ff', '+.nan'],
+  // Floats only to the yaml package's YAML 1.1 schema (NaN): a lone dot, an exponent without a mantissa.
+  ...['.', '-.', '+.', 'E5', 'e-3', '.e5', '-E+2'],
   // A byte order mark that would open the file (the first key) is dropped by readers.
   ...['\ufeff', '\ufeffkey'],
 ];

@@ -194,9 +194,14 @@ const deep = fc
     return objectOf([['root', node]]) as ConfigContent;
   });
 
-/** The JSON text of what a YAML 1.2 reader (the yaml package, core schema) takes `text` for; numbers as numbers. */
+/**
+ * The JSON text of what the yaml package takes `text` for (numbers as numbers), as YAML 1.2 (core schema) and
+ * as YAML 1.1 (its type repository, looser: `.` and `E5` are floats there): both must agree.
+ */
 function readBack(text: string): string {
-  return JSON.stringify(parseYaml(text));
+  const json = JSON.stringify(parseYaml(text));
+  const asOld = JSON.stringify(parseYaml(text, { version: '1.1' }));
+  return json === asOld ? json : `1.2 ${json} but 1.1 ${asOld}`;
 }
 
 function jsonOf(sample: ConfigContent): string {
@@ -248,7 +253,7 @@ describe('yamlBytes', () => {
     }
   });
 
-  it('reads back as the content through a YAML 1.2 reader, for generated content', () => {
+  it('reads back as the content through a YAML 1.2 and a YAML 1.1 reader, for generated content', () => {
     fc.assert(
       fc.property(content, (sample) => {
         const text = yamlBytes(sample).toString('utf8');
@@ -258,7 +263,7 @@ describe('yamlBytes', () => {
     );
   });
 
-  it('reads back what the old serializer lost: blank-only lines, a folded blank line, a long escaped key', () => {
+  it('reads back what the old serializer lost: blank-only lines, a folded blank line, a long escaped key, `.`', () => {
     const long = 'and then a text long enough to be folded';
     const samples = [
       // Blank-only multi-line values were literal blocks whose blank lines a reader takes as empty: ' \n' read '\n'.
@@ -272,6 +277,8 @@ describe('yamlBytes', () => {
       // A key of 200 LS written as 1,200 characters of escapes: an implicit key over 1024, which no reader takes.
       { ['\u2028'.repeat(200)]: 1 },
       { k: { ['\x85'.repeat(300)]: ['\u2029'.repeat(300)] } },
+      // Plain, these were NaN to the yaml package as YAML 1.1.
+      { '.': '.', k: ['-.', 'E5', '.e5', '+e-3'] },
     ] as ConfigContent[];
     for (const sample of samples) {
       const text = yamlBytes(sample).toString('utf8');

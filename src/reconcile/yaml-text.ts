@@ -15,6 +15,11 @@ const INTEGER = /^[-+]?(?:[0-9][0-9_]*|0b[01_]+|0o[0-7_]+|0x[0-9a-f_]+)$/i;
 const SEXAGESIMAL = /^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$/;
 const FLOAT = /^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:e[-+]?[0-9]+)?$/i;
 const SPECIAL_FLOAT = /^[-+]?\.(?:inf|nan)$/i;
+/**
+ * What the yaml package's YAML 1.1 schema takes for a float beyond the others: a lone dot (the 1.1 type
+ * repository's own pattern allows it) and an exponent without a mantissa (`E5`, `.e5`): NaN, both.
+ */
+const LOOSE_FLOAT = /^[-+]?(?:\.|(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?e[-+]?[0-9]+)$/i;
 const TIMESTAMP =
   /^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:(?:t|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]*)?(?:[ \t]*(?:z|[-+][0-9]{1,2}(?::[0-9]{2})?))?)?$/i;
 
@@ -27,6 +32,7 @@ export function yamlMisreads(value: string): boolean {
     SEXAGESIMAL.test(value) ||
     FLOAT.test(value) ||
     SPECIAL_FLOAT.test(value) ||
+    LOOSE_FLOAT.test(value) ||
     TIMESTAMP.test(value) ||
     // Ruby's Psych reads `:name` as a symbol.
     value.startsWith(':') ||
