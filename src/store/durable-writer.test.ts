@@ -667,6 +667,19 @@ describe('sweepTempFiles', () => {
     const { fs } = memfs();
     expect(await sweepTempFiles(fs, '/does/not/exist')).toEqual([]);
   });
+
+  it('walks no directory too deep to hold a temp file of a valid path (4,095 bytes)', async () => {
+    const segment = 'd'.repeat(250);
+    const files: Record<string, string> = {};
+    for (let level = 1; level <= 17; level += 1) {
+      files[`${ROOT}/${Array(level).fill(segment).join('/')}/${TEMP_PREFIX}${level}`] = 'torn';
+    }
+    const { fs } = memfs(files);
+    const removed = await sweepTempFiles(fs, ROOT);
+    // 16 levels are 4,015 bytes; the 17th, 4,266, cannot be the directory of a managed file.
+    expect(removed).toHaveLength(16);
+    expect(removed).not.toContain(`${Array(17).fill(segment).join('/')}/${TEMP_PREFIX}17`);
+  });
 });
 
 describe('writeDurableJson', () => {

@@ -11,6 +11,7 @@ import {
   checkRoot,
   inspectPath,
   lstatOrUndefined,
+  MAX_PATH_BYTES,
   type PathInspection,
   TEMP_PREFIX,
   VerifiedDirectories,
@@ -1278,6 +1279,122 @@ export async function sweepTempFiles(
     if (error instanceof DiskError && (error.errno === 'ENOENT' || error.errno === 'ENOTDIR')) return [];
     throw error;
   }
+  const pinned = await openPinnedRoot(fs, root);
+  const removed =
+    pinned === undefined ? await sweepByPath(fs, root, onSkip) : await sweepPinned(fs, pinned, onSkip);
+  return removed.sort();
+}
+
+/**
+ * A directory's relative path longer than this cannot hold a temp file of the writer: its target's relative path
+ * (at most MAX_PATH_BYTES) is that directory, a slash and at least one byte. Deeper junk is not walked.
+ */
+const MAX_SWEPT_DIRECTORY_BYTES = MAX_PATH_BYTES - 2;
+
+function sweepsInto(relative: string): boolean {
+  return Buffer.byteLength(relative, 'utf8') <= MAX_SWEPT_DIRECTORY_BYTES;
+}
+
+/** The root opened as a directory, when /proc names its descriptor (not under memfs); else undefined. */
+async function openPinnedRoot(fs: FsPort, root: string): Promise<FileHandle | undefined> {
+  let handle: FileHandle;
+  try {
+    handle = await fs.open(root, DIR_FLAGS);
+  } catch {
+    return undefined;
+  }
+  if (await namesItself(fs, handle)) return handle;
+  await handle.close().catch(() => undefined);
+  return undefined;
+}
+
+/** The sweep's answer to a directory it could not open or list, or a temp file it could not unlink. */
+function sweepFailure(
+  operation: SweepSkip['operation'],
+  relative: string,
+  error: unknown,
+  onSkip: (skip: SweepSkip) => void,
+): void {
+  const failure = new DiskError({ operation, path: relative, cause: error });
+  if ((operation === 'read directory' && relative === '') || failure.resource) throw failure;
+  onSkip({ path: relative, operation, errno: errnoCode(error) });
+}
+
+/**
+ * The walk by descriptor: each directory is opened (O_NOFOLLOW) inside its parent's descriptor and listed, and
+ * its temp files unlinked, through /proc/self/fd, so a subdirectory a local user swaps for a symlink at any
+ * moment is refused (ELOOP) or, once opened, is still the directory that was inside the root: the sweep never
+ * lists or unlinks outside it. Depth-first with one descriptor per level, at most ~2,000 (sweepsInto).
+ */
+async function sweepPinned(
+  fs: FsPort,
+  rootHandle: FileHandle,
+  onSkip: (skip: SweepSkip) => void,
+): Promise<string[]> {
+  const removed: string[] = [];
+  const frames: Array<{ relative: string; handle: FileHandle; subdirectories: string[] }> = [];
+  const enter = async (relative: string, handle: FileHandle): Promise<void> => {
+    let entries: Awaited<ReturnType<typeof readDirectory>>;
+    try {
+      entries = await readDirectory(fs, `${PROC_FD}/${handle.fd}`);
+    } catch (error) {
+      await handle.close().catch(() => undefined);
+      const code = errnoCode(error);
+      if (code === 'ENOENT' || code === 'ENOTDIR') return;
+      sweepFailure('read directory', relative, error, onSkip);
+      return;
+    }
+    const subdirectories: string[] = [];
+    frames.push({ relative, handle, subdirectories });
+    for (const entry of entries) {
+      const name = String(entry.name);
+      const child = relative === '' ? name : `${relative}/${name}`;
+      if (entry.isDirectory()) {
+        if (sweepsInto(child)) subdirectories.push(name);
+      } else if (entry.isFile() && name.startsWith(TEMP_PREFIX)) {
+        try {
+          await fs.unlink(`${PROC_FD}/${handle.fd}/${name}`);
+          removed.push(child);
+        } catch (error) {
+          if (errnoCode(error) !== 'ENOENT') sweepFailure('unlink temp file', child, error, onSkip);
+        }
+      }
+    }
+  };
+  try {
+    await enter('', rootHandle);
+    for (let top = frames.at(-1); top !== undefined; top = frames.at(-1)) {
+      const name = top.subdirectories.pop();
+      if (name === undefined) {
+        frames.pop();
+        await top.handle.close().catch(() => undefined);
+        continue;
+      }
+      const child = top.relative === '' ? name : `${top.relative}/${name}`;
+      let handle: FileHandle;
+      try {
+        handle = await fs.open(`${PROC_FD}/${top.handle.fd}/${name}`, DIR_FLAGS | constants.O_NOFOLLOW);
+      } catch (error) {
+        const code = errnoCode(error);
+        // Gone, or no longer a directory: a symlink swapped in (ELOOP) is never followed.
+        if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP') continue;
+        sweepFailure('read directory', child, error, onSkip);
+        continue;
+      }
+      await enter(child, handle);
+    }
+  } finally {
+    for (const frame of frames) await frame.handle.close().catch(() => undefined);
+  }
+  return removed;
+}
+
+/**
+ * The walk by path, where /proc does not name descriptors (memfs in tests): every entry is judged by lstat
+ * semantics, so a symlink already there is never followed, but one swapped in between a listing and the next
+ * is (the descriptor walk above closes that).
+ */
+async function sweepByPath(fs: FsPort, root: string, onSkip: (skip: SweepSkip) => void): Promise<string[]> {
   const removed: string[] = [];
   // Iterative walk: a deep tree cannot overflow the stack.
   const pending: string[] = [''];
@@ -1290,9 +1407,7 @@ export async function sweepTempFiles(
     } catch (error) {
       const code = errnoCode(error);
       if (code === 'ENOENT' || code === 'ENOTDIR') continue;
-      const failure = new DiskError({ operation: 'read directory', path: relative, cause: error });
-      if (relative === '' || failure.resource) throw failure;
-      onSkip({ path: relative, operation: 'read directory', errno: code });
+      sweepFailure('read directory', relative, error, onSkip);
       continue;
     }
     for (const entry of entries) {
@@ -1300,23 +1415,18 @@ export async function sweepTempFiles(
       const child = relative === '' ? name : `${relative}/${name}`;
       // Dirent types come from the entry itself (lstat semantics): a symlink is neither isDirectory nor isFile.
       if (entry.isDirectory()) {
-        pending.push(child);
+        if (sweepsInto(child)) pending.push(child);
       } else if (entry.isFile() && name.startsWith(TEMP_PREFIX)) {
         try {
           await fs.unlink(path.join(root, child));
           removed.push(child);
         } catch (error) {
-          const code = errnoCode(error);
-          if (code !== 'ENOENT') {
-            const failure = new DiskError({ operation: 'unlink temp file', path: child, cause: error });
-            if (failure.resource) throw failure;
-            onSkip({ path: child, operation: 'unlink temp file', errno: code });
-          }
+          if (errnoCode(error) !== 'ENOENT') sweepFailure('unlink temp file', child, error, onSkip);
         }
       }
     }
   }
-  return removed.sort();
+  return removed;
 }
 
 function readDirectory(fs: FsPort, absolute: string) {

@@ -17,7 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
-import { publishFile, removeManagedFile, syncDirectories } from './durable-writer.js';
+import { publishFile, removeManagedFile, sweepTempFiles, syncDirectories } from './durable-writer.js';
 import { PathRejectedError } from './errors.js';
 import { TEMP_PREFIX, VerifiedDirectories } from './path-guard.js';
 
@@ -311,5 +311,96 @@ describe('syncDirectories for a batch under a directory another user can write',
     await symlink(outside, shared);
     const failures = await syncDirectories(nodeFs, root, ['shared/app', ''], { verified });
     expect([...failures.keys()]).toEqual(['shared/app']);
+  });
+});
+
+describe('sweepTempFiles under a directory another user can write', () => {
+  /** `victim` becomes a symlink to `outside` once `when` says so (after the listing that found it a directory). */
+  function swappingFs(victim: string, when: () => boolean): FsPort {
+    const target = path.join(root, victim);
+    let swapped = false;
+    const swap = async () => {
+      if (swapped) return;
+      swapped = true;
+      await rename(target, `${target}-real`);
+      await symlink(outside, target);
+    };
+    return {
+      ...nodeFs,
+      readdir: (async (file: string, options: unknown) => {
+        const entries = await (nodeFs.readdir as (f: string, o: unknown) => Promise<unknown>)(file, options);
+        if (when()) await swap();
+        return entries;
+      }) as FsPort['readdir'],
+    };
+  }
+
+  it('never lists or unlinks in a symlink target swapped in after its parent was listed', async () => {
+    await writeFile(path.join(outside, `${TEMP_PREFIX}victim`), "not the agent's");
+    await writeFile(path.join(root, 'shared', 'app', `${TEMP_PREFIX}ours`), 'torn');
+    await writeFile(path.join(root, `${TEMP_PREFIX}top`), 'torn');
+    let listings = 0;
+    // The swap comes right after the sweep's second listing (the root's, then 'shared'), before 'shared/app'.
+    const fs = swappingFs('shared/app', () => {
+      listings += 1;
+      return listings === 2;
+    });
+    const removed = await sweepTempFiles(fs, root);
+    expect(await readdir(outside)).toEqual([`${TEMP_PREFIX}victim`]);
+    expect(removed).toEqual([`${TEMP_PREFIX}top`]);
+    // The real directory moved away keeps its temp file for the next start's sweep.
+    expect(await readdir(path.join(root, 'shared', 'app-real'))).toEqual([`${TEMP_PREFIX}ours`]);
+  });
+
+  it('a directory swapped out after it was opened is still the one listed and swept', async () => {
+    await writeFile(path.join(outside, `${TEMP_PREFIX}victim`), "not the agent's");
+    await writeFile(path.join(root, 'shared', 'app', `${TEMP_PREFIX}ours`), 'torn');
+    const shared = path.join(root, 'shared', 'app');
+    let swapped = false;
+    const fs: FsPort = {
+      ...nodeFs,
+      open: (async (file: string, flags: number) => {
+        const handle = await nodeFs.open(file, flags);
+        if (!swapped && String(file).endsWith('/app')) {
+          swapped = true;
+          await rename(shared, `${shared}-real`);
+          await symlink(outside, shared);
+        }
+        return handle;
+      }) as FsPort['open'],
+    };
+    expect(await sweepTempFiles(fs, root)).toEqual([`shared/app/${TEMP_PREFIX}ours`]);
+    expect(swapped).toBe(true);
+    expect(await readdir(outside)).toEqual([`${TEMP_PREFIX}victim`]);
+    expect(await readdir(`${shared}-real`)).toEqual([]);
+  });
+
+  it('walks no deeper than a directory that could hold a temp file of a valid path', async () => {
+    // 16 levels of a 250-byte name are 4,015 bytes (a temp file there can belong to a valid path: swept); the
+    // 17th is 4,266 bytes, beyond the 4,095 a managed path may have (not walked). The tree is made and removed
+    // through descriptors: its absolute path is longer than PATH_MAX.
+    const segment = 'd'.repeat(250);
+    const handles: nodeFs.FileHandle[] = [await nodeFs.open(root, 'r')];
+    const at = (name: string) => `/proc/self/fd/${handles.at(-1)!.fd}/${name}`;
+    try {
+      for (let level = 1; level <= 17; level += 1) {
+        await mkdir(at(segment));
+        handles.push(await nodeFs.open(at(segment), 'r'));
+        await writeFile(at(`${TEMP_PREFIX}level${level}`), 'torn');
+      }
+      const removed = await sweepTempFiles(nodeFs, root);
+      const swept = Array.from({ length: 16 }, (_, index) =>
+        [...Array.from({ length: index + 1 }, () => segment), `${TEMP_PREFIX}level${index + 1}`].join('/'),
+      );
+      expect(removed).toEqual(swept.sort());
+      expect(await readdir(`/proc/self/fd/${handles.at(-1)!.fd}`)).toEqual([`${TEMP_PREFIX}level17`]);
+    } finally {
+      while (handles.length > 1) {
+        for (const name of await readdir(at(''))) await unlink(at(name));
+        await handles.pop()!.close();
+        await nodeFs.rmdir(at(segment));
+      }
+      await handles.pop()!.close();
+    }
   });
 });
