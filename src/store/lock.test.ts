@@ -314,6 +314,25 @@ describe('acquireStateLock: an unusable state directory', () => {
     expect(error).toMatchObject({ code: 'state_dir_unusable', retryable: true, errno: 'ENOSPC' });
   });
 
+  it.each(['EPERM', 'ENOTSUP', 'EOPNOTSUPP'])(
+    'a filesystem without hard links (link() %s: exFAT, vfat) is named as such, not as an owner to fix (exit 78)',
+    async (code) => {
+      const { vol, fs } = memfs();
+      const noLinks: FsPort = {
+        ...fs,
+        link: (async () => {
+          throw Object.assign(new Error(`${code}: simulated`), { code });
+        }) as FsPort['link'],
+      };
+      const error = await acquireStateLock(noLinks, STATE, probe(100, [100])).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(StateDirError);
+      expect(error).toMatchObject({ code: 'state_dir_unusable', retryable: false, errno: code });
+      expect((error as Error).message).toContain('refuses hard links');
+      expect((error as Error).message).not.toContain('must own stateDir');
+      expect(vol.readdirSync(STATE).filter((name) => String(name).startsWith(TEMP_PREFIX))).toEqual([]);
+    },
+  );
+
   it('leaves no temp file when the link fails', async () => {
     const { vol, fs } = memfs();
     const broken: FsPort = {

@@ -107,8 +107,17 @@ async function takeLock(fs: FsPort, stateDir: string, mine: LockContent, probe: 
         await fs.link(temp, file);
         return;
       } catch (error) {
-        if (errnoCode(error) !== 'EEXIST')
-          throw new StateDirError(stateDir, `cannot create ${LOCK_FILE}`, error);
+        const code = errnoCode(error);
+        // The temp file is the agent's own, just made in stateDir: a link refused here is the filesystem's.
+        if (code === 'EPERM' || code === 'ENOTSUP' || code === 'EOPNOTSUPP') {
+          throw new StateDirError(
+            stateDir,
+            `cannot create ${LOCK_FILE}`,
+            error,
+            `its filesystem refuses hard links (link() ${code}: exFAT, vfat and other FAT filesystems have none), which the lock needs: put stateDir on a Linux filesystem (ext4, f2fs, xfs, btrfs, tmpfs)`,
+          );
+        }
+        if (code !== 'EEXIST') throw new StateDirError(stateDir, `cannot create ${LOCK_FILE}`, error);
       }
       const holder = await readLock(fs, file);
       if (holder === 'missing') continue;
