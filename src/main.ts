@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { HELP_TEXT, parseCliArgs } from './cli/args.js';
 import { ExitCode, exitCodeForStartupError } from './cli/exit-codes.js';
-import { type CommandIo, checkedOutput, finishOutput } from './cli/io.js';
+import { type CommandIo, checkedOutput, finishOutput, wholeLinesOutput } from './cli/io.js';
 import { errorMessage, UsageError } from './lib/errors.js';
 import { createSecretRegistry } from './lib/secrets.js';
 
@@ -145,7 +145,7 @@ export function runProcess(): void {
   const stdout = runsTheDaemon(argv) ? undefined : checkedOutput(process.stdout, { fd: 1 });
   const io: CommandIo = {
     stdout: stdout?.stream ?? process.stdout,
-    stderr: process.stderr,
+    stderr: wholeLinesOutput(process.stderr, 2),
     env: process.env,
     isTty: process.stdout.isTTY === true,
   };
@@ -155,7 +155,7 @@ export function runProcess(): void {
       process.stdout.write('', () => process.exit(code));
       return;
     }
-    finishOutput(code, stdout, process.stderr).then(
+    finishOutput(code, stdout, io.stderr).then(
       (final) => process.exit(final),
       () => process.exit(code),
     );

@@ -14,6 +14,7 @@ import {
   type FdWriter,
   finishOutput,
   isFileLike,
+  wholeLinesOutput,
 } from './io.js';
 
 const errno = (code: string) => Object.assign(new Error(`write ${code}`), { code });
@@ -183,5 +184,35 @@ describe('commands whose stdout is /dev/full (ENOSPC on every write)', () => {
         'config-agent: could not write the output to standard output: ENOSPC (no space left on device)\n',
       );
     }
+  });
+});
+
+describe('wholeLinesOutput (the logs on stderr, when it is a file)', () => {
+  it('at a disk filling up: a line cut by it is ended before the next one, so every later line reads whole', () => {
+    let file = '';
+    let room = 10;
+    const output = wholeLinesOutput(new PassThrough(), 2, {
+      fileLike: true,
+      writeSync: (_fd, buffer, offset, length) => {
+        if (room === 0) throw errno('ENOSPC');
+        const n = Math.min(room, length);
+        file += buffer.subarray(offset, offset + n).toString();
+        room -= n;
+        return n;
+      },
+    });
+    output.write('{"n":1}\n');
+    output.write('{"n":2,"pad":"xxxx"}\n'); // cut after 2 bytes
+    output.write('{"n":3}\n'); // lost: the disk is full
+    room = 1000;
+    output.write('{"n":4}\n');
+    output.write('{"n":5}\n');
+    const lines = file.split('\n');
+    expect(lines).toEqual(['{"n":1}', '{"', '{"n":4}', '{"n":5}', '']);
+  });
+
+  it('leaves a pipe, socket or terminal to Node’s stream', () => {
+    const target = new PassThrough();
+    expect(wholeLinesOutput(target, 2, { fileLike: false })).toBe(target);
   });
 });

@@ -1,8 +1,7 @@
 // The streams and environment a command runs with (process's in main.ts, buffers in tests), and the check that a
 // command's standard output was written whole.
-import { fstatSync, write as writeFd } from 'node:fs';
+import { fstatSync, write as writeFd, writeSync } from 'node:fs';
 import { Writable } from 'node:stream';
-import { isatty } from 'node:tty';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import { ExitCode } from './exit-codes.js';
 
@@ -36,11 +35,15 @@ export interface CheckedOutput {
 /**
  * A regular file or a character device that is not a terminal (`/dev/full`, a hung-up terminal): Node writes
  * those with one write(2) per chunk. Pipes, sockets and terminals go through libuv, which writes every byte.
+ * `stream`: Node's stream on `fd`, which knows whether it is a terminal (node:tty would load node:net).
  */
-export function isFileLike(fd: number): boolean {
+export function isFileLike(fd: number, stream?: NodeJS.WritableStream): boolean {
   try {
     const stat = fstatSync(fd);
-    return stat.isFile() || (stat.isCharacterDevice() && !isatty(fd));
+    return (
+      stat.isFile() ||
+      (stat.isCharacterDevice() && (stream as { isTTY?: boolean } | undefined)?.isTTY !== true)
+    );
   } catch {
     return false;
   }
@@ -82,7 +85,7 @@ export function checkedOutput(
   };
 
   const fd = options.fd;
-  if (fd !== undefined && (options.fileLike ?? isFileLike(fd))) {
+  if (fd !== undefined && (options.fileLike ?? isFileLike(fd, target))) {
     const write = options.write ?? writeFd;
     const patience = options.eagainPatienceMs ?? EAGAIN_PATIENCE_MS;
     const stream = new Writable({
@@ -134,6 +137,39 @@ export function checkedOutput(
       }),
     failure: () => failure,
   };
+}
+
+/**
+ * stderr (the logs) when it is a file or character device: every byte of each line written, synchronously as
+ * Node's own stream does (the last lines before an exit are not lost). A write that fails (a full disk) drops
+ * the rest of that line and the agent goes on; the next line then starts on a line of its own. With Node's
+ * stream a short write at a disk filling up left a line cut, and the next line was glued to it once space came
+ * back: two lines no JSON reader could read. A pipe, socket or terminal is returned as it is.
+ */
+export function wholeLinesOutput(
+  target: NodeJS.WritableStream,
+  fd: number,
+  options: {
+    fileLike?: boolean;
+    writeSync?: (fd: number, buffer: Buffer, offset: number, length: number) => number;
+  } = {},
+): NodeJS.WritableStream {
+  if (!(options.fileLike ?? isFileLike(fd, target))) return target;
+  const write = options.writeSync ?? writeSync;
+  let cut = false;
+  return new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      const data = cut ? Buffer.concat([Buffer.from('\n'), chunk]) : chunk;
+      let offset = 0;
+      try {
+        while (offset < data.length) offset += write(fd, data, offset, data.length - offset);
+      } catch {
+        // Best effort, as every log write: the line is lost, later ones are tried.
+      }
+      cut = offset > 0 && offset < data.length ? data[offset - 1] !== 0x0a : cut && offset === 0;
+      callback();
+    },
+  });
 }
 
 function describeWriteError(error: unknown): string {
