@@ -63,7 +63,8 @@ export interface KnownItem {
  * here, an item's content is not checked again and its file is known without serializing it.
  */
 export interface KnownItems {
-  lookup(id: string, key: string): KnownItem | undefined;
+  /** `length`: the text's, which the caller keeps for as long as the item (a pass bounds what it holds). */
+  lookup(id: string, key: string, length: number): KnownItem | undefined;
 }
 
 /** A valid item's exact text on the wire (compact pages), its key, and what was recorded of it, if anything. */
@@ -302,7 +303,8 @@ export function judgeParsedItem(value: unknown, text?: string, known?: KnownItem
   }
   const key = itemKey(text);
   const id = typeof value === 'object' && value !== null ? (value as { id?: unknown }).id : undefined;
-  const recorded = known !== undefined && typeof id === 'string' ? known.lookup(id, key) : undefined;
+  const recorded =
+    known !== undefined && typeof id === 'string' ? known.lookup(id, key, text.length) : undefined;
   const quick = quickInstance(value, recorded !== undefined);
   if (quick !== undefined) {
     const wire = recorded === undefined ? { text, key } : { text, key, known: recorded };

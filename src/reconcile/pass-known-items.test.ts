@@ -2,7 +2,7 @@
 // and a real temp dir: only the very same text skips the content check and the serialization; a changed byte, a
 // hostile item, a drifted or deleted file are each met as if nothing were known.
 import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readFile, rm, unlink, utimes, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, unlink, utimes, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
@@ -15,6 +15,7 @@ import type { Clock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import { CACHE_DIR } from '../store/content-cache.js';
 import { FINGERPRINTS_FILE, RACY_MARGIN_MS } from '../store/fingerprints.js';
 import { Reconciler } from './reconcile.js';
 
@@ -69,7 +70,7 @@ function clock(): Clock {
   };
 }
 
-async function runPass() {
+async function runPass(settings: { inMemoryFileBytes?: number } = {}) {
   const client = createClient({
     baseUrl: proxyUrl,
     apiKey: API_KEY,
@@ -88,6 +89,7 @@ async function runPass() {
       requestRetries: 0,
       // As --once runs: no content-cache copies, so a known item's bytes can come only from its text.
       cacheWrittenFiles: false,
+      ...settings,
     },
     client,
   );
@@ -227,6 +229,17 @@ describe('items known by their exact text', () => {
         .map((o) => o.path)
         .sort(),
     ).toEqual(['d1/conf4.json', 'd1/conf7.yaml']);
+  });
+
+  it('past the budget of bytes a pass holds, a known item is judged and set aside as any other, not held as text', async () => {
+    await settledWorld();
+    const cache = path.join(dir, 'state', CACHE_DIR);
+    expect(await readdir(cache).catch(() => [])).toEqual([]);
+    const idle = await runPass({ inMemoryFileBytes: 1 });
+    expect(idle.converged).toBe(true);
+    expect(idle.outcomes.every((o) => o.action === 'unchanged')).toBe(true);
+    // Every file's bytes were made and set aside in the content cache: no text was held instead.
+    expect(await readdir(cache)).toHaveLength(COUNT);
   });
 
   /** The fingerprints file with `edit` applied to its items, as a broken or older agent could have left it. */

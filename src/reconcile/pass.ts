@@ -174,15 +174,25 @@ function pullContext(
 ): PullContext<PlanInstance> {
   const { maxResponseBytes } = ctx.settings;
   const { fingerprints } = ctx.dir;
+  const spill = dryRun ? undefined : fileSpill(ctx);
   return {
     ...requestContext(ctx, signal),
     deviceId: ctx.settings.deviceId,
     files: ctx.dir.state.files,
     clock: ctx.deps.clock,
-    prepare: afterHeapCheckpoint(pullPrepare(ctx, dryRun), ctx.deps.heapCheckpoint),
-    // An item whose exact text was judged and serialized before is not again (api/list-page.ts KnownItems). Not
-    // in a dry run, whose `withFile` would serialize the unchecked content.
-    ...(dryRun ? {} : { knownItems: { lookup: (id, key) => fingerprints.lookupItem(id, key) } }),
+    prepare: afterHeapCheckpoint(spill?.prepare ?? withFile, ctx.deps.heapCheckpoint),
+    // An item whose exact text was judged and serialized before is not again (api/list-page.ts KnownItems), while
+    // its text fits in the spill's budget. Not in a dry run, whose `withFile` would serialize unchecked content.
+    ...(spill === undefined
+      ? {}
+      : {
+          knownItems: {
+            lookup: (id, key, length) => {
+              const known = fingerprints.lookupItem(id, key);
+              return known !== undefined && spill.admitKnown(length) ? known : undefined;
+            },
+          },
+        }),
     ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),
   };
 }
@@ -192,10 +202,13 @@ function pullContext(
  * in the content cache (spill.ts), which records them by the key of the item's text in the fingerprints. A dry
  * run writes nothing to the state directory: it holds them.
  */
-function pullPrepare(ctx: PassContext, dryRun: boolean): Prepare {
-  if (dryRun) return withFile;
+function fileSpill(ctx: PassContext): FileSpill {
   const { cache, fingerprints } = ctx.dir;
-  return new FileSpill(cache, ctx.logger, ctx.settings.inMemoryFileBytes, fingerprints).prepare;
+  return new FileSpill(cache, ctx.logger, ctx.settings.inMemoryFileBytes, fingerprints);
+}
+
+function pullPrepare(ctx: PassContext, dryRun: boolean): Prepare {
+  return dryRun ? withFile : fileSpill(ctx).prepare;
 }
 
 /** `prepare`, after the heap checkpoint (deps.heapCheckpoint) before each item: a page's garbage is collected as it piles up. */

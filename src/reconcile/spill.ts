@@ -32,6 +32,18 @@ export class FileSpill {
     this.#items = items;
   }
 
+  /**
+   * Whether a known item's text (`length` characters, held instead of its file's bytes: plan.ts InstanceFile
+   * `wire`) fits in what is left of the budget; counted when it does. Past the budget an item is not taken as
+   * known: it is judged in full and its bytes set aside as any other's, so a listing of large items known by
+   * their text is never held whole.
+   */
+  readonly admitKnown = (length: number): boolean => {
+    if (this.#held + length > this.#budget) return false;
+    this.#held += length;
+    return true;
+  };
+
   readonly prepare = async (instance: ConfigInstance, wire?: ItemWire): Promise<PlanInstance> => {
     // Known by its exact text: its file's sha256 and size were recorded, its bytes are made only for a write.
     if (wire?.known !== undefined) return withKnownFile(instance, wire.known, wire.text);
