@@ -58,7 +58,7 @@ interface Fault {
   op: FaultOp;
   /** Absolute path the operation targets (for rename: the destination). */
   match: (absolute: string) => boolean;
-  code: 'ENOSPC' | 'EDQUOT' | 'EACCES' | 'EPERM' | 'EROFS' | 'EIO';
+  code: 'ENOSPC' | 'EDQUOT' | 'EACCES' | 'EPERM' | 'EROFS' | 'EIO' | 'EINVAL' | 'ENOTCONN';
 }
 
 function errnoError(code: string, syscall: string, target: string): NodeJS.ErrnoException {
@@ -669,9 +669,9 @@ describe('applySteps: an obstacle on disk is never written through, and is retri
 });
 
 describe('applySteps: disk failures retry with backoff, then fail', () => {
-  it('EIO on rename: `retrying` with a cooldown and the attempt count, then `failed` after maxAttempts', async () => {
+  it('EINVAL on rename (a name the filesystem refuses): `retrying` with a cooldown and the attempt count, then `failed` after maxAttempts', async () => {
     const world = await makeWorld();
-    world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'EIO' });
+    world.faults.push({ op: 'rename', match: renameTo('b.json'), code: 'EINVAL' });
     world.service.put(
       makeInstance({ id: 'cfg_a', relative_filepath: 'a.json', config_schema_id: 's_a' }),
       makeInstance({ id: 'cfg_b', relative_filepath: 'b.json', config_schema_id: 's_b' }),
@@ -695,7 +695,7 @@ describe('applySteps: disk failures retry with backoff, then fail', () => {
     });
     const retrying = world.outbox.pendingFor('cfg_b')?.report;
     expect(retrying).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
-    expect(retrying?.message).toMatch(/EIO/);
+    expect(retrying?.message).toMatch(/EINVAL/);
     await world.service.deliver(world.outbox);
 
     // Before the cooldown elapses the instance waits and no attempt is counted.
@@ -811,6 +811,30 @@ describe('applySteps: disk failures retry with backoff, then fail', () => {
     }
     expect(world.state.instances.get('cfg_b')).toMatchObject({ error: 'retrying', attempts: 0 });
   });
+
+  it.each(['EIO', 'ENOTCONN'] as const)(
+    '%s (the disk failing): `retrying` naming it, never an attempt nor `failed`; written once it works again',
+    async (code) => {
+      const world = await makeWorld();
+      world.faults.push({ op: 'rename', match: renameTo('b.json'), code });
+      world.service.put(makeInstance({ id: 'cfg_b', relative_filepath: 'b.json' }));
+      // Ten passes over an hour with maxAttempts 3: an I/O error was an attempt, so a card failing for minutes
+      // left the instance `failed` for good at the service, never written once the disk worked again.
+      for (let i = 0; i < 10; i += 1) {
+        const result = await pass(world);
+        expect(outcomeOf(result.outcomes, 'cfg_b')).toMatchObject({
+          action: 'retrying',
+          message: expect.stringMatching(new RegExp(`${code}.*the disk holding rootDir fails`)),
+        });
+        world.clock.advance(360_001);
+      }
+      expect(world.state.instances.get('cfg_b')).toMatchObject({ error: 'retrying', attempts: 0 });
+      world.faults.length = 0;
+      const healed = await pass(world);
+      expect(outcomeOf(healed.outcomes, 'cfg_b')).toMatchObject({ action: 'written', converged: true });
+      expect(text(world, 'b.json')).toBe(jsonText({ port: 8080 }));
+    },
+  );
 
   it('a file larger than the whole filesystem (statfs) counts attempts: `failed` after maxAttempts', async () => {
     const world = await makeWorld();
@@ -1150,7 +1174,7 @@ describe('applySteps: report coalescing', () => {
     await world.service.deliver(world.outbox);
     // Drift, and the repair fails while the service is unreachable (the `retrying` report stays queued).
     world.vol.writeFileSync(`${ROOT}/app.json`, 'tampered\n');
-    world.faults.push({ op: 'rename', match: renameTo('app.json'), code: 'EIO' });
+    world.faults.push({ op: 'rename', match: renameTo('app.json'), code: 'EINVAL' });
     await pass(world);
     expect(world.outbox.pendingFor('cfg_1')?.report.error_status).toBe('retrying');
 
@@ -1172,7 +1196,7 @@ describe('applySteps: report coalescing', () => {
     await pass(world);
     await world.service.deliver(world.outbox);
     world.vol.writeFileSync(`${ROOT}/app.json`, 'tampered\n');
-    world.faults.push({ op: 'rename', match: renameTo('app.json'), code: 'EIO' });
+    world.faults.push({ op: 'rename', match: renameTo('app.json'), code: 'EINVAL' });
     await pass(world);
     await world.service.deliver(world.outbox);
     expect(world.service.get('cfg_1')).toMatchObject({

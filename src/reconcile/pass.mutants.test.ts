@@ -342,7 +342,7 @@ describe('runPass: what a full pass forgets and prunes', () => {
     put('cfg_a', { content: { n: 1 } });
     onFsCall = (name, target) => {
       if (name === 'rename' && target.startsWith(rootDir))
-        throw Object.assign(new Error('EIO: i/o error'), { code: 'EIO' });
+        throw Object.assign(new Error('EINVAL: invalid argument'), { code: 'EINVAL' });
     };
     await pass();
     expect(reconciler.state.instances.get('cfg_a')).toMatchObject({ attempts: 1, error: 'retrying' });

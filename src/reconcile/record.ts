@@ -294,6 +294,8 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
     'the filesystem mounted on rootDir is gone (unmounted, its device removed): nothing written to the bare mountpoint; retried until it is mounted again, not counted as an attempt',
   not_declared:
     'the state directory could not record the write before it (full, failing or read-only): nothing written until it can, so that a crash never leaves a file the agent cannot prove it wrote; retried, not counted as an attempt',
+  failing:
+    'the disk holding rootDir fails (an I/O error, its device or filesystem gone): retried until it works again, not counted as an attempt',
 };
 const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   full: 'disk full',
@@ -302,6 +304,7 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   not_writable: 'rootDir not writable by the agent',
   mount_gone: "rootDir's mount is gone",
   not_declared: 'write journal could not be written',
+  failing: 'disk failing',
 };
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */

@@ -83,12 +83,21 @@ describe("rootDir's own failures (checkRoot)", () => {
     },
   );
 
-  it.each(['EIO', 'ENAMETOOLONG'])(
+  it.each(['ENAMETOOLONG', 'EINVAL'])(
     '%s: not a rootDir replaced nor refusing: judged as before, by its errno (an attempt)',
     async (code) => {
       const error = await rootFailure(code);
       expect(error).toMatchObject({ code: 'disk_error', errno: code });
       expect(rootConditionOf(error)).toBeUndefined();
+    },
+  );
+
+  it.each(['EIO', 'ENXIO', 'ENODEV', 'ENOTCONN', 'ESTALE', 'ETIMEDOUT'])(
+    '%s: the disk failing, the device condition `failing` (never an attempt), not a rootDir replaced',
+    async (code) => {
+      const error = await rootFailure(code);
+      expect(error).toMatchObject({ code: 'disk_error', errno: code });
+      expect(rootConditionOf(error)).toBe('failing');
     },
   );
 });

@@ -122,7 +122,8 @@ export function isAgentResourceError(error: unknown): boolean {
  * read-only (EROFS), or rootDir itself is no directory any more (replaced by a file or a symlink, or gone with its
  * parent, so it cannot be made again: `DiskError.rootItself`), or it refuses the agent's user (`rootRefuses`), or
  * it was a mount point and is not any more (`DiskError.mountGone`, root-mount.ts), or the state directory could not
- * declare the write first (`WriteNotDeclaredError`: the device's condition too, though not the root's).
+ * declare the write first (`WriteNotDeclaredError`: the device's condition too, though not the root's), or the
+ * disk fails (`failing`: EIO and the like, FAILING_DISK_ERRNOS).
  * Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
  */
 export type RootCondition =
@@ -131,7 +132,22 @@ export type RootCondition =
   | 'not_a_directory'
   | 'not_writable'
   | 'mount_gone'
-  | 'not_declared';
+  | 'not_declared'
+  | 'failing';
+
+/**
+ * Errnos of a disk or filesystem failing rather than of one write: an I/O error, the device gone (a card or USB
+ * disk pulled), a FUSE daemon gone, a stale or timed-out network filesystem. None says anything about the
+ * instance, and all may clear.
+ */
+const FAILING_DISK_ERRNOS: ReadonlySet<string> = new Set([
+  'EIO',
+  'ENXIO',
+  'ENODEV',
+  'ENOTCONN',
+  'ESTALE',
+  'ETIMEDOUT',
+]);
 
 /** Steps that add or remove an entry of the directory holding their path. */
 const ENTRY_OPERATIONS = new Set([
@@ -180,6 +196,7 @@ export function rootConditionOf(error: unknown): RootCondition | undefined {
     const code = current instanceof DiskError ? current.errno : errnoCode(current);
     if (code === 'ENOSPC' || code === 'EDQUOT') return 'full';
     if (code === 'EROFS') return 'read_only';
+    if (current instanceof DiskError && code !== undefined && FAILING_DISK_ERRNOS.has(code)) return 'failing';
     if (current instanceof DiskError) return undefined;
     current = typeof current === 'object' && 'cause' in current ? current.cause : undefined;
   }
