@@ -316,10 +316,12 @@ describe('a large item judged with its content streamed into its file', () => {
 
   it('takes a large item of plain content without a tree: its bytes are those of the usual path', () => {
     const rules = Array.from({ length: 3000 }, (_, k) => `rule-${k}: match /var/log/app-${k % 97}/*.log`);
-    const text = itemText(JSON.stringify({ index: 1, rules }));
-    expect(compare(text)).toBe(true);
-    const judged = judgeItemBytes(Buffer.from(text, 'utf8'));
-    expect(judged.kind === 'valid' && isJsonContentFile(judged.instance.content)).toBe(true);
+    for (const path of ['app/a.json', 'app/a.yaml', 'app/a.yml']) {
+      const text = itemText(JSON.stringify({ index: 1, rules, on: 'yes', text: 'a\nb' }), { path });
+      expect(compare(text)).toBe(true);
+      const judged = judgeItemBytes(Buffer.from(text, 'utf8'));
+      expect(judged.kind === 'valid' && isJsonContentFile(judged.instance.content)).toBe(true);
+    }
   });
 
   it('leaves a small item to the usual path', () => {
@@ -357,16 +359,21 @@ describe('locateContent / checkContent', () => {
 });
 
 describe('JsonContentFile in serialize.ts', () => {
-  it('gives its bytes for a JSON path and the usual YAML for a YAML path', () => {
-    const text = '{"b":[1.0,"x"],"a":{"c":null}}';
+  it('gives its bytes for a JSON path and the usual YAML for a YAML path, before or after its JSON bytes', () => {
+    const text = ' {"b":[1.0,"x\\u00e9\\ud800"],"a":{"c":null, "d": "on"}} ';
     const bytes = Buffer.from(text, 'utf8');
-    const file = new JsonContentFile(bytes, checkContent(bytes, 0)!).asContent();
     const tree = judgeConfigInstance(itemText(text));
     const content = tree.kind === 'valid' ? tree.instance.content : {};
-    for (const path of ['a.json', 'a.yaml']) {
-      expect(serializeContent(path, file).toString('utf8')).toBe(
-        serializeContent(path, content).toString('utf8'),
-      );
+    for (const paths of [
+      ['a.json', 'a.yaml'],
+      ['a.yaml', 'a.json', 'a.yml'],
+    ]) {
+      const file = new JsonContentFile(bytes, checkContent(bytes, 1)!).asContent();
+      for (const path of paths) {
+        expect(serializeContent(path, file).toString('utf8')).toBe(
+          serializeContent(path, content).toString('utf8'),
+        );
+      }
     }
   });
 });

@@ -30,8 +30,8 @@ import {
 import type { ConfigContent } from './schemas.js';
 
 /**
- * Content that arrived as text, checked (`checkContent`), and written into the bytes of its JSON file when they
- * are first asked for: it stands in an instance's `content` from the moment its item is judged until
+ * Content that arrived as text, checked (`checkContent`), and written into the bytes of its JSON file (or, by
+ * serialize.ts, its YAML file) when they are first asked for: it stands in an instance's `content` from the moment its item is judged until
  * serialize.ts takes `data` as the file's bytes, and nothing else reads content in between. Until then it holds
  * the item's bytes (no copy); an instance whose file is never written (a report's answer) never writes them.
  * Not a JSON tree: it is never validated or printed.
@@ -53,6 +53,16 @@ export class JsonContentFile {
       this.#src = undefined;
     }
     return this.#data;
+  }
+
+  /**
+   * The bytes of its file in another format, written by `write` from the content's checked JSON text (serialize.ts:
+   * a YAML path). Not kept: the instance drops its content once its file's bytes are made.
+   */
+  writtenAs(write: (src: Buffer, start: number, end: number) => Buffer): Buffer {
+    // Once written as JSON, that file is the same content's JSON text (keys in order, numbers as sent).
+    if (this.#src === undefined) return write(this.data, 0, this.data.length - 1);
+    return write(this.#src, this.#checked.start, this.#checked.end);
   }
 
   /** As an instance's content (its type is the tree's; serialize.ts is the one reader that tells them apart). */

@@ -4,7 +4,6 @@ import { isUtf8 } from 'node:buffer';
 import { hash } from 'node:crypto';
 import * as z from 'zod';
 import { formatFieldPath } from '../lib/field-path.js';
-import { formatForPath } from '../lib/file-format.js';
 import { JsonTextError, MAX_PARSE_DEPTH, parseJson, peekId } from './json.js';
 import { JsonContentFile, locateContent } from './json-file.js';
 import {
@@ -164,10 +163,10 @@ export function judgeItemBytes(bytes: Buffer, streamFrom = STREAMED_ITEM_BYTES):
 }
 
 /**
- * A valid item for a JSON path with its content as the bytes of its file (api/json-file.ts), never as a tree:
- * the rest of the item is judged as usual with `{}` for its content, which json-file.ts has checked as the
- * content schema would. Undefined whenever the usual path must judge it: it alone names every problem, and
- * writes YAML and content whose keys JSON.parse reorders.
+ * A valid item with its content as its checked JSON text, written into its file's bytes (JSON or YAML) by
+ * serialize.ts, never as a tree: the rest of the item is judged as usual with `{}` for its content, which
+ * json-file.ts has checked as the content schema would. Undefined whenever the usual path must judge it: it alone
+ * names every problem, and writes content whose keys JSON.parse reorders.
  */
 function judgeStreamed(bytes: Buffer): PageItem | undefined {
   const content = locateContent(bytes);
@@ -175,7 +174,7 @@ function judgeStreamed(bytes: Buffer): PageItem | undefined {
   const head = judgeConfigInstance(
     `${bytes.toString('utf8', 0, content.start)}{}${bytes.toString('utf8', content.end)}`,
   );
-  if (head.kind !== 'valid' || formatForPath(head.instance.relative_filepath) !== 'json') return undefined;
+  if (head.kind !== 'valid') return undefined;
   const file = new JsonContentFile(bytes, content);
   return { kind: 'valid', instance: { ...head.instance, content: file.asContent() } };
 }

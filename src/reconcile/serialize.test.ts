@@ -1,7 +1,8 @@
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
-import { isLosslessNumber, parseJson } from '../api/json.js';
+import { isLosslessNumber, parseJson, stringifyJson } from '../api/json.js';
+import { checkContent, JsonContentFile } from '../api/json-file.js';
 import type { ConfigContent } from '../api/schemas.js';
 import { serializeContent, yamlMisreads, yamlNumberText } from './serialize.js';
 
@@ -181,7 +182,19 @@ describe('YAML output', () => {
   it.skipIf(noPyYaml !== undefined)(
     `PyYAML (YAML 1.1) reads the corpus back identically${noPyYaml ? ` — skipped: ${noPyYaml}` : ''}`,
     () => {
-      const texts = corpus.map((sample) => serializeContent('c.yaml', sample).toString());
+      // Each sample from its tree, then from its JSON text as a large item's content (yaml-stream.ts) where taken.
+      const samples: ConfigContent[] = [];
+      const texts: string[] = [];
+      for (const sample of corpus) {
+        samples.push(sample);
+        texts.push(serializeContent('c.yaml', sample).toString());
+        const bytes = Buffer.from(stringifyJson(sample), 'utf8');
+        const checked = checkContent(bytes, 0);
+        if (checked === undefined) continue;
+        samples.push(sample);
+        texts.push(serializeContent('c.yaml', new JsonContentFile(bytes, checked).asContent()).toString());
+      }
+      expect(texts.length).toBeGreaterThan(corpus.length * 1.5);
       const script =
         'import sys, json, yaml\n' +
         'docs = json.load(sys.stdin)\n' +
@@ -189,7 +202,7 @@ describe('YAML output', () => {
       const run = spawnSync('python3', ['-c', script], { input: JSON.stringify(texts), encoding: 'utf8' });
       expect(run.stderr).toBe('');
       const read = parseJson(run.stdout) as unknown[];
-      corpus.forEach((sample, i) => {
+      samples.forEach((sample, i) => {
         expect(canonical(read[i]), texts[i]).toEqual(canonical(sample));
       });
     },

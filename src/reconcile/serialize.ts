@@ -1,9 +1,10 @@
 // Turns an instance's JSON content into the bytes of its file, chosen by the file's extension: numbers as the
 // service wrote them, and YAML that every common reader (YAML 1.1 and 1.2) reads back as the same content.
-import { parseJson, stringifyJson } from '../api/json.js';
+import { stringifyJson } from '../api/json.js';
 import { isJsonContentFile } from '../api/json-file.js';
 import type { ConfigContent } from '../api/schemas.js';
 import { formatForPath } from '../lib/file-format.js';
+import { yamlBytesFromJson } from './yaml-stream.js';
 import { yamlBytes } from './yaml-text.js';
 
 export { type FileFormat, formatForPath } from '../lib/file-format.js';
@@ -14,10 +15,9 @@ export { yamlMisreads, yamlNumberText } from './yaml-text.js';
  * JSON.stringify's, except that a number is written as the text the service sent (`12345678901234567891`).
  */
 export function serializeContent(relativePath: string, content: ConfigContent): Buffer {
-  // A large item's content arrives already as these bytes (api/json-file.ts), only ever for a JSON path.
+  // A large item's content arrives as its checked JSON text (api/json-file.ts): written without a tree.
   if (isJsonContentFile(content)) {
-    if (formatForPath(relativePath) === 'json') return content.data;
-    return serializeContent(relativePath, parseJson(content.data.toString('utf8')) as ConfigContent);
+    return formatForPath(relativePath) === 'json' ? content.data : content.writtenAs(yamlBytesFromJson);
   }
   if (formatForPath(relativePath) === 'yaml') return yamlBytes(content);
   // Written with its newline straight into one buffer: joining them first would copy a large file's text once more.

@@ -3,8 +3,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Document, parse as parseYaml, type ScalarTag, visit } from 'yaml';
-import { isLosslessNumber, LosslessNumber } from '../api/json.js';
+import { isLosslessNumber, LosslessNumber, parseJson, stringifyJson } from '../api/json.js';
+import { checkContent } from '../api/json-file.js';
 import type { ConfigContent } from '../api/schemas.js';
+import { yamlBytesFromJson } from './yaml-stream.js';
 import { yamlBytes, yamlMisreads, yamlNumberText } from './yaml-text.js';
 
 /** Cases per property, and the seed: `YAML_DIFF_RUNS=100000 YAML_DIFF_SEED=7` for a long local run. */
@@ -313,6 +315,130 @@ describe('yamlBytes', () => {
     ) as ConfigContent;
     expectSameBytes(wide);
     expectSameBytes({ list: Array.from({ length: 20_000 }, (_, i) => ({ i, s: `é${i}` })) } as ConfigContent);
+  });
+});
+
+/** A large item's JSON text, as the service might lay it out: compact, pretty, or with blanks everywhere. */
+function layouts(sample: ConfigContent): string[] {
+  const compact = stringifyJson(sample);
+  // Blanks after every comma, colon and bracket outside strings: the walk must skip them all.
+  let spaced = '';
+  let inString = false;
+  for (let k = 0; k < compact.length; k++) {
+    const ch = compact[k] as string;
+    spaced += ch;
+    if (ch === '"' && compact[k - 1] !== '\\') inString = !inString;
+    else if (!inString && ',:[]{}'.includes(ch)) spaced += k % 2 === 0 ? ' \n' : '\t\r\n ';
+  }
+  return [compact, stringifyJson(sample, 2), ` \n${spaced}\t`];
+}
+
+/**
+ * The streamed YAML of the content's JSON text against the usual path's (parse the text, then yamlBytes), byte
+ * for byte, for each layout. False when json-file.ts does not take the text (integer-like, repeated or
+ * `__proto__` keys, 64 deep): the usual path writes those, so the streamed writer never sees them.
+ */
+function expectSameStreamed(sample: ConfigContent): boolean {
+  let taken = true;
+  for (const text of layouts(sample)) {
+    const bytes = Buffer.from(text, 'utf8');
+    const checked = checkContent(bytes, 0);
+    if (checked === undefined) {
+      taken = false;
+      continue;
+    }
+    const usual = yamlBytes(parseJson(text) as ConfigContent).toString('utf8');
+    expect(yamlBytesFromJson(bytes, checked.start, checked.end).toString('utf8'), text).toBe(usual);
+  }
+  return taken;
+}
+
+describe('yamlBytesFromJson (a large item streamed to a YAML path)', () => {
+  it('writes what yamlBytes writes for the parsed text, byte for byte, for generated content', () => {
+    let taken = 0;
+    fc.assert(
+      fc.property(content, (sample) => {
+        if (expectSameStreamed(sample)) taken++;
+      }),
+      { numRuns: RUNS, seed: SEED },
+    );
+    // Many samples have no integer-like or __proto__ key nor 1e400: the comparison is not only of refusals.
+    expect(taken).toBeGreaterThan(RUNS * 0.2);
+  });
+
+  it('writes what yamlBytes writes for content nested up to 63 levels deep', () => {
+    let taken = 0;
+    fc.assert(
+      fc.property(deep, (sample) => {
+        if (expectSameStreamed(sample)) taken++;
+      }),
+      { numRuns: Math.ceil(RUNS / 5), seed: SEED },
+    );
+    expect(taken).toBeGreaterThan(0);
+  });
+
+  it('writes what yamlBytes writes for each token as a value, a key, a list item, at three depths', () => {
+    for (const token of TOKENS) {
+      const folded = `${token} and then a text long enough to fold ${token}`;
+      for (const long of [token, folded, token.repeat(300), `\u0007${folded}`, `${folded}\u0007${token}`]) {
+        const samples = [
+          { k: long },
+          { [long]: 1 },
+          { [long]: { [long]: [long, [long], { [long]: long }] } },
+          { a: { b: { c: [long, { [long]: [] }, { d: {} }] } } },
+        ] as ConfigContent[];
+        for (const sample of samples) expectSameStreamed(sample);
+      }
+    }
+  });
+
+  it("writes every number form as the usual path does: exponents, -0, 1.0, integers past a double's digits", () => {
+    // 1e400 is beyond a double: not content, refused by both paths.
+    const texts = [
+      ...NUMBER_TEXTS.filter((t) => t !== '1e400'),
+      '0',
+      '-0.0',
+      '1e21',
+      '1e+21',
+      '5e-324',
+      '1.7976931348623157e308',
+      '9007199254740993',
+    ];
+    const text = `{"n":[${texts.join(',')}],"m":{${texts.map((t, k) => `"k${k}":${t}`).join(',')}}}`;
+    const bytes = Buffer.from(text, 'utf8');
+    const checked = checkContent(bytes, 0);
+    expect(checked).toBeDefined();
+    const streamed = yamlBytesFromJson(bytes, checked!.start, checked!.end).toString('utf8');
+    expect(streamed).toBe(yamlBytes(parseJson(text) as ConfigContent).toString('utf8'));
+    expect(streamed).toContain('- 1.0e+21\n');
+    expect(streamed).toContain('- -0\n');
+  });
+
+  it('reads back as the content through a YAML 1.2 and a YAML 1.1 reader, for generated content', () => {
+    fc.assert(
+      fc.property(content, (sample) => {
+        const bytes = Buffer.from(stringifyJson(sample), 'utf8');
+        const checked = checkContent(bytes, 0);
+        if (checked === undefined) return;
+        const text = yamlBytesFromJson(bytes, checked.start, checked.end).toString('utf8');
+        expect(readBack(text), JSON.stringify(text)).toBe(
+          jsonOf(parseJson(bytes.toString()) as ConfigContent),
+        );
+      }),
+      { numRuns: RUNS, seed: SEED },
+    );
+  });
+
+  it('writes wide content, in more than one chunk, as yamlBytes does', () => {
+    const wide = objectOf(
+      Array.from({ length: 20_000 }, (_, i) => [
+        `key${i}`,
+        i % 3 === 0 ? `v${i}\nline` : i % 3 === 1 ? 'on' : i,
+      ]),
+    ) as ConfigContent;
+    expect(expectSameStreamed(wide)).toBe(true);
+    const list = { list: Array.from({ length: 20_000 }, (_, i) => ({ i, s: `é${i}` })) } as ConfigContent;
+    expect(expectSameStreamed(list)).toBe(true);
   });
 });
 

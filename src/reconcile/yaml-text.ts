@@ -88,7 +88,7 @@ const BLOCK_END_BREAKS = /(^|(?<!\n))\n+(?!\n|$)/g;
 const MIN_MULTILINE_LENGTH = 40;
 /** A longer implicit key is written as an explicit one (`? key`), as YAML allows implicit keys of 1024 at most. */
 const MAX_IMPLICIT_KEY = 1024;
-const INDENT_STEP = '  ';
+export const INDENT_STEP = '  ';
 
 /** `value` in double quotes: JSON's escapes, YAML's short forms, and line breaks folded where that is allowed. */
 function doubleQuoted(value: string, indent: string, implicitKey: boolean): string {
@@ -206,7 +206,7 @@ function plainOrOther(value: string, indent: string, implicitKey: boolean): stri
 }
 
 /** A string scalar whose content starts at `indent` deep (its continuation lines' indentation). */
-function stringText(value: string, indent: string, implicitKey: boolean): string {
+export function stringText(value: string, indent: string, implicitKey: boolean): string {
   const unsafe = RAW_UNSAFE.test(value);
   const text =
     unsafe || yamlMisreads(value) || FORCES_DOUBLE_QUOTES.test(value)
@@ -231,7 +231,7 @@ function scalarText(value: unknown, indent: string): string {
 }
 
 /** Collects the text in pieces and turns it into bytes every 64 K characters: no whole-file string. */
-class Utf8Chunks {
+export class Utf8Chunks {
   private pending = '';
   private readonly chunks: Buffer[] = [];
   private byteLength = 0;
@@ -274,16 +274,25 @@ function writeMapping(out: Utf8Chunks, object: JsonObject, keys: readonly string
   for (let i = 0; i < keys.length; i++) {
     const key = keys[i] as string;
     if (i > 0) out.write(`\n${indent}`);
-    const unsafe = RAW_UNSAFE.test(key);
-    let keyText =
-      unsafe || yamlMisreads(key) || FORCES_DOUBLE_QUOTES.test(key)
-        ? doubleQuoted(key, inner, true)
-        : plainOrOther(key, inner, true);
-    if (unsafe) keyText = keyText.replace(RAW_UNSAFE_ALL, escapeRawUnsafe);
-    const explicitKey = keyText.length > MAX_IMPLICIT_KEY;
-    out.write(explicitKey ? `? ${keyText}\n${indent}:` : `${keyText}:`);
-    writeNode(out, object[key], inner, ' ', explicitKey ? ' ' : `\n${inner}`);
+    writeNode(out, object[key], inner, ' ', writeKey(out, key, indent));
   }
+}
+
+/**
+ * A mapping's key and its colon, for a mapping at `indent`; returns what goes before its value if that is a
+ * non-empty collection (a space after an explicit key, a new line otherwise).
+ */
+export function writeKey(out: Utf8Chunks, key: string, indent: string): string {
+  const inner = indent + INDENT_STEP;
+  const unsafe = RAW_UNSAFE.test(key);
+  let keyText =
+    unsafe || yamlMisreads(key) || FORCES_DOUBLE_QUOTES.test(key)
+      ? doubleQuoted(key, inner, true)
+      : plainOrOther(key, inner, true);
+  if (unsafe) keyText = keyText.replace(RAW_UNSAFE_ALL, escapeRawUnsafe);
+  const explicitKey = keyText.length > MAX_IMPLICIT_KEY;
+  out.write(explicitKey ? `? ${keyText}\n${indent}:` : `${keyText}:`);
+  return explicitKey ? ' ' : `\n${inner}`;
 }
 
 /**
