@@ -1321,10 +1321,17 @@ function sweepFailure(
 }
 
 /**
+ * Levels the walk by descriptor holds before running out of descriptors is taken as the tree's depth, not the
+ * agent's trouble: below that, EMFILE/ENFILE skips the directory (logged) instead of failing the start.
+ */
+const SWEEP_LEVELS_BEFORE_DEPTH_SKIP = 64;
+
+/**
  * The walk by descriptor: each directory is opened (O_NOFOLLOW) inside its parent's descriptor and listed, and
  * its temp files unlinked, through /proc/self/fd, so a subdirectory a local user swaps for a symlink at any
  * moment is refused (ELOOP) or, once opened, is still the directory that was inside the root: the sweep never
- * lists or unlinks outside it. Depth-first with one descriptor per level, at most ~2,000 (sweepsInto).
+ * lists or unlinks outside it. Depth-first with one descriptor per level, at most ~2,000 (sweepsInto): a tree
+ * that deep under a low RLIMIT_NOFILE (1,024) ran out of them, and every start failed EMFILE for good.
  */
 async function sweepPinned(
   fs: FsPort,
@@ -1333,6 +1340,14 @@ async function sweepPinned(
 ): Promise<string[]> {
   const removed: string[] = [];
   const frames: Array<{ relative: string; handle: FileHandle; subdirectories: string[] }> = [];
+  const cannotRead = (relative: string, error: unknown): void => {
+    const code = errnoCode(error);
+    if (frames.length >= SWEEP_LEVELS_BEFORE_DEPTH_SKIP && (code === 'EMFILE' || code === 'ENFILE')) {
+      onSkip({ path: relative, operation: 'read directory', errno: code });
+      return;
+    }
+    sweepFailure('read directory', relative, error, onSkip);
+  };
   const enter = async (relative: string, handle: FileHandle): Promise<void> => {
     let entries: Awaited<ReturnType<typeof readDirectory>>;
     try {
@@ -1341,7 +1356,7 @@ async function sweepPinned(
       await handle.close().catch(() => undefined);
       const code = errnoCode(error);
       if (code === 'ENOENT' || code === 'ENOTDIR') return;
-      sweepFailure('read directory', relative, error, onSkip);
+      cannotRead(relative, error);
       return;
     }
     const subdirectories: string[] = [];
@@ -1378,7 +1393,7 @@ async function sweepPinned(
         const code = errnoCode(error);
         // Gone, or no longer a directory: a symlink swapped in (ELOOP) is never followed.
         if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP') continue;
-        sweepFailure('read directory', child, error, onSkip);
+        cannotRead(child, error);
         continue;
       }
       await enter(child, handle);
