@@ -1,6 +1,7 @@
 // The daemon under several runtimes, V8 flags and environments, interleaved run by run: idle RSS, or its first sync.
 // Usage: node dist-bench/bench/daemon-variants.js <variants.json> [rounds] [idle|first]
-// variants.json: [{ "name": "...", "node": "/path/to/node", "args": ["--flag", ...], "entry": "main.cjs",
+// variants.json: [{ "name": "...", "node": "/path/to/node", "args": ["--flag", ...], "entry": "main.cjs" (or "" when
+//                   node is /bin/sh and args a launcher: the package's own command line),
 //                   "env": { "MALLOC_ARENA_MAX": "1" } }, ...]
 // idle: one world of BENCH_INSTANCES (default 1,000) synced once by the first variant's `--once`, then each variant's
 // daemon at 1 s polls (no full resync): VmRSS / RssAnon / RssFile read SAMPLE_AFTER_MS (400) after each of POLLS (8)
@@ -98,7 +99,8 @@ async function runDaemon(variant: Variant, world: BenchWorld, wantPolls: number)
     log: { level: 'info' },
     poll: { intervalSeconds: pollSeconds, jitterRatio: 0.2, fullResyncSeconds: 86_400 },
   });
-  const child = spawn(variant.node, [...variant.args, variant.entry, '--config', world.configPath], {
+  const entry = variant.entry === '' ? [] : [variant.entry];
+  const child = spawn(variant.node, [...variant.args, ...entry, '--config', world.configPath], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...variant.env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -158,7 +160,11 @@ const mib = (kib: number) => (kib / 1024).toFixed(1);
 if (mode === 'idle') {
   const world = await createWorld(fixtures);
   const first = variants[0]!;
-  const sync = await runTimed(first.node, [first.entry, '--config', world.configPath, '--once'], {});
+  const sync = await runTimed(
+    first.node,
+    [...(first.entry === '' ? first.args : [first.entry]), '--config', world.configPath, '--once'],
+    {},
+  );
   if (sync.code !== 0) throw new Error(`the first sync failed: ${sync.stderr.slice(0, 400)}`);
   await new Promise((resolve) => setTimeout(resolve, 3_500));
   try {

@@ -19,7 +19,11 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { bundleCli, installedPackageJson } from './bundle.mjs';
-import { BUNDLED_RUNTIME_NODE_FLAGS, launcherScript } from './launcher.mjs';
+import {
+  BUNDLED_RUNTIME_DAEMON_NODE_FLAGS,
+  BUNDLED_RUNTIME_NODE_FLAGS,
+  launcherScript,
+} from './launcher.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const OUT = path.join(REPO, 'dist-pkg');
@@ -231,6 +235,7 @@ function stage({ name, arch, interpreter, depends, relations, node }) {
       mainJs: `/${LIB}/dist/main.cjs`,
       runtime: node ? 'its own Node.js runtime' : 'the system Node.js',
       runtimeFlags: node ? BUNDLED_RUNTIME_NODE_FLAGS : [],
+      daemonRuntimeFlags: node ? BUNDLED_RUNTIME_DAEMON_NODE_FLAGS : [],
     }),
     0o755,
   );

@@ -3,10 +3,12 @@ export const OPENSSL_VARIABLES: string[];
 export const DAEMON_NODE_FLAGS: string[];
 export const ONCE_NODE_FLAGS: string[];
 export const BUNDLED_RUNTIME_NODE_FLAGS: string[];
+export const BUNDLED_RUNTIME_DAEMON_NODE_FLAGS: string[];
 export function launcherScript(options: {
   interpreter: string;
   mainJs: string;
   runtime: string;
   runtimeFlags?: string[];
+  daemonRuntimeFlags?: string[];
 }): string;
 export const DAEMON_MALLOC_ARENA_MAX: string;

@@ -57,14 +57,28 @@ export const ONCE_NODE_FLAGS = ['--max-semi-space-size=4'];
 export const BUNDLED_RUNTIME_NODE_FLAGS = ['--disable-sigusr1'];
 
 /**
+ * V8 flags of the daemon alone on the bundled runtime (config-agent-node, Node 24): neither of V8's optimising
+ * compilers, Maglev nor TurboFan. Their code was ~8 MiB of the node binary's pages that the daemon touched in its
+ * first pass and kept resident: idle RSS at 1,000 managed, 1 s polls, as this launcher runs it, 73.5 → 64.2 MiB
+ * (file-backed 49.8 → 42.1). The price is paid once, by the daemon's own first sync of many files (10,000: +23 to
+ * +40 % of CPU); its starts and full resyncs with nothing to do cost the same. Sparkplug, the baseline compiler,
+ * stays (without it that first sync cost +50 %). docs/performance.md, "Idle daemon, ninth round (engineer rss12)".
+ * Both flags exist on every Node the packages run (V8 11.3 too), but only this runtime, pinned by
+ * node-runtime.json, was measured; a flag the runtime refused would stop the daemon before its first line.
+ */
+export const BUNDLED_RUNTIME_DAEMON_NODE_FLAGS = ['--no-maglev', '--no-opt'];
+
+/**
  * The launcher: unsets those variables, then `exec`s the interpreter with the daemon's or `--once`'s flags, or
  * none, on main.cjs (exec keeps the process id: under Type=exec the agent itself is the unit's main process);
- * `runtimeFlags` go first on every command's line (BUNDLED_RUNTIME_NODE_FLAGS for the bundled runtime).
+ * `runtimeFlags` go first on every command's line (BUNDLED_RUNTIME_NODE_FLAGS for the bundled runtime),
+ * `daemonRuntimeFlags` last on the daemon's (BUNDLED_RUNTIME_DAEMON_NODE_FLAGS).
  * Shell builtins only (`export -p`, `read`, `case`, `unset`): the caller's PATH chooses no program. A value holding a newline can only make it unset one
  * more variable, never keep one.
  */
-export function launcherScript({ interpreter, mainJs, runtime, runtimeFlags = [] }) {
+export function launcherScript({ interpreter, mainJs, runtime, runtimeFlags = [], daemonRuntimeFlags = [] }) {
   const node = [interpreter, ...runtimeFlags].join(' ');
+  const daemonFlags = [...DAEMON_NODE_FLAGS, ...daemonRuntimeFlags].join(' ');
   return [
     '#!/bin/sh',
     `# config-agent: runs the bundled CLI with ${runtime}.`,
@@ -85,7 +99,7 @@ export function launcherScript({ interpreter, mainJs, runtime, runtimeFlags = []
     'case $#:${1-} in',
     '  0:|1:--config=*|2:--config)',
     `    export MALLOC_ARENA_MAX="\${MALLOC_ARENA_MAX-${DAEMON_MALLOC_ARENA_MAX}}"`,
-    `    exec ${node} ${DAEMON_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;;`,
+    `    exec ${node} ${daemonFlags} ${mainJs} "$@" ;;`,
     'esac',
     '# --once (anywhere among the arguments): its own V8 flags; every other command none.',
     'for arg in "$@"; do',

@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
+  BUNDLED_RUNTIME_DAEMON_NODE_FLAGS,
   BUNDLED_RUNTIME_NODE_FLAGS,
   DAEMON_MALLOC_ARENA_MAX,
   DAEMON_NODE_FLAGS,
@@ -14,6 +15,11 @@ import {
 } from '../../packaging/launcher.mjs';
 
 const REPO = path.resolve(import.meta.dirname, '../..');
+/** The bundled runtime (Node 24) as `npm run package` unpacks it; .ci/run packages before it tests. */
+const UNPACKED_NODE = path.join(
+  REPO,
+  `dist-pkg/build/node-${process.arch === 'x64' ? 'amd64' : process.arch}/package/bin/node`,
+);
 let dir: string;
 beforeEach(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-launcher-'));
@@ -27,7 +33,7 @@ async function launch(
   env: NodeJS.ProcessEnv,
   args: string[] = [],
   shell = '/bin/sh',
-  runtime: { interpreter: string; runtimeFlags: string[] } = {
+  runtime: { interpreter: string; runtimeFlags: string[]; daemonRuntimeFlags?: string[] } = {
     interpreter: process.execPath,
     runtimeFlags: [],
   },
@@ -42,6 +48,9 @@ async function launch(
       "if (process.env.CHURN) { const v8 = await import('node:v8'); const kept = []; for (let i = 0; i < 2e6; i++) { kept.push({ i, s: 'x' + i }); if (kept.length > 2e5) kept.splice(0, 1e5); }\n" +
       "out.newSpace = v8.getHeapSpaceStatistics().find((space) => space.space_name === 'new_space').space_size; }\n" +
       // With SIGUSR1: the signal Node answers by opening its inspector, sent before any listener of the program's.
+      // With OPTIMIZE: whether V8 optimises a function it is told to (kOptimized, bit 4 of its status).
+      "if (process.env.OPTIMIZE) { (await import('node:v8')).setFlagsFromString('--allow-natives-syntax');\n" +
+      "out.optimized = (new Function('function add(a, b) { return a + b; } %PrepareFunctionForOptimization(add); add(1, 2); add(3, 4); %OptimizeFunctionOnNextCall(add); add(5, 6); return %GetOptimizationStatus(add);')() & 16) !== 0; }\n" +
       "if (process.env.SIGUSR1) { process.kill(process.pid, 'SIGUSR1'); await new Promise((r) => setTimeout(r, 200)); out.inspector = (await import('node:inspector')).url() ?? null; }\n" +
       'process.stdout.write(JSON.stringify(out));\n',
   );
@@ -60,6 +69,7 @@ async function launch(
     env: Record<string, string>;
     newSpace?: number;
     inspector?: string | null;
+    optimized?: boolean;
   };
 }
 
@@ -103,11 +113,19 @@ describe('the launcher', () => {
     },
   );
 
-  it('puts the runtime flags first on every command line', async () => {
-    // A flag every supported Node takes, standing for BUNDLED_RUNTIME_NODE_FLAGS (Node 24 only).
-    const runtime = { interpreter: process.execPath, runtimeFlags: ['--no-deprecation'] };
+  it("puts the runtime flags first on every command line, the runtime's daemon flags last on the daemon's", async () => {
+    // Flags every supported Node takes, standing for BUNDLED_RUNTIME_NODE_FLAGS and BUNDLED_RUNTIME_DAEMON_NODE_FLAGS.
+    const runtime = {
+      interpreter: process.execPath,
+      runtimeFlags: ['--no-deprecation'],
+      daemonRuntimeFlags: ['--no-warnings'],
+    };
     for (const [args, flags] of [
-      [[], DAEMON_NODE_FLAGS],
+      [[], [...DAEMON_NODE_FLAGS, '--no-warnings']],
+      [
+        ['--config', '/etc/c.json'],
+        [...DAEMON_NODE_FLAGS, '--no-warnings'],
+      ],
       [['--once'], ONCE_NODE_FLAGS],
       [['status'], []],
     ] as const) {
@@ -118,15 +136,38 @@ describe('the launcher', () => {
     }
   });
 
+  // Maglev's and TurboFan's code was ~8 MiB of the bundled Node 24's pages that the idle daemon kept resident
+  // (docs/performance.md "Idle daemon, ninth round"). An unknown flag would stop the daemon before its first line:
+  // this runs them on the runtime the package ships, unpacked by `npm run package` (.ci/run runs it first).
+  it('runs the daemon on the bundled runtime without optimising compilers, and every other command with them', async (ctx) => {
+    expect(BUNDLED_RUNTIME_DAEMON_NODE_FLAGS).toEqual(['--no-maglev', '--no-opt']);
+    if (!existsSync(UNPACKED_NODE)) {
+      ctx.skip(`the bundled runtime is not unpacked (${UNPACKED_NODE}: run npm run package)`);
+      return;
+    }
+    const runtime = {
+      interpreter: UNPACKED_NODE,
+      runtimeFlags: BUNDLED_RUNTIME_NODE_FLAGS,
+      daemonRuntimeFlags: BUNDLED_RUNTIME_DAEMON_NODE_FLAGS,
+    };
+    const daemon = await launch({ OPTIMIZE: '1' }, ['--config', '/etc/c.json'], '/bin/sh', runtime);
+    expect(daemon.execArgv).toEqual([
+      ...BUNDLED_RUNTIME_NODE_FLAGS,
+      ...DAEMON_NODE_FLAGS,
+      ...BUNDLED_RUNTIME_DAEMON_NODE_FLAGS,
+    ]);
+    expect(daemon.optimized).toBe(false);
+    const once = await launch({ OPTIMIZE: '1' }, ['--once'], '/bin/sh', runtime);
+    expect(once.execArgv).toEqual([...BUNDLED_RUNTIME_NODE_FLAGS, ...ONCE_NODE_FLAGS]);
+    expect(once.optimized).toBe(true);
+  });
+
   // Node answers SIGUSR1 by opening its inspector (127.0.0.1:9229, no authentication) unless told not to:
   // main.ts's listener comes ~0.1 s into the start. The bundled runtime (Node 24, which CI unpacks into dist-pkg
   // with `npm run package`, or this process's when it is 22.14+) closes it from the first instruction.
   it('keeps the bundled runtime from opening its inspector on a SIGUSR1 before the program listens', async (ctx) => {
     expect(BUNDLED_RUNTIME_NODE_FLAGS).toEqual(['--disable-sigusr1']);
-    const unpacked = path.join(
-      REPO,
-      `dist-pkg/build/node-${process.arch === 'x64' ? 'amd64' : process.arch}/package/bin/node`,
-    );
+    const unpacked = UNPACKED_NODE;
     const interpreter = process.allowedNodeEnvironmentFlags.has('--disable-sigusr1')
       ? process.execPath
       : unpacked;
