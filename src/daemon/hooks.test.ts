@@ -506,6 +506,85 @@ describe('processes a hook leaves running', () => {
     expect(await waitFor(() => !isAlive(pid!), PATIENCE_MS)).toBe(true);
   });
 
+  it('a pid of the hook handed to another of its processes before the hook ended: that one is ended too', async () => {
+    setup();
+    const leaderFile = outFile('leader');
+    const world = new Map<number, ProcessEntry & { ignoresTerm?: boolean }>();
+    const table = madeUpProcesses(world);
+    let leader = 0;
+    const stopped = new AbortController();
+    const processes: ProcessTable = {
+      ...table,
+      list: () => {
+        leader ||= Number(readFileSync(leaderFile, 'utf8'));
+        return table.list();
+      },
+      kill: (pid, signal) => {
+        // The real hook gets the signals sent to its group; the made-up processes get them too.
+        if (pid === -leader) {
+          try {
+            process.kill(pid, signal);
+          } catch {
+            // Gone already.
+          }
+        }
+        try {
+          table.kill(pid, signal);
+        } catch {
+          // Nothing made up there.
+        }
+      },
+    };
+    const pending = runHooks(
+      [
+        {
+          match: '**',
+          run: ['sh', '-c', 'echo $$ > "$1"; while :; do sleep 1; done', 'hook', leaderFile],
+          timeoutSeconds: 60,
+        },
+      ],
+      ['a.conf'],
+      options({ killGraceMs: 200, processes, signal: stopped.signal }),
+    );
+    expect(
+      await waitFor(() => existsSync(leaderFile) && readFileSync(leaderFile, 'utf8') !== '', PATIENCE_MS),
+    ).toBe(true);
+    leader = Number(readFileSync(leaderFile, 'utf8'));
+    // Seen when the hook is stopped: one of its processes in a group of its own, which then exits; its pid goes
+    // to another of the hook's processes (same session), which ignores SIGTERM.
+    world.set(900002, {
+      pid: 900002,
+      ppid: leader,
+      pgrp: 900002,
+      session: leader,
+      startTime: '100',
+      comm: 'first',
+      exited: false,
+    });
+    const realKill = processes.kill;
+    let handedOver = false;
+    processes.kill = (pid, signal) => {
+      realKill(pid, signal);
+      if (!handedOver) {
+        handedOver = true;
+        world.set(900002, {
+          pid: 900002,
+          ppid: 1,
+          pgrp: 900002,
+          session: leader,
+          startTime: '200',
+          comm: 'second',
+          exited: false,
+          ignoresTerm: true,
+        });
+      }
+    };
+    stopped.abort();
+    const [result] = await pending;
+    expect(result!.leftovers).toEqual([{ pid: 900002, command: 'second' }]);
+    expect(world.has(900002)).toBe(false);
+  });
+
   it('never signals a process group or pid handed out again after the hook and its leftovers were gone', async () => {
     setup();
     const leaderFile = outFile('leader');

@@ -233,7 +233,9 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
     const lookAround = (): void => {
       if (leader === undefined) return;
       for (const entry of hookProcesses(processes.list() ?? [], leader, marked)) {
-        if (entry.pid !== leader && !known.has(entry.pid)) known.set(entry.pid, entry);
+        // A pid seen before with another start time was handed out again, here to another of the hook's.
+        if (entry.pid !== leader && known.get(entry.pid)?.startTime !== entry.startTime)
+          known.set(entry.pid, entry);
       }
     };
 
