@@ -5,7 +5,14 @@ import { describe, expect, it } from 'vitest';
 import type { StatusReport } from '../api/schemas.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
-import { type DeliveryVerdict, OUTBOX_FILE, type OutboxEntry, SharedSends, StatusOutbox } from './outbox.js';
+import {
+  type DeliveryVerdict,
+  MAX_REFUSED_REMEMBERED,
+  OUTBOX_FILE,
+  type OutboxEntry,
+  SharedSends,
+  StatusOutbox,
+} from './outbox.js';
 
 const STATE_DIR = '/var/lib/config-agent';
 const OUTBOX_PATH = `${STATE_DIR}/${OUTBOX_FILE}`;
@@ -687,5 +694,29 @@ describe('StatusOutbox.flush while reports are queued (a pass delivering as it w
     expect(outbox.queuedEver).toBe(3);
     await outbox.persist();
     expect((await open(fs)).queuedEver).toBe(3);
+  });
+});
+
+describe('the refused reports the outbox remembers (a daemon running for weeks)', () => {
+  it('are bounded: past MAX_REFUSED_REMEMBERED the oldest is forgotten and its report may go again at once', async () => {
+    const { fs } = memfs();
+    const outbox = await open(fs);
+    const now = 1_000;
+    const backoff = { now: () => now, delayMs: () => 3_600_000 };
+    // Instances the service deleted (404/410) are refused for good and never reported again: each left an entry
+    // in memory for the life of the daemon.
+    const count = MAX_REFUSED_REMEMBERED + 1;
+    const gone = Array.from({ length: count }, (_, i) => `cfg_${i}`);
+    const refusing = service(Object.fromEntries(gone.map((id) => [id, () => new Permanent(id)])));
+    for (const id of gone) outbox.enqueue(id, deployed, T0);
+    const first = await outbox.flush(refusing.send, isRetryable, { backoff, concurrency: 8 });
+    expect(first.rejected).toHaveLength(count);
+
+    // The same reports derived again within the hour: the newest still waits, the oldest was forgotten.
+    const again = service();
+    outbox.enqueue('cfg_0', deployed, T0);
+    outbox.enqueue(`cfg_${count - 1}`, deployed, T0);
+    await outbox.flush(again.send, isRetryable, { backoff });
+    expect(again.attempted).toEqual(['cfg_0']);
   });
 });

@@ -92,6 +92,12 @@ export class SharedSends {
   }
 }
 
+/**
+ * Refused reports remembered for their backoff (`StatusOutbox` #refused), the least recently refused forgotten
+ * first: a forgotten one derived again goes at once, one PATCH more.
+ */
+export const MAX_REFUSED_REMEMBERED = 1_000;
+
 export class StatusOutbox {
   readonly #fs: FsPort;
   readonly #stateDir: string;
@@ -318,7 +324,14 @@ export class StatusOutbox {
                   ? before.refusals + 1
                   : 1;
               const notBefore = backoff.now() + backoff.delayMs(refusals, error);
+              // Kept in order of the last refusal; an instance the service deleted is never reported again,
+              // so without a bound a daemon running for weeks kept one entry per such instance for good.
+              this.#refused.delete(entry.instanceId);
               this.#refused.set(entry.instanceId, { report: entry.report, refusals, notBefore });
+              if (this.#refused.size > MAX_REFUSED_REMEMBERED) {
+                const oldest = this.#refused.keys().next().value;
+                if (oldest !== undefined) this.#refused.delete(oldest);
+              }
             }
           }
         } finally {
