@@ -602,25 +602,34 @@ describe('applySteps: an obstacle on disk is never written through, and is retri
   it.each([
     ['a symlinked parent directory', 'link/app.json', `${ROOT}/link`],
     ['a symlink at the target', 'app.json', `${ROOT}/app.json`],
+    ['a directory at the target', 'dir.json', `${ROOT}/dir.json`],
+    ['a file where a directory goes', 'plain/app.json', `${ROOT}/plain`],
   ])(
-    '%s: `retrying` with a cooldown, nothing written outside the root; converges once it is cleared',
+    '%s: `retrying`, never an attempt nor `failed` (the device is in the way), nothing written outside the root; converges once it is cleared',
     async (_name, relative, obstacle) => {
       const world = await makeWorld({ [`${OUTSIDE}/app.json`]: 'outside\n' });
       world.vol.symlinkSync(OUTSIDE, `${ROOT}/link`);
       world.vol.symlinkSync(`${OUTSIDE}/app.json`, `${ROOT}/app.json`);
+      world.vol.mkdirSync(`${ROOT}/dir.json`);
+      world.vol.writeFileSync(`${ROOT}/plain`, 'a local file\n');
       world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: relative }));
 
-      const { outcomes } = await pass(world);
-
-      expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'retrying', converged: false });
+      // More passes than maxAttempts (3), each past the hold-off: a local user's obstacle made the instance
+      // `failed` for good at the service, never written once it was cleared.
+      for (let round = 0; round < 5; round += 1) {
+        const { outcomes } = await pass(world);
+        expect(outcomeOf(outcomes, 'cfg_1')).toMatchObject({ action: 'retrying', converged: false });
+        world.clock.advance(360_001);
+      }
       expect(world.vol.readFileSync(`${OUTSIDE}/app.json`, 'utf8')).toBe('outside\n');
       expect(world.vol.readdirSync(OUTSIDE)).toEqual(['app.json']);
       const report = world.outbox.pendingFor('cfg_1')?.report;
       expect(report).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
-      expect(report?.message).toMatch(/crosses a symlink/);
-      expect(world.state.instances.get('cfg_1')).toMatchObject({ error: 'retrying', attempts: 1 });
+      expect(report?.message).toMatch(/path rejected.*something on the device is in the way/);
+      expect(world.state.instances.get('cfg_1')).toMatchObject({ error: 'retrying', attempts: 0 });
 
-      world.vol.unlinkSync(obstacle);
+      if (world.vol.lstatSync(obstacle).isSymbolicLink()) world.vol.unlinkSync(obstacle);
+      else world.vol.rmSync(obstacle, { recursive: true });
       world.clock.advance(60_001);
       const again = await pass(world);
       expect(outcomeOf(again.outcomes, 'cfg_1')).toMatchObject({ action: 'written', converged: true });

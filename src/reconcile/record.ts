@@ -296,6 +296,8 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
     'the state directory could not record the write before it (full, failing or read-only): nothing written until it can, so that a crash never leaves a file the agent cannot prove it wrote; retried, not counted as an attempt',
   failing:
     'the disk holding rootDir fails (an I/O error, its device or filesystem gone): retried until it works again, not counted as an attempt',
+  obstructed:
+    'something on the device is in the way of the path (a symlink, a directory, a FIFO, socket or device, or a file where a directory goes): nothing written or removed through it; retried until it is cleared, not counted as an attempt',
 };
 const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   full: 'disk full',
@@ -305,6 +307,7 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   mount_gone: "rootDir's mount is gone",
   not_declared: 'write journal could not be written',
   failing: 'disk failing',
+  obstructed: 'path obstructed on the device',
 };
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */

@@ -62,7 +62,7 @@ const DISK_STATE_RULES: ReadonlySet<PathRule> = new Set([
 
 /**
  * A path the agent refuses to touch, never repaired. A hostile path string is final (the server must change
- * it); an obstacle on disk (`DISK_STATE_RULES`) is retried with the instance's backoff.
+ * it); an obstacle on disk (`DISK_STATE_RULES`) is the device's condition (`obstructed`): retried, never an attempt.
  */
 export class PathRejectedError extends AgentError {
   readonly rule: PathRule;
@@ -123,7 +123,8 @@ export function isAgentResourceError(error: unknown): boolean {
  * parent, so it cannot be made again: `DiskError.rootItself`), or it refuses the agent's user (`rootRefuses`), or
  * it was a mount point and is not any more (`DiskError.mountGone`, root-mount.ts), or the state directory could not
  * declare the write first (`WriteNotDeclaredError`: the device's condition too, though not the root's), or the
- * disk fails (`failing`: EIO and the like, FAILING_DISK_ERRNOS).
+ * disk fails (`failing`: EIO and the like, FAILING_DISK_ERRNOS), or something on the device is in the way of the
+ * path (`obstructed`: a PathRejectedError of DISK_STATE_RULES, a symlink, directory, FIFO, socket or device there).
  * Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
  */
 export type RootCondition =
@@ -133,7 +134,8 @@ export type RootCondition =
   | 'not_writable'
   | 'mount_gone'
   | 'not_declared'
-  | 'failing';
+  | 'failing'
+  | 'obstructed';
 
 /**
  * Errnos of a disk or filesystem failing rather than of one write: an I/O error, the device gone (a card or USB
@@ -190,6 +192,8 @@ export function rootConditionOf(error: unknown): RootCondition | undefined {
   let current = error;
   for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
     if (current instanceof WriteNotDeclaredError) return 'not_declared';
+    if (current instanceof PathRejectedError)
+      return DISK_STATE_RULES.has(current.rule) ? 'obstructed' : undefined;
     if (current instanceof DiskError && current.mountGone !== undefined) return 'mount_gone';
     if (current instanceof DiskError && rootRefuses(current)) return 'not_writable';
     if (current instanceof DiskError && current.rootItself && !current.resource) return 'not_a_directory';
