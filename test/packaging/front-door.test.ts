@@ -1,6 +1,7 @@
 // dist/main.cjs, the packaged program's entry (packaging/bundle.mjs): what it answers itself, what reaches main.js.
 import { spawnSync } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { closeSync, openSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -149,6 +150,60 @@ describe('main.cjs', () => {
       const { stdout, stderr, status } = run(['--once']);
       expect({ stdout, status }).toEqual({ stdout: '', status: 1 });
       expect(stderr).toMatch(/^config-agent: unexpected error: .*Cannot find module/s);
+    });
+  });
+
+  describe('output it could not write (as main.js: src/cli/io.ts)', () => {
+    function runTo(args: string[], file: string, prefix: string[] = []) {
+      const out = openSync(file, 'w');
+      try {
+        const command = [...prefix, process.execPath, path.join(dir, 'dist', 'main.cjs'), ...args];
+        const result = spawnSync(command[0]!, command.slice(1), {
+          env: { PATH: process.env.PATH },
+          encoding: 'utf8',
+          stdio: ['ignore', out, 'pipe'],
+          timeout: 30_000,
+        });
+        return { stderr: result.stderr, status: result.status };
+      } finally {
+        closeSync(out);
+      }
+    }
+
+    it('exits 74 with one line on stderr when stdout is a full device, for --help and --version', () => {
+      for (const args of [['--help'], ['--version']]) {
+        expect(runTo(args, '/dev/full'), args.join(' ')).toEqual({
+          stderr:
+            'config-agent: could not write the output to standard output: ENOSPC (no space left on device)\n',
+          status: 74,
+        });
+      }
+    });
+
+    it('writes what fits and exits 74 when the file size limit cuts the help text short (EFBIG)', async () => {
+      const file = path.join(dir, 'help.txt');
+      const result = runTo(['--help'], file, ['prlimit', '--fsize=20']);
+      expect(result).toEqual({
+        stderr: 'config-agent: could not write the output to standard output: EFBIG (file too large)\n',
+        status: 74,
+      });
+      expect(await readFile(file, 'utf8')).toBe(HELP.slice(0, 20));
+    });
+
+    it('keeps exit 0 when the reader went away (EPIPE)', () => {
+      const main = path.join(dir, 'dist', 'main.cjs');
+      // The reader closes its end at once; node takes tens of ms to start, so its write meets EPIPE.
+      const result = spawnSync(
+        'bash',
+        [
+          '-c',
+          `exec 4>&1; { "$0" "$1" --help 2>&4; echo "rc=$?" >&4; } | { exec 0<&-; }`,
+          process.execPath,
+          main,
+        ],
+        { env: { PATH: process.env.PATH }, encoding: 'utf8', timeout: 30_000 },
+      );
+      expect({ stdout: result.stdout, status: result.status }).toEqual({ stdout: 'rc=0\n', status: 0 });
     });
   });
 });
