@@ -92,6 +92,15 @@ describe('checkedOutput of a file or character device', () => {
     }
   });
 
+  it('exits 74 naming EIO when a write takes no bytes (0 written), instead of writing again for good', async () => {
+    const fd = fakeFd((call) => (call > 1_000 ? 'ESPUN' : 0));
+    const output = checkedOutput(new PassThrough(), { fd: 99, fileLike: true, write: fd.write });
+    output.stream.write(text);
+    const err = stderrBuffer();
+    expect(await finishOutput(0, output, err.stream)).toBe(ExitCode.OutputFailed);
+    expect(err.text()).toMatch(/^config-agent: could not write the output to standard output: EIO/);
+  });
+
   it('waits out EAGAIN (a descriptor set non-blocking), and gives up after its patience instead of hanging', async () => {
     const busy = fakeFd((call) => (call < 3 ? 'EAGAIN' : 1000));
     const passes = checkedOutput(new PassThrough(), { fd: 99, fileLike: true, write: busy.write });
@@ -209,6 +218,28 @@ describe('wholeLinesOutput (the logs on stderr, when it is a file)', () => {
     output.write('{"n":5}\n');
     const lines = file.split('\n');
     expect(lines).toEqual(['{"n":1}', '{"', '{"n":4}', '{"n":5}', '']);
+  });
+
+  it('a write that takes no bytes (0 written) drops that line instead of looping for good; later lines are whole', () => {
+    let file = '';
+    let zeroes = 0;
+    const output = wholeLinesOutput(new PassThrough(), 2, {
+      fileLike: true,
+      writeSync: (_fd, buffer, offset, length) => {
+        if (buffer.includes('"n":2')) {
+          // Past 1,000 calls the loop is taken for one that never ends.
+          if (++zeroes > 1_000) throw errno('ESPUN');
+          return 0;
+        }
+        file += buffer.subarray(offset, offset + length).toString();
+        return length;
+      },
+    });
+    output.write('{"n":1}\n');
+    output.write('{"n":2}\n');
+    output.write('{"n":3}\n');
+    expect(zeroes).toBe(1);
+    expect(file.split('\n')).toEqual(['{"n":1}', '{"n":3}', '']);
   });
 
   it('leaves a pipe, socket or terminal to Node’s stream', () => {

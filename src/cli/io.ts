@@ -102,7 +102,11 @@ export function checkedOutput(
             return;
           }
           write(fd, chunk, offset, chunk.length - offset, (error, written) => {
-            if (error === null) {
+            if (error === null && written === 0) {
+              // A write that takes no bytes (a FUSE filesystem may answer 0): retried, it looped for good.
+              record(Object.assign(new Error('write took no bytes'), { code: 'EIO' }));
+              callback();
+            } else if (error === null) {
               offset += written;
               next();
             } else if (errnoCode(error) === 'EAGAIN' && waited < patience) {
@@ -162,7 +166,12 @@ export function wholeLinesOutput(
       const data = cut ? Buffer.concat([Buffer.from('\n'), chunk]) : chunk;
       let offset = 0;
       try {
-        while (offset < data.length) offset += write(fd, data, offset, data.length - offset);
+        while (offset < data.length) {
+          const n = write(fd, data, offset, data.length - offset);
+          // A write that takes no bytes (a FUSE filesystem may answer 0) would loop for good, the event loop held.
+          if (n === 0) break;
+          offset += n;
+        }
       } catch {
         // Best effort, as every log write: the line is lost, later ones are tried.
       }

@@ -68,7 +68,7 @@ function intercepted(base: FsPort, hook: (call: Call) => void | Promise<void>): 
           )[property] ??
           (property === 'readFile' || property === 'read'
             ? 'readFile-handle'
-            : property === 'writeFile'
+            : property === 'writeFile' || property === 'write'
               ? 'writeFile-handle'
               : undefined);
         if (op === undefined) return bound;

@@ -77,13 +77,13 @@ function withFault(base: FsPort, fault: Step, options: { code?: string; onStep?:
         const value = Reflect.get(target, property, receiver) as unknown;
         if (typeof value !== 'function') return value;
         const bound = (value as (...args: unknown[]) => unknown).bind(target);
-        if (isTemp && property === 'writeFile') {
-          return async (data: Uint8Array) => {
+        if (isTemp && property === 'write') {
+          return async (data: Uint8Array, offset = 0, length = data.byteLength - offset, position = null) => {
             if (fault === 'write' && !options.onStep) {
-              await target.write(data.subarray(0, Math.floor(data.byteLength / 2)));
+              await target.write(data.subarray(offset, offset + Math.floor(length / 2)));
             }
             hit('write');
-            return bound(data);
+            return bound(data, offset, length, position);
           };
         }
         if (isTemp && (property === 'chmod' || property === 'sync' || property === 'close')) {

@@ -726,8 +726,8 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
     syncDirectory,
     verified,
     verify: () => inspectPath(fs, rootDir, relativePath, verified),
-    // FileHandle.writeFile loops over short writes and reports ENOSPC, unlike a single write() call.
-    write: (handle) => step('write temp file', relativePath, () => handle.writeFile(data)),
+    // Not FileHandle.writeFile: it loops over short writes, but for good on a write that takes no bytes.
+    write: (handle) => writeAll(handle, data, relativePath),
     sha256: () => sha256,
     bytes: () => bytes,
   });
@@ -889,13 +889,20 @@ function* chunksOf(pieces: Iterable<string>): Generator<Buffer> {
   if (used > 0) yield buffer.subarray(0, used);
 }
 
-/** Writes all of `chunk` at the handle's position (a write may be short). */
+/**
+ * Writes all of `chunk` at the handle's position (a write may be short). A write that takes no bytes (a FUSE
+ * filesystem may answer 0 written) is an I/O error: retried, it looped for good and the pass never ended.
+ */
 async function writeAll(handle: FileHandle, chunk: Uint8Array, relativePath: string): Promise<void> {
   let written = 0;
   while (written < chunk.byteLength) {
     const { bytesWritten } = await step('write temp file', relativePath, () =>
       handle.write(chunk, written, chunk.byteLength - written, null),
     );
+    if (bytesWritten === 0) {
+      const cause = Object.assign(new Error('write took no bytes'), { code: 'EIO' });
+      throw new DiskError({ operation: 'write temp file', path: relativePath, cause });
+    }
     written += bytesWritten;
   }
 }
