@@ -60,8 +60,8 @@ export const BUNDLED_RUNTIME_NODE_FLAGS = ['--disable-sigusr1'];
  * V8 flags of the daemon alone on the bundled runtime (config-agent-node, Node 24): neither of V8's optimising
  * compilers, Maglev nor TurboFan. Their code was ~8 MiB of the node binary's pages that the daemon touched in its
  * first pass and kept resident: idle RSS at 1,000 managed, 1 s polls, as this launcher runs it, 73.5 → 64.2 MiB
- * (file-backed 49.8 → 42.1). The price is paid once, by the daemon's own first sync of many files (10,000: +23 to
- * +40 % of CPU); its starts and full resyncs with nothing to do cost the same. Sparkplug, the baseline compiler,
+ * (file-backed 49.8 → 42.1). The price is paid once, by the daemon's own first sync of many files (10,000: −4 to
+ * +40 % of CPU over six pairs, median +24 %); its starts and full resyncs with nothing to do cost the same. Sparkplug, the baseline compiler,
  * stays (without it that first sync cost +50 %). docs/performance.md, "Idle daemon, ninth round (engineer rss12)".
  * Both flags exist on every Node the packages run (V8 11.3 too), but only this runtime, pinned by
  * node-runtime.json, was measured; a flag the runtime refused would stop the daemon before its first line.
