@@ -97,6 +97,20 @@ describe('readCodeCache and writeCodeCache', () => {
     expect(lstatSync(cacheFile()).mode & 0o777).toBe(0o600);
   });
 
+  it('a write that takes no bytes (a FUSE filesystem answering 0) fails the cache (EIO) instead of looping for good', () => {
+    let calls = 0;
+    const writesNothing = () => {
+      // Past 1,000 calls the loop is taken for one that never ends.
+      if (++calls > 1_000) throw Object.assign(new Error('spun'), { code: 'ESPUN' });
+      return 0;
+    };
+    expect(() => writeCodeCache(dir, KEY, PAYLOAD, Date.now(), writesNothing)).toThrow(
+      expect.objectContaining({ code: 'EIO' }),
+    );
+    expect(calls).toBe(1);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
   it('ignores a cache made for another bundle or runtime, even under the right name', () => {
     const other = { ...KEY, runtime: 'v24.21.0 x64 v8-13.6 --expose-gc' };
     writeCodeCache(dir, other, PAYLOAD);

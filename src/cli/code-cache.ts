@@ -196,7 +196,13 @@ export function decodeCodeCache(bytes: Buffer, key: CodeCacheKey): CodeCacheRead
  * of other bundles (an upgrade's leftovers), crashed writes' temp files, and this bundle's oldest caches beyond
  * MAX_CODE_CACHE_FILES, so the directory stays bounded. Throws what the file system threw (EROFS, ENOSPC, EACCES).
  */
-export function writeCodeCache(dir: string, key: CodeCacheKey, payload: Buffer, now = Date.now()): number {
+export function writeCodeCache(
+  dir: string,
+  key: CodeCacheKey,
+  payload: Buffer,
+  now = Date.now(),
+  write: (fd: number, buffer: Buffer, offset: number, length: number) => number = writeSync,
+): number {
   if (payload.length > MAX_CODE_CACHE_BYTES) throw new Error(`too large (${payload.length} bytes)`);
   const name = codeCacheFileName(key);
   // Not the pid alone: a crashed write's temp file under a pid that comes again (a container's --once is pid 1
@@ -210,7 +216,12 @@ export function writeCodeCache(dir: string, key: CodeCacheKey, payload: Buffer, 
   );
   try {
     let written = 0;
-    while (written < bytes.length) written += writeSync(fd, bytes, written, bytes.length - written);
+    while (written < bytes.length) {
+      const n = write(fd, bytes, written, bytes.length - written);
+      // A write that takes no bytes (a FUSE filesystem may answer 0) looped for good: --once never exited.
+      if (n === 0) throw Object.assign(new Error('write took no bytes'), { code: 'EIO' });
+      written += n;
+    }
     closeSync(fd);
     renameSync(temp, path.join(dir, name));
   } catch (error) {
