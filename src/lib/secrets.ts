@@ -9,21 +9,38 @@ export interface SecretRegistry {
 const MIN_SECRET_LENGTH = 4;
 export const REDACTED = '[REDACTED]';
 
+/**
+ * How many times a secret may have been JSON-escaped where it shows: a log line's JSON escapes a message once, a
+ * message that quotes JSON (an error naming a request body) twice, and so on.
+ */
+const MAX_ESCAPE_LEVELS = 4;
+
+/**
+ * Every spelling of `secret` an output may carry: as it is, JSON-escaped once to MAX_ESCAPE_LEVELS times (a key
+ * with `"` or `\` changes at each level), and percent-encoded (as it is and escaped). Longest first, so that a
+ * longer spelling is never left half-replaced by a shorter one inside it.
+ */
+function spellings(secret: string): string[] {
+  const found = new Set<string>([secret]);
+  let escaped = secret;
+  for (let level = 0; level < MAX_ESCAPE_LEVELS; level += 1) {
+    escaped = JSON.stringify(escaped).slice(1, -1);
+    found.add(escaped);
+  }
+  for (const spelling of [...found]) found.add(encodeURIComponent(spelling));
+  return [...found].sort((a, b) => b.length - a.length);
+}
+
 export function createSecretRegistry(): SecretRegistry {
-  const secrets = new Set<string>();
+  const secrets = new Map<string, string[]>();
   return {
     add(secret) {
-      if (secret.length >= MIN_SECRET_LENGTH) secrets.add(secret);
+      if (secret.length >= MIN_SECRET_LENGTH && !secrets.has(secret)) secrets.set(secret, spellings(secret));
     },
     scrub(text) {
       let out = text;
-      for (const secret of secrets) {
-        if (out.includes(secret)) out = out.split(secret).join(REDACTED);
-        // The key can also appear JSON-escaped or percent-encoded inside a logged string.
-        const escaped = JSON.stringify(secret).slice(1, -1);
-        if (escaped !== secret && out.includes(escaped)) out = out.split(escaped).join(REDACTED);
-        const encoded = encodeURIComponent(secret);
-        if (encoded !== secret && out.includes(encoded)) out = out.split(encoded).join(REDACTED);
+      for (const forms of secrets.values()) {
+        for (const form of forms) if (out.includes(form)) out = out.split(form).join(REDACTED);
       }
       return out;
     },
