@@ -333,6 +333,29 @@ describe('acquireStateLock: an unusable state directory', () => {
     },
   );
 
+  it('a write that takes no bytes (a FUSE stateDir answering 0) fails the lock (EIO) instead of looping for good', async () => {
+    const { vol, fs } = memfs();
+    let calls = 0;
+    const writesNothing: FsPort = {
+      ...fs,
+      open: (async (...args: Parameters<FsPort['open']>) => {
+        const handle = await fs.open(...args);
+        return Object.assign(handle, {
+          write: async (buffer: Uint8Array) => {
+            // Past 1,000 calls the loop is taken for one that never ends.
+            if (++calls > 1_000) throw Object.assign(new Error('spun'), { code: 'ESPUN' });
+            return { bytesWritten: 0, buffer };
+          },
+        });
+      }) as FsPort['open'],
+    };
+    const error = await acquireStateLock(writesNothing, STATE, probe(100, [100])).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(StateDirError);
+    expect(error).toMatchObject({ errno: 'EIO' });
+    expect(calls).toBe(1);
+    expect(vol.readdirSync(STATE)).toEqual([]);
+  });
+
   it('leaves no temp file when the link fails', async () => {
     const { vol, fs } = memfs();
     const broken: FsPort = {

@@ -155,7 +155,13 @@ async function writeLockTemp(fs: FsPort, stateDir: string, temp: string, mine: L
       constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
       0o600,
     );
-    await handle.writeFile(JSON.stringify(mine));
+    // Not FileHandle.writeFile: its loop retries a write that takes no bytes (a FUSE stateDir) for good.
+    const bytes = Buffer.from(JSON.stringify(mine));
+    for (let written = 0; written < bytes.length; ) {
+      const { bytesWritten } = await handle.write(bytes, written, bytes.length - written, null);
+      if (bytesWritten === 0) throw Object.assign(new Error('write took no bytes'), { code: 'EIO' });
+      written += bytesWritten;
+    }
     await handle.sync();
   } catch (error) {
     await handle?.close().catch(() => undefined);
