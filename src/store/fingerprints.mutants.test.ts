@@ -59,6 +59,16 @@ const ENTRY = {
   sha256: SHA,
   verifiedAt: SETTLED,
 };
+/** The same entry as version 2 writes it. */
+const ENTRY_ARRAY = [
+  ENTRY.dev,
+  ENTRY.ino,
+  ENTRY.size,
+  ENTRY.mtimeNs,
+  ENTRY.ctimeNs,
+  ENTRY.sha256,
+  ENTRY.verifiedAt,
+];
 
 describe('identityOf and sameIdentity', () => {
   it("takes dev, ino, size, mtime and ctime (ns) from a file's bigint stats", async () => {
@@ -171,23 +181,27 @@ describe('save', () => {
     expect(await (await load()).save(nodeFs, stateDir)).toBe(false);
   });
 
-  it('writes version, root and every entry sorted by path, as indented JSON; then nothing until a change', async () => {
+  it('writes version 2, root and every entry sorted by path, one array a line; then nothing until a change', async () => {
     const store = FileFingerprints.empty(ROOT);
     for (const name of ['c.conf', 'a.conf', 'd/e.conf', 'b.conf']) store.record(name, ID, SHA, SETTLED);
     expect(await store.save(nodeFs, stateDir)).toBe(true);
-    const expected = {
-      version: 1,
-      rootDir: ROOT,
-      files: { 'a.conf': ENTRY, 'b.conf': ENTRY, 'c.conf': ENTRY, 'd/e.conf': ENTRY },
-    };
-    expect(await fileText()).toBe(`${JSON.stringify(expected, null, 2)}\n`);
-    expect(Object.keys(JSON.parse(await fileText()).files)).toEqual([
-      'a.conf',
-      'b.conf',
-      'c.conf',
-      'd/e.conf',
-    ]);
+    const line = JSON.stringify(ENTRY_ARRAY);
+    expect(await fileText()).toBe(
+      `{"version":2,"rootDir":${JSON.stringify(ROOT)},"files":{\n` +
+        `"a.conf":${line},\n"b.conf":${line},\n"c.conf":${line},\n"d/e.conf":${line}\n}}\n`,
+    );
     expect(await store.save(nodeFs, stateDir)).toBe(false);
+  });
+
+  it('writes a path or an id named __proto__ like any other, and reads it back', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.record('__proto__', ID, SHA, SETTLED);
+    store.recordItem('__proto__', `${'k'.repeat(43)}=`, { sha256: SHA, size: 3 });
+    await store.save(nodeFs, stateDir);
+    expect(Object.keys(JSON.parse(await fileText()).files)).toEqual(['__proto__']);
+    const loaded = await load();
+    expect(loaded.lookup('__proto__', ID, SETTLED)).toBe(SHA);
+    expect(loaded.lookupItem('__proto__', `${'k'.repeat(43)}=`)).toEqual({ sha256: SHA, size: 3 });
   });
 
   it('forgetting or dropping a path is a change; forgetting an unknown one and keeping everything are not', async () => {
@@ -236,10 +250,22 @@ describe('load', () => {
     const valid = { version: 1, rootDir: ROOT, files: { 'a.conf': ENTRY } };
     await writeFingerprints(valid);
     expect((await load()).size).toBe(1);
+    await writeFingerprints({ version: 2, rootDir: ROOT, files: { 'a.conf': ENTRY_ARRAY } });
+    expect((await load()).size).toBe(1);
 
     expect((await load('/srv/other')).size).toBe(0);
     for (const header of [
+      // Each version's entries only: objects under 2, arrays under 1; an unknown version is nothing.
       { ...valid, version: 2 },
+      { ...valid, files: { 'a.conf': ENTRY_ARRAY } },
+      { version: 3, rootDir: ROOT, files: { 'a.conf': ENTRY_ARRAY } },
+      { version: '2', rootDir: ROOT, files: { 'a.conf': ENTRY_ARRAY } },
+      { version: 2, rootDir: 7, files: { 'a.conf': ENTRY_ARRAY } },
+      { version: 2, files: { 'a.conf': ENTRY_ARRAY } },
+      { version: 2, rootDir: ROOT, files: [ENTRY_ARRAY] },
+      { version: 2, rootDir: ROOT },
+      [2, ROOT, { 'a.conf': ENTRY_ARRAY }],
+      null,
       { version: 1, files: valid.files },
       { ...valid, rootDir: 7 },
       // An array of entries is not a map of paths (its indices would be read as paths).
@@ -296,7 +322,56 @@ describe('load', () => {
     expect(loaded.size).toBe(2);
     expect(loaded.lookup('a.conf', ID, SETTLED)).toBe(SHA);
     expect(loaded.lookup('negative-times', { ...ID, mtimeNs: -1699n, ctimeNs: -1700n }, SETTLED)).toBe(SHA);
-    // Loading drops them from memory only: nothing changed, nothing is written.
+
+    // The same entries as version 2's arrays.
+    const asArray = (value: unknown) =>
+      typeof value === 'object' && value !== null ? Object.values(value) : value;
+    const toArrays = (files: Record<string, unknown>) =>
+      Object.fromEntries(Object.entries(files).map(([name, value]) => [name, asArray(value)]));
+    await writeFingerprints({
+      version: 2,
+      rootDir: ROOT,
+      files: {
+        ...toArrays(bad),
+        'too-short': ENTRY_ARRAY.slice(0, 6),
+        'too-long': [...ENTRY_ARRAY, 1],
+        'an-object': ENTRY,
+        ...toArrays(good),
+      },
+    });
+    const loaded2 = await load();
+    expect(loaded2.size).toBe(2);
+    expect(loaded2.lookup('a.conf', ID, SETTLED)).toBe(SHA);
+    expect(loaded2.lookup('negative-times', { ...ID, mtimeNs: -1699n, ctimeNs: -1700n }, SETTLED)).toBe(SHA);
+    // Loading version 2 drops them from memory only: nothing changed, nothing is written.
+    expect(await loaded2.save(nodeFs, stateDir)).toBe(false);
+  });
+
+  it('migrates version 1: its entries and items are trusted as before, and the next save writes version 2', async () => {
+    const KEY = `${'k'.repeat(43)}=`;
+    const items = { rules: ITEM_RULES_VERSION, byId: { cfg_1: [KEY, OTHER_SHA, 12] } };
+    const v1 = { version: 1, rootDir: ROOT, files: { 'b.conf': ENTRY, 'a.conf': ENTRY }, items };
+    await writeFile(path.join(stateDir, FINGERPRINTS_FILE), `${JSON.stringify(v1, null, 2)}\n`);
+    const loaded = await load();
+    expect(loaded.lookup('a.conf', ID, SETTLED)).toBe(SHA);
+    expect(loaded.lookup('b.conf', ID, SETTLED)).toBe(SHA);
+    expect(loaded.lookupItem('cfg_1', KEY)).toEqual({ sha256: OTHER_SHA, size: 12 });
+    expect(await loaded.save(nodeFs, stateDir)).toBe(true);
+    const line = JSON.stringify(ENTRY_ARRAY);
+    expect(await fileText()).toBe(
+      `{"version":2,"rootDir":${JSON.stringify(ROOT)},"files":{\n"a.conf":${line},\n"b.conf":${line}\n},` +
+        `"items":{"rules":${ITEM_RULES_VERSION},"byId":{\n"cfg_1":${JSON.stringify([KEY, OTHER_SHA, 12])}\n}}}\n`,
+    );
+    const again = await load();
+    expect(again.lookup('a.conf', ID, SETTLED)).toBe(SHA);
+    expect(again.lookupItem('cfg_1', KEY)).toEqual({ sha256: OTHER_SHA, size: 12 });
+    expect(await again.save(nodeFs, stateDir)).toBe(false);
+  });
+
+  it('a version-1 file of another root is not migrated: empty, and nothing written', async () => {
+    await writeFingerprints({ version: 1, rootDir: '/srv/other', files: { 'a.conf': ENTRY } });
+    const loaded = await load();
+    expect(loaded.size).toBe(0);
     expect(await loaded.save(nodeFs, stateDir)).toBe(false);
   });
 });
