@@ -42,34 +42,47 @@ export interface FileIdentity {
   ctimeNs: bigint;
 }
 
-/** One file's fingerprint as stored in fingerprints.json. */
-export const FingerprintEntry = z.object({
-  dev: z.string().regex(/^\d+$/),
-  ino: z.string().regex(/^\d+$/),
-  size: z.string().regex(/^\d+$/),
-  mtimeNs: z.string().regex(/^-?\d+$/),
-  ctimeNs: z.string().regex(/^-?\d+$/),
-  sha256: z.string().regex(/^[0-9a-f]{64}$/),
-  /** Wall-clock ms when the bytes were read. */
-  verifiedAt: z.number(),
-});
-type Entry = z.infer<typeof FingerprintEntry>;
+/**
+ * The zod schemas of a version-1 file, built on first use: only a version-1 file (read once, then rewritten as
+ * version 2) needs them, and every start built them.
+ */
+function buildFingerprintSchemas() {
+  /** One file's fingerprint as version 1 stored it. */
+  const FingerprintEntry = z.object({
+    dev: z.string().regex(/^\d+$/),
+    ino: z.string().regex(/^\d+$/),
+    size: z.string().regex(/^\d+$/),
+    mtimeNs: z.string().regex(/^-?\d+$/),
+    ctimeNs: z.string().regex(/^-?\d+$/),
+    sha256: z.string().regex(/^[0-9a-f]{64}$/),
+    /** Wall-clock ms when the bytes were read. */
+    verifiedAt: z.number(),
+  });
+
+  /** A version-1 file's header (a version-2 one is checked by hand in `load`). */
+  const HeaderV1 = z.object({
+    version: z.literal(FINGERPRINTS_VERSION_1),
+    rootDir: z.string(),
+    files: z.custom<Record<string, unknown>>(isObject),
+    /**
+     * Items known by their exact text (api/list-page.ts KnownItems), recorded under the item rules `rules`: by
+     * instance id, `[key, sha256, size]`. Optional, so an older agent reads and drops it, and a newer one reading
+     * an older file starts without.
+     */
+    items: z.unknown().optional(),
+  });
+  return { FingerprintEntry, HeaderV1 };
+}
+type FingerprintSchemas = ReturnType<typeof buildFingerprintSchemas>;
+let builtFingerprintSchemas: FingerprintSchemas | undefined;
+export function fingerprintSchemas(): FingerprintSchemas {
+  builtFingerprintSchemas ??= buildFingerprintSchemas();
+  return builtFingerprintSchemas;
+}
+type Entry = z.infer<FingerprintSchemas['FingerprintEntry']>;
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
-
-/** A version-1 file's header (a version-2 one is checked by hand in `load`). */
-const HeaderV1 = z.object({
-  version: z.literal(FINGERPRINTS_VERSION_1),
-  rootDir: z.string(),
-  files: z.custom<Record<string, unknown>>(isObject),
-  /**
-   * Items known by their exact text (api/list-page.ts KnownItems), recorded under the item rules `rules`: by
-   * instance id, `[key, sha256, size]`. Optional, so an older agent reads and drops it, and a newer one reading
-   * an older file starts without.
-   */
-  items: z.unknown().optional(),
-});
 
 /** One item known by its text: the key of that text, and the sha256 and length of the bytes it serializes to. */
 interface ItemEntry extends KnownItem {
@@ -227,7 +240,7 @@ export class FileFingerprints {
       let files: Record<string, unknown>;
       let storedItems: unknown;
       if (version === FINGERPRINTS_VERSION_1) {
-        const header = HeaderV1.parse(parsed);
+        const header = fingerprintSchemas().HeaderV1.parse(parsed);
         if (header.rootDir !== rootDir) return FileFingerprints.empty(rootDir);
         ({ files, items: storedItems } = header);
         migrated = true;
@@ -256,7 +269,7 @@ export class FileFingerprints {
           entries.set(path, quick);
           continue;
         }
-        const entry = FingerprintEntry.safeParse(value);
+        const entry = fingerprintSchemas().FingerprintEntry.safeParse(value);
         if (entry.success) entries.set(path, entry.data);
       }
       items = loadItems(storedItems);

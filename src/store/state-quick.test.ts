@@ -1,8 +1,8 @@
 // The hand checks of state.json and fingerprints.json against zod: either they say nothing, or exactly what zod says.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { FingerprintEntry, quickEntry } from './fingerprints.js';
-import { LocalStateFile, quickStateFile } from './state.js';
+import { fingerprintSchemas, quickEntry } from './fingerprints.js';
+import { quickStateFile, stateSchemas } from './state.js';
 
 const SHA = 'a'.repeat(64);
 
@@ -18,7 +18,7 @@ function comparable(value: unknown): unknown {
 
 function stateAgreesWithZod(value: unknown): 'quick' | 'zod' {
   const quick = quickStateFile(value);
-  const strict = LocalStateFile.safeParse(value);
+  const strict = stateSchemas().LocalStateFile.safeParse(value);
   if (quick === undefined) return 'zod';
   expect(strict.success).toBe(true);
   expect(comparable(quick)).toStrictEqual(comparable(strict.data));
@@ -27,7 +27,7 @@ function stateAgreesWithZod(value: unknown): 'quick' | 'zod' {
 
 function entryAgreesWithZod(value: unknown): 'quick' | 'zod' {
   const quick = quickEntry(value);
-  const strict = FingerprintEntry.safeParse(value);
+  const strict = fingerprintSchemas().FingerprintEntry.safeParse(value);
   if (quick === undefined) return 'zod';
   expect(strict.success).toBe(true);
   expect(comparable(quick)).toStrictEqual(comparable(strict.data));

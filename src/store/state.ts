@@ -13,48 +13,6 @@ import type { StateSnapshot } from './state-snapshot.js';
 export const STATE_FILE = 'state.json';
 export const STATE_VERSION = 1;
 
-/** A file this agent published: the proof of ownership that removal requires. */
-export const ManagedFile = z.object({
-  instanceId: z.string().min(1),
-  sha256: z.string().regex(/^[0-9a-f]{64}$/),
-  mode: z.number().int().min(0).max(0o7777),
-  /** Directories this agent created for the file, parent-first: pruned when they become empty. */
-  createdDirs: z.array(z.string()),
-  writtenAt: z.string(),
-  /**
-   * The permission bits the file kept when the agent's fchmod to `mode` changed nothing (exFAT, vfat: the
-   * mount's fmask): seen on disk, they are `mode` as far as this filesystem goes, not drift.
-   */
-  keptMode: z.number().int().min(0).max(0o7777).optional(),
-  /**
-   * The file's length as written (absent in records made before it was kept, and for files adopted from a
-   * declaration): a file of another length at the path holds other bytes, so it is not read to tell (a sparse
-   * file of a terabyte took the drift watcher and a removal's check most of an hour).
-   */
-  size: z.number().int().min(0).optional(),
-});
-export type ManagedFile = z.infer<typeof ManagedFile>;
-
-/** What the agent last knows the service holds for an instance, and its local retry bookkeeping. */
-export const InstanceRecord = z.object({
-  relativePath: z.string(),
-  activity: ConfigInstanceActivityStatus,
-  error: ErrorStatus,
-  message: z.string().optional(),
-  attempts: z.number().int().min(0),
-  /** Wall-clock time of the next attempt, for people reading status; the schedule itself is monotonic. */
-  nextAttemptAt: z.string().optional(),
-  /**
-   * The `updated_at` our last report gave the instance, and the operator's `updated_at` before it. `awaiting`
-   * (`activity/error`): the report's answer carried no echo, so `updatedAt` is still the one before it, and
-   * the next listing showing the instance in exactly those statuses gives the echo.
-   */
-  reportEcho: z
-    .object({ updatedAt: z.string(), operatorUpdatedAt: z.string(), awaiting: z.string().optional() })
-    .optional(),
-});
-export type InstanceRecord = z.infer<typeof InstanceRecord>;
-
 /**
  * A JSON object keyed by arbitrary strings, parsed into a Map. Not z.record: it builds a plain object, where a
  * key `__proto__` (a path the guard accepts, or an instance id) sets the prototype instead of a property and
@@ -79,19 +37,78 @@ function keyedBy<T extends z.ZodType>(value: T) {
   });
 }
 
-export const LocalStateFile = z.object({
-  version: z.literal(STATE_VERSION),
-  deviceId: z.string(),
-  /** The root the recorded paths are relative to: a record proves nothing about another root. */
-  rootDir: z.string(),
-  /** Keyed by relative path: a path has at most one owner at a time. */
-  files: keyedBy(ManagedFile),
-  instances: keyedBy(InstanceRecord),
-  /** Paths written or removed whose hooks have not run yet: replayed after a restart. */
-  pendingHookPaths: z.array(z.string()).default([]),
-});
+/**
+ * The zod schemas of state.json, built on first use: a well-formed file passes the hand checks
+ * (`quickStateFile`) and never needs them, and building them took ~1–3 ms of every start. They judge and name
+ * whatever the hand checks leave to them.
+ */
+function buildStateSchemas() {
+  /** A file this agent published: the proof of ownership that removal requires. */
+  const ManagedFile = z.object({
+    instanceId: z.string().min(1),
+    sha256: z.string().regex(/^[0-9a-f]{64}$/),
+    mode: z.number().int().min(0).max(0o7777),
+    /** Directories this agent created for the file, parent-first: pruned when they become empty. */
+    createdDirs: z.array(z.string()),
+    writtenAt: z.string(),
+    /**
+     * The permission bits the file kept when the agent's fchmod to `mode` changed nothing (exFAT, vfat: the
+     * mount's fmask): seen on disk, they are `mode` as far as this filesystem goes, not drift.
+     */
+    keptMode: z.number().int().min(0).max(0o7777).optional(),
+    /**
+     * The file's length as written (absent in records made before it was kept, and for files adopted from a
+     * declaration): a file of another length at the path holds other bytes, so it is not read to tell (a sparse
+     * file of a terabyte took the drift watcher and a removal's check most of an hour).
+     */
+    size: z.number().int().min(0).optional(),
+  });
+
+  /** What the agent last knows the service holds for an instance, and its local retry bookkeeping. */
+  const InstanceRecord = z.object({
+    relativePath: z.string(),
+    activity: ConfigInstanceActivityStatus,
+    error: ErrorStatus,
+    message: z.string().optional(),
+    attempts: z.number().int().min(0),
+    /** Wall-clock time of the next attempt, for people reading status; the schedule itself is monotonic. */
+    nextAttemptAt: z.string().optional(),
+    /**
+     * The `updated_at` our last report gave the instance, and the operator's `updated_at` before it. `awaiting`
+     * (`activity/error`): the report's answer carried no echo, so `updatedAt` is still the one before it, and
+     * the next listing showing the instance in exactly those statuses gives the echo.
+     */
+    reportEcho: z
+      .object({ updatedAt: z.string(), operatorUpdatedAt: z.string(), awaiting: z.string().optional() })
+      .optional(),
+  });
+
+  const LocalStateFile = z.object({
+    version: z.literal(STATE_VERSION),
+    deviceId: z.string(),
+    /** The root the recorded paths are relative to: a record proves nothing about another root. */
+    rootDir: z.string(),
+    /** Keyed by relative path: a path has at most one owner at a time. */
+    files: keyedBy(ManagedFile),
+    instances: keyedBy(InstanceRecord),
+    /** Paths written or removed whose hooks have not run yet: replayed after a restart. */
+    pendingHookPaths: z.array(z.string()).default([]),
+  });
+  return { ManagedFile, InstanceRecord, LocalStateFile };
+}
+type StateSchemas = ReturnType<typeof buildStateSchemas>;
+let builtStateSchemas: StateSchemas | undefined;
+export function stateSchemas(): StateSchemas {
+  builtStateSchemas ??= buildStateSchemas();
+  return builtStateSchemas;
+}
+
+export type ManagedFile = z.infer<StateSchemas['ManagedFile']>;
+export type InstanceRecord = z.infer<StateSchemas['InstanceRecord']>;
+type ParsedStateFile = z.infer<StateSchemas['LocalStateFile']>;
+
 /** The file as written: plain objects, whose own `__proto__` key JSON.stringify writes like any other. */
-export type LocalStateFile = Omit<z.infer<typeof LocalStateFile>, 'files' | 'instances'> & {
+export type LocalStateFile = Omit<ParsedStateFile, 'files' | 'instances'> & {
   files: Record<string, ManagedFile>;
   instances: Record<string, InstanceRecord>;
 };
@@ -213,7 +230,7 @@ function quickKeyedBy<T>(
  * files. Returns what `LocalStateFile.parse` returns, or undefined whenever anything differs, for zod to judge
  * and name the problem. src/store/state.test.ts compares the two on generated files.
  */
-export function quickStateFile(value: unknown): z.infer<typeof LocalStateFile> | undefined {
+export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   if (!isPlainObject(value)) return undefined;
   const { version, deviceId, rootDir, pendingHookPaths } = value;
   if (
@@ -246,10 +263,10 @@ export async function loadLocalState(
   const empty = () => emptyState(deviceId, rootDir);
   const raw = await readStateDirFile(fs, stateDir, STATE_FILE);
   if (raw === undefined) return { state: empty(), outcome: 'missing' };
-  let parsed: z.infer<typeof LocalStateFile>;
+  let parsed: ParsedStateFile;
   try {
     const value: unknown = JSON.parse(raw);
-    parsed = quickStateFile(value) ?? LocalStateFile.parse(value);
+    parsed = quickStateFile(value) ?? stateSchemas().LocalStateFile.parse(value);
   } catch (error) {
     logger.error(
       { err: error, file: STATE_FILE },
