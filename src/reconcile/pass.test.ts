@@ -152,6 +152,32 @@ function json(content: unknown): string {
 }
 
 describe('runPass: target deployed', () => {
+  it('gives a record kept before lengths were (no size) the length of its confirmed file, once', async () => {
+    put({ id: 'cfg_a', content: { port: 8080 } });
+    await pass();
+    // state.json as an agent before ManagedFile.size wrote it: the record without the length.
+    const stateFile = path.join(world.dir, 'state', 'state.json');
+    const saved = JSON.parse(await readFile(stateFile, 'utf8')) as {
+      files: Record<string, { size?: number }>;
+    };
+    expect(saved.files['cfg_a.json']?.size).toBe(json({ port: 8080 }).length);
+    delete saved.files['cfg_a.json']!.size;
+    await world.reconciler.close();
+    await writeFile(stateFile, JSON.stringify(saved));
+    world.reconciler = await openReconciler(world.client);
+    expect(world.reconciler.state.files.get('cfg_a.json')?.size).toBeUndefined();
+
+    await pass();
+
+    // The drift watcher and a removal judge a file of another length unread only with the length recorded.
+    const after = JSON.parse(await readFile(stateFile, 'utf8')) as typeof saved;
+    expect(after.files['cfg_a.json']?.size).toBe(json({ port: 8080 }).length);
+    const written = await stat(stateFile);
+    await pass();
+    const again = await stat(stateFile);
+    expect([again.ino, again.mtimeMs]).toEqual([written.ino, written.mtimeMs]);
+  });
+
   it('writes a new file with the exact bytes, then reports deployed; a second pass changes nothing', async () => {
     put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { port: 8080 } });
 

@@ -196,7 +196,13 @@ describe('planSteps: target deployed', () => {
           report: { activity_status: 'deployed', error_status: 'none' },
         });
       } else if (expected === 'confirm') {
-        expect(step).toEqual({ kind: 'confirm', instance, report: undefined });
+        // managed() records no length (a record from before lengths were kept): the confirm hands it over.
+        expect(step).toEqual({
+          kind: 'confirm',
+          instance,
+          report: undefined,
+          recordSize: jsonBytes(CONTENT).length,
+        });
       } else {
         expect(step).toMatchObject({
           kind: 'fail',
@@ -205,6 +211,13 @@ describe('planSteps: target deployed', () => {
       }
     },
   );
+
+  it('a confirm hands over no length when the record already has one', () => {
+    const instance = makeInstance({ id: 'cfg_me', activity_status: 'deployed' });
+    const record = { ...managed('cfg_me'), size: jsonBytes(CONTENT).length };
+    const steps = plan([instance], { files: { [PATH]: record }, disk: diskAt('identical') });
+    expect(onlyStepFor(steps, 'cfg_me')).toEqual({ kind: 'confirm', instance, report: undefined });
+  });
 
   it.each([
     [undefined, 'write'],

@@ -142,8 +142,11 @@ export type Step =
   | RemoveStep
   /** A status change with no disk change (archive, already in place, ownership moved to another instance). */
   | { kind: 'report'; instance: ConfigInstanceHead; report: StatusReport | undefined; reason: ReportReason }
-  /** The file is in place as recorded: nothing to do but confirm `deployed` if the service lacks it. */
-  | { kind: 'confirm'; instance: ConfigInstanceHead; report: StatusReport | undefined }
+  /**
+   * The file is in place as recorded: nothing to do but confirm `deployed` if the service lacks it. `recordSize`:
+   * its length, for a record made before lengths were kept (ManagedFile.size), so later checks need not read it.
+   */
+  | { kind: 'confirm'; instance: ConfigInstanceHead; report: StatusReport | undefined; recordSize?: number }
   /** The file stays as it is and nothing is reported. */
   | { kind: 'keep'; instance: ConfigInstanceHead; reason: KeepReason }
   /** `error_status=failed` on the service: never touched again. */
@@ -529,7 +532,11 @@ function planDeployed(
   if (inPlace && owned?.instanceId === instance.id && owned.sha256 === sha256) {
     const serverInPlace = instance.activity_status === 'deployed' && instance.error_status === 'none';
     // `confirm` also supersedes a stale undelivered error report (from a failed repair) with `deployed`.
-    if (serverInPlace) return { kind: 'confirm', instance, report: deployed };
+    if (serverInPlace) {
+      const length = data?.length ?? size;
+      const recordSize = owned.size === undefined && length !== undefined ? { recordSize: length } : {};
+      return { kind: 'confirm', instance, report: deployed, ...recordSize };
+    }
     return { kind: 'report', instance, report: deployed, reason: 'already_in_place' };
   }
   let reason: WriteStep['reason'];

@@ -103,9 +103,14 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
       const note = activity === 'removed' ? removedReport(step.reason).message : undefined;
       return [note === undefined ? outcome : Object.assign(outcome, { message: note })];
     }
-    case 'confirm':
+    case 'confirm': {
+      const file = ctx.state.files.get(instance.relative_filepath);
+      if (step.recordSize !== undefined && file?.instanceId === instance.id && file.size === undefined) {
+        ctx.state.files.set(instance.relative_filepath, { ...file, size: step.recordSize });
+      }
       markSucceeded(ctx, instance, 'deployed', step.report);
       return [outcomeFor(instance, 'unchanged', true)];
+    }
     case 'keep':
       if (step.reason === 'awaiting_owner') return [awaitingOwner(instance)];
       return [
