@@ -13,6 +13,7 @@ import {
   launcherScript,
   ONCE_NODE_FLAGS,
 } from '../../packaging/launcher.mjs';
+import { skipWithoutPackages } from '../helpers/built-packages.js';
 
 const REPO = path.resolve(import.meta.dirname, '../..');
 /** The bundled runtime (Node 24) as `npm run package` unpacks it; .ci/run packages before it tests. */
@@ -142,7 +143,9 @@ describe('the launcher', () => {
   it('runs the daemon on the bundled runtime without optimising compilers, and every other command with them', async (ctx) => {
     expect(BUNDLED_RUNTIME_DAEMON_NODE_FLAGS).toEqual(['--no-maglev', '--no-opt']);
     if (!existsSync(UNPACKED_NODE)) {
-      ctx.skip(`the bundled runtime is not unpacked (${UNPACKED_NODE}: run npm run package)`);
+      ctx.skip(
+        skipWithoutPackages(`the bundled runtime is not unpacked (${UNPACKED_NODE}: run npm run package)`),
+      );
       return;
     }
     const runtime = {
@@ -173,7 +176,9 @@ describe('the launcher', () => {
       : unpacked;
     // Node 20 refuses the flag; the bundled Node 24 is unpacked by `npm run package`, which .ci/run runs first.
     if (!existsSync(interpreter)) {
-      ctx.skip(`no Node that takes --disable-sigusr1 here (${unpacked}: run npm run package)`);
+      ctx.skip(
+        skipWithoutPackages(`no Node that takes --disable-sigusr1 here (${unpacked}: run npm run package)`),
+      );
       return;
     }
     const closed = await launch({ SIGUSR1: '1' }, ['--once'], '/bin/sh', {

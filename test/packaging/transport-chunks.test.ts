@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { benchFixtures } from '../../bench/lib/fixtures.js';
 import { type BenchWorld, createWorld } from '../../bench/lib/world.js';
 import { bundleCli } from '../../packaging/bundle.mjs';
+import { skipWithoutPackages } from '../helpers/built-packages.js';
 
 // At exit: whether node:http2 was loaded (undici's Client requires it at its initialisation, whatever the dispatcher),
 // and whether Node's own bundled undici was (node:http's lazy WebSocket getter loads it on Node 22+).
@@ -113,7 +114,7 @@ describe('a device without a proxy', () => {
     );
     const interpreter = Number.parseInt(process.versions.node, 10) >= 22 ? process.execPath : unpacked;
     if (!existsSync(interpreter)) {
-      ctx.skip(`no Node 22+ here (${unpacked}: run npm run package)`);
+      ctx.skip(skipWithoutPackages(`no Node 22+ here (${unpacked}: run npm run package)`));
       return;
     }
     const { status, stderr } = await run(

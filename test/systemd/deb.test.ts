@@ -4,6 +4,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { skipWithoutPackages } from '../helpers/built-packages.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const BOOT = path.join(REPO, 'test/systemd/boot-systemd.sh');
@@ -43,7 +44,9 @@ function cannotRun(deb: string | undefined): string | undefined {
   }
   if (!existsSync('/lib/systemd/systemd')) return 'systemd is not installed (apt install systemd)';
   if (deb === undefined)
-    return `no dist-pkg/config-agent-node_*_${ARCH}.deb: run npm run package -- --arch ${ARCH}`;
+    return skipWithoutPackages(
+      `no dist-pkg/config-agent-node_*_${ARCH}.deb: run npm run package -- --arch ${ARCH}`,
+    );
   if (!existsSync(MOCK)) return 'dist/ is not built (npm run build)';
   return undefined;
 }

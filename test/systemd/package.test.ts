@@ -9,6 +9,7 @@ import {
   BUNDLED_RUNTIME_NODE_FLAGS,
   DAEMON_NODE_FLAGS,
 } from '../../packaging/launcher.mjs';
+import { skipWithoutPackages } from '../helpers/built-packages.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const OUT = path.join(REPO, 'dist-pkg');
@@ -16,6 +17,9 @@ const debs = existsSync(OUT) ? readdirSync(OUT).filter((name) => name.endsWith('
 const all = debs.find((name) => name.startsWith('config-agent_'));
 const bundled = debs.find((name) => name.startsWith('config-agent-node_'));
 const haveDpkg = spawnSync('dpkg-deb', ['--version']).error === undefined;
+if (!haveDpkg || all === undefined || bundled === undefined) {
+  skipWithoutPackages('dpkg-deb or the dist-pkg .deb packages are missing (npm run package)');
+}
 
 /** One file of a package's data, without unpacking the rest (the node package's is ~120 MB). */
 function dpkgDebFile(deb: string, file: string): string {
@@ -127,6 +131,7 @@ describe.skipIf(!haveDpkg || bundled === undefined)(
 );
 
 const BUNDLE = path.join(OUT, 'build/bundle/main.js');
+if (!existsSync(BUNDLE)) skipWithoutPackages(`${BUNDLE} is missing (npm run package)`);
 
 describe.skipIf(!existsSync(BUNDLE))(
   'the esbuild bundle (skipped until npm run package has built it)',
