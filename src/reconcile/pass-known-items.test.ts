@@ -1,6 +1,7 @@
 // Items known by their exact text (api/list-page.ts KnownItems), through whole passes against the mock on loopback
 // and a real temp dir: only the very same text skips the content check and the serialization; a changed byte, a
 // hostile item, a drifted or deleted file are each met as if nothing were known.
+import { createHash } from 'node:crypto';
 import * as nodeFs from 'node:fs/promises';
 import { lstat, mkdir, mkdtemp, readdir, readFile, rm, unlink, utimes, writeFile } from 'node:fs/promises';
 import http from 'node:http';
@@ -302,5 +303,34 @@ describe('items known by their exact text', () => {
     expect(server.state.reports.filter((r) => r.config_instance_id === 'cfg_5').at(-1)?.error_status).toBe(
       'failed',
     );
+  });
+
+  it("an item an agent at ca34b7e recorded at a YAML path before bef34e6 quoted '.' is serialized again", async () => {
+    // Between ca34b7e (rules 1) and bef34e6 the YAML emitter wrote '.' plain (read back as NaN by a YAML 1.1
+    // reader); an agent of that range recorded that file's bytes for the item's text under rules 1. Trusted
+    // under the same rules after an upgrade, the file stayed so for good: the bump makes it serialized again.
+    const record = server.state.instances.get('cfg_3')!;
+    server.state.instances.set('cfg_3', { ...record, content: { v: '.' } });
+    await settledWorld();
+    const yamlPath = rootFile('d0/conf3.yaml');
+    const current = await readFile(yamlPath, 'utf8');
+    expect(current).toBe('v: "."\n');
+    const old = Buffer.from('v: .\n');
+    await writeFile(yamlPath, old);
+    await editItems((items) => {
+      const entry = items.byId.cfg_3!;
+      entry[1] = createHash('sha256').update(old).digest('hex');
+      entry[2] = old.length;
+      items.rules = 1;
+    });
+    // That agent's state.json recorded the bytes it wrote.
+    const statePath = path.join(dir, 'state', 'state.json');
+    const state = JSON.parse(await readFile(statePath, 'utf8'));
+    state.files['d0/conf3.yaml'].sha256 = createHash('sha256').update(old).digest('hex');
+    state.files['d0/conf3.yaml'].size = old.length;
+    await writeFile(statePath, JSON.stringify(state));
+    const result = await runPass();
+    expect(result.converged).toBe(true);
+    expect(await readFile(yamlPath, 'utf8')).toBe(current);
   });
 });
