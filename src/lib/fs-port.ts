@@ -40,6 +40,11 @@ export type FsPort = Pick<
    * did (reconcile/apply.ts). Without it such a refusal is the subdirectory's.
    */
   access?: (file: string, mode?: number) => Promise<void>;
+  /**
+   * Optional: node:fs/promises's realpath, to tell that rootDir resolves to another directory than it did (a
+   * symlink swapped in for it or for a directory above it: store/root-mount.ts). Without it that is not told.
+   */
+  realpath?: (file: string) => Promise<string>;
 };
 
 export type FileHandle = fsp.FileHandle;

@@ -579,6 +579,51 @@ describe("runPass: rootDir's mount gone under a running agent", () => {
   });
 });
 
+describe('runPass: rootDir swapped for a symlink under a running agent', () => {
+  it('writes and removes nothing through it, never an attempt; converges once rootDir is back', async () => {
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client, {
+      retry: { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    });
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+    put({ id: 'cfg_b', content: { v: 2 } });
+    expect((await pass()).converged).toBe(true);
+    // Whoever may write rootDir's parent moves it aside and puts a symlink to another directory in its place;
+    // that directory holds a file with exactly cfg_b's bytes.
+    const outside = path.join(world.dir, 'outside');
+    await mkdir(outside);
+    await writeFile(path.join(outside, 'cfg_b.json'), json({ v: 2 }));
+    await nodeFs.rename(world.rootDir, `${world.rootDir}.aside`);
+    await nodeFs.symlink(outside, world.rootDir);
+    put({ id: 'cfg_c', content: { v: 3 } });
+    put({ ...onService('cfg_b'), target_status: 'removed' });
+
+    for (let n = 0; n < 3; n += 1) {
+      expect((await pass('full')).converged).toBe(false);
+      world.clock.advance(3_600_000);
+    }
+    expect((await nodeFs.readdir(outside)).sort()).toEqual(['cfg_b.json']);
+    expect(await readFile(path.join(outside, 'cfg_b.json'), 'utf8')).toBe(json({ v: 2 }));
+    expect(reportsReceived().filter((r) => r.endsWith('/failed'))).toEqual([]);
+    expect(reportsReceived().filter((r) => r.startsWith('cfg_b removed'))).toEqual([]);
+    expect(onService('cfg_c')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    expect(world.server.state.reports.find((r) => r.config_instance_id === 'cfg_c')?.message).toContain(
+      `resolves to ${outside} now`,
+    );
+
+    // rootDir is the directory it was again.
+    await rm(world.rootDir);
+    await nodeFs.rename(`${world.rootDir}.aside`, world.rootDir);
+    world.clock.advance(3_600_000);
+    expect((await pass('full')).converged).toBe(true);
+    expect(await fileAt('cfg_c.json')).toBe(json({ v: 3 }));
+    expect(await exists('cfg_b.json')).toBe(false);
+    expect(onService('cfg_c')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+    expect(onService('cfg_b')).toMatchObject({ activity_status: 'removed', error_status: 'none' });
+    expect(await readFile(path.join(outside, 'cfg_b.json'), 'utf8')).toBe(json({ v: 2 }));
+  });
+});
+
 describe('runPass: a failed swap', () => {
   it.skipIf(process.getuid?.() !== 0)(
     "puts the old file back in the group it had, not the agent's (root only: chown to any gid)",

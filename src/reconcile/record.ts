@@ -297,6 +297,8 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
     "rootDir refuses the agent's user (its owner, mode or an immutable attribute): retried until the agent may write it, not counted as an attempt",
   mount_gone:
     'the filesystem mounted on rootDir is gone (unmounted, its device removed): nothing written to the bare mountpoint; retried until it is mounted again, not counted as an attempt',
+  moved:
+    'rootDir (or a directory above it) was replaced by a symlink to another directory while the agent ran: nothing written or removed there; retried until rootDir is the directory it was again (or the agent is restarted), not counted as an attempt',
   not_declared:
     'the state directory could not record the write before it (full, failing or read-only): nothing written until it can, so that a crash never leaves a file the agent cannot prove it wrote; retried, not counted as an attempt',
   failing:
@@ -310,6 +312,7 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   not_a_directory: 'rootDir is not a directory',
   not_writable: 'rootDir not writable by the agent',
   mount_gone: "rootDir's mount is gone",
+  moved: 'rootDir resolves to another directory',
   not_declared: 'write journal could not be written',
   failing: 'disk failing',
   obstructed: 'path obstructed on the device',

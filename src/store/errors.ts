@@ -121,7 +121,8 @@ export function isAgentResourceError(error: unknown): boolean {
  * The root's own condition, not the instance's: the disk holding it is full (ENOSPC, EDQUOT), it is mounted
  * read-only (EROFS), or rootDir itself is no directory any more (replaced by a file or a symlink, or gone with its
  * parent, so it cannot be made again: `DiskError.rootItself`), or it refuses the agent's user (`rootRefuses`), or
- * it was a mount point and is not any more (`DiskError.mountGone`, root-mount.ts), or the state directory could not
+ * it was a mount point and is not any more (`DiskError.mountGone`, root-mount.ts), or it resolves to another
+ * directory than it did (`DiskError.rootMoved`: it or a directory above it replaced by a symlink), or the state directory could not
  * declare the write first (`WriteNotDeclaredError`: the device's condition too, though not the root's), or the
  * disk fails (`failing`: EIO and the like, FAILING_DISK_ERRNOS), or something on the device is in the way of the
  * path (`obstructed`: a PathRejectedError of DISK_STATE_RULES, a symlink, directory, FIFO, socket or device there).
@@ -133,6 +134,7 @@ export type RootCondition =
   | 'not_a_directory'
   | 'not_writable'
   | 'mount_gone'
+  | 'moved'
   | 'not_declared'
   | 'failing'
   | 'obstructed';
@@ -195,6 +197,7 @@ export function rootConditionOf(error: unknown): RootCondition | undefined {
     if (current instanceof PathRejectedError)
       return DISK_STATE_RULES.has(current.rule) ? 'obstructed' : undefined;
     if (current instanceof DiskError && current.mountGone !== undefined) return 'mount_gone';
+    if (current instanceof DiskError && current.rootMoved !== undefined) return 'moved';
     if (current instanceof DiskError && rootRefuses(current)) return 'not_writable';
     if (current instanceof DiskError && current.rootItself && !current.resource) return 'not_a_directory';
     const code = current instanceof DiskError ? current.errno : errnoCode(current);
@@ -235,6 +238,8 @@ export interface DiskErrorOptions {
   rootItself?: boolean;
   /** rootDir was a mount point and is not any more (root-mount.ts): what was seen, for the message. */
   mountGone?: string;
+  /** rootDir resolves to another directory than it did (root-mount.ts): what was seen, for the message. */
+  rootMoved?: string;
 }
 
 /**
@@ -249,20 +254,26 @@ export class DiskError extends AgentError {
   readonly resource: boolean;
   readonly rootItself: boolean;
   readonly mountGone: string | undefined;
+  readonly rootMoved: string | undefined;
 
   constructor(options: DiskErrorOptions) {
     const errno = options.errno ?? errnoCode(options.cause);
     const resource = errno !== undefined && AGENT_RESOURCE_ERRNOS.has(errno);
-    super('disk_error', options.mountGone ?? diskMessage(options.operation, options.path, errno), {
-      retryable: true,
-      cause: options.cause,
-    });
+    super(
+      'disk_error',
+      options.mountGone ?? options.rootMoved ?? diskMessage(options.operation, options.path, errno),
+      {
+        retryable: true,
+        cause: options.cause,
+      },
+    );
     this.errno = errno;
     this.path = options.path;
     this.operation = options.operation;
     this.resource = resource;
     this.rootItself = options.rootItself === true;
     this.mountGone = options.mountGone;
+    this.rootMoved = options.rootMoved;
   }
 }
 

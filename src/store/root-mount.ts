@@ -1,4 +1,4 @@
-// rootDir's mount, remembered per process: a mount point that stops being one (unmounted under the agent) is waited out.
+// rootDir's mount and real path, remembered per process: a mount point that stops being one, or a rootDir swapped for a symlink, is waited out.
 import type { FsPort } from '../lib/fs-port.js';
 import { DiskError } from './errors.js';
 
@@ -11,20 +11,54 @@ import { DiskError } from './errors.js';
  * the filesystem under the mountpoint. A mount point again (the same or another device: a remount gets a new
  * `st_dev`) is accepted. Kept in memory only: a restart takes rootDir as it finds it (docs/operations.md).
  * A bind mount of a directory of the same filesystem has its parent's `st_dev` and is not told apart.
+ *
+ * Where rootDir resolves (`realpath`) is remembered the same way, from the first answer: rootDir, or a directory
+ * above it, replaced by a symlink to another directory under the running agent (`mv root root.old && ln -s /etc
+ * root`) is the device's condition too (`rootMoved`), so nothing is written into, removed from or restored into
+ * the symlink's target. Before, `stat` followed the symlink and every file went there. Removed and made again
+ * where it was (an operator's `rm -rf`, the agent's own remake) it resolves as before and is accepted; a
+ * rootDir configured as a symlink is taken where it points at the first check.
  */
 export class RootMountWatch {
   readonly #fs: FsPort;
   readonly #rootDir: string;
   /** rootDir's `st_dev` when last seen as a mount point; undefined while never seen as one. */
   #mountDev: number | bigint | undefined;
+  /** Where rootDir first resolved; undefined until a realpath of it succeeded. */
+  #realRoot: string | undefined;
 
   constructor(fs: FsPort, rootDir: string) {
     this.#fs = fs;
     this.#rootDir = rootDir;
   }
 
-  /** Undefined while rootDir is the mount it was (or never was one); a stat that fails is left to the writes. */
+  /**
+   * Undefined while rootDir is the mount it was (or never was one) and resolves where it did; a stat or realpath
+   * that fails is left to the writes.
+   */
   async check(): Promise<DiskError | undefined> {
+    return (await this.#checkMoved()) ?? (await this.#checkMount());
+  }
+
+  async #checkMoved(): Promise<DiskError | undefined> {
+    if (this.#fs.realpath === undefined) return undefined;
+    let real: string;
+    try {
+      real = await this.#fs.realpath(this.#rootDir);
+    } catch {
+      return undefined;
+    }
+    if (this.#realRoot === undefined) this.#realRoot = real;
+    if (real === this.#realRoot) return undefined;
+    return new DiskError({
+      operation: 'check rootDir',
+      path: '',
+      errno: 'ELOOP',
+      rootMoved: `rootDir ${this.#rootDir} resolves to ${real} now (it resolved to ${this.#realRoot})`,
+    });
+  }
+
+  async #checkMount(): Promise<DiskError | undefined> {
     let root: { dev: number | bigint };
     let parent: { dev: number | bigint };
     try {
