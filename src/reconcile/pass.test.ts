@@ -1185,6 +1185,22 @@ describe('runPass: reports', () => {
     expect(reportsReceived()).toEqual(['cfg_b deployed/none']);
   });
 
+  it('a refused report of an instance the service then deleted is forgotten: one of that id later goes at once', async () => {
+    // Retired on the service with no file here: the agent reports it removed, and the service refuses that.
+    const retired = { id: 'cfg_a', relative_filepath: 'a.json', target_status: 'removed' } as const;
+    put(retired);
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, status: 404 });
+    await pass();
+    expect(reportsReceived()).toEqual([]);
+    // Then deleted at the service: never listed nor reported again, nothing the agent knows keeps it.
+    world.server.state.instances.delete('cfg_a');
+    await pass();
+    // An instance of that id again (restored from a backup): its report is not held back by the old refusal.
+    put(retired);
+    await pass();
+    expect(reportsReceived()).toEqual(['cfg_a removed/none']);
+  });
+
   it('a service that cannot take reports now (503) keeps them all for the next pass', async () => {
     put({ id: 'cfg_a', relative_filepath: 'a.json' });
     put({ id: 'cfg_b', relative_filepath: 'b.json' });

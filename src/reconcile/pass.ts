@@ -118,7 +118,10 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   for (const outcome of skippedOutcomes(pulled.skipped)) result.outcomes.push(outcome);
   // Stopping is not a failure: what landed is recorded in memory, and the daemon's stop persists it.
   signal?.throwIfAborted();
-  if (pulled.mode === 'full') forgetUnseen(state, pulled.instances, unusableIds(pulled));
+  if (pulled.mode === 'full') {
+    forgetUnseen(state, pulled.instances, unusableIds(pulled));
+    outbox.retainRefused(state.instances);
+  }
 
   try {
     await dir.persist();

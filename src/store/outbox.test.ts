@@ -698,20 +698,43 @@ describe('StatusOutbox.flush while reports are queued (a pass delivering as it w
 });
 
 describe('the refused reports the outbox remembers (a daemon running for weeks)', () => {
-  it('are bounded: past MAX_REFUSED_REMEMBERED the oldest is forgotten and its report may go again at once', async () => {
+  /** `count` instances whose every report the service refuses for good, each refused once. */
+  async function refusedAll(count: number) {
     const { fs } = memfs();
     const outbox = await open(fs);
-    const now = 1_000;
-    const backoff = { now: () => now, delayMs: () => 3_600_000 };
-    // Instances the service deleted (404/410) are refused for good and never reported again: each left an entry
-    // in memory for the life of the daemon.
-    const count = MAX_REFUSED_REMEMBERED + 1;
-    const gone = Array.from({ length: count }, (_, i) => `cfg_${i}`);
-    const refusing = service(Object.fromEntries(gone.map((id) => [id, () => new Permanent(id)])));
-    for (const id of gone) outbox.enqueue(id, deployed, T0);
+    const backoff = { now: () => 1_000, delayMs: () => 3_600_000 };
+    const ids = Array.from({ length: count }, (_, i) => `cfg_${i}`);
+    const refusing = service(Object.fromEntries(ids.map((id) => [id, () => new Permanent(id)])));
+    for (const id of ids) outbox.enqueue(id, deployed, T0);
     const first = await outbox.flush(refusing.send, isRetryable, { backoff, concurrency: 8 });
     expect(first.rejected).toHaveLength(count);
+    return { outbox, ids, backoff };
+  }
 
+  it('a device of more than 1,000 instances whose every report is refused: none goes again within the backoff', async () => {
+    // At a bound of 1,000, each pass forgot the oldest 500 of these and sent them again: the backoff undone for
+    // every instance past the thousandth, on every poll.
+    const { outbox, ids, backoff } = await refusedAll(1_500);
+    for (const id of ids) outbox.enqueue(id, deployed, T0);
+    const again = service();
+    await outbox.flush(again.send, isRetryable, { backoff, concurrency: 8 });
+    expect(again.attempted).toEqual([]);
+  });
+
+  it('instances the agent no longer knows are forgotten (retainRefused): a report of one goes at once', async () => {
+    // Instances the service deleted (404/410) are refused for good and never reported again: each left an entry
+    // in memory for the life of the daemon.
+    const { outbox, backoff } = await refusedAll(3);
+    outbox.retainRefused(new Set(['cfg_1']));
+    for (const id of ['cfg_0', 'cfg_1', 'cfg_2']) outbox.enqueue(id, deployed, T0);
+    const again = service();
+    await outbox.flush(again.send, isRetryable, { backoff });
+    expect(again.attempted.sort()).toEqual(['cfg_0', 'cfg_2']);
+  });
+
+  it('are bounded: past MAX_REFUSED_REMEMBERED the oldest is forgotten and its report may go again at once', async () => {
+    const count = MAX_REFUSED_REMEMBERED + 1;
+    const { outbox, backoff } = await refusedAll(count);
     // The same reports derived again within the hour: the newest still waits, the oldest was forgotten.
     const again = service();
     outbox.enqueue('cfg_0', deployed, T0);

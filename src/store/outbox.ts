@@ -94,9 +94,12 @@ export class SharedSends {
 
 /**
  * Refused reports remembered for their backoff (`StatusOutbox` #refused), the least recently refused forgotten
- * first: a forgotten one derived again goes at once, one PATCH more.
+ * first: a forgotten one derived again goes at once, one PATCH more. As many as a pull takes instances
+ * (api/pager.ts PAGER_DEFAULTS.maxItems): at 1,000, a device of more instances whose every report the service
+ * refused forgot most of them each pass and sent them again on every poll (9,000 PATCHes a poll at 10,000). What
+ * keeps the map small is `retainRefused`: instances the agent no longer knows (the service deleted them) go.
  */
-export const MAX_REFUSED_REMEMBERED = 1_000;
+export const MAX_REFUSED_REMEMBERED = 100_000;
 
 export class StatusOutbox {
   readonly #fs: FsPort;
@@ -125,6 +128,15 @@ export class StatusOutbox {
    * delivers while it writes), and an instance's later report waits for its earlier one to settle.
    */
   readonly #inFlight = new Map<string, Promise<unknown>>();
+
+  /**
+   * Forgets the refused reports of instances `known` does not hold (a full pass's state, record.ts
+   * forgetUnseen): an instance the service deleted is never reported again, so its entry would stay for good.
+   */
+  retainRefused(known: { has(instanceId: string): boolean }): void {
+    for (const instanceId of this.#refused.keys())
+      if (!known.has(instanceId)) this.#refused.delete(instanceId);
+  }
 
   private constructor(fs: FsPort, stateDir: string, logger: Logger) {
     this.#fs = fs;
