@@ -36,6 +36,12 @@ export type FsPort = Pick<
    */
   statfs?: (file: string) => Promise<{ blocks: number; bsize: number }>;
   /**
+   * Optional: node:fs/promises's opendir, a directory read a few entries at a time. The start-up sweep lists
+   * directories it does not own with it (store/durable-writer.ts): `readdir` holds a whole listing, ~300 bytes an
+   * entry, so a directory of a million entries under rootDir took ~300 MiB at every start.
+   */
+  opendir?: (typeof fsp)['opendir'];
+  /**
    * Optional: node:fs/promises's access, to ask whether rootDir itself refuses the agent when a subdirectory
    * did (reconcile/apply.ts). Without it such a refusal is the subdirectory's.
    */

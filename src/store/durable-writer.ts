@@ -1,6 +1,6 @@
 // Crash-safe publishing and removal of files under a root: temp file + fsync + rename + directory fsync.
 import { createHash, randomBytes } from 'node:crypto';
-import { constants, type Stats } from 'node:fs';
+import { constants, type Dirent, type Stats } from 'node:fs';
 import path from 'node:path';
 import { AgentError, errnoCode } from '../lib/errors.js';
 import type { FileHandle, FsPort } from '../lib/fs-port.js';
@@ -1337,8 +1337,11 @@ const SWEEP_LEVELS_BEFORE_DEPTH_SKIP = 64;
  * The walk by descriptor: each directory is opened (O_NOFOLLOW) inside its parent's descriptor and listed, and
  * its temp files unlinked, through /proc/self/fd, so a subdirectory a local user swaps for a symlink at any
  * moment is refused (ELOOP) or, once opened, is still the directory that was inside the root: the sweep never
- * lists or unlinks outside it. Depth-first with one descriptor per level, at most ~2,000 (sweepsInto): a tree
- * that deep under a low RLIMIT_NOFILE (1,024) ran out of them, and every start failed EMFILE for good.
+ * lists or unlinks outside it. Depth-first, each level's listing read a few entries at a time (the port's
+ * `opendir`), a subdirectory entered as it is met: what the walk holds is a few entries and two descriptors a
+ * level, at most ~2,000 levels (sweepsInto), however many entries a directory has. A tree that deep under a low
+ * RLIMIT_NOFILE (1,024) runs out of descriptors: past SWEEP_LEVELS_BEFORE_DEPTH_SKIP levels that skips the
+ * directory instead of failing every start EMFILE for good.
  */
 async function sweepPinned(
   fs: FsPort,
@@ -1346,7 +1349,7 @@ async function sweepPinned(
   onSkip: (skip: SweepSkip) => void,
 ): Promise<string[]> {
   const removed: string[] = [];
-  const frames: Array<{ relative: string; handle: FileHandle; subdirectories: string[] }> = [];
+  const frames: Array<{ relative: string; handle: FileHandle; listing: Listing }> = [];
   const cannotRead = (relative: string, error: unknown): void => {
     const code = errnoCode(error);
     if (frames.length >= SWEEP_LEVELS_BEFORE_DEPTH_SKIP && (code === 'EMFILE' || code === 'ENFILE')) {
@@ -1356,9 +1359,9 @@ async function sweepPinned(
     sweepFailure('read directory', relative, error, onSkip);
   };
   const enter = async (relative: string, handle: FileHandle): Promise<void> => {
-    let entries: Awaited<ReturnType<typeof readDirectory>>;
+    let listing: Listing;
     try {
-      entries = await readDirectory(fs, `${PROC_FD}/${handle.fd}`);
+      listing = await openListing(fs, `${PROC_FD}/${handle.fd}`);
     } catch (error) {
       await handle.close().catch(() => undefined);
       const code = errnoCode(error);
@@ -1366,33 +1369,37 @@ async function sweepPinned(
       cannotRead(relative, error);
       return;
     }
-    const subdirectories: string[] = [];
-    frames.push({ relative, handle, subdirectories });
-    for (const entry of entries) {
-      const name = String(entry.name);
-      const child = relative === '' ? name : `${relative}/${name}`;
-      if (entry.isDirectory()) {
-        if (sweepsInto(child)) subdirectories.push(name);
-      } else if (entry.isFile() && name.startsWith(TEMP_PREFIX)) {
-        try {
-          await fs.unlink(`${PROC_FD}/${handle.fd}/${name}`);
-          removed.push(child);
-        } catch (error) {
-          if (errnoCode(error) !== 'ENOENT') sweepFailure('unlink temp file', child, error, onSkip);
-        }
-      }
-    }
+    frames.push({ relative, handle, listing });
   };
   try {
     await enter('', rootHandle);
     for (let top = frames.at(-1); top !== undefined; top = frames.at(-1)) {
-      const name = top.subdirectories.pop();
-      if (name === undefined) {
+      let entry: Dirent | null;
+      try {
+        entry = await top.listing.read();
+      } catch (error) {
+        // A directory failing part-way through its listing: what it listed so far was swept.
+        entry = null;
+        if (!['ENOENT', 'ENOTDIR'].includes(errnoCode(error) ?? '')) cannotRead(top.relative, error);
+      }
+      if (entry === null) {
         frames.pop();
+        await top.listing.close().catch(() => undefined);
         await top.handle.close().catch(() => undefined);
         continue;
       }
+      const name = String(entry.name);
       const child = top.relative === '' ? name : `${top.relative}/${name}`;
+      if (entry.isFile() && name.startsWith(TEMP_PREFIX)) {
+        try {
+          await fs.unlink(`${PROC_FD}/${top.handle.fd}/${name}`);
+          removed.push(child);
+        } catch (error) {
+          if (errnoCode(error) !== 'ENOENT') sweepFailure('unlink temp file', child, error, onSkip);
+        }
+        continue;
+      }
+      if (!entry.isDirectory() || !sweepsInto(child)) continue;
       let handle: FileHandle;
       try {
         handle = await fs.open(`${PROC_FD}/${top.handle.fd}/${name}`, DIR_FLAGS | constants.O_NOFOLLOW);
@@ -1406,9 +1413,39 @@ async function sweepPinned(
       await enter(child, handle);
     }
   } finally {
-    for (const frame of frames) await frame.handle.close().catch(() => undefined);
+    for (const frame of frames) {
+      await frame.listing.close().catch(() => undefined);
+      await frame.handle.close().catch(() => undefined);
+    }
   }
   return removed;
+}
+
+/** One directory's entries, read as they are asked for. */
+interface Listing {
+  read(): Promise<Dirent | null>;
+  close(): Promise<void>;
+}
+
+/**
+ * The entries of the directory at `absolute` (a /proc/self/fd name: the very directory that descriptor holds) a
+ * few at a time through the port's `opendir`; without it (tests' ports), its whole `readdir` listing.
+ */
+async function openListing(fs: FsPort, absolute: string): Promise<Listing> {
+  if (fs.opendir !== undefined) {
+    const dir = await fs.opendir(absolute, { bufferSize: 64 });
+    let closed = false;
+    return {
+      read: () => dir.read(),
+      close: async () => {
+        if (closed) return;
+        closed = true;
+        await dir.close();
+      },
+    };
+  }
+  const entries = (await readDirectory(fs, absolute)).reverse();
+  return { read: async () => entries.pop() ?? null, close: async () => undefined };
 }
 
 /**

@@ -1,5 +1,6 @@
 // A directory another local user can write, swapped for a symlink around the checks of a publish, a rollback
 // or a removal: each still acts in the directory the walk found, never outside the root (real fs, /proc/self/fd).
+import type { Dir } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import {
   chmod,
@@ -332,6 +333,19 @@ describe('sweepTempFiles under a directory another user can write', () => {
         if (when()) await swap();
         return entries;
       }) as FsPort['readdir'],
+      // The sweep reads a listing a few entries at a time: the swap comes as soon as the listing gave `victim`.
+      opendir: (async (file: string, options: unknown) => {
+        const dir = await (nodeFs.opendir as (f: string, o: unknown) => Promise<Dir>)(file, options);
+        const swapsAfterReading = when();
+        return {
+          read: async () => {
+            const entry = await dir.read();
+            if (swapsAfterReading) await swap();
+            return entry;
+          },
+          close: () => dir.close(),
+        };
+      }) as unknown as NonNullable<FsPort['opendir']>,
     };
   }
 
