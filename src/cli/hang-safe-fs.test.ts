@@ -1,6 +1,7 @@
 // A hung FUSE mount under rootDir must not block the event loop: observation through the daemon's fs port.
 import { type ChildProcess, spawnSync } from 'node:child_process';
-import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -9,7 +10,9 @@ import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
 import { parseAgentConfig } from '../config/load.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { observeDisk } from '../reconcile/observe.js';
+import { sweepTempFiles } from '../store/durable-writer.js';
 import { FileFingerprints } from '../store/fingerprints.js';
+import { TEMP_PREFIX } from '../store/path-guard.js';
 import { createDeps } from './compose.js';
 import { hangSafeFs, mountsUnderRootAreLocal } from './hang-safe-fs.js';
 
@@ -70,6 +73,68 @@ describe('hangSafeFs: the pool lstat (lstatOrAbsent)', () => {
       expect((error as { code?: string }).code).toBe('ENOTDIR');
     },
   );
+});
+
+describe('hangSafeFs: the start-up sweep of rootDir on the calling thread (sweepPort)', () => {
+  let dir: string | undefined;
+  afterEach(async () => {
+    if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+  });
+
+  /** A root with temp files at three depths, files and a directory to keep, and a symlink to a directory outside. */
+  async function plantTree(root: string, outside: string): Promise<void> {
+    await mkdir(path.join(root, 'a', 'b', `${TEMP_PREFIX}dir`), { recursive: true });
+    await mkdir(outside, { recursive: true });
+    await writeFile(path.join(root, `${TEMP_PREFIX}top`), 'x');
+    await writeFile(path.join(root, 'a', `${TEMP_PREFIX}mid`), 'x');
+    await writeFile(path.join(root, 'a', 'b', `${TEMP_PREFIX}deep`), 'x');
+    await writeFile(path.join(root, 'a', 'b', 'conf.json'), '{}');
+    await writeFile(path.join(outside, `${TEMP_PREFIX}outside`), 'x');
+    await symlink(outside, path.join(root, 'a', 'link'));
+  }
+
+  async function listTree(root: string): Promise<string[]> {
+    const entries = await readdir(root, { recursive: true });
+    return entries.map(String).sort();
+  }
+
+  it('on a local root: removes what the pool sweep removes, keeps the rest, follows no symlink; none for another directory', async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-syncsweep-'));
+    const root = path.join(dir, 'root');
+    const poolRoot = path.join(dir, 'pool-root');
+    await plantTree(root, path.join(dir, 'outside'));
+    await plantTree(poolRoot, path.join(dir, 'pool-outside'));
+    const fs = await hangSafeFs(
+      root,
+      { monotonic: () => 0 },
+      { realpath: async (file) => file, mountinfo: async () => line(1, '/', 'ext4') },
+    );
+    const port = fs.sweepPort?.(root);
+    expect(port).toBeDefined();
+    expect(fs.sweepPort?.(poolRoot)).toBeUndefined();
+    const removed = await sweepTempFiles(port!, root);
+    const poolRemoved = await sweepTempFiles(nodeFs, poolRoot);
+    expect(removed).toEqual([`${TEMP_PREFIX}top`, `a/${TEMP_PREFIX}mid`, `a/b/${TEMP_PREFIX}deep`].sort());
+    expect(removed).toEqual(poolRemoved);
+    expect(await listTree(root)).toEqual(await listTree(poolRoot));
+    expect(await listTree(root)).toEqual(
+      // readdir's recursive listing goes through the link: what is outside stayed.
+      ['a', 'a/b', `a/b/${TEMP_PREFIX}dir`, 'a/b/conf.json', 'a/link', `a/link/${TEMP_PREFIX}outside`].sort(),
+    );
+    expect(await readdir(path.join(dir, 'outside'))).toEqual([`${TEMP_PREFIX}outside`]);
+    // A root that is not there is nothing to sweep, as through the pool.
+    expect(await sweepTempFiles(fs.sweepPort!(root)!, path.join(root, 'missing'))).toEqual([]);
+  });
+
+  it('behind an nfs mount there is none: the sweep goes through the thread pool', async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-syncsweep-'));
+    const fs = await hangSafeFs(
+      dir,
+      { monotonic: () => 0 },
+      { realpath: async (file) => file, mountinfo: async () => line(1, '/', 'nfs4') },
+    );
+    expect(fs.sweepPort?.(dir)).toBeUndefined();
+  });
 });
 
 describe.runIf(canMountFuse)('a hung FUSE mount under rootDir', () => {

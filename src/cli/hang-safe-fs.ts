@@ -1,5 +1,15 @@
 // The fs port: the synchronous lstat only while no mount at or under rootDir can hang (network, FUSE); a quiet pool lstat always.
-import { lstat, lstatSync, type Stats } from 'node:fs';
+import {
+  closeSync,
+  fstatSync,
+  lstat,
+  lstatSync,
+  openSync,
+  readdirSync,
+  type Stats,
+  statSync,
+  unlinkSync,
+} from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import type { Clock } from '../lib/clock.js';
@@ -113,7 +123,42 @@ export async function hangSafeFs(
       return local ? lstatSync : undefined;
     },
   });
+  // Only for rootDir as configured, whose mounts the check judged: the state directory may be elsewhere.
+  const sweepPort = synchronousSweepPort(fs);
+  fs.sweepPort = (dir) => (dir === rootDir && fs.lstatSync !== undefined ? sweepPort : undefined);
   return fs;
+}
+
+/** The call's result as a settled promise: a synchronous error becomes a rejection, as the promise API gives it. */
+function settled<T>(call: () => T): Promise<T> {
+  try {
+    return Promise.resolve(call());
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+/**
+ * `fs` with the calls of the start-up sweep answered on the calling thread: `open` gives a handle with only what
+ * the sweep uses (`fd`, `stat`, `close`). For local mounts only (hangSafeFs).
+ */
+export function synchronousSweepPort(fs: FsPort): FsPort {
+  const handleOf = (fd: number) =>
+    ({
+      fd,
+      stat: () => settled(() => fstatSync(fd)),
+      close: () => settled(() => closeSync(fd)),
+    }) as unknown as nodeFs.FileHandle;
+  return {
+    ...fs,
+    open: ((file: string, flags?: number) =>
+      settled(() => handleOf(openSync(file, flags ?? 'r')))) as FsPort['open'],
+    readdir: ((dir: string, options: { withFileTypes: true }) =>
+      settled(() => readdirSync(dir, options))) as FsPort['readdir'],
+    unlink: (file) => settled(() => unlinkSync(file)),
+    stat: ((file: string, options?: { bigint?: boolean }) =>
+      settled(() => statSync(file, options))) as FsPort['stat'],
+  };
 }
 
 function isSameOrInside(file: string, dir: string): boolean {

@@ -51,6 +51,14 @@ export type FsPort = Pick<
    * symlink swapped in for it or for a directory above it: store/root-mount.ts). Without it that is not told.
    */
   realpath?: (file: string) => Promise<string>;
+  /**
+   * Optional: for the start-up sweep of temp files under `dir` (store/durable-writer.ts sweepTempFiles), a port
+   * whose `open`, `readdir`, `unlink`, `stat` and file handles answer on the calling thread (node:fs's synchronous
+   * calls, settled as promises), or undefined to sweep through the thread pool. Offered for rootDir while its
+   * mounts are all local, like `lstatSync` (cli/hang-safe-fs.ts): the walk is the same, without ~3 pool round
+   * trips per directory.
+   */
+  sweepPort?: (dir: string) => FsPort | undefined;
 };
 
 export type FileHandle = fsp.FileHandle;

@@ -97,7 +97,7 @@ export class StateDir {
         // Before the sweep: the temp files of another agent's write in progress are not leftovers.
         lock = await acquireStateLock(fs, settings.stateDir);
         const skipped: Array<SweepSkip & { under: 'rootDir' | 'stateDir' }> = [];
-        swept = await sweepTempFiles(fs, settings.rootDir, (skip) => {
+        swept = await sweepTempFiles(fs.sweepPort?.(settings.rootDir) ?? fs, settings.rootDir, (skip) => {
           skipped.push({ ...skip, under: 'rootDir' });
         });
         if (swept.length > 0)
