@@ -429,6 +429,30 @@ describe('ensureDirectories', () => {
     expect(await modeOf(fs, '/var/lib/config-agent')).toBe(0o755);
   });
 
+  it("refuses, without restricting it, a stateDir open to others where another user owns an agent's file", async () => {
+    // A group member who could write the 0770 stateDir planted a fingerprints.json (items taken as judged) and
+    // a state.json (files taken as the agent's to remove): restricted to 0700, the agent trusted them.
+    const { fs, vol } = memfs({
+      '/var/lib/config-agent/state.json': '{}',
+      '/var/lib/config-agent/fingerprints.json': '{}',
+      '/var/lib/config-agent/outbox.json': '{}',
+    });
+    const stranger = (process.geteuid?.() ?? 0) + 4242;
+    vol.chownSync('/var/lib/config-agent/fingerprints.json', stranger, stranger);
+    vol.chownSync('/var/lib/config-agent/state.json', stranger, stranger);
+    vol.chmodSync('/var/lib/config-agent', 0o770);
+    const error = await rejected(ensureDirectories(fs, config()), ConfigError);
+    expect(error.message).toContain(
+      `holds entries owned by neither root nor the agent's user (uid ${process.geteuid?.()}): "fingerprints.json" of uid ${stranger}, "state.json" of uid ${stranger}; another user may have put them there`,
+    );
+    expect(await modeOf(fs, '/var/lib/config-agent')).toBe(0o770);
+    // Owned by root: kept and restricted.
+    vol.chownSync('/var/lib/config-agent/fingerprints.json', 0, 0);
+    vol.chownSync('/var/lib/config-agent/state.json', 0, 0);
+    await ensureDirectories(fs, config());
+    expect(await modeOf(fs, '/var/lib/config-agent')).toBe(0o700);
+  });
+
   it('still restricts a stateDir holding only what the agent makes there', async () => {
     const { fs, vol } = memfs({
       '/var/lib/config-agent/state.json': '{}',

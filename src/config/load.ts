@@ -416,6 +416,25 @@ async function refuseSharedStateDir(
       `${dir} is open to others (mode ${shown}) and holds entries the agent did not make (${named}${more}): not restricting it to 0700; give stateDir a directory of its own`,
     );
   }
+  // Named as the agent's but another user's: one who could write stateDir may have put a state.json (files the
+  // agent then takes for its own to remove), a fingerprints.json (items it then takes as judged) or an
+  // outbox.json (reports it then sends with the device's key) there for it to trust once restricted.
+  const euid = process.geteuid?.();
+  if (euid === undefined) return;
+  const othersOwn: string[] = [];
+  for (const name of names.sort()) {
+    const stats = await fs.lstat(path.join(dir, name)).catch(() => undefined);
+    if (stats !== undefined && stats.uid !== 0 && stats.uid !== euid) {
+      othersOwn.push(`${JSON.stringify(name)} of uid ${stats.uid}`);
+    }
+  }
+  if (othersOwn.length > 0) {
+    const more =
+      othersOwn.length > FOREIGN_ENTRIES_NAMED ? ` and ${othersOwn.length - FOREIGN_ENTRIES_NAMED} more` : '';
+    fail(
+      `${dir} is open to others (mode ${shown}) and holds entries owned by neither root nor the agent's user (uid ${euid}): ${othersOwn.slice(0, FOREIGN_ENTRIES_NAMED).join(', ')}${more}; another user may have put them there for the agent to trust: not restricting it to 0700; remove them (or chown them to the agent's user if they are its own)`,
+    );
+  }
 }
 
 async function fsyncDirectoryOf(fs: FsPort, dir: string): Promise<void> {
