@@ -362,6 +362,29 @@ describe('HTTP status classification', () => {
     expect(error.retryable).toBe(true);
   });
 
+  it('carries at most 1 KiB of an error body, and a code only when it is a plain token', async () => {
+    // A hostile or broken service answering every failure with the 64 KiB the client reads of an error body.
+    const huge = 'x'.repeat(30_000);
+    const server = await serve((_req, res) =>
+      json(res, 500, { error: { code: 'internal_error', message: huge, params: { echo: huge } } }),
+    );
+    const error = (await failure(client(server.url).getDevice('dev_1'))) as HttpStatusError;
+    expect(error.status).toBe(500);
+    expect(error.message).toBe('GET /v1/devices/{id} failed with HTTP 500 (internal_error)');
+    // What a log line of the error serializes (pino copies its enumerable fields).
+    expect(JSON.stringify({ ...error, message: error.message }).length).toBeLessThan(2048);
+    expect(error.body?.error.code).toBe('internal_error');
+
+    const longCode = await serve((_req, res) => json(res, 503, errorBody(`${huge}${API_KEY.slice(0, 8)}`)));
+    const coded = (await failure(client(longCode.url).getDevice('dev_1'))) as HttpStatusError;
+    expect(coded.message).toBe('GET /v1/devices/{id} failed with HTTP 503');
+    expect(JSON.stringify({ ...coded, message: coded.message })).not.toContain('xxxxxxxx');
+    // A small body is carried as it is.
+    const small = await serve((_req, res) => json(res, 404, errorBody('not_found', 'no such device')));
+    const plain = (await failure(client(small.url).getDevice('dev_1'))) as HttpStatusError;
+    expect(plain.body).toEqual(errorBody('not_found', 'no such device'));
+  });
+
   it('parses Retry-After in seconds', async () => {
     const server = await serve((_req, res) =>
       json(res, 429, errorBody('rate_limited'), { 'retry-after': '7' }),

@@ -13,12 +13,43 @@ function where(target: RequestTarget): string {
   return `${target.method} ${target.route}`;
 }
 
+/**
+ * How much of a service's error body an error carries: it goes into every log line naming the error (and its
+ * `code` into the message: the `--once` summary, the local API, report messages). The client reads up to 64 KiB of
+ * it; a service sending that much on every failure made each failed pass log three lines of 61 KB (journald cuts
+ * lines at 48 KiB, so they were no JSON any more). A code is shown only when it is a plain token; a larger body
+ * keeps its code and the size of what was left out. Left out whole, never cut: a cut could leave part of an API key
+ * the service echoed, which the scrub of whole keys would not catch.
+ */
+const SHOWN_ERROR_BODY_CHARS = 1024;
+const SHOWN_ERROR_CODE = /^[A-Za-z0-9_.:-]{1,64}$/;
+
+function shownErrorCode(code: string): string | undefined {
+  return SHOWN_ERROR_CODE.test(code) ? code : undefined;
+}
+
+function shownErrorBody(body: ErrorBody | undefined): ErrorBody | undefined {
+  if (body === undefined) return undefined;
+  const text = JSON.stringify(body);
+  if (text.length <= SHOWN_ERROR_BODY_CHARS) return body;
+  return {
+    error: {
+      code: shownErrorCode(body.error.code) ?? '(not shown)',
+      message: `(an error body of ${text.length} characters, not shown)`,
+      params: {},
+    },
+  };
+}
+
 /** The service answered with a non-2xx status; whether it is worth retrying is `http-status.ts`'s judgement. */
 export class HttpStatusError extends AgentError {
   readonly method: string;
   readonly route: string;
   readonly status: number;
-  /** The parsed error body, or undefined when the body does not have the service's error shape. */
+  /**
+   * The parsed error body, or undefined when the body does not have the service's error shape; one over
+   * SHOWN_ERROR_BODY_CHARS is replaced by its code and size.
+   */
   readonly body: ErrorBody | undefined;
   /** Retry-After (seconds or HTTP-date) in ms from now, never negative; undefined when absent or unparseable. */
   readonly retryAfterMs: number | undefined;
@@ -32,14 +63,15 @@ export class HttpStatusError extends AgentError {
     retryAfterMs: number | undefined,
     htmlPage = false,
   ) {
-    const code = body === undefined ? '' : ` (${body.error.code})`;
+    const shownCode = body === undefined ? undefined : shownErrorCode(body.error.code);
+    const code = shownCode === undefined ? '' : ` (${shownCode})`;
     super('http_status', `${where(target)} failed with HTTP ${status}${code}`, {
       retryable: isRetryableStatus(status),
     });
     this.method = target.method;
     this.route = target.route;
     this.status = status;
-    this.body = body;
+    this.body = shownErrorBody(body);
     this.retryAfterMs = retryAfterMs;
     this.htmlPage = htmlPage;
   }
