@@ -91,7 +91,20 @@ describe('hangSafeFs: the start-up sweep of rootDir on the calling thread (sweep
     await writeFile(path.join(root, 'a', 'b', 'conf.json'), '{}');
     await writeFile(path.join(outside, `${TEMP_PREFIX}outside`), 'x');
     await symlink(outside, path.join(root, 'a', 'link'));
+    // More than one read of the listing (64 entries a read): every one is met.
+    await mkdir(path.join(root, 'many'));
+    for (let index = 0; index < 150; index++) {
+      await writeFile(
+        path.join(root, 'many', index % 3 === 0 ? `${TEMP_PREFIX}${index}` : `kept${index}`),
+        '',
+      );
+    }
   }
+
+  const MANY_TEMP = Array.from({ length: 50 }, (_, index) => `many/${TEMP_PREFIX}${3 * index}`);
+  const MANY_KEPT = Array.from({ length: 150 }, (_, index) => index)
+    .filter((index) => index % 3 !== 0)
+    .map((index) => `many/kept${index}`);
 
   async function listTree(root: string): Promise<string[]> {
     const entries = await readdir(root, { recursive: true });
@@ -114,12 +127,23 @@ describe('hangSafeFs: the start-up sweep of rootDir on the calling thread (sweep
     expect(fs.sweepPort?.(poolRoot)).toBeUndefined();
     const removed = await sweepTempFiles(port!, root);
     const poolRemoved = await sweepTempFiles(nodeFs, poolRoot);
-    expect(removed).toEqual([`${TEMP_PREFIX}top`, `a/${TEMP_PREFIX}mid`, `a/b/${TEMP_PREFIX}deep`].sort());
+    expect(removed).toEqual(
+      [`${TEMP_PREFIX}top`, `a/${TEMP_PREFIX}mid`, `a/b/${TEMP_PREFIX}deep`, ...MANY_TEMP].sort(),
+    );
     expect(removed).toEqual(poolRemoved);
     expect(await listTree(root)).toEqual(await listTree(poolRoot));
     expect(await listTree(root)).toEqual(
       // readdir's recursive listing goes through the link: what is outside stayed.
-      ['a', 'a/b', `a/b/${TEMP_PREFIX}dir`, 'a/b/conf.json', 'a/link', `a/link/${TEMP_PREFIX}outside`].sort(),
+      [
+        'a',
+        'a/b',
+        `a/b/${TEMP_PREFIX}dir`,
+        'a/b/conf.json',
+        'a/link',
+        `a/link/${TEMP_PREFIX}outside`,
+        'many',
+        ...MANY_KEPT,
+      ].sort(),
     );
     expect(await readdir(path.join(dir, 'outside'))).toEqual([`${TEMP_PREFIX}outside`]);
     // A root that is not there is nothing to sweep, as through the pool.

@@ -4,6 +4,7 @@ import {
   fstatSync,
   lstat,
   lstatSync,
+  opendirSync,
   openSync,
   readdirSync,
   type Stats,
@@ -139,8 +140,8 @@ function settled<T>(call: () => T): Promise<T> {
 }
 
 /**
- * `fs` with the calls of the start-up sweep answered on the calling thread: `open` gives a handle with only what
- * the sweep uses (`fd`, `stat`, `close`). For local mounts only (hangSafeFs).
+ * `fs` with the calls of the start-up sweep answered on the calling thread: `open` gives a handle and `opendir` a
+ * listing with only what the sweep uses (`fd`, `stat`, `close`; `read`, `close`). For local mounts only (hangSafeFs).
  */
 export function synchronousSweepPort(fs: FsPort): FsPort {
   const handleOf = (fd: number) =>
@@ -153,6 +154,15 @@ export function synchronousSweepPort(fs: FsPort): FsPort {
     ...fs,
     open: ((file: string, flags?: number) =>
       settled(() => handleOf(openSync(file, flags ?? 'r')))) as FsPort['open'],
+    // A directory read 64 entries at a time, as the pool's opendir reads it: a huge directory is never held whole.
+    opendir: ((dir: string, options?: { bufferSize?: number }) =>
+      settled(() => {
+        const listing = opendirSync(dir, options);
+        return {
+          read: () => settled(() => listing.readSync()),
+          close: () => settled(() => listing.closeSync()),
+        };
+      })) as unknown as NonNullable<FsPort['opendir']>,
     readdir: ((dir: string, options: { withFileTypes: true }) =>
       settled(() => readdirSync(dir, options))) as FsPort['readdir'],
     unlink: (file) => settled(() => unlinkSync(file)),

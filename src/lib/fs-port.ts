@@ -53,7 +53,7 @@ export type FsPort = Pick<
   realpath?: (file: string) => Promise<string>;
   /**
    * Optional: for the start-up sweep of temp files under `dir` (store/durable-writer.ts sweepTempFiles), a port
-   * whose `open`, `readdir`, `unlink`, `stat` and file handles answer on the calling thread (node:fs's synchronous
+   * whose `open`, `opendir`, `readdir`, `unlink`, `stat`, file handles and listings answer on the calling thread (node:fs's synchronous
    * calls, settled as promises), or undefined to sweep through the thread pool. Offered for rootDir while its
    * mounts are all local, like `lstatSync` (cli/hang-safe-fs.ts): the walk is the same, without ~3 pool round
    * trips per directory.
