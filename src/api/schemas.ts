@@ -1,5 +1,6 @@
 // Wire shapes of the service (spec/interface.md), one zod schema each, shared by the client and the mock.
 import * as z from 'zod';
+import { SHOWN_KEY_CHARS } from '../lib/field-path.js';
 import { isLosslessNumber, isUsableInstanceId, type LosslessNumber, MAX_INSTANCE_ID_LENGTH } from './json.js';
 
 export { isUsableInstanceId };
@@ -116,6 +117,11 @@ export function isCleanContent(value: unknown): boolean {
   return true;
 }
 
+/** A number's text for a message: one of a megabyte of digits is named by its length (formatFieldPath's rule). */
+function shownNumber(text: string): string {
+  return text.length > SHOWN_KEY_CHARS ? `<written in ${text.length} characters>` : text;
+}
+
 /** contentProblem's answer, found by a walk that keeps the path to each value. */
 export function locateContentProblem(
   value: unknown,
@@ -135,7 +141,7 @@ export function locateContentProblem(
     }
     if (isLosslessNumber(item)) {
       if (numberOutOfRange(item.value)) {
-        return { path, problem: `number ${item.value} is out of range (beyond ±1.8e308)` };
+        return { path, problem: `number ${shownNumber(item.value)} is out of range (beyond ±1.8e308)` };
       }
       continue;
     }

@@ -112,6 +112,29 @@ describe('one bad item never blocks the others', () => {
     expect(second.converged).toBe(true);
   });
 
+  it('names a megabyte key or number of a bad item by its length, not by its text', async () => {
+    const key = 'k'.repeat(1_000_000);
+    put({ id: 'cfg_key', content: { n: 1 } });
+    put({ id: 'cfg_num', content: { m: 1 } });
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [
+        { find: '{"n":1}', with: `{"${key}":1e400}` },
+        { find: '{"m":1}', with: `{"m":1${'0'.repeat(1_000_000)}}` },
+      ],
+    });
+    await pass();
+    const message = (id: string) => server.state.reports.find((r) => r.config_instance_id === id)?.message;
+    expect(message('cfg_key')).toBe(
+      'invalid instance from the service: content.<a key of 1000000 characters>: number 1e400 is out of range (beyond ±1.8e308)',
+    );
+    expect(message('cfg_num')).toBe(
+      'invalid instance from the service: content.m: number <written in 1000001 characters> is out of range (beyond ±1.8e308)',
+    );
+  });
+
   it('an unknown target_status skips that instance: nothing written, nothing reported, its file kept', async () => {
     put({ id: 'cfg_a' });
     await pass();
