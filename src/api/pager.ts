@@ -285,7 +285,7 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
     let listed = false;
     if (options.wide !== undefined && queries.length > 1) {
       const keep: Keep<I> = {
-        item: (item) => queries.some((filters) => matches(item, filters)),
+        item: matcherOf(queries),
         prepare,
         giveUpBelow: PAGER_DEFAULTS.minWideKeptRatio,
       };
@@ -640,13 +640,29 @@ function fieldsOf(item: PageItem): Partial<Record<keyof ConfigInstanceFilters, u
  * leave its file looking unowned.
  */
 export function matches(item: PageItem, filters: ConfigInstanceFilters): boolean {
-  const fields = fieldsOf(item);
-  for (const [key, wanted] of Object.entries(filters) as [keyof ConfigInstanceFilters, unknown][]) {
-    if (wanted === undefined) continue;
-    const value = fields[key];
-    if (value !== undefined && value !== wanted) return false;
-  }
-  return true;
+  return matcherOf([filters])(item);
+}
+
+type FilterEntries = [keyof ConfigInstanceFilters, unknown][];
+
+/**
+ * Whether some of `queries` would list an item (`matches`), with each query's fields listed once, not once per
+ * item: the wide listing asks it of every item it lists (~2 ms of an idle pass at 1,000 went to those listings).
+ */
+function matcherOf(queries: readonly ConfigInstanceFilters[]): (item: PageItem) => boolean {
+  const wanted = queries.map((filters) =>
+    (Object.entries(filters) as FilterEntries).filter(([, value]) => value !== undefined),
+  );
+  return (item) => {
+    const fields = fieldsOf(item);
+    return wanted.some((entries) => {
+      for (const [key, value] of entries) {
+        const field = fields[key];
+        if (field !== undefined && field !== value) return false;
+      }
+      return true;
+    });
+  };
 }
 
 /**

@@ -29,18 +29,26 @@ interface DeclaredWrite extends WriteIntent {
   dirs?: string[];
 }
 
-const IntentFile = z.object({
-  version: z.literal(1),
-  rootDir: z.string(),
-  intents: z.array(
-    z.object({
-      path: z.string(),
-      instanceId: z.string().min(1),
-      sha256: z.string().regex(/^[0-9a-f]{64}$/),
-      dirs: z.array(z.string()).optional(),
-    }),
-  ),
-});
+/** `intent.json`'s schema, built the first time a journal is read: most starts find none (a clean stop leaves none). */
+function buildIntentFile() {
+  return z.object({
+    version: z.literal(1),
+    rootDir: z.string(),
+    intents: z.array(
+      z.object({
+        path: z.string(),
+        instanceId: z.string().min(1),
+        sha256: z.string().regex(/^[0-9a-f]{64}$/),
+        dirs: z.array(z.string()).optional(),
+      }),
+    ),
+  });
+}
+let builtIntentFile: ReturnType<typeof buildIntentFile> | undefined;
+function intentFileSchema(): ReturnType<typeof buildIntentFile> {
+  builtIntentFile ??= buildIntentFile();
+  return builtIntentFile;
+}
 
 /**
  * `intent.json` in the state directory: every write declared and not yet recorded by a durable `state.json`.
@@ -95,7 +103,7 @@ export class IntentJournal {
     if (raw === undefined) return journal;
     journal.#onDisk = true;
     try {
-      const parsed = IntentFile.parse(JSON.parse(raw));
+      const parsed = intentFileSchema().parse(JSON.parse(raw));
       if (parsed.rootDir !== rootDir) return journal;
       for (const intent of parsed.intents) {
         validateRelativePath(intent.path);
