@@ -1,5 +1,6 @@
 // A hung FUSE mount under rootDir must not block the event loop: observation through the daemon's fs port.
 import { type ChildProcess, spawnSync } from 'node:child_process';
+import { closeSync, constants, openSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -77,7 +78,17 @@ describe('hangSafeFs: the pool lstat (lstatOrAbsent)', () => {
 
 describe('hangSafeFs: the start-up sweep of rootDir on the calling thread (sweepPort)', () => {
   let dir: string | undefined;
+  /** FIFOs whose readers hold the pool's threads: their writing ends opened here, so a failed test frees them. */
+  let fifos: string[] = [];
   afterEach(async () => {
+    for (const fifo of fifos) {
+      try {
+        closeSync(openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK));
+      } catch {
+        // ENXIO: no reader holds it any more.
+      }
+    }
+    fifos = [];
     if (dir !== undefined) await rm(dir, { recursive: true, force: true });
   });
 
@@ -149,6 +160,29 @@ describe('hangSafeFs: the start-up sweep of rootDir on the calling thread (sweep
     // A root that is not there is nothing to sweep, as through the pool.
     expect(await sweepTempFiles(fs.sweepPort!(root)!, path.join(root, 'missing'))).toEqual([]);
   });
+
+  it('sweeps with every thread of the pool busy: no step of the walk, its listings included, waits on the pool', async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-syncsweep-'));
+    const root = path.join(dir, 'root');
+    await plantTree(root, path.join(dir, 'outside'));
+    const fs = await hangSafeFs(
+      root,
+      { monotonic: () => 0 },
+      { realpath: async (file) => file, mountinfo: async () => line(1, '/', 'ext4') },
+    );
+    // Each pool thread held in an open of a FIFO for reading, until its writing end is opened.
+    fifos = Array.from({ length: Number(process.env.UV_THREADPOOL_SIZE ?? 4) }, (_, i) =>
+      path.join(dir!, `fifo${i}`),
+    );
+    for (const fifo of fifos) spawnSync('mkfifo', [fifo]);
+    const readers = fifos.map((fifo) => nodeFs.readFile(fifo).catch(() => undefined));
+    const removed = await sweepTempFiles(fs.sweepPort!(root)!, root);
+    expect(removed).toEqual(
+      [`${TEMP_PREFIX}top`, `a/${TEMP_PREFIX}mid`, `a/b/${TEMP_PREFIX}deep`, ...MANY_TEMP].sort(),
+    );
+    for (const fifo of fifos) closeSync(openSync(fifo, 'w'));
+    await Promise.all(readers);
+  }, 10_000);
 
   it('behind an nfs mount there is none: the sweep goes through the thread pool', async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-syncsweep-'));
