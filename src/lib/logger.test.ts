@@ -226,3 +226,47 @@ describe('scrubbingStream: a reader that stops reading', () => {
     expect(taken.join('')).not.toContain('droppedLines');
   });
 });
+
+describe('scrubbingStream: a line longer than journald takes', () => {
+  it('leaves out strings over 4,200 characters and arrays over 64 items, keeps the rest, scrubs the key', () => {
+    const { logger, text, lines } = capture(registryWith(API_KEY));
+    const status = `${'s'.repeat(1_000_000)}${API_KEY}`;
+    const path = `app/${'p'.repeat(4_000)}.json`;
+    const paths = Array.from({ length: 1_000 }, (_, n) => `dir/${n}.json`);
+    logger.warn(
+      { instanceId: 'cfg_1', path, target_status: status, paths },
+      `instance skipped: its target_status ${JSON.stringify(status)} is not a value this agent knows`,
+    );
+    logger.info({ path }, 'an ordinary line');
+    const written = text().split('\n').filter((line) => line !== '');
+    expect(written).toHaveLength(2);
+    for (const line of written) expect(line.length).toBeLessThanOrEqual(32 * 1024);
+    const [bounded, ordinary] = lines() as Record<string, unknown>[];
+    expect(bounded).toMatchObject({
+      level: 'warn',
+      instanceId: 'cfg_1',
+      path,
+      target_status: '(1000030 characters left out)',
+      msg: '(1000100 characters left out)',
+    });
+    const shownPaths = (bounded?.paths ?? []) as unknown[];
+    expect(shownPaths.length).toBe(65);
+    expect(shownPaths[64]).toBe('(936 more items left out)');
+    expect(bounded?.truncatedLine).toContain('was made shorter');
+    expect(ordinary).toMatchObject({ level: 'info', path, msg: 'an ordinary line' });
+    expect(ordinary?.truncatedLine).toBeUndefined();
+    expectNoLeak(text(), API_KEY);
+  });
+
+  it('a line that does not fit even so keeps its level, time and a note', () => {
+    const { logger, lines } = capture(registryWith(API_KEY));
+    // Ten fields of 4,000 characters: each kept by the first rule, the line still over the cap.
+    const fields = Object.fromEntries(Array.from({ length: 10 }, (_, n) => [`f${n}`, 'v'.repeat(4_000)]));
+    logger.error(fields, 'many long fields');
+    const [line] = lines() as Record<string, unknown>[];
+    expect(line).toMatchObject({ level: 'error', name: 'config-agent' });
+    expect(typeof line?.time).toBe('string');
+    expect(line?.msg).toContain('was made shorter');
+    expect(line?.f0).toBeUndefined();
+  });
+});

@@ -15,6 +15,66 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 export const MAX_QUEUED_LOG_BYTES = 4 * 1024 * 1024;
 
 /**
+ * The longest log line written as it is: under journald's own cut (`LineMax=`, 48 KiB by default), past which a
+ * line is split and no longer JSON. Text from the service reaches log lines (paths, status values, messages,
+ * ids): a hostile service sending a status value of a megabyte had each pass log two lines of a megabyte.
+ */
+export const MAX_LOG_LINE_CHARS = 32 * 1024;
+/** In a line over MAX_LOG_LINE_CHARS: the longest string kept (a path of 4,095 bytes fits) and array kept. */
+const SHOWN_LOG_STRING_CHARS = 4200;
+const SHOWN_LOG_ARRAY_ITEMS = 64;
+const SHOWN_LOG_DEPTH = 8;
+
+/**
+ * A line (without its newline) over MAX_LOG_LINE_CHARS made to fit: every string longer than SHOWN_LOG_STRING_CHARS is replaced by its
+ * length, arrays keep their first SHOWN_LOG_ARRAY_ITEMS items, objects nested deeper than SHOWN_LOG_DEPTH are left
+ * out; a line still too long (or not JSON) keeps only its level, time, pid, name and a note. Strings are left out
+ * whole, never cut: a cut could leave part of a secret that the scrub of whole secrets would not catch.
+ */
+export function boundLogLine(line: string): string {
+  if (line.length <= MAX_LOG_LINE_CHARS) return line;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(line);
+  } catch {
+    parsed = undefined;
+  }
+  const note = `a log line of ${line.length} characters was made shorter (strings over ${SHOWN_LOG_STRING_CHARS} characters and arrays over ${SHOWN_LOG_ARRAY_ITEMS} items left out)`;
+  if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) {
+    const bounded = { ...(shrinkLogValue(parsed, 0) as Record<string, unknown>), truncatedLine: note };
+    const text = JSON.stringify(bounded);
+    if (text.length <= MAX_LOG_LINE_CHARS) return text;
+  }
+  const record = (typeof parsed === 'object' && parsed !== null ? parsed : {}) as Record<string, unknown>;
+  const kept: Record<string, unknown> = {};
+  for (const field of ['level', 'time', 'pid', 'name', 'component']) {
+    const value = record[field];
+    if (typeof value === 'number' || (typeof value === 'string' && value.length <= 64)) kept[field] = value;
+  }
+  return JSON.stringify({ ...kept, msg: note });
+}
+
+function shrinkLogValue(value: unknown, depth: number): unknown {
+  if (typeof value === 'string') {
+    return value.length > SHOWN_LOG_STRING_CHARS ? `(${value.length} characters left out)` : value;
+  }
+  if (typeof value !== 'object' || value === null) return value;
+  if (depth >= SHOWN_LOG_DEPTH) return '(nested too deep, left out)';
+  if (Array.isArray(value)) {
+    const shown = value.slice(0, SHOWN_LOG_ARRAY_ITEMS).map((item) => shrinkLogValue(item, depth + 1));
+    if (value.length > SHOWN_LOG_ARRAY_ITEMS)
+      shown.push(`(${value.length - SHOWN_LOG_ARRAY_ITEMS} more items left out)`);
+    return shown;
+  }
+  const out: Record<string, unknown> = {};
+  for (const [name, item] of Object.entries(value)) {
+    const key = name.length > SHOWN_LOG_STRING_CHARS ? `(a key of ${name.length} characters)` : name;
+    out[key] = shrinkLogValue(item, depth + 1);
+  }
+  return out;
+}
+
+/**
  * A stream that scrubs secrets from each chunk and forwards it to `target`, dropping lines while more than
  * `maxQueuedBytes` wait in `target` for their reader.
  */
@@ -52,11 +112,20 @@ export function scrubbingStream(
         dropped += 1;
       } else {
         reportDropped();
-        target.write(secrets.scrub(chunk.toString()));
+        target.write(secrets.scrub(boundLines(chunk.toString())));
       }
       callback();
     },
   });
+}
+
+/** Each line of a chunk (pino writes one per call) bounded by boundLogLine. */
+function boundLines(text: string): string {
+  if (text.length <= MAX_LOG_LINE_CHARS) return text;
+  return text
+    .split(/(?<=\n)/)
+    .map((line) => (line.endsWith('\n') ? `${boundLogLine(line.slice(0, -1))}\n` : boundLogLine(line)))
+    .join('');
 }
 
 export interface LoggerOptions {
