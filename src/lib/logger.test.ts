@@ -238,7 +238,9 @@ describe('scrubbingStream: a line longer than journald takes', () => {
       `instance skipped: its target_status ${JSON.stringify(status)} is not a value this agent knows`,
     );
     logger.info({ path }, 'an ordinary line');
-    const written = text().split('\n').filter((line) => line !== '');
+    const written = text()
+      .split('\n')
+      .filter((line) => line !== '');
     expect(written).toHaveLength(2);
     for (const line of written) expect(line.length).toBeLessThanOrEqual(32 * 1024);
     const [bounded, ordinary] = lines() as Record<string, unknown>[];
