@@ -118,6 +118,33 @@ describe('config-agent status', () => {
   });
 });
 
+describe('config-agent status: text of a megabyte', () => {
+  it('names a path, id or message over 10,000 characters by its length', async () => {
+    const longPath = `app/${'p'.repeat(1_000_000)}.json`;
+    const configPath = await agentAnswering({
+      deviceId: 'dvc_1',
+      pendingReports: 0,
+      managedFiles: [{ path: 'app/a.json', instanceId: 'cfg_a', status: 'deployed' }],
+      errors: [
+        {
+          instanceId: 'cfg_b',
+          path: longPath,
+          status: 'failed',
+          message: `path rejected: "${longPath}" is longer than 4095 bytes`,
+        },
+      ],
+    });
+    const io = bufferedIo();
+
+    expect(await runStatus({ configPath, json: false }, io)).toBe(1);
+
+    const out = io.out();
+    expect(out.length).toBeLessThan(2_000);
+    expect(out).toContain('<1000009 characters, not shown> (cfg_b) — <1000052 characters, not shown>');
+    expect(out).toContain('app/a.json (cfg_a)');
+  });
+});
+
 describe('status and sync against whatever answers on the socket', () => {
   it('stop reading an answer over the cap: exit 3, the answer named, the rest never read', async () => {
     const answer = endlessAnswer(64 * 1024 * 1024);

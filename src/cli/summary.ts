@@ -60,7 +60,15 @@ export function toJsonSummary(result: PassResult, plan?: readonly PlannedChange[
 // with those characters escaped.
 const UNSAFE_FOR_TERMINAL = /[\p{Cc}\p{Cf}\p{Cs}\u2028\u2029]/u;
 
+/**
+ * Longer text from the service is named by its length: a path is at most 4,095 bytes and a message names at most
+ * two, so only a hostile service sends more, and a path of a megabyte made `--once` and `status` print a
+ * megabyte. Left out whole, never cut (no part of an echoed key escapes the scrub of whole keys).
+ */
+export const SHOWN_TERMINAL_CHARS = 10_000;
+
 export function terminalSafe(text: string): string {
+  if (text.length > SHOWN_TERMINAL_CHARS) return `<${text.length} characters, not shown>`;
   if (!UNSAFE_FOR_TERMINAL.test(text)) return text;
   let escaped = '';
   for (const char of text) {
