@@ -135,6 +135,20 @@ describe('one bad item never blocks the others', () => {
     );
   });
 
+  it('keeps no path longer than any valid one in state.json', async () => {
+    const longPath = `app/${'p'.repeat(1_000_000)}.json`;
+    put({ id: 'cfg_long', relative_filepath: longPath });
+    put({ id: 'cfg_ok' });
+    await pass();
+    expect(reports().sort()).toEqual(['cfg_long queued/failed', 'cfg_ok deployed/none']);
+    const state = await readFile(path.join(dir, 'state', 'state.json'), 'utf8');
+    expect(state.length).toBeLessThan(4_096);
+    expect(JSON.parse(state).instances.cfg_long).toMatchObject({ error: 'failed', relativePath: '' });
+    // The service shows it failed: nothing more to report.
+    await pass();
+    expect(reports()).toHaveLength(2);
+  });
+
   it('an unknown target_status skips that instance: nothing written, nothing reported, its file kept', async () => {
     put({ id: 'cfg_a' });
     await pass();

@@ -7,6 +7,7 @@ import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { isAgentResourceError, quotaExceeded, type RootCondition, rootConditionOf } from '../store/errors.js';
 import type { StatusOutbox } from '../store/outbox.js';
+import { MAX_PATH_BYTES } from '../store/path-guard.js';
 import type { LocalState } from '../store/state.js';
 import type { AppliedStep, EffectResult } from './apply.js';
 import type { InstanceAction, InstanceOutcome, RetryPolicy } from './pass-runner.js';
@@ -394,7 +395,9 @@ function recordError(
   );
   if (nextAttemptAt === undefined) ctx.state.cooldowns.delete(instance.id);
   ctx.state.instances.set(instance.id, {
-    relativePath: instance.relative_filepath,
+    // A path longer than any valid one (rejected, so no file stands for it) is not kept: a hostile service listing
+    // instances at paths of a megabyte made state.json (rewritten whole by every persist) a megabyte each.
+    relativePath: instance.relative_filepath.length > MAX_PATH_BYTES ? '' : instance.relative_filepath,
     activity: instance.activity_status,
     error,
     // As the report carries it: the next pass compares the two to tell whether the service already has it.
