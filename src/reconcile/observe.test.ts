@@ -6,6 +6,7 @@ import * as nodeFs from 'node:fs/promises';
 import { chmod, lstat, mkdir, mkdtemp, rename, rm, symlink, utimes, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
@@ -17,7 +18,8 @@ import {
   identityOf,
   RACY_MARGIN_MS,
 } from '../store/fingerprints.js';
-import { observeDisk } from './observe.js';
+import { validateRelativePath } from '../store/path-guard.js';
+import { observeDisk, underRoot } from './observe.js';
 import type { DiskObservation } from './plan.js';
 
 const FILE = 'app/conf.json';
@@ -322,5 +324,22 @@ describe('FileFingerprints persistence', () => {
     expect(back.lookup('__proto__', identityOf(stats), now)).toBe(RECORDED);
     back.retain(new Set(['other']));
     expect(back.size).toBe(0);
+  });
+});
+
+describe('underRoot: joining a canonical path under a resolved root', () => {
+  it('is path.join for every path validateRelativePath accepts, under / and under a deeper root', () => {
+    const segment = fc
+      .string({ unit: fc.constantFrom('a', 'b', '.', '-', ' ', 'é', '~'), minLength: 1, maxLength: 5 })
+      .filter((text) => text !== '.' && text !== '..');
+    const relative = fc.array(segment, { minLength: 1, maxLength: 5 }).map((segments) => segments.join('/'));
+    const root = fc.constantFrom('/', '/srv', '/srv/config root', path.resolve('relative/root/'));
+    fc.assert(
+      fc.property(root, relative, (at, rel) => {
+        validateRelativePath(rel);
+        expect(underRoot(at, rel)).toBe(path.join(at, rel));
+      }),
+      { numRuns: 2_000 },
+    );
   });
 });

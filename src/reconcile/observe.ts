@@ -181,7 +181,7 @@ async function regularFileStats(
   const chain = await directories.state(parent === '.' ? '' : parent);
   if (chain === ABSENT) return fitsUnderRoot(path.resolve(rootDir), relative) ? ABSENT : undefined;
   if (chain !== 'directory') return undefined;
-  const stats = await lstatOrAbsent(fs, path.join(path.resolve(rootDir), relative));
+  const stats = await lstatOrAbsent(fs, directories.absolute(relative));
   if (stats === ABSENT) return fitsUnderRoot(path.resolve(rootDir), relative) ? ABSENT : undefined;
   return stats?.isFile() ? stats : undefined;
 }
@@ -205,6 +205,16 @@ async function lstatOrAbsent(fs: FsPort, absolute: string): Promise<BigIntStats 
 type DirectoryState = 'directory' | typeof ABSENT | 'other';
 
 /**
+ * `path.join(root, relative)` for a resolved `root` and a canonical `relative` (no empty, `.` or `..` segment, no
+ * leading or trailing slash: what validateRelativePath accepts), by concatenation: observation joins one per
+ * managed file and directory each pass, and `path.join`'s normalisation of each cost ~5 µs cold (1,000 joins:
+ * 4.6–7.5 ms against 0.2 ms in a fresh process).
+ */
+export function underRoot(root: string, relative: string): string {
+  return root.endsWith('/') ? root + relative : `${root}/${relative}`;
+}
+
+/**
  * What each directory under the root is, asked once per pass: a real directory (no symlink on the way), ABSENT
  * (missing, every directory above it real), or 'other' (a symlink, a file, an error: left to observePath).
  */
@@ -216,6 +226,11 @@ class DirectoryCheck {
   constructor(fs: FsPort, rootDir: string) {
     this.#fs = fs;
     this.#root = path.resolve(rootDir);
+  }
+
+  /** `relative` (canonical: validated, or a directory of a validated path) under the root. */
+  absolute(relative: string): string {
+    return underRoot(this.#root, relative);
   }
 
   state(relative: string): Promise<DirectoryState> {
@@ -236,7 +251,7 @@ class DirectoryCheck {
       const parent = path.posix.dirname(relative);
       const above = await this.state(parent === '.' ? '' : parent);
       if (above !== 'directory') return above;
-      const stats = await lstatOrAbsent(this.#fs, path.join(this.#root, relative));
+      const stats = await lstatOrAbsent(this.#fs, this.absolute(relative));
       if (stats === ABSENT) return ABSENT;
       return stats?.isDirectory() ? 'directory' : 'other';
     } catch (error) {
