@@ -305,6 +305,21 @@ describe('items known by their exact text', () => {
     );
   });
 
+  it('a record of other bytes under the very key (a corrupt fingerprints.json) is written over by the pass that judges it', async () => {
+    await settledWorld();
+    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const good = JSON.parse(await readFile(printsFile, 'utf8')).items.byId;
+    await editItems((items) => {
+      items.byId.cfg_1![1] = '0'.repeat(64);
+    });
+    const before = await readFile(rootFile('d1/conf1.json'));
+    const result = await runPass();
+    expect(result.converged).toBe(true);
+    expect(await readFile(rootFile('d1/conf1.json'))).toEqual(before);
+    // Healed: the next pass takes it as known again instead of judging it in full each time.
+    expect(JSON.parse(await readFile(printsFile, 'utf8')).items.byId.cfg_1).toEqual(good.cfg_1);
+  });
+
   it("an item an agent at ca34b7e recorded at a YAML path before bef34e6 quoted '.' is serialized again", async () => {
     // Between ca34b7e (rules 1) and bef34e6 the YAML emitter wrote '.' plain (read back as NaN by a YAML 1.1
     // reader); an agent of that range recorded that file's bytes for the item's text under rules 1. Trusted

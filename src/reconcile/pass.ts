@@ -1,7 +1,7 @@
 // One reconcile pass: pull → observe → plan → apply → record → persist → report.
 import type { ServiceClient } from '../api/client.js';
 import { HttpStatusError } from '../api/errors.js';
-import { type ItemWire, judgeConfigInstance } from '../api/list-page.js';
+import { type ItemWire, itemKey, judgeConfigInstance } from '../api/list-page.js';
 import type { InvalidListItem } from '../api/pager.js';
 import type { RequestRetryOptions } from '../api/retry.js';
 import type { ConfigInstance, ConfigInstanceHead } from '../api/schemas.js';
@@ -238,7 +238,8 @@ function unmade(instance: ConfigInstanceHead | PlanInstance): string | undefined
 }
 
 /**
- * The pull with the instances of `ids` judged in full from their text and prepared as any other. One the
+ * The pull with the instances of `ids` judged in full from their text and prepared as any other (their files
+ * recorded for their text again). One the
  * judge refuses now (its text passed before: only a change of the rules without ITEM_RULES_VERSION could do
  * that) becomes an invalid item, as in the pull.
  */
@@ -256,8 +257,10 @@ async function makeKnownFiles(
       continue;
     }
     const judged = judgeConfigInstance(wire);
+    // With its text (not known now): what it serializes to is recorded afresh, so a record of other bytes under
+    // its key (a torn or corrupt fingerprints.json) heals instead of sending it through here on every pass.
     if (judged.kind === 'valid' && judged.instance.id === instance.id)
-      instances.push(await prepare(judged.instance));
+      instances.push(await prepare(judged.instance, { text: wire, key: itemKey(wire) }));
     else {
       invalid.push({
         id: instance.id,
