@@ -43,9 +43,13 @@ const KEY_CHARS = /^[\x21-\x7e]+$/;
 
 // ---- the config file ----
 
-/** Validates parsed JSON against the schema; every bad key is named in one ConfigError. */
+/**
+ * Validates parsed JSON against the schema; every bad key is named in one ConfigError. `jitless`: a process parses
+ * its configuration once, so zod's generated fast path for the schema's objects (compiled with `new Function` on
+ * the first parse) never pays back: 4.1 → 2.5 ms of CPU for the bench's config in a fresh process (medians of 9).
+ */
 export function parseAgentConfig(json: unknown, source: string): AgentConfig {
-  const result = AgentConfigSchema.safeParse(json, { error: issueMessage });
+  const result = AgentConfigSchema.safeParse(json, { error: issueMessage, jitless: true });
   if (result.success) return result.data;
   throw new ConfigError(source, result.error.issues.flatMap(toConfigIssues), { cause: result.error });
 }
