@@ -1166,6 +1166,42 @@ describe('runPass: pulls', () => {
   });
 });
 
+describe('runPass: two instances whose paths nest (one file where the other needs a directory)', () => {
+  const lastReport = (id: string) =>
+    world.server.state.reports.filter((r) => r.config_instance_id === id).at(-1);
+
+  it('the one kept out is told of the path conflict and the other instance, not of something on the device', async () => {
+    put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    // The service then also gives another instance the directory's path.
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    for (let round = 0; round < 4; round++) {
+      await pass();
+      world.clock.advance(3_600_000);
+    }
+    expect(lastReport('cfg_file')?.error_status).toBe('retrying');
+    expect(lastReport('cfg_file')?.message).toContain(
+      'path conflict: the way is taken by the file of cfg_dir at "a.json/b.json"',
+    );
+    expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_dir' }));
+  });
+
+  it('and the other way round: a file where the newer instance needs a directory', async () => {
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    for (let round = 0; round < 4; round++) {
+      await pass();
+      world.clock.advance(3_600_000);
+    }
+    expect(lastReport('cfg_dir')?.error_status).toBe('retrying');
+    expect(lastReport('cfg_dir')?.message).toContain(
+      'path conflict: the way is taken by the file of cfg_file at "a.json"',
+    );
+    expect(await fileAt('a.json')).toBe(json({ owner: 'cfg_file' }));
+  });
+});
+
 describe('runPass: reports', () => {
   it('a report the service rejects for good (404) is dropped; the reports after it are still delivered', async () => {
     put({ id: 'cfg_a', relative_filepath: 'a.json' });

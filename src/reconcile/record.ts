@@ -352,16 +352,52 @@ function recordRootCondition(
   ctx.state.cooldowns.set(instance.id, ctx.clock.monotonic() + delayMs);
   const nextAttemptAt = new Date(ctx.clock.now() + delayMs).toISOString();
   const quota = condition === 'full' && quotaExceeded(error);
+  const rival =
+    condition === 'obstructed'
+      ? nestedRival(ctx.state.files, instance.id, instance.relative_filepath)
+      : undefined;
   const why = quota
     ? "the agent's disk quota on rootDir's filesystem is used up: retried until it has room (raise the quota if this file is larger than it), not counted as an attempt"
-    : ROOT_CONDITION_WHY[condition];
+    : rival !== undefined
+      ? `path conflict: the way is taken by the file of ${rival.instanceId} at ${JSON.stringify(rival.path)}, which the service also targets (a file where the other needs a directory): one of the two paths must change; retried until then, not counted as an attempt`
+      : ROOT_CONDITION_WHY[condition];
   const message = `${operation} failed: ${errorMessage(error)}; ${why}`;
+  const logged = quota
+    ? 'disk quota exceeded'
+    : rival !== undefined
+      ? 'path conflict with another instance'
+      : ROOT_CONDITION_LOG[condition];
   ctx.logger.error(
     { err: error, instanceId: instance.id, path: instance.relative_filepath, attempts, condition },
-    `${operation} failed: ${quota ? 'disk quota exceeded' : ROOT_CONDITION_LOG[condition]}`,
+    `${operation} failed: ${logged}`,
   );
   recordError(ctx, instance, 'retrying', message, attempts, nextAttemptAt);
   return outcomeFor(instance, 'retrying', false, { message });
+}
+
+/**
+ * Another instance's managed file in the way of `path`: at a directory of it (`path` needs a directory where that
+ * file is) or under it (`path` is that file's directory). Not the device's obstruction but the service's: it gives
+ * both paths. The agent's own records only: a local user's file there stays `obstructed`.
+ */
+function nestedRival(
+  files: ReadonlyMap<string, { instanceId: string }>,
+  instanceId: string,
+  path: string,
+): { instanceId: string; path: string } | undefined {
+  const segments = path.split('/');
+  for (let end = 1; end < segments.length; end += 1) {
+    const directory = segments.slice(0, end).join('/');
+    const file = files.get(directory);
+    if (file !== undefined && file.instanceId !== instanceId)
+      return { instanceId: file.instanceId, path: directory };
+  }
+  const below = `${path}/`;
+  for (const [filePath, file] of files) {
+    if (file.instanceId !== instanceId && filePath.startsWith(below))
+      return { instanceId: file.instanceId, path: filePath };
+  }
+  return undefined;
 }
 
 /** The per-instance cooldown: full jitter over `baseDelaySeconds × 2^(attempt-1)`, capped at `maxDelaySeconds`. */
