@@ -579,6 +579,34 @@ describe("runPass: rootDir's mount gone under a running agent", () => {
   });
 });
 
+describe('runPass: stateDir swapped for a symlink under a running agent', () => {
+  it('writes nothing through it, neither a pass nor the flush at stop; goes on once stateDir is back', async () => {
+    put({ id: 'cfg_a', content: { v: 1 } });
+    expect((await pass()).converged).toBe(true);
+    const stateDir = path.join(world.dir, 'state');
+    const outside = path.join(world.dir, 'outside');
+    await mkdir(outside);
+    await nodeFs.rename(stateDir, `${stateDir}.aside`);
+    await nodeFs.symlink(outside, stateDir);
+    put({ id: 'cfg_b', content: { v: 2 } });
+
+    await expect(pass()).rejects.toThrow(`resolves to ${outside} now`);
+    await expect(world.reconciler.flushState()).rejects.toThrow(`resolves to ${outside} now`);
+    expect(await nodeFs.readdir(outside)).toEqual([]);
+    expect(await exists('cfg_b.json')).toBe(false);
+
+    await rm(stateDir);
+    await nodeFs.rename(`${stateDir}.aside`, stateDir);
+    expect((await pass()).converged).toBe(true);
+    expect(await fileAt('cfg_b.json')).toBe(json({ v: 2 }));
+    expect(onService('cfg_b')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+    expect(
+      JSON.parse(await readFile(path.join(stateDir, 'state.json'), 'utf8')).files['cfg_b.json'],
+    ).toBeDefined();
+    expect(await nodeFs.readdir(outside)).toEqual([]);
+  });
+});
+
 describe('runPass: rootDir swapped for a symlink under a running agent', () => {
   it('writes and removes nothing through it, never an attempt; converges once rootDir is back', async () => {
     await world.reconciler.close();

@@ -98,7 +98,9 @@ export class Reconciler implements PassRunner {
   }
 
   flushState(): Promise<void> {
-    return this.#ctx.dir.persist();
+    if (this.#ctx.dir.readOnly) return this.#ctx.dir.persist();
+    // As before a pass: never over another live agent's state, nor through a symlink swapped in for stateDir.
+    return this.#ctx.dir.holdLock().then(() => this.#ctx.dir.persist());
   }
 
   close(): Promise<void> {

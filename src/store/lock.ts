@@ -57,7 +57,8 @@ export interface StateLock {
    * (or of the lock alone) while the agent runs took it away, and a `--once` or a second agent then ran beside
    * it, sweeping its temp files and writing state.json under it. A lock that is gone or not a live agent's is
    * taken again (stateDir made again, 0700); one another live agent holds throws StateLockedError. True when it
-   * had to be taken again.
+   * had to be taken again. A stateDir that resolves to another directory than when the lock was taken (it, or a
+   * directory above it, swapped for a symlink) throws StateDirError: nothing is written there.
    */
   ensureHeld(): Promise<boolean>;
 }
@@ -77,9 +78,20 @@ export async function acquireStateLock(
   const file = path.join(stateDir, LOCK_FILE);
   const mine: LockContent = { ...(await probe.self()), token: randomBytes(12).toString('hex') };
   await takeLock(fs, stateDir, mine, probe);
+  const realStateDir = await realpathOrUndefined(fs, stateDir);
   return {
     release: () => releaseLock(fs, file, mine),
     ensureHeld: async () => {
+      // Removed (ENOENT) it is made again below, where it was; resolving elsewhere, someone put a symlink there.
+      const resolved = realStateDir === undefined ? undefined : await realpathOrUndefined(fs, stateDir);
+      if (resolved !== undefined && resolved !== realStateDir) {
+        throw new StateDirError(
+          stateDir,
+          'check where it resolves',
+          undefined,
+          `it resolves to ${resolved} now (it resolved to ${realStateDir} when the agent took its lock): it or a directory above it was replaced by a symlink while the agent ran, and nothing is written there; put the directory back, or restart the agent to use the new place`,
+        );
+      }
       const holder = await readLock(fs, file);
       // Another lock of this process (a reload that reopened stateDir) holds it for us just as well; another
       // process's with our pid (another pid namespace) does not, and is judged as any other holder.
@@ -94,6 +106,15 @@ export async function acquireStateLock(
       return true;
     },
   };
+}
+
+/** Where `dir` resolves, or undefined where the port has no realpath or it fails (a directory removed). */
+async function realpathOrUndefined(fs: FsPort, dir: string): Promise<string | undefined> {
+  try {
+    return await fs.realpath?.(dir);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Publishes `mine` as the lock: link() of a complete temp file, a stale lock taken over, a live one refused. */
