@@ -4,8 +4,8 @@ import { isUtf8 } from 'node:buffer';
 import { hash } from 'node:crypto';
 import * as z from 'zod';
 import { formatFieldPath } from '../lib/field-path.js';
-import { JsonTextError, MAX_PARSE_DEPTH, parseJson, peekId } from './json.js';
-import { JsonContentFile, locateContent } from './json-file.js';
+import { JsonTextError, MAX_PARSE_DEPTH, parseJson, peekId, peekStrings } from './json.js';
+import { examineItem, itemTextError, JsonContentFile } from './json-file.js';
 import {
   ConfigInstance,
   ConfigInstanceActivityStatus,
@@ -153,31 +153,87 @@ export class PageItems implements Iterable<PageItem> {
  */
 export const STREAMED_ITEM_BYTES = 64 * 1024;
 
+/**
+ * An item longer than this that the streaming judge cannot judge without its tree (json-file.ts `examineItem`
+ * "unsure": no `content`, `content` twice, a key of the item's own written with an escape, an item that is not
+ * an object), or whose fields besides its content are this long, is refused rather than parsed: a tree weighs
+ * ~25 times its text, more than a small device holds. Below it, such an item takes the usual path.
+ */
+export const TREE_ITEM_BYTES = 2 * 1024 * 1024;
+
 /** Judges the bytes of one list item: bytes that are not UTF-8 cost this item only. Never throws. */
-export function judgeItemBytes(bytes: Buffer, streamFrom = STREAMED_ITEM_BYTES): PageItem {
+export function judgeItemBytes(
+  bytes: Buffer,
+  streamFrom = STREAMED_ITEM_BYTES,
+  treeFrom = TREE_ITEM_BYTES,
+): PageItem {
   if (!isUtf8(bytes)) return notUtf8(bytes.toString('utf8'));
   if (bytes.length >= streamFrom) {
-    const streamed = judgeStreamed(bytes);
+    const streamed = judgeStreamed(bytes, treeFrom);
     if (streamed !== undefined) return streamed;
   }
   return judgeConfigInstance(bytes.toString('utf8'));
 }
 
 /**
- * A valid item with its content as its checked JSON text, written into its file's bytes (JSON or YAML) by
- * serialize.ts, never as a tree: the rest of the item is judged as usual with `{}` for its content, which
- * json-file.ts has checked as the content schema would. Undefined whenever the usual path must judge it: it alone
- * names every problem, and writes content whose keys JSON.parse reorders.
+ * A large item judged as `judgeConfigInstance` judges its text, without the content's tree: its content is
+ * examined on its bytes (json-file.ts `examineItem`: the parse's member order, the first problem named with its
+ * path), a valid one kept as its checked JSON text and written into its file's bytes (JSON or YAML) by
+ * serialize.ts; the rest of the item is parsed and judged as usual with `{}` for its content. Text that is not
+ * JSON gets parseJson's own error. Undefined when only the usual path can judge it and the item is at most
+ * `treeFrom` long; past that, refused (`tooLargeToJudge`).
  */
-function judgeStreamed(bytes: Buffer): PageItem | undefined {
-  const content = locateContent(bytes);
-  if (content === undefined) return undefined;
-  const head = judgeConfigInstance(
-    `${bytes.toString('utf8', 0, content.start)}{}${bytes.toString('utf8', content.end)}`,
-  );
-  if (head.kind !== 'valid') return undefined;
-  const file = new JsonContentFile(bytes, content);
-  return { kind: 'valid', instance: { ...head.instance, content: file.asContent() } };
+function judgeStreamed(bytes: Buffer, treeFrom: number): PageItem | undefined {
+  const verdict = examineItem(bytes);
+  if (verdict.kind === 'unparsable') return judgeUnparsable(verdict.text, verdict.error);
+  if (verdict.kind === 'unsure') {
+    return bytes.length > treeFrom ? tooLargeToJudge(bytes, verdict.reason, treeFrom) : undefined;
+  }
+  const { start, end } = verdict.kind === 'content' ? verdict.checked : verdict;
+  // A tree of the rest of the item: bounded too, whatever `treeFrom` (a test's) says.
+  if (bytes.length - (end - start) > TREE_ITEM_BYTES) {
+    return tooLargeToJudge(bytes, 'its fields besides `content`', TREE_ITEM_BYTES);
+  }
+  let value: unknown;
+  try {
+    value = parseJson(`${bytes.toString('utf8', 0, start)}{}${bytes.toString('utf8', end)}`);
+  } catch {
+    // Not JSON outside the content: named, as the usual path names it, from the whole text.
+    const unparsable = itemTextError(bytes);
+    if (unparsable !== undefined) return judgeUnparsable(unparsable.text, unparsable.error);
+    return bytes.length > treeFrom ? tooLargeToJudge(bytes, 'unread text', treeFrom) : undefined;
+  }
+  if (verdict.kind === 'problem') {
+    return judgeInstanceValue(value, { path: ['content', ...verdict.path], message: verdict.problem });
+  }
+  const head = judgeInstanceValue(value);
+  if (head.kind === 'invalid') return head;
+  const content = new JsonContentFile(bytes, verdict.checked).asContent();
+  return { ...head, instance: { ...head.instance, content } } as PageItem;
+}
+
+/**
+ * A large item refused without a parse (`TREE_ITEM_BYTES`): named by what its text shows of its id and statuses,
+ * as any invalid item is; never retried into a tree.
+ */
+function tooLargeToJudge(bytes: Buffer, reason: string, limit: number): PageItem {
+  const text = bytes.toString('utf8');
+  const fields = peekStrings(text, 1, ['activity_status', 'error_status', 'target_status', 'device_id']);
+  const id = peekId(text, 1);
+  const activity = ConfigInstanceActivityStatus.safeParse(fields.activity_status);
+  const error = ErrorStatus.safeParse(fields.error_status);
+  const target = ConfigInstanceTargetStatus.safeParse(fields.target_status);
+  return {
+    kind: 'invalid',
+    ...(id === undefined ? {} : { id }),
+    ...(activity.success ? { activityStatus: activity.data } : {}),
+    ...(error.success ? { errorStatus: error.data } : {}),
+    ...(target.success ? { targetStatus: target.data } : {}),
+    ...(fields.device_id === undefined ? {} : { deviceId: fields.device_id }),
+    problem:
+      `too large to judge without parsing it whole (${bytes.length} bytes; an item over ${limit} bytes ` +
+      `must not need that): ${reason}`,
+  };
 }
 
 export interface ConfigInstancePage {
@@ -319,26 +375,50 @@ export function judgeConfigInstance(text: string): PageItem {
   try {
     value = parseJson(text);
   } catch (error) {
-    const id = peekId(text, 1);
-    const problem =
-      error instanceof JsonTextError && error.message.startsWith('nested')
-        ? `nested more than ${MAX_PARSE_DEPTH} levels deep (content may nest ${MAX_CONTENT_DEPTH} levels)`
-        : `not valid JSON: ${error instanceof Error ? error.message : String(error)}`;
-    return id === undefined ? { kind: 'invalid', problem } : { kind: 'invalid', id, problem };
+    return judgeUnparsable(text, error);
   }
-  const quick = quickInstance(value);
-  if (quick !== undefined) return { kind: 'valid', instance: quick };
-  const strict = ConfigInstance.safeParse(value);
-  if (strict.success) return { kind: 'valid', instance: strict.data };
+  return judgeInstanceValue(value);
+}
 
-  const lenient = LenientInstance.safeParse(value);
-  if (lenient.success) {
-    for (const [field, schema] of STATUS_FIELDS) {
-      const raw = lenient.data[field];
-      if (!schema.safeParse(raw).success) {
-        return { kind: 'unknown_status', instance: lenient.data, unknown: { field, value: raw } };
+/** An item whose text parseJson refused with `error`. */
+function judgeUnparsable(text: string, error: unknown): PageItem {
+  const id = peekId(text, 1);
+  const problem =
+    error instanceof JsonTextError && error.message.startsWith('nested')
+      ? `nested more than ${MAX_PARSE_DEPTH} levels deep (content may nest ${MAX_CONTENT_DEPTH} levels)`
+      : `not valid JSON: ${error instanceof Error ? error.message : String(error)}`;
+  return id === undefined ? { kind: 'invalid', problem } : { kind: 'invalid', id, problem };
+}
+
+/**
+ * Judges a parsed item. `contentIssue`: the problem its real content has (found on its bytes; `value` then holds
+ * `{}` there), which the content schema would add after every other field's issues, as the last field's.
+ */
+function judgeInstanceValue(
+  value: unknown,
+  contentIssue?: { path: (string | number)[]; message: string },
+): PageItem {
+  if (contentIssue === undefined) {
+    const quick = quickInstance(value);
+    if (quick !== undefined) return { kind: 'valid', instance: quick };
+  }
+  const strict = ConfigInstance.safeParse(value);
+  if (strict.success && contentIssue === undefined) return { kind: 'valid', instance: strict.data };
+
+  if (contentIssue === undefined) {
+    const lenient = LenientInstance.safeParse(value);
+    if (lenient.success) {
+      for (const [field, schema] of STATUS_FIELDS) {
+        const raw = lenient.data[field];
+        if (!schema.safeParse(raw).success) {
+          return { kind: 'unknown_status', instance: lenient.data, unknown: { field, value: raw } };
+        }
       }
     }
+  }
+  const issues: z.core.$ZodIssue[] = strict.success ? [] : [...strict.error.issues];
+  if (contentIssue !== undefined) {
+    issues.push({ code: 'custom', path: contentIssue.path, message: contentIssue.message, input: undefined });
   }
   const record = typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : {};
   const id = isUsableInstanceId(record.id) ? record.id : undefined;
@@ -352,6 +432,6 @@ export function judgeConfigInstance(text: string): PageItem {
     ...(error.success ? { errorStatus: error.data } : {}),
     ...(target.success ? { targetStatus: target.data } : {}),
     ...(typeof record.device_id === 'string' ? { deviceId: record.device_id } : {}),
-    problem: describeIssues(strict.error.issues),
+    problem: describeIssues(issues),
   };
 }

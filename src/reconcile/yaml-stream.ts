@@ -13,6 +13,7 @@ import {
   OPEN_OBJECT,
   QUOTE,
 } from '../api/json-bytes.js';
+import { isIndexKey, type MemberPlan, type MemberPlans, skipMember, skipValueAt } from '../api/json-file.js';
 import { INDENT_STEP, stringText, Utf8Chunks, writeKey, yamlNumberText } from './yaml-text.js';
 
 /**
@@ -22,8 +23,8 @@ import { INDENT_STEP, stringText, Utf8Chunks, writeKey, yamlNumberText } from '.
  * text and the output is one string or key (yaml-text.ts needs a scalar whole to choose its style); a
  * collection's block or flow style needs only its next non-blank byte (flow only when empty).
  */
-export function yamlBytesFromJson(src: Buffer, start: number, end: number): Buffer {
-  const walk = new JsonToYaml(src, start);
+export function yamlBytesFromJson(src: Buffer, start: number, end: number, plans?: MemberPlans): Buffer {
+  const walk = new JsonToYaml(src, start, plans);
   walk.node('', '', '');
   if (walk.i !== end) throw new Error('content text ends elsewhere than it was checked to');
   walk.out.write('\n');
@@ -33,11 +34,13 @@ export function yamlBytesFromJson(src: Buffer, start: number, end: number): Buff
 class JsonToYaml {
   readonly src: Buffer;
   readonly out = new Utf8Chunks();
+  readonly plans: MemberPlans | undefined;
   i: number;
 
-  constructor(src: Buffer, start: number) {
+  constructor(src: Buffer, start: number, plans: MemberPlans | undefined) {
     this.src = src;
     this.i = start;
+    this.plans = plans;
   }
 
   /** yaml-text.ts writeNode, for the value at `i`. */
@@ -47,6 +50,7 @@ class JsonToYaml {
     const code = src[this.i];
     if (code === OPEN_OBJECT || code === OPEN_ARRAY) {
       const isObject = code === OPEN_OBJECT;
+      const open = this.i;
       this.i += 1;
       this.skipWhitespace();
       if (src[this.i] === (isObject ? CLOSE_OBJECT : CLOSE_ARRAY)) {
@@ -55,7 +59,7 @@ class JsonToYaml {
         return;
       }
       out.write(beforeBlock);
-      if (isObject) this.mapping(indent);
+      if (isObject) this.mapping(indent, open);
       else this.sequence(indent);
     } else if (code === QUOTE) {
       out.write(beforeScalar + stringText(this.string(), indent, false));
@@ -68,17 +72,51 @@ class JsonToYaml {
     }
   }
 
-  /** yaml-text.ts writeMapping, after the `{` of a non-empty object. */
-  mapping(indent: string): void {
-    const inner = indent + INDENT_STEP;
-    for (let first = true; ; first = false) {
+  /**
+   * yaml-text.ts writeMapping, after the `{` (at `open`) of a non-empty object: its members in the parse's order
+   * (json-file.ts MemberPlan: array-index keys first, a repeated key in its first place with its last value).
+   */
+  mapping(indent: string, open: number): void {
+    const plan = this.plans?.get(open);
+    let written = 0;
+    if (plan !== undefined && plan.indexKeys.length > 0) {
+      const { indexKeys, indexes } = plan;
+      const order = Array.from(indexKeys.keys()).sort((a, b) => indexes[a]! - indexes[b]!);
+      const resume = this.i;
+      for (const k of order) this.member(indexKeys[k]!, plan, indent, written++);
+      this.i = resume;
+    }
+    for (;;) {
       this.skipWhitespace();
-      const key = this.string();
-      this.skipWhitespace();
-      this.i += 1; // the colon
-      if (!first) this.out.write(`\n${indent}`);
-      this.node(inner, ' ', writeKey(this.out, key, indent));
+      const at = this.i;
+      if (
+        plan !== undefined &&
+        (plan.later.has(at) || (plan.indexKeys.length > 0 && isIndexKey(this.src, at)))
+      ) {
+        this.i = skipMember(this.src, at);
+      } else {
+        this.member(at, plan, indent, written++);
+      }
       if (this.afterMember(CLOSE_OBJECT)) return;
+    }
+  }
+
+  /** The member whose key is at `at` (with its last value if repeated); leaves `i` after its own value. */
+  member(at: number, plan: MemberPlan | undefined, indent: string, written: number): void {
+    this.i = at;
+    const key = this.string();
+    this.skipWhitespace();
+    this.i += 1; // the colon
+    if (written > 0) this.out.write(`\n${indent}`);
+    const last = plan?.lastValue.get(at);
+    const beforeBlock = writeKey(this.out, key, indent);
+    if (last === undefined) {
+      this.node(indent + INDENT_STEP, ' ', beforeBlock);
+    } else {
+      const own = this.i;
+      this.i = last;
+      this.node(indent + INDENT_STEP, ' ', beforeBlock);
+      this.i = skipValueAt(this.src, own);
     }
   }
 

@@ -194,7 +194,7 @@ describe('large configs sync', () => {
     );
     const contents: Record<string, Record<string, unknown>> = {
       pg_json: { rules, n: [0, -5, 1.5, 1e21, 5e-324], nested: { a: [true, null, {}], b: [] } },
-      // Integer-like keys, which JSON.parse moves first: this item takes the usual path.
+      // Integer-like keys, which JSON.parse moves first: streamed too, in the parse's order (json-file.ts MemberPlan).
       pg_keys: { rules: rules.slice(0, 100), 10: 'ten', 2: 'two' },
       pg_yaml: { rules: rules.slice(0, 100), on: 'yes' },
     };
@@ -220,7 +220,7 @@ describe('large configs sync', () => {
       },
     });
     // A YAML path streams too (reconcile/yaml-stream.ts): the same bytes as yaml-text.ts writes from the tree.
-    expect(streamed).toEqual(['pg_json', 'pg_yaml']);
+    expect(streamed).toEqual(['pg_json', 'pg_keys', 'pg_yaml']);
     const pulled = result.instances.filter((instance) => instance.id in contents);
     expect(pulled.map((instance) => instance.id)).toEqual(['pg_json', 'pg_keys', 'pg_yaml']);
     for (const instance of pulled) {
