@@ -3,6 +3,7 @@ import * as nodeFs from 'node:fs/promises';
 import { lstat, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FaultRequest } from '../api/admin-schemas.js';
 import { createClient } from '../api/client.js';
@@ -30,10 +31,10 @@ let rootDir: string;
 let server: RunningMockServer;
 let reconciler: Reconciler;
 
-async function open(maxResponseBytes = 1 << 20): Promise<void> {
+async function open(maxResponseBytes = 1 << 20, logger = silentLogger()): Promise<void> {
   await reconciler?.close();
   const client = createClient({ baseUrl: server.url, apiKey: API_KEY, timeoutMs: 10_000, maxResponseBytes });
-  const deps: Deps = { fs: nodeFs, clock, random: () => 0.5, logger: silentLogger() };
+  const deps: Deps = { fs: nodeFs, clock, random: () => 0.5, logger };
   reconciler = await Reconciler.open(
     deps,
     {
@@ -147,6 +148,45 @@ describe('one bad item never blocks the others', () => {
     // The service shows it failed: nothing more to report.
     await pass();
     expect(reports()).toHaveLength(2);
+  });
+
+  it('tells each unusable item at its level once, not on every pass that lists it', async () => {
+    const lines: { level: number; msg: string; instanceId?: string }[] = [];
+    await open(
+      1 << 20,
+      pino({ level: 'debug' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
+    );
+    for (let n = 0; n < 5; n += 1) put({ id: `cfg_new_${n}` });
+    put({ id: 'cfg_bad', content: { n: 1 } });
+    put({ id: 'cfg_ok' });
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [
+        {
+          find: '"target_status":"deployed","activity_status":"queued","error_status":"none","status":"queued","relative_filepath":"cfg_new_',
+          with: '"target_status":"superseded","activity_status":"queued","error_status":"none","status":"queued","relative_filepath":"cfg_new_',
+        },
+        { find: '"n":1}', with: '"n":1e400}' },
+      ],
+    });
+    for (let n = 0; n < 4; n += 1) await pass();
+    const told = (level: number) =>
+      lines.filter((line) => line.level === level && line.instanceId !== undefined);
+    // pino: 40 warn, 50 error, 20 debug.
+    expect(
+      told(40)
+        .map((line) => line.instanceId)
+        .sort(),
+    ).toEqual([0, 1, 2, 3, 4].map((n) => `cfg_new_${n}`));
+    expect(
+      told(50)
+        .filter((line) => line.msg.includes('cannot accept'))
+        .map((line) => line.instanceId),
+    ).toEqual(['cfg_bad']);
+    expect(told(20).filter((line) => line.msg.startsWith('instance skipped'))).toHaveLength(15);
+    expect(await fileAt('cfg_ok.json')).toBe('{\n  "owner": "cfg_ok"\n}\n');
   });
 
   it('an unknown target_status skips that instance: nothing written, nothing reported, its file kept', async () => {

@@ -35,6 +35,7 @@ import {
 } from './record.js';
 import { DELIVERIES_WHILE_WRITING, PassReports, type ReportContext, resolveAwaitedEchoes } from './report.js';
 import { FileSpill } from './spill.js';
+import type { ToldItems } from './told-items.js';
 
 /** Everything a pass works with; `lastSeenUpdatedAt` lives as long as the reconciler (report echoes). */
 export interface PassContext {
@@ -46,6 +47,8 @@ export interface PassContext {
   logger: Logger;
   /** rootDir's mount as this process saw it (root-mount.ts); one per reconciler, so per process. */
   rootMount?: RootMountWatch;
+  /** Unusable listed items already logged (told-items.ts); one per reconciler. */
+  toldItems?: ToldItems;
 }
 
 export async function runPass(ctx: PassContext, options: PassOptions): Promise<PassResult> {
@@ -183,6 +186,7 @@ function pullContext(
     deviceId: ctx.settings.deviceId,
     files: ctx.dir.state.files,
     clock: ctx.deps.clock,
+    ...(ctx.toldItems === undefined ? {} : { told: ctx.toldItems }),
     prepare: afterHeapCheckpoint(spill?.prepare ?? withFile, ctx.deps.heapCheckpoint),
     // An item whose exact text was judged and serialized before is not again (api/list-page.ts KnownItems), while
     // its text fits in the spill's budget. Not in a dry run, whose `withFile` would serialize unchecked content.

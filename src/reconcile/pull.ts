@@ -15,6 +15,7 @@ import type { Logger } from '../lib/logger.js';
 import { foldKey } from '../store/path-aliases.js';
 import type { ManagedFile } from '../store/state.js';
 import type { PassMode } from './pass-runner.js';
+import type { ToldItems } from './told-items.js';
 
 export interface PullContext<I extends ConfigInstanceHead = ConfigInstance> {
   client: ServiceClient;
@@ -34,6 +35,8 @@ export interface PullContext<I extends ConfigInstanceHead = ConfigInstance> {
   prepare?: (instance: ConfigInstance, wire?: ItemWire) => I | Promise<I>;
   /** Items judged valid before (store/fingerprints.ts): taken without checking their content again. */
   knownItems?: KnownItems;
+  /** What this process already logged of unusable items (told-items.ts): each is told at its level once. */
+  told?: ToldItems;
   signal?: AbortSignal;
 }
 
@@ -140,14 +143,19 @@ async function listInstances<I extends ConfigInstanceHead>(
     ...(ctx.knownItems === undefined ? {} : { knownItems: ctx.knownItems }),
     ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
   });
+  // Told at their level once per process (ToldItems), at debug while the service keeps listing them so.
   for (const item of pulled.skipped) {
-    ctx.logger.warn(
+    const said = `${item.unknown.field} ${JSON.stringify(item.unknown.value)}`;
+    const level = ctx.told?.firstTime(item.id, said) === false ? 'debug' : 'warn';
+    ctx.logger[level](
       { instanceId: item.id, path: item.relativeFilepath, [item.unknown.field]: item.unknown.value },
-      `instance skipped: its ${item.unknown.field} ${JSON.stringify(item.unknown.value)} is not a value this agent knows`,
+      `instance skipped: its ${said} is not a value this agent knows`,
     );
   }
   for (const item of pulled.invalid) {
-    ctx.logger.error(
+    const key = item.id ?? `(unnamed) ${item.problem}`;
+    const level = ctx.told?.firstTime(key, item.problem) === false ? 'debug' : 'error';
+    ctx.logger[level](
       { instanceId: item.id, problem: item.problem },
       'the service sent an instance this agent cannot accept',
     );

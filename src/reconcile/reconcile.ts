@@ -6,6 +6,7 @@ import type { LocalState } from '../store/state.js';
 import { StateDir } from '../store/state-dir.js';
 import { type PassContext, runPass } from './pass.js';
 import type { PassOptions, PassResult, PassRunner, ReconcilerSettings } from './pass-runner.js';
+import { ToldItems } from './told-items.js';
 
 export class Reconciler implements PassRunner {
   #ctx: PassContext;
@@ -24,7 +25,16 @@ export class Reconciler implements PassRunner {
     const logger = deps.logger.child({ component: 'reconcile' });
     const dir = await StateDir.open(deps.fs, settings, logger, options);
     const rootMount = new RootMountWatch(deps.fs, settings.rootDir);
-    return new Reconciler({ deps, settings, client, dir, logger, lastSeenUpdatedAt: new Map(), rootMount });
+    return new Reconciler({
+      deps,
+      settings,
+      client,
+      dir,
+      logger,
+      lastSeenUpdatedAt: new Map(),
+      rootMount,
+      toldItems: new ToldItems(),
+    });
   }
 
   /**
