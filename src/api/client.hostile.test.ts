@@ -12,6 +12,7 @@ import {
   ResponseTooLargeError,
   TimeoutError,
 } from './errors.js';
+import { HttpTransport } from './http-transport.js';
 import { createServiceTransport, type ServiceTransportOptions, type Transport } from './transport.js';
 import { createUndiciTransport } from './undici-transport.js';
 
@@ -236,6 +237,9 @@ const PAGE = JSON.stringify({
 const TRANSPORTS: [string, (options: ServiceTransportOptions) => Transport][] = [
   ['node:http', createServiceTransport],
   ['undici', createUndiciTransport],
+  // Every request on the node:http transport's own sockets, parsed by llhttp (src/api/socket-lane.ts).
+  ['own sockets', (options) => new HttpTransport({ ...options, ownSockets: 'always' })],
+  ['node:http for every request', (options) => new HttpTransport({ ...options, ownSockets: 'never' })],
 ];
 
 describe.each(TRANSPORTS)('malformed HTTP on the wire, through %s', (_name, build) => {

@@ -22,7 +22,7 @@ async function serve(handler: http.RequestListener): Promise<string> {
 }
 
 function request(origin: string, signal: AbortSignal): TransportRequest {
-  return { origin, path: '/x', method: 'GET', headers: {}, body: null, signal };
+  return { origin, path: '/x', method: 'PATCH', headers: {}, body: '{}', signal };
 }
 
 async function readAll(body: NodeJS.ReadableStream): Promise<string> {
@@ -31,64 +31,107 @@ async function readAll(body: NodeJS.ReadableStream): Promise<string> {
   return text;
 }
 
-describe('HttpTransport and the request signal', () => {
-  it('a complete answer, then another: no listener is left on either signal', async () => {
-    const origin = await serve((_req, res) => res.end('{"ok":true}'));
-    const transport = new HttpTransport({ timeoutMs: 5_000 });
-    for (let i = 0; i < 2; i += 1) {
+describe.each(['never', 'always'] as const)(
+  'HttpTransport and the request signal, own sockets %s',
+  (ownSockets) => {
+    it('a complete answer, then another: no listener is left on either signal', async () => {
+      const origin = await serve((_req, res) => res.end('{"ok":true}'));
+      const transport = new HttpTransport({ timeoutMs: 5_000, ownSockets });
+      for (let i = 0; i < 2; i += 1) {
+        const controller = new AbortController();
+        const response = await transport.request(request(origin, controller.signal));
+        expect(await readAll(response.body)).toBe('{"ok":true}');
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+      }
+      await transport.destroy();
+    });
+
+    it('an abort after the head fails the body being read, with the reason as its cause', async () => {
+      const origin = await serve((_req, res) => {
+        res.writeHead(200, { 'content-length': '100' });
+        res.write('{"partial":');
+      });
+      const transport = new HttpTransport({ timeoutMs: 5_000, ownSockets });
       const controller = new AbortController();
       const response = await transport.request(request(origin, controller.signal));
-      expect(await readAll(response.body)).toBe('{"ok":true}');
+      const reading = readAll(response.body).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      const reason = new Error('deadline');
+      controller.abort(reason);
+      const error = (await reading) as Error & { code?: string };
+      expect(error).toBeInstanceOf(Error);
+      expect(error.name).toBe('AbortError');
+      expect(error.code).toBe('ABORT_ERR');
+      expect(error.cause).toBe(reason);
       await new Promise((resolve) => setImmediate(resolve));
       expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
-    }
-    await transport.destroy();
-  });
+      await transport.destroy();
+    });
 
-  it('an abort after the head fails the body being read, with the reason as its cause', async () => {
+    it('an abort before any answer rejects the request; an already aborted signal too', async () => {
+      const origin = await serve(() => {});
+      const transport = new HttpTransport({ timeoutMs: 5_000, ownSockets });
+      const controller = new AbortController();
+      const pending = transport.request(request(origin, controller.signal)).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      const reason = new Error('stopped');
+      controller.abort(reason);
+      const error = (await pending) as Error;
+      expect(error.name).toBe('AbortError');
+      expect(error.cause).toBe(reason);
+      const early = (await transport.request(request(origin, AbortSignal.abort(reason))).then(
+        () => undefined,
+        (e: unknown) => e,
+      )) as Error;
+      expect(early.name).toBe('AbortError');
+      expect(early.cause).toBe(reason);
+      expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+      await transport.destroy();
+    });
+  },
+);
+
+describe('HttpTransport: status reports on its own sockets', () => {
+  it('a header value with a line break is refused before anything is sent', async () => {
+    let requests = 0;
     const origin = await serve((_req, res) => {
-      res.writeHead(200, { 'content-length': '100' });
-      res.write('{"partial":');
+      requests += 1;
+      res.end('{}');
     });
     const transport = new HttpTransport({ timeoutMs: 5_000 });
-    const controller = new AbortController();
-    const response = await transport.request(request(origin, controller.signal));
-    const reading = readAll(response.body).then(
+    const smuggled = {
+      ...request(origin, new AbortController().signal),
+      headers: { 'x-api-key': 'k\r\nx-evil: 1' },
+    };
+    const error = (await transport.request(smuggled).then(
       () => undefined,
-      (error: unknown) => error,
-    );
-    const reason = new Error('deadline');
-    controller.abort(reason);
-    const error = (await reading) as Error & { code?: string };
-    expect(error).toBeInstanceOf(Error);
-    expect(error.name).toBe('AbortError');
-    expect(error.code).toBe('ABORT_ERR');
-    expect(error.cause).toBe(reason);
-    await new Promise((resolve) => setImmediate(resolve));
-    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+      (e: unknown) => e,
+    )) as Error & { code?: string };
+    expect(error.code).toBe('ERR_INVALID_CHAR');
+    const fine = await transport.request(request(origin, new AbortController().signal));
+    expect(await readAll(fine.body)).toBe('{}');
+    expect(requests).toBe(1);
     await transport.destroy();
   });
 
-  it('an abort before any answer rejects the request; an already aborted signal too', async () => {
-    const origin = await serve(() => {});
+  it('200 reports one after another on kept-alive sockets: each answer whole, the big ones read slowly too', async () => {
+    let served = 0;
+    const origin = await serve((_req, res) => {
+      served += 1;
+      // Every third answer is larger than a stream's buffer mark, so the reader pauses its socket.
+      res.end(JSON.stringify({ n: served, pad: 'x'.repeat(served % 3 === 0 ? 40_000 : 10) }));
+    });
     const transport = new HttpTransport({ timeoutMs: 5_000 });
-    const controller = new AbortController();
-    const pending = transport.request(request(origin, controller.signal)).then(
-      () => undefined,
-      (error: unknown) => error,
-    );
-    const reason = new Error('stopped');
-    controller.abort(reason);
-    const error = (await pending) as Error;
-    expect(error.name).toBe('AbortError');
-    expect(error.cause).toBe(reason);
-    const early = (await transport.request(request(origin, AbortSignal.abort(reason))).then(
-      () => undefined,
-      (e: unknown) => e,
-    )) as Error;
-    expect(early.name).toBe('AbortError');
-    expect(early.cause).toBe(reason);
-    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0);
+    for (let i = 1; i <= 200; i += 1) {
+      const response = await transport.request(request(origin, new AbortController().signal));
+      if (i % 3 === 0) await new Promise((resolve) => setImmediate(resolve));
+      expect(JSON.parse(await readAll(response.body)).n).toBe(i);
+    }
     await transport.destroy();
   });
 });

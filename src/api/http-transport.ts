@@ -2,6 +2,7 @@
 import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
 import type https from 'node:https';
 import type { Socket } from 'node:net';
+import { abortError, SocketLane } from './socket-lane.js';
 import { markIfStale } from './stale-connection.js';
 import {
   CONNECT_TIMEOUT_MAX_MS,
@@ -27,6 +28,12 @@ export interface HttpTransportOptions {
   ca?: string[];
   /** false: one connection per request, closed after its response (a fresh transport's). Default true. */
   keepAlive?: boolean;
+  /**
+   * Which requests go on sockets of the transport's own, parsed by node's llhttp (src/api/socket-lane.ts) instead
+   * of through node:http's request machinery: `patch` (default), the status reports; `always`, every request
+   * (tests); `never`. A fresh transport (keepAlive false) uses node:http for all.
+   */
+  ownSockets?: 'patch' | 'always' | 'never';
 }
 
 /** Where requests go, parsed once per origin (a client has one). */
@@ -44,6 +51,7 @@ export class HttpTransport implements Transport {
   #httpAgent: HttpAgent | undefined;
   #httpsAgent: https.Agent | undefined;
   #endpoint: Endpoint | undefined;
+  #lane: SocketLane | undefined;
 
   constructor(options: HttpTransportOptions) {
     this.#options = options;
@@ -56,6 +64,7 @@ export class HttpTransport implements Transport {
   }
 
   async close(): Promise<void> {
+    this.#lane?.closeIdle();
     for (const agent of [this.#httpAgent, this.#httpsAgent]) {
       for (const sockets of Object.values(agent?.freeSockets ?? {})) {
         for (const socket of sockets ?? []) socket.destroy();
@@ -64,6 +73,7 @@ export class HttpTransport implements Transport {
   }
 
   async destroy(): Promise<void> {
+    this.#lane?.destroy();
     this.#httpAgent?.destroy();
     this.#httpsAgent?.destroy();
   }
@@ -97,6 +107,24 @@ export class HttpTransport implements Transport {
 
   request(request: TransportRequest): Promise<TransportResponse> {
     const endpoint = this.#endpointOf(request.origin);
+    const own = this.#keepAlive ? (this.#options.ownSockets ?? 'patch') : 'never';
+    if (own === 'always' || (own === 'patch' && request.method === 'PATCH')) {
+      this.#lane ??= new SocketLane({
+        idleMs: IDLE_KEEP_MS,
+        connectTimeoutMs: this.#connectTimeoutMs,
+        ca: this.#options.ca,
+      });
+      return this.#lane.request({
+        secure: endpoint.secure,
+        hostname: endpoint.hostname,
+        port: endpoint.port,
+        path: request.path,
+        method: request.method,
+        headers: request.headers,
+        body: request.body,
+        signal: request.signal,
+      });
+    }
     const { agent, send } = this.#agentFor(endpoint.secure);
     const headers: Record<string, string> = { ...request.headers };
     if (request.body !== null) headers['content-length'] = String(Buffer.byteLength(request.body));
@@ -157,11 +185,4 @@ export class HttpTransport implements Transport {
       req.end(request.body ?? undefined);
     });
   }
-}
-
-/** The error node:http destroys a request with when its `signal` aborts (AbortError, ABORT_ERR, the reason as cause). */
-function abortError(reason: unknown): Error {
-  const error = new Error('The operation was aborted', { cause: reason });
-  error.name = 'AbortError';
-  return Object.assign(error, { code: 'ABORT_ERR' });
 }

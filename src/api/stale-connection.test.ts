@@ -6,6 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { instanceFactory } from '../../test/helpers/instances.js';
 import { type ClientOptions, createClient, type RequestEvent } from './client.js';
 import { MalformedResponseError, NetworkError } from './errors.js';
+import { HttpTransport } from './http-transport.js';
 import { createServiceTransport, type ServiceTransportOptions, type Transport } from './transport.js';
 import { createUndiciTransport } from './undici-transport.js';
 
@@ -95,6 +96,9 @@ const configInstance = (id: string) => instanceFactory()({ id });
 const TRANSPORTS: [string, (options: ServiceTransportOptions) => Transport][] = [
   ['node:http', createServiceTransport],
   ['undici', createUndiciTransport],
+  // Every request on the node:http transport's own sockets, parsed by llhttp (src/api/socket-lane.ts).
+  ['own sockets', (options) => new HttpTransport({ ...options, ownSockets: 'always' })],
+  ['node:http for every request', (options) => new HttpTransport({ ...options, ownSockets: 'never' })],
 ];
 let buildTransport: (options: ServiceTransportOptions) => Transport = createServiceTransport;
 

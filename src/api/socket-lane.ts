@@ -1,0 +1,343 @@
+// Requests on kept-alive sockets of the transport's own, each answer parsed by node's llhttp: a sixth of node:http's CPU a request.
+import type { Socket } from 'node:net';
+import { Readable } from 'node:stream';
+import { markIfStale } from './stale-connection.js';
+
+/** node:http's own parser binding (llhttp), as node:http drives it; internal, present on Node 20 and 24. */
+interface LlhttpParser {
+  initialize(type: number, resource: object, maxHeaderSize?: number): void;
+  execute(data: Buffer): number | Error;
+  finish(): number | Error | undefined;
+  close(): void;
+  [key: number]: unknown;
+}
+interface LlhttpParserClass {
+  new (): LlhttpParser;
+  RESPONSE: number;
+  kOnHeaders: number;
+  kOnHeadersComplete: number;
+  kOnBody: number;
+  kOnMessageComplete: number;
+  kOnExecute: number;
+}
+
+/** One request as the lane sends it: the endpoint, the request line's path, headers and body. */
+export interface SocketLaneRequest {
+  secure: boolean;
+  hostname: string;
+  port: number;
+  path: string;
+  method: string;
+  headers: Record<string, string>;
+  body: string | null;
+  signal: AbortSignal;
+}
+
+export interface SocketLaneResponse {
+  statusCode: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Readable;
+}
+
+/** Headers a repeat of which node:http drops (IncomingMessage's `_addHeaderLine`); `set-cookie` becomes a list. */
+const SINGLE_HEADERS = new Set([
+  'content-type',
+  'content-length',
+  'user-agent',
+  'referer',
+  'host',
+  'authorization',
+  'proxy-authorization',
+  'if-modified-since',
+  'if-unmodified-since',
+  'from',
+  'location',
+  'max-forwards',
+  'retry-after',
+  'etag',
+  'last-modified',
+  'server',
+  'age',
+  'expires',
+]);
+
+/** The headers as node:http's IncomingMessage gives them, from llhttp's flat [name, value, …] list. */
+function headersOf(raw: readonly string[]): Record<string, string | string[] | undefined> {
+  const headers: Record<string, string | string[] | undefined> = {};
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!.toLowerCase();
+    const value = raw[i + 1]!;
+    const existing = headers[name];
+    if (existing === undefined) headers[name] = name === 'set-cookie' ? [value] : value;
+    else if (name === 'set-cookie') (existing as string[]).push(value);
+    else if (!SINGLE_HEADERS.has(name)) headers[name] = `${existing as string}, ${value}`;
+  }
+  return headers;
+}
+
+/** A header value node:http would refuse to send (ERR_INVALID_CHAR): no CR, LF or NUL may reach the wire. */
+const INVALID_HEADER_CHAR = /[^\t\x20-\x7e\x80-\xff]/;
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+function requestError(message: string, code: string): Error {
+  return Object.assign(new Error(message), { code });
+}
+
+interface Connection {
+  socket: Socket;
+  /** It served an answer before this request. */
+  reused: boolean;
+}
+
+/**
+ * Sends requests on sockets it keeps itself (one request at a time on each, kept alive for `idleMs` or the
+ * server's shorter `Keep-Alive: timeout=`), the answers parsed by the llhttp node:http uses: the same strict
+ * parsing, header limit and chunked bodies, without node:http's per-request machinery. What the client sees is
+ * what HttpTransport gives it: a status, headers as IncomingMessage's, a Readable body; an abort fails the
+ * request (or its body) with node's AbortError; a kept-alive socket the server closed before any byte of the
+ * answer fails it as stale (see stale-connection.ts); a connect that takes over `connectTimeoutMs` fails with
+ * CONNECT_TIMEOUT.
+ */
+export class SocketLane {
+  /** Idle sockets, each with the listener that drops it when anything happens on it while idle. */
+  readonly #idle: { socket: Socket; drop: () => void }[] = [];
+  readonly #live = new Set<Socket>();
+  readonly #idleMs: number;
+  readonly #connectTimeoutMs: number;
+  readonly #ca: string[] | undefined;
+  readonly #Parser: LlhttpParserClass;
+
+  constructor(options: { idleMs: number; connectTimeoutMs: number; ca?: string[] | undefined }) {
+    this.#idleMs = options.idleMs;
+    this.#connectTimeoutMs = options.connectTimeoutMs;
+    this.#ca = options.ca;
+    this.#Parser = (process.getBuiltinModule('_http_common') as { HTTPParser: LlhttpParserClass }).HTTPParser;
+  }
+
+  /** Ends the idle sockets (those in use end with their answer). */
+  closeIdle(): void {
+    for (const { socket } of this.#idle.splice(0)) socket.destroy();
+  }
+
+  /** Ends every socket now. */
+  destroy(): void {
+    this.closeIdle();
+    for (const socket of this.#live) socket.destroy();
+    this.#live.clear();
+  }
+
+  #connect(request: SocketLaneRequest): Connection {
+    for (let idle = this.#idle.pop(); idle !== undefined; idle = this.#idle.pop()) {
+      const { socket, drop } = idle;
+      socket.setTimeout(0);
+      for (const event of ['data', 'end', 'error', 'close', 'timeout']) socket.off(event, drop);
+      if (socket.destroyed || !socket.writable) continue;
+      return { socket, reused: true };
+    }
+    const { hostname: host, port } = request;
+    let socket: Socket;
+    if (request.secure) {
+      const tls = process.getBuiltinModule('node:tls');
+      const servername = process.getBuiltinModule('node:net').isIP(host) === 0 ? host : undefined;
+      socket = tls.connect({
+        host,
+        port,
+        ...(servername === undefined ? {} : { servername }),
+        ...(this.#ca === undefined ? {} : { ca: this.#ca }),
+      });
+    } else {
+      socket = process.getBuiltinModule('node:net').connect({ host, port });
+    }
+    socket.setNoDelay(true);
+    const timer = setTimeout(() => {
+      socket.destroy(requestError(`no connection within ${this.#connectTimeoutMs} ms`, 'CONNECT_TIMEOUT'));
+    }, this.#connectTimeoutMs);
+    timer.unref();
+    socket.once(request.secure ? 'secureConnect' : 'connect', () => clearTimeout(timer));
+    socket.once('close', () => clearTimeout(timer));
+    return { socket, reused: false };
+  }
+
+  #keep(socket: Socket, keepMs: number): void {
+    this.#live.delete(socket);
+    if (socket.destroyed || keepMs <= 0) {
+      socket.destroy();
+      return;
+    }
+    const drop = () => {
+      const at = this.#idle.findIndex((idle) => idle.socket === socket);
+      if (at !== -1) this.#idle.splice(at, 1);
+      socket.destroy();
+    };
+    // Bytes, an end or an error on an idle socket: it is not fit for another request.
+    socket.once('data', drop);
+    socket.once('end', drop);
+    socket.once('error', drop);
+    socket.once('close', drop);
+    socket.setTimeout(keepMs, drop);
+    socket.unref();
+    // Paused by a reader slower than the answer (its last bytes pushed over the stream's mark): flowing again.
+    socket.resume();
+    this.#idle.push({ socket, drop });
+  }
+
+  request(request: SocketLaneRequest): Promise<SocketLaneResponse> {
+    const { signal } = request;
+    const head = [`${request.method} ${request.path} HTTP/1.1`, `Host: ${hostHeader(request)}`];
+    for (const [name, value] of Object.entries(request.headers)) {
+      if (INVALID_HEADER_CHAR.test(value) || !HEADER_NAME.test(name)) {
+        return Promise.reject(
+          requestError(`Invalid character in header content ["${name}"]`, 'ERR_INVALID_CHAR'),
+        );
+      }
+      head.push(`${name}: ${value}`);
+    }
+    if (request.body !== null) head.push(`content-length: ${Buffer.byteLength(request.body)}`);
+    head.push('Connection: keep-alive', '', request.body ?? '');
+    return new Promise((resolve, reject) => {
+      if (signal.aborted) {
+        reject(abortError(signal.reason));
+        return;
+      }
+      const { socket, reused } = this.#connect(request);
+      this.#live.add(socket);
+      socket.ref();
+      const parser = new this.#Parser();
+      parser.initialize(this.#Parser.RESPONSE, {}, 0);
+      let rawHeaders: string[] = [];
+      let body: Readable | undefined;
+      let anyByte = false;
+      let settled = false;
+      let keepMs = this.#idleMs;
+
+      const cleanup = () => {
+        settled = true;
+        // The parser's memory is native and outlives its object unless closed (~2 KiB a request); never closed
+        // from inside its own callbacks, which this may run in.
+        setImmediate(() => parser.close());
+        signal.removeEventListener('abort', onAbort);
+        socket.off('data', onData);
+        socket.off('end', onEnd);
+        socket.off('error', onError);
+        socket.off('close', onClose);
+      };
+      const fail = (error: Error) => {
+        if (settled) return;
+        cleanup();
+        this.#live.delete(socket);
+        socket.destroy();
+        if (body === undefined) reject(error);
+        else if (!body.destroyed) body.destroy(error);
+      };
+      const onAbort = () => fail(abortError(signal.reason));
+      const onData = (chunk: Buffer) => {
+        anyByte = true;
+        const result = parser.execute(chunk);
+        if (result instanceof Error) fail(result);
+      };
+      const onEnd = () => {
+        const result = parser.finish();
+        if (result instanceof Error) fail(result);
+        else fail(closedError(reused, anyByte));
+      };
+      const onError = (error: Error & { code?: string }) => {
+        markIfStale(error, reused, !anyByte);
+        fail(error);
+      };
+      const onClose = () => fail(closedError(reused, anyByte));
+
+      parser[this.#Parser.kOnHeaders] = (headers: string[]) => {
+        rawHeaders.push(...headers);
+      };
+      parser[this.#Parser.kOnHeadersComplete] = (
+        _major: number,
+        _minor: number,
+        headers: string[] | undefined,
+        _method: unknown,
+        _url: unknown,
+        statusCode: number,
+        _statusMessage: unknown,
+        upgrade: boolean,
+        shouldKeepAlive: boolean,
+      ): number => {
+        const all = headers === undefined ? rawHeaders : [...rawHeaders, ...headers];
+        rawHeaders = [];
+        // A second answer to one request (bytes past the first): the socket is not fit for another request.
+        if (body !== undefined || settled) {
+          keepMs = 0;
+          return 1;
+        }
+        // An interim answer (100 Continue, 103 Early Hints): skipped, as node:http does, for the one after it.
+        if (statusCode >= 100 && statusCode < 200 && statusCode !== 101) return 1;
+        if (upgrade || statusCode === 101) {
+          queueMicrotask(() => fail(requestError('the service answered with an upgrade', 'ECONNRESET')));
+          return 1;
+        }
+        const answered = headersOf(all);
+        if (!shouldKeepAlive) keepMs = 0;
+        else keepMs = Math.min(keepMs, serverKeepMs(answered['keep-alive']));
+        const stream = new Readable({
+          read: () => socket.resume(),
+          destroy: (error, callback) => {
+            // The reader stopped before the end: the rest of the answer is not read, and the socket is not reused.
+            if (!settled) {
+              cleanup();
+              this.#live.delete(socket);
+              socket.destroy();
+            }
+            callback(error);
+          },
+        });
+        // The reader attaches its own listeners; this one keeps an error nobody reads from being thrown.
+        stream.on('error', () => {});
+        body = stream;
+        resolve({ statusCode, headers: answered, body: stream });
+        return 0;
+      };
+      parser[this.#Parser.kOnBody] = (chunk: Buffer) => {
+        if (body !== undefined && !body.destroyed && !body.push(Buffer.from(chunk))) socket.pause();
+      };
+      parser[this.#Parser.kOnMessageComplete] = () => {
+        if (body === undefined || settled) return;
+        cleanup();
+        const stream = body;
+        // The socket goes back once this turn's parse is over (bytes past the answer drop it there).
+        queueMicrotask(() => this.#keep(socket, keepMs));
+        stream.push(null);
+      };
+
+      signal.addEventListener('abort', onAbort, { once: true });
+      socket.on('data', onData);
+      socket.on('end', onEnd);
+      socket.on('error', onError);
+      socket.on('close', onClose);
+      socket.write(head.join('\r\n'));
+    });
+  }
+}
+
+/** The closing of a socket before its answer was whole, as node:http names it ("socket hang up"), stale when it is. */
+function closedError(reused: boolean, anyByte: boolean): Error {
+  const error = requestError('socket hang up', 'ECONNRESET');
+  markIfStale(error, reused, !anyByte);
+  return error;
+}
+
+/** The server's `Keep-Alive: timeout=<s>` less a second, as node:http's agent takes it; unbounded without one. */
+function serverKeepMs(value: string | string[] | undefined): number {
+  const hint = typeof value === 'string' ? /^timeout=(\d+)/.exec(value) : null;
+  return hint === null ? Number.POSITIVE_INFINITY : Number.parseInt(hint[1]!, 10) * 1000 - 1000;
+}
+
+function hostHeader(request: SocketLaneRequest): string {
+  const host = request.hostname.includes(':') ? `[${request.hostname}]` : request.hostname;
+  const defaultPort = request.secure ? 443 : 80;
+  return request.port === defaultPort ? host : `${host}:${request.port}`;
+}
+
+/** The error node:http destroys a request with when its `signal` aborts (AbortError, ABORT_ERR, the reason as cause). */
+export function abortError(reason: unknown): Error {
+  const error = new Error('The operation was aborted', { cause: reason });
+  error.name = 'AbortError';
+  return Object.assign(error, { code: 'ABORT_ERR' });
+}
