@@ -167,6 +167,31 @@ describe.skipIf(!hasOpenssl)(
       expect(serviceSawKeys).toEqual([KEY, KEY]);
     });
 
+    it("a status report direct to an HTTPS service, on the transport's own TLS sockets: trusted CA and name required", async () => {
+      const report = { activity_status: 'deployed', error_status: 'none' } as const;
+      const direct = client(serviceUrl, { env: {} });
+      for (let i = 0; i < 3; i += 1) await direct.reportConfigInstanceStatus('ci_1', report);
+      expect(serviceSawKeys).toEqual([KEY, KEY, KEY]);
+      // Without the CA the self-signed certificate is refused before any request is written.
+      const untrusted = createClient({
+        baseUrl: serviceUrl,
+        apiKey: KEY,
+        timeoutMs: PATIENCE_MS,
+        maxResponseBytes: 1024 * 1024,
+        proxy: { env: {} },
+      });
+      const refused = await untrusted.reportConfigInstanceStatus('ci_1', report).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(NetworkError);
+      expect((refused as NetworkError).message).toMatch(/SELF_SIGNED/);
+      // The certificate names 127.0.0.1 alone: reached by another name, it is refused.
+      const misnamed = await client(`https://localhost:${new URL(serviceUrl).port}`, { env: {} })
+        .reportConfigInstanceStatus('ci_1', report)
+        .catch((e: unknown) => e);
+      expect(misnamed).toBeInstanceOf(NetworkError);
+      expect((misnamed as NetworkError).message).toMatch(/ERR_TLS_CERT_ALTNAME_INVALID/);
+      expect(serviceSawKeys).toEqual([KEY, KEY, KEY]);
+    });
+
     it('a proxy that refuses the tunnel is a network error naming the proxy answer; the service sees nothing', async () => {
       const error = await client(serviceUrl, { url: refusingUrl, env: {} })
         .getDevice('dvc_1')
