@@ -1,4 +1,4 @@
-// The built config-agent-node .deb under a real systemd (PID 1 in its own namespaces): install, init, run, reload, stop, purge.
+// The built config-agent-node .deb under a real systemd (PID 1 in its own namespaces): install, init, run, reload, stop, switching packages, purge.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -27,17 +27,15 @@ const FIXTURES = {
   ],
 };
 
-function findDeb(): string | undefined {
+function findDeb(prefix: string, suffix: string): string | undefined {
   const dir = path.join(REPO, 'dist-pkg');
   if (!existsSync(dir)) return undefined;
-  const name = readdirSync(dir).find(
-    (file) => file.startsWith('config-agent-node_') && file.endsWith(`_${ARCH}.deb`),
-  );
+  const name = readdirSync(dir).find((file) => file.startsWith(prefix) && file.endsWith(suffix));
   return name === undefined ? undefined : path.join(dir, name);
 }
 
 /** Why this machine cannot run the test, or undefined. */
-function cannotRun(deb: string | undefined): string | undefined {
+function cannotRun(deb: string | undefined, allDeb: string | undefined): string | undefined {
   if (process.getuid?.() !== 0) return 'needs root (namespaces, mounts, pivot_root)';
   for (const tool of ['unshare', 'nsenter']) {
     if (spawnSync(tool, ['--version']).error !== undefined) return `${tool} is not installed (util-linux)`;
@@ -47,12 +45,16 @@ function cannotRun(deb: string | undefined): string | undefined {
     return skipWithoutPackages(
       `no dist-pkg/config-agent-node_*_${ARCH}.deb: run npm run package -- --arch ${ARCH}`,
     );
+  if (allDeb === undefined)
+    return skipWithoutPackages('no dist-pkg/config-agent_*_all.deb: run npm run package');
   if (!existsSync(MOCK)) return 'dist/ is not built (npm run build)';
   return undefined;
 }
 
-const DEB = findDeb();
-let skipReason = cannotRun(DEB);
+const DEB = findDeb('config-agent-node_', `_${ARCH}.deb`);
+/** The other package of the pair, on the system Node (the machine's, >= 20.19, as CI's). */
+const ALL_DEB = findDeb('config-agent_', '_all.deb');
+let skipReason = cannotRun(DEB, ALL_DEB);
 /** Not /tmp: the machine's tmpfiles would empty it (FIELD-NOTES, pitfall 2). */
 const scratch = '/var/tmp';
 let workDir = '';
@@ -138,7 +140,9 @@ function signal(pid: number, sig: NodeJS.Signals | number): void {
 beforeAll(async () => {
   if (skipReason !== undefined) return;
   workDir = mkdtempSync(path.join(scratch, 'config-agent-systemd-'));
-  boot = spawn(BOOT, [path.join(workDir, 'boot'), DEB as string], { stdio: ['ignore', 'pipe', 'pipe'] });
+  boot = spawn(BOOT, [path.join(workDir, 'boot'), DEB as string, ALL_DEB as string], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   boot.stdout?.on('data', (chunk) => {
     bootLog += String(chunk);
   });
@@ -346,6 +350,62 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
     expect(inside('ls /var/lib/config-agent/code-cache').stdout.trim()).toBe(files[0]);
     expect(owner(`/var/lib/config-agent/code-cache/${files[0]}`)).toBe('600 config-agent:config-agent');
   });
+
+  it("switching between config-agent-node and config-agent keeps the agent running, and purging the one left in config-files state keeps the other's configuration, key and state", async (ctx) => {
+    if (skipReason !== undefined) ctx.skip(skipReason);
+    const node = `/opt/ci/${path.basename(DEB as string)}`;
+    const all = `/opt/ci/${path.basename(ALL_DEB as string)}`;
+    const kept = () =>
+      inside(
+        'cat /etc/config-agent/api-key /etc/config-agent/config.json /var/lib/config-agent/state.json >/dev/null && ' +
+          'systemctl is-enabled config-agent',
+      );
+    const converges = async (what: string) => {
+      await until(
+        `config-agent sync to converge ${what}`,
+        () => inside('config-agent sync').status === 0,
+        60_000,
+      );
+    };
+    expect(inside('systemctl start config-agent').status).toBe(0);
+
+    // To the package on the system Node: apt removes config-agent-node (config-files left) and starts the agent.
+    const toAll = inside(`apt-get install -y ${all}`);
+    expect(toAll.status, toAll.stdout + toAll.stderr).toBe(0);
+    expect(inside("dpkg-query -s config-agent-node | sed -n 's/^Status: //p'").stdout.trim()).toBe(
+      'deinstall ok config-files',
+    );
+    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+    // Purging config-agent-node's leftovers deleted /etc/config-agent and /var/lib/config-agent of the running
+    // config-agent and disabled its unit: after the next restart or boot it was skipped, unconfigured.
+    const purgeNode = inside('dpkg --purge config-agent-node');
+    expect(purgeNode.status, purgeNode.stdout + purgeNode.stderr).toBe(0);
+    const afterPurgeNode = kept();
+    expect(afterPurgeNode.status, afterPurgeNode.stderr).toBe(0);
+    expect(afterPurgeNode.stdout.trim()).toBe('enabled');
+    expect(inside('systemctl restart config-agent').status).toBe(0);
+    await converges('on config-agent');
+
+    // And back: config-agent is left in config-files state; purging it keeps config-agent-node's.
+    const toNode = inside(`apt-get install -y ${node}`);
+    expect(toNode.status, toNode.stdout + toNode.stderr).toBe(0);
+    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+    const purgeAll = inside('dpkg --purge config-agent');
+    expect(purgeAll.status, purgeAll.stdout + purgeAll.stderr).toBe(0);
+    expect(purgeAll.stderr).toContain('another config-agent package is installed');
+    expect(kept().stdout.trim()).toBe('enabled');
+
+    // Installed again after a remove (config-files kept, so postinst is told the old version, as on an upgrade):
+    // the agent prerm stopped because the package went away is started again. It stayed stopped until a reboot.
+    const removed = inside('apt-get remove -y config-agent-node');
+    expect(removed.status, removed.stdout + removed.stderr).toBe(0);
+    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('inactive');
+    const again = inside(`apt-get install -y ${node}`);
+    expect(again.status, again.stdout + again.stderr).toBe(0);
+    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+    expect(inside('systemctl is-enabled config-agent').stdout.trim()).toBe('enabled');
+    await converges('after the reinstall');
+  }, 240_000);
 
   it('purge removes configuration and state but never the managed files', (ctx) => {
     if (skipReason !== undefined) ctx.skip(skipReason);
