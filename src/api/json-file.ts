@@ -809,9 +809,15 @@ export function writeContentFile(src: Buffer, checked: CheckedContent): Buffer {
   return out;
 }
 
+/**
+ * The last `content` of an item examined (a parse keeps the last of a repeated key); `dropped`: the `[start, end)`
+ * of each one before it, which the rest of the item is judged without.
+ */
+export type FoundContent = Extract<ContentVerdict, { kind: 'content' | 'problem' }> & { dropped?: number[] };
+
 /** What `examineItem` makes of a large item's text. */
 export type ItemVerdict =
-  | Extract<ContentVerdict, { kind: 'content' | 'problem' }>
+  | FoundContent
   /** Text json.ts parseJson refuses, with the error it throws (`text`: the item decoded, for its id). */
   | { kind: 'unparsable'; text: string; error: JsonTextError }
   /** Cannot be judged without the item's tree: why. */
@@ -848,27 +854,42 @@ export function itemTextError(
 }
 
 /** The item's `content` examined, or why the item's keys cannot be read without a parse. */
-function findContent(item: Buffer): ContentVerdict | string {
+function findContent(item: Buffer): FoundContent | { kind: 'not_json' } | string {
   const length = item.length;
   let at = skipWhitespace(item, 0);
   if (item[at] !== OPEN_OBJECT) return 'not an object';
   at = skipWhitespace(item, at + 1);
-  let found: ContentVerdict | undefined;
+  let found: FoundContent | undefined;
+  /** `[start, end)` of each `content` value before the last: a parse keeps the last one. */
+  const dropped: number[] = [];
   while (item[at] !== CLOSE_OBJECT) {
     if (item[at] !== QUOTE) return 'unread text';
     const close = byteStringEnd(item, at);
     if (close === -1) return 'unread text';
-    // A key with an escape could be `content`.
-    for (let k = at + 1; k < close; k++)
-      if (item[k] === BACKSLASH) return 'a key of the item written with an escape';
-    const isContent = close - at - 1 === 7 && item.toString('latin1', at + 1, close) === 'content';
+    let isContent = close - at - 1 === 7 && item.toString('latin1', at + 1, close) === 'content';
+    if (!isContent) {
+      // A key written with an escape may be `content` (`"c\u006fntent"`).
+      for (let k = at + 1; k < close; k++) {
+        if (item[k] !== BACKSLASH) continue;
+        try {
+          isContent = keyText(item, at) === 'content';
+        } catch {
+          return 'unread text';
+        }
+        break;
+      }
+    }
     at = skipWhitespace(item, close + 1);
     if (item[at] !== COLON) return 'unread text';
     at = skipWhitespace(item, at + 1);
     if (isContent) {
-      if (found !== undefined) return '`content` twice';
-      found = examineContent(item, at);
-      if (found.kind === 'not_json') return found;
+      const verdict = examineContent(item, at);
+      if (verdict.kind === 'not_json') return verdict;
+      if (found !== undefined) {
+        const { start, end } = found.kind === 'content' ? found.checked : found;
+        dropped.push(start, end);
+      }
+      found = verdict;
       at = found.kind === 'content' ? found.checked.end : found.end;
     } else {
       at = skipValue(item, at);
@@ -880,7 +901,8 @@ function findContent(item: Buffer): ContentVerdict | string {
     at = skipWhitespace(item, at + 1);
   }
   if (skipWhitespace(item, at + 1) !== length) return 'unread text';
-  return found ?? 'no `content`';
+  if (found === undefined) return 'no `content`';
+  return dropped.length === 0 ? found : { ...found, dropped };
 }
 
 /**

@@ -155,9 +155,9 @@ export const STREAMED_ITEM_BYTES = 64 * 1024;
 
 /**
  * An item longer than this that the streaming judge cannot judge without its tree (json-file.ts `examineItem`
- * "unsure": no `content`, `content` twice, a key of the item's own written with an escape, an item that is not
- * an object), or whose fields besides its content are this long, is refused rather than parsed: a tree weighs
- * ~25 times its text, more than a small device holds. Below it, such an item takes the usual path.
+ * "unsure": no `content`, an item that is not an object), or whose fields besides its content are this long, is
+ * refused rather than parsed: a tree weighs ~25 times its text, more than a small device holds. Below it, such
+ * an item takes the usual path.
  */
 export const TREE_ITEM_BYTES = 2 * 1024 * 1024;
 
@@ -190,13 +190,24 @@ function judgeStreamed(bytes: Buffer, treeFrom: number): PageItem | undefined {
     return bytes.length > treeFrom ? tooLargeToJudge(bytes, verdict.reason, treeFrom) : undefined;
   }
   const { start, end } = verdict.kind === 'content' ? verdict.checked : verdict;
+  // Every `content` value, the last one and any before it (`dropped`), in the order of the text.
+  const ranges = [...(verdict.dropped ?? []), start, end];
+  let contentBytes = 0;
+  for (let k = 0; k < ranges.length; k += 2) contentBytes += ranges[k + 1]! - ranges[k]!;
   // A tree of the rest of the item: bounded too, whatever `treeFrom` (a test's) says.
-  if (bytes.length - (end - start) > TREE_ITEM_BYTES) {
+  if (bytes.length - contentBytes > TREE_ITEM_BYTES) {
     return tooLargeToJudge(bytes, 'its fields besides `content`', TREE_ITEM_BYTES);
   }
+  let head = '';
+  let from = 0;
+  for (let k = 0; k < ranges.length; k += 2) {
+    head += `${bytes.toString('utf8', from, ranges[k])}{}`;
+    from = ranges[k + 1]!;
+  }
+  head += bytes.toString('utf8', from);
   let value: unknown;
   try {
-    value = parseJson(`${bytes.toString('utf8', 0, start)}{}${bytes.toString('utf8', end)}`);
+    value = parseJson(head);
   } catch {
     // Not JSON outside the content: named, as the usual path names it, from the whole text.
     const unparsable = itemTextError(bytes);
@@ -206,10 +217,10 @@ function judgeStreamed(bytes: Buffer, treeFrom: number): PageItem | undefined {
   if (verdict.kind === 'problem') {
     return judgeInstanceValue(value, { path: ['content', ...verdict.path], message: verdict.problem });
   }
-  const head = judgeInstanceValue(value);
-  if (head.kind === 'invalid') return head;
+  const judged = judgeInstanceValue(value);
+  if (judged.kind === 'invalid') return judged;
   const content = new JsonContentFile(bytes, verdict.checked).asContent();
-  return { ...head, instance: { ...head.instance, content } } as PageItem;
+  return { ...judged, instance: { ...judged.instance, content } } as PageItem;
 }
 
 /**
