@@ -4,6 +4,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HttpTransport } from './http-transport.js';
+import { llhttpParserFrom, nodeHttpCommon } from './socket-lane.js';
 import type { TransportRequest } from './transport.js';
 
 const servers: http.Server[] = [];
@@ -133,5 +134,41 @@ describe('HttpTransport: status reports on its own sockets', () => {
       expect(JSON.parse(await readAll(response.body)).n).toBe(i);
     }
     await transport.destroy();
+  });
+});
+
+describe('HttpTransport: a runtime whose llhttp binding the lane cannot drive', () => {
+  const { HTTPParser } = process.getBuiltinModule('_http_common') as { HTTPParser: Record<string, unknown> };
+  const withoutBody = Object.assign(function Parser() {}, { ...HTTPParser, kOnBody: undefined });
+  it.each([
+    ['no _http_common', () => undefined],
+    [
+      'loading it throws',
+      () => {
+        throw new Error('No such built-in module: _http_common');
+      },
+    ],
+    ['no HTTPParser', () => ({})],
+    ['a parser without kOnBody', () => ({ HTTPParser: withoutBody })],
+    ['a parser without execute', () => ({ HTTPParser: Object.assign(function Parser() {}, HTTPParser) })],
+  ])('%s: status reports go through node:http, each answered whole', async (_name, httpCommon) => {
+    expect(llhttpParserFrom(httpCommon)).toBeUndefined();
+    let served = 0;
+    const origin = await serve((_req, res) => {
+      served += 1;
+      res.end(JSON.stringify({ n: served }));
+    });
+    const transport = new HttpTransport({ timeoutMs: 5_000, ownSockets: 'always', httpCommon });
+    for (let i = 1; i <= 3; i += 1) {
+      const response = await transport.request(request(origin, new AbortController().signal));
+      expect(response.statusCode).toBe(200);
+      expect(JSON.parse(await readAll(response.body)).n).toBe(i);
+    }
+    expect(served).toBe(3);
+    await transport.destroy();
+  });
+
+  it("this runtime's own binding is taken", () => {
+    expect(llhttpParserFrom(nodeHttpCommon)).toBe(HTTPParser);
   });
 });

@@ -2,7 +2,7 @@
 import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
 import type https from 'node:https';
 import type { Socket } from 'node:net';
-import { abortError, SocketLane } from './socket-lane.js';
+import { abortError, llhttpParserFrom, nodeHttpCommon, SocketLane } from './socket-lane.js';
 import { markIfStale } from './stale-connection.js';
 import {
   CONNECT_TIMEOUT_MAX_MS,
@@ -34,6 +34,11 @@ export interface HttpTransportOptions {
    * (tests); `never`. A fresh transport (keepAlive false) uses node:http for all.
    */
   ownSockets?: 'patch' | 'always' | 'never';
+  /**
+   * Where node's `_http_common` (llhttp's binding, an internal) comes from; default the runtime's. When it is
+   * missing or not of the shape socket-lane.ts drives, every request goes through node:http.
+   */
+  httpCommon?: () => unknown;
 }
 
 /** Where requests go, parsed once per origin (a client has one). */
@@ -51,7 +56,8 @@ export class HttpTransport implements Transport {
   #httpAgent: HttpAgent | undefined;
   #httpsAgent: https.Agent | undefined;
   #endpoint: Endpoint | undefined;
-  #lane: SocketLane | undefined;
+  /** The lane, once made; null when this runtime's llhttp binding cannot drive one. */
+  #lane: SocketLane | null | undefined;
 
   constructor(options: HttpTransportOptions) {
     this.#options = options;
@@ -105,16 +111,28 @@ export class HttpTransport implements Transport {
     return { agent: this.#httpsAgent, send: tls.request };
   }
 
+  #laneOf(): SocketLane | null {
+    if (this.#lane === undefined) {
+      const Parser = llhttpParserFrom(this.#options.httpCommon ?? nodeHttpCommon);
+      this.#lane =
+        Parser === undefined
+          ? null
+          : new SocketLane({
+              idleMs: IDLE_KEEP_MS,
+              connectTimeoutMs: this.#connectTimeoutMs,
+              ca: this.#options.ca,
+              Parser,
+            });
+    }
+    return this.#lane;
+  }
+
   request(request: TransportRequest): Promise<TransportResponse> {
     const endpoint = this.#endpointOf(request.origin);
     const own = this.#keepAlive ? (this.#options.ownSockets ?? 'patch') : 'never';
-    if (own === 'always' || (own === 'patch' && request.method === 'PATCH')) {
-      this.#lane ??= new SocketLane({
-        idleMs: IDLE_KEEP_MS,
-        connectTimeoutMs: this.#connectTimeoutMs,
-        ca: this.#options.ca,
-      });
-      return this.#lane.request({
+    const lane = own === 'always' || (own === 'patch' && request.method === 'PATCH') ? this.#laneOf() : null;
+    if (lane !== null) {
+      return lane.request({
         secure: endpoint.secure,
         hostname: endpoint.hostname,
         port: endpoint.port,

@@ -11,7 +11,7 @@ interface LlhttpParser {
   close(): void;
   [key: number]: unknown;
 }
-interface LlhttpParserClass {
+export interface LlhttpParserClass {
   new (): LlhttpParser;
   RESPONSE: number;
   kOnHeaders: number;
@@ -19,6 +19,41 @@ interface LlhttpParserClass {
   kOnBody: number;
   kOnMessageComplete: number;
   kOnExecute: number;
+}
+
+const PARSER_CALLBACKS = ['kOnHeaders', 'kOnHeadersComplete', 'kOnBody', 'kOnMessageComplete'] as const;
+const PARSER_METHODS = ['initialize', 'execute', 'finish', 'close'] as const;
+
+/**
+ * node's llhttp binding from a module as `_http_common` exports it, or undefined when it is not there or not of the
+ * shape this lane drives (an internal: a Node release may move or reshape it; HttpTransport then sends every
+ * request through node:http).
+ */
+export function llhttpParserOf(httpCommon: unknown): LlhttpParserClass | undefined {
+  const Parser = (httpCommon as { HTTPParser?: unknown } | null | undefined)?.HTTPParser;
+  if (typeof Parser !== 'function') return undefined;
+  const statics = Parser as unknown as Record<string, unknown>;
+  if (typeof statics.RESPONSE !== 'number') return undefined;
+  if (PARSER_CALLBACKS.some((name) => typeof statics[name] !== 'number')) return undefined;
+  const prototype = (Parser as { prototype?: Record<string, unknown> }).prototype;
+  if (prototype === undefined || PARSER_METHODS.some((name) => typeof prototype[name] !== 'function')) {
+    return undefined;
+  }
+  return Parser as unknown as LlhttpParserClass;
+}
+
+/** `_http_common` as this runtime has it (getBuiltinModule throws for a name it does not know). */
+export function nodeHttpCommon(): unknown {
+  return process.getBuiltinModule('_http_common');
+}
+
+/** The llhttp binding from where `source` gets `_http_common`, or undefined when it cannot be had (never throws). */
+export function llhttpParserFrom(source: () => unknown): LlhttpParserClass | undefined {
+  try {
+    return llhttpParserOf(source());
+  } catch {
+    return undefined;
+  }
 }
 
 /** One request as the lane sends it: the endpoint, the request line's path, headers and body. */
@@ -107,11 +142,16 @@ export class SocketLane {
   readonly #ca: string[] | undefined;
   readonly #Parser: LlhttpParserClass;
 
-  constructor(options: { idleMs: number; connectTimeoutMs: number; ca?: string[] | undefined }) {
+  constructor(options: {
+    idleMs: number;
+    connectTimeoutMs: number;
+    ca?: string[] | undefined;
+    Parser: LlhttpParserClass;
+  }) {
     this.#idleMs = options.idleMs;
     this.#connectTimeoutMs = options.connectTimeoutMs;
     this.#ca = options.ca;
-    this.#Parser = (process.getBuiltinModule('_http_common') as { HTTPParser: LlhttpParserClass }).HTTPParser;
+    this.#Parser = options.Parser;
   }
 
   /** Ends the idle sockets (those in use end with their answer). */
