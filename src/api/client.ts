@@ -58,6 +58,7 @@ import {
   type ReleaseFilters,
   ReleaseList,
   StatusReport,
+  Timestamp,
 } from './schemas.js';
 import { isStaleConnectionError } from './stale-connection.js';
 import {
@@ -177,7 +178,7 @@ function reportAnswerHead(prefix: Buffer): ReportAnswer | undefined {
   const fields = peekStrings(text, 1, ['activity_status', 'error_status', 'updated_at']);
   const activity = ConfigInstanceActivityStatus.safeParse(fields.activity_status);
   const error = ErrorStatus.safeParse(fields.error_status);
-  const updatedAt = ConfigInstance.shape.updated_at.safeParse(fields.updated_at);
+  const updatedAt = Timestamp.safeParse(fields.updated_at);
   if (id === undefined || !activity.success || !error.success || !updatedAt.success) return undefined;
   return { id, activity_status: activity.data, error_status: error.data, updated_at: updatedAt.data };
 }

@@ -111,9 +111,9 @@ describe('quickInstance', () => {
       fc.property(
         fc.record({
           id: fc.string({ maxLength: 20 }),
-          target_status: fc.constantFrom(...ConfigInstance.shape.target_status.options),
-          activity_status: fc.constantFrom(...ConfigInstance.shape.activity_status.options),
-          error_status: fc.constantFrom(...ConfigInstance.shape.error_status.options),
+          target_status: fc.constantFrom(...ConfigInstance.unwrap().shape.target_status.options),
+          activity_status: fc.constantFrom(...ConfigInstance.unwrap().shape.activity_status.options),
+          error_status: fc.constantFrom(...ConfigInstance.unwrap().shape.error_status.options),
           status: fc.string({ maxLength: 12 }),
           relative_filepath: fc.string({ maxLength: 20 }),
           created_at: validTimestamp,
@@ -164,8 +164,8 @@ describe('items of a compact body judged on their values', () => {
       fc.property(
         fc.record({
           id: fc.string({ maxLength: 20 }),
-          target_status: fc.constantFrom(...ConfigInstance.shape.target_status.options, 'retired'),
-          activity_status: fc.constantFrom(...ConfigInstance.shape.activity_status.options),
+          target_status: fc.constantFrom(...ConfigInstance.unwrap().shape.target_status.options, 'retired'),
+          activity_status: fc.constantFrom(...ConfigInstance.unwrap().shape.activity_status.options),
           created_at: validTimestamp,
           content: fc.oneof(
             { arbitrary: fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 })), weight: 4 },

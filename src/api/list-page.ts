@@ -78,7 +78,7 @@ export interface ItemWire {
 export type PageItem =
   | { kind: 'valid'; instance: ConfigInstance; wire?: ItemWire }
   /** Readable, but with a status value the agent does not know: skipped with a warning, never acted on. */
-  | { kind: 'unknown_status'; instance: z.infer<typeof LenientInstance>; unknown: UnknownStatus }
+  | { kind: 'unknown_status'; instance: LenientInstance; unknown: UnknownStatus }
   /**
    * Not acceptable. `id` is there when readable; `activityStatus` when the item carries a known one (the
    * report of its failure keeps it); `problem` names the field and what is wrong with it.
@@ -254,12 +254,23 @@ export interface ConfigInstancePage {
   bytes: number;
 }
 
-/** The instance schema with free-form statuses: tells "unknown status value" apart from "broken item". */
-const LenientInstance = ConfigInstance.extend({
-  target_status: z.string(),
-  activity_status: z.string(),
-  error_status: z.string(),
-});
+/**
+ * The instance schema with free-form statuses: tells "unknown status value" apart from "broken item". Built the
+ * first time an item fails the strict schema, as the wire schemas are (schemas.ts's onFirstUse).
+ */
+function buildLenientInstance() {
+  return ConfigInstance.unwrap().extend({
+    target_status: z.string(),
+    activity_status: z.string(),
+    error_status: z.string(),
+  });
+}
+type LenientInstance = z.infer<ReturnType<typeof buildLenientInstance>>;
+let lenientInstance: ReturnType<typeof buildLenientInstance> | undefined;
+function lenientInstanceSchema(): ReturnType<typeof buildLenientInstance> {
+  lenientInstance ??= buildLenientInstance();
+  return lenientInstance;
+}
 
 const STATUS_FIELDS = [
   ['target_status', ConfigInstanceTargetStatus],
@@ -417,7 +428,7 @@ function judgeInstanceValue(
   if (strict.success && contentIssue === undefined) return { kind: 'valid', instance: strict.data };
 
   if (contentIssue === undefined) {
-    const lenient = LenientInstance.safeParse(value);
+    const lenient = lenientInstanceSchema().safeParse(value);
     if (lenient.success) {
       for (const [field, schema] of STATUS_FIELDS) {
         const raw = lenient.data[field];

@@ -54,6 +54,23 @@ function deployment(overrides: Record<string, unknown> = {}): Record<string, unk
 }
 
 describe('wire schemas', () => {
+  it('each wire shape is one schema, built on first use: the shapes that hold it hold that very schema', () => {
+    const instanceSchema = ConfigInstance.unwrap();
+    expect(ConfigInstance.unwrap()).toBe(instanceSchema);
+    expect(ConfigInstanceList.unwrap().shape.data.element).toBe(instanceSchema);
+    expect(Deployment.unwrap().shape.config_instances.unwrap().element).toBe(instanceSchema);
+    expect(DeployResponse.unwrap().shape.deploy).toBe(instanceSchema);
+    expect(DeployResponse.unwrap().shape.remove.element.shape.config_instance).toBe(instanceSchema);
+    // What a parse through the lazy export refuses, and how, is the built schema's own verdict.
+    const bad = instance({ id: '', target_status: 'retired', content: [] });
+    expect(ConfigInstance.safeParse(bad).error?.issues).toEqual(instanceSchema.safeParse(bad).error?.issues);
+    expect(ConfigInstance.safeParse(bad).error?.issues.map((issue) => issue.path.join('.'))).toEqual([
+      'id',
+      'target_status',
+      'content',
+    ]);
+  });
+
   it('accepts a full config instance and keeps its nested content', () => {
     const parsed = ConfigInstance.parse(instance());
     expect(parsed.content).toEqual({ nested: { list: [1, 'two', true, null], n: 1.5 } });

@@ -7,6 +7,19 @@ export { isUsableInstanceId };
 
 export const Timestamp = z.iso.datetime({ offset: true });
 
+/**
+ * The schema `build` makes, built the first time something parses with it (or unwraps it) and kept: the object
+ * schemas below cost ~4 ms to build at start-up, and an idle `--once` parses none of them (list-page.ts's hand
+ * checks take every everyday item). `unwrap()` returns that one schema, never a second.
+ */
+function onFirstUse<T extends z.ZodType>(build: () => T): z.ZodLazy<T> {
+  let built: T | undefined;
+  return z.lazy(() => {
+    built ??= build();
+    return built;
+  });
+}
+
 // ---- enums (spec: Resources and their fields) ----
 
 export const DeploymentActivityStatus = z.enum([
@@ -174,59 +187,69 @@ export const ConfigContent = z.custom<{ [key: string]: JsonValue }>().superRefin
 });
 export type ConfigContent = z.infer<typeof ConfigContent>;
 
-export const Device = z.object({
-  object: z.literal('device'),
-  id: z.string(),
-  name: z.string(),
-  status: z.string(),
-  last_connected_at: Timestamp,
-  last_disconnected_at: Timestamp,
-  created_at: Timestamp,
-  updated_at: Timestamp,
-});
+export const Device = onFirstUse(() =>
+  z.object({
+    object: z.literal('device'),
+    id: z.string(),
+    name: z.string(),
+    status: z.string(),
+    last_connected_at: Timestamp,
+    last_disconnected_at: Timestamp,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+  }),
+);
 export type Device = z.infer<typeof Device>;
 
 /** Fields of a config schema and a config type are not shown by the spec: we know only that they have ids. */
-export const ConfigSchemaRef = z.looseObject({ object: z.literal('config_schema'), id: z.string() });
+export const ConfigSchemaRef = onFirstUse(() =>
+  z.looseObject({ object: z.literal('config_schema'), id: z.string() }),
+);
 export type ConfigSchemaRef = z.infer<typeof ConfigSchemaRef>;
-export const ConfigTypeRef = z.looseObject({ object: z.literal('config_type'), id: z.string() });
+export const ConfigTypeRef = onFirstUse(() =>
+  z.looseObject({ object: z.literal('config_type'), id: z.string() }),
+);
 export type ConfigTypeRef = z.infer<typeof ConfigTypeRef>;
 
-export const Release = z.object({
-  object: z.literal('release'),
-  id: z.string(),
-  version: z.string(),
-  created_at: Timestamp,
-  updated_at: Timestamp,
-  config_schemas: z.array(ConfigSchemaRef),
-});
+export const Release = onFirstUse(() =>
+  z.object({
+    object: z.literal('release'),
+    id: z.string(),
+    version: z.string(),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    config_schemas: z.array(ConfigSchemaRef.unwrap()),
+  }),
+);
 export type Release = z.infer<typeof Release>;
 
-export const ConfigInstance = z.object({
-  object: z.literal('config_instance'),
-  id: z
-    .string()
-    .min(1)
-    .max(MAX_INSTANCE_ID_LENGTH)
-    // The empty id is min(1)'s to name.
-    .refine((id) => id === '' || id.length > MAX_INSTANCE_ID_LENGTH || isUsableInstanceId(id), {
-      message: 'holds a lone surrogate (no URL can carry it)',
-    }),
-  target_status: ConfigInstanceTargetStatus,
-  activity_status: ConfigInstanceActivityStatus,
-  error_status: ErrorStatus,
-  status: ConfigInstanceStatus,
-  relative_filepath: z.string(),
-  created_at: Timestamp,
-  updated_at: Timestamp,
-  device_id: z.string(),
-  config_schema_id: z.string(),
-  config_type_id: z.string(),
-  device: Device.nullable(),
-  config_schema: ConfigSchemaRef.nullable(),
-  config_type: ConfigTypeRef.nullable(),
-  content: ConfigContent,
-});
+export const ConfigInstance = onFirstUse(() =>
+  z.object({
+    object: z.literal('config_instance'),
+    id: z
+      .string()
+      .min(1)
+      .max(MAX_INSTANCE_ID_LENGTH)
+      // The empty id is min(1)'s to name.
+      .refine((id) => id === '' || id.length > MAX_INSTANCE_ID_LENGTH || isUsableInstanceId(id), {
+        message: 'holds a lone surrogate (no URL can carry it)',
+      }),
+    target_status: ConfigInstanceTargetStatus,
+    activity_status: ConfigInstanceActivityStatus,
+    error_status: ErrorStatus,
+    status: ConfigInstanceStatus,
+    relative_filepath: z.string(),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    device_id: z.string(),
+    config_schema_id: z.string(),
+    config_type_id: z.string(),
+    device: Device.unwrap().nullable(),
+    config_schema: ConfigSchemaRef.unwrap().nullable(),
+    config_type: ConfigTypeRef.unwrap().nullable(),
+    content: ConfigContent,
+  }),
+);
 export type ConfigInstance = z.infer<typeof ConfigInstance>;
 /** An instance without its content: what every stage after planning needs of it. */
 export type ConfigInstanceHead = Omit<ConfigInstance, 'content'>;
@@ -239,23 +262,25 @@ function tolerated<T extends z.ZodEnum>(known: T) {
   return z.union([known, z.string()]);
 }
 
-export const Deployment = z.object({
-  object: z.literal('deployment'),
-  id: z.string(),
-  description: z.string(),
-  status: tolerated(DeploymentStatus),
-  activity_status: tolerated(DeploymentActivityStatus),
-  error_status: tolerated(ErrorStatus),
-  target_status: tolerated(DeploymentTargetStatus),
-  device_id: z.string(),
-  /** The release's version label, not its id (spec). */
-  release_id: z.string(),
-  created_at: Timestamp,
-  updated_at: Timestamp,
-  device: Device.nullable(),
-  release: Release.nullable(),
-  config_instances: z.array(ConfigInstance).nullable(),
-});
+export const Deployment = onFirstUse(() =>
+  z.object({
+    object: z.literal('deployment'),
+    id: z.string(),
+    description: z.string(),
+    status: tolerated(DeploymentStatus),
+    activity_status: tolerated(DeploymentActivityStatus),
+    error_status: tolerated(ErrorStatus),
+    target_status: tolerated(DeploymentTargetStatus),
+    device_id: z.string(),
+    /** The release's version label, not its id (spec). */
+    release_id: z.string(),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    device: Device.unwrap().nullable(),
+    release: Release.unwrap().nullable(),
+    config_instances: z.array(ConfigInstance.unwrap()).nullable(),
+  }),
+);
 export type Deployment = z.infer<typeof Deployment>;
 
 // ---- lists ----
@@ -283,37 +308,43 @@ export interface ListEnvelope<T> {
   data: T[];
 }
 
-export const ConfigInstanceList = ListEnvelope(ConfigInstance);
-export const ReleaseList = ListEnvelope(Release);
-export const DeviceList = ListEnvelope(Device);
+export const ConfigInstanceList = onFirstUse(() => ListEnvelope(ConfigInstance.unwrap()));
+export const ReleaseList = onFirstUse(() => ListEnvelope(Release.unwrap()));
+export const DeviceList = onFirstUse(() => ListEnvelope(Device.unwrap()));
 
 // ---- deploy ----
 
 export const KNOWN_REMOVE_CODES = ['device_file_path_conflict', 'device_config_schema_conflict'] as const;
 
-export const DeployRemoval = z.object({
-  code: z.string(),
-  explanation: z.string(),
-  config_instance: ConfigInstance,
-});
+export const DeployRemoval = onFirstUse(() =>
+  z.object({
+    code: z.string(),
+    explanation: z.string(),
+    config_instance: ConfigInstance.unwrap(),
+  }),
+);
 export type DeployRemoval = z.infer<typeof DeployRemoval>;
 
-export const DeployResponse = z.object({
-  deploy: ConfigInstance,
-  remove: z.array(DeployRemoval),
-});
+export const DeployResponse = onFirstUse(() =>
+  z.object({
+    deploy: ConfigInstance.unwrap(),
+    remove: z.array(DeployRemoval.unwrap()),
+  }),
+);
 export type DeployResponse = z.infer<typeof DeployResponse>;
 
 // ---- errors ----
 
 /** Error body of the service: `{"error": {"code", "message", "params"}}`. */
-export const ErrorBody = z.object({
-  error: z.object({
-    code: z.string(),
-    message: z.string(),
-    params: z.record(z.string(), z.unknown()).default({}),
+export const ErrorBody = onFirstUse(() =>
+  z.object({
+    error: z.object({
+      code: z.string(),
+      message: z.string(),
+      params: z.record(z.string(), z.unknown()).default({}),
+    }),
   }),
-});
+);
 export type ErrorBody = z.infer<typeof ErrorBody>;
 
 // ---- extension: the agent's status report (PATCH /v1/config_instances/{id}) ----
