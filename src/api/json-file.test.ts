@@ -398,7 +398,8 @@ describe('a large item judged with its content streamed into its file', () => {
     expect(big.length).toBeGreaterThan(TREE_ITEM_BYTES);
     const hostile = [
       `{"id":"cfg_1","activity_status":"queued","rules":${big}}`, // no `content`
-      itemText('{"a":1}', { before: `,"extra":${big}` }), // a tree of the rest of the item
+      // A tree of the rest of the item: a million small values.
+      itemText('{"a":1}', { before: `,"extra":[${'0,'.repeat(1_100_000)}0]` }),
     ];
     for (const text of hostile) {
       const judged = judgeItemBytes(Buffer.from(text, 'utf8'));
@@ -409,6 +410,16 @@ describe('a large item judged with its content streamed into its file', () => {
       // A smaller limit's fallback is the usual path.
       const usual = judgeItemBytes(Buffer.from(text, 'utf8'), 0, Number.POSITIVE_INFINITY);
       if (text === hostile[0]) expect(outcome(usual)).toEqual(outcome(judgeConfigInstance(text)));
+    }
+  });
+
+  it('judges a large item whose other fields hold a long string (light as a tree) as the usual path does', () => {
+    const long = 'x'.repeat(TREE_ITEM_BYTES + 10);
+    for (const text of [
+      itemText('{"a":1}').replace('"status":"queued"', `"status":"${long}"`),
+      itemText('{"a":[1,2]}', { before: `,"extra":["${long}",{"b":"${long}"}]` }),
+    ]) {
+      expect(compare(text)).toBe('streamed');
     }
   });
 

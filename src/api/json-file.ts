@@ -949,6 +949,29 @@ function skipValue(src: Buffer, from: number): number {
   }
 }
 
+/** What one string adds to a tree besides its characters (a string object, a slot in its container). */
+const STRING_WEIGHT = 16;
+
+/**
+ * A bound on what `src[from, to)` weighs as a parsed tree, in bytes of text: its bytes outside strings (each
+ * number, bracket and comma becomes a value or a slot) and STRING_WEIGHT per string, whose characters weigh
+ * about what they do as text. A field of a megabyte of text is light; a megabyte of `[0,0,…]` is not.
+ */
+export function treeWeight(src: Buffer, from: number, to: number): number {
+  let weight = 0;
+  for (let at = from; at < to; at++) {
+    if (src[at] !== QUOTE) {
+      weight += 1;
+      continue;
+    }
+    const close = byteStringEnd(src, at);
+    if (close === -1 || close >= to) return weight + (to - at);
+    weight += STRING_WEIGHT;
+    at = close;
+  }
+  return weight;
+}
+
 /**
  * json.ts scan's depth, over bytes: the deepest nesting of brackets outside strings, read up to a string that
  * does not end (brackets and quotes are single bytes in UTF-8, so the bytes give what the characters give).

@@ -5,7 +5,7 @@ import { hash } from 'node:crypto';
 import * as z from 'zod';
 import { formatFieldPath } from '../lib/field-path.js';
 import { JsonTextError, MAX_PARSE_DEPTH, parseJson, peekId, peekStrings } from './json.js';
-import { examineItem, itemTextError, JsonContentFile } from './json-file.js';
+import { examineItem, itemTextError, JsonContentFile, treeWeight } from './json-file.js';
 import {
   ConfigInstance,
   ConfigInstanceActivityStatus,
@@ -155,9 +155,9 @@ export const STREAMED_ITEM_BYTES = 64 * 1024;
 
 /**
  * An item longer than this that the streaming judge cannot judge without its tree (json-file.ts `examineItem`
- * "unsure": no `content`, an item that is not an object), or whose fields besides its content are this long, is
- * refused rather than parsed: a tree weighs ~25 times its text, more than a small device holds. Below it, such
- * an item takes the usual path.
+ * "unsure": no `content`, an item that is not an object), or whose fields besides its content would weigh this
+ * much as a tree (json-file.ts `treeWeight`: long strings count as their text), is refused rather than parsed: a
+ * tree weighs up to ~25 times its text, more than a small device holds. Below it, the usual path.
  */
 export const TREE_ITEM_BYTES = 2 * 1024 * 1024;
 
@@ -192,11 +192,19 @@ function judgeStreamed(bytes: Buffer, treeFrom: number): PageItem | undefined {
   const { start, end } = verdict.kind === 'content' ? verdict.checked : verdict;
   // Every `content` value, the last one and any before it (`dropped`), in the order of the text.
   const ranges = [...(verdict.dropped ?? []), start, end];
-  let contentBytes = 0;
-  for (let k = 0; k < ranges.length; k += 2) contentBytes += ranges[k + 1]! - ranges[k]!;
-  // A tree of the rest of the item: bounded too, whatever `treeFrom` (a test's) says.
-  if (bytes.length - contentBytes > TREE_ITEM_BYTES) {
-    return tooLargeToJudge(bytes, 'its fields besides `content`', TREE_ITEM_BYTES);
+  // A tree of the rest of the item: bounded too, whatever `treeFrom` (a test's) says. Long strings weigh
+  // what their text does; a field of a million small values would not.
+  let weight = 0;
+  for (let k = 0, from = 0; k <= ranges.length; k += 2) {
+    weight += treeWeight(bytes, from, ranges[k] ?? bytes.length);
+    from = ranges[k + 1] ?? bytes.length;
+  }
+  if (weight > TREE_ITEM_BYTES) {
+    return tooLargeToJudge(
+      bytes,
+      'its fields besides `content` would make a tree too large',
+      TREE_ITEM_BYTES,
+    );
   }
   let head = '';
   let from = 0;
