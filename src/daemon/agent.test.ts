@@ -184,7 +184,7 @@ async function startAgent(
   options: {
     random?: number;
     timeoutSeconds?: number;
-    releaseMemory?: () => void;
+    releaseMemory?: (waitMs: number) => void;
     metricsTextfile?: string;
     volume?: Volume;
     logger?: Logger;
@@ -313,19 +313,24 @@ describe('AgentDaemon: the wait at boot', () => {
 describe('AgentDaemon: memory between polls', () => {
   it('is given back once after each pass, before the wait for the next poll, whatever the pass did', async () => {
     const timeline: string[] = [];
+    const waits: number[] = [];
     let agent: Agent | undefined;
     agent = await startAgent({
-      releaseMemory: () =>
-        timeline.push(`after ${agent?.reconciler.modes.length} passes, ${agent?.clock.sleeps.length} waits`),
+      releaseMemory: (waitMs) => {
+        waits.push(waitMs);
+        timeline.push(`after ${agent?.reconciler.modes.length} passes, ${agent?.clock.sleeps.length} waits`);
+      },
     });
     agent.reconciler.script({ reachable: true }, { reachable: false }, { reachable: true, crash: true });
-    await passes(agent, 3);
+    await passes(agent, 4);
     // The boot wait is the first: the release after pass k comes before its wait, the (k + 1)th.
-    expect(timeline).toEqual([
+    expect(timeline.slice(0, 3)).toEqual([
       'after 1 passes, 1 waits',
       'after 2 passes, 2 waits',
       'after 3 passes, 3 waits',
     ]);
+    // Each is told the wait it precedes (the release runs whatever the heap grew before a long one).
+    expect(waits.slice(0, 3)).toEqual(agent.clock.sleeps.slice(1, 4).map((sleep) => sleep.ms));
   });
 
   it('a release that throws leaves the daemon polling', async () => {

@@ -231,7 +231,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       if (this.#stop.signal.aborted) break;
       this.#lastLoopAt = clock.monotonic();
       const delay = this.#nextDelayMs(result);
-      this.#releaseMemory();
+      this.#releaseMemory(delay);
       await this.#sleep(delay);
     }
   }
@@ -258,10 +258,10 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     return delay;
   }
 
-  /** Idle until the next poll: memory the pass grew goes back to the system (deps.releaseMemory). */
-  #releaseMemory(): void {
+  /** Idle for `waitMs` until the next poll: memory the pass grew goes back to the system (deps.releaseMemory). */
+  #releaseMemory(waitMs: number): void {
     try {
-      this.#c.deps.releaseMemory?.();
+      this.#c.deps.releaseMemory?.(waitMs);
     } catch (error) {
       this.#logger.warn({ err: error }, 'could not release memory after the pass');
     }

@@ -16,10 +16,10 @@ export interface Deps {
    */
   transport?: Transport;
   /**
-   * The daemon calls this when it goes idle after a pass, to give memory back to the system (a full
-   * collection, lib/release-memory.ts); absent in tests and for `--once`, which exits instead.
+   * The daemon calls this when it goes idle after a pass, with the wait ahead (ms), to give memory back to the
+   * system (a full collection, lib/release-memory.ts); absent in tests and for `--once`, which exits instead.
    */
-  releaseMemory?: () => void;
+  releaseMemory?: (waitMs: number) => void;
   /**
    * A pass calls this between units of work (each pulled item, each applied step, before the last delivery):
    * a full collection once the used heap grew enough since the last (lib/release-memory.ts `heapCheckpoint`).

@@ -1,6 +1,12 @@
 // heapReleaser: V8's gc reached without --expose-gc, run only once the heap grew enough; the growth policy with a fake heap.
 import { describe, expect, it } from 'vitest';
-import { collectOnGrowth, type HeapControl, heapReleaser, idleReleaseThreshold } from './release-memory.js';
+import {
+  collectOnGrowth,
+  type HeapControl,
+  heapReleaser,
+  idleReleaseThreshold,
+  RELEASE_EVERY_PASS_MIN_WAIT_MS,
+} from './release-memory.js';
 
 const MiB = 1024 * 1024;
 
@@ -17,22 +23,34 @@ describe('heapReleaser', () => {
     const held = process.memoryUsage().heapUsed;
     const made = dropped.length;
     dropped = undefined;
-    release?.();
+    release?.(1000);
     expect(made).toBe(200);
     expect(held - process.memoryUsage().heapUsed).toBeGreaterThan(8 * MiB);
   });
 
   it('does nothing until the heap grew by the given size since its last collection', () => {
     const release = heapReleaser(() => 1024 * MiB);
-    release?.();
+    release?.(1000);
     let dropped: string[][] | undefined = garbage();
     const held = process.memoryUsage().heapUsed;
     const made = dropped.length;
     dropped = undefined;
-    release?.();
+    release?.(RELEASE_EVERY_PASS_MIN_WAIT_MS - 1);
     expect(made).toBe(200);
     // Not collected: the heap did not grow by 1 GiB since the first call's collection.
     expect(held - process.memoryUsage().heapUsed).toBeLessThan(4 * MiB);
+  });
+
+  it('collects before a wait of RELEASE_EVERY_PASS_MIN_WAIT_MS or more, however little the heap grew', () => {
+    const release = heapReleaser(() => 1024 * MiB);
+    release?.(1000);
+    let dropped: string[][] | undefined = garbage();
+    const held = process.memoryUsage().heapUsed;
+    const made = dropped.length;
+    dropped = undefined;
+    release?.(RELEASE_EVERY_PASS_MIN_WAIT_MS);
+    expect(made).toBe(200);
+    expect(held - process.memoryUsage().heapUsed).toBeGreaterThan(8 * MiB);
   });
 });
 
@@ -80,6 +98,19 @@ describe('collectOnGrowth', () => {
     expect(check()).toBe(false);
     heap.set(20 * MiB);
     expect(check()).toBe(true);
+  });
+
+  it('collects when forced, without growth, and measures from what that collection left', () => {
+    const heap = fakeHeap(20 * MiB, 15 * MiB);
+    const check = collectOnGrowth(heap, () => 8 * MiB);
+    expect(check()).toBe(false);
+    expect(check(true)).toBe(true);
+    expect(heap.size()).toBe(15 * MiB);
+    heap.set(22 * MiB);
+    expect(check()).toBe(false);
+    heap.set(23 * MiB);
+    expect(check()).toBe(true);
+    expect(heap.collections).toBe(2);
   });
 
   it('with an initial base of 0, the first call collects', () => {

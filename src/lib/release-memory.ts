@@ -22,6 +22,16 @@ export const RELEASE_AFTER_GROWTH_BYTES = 8 * MiB;
 export const RELEASE_AFTER_GROWTH_FRACTION = 0.75;
 
 /**
+ * Before a wait at least this long the idle release runs whatever the heap grew: the daemon is then idle for
+ * most of its life (the default poll is 30 s), and what a poll grows back is held until the next one. The
+ * growth rule alone left the idle daemon at 1,000 managed at 64.5 MiB (Node 24, 1 s polls; 64.1 at 30 s) and
+ * 62.6 (Node 20); a release after every pass 60.8 and 60.5, for ~35 ms (Node 24) and ~15 ms (Node 20) of CPU per
+ * poll — ~0.1 % of a core at 30 s, too much at 1 s polls, which keep the growth rule (docs/performance.md
+ * "Idle daemon, tenth round").
+ */
+export const RELEASE_EVERY_PASS_MIN_WAIT_MS = 10_000;
+
+/**
  * During a pass, a full collection once the old generation grew this much since its lowest point after the
  * last one. V8 lets the old generation grow to about four times what was live between its own full collections
  * (a first sync of 10,000 made three); collecting sooner keeps the committed heap, and the RSS, nearer what is
@@ -40,19 +50,20 @@ export interface HeapControl {
 
 /**
  * A function to call at quiet points: it runs `heap.collect()` once `heap.size()` exceeds its lowest reading
- * since the last collection (V8 may shrink the heap itself) by `threshold(that lowest reading)`, and says
- * whether it collected. Before any collection the base is `initialBase`, or else the first reading.
+ * since the last collection (V8 may shrink the heap itself) by `threshold(that lowest reading)`, or whenever it
+ * is called with `force`, and says whether it collected. Before any collection the base is `initialBase`, or
+ * else the first reading.
  */
 export function collectOnGrowth(
   heap: HeapControl,
   threshold: (base: number) => number,
   initialBase?: number,
-): () => boolean {
+): (force?: boolean) => boolean {
   let base = initialBase;
-  return () => {
+  return (force = false) => {
     const size = heap.size();
     if (base === undefined || size < base) base = size;
-    if (size < base + threshold(base)) return false;
+    if (!force && size < base + threshold(base)) return false;
     heap.collect();
     base = heap.size();
     return true;
@@ -77,14 +88,15 @@ let collector: GcFunction | null | undefined;
  * returns the freed pages (Node 24, idle daemon with 1,000 managed: 115 → 99 MiB, docs/performance.md "Idle
  * daemon"). Node 20's V8 (11.3) takes no flavor, and a `gc(options)` there leaves garbage a plain `gc()`
  * collects: it gets the plain one, which returns little (90 MiB either way). It collects only once the heap
- * (V8's committed size) grew by `threshold` (`idleReleaseThreshold`) since its last collection; the first call
- * collects.
+ * (V8's committed size) grew by `threshold` (`idleReleaseThreshold`) since its last collection, or when the wait
+ * it precedes is at least `everyPassMinWaitMs` (RELEASE_EVERY_PASS_MIN_WAIT_MS); the first call collects.
  * Undefined when the runtime refuses (memory is then left to V8).
  */
 export function heapReleaser(
   threshold: (base: number) => number = idleReleaseThreshold,
   v8Version = process.versions.v8,
-): (() => void) | undefined {
+  everyPassMinWaitMs = RELEASE_EVERY_PASS_MIN_WAIT_MS,
+): ((waitMs: number) => void) | undefined {
   const collect = gcFunction();
   if (collect === null) return undefined;
   const lastResort = Number.parseInt(v8Version, 10) >= 12;
@@ -98,8 +110,8 @@ export function heapReleaser(
     // The first pass grew the heap from nothing: the first call collects.
     0,
   );
-  return () => {
-    release();
+  return (waitMs) => {
+    release(waitMs >= everyPassMinWaitMs);
   };
 }
 
