@@ -263,6 +263,16 @@ describe('loadApiKey', () => {
     ['an empty key file', '', 'the API key file /etc/config-agent/api-key is empty'],
     ['a whitespace-only key file', ' \n\n', 'the API key file /etc/config-agent/api-key is empty'],
     [
+      'a key of 3 characters',
+      ' abc\n',
+      'the API key file /etc/config-agent/api-key holds 3 character(s): an API key has at least 4 (a shorter one could not be kept out of the logs)',
+    ],
+    [
+      'a key of 1 character',
+      'K',
+      'the API key file /etc/config-agent/api-key holds 1 character(s): an API key has at least 4 (a shorter one could not be kept out of the logs)',
+    ],
+    [
       'a key file of two lines',
       `${KEY}\nsecond-line-${KEY}`,
       'the API key file /etc/config-agent/api-key must hold only the key: printable ASCII, one line, no spaces (found other characters)',
@@ -279,6 +289,14 @@ describe('loadApiKey', () => {
     await fs.open(`${CRED}/api-key`, 'w').then((h) => h.close());
     const error = await rejected(loadApiKey(fs, config(), { CREDENTIALS_DIRECTORY: CRED }), ApiKeyError);
     expect(error.message).toBe(`the credential ${CRED}/api-key is empty`);
+  });
+
+  it('takes a key of 4 characters, the shortest the logs scrub', async () => {
+    const { fs } = memfs({});
+    expect(await loadApiKey(fs, config(), { CONFIG_AGENT_API_KEY: 'k3y!' })).toEqual({
+      apiKey: 'k3y!',
+      source: 'env',
+    });
   });
 
   it('refuses a key with spaces from the environment, without echoing it', async () => {

@@ -5,6 +5,7 @@ import type { z } from 'zod';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { MIN_SECRET_LENGTH } from '../lib/secrets.js';
 import { resolveConfigPath } from './config-path.js';
 import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
 import { assertHookProgramsTrusted } from './hook-programs.js';
@@ -267,6 +268,12 @@ async function readKeyFile(
 function checkKey(raw: string, where: string): string {
   const key = raw.trim();
   if (key === '') throw new ApiKeyError(`${where} is empty`);
+  if (key.length < MIN_SECRET_LENGTH) {
+    throw new ApiKeyError(
+      `${where} holds ${key.length} character(s): an API key has at least ${MIN_SECRET_LENGTH} ` +
+        '(a shorter one could not be kept out of the logs)',
+    );
+  }
   if (!KEY_CHARS.test(key)) {
     throw new ApiKeyError(
       `${where} must hold only the key: printable ASCII, one line, no spaces (found other characters)`,

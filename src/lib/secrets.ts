@@ -5,8 +5,11 @@ export interface SecretRegistry {
   scrub(text: string): string;
 }
 
-/** Secrets shorter than this are not scrubbed: replacing "a" everywhere would shred the log. */
-const MIN_SECRET_LENGTH = 4;
+/**
+ * Secrets shorter than this are not scrubbed: replacing "a" everywhere would shred the log. So the API key must
+ * be at least this long (config/load.ts refuses a shorter one): a key that could not be scrubbed could leak.
+ */
+export const MIN_SECRET_LENGTH = 4;
 export const REDACTED = '[REDACTED]';
 
 /**
