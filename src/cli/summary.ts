@@ -104,8 +104,9 @@ export function renderHumanSummary(result: PassResult): string {
   );
   lines.push(`${result.converged ? 'Converged' : 'Not converged'}: ${counts.join(', ') || 'nothing to do'}.`);
   for (const action of ACTION_ORDER) {
-    if (action === 'unchanged') continue;
     for (const outcome of byAction.get(action) ?? []) {
+      // An unchanged file is listed only with a note: one kept as someone else changed it (`drift: report`).
+      if (action === 'unchanged' && outcome.message === undefined) continue;
       const detail = outcome.message === undefined ? '' : ` — ${terminalSafe(outcome.message)}`;
       lines.push(
         `  ${action.padEnd(9)} ${terminalSafe(outcome.path)} (${terminalSafe(outcome.instanceId)})${detail}`,
