@@ -32,8 +32,8 @@ const STOP_DEADLINE_MS = 10_000;
 /**
  * How the daemon waits out a start-up failure that may pass by itself (`waitsOutAtStart`: a full or failing
  * disk under stateDir or rootDir; or stateDir locked by another live agent, such as an operator's long
- * `config-agent --once` at boot): 5 s, doubling up to 5 min, in-process. Never beyond what systemd allows:
- * exiting instead would soon hit the unit's start limit and leave it failed until an operator came.
+ * `config-agent --once` at boot): 5 s, doubling up to 5 min, in-process: exiting instead would have systemd restart
+ * the whole agent every 30 s (systemd/config-agent.service).
  */
 export interface StartRetry {
   firstDelayMs: number;

@@ -102,9 +102,8 @@ const TRANSIENT_ERRNOS: ReadonlySet<string> = new Set([
 /**
  * Whether the daemon should wait and try to start again in-process rather than exit: stateDir or rootDir
  * could not be opened, locked, created or swept for a reason that may pass (a full disk, EIO, no
- * descriptors). Exiting 1 let systemd restart the agent, but after StartLimitBurst starts in
- * StartLimitIntervalSec the unit stays failed for good: a disk full for a minute at boot left the device
- * unmanaged until someone ran `systemctl reset-failed`, however soon space came back.
+ * descriptors). Exiting 1 had systemd restart the whole agent (every 30 s; under the start limit the unit once
+ * had, a disk full for a minute at boot left it failed for good); waiting in-process starts as soon as it passes.
  */
 export function waitsOutAtStart(error: unknown): boolean {
   if (!isAgentError(error)) return false;

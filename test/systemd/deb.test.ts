@@ -322,6 +322,16 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
     expect(inside('config-agent status').status).toBe(3);
   });
 
+  it('a storm of 15 restarts in a row leaves it running: the unit has no start limit to hit', (ctx) => {
+    if (skipReason !== undefined) ctx.skip(skipReason);
+    // Under the old limit (10 starts in 10 minutes) the 11th restart was refused and the unit stayed failed
+    // (Result=start-limit-hit) with nothing to restart it.
+    for (let i = 0; i < 15; i += 1) expect(inside('systemctl restart config-agent').status).toBe(0);
+    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+    expect(inside('systemctl stop config-agent').status).toBe(0);
+    expect(unitProps('ActiveState,Result').Result).toBe('success');
+  });
+
   it("--once as the agent's user makes and uses its code cache in /var/lib/config-agent; root's --once writes none", (ctx) => {
     if (skipReason !== undefined) ctx.skip(skipReason);
     // The key is root's (the unit hands it over with LoadCredential=): given here through the environment.
