@@ -71,7 +71,7 @@ function clock(): Clock {
   };
 }
 
-async function runPass(settings: { inMemoryFileBytes?: number } = {}) {
+async function runPass(settings: { inMemoryFileBytes?: number } = {}, heapCheckpoint?: () => void) {
   const client = createClient({
     baseUrl: proxyUrl,
     apiKey: API_KEY,
@@ -79,7 +79,13 @@ async function runPass(settings: { inMemoryFileBytes?: number } = {}) {
     maxResponseBytes: 1 << 20,
   });
   const reconciler = await Reconciler.open(
-    { fs: nodeFs, clock: clock(), random: () => 0.5, logger: silentLogger() },
+    {
+      fs: nodeFs,
+      clock: clock(),
+      random: () => 0.5,
+      logger: silentLogger(),
+      ...(heapCheckpoint === undefined ? {} : { heapCheckpoint }),
+    },
     {
       deviceId: DEVICE,
       rootDir: path.join(dir, 'root'),
@@ -177,6 +183,34 @@ describe('items known by their exact text', () => {
     expect(idle.outcomes.every((o) => o.action === 'unchanged')).toBe(true);
     expect(server.state.reports.length).toBe(reports);
     expect(await readFile(rootFile('d1/conf1.json'))).toEqual(before);
+  });
+
+  it("the heap's readings a pass takes while pulling: one per item judged in full, none for a known item", async () => {
+    // The checkpoint reads V8's heap spaces (deps.heapCheckpoint), ~2 µs each: 1,000 known items cost ~2 ms.
+    let readings = 0;
+    const count = () => {
+      readings += 1;
+    };
+    await runPass({}, count);
+    const firstSync = readings;
+    expect(firstSync).toBeGreaterThanOrEqual(COUNT);
+    await settledWorld();
+    readings = 0;
+    expect((await runPass({}, count)).converged).toBe(true);
+    const idle = readings;
+    changeContentQuietly('cfg_2', { index: 2, enabled: false, name: 'changed' });
+    changeContentQuietly('cfg_3', { index: 3, enabled: false, name: 'changed' });
+    readings = 0;
+    const changed = await runPass({}, count);
+    expect(
+      changed.outcomes
+        .filter((o) => o.action === 'written')
+        .map((o) => o.instanceId)
+        .sort(),
+    ).toEqual(['cfg_2', 'cfg_3']);
+    // The pull's readings are what differ between the two passes: the two items judged in full.
+    expect(readings - idle).toBe(2);
+    expect(firstSync - idle).toBe(COUNT);
   });
 
   it('one byte of content changed with the same updated_at: the new bytes are written (JSON and YAML)', async () => {
