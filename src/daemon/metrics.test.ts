@@ -183,6 +183,30 @@ describe('writeMetricsTextfile', () => {
     expect((await fs.readdir(DIR)).map(String).sort()).toEqual(['config-agent.prom', 'node.prom']);
   });
 
+  it('syncs nothing: rewritten after every pass, it must not cost the flash two fsyncs a pass', async () => {
+    const base = memfs();
+    let syncs = 0;
+    const open = (async (...args: Parameters<FsPort['open']>) => {
+      const handle = await base.open(...args);
+      return new Proxy(handle, {
+        get(target, key) {
+          const value = Reflect.get(target, key) as unknown;
+          if (typeof value !== 'function') return value;
+          if (key === 'sync' || key === 'datasync') syncs += 1;
+          return (value as (...a: unknown[]) => unknown).bind(target);
+        },
+      });
+    }) as FsPort['open'];
+    const fs = { ...base, open } as FsPort;
+    const metrics = new AgentMetrics({ deviceId: 'dev-1' });
+    for (let i = 0; i < 10; i += 1) {
+      metrics.recordPass(pass);
+      await writeMetricsTextfile(fs, FILE, await metrics.render());
+    }
+    expect((await fs.readFile(FILE)).toString('utf8')).toBe(await metrics.render());
+    expect(syncs).toBe(0);
+  });
+
   it('does not create a missing textfile directory', async () => {
     const fs = memfs();
     const missing = '/var/lib/node_exporter/absent/config-agent.prom';
