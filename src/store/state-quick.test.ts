@@ -74,8 +74,9 @@ const managedFile = record(
     createdDirs: mostly(fc.array(fc.string({ maxLength: 6 }), { maxLength: 3 })),
     writtenAt: mostly(fc.constant('2026-11-23T05:05:55.514Z')),
     keptMode: mostly(fc.integer({ min: 0, max: 0o7777 })),
+    size: mostly(fc.integer({ min: 0, max: 2 ** 40 })),
   },
-  ['keptMode'],
+  ['keptMode', 'size'],
 );
 
 const instanceRecord = record(

@@ -158,7 +158,7 @@ function isStringArray(value: unknown): value is string[] {
 /** ManagedFile checked by hand: what `ManagedFile.parse` returns (same fields, same order), or undefined. */
 function quickManagedFile(value: unknown): ManagedFile | undefined {
   if (!isPlainObject(value)) return undefined;
-  const { instanceId, sha256, mode, createdDirs, writtenAt, keptMode } = value;
+  const { instanceId, sha256, mode, createdDirs, writtenAt, keptMode, size } = value;
   if (
     typeof instanceId !== 'string' ||
     instanceId.length === 0 ||
@@ -168,13 +168,20 @@ function quickManagedFile(value: unknown): ManagedFile | undefined {
     mode > 0o7777 ||
     !isStringArray(createdDirs) ||
     typeof writtenAt !== 'string' ||
-    (keptMode !== undefined && (!isCount(keptMode) || keptMode > 0o7777))
+    (keptMode !== undefined && (!isCount(keptMode) || keptMode > 0o7777)) ||
+    (size !== undefined && !isCount(size))
   ) {
     return undefined;
   }
-  return keptMode === undefined
-    ? { instanceId, sha256, mode, createdDirs, writtenAt }
-    : { instanceId, sha256, mode, createdDirs, writtenAt, keptMode };
+  return {
+    instanceId,
+    sha256,
+    mode,
+    createdDirs,
+    writtenAt,
+    ...(keptMode === undefined ? {} : { keptMode }),
+    ...(size === undefined ? {} : { size }),
+  };
 }
 
 /** InstanceRecord checked by hand: what `InstanceRecord.parse` returns (same fields, same order), or undefined. */
