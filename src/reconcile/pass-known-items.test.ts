@@ -185,8 +185,8 @@ describe('items known by their exact text', () => {
     expect(await readFile(rootFile('d1/conf1.json'))).toEqual(before);
   });
 
-  it("the heap's readings a pass takes while pulling: one per item judged in full, none for a known item", async () => {
-    // The checkpoint reads V8's heap spaces (deps.heapCheckpoint), ~2 µs each: 1,000 known items cost ~2 ms.
+  it("the heap's readings a pass takes: one per item judged in full and per file written, none for a known unchanged item", async () => {
+    // The checkpoint reads V8's heap spaces (deps.heapCheckpoint), ~2 µs each: 1,000 known items cost ~3 ms.
     let readings = 0;
     const count = () => {
       readings += 1;
@@ -208,9 +208,10 @@ describe('items known by their exact text', () => {
         .map((o) => o.instanceId)
         .sort(),
     ).toEqual(['cfg_2', 'cfg_3']);
-    // The pull's readings are what differ between the two passes: the two items judged in full.
-    expect(readings - idle).toBe(2);
-    expect(firstSync - idle).toBe(COUNT);
+    // An idle pass takes one, after persisting; the two changed items one each when judged and when written.
+    expect(idle).toBe(1);
+    expect(readings).toBe(1 + 4);
+    expect(firstSync).toBe(1 + 2 * COUNT);
   });
 
   it('one byte of content changed with the same updated_at: the new bytes are written (JSON and YAML)', async () => {
