@@ -141,6 +141,10 @@ export function runProcess(): void {
   // own keeps Node's from acting (Node 20 and 24).
   process.on('SIGUSR1', () => undefined);
   const argv = process.argv.slice(2);
+  // The daemon reloads on SIGHUP; until runAgent's listener is in (after its modules load), Node's default answer
+  // would end it, which systemd counts as a clean exit it does not restart (a reload right after a start). Such
+  // an early SIGHUP comes before the configuration is read, so there is nothing to reload yet.
+  if (runsTheDaemon(argv)) process.on('SIGHUP', () => undefined);
   // The daemon's stdout carries nothing (its logs go to stderr): only the other commands' output is checked.
   const stdout = runsTheDaemon(argv) ? undefined : checkedOutput(process.stdout, { fd: 1 });
   const io: CommandIo = {

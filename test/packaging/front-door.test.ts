@@ -106,6 +106,36 @@ describe('main.cjs', () => {
     expect({ stdout, status }).toEqual({ stdout: JSON.stringify({ inspector: false }), status: 0 });
   });
 
+  it("survives a SIGHUP before main.js's own listener is there for the daemon's command line; the other commands keep Node's default", async () => {
+    // A stand-in main.js with no listener of its own, as main.ts is until its first line runs. Before: the
+    // daemon died of the SIGHUP, which systemd counts as a clean exit and never restarts (`systemctl restart
+    // config-agent && systemctl reload config-agent` left the unit inactive with Result=success).
+    await writeFile(
+      path.join(dir, 'dist', 'main.js'),
+      [
+        'export function runProcess() {',
+        "  process.kill(process.pid, 'SIGHUP');",
+        "  setTimeout(() => process.stdout.write('alive'), 50);",
+        '}',
+        '',
+      ].join('\n'),
+    );
+    const signalOf = (args: string[]) => {
+      const result = spawnSync(process.execPath, [path.join(dir, 'dist', 'main.cjs'), ...args], {
+        env: { PATH: process.env.PATH },
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
+      return { stdout: result.stdout, status: result.status, signal: result.signal };
+    };
+    for (const daemon of [[], ['--config', '/etc/config-agent/config.json'], ['-c=x.json']]) {
+      expect(signalOf(daemon)).toEqual({ stdout: 'alive', status: 0, signal: null });
+    }
+    for (const other of [['--once'], ['status'], ['sync', '--config', 'x.json']]) {
+      expect(signalOf(other)).toEqual({ stdout: '', status: null, signal: 'SIGHUP' });
+    }
+  });
+
   describe('with an agent bundle', () => {
     const AGENT = 'agent-0123456789AB.cjs';
     beforeEach(async () => {
