@@ -106,6 +106,9 @@ describe('systemd/config-agent.service: directives the agent and the docs rely o
     expect(value('RestartSec')).toBe('30s');
     expect(value('RestartPreventExitStatus')).toBe(String(ExitCode.Config));
     expect(ExitCode.Config).toBe(78);
+    // A SIGHUP (systemctl reload) that lands in Node's start-up, before the agent's first line, ends the process;
+    // systemd counts that as a clean exit and on-failure alone left the unit inactive (1 restart+reload in 16).
+    expect(value('RestartForceExitStatus')).toBe('SIGHUP');
     // A start limit left the unit failed for good after 10 starts in 10 minutes: a crash loop, an OOM-kill loop
     // or 15 manual restarts in a row (seen under systemd 252) left the device unmanaged until a reboot.
     expect(unit.get('Unit')?.get('StartLimitIntervalSec')).toEqual(['0']);
