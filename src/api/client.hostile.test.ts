@@ -272,6 +272,13 @@ describe.each(TRANSPORTS)('malformed HTTP on the wire, through %s', (_name, buil
     expectFailure(await listPage(service.url, { timeoutMs: 300 }), TimeoutError, true);
   });
 
+  it('a 101 (an upgrade the client never asked for): a network error, never a request left unsettled', async () => {
+    const service = await serveRaw((socket) => {
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n{}');
+    });
+    expectFailure(await listPage(service.url, { timeoutMs: 300 }), NetworkError, true);
+  });
+
   it('a body shorter than its content-length, then the connection closed: a network error', async () => {
     const service = await serveRaw((socket) => {
       socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n${PAGE}`);

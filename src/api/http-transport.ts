@@ -193,6 +193,21 @@ export class HttpTransport implements Transport {
         if (response === undefined) reject(error);
         else if (!response.complete && !response.destroyed) response.destroy(error);
       });
+      // A 101 (an upgrade nobody asked for): node:http hands the socket to an 'upgrade' listener, and without one
+      // closes the request with no error and no response, so the request would never settle and its abort would
+      // find nothing to destroy (a wedge). Failed as the socket lane fails it.
+      req.on('upgrade', (_res: IncomingMessage, socket: Socket) => {
+        clearTimeout(connectTimer);
+        socket.destroy();
+        reject(Object.assign(new Error('the service answered with an upgrade'), { code: 'ECONNRESET' }));
+      });
+      // Whatever else closes the request before its answer without an error: never left unsettled.
+      req.once('close', () => {
+        if (response === undefined) {
+          clearTimeout(connectTimer);
+          reject(Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }));
+        }
+      });
       req.on('response', (res) => {
         clearTimeout(connectTimer);
         response = res;
