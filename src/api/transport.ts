@@ -1,4 +1,4 @@
-// How the client's requests reach the service: node:http for direct connections, undici (imported on first use) through a proxy.
+// How the client's requests reach the service: node:http for direct connections, undici (loaded as the client is built) through a proxy.
 import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { HttpTransport } from './http-transport.js';
@@ -57,36 +57,70 @@ export interface ServiceTransportOptions {
 
 /**
  * The transport the client builds when none is injected. Direct: node:http(s), already part of Node. Through a
- * proxy: undici's ProxyAgent or EnvHttpProxyAgent, whose module (~0.5 MB, ~25 ms of CPU to load) is imported
- * only then, at the first request (undici-transport.ts).
+ * proxy: undici's ProxyAgent or EnvHttpProxyAgent, whose module (~0.5 MB, ~25 ms of CPU to load) is loaded only
+ * then, but at once, as the client is built (undici-transport.ts): a first request minutes later could meet an
+ * upgrade that replaced the bundle's chunks under the running agent, and fail until a restart.
  */
 export function createServiceTransport(options: ServiceTransportOptions): Transport {
   if (chooseProxy(options.baseUrl, options.proxy).kind === 'direct') return new HttpTransport(options);
-  return deferred(async () => (await import('./undici-transport.js')).createUndiciTransport(options), true);
+  return deferredTransport(
+    async () => (await import('./undici-transport.js')).createUndiciTransport(options),
+    { freshable: true, eager: true },
+  );
 }
 
 /** An undici dispatcher (a test's, or a caller's own) as a Transport; undici is imported at its first request. */
 export function dispatcherTransport(dispatcher: Dispatcher): Transport {
-  return deferred(async () => (await import('./undici-transport.js')).undiciTransport(dispatcher), false);
+  return deferredTransport(async () => (await import('./undici-transport.js')).undiciTransport(dispatcher), {
+    freshable: false,
+    eager: false,
+  });
 }
 
-/** A transport built at its first use, so that building a client never waits and never loads what it will not use. */
-function deferred(build: () => Promise<Transport>, freshable: boolean): Transport {
+/**
+ * A transport built by `build` (at once when `eager`, else at its first use, so that building a client never
+ * waits and never loads what it will not use). A build that failed is tried again by the next request, never
+ * kept: one failed load would otherwise fail every request of the process.
+ */
+export function deferredTransport(
+  build: () => Promise<Transport>,
+  options: { freshable: boolean; eager: boolean },
+): Transport {
   let built: Promise<Transport> | undefined;
   const transport = () => {
-    built ??= build();
+    if (built === undefined) {
+      const building = build();
+      built = building;
+      building.catch(() => {
+        if (built === building) built = undefined;
+      });
+    }
     return built;
   };
+  if (options.eager) transport().catch(() => {});
+  const freshable = options.freshable;
   const fresh = () =>
-    deferred(async () => {
-      const built = await transport();
-      if (built.fresh === undefined) throw new Error('this transport cannot make a fresh one');
-      return built.fresh();
-    }, false);
+    deferredTransport(
+      async () => {
+        const built = await transport();
+        if (built.fresh === undefined) throw new Error('this transport cannot make a fresh one');
+        return built.fresh();
+      },
+      { freshable: false, eager: false },
+    );
   return {
     request: async (request) => (await transport()).request(request),
     ...(freshable ? { fresh } : {}),
-    close: async () => (built === undefined ? undefined : (await built).close()),
-    destroy: async () => (built === undefined ? undefined : (await built).destroy()),
+    // A build that failed has no connections to end.
+    close: async () =>
+      built?.then(
+        (done) => done.close(),
+        () => undefined,
+      ),
+    destroy: async () =>
+      built?.then(
+        (done) => done.destroy(),
+        () => undefined,
+      ),
   };
 }
