@@ -91,6 +91,20 @@ describe('loadConfigFile', () => {
     expect((await loadConfigFile(fs, '/etc/c.json')).deviceId).toBe('dvc_1');
   });
 
+  it('tells a user who may not read it how to run the command (a config 0640 root:config-agent)', async () => {
+    const { fs } = memfs({ '/etc/c.json': CONFIG_JSON });
+    const denied = {
+      ...fs,
+      open: async () => {
+        throw Object.assign(new Error("EACCES: permission denied, open '/etc/c.json'"), { code: 'EACCES' });
+      },
+    } as typeof fs;
+    const error = await rejected(loadConfigFile(denied, '/etc/c.json'), ConfigError);
+    expect(error.message).toBe(
+      "config /etc/c.json: cannot read the file: permission denied (EACCES): run the command as root (sudo) or as a member of the file's group (the packages make it group config-agent's: sudo usermod -aG config-agent <user>, then log in again)",
+    );
+  });
+
   it('names the file when it is missing', async () => {
     const { fs } = memfs({ '/etc/other': '' });
     const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);

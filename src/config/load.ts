@@ -138,7 +138,13 @@ export async function readConfigText(fs: ConfigFs, configPath: string): Promise<
   try {
     handle = await fs.open(configPath, NONBLOCKING_READ);
   } catch (error) {
-    return fail(`cannot read the file: ${describeFsError(error)}`, error);
+    const code = errnoCode(error);
+    // The packaged config.json is 0640 root:config-agent: `config-agent status` by another user lands here.
+    const hint =
+      code === 'EACCES' || code === 'EPERM'
+        ? ": run the command as root (sudo) or as a member of the file's group (the packages make it group config-agent's: sudo usermod -aG config-agent <user>, then log in again)"
+        : '';
+    return fail(`cannot read the file: ${describeFsError(error)}${hint}`, error);
   }
   try {
     const stats = await handle.stat();
