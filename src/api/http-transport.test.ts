@@ -120,6 +120,34 @@ describe('HttpTransport: status reports on its own sockets', () => {
     await transport.destroy();
   });
 
+  it.each([
+    ['own sockets', 'always'],
+    ['node:http', 'never'],
+  ] as const)(
+    'a path with a space or a line break is refused before anything is sent (%s)',
+    async (_name, own) => {
+      let requests = 0;
+      const origin = await serve((_req, res) => {
+        requests += 1;
+        res.end('{}');
+      });
+      const transport = new HttpTransport({ timeoutMs: 5_000, ownSockets: own });
+      for (const path of ['/x y', '/x\r\nx-evil: 1\r\n\r\nPATCH /y', '/x\u0000', '/\u0100']) {
+        const error = (await transport
+          .request({ ...request(origin, new AbortController().signal), path })
+          .then(
+            () => undefined,
+            (e: unknown) => e,
+          )) as Error & { code?: string };
+        expect(error.code, path).toBe('ERR_UNESCAPED_CHARACTERS');
+      }
+      const fine = await transport.request(request(origin, new AbortController().signal));
+      expect(await readAll(fine.body)).toBe('{}');
+      expect(requests).toBe(1);
+      await transport.destroy();
+    },
+  );
+
   it('200 reports one after another on kept-alive sockets: each answer whole, the big ones read slowly too', async () => {
     let served = 0;
     const origin = await serve((_req, res) => {

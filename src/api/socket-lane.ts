@@ -113,6 +113,8 @@ function headersOf(raw: readonly string[]): Record<string, string | string[] | u
 /** A header value node:http would refuse to send (ERR_INVALID_CHAR): no CR, LF or NUL may reach the wire. */
 const INVALID_HEADER_CHAR = /[^\t\x20-\x7e\x80-\xff]/;
 const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** A request path node:http would refuse (ERR_UNESCAPED_CHARACTERS): a space, CR or LF would split the request line. */
+const INVALID_PATH_CHAR = /[^\u0021-\u00ff]/;
 
 function requestError(message: string, code: string): Error {
   return Object.assign(new Error(message), { code });
@@ -223,6 +225,11 @@ export class SocketLane {
 
   request(request: SocketLaneRequest): Promise<SocketLaneResponse> {
     const { signal } = request;
+    if (INVALID_PATH_CHAR.test(request.path)) {
+      return Promise.reject(
+        requestError('Request path contains unescaped characters', 'ERR_UNESCAPED_CHARACTERS'),
+      );
+    }
     const head = [`${request.method} ${request.path} HTTP/1.1`, `Host: ${hostHeader(request)}`];
     for (const [name, value] of Object.entries(request.headers)) {
       if (INVALID_HEADER_CHAR.test(value) || !HEADER_NAME.test(name)) {
