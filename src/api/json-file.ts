@@ -585,30 +585,17 @@ class Walk {
   /** An object's members from `i` (after its `{`) up to and past its `}`, in the parse's order. */
   members(open: number, depth: number): void {
     const plan = this.plans?.get(open);
-    let written = 0;
-    if (plan !== undefined && plan.indexKeys.length > 0) {
-      const { indexKeys, indexes } = plan;
-      const order = Array.from(indexKeys.keys()).sort((a, b) => indexes[a]! - indexes[b]!);
-      const resume = this.i;
-      for (const k of order) this.member(indexKeys[k]!, plan, depth, written++);
-      this.i = resume;
-    }
-    for (;;) {
-      this.skipWhitespace();
-      const at = this.i;
-      if (
-        plan !== undefined &&
-        (plan.later.has(at) || (plan.indexKeys.length > 0 && isIndexKey(this.src, at)))
-      ) {
-        this.i = skipMember(this.src, at);
-      } else {
-        this.member(at, plan, depth, written++);
-      }
-      this.skipWhitespace();
-      const code = this.src[this.i];
-      this.i += 1;
-      if (code === CLOSE_OBJECT) return;
-    }
+    walkMembers(
+      this,
+      plan,
+      (at, written) => this.member(at, plan, depth, written),
+      () => {
+        this.skipWhitespace();
+        const code = this.src[this.i];
+        this.i += 1;
+        return code === CLOSE_OBJECT;
+      },
+    );
   }
 
   /** The member whose key is at `at` (with its last value if repeated); leaves `i` after its own value. */
@@ -706,6 +693,42 @@ function keyText(src: Buffer, at: number): string {
     if (src[k] === BACKSLASH) return JSON.parse(src.toString('utf8', at, close + 1)) as string;
   }
   return src.toString('utf8', at + 1, close);
+}
+
+/**
+ * The members of an object in the parse's order, for the writers (this file's JSON, yaml-stream.ts's YAML), with
+ * the cursor after its `{` and whitespace: array-index keys first in numeric order, then the others in the
+ * text's order, a repeated key written once, in its first place (`plan`). `write(at, written)` writes the member
+ * whose key is at `at` (`written` members before it) and leaves the cursor after its value; `ended()` moves past
+ * what follows a member and says whether it was the object's end.
+ */
+export function walkMembers(
+  cursor: { src: Buffer; i: number; skipWhitespace(): void },
+  plan: MemberPlan | undefined,
+  write: (at: number, written: number) => void,
+  ended: () => boolean,
+): void {
+  let written = 0;
+  if (plan !== undefined && plan.indexKeys.length > 0) {
+    const { indexKeys, indexes } = plan;
+    const order = Array.from(indexKeys.keys()).sort((a, b) => indexes[a]! - indexes[b]!);
+    const resume = cursor.i;
+    for (const k of order) write(indexKeys[k]!, written++);
+    cursor.i = resume;
+  }
+  for (;;) {
+    cursor.skipWhitespace();
+    const at = cursor.i;
+    if (
+      plan !== undefined &&
+      (plan.later.has(at) || (plan.indexKeys.length > 0 && isIndexKey(cursor.src, at)))
+    ) {
+      cursor.i = skipMember(cursor.src, at);
+    } else {
+      write(at, written++);
+    }
+    if (ended()) return;
+  }
 }
 
 /** Whether the key at `at` is an array index (`0`, `7`, `4294967294`), which a parse puts first. */

@@ -13,7 +13,7 @@ import {
   OPEN_OBJECT,
   QUOTE,
 } from '../api/json-bytes.js';
-import { isIndexKey, type MemberPlan, type MemberPlans, skipMember, skipValueAt } from '../api/json-file.js';
+import { type MemberPlan, type MemberPlans, skipValueAt, walkMembers } from '../api/json-file.js';
 import { INDENT_STEP, stringText, Utf8Chunks, writeKey, yamlNumberText } from './yaml-text.js';
 
 /**
@@ -78,27 +78,12 @@ class JsonToYaml {
    */
   mapping(indent: string, open: number): void {
     const plan = this.plans?.get(open);
-    let written = 0;
-    if (plan !== undefined && plan.indexKeys.length > 0) {
-      const { indexKeys, indexes } = plan;
-      const order = Array.from(indexKeys.keys()).sort((a, b) => indexes[a]! - indexes[b]!);
-      const resume = this.i;
-      for (const k of order) this.member(indexKeys[k]!, plan, indent, written++);
-      this.i = resume;
-    }
-    for (;;) {
-      this.skipWhitespace();
-      const at = this.i;
-      if (
-        plan !== undefined &&
-        (plan.later.has(at) || (plan.indexKeys.length > 0 && isIndexKey(this.src, at)))
-      ) {
-        this.i = skipMember(this.src, at);
-      } else {
-        this.member(at, plan, indent, written++);
-      }
-      if (this.afterMember(CLOSE_OBJECT)) return;
-    }
+    walkMembers(
+      this,
+      plan,
+      (at, written) => this.member(at, plan, indent, written),
+      () => this.afterMember(CLOSE_OBJECT),
+    );
   }
 
   /** The member whose key is at `at` (with its last value if repeated); leaves `i` after its own value. */
