@@ -238,7 +238,20 @@ function judgeStreamed(bytes: Buffer, treeFrom: number): PageItem | undefined {
 function tooLargeToJudge(bytes: Buffer, reason: string, limit: number): PageItem {
   const text = bytes.toString('utf8');
   const fields = peekStrings(text, 1, ['activity_status', 'error_status', 'target_status', 'device_id']);
-  const id = peekId(text, 1);
+  return invalidItem(
+    peekId(text, 1),
+    fields,
+    `too large to judge without parsing it whole (${bytes.length} bytes; an item over ${limit} bytes ` +
+      `must not need that): ${reason}`,
+  );
+}
+
+/** An item refused, with what of its id and statuses could be read (the record then names it). */
+function invalidItem(
+  id: string | undefined,
+  fields: { activity_status?: unknown; error_status?: unknown; target_status?: unknown; device_id?: unknown },
+  problem: string,
+): PageItem {
   const activity = ConfigInstanceActivityStatus.safeParse(fields.activity_status);
   const error = ErrorStatus.safeParse(fields.error_status);
   const target = ConfigInstanceTargetStatus.safeParse(fields.target_status);
@@ -248,10 +261,8 @@ function tooLargeToJudge(bytes: Buffer, reason: string, limit: number): PageItem
     ...(activity.success ? { activityStatus: activity.data } : {}),
     ...(error.success ? { errorStatus: error.data } : {}),
     ...(target.success ? { targetStatus: target.data } : {}),
-    ...(fields.device_id === undefined ? {} : { deviceId: fields.device_id }),
-    problem:
-      `too large to judge without parsing it whole (${bytes.length} bytes; an item over ${limit} bytes ` +
-      `must not need that): ${reason}`,
+    ...(typeof fields.device_id === 'string' ? { deviceId: fields.device_id } : {}),
+    problem,
   };
 }
 
@@ -451,17 +462,5 @@ function judgeInstanceValue(
     issues.push({ code: 'custom', path: contentIssue.path, message: contentIssue.message, input: undefined });
   }
   const record = typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : {};
-  const id = isUsableInstanceId(record.id) ? record.id : undefined;
-  const activity = ConfigInstanceActivityStatus.safeParse(record.activity_status);
-  const error = ErrorStatus.safeParse(record.error_status);
-  const target = ConfigInstanceTargetStatus.safeParse(record.target_status);
-  return {
-    kind: 'invalid',
-    ...(id === undefined ? {} : { id }),
-    ...(activity.success ? { activityStatus: activity.data } : {}),
-    ...(error.success ? { errorStatus: error.data } : {}),
-    ...(target.success ? { targetStatus: target.data } : {}),
-    ...(typeof record.device_id === 'string' ? { deviceId: record.device_id } : {}),
-    problem: describeIssues(issues),
-  };
+  return invalidItem(isUsableInstanceId(record.id) ? record.id : undefined, record, describeIssues(issues));
 }
