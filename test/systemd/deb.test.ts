@@ -236,9 +236,20 @@ afterAll(async () => {
   if (workDir !== '') rmSync(workDir, { recursive: true, force: true });
 }, 120_000);
 
+/** A test that needs the booted systemd: skipped, with the reason, where it could not boot (or cannot run here). */
+function underSystemd(name: string, fn: () => void | Promise<void>, timeoutMs?: number): void {
+  it(
+    name,
+    async (ctx) => {
+      if (skipReason !== undefined) ctx.skip(skipReason);
+      await fn();
+    },
+    timeoutMs,
+  );
+}
+
 describe('config-agent-node .deb under a real systemd (skipped with the reason where systemd cannot boot)', () => {
-  it('installs: user, directories, unit enabled, but refuses to start unconfigured', (ctx) => {
-    if (skipReason !== undefined) ctx.skip(skipReason);
+  underSystemd('installs: user, directories, unit enabled, but refuses to start unconfigured', () => {
     const installed = inside(`apt-get install -y /opt/ci/${path.basename(DEB as string)}`);
     expect(installed.status, installed.stdout + installed.stderr).toBe(0);
     expect(inside('id -u config-agent').status).toBe(0);
@@ -254,22 +265,23 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
     expect(inside('/usr/lib/config-agent/node/bin/node --version').stdout).toMatch(/^v24\./);
   });
 
-  it('config-agent init writes config and key with their owners and modes and checks the device', (ctx) => {
-    if (skipReason !== undefined) ctx.skip(skipReason);
-    const init = inside(
-      `config-agent init --device-id ${DEVICE} --base-url ${mockUrl} --api-key-file -`,
-      `${KEY}\n`,
-    );
-    expect(init.stderr).toBe('');
-    expect(init.stdout).toContain(`check: device ${DEVICE} ("ci robot") found at ${mockUrl}`);
-    expect(init.stdout).toContain('next: sudo systemctl restart config-agent && config-agent status');
-    expect(init.status).toBe(0);
-    expect(owner('/etc/config-agent/config.json')).toBe('640 root:config-agent');
-    expect(owner('/etc/config-agent/api-key')).toBe('600 root:root');
-  });
+  underSystemd(
+    'config-agent init writes config and key with their owners and modes and checks the device',
+    () => {
+      const init = inside(
+        `config-agent init --device-id ${DEVICE} --base-url ${mockUrl} --api-key-file -`,
+        `${KEY}\n`,
+      );
+      expect(init.stderr).toBe('');
+      expect(init.stdout).toContain(`check: device ${DEVICE} ("ci robot") found at ${mockUrl}`);
+      expect(init.stdout).toContain('next: sudo systemctl restart config-agent && config-agent status');
+      expect(init.status).toBe(0);
+      expect(owner('/etc/config-agent/config.json')).toBe('640 root:config-agent');
+      expect(owner('/etc/config-agent/api-key')).toBe('600 root:root');
+    },
+  );
 
-  it('starts, writes the files as config-agent, and answers status, sync and doctor', async (ctx) => {
-    if (skipReason !== undefined) ctx.skip(skipReason);
+  underSystemd('starts, writes the files as config-agent, and answers status, sync and doctor', async () => {
     expect(inside('systemctl restart config-agent').status).toBe(0);
     // The first pass waits a random part of the poll interval; sync runs one now (exit 3 until the socket is up).
     let sync = inside('config-agent sync');
@@ -296,8 +308,7 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
     expect(doctor.status).toBe(0);
   });
 
-  it('reloads on systemctl reload without restarting, and stops cleanly', async (ctx) => {
-    if (skipReason !== undefined) ctx.skip(skipReason);
+  underSystemd('reloads on systemctl reload without restarting, and stops cleanly', async () => {
     const pidBefore = inside('systemctl show -p MainPID --value config-agent').stdout.trim();
     expect(
       inside(
@@ -322,103 +333,109 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
     expect(inside('config-agent status').status).toBe(3);
   });
 
-  it('a storm of 15 restarts in a row leaves it running: the unit has no start limit to hit', (ctx) => {
-    if (skipReason !== undefined) ctx.skip(skipReason);
-    // Under the old limit (10 starts in 10 minutes) the 11th restart was refused and the unit stayed failed
-    // (Result=start-limit-hit) with nothing to restart it.
-    for (let i = 0; i < 15; i += 1) expect(inside('systemctl restart config-agent').status).toBe(0);
-    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
-    expect(inside('systemctl stop config-agent').status).toBe(0);
-    expect(unitProps('ActiveState,Result').Result).toBe('success');
-  });
+  underSystemd(
+    'a storm of 15 restarts in a row leaves it running: the unit has no start limit to hit',
+    () => {
+      // Under the old limit (10 starts in 10 minutes) the 11th restart was refused and the unit stayed failed
+      // (Result=start-limit-hit) with nothing to restart it.
+      for (let i = 0; i < 15; i += 1) expect(inside('systemctl restart config-agent').status).toBe(0);
+      expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+      expect(inside('systemctl stop config-agent').status).toBe(0);
+      expect(unitProps('ActiveState,Result').Result).toBe('success');
+    },
+  );
 
-  it("--once as the agent's user makes and uses its code cache in /var/lib/config-agent; root's --once writes none", (ctx) => {
-    if (skipReason !== undefined) ctx.skip(skipReason);
-    // The key is root's (the unit hands it over with LoadCredential=): given here through the environment.
-    const asAgent =
-      'k=$(cat /etc/config-agent/api-key); CONFIG_AGENT_API_KEY="$k" runuser -u config-agent -- config-agent --once';
-    const cacheLines = (text: string) =>
-      text
-        .split('\n')
-        .filter((line) => line.includes('"component":"code-cache"'))
-        .map((line) => (JSON.parse(line) as { msg: string }).msg);
-    const first = inside(`${asAgent} 2>&1`);
-    expect(first.status, first.stdout).toBe(0);
-    expect(cacheLines(first.stdout)).toEqual(['code cache not used', 'code cache written']);
-    expect(owner('/var/lib/config-agent/code-cache')).toBe('700 config-agent:config-agent');
-    const files = inside('ls /var/lib/config-agent/code-cache').stdout.trim().split('\n');
-    expect(files).toHaveLength(1);
-    expect(files[0]).toMatch(/^agent-[0-9A-F]{12}\.[0-9a-f]{16}\.v8cache$/);
-    expect(owner(`/var/lib/config-agent/code-cache/${files[0]}`)).toBe('600 config-agent:config-agent');
-    const second = inside(`${asAgent} 2>&1`);
-    expect(second.status, second.stdout).toBe(0);
-    expect(cacheLines(second.stdout)).toEqual(['code cache used']);
-    // Root on the service's stateDir: refused (exit 78), and neither reads nor writes the agent's cache.
-    const root = inside('config-agent --once 2>&1');
-    expect(root.status, root.stdout).toBe(78);
-    expect(cacheLines(root.stdout)).toEqual(['code cache not used', 'code cache not written']);
-    expect(inside('ls /var/lib/config-agent/code-cache').stdout.trim()).toBe(files[0]);
-    expect(owner(`/var/lib/config-agent/code-cache/${files[0]}`)).toBe('600 config-agent:config-agent');
-  });
+  underSystemd(
+    "--once as the agent's user makes and uses its code cache in /var/lib/config-agent; root's --once writes none",
+    () => {
+      // The key is root's (the unit hands it over with LoadCredential=): given here through the environment.
+      const asAgent =
+        'k=$(cat /etc/config-agent/api-key); CONFIG_AGENT_API_KEY="$k" runuser -u config-agent -- config-agent --once';
+      const cacheLines = (text: string) =>
+        text
+          .split('\n')
+          .filter((line) => line.includes('"component":"code-cache"'))
+          .map((line) => (JSON.parse(line) as { msg: string }).msg);
+      const first = inside(`${asAgent} 2>&1`);
+      expect(first.status, first.stdout).toBe(0);
+      expect(cacheLines(first.stdout)).toEqual(['code cache not used', 'code cache written']);
+      expect(owner('/var/lib/config-agent/code-cache')).toBe('700 config-agent:config-agent');
+      const files = inside('ls /var/lib/config-agent/code-cache').stdout.trim().split('\n');
+      expect(files).toHaveLength(1);
+      expect(files[0]).toMatch(/^agent-[0-9A-F]{12}\.[0-9a-f]{16}\.v8cache$/);
+      expect(owner(`/var/lib/config-agent/code-cache/${files[0]}`)).toBe('600 config-agent:config-agent');
+      const second = inside(`${asAgent} 2>&1`);
+      expect(second.status, second.stdout).toBe(0);
+      expect(cacheLines(second.stdout)).toEqual(['code cache used']);
+      // Root on the service's stateDir: refused (exit 78), and neither reads nor writes the agent's cache.
+      const root = inside('config-agent --once 2>&1');
+      expect(root.status, root.stdout).toBe(78);
+      expect(cacheLines(root.stdout)).toEqual(['code cache not used', 'code cache not written']);
+      expect(inside('ls /var/lib/config-agent/code-cache').stdout.trim()).toBe(files[0]);
+      expect(owner(`/var/lib/config-agent/code-cache/${files[0]}`)).toBe('600 config-agent:config-agent');
+    },
+  );
 
-  it("switching between config-agent-node and config-agent keeps the agent running, and purging the one left in config-files state keeps the other's configuration, key and state", async (ctx) => {
-    if (skipReason !== undefined) ctx.skip(skipReason);
-    const node = `/opt/ci/${path.basename(DEB as string)}`;
-    const all = `/opt/ci/${path.basename(ALL_DEB as string)}`;
-    const kept = () =>
-      inside(
-        'cat /etc/config-agent/api-key /etc/config-agent/config.json /var/lib/config-agent/state.json >/dev/null && ' +
-          'systemctl is-enabled config-agent',
+  underSystemd(
+    "switching between config-agent-node and config-agent keeps the agent running, and purging the one left in config-files state keeps the other's configuration, key and state",
+    async () => {
+      const node = `/opt/ci/${path.basename(DEB as string)}`;
+      const all = `/opt/ci/${path.basename(ALL_DEB as string)}`;
+      const kept = () =>
+        inside(
+          'cat /etc/config-agent/api-key /etc/config-agent/config.json /var/lib/config-agent/state.json >/dev/null && ' +
+            'systemctl is-enabled config-agent',
+        );
+      const converges = async (what: string) => {
+        await until(
+          `config-agent sync to converge ${what}`,
+          () => inside('config-agent sync').status === 0,
+          60_000,
+        );
+      };
+      expect(inside('systemctl start config-agent').status).toBe(0);
+
+      // To the package on the system Node: apt removes config-agent-node (config-files left) and starts the agent.
+      const toAll = inside(`apt-get install -y ${all}`);
+      expect(toAll.status, toAll.stdout + toAll.stderr).toBe(0);
+      expect(inside("dpkg-query -s config-agent-node | sed -n 's/^Status: //p'").stdout.trim()).toBe(
+        'deinstall ok config-files',
       );
-    const converges = async (what: string) => {
-      await until(
-        `config-agent sync to converge ${what}`,
-        () => inside('config-agent sync').status === 0,
-        60_000,
-      );
-    };
-    expect(inside('systemctl start config-agent').status).toBe(0);
+      expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+      // Purging config-agent-node's leftovers deleted /etc/config-agent and /var/lib/config-agent of the running
+      // config-agent and disabled its unit: after the next restart or boot it was skipped, unconfigured.
+      const purgeNode = inside('dpkg --purge config-agent-node');
+      expect(purgeNode.status, purgeNode.stdout + purgeNode.stderr).toBe(0);
+      const afterPurgeNode = kept();
+      expect(afterPurgeNode.status, afterPurgeNode.stderr).toBe(0);
+      expect(afterPurgeNode.stdout.trim()).toBe('enabled');
+      expect(inside('systemctl restart config-agent').status).toBe(0);
+      await converges('on config-agent');
 
-    // To the package on the system Node: apt removes config-agent-node (config-files left) and starts the agent.
-    const toAll = inside(`apt-get install -y ${all}`);
-    expect(toAll.status, toAll.stdout + toAll.stderr).toBe(0);
-    expect(inside("dpkg-query -s config-agent-node | sed -n 's/^Status: //p'").stdout.trim()).toBe(
-      'deinstall ok config-files',
-    );
-    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
-    // Purging config-agent-node's leftovers deleted /etc/config-agent and /var/lib/config-agent of the running
-    // config-agent and disabled its unit: after the next restart or boot it was skipped, unconfigured.
-    const purgeNode = inside('dpkg --purge config-agent-node');
-    expect(purgeNode.status, purgeNode.stdout + purgeNode.stderr).toBe(0);
-    const afterPurgeNode = kept();
-    expect(afterPurgeNode.status, afterPurgeNode.stderr).toBe(0);
-    expect(afterPurgeNode.stdout.trim()).toBe('enabled');
-    expect(inside('systemctl restart config-agent').status).toBe(0);
-    await converges('on config-agent');
+      // And back: config-agent is left in config-files state; purging it keeps config-agent-node's.
+      const toNode = inside(`apt-get install -y ${node}`);
+      expect(toNode.status, toNode.stdout + toNode.stderr).toBe(0);
+      expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+      const purgeAll = inside('dpkg --purge config-agent');
+      expect(purgeAll.status, purgeAll.stdout + purgeAll.stderr).toBe(0);
+      expect(purgeAll.stderr).toContain('another config-agent package is installed');
+      expect(kept().stdout.trim()).toBe('enabled');
 
-    // And back: config-agent is left in config-files state; purging it keeps config-agent-node's.
-    const toNode = inside(`apt-get install -y ${node}`);
-    expect(toNode.status, toNode.stdout + toNode.stderr).toBe(0);
-    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
-    const purgeAll = inside('dpkg --purge config-agent');
-    expect(purgeAll.status, purgeAll.stdout + purgeAll.stderr).toBe(0);
-    expect(purgeAll.stderr).toContain('another config-agent package is installed');
-    expect(kept().stdout.trim()).toBe('enabled');
+      // Installed again after a remove (config-files kept, so postinst is told the old version, as on an upgrade):
+      // the agent prerm stopped because the package went away is started again. It stayed stopped until a reboot.
+      const removed = inside('apt-get remove -y config-agent-node');
+      expect(removed.status, removed.stdout + removed.stderr).toBe(0);
+      expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('inactive');
+      const again = inside(`apt-get install -y ${node}`);
+      expect(again.status, again.stdout + again.stderr).toBe(0);
+      expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+      expect(inside('systemctl is-enabled config-agent').stdout.trim()).toBe('enabled');
+      await converges('after the reinstall');
+    },
+    240_000,
+  );
 
-    // Installed again after a remove (config-files kept, so postinst is told the old version, as on an upgrade):
-    // the agent prerm stopped because the package went away is started again. It stayed stopped until a reboot.
-    const removed = inside('apt-get remove -y config-agent-node');
-    expect(removed.status, removed.stdout + removed.stderr).toBe(0);
-    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('inactive');
-    const again = inside(`apt-get install -y ${node}`);
-    expect(again.status, again.stdout + again.stderr).toBe(0);
-    expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
-    expect(inside('systemctl is-enabled config-agent').stdout.trim()).toBe('enabled');
-    await converges('after the reinstall');
-  }, 240_000);
-
-  it('purge removes configuration and state but never the managed files', (ctx) => {
-    if (skipReason !== undefined) ctx.skip(skipReason);
+  underSystemd('purge removes configuration and state but never the managed files', () => {
     const purged = inside('apt-get purge -y config-agent-node');
     expect(purged.status, purged.stdout + purged.stderr).toBe(0);
     expect(inside('test -e /etc/config-agent').status).toBe(1);
