@@ -1,7 +1,9 @@
 // The durable status outbox on memfs: coalescing, ordered delivery, outages, poisoned reports, restarts.
+
 import { constants } from 'node:fs';
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
+import { PAGER_DEFAULTS } from '../api/pager.js';
 import type { StatusReport } from '../api/schemas.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
@@ -699,10 +701,14 @@ describe('StatusOutbox.flush while reports are queued (a pass delivering as it w
 
 describe('the refused reports the outbox remembers (a daemon running for weeks)', () => {
   /** `count` instances whose every report the service refuses for good, each refused once. */
-  async function refusedAll(count: number) {
+  async function refusedAll(count: number, maxRemembered?: number) {
     const { fs } = memfs();
     const outbox = await open(fs);
-    const backoff = { now: () => 1_000, delayMs: () => 3_600_000 };
+    const backoff = {
+      now: () => 1_000,
+      delayMs: () => 3_600_000,
+      ...(maxRemembered === undefined ? {} : { maxRemembered }),
+    };
     const ids = Array.from({ length: count }, (_, i) => `cfg_${i}`);
     const refusing = service(Object.fromEntries(ids.map((id) => [id, () => new Permanent(id)])));
     for (const id of ids) outbox.enqueue(id, deployed, T0);
@@ -733,8 +739,11 @@ describe('the refused reports the outbox remembers (a daemon running for weeks)'
   });
 
   it('are bounded: past MAX_REFUSED_REMEMBERED the oldest is forgotten and its report may go again at once', async () => {
-    const count = MAX_REFUSED_REMEMBERED + 1;
-    const { outbox, backoff } = await refusedAll(count);
+    // As many as a pull takes instances; a bound of 100 here keeps the unit tier fast, the rule is the same.
+    expect(MAX_REFUSED_REMEMBERED).toBe(PAGER_DEFAULTS.maxItems);
+    const maxRemembered = 100;
+    const count = maxRemembered + 1;
+    const { outbox, backoff } = await refusedAll(count, maxRemembered);
     // The same reports derived again within the hour: the newest still waits, the oldest was forgotten.
     const again = service();
     outbox.enqueue('cfg_0', deployed, T0);

@@ -56,6 +56,8 @@ export interface DeliveryBackoff {
    * with this backoff sends anything before that has passed.
    */
   holdMs?: (error: unknown) => number | undefined;
+  /** Refused reports remembered for their backoff at most (default MAX_REFUSED_REMEMBERED). */
+  maxRemembered?: number;
 }
 
 /**
@@ -340,7 +342,7 @@ export class StatusOutbox {
               // so without a bound a daemon running for weeks kept one entry per such instance for good.
               this.#refused.delete(entry.instanceId);
               this.#refused.set(entry.instanceId, { report: entry.report, refusals, notBefore });
-              if (this.#refused.size > MAX_REFUSED_REMEMBERED) {
+              if (this.#refused.size > (backoff.maxRemembered ?? MAX_REFUSED_REMEMBERED)) {
                 const oldest = this.#refused.keys().next().value;
                 if (oldest !== undefined) this.#refused.delete(oldest);
               }
