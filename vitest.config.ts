@@ -12,6 +12,12 @@ const INTEGRATION = [
   'test/packaging/code-cache.test.ts',
   // Builds the shipped bundle: without a proxy, --once and the ESM chunks never load undici.
   'test/packaging/transport-chunks.test.ts',
+  // The packages' entry (main.cjs) and shell launcher, each run as a process (the launcher on the bundled Node 24
+  // that `npm run package` unpacks): child processes and timing of a whole start, not in-process tests.
+  'test/packaging/front-door.test.ts',
+  'test/packaging/launcher.test.ts',
+  // Reads the .deb files and the bundle `npm run package` built, and runs the bundle's command lines.
+  'test/systemd/package.test.ts',
 ];
 
 /** In-process tests: memfs or a temp dir, the mock service on port 0, fake clocks. No build needed. */
