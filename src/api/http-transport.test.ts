@@ -1,10 +1,10 @@
 // The node:http transport's abort: the request's signal ends the request and the body being read, and no listener stays on it.
 import { getEventListeners } from 'node:events';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HttpTransport } from './http-transport.js';
-import { llhttpParserFrom, nodeHttpCommon } from './socket-lane.js';
+import { llhttpParserFrom, nodeHttpCommon, SocketLane } from './socket-lane.js';
 import type { TransportRequest } from './transport.js';
 
 const servers: http.Server[] = [];
@@ -162,6 +162,66 @@ describe('HttpTransport: status reports on its own sockets', () => {
       expect(JSON.parse(await readAll(response.body)).n).toBe(i);
     }
     await transport.destroy();
+  });
+});
+
+describe('SocketLane: a socket that fails right after a whole answer', () => {
+  const ANSWER = 'HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\n{"ok":1}';
+
+  it('an error between the end of its answer and its return to the idle ones is heard, and the socket is not reused', async () => {
+    let connections = 0;
+    const server = net.createServer((socket) => {
+      connections += 1;
+      socket.on('error', () => {});
+      socket.on('data', () => socket.write(ANSWER));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    const Parser = llhttpParserFrom(nodeHttpCommon);
+    if (Parser === undefined) throw new Error("this runtime's llhttp binding is not there");
+    const lane = new SocketLane({
+      idleMs: 4_000,
+      connectTimeoutMs: 5_000,
+      Parser,
+      // The first socket fails (a reset, as a read would report it) in the turn its answer's last byte arrives:
+      // after the lane has parsed the whole answer, before the socket goes back to the idle ones.
+      open: ({ hostname, port }) => {
+        const socket = net.connect({ host: hostname, port });
+        if (connections === 0) {
+          let received = 0;
+          socket.on('data', (chunk: Buffer) => {
+            received += chunk.length;
+            if (received === Buffer.byteLength(ANSWER)) {
+              process.nextTick(() =>
+                socket.destroy(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' })),
+              );
+            }
+          });
+        }
+        return socket;
+      },
+    });
+    const send = () =>
+      lane.request({
+        secure: false,
+        hostname: '127.0.0.1',
+        port,
+        path: '/x',
+        method: 'PATCH',
+        headers: {},
+        body: '{}',
+        signal: new AbortController().signal,
+      });
+    try {
+      expect(await readAll((await send()).body)).toBe('{"ok":1}');
+      await new Promise((resolve) => setImmediate(resolve));
+      // The failed socket was not kept: the next request is answered on a new connection.
+      expect(await readAll((await send()).body)).toBe('{"ok":1}');
+      expect(connections).toBe(2);
+    } finally {
+      lane.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
 

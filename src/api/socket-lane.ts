@@ -143,17 +143,21 @@ export class SocketLane {
   readonly #connectTimeoutMs: number;
   readonly #ca: string[] | undefined;
   readonly #Parser: LlhttpParserClass;
+  readonly #open: (request: SocketLaneRequest) => Socket;
 
   constructor(options: {
     idleMs: number;
     connectTimeoutMs: number;
     ca?: string[] | undefined;
     Parser: LlhttpParserClass;
+    /** Opens a socket to the request's endpoint (tests); default net.connect, or tls.connect with `ca`. */
+    open?: (request: SocketLaneRequest) => Socket;
   }) {
     this.#idleMs = options.idleMs;
     this.#connectTimeoutMs = options.connectTimeoutMs;
     this.#ca = options.ca;
     this.#Parser = options.Parser;
+    this.#open = options.open ?? ((request) => this.#openSocket(request));
   }
 
   /** Ends the idle sockets (those in use end with their answer). */
@@ -176,20 +180,11 @@ export class SocketLane {
       if (socket.destroyed || !socket.writable) continue;
       return { socket, reused: true };
     }
-    const { hostname: host, port } = request;
-    let socket: Socket;
-    if (request.secure) {
-      const tls = process.getBuiltinModule('node:tls');
-      const servername = process.getBuiltinModule('node:net').isIP(host) === 0 ? host : undefined;
-      socket = tls.connect({
-        host,
-        port,
-        ...(servername === undefined ? {} : { servername }),
-        ...(this.#ca === undefined ? {} : { ca: this.#ca }),
-      });
-    } else {
-      socket = process.getBuiltinModule('node:net').connect({ host, port });
-    }
+    const socket = this.#open(request);
+    // For the socket's whole life: between an answer's end and the socket's return to the idle ones (or its
+    // destruction) no other 'error' listener is attached, and an error nobody hears is thrown, ending the process.
+    // The socket is destroyed by then; the request in flight, if any, has its own listener and fails.
+    socket.on('error', ignoreError);
     socket.setNoDelay(true);
     const timer = setTimeout(() => {
       socket.destroy(requestError(`no connection within ${this.#connectTimeoutMs} ms`, 'CONNECT_TIMEOUT'));
@@ -198,6 +193,19 @@ export class SocketLane {
     socket.once(request.secure ? 'secureConnect' : 'connect', () => clearTimeout(timer));
     socket.once('close', () => clearTimeout(timer));
     return { socket, reused: false };
+  }
+
+  #openSocket(request: SocketLaneRequest): Socket {
+    const { hostname: host, port } = request;
+    if (!request.secure) return process.getBuiltinModule('node:net').connect({ host, port });
+    const tls = process.getBuiltinModule('node:tls');
+    const servername = process.getBuiltinModule('node:net').isIP(host) === 0 ? host : undefined;
+    return tls.connect({
+      host,
+      port,
+      ...(servername === undefined ? {} : { servername }),
+      ...(this.#ca === undefined ? {} : { ca: this.#ca }),
+    });
   }
 
   #keep(socket: Socket, keepMs: number): void {
@@ -362,6 +370,9 @@ export class SocketLane {
     });
   }
 }
+
+/** The lane's own 'error' listener on every socket: the error has destroyed it, and a request in flight hears it. */
+function ignoreError(): void {}
 
 /** The closing of a socket before its answer was whole, as node:http names it ("socket hang up"), stale when it is. */
 function closedError(reused: boolean, anyByte: boolean): Error {
