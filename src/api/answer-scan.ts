@@ -9,6 +9,7 @@ import {
   OPEN_ARRAY,
   OPEN_OBJECT,
   QUOTE,
+  UTF8_BOM,
 } from './json-bytes.js';
 
 /**
@@ -51,6 +52,9 @@ export class AnswerScanner {
   #skeletonBytes = 0;
   #done = false;
   #broken = false;
+  /** Bytes read before the object opened, and how many of them were a leading byte order mark's. */
+  #leading = 0;
+  #bomBytes = 0;
 
   /** The object ended (or the bytes are not one): nothing more to read. */
   get finished(): boolean {
@@ -88,8 +92,14 @@ export class AnswerScanner {
         continue;
       }
       if (this.#depth === 0) {
-        if (isWhitespace(byte)) continue;
-        if (byte !== OPEN_OBJECT) {
+        const at = this.#leading++;
+        // RFC 8259 §8.1: a byte order mark at the very start is ignored, as the client ignores it (withoutBom).
+        if (at === this.#bomBytes && at < UTF8_BOM.length && byte === UTF8_BOM[at]) {
+          this.#bomBytes++;
+          continue;
+        }
+        if (isWhitespace(byte) && this.#bomBytes !== 1 && this.#bomBytes !== 2) continue;
+        if (byte !== OPEN_OBJECT || this.#bomBytes === 1 || this.#bomBytes === 2) {
           this.#broken = true;
           return;
         }

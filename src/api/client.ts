@@ -29,6 +29,7 @@ import {
   peekId,
   peekStrings,
 } from './json.js';
+import { withoutBom } from './json-bytes.js';
 import {
   type ConfigInstancePage,
   judgeItemBytes,
@@ -610,7 +611,7 @@ export function createClient(options: ClientOptions): ServiceClient {
     }
     const htmlPage = isHtmlPage(response.headers['content-type'], bytes);
     try {
-      const parsed = ErrorBody.safeParse(JSON.parse(bytes.toString('utf8')));
+      const parsed = ErrorBody.safeParse(JSON.parse(withoutBom(bytes).toString('utf8')));
       return { body: parsed.success ? (scrubDeep(parsed.data) as ErrorBody) : undefined, htmlPage };
     } catch {
       return { body: undefined, htmlPage };
@@ -776,11 +777,13 @@ export function createClient(options: ClientOptions): ServiceClient {
           scan === undefined ? await readPrefix(response.body) : await scanPrefix(response.body, scan),
         );
       }
-      const bytes = await readCapped(
-        response.body,
-        maxResponseBytes,
-        Number.isFinite(declared) ? declared : undefined,
-        scan,
+      const bytes = withoutBom(
+        await readCapped(
+          response.body,
+          maxResponseBytes,
+          Number.isFinite(declared) ? declared : undefined,
+          scan,
+        ),
       );
       if (isHtmlPage(response.headers['content-type'], bytes)) {
         // Not the service: a 2xx that settles a report must never come from a captive portal or a proxy's page.

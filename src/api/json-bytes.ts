@@ -28,3 +28,16 @@ export const CLOSE_OBJECT = 0x7d;
 export function isWhitespace(code: number | undefined): boolean {
   return code === SPACE || code === NEWLINE || code === 0x0d || code === 0x09;
 }
+
+/** The UTF-8 byte order mark, EF BB BF. */
+export const UTF8_BOM = [0xef, 0xbb, 0xbf] as const;
+
+/**
+ * The body without a UTF-8 byte order mark at its start (RFC 8259 §8.1: a parser may ignore one; JSON.parse and
+ * Buffer's decoder keep it as U+FEFF, a syntax error). Only the first three bytes, only when they are one.
+ */
+export function withoutBom(body: Buffer): Buffer {
+  return body[0] === UTF8_BOM[0] && body[1] === UTF8_BOM[1] && body[2] === UTF8_BOM[2]
+    ? body.subarray(3)
+    : body;
+}
