@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { HELP_TEXT, parseCliArgs } from './cli/args.js';
 import { ExitCode, exitCodeForStartupError } from './cli/exit-codes.js';
 import { type CommandIo, checkedOutput, finishOutput, wholeLinesOutput } from './cli/io.js';
+import { STRAY_SIGNALS } from './cli/stray-signals.js';
 import { errorMessage, UsageError } from './lib/errors.js';
 import { createSecretRegistry } from './lib/secrets.js';
 
@@ -144,7 +145,9 @@ export function runProcess(): void {
   // The daemon reloads on SIGHUP; until runAgent's listener is in (after its modules load), Node's default answer
   // would end it, which systemd counts as a clean exit it does not restart (a reload right after a start). Such
   // an early SIGHUP comes before the configuration is read, so there is nothing to reload yet.
-  if (runsTheDaemon(argv)) process.on('SIGHUP', () => undefined);
+  // The same holds for the signals it ignores (stray-signals.ts).
+  if (runsTheDaemon(argv))
+    for (const signal of ['SIGHUP', ...STRAY_SIGNALS]) process.on(signal, () => undefined);
   // The daemon's stdout carries nothing (its logs go to stderr): only the other commands' output is checked.
   const stdout = runsTheDaemon(argv) ? undefined : checkedOutput(process.stdout, { fd: 1 });
   const io: CommandIo = {

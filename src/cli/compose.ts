@@ -21,6 +21,7 @@ import { ExitCode, exitCodeForPass, exitCodeForStartupError, waitsOutAtStart } f
 import { hangSafeFs } from './hang-safe-fs.js';
 import type { CommandIo } from './io.js';
 import { type OnceCommand, printPassResult } from './once.js';
+import { STRAY_SIGNALS, strayCounter } from './stray-signals.js';
 
 /** Retries of one request within a `--once` pass: there is no outer loop to try again later. */
 const ONCE_REQUEST_RETRIES = 2;
@@ -306,6 +307,18 @@ export async function runAgent(
       'SIGUSR1 ignored: the Node inspector stays off (it would let any local user run code as the agent)',
     ),
   );
+  // Their default action ended the daemon (systemd restarted it 30 s later); ignored, sparingly logged.
+  const strayCount = strayCounter();
+  for (const signal of STRAY_SIGNALS) {
+    events.on(signal, () => {
+      const count = strayCount(signal);
+      if (count === undefined) return;
+      agent?.logger.warn(
+        { signal, count },
+        `${signal} ignored: the agent has no use for it (only SIGTERM or SIGINT stops it, SIGHUP reloads)`,
+      );
+    });
+  }
   events.on('uncaughtException', fatal('uncaught exception'));
   events.on('unhandledRejection', fatal('unhandled rejection'));
 

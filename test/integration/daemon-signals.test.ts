@@ -5,6 +5,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Fixtures } from '../../src/api/admin-schemas.js';
+import { STRAY_SIGNALS } from '../../src/cli/stray-signals.js';
 import { callLocalApi, DaemonProcess, findTempFiles, killAllDaemons } from '../helpers/daemon.js';
 import { AgentHarness, REPO_ROOT } from '../helpers/harness.js';
 import { LIST_PATH } from '../helpers/outage.js';
@@ -84,6 +85,30 @@ describe('SIGUSR1', () => {
     expect(daemon.logsWith(/^SIGUSR1 ignored/)).toHaveLength(1);
     expect(daemon.stderr).not.toContain('Debugger listening');
     expect(await listeningTcpSockets(daemon.child.pid ?? 0)).toEqual([]);
+    const passes = daemon.passes().length;
+    await daemon.waitForPasses(1, PATIENCE_MS, { after: passes });
+    expect((await daemon.stop()).code).toBe(0);
+  });
+});
+
+describe('signals the agent has no use for', () => {
+  // Their default action ended the daemon (exit by signal, or a core dump for SIGTRAP): systemd restarted it
+  // 30 s later, configs unwatched meanwhile. Each is now ignored with one line; the agent goes on.
+  it('SIGUSR2, SIGALRM, SIGIO, SIGPWR, SIGTRAP, SIGVTALRM, SIGPROF, SIGSTKFLT: one line each, passes go on, exit 0', async () => {
+    harness = await AgentHarness.create({
+      registerDevice: true,
+      config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
+    });
+    const daemon = DaemonProcess.start(harness);
+    await daemon.waitForPasses(1, PATIENCE_MS);
+    for (const signal of STRAY_SIGNALS) {
+      daemon.signal(signal);
+      // Fails at once, with the log tail, when the signal ended the daemon (before: each of them did).
+      await daemon.waitForLog((line) => line.msg.startsWith(`${signal} ignored`), PATIENCE_MS, signal);
+      expect(daemon.logsWith(new RegExp(`^${signal} ignored`))).toMatchObject([
+        { level: 'warn', signal, count: 1 },
+      ]);
+    }
     const passes = daemon.passes().length;
     await daemon.waitForPasses(1, PATIENCE_MS, { after: passes });
     expect((await daemon.stop()).code).toBe(0);
