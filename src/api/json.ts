@@ -265,8 +265,16 @@ export function parseCompactListBody(text: string): ListBodyValues | undefined {
   const { data } = envelope;
   if (!Array.isArray(data)) return undefined;
   envelope.data = [];
-  const envelopeText = JSON.stringify(envelope);
-  const texts = data.map((item) => JSON.stringify(item));
+  let envelopeText: string;
+  let texts: string[];
+  try {
+    envelopeText = JSON.stringify(envelope);
+    texts = data.map((item) => JSON.stringify(item));
+  } catch {
+    // Nested deeper than the native printer's recursion reaches (JSON.parse has no such limit): a RangeError for
+    // the whole page. Cut instead, so that such an item costs only itself (judged on its own text, too deep).
+    return undefined;
+  }
   return madeOf(text.trim(), envelopeText, texts) ? { envelopeText, values: data, texts } : undefined;
 }
 
