@@ -233,8 +233,8 @@ async function settleMetadataInPlace(
     // The size the caller's lstat saw may be stale (a local user can grow the file meanwhile): the descriptor's
     // decides, and no more than one byte past the wanted ones is read, so a planted file is never held whole.
     if (stats.size !== wanted.data.byteLength) return 'differs';
-    const existing = await readAtMost(handle, wanted.data.byteLength + 1, relativePath);
-    if (Buffer.compare(existing, wanted.data) !== 0) return 'differs';
+    const existing = await readToCompare(handle, wanted.data.byteLength + 1, relativePath);
+    if (existing === undefined || Buffer.compare(existing, wanted.data) !== 0) return 'differs';
     return await settleMetadata(handle, stats, relativePath, wanted);
   } finally {
     await handle.close().catch(() => undefined);
@@ -322,6 +322,24 @@ async function readAtMost(handle: FileHandle, length: number, relativePath: stri
     filled += bytesRead;
   }
   return buffer.subarray(0, filled);
+}
+
+/**
+ * readAtMost for a compare-first, undefined when the file in place cannot be read (EIO: a bad block of that file
+ * on a worn SD card). Its bytes are then not known to be the wanted ones, so the caller publishes a fresh file,
+ * which a failing disk refuses in its turn; throwing instead refused the write for as long as that one file's
+ * blocks stayed unreadable, which is for good.
+ */
+async function readToCompare(
+  handle: FileHandle,
+  length: number,
+  relativePath: string,
+): Promise<Buffer | undefined> {
+  try {
+    return await readAtMost(handle, length, relativePath);
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -919,12 +937,12 @@ async function holdsPieces(
   const hash = createHash('sha256');
   let bytes = 0;
   for (const chunk of chunksOf(pieces)) {
-    const existing = await readAtMost(handle, chunk.byteLength, relativePath);
-    if (!existing.equals(chunk)) return undefined;
+    const existing = await readToCompare(handle, chunk.byteLength, relativePath);
+    if (existing === undefined || !existing.equals(chunk)) return undefined;
     hash.update(chunk);
     bytes += chunk.byteLength;
   }
-  if ((await readAtMost(handle, 1, relativePath)).byteLength > 0) return undefined;
+  if ((await readToCompare(handle, 1, relativePath))?.byteLength !== 0) return undefined;
   return { sha256: hash.digest('hex'), bytes };
 }
 
