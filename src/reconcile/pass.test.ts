@@ -1198,35 +1198,74 @@ describe('runPass: two instances whose paths nest (one file where the other need
   const lastReport = (id: string) =>
     world.server.state.reports.filter((r) => r.config_instance_id === id).at(-1);
 
-  it('the one kept out is told of the path conflict and the other instance, not of something on the device', async () => {
+  // The newer one takes the path over, as at one path: the older one's file is removed (and the directory the agent
+  // made for it), the newer one written, the older one told why. Before, the newer one waited for good.
+  it("a newer instance whose path is a directory of the older one's: takes it over, written in the next pass", async () => {
     put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
     await pass();
-    // The service then also gives another instance the directory's path.
     put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-03T00:00:00.000Z' });
-    for (let round = 0; round < 4; round++) {
-      await pass();
+    await pass();
+    expect(await fileAt('a.json')).toBe(json({ owner: 'cfg_file' }));
+    for (let round = 0; round < 3; round++) {
       world.clock.advance(3_600_000);
+      await pass();
     }
-    expect(lastReport('cfg_file')?.error_status).toBe('retrying');
-    expect(lastReport('cfg_file')?.message).toContain(
-      'path conflict: the way is taken by the file of cfg_dir at "a.json/b.json"',
+    expect(await fileAt('a.json')).toBe(json({ owner: 'cfg_file' }));
+    expect(lastReport('cfg_file')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+    expect(lastReport('cfg_dir')?.error_status).toBe('retrying');
+    expect(lastReport('cfg_dir')?.message).toContain(
+      'path conflict: "a.json/b.json" and "a.json" of cfg_file, the instance updated last',
     );
-    expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_dir' }));
+    // Told once: the same message while the conflict lasts.
+    expect(world.server.state.reports.filter((r) => r.config_instance_id === 'cfg_dir')).toHaveLength(2);
   });
 
   it('and the other way round: a file where the newer instance needs a directory', async () => {
     put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-02T00:00:00.000Z' });
     await pass();
     put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-03T00:00:00.000Z' });
-    for (let round = 0; round < 4; round++) {
-      await pass();
+    await pass();
+    expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_dir' }));
+    for (let round = 0; round < 3; round++) {
       world.clock.advance(3_600_000);
+      await pass();
     }
-    expect(lastReport('cfg_dir')?.error_status).toBe('retrying');
-    expect(lastReport('cfg_dir')?.message).toContain(
-      'path conflict: the way is taken by the file of cfg_file at "a.json"',
+    expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_dir' }));
+    expect(lastReport('cfg_dir')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+    expect(lastReport('cfg_file')?.error_status).toBe('retrying');
+    expect(lastReport('cfg_file')?.message).toContain(
+      'path conflict: "a.json" and "a.json/b.json" of cfg_dir, the instance updated last',
     );
+  });
+
+  it('the older one stays while the newer one cannot be written (failed on the service): a device keeps a config', async () => {
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    put({
+      id: 'cfg_dir',
+      relative_filepath: 'a.json/b.json',
+      updated_at: '2026-01-03T00:00:00.000Z',
+      error_status: 'failed',
+    });
+    await pass();
     expect(await fileAt('a.json')).toBe(json({ owner: 'cfg_file' }));
+    expect(lastReport('cfg_file')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+  });
+
+  it('a file of someone else in the directory the newer one needs is never removed: it waits, told why', async () => {
+    put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    await writeFile(path.join(world.rootDir, 'a.json', 'mine.txt'), 'a local file');
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    await pass();
+    world.clock.advance(3_600_000);
+    await pass();
+    expect(await readFile(path.join(world.rootDir, 'a.json', 'mine.txt'), 'utf8')).toBe('a local file');
+    expect(lastReport('cfg_file')?.error_status).toBe('retrying');
+    expect(lastReport('cfg_file')?.activity_status).not.toBe('deployed');
+    // The older one's file made way (the service wants the newer one there); neither is claimed deployed.
+    expect(await exists('a.json/b.json')).toBe(false);
+    expect(lastReport('cfg_dir')?.error_status).toBe('retrying');
   });
 });
 

@@ -907,3 +907,53 @@ describe('planSteps: swaps and ordering', () => {
     expect(JSON.stringify([instances, [...files]])).toBe(before);
   });
 });
+
+describe('planSteps: paths that nest across instances', () => {
+  const at = (id: string, path: string, day: number) =>
+    makeInstance({ id, relative_filepath: path, updated_at: `2026-01-0${day}T00:00:00.000Z` });
+
+  it('the one updated last wins along a chain; siblings under a winner stay; a loser is never written', () => {
+    const steps = plan([
+      at('cfg_a', 'a', 1),
+      at('cfg_ab', 'a/b', 3),
+      at('cfg_abc', 'a/b/c', 2),
+      at('cfg_ax', 'a/x', 1),
+      at('cfg_other', 'other/a', 1),
+    ]);
+    const kinds = Object.fromEntries(
+      ['cfg_a', 'cfg_ab', 'cfg_abc', 'cfg_ax', 'cfg_other'].map((id) => [id, onlyStepFor(steps, id).kind]),
+    );
+    // cfg_ab (newest) needs `a` as a directory and `a/b` as its file: cfg_a and cfg_abc lose; cfg_ax, under
+    // `a` beside it, does not nest with it, and cfg_a is out, so it stays.
+    expect(kinds).toEqual({
+      cfg_a: 'refuse',
+      cfg_ab: 'write',
+      cfg_abc: 'refuse',
+      cfg_ax: 'write',
+      cfg_other: 'write',
+    });
+    expect(onlyStepFor(steps, 'cfg_abc')).toMatchObject({
+      message: expect.stringContaining('"a/b/c" and "a/b" of cfg_ab, the instance updated last'),
+    });
+  });
+
+  it("a loser's own file is removed before the winner's write, without a report; only when the winner is written", () => {
+    const file = at('cfg_file', 'a.json', 1);
+    const dir = at('cfg_dir', 'a.json/b.json', 2);
+    const files = { 'a.json': managed('cfg_file') };
+    const disk = { 'a.json': observations.identical! };
+    const steps = plan([file, dir], { files, disk });
+    expect(steps.map((step) => `${step.kind} ${step.instance.id}`)).toEqual([
+      'remove cfg_file',
+      'write cfg_dir',
+      'refuse cfg_file',
+    ]);
+    expect(steps[0]).toMatchObject({ path: 'a.json', report: undefined, leftPath: true });
+
+    const waiting = plan([file, dir], { files, disk, cooldowns: { cfg_dir: NOW + 1 } });
+    expect(waiting.map((step) => `${step.kind} ${step.instance.id}`).sort()).toEqual([
+      'refuse cfg_file',
+      'wait cfg_dir',
+    ]);
+  });
+});

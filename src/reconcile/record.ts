@@ -177,11 +177,11 @@ function recordLeftPath(step: RemoveStep, result: EffectResult, ctx: RecordConte
   if (result.kind === 'removed') {
     handDownCreatedDirs(ctx.state, step.path);
     ctx.state.files.delete(step.path);
-    return outcome(
-      'removed',
-      true,
-      `a path it left (now at ${JSON.stringify(step.instance.relative_filepath)})`,
-    );
+    const why =
+      step.makesWayFor === undefined
+        ? `a path it left (now at ${JSON.stringify(step.instance.relative_filepath)})`
+        : `making way for ${step.makesWayFor.instanceId} at ${JSON.stringify(step.makesWayFor.path)} (nested path conflict)`;
+    return outcome('removed', true, why);
   }
   if (result.kind === 'kept') {
     ctx.state.files.delete(step.path);
