@@ -225,6 +225,54 @@ describe('SocketLane: a socket that fails right after a whole answer', () => {
   });
 });
 
+describe('SocketLane: one socket, one parser, many answers', () => {
+  it('answers of every framing one after another on one kept socket are each read whole', async () => {
+    const answers = [
+      'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\n{"a\r\n4\r\n":1}\r\n0\r\nx-trailer: t\r\n\r\n',
+      'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\n{"b":2}',
+      'HTTP/1.1 204 No Content\r\n\r\n',
+      'HTTP/1.1 503 Service Unavailable\r\ncontent-length: 7\r\nretry-after: 1\r\n\r\n{"c":3}',
+      'HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\n{"d":4}',
+    ];
+    let connections = 0;
+    let served = 0;
+    const server = net.createServer((socket) => {
+      connections += 1;
+      socket.on('error', () => {});
+      // The lane writes each request in one write and waits for its answer: one request a read.
+      socket.on('data', () => socket.write(answers[served++ % answers.length]!));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    const Parser = llhttpParserFrom(nodeHttpCommon);
+    if (Parser === undefined) throw new Error("this runtime's llhttp binding is not there");
+    const lane = new SocketLane({ idleMs: 4_000, connectTimeoutMs: 5_000, Parser });
+    const read: string[] = [];
+    try {
+      for (let i = 0; i < 3 * answers.length; i += 1) {
+        const response = await lane.request({
+          secure: false,
+          hostname: '127.0.0.1',
+          port,
+          path: '/x',
+          method: 'PATCH',
+          headers: {},
+          body: '{}',
+          signal: new AbortController().signal,
+        });
+        read.push(`${response.statusCode} ${await readAll(response.body)}`);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    } finally {
+      lane.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
+    const once = ['200 {"a":1}', '200 {"b":2}', '204 ', '503 {"c":3}', '200 {"d":4}'];
+    expect(read).toEqual([...once, ...once, ...once]);
+    expect(connections).toBe(1);
+  });
+});
+
 describe('HttpTransport: a runtime whose llhttp binding the lane cannot drive', () => {
   const { HTTPParser } = process.getBuiltinModule('_http_common') as { HTTPParser: Record<string, unknown> };
   const withoutBody = Object.assign(function Parser() {}, { ...HTTPParser, kOnBody: undefined });

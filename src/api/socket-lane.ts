@@ -122,8 +122,17 @@ function requestError(message: string, code: string): Error {
 
 interface Connection {
   socket: Socket;
+  /** The socket's parser, initialized again for each request on it (as node:http's pool reuses its parsers). */
+  parser: LlhttpParser;
   /** It served an answer before this request. */
   reused: boolean;
+}
+
+/** An idle socket, with the listener that drops it when anything happens on it while idle. */
+interface IdleConnection {
+  socket: Socket;
+  parser: LlhttpParser;
+  drop: () => void;
 }
 
 /**
@@ -136,8 +145,7 @@ interface Connection {
  * CONNECT_TIMEOUT.
  */
 export class SocketLane {
-  /** Idle sockets, each with the listener that drops it when anything happens on it while idle. */
-  readonly #idle: { socket: Socket; drop: () => void }[] = [];
+  readonly #idle: IdleConnection[] = [];
   readonly #live = new Set<Socket>();
   readonly #idleMs: number;
   readonly #connectTimeoutMs: number;
@@ -174,17 +182,21 @@ export class SocketLane {
 
   #connect(request: SocketLaneRequest): Connection {
     for (let idle = this.#idle.pop(); idle !== undefined; idle = this.#idle.pop()) {
-      const { socket, drop } = idle;
+      const { socket, parser, drop } = idle;
       socket.setTimeout(0);
       for (const event of ['data', 'end', 'error', 'close', 'timeout']) socket.off(event, drop);
       if (socket.destroyed || !socket.writable) continue;
-      return { socket, reused: true };
+      return { socket, parser, reused: true };
     }
     const socket = this.#open(request);
     // For the socket's whole life: between an answer's end and the socket's return to the idle ones (or its
     // destruction) no other 'error' listener is attached, and an error nobody hears is thrown, ending the process.
     // The socket is destroyed by then; the request in flight, if any, has its own listener and fails.
     socket.on('error', ignoreError);
+    // One parser for the socket's life: its memory is native and outlives its object unless closed (~2 KiB). The
+    // socket's 'close' comes in a turn of its own, never inside the parser's callbacks.
+    const parser = new this.#Parser();
+    socket.once('close', () => parser.close());
     socket.setNoDelay(true);
     const timer = setTimeout(() => {
       socket.destroy(requestError(`no connection within ${this.#connectTimeoutMs} ms`, 'CONNECT_TIMEOUT'));
@@ -192,7 +204,7 @@ export class SocketLane {
     timer.unref();
     socket.once(request.secure ? 'secureConnect' : 'connect', () => clearTimeout(timer));
     socket.once('close', () => clearTimeout(timer));
-    return { socket, reused: false };
+    return { socket, parser, reused: false };
   }
 
   #openSocket(request: SocketLaneRequest): Socket {
@@ -208,7 +220,7 @@ export class SocketLane {
     });
   }
 
-  #keep(socket: Socket, keepMs: number): void {
+  #keep(socket: Socket, parser: LlhttpParser, keepMs: number): void {
     this.#live.delete(socket);
     if (socket.destroyed || keepMs <= 0) {
       socket.destroy();
@@ -228,7 +240,7 @@ export class SocketLane {
     socket.unref();
     // Paused by a reader slower than the answer (its last bytes pushed over the stream's mark): flowing again.
     socket.resume();
-    this.#idle.push({ socket, drop });
+    this.#idle.push({ socket, parser, drop });
   }
 
   request(request: SocketLaneRequest): Promise<SocketLaneResponse> {
@@ -254,10 +266,9 @@ export class SocketLane {
         reject(abortError(signal.reason));
         return;
       }
-      const { socket, reused } = this.#connect(request);
+      const { socket, parser, reused } = this.#connect(request);
       this.#live.add(socket);
       socket.ref();
-      const parser = new this.#Parser();
       parser.initialize(this.#Parser.RESPONSE, {}, 0);
       let rawHeaders: string[] = [];
       let body: Readable | undefined;
@@ -267,9 +278,6 @@ export class SocketLane {
 
       const cleanup = () => {
         settled = true;
-        // The parser's memory is native and outlives its object unless closed (~2 KiB a request); never closed
-        // from inside its own callbacks, which this may run in.
-        setImmediate(() => parser.close());
         signal.removeEventListener('abort', onAbort);
         socket.off('data', onData);
         socket.off('end', onEnd);
@@ -357,7 +365,7 @@ export class SocketLane {
         cleanup();
         const stream = body;
         // The socket goes back once this turn's parse is over (bytes past the answer drop it there).
-        queueMicrotask(() => this.#keep(socket, keepMs));
+        queueMicrotask(() => this.#keep(socket, parser, keepMs));
         stream.push(null);
       };
 
