@@ -148,6 +148,28 @@ describe('HttpTransport: status reports on its own sockets', () => {
     },
   );
 
+  it('by default the pages and the reports share the kept-alive sockets: a GET, a PATCH, a GET on one connection', async () => {
+    let connections = 0;
+    const origin = await serve((req, res) => res.end(JSON.stringify({ method: req.method })));
+    servers[0]!.on('connection', () => {
+      connections += 1;
+    });
+    const transport = new HttpTransport({ timeoutMs: 5_000 });
+    const methods: string[] = [];
+    for (const method of ['GET', 'PATCH', 'GET']) {
+      const response = await transport.request({
+        ...request(origin, new AbortController().signal),
+        method,
+        body: method === 'GET' ? null : '{}',
+      });
+      methods.push(JSON.parse(await readAll(response.body)).method);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(methods).toEqual(['GET', 'PATCH', 'GET']);
+    expect(connections).toBe(1);
+    await transport.destroy();
+  });
+
   it('200 reports one after another on kept-alive sockets: each answer whole, the big ones read slowly too', async () => {
     let served = 0;
     const origin = await serve((_req, res) => {

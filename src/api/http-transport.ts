@@ -1,4 +1,4 @@
-// Direct requests to the service over node:http and node:https: kept-alive connections, a connect timeout, stale connections marked.
+// Direct requests to the service on sockets of its own parsed by node's llhttp (node:http for a fresh transport or a runtime without that parser): kept-alive connections, a connect timeout, stale connections marked.
 import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
 import type https from 'node:https';
 import type { Socket } from 'node:net';
@@ -30,8 +30,8 @@ export interface HttpTransportOptions {
   keepAlive?: boolean;
   /**
    * Which requests go on sockets of the transport's own, parsed by node's llhttp (src/api/socket-lane.ts) instead
-   * of through node:http's request machinery: `patch` (default), the status reports; `always`, every request
-   * (tests); `never`. A fresh transport (keepAlive false) uses node:http for all.
+   * of through node:http's request machinery: `always` (default), every request, the pages' GETs and the status
+   * reports; `patch`, the status reports only; `never`. A fresh transport (keepAlive false) uses node:http for all.
    */
   ownSockets?: 'patch' | 'always' | 'never';
   /**
@@ -129,7 +129,7 @@ export class HttpTransport implements Transport {
 
   request(request: TransportRequest): Promise<TransportResponse> {
     const endpoint = this.#endpointOf(request.origin);
-    const own = this.#keepAlive ? (this.#options.ownSockets ?? 'patch') : 'never';
+    const own = this.#keepAlive ? (this.#options.ownSockets ?? 'always') : 'never';
     const lane = own === 'always' || (own === 'patch' && request.method === 'PATCH') ? this.#laneOf() : null;
     if (lane !== null) {
       return lane.request({

@@ -357,8 +357,9 @@ export class SocketLane {
         resolve({ statusCode, headers: answered, body: stream });
         return 0;
       };
+      // The chunk is the binding's own copy of the bytes (Buffer::Copy on Node 20 and 24), as node:http pushes it.
       parser[this.#Parser.kOnBody] = (chunk: Buffer) => {
-        if (body !== undefined && !body.destroyed && !body.push(Buffer.from(chunk))) socket.pause();
+        if (body !== undefined && !body.destroyed && !body.push(chunk)) socket.pause();
       };
       parser[this.#Parser.kOnMessageComplete] = () => {
         if (body === undefined || settled) return;
