@@ -88,6 +88,55 @@ describe('LocalApiServer limits', () => {
     expect(await api.connectionCount()).toBe(20);
   });
 
+  // One member of the socket's group holding every slot idle shut `status` out for up to 10 s, renewable (ops14).
+  it('at the cap a new connection takes the slot of the one idle longest: idle holders never shut a request out', async () => {
+    const api = await startServer({ ...PATIENT, maxConnections: 5 });
+    const idle = await Promise.all(Array.from({ length: 4 }, () => connect()));
+    // One more trickling a head it never finishes: no request in progress either.
+    const trickle = await connect();
+    trickle.socket.write('GET /v1/status HTTP/1.1\r\nHost: a');
+    await waitFor(async () => (await api.connectionCount()) === 5, PATIENCE_MS, { what: 'five held' });
+    for (let round = 0; round < 3; round++) {
+      expect(await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS)).toMatchObject({ status: 200 });
+    }
+    // The oldest made room (each answered request's own connection is closed after it, leaving room for the next).
+    await waitFor(() => idle[0]!.closed, PATIENCE_MS, { what: 'the oldest closed' });
+    expect(idle.slice(1).map((c) => c.closed)).toEqual([false, false, false]);
+    expect(trickle.closed).toBe(false);
+    expect(await api.connectionCount()).toBeLessThanOrEqual(5);
+  });
+
+  it('a connection with a request in progress keeps its slot: with all of them busy a new one is closed', async () => {
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    server = new LocalApiServer(
+      socketPath,
+      {
+        health: () => ({ healthy: true, lastLoopAt: null }),
+        status: () => ({ ok: true }),
+        sync: async () => {
+          await held;
+          return { converged: true, exitCode: 0, result: null };
+        },
+      },
+      silentLogger(),
+      { ...PATIENT, maxConnections: 2, minSyncIntervalMs: 0 },
+    );
+    await server.start();
+    const busy = await Promise.all([connect(), connect()]);
+    for (const client of busy) client.socket.write('POST /v1/sync HTTP/1.1\r\nHost: a\r\n\r\n');
+    await waitFor(() => server!.requestsInProgress() === 2, PATIENCE_MS, { what: 'both in progress' });
+    const late = await connect();
+    await waitFor(() => late.closed, PATIENCE_MS, { what: 'the late connection closed' });
+    expect(busy.every((c) => !c.closed)).toBe(true);
+    release();
+    await waitFor(() => busy.every((c) => c.received.startsWith('HTTP/1.1 200')), PATIENCE_MS, {
+      what: 'both syncs answered',
+    });
+  });
+
   it('closes idle connections that send nothing (408) and frees their slots for real requests', async () => {
     const api = await startServer({
       maxConnections: 5,

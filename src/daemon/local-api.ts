@@ -2,7 +2,7 @@
 import { lstat, unlink } from 'node:fs/promises';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
-import { createConnection } from 'node:net';
+import { createConnection, type Socket } from 'node:net';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -93,6 +93,8 @@ export class LocalApiServer {
   #runningSync: Promise<unknown> = Promise.resolve();
   #lastSyncEndedAt = Number.NEGATIVE_INFINITY;
   #dropped = 0;
+  /** Each connection held: requests in progress on it, and since when it has had none. */
+  readonly #connections = new Map<Socket, { inProgress: number; idleSince: number }>();
   /** The socket file bind() made: device, inode and change time (a file made after ours may get its inode). */
   #socketIdentity: string | undefined;
 
@@ -108,6 +110,58 @@ export class LocalApiServer {
     this.#logger = logger;
     this.#limits = { ...DEFAULT_LOCAL_API_LIMITS, ...limits };
     this.#clock = clock;
+  }
+
+  /**
+   * At the cap a new connection takes the place of the one idle longest (no request in progress: never sent a
+   * whole head, or between keep-alive requests): a member of the socket's group holding every slot idle no
+   * longer shuts the others out; it must keep requests in progress, each bounded by the send timeout and the
+   * sync interval. When every connection has a request in progress the new one is closed at once.
+   */
+  #admit(socket: Socket): void {
+    const limits = this.#limits;
+    if (this.#connections.size >= limits.maxConnections) {
+      let oldest: { socket: Socket; idleSince: number } | undefined;
+      for (const [held, state] of this.#connections) {
+        if (state.inProgress === 0 && (oldest === undefined || state.idleSince < oldest.idleSince)) {
+          oldest = { socket: held, idleSince: state.idleSince };
+        }
+      }
+      if (oldest === undefined) {
+        socket.destroy();
+        this.#dropped += 1;
+        // 1st, 10th, 100th, ...: a flood of connections must not become a flood of log lines.
+        if (Number.isInteger(Math.log10(this.#dropped))) {
+          this.#logger.warn(
+            { maxConnections: limits.maxConnections, dropped: this.#dropped },
+            'local API connection refused: every connection has a request in progress',
+          );
+        }
+        return;
+      }
+      this.#connections.delete(oldest.socket);
+      oldest.socket.destroy();
+    }
+    this.#connections.set(socket, { inProgress: 0, idleSince: this.#clock.monotonic() });
+    socket.once('close', () => this.#connections.delete(socket));
+  }
+
+  /** A request in progress on its connection from its head until its answer is sent or abandoned. */
+  #track(request: IncomingMessage, response: ServerResponse): void {
+    const state = this.#connections.get(request.socket as Socket);
+    if (state === undefined) return;
+    state.inProgress += 1;
+    response.once('close', () => {
+      state.inProgress -= 1;
+      state.idleSince = this.#clock.monotonic();
+    });
+  }
+
+  /** Requests whose answers are not yet sent (nor abandoned), over every connection. */
+  requestsInProgress(): number {
+    let count = 0;
+    for (const state of this.#connections.values()) count += state.inProgress;
+    return count;
   }
 
   /** Connections the server holds now. */
@@ -131,6 +185,7 @@ export class LocalApiServer {
         maxHeaderSize: limits.maxHeaderBytes,
       },
       (request, response) => {
+        this.#track(request, response);
         if (announcesBody(request)) {
           response.shouldKeepAlive = false;
           sendError(response, 413, 'body_too_large', 'requests to the local API carry no body');
@@ -142,17 +197,7 @@ export class LocalApiServer {
         });
       },
     );
-    server.maxConnections = limits.maxConnections;
-    server.on('drop', () => {
-      this.#dropped += 1;
-      // 1st, 10th, 100th, ...: a flood of connections must not become a flood of log lines.
-      if (Number.isInteger(Math.log10(this.#dropped))) {
-        this.#logger.warn(
-          { maxConnections: limits.maxConnections, dropped: this.#dropped },
-          'local API connection refused: too many connections open',
-        );
-      }
-    });
+    server.on('connection', (socket: Socket) => this.#admit(socket));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       // The socket gets its mode from bind(), which listen() makes synchronously here, under a umask that
