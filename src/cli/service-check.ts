@@ -98,6 +98,7 @@ function parseDate(value: string | string[] | undefined): Date | undefined {
 
 /** A device's answer is small: a body past this is not read on (its name is then not shown). */
 const BODY_MAX_BYTES = 1024 * 1024;
+const BODY_TOO_LARGE = 'body too large';
 
 async function readText(body: TransportResponse['body']): Promise<string> {
   const chunks: Buffer[] = [];
@@ -105,7 +106,7 @@ async function readText(body: TransportResponse['body']): Promise<string> {
   try {
     for await (const chunk of body as AsyncIterable<Buffer>) {
       total += chunk.length;
-      if (total > BODY_MAX_BYTES) throw new Error('body too large');
+      if (total > BODY_MAX_BYTES) throw new Error(BODY_TOO_LARGE);
       chunks.push(chunk);
     }
   } finally {
@@ -138,15 +139,43 @@ export async function checkService(input: ServiceCheckInput): Promise<ServiceChe
   }
   const serverDate = parseDate(response.headers.date);
   const status = response.statusCode;
+  let text: string | undefined;
+  let unread = 'its answer did not arrive whole (cut short, or not within the timeout)';
+  try {
+    text = await readText(response.body);
+  } catch (error) {
+    if (errorMessage(error) === BODY_TOO_LARGE) unread = `its answer is larger than ${BODY_MAX_BYTES} bytes`;
+  }
   let body: unknown;
   try {
-    body = JSON.parse(await readText(response.body));
+    body = text === undefined ? undefined : JSON.parse(text);
   } catch {
     body = undefined;
   }
   const where = `${origin}${path}`;
   if (status === 200) {
-    const name = (body as { name?: unknown } | undefined)?.name;
+    const device =
+      typeof body === 'object' && body !== null && !Array.isArray(body)
+        ? (body as Record<string, unknown>)
+        : undefined;
+    if (device?.object !== 'device' || device.id !== input.deviceId) {
+      // A captive portal, a proxy's page or anything else answering 200 for every path is not the service.
+      const what =
+        text === undefined
+          ? unread
+          : /^\s*</.test(text)
+            ? 'its answer is an HTML page'
+            : device === undefined
+              ? 'its answer is not a JSON object'
+              : `its answer is not the device ${input.deviceId}`;
+      return {
+        ok: false,
+        kind: 'http',
+        serverDate,
+        message: `HTTP 200 from ${where}, but ${what}: not the service (a captive portal or a proxy? check the URL and the proxy settings)`,
+      };
+    }
+    const name = device.name;
     const named = typeof name === 'string' && name !== '' ? ` ("${name}")` : '';
     return { ok: true, serverDate, message: `device ${input.deviceId}${named} found at ${origin}` };
   }

@@ -1,0 +1,92 @@
+// init's and doctor's service check against loopback stand-ins: a 200 is the service only when it is the device.
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { HttpTransport } from '../api/http-transport.js';
+import { checkService } from './service-check.js';
+
+const DEVICE = 'dvc_check';
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function check(answer: (res: ServerResponse) => void, timeoutMs = 2_000) {
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => answer(res));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const transport = new HttpTransport({ timeoutMs });
+  cleanups.push(async () => transport.destroy());
+  return checkService({
+    baseUrl,
+    apiVersion: 'v1',
+    apiKey: 'sk-check-test',
+    deviceId: DEVICE,
+    timeoutMs,
+    transport,
+  });
+}
+
+const json = (status: number, value: unknown) => (res: ServerResponse) => {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(value));
+};
+
+describe('checkService: a 200 that is not the device', () => {
+  it('the device itself is found', async () => {
+    const result = await check(json(200, { object: 'device', id: DEVICE, name: 'robot' }));
+    expect(result).toMatchObject({
+      ok: true,
+      message: expect.stringContaining(`device ${DEVICE} ("robot") found`),
+    });
+  });
+
+  it.each([
+    [
+      'an HTML page (a captive portal)',
+      (res: ServerResponse) => {
+        res.writeHead(200, { 'content-type': 'text/html' });
+        res.end('<!doctype html><title>Sign in to the Wi-Fi</title>');
+      },
+      'its answer is an HTML page',
+    ],
+    ['a JSON object of another kind', json(200, { ok: true }), `its answer is not the device ${DEVICE}`],
+    [
+      'another device',
+      json(200, { object: 'device', id: 'dvc_other', name: 'x' }),
+      `its answer is not the device ${DEVICE}`,
+    ],
+    ['JSON that is not an object', json(200, [1, 2]), 'its answer is not a JSON object'],
+    [
+      'a body larger than 1 MiB',
+      (res: ServerResponse) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(`{"object":"device","id":"${DEVICE}","pad":"${'x'.repeat(1 << 20)}"}`);
+      },
+      'its answer is larger than 1048576 bytes',
+    ],
+  ])('%s is not the service (it said the device was found)', async (_what, answer, why) => {
+    const result = await check(answer);
+    expect(result).toMatchObject({ ok: false, kind: 'http', message: expect.stringContaining(why) });
+    expect(result.message).toContain('not the service');
+  });
+
+  it('a body cut short is not the service either (it said found)', async () => {
+    const result = await check((res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '4096' });
+      res.write(`{"object":"device","id":"${DEVICE}",`, () => res.socket?.destroy());
+    });
+    expect(result).toMatchObject({
+      ok: false,
+      kind: 'http',
+      message: expect.stringContaining('its answer did not arrive whole'),
+    });
+  });
+});
