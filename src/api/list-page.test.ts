@@ -293,3 +293,87 @@ describe('judgeParsedItem with the exact text of the item', () => {
     expect(judgeParsedItem(badHead, badText, known('cfg_1', itemKey(badText))).kind).toBe('invalid');
   });
 });
+
+describe('a compact page known by its items’ exact text (KnownPages)', () => {
+  const deep = JSON.parse(`${'{"a":'.repeat(70)}{}${'}'.repeat(70)}`);
+  const values = [
+    item({ id: 'cfg_1' }),
+    item({ id: 'cfg_2', relative_filepath: 'b.json' }),
+    item({ id: 'cfg_3', relative_filepath: 'c.json' }),
+  ];
+  const texts = values.map((value) => JSON.stringify(value));
+  const FILE = { sha256: 'b'.repeat(64), size: 7 };
+
+  /** Records as fingerprints.json holds them: item id → key of its text; page key → key of its items' keys. */
+  function records(itemKeys: Record<string, string>, pages: Record<string, string> = {}) {
+    const recordedPages = new Map(Object.entries(pages));
+    return {
+      pages: recordedPages,
+      known: {
+        lookup: (id: string, key: string) => (itemKeys[id] === key ? FILE : undefined),
+        pages: {
+          lookupPage: (pageKey: string) => recordedPages.get(pageKey),
+          recordPage: (pageKey: string, itemKeysKey: string) => {
+            recordedPages.set(pageKey, itemKeysKey);
+          },
+          itemKeyOf: (id: string) => itemKeys[id],
+        },
+      },
+    };
+  }
+  const judgeAll = (page: PageItems, known: Parameters<PageItems['at']>[1]) =>
+    Array.from({ length: page.length }, (_, index) => page.at(index, known));
+  const pageKey = itemKey(texts.join(','));
+
+  it('a page whose every item was judged valid is recorded by its items’ text, with the keys of its items in order', () => {
+    const { known, pages } = records({});
+    const judged = judgeAll(PageItems.ofValues(values, texts), known);
+    expect(judged.map((one) => one?.kind)).toEqual(['valid', 'valid', 'valid']);
+    expect([...pages]).toEqual([[pageKey, itemKey(texts.map((text) => itemKey(text)).join(''))]]);
+  });
+
+  it('a page holding an item that is not valid is not recorded', () => {
+    const broken = [...values.slice(0, 2), item({ id: 'cfg_3', updated_at: 'yesterday' })];
+    const { known, pages } = records({});
+    judgeAll(
+      PageItems.ofValues(
+        broken,
+        broken.map((value) => JSON.stringify(value)),
+      ),
+      known,
+    );
+    expect(pages.size).toBe(0);
+  });
+
+  it('a known page takes each item by the key recorded for its id, without a key of its own (content unchecked)', () => {
+    // The premise, shown by a record no hash of the text could give: cfg_2's text is hostile, its record vouches.
+    const hostile = [values[0], item({ id: 'cfg_2', content: { deep } }), values[2]];
+    const hostileTexts = hostile.map((value) => JSON.stringify(value));
+    const vouched = { cfg_1: itemKey(texts[0]!), cfg_2: `${'V'.repeat(43)}=`, cfg_3: itemKey(texts[2]!) };
+    const { known } = records(vouched, {
+      [itemKey(hostileTexts.join(','))]: itemKey(Object.values(vouched).join('')),
+    });
+    const judged = judgeAll(PageItems.ofValues(hostile, hostileTexts), known);
+    expect(judged[1]).toMatchObject({ kind: 'valid', wire: { key: vouched.cfg_2, known: FILE } });
+    // The same page without its record: every item keyed by its text, the hostile one judged in full.
+    const unknown = judgeAll(PageItems.ofValues(hostile, hostileTexts), records(vouched).known);
+    expect(unknown[1]?.kind).toBe('invalid');
+  });
+
+  it('a page recorded with other keys than its ids hold now (a later text of an id) is judged item by item', () => {
+    // cfg_2 was listed with this very text when the page was recorded; its id's record now holds a later text.
+    const later = itemKey(
+      JSON.stringify(item({ id: 'cfg_2', relative_filepath: 'b.json', content: { port: 1 } })),
+    );
+    const recordedThen = itemKey(texts.map((text) => itemKey(text)).join(''));
+    const { known } = records(
+      { cfg_1: itemKey(texts[0]!), cfg_2: later, cfg_3: itemKey(texts[2]!) },
+      { [pageKey]: recordedThen },
+    );
+    const judged = judgeAll(PageItems.ofValues(values, texts), known);
+    // Keyed by its own text: not the later record, so not known (its file is made from this text).
+    expect(judged[1]).toMatchObject({ kind: 'valid', wire: { key: itemKey(texts[1]!) } });
+    expect(judged[1]?.kind === 'valid' && judged[1].wire?.known).toBeUndefined();
+    expect(judged[0]).toMatchObject({ kind: 'valid', wire: { known: FILE } });
+  });
+});

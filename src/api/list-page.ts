@@ -65,6 +65,21 @@ export interface KnownItem {
 export interface KnownItems {
   /** `length`: the text's, which the caller keeps for as long as the item (a pass bounds what it holds). */
   lookup(id: string, key: string, length: number): KnownItem | undefined;
+  /** Pages whose exact item texts were seen before (full pulls only: api/pager.ts's wide listing). */
+  pages?: KnownPages;
+}
+
+/**
+ * Compact pages known by the key of their items' exact text (`pageKey`: the items as they lie in the body,
+ * comma-joined), each with the key of its items' keys in order (`itemKeysKey`). A known page's items need no
+ * key of their own: each is the key recorded for the item's id, which is trusted only when the recorded keys of
+ * the page's ids, in order, give back `itemKeysKey` (anything else, and the page is judged item by item).
+ */
+export interface KnownPages {
+  lookupPage(pageKey: string): string | undefined;
+  recordPage(pageKey: string, itemKeysKey: string): void;
+  /** The key recorded for the item `id`'s text (KnownItems), if any. */
+  itemKeyOf(id: string): string | undefined;
 }
 
 /** A valid item's exact text on the wire (compact pages), its key, and what was recorded of it, if anything. */
@@ -120,9 +135,19 @@ export class PageItems implements Iterable<PageItem> {
    * `texts`: each item's exact text (json.ts ListBodyValues), which gives a valid item its `wire`.
    */
   static ofValues(values: readonly unknown[], texts?: readonly string[]): PageItems {
-    return new PageItems(values.length, (index, known) =>
-      judgeParsedItem(values[index], texts?.[index], known),
-    );
+    if (texts === undefined) {
+      return new PageItems(values.length, (index) => judgeParsedItem(values[index], undefined));
+    }
+    let page: PageKeys | undefined;
+    return new PageItems(values.length, (index, known) => {
+      if (known?.pages === undefined || values.length === 0) {
+        return judgeParsedItem(values[index], texts[index], known);
+      }
+      page ??= new PageKeys(values, texts, known.pages);
+      const judged = judgeParsedItem(values[index], texts[index], known, page.knownKey(index));
+      page.judged(index, judged);
+      return judged;
+    });
   }
 
   /** Items as `[start, end)` byte ranges of `body`, two numbers per item (json.ts cutListBytes). */
@@ -145,6 +170,61 @@ export class PageItems implements Iterable<PageItem> {
   *[Symbol.iterator](): Iterator<PageItem> {
     for (let index = 0; index < this.length; index += 1) yield this.#judge(index);
   }
+}
+
+/**
+ * The keys of one compact page's items: taken from the records when the page's exact text is known
+ * (KnownPages), otherwise made item by item as they are judged, and the page recorded once every item on it was
+ * judged valid with its text's key. A record of the page trusts nothing by itself: its items' keys are the ones
+ * recorded for their ids, and only when those, in order, are what the page was recorded with (a later text of
+ * an id, then listed back as before, leaves its id's record with the later key: the page is judged in full).
+ */
+class PageKeys {
+  readonly #pages: KnownPages;
+  readonly #pageKey: string;
+  /** Every item's key, when the page is known; else filled as its items are judged. */
+  readonly #keys: (string | undefined)[];
+  readonly #known: boolean;
+  #filled = 0;
+  #unusable = false;
+
+  constructor(values: readonly unknown[], texts: readonly string[], pages: KnownPages) {
+    this.#pages = pages;
+    this.#pageKey = itemKey(texts.join(','));
+    const recorded = pages.lookupPage(this.#pageKey);
+    const keys = recorded === undefined ? undefined : recordedKeys(values, pages);
+    this.#known = keys !== undefined && itemKey(keys.join('')) === recorded;
+    this.#keys = this.#known && keys !== undefined ? keys : new Array<string | undefined>(values.length);
+  }
+
+  /** The key of item `index`'s text, when the page is known. */
+  knownKey(index: number): string | undefined {
+    return this.#known ? this.#keys[index] : undefined;
+  }
+
+  judged(index: number, item: PageItem): void {
+    if (this.#known || this.#unusable) return;
+    if (item.kind !== 'valid' || item.wire === undefined) {
+      this.#unusable = true;
+      return;
+    }
+    if (this.#keys[index] === undefined) this.#filled += 1;
+    this.#keys[index] = item.wire.key;
+    if (this.#filled === this.#keys.length)
+      this.#pages.recordPage(this.#pageKey, itemKey(this.#keys.join('')));
+  }
+}
+
+/** The key recorded for each item's id, in order; undefined when any has none. */
+function recordedKeys(values: readonly unknown[], pages: KnownPages): string[] | undefined {
+  const keys: string[] = [];
+  for (const value of values) {
+    const id = typeof value === 'object' && value !== null ? (value as { id?: unknown }).id : undefined;
+    const key = typeof id === 'string' ? pages.itemKeyOf(id) : undefined;
+    if (key === undefined) return undefined;
+    keys.push(key);
+  }
+  return keys;
 }
 
 /**
@@ -391,14 +471,20 @@ export function quickInstance(value: unknown, contentKnown = false): ConfigInsta
  * With its exact `text`, a valid everyday item carries it and its key (`wire`), and when `known` holds that key
  * for the item's id, its content is not checked again: that very text passed every check before, under these
  * rules (ITEM_RULES_VERSION), and only ever is recorded after it did. Every other field is checked as always.
+ * `textKey`: the key of `text` as a known page gave it (PageKeys), not made again.
  */
-export function judgeParsedItem(value: unknown, text?: string, known?: KnownItems): PageItem {
+export function judgeParsedItem(
+  value: unknown,
+  text?: string,
+  known?: KnownItems,
+  textKey?: string,
+): PageItem {
   if (text === undefined) {
     const quick = quickInstance(value);
     if (quick !== undefined) return { kind: 'valid', instance: quick };
     return judgeConfigInstance(JSON.stringify(value));
   }
-  const key = itemKey(text);
+  const key = textKey ?? itemKey(text);
   const id = typeof value === 'object' && value !== null ? (value as { id?: unknown }).id : undefined;
   const recorded =
     known !== undefined && typeof id === 'string' ? known.lookup(id, key, text.length) : undefined;

@@ -140,6 +140,8 @@ async function settledWorld(): Promise<void> {
   const prints = JSON.parse(await readFile(path.join(dir, 'state', FINGERPRINTS_FILE), 'utf8'));
   expect(Object.keys(prints.items.byId)).toHaveLength(COUNT);
   expect(Object.keys(prints.files)).toHaveLength(COUNT);
+  // The one page of the listing, known by its items' text: an idle pass makes no key per item.
+  expect(Object.keys(prints.items.pages)).toHaveLength(1);
 }
 
 beforeEach(async () => {
@@ -183,6 +185,38 @@ describe('items known by their exact text', () => {
     expect(idle.outcomes.every((o) => o.action === 'unchanged')).toBe(true);
     expect(server.state.reports.length).toBe(reports);
     expect(await readFile(rootFile('d1/conf1.json'))).toEqual(before);
+  });
+
+  it('an idle pass over a known page leaves the fingerprints as they were, byte for byte', async () => {
+    await settledWorld();
+    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const before = await readFile(printsFile, 'utf8');
+    expect((await runPass()).converged).toBe(true);
+    expect(await readFile(printsFile, 'utf8')).toBe(before);
+  });
+
+  it('a page listed again as it was before an item changed, the item since recorded with its later text: written back', async () => {
+    // The page's record is trusted only with the keys its items had then: cfg_1's record now holds its later text,
+    // whose file is on disk, so taking cfg_1 by its record would leave the later file in place of this one.
+    await settledWorld();
+    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const pagesThen = JSON.parse(await readFile(printsFile, 'utf8')).items.pages;
+    const original = await readFile(rootFile('d1/conf1.json'), 'utf8');
+    const content = server.state.instances.get('cfg_1')!.content;
+    changeContentQuietly('cfg_1', { index: 1, enabled: true, name: 'later' });
+    expect((await runPass()).converged).toBe(true);
+    expect(await readFile(rootFile('d1/conf1.json'), 'utf8')).toContain('later');
+    // The record of the page as it was then, kept (as a pass that did not finish its pull keeps it).
+    const prints = JSON.parse(await readFile(printsFile, 'utf8'));
+    Object.assign(prints.items.pages, pagesThen);
+    await writeFile(printsFile, JSON.stringify(prints));
+    changeContentQuietly('cfg_1', content);
+    const result = await runPass();
+    expect(result.converged).toBe(true);
+    expect(await readFile(rootFile('d1/conf1.json'), 'utf8')).toBe(original);
+    expect(result.outcomes.filter((o) => o.action === 'written').map((o) => o.path)).toEqual([
+      'd1/conf1.json',
+    ]);
   });
 
   it("the heap's readings a pass takes: one per item judged in full and per file written, none for a known unchanged item", async () => {

@@ -126,6 +126,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   if (pulled.mode === 'full') {
     forgetUnseen(state, pulled.instances, unusableIds(pulled));
     outbox.retainRefused(state.instances);
+    dir.fingerprints.retainSeenPages();
   }
 
   try {
@@ -200,6 +201,8 @@ function pullContext(
               const known = fingerprints.lookupItem(id, key);
               return known !== undefined && spill.admitKnown(length) ? known : undefined;
             },
+            // Pages whose items' exact text was seen: their items' keys are not made again (full pulls only).
+            pages: fingerprints,
           },
         }),
     ...(maxResponseBytes === undefined ? {} : { maxResponseBytes }),

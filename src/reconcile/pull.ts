@@ -140,7 +140,7 @@ async function listInstances<I extends ConfigInstanceHead>(
     retry: (what, request, signal) => withRequestRetry(what, request, { ...ctx.retry, signal }),
     ...(ctx.maxResponseBytes === undefined ? {} : { maxResponseBytes: ctx.maxResponseBytes }),
     ...(ctx.prepare === undefined ? {} : { prepare: ctx.prepare }),
-    ...(ctx.knownItems === undefined ? {} : { knownItems: ctx.knownItems }),
+    ...(ctx.knownItems === undefined ? {} : { knownItems: knownItemsFor(mode, ctx.knownItems) }),
     ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
   });
   // Told at their level once per process (ToldItems), at debug while the service keeps listing them so.
@@ -165,6 +165,15 @@ async function listInstances<I extends ConfigInstanceHead>(
     invalid: ofThisDevice(pulled.invalid, ctx, (item) => ({ id: item.id, device_id: item.deviceId })),
     skipped: ofThisDevice(pulled.skipped, ctx, (item) => ({ id: item.id, device_id: item.deviceId })),
   };
+}
+
+/**
+ * Pages are known only in full pulls, the listing an idle `--once` repeats: a poll's pages hold what changed, and
+ * recording them would rewrite the fingerprints on every poll (they are kept until the next full pull's end).
+ */
+function knownItemsFor(mode: PassMode | 'owners', known: KnownItems): KnownItems {
+  if (mode === 'full' || known.pages === undefined) return known;
+  return { lookup: (id, key, length) => known.lookup(id, key, length) };
 }
 
 /**

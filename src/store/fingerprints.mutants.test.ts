@@ -438,3 +438,60 @@ describe('items known by their exact text', () => {
     expect(loaded.lookupItem('badKey', 'not a key')).toBeUndefined();
   });
 });
+
+describe('pages known by their items’ text', () => {
+  const KEY = `${'k'.repeat(43)}=`;
+  const PAGE = `${'p'.repeat(43)}=`;
+  const OTHER_PAGE = `${'q'.repeat(43)}=`;
+  const ITEMS = `${'i'.repeat(43)}=`;
+
+  it('keeps a page across a save and a load, and forgets the pages a full pull did not see', async () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.recordItem('cfg_1', KEY, { sha256: SHA, size: 1 });
+    store.recordPage(PAGE, ITEMS);
+    store.recordPage(OTHER_PAGE, ITEMS);
+    expect(store.itemKeyOf('cfg_1')).toBe(KEY);
+    expect(await store.save(nodeFs, stateDir)).toBe(true);
+    const loaded = await load();
+    expect(loaded.lookupPage(PAGE)).toBe(ITEMS);
+    // Seen (looked up) since the load: kept; the other is gone, and the file says so.
+    loaded.retainSeenPages();
+    expect(await loaded.save(nodeFs, stateDir)).toBe(true);
+    const again = await load();
+    expect(again.lookupPage(PAGE)).toBe(ITEMS);
+    expect(again.lookupPage(OTHER_PAGE)).toBeUndefined();
+    // The same page recorded again, and seen: nothing to write.
+    again.recordPage(PAGE, ITEMS);
+    again.retainSeenPages();
+    expect(await again.save(nodeFs, stateDir)).toBe(false);
+  });
+
+  it('holds at most one page per item recorded and a few more', () => {
+    const store = FileFingerprints.empty(ROOT);
+    store.recordItem('cfg_1', KEY, { sha256: SHA, size: 1 });
+    const pageKey = (n: number) => `${n.toString().padStart(43, 'p')}=`;
+    for (let n = 0; n < 200; n += 1) store.recordPage(pageKey(n), ITEMS);
+    const kept = Array.from({ length: 200 }, (_, n) => store.lookupPage(pageKey(n))).filter(Boolean);
+    expect(kept).toHaveLength(1 + 64);
+  });
+
+  it('knows none recorded under other item rules, and drops each malformed one', async () => {
+    const header = { version: 2, rootDir: ROOT, files: {} };
+    const byId = { cfg_1: [KEY, SHA, 5] };
+    const pages = { [PAGE]: ITEMS };
+    await writeFingerprints({ ...header, items: { rules: ITEM_RULES_VERSION + 1, byId, pages } });
+    expect((await load()).lookupPage(PAGE)).toBeUndefined();
+    await writeFingerprints({
+      ...header,
+      items: {
+        rules: ITEM_RULES_VERSION,
+        byId,
+        pages: { ...pages, [OTHER_PAGE]: 'not a key', short: ITEMS },
+      },
+    });
+    const loaded = await load();
+    expect(loaded.lookupPage(PAGE)).toBe(ITEMS);
+    expect(loaded.lookupPage(OTHER_PAGE)).toBeUndefined();
+    expect(loaded.lookupPage('short')).toBeUndefined();
+  });
+});

@@ -1,7 +1,7 @@
 // Verified fingerprints of managed files: a file whose identity is what it was when its bytes were hashed is not read again.
 import type { BigIntStats } from 'node:fs';
 import * as z from 'zod';
-import { ITEM_RULES_VERSION, type KnownItem } from '../api/list-page.js';
+import { ITEM_RULES_VERSION, type KnownItem, type KnownPages } from '../api/list-page.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableText } from './durable-writer.js';
@@ -101,16 +101,30 @@ function itemEntry(value: unknown): ItemEntry | undefined {
   return { key, sha256, size };
 }
 
-/** The items of a stored file, when recorded under this agent's item rules; none otherwise. */
-function loadItems(stored: unknown): Map<string, ItemEntry> {
+/** The items and pages of a stored file, when recorded under this agent's item rules; none otherwise. */
+function loadItems(stored: unknown): { items: Map<string, ItemEntry>; pages: Map<string, string> } {
   const items = new Map<string, ItemEntry>();
-  if (!isObject(stored) || stored.rules !== ITEM_RULES_VERSION || !isObject(stored.byId)) return items;
+  const pages = new Map<string, string>();
+  if (!isObject(stored) || stored.rules !== ITEM_RULES_VERSION || !isObject(stored.byId)) {
+    return { items, pages };
+  }
   for (const [id, value] of Object.entries(stored.byId)) {
     const entry = itemEntry(value);
     if (entry !== undefined) items.set(id, entry);
   }
-  return items;
+  // Optional (an agent before pages wrote none, and drops them); each `pageKey: itemKeysKey`.
+  if (isObject(stored.pages)) {
+    for (const [pageKey, itemKeysKey] of Object.entries(stored.pages)) {
+      if (ITEM_KEY.test(pageKey) && typeof itemKeysKey === 'string' && ITEM_KEY.test(itemKeysKey)) {
+        pages.set(pageKey, itemKeysKey);
+      }
+    }
+  }
+  return { items, pages };
 }
+
+/** Pages kept beyond one per item recorded: a page holds at least one item, so this bounds them. */
+const SPARE_PAGES = 64;
 
 const DIGITS = /^\d+$/;
 const SIGNED_DIGITS = /^-?\d+$/;
@@ -198,16 +212,26 @@ function entryIdentity(entry: Entry): FileIdentity {
  * stateDir/fingerprints.json, a cache: missing, corrupt or of another root, it is empty and every file is read.
  * A stale entry is harmless: it speaks only of an identity, and a changed file no longer has it.
  */
-export class FileFingerprints {
+export class FileFingerprints implements KnownPages {
   readonly #entries: Map<string, Entry>;
   readonly #items: Map<string, ItemEntry>;
+  /** Compact list pages known by their items' text (api/list-page.ts KnownPages): page key → item keys' key. */
+  readonly #pages: Map<string, string>;
+  /** The pages looked up or recorded since the last `retainSeenPages`. */
+  readonly #pagesSeen = new Set<string>();
   readonly #rootDir: string;
   #changed = false;
 
-  private constructor(rootDir: string, entries: Map<string, Entry>, items = new Map<string, ItemEntry>()) {
+  private constructor(
+    rootDir: string,
+    entries: Map<string, Entry>,
+    items = new Map<string, ItemEntry>(),
+    pages = new Map<string, string>(),
+  ) {
     this.#rootDir = rootDir;
     this.#entries = entries;
     this.#items = items;
+    this.#pages = pages;
   }
 
   static empty(rootDir: string): FileFingerprints {
@@ -232,7 +256,7 @@ export class FileFingerprints {
     }
     if (raw === undefined) return FileFingerprints.empty(rootDir);
     const entries = new Map<string, Entry>();
-    let items: Map<string, ItemEntry>;
+    let items: ReturnType<typeof loadItems>;
     let migrated = false;
     try {
       const parsed: unknown = JSON.parse(raw);
@@ -277,7 +301,7 @@ export class FileFingerprints {
       logger.warn({ err: error }, 'the file fingerprints are corrupt: every managed file is read');
       return FileFingerprints.empty(rootDir);
     }
-    const fingerprints = new FileFingerprints(rootDir, entries, items);
+    const fingerprints = new FileFingerprints(rootDir, entries, items.items, items.pages);
     // Rewritten in this version by the next save, so that the next start reads the lighter file.
     if (migrated) fingerprints.#changed = true;
     return fingerprints;
@@ -298,6 +322,39 @@ export class FileFingerprints {
     if (known?.key === key && known.sha256 === file.sha256 && known.size === file.size) return;
     this.#items.set(id, { key, sha256: file.sha256, size: file.size });
     this.#changed = true;
+  }
+
+  /** The key recorded for the item `id`'s text (api/list-page.ts KnownPages). */
+  itemKeyOf(id: string): string | undefined {
+    return this.#items.get(id)?.key;
+  }
+
+  /** What was recorded for the page whose items' text has `pageKey` (api/list-page.ts KnownPages). */
+  lookupPage(pageKey: string): string | undefined {
+    const itemKeysKey = this.#pages.get(pageKey);
+    if (itemKeysKey !== undefined) this.#pagesSeen.add(pageKey);
+    return itemKeysKey;
+  }
+
+  /** Records a page whose every item was judged valid; at most one page per item recorded, and a few more. */
+  recordPage(pageKey: string, itemKeysKey: string): void {
+    const known = this.#pages.get(pageKey);
+    if (known === undefined && this.#pages.size >= this.#items.size + SPARE_PAGES) return;
+    this.#pagesSeen.add(pageKey);
+    if (known === itemKeysKey) return;
+    this.#pages.set(pageKey, itemKeysKey);
+    this.#changed = true;
+  }
+
+  /** Keeps only the pages looked up or recorded since the last call (after a full pull: what the listing is now). */
+  retainSeenPages(): void {
+    for (const pageKey of this.#pages.keys()) {
+      if (!this.#pagesSeen.has(pageKey)) {
+        this.#pages.delete(pageKey);
+        this.#changed = true;
+      }
+    }
+    this.#pagesSeen.clear();
   }
 
   /** Keeps only the items of `ids` (the instances recorded in state). */
@@ -372,6 +429,7 @@ export class FileFingerprints {
     if (!this.#changed) return false;
     const entries = [...this.#entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
     const items = this.#items;
+    const pages = this.#pages;
     const rootDir = this.#rootDir;
     // One entry a line; JSON.stringify of a path writes `__proto__` like any other key.
     await writeDurableText(fs, stateDir, FINGERPRINTS_FILE, function* () {
@@ -390,7 +448,17 @@ export class FileFingerprints {
           yield `${separator}${JSON.stringify(id)}:${JSON.stringify([item.key, item.sha256, item.size])}`;
           separator = ',\n';
         }
-        yield '\n}}';
+        yield '\n}';
+        if (pages.size > 0) {
+          yield ',"pages":{';
+          separator = '\n';
+          for (const [pageKey, itemKeysKey] of pages) {
+            yield `${separator}${JSON.stringify(pageKey)}:${JSON.stringify(itemKeysKey)}`;
+            separator = ',\n';
+          }
+          yield '\n}';
+        }
+        yield '}';
       }
       yield '}\n';
     });
