@@ -275,6 +275,33 @@ describe('parseCompactListBody', () => {
     ]);
   });
 
+  it('takes a body exactly when it is what JSON.stringify writes for what JSON.parse reads (one character changed)', () => {
+    const items = fc.array(
+      fc.record({ id: fc.string({ maxLength: 6 }), n: fc.oneof(fc.integer(), fc.double({ noNaN: true })) }),
+      { maxLength: 4 },
+    );
+    const edit = fc.record({ at: fc.nat(), to: fc.constantFrom(' ', ',', '}', ']', '0', '"', '1', 'x') });
+    fc.assert(
+      fc.property(items, fc.option(edit), (data, change) => {
+        let body = JSON.stringify({ object: 'list', data, has_more: false });
+        if (change !== null) {
+          const at = change.at % body.length;
+          body = body.slice(0, at) + change.to + body.slice(at + 1);
+        }
+        let list: unknown;
+        try {
+          list = JSON.parse(body);
+        } catch {
+          list = undefined;
+        }
+        const data2 = (list as { data?: unknown } | undefined)?.data;
+        const exact = Array.isArray(data2) && JSON.stringify(list) === body;
+        expect(parseCompactListBody(body) !== undefined, body).toBe(exact);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it('is undefined for a body that is not exactly what JSON.stringify writes for it', () => {
     for (const body of [
       '{"object":"list","data":[{"id":"a","id":"b"}]}',
