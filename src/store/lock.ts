@@ -14,21 +14,24 @@ export { StateDirError };
 
 export const LOCK_FILE = 'agent.lock';
 
-const LockContent = z.object({
-  pid: z.number().int().positive(),
-  procStart: z.string().optional(),
-  /** The kernel's boot id when the lock was taken: a lock of an earlier boot belongs to no live process. */
-  bootId: z.string().optional(),
-  /** Random per acquisition: a release only ever removes the lock it took, even within one process. */
-  token: z.string().optional(),
-  /**
-   * Random per process (ProcessProbe.self): what tells this process's locks from another's. Not the pid: two
-   * containers sharing one stateDir (a bind mount) both run their agent as pid 1. Absent in a lock an agent
-   * before this field wrote; such a lock is this process's when its pid is (as those agents judged).
-   */
-  instance: z.string().optional(),
-});
-type LockContent = z.infer<typeof LockContent>;
+/** Built the first time a lock file is read (once or twice a process: at release, or when another holds it). */
+const buildLockContent = () =>
+  z.object({
+    pid: z.number().int().positive(),
+    procStart: z.string().optional(),
+    /** The kernel's boot id when the lock was taken: a lock of an earlier boot belongs to no live process. */
+    bootId: z.string().optional(),
+    /** Random per acquisition: a release only ever removes the lock it took, even within one process. */
+    token: z.string().optional(),
+    /**
+     * Random per process (ProcessProbe.self): what tells this process's locks from another's. Not the pid: two
+     * containers sharing one stateDir (a bind mount) both run their agent as pid 1. Absent in a lock an agent
+     * before this field wrote; such a lock is this process's when its pid is (as those agents judged).
+     */
+    instance: z.string().optional(),
+  });
+type LockContent = z.infer<ReturnType<typeof buildLockContent>>;
+let lockContent: ReturnType<typeof buildLockContent> | undefined;
 
 /** Another live agent holds the state directory. */
 export class StateLockedError extends AgentError {
@@ -251,7 +254,9 @@ async function readLock(fs: FsPort, file: string): Promise<LockContent | undefin
     await handle.close().catch(() => undefined);
   }
   try {
-    const parsed = LockContent.safeParse(JSON.parse(text));
+    lockContent ??= buildLockContent();
+    // `jitless`: zod's generated fast path (`new Function`) does not pay back for a parse or two a process.
+    const parsed = lockContent.safeParse(JSON.parse(text), { jitless: true });
     return parsed.success ? parsed.data : undefined;
   } catch {
     return undefined;

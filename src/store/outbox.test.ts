@@ -9,9 +9,11 @@ import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import {
   type DeliveryVerdict,
+  emptyOutboxFile,
   MAX_REFUSED_REMEMBERED,
   OUTBOX_FILE,
   type OutboxEntry,
+  outboxSchemas,
   SharedSends,
   StatusOutbox,
 } from './outbox.js';
@@ -750,5 +752,39 @@ describe('the refused reports the outbox remembers (a daemon running for weeks)'
     outbox.enqueue(`cfg_${count - 1}`, deployed, T0);
     await outbox.flush(again.send, isRetryable, { backoff });
     expect(again.attempted).toEqual(['cfg_0']);
+  });
+});
+
+describe('an outbox file with no queued report, checked by hand', () => {
+  it('gives what zod gives, or leaves the file to zod; an empty outbox never needs zod', () => {
+    const versions = [1, 2, '1', undefined];
+    const seqs = [0, 7, -0, -1, 1.5, '3', 2 ** 53, Number.NaN, undefined];
+    const entries = [[], [{}], {}, undefined, null];
+    let taken = 0;
+    for (const version of versions) {
+      for (const nextSeq of seqs) {
+        for (const queued of entries) {
+          for (const extra of [{}, { more: true }]) {
+            const value = { ...extra, version, nextSeq, entries: queued };
+            const quick = emptyOutboxFile(value);
+            const strict = outboxSchemas().OutboxFile.safeParse(value);
+            if (quick === undefined) {
+              // Only what zod refuses or what holds queued reports is left to it.
+              expect(
+                strict.success && Array.isArray(queued) && queued.length === 0,
+                JSON.stringify(value),
+              ).toBe(false);
+              continue;
+            }
+            taken += 1;
+            expect(strict.success, JSON.stringify(value)).toBe(true);
+            expect(quick).toStrictEqual(strict.data);
+          }
+        }
+      }
+    }
+    expect(taken).toBe(6);
+    expect(emptyOutboxFile([])).toBeUndefined();
+    expect(emptyOutboxFile(null)).toBeUndefined();
   });
 });

@@ -10,21 +10,53 @@ export const OUTBOX_FILE = 'outbox.json';
 /** A symlinked outbox's target larger than this is not read (~200 bytes a report: 300,000 reports). */
 const MAX_SALVAGED_OUTBOX_BYTES = 64 * 1024 * 1024;
 
-export const OutboxEntry = z.object({
-  seq: z.number().int().min(0),
-  instanceId: z.string().min(1),
-  report: StatusReport,
-  queuedAt: z.string(),
-  /** Deliveries of this report that failed on their own (`skip`): its backoff grows with them. */
-  attempts: z.number().int().min(0).optional(),
-});
-export type OutboxEntry = z.infer<typeof OutboxEntry>;
+/**
+ * The outbox file's zod schemas, built the first time a file with queued reports is read: most starts find an
+ * empty outbox, which `emptyOutboxFile` takes by hand.
+ */
+function buildOutboxSchemas() {
+  const OutboxEntry = z.object({
+    seq: z.number().int().min(0),
+    instanceId: z.string().min(1),
+    report: StatusReport,
+    queuedAt: z.string(),
+    /** Deliveries of this report that failed on their own (`skip`): its backoff grows with them. */
+    attempts: z.number().int().min(0).optional(),
+  });
+  const OutboxFile = z.object({
+    version: z.literal(1),
+    nextSeq: z.number().int().min(0),
+    entries: z.array(OutboxEntry),
+  });
+  return { OutboxEntry, OutboxFile };
+}
+type OutboxSchemas = ReturnType<typeof buildOutboxSchemas>;
+let builtOutboxSchemas: OutboxSchemas | undefined;
+export function outboxSchemas(): OutboxSchemas {
+  builtOutboxSchemas ??= buildOutboxSchemas();
+  return builtOutboxSchemas;
+}
+export type OutboxEntry = z.infer<OutboxSchemas['OutboxEntry']>;
+type OutboxFile = z.infer<OutboxSchemas['OutboxFile']>;
 
-const OutboxFile = z.object({
-  version: z.literal(1),
-  nextSeq: z.number().int().min(0),
-  entries: z.array(OutboxEntry),
-});
+/**
+ * An outbox file with no queued report, checked by hand: what `OutboxFile.parse` gives for it (unknown fields
+ * dropped), or undefined for anything else, which zod judges. src/store/outbox.test.ts compares the two.
+ */
+export function emptyOutboxFile(value: unknown): OutboxFile | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const { version, nextSeq, entries } = value as Record<string, unknown>;
+  if (version !== 1 || !Number.isSafeInteger(nextSeq) || (nextSeq as number) < 0) return undefined;
+  if (!Array.isArray(entries) || entries.length !== 0) return undefined;
+  return { version, nextSeq: nextSeq as number, entries: [] };
+}
+
+/** The outbox file as zod judges it; see `emptyOutboxFile`. */
+export function parseOutboxFile(value: unknown): z.ZodSafeParseResult<OutboxFile> {
+  const empty = emptyOutboxFile(value);
+  if (empty !== undefined) return { success: true, data: empty };
+  return outboxSchemas().OutboxFile.safeParse(value);
+}
 
 /** How a failed delivery is judged; see `StatusOutbox.flush`. */
 export type DeliveryVerdict = 'stop' | 'skip' | 'drop';
@@ -391,7 +423,7 @@ export class StatusOutbox {
       salvageSymlink: { euid, maxBytes: MAX_SALVAGED_OUTBOX_BYTES },
     });
     if (raw === undefined) return;
-    const parsed = OutboxFile.safeParse(safeJsonParse(raw));
+    const parsed = parseOutboxFile(safeJsonParse(raw));
     if (!parsed.success) {
       // Losing queued reports is recoverable: the next full pass re-derives every status from disk and server.
       this.#logger.error({ file: OUTBOX_FILE }, 'status outbox is corrupt: starting empty');
