@@ -255,3 +255,38 @@ describe('the launcher', () => {
     },
   );
 });
+
+describe('the launcher with standard output closed', () => {
+  // Node puts /dev/null (read-write) at a closed standard descriptor before the agent runs a line: `config-agent
+  // status >&-` printed into it and exited 0. The launcher puts /dev/null read-only there instead.
+  it.each(['/bin/sh', 'bash'])(
+    'a command that prints exits 74 and says why; with it open, or redirected to /dev/null, 0 (%s)',
+    async (shell) => {
+      if (shell === 'bash' && spawnSync('bash', ['-c', 'true']).error !== undefined) return;
+      const launcher = path.join(dir, 'config-agent');
+      const mainJs = path.join(REPO, 'dist/main.js');
+      await writeFile(
+        launcher,
+        launcherScript({ interpreter: process.execPath, mainJs, runtime: 'a test' }),
+        {
+          mode: 0o755,
+        },
+      );
+      const run = (redirect: string) =>
+        spawnSync(shell, ['-c', `"$0" "$1" --version ${redirect}`, shell, launcher], {
+          env: { PATH: process.env.PATH },
+          encoding: 'utf8',
+          timeout: 30_000,
+        });
+      const closed = run('>&-');
+      expect(closed.status).toBe(74);
+      expect(closed.stderr).toMatch(/could not write the output to standard output: EBADF/);
+      expect(run('').status).toBe(0);
+      expect(run('').stdout).toMatch(/^config-agent \d/);
+      const devNull = run('>/dev/null');
+      expect(devNull.status).toBe(0);
+      // (bash run with a socket as its stdin may read ~/.bashrc, whose complaints are not the agent's.)
+      expect(devNull.stderr).not.toMatch(/config-agent/);
+    },
+  );
+});
