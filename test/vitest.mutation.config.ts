@@ -3,6 +3,13 @@ import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 import { unitTier } from '../vitest.config.js';
 
+/**
+ * `MUTATION_TESTS=src/api/http-transport.test.ts,src/api/client.test.ts` narrows the tests Stryker runs to those
+ * files (comma-separated paths or globs), so one file's run takes minutes instead of running every test that
+ * imports it through the client (test/README.md, "Mutation testing").
+ */
+const narrowed = process.env.MUTATION_TESTS?.split(',').filter((path) => path !== '');
+
 export default defineConfig({
   root: fileURLToPath(new URL('..', import.meta.url)),
   plugins: [
@@ -15,5 +22,16 @@ export default defineConfig({
     },
   ],
   // One worker per Stryker process: Stryker runs its own processes side by side (stryker.config.mjs).
-  test: { projects: [{ ...unitTier, test: { ...unitTier.test, maxWorkers: 1 } }] },
+  test: {
+    projects: [
+      {
+        ...unitTier,
+        test: {
+          ...unitTier.test,
+          ...(narrowed === undefined || narrowed.length === 0 ? {} : { include: narrowed }),
+          maxWorkers: 1,
+        },
+      },
+    ],
+  },
 });
