@@ -105,6 +105,39 @@ describe('modules loaded per command', () => {
     }
   });
 
+  it('a service reached through a proxy: undici is loaded as the transport is built, before any request', () => {
+    // createServiceTransport's proxied transport is eager (api/transport.ts): a first request minutes later must
+    // not be the one to load the undici chunk, which an upgrade may have replaced by then. No request is made
+    // here; the process ends once what it started loading is loaded.
+    const transport = pathToFileURL(path.join(REPO_ROOT, 'dist', 'api', 'transport.js')).href;
+    const build = (baseUrl: string) =>
+      `import { createServiceTransport } from ${JSON.stringify(transport)};\n` +
+      `createServiceTransport({ timeoutMs: 1000, maxResponseBytes: 1024, baseUrl: ${JSON.stringify(baseUrl)},` +
+      ` proxy: { url: 'http://127.0.0.1:9', env: {} } });\n`;
+    const loadedBuilding = (baseUrl: string) => {
+      const run = spawnSync(
+        process.execPath,
+        [
+          '--import',
+          pathToFileURL(path.join(dir, 'register.mjs')).href,
+          '--input-type=module',
+          '-e',
+          build(baseUrl),
+        ],
+        { encoding: 'utf8', env: { PATH: process.env.PATH ?? '' }, timeout: 30_000 },
+      );
+      expect(run.status, run.stderr).toBe(0);
+      return loadedIn(run.stderr);
+    };
+    const proxied = loadedBuilding('https://service.example');
+    expect(proxied.modules.has('api/undici-transport.js')).toBe(true);
+    expect(proxied.packages.has('undici')).toBe(true);
+    // The same call for a loopback service goes direct: node:http, undici never loaded.
+    const direct = loadedBuilding('http://127.0.0.1:8443');
+    expect(direct.modules.has('api/undici-transport.js')).toBe(false);
+    expect(direct.packages.has('undici')).toBe(false);
+  });
+
   it('status loads neither the service client nor the reconciler', () => {
     const { code, packages, modules } = loadedBy(['status', '--config', path.join(dir, 'missing.json')]);
     expect(code).toBe(78);
