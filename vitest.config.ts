@@ -2,8 +2,15 @@
 import { availableParallelism } from 'node:os';
 import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config';
 
+/**
+ * In-process tests whose point is a size (150,000 managed files, 200,000 queued reports, a directory of a million
+ * entries, items of megabytes): seconds of CPU each, so they run with the integration tier, not the unit tier's
+ * 30 s budget. Stryker still runs them (test/vitest.mutation.config.ts).
+ */
+export const SCALE = 'src/**/*.scale.test.ts';
+
 /** Tests that spawn the compiled binaries (dist/), and the reliability tier that does the same. */
-const INTEGRATION = [
+export const INTEGRATION = [
   'test/integration/**/*.test.ts',
   'test/reliability/**/*.test.ts',
   // Installs the built .deb under a real systemd: slow, needs dist/ and dist-pkg/.
@@ -18,6 +25,7 @@ const INTEGRATION = [
   'test/packaging/launcher.test.ts',
   // Reads the .deb files and the bundle `npm run package` built, and runs the bundle's command lines.
   'test/systemd/package.test.ts',
+  SCALE,
 ];
 
 /** In-process tests: memfs or a temp dir, the mock service on port 0, fake clocks. No build needed. */

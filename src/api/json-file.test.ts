@@ -391,28 +391,6 @@ describe('a large item judged with its content streamed into its file', () => {
     }
   });
 
-  it('refuses an item over TREE_ITEM_BYTES that only a tree could judge, naming it; below that, the usual path', () => {
-    const big = JSON.stringify({
-      rules: Array.from({ length: 60_000 }, (_, k) => `rule-${k}-${'x'.repeat(30)}`),
-    });
-    expect(big.length).toBeGreaterThan(TREE_ITEM_BYTES);
-    const hostile = [
-      `{"id":"cfg_1","activity_status":"queued","rules":${big}}`, // no `content`
-      // A tree of the rest of the item: a million small values.
-      itemText('{"a":1}', { before: `,"extra":[${'0,'.repeat(1_100_000)}0]` }),
-    ];
-    for (const text of hostile) {
-      const judged = judgeItemBytes(Buffer.from(text, 'utf8'));
-      expect(judged).toMatchObject({ kind: 'invalid', id: 'cfg_1', activityStatus: 'queued' });
-      expect(judged.kind === 'invalid' && judged.problem).toMatch(
-        /^too large to judge without parsing it whole/,
-      );
-    }
-    // Without the limit, the item no tree-free judge can take goes the usual path.
-    const usual = judgeItemBytes(Buffer.from(hostile[0]!, 'utf8'), 0, Number.POSITIVE_INFINITY);
-    expect(outcome(usual)).toEqual(outcome(judgeConfigInstance(hostile[0]!)));
-  });
-
   it('judges a large item whose other fields hold a long string (light as a tree) as the usual path does', () => {
     const long = 'x'.repeat(TREE_ITEM_BYTES + 10);
     for (const text of [
@@ -443,18 +421,6 @@ describe('a large item judged with its content streamed into its file', () => {
           serializeContent(path, content).toString('utf8'),
         );
       }
-    }
-  });
-
-  it('writes an object of 50,000 keys as JSON and YAML: the writing walk does not hash its keys again', () => {
-    const content: Record<string, number> = {};
-    for (let k = 0; k < 50_000; k++) content[`key-${k}`] = k;
-    const text = itemText(JSON.stringify(content));
-    for (const path of ['app/a.json', 'app/a.yaml']) {
-      const judged = judgeItemBytes(Buffer.from(text.replace('app/a.json', path), 'utf8'));
-      expect(judged.kind === 'valid' && isJsonContentFile(judged.instance.content)).toBe(true);
-      const file = judged.kind === 'valid' ? serializeContent(path, judged.instance.content) : undefined;
-      expect(file?.equals(serializeContent(path, content))).toBe(true);
     }
   });
 

@@ -148,19 +148,22 @@ async function setUp(options: { cached: boolean; gid?: number; fs?: FsPort }) {
 }
 
 describe('a drift fight', () => {
-  it('a file rewritten every 500 ms for 5 minutes: restored from the cache, zero requests, held off per file', async () => {
+  it('a file rewritten every 500 ms for 2.5 minutes: restored from the cache, zero requests, held off per file', async () => {
     const { target, restored, repairPasses, tamper } = await setUp({ cached: true });
     const before = requests();
 
-    for (let round = 0; round < 600; round += 1) await tamper(round);
+    // 2.5 minutes: the hold-off reaches the poll interval after ~31 s (1, 2, 4, 8, 16 s, then 30) and stays there
+    // for four intervals.
+    const fightSeconds = 150;
+    for (let round = 0; round < fightSeconds * 2; round += 1) await tamper(round);
 
     // Not one request for the fight: the service's load stays at the poll rate (the poll loop is not part of
     // this test; it pulls every 30 s whatever happens on the disk).
     expect(requests()).toBe(before);
     expect(repairPasses).toEqual([]);
-    // Held off: 1 s, 2 s, 4 s, ... up to the poll interval, so in 300 s far fewer than 600 restores, and
-    // no more than one per poll interval once the hold-off has grown.
-    const steadyRestores = Math.ceil(300 / (POLL_MS / 1000)) + 6;
+    // Held off: 1 s, 2 s, 4 s, ... up to the poll interval, so in 150 s far fewer than 300 restores (0, 1, 3, 7,
+    // 15, 31, 61, 91, 121 s: 9), and no more than one per poll interval once the hold-off has grown.
+    const steadyRestores = Math.ceil(fightSeconds / (POLL_MS / 1000)) + 6;
     expect(restored.length).toBeGreaterThan(5);
     expect(restored.length).toBeLessThanOrEqual(steadyRestores);
     expect(new Set(restored)).toEqual(new Set([FILE]));

@@ -456,25 +456,6 @@ describe('StatusOutbox.flush with concurrency', () => {
   });
 });
 
-describe('a large outbox at start-up', () => {
-  it('opens 200,000 queued reports (nothing in loading is bounded by the call stack) and keeps their order', async () => {
-    const count = 200_000;
-    const entries = Array.from({ length: count }, (_, i) => ({
-      seq: i * 2,
-      instanceId: `cfg_${i}`,
-      report: deployed,
-      queuedAt: T0.toISOString(),
-    }));
-    const { fs } = memfs({ [OUTBOX_PATH]: JSON.stringify({ version: 1, nextSeq: 5, entries }) });
-    const outbox = await open(fs);
-    expect(outbox.size).toBe(count);
-    expect(outbox.pending()[count - 1]?.instanceId).toBe(`cfg_${count - 1}`);
-    // The next report gets a sequence number after every loaded one, however stale nextSeq was.
-    outbox.enqueue('cfg_new', removed, T0);
-    expect(outbox.pending().at(-1)).toMatchObject({ instanceId: 'cfg_new', seq: (count - 1) * 2 + 1 });
-  });
-});
-
 describe('an unreadable outbox', () => {
   it('names stateDir instead of failing with a raw errno, and a FIFO in its place does not hang', async () => {
     // A regular file the agent may not open (a FIFO or directory there is moved aside: state-files-aside.test.ts).

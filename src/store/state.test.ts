@@ -421,29 +421,6 @@ describe('every path the path guard accepts round-trips through state', () => {
   });
 });
 
-describe('a large state at start-up', () => {
-  // Seconds on an idle machine, but 118 s was seen at a load of 35: a bound for a hung test, not a speed check.
-  it('loads 150,000 managed files (more than V8 takes as spread arguments) without any call-stack bound', {
-    timeout: 600_000,
-  }, async () => {
-    const { fs } = memfs();
-    const saved = emptyState('dvc_1');
-    for (let i = 0; i < 150_000; i += 1) {
-      saved.files.set(`f/${i}.json`, {
-        instanceId: `cfg_${i}`,
-        sha256: SHA_A,
-        mode: 0o644,
-        createdDirs: [],
-        writtenAt: '2026-03-01T12:00:00.000Z',
-      });
-    }
-    await saveLocalState(fs, STATE_DIR, saved);
-    const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
-    expect(outcome).toBe('loaded');
-    expect(state.files.size).toBe(150_000);
-  });
-});
-
 describe('a state.json that is not a regular file', () => {
   it('a FIFO in its place fails naming stateDir, at once (it is neither read as empty nor waited on)', async () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-state-fifo-'));
