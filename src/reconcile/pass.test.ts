@@ -14,6 +14,7 @@ import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import { ROOT_MOUNT_FILE } from '../store/root-mount.js';
 import type { PassMode, PassResult, ReconcilerSettings } from './pass-runner.js';
 import { Reconciler } from './reconcile.js';
 
@@ -565,17 +566,48 @@ describe("runPass: rootDir's mount gone under a running agent", () => {
     }
   });
 
-  it('a restart takes rootDir as it finds it: a new reconciler writes into a directory that is no mount point', async () => {
+  // Kept in memory only, a restart while the mount was gone wrote every file onto the bare mountpoint.
+  it('a restart remembers it was a mount point: nothing written into the bare directory until mounted, or the record removed', async () => {
     const fs = await mountedWorld();
     put({ id: 'cfg_a', content: { v: 1 } });
     await pass();
     fs.mounted = false;
     await rm(path.join(world.rootDir, 'cfg_a.json'));
+    put({ id: 'cfg_b', content: { v: 2 } });
     await world.reconciler.close();
     world.reconciler = await openReconciler(world.client);
 
+    for (let n = 0; n < 2; n += 1) {
+      expect((await pass('full')).converged).toBe(false);
+      world.clock.advance(3_600_000);
+    }
+    expect(await nodeFs.readdir(world.rootDir)).toEqual([]);
+    expect(onService('cfg_b')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    expect(world.server.state.reports.at(-1)?.message).toContain('was one when the agent last saw it');
+    expect(reportsReceived().filter((r) => r.endsWith('/failed'))).toEqual([]);
+
+    // Mounted again: written there.
+    fs.mounted = true;
     expect((await pass('full')).converged).toBe(true);
-    expect(await fileAt('cfg_a.json')).toBe(json({ v: 1 }));
+    expect(await fileAt('cfg_b.json')).toBe(json({ v: 2 }));
+
+    // The mount given up on purpose: the operator removes the record, and the plain directory is used.
+    fs.mounted = false;
+    await rm(path.join(world.dir, 'state', ROOT_MOUNT_FILE));
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client);
+    await rm(path.join(world.rootDir, 'cfg_b.json'));
+    expect((await pass('full')).converged).toBe(true);
+    expect(await fileAt('cfg_b.json')).toBe(json({ v: 2 }));
+  });
+
+  it('a rootDir never seen as a mount point is used as it is, and nothing is recorded', async () => {
+    put({ id: 'cfg_a', content: { v: 1 } });
+    expect((await pass()).converged).toBe(true);
+    await world.reconciler.close();
+    world.reconciler = await openReconciler(world.client);
+    expect((await pass('full')).converged).toBe(true);
+    expect(await exists(path.join('..', 'state', ROOT_MOUNT_FILE))).toBe(false);
   });
 });
 

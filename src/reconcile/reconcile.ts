@@ -24,7 +24,10 @@ export class Reconciler implements PassRunner {
   ): Promise<Reconciler> {
     const logger = deps.logger.child({ component: 'reconcile' });
     const dir = await StateDir.open(deps.fs, settings, logger, options);
-    const rootMount = new RootMountWatch(deps.fs, settings.rootDir);
+    const rootMount = new RootMountWatch(deps.fs, settings.rootDir, {
+      stateDir: settings.stateDir,
+      readOnly: options.readOnly === true,
+    });
     return new Reconciler({
       deps,
       settings,

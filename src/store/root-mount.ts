@@ -1,6 +1,16 @@
 // rootDir's mount and real path, remembered per process: a mount point that stops being one, or a rootDir swapped for a symlink, is waited out.
 import type { FsPort } from '../lib/fs-port.js';
+import { writeDurableJson } from './durable-writer.js';
 import { DiskError } from './errors.js';
+
+/** In stateDir: rootDir was seen as a mount point (`{"rootDir": ..., "mountPoint": true}`). */
+export const ROOT_MOUNT_FILE = 'root-mount.json';
+
+/** Where RootMountWatch remembers across restarts that rootDir is a mount point; readOnly: it only reads. */
+export interface MountMemory {
+  stateDir: string;
+  readOnly: boolean;
+}
 
 /**
  * Whether rootDir is still the mount point this process saw it be. rootDir is a mount point when its `st_dev`
@@ -9,7 +19,10 @@ import { DiskError } from './errors.js';
  * unmount, a card pulled, an NFS share gone, leaving the bare mountpoint underneath) is the device's condition:
  * `check` answers a DiskError (`mountGone`) and nothing is written or removed there, so the files never land on
  * the filesystem under the mountpoint. A mount point again (the same or another device: a remount gets a new
- * `st_dev`) is accepted. Kept in memory only: a restart takes rootDir as it finds it (docs/operations.md).
+ * `st_dev`) is accepted. With a `MountMemory`, a rootDir seen as a mount point is recorded in stateDir
+ * (ROOT_MOUNT_FILE, once): an agent (re)started while the mount is gone finds rootDir a plain directory and the
+ * record saying it was a mount point, and waits the same way (the record names the file to remove when the mount
+ * was given up on purpose). Without one, or before the first record, a start takes rootDir as it finds it.
  * A bind mount of a directory of the same filesystem has its parent's `st_dev` and is not told apart.
  *
  * Where rootDir resolves (`realpath`) is remembered the same way, from the first answer: rootDir, or a directory
@@ -27,9 +40,47 @@ export class RootMountWatch {
   /** Where rootDir first resolved; undefined until a realpath of it succeeded. */
   #realRoot: string | undefined;
 
-  constructor(fs: FsPort, rootDir: string) {
+  readonly #memory: MountMemory | undefined;
+  /** The record says rootDir was a mount point; undefined until read. Absent once, absent for good: only we write it. */
+  #recorded: boolean | undefined;
+
+  constructor(fs: FsPort, rootDir: string, memory?: MountMemory) {
     this.#fs = fs;
     this.#rootDir = rootDir;
+    this.#memory = memory;
+  }
+
+  get #recordPath(): string {
+    return `${this.#memory?.stateDir}/${ROOT_MOUNT_FILE}`;
+  }
+
+  /** Whether the record says rootDir was a mount point; read again while it does (an operator may remove it). */
+  async #recall(): Promise<boolean> {
+    if (this.#memory === undefined || this.#recorded === false) return false;
+    try {
+      const value: unknown = JSON.parse(await this.#fs.readFile(this.#recordPath, 'utf8'));
+      const record = value as { rootDir?: unknown; mountPoint?: unknown } | null;
+      this.#recorded = record?.rootDir === this.#rootDir && record.mountPoint === true;
+    } catch {
+      // Absent or unreadable: no record (the in-memory watch still holds while this process runs).
+      this.#recorded = false;
+    }
+    return this.#recorded;
+  }
+
+  /** Records that rootDir is a mount point, once; a failure leaves the in-memory watch only. */
+  async #record(): Promise<void> {
+    if (this.#memory === undefined || this.#memory.readOnly || this.#recorded === true) return;
+    if (await this.#recall()) return;
+    try {
+      await writeDurableJson(this.#fs, this.#memory.stateDir, ROOT_MOUNT_FILE, {
+        rootDir: this.#rootDir,
+        mountPoint: true,
+      });
+      this.#recorded = true;
+    } catch {
+      this.#recorded = undefined;
+    }
   }
 
   /**
@@ -72,9 +123,20 @@ export class RootMountWatch {
     }
     if (root.dev !== parent.dev) {
       this.#mountDev = root.dev;
+      await this.#record();
       return undefined;
     }
-    if (this.#mountDev === undefined) return undefined;
+    if (this.#mountDev === undefined) {
+      if (!(await this.#recall())) return undefined;
+      return new DiskError({
+        operation: 'check mount',
+        path: '',
+        errno: 'ENODEV',
+        mountGone:
+          `rootDir ${this.#rootDir} is no mount point, and was one when the agent last saw it (${this.#recordPath}): ` +
+          'mount it again, or remove that file to use the directory as it is',
+      });
+    }
     return new DiskError({
       operation: 'check mount',
       path: '',
