@@ -152,7 +152,10 @@ function isCount(value: unknown): value is number {
 }
 
 function isStringArray(value: unknown): value is string[] {
-  return Array.isArray(value) && value.every((item) => typeof item === 'string');
+  if (!Array.isArray(value)) return false;
+  // A loop, not `every`: a start checks every record's array, and this code runs cold.
+  for (let index = 0; index < value.length; index += 1) if (typeof value[index] !== 'string') return false;
+  return true;
 }
 
 /** ManagedFile checked by hand: what `ManagedFile.parse` returns (same fields, same order), or undefined. */
@@ -173,15 +176,12 @@ function quickManagedFile(value: unknown): ManagedFile | undefined {
   ) {
     return undefined;
   }
-  return {
-    instanceId,
-    sha256,
-    mode,
-    createdDirs,
-    writtenAt,
-    ...(keptMode === undefined ? {} : { keptMode }),
-    ...(size === undefined ? {} : { size }),
-  };
+  // Optional fields added after, not spread in: the same fields in the same order, without an object per spread
+  // (a start reads 1,000 records cold).
+  const file: ManagedFile = { instanceId, sha256, mode, createdDirs, writtenAt };
+  if (keptMode !== undefined) file.keptMode = keptMode;
+  if (size !== undefined) file.size = size;
+  return file;
 }
 
 /** InstanceRecord checked by hand: what `InstanceRecord.parse` returns (same fields, same order), or undefined. */
@@ -206,15 +206,17 @@ function quickInstanceRecord(value: unknown): InstanceRecord | undefined {
     if (awaiting !== undefined && typeof awaiting !== 'string') return undefined;
     echo = { updatedAt, operatorUpdatedAt, ...(awaiting === undefined ? {} : { awaiting }) };
   }
-  return {
-    relativePath,
-    activity: activity as InstanceRecord['activity'],
-    error: error as InstanceRecord['error'],
-    ...(message === undefined ? {} : { message }),
-    attempts,
-    ...(nextAttemptAt === undefined ? {} : { nextAttemptAt }),
-    ...(echo === undefined ? {} : { reportEcho: echo }),
-  };
+  const activityStatus = activity as InstanceRecord['activity'];
+  const errorStatus = error as InstanceRecord['error'];
+  // Optional fields added after, not spread in: the same fields in the same order as zod's, without an object per
+  // spread (a start reads 1,000 records cold).
+  const record: InstanceRecord =
+    message === undefined
+      ? { relativePath, activity: activityStatus, error: errorStatus, attempts }
+      : { relativePath, activity: activityStatus, error: errorStatus, message, attempts };
+  if (nextAttemptAt !== undefined) record.nextAttemptAt = nextAttemptAt;
+  if (echo !== undefined) record.reportEcho = echo;
+  return record;
 }
 
 function quickKeyedBy<T>(
@@ -298,6 +300,11 @@ export async function loadLocalState(
   const instances = new Map<string, InstanceRecord>();
   for (const [id, record] of parsed.instances) {
     // Attempts reset on restart: an operator who fixed the cause expects an immediate retry.
+    if (record.nextAttemptAt === undefined) {
+      // One copy, not a rest object and a copy of it: most records wait for no attempt.
+      instances.set(id, { ...record, attempts: 0 });
+      continue;
+    }
     const { nextAttemptAt: _dropped, ...rest } = record;
     instances.set(id, { ...rest, attempts: 0 });
   }
