@@ -1,5 +1,5 @@
 // The local API's bounds on a real unix socket: connection cap, idle and slow clients cut off, no request bodies.
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { createConnection, type Socket } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -315,6 +315,47 @@ describe('LocalApiServer sync rate', () => {
 });
 
 describe('the socket file', () => {
+  // libuv's close of a listening pipe unlinks the path it was bound to by name, whatever file is there by then.
+  it("closing never removes another program's socket put at the path after ours was removed", async () => {
+    const first = await startServer(PATIENT);
+    await rm(socketPath);
+    const handlers = {
+      health: () => ({ healthy: true, lastLoopAt: null }),
+      status: () => ({ second: true }),
+      sync: async () => ({ converged: true, exitCode: 0, result: null }),
+    };
+    const second = new LocalApiServer(socketPath, handlers, silentLogger(), PATIENT);
+    await second.start();
+    try {
+      await first.close();
+      server = undefined;
+      expect(await second.reachable()).toBe(true);
+      expect((await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS)).body).toEqual({ second: true });
+      // Nothing but the socket is left in its directory (no name it was bound to first).
+      expect(await readdir(dir)).toEqual(['agent.sock']);
+    } finally {
+      await second.close();
+    }
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('refuses a path where another agent listens, and leaves that socket alone', async () => {
+    const first = await startServer(PATIENT);
+    const second = new LocalApiServer(
+      socketPath,
+      {
+        health: () => ({ healthy: true, lastLoopAt: null }),
+        status: () => ({}),
+        sync: async () => ({ converged: true, exitCode: 0, result: null }),
+      },
+      silentLogger(),
+      PATIENT,
+    );
+    await expect(second.start()).rejects.toThrow(/already listening/);
+    expect(await first.reachable()).toBe(true);
+    expect(await readdir(dir)).toEqual(['agent.sock']);
+  });
+
   it('tells whether the file it made is still at its path: not once removed, nor once another took its place', async () => {
     const first = await startServer(PATIENT);
     expect(await first.reachable()).toBe(true);

@@ -1,8 +1,10 @@
 // The local API for applications: health, status and "sync now" over a unix socket (mode 0660).
-import { lstat, unlink } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { link, lstat, unlink } from 'node:fs/promises';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import { createConnection, type Socket } from 'node:net';
+import path from 'node:path';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -198,6 +200,11 @@ export class LocalApiServer {
       },
     );
     server.on('connection', (socket: Socket) => this.#admit(socket));
+    // Bound under a name of its own, then linked at socketPath: libuv's close of a listening pipe unlinks the
+    // path it was bound to by name, whatever file is there by then, so bound at socketPath the agent's close (a
+    // reload, a stop) removed a socket another program had put there after ours was removed. The link fails
+    // when the path is taken (as bind did); the bound name goes at once.
+    const bindPath = asideSocketPath(this.#socketPath);
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       // The socket gets its mode from bind(), which listen() makes synchronously here, under a umask that
@@ -205,7 +212,7 @@ export class LocalApiServer {
       // the directory swapped in meanwhile, and changed the mode of its target (any file, as root).
       const umask = process.umask(0o777 & ~SOCKET_MODE);
       try {
-        server.listen(this.#socketPath, () => {
+        server.listen(bindPath, () => {
           server.off('error', reject);
           resolve();
         });
@@ -213,6 +220,18 @@ export class LocalApiServer {
         process.umask(umask);
       }
     });
+    if (bindPath !== this.#socketPath) {
+      try {
+        await link(bindPath, this.#socketPath);
+      } catch (error) {
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+        throw errnoCode(error) === 'EEXIST'
+          ? new Error(`${this.#socketPath} was taken while the local API started`)
+          : error;
+      } finally {
+        await unlink(bindPath).catch(() => undefined);
+      }
+    }
     // After listen, an 'error' without a listener would end the process: the API is not worth the agent.
     server.on('error', (error) => this.#logger.warn({ err: error }, 'local API server error'));
     this.#server = server;
@@ -344,6 +363,18 @@ function sendError(response: ServerResponse, status: number, code: string, messa
     return;
   }
   sendJson(response, status, { error: { code, message } });
+}
+
+/** Longest path a unix socket can be bound to (sun_path is 108 bytes with its NUL). */
+const MAX_SOCKET_PATH_BYTES = 107;
+
+/**
+ * A name beside socketPath, unguessable, to bind the socket to before it is linked at socketPath; socketPath
+ * itself when that name would be too long for a unix socket (then libuv's close unlinks socketPath by name).
+ */
+function asideSocketPath(socketPath: string): string {
+  const aside = path.join(path.dirname(socketPath), `.ca-${randomBytes(6).toString('hex')}`);
+  return Buffer.byteLength(aside) <= MAX_SOCKET_PATH_BYTES ? aside : socketPath;
 }
 
 /**
