@@ -48,6 +48,14 @@ describe('checkService: a 200 that is not the device', () => {
     });
   });
 
+  it('the device behind a UTF-8 byte order mark is found, as the agent reads it', async () => {
+    const result = await check((res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(`\ufeff${JSON.stringify({ object: 'device', id: DEVICE })}`);
+    });
+    expect(result).toMatchObject({ ok: true, message: expect.stringContaining(`device ${DEVICE} found`) });
+  });
+
   it.each([
     [
       'an HTML page (a captive portal)',

@@ -1,4 +1,5 @@
 // init and doctor: one GET /devices/{id} with the device's settings, classified into a sentence an operator can act on.
+import { withoutBom } from '../api/json-bytes.js';
 import type { Transport, TransportResponse } from '../api/transport.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 
@@ -115,7 +116,8 @@ async function readText(body: TransportResponse['body']): Promise<string> {
       body.destroy();
     }
   }
-  return Buffer.concat(chunks, total).toString('utf8');
+  // A leading byte order mark is ignored, as the agent's client ignores it (api/json-bytes.ts withoutBom).
+  return withoutBom(Buffer.concat(chunks, total)).toString('utf8');
 }
 
 /** Never throws; the key is only ever sent in the header, never put in a message. */
