@@ -4,7 +4,7 @@ import type { Stats } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import { createServiceTransport } from '../api/transport.js';
-import { loadApiKey, loadConfigFile, resolveConfigPath } from '../config/load.js';
+import { assertConfigPlaces, loadApiKey, loadConfigFile, resolveConfigPath } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import { ExitCode } from './exit-codes.js';
@@ -146,6 +146,12 @@ export async function runDoctor(
   let config: AgentConfig | undefined;
   try {
     config = await loadConfigFile(nodeFs, configPath);
+    // The rest of start-up's judgement (exit 78): the places, for the agent's user when it exists.
+    const agentUid = await agentAccount(env).then(
+      (found) => found.uid,
+      () => process.geteuid?.(),
+    );
+    await assertConfigPlaces(nodeFs, config, configPath, io.env, agentUid);
     report({ name: 'config', ok: true, detail: `${configPath} valid (device ${config.deviceId})` });
   } catch (error) {
     report({ name: 'config', ok: false, detail: errorMessage(error) });

@@ -88,8 +88,8 @@ async function assertDirectoriesUnswappable(
   fs: ConfigFs,
   config: AgentConfig,
   configPath: string,
+  euid: number | undefined,
 ): Promise<void> {
-  const euid = process.geteuid?.();
   const issues: ConfigIssue[] = [];
   for (const key of ['rootDir', 'stateDir'] as const) {
     const directory = config[key];
@@ -318,9 +318,25 @@ export async function loadAgentConfig(
     options.ownPathsPort,
   );
   await assertHookProgramsTrusted(fs, config, configPath, options.env);
-  await assertDirectoriesUnswappable(fs, config, configPath);
+  await assertDirectoriesUnswappable(fs, config, configPath, process.geteuid?.());
   const { apiKey, source } = await loadApiKey(fs, config, options.env);
   return { config, apiKey, configPath, apiKeySource: source };
+}
+
+/**
+ * What start-up (loadAgentConfig) judges of a parsed configuration's places beyond its file: the agent's own
+ * paths outside rootDir on real paths, and rootDir and stateDir that no other user could swap, for the user
+ * `euid` (doctor runs as root and judges for config-agent). Throws the ConfigError start-up exits 78 with.
+ */
+export async function assertConfigPlaces(
+  fs: ConfigFs,
+  config: AgentConfig,
+  configPath: string,
+  env: NodeJS.ProcessEnv,
+  euid: number | undefined,
+): Promise<void> {
+  await assertOwnPathsOutsideRoot(config, configPath, ownPaths(config, configPath, env));
+  await assertDirectoriesUnswappable(fs, config, configPath, euid);
 }
 
 /**

@@ -1,0 +1,108 @@
+// doctor judges the configuration's places as start-up does: a config the agent refuses (exit 78) is never "ok".
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { loadAgentConfig } from '../config/load.js';
+import { type DoctorEnvironment, runDoctor } from './doctor.js';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function scratch(): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'config-agent-doctor-'));
+  dirs.push(dir);
+  return dir;
+}
+
+/** Writes config.json (0600) and its key in `dir` with `places` (rootDir, stateDir) and returns its path. */
+function configIn(dir: string, places: { rootDir: string; stateDir: string }): string {
+  const keyPath = path.join(dir, 'api-key');
+  writeFileSync(keyPath, 'sk-doctor-places-test\n', { mode: 0o600 });
+  const configPath = path.join(dir, 'config.json');
+  const config = {
+    deviceId: 'dvc_places',
+    // Nothing listens on the discard port: the service check fails at once, which this test does not look at.
+    server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: keyPath, timeoutSeconds: 1 },
+    socketPath: path.join(dir, 'agent.sock'),
+    ...places,
+  };
+  writeFileSync(configPath, JSON.stringify(config), { mode: 0o600 });
+  return configPath;
+}
+
+async function doctorConfigLine(configPath: string, dir: string): Promise<string | undefined> {
+  let out = '';
+  const stdout = new Writable({
+    write(chunk, _encoding, done) {
+      out += String(chunk);
+      done();
+    },
+  });
+  const env: DoctorEnvironment = {
+    groupFile: path.join(dir, 'no-group'),
+    passwdFile: path.join(dir, 'no-passwd'),
+    checkTimeoutMs: 1_000,
+    systemctl: async () => ({ status: 127, stdout: '' }),
+    now: () => Date.now(),
+    unit: 'config-agent.service',
+  };
+  await runDoctor(
+    { configPath },
+    { stdout, stderr: new Writable({ write: (_c, _e, d) => d() }), env: {}, isTty: false },
+    env,
+  );
+  return out.split('\n')[0];
+}
+
+async function startupRefusal(configPath: string): Promise<string> {
+  return loadAgentConfig((await import('node:fs')).promises as never, {
+    configFlag: configPath,
+    env: {},
+  }).then(
+    () => 'accepted',
+    (error: unknown) => String((error as Error).message),
+  );
+}
+
+describe('doctor: the config line', () => {
+  it('FAILs a stateDir inside rootDir through a symlink, as start-up refuses it (it said "valid")', async () => {
+    const dir = scratch();
+    mkdirSync(path.join(dir, 'real/state'), { recursive: true });
+    symlinkSync(path.join(dir, 'real'), path.join(dir, 'root'));
+    const configPath = configIn(dir, {
+      rootDir: path.join(dir, 'root'),
+      stateDir: path.join(dir, 'real/state'),
+    });
+    expect(await startupRefusal(configPath)).toContain('is inside rootDir');
+    const line = await doctorConfigLine(configPath, dir);
+    expect(line).toMatch(/^FAIL {2}config/);
+    expect(line).toContain('is inside rootDir');
+  });
+
+  it('FAILs a rootDir in a directory others may write, as start-up refuses it (it said "valid")', async () => {
+    const dir = scratch();
+    mkdirSync(path.join(dir, 'open'));
+    chmodSync(path.join(dir, 'open'), 0o777);
+    const configPath = configIn(dir, {
+      rootDir: path.join(dir, 'open/root'),
+      stateDir: path.join(dir, 'state'),
+    });
+    expect(await startupRefusal(configPath)).toContain('writable by others');
+    const line = await doctorConfigLine(configPath, dir);
+    expect(line).toMatch(/^FAIL {2}config/);
+    expect(line).toContain('writable by others');
+  });
+
+  it('passes a configuration start-up accepts', async () => {
+    const dir = scratch();
+    const configPath = configIn(dir, { rootDir: path.join(dir, 'root'), stateDir: path.join(dir, 'state') });
+    expect(await startupRefusal(configPath)).toBe('accepted');
+    expect(await doctorConfigLine(configPath, dir)).toMatch(
+      /^ok {4}config {4}.* valid \(device dvc_places\)$/,
+    );
+  });
+});
