@@ -95,6 +95,8 @@ export class LocalApiServer {
   #runningSync: Promise<unknown> = Promise.resolve();
   #lastSyncEndedAt = Number.NEGATIVE_INFINITY;
   #dropped = 0;
+  /** Status requests waiting for the answer being built this turn of the event loop (#answerStatus). */
+  #statusWaiters: ServerResponse[] | undefined;
   /** Each connection held: requests in progress on it, and since when it has had none. */
   readonly #connections = new Map<Socket, { inProgress: number; idleSince: number }>();
   /** The socket file bind() made: device, inode and change time (a file made after ours may get its inode). */
@@ -295,13 +297,49 @@ export class LocalApiServer {
 
   /** Sends a JSON answer the client must take within sendTimeoutMs, else its connection is closed. */
   #send(response: ServerResponse, status: number, body: unknown): void {
-    sendJson(response, status, body, this.#handlers.scrub);
+    const scrub = this.#handlers.scrub ?? ((text: string) => text);
+    this.#sendText(response, status, scrub(JSON.stringify(body)));
+  }
+
+  /** #send of an answer already serialized and scrubbed. */
+  #sendText(response: ServerResponse, status: number, text: string): void {
+    sendJsonText(response, status, text);
     if (response.writableFinished) return;
     const timer = setTimeout(() => response.destroy(), this.#limits.sendTimeoutMs);
     timer.unref();
     const clear = () => clearTimeout(timer);
     response.once('finish', clear);
     response.once('close', clear);
+  }
+
+  /**
+   * Status requests that arrived in one turn of the event loop share one answer, built after all of them arrived
+   * (never one built before a request: a status read right after a sync or a reload shows it). Building,
+   * serialising and scrubbing the status is ~4 ms of CPU at 10,000 managed files; a member of the socket's group
+   * asking in a loop on every connection had it built once per request, keeping a core busy.
+   */
+  #answerStatus(response: ServerResponse): void {
+    if (this.#statusWaiters !== undefined) {
+      this.#statusWaiters.push(response);
+      return;
+    }
+    const waiters = [response];
+    this.#statusWaiters = waiters;
+    setImmediate(() => {
+      this.#statusWaiters = undefined;
+      const open = waiters.filter((waiter) => !waiter.destroyed);
+      if (open.length === 0) return;
+      let text: string;
+      try {
+        const scrub = this.#handlers.scrub ?? ((raw: string) => raw);
+        text = scrub(JSON.stringify(this.#handlers.status()));
+      } catch (error) {
+        this.#logger.error({ err: error }, 'local API request failed');
+        for (const waiter of open) sendError(waiter, 500, 'internal', 'internal error');
+        return;
+      }
+      for (const waiter of open) this.#sendText(waiter, 200, text);
+    });
   }
 
   async #handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
@@ -314,7 +352,7 @@ export class LocalApiServer {
         return;
       }
       case 'GET /v1/status':
-        this.#send(response, 200, this.#handlers.status());
+        this.#answerStatus(response);
         return;
       case 'POST /v1/sync': {
         const outcome = await this.#sync();
@@ -349,7 +387,10 @@ function sendJson(
   body: unknown,
   scrub: (text: string) => string = (text) => text,
 ): void {
-  const text = scrub(JSON.stringify(body));
+  sendJsonText(response, status, scrub(JSON.stringify(body)));
+}
+
+function sendJsonText(response: ServerResponse, status: number, text: string): void {
   response.writeHead(status, {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(text),
