@@ -19,6 +19,8 @@ export const INTEGRATION = [
   'test/packaging/code-cache.test.ts',
   // Builds the shipped bundle: without a proxy, --once and the ESM chunks never load undici.
   'test/packaging/transport-chunks.test.ts',
+  // Builds the shipped bundle: its pino without transports, a daemon that logs and loads no worker_threads.
+  'test/packaging/pino-bundle.test.ts',
   // The packages' entry (main.cjs) and shell launcher, each run as a process (the launcher on the bundled Node 24
   // that `npm run package` unpacks): child processes and timing of a whole start, not in-process tests.
   'test/packaging/front-door.test.ts',

@@ -20,27 +20,25 @@ export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
  */
 export function bundleCli({ outdir, metafile }) {
   rmSync(outdir, { recursive: true, force: true });
-  const result = spawnSync(
-    path.join(REPO, 'node_modules/.bin/esbuild'),
-    [
-      'src/main.ts',
-      '--bundle',
-      '--splitting',
-      '--platform=node',
-      '--format=esm',
-      '--target=node20.19',
-      `--outdir=${outdir}`,
-      '--entry-names=[name]',
-      '--chunk-names=chunk-[hash]',
-      ...(metafile === undefined ? [] : [`--metafile=${metafile}`]),
-      '--legal-comments=none',
-      '--log-level=warning',
-      "--banner:js=import { createRequire as __bundleRequire } from 'node:module'; const require = __bundleRequire(import.meta.url);",
-    ],
-    { stdio: 'inherit', cwd: REPO },
+  build(
+    {
+      entryPoints: ['src/main.ts'],
+      bundle: true,
+      splitting: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node20.19',
+      outdir,
+      entryNames: '[name]',
+      chunkNames: 'chunk-[hash]',
+      legalComments: 'none',
+      logLevel: 'warning',
+      banner: {
+        js: "import { createRequire as __bundleRequire } from 'node:module'; const require = __bundleRequire(import.meta.url);",
+      },
+    },
+    metafile,
   );
-  if (result.error) throw result.error;
-  if (result.status !== 0) throw new Error(`esbuild exited ${result.status}`);
   const agentBundle = agentBundleCli(outdir);
   for (const name of readdirSync(outdir)) asciiComments(path.join(outdir, name));
   const agentName = hashedName(path.join(outdir, agentBundle));
@@ -54,6 +52,25 @@ export function bundleCli({ outdir, metafile }) {
     .filter((name) => name !== 'main.js' && name !== 'main.cjs')
     .sort();
   return ['main.cjs', 'main.js', ...chunks].map((name) => path.join(outdir, name));
+}
+
+/**
+ * esbuild's build of `options` (its JavaScript API's names) with the bundle's plugin, pino without its transports
+ * (packaging/esbuild-build.mjs), in a child process: plugins need the asynchronous API. Writes the metafile when
+ * given a path; throws when the build fails.
+ */
+function build(options, metafile) {
+  const result = spawnSync(
+    process.execPath,
+    [
+      path.join(REPO, 'packaging/esbuild-build.mjs'),
+      JSON.stringify(options),
+      ...(metafile === undefined ? [] : [metafile]),
+    ],
+    { stdio: 'inherit', cwd: REPO },
+  );
+  if (result.error) throw result.error;
+  if (result.status !== 0) throw new Error(`esbuild exited ${result.status}`);
 }
 
 function esbuild(args) {
@@ -74,19 +91,21 @@ function esbuild(args) {
  * bundle's temporary name, agent.cjs; hashedName() names it by content.
  */
 function agentBundleCli(outdir) {
-  esbuild([
-    'src/main.ts',
-    '--bundle',
-    '--platform=node',
-    '--format=cjs',
-    '--target=node20.19',
-    `--outfile=${path.join(outdir, 'agent.cjs')}`,
-    '--legal-comments=none',
-    '--log-level=warning',
-    '--define:import.meta.url=__agentBundleUrl',
-    "--banner:js=const __agentBundleUrl = require('node:url').pathToFileURL(__filename).href;",
-    `--metafile=${path.join(outdir, 'agent.meta.json')}`,
-  ]);
+  build(
+    {
+      entryPoints: ['src/main.ts'],
+      bundle: true,
+      platform: 'node',
+      format: 'cjs',
+      target: 'node20.19',
+      outfile: path.join(outdir, 'agent.cjs'),
+      legalComments: 'none',
+      logLevel: 'warning',
+      define: { 'import.meta.url': '__agentBundleUrl' },
+      banner: { js: "const __agentBundleUrl = require('node:url').pathToFileURL(__filename).href;" },
+    },
+    path.join(outdir, 'agent.meta.json'),
+  );
   const meta = path.join(outdir, 'agent.meta.json');
   const outputs = Object.values(JSON.parse(readFileSync(meta, 'utf8')).outputs);
   rmSync(meta);
