@@ -7,6 +7,8 @@ import {
   heapReleaser,
   idleReleaseThreshold,
   RELEASE_EVERY_PASS_MIN_WAIT_MS,
+  RELEASE_EVERY_PASS_WAIT_PER_COST,
+  releaseBeforeWaits,
 } from './release-memory.js';
 
 const MiB = 1024 * 1024;
@@ -199,5 +201,82 @@ describe('the idle release threshold', () => {
     expect(release()).toBe(false);
     heap.set(15 * MiB);
     expect(release()).toBe(true);
+  });
+});
+
+/** A fake heap whose collection costs `costMs()` of a fake CPU clock. */
+function costedHeap(costMs: () => number) {
+  const cpu = { ms: 0 };
+  const heap = fakeHeap(40 * MiB, 30 * MiB);
+  const collect = heap.collect;
+  heap.collect = () => {
+    cpu.ms += costMs();
+    collect();
+  };
+  const release = releaseBeforeWaits(heap, idleReleaseThreshold, {
+    everyPassMinWaitMs: RELEASE_EVERY_PASS_MIN_WAIT_MS,
+    waitPerCost: RELEASE_EVERY_PASS_WAIT_PER_COST,
+    cpuMs: () => cpu.ms,
+  });
+  return { heap, release };
+}
+
+describe('the release before long waits, scaled by its own cost', () => {
+  it('at ~50 ms a release (1,000 managed), releases before every wait of 10 s or more, never before 1 s', () => {
+    const { heap, release } = costedHeap(() => 50);
+    release(1000);
+    const afterFirstPass = heap.collections;
+    for (let poll = 0; poll < 5; poll += 1) {
+      heap.set(31 * MiB);
+      release(RELEASE_EVERY_PASS_MIN_WAIT_MS);
+    }
+    expect(heap.collections - afterFirstPass).toBe(5);
+    for (let poll = 0; poll < 5; poll += 1) {
+      heap.set(31 * MiB);
+      release(1000);
+    }
+    expect(heap.collections - afterFirstPass).toBe(5);
+  });
+
+  it('at ~190 ms a release (10,000 managed), a 30 s wait keeps the growth rule; a 60 s wait releases', () => {
+    const { heap, release } = costedHeap(() => 190);
+    release(30_000);
+    // The first release after a pass is measured, then each wait of 30 s is under 200 × 190 ms = 38 s.
+    heap.set(31 * MiB);
+    release(30_000);
+    const measured = heap.collections;
+    for (let poll = 0; poll < 5; poll += 1) {
+      heap.set(31 * MiB);
+      release(30_000);
+    }
+    expect(heap.collections).toBe(measured);
+    // The growth rule still applies: three quarters of the 30 MiB base.
+    heap.set(30 * MiB + 23 * MiB);
+    release(30_000);
+    expect(heap.collections).toBe(measured + 1);
+    heap.set(31 * MiB);
+    release(60_000);
+    expect(heap.collections).toBe(measured + 2);
+  });
+
+  it("follows the cost: once releases get cheap again, 30 s waits release again; the first pass's release does not count", () => {
+    let cost = 5000;
+    const { heap, release } = costedHeap(() => cost);
+    // The first call's 5 s (the first pass's garbage) is not a poll's cost: the next 10 s wait releases.
+    release(30_000);
+    cost = 190;
+    heap.set(31 * MiB);
+    release(RELEASE_EVERY_PASS_MIN_WAIT_MS);
+    expect(heap.collections).toBe(2);
+    heap.set(31 * MiB);
+    release(30_000);
+    expect(heap.collections).toBe(2);
+    cost = 40;
+    heap.set(60 * MiB);
+    release(30_000);
+    expect(heap.collections).toBe(3);
+    heap.set(31 * MiB);
+    release(30_000);
+    expect(heap.collections).toBe(4);
   });
 });

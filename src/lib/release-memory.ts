@@ -32,6 +32,14 @@ export const RELEASE_AFTER_GROWTH_FRACTION = 0.75;
 export const RELEASE_EVERY_PASS_MIN_WAIT_MS = 10_000;
 
 /**
+ * …and at least this many times the CPU the last release between polls cost: a release after every pass takes
+ * at most 0.5 % of a core. Its cost grows with the managed set (Node 24, 1 s polls: ~35–50 ms at 1,000, ~190 ms
+ * at 10,000), so a device with many files polling every 30 s keeps the growth rule instead of paying ~0.6 % of a
+ * core for it (docs/performance.md "Idle daemon, eleventh round").
+ */
+export const RELEASE_EVERY_PASS_WAIT_PER_COST = 200;
+
+/**
  * During a pass, a full collection once the old generation grew this much since its lowest point after the
  * last one. V8 lets the old generation grow to about four times what was live between its own full collections
  * (a first sync of 10,000 made three); collecting sooner keeps the committed heap, and the RSS, nearer what is
@@ -81,16 +89,56 @@ export function idleReleaseThreshold(
 
 let collector: GcFunction | null | undefined;
 
+export interface ReleaseBeforeWaitsOptions {
+  /** The shortest wait that gets a release whatever the heap grew (RELEASE_EVERY_PASS_MIN_WAIT_MS). */
+  everyPassMinWaitMs: number;
+  /** …and the least multiple of the last release's CPU cost that wait must be (RELEASE_EVERY_PASS_WAIT_PER_COST). */
+  waitPerCost: number;
+  /** CPU time the process used, ms (user + system): a fake in tests. */
+  cpuMs: () => number;
+}
+
 /**
- * The daemon's release between polls. V8's `gc` without `--expose-gc` on the command line: the flag set now
- * applies to the contexts made after it, so a new context has `gc`. From V8 12 (Node 22) it is asked for the
- * `last-resort` flavor, V8's collection under memory pressure, which also shrinks the young generation and
- * returns the freed pages (Node 24, idle daemon with 1,000 managed: 115 → 99 MiB, docs/performance.md "Idle
- * daemon"). Node 20's V8 (11.3) takes no flavor, and a `gc(options)` there leaves garbage a plain `gc()`
- * collects: it gets the plain one, which returns little (90 MiB either way). It collects only once the heap
- * (V8's committed size) grew by `threshold` (`idleReleaseThreshold`) since its last collection, or when the wait
- * it precedes is at least `everyPassMinWaitMs` (RELEASE_EVERY_PASS_MIN_WAIT_MS); the first call collects.
- * Undefined when the runtime refuses (memory is then left to V8).
+ * The release between polls as a policy, on any heap: before a wait of `waitMs` it collects once the heap grew by
+ * `threshold` since the last collection (collectOnGrowth), or whatever it grew when the wait is at least
+ * `everyPassMinWaitMs` and at least `waitPerCost` times what the last collection after the first cost in CPU;
+ * says whether it collected. The first call collects (the first pass grew the heap from nothing); its cost, the
+ * first pass's garbage, is not a poll's and is not kept.
+ */
+export function releaseBeforeWaits(
+  heap: HeapControl,
+  threshold: (base: number) => number,
+  options: ReleaseBeforeWaitsOptions,
+): (waitMs: number) => boolean {
+  let lastCostMs = 0;
+  let collections = 0;
+  const release = collectOnGrowth(
+    {
+      size: () => heap.size(),
+      collect: () => {
+        const started = options.cpuMs();
+        heap.collect();
+        collections += 1;
+        if (collections > 1) lastCostMs = Math.max(0, options.cpuMs() - started);
+      },
+    },
+    threshold,
+    0,
+  );
+  return (waitMs) =>
+    release(waitMs >= Math.max(options.everyPassMinWaitMs, lastCostMs * options.waitPerCost));
+}
+
+/**
+ * The daemon's release between polls (releaseBeforeWaits on V8's heap). V8's `gc` without `--expose-gc` on the
+ * command line: the flag set now applies to the contexts made after it, so a new context has `gc`. From V8 12
+ * (Node 22) it is asked for the `last-resort` flavor, V8's collection under memory pressure, which also shrinks
+ * the young generation and returns the freed pages (Node 24, idle daemon with 1,000 managed: 115 → 99 MiB,
+ * docs/performance.md "Idle daemon"). Node 20's V8 (11.3) takes no flavor, and a `gc(options)` there leaves
+ * garbage a plain `gc()` collects: it gets the plain one, which returns little (90 MiB either way). It collects
+ * only once the heap (V8's committed size) grew by `threshold` (`idleReleaseThreshold`) since its last
+ * collection, or before a wait of at least `everyPassMinWaitMs` and RELEASE_EVERY_PASS_WAIT_PER_COST times the
+ * last release's CPU; the first call collects. Undefined when the runtime refuses (memory is then left to V8).
  */
 export function heapReleaser(
   threshold: (base: number) => number = idleReleaseThreshold,
@@ -100,19 +148,23 @@ export function heapReleaser(
   const collect = gcFunction();
   if (collect === null) return undefined;
   const lastResort = Number.parseInt(v8Version, 10) >= 12;
-  const release = collectOnGrowth(
+  const release = releaseBeforeWaits(
     {
       size: () => getHeapStatistics().total_heap_size,
       collect: () =>
         lastResort ? collect({ type: 'major', execution: 'sync', flavor: 'last-resort' }) : collect(),
     },
     threshold,
-    // The first pass grew the heap from nothing: the first call collects.
-    0,
+    { everyPassMinWaitMs, waitPerCost: RELEASE_EVERY_PASS_WAIT_PER_COST, cpuMs: processCpuMs },
   );
   return (waitMs) => {
-    release(waitMs >= everyPassMinWaitMs);
+    release(waitMs);
   };
+}
+
+function processCpuMs(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1000;
 }
 
 /**
