@@ -12,3 +12,4 @@ export function launcherScript(options: {
   daemonRuntimeFlags?: string[];
 }): string;
 export const DAEMON_MALLOC_ARENA_MAX: string;
+export const DAEMON_MALLOC_MMAP_THRESHOLD: string;

@@ -22,9 +22,14 @@ export const OPENSSL_VARIABLES = [
  * V8 flags of the daemon alone (`config-agent` or `config-agent --config <file>`, as the systemd unit runs it): a
  * young generation of 1 MiB semi-spaces instead of up to 16. The idle daemon at 1,000 managed on Node 20: 86–96 →
  * 72–73 MiB of RSS at 1 s polls, with no CPU cost measured on its polls, on a first sync of 1,000 × 1 KiB or
- * of 40 × 3 MiB (docs/performance.md, "fifth round"). `--once`: ONCE_NODE_FLAGS.
+ * of 40 × 3 MiB (docs/performance.md, "fifth round"). Bytecode flushed after one full collection it was not run
+ * in instead of five or six (`--bytecode-old-age=1`: what only the start or a first sync ran goes sooner), and
+ * `gc` on the global object (`--expose-gc`): src/lib/release-memory.ts otherwise makes a V8 context of its own
+ * to reach it, which stays alive with the function. With MALLOC_MMAP_THRESHOLD_: idle RSS at 1,000 managed,
+ * 1 s polls, Node 24 63.4 → ~61.8 MiB, Node 20 62.2 → ~61.1 (docs/performance.md, "Idle daemon, eleventh round").
+ * Every Node the packages run takes all three. `--once`: ONCE_NODE_FLAGS.
  */
-export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1'];
+export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1', '--bytecode-old-age=1', '--expose-gc'];
 
 /**
  * glibc's malloc arenas of the daemon alone, when the caller did not choose: one, shared by every thread, instead
@@ -35,6 +40,16 @@ export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1'];
  * only the environment sets it; the daemon's hooks inherit it.
  */
 export const DAEMON_MALLOC_ARENA_MAX = '1';
+
+/**
+ * glibc's mmap threshold for the daemon alone, when the caller did not choose: a block of 32 KiB or more is its
+ * own mapping, returned to the system when freed, instead of a piece of the `brk` heap that stays resident while
+ * anything above it lives (V8's compiler zones and parser buffers are freed after each poll's compiles). Setting
+ * it also stops glibc from raising the threshold by itself (up to 32 MiB on 64-bit) after the first large free.
+ * Idle daemon at 1,000 managed, 1 s polls: Node 24 −0.4 to −0.9 MiB, Node 20 −0.3 to −1.5; the daemon's own first
+ * sync of 10,000 (docs/performance.md, "Idle daemon, eleventh round").
+ */
+export const DAEMON_MALLOC_MMAP_THRESHOLD = '32768';
 
 /**
  * V8 flags of a `--once` run, which may be a first sync: semi-spaces of 4 MiB. A `--once` first sync of 10,000
@@ -94,11 +109,12 @@ export function launcherScript({ interpreter, mainJs, runtime, runtimeFlags = []
     '  esac',
     'done)',
     `unset $drop ${OPENSSL_VARIABLES.join(' ')}`,
-    '# The daemon (no command, at most --config): its own V8 flags and malloc arenas (docs/performance.md).',
+    '# The daemon (no command, at most --config): its own V8 flags, malloc arenas and mmap threshold (docs/performance.md).',
     // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
     'case $#:${1-} in',
     '  0:|1:--config=*|2:--config)',
     `    export MALLOC_ARENA_MAX="\${MALLOC_ARENA_MAX-${DAEMON_MALLOC_ARENA_MAX}}"`,
+    `    export MALLOC_MMAP_THRESHOLD_="\${MALLOC_MMAP_THRESHOLD_-${DAEMON_MALLOC_MMAP_THRESHOLD}}"`,
     `    exec ${node} ${daemonFlags} ${mainJs} "$@" ;;`,
     'esac',
     '# Every other command prints: started with its standard output closed (`>&-`), Node would put /dev/null there',

@@ -95,11 +95,12 @@ export async function daemonPolls(
     counter.url,
   );
   const result: DaemonPolls = { requests: [], bytes: [], idleRssKiB: [], idleAnonKiB: [] };
-  // The V8 flags and malloc arenas the packaged launcher gives the daemon (packaging/launcher.mjs): the daemon as
-  // shipped.
+  // The V8 flags, malloc arenas and mmap threshold the packaged launcher gives the daemon (packaging/launcher.mjs):
+  // the daemon as shipped.
   const launcher = (await import(pathToFileURL(path.join(REPO_ROOT, 'packaging', 'launcher.mjs')).href)) as {
     DAEMON_NODE_FLAGS: string[];
     DAEMON_MALLOC_ARENA_MAX: string;
+    DAEMON_MALLOC_MMAP_THRESHOLD: string;
   };
   const child = spawn(
     process.execPath,
@@ -109,6 +110,7 @@ export async function daemonPolls(
         PATH: process.env.PATH,
         HOME: process.env.HOME,
         MALLOC_ARENA_MAX: launcher.DAEMON_MALLOC_ARENA_MAX,
+        MALLOC_MMAP_THRESHOLD_: launcher.DAEMON_MALLOC_MMAP_THRESHOLD,
       },
       stdio: ['ignore', 'ignore', 'pipe'],
     },

@@ -1,6 +1,5 @@
 // Full garbage collections that bound the heap: between polls (V8 alone keeps what a pass grew) and during a pass.
 import { getHeapSpaceStatistics, getHeapStatistics, setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 
 type GcFunction = (options?: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void;
 
@@ -202,12 +201,16 @@ function gcFunction(): GcFunction | null {
   return collector;
 }
 
+/**
+ * `gc` as `--expose-gc` (the daemon's launcher) puts it on the global object, or else from a new context made after
+ * setting the flag: that context then lives as long as the function (node:vm loaded only then).
+ */
 function exposeGc(): GcFunction | null {
   let gc: unknown = (globalThis as { gc?: unknown }).gc;
   try {
     if (typeof gc !== 'function') {
       setFlagsFromString('--expose-gc');
-      gc = runInNewContext('gc');
+      gc = process.getBuiltinModule('node:vm').runInNewContext('gc');
     }
   } catch {
     return null;

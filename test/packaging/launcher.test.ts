@@ -9,6 +9,7 @@ import {
   BUNDLED_RUNTIME_DAEMON_NODE_FLAGS,
   BUNDLED_RUNTIME_NODE_FLAGS,
   DAEMON_MALLOC_ARENA_MAX,
+  DAEMON_MALLOC_MMAP_THRESHOLD,
   DAEMON_NODE_FLAGS,
   launcherScript,
   ONCE_NODE_FLAGS,
@@ -79,7 +80,7 @@ describe('the launcher', () => {
     'runs the daemon and --once with their V8 flags, every other command with none; every argument reaches the agent (%s)',
     async (shell) => {
       if (shell === 'bash' && spawnSync('bash', ['-c', 'true']).error !== undefined) return;
-      expect(DAEMON_NODE_FLAGS).toEqual(['--max-semi-space-size=1']);
+      expect(DAEMON_NODE_FLAGS).toEqual(['--max-semi-space-size=1', '--bytecode-old-age=1', '--expose-gc']);
       expect(ONCE_NODE_FLAGS).toEqual(['--max-semi-space-size=4']);
       // The other commands allocate little, and a bounded young generation cost --help ~7 ms of start-up.
       const cases: [string[], string[]][] = [
@@ -107,9 +108,11 @@ describe('the launcher', () => {
         const run = await launch({}, args, shell);
         expect(run.execArgv, args.join(' ')).toEqual(flags);
         expect(run.argv).toEqual(args);
-        // glibc's malloc arenas: one for the daemon alone.
+        // glibc's malloc arenas and mmap threshold: the daemon's alone.
         const daemon = flags === DAEMON_NODE_FLAGS;
-        expect(run.env, args.join(' ')).toEqual(daemon ? { MALLOC_ARENA_MAX: '1' } : {});
+        expect(run.env, args.join(' ')).toEqual(
+          daemon ? { MALLOC_ARENA_MAX: '1', MALLOC_MMAP_THRESHOLD_: '32768' } : {},
+        );
       }
     },
   );
@@ -189,13 +192,19 @@ describe('the launcher', () => {
     expect(closed.execArgv).toEqual([...BUNDLED_RUNTIME_NODE_FLAGS, ...ONCE_NODE_FLAGS]);
   });
 
-  it("gives the daemon one malloc arena unless the caller chose a number; passes the caller's to every command", async () => {
+  it("gives the daemon one malloc arena and a 32 KiB mmap threshold unless the caller chose; passes the caller's to every command", async () => {
     expect(DAEMON_MALLOC_ARENA_MAX).toBe('1');
+    expect(DAEMON_MALLOC_MMAP_THRESHOLD).toBe('32768');
+    expect(
+      (await launch({ MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '131072' }, ['--config', '/etc/c.json']))
+        .env,
+    ).toEqual({ MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '131072' });
     expect((await launch({ MALLOC_ARENA_MAX: '4' }, ['--config', '/etc/c.json'])).env).toEqual({
       MALLOC_ARENA_MAX: '4',
+      MALLOC_MMAP_THRESHOLD_: '32768',
     });
     expect((await launch({ MALLOC_ARENA_MAX: '4' }, ['--once'])).env).toEqual({ MALLOC_ARENA_MAX: '4' });
-    expect((await launch({}, [])).env).toEqual({ MALLOC_ARENA_MAX: '1' });
+    expect((await launch({}, [])).env).toEqual({ MALLOC_ARENA_MAX: '1', MALLOC_MMAP_THRESHOLD_: '32768' });
   });
 
   // Node 20 lets it grow to two semi-spaces of 16 MiB: ~20 MiB more RSS at the peak of a first sync of 10,000.

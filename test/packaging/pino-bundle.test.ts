@@ -8,11 +8,17 @@ import { benchFixtures } from '../../bench/lib/fixtures.js';
 import { type BenchWorld, createWorld } from '../../bench/lib/world.js';
 import { bundleCli } from '../../packaging/bundle.mjs';
 import { replaceEachOnce, TRANSPORT_LEFT_OUT } from '../../packaging/esbuild-build.mjs';
+import {
+  DAEMON_MALLOC_ARENA_MAX,
+  DAEMON_MALLOC_MMAP_THRESHOLD,
+  DAEMON_NODE_FLAGS,
+} from '../../packaging/launcher.mjs';
 
 const REPO = path.resolve(import.meta.dirname, '../..');
-// Builtin modules only pino's transports or sonic-boom (a destination pino opens itself) load. (child_process and
-// dgram stay: node:net loads them with node:cluster when the local API's socket listens.)
-const LEFT_OUT = ['worker_threads', 'assert'];
+// Builtin modules only pino's transports or sonic-boom (a destination pino opens itself) load, and node:vm, which
+// the release between polls needs only without the launcher's --expose-gc. (child_process and dgram stay: node:net
+// loads them with node:cluster when the local API's socket listens.)
+const LEFT_OUT = ['worker_threads', 'assert', 'vm'];
 const PROBE = `process.on('exit', () => require('node:fs').writeSync(2, 'MODULES ' + JSON.stringify(${JSON.stringify(
   LEFT_OUT,
 )}.filter((name) => process.moduleLoadList.includes('NativeModule ' + name))) + '\\n'));\n`;
@@ -32,7 +38,7 @@ afterAll(async () => {
 });
 
 describe("the shipped bundle's pino", () => {
-  it('the daemon logs its passes as JSON and loads neither worker_threads nor assert', async () => {
+  it('the daemon as the launcher runs it logs its passes as JSON and loads neither worker_threads, assert nor vm', async () => {
     await world.writeConfig({
       log: { level: 'info' },
       poll: { intervalSeconds: 1, jitterRatio: 0, fullResyncSeconds: 86_400 },
@@ -40,13 +46,22 @@ describe("the shipped bundle's pino", () => {
     const child = spawn(
       process.execPath,
       [
+        ...DAEMON_NODE_FLAGS,
         '--require',
         path.join(build, 'probe.cjs'),
         path.join(build, 'dist/main.cjs'),
         '--config',
         world.configPath,
       ],
-      { env: { PATH: process.env.PATH, HOME: os.tmpdir() }, stdio: ['ignore', 'ignore', 'pipe'] },
+      {
+        env: {
+          PATH: process.env.PATH,
+          HOME: os.tmpdir(),
+          MALLOC_ARENA_MAX: DAEMON_MALLOC_ARENA_MAX,
+          MALLOC_MMAP_THRESHOLD_: DAEMON_MALLOC_MMAP_THRESHOLD,
+        },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
     );
     let stderr = '';
     let passes = 0;
