@@ -19,7 +19,7 @@ function scratch(): string {
 }
 
 /** Writes config.json (0600) and its key in `dir` with `places` (rootDir, stateDir) and returns its path. */
-function configIn(dir: string, places: { rootDir: string; stateDir: string }): string {
+function configIn(dir: string, places: { rootDir: string; stateDir: string; hooks?: unknown[] }): string {
   const keyPath = path.join(dir, 'api-key');
   writeFileSync(keyPath, 'sk-doctor-places-test\n', { mode: 0o600 });
   const configPath = path.join(dir, 'config.json');
@@ -95,6 +95,22 @@ describe('doctor: the config line', () => {
     const line = await doctorConfigLine(configPath, dir);
     expect(line).toMatch(/^FAIL {2}config/);
     expect(line).toContain('writable by others');
+  });
+
+  it('FAILs a hook program others may change, as start-up refuses it (it said "valid")', async () => {
+    const dir = scratch();
+    const program = path.join(dir, 'reload.sh');
+    writeFileSync(program, '#!/bin/sh\n', { mode: 0o755 });
+    chmodSync(program, 0o777);
+    const configPath = configIn(dir, {
+      rootDir: path.join(dir, 'root'),
+      stateDir: path.join(dir, 'state'),
+      hooks: [{ match: '**', run: [program] }],
+    });
+    expect(await startupRefusal(configPath)).toContain('hooks[0].run[0]');
+    const line = await doctorConfigLine(configPath, dir);
+    expect(line).toMatch(/^FAIL {2}config/);
+    expect(line).toContain('hooks[0].run[0]');
   });
 
   it('passes a configuration start-up accepts', async () => {

@@ -325,8 +325,9 @@ export async function loadAgentConfig(
 
 /**
  * What start-up (loadAgentConfig) judges of a parsed configuration's places beyond its file: the agent's own
- * paths outside rootDir on real paths, and rootDir and stateDir that no other user could swap, for the user
- * `euid` (doctor runs as root and judges for config-agent). Throws the ConfigError start-up exits 78 with.
+ * paths outside rootDir on real paths, hook programs no other user could change (`PATH` from `env`), and rootDir
+ * and stateDir that no other user could swap, for the user `euid` (doctor runs as root and judges for
+ * config-agent). Throws the ConfigError start-up exits 78 with.
  */
 export async function assertConfigPlaces(
   fs: ConfigFs,
@@ -336,6 +337,7 @@ export async function assertConfigPlaces(
   euid: number | undefined,
 ): Promise<void> {
   await assertOwnPathsOutsideRoot(config, configPath, ownPaths(config, configPath, env));
+  await assertHookProgramsTrusted(fs, config, configPath, env, euid);
   await assertDirectoriesUnswappable(fs, config, configPath, euid);
 }
 
