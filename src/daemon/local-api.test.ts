@@ -242,27 +242,27 @@ describe('LocalApiServer: a client that never reads its answers', () => {
   });
 });
 
-describe('LocalApiServer sync rate', () => {
-  /** Monotonic time moves only when told; sleeps resolve when it passes their deadline. */
-  function fakeClock() {
-    let mono = 0;
-    const sleepers: { until: number; resolve: () => void }[] = [];
-    return {
-      monotonic: () => mono,
-      sleep: (ms: number) => new Promise<void>((resolve) => sleepers.push({ until: mono + ms, resolve })),
-      advance(ms: number) {
-        mono += ms;
-        for (const sleeper of sleepers.splice(0)) {
-          if (sleeper.until <= mono) sleeper.resolve();
-          else sleepers.push(sleeper);
-        }
-      },
-      get sleeping() {
-        return sleepers.length;
-      },
-    };
-  }
+/** Monotonic time moves only when told; sleeps resolve when it passes their deadline. */
+function fakeClock() {
+  let mono = 0;
+  const sleepers: { until: number; resolve: () => void }[] = [];
+  return {
+    monotonic: () => mono,
+    sleep: (ms: number) => new Promise<void>((resolve) => sleepers.push({ until: mono + ms, resolve })),
+    advance(ms: number) {
+      mono += ms;
+      for (const sleeper of sleepers.splice(0)) {
+        if (sleeper.until <= mono) sleeper.resolve();
+        else sleepers.push(sleeper);
+      }
+    },
+    get sleeping() {
+      return sleepers.length;
+    },
+  };
+}
 
+describe('LocalApiServer sync rate', () => {
   it('a loop of syncs runs at most one pass per minSyncIntervalMs; each answer comes from a pass started after its request', async () => {
     const clock = fakeClock();
     let passes = 0;
@@ -336,6 +336,41 @@ describe('LocalApiServer status answers', () => {
     generation = 2;
     const after = await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS);
     expect(after.body).toEqual({ generation: 2 });
+    expect(builds).toBe(2);
+  });
+
+  it('a loop of status requests gets at most one answer built per minStatusIntervalMs, each built after its request', async () => {
+    const clock = fakeClock();
+    let builds = 0;
+    let generation = 1;
+    server = new LocalApiServer(
+      socketPath,
+      {
+        health: () => ({ healthy: true, lastLoopAt: null }),
+        status: () => {
+          builds += 1;
+          return { generation };
+        },
+        sync: async () => ({ converged: true, exitCode: 0, result: null }),
+      },
+      silentLogger(),
+      { ...PATIENT, minStatusIntervalMs: 200 },
+      clock,
+    );
+    await server.start();
+    // After a quiet moment: answered at once.
+    expect((await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS)).body).toEqual({ generation: 1 });
+    generation = 2;
+    let answer: unknown;
+    const next = callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS).then((reply) => {
+      answer = reply.body;
+    });
+    await waitFor(() => clock.sleeping > 0, PATIENCE_MS, { what: 'the request waiting out the interval' });
+    expect(builds).toBe(1);
+    expect(answer).toBeUndefined();
+    clock.advance(200);
+    await next;
+    expect(answer).toEqual({ generation: 2 });
     expect(builds).toBe(2);
   });
 });
