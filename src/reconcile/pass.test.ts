@@ -1284,7 +1284,7 @@ describe('runPass: two instances whose paths nest (one file where the other need
     expect(lastReport('cfg_file')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
   });
 
-  it('a file of someone else in the directory the newer one needs is never removed: it waits, told why', async () => {
+  it('a file of someone else in the directory the newer one needs is never removed, and the older file is put back: it waits, told why', async () => {
     put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
     await pass();
     await writeFile(path.join(world.rootDir, 'a.json', 'mine.txt'), 'a local file');
@@ -1295,8 +1295,9 @@ describe('runPass: two instances whose paths nest (one file where the other need
     expect(await readFile(path.join(world.rootDir, 'a.json', 'mine.txt'), 'utf8')).toBe('a local file');
     expect(lastReport('cfg_file')?.error_status).toBe('retrying');
     expect(lastReport('cfg_file')?.activity_status).not.toBe('deployed');
-    // The older one's file made way (the service wants the newer one there); neither is claimed deployed.
-    expect(await exists('a.json/b.json')).toBe(false);
+    // The older one's file was put back when the newer one could not be written: the device keeps a config
+    // (before, it was removed and the device had neither). Neither is claimed deployed.
+    expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_dir' }));
     expect(lastReport('cfg_dir')?.error_status).toBe('retrying');
   });
 });

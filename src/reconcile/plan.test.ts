@@ -937,18 +937,20 @@ describe('planSteps: paths that nest across instances', () => {
     });
   });
 
-  it("a loser's own file is removed before the winner's write, without a report; only when the winner is written", () => {
+  it("a loser's own file is removed by the winner's write, without a report; only when the winner is written", () => {
     const file = at('cfg_file', 'a.json', 1);
     const dir = at('cfg_dir', 'a.json/b.json', 2);
     const files = { 'a.json': managed('cfg_file') };
     const disk = { 'a.json': observations.identical! };
     const steps = plan([file, dir], { files, disk });
     expect(steps.map((step) => `${step.kind} ${step.instance.id}`)).toEqual([
-      'remove cfg_file',
       'write cfg_dir',
       'refuse cfg_file',
     ]);
-    expect(steps[0]).toMatchObject({ path: 'a.json', report: undefined, leftPath: true });
+    // Displaced by the winner's write: put back if that write fails, never neither file.
+    expect(steps[0]).toMatchObject({
+      displaces: [{ path: 'a.json', report: undefined, leftPath: true }],
+    });
 
     const waiting = plan([file, dir], { files, disk, cooldowns: { cfg_dir: NOW + 1 } });
     expect(waiting.map((step) => `${step.kind} ${step.instance.id}`).sort()).toEqual([

@@ -279,11 +279,20 @@ export function planSteps(input: PlanInput): Step[] {
     else others.push({ kind: 'keep', instance: remove.instance, reason: 'awaiting_owner' });
   }
 
-  standaloneRemoves.push(...leftPathRemovals(input, claimedPaths, claimedAlias), ...nestedRemoves);
+  standaloneRemoves.push(...leftPathRemovals(input, claimedPaths, claimedAlias));
+  // A nested loser's file goes with its winner's write, as a swap: put back if that write fails (a file of
+  // someone else in a directory the winner needs, a full disk), so the device never ends up with neither.
+  for (const remove of nestedRemoves) {
+    const winnerId = remove.makesWayFor!.instanceId;
+    displaces.set(winnerId, [...(displaces.get(winnerId) ?? []), remove]);
+  }
 
   // Object.assign, not `{ ...write, displaces }`: V8 (Node 20) gives every object made by a spread followed by a
   // new key a hidden class of its own, ~300 bytes each, and a pass makes one step per instance.
-  const writes: WriteStep[] = winnersFirst([...writeById.values()], input).map((write) =>
+  const writes: WriteStep[] = nestedSwapsFirst(
+    winnersFirst([...writeById.values()], input),
+    nestedRemoves,
+  ).map((write) =>
     Object.assign({}, write, {
       displaces: displaces.get(write.instance.id) ?? [],
       supersedes: supersedes.get(write.instance.id) ?? [],
@@ -419,8 +428,9 @@ function nestingLosers(
  * The losers of a nested path conflict: each reported `retrying` with the conflict named, nothing of it written
  * (one message whether its file is still there or not, so the service hears it once). Its file, when the agent wrote it there, is removed (without a report: its status is the refusal) so that the
  * winner can be written, but only when the winner is written in this pass: a winner waiting for a retry, or kept
- * out otherwise, leaves the device the working config it has. Removals run before writes: the winner is written
- * in the same pass when the agent's removal clears its way (the file, and directories the agent made, once empty).
+ * out otherwise, leaves the device the working config it has. The removal is displaced by the winner's write (a
+ * swap): the winner is written in the same pass when the agent's removal clears its way (the file, and
+ * directories the agent made, once empty), and when it cannot be written the loser's file is put back.
  */
 function refuseNested(
   refused: readonly { instance: PlanInstance; winner: PlanInstance }[],
@@ -449,6 +459,22 @@ function refuseNested(
     }
   }
   return removes;
+}
+
+/**
+ * Writes that clear a nested loser's file first: a plain write beside them (`a/x` beside `a/b`, both needing the
+ * loser's `a` as a directory) then finds the way clear in the same pass.
+ */
+function nestedSwapsFirst<W extends { instance: ConfigInstanceHead }>(
+  writes: W[],
+  nestedRemoves: readonly RemoveStep[],
+): W[] {
+  if (nestedRemoves.length === 0) return writes;
+  const winners = new Set(nestedRemoves.map((remove) => remove.makesWayFor!.instanceId));
+  return [
+    ...writes.filter((write) => winners.has(write.instance.id)),
+    ...writes.filter((write) => !winners.has(write.instance.id)),
+  ];
 }
 
 /** The owner of each path among instances that target `deployed`: the one operators updated last wins. */
