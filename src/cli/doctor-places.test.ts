@@ -1,11 +1,13 @@
-// doctor judges the configuration's places as start-up does: a config the agent refuses (exit 78) is never "ok".
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+// doctor and init judge the configuration's places as start-up does: a config the agent refuses (exit 78) is never
+// "ok", and init writes none.
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
+import { Readable, Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadAgentConfig } from '../config/load.js';
 import { type DoctorEnvironment, runDoctor } from './doctor.js';
+import { runInit } from './init.js';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -120,5 +122,52 @@ describe('doctor: the config line', () => {
     expect(await doctorConfigLine(configPath, dir)).toMatch(
       /^ok {4}config {4}.* valid \(device dvc_places\)$/,
     );
+  });
+});
+
+const isRoot = process.getuid?.() === 0;
+
+describe.skipIf(!isRoot)('init (skipped unless root: init itself refuses to run otherwise)', () => {
+  it('refuses a rootDir start-up would refuse (exit 78) and writes nothing (it wrote all and said to start)', async () => {
+    const dir = scratch();
+    mkdirSync(path.join(dir, 'open'));
+    chmodSync(path.join(dir, 'open'), 0o777);
+    writeFileSync(
+      path.join(dir, 'passwd'),
+      'root:x:0:0::/root:/bin/sh\nconfig-agent:x:4242:4242::/:/bin/false\n',
+    );
+    writeFileSync(path.join(dir, 'group'), 'root:x:0:\nconfig-agent:x:4242:\n');
+    const configPath = path.join(dir, 'etc/config.json');
+    let err = '';
+    const sink = (into: (text: string) => void) =>
+      new Writable({
+        write(chunk, _encoding, done) {
+          into(String(chunk));
+          done();
+        },
+      });
+    const code = await runInit(
+      {
+        configPath,
+        deviceId: 'dvc_places',
+        baseUrl: 'http://127.0.0.1:9',
+        rootDir: path.join(dir, 'open/root'),
+        apiKeyFile: '-',
+      },
+      { stdout: sink(() => {}), stderr: sink((text) => (err += text)), env: {}, isTty: false },
+      {
+        stdin: Readable.from(['sk-doctor-places-test\n']),
+        stdinIsTty: false,
+        groupFile: path.join(dir, 'group'),
+        passwdFile: path.join(dir, 'passwd'),
+        dropInDir: path.join(dir, 'dropin'),
+        checkTimeoutMs: 1_000,
+      },
+    );
+    expect(code).toBe(78);
+    expect(err).toContain('writable by others');
+    expect(existsSync(configPath)).toBe(false);
+    expect(existsSync(path.join(dir, 'etc/api-key'))).toBe(false);
+    expect(existsSync(path.join(dir, 'open/root'))).toBe(false);
   });
 });

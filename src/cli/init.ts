@@ -5,7 +5,7 @@ import { createInterface } from 'node:readline/promises';
 import { Writable } from 'node:stream';
 import { createServiceTransport } from '../api/transport.js';
 import { ConfigError } from '../config/errors.js';
-import { parseAgentConfig, resolveConfigPath } from '../config/load.js';
+import { assertConfigPlaces, parseAgentConfig, resolveConfigPath } from '../config/load.js';
 import { DEFAULT_CONFIG_PATH } from '../config/schema.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import { publishFile } from '../store/durable-writer.js';
@@ -283,6 +283,8 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
     }
 
     const { uid, gid } = await agentAccount(env);
+    // What start-up refuses of where things are (exit 78, no restart), refused before anything is written.
+    await assertConfigPlaces(nodeFs, config, configPath, io.env, uid);
 
     await ensureDir(path.dirname(configPath), 0o750, 0, gid);
     if (apiKey !== undefined) {
