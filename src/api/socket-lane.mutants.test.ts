@@ -121,6 +121,64 @@ describe.each(['never', 'always'] as const)(
       await transport.destroy();
     });
 
+    it('every header node:http keeps once: a repeat is dropped, the first value kept', async () => {
+      // content-length is one too, but llhttp refuses a repeated one before any header is read.
+      const single = [
+        'content-type',
+        'user-agent',
+        'referer',
+        'host',
+        'authorization',
+        'proxy-authorization',
+        'if-modified-since',
+        'if-unmodified-since',
+        'from',
+        'location',
+        'max-forwards',
+        'retry-after',
+        'etag',
+        'last-modified',
+        'server',
+        'age',
+        'expires',
+      ];
+      const { port } = await rawServer(() =>
+        [
+          'HTTP/1.1 200 OK',
+          'Content-Length: 0',
+          ...single.flatMap((name) => [`${name}: first`, `${name}: second`]),
+          '',
+          '',
+        ].join('\r\n'),
+      );
+      const transport = new HttpTransport({ timeoutMs: 5_000, ownSockets });
+      const response = await transport.request(get(`http://127.0.0.1:${port}`));
+      await readAll(response.body);
+      for (const name of single) expect(response.headers[name], name).toBe('first');
+      await transport.destroy();
+    });
+
+    it.each([
+      ['timeout=1', 2],
+      ['timeout=12', 1],
+      ['max=5, timeout=1', 1],
+    ])(
+      'Keep-Alive: %s — the server keeps it under a second or not at all: connections for two requests',
+      async (hint, connections) => {
+        const server = await rawServer(() =>
+          ['HTTP/1.1 200 OK', 'Content-Length: 2', `Keep-Alive: ${hint}`, '', 'ok'].join('\r\n'),
+        );
+        const transport = new HttpTransport({ timeoutMs: 5_000, ownSockets });
+        for (let i = 0; i < 2; i += 1) {
+          const response = await transport.request(get(`http://127.0.0.1:${server.port}`));
+          expect(await readAll(response.body)).toBe('ok');
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        expect(server.connections()).toBe(connections);
+        await transport.destroy();
+      },
+    );
+
     it('one set-cookie is a list of one; other headers are strings', async () => {
       const { port } = await rawServer(() =>
         ['HTTP/1.1 200 OK', 'Content-Length: 0', 'Set-Cookie: c=1', 'X-One: z', '', ''].join('\r\n'),
