@@ -354,6 +354,16 @@ function expectSameStreamed(sample: ConfigContent): boolean {
 }
 
 describe('yamlBytesFromJson (a large item streamed to a YAML path)', () => {
+  it('writes nothing for a text it was not given checked: a region ending elsewhere, a bad separator, an open string', () => {
+    const text = Buffer.from('{"a":1} ');
+    expect(yamlBytesFromJson(text, 0, 7).toString()).toBe('a: 1\n');
+    expect(() => yamlBytesFromJson(text, 0, 8)).toThrow('content text ends elsewhere than it was checked to');
+    expect(() => yamlBytesFromJson(Buffer.from('{"a":1 x}'), 0, 9)).toThrow(
+      'unchecked content text at byte 7',
+    );
+    expect(() => yamlBytesFromJson(Buffer.from('{"a'), 0, 3)).toThrow('unchecked content text at byte 1');
+  });
+
   it('writes what yamlBytes writes for the parsed text, byte for byte, for generated content', () => {
     let taken = 0;
     fc.assert(
