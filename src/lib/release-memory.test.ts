@@ -70,6 +70,19 @@ describe('heapCheckpoint', () => {
     expect(held - process.memoryUsage().heapUsed).toBeGreaterThan(8 * MiB);
   });
 
+  it('collects once the old generation grew past the bound since its first reading (1 MiB bound, 2 MiB held)', () => {
+    const check = heapCheckpoint(1 * MiB);
+    check?.();
+    const kept = new Array<number>(256 * 1024).fill(0.5);
+    let dropped: string[][] | undefined = garbage();
+    const held = process.memoryUsage().heapUsed;
+    const made = dropped.length;
+    dropped = undefined;
+    check?.();
+    expect(made + kept.length).toBe(200 + 256 * 1024);
+    expect(held - process.memoryUsage().heapUsed).toBeGreaterThan(8 * MiB);
+  });
+
   it('by default leaves garbage of the young generation alone: the old generation did not grow by 16 MiB', () => {
     const check = heapCheckpoint();
     check?.();
