@@ -3,11 +3,14 @@
 /**
  * Signals whose default action ends the process (or dumps its core) and that mean nothing to the agent: a stray
  * `kill -USR2` (many daemons reopen their logs on it), a power-failure notice (SIGPWR: init's business), a timer
- * or profiler signal (SIGALRM, SIGVTALRM, SIGPROF), SIGIO (SIGPOLL), SIGTRAP from a debugger, SIGSTKFLT. The
+ * signal (SIGALRM, SIGVTALRM), SIGIO (SIGPOLL), SIGTRAP from a debugger, SIGSTKFLT. The
  * daemon ends only when asked (SIGTERM, SIGINT): ended by one of these, systemd restarted it 30 s later.
  * SIGPIPE and SIGXFSZ Node ignores already; SIGUSR1 and SIGHUP have their own listeners; faults (SIGSEGV, SIGBUS,
  * SIGILL, SIGFPE, SIGABRT, SIGSYS) and SIGQUIT keep their defaults, and so do SIGXCPU (the CPU limit's notice)
- * and the job-control stops. Real-time signals (34–64) cannot be listened to from Node.
+ * and the job-control stops. Real-time signals (34–64) cannot be listened to from Node. SIGPROF keeps its default
+ * too: it is V8's sampling profiler's own signal (`--cpu-prof`, the inspector's Profiler), and a listener's handler
+ * is set back to the default as the process exits while the profiler still samples, so a profiled daemon was
+ * killed by it at its stop (exit 155, no profile written).
  */
 export const STRAY_SIGNALS = [
   'SIGUSR2',
@@ -16,7 +19,6 @@ export const STRAY_SIGNALS = [
   'SIGPWR',
   'SIGTRAP',
   'SIGVTALRM',
-  'SIGPROF',
   'SIGSTKFLT',
 ] as const satisfies readonly NodeJS.Signals[];
 
