@@ -1270,6 +1270,18 @@ describe('runPass: two instances whose paths nest (one file where the other need
     );
   });
 
+  it('a sibling needing the same directory lands in the same pass as the winner whose write removes the file', async () => {
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    await pass();
+    put({ id: 'cfg_aside', relative_filepath: 'a.json/x.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    await pass();
+    // The swap that removes a.json runs before the plain writes: a.json/x.json does not meet the file.
+    expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_dir' }));
+    expect(await fileAt('a.json/x.json')).toBe(json({ owner: 'cfg_aside' }));
+    expect(lastReport('cfg_aside')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+  });
+
   it('the older one stays while the newer one cannot be written (failed on the service): a device keeps a config', async () => {
     put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-02T00:00:00.000Z' });
     await pass();
