@@ -179,6 +179,26 @@ describe.each(['never', 'always'] as const)(
       },
     );
 
+    it.each([
+      ['a path with a space', { path: '/x y' }],
+      ['a path with a line break', { path: '/x\r\nX-Injected: 1' }],
+      ['a header name starting with a space', { headers: { ' x-a': '1' } }],
+      ['a header name ending with a space', { headers: { 'x-a ': '1' } }],
+      ['a header name with a colon', { headers: { 'x:a': '1' } }],
+    ])('%s is refused before anything is sent', async (_name, change) => {
+      const server = await rawServer(() => ['HTTP/1.1 200 OK', 'Content-Length: 2', '', 'ok'].join('\r\n'));
+      const transport = new HttpTransport({ timeoutMs: 5_000, ownSockets });
+      await expect(
+        transport.request({ ...get(`http://127.0.0.1:${server.port}`), ...change }),
+      ).rejects.toBeInstanceOf(Error);
+      // The same transport still sends a well-formed request: the refusal wrote nothing.
+      const response = await transport.request(get(`http://127.0.0.1:${server.port}`));
+      expect(await readAll(response.body)).toBe('ok');
+      expect(server.heads).toHaveLength(1);
+      expect(server.heads[0]?.split('\r\n')[0]).toBe('GET /x HTTP/1.1');
+      await transport.destroy();
+    });
+
     it('one set-cookie is a list of one; other headers are strings', async () => {
       const { port } = await rawServer(() =>
         ['HTTP/1.1 200 OK', 'Content-Length: 0', 'Set-Cookie: c=1', 'X-One: z', '', ''].join('\r\n'),
