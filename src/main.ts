@@ -42,7 +42,7 @@ export async function main(argv: readonly string[], io: CommandIo, events: Event
       }
       case 'once': {
         const { runOnce } = await import('./cli/compose.js');
-        return await runOnce(command, io, secrets);
+        return await runOnce(command, io, secrets, events);
       }
       case 'run': {
         const { runAgent } = await import('./cli/compose.js');

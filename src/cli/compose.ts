@@ -12,7 +12,7 @@ import { errorMessage } from '../lib/errors.js';
 import { createLogger } from '../lib/logger.js';
 import { heapCheckpoint, heapReleaser } from '../lib/release-memory.js';
 import type { SecretRegistry } from '../lib/secrets.js';
-import type { ReconcilerSettings } from '../reconcile/pass-runner.js';
+import type { PassResult, ReconcilerSettings } from '../reconcile/pass-runner.js';
 import { Reconciler } from '../reconcile/reconcile.js';
 import { readRegularFileUpTo } from '../store/durable-writer.js';
 import { StateLockedError } from '../store/lock.js';
@@ -141,20 +141,118 @@ function reconcilerSettings(
   };
 }
 
-/** `config-agent --once`: one pass, what it did on stdout, and the exit code that tells it. */
-export async function runOnce(command: OnceCommand, io: CommandIo, secrets: SecretRegistry): Promise<number> {
+/**
+ * `config-agent --once`: one pass, what it did on stdout, and the exit code that tells it. SIGTERM or SIGINT stops
+ * the pass as the daemon's stop does (the file in progress abandoned whole, what landed recorded, reports kept
+ * queued for the next run): exit 143 or 130. A second signal, or the stop deadline, exits at once, leaving what a
+ * kill -9 leaves (whole files and temp files the next run sweeps).
+ */
+export async function runOnce(
+  command: OnceCommand,
+  io: CommandIo,
+  secrets: SecretRegistry,
+  events?: EventEmitter,
+  stopDeadlineMs = STOP_DEADLINE_MS,
+): Promise<number> {
+  const interruption = onceInterruption(io, events, stopDeadlineMs);
+  try {
+    return await Promise.race([runOncePass(command, io, secrets, interruption.stop), interruption.forced]);
+  } finally {
+    interruption.dispose();
+  }
+}
+
+/** The exit code of a `--once` stopped by `signal`. */
+function interruptedExitCode(signal: NodeJS.Signals): ExitCode {
+  return signal === 'SIGINT' ? ExitCode.Interrupted : ExitCode.Terminated;
+}
+
+interface OnceInterruption {
+  /** Aborted, with the signal as its reason, by the first SIGTERM or SIGINT. */
+  stop: AbortSignal;
+  /** Settles with the exit code when a second signal or the deadline gives up on a graceful stop. */
+  forced: Promise<number>;
+  dispose(): void;
+}
+
+function onceInterruption(
+  io: CommandIo,
+  events: EventEmitter | undefined,
+  stopDeadlineMs: number,
+): OnceInterruption {
+  const controller = new AbortController();
+  let force: (code: number) => void = () => undefined;
+  const forced = new Promise<number>((resolve) => {
+    force = resolve;
+  });
+  let deadline: NodeJS.Timeout | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    const first = controller.signal.reason as NodeJS.Signals | undefined;
+    if (first !== undefined) {
+      io.stderr.write(`config-agent: ${signal} again: exiting now; the next run finishes the job\n`);
+      force(interruptedExitCode(first));
+      return;
+    }
+    io.stderr.write(
+      `config-agent: ${signal}: stopping after the file in progress; what landed is recorded and ` +
+        `its reports stay queued for the next run (${signal} again to exit now)\n`,
+    );
+    controller.abort(signal);
+    deadline = setTimeout(() => {
+      io.stderr.write(
+        `config-agent: ${signal}: the pass did not stop within ${stopDeadlineMs / 1000} s ` +
+          '(a hung file system or service?): exiting now; the next run finishes the job\n',
+      );
+      force(interruptedExitCode(signal));
+    }, stopDeadlineMs);
+    deadline.unref();
+  };
+  const listeners = (['SIGTERM', 'SIGINT'] as const).map((signal) => {
+    const listener = () => onSignal(signal);
+    events?.on(signal, listener);
+    return [signal, listener] as const;
+  });
+  return {
+    stop: controller.signal,
+    forced,
+    dispose() {
+      clearTimeout(deadline);
+      for (const [signal, listener] of listeners) events?.off(signal, listener);
+    },
+  };
+}
+
+async function runOncePass(
+  command: OnceCommand,
+  io: CommandIo,
+  secrets: SecretRegistry,
+  stop: AbortSignal,
+): Promise<number> {
   const loaded = await loadConfiguration(command.configPath, io.env, secrets);
   const { config } = loaded;
   const deps = await createDeps(config, secrets, io.stderr);
+  const stoppedBy = () => stop.reason as NodeJS.Signals;
   try {
     if (!command.dryRun) await ensureDirectories(deps.fs, config);
     const settings = reconcilerSettings(config, ONCE_REQUEST_RETRIES, false, await fileMetaFor(config));
     const runner = await Reconciler.open(deps, settings, createServiceClient(loaded, deps, io.env), {
       readOnly: command.dryRun,
     });
-    const result = await runner
-      .runPass({ mode: 'full', dryRun: command.dryRun })
-      .finally(() => runner.close());
+    let result: PassResult;
+    try {
+      if (stop.aborted) return interruptedExitCode(stoppedBy());
+      result = await runner.runPass({ mode: 'full', dryRun: command.dryRun, signal: stop });
+    } catch (error) {
+      if (!stop.aborted) throw error;
+      // What landed before the stop is recorded in memory only: made durable, as the daemon's stop does.
+      await runner.flushState().catch((flushError: unknown) => {
+        deps.logger.child({ component: 'once' }).error({ err: flushError }, 'could not flush state');
+      });
+      deps.logger.child({ component: 'once' }).warn({ signal: stoppedBy() }, 'pass stopped by a signal');
+      return interruptedExitCode(stoppedBy());
+    } finally {
+      await runner.close();
+    }
     // Ids, paths and messages come from the service, which may echo the key back: scrubbed like the logs.
     const scrubbed = { write: (text: string) => io.stdout.write(secrets.scrub(text)) };
     await printPassResult(result, command, { stdout: scrubbed }, (path, maxBytes) =>
@@ -164,6 +262,7 @@ export async function runOnce(command: OnceCommand, io: CommandIo, secrets: Secr
   } catch (error) {
     // A root or state directory that cannot be created is a configuration problem: the caller prints it.
     if (exitCodeForStartupError(error) !== undefined) throw error;
+    if (stop.aborted) return interruptedExitCode(stoppedBy());
     io.stderr.write(`config-agent: ${secrets.scrub(errorMessage(error))}\n`);
     deps.logger.child({ component: 'once' }).error({ err: error }, 'reconcile pass failed');
     return ExitCode.NotConverged;

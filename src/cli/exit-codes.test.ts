@@ -27,6 +27,8 @@ describe('ExitCode', () => {
       Unreachable: 3,
       OutputFailed: 74,
       Config: 78,
+      Interrupted: 130,
+      Terminated: 143,
     });
   });
 
@@ -35,7 +37,7 @@ describe('ExitCode', () => {
       Object.keys(EXIT_CODE_MEANINGS)
         .map(Number)
         .sort((a, b) => a - b),
-    ).toEqual([0, 1, 2, 3, 74, 78]);
+    ).toEqual([0, 1, 2, 3, 74, 78, 130, 143]);
   });
 });
 
