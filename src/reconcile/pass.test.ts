@@ -1282,6 +1282,19 @@ describe('runPass: two instances whose paths nest (one file where the other need
     expect(lastReport('cfg_aside')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
   });
 
+  it("cut between the loser's removal and the winner's write (its file gone, its record still there): the next pass writes the winner", async () => {
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    await pass();
+    // As a power cut after the swap's unlink leaves it: state.json still records cfg_file at a.json.
+    await rm(path.join(world.rootDir, 'a.json'));
+    put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    await pass();
+    expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_dir' }));
+    expect(lastReport('cfg_dir')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+    const state = JSON.parse(await readFile(path.join(world.dir, 'state', 'state.json'), 'utf8'));
+    expect(Object.keys(state.files).sort()).toEqual(['a.json/b.json']);
+  });
+
   it('the older one stays while the newer one cannot be written (failed on the service): a device keeps a config', async () => {
     put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-02T00:00:00.000Z' });
     await pass();
