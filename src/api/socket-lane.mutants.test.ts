@@ -199,6 +199,25 @@ describe.each(['never', 'always'] as const)(
       await transport.destroy();
     });
 
+    it.each([100, 103, 199])(
+      'an interim %i before the answer is skipped: the answer after it is the one read',
+      async (interim) => {
+        const server = await rawServer(
+          () =>
+            `HTTP/1.1 ${interim} Interim\r\n\r\n` +
+            ['HTTP/1.1 200 OK', 'Content-Length: 2', '', 'ok'].join('\r\n'),
+        );
+        const transport = new HttpTransport({ timeoutMs: 5_000, ownSockets });
+        for (let i = 0; i < 2; i += 1) {
+          const response = await transport.request(get(`http://127.0.0.1:${server.port}`));
+          expect(response.statusCode).toBe(200);
+          expect(await readAll(response.body)).toBe('ok');
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        await transport.destroy();
+      },
+    );
+
     it('one set-cookie is a list of one; other headers are strings', async () => {
       const { port } = await rawServer(() =>
         ['HTTP/1.1 200 OK', 'Content-Length: 0', 'Set-Cookie: c=1', 'X-One: z', '', ''].join('\r\n'),
