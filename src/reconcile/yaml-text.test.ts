@@ -307,14 +307,18 @@ describe('yamlBytes', () => {
   });
 
   it('writes wide content, in more than one chunk, as before', () => {
+    // 10,000 members: well over two of Utf8Chunks' 64 K-character chunks (asserted), a quarter of a second.
     const wide = objectOf(
-      Array.from({ length: 20_000 }, (_, i) => [
+      Array.from({ length: 10_000 }, (_, i) => [
         `key${i}`,
         i % 3 === 0 ? `v${i}\nline` : i % 3 === 1 ? 'on' : i,
       ]),
     ) as ConfigContent;
-    expectSameBytes(wide);
-    expectSameBytes({ list: Array.from({ length: 20_000 }, (_, i) => ({ i, s: `é${i}` })) } as ConfigContent);
+    const list = { list: Array.from({ length: 10_000 }, (_, i) => ({ i, s: `é${i}` })) } as ConfigContent;
+    for (const content of [wide, list]) {
+      expect(yamlBytes(content).length).toBeGreaterThan(2 * 65_536);
+      expectSameBytes(content);
+    }
   });
 });
 
@@ -441,14 +445,16 @@ describe('yamlBytesFromJson (a large item streamed to a YAML path)', () => {
 
   it('writes wide content, in more than one chunk, as yamlBytes does', () => {
     const wide = objectOf(
-      Array.from({ length: 20_000 }, (_, i) => [
+      Array.from({ length: 10_000 }, (_, i) => [
         `key${i}`,
         i % 3 === 0 ? `v${i}\nline` : i % 3 === 1 ? 'on' : i,
       ]),
     ) as ConfigContent;
-    expect(expectSameStreamed(wide)).toBe(true);
-    const list = { list: Array.from({ length: 20_000 }, (_, i) => ({ i, s: `é${i}` })) } as ConfigContent;
-    expect(expectSameStreamed(list)).toBe(true);
+    const list = { list: Array.from({ length: 10_000 }, (_, i) => ({ i, s: `é${i}` })) } as ConfigContent;
+    for (const content of [wide, list]) {
+      expect(yamlBytes(content).length).toBeGreaterThan(2 * 65_536);
+      expect(expectSameStreamed(content)).toBe(true);
+    }
   });
 });
 
