@@ -19,7 +19,9 @@ const GARBAGE_ARRAYS = 400;
  * freed only 7.9 MiB on Node 24).
  */
 function garbage(): string[][] {
-  return Array.from({ length: GARBAGE_ARRAYS }, (_, i) => Array.from({ length: 1000 }, (_, k) => `item ${i} ${k}`));
+  return Array.from({ length: GARBAGE_ARRAYS }, (_, i) =>
+    Array.from({ length: 1000 }, (_, k) => `item ${i} ${k}`),
+  );
 }
 
 describe('heapReleaser', () => {
