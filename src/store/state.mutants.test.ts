@@ -1,5 +1,6 @@
 // Reading stateDir files on a real temp dir: what readStateDirFile returns, the errors it throws (errno,
 // retryable, message), the descriptors it leaves open, and the shapes of state.json that load as corrupt.
+import { execFileSync } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -55,21 +56,27 @@ describe('readStateDirFile', () => {
     expect(fs.handles.size).toBe(0);
   });
 
-  it('a directory in its place: EISDIR, not retryable (an operator must fix it), nothing left open', async () => {
-    await mkdir(path.join(dir, STATE_FILE));
-    const fs = countingFs();
-    const error = await loadLocalState(fs, dir, 'dvc_1', silentLogger()).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(StateDirError);
-    expect(error).toMatchObject({
-      code: 'state_dir_unusable',
-      errno: 'EISDIR',
-      retryable: false,
-      stateDir: dir,
-      message: `stateDir ${dir} is not usable: cannot read ${STATE_FILE}: EISDIR`,
-    });
-    expect((error as StateDirError).cause).toMatchObject({ code: 'EISDIR', message: 'not a regular file' });
-    expect(fs.handles.size).toBe(0);
-  });
+  it.each([
+    ['a directory', (at: string) => mkdir(at)],
+    ['a FIFO', async (at: string) => void execFileSync('mkfifo', [at])],
+  ])(
+    '%s in its place: named as such, not retryable (an operator must fix it), nothing left open',
+    async (kind, make) => {
+      await make(path.join(dir, STATE_FILE));
+      const fs = countingFs();
+      const error = await loadLocalState(fs, dir, 'dvc_1', silentLogger()).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(StateDirError);
+      expect(error).toMatchObject({
+        code: 'state_dir_unusable',
+        errno: 'EISDIR',
+        retryable: false,
+        stateDir: dir,
+        message: `stateDir ${dir} is not usable: cannot read ${STATE_FILE}: it is ${kind}, not a regular file (remove it or move it aside)`,
+      });
+      expect((error as StateDirError).cause).toMatchObject({ code: 'EISDIR', message: 'not a regular file' });
+      expect(fs.handles.size).toBe(0);
+    },
+  );
 
   it('a failed read names stateDir, the file and the errno in words, is retryable, and leaves nothing open', async () => {
     await writeFile(path.join(dir, STATE_FILE), '{}');

@@ -348,10 +348,12 @@ export async function readStateDirFile(
   try {
     const stats = await handle.stat();
     if (!stats.isFile()) {
+      // Named by what is there: "EISDIR" alone misled operators who found a FIFO or a device at the name.
       throw new StateDirError(
         stateDir,
         `cannot read ${name}`,
         Object.assign(new Error('not a regular file'), { code: 'EISDIR' }),
+        `it is ${entryKind(stats)}, not a regular file (remove it or move it aside)`,
       );
     }
     return await handle.readFile({ encoding: 'utf8' });
