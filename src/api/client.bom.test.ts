@@ -2,13 +2,22 @@
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { instanceFactory } from '../../test/helpers/instances.js';
 import { AnswerScanner } from './answer-scan.js';
 import { createClient } from './client.js';
 import { HttpStatusError, MalformedResponseError } from './errors.js';
 import { withoutBom } from './json-bytes.js';
+import type { ConfigInstance } from './schemas.js';
+
+const wireInstance = instanceFactory({
+  created_at: '2025-01-01T00:00:00Z',
+  updated_at: '2025-01-01T00:00:00Z',
+  device_id: 'd',
+  config_schema_id: 's',
+  config_type_id: 't',
+});
 
 const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
-const T0 = '2025-01-01T00:00:00Z';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -36,26 +45,9 @@ function sendBom(status: number, text: string | Buffer) {
   };
 }
 
-function instance(id: string, content: unknown) {
-  return {
-    object: 'config_instance',
-    id,
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    status: 'queued',
-    relative_filepath: `${id}.json`,
-    created_at: T0,
-    updated_at: T0,
-    device_id: 'd',
-    config_schema_id: 's',
-    config_type_id: 't',
-    device: null,
-    config_schema: null,
-    config_type: null,
-    content,
-  };
-}
+/** A wire instance `<id>.json` of device `d` holding `content`. */
+const instance = (id: string, content: ConfigInstance['content']) =>
+  wireInstance({ id, relative_filepath: `${id}.json`, content });
 
 function listBody(items: unknown[], space?: number): string {
   const page = {

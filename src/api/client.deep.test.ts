@@ -2,10 +2,18 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { instanceFactory } from '../../test/helpers/instances.js';
 import { createClient } from './client.js';
 import { parseCompactListBody } from './json.js';
 
-const T0 = '2025-01-01T00:00:00Z';
+const wireInstance = instanceFactory({
+  created_at: '2025-01-01T00:00:00Z',
+  updated_at: '2025-01-01T00:00:00Z',
+  device_id: 'd',
+  config_schema_id: 's',
+  config_type_id: 't',
+});
+
 /** Past the native printer's stack (it overflowed at about 10,000 levels here), well within JSON.parse's reach. */
 const LEVELS = 20_000;
 const DEEP = `${'['.repeat(LEVELS)}${']'.repeat(LEVELS)}`;
@@ -15,25 +23,9 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
+/** A wire instance `<id>.json` of device `d` whose content is the JSON text `content`, as it is on the wire. */
 function instanceText(id: string, content: string): string {
-  const item = {
-    object: 'config_instance',
-    id,
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    status: 'queued',
-    relative_filepath: `${id}.json`,
-    created_at: T0,
-    updated_at: T0,
-    device_id: 'd',
-    config_schema_id: 's',
-    config_type_id: 't',
-    device: null,
-    config_schema: null,
-    config_type: null,
-    content: { placeholder: 1 },
-  };
+  const item = wireInstance({ id, relative_filepath: `${id}.json`, content: { placeholder: 1 } });
   return JSON.stringify(item).replace('{"placeholder":1}', content);
 }
 
