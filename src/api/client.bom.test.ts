@@ -9,13 +9,8 @@ import { HttpStatusError, MalformedResponseError } from './errors.js';
 import { withoutBom } from './json-bytes.js';
 import type { ConfigInstance } from './schemas.js';
 
-const wireInstance = instanceFactory({
-  created_at: '2025-01-01T00:00:00Z',
-  updated_at: '2025-01-01T00:00:00Z',
-  device_id: 'd',
-  config_schema_id: 's',
-  config_type_id: 't',
-});
+/** The client under test asks for device `d`. */
+const wireInstance = instanceFactory({ device_id: 'd' });
 
 const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
 

@@ -6,13 +6,8 @@ import { instanceFactory } from '../../test/helpers/instances.js';
 import { createClient } from './client.js';
 import { parseCompactListBody } from './json.js';
 
-const wireInstance = instanceFactory({
-  created_at: '2025-01-01T00:00:00Z',
-  updated_at: '2025-01-01T00:00:00Z',
-  device_id: 'd',
-  config_schema_id: 's',
-  config_type_id: 't',
-});
+/** The client under test asks for device `d`. */
+const wireInstance = instanceFactory({ device_id: 'd' });
 
 /** Past the native printer's stack (it overflowed at about 10,000 levels here), well within JSON.parse's reach. */
 const LEVELS = 20_000;
