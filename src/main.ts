@@ -55,6 +55,7 @@ export async function main(argv: readonly string[], io: CommandIo, events: Event
           ...SYSTEM_INIT_ENVIRONMENT,
           stdin: process.stdin,
           stdinIsTty: process.stdin.isTTY === true,
+          uid: process.getuid?.(),
         });
       }
       case 'doctor': {

@@ -125,49 +125,63 @@ describe('doctor: the config line', () => {
   });
 });
 
-const isRoot = process.getuid?.() === 0;
+/** runInit in `dir` as user `uid`, with rootDir `rootDir` and a config-agent account of its own. */
+async function initIn(dir: string, uid: number, rootDir: string): Promise<{ code: number; err: string }> {
+  writeFileSync(
+    path.join(dir, 'passwd'),
+    'root:x:0:0::/root:/bin/sh\nconfig-agent:x:4242:4242::/:/bin/false\n',
+  );
+  writeFileSync(path.join(dir, 'group'), 'root:x:0:\nconfig-agent:x:4242:\n');
+  let err = '';
+  const sink = (into: (text: string) => void) =>
+    new Writable({
+      write(chunk, _encoding, done) {
+        into(String(chunk));
+        done();
+      },
+    });
+  const code = await runInit(
+    {
+      configPath: path.join(dir, 'etc/config.json'),
+      deviceId: 'dvc_places',
+      baseUrl: 'http://127.0.0.1:9',
+      rootDir,
+      apiKeyFile: '-',
+    },
+    { stdout: sink(() => {}), stderr: sink((text) => (err += text)), env: {}, isTty: false },
+    {
+      stdin: Readable.from(['sk-doctor-places-test\n']),
+      stdinIsTty: false,
+      groupFile: path.join(dir, 'group'),
+      passwdFile: path.join(dir, 'passwd'),
+      dropInDir: path.join(dir, 'dropin'),
+      checkTimeoutMs: 1_000,
+      uid,
+    },
+  );
+  return { code, err };
+}
 
-describe.skipIf(!isRoot)('init (skipped unless root: init itself refuses to run otherwise)', () => {
+// Both refusals come before init writes or chowns anything, so any user can run them with the uid injected.
+describe('init', () => {
   it('refuses a rootDir start-up would refuse (exit 78) and writes nothing (it wrote all and said to start)', async () => {
     const dir = scratch();
     mkdirSync(path.join(dir, 'open'));
     chmodSync(path.join(dir, 'open'), 0o777);
-    writeFileSync(
-      path.join(dir, 'passwd'),
-      'root:x:0:0::/root:/bin/sh\nconfig-agent:x:4242:4242::/:/bin/false\n',
-    );
-    writeFileSync(path.join(dir, 'group'), 'root:x:0:\nconfig-agent:x:4242:\n');
-    const configPath = path.join(dir, 'etc/config.json');
-    let err = '';
-    const sink = (into: (text: string) => void) =>
-      new Writable({
-        write(chunk, _encoding, done) {
-          into(String(chunk));
-          done();
-        },
-      });
-    const code = await runInit(
-      {
-        configPath,
-        deviceId: 'dvc_places',
-        baseUrl: 'http://127.0.0.1:9',
-        rootDir: path.join(dir, 'open/root'),
-        apiKeyFile: '-',
-      },
-      { stdout: sink(() => {}), stderr: sink((text) => (err += text)), env: {}, isTty: false },
-      {
-        stdin: Readable.from(['sk-doctor-places-test\n']),
-        stdinIsTty: false,
-        groupFile: path.join(dir, 'group'),
-        passwdFile: path.join(dir, 'passwd'),
-        dropInDir: path.join(dir, 'dropin'),
-        checkTimeoutMs: 1_000,
-      },
-    );
+    const { code, err } = await initIn(dir, 0, path.join(dir, 'open/root'));
     expect(code).toBe(78);
     expect(err).toContain('writable by others');
-    expect(existsSync(configPath)).toBe(false);
+    expect(existsSync(path.join(dir, 'etc/config.json'))).toBe(false);
     expect(existsSync(path.join(dir, 'etc/api-key'))).toBe(false);
     expect(existsSync(path.join(dir, 'open/root'))).toBe(false);
+  });
+
+  it('refuses to run as any user but root (exit 78) and writes nothing', async () => {
+    const dir = scratch();
+    const { code, err } = await initIn(dir, 1000, path.join(dir, 'root'));
+    expect(code).toBe(78);
+    expect(err).toContain('run it as root');
+    expect(existsSync(path.join(dir, 'etc/config.json'))).toBe(false);
+    expect(existsSync(path.join(dir, 'root'))).toBe(false);
   });
 });

@@ -78,6 +78,7 @@ function scratch() {
       passwdFile: passwd,
       dropInDir: path.join(dir, 'etc/systemd/system/config-agent.service.d'),
       checkTimeoutMs: 5_000,
+      uid: process.getuid?.(),
     }),
   };
 }

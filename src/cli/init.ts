@@ -33,9 +33,11 @@ export interface InitEnvironment {
   dropInDir: string;
   /** The service check's deadline. */
   checkTimeoutMs: number;
+  /** The caller's user id: init runs only as root (0). */
+  uid: number | undefined;
 }
 
-export const SYSTEM_INIT_ENVIRONMENT: Omit<InitEnvironment, 'stdin' | 'stdinIsTty'> = {
+export const SYSTEM_INIT_ENVIRONMENT: Omit<InitEnvironment, 'stdin' | 'stdinIsTty' | 'uid'> = {
   groupFile: '/etc/group',
   passwdFile: '/etc/passwd',
   dropInDir: '/etc/systemd/system/config-agent.service.d',
@@ -192,7 +194,7 @@ function failureExit(result: ServiceCheckResult): number {
 export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvironment): Promise<number> {
   let prompter: Prompter | undefined;
   try {
-    if (process.getuid?.() !== 0) {
+    if (env.uid !== 0) {
       throw new InitFailure(
         'init writes /etc/config-agent and chowns files to config-agent: run it as root (sudo config-agent init ...)',
         ExitCode.Config,
