@@ -4,6 +4,7 @@
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { skipWithoutRoot } from '../helpers/built-packages.js';
 import { REPO_ROOT } from '../helpers/harness.js';
 
 const POSTRM = path.join(REPO_ROOT, 'packaging', 'debian', 'postrm');
@@ -11,7 +12,9 @@ const POSTRM = path.join(REPO_ROOT, 'packaging', 'debian', 'postrm');
 const probe = spawnSync('unshare', ['-m', 'sh', '-c', 'mount -t tmpfs probe /etc'], { encoding: 'utf8' });
 const skip =
   probe.error !== undefined || probe.status !== 0
-    ? `needs root and unshare -m to mount over /etc in a namespace of its own (${probe.error?.message ?? probe.stderr.trim()})`
+    ? skipWithoutRoot(
+        `needs root and unshare -m to mount over /etc in a namespace of its own (${probe.error?.message ?? probe.stderr.trim()})`,
+      )
     : undefined;
 if (skip !== undefined) process.stderr.write(`postrm-purge.test: skipping: ${skip}\n`);
 
