@@ -24,6 +24,7 @@ import { EntryCheck, foldKey } from '../store/path-aliases.js';
 import { VerifiedDirectories } from '../store/path-guard.js';
 import type { RootMountWatch } from '../store/root-mount.js';
 import type { ManagedFile } from '../store/state.js';
+import { nestedObstacle } from './nested-way.js';
 import { aliasConflictMessage, type RemoveStep, type Step, type StepKind, type WriteStep } from './plan.js';
 
 /** Plain writes in flight at once: enough to overlap the fsyncs and the thread pool's round trips. */
@@ -511,6 +512,12 @@ async function applyWrite(
   if (aliased !== undefined) return { result: { kind: 'refused', message: aliased }, displaced: [] };
   // First, so that bytes lost from the cache cost this write only, never a displaced file.
   const data = step.data ?? (await setAsideBytes(ctx, step));
+  if (step.displaces.length > 0) {
+    // A nested loser's file is removed only when that clears the way: else the winner waits, nothing removed.
+    const obstacle = await nestedObstacle(ctx.fs, ctx.rootDir, step.path, step.displaces, ctx.files);
+    if (obstacle !== undefined)
+      return { result: { kind: 'failed', error: obstacle, operation: 'write' }, displaced: [] };
+  }
   const displaced: (AppliedStep['displaced'][number] & { previous: RegularFile | undefined })[] = [];
   for (const remove of step.displaces) {
     const { result, previous } = await removeFile(remove, ctx);
@@ -671,7 +678,7 @@ async function removeFile(
     const removed = await removeManagedFile(ctx.fs, {
       rootDir: ctx.rootDir,
       relativePath: step.path,
-      pruneDirs: owned?.createdDirs ?? [],
+      pruneDirs: [...(owned?.createdDirs ?? []), ...(step.pruneWith ?? [])],
       // Only the file just checked: one a local user renamed into place since is theirs.
       ...(current === undefined ? {} : { expected: current.identity }),
     });

@@ -1325,6 +1325,60 @@ describe('runPass: two instances whose paths nest (one file where the other need
     expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_dir' }));
     expect(lastReport('cfg_dir')?.error_status).toBe('retrying');
   });
+
+  it("while a file of someone else blocks the newer one, the older one's file is never removed nor rewritten on its retries", async () => {
+    put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    const loser = path.join(world.rootDir, 'a.json', 'b.json');
+    const before = await stat(loser);
+    await writeFile(path.join(world.rootDir, 'a.json', 'mine.txt'), 'a local file');
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    for (let round = 0; round < 5; round++) {
+      await pass();
+      // Removed and put back, it would be a new inode (a hook or the drift watcher would see a change each time).
+      const now = await stat(loser);
+      expect([now.ino, now.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+      world.clock.advance(3_600_000);
+    }
+    expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_dir' }));
+    expect(await readFile(path.join(world.rootDir, 'a.json', 'mine.txt'), 'utf8')).toBe('a local file');
+    expect(lastReport('cfg_file')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    expect(lastReport('cfg_file')?.message).toContain('"a.json/mine.txt" is not a file of this agent');
+    expect(lastReport('cfg_dir')?.error_status).toBe('retrying');
+    // The local file gone, the newer one is written in the next pass, the older one's file and directory with it.
+    await rm(path.join(world.rootDir, 'a.json', 'mine.txt'));
+    world.clock.advance(3_600_000);
+    await pass();
+    expect(await fileAt('a.json')).toBe(json({ owner: 'cfg_file' }));
+    expect(lastReport('cfg_file')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+  });
+
+  it("an operator's directory the older one's file sits in is never pruned: that file is left as it is, the newer one waits", async () => {
+    await mkdir(path.join(world.rootDir, 'a.json', 'x'), { recursive: true });
+    put({ id: 'cfg_dir', relative_filepath: 'a.json/x/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    const loser = path.join(world.rootDir, 'a.json', 'x', 'b.json');
+    const before = await stat(loser);
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    for (let round = 0; round < 3; round++) {
+      await pass();
+      const now = await stat(loser);
+      expect([now.ino, now.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+      world.clock.advance(3_600_000);
+    }
+    expect(lastReport('cfg_file')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    expect(lastReport('cfg_file')?.message).toContain('"a.json" is a directory this agent did not make');
+  });
+
+  it("the older one's file two directories down, both made for it: removed with them, the newer one written", async () => {
+    put({ id: 'cfg_dir', relative_filepath: 'a.json/x/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    put({ id: 'cfg_side', relative_filepath: 'a.json/x/c.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    await pass();
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    await pass();
+    expect(await fileAt('a.json')).toBe(json({ owner: 'cfg_file' }));
+    expect(lastReport('cfg_file')).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+  });
 });
 
 describe('runPass: reports', () => {

@@ -133,6 +133,8 @@ export interface RemoveStep {
    * instance updated last, at `path`, can be written: one of the two paths is a directory of the other.
    */
   makesWayFor?: { path: string; instanceId: string };
+  /** Directories the agent made for other files removed with this one, pruned with its own once empty. */
+  pruneWith?: readonly string[];
 }
 
 /** Why a file is left as it is, with nothing to report. */
@@ -280,9 +282,10 @@ export function planSteps(input: PlanInput): Step[] {
   }
 
   standaloneRemoves.push(...leftPathRemovals(input, claimedPaths, claimedAlias));
-  // A nested loser's file goes with its winner's write, as a swap: put back if that write fails (a file of
-  // someone else in a directory the winner needs, a full disk), so the device never ends up with neither.
-  for (const remove of nestedRemoves) {
+  // A nested loser's file goes with its winner's write, as a swap: put back if that write fails (a full disk, a
+  // failing one), so the device never ends up with neither; apply removes nothing while something it must not
+  // remove (a local file, a directory of someone else's) would still block the winner (nested-way.ts).
+  for (const remove of withSharedPrune(nestedRemoves, input)) {
     const winnerId = remove.makesWayFor!.instanceId;
     displaces.set(winnerId, [...(displaces.get(winnerId) ?? []), remove]);
   }
@@ -459,6 +462,31 @@ function refuseNested(
     }
   }
   return removes;
+}
+
+/**
+ * The last of a winner's nested removals also prunes the directories the agent made for the others (`pruneWith`):
+ * files written in one batch share directories each made one of (`a.json` made for `a.json/x/b.json`, `a.json/x`
+ * for `a.json/x/c.json`), so whichever went first found its own not empty yet, and they stayed in the winner's way
+ * for good.
+ */
+function withSharedPrune(removes: readonly RemoveStep[], input: PlanInput): RemoveStep[] {
+  if (removes.length < 2) return [...removes];
+  const lastByWinner = new Map<string, number>();
+  const dirsByWinner = new Map<string, Set<string>>();
+  removes.forEach((remove, index) => {
+    const winnerId = remove.makesWayFor!.instanceId;
+    lastByWinner.set(winnerId, index);
+    const dirs = dirsByWinner.get(winnerId) ?? new Set<string>();
+    for (const dir of input.local.files.get(remove.path)?.createdDirs ?? []) dirs.add(dir);
+    dirsByWinner.set(winnerId, dirs);
+  });
+  return removes.map((remove, index) => {
+    const winnerId = remove.makesWayFor!.instanceId;
+    const dirs = dirsByWinner.get(winnerId)!;
+    if (lastByWinner.get(winnerId) !== index || dirs.size === 0) return remove;
+    return Object.assign({}, remove, { pruneWith: [...dirs] });
+  });
 }
 
 /**

@@ -1,0 +1,66 @@
+// Whether removing a nested path conflict's losers would clear the way of its winner, asked before the swap removes anything.
+import type { Dirent } from 'node:fs';
+import path from 'node:path';
+import type { FsPort } from '../lib/fs-port.js';
+import { PathRejectedError } from '../store/errors.js';
+import type { ManagedFile } from '../store/state.js';
+import type { RemoveStep } from './plan.js';
+
+/**
+ * What the winner's write would meet once the swap removed the losers' files under its path (plan.ts
+ * `refuseNested`: `a.json/b.json` loses to `a.json`) and pruned the directories the agent made for them: the
+ * error of an entry that would stay in the way (a local file, a directory the agent did not make), or undefined
+ * when nothing would. Asked first, so a winner blocked by what the agent must never remove leaves the losers'
+ * files untouched at each retry: removed and put back every time, they were new inodes each time (a changed file
+ * to hooks, the drift watcher and the file's readers). A prediction only: the swap still puts the files back if
+ * the write fails all the same (a full disk, a failing one, an entry made since).
+ */
+export async function nestedObstacle(
+  fs: FsPort,
+  rootDir: string,
+  winnerPath: string,
+  displaces: readonly RemoveStep[],
+  files: ReadonlyMap<string, ManagedFile>,
+): Promise<PathRejectedError | undefined> {
+  const below = `${winnerPath}/`;
+  const losers = new Set<string>();
+  const madeDirs = new Set<string>();
+  for (const remove of displaces) {
+    if (remove.makesWayFor === undefined || !remove.path.startsWith(below)) continue;
+    losers.add(remove.path);
+    for (const dir of files.get(remove.path)?.createdDirs ?? []) madeDirs.add(dir);
+  }
+  if (losers.size === 0) return undefined;
+  const blocked = (entry: string, what: string) =>
+    new PathRejectedError(
+      'target_is_directory',
+      winnerPath,
+      `${JSON.stringify(entry)} ${what}: it is never removed, and the file of the instance updated earlier stays too`,
+    );
+  try {
+    if (!(await fs.lstat(path.join(rootDir, winnerPath))).isDirectory()) return undefined;
+  } catch {
+    // Nothing there (the loser's file gone already), or nothing the walk can tell: the writer judges the path.
+    return undefined;
+  }
+  if (!madeDirs.has(winnerPath)) return blocked(winnerPath, 'is a directory this agent did not make');
+  const pending = [winnerPath];
+  for (let dir = pending.pop(); dir !== undefined; dir = pending.pop()) {
+    let entries: Dirent[];
+    try {
+      entries = await fs.readdir(path.join(rootDir, dir), { withFileTypes: true });
+    } catch {
+      return undefined;
+    }
+    for (const entry of entries) {
+      const relative = `${dir}/${entry.name}`;
+      if (entry.isDirectory()) {
+        if (!madeDirs.has(relative)) return blocked(relative, 'is a directory this agent did not make');
+        pending.push(relative);
+      } else if (!entry.isFile() || !losers.has(relative)) {
+        return blocked(relative, 'is not a file of this agent');
+      }
+    }
+  }
+  return undefined;
+}
