@@ -4,6 +4,7 @@ export const DAEMON_NODE_FLAGS: string[];
 export const ONCE_NODE_FLAGS: string[];
 export const BUNDLED_RUNTIME_NODE_FLAGS: string[];
 export const BUNDLED_RUNTIME_DAEMON_NODE_FLAGS: string[];
+export const REAL_TIME_SIGNALS: number[];
 export function launcherScript(options: {
   interpreter: string;
   mainJs: string;

@@ -84,6 +84,16 @@ export const BUNDLED_RUNTIME_NODE_FLAGS = ['--disable-sigusr1'];
 export const BUNDLED_RUNTIME_DAEMON_NODE_FLAGS = ['--no-maglev', '--no-opt'];
 
 /**
+ * Linux's real-time signals as glibc numbers them (SIGRTMIN 34 to SIGRTMAX 64; 32 and 33 are glibc's own), ignored
+ * by the daemon: ignoring a signal needs `sigaction`, which Node does not expose, and `process.on` knows no names
+ * for them, so each ended the daemon (systemd restarted it 30 s later). A disposition of SIG_IGN is kept across
+ * `execve`, and Node's start-up sets back to the default signals 1-31 but not these (SigIgn in /proc/PID/status,
+ * Node 20.20 and 24.21: `trap '' 12 34 64` before the exec leaves 34 and 64 ignored, 12 not). What the daemon
+ * starts (hooks) inherits them ignored: libuv's spawn sets back 1-31 only too (measured the same way).
+ */
+export const REAL_TIME_SIGNALS = Array.from({ length: 31 }, (_, index) => 34 + index);
+
+/**
  * The launcher: unsets those variables, then `exec`s the interpreter with the daemon's or `--once`'s flags, or
  * none, on main.cjs (exec keeps the process id: under Type=exec the agent itself is the unit's main process);
  * `runtimeFlags` go first on every command's line (BUNDLED_RUNTIME_NODE_FLAGS for the bundled runtime),
@@ -115,6 +125,9 @@ export function launcherScript({ interpreter, mainJs, runtime, runtimeFlags = []
     '  0:|1:--config=*|2:--config)',
     `    export MALLOC_ARENA_MAX="\${MALLOC_ARENA_MAX-${DAEMON_MALLOC_ARENA_MAX}}"`,
     `    export MALLOC_MMAP_THRESHOLD_="\${MALLOC_MMAP_THRESHOLD_-${DAEMON_MALLOC_MMAP_THRESHOLD}}"`,
+    '    # Real-time signals (kill -RTMIN ... -RTMAX) ignored: Node can neither listen to them nor ignore them, and',
+    "    # their default action ended the daemon. SIG_IGN survives the exec; Node's start-up resets 1-31 only.",
+    `    trap '' ${REAL_TIME_SIGNALS.join(' ')}`,
     `    exec ${node} ${daemonFlags} ${mainJs} "$@" ;;`,
     'esac',
     '# Every other command prints: started with its standard output closed (`>&-`), Node would put /dev/null there',

@@ -7,7 +7,8 @@
  * daemon ends only when asked (SIGTERM, SIGINT): ended by one of these, systemd restarted it 30 s later.
  * SIGPIPE and SIGXFSZ Node ignores already; SIGUSR1 and SIGHUP have their own listeners; faults (SIGSEGV, SIGBUS,
  * SIGILL, SIGFPE, SIGABRT, SIGSYS) and SIGQUIT keep their defaults, and so do SIGXCPU (the CPU limit's notice)
- * and the job-control stops. Real-time signals (34–64) cannot be listened to from Node. SIGPROF keeps its default
+ * and the job-control stops. Real-time signals (34–64) cannot be listened to from Node: the packages' launcher
+ * starts the daemon with them ignored (packaging/launcher.mjs REAL_TIME_SIGNALS). SIGPROF keeps its default
  * too: it is V8's sampling profiler's own signal (`--cpu-prof`, the inspector's Profiler), and a listener's handler
  * is set back to the default as the process exits while the profiler still samples, so a profiled daemon was
  * killed by it at its stop (exit 155, no profile written).

@@ -53,6 +53,8 @@ async function launch(
       // With OPTIMIZE: whether V8 optimises a function it is told to (kOptimized, bit 4 of its status).
       "if (process.env.OPTIMIZE) { (await import('node:v8')).setFlagsFromString('--allow-natives-syntax');\n" +
       "out.optimized = (new Function('function add(a, b) { return a + b; } %PrepareFunctionForOptimization(add); add(1, 2); add(3, 4); %OptimizeFunctionOnNextCall(add); add(5, 6); return %GetOptimizationStatus(add);')() & 16) !== 0; }\n" +
+      // With RTSIGNALS: every real-time signal (34–64), whose default action ends the process, sent to itself.
+      'if (process.env.RTSIGNALS) { for (let s = 34; s <= 64; s++) process.kill(process.pid, s); await new Promise((r) => setTimeout(r, 50)); out.survived = true; }\n' +
       "if (process.env.SIGUSR1) { process.kill(process.pid, 'SIGUSR1'); await new Promise((r) => setTimeout(r, 200)); out.inspector = (await import('node:inspector')).url() ?? null; }\n" +
       'process.stdout.write(JSON.stringify(out));\n',
   );
@@ -72,6 +74,7 @@ async function launch(
     newSpace?: number;
     inspector?: string | null;
     optimized?: boolean;
+    survived?: boolean;
   };
 }
 
@@ -191,6 +194,18 @@ describe('the launcher', () => {
     expect(closed.inspector).toBeNull();
     expect(closed.execArgv).toEqual([...BUNDLED_RUNTIME_NODE_FLAGS, ...ONCE_NODE_FLAGS]);
   });
+
+  // Node cannot listen to them (no names) nor ignore them (no sigaction); a disposition of SIG_IGN set before the
+  // exec survives it, and Node's start-up sets back only signals 1-31 (packaging/launcher.mjs REAL_TIME_SIGNALS).
+  it.each(['/bin/sh', 'bash'])(
+    'starts the daemon with the real-time signals ignored: kill -RTMIN ... -RTMAX no longer ends it (%s)',
+    async (shell) => {
+      if (shell === 'bash' && spawnSync('bash', ['-c', 'true']).error !== undefined) return;
+      for (const args of [[], ['--config', '/etc/config.json']]) {
+        expect((await launch({ RTSIGNALS: '1' }, args, shell)).survived).toBe(true);
+      }
+    },
+  );
 
   it("gives the daemon one malloc arena and a 32 KiB mmap threshold unless the caller chose; passes the caller's to every command", async () => {
     expect(DAEMON_MALLOC_ARENA_MAX).toBe('1');
