@@ -14,6 +14,7 @@ import {
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import type { Clock } from '../lib/clock.js';
+import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
 
 /**
@@ -116,7 +117,7 @@ export async function hangSafeFs(
     return checking;
   };
   await check();
-  const fs: FsPort = { ...nodeFs, lstatOrAbsent };
+  const fs: FsPort = { ...nodeFs, lstatOrAbsent, descriptors: nodeDescriptorCalls };
   Object.defineProperty(fs, 'lstatSync', {
     enumerable: true,
     get() {

@@ -59,6 +59,23 @@ export type FsPort = Pick<
    * trips per directory.
    */
   sweepPort?: (dir: string) => FsPort | undefined;
+  /**
+   * Optional: calls on raw descriptors (node:fs's callback API in production, lib/descriptor-calls.ts), for the
+   * writer's temp files and directory fsyncs: the same syscalls through the same thread pool as `open` and its
+   * `FileHandle`, with less JavaScript per call. Without it (tests' ports, memfs) those go through `open`.
+   */
+  descriptors?: DescriptorCalls;
 };
+
+/** The descriptor calls the writer makes; each rejects with node's errno error, as the promise API does. */
+export interface DescriptorCalls {
+  open(file: string, flags: number, mode: number): Promise<number>;
+  /** Bytes written, from the descriptor's position (a write may be short). */
+  write(fd: number, buffer: Uint8Array, offset: number, length: number): Promise<number>;
+  fchown(fd: number, uid: number, gid: number): Promise<void>;
+  fchmod(fd: number, mode: number): Promise<void>;
+  fsync(fd: number): Promise<void>;
+  close(fd: number): Promise<void>;
+}
 
 export type FileHandle = fsp.FileHandle;

@@ -3,7 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { constants, type Dirent, type Stats } from 'node:fs';
 import path from 'node:path';
 import { AgentError, errnoCode } from '../lib/errors.js';
-import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import type { DescriptorCalls, FileHandle, FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { DiskError, PathRejectedError } from './errors.js';
 import {
@@ -135,17 +135,94 @@ function relativeDir(relativePath: string): string {
  * to do there, so that answer is accepted.
  */
 async function fsyncDirectory(fs: FsPort, absolute: string, relativePath: string): Promise<void> {
+  const calls = fs.descriptors;
+  if (calls !== undefined) {
+    const fd = await step('open directory', relativePath, () => calls.open(absolute, DIR_FLAGS, 0));
+    try {
+      await calls.fsync(fd);
+    } catch (error) {
+      refuseDirectorySyncFailure(error, relativePath);
+    } finally {
+      await calls.close(fd).catch(() => undefined);
+    }
+    return;
+  }
   const handle = await step('open directory', relativePath, () => fs.open(absolute, DIR_FLAGS));
   try {
     await handle.sync();
   } catch (error) {
-    const code = errnoCode(error);
-    if (code !== 'EINVAL' && code !== 'ENOTSUP') {
-      throw new DiskError({ operation: 'fsync directory', path: relativePath, cause: error });
-    }
+    refuseDirectorySyncFailure(error, relativePath);
   } finally {
     await handle.close().catch(() => undefined);
   }
+}
+
+/** A directory fsync's failure as a DiskError, except EINVAL and ENOTSUP (see fsyncDirectory): accepted. */
+function refuseDirectorySyncFailure(error: unknown, relativePath: string): void {
+  const code = errnoCode(error);
+  if (code !== 'EINVAL' && code !== 'ENOTSUP') {
+    throw new DiskError({ operation: 'fsync directory', path: relativePath, cause: error });
+  }
+}
+
+/** The temp file a publish writes: a raw descriptor through the port's `descriptors`, else a FileHandle. */
+interface TempFile {
+  /** Bytes written from the file's position (a write may be short). */
+  write(buffer: Uint8Array, offset: number, length: number): Promise<number>;
+  chgrp(gid: number): Promise<void>;
+  chmod(mode: number): Promise<void>;
+  sync(): Promise<void>;
+  /** Called once, on every path: a raw descriptor closed twice could close a file that reused its number. */
+  close(): Promise<void>;
+}
+
+class DescriptorTempFile implements TempFile {
+  constructor(
+    private readonly calls: DescriptorCalls,
+    private readonly fd: number,
+  ) {}
+  write(buffer: Uint8Array, offset: number, length: number): Promise<number> {
+    return this.calls.write(this.fd, buffer, offset, length);
+  }
+  chgrp(gid: number): Promise<void> {
+    return this.calls.fchown(this.fd, -1, gid);
+  }
+  chmod(mode: number): Promise<void> {
+    return this.calls.fchmod(this.fd, mode);
+  }
+  sync(): Promise<void> {
+    return this.calls.fsync(this.fd);
+  }
+  close(): Promise<void> {
+    return this.calls.close(this.fd);
+  }
+}
+
+class HandleTempFile implements TempFile {
+  constructor(private readonly handle: FileHandle) {}
+  async write(buffer: Uint8Array, offset: number, length: number): Promise<number> {
+    return (await this.handle.write(buffer, offset, length, null)).bytesWritten;
+  }
+  chgrp(gid: number): Promise<void> {
+    return this.handle.chown(-1, gid);
+  }
+  chmod(mode: number): Promise<void> {
+    return this.handle.chmod(mode);
+  }
+  sync(): Promise<void> {
+    return this.handle.sync();
+  }
+  close(): Promise<void> {
+    return this.handle.close();
+  }
+}
+
+/** Creates the temp file at `candidate` (TEMP_FLAGS, private until its mode is set). */
+async function createTempFile(fs: FsPort, candidate: string): Promise<TempFile> {
+  const calls = fs.descriptors;
+  if (calls !== undefined)
+    return new DescriptorTempFile(calls, await calls.open(candidate, TEMP_FLAGS, 0o600));
+  return new HandleTempFile(await fs.open(candidate, TEMP_FLAGS, 0o600));
 }
 
 /**
@@ -771,7 +848,7 @@ async function writeTempAndRename(
     verified: VerifiedDirectories;
     /** The path checked again before the rename (see below). */
     verify: () => ReturnType<typeof inspectPath>;
-    write: (handle: FileHandle) => Promise<unknown>;
+    write: (file: TempFile) => Promise<unknown>;
     sha256: () => string;
     bytes: () => number;
   },
@@ -783,7 +860,7 @@ async function writeTempAndRename(
   const created: string[] = [];
   const createdIn = new Map<string, FileHandle>();
   let tempPath: string | undefined;
-  let handle: FileHandle | undefined;
+  let handle: TempFile | undefined;
   let renamed = false;
   let pinned: FileHandle | undefined;
   try {
@@ -834,13 +911,13 @@ async function writeTempAndRename(
     // Same directory as the target so the rename is atomic; unguessable name + O_EXCL|O_NOFOLLOW so nobody can
     // pre-plant a symlink or a file there for the agent to write through.
     const candidate = path.join(directory, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
-    handle = await step('create temp file', relativePath, () => fs.open(candidate, TEMP_FLAGS, 0o600));
+    handle = await step('create temp file', relativePath, () => createTempFile(fs, candidate));
     tempPath = candidate;
     const open = handle;
     await options.write(open);
     signal?.throwIfAborted();
     // Group before mode: chown clears the set-id bits. The file is still private (0600) while it changes hands.
-    if (gid !== undefined) await step('chown temp file', relativePath, () => open.chown(-1, gid));
+    if (gid !== undefined) await step('chown temp file', relativePath, () => open.chgrp(gid));
     await step('chmod temp file', relativePath, () => open.chmod(mode));
     if (durable) await step('fsync temp file', relativePath, () => open.sync());
     handle = undefined;
@@ -911,11 +988,11 @@ function* chunksOf(pieces: Iterable<string>): Generator<Buffer> {
  * Writes all of `chunk` at the handle's position (a write may be short). A write that takes no bytes (a FUSE
  * filesystem may answer 0 written) is an I/O error: retried, it looped for good and the pass never ended.
  */
-async function writeAll(handle: FileHandle, chunk: Uint8Array, relativePath: string): Promise<void> {
+async function writeAll(file: TempFile, chunk: Uint8Array, relativePath: string): Promise<void> {
   let written = 0;
   while (written < chunk.byteLength) {
-    const { bytesWritten } = await step('write temp file', relativePath, () =>
-      handle.write(chunk, written, chunk.byteLength - written, null),
+    const bytesWritten = await step('write temp file', relativePath, () =>
+      file.write(chunk, written, chunk.byteLength - written),
     );
     if (bytesWritten === 0) {
       const cause = Object.assign(new Error('write took no bytes'), { code: 'EIO' });
