@@ -3,6 +3,7 @@ import type { Dirent } from 'node:fs';
 import path from 'node:path';
 import type { FsPort } from '../lib/fs-port.js';
 import { PathRejectedError } from '../store/errors.js';
+import { foldKey } from '../store/path-aliases.js';
 import type { ManagedFile } from '../store/state.js';
 import type { RemoveStep } from './plan.js';
 
@@ -27,8 +28,8 @@ export async function nestedObstacle(
   const madeDirs = new Set<string>();
   for (const remove of displaces) {
     if (remove.makesWayFor === undefined || !remove.path.startsWith(below)) continue;
-    losers.add(remove.path);
-    for (const dir of files.get(remove.path)?.createdDirs ?? []) madeDirs.add(dir);
+    losers.add(foldKey(remove.path));
+    for (const dir of files.get(remove.path)?.createdDirs ?? []) madeDirs.add(foldKey(dir));
   }
   if (losers.size === 0) return undefined;
   const blocked = (entry: string, what: string) =>
@@ -43,7 +44,8 @@ export async function nestedObstacle(
     // Nothing there (the loser's file gone already), or nothing the walk can tell: the writer judges the path.
     return undefined;
   }
-  if (!madeDirs.has(winnerPath)) return blocked(winnerPath, 'is a directory this agent did not make');
+  if (!madeDirs.has(foldKey(winnerPath)))
+    return blocked(winnerPath, 'is a directory this agent did not make');
   const pending = [winnerPath];
   for (let dir = pending.pop(); dir !== undefined; dir = pending.pop()) {
     let entries: Dirent[];
@@ -54,10 +56,13 @@ export async function nestedObstacle(
     }
     for (const entry of entries) {
       const relative = `${dir}/${entry.name}`;
+      // By fold key: on a case-insensitive filesystem an entry may be spelled otherwise than its record (a
+      // key shared by two distinct names on another filesystem only lets the swap try, and put the file back).
       if (entry.isDirectory()) {
-        if (!madeDirs.has(relative)) return blocked(relative, 'is a directory this agent did not make');
+        if (!madeDirs.has(foldKey(relative)))
+          return blocked(relative, 'is a directory this agent did not make');
         pending.push(relative);
-      } else if (!entry.isFile() || !losers.has(relative)) {
+      } else if (!entry.isFile() || !losers.has(foldKey(relative))) {
         return blocked(relative, 'is not a file of this agent');
       }
     }

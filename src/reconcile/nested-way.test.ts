@@ -1,0 +1,86 @@
+// nestedObstacle on memfs: what would still block a nested conflict's winner once its losers' files were removed.
+import { createFsFromVolume, Volume } from 'memfs';
+import { describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
+import type { ManagedFile } from '../store/state.js';
+import { nestedObstacle } from './nested-way.js';
+import type { RemoveStep } from './plan.js';
+
+function world(tree: Record<string, string | null>) {
+  const volume = Volume.fromJSON(tree, '/root');
+  return createFsFromVolume(volume).promises as unknown as FsPort;
+}
+
+const file = (createdDirs: string[]): ManagedFile => ({
+  instanceId: 'cfg_loser',
+  sha256: '0'.repeat(64),
+  mode: 0o640,
+  createdDirs,
+  writtenAt: '2026-01-01T00:00:00.000Z',
+});
+
+const losing = (path: string): RemoveStep => ({
+  kind: 'remove',
+  instance: { id: `cfg_${path}` } as RemoveStep['instance'],
+  path,
+  report: undefined,
+  leftPath: true,
+  makesWayFor: { path: 'a.json', instanceId: 'cfg_winner' },
+});
+
+describe('nestedObstacle', () => {
+  it('nothing in the way but the losers and the directories made for them: clear', async () => {
+    const fs = world({ 'a.json/x/b.json': '1', 'a.json/x/c.json': '2' });
+    const files = new Map([
+      ['a.json/x/b.json', file(['a.json'])],
+      ['a.json/x/c.json', file(['a.json/x'])],
+    ]);
+    const removes = [losing('a.json/x/b.json'), losing('a.json/x/c.json')];
+    expect(await nestedObstacle(fs, '/root', 'a.json', removes, files)).toBeUndefined();
+  });
+
+  it('names the first entry that would stay: a local file, a directory the agent did not make', async () => {
+    const files = new Map([['a.json/b.json', file(['a.json'])]]);
+    const local = await nestedObstacle(
+      world({ 'a.json/b.json': '1', 'a.json/mine.txt': 'x' }),
+      '/root',
+      'a.json',
+      [losing('a.json/b.json')],
+      files,
+    );
+    expect(local?.message).toContain('"a.json/mine.txt" is not a file of this agent');
+    expect(local?.retryable).toBe(true);
+    const dir = await nestedObstacle(
+      world({ 'a.json/b.json': '1', 'a.json/keep': null }),
+      '/root',
+      'a.json',
+      [losing('a.json/b.json')],
+      files,
+    );
+    expect(dir?.message).toContain('"a.json/keep" is a directory this agent did not make');
+    const notMade = await nestedObstacle(
+      world({ 'a.json/b.json': '1' }),
+      '/root',
+      'a.json',
+      [losing('a.json/b.json')],
+      new Map([['a.json/b.json', file([])]]),
+    );
+    expect(notMade?.message).toContain('"a.json" is a directory this agent did not make');
+  });
+
+  // A case-insensitive filesystem (exFAT) lists the name as it was first spelled, not as the record has it.
+  it('an entry spelled otherwise than its record (by fold key) is the loser, not an obstacle', async () => {
+    const fs = world({ 'a.json/B.json': '1' });
+    const files = new Map([['a.json/b.json', file(['a.json'])]]);
+    expect(await nestedObstacle(fs, '/root', 'a.json', [losing('a.json/b.json')], files)).toBeUndefined();
+  });
+
+  it('a winner path that is a file, or missing, is left to the writer', async () => {
+    const files = new Map([['a.json/b.json', file(['a.json'])]]);
+    for (const tree of [{ 'a.json': 'a file' }, { 'other.json': '1' }]) {
+      expect(
+        await nestedObstacle(world(tree), '/root', 'a.json', [losing('a.json/b.json')], files),
+      ).toBeUndefined();
+    }
+  });
+});
