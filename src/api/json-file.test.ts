@@ -454,6 +454,18 @@ describe('locateContent / checkContent', () => {
     expect(locate('{"x":{"content":1},"content":{"a":1}}')).toMatchObject({ start: 29 });
   });
 
+  it('takes content holding every kind of value without a tree, and refuses a member without its quote or colon', () => {
+    const text = '{"t":true,"f":false,"n":null,"i":-12,"d":0.5,"s":"x","a":[],"o":{}}';
+    const bytes = Buffer.from(text, 'utf8');
+    const checked = checkContent(bytes, 0);
+    expect(checked && writeContentFile(bytes, checked).toString('utf8')).toBe(
+      `${JSON.stringify(JSON.parse(text), null, 2)}\n`,
+    );
+    for (const bad of ['{a":1}', '{"a" 11}', '{"a":tru}', '{"a":fals}', '{"a":nul}', '{"a":x}']) {
+      expect(checkContent(Buffer.from(bad, 'utf8'), 0)).toBeUndefined();
+    }
+  });
+
   it('measures exactly what it writes', () => {
     const bytes = Buffer.from('{"s":"\\ud834\\udd1e\\ud800é","n":[1e5,-0]}', 'utf8');
     const checked = checkContent(bytes, 0)!;
