@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../lib/logger.js';
+import { acquireStateLock, linuxProcessProbe } from './lock.js';
 import { TEMP_PREFIX } from './path-guard.js';
 import { StateDir, type StateDirSettings } from './state-dir.js';
 
@@ -25,6 +26,8 @@ const fs = {
   ...nodeFs,
   failCacheListing: false,
   failOutboxRename: false,
+  /** The next fsync of the state directory itself fails (after a rename into it: the new name not durable). */
+  failStateDirSync: false,
   /** Opens of state.json itself (not its temp files): reads, since it is only ever written through a temp file. */
   stateOpens: 0,
   rename: (async (from: string, to: string) => {
@@ -38,6 +41,10 @@ const fs = {
     const handle = await nodeFs.open(target, ...rest);
     const sync = handle.sync.bind(handle);
     handle.sync = async () => {
+      if (fs.failStateDirSync && String(target) === settings.stateDir) {
+        fs.failStateDirSync = false;
+        throw Object.assign(new Error('EIO: simulated failure'), { code: 'EIO' });
+      }
       await sync();
       synced.add(path.basename(String(target)));
     };
@@ -68,6 +75,7 @@ beforeEach(async () => {
   await mkdir(path.join(settings.rootDir, 'sub'), { recursive: true });
   fs.failCacheListing = false;
   fs.failOutboxRename = false;
+  fs.failStateDirSync = false;
   fs.stateOpens = 0;
 });
 
@@ -86,6 +94,30 @@ describe('StateDir: the lock', () => {
     const second = await open();
     expect(second.readOnly).toBe(false);
     expect(await names('state')).toContain('agent.lock');
+  });
+
+  it('is refused, naming the holder (state_locked), while another live agent holds it; its lock is kept', async () => {
+    // Another agent: its lock names the parent process (pid and start time), alive to the agent's probe.
+    const stat = await readFile(`/proc/${process.ppid}/stat`, 'utf8');
+    const procStart = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    const parent = {
+      self: async () => ({
+        ...(await linuxProcessProbe.self()),
+        pid: process.ppid,
+        instance: 'parent',
+        ...(procStart === undefined ? {} : { procStart }),
+      }),
+      alive: linuxProcessProbe.alive,
+    };
+    const other = await acquireStateLock(fs, settings.stateDir, parent);
+    await expect(StateDir.open(fs, settings, silentLogger())).rejects.toMatchObject({
+      code: 'state_locked',
+      pid: process.ppid,
+    });
+    expect(JSON.parse(await readFile(path.join(settings.stateDir, 'agent.lock'), 'utf8'))).toMatchObject({
+      pid: process.ppid,
+    });
+    await other.release();
   });
 
   it('is released when loading fails, so the next start can take it', async () => {
@@ -332,6 +364,72 @@ describe('StateDir: persisting', () => {
     expect(JSON.parse(await readFile(path.join(settings.stateDir, 'outbox.json'), 'utf8'))).toMatchObject({
       entries: [{ instanceId: 'cfg_a' }],
     });
+  });
+
+  it('a state.json renamed in but not made durable (its directory fsync failed) is fsynced by the next save, though its bytes are the same', async () => {
+    const stateDir = await open();
+    await stateDir.persist();
+    stateDir.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    fs.failStateDirSync = true;
+    await expect(stateDir.persistState()).rejects.toThrow();
+    const statePath = path.join(settings.stateDir, 'state.json');
+    expect(JSON.parse(await readFile(statePath, 'utf8'))).toMatchObject({ instances: { cfg_a: {} } });
+    synced.clear();
+
+    await stateDir.persistState();
+
+    expect([...synced]).toEqual(expect.arrayContaining(['state.json', 'state']));
+  });
+
+  it('a write declared with the bytes state.json already records is settled by the next persist, with nothing else to save', async () => {
+    const stateDir = await open();
+    stateDir.state.files.set('a.json', {
+      instanceId: 'cfg_a',
+      sha256: SHA_A,
+      mode: 0o644,
+      createdDirs: [],
+      writtenAt: NOW.toISOString(),
+    });
+    await stateDir.persist();
+    // Written again with the bytes it had (a local edit put back): the record does not change.
+    await stateDir.declareWrites([{ path: 'a.json', instanceId: 'cfg_a', sha256: SHA_A }]);
+    expect(stateDir.intents.size).toBe(1);
+
+    await stateDir.persist();
+
+    expect(stateDir.intents.size).toBe(0);
+  });
+
+  it('persist saves the fingerprints of managed files only', async () => {
+    const stateDir = await open();
+    stateDir.state.files.set('a.json', {
+      instanceId: 'cfg_a',
+      sha256: SHA_A,
+      mode: 0o644,
+      createdDirs: [],
+      writtenAt: NOW.toISOString(),
+    });
+    const identity = { dev: 1n, ino: 2n, size: 3n, mtimeNs: 4n, ctimeNs: 5n };
+    const readFrom = NOW.getTime();
+    stateDir.fingerprints.record('a.json', identity, SHA_A, readFrom);
+    stateDir.fingerprints.record('gone.json', identity, SHA_A, readFrom);
+
+    await stateDir.persist();
+
+    const saved = JSON.parse(await readFile(path.join(settings.stateDir, 'fingerprints.json'), 'utf8'));
+    expect(Object.keys(saved.files)).toEqual(['a.json']);
+  });
+
+  it('a dry run leaves a fingerprints.json that is not a regular file where it is', async () => {
+    await mkdir(path.join(settings.stateDir, 'fingerprints.json'));
+    const dry = await open({ readOnly: true });
+    expect(dry.fingerprints.size).toBe(0);
+    expect(await names('state')).toEqual(['fingerprints.json']);
   });
 
   it('persistState writes the state only', async () => {
