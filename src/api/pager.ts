@@ -529,11 +529,20 @@ async function listOnce<I>(
       return listing;
     }
     if (fresh === 0) {
-      throw new ListingRunawayError(`has_more is true on a page with nothing new at offset ${offset}`);
+      // A page may hold fewer items than asked (a service capping pages by bytes): one holding the anchor alone
+      // is stepped past, unanchored, as a page of one is; an empty one ends the listing.
+      if (start === 0) {
+        throw new ListingRunawayError(`has_more is true on a page with nothing new at offset ${offset}`);
+      }
+      offset = covered;
+      anchor = undefined;
+      unanchored = true;
+      continue;
     }
     // The next page is sized by what the pages so far weighed.
     limit = sized();
-    if (limit > 1 && last !== undefined) {
+    // A page of one item would next start on that item alone.
+    if (limit > 1 && items.length > 1 && last !== undefined) {
       offset = covered - 1;
       anchor = last;
     } else {

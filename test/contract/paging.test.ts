@@ -1,5 +1,7 @@
 // Contract: the pager against a hostile or changing service (mock faults `paging`, `rewrite`, `mutate`): every
 // pull ends, bounded in requests, and one bad or oversize item costs only itself.
+import { createServer, request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isJsonContentFile } from '../../src/api/json-file.js';
 import {
@@ -331,5 +333,73 @@ describe('offset paging under change', () => {
     });
     const result = await pull();
     expect(ids(result.instances)).toEqual(['aa_new', ...before]);
+  });
+});
+
+/**
+ * A service in front of the mock whose pages hold fewer items than asked (the spec: "length is at most limit"),
+ * as one that caps a page by its bytes does: `pageSize(offset)` items from that offset.
+ */
+async function smallPages(
+  pageSize: (offset: number) => number,
+): Promise<{ url: string; close(): Promise<void> }> {
+  const upstream = new URL(contract.server.url);
+  const server = createServer((incoming, outgoing) => {
+    const url = new URL(incoming.url ?? '/', upstream);
+    if (url.pathname === '/v1/config_instances') {
+      url.searchParams.set('limit', String(pageSize(Number(url.searchParams.get('offset') ?? 0))));
+    }
+    const forwarded = httpRequest(
+      url,
+      { method: incoming.method, headers: { ...incoming.headers, host: upstream.host } },
+      (answer) => {
+        outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(outgoing);
+      },
+    );
+    incoming.pipe(forwarded);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+describe('a service whose pages hold fewer items than asked', () => {
+  it('one item per page: every item listed once, one request per item', async () => {
+    await seed(numbered(6));
+    const all = await reference();
+    const service = await smallPages(() => 1);
+    const before = await listRequests();
+    try {
+      const result = await pull({
+        client: contract.client({ baseUrl: service.url, maxResponseBytes: BIG_CAP }),
+      });
+      expect(ids(result.instances)).toEqual(all);
+      expect((await listRequests()) - before).toBe(all.length);
+    } finally {
+      await service.close();
+    }
+  });
+
+  it('a page of one after a page of many (a large item alone in its page): listed past it, nothing lost', async () => {
+    await seed(numbered(10));
+    const all = await reference();
+    // The first page as asked; every later one holds a single item, so the page anchored on the last item of
+    // the page before holds that item alone.
+    const service = await smallPages((offset) => (offset === 0 ? 4 : 1));
+    try {
+      const result = await pull({
+        client: contract.client({ baseUrl: service.url, maxResponseBytes: BIG_CAP }),
+      });
+      expect(ids(result.instances)).toEqual(all);
+    } finally {
+      await service.close();
+    }
   });
 });
