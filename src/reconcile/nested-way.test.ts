@@ -66,6 +66,16 @@ describe('nestedObstacle', () => {
       new Map([['a.json/b.json', file([])]]),
     );
     expect(notMade?.message).toContain('"a.json" is a directory this agent did not make');
+    const another = await nestedObstacle(
+      world({ 'a.json/b.json': '1', 'a.json/other.json': '2' }),
+      '/root',
+      'a.json',
+      [losing('a.json/b.json')],
+      new Map([...files, ['a.json/other.json', { ...file([]), instanceId: 'cfg_other' }]]),
+    );
+    expect(another?.message).toContain(
+      '"a.json/other.json" is the file of cfg_other, not removed for this write',
+    );
   });
 
   // A case-insensitive filesystem (exFAT) lists the name as it was first spelled, not as the record has it.

@@ -36,7 +36,7 @@ export async function nestedObstacle(
     new PathRejectedError(
       'target_is_directory',
       winnerPath,
-      `${JSON.stringify(entry)} ${what}: it is never removed, and the file of the instance updated earlier stays too`,
+      `${JSON.stringify(entry)} ${what}: the file of the instance updated earlier stays while it is there`,
     );
   try {
     if (!(await fs.lstat(path.join(rootDir, winnerPath))).isDirectory()) return undefined;
@@ -44,8 +44,17 @@ export async function nestedObstacle(
     // Nothing there (the loser's file gone already), or nothing the walk can tell: the writer judges the path.
     return undefined;
   }
-  if (!madeDirs.has(foldKey(winnerPath)))
-    return blocked(winnerPath, 'is a directory this agent did not make');
+  const notMade = (dir: string) => {
+    for (const [other, record] of files) {
+      if (record.createdDirs.includes(dir))
+        return blocked(
+          dir,
+          `holds the file of ${record.instanceId} at ${JSON.stringify(other)}, not removed for this write`,
+        );
+    }
+    return blocked(dir, 'is a directory this agent did not make, which it never removes');
+  };
+  if (!madeDirs.has(foldKey(winnerPath))) return notMade(winnerPath);
   const pending = [winnerPath];
   for (let dir = pending.pop(); dir !== undefined; dir = pending.pop()) {
     let entries: Dirent[];
@@ -59,11 +68,17 @@ export async function nestedObstacle(
       // By fold key: on a case-insensitive filesystem an entry may be spelled otherwise than its record (a
       // key shared by two distinct names on another filesystem only lets the swap try, and put the file back).
       if (entry.isDirectory()) {
-        if (!madeDirs.has(foldKey(relative)))
-          return blocked(relative, 'is a directory this agent did not make');
+        if (!madeDirs.has(foldKey(relative))) return notMade(relative);
         pending.push(relative);
       } else if (!entry.isFile() || !losers.has(foldKey(relative))) {
-        return blocked(relative, 'is not a file of this agent');
+        // Another instance's (one failed on the service is never touched): named, it is not a local file.
+        const owner = entry.isFile() ? files.get(relative)?.instanceId : undefined;
+        return blocked(
+          relative,
+          owner === undefined
+            ? 'is not a file of this agent, which it never removes'
+            : `is the file of ${owner}, not removed for this write`,
+        );
       }
     }
   }

@@ -1370,6 +1370,33 @@ describe('runPass: two instances whose paths nest (one file where the other need
     expect(lastReport('cfg_file')?.message).toContain('"a.json" is a directory this agent did not make');
   });
 
+  it("a file in the way of an instance failed on the service (never touched) is named as that instance's, and nothing is removed", async () => {
+    put({ id: 'cfg_side', relative_filepath: 'a.json/c.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    await pass();
+    put({ id: 'cfg_dir', relative_filepath: 'a.json/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    const loser = path.join(world.rootDir, 'a.json', 'b.json');
+    const before = await stat(loser);
+    put({
+      id: 'cfg_side',
+      relative_filepath: 'a.json/c.json',
+      updated_at: '2026-01-01T00:00:00.000Z',
+      error_status: 'failed',
+    });
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    for (let round = 0; round < 3; round++) {
+      await pass();
+      const now = await stat(loser);
+      expect([now.ino, now.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+      world.clock.advance(3_600_000);
+    }
+    expect(await fileAt('a.json/c.json')).toBe(json({ owner: 'cfg_side' }));
+    expect(lastReport('cfg_file')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    expect(lastReport('cfg_file')?.message).toContain(
+      '"a.json" holds the file of cfg_side at "a.json/c.json", not removed for this write',
+    );
+  });
+
   it("the older one's file two directories down, both made for it: removed with them, the newer one written", async () => {
     put({ id: 'cfg_dir', relative_filepath: 'a.json/x/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
     put({ id: 'cfg_side', relative_filepath: 'a.json/x/c.json', updated_at: '2026-01-01T00:00:00.000Z' });
