@@ -1,10 +1,12 @@
 // RootMountWatch on a real directory: a rootDir gone for a moment is left to the writes, one moved behind a symlink is refused.
+import { spawnSync } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
 import { mkdir, mkdtemp, rm, symlink } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { RootMountWatch } from './root-mount.js';
+import { tryMount, unmount } from '../../test/helpers/harness.js';
+import { ROOT_MOUNT_FILE, RootMountWatch } from './root-mount.js';
 
 let dir: string;
 beforeEach(async () => {
@@ -40,5 +42,62 @@ describe('RootMountWatch', () => {
     await rm(root);
     await mkdir(root);
     expect(await watch.check()).toBeUndefined();
+  });
+});
+
+describe('RootMountWatch: a bind mount of a directory of the same filesystem (same st_dev as its parent)', () => {
+  it('is told by /proc/self/mountinfo: gone (umount -l), it is refused as a mount gone; mounted again, accepted (root only)', async (ctx) => {
+    const source = path.join(dir, 'source');
+    // A name with a space: mountinfo writes it as \040.
+    const root = path.join(dir, 'root dir');
+    await mkdir(source);
+    await mkdir(root);
+    const refused = tryMount(['--bind', source, root]);
+    if (refused !== undefined) {
+      ctx.skip(refused);
+      return;
+    }
+    let mounted = true;
+    try {
+      const watch = new RootMountWatch(nodeFs, root);
+      expect(await watch.check()).toBeUndefined();
+      expect(spawnSync('umount', ['-l', root]).status).toBe(0);
+      mounted = false;
+      // Before: the bare directory under the mount was taken as rootDir, and written.
+      expect((await watch.check())?.mountGone).toContain(`rootDir ${root} is no mount point any more`);
+      expect(tryMount(['--bind', source, root])).toBeUndefined();
+      mounted = true;
+      expect(await watch.check()).toBeUndefined();
+    } finally {
+      if (mounted) unmount(root);
+    }
+  });
+
+  it('an agent started while it is gone finds the record and waits; a plain directory is never taken for one', async (ctx) => {
+    const source = path.join(dir, 'source');
+    const root = path.join(dir, 'root');
+    const state = path.join(dir, 'state');
+    await Promise.all([mkdir(source), mkdir(root), mkdir(state)]);
+    const plain = new RootMountWatch(nodeFs, root, { stateDir: state, readOnly: false });
+    expect(await plain.check()).toBeUndefined();
+    expect(await nodeFs.readdir(state)).toEqual([]);
+    const refused = tryMount(['--bind', source, root]);
+    if (refused !== undefined) {
+      ctx.skip(refused);
+      return;
+    }
+    let mounted = true;
+    try {
+      expect(
+        await new RootMountWatch(nodeFs, root, { stateDir: state, readOnly: false }).check(),
+      ).toBeUndefined();
+      expect(await nodeFs.readdir(state)).toEqual([ROOT_MOUNT_FILE]);
+      unmount(root);
+      mounted = false;
+      const restarted = new RootMountWatch(nodeFs, root, { stateDir: state, readOnly: false });
+      expect((await restarted.check())?.mountGone).toContain('was one when the agent last saw it');
+    } finally {
+      if (mounted) unmount(root);
+    }
   });
 });

@@ -23,7 +23,11 @@ export interface MountMemory {
  * (ROOT_MOUNT_FILE, once): an agent (re)started while the mount is gone finds rootDir a plain directory and the
  * record saying it was a mount point, and waits the same way (the record names the file to remove when the mount
  * was given up on purpose). Without one, or before the first record, a start takes rootDir as it finds it.
- * A bind mount of a directory of the same filesystem has its parent's `st_dev` and is not told apart.
+ * A bind mount of a directory of the same filesystem has its parent's `st_dev`: it is told by
+ * `/proc/self/mountinfo` listing rootDir's real path as a mount point, read at the first check and then only
+ * while rootDir is known as a mount point of its parent's device (by this process or the record), so a rootDir
+ * that is no mount point costs one read of it per process. Before, such a bind mount gone left the bare
+ * directory under it to be written.
  *
  * Where rootDir resolves (`realpath`) is remembered the same way, from the first answer: rootDir, or a directory
  * above it, replaced by a symlink to another directory under the running agent (`mv root root.old && ln -s /etc
@@ -37,6 +41,8 @@ export class RootMountWatch {
   readonly #rootDir: string;
   /** rootDir's `st_dev` when last seen as a mount point; undefined while never seen as one. */
   #mountDev: number | bigint | undefined;
+  /** Whether mountinfo has been read: at the first check, then only while rootDir may be a bind mount. */
+  #mountinfoRead = false;
   /** Where rootDir first resolved; undefined until a realpath of it succeeded. */
   #realRoot: string | undefined;
 
@@ -121,13 +127,24 @@ export class RootMountWatch {
     } catch {
       return undefined;
     }
-    if (root.dev !== parent.dev) {
+    // Of the parent's device: a bind mount of a directory of the same filesystem, if mountinfo lists it. Asked
+    // at the first check and while rootDir is known as a mount point; a plain directory never again.
+    const listed = () => {
+      const first = !this.#mountinfoRead;
+      this.#mountinfoRead = true;
+      return first || this.#mountDev !== undefined ? this.#listedAsMountPoint() : Promise.resolve(false);
+    };
+    if (root.dev !== parent.dev || (await listed())) {
       this.#mountDev = root.dev;
       await this.#record();
       return undefined;
     }
     if (this.#mountDev === undefined) {
       if (!(await this.#recall())) return undefined;
+      if (await this.#listedAsMountPoint()) {
+        this.#mountDev = root.dev;
+        return undefined;
+      }
       return new DiskError({
         operation: 'check mount',
         path: '',
@@ -144,4 +161,31 @@ export class RootMountWatch {
       mountGone: `rootDir ${this.#rootDir} is no mount point any more (it was one, st_dev ${this.#mountDev})`,
     });
   }
+
+  /**
+   * Whether `/proc/self/mountinfo` lists rootDir's real path as a mount point (its fifth field, with `\040`-style
+   * escapes for spaces, tabs, newlines and backslashes). False where it cannot be read (no /proc).
+   */
+  async #listedAsMountPoint(): Promise<boolean> {
+    // Where rootDir resolved at the first check: `check` has just found it resolving there still.
+    const real = this.#realRoot ?? this.#rootDir;
+    let text: string;
+    try {
+      text = await this.#fs.readFile(MOUNTINFO, 'utf8');
+    } catch {
+      return false;
+    }
+    for (const line of text.split('\n')) {
+      const mountPoint = line.split(' ')[4];
+      if (mountPoint === undefined) continue;
+      const unescaped = mountPoint.replace(/\\([0-7]{3})/g, (_, octal: string) =>
+        String.fromCharCode(Number.parseInt(octal, 8)),
+      );
+      if (unescaped === real) return true;
+    }
+    return false;
+  }
 }
+
+/** The kernel's table of this process's mounts (proc(5)). */
+const MOUNTINFO = '/proc/self/mountinfo';
