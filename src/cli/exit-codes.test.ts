@@ -62,6 +62,20 @@ describe('exitCodeForStartupError', () => {
     expect(
       exitCodeForStartupError(new StateDirError('/var/lib/a', 'cannot create agent.lock', errno('ENOSPC'))),
     ).toBeUndefined();
+    // So may a full or failing disk where rootDir or stateDir is created (it was 78, as a configuration error).
+    for (const code of ['ENOSPC', 'EIO', 'EDQUOT']) {
+      const cause = errno(code);
+      expect(
+        exitCodeForStartupError(
+          new ConfigError('directories', [{ path: 'rootDir', message: 'x' }], { cause }),
+        ),
+      ).toBeUndefined();
+    }
+    expect(
+      exitCodeForStartupError(
+        new ConfigError('directories', [{ path: 'rootDir', message: 'x' }], { cause: errno('EACCES') }),
+      ),
+    ).toBe(ExitCode.Config);
   });
 });
 

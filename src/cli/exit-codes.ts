@@ -54,6 +54,9 @@ export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
     case 'usage':
       return ExitCode.Usage;
     case 'invalid_config':
+      // rootDir or stateDir that could not be created on a full or failing disk (ENOSPC, EIO, ...) may clear
+      // like the same errno on stateDir's files: exit 1, not "fix the configuration" (the daemon waits it out).
+      return waitsOutAtStart(error) ? undefined : ExitCode.Config;
     case 'api_key_unavailable':
       return ExitCode.Config;
     case 'state_dir_unusable':

@@ -263,6 +263,33 @@ describe('config-agent --once: disk full (ENOSPC)', () => {
   );
 });
 
+describe('config-agent --once: rootDir cannot be created on a full disk', () => {
+  it.skipIf(tmpfsSkip !== undefined)(
+    'no inode left where rootDir goes (ENOSPC): exit 1, not 78 (a disk that may clear, not a configuration to fix); the next run converges',
+    async () => {
+      const h = await harness();
+      const full = path.join(h.dir, 'full');
+      await mkdir(full);
+      // nr_inodes=1: the mount's own directory takes the only inode, so mkdir of rootDir fails with ENOSPC.
+      mountOrThrow(['-t', 'tmpfs', '-o', 'size=64k,nr_inodes=1,mode=0755', 'tmpfs', full]);
+      const rootDir = path.join(full, 'root');
+      await h.writeConfig({ rootDir });
+      const a = (await h.createAndDeploy({ relative_filepath: 'app/config.json', content: SMALL })).deploy;
+
+      const first = await h.runOnce();
+
+      expect(first.stderr).toMatch(/rootDir: cannot create .*ENOSPC/);
+      expect(first.code).toBe(1);
+      expect(await statuses(h, a.id)).toEqual(['deployed', 'queued', 'none']);
+      unmountAll();
+      const second = await h.runOnce();
+      expect(second.code).toBe(0);
+      expect(await readFile(path.join(rootDir, 'app/config.json'), 'utf8')).toBe(json(SMALL));
+      expect(leaksApiKey(first)).toBe(false);
+    },
+  );
+});
+
 describe('config-agent --once: read-only root (EROFS)', () => {
   it.skipIf(readOnlySkip !== undefined)(
     'writes and removals are retrying with EROFS, files intact; once writable again the next pass converges',
