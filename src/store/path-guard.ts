@@ -47,15 +47,32 @@ export function validateRelativePath(relativePath: string): void {
   if (bytes > MAX_PATH_BYTES) {
     throw new PathRejectedError('path_too_long', relativePath, `${bytes} bytes`);
   }
-  for (const segment of relativePath.split('/')) {
-    if (segment.length === 0) throw new PathRejectedError('empty_segment', relativePath);
-    if (segment === '.' || segment === '..') throw new PathRejectedError('dot_segment', relativePath);
-    const segmentBytes = ascii ? segment.length : Buffer.byteLength(segment, 'utf8');
+  // Each segment by its bounds, not `split('/')`: every pass validates each listed path several times
+  // (observation, plan, aliases, the writer's guard), and an array of new strings per call cost ~2.5 ms of CPU per
+  // 4,000 calls in a fresh process. The same checks in the same order as on `split`'s segments.
+  for (let start = 0; start <= relativePath.length; ) {
+    const slash = relativePath.indexOf('/', start);
+    const end = slash === -1 ? relativePath.length : slash;
+    const length = end - start;
+    if (length === 0) throw new PathRejectedError('empty_segment', relativePath);
+    if (isDotSegment(relativePath, start, length)) throw new PathRejectedError('dot_segment', relativePath);
+    const segmentBytes = ascii ? length : Buffer.byteLength(relativePath.slice(start, end), 'utf8');
     if (segmentBytes > MAX_SEGMENT_BYTES) {
       throw new PathRejectedError('segment_too_long', relativePath, `${segmentBytes} bytes`);
     }
-    if (segment.startsWith(TEMP_PREFIX)) throw new PathRejectedError('reserved_prefix', relativePath);
+    // TEMP_PREFIX holds no `/`: a match at `start` lies inside this segment.
+    if (relativePath.startsWith(TEMP_PREFIX, start))
+      throw new PathRejectedError('reserved_prefix', relativePath);
+    start = end + 1;
   }
+}
+
+const DOT = 0x2e;
+
+/** Whether the segment of `length` characters at `start` is `.` or `..`. */
+function isDotSegment(text: string, start: number, length: number): boolean {
+  if (length > 2 || text.charCodeAt(start) !== DOT) return false;
+  return length === 1 || text.charCodeAt(start + 1) === DOT;
 }
 
 /**
