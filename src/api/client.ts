@@ -33,6 +33,8 @@ import { withoutBom } from './json-bytes.js';
 import {
   type ConfigInstancePage,
   judgeItemBytes,
+  type KnownPages,
+  knownPageTexts,
   ListHead,
   PageItems,
   quickInstance,
@@ -117,6 +119,11 @@ export interface PageOptions<E extends string = string> {
   orderBy?: string;
   expand?: readonly E[];
   signal?: AbortSignal;
+  /**
+   * Config instance pages recorded before (list-page.ts KnownPages, full pulls only): a compact body that is one of
+   * them has its items cut out by their recorded lengths instead of printed back (json.ts KnownPageTexts).
+   */
+  knownPages?: KnownPages;
 }
 
 export interface ServiceClient {
@@ -647,15 +654,15 @@ export function createClient(options: ClientOptions): ServiceClient {
    * only when judged: a page of large items never exists as one text, and broken UTF-8 inside one item costs
    * only that item (inside the envelope, the page).
    */
-  function readPage(body: Buffer, target: RequestTarget): ConfigInstancePage {
+  function readPage(body: Buffer, target: RequestTarget, knownPages?: KnownPages): ConfigInstancePage {
     let envelope: string;
     let items: PageItems;
     if (body.length <= NATIVE_SPLIT_MAX_CHARS && isUtf8(body)) {
       const text = body.toString('utf8');
-      const compact = parseCompactListBody(text);
+      const compact = parseCompactListBody(text, knownPages && knownPageTexts(knownPages));
       if (compact !== undefined) {
         envelope = compact.envelopeText;
-        items = PageItems.ofValues(compact.values, compact.texts);
+        items = PageItems.ofValues(compact.values, compact.texts, compact.pageKey);
       } else {
         const parts = cutListBody(text);
         envelope = parts.envelopeText;
@@ -907,7 +914,7 @@ export function createClient(options: ClientOptions): ServiceClient {
         path: '/config_instances',
         query: listQuery(filters, page),
         idempotent: true,
-        read: readPage,
+        read: (body, target) => readPage(body, target, page?.knownPages),
         signal: page?.signal,
       }),
     iterateConfigInstances: (filters, page) => iterateConfigInstances(filters, page),

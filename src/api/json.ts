@@ -240,7 +240,23 @@ export interface ListBodyValues {
    * body was proven to be made of): what a key of the item's exact wire text is taken from (list-page.ts).
    */
   texts: string[];
+  /**
+   * The key of the items' text (`texts` comma-joined, as it lies in the body) when a known page's records gave the
+   * texts (`KnownPageTexts`): then the body was not printed back, and the key need not be made again.
+   */
+  pageKey?: string;
 }
+
+/**
+ * The items of a page recorded before, by the exact text of its items (the body's `data` array without its
+ * brackets): their texts cut by recorded lengths, and that text's key; undefined when the page is not known so
+ * (list-page.ts `knownPageTexts`). A page is recorded only after its body was proven compact, and its key is of
+ * the very characters that were proven, so a page it answers for needs no proof again.
+ */
+export type KnownPageTexts = (
+  itemsText: string,
+  values: readonly unknown[],
+) => { texts: string[]; pageKey: string } | undefined;
 
 /**
  * A body of at most NATIVE_SPLIT_MAX_CHARS in the compact form the service sends, parsed natively once: each item
@@ -250,7 +266,7 @@ export interface ListBodyValues {
  * which leaves each item's exact text in hand. The tree of the page stays whole until the page is done: at most
  * what a 1 MiB body parses into. Undefined for anything else, which is cut (`splitListBody`).
  */
-export function parseCompactListBody(text: string): ListBodyValues | undefined {
+export function parseCompactListBody(text: string, known?: KnownPageTexts): ListBodyValues | undefined {
   if (text.length > NATIVE_SPLIT_MAX_CHARS) return undefined;
   let list: unknown;
   try {
@@ -269,6 +285,10 @@ export function parseCompactListBody(text: string): ListBodyValues | undefined {
   let texts: string[];
   try {
     envelopeText = JSON.stringify(envelope);
+    if (known !== undefined && data.length > 0) {
+      const page = knownPage(text.trim(), envelopeText, data, known);
+      if (page !== undefined) return { envelopeText, values: data, ...page };
+    }
     texts = data.map((item) => JSON.stringify(item));
   } catch {
     // Nested deeper than the native printer's recursion reaches (JSON.parse has no such limit): a RangeError for
@@ -279,6 +299,28 @@ export function parseCompactListBody(text: string): ListBodyValues | undefined {
 }
 
 const EMPTY_DATA = '"data":[]';
+
+/**
+ * The texts of a known page (`known`), when `body` is the printed envelope with some text in its `"data":[]`
+ * (tried at every place it appears, as `madeOf` does) and that text is a page `known` recorded: each item's text
+ * is then a slice of the body, not printed back (~3.5 ms of CPU for the 11 pages of an idle pull at 1,000).
+ */
+function knownPage(
+  body: string,
+  envelopeText: string,
+  values: readonly unknown[],
+  known: KnownPageTexts,
+): { texts: string[]; pageKey: string } | undefined {
+  for (let at = envelopeText.indexOf(EMPTY_DATA); at !== -1; at = envelopeText.indexOf(EMPTY_DATA, at + 1)) {
+    const open = at + EMPTY_DATA.length - 1;
+    const head = envelopeText.slice(0, open);
+    const tail = envelopeText.slice(open);
+    if (body.length < head.length + tail.length || !body.startsWith(head) || !body.endsWith(tail)) continue;
+    const page = known(body.slice(head.length, body.length - tail.length), values);
+    if (page !== undefined) return page;
+  }
+  return undefined;
+}
 
 /**
  * Whether `body` is exactly `envelopeText` with `texts` joined by commas in its `"data":[]`: then it is what

@@ -2,7 +2,14 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { cutListBody, LosslessNumber, parseCompactListBody, parseJson } from './json.js';
-import { itemKey, judgeConfigInstance, judgeParsedItem, PageItems, quickInstance } from './list-page.js';
+import {
+  itemKey,
+  judgeConfigInstance,
+  judgeParsedItem,
+  knownPageTexts,
+  PageItems,
+  quickInstance,
+} from './list-page.js';
 import { ConfigInstance, isCleanContent, locateContentProblem } from './schemas.js';
 
 const T0 = '2025-01-01T00:00:00Z';
@@ -305,17 +312,25 @@ describe('a compact page known by its items’ exact text (KnownPages)', () => {
   const FILE = { sha256: 'b'.repeat(64), size: 7 };
 
   /** Records as fingerprints.json holds them: item id → key of its text; page key → key of its items' keys. */
-  function records(itemKeys: Record<string, string>, pages: Record<string, string> = {}) {
+  function records(
+    itemKeys: Record<string, string>,
+    pages: Record<string, string> = {},
+    lengths: Record<string, readonly number[]> = {},
+  ) {
     const recordedPages = new Map(Object.entries(pages));
+    const recordedLengths = new Map(Object.entries(lengths));
     return {
       pages: recordedPages,
+      lengths: recordedLengths,
       known: {
         lookup: (id: string, key: string) => (itemKeys[id] === key ? FILE : undefined),
         pages: {
           lookupPage: (pageKey: string) => recordedPages.get(pageKey),
-          recordPage: (pageKey: string, itemKeysKey: string) => {
+          recordPage: (pageKey: string, itemKeysKey: string, textLengths: readonly number[]) => {
             recordedPages.set(pageKey, itemKeysKey);
+            recordedLengths.set(pageKey, textLengths);
           },
+          pageTextLengths: (pageKey: string) => recordedLengths.get(pageKey),
           itemKeyOf: (id: string) => itemKeys[id],
         },
       },
@@ -326,10 +341,11 @@ describe('a compact page known by its items’ exact text (KnownPages)', () => {
   const pageKey = itemKey(texts.join(','));
 
   it('a page whose every item was judged valid is recorded by its items’ text, with the keys of its items in order', () => {
-    const { known, pages } = records({});
+    const { known, pages, lengths } = records({});
     const judged = judgeAll(PageItems.ofValues(values, texts), known);
     expect(judged.map((one) => one?.kind)).toEqual(['valid', 'valid', 'valid']);
     expect([...pages]).toEqual([[pageKey, itemKey(texts.map((text) => itemKey(text)).join(''))]]);
+    expect([...lengths]).toEqual([[pageKey, texts.map((text) => text.length)]]);
   });
 
   it('a page holding an item that is not valid is not recorded', () => {
@@ -375,5 +391,71 @@ describe('a compact page known by its items’ exact text (KnownPages)', () => {
     expect(judged[1]).toMatchObject({ kind: 'valid', wire: { key: itemKey(texts[1]!) } });
     expect(judged[1]?.kind === 'valid' && judged[1].wire?.known).toBeUndefined();
     expect(judged[0]).toMatchObject({ kind: 'valid', wire: { known: FILE } });
+  });
+
+  describe('a known page cut by its recorded text lengths (knownPageTexts)', () => {
+    const body = (items: readonly string[], envelope = '{"has_more":false,"data":[]}') =>
+      envelope.replace('"data":[]', `"data":[${items.join(',')}]`);
+    /** Records as a full pull leaves them after judging `texts` valid. */
+    function recordedAfterJudging(pageTexts: readonly string[]) {
+      const itemKeys = Object.fromEntries(
+        pageTexts.map((text) => [JSON.parse(text).id as string, itemKey(text)]),
+      );
+      const recorded = records(itemKeys);
+      judgeAll(
+        PageItems.ofValues(
+          pageTexts.map((text) => JSON.parse(text)),
+          pageTexts,
+        ),
+        recorded.known,
+      );
+      expect(recorded.pages.size).toBe(1);
+      return recorded;
+    }
+
+    it('gives the very texts and values the proof gives, and the page key, without printing', () => {
+      const { known } = recordedAfterJudging(texts);
+      const cut = parseCompactListBody(body(texts), knownPageTexts(known.pages));
+      const proven = parseCompactListBody(body(texts));
+      expect(cut).toEqual({ ...proven, pageKey });
+      const judged = judgeAll(PageItems.ofValues(cut!.values, cut!.texts, cut!.pageKey), known);
+      expect(judged.map((one) => one?.kind === 'valid' && one.wire)).toEqual(
+        texts.map((text) => ({ text, key: itemKey(text), known: FILE })),
+      );
+    });
+
+    it('a page with one character changed is proven and printed as before; another envelope does not matter', () => {
+      const { known } = recordedAfterJudging(texts);
+      const changed = body([texts[0]!, texts[1]!.replace('b.json', 'c.json'), texts[2]!]);
+      expect(parseCompactListBody(changed, knownPageTexts(known.pages))).toEqual(
+        parseCompactListBody(changed),
+      );
+      // The key is of the items' text alone: under another envelope (printed and checked apart) the page is known.
+      const counted = body(texts, '{"has_more":false,"total_count":3,"data":[]}');
+      expect(parseCompactListBody(counted, knownPageTexts(known.pages))).toEqual({
+        ...parseCompactListBody(counted),
+        pageKey,
+      });
+      // Not compact (a space inside an item): cut by the caller, whatever the records say.
+      const spaced = body([texts[0]!.replace('{"', '{ "'), texts[1]!, texts[2]!]);
+      expect(parseCompactListBody(spaced, knownPageTexts(known.pages))).toBeUndefined();
+    });
+
+    it('a record whose lengths cut elsewhere, or do not cover the text, is not used: the body is proven', () => {
+      const { known, lengths } = recordedAfterJudging(texts);
+      const right = [...(lengths.get(pageKey) ?? [])];
+      const damaged = [
+        [right[1]!, right[0]!, right[2]!],
+        [right[0]! - 1, right[1]! + 1, right[2]!],
+        [right[0]!, right[1]!, right[2]! - 1],
+        [right[0]!, right[1]!],
+        [right[0]!, right[1]!, right[2]!, 2],
+      ];
+      for (const wrong of damaged) {
+        lengths.set(pageKey, wrong);
+        const parsed = parseCompactListBody(body(texts), knownPageTexts(known.pages));
+        expect([wrong, parsed]).toEqual([wrong, parseCompactListBody(body(texts))]);
+      }
+    });
   });
 });

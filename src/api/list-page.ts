@@ -4,7 +4,14 @@ import { isUtf8 } from 'node:buffer';
 import { hash } from 'node:crypto';
 import * as z from 'zod';
 import { formatFieldPath } from '../lib/field-path.js';
-import { JsonTextError, MAX_PARSE_DEPTH, parseJson, peekId, peekStrings } from './json.js';
+import {
+  JsonTextError,
+  type KnownPageTexts,
+  MAX_PARSE_DEPTH,
+  parseJson,
+  peekId,
+  peekStrings,
+} from './json.js';
 import { examineItem, itemTextError, JsonContentFile, treeWeight } from './json-file.js';
 import {
   ConfigInstance,
@@ -77,7 +84,13 @@ export interface KnownItems {
  */
 export interface KnownPages {
   lookupPage(pageKey: string): string | undefined;
-  recordPage(pageKey: string, itemKeysKey: string): void;
+  /**
+   * `textLengths`: each item's text length, in order, which lets a later pull of the same page cut its items out
+   * of the body instead of printing them (`knownPageTexts`).
+   */
+  recordPage(pageKey: string, itemKeysKey: string, textLengths: readonly number[]): void;
+  /** The item text lengths recorded with the page (none for a record made before they were kept). */
+  pageTextLengths(pageKey: string): readonly number[] | undefined;
   /** The key recorded for the item `id`'s text (KnownItems), if any. */
   itemKeyOf(id: string): string | undefined;
 }
@@ -134,7 +147,7 @@ export class PageItems implements Iterable<PageItem> {
    * hand on its value; any other is judged from its text as `ofTexts` would, so every problem is named alike.
    * `texts`: each item's exact text (json.ts ListBodyValues), which gives a valid item its `wire`.
    */
-  static ofValues(values: readonly unknown[], texts?: readonly string[]): PageItems {
+  static ofValues(values: readonly unknown[], texts?: readonly string[], pageKey?: string): PageItems {
     if (texts === undefined) {
       return new PageItems(values.length, (index) => judgeParsedItem(values[index], undefined));
     }
@@ -143,7 +156,7 @@ export class PageItems implements Iterable<PageItem> {
       if (known?.pages === undefined || values.length === 0) {
         return judgeParsedItem(values[index], texts[index], known);
       }
-      page ??= new PageKeys(values, texts, known.pages);
+      page ??= new PageKeys(values, texts, known.pages, pageKey);
       const judged = judgeParsedItem(values[index], texts[index], known, page.knownKey(index));
       page.judged(index, judged);
       return judged;
@@ -182,19 +195,27 @@ export class PageItems implements Iterable<PageItem> {
 class PageKeys {
   readonly #pages: KnownPages;
   readonly #pageKey: string;
+  readonly #texts: readonly string[];
   /** Every item's key, when the page is known; else filled as its items are judged. */
   readonly #keys: (string | undefined)[];
   readonly #known: boolean;
   #filled = 0;
   #unusable = false;
 
-  constructor(values: readonly unknown[], texts: readonly string[], pages: KnownPages) {
+  /** `pageKey`: the key of `texts` comma-joined, when the caller made it already (json.ts ListBodyValues). */
+  constructor(values: readonly unknown[], texts: readonly string[], pages: KnownPages, pageKey?: string) {
     this.#pages = pages;
-    this.#pageKey = itemKey(texts.join(','));
+    this.#texts = texts;
+    this.#pageKey = pageKey ?? itemKey(texts.join(','));
     const recorded = pages.lookupPage(this.#pageKey);
     const keys = recorded === undefined ? undefined : recordedKeys(values, pages);
     this.#known = keys !== undefined && itemKey(keys.join('')) === recorded;
     this.#keys = this.#known && keys !== undefined ? keys : new Array<string | undefined>(values.length);
+    // A page recorded before its texts' lengths were kept, or with lengths that do not cut these texts (a damaged
+    // record), gets its texts' lengths now (these texts are the page's: their key is its key), so that the next
+    // pull cuts it instead of printing it.
+    if (this.#known && recorded !== undefined && !cutsInto(pages.pageTextLengths(this.#pageKey), texts))
+      pages.recordPage(this.#pageKey, recorded, textLengths(texts));
   }
 
   /** The key of item `index`'s text, when the page is known. */
@@ -211,8 +232,57 @@ class PageKeys {
     if (this.#keys[index] === undefined) this.#filled += 1;
     this.#keys[index] = item.wire.key;
     if (this.#filled === this.#keys.length)
-      this.#pages.recordPage(this.#pageKey, itemKey(this.#keys.join('')));
+      this.#pages.recordPage(this.#pageKey, itemKey(this.#keys.join('')), textLengths(this.#texts));
   }
+}
+
+function cutsInto(lengths: readonly number[] | undefined, texts: readonly string[]): boolean {
+  return lengths?.length === texts.length && texts.every((text, index) => text.length === lengths[index]);
+}
+
+function textLengths(texts: readonly string[]): number[] {
+  return texts.map((text) => text.length);
+}
+
+const COMMA = 0x2c;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+
+/**
+ * A known page's item texts cut out of `itemsText` (a compact body's `data` array without its brackets, json.ts
+ * KnownPageTexts): only when that text's key is a recorded page with its texts' lengths, the recorded keys of the
+ * page's ids, in order, give back its item keys' key (as PageKeys requires before trusting a page), and the
+ * lengths with a comma between each two cover the text exactly. The page was recorded only after its body was
+ * proven compact (each text is JSON.stringify of its item's value), and the key is of the very characters
+ * proven, so the texts and values are what the proof would give; anything else, and the body is proven as before.
+ */
+export function knownPageTexts(pages: KnownPages): KnownPageTexts {
+  return (itemsText, values) => {
+    const pageKey = itemKey(itemsText);
+    const recorded = pages.lookupPage(pageKey);
+    if (recorded === undefined) return undefined;
+    const lengths = pages.pageTextLengths(pageKey);
+    if (lengths === undefined || lengths.length !== values.length || values.length === 0) return undefined;
+    const keys = recordedKeys(values, pages);
+    if (keys === undefined || itemKey(keys.join('')) !== recorded) return undefined;
+    const texts: string[] = [];
+    let position = 0;
+    for (let index = 0; index < lengths.length; index += 1) {
+      if (index > 0) {
+        if (itemsText.charCodeAt(position) !== COMMA) return undefined;
+        position += 1;
+      }
+      const length = lengths[index]!;
+      const end = position + length;
+      // Each an object's text (a damaged record that cuts elsewhere is refused here or by the total length).
+      if (length < 2 || end > itemsText.length) return undefined;
+      if (itemsText.charCodeAt(position) !== OPEN_BRACE || itemsText.charCodeAt(end - 1) !== CLOSE_BRACE)
+        return undefined;
+      texts.push(itemsText.slice(position, end));
+      position = end;
+    }
+    return position === itemsText.length ? { texts, pageKey } : undefined;
+  };
 }
 
 /** The key recorded for each item's id, in order; undefined when any has none. */

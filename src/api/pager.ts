@@ -388,6 +388,7 @@ async function listOnce<I>(
         orderBy: 'id:asc',
         expand: ['total_count'],
         signal,
+        ...(options.knownItems?.pages === undefined ? {} : { knownPages: options.knownItems.pages }),
       });
     return options.retry === undefined ? request() : options.retry('list config instances', request, signal);
   };

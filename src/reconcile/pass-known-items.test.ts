@@ -140,8 +140,33 @@ async function settledWorld(): Promise<void> {
   const prints = JSON.parse(await readFile(path.join(dir, 'state', FINGERPRINTS_FILE), 'utf8'));
   expect(Object.keys(prints.items.byId)).toHaveLength(COUNT);
   expect(Object.keys(prints.files)).toHaveLength(COUNT);
-  // The one page of the listing, known by its items' text: an idle pass makes no key per item.
-  expect(Object.keys(prints.items.pages)).toHaveLength(1);
+  // The one page of the listing, known by its items' text: an idle pass makes no key per item; recorded with its
+  // items' text lengths, by which an idle pass cuts them out of the body instead of printing them.
+  const records = Object.values(prints.items.pages) as unknown[][];
+  expect(records).toHaveLength(1);
+  expect(records[0]).toHaveLength(1 + COUNT);
+  expect(records[0]?.slice(1).every((length) => typeof length === 'number' && length > 100)).toBe(true);
+}
+
+/** fingerprints.json's one page record, changed by `edit`. */
+async function editPageRecord(edit: (record: unknown[]) => unknown): Promise<void> {
+  const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+  const prints = JSON.parse(await readFile(printsFile, 'utf8'));
+  const [pageKey] = Object.keys(prints.items.pages);
+  prints.items.pages[pageKey as string] = edit(prints.items.pages[pageKey as string]);
+  await writeFile(printsFile, JSON.stringify(prints));
+}
+
+/** A drifted file (size and mtime kept) and a deleted one, to be written back from their items' texts. */
+async function driftTwoFiles(): Promise<{ original: string; yaml: string }> {
+  const drifted = rootFile('d1/conf4.json');
+  const original = await readFile(drifted, 'utf8');
+  const stats = await lstat(drifted);
+  await writeFile(drifted, original.replace('"index": 4', '"index": 8'));
+  await utimes(drifted, stats.atime, stats.mtime);
+  const yaml = await readFile(rootFile('d1/conf7.yaml'), 'utf8');
+  await unlink(rootFile('d1/conf7.yaml'));
+  return { original, yaml };
 }
 
 beforeEach(async () => {
@@ -299,6 +324,55 @@ describe('items known by their exact text', () => {
         .map((o) => o.path)
         .sort(),
     ).toEqual(['d1/conf4.json', 'd1/conf7.yaml']);
+  });
+
+  it('a page record whose lengths cut elsewhere (damaged) is proven as before: files written back right, lengths mended', async () => {
+    await settledWorld();
+    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const recorded = JSON.parse(await readFile(printsFile, 'utf8')).items.pages;
+    // Two neighbours' lengths swapped (the total kept), and one shortened and the next lengthened by one.
+    await editPageRecord((record) => {
+      const damaged = [...record];
+      [damaged[2], damaged[3]] = [damaged[3], damaged[2]];
+      damaged[5] = (damaged[5] as number) - 1;
+      damaged[6] = (damaged[6] as number) + 1;
+      return damaged;
+    });
+    const { original, yaml } = await driftTwoFiles();
+    const result = await runPass();
+    expect(result.converged).toBe(true);
+    expect(await readFile(rootFile('d1/conf4.json'), 'utf8')).toBe(original);
+    expect(await readFile(rootFile('d1/conf7.yaml'), 'utf8')).toBe(yaml);
+    expect(
+      result.outcomes
+        .filter((o) => o.action === 'written')
+        .map((o) => o.path)
+        .sort(),
+    ).toEqual(['d1/conf4.json', 'd1/conf7.yaml']);
+    // The record mended to the texts' lengths: the next idle pass cuts the page and writes no state file.
+    expect(JSON.parse(await readFile(printsFile, 'utf8')).items.pages).toEqual(recorded);
+    // (The pass after records the two written files' fingerprints; the one after that writes nothing.)
+    expect((await runPass()).converged).toBe(true);
+    const settled = await readFile(printsFile, 'utf8');
+    expect((await runPass()).converged).toBe(true);
+    expect(await readFile(printsFile, 'utf8')).toBe(settled);
+  });
+
+  it('a page recorded before lengths were kept (a key alone) gets them on the next pass, files written back right', async () => {
+    await settledWorld();
+    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const withLengths = JSON.parse(await readFile(printsFile, 'utf8')).items.pages;
+    await editPageRecord((record) => record[0]);
+    const { original, yaml } = await driftTwoFiles();
+    expect((await runPass()).converged).toBe(true);
+    expect(await readFile(rootFile('d1/conf4.json'), 'utf8')).toBe(original);
+    expect(await readFile(rootFile('d1/conf7.yaml'), 'utf8')).toBe(yaml);
+    expect(JSON.parse(await readFile(printsFile, 'utf8')).items.pages).toEqual(withLengths);
+    // (The pass after records the two written files' fingerprints; the one after that writes nothing.)
+    expect((await runPass()).converged).toBe(true);
+    const settled = await readFile(printsFile, 'utf8');
+    expect((await runPass()).converged).toBe(true);
+    expect(await readFile(printsFile, 'utf8')).toBe(settled);
   });
 
   it('past the budget of bytes a pass holds, a known item is judged and set aside as any other, not held as text', async () => {

@@ -444,16 +444,18 @@ describe('pages known by their items’ text', () => {
   const PAGE = `${'p'.repeat(43)}=`;
   const OTHER_PAGE = `${'q'.repeat(43)}=`;
   const ITEMS = `${'i'.repeat(43)}=`;
+  const LENGTHS = [812, 2, 1024];
 
   it('keeps a page across a save and a load, and forgets the pages a full pull did not see', async () => {
     const store = FileFingerprints.empty(ROOT);
     store.recordItem('cfg_1', KEY, { sha256: SHA, size: 1 });
-    store.recordPage(PAGE, ITEMS);
-    store.recordPage(OTHER_PAGE, ITEMS);
+    store.recordPage(PAGE, ITEMS, LENGTHS);
+    store.recordPage(OTHER_PAGE, ITEMS, LENGTHS);
     expect(store.itemKeyOf('cfg_1')).toBe(KEY);
     expect(await store.save(nodeFs, stateDir)).toBe(true);
     const loaded = await load();
     expect(loaded.lookupPage(PAGE)).toBe(ITEMS);
+    expect(loaded.pageTextLengths(PAGE)).toEqual(LENGTHS);
     // Seen (looked up) since the load: kept; the other is gone, and the file says so.
     loaded.retainSeenPages();
     expect(await loaded.save(nodeFs, stateDir)).toBe(true);
@@ -461,7 +463,7 @@ describe('pages known by their items’ text', () => {
     expect(again.lookupPage(PAGE)).toBe(ITEMS);
     expect(again.lookupPage(OTHER_PAGE)).toBeUndefined();
     // The same page recorded again, and seen: nothing to write.
-    again.recordPage(PAGE, ITEMS);
+    again.recordPage(PAGE, ITEMS, LENGTHS);
     again.retainSeenPages();
     expect(await again.save(nodeFs, stateDir)).toBe(false);
   });
@@ -470,7 +472,7 @@ describe('pages known by their items’ text', () => {
     const store = FileFingerprints.empty(ROOT);
     store.recordItem('cfg_1', KEY, { sha256: SHA, size: 1 });
     const pageKey = (n: number) => `${n.toString().padStart(43, 'p')}=`;
-    for (let n = 0; n < 200; n += 1) store.recordPage(pageKey(n), ITEMS);
+    for (let n = 0; n < 200; n += 1) store.recordPage(pageKey(n), ITEMS, LENGTHS);
     const kept = Array.from({ length: 200 }, (_, n) => store.lookupPage(pageKey(n))).filter(Boolean);
     expect(kept).toHaveLength(1 + 64);
   });
@@ -493,5 +495,36 @@ describe('pages known by their items’ text', () => {
     expect(loaded.lookupPage(PAGE)).toBe(ITEMS);
     expect(loaded.lookupPage(OTHER_PAGE)).toBeUndefined();
     expect(loaded.lookupPage('short')).toBeUndefined();
+  });
+
+  it('reads a page with its text lengths, one recorded before they were kept, and drops malformed lengths', async () => {
+    const header = { version: 2, rootDir: ROOT, files: {} };
+    const byId = { cfg_1: [KEY, SHA, 5] };
+    const page = (n: number) => `${n.toString().padStart(43, 'p')}=`;
+    const pages = {
+      [page(1)]: [ITEMS, ...LENGTHS],
+      [page(2)]: ITEMS,
+      [page(3)]: [ITEMS],
+      [page(4)]: [ITEMS, 812, 1],
+      [page(5)]: [ITEMS, 812, 2.5],
+      [page(6)]: [ITEMS, '812'],
+      [page(7)]: ['not a key', 812],
+    };
+    await writeFingerprints({ ...header, items: { rules: ITEM_RULES_VERSION, byId, pages } });
+    const loaded = await load();
+    expect([loaded.lookupPage(page(1)), loaded.pageTextLengths(page(1))]).toEqual([ITEMS, LENGTHS]);
+    // Known, its lengths not: the next full pull that sees it records them (api/list-page.ts PageKeys).
+    expect([loaded.lookupPage(page(2)), loaded.pageTextLengths(page(2))]).toEqual([ITEMS, undefined]);
+    for (const n of [3, 4, 5, 6, 7]) {
+      expect([n, loaded.lookupPage(page(n)), loaded.pageTextLengths(page(n))]).toEqual([
+        n,
+        undefined,
+        undefined,
+      ]);
+    }
+    // Lengths added to a page known without them: a change, written as the array form.
+    loaded.recordPage(page(2), ITEMS, [40, 41]);
+    expect(await loaded.save(nodeFs, stateDir)).toBe(true);
+    expect((await load()).pageTextLengths(page(2))).toEqual([40, 41]);
   });
 });

@@ -102,9 +102,12 @@ function itemEntry(value: unknown): ItemEntry | undefined {
 }
 
 /** The items and pages of a stored file, when recorded under this agent's item rules; none otherwise. */
-function loadItems(stored: unknown): { items: Map<string, ItemEntry>; pages: Map<string, string> } {
+function loadItems(stored: unknown): {
+  items: Map<string, ItemEntry>;
+  pages: Map<string, PageEntry>;
+} {
   const items = new Map<string, ItemEntry>();
-  const pages = new Map<string, string>();
+  const pages = new Map<string, PageEntry>();
   if (!isObject(stored) || stored.rules !== ITEM_RULES_VERSION || !isObject(stored.byId)) {
     return { items, pages };
   }
@@ -112,15 +115,41 @@ function loadItems(stored: unknown): { items: Map<string, ItemEntry>; pages: Map
     const entry = itemEntry(value);
     if (entry !== undefined) items.set(id, entry);
   }
-  // Optional (an agent before pages wrote none, and drops them); each `pageKey: itemKeysKey`.
+  // Optional (an agent before pages wrote none, and drops them); each `pageKey: [itemKeysKey, ...textLengths]`,
+  // or `pageKey: itemKeysKey` as written before the lengths were kept (an older agent drops the array form).
   if (isObject(stored.pages)) {
-    for (const [pageKey, itemKeysKey] of Object.entries(stored.pages)) {
-      if (ITEM_KEY.test(pageKey) && typeof itemKeysKey === 'string' && ITEM_KEY.test(itemKeysKey)) {
-        pages.set(pageKey, itemKeysKey);
-      }
+    for (const [pageKey, value] of Object.entries(stored.pages)) {
+      const entry = ITEM_KEY.test(pageKey) ? pageEntry(value) : undefined;
+      if (entry !== undefined) pages.set(pageKey, entry);
     }
   }
   return { items, pages };
+}
+
+/** A stored page record, or undefined when it is anything else (then the page is not known). */
+function pageEntry(value: unknown): PageEntry | undefined {
+  if (typeof value === 'string') return ITEM_KEY.test(value) ? { itemKeysKey: value } : undefined;
+  if (!Array.isArray(value) || value.length < 2) return undefined;
+  const [itemKeysKey] = value as unknown[];
+  if (typeof itemKeysKey !== 'string' || !ITEM_KEY.test(itemKeysKey)) return undefined;
+  const textLengths: number[] = [];
+  for (let index = 1; index < value.length; index += 1) {
+    const length: unknown = value[index];
+    // The shortest item text is `{}`.
+    if (typeof length !== 'number' || !Number.isSafeInteger(length) || length < 2) return undefined;
+    textLengths.push(length);
+  }
+  return { itemKeysKey, textLengths };
+}
+
+/** What a page is recorded with: its item keys' key, and its items' text lengths when they were kept. */
+interface PageEntry {
+  itemKeysKey: string;
+  textLengths?: readonly number[];
+}
+
+function sameLengths(a: readonly number[] | undefined, b: readonly number[]): boolean {
+  return a !== undefined && a.length === b.length && a.every((length, index) => length === b[index]);
 }
 
 /** Pages kept beyond one per item recorded: a page holds at least one item, so this bounds them. */
@@ -215,8 +244,8 @@ function entryIdentity(entry: Entry): FileIdentity {
 export class FileFingerprints implements KnownPages {
   readonly #entries: Map<string, Entry>;
   readonly #items: Map<string, ItemEntry>;
-  /** Compact list pages known by their items' text (api/list-page.ts KnownPages): page key → item keys' key. */
-  readonly #pages: Map<string, string>;
+  /** Compact list pages known by their items' text (api/list-page.ts KnownPages): page key → its record. */
+  readonly #pages: Map<string, PageEntry>;
   /** The pages looked up or recorded since the last `retainSeenPages`. */
   readonly #pagesSeen = new Set<string>();
   readonly #rootDir: string;
@@ -226,7 +255,7 @@ export class FileFingerprints implements KnownPages {
     rootDir: string,
     entries: Map<string, Entry>,
     items = new Map<string, ItemEntry>(),
-    pages = new Map<string, string>(),
+    pages = new Map<string, PageEntry>(),
   ) {
     this.#rootDir = rootDir;
     this.#entries = entries;
@@ -331,18 +360,23 @@ export class FileFingerprints implements KnownPages {
 
   /** What was recorded for the page whose items' text has `pageKey` (api/list-page.ts KnownPages). */
   lookupPage(pageKey: string): string | undefined {
-    const itemKeysKey = this.#pages.get(pageKey);
-    if (itemKeysKey !== undefined) this.#pagesSeen.add(pageKey);
-    return itemKeysKey;
+    const entry = this.#pages.get(pageKey);
+    if (entry !== undefined) this.#pagesSeen.add(pageKey);
+    return entry?.itemKeysKey;
+  }
+
+  /** The item text lengths recorded with the page `pageKey` (api/list-page.ts KnownPages). */
+  pageTextLengths(pageKey: string): readonly number[] | undefined {
+    return this.#pages.get(pageKey)?.textLengths;
   }
 
   /** Records a page whose every item was judged valid; at most one page per item recorded, and a few more. */
-  recordPage(pageKey: string, itemKeysKey: string): void {
+  recordPage(pageKey: string, itemKeysKey: string, textLengths: readonly number[]): void {
     const known = this.#pages.get(pageKey);
     if (known === undefined && this.#pages.size >= this.#items.size + SPARE_PAGES) return;
     this.#pagesSeen.add(pageKey);
-    if (known === itemKeysKey) return;
-    this.#pages.set(pageKey, itemKeysKey);
+    if (known?.itemKeysKey === itemKeysKey && sameLengths(known.textLengths, textLengths)) return;
+    this.#pages.set(pageKey, { itemKeysKey, textLengths: [...textLengths] });
     this.#changed = true;
   }
 
@@ -452,8 +486,9 @@ export class FileFingerprints implements KnownPages {
         if (pages.size > 0) {
           yield ',"pages":{';
           separator = '\n';
-          for (const [pageKey, itemKeysKey] of pages) {
-            yield `${separator}${JSON.stringify(pageKey)}:${JSON.stringify(itemKeysKey)}`;
+          for (const [pageKey, { itemKeysKey, textLengths }] of pages) {
+            const record = textLengths === undefined ? itemKeysKey : [itemKeysKey, ...textLengths];
+            yield `${separator}${JSON.stringify(pageKey)}:${JSON.stringify(record)}`;
             separator = ',\n';
           }
           yield '\n}';
