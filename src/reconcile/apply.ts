@@ -24,8 +24,8 @@ import { EntryCheck, foldKey } from '../store/path-aliases.js';
 import { VerifiedDirectories } from '../store/path-guard.js';
 import type { RootMountWatch } from '../store/root-mount.js';
 import type { ManagedFile } from '../store/state.js';
-import { nestedObstacle } from './nested-way.js';
 import { aliasConflictMessage, type RemoveStep, type Step, type StepKind, type WriteStep } from './plan.js';
+import { swapObstacle } from './swap-way.js';
 
 /** Plain writes in flight at once: enough to overlap the fsyncs and the thread pool's round trips. */
 export const WRITE_CONCURRENCY = 16;
@@ -513,8 +513,8 @@ async function applyWrite(
   // First, so that bytes lost from the cache cost this write only, never a displaced file.
   const data = step.data ?? (await setAsideBytes(ctx, step));
   if (step.displaces.length > 0) {
-    // A nested loser's file is removed only when that clears the way: else the winner waits, nothing removed.
-    const obstacle = await nestedObstacle(ctx.fs, ctx.rootDir, step.path, step.displaces, ctx.files);
+    // Displaced files are removed only when that clears the write's way: else it waits, nothing removed.
+    const obstacle = await swapObstacle(ctx.fs, ctx.rootDir, step.path, step.displaces, ctx.files);
     if (obstacle !== undefined)
       return { result: { kind: 'failed', error: obstacle, operation: 'write' }, displaced: [] };
   }

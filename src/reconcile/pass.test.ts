@@ -904,6 +904,44 @@ describe('runPass: target removed or created', () => {
     expect(await fileAt('new.json')).toBe(json({ owner: 'cfg_b' }));
     expect(reportsReceived().slice(1)).toEqual(['cfg_b deployed/none', 'cfg_a removed/none']);
   });
+
+  // Removed and put back at each retry, the old file was a new inode each time (a change to hooks and readers).
+  it.each([
+    [
+      'a local directory at the new path',
+      'new.json',
+      async () => mkdir(path.join(world.rootDir, 'new.json')),
+    ],
+    [
+      'a local file where the new path needs a directory',
+      'etc/new.json',
+      async () => writeFile(path.join(world.rootDir, 'etc'), 'a local file'),
+    ],
+    [
+      'a symlink on the way',
+      'link/new.json',
+      async () => nodeFs.symlink(world.dir, path.join(world.rootDir, 'link')),
+    ],
+  ])(
+    'a swap whose new file is blocked by %s: the old file is never removed nor rewritten on its retries',
+    async (_, newPath, block) => {
+      put({ id: 'cfg_a', relative_filepath: 'old.json', config_schema_id: 'sch_app' });
+      await pass();
+      const before = await stat(path.join(world.rootDir, 'old.json'));
+      await block();
+      put({ id: 'cfg_b', relative_filepath: newPath, config_schema_id: 'sch_app' });
+      world.server.state.removeInstance('cfg_a', T0);
+      for (let round = 0; round < 4; round++) {
+        await pass();
+        const now = await stat(path.join(world.rootDir, 'old.json'));
+        expect([now.ino, now.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+        world.clock.advance(3_600_000);
+      }
+      expect(await fileAt('old.json')).toBe(json({ owner: 'cfg_a' }));
+      expect(reportsReceived().filter((r) => r.startsWith('cfg_a'))).toEqual(['cfg_a deployed/none']);
+      expect(reportsReceived().at(-1)).toBe('cfg_b queued/retrying');
+    },
+  );
 });
 
 describe('runPass: file bytes past the in-memory budget (spill.ts)', () => {

@@ -1,10 +1,10 @@
-// nestedObstacle on memfs: what would still block a nested conflict's winner once its losers' files were removed.
+// swapObstacle on memfs: what would still block a swap's write once its displaced files were removed.
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
 import type { ManagedFile } from '../store/state.js';
-import { nestedObstacle } from './nested-way.js';
 import type { RemoveStep } from './plan.js';
+import { swapObstacle } from './swap-way.js';
 
 function world(tree: Record<string, string | null>) {
   const volume = Volume.fromJSON(tree, '/root');
@@ -28,7 +28,7 @@ const losing = (path: string): RemoveStep => ({
   makesWayFor: { path: 'a.json', instanceId: 'cfg_winner' },
 });
 
-describe('nestedObstacle', () => {
+describe('swapObstacle', () => {
   it('nothing in the way but the losers and the directories made for them: clear', async () => {
     const fs = world({ 'a.json/x/b.json': '1', 'a.json/x/c.json': '2' });
     const files = new Map([
@@ -36,12 +36,12 @@ describe('nestedObstacle', () => {
       ['a.json/x/c.json', file(['a.json/x'])],
     ]);
     const removes = [losing('a.json/x/b.json'), losing('a.json/x/c.json')];
-    expect(await nestedObstacle(fs, '/root', 'a.json', removes, files)).toBeUndefined();
+    expect(await swapObstacle(fs, '/root', 'a.json', removes, files)).toBeUndefined();
   });
 
   it('names the first entry that would stay: a local file, a directory the agent did not make', async () => {
     const files = new Map([['a.json/b.json', file(['a.json'])]]);
-    const local = await nestedObstacle(
+    const local = await swapObstacle(
       world({ 'a.json/b.json': '1', 'a.json/mine.txt': 'x' }),
       '/root',
       'a.json',
@@ -50,7 +50,7 @@ describe('nestedObstacle', () => {
     );
     expect(local?.message).toContain('"a.json/mine.txt" is not a file of this agent');
     expect(local?.retryable).toBe(true);
-    const dir = await nestedObstacle(
+    const dir = await swapObstacle(
       world({ 'a.json/b.json': '1', 'a.json/keep': null }),
       '/root',
       'a.json',
@@ -58,7 +58,7 @@ describe('nestedObstacle', () => {
       files,
     );
     expect(dir?.message).toContain('"a.json/keep" is a directory this agent did not make');
-    const notMade = await nestedObstacle(
+    const notMade = await swapObstacle(
       world({ 'a.json/b.json': '1' }),
       '/root',
       'a.json',
@@ -66,7 +66,7 @@ describe('nestedObstacle', () => {
       new Map([['a.json/b.json', file([])]]),
     );
     expect(notMade?.message).toContain('"a.json" is a directory this agent did not make');
-    const another = await nestedObstacle(
+    const another = await swapObstacle(
       world({ 'a.json/b.json': '1', 'a.json/other.json': '2' }),
       '/root',
       'a.json',
@@ -82,14 +82,14 @@ describe('nestedObstacle', () => {
   it('an entry spelled otherwise than its record (by fold key) is the loser, not an obstacle', async () => {
     const fs = world({ 'a.json/B.json': '1' });
     const files = new Map([['a.json/b.json', file(['a.json'])]]);
-    expect(await nestedObstacle(fs, '/root', 'a.json', [losing('a.json/b.json')], files)).toBeUndefined();
+    expect(await swapObstacle(fs, '/root', 'a.json', [losing('a.json/b.json')], files)).toBeUndefined();
   });
 
   it('a winner path that is a file, or missing, is left to the writer', async () => {
     const files = new Map([['a.json/b.json', file(['a.json'])]]);
     for (const tree of [{ 'a.json': 'a file' }, { 'other.json': '1' }]) {
       expect(
-        await nestedObstacle(world(tree), '/root', 'a.json', [losing('a.json/b.json')], files),
+        await swapObstacle(world(tree), '/root', 'a.json', [losing('a.json/b.json')], files),
       ).toBeUndefined();
     }
   });
