@@ -120,6 +120,35 @@ describe('StateDir: the lock', () => {
     await other.release();
   });
 
+  it('taken again after stateDir was removed under it: the next persist writes state.json and outbox.json again', async () => {
+    const stateDir = await open();
+    stateDir.state.instances.set('cfg_a', {
+      relativePath: 'a.json',
+      activity: 'deployed',
+      error: 'none',
+      attempts: 0,
+    });
+    stateDir.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
+    await stateDir.persist();
+    await rm(settings.stateDir, { recursive: true });
+    await mkdir(settings.stateDir, { mode: 0o700 });
+
+    await stateDir.holdLock();
+    await stateDir.persist();
+
+    expect(await names('state')).toEqual(expect.arrayContaining(['agent.lock', 'outbox.json', 'state.json']));
+    expect(JSON.parse(await readFile(path.join(settings.stateDir, 'outbox.json'), 'utf8'))).toMatchObject({
+      entries: [{ instanceId: 'cfg_a' }],
+    });
+  });
+
+  it('a dry run declares no write: nothing is written in stateDir', async () => {
+    const dry = await open({ readOnly: true });
+    await dry.declareWrites([{ path: 'a.json', instanceId: 'cfg_a', sha256: SHA_A }]);
+    expect(await dry.adoptDeclaredWrites(NOW.toISOString())).toEqual([]);
+    expect(await names('state')).toEqual([]);
+  });
+
   it('is released when loading fails, so the next start can take it', async () => {
     await mkdir(path.join(settings.stateDir, 'state.json'));
     await expect(StateDir.open(fs, settings, silentLogger())).rejects.toThrow(/state\.json/);

@@ -38,7 +38,12 @@ describe.skipIf(!asRoot)('root on the agent user’s stateDir', () => {
     expect(refused).toBeInstanceOf(StateDirError);
     expect((refused as StateDirError).retryable).toBe(false);
     expect(exitCodeForStartupError(refused)).toBe(78);
+    expect((refused as Error).message).toContain('refusing to run as root');
     expect((refused as Error).message).toContain(`it belongs to uid ${AGENT_UID}`);
+    // What to do instead: run as that user, or ask the running agent; and why.
+    expect((refused as Error).message).toContain(`sudo -u '#${AGENT_UID}'`);
+    expect((refused as Error).message).toContain("'config-agent sync'");
+    expect((refused as Error).message).toContain('the agent would no longer start');
     expect(await readdir(settings.stateDir)).toEqual(['state.json']);
   });
 
@@ -53,5 +58,17 @@ describe.skipIf(!asRoot)('root on the agent user’s stateDir', () => {
     expect((await readdir(settings.stateDir)).sort()).toEqual(['outbox.json', 'state.json']);
     await chown(settings.stateDir, 0, 0);
     await (await StateDir.open(nodeFs, settings, silentLogger())).close();
+  });
+});
+
+describe('root (euid 0) on a stateDir it cannot stat', () => {
+  it('is not refused as root: the lock that follows names the problem', async () => {
+    await rm(settings.stateDir, { recursive: true });
+    const failed = await StateDir.open(nodeFs, settings, silentLogger(), { euid: 0 }).catch(
+      (error: unknown) => error,
+    );
+    expect(failed).toBeInstanceOf(Error);
+    expect((failed as Error).message).not.toContain('refusing to run as root');
+    expect((failed as Error).message).toContain('agent.lock');
   });
 });
