@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { serializeContent } from '../reconcile/serialize.js';
 import {
   checkContent,
+  examineContent,
   isJsonContentFile,
   JsonContentFile,
   locateContent,
@@ -454,15 +455,34 @@ describe('locateContent / checkContent', () => {
     expect(locate('{"x":{"content":1},"content":{"a":1}}')).toMatchObject({ start: 29 });
   });
 
-  it('takes content holding every kind of value without a tree, and refuses a member without its quote or colon', () => {
+  it('takes content holding every kind of value without a tree, and finds text that is not JSON', () => {
     const text = '{"t":true,"f":false,"n":null,"i":-12,"d":0.5,"s":"x","a":[],"o":{}}';
     const bytes = Buffer.from(text, 'utf8');
     const checked = checkContent(bytes, 0);
     expect(checked && writeContentFile(bytes, checked).toString('utf8')).toBe(
       `${JSON.stringify(JSON.parse(text), null, 2)}\n`,
     );
-    for (const bad of ['{a":1}', '{"a" 11}', '{"a":tru}', '{"a":fals}', '{"a":nul}', '{"a":x}']) {
-      expect(checkContent(Buffer.from(bad, 'utf8'), 0)).toBeUndefined();
+    const refused = [
+      ...['{a":1}', '{"a" 11}', '{"a":x}', '{"a":trux}', '{"a":falsy}', '{"a":nulx}'],
+      ...['{"a":-}', '{"a":-.5}', '{"a":1.}', '{"a":1e}', '{"a":1e+}'],
+      // A raw control character in a string (here a tab before an `n`), and a string left open.
+      ...['{"a":"\tn"}', '{"a":"x'],
+    ];
+    for (const bad of refused) {
+      expect(examineContent(Buffer.from(bad, 'utf8'), 0)).toEqual({ kind: 'not_json' });
+    }
+  });
+
+  it('names a number beyond a double by its text up to 64 characters, by its length past that', () => {
+    for (const length of [64, 65]) {
+      const number = `1${'0'.repeat(length - 5)}e999`;
+      const verdict = examineContent(Buffer.from(`{"n":${number}}`, 'utf8'), 0);
+      const shown = length === 64 ? number : `<written in ${length} characters>`;
+      expect(verdict).toMatchObject({
+        kind: 'problem',
+        path: ['n'],
+        problem: `number ${shown} is out of range (beyond ±1.8e308)`,
+      });
     }
   });
 
