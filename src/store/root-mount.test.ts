@@ -1,7 +1,7 @@
 // RootMountWatch on a real directory: a rootDir gone for a moment is left to the writes, one moved behind a symlink is refused.
 import { spawnSync } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, rm, symlink } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -98,6 +98,59 @@ describe('RootMountWatch: a bind mount of a directory of the same filesystem (sa
       expect((await restarted.check())?.mountGone).toContain('was one when the agent last saw it');
     } finally {
       if (mounted) unmount(root);
+    }
+  });
+});
+
+describe('RootMountWatch with a MountMemory in stateDir', () => {
+  let root: string;
+  let stateDir: string;
+  /** rootDir is a mount point: its st_dev differs from its parent's (the fs below says so). */
+  let mounted = true;
+  const fs = {
+    ...nodeFs,
+    stat: (async (target: string, ...rest: never[]) => {
+      const stats = await nodeFs.stat(target, ...rest);
+      return mounted && target === root ? Object.assign(stats, { dev: 4242 }) : stats;
+    }) as typeof nodeFs.stat,
+  };
+  const record = path.join('state', ROOT_MOUNT_FILE);
+
+  beforeEach(async () => {
+    root = path.join(dir, 'root');
+    stateDir = path.join(dir, 'state');
+    await mkdir(root);
+    await mkdir(stateDir);
+    mounted = true;
+  });
+
+  it('records a mount point seen; a restart that finds the bare directory refuses it, naming the record', async () => {
+    expect(await new RootMountWatch(fs, root, { stateDir, readOnly: false }).check()).toBeUndefined();
+    expect(JSON.parse(await readFile(path.join(dir, record), 'utf8'))).toEqual({
+      rootDir: root,
+      mountPoint: true,
+    });
+
+    mounted = false;
+    const refused = await new RootMountWatch(fs, root, { stateDir, readOnly: false }).check();
+    expect(refused?.mountGone).toContain(`was one when the agent last saw it (${path.join(dir, record)})`);
+  });
+
+  it('a read-only watch (a dry run) records nothing', async () => {
+    expect(await new RootMountWatch(fs, root, { stateDir, readOnly: true }).check()).toBeUndefined();
+    expect(await readdir(stateDir)).toEqual([]);
+  });
+
+  it('a record of another rootDir, or one not saying mountPoint true, does not hold the bare directory back', async () => {
+    mounted = false;
+    for (const other of [
+      { rootDir: path.join(dir, 'other'), mountPoint: true },
+      { rootDir: root, mountPoint: false },
+      { rootDir: root, mountPoint: 'true' },
+      { mountPoint: true },
+    ]) {
+      await writeFile(path.join(dir, record), JSON.stringify(other));
+      expect(await new RootMountWatch(fs, root, { stateDir, readOnly: false }).check()).toBeUndefined();
     }
   });
 });
