@@ -473,6 +473,36 @@ describe('locateContent / checkContent', () => {
     }
   });
 
+  it('writes each escape as JSON.stringify writes the string it stands for, at every boundary; refuses bad ones', () => {
+    const strings = [
+      // Surrogate pairs at both ends of their ranges, and halves without their other half.
+      ...[
+        '\\ud800\\udc00',
+        '\\udbff\\udfff',
+        '\\u0041\\udc00',
+        '\\ud800\\u0041',
+        '\\udbff\\ud800',
+        '\\udfff',
+      ],
+      // UTF-8's one, two and three byte lengths at their edges; control characters; short escapes.
+      ...['\\u007f\\u0080\\u07ff\\u0800\\uffff', '\\u0000\\u001f\\u0008\\u000a', '\\"\\\\\\/\\b\\f\\n\\r\\t'],
+    ];
+    for (const escaped of strings) {
+      const text = `{"s":"${escaped}"}`;
+      const bytes = Buffer.from(text, 'utf8');
+      const checked = checkContent(bytes, 0);
+      expect(checked && writeContentFile(bytes, checked).toString('utf8')).toBe(
+        `${JSON.stringify(JSON.parse(text), null, 2)}\n`,
+      );
+    }
+    for (const escaped of ['\\é', '\\ug000', '\\u0g00', '\\u00g0', '\\u000g', '\\x41']) {
+      expect(examineContent(Buffer.from(`{"s":"${escaped}"}`, 'utf8'), 0)).toEqual({ kind: 'not_json' });
+    }
+    // A backslash before the byte 0x80 (not UTF-8, but bytes are what is judged here).
+    const byte80 = Buffer.concat([Buffer.from('{"s":"\\'), Buffer.from([0x80]), Buffer.from('"}')]);
+    expect(examineContent(byte80, 0)).toEqual({ kind: 'not_json' });
+  });
+
   it('names a number beyond a double by its text up to 64 characters, by its length past that', () => {
     for (const length of [64, 65]) {
       const number = `1${'0'.repeat(length - 5)}e999`;
