@@ -121,6 +121,19 @@ describe('applySteps: fsyncs', () => {
     expect(vol.readdirSync(path.join(ROOT, 'a'))).toHaveLength(BATCH_STEPS + 1);
   });
 
+  it('ten new directories in one new parent: the parent fsynced once for its ten entries, not once per directory made', async () => {
+    const steps = Array.from({ length: 10 }, (_, i) => write(`cfg_n${i}`, `n/d${i}/f.json`, `n${i}\n`));
+    const counted = await apply(steps);
+    // Before: n ten times (each publish fsynced the parent of each directory it made, at once).
+    expect(counted).toEqual({
+      file: 10,
+      '.': 1,
+      n: 1,
+      ...Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`n/d${i}`, 1])),
+    });
+    expect(vol.readdirSync(path.join(ROOT, 'n'))).toHaveLength(10);
+  });
+
   it('a removal whose file is already gone (a crash or a failed fsync after the unlink) still fsyncs its directory before it is reported', async () => {
     managed('cfg_gone', 'b/gone.json', 'gone\n');
     vol.unlinkSync(path.join(ROOT, 'b/gone.json'));

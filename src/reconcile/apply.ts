@@ -120,6 +120,11 @@ interface HandlerOptions {
   /** The pass's landed writes by fold key (store/path-aliases.ts), for `aliasedWrite`. */
   landed?: LandedWrites;
   verified?: VerifiedDirectories;
+  /**
+   * The directories the pass's batched writes made (PublishRequest.madeDirectories): their entries are made
+   * durable by each batch's syncBatch, for the files of that batch under them.
+   */
+  madeDirectories?: Set<string>;
   /** rootDir's mount is gone: no disk effect is attempted. */
   mountGone?: DiskError;
   /** The batch's writes could not be declared (intent.json): none is attempted. */
@@ -173,6 +178,8 @@ export async function applySteps(
   let settling: Promise<boolean> = Promise.resolve(true);
   // The paths written by batches not known to have settled: a later write to one waits until it is recorded.
   const unsettledPaths = new Set<string>();
+  // For the whole pass: a later batch may write into a directory an earlier one made, whose entry's fsync failed.
+  const madeDirectories = new Set<string>();
   let index = 0;
   try {
     while (index < steps.length) {
@@ -188,7 +195,7 @@ export async function applySteps(
         unsettledPaths.clear();
       }
       for (const written of paths) unsettledPaths.add(written);
-      const options = { ...handlerOptions(plain), landed };
+      const options = { ...handlerOptions(plain, madeDirectories), landed };
       const written = await writeBatch(batch, ctx, options);
       // Removals and swaps may have removed entries and directories the listings read so far hold.
       if (!plain) landed.entries.forget();
@@ -355,10 +362,10 @@ function isPlain(batch: readonly Step[]): boolean {
   return batch.length > 1 || batchable(batch[0]!);
 }
 
-function handlerOptions(plain: boolean): HandlerOptions {
+function handlerOptions(plain: boolean, madeDirectories: Set<string>): HandlerOptions {
   // One per batch: removals and swaps, which can delete directories, run between batches.
   return plain
-    ? { batched: true, verified: new VerifiedDirectories(process.geteuid?.() ?? -1) }
+    ? { batched: true, verified: new VerifiedDirectories(process.geteuid?.() ?? -1), madeDirectories }
     : { batched: false };
 }
 
@@ -416,18 +423,50 @@ async function syncBatch(
   // the directory entry's part of that is this fsync.
   const landed = (applied: AppliedStep): applied is AppliedStep & { step: WriteStep } =>
     applied.step.kind === 'write' && LANDED.has(applied.result.kind);
+  const made = options.madeDirectories ?? new Set<string>();
+  const dependencies = new Map<AppliedStep, string[]>();
+  const directories = new Set<string>();
+  for (const applied of done) {
+    if (!landed(applied)) continue;
+    const needed = directoriesToSync(applied.step.path, applied.result.kind, made);
+    dependencies.set(applied, needed);
+    for (const dir of needed) directories.add(dir);
+  }
   const failures = await syncDirectories(
     ctx.fs,
     ctx.rootDir,
-    done.filter(landed).map((applied) => directoryOf(applied.step.path)),
+    directories,
     options.verified === undefined ? {} : { verified: options.verified },
   );
   if (failures.size === 0) return done;
   return done.map((applied) => {
-    const error = landed(applied) ? failures.get(directoryOf(applied.step.path)) : undefined;
+    const needed = dependencies.get(applied) ?? [];
+    const error = needed.map((dir) => failures.get(dir)).find((failure) => failure !== undefined);
     if (error === undefined) return applied;
     return { ...applied, result: { kind: 'failed', error, operation: 'write' } };
   });
+}
+
+/**
+ * The directories whose fsync a landed file in a batch needs before it is handed on: its own; the parent of
+ * every directory on its way the pass made (that directory's entry, see PublishRequest.madeDirectories); and for
+ * bytes found in place (`unchanged`, `metadata`: a file the agent has no durable record of — the leftover of a
+ * run killed, or of a pass whose fsync failed, after it made the file's directories) every directory up to the
+ * root, whose entries that run may not have made durable.
+ */
+function directoriesToSync(
+  relativePath: string,
+  kind: EffectResult['kind'],
+  made: ReadonlySet<string>,
+): string[] {
+  let dir = directoryOf(relativePath);
+  const needed = [dir];
+  const wholeChain = kind !== 'written';
+  while (dir !== '' && (wholeChain || made.has(dir))) {
+    dir = directoryOf(dir);
+    needed.push(dir);
+  }
+  return needed;
 }
 
 /** Admits work, first come first served, while the bytes admitted stay within `limit`; more goes in alone. */
@@ -542,6 +581,7 @@ async function applyWrite(
       ensureDurable: true,
       syncDirectory: !options.batched,
       ...(options.verified === undefined ? {} : { verified: options.verified }),
+      ...(options.madeDirectories === undefined ? {} : { madeDirectories: options.madeDirectories }),
       ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
     });
     await caching;

@@ -36,6 +36,15 @@ export interface PublishRequest {
    */
   syncDirectory?: boolean;
   /**
+   * With `syncDirectory: false`: each directory this publish makes (under a parent nobody else can change) is
+   * added here, and the fsync of its parent for the new entry is left to the caller too, who passes to
+   * `syncDirectories`, with each file's directory, the parent of every directory in this set on that file's way,
+   * before anyone is told the file is in place. A batch that makes ten directories in one parent then fsyncs that
+   * parent once instead of ten times. The set outlives the publish (the caller's batch or pass): a directory made
+   * by a publish that failed afterwards may hold the files of other publishes.
+   */
+  madeDirectories?: Set<string>;
+  /**
    * When the bytes are already in place, fsync the file and its directory before answering `unchanged`: the
    * bytes may be the leftover of a write whose fsync failed or was cut by a power loss, and nobody may be told
    * they are in place until they are durable. Set for every publish the caller has no durable record of.
@@ -780,6 +789,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
   const verified = request.verified ?? new VerifiedDirectories(process.geteuid?.() ?? -1);
   const syncDirectory = durable && (request.syncDirectory ?? true);
   const ensureDurable = durable && (request.ensureDurable ?? false);
+  const madeDirectories = syncDirectory ? undefined : request.madeDirectories;
   assertMode(mode, 'PublishRequest.mode');
   if (gid !== undefined && (!Number.isInteger(gid) || gid < 0)) {
     throw new RangeError(`PublishRequest.gid must be a non-negative integer, got ${String(gid)}`);
@@ -819,6 +829,7 @@ export async function publishFile(fs: FsPort, request: PublishRequest): Promise<
     signal,
     durable,
     syncDirectory,
+    madeDirectories,
     verified,
     verify: () => inspectPath(fs, rootDir, relativePath, verified),
     // Not FileHandle.writeFile: it loops over short writes, but for good on a write that takes no bytes.
@@ -844,6 +855,8 @@ async function writeTempAndRename(
     signal: AbortSignal | undefined;
     durable: boolean;
     syncDirectory: boolean;
+    /** Where the directories made are recorded when their parents' fsyncs are the caller's (PublishRequest). */
+    madeDirectories?: Set<string> | undefined;
     /** What the inspection (and any earlier publish of its batch) found stable; createParents adds to it. */
     verified: VerifiedDirectories;
     /** The path checked again before the rename (see below). */
@@ -889,18 +902,25 @@ async function writeTempAndRename(
       }
     }
     if (pinned === undefined) {
-      await createParents(
-        fs,
-        root,
-        segments,
-        existingParents,
-        dirMode,
-        relativePath,
-        created,
-        signal,
-        durable,
-        verified,
-      );
+      const made = options.madeDirectories;
+      const before = created.length;
+      try {
+        await createParents(
+          fs,
+          root,
+          segments,
+          existingParents,
+          dirMode,
+          relativePath,
+          created,
+          signal,
+          durable && made === undefined,
+          verified,
+        );
+      } finally {
+        // Recorded even when this publish fails: its rollback may leave a directory another publish wrote into.
+        for (let index = before; index < created.length; index += 1) made?.add(created[index]!);
+      }
     }
     signal?.throwIfAborted();
     const stableParent = inspection.stableParent || verified.has(parentRelative);

@@ -1,0 +1,148 @@
+// applySteps's batches leave the fsync of a new directory's parent to the batch: a power cut never loses a file handed on.
+import path from 'node:path';
+import { Volume } from 'memfs';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { instanceFactory } from '../../test/helpers/instances.js';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
+import { silentLogger } from '../lib/logger.js';
+import { ContentCache } from '../store/content-cache.js';
+import { type AppliedStep, type ApplyContext, applySteps } from './apply.js';
+import type { WriteStep } from './plan.js';
+
+const ROOT = '/srv/config';
+const STATE_DIR = '/var/lib/config-agent';
+const makeInstance = instanceFactory({ relative_filepath: 'app.json' });
+
+let vol: InstanceType<typeof Volume>;
+
+beforeEach(() => {
+  vol = new Volume();
+  vol.mkdirSync(ROOT, { recursive: true });
+  vol.mkdirSync(STATE_DIR, { recursive: true });
+});
+
+function write(id: string, relative: string): WriteStep {
+  const data = Buffer.from(`${id}\n`);
+  return {
+    kind: 'write',
+    instance: makeInstance({ id, relative_filepath: relative }),
+    path: relative,
+    data,
+    sha256: sha256Hex(data),
+    reason: 'new',
+    displaces: [],
+    supersedes: [],
+    report: { activity_status: 'deployed', error_status: 'none' },
+  };
+}
+
+/** `fs` whose directory fsyncs of the directories in `failing` (relative to the root) fail with EIO. */
+function failingDirectorySyncs(fs: FsPort, failing: ReadonlySet<string>): FsPort {
+  return {
+    ...fs,
+    open: (async (...args: Parameters<FsPort['open']>) => {
+      const handle: FileHandle = await fs.open(...args);
+      const relative = path.relative(ROOT, String(args[0]));
+      if (!failing.has(relative)) return handle;
+      return new Proxy(handle, {
+        get(target, property) {
+          const value = Reflect.get(target, property) as unknown;
+          if (property === 'sync') {
+            return async () => {
+              if ((await target.stat()).isDirectory()) throw Object.assign(new Error('EIO'), { code: 'EIO' });
+              return target.sync();
+            };
+          }
+          return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
+        },
+      });
+    }) as FsPort['open'],
+  };
+}
+
+async function run(steps: readonly WriteStep[], model: PowerCutFs, fs: FsPort, batchSteps: number) {
+  const ctx: ApplyContext = {
+    fs,
+    logger: silentLogger(),
+    rootDir: ROOT,
+    fileMode: 0o640,
+    dirMode: 0o750,
+    files: new Map(),
+    cache: new ContentCache(fs, STATE_DIR),
+    batchSteps,
+  };
+  const lost: string[] = [];
+  const handed: AppliedStep[] = [];
+  const outcome = await applySteps(steps, ctx, (applied) => {
+    handed.push(applied);
+    // A power cut at the moment a step is handed on (recorded, then reported): every file handed on as
+    // written so far must survive it whole.
+    const left = model.afterPowerCut();
+    for (const done of handed) {
+      const landed = done.result.kind === 'written' || done.result.kind === 'unchanged';
+      if (!landed || done.step.kind !== 'write') continue;
+      if (left[done.step.path] !== `640 ${done.step.instance.id}\n`) lost.push(done.step.path);
+    }
+  });
+  return { outcome, lost: [...new Set(lost)] };
+}
+
+describe('applySteps: directories a batch makes', () => {
+  it('a power cut when any step is handed on loses no file handed on, across batches sharing new directories', async () => {
+    const base = memfsPort(vol);
+    const model = await PowerCutFs.over(base, ROOT);
+    // Three levels of new directories, files spread so later batches write into directories earlier ones made.
+    const steps = Array.from({ length: 24 }, (_, i) =>
+      write(`cfg_${i}`, `top/g${i % 3}/s${i % 4}/f${i}.json`),
+    );
+    const { outcome, lost } = await run(steps, model, model.fs, 5);
+    expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(steps.map(() => 'written'));
+    expect(lost).toEqual([]);
+  });
+
+  it("when a new directory's parent cannot be fsynced, every file under it fails, in the batch that made it and in later ones", async () => {
+    const base = memfsPort(vol);
+    const model = await PowerCutFs.over(base, ROOT);
+    vol.mkdirSync(path.join(ROOT, 'ok'));
+    const fs = failingDirectorySyncs(model.fs, new Set(['top']));
+    const steps = [
+      write('cfg_a', 'top/new/a.json'),
+      write('cfg_b', 'ok/b.json'),
+      write('cfg_c', 'top/new/c.json'),
+      // Later batches: into the directory an earlier batch made, and into a new one beside it.
+      write('cfg_d', 'top/new/d.json'),
+      write('cfg_e', 'top/other/e.json'),
+      write('cfg_f', 'ok/f.json'),
+    ];
+    const { outcome, lost } = await run(steps, model, fs, 3);
+    const kinds = Object.fromEntries(
+      outcome.applied.map((a) => [a.step.kind === 'write' ? a.step.path : '?', a.result.kind]),
+    );
+    expect(kinds).toEqual({
+      'top/new/a.json': 'failed',
+      'ok/b.json': 'written',
+      'top/new/c.json': 'failed',
+      'top/new/d.json': 'failed',
+      'top/other/e.json': 'failed',
+      'ok/f.json': 'written',
+    });
+    expect(lost).toEqual([]);
+    // The bytes are in place all the same: a pass that can fsync again reports them, without rewriting.
+    expect(vol.readFileSync(path.join(ROOT, 'top/new/d.json'), 'utf8')).toBe('cfg_d\n');
+  });
+
+  it('bytes a killed run left in directories it made (their entries never fsynced) are durable, chain and all, before they are handed on', async () => {
+    const base = memfsPort(vol);
+    const model = await PowerCutFs.over(base, ROOT);
+    // What the killed run left: directories made and the file renamed in, nothing of it fsynced.
+    vol.mkdirSync(path.join(ROOT, 'x/y/z'), { recursive: true });
+    vol.writeFileSync(path.join(ROOT, 'x/y/z/left.json'), 'cfg_left\n', { mode: 0o640 });
+    const { outcome, lost } = await run([write('cfg_left', 'x/y/z/left.json')], model, model.fs, 5);
+    expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(['unchanged']);
+    expect(lost).toEqual([]);
+    expect(model.afterPowerCut()['x/y/z/left.json']).toBe('640 cfg_left\n');
+  });
+});
