@@ -142,9 +142,9 @@ function reconcilerSettings(
 }
 
 /**
- * `config-agent --once`: one pass, what it did on stdout, and the exit code that tells it. SIGTERM or SIGINT stops
- * the pass as the daemon's stop does (the file in progress abandoned whole, what landed recorded, reports kept
- * queued for the next run): exit 143 or 130. A second signal, or the stop deadline, exits at once, leaving what a
+ * `config-agent --once`: one pass, what it did on stdout, and the exit code that tells it. SIGTERM, SIGINT or SIGHUP
+ * stops the pass as the daemon's stop does (the file in progress abandoned whole, what landed recorded, reports
+ * kept queued for the next run): exit 143, 130 or 129. A second signal, or the stop deadline, exits at once, leaving what a
  * kill -9 leaves (whole files and temp files the next run sweeps).
  */
 export async function runOnce(
@@ -164,11 +164,12 @@ export async function runOnce(
 
 /** The exit code of a `--once` stopped by `signal`. */
 function interruptedExitCode(signal: NodeJS.Signals): ExitCode {
+  if (signal === 'SIGHUP') return ExitCode.HungUp;
   return signal === 'SIGINT' ? ExitCode.Interrupted : ExitCode.Terminated;
 }
 
 interface OnceInterruption {
-  /** Aborted, with the signal as its reason, by the first SIGTERM or SIGINT. */
+  /** Aborted, with the signal as its reason, by the first SIGTERM, SIGINT or SIGHUP. */
   stop: AbortSignal;
   /** Settles with the exit code when a second signal or the deadline gives up on a graceful stop. */
   forced: Promise<number>;
@@ -207,7 +208,9 @@ function onceInterruption(
     }, stopDeadlineMs);
     deadline.unref();
   };
-  const listeners = (['SIGTERM', 'SIGINT'] as const).map((signal) => {
+  // SIGHUP too: an operator's `sudo config-agent --once` whose terminal or ssh session closes mid-pass. Node's
+  // default ended it there (temp files left, what landed unrecorded, a signal death instead of an exit code).
+  const listeners = (['SIGTERM', 'SIGINT', 'SIGHUP'] as const).map((signal) => {
     const listener = () => onSignal(signal);
     events?.on(signal, listener);
     return [signal, listener] as const;

@@ -27,6 +27,7 @@ describe('ExitCode', () => {
       Unreachable: 3,
       OutputFailed: 74,
       Config: 78,
+      HungUp: 129,
       Interrupted: 130,
       Terminated: 143,
     });
@@ -37,7 +38,7 @@ describe('ExitCode', () => {
       Object.keys(EXIT_CODE_MEANINGS)
         .map(Number)
         .sort((a, b) => a - b),
-    ).toEqual([0, 1, 2, 3, 74, 78, 130, 143]);
+    ).toEqual([0, 1, 2, 3, 74, 78, 129, 130, 143]);
   });
 });
 

@@ -19,6 +19,8 @@ export const ExitCode = {
   OutputFailed: 74,
   /** Invalid configuration: config file, API key, environment, or an unusable stateDir (EX_CONFIG of sysexits.h). */
   Config: 78,
+  /** `--once` stopped by SIGHUP (128 + 1: the terminal it ran in closed), as for SIGINT. */
+  HungUp: 129,
   /** `--once` stopped by SIGINT (128 + 2, as a shell reports it): what landed is recorded, reports kept queued. */
   Interrupted: 130,
   /** `--once` stopped by SIGTERM (128 + 15). */
@@ -39,6 +41,7 @@ export const EXIT_CODE_MEANINGS: Readonly<Record<ExitCode, string>> = {
     'the output could not be written to stdout (full disk, I/O error, stdout closed); otherwise it would be 0',
   [ExitCode.Config]:
     'invalid configuration (config file, API key, environment), or a read-only or unwritable stateDir',
+  [ExitCode.HungUp]: 'stopped by SIGHUP (--once: its terminal closed), as for SIGINT',
   [ExitCode.Interrupted]:
     'stopped by SIGINT (--once): files on disk are whole, what landed is recorded, reports stay queued',
   [ExitCode.Terminated]: 'stopped by SIGTERM (--once), as for SIGINT',

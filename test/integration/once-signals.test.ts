@@ -1,4 +1,4 @@
-// `config-agent --once` stopped by SIGTERM or SIGINT: exit 143/130, whole files, no temp file, no report lost.
+// `config-agent --once` stopped by SIGTERM, SIGINT or SIGHUP: exit 143/130/129, whole files, no temp file, no report lost.
 import { EventEmitter } from 'node:events';
 import { stat } from 'node:fs/promises';
 import { PassThrough } from 'node:stream';
@@ -32,10 +32,12 @@ async function hangReached(h: AgentHarness, armed: number): Promise<void> {
   );
 }
 
-describe('config-agent --once: SIGTERM and SIGINT', () => {
+describe('config-agent --once: SIGTERM, SIGINT and SIGHUP', () => {
   it.each([
     ['SIGTERM', 143],
     ['SIGINT', 130],
+    // The terminal of an operator's run closing (an ssh session dropped): it was a signal death mid-pass.
+    ['SIGHUP', 129],
   ] as const)(
     '%s while the listing hangs: exits %i at once, nothing written, no temp file',
     async (signal, code) => {
