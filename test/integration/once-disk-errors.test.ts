@@ -323,7 +323,9 @@ describe('config-agent --once: read-only root (EROFS)', () => {
       expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
       expect(await snapshotTree(h.rootDir, { identity: true })).toEqual(before);
 
-      unmountAll();
+      // Writable again as an operator makes it (remount rw): the bind mount stays, so rootDir is still the mount
+      // point root-mount.json remembers (an unmount now leaves a bare mountpoint the agent refuses: 74c0d8c).
+      mountOrThrow(['-o', 'remount,rw,bind', h.rootDir]);
       const second = await h.runOnce();
 
       expect(second.code).toBe(0);
@@ -360,7 +362,7 @@ describe('config-agent --once: read-only root (EROFS)', () => {
       expect(told[0]?.message).toMatch(
         /EROFS.*rootDir is on a read-only filesystem: retried until it is writable/,
       );
-      unmountAll();
+      mountOrThrow(['-o', 'remount,rw,bind', h.rootDir]);
       expect((await h.runOnce()).code).toBe(0);
       expect(await statuses(h, b.id)).toEqual(['deployed', 'deployed', 'none']);
     },
