@@ -6,8 +6,8 @@ import {
   heapCheckpoint,
   heapReleaser,
   idleReleaseThreshold,
-  RELEASE_EVERY_PASS_MIN_WAIT_MS,
   RELEASE_EVERY_PASS_WAIT_PER_COST,
+  RELEASE_MIN_WAITS_MS,
   releaseBeforeWaits,
 } from './release-memory.js';
 
@@ -35,27 +35,28 @@ describe('heapReleaser', () => {
     expect(held - process.memoryUsage().heapUsed).toBeGreaterThan(8 * MiB);
   });
 
-  it('does nothing until the heap grew by the given size since its last collection', () => {
-    const release = heapReleaser(() => 1024 * MiB);
+  it('does nothing until the heap grew by the given size, or the waits since its last collection add up', () => {
+    const release = heapReleaser(() => 1024 * MiB, undefined, 60_000);
     release?.(1000);
     let dropped: string[][] | undefined = garbage();
     const held = process.memoryUsage().heapUsed;
     const made = dropped.length;
     dropped = undefined;
-    release?.(RELEASE_EVERY_PASS_MIN_WAIT_MS - 1);
+    release?.(30_000);
     expect(made).toBe(GARBAGE_ARRAYS);
-    // Not collected: the heap did not grow by 1 GiB since the first call's collection.
+    // Not collected: the heap did not grow by 1 GiB, and 30 s of waits are under the 60 s given.
     expect(held - process.memoryUsage().heapUsed).toBeLessThan(4 * MiB);
   });
 
-  it('collects before a wait of RELEASE_EVERY_PASS_MIN_WAIT_MS or more, however little the heap grew', () => {
-    const release = heapReleaser(() => 1024 * MiB);
+  it('collects once the waits since its last collection add up to the least given, however little the heap grew', () => {
+    const release = heapReleaser(() => 1024 * MiB, undefined, 60_000);
     release?.(1000);
+    release?.(30_000);
     let dropped: string[][] | undefined = garbage();
     const held = process.memoryUsage().heapUsed;
     const made = dropped.length;
     dropped = undefined;
-    release?.(RELEASE_EVERY_PASS_MIN_WAIT_MS);
+    release?.(30_000);
     expect(made).toBe(GARBAGE_ARRAYS);
     expect(held - process.memoryUsage().heapUsed).toBeGreaterThan(8 * MiB);
   });
@@ -233,59 +234,74 @@ function costedHeap(costMs: () => number) {
     collect();
   };
   const release = releaseBeforeWaits(heap, idleReleaseThreshold, {
-    everyPassMinWaitMs: RELEASE_EVERY_PASS_MIN_WAIT_MS,
+    minWaitsMs: RELEASE_MIN_WAITS_MS,
     waitPerCost: RELEASE_EVERY_PASS_WAIT_PER_COST,
     cpuMs: () => cpu.ms,
   });
   return { heap, release };
 }
 
-describe('the release before long waits, scaled by its own cost', () => {
-  it('at ~50 ms a release (1,000 managed), releases before every wait of 10 s or more, never before 1 s', () => {
+describe('the release once the waits add up, scaled by its own cost', () => {
+  it('at ~50 ms a release (1,000 managed), releases before every wait of 10 s, and every tenth wait of 1 s', () => {
     const { heap, release } = costedHeap(() => 50);
     release(1000);
     const afterFirstPass = heap.collections;
     for (let poll = 0; poll < 5; poll += 1) {
       heap.set(31 * MiB);
-      release(RELEASE_EVERY_PASS_MIN_WAIT_MS);
+      release(10_000);
     }
     expect(heap.collections - afterFirstPass).toBe(5);
-    for (let poll = 0; poll < 5; poll += 1) {
+    const released: number[] = [];
+    for (let poll = 1; poll <= 25; poll += 1) {
       heap.set(31 * MiB);
-      release(1000);
+      if (release(1000)) released.push(poll);
     }
-    expect(heap.collections - afterFirstPass).toBe(5);
+    // 200 × 50 ms = 10 s of waits between releases.
+    expect(released).toEqual([10, 20]);
+    expect(heap.collections - afterFirstPass).toBe(7);
   });
 
-  it('at ~190 ms a release (10,000 managed), a 30 s wait keeps the growth rule; a 60 s wait releases', () => {
+  it('at ~190 ms a release (10,000 managed), 30 s waits release every second poll; growth still releases at once', () => {
     const { heap, release } = costedHeap(() => 190);
     release(30_000);
-    // The first release after a pass is measured, then each wait of 30 s is under 200 × 190 ms = 38 s.
+    // The first release after a pass is measured; then 200 × 190 ms = 38 s of waits: two 30 s waits.
     heap.set(31 * MiB);
     release(30_000);
     const measured = heap.collections;
-    for (let poll = 0; poll < 5; poll += 1) {
+    const released: number[] = [];
+    for (let poll = 1; poll <= 6; poll += 1) {
       heap.set(31 * MiB);
-      release(30_000);
+      if (release(30_000)) released.push(poll);
     }
-    expect(heap.collections).toBe(measured);
-    // The growth rule still applies: three quarters of the 30 MiB base.
+    expect(released).toEqual([2, 4, 6]);
+    // The growth rule still applies after one wait: three quarters of the 30 MiB base.
     heap.set(30 * MiB + 23 * MiB);
     release(30_000);
-    expect(heap.collections).toBe(measured + 1);
+    expect(heap.collections).toBe(measured + 4);
     heap.set(31 * MiB);
     release(60_000);
-    expect(heap.collections).toBe(measured + 2);
+    expect(heap.collections).toBe(measured + 5);
+  });
+
+  it('never before the least sum of waits, however cheap', () => {
+    const { heap, release } = costedHeap(() => 0);
+    release(200);
+    const released: number[] = [];
+    for (let poll = 1; poll <= 10; poll += 1) {
+      heap.set(31 * MiB);
+      if (release(RELEASE_MIN_WAITS_MS / 5)) released.push(poll);
+    }
+    expect(released).toEqual([5, 10]);
   });
 
   it("follows the cost: once releases get cheap again, 30 s waits release again; the first pass's release does not count", () => {
     let cost = 5000;
     const { heap, release } = costedHeap(() => cost);
-    // The first call's 5 s (the first pass's garbage) is not a poll's cost: the next 10 s wait releases.
+    // The first call's 5 s (the first pass's garbage) is not a poll's cost: the next wait releases.
     release(30_000);
     cost = 190;
     heap.set(31 * MiB);
-    release(RELEASE_EVERY_PASS_MIN_WAIT_MS);
+    release(RELEASE_MIN_WAITS_MS);
     expect(heap.collections).toBe(2);
     heap.set(31 * MiB);
     release(30_000);

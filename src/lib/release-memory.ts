@@ -21,20 +21,21 @@ export const RELEASE_AFTER_GROWTH_BYTES = 8 * MiB;
 export const RELEASE_AFTER_GROWTH_FRACTION = 0.75;
 
 /**
- * Before a wait at least this long the idle release runs whatever the heap grew: the daemon is then idle for
- * most of its life (the default poll is 30 s), and what a poll grows back is held until the next one. The
- * growth rule alone left the idle daemon at 1,000 managed at 64.5 MiB (Node 24, 1 s polls; 64.1 at 30 s) and
- * 62.6 (Node 20); a release after every pass 60.8 and 60.5, for ~35 ms (Node 24) and ~15 ms (Node 20) of CPU per
- * poll — ~0.1 % of a core at 30 s, too much at 1 s polls, which keep the growth rule (docs/performance.md
- * "Idle daemon, tenth round").
+ * The idle release runs whatever the heap grew once the waits since the last one, the wait ahead included, add up
+ * to at least this: the daemon is then idle for most of that time (the default poll is 30 s), and what the polls
+ * grew back is held until the next release. The growth rule alone left the idle daemon at 1,000 managed at 64.5 MiB
+ * (Node 24, 30 s polls) and a release after every pass at 60.6 (docs/performance.md "Idle daemon, tenth round").
+ * Short waits add up: at 1 s polls a release every few polls holds Node 24 at ~60.6 MiB and Node 20 at ~59.9
+ * instead of 62.0–62.9 and 61.0–61.4 ("Idle daemon, twelfth round"); the cost rule below sets how few.
  */
-export const RELEASE_EVERY_PASS_MIN_WAIT_MS = 10_000;
+export const RELEASE_MIN_WAITS_MS = 1_000;
 
 /**
- * …and at least this many times the CPU the last release between polls cost: a release after every pass takes
- * at most 0.5 % of a core. Its cost grows with the managed set (Node 24, 1 s polls: ~35–50 ms at 1,000, ~190 ms
- * at 10,000), so a device with many files polling every 30 s keeps the growth rule instead of paying ~0.6 % of a
- * core for it (docs/performance.md "Idle daemon, eleventh round").
+ * …and at least this many times the CPU the last release between polls cost: the release takes at most 0.5 % of
+ * a core. Its cost grows with the managed set (~12 ms on Node 20 and ~25 ms on Node 24 at 1,000; ~190 ms at 10,000
+ * on Node 24), so at 1,000 managed a daemon polling every second releases every third poll on Node 20 and every
+ * fifth on Node 24, and one polling every 30 s after every pass; at 10,000 every second 30 s poll
+ * (docs/performance.md "Idle daemon, eleventh round" and "twelfth round").
  */
 export const RELEASE_EVERY_PASS_WAIT_PER_COST = 200;
 
@@ -89,9 +90,9 @@ export function idleReleaseThreshold(
 let collector: GcFunction | null | undefined;
 
 export interface ReleaseBeforeWaitsOptions {
-  /** The shortest wait that gets a release whatever the heap grew (RELEASE_EVERY_PASS_MIN_WAIT_MS). */
-  everyPassMinWaitMs: number;
-  /** …and the least multiple of the last release's CPU cost that wait must be (RELEASE_EVERY_PASS_WAIT_PER_COST). */
+  /** The least sum of waits since the last release that gets one whatever the heap grew (RELEASE_MIN_WAITS_MS). */
+  minWaitsMs: number;
+  /** …and the least multiple of the last release's CPU cost that sum must be (RELEASE_EVERY_PASS_WAIT_PER_COST). */
   waitPerCost: number;
   /** CPU time the process used, ms (user + system): a fake in tests. */
   cpuMs: () => number;
@@ -99,10 +100,11 @@ export interface ReleaseBeforeWaitsOptions {
 
 /**
  * The release between polls as a policy, on any heap: before a wait of `waitMs` it collects once the heap grew by
- * `threshold` since the last collection (collectOnGrowth), or whatever it grew when the wait is at least
- * `everyPassMinWaitMs` and at least `waitPerCost` times what the last collection after the first cost in CPU;
- * says whether it collected. The first call collects (the first pass grew the heap from nothing); its cost, the
- * first pass's garbage, is not a poll's and is not kept.
+ * `threshold` since the last collection (collectOnGrowth), or whatever it grew once the waits since the last
+ * collection, this one included, add up to at least `minWaitsMs` and at least `waitPerCost` times what the last
+ * collection after the first cost in CPU; says whether it collected. The first call collects (the first pass grew
+ * the heap from nothing); its cost, the first pass's garbage, is not a poll's and is not kept. The waits are the
+ * ones asked for: a poll woken early (a sync, a reload) counts its whole wait.
  */
 export function releaseBeforeWaits(
   heap: HeapControl,
@@ -111,6 +113,7 @@ export function releaseBeforeWaits(
 ): (waitMs: number) => boolean {
   let lastCostMs = 0;
   let collections = 0;
+  let waitedMs = 0;
   const release = collectOnGrowth(
     {
       size: () => heap.size(),
@@ -124,8 +127,12 @@ export function releaseBeforeWaits(
     threshold,
     0,
   );
-  return (waitMs) =>
-    release(waitMs >= Math.max(options.everyPassMinWaitMs, lastCostMs * options.waitPerCost));
+  return (waitMs) => {
+    waitedMs += waitMs;
+    const collected = release(waitedMs >= Math.max(options.minWaitsMs, lastCostMs * options.waitPerCost));
+    if (collected) waitedMs = 0;
+    return collected;
+  };
 }
 
 /**
@@ -136,13 +143,13 @@ export function releaseBeforeWaits(
  * docs/performance.md "Idle daemon"). Node 20's V8 (11.3) takes no flavor, and a `gc(options)` there leaves
  * garbage a plain `gc()` collects: it gets the plain one, which returns little (90 MiB either way). It collects
  * only once the heap (V8's committed size) grew by `threshold` (`idleReleaseThreshold`) since its last
- * collection, or before a wait of at least `everyPassMinWaitMs` and RELEASE_EVERY_PASS_WAIT_PER_COST times the
- * last release's CPU; the first call collects. Undefined when the runtime refuses (memory is then left to V8).
+ * collection, or once the waits since it add up to at least `minWaitsMs` and RELEASE_EVERY_PASS_WAIT_PER_COST times
+ * the last release's CPU; the first call collects. Undefined when the runtime refuses (memory is then left to V8).
  */
 export function heapReleaser(
   threshold: (base: number) => number = idleReleaseThreshold,
   v8Version = process.versions.v8,
-  everyPassMinWaitMs = RELEASE_EVERY_PASS_MIN_WAIT_MS,
+  minWaitsMs = RELEASE_MIN_WAITS_MS,
 ): ((waitMs: number) => void) | undefined {
   const collect = gcFunction();
   if (collect === null) return undefined;
@@ -154,7 +161,7 @@ export function heapReleaser(
         lastResort ? collect({ type: 'major', execution: 'sync', flavor: 'last-resort' }) : collect(),
     },
     threshold,
-    { everyPassMinWaitMs, waitPerCost: RELEASE_EVERY_PASS_WAIT_PER_COST, cpuMs: processCpuMs },
+    { minWaitsMs, waitPerCost: RELEASE_EVERY_PASS_WAIT_PER_COST, cpuMs: processCpuMs },
   );
   return (waitMs) => {
     release(waitMs);
