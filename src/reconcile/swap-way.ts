@@ -71,29 +71,38 @@ export async function swapObstacle(
   if (!madeDirs.has(foldKey(writePath))) return notMade(writePath);
   const pending = [writePath];
   for (let dir = pending.pop(); dir !== undefined; dir = pending.pop()) {
-    let entries: Dirent[];
+    let entries: AsyncIterable<Dirent> | Dirent[];
     try {
-      entries = await fs.readdir(path.join(rootDir, dir), { withFileTypes: true });
+      // A few entries at a time where the port can (the first one in the way ends the walk): a directory of a
+      // million local entries listed whole would hold ~300 MiB at each retry.
+      const at = path.join(rootDir, dir);
+      entries =
+        fs.opendir === undefined ? await fs.readdir(at, { withFileTypes: true }) : await fs.opendir(at);
     } catch {
       return undefined;
     }
-    for (const entry of entries) {
-      const relative = `${dir}/${entry.name}`;
-      // By fold key: on a case-insensitive filesystem an entry may be spelled otherwise than its record (a
-      // key shared by two distinct names on another filesystem only lets the swap try, and put the file back).
-      if (entry.isDirectory()) {
-        if (!madeDirs.has(foldKey(relative))) return notMade(relative);
-        pending.push(relative);
-      } else if (!entry.isFile() || !removed.has(foldKey(relative))) {
-        // Another instance's (one failed on the service is never touched): named, it is not a local file.
-        const owner = entry.isFile() ? files.get(relative)?.instanceId : undefined;
-        return blocked(
-          relative,
-          owner === undefined
-            ? 'is not a file of this agent, which it never removes'
-            : `is the file of ${owner}, not removed for this write`,
-        );
+    try {
+      for await (const entry of entries) {
+        const relative = `${dir}/${entry.name}`;
+        // By fold key: on a case-insensitive filesystem an entry may be spelled otherwise than its record (a
+        // key shared by two distinct names on another filesystem only lets the swap try, and put the file back).
+        if (entry.isDirectory()) {
+          if (!madeDirs.has(foldKey(relative))) return notMade(relative);
+          pending.push(relative);
+        } else if (!entry.isFile() || !removed.has(foldKey(relative))) {
+          // Another instance's (one failed on the service is never touched): named, it is not a local file.
+          const owner = entry.isFile() ? files.get(relative)?.instanceId : undefined;
+          return blocked(
+            relative,
+            owner === undefined
+              ? 'is not a file of this agent, which it never removes'
+              : `is the file of ${owner}, not removed for this write`,
+          );
+        }
       }
+    } catch {
+      // A listing that fails part-way tells nothing: the swap tries, as without this look.
+      return undefined;
     }
   }
   return undefined;
