@@ -8,7 +8,9 @@ import { swapObstacle } from './swap-way.js';
 
 function world(tree: Record<string, string | null>) {
   const volume = Volume.fromJSON(tree, '/root');
-  return createFsFromVolume(volume).promises as unknown as FsPort;
+  return createFsFromVolume(volume).promises as unknown as FsPort & {
+    symlink(target: string, path: string): Promise<void>;
+  };
 }
 
 const file = (createdDirs: string[]): ManagedFile => ({
@@ -102,6 +104,29 @@ describe('swapObstacle', () => {
     expect((await swapObstacle(whole, '/root', 'a.json', [losing('a.json/b.json')], files))?.message).toBe(
       obstacle?.message,
     );
+  });
+
+  it('on the way: a displaced file where a directory is needed is cleared; one only forgotten (aliasOf), a local file or a symlink is not', async () => {
+    const files = new Map([['a.json', file([])]]);
+    const displaced = {
+      ...losing('a.json'),
+      makesWayFor: { path: 'a.json/b.json', instanceId: 'cfg_winner' },
+    };
+    const tree = () => world({ 'a.json': '1', 'elsewhere/x': '2' });
+    expect(await swapObstacle(tree(), '/root', 'a.json/b.json', [displaced], files)).toBeUndefined();
+    const kept = { ...displaced, aliasOf: { path: 'A.json', instanceId: 'cfg_other' } };
+    expect((await swapObstacle(tree(), '/root', 'a.json/b.json', [kept], files))?.rule).toBe(
+      'not_a_directory',
+    );
+    expect((await swapObstacle(tree(), '/root', 'a.json/b.json', [], files))?.message).toContain(
+      'has a parent component that exists but is not a directory (a.json)',
+    );
+    const linked = tree();
+    await linked.symlink('/root/elsewhere', '/root/link');
+    const through = await swapObstacle(linked, '/root', 'link/b.json', [displaced], files);
+    expect([through?.rule, through?.retryable]).toEqual(['crosses_symlink', true]);
+    const atPath = await swapObstacle(linked, '/root', 'link', [displaced], files);
+    expect(atPath?.message).toContain('crosses a symlink (the target itself)');
   });
 
   it('a winner path that is a file, or missing, is left to the writer', async () => {
