@@ -284,7 +284,7 @@ export function planSteps(input: PlanInput): Step[] {
   standaloneRemoves.push(...leftPathRemovals(input, claimedPaths, claimedAlias));
   // A nested loser's file goes with its winner's write, as a swap: put back if that write fails (a full disk, a
   // failing one), so the device never ends up with neither; apply removes nothing while something it must not
-  // remove (a local file, a directory of someone else's) would still block the winner (nested-way.ts).
+  // remove (a local file, a directory of someone else's) would still block the winner (swap-way.ts).
   for (const remove of withSharedPrune(nestedRemoves, input)) {
     const winnerId = remove.makesWayFor!.instanceId;
     displaces.set(winnerId, [...(displaces.get(winnerId) ?? []), remove]);
