@@ -136,6 +136,11 @@ describe('RootMountWatch with a MountMemory in stateDir', () => {
     expect(refused?.mountGone).toContain(`was one when the agent last saw it (${path.join(dir, record)})`);
   });
 
+  it('a watch without a MountMemory takes a mount point as it finds it', async () => {
+    expect(await new RootMountWatch(fs, root).check()).toBeUndefined();
+    expect(await readdir(stateDir)).toEqual([]);
+  });
+
   it('a read-only watch (a dry run) records nothing', async () => {
     expect(await new RootMountWatch(fs, root, { stateDir, readOnly: true }).check()).toBeUndefined();
     expect(await readdir(stateDir)).toEqual([]);
