@@ -69,13 +69,12 @@ export async function createDeps(
   secrets: SecretRegistry,
   stderr: NodeJS.WritableStream,
 ): Promise<Deps> {
-  const checkpoint = heapCheckpoint();
   return {
     fs: await hangSafeFs(config.rootDir, systemClock),
     clock: systemClock,
     random: Math.random,
     logger: createLogger({ level: config.log.level, secrets, destination: stderr }),
-    ...(checkpoint === undefined ? {} : { heapCheckpoint: checkpoint }),
+    heapCheckpoint: heapCheckpoint(),
   };
 }
 

@@ -1,5 +1,6 @@
 // heapReleaser: V8's gc reached without --expose-gc, run only once the heap grew enough; the growth policy with a fake heap.
-import { describe, expect, it } from 'vitest';
+import { getHeapStatistics } from 'node:v8';
+import { describe, expect, it, vi } from 'vitest';
 import {
   collectOnGrowth,
   type HeapControl,
@@ -63,6 +64,28 @@ describe('heapReleaser', () => {
 });
 
 describe('heapCheckpoint', () => {
+  it('makes no V8 context for gc until a collection is due: none for a pass that never collects', async () => {
+    vi.resetModules();
+    const fresh = await import('./release-memory.js');
+    const contexts = () => getHeapStatistics().number_of_native_contexts;
+    const before = contexts();
+    const check = fresh.heapCheckpoint();
+    check();
+    check();
+    // The old generation grew by far less than 16 MiB: no collection, no context made to reach gc.
+    expect(contexts()).toBe(before);
+    // Due at once: gc is reached then (a context of its own, held with the function), and it collects.
+    const collectNow = fresh.heapCheckpoint(0);
+    let dropped: string[][] | undefined = garbage();
+    const held = process.memoryUsage().heapUsed;
+    const made = dropped.length;
+    dropped = undefined;
+    collectNow();
+    expect(made).toBe(GARBAGE_ARRAYS);
+    expect(held - process.memoryUsage().heapUsed).toBeGreaterThan(8 * MiB);
+    expect(contexts()).toBe(before + 1);
+  });
+
   it('collects garbage the program dropped once the old generation grew by the given bytes (0: at once)', () => {
     const check = heapCheckpoint(0);
     expect(check).toBeTypeOf('function');
