@@ -134,6 +134,29 @@ describe('applySteps: fsyncs', () => {
     expect(vol.readdirSync(path.join(ROOT, 'n'))).toHaveLength(10);
   });
 
+  it('sixteen files into one new directory: it is made once, not tried by each publish in flight', async () => {
+    const steps = Array.from({ length: 16 }, (_, i) => write(`cfg_m${i}`, `m/d/f${i}.json`, `m${i}\n`));
+    const made = new Map<string, number>();
+    // A root only the agent's user can write to (memfs makes directories 0777): the chain below it is stable.
+    vol.chmodSync(ROOT, 0o755);
+    const base = ctx.fs;
+    ctx = {
+      ...ctx,
+      fs: {
+        ...base,
+        mkdir: (async (...args: Parameters<FsPort['mkdir']>) => {
+          const key = path.relative(ROOT, String(args[0]));
+          made.set(key, (made.get(key) ?? 0) + 1);
+          return base.mkdir(...args);
+        }) as FsPort['mkdir'],
+      },
+    };
+    await apply(steps);
+    // Before: each of the 16 publishes in flight found `m/d` missing and tried it (15 EEXIST, each then opened).
+    expect(Object.fromEntries(made)).toEqual({ m: 1, 'm/d': 1 });
+    expect(vol.readdirSync(path.join(ROOT, 'm/d'))).toHaveLength(16);
+  });
+
   it('a removal whose file is already gone (a crash or a failed fsync after the unlink) still fsyncs its directory before it is reported', async () => {
     managed('cfg_gone', 'b/gone.json', 'gone\n');
     vol.unlinkSync(path.join(ROOT, 'b/gone.json'));

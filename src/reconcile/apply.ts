@@ -125,6 +125,8 @@ interface HandlerOptions {
    * durable by each batch's syncBatch, for the files of that batch under them.
    */
   madeDirectories?: Set<string>;
+  /** The batch's directories being made (PublishRequest.makingDirectories). */
+  makingDirectories?: Map<string, Promise<void>>;
   /** rootDir's mount is gone: no disk effect is attempted. */
   mountGone?: DiskError;
   /** The batch's writes could not be declared (intent.json): none is attempted. */
@@ -365,7 +367,12 @@ function isPlain(batch: readonly Step[]): boolean {
 function handlerOptions(plain: boolean, madeDirectories: Set<string>): HandlerOptions {
   // One per batch: removals and swaps, which can delete directories, run between batches.
   return plain
-    ? { batched: true, verified: new VerifiedDirectories(process.geteuid?.() ?? -1), madeDirectories }
+    ? {
+        batched: true,
+        verified: new VerifiedDirectories(process.geteuid?.() ?? -1),
+        madeDirectories,
+        makingDirectories: new Map(),
+      }
     : { batched: false };
 }
 
@@ -582,6 +589,7 @@ async function applyWrite(
       syncDirectory: !options.batched,
       ...(options.verified === undefined ? {} : { verified: options.verified }),
       ...(options.madeDirectories === undefined ? {} : { madeDirectories: options.madeDirectories }),
+      ...(options.makingDirectories === undefined ? {} : { makingDirectories: options.makingDirectories }),
       ...(ctx.signal === undefined ? {} : { signal: ctx.signal }),
     });
     await caching;
