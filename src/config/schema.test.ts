@@ -341,6 +341,9 @@ describe('server', () => {
     ['https://h.example/?token=1', 'must not contain a query or a fragment'],
     ['https://h.example/#x', 'must not contain a query or a fragment'],
     ['http://h.example', 'must use https (http is allowed only for a loopback host)'],
+    // Port 0 names no service: every request failed "unreachable" (exit 3, retried for good) instead of 78.
+    ['https://h.example:0', 'must not use port 0 (no service listens there)'],
+    ['http://127.0.0.1:0/api', 'must not use port 0 (no service listens there)'],
   ])('rejects baseUrl %j', (baseUrl, problem) => {
     expect(rejection(withPatch({ server: { baseUrl } })).issues).toEqual([
       { path: 'server.baseUrl', message: problem },

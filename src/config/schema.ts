@@ -160,6 +160,9 @@ const BaseUrl = z
       });
     } else if (value.includes('?') || value.includes('#')) {
       ctx.addIssue({ code: 'custom', message: 'must not contain a query or a fragment' });
+    } else if (url.port === '0') {
+      // Nothing can answer there: the agent would retry an "unreachable" service for good (exit 3), not exit 78.
+      ctx.addIssue({ code: 'custom', message: 'must not use port 0 (no service listens there)' });
     } else if (url.protocol === 'http:' && !isLoopback(url.hostname)) {
       // The key travels in a header: plain http is only acceptable when it never leaves the machine.
       ctx.addIssue({ code: 'custom', message: 'must use https (http is allowed only for a loopback host)' });
