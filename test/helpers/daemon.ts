@@ -5,7 +5,7 @@ import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { callAgent, type LocalResponse } from '../../src/cli/local-client.js';
 import { TEMP_PREFIX } from '../../src/store/path-guard.js';
-import type { AgentHarness, RunResult } from './harness.js';
+import type { AgentHarness, RunResult, SpawnIdentity } from './harness.js';
 import { waitFor } from './wait-for.js';
 
 /** One pino JSON line the agent logged. */
@@ -59,9 +59,9 @@ export class DaemonProcess {
     });
   }
 
-  /** Spawns the daemon (no --once) with the harness's config. */
-  static start(harness: AgentHarness, env?: NodeJS.ProcessEnv): DaemonProcess {
-    const daemon = new DaemonProcess(harness.spawn([], env));
+  /** Spawns the daemon (no --once) with the harness's config; `identity`: another node or entry (a launcher). */
+  static start(harness: AgentHarness, env?: NodeJS.ProcessEnv, identity?: SpawnIdentity): DaemonProcess {
+    const daemon = new DaemonProcess(harness.spawn([], env, identity));
     running.add(daemon);
     return daemon;
   }

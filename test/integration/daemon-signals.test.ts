@@ -4,10 +4,11 @@ import { readdir, readFile, readlink, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import { launcherScript } from '../../packaging/launcher.mjs';
 import type { Fixtures } from '../../src/api/admin-schemas.js';
 import { STRAY_SIGNALS } from '../../src/cli/stray-signals.js';
 import { callLocalApi, DaemonProcess, findTempFiles, killAllDaemons } from '../helpers/daemon.js';
-import { AgentHarness, REPO_ROOT } from '../helpers/harness.js';
+import { AGENT_BIN, AgentHarness, REPO_ROOT } from '../helpers/harness.js';
 import { LIST_PATH } from '../helpers/outage.js';
 import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
 
@@ -111,6 +112,30 @@ describe('signals the agent has no use for', () => {
     }
     const passes = daemon.passes().length;
     await daemon.waitForPasses(1, PATIENCE_MS, { after: passes });
+    expect((await daemon.stop()).code).toBe(0);
+  });
+});
+
+describe('real-time signals (34-64)', () => {
+  // Node can neither listen to them nor ignore them: the packages' launcher starts the daemon with them ignored
+  // (packaging/launcher.mjs REAL_TIME_SIGNALS), and the agent keeps them so. Before, kill -RTMIN ended it.
+  it('do not end the daemon started by the launcher: passes go on, SIGTERM exits 0', async () => {
+    harness = await AgentHarness.create({
+      registerDevice: true,
+      config: { poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 } },
+    });
+    const launcher = path.join(harness.dir, 'config-agent');
+    await writeFile(
+      launcher,
+      launcherScript({ interpreter: process.execPath, mainJs: AGENT_BIN, runtime: 'a test' }),
+      { mode: 0o755 },
+    );
+    const daemon = DaemonProcess.start(harness, {}, { node: '/bin/sh', bin: launcher });
+    await daemon.waitForPasses(1, PATIENCE_MS);
+    for (const signal of [34, 35, 50, 64]) process.kill(daemon.child.pid!, signal);
+    const passes = daemon.passes().length;
+    // Times out with the stderr tail when a signal ended the daemon (it did at 34 before).
+    await daemon.waitForPasses(2, PATIENCE_MS, { after: passes });
     expect((await daemon.stop()).code).toBe(0);
   });
 });
