@@ -32,9 +32,9 @@ export const RELEASE_MIN_WAITS_MS = 1_000;
 
 /**
  * …and at least this many times the CPU the last release between polls cost: the release takes at most 0.5 % of
- * a core. Its cost grows with the managed set (~12 ms on Node 20 and ~25 ms on Node 24 at 1,000; ~190 ms at 10,000
- * on Node 24), so at 1,000 managed a daemon polling every second releases every third poll on Node 20 and every
- * fifth on Node 24, and one polling every 30 s after every pass; at 10,000 every second 30 s poll
+ * a core. Its cost grows with the managed set (~20 ms on Node 20 and ~25 ms on Node 24 at 1,000; ~190 ms at 10,000
+ * on Node 24), so at 1,000 managed a daemon polling every second releases every fourth or fifth poll, and one
+ * polling every 30 s after every pass; at 10,000 every second 30 s poll
  * (docs/performance.md "Idle daemon, eleventh round" and "twelfth round").
  */
 export const RELEASE_EVERY_PASS_WAIT_PER_COST = 200;
@@ -141,7 +141,9 @@ export function releaseBeforeWaits(
  * (Node 22) it is asked for the `last-resort` flavor, V8's collection under memory pressure, which also shrinks
  * the young generation and returns the freed pages (Node 24, idle daemon with 1,000 managed: 115 → 99 MiB,
  * docs/performance.md "Idle daemon"). Node 20's V8 (11.3) takes no flavor, and a `gc(options)` there leaves
- * garbage a plain `gc()` collects: it gets the plain one, which returns little (90 MiB either way). It collects
+ * garbage a plain `gc()` collects: it gets two plain ones, as last-resort runs at least two; one gave back the pages
+ * it left sparse only at the next release (idle daemon at 1 s polls: 61.0 MiB until then, 58.7–59.2 with two,
+ * "Idle daemon, twelfth round"). It collects
  * only once the heap (V8's committed size) grew by `threshold` (`idleReleaseThreshold`) since its last
  * collection, or once the waits since it add up to at least `minWaitsMs` and RELEASE_EVERY_PASS_WAIT_PER_COST times
  * the last release's CPU; the first call collects. Undefined when the runtime refuses (memory is then left to V8).
@@ -157,8 +159,15 @@ export function heapReleaser(
   const release = releaseBeforeWaits(
     {
       size: () => getHeapStatistics().total_heap_size,
-      collect: () =>
-        lastResort ? collect({ type: 'major', execution: 'sync', flavor: 'last-resort' }) : collect(),
+      collect: () => {
+        if (lastResort) collect({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+        else {
+          // The second compacts the pages the first found sparse and gives them back (V8 picks the pages to
+          // evacuate from the last sweep): one plain collection left them committed.
+          collect();
+          collect();
+        }
+      },
     },
     threshold,
     { minWaitsMs, waitPerCost: RELEASE_EVERY_PASS_WAIT_PER_COST, cpuMs: processCpuMs },
