@@ -73,7 +73,7 @@ function sparseOldGeneration(collect: () => void): string[] {
 }
 
 describe('heapReleaser, pages', () => {
-  it('gives back the pages of an old generation it left sparse: the committed heap falls by most of what it grew', () => {
+  it('gives back pages of an old generation it left sparse: the committed heap falls, as one collection does not', () => {
     const release = heapReleaser(() => 1024 * MiB);
     const promote = heapCheckpoint(0);
     expect(promote).toBeTypeOf('function');
@@ -81,8 +81,10 @@ describe('heapReleaser, pages', () => {
     const grown = getHeapStatistics().total_heap_size;
     release?.(1000);
     expect(kept.length).toBe(GARBAGE_ARRAYS * 50);
-    // Node 20, one plain collection: 21.4 -> 21.4 MiB committed (4 used); two: 21.4 -> 6.4.
-    expect(grown - getHeapStatistics().total_heap_size).toBeGreaterThan(8 * MiB);
+    // In a bare Node 20, one plain collection: 21.4 -> 21.4 MiB committed (4 used); two: 21.4 -> 6.4.
+    // How many sparse pages V8 compacts depends on the speed it measured, so on the load: alone, two collections gave
+    // back 14.8-15.5 MiB, under the full unit tier at a load of ~20 7.0; one collection 0.5-1.0.
+    expect(grown - getHeapStatistics().total_heap_size).toBeGreaterThan(3 * MiB);
   });
 });
 
