@@ -55,10 +55,12 @@ export async function loadConfiguration(
   configPath: string | undefined,
   env: NodeJS.ProcessEnv,
   secrets: SecretRegistry,
+  servesSocket = false,
 ): Promise<LoadedConfig> {
   const loaded = await loadAgentConfig(nodeFs, {
     ...(configPath === undefined ? {} : { configFlag: configPath }),
     env,
+    servesSocket,
   });
   secrets.add(loaded.apiKey);
   return loaded;
@@ -431,7 +433,7 @@ export async function runAgent(
   const reload = (running: RunningAgent<Reconciler>) =>
     running.reload(async (current) =>
       buildAgentComponents(
-        await loadConfiguration(command.configPath, io.env, secrets),
+        await loadConfiguration(command.configPath, io.env, secrets, true),
         io,
         secrets,
         daemon,
@@ -447,7 +449,7 @@ export async function runAgent(
     for (let attempt = 0; components === undefined; attempt += 1) {
       // Each attempt reads the configuration afresh: a SIGHUP meanwhile asks for nothing more.
       reloadPending = false;
-      const loaded = await loadConfiguration(command.configPath, io.env, secrets);
+      const loaded = await loadConfiguration(command.configPath, io.env, secrets, true);
       // The deadline ran out while the configuration was read (its realpaths hung): create nothing now.
       if (abandoned) return ExitCode.NotConverged;
       try {

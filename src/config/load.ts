@@ -89,6 +89,7 @@ async function assertDirectoriesUnswappable(
   config: AgentConfig,
   configPath: string,
   euid: number | undefined,
+  servesSocket = false,
 ): Promise<void> {
   const issues: ConfigIssue[] = [];
   for (const key of ['rootDir', 'stateDir'] as const) {
@@ -100,6 +101,21 @@ async function assertDirectoriesUnswappable(
         ? await whoElseCanSwap(fs, directory, euid)
         : await whoElseCanCreateIn(fs, path.dirname(missing), euid);
     if (problem !== undefined) issues.push({ path: key, message: `${directory}: ${problem}` });
+  }
+  // The daemon's local API socket: whoever can create entries in its directory can take the name before the
+  // agent binds it (a listening socket of theirs in /tmp): the local API then never starts, and `status`/`sync`
+  // talk to them. `--once` opens no socket, so it is not held to this.
+  if (servesSocket) {
+    const socketDirectory = path.dirname(config.socketPath);
+    const missingSocketDirectory = await nearestMissing(fs, socketDirectory);
+    const socketProblem = await whoElseCanCreateIn(
+      fs,
+      missingSocketDirectory === undefined ? socketDirectory : path.dirname(missingSocketDirectory),
+      euid,
+    );
+    if (socketProblem !== undefined) {
+      issues.push({ path: 'socketPath', message: `${config.socketPath}: ${socketProblem}` });
+    }
   }
   if (issues.length > 0) throw new ConfigError(configPath, issues);
 }
@@ -306,7 +322,13 @@ export function assertTlsVerificationEnabled(env: NodeJS.ProcessEnv): void {
 
 export async function loadAgentConfig(
   fs: ConfigFs,
-  options: { configFlag?: string | undefined; env: NodeJS.ProcessEnv; ownPathsPort?: OwnPathsPort },
+  options: {
+    configFlag?: string | undefined;
+    env: NodeJS.ProcessEnv;
+    ownPathsPort?: OwnPathsPort;
+    /** The daemon: its socketPath must lie where no other user can take the name first. */
+    servesSocket?: boolean;
+  },
 ): Promise<LoadedConfig> {
   assertTlsVerificationEnabled(options.env);
   const configPath = resolveConfigPath(options.configFlag, options.env);
@@ -318,7 +340,13 @@ export async function loadAgentConfig(
     options.ownPathsPort,
   );
   await assertHookProgramsTrusted(fs, config, configPath, options.env);
-  await assertDirectoriesUnswappable(fs, config, configPath, process.geteuid?.());
+  await assertDirectoriesUnswappable(
+    fs,
+    config,
+    configPath,
+    process.geteuid?.(),
+    options.servesSocket === true,
+  );
   const { apiKey, source } = await loadApiKey(fs, config, options.env);
   return { config, apiKey, configPath, apiKeySource: source };
 }
@@ -338,7 +366,7 @@ export async function assertConfigPlaces(
 ): Promise<void> {
   await assertOwnPathsOutsideRoot(config, configPath, ownPaths(config, configPath, env));
   await assertHookProgramsTrusted(fs, config, configPath, env, euid);
-  await assertDirectoriesUnswappable(fs, config, configPath, euid);
+  await assertDirectoriesUnswappable(fs, config, configPath, euid, true);
 }
 
 /**

@@ -21,7 +21,12 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-async function load(rootDir: string, stateDir: string) {
+async function load(
+  rootDir: string,
+  stateDir: string,
+  extra: Record<string, unknown> = {},
+  servesSocket = true,
+) {
   const configFile = path.join(dir, 'config.json');
   await writeFile(
     configFile,
@@ -30,10 +35,15 @@ async function load(rootDir: string, stateDir: string) {
       server: { baseUrl: 'https://configs.example.com' },
       rootDir,
       stateDir,
+      ...extra,
     }),
     { mode: 0o600 },
   );
-  return loadAgentConfig(nodeFs, { configFlag: configFile, env: { CONFIG_AGENT_API_KEY: KEY } });
+  return loadAgentConfig(nodeFs, {
+    configFlag: configFile,
+    env: { CONFIG_AGENT_API_KEY: KEY },
+    servesSocket,
+  });
 }
 
 async function refusal(promise: Promise<unknown>): Promise<string> {
@@ -62,6 +72,29 @@ describe.runIf(isRoot)('rootDir and stateDir another user could swap', () => {
     expect(message).toContain(
       `stateDir: ${path.join(theirs, 'state')}: the directory ${theirs} is owned by uid ${OTHER}`,
     );
+  });
+
+  it('a socketPath in a directory others can create entries in (a 1777 /tmp, missing below one) is refused: its name could be taken first', async () => {
+    const shared = path.join(dir, 'shared');
+    await mkdir(shared);
+    await chmod(shared, 0o1777);
+    const inShared = path.join(shared, 'agent.sock');
+    const belowShared = path.join(shared, 'missing', 'agent.sock');
+    for (const socketPath of [inShared, belowShared]) {
+      const message = await refusal(load(path.join(dir, 'root'), path.join(dir, 'state'), { socketPath }));
+      expect(message).toContain(
+        `socketPath: ${socketPath}: the directory ${shared} is writable by others (mode 1777)`,
+      );
+    }
+    // `--once` opens no socket: not held to it.
+    expect(
+      (await load(path.join(dir, 'root'), path.join(dir, 'state'), { socketPath: inShared }, false)).config
+        .socketPath,
+    ).toBe(inShared);
+    // Where only root and the agent's user can create entries (as systemd's RuntimeDirectory=): loaded.
+    const own = path.join(dir, 'run', 'config-agent', 'agent.sock');
+    const config = await load(path.join(dir, 'root'), path.join(dir, 'state'), { socketPath: own });
+    expect(config.config.socketPath).toBe(own);
   });
 
   it('a rootDir planted as another user’s symlink in a sticky directory (before the first start) is refused', async () => {
