@@ -111,8 +111,11 @@ function loadItems(stored: unknown): {
   if (!isObject(stored) || stored.rules !== ITEM_RULES_VERSION || !isObject(stored.byId)) {
     return { items, pages };
   }
-  for (const [id, value] of Object.entries(stored.byId)) {
-    const entry = itemEntry(value);
+  const { byId } = stored;
+  // for-in over own keys, not Object.entries (no array per entry; the same keys, __proto__ kept): store/state.ts.
+  for (const id in byId) {
+    if (!Object.hasOwn(byId, id)) continue;
+    const entry = itemEntry(byId[id]);
     if (entry !== undefined) items.set(id, entry);
   }
   // Optional (an agent before pages wrote none, and drops them); each `pageKey: [itemKeysKey, ...textLengths]`,
@@ -310,8 +313,11 @@ export class FileFingerprints implements KnownPages {
         files = parsed.files;
         storedItems = parsed.items;
       }
-      // Checked in place, not rebuilt: Object.entries of JSON.parse's output keeps a path named __proto__.
-      for (const [path, value] of Object.entries(files)) {
+      // Checked in place, not rebuilt: for-in over JSON.parse's own keys keeps a path named __proto__ (an own
+      // property, read as such), without Object.entries' array per entry (store/state.ts quickKeyedBy).
+      for (const path in files) {
+        if (!Object.hasOwn(files, path)) continue;
+        const value = files[path];
         if (!migrated) {
           const entry = arrayEntry(value);
           if (entry !== undefined) entries.set(path, entry);

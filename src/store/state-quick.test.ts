@@ -177,6 +177,43 @@ describe('quickStateFile', () => {
     expect([...(quickStateFile(file)?.files.keys() ?? [])]).toEqual(['__proto__']);
   });
 
+  it('keys in the order JSON.parse made them (integer-like first), and nothing an enumerable prototype key adds', () => {
+    const record = (id: string) => ({
+      instanceId: id,
+      sha256: SHA,
+      mode: 0o644,
+      createdDirs: [],
+      writtenAt: 'x',
+    });
+    const files = JSON.parse(
+      `{"b.json":${JSON.stringify(record('cfg_b'))},"10":${JSON.stringify(record('cfg_10'))},` +
+        `"__proto__":${JSON.stringify(record('cfg_p'))},"2":${JSON.stringify(record('cfg_2'))},` +
+        `"a.json":${JSON.stringify(record('cfg_a'))}}`,
+    );
+    const file = { version: 1, deviceId: 'dvc_1', rootDir: '/srv/root', files, instances: {} };
+    const expected = Object.entries(files).map(([key, value]) => [
+      key,
+      (value as { instanceId: string }).instanceId,
+    ]);
+    expect(expected.map(([key]) => key)).toEqual(['2', '10', 'b.json', '__proto__', 'a.json']);
+    const taken = () =>
+      [...(quickStateFile(file)?.files ?? [])].map(([key, value]) => [key, value.instanceId]);
+    expect(taken()).toEqual(expected);
+    expect(stateAgreesWithZod(file)).toBe('quick');
+    // A library that adds an enumerable key to Object.prototype adds no record.
+    Object.defineProperty(Object.prototype, 'polluted.json', {
+      value: record('cfg_polluted'),
+      enumerable: true,
+      configurable: true,
+      writable: true,
+    });
+    try {
+      expect(taken()).toEqual(expected);
+    } finally {
+      delete (Object.prototype as Record<string, unknown>)['polluted.json'];
+    }
+  });
+
   it('leaves to zod whatever zod must judge or name, and agrees with it on 2,000 generated files', () => {
     for (const bad of [
       null,
