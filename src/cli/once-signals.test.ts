@@ -7,7 +7,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { AgentHarness } from '../../test/helpers/harness.js';
 import { LIST_PATH } from '../../test/helpers/outage.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
+import { createSecretRegistry } from '../lib/secrets.js';
 import { main } from '../main.js';
+import { runOnce } from './compose.js';
 import type { CommandIo } from './io.js';
 
 let harness: AgentHarness | undefined;
@@ -68,5 +70,17 @@ describe('--once: SIGTERM, SIGINT and SIGHUP in-process', () => {
       { what: 'the stopped pass releasing stateDir' },
     );
     expect(['SIGTERM', 'SIGINT', 'SIGHUP'].map((name) => events.listenerCount(name))).toEqual([0, 0, 0]);
+  });
+});
+
+describe('runOnce without an event source', () => {
+  it('runs its pass to the end, listening to no signal: the file written, exit 0', async () => {
+    const h = await AgentHarness.create({ registerDevice: true });
+    harness = h;
+    await h.createAndDeploy({ relative_filepath: 'a.json', content: { a: 1 } });
+    const io: CommandIo = { stdout: new PassThrough(), stderr: new PassThrough(), env: {}, isTty: false };
+    const command = { configPath: h.configPath, dryRun: false, json: false };
+    expect(await runOnce(command, io, createSecretRegistry())).toBe(0);
+    expect(await readdir(h.rootDir)).toEqual(['a.json']);
   });
 });
