@@ -483,6 +483,10 @@ describe('locateContent / checkContent', () => {
         '\\ud800\\u0041',
         '\\udbff\\ud800',
         '\\udfff',
+        // A high half followed by something other than an escaped low half.
+        '\\ud800xudc00',
+        '\\ud800\\ndc00',
+        '\\ud800\\ue000',
       ],
       // UTF-8's one, two and three byte lengths at their edges; control characters; short escapes.
       ...['\\u007f\\u0080\\u07ff\\u0800\\uffff', '\\u0000\\u001f\\u0008\\u000a', '\\"\\\\\\/\\b\\f\\n\\r\\t'],
