@@ -5,6 +5,7 @@ import { serializeContent } from '../reconcile/serialize.js';
 import {
   checkContent,
   examineContent,
+  examineItem,
   isJsonContentFile,
   JsonContentFile,
   locateContent,
@@ -518,6 +519,43 @@ describe('locateContent / checkContent', () => {
         problem: `number ${shown} is out of range (beyond ±1.8e308)`,
       });
     }
+  });
+
+  it('reads an item only as far as it is an object of members: anything else is not located', () => {
+    const locate = (text: string) => locateContent(Buffer.from(text, 'utf8'));
+    expect(locate('{"x":[1,{"y":"]"}],"content":{"a":1}}')).toMatchObject({ start: 29 });
+    for (const text of [
+      '{"content" {"a":1}}',
+      '{"content"x{"a":1}}',
+      '{"x":1 "content":{"a":1}}',
+      '{"x":1 ;"content":{"a":1}}',
+      '{"content":{"a":1} "x":1}',
+      '{"x":[1,2,"content":{"a":1}}',
+      '{"x":"open,"content":{"a":1}}',
+      '{"content":{"a":1},"x":[1',
+      '{"content":{"a":1},"x":"open',
+    ]) {
+      expect(locate(text)).toBeUndefined();
+    }
+  });
+
+  it('a repeated content: the last one is examined and the earlier ones are named as dropped', () => {
+    const text = '{"content":{"a":1},"id":"x","content":{"b":2}}';
+    const verdict = examineItem(Buffer.from(text, 'utf8'));
+    expect(verdict).toMatchObject({ kind: 'content', checked: { start: text.indexOf('{"b"') } });
+    expect(verdict).toMatchObject({ dropped: [text.indexOf('{"a"'), text.indexOf(',"id"')] });
+    expect(examineItem(Buffer.from('{"content":{"a":1}}', 'utf8'))).not.toHaveProperty('dropped');
+    expect(examineItem(Buffer.from('{"content":x}', 'utf8'))).toMatchObject({ kind: 'unparsable' });
+  });
+
+  it('an object of many members, a key repeated after its table grew, is written as a parse gives it', () => {
+    const members = Array.from({ length: 40 }, (_, n) => `"k${n}":${n}`);
+    const text = `{${members.join(',')},"k3":"last","7":7,"k\\u0030":"escaped"}`;
+    const bytes = Buffer.from(text, 'utf8');
+    const checked = checkContent(bytes, 0);
+    expect(checked && writeContentFile(bytes, checked).toString('utf8')).toBe(
+      `${JSON.stringify(JSON.parse(text), null, 2)}\n`,
+    );
   });
 
   it('measures exactly what it writes', () => {
