@@ -2,6 +2,7 @@
 // path gives (parse the item, then serialize.ts): byte for byte, verdict for verdict, over a corpus and seeded texts.
 import { describe, expect, it } from 'vitest';
 import { serializeContent } from '../reconcile/serialize.js';
+import { MAX_PARSE_DEPTH } from './json.js';
 import {
   checkContent,
   examineContent,
@@ -548,9 +549,24 @@ describe('locateContent / checkContent', () => {
     expect(examineItem(Buffer.from('{"content":x}', 'utf8'))).toMatchObject({ kind: 'unparsable' });
   });
 
+  it('says why an item is not judged here: unsure (and why) for JSON that is no object of members, unparsable otherwise', () => {
+    const examine = (text: string) => examineItem(Buffer.from(text, 'utf8'));
+    expect(examine('[{"content":{}}]')).toEqual({ kind: 'unsure', reason: 'not an object' });
+    expect(examine('{"a":1}')).toEqual({ kind: 'unsure', reason: 'no `content`' });
+    expect(examine('{"content":{"a":1},"x":[1,2 ]}')).toMatchObject({ kind: 'content' });
+    for (const text of ['{"content":{}} x', '{"content":{},"x":"open', '{"content":{}', '{1:2}']) {
+      expect(examine(text)).toMatchObject({ kind: 'unparsable', text });
+    }
+    const nested = (depth: number) => `{"content":{},"x":${'['.repeat(depth)}${']'.repeat(depth)}}`;
+    expect(examine(nested(MAX_PARSE_DEPTH - 1))).toMatchObject({ kind: 'content' });
+    expect(examine(nested(MAX_PARSE_DEPTH))).toMatchObject({ kind: 'unparsable' });
+  });
+
   it('an object of many members, a key repeated after its table grew, is written as a parse gives it', () => {
     const members = Array.from({ length: 40 }, (_, n) => `"k${n}":${n}`);
-    const text = `{${members.join(',')},"k3":"last","7":7,"k\\u0030":"escaped"}`;
+    // Keys a parse does or does not take for array indexes: `01`, ``, 11 digits and 2^32 - 1 are not.
+    const indexLike = '"01":1,"":2,"12345678901":3,"4294967295":4,"4294967294":5,"0":6';
+    const text = `{${members.join(',')},"k3":"last","7":7,"k\\u0030":"escaped",${indexLike}}`;
     const bytes = Buffer.from(text, 'utf8');
     const checked = checkContent(bytes, 0);
     expect(checked && writeContentFile(bytes, checked).toString('utf8')).toBe(
