@@ -25,8 +25,9 @@ export const RELEASE_AFTER_GROWTH_FRACTION = 0.75;
  * to at least this: the daemon is then idle for most of that time (the default poll is 30 s), and what the polls
  * grew back is held until the next release. The growth rule alone left the idle daemon at 1,000 managed at 64.5 MiB
  * (Node 24, 30 s polls) and a release after every pass at 60.6 (docs/performance.md "Idle daemon, tenth round").
- * Short waits add up: at 1 s polls a release every few polls holds Node 24 at ~60.6 MiB and Node 20 at ~59.9
- * instead of 62.0–62.9 and 61.0–61.4 ("Idle daemon, twelfth round"); the cost rule below sets how few.
+ * Short waits add up: at 1 s polls a release every few polls holds Node 24 at 60.5–61.4 MiB and Node 20 (two
+ * collections, heapReleaser) at ~58.6, instead of 61.8–62.9 and 61.0–61.4 ("Idle daemon, twelfth round"); the cost
+ * rule below sets how few.
  */
 export const RELEASE_MIN_WAITS_MS = 1_000;
 
