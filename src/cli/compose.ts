@@ -211,11 +211,25 @@ function onceInterruption(
   };
   // SIGHUP too: an operator's `sudo config-agent --once` whose terminal or ssh session closes mid-pass. Node's
   // default ended it there (temp files left, what landed unrecorded, a signal death instead of an exit code).
-  const listeners = (['SIGTERM', 'SIGINT', 'SIGHUP'] as const).map((signal) => {
+  const listeners: Array<readonly [NodeJS.Signals, () => void]> = (
+    ['SIGTERM', 'SIGINT', 'SIGHUP'] as const
+  ).map((signal) => {
     const listener = () => onSignal(signal);
     events?.on(signal, listener);
     return [signal, listener] as const;
   });
+  // The daemon's stray signals (a `kill -USR2` meant for another program, SIGPWR, a timer's SIGALRM): their default
+  // ended the pass midway as SIGHUP's did; ignored, named on stderr at the 1st, 10th, 100th ... of a kind.
+  const strayCount = strayCounter();
+  for (const signal of STRAY_SIGNALS) {
+    const listener = () => {
+      if (strayCount(signal) !== undefined) {
+        io.stderr.write(`config-agent: ${signal} ignored (only SIGTERM, SIGINT or SIGHUP stops --once)\n`);
+      }
+    };
+    events?.on(signal, listener);
+    listeners.push([signal, listener]);
+  }
   return {
     stop: controller.signal,
     forced,

@@ -98,6 +98,28 @@ describe('config-agent --once: SIGTERM, SIGINT and SIGHUP', () => {
   });
 });
 
+describe('config-agent --once: signals it has no use for', () => {
+  it('SIGUSR2, SIGALRM and SIGPWR during the pass are ignored: it goes on and converges (they ended it before)', async () => {
+    const h = await AgentHarness.create({ registerDevice: true });
+    harness = h;
+    const { deploy } = await h.createAndDeploy({ relative_filepath: 'a.json', content: { a: 1 } });
+    // The listing hangs (until the request's timeout) while the signals arrive; the retry after it is answered.
+    await h.fault({ match: LIST_PATH, count: 100, mode: 'hang' });
+    const child = h.spawn(['--once']);
+    const result = collect(child, 2 * PATIENCE_MS);
+    await hangReached(h, 100);
+    for (const signal of ['SIGUSR2', 'SIGALRM', 'SIGPWR'] as const) child.kill(signal);
+    await h.clearFaults();
+    const exit = await result;
+    expect(exit.code).toBe(0);
+    expect(exit.stderr).toContain('config-agent: SIGUSR2 ignored');
+    expect(await snapshotTree(h.rootDir)).toEqual({
+      'a.json': `file 644 ${Buffer.from('{\n  "a": 1\n}\n').toString('base64')}`,
+    });
+    expect((await h.instance(deploy.id)).activity_status).toBe('deployed');
+  });
+});
+
 describe('runOnce: a second signal', () => {
   it('exits at once with the first signal’s code, and the pass it left still stops and lets go of stateDir', async () => {
     const h = await AgentHarness.create({ registerDevice: true });
