@@ -35,6 +35,7 @@ async function hangingOnce(): Promise<{ code: Promise<number>; events: EventEmit
   const code = main(['--once', '--config', h.configPath], io, events);
   await waitFor(() => (h.server.state.faults[0]?.remaining ?? 100) < 100, PATIENCE_MS, {
     what: 'the listing hanging in the fault',
+    intervalMs: 2,
   });
   return { code, events, err: () => err };
 }
@@ -67,7 +68,7 @@ describe('--once: SIGTERM, SIGINT and SIGHUP in-process', () => {
           () => true,
         ),
       PATIENCE_MS,
-      { what: 'the stopped pass releasing stateDir' },
+      { what: 'the stopped pass releasing stateDir', intervalMs: 2 },
     );
     expect(['SIGTERM', 'SIGINT', 'SIGHUP'].map((name) => events.listenerCount(name))).toEqual([0, 0, 0]);
   });

@@ -48,7 +48,10 @@ async function connect(api: LocalApiServer, count: number): Promise<Client> {
     client.closed = true;
   });
   socket.on('error', () => undefined);
-  await waitFor(async () => (await api.connectionCount()) >= count, PATIENCE_MS, { what: 'admitted' });
+  await waitFor(async () => (await api.connectionCount()) >= count, PATIENCE_MS, {
+    what: 'admitted',
+    intervalMs: 2,
+  });
   return client;
 }
 
@@ -74,13 +77,22 @@ it('at the cap, the connection idle longest since its last answer gives its slot
   now = 3_000;
   // The first one made asks and is answered (keep-alive): idle since now, the most recently of the three.
   first.socket.write('GET /v1/health HTTP/1.1\r\nHost: agent\r\n\r\n');
-  await waitFor(() => first.received.startsWith('HTTP/1.1 200'), PATIENCE_MS, { what: 'the answer' });
-  await waitFor(() => api.requestsInProgress() === 0, PATIENCE_MS, { what: 'no request in progress' });
+  await waitFor(() => first.received.startsWith('HTTP/1.1 200'), PATIENCE_MS, {
+    what: 'the answer',
+    intervalMs: 2,
+  });
+  await waitFor(() => api.requestsInProgress() === 0, PATIENCE_MS, {
+    what: 'no request in progress',
+    intervalMs: 2,
+  });
   now = 4_000;
 
   const fourth = await connect(api, 3);
 
-  await waitFor(() => second.closed, PATIENCE_MS, { what: 'the connection idle longest closed' });
+  await waitFor(() => second.closed, PATIENCE_MS, {
+    what: 'the connection idle longest closed',
+    intervalMs: 2,
+  });
   expect([first.closed, third.closed, fourth.closed]).toEqual([false, false, false]);
   expect(api.requestsInProgress()).toBe(0);
 });
