@@ -1,7 +1,7 @@
 // StateDir.open run by root on a stateDir another user owns: refused before anything is written there.
 
 import * as nodeFs from 'node:fs/promises';
-import { chown, mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, mkdtemp, readdir, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -58,6 +58,24 @@ describe.skipIf(!asRoot)('root on the agent user’s stateDir', () => {
     expect((await readdir(settings.stateDir)).sort()).toEqual(['outbox.json', 'state.json']);
     await chown(settings.stateDir, 0, 0);
     await (await StateDir.open(nodeFs, settings, silentLogger())).close();
+  });
+});
+
+describe.skipIf(!asRoot)('the agent user’s euid given to StateDir.open', () => {
+  it('is the owner a symlinked outbox.json’s target must have for its reports to be kept', async () => {
+    const first = await StateDir.open(nodeFs, settings, silentLogger(), { euid: AGENT_UID });
+    first.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, new Date(0));
+    await first.persist();
+    await first.close();
+    // outbox.json replaced by a symlink to the same bytes in a file the agent's user owns.
+    const target = path.join(dir, 'outbox-elsewhere.json');
+    await rename(path.join(settings.stateDir, 'outbox.json'), target);
+    await chown(target, AGENT_UID, AGENT_UID);
+    await symlink(target, path.join(settings.stateDir, 'outbox.json'));
+
+    const second = await StateDir.open(nodeFs, settings, silentLogger(), { euid: AGENT_UID });
+    expect(second.outbox.pending().map((entry) => entry.instanceId)).toEqual(['cfg_a']);
+    await second.close();
   });
 });
 
