@@ -2,7 +2,7 @@
 // path gives (parse the item, then serialize.ts): byte for byte, verdict for verdict, over a corpus and seeded texts.
 import { describe, expect, it } from 'vitest';
 import { serializeContent } from '../reconcile/serialize.js';
-import { MAX_PARSE_DEPTH } from './json.js';
+import { MAX_PARSE_DEPTH, parseJson } from './json.js';
 import {
   checkContent,
   examineContent,
@@ -560,6 +560,44 @@ describe('locateContent / checkContent', () => {
     const nested = (depth: number) => `{"content":{},"x":${'['.repeat(depth)}${']'.repeat(depth)}}`;
     expect(examine(nested(MAX_PARSE_DEPTH - 1))).toMatchObject({ kind: 'content' });
     expect(examine(nested(MAX_PARSE_DEPTH))).toMatchObject({ kind: 'unparsable' });
+  });
+
+  it('an unparsable item carries the very error parseJson throws for its text; brackets in strings and closed ones do not count as depth', () => {
+    const texts = [
+      '{"content":{},"x":[1,2',
+      '{"content":{},"x":"open',
+      // Other members are only skipped over here: text after the item sends it to the whole-text check,
+      // which meets their problem first.
+      '{"s":"\\x","content":{}} 2',
+      '{"s":"\\u12G4","content":{}} 2',
+      '{"s":"\\u12","content":{}} 2',
+      '{"x":[1 2],"content":{}} 2',
+      '{"content":{},"x":1} 2',
+      // Every hex digit's edge, upper and lower case, read before the text after the item.
+      '{"s":"\\u09AF\\uaf90\\uFa0A","content":{}} 2',
+      '',
+    ];
+    for (const text of texts) {
+      let thrown: unknown;
+      try {
+        parseJson(text);
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).toBeInstanceOf(Error);
+      const verdict = examineItem(Buffer.from(text, 'utf8'));
+      expect(verdict).toMatchObject({ kind: 'unparsable', error: { message: (thrown as Error).message } });
+    }
+    const taken = [
+      // 600 brackets inside a string, 600 arrays side by side, and a shallow one after a deep one.
+      `{"content":{},"s":"${'['.repeat(600)}"}`,
+      `{"content":{},"a":[${Array(600).fill('[]').join(',')}]}`,
+      `{"content":{},"d":${'['.repeat(MAX_PARSE_DEPTH - 1)}${']'.repeat(MAX_PARSE_DEPTH - 1)},"e":[1]}`,
+    ];
+    for (const text of taken)
+      expect(examineItem(Buffer.from(text, 'utf8'))).toMatchObject({ kind: 'content' });
+    const tooDeep = `{"content":{},"d":${'['.repeat(MAX_PARSE_DEPTH)}${']'.repeat(MAX_PARSE_DEPTH)},"e":[1]}`;
+    expect(examineItem(Buffer.from(tooDeep, 'utf8'))).toMatchObject({ kind: 'unparsable' });
   });
 
   it('an object of many members, a key repeated after its table grew, is written as a parse gives it', () => {
