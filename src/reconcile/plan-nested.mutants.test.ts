@@ -11,12 +11,12 @@ const makeInstance = instanceFactory({ relative_filepath: 'a.json', content: { a
 const at = (id: string, path: string, day: number) =>
   makeInstance({ id, relative_filepath: path, updated_at: `2026-01-0${day}T00:00:00.000Z` });
 
-function managed(instanceId: string): ManagedFile {
+function managed(instanceId: string, createdDirs: string[] = []): ManagedFile {
   return {
     instanceId,
     sha256: 'a'.repeat(64),
     mode: FILE_MODE,
-    createdDirs: [],
+    createdDirs,
     writtenAt: '2026-01-01T00:00:00.000Z',
   };
 }
@@ -99,5 +99,25 @@ describe('planSteps: who wins a nested conflict', () => {
     expect(steps.find((step) => step.instance.id === 'cfg_a')).toMatchObject({
       message: expect.stringContaining('"a" and "a/b" of cfg_ab, the instance updated last'),
     });
+  });
+});
+
+describe('planSteps: the directories the agent made for several nested losers of one winner', () => {
+  it('are pruned with the last of that winner’s removals, all of them; the others prune only their own', () => {
+    const steps = plan(
+      [at('cfg_b', 'a.json/x/b.json', 1), at('cfg_c', 'a.json/x/c.json', 1), at('cfg_a', 'a.json', 2)],
+      {
+        'a.json/x/b.json': managed('cfg_b', ['a.json']),
+        'a.json/x/c.json': managed('cfg_c', ['a.json/x']),
+      },
+      { 'a.json/x/b.json': fileOnDisk, 'a.json/x/c.json': fileOnDisk },
+    );
+    const write = steps.find((step) => step.kind === 'write');
+    expect(
+      write?.kind === 'write' && write.displaces.map((remove) => [remove.path, remove.pruneWith]),
+    ).toEqual([
+      ['a.json/x/b.json', undefined],
+      ['a.json/x/c.json', ['a.json', 'a.json/x']],
+    ]);
   });
 });
