@@ -159,3 +159,61 @@ describe('RootMountWatch with a MountMemory in stateDir', () => {
     }
   });
 });
+
+describe('RootMountWatch: a mount point of its parent’s st_dev, told by a mountinfo the fs gives', () => {
+  let root: string;
+  let stateDir: string;
+  /** What /proc/self/mountinfo holds (undefined: it cannot be read); every other file is the real one. */
+  let mountinfo: string | undefined;
+  const fs = {
+    ...nodeFs,
+    readFile: (async (target: string, ...rest: never[]) => {
+      if (target !== '/proc/self/mountinfo') return nodeFs.readFile(target, ...rest);
+      if (mountinfo === undefined) throw Object.assign(new Error('ENOENT: no /proc'), { code: 'ENOENT' });
+      return mountinfo;
+    }) as typeof nodeFs.readFile,
+  };
+  const escaped = (mountPoint: string) => mountPoint.replaceAll(' ', '\\040');
+  const line = (mountPoint: string) => `36 35 98:0 /src ${escaped(mountPoint)} rw,noatime - ext4 /dev/vda rw`;
+
+  beforeEach(async () => {
+    // A name with a space: mountinfo writes it as \040.
+    root = path.join(dir, 'root dir');
+    stateDir = path.join(dir, 'state');
+    await mkdir(root);
+    await mkdir(stateDir);
+    mountinfo = `${line('/')}\n${line(root)}\n`;
+  });
+
+  it('is a mount point while listed (recorded), and gone once no longer listed', async () => {
+    const watch = new RootMountWatch(fs, root, { stateDir, readOnly: false });
+    expect(await watch.check()).toBeUndefined();
+    expect(await readdir(stateDir)).toEqual([ROOT_MOUNT_FILE]);
+    mountinfo = `${line('/')}\n`;
+    expect((await watch.check())?.mountGone).toContain(`rootDir ${root} is no mount point any more`);
+  });
+
+  it('a restart finding the record takes the directory as a mount point while listed, waits while not, until listed again', async () => {
+    await new RootMountWatch(fs, root, { stateDir, readOnly: false }).check();
+    expect(await new RootMountWatch(fs, root, { stateDir, readOnly: false }).check()).toBeUndefined();
+    mountinfo = `${line('/')}\n`;
+    const restarted = new RootMountWatch(fs, root, { stateDir, readOnly: false });
+    expect((await restarted.check())?.mountGone).toContain('was one when the agent last saw it');
+    // Bound there again while the restarted agent waits: taken at its next check.
+    mountinfo = `${line('/')}\n${line(root)}\n`;
+    expect(await restarted.check()).toBeUndefined();
+  });
+
+  it('a rootDir configured as a symlink is looked up where it resolves', async () => {
+    const link = path.join(dir, 'link');
+    await symlink(root, link);
+    expect(await new RootMountWatch(fs, link, { stateDir, readOnly: false }).check()).toBeUndefined();
+    expect(await readdir(stateDir)).toEqual([ROOT_MOUNT_FILE]);
+  });
+
+  it('without a readable mountinfo a directory of its parent’s st_dev is a plain directory: nothing recorded', async () => {
+    mountinfo = undefined;
+    expect(await new RootMountWatch(fs, root, { stateDir, readOnly: false }).check()).toBeUndefined();
+    expect(await readdir(stateDir)).toEqual([]);
+  });
+});
