@@ -106,7 +106,7 @@ function createServiceClient(
  */
 async function fileMetaFor(config: AgentConfig): Promise<ReconcilerSettings['fileMeta']> {
   if (config.files.rules.length === 0) return undefined;
-  // Loaded only with rules: picomatch is otherwise a daemon-only (hooks) dependency.
+  // Loaded only with rules: /etc/group parsing and the glob matcher are otherwise a daemon-only (hooks) need.
   const { compileFileRules, parseGroupFile } = await import('../config/file-rules.js');
   const named = config.files.rules.some((rule) => rule.group !== undefined && !/^\d+$/.test(rule.group));
   const groups = named ? await nodeFs.readFile('/etc/group', 'utf8') : '';
@@ -442,7 +442,7 @@ export async function runAgent(
   const daemon = await import('./daemon.js');
   // Now, not at the first reload with files.rules: the shipped bundle splits into hashed chunks, and after an
   // upgrade replaced them a later import() would not find this version's (packaging/bundle.mjs). The daemon
-  // loads picomatch for its hooks anyway.
+  // loads the glob matcher for its hooks anyway.
   await import('../config/file-rules.js');
   const reload = (running: RunningAgent<Reconciler>) =>
     running.reload(async (current) =>

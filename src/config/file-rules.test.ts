@@ -110,6 +110,10 @@ describe('files.rules in the schema', () => {
       [{ match: '/etc/**', mode: '0644' }],
       'files.rules[0].match: must be a glob relative to rootDir (no leading /)',
     ],
+    [
+      [{ match: '!secrets/**', mode: '0600' }],
+      'files.rules[0].match: unsupported glob: negation (a leading !) is not supported',
+    ],
     [[{ match: 'a/**', mode: '0200' }], 'files.rules[0].mode: must grant the owner read (0400)'],
     [[{ match: 'a/**', mode: '4755' }], 'files.rules[0].mode: must not set the setuid, setgid or sticky bit'],
     [

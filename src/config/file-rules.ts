@@ -1,6 +1,6 @@
 // files.rules: which mode and group each managed path should have (first matching rule wins), as a pure resolver.
-import picomatch from 'picomatch';
 import { ConfigError, type ConfigIssue } from './errors.js';
+import { compileGlob } from './glob-match.js';
 import type { AgentConfig } from './schema.js';
 
 /** What a managed file should look like besides its bytes. */
@@ -68,7 +68,7 @@ export function compileFileRules(
       }
     }
     return {
-      isMatch: picomatch(rule.match, { dot: true }),
+      isMatch: compileGlob(rule.match),
       mode: rule.mode ?? files.mode,
       gid: gid ?? groups.primaryGid,
     };

@@ -467,6 +467,14 @@ describe('hooks', () => {
       'hooks[0].match: must be a glob relative to rootDir (no leading /)',
     ],
     [{ match: '../x/*', run: ['x'] }, "hooks[0].match: must not contain '..'"],
+    [
+      { match: '+(a|b)/*', run: ['x'] },
+      'hooks[0].match: unsupported glob: "(" is not supported (no negation, escapes, extglobs or alternation with |; use {a,b})',
+    ],
+    [
+      { match: 'a**b', run: ['x'] },
+      'hooks[0].match: unsupported glob: ** must be a whole path segment (a/**/b); use * within one',
+    ],
     [{ match: 'a', run: ['x'], timeoutSeconds: 0 }, 'hooks[0].timeoutSeconds: must be >= 1'],
     [{ match: 'a', run: ['x'], timeoutSeconds: 3601 }, 'hooks[0].timeoutSeconds: must be <= 3600'],
   ])('%j → %s', (hook, expected) => {

@@ -1,11 +1,12 @@
 // The agent's own configuration file: one strict zod schema holding every default, bound and cross-key rule.
 import * as z from 'zod';
 import type { LogLevel } from '../lib/logger.js';
+import { globSyntaxProblem } from './glob-match.js';
 
 export type DriftPolicy = 'restore' | 'report' | 'off';
 
 export interface HookConfig {
-  /** Glob (picomatch) over the file's path relative to rootDir. */
+  /** Glob (glob-match.ts: picomatch's syntax in part) over the file's path relative to rootDir. */
   match: string;
   /** argv, run without a shell. */
   run: [string, ...string[]];
@@ -14,7 +15,7 @@ export interface HookConfig {
 
 /** `files.rules[]`: per-path mode and group; the first rule whose glob matches decides (see files/rules.ts). */
 export interface FileRule {
-  /** Glob (picomatch, as for hooks) over the file's path relative to rootDir. */
+  /** Glob (glob-match.ts, as for hooks) over the file's path relative to rootDir. */
   match: string;
   /** Permission bits; absent: files.mode. */
   mode?: number;
@@ -213,12 +214,17 @@ const RelativeGlob = z
   .string()
   .min(1)
   .superRefine((value, ctx) => {
+    if (value === '') return; // min(1) says so
     if (CONTROL_CHARS.test(value))
       ctx.addIssue({ code: 'custom', message: 'must not contain control characters' });
     else if (value.startsWith('/'))
       ctx.addIssue({ code: 'custom', message: 'must be a glob relative to rootDir (no leading /)' });
     else if (value.split('/').includes('..'))
       ctx.addIssue({ code: 'custom', message: "must not contain '..'" });
+    else {
+      const problem = globSyntaxProblem(value);
+      if (problem !== undefined) ctx.addIssue({ code: 'custom', message: `unsupported glob: ${problem}` });
+    }
   });
 
 const Hook = z.strictObject({

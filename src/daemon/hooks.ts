@@ -1,7 +1,7 @@
 // Post-pass hooks: run each configured command once when a pass changed files matching its glob.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import picomatch from 'picomatch';
+import { compileGlob } from '../config/glob-match.js';
 import type { Clock } from '../lib/clock.js';
 import { systemClock } from '../lib/clock.js';
 import { errorMessage } from '../lib/errors.js';
@@ -89,7 +89,7 @@ const SECRET_ENV = /API_?KEY|CREDENTIALS_DIRECTORY/i;
 
 /** The changed paths (relative to rootDir) that the hook's glob matches, dot files included, in input order. */
 export function matchingPaths(hook: HookSpec, changedPaths: readonly string[]): string[] {
-  const isMatch = picomatch(hook.match, { dot: true });
+  const isMatch = compileGlob(hook.match);
   return [...new Set(changedPaths)].filter((changed) => isMatch(changed));
 }
 

@@ -160,6 +160,15 @@ describe('config-agent --once: exit codes', () => {
       /NODE_TLS_REJECT_UNAUTHORIZED/,
     ],
     [
+      'a files.rules glob the bounded matcher does not take (an extglob)',
+      async (h) => {
+        const files = { rules: [{ match: '**/+(a|b).json', mode: '0640' }] };
+        await writeFile(h.configPath, JSON.stringify({ ...h.configObject(), files }));
+        return undefined;
+      },
+      /files\.rules\[0\]\.match: unsupported glob: "\(" is not supported/,
+    ],
+    [
       'a config file that does not exist',
       async (h) => {
         await rm(h.configPath);
