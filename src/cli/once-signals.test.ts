@@ -1,10 +1,14 @@
 // `--once` stopped by SIGTERM, SIGINT or SIGHUP, in-process: the exit code of the first signal, a second one exiting at
 // once, and no listener left behind (the spawned agent's side is test/integration/once-signals.test.ts).
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { readdir, stat } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AgentHarness } from '../../test/helpers/harness.js';
+import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
 import { LIST_PATH } from '../../test/helpers/outage.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createSecretRegistry } from '../lib/secrets.js';
@@ -84,4 +88,61 @@ describe('runOnce without an event source', () => {
     expect(await runOnce(command, io, createSecretRegistry())).toBe(0);
     expect(await readdir(h.rootDir)).toEqual(['a.json']);
   });
+});
+
+describe.runIf(canMountFuse)('--once whose pass cannot stop (rootDir on a hung FUSE mount)', () => {
+  let dir: string | undefined;
+  let child: ChildProcess | undefined;
+  afterEach(async () => {
+    child?.kill('SIGKILL');
+    if (dir !== undefined) {
+      spawnSync('umount', ['-l', path.join(dir, 'hung')]);
+      // The abandoned pass, its mkdir failed at last (ENOTCONN), may still be ending beside this removal.
+      await rm(dir, { recursive: true, force: true, maxRetries: 20, retryDelay: 20 });
+    }
+    child = undefined;
+    dir = undefined;
+  });
+
+  it('exits at the stop deadline with the signal’s code, saying so, while the mount still hangs', async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-once-hung-'));
+    const mountPoint = path.join(dir, 'hung');
+    await mkdir(mountPoint);
+    child = await hungFuseMount(mountPoint, 30_000);
+    const configPath = path.join(dir, 'config.json');
+    await writeFile(
+      configPath,
+      JSON.stringify({
+        deviceId: 'dvc_once_hung',
+        server: { baseUrl: 'http://127.0.0.1:9', timeoutSeconds: 1 },
+        rootDir: path.join(mountPoint, 'root'),
+        stateDir: path.join(dir, 'state'),
+      }),
+    );
+    const stderr = new PassThrough();
+    let err = '';
+    stderr.on('data', (chunk: Buffer) => {
+      err += chunk.toString();
+    });
+    const io: CommandIo = {
+      stdout: new PassThrough(),
+      stderr,
+      env: { CONFIG_AGENT_API_KEY: 'sk_test_once_hung' },
+      isTty: false,
+    };
+    const events = new EventEmitter();
+    const command = { configPath, dryRun: false, json: false };
+    const exit = runOnce(command, io, createSecretRegistry(), events, 100);
+    // Once the pass is under way (its directories being made under the hung mount): the first signal cannot stop it.
+    await waitFor(() => events.listenerCount('SIGTERM') > 0, PATIENCE_MS, {
+      what: 'listening',
+      intervalMs: 2,
+    });
+    events.emit('SIGTERM');
+    expect(await exit).toBe(143);
+    expect(child.exitCode === null && child.signalCode === null, 'the mount still hangs').toBe(true);
+    expect(err).toContain(
+      'config-agent: SIGTERM: the pass did not stop within 0.1 s (a hung file system or service?): exiting now; the next run finishes the job\n',
+    );
+  }, 20_000);
 });
