@@ -600,6 +600,16 @@ describe('locateContent / checkContent', () => {
     expect(examineItem(Buffer.from(tooDeep, 'utf8'))).toMatchObject({ kind: 'unparsable' });
   });
 
+  it('two keys whose hashes collide in the key table are two members, not one repeated', () => {
+    // `"k38740"` and `"k60029"` hash alike (found by a search over k0, k1, ...): only their text tells them apart.
+    const text = '{"k38740":1,"k60029":2,"k38740":3}';
+    const bytes = Buffer.from(text, 'utf8');
+    const checked = checkContent(bytes, 0);
+    expect(checked && writeContentFile(bytes, checked).toString('utf8')).toBe(
+      `${JSON.stringify(JSON.parse(text), null, 2)}\n`,
+    );
+  });
+
   it('an object of many members, a key repeated after its table grew, is written as a parse gives it', () => {
     const members = Array.from({ length: 40 }, (_, n) => `"k${n}":${n}`);
     // Keys a parse does or does not take for array indexes: `01`, ``, 11 digits and 2^32 - 1 are not.
