@@ -1435,6 +1435,28 @@ describe('runPass: two instances whose paths nest (one file where the other need
     );
   });
 
+  it('while one older file was changed by someone else, the other older one in the way is never removed nor rewritten on its retries', async () => {
+    put({ id: 'cfg_b', relative_filepath: 'a.json/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    put({ id: 'cfg_c', relative_filepath: 'a.json/c.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    const kept = path.join(world.rootDir, 'a.json', 'b.json');
+    const changed = path.join(world.rootDir, 'a.json', 'c.json');
+    await writeFile(changed, 'an operator edit');
+    const before = await stat(kept);
+    put({ id: 'cfg_file', relative_filepath: 'a.json', updated_at: '2026-01-03T00:00:00.000Z' });
+    for (let round = 0; round < 3; round++) {
+      await pass();
+      // Removed and put back, it would be a new inode (a hook or the drift watcher would see a change each time).
+      const now = await stat(kept);
+      expect([now.ino, now.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+      world.clock.advance(3_600_000);
+    }
+    expect(await readFile(changed, 'utf8')).toBe('an operator edit');
+    expect(await fileAt('a.json/b.json')).toBe(json({ owner: 'cfg_b' }));
+    expect(lastReport('cfg_file')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    expect(lastReport('cfg_file')?.message).toContain('"a.json/c.json"');
+  });
+
   it("the older one's file two directories down, both made for it: removed with them, the newer one written", async () => {
     put({ id: 'cfg_dir', relative_filepath: 'a.json/x/b.json', updated_at: '2026-01-02T00:00:00.000Z' });
     put({ id: 'cfg_side', relative_filepath: 'a.json/x/c.json', updated_at: '2026-01-01T00:00:00.000Z' });

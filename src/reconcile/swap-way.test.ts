@@ -2,6 +2,7 @@
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
 import type { ManagedFile } from '../store/state.js';
 import type { RemoveStep } from './plan.js';
 import { swapObstacle } from './swap-way.js';
@@ -13,9 +14,10 @@ function world(tree: Record<string, string | null>) {
   };
 }
 
-const file = (createdDirs: string[]): ManagedFile => ({
+/** The record of a file the agent wrote with `content` (as each tree below holds it, unless changed since). */
+const file = (createdDirs: string[], content = '1'): ManagedFile => ({
   instanceId: 'cfg_loser',
-  sha256: '0'.repeat(64),
+  sha256: sha256Hex(Buffer.from(content)),
   mode: 0o640,
   createdDirs,
   writtenAt: '2026-01-01T00:00:00.000Z',
@@ -35,10 +37,37 @@ describe('swapObstacle', () => {
     const fs = world({ 'a.json/x/b.json': '1', 'a.json/x/c.json': '2' });
     const files = new Map([
       ['a.json/x/b.json', file(['a.json'])],
-      ['a.json/x/c.json', file(['a.json/x'])],
+      ['a.json/x/c.json', file(['a.json/x'], '2')],
     ]);
     const removes = [losing('a.json/x/b.json'), losing('a.json/x/c.json')];
     expect(await swapObstacle(fs, '/root', 'a.json', removes, files)).toBeUndefined();
+  });
+
+  // Its removal leaves such a file in place (apply.ts removeFile), so the others were removed and put back each retry.
+  it('a loser changed by someone else since it was written stays in the way: other bytes, another length, or on the way', async () => {
+    const files = new Map([
+      ['a.json/x/b.json', file(['a.json'])],
+      ['a.json/x/c.json', file(['a.json/x'], '2')],
+    ]);
+    const removes = [losing('a.json/x/b.json'), losing('a.json/x/c.json')];
+    for (const changed of ['3', 'an operator edit']) {
+      const fs = world({ 'a.json/x/b.json': '1', 'a.json/x/c.json': changed });
+      const obstacle = await swapObstacle(fs, '/root', 'a.json', removes, files);
+      expect(obstacle?.message).toContain('"a.json/x/c.json" was changed by someone else');
+      expect(obstacle?.retryable).toBe(true);
+    }
+    const onTheWay = {
+      ...losing('a.json'),
+      makesWayFor: { path: 'a.json/b.json', instanceId: 'cfg_winner' },
+    };
+    const edited = await swapObstacle(
+      world({ 'a.json': '9' }),
+      '/root',
+      'a.json/b.json',
+      [onTheWay],
+      new Map([['a.json', file([])]]),
+    );
+    expect(edited?.message).toContain('"a.json" was changed by someone else');
   });
 
   it('names the first entry that would stay: a local file, a directory the agent did not make', async () => {

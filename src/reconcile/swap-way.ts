@@ -2,6 +2,7 @@
 import type { Dirent } from 'node:fs';
 import path from 'node:path';
 import type { FsPort } from '../lib/fs-port.js';
+import { hashRegularFile } from '../store/durable-writer.js';
 import { PathRejectedError } from '../store/errors.js';
 import { foldKey } from '../store/path-aliases.js';
 import type { ManagedFile } from '../store/state.js';
@@ -24,12 +25,13 @@ export async function swapObstacle(
   displaces: readonly RemoveStep[],
   files: ReadonlyMap<string, ManagedFile>,
 ): Promise<PathRejectedError | undefined> {
-  const removed = new Set<string>();
+  /** The displaced paths by fold key. */
+  const removed = new Map<string, string>();
   const madeDirs = new Set<string>();
   for (const remove of displaces) {
     // A path naming another instance's file keeps it: only the record goes.
     if (remove.aliasOf !== undefined) continue;
-    removed.add(foldKey(remove.path));
+    removed.set(foldKey(remove.path), remove.path);
     for (const dir of files.get(remove.path)?.createdDirs ?? []) madeDirs.add(foldKey(dir));
   }
   const blocked = (entry: string, what: string) =>
@@ -38,6 +40,23 @@ export async function swapObstacle(
       writePath,
       `${JSON.stringify(entry)} ${what}: the file it replaces stays while it is there`,
     );
+  /**
+   * A displaced file changed by someone else since the agent wrote it is left in place by its removal (apply.ts
+   * removeFile, the same rule: another length, or other bytes), so it stays in the way: without this the others
+   * were removed and put back at every retry. A file that cannot be read is left to the removal to judge.
+   */
+  const keptAsChanged = async (relative: string): Promise<PathRejectedError | undefined> => {
+    const displaced = removed.get(foldKey(relative));
+    const record = displaced === undefined ? undefined : files.get(displaced);
+    if (displaced === undefined || record === undefined) return undefined;
+    const options = record.size === undefined ? {} : { onlySizes: new Set([record.size]) };
+    const hashed = await hashRegularFile(fs, rootDir, displaced, options).catch(() => undefined);
+    if (hashed === undefined || hashed.sha256 === record.sha256) return undefined;
+    return blocked(
+      relative,
+      'was changed by someone else since this agent wrote it, so its removal leaves it in place',
+    );
+  };
   try {
     let relative = '';
     for (const segment of writePath.split('/').slice(0, -1)) {
@@ -45,7 +64,7 @@ export async function swapObstacle(
       const stats = await fs.lstat(path.join(rootDir, relative));
       if (stats.isDirectory()) continue;
       // A displaced file where the write needs a directory (`a.json` of `a.json/b.json`): the swap clears it.
-      if (stats.isFile() && removed.has(foldKey(relative))) return undefined;
+      if (stats.isFile() && removed.has(foldKey(relative))) return await keptAsChanged(relative);
       if (stats.isSymbolicLink()) return new PathRejectedError('crosses_symlink', writePath, relative);
       return new PathRejectedError('not_a_directory', writePath, relative);
     }
@@ -89,7 +108,10 @@ export async function swapObstacle(
         if (entry.isDirectory()) {
           if (!madeDirs.has(foldKey(relative))) return notMade(relative);
           pending.push(relative);
-        } else if (!entry.isFile() || !removed.has(foldKey(relative))) {
+        } else if (entry.isFile() && removed.has(foldKey(relative))) {
+          const kept = await keptAsChanged(relative);
+          if (kept !== undefined) return kept;
+        } else {
           // Another instance's (one failed on the service is never touched): named, it is not a local file.
           const owner = entry.isFile() ? files.get(relative)?.instanceId : undefined;
           return blocked(
