@@ -531,7 +531,7 @@ async function listOnce<I>(
     }
     if (fresh === 0) {
       // A page may hold fewer items than asked (a service capping pages by bytes): one holding the anchor alone
-      // is stepped past, unanchored, as a page of one is; an empty one ends the listing.
+      // is stepped past, unanchored, as a page of one is; an empty one with has_more is a runaway.
       if (start === 0) {
         throw new ListingRunawayError(`has_more is true on a page with nothing new at offset ${offset}`);
       }
