@@ -246,6 +246,33 @@ describe('load', () => {
     expect(loaded.lookup('a.conf', ID, SETTLED + FULL_VERIFY_INTERVAL_MS)).toBeUndefined();
   });
 
+  it('loaded beside a state, keeps its own sha256s: the state’s where equal, its own where they differ', async () => {
+    const key = `${'k'.repeat(43)}=`;
+    await writeFingerprints({
+      version: 2,
+      rootDir: ROOT,
+      files: { 'a.conf': ENTRY_ARRAY, 'b.conf': [...ENTRY_ARRAY.slice(0, 5), OTHER_SHA, SETTLED] },
+      items: { rules: ITEM_RULES_VERSION, byId: { 'id-a': [key, SHA, 8], 'id-b': [key, OTHER_SHA, 8] } },
+    });
+    const state = {
+      files: new Map([
+        ['a.conf', { sha256: SHA }],
+        ['b.conf', { sha256: SHA }],
+      ]),
+      instances: new Map([
+        ['id-a', { relativePath: 'a.conf' }],
+        ['id-b', { relativePath: 'b.conf' }],
+      ]),
+    };
+    const loaded = await FileFingerprints.load(nodeFs, stateDir, ROOT, silentLogger(), {
+      sharingWith: state,
+    });
+    expect(loaded.lookup('a.conf', ID, SETTLED)).toBe(SHA);
+    expect(loaded.lookup('b.conf', ID, SETTLED)).toBe(OTHER_SHA);
+    expect(loaded.lookupItem('id-a', key)).toEqual({ sha256: SHA, size: 8 });
+    expect(loaded.lookupItem('id-b', key)).toEqual({ sha256: OTHER_SHA, size: 8 });
+  });
+
   it('is empty when the file is missing, unreadable (a directory), of another root or version, or not a header', async () => {
     const valid = { version: 1, rootDir: ROOT, files: { 'a.conf': ENTRY } };
     await writeFingerprints(valid);

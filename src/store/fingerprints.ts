@@ -84,6 +84,16 @@ type Entry = z.infer<FingerprintSchemas['FingerprintEntry']>;
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
+/**
+ * The loaded state whose strings a load reuses where its values are equal: JSON.parse makes a fresh string of
+ * every value, and an idle daemon would hold each sha256 three times (docs/performance.md "Idle daemon, twelfth
+ * round").
+ */
+interface HeldState {
+  files: ReadonlyMap<string, { readonly sha256: string }>;
+  instances: ReadonlyMap<string, { readonly relativePath: string }>;
+}
+
 /** One item known by its text: the key of that text, and the sha256 and length of the bytes it serializes to. */
 interface ItemEntry extends KnownItem {
   key: string;
@@ -102,7 +112,10 @@ function itemEntry(value: unknown): ItemEntry | undefined {
 }
 
 /** The items and pages of a stored file, when recorded under this agent's item rules; none otherwise. */
-function loadItems(stored: unknown): {
+function loadItems(
+  stored: unknown,
+  held: HeldState | undefined,
+): {
   items: Map<string, ItemEntry>;
   pages: Map<string, PageEntry>;
 } {
@@ -116,7 +129,11 @@ function loadItems(stored: unknown): {
   for (const id in byId) {
     if (!Object.hasOwn(byId, id)) continue;
     const entry = itemEntry(byId[id]);
-    if (entry !== undefined) items.set(id, entry);
+    if (entry === undefined) continue;
+    const path = held?.instances.get(id)?.relativePath;
+    const file = path === undefined ? undefined : held?.files.get(path);
+    if (file?.sha256 === entry.sha256) entry.sha256 = file.sha256;
+    items.set(id, entry);
   }
   // Optional (an agent before pages wrote none, and drops them); each `pageKey: [itemKeysKey, ...textLengths]`,
   // or `pageKey: itemKeysKey` as written before the lengths were kept (an older agent drops the array form).
@@ -275,7 +292,7 @@ export class FileFingerprints implements KnownPages {
     stateDir: string,
     rootDir: string,
     logger: Logger,
-    options: { setAside?: boolean } = {},
+    options: { setAside?: boolean; sharingWith?: HeldState } = {},
   ): Promise<FileFingerprints> {
     let raw: string | undefined;
     try {
@@ -320,7 +337,10 @@ export class FileFingerprints implements KnownPages {
         const value = files[path];
         if (!migrated) {
           const entry = arrayEntry(value);
-          if (entry !== undefined) entries.set(path, entry);
+          if (entry === undefined) continue;
+          const file = options.sharingWith?.files.get(path);
+          if (file?.sha256 === entry.sha256) entry.sha256 = file.sha256;
+          entries.set(path, entry);
           continue;
         }
         const quick = quickEntry(value);
@@ -331,7 +351,7 @@ export class FileFingerprints implements KnownPages {
         const entry = fingerprintSchemas().FingerprintEntry.safeParse(value);
         if (entry.success) entries.set(path, entry.data);
       }
-      items = loadItems(storedItems);
+      items = loadItems(storedItems, options.sharingWith);
     } catch (error) {
       logger.warn({ err: error }, 'the file fingerprints are corrupt: every managed file is read');
       return FileFingerprints.empty(rootDir);

@@ -140,6 +140,7 @@ export class StateDir {
         : await StatusOutbox.open(fs, settings.stateDir, logger, options.euid ?? process.geteuid?.());
       const fingerprints = await FileFingerprints.load(fs, settings.stateDir, settings.rootDir, logger, {
         setAside: !readOnly,
+        sharingWith: state,
       });
       const intents = readOnly
         ? IntentJournal.empty(fs, settings.stateDir, settings.rootDir, logger)

@@ -159,7 +159,7 @@ function isStringArray(value: unknown): value is string[] {
 }
 
 /** ManagedFile checked by hand: what `ManagedFile.parse` returns (same fields, same order), or undefined. */
-function quickManagedFile(value: unknown): ManagedFile | undefined {
+function quickManagedFile(value: unknown, held: HeldStrings): ManagedFile | undefined {
   if (!isPlainObject(value)) return undefined;
   const { instanceId, sha256, mode, createdDirs, writtenAt, keptMode, size } = value;
   if (
@@ -178,14 +178,14 @@ function quickManagedFile(value: unknown): ManagedFile | undefined {
   }
   // Optional fields added after, not spread in: the same fields in the same order, without an object per spread
   // (a start reads 1,000 records cold).
-  const file: ManagedFile = { instanceId, sha256, mode, createdDirs, writtenAt };
+  const file: ManagedFile = { instanceId, sha256, mode, createdDirs, writtenAt: held(writtenAt) };
   if (keptMode !== undefined) file.keptMode = keptMode;
   if (size !== undefined) file.size = size;
   return file;
 }
 
 /** InstanceRecord checked by hand: what `InstanceRecord.parse` returns (same fields, same order), or undefined. */
-function quickInstanceRecord(value: unknown): InstanceRecord | undefined {
+function quickInstanceRecord(value: unknown, held: HeldStrings): InstanceRecord | undefined {
   if (!isPlainObject(value)) return undefined;
   const { relativePath, activity, error, message, attempts, nextAttemptAt, reportEcho } = value;
   if (
@@ -204,7 +204,11 @@ function quickInstanceRecord(value: unknown): InstanceRecord | undefined {
     const { updatedAt, operatorUpdatedAt, awaiting } = reportEcho;
     if (typeof updatedAt !== 'string' || typeof operatorUpdatedAt !== 'string') return undefined;
     if (awaiting !== undefined && typeof awaiting !== 'string') return undefined;
-    echo = { updatedAt, operatorUpdatedAt, ...(awaiting === undefined ? {} : { awaiting }) };
+    echo = {
+      updatedAt: held(updatedAt),
+      operatorUpdatedAt: held(operatorUpdatedAt),
+      ...(awaiting === undefined ? {} : { awaiting }),
+    };
   }
   const activityStatus = activity as InstanceRecord['activity'];
   const errorStatus = error as InstanceRecord['error'];
@@ -212,16 +216,34 @@ function quickInstanceRecord(value: unknown): InstanceRecord | undefined {
   // spread (a start reads 1,000 records cold).
   const record: InstanceRecord =
     message === undefined
-      ? { relativePath, activity: activityStatus, error: errorStatus, attempts }
-      : { relativePath, activity: activityStatus, error: errorStatus, message, attempts };
+      ? { relativePath: held(relativePath), activity: activityStatus, error: errorStatus, attempts }
+      : { relativePath: held(relativePath), activity: activityStatus, error: errorStatus, message, attempts };
   if (nextAttemptAt !== undefined) record.nextAttemptAt = nextAttemptAt;
   if (echo !== undefined) record.reportEcho = echo;
   return record;
 }
 
+/**
+ * One string per value among a load's records: JSON.parse makes a fresh string of every value, so without it an
+ * idle daemon holds each path twice and its timestamps once per record (1,000 managed: ~0.3 MiB of heap;
+ * docs/performance.md "Idle daemon, twelfth round").
+ */
+type HeldStrings = (value: string) => string;
+
+function heldStrings(): HeldStrings {
+  const held = new Map<string, string>();
+  return (value) => {
+    const same = held.get(value);
+    if (same !== undefined) return same;
+    held.set(value, value);
+    return value;
+  };
+}
+
 function quickKeyedBy<T>(
   value: unknown,
-  quick: (item: unknown) => T | undefined,
+  quick: (item: unknown, held: HeldStrings) => T | undefined,
+  held: HeldStrings,
 ): Map<string, T> | undefined {
   if (!isPlainObject(value)) return undefined;
   const map = new Map<string, T>();
@@ -230,9 +252,9 @@ function quickKeyedBy<T>(
   // maps of a state of 1,000 cost ~2.9 ms of CPU cold against ~0.4 (docs/performance.md "`--once`, twelfth round").
   for (const key in value) {
     if (!Object.hasOwn(value, key)) continue;
-    const checked = quick(value[key]);
+    const checked = quick(value[key], held);
     if (checked === undefined) return undefined;
-    map.set(key, checked);
+    map.set(held(key), checked);
   }
   return map;
 }
@@ -253,8 +275,9 @@ export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   ) {
     return undefined;
   }
-  const files = quickKeyedBy(value.files, quickManagedFile);
-  const instances = quickKeyedBy(value.instances, quickInstanceRecord);
+  const held = heldStrings();
+  const files = quickKeyedBy(value.files, quickManagedFile, held);
+  const instances = quickKeyedBy(value.instances, quickInstanceRecord, held);
   if (files === undefined || instances === undefined) return undefined;
   return { version, deviceId, rootDir, files, instances, pendingHookPaths: pendingHookPaths ?? [] };
 }
