@@ -111,13 +111,13 @@ async function apply(steps: readonly Step[]) {
 
 describe('applySteps: fsyncs', () => {
   it('a batch of new files: one fsync each, and one per directory that got any', async () => {
-    expect(await apply([...many('a', 10), ...many('b', 5)])).toEqual({ file: 15, a: 1, b: 1 });
+    expect(await apply([...many('a', 10), ...many('b', 5)])).toEqual({ file: 15, a: 1, b: 1, '.': 1 });
     expect(vol.readdirSync(path.join(ROOT, 'a'))).toHaveLength(10);
   });
 
   it('past one batch, each batch fsyncs its own directories before its steps are handed on', async () => {
     // One file more than a batch takes: two batches, two fsyncs of the directory.
-    expect(await apply(many('a', BATCH_STEPS + 1))).toEqual({ file: BATCH_STEPS + 1, a: 2 });
+    expect(await apply(many('a', BATCH_STEPS + 1))).toEqual({ file: BATCH_STEPS + 1, a: 2, '.': 1 });
     expect(vol.readdirSync(path.join(ROOT, 'a'))).toHaveLength(BATCH_STEPS + 1);
   });
 
@@ -173,7 +173,7 @@ describe('applySteps: fsyncs', () => {
     const counted = await apply([...many('a', 2), swap, remove('cfg_gone', 'b/gone.json')]);
 
     // c twice: the new file's entry is durable before the old file goes, and the removal before it is reported.
-    expect(counted).toEqual({ file: 3, a: 1, b: 1, c: 2 });
+    expect(counted).toEqual({ file: 3, a: 1, b: 1, c: 2, '.': 1 });
     expect(vol.existsSync(path.join(ROOT, 'c/old.json'))).toBe(false);
     expect(vol.existsSync(path.join(ROOT, 'b/gone.json'))).toBe(false);
   });

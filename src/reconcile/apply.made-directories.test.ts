@@ -145,4 +145,66 @@ describe('applySteps: directories a batch makes', () => {
     expect(lost).toEqual([]);
     expect(model.afterPowerCut()['x/y/z/left.json']).toBe('640 cfg_left\n');
   });
+  it('a file written into directories a killed run made (their entries never fsynced) survives a power cut once handed on', async () => {
+    const base = memfsPort(vol);
+    const model = await PowerCutFs.over(base, ROOT);
+    // What the killed run left: directories made, nothing of them fsynced, its file never renamed in.
+    vol.mkdirSync(path.join(ROOT, 'x/y/z'), { recursive: true });
+    const { outcome, lost } = await run([write('cfg_new', 'x/y/z/new.json')], model, model.fs, 5);
+    expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(['written']);
+    expect(lost).toEqual([]);
+    expect(model.afterPowerCut()['x/y/z/new.json']).toBe('640 cfg_new\n');
+  });
+
+  it("after a pass whose new directory's parent fsync failed, the next pass's file written under it survives a power cut once handed on", async () => {
+    const base = memfsPort(vol);
+    const model = await PowerCutFs.over(base, ROOT);
+    const first = await run(
+      [write('cfg_a', 'top/new/a.json')],
+      model,
+      failingDirectorySyncs(model.fs, new Set(['top'])),
+      5,
+    );
+    expect(first.outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
+    // The disk answers again (EIO then success): a new file into the directory the failed pass made.
+    const { outcome, lost } = await run([write('cfg_b', 'top/new/b.json')], model, model.fs, 5);
+    expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(['written']);
+    expect(lost).toEqual([]);
+    expect(model.afterPowerCut()['top/new/b.json']).toBe('640 cfg_b\n');
+  });
+  it("a directory whose own parent's fsync failed is fsynced up again by later batches of the pass, though its child's entry was", async () => {
+    const base = memfsPort(vol);
+    const model = await PowerCutFs.over(base, ROOT);
+    vol.mkdirSync(path.join(ROOT, 'p/q'), { recursive: true });
+    let failing = new Set(['']);
+    const fs: FsPort = {
+      ...model.fs,
+      open: ((...args: Parameters<FsPort['open']>) =>
+        failingDirectorySyncs(model.fs, failing).open(...args)) as FsPort['open'],
+    };
+    const steps = [write('cfg_a', 'p/q/a.json'), write('cfg_b', 'p/q/b.json')];
+    const handedKinds: string[] = [];
+    const ctx: ApplyContext = {
+      fs,
+      logger: silentLogger(),
+      rootDir: ROOT,
+      fileMode: 0o640,
+      dirMode: 0o750,
+      files: new Map(),
+      cache: new ContentCache(fs, STATE_DIR),
+      batchSteps: 1,
+    };
+    const lost: string[] = [];
+    await applySteps(steps, ctx, (applied) => {
+      handedKinds.push(applied.result.kind);
+      // The root answers again from the second batch on.
+      failing = new Set();
+      const left = model.afterPowerCut();
+      if (applied.result.kind === 'written' && applied.step.kind === 'write') {
+        if (left[applied.step.path] !== `640 ${applied.step.instance.id}\n`) lost.push(applied.step.path);
+      }
+    });
+    expect(handedKinds).toEqual(['failed', 'written']);
+    expect(lost).toEqual([]);
+  });
 });

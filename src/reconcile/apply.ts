@@ -125,6 +125,11 @@ interface HandlerOptions {
    * durable by each batch's syncBatch, for the files of that batch under them.
    */
   madeDirectories?: Set<string>;
+  /**
+   * The directories whose entry in their parent this pass found durable (the parent fsynced after the entry was
+   * there, by a syncBatch): no later batch of the pass fsyncs that parent for them again, unless the pass made them.
+   */
+  durableEntries?: Set<string>;
   /** The batch's directories being made (PublishRequest.makingDirectories). */
   makingDirectories?: Map<string, Promise<void>>;
   /** rootDir's mount is gone: no disk effect is attempted. */
@@ -182,6 +187,7 @@ export async function applySteps(
   const unsettledPaths = new Set<string>();
   // For the whole pass: a later batch may write into a directory an earlier one made, whose entry's fsync failed.
   const madeDirectories = new Set<string>();
+  const durableEntries = new Set<string>();
   let index = 0;
   try {
     while (index < steps.length) {
@@ -197,7 +203,7 @@ export async function applySteps(
         unsettledPaths.clear();
       }
       for (const written of paths) unsettledPaths.add(written);
-      const options = { ...handlerOptions(plain, madeDirectories), landed };
+      const options = { ...handlerOptions(plain, madeDirectories, durableEntries), landed };
       const written = await writeBatch(batch, ctx, options);
       // Removals and swaps may have removed entries and directories the listings read so far hold.
       if (!plain) landed.entries.forget();
@@ -364,13 +370,18 @@ function isPlain(batch: readonly Step[]): boolean {
   return batch.length > 1 || batchable(batch[0]!);
 }
 
-function handlerOptions(plain: boolean, madeDirectories: Set<string>): HandlerOptions {
+function handlerOptions(
+  plain: boolean,
+  madeDirectories: Set<string>,
+  durableEntries: Set<string>,
+): HandlerOptions {
   // One per batch: removals and swaps, which can delete directories, run between batches.
   return plain
     ? {
         batched: true,
         verified: new VerifiedDirectories(process.geteuid?.() ?? -1),
         madeDirectories,
+        durableEntries,
         makingDirectories: new Map(),
       }
     : { batched: false };
@@ -431,11 +442,12 @@ async function syncBatch(
   const landed = (applied: AppliedStep): applied is AppliedStep & { step: WriteStep } =>
     applied.step.kind === 'write' && LANDED.has(applied.result.kind);
   const made = options.madeDirectories ?? new Set<string>();
+  const durable = options.durableEntries ?? new Set<string>();
   const dependencies = new Map<AppliedStep, string[]>();
   const directories = new Set<string>();
   for (const applied of done) {
     if (!landed(applied)) continue;
-    const needed = directoriesToSync(applied.step.path, applied.result.kind, made);
+    const needed = directoriesToSync(applied.step.path, made, durable);
     dependencies.set(applied, needed);
     for (const dir of needed) directories.add(dir);
   }
@@ -445,6 +457,14 @@ async function syncBatch(
     directories,
     options.verified === undefined ? {} : { verified: options.verified },
   );
+  for (const needed of dependencies.values()) {
+    // needed[i + 1] is needed[i]'s parent: fsynced with needed[i] in it, and every one above it fsynced too
+    // (the chain ends at the root or at a directory found durable so), needed[i] is durable where it is.
+    for (let index = needed.length - 2; index >= 0; index -= 1) {
+      if (failures.has(needed[index + 1]!)) break;
+      durable.add(needed[index]!);
+    }
+  }
   if (failures.size === 0) return done;
   return done.map((applied) => {
     const needed = dependencies.get(applied) ?? [];
@@ -455,21 +475,20 @@ async function syncBatch(
 }
 
 /**
- * The directories whose fsync a landed file in a batch needs before it is handed on: its own; the parent of
- * every directory on its way the pass made (that directory's entry, see PublishRequest.madeDirectories); and for
- * bytes found in place (`unchanged`, `metadata`: a file the agent has no durable record of — the leftover of a
- * run killed, or of a pass whose fsync failed, after it made the file's directories) every directory up to the
- * root, whose entries that run may not have made durable.
+ * The directories whose fsync a landed file in a batch needs before it is handed on: its own, and the parent of
+ * every directory on its way up to the root whose entry this pass has not yet found durable, or that the pass
+ * made (that directory's entry, see PublishRequest.madeDirectories). A directory the pass did not make may still
+ * be new: made by a run killed before its batch's fsyncs, or by a pass whose parent fsync failed (EIO) — so
+ * whether the file was written now or found in place, its whole chain is fsynced once per pass.
  */
 function directoriesToSync(
   relativePath: string,
-  kind: EffectResult['kind'],
   made: ReadonlySet<string>,
+  durable: ReadonlySet<string>,
 ): string[] {
   let dir = directoryOf(relativePath);
   const needed = [dir];
-  const wholeChain = kind !== 'written';
-  while (dir !== '' && (wholeChain || made.has(dir))) {
+  while (dir !== '' && (made.has(dir) || !durable.has(dir))) {
     dir = directoryOf(dir);
     needed.push(dir);
   }
