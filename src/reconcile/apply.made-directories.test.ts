@@ -207,4 +207,56 @@ describe('applySteps: directories a batch makes', () => {
     expect(handedKinds).toEqual(['failed', 'written']);
     expect(lost).toEqual([]);
   });
+  it.each([
+    ['ENOSPC', 'every time'],
+    ['EACCES', 'every time'],
+    ['ENOSPC', 'once'],
+  ])(
+    'a new directory whose mkdir fails (%s, %s): the files waiting for it are each judged on their own, none hangs, none lost',
+    async (code, how) => {
+      const base = memfsPort(vol);
+      const model = await PowerCutFs.over(base, ROOT);
+      let left = how === 'once' ? 1 : Number.POSITIVE_INFINITY;
+      const fs: FsPort = {
+        ...model.fs,
+        mkdir: (async (...args: Parameters<FsPort['mkdir']>) => {
+          if (path.relative(ROOT, String(args[0])) === 'shared' && left > 0) {
+            left -= 1;
+            throw Object.assign(new Error(code), { code });
+          }
+          return model.fs.mkdir(...args);
+        }) as FsPort['mkdir'],
+      };
+      const steps = Array.from({ length: 16 }, (_, i) => write(`cfg_${i}`, `shared/f${i}.json`));
+      const { outcome, lost } = await run(steps, model, fs, 16);
+      const kinds = outcome.applied.map((applied) => applied.result.kind);
+      if (how === 'once') {
+        expect(kinds.filter((kind) => kind === 'failed')).toHaveLength(1);
+        expect(kinds.filter((kind) => kind === 'written')).toHaveLength(15);
+      } else {
+        expect(kinds).toEqual(steps.map(() => 'failed'));
+        expect(vol.existsSync(path.join(ROOT, 'shared'))).toBe(false);
+      }
+      expect(lost).toEqual([]);
+    },
+  );
+
+  it('a symlink a local user plants where a new directory goes: no waiting file is written through it', async () => {
+    const base = memfsPort(vol);
+    const model = await PowerCutFs.over(base, ROOT);
+    vol.mkdirSync('/elsewhere');
+    const fs: FsPort = {
+      ...model.fs,
+      mkdir: (async (...args: Parameters<FsPort['mkdir']>) => {
+        if (path.relative(ROOT, String(args[0])) === 'shared' && !vol.existsSync(path.join(ROOT, 'shared'))) {
+          vol.symlinkSync('/elsewhere', path.join(ROOT, 'shared'));
+        }
+        return model.fs.mkdir(...args);
+      }) as FsPort['mkdir'],
+    };
+    const steps = Array.from({ length: 8 }, (_, i) => write(`cfg_${i}`, `shared/f${i}.json`));
+    const { outcome } = await run(steps, model, fs, 8);
+    expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(steps.map(() => 'failed'));
+    expect(vol.readdirSync('/elsewhere')).toEqual([]);
+  });
 });
