@@ -524,7 +524,7 @@ export async function hashRegularFile(
 
 /**
  * The sha256 and permission bits of a regular file under the root when they are `sha256`, after the file and
- * its directory were fsynced: bytes a run renamed into place and could not record (killed, or its directory
+ * every directory up to the root were fsynced: bytes a run renamed into place and could not record (killed, or its directory
  * fsync failed) become durable before anything is recorded of them. Undefined when the file is absent or holds
  * other bytes (nothing is fsynced then); a symlink or directory there throws PathRejectedError.
  */
@@ -552,8 +552,14 @@ export async function syncRegularFileIf(
   } finally {
     await handle.close().catch(() => undefined);
   }
-  const dir = relativeDir(relativePath);
-  await fsyncDirectory(fs, path.join(path.resolve(rootDir), dir), dir);
+  // Up to the root: the run that renamed them in may have made their directories and died before its batch
+  // fsynced those directories' parents, and a recorded file is reported without another write.
+  const root = path.resolve(rootDir);
+  let dir = relativePath;
+  do {
+    dir = relativeDir(dir);
+    await fsyncDirectory(fs, path.join(root, dir), dir);
+  } while (dir !== '');
   return { mode: stats.mode & PERMISSION_BITS };
 }
 
