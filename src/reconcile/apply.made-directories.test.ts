@@ -63,14 +63,20 @@ function failingDirectorySyncs(fs: FsPort, failing: ReadonlySet<string>): FsPort
   };
 }
 
-async function run(steps: readonly WriteStep[], model: PowerCutFs, fs: FsPort, batchSteps: number) {
+async function run(
+  steps: readonly WriteStep[],
+  model: PowerCutFs,
+  fs: FsPort,
+  batchSteps: number,
+  files: ApplyContext['files'] = new Map(),
+) {
   const ctx: ApplyContext = {
     fs,
     logger: silentLogger(),
     rootDir: ROOT,
     fileMode: 0o640,
     dirMode: 0o750,
-    files: new Map(),
+    files,
     cache: new ContentCache(fs, STATE_DIR),
     batchSteps,
   };
@@ -258,5 +264,38 @@ describe('applySteps: directories a batch makes', () => {
     const { outcome } = await run(steps, model, fs, 8);
     expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(steps.map(() => 'failed'));
     expect(vol.readdirSync('/elsewhere')).toEqual([]);
+  });
+  it('a swap writing into directories a killed run made (their entries never fsynced): its file survives a power cut once handed on', async () => {
+    vol.writeFileSync(path.join(ROOT, 'old.json'), 'old\n', { mode: 0o640 });
+    const base = memfsPort(vol);
+    const model = await PowerCutFs.over(base, ROOT);
+    vol.mkdirSync(path.join(ROOT, 'x/y'), { recursive: true });
+    const files: ApplyContext['files'] = new Map([
+      [
+        'old.json',
+        {
+          instanceId: 'cfg_old',
+          sha256: sha256Hex(Buffer.from('old\n')),
+          mode: 0o640,
+          createdDirs: [],
+          writtenAt: '2026-01-01T00:00:00.000Z',
+        },
+      ],
+    ]);
+    const swap: WriteStep = {
+      ...write('cfg_new', 'x/y/new.json'),
+      displaces: [
+        {
+          kind: 'remove',
+          instance: makeInstance({ id: 'cfg_old', relative_filepath: 'old.json', target_status: 'removed' }),
+          path: 'old.json',
+          report: { activity_status: 'removed', error_status: 'none' },
+        },
+      ],
+    };
+    const { outcome, lost } = await run([swap], model, model.fs, 5, files);
+    expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(['written']);
+    expect(vol.existsSync(path.join(ROOT, 'old.json'))).toBe(false);
+    expect(lost).toEqual([]);
   });
 });

@@ -384,7 +384,7 @@ function handlerOptions(
         durableEntries,
         makingDirectories: new Map(),
       }
-    : { batched: false };
+    : { batched: false, durableEntries };
 }
 
 /**
@@ -436,7 +436,6 @@ async function syncBatch(
   ctx: ApplyContext,
   options: HandlerOptions,
 ): Promise<AppliedStep[]> {
-  if (!options.batched) return done;
   // Every landed write, bytes already in place included: each publish ensures durability, and in a batch
   // the directory entry's part of that is this fsync.
   const landed = (applied: AppliedStep): applied is AppliedStep & { step: WriteStep } =>
@@ -449,8 +448,10 @@ async function syncBatch(
     if (!landed(applied)) continue;
     const needed = directoriesToSync(applied.step.path, made, durable);
     dependencies.set(applied, needed);
-    for (const dir of needed) directories.add(dir);
+    // Alone (a swap), the publish fsynced its own directory and its new directories' parents: the rest of the chain.
+    for (const dir of options.batched ? needed : needed.slice(1)) directories.add(dir);
   }
+  if (directories.size === 0) return done;
   const failures = await syncDirectories(
     ctx.fs,
     ctx.rootDir,
