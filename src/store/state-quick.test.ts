@@ -232,8 +232,10 @@ describe('quickStateFile', () => {
       }),
       { numRuns: 2_000 },
     );
-    // Both paths were exercised: the generator makes valid and invalid files alike.
-    expect(seen.quick).toBeGreaterThan(50);
+    // Both paths were exercised. About one generated file in 29 is wholly valid: 69.8 of 2,000 on average over
+    // 100 seeds (41 the fewest of 60), so a bound of 50 failed about one run in a hundred; 20 is six standard
+    // deviations below the mean.
+    expect(seen.quick).toBeGreaterThan(20);
     expect(seen.zod).toBeGreaterThan(50);
   });
 });
