@@ -5,6 +5,7 @@ import { Volume } from 'memfs';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { instanceFactory } from '../../test/helpers/instances.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
+import { writeStep as write } from '../../test/helpers/write-steps.js';
 import type { FileHandle, FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
@@ -60,22 +61,6 @@ beforeEach(() => {
     cache: new ContentCache(fs, STATE_DIR),
   };
 });
-
-function write(id: string, relative: string, text: string, extra: Partial<WriteStep> = {}): WriteStep {
-  const data = Buffer.from(text);
-  return {
-    kind: 'write',
-    instance: makeInstance({ id, relative_filepath: relative }),
-    path: relative,
-    data,
-    sha256: sha256Hex(data),
-    reason: 'new',
-    displaces: [],
-    supersedes: [],
-    report: { activity_status: 'deployed', error_status: 'none' },
-    ...extra,
-  };
-}
 
 function managed(id: string, relative: string, text: string): void {
   vol.writeFileSync(path.join(ROOT, relative), text, { mode: 0o640 });

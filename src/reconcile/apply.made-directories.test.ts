@@ -5,6 +5,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { instanceFactory } from '../../test/helpers/instances.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import { writeStep as write } from '../../test/helpers/write-steps.js';
 import type { FileHandle, FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
@@ -23,21 +24,6 @@ beforeEach(() => {
   vol.mkdirSync(ROOT, { recursive: true });
   vol.mkdirSync(STATE_DIR, { recursive: true });
 });
-
-function write(id: string, relative: string): WriteStep {
-  const data = Buffer.from(`${id}\n`);
-  return {
-    kind: 'write',
-    instance: makeInstance({ id, relative_filepath: relative }),
-    path: relative,
-    data,
-    sha256: sha256Hex(data),
-    reason: 'new',
-    displaces: [],
-    supersedes: [],
-    report: { activity_status: 'deployed', error_status: 'none' },
-  };
-}
 
 /** `fs` whose directory fsyncs of the directories in `failing` (relative to the root) fail with EIO. */
 function failingDirectorySyncs(fs: FsPort, failing: ReadonlySet<string>): FsPort {

@@ -4,18 +4,15 @@ import { constants } from 'node:fs';
 import path from 'node:path';
 import { Volume } from 'memfs';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { instanceFactory } from '../../test/helpers/instances.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
+import { writeStep as write } from '../../test/helpers/write-steps.js';
 import type { FsPort } from '../lib/fs-port.js';
-import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
 import { type AppliedStep, type ApplyContext, applySteps } from './apply.js';
-import type { WriteStep } from './plan.js';
 
 const ROOT = '/srv/config';
 const STATE_DIR = '/var/lib/config-agent';
-const makeInstance = instanceFactory({ relative_filepath: 'app.json' });
 
 let vol: InstanceType<typeof Volume>;
 let fs: FsPort;
@@ -38,21 +35,6 @@ beforeEach(() => {
     batchSteps: 2,
   };
 });
-
-function write(id: string, relative: string, text: string): WriteStep {
-  const data = Buffer.from(text);
-  return {
-    kind: 'write',
-    instance: makeInstance({ id, relative_filepath: relative }),
-    path: relative,
-    data,
-    sha256: sha256Hex(data),
-    reason: 'new',
-    displaces: [],
-    supersedes: [],
-    report: { activity_status: 'deployed', error_status: 'none' },
-  };
-}
 
 function text(relative: string): string | undefined {
   const absolute = path.join(ROOT, relative);
