@@ -84,6 +84,10 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
+/** The state record of a file deployed at `relativePath` on its first attempt. */
+const deployedRecord = (relativePath: string) =>
+  ({ relativePath, activity: 'deployed', error: 'none', attempts: 0 }) as const;
+
 describe('StateDir: the lock', () => {
   it('is held from open to close (agent.lock exists exactly then)', async () => {
     const first = await open();
@@ -122,12 +126,7 @@ describe('StateDir: the lock', () => {
 
   it('taken again after stateDir was removed under it: the next persist writes state.json and outbox.json again', async () => {
     const stateDir = await open();
-    stateDir.state.instances.set('cfg_a', {
-      relativePath: 'a.json',
-      activity: 'deployed',
-      error: 'none',
-      attempts: 0,
-    });
+    stateDir.state.instances.set('cfg_a', deployedRecord('a.json'));
     stateDir.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
     await stateDir.persist();
     await rm(settings.stateDir, { recursive: true });
@@ -192,12 +191,7 @@ describe('StateDir: temp files a crash left', () => {
 describe('StateDir: persisting', () => {
   it('persist writes the state and the queued reports; they load again on the next open', async () => {
     const first = await open();
-    first.state.instances.set('cfg_a', {
-      relativePath: 'a.json',
-      activity: 'deployed',
-      error: 'none',
-      attempts: 0,
-    });
+    first.state.instances.set('cfg_a', deployedRecord('a.json'));
     first.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
     await first.persist();
     await first.close();
@@ -279,12 +273,7 @@ describe('StateDir: persisting', () => {
 
   it('a changed record, a removed one, a hook path or a queued report make the save happen', async () => {
     const first = await open();
-    first.state.instances.set('cfg_a', {
-      relativePath: 'a.json',
-      activity: 'deployed',
-      error: 'none',
-      attempts: 0,
-    });
+    first.state.instances.set('cfg_a', deployedRecord('a.json'));
     await first.persist();
     await first.close();
     const statePath = path.join(settings.stateDir, 'state.json');
@@ -372,12 +361,7 @@ describe('StateDir: persisting', () => {
   it('after a failed persist, the next one writes what failed again', async () => {
     const stateDir = await open();
     await stateDir.persist();
-    stateDir.state.instances.set('cfg_a', {
-      relativePath: 'a.json',
-      activity: 'deployed',
-      error: 'none',
-      attempts: 0,
-    });
+    stateDir.state.instances.set('cfg_a', deployedRecord('a.json'));
     stateDir.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
     fs.failOutboxRename = true;
     await expect(stateDir.persist()).rejects.toThrow();
@@ -398,12 +382,7 @@ describe('StateDir: persisting', () => {
   it('a state.json renamed in but not made durable (its directory fsync failed) is fsynced by the next save, though its bytes are the same', async () => {
     const stateDir = await open();
     await stateDir.persist();
-    stateDir.state.instances.set('cfg_a', {
-      relativePath: 'a.json',
-      activity: 'deployed',
-      error: 'none',
-      attempts: 0,
-    });
+    stateDir.state.instances.set('cfg_a', deployedRecord('a.json'));
     fs.failStateDirSync = true;
     await expect(stateDir.persistState()).rejects.toThrow();
     const statePath = path.join(settings.stateDir, 'state.json');
@@ -463,12 +442,7 @@ describe('StateDir: persisting', () => {
 
   it('persistState writes the state only', async () => {
     const stateDir = await open();
-    stateDir.state.instances.set('cfg_a', {
-      relativePath: 'a.json',
-      activity: 'deployed',
-      error: 'none',
-      attempts: 0,
-    });
+    stateDir.state.instances.set('cfg_a', deployedRecord('a.json'));
     stateDir.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
     await stateDir.persistState();
     const files = await names('state');
@@ -481,12 +455,7 @@ describe('StateDir: persisting', () => {
 
   it('a dry run persists nothing, and its queued reports stay in memory', async () => {
     const dry = await open({ readOnly: true });
-    dry.state.instances.set('cfg_a', {
-      relativePath: 'a.json',
-      activity: 'deployed',
-      error: 'none',
-      attempts: 0,
-    });
+    dry.state.instances.set('cfg_a', deployedRecord('a.json'));
     dry.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, NOW);
     await dry.persist();
     await dry.persistState();
