@@ -169,6 +169,20 @@ async function driftTwoFiles(): Promise<{ original: string; yaml: string }> {
   return { original, yaml };
 }
 
+/** driftTwoFiles' two files are back byte for byte. */
+async function expectWrittenBack({ original, yaml }: { original: string; yaml: string }): Promise<void> {
+  expect(await readFile(rootFile('d1/conf4.json'), 'utf8')).toBe(original);
+  expect(await readFile(rootFile('d1/conf7.yaml'), 'utf8')).toBe(yaml);
+}
+
+/** The pass after a write-back records the written files' fingerprints; the one after that writes nothing. */
+async function expectFingerprintsSettle(printsFile: string): Promise<void> {
+  expect((await runPass()).converged).toBe(true);
+  const settled = await readFile(printsFile, 'utf8');
+  expect((await runPass()).converged).toBe(true);
+  expect(await readFile(printsFile, 'utf8')).toBe(settled);
+}
+
 beforeEach(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-known-'));
   await mkdir(path.join(dir, 'root'));
@@ -341,8 +355,7 @@ describe('items known by their exact text', () => {
     const { original, yaml } = await driftTwoFiles();
     const result = await runPass();
     expect(result.converged).toBe(true);
-    expect(await readFile(rootFile('d1/conf4.json'), 'utf8')).toBe(original);
-    expect(await readFile(rootFile('d1/conf7.yaml'), 'utf8')).toBe(yaml);
+    await expectWrittenBack({ original, yaml });
     expect(
       result.outcomes
         .filter((o) => o.action === 'written')
@@ -351,11 +364,7 @@ describe('items known by their exact text', () => {
     ).toEqual(['d1/conf4.json', 'd1/conf7.yaml']);
     // The record mended to the texts' lengths: the next idle pass cuts the page and writes no state file.
     expect(JSON.parse(await readFile(printsFile, 'utf8')).items.pages).toEqual(recorded);
-    // (The pass after records the two written files' fingerprints; the one after that writes nothing.)
-    expect((await runPass()).converged).toBe(true);
-    const settled = await readFile(printsFile, 'utf8');
-    expect((await runPass()).converged).toBe(true);
-    expect(await readFile(printsFile, 'utf8')).toBe(settled);
+    await expectFingerprintsSettle(printsFile);
   });
 
   it('a page recorded before lengths were kept (a key alone) gets them on the next pass, files written back right', async () => {
@@ -365,14 +374,9 @@ describe('items known by their exact text', () => {
     await editPageRecord((record) => record[0]);
     const { original, yaml } = await driftTwoFiles();
     expect((await runPass()).converged).toBe(true);
-    expect(await readFile(rootFile('d1/conf4.json'), 'utf8')).toBe(original);
-    expect(await readFile(rootFile('d1/conf7.yaml'), 'utf8')).toBe(yaml);
+    await expectWrittenBack({ original, yaml });
     expect(JSON.parse(await readFile(printsFile, 'utf8')).items.pages).toEqual(withLengths);
-    // (The pass after records the two written files' fingerprints; the one after that writes nothing.)
-    expect((await runPass()).converged).toBe(true);
-    const settled = await readFile(printsFile, 'utf8');
-    expect((await runPass()).converged).toBe(true);
-    expect(await readFile(printsFile, 'utf8')).toBe(settled);
+    await expectFingerprintsSettle(printsFile);
   });
 
   it('past the budget of bytes a pass holds, a known item is judged and set aside as any other, not held as text', async () => {
