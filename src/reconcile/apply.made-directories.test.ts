@@ -10,6 +10,7 @@ import type { FileHandle, FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
+import { TEMP_PREFIX } from '../store/path-guard.js';
 import { type AppliedStep, type ApplyContext, applySteps } from './apply.js';
 import type { WriteStep } from './plan.js';
 
@@ -232,6 +233,106 @@ describe('applySteps: directories a batch makes', () => {
       expect(lost).toEqual([]);
     },
   );
+
+  describe('a new directory removed by the rollback of the publish that made it (its write failed)', () => {
+    /** `fs` whose first rename into `new/` fails (ENOSPC); `removed` settles once `new` is rmdir'ed. */
+    function rollbackFs(base: FsPort) {
+      let renames = 0;
+      let settle: () => void = () => undefined;
+      const removed = new Promise<void>((resolve) => (settle = resolve));
+      const fs: FsPort = {
+        ...base,
+        rename: (async (...args: Parameters<FsPort['rename']>) => {
+          if (path.dirname(String(args[1])) === path.join(ROOT, 'new') && renames++ === 0)
+            throw Object.assign(new Error('ENOSPC'), { code: 'ENOSPC' });
+          return base.rename(...args);
+        }) as FsPort['rename'],
+        rmdir: (async (...args: Parameters<FsPort['rmdir']>) => {
+          await base.rmdir(...args);
+          if (String(args[0]) === path.join(ROOT, 'new')) settle();
+        }) as FsPort['rmdir'],
+      };
+      return { fs, removed };
+    }
+
+    beforeEach(() => {
+      // Sealed (the agent's, 0755): the batch trusts the directories it found or made there without a lookup.
+      vol.chmodSync(ROOT, 0o755);
+    });
+
+    it('a later write of the batch below it makes it again and lands in that pass, its chain durable', async () => {
+      const base = memfsPort(vol);
+      const model = await PowerCutFs.over(base, ROOT);
+      const { fs, removed } = rollbackFs(model.fs);
+      const b = write('cfg_b', 'new/deeper/b.json');
+      // cfg_b's bytes were set aside by the pull: it starts once they are read back, after cfg_a's rollback.
+      const cache = new (class extends ContentCache {
+        override async get(sha256: string): Promise<Buffer | undefined> {
+          await removed;
+          return sha256 === b.sha256 ? Buffer.from('cfg_b\n') : undefined;
+        }
+      })(fs, STATE_DIR);
+      const { data: _data, ...setAside } = b;
+      const steps = [write('cfg_a', 'new/a.json'), { ...setAside, size: 6 }];
+      const handed: AppliedStep[] = [];
+      const lost: string[] = [];
+      const ctx: ApplyContext = {
+        fs,
+        logger: silentLogger(),
+        rootDir: ROOT,
+        fileMode: 0o640,
+        dirMode: 0o750,
+        files: new Map(),
+        cache,
+        batchSteps: 16,
+      };
+      await applySteps(steps, ctx, (applied) => {
+        handed.push(applied);
+        const left = model.afterPowerCut();
+        if (applied.result.kind === 'written' && left[b.path] !== '640 cfg_b\n') lost.push(b.path);
+      });
+      expect(handed.map((applied) => applied.result.kind)).toEqual(['failed', 'written']);
+      expect(vol.readdirSync(path.join(ROOT, 'new'))).toEqual(['deeper']);
+      expect(vol.readFileSync(path.join(ROOT, b.path), 'utf8')).toBe('cfg_b\n');
+      expect(lost).toEqual([]);
+      expect(model.afterPowerCut()).toEqual({
+        new: 'dir',
+        'new/deeper': 'dir',
+        'new/deeper/b.json': '640 cfg_b\n',
+      });
+    });
+
+    it('a write of the batch already on its way into it when it goes is made again, not failed', async () => {
+      const base = memfsPort(vol);
+      const model = await PowerCutFs.over(base, ROOT);
+      const { fs: rollingBack, removed } = rollbackFs(model.fs);
+      // The second temp file created in `new/` waits until the first publish's rollback removed `new`.
+      let temps = 0;
+      const fs: FsPort = {
+        ...rollingBack,
+        open: (async (...args: Parameters<FsPort['open']>) => {
+          const target = String(args[0]);
+          const temp =
+            path.dirname(target) === path.join(ROOT, 'new') && path.basename(target).startsWith(TEMP_PREFIX);
+          if (temp && ++temps === 2) await removed;
+          return rollingBack.open(...args);
+        }) as FsPort['open'],
+      };
+      const { outcome, lost } = await run(
+        [write('cfg_a', 'new/a.json'), write('cfg_b', 'new/b.json')],
+        model,
+        fs,
+        16,
+      );
+      const kinds = outcome.applied.map((applied) => applied.result.kind).sort();
+      expect(kinds).toEqual(['failed', 'written']);
+      const landed = outcome.applied.find((applied) => applied.result.kind === 'written')!.step as WriteStep;
+      const name = path.basename(landed.path);
+      expect(vol.readdirSync(path.join(ROOT, 'new'))).toEqual([name]);
+      expect(lost).toEqual([]);
+      expect(model.afterPowerCut()[landed.path]).toBe(`640 ${landed.instance.id}\n`);
+    });
+  });
 
   it('a symlink a local user plants where a new directory goes: no waiting file is written through it', async () => {
     const base = memfsPort(vol);

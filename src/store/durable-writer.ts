@@ -805,15 +805,18 @@ async function removeCreatedDirs(
   root: string,
   created: readonly string[],
   parents: ReadonlyMap<string, FileHandle>,
-): Promise<void> {
+): Promise<string[]> {
+  const removed: string[] = [];
   for (const relative of [...created].reverse()) {
     const parent = parents.get(relativeDir(relative));
     try {
       await fs.rmdir(entryPath(root, relative, parent));
     } catch {
-      return;
+      break;
     }
+    removed.push(relative);
   }
+  return removed;
 }
 
 /**
@@ -823,6 +826,26 @@ async function removeCreatedDirs(
  * signal's reason on abort; in every failure before the rename the old file is intact and no temp file is left.
  */
 export async function publishFile(fs: FsPort, request: PublishRequest): Promise<PublishResult> {
+  try {
+    return await publishFileOnce(fs, request);
+  } catch (error) {
+    const top = request.relativePath.split('/')[0]!;
+    if (request.verified === undefined || top === request.relativePath || !parentRemovedMeanwhile(error))
+      throw error;
+    // Another publish of the batch made a directory on the way, this one went on into it, and that one's
+    // rollback removed it before this one's temp file was created: once more, the chain looked up afresh, so
+    // this publish makes it again (else it failed for nothing and waited for the next batch).
+    request.verified.forget(top);
+    return publishFileOnce(fs, request);
+  }
+}
+
+/** The temp file could not be created because its directory was gone (ENOENT): see publishFile. */
+function parentRemovedMeanwhile(error: unknown): boolean {
+  return error instanceof DiskError && error.operation === 'create temp file' && error.errno === 'ENOENT';
+}
+
+async function publishFileOnce(fs: FsPort, request: PublishRequest): Promise<PublishResult> {
   const { rootDir, relativePath, data, mode, dirMode, gid, signal, durable = true } = request;
   // Without a batch's cache, one for this publish alone: its walk tells a parent nobody else can change (then
   // no re-walk and no pinned descriptor are needed) from one they can.
@@ -1009,7 +1032,14 @@ async function writeTempAndRename(
       const temp = tempPath;
       await fs.unlink(temp).catch(() => undefined);
     }
-    if (!renamed) await removeCreatedDirs(fs, root, created, createdIn);
+    if (!renamed) {
+      // Gone again: the batch's other publishes must look them up and make them anew, and their parents' fsyncs
+      // are no longer owed for them (another publish that makes one again records it again).
+      for (const removed of await removeCreatedDirs(fs, root, created, createdIn)) {
+        verified.forget(removed);
+        options.madeDirectories?.delete(removed);
+      }
+    }
     throw error;
   } finally {
     await pinned?.close().catch(() => undefined);

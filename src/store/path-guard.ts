@@ -122,6 +122,16 @@ export class VerifiedDirectories {
     return this.#stable.has(relative);
   }
 
+  /**
+   * Drops `relative` and every directory below it: removed since it was found (a failed publish's rollback), it
+   * is looked up again, and made again by whoever needs it.
+   */
+  forget(relative: string): void {
+    this.#stable.delete(relative);
+    const below = `${relative}/`;
+    for (const known of this.#stable) if (known.startsWith(below)) this.#stable.delete(known);
+  }
+
   /** Records a directory just lstat'ed as a real directory: kept only when it and its parent are stable. */
   saw(relative: string, stats: Stats): void {
     const slash = relative.lastIndexOf('/');
