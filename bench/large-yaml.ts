@@ -1,4 +1,4 @@
-// Peak RSS and CPU of the agent's `--once` first sync of large items (docs/performance.md, "YAML, ninth round",
+// Peak RSS and CPU of the agent's `--once` first sync of large items (docs/performance-history.md, "YAML, ninth round",
 // "Memory, sixth round"): `node dist-bench/bench/large-yaml.js <kind> [runs]`, a JSON line a run; kinds below.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';

@@ -87,7 +87,7 @@ function esbuild(args) {
  * classic script (vm.Script's cachedData) on Node 20 and 24 alike, and its cache made after a pass holds every
  * function the pass compiled (~1 MB; Node 24's module.enableCompileCache keeps only what compiled at load,
  * ~0.3 MB). agent-loader.cjs finds, checks, uses and writes the cache (src/cli/agent-loader.ts;
- * docs/performance.md, "eighth round"). The bundle has no import(): a vm.Script cannot run one. Returns the
+ * docs/performance-history.md, "eighth round"). The bundle has no import(): a vm.Script cannot run one. Returns the
  * bundle's temporary name, agent.cjs; hashedName() names it by content.
  */
 function agentBundleCli(outdir) {
@@ -142,7 +142,7 @@ function hashedName(file) {
  * esbuild escapes every non-ASCII character of strings, templates and regular expressions (its default charset)
  * but copies the comments it keeps (those on class members) as written, and one `—` in a comment makes V8 hold
  * the whole chunk's source as a two-byte string: three chunks took 1.25 MiB of the idle daemon's heap instead of
- * 0.63 (docs/performance.md, "sixth round (engineer start9)"). Each non-ASCII character is written as `\u{…}`
+ * 0.63 (docs/performance-history.md, "sixth round (engineer start9)"). Each non-ASCII character is written as `\u{…}`
  * text instead; that only comments changed is checked by comparing esbuild's whitespace-minified output (which
  * drops them) of both texts.
  */

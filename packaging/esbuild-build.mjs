@@ -47,7 +47,7 @@ const PINO_LIB = String.raw`[\\/]node_modules[\\/]pino[\\/]lib[\\/]`;
  * The shipped bundle's pino without its transport code: lib/transport.js (thread-stream, a worker per transport)
  * is replaced by a function that throws TRANSPORT_LEFT_OUT, and lib/tools.js loads sonic-boom and worker_threads
  * on first use (TOOLS_REPLACEMENTS). The daemon then loads 15 builtin modules fewer (`worker_threads`, `assert`
- * and theirs) and compiles ~60 KB less (docs/performance.md, "Idle daemon, eleventh round").
+ * and theirs) and compiles ~60 KB less (docs/performance-history.md, "Idle daemon, eleventh round").
  */
 export const pinoWithoutTransports = {
   name: 'pino-without-transports',

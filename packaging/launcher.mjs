@@ -22,11 +22,11 @@ export const OPENSSL_VARIABLES = [
  * V8 flags of the daemon alone (`config-agent` or `config-agent --config <file>`, as the systemd unit runs it): a
  * young generation of 1 MiB semi-spaces instead of up to 16. The idle daemon at 1,000 managed on Node 20: 86–96 →
  * 72–73 MiB of RSS at 1 s polls, with no CPU cost measured on its polls, on a first sync of 1,000 × 1 KiB or
- * of 40 × 3 MiB (docs/performance.md, "fifth round"). Bytecode flushed after one full collection it was not run
+ * of 40 × 3 MiB (docs/performance-history.md, "fifth round"). Bytecode flushed after one full collection it was not run
  * in instead of five or six (`--bytecode-old-age=1`: what only the start or a first sync ran goes sooner), and
  * `gc` on the global object (`--expose-gc`): src/lib/release-memory.ts otherwise makes a V8 context of its own
  * to reach it, which stays alive with the function. With MALLOC_MMAP_THRESHOLD_: idle RSS at 1,000 managed,
- * 1 s polls, Node 24 63.4 → ~61.8 MiB, Node 20 62.2 → ~61.1 (docs/performance.md, "Idle daemon, eleventh round").
+ * 1 s polls, Node 24 63.4 → ~61.8 MiB, Node 20 62.2 → ~61.1 (docs/performance-history.md, "Idle daemon, eleventh round").
  * Every Node the packages run takes all three. `--once`: ONCE_NODE_FLAGS.
  */
 export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1', '--bytecode-old-age=1', '--expose-gc'];
@@ -36,7 +36,7 @@ export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1', '--bytecode-old-age
  * of one per thread that allocates (up to 8 per core: libuv's workers, V8's compiler and GC threads), each
  * keeping its own free pages. Idle daemon at 1,000 managed, 1 s polls: Node 20 67.6 → 65.9 MiB (67.5 → 66.6 over
  * 30 polls), Node 24 92.0 → 89.0 MiB; the peak of a first sync of 1,000 73.3 → 70.6 MiB, its CPU and a poll's
- * unchanged within the noise (docs/performance.md, "sixth round (engineer start9)"). glibc reads it before the first line of JavaScript, so
+ * unchanged within the noise (docs/performance-history.md, "sixth round (engineer start9)"). glibc reads it before the first line of JavaScript, so
  * only the environment sets it; the daemon's hooks inherit it.
  */
 export const DAEMON_MALLOC_ARENA_MAX = '1';
@@ -47,14 +47,14 @@ export const DAEMON_MALLOC_ARENA_MAX = '1';
  * anything above it lives (V8's compiler zones and parser buffers are freed after each poll's compiles). Setting
  * it also stops glibc from raising the threshold by itself (up to 32 MiB on 64-bit) after the first large free.
  * Idle daemon at 1,000 managed, 1 s polls: Node 24 −0.4 to −0.9 MiB, Node 20 −0.3 to −1.5; the daemon's own first
- * sync of 10,000 (docs/performance.md, "Idle daemon, eleventh round").
+ * sync of 10,000 (docs/performance-history.md, "Idle daemon, eleventh round").
  */
 export const DAEMON_MALLOC_MMAP_THRESHOLD = '32768';
 
 /**
  * V8 flags of a `--once` run, which may be a first sync: semi-spaces of 4 MiB. A `--once` first sync of 10,000
  * peaked at ~152 MiB RSS with Node's default and ~131 MiB with 4, for no more time in garbage collection (335
- * scavenges of ~1.1 s against 97 of ~1.0–1.3 s; 1 MiB took 1,447 of 2.8–3.8 s there). docs/performance.md,
+ * scavenges of ~1.1 s against 97 of ~1.0–1.3 s; 1 MiB took 1,447 of 2.8–3.8 s there). docs/performance-history.md,
  * "Memory, fifth round". Only a command-line flag sets it: V8 sizes the heap before the first line runs. The
  * other commands (`--help`, `--version`, the local clients, `init`, `doctor`) get no flag: they allocate little,
  * and the flag cost `--help` ~7 ms of start-up (1.50 → 1.78× `node -e 0` in the bench).
@@ -77,7 +77,7 @@ export const BUNDLED_RUNTIME_NODE_FLAGS = ['--disable-sigusr1'];
  * first pass and kept resident: idle RSS at 1,000 managed, 1 s polls, as this launcher runs it, 73.5 → 64.2 MiB
  * (file-backed 49.8 → 42.1). The price is paid once, by the daemon's own first sync of many files (10,000: −4 to
  * +40 % of CPU over six pairs, median +24 %); its starts and full resyncs with nothing to do cost the same. Sparkplug, the baseline compiler,
- * stays (without it that first sync cost +50 %). docs/performance.md, "Idle daemon, ninth round (engineer rss12)".
+ * stays (without it that first sync cost +50 %). docs/performance-history.md, "Idle daemon, ninth round (engineer rss12)".
  * Both flags exist on every Node the packages run (V8 11.3 too), but only this runtime, pinned by
  * node-runtime.json, was measured; a flag the runtime refused would stop the daemon before its first line.
  */

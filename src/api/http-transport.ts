@@ -15,7 +15,7 @@ import {
  * node:http's CommonJS exports, not an ES import: on Node 24 an ES module's `import` of a builtin reads every
  * export, and node:http's lazy `WebSocket`, `CloseEvent` and `MessageEvent` getters then load Node's own bundled
  * undici with node:http2, node:tls, node:zlib and the web streams (~70 modules): the idle daemon held 8 MiB more
- * (docs/performance.md "Idle daemon, ninth round"). The CommonJS bundle of `--once` compiles imports to require().
+ * (docs/performance-history.md "Idle daemon, ninth round"). The CommonJS bundle of `--once` compiles imports to require().
  */
 const http = process.getBuiltinModule('node:http');
 

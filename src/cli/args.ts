@@ -4,7 +4,7 @@ import { errnoCode, errorMessage, UsageError } from '../lib/errors.js';
 import { EXIT_CODE_MEANINGS, ExitCode } from './exit-codes.js';
 
 // Through require: on Node 24 an ESM import of node:util reads every export, and its lazy getters load ~19 more
-// modules for every command (docs/performance.md "Memory, fourth round").
+// modules for every command (docs/performance-history.md "Memory, fourth round").
 const { parseArgs } = createRequire(import.meta.url)('node:util') as typeof import('node:util');
 
 export type CliCommand =

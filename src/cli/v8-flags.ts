@@ -4,7 +4,7 @@
  * V8's interrupt budget (bytecode run before a function is considered for TurboFan), 4 × its default of 66 KiB.
  * A first sync or a pass runs each of its functions a few thousand times and ends: at the default, V8's helper
  * threads spent ~0.3 s of CPU optimising code the run then barely used (a first sync of 1,000: CPU 1,700 ->
- * 1,430 ms; docs/performance.md "First sync, fifth round"). Code that stays hot (a pass over 10,000 instances,
+ * 1,430 ms; docs/performance-history.md "First sync, fifth round"). Code that stays hot (a pass over 10,000 instances,
  * a long-running daemon) is still optimised, a little later.
  */
 const TIER_UP_INTERRUPT_BUDGET = 4 * 67_584;
@@ -21,7 +21,7 @@ const SYNC_V8_FLAGS_MAJORS = new Set([11]);
  * - `--liftoff-only`: llhttp, undici's HTTP parser, is WebAssembly, and V8 11 optimised its parser with TurboFan
  *   in every process: ~85 ms of a helper thread's CPU in an idle `--once` at 1,000 that parses 11 responses.
  *   Liftoff's code parses the few kilobytes of headers a request has at much the same cost
- *   (docs/performance.md "The transport, sixth round"). Nothing else in the agent is WebAssembly.
+ *   (docs/performance-history.md "The transport, sixth round"). Nothing else in the agent is WebAssembly.
  */
 export function syncV8Flags(v8Major: number, execArgv: readonly string[]): string[] {
   if (!SYNC_V8_FLAGS_MAJORS.has(v8Major)) return [];

@@ -11,7 +11,7 @@ import type { Logger } from '../lib/logger.js';
 
 // node:http through require, not import: on Node 24 an ESM import of node:http reads every export, and its lazy
 // WebSocket and MessageEvent getters load Node's own copy of undici, zlib and perf_hooks (+12 MiB RSS, ~60 modules)
-// that the daemon never uses (docs/performance.md "Idle daemon").
+// that the daemon never uses (docs/performance-history.md "Idle daemon").
 const { createServer } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
 
 export const SOCKET_MODE = 0o660;

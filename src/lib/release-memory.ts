@@ -16,7 +16,7 @@ export const RELEASE_AFTER_GROWTH_BYTES = 8 * MiB;
  * …and by this fraction of the heap the last release left. With 10,000 managed the young generation alone grows
  * back by ~17 MiB after each release (27 → 44 MiB), so a fixed 8 MiB ran a release after every poll (~195 ms of
  * CPU per poll on Node 24). Node 24, 10,000 managed, 1 s polls: 0.75 gave 133 ms per poll and 131 MiB, 1 gave
- * 128 ms and 140 MiB, 0.5 released after every poll (docs/performance.md "Memory, fourth round").
+ * 128 ms and 140 MiB, 0.5 released after every poll (docs/performance-history.md "Memory, fourth round").
  */
 export const RELEASE_AFTER_GROWTH_FRACTION = 0.75;
 
@@ -24,7 +24,7 @@ export const RELEASE_AFTER_GROWTH_FRACTION = 0.75;
  * The idle release runs whatever the heap grew once the waits since the last one, the wait ahead included, add up
  * to at least this: the daemon is then idle for most of that time (the default poll is 30 s), and what the polls
  * grew back is held until the next release. The growth rule alone left the idle daemon at 1,000 managed at 64.5 MiB
- * (Node 24, 30 s polls) and a release after every pass at 60.6 (docs/performance.md "Idle daemon, tenth round").
+ * (Node 24, 30 s polls) and a release after every pass at 60.6 (docs/performance-history.md "Idle daemon, tenth round").
  * Short waits add up: at 1 s polls a release every few polls holds Node 24 at 60.5–61.4 MiB and Node 20 (two
  * collections, heapReleaser) at ~58.6, instead of 61.8–62.9 and 61.0–61.4 ("Idle daemon, twelfth round"); the cost
  * rule below sets how few.
@@ -36,7 +36,7 @@ export const RELEASE_MIN_WAITS_MS = 1_000;
  * a core. Its cost grows with the managed set (~20 ms on Node 20 and ~25 ms on Node 24 at 1,000; ~190 ms at 10,000
  * on Node 24), so at 1,000 managed a daemon polling every second releases every fourth or fifth poll, and one
  * polling every 30 s after every pass; at 10,000 every second 30 s poll
- * (docs/performance.md "Idle daemon, eleventh round" and "twelfth round").
+ * (docs/performance-history.md "Idle daemon, eleventh round" and "twelfth round").
  */
 export const RELEASE_EVERY_PASS_WAIT_PER_COST = 200;
 
@@ -46,7 +46,7 @@ export const RELEASE_EVERY_PASS_WAIT_PER_COST = 200;
  * (a first sync of 10,000 made three); collecting sooner keeps the committed heap, and the RSS, nearer what is
  * live: peak RSS of that sync 194 → 166 MiB (median of 5), six full collections instead of three. Keyed on the
  * used heap as a whole, which swings with the young generation, it collected 13 times for the same peak and
- * ~3 s more CPU (docs/performance.md "Memory, fourth round").
+ * ~3 s more CPU (docs/performance-history.md "Memory, fourth round").
  */
 export const COLLECT_AFTER_OLD_GROWTH_BYTES = 16 * MiB;
 
@@ -141,7 +141,7 @@ export function releaseBeforeWaits(
  * command line: the flag set now applies to the contexts made after it, so a new context has `gc`. From V8 12
  * (Node 22) it is asked for the `last-resort` flavor, V8's collection under memory pressure, which also shrinks
  * the young generation and returns the freed pages (Node 24, idle daemon with 1,000 managed: 115 → 99 MiB,
- * docs/performance.md "Idle daemon"). Node 20's V8 (11.3) takes no flavor, and a `gc(options)` there leaves
+ * docs/performance-history.md "Idle daemon"). Node 20's V8 (11.3) takes no flavor, and a `gc(options)` there leaves
  * garbage a plain `gc()` collects: it gets two plain ones, as last-resort runs at least two; one gave back the pages
  * it left sparse only at the next release (idle daemon at 1 s polls: 61.0 MiB until then, 58.7–59.2 with two,
  * "Idle daemon, twelfth round"). It collects

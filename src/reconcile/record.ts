@@ -485,7 +485,7 @@ function keptEcho(ctx: RecordContext, instance: ConfigInstanceHead) {
 
 /**
  * The note is assigned, not spread: V8 (Node 20) gives each `{ ...outcome, message }` a hidden class of its own
- * once its inline cache is warm, ~300 bytes per instance (docs/performance.md "Memory, fourth round").
+ * once its inline cache is warm, ~300 bytes per instance (docs/performance-history.md "Memory, fourth round").
  */
 function outcomeFor(
   instance: ConfigInstanceHead,

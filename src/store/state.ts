@@ -226,7 +226,7 @@ function quickInstanceRecord(value: unknown, held: HeldStrings): InstanceRecord 
 /**
  * One string per value among a load's records: JSON.parse makes a fresh string of every value, so without it an
  * idle daemon holds each path twice and its timestamps once per record (1,000 managed: ~0.3 MiB of heap;
- * docs/performance.md "Idle daemon, twelfth round").
+ * docs/performance-history.md "Idle daemon, twelfth round").
  */
 type HeldStrings = (value: string) => string;
 
@@ -249,7 +249,7 @@ function quickKeyedBy<T>(
   const map = new Map<string, T>();
   // for-in over own keys, not Object.entries: the same keys in the same order, a key named __proto__ kept (an
   // own property of JSON.parse's output, read as such), without an array per entry: Object.entries of the two
-  // maps of a state of 1,000 cost ~2.9 ms of CPU cold against ~0.4 (docs/performance.md "`--once`, twelfth round").
+  // maps of a state of 1,000 cost ~2.9 ms of CPU cold against ~0.4 (docs/performance-history.md "`--once`, twelfth round").
   for (const key in value) {
     if (!Object.hasOwn(value, key)) continue;
     const checked = quick(value[key], held);

@@ -144,7 +144,7 @@ describe('the launcher', () => {
   });
 
   // Maglev's and TurboFan's code was ~8 MiB of the bundled Node 24's pages that the idle daemon kept resident
-  // (docs/performance.md "Idle daemon, ninth round"). An unknown flag would stop the daemon before its first line:
+  // (docs/performance-history.md "Idle daemon, ninth round"). An unknown flag would stop the daemon before its first line:
   // this runs them on the runtime the package ships, unpacked by `npm run package` (.ci/run runs it first).
   it('runs the daemon on the bundled runtime without optimising compilers, and every other command with them', async (ctx) => {
     expect(BUNDLED_RUNTIME_DAEMON_NODE_FLAGS).toEqual(['--no-maglev', '--no-opt']);

@@ -105,7 +105,7 @@ describe('a device without a proxy', () => {
 
   // On Node 22+ an ES module's import of node:http reads every export, and its lazy WebSocket getter loads Node's own
   // undici with node:http2, node:tls and node:zlib: ~70 modules and 7 MiB of the idle daemon's RSS on the bundled
-  // Node 24 (docs/performance.md "Idle daemon, ninth round"). The bundled Node 24 is unpacked by `npm run package`,
+  // Node 24 (docs/performance-history.md "Idle daemon, ninth round"). The bundled Node 24 is unpacked by `npm run package`,
   // which .ci/run runs first; this process's Node is used when it is 22 or newer.
   it("main.js on the bundled Node 24 loads neither Node's own undici nor node:http2", async (ctx) => {
     const unpacked = path.join(
