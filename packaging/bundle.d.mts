@@ -1,3 +1,4 @@
+// Types of packaging/bundle.mjs for the tests and the bench.
 export const REPO: string;
 export function bundleCli(options: { outdir: string; metafile?: string }): string[];
 export function frontDoor(helpText: string, agentBundle?: string): string;

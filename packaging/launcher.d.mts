@@ -1,3 +1,4 @@
+// Types of packaging/launcher.mjs for the tests.
 export const KEPT_NODE_VARIABLES: string[];
 export const OPENSSL_VARIABLES: string[];
 export const DAEMON_NODE_FLAGS: string[];

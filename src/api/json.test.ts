@@ -1,3 +1,4 @@
+// Wire JSON (json.ts): lossless numbers, the native fast paths against lossless-json, and the list-body scanners.
 import fc from 'fast-check';
 import { LosslessNumber, parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
 import { describe, expect, it } from 'vitest';

@@ -1,3 +1,4 @@
+// The wire schemas (schemas.ts) against the spec's examples and the shapes a hostile service could send.
 import { describe, expect, it } from 'vitest';
 import {
   ConfigInstance,

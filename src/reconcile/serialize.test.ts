@@ -1,3 +1,4 @@
+// Content → file bytes (serialize.ts): JSON and YAML outputs read back by real parsers as the same values.
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';

@@ -1,3 +1,4 @@
+// The state directory's pid lock (lock.ts): acquired, held, raced, taken over when stale, refused when planted.
 import { execFileSync } from 'node:child_process';
 import nodeFs, { mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
