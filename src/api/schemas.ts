@@ -314,7 +314,9 @@ export const DeviceList = onFirstUse(() => ListEnvelope(Device.unwrap()));
 
 // ---- deploy ----
 
+/** The `code` of each removal a deploy answers with (spec: a conflicting path or config schema). */
 export const KNOWN_REMOVE_CODES = ['device_file_path_conflict', 'device_config_schema_conflict'] as const;
+export type KnownRemoveCode = (typeof KNOWN_REMOVE_CODES)[number];
 
 export const DeployRemoval = onFirstUse(() =>
   z.object({
@@ -368,9 +370,6 @@ export const ConfigInstanceListExpand = z.enum(['total_count', 'device', 'config
 export type ConfigInstanceListExpand = z.infer<typeof ConfigInstanceListExpand>;
 export const ListExpand = z.enum(['total_count']);
 export type ListExpand = z.infer<typeof ListExpand>;
-
-/** The four single order_by values the spec enumerates for config instances and releases. */
-export const SimpleOrderBy = z.enum(['id:asc', 'id:desc', 'created_at:desc', 'created_at:asc']);
 
 export interface ConfigInstanceFilters {
   id?: string;

@@ -427,8 +427,6 @@ function validPath(value: unknown): string | undefined {
   return path === '/' ? undefined : path;
 }
 
-export type AgentConfigInput = z.input<typeof AgentConfigSchema>;
-
 // Compile-time proof that the schema produces exactly the interface other modules code against.
 type Exact<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const schemaMatchesInterface: Exact<z.output<typeof AgentConfigSchema>, AgentConfig> = true;

@@ -8,6 +8,7 @@ import type {
   DeploymentActivityStatus,
   DeploymentTargetStatus,
   ErrorStatus,
+  KnownRemoveCode,
   StatusReport,
 } from '../api/schemas.js';
 import { MockServiceError, notFound } from './errors.js';
@@ -58,10 +59,8 @@ export interface DeploymentRecord {
   updated_at: string;
 }
 
-export type RemoveCode = 'device_file_path_conflict' | 'device_config_schema_conflict';
-
 export interface DeployRemovalRecord {
-  code: RemoveCode;
+  code: KnownRemoveCode;
   explanation: string;
   instance: ConfigInstanceRecord;
 }
@@ -212,7 +211,7 @@ export class MockState {
         other.activity_status === 'queued' ||
         other.activity_status === 'deployed';
       if (!live) continue;
-      let code: RemoveCode;
+      let code: KnownRemoveCode;
       let explanation: string;
       if (other.relative_filepath === target.relative_filepath) {
         code = 'device_file_path_conflict';

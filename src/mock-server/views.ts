@@ -1,7 +1,9 @@
 // Records → wire objects: derived fields (`object`, merged `status`) and expansions, null unless asked for.
 import {
   type ConfigInstance,
+  type ConfigInstanceListExpand,
   type Deployment,
+  type DeploymentExpand,
   type Device,
   mergeStatus,
   type Release,
@@ -14,8 +16,8 @@ import type {
   ReleaseRecord,
 } from './state.js';
 
-export type InstanceExpand = 'device' | 'config_schema' | 'config_type';
-export type DeploymentExpansion = 'device' | 'release' | 'config_instances';
+/** What an instance's expansions can hold: a list's `expand[]` but `total_count`, which belongs to the envelope. */
+export type InstanceExpand = Exclude<ConfigInstanceListExpand, 'total_count'>;
 
 export function deviceView(record: DeviceRecord): Device {
   return { object: 'device', ...record };
@@ -57,7 +59,7 @@ export function instanceView(
 export function deploymentView(
   record: DeploymentRecord,
   state: MockState,
-  expand: ReadonlySet<DeploymentExpansion> = new Set(),
+  expand: ReadonlySet<DeploymentExpand> = new Set(),
 ): Deployment {
   const device = expand.has('device') ? state.devices.get(record.device_id) : undefined;
   const release = expand.has('release') ? state.releaseByVersion(record.release_id) : undefined;
