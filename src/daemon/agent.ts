@@ -78,6 +78,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   readonly #hookPathsQueued = new Set<string>();
   /** The last failure to write the metrics textfile, while it lasts. */
   #metricsFailure: string | undefined;
+  /** Why the drift watcher could not start (an errno or message), while it cannot: tried again after each pass. */
+  #driftDown: string | undefined;
 
   constructor(components: AgentComponents<R>) {
     this.#c = components;
@@ -119,6 +121,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       const next = await build(this.#c);
       await this.#drift?.close();
       this.#drift = undefined;
+      this.#driftDown = undefined;
       this.#c = next;
       await this.#startDriftWatcher();
       this.#pendingMode = 'full';
@@ -314,7 +317,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#pendingMode = 'full';
     }
     this.#logPass(result);
-    await this.#drift?.managedFilesChanged();
+    if (this.#drift === undefined && this.#driftDown !== undefined) await this.#startDriftWatcher();
+    else await this.#drift?.managedFilesChanged();
     await this.#afterPass(result);
     return result;
   }
@@ -448,9 +452,30 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     });
     try {
       await watcher.start();
-      this.#drift = watcher;
     } catch (error) {
-      this.#logger.error({ err: error }, 'could not watch the root directory: drift repair is off');
+      // Inotify's instances or watches used up by other processes (EMFILE, ENOSPC), descriptors short, rootDir
+      // not there yet: all can clear, so the watcher is tried again after every pass instead of staying off.
+      const why = errnoCode(error) ?? errorMessage(error);
+      const fields = { err: error };
+      const message =
+        'could not watch the root directory: drift is repaired by full passes only, tried again after each pass';
+      if (why === this.#driftDown) this.#logger.debug(fields, message);
+      else this.#logger.error(fields, message);
+      this.#driftDown = why;
+      return;
+    }
+    if (this.#stop.signal.aborted) {
+      await watcher.close();
+      return;
+    }
+    this.#drift = watcher;
+    if (this.#driftDown !== undefined) {
+      this.#driftDown = undefined;
+      this.#logger.warn(
+        'watching the root directory again: drift repair is on; every managed file is judged once',
+      );
+      // A change made while nothing watched is seen by no event: every managed file is judged now.
+      watcher.noticeChange(c.config.rootDir);
     }
   }
 

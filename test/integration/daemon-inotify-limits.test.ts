@@ -1,0 +1,82 @@
+// The built daemon when other processes of its user have used up inotify (instances or watches) as it starts.
+import { spawnSync } from 'node:child_process';
+import { chmod, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { skipWithoutRoot } from '../helpers/built-packages.js';
+import { DaemonProcess, killAllDaemons } from '../helpers/daemon.js';
+import { AgentHarness } from '../helpers/harness.js';
+import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
+
+// The limits are set in a user namespace of the daemon's own (/proc/sys/user/max_inotify_*, per namespace since
+// Linux 5.11), so the machine's other inotify users are untouched. Probed at collection time.
+const probe = spawnSync('unshare', ['-Ur', 'sh', '-c', 'echo 0 > /proc/sys/user/max_inotify_instances'], {
+  encoding: 'utf8',
+});
+const namespaceSkip =
+  probe.status === 0
+    ? undefined
+    : skipWithoutRoot(
+        `needs a user namespace whose inotify limits it may set (unshare -Ur: ${probe.stderr.trim()})`,
+      );
+if (namespaceSkip !== undefined)
+  process.stderr.write(`daemon-inotify-limits.test: skipping: ${namespaceSkip}\n`);
+
+const MANAGED = 'app/settings.json';
+const BYTES = `${JSON.stringify({ port: 443 }, null, 2)}\n`;
+
+let harness: AgentHarness | undefined;
+afterEach(async () => {
+  await killAllDaemons();
+  await harness?.close();
+  harness = undefined;
+});
+
+describe('the daemon started while inotify is used up', () => {
+  for (const knob of ['max_inotify_instances', 'max_inotify_watches']) {
+    it.skipIf(namespaceSkip !== undefined)(
+      `${knob} at 0: once raised, a file changed by hand is restored without waiting for a full pass`,
+      async () => {
+        const h = await AgentHarness.create({ registerDevice: true });
+        harness = h;
+        // A full pass only every 10 minutes: a restore within the test's patience is the drift watcher's.
+        await h.writeConfig({
+          drift: 'restore',
+          poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 },
+        });
+        await h.createAndDeploy({ relative_filepath: MANAGED, content: { port: 443 } });
+        const wrapper = path.join(h.dir, 'in-namespace.sh');
+        await writeFile(
+          wrapper,
+          `#!/bin/sh\nexec unshare -Ur sh -c 'echo 0 > /proc/sys/user/${knob} && exec "$0" "$@"' ${process.execPath} "$@"\n`,
+        );
+        await chmod(wrapper, 0o755);
+        const daemon = DaemonProcess.start(h, undefined, { node: wrapper });
+        await daemon.waitForPasses(1, PATIENCE_MS, { predicate: (p) => p.converged });
+        expect(await readFile(h.rootPath(MANAGED), 'utf8')).toBe(BYTES);
+        expect(daemon.logsWith(/could not watch the root directory/)).toHaveLength(1);
+
+        // The other processes let go: the limit is raised inside the daemon's namespace.
+        const raise = spawnSync(
+          'nsenter',
+          ['-U', '-t', String(daemon.child.pid), 'sh', '-c', `echo 8192 > /proc/sys/user/${knob}`],
+          { encoding: 'utf8' },
+        );
+        expect(raise.status, raise.stderr).toBe(0);
+        const passesBefore = daemon.passes().length;
+        await daemon.waitForLog((line) => /watching the root directory again/.test(line.msg), PATIENCE_MS);
+        expect(daemon.passes().length).toBeGreaterThan(passesBefore);
+
+        await writeFile(h.rootPath(MANAGED), '{"port": 80}\n');
+        await waitFor(
+          async () => ((await readFile(h.rootPath(MANAGED), 'utf8')) === BYTES ? true : undefined),
+          PATIENCE_MS,
+          { what: `${MANAGED} restored` },
+        );
+        // Restored by the watcher: the first pass is the only full one.
+        expect(daemon.passes().filter((p) => p.mode === 'full')).toHaveLength(1);
+        expect(daemon.alive).toBe(true);
+      },
+    );
+  }
+});
