@@ -44,5 +44,13 @@ describe('init and doctor arguments', () => {
   it('is in --help', () => {
     expect(HELP_TEXT).toContain('config-agent init [--device-id <id>]');
     expect(HELP_TEXT).toContain('config-agent doctor [--config <file>]');
+    // init takes --config too (where to write): the usage line says so, as parseCliArgs accepts it.
+    expect(parseCliArgs(['init', '--config', '/x/c.json'])).toMatchObject({ configPath: '/x/c.json' });
+    expect(HELP_TEXT).toMatch(/config-agent init \[--device-id <id>\][^\n]*\n +\[--config <file>\]/);
+  });
+
+  it("says how status and sync exit, which --once's table does not cover", () => {
+    expect(HELP_TEXT).toContain('status and sync exit 3 when no agent answers on the socket');
+    expect(HELP_TEXT).toContain('status exits 0 when nothing is in error and no report is pending, else 1');
   });
 });

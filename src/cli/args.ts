@@ -58,9 +58,10 @@ Usage:
   config-agent status [--json] [--config <file>]        print the running agent's status
   config-agent sync [--config <file>]                   ask the running agent to reconcile now
   config-agent init [--device-id <id>] [--base-url <url>] [--root-dir <dir>] [--api-key-file <file|->]
-                                                        write config.json (0640 root:config-agent) and the
-                                                        key (0600 root:root), check them against the service;
-                                                        asks for what is missing on a terminal
+                    [--config <file>]                   write config.json (0640 root:config-agent; at --config
+                                                        if given) and the key beside it (0600 root:root),
+                                                        check them against the service; asks for what is
+                                                        missing on a terminal
   config-agent doctor [--config <file>]                 check config, key, directories, unit, service, clock
   config-agent --help | --version
 
@@ -76,6 +77,8 @@ Options:
 
 Exit codes of --once (every command exits 2 on a usage error and 78 on an invalid configuration):
 ${exitCodeLines}
+status and sync exit 3 when no agent answers on the socket; sync exits with its pass's code, as --once;
+status exits 0 when nothing is in error and no report is pending, else 1.
 
 Environment:
   CONFIG_AGENT_CONFIG           the config file, when --config is not given
