@@ -4,12 +4,12 @@ import { describe, expect, it } from 'vitest';
 import { serializeContent } from '../reconcile/serialize.js';
 import { MAX_PARSE_DEPTH, parseJson } from './json.js';
 import {
+  type CheckedContent,
   checkContent,
   examineContent,
   examineItem,
   isJsonContentFile,
   JsonContentFile,
-  locateContent,
   writeContentFile,
 } from './json-file.js';
 import { judgeConfigInstance, judgeItemBytes, type PageItem, TREE_ITEM_BYTES } from './list-page.js';
@@ -433,7 +433,13 @@ describe('a large item judged with its content streamed into its file', () => {
   });
 });
 
-describe('locateContent / checkContent', () => {
+/** Where `examineItem` found the item's content, checked and measured; undefined for any other verdict. */
+function locateContent(item: Buffer): CheckedContent | undefined {
+  const verdict = examineItem(item);
+  return verdict.kind === 'content' ? verdict.checked : undefined;
+}
+
+describe('examineItem locating the content / checkContent', () => {
   it('finds the content value and measures its file', () => {
     const text = itemText(' {"a" : [1, 2]} ');
     const bytes = Buffer.from(text, 'utf8');

@@ -928,16 +928,6 @@ function findContent(item: Buffer): FoundContent | { kind: 'not_json' } | string
   return dropped.length === 0 ? found : { ...found, dropped };
 }
 
-/**
- * Where the value of key `content` of the object `item` is, checked and measured; undefined when the item is not
- * a plain object with one `content` key whose value is content (`examineContent`). The rest of the item is only
- * skipped over, not checked: the caller parses it, with `{}` in place of the content.
- */
-export function locateContent(item: Buffer): CheckedContent | undefined {
-  const found = findContent(item);
-  return typeof found !== 'string' && found.kind === 'content' ? found.checked : undefined;
-}
-
 function skipWhitespace(src: Buffer, from: number): number {
   let at = from;
   while (isWhitespace(src[at])) at += 1;

@@ -54,7 +54,3 @@ export function parseOrderBy(
   if (!seen.has('id')) terms.push({ field: 'id', direction: 'asc' });
   return terms;
 }
-
-export function formatOrderBy(terms: readonly OrderTerm[]): string {
-  return terms.map((term) => `${term.field}:${term.direction}`).join(',');
-}
