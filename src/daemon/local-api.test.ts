@@ -1,5 +1,5 @@
 // The local API's bounds on a real unix socket: connection cap, idle and slow clients cut off, no request bodies.
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createConnection, type Socket } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -412,8 +412,33 @@ describe('the socket file', () => {
       silentLogger(),
       PATIENT,
     );
-    await expect(second.start()).rejects.toThrow(/already listening/);
+    await expect(second.start()).rejects.toMatchObject({
+      code: 'socket_path_taken',
+      retryable: false,
+      message: expect.stringMatching(/already listening/),
+    });
     expect(await first.reachable()).toBe(true);
+    expect(await readdir(dir)).toEqual(['agent.sock']);
+  });
+
+  it("refuses a path holding another program's regular file, with a code, and leaves its bytes alone", async () => {
+    await writeFile(socketPath, 'not ours\n');
+    const server = new LocalApiServer(
+      socketPath,
+      {
+        health: () => ({ healthy: true, lastLoopAt: null }),
+        status: () => ({}),
+        sync: async () => ({ converged: true, exitCode: 0, result: null }),
+      },
+      silentLogger(),
+      PATIENT,
+    );
+    await expect(server.start()).rejects.toMatchObject({
+      code: 'socket_path_taken',
+      retryable: false,
+      message: expect.stringMatching(/is not a socket/),
+    });
+    expect(await readFile(socketPath, 'utf8')).toBe('not ours\n');
     expect(await readdir(dir)).toEqual(['agent.sock']);
   });
 

@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import { createConnection, type Socket } from 'node:net';
 import path from 'node:path';
 import { type Clock, systemClock } from '../lib/clock.js';
-import { errnoCode, errorMessage } from '../lib/errors.js';
+import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 
 // node:http through require, not import: on Node 24 an ESM import of node:http reads every export, and its lazy
@@ -86,6 +86,16 @@ export const DEFAULT_LOCAL_API_LIMITS: LocalApiLimits = {
 };
 
 type SyncOutcome = Awaited<ReturnType<LocalApiHandlers['sync']>>;
+
+/**
+ * socketPath holds what the local API may not replace: another program's file, a live agent's socket, or one it
+ * cannot remove. `retryable` when another program took the path while this one started (a reload may win it).
+ */
+export class SocketPathTakenError extends AgentError {
+  constructor(message: string, options: { retryable: boolean; cause?: unknown }) {
+    super('socket_path_taken', message, options);
+  }
+}
 
 /** No route takes a body: anything announcing one is refused before it is read. */
 const MAX_BODY_BYTES = 0;
@@ -236,7 +246,9 @@ export class LocalApiServer {
       } catch (error) {
         await new Promise<void>((resolve) => server.close(() => resolve()));
         throw errnoCode(error) === 'EEXIST'
-          ? new Error(`${this.#socketPath} was taken while the local API started`)
+          ? new SocketPathTakenError(`${this.#socketPath} was taken while the local API started`, {
+              retryable: true,
+            })
           : error;
       } finally {
         await unlink(bindPath).catch(() => undefined);
@@ -443,7 +455,11 @@ async function removeStaleSocket(socketPath: string): Promise<void> {
     if (errnoCode(error) === 'ENOENT') return;
     throw error;
   }
-  if (!stats.isSocket()) throw new Error(`${socketPath} exists and is not a socket: refusing to replace it`);
+  if (!stats.isSocket()) {
+    throw new SocketPathTakenError(`${socketPath} exists and is not a socket: refusing to replace it`, {
+      retryable: false,
+    });
+  }
   const live = await new Promise<boolean>((resolve) => {
     const probe = createConnection(socketPath);
     probe.once('connect', () => {
@@ -452,8 +468,15 @@ async function removeStaleSocket(socketPath: string): Promise<void> {
     });
     probe.once('error', () => resolve(false));
   });
-  if (live) throw new Error(`another agent is already listening on ${socketPath}`);
+  if (live) {
+    throw new SocketPathTakenError(`another agent is already listening on ${socketPath}`, {
+      retryable: false,
+    });
+  }
   await unlink(socketPath).catch((error: unknown) => {
-    throw new Error(`cannot remove stale socket ${socketPath}: ${errorMessage(error)}`);
+    throw new SocketPathTakenError(`cannot remove stale socket ${socketPath}: ${errorMessage(error)}`, {
+      retryable: false,
+      cause: error,
+    });
   });
 }

@@ -33,6 +33,8 @@ export type ErrorCode =
   | 'state_dir_unusable'
   /** A write's bytes set aside in the content cache by the pull were gone when written (reconcile/apply.ts). */
   | 'set_aside_bytes_lost'
+  /** socketPath is taken (daemon/local-api.ts): the agent runs on without its local API. */
+  | 'socket_path_taken'
   /** The mock service's fixtures (mock-server/fixtures.ts). */
   | 'invalid_fixtures'
   /** Not an AgentError: a bug or an unexpected failure, as a pass reports it. */
