@@ -8,6 +8,7 @@ import {
   judgeParsedItem,
   knownPageTexts,
   PageItems,
+  pageItemsKey,
   quickInstance,
 } from './list-page.js';
 import { ConfigInstance, isCleanContent, locateContentProblem } from './schemas.js';
@@ -344,7 +345,16 @@ describe('a compact page known by its items’ exact text (KnownPages)', () => {
     const { known, pages, lengths } = records({});
     const judged = judgeAll(PageItems.ofValues(values, texts), known);
     expect(judged.map((one) => one?.kind)).toEqual(['valid', 'valid', 'valid']);
-    expect([...pages]).toEqual([[pageKey, itemKey(texts.map((text) => itemKey(text)).join(''))]]);
+    const textLengths = texts.map((text) => text.length);
+    expect([...pages]).toEqual([
+      [
+        pageKey,
+        pageItemsKey(
+          texts.map((text) => itemKey(text)),
+          textLengths,
+        ),
+      ],
+    ]);
     expect([...lengths]).toEqual([[pageKey, texts.map((text) => text.length)]]);
   });
 
@@ -367,7 +377,10 @@ describe('a compact page known by its items’ exact text (KnownPages)', () => {
     const hostileTexts = hostile.map((value) => JSON.stringify(value));
     const vouched = { cfg_1: itemKey(texts[0]!), cfg_2: `${'V'.repeat(43)}=`, cfg_3: itemKey(texts[2]!) };
     const { known } = records(vouched, {
-      [itemKey(hostileTexts.join(','))]: itemKey(Object.values(vouched).join('')),
+      [itemKey(hostileTexts.join(','))]: pageItemsKey(
+        Object.values(vouched),
+        hostileTexts.map((text) => text.length),
+      ),
     });
     const judged = judgeAll(PageItems.ofValues(hostile, hostileTexts), known);
     expect(judged[1]).toMatchObject({ kind: 'valid', wire: { key: vouched.cfg_2, known: FILE } });
@@ -381,7 +394,10 @@ describe('a compact page known by its items’ exact text (KnownPages)', () => {
     const later = itemKey(
       JSON.stringify(item({ id: 'cfg_2', relative_filepath: 'b.json', content: { port: 1 } })),
     );
-    const recordedThen = itemKey(texts.map((text) => itemKey(text)).join(''));
+    const recordedThen = pageItemsKey(
+      texts.map((text) => itemKey(text)),
+      texts.map((text) => text.length),
+    );
     const { known } = records(
       { cfg_1: itemKey(texts[0]!), cfg_2: later, cfg_3: itemKey(texts[2]!) },
       { [pageKey]: recordedThen },
@@ -456,6 +472,50 @@ describe('a compact page known by its items’ exact text (KnownPages)', () => {
         const parsed = parseCompactListBody(body(texts), knownPageTexts(known.pages));
         expect([wrong, parsed]).toEqual([wrong, parseCompactListBody(body(texts))]);
       }
+    });
+
+    it('two lengths swapped where the cut lands on a `},{` inside a string: refused, then mended from the page', () => {
+      // cfg_1's text holds `},{` inside a string exactly where cfg_2's length would cut it: swapped, both lengths
+      // cut at a `}` followed by `,{` and the total is kept, so only the lengths bound into the key tell.
+      const second = JSON.stringify(item({ id: 'cfg_2', relative_filepath: 'b.json' }));
+      const probe = JSON.stringify(item({ id: 'cfg_1', content: { note: '' } }));
+      const at = probe.indexOf('"note":"') + '"note":"'.length;
+      const note = `${'x'.repeat(second.length - 1 - at)}},{"y":1`;
+      const first = JSON.stringify(item({ id: 'cfg_1', content: { note } }));
+      expect(first.slice(second.length - 1, second.length + 2)).toBe('},{');
+      const pageTexts = [first, second];
+      const { known, lengths, pages } = recordedAfterJudging(pageTexts);
+      const key = itemKey(pageTexts.join(','));
+      const recorded = pages.get(key);
+      lengths.set(key, [second.length, first.length]);
+      const swappedBody = body(pageTexts);
+      expect(parseCompactListBody(swappedBody, knownPageTexts(known.pages))).toEqual(
+        parseCompactListBody(swappedBody),
+      );
+      // The page's own texts prove the record (their lengths give its key), and its lengths are mended.
+      const proven = parseCompactListBody(swappedBody)!;
+      const judged = judgeAll(PageItems.ofValues(proven.values, proven.texts), known);
+      expect(judged.map((one) => one?.kind === 'valid' && one.wire?.text)).toEqual(pageTexts);
+      expect([pages.get(key), lengths.get(key)]).toEqual([recorded, [first.length, second.length]]);
+      expect(parseCompactListBody(swappedBody, knownPageTexts(known.pages))).toEqual({
+        ...proven,
+        pageKey: key,
+      });
+    });
+
+    it('a record made before the lengths were bound (the key of the item keys alone) is never used: made again', () => {
+      const { known, lengths, pages } = recordedAfterJudging(texts);
+      const bound = pages.get(pageKey);
+      pages.set(pageKey, itemKey(texts.map((text) => itemKey(text)).join('')));
+      expect(parseCompactListBody(body(texts), knownPageTexts(known.pages))).toEqual(
+        parseCompactListBody(body(texts)),
+      );
+      const judged = judgeAll(PageItems.ofValues(values, texts), known);
+      // Each item keyed by its own text (the page not known), and the page recorded again, bound.
+      expect(judged.map((one) => one?.kind === 'valid' && one.wire?.key)).toEqual(
+        texts.map((text) => itemKey(text)),
+      );
+      expect([pages.get(pageKey), lengths.get(pageKey)]).toEqual([bound, texts.map((text) => text.length)]);
     });
   });
 });

@@ -78,9 +78,10 @@ export interface KnownItems {
 
 /**
  * Compact pages known by the key of their items' exact text (`pageKey`: the items as they lie in the body,
- * comma-joined), each with the key of its items' keys in order (`itemKeysKey`). A known page's items need no
- * key of their own: each is the key recorded for the item's id, which is trusted only when the recorded keys of
- * the page's ids, in order, give back `itemKeysKey` (anything else, and the page is judged item by item).
+ * comma-joined), each with the key of its items' keys and text lengths in order (`itemKeysKey`, `pageItemsKey`).
+ * A known page's items need no key of their own: each is the key recorded for the item's id, which is trusted
+ * only when the recorded keys of the page's ids, in order, with its items' text lengths, give back `itemKeysKey`
+ * (anything else, and the page is judged item by item).
  */
 export interface KnownPages {
   lookupPage(pageKey: string): string | undefined;
@@ -89,10 +90,21 @@ export interface KnownPages {
    * of the body instead of printing them (`knownPageTexts`).
    */
   recordPage(pageKey: string, itemKeysKey: string, textLengths: readonly number[]): void;
-  /** The item text lengths recorded with the page (none for a record made before they were kept). */
+  /** The item text lengths recorded with the page (bound into its record: `pageItemsKey`). */
   pageTextLengths(pageKey: string): readonly number[] | undefined;
   /** The key recorded for the item `id`'s text (KnownItems), if any. */
   itemKeyOf(id: string): string | undefined;
+}
+
+/**
+ * The key a page is recorded with: of its items' keys and their texts' lengths, in order. The lengths are bound
+ * into it, so a record whose lengths were changed (two swapped, the total kept, which can cut a page at a `},{`
+ * inside a string) gives another key and is refused (`knownPageTexts`), then mended from the page's own texts
+ * (`PageKeys`). `|` is in no key (base64), so no record made before the lengths were bound (the keys alone)
+ * gives this key either: such a record is refused and made again.
+ */
+export function pageItemsKey(keys: readonly string[], lengths: readonly number[]): string {
+  return itemKey(`${keys.join('')}|${lengths.join(',')}`);
 }
 
 /** A valid item's exact text on the wire (compact pages), its key, and what was recorded of it, if anything. */
@@ -209,11 +221,12 @@ class PageKeys {
     this.#pageKey = pageKey ?? itemKey(texts.join(','));
     const recorded = pages.lookupPage(this.#pageKey);
     const keys = recorded === undefined ? undefined : recordedKeys(values, pages);
-    this.#known = keys !== undefined && itemKey(keys.join('')) === recorded;
+    // The lengths of these texts, which are the page's (their key is its key): a record whose lengths were
+    // changed still proves the page, and is mended below.
+    this.#known = keys !== undefined && pageItemsKey(keys, textLengths(texts)) === recorded;
     this.#keys = this.#known && keys !== undefined ? keys : new Array<string | undefined>(values.length);
-    // A page recorded before its texts' lengths were kept, or with lengths that do not cut these texts (a damaged
-    // record), gets its texts' lengths now (these texts are the page's: their key is its key), so that the next
-    // pull cuts it instead of printing it.
+    // A page recorded with lengths that do not cut these texts (a damaged record, refused by `knownPageTexts`)
+    // gets its texts' lengths again, so that the next pull cuts it instead of printing it.
     if (this.#known && recorded !== undefined && !cutsInto(pages.pageTextLengths(this.#pageKey), texts))
       pages.recordPage(this.#pageKey, recorded, textLengths(texts));
   }
@@ -231,8 +244,10 @@ class PageKeys {
     }
     if (this.#keys[index] === undefined) this.#filled += 1;
     this.#keys[index] = item.wire.key;
-    if (this.#filled === this.#keys.length)
-      this.#pages.recordPage(this.#pageKey, itemKey(this.#keys.join('')), textLengths(this.#texts));
+    if (this.#filled === this.#keys.length) {
+      const lengths = textLengths(this.#texts);
+      this.#pages.recordPage(this.#pageKey, pageItemsKey(this.#keys as string[], lengths), lengths);
+    }
   }
 }
 
@@ -251,8 +266,8 @@ const CLOSE_BRACE = 0x7d;
 /**
  * A known page's item texts cut out of `itemsText` (a compact body's `data` array without its brackets, json.ts
  * KnownPageTexts): only when that text's key is a recorded page with its texts' lengths, the recorded keys of the
- * page's ids, in order, give back its item keys' key (as PageKeys requires before trusting a page), and the
- * lengths with a comma between each two cover the text exactly. The page was recorded only after its body was
+ * page's ids, in order, with those lengths give back its record's key (`pageItemsKey`), and the lengths with a
+ * comma between each two cover the text exactly. The page was recorded only after its body was
  * proven compact (each text is JSON.stringify of its item's value), and the key is of the very characters
  * proven, so the texts and values are what the proof would give; anything else, and the body is proven as before.
  */
@@ -264,7 +279,8 @@ export function knownPageTexts(pages: KnownPages): KnownPageTexts {
     const lengths = pages.pageTextLengths(pageKey);
     if (lengths === undefined || lengths.length !== values.length || values.length === 0) return undefined;
     const keys = recordedKeys(values, pages);
-    if (keys === undefined || itemKey(keys.join('')) !== recorded) return undefined;
+    // The recorded lengths are bound into the record's key: changed ones are refused here, never used to cut.
+    if (keys === undefined || pageItemsKey(keys, lengths) !== recorded) return undefined;
     const texts: string[] = [];
     let position = 0;
     for (let index = 0; index < lengths.length; index += 1) {

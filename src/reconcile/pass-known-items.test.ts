@@ -367,7 +367,50 @@ describe('items known by their exact text', () => {
     await expectFingerprintsSettle(printsFile);
   });
 
-  it('a page recorded before lengths were kept (a key alone) gets them on the next pass, files written back right', async () => {
+  it('two lengths swapped where the cut lands on a `},{` inside a string (total kept): refused, files written back right, record mended', async () => {
+    // cfg_0 and cfg_1 are the page's first two items (listed by id): cfg_0's content holds `},{` in a string
+    // exactly where cfg_1's length cuts it, so the swapped lengths cut at a `}` followed by `,{` both times.
+    const listed = async () => {
+      const response = await fetch(
+        `${proxyUrl}/v1/config_instances?device_id=${DEVICE}&limit=100&order_by=id:asc`,
+        { headers: { 'X-API-Key': API_KEY } },
+      );
+      return parseCompactListBody(await response.text())?.texts ?? [];
+    };
+    const setContent = (id: string, content: ConfigInstanceRecord['content']) => {
+      const record = server.state.instances.get(id)!;
+      server.state.instances.set(id, { ...record, content });
+    };
+    setContent('cfg_1', { index: 1, pad: 'p'.repeat(400) });
+    setContent('cfg_0', { note: '' });
+    await settledWorld();
+    // Placed in the text as listed once deployed (the statuses are part of it).
+    const [probe, second] = await listed();
+    const at = probe!.indexOf('"note":"') + '"note":"'.length;
+    setContent('cfg_0', { note: `${'x'.repeat(second!.length - 1 - at)}},{"y":1` });
+    const [first] = await listed();
+    expect(first!.slice(second!.length - 1, second!.length + 2)).toBe('},{');
+    await settledWorld();
+    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const recorded = JSON.parse(await readFile(printsFile, 'utf8')).items.pages;
+    expect((Object.values(recorded)[0] as number[]).slice(1, 3)).toEqual([first!.length, second!.length]);
+    await editPageRecord((record) => [record[0], record[2], record[1], ...record.slice(3)]);
+    const files = ['d0/conf0.json', 'd1/conf1.json'];
+    const before = await Promise.all(files.map((file) => readFile(rootFile(file), 'utf8')));
+    await Promise.all(files.map((file) => unlink(rootFile(file))));
+    const reportsBefore = server.state.reports.length;
+    const result = await runPass();
+    expect(result.converged).toBe(true);
+    // Judged from the page's own texts: written back byte for byte, reported deployed, nothing failed.
+    expect(await Promise.all(files.map((file) => readFile(rootFile(file), 'utf8')))).toEqual(before);
+    expect(
+      server.state.reports.slice(reportsBefore).map((r) => [r.config_instance_id, r.error_status]),
+    ).toEqual([]);
+    expect(JSON.parse(await readFile(printsFile, 'utf8')).items.pages).toEqual(recorded);
+    await expectFingerprintsSettle(printsFile);
+  });
+
+  it('a page recorded before lengths were kept (a key alone) is made again on the next pass, files written back right', async () => {
     await settledWorld();
     const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
     const withLengths = JSON.parse(await readFile(printsFile, 'utf8')).items.pages;
@@ -376,6 +419,31 @@ describe('items known by their exact text', () => {
     expect((await runPass()).converged).toBe(true);
     await expectWrittenBack({ original, yaml });
     expect(JSON.parse(await readFile(printsFile, 'utf8')).items.pages).toEqual(withLengths);
+    await expectFingerprintsSettle(printsFile);
+  });
+
+  it('a record of the format before the lengths were bound, one cut short or with a corrupt key, is made again, never used', async () => {
+    await settledWorld();
+    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const { byId, pages } = JSON.parse(await readFile(printsFile, 'utf8')).items;
+    // The listing's order (by id), in which the page's items' keys were joined.
+    const ids = Object.keys(byId as Record<string, unknown>).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    const keysOnly = itemKey(ids.map((id) => byId[id][0]).join(''));
+    const edits: [string, (record: unknown[]) => unknown][] = [
+      ['the key of the item keys alone, lengths kept', (record) => [keysOnly, ...record.slice(1)]],
+      ['the same with two lengths swapped', (record) => [keysOnly, record[2], record[1], ...record.slice(3)]],
+      ['lengths cut short', (record) => record.slice(0, 5)],
+      ['a corrupt key', (record) => [`${'A'.repeat(43)}=`, ...record.slice(1)]],
+    ];
+    for (const [what, edit] of edits) {
+      await editPageRecord(edit);
+      const { original, yaml } = await driftTwoFiles();
+      const reportsBefore = server.state.reports.length;
+      expect([what, (await runPass()).converged]).toEqual([what, true]);
+      await expectWrittenBack({ original, yaml });
+      expect([what, server.state.reports.length]).toEqual([what, reportsBefore]);
+      expect([what, JSON.parse(await readFile(printsFile, 'utf8')).items.pages]).toEqual([what, pages]);
+    }
     await expectFingerprintsSettle(printsFile);
   });
 

@@ -136,7 +136,9 @@ function loadItems(
     items.set(id, entry);
   }
   // Optional (an agent before pages wrote none, and drops them); each `pageKey: [itemKeysKey, ...textLengths]`,
-  // or `pageKey: itemKeysKey` as written before the lengths were kept (an older agent drops the array form).
+  // the lengths bound into `itemKeysKey` (api/list-page.ts `pageItemsKey`). A record an older agent wrote (a key
+  // alone, or the array whose key is of the item keys only) is dropped here or refused where it is used, and made
+  // again by the next full pull.
   if (isObject(stored.pages)) {
     for (const [pageKey, value] of Object.entries(stored.pages)) {
       const entry = ITEM_KEY.test(pageKey) ? pageEntry(value) : undefined;
@@ -148,7 +150,6 @@ function loadItems(
 
 /** A stored page record, or undefined when it is anything else (then the page is not known). */
 function pageEntry(value: unknown): PageEntry | undefined {
-  if (typeof value === 'string') return ITEM_KEY.test(value) ? { itemKeysKey: value } : undefined;
   if (!Array.isArray(value) || value.length < 2) return undefined;
   const [itemKeysKey] = value as unknown[];
   if (typeof itemKeysKey !== 'string' || !ITEM_KEY.test(itemKeysKey)) return undefined;
@@ -162,14 +163,14 @@ function pageEntry(value: unknown): PageEntry | undefined {
   return { itemKeysKey, textLengths };
 }
 
-/** What a page is recorded with: its item keys' key, and its items' text lengths when they were kept. */
+/** What a page is recorded with: the key of its item keys and text lengths, and those lengths. */
 interface PageEntry {
   itemKeysKey: string;
-  textLengths?: readonly number[];
+  textLengths: readonly number[];
 }
 
-function sameLengths(a: readonly number[] | undefined, b: readonly number[]): boolean {
-  return a !== undefined && a.length === b.length && a.every((length, index) => length === b[index]);
+function sameLengths(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((length, index) => length === b[index]);
 }
 
 /** Pages kept beyond one per item recorded: a page holds at least one item, so this bounds them. */
@@ -513,8 +514,7 @@ export class FileFingerprints implements KnownPages {
           yield ',"pages":{';
           separator = '\n';
           for (const [pageKey, { itemKeysKey, textLengths }] of pages) {
-            const record = textLengths === undefined ? itemKeysKey : [itemKeysKey, ...textLengths];
-            yield `${separator}${JSON.stringify(pageKey)}:${JSON.stringify(record)}`;
+            yield `${separator}${JSON.stringify(pageKey)}:${JSON.stringify([itemKeysKey, ...textLengths])}`;
             separator = ',\n';
           }
           yield '\n}';
