@@ -317,6 +317,46 @@ describe('runPass: target deployed', () => {
     expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_old' }));
   });
 
+  it('with 204 answers, an operator’s content edit made before the next listing (statuses kept) counts as theirs', async () => {
+    world.server.state.addFault({
+      match: '^/v1/config_instances/[^/]+$',
+      count: 100,
+      mode: 'rewrite',
+      status: 204,
+    });
+    put({ id: 'cfg_old', relative_filepath: 'shared.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    put({ id: 'cfg_new', relative_filepath: 'shared.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    const nextProcess = async () => {
+      world.clock.advance(3_600_000);
+      // A new process each time (as `--once`): the awaited echo and its version live in state.json.
+      await world.reconciler.close();
+      world.reconciler = await openReconciler(world.client);
+    };
+    await pass();
+    expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_new' }));
+    expect(onService('cfg_old')).toMatchObject({ activity_status: 'queued', error_status: 'retrying' });
+    await nextProcess();
+    // Between the report (answered 204) and the next listing, an operator edits cfg_old's content, no redeploy:
+    // its statuses stay the reported ones, its updated_at is the operator's, later than cfg_new's.
+    put({
+      ...onService('cfg_old'),
+      content: { owner: 'cfg_old', edited: true },
+      updated_at: new Date(Date.now() + 60_000).toISOString(),
+    });
+    for (let round = 0; round < 3; round++) {
+      await pass();
+      await nextProcess();
+    }
+
+    expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_old', edited: true }));
+    // The path changed hands once, and stayed: each of the agent's own 204 reports is taken for its echo.
+    expect(reportsReceived()).toEqual([
+      ...['cfg_new deployed/none', 'cfg_old queued/retrying'],
+      ...['cfg_old deployed/none', 'cfg_new deployed/retrying'],
+    ]);
+    expect(onService('cfg_new')).toMatchObject({ activity_status: 'deployed', error_status: 'retrying' });
+  });
+
   it('a failed write waits out its cooldown (no new attempt, no new report), then succeeds once it is due', async () => {
     const full = { on: true };
     world.fs.failRenameTo = (target) => full.on && target.endsWith('app.json');

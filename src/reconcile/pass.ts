@@ -33,7 +33,13 @@ import {
   recordStep,
   skippedOutcomes,
 } from './record.js';
-import { DELIVERIES_WHILE_WRITING, PassReports, type ReportContext, resolveAwaitedEchoes } from './report.js';
+import {
+  DELIVERIES_WHILE_WRITING,
+  listedVersion,
+  PassReports,
+  type ReportContext,
+  resolveAwaitedEchoes,
+} from './report.js';
 import { FileSpill } from './spill.js';
 import type { ToldItems } from './told-items.js';
 
@@ -44,6 +50,8 @@ export interface PassContext {
   client: ServiceClient;
   dir: StateDir;
   lastSeenUpdatedAt: Map<string, string>;
+  /** The listed versions (report.ts `listedVersion`) of instances whose reports were still queued after a pass. */
+  listedVersions: Map<string, string>;
   logger: Logger;
   /** rootDir's mount as this process saw it (root-mount.ts); one per reconciler, so per process. */
   rootMount?: RootMountWatch;
@@ -74,6 +82,8 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   result.mode = pulled.mode;
   for (const instance of pulled.instances) ctx.lastSeenUpdatedAt.set(instance.id, instance.updated_at);
   resolveAwaitedEchoes(state, pulled.instances);
+  const version = versionIn(ctx, pulled.instances);
+  keepQueuedVersions(ctx, version);
 
   if (!result.dryRun) await adoptDeclaredWrites(ctx);
   const identities = new Map<string, ObservedIdentity>();
@@ -108,7 +118,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
 
   if (result.steps.some((step) => step.kind === 'write')) await remakeRoot(ctx);
   const recording = recordContext(ctx);
-  const reports = reportsWhileWriting(ctx, result.steps.length, signal);
+  const reports = reportsWhileWriting(ctx, result.steps.length, signal, version);
   await reports.around(() =>
     applySteps(result.steps, applyContext(ctx, signal), (applied) => {
       result.outcomes.push(...recordStep(applied, recording));
@@ -141,6 +151,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   }
   // Also when the outbox is empty: what the deliveries during apply did goes into the result.
   await report(ctx, result, signal, reports);
+  keepQueuedVersions(ctx, version);
   return finish();
 }
 
@@ -361,21 +372,60 @@ function recordContext(ctx: PassContext): RecordContext {
  * after state.json and the outbox are made durable, at most DELIVERIES_WHILE_WRITING of them, each of at least
  * a batch's worth (a pass with fewer reports delivers them all at its end, as one delivery).
  */
-function reportsWhileWriting(ctx: PassContext, steps: number, signal: AbortSignal | undefined): PassReports {
-  return new PassReports(reportContext(ctx, signal), {
+function reportsWhileWriting(
+  ctx: PassContext,
+  steps: number,
+  signal: AbortSignal | undefined,
+  version: (instanceId: string) => string | undefined,
+): PassReports {
+  return new PassReports(reportContext(ctx, signal, version), {
     persistRecords: () => ctx.dir.persistRecords(),
     every: Math.max(ctx.settings.batchSteps ?? BATCH_STEPS, Math.ceil(steps / DELIVERIES_WHILE_WRITING)),
   });
 }
 
-function reportContext(ctx: PassContext, signal: AbortSignal | undefined): ReportContext {
+function reportContext(
+  ctx: PassContext,
+  signal: AbortSignal | undefined,
+  version: (instanceId: string) => string | undefined = (id) => ctx.listedVersions.get(id),
+): ReportContext {
   const { dir } = ctx;
   return {
     ...requestContext(ctx, signal),
     outbox: dir.outbox,
     state: dir.state,
     lastSeenUpdatedAt: ctx.lastSeenUpdatedAt,
+    listedVersion: version,
   };
+}
+
+/**
+ * An instance's listed version (report.ts `listedVersion`) in this pass's listing, else as kept from an earlier
+ * one: the listing its `lastSeenUpdatedAt` came from. Indexed on first use: only an answer without an echo, or a
+ * report still queued, asks.
+ */
+function versionIn(
+  ctx: PassContext,
+  instances: readonly PlanInstance[],
+): (instanceId: string) => string | undefined {
+  let index: Map<string, PlanInstance> | undefined;
+  return (id) => {
+    index ??= new Map(instances.map((instance) => [instance.id, instance]));
+    const instance = index.get(id);
+    return instance === undefined ? ctx.listedVersions.get(id) : listedVersion(instance);
+  };
+}
+
+/** Keeps the listed versions of the instances whose reports are still queued: the next pass delivers them first. */
+function keepQueuedVersions(ctx: PassContext, version: (instanceId: string) => string | undefined): void {
+  if (ctx.listedVersions.size === 0 && ctx.dir.outbox.size === 0) return;
+  const kept = new Map<string, string>();
+  for (const entry of ctx.dir.outbox.pending()) {
+    const listed = version(entry.instanceId);
+    if (listed !== undefined) kept.set(entry.instanceId, listed);
+  }
+  ctx.listedVersions.clear();
+  for (const [id, listed] of kept) ctx.listedVersions.set(id, listed);
 }
 
 /** The last delivery of `reports` (the outbox made durable first); adds what all of its deliveries did. */

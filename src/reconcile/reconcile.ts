@@ -35,6 +35,7 @@ export class Reconciler implements PassRunner {
       dir,
       logger,
       lastSeenUpdatedAt: new Map(),
+      listedVersions: new Map(),
       rootMount,
       toldItems: new ToldItems(),
     });

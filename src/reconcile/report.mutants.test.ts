@@ -6,7 +6,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { mockRecord } from '../../test/helpers/instances.js';
+import { instanceFactory, mockRecord } from '../../test/helpers/instances.js';
 import { reportContext } from '../../test/helpers/report-context.js';
 import type { Clock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
@@ -14,7 +14,7 @@ import { type RunningMockServer, startMockServer } from '../mock-server/server.j
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
 import { StatusOutbox } from '../store/outbox.js';
 import { emptyState, type InstanceRecord, type LocalState } from '../store/state.js';
-import { deliverReports, type ReportContext } from './report.js';
+import { deliverReports, listedVersion, type ReportContext, resolveAwaitedEchoes } from './report.js';
 
 const API_KEY = 'sk_test_report_0123456789abcdef';
 const NOW = new Date('2026-06-01T00:00:00.000Z');
@@ -266,5 +266,82 @@ describe("deliverReports: our report's echo in the local state", () => {
         ['cfg_c', '2026-02-01T00:00:00.000Z'],
       ]),
     );
+  });
+});
+
+describe('an echo awaited from the next listing (an answer without one) is taken only from the version reported', () => {
+  const makeInstance = instanceFactory({ relative_filepath: 'x.json' });
+  const BEFORE = '2026-02-01T00:00:00.000Z';
+  const LATER = '2026-02-02T00:00:00.000Z';
+  const reported = makeInstance({ id: 'cfg_a', updated_at: BEFORE, content: { port: 1 } });
+
+  it('a 204 answer records the version listed with the instance’s last-seen updated_at', async () => {
+    put('cfg_a', { updated_at: BEFORE });
+    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, mode: 'rewrite', status: 204 });
+    const state = emptyState('dvc_1');
+    state.instances.set('cfg_a', record());
+    const ctx = await context(['cfg_a'], { state, seen: new Map([['cfg_a', BEFORE]]) });
+    ctx.listedVersion = (id) => (id === 'cfg_a' ? listedVersion(reported) : undefined);
+
+    expect(await deliverReports(ctx)).toMatchObject({ delivered: 1, echoed: true });
+    expect(state.instances.get('cfg_a')?.reportEcho).toEqual({
+      updatedAt: BEFORE,
+      operatorUpdatedAt: BEFORE,
+      awaiting: 'deployed/none',
+      version: listedVersion(reported),
+    });
+  });
+
+  const awaitingState = (version: string | undefined) => {
+    const state = emptyState('dvc_1');
+    const echo = { updatedAt: BEFORE, operatorUpdatedAt: BEFORE, awaiting: 'deployed/none' };
+    state.instances.set('cfg_a', record({ reportEcho: version === undefined ? echo : { ...echo, version } }));
+    return state;
+  };
+  const listed = (fields: Parameters<typeof makeInstance>[0]) =>
+    makeInstance({ activity_status: 'deployed', updated_at: LATER, content: { port: 1 }, ...fields });
+
+  it.each([
+    ['the very version: the echo', {}, { updatedAt: LATER, operatorUpdatedAt: BEFORE }],
+    [
+      'content edited: the operator’s',
+      { content: { port: 2 } },
+      { updatedAt: BEFORE, operatorUpdatedAt: BEFORE },
+    ],
+    [
+      'path changed: the operator’s',
+      { relative_filepath: 'y.json' },
+      { updatedAt: BEFORE, operatorUpdatedAt: BEFORE },
+    ],
+    [
+      'target changed: the operator’s',
+      { target_status: 'created' as const },
+      { updatedAt: BEFORE, operatorUpdatedAt: BEFORE },
+    ],
+    [
+      'other statuses: the operator’s',
+      { error_status: 'retrying' as const },
+      { updatedAt: BEFORE, operatorUpdatedAt: BEFORE },
+    ],
+  ])('%s', (_, fields, echo) => {
+    const state = awaitingState(listedVersion(reported));
+    resolveAwaitedEchoes(state, [listed({ id: 'cfg_a', ...fields })]);
+    // An echo left at BEFORE while the listing says LATER: LATER counts as the operator's at a path conflict.
+    expect(state.instances.get('cfg_a')?.reportEcho).toEqual(echo);
+  });
+
+  it('a listed instance with its file (a pass’s) is of the version of its file’s sha256', () => {
+    const { content: _content, ...head } = reported;
+    const withFile = { ...head, file: { sha256: 'a'.repeat(64) } };
+    expect(listedVersion(withFile)).toBe(listedVersion({ ...withFile, updated_at: LATER }));
+    expect(listedVersion(withFile)).not.toBe(
+      listedVersion({ ...withFile, file: { sha256: 'b'.repeat(64) } }),
+    );
+  });
+
+  it('awaited without a version (an older agent’s record): the statuses alone, as before', () => {
+    const state = awaitingState(undefined);
+    resolveAwaitedEchoes(state, [listed({ id: 'cfg_a', content: { port: 2 } })]);
+    expect(state.instances.get('cfg_a')?.reportEcho).toEqual({ updatedAt: LATER, operatorUpdatedAt: BEFORE });
   });
 });

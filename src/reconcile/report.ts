@@ -1,4 +1,5 @@
 // Report: delivers the outbox in order; each failed delivery is judged by the one status classifier.
+import { hash } from 'node:crypto';
 import type { ReportAnswer, ServiceClient } from '../api/client.js';
 import { deliveryVerdict, HttpStatusError, ReportContradictedError } from '../api/errors.js';
 import { sameInstant } from '../api/instant.js';
@@ -42,6 +43,11 @@ export interface ReportContext {
   state: LocalState;
   /** The `updated_at` of each instance as last pulled (or as our last report left it). */
   lastSeenUpdatedAt: Map<string, string>;
+  /**
+   * The `listedVersion` of an instance in the same listing as its `lastSeenUpdatedAt` (reconcile/pass.ts): an
+   * answer without an echo records it, and only a listing of that very version can give the echo.
+   */
+  listedVersion?: (instanceId: string) => string | undefined;
   retry: RequestRetryOptions;
   logger: Logger;
   signal?: AbortSignal;
@@ -306,8 +312,8 @@ export class PassReports {
  * A report settled by an answer that carries no echo (a 204, an empty or unreadable body, another instance):
  * the `updated_at` it gave is not known yet, and without it the next listing took the agent's own report for
  * an operator's update (at a path conflict the two instances took turns, every pass). The operator's time is
- * kept, and the next listing that shows the instance in exactly the reported statuses gives the echo
- * (`resolveAwaitedEchoes`).
+ * kept, with the instance's version as listed before the report (`listedVersion`), and the next listing that
+ * shows the instance in exactly the reported statuses and that version gives the echo (`resolveAwaitedEchoes`).
  */
 function recordAwaitedEcho(ctx: ReportContext, instanceId: string, report: StatusReport): boolean {
   const record = ctx.state.instances.get(instanceId);
@@ -317,32 +323,71 @@ function recordAwaitedEcho(ctx: ReportContext, instanceId: string, report: Statu
   const operatorUpdatedAt =
     echo !== undefined && sameInstant(echo.updatedAt, before) ? echo.operatorUpdatedAt : before;
   const awaiting = `${report.activity_status}/${report.error_status}`;
+  const version = ctx.listedVersion?.(instanceId);
   ctx.state.instances.set(instanceId, {
     ...record,
-    reportEcho: { updatedAt: before, operatorUpdatedAt, awaiting },
+    reportEcho: {
+      updatedAt: before,
+      operatorUpdatedAt,
+      awaiting,
+      ...(version === undefined ? {} : { version }),
+    },
   });
   return true;
 }
 
 /**
- * Settles the echoes a report's answer did not give, from a fresh listing: an instance shown in exactly the
- * statuses the agent reported takes its `updated_at` as the echo (an operator's change of the same instance
- * that leaves those statuses is taken for it too: the lesser error); in other statuses the listing is not
- * the echo, and its `updated_at` counts as the operator's.
+ * What of a listed instance only an operator changes, as one key: everything but its statuses (which the agent's
+ * reports set) and `updated_at` (which every change moves), the content by the sha256 of the file it makes (or
+ * of its JSON, for an instance listed with its content). A report changes none of it, so a listing of another
+ * version is an operator's change, whatever its statuses.
  */
-export function resolveAwaitedEchoes(state: LocalState, instances: readonly ConfigInstanceHead[]): void {
+export function listedVersion(
+  instance: ConfigInstanceHead & { file?: { sha256: string }; content?: unknown },
+): string {
+  const content =
+    instance.file !== undefined
+      ? instance.file.sha256
+      : hash('sha256', JSON.stringify(instance.content ?? null));
+  return hash(
+    'sha256',
+    JSON.stringify([
+      instance.target_status,
+      instance.relative_filepath,
+      instance.device_id,
+      instance.config_schema_id,
+      instance.config_type_id,
+      instance.created_at,
+      content,
+    ]),
+    'base64',
+  );
+}
+
+/**
+ * Settles the echoes a report's answer did not give, from a fresh listing: an instance shown in exactly the
+ * statuses the agent reported, and of the version it had when reported (`listedVersion`), takes its
+ * `updated_at` as the echo; in other statuses or another version (an operator's redeploy, a content edit
+ * without one) the listing is not the echo, and its `updated_at` counts as the operator's. An echo awaited
+ * without a version (recorded by an agent before versions were kept) goes by the statuses alone.
+ */
+export function resolveAwaitedEchoes(
+  state: LocalState,
+  instances: readonly (ConfigInstanceHead & { file?: { sha256: string }; content?: unknown })[],
+): void {
   for (const instance of instances) {
     const record = state.instances.get(instance.id);
     const echo = record?.reportEcho;
     if (record === undefined || echo?.awaiting === undefined) continue;
     const { updatedAt, operatorUpdatedAt } = echo;
     const shown = `${instance.activity_status}/${instance.error_status}`;
+    const echoed =
+      shown === echo.awaiting && (echo.version === undefined || echo.version === listedVersion(instance));
     state.instances.set(instance.id, {
       ...record,
-      reportEcho:
-        shown === echo.awaiting
-          ? { updatedAt: instance.updated_at, operatorUpdatedAt }
-          : { updatedAt, operatorUpdatedAt },
+      reportEcho: echoed
+        ? { updatedAt: instance.updated_at, operatorUpdatedAt }
+        : { updatedAt, operatorUpdatedAt },
     });
   }
 }

@@ -92,8 +92,10 @@ const instanceRecord = record(
         {
           updatedAt: mostly(fc.constant('2026-11-23T05:05:55Z')),
           operatorUpdatedAt: mostly(fc.constant('2026-11-22T05:05:55Z')),
+          awaiting: mostly(fc.constant('deployed/none')),
+          version: mostly(fc.constant(`${'v'.repeat(43)}=`)),
         },
-        [],
+        ['awaiting', 'version'],
       ),
     ),
   },

@@ -123,6 +123,8 @@ describe('loadLocalState: files and instances must be JSON objects', () => {
     const reportEcho = {
       updatedAt: '2026-03-01T12:00:00.000Z',
       operatorUpdatedAt: '2026-02-01T00:00:00.000Z',
+      awaiting: 'deployed/none',
+      version: `${'v'.repeat(43)}=`,
     };
     state.instances.set('cfg_a', {
       relativePath: 'a.json',

@@ -76,10 +76,17 @@ function buildStateSchemas() {
     /**
      * The `updated_at` our last report gave the instance, and the operator's `updated_at` before it. `awaiting`
      * (`activity/error`): the report's answer carried no echo, so `updatedAt` is still the one before it, and
-     * the next listing showing the instance in exactly those statuses gives the echo.
+     * the next listing showing the instance in exactly those statuses and of `version` (reconcile/report.ts
+     * `listedVersion`, the instance as listed before the report; absent in records of older agents) gives the
+     * echo.
      */
     reportEcho: z
-      .object({ updatedAt: z.string(), operatorUpdatedAt: z.string(), awaiting: z.string().optional() })
+      .object({
+        updatedAt: z.string(),
+        operatorUpdatedAt: z.string(),
+        awaiting: z.string().optional(),
+        version: z.string().optional(),
+      })
       .optional(),
   });
 
@@ -201,13 +208,15 @@ function quickInstanceRecord(value: unknown, held: HeldStrings): InstanceRecord 
   let echo: InstanceRecord['reportEcho'];
   if (reportEcho !== undefined) {
     if (!isPlainObject(reportEcho)) return undefined;
-    const { updatedAt, operatorUpdatedAt, awaiting } = reportEcho;
+    const { updatedAt, operatorUpdatedAt, awaiting, version } = reportEcho;
     if (typeof updatedAt !== 'string' || typeof operatorUpdatedAt !== 'string') return undefined;
     if (awaiting !== undefined && typeof awaiting !== 'string') return undefined;
+    if (version !== undefined && typeof version !== 'string') return undefined;
     echo = {
       updatedAt: held(updatedAt),
       operatorUpdatedAt: held(operatorUpdatedAt),
       ...(awaiting === undefined ? {} : { awaiting }),
+      ...(version === undefined ? {} : { version }),
     };
   }
   const activityStatus = activity as InstanceRecord['activity'];
