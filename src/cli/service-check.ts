@@ -99,15 +99,15 @@ function parseDate(value: string | string[] | undefined): Date | undefined {
 
 /** A device's answer is small: a body past this is not read on (its name is then not shown). */
 const BODY_MAX_BYTES = 1024 * 1024;
-const BODY_TOO_LARGE = 'body too large';
 
-async function readText(body: TransportResponse['body']): Promise<string> {
+/** The answer's text, or `too_large` once it passed BODY_MAX_BYTES; rejects when the body did not arrive whole. */
+async function readText(body: TransportResponse['body']): Promise<string | 'too_large'> {
   const chunks: Buffer[] = [];
   let total = 0;
   try {
     for await (const chunk of body as AsyncIterable<Buffer>) {
       total += chunk.length;
-      if (total > BODY_MAX_BYTES) throw new Error(BODY_TOO_LARGE);
+      if (total > BODY_MAX_BYTES) return 'too_large';
       chunks.push(chunk);
     }
   } finally {
@@ -144,10 +144,10 @@ export async function checkService(input: ServiceCheckInput): Promise<ServiceChe
   let text: string | undefined;
   let unread = 'its answer did not arrive whole (cut short, or not within the timeout)';
   try {
-    text = await readText(response.body);
-  } catch (error) {
-    if (errorMessage(error) === BODY_TOO_LARGE) unread = `its answer is larger than ${BODY_MAX_BYTES} bytes`;
-  }
+    const read = await readText(response.body);
+    if (read === 'too_large') unread = `its answer is larger than ${BODY_MAX_BYTES} bytes`;
+    else text = read;
+  } catch {}
   let body: unknown;
   try {
     body = text === undefined ? undefined : JSON.parse(text);
