@@ -1,7 +1,7 @@
 // A large item's content turned from its JSON text into the bytes of its file without a parsed tree: the very bytes
 // parseJson and then serialize.ts give (JSON.stringify's layout with 2 spaces, numbers as sent, a newline).
 import { SHOWN_KEY_CHARS } from '../lib/field-path.js';
-import { byteStringEnd, JsonTextError, MAX_PARSE_DEPTH } from './json.js';
+import { byteStringEnd, JsonTextError, JsonTooDeepError, MAX_PARSE_DEPTH } from './json.js';
 import {
   BACKSLASH,
   CLOSE_ARRAY,
@@ -855,7 +855,7 @@ export type ItemVerdict =
 export function examineItem(item: Buffer): ItemVerdict {
   const depth = textDepth(item);
   if (depth > MAX_PARSE_DEPTH) {
-    const error = new JsonTextError(`nested ${depth} levels deep (the limit is ${MAX_PARSE_DEPTH})`, 0);
+    const error = new JsonTooDeepError(depth);
     return { kind: 'unparsable', text: item.toString('utf8'), error };
   }
   const found = findContent(item);

@@ -34,6 +34,13 @@ export class JsonTextError extends AgentError {
   }
 }
 
+/** Text nested deeper than MAX_PARSE_DEPTH: refused before a parse, whatever it holds. */
+export class JsonTooDeepError extends JsonTextError {
+  constructor(depth: number) {
+    super(`nested ${depth} levels deep (the limit is ${MAX_PARSE_DEPTH})`, 0);
+  }
+}
+
 /**
  * A number stays a plain `number` when printing it gives back the very text the service sent (most numbers);
  * otherwise it stays a `LosslessNumber` holding that text (`12345678901234567891`, `1.0`, `1e400`, `-0`).
@@ -59,7 +66,7 @@ export function parseJson(text: string): unknown {
   if (compact !== undefined) return compact.value;
   const { depth, faithful } = scan(text);
   if (depth > MAX_PARSE_DEPTH) {
-    throw new JsonTextError(`nested ${depth} levels deep (the limit is ${MAX_PARSE_DEPTH})`, 0);
+    throw new JsonTooDeepError(depth);
   }
   if (faithful) {
     try {

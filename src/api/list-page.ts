@@ -5,7 +5,7 @@ import { hash } from 'node:crypto';
 import * as z from 'zod';
 import { formatFieldPath } from '../lib/field-path.js';
 import {
-  JsonTextError,
+  JsonTooDeepError,
   type KnownPageTexts,
   MAX_PARSE_DEPTH,
   parseJson,
@@ -597,7 +597,7 @@ export function judgeConfigInstance(text: string): PageItem {
 function judgeUnparsable(text: string, error: unknown): PageItem {
   const id = peekId(text, 1);
   const problem =
-    error instanceof JsonTextError && error.message.startsWith('nested')
+    error instanceof JsonTooDeepError
       ? `nested more than ${MAX_PARSE_DEPTH} levels deep (content may nest ${MAX_CONTENT_DEPTH} levels)`
       : `not valid JSON: ${error instanceof Error ? error.message : String(error)}`;
   return id === undefined ? { kind: 'invalid', problem } : { kind: 'invalid', id, problem };
