@@ -192,9 +192,9 @@ function reportAnswerHead(prefix: Buffer): ReportAnswer | undefined {
 }
 
 /** Page size of the iterators: the spec's maximum, so a pull costs as few round trips as possible. */
-export const ITERATOR_PAGE_LIMIT = 100;
+const ITERATOR_PAGE_LIMIT = 100;
 /** Items one iteration may yield before the listing is judged runaway. */
-export const ITERATOR_MAX_ITEMS = 100_000;
+const ITERATOR_MAX_ITEMS = 100_000;
 /** Error bodies are only read for their code and message; a huge one is not worth the memory. */
 const ERROR_BODY_MAX_BYTES = 64 * 1024;
 /** How much of a body over the cap is kept: enough to read the id of the one item of a page of one. */

@@ -732,7 +732,7 @@ export function walkMembers(
 }
 
 /** Whether the key at `at` is an array index (`0`, `7`, `4294967294`), which a parse puts first. */
-export function isIndexKey(src: Buffer, at: number): boolean {
+function isIndexKey(src: Buffer, at: number): boolean {
   const key = keyText(src, at);
   if (key.length === 0 || key.length > 10 || (key.length > 1 && key.charCodeAt(0) === DIGIT_0)) return false;
   for (let k = 0; k < key.length; k++) {
@@ -743,7 +743,7 @@ export function isIndexKey(src: Buffer, at: number): boolean {
 }
 
 /** Just past the member whose key is at `at` (checked text): its value's end. */
-export function skipMember(src: Buffer, at: number): number {
+function skipMember(src: Buffer, at: number): number {
   return skipValue(src, valueOfKey(src, at));
 }
 
@@ -989,7 +989,7 @@ export function treeWeight(src: Buffer, from: number, to: number): number {
  * json.ts scan's depth, over bytes: the deepest nesting of brackets outside strings, read up to a string that
  * does not end (brackets and quotes are single bytes in UTF-8, so the bytes give what the characters give).
  */
-export function textDepth(src: Buffer): number {
+function textDepth(src: Buffer): number {
   let depth = 0;
   let deepest = 0;
   for (let i = 0; i < src.length; i++) {
@@ -1013,7 +1013,7 @@ export function textDepth(src: Buffer): number {
  * (4.x, `parse.js`) walked as it walks, with its messages and its positions (UTF-16 code units), and the error
  * then rewritten as parseJson rewrites it. Undefined when that parser takes the text.
  */
-export function textError(text: string): JsonTextError | undefined {
+function textError(text: string): JsonTextError | undefined {
   try {
     new LosslessSyntax(text).parse();
     return undefined;

@@ -25,7 +25,7 @@ const DEBUG_LEVELS = new Set(['debug', 'trace']);
  * made with, and the cache is made at exit, when they are all set. Setting them earlier changes nothing else
  * (`--expose-gc` after start exposes no global `gc`).
  */
-export function agentV8Flags(): string[] {
+function agentV8Flags(): string[] {
   return ['--expose-gc', ...syncV8Flags(Number.parseInt(process.versions.v8, 10), process.execArgv)];
 }
 

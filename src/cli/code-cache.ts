@@ -22,7 +22,7 @@ import { errnoCode } from '../lib/errors.js';
 /** The cache's directory inside stateDir (docs/operations.md says how to clear it). */
 export const CODE_CACHE_DIR = 'code-cache';
 /** V8's cache of the whole agent after a pass is ~1 MB on Node 20 and 24; a larger file is neither written nor read. */
-export const MAX_CODE_CACHE_BYTES = 16 * 1024 * 1024;
+const MAX_CODE_CACHE_BYTES = 16 * 1024 * 1024;
 /** Cache files of the running bundle kept (one per runtime and flag set: the daemon's and `--once`'s differ). */
 export const MAX_CODE_CACHE_FILES = 4;
 /** A temp file older than this is a crashed write's and is removed by the next write. */
@@ -170,7 +170,7 @@ export function encodeCodeCache(key: CodeCacheKey, payload: Buffer): Buffer {
   return Buffer.concat([MAGIC, length, identity, digest, payload]);
 }
 
-export function decodeCodeCache(bytes: Buffer, key: CodeCacheKey): CodeCacheRead {
+function decodeCodeCache(bytes: Buffer, key: CodeCacheKey): CodeCacheRead {
   if (bytes.length < MAGIC.length + 4 || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) {
     return { ignored: 'not a code cache file' };
   }

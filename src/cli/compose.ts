@@ -51,7 +51,7 @@ type DaemonModule = typeof import('./daemon.js');
  * Reads the config file, the environment and the API key, and registers the key with `secrets`. Throws
  * ConfigError or ApiKeyError (exit 78): the caller prints the problem.
  */
-export async function loadConfiguration(
+async function loadConfiguration(
   configPath: string | undefined,
   env: NodeJS.ProcessEnv,
   secrets: SecretRegistry,

@@ -30,7 +30,7 @@ export interface DoctorEnvironment
 }
 
 /** More skew than this breaks TLS validity windows and Retry-After dates; NTP keeps devices well within it. */
-export const MAX_CLOCK_SKEW_MS = 60_000;
+const MAX_CLOCK_SKEW_MS = 60_000;
 
 export function runSystemctl(args: readonly string[]): Promise<SystemctlResult> {
   return new Promise((resolve) => {

@@ -77,7 +77,7 @@ export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
  * overload, a server error, an answer no working service gives: a 304, a redirect, a 418). Anything else (a 404
  * from a wrong base URL or version, a response that breaks the schema) reached a server that answered: exit 1.
  */
-export function isUnreachable(error: PassError | undefined): boolean {
+function isUnreachable(error: PassError | undefined): boolean {
   if (error === undefined) return true;
   switch (error.code) {
     case 'network_error':

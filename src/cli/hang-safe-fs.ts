@@ -144,7 +144,7 @@ function settled<T>(call: () => T): Promise<T> {
  * `fs` with the calls of the start-up sweep answered on the calling thread: `open` gives a handle and `opendir` a
  * listing with only what the sweep uses (`fd`, `stat`, `close`; `read`, `close`). For local mounts only (hangSafeFs).
  */
-export function synchronousSweepPort(fs: FsPort): FsPort {
+function synchronousSweepPort(fs: FsPort): FsPort {
   const handleOf = (fd: number) =>
     ({
       fd,

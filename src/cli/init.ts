@@ -45,7 +45,7 @@ export const SYSTEM_INIT_ENVIRONMENT: Omit<InitEnvironment, 'stdin' | 'stdinIsTt
 };
 
 export const AGENT_ACCOUNT = 'config-agent';
-export const DEFAULT_ROOT_DIR = '/srv/config-agent';
+const DEFAULT_ROOT_DIR = '/srv/config-agent';
 const DEFAULT_STATE_DIR = '/var/lib/config-agent';
 const ROOT_DIR_DROP_IN = '50-root-dir.conf';
 
@@ -153,7 +153,7 @@ export async function agentAccount(env: Pick<InitEnvironment, 'groupFile' | 'pas
  * `configs`; a lone `'` made systemd ignore the line): either way the unit could not write rootDir.
  * Undefined for a `"` or `\`, which that line keeps or unquotes in ways not worth trusting.
  */
-export function systemdPathValue(dir: string): string | undefined {
+function systemdPathValue(dir: string): string | undefined {
   if (/["\\]/.test(dir)) return undefined;
   const value = dir.replaceAll('%', '%%');
   return /[\s']/.test(value) ? `"${value}"` : value;

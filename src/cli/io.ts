@@ -20,7 +20,7 @@ export interface CommandIo {
 const READER_GONE = new Set(['EPIPE', 'ECONNRESET']);
 
 /** How long a write to a descriptor set non-blocking (`EAGAIN`) is tried again before the output counts as lost. */
-export const EAGAIN_PATIENCE_MS = 10_000;
+const EAGAIN_PATIENCE_MS = 10_000;
 const EAGAIN_RETRY_MS = 10;
 
 /** Standard output as a command sees it, and whether what it wrote there was written. */

@@ -65,7 +65,7 @@ const UNSAFE_FOR_TERMINAL = /[\p{Cc}\p{Cf}\p{Cs}\u2028\u2029]/u;
  * two, so only a hostile service sends more, and a path of a megabyte made `--once` and `status` print a
  * megabyte. Left out whole, never cut (no part of an echoed key escapes the scrub of whole keys).
  */
-export const SHOWN_TERMINAL_CHARS = 10_000;
+const SHOWN_TERMINAL_CHARS = 10_000;
 
 export function terminalSafe(text: string): string {
   if (text.length > SHOWN_TERMINAL_CHARS) return `<${text.length} characters, not shown>`;

@@ -6,9 +6,9 @@
 // load (globSyntaxProblem), and matches segment by segment with a table over (pattern segment, path segment).
 
 /** Longest glob accepted, and longest total of its brace expansions. */
-export const MAX_GLOB_LENGTH = 1024;
+const MAX_GLOB_LENGTH = 1024;
 /** Most alternatives a glob's braces may expand to. */
-export const MAX_BRACE_EXPANSIONS = 64;
+const MAX_BRACE_EXPANSIONS = 64;
 
 type Token =
   | { kind: 'char'; code: number }

@@ -28,8 +28,8 @@ export interface LoadedConfig {
   apiKeySource: ApiKeySource;
 }
 
-export const ENV_API_KEY = 'CONFIG_AGENT_API_KEY';
-export const ENV_CREDENTIALS_DIRECTORY = 'CREDENTIALS_DIRECTORY';
+const ENV_API_KEY = 'CONFIG_AGENT_API_KEY';
+const ENV_CREDENTIALS_DIRECTORY = 'CREDENTIALS_DIRECTORY';
 /** The credential name to give systemd: `LoadCredential=api-key:/path/to/key`. */
 export const CREDENTIAL_NAME = 'api-key';
 const STATE_DIR_MODE = 0o700;
@@ -183,7 +183,7 @@ export async function readConfigText(fs: ConfigFs, configPath: string): Promise<
  * run: a file that a user other than root or the agent's own, the group of a non-root user (applications join
  * the agent's group for its socket), or anyone can rewrite is refused. Undefined when only they can.
  */
-export function whoElseCanChange(
+function whoElseCanChange(
   stats: { uid: number; gid: number; mode: number },
   euid: number | undefined,
 ): string | undefined {
@@ -544,7 +544,7 @@ function describeFsError(error: unknown): string {
 }
 
 /** What a non-regular file is, in words, for "not a regular file (...)". */
-export function describeFileType(stats: {
+function describeFileType(stats: {
   isDirectory(): boolean;
   isFIFO(): boolean;
   isSocket(): boolean;

@@ -73,7 +73,7 @@ export const CONFIG_DEFAULTS = {
 } as const;
 
 /** Bounds shared by the schema and docs/configuration.md. */
-export const CONFIG_BOUNDS = {
+const CONFIG_BOUNDS = {
   deviceIdMaxLength: 256,
   timeoutSeconds: { min: 1, max: 600 },
   /** 64 KiB holds a page of one ordinary instance; 1 GiB is more than a device should ever hold at once. */

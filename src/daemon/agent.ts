@@ -491,7 +491,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
  * the setting). A fleet that boots or recovers together runs its first full pass together; drawing each next
  * deadline over a whole period spreads the following ones evenly instead of keeping them in step.
  */
-export function fullResyncDelayMs(fullResyncSeconds: number, random: () => number): number {
+function fullResyncDelayMs(fullResyncSeconds: number, random: () => number): number {
   return fullResyncSeconds * 1000 * (0.5 + random());
 }
 

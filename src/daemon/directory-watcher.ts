@@ -35,7 +35,7 @@ export interface DirectoryWatcherOptions {
  * made under rootDir grew the idle daemon from 77 to 130 MB) and one of the user's inotify watches; a process
  * making directories there without end grew the agent with them. Far above any real tree of configs.
  */
-export const DEFAULT_MAX_DIRECTORIES = 10_000;
+const DEFAULT_MAX_DIRECTORIES = 10_000;
 
 interface Watched {
   watcher: FSWatcher;

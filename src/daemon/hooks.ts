@@ -65,7 +65,7 @@ export const CHANGED_ENV = 'CONFIG_AGENT_CHANGED';
  * A value of its own for each hook run, inherited by every process the hook starts: how one that left the hook's
  * session and lost its parent (a daemon that double-forked with setsid) is still known as the hook's.
  */
-export const HOOK_RUN_ENV = 'CONFIG_AGENT_HOOK_RUN';
+const HOOK_RUN_ENV = 'CONFIG_AGENT_HOOK_RUN';
 /** Set to "1" when CHANGED_ENV could not hold every changed path (see `changedList`). */
 export const CHANGED_TRUNCATED_ENV = 'CONFIG_AGENT_CHANGED_TRUNCATED';
 /**
@@ -94,7 +94,7 @@ export function matchingPaths(hook: HookSpec, changedPaths: readonly string[]): 
 }
 
 /** The environment a hook runs with: the agent's minus anything secret, plus the list of changed paths. */
-export function hookEnvironment(env: NodeJS.ProcessEnv, changedPaths: readonly string[]): NodeJS.ProcessEnv {
+function hookEnvironment(env: NodeJS.ProcessEnv, changedPaths: readonly string[]): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(env)) {
     if (

@@ -73,7 +73,7 @@ export interface LocalApiLimits {
   minStatusIntervalMs: number;
 }
 
-export const DEFAULT_LOCAL_API_LIMITS: LocalApiLimits = {
+const DEFAULT_LOCAL_API_LIMITS: LocalApiLimits = {
   maxConnections: 32,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 15_000,

@@ -12,14 +12,14 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
  * Node queues a pipe's or socket's writes without bound, and an error storm would grow the agent's memory with
  * it. Past this many queued bytes lines are dropped and counted; the count is logged once the reader drains.
  */
-export const MAX_QUEUED_LOG_BYTES = 4 * 1024 * 1024;
+const MAX_QUEUED_LOG_BYTES = 4 * 1024 * 1024;
 
 /**
  * The longest log line written as it is: under journald's own cut (`LineMax=`, 48 KiB by default), past which a
  * line is split and no longer JSON. Text from the service reaches log lines (paths, status values, messages,
  * ids): a hostile service sending a status value of a megabyte had each pass log two lines of a megabyte.
  */
-export const MAX_LOG_LINE_CHARS = 32 * 1024;
+const MAX_LOG_LINE_CHARS = 32 * 1024;
 /** In a line over MAX_LOG_LINE_CHARS: the longest string kept (a path of 4,095 bytes fits) and array kept. */
 const SHOWN_LOG_STRING_CHARS = 4200;
 const SHOWN_LOG_ARRAY_ITEMS = 64;
@@ -31,7 +31,7 @@ const SHOWN_LOG_DEPTH = 8;
  * out; a line still too long (or not JSON) keeps only its level, time, pid, name and a note. Strings are left out
  * whole, never cut: a cut could leave part of a secret that the scrub of whole secrets would not catch.
  */
-export function boundLogLine(line: string): string {
+function boundLogLine(line: string): string {
   if (line.length <= MAX_LOG_LINE_CHARS) return line;
   let parsed: unknown;
   try {

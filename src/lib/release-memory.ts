@@ -10,7 +10,7 @@ const MiB = 1024 * 1024;
  * with nothing to do grows it by ~4 MiB (the young generation filling again): releasing after every poll kept
  * the idle daemon at 91 MiB instead of 99 but cost ~55 ms of CPU per poll instead of ~7 (Node 24, 1,000 managed).
  */
-export const RELEASE_AFTER_GROWTH_BYTES = 8 * MiB;
+const RELEASE_AFTER_GROWTH_BYTES = 8 * MiB;
 
 /**
  * …and by this fraction of the heap the last release left. With 10,000 managed the young generation alone grows
@@ -18,7 +18,7 @@ export const RELEASE_AFTER_GROWTH_BYTES = 8 * MiB;
  * CPU per poll on Node 24). Node 24, 10,000 managed, 1 s polls: 0.75 gave 133 ms per poll and 131 MiB, 1 gave
  * 128 ms and 140 MiB, 0.5 released after every poll (docs/performance-history.md "Memory, fourth round").
  */
-export const RELEASE_AFTER_GROWTH_FRACTION = 0.75;
+const RELEASE_AFTER_GROWTH_FRACTION = 0.75;
 
 /**
  * The idle release runs whatever the heap grew once the waits since the last one, the wait ahead included, add up
@@ -48,7 +48,7 @@ export const RELEASE_EVERY_PASS_WAIT_PER_COST = 200;
  * used heap as a whole, which swings with the young generation, it collected 13 times for the same peak and
  * ~3 s more CPU (docs/performance-history.md "Memory, fourth round").
  */
-export const COLLECT_AFTER_OLD_GROWTH_BYTES = 16 * MiB;
+const COLLECT_AFTER_OLD_GROWTH_BYTES = 16 * MiB;
 
 /** What a growth policy reads and does: V8 in production, fakes in tests. */
 export interface HeapControl {

@@ -11,9 +11,9 @@ import { createSecretRegistry, type SecretRegistry } from '../lib/secrets.js';
 import { FixtureError, type Fixtures, parseFixtures } from './fixtures.js';
 import { DEFAULT_HOST, startMockServer } from './server.js';
 
-export const EXIT_OK = 0;
-export const EXIT_FAILURE = 1;
-export const EXIT_USAGE = 2;
+const EXIT_OK = 0;
+const EXIT_FAILURE = 1;
+const EXIT_USAGE = 2;
 
 export const API_KEY_ENV = 'CONFIG_AGENT_MOCK_API_KEY';
 const NAME = 'config-agent-mock-server';

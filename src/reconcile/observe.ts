@@ -12,7 +12,7 @@ import { fitsUnderRoot, validateRelativePath } from '../store/path-guard.js';
 import type { DiskObservation, PlanInstance } from './plan.js';
 
 /** Paths observed at once: a pass with nothing to do is mostly these, each a few thread-pool round trips. */
-export const OBSERVE_CONCURRENCY = 16;
+const OBSERVE_CONCURRENCY = 16;
 
 const PERMISSION_BITS = 0o7777;
 

@@ -320,7 +320,7 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
 };
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */
-export const DISK_WAIT_MAX_SECONDS = 300;
+const DISK_WAIT_MAX_SECONDS = 300;
 
 /**
  * A failure the root's own condition caused (the disk holding it full, or mounted read-only): reported

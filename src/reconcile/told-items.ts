@@ -1,7 +1,7 @@
 // What this process already told of each listed item it could not use, so a service listing it on every poll is told once.
 
 /** How many items are remembered; past it the least recently told is forgotten (and told again if listed). */
-export const MAX_TOLD_ITEMS = 10_000;
+const MAX_TOLD_ITEMS = 10_000;
 
 /**
  * The items (by id) whose skip or refusal was logged, with what was said of them. A service that lists an instance

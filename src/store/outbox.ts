@@ -52,7 +52,7 @@ export function emptyOutboxFile(value: unknown): OutboxFile | undefined {
 }
 
 /** The outbox file as zod judges it; see `emptyOutboxFile`. */
-export function parseOutboxFile(value: unknown): z.ZodSafeParseResult<OutboxFile> {
+function parseOutboxFile(value: unknown): z.ZodSafeParseResult<OutboxFile> {
   const empty = emptyOutboxFile(value);
   if (empty !== undefined) return { success: true, data: empty };
   return outboxSchemas().OutboxFile.safeParse(value);

@@ -9,7 +9,7 @@ import { DiskError, PathRejectedError } from './errors.js';
 export const TEMP_PREFIX = '.config-agent.tmp-';
 
 /** The writer's temp file names: the prefix and 12 random bytes in hex (durable-writer.ts). */
-export const TEMP_NAME_BYTES = TEMP_PREFIX.length + 24;
+const TEMP_NAME_BYTES = TEMP_PREFIX.length + 24;
 
 /** NAME_MAX on Linux filesystems. */
 export const MAX_SEGMENT_BYTES = 255;
