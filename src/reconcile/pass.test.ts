@@ -357,6 +357,38 @@ describe('runPass: target deployed', () => {
     expect(onService('cfg_new')).toMatchObject({ activity_status: 'deployed', error_status: 'retrying' });
   });
 
+  it('a report left queued by a pass and answered 204 in the next one awaits the version of the listing before it', async () => {
+    // cfg_old's refusal is not taken in the first pass (503), then every PATCH is answered 204; one process.
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_old$', count: 1, status: 503 });
+    world.server.state.addFault({
+      match: '^/v1/config_instances/[^/]+$',
+      count: 100,
+      mode: 'rewrite',
+      status: 204,
+    });
+    put({ id: 'cfg_old', relative_filepath: 'shared.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    put({ id: 'cfg_new', relative_filepath: 'shared.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    expect(reportsReceived()).not.toContain('cfg_old queued/retrying');
+    // Edited after the listing the report was made from, before the next pass delivers it first.
+    put({
+      ...onService('cfg_old'),
+      content: { owner: 'cfg_old', edited: true },
+      updated_at: new Date(Date.now() + 60_000).toISOString(),
+    });
+    for (let round = 0; round < 3; round++) {
+      world.clock.advance(3_600_000);
+      await pass();
+    }
+
+    expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_old', edited: true }));
+    expect(reportsReceived().slice(0, 2).sort()).toEqual([
+      'cfg_new deployed/none',
+      'cfg_old queued/retrying',
+    ]);
+    expect(reportsReceived().slice(2)).toEqual(['cfg_old deployed/none', 'cfg_new deployed/retrying']);
+  });
+
   it('a failed write waits out its cooldown (no new attempt, no new report), then succeeds once it is due', async () => {
     const full = { on: true };
     world.fs.failRenameTo = (target) => full.on && target.endsWith('app.json');
