@@ -18,7 +18,8 @@ const EXIT_USAGE = 2;
 export const API_KEY_ENV = 'CONFIG_AGENT_MOCK_API_KEY';
 const NAME = 'config-agent-mock-server';
 const USAGE = `usage: ${NAME} --port <n> [--host ${DEFAULT_HOST}] [--fixtures <file.json>] --api-key <key>
-  (the key may come from ${API_KEY_ENV} instead of --api-key; --port 0 picks a free port)`;
+  (the key may come from ${API_KEY_ENV} instead of --api-key; --port 0 picks a free port;
+  LOG_LEVEL sets the level of the JSON log lines on stderr: fatal, error, warn, info (default), debug, trace, silent)`;
 const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 export interface CliIo {

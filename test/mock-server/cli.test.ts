@@ -74,6 +74,24 @@ describe('main', () => {
     await expect(fetch(`${url}/v1/devices`)).rejects.toThrow();
   });
 
+  it('logs at LOG_LEVEL (warn: no info lines; an unknown level: info, as without it)', async () => {
+    const quiet = run(['--port', '0', '--api-key', API_KEY], { LOG_LEVEL: 'warn' });
+    await firstLine(quiet.out.text, quiet.exit);
+    quiet.stop();
+    expect(await quiet.exit).toBe(0);
+    expect(quiet.err.text()).toBe('');
+    const unknown = run(['--port', '0', '--api-key', API_KEY], { LOG_LEVEL: 'loud' });
+    await firstLine(unknown.out.text, unknown.exit);
+    unknown.stop();
+    expect(await unknown.exit).toBe(0);
+    const messages = unknown.err
+      .text()
+      .trim()
+      .split('\n')
+      .map((line) => (JSON.parse(line) as { msg?: string }).msg);
+    expect(messages).toContain('mock server listening');
+  });
+
   it(`takes the key from ${API_KEY_ENV}, the port and host from flags (= form too)`, async () => {
     const cli = run(['--port=0', '--host=127.0.0.1'], { [API_KEY_ENV]: API_KEY });
     const url = await firstLine(cli.out.text, cli.exit);
