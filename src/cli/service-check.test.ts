@@ -48,6 +48,19 @@ describe('checkService: a 200 that is not the device', () => {
     });
   });
 
+  it("shows the device's name without the key it may echo, and never a terminal control sequence", async () => {
+    // The name is the service's text, printed by `doctor` and `init` on a terminal.
+    const echoed = await check(json(200, { object: 'device', id: DEVICE, name: 'robot sk-check-test' }));
+    expect(echoed).toMatchObject({ ok: true, message: expect.stringContaining('("robot [REDACTED]")') });
+    expect(echoed.message).not.toContain('sk-check-test');
+    const hostile = await check(json(200, { object: 'device', id: DEVICE, name: 'a\u001b[2Jb\nc' }));
+    expect(hostile.message).toContain('("a\\u001b[2Jb\\nc")');
+    expect(hostile.message).not.toContain('\u001b');
+    expect(hostile.message).not.toContain('\n');
+    const huge = await check(json(200, { object: 'device', id: DEVICE, name: 'x'.repeat(20_000) }));
+    expect(huge.message).toContain('(<20000 characters, not shown>)');
+  });
+
   it('the device behind a UTF-8 byte order mark is found, as the agent reads it', async () => {
     const result = await check((res) => {
       res.writeHead(200, { 'content-type': 'application/json' });

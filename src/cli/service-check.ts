@@ -2,6 +2,8 @@
 import { withoutBom } from '../api/json-bytes.js';
 import type { Transport, TransportResponse } from '../api/transport.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
+import { createSecretRegistry } from '../lib/secrets.js';
+import { terminalSafe } from './summary.js';
 
 export interface ServiceCheckInput {
   baseUrl: string;
@@ -100,6 +102,18 @@ function parseDate(value: string | string[] | undefined): Date | undefined {
 /** A device's answer is small: a body past this is not read on (its name is then not shown). */
 const BODY_MAX_BYTES = 1024 * 1024;
 
+/**
+ * The device's name as `doctor` and `init` print it: the service's text, so the key it may echo is scrubbed (as
+ * `--once` scrubs its summary) and control characters are escaped, a name past terminalSafe's bound left out.
+ */
+function shownName(name: string, apiKey: string): string {
+  const secrets = createSecretRegistry();
+  secrets.add(apiKey);
+  const scrubbed = secrets.scrub(name);
+  const safe = terminalSafe(scrubbed);
+  return safe === scrubbed ? `"${safe}"` : safe;
+}
+
 /** The answer's text, or `too_large` once it passed BODY_MAX_BYTES; rejects when the body did not arrive whole. */
 async function readText(body: TransportResponse['body']): Promise<string | 'too_large'> {
   const chunks: Buffer[] = [];
@@ -178,7 +192,7 @@ export async function checkService(input: ServiceCheckInput): Promise<ServiceChe
       };
     }
     const name = device.name;
-    const named = typeof name === 'string' && name !== '' ? ` ("${name}")` : '';
+    const named = typeof name === 'string' && name !== '' ? ` (${shownName(name, input.apiKey)})` : '';
     return { ok: true, serverDate, message: `device ${input.deviceId}${named} found at ${origin}` };
   }
   if (status === 401 || status === 403) {
