@@ -12,11 +12,12 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { tryMount, unmount } from '../../test/helpers/harness.js';
 import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
+import { parseAgentConfig } from '../config/load.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { main } from '../main.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { acquireStateLock, linuxProcessProbe } from '../store/lock.js';
-import { runAgent } from './compose.js';
+import { reconcilerSettings, runAgent } from './compose.js';
 import type { CommandIo } from './io.js';
 import { callAgent } from './local-client.js';
 
@@ -475,4 +476,22 @@ describe.runIf(canMountFuse)('runAgent: a stop while start-up hangs on rootDir',
       'config-agent: SIGTERM: start-up has not finished after 0.1 s (a hung file system under rootDir or stateDir?): exiting without it\n',
     );
   }, 20_000);
+});
+
+describe('reconcilerSettings', () => {
+  it("hands the daemon's poll interval to the retry policy (device conditions wait for it), not --once's", () => {
+    const config = parseAgentConfig(
+      {
+        deviceId: 'dvc_unit',
+        server: { baseUrl: 'https://dcds.example.com' },
+        rootDir: '/srv/config',
+        stateDir: '/var/lib/config-agent',
+        retry: { baseDelaySeconds: 0.001, maxDelaySeconds: 0.001 },
+        poll: { intervalSeconds: 45 },
+      },
+      'compose.test',
+    );
+    expect(reconcilerSettings(config, 0, true, undefined).retry).toMatchObject({ pollIntervalSeconds: 45 });
+    expect(reconcilerSettings(config, 0, false, undefined).retry.pollIntervalSeconds).toBeUndefined();
+  });
 });

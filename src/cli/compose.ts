@@ -119,7 +119,7 @@ async function fileMetaFor(config: AgentConfig): Promise<ReconcilerSettings['fil
 }
 
 /** `forDaemon`: the daemon runs hooks, so changed paths are kept for them until they ran. */
-function reconcilerSettings(
+export function reconcilerSettings(
   config: AgentConfig,
   requestRetries: number,
   forDaemon: boolean,
@@ -132,7 +132,7 @@ function reconcilerSettings(
     stateDir: config.stateDir,
     fileMode: config.files.mode,
     dirMode: config.files.dirMode,
-    retry: config.retry,
+    retry: forDaemon ? { ...config.retry, pollIntervalSeconds: config.poll.intervalSeconds } : config.retry,
     requestRetries,
     maxResponseBytes: config.server.maxResponseBytes,
     restoreDrift: config.drift === 'restore',

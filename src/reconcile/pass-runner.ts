@@ -7,6 +7,12 @@ export interface RetryPolicy {
   maxAttempts: number;
   baseDelaySeconds: number;
   maxDelaySeconds: number;
+  /**
+   * The daemon's poll interval: a write or removal a device condition failed (a full, read-only or failing disk,
+   * something in the way) is not tried again sooner (nor sooner than DEVICE_WAIT_MIN_SECONDS), whatever
+   * `baseDelaySeconds` says, since each due retry makes the next pass a full listing. Absent for `--once`.
+   */
+  pollIntervalSeconds?: number;
 }
 
 export interface ReconcilerSettings {

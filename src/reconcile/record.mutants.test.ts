@@ -622,6 +622,37 @@ describe('recordStep: failures', () => {
     expect(record?.nextAttemptAt).toBe(new Date(ctx.clock.now() + (cooldown - mono)).toISOString());
   });
 
+  it("a device condition is not tried again before the daemon's next poll, however small baseDelaySeconds", () => {
+    // A read-only root (EROFS), a full one (ENOSPC) and a FIFO a local user put at the path: each due retry makes
+    // the daemon's next pass a full listing, and with baseDelaySeconds 0.001 that was one a second for as long
+    // as the condition lasted (measured on the built daemon: 13 full listings in 15 s at a 30 s poll interval).
+    const conditions = [
+      Object.assign(new Error('EROFS: read-only file system'), { code: 'EROFS' }),
+      Object.assign(new Error('ENOSPC: no space left on device'), { code: 'ENOSPC' }),
+      new PathRejectedError('target_not_regular_file', 'cfg.json'),
+    ];
+    for (const [pollIntervalSeconds, expectedMs] of [
+      [10, 10_000],
+      [30, 30_000],
+      // A poll an hour away: still looked at again within 30 s, not at the poll.
+      [3600, 30_000],
+    ] as const) {
+      ctx.retry = { maxAttempts: 3, baseDelaySeconds: 0.001, maxDelaySeconds: 0.001, pollIntervalSeconds };
+      conditions.forEach((error, n) => {
+        const id = `cfg_${pollIntervalSeconds}_${n}`;
+        for (let failure = 0; failure < 3; failure += 1) {
+          expect(fail(id, error)[0]).toMatchObject({ action: 'retrying' });
+          expect((ctx.state.cooldowns.get(id) ?? 0) - mono).toBe(expectedMs);
+        }
+        expect(ctx.state.instances.get(id)).toMatchObject({ error: 'retrying', attempts: 0 });
+      });
+    }
+    // --once (no poll interval): the configured backoff as it is.
+    ctx.retry = { maxAttempts: 3, baseDelaySeconds: 0.001, maxDelaySeconds: 0.001 };
+    fail('cfg_once', conditions[0]);
+    expect((ctx.state.cooldowns.get('cfg_once') ?? 0) - mono).toBeLessThan(1000);
+  });
+
   it("the agent's own resource trouble: waiting, not converged, no attempt, no cooldown, nothing queued", () => {
     const outcomes = fail(
       'cfg_a',

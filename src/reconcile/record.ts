@@ -321,12 +321,17 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */
 const DISK_WAIT_MAX_SECONDS = 300;
+/**
+ * The shortest, in the daemon: its poll interval when shorter (the default poll). A longer poll still has the
+ * condition looked at again within this, not at the poll an hour away.
+ */
+const DEVICE_WAIT_MIN_SECONDS = 30;
 
 /**
  * A failure the root's own condition caused (the disk holding it full, or mounted read-only): reported
  * `retrying` with a message naming the condition, held off like an attempt (full jitter over
  * `baseDelaySeconds × 2^(n-1)` for the n-th such failure in a row, capped at `maxDelaySeconds` and at 5
- * minutes), but never an
+ * minutes, and in the daemon never shorter than its poll interval or 30 s, whichever is less), but never an
  * attempt: however long the disk stays full, the instance is not `failed` for good (final at the service),
  * and is written once space returns. The wait grows with these failures, the attempts keep their count.
  */
@@ -348,7 +353,10 @@ function recordRootCondition(
     ...ctx.retry,
     maxDelaySeconds: Math.min(ctx.retry.maxDelaySeconds, DISK_WAIT_MAX_SECONDS),
   };
-  const delayMs = backoffDelayMs(policy, attempts + count, ctx.random);
+  // Never sooner than the next poll: with a tiny baseDelaySeconds (any value above 0 is accepted) a read-only
+  // disk, or a FIFO a local user put at a path, made a full listing a second for as long as it lasted.
+  const pollMs = Math.min(ctx.retry.pollIntervalSeconds ?? 0, DEVICE_WAIT_MIN_SECONDS) * 1000;
+  const delayMs = Math.max(backoffDelayMs(policy, attempts + count, ctx.random), pollMs);
   ctx.state.cooldowns.set(instance.id, ctx.clock.monotonic() + delayMs);
   const nextAttemptAt = new Date(ctx.clock.now() + delayMs).toISOString();
   const quota = condition === 'full' && quotaExceeded(error);

@@ -67,7 +67,8 @@ describe('daemon: per-instance retries across passes', () => {
       const h = await AgentHarness.create({
         registerDevice: true,
         config: {
-          // Attempts enough that the cooldowns outlast a slow machine; each at most 2 s apart.
+          // Attempts enough that the cooldowns outlast a slow machine. A read-only dir is a device condition:
+          // tried again 30 s apart in the daemon whatever these say (DEVICE_WAIT_MIN_SECONDS), not at the poll.
           retry: { maxAttempts: 1000, baseDelaySeconds: 1, maxDelaySeconds: 2 },
           // A poll an hour away, no boot jitter and no drift watcher: only the cooldown brings a pass.
           poll: { intervalSeconds: INTERVAL_S, jitterRatio: 0, fullResyncSeconds: INTERVAL_S },
