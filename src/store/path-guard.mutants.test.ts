@@ -2,6 +2,7 @@
 import type { Stats } from 'node:fs';
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
+import { resolveInsideRoot } from '../../test/helpers/resolve-inside-root.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { DiskError, PathRejectedError } from './errors.js';
 import {
@@ -9,7 +10,6 @@ import {
   checkRoot,
   inspectPath,
   lstatOrUndefined,
-  resolveInsideRoot,
   validateRelativePath,
 } from './path-guard.js';
 

@@ -1,9 +1,10 @@
 // Hostile-path corpus for validateRelativePath and the symlink/type rules of resolveInsideRoot, on memfs.
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
+import { resolveInsideRoot } from '../../test/helpers/resolve-inside-root.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { DiskError, PathRejectedError, type PathRule } from './errors.js';
-import { resolveInsideRoot, TEMP_PREFIX, validateRelativePath } from './path-guard.js';
+import { TEMP_PREFIX, validateRelativePath } from './path-guard.js';
 
 function rejection(path: string): PathRejectedError {
   try {

@@ -309,14 +309,3 @@ export function assertRegularOrAbsent(stats: Stats | undefined, relativePath: st
   if (stats.isDirectory()) throw new PathRejectedError('target_is_directory', relativePath);
   throw new PathRejectedError('target_not_regular_file', relativePath);
 }
-
-/**
- * The absolute path of `relativePath` under `rootDir`, after validating it and lstat'ing every existing
- * component: a symlink anywhere, a parent that is not a directory, or a final path that exists as anything
- * but a regular file throws PathRejectedError. `rootDir` itself is trusted and may be reached via symlinks.
- */
-export async function resolveInsideRoot(fs: FsPort, rootDir: string, relativePath: string): Promise<string> {
-  const inspection = await inspectPath(fs, rootDir, relativePath);
-  assertRegularOrAbsent(inspection.final, relativePath);
-  return inspection.absolute;
-}
