@@ -81,6 +81,7 @@ export class DriftWatcher {
   /** The pass generation when the managed set was last handed to the directory watcher. */
   #refreshedGeneration = -1;
   #closed = false;
+  #burstTold = false;
 
   constructor(options: DriftWatcherOptions) {
     this.#options = options;
@@ -99,6 +100,7 @@ export class DriftWatcher {
         ),
       // The agent's temp files appear and vanish on every write: they are never drift.
       ignored: (file) => path.basename(file).startsWith(TEMP_PREFIX),
+      onBurst: (events) => this.#judgeAll(events),
       ...this.#options.directories,
     });
     // The managed files' directories are watched first and always; the cap applies to the rest.
@@ -149,6 +151,22 @@ export class DriftWatcher {
       return;
     }
     if (passes.generation !== this.#refreshedGeneration) void this.managedFilesChanged();
+  }
+
+  /**
+   * So many events at once that the kernel may have dropped some (its inotify queue overflowed while the agent was
+   * busy): a change to a managed file may be among them, so every managed file is judged.
+   */
+  #judgeAll(events: number): void {
+    if (this.#closed) return;
+    const message =
+      'a burst of file events under rootDir: some may have been lost (the kernel queue is bounded), so every managed file is judged';
+    // A flood that lasts is told once, then at debug.
+    if (this.#burstTold) this.#options.logger.debug({ events }, message);
+    else this.#options.logger.warn({ events }, message);
+    this.#burstTold = true;
+    for (const managedPath of this.#options.managedFiles().keys()) this.#pending.add(managedPath);
+    this.#schedule();
   }
 
   /** A change at `file` (absolute), as the file watcher reports it. */

@@ -1,6 +1,6 @@
-// The built daemon when other processes of its user have used up inotify (instances or watches) as it starts.
+// The built daemon when inotify fails it: instances or watches used up as it starts, or its event queue overflowing.
 import { spawnSync } from 'node:child_process';
-import { chmod, readFile, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { skipWithoutRoot } from '../helpers/built-packages.js';
@@ -79,4 +79,47 @@ describe('the daemon started while inotify is used up', () => {
       },
     );
   }
+});
+
+describe('the daemon while a flood of events overflows its inotify queue', () => {
+  it('a file changed by hand among the lost events is restored without waiting for a full pass', async () => {
+    const h = await AgentHarness.create({ registerDevice: true });
+    harness = h;
+    await h.writeConfig({
+      drift: 'restore',
+      poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 },
+    });
+    await h.createAndDeploy({ relative_filepath: MANAGED, content: { port: 443 } });
+    const daemon = DaemonProcess.start(h);
+    await daemon.waitForPasses(1, PATIENCE_MS, { predicate: (p) => p.converged });
+    await mkdir(h.rootPath('junk'));
+    await daemon.waitForPasses(1, PATIENCE_MS);
+    // The agent busy (stopped here, so nothing reads its queue): 24,000 events, more than the kernel's queue
+    // holds (fs.inotify.max_queued_events, 16,384 by default), then the change to the managed file.
+    const pid = daemon.child.pid as number;
+    process.kill(pid, 'SIGSTOP');
+    try {
+      const flood = spawnSync(
+        process.execPath,
+        [
+          '-e',
+          `const fs = require('node:fs'); const [junk, file] = process.argv.slice(1);
+           for (let n = 0; n < 12000; n += 1) { fs.writeFileSync(junk + '/f' + n, ''); fs.unlinkSync(junk + '/f' + n); }
+           fs.writeFileSync(file, '{"port": 80}\\n');`,
+          h.rootPath('junk'),
+          h.rootPath(MANAGED),
+        ],
+        { encoding: 'utf8', timeout: 120_000 },
+      );
+      expect(flood.status, flood.stderr).toBe(0);
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+    await waitFor(
+      async () => ((await readFile(h.rootPath(MANAGED), 'utf8')) === BYTES ? true : undefined),
+      PATIENCE_MS,
+      { what: `${MANAGED} restored` },
+    );
+    expect(daemon.passes().filter((p) => p.mode === 'full')).toHaveLength(1);
+  });
 });
