@@ -16,6 +16,7 @@ import path from 'node:path';
 import type { Clock } from '../lib/clock.js';
 import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { DirectorySyncLedger } from '../store/directory-syncs.js';
 
 /**
  * Filesystems whose lstat is answered by the kernel from memory or a local disk. Anything else — nfs, cifs,
@@ -117,7 +118,12 @@ export async function hangSafeFs(
     return checking;
   };
   await check();
-  const fs: FsPort = { ...nodeFs, lstatOrAbsent, descriptors: nodeDescriptorCalls };
+  const fs: FsPort = {
+    ...nodeFs,
+    lstatOrAbsent,
+    descriptors: nodeDescriptorCalls,
+    directorySyncs: new DirectorySyncLedger(),
+  };
   Object.defineProperty(fs, 'lstatSync', {
     enumerable: true,
     get() {

@@ -1,6 +1,7 @@
 // The slice of node:fs/promises the agent uses; node's and memfs's promise APIs both satisfy it.
 import type { BigIntStats, Stats } from 'node:fs';
 import type * as fsp from 'node:fs/promises';
+import type { DirectorySyncLedger } from '../store/directory-syncs.js';
 
 export type FsPort = Pick<
   typeof fsp,
@@ -65,6 +66,12 @@ export type FsPort = Pick<
    * `FileHandle`, with less JavaScript per call. Without it (tests' ports, memfs) those go through `open`.
    */
   descriptors?: DescriptorCalls;
+  /**
+   * Optional: the process's record of directory entries a failed fsync may have dropped (store/directory-syncs.ts),
+   * kept by the writer: such an entry is not taken as durable on a later good fsync until it was changed anew.
+   * One per process (cli/hang-safe-fs.ts); without it (tests' ports) a later good fsync counts, as before.
+   */
+  directorySyncs?: DirectorySyncLedger;
 };
 
 /** The descriptor calls the writer makes; each rejects with node's errno error, as the promise API does. */

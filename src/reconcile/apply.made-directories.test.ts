@@ -10,9 +10,10 @@ import type { FileHandle, FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
+import { DirectorySyncLedger } from '../store/directory-syncs.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { type AppliedStep, type ApplyContext, applySteps } from './apply.js';
-import type { WriteStep } from './plan.js';
+import type { RemoveStep, WriteStep } from './plan.js';
 
 const ROOT = '/srv/config';
 const STATE_DIR = '/var/lib/config-agent';
@@ -331,6 +332,128 @@ describe('applySteps: directories a batch makes', () => {
       expect(vol.readdirSync(path.join(ROOT, 'new'))).toEqual([name]);
       expect(lost).toEqual([]);
       expect(model.afterPowerCut()[landed.path]).toBe(`640 ${landed.instance.id}\n`);
+    });
+  });
+
+  describe('a directory whose fsync failed (EIO) once and then succeeds (Linux reports a writeback error once)', () => {
+    /**
+     * The model's fs with the process's DirectorySyncLedger, whose next fsync of each directory in `failing`
+     * (relative to the root) fails with EIO and drops what changed in it since its last good fsync, as the
+     * kernel may; every later one succeeds.
+     */
+    function failingOnce(model: PowerCutFs, failing: Set<string>): FsPort {
+      const base = model.fs;
+      return {
+        ...base,
+        directorySyncs: new DirectorySyncLedger(),
+        open: (async (...args: Parameters<FsPort['open']>) => {
+          const handle: FileHandle = await base.open(...args);
+          const target = String(args[0]);
+          return new Proxy(handle, {
+            get(inner, property) {
+              const value = Reflect.get(inner, property) as unknown;
+              if (property === 'sync') {
+                return async () => {
+                  const relative = path.relative(ROOT, target);
+                  if ((await inner.stat()).isDirectory() && failing.delete(relative)) {
+                    await model.dropUnsynced(target);
+                    throw Object.assign(new Error('EIO'), { code: 'EIO' });
+                  }
+                  return inner.sync();
+                };
+              }
+              return typeof value === 'function' ? (value as () => unknown).bind(inner) : value;
+            },
+          });
+        }) as FsPort['open'],
+      };
+    }
+
+    beforeEach(() => {
+      vol.chmodSync(ROOT, 0o755);
+      vol.mkdirSync(path.join(ROOT, 'top'), { mode: 0o755 });
+    });
+
+    it('a file renamed in before the failure is published again, not taken as in place, before it is handed on', async () => {
+      const model = await PowerCutFs.over(memfsPort(vol), ROOT);
+      const fs = failingOnce(model, new Set(['top']));
+      const first = await run([write('cfg_a', 'top/a.json')], model, fs, 5);
+      expect(first.outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
+      // The bytes are in place; the fsync of `top` now succeeds, but the dropped entry is not on disk.
+      const { outcome, lost } = await run([write('cfg_a', 'top/a.json')], model, fs, 5);
+      expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(['written']);
+      expect(lost).toEqual([]);
+      expect(model.afterPowerCut()['top/a.json']).toBe('640 cfg_a\n');
+    });
+
+    it('a directory made before the failure is renewed (renamed aside and back) before a file below it is handed on', async () => {
+      const model = await PowerCutFs.over(memfsPort(vol), ROOT);
+      const fs = failingOnce(model, new Set(['top']));
+      const first = await run([write('cfg_a', 'top/new/a.json')], model, fs, 5);
+      expect(first.outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
+      const { outcome, lost } = await run(
+        [write('cfg_a', 'top/new/a.json'), write('cfg_b', 'top/new/b.json')],
+        model,
+        fs,
+        5,
+      );
+      expect(outcome.applied.map((applied) => applied.result.kind).sort()).toEqual(['unchanged', 'written']);
+      expect(lost).toEqual([]);
+      expect(model.afterPowerCut()).toMatchObject({
+        'top/new': 'dir',
+        'top/new/a.json': '640 cfg_a\n',
+        'top/new/b.json': '640 cfg_b\n',
+      });
+      expect(vol.readdirSync(path.join(ROOT, 'top'))).toEqual(['new']);
+    });
+
+    it('a removal whose unlink the failure dropped is made again before it is handed on as removed', async () => {
+      vol.writeFileSync(path.join(ROOT, 'top/old.json'), 'old\n', { mode: 0o640 });
+      const model = await PowerCutFs.over(memfsPort(vol), ROOT);
+      const fs = failingOnce(model, new Set(['top']));
+      const files: ApplyContext['files'] = new Map([
+        [
+          'top/old.json',
+          {
+            instanceId: 'cfg_old',
+            sha256: sha256Hex(Buffer.from('old\n')),
+            mode: 0o640,
+            size: 4,
+            createdDirs: [],
+            writtenAt: '2026-01-01T00:00:00.000Z',
+          },
+        ],
+      ]);
+      const removal: RemoveStep = {
+        kind: 'remove',
+        instance: makeInstance({
+          id: 'cfg_old',
+          relative_filepath: 'top/old.json',
+          target_status: 'removed',
+        }),
+        path: 'top/old.json',
+        report: { activity_status: 'removed', error_status: 'none' },
+      };
+      const ctx: ApplyContext = {
+        fs,
+        logger: silentLogger(),
+        rootDir: ROOT,
+        fileMode: 0o640,
+        dirMode: 0o750,
+        files,
+        cache: new ContentCache(fs, STATE_DIR),
+      };
+      const resurrected: string[] = [];
+      const onApplied = (applied: AppliedStep) => {
+        if (applied.result.kind === 'removed' && model.afterPowerCut()['top/old.json'] !== undefined)
+          resurrected.push('top/old.json');
+      };
+      const first = await applySteps([removal], ctx, onApplied);
+      expect(first.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
+      const second = await applySteps([removal], ctx, onApplied);
+      expect(second.applied.map((applied) => applied.result.kind)).toEqual(['removed']);
+      expect(resurrected).toEqual([]);
+      expect(vol.readdirSync(path.join(ROOT, 'top'))).toEqual([]);
     });
   });
 

@@ -11,7 +11,9 @@ import {
   type RegularFile,
   readRegularFile,
   removeManagedFile,
+  renewDroppedOnTheWay,
   syncDirectories,
+  unsettledEntry,
 } from '../store/durable-writer.js';
 import {
   type DiskError,
@@ -404,6 +406,13 @@ async function writeBatch(
       : undeclared !== undefined
         ? { ...options, undeclared }
         : options;
+  if (stepOptions === options && options.verified !== undefined && options.madeDirectories !== undefined) {
+    // After a failed directory fsync only (store/directory-syncs.ts), one at a time, before any write starts.
+    for (const written of writtenPaths(batch)) {
+      if (ctx.fs.directorySyncs?.anyDropped !== true) break;
+      await renewDroppedOnTheWay(ctx.fs, ctx.rootDir, written, options.verified, options.madeDirectories);
+    }
+  }
   const results: (AppliedStep | undefined)[] = new Array(batch.length);
   let next = 0;
   const gate = new ByteGate(ctx.setAsideBytesInFlight ?? SET_ASIDE_BYTES_IN_FLIGHT);
@@ -466,10 +475,17 @@ async function syncBatch(
       durable.add(needed[index]!);
     }
   }
-  if (failures.size === 0) return done;
+  // Once a directory fsync of the process failed, a later good one proves nothing about the entries it may have
+  // dropped (store/directory-syncs.ts): a file whose entry, or one on its way up, is such is not handed on as
+  // landed; the next pass publishes it (and renews such a directory) again.
+  const anyDropped = ctx.fs.directorySyncs?.anyDropped === true;
+  if (failures.size === 0 && !anyDropped) return done;
   return done.map((applied) => {
-    const needed = dependencies.get(applied) ?? [];
-    const error = needed.map((dir) => failures.get(dir)).find((failure) => failure !== undefined);
+    const needed = dependencies.get(applied);
+    if (needed === undefined) return applied;
+    const error =
+      needed.map((dir) => failures.get(dir)).find((failure) => failure !== undefined) ??
+      (anyDropped ? unsettledEntry(ctx.fs, ctx.rootDir, (applied.step as WriteStep).path) : undefined);
     if (error === undefined) return applied;
     return { ...applied, result: { kind: 'failed', error, operation: 'write' } };
   });

@@ -146,12 +146,34 @@ function relativeDir(relativePath: string): string {
   return dir === '.' ? '' : dir;
 }
 
+/** Whether a failed fsync of its directory may have dropped the entry at `absolute` (DirectorySyncLedger). */
+function entryDropped(fs: FsPort, absolute: string): boolean {
+  return fs.directorySyncs?.dropped(path.dirname(absolute), path.basename(absolute)) ?? false;
+}
+
 /**
  * fsync a directory so the entries just created, renamed or removed in it survive a power cut. Filesystems
  * that cannot fsync a directory answer EINVAL (some FUSE and network filesystems); there is nothing stronger
  * to do there, so that answer is accepted.
  */
-async function fsyncDirectory(fs: FsPort, absolute: string, relativePath: string): Promise<void> {
+async function fsyncDirectory(
+  fs: FsPort,
+  absolute: string,
+  relativePath: string,
+  key = absolute,
+): Promise<void> {
+  const ledger = fs.directorySyncs;
+  const since = ledger?.syncing() ?? 0;
+  try {
+    await fsyncDirectoryOnce(fs, absolute, relativePath);
+  } catch (error) {
+    if (error instanceof DiskError && error.operation === 'fsync directory') ledger?.failed(key);
+    throw error;
+  }
+  ledger?.synced(key, since);
+}
+
+async function fsyncDirectoryOnce(fs: FsPort, absolute: string, relativePath: string): Promise<void> {
   const calls = fs.descriptors;
   if (calls !== undefined) {
     const fd = await step('open directory', relativePath, () => calls.open(absolute, DIR_FLAGS, 0));
@@ -560,6 +582,10 @@ export async function syncRegularFileIf(
     dir = relativeDir(dir);
     await fsyncDirectory(fs, path.join(root, dir), dir);
   } while (dir !== '');
+  // Not on the strength of these fsyncs when a failed one of this process may have dropped an entry on the way:
+  // left to a publish, which writes the file (and renews such a directory) again.
+  const unsettled = unsettledEntry(fs, root, relativePath);
+  if (unsettled !== undefined) throw unsettled;
   return { mode: stats.mode & PERMISSION_BITS };
 }
 
@@ -570,6 +596,7 @@ async function makeDirectory(
   dirMode: number,
   relative: string,
   created: string[],
+  root: string,
 ): Promise<boolean> {
   try {
     await fs.mkdir(target, { mode: dirMode });
@@ -578,6 +605,7 @@ async function makeDirectory(
     throw new DiskError({ operation: 'create directory', path: relative, cause: error });
   }
   created.push(relative);
+  fs.directorySyncs?.changed(path.join(root, relativeDir(relative)), path.posix.basename(relative));
   return true;
 }
 
@@ -653,7 +681,7 @@ async function makeParent(
   verified: VerifiedDirectories,
 ): Promise<void> {
   const absolute = path.join(root, relative);
-  const made = await makeDirectory(fs, absolute, dirMode, relative, created);
+  const made = await makeDirectory(fs, absolute, dirMode, relative, created, root);
   const handle = await openDirectoryNoFollow(fs, absolute, relative, relativePath);
   try {
     // mkdir's mode is filtered by the umask; the operator asked for exactly dirMode.
@@ -665,6 +693,94 @@ async function makeParent(
   } finally {
     await handle.close().catch(() => undefined);
   }
+}
+
+/**
+ * The error for a file at `relativePath` under `rootDir` whose entry, or the entry of a directory on its way up
+ * to the root, a failed directory fsync of this process may have dropped, or that no good fsync covered since it
+ * changed (DirectorySyncLedger): such a file is not durable, whatever a later fsync answered. Undefined when
+ * none is, and always when no fsync of the process failed. `ownEntryOnly`: the file's own entry alone (a publish
+ * that fsynced only its own directory; the caller fsyncs the rest of the chain and asks again).
+ */
+export function unsettledEntry(
+  fs: FsPort,
+  rootDir: string,
+  relativePath: string,
+  ownEntryOnly = false,
+): DiskError | undefined {
+  const ledger = fs.directorySyncs;
+  if (ledger === undefined || !ledger.anyDropped) return undefined;
+  const root = path.resolve(rootDir);
+  for (let entry = relativePath; entry !== ''; entry = relativeDir(entry)) {
+    const directory = relativeDir(entry);
+    if (ledger.unsettled(path.join(root, directory), path.posix.basename(entry))) {
+      return new DiskError({
+        operation: 'fsync directory (an earlier fsync of it failed, so the entry is written again first)',
+        path: entry,
+        errno: 'EIO',
+      });
+    }
+    if (ownEntryOnly) break;
+  }
+  return undefined;
+}
+
+/**
+ * Changes anew the entry of every directory on the way to `relativePath` that a failed fsync of its parent may
+ * have dropped (DirectorySyncLedger): the directory is renamed to a temp name beside it and back (the same
+ * directory, the same inode; for that moment it is not at its name). Only under a parent nobody but the agent's
+ * user or root can change (`verified`): elsewhere a directory swapped in on the way could be moved instead, and
+ * the file stays unsettled (unsettledEntry). The parent's fsync then covers the change: done here when
+ * `syncNow`, else left to the caller through `made` (a batch fsyncs the parent of each directory in it).
+ */
+async function renewDroppedDirectories(
+  fs: FsPort,
+  root: string,
+  relativePath: string,
+  verified: VerifiedDirectories,
+  made: Set<string> | undefined,
+  syncNow: boolean,
+): Promise<void> {
+  const ledger = fs.directorySyncs;
+  if (ledger === undefined || !ledger.anyDropped) return;
+  const segments = relativePath.split('/');
+  for (let index = 1; index < segments.length; index += 1) {
+    const relative = segments.slice(0, index).join('/');
+    const parent = relativeDir(relative);
+    const parentAbsolute = path.join(root, parent);
+    const name = segments[index - 1]!;
+    if (!ledger.dropped(parentAbsolute, name) || !verified.has(parent)) continue;
+    const absolute = path.join(root, relative);
+    const aside = path.join(parentAbsolute, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
+    await step('rename directory aside', relative, () => fs.rename(absolute, aside));
+    await step('rename directory back', relative, () => fs.rename(aside, absolute));
+    ledger.changed(parentAbsolute, name);
+    if (syncNow) await fsyncDirectory(fs, parentAbsolute, parent);
+    else made?.add(relative);
+  }
+}
+
+/**
+ * For a batch, before any of its writes starts (none of them is inside such a directory while it is renamed
+ * aside): renews the directories on the way to `relativePath` whose entry a failed fsync may have dropped (see
+ * renewDroppedDirectories), each added to `made` for the batch to fsync its parent. A path that cannot be
+ * inspected is left to its write to meet.
+ */
+export async function renewDroppedOnTheWay(
+  fs: FsPort,
+  rootDir: string,
+  relativePath: string,
+  verified: VerifiedDirectories,
+  made: Set<string>,
+): Promise<void> {
+  if (fs.directorySyncs?.anyDropped !== true) return;
+  let inspection: PathInspection;
+  try {
+    inspection = await inspectPath(fs, rootDir, relativePath, verified);
+  } catch {
+    return;
+  }
+  await renewDroppedDirectories(fs, inspection.root, relativePath, verified, made, false);
 }
 
 /** A path through an open descriptor: the kernel resolves it to that very directory, whatever was swapped since. */
@@ -732,6 +848,7 @@ async function pinParent(
  */
 async function createParentsPinned(
   fs: FsPort,
+  root: string,
   start: FileHandle,
   segments: readonly string[],
   from: number,
@@ -751,13 +868,16 @@ async function createParentsPinned(
       signal?.throwIfAborted();
       const relative = segments.slice(0, index + 1).join('/');
       const entry = `${PROC_FD}/${current.fd}/${segments[index]}`;
-      const made = await makeDirectory(fs, entry, dirMode, relative, created);
+      const made = await makeDirectory(fs, entry, dirMode, relative, created, root);
       if (made) parents.set(relativeDir(relative), current);
       const next = await openDirectoryNoFollow(fs, entry, relative, relativePath);
       try {
         if (made) await step('chmod directory', relative, () => next.chmod(dirMode));
         // The new entry lives in its parent: without this fsync a power cut can lose the whole subtree.
-        if (made && durable) await syncOpenDirectory(current, relativeDir(relative));
+        if (made && durable) {
+          const parent = relativeDir(relative);
+          await syncOpenDirectory(fs, current, parent, path.join(root, parent));
+        }
       } catch (error) {
         await next.close().catch(() => undefined);
         throw error;
@@ -772,16 +892,25 @@ async function createParentsPinned(
   }
 }
 
-/** fsyncDirectory on a directory already open. */
-async function syncOpenDirectory(handle: FileHandle, relativePath: string): Promise<void> {
+/** fsyncDirectory on a directory already open; `key`: its absolute path (see DirectorySyncLedger). */
+async function syncOpenDirectory(
+  fs: FsPort,
+  handle: FileHandle,
+  relativePath: string,
+  key: string,
+): Promise<void> {
+  const ledger = fs.directorySyncs;
+  const since = ledger?.syncing() ?? 0;
   try {
     await handle.sync();
   } catch (error) {
     const code = errnoCode(error);
     if (code !== 'EINVAL' && code !== 'ENOTSUP') {
+      ledger?.failed(key);
       throw new DiskError({ operation: 'fsync directory', path: relativePath, cause: error });
     }
   }
+  ledger?.synced(key, since);
 }
 
 /** Whether /proc/self/fd/N names this open directory (not so on memfs, nor without /proc). */
@@ -863,11 +992,15 @@ async function publishFileOnce(fs: FsPort, request: PublishRequest): Promise<Pub
   assertRegularOrAbsent(inspection.final, relativePath);
   const sha256 = sha256Hex(data);
   const bytes = data.byteLength;
+  // Alone (a batch renews them before any of its writes starts: renewDroppedOnTheWay).
+  if (syncDirectory)
+    await renewDroppedDirectories(fs, inspection.root, relativePath, verified, undefined, true);
 
   // Compare first: rewriting identical files wears flash and makes watching apps reload for nothing. Identical
-  // bytes under another mode or group get only their metadata changed, in place.
+  // bytes under another mode or group get only their metadata changed, in place. Bytes whose entry a failed
+  // directory fsync may have dropped are published again (a new entry, which the next fsync writes).
   const current = inspection.final;
-  if (current !== undefined && current.size === bytes) {
+  if (current !== undefined && current.size === bytes && !entryDropped(fs, inspection.absolute)) {
     const verdict = await settleMetadataInPlace(fs, inspection.absolute, relativePath, {
       data,
       mode,
@@ -879,6 +1012,8 @@ async function publishFileOnce(fs: FsPort, request: PublishRequest): Promise<Pub
       const directory = relativeDir(relativePath);
       if (ensureDurable && syncDirectory) {
         await fsyncDirectory(fs, path.dirname(inspection.absolute), directory);
+        const unsettled = unsettledEntry(fs, rootDir, relativePath, true);
+        if (unsettled !== undefined) throw unsettled;
       }
       return { ...verdict, sha256, bytes, createdDirs: [], directory };
     }
@@ -956,6 +1091,7 @@ async function writeTempAndRename(
       if (start !== undefined) {
         pinned = await createParentsPinned(
           fs,
+          root,
           start,
           segments,
           existingParents,
@@ -1023,9 +1159,15 @@ async function writeTempAndRename(
     const target = path.join(directory, path.basename(absolute));
     await step('rename', relativePath, () => fs.rename(temp, target));
     renamed = true;
+    if (durable) fs.directorySyncs?.changed(parentAbsolute, path.basename(absolute));
     // The rename is the commit point: it is not undone, and an abort no longer applies. Until the directory is
     // fsynced a power cut may still bring back the old file, so a failure here is still reported.
-    if (syncDirectory) await fsyncDirectory(fs, directory, parentRelative);
+    if (syncDirectory) {
+      await fsyncDirectory(fs, directory, parentRelative, parentAbsolute);
+      // A failed fsync of the directory meanwhile (another publish's) may have dropped this rename too.
+      const unsettled = unsettledEntry(fs, root, relativePath, true);
+      if (unsettled !== undefined) throw unsettled;
+    }
   } catch (error) {
     if (handle !== undefined) await handle.close().catch(() => undefined);
     if (tempPath !== undefined && !renamed) {
@@ -1163,7 +1305,7 @@ export async function publishText(fs: FsPort, request: PublishTextRequest): Prom
   const inspection = await inspectPath(fs, rootDir, relativePath, verified);
   assertRegularOrAbsent(inspection.final, relativePath);
   const directory = relativeDir(relativePath);
-  if (inspection.final !== undefined && compare) {
+  if (inspection.final !== undefined && compare && !entryDropped(fs, inspection.absolute)) {
     const opened = await openRegularNoFollow(fs, inspection.absolute, relativePath);
     if (opened !== undefined) {
       const { handle, stats } = opened;
@@ -1181,6 +1323,8 @@ export async function publishText(fs: FsPort, request: PublishTextRequest): Prom
       if (same !== undefined) {
         if (ensureDurable && syncDirectory) {
           await fsyncDirectory(fs, path.dirname(inspection.absolute), directory);
+          const unsettled = unsettledEntry(fs, rootDir, relativePath, true);
+          if (unsettled !== undefined) throw unsettled;
         }
         return { ...same, createdDirs: [], directory };
       }
@@ -1245,7 +1389,7 @@ export async function syncDirectories(
           await fsyncDirectory(fs, path.join(root, relative), relative);
         } else {
           try {
-            await syncOpenDirectory(pinned, relative);
+            await syncOpenDirectory(fs, pinned, relative, path.join(root, relative));
           } finally {
             await pinned.close().catch(() => undefined);
           }
@@ -1293,7 +1437,14 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
   }
   // Already gone: maybe by our own unlink whose directory fsync a crash or an error cut off. It is reported
   // `removed` all the same, so the nearest directory still there is made durable first.
-  if (outcome === 'absent') await fsyncNearestDirectory(fs, inspection.root, relativeDir(relativePath));
+  if (outcome === 'absent') {
+    await renewDroppedRemoval(fs, inspection);
+    await fsyncNearestDirectory(fs, inspection.root, relativeDir(relativePath));
+    // (A directory on the way gone since holds no file to come back: nothing more to ask.)
+    const unsettled = unsettledEntry(fs, inspection.root, relativePath, true);
+    if (unsettled !== undefined && inspection.existingParents === inspection.segments.length - 1)
+      throw unsettled;
+  }
   await pruneDirectories(fs, inspection.root, pruneDirs);
   return outcome;
 }
@@ -1347,9 +1498,32 @@ async function unlinkChecked(
     throw new DiskError({ operation: 'unlink', path: relativePath, cause: error });
   }
   const directory = relativeDir(relativePath);
-  if (parent === undefined) await fsyncDirectory(fs, path.dirname(inspection.absolute), directory);
-  else await syncOpenDirectory(parent, directory);
+  const key = path.dirname(inspection.absolute);
+  fs.directorySyncs?.changed(key, path.basename(inspection.absolute));
+  if (parent === undefined) await fsyncDirectory(fs, key, directory);
+  else await syncOpenDirectory(fs, parent, directory, key);
   return 'removed';
+}
+
+/**
+ * A removal found its file gone, and a failed fsync of its directory may have dropped the unlink (this process's,
+ * whose fsync failed): a power cut could bring the file back after `removed` was reported. The entry is changed
+ * anew, an empty directory made at the name and removed (for that moment the name is a directory, never a file),
+ * so the fsync after covers it; only under a parent nobody but the agent's user or root can change.
+ */
+async function renewDroppedRemoval(fs: FsPort, inspection: PathInspection): Promise<void> {
+  const ledger = fs.directorySyncs;
+  if (ledger === undefined || !entryDropped(fs, inspection.absolute) || !inspection.stableParent) return;
+  const relative = path.relative(inspection.root, inspection.absolute);
+  try {
+    await fs.mkdir(inspection.absolute, { mode: 0o700 });
+  } catch (error) {
+    // Someone put something there since: not the agent's to remove; the removal stays unsettled, retried.
+    if (errnoCode(error) === 'EEXIST') return;
+    throw new DiskError({ operation: 'create directory', path: relative, cause: error });
+  }
+  await step('remove directory', relative, () => fs.rmdir(inspection.absolute));
+  ledger.changed(path.dirname(inspection.absolute), path.basename(inspection.absolute));
 }
 
 async function fsyncNearestDirectory(fs: FsPort, root: string, relative: string): Promise<void> {
@@ -1404,6 +1578,7 @@ async function pruneDirectories(fs: FsPort, root: string, pruneDirs: readonly st
         throw new DiskError({ operation: 'remove directory', path: relative, cause: error });
       }
       removed.add(relative);
+      fs.directorySyncs?.changed(path.join(root, relativeDir(relative)), path.posix.basename(relative));
       const key = relativeDir(relative);
       if (touchedParents.has(key)) await parent?.close().catch(() => undefined);
       else touchedParents.set(key, parent);
@@ -1411,7 +1586,7 @@ async function pruneDirectories(fs: FsPort, root: string, pruneDirs: readonly st
     for (const [relative, handle] of touchedParents) {
       if (removed.has(relative)) continue;
       if (handle !== undefined) {
-        await syncOpenDirectory(handle, relative);
+        await syncOpenDirectory(fs, handle, relative, path.join(root, relative));
         continue;
       }
       const stats = await lstatOrUndefined(fs, path.join(root, relative), relative);

@@ -22,6 +22,8 @@ export class PowerCutFs {
   readonly #top: string;
   readonly #entries = new Map<string, DurableEntry[]>();
   readonly #files = new Map<number, { data: Buffer; mode: number }>();
+  /** Directory → names whose change a failed fsync dropped (see dropUnsynced), until changed again. */
+  readonly #dropped = new Map<string, Set<string>>();
 
   private constructor(base: FsPort, top: string) {
     this.#base = base;
@@ -30,7 +32,43 @@ export class PowerCutFs {
       const handle = await base.open(file, flags, mode);
       return this.#watch(handle, path.resolve(String(file)), (flags & constants.O_DIRECTORY) !== 0);
     }) as FsPort['open'];
-    this.fs = { ...base, open };
+    // A name changed (created, replaced, removed) is dirty again: a later fsync of its directory writes it.
+    const touching =
+      <K extends 'rename' | 'mkdir' | 'rmdir' | 'unlink'>(name: K, ...which: number[]) =>
+      async (...args: Parameters<FsPort[K]>) => {
+        await (base[name] as (...a: Parameters<FsPort[K]>) => Promise<unknown>)(...args);
+        for (const index of which) {
+          const absolute = path.resolve(String(args[index]));
+          this.#dropped.get(path.dirname(absolute))?.delete(path.basename(absolute));
+        }
+      };
+    this.fs = {
+      ...base,
+      open,
+      rename: touching('rename', 0, 1) as FsPort['rename'],
+      mkdir: touching('mkdir', 0) as FsPort['mkdir'],
+      rmdir: touching('rmdir', 0) as FsPort['rmdir'],
+      unlink: touching('unlink', 0) as FsPort['unlink'],
+    };
+  }
+
+  /**
+   * A failed fsync of `directory` (absolute), as Linux may answer one: the changes of its entries since its last
+   * good fsync are dropped for good (their dirty state cleared), so a later good fsync does not write them; only
+   * a name changed again after this is written by the next one.
+   */
+  async dropUnsynced(directory: string): Promise<void> {
+    const absolute = path.resolve(directory);
+    const durable = new Map((this.#entries.get(absolute) ?? []).map((entry) => [entry.name, entry.ino]));
+    const now = new Map<string, number>();
+    for (const name of await this.#base.readdir(absolute)) {
+      now.set(String(name), (await this.#base.lstat(path.join(absolute, String(name)))).ino);
+    }
+    const dropped = this.#dropped.get(absolute) ?? new Set<string>();
+    for (const name of new Set([...durable.keys(), ...now.keys()])) {
+      if (durable.get(name) !== now.get(name)) dropped.add(name);
+    }
+    this.#dropped.set(absolute, dropped);
   }
 
   /** The model over `base`, with everything under `top` as it is now taken as durable. */
@@ -86,8 +124,12 @@ export class PowerCutFs {
 
   async #recordDirectory(absolute: string): Promise<void> {
     const entries: DurableEntry[] = [];
+    const dropped = this.#dropped.get(absolute) ?? new Set<string>();
+    // A dropped name keeps what was durable of it before.
+    for (const entry of this.#entries.get(absolute) ?? []) if (dropped.has(entry.name)) entries.push(entry);
     for (const dirent of await this.#base.readdir(absolute, { withFileTypes: true })) {
       const name = String(dirent.name);
+      if (dropped.has(name)) continue;
       const stats = await this.#base.lstat(path.join(absolute, name));
       const kind = stats.isDirectory() ? 'dir' : stats.isSymbolicLink() ? 'symlink' : 'file';
       entries.push({ name, ino: stats.ino, kind });

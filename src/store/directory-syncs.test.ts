@@ -1,0 +1,62 @@
+// The state directory's files after a failed fsync of the state directory: rewritten, never taken as in place.
+import path from 'node:path';
+import { Volume } from 'memfs';
+import { describe, expect, it } from 'vitest';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import { DirectorySyncLedger } from './directory-syncs.js';
+import { writeDurableJson } from './durable-writer.js';
+
+const STATE_DIR = '/var/lib/config-agent';
+
+/** The model's fs with a ledger, whose next `failures` fsyncs of the state directory fail (EIO), dropping its changes. */
+function failingStateDir(model: PowerCutFs, failures: { left: number }): FsPort {
+  const base = model.fs;
+  return {
+    ...base,
+    directorySyncs: new DirectorySyncLedger(),
+    open: (async (...args: Parameters<FsPort['open']>) => {
+      const handle: FileHandle = await base.open(...args);
+      const target = path.resolve(String(args[0]));
+      return new Proxy(handle, {
+        get(inner, property) {
+          const value = Reflect.get(inner, property) as unknown;
+          if (property === 'sync' && target === STATE_DIR) {
+            return async () => {
+              if (failures.left > 0) {
+                failures.left -= 1;
+                await model.dropUnsynced(target);
+                throw Object.assign(new Error('EIO'), { code: 'EIO' });
+              }
+              return inner.sync();
+            };
+          }
+          return typeof value === 'function' ? (value as () => unknown).bind(inner) : value;
+        },
+      });
+    }) as FsPort['open'],
+  };
+}
+
+describe('a state file whose directory fsync failed (EIO) once and then succeeds', () => {
+  it('is published again by the next write of the same value, and only then durable', async () => {
+    const vol = new Volume();
+    vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
+    const model = await PowerCutFs.over(memfsPort(vol), STATE_DIR);
+    const fs = failingStateDir(model, { left: 1 });
+    const value = { version: 1, reports: ['cfg_a deployed'] };
+    await expect(writeDurableJson(fs, STATE_DIR, 'outbox.json', value)).rejects.toMatchObject({
+      code: 'disk_error',
+    });
+    // The bytes are in place; a later good fsync alone would not bring back the entry the failed one dropped.
+    const again = await writeDurableJson(fs, STATE_DIR, 'outbox.json', value, 0o600, { ensureDurable: true });
+    expect(again.outcome).toBe('written');
+    expect(model.afterPowerCut()['outbox.json']).toBe(`600 ${JSON.stringify(value, null, 2)}\n`);
+    // Settled: the next write of the same value is compared and left as it is.
+    const settled = await writeDurableJson(fs, STATE_DIR, 'outbox.json', value, 0o600, {
+      ensureDurable: true,
+    });
+    expect(settled.outcome).toBe('unchanged');
+  });
+});

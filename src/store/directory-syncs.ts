@@ -1,0 +1,80 @@
+// Which directory entries this process changed and has not seen made durable, and which a failed fsync may have dropped.
+
+/**
+ * Linux reports a writeback error once: an fsync of a directory that failed (EIO) may have dropped the entries
+ * changed in it since its last good fsync, and a later fsync that succeeds says nothing about them (their dirty
+ * state may be gone). So the writer records here every entry it changes (a rename into a directory, a mkdir, an
+ * unlink, an rmdir) until a good fsync of that directory, begun after the change, covers it; a failed fsync
+ * marks every entry then uncovered as dropped. A dropped entry counts as durable again only once it is changed
+ * anew (a file published again: new temp file, rename) and a later fsync covers that change. One ledger per
+ * process (FsPort.directorySyncs), for the life of the process: what survived a crash is on disk by definition,
+ * and what did not is written again by the next run. Directories are named by their absolute path as the writer
+ * built it (root or state directory joined with the relative path), never through /proc/self/fd.
+ */
+export class DirectorySyncLedger {
+  #changes = 0;
+  /** Directory → name → the change count when it last changed; until a good fsync begun after it. */
+  readonly #uncovered = new Map<string, Map<string, number>>();
+  /** Directory → names whose change a failed fsync may have dropped; until changed anew. */
+  readonly #dropped = new Map<string, Set<string>>();
+
+  /** The entry `name` of `directory` was just created, replaced or removed. */
+  changed(directory: string, name: string): void {
+    this.#changes += 1;
+    let names = this.#uncovered.get(directory);
+    if (names === undefined) {
+      names = new Map();
+      this.#uncovered.set(directory, names);
+    }
+    names.set(name, this.#changes);
+    const dropped = this.#dropped.get(directory);
+    if (dropped?.delete(name) === true && dropped.size === 0) this.#dropped.delete(directory);
+  }
+
+  /** Called as an fsync of a directory begins: pass its answer to `synced`. */
+  syncing(): number {
+    return this.#changes;
+  }
+
+  /** The fsync of `directory` begun at `since` succeeded: every change made before it began is durable. */
+  synced(directory: string, since: number): void {
+    const names = this.#uncovered.get(directory);
+    if (names === undefined) return;
+    for (const [name, change] of names) if (change <= since) names.delete(name);
+    if (names.size === 0) this.#uncovered.delete(directory);
+  }
+
+  /**
+   * The fsync of `directory` failed: every change not yet covered, those made while it ran too (its writeback
+   * may have taken them), may be lost for good, whatever a later fsync answers.
+   */
+  failed(directory: string): void {
+    const names = this.#uncovered.get(directory);
+    if (names === undefined) return;
+    let dropped = this.#dropped.get(directory);
+    if (dropped === undefined) {
+      dropped = new Set();
+      this.#dropped.set(directory, dropped);
+    }
+    for (const name of names.keys()) dropped.add(name);
+    this.#uncovered.delete(directory);
+  }
+
+  /** Whether a failed fsync of `directory` may have dropped the last change of its entry `name`. */
+  dropped(directory: string, name: string): boolean {
+    return this.#dropped.get(directory)?.has(name) ?? false;
+  }
+
+  /**
+   * Whether the last change of the entry `name` of `directory` is not known durable: dropped, or not yet covered
+   * by a good fsync begun after it.
+   */
+  unsettled(directory: string, name: string): boolean {
+    return this.dropped(directory, name) || (this.#uncovered.get(directory)?.has(name) ?? false);
+  }
+
+  /** Whether any entry is dropped (when none, nothing needs asking). */
+  get anyDropped(): boolean {
+    return this.#dropped.size > 0;
+  }
+}
