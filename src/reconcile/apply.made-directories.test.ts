@@ -407,6 +407,26 @@ describe('applySteps: directories a batch makes', () => {
       expect(vol.readdirSync(path.join(ROOT, 'top'))).toEqual(['new']);
     });
 
+    it('a directory that cannot be renewed (a mount point: EBUSY) keeps its files back, and the rest of the batch lands', async () => {
+      const model = await PowerCutFs.over(memfsPort(vol), ROOT);
+      const failing = failingOnce(model, new Set(['top']));
+      const first = await run([write('cfg_a', 'top/new/a.json')], model, failing, 5);
+      expect(first.outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
+      const fs: FsPort = {
+        ...failing,
+        rename: (async (...args: Parameters<FsPort['rename']>) => {
+          if (String(args[0]) === path.join(ROOT, 'top/new'))
+            throw Object.assign(new Error('EBUSY'), { code: 'EBUSY' });
+          return failing.rename(...args);
+        }) as FsPort['rename'],
+      };
+      const steps = [write('cfg_a', 'top/new/a.json'), write('cfg_b', 'b.json')];
+      const { outcome, lost } = await run(steps, model, fs, 5);
+      expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed', 'written']);
+      expect(lost).toEqual([]);
+      expect(model.afterPowerCut()['b.json']).toBe('640 cfg_b\n');
+    });
+
     it('a removal whose unlink the failure dropped is made again before it is handed on as removed', async () => {
       vol.writeFileSync(path.join(ROOT, 'top/old.json'), 'old\n', { mode: 0o640 });
       const model = await PowerCutFs.over(memfsPort(vol), ROOT);

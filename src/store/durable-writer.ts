@@ -763,8 +763,8 @@ async function renewDroppedDirectories(
 /**
  * For a batch, before any of its writes starts (none of them is inside such a directory while it is renamed
  * aside): renews the directories on the way to `relativePath` whose entry a failed fsync may have dropped (see
- * renewDroppedDirectories), each added to `made` for the batch to fsync its parent. A path that cannot be
- * inspected is left to its write to meet.
+ * renewDroppedDirectories), each added to `made` for the batch to fsync its parent. Never rejects: a path that
+ * cannot be inspected is left to its write to meet.
  */
 export async function renewDroppedOnTheWay(
   fs: FsPort,
@@ -774,13 +774,13 @@ export async function renewDroppedOnTheWay(
   made: Set<string>,
 ): Promise<void> {
   if (fs.directorySyncs?.anyDropped !== true) return;
-  let inspection: PathInspection;
   try {
-    inspection = await inspectPath(fs, rootDir, relativePath, verified);
+    const inspection = await inspectPath(fs, rootDir, relativePath, verified);
+    await renewDroppedDirectories(fs, inspection.root, relativePath, verified, made, false);
   } catch {
-    return;
+    // A directory that cannot be renamed (a mount point: EBUSY) stays dropped: the files below it are not
+    // handed on (unsettledEntry), and the other writes of the batch go on.
   }
-  await renewDroppedDirectories(fs, inspection.root, relativePath, verified, made, false);
 }
 
 /** A path through an open descriptor: the kernel resolves it to that very directory, whatever was swapped since. */
