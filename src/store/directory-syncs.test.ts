@@ -1,12 +1,13 @@
-// The state directory's files after a failed fsync of the state directory: rewritten, never taken as in place.
+// Files after a failed fsync of their directory (the state directory's, an adopted one's): rewritten, never taken as in place.
 import path from 'node:path';
 import { Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
 import type { FileHandle, FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
 import { DirectorySyncLedger } from './directory-syncs.js';
-import { writeDurableJson } from './durable-writer.js';
+import { publishFile, syncRegularFileIf, writeDurableJson } from './durable-writer.js';
 
 const STATE_DIR = '/var/lib/config-agent';
 
@@ -58,5 +59,26 @@ describe('a state file whose directory fsync failed (EIO) once and then succeeds
       ensureDurable: true,
     });
     expect(settled.outcome).toBe('unchanged');
+  });
+});
+
+describe('a file adopted from its declaration after a failed fsync of its directory', () => {
+  it('is not taken as durable on the strength of the later fsyncs: left to a write', async () => {
+    const vol = new Volume();
+    vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
+    const model = await PowerCutFs.over(memfsPort(vol), STATE_DIR);
+    const fs = failingStateDir(model, { left: 1 });
+    const data = Buffer.from('cfg_a\n');
+    const publish = { rootDir: STATE_DIR, relativePath: 'a.json', data, mode: 0o640, dirMode: 0o750 };
+    await expect(publishFile(fs, publish)).rejects.toMatchObject({ code: 'disk_error' });
+    // What intent-journal.ts's adoption asks: the bytes are there, the fsyncs now succeed, the entry was dropped.
+    await expect(syncRegularFileIf(fs, STATE_DIR, 'a.json', sha256Hex(data))).rejects.toMatchObject({
+      code: 'disk_error',
+    });
+    expect(model.afterPowerCut()['a.json']).toBeUndefined();
+    // The write publishes it again; then it is durable, and adoption would take it.
+    expect((await publishFile(fs, { ...publish, ensureDurable: true })).outcome).toBe('written');
+    expect(model.afterPowerCut()['a.json']).toBe('640 cfg_a\n');
+    expect(await syncRegularFileIf(fs, STATE_DIR, 'a.json', sha256Hex(data))).toEqual({ mode: 0o640 });
   });
 });
