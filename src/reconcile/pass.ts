@@ -114,6 +114,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
     result.steps = planSteps(planInput(ctx, pulled, disk, aliases));
   }
   if (result.dryRun) return finish();
+  handBytesToSteps(pulled.instances);
   dropElapsedCooldowns(state, pulled.instances, deps.clock.monotonic());
 
   if (result.steps.some((step) => step.kind === 'write')) await remakeRoot(ctx);
@@ -122,6 +123,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   await reports.around(() =>
     applySteps(result.steps, applyContext(ctx, signal), (applied) => {
       result.outcomes.push(...recordStep(applied, recording));
+      releaseWrittenBytes(applied.step);
       reports.queued();
       // A written file's bytes are garbage now; a step that touched no file (an unchanged one's confirm) left
       // none worth a reading of the heap (~1 ms per 1,000 in an idle pass).
@@ -245,6 +247,27 @@ function afterHeapCheckpoint(prepare: Prepare, heapCheckpoint: (() => void) | un
     if (wire?.known === undefined) heapCheckpoint?.();
     return prepare(instance, wire);
   };
+}
+
+/**
+ * From the plan on, a file's bytes are held by its write step alone: the pulled instances let theirs go (the
+ * step keeps its own reference; nothing after the plan reads an instance's bytes). The `file` is replaced, not
+ * its `data` deleted: a deleted property turns the object into a dictionary (~250 bytes more each).
+ */
+function handBytesToSteps(instances: readonly PlanInstance[]): void {
+  for (const instance of instances) {
+    if ('file' in instance && instance.file.data !== undefined)
+      instance.file = { sha256: instance.file.sha256, size: instance.file.data.length };
+  }
+}
+
+/**
+ * A step's bytes let go once it is applied and recorded (written or not: a failed write is pulled again by the
+ * next pass). Before, every file's bytes stayed until the pass ended: ~10 MiB at 10,000 × ~1 KiB, all of them at
+ * the pass's peak (docs/performance-history.md "Memory, seventh round"). Assigned, not deleted (see above).
+ */
+function releaseWrittenBytes(step: Step): void {
+  if (step.kind === 'write' && step.data !== undefined) step.data = undefined;
 }
 
 /** Ids of the instances a step writes whose bytes were not made (known items: plan.ts InstanceFile `wire`). */

@@ -94,8 +94,11 @@ export interface WriteStep {
   kind: 'write';
   instance: ConfigInstanceHead;
   path: string;
-  /** The bytes to write; absent: in the content cache under `sha256` (set aside by the pull, spill.ts). */
-  data?: Buffer;
+  /**
+   * The bytes to write; absent: in the content cache under `sha256` (set aside by the pull, spill.ts). Undefined
+   * once the step was applied: the pass lets the bytes go then (pass.ts `releaseWrittenBytes`).
+   */
+  data?: Buffer | undefined;
   sha256: string;
   /** The length of bytes set aside, when known (spill.ts). */
   size?: number;
