@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { FixtureConfigInstance, Fixtures } from '../src/api/admin-schemas.js';
 import type { ConfigContent } from '../src/api/schemas.js';
 import { serializeContent } from '../src/reconcile/serialize.js';
-import { AGENT_ARGV } from './lib/first-sync.js';
+import { AGENT_ARGV, AGENT_ENV } from './lib/first-sync.js';
 import { BENCH_DEVICE, instanceId, largeContent } from './lib/fixtures.js';
 import { runTimed } from './lib/proc.js';
 import { createWorld } from './lib/world.js';
@@ -76,6 +76,7 @@ for (let run = 0; run < runs; run++) {
   try {
     const timed = await runTimed(process.execPath, [...AGENT_ARGV, '--config', world.configPath, '--once'], {
       rss: true,
+      env: AGENT_ENV,
     });
     let wrong = 0;
     for (const item of fixture.config_instances ?? []) {

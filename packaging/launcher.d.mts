@@ -15,3 +15,4 @@ export function launcherScript(options: {
 }): string;
 export const DAEMON_MALLOC_ARENA_MAX: string;
 export const DAEMON_MALLOC_MMAP_THRESHOLD: string;
+export const ONCE_MALLOC_ENV: { MALLOC_ARENA_MAX: string; MALLOC_MMAP_THRESHOLD_: string };

@@ -52,6 +52,18 @@ export const DAEMON_MALLOC_ARENA_MAX = '1';
 export const DAEMON_MALLOC_MMAP_THRESHOLD = '32768';
 
 /**
+ * glibc's malloc settings of a `--once` run when the caller did not choose: the daemon's two (one arena, a 32 KiB
+ * mmap threshold). A `--once` first sync of 10,000 held ~30 MiB of anonymous memory beyond V8's heap and the
+ * buffers: the arenas of libuv's workers and V8's helper threads, and freed blocks kept below live ones in the
+ * `brk` heap. With both, its peak RSS went 137 → 123 MiB on Node 20 (anonymous 95 → 80 MiB) for no more CPU
+ * (docs/performance-history.md, "Memory, seventh round (engineer mem17)").
+ */
+export const ONCE_MALLOC_ENV = {
+  MALLOC_ARENA_MAX: DAEMON_MALLOC_ARENA_MAX,
+  MALLOC_MMAP_THRESHOLD_: DAEMON_MALLOC_MMAP_THRESHOLD,
+};
+
+/**
  * V8 flags of a `--once` run, which may be a first sync: semi-spaces of 4 MiB. A `--once` first sync of 10,000
  * peaked at ~152 MiB RSS with Node's default and ~131 MiB with 4, for no more time in garbage collection (335
  * scavenges of ~1.1 s against 97 of ~1.0–1.3 s; 1 MiB took 1,447 of 2.8–3.8 s there). docs/performance-history.md,
@@ -133,9 +145,13 @@ export function launcherScript({ interpreter, mainJs, runtime, runtimeFlags = []
     '# Every other command prints: started with its standard output closed (`>&-`), Node would put /dev/null there',
     '# and the output be lost with exit 0. /dev/null opened read-only instead makes the first write fail: exit 74.',
     'if ! true 2>/dev/null 3>&1; then exec 1</dev/null; fi',
-    '# --once (anywhere among the arguments): its own V8 flags; every other command none.',
+    '# --once (anywhere among the arguments): its own V8 flags and malloc settings; every other command none.',
     'for arg in "$@"; do',
-    `  case $arg in --once) exec ${node} ${ONCE_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;; esac`,
+    '  case $arg in',
+    '    --once)',
+    ...Object.entries(ONCE_MALLOC_ENV).map(([name, value]) => `      export ${name}="\${${name}-${value}}"`),
+    `      exec ${node} ${ONCE_NODE_FLAGS.join(' ')} ${mainJs} "$@" ;;`,
+    '  esac',
     'done',
     `exec ${node} ${mainJs} "$@"`,
     '',

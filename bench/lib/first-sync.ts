@@ -20,11 +20,13 @@ export const AGENT_BIN = process.env.BENCH_AGENT_BIN ?? BUNDLE_BIN;
  * Node's flags the packages' launcher gives `--once` (`ONCE_NODE_FLAGS` in packaging/launcher.mjs): it is
  * measured as the packages run it. `--help` and `--version` get none there, nor here.
  */
-export const AGENT_NODE_FLAGS: readonly string[] = (
-  (await import(pathToFileURL(path.join(REPO_ROOT, 'packaging', 'launcher.mjs')).href)) as {
-    ONCE_NODE_FLAGS: string[];
-  }
-).ONCE_NODE_FLAGS;
+const launcher = (await import(pathToFileURL(path.join(REPO_ROOT, 'packaging', 'launcher.mjs')).href)) as {
+  ONCE_NODE_FLAGS: string[];
+  ONCE_MALLOC_ENV: Record<string, string>;
+};
+export const AGENT_NODE_FLAGS: readonly string[] = launcher.ONCE_NODE_FLAGS;
+/** glibc's malloc settings the launcher gives `--once` (`ONCE_MALLOC_ENV`), as it gives them. */
+export const AGENT_ENV: Readonly<Record<string, string>> = launcher.ONCE_MALLOC_ENV;
 /** The command line of `--once` before its own arguments: the flags, then the entry (main.cjs). */
 export const AGENT_ARGV: readonly string[] = [...AGENT_NODE_FLAGS, AGENT_BIN];
 
@@ -52,6 +54,7 @@ export async function agentFirstSync(
   await settleDisk();
   const run = await runTimed(process.execPath, [...AGENT_ARGV, '--config', world.configPath, '--once'], {
     rss: true,
+    env: AGENT_ENV,
   });
   await onWorld?.(world);
   let failure: string | undefined;

@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
-import { AGENT_ARGV, AGENT_BIN, REPO_ROOT } from './first-sync.js';
+import { AGENT_ARGV, AGENT_BIN, AGENT_ENV, REPO_ROOT } from './first-sync.js';
 import { currentMemoryKiB, median, runTimed } from './proc.js';
 import { type BenchWorld, changedEntries, snapshotTree, startByteCounter } from './world.js';
 
@@ -45,6 +45,7 @@ export async function onceNothingToDo(world: BenchWorld, reps: number): Promise<
     const requestsBefore = world.server.state.statsSnapshot().total;
     const run = await runTimed(process.execPath, [...AGENT_ARGV, '--config', world.configPath, '--once'], {
       rss: true,
+      env: AGENT_ENV,
     });
     result.requestsPerPass = world.server.state.statsSnapshot().total - requestsBefore;
     result.ms.push(run.ms);

@@ -12,6 +12,7 @@ import {
   DAEMON_MALLOC_MMAP_THRESHOLD,
   DAEMON_NODE_FLAGS,
   launcherScript,
+  ONCE_MALLOC_ENV,
   ONCE_NODE_FLAGS,
 } from '../../packaging/launcher.mjs';
 import { skipWithoutPackages } from '../helpers/built-packages.js';
@@ -111,10 +112,10 @@ describe('the launcher', () => {
         const run = await launch({}, args, shell);
         expect(run.execArgv, args.join(' ')).toEqual(flags);
         expect(run.argv).toEqual(args);
-        // glibc's malloc arenas and mmap threshold: the daemon's alone.
-        const daemon = flags === DAEMON_NODE_FLAGS;
+        // glibc's malloc arenas and mmap threshold: the daemon's and --once's alone.
+        const daemonOrOnce = flags === DAEMON_NODE_FLAGS || flags === ONCE_NODE_FLAGS;
         expect(run.env, args.join(' ')).toEqual(
-          daemon ? { MALLOC_ARENA_MAX: '1', MALLOC_MMAP_THRESHOLD_: '32768' } : {},
+          daemonOrOnce ? { MALLOC_ARENA_MAX: '1', MALLOC_MMAP_THRESHOLD_: '32768' } : {},
         );
       }
     },
@@ -207,9 +208,10 @@ describe('the launcher', () => {
     },
   );
 
-  it("gives the daemon one malloc arena and a 32 KiB mmap threshold unless the caller chose; passes the caller's to every command", async () => {
+  it("gives the daemon and --once one malloc arena and a 32 KiB mmap threshold unless the caller chose; passes the caller's to every command", async () => {
     expect(DAEMON_MALLOC_ARENA_MAX).toBe('1');
     expect(DAEMON_MALLOC_MMAP_THRESHOLD).toBe('32768');
+    expect(ONCE_MALLOC_ENV).toEqual({ MALLOC_ARENA_MAX: '1', MALLOC_MMAP_THRESHOLD_: '32768' });
     expect(
       (await launch({ MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '131072' }, ['--config', '/etc/c.json']))
         .env,
@@ -218,7 +220,12 @@ describe('the launcher', () => {
       MALLOC_ARENA_MAX: '4',
       MALLOC_MMAP_THRESHOLD_: '32768',
     });
-    expect((await launch({ MALLOC_ARENA_MAX: '4' }, ['--once'])).env).toEqual({ MALLOC_ARENA_MAX: '4' });
+    expect((await launch({ MALLOC_ARENA_MAX: '4' }, ['--once'])).env).toEqual({
+      MALLOC_ARENA_MAX: '4',
+      MALLOC_MMAP_THRESHOLD_: '32768',
+    });
+    expect((await launch({}, ['--config', '/etc/c.json', '--once'])).env).toEqual(ONCE_MALLOC_ENV);
+    expect((await launch({ MALLOC_ARENA_MAX: '4' }, ['status'])).env).toEqual({ MALLOC_ARENA_MAX: '4' });
     expect((await launch({}, [])).env).toEqual({ MALLOC_ARENA_MAX: '1', MALLOC_MMAP_THRESHOLD_: '32768' });
   });
 
@@ -265,8 +272,10 @@ describe('the launcher', () => {
       );
       expect(existsSync(marker)).toBe(false);
       expect(argv).toEqual(['--once', 'a b', "c'd", '$HOME', '*']);
-      // What is left: the agent's own variables, and the two Node variables the agent itself judges.
+      // What is left: the agent's own variables, the two Node variables the agent itself judges, and the
+      // malloc settings the launcher gives --once.
       expect(env).toEqual({
+        ...ONCE_MALLOC_ENV,
         NODE_EXTRA_CA_CERTS: '/etc/ssl/certs/ca-certificates.crt',
         NODE_TLS_REJECT_UNAUTHORIZED: '1',
         CONFIG_AGENT_API_KEY: 'k',
