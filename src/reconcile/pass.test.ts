@@ -420,6 +420,46 @@ describe('runPass: target deployed', () => {
     expect(reportsReceived().slice(2)).toEqual(['cfg_old deployed/none', 'cfg_new deployed/retrying']);
   });
 
+  for (const [first, answer] of [
+    ['refused (503)', 'the instance (its echo)'],
+    ['refused (503)', '204'],
+    ['taken but answered 503, as a crash before its answer was recorded', 'the instance (its echo)'],
+  ] as const) {
+    it(`a report ${first} in one process and sent first by the next, answered with ${answer}: the winner stays`, async () => {
+      // cfg_old's refusal does not settle in the first process; the next process sends it before it lists.
+      world.server.state.addFault({
+        match: '^/v1/config_instances/cfg_old$',
+        count: 1,
+        status: 503,
+        ...(first === 'refused (503)' ? {} : { mode: 'rewrite' as const }),
+      });
+      if (answer === '204') {
+        world.server.state.addFault({
+          match: '^/v1/config_instances/[^/]+$',
+          count: 100,
+          mode: 'rewrite',
+          status: 204,
+        });
+      }
+      put({ id: 'cfg_old', relative_filepath: 'shared.json', updated_at: '2026-01-01T00:00:00.000Z' });
+      put({ id: 'cfg_new', relative_filepath: 'shared.json', updated_at: '2026-01-02T00:00:00.000Z' });
+      await pass();
+      expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_new' }));
+      const sentFirst = reportsReceived().length;
+      for (let round = 0; round < 3; round++) {
+        world.clock.advance(3_600_000);
+        await world.reconciler.close();
+        world.reconciler = await openReconciler(world.client);
+        await pass();
+      }
+
+      // The agent's own report moved cfg_old's updated_at past cfg_new's: that is not the operators' choice.
+      expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_new' }));
+      expect(reportsReceived().slice(sentFirst)).toEqual(['cfg_old queued/retrying']);
+      expect(reportsReceived()).not.toContain('cfg_old deployed/none');
+    });
+  }
+
   it('a failed write waits out its cooldown (no new attempt, no new report), then succeeds once it is due', async () => {
     const full = { on: true };
     world.fs.failRenameTo = (target) => full.on && target.endsWith('app.json');

@@ -153,7 +153,12 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   }
   // Also when the outbox is empty: what the deliveries during apply did goes into the result.
   await report(ctx, result, signal, reports);
-  keepQueuedVersions(ctx, version);
+  if (keepQueuedVersions(ctx, version)) {
+    await outbox.persist().catch((error: unknown) => {
+      result.persistError = toPassError(error);
+      logger.error({ err: error }, 'could not persist the status outbox');
+    });
+  }
   return finish();
 }
 
@@ -387,6 +392,7 @@ function recordContext(ctx: PassContext): RecordContext {
     fileMode: settings.fileMode,
     retry: settings.retry,
     trackHookPaths: settings.trackHookPaths ?? false,
+    listedUpdatedAt: (id) => ctx.lastSeenUpdatedAt.get(id),
   };
 }
 
@@ -439,9 +445,14 @@ function versionIn(
   };
 }
 
-/** Keeps the listed versions of the instances whose reports are still queued: the next pass delivers them first. */
-function keepQueuedVersions(ctx: PassContext, version: (instanceId: string) => string | undefined): void {
-  if (ctx.listedVersions.size === 0 && ctx.dir.outbox.size === 0) return;
+/**
+ * Keeps the listed versions of the instances whose reports are still queued: the next pass delivers them first.
+ * Each queued report gets them too, with the `updated_at` they were listed with (outbox.ts `listed`): the next
+ * process (a `--once`, a restart) sends it before its own first listing, and its echo needs them. True when any
+ * report got other ones than it had (the outbox file must then be rewritten).
+ */
+function keepQueuedVersions(ctx: PassContext, version: (instanceId: string) => string | undefined): boolean {
+  if (ctx.listedVersions.size === 0 && ctx.dir.outbox.size === 0) return false;
   const kept = new Map<string, string>();
   for (const entry of ctx.dir.outbox.pending()) {
     const listed = version(entry.instanceId);
@@ -449,6 +460,12 @@ function keepQueuedVersions(ctx: PassContext, version: (instanceId: string) => s
   }
   ctx.listedVersions.clear();
   for (const [id, listed] of kept) ctx.listedVersions.set(id, listed);
+  return ctx.dir.outbox.relist((id) => {
+    const updatedAt = ctx.lastSeenUpdatedAt.get(id);
+    const listed = kept.get(id);
+    if (updatedAt === undefined) return undefined;
+    return listed === undefined ? { updatedAt } : { updatedAt, version: listed };
+  });
 }
 
 /** The last delivery of `reports` (the outbox made durable first); adds what all of its deliveries did. */

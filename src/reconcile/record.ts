@@ -30,6 +30,8 @@ export interface RecordContext {
   retry: RetryPolicy;
   /** Record written and removed paths in `state.pendingHookPaths` (the daemon has hooks to run). */
   trackHookPaths: boolean;
+  /** The instance's `updated_at` in the listing its report is made from: kept with the report (outbox.ts `listed`). */
+  listedUpdatedAt?: (instanceId: string) => string | undefined;
 }
 
 /** Records one applied step; returns what happened to each instance it concerned. */
@@ -472,7 +474,8 @@ function markSucceeded(
 }
 
 function queue(ctx: RecordContext, instance: ConfigInstanceHead, report: StatusReport | undefined): void {
-  if (report !== undefined) ctx.outbox.enqueue(instance.id, report, new Date(ctx.clock.now()));
+  if (report !== undefined)
+    ctx.outbox.enqueue(instance.id, report, new Date(ctx.clock.now()), ctx.listedUpdatedAt?.(instance.id));
 }
 
 /** What `dueReport` compares with: the reports still queued and the messages last recorded. */

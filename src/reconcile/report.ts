@@ -7,7 +7,13 @@ import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
 import type { ConfigInstanceHead, StatusReport } from '../api/schemas.js';
 import { type Backoff, backoffCeilingMs, clampRetryAfterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Logger } from '../lib/logger.js';
-import { type DeliveryBackoff, type OutboxEntry, SharedSends, type StatusOutbox } from '../store/outbox.js';
+import {
+  type DeliveryBackoff,
+  type ListedBefore,
+  type OutboxEntry,
+  SharedSends,
+  type StatusOutbox,
+} from '../store/outbox.js';
 import type { LocalState } from '../store/state.js';
 
 /**
@@ -114,8 +120,8 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
       // (another one in the answer is a service bug, and taken for its echo it would lose a path it wins).
       echoed =
         (updated?.id === entry.instanceId
-          ? recordReportEcho(ctx, updated)
-          : recordAwaitedEcho(ctx, entry.instanceId, entry.report)) || echoed;
+          ? recordReportEcho(ctx, updated, listedBefore(entry))
+          : recordAwaitedEcho(ctx, entry.instanceId, entry.report, listedBefore(entry))) || echoed;
     },
     // A stop aborts the requests in flight with the stop itself, which is no verdict on a report: delivery
     // ends there (every report not acknowledged stays queued) and the pass ends with the stop.
@@ -308,6 +314,13 @@ export class PassReports {
   }
 }
 
+/** The instance as listed before `entry` was made, kept with it (outbox.ts `listedUpdatedAt`), if it was. */
+function listedBefore(entry: OutboxEntry): ListedBefore | undefined {
+  const { listedUpdatedAt: updatedAt, listedVersion: version } = entry;
+  if (updatedAt === undefined) return undefined;
+  return version === undefined ? { updatedAt } : { updatedAt, version };
+}
+
 /**
  * A report settled by an answer that carries no echo (a 204, an empty or unreadable body, another instance):
  * the `updated_at` it gave is not known yet, and without it the next listing took the agent's own report for
@@ -315,15 +328,21 @@ export class PassReports {
  * kept, with the instance's version as listed before the report (`listedVersion`), and the next listing that
  * shows the instance in exactly the reported statuses and that version gives the echo (`resolveAwaitedEchoes`).
  */
-function recordAwaitedEcho(ctx: ReportContext, instanceId: string, report: StatusReport): boolean {
+function recordAwaitedEcho(
+  ctx: ReportContext,
+  instanceId: string,
+  report: StatusReport,
+  listed: ListedBefore | undefined,
+): boolean {
   const record = ctx.state.instances.get(instanceId);
-  const before = ctx.lastSeenUpdatedAt.get(instanceId);
+  const seen = ctx.lastSeenUpdatedAt.get(instanceId);
+  const before = seen ?? listed?.updatedAt;
   if (record === undefined || before === undefined) return false;
   const echo = record.reportEcho;
   const operatorUpdatedAt =
     echo !== undefined && sameInstant(echo.updatedAt, before) ? echo.operatorUpdatedAt : before;
   const awaiting = `${report.activity_status}/${report.error_status}`;
-  const version = ctx.listedVersion?.(instanceId);
+  const version = seen === undefined ? listed?.version : ctx.listedVersion?.(instanceId);
   ctx.state.instances.set(instanceId, {
     ...record,
     reportEcho: {
@@ -396,9 +415,13 @@ export function resolveAwaitedEchoes(
  * Remembers the `updated_at` our own report gave an instance, with the one it had before: a report is not
  * an operator's update, so it must not change which of two instances at one path was "updated last".
  */
-function recordReportEcho(ctx: ReportContext, updated: ReportAnswer): boolean {
+function recordReportEcho(
+  ctx: ReportContext,
+  updated: ReportAnswer,
+  listed: ListedBefore | undefined,
+): boolean {
   const record = ctx.state.instances.get(updated.id);
-  const before = ctx.lastSeenUpdatedAt.get(updated.id);
+  const before = ctx.lastSeenUpdatedAt.get(updated.id) ?? listed?.updatedAt;
   if (record === undefined || before === undefined || sameInstant(before, updated.updated_at)) return false;
   const echo = record.reportEcho;
   const operatorUpdatedAt =

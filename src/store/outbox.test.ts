@@ -320,6 +320,38 @@ describe('StatusOutbox', () => {
     expect(seqs.at(-1)).toBeGreaterThan(Math.max(...first.pending().map((entry) => entry.seq)));
   });
 
+  it('keeps with each report the instance as listed before it across a reopen; a malformed one is dropped alone', async () => {
+    const { fs, vol } = memfs();
+    const first = await open(fs);
+    first.enqueue('cfg_a', retrying, T0, '2026-01-01T00:00:00.000Z');
+    first.enqueue('cfg_b', deployed, T0);
+    // A later listing: the report still queued takes its updated_at and version; one not listed keeps none.
+    const relisted = first.relist((id) =>
+      id === 'cfg_a' ? { updatedAt: '2026-01-02T00:00:00.000Z', version: 'v1' } : undefined,
+    );
+    expect(relisted).toBe(true);
+    expect(first.relist(() => ({ updatedAt: '2026-01-02T00:00:00.000Z', version: 'v1' }))).toBe(true);
+    expect(first.relist(() => ({ updatedAt: '2026-01-02T00:00:00.000Z', version: 'v1' }))).toBe(false);
+    await first.persist();
+    const reopened = await open(fs);
+    const listed = (entry: OutboxEntry) => [entry.listedUpdatedAt, entry.listedVersion];
+    expect(reopened.pending().map((entry) => [entry.instanceId, ...listed(entry)])).toEqual([
+      ['cfg_a', '2026-01-02T00:00:00.000Z', 'v1'],
+      ['cfg_b', '2026-01-02T00:00:00.000Z', 'v1'],
+    ]);
+
+    // One entry's record malformed (an edit, another agent): that entry loses it, no report is lost.
+    const file = JSON.parse(String(vol.readFileSync(OUTBOX_PATH))) as { entries: Record<string, unknown>[] };
+    file.entries[0]!.listedUpdatedAt = 7;
+    file.entries[1]!.listedVersion = { v: 1 };
+    vol.writeFileSync(OUTBOX_PATH, JSON.stringify(file));
+    const salvaged = await open(fs);
+    expect(salvaged.pending().map((entry) => [entry.instanceId, entry.report, ...listed(entry)])).toEqual([
+      ['cfg_a', retrying, undefined, 'v1'],
+      ['cfg_b', deployed, '2026-01-02T00:00:00.000Z', undefined],
+    ]);
+  });
+
   it('an outbox that was never persisted is not on disk after a restart', async () => {
     const { fs } = memfs();
     const outbox = await open(fs);

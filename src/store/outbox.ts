@@ -22,6 +22,13 @@ function buildOutboxSchemas() {
     queuedAt: z.string(),
     /** Deliveries of this report that failed on their own (`skip`): its backoff grows with them. */
     attempts: z.number().int().min(0).optional(),
+    /**
+     * The instance's `updated_at` and version (reconcile/report.ts `listedVersion`) as last listed before the
+     * report went out: a report sent before its process's first listing (left queued by an earlier run) takes
+     * its echo's "before" from here. A malformed one is dropped alone, never the entry (older agents wrote none).
+     */
+    listedUpdatedAt: z.string().optional().catch(undefined),
+    listedVersion: z.string().optional().catch(undefined),
   });
   const OutboxFile = z.object({
     version: z.literal(1),
@@ -37,6 +44,11 @@ export function outboxSchemas(): OutboxSchemas {
   return builtOutboxSchemas;
 }
 export type OutboxEntry = z.infer<OutboxSchemas['OutboxEntry']>;
+/** An instance's `updated_at` and version as listed (`OutboxEntry.listedUpdatedAt`, `listedVersion`). */
+export interface ListedBefore {
+  updatedAt: string;
+  version?: string;
+}
 type OutboxFile = z.infer<OutboxSchemas['OutboxFile']>;
 
 /**
@@ -230,15 +242,34 @@ export class StatusOutbox {
    * an undelivered older one: only the latest status matters, and it keeps the outbox bounded by the
    * number of instances however long the device is offline.
    */
-  enqueue(instanceId: string, report: StatusReport, now: Date): void {
+  enqueue(instanceId: string, report: StatusReport, now: Date, listedUpdatedAt?: string): void {
     const replaced = this.#byInstance.get(instanceId);
     if (replaced !== undefined) {
       this.#entries = this.#entries.filter((entry) => entry.instanceId !== instanceId);
       this.#notBefore.delete(replaced.seq);
     }
-    const entry = { seq: this.#nextSeq++, instanceId, report, queuedAt: now.toISOString() };
+    const entry: OutboxEntry = { seq: this.#nextSeq++, instanceId, report, queuedAt: now.toISOString() };
+    if (listedUpdatedAt !== undefined) entry.listedUpdatedAt = listedUpdatedAt;
     this.#entries.push(entry);
     this.#byInstance.set(instanceId, entry);
+  }
+
+  /**
+   * Gives each queued report its instance as listed now (`listed(instanceId)`, when it knows it); true when any
+   * changed, so the file must be rewritten for a later process to see them (`OutboxEntry.listedUpdatedAt`).
+   */
+  relist(listed: (instanceId: string) => ListedBefore | undefined): boolean {
+    let changed = false;
+    for (const entry of this.#entries) {
+      const now = listed(entry.instanceId);
+      if (now === undefined) continue;
+      if (entry.listedUpdatedAt === now.updatedAt && entry.listedVersion === now.version) continue;
+      entry.listedUpdatedAt = now.updatedAt;
+      if (now.version === undefined) delete entry.listedVersion;
+      else entry.listedVersion = now.version;
+      changed = true;
+    }
+    return changed;
   }
 
   /** `ensureDurable`: fsync the file even when its bytes are unchanged (see `PublishRequest.ensureDurable`). */
