@@ -101,6 +101,8 @@ export class DirectoryWatcher {
   #limitTold = false;
   /** Events reported in this turn of the event loop. */
   #burst = 0;
+  /** rootDir's device and inode when its watch was set (`#checkRoot`). */
+  #rootId: { dev: number; ino: number } | undefined;
 
   constructor(options: DirectoryWatcherOptions) {
     this.#options = options;
@@ -111,6 +113,7 @@ export class DirectoryWatcher {
     const root = await this.#options.fs.lstat(this.#options.rootDir);
     if (!root.isDirectory()) throw new Error(`${this.#options.rootDir} is not a directory`);
     this.#add(this.#options.rootDir, root.ino, true);
+    this.#rootId = { dev: root.dev, ino: root.ino };
     this.#started = true;
     // The priority directories first: a flood of others met earlier by the walk cannot take their room.
     await this.#watchPriority(false);
@@ -126,6 +129,7 @@ export class DirectoryWatcher {
   async setPriority(dirs: ReadonlySet<string>): Promise<void> {
     this.#priority = dirs;
     if (!this.#started || this.#closed) return;
+    await this.#checkRoot();
     for (const dir of this.#watched.keys()) {
       if (this.#isPriority(dir)) this.#others.delete(dir);
       else this.#others.add(dir);
@@ -284,6 +288,8 @@ export class DirectoryWatcher {
     this.#countBurst();
     // Linux always names the entry; without a name, anything in the directory may have changed.
     const file = name === null ? dir : path.join(dir, name.toString());
+    // The end of rootDir's own watch (its filesystem unmounted: IN_UNMOUNT, IN_IGNORED) comes named after it.
+    if (dir === this.#options.rootDir && name?.toString() === path.basename(dir)) void this.#checkRoot();
     if (this.#options.ignored?.(file) === true) return;
     this.#options.onChange(file);
     if (file !== dir) void this.#follow(file);
@@ -294,6 +300,26 @@ export class DirectoryWatcher {
     if (this.#burst === 0) setImmediate(() => (this.#burst = 0));
     this.#burst += 1;
     if (this.#burst === BURST_EVENTS) this.#options.onBurst?.(this.#burst);
+  }
+
+  /**
+   * Watches rootDir anew when it is another directory than the one watched: a filesystem unmounted from it (the
+   * kernel ends every watch on it, and libuv says so only as an event named after the directory) or mounted on
+   * it (its root is another directory, maybe of the same inode). Nothing else would ever be seen there again:
+   * a card swapped or a share mounted anew, emptied, or changed by hand stayed so until the next full pass. All
+   * below is watched again and rootDir reported, so the caller judges every file under it.
+   */
+  async #checkRoot(): Promise<void> {
+    const rootDir = this.#options.rootDir;
+    const stats = await this.#options.fs.lstat(rootDir).catch(() => undefined);
+    if (this.#closed || stats?.isDirectory() !== true) return;
+    if (this.#rootId?.dev === stats.dev && this.#rootId.ino === stats.ino) return;
+    this.#rootId = { dev: stats.dev, ino: stats.ino };
+    this.#unwatch(rootDir);
+    if (!this.#add(rootDir, stats.ino)) return;
+    await this.#watchPriority(false);
+    await this.#watchBelow(rootDir);
+    if (!this.#closed) this.#options.onChange(rootDir);
   }
 
   /** A name that changed may be a directory that appeared, went away or was replaced: watch what is there now. */

@@ -1,4 +1,5 @@
-// A change to a managed file lost in an overflow of the kernel's inotify queue (a flood while the agent was busy).
+// Changes the kernel never reports to the drift watcher: lost in an overflow of its inotify queue, or made on a filesystem
+// mounted anew on rootDir after the watched one was unmounted (its watches end with it).
 import { type FSWatcher, watch } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -61,10 +62,11 @@ function kernel() {
     const listener = listeners.get(rootDir);
     for (let n = 0; n < count; n += 1) listener?.('rename', `junk-${n}`);
   };
-  return { state, fakeWatch, deliver };
+  const name = (watched: string, entry: string) => listeners.get(watched)?.('rename', entry);
+  return { state, fakeWatch, deliver, name };
 }
 
-async function watchedRoot(fakeWatch: typeof watch) {
+async function watchedRoot(fakeWatch: typeof watch, fs: FsPort = nodeFs as unknown as FsPort) {
   const rootDir = path.join(dir, 'root');
   const stateDir = path.join(dir, 'state');
   const relative = 'app/settings.json';
@@ -85,7 +87,7 @@ async function watchedRoot(fakeWatch: typeof watch) {
   ]);
   let tick = 0;
   watcher = new DriftWatcher({
-    fs: nodeFs as unknown as FsPort,
+    fs,
     rootDir,
     policy: 'restore',
     logger: silentLogger(),
@@ -116,5 +118,51 @@ it('a burst as large as a full queue delivers: every managed file is judged, the
   await new Promise((resolve) => setTimeout(resolve, 50));
   k.state.overflowing = false;
   k.deliver(rootDir, BURST_EVENTS);
+  expect(await eventually(async () => (await readFile(file, 'utf8')) === ORIGINAL)).toBe(true);
+});
+
+it('rootDir unmounted, then a filesystem mounted anew on it: watched again and every managed file judged', async () => {
+  const k = kernel();
+  // rootDir's device as lstat shows it: another once "unmounted" (the bare mountpoint), another again once "mounted".
+  const root = { dev: 0 };
+  const fs = {
+    ...nodeFs,
+    lstat: async (target: string) => {
+      const stats = await nodeFs.lstat(target);
+      if (target === path.join(dir, 'root') && root.dev !== 0) return Object.assign(stats, { dev: root.dev });
+      return stats;
+    },
+  } as unknown as FsPort;
+  const { file, rootDir } = await watchedRoot(k.fakeWatch, fs);
+  // The old filesystem's watches are dead: nothing on the new one is reported, the change by hand included.
+  k.state.overflowing = true;
+  root.dev = 4242;
+  await writeFile(file, TAMPERED);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  // What libuv hands over as the kernel ends the watch (IN_UNMOUNT, IN_IGNORED): an event named after rootDir.
+  k.state.overflowing = false;
+  k.name(rootDir, path.basename(rootDir));
+  expect(await eventually(async () => (await readFile(file, 'utf8')) === ORIGINAL)).toBe(true);
+});
+
+it('rootDir found to be another directory after a pass (a mount the kernel told nothing of): watched again, judged', async () => {
+  const k = kernel();
+  const root = { dev: 0 };
+  const fs = {
+    ...nodeFs,
+    lstat: async (target: string) => {
+      const stats = await nodeFs.lstat(target);
+      if (target === path.join(dir, 'root') && root.dev !== 0) return Object.assign(stats, { dev: root.dev });
+      return stats;
+    },
+  } as unknown as FsPort;
+  const { file } = await watchedRoot(k.fakeWatch, fs);
+  k.state.overflowing = true;
+  root.dev = 4243;
+  await writeFile(file, TAMPERED);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  k.state.overflowing = false;
+  // After every pass the daemon hands the managed set over again.
+  await watcher?.managedFilesChanged();
   expect(await eventually(async () => (await readFile(file, 'utf8')) === ORIGINAL)).toBe(true);
 });

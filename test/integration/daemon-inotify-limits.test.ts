@@ -1,11 +1,12 @@
-// The built daemon when inotify fails it: instances or watches used up as it starts, or its event queue overflowing.
+// The built daemon when inotify fails it: instances or watches used up as it starts, its event queue overflowing, or
+// the watches ending with rootDir's filesystem (unmounted, another mounted in its place).
 import { spawnSync } from 'node:child_process';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { skipWithoutRoot } from '../helpers/built-packages.js';
 import { DaemonProcess, killAllDaemons } from '../helpers/daemon.js';
-import { AgentHarness } from '../helpers/harness.js';
+import { AgentHarness, tryMount, unmount } from '../helpers/harness.js';
 import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
 
 // The limits are set in a user namespace of the daemon's own (/proc/sys/user/max_inotify_*, per namespace since
@@ -26,8 +27,10 @@ const MANAGED = 'app/settings.json';
 const BYTES = `${JSON.stringify({ port: 443 }, null, 2)}\n`;
 
 let harness: AgentHarness | undefined;
+const mounts: string[] = [];
 afterEach(async () => {
   await killAllDaemons();
+  for (const mount of mounts.splice(0)) unmount(mount);
   await harness?.close();
   harness = undefined;
 });
@@ -67,6 +70,8 @@ describe('the daemon started while inotify is used up', () => {
         await daemon.waitForLog((line) => /watching the root directory again/.test(line.msg), PATIENCE_MS);
         expect(daemon.passes().length).toBeGreaterThan(passesBefore);
 
+        // Back and recorded; from here only the watcher, on the new filesystem, can see a change.
+        await daemon.waitForPasses(1, PATIENCE_MS, { predicate: (p) => p.converged });
         await writeFile(h.rootPath(MANAGED), '{"port": 80}\n');
         await waitFor(
           async () => ((await readFile(h.rootPath(MANAGED), 'utf8')) === BYTES ? true : undefined),
@@ -122,4 +127,55 @@ describe('the daemon while a flood of events overflows its inotify queue', () =>
     );
     expect(daemon.passes().filter((p) => p.mode === 'full')).toHaveLength(1);
   });
+});
+
+const tmpfsProbe = spawnSync(
+  'sh',
+  ['-c', 'd=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs "$d" && umount "$d"; s=$?; rmdir "$d"; exit $s'],
+  {
+    encoding: 'utf8',
+  },
+);
+const tmpfsSkip =
+  tmpfsProbe.status === 0 ? undefined : skipWithoutRoot(`needs tmpfs mounts: ${tmpfsProbe.stderr.trim()}`);
+
+describe('the daemon when rootDir is unmounted and a filesystem mounted anew on it', () => {
+  it.skipIf(tmpfsSkip !== undefined)(
+    'the new filesystem gets every managed file back, and a file changed there by hand is restored by the watcher',
+    async () => {
+      const h = await AgentHarness.create({ registerDevice: true });
+      harness = h;
+      await h.writeConfig({
+        drift: 'restore',
+        poll: { intervalSeconds: 1, jitterRatio: 0.1, fullResyncSeconds: 600 },
+      });
+      await mkdir(h.rootDir, { recursive: true });
+      const mountRoot = () => {
+        const reason = tryMount(['-t', 'tmpfs', '-o', 'size=1m,mode=0755', 'tmpfs', h.rootDir]);
+        if (reason !== undefined) throw new Error(reason);
+        mounts.push(h.rootDir);
+      };
+      mountRoot();
+      await h.createAndDeploy({ relative_filepath: MANAGED, content: { port: 443 } });
+      const daemon = DaemonProcess.start(h);
+      await daemon.waitForPasses(1, PATIENCE_MS, { predicate: (p) => p.converged });
+
+      // The card pulled and another (empty) put in: the old filesystem's watches end with it.
+      unmount(h.rootDir);
+      mounts.splice(0);
+      await daemon.waitForPasses(2, PATIENCE_MS);
+      mountRoot();
+      await waitFor(
+        async () => ((await readFile(h.rootPath(MANAGED), 'utf8')) === BYTES ? true : undefined),
+        PATIENCE_MS,
+        { what: `${MANAGED} back on the new filesystem` },
+      );
+      await writeFile(h.rootPath(MANAGED), '{"port": 80}\n');
+      await waitFor(
+        async () => ((await readFile(h.rootPath(MANAGED), 'utf8')) === BYTES ? true : undefined),
+        PATIENCE_MS,
+        { what: `${MANAGED} restored` },
+      );
+    },
+  );
 });
