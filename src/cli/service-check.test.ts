@@ -61,6 +61,17 @@ describe('checkService: a 200 that is not the device', () => {
     expect(huge.message).toContain('(<20000 characters, not shown>)');
   });
 
+  it('a device with an empty or no name is found with nothing in brackets', async () => {
+    for (const name of ['', undefined, 7]) {
+      const result = await check(json(200, { object: 'device', id: DEVICE, name }));
+      expect([name, result.ok, result.message]).toEqual([
+        name,
+        true,
+        expect.stringMatching(new RegExp(`^device ${DEVICE} found at `)),
+      ]);
+    }
+  });
+
   it('the device behind a UTF-8 byte order mark is found, as the agent reads it', async () => {
     const result = await check((res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
