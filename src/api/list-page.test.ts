@@ -517,5 +517,130 @@ describe('a compact page known by its items’ exact text (KnownPages)', () => {
       );
       expect([pages.get(pageKey), lengths.get(pageKey)]).toEqual([bound, texts.map((text) => text.length)]);
     });
+
+    describe('a record bound to lengths that cut elsewhere (made wrong as a whole: a bug, a hand edit)', () => {
+      /** The items' text of a page and its values, as knownPageTexts is given them by json.ts. */
+      const cutOf = (known: ReturnType<typeof records>['known'], pageTexts: readonly string[]) =>
+        knownPageTexts(known.pages)(
+          pageTexts.join(','),
+          pageTexts.map((text) => JSON.parse(text)),
+        );
+      /** Records `pageTexts` as known, its record's key made of `wrong` lengths (so the binding agrees). */
+      function boundTo(pageTexts: readonly string[], wrong: readonly number[]) {
+        const recorded = recordedAfterJudging(pageTexts);
+        const key = itemKey(pageTexts.join(','));
+        const right = recorded.lengths.get(key);
+        // The premise: with its own lengths the page is cut, so only the cut's own checks refuse what follows.
+        expect(cutOf(recorded.known, pageTexts)).toEqual({ texts: pageTexts, pageKey: key });
+        recorded.pages.set(
+          key,
+          pageItemsKey(
+            pageTexts.map((text) => itemKey(text)),
+            wrong,
+          ),
+        );
+        recorded.lengths.set(key, wrong);
+        return { ...recorded, right };
+      }
+      /** Two items, the first holding `inside` in a string; `at`: the length that cuts the first at its `marker`. */
+      function pageWith(inside: string, marker: string) {
+        const first = JSON.stringify(item({ id: 'cfg_1', content: { note: inside } }));
+        const second = JSON.stringify(item({ id: 'cfg_2', relative_filepath: 'b.json' }));
+        const at = first.indexOf(inside) + inside.indexOf(marker) + 1;
+        return { pageTexts: [first, second], at, total: first.length + 1 + second.length };
+      }
+
+      it('a cut that ends at a `}` not followed by a comma (`}:{` in a string) is refused', () => {
+        const { pageTexts, at, total } = pageWith('a}:{b', '}');
+        const { known } = boundTo(pageTexts, [at, total - at - 1]);
+        expect(cutOf(known, pageTexts)).toBeUndefined();
+      });
+
+      it('a cut whose next item does not start with `{` (`},"` in a string) is refused', () => {
+        const { pageTexts, at, total } = pageWith('a},"b', '}');
+        const { known } = boundTo(pageTexts, [at, total - at - 1]);
+        expect(cutOf(known, pageTexts)).toBeUndefined();
+      });
+
+      it('a cut that does not end at a `}` (`x,{` in a string) is refused', () => {
+        const { pageTexts, at, total } = pageWith('ax,{b', 'x');
+        const { known } = boundTo(pageTexts, [at, total - at - 1]);
+        expect(cutOf(known, pageTexts)).toBeUndefined();
+      });
+
+      it('lengths that stop short of the text (the last item cut at its content’s `}`) are refused', () => {
+        const pageTexts = [texts[0]!, texts[1]!];
+        expect(pageTexts[1]!.endsWith('}}')).toBe(true);
+        const { known } = boundTo(pageTexts, [pageTexts[0]!.length, pageTexts[1]!.length - 1]);
+        expect(cutOf(known, pageTexts)).toBeUndefined();
+      });
+
+      it('fewer lengths than the page has items (two items taken as one) are refused', () => {
+        const { known, right } = boundTo(texts, [texts[0]!.length, texts[1]!.length + 1 + texts[2]!.length]);
+        expect(right).toEqual(texts.map((text) => text.length));
+        expect(cutOf(known, texts)).toBeUndefined();
+      });
+
+      it('a record of an empty page is never a known page', () => {
+        const { known, pages, lengths } = records({});
+        pages.set(itemKey(''), pageItemsKey([], []));
+        lengths.set(itemKey(''), []);
+        expect(knownPageTexts(known.pages)('', [])).toBeUndefined();
+      });
+
+      it('an item whose id has no recorded key, or that is not an object, refuses the record (nothing thrown)', () => {
+        // The record made as a page missing cfg_2's key would give it, were the missing key taken as empty.
+        const { known, pages, lengths } = records({ cfg_1: itemKey(texts[0]!), cfg_3: itemKey(texts[2]!) });
+        const textLengths = texts.map((text) => text.length);
+        pages.set(pageKey, pageItemsKey([itemKey(texts[0]!), '', itemKey(texts[2]!)], textLengths));
+        lengths.set(pageKey, textLengths);
+        expect(cutOf(known, texts)).toBeUndefined();
+        // `null` and a number among the items: recorded as if their keys were empty, refused all the same.
+        const odd = ['null', '7'];
+        const forged = records({});
+        forged.pages.set(itemKey(odd.join(',')), pageItemsKey(['', ''], [4, 1]));
+        forged.lengths.set(itemKey(odd.join(',')), [4, 1]);
+        expect(knownPageTexts(forged.known.pages)(odd.join(','), [null, 7])).toBeUndefined();
+      });
+    });
+  });
+
+  it('an item judged twice counts once: the page is recorded only once every item was judged', () => {
+    const { known, pages, lengths } = records({});
+    const page = PageItems.ofValues(values, texts);
+    page.at(0, known);
+    page.at(0, known);
+    page.at(1, known);
+    expect(pages.size).toBe(0);
+    page.at(2, known);
+    expect([...pages]).toEqual([
+      [
+        pageKey,
+        pageItemsKey(
+          texts.map((text) => itemKey(text)),
+          texts.map((text) => text.length),
+        ),
+      ],
+    ]);
+    expect(lengths.get(pageKey)).toEqual(texts.map((text) => text.length));
+  });
+
+  it('a record that does not prove its page is left as it was while the page holds an item not valid', () => {
+    const broken = [...values.slice(0, 2), item({ id: 'cfg_3', updated_at: 'yesterday' })];
+    const brokenTexts = broken.map((value) => JSON.stringify(value));
+    const brokenKey = itemKey(brokenTexts.join(','));
+    const { known, pages, lengths } = records(
+      { cfg_1: itemKey(texts[0]!), cfg_2: itemKey(texts[1]!) },
+      { [brokenKey]: pageItemsKey(['x', 'y', 'z'], [1, 2, 3]) },
+      { [brokenKey]: [1, 2, 3] },
+    );
+    judgeAll(PageItems.ofValues(broken, brokenTexts), known);
+    expect([...pages]).toEqual([[brokenKey, pageItemsKey(['x', 'y', 'z'], [1, 2, 3])]]);
+    expect([...lengths]).toEqual([[brokenKey, [1, 2, 3]]]);
+  });
+
+  it('a list of lengths is bound unambiguously: [1, 23] and [12, 3] give two keys', () => {
+    const keys = texts.slice(0, 2).map((text) => itemKey(text));
+    expect(pageItemsKey(keys, [1, 23])).not.toBe(pageItemsKey(keys, [12, 3]));
   });
 });
