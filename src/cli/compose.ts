@@ -66,13 +66,19 @@ async function loadConfiguration(
   return loaded;
 }
 
+/**
+ * `running`: the deps a reload replaces. Their directory fsync ledger is kept (store/directory-syncs.ts: one per
+ * process): a fresh one would forget the entries a failed fsync dropped, and a file left in place by it would
+ * then be confirmed `deployed` on the strength of a later fsync alone.
+ */
 export async function createDeps(
   config: AgentConfig,
   secrets: SecretRegistry,
   stderr: NodeJS.WritableStream,
+  running?: Pick<Deps, 'fs'>,
 ): Promise<Deps> {
   return {
-    fs: await hangSafeFs(config.rootDir, systemClock),
+    fs: await hangSafeFs(config.rootDir, systemClock, undefined, running?.fs.directorySyncs),
     clock: systemClock,
     random: Math.random,
     logger: createLogger({ level: config.log.level, secrets, destination: stderr }),
@@ -300,7 +306,7 @@ async function buildAgentComponents(
   current?: AgentComponents<Reconciler>,
 ): Promise<AgentComponents<Reconciler>> {
   const { config } = loaded;
-  const deps = await createDeps(config, secrets, io.stderr);
+  const deps = await createDeps(config, secrets, io.stderr, current?.deps);
   // Between polls the daemon gives back what its pass grew; `--once` exits instead.
   const releaseMemory = heapReleaser();
   if (releaseMemory !== undefined) deps.releaseMemory = releaseMemory;

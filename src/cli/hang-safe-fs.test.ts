@@ -195,6 +195,29 @@ describe('hangSafeFs: the start-up sweep of rootDir on the calling thread (sweep
   });
 });
 
+describe('createDeps on a reload (SIGHUP)', () => {
+  it('keeps what a failed directory fsync of the process dropped: a file it left in place is not confirmed on a later fsync alone', async () => {
+    const config = parseAgentConfig(
+      {
+        deviceId: 'dvc_1',
+        server: { baseUrl: 'https://configs.example.com' },
+        rootDir: '/srv/config-agent/root',
+        stateDir: '/srv/config-agent/state',
+      },
+      'test',
+    );
+    const sink = new Writable({ write: (_chunk, _encoding, done) => done() });
+    const running = await createDeps(config, createSecretRegistry(), sink);
+    // app.json renamed into the root, then the root's fsync failed (EIO): its entry may be lost.
+    running.fs.directorySyncs?.changed('/srv/config-agent/root', 'app.json');
+    running.fs.directorySyncs?.failed('/srv/config-agent/root');
+    const reloaded = await createDeps(config, createSecretRegistry(), sink, running);
+    // A fresh ledger forgot it: the next pass found app.json in place and confirmed it `deployed`.
+    expect(reloaded.fs.directorySyncs?.dropped('/srv/config-agent/root', 'app.json')).toBe(true);
+    expect(reloaded.fs.directorySyncs?.anyDropped).toBe(true);
+  });
+});
+
 describe.runIf(canMountFuse)('a hung FUSE mount under rootDir', () => {
   let dir: string | undefined;
   let child: ChildProcess | undefined;

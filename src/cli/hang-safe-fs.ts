@@ -99,6 +99,7 @@ export async function hangSafeFs(
   rootDir: string,
   clock: Pick<Clock, 'monotonic'>,
   port: MountTablePort = nodeMountTablePort,
+  directorySyncs: DirectorySyncLedger = new DirectorySyncLedger(),
 ): Promise<FsPort> {
   let local = false;
   let checkedAt = Number.NEGATIVE_INFINITY;
@@ -122,7 +123,7 @@ export async function hangSafeFs(
     ...nodeFs,
     lstatOrAbsent,
     descriptors: nodeDescriptorCalls,
-    directorySyncs: new DirectorySyncLedger(),
+    directorySyncs,
   };
   Object.defineProperty(fs, 'lstatSync', {
     enumerable: true,
