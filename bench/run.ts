@@ -139,7 +139,7 @@ async function sync(): Promise<void> {
     await small.agentWorld.close();
   }
 
-  log(`first sync of ${BIG_N} (×${REPS}), each right after one of ${N}: agent`);
+  log(`first sync of ${BIG_N} (×${REPS}), each right after one of ${N}: agent, then the 16-in-flight floor`);
   const fixtures = benchFixtures({ count: BIG_N });
   const smallFixtures = benchFixtures({ count: N });
   const times: number[] = [];
@@ -147,6 +147,17 @@ async function sync(): Promise<void> {
   // This machine's disk slows down over a run (a whole-run median of 1,000 against a later one of 10,000 moved the
   // ratio from 7.8 to 12.5 in one run): each 10,000 is divided by a 1,000 run just before it.
   const scaleRatios: number[] = [];
+  // The disk's own scaling beside it: the same pair by the 16-in-flight floor, after the agent's.
+  const floorTimes: number[] = [];
+  const floorScaleRatios: number[] = [];
+  const floorRun = async (instances: number) => {
+    const ran = await firstSync({ instances, reps: 1, contenders: ['floor16'] });
+    const samples = ran.samples.get('floor16');
+    if (samples !== undefined && samples.failures.length > 0) log(`  floor16 failed: ${samples.failures[0]}`);
+    const ms = medianMs(samples);
+    log(`  floor16    ${instances} instances: ${ms.toFixed(0)} ms`);
+    return ms;
+  };
   for (let rep = 0; rep < REPS; rep += 1) {
     const before = await agentFirstSync(smallFixtures);
     await before.world.close();
@@ -160,8 +171,13 @@ async function sync(): Promise<void> {
     log(`  agent      ${BIG_N} instances: ${run.ms.toFixed(0)} ms`);
     if (rep === REPS - 1 && only.has('steady')) await steadyAt(run.world, BIG_N);
     await run.world.close();
+    const floorSmall = await floorRun(N);
+    const floorBig = await floorRun(BIG_N);
+    floorTimes.push(floorBig);
+    floorScaleRatios.push(floorBig / floorSmall);
   }
   extra.firstSyncBig = { instances: BIG_N, ms: times, maxRssKiB: rss, ratiosToPairedSmall: scaleRatios };
+  extra.floor16Big = { instances: BIG_N, ms: floorTimes, ratiosToPairedSmall: floorScaleRatios };
   rows.push(
     {
       id: 'agent_sync_big_ms',
@@ -175,6 +191,18 @@ async function sync(): Promise<void> {
       median(scaleRatios),
       11,
     ),
+    {
+      id: 'floor16_sync_big_ms',
+      label: `first sync of ${BIG_N}: 16-in-flight floor (ms)`,
+      value: median(floorTimes),
+      unit: 'ms',
+    },
+    {
+      id: 'floor16_scale',
+      label: `16-in-flight floor: ${BIG_N} time / ${N} time (the disk's own scaling; median of pairs)`,
+      value: median(floorScaleRatios),
+      unit: '',
+    },
     ratio(
       'rss_sync_big',
       `peak RSS, first sync of ${BIG_N} (MiB; target 160 MB = ${megabytesInMiB(160).toFixed(1)} MiB)`,
