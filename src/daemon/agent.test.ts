@@ -820,3 +820,200 @@ describe('AgentDaemon: a drift watcher that could not start', () => {
     }
   });
 });
+
+describe('AgentDaemon: a hung mount at or under rootDir', () => {
+  /**
+   * The real fs, but an lstat of a path in `hung` never settles until `release()`: a dead NFS server or a
+   * wedged FUSE daemon, where each such call holds a thread of libuv's pool (four by default) for as long.
+   * `watches` are the inotify watches the agent holds open now.
+   */
+  function hangingWorld() {
+    const hung = new Set<string>();
+    const held: (() => void)[] = [];
+    const open = new Set<string>();
+    let refuseWatches = false;
+    const fs = {
+      ...realFs,
+      lstat: (file: string) =>
+        hung.has(file)
+          ? new Promise((resolve, reject) => held.push(() => nodeFs.lstat(file).then(resolve, reject)))
+          : nodeFs.lstat(file),
+    } as unknown as FsPort;
+    let nextId = 0;
+    const watch = ((dir: string, ...rest: unknown[]) => {
+      if (refuseWatches) throw Object.assign(new Error('ENOSPC: watch'), { code: 'ENOSPC' });
+      const watcher = (watchDirectory as (...args: unknown[]) => ReturnType<typeof watchDirectory>)(
+        dir,
+        ...rest,
+      );
+      const id = `${dir}#${nextId++}`;
+      open.add(id);
+      watcher.once('close', () => open.delete(id));
+      return watcher;
+    }) as typeof watchDirectory;
+    return {
+      fs,
+      watch,
+      hung,
+      /** The pool threads the hung mount holds now. */
+      get held(): number {
+        return held.length;
+      },
+      set refuseWatches(value: boolean) {
+        refuseWatches = value;
+      },
+      /** The directories watched now (one entry per open watch). */
+      watched: (): string[] => [...open].map((id) => id.slice(0, id.lastIndexOf('#'))),
+      /** The mount answers again: every held lstat completes. */
+      release(): void {
+        hung.clear();
+        for (const finish of held.splice(0)) finish();
+      },
+    };
+  }
+
+  async function driftAgent(base: string, world: ReturnType<typeof hangingWorld>) {
+    const rootDir = path.join(base, 'root');
+    const stateDir = path.join(base, 'state');
+    const relative = 'app/settings.json';
+    const original = '{"managed":true}\n';
+    await mkdir(path.join(rootDir, 'app'), { recursive: true });
+    await mkdir(path.join(rootDir, 'mnt'), { recursive: true });
+    await writeFile(path.join(rootDir, relative), original, { mode: 0o644 });
+    await new ContentCache(realFs, stateDir).put(Buffer.from(original));
+    const configOf = (root: string) =>
+      parseAgentConfig(
+        {
+          deviceId: 'dvc_unit',
+          server: { baseUrl: 'https://dcds.example.com' },
+          rootDir: root,
+          stateDir,
+          poll: { intervalSeconds: INTERVAL_MS / 1000, jitterRatio: JITTER, fullResyncSeconds: 600 },
+          drift: 'restore',
+        },
+        'agent.test',
+      );
+    const config = configOf(rootDir);
+    const clock = new FakeClock();
+    const reconciler = new ScriptedRunner();
+    reconciler.state.files.set(relative, {
+      instanceId: 'cfg_1',
+      sha256: sha256Hex(Buffer.from(original)),
+      mode: 0o644,
+      createdDirs: [],
+      writtenAt: '2030-06-01T12:00:00.000Z',
+    });
+    const daemon = new AgentDaemon({
+      deps: { fs: world.fs, clock, random: () => 1, logger: silentLogger() },
+      config,
+      runner: reconciler,
+      metrics: new AgentMetrics({ deviceId: config.deviceId }),
+      hookEnv: {},
+      scrub: (text) => text,
+      driftDirectories: { watch: world.watch },
+    });
+    started.push(daemon);
+    await daemon.start();
+    await settle(() => clock.sleeps.length === 1, 'the boot wait');
+    const file = path.join(rootDir, relative);
+    /** Ends the wait, and waits for the pass and the wait after it. */
+    const poll = async () => {
+      const sleeps = clock.sleeps.length;
+      clock.sleeps.at(-1)?.release();
+      await waitFor(() => clock.sleeps.length > sleeps || undefined, PATIENCE_MS, {
+        what: `the wait after pass ${reconciler.modes.length}`,
+      });
+    };
+    const restored = (target = file) =>
+      waitFor(async () => ((await readFile(target, 'utf8')) === original ? true : undefined), PATIENCE_MS, {
+        what: `${target} restored`,
+      });
+    return { daemon, clock, reconciler, rootDir, file, original, configOf, poll, restored };
+  }
+
+  it("rootDir's lstat hanging after a pass: polls go on, one lstat held however many passes, drift still restored once it answers", async () => {
+    const base = await mkdtemp(path.join(os.tmpdir(), 'config-agent-hung-root-'));
+    const world = hangingWorld();
+    try {
+      const agent = await driftAgent(base, world);
+      world.hung.add(agent.rootDir);
+      for (let n = 0; n < 6; n += 1) await agent.poll();
+      expect(agent.reconciler.modes).toHaveLength(6);
+      expect(world.held).toBe(1);
+
+      world.release();
+      await writeFile(agent.file, '{"managed":false}\n');
+      await agent.restored();
+    } finally {
+      world.release();
+      await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
+      await rm(base, { recursive: true, force: true });
+    }
+  });
+
+  it('a watcher started again after a pass, its walk hanging on a mount under rootDir: polls go on, one walk held, a reload meanwhile watches the new root, the late start is closed', async () => {
+    const base = await mkdtemp(path.join(os.tmpdir(), 'config-agent-hung-walk-'));
+    const world = hangingWorld();
+    try {
+      // No watch to be had at start: the watcher is started again after each pass.
+      world.refuseWatches = true;
+      const agent = await driftAgent(base, world);
+      expect(world.watched()).toEqual([]);
+      world.refuseWatches = false;
+      world.hung.add(path.join(agent.rootDir, 'mnt'));
+      for (let n = 0; n < 6; n += 1) await agent.poll();
+      expect(agent.reconciler.modes).toHaveLength(6);
+      expect(world.held).toBe(1);
+
+      // A reload to another rootDir while that start hangs: the new root is watched and restored.
+      const newRoot = path.join(base, 'root2');
+      await mkdir(path.join(newRoot, 'app'), { recursive: true });
+      const newFile = path.join(newRoot, 'app/settings.json');
+      await writeFile(newFile, agent.original, { mode: 0o644 });
+      await agent.daemon.reload(async (current) => ({ ...current, config: agent.configOf(newRoot) }));
+      await agent.poll();
+      await waitFor(() => world.watched().includes(newRoot) || undefined, PATIENCE_MS, {
+        what: 'the new root watched',
+      });
+      await writeFile(newFile, '{"managed":false}\n');
+      await agent.restored(newFile);
+
+      // The mount answers: the start it held finishes for a configuration no longer running, and is closed.
+      world.release();
+      await waitFor(() => world.watched().every((dir) => dir.startsWith(newRoot)) || undefined, PATIENCE_MS, {
+        what: 'no watch left under the old root',
+      });
+      await agent.daemon.stop();
+      // A closed watch says so a tick later.
+      await settle(() => world.watched().length === 0, 'every watch closed after the stop');
+    } finally {
+      world.release();
+      await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
+      await rm(base, { recursive: true, force: true });
+    }
+  });
+
+  it('stopped while a start hangs on a mount under rootDir: once the mount answers, no watch is left open', async () => {
+    const base = await mkdtemp(path.join(os.tmpdir(), 'config-agent-hung-stop-'));
+    const world = hangingWorld();
+    try {
+      world.refuseWatches = true;
+      const agent = await driftAgent(base, world);
+      world.refuseWatches = false;
+      world.hung.add(path.join(agent.rootDir, 'mnt'));
+      await agent.poll();
+      expect(world.held).toBe(1);
+      await agent.daemon.stop();
+      expect(agent.reconciler.lifecycle).toEqual(['flush after 1 passes', 'close']);
+
+      world.release();
+      await waitFor(() => world.watched().length === 0 || undefined, PATIENCE_MS, {
+        what: 'every watch closed',
+      });
+    } finally {
+      world.release();
+      await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
+      await rm(base, { recursive: true, force: true });
+    }
+  });
+});

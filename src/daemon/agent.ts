@@ -80,6 +80,11 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   #metricsFailure: string | undefined;
   /** Why the drift watcher could not start (an errno or message), while it cannot: tried again after each pass. */
   #driftDown: string | undefined;
+  /**
+   * The drift watcher's start after a reload or a pass, while it runs, and the components it is for: never
+   * awaited by a pass or a reload (its walk of rootDir waits for ever on a hung mount under it), one at a time.
+   */
+  #driftStarting: AgentComponents<R> | undefined;
 
   constructor(components: AgentComponents<R>) {
     this.#c = components;
@@ -119,11 +124,13 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     await this.#runner.exclusive(async () => {
       if (this.#stop.signal.aborted) return;
       const next = await build(this.#c);
-      await this.#drift?.close();
+      // Swapped before any await: a start still running for the running components then closes what it made.
+      const previous = this.#drift;
       this.#drift = undefined;
       this.#driftDown = undefined;
       this.#c = next;
-      await this.#startDriftWatcher();
+      await previous?.close();
+      this.#startDriftWatcherInBackground();
       this.#pendingMode = 'full';
     });
     this.#wake?.();
@@ -317,7 +324,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#pendingMode = 'full';
     }
     this.#logPass(result);
-    if (this.#drift === undefined && this.#driftDown !== undefined) await this.#startDriftWatcher();
+    if (this.#drift === undefined && this.#driftDown !== undefined) this.#startDriftWatcherInBackground();
     else await this.#drift?.managedFilesChanged();
     await this.#afterPass(result);
     return result;
@@ -414,6 +421,18 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     else this.#logger.info(fields, 'pass finished');
   }
 
+  /** Starts the drift watcher without waiting for it, unless a start for the running components is under way. */
+  #startDriftWatcherInBackground(): void {
+    const c = this.#c;
+    if (this.#driftStarting === c) return;
+    this.#driftStarting = c;
+    this.#startDriftWatcher()
+      .catch((error: unknown) => this.#logger.error({ err: error }, 'could not start the drift watcher'))
+      .finally(() => {
+        if (this.#driftStarting === c) this.#driftStarting = undefined;
+      });
+  }
+
   async #startDriftWatcher(): Promise<void> {
     const c = this.#c;
     if (c.config.drift === 'off') return;
@@ -453,6 +472,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     try {
       await watcher.start();
     } catch (error) {
+      // Stopped or reloaded meanwhile: the failure is no longer the running watcher's.
+      if (this.#stop.signal.aborted || this.#c !== c) return;
       // Inotify's instances or watches used up by other processes (EMFILE, ENOSPC), descriptors short, rootDir
       // not there yet: all can clear, so the watcher is tried again after every pass instead of staying off.
       const why = errnoCode(error) ?? errorMessage(error);
@@ -464,7 +485,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#driftDown = why;
       return;
     }
-    if (this.#stop.signal.aborted) {
+    // Stopped, or reloaded meanwhile (the reload started a watcher of its own): this one is not wanted.
+    if (this.#stop.signal.aborted || this.#c !== c || this.#drift !== undefined) {
       await watcher.close();
       return;
     }

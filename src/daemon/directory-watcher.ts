@@ -103,6 +103,8 @@ export class DirectoryWatcher {
   #burst = 0;
   /** rootDir's device and inode when its watch was set (`#checkRoot`). */
   #rootId: { dev: number; ino: number } | undefined;
+  /** A `#checkRoot` is running: one at a time, so a hung lstat is not stacked once per pass. */
+  #checkingRoot = false;
 
   constructor(options: DirectoryWatcherOptions) {
     this.#options = options;
@@ -129,7 +131,8 @@ export class DirectoryWatcher {
   async setPriority(dirs: ReadonlySet<string>): Promise<void> {
     this.#priority = dirs;
     if (!this.#started || this.#closed) return;
-    await this.#checkRoot();
+    // Not awaited: an lstat of rootDir on a hung mount must not hold up the pass that handed the set over.
+    this.#checkRootOnce();
     for (const dir of this.#watched.keys()) {
       if (this.#isPriority(dir)) this.#others.delete(dir);
       else this.#others.add(dir);
@@ -289,7 +292,7 @@ export class DirectoryWatcher {
     // Linux always names the entry; without a name, anything in the directory may have changed.
     const file = name === null ? dir : path.join(dir, name.toString());
     // The end of rootDir's own watch (its filesystem unmounted: IN_UNMOUNT, IN_IGNORED) comes named after it.
-    if (dir === this.#options.rootDir && name?.toString() === path.basename(dir)) void this.#checkRoot();
+    if (dir === this.#options.rootDir && name?.toString() === path.basename(dir)) this.#checkRootOnce();
     if (this.#options.ignored?.(file) === true) return;
     this.#options.onChange(file);
     if (file !== dir) void this.#follow(file);
@@ -300,6 +303,20 @@ export class DirectoryWatcher {
     if (this.#burst === 0) setImmediate(() => (this.#burst = 0));
     this.#burst += 1;
     if (this.#burst === BURST_EVENTS) this.#options.onBurst?.(this.#burst);
+  }
+
+  /**
+   * `#checkRoot` in the background, one at a time: never awaited by a pass (an lstat of rootDir on a hung mount
+   * must not hold polls up), and not started again while one runs (each would hold a thread of the pool).
+   */
+  #checkRootOnce(): void {
+    if (this.#checkingRoot) return;
+    this.#checkingRoot = true;
+    this.#checkRoot()
+      .catch((error: unknown) => this.#options.onError(error))
+      .finally(() => {
+        this.#checkingRoot = false;
+      });
   }
 
   /**
