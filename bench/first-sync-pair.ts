@@ -1,12 +1,12 @@
 // First sync of N by two agent builds and both floor loops, interleaved run by run: a before/after comparison.
 // Usage: node dist-bench/bench/first-sync-pair.js <before main.js> <after main.js> [reps] (N: BENCH_INSTANCES;
 // PAIR_RTT_MS: the agents reach the mock through a proxy that delays each direction by half of it, as a service
-// that is not on loopback would).
+// that is not on loopback would; PAIR_FLOORS=0: the agents alone, for CPU-time pairs on a loaded machine).
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { FLOOR_LOOP } from './lib/first-sync.js';
+import { AGENT_ENV, AGENT_NODE_FLAGS, FLOOR_LOOP } from './lib/first-sync.js';
 import { benchFixtures, expectedFiles } from './lib/fixtures.js';
 import { median, runTimed, settleDisk } from './lib/proc.js';
 import { createWorld, verifyTree } from './lib/world.js';
@@ -34,6 +34,9 @@ const push = (name: Name, ms: number, cpuSeconds: number | undefined) => {
   wall.set(name, [...(wall.get(name) ?? []), ms]);
   if (cpuSeconds !== undefined) cpu.set(name, [...(cpu.get(name) ?? []), cpuSeconds * 1000]);
 };
+/** Each agent run's user and system CPU (ms), by repetition: the pairs are judged pair by pair. */
+const cpuParts = new Map<'before' | 'after', { user: number; system: number }[]>();
+const floors = process.env.PAIR_FLOORS !== '0';
 
 const rttMs = Number(process.env.PAIR_RTT_MS ?? 0);
 
@@ -75,9 +78,12 @@ async function agent(name: Name, bin: string): Promise<void> {
   if (proxy !== undefined) await world.writeConfig({}, proxy.url);
   try {
     await settleDisk();
-    const run = await runTimed(process.execPath, [bin, '--config', world.configPath, '--once'], {
-      rss: true,
-    });
+    // As the packages' launcher runs --once (ONCE_NODE_FLAGS, ONCE_MALLOC_ENV), as the bench does.
+    const run = await runTimed(
+      process.execPath,
+      [...AGENT_NODE_FLAGS, bin, '--config', world.configPath, '--once'],
+      { rss: true, env: AGENT_ENV },
+    );
     const wrong =
       run.code !== 0
         ? `exit ${run.code}: ${run.stderr.slice(0, 400)}`
@@ -85,6 +91,10 @@ async function agent(name: Name, bin: string): Promise<void> {
     if (wrong !== undefined) throw new Error(`${name}: ${wrong}`);
     const reports = world.server.state.instances.size;
     push(name, run.ms, run.cpuSeconds);
+    if ((name === 'before' || name === 'after') && run.userSeconds !== undefined) {
+      const parts = { user: run.userSeconds * 1000, system: (run.systemSeconds ?? 0) * 1000 };
+      cpuParts.set(name, [...(cpuParts.get(name) ?? []), parts]);
+    }
     process.stderr.write(
       `${name.padEnd(8)} ${run.ms.toFixed(0)} ms, cpu ${((run.cpuSeconds ?? 0) * 1000).toFixed(0)} ms (${reports})\n`,
     );
@@ -118,9 +128,9 @@ try {
             ['before', beforeBin],
           ];
     await agent(...order[0]!);
-    await floor('floor1', 1, rep);
+    if (floors) await floor('floor1', 1, rep);
     await agent(...order[1]!);
-    await floor('floor16', 16, rep);
+    if (floors) await floor('floor16', 16, rep);
   }
 } finally {
   await rm(scratch, { recursive: true, force: true });
@@ -128,8 +138,29 @@ try {
 const m = (name: Name) => median(wall.get(name) ?? []);
 const c = (name: Name) => median(cpu.get(name) ?? []);
 const line = (name: 'before' | 'after') =>
-  `${name}: ${m(name).toFixed(0)} ms (cpu ${c(name).toFixed(0)} ms); / floor1 ${(m(name) / m('floor1')).toFixed(2)}, / floor16 ${(m(name) / m('floor16')).toFixed(2)}`;
+  floors
+    ? `${name}: ${m(name).toFixed(0)} ms (cpu ${c(name).toFixed(0)} ms); / floor1 ${(m(name) / m('floor1')).toFixed(2)}, / floor16 ${(m(name) / m('floor16')).toFixed(2)}`
+    : `${name}: ${m(name).toFixed(0)} ms (cpu ${c(name).toFixed(0)} ms)`;
+/** after / before of one CPU part, pair by pair: the median ratio and in how many pairs after was lower. */
+const pairwise = (part: (p: { user: number; system: number }) => number) => {
+  const before = cpuParts.get('before') ?? [];
+  const after = cpuParts.get('after') ?? [];
+  const ratios = after.flatMap((a, i) => {
+    const b = before[i];
+    return b === undefined || part(b) === 0 ? [] : [part(a) / part(b)];
+  });
+  const lower = ratios.filter((r) => r < 1).length;
+  return `${median(ratios).toFixed(3)} (lower in ${lower} of ${ratios.length})`;
+};
+const floorLine = floors ? ` floor1 ${m('floor1').toFixed(0)} ms, floor16 ${m('floor16').toFixed(0)} ms` : '';
 process.stdout.write(
-  `N=${count} reps=${reps} rtt=${rttMs} ms floor1 ${m('floor1').toFixed(0)} ms, floor16 ${m('floor16').toFixed(0)} ms\n${line('before')}\n${line('after')}\n` +
-    `${JSON.stringify(Object.fromEntries([...wall].map(([k, v]) => [k, v.map(Math.round)])))}\n`,
+  `N=${count} reps=${reps} rtt=${rttMs} ms${floorLine}\n${line('before')}\n${line('after')}\n` +
+    `cpu after / before, pair by pair: user ${pairwise((p) => p.user)}, system ${pairwise((p) => p.system)}, ` +
+    `user+system ${pairwise((p) => p.user + p.system)}\n` +
+    `${JSON.stringify({
+      wall: Object.fromEntries([...wall].map(([k, v]) => [k, v.map(Math.round)])),
+      cpu: Object.fromEntries(
+        [...cpuParts].map(([k, v]) => [k, v.map(({ user, system }) => [user, system].map(Math.round))]),
+      ),
+    })}\n`,
 );

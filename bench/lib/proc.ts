@@ -17,6 +17,9 @@ export interface TimedRun {
   maxRssKiB: number | undefined;
   /** CPU seconds (user + system) of the process, from GNU time with `rss`: does not depend on the load. */
   cpuSeconds: number | undefined;
+  /** Its user and system parts, from the same GNU time line. */
+  userSeconds: number | undefined;
+  systemSeconds: number | undefined;
 }
 
 export interface RunOptions {
@@ -47,22 +50,26 @@ export async function runTimed(
   const ms = performance.now() - started;
   let maxRssKiB: number | undefined;
   let cpuSeconds: number | undefined;
+  let userSeconds: number | undefined;
+  let systemSeconds: number | undefined;
   if (rssDir !== undefined) {
     const text = await readFile(path.join(rssDir, 'rss'), 'utf8').catch(() => '');
     const last = /^(\d+) (\d+\.\d+) (\d+\.\d+)$/.exec(text.trim().split('\n').pop() ?? '');
     if (last !== null) {
       maxRssKiB = Number(last[1]);
-      cpuSeconds = Number(last[2]) + Number(last[3]);
+      userSeconds = Number(last[2]);
+      systemSeconds = Number(last[3]);
+      cpuSeconds = userSeconds + systemSeconds;
     }
     await rm(rssDir, { recursive: true, force: true });
   }
-  return { ms, ...result, maxRssKiB, cpuSeconds };
+  return { ms, ...result, maxRssKiB, cpuSeconds, userSeconds, systemSeconds };
 }
 
 function collect(
   child: ChildProcess,
   timeoutMs: number,
-): Promise<Omit<TimedRun, 'ms' | 'maxRssKiB' | 'cpuSeconds'>> {
+): Promise<Omit<TimedRun, 'ms' | 'maxRssKiB' | 'cpuSeconds' | 'userSeconds' | 'systemSeconds'>> {
   return new Promise((resolve, reject) => {
     let stdout = '';
     let stderr = '';
