@@ -1,5 +1,5 @@
 // Direct requests to the service on sockets of its own parsed by node's llhttp (node:http for a fresh transport or a runtime without that parser): kept-alive connections, a connect timeout, stale connections marked.
-import type { Agent as HttpAgent, IncomingMessage } from 'node:http';
+import type { Agent as HttpAgent, request as httpRequest, IncomingMessage } from 'node:http';
 import type https from 'node:https';
 import type { Socket } from 'node:net';
 import { abortError, llhttpParserFrom, nodeHttpCommon, SocketLane } from './socket-lane.js';
@@ -15,9 +15,13 @@ import {
  * node:http's CommonJS exports, not an ES import: on Node 24 an ES module's `import` of a builtin reads every
  * export, and node:http's lazy `WebSocket`, `CloseEvent` and `MessageEvent` getters then load Node's own bundled
  * undici with node:http2, node:tls, node:zlib and the web streams (~70 modules): the idle daemon held 8 MiB more
- * (docs/performance-history.md "Idle daemon, ninth round"). The CommonJS bundle of `--once` compiles imports to require().
+ * (docs/performance-history.md "Idle daemon, ninth round"). Loaded at the first request that goes through it (a
+ * fresh transport's, or any on a runtime whose llhttp the socket lane cannot drive), never at module load: every
+ * request of `--once` and the daemon goes on the socket lane, and node:http's own modules (`_http_agent`,
+ * `_http_client`, `_http_outgoing`, `_http_server`, `http`) cost each start ~0.8 ms of CPU to compile
+ * (docs/performance-history.md "First sync and `--once`, fourteenth round").
  */
-const http = process.getBuiltinModule('node:http');
+const nodeHttp = () => process.getBuiltinModule('node:http');
 
 /** How long an idle connection is kept (undici's default; a shorter `Keep-Alive: timeout=` from the server wins). */
 const IDLE_KEEP_MS = 4_000;
@@ -99,9 +103,10 @@ export class HttpTransport implements Transport {
   }
 
   /** node:https (and with it node:tls) is loaded only for an https:// service. */
-  #agentFor(secure: boolean): { agent: HttpAgent; send: typeof http.request } {
+  #agentFor(secure: boolean): { agent: HttpAgent; send: typeof httpRequest } {
     const agentOptions = { keepAlive: this.#keepAlive, timeout: IDLE_KEEP_MS };
     if (!secure) {
+      const http = nodeHttp();
       this.#httpAgent ??= new http.Agent(agentOptions);
       return { agent: this.#httpAgent, send: http.request };
     }

@@ -86,7 +86,7 @@ describe('modules loaded per command', () => {
     expect(modules.has('cli/compose.js')).toBe(true);
   });
 
-  it('--once against a service reached without a proxy never loads undici: node:http carries the requests', async () => {
+  it('--once against a service reached without a proxy never loads undici: the socket lane carries the requests', async () => {
     const harness = await AgentHarness.create({ registerDevice: true });
     try {
       await harness.createAndDeploy({ relative_filepath: 'etc/app.json', content: { level: 1 } });
@@ -102,6 +102,25 @@ describe('modules loaded per command', () => {
       expect(packages.has('undici')).toBe(false);
       expect(modules.has('api/http-transport.js')).toBe(true);
       expect(modules.has('api/undici-transport.js')).toBe(false);
+    } finally {
+      await harness.close();
+    }
+  });
+
+  it('--once against a loopback service never loads node:http: its requests go on the socket lane', async () => {
+    const preload = path.join(dir, 'http-loaded.cjs');
+    await writeFile(
+      preload,
+      "process.on('exit', () => require('node:fs').writeSync(2, 'HTTP ' + process.moduleLoadList.includes('NativeModule http') + '\\n'));\n",
+    );
+    const harness = await AgentHarness.create({ registerDevice: true });
+    try {
+      await harness.createAndDeploy({ relative_filepath: 'etc/app.json', content: { level: 1 } });
+      const run = await harness.runOnce([], { NODE_OPTIONS: `--require ${preload}` });
+      expect(run.code, run.stderr).toBe(0);
+      // Pages pulled and the status delivered, and node:http's modules never compiled (http-transport.ts).
+      expect(await harness.reports()).toHaveLength(1);
+      expect(/^HTTP (true|false)$/m.exec(run.stderr)?.[1]).toBe('false');
     } finally {
       await harness.close();
     }
