@@ -87,8 +87,11 @@ function esbuild(args) {
  * classic script (vm.Script's cachedData) on Node 20 and 24 alike, and its cache made after a pass holds every
  * function the pass compiled (~1 MB; Node 24's module.enableCompileCache keeps only what compiled at load,
  * ~0.3 MB). agent-loader.cjs finds, checks, uses and writes the cache (src/cli/agent-loader.ts;
- * docs/performance-history.md, "eighth round"). The bundle has no import(): a vm.Script cannot run one. Returns the
- * bundle's temporary name, agent.cjs; hashedName() names it by content.
+ * docs/performance-history.md, "eighth round"). The bundle has no import(): a vm.Script cannot run one. It is
+ * built without comments or indentation (esbuild's minifyWhitespace; names and code are left as they are): every
+ * `--once` reads the whole source and keeps it in V8's heap, 1.16 MB instead of 1.62 (0.99 of an idle `--once`'s
+ * CPU, docs/performance-history.md "First sync and `--once`, fourteenth round"). Returns the bundle's temporary
+ * name, agent.cjs; hashedName() names it by content.
  */
 function agentBundleCli(outdir) {
   build(
@@ -99,6 +102,7 @@ function agentBundleCli(outdir) {
       format: 'cjs',
       target: 'node20.19',
       outfile: path.join(outdir, 'agent.cjs'),
+      minifyWhitespace: true,
       legalComments: 'none',
       logLevel: 'warning',
       define: { 'import.meta.url': '__agentBundleUrl' },

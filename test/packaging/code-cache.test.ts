@@ -128,6 +128,17 @@ describe('the code cache of the shipped bundle', () => {
     expect(readFileSync(file).equals(bytes)).toBe(true);
   });
 
+  it('the agent bundle is built without comments or indentation, and a pass run from it syncs the world', async () => {
+    // Every `--once` reads and keeps the whole source (packaging/bundle.mjs, agentBundleCli: ~1.16 MB against ~1.62).
+    const source = readFileSync(path.join(build, 'dist', agentBundle), 'utf8');
+    // One line per statement and a line per comment before (~41,000 lines); only template literals keep theirs now.
+    expect(source.split('\n').length).toBeLessThan(2_000);
+    expect(source).not.toMatch(/^\s*\/\//m);
+    const run = await once();
+    expect(run.status).toBe(0);
+    expect(world.server.state.reports).toHaveLength(20);
+  });
+
   it('a corrupt or truncated cache is ignored, the run gives the same result, and the cache is made again', async () => {
     const idle = await syncedWithCache();
     const file = path.join(cacheDir, cacheFiles()[0] as string);
