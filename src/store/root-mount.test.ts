@@ -1,12 +1,15 @@
 // RootMountWatch on a real directory: a rootDir gone for a moment is left to the writes, one moved behind a symlink is refused.
 import { spawnSync } from 'node:child_process';
+import { constants } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { skipWithoutRoot } from '../../test/helpers/built-packages.js';
 import { tryMount, unmount } from '../../test/helpers/harness.js';
+import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { ROOT_MOUNT_FILE, RootMountWatch } from './root-mount.js';
 
 let dir: string;
@@ -160,6 +163,59 @@ describe('RootMountWatch with a MountMemory in stateDir', () => {
     }
   });
 });
+
+describe('RootMountWatch: something other than its own record at root-mount.json', () => {
+  /** rootDir is a mount point (the fs below says so), so the first check reads the record before writing it. */
+  const fs = {
+    ...nodeFs,
+    stat: (async (target: string, ...rest: never[]) => {
+      const stats = await nodeFs.stat(target, ...rest);
+      return target.endsWith(`${path.sep}root`) ? Object.assign(stats, { dev: 4242 }) : stats;
+    }) as typeof nodeFs.stat,
+  };
+
+  it('a FIFO, a symlink to /dev/zero, a directory or a 1 MiB file is no record: the check answers (a 1 MiB file is replaced by the record)', async () => {
+    const root = path.join(dir, 'root');
+    await mkdir(root);
+    const plants: Record<string, (file: string) => Promise<unknown>> = {
+      fifo: async (file) => spawnSync('mkfifo', [file]),
+      'symlink to /dev/zero': (file) => symlink('/dev/zero', file),
+      directory: (file) => mkdir(file),
+      'huge file': (file) => writeFile(file, ' '.repeat(1024 * 1024)),
+    };
+    for (const [kind, plant] of Object.entries(plants)) {
+      const stateDir = path.join(dir, `state-${kind.replaceAll(/[ /]/g, '-')}`);
+      await mkdir(stateDir);
+      const record = path.join(stateDir, ROOT_MOUNT_FILE);
+      await plant(record);
+      try {
+        const checked = new RootMountWatch(fs, root, { stateDir, readOnly: false }).check();
+        // Before, a FIFO's read waited for a writer for good: bounded here, and the FIFO unblocked after.
+        const answer = await Promise.race([
+          checked.then((error) => ({ error })),
+          delay(PATIENCE_MS).then(() => 'no answer' as const),
+        ]);
+        expect(answer, kind).toEqual({ error: undefined });
+        // The writer never replaces a FIFO, symlink or directory (the watch then holds in memory only); a file it does.
+        const left = await lstat(record);
+        if (kind === 'huge file') {
+          expect(JSON.parse(await readFile(record, 'utf8'))).toEqual({ rootDir: root, mountPoint: true });
+        } else {
+          expect(left.isFile(), kind).toBe(false);
+        }
+      } finally {
+        // A reader still waiting on the FIFO (the code before) gets its end of file.
+        if (kind === 'fifo') await unblockFifo(record);
+      }
+    }
+  });
+});
+
+/** Opens a FIFO for writing without blocking and closes it: a reader waiting in open(2) gets end of file. */
+async function unblockFifo(file: string): Promise<void> {
+  const handle = await nodeFs.open(file, constants.O_WRONLY | constants.O_NONBLOCK).catch(() => undefined);
+  await handle?.close();
+}
 
 describe('RootMountWatch: a mount point of its parent’s st_dev, told by a mountinfo the fs gives', () => {
   let root: string;

@@ -1,10 +1,15 @@
 // rootDir's mount and real path, remembered per process: a mount point that stops being one, or a rootDir swapped for a symlink, is waited out.
+import { constants } from 'node:fs';
 import type { FsPort } from '../lib/fs-port.js';
 import { writeDurableJson } from './durable-writer.js';
 import { DiskError } from './errors.js';
 
 /** In stateDir: rootDir was seen as a mount point (`{"rootDir": ..., "mountPoint": true}`). */
 export const ROOT_MOUNT_FILE = 'root-mount.json';
+
+/** A record is a rootDir (at most PATH_MAX) and a flag: anything far larger at its name is not one. */
+const MAX_RECORD_BYTES = 64 * 1024;
+const RECORD_READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW;
 
 /** Where RootMountWatch remembers across restarts that rootDir is a mount point; readOnly: it only reads. */
 export interface MountMemory {
@@ -64,14 +69,32 @@ export class RootMountWatch {
   async #recall(): Promise<boolean> {
     if (this.#memory === undefined || this.#recorded === false) return false;
     try {
-      const value: unknown = JSON.parse(await this.#fs.readFile(this.#recordPath, 'utf8'));
-      const record = value as { rootDir?: unknown; mountPoint?: unknown } | null;
+      const text = await this.#readRecord();
+      const value: unknown = text === undefined ? undefined : JSON.parse(text);
+      const record = value as { rootDir?: unknown; mountPoint?: unknown } | null | undefined;
       this.#recorded = record?.rootDir === this.#rootDir && record.mountPoint === true;
     } catch {
       // Absent or unreadable: no record (the in-memory watch still holds while this process runs).
       this.#recorded = false;
     }
     return this.#recorded;
+  }
+
+  /**
+   * The record's text; undefined when what is at its name is not a regular file of at most MAX_RECORD_BYTES,
+   * which this agent never writes. Opened without following a symlink and without blocking: a FIFO put there
+   * held the first check, and with it every pass and `--once`, for good (a read of `readFile` waits for a
+   * writer), and a symlink to /dev/zero or a huge file was read whole.
+   */
+  async #readRecord(): Promise<string | undefined> {
+    const handle = await this.#fs.open(this.#recordPath, RECORD_READ_FLAGS);
+    try {
+      const stats = await handle.stat();
+      if (!stats.isFile() || stats.size > MAX_RECORD_BYTES) return undefined;
+      return await handle.readFile({ encoding: 'utf8' });
+    } finally {
+      await handle.close().catch(() => undefined);
+    }
   }
 
   /** Records that rootDir is a mount point, once; a failure leaves the in-memory watch only. */
