@@ -8,6 +8,9 @@ export interface Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
+/** The wall clock alone: what a timestamp shown to people needs. */
+export type WallClock = Pick<Clock, 'now'>;
+
 /** setTimeout's limit: a longer delay fires after 1 ms instead (Node's TimeoutOverflowWarning). */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 

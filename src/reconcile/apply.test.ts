@@ -176,7 +176,7 @@ async function makeWorld(files: Record<string, string> = {}): Promise<World> {
   const clock = fakeClock();
   const logger = silentLogger();
   const state = emptyState('dvc_1');
-  const outbox = await StatusOutbox.open(fs, STATE_DIR, logger);
+  const outbox = await StatusOutbox.open(fs, STATE_DIR, logger, { now: () => 0 });
   const cache = new ContentCache(fs, STATE_DIR);
   const ctx: ApplyContext & RecordContext = {
     fs,

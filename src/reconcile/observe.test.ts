@@ -303,7 +303,9 @@ describe('FileFingerprints persistence', () => {
     expect(await store.save(nodeFs, stateDir)).toBe(true);
     const written = await lstat(path.join(stateDir, FINGERPRINTS_FILE), { bigint: true });
 
-    const loaded = await FileFingerprints.load(nodeFs, stateDir, root, silentLogger());
+    const loaded = await FileFingerprints.load(nodeFs, stateDir, root, silentLogger(), {
+      clock: { now: () => 0 },
+    });
     expect(await observe(loaded, now)).toMatchObject({ sha256: sha256Hex(Buffer.from(BYTES)) });
     // Nothing new: nothing written (same inode, same mtime).
     expect(await loaded.save(nodeFs, stateDir)).toBe(false);
@@ -311,16 +313,24 @@ describe('FileFingerprints persistence', () => {
     expect([after.ino, after.mtimeNs]).toEqual([written.ino, written.mtimeNs]);
 
     expect(
-      (await FileFingerprints.load(nodeFs, stateDir, path.join(dir, 'elsewhere'), silentLogger())).size,
+      (
+        await FileFingerprints.load(nodeFs, stateDir, path.join(dir, 'elsewhere'), silentLogger(), {
+          clock: { now: () => 0 },
+        })
+      ).size,
     ).toBe(0);
     await writeFile(path.join(stateDir, FINGERPRINTS_FILE), '{"version":1,"rootDir":');
-    expect((await FileFingerprints.load(nodeFs, stateDir, root, silentLogger())).size).toBe(0);
+    expect(
+      (await FileFingerprints.load(nodeFs, stateDir, root, silentLogger(), { clock: { now: () => 0 } })).size,
+    ).toBe(0);
 
     const proto = FileFingerprints.empty(root);
     const stats = await lstat(path.join(root, FILE), { bigint: true });
     proto.record('__proto__', identityOf(stats), RECORDED, now);
     await proto.save(nodeFs, stateDir);
-    const back = await FileFingerprints.load(nodeFs, stateDir, root, silentLogger());
+    const back = await FileFingerprints.load(nodeFs, stateDir, root, silentLogger(), {
+      clock: { now: () => 0 },
+    });
     expect(back.lookup('__proto__', identityOf(stats), now)).toBe(RECORDED);
     back.retain(new Set(['other']));
     expect(back.size).toBe(0);

@@ -23,7 +23,7 @@ export class Reconciler implements PassRunner {
     options: { readOnly?: boolean } = {},
   ): Promise<Reconciler> {
     const logger = deps.logger.child({ component: 'reconcile' });
-    const dir = await StateDir.open(deps.fs, settings, logger, options);
+    const dir = await StateDir.open(deps.fs, settings, logger, { ...options, clock: deps.clock });
     const rootMount = new RootMountWatch(deps.fs, settings.rootDir, {
       stateDir: settings.stateDir,
       readOnly: options.readOnly === true,

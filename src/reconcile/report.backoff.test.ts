@@ -57,7 +57,7 @@ describe('a report the service refuses for good (409), derived again by every pa
   it('is dropped, and the same report queued again waits the backoff; another report of it goes at once', async () => {
     const refusals = () => server.state.stats.get(PATCHES) ?? 0;
     server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1_000, status: 409 });
-    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger());
+    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
     const ctx = await context(outbox);
     // A daemon polling every second for a minute: each pass finds the instance still queued at the service and
     // the file in place, so it queues `deployed` again (plan.ts dueReport). It was sent again every second.
@@ -91,7 +91,7 @@ describe('a report the service refuses for good (409), derived again by every pa
 describe('a report the service answers 500 every time', () => {
   it('waits out a growing backoff: one request per backoff, not one per delivery; the others still go', async () => {
     server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1_000, status: 500 });
-    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger());
+    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
     outbox.enqueue('cfg_a', deployed, NOW);
     outbox.enqueue('cfg_b', deployed, NOW);
     await outbox.persist();
@@ -118,14 +118,14 @@ describe('a report the service answers 500 every time', () => {
     expect(patches() - before).toBeLessThanOrEqual(24 * 2 + 8);
     expect(patches() - before).toBeGreaterThanOrEqual(24);
     // Never dropped: still queued, on disk too, with its attempts.
-    const reopened = await StatusOutbox.open(nodeFs, dir, silentLogger());
+    const reopened = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
     expect(reopened.pending().map((entry) => entry.instanceId)).toEqual(['cfg_a']);
     expect(reopened.pending()[0]?.attempts).toBe(patches() - 61);
   });
 
   it('once the service takes it again it is delivered at its next try', async () => {
     server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 3, status: 500 });
-    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger());
+    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
     outbox.enqueue('cfg_a', deployed, NOW);
     const ctx = await context(outbox);
     for (let step = 0; step < 40 && outbox.size > 0; step++) {
@@ -139,7 +139,7 @@ describe('a report the service answers 500 every time', () => {
 
   it('a newer report for the instance replaces it and goes at once', async () => {
     server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, status: 500 });
-    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger());
+    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
     outbox.enqueue('cfg_a', failed, NOW);
     const ctx = await context(outbox);
     await deliverReports(ctx);
@@ -154,7 +154,7 @@ describe('a report the service answers 500 every time', () => {
 
   it('a restart tries it at once (attempts kept); after many failures each one is logged as an error', async () => {
     server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1_000, status: 500 });
-    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger());
+    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
     outbox.enqueue('cfg_a', deployed, NOW);
     await deliverReports(await context(outbox));
     expect(patches()).toBe(1);
@@ -165,7 +165,7 @@ describe('a report the service answers 500 every time', () => {
       // Each restart (a `--once` run) sends it once.
       const recorded = recordingLogger();
       lines = recorded.lines;
-      const reopened = await StatusOutbox.open(nodeFs, dir, silentLogger());
+      const reopened = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
       expect(reopened.pending()[0]?.attempts).toBe(attempts);
       await deliverReports(await context(reopened, recorded.logger));
       await deliverReports(await context(reopened, recorded.logger));
@@ -181,7 +181,7 @@ describe('a report the service answers 500 every time', () => {
       status: 500,
       retry_after: 3000,
     });
-    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger());
+    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
     outbox.enqueue('cfg_a', deployed, NOW);
     const ctx = await context(outbox);
     await deliverReports(ctx);

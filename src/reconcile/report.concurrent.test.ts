@@ -56,7 +56,7 @@ describe('PassReports, deliveries side by side', () => {
     const vol = Volume.fromJSON({});
     vol.mkdirSync(STATE_DIR, { recursive: true });
     const fs = createFsFromVolume(vol).promises as unknown as FsPort;
-    const outbox = await StatusOutbox.open(fs, STATE_DIR, silentLogger());
+    const outbox = await StatusOutbox.open(fs, STATE_DIR, silentLogger(), { now: () => 0 });
     const onDisk = () => {
       if (!vol.existsSync(`${STATE_DIR}/${OUTBOX_FILE}`)) return new Set<string>();
       const file = JSON.parse(vol.readFileSync(`${STATE_DIR}/${OUTBOX_FILE}`, 'utf8') as string) as {

@@ -46,14 +46,14 @@ async function context(
   reports: [string, StatusReport][],
   logger: Logger = silentLogger(),
 ): Promise<ReportContext> {
-  const outbox = await StatusOutbox.open(nodeFs, dir, logger);
+  const outbox = await StatusOutbox.open(nodeFs, dir, logger, { now: () => 0 });
   for (const [id, report] of reports) outbox.enqueue(id, report, NOW);
   await outbox.persist();
   return reportContext({ url: server.url, apiKey: API_KEY, clock }, outbox, { logger });
 }
 
 async function queuedOnDisk(): Promise<string[]> {
-  const reopened = await StatusOutbox.open(nodeFs, dir, silentLogger());
+  const reopened = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
   return reopened.pending().map((entry) => entry.instanceId);
 }
 

@@ -65,7 +65,7 @@ async function context(
   ids: string[],
   options: { state?: LocalState; seen?: Map<string, string>; signal?: AbortSignal } = {},
 ): Promise<ReportContext> {
-  const outbox = await StatusOutbox.open(fs, dir, silentLogger());
+  const outbox = await StatusOutbox.open(fs, dir, silentLogger(), { now: () => 0 });
   for (const id of ids) outbox.enqueue(id, { activity_status: 'deployed', error_status: 'none' }, NOW);
   await outbox.persist();
   return reportContext({ url: server.url, apiKey: API_KEY, clock }, outbox, options);
@@ -76,7 +76,7 @@ function received(): string[] {
 }
 
 async function queuedOnDisk(): Promise<string[]> {
-  const reopened = await StatusOutbox.open(fs, dir, silentLogger());
+  const reopened = await StatusOutbox.open(fs, dir, silentLogger(), { now: () => 0 });
   return reopened.pending().map((entry) => entry.instanceId);
 }
 

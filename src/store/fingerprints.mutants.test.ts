@@ -44,7 +44,8 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-const load = (rootDir = ROOT) => FileFingerprints.load(nodeFs, stateDir, rootDir, silentLogger());
+const load = (rootDir = ROOT) =>
+  FileFingerprints.load(nodeFs, stateDir, rootDir, silentLogger(), { clock: { now: () => 0 } });
 const fileText = () => readFile(path.join(stateDir, FINGERPRINTS_FILE), 'utf8');
 const writeFingerprints = (value: unknown) =>
   writeFile(path.join(stateDir, FINGERPRINTS_FILE), JSON.stringify(value));
@@ -265,6 +266,7 @@ describe('load', () => {
       ]),
     };
     const loaded = await FileFingerprints.load(nodeFs, stateDir, ROOT, silentLogger(), {
+      clock: { now: () => 0 },
       sharingWith: state,
     });
     expect(loaded.lookup('a.conf', ID, SETTLED)).toBe(SHA);

@@ -2,6 +2,7 @@
 import type { BigIntStats } from 'node:fs';
 import * as z from 'zod';
 import { ITEM_RULES_VERSION, type KnownItem, type KnownPages } from '../api/list-page.js';
+import type { WallClock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableText } from './durable-writer.js';
@@ -293,7 +294,7 @@ export class FileFingerprints implements KnownPages {
     stateDir: string,
     rootDir: string,
     logger: Logger,
-    options: { setAside?: boolean; sharingWith?: HeldState } = {},
+    options: { clock: WallClock; setAside?: boolean; sharingWith?: HeldState },
   ): Promise<FileFingerprints> {
     let raw: string | undefined;
     try {

@@ -40,7 +40,7 @@ describe('IntentJournal', () => {
         return nodeFs.rename(from, to);
       },
     };
-    const journal = await IntentJournal.open(fs, dir, '/root', silentLogger());
+    const journal = await IntentJournal.open(fs, dir, '/root', silentLogger(), { now: () => 0 });
     await journal.declare([{ path: 'a.json', instanceId: 'cfg_a', sha256: SHA_A }]);
     failing = true;
     await expect(
@@ -81,7 +81,7 @@ describe('IntentJournal', () => {
         if (waiting && path.basename(String(to)) === INTENT_FILE) release();
       },
     };
-    const journal = await IntentJournal.open(fs, dir, '/root', silentLogger());
+    const journal = await IntentJournal.open(fs, dir, '/root', silentLogger(), { now: () => 0 });
     await journal.declare([{ path: 'a.json', instanceId: 'cfg_a', sha256: SHA_A }]);
     const settled = journal.recordedIn(recorded('a.json', 'cfg_a', SHA_A));
 
@@ -96,10 +96,12 @@ describe('IntentJournal', () => {
   });
 
   it('settled and empty: the journal is unlinked; another root directory proves nothing', async () => {
-    const journal = await IntentJournal.open(nodeFs, dir, '/root', silentLogger());
+    const journal = await IntentJournal.open(nodeFs, dir, '/root', silentLogger(), { now: () => 0 });
     await journal.declare([{ path: 'a.json', instanceId: 'cfg_a', sha256: SHA_A }]);
-    expect((await IntentJournal.open(nodeFs, dir, '/elsewhere', silentLogger())).size).toBe(0);
-    expect((await IntentJournal.open(nodeFs, dir, '/root', silentLogger())).size).toBe(1);
+    expect((await IntentJournal.open(nodeFs, dir, '/elsewhere', silentLogger(), { now: () => 0 })).size).toBe(
+      0,
+    );
+    expect((await IntentJournal.open(nodeFs, dir, '/root', silentLogger(), { now: () => 0 })).size).toBe(1);
 
     await journal.settle(journal.recordedIn(recorded('a.json', 'cfg_a', SHA_A)));
 
@@ -114,13 +116,13 @@ describe('IntentJournal', () => {
     await Promise.all([mkdir(path.join(rootDir, 'motion'), { recursive: true }), mkdir(stateDir)]);
     const bytesA = Buffer.from('{"owner":"cfg_a"}\n');
     const shaA = createHash('sha256').update(bytesA).digest('hex');
-    const run1 = await IntentJournal.open(nodeFs, stateDir, rootDir, silentLogger());
+    const run1 = await IntentJournal.open(nodeFs, stateDir, rootDir, silentLogger(), { now: () => 0 });
     await run1.declare([{ path: 'motion/right.json', instanceId: 'cfg_a', sha256: shaA }]);
     await writeFile(path.join(rootDir, 'motion/right.json'), bytesA);
-    const run2 = await IntentJournal.open(nodeFs, stateDir, rootDir, silentLogger());
+    const run2 = await IntentJournal.open(nodeFs, stateDir, rootDir, silentLogger(), { now: () => 0 });
     await run2.declare([{ path: 'motion/right.json', instanceId: 'cfg_b', sha256: SHA_B }]);
 
-    const run3 = await IntentJournal.open(nodeFs, stateDir, rootDir, silentLogger());
+    const run3 = await IntentJournal.open(nodeFs, stateDir, rootDir, silentLogger(), { now: () => 0 });
     const state = emptyState('dvc_1', rootDir);
     expect(await run3.adopt(state, 'now')).toEqual(['motion/right.json']);
     expect(state.files.get('motion/right.json')).toMatchObject({ instanceId: 'cfg_a', sha256: shaA });
@@ -131,7 +133,7 @@ describe('IntentJournal', () => {
   });
 
   it('a write recorded durably settles the writes declared at its path before it, not those after', async () => {
-    const journal = await IntentJournal.open(nodeFs, dir, '/root', silentLogger());
+    const journal = await IntentJournal.open(nodeFs, dir, '/root', silentLogger(), { now: () => 0 });
     await journal.declare([{ path: 'p.json', instanceId: 'cfg_a', sha256: SHA_A }]);
     await journal.declare([{ path: 'p.json', instanceId: 'cfg_b', sha256: SHA_B }]);
     expect(journal.size).toBe(2);
@@ -164,11 +166,11 @@ describe('IntentJournal', () => {
       fs: FsPort = nodeFs,
       adoptFs: FsPort = nodeFs,
     ) {
-      const run1 = await IntentJournal.open(fs, stateDir(), rootDir(), silentLogger());
+      const run1 = await IntentJournal.open(fs, stateDir(), rootDir(), silentLogger(), { now: () => 0 });
       await run1.declare([{ path: relative, instanceId: 'cfg_a', sha256: sha }]);
       await made();
       await writeFile(path.join(rootDir(), relative), bytes);
-      const run2 = await IntentJournal.open(adoptFs, stateDir(), rootDir(), silentLogger());
+      const run2 = await IntentJournal.open(adoptFs, stateDir(), rootDir(), silentLogger(), { now: () => 0 });
       const state = emptyState('dvc_1', rootDir());
       expect(await run2.adopt(state, 'now')).toEqual([relative]);
       return state.files.get(relative)?.createdDirs;

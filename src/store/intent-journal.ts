@@ -2,6 +2,7 @@
 // it, that the file at a path holding exactly those bytes is the agent's (and so may be deleted when retired).
 import path from 'node:path';
 import * as z from 'zod';
+import type { WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
@@ -97,9 +98,15 @@ export class IntentJournal {
   }
 
   /** The journal a crashed run left, if any (entries of another root directory are dropped). */
-  static async open(fs: FsPort, stateDir: string, rootDir: string, logger: Logger): Promise<IntentJournal> {
+  static async open(
+    fs: FsPort,
+    stateDir: string,
+    rootDir: string,
+    logger: Logger,
+    clock: WallClock,
+  ): Promise<IntentJournal> {
     const journal = new IntentJournal(fs, stateDir, rootDir, logger);
-    const raw = await readStateDirFileOrSetAside(fs, stateDir, INTENT_FILE, logger);
+    const raw = await readStateDirFileOrSetAside(fs, stateDir, INTENT_FILE, logger, { clock });
     if (raw === undefined) return journal;
     journal.#onDisk = true;
     try {

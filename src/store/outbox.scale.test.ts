@@ -19,7 +19,7 @@ function memfs(files: Record<string, string> = {}): { fs: FsPort } {
 }
 
 function open(fs: FsPort): Promise<StatusOutbox> {
-  return StatusOutbox.open(fs, STATE_DIR, silentLogger());
+  return StatusOutbox.open(fs, STATE_DIR, silentLogger(), { now: () => 0 });
 }
 
 describe('a large outbox at start-up', () => {

@@ -49,7 +49,7 @@ function memfs(files: Record<string, string> = {}): { fs: FsPort; vol: InstanceT
 }
 
 function open(fs: FsPort): Promise<StatusOutbox> {
-  return StatusOutbox.open(fs, STATE_DIR, silentLogger());
+  return StatusOutbox.open(fs, STATE_DIR, silentLogger(), { now: () => 0 });
 }
 
 function ids(entries: readonly OutboxEntry[]): string[] {
@@ -235,7 +235,7 @@ describe('StatusOutbox', () => {
         return fs.open(...args);
       }) as FsPort['open'],
     };
-    const onFullDisk = await StatusOutbox.open(full, STATE_DIR, silentLogger());
+    const onFullDisk = await StatusOutbox.open(full, STATE_DIR, silentLogger(), { now: () => 0 });
     onFullDisk.enqueue('cfg_a', deployed, T0);
 
     const result = await onFullDisk.flush(service({}).send, isRetryable);

@@ -1,6 +1,7 @@
 // Durable queue of status reports: written before they are sent, sent in order, dropped once acknowledged.
 import * as z from 'zod';
 import { StatusReport } from '../api/schemas.js';
+import type { WallClock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';
@@ -193,16 +194,17 @@ export class StatusOutbox {
   /**
    * `euid`: the agent's user. An outbox.json that is not a regular file is moved aside (its reports would
    * otherwise stop start-up for good); when it is a symlink to a regular file of that user's that nobody else
-   * can write, the reports in it are kept.
+   * can write, the reports in it are kept. `clock` stamps the name it is moved aside to.
    */
   static async open(
     fs: FsPort,
     stateDir: string,
     logger: Logger,
+    clock: WallClock,
     euid: number | undefined = process.geteuid?.(),
   ): Promise<StatusOutbox> {
     const outbox = new StatusOutbox(fs, stateDir, logger);
-    await outbox.#load(euid);
+    await outbox.#load(clock, euid);
     return outbox;
   }
 
@@ -449,8 +451,9 @@ export class StatusOutbox {
     }
   }
 
-  async #load(euid: number | undefined): Promise<void> {
+  async #load(clock: WallClock, euid: number | undefined): Promise<void> {
     const raw = await readStateDirFileOrSetAside(this.#fs, this.#stateDir, OUTBOX_FILE, this.#logger, {
+      clock,
       salvageSymlink: { euid, maxBytes: MAX_SALVAGED_OUTBOX_BYTES },
     });
     if (raw === undefined) return;

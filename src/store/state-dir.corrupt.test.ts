@@ -32,7 +32,7 @@ describe('an unreadable state.json', () => {
   ])('(%s) is kept aside byte for byte, not overwritten by the first persist', async (_what, text) => {
     await writeFile(statePath(), text);
 
-    const opened = await StateDir.open(nodeFs, settings, silentLogger());
+    const opened = await StateDir.open(nodeFs, settings, silentLogger(), { clock: { now: () => 0 } });
     expect(opened.state.files.size).toBe(0);
     await opened.persist();
     await opened.close();
@@ -40,13 +40,15 @@ describe('an unreadable state.json', () => {
     expect(await readFile(keptPath(), 'utf8')).toBe(text);
     expect(JSON.parse(await readFile(statePath(), 'utf8'))).toMatchObject({ version: 1, files: {} });
     // A state that loads is not moved again.
-    await (await StateDir.open(nodeFs, settings, silentLogger())).close();
+    await (await StateDir.open(nodeFs, settings, silentLogger(), { clock: { now: () => 0 } })).close();
     expect(await readFile(keptPath(), 'utf8')).toBe(text);
   });
 
   it('a dry run moves nothing', async () => {
     await writeFile(statePath(), 'not json');
-    await (await StateDir.open(nodeFs, settings, silentLogger(), { readOnly: true })).close();
+    await (
+      await StateDir.open(nodeFs, settings, silentLogger(), { clock: { now: () => 0 }, readOnly: true })
+    ).close();
     expect(await readdir(settings.stateDir)).toEqual(['state.json']);
     expect(await readFile(statePath(), 'utf8')).toBe('not json');
   });

@@ -59,7 +59,7 @@ const fs = {
 };
 
 async function open(options: { readOnly?: boolean } = {}): Promise<StateDir> {
-  const stateDir = await StateDir.open(fs, settings, silentLogger(), options);
+  const stateDir = await StateDir.open(fs, settings, silentLogger(), { ...options, clock: { now: () => 0 } });
   opened.push(stateDir);
   return stateDir;
 }
@@ -114,7 +114,9 @@ describe('StateDir: the lock', () => {
       alive: linuxProcessProbe.alive,
     };
     const other = await acquireStateLock(fs, settings.stateDir, parent);
-    await expect(StateDir.open(fs, settings, silentLogger())).rejects.toMatchObject({
+    await expect(
+      StateDir.open(fs, settings, silentLogger(), { clock: { now: () => 0 } }),
+    ).rejects.toMatchObject({
       code: 'state_locked',
       pid: process.ppid,
     });
@@ -150,7 +152,9 @@ describe('StateDir: the lock', () => {
 
   it('is released when loading fails, so the next start can take it', async () => {
     await mkdir(path.join(settings.stateDir, 'state.json'));
-    await expect(StateDir.open(fs, settings, silentLogger())).rejects.toThrow(/state\.json/);
+    await expect(StateDir.open(fs, settings, silentLogger(), { clock: { now: () => 0 } })).rejects.toThrow(
+      /state\.json/,
+    );
     expect(await names('state')).toEqual(['state.json']);
   });
 

@@ -33,7 +33,9 @@ describe.skipIf(!asRoot)('root on the agent user’s stateDir', () => {
     await chown(settings.stateDir, AGENT_UID, AGENT_UID);
     await chown(path.join(settings.stateDir, 'state.json'), AGENT_UID, AGENT_UID);
 
-    const refused = await StateDir.open(nodeFs, settings, silentLogger()).catch((error: unknown) => error);
+    const refused = await StateDir.open(nodeFs, settings, silentLogger(), { clock: { now: () => 0 } }).catch(
+      (error: unknown) => error,
+    );
 
     expect(refused).toBeInstanceOf(StateDirError);
     expect((refused as StateDirError).retryable).toBe(false);
@@ -49,21 +51,29 @@ describe.skipIf(!asRoot)('root on the agent user’s stateDir', () => {
 
   it('a dry run (read-only) is not refused; nor is root on its own stateDir, nor the owner itself', async () => {
     await chown(settings.stateDir, AGENT_UID, AGENT_UID);
-    await (await StateDir.open(nodeFs, settings, silentLogger(), { readOnly: true })).close();
+    await (
+      await StateDir.open(nodeFs, settings, silentLogger(), { clock: { now: () => 0 }, readOnly: true })
+    ).close();
     expect(await readdir(settings.stateDir)).toEqual([]);
     // The owner (its euid given; the files are still written by this root process, which is fine here).
-    const owner = await StateDir.open(nodeFs, settings, silentLogger(), { euid: AGENT_UID });
+    const owner = await StateDir.open(nodeFs, settings, silentLogger(), {
+      clock: { now: () => 0 },
+      euid: AGENT_UID,
+    });
     await owner.persist();
     await owner.close();
     expect((await readdir(settings.stateDir)).sort()).toEqual(['outbox.json', 'state.json']);
     await chown(settings.stateDir, 0, 0);
-    await (await StateDir.open(nodeFs, settings, silentLogger())).close();
+    await (await StateDir.open(nodeFs, settings, silentLogger(), { clock: { now: () => 0 } })).close();
   });
 });
 
 describe.skipIf(!asRoot)('the agent user’s euid given to StateDir.open', () => {
   it('is the owner a symlinked outbox.json’s target must have for its reports to be kept', async () => {
-    const first = await StateDir.open(nodeFs, settings, silentLogger(), { euid: AGENT_UID });
+    const first = await StateDir.open(nodeFs, settings, silentLogger(), {
+      clock: { now: () => 0 },
+      euid: AGENT_UID,
+    });
     first.outbox.enqueue('cfg_a', { activity_status: 'deployed', error_status: 'none' }, new Date(0));
     await first.persist();
     await first.close();
@@ -73,7 +83,10 @@ describe.skipIf(!asRoot)('the agent user’s euid given to StateDir.open', () =>
     await chown(target, AGENT_UID, AGENT_UID);
     await symlink(target, path.join(settings.stateDir, 'outbox.json'));
 
-    const second = await StateDir.open(nodeFs, settings, silentLogger(), { euid: AGENT_UID });
+    const second = await StateDir.open(nodeFs, settings, silentLogger(), {
+      clock: { now: () => 0 },
+      euid: AGENT_UID,
+    });
     expect(second.outbox.pending().map((entry) => entry.instanceId)).toEqual(['cfg_a']);
     await second.close();
   });
@@ -82,9 +95,10 @@ describe.skipIf(!asRoot)('the agent user’s euid given to StateDir.open', () =>
 describe('root (euid 0) on a stateDir it cannot stat', () => {
   it('is not refused as root: the lock that follows names the problem', async () => {
     await rm(settings.stateDir, { recursive: true });
-    const failed = await StateDir.open(nodeFs, settings, silentLogger(), { euid: 0 }).catch(
-      (error: unknown) => error,
-    );
+    const failed = await StateDir.open(nodeFs, settings, silentLogger(), {
+      clock: { now: () => 0 },
+      euid: 0,
+    }).catch((error: unknown) => error);
     expect(failed).toBeInstanceOf(Error);
     expect((failed as Error).message).not.toContain('refusing to run as root');
     expect((failed as Error).message).toContain('agent.lock');

@@ -1,5 +1,6 @@
 // The state directory: its lock, the sweep of temp files a crash left, and loading and persisting what is in it.
 import path from 'node:path';
+import type { WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
@@ -85,8 +86,9 @@ export class StateDir {
     fs: FsPort,
     settings: StateDirSettings,
     logger: Logger,
-    options: { readOnly?: boolean; euid?: number } = {},
+    options: { clock: WallClock; readOnly?: boolean; euid?: number },
   ): Promise<StateDir> {
+    const { clock } = options;
     const readOnly = options.readOnly ?? false;
     let lock: StateLock | undefined;
     let swept: string[] = [];
@@ -102,7 +104,7 @@ export class StateDir {
         });
         if (swept.length > 0)
           logger.warn({ files: swept }, 'removed temp files left by an interrupted write');
-        await setAsideCacheUnlessDirectory(fs, settings.stateDir, logger);
+        await setAsideCacheUnlessDirectory(fs, settings.stateDir, logger, clock);
         const sweptState = await sweepTempFiles(fs, settings.stateDir, (skip) => {
           skipped.push({ ...skip, under: 'stateDir' });
         });
@@ -137,14 +139,15 @@ export class StateDir {
       if (outcome === 'corrupt' && !readOnly) await keepCorruptState(fs, settings.stateDir, logger);
       const outbox = readOnly
         ? StatusOutbox.ephemeral(fs, settings.stateDir, logger)
-        : await StatusOutbox.open(fs, settings.stateDir, logger, options.euid ?? process.geteuid?.());
+        : await StatusOutbox.open(fs, settings.stateDir, logger, clock, options.euid ?? process.geteuid?.());
       const fingerprints = await FileFingerprints.load(fs, settings.stateDir, settings.rootDir, logger, {
+        clock,
         setAside: !readOnly,
         sharingWith: state,
       });
       const intents = readOnly
         ? IntentJournal.empty(fs, settings.stateDir, settings.rootDir, logger)
-        : await IntentJournal.open(fs, settings.stateDir, settings.rootDir, logger);
+        : await IntentJournal.open(fs, settings.stateDir, settings.rootDir, logger, clock);
       return new StateDir(fs, settings, logger, {
         state,
         outbox,
@@ -350,11 +353,16 @@ async function keepCorruptState(fs: FsPort, stateDir: string, logger: Logger): P
  * renamed aside to `cache.not-a-directory-<ms>`: every put and prune failed (a warning each full pass) and a
  * symlink took the entries wherever it pointed. A cache costs a pass when lost, so a failure here only warns.
  */
-async function setAsideCacheUnlessDirectory(fs: FsPort, stateDir: string, logger: Logger): Promise<void> {
+async function setAsideCacheUnlessDirectory(
+  fs: FsPort,
+  stateDir: string,
+  logger: Logger,
+  clock: WallClock,
+): Promise<void> {
   const at = path.join(stateDir, CACHE_DIR);
   const stats = await fs.lstat(at).catch(() => undefined);
   if (stats === undefined || stats.isDirectory()) return;
-  const aside = `${at}.not-a-directory-${Date.now()}`;
+  const aside = `${at}.not-a-directory-${clock.now()}`;
   try {
     await fs.rename(at, aside);
     logger.warn({ file: CACHE_DIR, aside }, 'the content cache was not a directory: moved aside');

@@ -13,6 +13,7 @@ import { silentLogger } from '../lib/logger.js';
 import { main } from '../main.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { StatusOutbox } from './outbox.js';
+import { StateDir } from './state-dir.js';
 
 const KEY = 'sk_test_state_files_aside_0123';
 const DEVICE = 'dvc_aside';
@@ -162,13 +163,19 @@ describe('outbox.json as a symlink to a regular file', () => {
     await symlink(target, path.join(stateDir(), 'outbox.json'));
     // The agent's user as StatusOutbox.open takes it: the file's owner is someone else (no chown, any user).
     const owner = (await lstat(target)).uid;
-    const theirs = await StatusOutbox.open(nodeFs, stateDir(), silentLogger(), owner + 4242);
+    const theirs = await StatusOutbox.open(
+      nodeFs,
+      stateDir(),
+      silentLogger(),
+      { now: () => 0 },
+      owner + 4242,
+    );
     expect(theirs.pending()).toEqual([]);
     const entries = await readdir(stateDir());
     expect(entries.filter((entry) => entry.startsWith('outbox.json.not-regular-'))).toHaveLength(1);
     // The same file, its owner the agent's user: kept (what tells the two apart is the owner alone).
     await symlink(target, path.join(stateDir(), 'outbox.json'));
-    const own = await StatusOutbox.open(nodeFs, stateDir(), silentLogger(), owner);
+    const own = await StatusOutbox.open(nodeFs, stateDir(), silentLogger(), { now: () => 0 }, owner);
     expect(own.pending().map((entry) => entry.report.message)).toEqual(['salvaged report']);
   });
 
@@ -205,4 +212,24 @@ describe('stateDir/cache that is not a real directory is moved aside', () => {
       );
     });
   }
+});
+
+describe('the time in a name set aside is the injected clock', () => {
+  it("StateDir.open stamps every name it sets aside with deps.clock's wall time", async () => {
+    await plant('intent.json', 'directory');
+    await plant('outbox.json', 'FIFO');
+    await plant('fingerprints.json', 'dangling symlink');
+    await writeFile(path.join(stateDir(), 'cache'), 'x');
+    await mkdir(path.join(dir, 'root'));
+    const settings = { stateDir: stateDir(), rootDir: path.join(dir, 'root'), deviceId: DEVICE };
+    const clock = { now: () => 1_732_412_345_678 };
+    await (await StateDir.open(nodeFs, settings, silentLogger(), { clock })).close();
+    const aside = (await readdir(stateDir())).filter((e) => e.includes('.not-')).sort();
+    expect(aside).toEqual([
+      'cache.not-a-directory-1732412345678',
+      'fingerprints.json.not-regular-1732412345678',
+      'intent.json.not-regular-1732412345678',
+      'outbox.json.not-regular-1732412345678',
+    ]);
+  });
 });

@@ -3,6 +3,7 @@ import { constants } from 'node:fs';
 import path from 'node:path';
 import * as z from 'zod';
 import { ConfigInstanceActivityStatus, ErrorStatus } from '../api/schemas.js';
+import type { WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
@@ -430,7 +431,12 @@ export async function readStateDirFileOrSetAside(
   stateDir: string,
   name: string,
   logger: Logger,
-  options: { setAside?: boolean; salvageSymlink?: { euid: number | undefined; maxBytes: number } } = {},
+  options: {
+    /** Stamps the name set aside (deps.clock). */
+    clock: WallClock;
+    setAside?: boolean;
+    salvageSymlink?: { euid: number | undefined; maxBytes: number };
+  },
 ): Promise<string | undefined> {
   const file = path.join(stateDir, name);
   let stats: Awaited<ReturnType<FsPort['lstat']>>;
@@ -455,7 +461,7 @@ export async function readStateDirFileOrSetAside(
       ? await readOwnedTarget(fs, file, options.salvageSymlink)
       : undefined;
   if (options.setAside === false) return salvaged;
-  const aside = `${file}.not-regular-${Date.now()}`;
+  const aside = `${file}.not-regular-${options.clock.now()}`;
   try {
     await fs.rename(file, aside);
   } catch (error) {
