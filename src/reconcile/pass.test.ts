@@ -526,6 +526,40 @@ describe('runPass: the root removed under a running agent', () => {
     // for good once retry.maxAttempts passed, and a failed instance is never touched again.
     expect(reportsReceived().filter((r) => !r.endsWith('deployed/none'))).toEqual([]);
   });
+
+  it('made again but its entry not made durable (the fsync of its parent fails): nothing under it is deployed', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+    await pass();
+    await rm(world.rootDir, { recursive: true });
+    // The fsync of rootDir's parent fails (EIO) once: a power cut may lose the new root and all below it.
+    const parent = path.dirname(world.rootDir);
+    let failParentSync = true;
+    const open = world.fs.open;
+    Object.assign(world.fs, {
+      open: async (...args: Parameters<typeof nodeFs.open>) => {
+        const handle = await open(...args);
+        if (String(args[0]) !== parent || !failParentSync) return handle;
+        failParentSync = false;
+        return Object.assign(handle, {
+          sync: async () => {
+            throw Object.assign(new Error('EIO: simulated, fsync'), { code: 'EIO' });
+          },
+        });
+      },
+    });
+    world.server.state.reports.length = 0;
+
+    await pass();
+
+    // Before: the file was written into the new root and counted deployed (the service kept deployed/none).
+    expect(reportsReceived()).toEqual(['cfg_a deployed/retrying']);
+
+    world.clock.advance(3_600_000);
+    await pass();
+    expect(await fileAt('app/a.json')).toBe(json({ v: 1 }));
+    expect(onService('cfg_a').activity_status).toBe('deployed');
+    expect(onService('cfg_a').error_status).toBe('none');
+  });
 });
 
 describe('runPass: the root replaced by something not a directory under a running agent', () => {

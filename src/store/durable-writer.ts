@@ -1618,8 +1618,20 @@ export async function remakeMissingRoot(fs: FsPort, rootDir: string, dirMode: nu
   } catch {
     return false;
   }
-  await step('chmod directory', '', () => fs.chmod(root, dirMode));
-  await fsyncDirectory(fs, path.dirname(root), '');
+  const parent = path.dirname(root);
+  fs.directorySyncs?.changed(parent, path.basename(root));
+  try {
+    await step('chmod directory', '', () => fs.chmod(root, dirMode));
+    await fsyncDirectory(fs, parent, '');
+  } catch (error) {
+    // Its entry may not survive a power cut, nor anything written below it: the root just made (still empty)
+    // goes again, so the writes meet a missing root (retried, never `deployed`) and the next pass makes it anew.
+    await fs
+      .rmdir(root)
+      .then(() => fs.directorySyncs?.changed(parent, path.basename(root)))
+      .catch(() => undefined);
+    throw error;
+  }
   return true;
 }
 
