@@ -18,6 +18,28 @@ afterEach(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
+it('a rootDir that is not a directory fails start with a DiskError (ENOTDIR, retryable), watching nothing', async () => {
+  const file = path.join(dir, 'root-is-a-file');
+  await writeFile(file, 'x');
+  const watcher = new DirectoryWatcher({
+    fs: nodeFs,
+    rootDir: file,
+    onChange: () => undefined,
+    onError: () => undefined,
+  });
+  try {
+    await expect(watcher.start()).rejects.toMatchObject({
+      code: 'disk_error',
+      retryable: true,
+      errno: 'ENOTDIR',
+      rootItself: true,
+    });
+    expect(watcher.size).toBe(0);
+  } finally {
+    watcher.close();
+  }
+});
+
 it('watches at most maxDirectories directories, tells it once, and raises no error for the rest', async () => {
   for (let n = 0; n < 30; n += 1) await mkdir(path.join(dir, `junk${n}`, 'deeper'), { recursive: true });
   const limits: number[] = [];

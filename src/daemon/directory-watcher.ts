@@ -2,6 +2,7 @@
 import { type FSWatcher, watch } from 'node:fs';
 import path from 'node:path';
 import type { FsPort } from '../lib/fs-port.js';
+import { DiskError } from '../store/errors.js';
 
 export interface DirectoryWatcherOptions {
   fs: Pick<FsPort, 'lstat' | 'readdir'>;
@@ -113,7 +114,14 @@ export class DirectoryWatcher {
   /** Watches the root and every directory below it; rejects when the root itself cannot be watched. */
   async start(): Promise<void> {
     const root = await this.#options.fs.lstat(this.#options.rootDir);
-    if (!root.isDirectory()) throw new Error(`${this.#options.rootDir} is not a directory`);
+    if (!root.isDirectory()) {
+      throw new DiskError({
+        operation: 'watch',
+        path: this.#options.rootDir,
+        errno: 'ENOTDIR',
+        rootItself: true,
+      });
+    }
     this.#add(this.#options.rootDir, root.ino, true);
     this.#rootId = { dev: root.dev, ino: root.ino };
     this.#started = true;
