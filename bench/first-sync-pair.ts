@@ -1,7 +1,8 @@
 // First sync of N by two agent builds and both floor loops, interleaved run by run: a before/after comparison.
 // Usage: node dist-bench/bench/first-sync-pair.js <before main.js> <after main.js> [reps] (N: BENCH_INSTANCES;
 // PAIR_RTT_MS: the agents reach the mock through a proxy that delays each direction by half of it, as a service
-// that is not on loopback would; PAIR_FLOORS=0: the agents alone, for CPU-time pairs on a loaded machine).
+// that is not on loopback would; PAIR_FLOORS=0: the agents alone, for CPU-time pairs on a loaded machine;
+// PAIR_AFTER_FLAGS: Node flags for the after build only, space-separated, to compare flags with one build twice).
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
@@ -37,6 +38,7 @@ const push = (name: Name, ms: number, cpuSeconds: number | undefined) => {
 /** Each agent run's user and system CPU (ms), by repetition: the pairs are judged pair by pair. */
 const cpuParts = new Map<'before' | 'after', { user: number; system: number }[]>();
 const floors = process.env.PAIR_FLOORS !== '0';
+const afterFlags = (process.env.PAIR_AFTER_FLAGS ?? '').split(' ').filter((flag) => flag !== '');
 
 const rttMs = Number(process.env.PAIR_RTT_MS ?? 0);
 
@@ -81,7 +83,14 @@ async function agent(name: Name, bin: string): Promise<void> {
     // As the packages' launcher runs --once (ONCE_NODE_FLAGS, ONCE_MALLOC_ENV), as the bench does.
     const run = await runTimed(
       process.execPath,
-      [...AGENT_NODE_FLAGS, bin, '--config', world.configPath, '--once'],
+      [
+        ...AGENT_NODE_FLAGS,
+        ...(name === 'after' ? afterFlags : []),
+        bin,
+        '--config',
+        world.configPath,
+        '--once',
+      ],
       { rss: true, env: AGENT_ENV },
     );
     const wrong =

@@ -1,6 +1,7 @@
 // `--once` with nothing to do by two agent builds, CPU time (all threads) in interleaved pairs: a before/after comparison.
 // Usage: node dist-bench/bench/once-pair.js <before main.cjs> <after main.cjs> [pairs per series] [series]
-// (N: BENCH_INSTANCES). Each build runs in a world of its own (two builds cannot share one: each start that writes
+// (N: BENCH_INSTANCES; PAIR_AFTER_FLAGS: Node flags given to the after build only, space-separated, to compare
+// flags with one build twice). Each build runs in a world of its own (two builds cannot share one: each start that writes
 // its code cache removes the other's), synced by it first; the worlds are swapped between series, so that what
 // differs between the two worlds cancels. CPU from `perf stat -e task-clock` when perf is there, else GNU time.
 import { execFileSync } from 'node:child_process';
@@ -31,9 +32,11 @@ const hasPerf = (() => {
 })();
 const scratch = await mkdtemp(path.join(os.tmpdir(), 'config-agent-once-pair-'));
 
+const afterFlags = (process.env.PAIR_AFTER_FLAGS ?? '').split(' ').filter((flag) => flag !== '');
+
 /** One `--once` of `bin` in `world`: its CPU time in ms (task-clock of all its threads, or user + system). */
-async function once(bin: string, world: BenchWorld): Promise<number> {
-  const args = [...AGENT_NODE_FLAGS, bin, '--config', world.configPath, '--once'];
+async function once(bin: string, world: BenchWorld, flags: readonly string[]): Promise<number> {
+  const args = [...AGENT_NODE_FLAGS, ...flags, bin, '--config', world.configPath, '--once'];
   if (!hasPerf) {
     const run = await runTimed(process.execPath, args, { rss: true, env: AGENT_ENV });
     if (run.code !== 0) throw new Error(`exit ${run.code}: ${run.stderr.slice(0, 400)}`);
@@ -54,7 +57,8 @@ const worlds = [await createWorld(fixtures), await createWorld(fixtures)] as con
 try {
   const bins = [beforeBin, afterBin] as const;
   // Each world synced by the build that runs in it in the first series, then idle runs that record fingerprints.
-  for (const [i, world] of worlds.entries()) await once(bins[i]!, world);
+  const flagsOf = (build: 0 | 1) => (build === 1 ? afterFlags : []);
+  for (const [i, world] of worlds.entries()) await once(bins[i]!, world, flagsOf(i as 0 | 1));
   // A file changed less than 3 s before it is read is never fingerprinted (RACY_MARGIN_MS).
   await new Promise((resolve) => setTimeout(resolve, 3_500));
   const all: number[] = [];
@@ -62,7 +66,7 @@ try {
     // Series 0: before in world 0, after in world 1; then swapped. Two warm runs each first (code cache, pages).
     const worldOf = (build: 0 | 1) => worlds[(build + series) % 2]!;
     for (const build of [0, 1] as const) {
-      for (let warm = 0; warm < 2; warm += 1) await once(bins[build]!, worldOf(build));
+      for (let warm = 0; warm < 2; warm += 1) await once(bins[build]!, worldOf(build), flagsOf(build));
     }
     const ratios: number[] = [];
     const cpu: [number[], number[]] = [[], []];
@@ -70,7 +74,7 @@ try {
       // ABBA: neither build always runs first.
       const order: (0 | 1)[] = pair % 2 === 0 ? [0, 1] : [1, 0];
       const ms: number[] = [0, 0];
-      for (const build of order) ms[build] = await once(bins[build]!, worldOf(build));
+      for (const build of order) ms[build] = await once(bins[build]!, worldOf(build), flagsOf(build));
       cpu[0].push(ms[0]!);
       cpu[1].push(ms[1]!);
       ratios.push(ms[1]! / ms[0]!);
