@@ -82,3 +82,91 @@ describe('a file adopted from its declaration after a failed fsync of its direct
     expect(await syncRegularFileIf(fs, STATE_DIR, 'a.json', sha256Hex(data))).toEqual({ mode: 0o640 });
   });
 });
+
+describe('DirectorySyncLedger: what it answers after each sequence of changes and fsyncs', () => {
+  const DIR = '/root/app';
+
+  it('starts with nothing unsettled or dropped, and a failed fsync of a directory with no change drops nothing', () => {
+    const ledger = new DirectorySyncLedger();
+    expect(ledger.anyDropped).toBe(false);
+    expect(ledger.unsettled(DIR, 'a.json')).toBe(false);
+    ledger.failed(DIR);
+    expect(ledger.anyDropped).toBe(false);
+    expect(ledger.dropped(DIR, 'a.json')).toBe(false);
+  });
+
+  it('keeps every changed entry of a directory unsettled until a good fsync begun after it', () => {
+    const ledger = new DirectorySyncLedger();
+    ledger.changed(DIR, 'a.json');
+    ledger.changed(DIR, 'b.json');
+    expect(ledger.unsettled(DIR, 'a.json')).toBe(true);
+    expect(ledger.unsettled(DIR, 'b.json')).toBe(true);
+    expect(ledger.unsettled('/root/other', 'a.json')).toBe(false);
+    expect(ledger.dropped(DIR, 'a.json')).toBe(false);
+    ledger.synced(DIR, ledger.syncing());
+    expect(ledger.unsettled(DIR, 'a.json')).toBe(false);
+    expect(ledger.unsettled(DIR, 'b.json')).toBe(false);
+  });
+
+  it('leaves a change made while an fsync ran to a later one, and drops it when that one fails', () => {
+    const ledger = new DirectorySyncLedger();
+    ledger.changed(DIR, 'a.json');
+    const since = ledger.syncing();
+    ledger.changed(DIR, 'b.json');
+    ledger.synced(DIR, since);
+    expect(ledger.unsettled(DIR, 'a.json')).toBe(false);
+    expect(ledger.unsettled(DIR, 'b.json')).toBe(true);
+    // The same entry changed again while the fsync ran: its new change is not covered either.
+    ledger.changed(DIR, 'c.json');
+    const again = ledger.syncing();
+    ledger.changed(DIR, 'c.json');
+    ledger.synced(DIR, again);
+    expect(ledger.unsettled(DIR, 'b.json')).toBe(false);
+    expect(ledger.unsettled(DIR, 'c.json')).toBe(true);
+    ledger.failed(DIR);
+    expect(ledger.dropped(DIR, 'a.json')).toBe(false);
+    expect(ledger.dropped(DIR, 'b.json')).toBe(false);
+    expect(ledger.dropped(DIR, 'c.json')).toBe(true);
+    expect(ledger.anyDropped).toBe(true);
+  });
+
+  it('after a good fsync covered everything, a failed one drops nothing', () => {
+    const ledger = new DirectorySyncLedger();
+    ledger.changed(DIR, 'a.json');
+    ledger.synced(DIR, ledger.syncing());
+    ledger.failed(DIR);
+    expect(ledger.anyDropped).toBe(false);
+    expect(ledger.dropped(DIR, 'a.json')).toBe(false);
+    expect(ledger.unsettled(DIR, 'a.json')).toBe(false);
+  });
+
+  it('adds the drops of a second failed fsync to those of the first', () => {
+    const ledger = new DirectorySyncLedger();
+    ledger.changed(DIR, 'a.json');
+    ledger.failed(DIR);
+    ledger.changed(DIR, 'b.json');
+    ledger.failed(DIR);
+    expect(ledger.dropped(DIR, 'a.json')).toBe(true);
+    expect(ledger.dropped(DIR, 'b.json')).toBe(true);
+  });
+
+  it('counts a dropped entry changed anew as unsettled until covered, keeping the others dropped', () => {
+    const ledger = new DirectorySyncLedger();
+    ledger.changed(DIR, 'a.json');
+    ledger.changed(DIR, 'b.json');
+    ledger.failed(DIR);
+    ledger.changed(DIR, 'a.json');
+    expect(ledger.dropped(DIR, 'a.json')).toBe(false);
+    expect(ledger.unsettled(DIR, 'a.json')).toBe(true);
+    expect(ledger.dropped(DIR, 'b.json')).toBe(true);
+    expect(ledger.anyDropped).toBe(true);
+    ledger.synced(DIR, ledger.syncing());
+    expect(ledger.unsettled(DIR, 'a.json')).toBe(false);
+    expect(ledger.unsettled(DIR, 'b.json')).toBe(true);
+    // The last dropped entry published again: nothing is dropped any more.
+    ledger.changed(DIR, 'b.json');
+    expect(ledger.anyDropped).toBe(false);
+    ledger.synced(DIR, ledger.syncing());
+    expect(ledger.unsettled(DIR, 'b.json')).toBe(false);
+  });
+});
