@@ -1870,6 +1870,37 @@ function readDirectory(fs: FsPort, absolute: string) {
 }
 
 /**
+ * `mkdir -p dir`, each directory it makes (mode `mode`) fsynced into its parent, as start-up makes stateDir
+ * (config/load.ts ensureDirectories): a state directory made again under a running agent (an operator's `rm -rf`)
+ * must not be lost by a power cut with the state, journal and queued reports then written durably into it.
+ * One stat when `dir` is there.
+ */
+export async function makeDirectoryDurably(fs: FsPort, dir: string, mode: number): Promise<void> {
+  const missing: string[] = [];
+  for (let each = path.resolve(dir); ; each = path.dirname(each)) {
+    try {
+      await fs.stat(each);
+      break;
+    } catch (error) {
+      if (errnoCode(error) !== 'ENOENT') throw error;
+    }
+    missing.unshift(each);
+    if (path.dirname(each) === each) break;
+  }
+  for (const each of missing) {
+    try {
+      await fs.mkdir(each, { mode });
+    } catch (error) {
+      // Made meanwhile by another process: its maker fsyncs its entry.
+      if (errnoCode(error) === 'EEXIST') continue;
+      throw error;
+    }
+    fs.directorySyncs?.changed(path.dirname(each), path.basename(each));
+    await fsyncDirectory(fs, path.dirname(each), '');
+  }
+}
+
+/**
  * Durably writes `value` as pretty JSON to `<dir>/<name>` (for the agent's own state files), creating `dir`
  * with mode 0o700 if needed. Unchanged content is not rewritten.
  */
@@ -1885,7 +1916,7 @@ export async function writeDurableJson(
   if (text === undefined)
     throw new TypeError(`writeDurableJson: value for ${JSON.stringify(name)} is not JSON`);
   try {
-    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+    await makeDirectoryDurably(fs, dir, 0o700);
   } catch (error) {
     throw new DiskError({ operation: 'create state directory', path: '', cause: error });
   }
@@ -1912,7 +1943,7 @@ export async function writeDurableText(
   options: { ensureDurable?: boolean; compare?: boolean } = {},
 ): Promise<PublishResult> {
   try {
-    await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+    await makeDirectoryDurably(fs, dir, 0o700);
   } catch (error) {
     throw new DiskError({ operation: 'create state directory', path: '', cause: error });
   }

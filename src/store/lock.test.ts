@@ -5,7 +5,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { createFsFromVolume, Volume } from 'memfs';
 import { afterEach, describe, expect, it } from 'vitest';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { writeDurableJson } from './durable-writer.js';
 import {
   acquireStateLock,
   LOCK_FILE,
@@ -139,6 +142,22 @@ describe('StateLock.ensureHeld: the lock removed under a running agent', () => {
       StateLockedError,
     );
     expect(vol.readdirSync(STATE)).toEqual([LOCK_FILE]);
+  });
+
+  it('a stateDir made again is made durable in its parent: state written there survives a power cut', async () => {
+    const vol = Volume.fromJSON({});
+    vol.mkdirSync(STATE, { recursive: true, mode: 0o700 });
+    const model = await PowerCutFs.over(memfsPort(vol), '/var');
+    const lock = await acquireStateLock(model.fs, STATE, probe(100, [100]));
+    // An operator's `rm -rf /var/lib` under the running agent: the lock check makes stateDir (and lib) again.
+    vol.rmSync('/var/lib', { recursive: true });
+    expect(await lock.ensureHeld()).toBe(true);
+    await writeDurableJson(model.fs, STATE, 'outbox.json', { queued: 1 });
+
+    // Before: the new directories' entries were never fsynced, and a power cut took outbox.json with them.
+    expect(model.afterPowerCut()['lib/config-agent/outbox.json']).toBe(
+      `600 ${JSON.stringify({ queued: 1 }, null, 2)}\n`,
+    );
   });
 
   it('refuses while another live agent took it meanwhile, and leaves that agent its lock', async () => {

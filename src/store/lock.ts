@@ -7,6 +7,7 @@ import path from 'node:path';
 import * as z from 'zod';
 import { AgentError, errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { makeDirectoryDurably } from './durable-writer.js';
 import { StateDirError } from './errors.js';
 import { TEMP_PREFIX } from './path-guard.js';
 
@@ -101,7 +102,7 @@ export async function acquireStateLock(
       if (typeof holder === 'object' && (holder.token === mine.token || sameInstance(holder, mine)))
         return false;
       try {
-        await fs.mkdir(stateDir, { recursive: true, mode: 0o700 });
+        await makeDirectoryDurably(fs, stateDir, 0o700);
       } catch (error) {
         throw new StateDirError(stateDir, `cannot create ${LOCK_FILE}`, error);
       }

@@ -12,7 +12,8 @@ interface DurableEntry {
 /**
  * Wraps a FsPort (memfs: its inode numbers are never reused) under `top` with the strict POSIX model of a power
  * cut: a file's bytes and mode survive as of its last fsync through a handle, a directory's entries (names →
- * inodes) as of its last fsync; what existed when the model was made counts as durable. A file whose bytes were
+ * inodes) as of its last fsync, a directory known by its inode (one removed and made again at its path is
+ * another, with nothing durable in it yet); what existed when the model was made counts as durable. A file whose bytes were
  * never fsynced comes back empty; a directory whose entries were never fsynced comes back empty. Real
  * filesystems often keep more; nothing may rely on that.
  */
@@ -20,7 +21,9 @@ export class PowerCutFs {
   readonly fs: FsPort;
   readonly #base: FsPort;
   readonly #top: string;
-  readonly #entries = new Map<string, DurableEntry[]>();
+  /** A directory's durable entries by its inode: a directory removed and made again at its path is another one. */
+  readonly #entries = new Map<number, DurableEntry[]>();
+  #topIno = -1;
   readonly #files = new Map<number, { data: Buffer; mode: number }>();
   /** Directory → names whose change a failed fsync dropped (see dropUnsynced), until changed again. */
   readonly #dropped = new Map<string, Set<string>>();
@@ -59,7 +62,8 @@ export class PowerCutFs {
    */
   async dropUnsynced(directory: string): Promise<void> {
     const absolute = path.resolve(directory);
-    const durable = new Map((this.#entries.get(absolute) ?? []).map((entry) => [entry.name, entry.ino]));
+    const own = (await this.#base.lstat(absolute)).ino;
+    const durable = new Map((this.#entries.get(own) ?? []).map((entry) => [entry.name, entry.ino]));
     const now = new Map<string, number>();
     for (const name of await this.#base.readdir(absolute)) {
       now.set(String(name), (await this.#base.lstat(path.join(absolute, String(name)))).ino);
@@ -74,6 +78,7 @@ export class PowerCutFs {
   /** The model over `base`, with everything under `top` as it is now taken as durable. */
   static async over(base: FsPort, top: string): Promise<PowerCutFs> {
     const model = new PowerCutFs(base, top);
+    model.#topIno = (await base.lstat(model.#top)).ino;
     await model.#recordTree(model.#top);
     return model;
   }
@@ -84,13 +89,13 @@ export class PowerCutFs {
    */
   afterPowerCut(): Record<string, string> {
     const out: Record<string, string> = {};
-    const walk = (dir: string): void => {
-      for (const entry of this.#entries.get(dir) ?? []) {
+    const walk = (dir: string, ino: number): void => {
+      for (const entry of this.#entries.get(ino) ?? []) {
         const absolute = path.join(dir, entry.name);
         const relative = path.relative(this.#top, absolute);
         if (entry.kind === 'dir') {
           out[relative] = 'dir';
-          walk(absolute);
+          walk(absolute, entry.ino);
         } else if (entry.kind === 'symlink') {
           out[relative] = 'symlink';
         } else {
@@ -102,7 +107,7 @@ export class PowerCutFs {
         }
       }
     };
-    walk(this.#top);
+    walk(this.#top, this.#topIno);
     return out;
   }
 
@@ -124,9 +129,10 @@ export class PowerCutFs {
 
   async #recordDirectory(absolute: string): Promise<void> {
     const entries: DurableEntry[] = [];
+    const own = (await this.#base.lstat(absolute)).ino;
     const dropped = this.#dropped.get(absolute) ?? new Set<string>();
     // A dropped name keeps what was durable of it before.
-    for (const entry of this.#entries.get(absolute) ?? []) if (dropped.has(entry.name)) entries.push(entry);
+    for (const entry of this.#entries.get(own) ?? []) if (dropped.has(entry.name)) entries.push(entry);
     for (const dirent of await this.#base.readdir(absolute, { withFileTypes: true })) {
       const name = String(dirent.name);
       if (dropped.has(name)) continue;
@@ -134,7 +140,7 @@ export class PowerCutFs {
       const kind = stats.isDirectory() ? 'dir' : stats.isSymbolicLink() ? 'symlink' : 'file';
       entries.push({ name, ino: stats.ino, kind });
     }
-    this.#entries.set(absolute, entries);
+    this.#entries.set(own, entries);
   }
 
   async #recordFile(absolute: string, ino: number): Promise<void> {
@@ -146,7 +152,7 @@ export class PowerCutFs {
 
   async #recordTree(absolute: string): Promise<void> {
     await this.#recordDirectory(absolute);
-    for (const entry of this.#entries.get(absolute) ?? []) {
+    for (const entry of this.#entries.get((await this.#base.lstat(absolute)).ino) ?? []) {
       const child = path.join(absolute, entry.name);
       if (entry.kind === 'dir') await this.#recordTree(child);
       else if (entry.kind === 'file') await this.#recordFile(child, entry.ino);
