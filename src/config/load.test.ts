@@ -6,6 +6,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { Volume } from 'memfs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
 import { exitCodeForStartupError } from '../cli/exit-codes.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { ApiKeyError, ConfigError } from './errors.js';
@@ -428,6 +430,31 @@ describe('ensureDirectories', () => {
     };
     await ensureDirectories(fs, config());
     expect(synced).toEqual(['/', '/var', '/var/lib', '/', '/srv']);
+  });
+
+  it('a directory made whose entry could not be made durable (its parent fsync fails) is made again by the next start', async () => {
+    const { vol } = memfs({ '/etc/x': '' });
+    const model = await PowerCutFs.over(memfsPort(vol), '/');
+    let failSyncOf: string | undefined = '/srv';
+    const fs: FsPort = {
+      ...model.fs,
+      open: (async (file: string, flags: number) => {
+        const handle = await model.fs.open(file, flags);
+        if (String(file) !== failSyncOf) return handle;
+        failSyncOf = undefined;
+        return Object.assign(Object.create(handle), {
+          sync: async () => {
+            throw Object.assign(new Error('EIO: simulated, fsync'), { code: 'EIO' });
+          },
+          close: () => handle.close(),
+        });
+      }) as FsPort['open'],
+    };
+    await rejected(ensureDirectories(fs, config()), ConfigError);
+    // The start-up retried (or the next start): before, it found rootDir there and never fsynced its entry.
+    await ensureDirectories(fs, config());
+    expect(model.afterPowerCut()['srv/config-agent']).toBe('dir');
+    expect(model.afterPowerCut()['var/lib/config-agent']).toBe('dir');
   });
 
   it('tightens an existing stateDir open to group or others, and leaves an existing rootDir alone', async () => {

@@ -421,10 +421,17 @@ async function ensureDirectory(
         if (errnoCode(error) !== 'EEXIST') throw error;
         continue;
       }
-      await fs.chmod(each, mode);
-      // A new directory's entry lives in its parent: without this fsync a power cut can take the whole
-      // directory (and for stateDir, the record of which files the agent wrote) with it.
-      await fsyncDirectoryOf(fs, path.dirname(each));
+      try {
+        await fs.chmod(each, mode);
+        // A new directory's entry lives in its parent: without this fsync a power cut can take the whole
+        // directory (and for stateDir, the record of which files the agent wrote) with it.
+        await fsyncDirectoryOf(fs, path.dirname(each));
+      } catch (error) {
+        // Not durable, it goes again (still empty): the next start or reload makes it anew and fsyncs it,
+        // instead of finding it there and writing below an entry a power cut can take.
+        await fs.rmdir(each).catch(() => undefined);
+        throw error;
+      }
     }
   } catch (error) {
     if (error instanceof ConfigError) throw error;
