@@ -10,6 +10,7 @@ import type { FileHandle, FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
+import { DirectoryAsides } from '../store/directory-asides.js';
 import { DirectorySyncLedger } from '../store/directory-syncs.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { type AppliedStep, type ApplyContext, applySteps } from './apply.js';
@@ -341,11 +342,19 @@ describe('applySteps: directories a batch makes', () => {
      * (relative to the root) fails with EIO and drops what changed in it since its last good fsync, as the
      * kernel may; every later one succeeds.
      */
-    function failingOnce(model: PowerCutFs, failing: Set<string>): FsPort {
+    async function failingOnce(model: PowerCutFs, failing: Set<string>): Promise<FsPort> {
       const base = model.fs;
+      const ledger = new DirectorySyncLedger();
+      // As StateDir.open does: renewals record their aside names in the state directory first.
+      ledger.keepAsidesIn(
+        await DirectoryAsides.open(base, STATE_DIR, ROOT, ledger, silentLogger(), {
+          euid: process.geteuid?.() ?? -1,
+          clock: { now: () => 0 },
+        }),
+      );
       return {
         ...base,
-        directorySyncs: new DirectorySyncLedger(),
+        directorySyncs: ledger,
         open: (async (...args: Parameters<FsPort['open']>) => {
           const handle: FileHandle = await base.open(...args);
           const target = String(args[0]);
@@ -376,7 +385,7 @@ describe('applySteps: directories a batch makes', () => {
 
     it('a file renamed in before the failure is published again, not taken as in place, before it is handed on', async () => {
       const model = await PowerCutFs.over(memfsPort(vol), ROOT);
-      const fs = failingOnce(model, new Set(['top']));
+      const fs = await failingOnce(model, new Set(['top']));
       const first = await run([write('cfg_a', 'top/a.json')], model, fs, 5);
       expect(first.outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
       // The bytes are in place; the fsync of `top` now succeeds, but the dropped entry is not on disk.
@@ -388,7 +397,7 @@ describe('applySteps: directories a batch makes', () => {
 
     it('a directory made before the failure is renewed (renamed aside and back) before a file below it is handed on', async () => {
       const model = await PowerCutFs.over(memfsPort(vol), ROOT);
-      const fs = failingOnce(model, new Set(['top']));
+      const fs = await failingOnce(model, new Set(['top']));
       const first = await run([write('cfg_a', 'top/new/a.json')], model, fs, 5);
       expect(first.outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
       const { outcome, lost } = await run(
@@ -409,7 +418,7 @@ describe('applySteps: directories a batch makes', () => {
 
     it('a directory that cannot be renewed (a mount point: EBUSY) keeps its files back, and the rest of the batch lands', async () => {
       const model = await PowerCutFs.over(memfsPort(vol), ROOT);
-      const failing = failingOnce(model, new Set(['top']));
+      const failing = await failingOnce(model, new Set(['top']));
       const first = await run([write('cfg_a', 'top/new/a.json')], model, failing, 5);
       expect(first.outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
       const fs: FsPort = {
@@ -430,7 +439,7 @@ describe('applySteps: directories a batch makes', () => {
     it('a removal whose unlink the failure dropped is made again before it is handed on as removed', async () => {
       vol.writeFileSync(path.join(ROOT, 'top/old.json'), 'old\n', { mode: 0o640 });
       const model = await PowerCutFs.over(memfsPort(vol), ROOT);
-      const fs = failingOnce(model, new Set(['top']));
+      const fs = await failingOnce(model, new Set(['top']));
       const files: ApplyContext['files'] = new Map([
         [
           'top/old.json',

@@ -11,8 +11,23 @@
  * and what did not is written again by the next run. Directories are named by their absolute path as the writer
  * built it (root or state directory joined with the relative path), never through /proc/self/fd.
  */
+/**
+ * Where a directory renewal (store/durable-writer.ts renewDroppedDirectories) records, durably and before its
+ * first rename, the temp name it renames a directory to, so that the next start can rename it back should the
+ * process die before the second rename (store/directory-asides.ts).
+ */
+export interface RenewalAsides {
+  /**
+   * `aside` (a temp name beside it) will stand for `name` in `dir` (relative to `rootDir`, '' for the root
+   * itself); durable on return. A record is kept until the entry `name` is settled in this ledger (the rename
+   * back covered by a good fsync of `dir`).
+   */
+  record(rootDir: string, dir: string, name: string, aside: string): Promise<void>;
+}
+
 export class DirectorySyncLedger {
   #changes = 0;
+  #asides: RenewalAsides | undefined;
   /** Directory → name → the change count when it last changed; until a good fsync begun after it. */
   readonly #uncovered = new Map<string, Map<string, number>>();
   /** Directory → names whose change a failed fsync may have dropped; until changed anew. */
@@ -71,6 +86,18 @@ export class DirectorySyncLedger {
    */
   unsettled(directory: string, name: string): boolean {
     return this.dropped(directory, name) || (this.#uncovered.get(directory)?.has(name) ?? false);
+  }
+
+  /**
+   * Where renewals record their temp names (the state directory's, set once it is open). Until one is set, no
+   * directory is renewed: one renamed aside without a record would stay aside for good if the process died there.
+   */
+  keepAsidesIn(asides: RenewalAsides): void {
+    this.#asides = asides;
+  }
+
+  get asides(): RenewalAsides | undefined {
+    return this.#asides;
   }
 
   /** Whether any entry is dropped (when none, nothing needs asking). */

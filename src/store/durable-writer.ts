@@ -749,15 +749,55 @@ async function renewDroppedDirectories(
     const parent = relativeDir(relative);
     const parentAbsolute = path.join(root, parent);
     const name = segments[index - 1]!;
-    if (!ledger.dropped(parentAbsolute, name) || !verified.has(parent)) continue;
+    // Without a durable record of the aside name (the state directory not open), no rename: see RenewalAsides.
+    const asides = ledger.asides;
+    if (!ledger.dropped(parentAbsolute, name) || !verified.has(parent) || asides === undefined) continue;
     const absolute = path.join(root, relative);
-    const aside = path.join(parentAbsolute, `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`);
+    const asideName = `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`;
+    const aside = path.join(parentAbsolute, asideName);
+    await step('record directory renewal', relative, () => asides.record(root, parent, name, asideName));
     await step('rename directory aside', relative, () => fs.rename(absolute, aside));
     await step('rename directory back', relative, () => fs.rename(aside, absolute));
     ledger.changed(parentAbsolute, name);
     if (syncNow) await fsyncDirectory(fs, parentAbsolute, parent);
     else made?.add(relative);
   }
+}
+
+/**
+ * Puts back a directory a renewal renamed aside (`entry`, from `renewal-asides.json`) when a run died before
+ * renaming it back: `restored` once renamed to its name and the parent fsynced; `gone` when nothing is at the
+ * aside name (never renamed, or back already); `occupied` when something that is not an empty directory is at
+ * its name now (both are left: an operator's files are never removed, never merged); `kept` when the parent
+ * may be changed by someone other than the agent's user or root, or the aside is not a real directory (only
+ * under a sealed parent does the agent ever rename aside, so a look-alike anywhere else is not its own).
+ * No symlink is followed: the chain is lstat'ed from the root, and rename never follows its last component.
+ */
+export async function restoreRenewedDirectory(
+  fs: FsPort,
+  entry: { rootDir: string; dir: string; name: string; aside: string },
+  euid: number,
+): Promise<'restored' | 'gone' | 'occupied' | 'kept'> {
+  const relative = entry.dir === '' ? entry.name : `${entry.dir}/${entry.name}`;
+  const verified = new VerifiedDirectories(euid);
+  const inspection = await inspectPath(fs, entry.rootDir, relative, verified);
+  const parentAbsolute = path.join(inspection.root, entry.dir);
+  const aside = path.join(parentAbsolute, entry.aside);
+  const found = await lstatOrUndefined(fs, aside, relative);
+  if (found === undefined) return 'gone';
+  if (!verified.has(entry.dir) || !found.isDirectory()) return 'kept';
+  try {
+    // Onto nothing or an empty directory (one the next run made before it died too): rename replaces only that.
+    await fs.rename(aside, inspection.absolute);
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code === 'ENOTEMPTY' || code === 'EEXIST' || code === 'ENOTDIR' || code === 'EISDIR')
+      return 'occupied';
+    throw new DiskError({ operation: 'rename directory back', path: relative, cause: error });
+  }
+  fs.directorySyncs?.changed(parentAbsolute, entry.name);
+  await fsyncDirectory(fs, parentAbsolute, entry.dir);
+  return 'restored';
 }
 
 /**

@@ -5,6 +5,7 @@ import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { CACHE_DIR, ContentCache } from './content-cache.js';
+import { DirectoryAsides } from './directory-asides.js';
 import { type SweepSkip, sweepTempFiles } from './durable-writer.js';
 import { StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
@@ -98,6 +99,16 @@ export class StateDir {
       if (!readOnly) {
         // Before the sweep: the temp files of another agent's write in progress are not leftovers.
         lock = await acquireStateLock(fs, settings.stateDir);
+        // Before any pass: a directory a renewal left renamed aside is put back before its files are written anew.
+        const asides = await DirectoryAsides.open(
+          fs,
+          settings.stateDir,
+          settings.rootDir,
+          fs.directorySyncs,
+          logger,
+          { euid: options.euid ?? process.geteuid?.() ?? -1, clock },
+        );
+        fs.directorySyncs?.keepAsidesIn(asides);
         const skipped: Array<SweepSkip & { under: 'rootDir' | 'stateDir' }> = [];
         swept = await sweepTempFiles(fs.sweepPort?.(settings.rootDir) ?? fs, settings.rootDir, (skip) => {
           skipped.push({ ...skip, under: 'rootDir' });

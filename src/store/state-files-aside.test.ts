@@ -108,7 +108,7 @@ async function expectSynced(name: string): Promise<void> {
 }
 
 describe('a state file that is not a regular file is moved aside; the agent starts and syncs', () => {
-  for (const name of ['intent.json', 'outbox.json', 'fingerprints.json']) {
+  for (const name of ['intent.json', 'renewal-asides.json', 'outbox.json', 'fingerprints.json']) {
     for (const kind of ['directory', 'FIFO', 'dangling symlink'] as const) {
       it(`${name} as a ${kind}`, async () => {
         await plant(name, kind);

@@ -1,0 +1,240 @@
+// A directory renewal cut off between its two renames (kill -9, power cut) is put back by the next start.
+import * as nodeFs from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import { ASIDES_FILE, DirectoryAsides } from './directory-asides.js';
+import { DirectorySyncLedger } from './directory-syncs.js';
+import { renewDroppedOnTheWay } from './durable-writer.js';
+import { TEMP_PREFIX, VerifiedDirectories } from './path-guard.js';
+import { StateDir, type StateDirSettings } from './state-dir.js';
+
+const EUID = process.geteuid?.() ?? -1;
+
+let dir: string;
+let root: string;
+let settings: StateDirSettings;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'asides-'));
+  root = path.join(dir, 'root');
+  settings = { stateDir: path.join(dir, 'state'), rootDir: root, deviceId: 'dev-1' };
+  await mkdir(path.join(root, 'top/app'), { recursive: true, mode: 0o755 });
+  await mkdir(settings.stateDir, { mode: 0o700 });
+  await chmod(root, 0o755);
+  await chmod(path.join(root, 'top'), 0o755);
+  await writeFile(path.join(root, 'top/app/a.json'), 'deployed\n');
+  await writeFile(path.join(root, 'top/app/operator.conf'), 'the operator wrote this\n');
+});
+
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** A fresh start of the agent on the same disk: the state directory opened (restore and sweep), then closed. */
+async function start(fs: FsPort = nodeFs as unknown as FsPort): Promise<void> {
+  const state = await StateDir.open(fs, settings, silentLogger(), { euid: EUID, clock: { now: () => 0 } });
+  await state.close();
+}
+
+/** Everything under `at`, relative path → `dir` or the file's content. */
+async function tree(at = root): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const entry of await readdir(at, { recursive: true, withFileTypes: true })) {
+    const absolute = path.join(entry.parentPath, entry.name);
+    out[path.relative(at, absolute)] = entry.isDirectory()
+      ? 'dir'
+      : entry.isSymbolicLink()
+        ? 'symlink'
+        : await readFile(absolute, 'utf8');
+  }
+  return out;
+}
+
+const KEPT = {
+  top: 'dir',
+  'top/app': 'dir',
+  'top/app/a.json': 'deployed\n',
+  'top/app/operator.conf': 'the operator wrote this\n',
+};
+
+/** A process whose fsync of `top` failed after `top/app` was made (its entry dropped), with the record open. */
+async function processAfterFailedFsync(base: FsPort): Promise<FsPort> {
+  const ledger = new DirectorySyncLedger();
+  ledger.changed(path.join(root, 'top'), 'app');
+  ledger.failed(path.join(root, 'top'));
+  ledger.keepAsidesIn(
+    await DirectoryAsides.open(base, settings.stateDir, root, ledger, silentLogger(), {
+      euid: EUID,
+      clock: { now: () => 0 },
+    }),
+  );
+  return { ...base, directorySyncs: ledger };
+}
+
+class Killed extends Error {}
+
+/** `fs` that dies (every later call throws) at the rename that would put a directory back from its aside name. */
+function diesBetweenTheRenames(fs: FsPort, atFirstRename: () => void = () => undefined): FsPort {
+  let dead = false;
+  const guard =
+    <A extends unknown[], R>(call: (...args: A) => Promise<R>) =>
+    async (...args: A): Promise<R> => {
+      if (dead) throw new Killed('the process is gone');
+      return call(...args);
+    };
+  return {
+    ...fs,
+    open: guard(fs.open) as FsPort['open'],
+    lstat: guard(fs.lstat) as FsPort['lstat'],
+    rename: (async (from: string, to: string) => {
+      if (dead) throw new Killed('the process is gone');
+      if (path.basename(String(from)).startsWith(TEMP_PREFIX) && (await nodeFs.lstat(from)).isDirectory()) {
+        dead = true;
+        throw new Killed('kill -9 between the two renames');
+      }
+      if (path.basename(String(to)).startsWith(TEMP_PREFIX) && String(from) === path.join(root, 'top/app'))
+        atFirstRename();
+      return fs.rename(from, to);
+    }) as FsPort['rename'],
+  };
+}
+
+async function renew(fs: FsPort): Promise<void> {
+  const verified = new VerifiedDirectories(EUID);
+  await renewDroppedOnTheWay(fs, root, 'top/app/a.json', verified, new Set());
+}
+
+describe('a directory renewal cut off between its two renames', () => {
+  it('kill -9 there: the next start renames the directory back, with every file in it', async () => {
+    const fs = diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort));
+    await renew(fs);
+    const asides = (await readdir(path.join(root, 'top'))).filter((name) => name.startsWith(TEMP_PREFIX));
+    expect(asides).toHaveLength(1);
+    expect(await readdir(path.join(root, 'top'))).toEqual(asides);
+
+    await start();
+    expect(await tree()).toEqual(KEPT);
+    await expect(readFile(path.join(settings.stateDir, ASIDES_FILE))).rejects.toMatchObject({
+      code: 'ENOENT',
+    });
+  });
+
+  it('a power cut at the first rename finds the aside name already on disk in the record', async () => {
+    const model = await PowerCutFs.over(nodeFs as unknown as FsPort, dir);
+    let atRename: Record<string, string> = {};
+    const fs = diesBetweenTheRenames(await processAfterFailedFsync(model.fs), () => {
+      atRename = model.afterPowerCut();
+    });
+    await renew(fs);
+    const [aside] = await readdir(path.join(root, 'top'));
+    const record = atRename[`state/${ASIDES_FILE}`] ?? '';
+    expect(record).toContain(aside);
+    expect(record).toContain('"name": "app"');
+  });
+
+  it('something else at the name now: both are left as they are, and put back at a start after it went', async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const [aside] = await readdir(path.join(root, 'top'));
+    await mkdir(path.join(root, 'top/app'));
+    await writeFile(path.join(root, 'top/app/a.json'), 'written again\n');
+    await start();
+    expect(await tree(path.join(root, 'top'))).toEqual({
+      app: 'dir',
+      'app/a.json': 'written again\n',
+      [aside!]: 'dir',
+      [`${aside}/a.json`]: 'deployed\n',
+      [`${aside}/operator.conf`]: 'the operator wrote this\n',
+    });
+    await rm(path.join(root, 'top/app'), { recursive: true });
+    await start();
+    expect(await tree()).toEqual(KEPT);
+  });
+
+  it('an empty directory made at the name meanwhile is replaced by the one aside', async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    await mkdir(path.join(root, 'top/app'));
+    await start();
+    expect(await tree()).toEqual(KEPT);
+  });
+
+  it('a record never moves what it does not name, nor anything under a parent another user may change', async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const [aside] = await readdir(path.join(root, 'top'));
+    // A look-alike planted beside it, and a record naming it: neither is the agent's doing.
+    const planted = `${TEMP_PREFIX}${'ab'.repeat(12)}`;
+    await mkdir(path.join(root, 'top', planted));
+    const record = JSON.parse(await readFile(path.join(settings.stateDir, ASIDES_FILE), 'utf8')) as {
+      asides: Array<Record<string, string>>;
+    };
+    const real = record.asides[0]!;
+    record.asides.push(
+      { ...real, aside: planted, name: '../../escape' },
+      { ...real, aside: '../../etc', name: 'x' },
+      { ...real, aside: planted, name: TEMP_PREFIX },
+    );
+    await writeFile(path.join(settings.stateDir, ASIDES_FILE), JSON.stringify(record));
+    // The parent now writable by others: the aside there may not be the agent's any more.
+    await chmod(path.join(root, 'top'), 0o777);
+    await start();
+    expect((await readdir(path.join(root, 'top'))).sort()).toEqual([aside, planted].sort());
+    expect(await readdir(dir)).toEqual(['root', 'state']);
+    // Sealed again: the recorded one (and only it) comes back.
+    await chmod(path.join(root, 'top'), 0o755);
+    await start();
+    expect((await readdir(path.join(root, 'top'))).sort()).toEqual(['app', planted].sort());
+    expect(await tree(path.join(root, 'top/app'))).toEqual({
+      'a.json': 'deployed\n',
+      'operator.conf': 'the operator wrote this\n',
+    });
+  });
+
+  it('a symlink at the aside name or on the way is never followed', async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const [aside] = await readdir(path.join(root, 'top'));
+    await mkdir(path.join(dir, 'elsewhere/inside'), { recursive: true });
+    await rm(path.join(root, 'top', aside!), { recursive: true });
+    await symlink(path.join(dir, 'elsewhere/inside'), path.join(root, 'top', aside!));
+    await start();
+    expect(await tree(path.join(root, 'top'))).toEqual({ [aside!]: 'symlink' });
+    expect(await tree(path.join(dir, 'elsewhere'))).toEqual({ inside: 'dir' });
+  });
+
+  it('a record of another root directory is kept for it, and nothing under this root is moved', async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const [aside] = await readdir(path.join(root, 'top'));
+    const other = path.join(dir, 'other-root');
+    settings = { ...settings, rootDir: other };
+    await mkdir(other);
+    await start();
+    expect(await readdir(path.join(root, 'top'))).toEqual([aside]);
+    settings = { ...settings, rootDir: root };
+    await start();
+    expect(await tree()).toEqual(KEPT);
+  });
+
+  it('without a record (the state directory not open), no directory is renamed aside', async () => {
+    const ledger = new DirectorySyncLedger();
+    ledger.changed(path.join(root, 'top'), 'app');
+    ledger.failed(path.join(root, 'top'));
+    const fs = diesBetweenTheRenames({ ...(nodeFs as unknown as FsPort), directorySyncs: ledger });
+    await renew(fs);
+    expect(await tree()).toEqual(KEPT);
+    expect(ledger.dropped(path.join(root, 'top'), 'app')).toBe(true);
+  });
+
+  it('a renewal that completes leaves the directory at its name, and its record is dropped once settled', async () => {
+    const fs = await processAfterFailedFsync(nodeFs as unknown as FsPort);
+    await renew(fs);
+    expect(await tree()).toEqual(KEPT);
+    await start();
+    expect(await tree()).toEqual(KEPT);
+    await expect(readFile(path.join(settings.stateDir, ASIDES_FILE))).rejects.toMatchObject({
+      code: 'ENOENT',
+    });
+  });
+});

@@ -1,0 +1,173 @@
+// The temp names directory renewals rename directories to, recorded before the rename and put back at the next start.
+import path from 'node:path';
+import * as z from 'zod';
+import type { WallClock } from '../lib/clock.js';
+import { errnoCode } from '../lib/errors.js';
+import type { FsPort } from '../lib/fs-port.js';
+import type { Logger } from '../lib/logger.js';
+import type { DirectorySyncLedger, RenewalAsides } from './directory-syncs.js';
+import { restoreRenewedDirectory, writeDurableJson } from './durable-writer.js';
+import { TEMP_PREFIX, validateRelativePath } from './path-guard.js';
+import { readStateDirFileOrSetAside } from './state.js';
+
+export const ASIDES_FILE = 'renewal-asides.json';
+
+/** The only names a renewal gives a directory aside: the temp prefix and 24 hex digits. */
+const ASIDE_NAME = new RegExp(`^${TEMP_PREFIX.replaceAll('.', '\\.')}[0-9a-f]{24}$`);
+
+/** A directory renamed (or about to be) from `dir`/`name` to `dir`/`aside` under `rootDir` (absolute). */
+export interface AsideEntry {
+  rootDir: string;
+  dir: string;
+  name: string;
+  aside: string;
+}
+
+const asidesFile = z.object({
+  version: z.literal(1),
+  asides: z.array(z.object({ rootDir: z.string(), dir: z.string(), name: z.string(), aside: z.string() })),
+});
+
+/** Whether `entry` names a temp name and a directory entry the agent could have renamed, and nothing else. */
+function wellFormed(entry: AsideEntry): boolean {
+  if (!path.isAbsolute(entry.rootDir) || !ASIDE_NAME.test(entry.aside)) return false;
+  try {
+    validateRelativePath(entry.dir === '' ? entry.name : `${entry.dir}/${entry.name}`);
+    return !entry.name.includes('/');
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * `renewal-asides.json` in the state directory: every directory a renewal renamed aside (or was about to),
+ * written durably before the first rename. A record whose rename back a good fsync of its parent covered is
+ * dropped at the next record (the ledger says so); the file is rewritten at start, after the restore.
+ */
+export class DirectoryAsides implements RenewalAsides {
+  readonly #fs: FsPort;
+  readonly #stateDir: string;
+  readonly #ledger: DirectorySyncLedger | undefined;
+  /** Records of this process, until their rename back is durable. */
+  #recorded: AsideEntry[] = [];
+  /** Records the start could not restore (something at the name, another root): kept until a start does. */
+  readonly #kept: AsideEntry[];
+  #last: Promise<unknown> = Promise.resolve();
+
+  private constructor(
+    fs: FsPort,
+    stateDir: string,
+    ledger: DirectorySyncLedger | undefined,
+    kept: AsideEntry[],
+  ) {
+    this.#fs = fs;
+    this.#stateDir = stateDir;
+    this.#ledger = ledger;
+    this.#kept = kept;
+  }
+
+  /**
+   * Puts back every directory a run that died between a renewal's two renames left aside under `rootDir`,
+   * then returns the record for this process's renewals. See `restoreRenewedDirectory` for what is put back.
+   */
+  static async open(
+    fs: FsPort,
+    stateDir: string,
+    rootDir: string,
+    ledger: DirectorySyncLedger | undefined,
+    logger: Logger,
+    options: { euid: number; clock: WallClock },
+  ): Promise<DirectoryAsides> {
+    const { euid, clock } = options;
+    const found = await readAsides(fs, stateDir, logger, clock);
+    const root = path.resolve(rootDir);
+    const kept: AsideEntry[] = [];
+    for (const entry of found) {
+      if (entry.rootDir !== root) {
+        kept.push(entry);
+        logger.warn({ ...entry }, 'a directory renamed aside under another root directory is left as it is');
+        continue;
+      }
+      const outcome = await restoreRenewedDirectory(fs, entry, euid).catch((error: unknown) => {
+        logger.warn(
+          { err: error, ...entry },
+          'could not put back a directory renamed aside: tried again at the next start',
+        );
+        return 'kept' as const;
+      });
+      if (outcome === 'restored')
+        logger.warn({ ...entry }, 'put back a directory a crash left renamed aside');
+      if (outcome === 'occupied') {
+        logger.error(
+          { ...entry },
+          'a directory a crash left renamed aside cannot be put back: something else is at its name; both are left as they are (merge them by hand)',
+        );
+      }
+      if (outcome === 'kept') {
+        logger.warn(
+          { ...entry },
+          'a directory renamed aside is not put back: its parent may be changed by another user, or the aside is no real directory',
+        );
+      }
+      if (outcome === 'occupied' || outcome === 'kept') kept.push(entry);
+    }
+    const asides = new DirectoryAsides(fs, stateDir, ledger, kept);
+    if (found.length > kept.length) await asides.#write();
+    return asides;
+  }
+
+  async record(rootDir: string, dir: string, name: string, aside: string): Promise<void> {
+    this.#recorded = this.#recorded.filter(
+      (entry) => this.#ledger?.unsettled(path.join(entry.rootDir, entry.dir), entry.name) ?? true,
+    );
+    const entry = { rootDir, dir, name, aside };
+    this.#recorded.push(entry);
+    try {
+      await this.#write();
+    } catch (error) {
+      this.#recorded = this.#recorded.filter((recorded) => recorded !== entry);
+      throw error;
+    }
+  }
+
+  /** The records durably (none: the file unlinked; a stale record only names a temp name that is not there). */
+  async #write(): Promise<void> {
+    const run = this.#last.then(async () => {
+      const asides = [...this.#kept, ...this.#recorded];
+      if (asides.length > 0) {
+        await writeDurableJson(this.#fs, this.#stateDir, ASIDES_FILE, { version: 1, asides });
+        return;
+      }
+      await this.#fs.unlink(path.join(this.#stateDir, ASIDES_FILE)).catch((error: unknown) => {
+        if (errnoCode(error) !== 'ENOENT') throw error;
+      });
+    });
+    this.#last = run.catch(() => undefined);
+    await run;
+  }
+}
+
+/** The records a run left; an unreadable file (edited, of another version) is logged and read as none. */
+async function readAsides(
+  fs: FsPort,
+  stateDir: string,
+  logger: Logger,
+  clock: WallClock,
+): Promise<AsideEntry[]> {
+  const raw = await readStateDirFileOrSetAside(fs, stateDir, ASIDES_FILE, logger, { clock });
+  if (raw === undefined) return [];
+  try {
+    const entries = asidesFile.parse(JSON.parse(raw)).asides;
+    const formed = entries.filter(wellFormed);
+    if (formed.length < entries.length) {
+      logger.warn(
+        { file: ASIDES_FILE, ignored: entries.length - formed.length },
+        'malformed renewal records ignored',
+      );
+    }
+    return formed;
+  } catch (error) {
+    logger.warn({ err: error, file: ASIDES_FILE }, 'unreadable renewal record ignored');
+    return [];
+  }
+}
