@@ -10,6 +10,7 @@ import { silentLogger } from '../lib/logger.js';
 import {
   type DeliveryVerdict,
   emptyOutboxFile,
+  type ListedBefore,
   MAX_REFUSED_REMEMBERED,
   OUTBOX_FILE,
   type OutboxEntry,
@@ -349,6 +350,37 @@ describe('StatusOutbox', () => {
     expect(salvaged.pending().map((entry) => [entry.instanceId, entry.report, ...listed(entry)])).toEqual([
       ['cfg_a', retrying, undefined, 'v1'],
       ['cfg_b', deployed, '2026-01-02T00:00:00.000Z', undefined],
+    ]);
+  });
+
+  it('keeps the updated_at a report was queued with on disk before any relisting; a relisting changes only what differs', async () => {
+    const { fs } = memfs();
+    const first = await open(fs);
+    first.enqueue('cfg_a', retrying, T0, '2026-01-01T00:00:00.000Z');
+    first.enqueue('cfg_b', deployed, T0);
+    await first.persist();
+    // A crash before the pass's end: the next process finds the updated_at given at enqueue.
+    const reopened = await open(fs);
+    const listed = (outbox: StatusOutbox) =>
+      outbox.pending().map((entry) => [entry.instanceId, entry.listedUpdatedAt, entry.listedVersion]);
+    expect(listed(reopened)).toEqual([
+      ['cfg_a', '2026-01-01T00:00:00.000Z', undefined],
+      ['cfg_b', undefined, undefined],
+    ]);
+    const onlyA = (before: ListedBefore) => (id: string) => (id === 'cfg_a' ? before : undefined);
+    // The version alone differs.
+    expect(reopened.relist(onlyA({ updatedAt: '2026-01-01T00:00:00.000Z', version: 'v1' }))).toBe(true);
+    expect(listed(reopened)[0]).toEqual(['cfg_a', '2026-01-01T00:00:00.000Z', 'v1']);
+    // The updated_at alone differs.
+    expect(reopened.relist(onlyA({ updatedAt: '2026-01-03T00:00:00.000Z', version: 'v1' }))).toBe(true);
+    expect(listed(reopened)[0]).toEqual(['cfg_a', '2026-01-03T00:00:00.000Z', 'v1']);
+    expect(reopened.relist(onlyA({ updatedAt: '2026-01-03T00:00:00.000Z', version: 'v1' }))).toBe(false);
+    // Listed without a version: the one kept goes.
+    expect(reopened.relist(onlyA({ updatedAt: '2026-01-03T00:00:00.000Z' }))).toBe(true);
+    await reopened.persist();
+    expect(listed(await open(fs))).toEqual([
+      ['cfg_a', '2026-01-03T00:00:00.000Z', undefined],
+      ['cfg_b', undefined, undefined],
     ]);
   });
 
