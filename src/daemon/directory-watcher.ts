@@ -5,7 +5,8 @@ import type { FsPort } from '../lib/fs-port.js';
 import { DiskError } from '../store/errors.js';
 
 export interface DirectoryWatcherOptions {
-  fs: Pick<FsPort, 'lstat' | 'readdir'>;
+  /** `readFile`: for the kernel's `max_queued_events` (see `maxQueuedEvents`). */
+  fs: Pick<FsPort, 'lstat' | 'readdir'> & Partial<Pick<FsPort, 'readFile'>>;
   rootDir: string;
   /**
    * A name in a watched directory was created, written, re-moded, removed or renamed: `file` is its absolute
@@ -36,10 +37,17 @@ export interface DirectoryWatcherOptions {
    * a change to a managed file among the lost ones. Told once per such turn.
    */
   onBurst?: (events: number) => void;
+  /**
+   * The kernel's `fs.inotify.max_queued_events`; read from /proc/sys at start when not given. A queue set smaller
+   * than BURST_EVENTS overflows with fewer names than that, so a turn delivering as many as it holds is a burst.
+   */
+  maxQueuedEvents?: number;
 }
 
 /** Names reported in one turn of the event loop from which events are taken as possibly lost (see `onBurst`). */
 export const BURST_EVENTS = 4096;
+
+const MAX_QUEUED_EVENTS_FILE = '/proc/sys/fs/inotify/max_queued_events';
 
 /**
  * Each watched directory costs about 2.6 KiB of the agent's memory (measured: 20,000 directories a local process
@@ -102,6 +110,8 @@ export class DirectoryWatcher {
   #limitTold = false;
   /** Events reported in this turn of the event loop. */
   #burst = 0;
+  /** Events in one turn taken as a burst: BURST_EVENTS, or the kernel's queue when it holds fewer. */
+  #burstEvents = BURST_EVENTS;
   /** rootDir's device and inode when its watch was set (`#checkRoot`). */
   #rootId: { dev: number; ino: number } | undefined;
   /** A `#checkRoot` is running: one at a time, so a hung lstat is not stacked once per pass. */
@@ -113,6 +123,7 @@ export class DirectoryWatcher {
 
   /** Watches the root and every directory below it; rejects when the root itself cannot be watched. */
   async start(): Promise<void> {
+    this.#burstEvents = Math.min(BURST_EVENTS, await this.#maxQueuedEvents());
     const root = await this.#options.fs.lstat(this.#options.rootDir);
     if (!root.isDirectory()) {
       throw new DiskError({
@@ -306,11 +317,21 @@ export class DirectoryWatcher {
     if (file !== dir) void this.#follow(file);
   }
 
+  /** `maxQueuedEvents`, else the kernel's setting; BURST_EVENTS when neither is known. */
+  async #maxQueuedEvents(): Promise<number> {
+    let value = this.#options.maxQueuedEvents;
+    if (value === undefined) {
+      const text = await this.#options.fs.readFile?.(MAX_QUEUED_EVENTS_FILE, 'utf8').catch(() => '');
+      value = Number.parseInt(String(text), 10);
+    }
+    return Number.isInteger(value) && value > 0 ? value : BURST_EVENTS;
+  }
+
   /** Counts the events of this turn (ignored names too: they fill the kernel's queue all the same). */
   #countBurst(): void {
     if (this.#burst === 0) setImmediate(() => (this.#burst = 0));
     this.#burst += 1;
-    if (this.#burst === BURST_EVENTS) this.#options.onBurst?.(this.#burst);
+    if (this.#burst === this.#burstEvents) this.#options.onBurst?.(this.#burst);
   }
 
   /**

@@ -66,7 +66,11 @@ function kernel() {
   return { state, fakeWatch, deliver, name };
 }
 
-async function watchedRoot(fakeWatch: typeof watch, fs: FsPort = nodeFs as unknown as FsPort) {
+async function watchedRoot(
+  fakeWatch: typeof watch,
+  fs: FsPort = nodeFs as unknown as FsPort,
+  maxQueuedEvents?: number,
+) {
   const rootDir = path.join(dir, 'root');
   const stateDir = path.join(dir, 'state');
   const relative = 'app/settings.json';
@@ -103,7 +107,7 @@ async function watchedRoot(fakeWatch: typeof watch, fs: FsPort = nodeFs as unkno
       onRestored: () => undefined,
     },
     debounceMs: 1,
-    directories: { watch: fakeWatch },
+    directories: { watch: fakeWatch, ...(maxQueuedEvents === undefined ? {} : { maxQueuedEvents }) },
   });
   await watcher.start();
   return { file: path.join(rootDir, relative), rootDir };
@@ -118,6 +122,18 @@ it('a burst as large as a full queue delivers: every managed file is judged, the
   await new Promise((resolve) => setTimeout(resolve, 50));
   k.state.overflowing = false;
   k.deliver(rootDir, BURST_EVENTS);
+  expect(await eventually(async () => (await readFile(file, 'utf8')) === ORIGINAL)).toBe(true);
+});
+
+it('a kernel queue set smaller than BURST_EVENTS (fs.inotify.max_queued_events 1000): a turn delivering as many is a burst', async () => {
+  const k = kernel();
+  const { file, rootDir } = await watchedRoot(k.fakeWatch, undefined, 1000);
+  k.state.overflowing = true;
+  await writeFile(file, TAMPERED);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  k.state.overflowing = false;
+  // All that a full queue of 1,000 holds: before, fewer than 4,096 names were never taken as a burst.
+  k.deliver(rootDir, 1000);
   expect(await eventually(async () => (await readFile(file, 'utf8')) === ORIGINAL)).toBe(true);
 });
 

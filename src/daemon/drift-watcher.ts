@@ -58,7 +58,7 @@ export interface DriftWatcherOptions {
   restore?: LocalRestore;
   debounceMs?: number;
   /** The directory watcher's cap and node:fs `watch` (tests: a small cap, watches counted, ENOSPC). */
-  directories?: Pick<DirectoryWatcherOptions, 'maxDirectories' | 'watch'>;
+  directories?: Pick<DirectoryWatcherOptions, 'maxDirectories' | 'watch' | 'maxQueuedEvents'>;
 }
 
 interface HoldOff {
