@@ -112,6 +112,8 @@ async function startLocalApi<R extends PassRunner>(
       },
     },
     components.deps.logger.child({ component: 'local-api' }),
+    {},
+    components.deps.clock,
   );
   try {
     await server.start();

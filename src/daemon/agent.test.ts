@@ -11,7 +11,7 @@ import { memfsPort } from '../../test/helpers/memfs.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { callAgent } from '../cli/local-client.js';
 import { parseAgentConfig } from '../config/load.js';
-import type { Clock } from '../lib/clock.js';
+import { type Clock, systemClock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { createLogger, type Logger, silentLogger } from '../lib/logger.js';
@@ -592,6 +592,8 @@ describe('AgentDaemon: health', () => {
         sync: async () => ({ converged: true, exitCode: 0, result: null }),
       },
       silentLogger(),
+      {},
+      systemClock,
     );
     await api.start();
     try {

@@ -3,6 +3,7 @@ import { lstat, mkdtemp, rename, rm, stat, symlink, writeFile } from 'node:fs/pr
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { systemClock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
 import { LocalApiServer, SOCKET_MODE } from './local-api.js';
 
@@ -52,6 +53,8 @@ describe('the local API socket in a directory another user can write', () => {
           sync: async () => ({ converged: true, exitCode: 0, result: null }),
         },
         silentLogger(),
+        {},
+        systemClock,
       );
       await api.start();
     } finally {

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { callAgent } from '../cli/local-client.js';
+import { type Clock, systemClock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
 import { type LocalApiLimits, LocalApiServer } from './local-api.js';
 
@@ -36,6 +37,7 @@ const PATIENT: Partial<LocalApiLimits> = {
 async function startServer(
   limits: Partial<LocalApiLimits>,
   status: () => unknown = () => ({ ok: true }),
+  clock: Pick<Clock, 'monotonic' | 'sleep'> = systemClock,
 ): Promise<LocalApiServer> {
   server = new LocalApiServer(
     socketPath,
@@ -46,6 +48,7 @@ async function startServer(
     },
     silentLogger(),
     limits,
+    clock,
   );
   await server.start();
   return server;
@@ -123,6 +126,7 @@ describe('LocalApiServer limits', () => {
       },
       silentLogger(),
       { ...PATIENT, maxConnections: 2, minSyncIntervalMs: 0 },
+      systemClock,
     );
     await server.start();
     const busy = await Promise.all([connect(), connect()]);
@@ -205,9 +209,11 @@ describe('LocalApiServer limits', () => {
 describe('LocalApiServer: a client that never reads its answers', () => {
   // The status of 10,000 managed files is megabytes (paths are up to 4 KiB each): a client that asked for it and
   // never read held it in the agent's memory for good, 32 connections 32 copies, and their slots with it.
-  it('is cut off once an answer is not taken within sendTimeoutMs, and its slot and memory freed', async () => {
+  it('is cut off once an answer is not taken within sendTimeoutMs (on the injected clock), its slot and memory freed', async () => {
     const big = { files: Array.from({ length: 2_000 }, (_, i) => `${'p'.repeat(1000)}/${i}`) };
-    const api = await startServer({ ...PATIENT, sendTimeoutMs: 200 }, () => big);
+    const clock = fakeClock();
+    const sendTimeoutMs = 7_777;
+    const api = await startServer({ ...PATIENT, sendTimeoutMs }, () => big, clock);
     const socket = createConnection(socketPath);
     clients.push(socket);
     socket.pause();
@@ -219,6 +225,12 @@ describe('LocalApiServer: a client that never reads its answers', () => {
     await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
     // Pipelined, none read: 2 MB per answer, far beyond what the socket buffers take.
     socket.write('GET /v1/status HTTP/1.1\r\nHost: agent\r\n\r\n'.repeat(20));
+    // The answers stuck in the socket's buffers: their send timeouts run on the clock the server was given.
+    await waitFor(() => clock.sleepingFor(sendTimeoutMs) > 0, PATIENCE_MS, {
+      what: 'the send timeout armed',
+    });
+    expect(await api.connectionCount()).toBe(1);
+    clock.advance(sendTimeoutMs);
     await waitFor(async () => (await api.connectionCount()) === 0, PATIENCE_MS, {
       what: 'the non-reading client cut off',
     });
@@ -242,13 +254,25 @@ describe('LocalApiServer: a client that never reads its answers', () => {
   });
 });
 
-/** Monotonic time moves only when told; sleeps resolve when it passes their deadline. */
+/** Monotonic time moves only when told; sleeps resolve when it passes their deadline, or reject on their abort. */
 function fakeClock() {
   let mono = 0;
-  const sleepers: { until: number; resolve: () => void }[] = [];
+  const sleepers: { ms: number; until: number; resolve: () => void }[] = [];
   return {
     monotonic: () => mono,
-    sleep: (ms: number) => new Promise<void>((resolve) => sleepers.push({ until: mono + ms, resolve })),
+    sleep: (ms: number, signal?: AbortSignal) =>
+      new Promise<void>((resolve, reject) => {
+        const sleeper = { ms, until: mono + ms, resolve };
+        sleepers.push(sleeper);
+        signal?.addEventListener(
+          'abort',
+          () => {
+            sleepers.splice(sleepers.indexOf(sleeper), 1);
+            reject(signal.reason);
+          },
+          { once: true },
+        );
+      }),
     advance(ms: number) {
       mono += ms;
       for (const sleeper of sleepers.splice(0)) {
@@ -258,6 +282,10 @@ function fakeClock() {
     },
     get sleeping() {
       return sleepers.length;
+    },
+    /** Sleeps of exactly `ms` not yet ended. */
+    sleepingFor(ms: number) {
+      return sleepers.filter((sleeper) => sleeper.ms === ms).length;
     },
   };
 }
@@ -385,7 +413,7 @@ describe('the socket file', () => {
       status: () => ({ second: true }),
       sync: async () => ({ converged: true, exitCode: 0, result: null }),
     };
-    const second = new LocalApiServer(socketPath, handlers, silentLogger(), PATIENT);
+    const second = new LocalApiServer(socketPath, handlers, silentLogger(), PATIENT, systemClock);
     await second.start();
     try {
       await first.close();
@@ -411,6 +439,7 @@ describe('the socket file', () => {
       },
       silentLogger(),
       PATIENT,
+      systemClock,
     );
     await expect(second.start()).rejects.toMatchObject({
       code: 'socket_path_taken',
@@ -432,6 +461,7 @@ describe('the socket file', () => {
       },
       silentLogger(),
       PATIENT,
+      systemClock,
     );
     await expect(server.start()).rejects.toMatchObject({
       code: 'socket_path_taken',
@@ -452,7 +482,7 @@ describe('the socket file', () => {
       status: () => ({ second: true }),
       sync: async () => ({ converged: true, exitCode: 0, result: null }),
     };
-    const second = new LocalApiServer(socketPath, handlers, silentLogger(), PATIENT);
+    const second = new LocalApiServer(socketPath, handlers, silentLogger(), PATIENT, systemClock);
     await second.start();
     try {
       // Most likely with the inode number the removed file had: the change time tells them apart.

@@ -5,7 +5,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import { createConnection, type Socket } from 'node:net';
 import path from 'node:path';
-import { type Clock, systemClock } from '../lib/clock.js';
+import type { Clock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 
@@ -124,8 +124,8 @@ export class LocalApiServer {
     socketPath: string,
     handlers: LocalApiHandlers,
     logger: Logger,
-    limits: Partial<LocalApiLimits> = {},
-    clock: Pick<Clock, 'monotonic' | 'sleep'> = systemClock,
+    limits: Partial<LocalApiLimits>,
+    clock: Pick<Clock, 'monotonic' | 'sleep'>,
   ) {
     this.#socketPath = socketPath;
     this.#handlers = handlers;
@@ -325,9 +325,13 @@ export class LocalApiServer {
   #sendText(response: ServerResponse, status: number, text: string | Buffer): void {
     sendJsonText(response, status, text);
     if (response.writableFinished) return;
-    const timer = setTimeout(() => response.destroy(), this.#limits.sendTimeoutMs);
-    timer.unref();
-    const clear = () => clearTimeout(timer);
+    // On the injected clock (a test moves it instead of waiting); close() destroys every connection, which ends it.
+    const taken = new AbortController();
+    this.#clock.sleep(this.#limits.sendTimeoutMs, taken.signal).then(
+      () => response.destroy(),
+      () => undefined,
+    );
+    const clear = () => taken.abort();
     response.once('finish', clear);
     response.once('close', clear);
   }
