@@ -1,11 +1,12 @@
 // Errors are classes with a stable `code` and `retryable` (lib/errors.ts AgentError): every plain `new Error(`
 // (TypeError, RangeError, SyntaxError) and every class extending Error directly in src/ is on this list, with why.
-import { readdir, readFile } from 'node:fs/promises';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-
-const SRC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+import {
+  type AllowedLine,
+  judgeAllowList,
+  sourceFiles,
+  sourceLinesMatching,
+} from '../../test/helpers/source-scan.js';
 
 const ERRNO_SHAPED =
   "imitates a Node system error (its errno-style `code`): errnoCode() and the one classifier (DiskError, NetworkError, the transport's stale rule) judge it as they judge the real one";
@@ -15,16 +16,7 @@ const CAUGHT_IN_MODULE = 'control flow caught inside its own module: never leave
 const BEFORE_THE_AGENT =
   "the packaged bundle's loader and code cache run before the agent's modules load (docs/architecture.md): logged, never matched";
 
-interface Allowed {
-  file: string;
-  /** A piece of the line that makes the error. */
-  text: string;
-  /** How many lines of the file hold it (1 unless said). */
-  count?: number;
-  why: string;
-}
-
-const ALLOWED: Allowed[] = [
+const ALLOWED: AllowedLine[] = [
   { file: 'api/client.ts', text: "new Error('Premature close')", why: ERRNO_SHAPED },
   { file: 'api/client.ts', text: 'class TooLarge extends Error', why: CAUGHT_IN_MODULE },
   { file: 'api/http-transport.ts', text: 'new Error(`no connection within', why: ERRNO_SHAPED },
@@ -114,42 +106,13 @@ const ALLOWED: Allowed[] = [
 const PLAIN_ERROR =
   /\bnew (?:Error|TypeError|RangeError|SyntaxError)\(|\bclass \w+ extends (?:Error|TypeError|RangeError)\b/;
 
-async function sourceFiles(): Promise<string[]> {
-  const entries = await readdir(SRC, { recursive: true });
-  return entries
-    .filter((file) => file.endsWith('.ts') && !file.endsWith('.test.ts') && !file.endsWith('.d.ts'))
-    .map((file) => file.split(path.sep).join('/'))
-    .sort();
-}
-
-/** Each plain error made in src/ as `file: line`, comments left out. */
-async function plainErrors(): Promise<Array<{ file: string; line: string }>> {
-  const found: Array<{ file: string; line: string }> = [];
-  for (const file of await sourceFiles()) {
-    const text = await readFile(path.join(SRC, file), 'utf8');
-    for (const line of text.split('\n')) {
-      const code = line.trim();
-      if (code.startsWith('//') || code.startsWith('*') || code.startsWith('/*')) continue;
-      if (PLAIN_ERROR.test(code)) found.push({ file, line: code });
-    }
-  }
-  return found;
-}
-
 describe('plain errors in src/ (errors are AgentError classes with a code and retryable)', () => {
   it('every plain Error made or extended in src/ is on the allow-list, and every entry is still used as counted', async () => {
-    const found = await plainErrors();
-    const unlisted = found.filter(
-      ({ file, line }) => !ALLOWED.some((a) => a.file === file && line.includes(a.text)),
-    );
+    const { unlisted, miscounted } = judgeAllowList(await sourceLinesMatching(PLAIN_ERROR), ALLOWED);
     expect(
       unlisted,
       'throw an AgentError subclass with a code and retryable, or list it here with why',
     ).toEqual([]);
-    const miscounted = ALLOWED.filter(
-      (a) =>
-        found.filter(({ file, line }) => file === a.file && line.includes(a.text)).length !== (a.count ?? 1),
-    ).map((a) => `${a.file}: ${a.text}`);
     expect(miscounted, 'an entry no longer matches what it lists: update or remove it').toEqual([]);
   });
 
