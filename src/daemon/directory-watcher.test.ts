@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
-import { DirectoryWatcher } from './directory-watcher.js';
+import { BURST_EVENTS, DirectoryWatcher } from './directory-watcher.js';
 
 let dir: string;
 
@@ -152,6 +152,87 @@ it('watches the directories left out at the cap at the next refresh once watched
     await watcher.setPriority(new Set());
     expect(watcher.size).toBe(11);
     expect(await seen('d20')).toBe(true);
+  } finally {
+    watcher.close();
+  }
+});
+
+it('a burst of events with no onBurst given: every event still reported, none thrown', async () => {
+  let listener: ((event: string, name: string | null) => void) | undefined;
+  const fakeWatch = ((
+    target: string,
+    options: object,
+    onEvent: (event: string, name: string | null) => void,
+  ) => {
+    if (target === dir) listener = onEvent;
+    return watch(target, options, () => undefined);
+  }) as unknown as typeof watch;
+  const changed = new Set<string>();
+  const watcher = new DirectoryWatcher({
+    fs: nodeFs,
+    rootDir: dir,
+    onChange: (file) => changed.add(file),
+    onError: () => undefined,
+    // Ignored names count towards a burst all the same, and cost no lstat here.
+    ignored: (file) => path.basename(file).startsWith('junk-'),
+    watch: fakeWatch,
+  });
+  try {
+    await watcher.start();
+    for (let n = 0; n < BURST_EVENTS + 1; n += 1) listener?.('rename', `junk-${n}`);
+    listener?.('rename', 'after-the-burst');
+    expect([...changed]).toEqual([path.join(dir, 'after-the-burst')]);
+  } finally {
+    watcher.close();
+  }
+});
+
+it('rootDir gone when checked after a pass is left alone with no error; each time back as another directory, reported once', async () => {
+  const root = path.join(dir, 'root');
+  await mkdir(root);
+  // rootDir as lstat shows it: gone (ENOENT), or with another device than the one first watched.
+  const seen = { gone: false, dev: 0, lstats: 0 };
+  const fs = {
+    ...nodeFs,
+    lstat: async (target: string) => {
+      if (target === root) seen.lstats += 1;
+      if (target === root && seen.gone)
+        throw Object.assign(new Error(`ENOENT: ${target}`), { code: 'ENOENT' });
+      const stats = await nodeFs.lstat(target);
+      return target === root && seen.dev !== 0 ? Object.assign(stats, { dev: seen.dev }) : stats;
+    },
+  } as unknown as typeof nodeFs;
+  const changed: string[] = [];
+  const errors: unknown[] = [];
+  const watcher = new DirectoryWatcher({
+    fs,
+    rootDir: root,
+    onChange: (file) => changed.push(file),
+    onError: (error) => errors.push(error),
+  });
+  // Passes end until two more checks of rootDir began: checks run one at a time, so the first of them has ended.
+  const twoChecks = async () => {
+    const before = seen.lstats;
+    await waitFor(async () => {
+      await watcher.setPriority(new Set());
+      return seen.lstats >= before + 2;
+    }, PATIENCE_MS);
+  };
+  try {
+    await watcher.start();
+    seen.gone = true;
+    await twoChecks();
+    expect(errors).toEqual([]);
+    expect(changed).toEqual([]);
+    seen.gone = false;
+    // Back, as another filesystem's root; then another again: each watched anew and reported once.
+    seen.dev = 4242;
+    await twoChecks();
+    expect(changed).toEqual([root]);
+    seen.dev = 4343;
+    await twoChecks();
+    expect(changed).toEqual([root, root]);
+    expect(errors).toEqual([]);
   } finally {
     watcher.close();
   }

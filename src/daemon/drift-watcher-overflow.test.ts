@@ -10,6 +10,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
+import { TEMP_PREFIX } from '../store/path-guard.js';
 import type { ManagedFile } from '../store/state.js';
 import { BURST_EVENTS } from './directory-watcher.js';
 import { DriftWatcher } from './drift-watcher.js';
@@ -17,6 +18,8 @@ import { SingleFlight } from './single-flight.js';
 
 const ORIGINAL = '{"managed":true}\n';
 const TAMPERED = '{"managed":false}\n';
+/** A second managed file, changed where the watcher sees it. */
+const VISIBLE = 'app/visible.json';
 
 let dir: string;
 let watcher: DriftWatcher | undefined;
@@ -58,11 +61,11 @@ function kernel() {
       if (!state.overflowing) listener(event, name);
     }) as FSWatcher;
   }) as unknown as typeof watch;
-  const deliver = (rootDir: string, count: number) => {
+  const deliver = (rootDir: string, count: number, prefix = 'junk-') => {
     const listener = listeners.get(rootDir);
-    for (let n = 0; n < count; n += 1) listener?.('rename', `junk-${n}`);
+    for (let n = 0; n < count; n += 1) listener?.('rename', `${prefix}${n}`);
   };
-  const name = (watched: string, entry: string) => listeners.get(watched)?.('rename', entry);
+  const name = (watched: string, entry: string | null) => listeners.get(watched)?.('rename', entry);
   return { state, fakeWatch, deliver, name };
 }
 
@@ -76,18 +79,18 @@ async function watchedRoot(
   const relative = 'app/settings.json';
   await mkdir(path.join(rootDir, 'app'), { recursive: true });
   await writeFile(path.join(rootDir, relative), ORIGINAL, { mode: 0o644 });
+  await writeFile(path.join(rootDir, VISIBLE), ORIGINAL, { mode: 0o644 });
   await new ContentCache(nodeFs as unknown as FsPort, stateDir).put(Buffer.from(ORIGINAL));
+  const record = (instanceId: string): ManagedFile => ({
+    instanceId,
+    sha256: sha256Hex(Buffer.from(ORIGINAL)),
+    mode: 0o644,
+    createdDirs: [],
+    writtenAt: '2030-01-01T00:00:00.000Z',
+  });
   const managed = new Map<string, ManagedFile>([
-    [
-      relative,
-      {
-        instanceId: 'cfg_1',
-        sha256: sha256Hex(Buffer.from(ORIGINAL)),
-        mode: 0o644,
-        createdDirs: [],
-        writtenAt: '2030-01-01T00:00:00.000Z',
-      },
-    ],
+    [relative, record('cfg_1')],
+    [VISIBLE, record('cfg_2')],
   ]);
   let tick = 0;
   watcher = new DriftWatcher({
@@ -180,5 +183,39 @@ it('rootDir found to be another directory after a pass (a mount the kernel told 
   k.state.overflowing = false;
   // After every pass the daemon hands the managed set over again.
   await watcher?.managedFilesChanged();
+  expect(await eventually(async () => (await readFile(file, 'utf8')) === ORIGINAL)).toBe(true);
+});
+
+it('an event on rootDir without a name (anything in it may have changed): every managed file judged', async () => {
+  const k = kernel();
+  const { file, rootDir } = await watchedRoot(k.fakeWatch);
+  k.state.overflowing = true;
+  await writeFile(file, TAMPERED);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  k.state.overflowing = false;
+  k.name(rootDir, null);
+  expect(await eventually(async () => (await readFile(file, 'utf8')) === ORIGINAL)).toBe(true);
+});
+
+it('events of several turns never add up to a burst: fewer than BURST_EVENTS in each turn judge only what they name', async () => {
+  const k = kernel();
+  const { file, rootDir } = await watchedRoot(k.fakeWatch);
+  k.state.overflowing = true;
+  await writeFile(file, TAMPERED);
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  k.state.overflowing = false;
+  // One event in a turn, then one short of a burst in the next: 4,096 over two turns. Named as the agent's temp
+  // files, which the watcher ignores but counts (they fill the kernel's queue all the same).
+  k.deliver(rootDir, 1, TEMP_PREFIX);
+  await new Promise((resolve) => setImmediate(resolve));
+  k.deliver(rootDir, BURST_EVENTS - 1, TEMP_PREFIX);
+  await new Promise((resolve) => setImmediate(resolve));
+  // A change the watcher does see: once it is restored, a judging of every managed file would have come first.
+  const visible = path.join(rootDir, VISIBLE);
+  await writeFile(visible, TAMPERED);
+  expect(await eventually(async () => (await readFile(visible, 'utf8')) === ORIGINAL)).toBe(true);
+  expect(await readFile(file, 'utf8')).toBe(TAMPERED);
+  // A burst in one turn: judged.
+  k.deliver(rootDir, BURST_EVENTS, TEMP_PREFIX);
   expect(await eventually(async () => (await readFile(file, 'utf8')) === ORIGINAL)).toBe(true);
 });
