@@ -7,7 +7,7 @@ import { createServiceTransport } from '../api/transport.js';
 import { ConfigError } from '../config/errors.js';
 import { assertConfigPlaces, parseAgentConfig, resolveConfigPath } from '../config/load.js';
 import { DEFAULT_CONFIG_PATH } from '../config/schema.js';
-import { errnoCode, errorMessage } from '../lib/errors.js';
+import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { publishFile } from '../store/durable-writer.js';
 import { DiskError } from '../store/errors.js';
 import { ExitCode } from './exit-codes.js';
@@ -49,12 +49,13 @@ const DEFAULT_ROOT_DIR = '/srv/config-agent';
 const DEFAULT_STATE_DIR = '/var/lib/config-agent';
 const ROOT_DIR_DROP_IN = '50-root-dir.conf';
 
-export class InitFailure extends Error {
+/** `init` cannot go on: printed as is, and `exitCode` is the command's (usage, config). */
+export class InitFailure extends AgentError {
   constructor(
     message: string,
     readonly exitCode: number,
   ) {
-    super(message);
+    super('init_failed', message, { retryable: false });
   }
 }
 

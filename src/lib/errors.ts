@@ -7,6 +7,8 @@
 export type ErrorCode =
   /** argv (cli/args.ts); exit 2. */
   | 'usage'
+  /** `config-agent init` could not set the device up (cli/init.ts InitFailure, which carries its exit code). */
+  | 'init_failed'
   /** config file or environment (config/errors.ts); exit 78. */
   | 'invalid_config'
   | 'api_key_unavailable'
