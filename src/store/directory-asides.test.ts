@@ -9,7 +9,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import { ASIDES_FILE, DirectoryAsides } from './directory-asides.js';
 import { DirectorySyncLedger } from './directory-syncs.js';
-import { renewDroppedOnTheWay } from './durable-writer.js';
+import { publishFile, renewDroppedOnTheWay } from './durable-writer.js';
 import { TEMP_PREFIX, VerifiedDirectories } from './path-guard.js';
 import { StateDir, type StateDirSettings } from './state-dir.js';
 
@@ -231,6 +231,54 @@ describe('a directory renewal cut off between its two renames', () => {
     const fs = await processAfterFailedFsync(nodeFs as unknown as FsPort);
     await renew(fs);
     expect(await tree()).toEqual(KEPT);
+    await start();
+    expect(await tree()).toEqual(KEPT);
+    await expect(readFile(path.join(settings.stateDir, ASIDES_FILE))).rejects.toMatchObject({
+      code: 'ENOENT',
+    });
+  });
+
+  it('a rename back that fails: nothing is made at the name meanwhile, and the next renewal puts the same directory back', async () => {
+    const live = await processAfterFailedFsync(nodeFs as unknown as FsPort);
+    let failBack = 2;
+    const fs: FsPort = {
+      ...live,
+      rename: (async (from: string, to: string) => {
+        if (
+          failBack > 0 &&
+          path.basename(String(from)).startsWith(TEMP_PREFIX) &&
+          String(to) === path.join(root, 'top/app')
+        ) {
+          failBack -= 1;
+          throw Object.assign(new Error('EIO'), { code: 'EIO' });
+        }
+        return nodeFs.rename(from, to);
+      }) as FsPort['rename'],
+    };
+    await renew(fs);
+    const [aside] = await readdir(path.join(root, 'top'));
+    expect(aside?.startsWith(TEMP_PREFIX)).toBe(true);
+    const ino = (await nodeFs.lstat(path.join(root, 'top', aside!))).ino;
+    // The next renewal tries that same aside again (its rename back fails once more): no second aside.
+    await renew(fs);
+    expect(await readdir(path.join(root, 'top'))).toEqual([aside]);
+    // A batch's write below it meanwhile is refused (retried), instead of making `app` anew without its files.
+    await expect(
+      publishFile(fs, {
+        rootDir: root,
+        relativePath: 'top/app/b.json',
+        data: Buffer.from('b\n'),
+        mode: 0o644,
+        dirMode: 0o755,
+        syncDirectory: false,
+        madeDirectories: new Set(),
+        verified: new VerifiedDirectories(EUID),
+      }),
+    ).rejects.toMatchObject({ code: 'disk_error', path: 'top/app' });
+    expect(await readdir(path.join(root, 'top'))).toEqual([aside]);
+    await renew(fs);
+    expect(await tree()).toEqual(KEPT);
+    expect((await nodeFs.lstat(path.join(root, 'top/app'))).ino).toBe(ino);
     await start();
     expect(await tree()).toEqual(KEPT);
     await expect(readFile(path.join(settings.stateDir, ASIDES_FILE))).rejects.toMatchObject({

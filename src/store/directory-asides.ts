@@ -5,7 +5,7 @@ import type { WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
-import type { DirectorySyncLedger, RenewalAsides } from './directory-syncs.js';
+import type { DirectorySyncLedger, RenewalAside, RenewalAsides } from './directory-syncs.js';
 import { restoreRenewedDirectory, writeDurableJson } from './durable-writer.js';
 import { TEMP_PREFIX, validateRelativePath } from './path-guard.js';
 import { readStateDirFileOrSetAside } from './state.js';
@@ -48,8 +48,8 @@ export class DirectoryAsides implements RenewalAsides {
   readonly #fs: FsPort;
   readonly #stateDir: string;
   readonly #ledger: DirectorySyncLedger | undefined;
-  /** Records of this process, until their rename back is durable. */
-  #recorded: AsideEntry[] = [];
+  /** Records of this process, until their rename back is durable (or they never moved anything). */
+  #recorded: Array<AsideEntry & RenewalAside> = [];
   /** Records the start could not restore (something at the name, another root): kept until a start does. */
   readonly #kept: AsideEntry[];
   #last: Promise<unknown> = Promise.resolve();
@@ -116,11 +116,15 @@ export class DirectoryAsides implements RenewalAsides {
     return asides;
   }
 
-  async record(rootDir: string, dir: string, name: string, aside: string): Promise<void> {
+  async record(rootDir: string, dir: string, name: string, aside: string): Promise<RenewalAside> {
     this.#recorded = this.#recorded.filter(
-      (entry) => this.#ledger?.unsettled(path.join(entry.rootDir, entry.dir), entry.name) ?? true,
+      (entry) =>
+        entry.state === 'renaming' ||
+        entry.state === 'aside' ||
+        (entry.state === 'back' &&
+          (this.#ledger?.unsettled(path.join(entry.rootDir, entry.dir), entry.name) ?? true)),
     );
-    const entry = { rootDir, dir, name, aside };
+    const entry: AsideEntry & RenewalAside = { rootDir, dir, name, aside, state: 'renaming' };
     this.#recorded.push(entry);
     try {
       await this.#write();
@@ -128,12 +132,23 @@ export class DirectoryAsides implements RenewalAsides {
       this.#recorded = this.#recorded.filter((recorded) => recorded !== entry);
       throw error;
     }
+    return entry;
+  }
+
+  asideAt(parent: string, name: string): RenewalAside | undefined {
+    return this.#recorded.find(
+      (entry) =>
+        entry.state === 'aside' && entry.name === name && path.join(entry.rootDir, entry.dir) === parent,
+    );
   }
 
   /** The records durably (none: the file unlinked; a stale record only names a temp name that is not there). */
   async #write(): Promise<void> {
     const run = this.#last.then(async () => {
-      const asides = [...this.#kept, ...this.#recorded];
+      const asides = [
+        ...this.#kept,
+        ...this.#recorded.map(({ rootDir, dir, name, aside }) => ({ rootDir, dir, name, aside })),
+      ];
       if (asides.length > 0) {
         await writeDurableJson(this.#fs, this.#stateDir, ASIDES_FILE, { version: 1, asides });
         return;

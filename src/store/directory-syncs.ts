@@ -11,6 +11,12 @@
  * and what did not is written again by the next run. Directories are named by their absolute path as the writer
  * built it (root or state directory joined with the relative path), never through /proc/self/fd.
  */
+/** One renewal's record: where it stands. `aside` from the first rename's success until the second's. */
+export interface RenewalAside {
+  readonly aside: string;
+  state: 'renaming' | 'aside' | 'back' | 'unmoved';
+}
+
 /**
  * Where a directory renewal (store/durable-writer.ts renewDroppedDirectories) records, durably and before its
  * first rename, the temp name it renames a directory to, so that the next start can rename it back should the
@@ -19,10 +25,16 @@
 export interface RenewalAsides {
   /**
    * `aside` (a temp name beside it) will stand for `name` in `dir` (relative to `rootDir`, '' for the root
-   * itself); durable on return. A record is kept until the entry `name` is settled in this ledger (the rename
-   * back covered by a good fsync of `dir`).
+   * itself); durable on return. The caller moves the answer's state on as its renames answer; a record is
+   * kept until it is `unmoved`, or `back` and the entry `name` is settled in the ledger (the rename back
+   * covered by a good fsync of `dir`).
    */
-  record(rootDir: string, dir: string, name: string, aside: string): Promise<void>;
+  record(rootDir: string, dir: string, name: string, aside: string): Promise<RenewalAside>;
+  /**
+   * The renewal of the entry `name` of `parent` (absolute) whose directory is at its aside name now (between
+   * the two renames, or left there by a rename back that failed), if any: nothing may be made at that name.
+   */
+  asideAt(parent: string, name: string): RenewalAside | undefined;
 }
 
 export class DirectorySyncLedger {

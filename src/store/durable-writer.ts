@@ -598,6 +598,16 @@ async function makeDirectory(
   created: string[],
   root: string,
 ): Promise<boolean> {
+  const parentKey = path.join(root, relativeDir(relative));
+  if (fs.directorySyncs?.asides?.asideAt(parentKey, path.posix.basename(relative)) !== undefined) {
+    // The directory is at its renewal's aside name (store/directory-asides.ts): one made anew here would
+    // hold this write while the old one, with every other file, stayed aside. Put back by the next renewal.
+    throw new DiskError({
+      operation: 'create directory (renamed aside, put back first)',
+      path: relative,
+      errno: 'EBUSY',
+    });
+  }
   try {
     await fs.mkdir(target, { mode: dirMode });
   } catch (error) {
@@ -753,11 +763,25 @@ async function renewDroppedDirectories(
     const asides = ledger.asides;
     if (!ledger.dropped(parentAbsolute, name) || !verified.has(parent) || asides === undefined) continue;
     const absolute = path.join(root, relative);
-    const asideName = `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`;
-    const aside = path.join(parentAbsolute, asideName);
-    await step('record directory renewal', relative, () => asides.record(root, parent, name, asideName));
-    await step('rename directory aside', relative, () => fs.rename(absolute, aside));
+    // One a rename back that failed left aside (its entry still dropped): putting it back renews it.
+    let renewal = asides.asideAt(parentAbsolute, name);
+    if (renewal === undefined) {
+      const asideName = `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`;
+      const recorded = await step('record directory renewal', relative, () =>
+        asides.record(root, parent, name, asideName),
+      );
+      try {
+        await fs.rename(absolute, path.join(parentAbsolute, asideName));
+      } catch (error) {
+        recorded.state = 'unmoved';
+        throw new DiskError({ operation: 'rename directory aside', path: relative, cause: error });
+      }
+      recorded.state = 'aside';
+      renewal = recorded;
+    }
+    const aside = path.join(parentAbsolute, renewal.aside);
     await step('rename directory back', relative, () => fs.rename(aside, absolute));
+    renewal.state = 'back';
     ledger.changed(parentAbsolute, name);
     if (syncNow) await fsyncDirectory(fs, parentAbsolute, parent);
     else made?.add(relative);
