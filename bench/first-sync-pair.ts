@@ -3,13 +3,14 @@
 // PAIR_RTT_MS: the agents reach the mock through a proxy that delays each direction by half of it, as a service
 // that is not on loopback would; PAIR_FLOORS=0: the agents alone, for CPU-time pairs on a loaded machine;
 // PAIR_AFTER_FLAGS: Node flags for the after build only, space-separated, to compare flags with one build twice).
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { AGENT_ENV, AGENT_NODE_FLAGS, FLOOR_LOOP } from './lib/first-sync.js';
 import { benchFixtures, expectedFiles } from './lib/fixtures.js';
 import { median, runTimed, settleDisk } from './lib/proc.js';
+import { removeAtExit } from './lib/scratch.js';
 import { createWorld, verifyTree } from './lib/world.js';
 
 const [beforeBin, afterBin, repsArg] = process.argv.slice(2);
@@ -74,7 +75,7 @@ async function delayingProxy(
 }
 
 async function agent(name: Name, bin: string): Promise<void> {
-  const world = await createWorld(fixtures);
+  const world = await createWorld(fixtures, { removeAtExit: true });
   const proxy =
     rttMs > 0 ? await delayingProxy(Number(new URL(world.server.url).port), rttMs / 2) : undefined;
   if (proxy !== undefined) await world.writeConfig({}, proxy.url);
@@ -119,7 +120,7 @@ async function floor(name: Name, inFlight: number, rep: number): Promise<void> {
   const run = await runTimed(process.execPath, [FLOOR_LOOP, manifest, root, String(inFlight)], { rss: true });
   if (run.code !== 0) throw new Error(`${name}: exit ${run.code}`);
   push(name, run.ms, run.cpuSeconds);
-  await rm(root, { recursive: true, force: true });
+  removeAtExit(root);
   process.stderr.write(`${name.padEnd(8)} ${run.ms.toFixed(0)} ms\n`);
 }
 
@@ -142,7 +143,7 @@ try {
     if (floors) await floor('floor16', 16, rep);
   }
 } finally {
-  await rm(scratch, { recursive: true, force: true });
+  removeAtExit(scratch);
 }
 const m = (name: Name) => median(wall.get(name) ?? []);
 const c = (name: Name) => median(cpu.get(name) ?? []);

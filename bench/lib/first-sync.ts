@@ -1,11 +1,12 @@
 // First sync of N instances by the agent, the two floor loops and the curl + jq script, each in a fresh world.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Fixtures } from '../../src/api/admin-schemas.js';
 import { BENCH_API_KEY, BENCH_DEVICE, benchFixtures, expectedFiles } from './fixtures.js';
 import { median, runTimed, settleDisk } from './proc.js';
+import { removeAtExit } from './scratch.js';
 import { type BenchWorld, createWorld, verifyTree } from './world.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -50,7 +51,7 @@ export async function agentFirstSync(
   fixtures: Fixtures,
   onWorld?: (world: BenchWorld) => Promise<void>,
 ): Promise<{ ms: number; maxRssKiB: number | undefined; failure?: string; world: BenchWorld }> {
-  const world = await createWorld(fixtures);
+  const world = await createWorld(fixtures, { removeAtExit: true });
   await settleDisk();
   const run = await runTimed(process.execPath, [...AGENT_ARGV, '--config', world.configPath, '--once'], {
     rss: true,
@@ -132,13 +133,13 @@ export async function firstSync(
             : // curl + jq writes jq's pretty-printing, not byte-for-byte the agent's: presence is checked.
               await verifyTree(root, expected, contender === 'curl-jq' ? 'presence' : 'bytes');
         if (wrong !== undefined) into.failures.push(wrong);
-        await rm(root, { recursive: true, force: true });
+        removeAtExit(root);
         options.log?.(`  ${contender.padEnd(10)} ${options.instances} instances: ${run.ms.toFixed(0)} ms`);
       }
     }
   } finally {
     await curlWorld?.close();
-    await rm(scratch, { recursive: true, force: true });
+    removeAtExit(scratch);
   }
   return { samples, ...(agentWorld === undefined ? {} : { agentWorld }) };
 }

@@ -6,6 +6,7 @@ import path from 'node:path';
 import type { Fixtures } from '../../src/api/admin-schemas.js';
 import { type RunningMockServer, startMockServer } from '../../src/mock-server/server.js';
 import { BENCH_API_KEY, BENCH_DEVICE } from './fixtures.js';
+import { removeAtExit } from './scratch.js';
 
 export interface BenchWorld {
   dir: string;
@@ -18,7 +19,12 @@ export interface BenchWorld {
   close(): Promise<void>;
 }
 
-export async function createWorld(fixtures: Fixtures): Promise<BenchWorld> {
+export interface WorldOptions {
+  /** Leave the world's files until the process exits (removeAtExit): what the timed first syncs use. */
+  removeAtExit?: boolean;
+}
+
+export async function createWorld(fixtures: Fixtures, options: WorldOptions = {}): Promise<BenchWorld> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-bench-'));
   const server = await startMockServer({ port: 0, apiKeys: [BENCH_API_KEY], fixtures });
   const keyPath = path.join(dir, 'api-key');
@@ -43,7 +49,8 @@ export async function createWorld(fixtures: Fixtures): Promise<BenchWorld> {
     },
     async close() {
       await server.close();
-      await rm(dir, { recursive: true, force: true });
+      if (options.removeAtExit === true) removeAtExit(dir);
+      else await rm(dir, { recursive: true, force: true });
     },
   };
   await world.writeConfig();
