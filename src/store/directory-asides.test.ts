@@ -285,4 +285,41 @@ describe('a directory renewal cut off between its two renames', () => {
       code: 'ENOENT',
     });
   });
+
+  it('an aside inside a directory that is itself aside is put back after it, whatever the order of the records', async () => {
+    const outer = `${TEMP_PREFIX}${'1'.repeat(24)}`;
+    const inner = `${TEMP_PREFIX}${'2'.repeat(24)}`;
+    await nodeFs.rename(path.join(root, 'top/app'), path.join(root, 'top', inner));
+    await nodeFs.rename(path.join(root, 'top'), path.join(root, outer));
+    const asides = [
+      { rootDir: root, dir: 'top', name: 'app', aside: inner },
+      { rootDir: root, dir: '', name: 'top', aside: outer },
+    ];
+    await writeFile(path.join(settings.stateDir, ASIDES_FILE), JSON.stringify({ version: 1, asides }));
+    await start();
+    expect(await tree()).toEqual(KEPT);
+  });
+
+  it('a record that cannot be rewritten after the restore does not stop the start', async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const full: FsPort = {
+      ...(nodeFs as unknown as FsPort),
+      rename: (async (from: string, to: string) => {
+        if (path.basename(String(to)) === ASIDES_FILE)
+          throw Object.assign(new Error('ENOSPC'), { code: 'ENOSPC' });
+        return nodeFs.rename(from, to);
+      }) as FsPort['rename'],
+      unlink: (async (file: string) => {
+        if (path.basename(String(file)) === ASIDES_FILE)
+          throw Object.assign(new Error('EIO'), { code: 'EIO' });
+        return nodeFs.unlink(file);
+      }) as FsPort['unlink'],
+    };
+    const ledger = new DirectorySyncLedger();
+    await DirectoryAsides.open(full, settings.stateDir, root, ledger, silentLogger(), {
+      euid: EUID,
+      clock: { now: () => 0 },
+    });
+    expect(await tree()).toEqual(KEPT);
+  });
 });

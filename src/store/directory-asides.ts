@@ -82,37 +82,53 @@ export class DirectoryAsides implements RenewalAsides {
     const found = await readAsides(fs, stateDir, logger, clock);
     const root = path.resolve(rootDir);
     const kept: AsideEntry[] = [];
+    let pending: AsideEntry[] = [];
     for (const entry of found) {
-      if (entry.rootDir !== root) {
+      if (entry.rootDir === root) pending.push(entry);
+      else {
         kept.push(entry);
         logger.warn({ ...entry }, 'a directory renamed aside under another root directory is left as it is');
-        continue;
       }
-      const outcome = await restoreRenewedDirectory(fs, entry, euid).catch((error: unknown) => {
-        logger.warn(
-          { err: error, ...entry },
-          'could not put back a directory renamed aside: tried again at the next start',
-        );
-        return 'kept' as const;
-      });
-      if (outcome === 'restored')
-        logger.warn({ ...entry }, 'put back a directory a crash left renamed aside');
-      if (outcome === 'occupied') {
-        logger.error(
-          { ...entry },
-          'a directory a crash left renamed aside cannot be put back: something else is at its name; both are left as they are (merge them by hand)',
-        );
+    }
+    // An aside inside another directory at its aside name is found once that one is back: rounds until none is.
+    for (let restored = true; restored && pending.length > 0; ) {
+      restored = false;
+      const gone: AsideEntry[] = [];
+      for (const entry of pending) {
+        const outcome = await restoreRenewedDirectory(fs, entry, euid).catch((error: unknown) => {
+          logger.warn(
+            { err: error, ...entry },
+            'could not put back a directory renamed aside: tried again at the next start',
+          );
+          return 'failed' as const;
+        });
+        if (outcome === 'gone') gone.push(entry);
+        else if (outcome === 'restored') {
+          restored = true;
+          logger.warn({ ...entry }, 'put back a directory a crash left renamed aside');
+        } else kept.push(entry);
+        if (outcome === 'occupied') {
+          logger.error(
+            { ...entry },
+            'a directory a crash left renamed aside cannot be put back: something else is at its name; both are left as they are (merge them by hand)',
+          );
+        }
+        if (outcome === 'kept') {
+          logger.warn(
+            { ...entry },
+            'a directory renamed aside is not put back: its parent may be changed by another user, or the aside is no real directory',
+          );
+        }
       }
-      if (outcome === 'kept') {
-        logger.warn(
-          { ...entry },
-          'a directory renamed aside is not put back: its parent may be changed by another user, or the aside is no real directory',
-        );
-      }
-      if (outcome === 'occupied' || outcome === 'kept') kept.push(entry);
+      pending = gone;
     }
     const asides = new DirectoryAsides(fs, stateDir, ledger, kept);
-    if (found.length > kept.length) await asides.#write();
+    if (found.length > kept.length) {
+      // Only tidying: a record left on disk names an aside that is gone, which the next start drops again.
+      await asides.#write().catch((error: unknown) => {
+        logger.warn({ err: error, file: ASIDES_FILE }, 'could not rewrite the renewal record');
+      });
+    }
     return asides;
   }
 
