@@ -295,6 +295,80 @@ describe('SocketLane: one socket, one parser, many answers', () => {
   });
 });
 
+describe('SocketLane: a socket with no request on it', () => {
+  const ANSWER = 'HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\n{"ok":1}';
+
+  it('is dropped when bytes, an end or an error reach it idle, and its listeners do not grow request by request', async () => {
+    const serverSockets: net.Socket[] = [];
+    const server = net.createServer((socket) => {
+      serverSockets.push(socket);
+      socket.on('error', () => {});
+      socket.on('data', () => socket.write(ANSWER));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    const Parser = llhttpParserFrom(nodeHttpCommon);
+    if (Parser === undefined) throw new Error("this runtime's llhttp binding is not there");
+    const opened: net.Socket[] = [];
+    const lane = new SocketLane({
+      idleMs: 60_000,
+      connectTimeoutMs: 5_000,
+      Parser,
+      open: ({ hostname, port }) => {
+        const socket = net.connect({ host: hostname, port });
+        opened.push(socket);
+        return socket;
+      },
+    });
+    const send = async () => {
+      const response = await lane.request({
+        secure: false,
+        hostname: '127.0.0.1',
+        port,
+        path: '/x',
+        method: 'PATCH',
+        headers: {},
+        body: '{}',
+        signal: new AbortController().signal,
+      });
+      const text = await readAll(response.body);
+      // The socket goes back to the idle ones once the answer's turn is over.
+      await new Promise((resolve) => setImmediate(resolve));
+      return text;
+    };
+    const closed = (socket: net.Socket) =>
+      socket.destroyed ? Promise.resolve() : new Promise((resolve) => socket.once('close', resolve));
+    const counts = (socket: net.Socket) =>
+      ['data', 'end', 'error', 'close', 'timeout'].map((event) => getEventListeners(socket, event).length);
+    try {
+      expect(await send()).toBe('{"ok":1}');
+      const idle = counts(opened[0]!);
+      for (let i = 0; i < 50; i += 1) expect(await send()).toBe('{"ok":1}');
+      expect(opened).toHaveLength(1);
+      expect(counts(opened[0]!)).toEqual(idle);
+      // Bytes nobody asked for on the idle socket: dropped, and the next request goes on a new connection.
+      serverSockets[0]!.write('HTTP/1.1 200 OK\r\n');
+      await closed(opened[0]!);
+      expect(await send()).toBe('{"ok":1}');
+      expect(opened).toHaveLength(2);
+      // The server ends the idle socket: dropped too.
+      serverSockets[1]!.end();
+      await closed(opened[1]!);
+      expect(await send()).toBe('{"ok":1}');
+      // A reset of the idle socket: heard (never thrown) and dropped.
+      opened[2]!.destroy(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }));
+      await closed(opened[2]!);
+      expect(await send()).toBe('{"ok":1}');
+      expect(opened).toHaveLength(4);
+      expect(opened.slice(0, 3).every((socket) => socket.destroyed)).toBe(true);
+    } finally {
+      lane.destroy();
+      for (const socket of serverSockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
+
 describe('HttpTransport: a runtime whose llhttp binding the lane cannot drive', () => {
   const { HTTPParser } = process.getBuiltinModule('_http_common') as { HTTPParser: Record<string, unknown> };
   const withoutBody = Object.assign(function Parser() {}, { ...HTTPParser, kOnBody: undefined });

@@ -120,19 +120,37 @@ function requestError(message: string, code: string): Error {
   return Object.assign(new Error(message), { code });
 }
 
+/** A request's handlers of its socket's events, while it is on the socket. */
+interface SocketEvents {
+  onData(chunk: Buffer): void;
+  onEnd(): void;
+  onError(error: Error & { code?: string }): void;
+  onClose(): void;
+}
+
+/**
+ * Where a socket's listeners, attached once for its life, send its events: to the request on it, or (idle, or
+ * between an answer's end and its return to the idle ones) to the drop. Attaching and removing a request's four
+ * listeners and an idle socket's five, and a timer callback, on every request cost more than the request's own work.
+ */
+interface Wire {
+  current: SocketEvents | undefined;
+}
+
 interface Connection {
   socket: Socket;
   /** The socket's parser, initialized again for each request on it (as node:http's pool reuses its parsers). */
   parser: LlhttpParser;
+  wire: Wire;
   /** It served an answer before this request. */
   reused: boolean;
 }
 
-/** An idle socket, with the listener that drops it when anything happens on it while idle. */
+/** An idle socket. */
 interface IdleConnection {
   socket: Socket;
   parser: LlhttpParser;
-  drop: () => void;
+  wire: Wire;
 }
 
 /**
@@ -182,17 +200,35 @@ export class SocketLane {
 
   #connect(request: SocketLaneRequest): Connection {
     for (let idle = this.#idle.pop(); idle !== undefined; idle = this.#idle.pop()) {
-      const { socket, parser, drop } = idle;
+      const { socket, parser, wire } = idle;
       socket.setTimeout(0);
-      for (const event of ['data', 'end', 'error', 'close', 'timeout']) socket.off(event, drop);
       if (socket.destroyed || !socket.writable) continue;
-      return { socket, parser, reused: true };
+      return { socket, parser, wire, reused: true };
     }
     const socket = this.#open(request);
-    // For the socket's whole life: between an answer's end and the socket's return to the idle ones (or its
-    // destruction) no other 'error' listener is attached, and an error nobody hears is thrown, ending the process.
-    // The socket is destroyed by then; the request in flight, if any, has its own listener and fails.
-    socket.on('error', ignoreError);
+    const wire: Wire = { current: undefined };
+    // For the socket's whole life, so an 'error' is always heard (one nobody hears is thrown, ending the process).
+    // Bytes, an end, an error or a close with no request on the socket: it is not fit for another request.
+    socket.on('data', (chunk: Buffer) => {
+      if (wire.current === undefined) this.#drop(socket);
+      else wire.current.onData(chunk);
+    });
+    socket.on('end', () => {
+      if (wire.current === undefined) this.#drop(socket);
+      else wire.current.onEnd();
+    });
+    socket.on('error', (error: Error & { code?: string }) => {
+      if (wire.current === undefined) this.#drop(socket);
+      else wire.current.onError(error);
+    });
+    socket.on('close', () => {
+      if (wire.current === undefined) this.#drop(socket);
+      else wire.current.onClose();
+    });
+    // Armed only while idle (#keep); disarmed when a request takes the socket.
+    socket.on('timeout', () => {
+      if (wire.current === undefined) this.#drop(socket);
+    });
     // One parser for the socket's life: its memory is native and outlives its object unless closed (~2 KiB). The
     // socket's 'close' comes in a turn of its own, never inside the parser's callbacks.
     const parser = new this.#Parser();
@@ -204,7 +240,14 @@ export class SocketLane {
     timer.unref();
     socket.once(request.secure ? 'secureConnect' : 'connect', () => clearTimeout(timer));
     socket.once('close', () => clearTimeout(timer));
-    return { socket, parser, reused: false };
+    return { socket, parser, wire, reused: false };
+  }
+
+  /** Drops a socket with no request on it (idle or being handed back): out of the idle ones, destroyed. */
+  #drop(socket: Socket): void {
+    const at = this.#idle.findIndex((idle) => idle.socket === socket);
+    if (at !== -1) this.#idle.splice(at, 1);
+    socket.destroy();
   }
 
   #openSocket(request: SocketLaneRequest): Socket {
@@ -220,27 +263,18 @@ export class SocketLane {
     });
   }
 
-  #keep(socket: Socket, parser: LlhttpParser, keepMs: number): void {
+  #keep(socket: Socket, parser: LlhttpParser, wire: Wire, keepMs: number): void {
     this.#live.delete(socket);
     if (socket.destroyed || keepMs <= 0) {
       socket.destroy();
       return;
     }
-    const drop = () => {
-      const at = this.#idle.findIndex((idle) => idle.socket === socket);
-      if (at !== -1) this.#idle.splice(at, 1);
-      socket.destroy();
-    };
-    // Bytes, an end or an error on an idle socket: it is not fit for another request.
-    socket.once('data', drop);
-    socket.once('end', drop);
-    socket.once('error', drop);
-    socket.once('close', drop);
-    socket.setTimeout(keepMs, drop);
+    // Idle: anything on it drops it (the wire's listeners, wire.current being undefined), as does this timeout.
+    socket.setTimeout(keepMs);
     socket.unref();
     // Paused by a reader slower than the answer (its last bytes pushed over the stream's mark): flowing again.
     socket.resume();
-    this.#idle.push({ socket, parser, drop });
+    this.#idle.push({ socket, parser, wire });
   }
 
   request(request: SocketLaneRequest): Promise<SocketLaneResponse> {
@@ -266,7 +300,7 @@ export class SocketLane {
         reject(abortError(signal.reason));
         return;
       }
-      const { socket, parser, reused } = this.#connect(request);
+      const { socket, parser, wire, reused } = this.#connect(request);
       this.#live.add(socket);
       socket.ref();
       parser.initialize(this.#Parser.RESPONSE, {}, 0);
@@ -279,10 +313,7 @@ export class SocketLane {
       const cleanup = () => {
         settled = true;
         signal.removeEventListener('abort', onAbort);
-        socket.off('data', onData);
-        socket.off('end', onEnd);
-        socket.off('error', onError);
-        socket.off('close', onClose);
+        if (wire.current === events) wire.current = undefined;
       };
       const fail = (error: Error) => {
         if (settled) return;
@@ -366,22 +397,17 @@ export class SocketLane {
         cleanup();
         const stream = body;
         // The socket goes back once this turn's parse is over (bytes past the answer drop it there).
-        queueMicrotask(() => this.#keep(socket, parser, keepMs));
+        queueMicrotask(() => this.#keep(socket, parser, wire, keepMs));
         stream.push(null);
       };
 
+      const events: SocketEvents = { onData, onEnd, onError, onClose };
       signal.addEventListener('abort', onAbort, { once: true });
-      socket.on('data', onData);
-      socket.on('end', onEnd);
-      socket.on('error', onError);
-      socket.on('close', onClose);
+      wire.current = events;
       socket.write(head.join('\r\n'));
     });
   }
 }
-
-/** The lane's own 'error' listener on every socket: the error has destroyed it, and a request in flight hears it. */
-function ignoreError(): void {}
 
 /** The closing of a socket before its answer was whole, as node:http names it ("socket hang up"), stale when it is. */
 function closedError(reused: boolean, anyByte: boolean): Error {
