@@ -1004,7 +1004,8 @@ describe('AgentDaemon: a hung mount at or under rootDir', () => {
       world.refuseWatches = false;
       world.hung.add(path.join(agent.rootDir, 'mnt'));
       await agent.poll();
-      expect(world.held).toBe(1);
+      // The watcher's start after the pass runs in the background: its walk reaches the mount when it does.
+      await waitFor(() => world.held === 1 || undefined, PATIENCE_MS, { what: 'the walk held on the mount' });
       await agent.daemon.stop();
       expect(agent.reconciler.lifecycle).toEqual(['flush after 1 passes', 'close']);
 
