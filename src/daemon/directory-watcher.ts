@@ -123,7 +123,8 @@ export class DirectoryWatcher {
 
   /** Watches the root and every directory below it; rejects when the root itself cannot be watched. */
   async start(): Promise<void> {
-    this.#burstEvents = Math.min(BURST_EVENTS, await this.#maxQueuedEvents());
+    // Not awaited: the watch is not held up for it (until it is read, BURST_EVENTS).
+    void this.#readMaxQueuedEvents();
     const root = await this.#options.fs.lstat(this.#options.rootDir);
     if (!root.isDirectory()) {
       throw new DiskError({
@@ -317,14 +318,14 @@ export class DirectoryWatcher {
     if (file !== dir) void this.#follow(file);
   }
 
-  /** `maxQueuedEvents`, else the kernel's setting; BURST_EVENTS when neither is known. */
-  async #maxQueuedEvents(): Promise<number> {
+  /** The burst threshold lowered to `maxQueuedEvents`, else to the kernel's setting, when that is lower. */
+  async #readMaxQueuedEvents(): Promise<void> {
     let value = this.#options.maxQueuedEvents;
     if (value === undefined) {
       const text = await this.#options.fs.readFile?.(MAX_QUEUED_EVENTS_FILE, 'utf8').catch(() => '');
       value = Number.parseInt(String(text), 10);
     }
-    return Number.isInteger(value) && value > 0 ? value : BURST_EVENTS;
+    if (Number.isInteger(value) && value > 0) this.#burstEvents = Math.min(BURST_EVENTS, value);
   }
 
   /** Counts the events of this turn (ignored names too: they fill the kernel's queue all the same). */
