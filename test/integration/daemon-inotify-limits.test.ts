@@ -66,9 +66,9 @@ describe('the daemon started while inotify is used up', () => {
           { encoding: 'utf8' },
         );
         expect(raise.status, raise.stderr).toBe(0);
-        const passesBefore = daemon.passes().length;
+        // Started again by the attempt after a pass: the one after the first pass may still be under way as the
+        // limit is raised (it runs beside the loop), so no later pass is asked for here.
         await daemon.waitForLog((line) => /watching the root directory again/.test(line.msg), PATIENCE_MS);
-        expect(daemon.passes().length).toBeGreaterThan(passesBefore);
 
         // Back and recorded; from here only the watcher, on the new filesystem, can see a change.
         await daemon.waitForPasses(1, PATIENCE_MS, { predicate: (p) => p.converged });
