@@ -6,6 +6,8 @@ import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
 import type { FileHandle, FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
+import { silentLogger } from '../lib/logger.js';
+import { DirectoryAsides } from './directory-asides.js';
 import { DirectorySyncLedger } from './directory-syncs.js';
 import { publishFile, syncRegularFileIf, writeDurableJson } from './durable-writer.js';
 
@@ -80,6 +82,45 @@ describe('a file adopted from its declaration after a failed fsync of its direct
     expect((await publishFile(fs, { ...publish, ensureDurable: true })).outcome).toBe('written');
     expect(model.afterPowerCut()['a.json']).toBe('640 cfg_a\n');
     expect(await syncRegularFileIf(fs, STATE_DIR, 'a.json', sha256Hex(data))).toEqual({ mode: 0o640 });
+  });
+});
+
+describe('a directory whose entry a failed fsync of its parent dropped, met by a publish alone', () => {
+  it("removed by the failed publish's rollback: made anew by the next publish, which is durable", async () => {
+    const vol = new Volume();
+    vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o755 });
+    // The aside names' record lives in the agent's state directory (directory-asides.ts), here beside the root.
+    const asidesDir = '/var/lib/config-agent-state';
+    vol.mkdirSync(asidesDir, { recursive: true, mode: 0o700 });
+    const model = await PowerCutFs.over(memfsPort(vol), STATE_DIR);
+    const failures = { left: 0 };
+    const fs = failingStateDir(model, failures);
+    const ledger = fs.directorySyncs as DirectorySyncLedger;
+    ledger.keepAsidesIn(
+      await DirectoryAsides.open(fs, asidesDir, STATE_DIR, ledger, silentLogger(), {
+        euid: process.geteuid?.() ?? -1,
+        clock: { now: () => 0 },
+      }),
+    );
+    const publish = (name: string) =>
+      publishFile(fs, {
+        rootDir: STATE_DIR,
+        relativePath: `app/${name}`,
+        data: Buffer.from(`${name}\n`),
+        mode: 0o640,
+        dirMode: 0o750,
+      });
+    // app/ made, and the fsync of the directory holding it fails: its entry may be gone for good.
+    failures.left = 1;
+    await expect(publish('a.json')).rejects.toMatchObject({ code: 'disk_error' });
+    // The failed publish rolled back the directory it made: nothing there, nothing durable.
+    expect(vol.existsSync(`${STATE_DIR}/app`)).toBe(false);
+    expect(model.afterPowerCut()).toEqual({});
+    // The next publish alone makes it anew (before, it tried to renew the directory the rollback removed and
+    // failed with ENOENT, every time, for the life of the process).
+    expect((await publish('b.json')).outcome).toBe('written');
+    expect(model.afterPowerCut()).toEqual({ app: 'dir', 'app/b.json': '640 b.json\n' });
+    expect(ledger.anyDropped).toBe(false);
   });
 });
 

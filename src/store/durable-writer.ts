@@ -1007,6 +1007,9 @@ async function removeCreatedDirs(
     } catch {
       break;
     }
+    // A change of the parent's entry like any other: a failed fsync's drop of the mkdir no longer stands (there is
+    // no directory to renew; the next publish makes it anew).
+    fs.directorySyncs?.changed(path.join(root, relativeDir(relative)), path.posix.basename(relative));
     removed.push(relative);
   }
   return removed;
