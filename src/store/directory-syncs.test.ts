@@ -124,6 +124,34 @@ describe('a directory whose entry a failed fsync of its parent dropped, met by a
   });
 });
 
+describe('a directory still in place whose entry a failed fsync of its parent dropped, met by a publish alone', () => {
+  it('is renewed and its parent fsynced before the file counts as written: both survive a power cut', async () => {
+    const vol = new Volume();
+    vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o755 });
+    const asidesDir = '/var/lib/config-agent-state';
+    vol.mkdirSync(asidesDir, { recursive: true, mode: 0o700 });
+    const model = await PowerCutFs.over(memfsPort(vol), STATE_DIR);
+    const ledger = new DirectorySyncLedger();
+    const fs: FsPort = { ...model.fs, directorySyncs: ledger };
+    ledger.keepAsidesIn(
+      await DirectoryAsides.open(fs, asidesDir, STATE_DIR, ledger, silentLogger(), {
+        euid: process.geteuid?.() ?? -1,
+        clock: { now: () => 0 },
+      }),
+    );
+    // app/ made by the agent, then the fsync of the directory holding it failed: made, not durable, dropped.
+    await fs.mkdir(`${STATE_DIR}/app`, { mode: 0o750 });
+    ledger.changed(STATE_DIR, 'app');
+    await model.dropUnsynced(STATE_DIR);
+    ledger.failed(STATE_DIR);
+    const data = Buffer.from('b.json\n');
+    const publish = { rootDir: STATE_DIR, relativePath: 'app/b.json', data, mode: 0o640, dirMode: 0o750 };
+    expect((await publishFile(fs, publish)).outcome).toBe('written');
+    expect(model.afterPowerCut()).toEqual({ app: 'dir', 'app/b.json': '640 b.json\n' });
+    expect(ledger.anyDropped).toBe(false);
+  });
+});
+
 describe('DirectorySyncLedger: what it answers after each sequence of changes and fsyncs', () => {
   const DIR = '/root/app';
 
