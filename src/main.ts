@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { HELP_TEXT, parseCliArgs } from './cli/args.js';
 import { ExitCode, exitCodeForStartupError } from './cli/exit-codes.js';
 import { type CommandIo, checkedOutput, finishOutput, wholeLinesOutput } from './cli/io.js';
+import { endProcess, nodeProcessEnd } from './cli/process-exit.js';
 import { STRAY_SIGNALS } from './cli/stray-signals.js';
 import { errorMessage, UsageError } from './lib/errors.js';
 import { createSecretRegistry } from './lib/secrets.js';
@@ -158,15 +159,13 @@ export function runProcess(): void {
     isTty: process.stdout.isTTY === true,
   };
   // Exits once stdout has drained, so piped output is never cut short, and not with 0 when it was not written.
+  const exit = (code: number): void => void endProcess(code, nodeProcessEnd);
   const exitAfterFlush = (code: number): void => {
     if (stdout === undefined) {
-      process.stdout.write('', () => process.exit(code));
+      process.stdout.write('', () => exit(code));
       return;
     }
-    finishOutput(code, stdout, io.stderr).then(
-      (final) => process.exit(final),
-      () => process.exit(code),
-    );
+    finishOutput(code, stdout, io.stderr).then(exit, () => exit(code));
   };
   raiseTierUpBudget(argv)
     .then(() => main(argv, io, process))

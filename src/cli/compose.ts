@@ -339,7 +339,7 @@ async function buildAgentComponents(
  * flushed, 1 past the deadline); SIGHUP reloads the configuration. Handlers go in before start-up: a SIGHUP's
  * default action would end the process, and systemd counts that as a clean exit it does not restart. Signals
  * that arrive while starting are acted on once started; the stop deadline runs from the signal, so a start-up
- * that hangs (rootDir on a dead mount) exits 1 when it runs out.
+ * that hangs (rootDir on a dead mount) returns 1 when it runs out (the process then ends by SIGTERM: endProcess).
  */
 export async function runAgent(
   command: { configPath?: string },

@@ -1,0 +1,71 @@
+// The built agent on a hung mount: a stop past its deadline ends the process, although a thread of libuv's pool waits in the kernel.
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { AGENT_BIN, collect } from '../helpers/harness.js';
+import { canMountFuse, hungFuseMount } from '../helpers/hung-fuse.js';
+import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
+
+/** Whether a thread of `pid` waits for the FUSE daemon that never answers (the agent has reached the hang). */
+async function waitsOnFuse(pid: number): Promise<boolean> {
+  const tasks = await readdir(`/proc/${pid}/task`).catch(() => []);
+  for (const task of tasks) {
+    const wchan = await readFile(`/proc/${pid}/task/${task}/wchan`, 'utf8').catch(() => '');
+    if (wchan.startsWith('fuse_')) return true;
+  }
+  return false;
+}
+
+// Root with /dev/fuse only (hungFuseMount), as compose.test.ts's start-up test.
+describe.runIf(canMountFuse)('the built agent with rootDir on a hung FUSE mount, stopped by a signal', () => {
+  let dir: string | undefined;
+  let mount: ChildProcess | undefined;
+  afterEach(async () => {
+    mount?.kill('SIGKILL');
+    if (dir !== undefined) {
+      spawnSync('umount', ['-l', path.join(dir, 'hung')]);
+      await rm(dir, { recursive: true, force: true, maxRetries: 20, retryDelay: 20 });
+    }
+    mount = undefined;
+    dir = undefined;
+  });
+
+  // process.exit joins libuv's pool, whose thread waits on the mount for good: before, both said they were exiting
+  // and stayed until the mount answered (here: killed by the test after 30 s).
+  it('--once (SIGTERM) and the daemon (SIGTERM at start-up) end by the signal while the mount still hangs', async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-hung-exit-'));
+    const mountPoint = path.join(dir, 'hung');
+    await mkdir(mountPoint);
+    mount = await hungFuseMount(mountPoint, 120_000);
+    const configPath = path.join(dir, 'config.json');
+    await writeFile(
+      configPath,
+      JSON.stringify({
+        deviceId: 'dvc_hung_exit',
+        server: { baseUrl: 'http://127.0.0.1:9', timeoutSeconds: 1 },
+        rootDir: path.join(mountPoint, 'root'),
+        stateDir: path.join(dir, 'state'),
+        socketPath: path.join(dir, 'agent.sock'),
+      }),
+    );
+    const run = async (args: string[]) => {
+      const child = spawn(process.execPath, [AGENT_BIN, '--config', configPath, ...args], {
+        env: { PATH: process.env.PATH, CONFIG_AGENT_API_KEY: 'sk_test_hung_exit' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      const result = collect(child, PATIENCE_MS);
+      // Its signal handlers are in before it touches rootDir.
+      await waitFor(() => waitsOnFuse(child.pid as number), PATIENCE_MS, { what: 'the agent on the mount' });
+      child.kill('SIGTERM');
+      return result;
+    };
+    const [once, daemon] = await Promise.all([run(['--once']), run([])]);
+    expect(mount.exitCode === null && mount.signalCode === null, 'the mount still hangs').toBe(true);
+    expect({ signal: once.signal, code: once.code }).toEqual({ signal: 'SIGTERM', code: null });
+    expect(once.stderr).toContain('exiting now; the next run finishes the job');
+    expect({ signal: daemon.signal, code: daemon.code }).toEqual({ signal: 'SIGTERM', code: null });
+    expect(daemon.stderr).toContain('start-up has not finished after 10 s');
+  }, 60_000);
+});
