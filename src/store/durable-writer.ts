@@ -598,8 +598,13 @@ async function makeDirectory(
   created: string[],
   root: string,
 ): Promise<boolean> {
-  const parentKey = path.join(root, relativeDir(relative));
-  if (fs.directorySyncs?.asides?.asideAt(parentKey, path.posix.basename(relative)) !== undefined) {
+  // A directory is aside only while its entry is dropped: nothing is asked while no fsync has failed.
+  const ledger = fs.directorySyncs;
+  if (
+    ledger?.anyDropped === true &&
+    ledger.asides?.asideAt(path.join(root, relativeDir(relative)), path.posix.basename(relative)) !==
+      undefined
+  ) {
     // The directory is at its renewal's aside name (store/directory-asides.ts): one made anew here would
     // hold this write while the old one, with every other file, stayed aside. Put back by the next renewal.
     throw new DiskError({
