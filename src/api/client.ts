@@ -784,13 +784,18 @@ export function createClient(options: ClientOptions): ServiceClient {
           scan === undefined ? await readPrefix(response.body) : await scanPrefix(response.body, scan),
         );
       }
+      // An answer the transport had whole before answering (most reports' answers on the socket lane) is taken as
+      // it is, without a stream to read it through; one over the cap still goes through the stream's checks.
+      const { whole } = response;
       const bytes = withoutBom(
-        await readCapped(
-          response.body,
-          maxResponseBytes,
-          Number.isFinite(declared) ? declared : undefined,
-          scan,
-        ),
+        whole !== undefined && whole.length <= maxResponseBytes
+          ? whole
+          : await readCapped(
+              response.body,
+              maxResponseBytes,
+              Number.isFinite(declared) ? declared : undefined,
+              scan,
+            ),
       );
       if (isHtmlPage(response.headers['content-type'], bytes)) {
         // Not the service: a 2xx that settles a report must never come from a captive portal or a proxy's page.

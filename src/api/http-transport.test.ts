@@ -369,6 +369,60 @@ describe('SocketLane: a socket with no request on it', () => {
   });
 });
 
+describe('SocketLane: an answer whole in the read its head came in', () => {
+  it('is handed on whole, its body made only when asked for; one whose body comes later is a stream', async () => {
+    const serverSockets: net.Socket[] = [];
+    let requests = 0;
+    const server = net.createServer((socket) => {
+      serverSockets.push(socket);
+      socket.on('error', () => {});
+      socket.on('data', () => {
+        requests += 1;
+        // The first answer in one write; the second's head alone (its body is written once the test asks).
+        if (requests === 1) socket.write('HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\n{"n":11}');
+        else if (requests === 2) socket.write('HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\n');
+        else socket.write('HTTP/1.1 204 No Content\r\n\r\n');
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    const Parser = llhttpParserFrom(nodeHttpCommon);
+    if (Parser === undefined) throw new Error("this runtime's llhttp binding is not there");
+    const lane = new SocketLane({ idleMs: 60_000, connectTimeoutMs: 5_000, Parser });
+    const send = () =>
+      lane.request({
+        secure: false,
+        hostname: '127.0.0.1',
+        port,
+        path: '/x',
+        method: 'PATCH',
+        headers: {},
+        body: '{}',
+        signal: new AbortController().signal,
+      });
+    try {
+      const first = await send();
+      expect(first.whole?.toString()).toBe('{"n":11}');
+      expect(await readAll(first.body)).toBe('{"n":11}');
+      await new Promise((resolve) => setImmediate(resolve));
+      const second = await send();
+      expect(second.whole).toBeUndefined();
+      serverSockets[0]!.write('{"n":22}');
+      expect(await readAll(second.body)).toBe('{"n":22}');
+      await new Promise((resolve) => setImmediate(resolve));
+      const third = await send();
+      expect([third.statusCode, third.whole?.length]).toEqual([204, 0]);
+      expect(await readAll(third.body)).toBe('');
+      // Every answer on the one kept connection.
+      expect(serverSockets).toHaveLength(1);
+    } finally {
+      lane.destroy();
+      for (const socket of serverSockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
+
 describe('HttpTransport: a runtime whose llhttp binding the lane cannot drive', () => {
   const { HTTPParser } = process.getBuiltinModule('_http_common') as { HTTPParser: Record<string, unknown> };
   const withoutBody = Object.assign(function Parser() {}, { ...HTTPParser, kOnBody: undefined });

@@ -72,6 +72,36 @@ export interface SocketLaneResponse {
   statusCode: number;
   headers: Record<string, string | string[] | undefined>;
   body: Readable;
+  /** The whole body, when the answer was whole by the end of the read its head came in (see TransportResponse). */
+  whole?: Buffer;
+}
+
+/** An answer's status and headers, once its head is parsed. */
+interface AnswerHead {
+  statusCode: number;
+  headers: Record<string, string | string[] | undefined>;
+}
+
+/** An answer that was whole before it was handed on: its body a stream of those bytes, made only when asked for. */
+function wholeResponse(
+  statusCode: number,
+  headers: Record<string, string | string[] | undefined>,
+  whole: Buffer,
+): SocketLaneResponse {
+  let body: Readable | undefined;
+  return {
+    statusCode,
+    headers,
+    whole,
+    get body() {
+      if (body === undefined) {
+        body = new Readable({ read() {} });
+        if (whole.length > 0) body.push(whole);
+        body.push(null);
+      }
+      return body;
+    },
+  };
 }
 
 /** Headers a repeat of which node:http drops (IncomingMessage's `_addHeaderLine`); `set-cookie` becomes a list. */
@@ -157,7 +187,8 @@ interface IdleConnection {
  * Sends requests on sockets it keeps itself (one request at a time on each, kept alive for `idleMs` or the
  * server's shorter `Keep-Alive: timeout=`), the answers parsed by the llhttp node:http uses: the same strict
  * parsing, header limit and chunked bodies, without node:http's per-request machinery. What the client sees is
- * what HttpTransport gives it: a status, headers as IncomingMessage's, a Readable body; an abort fails the
+ * what HttpTransport gives it: a status, headers as IncomingMessage's, a Readable body (and the body's bytes as
+ * `whole` when the answer was whole by the end of the read its head came in: most small answers); an abort fails the
  * request (or its body) with node's AbortError; a kept-alive socket the server closed before any byte of the
  * answer fails it as stale (see stale-connection.ts); a connect that takes over `connectTimeoutMs` fails with
  * CONNECT_TIMEOUT.
@@ -306,6 +337,10 @@ export class SocketLane {
       parser.initialize(this.#Parser.RESPONSE, {}, 0);
       let rawHeaders: string[] = [];
       let body: Readable | undefined;
+      /** The answer's status and headers once its head is parsed, and its body's chunks until it is handed on. */
+      let answerHead: AnswerHead | undefined;
+      let held: Buffer[] = [];
+      let handedOn = false;
       let anyByte = false;
       let settled = false;
       let keepMs = this.#idleMs;
@@ -328,6 +363,8 @@ export class SocketLane {
         anyByte = true;
         const result = parser.execute(chunk);
         if (result instanceof Error) fail(result);
+        // The head came and the answer is not whole by the end of this read: handed on as a stream.
+        else if (answerHead !== undefined && !handedOn && !settled) stream(answerHead);
       };
       const onEnd = () => {
         const result = parser.finish();
@@ -357,7 +394,7 @@ export class SocketLane {
         const all = headers === undefined ? rawHeaders : [...rawHeaders, ...headers];
         rawHeaders = [];
         // A second answer to one request (bytes past the first): the socket is not fit for another request.
-        if (body !== undefined || settled) {
+        if (answerHead !== undefined || settled) {
           keepMs = 0;
           return 1;
         }
@@ -370,7 +407,13 @@ export class SocketLane {
         const answered = headersOf(all);
         if (!shouldKeepAlive) keepMs = 0;
         else keepMs = Math.min(keepMs, serverKeepMs(answered['keep-alive']));
-        const stream = new Readable({
+        // Handed on at the end of this read: whole if its last byte came in it too, else as a stream.
+        answerHead = { statusCode, headers: answered };
+        return 0;
+      };
+      const stream = (answer: AnswerHead) => {
+        handedOn = true;
+        const readable = new Readable({
           read: () => socket.resume(),
           destroy: (error, callback) => {
             // The reader stopped before the end: the rest of the answer is not read, and the socket is not reused.
@@ -383,22 +426,30 @@ export class SocketLane {
           },
         });
         // The reader attaches its own listeners; this one keeps an error nobody reads from being thrown.
-        stream.on('error', () => {});
-        body = stream;
-        resolve({ statusCode, headers: answered, body: stream });
-        return 0;
+        readable.on('error', () => {});
+        body = readable;
+        for (const chunk of held) readable.push(chunk);
+        held = [];
+        resolve({ statusCode: answer.statusCode, headers: answer.headers, body: readable });
       };
       // The chunk is the binding's own copy of the bytes (Buffer::Copy on Node 20 and 24), as node:http pushes it.
       parser[this.#Parser.kOnBody] = (chunk: Buffer) => {
-        if (body !== undefined && !body.destroyed && !body.push(chunk)) socket.pause();
+        if (!handedOn) held.push(chunk);
+        else if (body !== undefined && !body.destroyed && !body.push(chunk)) socket.pause();
       };
       parser[this.#Parser.kOnMessageComplete] = () => {
-        if (body === undefined || settled) return;
+        if (answerHead === undefined || settled) return;
         cleanup();
-        const stream = body;
         // The socket goes back once this turn's parse is over (bytes past the answer drop it there).
         queueMicrotask(() => this.#keep(socket, parser, wire, keepMs));
-        stream.push(null);
+        if (handedOn) {
+          body?.push(null);
+          return;
+        }
+        handedOn = true;
+        const whole = held.length === 1 ? held[0]! : Buffer.concat(held);
+        held = [];
+        resolve(wholeResponse(answerHead.statusCode, answerHead.headers, whole));
       };
 
       const events: SocketEvents = { onData, onEnd, onError, onClose };

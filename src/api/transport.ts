@@ -20,8 +20,13 @@ export interface TransportResponse {
   statusCode: number;
   /** Lowercase names. */
   headers: Record<string, string | string[] | undefined>;
-  /** Must be read to its end or destroyed: either frees the connection. */
+  /** Must be read to its end or destroyed: either frees the connection (unless `whole` is there). */
   body: Readable;
+  /**
+   * The whole body, when the transport had all of it before answering (the socket lane, for an answer that came
+   * with its head): its connection is free already, and `body`, made only if asked for, gives the same bytes.
+   */
+  whole?: Buffer;
 }
 
 /**
