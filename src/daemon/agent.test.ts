@@ -736,91 +736,109 @@ describe('AgentDaemon: the drift watcher after a pass', () => {
   });
 });
 
+/** Watches used up at start (ENOSPC), then the instances too (EMFILE); or a failure that names no errno. */
+const WATCH_REFUSALS = [
+  {
+    refused: 'ENOSPC, then EMFILE',
+    refusal: (refusals: number): Error => {
+      const errno = refusals === 0 ? 'ENOSPC' : 'EMFILE';
+      return Object.assign(new Error(`${errno}: watch`), { code: errno });
+    },
+  },
+  // Its message marks the watcher down as well: without an errno it was still tried again after each pass.
+  { refused: 'an error without an errno', refusal: (): Error => new Error('the watch was refused') },
+];
+
 describe('AgentDaemon: a drift watcher that could not start', () => {
-  it('is started after the next pass once the kernel gives watches again, and restores what changed meanwhile', async () => {
-    const base = await mkdtemp(path.join(os.tmpdir(), 'config-agent-drift-down-'));
-    try {
-      const rootDir = path.join(base, 'root');
-      const stateDir = path.join(base, 'state');
-      const relative = 'app/settings.json';
-      const original = '{"managed":true}\n';
-      await mkdir(path.join(rootDir, 'app'), { recursive: true });
-      await writeFile(path.join(rootDir, relative), original, { mode: 0o644 });
-      await new ContentCache(realFs, stateDir).put(Buffer.from(original));
-      // Watches used up at start (ENOSPC), then the instances too (EMFILE), then both given back.
-      const kernel = { refuses: true, refusals: 0 };
-      const watch = ((...args: Parameters<typeof watchDirectory>) => {
-        if (kernel.refuses) {
-          const errno = kernel.refusals === 0 ? 'ENOSPC' : 'EMFILE';
-          kernel.refusals += 1;
-          throw Object.assign(new Error(`${errno}: watch`), { code: errno });
-        }
-        return watchDirectory(...args);
-      }) as typeof watchDirectory;
-      const config = parseAgentConfig(
-        {
-          deviceId: 'dvc_unit',
-          server: { baseUrl: 'https://dcds.example.com' },
-          rootDir,
-          stateDir,
-          poll: { intervalSeconds: INTERVAL_MS / 1000, jitterRatio: JITTER, fullResyncSeconds: 600 },
-          drift: 'restore',
-        },
-        'agent.test',
-      );
-      const clock = new FakeClock();
-      const reconciler = new ScriptedRunner();
-      reconciler.state.files.set(relative, {
-        instanceId: 'cfg_1',
-        sha256: sha256Hex(Buffer.from(original)),
-        mode: 0o644,
-        createdDirs: [],
-        writtenAt: '2030-06-01T12:00:00.000Z',
-      });
-      const daemon = new AgentDaemon({
-        deps: { fs: realFs, clock, random: () => 1, logger: silentLogger() },
-        config,
-        runner: reconciler,
-        metrics: new AgentMetrics({ deviceId: config.deviceId }),
-        hookEnv: {},
-        scrub: (text) => text,
-        driftDirectories: { watch },
-      });
-      started.push(daemon);
-      await daemon.start();
-      await settle(() => clock.sleeps.length === 1, 'the boot wait');
-      expect(kernel.refusals).toBeGreaterThan(0);
+  it.each(WATCH_REFUSALS)(
+    'is started after the next pass once the kernel gives watches again, and restores what changed meanwhile ($refused)',
+    async ({ refusal }) => {
+      const base = await mkdtemp(path.join(os.tmpdir(), 'config-agent-drift-down-'));
+      try {
+        const rootDir = path.join(base, 'root');
+        const stateDir = path.join(base, 'state');
+        const relative = 'app/settings.json';
+        const original = '{"managed":true}\n';
+        await mkdir(path.join(rootDir, 'app'), { recursive: true });
+        await writeFile(path.join(rootDir, relative), original, { mode: 0o644 });
+        await new ContentCache(realFs, stateDir).put(Buffer.from(original));
+        // Refused at start and at the first pass, then given back.
+        const kernel = { refuses: true, refusals: 0 };
+        const watch = ((...args: Parameters<typeof watchDirectory>) => {
+          if (kernel.refuses) {
+            const error = refusal(kernel.refusals);
+            kernel.refusals += 1;
+            throw error;
+          }
+          return watchDirectory(...args);
+        }) as typeof watchDirectory;
+        const config = parseAgentConfig(
+          {
+            deviceId: 'dvc_unit',
+            server: { baseUrl: 'https://dcds.example.com' },
+            rootDir,
+            stateDir,
+            poll: { intervalSeconds: INTERVAL_MS / 1000, jitterRatio: JITTER, fullResyncSeconds: 600 },
+            drift: 'restore',
+          },
+          'agent.test',
+        );
+        const clock = new FakeClock();
+        const reconciler = new ScriptedRunner();
+        reconciler.state.files.set(relative, {
+          instanceId: 'cfg_1',
+          sha256: sha256Hex(Buffer.from(original)),
+          mode: 0o644,
+          createdDirs: [],
+          writtenAt: '2030-06-01T12:00:00.000Z',
+        });
+        const daemon = new AgentDaemon({
+          deps: { fs: realFs, clock, random: () => 1, logger: silentLogger() },
+          config,
+          runner: reconciler,
+          metrics: new AgentMetrics({ deviceId: config.deviceId }),
+          hookEnv: {},
+          scrub: (text) => text,
+          driftDirectories: { watch },
+        });
+        started.push(daemon);
+        await daemon.start();
+        await settle(() => clock.sleeps.length === 1, 'the boot wait');
+        expect(kernel.refusals).toBeGreaterThan(0);
 
-      // Still refused at the first pass: tried again, nothing breaks, the daemon polls on.
-      clock.sleeps.at(-1)?.release();
-      await waitFor(() => clock.sleeps.length === 2 || undefined, PATIENCE_MS, { what: 'the first pass' });
+        // Still refused at the first pass: tried again, nothing breaks, the daemon polls on.
+        clock.sleeps.at(-1)?.release();
+        await waitFor(() => clock.sleeps.length === 2 || undefined, PATIENCE_MS, { what: 'the first pass' });
 
-      // The other processes let go; the file is changed by hand before any watch exists.
-      kernel.refuses = false;
-      await writeFile(path.join(rootDir, relative), '{"managed":false}\n');
-      clock.sleeps.at(-1)?.release();
-      await waitFor(() => clock.sleeps.length === 3 || undefined, PATIENCE_MS, { what: 'the second pass' });
-      expect(reconciler.modes).toEqual(['full', 'incremental']);
-      await waitFor(
-        async () => ((await readFile(path.join(rootDir, relative), 'utf8')) === original ? true : undefined),
-        PATIENCE_MS,
-        { what: `${relative} restored` },
-      );
+        // The other processes let go; the file is changed by hand before any watch exists.
+        kernel.refuses = false;
+        await writeFile(path.join(rootDir, relative), '{"managed":false}\n');
+        clock.sleeps.at(-1)?.release();
+        await waitFor(() => clock.sleeps.length === 3 || undefined, PATIENCE_MS, { what: 'the second pass' });
+        expect(reconciler.modes).toEqual(['full', 'incremental']);
+        await waitFor(
+          async () =>
+            (await readFile(path.join(rootDir, relative), 'utf8')) === original ? true : undefined,
+          PATIENCE_MS,
+          { what: `${relative} restored` },
+        );
 
-      // And watched from then on: a later change is restored without any pass.
-      clock.mono += 60_000; // past the restore's hold-off
-      await writeFile(path.join(rootDir, relative), '{"managed":"again"}\n');
-      await waitFor(
-        async () => ((await readFile(path.join(rootDir, relative), 'utf8')) === original ? true : undefined),
-        PATIENCE_MS,
-        { what: `${relative} restored again` },
-      );
-      expect(reconciler.modes).toEqual(['full', 'incremental']);
-    } finally {
-      await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
-      await rm(base, { recursive: true, force: true });
-    }
-  });
+        // And watched from then on: a later change is restored without any pass.
+        clock.mono += 60_000; // past the restore's hold-off
+        await writeFile(path.join(rootDir, relative), '{"managed":"again"}\n');
+        await waitFor(
+          async () =>
+            (await readFile(path.join(rootDir, relative), 'utf8')) === original ? true : undefined,
+          PATIENCE_MS,
+          { what: `${relative} restored again` },
+        );
+        expect(reconciler.modes).toEqual(['full', 'incremental']);
+      } finally {
+        await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
+        await rm(base, { recursive: true, force: true });
+      }
+    },
+  );
 });
 
 describe('AgentDaemon: a hung mount at or under rootDir', () => {
