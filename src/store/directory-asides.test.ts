@@ -322,4 +322,46 @@ describe('a directory renewal cut off between its two renames', () => {
     });
     expect(await tree()).toEqual(KEPT);
   });
+
+  it('an aside the start could not put back: nothing is made at its name in that run, and a later start puts it back', async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const [aside] = await readdir(path.join(root, 'top'));
+    const fs: FsPort = {
+      ...(nodeFs as unknown as FsPort),
+      directorySyncs: new DirectorySyncLedger(),
+      rename: (async (from: string, to: string) => {
+        if (String(from) === path.join(root, 'top', aside!))
+          throw Object.assign(new Error('EIO'), { code: 'EIO' });
+        return nodeFs.rename(from, to);
+      }) as FsPort['rename'],
+    };
+    const state = await StateDir.open(fs, settings, silentLogger(), { euid: EUID, clock: { now: () => 0 } });
+    try {
+      await expect(
+        publishFile(fs, {
+          rootDir: root,
+          relativePath: 'top/app/b.json',
+          data: Buffer.from('b\n'),
+          mode: 0o644,
+          dirMode: 0o755,
+        }),
+      ).rejects.toMatchObject({ code: 'disk_error', path: 'top/app' });
+      // Elsewhere, writes go on.
+      await publishFile(fs, {
+        rootDir: root,
+        relativePath: 'top/other/c.json',
+        data: Buffer.from('c\n'),
+        mode: 0o644,
+        dirMode: 0o755,
+      });
+    } finally {
+      await state.close();
+    }
+    expect((await readdir(path.join(root, 'top'))).sort()).toEqual([aside, 'other'].sort());
+    await start();
+    expect(await tree(path.join(root, 'top/app'))).toEqual({
+      'a.json': 'deployed\n',
+      'operator.conf': 'the operator wrote this\n',
+    });
+  });
 });

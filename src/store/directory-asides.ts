@@ -52,6 +52,8 @@ export class DirectoryAsides implements RenewalAsides {
   #recorded: Array<AsideEntry & RenewalAside> = [];
   /** Records the start could not restore (something at the name, another root): kept until a start does. */
   readonly #kept: AsideEntry[];
+  /** Of those, the ones under this root that may still be aside (the restore failed, or was refused). */
+  readonly #held: AsideEntry[];
   #last: Promise<unknown> = Promise.resolve();
 
   private constructor(
@@ -59,11 +61,13 @@ export class DirectoryAsides implements RenewalAsides {
     stateDir: string,
     ledger: DirectorySyncLedger | undefined,
     kept: AsideEntry[],
+    held: AsideEntry[],
   ) {
     this.#fs = fs;
     this.#stateDir = stateDir;
     this.#ledger = ledger;
     this.#kept = kept;
+    this.#held = held;
   }
 
   /**
@@ -82,6 +86,7 @@ export class DirectoryAsides implements RenewalAsides {
     const found = await readAsides(fs, stateDir, logger, clock);
     const root = path.resolve(rootDir);
     const kept: AsideEntry[] = [];
+    const held: AsideEntry[] = [];
     let pending: AsideEntry[] = [];
     for (const entry of found) {
       if (entry.rootDir === root) pending.push(entry);
@@ -106,7 +111,10 @@ export class DirectoryAsides implements RenewalAsides {
         else if (outcome === 'restored') {
           restored = true;
           logger.warn({ ...entry }, 'put back a directory a crash left renamed aside');
-        } else kept.push(entry);
+        } else {
+          kept.push(entry);
+          if (outcome !== 'occupied') held.push(entry);
+        }
         if (outcome === 'occupied') {
           logger.error(
             { ...entry },
@@ -122,7 +130,7 @@ export class DirectoryAsides implements RenewalAsides {
       }
       pending = gone;
     }
-    const asides = new DirectoryAsides(fs, stateDir, ledger, kept);
+    const asides = new DirectoryAsides(fs, stateDir, ledger, kept, held);
     if (found.length > kept.length) {
       // Only tidying: a record left on disk names an aside that is gone, which the next start drops again.
       await asides.#write().catch((error: unknown) => {
@@ -149,6 +157,15 @@ export class DirectoryAsides implements RenewalAsides {
       throw error;
     }
     return entry;
+  }
+
+  get holding(): boolean {
+    return this.#held.length > 0 || this.#recorded.some((entry) => entry.state === 'aside');
+  }
+
+  holds(parent: string, name: string): boolean {
+    if (this.asideAt(parent, name) !== undefined) return true;
+    return this.#held.some((entry) => entry.name === name && path.join(entry.rootDir, entry.dir) === parent);
   }
 
   asideAt(parent: string, name: string): RenewalAside | undefined {

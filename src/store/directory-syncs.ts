@@ -35,6 +35,10 @@ export interface RenewalAsides {
    * the two renames, or left there by a rename back that failed), if any: nothing may be made at that name.
    */
   asideAt(parent: string, name: string): RenewalAside | undefined;
+  /** Whether any directory may be at an aside name now: one of `asideAt`'s, or one the start could not put back. */
+  readonly holding: boolean;
+  /** Whether the entry `name` of `parent` (absolute) may be at an aside name now: nothing may be made there. */
+  holds(parent: string, name: string): boolean;
 }
 
 export class DirectorySyncLedger {

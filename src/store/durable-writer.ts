@@ -598,15 +598,14 @@ async function makeDirectory(
   created: string[],
   root: string,
 ): Promise<boolean> {
-  // A directory is aside only while its entry is dropped: nothing is asked while no fsync has failed.
-  const ledger = fs.directorySyncs;
+  const asides = fs.directorySyncs?.asides;
   if (
-    ledger?.anyDropped === true &&
-    ledger.asides?.asideAt(path.join(root, relativeDir(relative)), path.posix.basename(relative)) !==
-      undefined
+    asides?.holding === true &&
+    asides.holds(path.join(root, relativeDir(relative)), path.posix.basename(relative))
   ) {
     // The directory is at its renewal's aside name (store/directory-asides.ts): one made anew here would
-    // hold this write while the old one, with every other file, stayed aside. Put back by the next renewal.
+    // hold this write while the old one, with every other file, stayed aside. Put back by the next renewal
+    // (or, one the start could not put back, by a later start).
     throw new DiskError({
       operation: 'create directory (renamed aside, put back first)',
       path: relative,
