@@ -14,6 +14,7 @@ import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import { DirectorySyncLedger } from '../store/directory-syncs.js';
 import { ROOT_MOUNT_FILE } from '../store/root-mount.js';
 import type { PassMode, PassResult, ReconcilerSettings } from './pass-runner.js';
 import { Reconciler } from './reconcile.js';
@@ -553,6 +554,80 @@ describe('runPass: the root removed under a running agent', () => {
 
     // Before: the file was written into the new root and counted deployed (the service kept deployed/none).
     expect(reportsReceived()).toEqual(['cfg_a deployed/retrying']);
+
+    world.clock.advance(3_600_000);
+    await pass();
+    expect(await fileAt('app/a.json')).toBe(json({ v: 1 }));
+    expect(onService('cfg_a').activity_status).toBe('deployed');
+    expect(onService('cfg_a').error_status).toBe('none');
+  });
+  it('made again, its entry not made durable, and not removable again (another process wrote into it): nothing under it is deployed', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+    await pass();
+    await rm(world.rootDir, { recursive: true });
+    // The fsync of rootDir's parent fails (EIO) once, and meanwhile another process puts a file in the new root,
+    // so it cannot be removed again (ENOTEMPTY): its entry, and all below it, may not survive a power cut.
+    const parent = path.dirname(world.rootDir);
+    let failParentSync = true;
+    const open = world.fs.open;
+    Object.assign(world.fs, {
+      // The process's fsync ledger, as compose.ts gives the agent's file system (hangSafeFs).
+      directorySyncs: new DirectorySyncLedger(),
+      open: async (...args: Parameters<typeof nodeFs.open>) => {
+        const handle = await open(...args);
+        if (String(args[0]) !== parent || !failParentSync) return handle;
+        failParentSync = false;
+        return Object.assign(handle, {
+          sync: async () => {
+            await writeFile(path.join(world.rootDir, 'other.txt'), "not the agent's");
+            throw Object.assign(new Error('EIO: simulated, fsync'), { code: 'EIO' });
+          },
+        });
+      },
+    });
+    world.server.state.reports.length = 0;
+
+    await pass();
+
+    // Before: the root stayed with its entry dropped and the file was counted deployed (nothing reported).
+    expect(onService('cfg_a').activity_status).toBe('deployed');
+    expect(onService('cfg_a').error_status).not.toBe('none');
+    expect(await readFile(path.join(world.rootDir, 'other.txt'), 'utf8')).toBe("not the agent's");
+  });
+
+  it('made again, its entry not made durable, and the removal failing once: the next pass makes it anew', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
+    await pass();
+    await rm(world.rootDir, { recursive: true });
+    const parent = path.dirname(world.rootDir);
+    let failParentSync = true;
+    let failRmdir = true;
+    const open = world.fs.open;
+    const rmdir = world.fs.rmdir;
+    Object.assign(world.fs, {
+      directorySyncs: new DirectorySyncLedger(),
+      open: async (...args: Parameters<typeof nodeFs.open>) => {
+        const handle = await open(...args);
+        if (String(args[0]) !== parent || !failParentSync) return handle;
+        failParentSync = false;
+        return Object.assign(handle, {
+          sync: async () => {
+            throw Object.assign(new Error('EIO: simulated, fsync'), { code: 'EIO' });
+          },
+        });
+      },
+      rmdir: async (...args: Parameters<typeof nodeFs.rmdir>) => {
+        if (String(args[0]) === world.rootDir && failRmdir) {
+          failRmdir = false;
+          throw Object.assign(new Error('EIO: simulated, rmdir'), { code: 'EIO' });
+        }
+        return rmdir(...args);
+      },
+    });
+    world.server.state.reports.length = 0;
+
+    await pass();
+    expect(onService('cfg_a').error_status).not.toBe('none');
 
     world.clock.advance(3_600_000);
     await pass();

@@ -736,6 +736,15 @@ export function unsettledEntry(
     }
     if (ownEntryOnly) break;
   }
+  // The root's own entry: a root this process made again (remakeMissingRoot) whose parent's fsync failed and
+  // that could not be removed again holds nothing durable either.
+  if (!ownEntryOnly && ledger.unsettled(path.dirname(root), path.basename(root))) {
+    return new DiskError({
+      operation: 'fsync directory (an earlier fsync of it failed, so the entry is written again first)',
+      path: root,
+      errno: 'EIO',
+    });
+  }
   return undefined;
 }
 
@@ -1678,9 +1687,14 @@ async function pruneDirectories(fs: FsPort, root: string, pruneDirs: readonly st
 export async function remakeMissingRoot(fs: FsPort, rootDir: string, dirMode: number): Promise<boolean> {
   assertMode(dirMode, 'dirMode');
   const root = path.resolve(rootDir);
+  const parent = path.dirname(root);
   try {
     await fs.stat(root);
-    return false;
+    // Made again by this process, its entry dropped by a failed fsync and not removed then (the rmdir failed):
+    // removed now if still empty, and made anew below; holding files (not the agent's), it stays unsettled.
+    if (fs.directorySyncs?.dropped(parent, path.basename(root)) !== true) return false;
+    await fs.rmdir(root);
+    fs.directorySyncs.changed(parent, path.basename(root));
   } catch (error) {
     if (errnoCode(error) !== 'ENOENT') return false;
   }
@@ -1689,7 +1703,6 @@ export async function remakeMissingRoot(fs: FsPort, rootDir: string, dirMode: nu
   } catch {
     return false;
   }
-  const parent = path.dirname(root);
   fs.directorySyncs?.changed(parent, path.basename(root));
   try {
     await step('chmod directory', '', () => fs.chmod(root, dirMode));
