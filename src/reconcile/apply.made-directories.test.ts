@@ -12,6 +12,7 @@ import { silentLogger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
 import { DirectoryAsides } from '../store/directory-asides.js';
 import { DirectorySyncLedger } from '../store/directory-syncs.js';
+import { rootConditionOf } from '../store/errors.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { type AppliedStep, type ApplyContext, applySteps } from './apply.js';
 import type { RemoveStep, WriteStep } from './plan.js';
@@ -434,6 +435,56 @@ describe('applySteps: directories a batch makes', () => {
       expect(outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed', 'written']);
       expect(lost).toEqual([]);
       expect(model.afterPowerCut()['b.json']).toBe('640 cfg_b\n');
+    });
+
+    it("a swap (run alone) below a directory that cannot be renewed (EBUSY) fails as the disk's condition, not an attempt", async () => {
+      vol.writeFileSync(path.join(ROOT, 'old.json'), 'old\n', { mode: 0o640 });
+      const model = await PowerCutFs.over(memfsPort(vol), ROOT);
+      const failing = await failingOnce(model, new Set(['top']));
+      const first = await run([write('cfg_a', 'top/new/a.json')], model, failing, 5);
+      expect(first.outcome.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
+      const fs: FsPort = {
+        ...failing,
+        rename: (async (...args: Parameters<FsPort['rename']>) => {
+          if (String(args[0]) === path.join(ROOT, 'top/new'))
+            throw Object.assign(new Error('EBUSY'), { code: 'EBUSY' });
+          return failing.rename(...args);
+        }) as FsPort['rename'],
+      };
+      const files: ApplyContext['files'] = new Map([
+        [
+          'old.json',
+          {
+            instanceId: 'cfg_old',
+            sha256: sha256Hex(Buffer.from('old\n')),
+            mode: 0o640,
+            createdDirs: [],
+            writtenAt: '2026-01-01T00:00:00.000Z',
+          },
+        ],
+      ]);
+      const swap: WriteStep = {
+        ...write('cfg_a', 'top/new/a.json'),
+        displaces: [
+          {
+            kind: 'remove',
+            instance: makeInstance({
+              id: 'cfg_old',
+              relative_filepath: 'old.json',
+              target_status: 'removed',
+            }),
+            path: 'old.json',
+            report: { activity_status: 'removed', error_status: 'none' },
+          },
+        ],
+      };
+      const { outcome, lost } = await run([swap], model, fs, 5, files);
+      const [applied] = outcome.applied;
+      expect(applied?.result.kind).toBe('failed');
+      // Before: the publish threw the rename's EBUSY, an attempt each pass until `failed` for good; as in a batch,
+      // the file is now held back as not durable (its directory's entry dropped): the disk's condition, retried.
+      expect(applied?.result.kind === 'failed' && rootConditionOf(applied.result.error)).toBe('failing');
+      expect(lost).toEqual([]);
     });
 
     it('a removal whose unlink the failure dropped is made again before it is handed on as removed', async () => {

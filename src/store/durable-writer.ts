@@ -1072,9 +1072,13 @@ async function publishFileOnce(fs: FsPort, request: PublishRequest): Promise<Pub
   assertRegularOrAbsent(inspection.final, relativePath);
   const sha256 = sha256Hex(data);
   const bytes = data.byteLength;
-  // Alone (a batch renews them before any of its writes starts: renewDroppedOnTheWay).
+  // Alone (a batch renews them before any of its writes starts: renewDroppedOnTheWay). A directory that cannot be
+  // renewed (a mount point: EBUSY) stays dropped, as in a batch: the file is held back by the chain's check after
+  // the fsyncs (unsettledEntry: the disk's condition, retried), not failed by the rename's errno (an attempt).
   if (syncDirectory)
-    await renewDroppedDirectories(fs, inspection.root, relativePath, verified, undefined, true);
+    await renewDroppedDirectories(fs, inspection.root, relativePath, verified, undefined, true).catch(
+      () => undefined,
+    );
 
   // Compare first: rewriting identical files wears flash and makes watching apps reload for nothing. Identical
   // bytes under another mode or group get only their metadata changed, in place. Bytes whose entry a failed
