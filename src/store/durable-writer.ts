@@ -1964,11 +1964,21 @@ function readDirectory(fs: FsPort, absolute: string) {
  * One stat when `dir` is there.
  */
 export async function makeDirectoryDurably(fs: FsPort, dir: string, mode: number): Promise<void> {
+  const ledger = fs.directorySyncs;
   const missing: string[] = [];
   for (let each = path.resolve(dir); ; each = path.dirname(each)) {
     try {
       await fs.stat(each);
-      break;
+      // Made by this process, its entry dropped by a failed fsync, and not removed then (below): removed now
+      // if still empty, and made anew. One holding files stays, and what is written into it is not durable
+      // (unsettledEntry says so).
+      if (ledger?.dropped(path.dirname(each), path.basename(each)) !== true) break;
+      const removed = await fs.rmdir(each).then(
+        () => true,
+        () => false,
+      );
+      if (!removed) break;
+      ledger.changed(path.dirname(each), path.basename(each));
     } catch (error) {
       if (errnoCode(error) !== 'ENOENT') throw error;
     }
@@ -1983,8 +1993,18 @@ export async function makeDirectoryDurably(fs: FsPort, dir: string, mode: number
       if (errnoCode(error) === 'EEXIST') continue;
       throw error;
     }
-    fs.directorySyncs?.changed(path.dirname(each), path.basename(each));
-    await fsyncDirectory(fs, path.dirname(each), '');
+    ledger?.changed(path.dirname(each), path.basename(each));
+    try {
+      await fsyncDirectory(fs, path.dirname(each), '');
+    } catch (error) {
+      // Its entry may not survive a power cut, nor anything written below it: the directory just made (still
+      // empty) goes again, so the next write makes it anew and fsyncs it instead of writing below it.
+      await fs
+        .rmdir(each)
+        .then(() => ledger?.changed(path.dirname(each), path.basename(each)))
+        .catch(() => undefined);
+      throw error;
+    }
   }
 }
 

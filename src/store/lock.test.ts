@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { DirectorySyncLedger } from './directory-syncs.js';
 import { writeDurableJson } from './durable-writer.js';
 import {
   acquireStateLock,
@@ -157,6 +158,47 @@ describe('StateLock.ensureHeld: the lock removed under a running agent', () => {
     // Before: the new directories' entries were never fsynced, and a power cut took outbox.json with them.
     expect(model.afterPowerCut()['lib/config-agent/outbox.json']).toBe(
       `600 ${JSON.stringify({ queued: 1 }, null, 2)}\n`,
+    );
+  });
+
+  it('a stateDir made again whose entry a failed fsync of its parent dropped is made anew by the next write', async () => {
+    const vol = Volume.fromJSON({});
+    vol.mkdirSync(STATE, { recursive: true, mode: 0o700 });
+    const model = await PowerCutFs.over(memfsPort(vol), '/var');
+    // The agent's fs: its fsync ledger, and the next fsync of /var/lib failing (EIO), dropping its changes.
+    let failures = 1;
+    const fs: FsPort = {
+      ...model.fs,
+      directorySyncs: new DirectorySyncLedger(),
+      open: (async (...args: Parameters<FsPort['open']>) => {
+        const handle = await model.fs.open(...args);
+        if (path.resolve(String(args[0])) !== '/var/lib') return handle;
+        return new Proxy(handle, {
+          get(inner, property) {
+            const value = Reflect.get(inner, property) as unknown;
+            if (property === 'sync' && failures > 0) {
+              return async () => {
+                failures -= 1;
+                await model.dropUnsynced('/var/lib');
+                throw Object.assign(new Error('EIO'), { code: 'EIO' });
+              };
+            }
+            return typeof value === 'function' ? (value as () => unknown).bind(inner) : value;
+          },
+        });
+      }) as FsPort['open'],
+    };
+    // An operator's `rm -rf` of stateDir under the running agent; the state write that makes it again fails.
+    vol.rmSync(STATE, { recursive: true });
+    await expect(writeDurableJson(fs, STATE, 'outbox.json', { queued: 1 })).rejects.toMatchObject({
+      code: 'disk_error',
+    });
+    await writeDurableJson(fs, STATE, 'outbox.json', { queued: 2 });
+
+    // Before: the second write found stateDir there and wrote into it, its entry never written again, so a
+    // power cut took stateDir and the queued reports reported durable.
+    expect(model.afterPowerCut()['lib/config-agent/outbox.json']).toBe(
+      `600 ${JSON.stringify({ queued: 2 }, null, 2)}\n`,
     );
   });
 
