@@ -554,6 +554,8 @@ describe('runPass: the root removed under a running agent', () => {
 
     // Before: the file was written into the new root and counted deployed (the service kept deployed/none).
     expect(reportsReceived()).toEqual(['cfg_a deployed/retrying']);
+    // rootDir's condition (missing), not the instance's: no attempt counted.
+    expect(world.reconciler.state.instances.get('cfg_a')?.attempts).toBe(0);
 
     world.clock.advance(3_600_000);
     await pass();
