@@ -300,6 +300,27 @@ describe('a directory renewal cut off between its two renames', () => {
     expect(await tree()).toEqual(KEPT);
   });
 
+  it('an aside inside a directory aside that cannot be put back yet keeps its record until it can', async () => {
+    const outer = `${TEMP_PREFIX}${'1'.repeat(24)}`;
+    const inner = `${TEMP_PREFIX}${'2'.repeat(24)}`;
+    await nodeFs.rename(path.join(root, 'top/app'), path.join(root, 'top', inner));
+    await nodeFs.rename(path.join(root, 'top'), path.join(root, outer));
+    const asides = [
+      { rootDir: root, dir: 'top', name: 'app', aside: inner },
+      { rootDir: root, dir: '', name: 'top', aside: outer },
+    ];
+    await writeFile(path.join(settings.stateDir, ASIDES_FILE), JSON.stringify({ version: 1, asides }));
+    // Something else is at `top` now: the outer aside is left (occupied), so the inner one is out of sight.
+    await mkdir(path.join(root, 'top'), { mode: 0o755 });
+    await writeFile(path.join(root, 'top/operator.txt'), 'made meanwhile\n');
+    await start();
+    await rm(path.join(root, 'top'), { recursive: true });
+    await start();
+
+    // Before: the first start took the inner record for one already back and dropped it; `app` stayed aside.
+    expect(await tree()).toEqual(KEPT);
+  });
+
   it('a record that cannot be rewritten after the restore does not stop the start', async () => {
     await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
     const full: FsPort = {

@@ -130,6 +130,16 @@ export class DirectoryAsides implements RenewalAsides {
       }
       pending = gone;
     }
+    // Not found because a directory on its way is itself still aside (not put back): out of sight, not gone.
+    for (let added = true; added; ) {
+      added = false;
+      for (const entry of pending) {
+        if (!kept.includes(entry) && kept.some((outer) => isBelow(entry, outer))) {
+          kept.push(entry);
+          added = true;
+        }
+      }
+    }
     const asides = new DirectoryAsides(fs, stateDir, ledger, kept, held);
     if (found.length > kept.length) {
       // Only tidying: a record left on disk names an aside that is gone, which the next start drops again.
@@ -193,6 +203,12 @@ export class DirectoryAsides implements RenewalAsides {
     this.#last = run.catch(() => undefined);
     await run;
   }
+}
+
+/** Whether `entry`'s parent is `outer`'s directory or lies below it, under the same root. */
+function isBelow(entry: AsideEntry, outer: AsideEntry): boolean {
+  const at = outer.dir === '' ? outer.name : `${outer.dir}/${outer.name}`;
+  return entry.rootDir === outer.rootDir && (entry.dir === at || entry.dir.startsWith(`${at}/`));
 }
 
 /** The records a run left; an unreadable file (edited, of another version) is logged and read as none. */
