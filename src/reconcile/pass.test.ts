@@ -421,6 +421,36 @@ describe('runPass: target deployed', () => {
     expect(reportsReceived().slice(2)).toEqual(['cfg_old deployed/none', 'cfg_new deployed/retrying']);
   });
 
+  it('a report left queued by one process and answered 204 by the next before it lists awaits the version kept with it', async () => {
+    // As above, but the next pass is another process's: the version comes from outbox.json, not from memory.
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_old$', count: 1, status: 503 });
+    world.server.state.addFault({
+      match: '^/v1/config_instances/[^/]+$',
+      count: 100,
+      mode: 'rewrite',
+      status: 204,
+    });
+    put({ id: 'cfg_old', relative_filepath: 'shared.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    put({ id: 'cfg_new', relative_filepath: 'shared.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    await pass();
+    expect(reportsReceived()).not.toContain('cfg_old queued/retrying');
+    // An operator's content edit (statuses as they were) after the listing the queued report was made from.
+    put({
+      ...onService('cfg_old'),
+      content: { owner: 'cfg_old', edited: true },
+      updated_at: new Date(Date.now() + 60_000).toISOString(),
+    });
+    for (let round = 0; round < 3; round++) {
+      world.clock.advance(3_600_000);
+      await world.reconciler.close();
+      world.reconciler = await openReconciler(world.client);
+      await pass();
+    }
+
+    // The listing after the 204 shows another version than the report's: the edit is the operator's, the latest.
+    expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_old', edited: true }));
+  });
+
   for (const [first, answer] of [
     ['refused (503)', 'the instance (its echo)'],
     ['refused (503)', '204'],

@@ -292,6 +292,40 @@ describe('an echo awaited from the next listing (an answer without one) is taken
     });
   });
 
+  it('a report queued by an earlier run, answered before any listing of this one: the echo awaited from what was kept with it', async () => {
+    const EARLIER = '2026-01-01T00:00:00.000Z';
+    for (const id of ['cfg_a', 'cfg_b', 'cfg_c', 'cfg_d', 'cfg_e']) {
+      put(id, { updated_at: BEFORE });
+      server.state.addFault({
+        match: `^/v1/config_instances/${id}$`,
+        count: 1,
+        mode: 'rewrite',
+        status: 204,
+      });
+    }
+    const state = emptyState('dvc_1');
+    for (const id of ['cfg_a', 'cfg_b', 'cfg_c']) state.instances.set(id, record());
+    // cfg_e awaited an echo of an earlier report already, at the same updated_at: its operator's time stays.
+    state.instances.set('cfg_e', record({ reportEcho: { updatedAt: BEFORE, operatorUpdatedAt: EARLIER } }));
+    const outbox = await StatusOutbox.open(fs, dir, silentLogger(), { now: () => 0 });
+    const deployed = { activity_status: 'deployed', error_status: 'none' } as const;
+    // cfg_a: listed with its version; cfg_b: an updated_at only; cfg_c: nothing kept; cfg_d: no local record.
+    for (const id of ['cfg_a', 'cfg_b', 'cfg_d', 'cfg_e']) outbox.enqueue(id, deployed, NOW, BEFORE);
+    outbox.enqueue('cfg_c', deployed, NOW);
+    outbox.relist((id) => (id === 'cfg_a' ? { updatedAt: BEFORE, version: 'version-a' } : undefined));
+    await outbox.persist();
+    // No listing in this process: nothing seen, no listed versions.
+    const ctx = reportContext({ url: server.url, apiKey: API_KEY, clock }, outbox, { state });
+
+    expect(await deliverReports(ctx)).toMatchObject({ delivered: 5 });
+    const awaiting = { updatedAt: BEFORE, operatorUpdatedAt: BEFORE, awaiting: 'deployed/none' };
+    expect(state.instances.get('cfg_a')?.reportEcho).toEqual({ ...awaiting, version: 'version-a' });
+    expect(state.instances.get('cfg_b')?.reportEcho).toEqual(awaiting);
+    expect(state.instances.get('cfg_c')?.reportEcho).toBeUndefined();
+    expect(state.instances.has('cfg_d')).toBe(false);
+    expect(state.instances.get('cfg_e')?.reportEcho).toEqual({ ...awaiting, operatorUpdatedAt: EARLIER });
+  });
+
   const awaitingState = (version: string | undefined) => {
     const state = emptyState('dvc_1');
     const echo = { updatedAt: BEFORE, operatorUpdatedAt: BEFORE, awaiting: 'deployed/none' };
