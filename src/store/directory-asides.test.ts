@@ -9,7 +9,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import { ASIDES_FILE, DirectoryAsides } from './directory-asides.js';
 import { DirectorySyncLedger } from './directory-syncs.js';
-import { publishFile, renewDroppedOnTheWay } from './durable-writer.js';
+import { publishFile, removeManagedFile, renewDroppedOnTheWay } from './durable-writer.js';
 import { TEMP_PREFIX, VerifiedDirectories } from './path-guard.js';
 import { StateDir, type StateDirSettings } from './state-dir.js';
 
@@ -77,6 +77,40 @@ async function processAfterFailedFsync(base: FsPort): Promise<FsPort> {
 }
 
 class Killed extends Error {}
+
+describe('a removal below a directory the start could not put back', () => {
+  it('is not reported removed: the file comes back with the directory, and a later removal deletes it', async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const [aside] = await readdir(path.join(root, 'top'));
+    const fs: FsPort = {
+      ...(nodeFs as unknown as FsPort),
+      directorySyncs: new DirectorySyncLedger(),
+      rename: (async (from: string, to: string) => {
+        if (String(from) === path.join(root, 'top', aside!))
+          throw Object.assign(new Error('EIO'), { code: 'EIO' });
+        return nodeFs.rename(from, to);
+      }) as FsPort['rename'],
+    };
+    const state = await StateDir.open(fs, settings, silentLogger(), { euid: EUID, clock: { now: () => 0 } });
+    try {
+      // Before: `absent`, so `removed` was reported, and the next start brought the file back with its directory.
+      await expect(
+        removeManagedFile(fs, { rootDir: root, relativePath: 'top/app/a.json', pruneDirs: ['top/app'] }),
+      ).rejects.toMatchObject({ code: 'disk_error', path: 'top/app' });
+    } finally {
+      await state.close();
+    }
+    await start();
+    expect(
+      await removeManagedFile(nodeFs as unknown as FsPort, {
+        rootDir: root,
+        relativePath: 'top/app/a.json',
+        pruneDirs: ['top/app'],
+      }),
+    ).toBe('removed');
+    expect(await tree(path.join(root, 'top/app'))).toEqual({ 'operator.conf': 'the operator wrote this\n' });
+  });
+});
 
 /** `fs` that dies (every later call throws) at the rename that would put a directory back from its aside name. */
 function diesBetweenTheRenames(fs: FsPort, atFirstRename: () => void = () => undefined): FsPort {

@@ -1522,6 +1522,15 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
   // Already gone: maybe by our own unlink whose directory fsync a crash or an error cut off. It is reported
   // `removed` all the same, so the nearest directory still there is made durable first.
   if (outcome === 'absent') {
+    // Gone with a directory on the way that is at a renewal's aside name: it comes back with that directory.
+    const aside = asideOnTheWay(fs, inspection.root, relativePath);
+    if (aside !== undefined) {
+      throw new DiskError({
+        operation: 'remove file (a directory on the way is renamed aside, put back first)',
+        path: aside,
+        errno: 'EBUSY',
+      });
+    }
     await renewDroppedRemoval(fs, inspection);
     await fsyncNearestDirectory(fs, inspection.root, relativeDir(relativePath));
     // (A directory on the way gone since holds no file to come back: nothing more to ask.)
@@ -1531,6 +1540,18 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
   }
   await pruneDirectories(fs, inspection.root, pruneDirs);
   return outcome;
+}
+
+/** The first directory on the way to `relativePath` the renewal record says may be at its aside name now. */
+function asideOnTheWay(fs: FsPort, root: string, relativePath: string): string | undefined {
+  const asides = fs.directorySyncs?.asides;
+  if (asides?.holding !== true) return undefined;
+  const segments = relativePath.split('/');
+  for (let index = 1; index < segments.length; index += 1) {
+    const relative = segments.slice(0, index).join('/');
+    if (asides.holds(path.join(root, relativeDir(relative)), segments[index - 1]!)) return relative;
+  }
+  return undefined;
 }
 
 function newVerified(): VerifiedDirectories {
