@@ -451,6 +451,22 @@ describe('runPass: target deployed', () => {
     expect(await fileAt('shared.json')).toBe(json({ owner: 'cfg_old', edited: true }));
   });
 
+  it('a report left queued for an instance the next listing no longer holds: the next pass runs as any other', async () => {
+    // Its report refused in both passes (an outage of that route): it is still queued when the second one lists.
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_gone$', count: 10, status: 503 });
+    put({ id: 'cfg_gone', relative_filepath: 'gone.json' });
+    await pass();
+    expect(await fileAt('gone.json')).toBe(json({ owner: 'cfg_gone' }));
+    expect(reportsReceived()).toEqual([]);
+    // Deleted on the service while its report waits: no listing shows it, its version is the one kept.
+    world.server.state.instances.delete('cfg_gone');
+    world.clock.advance(3_600_000);
+    const result = await pass();
+    expect(result.error).toBeUndefined();
+    expect(result.reachable).toBe(true);
+    expect(await fileAt('gone.json')).toBe(json({ owner: 'cfg_gone' }));
+  });
+
   for (const [first, answer] of [
     ['refused (503)', 'the instance (its echo)'],
     ['refused (503)', '204'],
