@@ -15,7 +15,7 @@ import { sweepTempFiles } from '../store/durable-writer.js';
 import { FileFingerprints } from '../store/fingerprints.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { createDeps } from './compose.js';
-import { hangSafeFs, mountsUnderRootAreLocal } from './hang-safe-fs.js';
+import { hangSafeFs, mountsThatMayHangBelow, mountsUnderRootAreLocal } from './hang-safe-fs.js';
 
 const line = (id: number, mountPoint: string, type: string) =>
   `${id} 1 0:${id} / ${mountPoint} rw,relatime shared:${id} - ${type} src rw`;
@@ -39,6 +39,24 @@ describe('mountsUnderRootAreLocal', () => {
     expect(mountsUnderRootAreLocal(fuse, '/srv/root/my disk/x')).toBe(false);
     expect(mountsUnderRootAreLocal(fuse, '/srv/other')).toBe(true);
     expect(mountsUnderRootAreLocal('', '/srv/root')).toBe(false);
+  });
+});
+
+describe('mountsThatMayHangBelow', () => {
+  it('names the mounts strictly below rootDir that are not local, relative to it, escapes undone', () => {
+    const table = [
+      line(1, '/', 'ext4'),
+      line(2, '/srv/root/share', 'nfs4'),
+      line(3, '/srv/root/usb', 'ext4'),
+      line(4, '/srv/root/a/my\\040disk', 'fuse.sshfs'),
+      line(5, '/srv/rootx/share', 'nfs'),
+      line(6, '/srv/root', 'cifs'),
+    ].join('\n');
+    expect(mountsThatMayHangBelow(table, '/srv/root')).toEqual(new Set(['share', 'a/my disk']));
+    expect(mountsThatMayHangBelow(table, '/')).toEqual(
+      new Set(['srv/root/share', 'srv/root/a/my disk', 'srv/rootx/share', 'srv/root']),
+    );
+    expect(mountsThatMayHangBelow('', '/srv/root')).toEqual(new Set());
   });
 });
 

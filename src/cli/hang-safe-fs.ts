@@ -78,6 +78,26 @@ export function mountsUnderRootAreLocal(mountinfo: string, realRootDir: string):
   );
 }
 
+/**
+ * The mount points strictly below `realRootDir` whose filesystem may hang (not in LOCAL_FILESYSTEMS), as paths
+ * relative to it ('/'-separated), from /proc/self/mountinfo's text.
+ */
+export function mountsThatMayHangBelow(mountinfo: string, realRootDir: string): Set<string> {
+  const below = new Set<string>();
+  for (const line of mountinfo.split('\n')) {
+    const fields = line.split(' ');
+    const dash = fields.indexOf('-', 6);
+    const mountPoint = fields[4];
+    const type = dash === -1 ? undefined : fields[dash + 1];
+    if (mountPoint === undefined || type === undefined || LOCAL_FILESYSTEMS.has(type)) continue;
+    const absolute = unescapeMountPath(mountPoint);
+    if (absolute !== realRootDir && isSameOrInside(absolute, realRootDir)) {
+      below.add(realRootDir === '/' ? absolute.slice(1) : absolute.slice(realRootDir.length + 1));
+    }
+  }
+  return below;
+}
+
 /** What the port reads: rootDir's real path and the mount table (undefined where there is none). */
 export interface MountTablePort {
   realpath(file: string): Promise<string>;
@@ -102,13 +122,16 @@ export async function hangSafeFs(
   directorySyncs: DirectorySyncLedger = new DirectorySyncLedger(),
 ): Promise<FsPort> {
   let local = false;
+  let mayHang: ReadonlySet<string> = new Set();
   let checkedAt = Number.NEGATIVE_INFINITY;
   let checking: Promise<void> | undefined;
   const check = (): Promise<void> => {
     checking ??= (async () => {
       try {
         const real = await port.realpath(rootDir).catch(() => path.resolve(rootDir));
-        local = mountsUnderRootAreLocal((await port.mountinfo()) ?? '', real);
+        const mountinfo = (await port.mountinfo()) ?? '';
+        local = mountsUnderRootAreLocal(mountinfo, real);
+        mayHang = mountsThatMayHangBelow(mountinfo, real);
       } catch {
         local = false;
       } finally {
@@ -132,6 +155,7 @@ export async function hangSafeFs(
       return local ? lstatSync : undefined;
     },
   });
+  fs.mountsThatMayHangBelow = (dir) => (dir === rootDir ? mayHang : new Set());
   // Only for rootDir as configured, whose mounts the check judged: the state directory may be elsewhere.
   const sweepPort = synchronousSweepPort(fs);
   fs.sweepPort = (dir) => (dir === rootDir && fs.lstatSync !== undefined ? sweepPort : undefined);

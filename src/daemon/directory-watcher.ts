@@ -6,7 +6,7 @@ import { DiskError } from '../store/errors.js';
 
 export interface DirectoryWatcherOptions {
   /** `readFile`: for the kernel's `max_queued_events` (see `maxQueuedEvents`). */
-  fs: Pick<FsPort, 'lstat' | 'readdir'> & Partial<Pick<FsPort, 'readFile'>>;
+  fs: Pick<FsPort, 'lstat' | 'readdir'> & Partial<Pick<FsPort, 'readFile' | 'mountsThatMayHangBelow'>>;
   rootDir: string;
   /**
    * A name in a watched directory was created, written, re-moded, removed or renamed: `file` is its absolute
@@ -293,7 +293,7 @@ export class DirectoryWatcher {
           return;
         }
         const child = path.join(current, entry.name);
-        if (this.#options.ignored?.(child) === true) continue;
+        if (this.#options.ignored?.(child) === true || this.#mayHang(child)) continue;
         // Watched already: a walk for room only looks below it (a replacement is its parent's event to follow).
         if (untilFull && this.#watched.has(child)) {
           pending.push(child);
@@ -371,6 +371,7 @@ export class DirectoryWatcher {
 
   /** A name that changed may be a directory that appeared, went away or was replaced: watch what is there now. */
   async #follow(file: string): Promise<void> {
+    if (this.#mayHang(file)) return;
     const stats = await this.#options.fs.lstat(file).catch(() => undefined);
     if (this.#closed) return;
     if (stats?.isDirectory() !== true) {
@@ -383,6 +384,17 @@ export class DirectoryWatcher {
     await this.#watchBelow(file);
     // Entries made in it before its watch was set: tell them now (the caller judges what is there).
     if (!this.#closed) this.#options.onChange(file);
+  }
+
+  /**
+   * A mount point below rootDir of a filesystem that may hang (FsPort.mountsThatMayHangBelow): never looked up, as
+   * a lookup of a dead server's mount waits in the kernel for good; inotify does not see its server's changes anyway.
+   */
+  #mayHang(dir: string): boolean {
+    const { fs, rootDir } = this.#options;
+    const below = fs.mountsThatMayHangBelow?.(rootDir);
+    if (below === undefined || below.size === 0) return false;
+    return below.has(path.relative(rootDir, dir).split(path.sep).join('/'));
   }
 
   /** Stops watching `dir` and every directory below it. */

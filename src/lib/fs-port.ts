@@ -61,6 +61,13 @@ export type FsPort = Pick<
    */
   sweepPort?: (dir: string) => FsPort | undefined;
   /**
+   * Optional: the mount points below `dir` (rootDir) of filesystems that may hang (NFS, CIFS, FUSE, ...), relative
+   * to it: walks of the whole tree (the start-up sweep, the drift watcher) do not enter them, where an open or a
+   * lookup of a dead server's or a wedged FUSE daemon's mount waits in the kernel for good. From the mount table
+   * (cli/hang-safe-fs.ts); without it every directory is entered.
+   */
+  mountsThatMayHangBelow?: (dir: string) => ReadonlySet<string>;
+  /**
    * Optional: calls on raw descriptors (node:fs's callback API in production, lib/descriptor-calls.ts), for the
    * writer's temp files and directory fsyncs: the same syscalls through the same thread pool as `open` and its
    * `FileHandle`, with less JavaScript per call. Without it (tests' ports, memfs) those go through `open`.

@@ -1747,7 +1747,8 @@ export async function remakeMissingRoot(fs: FsPort, rootDir: string, dirMode: nu
 /** A directory below the root the sweep could not read, or a temp file it could not unlink: left as it is. */
 export interface SweepSkip {
   path: string;
-  operation: 'read directory' | 'unlink temp file';
+  /** `not entered`: a mount point of a filesystem that may hang (FsPort.mountsThatMayHangBelow). */
+  operation: 'read directory' | 'unlink temp file' | 'not entered';
   errno: string | undefined;
 }
 
@@ -1772,9 +1773,18 @@ export async function sweepTempFiles(
     if (error instanceof DiskError && (error.errno === 'ENOENT' || error.errno === 'ENOTDIR')) return [];
     throw error;
   }
+  // A dead NFS server's or a wedged FUSE daemon's mount below the root: its open waits in the kernel for good.
+  const mayHang = fs.mountsThatMayHangBelow?.(rootDir) ?? new Set<string>();
+  const enters = (child: string): boolean => {
+    if (!mayHang.has(child)) return sweepsInto(child);
+    onSkip({ path: child, operation: 'not entered', errno: undefined });
+    return false;
+  };
   const pinned = await openPinnedRoot(fs, root);
   const removed =
-    pinned === undefined ? await sweepByPath(fs, root, onSkip) : await sweepPinned(fs, pinned, onSkip);
+    pinned === undefined
+      ? await sweepByPath(fs, root, onSkip, enters)
+      : await sweepPinned(fs, pinned, onSkip, enters);
   return removed.sort();
 }
 
@@ -1833,6 +1843,7 @@ async function sweepPinned(
   fs: FsPort,
   rootHandle: FileHandle,
   onSkip: (skip: SweepSkip) => void,
+  enters: (relative: string) => boolean,
 ): Promise<string[]> {
   const removed: string[] = [];
   const frames: Array<{ relative: string; handle: FileHandle; listing: Listing }> = [];
@@ -1885,7 +1896,7 @@ async function sweepPinned(
         }
         continue;
       }
-      if (!entry.isDirectory() || !sweepsInto(child)) continue;
+      if (!entry.isDirectory() || !enters(child)) continue;
       let handle: FileHandle;
       try {
         handle = await fs.open(`${PROC_FD}/${top.handle.fd}/${name}`, DIR_FLAGS | constants.O_NOFOLLOW);
@@ -1939,7 +1950,12 @@ async function openListing(fs: FsPort, absolute: string): Promise<Listing> {
  * semantics, so a symlink already there is never followed, but one swapped in between a listing and the next
  * is (the descriptor walk above closes that).
  */
-async function sweepByPath(fs: FsPort, root: string, onSkip: (skip: SweepSkip) => void): Promise<string[]> {
+async function sweepByPath(
+  fs: FsPort,
+  root: string,
+  onSkip: (skip: SweepSkip) => void,
+  enters: (relative: string) => boolean,
+): Promise<string[]> {
   const removed: string[] = [];
   // Iterative walk: a deep tree cannot overflow the stack.
   const pending: string[] = [''];
@@ -1960,7 +1976,7 @@ async function sweepByPath(fs: FsPort, root: string, onSkip: (skip: SweepSkip) =
       const child = relative === '' ? name : `${relative}/${name}`;
       // Dirent types come from the entry itself (lstat semantics): a symlink is neither isDirectory nor isFile.
       if (entry.isDirectory()) {
-        if (sweepsInto(child)) pending.push(child);
+        if (enters(child)) pending.push(child);
       } else if (entry.isFile() && name.startsWith(TEMP_PREFIX)) {
         try {
           await fs.unlink(path.join(root, child));

@@ -4,7 +4,8 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promis
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { AGENT_BIN, collect } from '../helpers/harness.js';
+import { DaemonProcess } from '../helpers/daemon.js';
+import { AGENT_BIN, AgentHarness, collect } from '../helpers/harness.js';
 import { canMountFuse, hungFuseMount } from '../helpers/hung-fuse.js';
 import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
 
@@ -68,4 +69,43 @@ describe.runIf(canMountFuse)('the built agent with rootDir on a hung FUSE mount,
     expect({ signal: daemon.signal, code: daemon.code }).toEqual({ signal: 'SIGTERM', code: null });
     expect(daemon.stderr).toContain('start-up has not finished after 10 s');
   }, 60_000);
+});
+
+describe.runIf(canMountFuse)('the built agent with a hung FUSE mount on a directory below rootDir', () => {
+  let harness: AgentHarness | undefined;
+  let mount: ChildProcess | undefined;
+  afterEach(async () => {
+    mount?.kill('SIGKILL');
+    if (harness !== undefined) spawnSync('umount', ['-l', path.join(harness.rootDir, 'share')]);
+    await harness?.close();
+    mount = undefined;
+    harness = undefined;
+  });
+
+  // The start-up sweep opened the mount's root (and the daemon's drift watcher looked it up): both waited in the
+  // kernel for good, so --once never finished and the daemon never polled, though no managed file lies there.
+  it('--once converges and the daemon polls, restores drift and stops with 0, while the mount hangs', async () => {
+    harness = await AgentHarness.create({ registerDevice: true, config: { drift: 'restore' } });
+    const h = harness;
+    await mkdir(path.join(h.rootDir, 'share'), { recursive: true });
+    mount = await hungFuseMount(path.join(h.rootDir, 'share'), 120_000);
+    await h.createAndDeploy({ relative_filepath: 'app/a.json', content: { a: 1 } });
+
+    const once = await h.run(['--once'], { timeoutMs: PATIENCE_MS });
+    expect({ code: once.code, signal: once.signal }).toEqual({ code: 0, signal: null });
+    const written = await readFile(h.rootPath('app/a.json'), 'utf8');
+
+    const daemon = DaemonProcess.start(h);
+    await waitFor(() => daemon.passes().length > 0 || undefined, PATIENCE_MS, { what: 'a pass' });
+    // The drift watcher is up before the first pass (the daemon's start awaits it): a change by hand is put back.
+    await writeFile(h.rootPath('app/a.json'), '{"changed":true}');
+    await waitFor(
+      async () => (await readFile(h.rootPath('app/a.json'), 'utf8')) === written || undefined,
+      PATIENCE_MS,
+      { what: 'the changed file restored' },
+    );
+    const exit = await daemon.stop('SIGTERM', PATIENCE_MS);
+    expect({ code: exit.code, signal: exit.signal }).toEqual({ code: 0, signal: null });
+    expect(mount.exitCode === null && mount.signalCode === null, 'the mount still hangs').toBe(true);
+  }, 120_000);
 });
