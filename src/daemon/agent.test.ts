@@ -981,7 +981,10 @@ describe('AgentDaemon: a hung mount at or under rootDir', () => {
       expect(world.watched()).toEqual([]);
       world.refuseWatches = false;
       world.hung.add(path.join(agent.rootDir, 'mnt'));
-      for (let n = 0; n < 6; n += 1) await agent.poll();
+      await agent.poll();
+      // The start after the pass runs in the background: its walk reaches the mount when it does.
+      await waitFor(() => world.held === 1 || undefined, PATIENCE_MS, { what: 'the walk held on the mount' });
+      for (let n = 1; n < 6; n += 1) await agent.poll();
       expect(agent.reconciler.modes).toHaveLength(6);
       expect(world.held).toBe(1);
 
