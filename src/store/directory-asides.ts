@@ -130,6 +130,23 @@ export class DirectoryAsides implements RenewalAsides {
       }
       pending = gone;
     }
+    // Neither at its aside name nor at its name (its file system not mounted yet, a directory on the way
+    // renamed): out of sight, not back; kept for a start that sees it. Something at the name: it is back.
+    for (const entry of pending) {
+      const at = path.join(entry.rootDir, entry.dir, entry.name);
+      const found = await fs.lstat(at).then(
+        () => true,
+        (error: unknown) => !['ENOENT', 'ENOTDIR'].includes(errnoCode(error) ?? ''),
+      );
+      if (!found) {
+        kept.push(entry);
+        // Info, not a warning: also what a directory removed (pruned) since its renewal leaves, till made anew.
+        logger.info(
+          { ...entry },
+          'a directory renamed aside is neither at its name nor aside (not mounted?): its record is kept for a later start',
+        );
+      }
+    }
     // Not found because a directory on its way is itself still aside (not put back): out of sight, not gone.
     for (let added = true; added; ) {
       added = false;
