@@ -4,7 +4,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promis
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DaemonProcess } from '../helpers/daemon.js';
+import { DaemonProcess, killAllDaemons } from '../helpers/daemon.js';
 import { AGENT_BIN, AgentHarness, collect } from '../helpers/harness.js';
 import { canMountFuse, hungFuseMount } from '../helpers/hung-fuse.js';
 import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
@@ -75,6 +75,7 @@ describe.runIf(canMountFuse)('the built agent with a hung FUSE mount on a direct
   let harness: AgentHarness | undefined;
   let mount: ChildProcess | undefined;
   afterEach(async () => {
+    await killAllDaemons();
     mount?.kill('SIGKILL');
     if (harness !== undefined) spawnSync('umount', ['-l', path.join(harness.rootDir, 'share')]);
     await harness?.close();
