@@ -487,6 +487,77 @@ describe('applySteps: directories a batch makes', () => {
       expect(lost).toEqual([]);
     });
 
+    it.each([
+      ['a file a local user put at the name since (EEXIST)', 'EEXIST'],
+      ['a failing disk (EIO)', 'EIO'],
+    ] as const)(
+      'a removal whose unlink the failure dropped, renewed while %s: never handed on as removed, nothing of theirs removed',
+      async (_, errno) => {
+        vol.writeFileSync(path.join(ROOT, 'top/old.json'), 'old\n', { mode: 0o640 });
+        const model = await PowerCutFs.over(memfsPort(vol), ROOT);
+        const failing = await failingOnce(model, new Set(['top']));
+        const target = path.join(ROOT, 'top/old.json');
+        const renewal = { meets: false };
+        const fs: FsPort = {
+          ...failing,
+          mkdir: (async (...args: Parameters<FsPort['mkdir']>) => {
+            if (renewal.meets && String(args[0]) === target) {
+              if (errno === 'EEXIST') vol.writeFileSync(target, 'theirs\n');
+              else throw Object.assign(new Error(`${errno}: mkdir`), { code: errno });
+            }
+            return failing.mkdir(...args);
+          }) as FsPort['mkdir'],
+        };
+        const removal: RemoveStep = {
+          kind: 'remove',
+          instance: makeInstance({
+            id: 'cfg_old',
+            relative_filepath: 'top/old.json',
+            target_status: 'removed',
+          }),
+          path: 'top/old.json',
+          report: { activity_status: 'removed', error_status: 'none' },
+        };
+        const ctx: ApplyContext = {
+          fs,
+          logger: silentLogger(),
+          rootDir: ROOT,
+          fileMode: 0o640,
+          dirMode: 0o750,
+          files: new Map([
+            [
+              'top/old.json',
+              {
+                instanceId: 'cfg_old',
+                sha256: sha256Hex(Buffer.from('old\n')),
+                mode: 0o640,
+                size: 4,
+                createdDirs: [],
+                writtenAt: '2026-01-01T00:00:00.000Z',
+              },
+            ],
+          ]),
+          cache: new ContentCache(fs, STATE_DIR),
+        };
+        const first = await applySteps([removal], ctx, () => undefined);
+        expect(first.applied.map((applied) => applied.result.kind)).toEqual(['failed']);
+        renewal.meets = true;
+        const second = await applySteps([removal], ctx, () => undefined);
+        // Reported failed (retrying), with what stopped it: the entry still unsettled, or the mkdir's own failure.
+        expect(second.applied.map((applied) => applied.result)).toMatchObject([
+          {
+            kind: 'failed',
+            error:
+              errno === 'EEXIST'
+                ? { code: 'disk_error', operation: expect.stringMatching(/an earlier fsync of it failed/) }
+                : { code: 'disk_error', operation: 'create directory', errno: 'EIO' },
+          },
+        ]);
+        if (errno === 'EEXIST') expect(String(vol.readFileSync(target))).toBe('theirs\n');
+        else expect(vol.existsSync(target)).toBe(false);
+      },
+    );
+
     it('a removal whose unlink the failure dropped is made again before it is handed on as removed', async () => {
       vol.writeFileSync(path.join(ROOT, 'top/old.json'), 'old\n', { mode: 0o640 });
       const model = await PowerCutFs.over(memfsPort(vol), ROOT);
