@@ -112,6 +112,62 @@ describe('a removal below a directory the start could not put back', () => {
   });
 });
 
+describe('a directory the start could not put back because of a passing failure', () => {
+  /** After a crash between the renames: a start whose restore rename fails once (EIO), then works. */
+  async function startFailingOnce(): Promise<{ fs: FsPort; state: StateDir }> {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const [aside] = await readdir(path.join(root, 'top'));
+    let failures = 1;
+    const fs: FsPort = {
+      ...(nodeFs as unknown as FsPort),
+      directorySyncs: new DirectorySyncLedger(),
+      rename: (async (from: string, to: string) => {
+        if (String(from) === path.join(root, 'top', aside!) && failures > 0) {
+          failures -= 1;
+          throw Object.assign(new Error('EIO'), { code: 'EIO' });
+        }
+        return nodeFs.rename(from, to);
+      }) as FsPort['rename'],
+    };
+    const state = await StateDir.open(fs, settings, silentLogger(), { euid: EUID, clock: { now: () => 0 } });
+    return { fs, state };
+  }
+
+  it('is put back by the first write below its name in that run, not held until the next start', async () => {
+    const { fs, state } = await startFailingOnce();
+    try {
+      // Before: refused (disk_error) for the whole run, however long the daemon ran.
+      await publishFile(fs, {
+        rootDir: root,
+        relativePath: 'top/app/b.json',
+        data: Buffer.from('b\n'),
+        mode: 0o644,
+        dirMode: 0o755,
+      });
+    } finally {
+      await state.close();
+    }
+    expect(await tree()).toEqual({ ...KEPT, 'top/app/b.json': 'b\n' });
+    expect(await readdir(settings.stateDir)).not.toContain(ASIDES_FILE);
+  });
+
+  it('is put back by a removal below it, whose next attempt deletes the file', async () => {
+    const { fs, state } = await startFailingOnce();
+    const request = { rootDir: root, relativePath: 'top/app/a.json', pruneDirs: ['top/app'] };
+    try {
+      await expect(removeManagedFile(fs, request)).rejects.toMatchObject({ code: 'disk_error' });
+      expect(await removeManagedFile(fs, request)).toBe('removed');
+    } finally {
+      await state.close();
+    }
+    expect(await tree()).toEqual({
+      top: 'dir',
+      'top/app': 'dir',
+      'top/app/operator.conf': 'the operator wrote this\n',
+    });
+  });
+});
+
 /** `fs` that dies (every later call throws) at the rename that would put a directory back from its aside name. */
 function diesBetweenTheRenames(fs: FsPort, atFirstRename: () => void = () => undefined): FsPort {
   let dead = false;

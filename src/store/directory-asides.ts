@@ -54,6 +54,9 @@ export class DirectoryAsides implements RenewalAsides {
   readonly #kept: AsideEntry[];
   /** Of those, the ones under this root that may still be aside (the restore failed, or was refused). */
   readonly #held: AsideEntry[];
+  /** A held record's retry in progress: concurrent writes below its name share it. */
+  readonly #retrying = new Map<AsideEntry, Promise<boolean>>();
+  readonly #euid: number;
   #last: Promise<unknown> = Promise.resolve();
 
   private constructor(
@@ -62,7 +65,9 @@ export class DirectoryAsides implements RenewalAsides {
     ledger: DirectorySyncLedger | undefined,
     kept: AsideEntry[],
     held: AsideEntry[],
+    euid: number,
   ) {
+    this.#euid = euid;
     this.#fs = fs;
     this.#stateDir = stateDir;
     this.#ledger = ledger;
@@ -157,7 +162,7 @@ export class DirectoryAsides implements RenewalAsides {
         }
       }
     }
-    const asides = new DirectoryAsides(fs, stateDir, ledger, kept, held);
+    const asides = new DirectoryAsides(fs, stateDir, ledger, kept, held, euid);
     if (found.length > kept.length) {
       // Only tidying: a record left on disk names an aside that is gone, which the next start drops again.
       await asides.#write().catch((error: unknown) => {
@@ -193,6 +198,33 @@ export class DirectoryAsides implements RenewalAsides {
   holds(parent: string, name: string): boolean {
     if (this.asideAt(parent, name) !== undefined) return true;
     return this.#held.some((entry) => entry.name === name && path.join(entry.rootDir, entry.dir) === parent);
+  }
+
+  async stillHolds(parent: string, name: string): Promise<boolean> {
+    if (this.asideAt(parent, name) !== undefined) return true;
+    const entry = this.#held.find(
+      (held) => held.name === name && path.join(held.rootDir, held.dir) === parent,
+    );
+    if (entry === undefined) return false;
+    let retry = this.#retrying.get(entry);
+    if (retry === undefined) {
+      retry = this.#retry(entry).finally(() => this.#retrying.delete(entry));
+      this.#retrying.set(entry, retry);
+    }
+    return retry;
+  }
+
+  async #retry(entry: AsideEntry): Promise<boolean> {
+    const outcome = await restoreRenewedDirectory(this.#fs, entry, this.#euid).catch(() => 'failed' as const);
+    if (outcome === 'kept' || outcome === 'failed') return true;
+    // Back, gone (an operator removed it) or something else at the name (left to an operator, as at start).
+    this.#held.splice(this.#held.indexOf(entry), 1);
+    if (outcome === 'restored') {
+      this.#kept.splice(this.#kept.indexOf(entry), 1);
+      // Only tidying: a record left names an aside that is gone, which the next start drops.
+      await this.#write().catch(() => undefined);
+    }
+    return false;
   }
 
   asideAt(parent: string, name: string): RenewalAside | undefined {

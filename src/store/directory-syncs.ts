@@ -39,6 +39,11 @@ export interface RenewalAsides {
   readonly holding: boolean;
   /** Whether the entry `name` of `parent` (absolute) may be at an aside name now: nothing may be made there. */
   holds(parent: string, name: string): boolean;
+  /**
+   * `holds`, after trying once more to put back a directory the start could not (a failure at start may have
+   * been passing): false once it is back, its aside gone, or something else at its name.
+   */
+  stillHolds(parent: string, name: string): Promise<boolean>;
 }
 
 export class DirectorySyncLedger {

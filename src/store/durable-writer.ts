@@ -599,9 +599,12 @@ async function makeDirectory(
   root: string,
 ): Promise<boolean> {
   const asides = fs.directorySyncs?.asides;
+  const parentKey = path.join(root, relativeDir(relative));
+  const name = path.posix.basename(relative);
   if (
     asides?.holding === true &&
-    asides.holds(path.join(root, relativeDir(relative)), path.posix.basename(relative))
+    asides.holds(parentKey, name) &&
+    (await asides.stillHolds(parentKey, name))
   ) {
     // The directory is at its renewal's aside name (store/directory-asides.ts): one made anew here would
     // hold this write while the old one, with every other file, stayed aside. Put back by the next renewal
@@ -1523,7 +1526,7 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
   // `removed` all the same, so the nearest directory still there is made durable first.
   if (outcome === 'absent') {
     // Gone with a directory on the way that is at a renewal's aside name: it comes back with that directory.
-    const aside = asideOnTheWay(fs, inspection.root, relativePath);
+    const aside = await asideOnTheWay(fs, inspection.root, relativePath);
     if (aside !== undefined) {
       throw new DiskError({
         operation: 'remove file (a directory on the way is renamed aside, put back first)',
@@ -1542,14 +1545,22 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
   return outcome;
 }
 
-/** The first directory on the way to `relativePath` the renewal record says may be at its aside name now. */
-function asideOnTheWay(fs: FsPort, root: string, relativePath: string): string | undefined {
+/**
+ * The first directory on the way to `relativePath` the renewal record says may be at its aside name now (one the
+ * start could not put back is tried again, for the removal's next attempt).
+ */
+async function asideOnTheWay(fs: FsPort, root: string, relativePath: string): Promise<string | undefined> {
   const asides = fs.directorySyncs?.asides;
   if (asides?.holding !== true) return undefined;
   const segments = relativePath.split('/');
   for (let index = 1; index < segments.length; index += 1) {
     const relative = segments.slice(0, index).join('/');
-    if (asides.holds(path.join(root, relativeDir(relative)), segments[index - 1]!)) return relative;
+    const parent = path.join(root, relativeDir(relative));
+    const name = segments[index - 1]!;
+    if (!asides.holds(parent, name)) continue;
+    // Tried once more to put back (for the next attempt): this one found its file gone either way.
+    await asides.stillHolds(parent, name);
+    return relative;
   }
   return undefined;
 }
