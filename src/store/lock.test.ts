@@ -202,6 +202,56 @@ describe('StateLock.ensureHeld: the lock removed under a running agent', () => {
     );
   });
 
+  it('a stateDir made again whose entry was dropped and whose removal fails is not written into until removed', async () => {
+    const vol = Volume.fromJSON({});
+    vol.mkdirSync(STATE, { recursive: true, mode: 0o700 });
+    const model = await PowerCutFs.over(memfsPort(vol), '/var');
+    let syncFailures = 1;
+    let rmdirFailures = 2;
+    const fs: FsPort = {
+      ...model.fs,
+      directorySyncs: new DirectorySyncLedger(),
+      rmdir: (async (...args: Parameters<FsPort['rmdir']>) => {
+        if (path.resolve(String(args[0])) === STATE && rmdirFailures > 0) {
+          rmdirFailures -= 1;
+          throw Object.assign(new Error('EIO'), { code: 'EIO' });
+        }
+        return model.fs.rmdir(...args);
+      }) as FsPort['rmdir'],
+      open: (async (...args: Parameters<FsPort['open']>) => {
+        const handle = await model.fs.open(...args);
+        if (path.resolve(String(args[0])) !== '/var/lib') return handle;
+        return new Proxy(handle, {
+          get(inner, property) {
+            const value = Reflect.get(inner, property) as unknown;
+            if (property === 'sync' && syncFailures > 0) {
+              return async () => {
+                syncFailures -= 1;
+                await model.dropUnsynced('/var/lib');
+                throw Object.assign(new Error('EIO'), { code: 'EIO' });
+              };
+            }
+            return typeof value === 'function' ? (value as () => unknown).bind(inner) : value;
+          },
+        });
+      }) as FsPort['open'],
+    };
+    vol.rmSync(STATE, { recursive: true });
+    await expect(writeDurableJson(fs, STATE, 'outbox.json', { queued: 1 })).rejects.toMatchObject({
+      code: 'disk_error',
+    });
+    // The rmdir after the failed fsync failed, and fails once more: this write fails too (before: written,
+    // reported durable, below an entry a power cut could take).
+    await expect(writeDurableJson(fs, STATE, 'outbox.json', { queued: 2 })).rejects.toMatchObject({
+      code: 'disk_error',
+    });
+    expect(model.afterPowerCut()['lib/config-agent/outbox.json']).toBeUndefined();
+    await writeDurableJson(fs, STATE, 'outbox.json', { queued: 3 });
+    expect(model.afterPowerCut()['lib/config-agent/outbox.json']).toBe(
+      `600 ${JSON.stringify({ queued: 3 }, null, 2)}\n`,
+    );
+  });
+
   it('refuses while another live agent took it meanwhile, and leaves that agent its lock', async () => {
     const { vol, fs } = memfs();
     const first = await acquireStateLock(fs, STATE, probe(100, [100, 200]));
