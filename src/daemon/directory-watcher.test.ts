@@ -237,3 +237,63 @@ it('rootDir gone when checked after a pass is left alone with no error; each tim
     watcher.close();
   }
 });
+
+it.each(['ENOSPC', 'EMFILE'])(
+  'rootDir mounted anew while its watch is refused (%s): a later check watches it once the limit is lifted, and reports it',
+  async (code) => {
+    const root = path.join(dir, 'root');
+    await mkdir(path.join(root, 'app'), { recursive: true });
+    // rootDir as lstat shows it: another device than the one first watched once `dev` is set (mounted anew).
+    const seen = { dev: 0, lstats: 0, refuse: false };
+    const fs = {
+      ...nodeFs,
+      lstat: async (target: string) => {
+        if (target === root) seen.lstats += 1;
+        const stats = await nodeFs.lstat(target);
+        return target === root && seen.dev !== 0 ? Object.assign(stats, { dev: seen.dev }) : stats;
+      },
+    } as unknown as typeof nodeFs;
+    // The kernel's inotify limit (ENOSPC: max_user_watches; EMFILE: max_user_instances) while `refuse` holds.
+    const limitedWatch = ((
+      target: string,
+      options: object,
+      onEvent: (event: string, name: string | null) => void,
+    ) => {
+      if (seen.refuse) throw Object.assign(new Error(`${code}: inotify_add_watch ${target}`), { code });
+      return watch(target, options, onEvent);
+    }) as unknown as typeof watch;
+    const changed: string[] = [];
+    const watcher = new DirectoryWatcher({
+      fs,
+      rootDir: root,
+      onChange: (file) => changed.push(file),
+      onError: () => undefined,
+      watch: limitedWatch,
+    });
+    const twoChecks = async () => {
+      const before = seen.lstats;
+      await waitFor(async () => {
+        await watcher.setPriority(new Set([path.join(root, 'app')]));
+        return seen.lstats >= before + 2;
+      }, PATIENCE_MS);
+    };
+    try {
+      await watcher.start();
+      await watcher.setPriority(new Set([path.join(root, 'app')]));
+      seen.dev = 4242;
+      seen.refuse = true;
+      await twoChecks();
+      seen.refuse = false;
+      await twoChecks();
+      // Watched anew and reported: a file made in rootDir itself is seen (app, a priority directory, is
+      // watched again by the pass's setPriority either way).
+      expect(changed).toContain(root);
+      await writeFile(path.join(root, 'a.json'), '{}');
+      await waitFor(() => changed.includes(path.join(root, 'a.json')), PATIENCE_MS, {
+        what: 'rootDir watched',
+      });
+    } finally {
+      watcher.close();
+    }
+  },
+);

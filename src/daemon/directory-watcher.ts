@@ -354,16 +354,21 @@ export class DirectoryWatcher {
    * kernel ends every watch on it, and libuv says so only as an event named after the directory) or mounted on
    * it (its root is another directory, maybe of the same inode). Nothing else would ever be seen there again:
    * a card swapped or a share mounted anew, emptied, or changed by hand stayed so until the next full pass. All
-   * below is watched again and rootDir reported, so the caller judges every file under it.
+   * below is watched again and rootDir reported, so the caller judges every file under it. A rootDir left
+   * unwatched (its watch refused, or ended by an error) is tried again by each check until it is watched.
    */
   async #checkRoot(): Promise<void> {
     const rootDir = this.#options.rootDir;
     const stats = await this.#options.fs.lstat(rootDir).catch(() => undefined);
     if (this.#closed || stats?.isDirectory() !== true) return;
-    if (this.#rootId?.dev === stats.dev && this.#rootId.ino === stats.ino) return;
-    this.#rootId = { dev: stats.dev, ino: stats.ino };
+    const watched = this.#watched.get(rootDir)?.ino === stats.ino;
+    if (watched && this.#rootId?.dev === stats.dev && this.#rootId.ino === stats.ino) return;
     this.#unwatch(rootDir);
-    if (!this.#add(rootDir, stats.ino)) return;
+    // Its identity is recorded only once its watch is set: a watch refused (the kernel's inotify limits, ENOSPC or
+    // EMFILE) is tried again by the next check, rather than the new filesystem going unwatched until a restart.
+    this.#add(rootDir, stats.ino);
+    if (this.#closed || this.#watched.get(rootDir)?.ino !== stats.ino) return;
+    this.#rootId = { dev: stats.dev, ino: stats.ino };
     await this.#watchPriority(false);
     await this.#watchBelow(rootDir);
     if (!this.#closed) this.#options.onChange(rootDir);
