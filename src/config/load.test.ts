@@ -520,6 +520,10 @@ describe('ensureDirectories', () => {
       '/var/lib/config-agent/intent.json': '{}',
       '/var/lib/config-agent/fingerprints.json': '{}',
       '/var/lib/config-agent/agent.lock': '{}',
+      // Made by a directory renewal (store/directory-asides.ts) and the root mount watch (store/root-mount.ts).
+      '/var/lib/config-agent/renewal-asides.json': '{}',
+      '/var/lib/config-agent/renewal-asides.json.not-regular-1732412345678': '{}',
+      '/var/lib/config-agent/root-mount.json': '{}',
       '/var/lib/config-agent/cache/abc': 'x',
       '/var/lib/config-agent/cache.not-a-directory-1732412345678': 'x',
       '/var/lib/config-agent/code-cache/x': 'x',
