@@ -5,10 +5,10 @@ import { createInterface } from 'node:readline/promises';
 import { Writable } from 'node:stream';
 import { createServiceTransport } from '../api/transport.js';
 import { ConfigError } from '../config/errors.js';
-import { assertConfigPlaces, parseAgentConfig, resolveConfigPath } from '../config/load.js';
+import { assertConfigPlaces, type ConfigFs, parseAgentConfig, resolveConfigPath } from '../config/load.js';
 import { DEFAULT_CONFIG_PATH } from '../config/schema.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
-import { publishFile } from '../store/durable-writer.js';
+import { makeDirectoryDurably, publishFile } from '../store/durable-writer.js';
 import { DiskError } from '../store/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
@@ -35,7 +35,12 @@ export interface InitEnvironment {
   checkTimeoutMs: number;
   /** The caller's user id: init runs only as root (0). */
   uid: number | undefined;
+  /** What init reads and writes through: node's own unless a test passes another (a power-cut model). */
+  fs?: InitFs;
 }
+
+/** The agent's config fs, and chown: init gives the directories it makes their owner. */
+export type InitFs = ConfigFs & Pick<typeof nodeFs, 'chown'>;
 
 export const SYSTEM_INIT_ENVIRONMENT: Omit<InitEnvironment, 'stdin' | 'stdinIsTty' | 'uid'> = {
   groupFile: '/etc/group',
@@ -59,9 +64,9 @@ export class InitFailure extends AgentError {
   }
 }
 
-async function readOptional(file: string): Promise<string | undefined> {
+async function readOptional(fs: ConfigFs, file: string): Promise<string | undefined> {
   try {
-    return await nodeFs.readFile(file, 'utf8');
+    return await fs.readFile(file, 'utf8');
   } catch (error) {
     if (errnoCode(error) === 'ENOENT') return undefined;
     throw new InitFailure(`cannot read ${file}: ${errorMessage(error)}`, ExitCode.Config);
@@ -137,13 +142,14 @@ function idOf(file: string, text: string | undefined, name: string): number {
 }
 
 /** The uid and gid of the config-agent account; InitFailure when the package has not created it. */
-export async function agentAccount(env: Pick<InitEnvironment, 'groupFile' | 'passwdFile'>): Promise<{
+export async function agentAccount(env: Pick<InitEnvironment, 'groupFile' | 'passwdFile' | 'fs'>): Promise<{
   uid: number;
   gid: number;
 }> {
+  const fs = env.fs ?? nodeFs;
   return {
-    uid: idOf(env.passwdFile, await readOptional(env.passwdFile), AGENT_ACCOUNT),
-    gid: idOf(env.groupFile, await readOptional(env.groupFile), AGENT_ACCOUNT),
+    uid: idOf(env.passwdFile, await readOptional(fs, env.passwdFile), AGENT_ACCOUNT),
+    gid: idOf(env.groupFile, await readOptional(fs, env.groupFile), AGENT_ACCOUNT),
   };
 }
 
@@ -160,24 +166,44 @@ function systemdPathValue(dir: string): string | undefined {
   return /[\s']/.test(value) ? `"${value}"` : value;
 }
 
-/** mkdir -p that reports whether it created the last component. */
-async function ensureDir(dir: string, mode: number, uid: number, gid: number): Promise<boolean> {
+/**
+ * mkdir -p, each directory made fsynced into its parent (a power cut after init must not take the config
+ * directory, and config.json and the key with it); with `owner`, the last one then chowned and chmodded (the
+ * umask aside). Reports whether it made the last component.
+ */
+async function ensureDir(
+  fs: InitFs,
+  dir: string,
+  options: { mode: number; owner?: { uid: number; gid: number } },
+): Promise<boolean> {
   try {
-    const stats = await nodeFs.stat(dir);
+    const stats = await fs.stat(dir);
     if (!stats.isDirectory()) throw new InitFailure(`${dir} exists and is not a directory`, ExitCode.Config);
     return false;
   } catch (error) {
     if (error instanceof InitFailure) throw error;
     if (errnoCode(error) !== 'ENOENT') throw error;
   }
-  await nodeFs.mkdir(dir, { recursive: true, mode });
-  await nodeFs.chown(dir, uid, gid);
-  await nodeFs.chmod(dir, mode);
+  try {
+    await makeDirectoryDurably(fs, dir, options.mode);
+  } catch (error) {
+    if (!(error instanceof DiskError)) throw error;
+    throw new InitFailure(
+      `cannot make ${dir} durable: ${error.operation} of its parent failed (${error.errno ?? 'unknown error'}), ` +
+        'so a power cut could take it and what is written below it; init stops here. Check the disk (dmesg) and ' +
+        'run config-agent init again',
+      ExitCode.Config,
+    );
+  }
+  if (options.owner !== undefined) {
+    await fs.chown(dir, options.owner.uid, options.owner.gid);
+    await fs.chmod(dir, options.mode);
+  }
   return true;
 }
 
-async function publish(file: string, text: string, mode: number, gid: number): Promise<void> {
-  await publishFile(nodeFs, {
+async function publish(fs: ConfigFs, file: string, text: string, mode: number, gid: number): Promise<void> {
+  await publishFile(fs, {
     rootDir: path.dirname(file),
     relativePath: path.basename(file),
     data: Buffer.from(text, 'utf8'),
@@ -193,6 +219,7 @@ function failureExit(result: ServiceCheckResult): number {
 }
 
 export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvironment): Promise<number> {
+  const fs = env.fs ?? nodeFs;
   let prompter: Prompter | undefined;
   try {
     if (env.uid !== 0) {
@@ -202,7 +229,7 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       );
     }
     const configPath = resolveConfigPath(command.configPath, io.env);
-    const existingText = await readOptional(configPath);
+    const existingText = await readOptional(fs, configPath);
     let existing: Record<string, unknown> = {};
     if (existingText !== undefined) {
       try {
@@ -221,7 +248,7 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       typeof existingServer.apiKeyFile === 'string' && configPath !== DEFAULT_CONFIG_PATH
         ? existingServer.apiKeyFile
         : path.join(path.dirname(configPath), 'api-key');
-    const keyExists = (await readOptional(keyPath)) !== undefined;
+    const keyExists = (await readOptional(fs, keyPath)) !== undefined;
 
     const stringOr = (value: unknown): string | undefined => (typeof value === 'string' ? value : undefined);
     const missing: string[] = [];
@@ -258,7 +285,7 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
         ? keyFromText((await prompter?.askHidden('API key')) ?? '', 'the terminal')
         : keyFromText(await readAll(env.stdin), 'standard input');
     } else if (command.apiKeyFile !== undefined) {
-      const text = await readOptional(command.apiKeyFile);
+      const text = await readOptional(fs, command.apiKeyFile);
       if (text === undefined) throw new InitFailure(`${command.apiKeyFile} does not exist`, ExitCode.Usage);
       apiKey = keyFromText(text, command.apiKeyFile);
     } else if (!keyExists) {
@@ -287,20 +314,23 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
 
     const { uid, gid } = await agentAccount(env);
     // What start-up refuses of where things are (exit 78, no restart), refused before anything is written.
-    await assertConfigPlaces(nodeFs, config, configPath, io.env, uid);
+    await assertConfigPlaces(fs, config, configPath, io.env, uid);
 
-    await ensureDir(path.dirname(configPath), 0o750, 0, gid);
+    await ensureDir(fs, path.dirname(configPath), { mode: 0o750, owner: { uid: 0, gid } });
     if (apiKey !== undefined) {
-      await publish(keyPath, `${apiKey}\n`, 0o600, 0);
+      await publish(fs, keyPath, `${apiKey}\n`, 0o600, 0);
       io.stdout.write(`wrote ${keyPath} (0600 root:root)\n`);
     } else {
-      apiKey = keyFromText((await readOptional(keyPath)) ?? '', keyPath);
+      apiKey = keyFromText((await readOptional(fs, keyPath)) ?? '', keyPath);
       io.stdout.write(`kept ${keyPath}\n`);
     }
-    await publish(configPath, `${JSON.stringify(raw, null, 2)}\n`, 0o640, gid);
+    await publish(fs, configPath, `${JSON.stringify(raw, null, 2)}\n`, 0o640, gid);
     io.stdout.write(`wrote ${configPath} (0640 root:${AGENT_ACCOUNT})\n`);
 
-    const createdRoot = await ensureDir(config.rootDir, config.files.dirMode, uid, gid);
+    const createdRoot = await ensureDir(fs, config.rootDir, {
+      mode: config.files.dirMode,
+      owner: { uid, gid },
+    });
     if (createdRoot)
       io.stdout.write(
         `created ${config.rootDir} (${config.files.dirMode.toString(8).padStart(4, '0')} ${AGENT_ACCOUNT})\n`,
@@ -308,8 +338,8 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
     let needsReload = false;
     const dropIn = path.join(env.dropInDir, ROOT_DIR_DROP_IN);
     if (config.rootDir !== DEFAULT_ROOT_DIR) {
-      await nodeFs.mkdir(env.dropInDir, { recursive: true, mode: 0o755 });
-      await publishFile(nodeFs, {
+      await ensureDir(fs, env.dropInDir, { mode: 0o755 });
+      await publishFile(fs, {
         rootDir: env.dropInDir,
         relativePath: ROOT_DIR_DROP_IN,
         data: Buffer.from(
@@ -320,8 +350,8 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       });
       io.stdout.write(`wrote ${dropIn} (ReadWritePaths=${rootDirValue})\n`);
       needsReload = true;
-    } else if ((await readOptional(dropIn)) !== undefined) {
-      await nodeFs.unlink(dropIn);
+    } else if ((await readOptional(fs, dropIn)) !== undefined) {
+      await fs.unlink(dropIn);
       io.stdout.write(`removed ${dropIn} (rootDir is the default again)\n`);
       needsReload = true;
     }

@@ -1,0 +1,177 @@
+// config-agent init under the power-cut model: what it made and wrote survives a cut right after it said so.
+import path from 'node:path';
+import { Readable, Writable } from 'node:stream';
+import { Volume } from 'memfs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import { type InitEnvironment, type InitFs, runInit } from './init.js';
+
+const KEY = 'sk_test_init_power_cut_0123456789';
+const DEVICE = 'dvc_init_cut';
+const UID = 4241;
+const GID = 4242;
+
+let server: RunningMockServer;
+beforeAll(async () => {
+  server = await startMockServer({
+    port: 0,
+    apiKeys: [KEY],
+    fixtures: { devices: [{ id: DEVICE, name: 'robot' }] },
+  });
+});
+afterAll(async () => {
+  await server.close();
+});
+
+function capture(): { stream: Writable; text: () => string } {
+  const chunks: string[] = [];
+  return {
+    stream: new Writable({
+      write(chunk, _encoding, done) {
+        chunks.push(String(chunk));
+        done();
+      },
+    }),
+    text: () => chunks.join(''),
+  };
+}
+
+/** A fresh system in memfs: /etc with the account, a key file to read, and nothing of config-agent yet. */
+async function system() {
+  const vol = Volume.fromJSON({
+    '/etc/passwd': `root:x:0:0::/root:/bin/sh\nconfig-agent:x:${UID}:${GID}::/var/lib/config-agent:/usr/sbin/nologin\n`,
+    '/etc/group': `root:x:0:\nconfig-agent:x:${GID}:\n`,
+    '/root/key': `${KEY}\n`,
+  });
+  for (const dir of ['/', '/etc', '/root']) vol.chmodSync(dir, 0o755);
+  const model = await PowerCutFs.over(memfsPort(vol), '/');
+  return { vol, model };
+}
+
+async function init(fs: FsPort) {
+  const stdout = capture();
+  const stderr = capture();
+  const env: InitEnvironment = {
+    stdin: Readable.from(['']),
+    stdinIsTty: false,
+    groupFile: '/etc/group',
+    passwdFile: '/etc/passwd',
+    dropInDir: '/etc/systemd/system/config-agent.service.d',
+    checkTimeoutMs: 5_000,
+    uid: 0,
+    fs: posixChown(fs) as InitFs,
+  };
+  const code = await runInit(
+    {
+      configPath: '/etc/config-agent/config.json',
+      deviceId: DEVICE,
+      baseUrl: server.url,
+      rootDir: '/data/configs',
+      apiKeyFile: '/root/key',
+    },
+    { stdout: stdout.stream, stderr: stderr.stream, env: {}, isTty: false },
+    env,
+  );
+  return { code, stdout: stdout.text(), stderr: stderr.text() };
+}
+
+/**
+ * `fs` with chown's -1 (keep the owner) as POSIX has it: memfs stores -1 as the owner, after which the model's
+ * read of a 0600 file (the key) is refused.
+ */
+function posixChown(fs: FsPort): FsPort {
+  return {
+    ...fs,
+    open: (async (...args: Parameters<FsPort['open']>) => {
+      const handle = await fs.open(...args);
+      return new Proxy(handle, {
+        get(inner, property) {
+          const value = Reflect.get(inner, property) as unknown;
+          if (property === 'chown') {
+            return async (uid: number, gid: number) =>
+              inner.chown(
+                uid === -1 ? (await inner.stat()).uid : uid,
+                gid === -1 ? (await inner.stat()).gid : gid,
+              );
+          }
+          return typeof value === 'function' ? (value as () => unknown).bind(inner) : value;
+        },
+      });
+    }) as FsPort['open'],
+  };
+}
+
+/** `fs` whose fsync of directory `failing` fails (EIO), dropping its unsynced entries as Linux may. */
+function failingDirectorySync(model: PowerCutFs, failing: string): FsPort {
+  return {
+    ...model.fs,
+    open: (async (...args: Parameters<FsPort['open']>) => {
+      const handle = await model.fs.open(...args);
+      if (path.resolve(String(args[0])) !== failing) return handle;
+      return new Proxy(handle, {
+        get(inner, property) {
+          const value = Reflect.get(inner, property) as unknown;
+          if (property === 'sync') {
+            return async () => {
+              await model.dropUnsynced(failing);
+              throw Object.assign(new Error('EIO: i/o error, fsync'), { code: 'EIO' });
+            };
+          }
+          return typeof value === 'function' ? (value as () => unknown).bind(inner) : value;
+        },
+      });
+    }) as FsPort['open'],
+  };
+}
+
+describe('config-agent init and a power cut', () => {
+  it('the directories it made survive a cut after it printed success, with the config, key and drop-in in them', async () => {
+    const { vol, model } = await system();
+    const result = await init(model.fs);
+    expect(result.stderr).toBe('');
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain(`check: device ${DEVICE} ("robot") found`);
+    // Modes and owners as before: the last directory made chowned and chmodded, its parents by mkdir's mode.
+    const mode = (dir: string) => ((vol.statSync(dir).mode as number) & 0o7777).toString(8);
+    expect([mode('/etc/config-agent'), vol.statSync('/etc/config-agent').gid]).toEqual(['750', GID]);
+    expect([mode('/data/configs'), vol.statSync('/data/configs').uid]).toEqual(['755', UID]);
+
+    const after = model.afterPowerCut();
+    // Before: /etc/config-agent, /data, /etc/systemd... were never fsynced into their parents, and a cut took
+    // them with config.json and the key that init had published durably inside.
+    expect(after['etc/config-agent']).toBe('dir');
+    expect(after['etc/config-agent/api-key']).toBe(`600 ${KEY}\n`);
+    expect(JSON.parse((after['etc/config-agent/config.json'] ?? '').replace(/^640 /, ''))).toEqual({
+      deviceId: DEVICE,
+      server: { baseUrl: server.url, apiKeyFile: '/etc/config-agent/api-key' },
+      rootDir: '/data/configs',
+      stateDir: '/var/lib/config-agent',
+    });
+    expect(after['data/configs']).toBe('dir');
+    expect(after['etc/systemd/system/config-agent.service.d/50-root-dir.conf']).toContain(
+      'ReadWritePaths=/data/configs\n',
+    );
+  });
+
+  it('a failed fsync of a new directory into its parent is refused (exit 78) before anything is written below it', async () => {
+    const { vol, model } = await system();
+    const result = await init(failingDirectorySync(model, '/etc'));
+    expect(result.code).toBe(78);
+    expect(result.stderr).toBe(
+      'config-agent init: cannot make /etc/config-agent durable: fsync directory of its parent failed (EIO), so a ' +
+        'power cut could take it and what is written below it; init stops here. Check the disk (dmesg) and run ' +
+        'config-agent init again\n',
+    );
+    expect(result.stdout).toBe('');
+    // The directory whose entry may not survive went again, empty: the next init makes it anew.
+    expect(vol.existsSync('/etc/config-agent')).toBe(false);
+    expect(model.afterPowerCut()['etc/config-agent']).toBeUndefined();
+
+    const again = await init(model.fs);
+    expect(again.code).toBe(0);
+    expect(model.afterPowerCut()['etc/config-agent/api-key']).toBe(`600 ${KEY}\n`);
+  });
+});
