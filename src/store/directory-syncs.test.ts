@@ -152,6 +152,74 @@ describe('a directory still in place whose entry a failed fsync of its parent dr
   });
 });
 
+describe('a directory whose entry a failed fsync of its parent dropped, gone since by other hands, met by a publish alone', () => {
+  const ASIDES_DIR = '/var/lib/config-agent-state';
+  it.each([
+    ['removed by hand (rmdir)', 'before'],
+    ['renamed away', 'before'],
+    ["removed by hand at the renewal's first rename", 'at the rename'],
+  ] as const)(
+    '%s: the publish makes it anew and is durable, and no renewal record is left',
+    async (how, when) => {
+      const vol = new Volume();
+      vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o755 });
+      vol.mkdirSync(ASIDES_DIR, { recursive: true, mode: 0o700 });
+      const model = await PowerCutFs.over(memfsPort(vol), STATE_DIR);
+      const ledger = new DirectorySyncLedger();
+      const app = `${STATE_DIR}/app`;
+      const takeAway = () =>
+        how === 'renamed away' ? vol.renameSync(app, `${STATE_DIR}/app.old`) : vol.rmdirSync(app);
+      const fs: FsPort = {
+        ...model.fs,
+        directorySyncs: ledger,
+        rename: async (from, to) => {
+          // The renewal's rename of app aside, with app gone just before it (after the renewal's look).
+          if (when === 'at the rename' && from === app && vol.existsSync(app)) takeAway();
+          return model.fs.rename(from, to);
+        },
+      };
+      // The start: puts back what a renewal left aside, and drops records naming nothing.
+      const start = () =>
+        DirectoryAsides.open(fs, ASIDES_DIR, STATE_DIR, ledger, silentLogger(), {
+          euid: process.geteuid?.() ?? -1,
+          clock: { now: () => 0 },
+        });
+      ledger.keepAsidesIn(await start());
+      // app/ made by the agent, then the fsync of the directory holding it failed: made, not durable, dropped.
+      await fs.mkdir(app, { mode: 0o750 });
+      ledger.changed(STATE_DIR, 'app');
+      await model.dropUnsynced(STATE_DIR);
+      ledger.failed(STATE_DIR);
+      if (when === 'before') takeAway();
+      const publish = (name: string) =>
+        publishFile(fs, {
+          rootDir: STATE_DIR,
+          relativePath: `app/${name}`,
+          data: Buffer.from(`${name}\n`),
+          mode: 0o640,
+          dirMode: 0o750,
+        });
+      expect((await publish('b.json')).outcome).toBe('written');
+      expect(model.afterPowerCut()).toMatchObject({ app: 'dir', 'app/b.json': '640 b.json\n' });
+      expect(ledger.anyDropped).toBe(false);
+      expect((await publish('c.json')).outcome).toBe('written');
+      expect(model.afterPowerCut()).toMatchObject({
+        'app/b.json': '640 b.json\n',
+        'app/c.json': '640 c.json\n',
+      });
+      // Gone before the renewal looked: nothing recorded (before, a record naming an aside never made was written
+      // durably and left on disk). Gone at its rename: the record names nothing, and the next start drops it.
+      if (when === 'before') expect(vol.existsSync(`${ASIDES_DIR}/renewal-asides.json`)).toBe(false);
+      ledger.keepAsidesIn(await start());
+      expect(vol.existsSync(`${ASIDES_DIR}/renewal-asides.json`)).toBe(false);
+      expect(vol.readdirSync(STATE_DIR).map(String).sort()).toEqual(
+        how === 'renamed away' ? ['app', 'app.old'] : ['app'],
+      );
+      expect(vol.readdirSync(app).map(String).sort()).toEqual(['b.json', 'c.json']);
+    },
+  );
+});
+
 describe('DirectorySyncLedger: what it answers after each sequence of changes and fsyncs', () => {
   const DIR = '/root/app';
 

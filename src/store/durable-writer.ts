@@ -766,9 +766,9 @@ async function renewDroppedDirectories(
   verified: VerifiedDirectories,
   made: Set<string> | undefined,
   syncNow: boolean,
-): Promise<void> {
+): Promise<boolean> {
   const ledger = fs.directorySyncs;
-  if (ledger === undefined || !ledger.anyDropped) return;
+  if (ledger === undefined || !ledger.anyDropped) return false;
   const segments = relativePath.split('/');
   for (let index = 1; index < segments.length; index += 1) {
     const relative = segments.slice(0, index).join('/');
@@ -782,6 +782,13 @@ async function renewDroppedDirectories(
     // One a rename back that failed left aside (its entry still dropped): putting it back renews it.
     let renewal = asides.asideAt(parentAbsolute, name);
     if (renewal === undefined) {
+      // Gone since (an operator's rmdir, a prune by another path, a rename): nothing to renew and no record to
+      // write. The name is changed anew, unsettled until a good fsync of the parent covers it: the write's mkdir
+      // makes the directory there as any new one, and its parent's fsync settles it. All below it is new too.
+      if ((await lstatOrUndefined(fs, absolute, relative)) === undefined) {
+        ledger.changed(parentAbsolute, name);
+        return true;
+      }
       const asideName = `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`;
       const recorded = await step('record directory renewal', relative, () =>
         asides.record(root, parent, name, asideName),
@@ -790,6 +797,12 @@ async function renewDroppedDirectories(
         await fs.rename(absolute, path.join(parentAbsolute, asideName));
       } catch (error) {
         recorded.state = 'unmoved';
+        // Gone between the lstat and the rename: as above (the record names an aside never made, which the next
+        // record drops, and a start finds nothing at and drops once the directory is made again at its name).
+        if (errnoCode(error) === 'ENOENT') {
+          ledger.changed(parentAbsolute, name);
+          return true;
+        }
         throw new DiskError({ operation: 'rename directory aside', path: relative, cause: error });
       }
       recorded.state = 'aside';
@@ -802,6 +815,7 @@ async function renewDroppedDirectories(
     if (syncNow) await fsyncDirectory(fs, parentAbsolute, parent);
     else made?.add(relative);
   }
+  return false;
 }
 
 /**
@@ -1071,17 +1085,25 @@ async function publishFileOnce(fs: FsPort, request: PublishRequest): Promise<Pub
   }
   assertMode(dirMode, 'PublishRequest.dirMode');
   signal?.throwIfAborted();
-  const inspection = await inspectPath(fs, rootDir, relativePath, verified);
+  let inspection = await inspectPath(fs, rootDir, relativePath, verified);
   assertRegularOrAbsent(inspection.final, relativePath);
   const sha256 = sha256Hex(data);
   const bytes = data.byteLength;
   // Alone (a batch renews them before any of its writes starts: renewDroppedOnTheWay). A directory that cannot be
   // renewed (a mount point: EBUSY) stays dropped, as in a batch: the file is held back by the chain's check after
   // the fsyncs (unsettledEntry: the disk's condition, retried), not failed by the rename's errno (an attempt).
-  if (syncDirectory)
-    await renewDroppedDirectories(fs, inspection.root, relativePath, verified, undefined, true).catch(
-      () => undefined,
-    );
+  // One found gone since the walk (by other hands: nothing to renew) is made anew by this write: the path is
+  // walked again, so the write knows to make it.
+  if (
+    syncDirectory &&
+    (await renewDroppedDirectories(fs, inspection.root, relativePath, verified, undefined, true).catch(
+      () => false,
+    ))
+  ) {
+    verified.forget(inspection.segments[0]!);
+    inspection = await inspectPath(fs, rootDir, relativePath, verified);
+    assertRegularOrAbsent(inspection.final, relativePath);
+  }
 
   // Compare first: rewriting identical files wears flash and makes watching apps reload for nothing. Identical
   // bytes under another mode or group get only their metadata changed, in place. Bytes whose entry a failed
