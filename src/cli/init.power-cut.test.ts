@@ -51,7 +51,7 @@ async function system() {
   return { vol, model };
 }
 
-async function init(fs: FsPort) {
+async function init(fs: FsPort, rootDir = '/data/configs') {
   const stdout = capture();
   const stderr = capture();
   const env: InitEnvironment = {
@@ -69,7 +69,7 @@ async function init(fs: FsPort) {
       configPath: '/etc/config-agent/config.json',
       deviceId: DEVICE,
       baseUrl: server.url,
-      rootDir: '/data/configs',
+      rootDir,
       apiKeyFile: '/root/key',
     },
     { stdout: stdout.stream, stderr: stderr.stream, env: {}, isTty: false },
@@ -154,6 +154,32 @@ describe('config-agent init and a power cut', () => {
     expect(after['etc/systemd/system/config-agent.service.d/50-root-dir.conf']).toContain(
       'ReadWritePaths=/data/configs\n',
     );
+  });
+
+  it('the drop-in it removes (rootDir the default again) stays removed after a cut', async () => {
+    const { model } = await system();
+    expect((await init(model.fs)).code).toBe(0);
+    const again = await init(model.fs, '/srv/config-agent');
+    expect(again.code).toBe(0);
+    expect(again.stdout).toContain('removed /etc/systemd/system/config-agent.service.d/50-root-dir.conf');
+
+    // Before: its unlink was never fsynced, so a cut brought back ReadWritePaths=/data/configs.
+    const after = model.afterPowerCut();
+    expect(after['etc/systemd/system/config-agent.service.d']).toBe('dir');
+    expect(after['etc/systemd/system/config-agent.service.d/50-root-dir.conf']).toBeUndefined();
+    expect(after['srv/config-agent']).toBe('dir');
+  });
+
+  it('a symlink put at the drop-in is unlinked as before, and its removal survives a cut too', async () => {
+    const { vol, model } = await system();
+    expect((await init(model.fs)).code).toBe(0);
+    const dropIn = '/etc/systemd/system/config-agent.service.d/50-root-dir.conf';
+    vol.unlinkSync(dropIn);
+    vol.symlinkSync('/etc/group', dropIn);
+    expect((await init(model.fs, '/srv/config-agent')).code).toBe(0);
+    expect(vol.existsSync(dropIn)).toBe(false);
+    expect(vol.readFileSync('/etc/group', 'utf8')).toContain('config-agent');
+    expect(model.afterPowerCut()[dropIn.slice(1)]).toBeUndefined();
   });
 
   it('a failed fsync of a new directory into its parent is refused (exit 78) before anything is written below it', async () => {

@@ -8,7 +8,7 @@ import { ConfigError } from '../config/errors.js';
 import { assertConfigPlaces, type ConfigFs, parseAgentConfig, resolveConfigPath } from '../config/load.js';
 import { DEFAULT_CONFIG_PATH } from '../config/schema.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
-import { makeDirectoryDurably, publishFile } from '../store/durable-writer.js';
+import { makeDirectoryDurably, publishFile, removeManagedFile } from '../store/durable-writer.js';
 import { DiskError } from '../store/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
@@ -351,7 +351,14 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       io.stdout.write(`wrote ${dropIn} (ReadWritePaths=${rootDirValue})\n`);
       needsReload = true;
     } else if ((await readOptional(fs, dropIn)) !== undefined) {
-      await fs.unlink(dropIn);
+      // Its removal made durable: a drop-in a power cut brought back names the old rootDir, and systemd fails the
+      // unit (226/NAMESPACE) once that directory is gone.
+      const removal = { rootDir: env.dropInDir, relativePath: ROOT_DIR_DROP_IN, pruneDirs: [] };
+      if ((await removeManagedFile(fs, removal)) === 'refused') {
+        // Not a regular file (a symlink put there): unlinked as before; the second call fsyncs its directory.
+        await fs.unlink(dropIn);
+        await removeManagedFile(fs, removal);
+      }
       io.stdout.write(`removed ${dropIn} (rootDir is the default again)\n`);
       needsReload = true;
     }
