@@ -92,6 +92,7 @@ export class StateDir {
     const { clock } = options;
     const readOnly = options.readOnly ?? false;
     let lock: StateLock | undefined;
+    let asides: DirectoryAsides | undefined;
     let swept: string[] = [];
     if (!readOnly)
       await refuseRootInForeignStateDir(fs, settings.stateDir, options.euid ?? process.geteuid?.());
@@ -100,7 +101,7 @@ export class StateDir {
         // Before the sweep: the temp files of another agent's write in progress are not leftovers.
         lock = await acquireStateLock(fs, settings.stateDir);
         // Before any pass: a directory a renewal left renamed aside is put back before its files are written anew.
-        const asides = await DirectoryAsides.open(
+        asides = await DirectoryAsides.open(
           fs,
           settings.stateDir,
           settings.rootDir,
@@ -108,7 +109,6 @@ export class StateDir {
           logger,
           { euid: options.euid ?? process.geteuid?.() ?? -1, clock },
         );
-        fs.directorySyncs?.keepAsidesIn(asides);
         const skipped: Array<SweepSkip & { under: 'rootDir' | 'stateDir' }> = [];
         swept = await sweepTempFiles(fs.sweepPort?.(settings.rootDir) ?? fs, settings.rootDir, (skip) => {
           skipped.push({ ...skip, under: 'rootDir' });
@@ -159,6 +159,9 @@ export class StateDir {
       const intents = readOnly
         ? IntentJournal.empty(fs, settings.stateDir, settings.rootDir, logger)
         : await IntentJournal.open(fs, settings.stateDir, settings.rootDir, logger, clock);
+      // Only now: the ledger outlives a reload (one per process), and an open that fails leaves the running
+      // reconciler on it, whose record must still hold the names the start could not put back.
+      if (asides !== undefined) fs.directorySyncs?.keepAsidesIn(asides);
       return new StateDir(fs, settings, logger, {
         state,
         outbox,
