@@ -104,6 +104,15 @@ function posixChown(fs: FsPort): FsPort {
   };
 }
 
+/** `fs` whose mkdir filters the mode by a umask of 022, as Linux's does for init run from a root shell (memfs's does not). */
+function umask022(fs: FsPort): FsPort {
+  return {
+    ...fs,
+    mkdir: (async (dir: string, options?: { mode?: number; recursive?: boolean }) =>
+      fs.mkdir(dir, { ...options, mode: (options?.mode ?? 0o777) & ~0o022 })) as FsPort['mkdir'],
+  };
+}
+
 /** `fs` whose fsync of directory `failing` fails (EIO), dropping its unsynced entries as Linux may. */
 function failingDirectorySync(model: PowerCutFs, failing: string): FsPort {
   return {
@@ -154,6 +163,59 @@ describe('config-agent init and a power cut', () => {
     expect(after['etc/systemd/system/config-agent.service.d/50-root-dir.conf']).toContain(
       'ReadWritePaths=/data/configs\n',
     );
+  });
+
+  it('the directories it made keep the owner and mode it gave them after a cut', async () => {
+    const { vol, model } = await system();
+    expect((await init(model.fs)).code).toBe(0);
+    const metadata = model.metadataAfterPowerCut();
+    // Before: rootDir's chown and chmod were never fsynced, so a cut gave it back as mkdir made it (root's, as
+    // init runs), and the service user could not write it.
+    expect(metadata['data/configs']).toBe(`755 ${UID}:${GID}`);
+    expect(metadata['etc/config-agent']).toBe(`750 0:${GID}`);
+    expect(metadata['etc/config-agent/config.json']).toBe(`640 0:${GID}`);
+    expect(metadata['etc/config-agent/api-key']).toBe('600 0:0');
+    expect(metadata['etc/systemd/system/config-agent.service.d/50-root-dir.conf']).toBe('644 0:0');
+    // The same as the running system sees, for each of them.
+    for (const [relative, shown] of Object.entries(metadata)) {
+      if (relative === '' || !/^(data|etc\/config-agent|etc\/systemd)/.test(relative)) continue;
+      const stats = vol.statSync(`/${relative}`);
+      expect([relative, shown]).toEqual([
+        relative,
+        `${((stats.mode as number) & 0o7777).toString(8)} ${stats.uid}:${stats.gid}`,
+      ]);
+    }
+  });
+
+  it('a rootDir whose files.dirMode the umask narrows at mkdir comes back with files.dirMode after a cut', async () => {
+    const { vol } = await system();
+    vol.mkdirSync('/etc/config-agent', { mode: 0o750 });
+    vol.writeFileSync('/etc/config-agent/config.json', JSON.stringify({ files: { dirMode: '0775' } }), {
+      mode: 0o640,
+    });
+    const model = await PowerCutFs.over(umask022(memfsPort(vol)), '/');
+    const result = await init(model.fs);
+    expect(result.stderr).toBe('');
+    expect(result.code).toBe(0);
+    expect(((vol.statSync('/data/configs').mode as number) & 0o7777).toString(8)).toBe('775');
+    // Before: the chmod to 0775 was never fsynced, and the group (the service's) could not write it after a cut.
+    expect(model.metadataAfterPowerCut()['data/configs']).toBe(`775 ${UID}:${GID}`);
+  });
+
+  it('a failed fsync of rootDir after its chown is refused (exit 78), rootDir removed, and the next init makes it', async () => {
+    const { vol, model } = await system();
+    const result = await init(failingDirectorySync(model, '/data/configs'));
+    expect(result.code).toBe(78);
+    expect(result.stderr).toBe(
+      'config-agent init: cannot make the owner and mode of /data/configs durable: its fsync failed (EIO), so a ' +
+        'power cut could give it back as mkdir made it (owned by root); init stops here. Check the disk (dmesg) ' +
+        'and run config-agent init again\n',
+    );
+    // Still empty, it went again: a second init finding it would have kept it as it is, root's after a cut.
+    expect(vol.existsSync('/data/configs')).toBe(false);
+
+    expect((await init(model.fs)).code).toBe(0);
+    expect(model.metadataAfterPowerCut()['data/configs']).toBe(`755 ${UID}:${GID}`);
   });
 
   it('the drop-in it removes (rootDir the default again) stays removed after a cut', async () => {

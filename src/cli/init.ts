@@ -1,4 +1,5 @@
 // `config-agent init`: writes config.json and the API key with the right owners and modes, then checks them live.
+import { constants } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
@@ -39,8 +40,8 @@ export interface InitEnvironment {
   fs?: InitFs;
 }
 
-/** The agent's config fs, and chown: init gives the directories it makes their owner. */
-export type InitFs = ConfigFs & Pick<typeof nodeFs, 'chown'>;
+/** The agent's config fs: init gives the directories it makes their owner through a descriptor (fchown). */
+export type InitFs = ConfigFs;
 
 export const SYSTEM_INIT_ENVIRONMENT: Omit<InitEnvironment, 'stdin' | 'stdinIsTty' | 'uid'> = {
   groupFile: '/etc/group',
@@ -195,11 +196,43 @@ async function ensureDir(
       ExitCode.Config,
     );
   }
-  if (options.owner !== undefined) {
-    await fs.chown(dir, options.owner.uid, options.owner.gid);
-    await fs.chmod(dir, options.mode);
-  }
+  if (options.owner !== undefined) await settleOwnerDurably(fs, dir, options.mode, options.owner);
   return true;
+}
+
+/**
+ * Chowns and chmods the directory just made, then fsyncs it: an owner and a mode are the inode's own metadata,
+ * which its parent's fsync does not write, so without this a power cut could give rootDir back as mkdir made it
+ * (root's, the umask's mode) and the service could not write it; a second init keeps a directory it finds. A
+ * failed fsync removes the directory again (still empty) so the next init makes it anew.
+ */
+async function settleOwnerDurably(
+  fs: InitFs,
+  dir: string,
+  mode: number,
+  owner: { uid: number; gid: number },
+): Promise<void> {
+  const handle = await fs.open(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  let failed: string | undefined;
+  try {
+    await handle.chown(owner.uid, owner.gid);
+    await handle.chmod(mode);
+    await handle.sync().catch((error: unknown) => {
+      const code = errnoCode(error);
+      // A filesystem that cannot fsync a directory (EINVAL, ENOTSUP) is taken as the writer takes it.
+      if (code !== 'EINVAL' && code !== 'ENOTSUP') failed = code ?? 'unknown error';
+    });
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+  if (failed === undefined) return;
+  await fs.rmdir(dir).catch(() => undefined);
+  throw new InitFailure(
+    `cannot make the owner and mode of ${dir} durable: its fsync failed (${failed}), so a power cut could give ` +
+      'it back as mkdir made it (owned by root); init stops here. Check the disk (dmesg) and run config-agent ' +
+      'init again',
+    ExitCode.Config,
+  );
 }
 
 async function publish(fs: ConfigFs, file: string, text: string, mode: number, gid: number): Promise<void> {

@@ -9,13 +9,25 @@ interface DurableEntry {
   kind: 'file' | 'dir' | 'symlink';
 }
 
+/** An inode's permission bits and owner: metadata a chmod/chown changes and only an fsync of the inode writes. */
+interface InodeMetadata {
+  mode: number;
+  uid: number;
+  gid: number;
+}
+
+function metadataOf(stats: { mode: number; uid: number; gid: number }): InodeMetadata {
+  return { mode: stats.mode & 0o7777, uid: stats.uid, gid: stats.gid };
+}
+
 /**
  * Wraps a FsPort (memfs: its inode numbers are never reused) under `top` with the strict POSIX model of a power
  * cut: a file's bytes and mode survive as of its last fsync through a handle, a directory's entries (names →
  * inodes) as of its last fsync, a directory known by its inode (one removed and made again at its path is
  * another, with nothing durable in it yet); what existed when the model was made counts as durable. A file whose bytes were
- * never fsynced comes back empty; a directory whose entries were never fsynced comes back empty. Real
- * filesystems often keep more; nothing may rely on that.
+ * never fsynced comes back empty; a directory whose entries were never fsynced comes back empty. An inode's mode
+ * and owner (metadataAfterPowerCut) survive as of its last fsync, else as it was made (mkdir's mode, the maker's
+ * owner): a chmod or chown nobody fsynced is lost. Real filesystems often keep more; nothing may rely on that.
  */
 export class PowerCutFs {
   readonly fs: FsPort;
@@ -25,6 +37,10 @@ export class PowerCutFs {
   readonly #entries = new Map<number, DurableEntry[]>();
   #topIno = -1;
   readonly #files = new Map<number, { data: Buffer; mode: number }>();
+  /** An inode's mode and owner as of its last fsync (or as the model found it). */
+  readonly #metadata = new Map<number, InodeMetadata>();
+  /** An inode's mode and owner as made (mkdir, open with O_CREAT): what a cut leaves when it was never fsynced. */
+  readonly #made = new Map<number, InodeMetadata>();
   /** Directory → names whose change a failed fsync dropped (see dropUnsynced), until changed again. */
   readonly #dropped = new Map<string, Set<string>>();
 
@@ -33,23 +49,40 @@ export class PowerCutFs {
     this.#top = path.resolve(top);
     const open = (async (file: string, flags: number, mode?: number) => {
       const handle = await base.open(file, flags, mode);
+      if ((flags & constants.O_CREAT) !== 0) {
+        const stats = await handle.stat();
+        if (!this.#made.has(stats.ino)) this.#made.set(stats.ino, metadataOf(stats));
+      }
       return this.#watch(handle, path.resolve(String(file)), (flags & constants.O_DIRECTORY) !== 0);
     }) as FsPort['open'];
+    const mkdir = (async (...args: Parameters<FsPort['mkdir']>) => {
+      const made = await touching('mkdir', 0)(...args);
+      // Every component mkdir -p made, as it was made (before any chmod or chown after it).
+      for (let dir = path.resolve(String(args[0])); ; dir = path.dirname(dir)) {
+        // A path the base cannot lstat (a /proc/self/fd name memfs lacks) is not known to the model: left out.
+        const stats = await base.lstat(dir).catch(() => undefined);
+        if (stats === undefined || this.#made.has(stats.ino) || this.#metadata.has(stats.ino)) break;
+        this.#made.set(stats.ino, metadataOf(stats));
+        if (path.dirname(dir) === dir) break;
+      }
+      return made;
+    }) as FsPort['mkdir'];
     // A name changed (created, replaced, removed) is dirty again: a later fsync of its directory writes it.
     const touching =
       <K extends 'rename' | 'mkdir' | 'rmdir' | 'unlink'>(name: K, ...which: number[]) =>
       async (...args: Parameters<FsPort[K]>) => {
-        await (base[name] as (...a: Parameters<FsPort[K]>) => Promise<unknown>)(...args);
+        const result = await (base[name] as (...a: Parameters<FsPort[K]>) => Promise<unknown>)(...args);
         for (const index of which) {
           const absolute = path.resolve(String(args[index]));
           this.#dropped.get(path.dirname(absolute))?.delete(path.basename(absolute));
         }
+        return result;
       };
     this.fs = {
       ...base,
       open,
       rename: touching('rename', 0, 1) as FsPort['rename'],
-      mkdir: touching('mkdir', 0) as FsPort['mkdir'],
+      mkdir,
       rmdir: touching('rmdir', 0) as FsPort['rmdir'],
       unlink: touching('unlink', 0) as FsPort['unlink'],
     };
@@ -111,6 +144,30 @@ export class PowerCutFs {
     return out;
   }
 
+  /**
+   * The mode and owner each entry a power cut now would leave under `top` comes back with: path relative to
+   * `top` → `<mode in octal> <uid>:<gid>` (the paths of afterPowerCut, and '' for `top` itself).
+   */
+  metadataAfterPowerCut(): Record<string, string> {
+    const out: Record<string, string> = {};
+    const show = (relative: string, ino: number): void => {
+      const metadata = this.#metadata.get(ino) ?? this.#made.get(ino);
+      out[relative] =
+        metadata === undefined ? '(unknown)' : `${metadata.mode.toString(8)} ${metadata.uid}:${metadata.gid}`;
+    };
+    const walk = (dir: string, ino: number): void => {
+      for (const entry of this.#entries.get(ino) ?? []) {
+        if (entry.kind === 'symlink') continue;
+        const absolute = path.join(dir, entry.name);
+        show(path.relative(this.#top, absolute), entry.ino);
+        if (entry.kind === 'dir') walk(absolute, entry.ino);
+      }
+    };
+    show('', this.#topIno);
+    walk(this.#top, this.#topIno);
+    return out;
+  }
+
   #watch(handle: FileHandle, absolute: string, isDirectory: boolean): FileHandle {
     return new Proxy(handle, {
       get: (target, property, receiver) => {
@@ -129,7 +186,10 @@ export class PowerCutFs {
 
   async #recordDirectory(absolute: string): Promise<void> {
     const entries: DurableEntry[] = [];
-    const own = (await this.#base.lstat(absolute)).ino;
+    const ownStats = await this.#base.lstat(absolute);
+    const own = ownStats.ino;
+    // An fsync of a directory writes its inode too: its mode and owner as they are now.
+    this.#metadata.set(own, metadataOf(ownStats));
     const dropped = this.#dropped.get(absolute) ?? new Set<string>();
     // A dropped name keeps what was durable of it before.
     for (const entry of this.#entries.get(own) ?? []) if (dropped.has(entry.name)) entries.push(entry);
@@ -148,6 +208,7 @@ export class PowerCutFs {
     // The handle's file is still at the path it was opened by in every use of this model; say so if not.
     if (stats.ino !== ino) throw new Error(`PowerCutFs: ${absolute} is no longer the file that was fsynced`);
     this.#files.set(ino, { data: await this.#base.readFile(absolute), mode: stats.mode & 0o7777 });
+    this.#metadata.set(ino, metadataOf(stats));
   }
 
   async #recordTree(absolute: string): Promise<void> {
