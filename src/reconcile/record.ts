@@ -308,6 +308,8 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
     'the disk holding rootDir fails (an I/O error, its device or filesystem gone): retried until it works again, not counted as an attempt',
   obstructed:
     'something on the device is in the way of the path (a symlink, a directory, a FIFO, socket or device, or a file where a directory goes): nothing written or removed through it; retried until it is cleared, not counted as an attempt',
+  renamed_aside:
+    "a directory on the path is at the temp name a renewal of the agent's renamed it to (its rename back, or the start's, failed): nothing is made at its name; retried, each time putting it back first, not counted as an attempt",
 };
 const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   full: 'disk full',
@@ -319,6 +321,7 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   not_declared: 'write journal could not be written',
   failing: 'disk failing',
   obstructed: 'path obstructed on the device',
+  renamed_aside: 'a directory on the path is renamed aside',
 };
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */

@@ -613,6 +613,7 @@ async function makeDirectory(
       operation: 'create directory (renamed aside, put back first)',
       path: relative,
       errno: 'EBUSY',
+      renamedAside: true,
     });
   }
   try {
@@ -1554,6 +1555,7 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
         operation: 'remove file (a directory on the way is renamed aside, put back first)',
         path: aside,
         errno: 'EBUSY',
+        renamedAside: true,
       });
     }
     await renewDroppedRemoval(fs, inspection);

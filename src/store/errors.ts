@@ -125,7 +125,9 @@ export function isAgentResourceError(error: unknown): boolean {
  * directory than it did (`DiskError.rootMoved`: it or a directory above it replaced by a symlink), or the state directory could not
  * declare the write first (`WriteNotDeclaredError`: the device's condition too, though not the root's), or the
  * disk fails (`failing`: EIO and the like, FAILING_DISK_ERRNOS), or something on the device is in the way of the
- * path (`obstructed`: a PathRejectedError of DISK_STATE_RULES, a symlink, directory, FIFO, socket or device there).
+ * path (`obstructed`: a PathRejectedError of DISK_STATE_RULES, a symlink, directory, FIFO, socket or device there),
+ * or a directory on the path is at a renewal's aside name, which the agent must put back first (`renamed_aside`:
+ * `DiskError.renamedAside`, store/directory-asides.ts: its rename back or the start's restore failed).
  * Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
  */
 export type RootCondition =
@@ -137,7 +139,8 @@ export type RootCondition =
   | 'moved'
   | 'not_declared'
   | 'failing'
-  | 'obstructed';
+  | 'obstructed'
+  | 'renamed_aside';
 
 /**
  * Errnos of a disk or filesystem failing rather than of one write: an I/O error, the device gone (a card or USB
@@ -198,6 +201,7 @@ export function rootConditionOf(error: unknown): RootCondition | undefined {
       return DISK_STATE_RULES.has(current.rule) ? 'obstructed' : undefined;
     if (current instanceof DiskError && current.mountGone !== undefined) return 'mount_gone';
     if (current instanceof DiskError && current.rootMoved !== undefined) return 'moved';
+    if (current instanceof DiskError && current.renamedAside) return 'renamed_aside';
     if (current instanceof DiskError && rootRefuses(current)) return 'not_writable';
     if (current instanceof DiskError && current.rootItself && !current.resource) return 'not_a_directory';
     const code = current instanceof DiskError ? current.errno : errnoCode(current);
@@ -240,6 +244,8 @@ export interface DiskErrorOptions {
   mountGone?: string;
   /** rootDir resolves to another directory than it did (root-mount.ts): what was seen, for the message. */
   rootMoved?: string;
+  /** A directory on the path is at a renewal's aside name (store/directory-asides.ts): put back first. */
+  renamedAside?: boolean;
 }
 
 /**
@@ -255,6 +261,7 @@ export class DiskError extends AgentError {
   readonly rootItself: boolean;
   readonly mountGone: string | undefined;
   readonly rootMoved: string | undefined;
+  readonly renamedAside: boolean;
 
   constructor(options: DiskErrorOptions) {
     const errno = options.errno ?? errnoCode(options.cause);
@@ -274,6 +281,7 @@ export class DiskError extends AgentError {
     this.rootItself = options.rootItself === true;
     this.mountGone = options.mountGone;
     this.rootMoved = options.rootMoved;
+    this.renamedAside = options.renamedAside === true;
   }
 }
 
