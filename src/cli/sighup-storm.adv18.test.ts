@@ -1,0 +1,130 @@
+// A burst of SIGHUPs to the daemon (runAgent in-process, the mock service on loopback): one reload more, not one each.
+import { EventEmitter } from 'node:events';
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
+import { createSecretRegistry } from '../lib/secrets.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import { runAgent } from './compose.js';
+import type { CommandIo } from './io.js';
+import { callAgent } from './local-client.js';
+
+const KEY = 'sk_test_adv18_sighup_3c9e71';
+
+let dir: string;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-adv18-'));
+});
+
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+function bufferedIo(env: NodeJS.ProcessEnv): CommandIo & { err: () => string } {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let err = '';
+  stdout.resume();
+  stderr.on('data', (chunk: Buffer) => {
+    err += chunk.toString();
+  });
+  return { stdout, stderr, env, isTty: false, err: () => err };
+}
+
+async function listRequests(server: RunningMockServer): Promise<number> {
+  const response = await fetch(`${server.url}/_admin/stats`, { headers: { 'X-API-Key': KEY } });
+  const stats = (await response.json()) as { requests: Record<string, number> };
+  return stats.requests['GET /v1/config_instances'] ?? 0;
+}
+
+const count = (text: string, what: RegExp) => text.split('\n').filter((line) => what.test(line)).length;
+const RELOAD_STARTED = /"SIGHUP: reloading the configuration"/;
+const RELOAD_ENDED = /"configuration reloaded"|configuration reload failed|the local API stays closed/;
+
+describe('runAgent: a storm of SIGHUPs', () => {
+  // 3,000 SIGHUPs to the built daemon made about 1,300 reloads, one after another for minutes, each rebuilding
+  // the components, walking rootDir again for the drift watcher and running a full pass (a listing each).
+  it('makes at most one reload more than the one running, and that one reads the configuration as last written', async () => {
+    const server = await startMockServer({ apiKeys: [KEY] });
+    server.state.instances.set('cfg_a', {
+      id: 'cfg_a',
+      device_id: 'dvc_storm',
+      relative_filepath: 'a.json',
+      config_schema_id: 'sch_a',
+      config_type_id: 'typ',
+      target_status: 'deployed',
+      activity_status: 'queued',
+      error_status: 'none',
+      content: { a: 1 },
+      created_at: '2026-01-01T00:00:00.000Z',
+      updated_at: '2026-01-01T00:00:00.000Z',
+    });
+    const configPath = path.join(dir, 'config.json');
+    const socketPath = path.join(dir, 'agent.sock');
+    const writeConfig = (deviceId: string) =>
+      writeFile(
+        configPath,
+        JSON.stringify({
+          deviceId,
+          server: { baseUrl: server.url, timeoutSeconds: 5 },
+          rootDir: path.join(dir, 'root'),
+          stateDir: path.join(dir, 'state'),
+          socketPath,
+          drift: 'off',
+          poll: { intervalSeconds: 3600, jitterRatio: 0, fullResyncSeconds: 3600 },
+        }),
+      );
+    await writeConfig('dvc_storm');
+    const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+    const events = new EventEmitter();
+    const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
+    try {
+      await waitFor(
+        () =>
+          stat(path.join(dir, 'root', 'a.json')).then(
+            () => true,
+            () => false,
+          ),
+        PATIENCE_MS,
+        {
+          what: 'the first pass',
+        },
+      );
+      await waitFor(() => callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS), PATIENCE_MS, {
+        what: 'the socket',
+      });
+      const onePass = await listRequests(server);
+      expect(onePass).toBeGreaterThan(0);
+
+      for (let i = 0; i < 150; i += 1) events.emit('SIGHUP');
+      await writeConfig('dvc_storm_renamed');
+      for (let i = 0; i < 150; i += 1) events.emit('SIGHUP');
+      await waitFor(
+        () => {
+          const started = count(io.err(), RELOAD_STARTED);
+          return started > 0 && count(io.err(), RELOAD_ENDED) === started;
+        },
+        PATIENCE_MS,
+        { what: 'every reload begun to end' },
+      );
+      // A pass after the reloads: every pass they asked for has run by its end.
+      await callAgent(socketPath, 'POST', '/v1/sync', PATIENCE_MS);
+
+      expect(count(io.err(), RELOAD_STARTED)).toBeLessThanOrEqual(2);
+      // The reloads' full passes and the sync's: a listing each, not one per signal.
+      expect((await listRequests(server)) - onePass).toBeLessThanOrEqual(3 * onePass);
+      expect((await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS)).body).toMatchObject({
+        deviceId: 'dvc_storm_renamed',
+      });
+      events.emit('SIGTERM');
+      expect(await exit).toBe(0);
+    } finally {
+      events.emit('SIGTERM');
+      await server.close();
+    }
+  });
+});
