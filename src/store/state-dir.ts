@@ -119,9 +119,20 @@ export class StateDir {
         const sweptState = await sweepTempFiles(fs, settings.stateDir, (skip) => {
           skipped.push({ ...skip, under: 'stateDir' });
         });
-        if (skipped.length > 0) {
+        // A mount it did not enter was skipped by design (FsPort.mountsThatMayHangBelow), not met as trouble.
+        const mounts = skipped.filter((skip) => skip.operation === 'not entered').map((skip) => skip.path);
+        if (mounts.length > 0) {
+          logger.info(
+            { mounts: mounts.slice(0, MAX_SWEEP_SKIPS_LOGGED), count: mounts.length },
+            'the start-up sweep did not enter these mounts below rootDir, on purpose: a network or FUSE filesystem ' +
+              'may hang, and a hung one would stop the agent from starting; a temp file a crash left inside one ' +
+              'stays (it costs only its bytes)',
+          );
+        }
+        const troubles = skipped.filter((skip) => skip.operation !== 'not entered');
+        if (troubles.length > 0) {
           logger.warn(
-            { skipped: skipped.slice(0, MAX_SWEEP_SKIPS_LOGGED), count: skipped.length },
+            { skipped: troubles.slice(0, MAX_SWEEP_SKIPS_LOGGED), count: troubles.length },
             'the start-up sweep of temp files could not read or remove some entries: left as they are, started anyway',
           );
         }
