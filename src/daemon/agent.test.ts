@@ -1,7 +1,7 @@
 // AgentDaemon's timing policy and lifecycle: a fake clock and a scripted PassRunner record every wait and pass mode.
 import { watch as watchDirectory } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -18,7 +18,9 @@ import { createLogger, type Logger, silentLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import type { PassError, PassMode, PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
 import { ContentCache } from '../store/content-cache.js';
+import { DirectorySyncLedger } from '../store/directory-syncs.js';
 import { emptyState } from '../store/state.js';
+import { StateDir } from '../store/state-dir.js';
 import { AgentDaemon } from './agent.js';
 import { LocalApiServer } from './local-api.js';
 import { AgentMetrics } from './metrics.js';
@@ -1037,6 +1039,145 @@ describe('AgentDaemon: a hung mount at or under rootDir', () => {
     } finally {
       world.release();
       await Promise.all(started.splice(0).map((daemon) => daemon.stop()));
+      await rm(base, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('AgentDaemon: directories a renewal left aside that the start could not put back (gaps18)', () => {
+  const ASIDE = `.config-agent.tmp-${'ab'.repeat(12)}`;
+
+  /**
+   * A crash left `top/app` (with a.json) at its aside name, recorded in renewal-asides.json; the start's rename
+   * back fails (EIO) while `failing`, and hangs while `hanging` (a mount that stopped answering) until released.
+   */
+  async function asideWorld(base: string) {
+    const rootDir = path.join(base, 'root');
+    const stateDir = path.join(base, 'state');
+    await mkdir(path.join(rootDir, 'top', ASIDE), { recursive: true, mode: 0o755 });
+    await nodeFs.chmod(rootDir, 0o755);
+    await nodeFs.chmod(path.join(rootDir, 'top'), 0o755);
+    await writeFile(path.join(rootDir, 'top', ASIDE, 'a.json'), 'deployed\n');
+    await mkdir(stateDir, { mode: 0o700 });
+    await writeFile(
+      path.join(stateDir, 'renewal-asides.json'),
+      JSON.stringify({ version: 1, asides: [{ rootDir, dir: 'top', name: 'app', aside: ASIDE }] }),
+    );
+    /** `failures`: renames that fail (EIO) once `failing` is off, before they work. */
+    const world = { failing: true, failures: 0, hanging: false, held: [] as (() => void)[] };
+    const fs: FsPort = {
+      ...realFs,
+      directorySyncs: new DirectorySyncLedger(),
+      rename: (async (from: string, to: string) => {
+        if (path.basename(String(from)) === ASIDE) {
+          if (world.failing) throw Object.assign(new Error('EIO'), { code: 'EIO' });
+          if (world.failures > 0) {
+            world.failures -= 1;
+            throw Object.assign(new Error('EIO'), { code: 'EIO' });
+          }
+          if (world.hanging) await new Promise<void>((resolve) => world.held.push(resolve));
+        }
+        return nodeFs.rename(from, to);
+      }) as FsPort['rename'],
+    };
+    const state = await StateDir.open(fs, { stateDir, rootDir, deviceId: 'dvc_unit' }, silentLogger(), {
+      euid: process.geteuid?.() ?? -1,
+      clock: { now: () => 0 },
+    });
+    const config = parseAgentConfig(
+      {
+        deviceId: 'dvc_unit',
+        server: { baseUrl: 'https://dcds.example.com' },
+        rootDir,
+        stateDir,
+        poll: { intervalSeconds: INTERVAL_MS / 1000, jitterRatio: JITTER, fullResyncSeconds: 600 },
+        drift: 'off',
+      },
+      'agent.test',
+    );
+    const clock = new FakeClock();
+    const reconciler = new ScriptedRunner();
+    const daemon = new AgentDaemon({
+      deps: { fs, clock, random: () => 1, logger: silentLogger() },
+      config,
+      runner: reconciler,
+      metrics: new AgentMetrics({ deviceId: config.deviceId }),
+      hookEnv: {},
+      scrub: (text) => text,
+    });
+    started.push(daemon);
+    await daemon.start();
+    await settle(() => clock.sleeps.length === 1, 'the boot wait');
+    const agent: Agent = { daemon, clock, reconciler, random: 1 };
+    const back = () => readdir(path.join(rootDir, 'top')).then((names) => names.includes('app'));
+    const putBack = () =>
+      waitFor(async () => ((await back()) ? true : undefined), PATIENCE_MS, { what: 'top/app put back' });
+    return { world, state, agent, rootDir, stateDir, back, putBack };
+  }
+
+  it('a reload (SIGHUP) tries it again at once: put back, with its file, and the record dropped', async () => {
+    const base = await mkdtemp(path.join(os.tmpdir(), 'config-agent-asides-reload-'));
+    try {
+      const { world, state, agent, rootDir, stateDir, back, putBack } = await asideWorld(base);
+      try {
+        expect(await back()).toBe(false);
+        world.failing = false;
+        await agent.daemon.reload(async (current) => current);
+        // Before: left aside until a write below top/app or the next start.
+        await putBack();
+        expect(await readFile(path.join(rootDir, 'top/app/a.json'), 'utf8')).toBe('deployed\n');
+        expect(await readdir(stateDir)).not.toContain('renewal-asides.json');
+      } finally {
+        await state.close();
+      }
+    } finally {
+      await rm(base, { recursive: true, force: true });
+    }
+  });
+
+  it('tried again after a pass once a minute has passed, the wait doubling while it fails', async () => {
+    const base = await mkdtemp(path.join(os.tmpdir(), 'config-agent-asides-backoff-'));
+    try {
+      const { world, state, agent, back, putBack } = await asideWorld(base);
+      try {
+        // Passes every 36 s (random 1): the first sets the retry 1 min on, the third (72 s) tries it: EIO again.
+        world.failing = false;
+        world.failures = 1;
+        await passes(agent, 3);
+        await waitFor(() => world.failures === 0 || undefined, PATIENCE_MS, { what: 'the try at 72 s' });
+        expect(await back()).toBe(false);
+        // The next try is due 2 min after that one: the pass at 216 s tries it and puts it back. Before: aside
+        // for the whole run.
+        await passes(agent, 4);
+        await putBack();
+      } finally {
+        await state.close();
+      }
+    } finally {
+      await rm(base, { recursive: true, force: true });
+    }
+  });
+
+  it('a try that hangs (its mount stopped answering) holds no poll, and no second try starts meanwhile', async () => {
+    const base = await mkdtemp(path.join(os.tmpdir(), 'config-agent-asides-hung-'));
+    try {
+      const { world, state, agent, putBack } = await asideWorld(base);
+      try {
+        world.failing = false;
+        world.hanging = true;
+        await agent.daemon.reload(async (current) => current);
+        await waitFor(() => world.held.length === 1 || undefined, PATIENCE_MS, { what: 'the try hanging' });
+        // Six polls, over 3 min: each pass ends; the hung try is the only one.
+        const { modes } = await passes(agent, 6);
+        expect(modes).toHaveLength(6);
+        expect(world.held).toHaveLength(1);
+        world.hanging = false;
+        for (const release of world.held.splice(0)) release();
+        await putBack();
+      } finally {
+        await state.close();
+      }
+    } finally {
       await rm(base, { recursive: true, force: true });
     }
   });

@@ -25,6 +25,9 @@ const STOP_BUDGET_MS = 7_000;
 const DRIFT_HOLD_OFF_MS = 1_000;
 /** The shortest wait between passes, even when a retry is already due: never a busy loop. */
 const MIN_POLL_DELAY_MS = 1_000;
+/** Directories left renamed aside are tried again this long after the last try, doubling up to the cap. */
+const ASIDES_RETRY_FIRST_MS = 60 * 1000;
+const ASIDES_RETRY_MAX_MS = 60 * 60 * 1000;
 
 /** What the daemon runs on; a reload swaps in the next set. `R` is the composition root's concrete runner. */
 export interface AgentComponents<R extends PassRunner = PassRunner> {
@@ -85,6 +88,11 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
    * awaited by a pass or a reload (its walk of rootDir waits for ever on a hung mount under it), one at a time.
    */
   #driftStarting: AgentComponents<R> | undefined;
+  /** When directories left renamed aside are tried again next (monotonic ms), and the wait after that try. */
+  #asidesRetryAt: number | undefined;
+  #asidesRetryDelayMs = ASIDES_RETRY_FIRST_MS;
+  /** A retry of those in progress: never awaited by a pass (a hung mount holds it), one at a time. */
+  #asidesRetrying = false;
 
   constructor(components: AgentComponents<R>) {
     this.#c = components;
@@ -132,6 +140,9 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       await previous?.close();
       this.#startDriftWatcherInBackground();
       this.#pendingMode = 'full';
+      // An operator who fixed what kept a directory aside (a mount, a parent's mode) reloads: tried now.
+      this.#asidesRetryDelayMs = ASIDES_RETRY_FIRST_MS;
+      this.#retryAsides(true);
     });
     this.#wake?.();
   }
@@ -324,6 +335,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#pendingMode = 'full';
     }
     this.#logPass(result);
+    this.#retryAsides(false);
     if (this.#drift === undefined && this.#driftDown !== undefined) this.#startDriftWatcherInBackground();
     else await this.#drift?.managedFilesChanged();
     await this.#afterPass(result);
@@ -419,6 +431,42 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     };
     if (!result.reachable) this.#logger.warn(fields, 'pass could not reach the service');
     else this.#logger.info(fields, 'pass finished');
+  }
+
+  /**
+   * Tries again, in the background, to put back the directories a renewal left renamed aside that were not put
+   * back (store/directory-asides.ts: the start's rename failed, their file system was not mounted, something
+   * else was at the name): `now`, or once due, the wait doubling from 1 min to 1 h while any remain. Nothing
+   * awaits it: a try that hangs on a mount holds neither a pass nor a reload, and no second try starts meanwhile.
+   */
+  #retryAsides(now: boolean): void {
+    const asides = this.#c.deps.fs.directorySyncs?.asides;
+    const { clock } = this.#c.deps;
+    if (asides === undefined || asides.pending === 0) {
+      this.#asidesRetryAt = undefined;
+      this.#asidesRetryDelayMs = ASIDES_RETRY_FIRST_MS;
+      return;
+    }
+    if (!now) {
+      this.#asidesRetryAt ??= clock.monotonic() + this.#asidesRetryDelayMs;
+      if (clock.monotonic() < this.#asidesRetryAt) return;
+    }
+    if (this.#asidesRetrying) return;
+    this.#asidesRetrying = true;
+    void asides.retry().then((remaining) => {
+      this.#asidesRetrying = false;
+      if (remaining === 0) {
+        this.#asidesRetryAt = undefined;
+        this.#asidesRetryDelayMs = ASIDES_RETRY_FIRST_MS;
+        return;
+      }
+      this.#asidesRetryAt = this.#c.deps.clock.monotonic() + this.#asidesRetryDelayMs;
+      this.#asidesRetryDelayMs = Math.min(this.#asidesRetryDelayMs * 2, ASIDES_RETRY_MAX_MS);
+      this.#logger.debug(
+        { remaining, nextTryInMs: this.#asidesRetryAt - this.#c.deps.clock.monotonic() },
+        'directories renamed aside not put back yet',
+      );
+    });
   }
 
   /** Starts the drift watcher without waiting for it, unless a start for the running components is under way. */

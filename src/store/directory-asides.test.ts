@@ -5,12 +5,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import { ASIDES_FILE, DirectoryAsides } from './directory-asides.js';
 import { DirectorySyncLedger } from './directory-syncs.js';
 import { publishFile, removeManagedFile, renewDroppedOnTheWay } from './durable-writer.js';
 import { TEMP_PREFIX, VerifiedDirectories } from './path-guard.js';
+import { RootMountWatch } from './root-mount.js';
 import { StateDir, type StateDirSettings } from './state-dir.js';
 
 const EUID = process.geteuid?.() ?? -1;
@@ -490,5 +492,102 @@ describe('a directory renewal cut off between its two renames', () => {
       'a.json': 'deployed\n',
       'operator.conf': 'the operator wrote this\n',
     });
+  });
+});
+
+describe('a directory not put back at start, tried again in the same run (gaps18)', () => {
+  /** Open the state directory as a start does, on `fs` (a ledger of its own): the restore runs. */
+  async function open(fs: FsPort): Promise<StateDir> {
+    return StateDir.open(fs, settings, silentLogger(), { euid: EUID, clock: { now: () => 0 } });
+  }
+
+  /** After a crash between the renames, with `top` (a file system of its own) not mounted at the next start. */
+  async function startWithTopUnmounted(): Promise<{ fs: FsPort; state: StateDir; mount(): Promise<void> }> {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const unmounted = path.join(dir, 'unmounted-top');
+    await nodeFs.rename(path.join(root, 'top'), unmounted);
+    await mkdir(path.join(root, 'top'), { mode: 0o755 });
+    const fs: FsPort = { ...(nodeFs as unknown as FsPort), directorySyncs: new DirectorySyncLedger() };
+    const state = await open(fs);
+    const mount = async () => {
+      await rm(path.join(root, 'top'), { recursive: true });
+      await nodeFs.rename(unmounted, path.join(root, 'top'));
+    };
+    return { fs, state, mount };
+  }
+
+  it('out of sight at start (not mounted): the first write below its name once mounted puts it back instead of making a new one', async () => {
+    const { fs, state, mount } = await startWithTopUnmounted();
+    try {
+      await mount();
+      await publishFile(fs, {
+        rootDir: root,
+        relativePath: 'top/app/b.json',
+        data: Buffer.from('b\n'),
+        mode: 0o644,
+        dirMode: 0o755,
+      });
+    } finally {
+      await state.close();
+    }
+    // Before: a new top/app held b.json, and the directory aside (a.json, operator.conf) stayed beside it.
+    expect(await tree()).toEqual({ ...KEPT, 'top/app/b.json': 'b\n' });
+    expect(await readdir(settings.stateDir)).not.toContain(ASIDES_FILE);
+  });
+
+  it('out of sight at start: retry() once mounted puts it back without any write, and drops the record', async () => {
+    const { fs, state, mount } = await startWithTopUnmounted();
+    try {
+      const asides = fs.directorySyncs?.asides;
+      expect(asides?.pending).toBe(1);
+      // Still out of sight: kept, nothing made at the name.
+      expect(await asides?.retry()).toBe(1);
+      await mount();
+      expect(await asides?.retry()).toBe(0);
+    } finally {
+      await state.close();
+    }
+    expect(await tree()).toEqual(KEPT);
+    expect(await readdir(settings.stateDir)).not.toContain(ASIDES_FILE);
+  });
+
+  it("rootDir's mount seen again after it was gone: the directory aside is put back in the background, with no write", async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const [aside] = await readdir(path.join(root, 'top'));
+    // rootDir is a mount point (its st_dev differs from its parent's) while `mounted`; its rename back fails
+    // once more at start (EIO): kept, and held.
+    let mounted = true;
+    let failures = 1;
+    const fs: FsPort = {
+      ...(nodeFs as unknown as FsPort),
+      directorySyncs: new DirectorySyncLedger(),
+      stat: (async (target: string) => {
+        const stats = await nodeFs.stat(target);
+        return mounted && target === root ? Object.assign(stats, { dev: 4242 }) : stats;
+      }) as FsPort['stat'],
+      rename: (async (from: string, to: string) => {
+        if (String(from) === path.join(root, 'top', aside!) && failures > 0) {
+          failures -= 1;
+          throw Object.assign(new Error('EIO'), { code: 'EIO' });
+        }
+        return nodeFs.rename(from, to);
+      }) as FsPort['rename'],
+    };
+    const state = await open(fs);
+    try {
+      const watch = new RootMountWatch(fs, root);
+      expect(await watch.check()).toBeUndefined();
+      mounted = false;
+      expect((await watch.check())?.mountGone).toContain('no mount point any more');
+      mounted = true;
+      expect(await watch.check()).toBeUndefined();
+      // Before: nothing tried it again until a write below top/app or the next start.
+      await waitFor(async () => (await readdir(path.join(root, 'top'))).includes('app'), PATIENCE_MS, {
+        what: 'the directory put back',
+      });
+    } finally {
+      await state.close();
+    }
+    expect(await tree()).toEqual(KEPT);
   });
 });

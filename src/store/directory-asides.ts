@@ -1,4 +1,4 @@
-// The temp names directory renewals rename directories to, recorded before the rename and put back at the next start.
+// The temp names directory renewals rename directories to, recorded before the rename and put back at the next start or a retry.
 import path from 'node:path';
 import * as z from 'zod';
 import type { WallClock } from '../lib/clock.js';
@@ -39,40 +39,54 @@ function wellFormed(entry: AsideEntry): boolean {
   }
 }
 
+/** What one try to put a recorded directory back answered (`failed`: it threw, e.g. the rename's EIO). */
+type RestoreOutcome = 'restored' | 'gone' | 'occupied' | 'kept' | 'failed';
+
 /**
  * `renewal-asides.json` in the state directory: every directory a renewal renamed aside (or was about to),
  * written durably before the first rename. A record whose rename back a good fsync of its parent covered is
- * dropped at the next record (the ledger says so); the file is rewritten at start, after the restore.
+ * dropped at the next record (the ledger says so); the file is rewritten at start, after the restore. Records
+ * the start could not put back are tried again by `retry` (the daemon: after a reload, when rootDir's mount
+ * is seen anew, and with backoff while any remain) and by a write that would make a directory at their name.
  */
 export class DirectoryAsides implements RenewalAsides {
   readonly #fs: FsPort;
   readonly #stateDir: string;
+  /** The root directory this process writes (resolved): only its records are put back. */
+  readonly #root: string;
   readonly #ledger: DirectorySyncLedger | undefined;
+  readonly #logger: Logger;
   /** Records of this process, until their rename back is durable (or they never moved anything). */
   #recorded: Array<AsideEntry & RenewalAside> = [];
-  /** Records the start could not restore (something at the name, another root): kept until a start does. */
-  readonly #kept: AsideEntry[];
+  /** Records not put back yet (something at the name, out of sight, another root): kept until one is. */
+  #kept: AsideEntry[];
   /** Of those, the ones under this root that may still be aside (the restore failed, or was refused). */
-  readonly #held: AsideEntry[];
-  /** A held record's retry in progress: concurrent writes below its name share it. */
-  readonly #retrying = new Map<AsideEntry, Promise<boolean>>();
+  #held: AsideEntry[] = [];
+  /** A record's try in progress: a retry and the writes below its name share it. */
+  readonly #trying = new Map<AsideEntry, Promise<RestoreOutcome>>();
+  /** The retry of every kept record in progress: one at a time. */
+  #retrying: Promise<number> | undefined;
+  /** Records whose failure was told at warn or error: a later retry's same answer goes to debug. */
+  readonly #told = new Set<AsideEntry>();
   readonly #euid: number;
   #last: Promise<unknown> = Promise.resolve();
 
   private constructor(
     fs: FsPort,
     stateDir: string,
+    root: string,
     ledger: DirectorySyncLedger | undefined,
+    logger: Logger,
     kept: AsideEntry[],
-    held: AsideEntry[],
     euid: number,
   ) {
     this.#euid = euid;
     this.#fs = fs;
     this.#stateDir = stateDir;
+    this.#root = root;
     this.#ledger = ledger;
+    this.#logger = logger;
     this.#kept = kept;
-    this.#held = held;
   }
 
   /**
@@ -89,87 +103,167 @@ export class DirectoryAsides implements RenewalAsides {
   ): Promise<DirectoryAsides> {
     const { euid, clock } = options;
     const found = await readAsides(fs, stateDir, logger, clock);
+    const records = found;
     const root = path.resolve(rootDir);
-    const kept: AsideEntry[] = [];
-    const held: AsideEntry[] = [];
-    let pending: AsideEntry[] = [];
-    for (const entry of found) {
-      if (entry.rootDir === root) pending.push(entry);
-      else {
-        kept.push(entry);
+    for (const entry of records) {
+      if (entry.rootDir !== root)
         logger.warn({ ...entry }, 'a directory renamed aside under another root directory is left as it is');
-      }
     }
-    // An aside inside another directory at its aside name is found once that one is back: rounds until none is.
-    for (let restored = true; restored && pending.length > 0; ) {
-      restored = false;
-      const gone: AsideEntry[] = [];
-      for (const entry of pending) {
-        const outcome = await restoreRenewedDirectory(fs, entry, euid).catch((error: unknown) => {
-          logger.warn(
-            { err: error, ...entry },
-            'could not put back a directory renamed aside: tried again at the next start',
-          );
-          return 'failed' as const;
-        });
-        if (outcome === 'gone') gone.push(entry);
-        else if (outcome === 'restored') {
-          restored = true;
-          logger.warn({ ...entry }, 'put back a directory a crash left renamed aside');
-        } else {
-          kept.push(entry);
-          if (outcome !== 'occupied') held.push(entry);
-        }
-        if (outcome === 'occupied') {
-          logger.error(
-            { ...entry },
-            'a directory a crash left renamed aside cannot be put back: something else is at its name; both are left as they are (merge them by hand)',
-          );
-        }
-        if (outcome === 'kept') {
-          logger.warn(
-            { ...entry },
-            'a directory renamed aside is not put back: its parent may be changed by another user, or the aside is no real directory',
-          );
-        }
-      }
-      pending = gone;
-    }
-    // Neither at its aside name nor at its name (its file system not mounted yet, a directory on the way
-    // renamed): out of sight, not back; kept for a start that sees it. Something at the name: it is back.
-    for (const entry of pending) {
-      const at = path.join(entry.rootDir, entry.dir, entry.name);
-      const found = await fs.lstat(at).then(
-        () => true,
-        (error: unknown) => !['ENOENT', 'ENOTDIR'].includes(errnoCode(error) ?? ''),
-      );
-      if (!found) {
-        kept.push(entry);
-        // Info, not a warning: also what a directory removed (pruned) since its renewal leaves, till made anew.
-        logger.info(
-          { ...entry },
-          'a directory renamed aside is neither at its name nor aside (not mounted?): its record is kept for a later start',
-        );
-      }
-    }
-    // Not found because a directory on its way is itself still aside (not put back): out of sight, not gone.
-    for (let added = true; added; ) {
-      added = false;
-      for (const entry of pending) {
-        if (!kept.includes(entry) && kept.some((outer) => isBelow(entry, outer))) {
-          kept.push(entry);
-          added = true;
-        }
-      }
-    }
-    const asides = new DirectoryAsides(fs, stateDir, ledger, kept, held, euid);
-    if (found.length > kept.length) {
+    const asides = new DirectoryAsides(fs, stateDir, root, ledger, logger, records, euid);
+    // Nothing is written below these names before the restore ends (no pass runs yet): all held meanwhile.
+    asides.#held = records.filter((entry) => entry.rootDir === root);
+    const dropped = await asides.#restoreKept();
+    if (dropped > 0) {
       // Only tidying: a record left on disk names an aside that is gone, which the next start drops again.
       await asides.#write().catch((error: unknown) => {
         logger.warn({ err: error, file: ASIDES_FILE }, 'could not rewrite the renewal record');
       });
     }
     return asides;
+  }
+
+  /** Records not put back yet under this process's root directory (retried while any remain). */
+  get pending(): number {
+    return this.#kept.filter((entry) => entry.rootDir === this.#root).length;
+  }
+
+  /**
+   * Tries once more to put back every record of this root not put back yet (in rounds, as at start), then
+   * rewrites the record file if any was dropped; answers how many remain. One retry at a time: a call while one
+   * runs shares it. Never rejects.
+   */
+  retry(): Promise<number> {
+    if (this.#retrying === undefined) {
+      this.#retrying = this.#retryNow().finally(() => {
+        this.#retrying = undefined;
+      });
+    }
+    return this.#retrying;
+  }
+
+  async #retryNow(): Promise<number> {
+    if (this.pending === 0) return 0;
+    const dropped = await this.#restoreKept();
+    if (dropped > 0) {
+      await this.#write().catch((error: unknown) => {
+        this.#logger.warn({ err: error, file: ASIDES_FILE }, 'could not rewrite the renewal record');
+      });
+    }
+    return this.pending;
+  }
+
+  /**
+   * Every record of this root tried once (a record inside a directory aside is found once that one is back:
+   * rounds until none is), then dropped when back, or gone with something at its name; answers how many were.
+   */
+  async #restoreKept(): Promise<number> {
+    let pending = this.#kept.filter((entry) => entry.rootDir === this.#root);
+    const dropped = new Set<AsideEntry>();
+    for (let restored = true; restored && pending.length > 0; ) {
+      restored = false;
+      const gone: AsideEntry[] = [];
+      for (const entry of pending) {
+        const outcome = await this.#tryRestore(entry);
+        if (outcome === 'gone') gone.push(entry);
+        else if (outcome === 'restored') {
+          restored = true;
+          dropped.add(entry);
+        }
+      }
+      pending = gone;
+    }
+    // Neither at its aside name nor at its name (its file system not mounted yet, a directory on the way
+    // renamed): out of sight, not back; kept for a later try that sees it. Something at the name: it is back.
+    const back: AsideEntry[] = [];
+    for (const entry of pending) {
+      const at = path.join(entry.rootDir, entry.dir, entry.name);
+      const found = await this.#fs.lstat(at).then(
+        () => true,
+        (error: unknown) => !['ENOENT', 'ENOTDIR'].includes(errnoCode(error) ?? ''),
+      );
+      if (found) back.push(entry);
+      else {
+        // Info, not a warning: also what a directory removed (pruned) since its renewal leaves, till made anew.
+        this.#tell(
+          'info',
+          entry,
+          'a directory renamed aside is neither at its name nor aside (not mounted?): its record is kept for a later try',
+        );
+      }
+    }
+    // Not found because a directory on its way is itself still aside (not put back): out of sight, not gone.
+    const outOfSight = (entry: AsideEntry) =>
+      this.#kept.some(
+        (outer) => outer !== entry && !dropped.has(outer) && !back.includes(outer) && isBelow(entry, outer),
+      );
+    for (let moved = true; moved; ) {
+      moved = false;
+      for (const entry of back) {
+        if (outOfSight(entry)) {
+          back.splice(back.indexOf(entry), 1);
+          moved = true;
+        }
+      }
+    }
+    for (const entry of back) dropped.add(entry);
+    this.#kept = this.#kept.filter((entry) => !dropped.has(entry));
+    this.#held = this.#held.filter((entry) => !dropped.has(entry));
+    for (const entry of dropped) this.#told.delete(entry);
+    return dropped.size;
+  }
+
+  /** One try to put `entry` back (shared by whoever asks meanwhile), its record's hold updated by the answer. */
+  #tryRestore(entry: AsideEntry): Promise<RestoreOutcome> {
+    let trying = this.#trying.get(entry);
+    if (trying === undefined) {
+      trying = restoreRenewedDirectory(this.#fs, entry, this.#euid)
+        .catch((error: unknown) => {
+          this.#tell('warn', entry, 'could not put back a directory renamed aside: tried again later', error);
+          return 'failed' as const;
+        })
+        .then((outcome) => {
+          this.#settle(entry, outcome);
+          return outcome;
+        })
+        .finally(() => this.#trying.delete(entry));
+      this.#trying.set(entry, trying);
+    }
+    return trying;
+  }
+
+  #settle(entry: AsideEntry, outcome: RestoreOutcome): void {
+    const held = this.#held.includes(entry);
+    if (outcome === 'kept' || outcome === 'failed') {
+      if (!held) this.#held.push(entry);
+    } else if (held) this.#held.splice(this.#held.indexOf(entry), 1);
+    if (outcome === 'restored') {
+      const at = this.#kept.indexOf(entry);
+      if (at >= 0) this.#kept.splice(at, 1);
+      this.#told.delete(entry);
+      this.#logger.warn({ ...entry }, 'put back a directory a crash left renamed aside');
+    }
+    if (outcome === 'occupied') {
+      this.#tell(
+        'error',
+        entry,
+        'a directory renamed aside cannot be put back: something else is at its name; both are left as they are (merge them by hand)',
+      );
+    }
+    if (outcome === 'kept') {
+      this.#tell(
+        'warn',
+        entry,
+        'a directory renamed aside is not put back: its parent may be changed by another user, or the aside is no real directory',
+      );
+    }
+  }
+
+  /** Logs `message` about `entry` at `level` the first time, at debug when a later try answers the same. */
+  #tell(level: 'info' | 'warn' | 'error', entry: AsideEntry, message: string, error?: unknown): void {
+    const fields = { ...entry, ...(error === undefined ? {} : { err: error }) };
+    if (this.#told.has(entry)) this.#logger.debug(fields, message);
+    else this.#logger[level](fields, message);
+    this.#told.add(entry);
   }
 
   async record(rootDir: string, dir: string, name: string, aside: string): Promise<RenewalAside> {
@@ -206,25 +300,25 @@ export class DirectoryAsides implements RenewalAsides {
       (held) => held.name === name && path.join(held.rootDir, held.dir) === parent,
     );
     if (entry === undefined) return false;
-    let retry = this.#retrying.get(entry);
-    if (retry === undefined) {
-      retry = this.#retry(entry).finally(() => this.#retrying.delete(entry));
-      this.#retrying.set(entry, retry);
-    }
-    return retry;
+    const outcome = await this.#tryRestore(entry);
+    if (outcome === 'kept' || outcome === 'failed') return true;
+    // Only tidying: a record left names an aside that is gone, which the next start drops.
+    if (outcome === 'restored') await this.#write().catch(() => undefined);
+    return false;
   }
 
-  async #retry(entry: AsideEntry): Promise<boolean> {
-    const outcome = await restoreRenewedDirectory(this.#fs, entry, this.#euid).catch(() => 'failed' as const);
-    if (outcome === 'kept' || outcome === 'failed') return true;
-    // Back, gone (an operator removed it) or something else at the name (left to an operator, as at start).
-    this.#held.splice(this.#held.indexOf(entry), 1);
-    if (outcome === 'restored') {
-      this.#kept.splice(this.#kept.indexOf(entry), 1);
-      // Only tidying: a record left names an aside that is gone, which the next start drops.
-      await this.#write().catch(() => undefined);
-    }
-    return false;
+  beforeMaking(parent: string, name: string): Promise<void> | undefined {
+    const entry = this.#kept.find(
+      (kept) =>
+        kept.rootDir === this.#root &&
+        kept.name === name &&
+        path.join(kept.rootDir, kept.dir) === parent &&
+        !this.#held.includes(kept),
+    );
+    if (entry === undefined) return undefined;
+    return this.#tryRestore(entry).then(async (outcome) => {
+      if (outcome === 'restored') await this.#write().catch(() => undefined);
+    });
   }
 
   asideAt(parent: string, name: string): RenewalAside | undefined {

@@ -44,6 +44,16 @@ export interface RenewalAsides {
    * been passing): false once it is back, its aside gone, or something else at its name.
    */
   stillHolds(parent: string, name: string): Promise<boolean>;
+  /**
+   * Before a directory is made at the entry `name` of `parent` (absolute): a record not put back that names it
+   * (its file system was not mounted at start) is tried once more, so the directory aside comes back instead
+   * of a new one being made beside it. Undefined when no record names it.
+   */
+  beforeMaking(parent: string, name: string): Promise<void> | undefined;
+  /** How many directories recorded aside under this root are not put back yet (`retry` while any remain). */
+  readonly pending: number;
+  /** Tries once more to put back every directory not put back yet; answers how many remain. Never rejects. */
+  retry(): Promise<number>;
 }
 
 export class DirectorySyncLedger {

@@ -601,6 +601,9 @@ async function makeDirectory(
   const asides = fs.directorySyncs?.asides;
   const parentKey = path.join(root, relativeDir(relative));
   const name = path.posix.basename(relative);
+  // A directory recorded aside whose file system was out of sight (not mounted) may be back now: put it back first.
+  const before = asides?.beforeMaking(parentKey, name);
+  if (before !== undefined) await before;
   if (
     asides?.holding === true &&
     asides.holds(parentKey, name) &&

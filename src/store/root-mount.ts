@@ -48,6 +48,8 @@ export class RootMountWatch {
   #mountDev: number | bigint | undefined;
   /** Whether mountinfo has been read: at the first check, then only while rootDir may be a bind mount. */
   #mountinfoRead = false;
+  /** Whether the last check found the mount gone: a mount point seen after that is a mount come back. */
+  #gone = false;
   /** Where rootDir first resolved; undefined until a realpath of it succeeded. */
   #realRoot: string | undefined;
 
@@ -158,16 +160,17 @@ export class RootMountWatch {
       return first || this.#mountDev !== undefined ? this.#listedAsMountPoint() : Promise.resolve(false);
     };
     if (root.dev !== parent.dev || (await listed())) {
-      this.#mountDev = root.dev;
+      this.#mounted(root.dev);
       await this.#record();
       return undefined;
     }
     if (this.#mountDev === undefined) {
       if (!(await this.#recall())) return undefined;
       if (await this.#listedAsMountPoint()) {
-        this.#mountDev = root.dev;
+        this.#mounted(root.dev);
         return undefined;
       }
+      this.#gone = true;
       return new DiskError({
         operation: 'check mount',
         path: '',
@@ -177,12 +180,26 @@ export class RootMountWatch {
           'mount it again, or remove that file to use the directory as it is',
       });
     }
+    this.#gone = true;
     return new DiskError({
       operation: 'check mount',
       path: '',
       errno: 'ENODEV',
       mountGone: `rootDir ${this.#rootDir} is no mount point any more (it was one, st_dev ${this.#mountDev})`,
     });
+  }
+
+  /**
+   * rootDir is a mount point of device `dev`. Mounted again after it was seen gone, or another device than the
+   * one seen (a remount): directories a renewal left aside that were out of sight are tried again now
+   * (store/directory-asides.ts), in the background: a pass never waits on that.
+   */
+  #mounted(dev: number | bigint): void {
+    const anew = this.#gone || (this.#mountDev !== undefined && this.#mountDev !== dev);
+    this.#gone = false;
+    this.#mountDev = dev;
+    const asides = this.#fs.directorySyncs?.asides;
+    if (anew && asides !== undefined && asides.pending > 0) void asides.retry();
   }
 
   /**
