@@ -318,9 +318,11 @@ async function buildAgentComponents(
   if (current?.runner.reconfigure(deps, settings, client)) {
     runner = current.runner;
   } else {
-    // Another device, root or state dir: the old state is flushed where it belongs, the new one opened.
-    runner = await Reconciler.open(deps, settings, client);
+    // Another device, root or state dir: the old state is flushed where it belongs, then the new one opened. In that
+    // order: a flush that fails fails the reload with nothing of the new one held (its lock, and the record of
+    // renewal asides it hands the process's fsync ledger), and the running reconciler goes on as it was.
     await current?.runner.flushState();
+    runner = await Reconciler.open(deps, settings, client);
     await current?.runner.close();
   }
   return {
