@@ -68,6 +68,8 @@ export class DirectoryAsides implements RenewalAsides {
   #retrying: Promise<number> | undefined;
   /** Records whose failure was told at warn or error: a later retry's same answer goes to debug. */
   readonly #told = new Set<AsideEntry>();
+  /** Handed over to the records of another state directory (a reload): writes nothing more. */
+  #handedOver = false;
   readonly #euid: number;
   #last: Promise<unknown> = Promise.resolve();
 
@@ -92,6 +94,8 @@ export class DirectoryAsides implements RenewalAsides {
   /**
    * Puts back every directory a run that died between a renewal's two renames left aside under `rootDir`,
    * then returns the record for this process's renewals. See `restoreRenewedDirectory` for what is put back.
+   * `carried`: the records of the state directory a reload leaves (`handOver`); they are written durably into
+   * this one before it is used (a failure to write them fails the open, and so the reload).
    */
   static async open(
     fs: FsPort,
@@ -99,11 +103,14 @@ export class DirectoryAsides implements RenewalAsides {
     rootDir: string,
     ledger: DirectorySyncLedger | undefined,
     logger: Logger,
-    options: { euid: number; clock: WallClock },
+    options: { euid: number; clock: WallClock; carried?: readonly AsideEntry[] },
   ): Promise<DirectoryAsides> {
     const { euid, clock } = options;
     const found = await readAsides(fs, stateDir, logger, clock);
-    const records = found;
+    const carried = (options.carried ?? []).filter(
+      (entry) => wellFormed(entry) && !found.some((other) => sameEntry(other, entry)),
+    );
+    const records = [...found, ...carried];
     const root = path.resolve(rootDir);
     for (const entry of records) {
       if (entry.rootDir !== root)
@@ -113,7 +120,10 @@ export class DirectoryAsides implements RenewalAsides {
     // Nothing is written below these names before the restore ends (no pass runs yet): all held meanwhile.
     asides.#held = records.filter((entry) => entry.rootDir === root);
     const dropped = await asides.#restoreKept();
-    if (dropped > 0) {
+    if (carried.length > 0) {
+      // The records of the state directory left behind: durable here before that one forgets them.
+      await asides.#write();
+    } else if (dropped > 0) {
       // Only tidying: a record left on disk names an aside that is gone, which the next start drops again.
       await asides.#write().catch((error: unknown) => {
         logger.warn({ err: error, file: ASIDES_FILE }, 'could not rewrite the renewal record');
@@ -266,6 +276,38 @@ export class DirectoryAsides implements RenewalAsides {
     this.#told.add(entry);
   }
 
+  /** Every record this one holds (kept, and this process's renewals not settled), for a reload's next state directory. */
+  records(): AsideEntry[] {
+    return [
+      ...this.#kept,
+      ...this.#recorded
+        .filter((entry) => entry.state !== 'unmoved')
+        .map(({ rootDir, dir, name, aside }) => ({ rootDir, dir, name, aside })),
+    ];
+  }
+
+  /**
+   * The records went to the state directory a reload moved to (`records`, written there durably): this one
+   * writes nothing more and, when its directory is another than `nextStateDir`, empties its record file there (a
+   * failure is only logged: its records name asides a start there would find back, or gone, and drop).
+   */
+  async handOver(nextStateDir: string): Promise<void> {
+    if (this.#handedOver) return;
+    const others = this.#stateDir !== nextStateDir;
+    this.#kept = [];
+    this.#held = [];
+    this.#recorded = [];
+    if (others) {
+      await this.#write().catch((error: unknown) => {
+        this.#logger.warn(
+          { err: error, file: path.join(this.#stateDir, ASIDES_FILE) },
+          'could not empty the renewal record of the state directory left behind',
+        );
+      });
+    }
+    this.#handedOver = true;
+  }
+
   async record(rootDir: string, dir: string, name: string, aside: string): Promise<RenewalAside> {
     this.#recorded = this.#recorded.filter(
       (entry) =>
@@ -331,6 +373,7 @@ export class DirectoryAsides implements RenewalAsides {
   /** The records durably (none: the file unlinked; a stale record only names a temp name that is not there). */
   async #write(): Promise<void> {
     const run = this.#last.then(async () => {
+      if (this.#handedOver) return;
       const asides = [
         ...this.#kept,
         ...this.#recorded.map(({ rootDir, dir, name, aside }) => ({ rootDir, dir, name, aside })),
@@ -346,6 +389,15 @@ export class DirectoryAsides implements RenewalAsides {
     this.#last = run.catch(() => undefined);
     await run;
   }
+}
+
+function sameEntry(one: AsideEntry, other: AsideEntry): boolean {
+  return (
+    one.rootDir === other.rootDir &&
+    one.dir === other.dir &&
+    one.name === other.name &&
+    one.aside === other.aside
+  );
 }
 
 /** Whether `entry`'s parent is `outer`'s directory or lies below it, under the same root. */

@@ -93,6 +93,9 @@ export class StateDir {
     const readOnly = options.readOnly ?? false;
     let lock: StateLock | undefined;
     let asides: DirectoryAsides | undefined;
+    // The running process's record (a reload): its names held until this open succeeds, then handed over.
+    const running = fs.directorySyncs?.asides;
+    const previous = !readOnly && running instanceof DirectoryAsides ? running : undefined;
     let swept: string[] = [];
     if (!readOnly)
       await refuseRootInForeignStateDir(fs, settings.stateDir, options.euid ?? process.geteuid?.());
@@ -101,13 +104,18 @@ export class StateDir {
         // Before the sweep: the temp files of another agent's write in progress are not leftovers.
         lock = await acquireStateLock(fs, settings.stateDir);
         // Before any pass: a directory a renewal left renamed aside is put back before its files are written anew.
+        // A reload to another stateDir carries the running process's records over, durably, before it forgets them.
         asides = await DirectoryAsides.open(
           fs,
           settings.stateDir,
           settings.rootDir,
           fs.directorySyncs,
           logger,
-          { euid: options.euid ?? process.geteuid?.() ?? -1, clock },
+          {
+            euid: options.euid ?? process.geteuid?.() ?? -1,
+            clock,
+            ...(previous === undefined ? {} : { carried: previous.records() }),
+          },
         );
         const skipped: Array<SweepSkip & { under: 'rootDir' | 'stateDir' }> = [];
         swept = await sweepTempFiles(fs.sweepPort?.(settings.rootDir) ?? fs, settings.rootDir, (skip) => {
@@ -172,7 +180,10 @@ export class StateDir {
         : await IntentJournal.open(fs, settings.stateDir, settings.rootDir, logger, clock);
       // Only now: the ledger outlives a reload (one per process), and an open that fails leaves the running
       // reconciler on it, whose record must still hold the names the start could not put back.
-      if (asides !== undefined) fs.directorySyncs?.keepAsidesIn(asides);
+      if (asides !== undefined) {
+        fs.directorySyncs?.keepAsidesIn(asides);
+        await previous?.handOver(settings.stateDir);
+      }
       return new StateDir(fs, settings, logger, {
         state,
         outbox,
