@@ -161,12 +161,25 @@ export async function runOnce(
   events?: EventEmitter,
   stopDeadlineMs = STOP_DEADLINE_MS,
 ): Promise<number> {
+  keepOwnerBits();
   const interruption = onceInterruption(io, events, stopDeadlineMs);
   try {
     return await Promise.race([runOncePass(command, io, secrets, interruption.stop), interruption.forced]);
   } finally {
     interruption.dispose();
   }
+}
+
+/**
+ * Clears the owner's bits from the inherited umask, keeping the group's and others'. Modes are set with chmod,
+ * but a directory is chmod'ed through a descriptor opened on it, and a umask taking the owner's read bit (an
+ * `UMask=0777` drop-in, `umask 0477` in a shell) made every new directory one the agent (not root) could not
+ * open: each write failed with EACCES, an attempt, until every instance was `failed` for good; `agent.lock`
+ * made unreadable was taken for gone at every pass (adv18).
+ */
+function keepOwnerBits(): void {
+  const inherited = process.umask(0o077);
+  process.umask(inherited & 0o077);
 }
 
 /** The exit code of a `--once` stopped by `signal`. */
@@ -350,6 +363,7 @@ export async function runAgent(
   events: EventEmitter,
   startRetry: StartRetry = START_RETRY,
 ): Promise<number> {
+  keepOwnerBits();
   const stopDeadlineMs = startRetry.stopDeadlineMs ?? STOP_DEADLINE_MS;
   let agent: RunningAgent<Reconciler> | undefined;
   let stopSignal: NodeJS.Signals | undefined;
