@@ -22,6 +22,7 @@ import { DirectorySyncLedger } from '../store/directory-syncs.js';
 import { emptyState } from '../store/state.js';
 import { StateDir } from '../store/state-dir.js';
 import { AgentDaemon } from './agent.js';
+import { DRIFT_DEBOUNCE_MS } from './drift-watcher.js';
 import { LocalApiServer } from './local-api.js';
 import { AgentMetrics } from './metrics.js';
 
@@ -45,6 +46,25 @@ interface PendingSleep {
 }
 
 /** Time under the test's control: sleeps are recorded and end only when released (or woken by the daemon). */
+/** Resolves at the next turn of the event loop, or rejects when `signal` aborts first. */
+function nextTurn(signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      clearImmediate(turn);
+      reject(signal?.reason);
+    };
+    const turn = setImmediate(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    });
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
 class FakeClock implements Clock {
   mono = 5_000_000;
   wall = Date.parse('2030-06-01T12:00:00Z');
@@ -59,6 +79,9 @@ class FakeClock implements Clock {
   }
 
   sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    // The drift watcher's debounce (deps.clock; drift-debounce.test.ts pins it on a clock of its own) ends at the
+    // next turn, so the daemon's own waits are the sleeps these tests count and release.
+    if (ms === DRIFT_DEBOUNCE_MS) return nextTurn(signal);
     return new Promise<void>((resolve, reject) => {
       const startedAt = this.mono;
       const onAbort = () => reject(signal?.reason);

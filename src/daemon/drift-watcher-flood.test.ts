@@ -5,6 +5,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
+import { systemClock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
@@ -114,6 +115,8 @@ async function watchedRoot(
       maxHoldOffMs: 1_000,
       onRestored: () => undefined,
     },
+    // The debounce on real time (restore's clock never ends a sleep): real kernel events.
+    clock: systemClock,
     debounceMs: 1,
     directories: {
       ...(options.kernelWatches === undefined ? { maxDirectories: CAP } : {}),

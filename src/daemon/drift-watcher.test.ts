@@ -7,6 +7,7 @@ import { chmod, mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { systemClock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
@@ -62,6 +63,8 @@ async function watchedRoot(
     managedFiles: () => managed,
     passes,
     onDrift: (paths) => drifts.push(paths),
+    // Real kernel events here, merged over real time (drift-debounce.test.ts pins the debounce on a fake clock).
+    clock: systemClock,
     debounceMs: 20,
   });
   await watcher.start();

@@ -41,7 +41,14 @@ export interface LocalRestore {
   rootMountGone?: () => Promise<boolean>;
 }
 
-export interface DriftWatcherOptions {
+/** How long the watcher waits for a file's events to stop before judging it (on its clock). */
+export const DRIFT_DEBOUNCE_MS = 300;
+
+/** What the watcher is given; one of `clock` and `restore` (whose clock it then uses) is required. */
+export type DriftWatcherOptions = DriftWatcherFields &
+  ({ clock: Pick<Clock, 'sleep'> } | { restore: LocalRestore });
+
+interface DriftWatcherFields {
   fs: FsPort;
   rootDir: string;
   policy: Exclude<DriftPolicy, 'off'>;
@@ -56,6 +63,11 @@ export interface DriftWatcherOptions {
   /** Called with the drifted paths a local restore cannot handle (or all of them without `restore`). */
   onDrift: (paths: string[]) => void;
   restore?: LocalRestore;
+  /**
+   * The debounce's clock (deps.clock; without it, restore's): events are judged once `debounceMs` passed on it
+   * without another, so a test moves it instead of waiting on the wall clock.
+   */
+  clock?: Pick<Clock, 'sleep'>;
   debounceMs?: number;
   /** The directory watcher's cap and node:fs `watch` (tests: a small cap, watches counted, ENOSPC). */
   directories?: Pick<DirectoryWatcherOptions, 'maxDirectories' | 'watch' | 'maxQueuedEvents'>;
@@ -76,7 +88,8 @@ export class DriftWatcher {
   #judging: Promise<void> = Promise.resolve();
   readonly #closing = new AbortController();
   #watcher: DirectoryWatcher | undefined;
-  #timer: NodeJS.Timeout | undefined;
+  /** Aborts the debounce's sleep in progress, if any: a new event starts the window again. */
+  #debounce: AbortController | undefined;
   #refreshQueued = false;
   /** The pass generation when the managed set was last handed to the directory watcher. */
   #refreshedGeneration = -1;
@@ -118,7 +131,7 @@ export class DriftWatcher {
   async close(): Promise<void> {
     this.#closed = true;
     this.#closing.abort();
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#debounce?.abort();
     this.#watcher?.close();
   }
 
@@ -176,7 +189,7 @@ export class DriftWatcher {
 
   /** Judges the changes noticed so far now, instead of after the debounce window. */
   async judgeNow(): Promise<void> {
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#debounce?.abort();
     await this.#evaluate();
   }
 
@@ -209,8 +222,17 @@ export class DriftWatcher {
 
   #schedule(): void {
     if (this.#closed) return;
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => void this.#evaluate(), this.#options.debounceMs ?? 300);
+    this.#debounce?.abort();
+    const debounce = new AbortController();
+    this.#debounce = debounce;
+    // `restore` when `clock` is absent: the options' type holds one of them.
+    const clock = this.#options.clock ?? (this.#options.restore as LocalRestore).clock;
+    clock.sleep(this.#options.debounceMs ?? DRIFT_DEBOUNCE_MS, debounce.signal).then(
+      () => {
+        if (this.#debounce === debounce) void this.#evaluate();
+      },
+      () => undefined,
+    );
   }
 
   /**
@@ -218,7 +240,7 @@ export class DriftWatcher {
    * run side by side, and `judgeNow` could return while the other still restores what it had taken.
    */
   #evaluate(): Promise<void> {
-    this.#timer = undefined;
+    this.#debounce = undefined;
     const judged = this.#judging.then(() => this.#judgeOnce());
     this.#judging = judged.catch(() => undefined);
     return judged;

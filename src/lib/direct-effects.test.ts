@@ -51,11 +51,6 @@ const ALLOWED: AllowedLine[] = [
   { file: 'api/http-transport.ts', text: 'setTimeout(', why: REQUEST_TIMER },
   { file: 'api/socket-lane.ts', text: 'setTimeout(', why: REQUEST_TIMER },
   {
-    file: 'daemon/drift-watcher.ts',
-    text: 'setTimeout(',
-    why: "the drift watcher's debounce of fs.watch events: real kernel events, tested on real directories",
-  },
-  {
     file: 'daemon/hooks.ts',
     text: 'setTimeout(',
     count: 5,
