@@ -1020,9 +1020,16 @@ describe('AgentDaemon: a hung mount at or under rootDir', () => {
       await writeFile(newFile, agent.original, { mode: 0o644 });
       await agent.daemon.reload(async (current) => ({ ...current, config: agent.configOf(newRoot) }));
       await agent.poll();
-      await waitFor(() => world.watched().includes(newRoot) || undefined, PATIENCE_MS, {
-        what: 'the new root watched',
-      });
+      // The file's own directory too: the watcher watches rootDir first, then app/, and a change made in between
+      // is seen by no watch (the test then waited for a restore that only a full pass would make).
+      const newApp = path.join(newRoot, 'app');
+      await waitFor(
+        () => (world.watched().includes(newRoot) && world.watched().includes(newApp)) || undefined,
+        PATIENCE_MS,
+        {
+          what: 'the new root and app/ watched',
+        },
+      );
       await writeFile(newFile, '{"managed":false}\n');
       await agent.restored(newFile);
 
