@@ -1,7 +1,7 @@
 // strace for the reliability tier: run the agent traced (optionally with injected syscall faults), parse the
 // trace, and check the durable-publish protocol and what the service was told against it.
 import { execFile, spawnSync } from 'node:child_process';
-import { readFile, rm, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { TEMP_PREFIX } from '../../../src/store/path-guard.js';
 import { AGENT_BIN, REPO_ROOT } from '../../helpers/harness.js';
@@ -357,6 +357,32 @@ export function fixedTempPaths(dirs: readonly string[], count: number): string[]
   return paths;
 }
 
+/** SIGKILL to every process strace (`tracer`) started. */
+async function killTracees(tracer: number | undefined): Promise<void> {
+  if (tracer === undefined) return;
+  const children = async (pid: number): Promise<number[]> => {
+    const tasks = await readdir(`/proc/${pid}/task`).catch(() => [] as string[]);
+    const found: number[] = [];
+    for (const task of tasks) {
+      const text = await readFile(`/proc/${pid}/task/${task}/children`, 'utf8').catch(() => '');
+      found.push(
+        ...text
+          .split(' ')
+          .filter((word) => word !== '')
+          .map(Number),
+      );
+    }
+    return found;
+  };
+  for (const pid of await children(tracer)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Gone already.
+    }
+  }
+}
+
 /**
  * Runs `config-agent --config <config> <args>` under strace, with UV_THREADPOOL_SIZE=1 so the order of fs calls
  * (and so "the Nth fsync") is reproducible. `inject` are strace `-e inject=` specs, e.g. `fsync:error=EIO:when=3`.
@@ -375,6 +401,8 @@ export async function runTraced(options: {
   fixedTempNames?: boolean;
   env?: NodeJS.ProcessEnv;
   timeoutMs?: number;
+  /** Aborting it kills strace and the run (SIGKILL): a run that is not to end by itself (a daemon). */
+  signal?: AbortSignal;
 }): Promise<TracedRun> {
   const straceArgs = [
     '-f',
@@ -392,7 +420,7 @@ export async function runTraced(options: {
   const nodeArgs = options.fixedTempNames === true ? ['--import', FIXED_TEMP_NAMES] : [];
   const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>(
     (resolve) => {
-      execFile(
+      const child = execFile(
         'strace',
         [
           ...straceArgs,
@@ -405,8 +433,6 @@ export async function runTraced(options: {
         ],
         {
           env: { PATH: process.env.PATH, HOME: process.env.HOME, UV_THREADPOOL_SIZE: '1', ...options.env },
-          timeout: options.timeoutMs ?? 60_000,
-          killSignal: 'SIGKILL',
           maxBuffer: 64 * 1024 * 1024,
         },
         (error, out, err) => {
@@ -414,6 +440,14 @@ export async function runTraced(options: {
           resolve({ code: exitCode, stdout: out, stderr: err });
         },
       );
+      // strace killed leaves its tracee running (detached, a daemon for good): the tracee is killed first, and
+      // strace ends with it (SIGKILL to strace too, a little later, should it not).
+      const end = () => {
+        void killTracees(child.pid).finally(() => setTimeout(() => child.kill('SIGKILL'), 1_000).unref());
+      };
+      const timer = setTimeout(end, options.timeoutMs ?? 60_000);
+      child.once('exit', () => clearTimeout(timer));
+      options.signal?.addEventListener('abort', end, { once: true });
     },
   );
   const text = await readFile(options.traceFile, 'utf8').catch(() => '');
