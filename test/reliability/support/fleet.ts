@@ -57,6 +57,29 @@ export interface FleetOptions {
   schemaSwaps?: boolean;
 }
 
+/**
+ * Directories a crash left renamed aside by a directory renewal (docs/durable-writes.md): the relative aside path
+ * (`srv/robot/.config-agent.tmp-…`) → the relative path of the name it stands for (`srv/robot/arm`). A file in an
+ * aside is checked as the file at its name, which the next start puts back.
+ */
+export type AsidesView = ReadonlyMap<string, string>;
+
+/** Where `relativePath` lies now: inside an aside when one of its directories is renamed aside. */
+function asideOf(relativePath: string, asides: AsidesView): string {
+  for (const [aside, name] of asides) {
+    if (relativePath.startsWith(`${name}/`)) return asideOf(aside + relativePath.slice(name.length), asides);
+  }
+  return relativePath;
+}
+
+/** The path a file found at `found` stands for once every aside on its way is back at its name. */
+function namedOf(found: string, asides: AsidesView): string {
+  for (const [aside, name] of asides) {
+    if (found.startsWith(`${aside}/`)) return namedOf(name + found.slice(aside.length), asides);
+  }
+  return found;
+}
+
 export interface Violation {
   path: string;
   problem: string;
@@ -184,6 +207,11 @@ export class Fleet {
     return record.id;
   }
 
+  /** The operator retires an instance (the service queues its removal). */
+  retire(instanceId: string): void {
+    this.server.state.removeInstance(instanceId, new Date().toISOString());
+  }
+
   /** The bytes the agent must write for an instance this fleet created. */
   bytesOf(instanceId: string): Buffer | undefined {
     return this.#expected.get(instanceId);
@@ -242,6 +270,14 @@ export class Fleet {
     });
   }
 
+  /** The daemon (no `--once`): it polls as the config says until a signal stops it. */
+  spawnDaemon(env: NodeJS.ProcessEnv = {}): ChildProcess {
+    return spawn(process.execPath, [AGENT_BIN, '--config', this.configPath], {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+  }
+
   runOnce(args: readonly string[] = [], timeoutMs = 60_000): Promise<RunResult> {
     return collect(this.spawnOnce(args), timeoutMs);
   }
@@ -283,8 +319,11 @@ export class Fleet {
     return this.#read(relativePath);
   }
 
-  async #read(relativePath: string): Promise<Buffer | undefined> {
-    const absolute = path.join(this.rootDir, relativePath);
+  async #read(relativePath: string, asides?: AsidesView): Promise<Buffer | undefined> {
+    const absolute = path.join(
+      this.rootDir,
+      asides === undefined ? relativePath : asideOf(relativePath, asides),
+    );
     const stats = await lstat(absolute).catch(() => undefined);
     if (stats === undefined) return undefined;
     if (!stats.isFile()) throw new Error(`${relativePath} is not a regular file`);
@@ -296,12 +335,12 @@ export class Fleet {
    * version the service deployed at that path; every instance the service was told is deployed, at a path where
    * the service expects nothing more, has exactly its bytes; foreign files are intact; nothing else appeared.
    */
-  async checkAnyMoment(): Promise<Violation[]> {
+  async checkAnyMoment(asides?: AsidesView): Promise<Violation[]> {
     const violations: Violation[] = [];
     for (const relativePath of this.paths) {
       let data: Buffer | undefined;
       try {
-        data = await this.#read(relativePath);
+        data = await this.#read(relativePath, asides);
       } catch (error) {
         violations.push({ path: relativePath, problem: String(error) });
         continue;
@@ -331,7 +370,8 @@ export class Fleet {
     violations.push(...(await this.#checkForeign()));
     const { files, others } = await this.#walk(this.rootDir);
     const known = new Set([...this.paths, ...Object.keys(FOREIGN_FILES)]);
-    for (const file of files) {
+    for (const found of files) {
+      const file = asides === undefined ? found : namedOf(found, asides);
       if (!known.has(file) && !path.basename(file).startsWith(TEMP_PREFIX)) {
         violations.push({ path: file, problem: 'a file nobody deployed appeared in the root' });
       }
