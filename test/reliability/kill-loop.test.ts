@@ -1,12 +1,15 @@
 // kill -9 of the whole agent at random moments, in parallel lanes: never a torn file, never a temp file after a
-// restart that finishes, always converges. `npm run test:killloop -- --kills 10000` is the long run.
+// restart that finishes, always converges; and a lane of daemon stops killed at random moments of the stop, some
+// past the stop deadline on a hung mount. `npm run test:killloop -- --kills 10000` is the long run.
 import { mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { canMountFuse, hungFuseMount } from '../helpers/hung-fuse.js';
 import { Fleet } from './support/fleet.js';
 import { type KillLaneFigures, runKillLane, untilFromEnv } from './support/kill-loop.js';
 import { countFromEnv, runSeed, seededRandom } from './support/random.js';
 import { scratchParent } from './support/scratch.js';
+import { runStopLane, type StopLaneFigures } from './support/stop-loop.js';
 
 const KILLS = countFromEnv('RELIABILITY_KILLS', 1000);
 const LANES = Math.max(1, countFromEnv('RELIABILITY_KILL_LANES', 3));
@@ -23,6 +26,13 @@ const DEFAULT_BUDGET_MS = 8 * 60_000;
 /** A run its time budget cut short must still have done this many kills to say anything. */
 const MIN_KILLS_IN_BUDGET = Math.min(KILLS, 200);
 const UNTIL = untilFromEnv();
+/**
+ * Stops of the daemon (SIGTERM at a random moment of its passes, SIGKILL at a random moment of the stop or none),
+ * in a lane beside the kill lanes: most of a stop is waiting, so it adds little to the test's time.
+ */
+const STOPS = countFromEnv('RELIABILITY_STOPS', 20);
+/** The share of stops made with a pass hung on a FUSE mount nobody serves (root with /dev/fuse only). */
+const HUNG_SHARE = 0.3;
 
 let base = '';
 const fleets: Fleet[] = [];
@@ -56,6 +66,24 @@ describe('kill -9 loop over the whole agent', () => {
         return fleet;
       }),
     );
+    const stopDir = path.join(base, 'stops');
+    const stopFleet = await Fleet.create({
+      dir: stopDir,
+      rootDir: path.join(stopDir, 'root'),
+      stateDir: path.join(stopDir, 'state'),
+      bigFileBytes: 0,
+      schemaSwaps: true,
+      config: { poll: { intervalSeconds: 1, jitterRatio: 0 } },
+    });
+    fleets.push(stopFleet);
+    const stopping: Promise<StopLaneFigures> = runStopLane(stopFleet, seededRandom(SEED + LANES), {
+      stops: STOPS,
+      finishEvery: 4,
+      ...(canMountFuse ? { hungMount: (dir: string) => hungFuseMount(dir, 120_000) } : {}),
+      hungShare: HUNG_SHARE,
+      label: 'kill-loop stop lane',
+      until,
+    });
     // Kill counts by weight: a big lane counts half, so all lanes end at about the same time.
     const weights = lanes.map((_, lane) => (lane < BIG_LANES ? BIG_LANE_SHARE : 1));
     const totalWeight = weights.reduce((sum, w) => sum + w, 0);
@@ -69,24 +97,39 @@ describe('kill -9 loop over the whole agent', () => {
         }),
       ),
     );
+    const stops = await stopping;
     const total = {
       kills: results.reduce((sum, r) => sum + r.kills, 0),
       onEvent: results.reduce((sum, r) => sum + r.killsOnEvent, 0),
       insidePublish: results.reduce((sum, r) => sum + r.killsInsidePublish, 0),
       finished: results.reduce((sum, r) => sum + r.completedRuns, 0),
       stoppedByTime: results.some((r) => r.stoppedByTime),
-      violations: results.flatMap((r, lane) => r.violations.map((v) => `lane ${lane}: ${v}`)),
+      violations: [
+        ...results.flatMap((r, lane) => r.violations.map((v) => `lane ${lane}: ${v}`)),
+        ...stops.violations.map((v) => `stop lane: ${v}`),
+      ],
     };
     process.stderr.write(
       `kill-loop: seed ${SEED}, ${LANES} lanes, ${total.kills} SIGKILLs (${total.onEvent} timed by a filesystem event, ` +
         `${total.insidePublish} left a temp file), ` +
         `${total.finished} finished runs (slowest per lane: ${results.map((r) => `${(r.slowestRunMs / 1000).toFixed(1)} s`).join(', ')}), ` +
         `${total.violations.length} violations` +
-        `${total.stoppedByTime ? `; stopped by the time budget (${UNTIL === undefined ? `${DEFAULT_BUDGET_MS / 60_000} min` : 'RELIABILITY_UNTIL'}) before ${KILLS}` : ''}\n`,
+        `${total.stoppedByTime ? `; stopped by the time budget (${UNTIL === undefined ? `${DEFAULT_BUDGET_MS / 60_000} min` : 'RELIABILITY_UNTIL'}) before ${KILLS}` : ''}\n` +
+        `kill-loop stop lane: ${stops.stops} daemon stops (${stops.killedDuringStop} SIGKILLed during the stop, ` +
+        `${stops.cleanStops} ended by themselves with exit 0; ${stops.hungStops} with a pass hung on a mount: ` +
+        `${stops.killedPastDeadline} SIGKILLed past the stop deadline, ${stops.endedBySigterm} ended by SIGTERM), ` +
+        `${stops.beforeHandlers} ended by SIGTERM before the daemon's listener was in, ` +
+        `${stops.completedRuns} finished runs${canMountFuse ? '' : '; no hung stops: FUSE needs root and /dev/fuse'}` +
+        `${stops.stoppedByTime ? `; stopped by the time budget before ${STOPS}` : ''}\n`,
     );
     expect(total.violations, `seed ${SEED} (replay with RELIABILITY_SEED=${SEED})`).toEqual([]);
     // A run cut short by its time budget reports what it did and must have done enough to mean something;
     // every other run does all its kills.
     expect(total.kills).toBeGreaterThanOrEqual(total.stoppedByTime ? MIN_KILLS_IN_BUDGET : KILLS);
+    // The stop lane's count, and with FUSE at least one stop past its deadline ended by SIGTERM or a SIGKILL
+    // after it: the exit path of a stop with a pool thread hung was taken.
+    expect(stops.stops).toBeGreaterThanOrEqual(stops.stoppedByTime ? Math.min(STOPS, 5) : STOPS);
+    if (canMountFuse && STOPS >= 10)
+      expect(stops.endedBySigterm + stops.killedPastDeadline).toBeGreaterThan(0);
   });
 });

@@ -45,6 +45,8 @@ export interface KillLaneOptions {
 
 export interface Exit {
   code: number | null;
+  /** The signal that ended the process (SIGKILL from the loop, or the SIGTERM a stop past its deadline ends by). */
+  signal: NodeJS.Signals | null;
   output: string;
 }
 
@@ -187,13 +189,13 @@ export function watchRun(child: ChildProcess, limits: HangLimits, reportDir?: st
   });
   return new Promise((resolve, reject) => {
     child.on('error', reject);
-    child.on('close', (code) => {
+    child.on('close', (code, signal) => {
       clearInterval(poll);
       if (hung === undefined) {
-        resolve({ code, output });
+        resolve({ code, signal, output });
         return;
       }
-      void hung.then((why) => resolve({ code, output: `${why}\n${output}` }));
+      void hung.then((why) => resolve({ code, signal, output: `${why}\n${output}` }));
     });
   });
 }
