@@ -3,12 +3,24 @@
 //   npm run test:killloop -- --kills 10000      npm run test:powercut -- --cuts 2000
 //   npm run test:properties -- --cases 100000   (any of them: --seed <n> replays a run)
 // --until <date> (kill loop, power cuts): a time budget; no kill starts after it and the figures say so.
+// The kill loop's lane of daemon stops gets a tenth of the kills (--stops n sets it), the power cuts in the middle
+// of a directory renewal (power-cut-renewal.test.ts) a twentieth of the cuts (--renewal-cuts n), at least 5 each.
 import { spawnSync } from 'node:child_process';
 import { parseArgs } from 'node:util';
 
 const RUNS = {
-  killloop: { file: 'test/reliability/kill-loop.test.ts', flag: 'kills', env: 'RELIABILITY_KILLS' },
-  powercut: { file: 'test/reliability/power-cut.test.ts', flag: 'cuts', env: 'RELIABILITY_CUTS' },
+  killloop: {
+    file: 'test/reliability/kill-loop.test.ts',
+    flag: 'kills',
+    env: 'RELIABILITY_KILLS',
+    share: { flag: 'stops', env: 'RELIABILITY_STOPS', divisor: 10 },
+  },
+  powercut: {
+    file: 'test/reliability/power-cut.test.ts test/reliability/power-cut-renewal.test.ts',
+    flag: 'cuts',
+    env: 'RELIABILITY_CUTS',
+    share: { flag: 'renewal-cuts', env: 'RELIABILITY_RENEWAL_CUTS', divisor: 20 },
+  },
   properties: {
     file: 'test/reliability/properties.test.ts test/reliability/list-properties.test.ts',
     flag: 'cases',
@@ -26,16 +38,31 @@ if (run === undefined) {
 }
 const { values } = parseArgs({
   args: rest,
-  options: { [run.flag]: { type: 'string' }, seed: { type: 'string' }, until: { type: 'string' } },
+  options: {
+    [run.flag]: { type: 'string' },
+    ...(run.share === undefined ? {} : { [run.share.flag]: { type: 'string' } }),
+    seed: { type: 'string' },
+    until: { type: 'string' },
+  },
   strict: true,
 });
 const env = { ...process.env };
-const count = values[run.flag];
-if (count !== undefined) {
-  if (!/^\d+$/.test(count)) {
-    process.stderr.write(`--${run.flag} must be a count, got ${count}\n`);
+const isCount = (flag) => {
+  const value = values[flag];
+  if (value !== undefined && !/^\d+$/.test(value)) {
+    process.stderr.write(`--${flag} must be a count, got ${value}\n`);
     process.exit(2);
   }
+  return value;
+};
+const count = isCount(run.flag);
+if (run.share !== undefined) {
+  const shared = isCount(run.share.flag);
+  if (shared !== undefined) env[run.share.env] = shared;
+  else if (count !== undefined)
+    env[run.share.env] = String(Math.max(5, Math.ceil(Number(count) / run.share.divisor)));
+}
+if (count !== undefined) {
   env[run.env] = count;
   // Listings cost a few loopback requests each: a twentieth of the path cases.
   if (kind === 'properties')
