@@ -1,4 +1,5 @@
 // The agent's durable memory in stateDir: which files it wrote (and so may delete), and per-instance retries.
+import { constants as bufferConstants } from 'node:buffer';
 import { constants } from 'node:fs';
 import path from 'node:path';
 import * as z from 'zod';
@@ -392,6 +393,11 @@ export async function readStateDirFile(
         `it is ${entryKind(stats)}, not a regular file (remove it or move it aside)`,
       );
     }
+    // Longer than any text the agent writes (a string cannot be): a runaway or sparse file of a broken disk or a
+    // hand's `truncate`. Read, it failed every start for good (over 2 GiB before reading, else after reading it
+    // all), "stateDir is not usable"; as empty text it is unreadable like any that does not parse: state.json
+    // kept aside as corrupt, the others started empty.
+    if (stats.size > bufferConstants.MAX_STRING_LENGTH) return '';
     return await handle.readFile({ encoding: 'utf8' });
   } catch (error) {
     if (error instanceof StateDirError) throw error;
