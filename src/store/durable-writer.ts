@@ -1535,7 +1535,8 @@ function validateDirectory(relative: string): void {
 export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Promise<RemoveOutcome> {
   const { rootDir, relativePath, pruneDirs } = request;
   for (const dir of pruneDirs) validateRelativePath(dir);
-  const inspection = await inspectPath(fs, rootDir, relativePath, newVerified());
+  const verified = newVerified();
+  const inspection = await inspectPath(fs, rootDir, relativePath, verified);
   let outcome: RemoveOutcome = 'absent';
   if (inspection.final !== undefined) {
     const parent = await pinUnstableParent(fs, inspection, relativePath);
@@ -1552,7 +1553,7 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
   // `removed` all the same, so the nearest directory still there is made durable first.
   if (outcome === 'absent') {
     // Gone with a directory on the way that is at a renewal's aside name: it comes back with that directory.
-    const aside = await asideOnTheWay(fs, inspection.root, relativePath);
+    const aside = await asideOnTheWay(fs, inspection.root, relativePath, verified);
     if (aside !== undefined) {
       throw new DiskError({
         operation: 'remove file (a directory on the way is renamed aside, put back first)',
@@ -1573,10 +1574,17 @@ export async function removeManagedFile(fs: FsPort, request: RemoveRequest): Pro
 }
 
 /**
- * The first directory on the way to `relativePath` the renewal record says may be at its aside name now (one the
- * start could not put back is tried again, for the removal's next attempt).
+ * The first directory on the way to `relativePath` the renewal record says may be at its aside name now, tried
+ * once more to put back for the removal's next attempt: one the start could not put back (stillHolds), and one of
+ * this run whose rename back failed (its renewal again, as a write's renewal retries it; before, only a write
+ * below it did, so a directory holding only files to remove stayed aside, and its removals refused, until a start).
  */
-async function asideOnTheWay(fs: FsPort, root: string, relativePath: string): Promise<string | undefined> {
+async function asideOnTheWay(
+  fs: FsPort,
+  root: string,
+  relativePath: string,
+  verified: VerifiedDirectories,
+): Promise<string | undefined> {
   const asides = fs.directorySyncs?.asides;
   if (asides?.holding !== true) return undefined;
   const segments = relativePath.split('/');
@@ -1585,8 +1593,9 @@ async function asideOnTheWay(fs: FsPort, root: string, relativePath: string): Pr
     const parent = path.join(root, relativeDir(relative));
     const name = segments[index - 1]!;
     if (!asides.holds(parent, name)) continue;
-    // Tried once more to put back (for the next attempt): this one found its file gone either way.
-    await asides.stillHolds(parent, name);
+    // This one found its file gone either way: the next attempt finds it back, or the directory still aside.
+    if (asides.asideAt(parent, name) === undefined) await asides.stillHolds(parent, name);
+    else await renewDroppedDirectories(fs, root, relativePath, verified, undefined, true).catch(() => false);
     return relative;
   }
   return undefined;
