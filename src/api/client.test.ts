@@ -6,7 +6,7 @@ import { Readable } from 'node:stream';
 import { inspect } from 'node:util';
 import { Agent } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
-import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
+import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { type Clock, systemClock } from '../lib/clock.js';
 import { type ClientOptions, createClient, parseRetryAfter, type RequestEvent } from './client.js';
 import {
@@ -245,6 +245,35 @@ describe('request shape', () => {
     expect((bad as Error).message).toContain('activity_status');
     expect(isRetryableError(bad)).toBe(false);
     expect(server.requests).toHaveLength(0);
+  });
+
+  it('sends the reports StatusReport takes, with their message, and refuses the others without sending them', async () => {
+    const server = await serve((_req, res) => json(res, 200, configInstance('ci_1')));
+    const c = client(server.url);
+    const sent = [
+      { error_status: 'none', activity_status: 'deployed' },
+      { activity_status: 'deployed', error_status: 'failed', message: 'x'.repeat(4096) },
+      { activity_status: 'removed', error_status: 'retrying', message: undefined },
+    ] as const;
+    for (const report of sent) await c.reportConfigInstanceStatus('ci_1', report);
+    expect(server.requests.map((r) => r.body)).toEqual([
+      '{"activity_status":"deployed","error_status":"none"}',
+      `{"activity_status":"deployed","error_status":"failed","message":"${'x'.repeat(4096)}"}`,
+      '{"activity_status":"removed","error_status":"retrying"}',
+    ]);
+    const refused: [report: unknown, field: string][] = [
+      [{ activity_status: 'deployed', error_status: 'none', extra: 1 }, '(report)'],
+      [{ activity_status: 'deployed', error_status: 'none', message: 'x'.repeat(4097) }, 'message'],
+      [{ activity_status: 'deployed', error_status: 'none', message: 7 }, 'message'],
+      [{ activity_status: 'deployed' }, 'error_status'],
+      [['deployed', 'none'], '(report)'],
+    ];
+    for (const [report, field] of refused) {
+      const error = await failure(c.reportConfigInstanceStatus('ci_1', report as never));
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect((error as Error).message).toContain(`at ${field}`);
+    }
+    expect(server.requests).toHaveLength(3);
   });
 
   it("reads a large report answer's instance from its bytes, and refuses one with bad content", async () => {
@@ -545,6 +574,49 @@ describe('cancellation', () => {
       await failure(c.getDevice('missing', { signal: shutdown.signal }));
     }
     expect(getEventListeners(shutdown.signal, 'abort')).toHaveLength(0);
+  });
+
+  it("one caller's abort ends every request in flight under it, and only those", async () => {
+    const server = await serve((req, res) => {
+      if (req.url?.includes('fast')) json(res, 200, device('fast'));
+      // The others are never answered: only an abort ends them.
+    });
+    const c = client(server.url);
+    const pass = new AbortController();
+    const other = new AbortController();
+    const reason = new Error('pass stopped');
+    const slow = Array.from({ length: 8 }, (_, i) =>
+      failure(c.getDevice(`slow_${i}`, { signal: pass.signal })),
+    );
+    const beside = failure(c.getDevice('beside', { signal: other.signal }));
+    expect((await c.getDevice('fast', { signal: pass.signal })).id).toBe('fast');
+    await waitFor(() => server.requests.length === 10, PATIENCE_MS, { what: 'ten requests at the server' });
+    // One listener of the client's on each signal with requests in flight, not one per request.
+    expect(getEventListeners(pass.signal, 'abort')).toHaveLength(1);
+    pass.abort(reason);
+    for (const error of await Promise.all(slow)) expect(error).toBe(reason);
+    expect(getEventListeners(pass.signal, 'abort')).toHaveLength(0);
+    // A request under another signal goes on: it ends with its own abort.
+    const otherReason = new Error('other stopped');
+    other.abort(otherReason);
+    expect(await beside).toBe(otherReason);
+    expect(getEventListeners(other.signal, 'abort')).toHaveLength(0);
+    // The aborted signal fails a new request at once, with nothing sent.
+    expect(await failure(c.getDevice('late', { signal: pass.signal }))).toBe(reason);
+    expect(server.requests).toHaveLength(10);
+  });
+
+  it('a deadline ends its own request only, also under a shared caller signal', async () => {
+    const server = await serve((req, res) => {
+      if (req.url?.includes('fast')) json(res, 200, device('fast'));
+    });
+    const c = client(server.url, { timeoutMs: 300 });
+    const pass = new AbortController();
+    const error = await failure(c.getDevice('slow', { signal: pass.signal }));
+    expect(error).toBeInstanceOf(TimeoutError);
+    expect((await c.getDevice('fast', { signal: pass.signal })).id).toBe('fast');
+    expect(pass.signal.aborted).toBe(false);
+    expect(getEventListeners(pass.signal, 'abort')).toHaveLength(0);
   });
 
   it('an already aborted caller signal fails at once with its reason', async () => {

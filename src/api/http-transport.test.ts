@@ -120,6 +120,30 @@ describe('HttpTransport: status reports on its own sockets', () => {
     await transport.destroy();
   });
 
+  it("a frozen headers object's lines are checked once and sent on every request; a bad one is refused every time", async () => {
+    const seen: (string | undefined)[] = [];
+    const origin = await serve((req, res) => {
+      seen.push(req.headers['x-api-key'] as string | undefined);
+      res.end('{}');
+    });
+    const transport = new HttpTransport({ timeoutMs: 5_000 });
+    const headers = Object.freeze({ 'x-api-key': 'k-1', accept: 'application/json' });
+    const smuggling = Object.freeze({ 'x-api-key': 'k\r\nx-evil: 1' });
+    for (let i = 0; i < 3; i += 1) {
+      const fine = await transport.request({ ...request(origin, new AbortController().signal), headers });
+      expect(await readAll(fine.body)).toBe('{}');
+      const refused = (await transport
+        .request({ ...request(origin, new AbortController().signal), headers: smuggling })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        )) as Error & { code?: string };
+      expect(refused.code).toBe('ERR_INVALID_CHAR');
+    }
+    expect(seen).toEqual(['k-1', 'k-1', 'k-1']);
+    await transport.destroy();
+  });
+
   it.each([
     ['own sockets', 'always'],
     ['node:http', 'never'],

@@ -2,6 +2,7 @@
 import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import { markIfStale } from './stale-connection.js';
+import type { RequestSignal } from './transport.js';
 
 /** node:http's own parser binding (llhttp), as node:http drives it; internal, present on Node 20 and 24. */
 interface LlhttpParser {
@@ -65,7 +66,7 @@ export interface SocketLaneRequest {
   method: string;
   headers: Record<string, string>;
   body: string | null;
-  signal: AbortSignal;
+  signal: RequestSignal;
 }
 
 export interface SocketLaneResponse {
@@ -201,6 +202,8 @@ export class SocketLane {
   readonly #ca: string[] | undefined;
   readonly #Parser: LlhttpParserClass;
   readonly #open: (request: SocketLaneRequest) => Socket;
+  /** The request lines of each frozen headers object sent (#headerLines). */
+  readonly #checkedHeaders = new WeakMap<object, string>();
 
   constructor(options: {
     idleMs: number;
@@ -308,6 +311,25 @@ export class SocketLane {
     this.#idle.push({ socket, parser, wire });
   }
 
+  /**
+   * `headers` as request lines (each ending in CRLF), or the error of a name or value node:http would refuse. A
+   * frozen object's lines are kept (the client sends one per kind of request): checked once, not per request.
+   */
+  #headerLines(headers: Record<string, string>): string | Error {
+    const frozen = Object.isFrozen(headers);
+    const known = frozen ? this.#checkedHeaders.get(headers) : undefined;
+    if (known !== undefined) return known;
+    let lines = '';
+    for (const [name, value] of Object.entries(headers)) {
+      if (INVALID_HEADER_CHAR.test(value) || !HEADER_NAME.test(name)) {
+        return requestError(`Invalid character in header content ["${name}"]`, 'ERR_INVALID_CHAR');
+      }
+      lines += `${name}: ${value}\r\n`;
+    }
+    if (frozen) this.#checkedHeaders.set(headers, lines);
+    return lines;
+  }
+
   request(request: SocketLaneRequest): Promise<SocketLaneResponse> {
     const { signal } = request;
     if (INVALID_PATH_CHAR.test(request.path)) {
@@ -315,17 +337,12 @@ export class SocketLane {
         requestError('Request path contains unescaped characters', 'ERR_UNESCAPED_CHARACTERS'),
       );
     }
-    const head = [`${request.method} ${request.path} HTTP/1.1`, `Host: ${hostHeader(request)}`];
-    for (const [name, value] of Object.entries(request.headers)) {
-      if (INVALID_HEADER_CHAR.test(value) || !HEADER_NAME.test(name)) {
-        return Promise.reject(
-          requestError(`Invalid character in header content ["${name}"]`, 'ERR_INVALID_CHAR'),
-        );
-      }
-      head.push(`${name}: ${value}`);
-    }
-    if (request.body !== null) head.push(`content-length: ${Buffer.byteLength(request.body)}`);
-    head.push('Connection: keep-alive', '', request.body ?? '');
+    const lines = this.#headerLines(request.headers);
+    if (typeof lines !== 'string') return Promise.reject(lines);
+    const length = request.body === null ? '' : `content-length: ${Buffer.byteLength(request.body)}\r\n`;
+    const head =
+      `${request.method} ${request.path} HTTP/1.1\r\nHost: ${hostHeader(request)}\r\n${lines}${length}` +
+      `Connection: keep-alive\r\n\r\n${request.body ?? ''}`;
     return new Promise((resolve, reject) => {
       if (signal.aborted) {
         reject(abortError(signal.reason));
@@ -455,7 +472,7 @@ export class SocketLane {
       const events: SocketEvents = { onData, onEnd, onError, onClose };
       signal.addEventListener('abort', onAbort, { once: true });
       wire.current = events;
-      socket.write(head.join('\r\n'));
+      socket.write(head);
     });
   }
 }

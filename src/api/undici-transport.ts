@@ -13,7 +13,21 @@ import ProxyAgent from 'undici/lib/dispatcher/proxy-agent.js';
 import { answerScanLimit } from './answer-scan.js';
 import { chooseProxy } from './proxy.js';
 import { markIfStale } from './stale-connection.js';
-import { CONNECT_TIMEOUT_MAX_MS, type ServiceTransportOptions, type Transport } from './transport.js';
+import {
+  CONNECT_TIMEOUT_MAX_MS,
+  type RequestSignal,
+  type ServiceTransportOptions,
+  type Transport,
+} from './transport.js';
+
+/** An AbortSignal that aborts with `signal` (the client's own handle is not one; undici's types ask for one). */
+function abortSignalOf(signal: RequestSignal): AbortSignal {
+  if (signal instanceof AbortSignal) return signal;
+  const controller = new AbortController();
+  if (signal.aborted) controller.abort(signal.reason);
+  else signal.addEventListener('abort', () => controller.abort(signal.reason), { once: true });
+  return controller.signal;
+}
 
 /** `dispatcher` as a Transport; `fresh` builds a like one with no connection yet (a stale connection's resend). */
 export function undiciTransport(dispatcher: Dispatcher, fresh?: () => Transport): Transport {
@@ -24,9 +38,11 @@ export function undiciTransport(dispatcher: Dispatcher, fresh?: () => Transport)
         origin: request.origin,
         path: request.path,
         method: request.method as Dispatcher.HttpMethod,
-        headers: request.headers,
+        // A copy: the client's headers are frozen (one object per kind of request), and undici's proxy agent adds
+        // `host` to the object it is given.
+        headers: { ...request.headers },
         body: request.body,
-        signal: request.signal,
+        signal: abortSignalOf(request.signal),
       });
       return { statusCode: response.statusCode, headers: response.headers, body: response.body };
     },
