@@ -483,10 +483,16 @@ export function notUtf8(text: string): PageItem {
 }
 
 const TARGET_STATUSES: ReadonlySet<unknown> = new Set(ConfigInstanceTargetStatus.options);
-const ACTIVITY_STATUSES: ReadonlySet<unknown> = new Set(ConfigInstanceActivityStatus.options);
-const ERROR_STATUSES: ReadonlySet<unknown> = new Set(ErrorStatus.options);
+export const ACTIVITY_STATUSES: ReadonlySet<unknown> = new Set(ConfigInstanceActivityStatus.options);
+export const ERROR_STATUSES: ReadonlySet<unknown> = new Set(ErrorStatus.options);
 /** The very pattern zod's Timestamp checks; without one (another zod), every item goes to zod. */
 const TIMESTAMP_PATTERN: RegExp | undefined = Timestamp._zod.pattern;
+
+/** Whether `value` is a Timestamp as zod's takes it: by its own pattern, or by zod itself without one. */
+export function isTimestamp(value: unknown): value is string {
+  if (typeof value !== 'string') return false;
+  return TIMESTAMP_PATTERN === undefined ? Timestamp.safeParse(value).success : TIMESTAMP_PATTERN.test(value);
+}
 
 /**
  * The everyday item (no expanded objects) checked by hand: zod costs ~0.1 ms per item and most of an idle
