@@ -76,7 +76,8 @@ const bundleDir = path.join(WORK, 'bundle');
 const metafile = path.join(WORK, 'meta.json');
 let bundleFiles;
 try {
-  bundleFiles = bundleCli({ outdir: bundleDir, metafile });
+  // postinst writes the install's code cache there (`config-agent --once --write-code-cache`).
+  bundleFiles = bundleCli({ outdir: bundleDir, metafile, installCacheDir: '/var/cache/config-agent' });
 } catch (error) {
   fail(`esbuild: ${error.message}`);
 }

@@ -1,11 +1,12 @@
 #!/usr/bin/env node
 // The shipped CLI as one esbuild bundle: one build, used by the Debian packages and by the bench.
-// Usage: node packaging/bundle.mjs <dir>  → <dir>/dist/main.cjs, main.js (+ its chunks) and <dir>/package.json, as installed.
+// Usage: node packaging/bundle.mjs <dir>  → <dir>/dist/main.cjs, main.js (+ its chunks), <dir>/package.json and the install's code cache, as installed.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { ONCE_NODE_FLAGS } from './launcher.mjs';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -16,9 +17,10 @@ export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
  * chunk's name keeps versions apart: a process started before an upgrade either finds the chunks of its own
  * main.js or fails to import one (ERR_MODULE_NOT_FOUND); it never runs another version's code. The banner
  * gives bundled CommonJS code require(). Then main.cjs, the entry the launcher runs (frontDoor). Returns the
- * files written, main.cjs and main.js first; throws when esbuild or main.js --help fails.
+ * files written, main.cjs and main.js first; throws when esbuild or main.js --help fails. `installCacheDir`: where
+ * main.cjs looks for the install's code cache (frontDoor).
  */
-export function bundleCli({ outdir, metafile }) {
+export function bundleCli({ outdir, metafile, installCacheDir }) {
   rmSync(outdir, { recursive: true, force: true });
   build(
     {
@@ -47,7 +49,7 @@ export function bundleCli({ outdir, metafile }) {
   if (help.status !== 0 || help.stderr !== '') {
     throw new Error(`main.js --help exited ${help.status}: ${help.stderr}`);
   }
-  writeFileSync(path.join(outdir, 'main.cjs'), frontDoor(help.stdout, agentName));
+  writeFileSync(path.join(outdir, 'main.cjs'), frontDoor(help.stdout, agentName, installCacheDir));
   const chunks = readdirSync(outdir)
     .filter((name) => name !== 'main.js' && name !== 'main.cjs')
     .sort();
@@ -180,8 +182,10 @@ export function asciiComments(file) {
  * runProcess(), which parses and answers it as if Node had run main.js. Both builds are the whole of main.ts:
  * which one runs a command line changes its cost, never what it does. The daemon stays on main.js: the one
  * CommonJS bundle held ~1.5 MiB more of idle RSS, for ~120 ms less CPU at its one start (docs/performance.md).
+ * `installCacheDir` (absolute; the package's /var/cache/config-agent) is where the loader finds the install's code
+ * cache, which `config-agent --once --write-code-cache` writes (the package's postinst; bundleInto for the bench).
  */
-export function frontDoor(helpText, agentBundle) {
+export function frontDoor(helpText, agentBundle, installCacheDir) {
   return [
     "// config-agent's entry (packaging/bundle.mjs): answers --help and --version without Node's ESM loader; the rest runs main.js or the agent bundle.",
     "'use strict';",
@@ -190,6 +194,7 @@ export function frontDoor(helpText, agentBundle) {
     "process.on('SIGUSR1', () => undefined);",
     `const HELP = ${JSON.stringify(helpText)};`,
     `const AGENT_BUNDLE = ${JSON.stringify(agentBundle ?? null)};`,
+    `const INSTALL_CACHE_DIR = ${JSON.stringify(installCacheDir ?? null)};`,
     'const argv = process.argv.slice(2);',
     "// The daemon's command line (no command, no --once): SIGHUP reloads it, and Node's default answer ends the",
     '// process, which systemd counts as a clean exit and never restarts: a `systemctl reload` right after a start,',
@@ -244,7 +249,8 @@ export function frontDoor(helpText, agentBundle) {
     "} else if (AGENT_BUNDLE !== null && argv.includes('--once')) {",
     '  try {',
     "    const join = require('node:path').join;",
-    "    require(join(__dirname, 'agent-loader.cjs')).runAgentBundle(join(__dirname, AGENT_BUNDLE));",
+    "    const loader = require(join(__dirname, 'agent-loader.cjs'));",
+    '    loader.runAgentBundle(join(__dirname, AGENT_BUNDLE), INSTALL_CACHE_DIR ?? undefined);',
     '  } catch (error) {',
     '    failed(error);',
     '  }',
@@ -255,13 +261,27 @@ export function frontDoor(helpText, agentBundle) {
   ].join('\n');
 }
 
-/** `<dir>/dist/` and the `<dir>/package.json` main.js reads its version from: the installed layout. */
+/**
+ * `<dir>/dist/` and the `<dir>/package.json` main.js reads its version from: the installed layout, with the
+ * install's code cache in `<dir>/cache/code-cache/` written as the package's postinst writes it (`--once
+ * --write-code-cache` with `--once`'s node flags, ONCE_NODE_FLAGS), by this Node: the bench's first syncs start
+ * as an installed agent's do.
+ */
 export function bundleInto(dir) {
   const pkg = JSON.parse(readFileSync(path.join(REPO, 'package.json'), 'utf8'));
   mkdirSync(dir, { recursive: true });
-  bundleCli({ outdir: path.join(dir, 'dist') });
+  const installCacheDir = path.join(path.resolve(dir), 'cache');
+  rmSync(installCacheDir, { recursive: true, force: true });
+  bundleCli({ outdir: path.join(dir, 'dist'), installCacheDir });
   writeFileSync(path.join(dir, 'package.json'), installedPackageJson(pkg.version));
-  return path.join(dir, 'dist/main.cjs');
+  const main = path.join(dir, 'dist/main.cjs');
+  const seed = spawnSync(process.execPath, [...ONCE_NODE_FLAGS, main, '--once', '--write-code-cache'], {
+    encoding: 'utf8',
+  });
+  if (seed.error) throw seed.error;
+  if (seed.status !== 0)
+    throw new Error(`main.cjs --once --write-code-cache exited ${seed.status}: ${seed.stderr}`);
+  return main;
 }
 
 /** main.js and main.cjs read the version from ../package.json, as in the repository; "type": "module" makes .js ESM. */

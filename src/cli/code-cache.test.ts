@@ -84,6 +84,52 @@ describe('codeCacheDirectory', () => {
   });
 });
 
+describe("the install's cache: root's files or this user's (owners 'own-or-root')", () => {
+  it("a directory and a 0644 file of root's or this user's are read; one of a third user's, or that others may write, never", () => {
+    const other = euid === 0 ? 12345 : euid + 1;
+    // Made 0755 (the agent's own user reads root's): created by the postinst's writer.
+    expect(codeCacheDirectory(stateDir, euid, true, 'own-or-root')).toEqual({ dir });
+    expect(lstatSync(dir).mode & 0o777).toBe(0o755);
+    writeCodeCache(dir, KEY, PAYLOAD, Date.now(), undefined, 0o644);
+    expect(lstatSync(cacheFile()).mode & 0o777).toBe(0o644);
+    expect(readCodeCache(dir, KEY, euid, 'own-or-root')).toEqual({ found: PAYLOAD });
+    // Another user reading them: root's are trusted, anyone else's are not.
+    if (euid === 0) {
+      expect(codeCacheDirectory(stateDir, other, false, 'own-or-root')).toEqual({ dir });
+      expect(readCodeCache(dir, KEY, other, 'own-or-root')).toEqual({ found: PAYLOAD });
+      // stateDir's own cache stays this user's alone: root's file is not another user's own.
+      expect(readCodeCache(dir, KEY, other)).toEqual({ ignored: `owned by uid 0, not ${other}` });
+    } else {
+      expect(codeCacheDirectory(stateDir, other, false, 'own-or-root')).toEqual({
+        unusable: `stateDir owned by uid ${euid}, not ${other} or 0`,
+      });
+      expect(readCodeCache(dir, KEY, other, 'own-or-root')).toEqual({
+        ignored: `owned by uid ${euid}, not ${other} or 0`,
+      });
+    }
+    chmodSync(cacheFile(), 0o664);
+    expect(readCodeCache(dir, KEY, euid, 'own-or-root')).toEqual({
+      ignored: 'writable by group or others (mode 664)',
+    });
+    chmodSync(cacheFile(), 0o644);
+    chmodSync(dir, 0o775);
+    expect(codeCacheDirectory(stateDir, euid, false, 'own-or-root')).toEqual({
+      unusable: 'writable by group or others (mode 775)',
+    });
+  });
+
+  it('a 0644 file is 0644 whatever the umask', () => {
+    mkdirSync(dir, { mode: 0o755 });
+    const umask = process.umask(0o077);
+    try {
+      writeCodeCache(dir, KEY, PAYLOAD, Date.now(), undefined, 0o644);
+    } finally {
+      process.umask(umask);
+    }
+    expect(lstatSync(cacheFile()).mode & 0o777).toBe(0o644);
+  });
+});
+
 describe('readCodeCache and writeCodeCache', () => {
   beforeEach(() => {
     mkdirSync(dir, { mode: 0o700 });

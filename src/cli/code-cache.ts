@@ -3,6 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import {
   closeSync,
   constants,
+  fchmodSync,
   fstatSync,
   lstatSync,
   mkdirSync,
@@ -79,9 +80,18 @@ function bundleStem(bundle: string): string {
   return bundle.replace(/\.c?js$/, '');
 }
 
+/**
+ * Whose files a cache may be read from. `own`: the running user's alone (stateDir's cache, which this user
+ * writes). `own-or-root`: root's too (the install's cache, which the package's postinst writes as root): root can
+ * replace the node binary and the bundle themselves, so its files add no one who could change the code run.
+ */
+export type CodeCacheOwners = 'own' | 'own-or-root';
+
 /** Why `stats` may not be trusted as this user's own (owner, or writable by group or others), or undefined. */
-function distrust(stats: Stats, euid: number): string | undefined {
-  if (stats.uid !== euid) return `owned by uid ${stats.uid}, not ${euid}`;
+function distrust(stats: Stats, euid: number, owners: CodeCacheOwners = 'own'): string | undefined {
+  const trusted = stats.uid === euid || (owners === 'own-or-root' && stats.uid === 0);
+  if (!trusted)
+    return `owned by uid ${stats.uid}, not ${owners === 'own' || euid === 0 ? euid : `${euid} or 0`}`;
   if ((stats.mode & 0o022) !== 0)
     return `writable by group or others (mode ${(stats.mode & 0o777).toString(8)})`;
   return undefined;
@@ -94,7 +104,12 @@ export type CodeCacheDirectory = { dir: string } | { unusable: string };
  * code this user will run); `create` makes the missing `code-cache` (0700) in such a stateDir. A stateDir of
  * another user — root running `--once` on the agent's — is never written into.
  */
-export function codeCacheDirectory(stateDir: string, euid: number, create: boolean): CodeCacheDirectory {
+export function codeCacheDirectory(
+  stateDir: string,
+  euid: number,
+  create: boolean,
+  owners: CodeCacheOwners = 'own',
+): CodeCacheDirectory {
   let parent: Stats;
   try {
     parent = statSync(stateDir);
@@ -102,7 +117,7 @@ export function codeCacheDirectory(stateDir: string, euid: number, create: boole
     return { unusable: `stateDir: ${errnoCode(error) ?? String(error)}` };
   }
   if (!parent.isDirectory()) return { unusable: 'stateDir is not a directory' };
-  const parentProblem = distrust(parent, euid);
+  const parentProblem = distrust(parent, euid, owners);
   if (parentProblem !== undefined) return { unusable: `stateDir ${parentProblem}` };
   const dir = path.join(stateDir, CODE_CACHE_DIR);
   let stats: Stats;
@@ -111,14 +126,15 @@ export function codeCacheDirectory(stateDir: string, euid: number, create: boole
   } catch (error) {
     if (errnoCode(error) !== 'ENOENT' || !create) return { unusable: errnoCode(error) ?? String(error) };
     try {
-      mkdirSync(dir, { mode: 0o700 });
+      // The install's cache directory is read by the agent's own user too (its files are 0644, root's).
+      mkdirSync(dir, { mode: owners === 'own' ? 0o700 : 0o755 });
       stats = lstatSync(dir);
     } catch (made) {
       return { unusable: `cannot create it: ${errnoCode(made) ?? String(made)}` };
     }
   }
   if (!stats.isDirectory()) return { unusable: 'not a directory' };
-  const problem = distrust(stats, euid);
+  const problem = distrust(stats, euid, owners);
   return problem === undefined ? { dir } : { unusable: problem };
 }
 
@@ -130,7 +146,12 @@ export type CodeCacheRead = { found: Buffer } | { absent: true } | { ignored: st
  * matches. V8 itself checks its version and flags but not its payload's checksum (release builds): a flipped
  * byte would be run.
  */
-export function readCodeCache(dir: string, key: CodeCacheKey, euid: number): CodeCacheRead {
+export function readCodeCache(
+  dir: string,
+  key: CodeCacheKey,
+  euid: number,
+  owners: CodeCacheOwners = 'own',
+): CodeCacheRead {
   const file = path.join(dir, codeCacheFileName(key));
   let fd: number;
   try {
@@ -141,7 +162,7 @@ export function readCodeCache(dir: string, key: CodeCacheKey, euid: number): Cod
   try {
     const stats = fstatSync(fd);
     if (!stats.isFile()) return { ignored: 'not a regular file' };
-    const problem = distrust(stats, euid);
+    const problem = distrust(stats, euid, owners);
     if (problem !== undefined) return { ignored: problem };
     // The agent's own cache has one name (a rename made it); another is a name someone else may write through.
     if (stats.nlink !== 1) return { ignored: `has ${stats.nlink} links` };
@@ -194,7 +215,8 @@ function decodeCodeCache(bytes: Buffer, key: CodeCacheKey): CodeCacheRead {
  * Writes the cache for `key` into `dir` atomically: a temp file (0600, O_EXCL, never through a symlink), then
  * rename. Not fsynced: a cache torn by a power cut fails its checksum and is made again. Then removes the caches
  * of other bundles (an upgrade's leftovers), crashed writes' temp files, and this bundle's oldest caches beyond
- * MAX_CODE_CACHE_FILES, so the directory stays bounded. Throws what the file system threw (EROFS, ENOSPC, EACCES).
+ * MAX_CODE_CACHE_FILES, so the directory stays bounded. `mode` is the file's (0600; the install's cache 0644, set
+ * whatever the umask). Throws what the file system threw (EROFS, ENOSPC, EACCES).
  */
 export function writeCodeCache(
   dir: string,
@@ -202,6 +224,7 @@ export function writeCodeCache(
   payload: Buffer,
   now = Date.now(),
   write: (fd: number, buffer: Buffer, offset: number, length: number) => number = writeSync,
+  mode: 0o600 | 0o644 = 0o600,
 ): number {
   if (payload.length > MAX_CODE_CACHE_BYTES) throw new Error(`too large (${payload.length} bytes)`);
   const name = codeCacheFileName(key);
@@ -215,6 +238,7 @@ export function writeCodeCache(
     0o600,
   );
   try {
+    if (mode !== 0o600) fchmodSync(fd, mode);
     let written = 0;
     while (written < bytes.length) {
       const n = write(fd, bytes, written, bytes.length - written);

@@ -266,6 +266,12 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
       ConditionResult: 'no',
     });
     expect(inside('/usr/lib/config-agent/node/bin/node --version').stdout).toMatch(/^v24\./);
+    // The install's code cache, root's, readable by the agent's user.
+    expect(owner('/var/cache/config-agent/code-cache')).toBe('755 root:root');
+    const cached = inside('ls /var/cache/config-agent/code-cache').stdout.trim().split('\n');
+    expect(cached).toHaveLength(1);
+    expect(cached[0]).toMatch(/^agent-[0-9A-F]{12}\.[0-9a-f]{16}\.v8cache$/);
+    expect(owner(`/var/cache/config-agent/code-cache/${cached[0]}`)).toBe('644 root:root');
   });
 
   underSystemd(
@@ -349,7 +355,7 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
   );
 
   underSystemd(
-    "--once as the agent's user makes and uses its code cache in /var/lib/config-agent; root's --once writes none",
+    "--once as the agent's user starts from the install's code cache, then makes and uses its own in /var/lib/config-agent; root's --once writes none",
     () => {
       // The key is root's (the unit hands it over with LoadCredential=): given here through the environment.
       const asAgent =
@@ -361,7 +367,12 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
           .map((line) => (JSON.parse(line) as { msg: string }).msg);
       const first = inside(`${asAgent} 2>&1`);
       expect(first.status, first.stdout).toBe(0);
-      expect(cacheLines(first.stdout)).toEqual(['code cache not used', 'code cache written']);
+      // No cache of its own yet: root's install cache (postinst) is used, and its own written at exit.
+      expect(cacheLines(first.stdout)).toEqual([
+        'code cache not used',
+        'code cache used',
+        'code cache written',
+      ]);
       expect(owner('/var/lib/config-agent/code-cache')).toBe('700 config-agent:config-agent');
       const files = inside('ls /var/lib/config-agent/code-cache').stdout.trim().split('\n');
       expect(files).toHaveLength(1);
@@ -370,10 +381,15 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
       const second = inside(`${asAgent} 2>&1`);
       expect(second.status, second.stdout).toBe(0);
       expect(cacheLines(second.stdout)).toEqual(['code cache used']);
-      // Root on the service's stateDir: refused (exit 78), and neither reads nor writes the agent's cache.
+      // Root on the service's stateDir: refused (exit 78), and neither reads nor writes the agent's cache (it
+      // starts from the install's, its own user's).
       const root = inside('config-agent --once 2>&1');
       expect(root.status, root.stdout).toBe(78);
-      expect(cacheLines(root.stdout)).toEqual(['code cache not used', 'code cache not written']);
+      expect(cacheLines(root.stdout)).toEqual([
+        'code cache not used',
+        'code cache used',
+        'code cache not written',
+      ]);
       expect(inside('ls /var/lib/config-agent/code-cache').stdout.trim()).toBe(files[0]);
       expect(owner(`/var/lib/config-agent/code-cache/${files[0]}`)).toBe('600 config-agent:config-agent');
     },
@@ -443,6 +459,7 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
     expect(purged.status, purged.stdout + purged.stderr).toBe(0);
     expect(inside('test -e /etc/config-agent').status).toBe(1);
     expect(inside('test -e /var/lib/config-agent').status).toBe(1);
+    expect(inside('test -e /var/cache/config-agent').status).toBe(1);
     expect(inside('test -e /usr/bin/config-agent').status).toBe(1);
     expect(JSON.parse(inside('cat /srv/config-agent/app/config.json').stdout)).toEqual({
       port: 8080,
