@@ -1,6 +1,6 @@
 // Runs `--once` from the CommonJS agent bundle through vm.Script with V8's code cache (stateDir's, or the install's) (built as dist/agent-loader.cjs).
 import { EventEmitter } from 'node:events';
-import { lstatSync, mkdirSync, readFileSync } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -212,6 +212,7 @@ async function compileForInstall(
   if (euid === undefined) return 'no user id on this platform';
   try {
     mkdirSync(installCacheDir, { mode: 0o755 });
+    chmodSync(installCacheDir, 0o755); // whatever the umask: the agent's own user reads below it
   } catch (error) {
     if (errnoCode(error) !== 'EEXIST') return errnoCode(error) ?? String(error);
   }

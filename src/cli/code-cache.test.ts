@@ -118,14 +118,15 @@ describe("the install's cache: root's files or this user's (owners 'own-or-root'
     });
   });
 
-  it('a 0644 file is 0644 whatever the umask', () => {
-    mkdirSync(dir, { mode: 0o755 });
+  it('a 0755 directory and a 0644 file whatever the umask', () => {
     const umask = process.umask(0o077);
     try {
+      expect(codeCacheDirectory(stateDir, euid, true, 'own-or-root')).toEqual({ dir });
       writeCodeCache(dir, KEY, PAYLOAD, Date.now(), undefined, 0o644);
     } finally {
       process.umask(umask);
     }
+    expect(lstatSync(dir).mode & 0o777).toBe(0o755);
     expect(lstatSync(cacheFile()).mode & 0o777).toBe(0o644);
   });
 });

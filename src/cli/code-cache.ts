@@ -1,6 +1,7 @@
 // V8's code cache of the shipped agent bundle: where it lives, whose file may be read, its bytes checked, its atomic write.
 import { createHash, randomBytes } from 'node:crypto';
 import {
+  chmodSync,
   closeSync,
   constants,
   fchmodSync,
@@ -126,8 +127,10 @@ export function codeCacheDirectory(
   } catch (error) {
     if (errnoCode(error) !== 'ENOENT' || !create) return { unusable: errnoCode(error) ?? String(error) };
     try {
-      // The install's cache directory is read by the agent's own user too (its files are 0644, root's).
+      // The install's cache directory is read by the agent's own user too (its files are 0644, root's): 0755
+      // whatever the umask.
       mkdirSync(dir, { mode: owners === 'own' ? 0o700 : 0o755 });
+      if (owners === 'own-or-root') chmodSync(dir, 0o755);
       stats = lstatSync(dir);
     } catch (made) {
       return { unusable: `cannot create it: ${errnoCode(made) ?? String(made)}` };
