@@ -17,6 +17,7 @@ import type { Clock } from '../lib/clock.js';
 import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { DirectorySyncLedger } from '../store/directory-syncs.js';
+import { gateMountsThatMayHang } from './mount-gate.js';
 
 /**
  * Filesystems whose lstat is answered by the kernel from memory or a local disk. Anything else — nfs, cifs,
@@ -117,7 +118,7 @@ const nodeMountTablePort: MountTablePort = {
  */
 export async function hangSafeFs(
   rootDir: string,
-  clock: Pick<Clock, 'monotonic'>,
+  clock: Pick<Clock, 'monotonic'> & Partial<Pick<Clock, 'sleep'>>,
   port: MountTablePort = nodeMountTablePort,
   directorySyncs: DirectorySyncLedger = new DirectorySyncLedger(),
 ): Promise<FsPort> {
@@ -142,12 +143,17 @@ export async function hangSafeFs(
     return checking;
   };
   await check();
-  const fs: FsPort = {
+  const base: FsPort = {
     ...nodeFs,
     lstatOrAbsent,
     descriptors: nodeDescriptorCalls,
     directorySyncs,
   };
+  // A managed file in a mount below rootDir that stops answering fails alone, bounded (cli/mount-gate.ts).
+  const fs =
+    clock.sleep === undefined
+      ? base
+      : gateMountsThatMayHang(base, rootDir, () => mayHang, { sleep: clock.sleep });
   Object.defineProperty(fs, 'lstatSync', {
     enumerable: true,
     get() {

@@ -109,4 +109,40 @@ describe.runIf(canMountFuse)('the built agent with a hung FUSE mount on a direct
     expect({ code: exit.code, signal: exit.signal }).toEqual({ code: 0, signal: null });
     expect(mount.exitCode === null && mount.signalCode === null, 'the mount still hangs').toBe(true);
   }, 120_000);
+
+  // A managed file in the hung mount: its observation (and any write) waited in the kernel for good, so the pass
+  // never ended: --once never exited, the daemon polled and reported nothing more, its other files included.
+  it('a managed file inside it is retrying while the others are written: --once ends, the daemon keeps passing (gaps18)', async () => {
+    harness = await AgentHarness.create({ registerDevice: true });
+    const h = harness;
+    await mkdir(path.join(h.rootDir, 'share'), { recursive: true });
+    mount = await hungFuseMount(path.join(h.rootDir, 'share'), 180_000);
+    const inside = await h.createInstance({
+      relative_filepath: 'share/b.json',
+      content: { b: 1 },
+      config_schema_id: 'cfs_share',
+    });
+    const beside = await h.createInstance({ relative_filepath: 'app/a.json', content: { a: 1 } });
+    await h.deploy(inside.id);
+    await h.deploy(beside.id);
+
+    // One call into the mount waits its 15 s bound, then the file is retrying and the pass ends: not converged
+    // (1), and with that call still waiting in a thread of the pool, ended by SIGTERM (endProcess, README).
+    const once = await h.run(['--once'], { timeoutMs: 4 * PATIENCE_MS });
+    expect({ code: once.code, signal: once.signal }).toEqual({ code: null, signal: 'SIGTERM' });
+    expect(once.stdout).toMatch(/ETIMEDOUT/);
+    expect(JSON.parse(await readFile(h.rootPath('app/a.json'), 'utf8'))).toEqual({ a: 1 });
+    expect(await h.instance(beside.id)).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
+    const [retrying] = await h.reportsFor(inside.id);
+    expect(retrying).toMatchObject({ error_status: 'retrying' });
+    expect(retrying?.message).toMatch(/ETIMEDOUT/);
+
+    // The daemon: its passes end (the mount is known late: no second call goes in), and it stops on SIGTERM (by
+    // the signal again, the late call still in the pool).
+    const daemon = DaemonProcess.start(h);
+    await waitFor(() => daemon.passes().length >= 2 || undefined, 4 * PATIENCE_MS, { what: 'two passes' });
+    const exit = await daemon.stop('SIGTERM', PATIENCE_MS);
+    expect({ code: exit.code, signal: exit.signal }).toEqual({ code: null, signal: 'SIGTERM' });
+    expect(mount.exitCode === null && mount.signalCode === null, 'the mount still hangs').toBe(true);
+  }, 300_000);
 });
