@@ -50,9 +50,34 @@ const KEY_CHARS = /^[\x21-\x7e]+$/;
  * the first parse) never pays back: 4.1 → 2.5 ms of CPU for the bench's config in a fresh process (medians of 9).
  */
 export function parseAgentConfig(json: unknown, source: string): AgentConfig {
+  const illFormed = illFormedStrings(json, []);
+  if (illFormed.length > 0) throw new ConfigError(source, illFormed);
   const result = AgentConfigSchema.safeParse(json, { error: issueMessage, jitless: true });
   if (result.success) return result.data;
   throw new ConfigError(source, result.error.issues.flatMap(toConfigIssues), { cause: result.error });
+}
+
+/** A lone UTF-16 surrogate: what a JSON `\\ud800` escape gives, which no UTF-8 text can hold. */
+const LONE_SURROGATE = /\p{Cs}/u;
+const MAX_WALKED_DEPTH = 8;
+
+/**
+ * Strings holding a lone surrogate (`"\\ud800"` in the file), named by their path. Node writes one as U+FFFD in a
+ * path, a header or argv, so the agent would act on another text than the one checked: `rootDir` `/x/\\ud800` and
+ * `stateDir` `/x/\\udc00` passed as two directories and were one (the service wrote into the state directory), and
+ * a `deviceId` with one failed every request (`URI malformed`) as a network error, retried for ever.
+ */
+function illFormedStrings(value: unknown, at: readonly (string | number)[]): ConfigIssue[] {
+  if (typeof value === 'string') {
+    return LONE_SURROGATE.test(value)
+      ? [{ path: formatFieldPath(at), message: 'must be well-formed Unicode (a lone surrogate \\u escape)' }]
+      : [];
+  }
+  // The schema is 4 levels deep: anything deeper is refused by it, and never walked here (a file nested 400,000
+  // levels must not overflow the stack).
+  if (value === null || typeof value !== 'object' || at.length > MAX_WALKED_DEPTH) return [];
+  if (Array.isArray(value)) return value.flatMap((item, index) => illFormedStrings(item, [...at, index]));
+  return Object.entries(value).flatMap(([key, item]) => illFormedStrings(item, [...at, shownKey(key)]));
 }
 
 export async function loadConfigFile(fs: ConfigFs, configPath: string): Promise<AgentConfig> {
