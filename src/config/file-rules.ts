@@ -41,6 +41,9 @@ export function parseGroupFile(text: string): Map<string, number> {
  * to, so a rule the agent cannot apply stops the start (exit 78) instead of failing every file it matches.
  * Throws ConfigError naming `files.rules[i].group`.
  */
+/** The largest gid a file can have: (gid_t)-1 above it means "no change" to chown. */
+const MAX_GID = 0xfffffffe;
+
 export function compileFileRules(
   files: AgentConfig['files'],
   groups: GroupFacts,
@@ -54,6 +57,10 @@ export function compileFileRules(
       const path = `files.rules[${index}].group`;
       if (gid === undefined) {
         issues.push({ path, message: `group "${rule.group}" does not exist on this system` });
+      } else if (gid > MAX_GID) {
+        // 4294967295 is (gid_t)-1, which chown reads as "leave the group as it is": the group would never be the
+        // wanted one, and every pass would publish the file again. Larger ones overflow gid_t.
+        issues.push({ path, message: `gid ${gid} is not a group id (at most ${MAX_GID})` });
       } else if (
         groups.privileged !== true &&
         gid !== groups.primaryGid &&
