@@ -14,6 +14,7 @@ import { heapCheckpoint, heapReleaser } from '../lib/release-memory.js';
 import type { SecretRegistry } from '../lib/secrets.js';
 import type { PassResult, ReconcilerSettings } from '../reconcile/pass-runner.js';
 import { Reconciler } from '../reconcile/reconcile.js';
+import { renewalFailureLog } from '../store/directory-syncs.js';
 import { readRegularFileUpTo } from '../store/durable-writer.js';
 import { StateLockedError } from '../store/lock.js';
 import type { RunningAgent } from './daemon.js';
@@ -77,13 +78,12 @@ export async function createDeps(
   stderr: NodeJS.WritableStream,
   running?: Pick<Deps, 'fs'>,
 ): Promise<Deps> {
-  return {
-    fs: await hangSafeFs(config.rootDir, systemClock, undefined, running?.fs.directorySyncs),
-    clock: systemClock,
-    random: Math.random,
-    logger: createLogger({ level: config.log.level, secrets, destination: stderr }),
-    heapCheckpoint: heapCheckpoint(),
-  };
+  const fs = await hangSafeFs(config.rootDir, systemClock, undefined, running?.fs.directorySyncs);
+  const logger = createLogger({ level: config.log.level, secrets, destination: stderr });
+  const ledger = fs.directorySyncs;
+  if (ledger !== undefined)
+    ledger.onRenewalFailure = renewalFailureLog(logger.child({ component: 'writer' }));
+  return { fs, clock: systemClock, random: Math.random, logger, heapCheckpoint: heapCheckpoint() };
 }
 
 function createServiceClient(

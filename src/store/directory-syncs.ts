@@ -1,4 +1,5 @@
 // Which directory entries this process changed and has not seen made durable, and which a failed fsync may have dropped.
+import type { Logger } from '../lib/logger.js';
 
 /**
  * Linux reports a writeback error once: an fsync of a directory that failed (EIO) may have dropped the entries
@@ -56,6 +57,9 @@ export interface RenewalAsides {
   retry(): Promise<number>;
 }
 
+/** Told of a failed renewal of the entry `name` of `directory` (DirectorySyncLedger.onRenewalFailure). */
+export type RenewalFailureListener = (directory: string, name: string, cause: unknown) => void;
+
 export class DirectorySyncLedger {
   #changes = 0;
   #asides: RenewalAsides | undefined;
@@ -63,6 +67,14 @@ export class DirectorySyncLedger {
   readonly #uncovered = new Map<string, Map<string, number>>();
   /** Directory → names whose change a failed fsync may have dropped; until changed anew. */
   readonly #dropped = new Map<string, Set<string>>();
+  /** Directory → name → why its last renewal failed (store/durable-writer.ts renewDroppedDirectories). */
+  readonly #renewalFailures = new Map<string, Map<string, unknown>>();
+  /**
+   * Told when a renewal of the entry `name` of `directory` fails, once per entry and reason (the same failure
+   * again at each pass is not told again): the process's logger (cli/compose.ts), so an operator reads the real
+   * reason (say ENOSPC on renewal-asides.json) and not only the EIO the files below it are held back with.
+   */
+  onRenewalFailure: RenewalFailureListener | undefined;
 
   /** The entry `name` of `directory` was just created, replaced or removed. */
   changed(directory: string, name: string): void {
@@ -75,6 +87,30 @@ export class DirectorySyncLedger {
     names.set(name, this.#changes);
     const dropped = this.#dropped.get(directory);
     if (dropped?.delete(name) === true && dropped.size === 0) this.#dropped.delete(directory);
+    const failures = this.#renewalFailures.get(directory);
+    if (failures?.delete(name) === true && failures.size === 0) this.#renewalFailures.delete(directory);
+  }
+
+  /**
+   * A renewal of the dropped entry `name` of `directory` failed with `cause`: kept (until the entry changes
+   * anew) for the error its files are held back with (`renewalFailure`), and told to `onRenewalFailure` unless
+   * the last one of this entry failed the same way.
+   */
+  renewalFailed(directory: string, name: string, cause: unknown): void {
+    let failures = this.#renewalFailures.get(directory);
+    if (failures === undefined) {
+      failures = new Map();
+      this.#renewalFailures.set(directory, failures);
+    }
+    const previous = failures.get(name);
+    failures.set(name, cause);
+    if (previous === undefined || reason(previous) !== reason(cause))
+      this.onRenewalFailure?.(directory, name, cause);
+  }
+
+  /** Why the last renewal of the entry `name` of `directory` failed, while it stays dropped. */
+  renewalFailure(directory: string, name: string): unknown {
+    return this.#renewalFailures.get(directory)?.get(name);
   }
 
   /** Called as an fsync of a directory begins: pass its answer to `synced`. */
@@ -135,4 +171,21 @@ export class DirectorySyncLedger {
   get anyDropped(): boolean {
     return this.#dropped.size > 0;
   }
+}
+
+/** What tells one failure from another for `onRenewalFailure`: its message (operation, path and errno). */
+function reason(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * The log line of a failed renewal of a directory entry a failed fsync may have dropped (store/directory-syncs.ts),
+ * once per entry and reason: the files below it are held back with an EIO that names this as its cause.
+ */
+export function renewalFailureLog(logger: Logger): RenewalFailureListener {
+  return (directory, name, cause) =>
+    logger.error(
+      { err: cause, directory, name },
+      'could not write again a directory entry a failed fsync may have dropped: the files below it are held back',
+    );
 }

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { AgentError, errnoCode } from '../lib/errors.js';
 import type { DescriptorCalls, FileHandle, FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
+import type { DirectorySyncLedger, RenewalAsides } from './directory-syncs.js';
 import { DiskError, PathRejectedError } from './errors.js';
 import {
   assertRegularOrAbsent,
@@ -735,10 +736,16 @@ export function unsettledEntry(
   for (let entry = relativePath; entry !== ''; entry = relativeDir(entry)) {
     const directory = relativeDir(entry);
     if (ledger.unsettled(path.join(root, directory), path.posix.basename(entry))) {
+      // Why writing it again failed, when it did (renewDroppedDirectories): the reason an operator can act on.
+      const cause = ledger.renewalFailure(path.join(root, directory), path.posix.basename(entry));
       return new DiskError({
-        operation: 'fsync directory (an earlier fsync of it failed, so the entry is written again first)',
+        operation:
+          cause === undefined
+            ? 'fsync directory (an earlier fsync of it failed, so the entry is written again first)'
+            : `fsync directory (an earlier fsync of it failed, and writing the entry again failed: ${renewalReason(cause)})`,
         path: entry,
         errno: 'EIO',
+        ...(cause === undefined ? {} : { cause }),
       });
     }
     if (ownEntryOnly) break;
@@ -753,6 +760,12 @@ export function unsettledEntry(
     });
   }
   return undefined;
+}
+
+/** A renewal's failure in a message: its own (relative paths only), or its errno. */
+function renewalReason(cause: unknown): string {
+  if (cause instanceof DiskError) return cause.message.replace(/^disk error: /, '');
+  return errnoCode(cause) ?? 'unknown error';
 }
 
 /**
@@ -782,43 +795,66 @@ async function renewDroppedDirectories(
     // Without a durable record of the aside name (the state directory not open), no rename: see RenewalAsides.
     const asides = ledger.asides;
     if (!ledger.dropped(parentAbsolute, name) || !verified.has(parent) || asides === undefined) continue;
-    const absolute = path.join(root, relative);
-    // One a rename back that failed left aside (its entry still dropped): putting it back renews it.
-    let renewal = asides.asideAt(parentAbsolute, name);
-    if (renewal === undefined) {
-      // Gone since (an operator's rmdir, a prune by another path, a rename): nothing to renew and no record to
-      // write. The name is changed anew, unsettled until a good fsync of the parent covers it: the write's mkdir
-      // makes the directory there as any new one, and its parent's fsync settles it. All below it is new too.
-      if ((await lstatOrUndefined(fs, absolute, relative)) === undefined) {
+    try {
+      if (await renewDroppedDirectory(fs, ledger, asides, root, relative, made, syncNow)) return true;
+    } catch (error) {
+      // Kept for the error the files below it are held back with (unsettledEntry), and logged once.
+      ledger.renewalFailed(parentAbsolute, name, error);
+      throw error;
+    }
+  }
+  return false;
+}
+
+/** renewDroppedDirectories for the one directory `relative`: true when found gone (made anew by the write). */
+async function renewDroppedDirectory(
+  fs: FsPort,
+  ledger: DirectorySyncLedger,
+  asides: RenewalAsides,
+  root: string,
+  relative: string,
+  made: Set<string> | undefined,
+  syncNow: boolean,
+): Promise<boolean> {
+  const parent = relativeDir(relative);
+  const parentAbsolute = path.join(root, parent);
+  const name = path.posix.basename(relative);
+  const absolute = path.join(root, relative);
+  // One a rename back that failed left aside (its entry still dropped): putting it back renews it.
+  let renewal = asides.asideAt(parentAbsolute, name);
+  if (renewal === undefined) {
+    // Gone since (an operator's rmdir, a prune by another path, a rename): nothing to renew and no record to
+    // write. The name is changed anew, unsettled until a good fsync of the parent covers it: the write's mkdir
+    // makes the directory there as any new one, and its parent's fsync settles it. All below it is new too.
+    if ((await lstatOrUndefined(fs, absolute, relative)) === undefined) {
+      ledger.changed(parentAbsolute, name);
+      return true;
+    }
+    const asideName = `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`;
+    const recorded = await step('record directory renewal', relative, () =>
+      asides.record(root, parent, name, asideName),
+    );
+    try {
+      await fs.rename(absolute, path.join(parentAbsolute, asideName));
+    } catch (error) {
+      recorded.state = 'unmoved';
+      // Gone between the lstat and the rename: as above (the record names an aside never made, which the next
+      // record drops, and a start finds nothing at and drops once the directory is made again at its name).
+      if (errnoCode(error) === 'ENOENT') {
         ledger.changed(parentAbsolute, name);
         return true;
       }
-      const asideName = `${TEMP_PREFIX}${randomBytes(12).toString('hex')}`;
-      const recorded = await step('record directory renewal', relative, () =>
-        asides.record(root, parent, name, asideName),
-      );
-      try {
-        await fs.rename(absolute, path.join(parentAbsolute, asideName));
-      } catch (error) {
-        recorded.state = 'unmoved';
-        // Gone between the lstat and the rename: as above (the record names an aside never made, which the next
-        // record drops, and a start finds nothing at and drops once the directory is made again at its name).
-        if (errnoCode(error) === 'ENOENT') {
-          ledger.changed(parentAbsolute, name);
-          return true;
-        }
-        throw new DiskError({ operation: 'rename directory aside', path: relative, cause: error });
-      }
-      recorded.state = 'aside';
-      renewal = recorded;
+      throw new DiskError({ operation: 'rename directory aside', path: relative, cause: error });
     }
-    const aside = path.join(parentAbsolute, renewal.aside);
-    await step('rename directory back', relative, () => fs.rename(aside, absolute));
-    renewal.state = 'back';
-    ledger.changed(parentAbsolute, name);
-    if (syncNow) await fsyncDirectory(fs, parentAbsolute, parent);
-    else made?.add(relative);
+    recorded.state = 'aside';
+    renewal = recorded;
   }
+  const aside = path.join(parentAbsolute, renewal.aside);
+  await step('rename directory back', relative, () => fs.rename(aside, absolute));
+  renewal.state = 'back';
+  ledger.changed(parentAbsolute, name);
+  if (syncNow) await fsyncDirectory(fs, parentAbsolute, parent);
+  else made?.add(relative);
   return false;
 }
 
