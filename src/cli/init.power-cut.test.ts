@@ -208,14 +208,57 @@ describe('config-agent init and a power cut', () => {
     expect(result.code).toBe(78);
     expect(result.stderr).toBe(
       'config-agent init: cannot make the owner and mode of /data/configs durable: its fsync failed (EIO), so a ' +
-        'power cut could give it back as mkdir made it (owned by root); init stops here. Check the disk (dmesg) ' +
-        'and run config-agent init again\n',
+        'power cut could give it back as mkdir made it (owned by root); it was removed; init stops here. Check the ' +
+        'disk (dmesg) and run config-agent init again\n',
     );
-    // Still empty, it went again: a second init finding it would have kept it as it is, root's after a cut.
+    // Still empty, it went again, and its removal is fsynced into /data: before, a cut brought it back root's.
     expect(vol.existsSync('/data/configs')).toBe(false);
+    expect(model.afterPowerCut()['data/configs']).toBeUndefined();
 
     expect((await init(model.fs)).code).toBe(0);
     expect(model.metadataAfterPowerCut()['data/configs']).toBe(`755 ${UID}:${GID}`);
+  });
+
+  it("a rootDir a cut gave back as mkdir made it (empty, root's) gets its owner and mode from the next init", async () => {
+    const { vol } = await system();
+    // As a cut before its chown's fsync leaves it (or one init could not remove): root's, mkdir's mode.
+    vol.mkdirSync('/data/configs', { recursive: true, mode: 0o755 });
+    vol.chownSync('/data/configs', 0, 0);
+    const model = await PowerCutFs.over(memfsPort(vol), '/');
+    const result = await init(model.fs);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain('settled /data/configs (0755 config-agent)');
+    // Before: kept as found, and the service could never write rootDir.
+    expect(model.metadataAfterPowerCut()['data/configs']).toBe(`755 ${UID}:${GID}`);
+  });
+
+  it('a rootDir an operator made is kept as found: files in it, another owner, or a mode init would not make', async () => {
+    const { vol, model } = await system();
+    const made = (dir: string, mode: number, uid: number) => {
+      vol.mkdirSync(dir, { recursive: true, mode });
+      vol.chmodSync(dir, mode);
+      vol.chownSync(dir, uid, 0);
+    };
+    made('/data/with-files', 0o755, 0);
+    vol.writeFileSync('/data/with-files/keep.conf', 'the operator wrote this\n');
+    made('/data/other-owner', 0o755, 1234);
+    made('/data/wider', 0o775, 0);
+    for (const [rootDir, mode, uid] of [
+      ['/data/with-files', '755', 0],
+      ['/data/other-owner', '755', 1234],
+      ['/data/wider', '775', 0],
+    ] as const) {
+      const result = await init(model.fs, rootDir);
+      expect(result.code).toBe(0);
+      expect(result.stdout).not.toContain(`settled ${rootDir}`);
+      const stats = vol.statSync(rootDir);
+      expect([rootDir, ((stats.mode as number) & 0o7777).toString(8), stats.uid]).toEqual([
+        rootDir,
+        mode,
+        uid,
+      ]);
+    }
+    expect(vol.readFileSync('/data/with-files/keep.conf', 'utf8')).toBe('the operator wrote this\n');
   });
 
   it('the drop-in it removes (rootDir the default again) stays removed after a cut', async () => {

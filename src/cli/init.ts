@@ -170,17 +170,21 @@ function systemdPathValue(dir: string): string | undefined {
 /**
  * mkdir -p, each directory made fsynced into its parent (a power cut after init must not take the config
  * directory, and config.json and the key with it); with `owner`, the last one then chowned and chmodded (the
- * umask aside). Reports whether it made the last component.
+ * umask aside). Reports whether it made the last component (`made`), gave one it found the owner and mode it
+ * would have (`settled`: see looksUnsettled), or kept one as it found it (`kept`).
  */
 async function ensureDir(
   fs: InitFs,
   dir: string,
   options: { mode: number; owner?: { uid: number; gid: number } },
-): Promise<boolean> {
+): Promise<'made' | 'settled' | 'kept'> {
   try {
     const stats = await fs.stat(dir);
     if (!stats.isDirectory()) throw new InitFailure(`${dir} exists and is not a directory`, ExitCode.Config);
-    return false;
+    if (options.owner === undefined || !(await looksUnsettled(fs, dir, stats, options.mode, options.owner)))
+      return 'kept';
+    await settleOwnerDurably(fs, dir, options.mode, options.owner, false);
+    return 'settled';
   } catch (error) {
     if (error instanceof InitFailure) throw error;
     if (errnoCode(error) !== 'ENOENT') throw error;
@@ -196,43 +200,89 @@ async function ensureDir(
       ExitCode.Config,
     );
   }
-  if (options.owner !== undefined) await settleOwnerDurably(fs, dir, options.mode, options.owner);
-  return true;
+  if (options.owner !== undefined) await settleOwnerDurably(fs, dir, options.mode, options.owner, true);
+  return 'made';
 }
 
 /**
- * Chowns and chmods the directory just made, then fsyncs it: an owner and a mode are the inode's own metadata,
- * which its parent's fsync does not write, so without this a power cut could give rootDir back as mkdir made it
- * (root's, the umask's mode) and the service could not write it; a second init keeps a directory it finds. A
- * failed fsync removes the directory again (still empty) so the next init makes it anew.
+ * Whether a directory init finds where it would make one with `owner` and `mode` looks like its own mkdir that a
+ * power cut or a failure gave back before its owner and mode were settled: empty, owned by root, its mode within
+ * `mode` (mkdir's, narrowed by the umask), and not already as asked. Any other (files in it, another owner, a
+ * mode init would not have made) is an operator's, kept as it is.
+ */
+async function looksUnsettled(
+  fs: InitFs,
+  dir: string,
+  stats: { uid: number; gid: number; mode: number },
+  mode: number,
+  owner: { uid: number; gid: number },
+): Promise<boolean> {
+  const permissions = stats.mode & 0o7777;
+  if (stats.uid !== 0 || (permissions & ~mode) !== 0) return false;
+  if (stats.uid === owner.uid && stats.gid === owner.gid && permissions === mode) return false;
+  return (await fs.readdir(dir)).length === 0;
+}
+
+/**
+ * Chowns and chmods the directory just made (`made`), or found as its mkdir left it (looksUnsettled), then
+ * fsyncs it: an owner and a mode are the inode's own metadata, which its parent's fsync does not write, so
+ * without this a power cut could give rootDir back as mkdir made it (root's, the umask's mode) and the service
+ * could not write it. When that fails, a directory it made is removed again (still empty), and the removal
+ * fsynced into its parent: else a cut could bring it back root's (which the next init would settle, as above).
  */
 async function settleOwnerDurably(
   fs: InitFs,
   dir: string,
   mode: number,
   owner: { uid: number; gid: number },
+  made: boolean,
 ): Promise<void> {
-  const handle = await fs.open(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
   let failed: string | undefined;
   try {
-    await handle.chown(owner.uid, owner.gid);
-    await handle.chmod(mode);
-    await handle.sync().catch((error: unknown) => {
-      const code = errnoCode(error);
-      // A filesystem that cannot fsync a directory (EINVAL, ENOTSUP) is taken as the writer takes it.
-      if (code !== 'EINVAL' && code !== 'ENOTSUP') failed = code ?? 'unknown error';
-    });
-  } finally {
-    await handle.close().catch(() => undefined);
+    const handle = await fs.open(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+    try {
+      await handle.chown(owner.uid, owner.gid);
+      await handle.chmod(mode);
+      await handle.sync().catch((error: unknown) => {
+        const code = errnoCode(error);
+        // A filesystem that cannot fsync a directory (EINVAL, ENOTSUP) is taken as the writer takes it.
+        if (code !== 'EINVAL' && code !== 'ENOTSUP') failed = `its fsync failed (${code ?? 'unknown error'})`;
+      });
+    } finally {
+      await handle.close().catch(() => undefined);
+    }
+  } catch (error) {
+    failed = `its chown or chmod failed (${errnoCode(error) ?? errorMessage(error)})`;
   }
   if (failed === undefined) return;
-  await fs.rmdir(dir).catch(() => undefined);
+  const removal = made ? await removeDurably(fs, dir) : 'not made by this init: left as it is';
   throw new InitFailure(
-    `cannot make the owner and mode of ${dir} durable: its fsync failed (${failed}), so a power cut could give ` +
-      'it back as mkdir made it (owned by root); init stops here. Check the disk (dmesg) and run config-agent ' +
-      'init again',
+    `cannot make the owner and mode of ${dir} durable: ${failed}, so a power cut could give it back as mkdir ` +
+      `made it (owned by root); ${removal}; init stops here. Check the disk (dmesg) and run config-agent init again`,
     ExitCode.Config,
   );
+}
+
+/** rmdir of the empty `dir`, fsynced into its parent; what became of it, for the message. */
+async function removeDurably(fs: InitFs, dir: string): Promise<string> {
+  try {
+    await fs.rmdir(dir);
+  } catch (error) {
+    return `it could not be removed (${errnoCode(error) ?? 'unknown error'})`;
+  }
+  try {
+    const parent = await fs.open(path.dirname(dir), constants.O_RDONLY | constants.O_DIRECTORY);
+    try {
+      await parent.sync();
+    } finally {
+      await parent.close().catch(() => undefined);
+    }
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code !== 'EINVAL' && code !== 'ENOTSUP')
+      return `it was removed, but the fsync of its parent failed (${code ?? 'unknown error'})`;
+  }
+  return 'it was removed';
 }
 
 async function publish(fs: ConfigFs, file: string, text: string, mode: number, gid: number): Promise<void> {
@@ -364,7 +414,11 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       mode: config.files.dirMode,
       owner: { uid, gid },
     });
-    if (createdRoot)
+    if (createdRoot === 'settled')
+      io.stdout.write(
+        `settled ${config.rootDir} (${config.files.dirMode.toString(8).padStart(4, '0')} ${AGENT_ACCOUNT}): found empty and root's as mkdir makes it\n`,
+      );
+    if (createdRoot === 'made')
       io.stdout.write(
         `created ${config.rootDir} (${config.files.dirMode.toString(8).padStart(4, '0')} ${AGENT_ACCOUNT})\n`,
       );
