@@ -245,6 +245,30 @@ describe('LocalApiServer: a client that never reads its answers', () => {
     expect(await callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS)).toMatchObject({ status: 200 });
   });
 
+  it('a close (a stop, a reload) while answers are stuck ends their send timeouts: none is left to hold the process', async () => {
+    // The send timeout is a sleep of the injected clock, not an unref'd timer of its own: what keeps a stop from
+    // waiting sendTimeoutMs on it is that every stuck answer's sleep ends with its connection. Before, the answers
+    // queued behind the first on the pipelining connection kept theirs (they never emit 'close').
+    const big = { files: Array.from({ length: 2_000 }, (_, i) => `${'p'.repeat(1000)}/${i}`) };
+    const clock = fakeClock();
+    const sendTimeoutMs = 7_778;
+    const api = await startServer({ ...PATIENT, sendTimeoutMs }, () => big, clock);
+    const socket = createConnection(socketPath);
+    clients.push(socket);
+    socket.pause();
+    socket.on('error', () => undefined);
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    socket.write('GET /v1/status HTTP/1.1\r\nHost: agent\r\n\r\n'.repeat(4));
+    await waitFor(() => clock.sleepingFor(sendTimeoutMs) > 0, PATIENCE_MS, {
+      what: 'the send timeout armed',
+    });
+    await api.close();
+    await waitFor(() => clock.sleepingFor(sendTimeoutMs) === 0, PATIENCE_MS, {
+      what: 'every send timeout ended by the close',
+    });
+    expect(clock.sleeping).toBe(0);
+  });
+
   it('a client that reads slowly but steadily gets the whole answer', async () => {
     const big = { files: Array.from({ length: 2_000 }, (_, i) => `${'p'.repeat(1000)}/${i}`) };
     await startServer({ ...PATIENT, sendTimeoutMs: 60_000 }, () => big);

@@ -325,15 +325,22 @@ export class LocalApiServer {
   #sendText(response: ServerResponse, status: number, text: string | Buffer): void {
     sendJsonText(response, status, text);
     if (response.writableFinished) return;
-    // On the injected clock (a test moves it instead of waiting); close() destroys every connection, which ends it.
+    // On the injected clock (a test moves it instead of waiting). Ended by its connection's close too (close()
+    // destroys every connection): an answer queued behind another on a pipelining connection never emits 'close'
+    // when the connection goes, and its sleep (a timer the process waits for) outlived a stop or a reload.
     const taken = new AbortController();
     this.#clock.sleep(this.#limits.sendTimeoutMs, taken.signal).then(
       () => response.destroy(),
       () => undefined,
     );
-    const clear = () => taken.abort();
+    const socket = response.req.socket;
+    const clear = () => {
+      taken.abort();
+      socket.off('close', clear);
+    };
     response.once('finish', clear);
     response.once('close', clear);
+    socket.once('close', clear);
   }
 
   /**
