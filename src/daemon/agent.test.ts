@@ -1212,3 +1212,26 @@ describe('AgentDaemon: directories a renewal left aside that the start could not
     }
   });
 });
+
+describe('AgentDaemon: a retry due just after the next poll (gaps18)', () => {
+  it('is that poll: one full pass at the retry, not an incremental pass and a full one seconds later', async () => {
+    // random 0: polls 24 s apart (interval 30 s, jitter 0.2); a device condition's floor holds a retry 30 s.
+    const agent = await startAgent({ random: 0 });
+    const { clock, reconciler } = agent;
+    const retryAt = clock.monotonic() + 30 * SECOND;
+    reconciler.nextRetry = () => (clock.monotonic() < retryAt ? retryAt : undefined);
+    Object.defineProperty(reconciler, 'dueRetries', { get: () => clock.monotonic() >= retryAt });
+    const first = await nextPass(agent);
+    // Before: 24 s, then an incremental pass, a wait of 6 s and the retry's full pass.
+    expect(first.waitMs).toBe(30 * SECOND);
+    expect(await nextPass(agent)).toEqual({ mode: 'full', waitMs: 24 * SECOND });
+    expect(reconciler.modes).toEqual(['full', 'full']);
+  });
+
+  it('a retry past the latest poll the jitter draws does not hold the poll back', async () => {
+    const agent = await startAgent({ random: 0 });
+    const { clock, reconciler } = agent;
+    reconciler.nextRetry = () => clock.monotonic() + 37 * SECOND;
+    expect((await nextPass(agent)).waitMs).toBe(24 * SECOND);
+  });
+});

@@ -272,7 +272,11 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       delay = intervalMs * (1 + jitterRatio * (2 * random() - 1));
       const nextRetry = this.#c.runner.nextRetryAt();
       if (nextRetry !== undefined) {
-        delay = Math.min(delay, Math.max(MIN_POLL_DELAY_MS, nextRetry - clock.monotonic()));
+        const untilRetry = Math.max(MIN_POLL_DELAY_MS, nextRetry - clock.monotonic());
+        // A retry due within the poll's own jitter window is the next poll: drawn a little before it (a device
+        // condition's 30 s floor against a poll drawn at 24 s), the poll ran an incremental pass and the retry a
+        // full one seconds later. Never later than the latest poll the jitter draws; a retry further off waits.
+        delay = untilRetry <= intervalMs * (1 + jitterRatio) ? untilRetry : Math.min(delay, untilRetry);
       }
     }
     this.#nextPollAt = clock.monotonic() + delay;
