@@ -1,14 +1,16 @@
 // A mount below rootDir that stops answering (a dead NFS server, a wedged FUSE daemon) fails its files alone, bounded.
 import type { ChildProcess } from 'node:child_process';
 import { spawnSync } from 'node:child_process';
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import * as nodeFs from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
+import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { observeDisk } from '../reconcile/observe.js';
-import { publishFile } from '../store/durable-writer.js';
+import { publishFile, removeManagedFile } from '../store/durable-writer.js';
 import { hangSafeFs } from './hang-safe-fs.js';
 import { gateMountsThatMayHang } from './mount-gate.js';
 
@@ -68,6 +70,45 @@ describe('gateMountsThatMayHang', () => {
     world.answer();
     await new Promise((resolve) => setImmediate(resolve));
     expect(await fs.lstat(`${ROOT}/share/d.json`)).toEqual({ file: `${ROOT}/share/d.json` });
+  });
+});
+
+describe('gateMountsThatMayHang on a mount that answers', () => {
+  let dir: string | undefined;
+  afterEach(async () => {
+    if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+    dir = undefined;
+  });
+
+  it('writes, reads and removes through it as before: its FileHandles, descriptors and pinned parents (a chain others may change)', async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-mount-gate-ok-'));
+    const root = path.join(dir, 'root');
+    await mkdir(path.join(root, 'share'), { recursive: true });
+    // Writable by others: the writer pins the parent and names the temp file through /proc/self/fd.
+    await chmod(path.join(root, 'share'), 0o777);
+    const { clock } = controlledClock();
+    const base = { ...(nodeFs as unknown as FsPort), descriptors: nodeDescriptorCalls };
+    const fs = gateMountsThatMayHang(base, root, () => new Set(['share']), clock);
+    for (const content of ['{"v":1}\n', '{"v":2}\n']) {
+      await publishFile(fs, {
+        rootDir: root,
+        relativePath: 'share/deep/b.json',
+        data: Buffer.from(content),
+        mode: 0o644,
+        dirMode: 0o755,
+      });
+      expect(await readFile(path.join(root, 'share/deep/b.json'), 'utf8')).toBe(content);
+    }
+    const observed = await observeDisk(fs, root, [{ relative_filepath: 'share/deep/b.json' }]);
+    expect(observed.get('share/deep/b.json')).toMatchObject({ kind: 'file' });
+    expect(
+      await removeManagedFile(fs, {
+        rootDir: root,
+        relativePath: 'share/deep/b.json',
+        pruneDirs: ['share/deep'],
+      }),
+    ).toBe('removed');
+    expect(await readdir(path.join(root, 'share'))).toEqual([]);
   });
 });
 

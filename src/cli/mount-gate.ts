@@ -27,6 +27,9 @@ const PATH_CALLS = [
   'realpath',
 ] as const;
 
+/** A name inside an open directory, as the writer builds it for a pinned parent. */
+const PROC_FD_NAME = /^\/proc\/self\/fd\/(\d+)(?:\/|$)/;
+
 /** FileHandle methods that reach the file system (`fd` and the rest are left as they are). */
 const HANDLE_CALLS = [
   'read',
@@ -68,7 +71,8 @@ interface Lane {
  * back every call into that mount fails at once, with no call made. So a dead server holds one thread of
  * libuv's pool (of four) however many files lie there, the pass goes on with the others and ends, and once the
  * mount answers its files are written again. Calls on a descriptor opened there (a FileHandle, `descriptors`)
- * take the same lane. Paths through `/proc/self/fd` and everything outside such mounts pass as they are.
+ * take the same lane, and so does a name built on such a descriptor (`/proc/self/fd/<fd>/<name>`, the writer's pinned
+ * parents), judged by the path the descriptor was opened at. Everything outside such mounts passes as it is.
  */
 export function gateMountsThatMayHang(
   fs: FsPort,
@@ -79,19 +83,38 @@ export function gateMountsThatMayHang(
 ): FsPort {
   const root = path.resolve(rootDir);
   const lanes = new Map<string, Lane>();
-  /** Descriptors opened into a gated mount, and the mount. */
-  const descriptorMounts = new Map<number, string>();
+  /**
+   * Descriptors opened at or under rootDir while some mount may hang, and the path each names: a name built on
+   * one (the writer's pinned parents, `/proc/self/fd/<fd>/<name>`) is judged by that path. Forgotten at close.
+   */
+  const descriptorPaths = new Map<number, string>();
 
-  const mountOf = (file: unknown): string | undefined => {
+  /** The absolute path `file` names (through a known descriptor), or undefined when it is not known. */
+  const resolved = (file: unknown): string | undefined => {
     if (typeof file !== 'string') return undefined;
+    const throughDescriptor = PROC_FD_NAME.exec(file);
+    if (throughDescriptor === null) return file;
+    const base = descriptorPaths.get(Number(throughDescriptor[1]));
+    const rest = file.slice(throughDescriptor[0].length);
+    return base === undefined ? undefined : rest === '' ? base : `${base}/${rest}`;
+  };
+
+  /** Whether `absolute` is rootDir or below it: its descriptors are remembered. */
+  const underRoot = (absolute: string | undefined): absolute is string =>
+    absolute !== undefined && (absolute === root || absolute.startsWith(`${root}/`));
+
+  const mountOf = (absolute: string | undefined): string | undefined => {
+    if (absolute === undefined || !absolute.startsWith(`${root}/`)) return undefined;
     const mounts = mayHang();
-    if (mounts.size === 0 || !file.startsWith(`${root}/`)) return undefined;
-    const relative = path.posix.normalize(file.slice(root.length + 1));
+    if (mounts.size === 0) return undefined;
+    const relative = path.posix.normalize(absolute.slice(root.length + 1));
     for (const mount of mounts) {
       if (relative === mount || relative.startsWith(`${mount}/`)) return mount;
     }
     return undefined;
   };
+
+  const mountOfDescriptor = (fd: number): string | undefined => mountOf(descriptorPaths.get(fd));
 
   const laneOf = (mount: string): Lane => {
     let lane = lanes.get(mount);
@@ -133,15 +156,24 @@ export function gateMountsThatMayHang(
     return first.value;
   };
 
-  const gateHandle = (handle: FileHandle, mount: string): FileHandle =>
-    new Proxy(handle, {
-      get(target, property, receiver) {
-        const value: unknown = Reflect.get(target, property, receiver);
+  /** A handle whose calls take its mount's lane (none: as they are), its path remembered until its close. */
+  const trackHandle = (handle: FileHandle, absolute: string, mount: string | undefined): FileHandle => {
+    const fd = handle.fd;
+    descriptorPaths.set(fd, absolute);
+    return new Proxy(handle, {
+      get(target, property) {
+        const value: unknown = Reflect.get(target, property, target);
         if (typeof value !== 'function' || !HANDLE_CALLS.includes(String(property))) return value;
-        return (...args: unknown[]) =>
-          through(mount, () => (value as (...a: unknown[]) => Promise<unknown>).apply(target, args));
+        const method = value as (...a: unknown[]) => Promise<unknown>;
+        return (...args: unknown[]) => {
+          // Forgotten whatever the close answers: the number may be reused by the next open.
+          if (property === 'close' && descriptorPaths.get(fd) === absolute) descriptorPaths.delete(fd);
+          const call = () => method.apply(target, args);
+          return mount === undefined ? call() : through(mount, call);
+        };
       },
     });
+  };
 
   const gated: FsPort = { ...fs };
   const record = gated as unknown as Record<string, unknown>;
@@ -150,14 +182,17 @@ export function gateMountsThatMayHang(
     if (typeof original !== 'function') continue;
     const call = original as (...args: unknown[]) => Promise<unknown>;
     record[name] = (...args: unknown[]) => {
-      const mount = mountOf(args[0]) ?? (name === 'rename' || name === 'link' ? mountOf(args[1]) : undefined);
-      if (mount === undefined) return call.apply(fs, args);
-      if (name === 'open') {
-        return through(mount, () => call.apply(fs, args)).then((handle) =>
-          gateHandle(handle as FileHandle, mount),
+      if (mayHang().size === 0) return call.apply(fs, args);
+      const absolute = resolved(args[0]);
+      const mount =
+        mountOf(absolute) ?? (name === 'rename' || name === 'link' ? mountOf(resolved(args[1])) : undefined);
+      if (name === 'open' && underRoot(absolute)) {
+        const opening = () => call.apply(fs, args) as Promise<FileHandle>;
+        return (mount === undefined ? opening() : through(mount, opening)).then((handle) =>
+          trackHandle(handle, absolute, mount),
         );
       }
-      return through(mount, () => call.apply(fs, args));
+      return mount === undefined ? call.apply(fs, args) : through(mount, () => call.apply(fs, args));
     };
   }
   const descriptors = fs.descriptors;
@@ -165,15 +200,18 @@ export function gateMountsThatMayHang(
     const onDescriptor =
       <A extends unknown[], R>(call: (fd: number, ...rest: A) => Promise<R>) =>
       (fd: number, ...rest: A): Promise<R> => {
-        const mount = descriptorMounts.get(fd);
+        const mount = mountOfDescriptor(fd);
         return mount === undefined ? call(fd, ...rest) : through(mount, () => call(fd, ...rest));
       };
     gated.descriptors = {
       open: (file, flags, mode) => {
-        const mount = mountOf(file);
-        if (mount === undefined) return descriptors.open(file, flags, mode);
-        return through(mount, () => descriptors.open(file, flags, mode)).then((fd) => {
-          descriptorMounts.set(fd, mount);
+        if (mayHang().size === 0) return descriptors.open(file, flags, mode);
+        const absolute = resolved(file);
+        if (!underRoot(absolute)) return descriptors.open(file, flags, mode);
+        const mount = mountOf(absolute);
+        const opening = () => descriptors.open(file, flags, mode);
+        return (mount === undefined ? opening() : through(mount, opening)).then((fd) => {
+          descriptorPaths.set(fd, absolute);
           return fd;
         });
       },
@@ -182,11 +220,10 @@ export function gateMountsThatMayHang(
       fchmod: onDescriptor(descriptors.fchmod),
       fsync: onDescriptor(descriptors.fsync),
       close: (fd) => {
-        const mount = descriptorMounts.get(fd);
-        if (mount === undefined) return descriptors.close(fd);
+        const mount = mountOfDescriptor(fd);
         // Forgotten whatever the close answers: the number may be reused by the next open.
-        descriptorMounts.delete(fd);
-        return through(mount, () => descriptors.close(fd));
+        descriptorPaths.delete(fd);
+        return mount === undefined ? descriptors.close(fd) : through(mount, () => descriptors.close(fd));
       },
     } satisfies DescriptorCalls;
   }
