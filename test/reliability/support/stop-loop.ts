@@ -61,6 +61,16 @@ async function waitsOnFuse(pid: number): Promise<boolean> {
   return false;
 }
 
+/**
+ * When to SIGKILL after the SIGTERM: within the typical stop; for a hung stop, uniformly over the 12.5 s it can
+ * last, or (half of them) within the deadline and the pool drain's second, whose end a uniform moment seldom hits.
+ */
+function killMoment(random: Random, hung: boolean, typicalStopMs: number): number {
+  if (!hung) return random() * typicalStopMs;
+  if (random() < 0.5) return random() * (STOP_DEADLINE_MS + POOL_DRAIN_MS + 1_500);
+  return STOP_DEADLINE_MS - 200 + random() * (POOL_DRAIN_MS + 400);
+}
+
 const describe = (violations: readonly Violation[]) =>
   violations.map((v) => `${v.path}: ${v.problem}`).join('; ');
 
@@ -183,10 +193,7 @@ export async function runStopLane(
     child.kill('SIGTERM');
     figures.stops += 1;
     // A SIGKILL at a random moment of the stop (a hung one: its deadline, the pool drain, the SIGTERM it ends by).
-    const killAfter =
-      !firstHung && random() < 0.65
-        ? random() * (hung ? STOP_DEADLINE_MS + POOL_DRAIN_MS + 1_500 : typicalStopMs)
-        : undefined;
+    const killAfter = !firstHung && random() < 0.65 ? killMoment(random, hung, typicalStopMs) : undefined;
     let killed = false;
     if (killAfter !== undefined) {
       await Promise.race([exited, sleep(killAfter)]);
