@@ -182,10 +182,13 @@ describe.skipIf(SKIP !== undefined)('power cuts in the middle of a directory ren
       settled = true;
       await allDeployed.catch(() => undefined);
       const renames = traced.calls.filter((c) => c.name.startsWith('rename'));
-      if (moment.killAtRename !== undefined && !stop.signal.aborted) reached.push(moment.what);
-      if (moment.killAtRename !== undefined && stop.signal.aborted) {
+      // Killed in the rename aimed at: the n-th seen, and it never returned.
+      const killedThere = renames.length === moment.killAtRename && renames.at(-1)?.result === '?';
+      if (killedThere) reached.push(moment.what);
+      else if (moment.killAtRename !== undefined) {
         problems.push(
-          `${label}: the daemon converged before its rename ${moment.killAtRename} (${renames.length} seen)`,
+          `${label}: the daemon was not killed entering its rename ${moment.killAtRename} (${renames.length} seen, ` +
+            `${stop.signal.aborted ? 'it converged first' : `it ended with ${String(traced.code)}`})`,
         );
       }
       if (moment.killAtRename === undefined && renames.length < 2) {
