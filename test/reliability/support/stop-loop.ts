@@ -12,7 +12,12 @@ import { CANARY_KEY, type Fleet, type Violation } from './fleet.js';
 import { type Exit, HANG_LIMITS, reportOnSignalEnv, watchRun } from './kill-loop.js';
 import { type Random, randomInt } from './random.js';
 
-/** The daemon's stop deadline (STOP_DEADLINE_MS, src/cli/compose.ts): a hung stop's exit path starts there. */
+/**
+ * A stop gives the pass 7 s (STOP_BUDGET_MS, src/daemon/agent.ts), then flushes the state as it is and exits 0, which
+ * endProcess turns into a SIGTERM after 1 s more of a pool thread hung (POOL_DRAIN_MS); the process's own 10 s
+ * deadline (STOP_DEADLINE_MS, src/cli/compose.ts) ends a stop whose flush hangs too ("shutdown took too long").
+ */
+const PASS_STOP_BUDGET_MS = 7_000;
 const STOP_DEADLINE_MS = 10_000;
 /** A stop not over this long after its SIGTERM is wedged (the deadline, the pool drain, a busy machine). */
 const WEDGED_AFTER_MS = 60_000;
@@ -41,10 +46,14 @@ export interface StopLaneFigures {
   cleanStops: number;
   /** Stops made while a thread of the daemon waited on the hung mount. */
   hungStops: number;
-  /** Of those, SIGKILLs that came after the stop deadline ran out (during the pool drain or the SIGTERM). */
-  killedPastDeadline: number;
-  /** Stops that ended by themselves past the deadline: the process ended by SIGTERM. */
+  /** Of those, SIGKILLs after the pass's stop budget ran out (the flush, the pool drain, the SIGTERM). */
+  killedPastBudget: number;
+  /** Hung stops that ended by themselves: past the pass's stop budget, by SIGTERM with a pool thread hung. */
   endedBySigterm: number;
+  /** Of those, the ones that ran out the process's 10 s deadline too ("shutdown took too long"). */
+  endedPastDeadline: number;
+  /** How long each hung stop left alone took, SIGTERM to its end (ms). */
+  hungStopMs: number[];
   /** SIGTERMs that came before the daemon's listener was in (nothing logged yet): ended by the default action. */
   beforeHandlers: number;
   completedRuns: number;
@@ -63,12 +72,13 @@ async function waitsOnFuse(pid: number): Promise<boolean> {
 
 /**
  * When to SIGKILL after the SIGTERM: within the typical stop; for a hung stop, uniformly over the 12.5 s it can
- * last, or (half of them) within the deadline and the pool drain's second, whose end a uniform moment seldom hits.
+ * last, or (half of them) from just before the pass's stop budget runs out to past the pool drain's second: the
+ * flush, the exit and the SIGTERM, which a uniform moment seldom hits.
  */
 function killMoment(random: Random, hung: boolean, typicalStopMs: number): number {
   if (!hung) return random() * typicalStopMs;
   if (random() < 0.5) return random() * (STOP_DEADLINE_MS + POOL_DRAIN_MS + 1_500);
-  return STOP_DEADLINE_MS - 200 + random() * (POOL_DRAIN_MS + 400);
+  return PASS_STOP_BUDGET_MS - 200 + random() * (POOL_DRAIN_MS + 1_000);
 }
 
 const describe = (violations: readonly Violation[]) =>
@@ -85,8 +95,10 @@ export async function runStopLane(
     killedDuringStop: 0,
     cleanStops: 0,
     hungStops: 0,
-    killedPastDeadline: 0,
+    killedPastBudget: 0,
     endedBySigterm: 0,
+    endedPastDeadline: 0,
+    hungStopMs: [],
     beforeHandlers: 0,
     completedRuns: 0,
     stoppedByTime: false,
@@ -201,7 +213,7 @@ export async function runStopLane(
         child.kill('SIGKILL');
         killed = true;
         figures.killedDuringStop += 1;
-        if (hung && killAfter > STOP_DEADLINE_MS) figures.killedPastDeadline += 1;
+        if (hung && killAfter > PASS_STOP_BUDGET_MS) figures.killedPastBudget += 1;
       }
     }
     const exit: Exit = await exited;
@@ -223,8 +235,11 @@ export async function runStopLane(
     if (exit.output.startsWith('hung (')) fail(`${label}: wedged in its stop: ${exit.output.slice(0, 3000)}`);
     else if (stopMs > WEDGED_AFTER_MS) fail(`${label}: its stop took ${stopMs.toFixed(0)} ms (${how})`);
     else if (!killed) {
-      if (hung && exit.signal === 'SIGTERM') figures.endedBySigterm += 1;
-      else if (!hung && exit.code === 0) {
+      if (hung && exit.signal === 'SIGTERM') {
+        figures.endedBySigterm += 1;
+        figures.hungStopMs.push(Math.round(stopMs));
+        if (/shutdown took too long|has not finished after/.test(exit.output)) figures.endedPastDeadline += 1;
+      } else if (!hung && exit.code === 0) {
         figures.cleanStops += 1;
         typicalStopMs = typicalStopMs * 0.8 + stopMs * 0.2;
       } else if (!hung && exit.code === 1 && exit.output.includes('shutdown took too long')) {
