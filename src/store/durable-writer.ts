@@ -1326,9 +1326,22 @@ async function writeTempAndRename(
     if (!renamed) {
       // Gone again: the batch's other publishes must look them up and make them anew, and their parents' fsyncs
       // are no longer owed for them (another publish that makes one again records it again).
-      for (const removed of await removeCreatedDirs(fs, root, created, createdIn)) {
+      const removedDirs = await removeCreatedDirs(fs, root, created, createdIn);
+      for (const removed of removedDirs) {
         verified.forget(removed);
         options.madeDirectories?.delete(removed);
+      }
+      // The mkdir was fsynced into its parent: so is its removal, else a power cut brings back an empty directory
+      // nobody records nor prunes. Best effort (the write's own error is the one thrown; the ledger keeps a
+      // failed fsync's drop). Below the top one, the directories went with it.
+      const top = removedDirs.at(-1);
+      if (durable && top !== undefined) {
+        const parent = relativeDir(top);
+        const handle = createdIn.get(parent);
+        await (handle === undefined
+          ? fsyncDirectory(fs, path.join(root, parent), parent)
+          : syncOpenDirectory(fs, handle, parent, path.join(root, parent))
+        ).catch(() => undefined);
       }
     }
     throw error;
