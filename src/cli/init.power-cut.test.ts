@@ -232,7 +232,7 @@ describe('config-agent init and a power cut', () => {
     expect(model.metadataAfterPowerCut()['data/configs']).toBe(`755 ${UID}:${GID}`);
   });
 
-  it('a rootDir an operator made is kept as found: files in it, another owner, or a mode init would not make', async () => {
+  it('a rootDir an operator made is kept as found: files in it, another owner, a mode init would not make, a symlink', async () => {
     const { vol, model } = await system();
     const made = (dir: string, mode: number, uid: number) => {
       vol.mkdirSync(dir, { recursive: true, mode });
@@ -243,10 +243,14 @@ describe('config-agent init and a power cut', () => {
     vol.writeFileSync('/data/with-files/keep.conf', 'the operator wrote this\n');
     made('/data/other-owner', 0o755, 1234);
     made('/data/wider', 0o775, 0);
+    // A symlink to an empty root's directory: the operator's choice of where rootDir lives, never init's mkdir.
+    made('/data/target', 0o755, 0);
+    vol.symlinkSync('/data/target', '/data/linked');
     for (const [rootDir, mode, uid] of [
       ['/data/with-files', '755', 0],
       ['/data/other-owner', '755', 1234],
       ['/data/wider', '775', 0],
+      ['/data/linked', '755', 0],
     ] as const) {
       const result = await init(model.fs, rootDir);
       expect(result.code).toBe(0);

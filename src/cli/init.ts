@@ -181,7 +181,7 @@ async function ensureDir(
   try {
     const stats = await fs.stat(dir);
     if (!stats.isDirectory()) throw new InitFailure(`${dir} exists and is not a directory`, ExitCode.Config);
-    if (options.owner === undefined || !(await looksUnsettled(fs, dir, stats, options.mode, options.owner)))
+    if (options.owner === undefined || !(await looksUnsettled(fs, dir, options.mode, options.owner)))
       return 'kept';
     await settleOwnerDurably(fs, dir, options.mode, options.owner, false);
     return 'settled';
@@ -213,10 +213,12 @@ async function ensureDir(
 async function looksUnsettled(
   fs: InitFs,
   dir: string,
-  stats: { uid: number; gid: number; mode: number },
   mode: number,
   owner: { uid: number; gid: number },
 ): Promise<boolean> {
+  // The directory itself: a symlink to one (an operator's choice) is never init's mkdir.
+  const stats = await fs.lstat(dir);
+  if (!stats.isDirectory()) return false;
   const permissions = stats.mode & 0o7777;
   if (stats.uid !== 0 || (permissions & ~mode) !== 0) return false;
   if (stats.uid === owner.uid && stats.gid === owner.gid && permissions === mode) return false;
