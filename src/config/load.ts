@@ -2,6 +2,7 @@
 import { constants } from 'node:fs';
 import path from 'node:path';
 import type { z } from 'zod';
+import { chooseProxy } from '../api/proxy.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import { formatFieldPath } from '../lib/field-path.js';
 import type { FsPort } from '../lib/fs-port.js';
@@ -345,6 +346,42 @@ export function assertTlsVerificationEnabled(env: NodeJS.ProcessEnv): void {
   }
 }
 
+/**
+ * The proxy variables of the environment, when requests would go through them (an https `baseUrl`, no
+ * `server.proxy`), must be URLs a request can use: undici refused a malformed one (`127.0.0.1:3128` without its
+ * scheme, `not a url`) or a port 0 on every request as a network error, so a setting only the operator can fix
+ * looked like an outage (exit 3, the daemon retrying for ever). Values are never quoted (they may hold a password).
+ */
+export function assertEnvironmentProxyUsable(config: AgentConfig, env: NodeJS.ProcessEnv): void {
+  const proxy = config.server.proxy;
+  const choice = chooseProxy(config.server.baseUrl, proxy === undefined ? { env } : { url: proxy, env });
+  if (choice.kind !== 'environment') return;
+  const issues: ConfigIssue[] = [];
+  for (const [name, value] of [
+    ['https_proxy', choice.httpsProxy],
+    ['http_proxy', choice.httpProxy],
+  ] as const) {
+    const problem = value === undefined ? undefined : proxyUrlProblem(value);
+    if (problem === undefined) continue;
+    const shown = env[name] !== undefined && env[name]?.trim() !== '' ? name : name.toUpperCase();
+    issues.push({ path: shown, message: `${problem} (or set server.proxy, which wins over it)` });
+  }
+  if (issues.length > 0) throw new ConfigError('environment', issues);
+}
+
+function proxyUrlProblem(value: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return 'must be an absolute URL like "http://proxy.example.com:3128" (with its scheme)';
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return 'must use http or https';
+  if (url.hostname === '') return 'must name a host';
+  if (url.port === '0') return 'must not use port 0 (no proxy listens there)';
+  return undefined;
+}
+
 export async function loadAgentConfig(
   fs: ConfigFs,
   options: {
@@ -358,6 +395,7 @@ export async function loadAgentConfig(
   assertTlsVerificationEnabled(options.env);
   const configPath = resolveConfigPath(options.configFlag, options.env);
   const config = await loadConfigFile(fs, configPath);
+  assertEnvironmentProxyUsable(config, options.env);
   await assertOwnPathsOutsideRoot(
     config,
     configPath,

@@ -280,6 +280,8 @@ const Server = z.strictObject({
         ctx.addIssue({ code: 'custom', message: 'must not contain credentials' });
       } else if ((url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.hash !== '') {
         ctx.addIssue({ code: 'custom', message: 'must be only a scheme, host and port' });
+      } else if (url.port === '0') {
+        ctx.addIssue({ code: 'custom', message: 'must not use port 0 (no proxy listens there)' });
       }
     })
     .exactOptional(),
