@@ -104,7 +104,7 @@ describe('systemd/config-agent.service: directives the agent and the docs rely o
   it('restarts on failure after a delay, never giving up (no start limit), but not after an invalid configuration', () => {
     expect(value('Restart')).toBe('on-failure');
     expect(value('RestartSec')).toBe('30s');
-    expect(value('RestartPreventExitStatus')).toBe(String(ExitCode.Config));
+    expect(value('RestartPreventExitStatus')).toBe(`${ExitCode.Usage} ${ExitCode.Config}`);
     expect(ExitCode.Config).toBe(78);
     // A SIGHUP (systemctl reload) that lands in Node's start-up, before the agent's first line, ends the process;
     // systemd counts that as a clean exit and on-failure alone left the unit inactive (1 restart+reload in 16).
