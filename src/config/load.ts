@@ -1,4 +1,5 @@
 // Loads the agent's configuration: the file (flag > env > default path), the API key (env > credentials > file).
+import { X509Certificate } from 'node:crypto';
 import { constants } from 'node:fs';
 import path from 'node:path';
 import type { z } from 'zod';
@@ -382,6 +383,65 @@ function proxyUrlProblem(value: string): string | undefined {
   return undefined;
 }
 
+/** A CA bundle is a few hundred KiB (Debian's whole one ~220 KiB): a larger file is not one. */
+const MAX_CA_FILE_BYTES = 4 * 1024 * 1024;
+const PEM_BEGIN = '-----BEGIN CERTIFICATE-----';
+const PEM_END = '-----END CERTIFICATE-----';
+
+/**
+ * `NODE_EXTRA_CA_CERTS`, when set and an https service is used, must be a readable file of PEM certificates:
+ * Node ignores one it cannot load (missing: one warning line; no certificate in it: silently), so a private CA's
+ * service then failed every request on its certificate as a network error (exit 3, the daemon retrying for ever)
+ * while the cause was the setting.
+ */
+export async function assertExtraCaCertsUsable(
+  fs: FsPort,
+  config: AgentConfig,
+  env: NodeJS.ProcessEnv,
+): Promise<void> {
+  const file = env.NODE_EXTRA_CA_CERTS;
+  if (file === undefined || file === '' || !config.server.baseUrl.startsWith('https:')) return;
+  const fail = (problem: string, cause?: unknown): never => {
+    throw new ConfigError(
+      'environment',
+      [
+        {
+          path: 'NODE_EXTRA_CA_CERTS',
+          message: `${file}: ${problem}: Node would ignore it, and trust no private CA`,
+        },
+      ],
+      { cause },
+    );
+  };
+  let text = '';
+  let handle: Awaited<ReturnType<FsPort['open']>>;
+  try {
+    handle = await fs.open(file, NONBLOCKING_READ);
+  } catch (error) {
+    return fail(`cannot read the file: ${describeFsError(error)}`, error);
+  }
+  try {
+    const stats = await handle.stat();
+    if (!stats.isFile()) return fail(`not a regular file (${describeFileType(stats)})`);
+    if (stats.size > MAX_CA_FILE_BYTES) return fail(`larger than ${MAX_CA_FILE_BYTES} bytes: not a CA file`);
+    text = await handle.readFile({ encoding: 'utf8' });
+  } catch (error) {
+    if (error instanceof ConfigError) throw error;
+    return fail(`cannot read the file: ${describeFsError(error)}`, error);
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+  const begin = text.indexOf(PEM_BEGIN);
+  const end = begin < 0 ? -1 : text.indexOf(PEM_END, begin);
+  if (end < 0) return fail('holds no PEM certificate (-----BEGIN CERTIFICATE-----)');
+  // The first alone: parsing all of a distribution's bundle (144) cost ~150 ms of every start.
+  try {
+    new X509Certificate(text.slice(begin, end + PEM_END.length));
+  } catch (error) {
+    return fail('its first certificate does not parse', error);
+  }
+}
+
 export async function loadAgentConfig(
   fs: ConfigFs,
   options: {
@@ -402,6 +462,7 @@ export async function loadAgentConfig(
     ownPaths(config, configPath, options.env),
     options.ownPathsPort,
   );
+  await assertExtraCaCertsUsable(fs, config, options.env);
   await assertHookProgramsTrusted(fs, config, configPath, options.env);
   await assertDirectoriesUnswappable(
     fs,
