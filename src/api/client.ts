@@ -291,7 +291,8 @@ function isHtmlPage(contentType: string | string[] | undefined, body: Buffer): b
   return /^\s*(text\/html|application\/xhtml\+xml)\s*(;|$)/i.test(type);
 }
 
-function encodeId(kind: string, id: string): string {
+/** An id as one URL path segment: percent-encoded, a dot segment spelt so no normaliser collapses it. */
+export function encodeId(kind: string, id: string): string {
   if (typeof id !== 'string' || id === '')
     throw new InvalidArgumentError(`${kind} id must be a non-empty string`);
   // Dot segments would be collapsed by any URL normaliser on the way and reach a different route.

@@ -11,8 +11,14 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-async function check(answer: (res: ServerResponse) => void, timeoutMs = 2_000) {
+async function check(
+  answer: (res: ServerResponse) => void,
+  timeoutMs = 2_000,
+  deviceId = DEVICE,
+  urls: string[] = [],
+) {
   const server = createServer((req, res) => {
+    urls.push(req.url ?? '');
     req.resume();
     req.on('end', () => answer(res));
   });
@@ -28,7 +34,7 @@ async function check(answer: (res: ServerResponse) => void, timeoutMs = 2_000) {
     baseUrl,
     apiVersion: 'v1',
     apiKey: 'sk-check-test',
-    deviceId: DEVICE,
+    deviceId,
     timeoutMs,
     transport,
   });
@@ -120,5 +126,21 @@ describe('checkService: a 200 that is not the device', () => {
       kind: 'http',
       message: expect.stringContaining('its answer did not arrive whole'),
     });
+  });
+});
+
+describe('checkService: the device id in the path', () => {
+  // A dot segment is collapsed by URL normalisers on the way: `/v1/devices/..` asks for `/v1/`, not the device.
+  it('spells a device id of "." or ".." as the agent does, so no normaliser collapses it', async () => {
+    for (const [deviceId, expected] of [
+      ['..', '/v1/devices/%2E%2E'],
+      ['.', '/v1/devices/%2E'],
+      ['a/b', '/v1/devices/a%2Fb'],
+    ] as const) {
+      const urls: string[] = [];
+      const result = await check(json(200, { object: 'device', id: deviceId }), 2_000, deviceId, urls);
+      expect(urls).toEqual([expected]);
+      expect(result.ok).toBe(true);
+    }
   });
 });

@@ -1,4 +1,5 @@
 // init and doctor: one GET /devices/{id} with the device's settings, classified into a sentence an operator can act on.
+import { encodeId } from '../api/client.js';
 import { withoutBom } from '../api/json-bytes.js';
 import type { Transport, TransportResponse } from '../api/transport.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
@@ -138,7 +139,7 @@ async function readText(body: TransportResponse['body']): Promise<string | 'too_
 export async function checkService(input: ServiceCheckInput): Promise<ServiceCheckResult> {
   const base = new URL(input.baseUrl);
   const origin = base.origin;
-  const path = `${base.pathname.replace(/\/+$/, '')}/${input.apiVersion}/devices/${encodeURIComponent(input.deviceId)}`;
+  const path = `${base.pathname.replace(/\/+$/, '')}/${input.apiVersion}/devices/${encodeId('device', input.deviceId)}`;
   let response: TransportResponse;
   const signal = AbortSignal.timeout(input.timeoutMs);
   try {
