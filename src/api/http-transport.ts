@@ -1,7 +1,9 @@
 // Direct requests to the service on sockets of its own parsed by node's llhttp (node:http for a fresh transport or a runtime without that parser): kept-alive connections, a connect timeout, stale connections marked.
+
 import type { Agent as HttpAgent, request as httpRequest, IncomingMessage } from 'node:http';
 import type https from 'node:https';
 import type { Socket } from 'node:net';
+import { isLoopbackName, loopbackLookup } from './loopback-name.js';
 import { abortError, llhttpParserFrom, nodeHttpCommon, SocketLane } from './socket-lane.js';
 import { markIfStale } from './stale-connection.js';
 import {
@@ -163,6 +165,7 @@ export class HttpTransport implements Transport {
         method: request.method,
         headers,
         agent,
+        ...(isLoopbackName(endpoint.hostname) ? { lookup: loopbackLookup } : {}),
       });
       const onAbort = () => req.destroy(abortError(signal.reason));
       if (signal.aborted) onAbort();

@@ -1,6 +1,8 @@
 // Requests on kept-alive sockets of the transport's own, each answer parsed by node's llhttp: a sixth of node:http's CPU a request.
+
 import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
+import { isLoopbackName, loopbackLookup } from './loopback-name.js';
 import { markIfStale } from './stale-connection.js';
 import type { RequestSignal } from './transport.js';
 
@@ -286,12 +288,14 @@ export class SocketLane {
 
   #openSocket(request: SocketLaneRequest): Socket {
     const { hostname: host, port } = request;
-    if (!request.secure) return process.getBuiltinModule('node:net').connect({ host, port });
+    const lookup = isLoopbackName(host) ? { lookup: loopbackLookup } : {};
+    if (!request.secure) return process.getBuiltinModule('node:net').connect({ host, port, ...lookup });
     const tls = process.getBuiltinModule('node:tls');
     const servername = process.getBuiltinModule('node:net').isIP(host) === 0 ? host : undefined;
     return tls.connect({
       host,
       port,
+      ...lookup,
       ...(servername === undefined ? {} : { servername }),
       ...(this.#ca === undefined ? {} : { ca: this.#ca }),
     });
