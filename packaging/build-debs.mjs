@@ -225,7 +225,7 @@ function compression(arch) {
   return arch === 'all' ? ['-Zxz'] : ['-Zgzip'];
 }
 
-function stage({ name, arch, interpreter, depends, relations, node }) {
+function stage({ name, arch, interpreter, depends, relations, node, triggers = false }) {
   const root = path.join(WORK, `${name}_${arch}`);
   for (const file of bundle) write(path.join(root, LIB, 'dist', file.name), file.text);
   write(path.join(root, LIB, 'package.json'), installedPackageJson(pkg.version));
@@ -273,6 +273,9 @@ function stage({ name, arch, interpreter, depends, relations, node }) {
   for (const script of ['postinst', 'prerm', 'postrm']) {
     install(path.join(REPO, 'packaging/debian', script), path.join(control, script), 0o755);
   }
+  // The system Node's upgrade reruns postinst (`triggered`) to make the install's code cache for the new binary;
+  // config-agent-node's own Node is upgraded with the package itself.
+  if (triggers) install(path.join(REPO, 'packaging/debian/triggers'), path.join(control, 'triggers'), 0o644);
   const payload = filesUnder(root).filter((file) => !file.startsWith(`${control}/`));
   write(
     path.join(control, 'md5sums'),
@@ -323,6 +326,7 @@ const debs = [
     interpreter: '/usr/bin/node',
     depends: 'nodejs (>= 20.19), systemd',
     relations: ['Conflicts: config-agent-node', 'Replaces: config-agent-node'],
+    triggers: true,
   }),
 ];
 if (!flags['no-node']) {

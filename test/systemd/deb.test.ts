@@ -466,4 +466,59 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
       mode: 'ci',
     });
   });
+
+  underSystemd(
+    "on the system Node, an upgrade of Node (a package installing /usr/bin/node anew) makes the install's code cache for the new binary, which a first --once starts from; purge removes it",
+    () => {
+      const all = `/opt/ci/${path.basename(ALL_DEB as string)}`;
+      const installed = inside(`apt-get install -y ${all}`);
+      expect(installed.status, installed.stdout + installed.stderr).toBe(0);
+      const init = inside(
+        `config-agent init --device-id ${DEVICE} --base-url ${mockUrl} --api-key-file - && ` +
+          'sed -i \'s/"deviceId"/"log": {"level": "debug"},\\n  "deviceId"/\' /etc/config-agent/config.json',
+        `${KEY}\n`,
+      );
+      expect(init.status, init.stdout + init.stderr).toBe(0);
+      const listCache = () => inside('ls /var/cache/config-agent/code-cache').stdout.trim().split('\n');
+      const before = listCache();
+      expect(before).toHaveLength(1);
+
+      // The upgrade: a package that takes over /usr/bin/node (Replaces: nodejs) with a copy of it, a new inode as
+      // a new nodejs's would be. dpkg then runs config-agent's postinst `triggered` (its interest in the path).
+      const upgrade = inside(
+        'set -e; d=/var/tmp/ci-node-upgrade; mkdir -p $d/DEBIAN $d/usr/bin; cp /usr/bin/node $d/usr/bin/node; ' +
+          'printf "Package: ci-node-upgrade\\nVersion: 1\\nArchitecture: all\\nMaintainer: CI <ci@example.invalid>\\n' +
+          'Replaces: nodejs\\nDescription: a new /usr/bin/node\\n" >$d/DEBIAN/control; ' +
+          'dpkg-deb -Znone --root-owner-group --build $d /var/tmp/ci-node-upgrade.deb >/dev/null; rm -rf $d; ' +
+          'dpkg -i /var/tmp/ci-node-upgrade.deb; rm /var/tmp/ci-node-upgrade.deb',
+      );
+      expect(upgrade.status, upgrade.stdout + upgrade.stderr).toBe(0);
+      expect(upgrade.stdout).toContain('Processing triggers for config-agent');
+      const after = listCache();
+      const made = after.filter((file) => !before.includes(file));
+      expect(made, after.join(' ')).toHaveLength(1);
+      expect(made[0]).toMatch(/^agent-[0-9A-F]{12}\.[0-9a-f]{16}\.v8cache$/);
+      expect(owner(`/var/cache/config-agent/code-cache/${made[0]}`)).toBe('644 root:root');
+
+      // The agent's first --once (no cache of its own; its stateDir made as the unit's StateDirectory= makes it):
+      // the one made for the new node is used. Before the trigger, only the old one was there, made for another
+      // binary, and this --once compiled from source.
+      const first = inside(
+        'install -d -o config-agent -g config-agent -m 0700 /var/lib/config-agent && ' +
+          'k=$(cat /etc/config-agent/api-key); CONFIG_AGENT_API_KEY="$k" runuser -u config-agent -- config-agent --once 2>&1',
+      );
+      expect(first.status, first.stdout).toBe(0);
+      const cacheLines = first.stdout
+        .split('\n')
+        .filter((line) => line.includes('"component":"code-cache"'))
+        .map((line) => (JSON.parse(line) as { msg: string }).msg);
+      expect(cacheLines).toEqual(['code cache not used', 'code cache used', 'code cache written']);
+
+      const purged = inside('apt-get purge -y config-agent');
+      expect(purged.status, purged.stdout + purged.stderr).toBe(0);
+      expect(inside('test -e /var/cache/config-agent').status).toBe(1);
+      expect(inside('test -e /var/lib/config-agent').status).toBe(1);
+    },
+    240_000,
+  );
 });
