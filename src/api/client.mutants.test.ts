@@ -5,7 +5,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
-import { createClient } from './client.js';
+import { createClient, type RequestEvent } from './client.js';
 import { InvalidArgumentError, ResponseTooLargeError } from './errors.js';
 
 const closers: (() => Promise<void>)[] = [];
@@ -93,6 +93,22 @@ describe('the headers every request shares', () => {
     await c.reportConfigInstanceStatus('ci_1', { activity_status: 'deployed', error_status: 'none' });
     await c.getDevice('dev_1').catch(() => undefined);
     expect(accepts).toEqual(['application/json', 'application/json']);
+  });
+
+  it("name a report's route pattern to onRequest", async () => {
+    const { url } = await service();
+    const events: RequestEvent[] = [];
+    const c = createClient({
+      baseUrl: url,
+      apiKey: 'k',
+      timeoutMs: PATIENCE_MS,
+      maxResponseBytes: 1_000_000,
+      onRequest: (event) => events.push(event),
+    });
+    await c.reportConfigInstanceStatus('ci_1', { activity_status: 'deployed', error_status: 'none' });
+    expect(events.map(({ method, route, outcome }) => [method, route, outcome])).toEqual([
+      ['PATCH', '/v1/config_instances/{id}', 'ok'],
+    ]);
   });
 });
 
