@@ -90,3 +90,38 @@ describe('the records a reload carries in', () => {
     expect(asides.records()).toEqual([here, carried]);
   });
 });
+
+describe('a record inside a directory aside whose name is taken by another directory', () => {
+  it('is kept though its own name is found there, and put back inside its directory once that one is', async () => {
+    // top/app renamed aside holding its own aside inner; a new top/app made since, with an inner of its own.
+    const outer = { rootDir: root, dir: 'top', name: 'app', aside: asideName('a1') };
+    const inner = { rootDir: root, dir: 'top/app', name: 'inner', aside: asideName('b2') };
+    await mkdir(path.join(root, 'top', outer.aside, inner.aside), { recursive: true, mode: 0o755 });
+    await writeFile(path.join(root, 'top', outer.aside, inner.aside, 'old.conf'), 'old\n');
+    await mkdir(path.join(root, 'top/app/inner'), { recursive: true, mode: 0o755 });
+    await writeFile(path.join(root, 'top/app/inner/new.conf'), 'new\n');
+    for (const at of ['top', 'top/app', 'top/app/inner', `top/${outer.aside}`])
+      await chmod(path.join(root, at), 0o755);
+    const asides = await open([outer, inner]);
+    expect(asides.pending).toBe(2);
+    expect(asides.records()).toEqual([outer, inner]);
+    // The operator moves the new one away: a retry puts back both, the inner one inside the outer.
+    await rm(path.join(root, 'top/app'), { recursive: true });
+    expect(await asides.retry()).toBe(0);
+    expect((await readdir(path.join(root, 'top'))).sort()).toEqual(['app']);
+    expect(await readdir(path.join(root, 'top/app'))).toEqual(['inner']);
+    expect(await readFile(path.join(root, 'top/app/inner/old.conf'), 'utf8')).toBe('old\n');
+  });
+});
+
+describe('a record whose aside is gone with a directory at its name', () => {
+  it('is dropped as back, whatever other records are kept', async () => {
+    await mkdir(path.join(root, 'app'));
+    const back = { rootDir: root, dir: '', name: 'app', aside: asideName('c3') };
+    const other = { rootDir: path.join(dir, 'other'), dir: '', name: 'app', aside: asideName('d4') };
+    const asides = await open([back, other]);
+    expect(asides.pending).toBe(0);
+    expect(asides.records()).toEqual([other]);
+    expect(await readdir(root)).toEqual(['app']);
+  });
+});
