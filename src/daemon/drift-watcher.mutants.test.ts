@@ -1,0 +1,108 @@
+// The drift watcher's debounce where mutation testing found it unpinned: each window's sleep on the injected clock is
+// ended by the next event, judgeNow and close (none left waiting), and a closed watcher starts none.
+import { type FSWatcher, watch } from 'node:fs';
+import * as nodeFs from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Clock } from '../lib/clock.js';
+import { sha256Hex } from '../lib/hash.js';
+import { silentLogger } from '../lib/logger.js';
+import type { ManagedFile } from '../store/state.js';
+import { DriftWatcher } from './drift-watcher.js';
+import { SingleFlight } from './single-flight.js';
+
+const WINDOW_MS = 60_000;
+const cleanups: Array<() => Promise<void>> = [];
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** A clock whose time never moves: its sleeps end only by their signal; `waiting` counts those not ended. */
+function stoppedClock(): Pick<Clock, 'sleep'> & { waiting(): number } {
+  let waiting = 0;
+  return {
+    sleep: (_ms, signal) =>
+      new Promise<void>((_resolve, reject) => {
+        if (signal?.aborted) {
+          reject(signal.reason);
+          return;
+        }
+        waiting += 1;
+        signal?.addEventListener(
+          'abort',
+          () => {
+            waiting -= 1;
+            reject(signal.reason);
+          },
+          { once: true },
+        );
+      }),
+    waiting: () => waiting,
+  };
+}
+
+async function watched() {
+  const rootDir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-debounce-mutants-'));
+  await writeFile(path.join(rootDir, 'a.json'), '{"changed":true}\n', { mode: 0o644 });
+  const managed = new Map<string, ManagedFile>([
+    [
+      'a.json',
+      {
+        instanceId: 'cfg_a',
+        sha256: sha256Hex(Buffer.from('{"a":1}\n')),
+        mode: 0o644,
+        createdDirs: [],
+        writtenAt: '2030-01-01T00:00:00.000Z',
+      },
+    ],
+  ]);
+  const clock = stoppedClock();
+  const drifts: string[][] = [];
+  const watcher = new DriftWatcher({
+    fs: nodeFs,
+    rootDir,
+    policy: 'report',
+    logger: silentLogger(),
+    managedFiles: () => managed,
+    passes: new SingleFlight(async () => undefined),
+    onDrift: (paths) => drifts.push(paths),
+    clock,
+    debounceMs: WINDOW_MS,
+    directories: {
+      watch: ((target: string, options: object): FSWatcher =>
+        watch(target, options, () => undefined)) as unknown as typeof watch,
+    },
+  });
+  await watcher.start();
+  cleanups.push(async () => {
+    await watcher.close();
+    await rm(rootDir, { recursive: true, force: true });
+  });
+  const notice = () => watcher.noticeChange(path.join(rootDir, 'a.json'));
+  return { watcher, clock, drifts, notice };
+}
+
+describe("the debounce's sleeps", () => {
+  it('a burst leaves one window waiting; judgeNow ends it', async () => {
+    const { watcher, clock, drifts, notice } = await watched();
+    for (let i = 0; i < 5; i += 1) notice();
+    expect(clock.waiting()).toBe(1);
+    await watcher.judgeNow();
+    expect(clock.waiting()).toBe(0);
+    expect(drifts).toEqual([['a.json']]);
+  });
+
+  it('close ends the window, and a change told after it starts none', async () => {
+    const { watcher, clock, drifts, notice } = await watched();
+    notice();
+    expect(clock.waiting()).toBe(1);
+    await watcher.close();
+    expect(clock.waiting()).toBe(0);
+    notice();
+    expect(clock.waiting()).toBe(0);
+    expect(drifts).toEqual([]);
+  });
+});
