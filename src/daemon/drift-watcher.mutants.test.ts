@@ -105,4 +105,22 @@ describe("the debounce's sleeps", () => {
     expect(clock.waiting()).toBe(0);
     expect(drifts).toEqual([]);
   });
+
+  it('judgeNow with nothing noticed, and close before any start, end quietly', async () => {
+    const { watcher, clock, drifts } = await watched();
+    await watcher.judgeNow();
+    expect(drifts).toEqual([]);
+    expect(clock.waiting()).toBe(0);
+    const idle = new DriftWatcher({
+      fs: nodeFs,
+      rootDir: os.tmpdir(),
+      policy: 'report',
+      logger: silentLogger(),
+      managedFiles: () => new Map(),
+      passes: new SingleFlight(async () => undefined),
+      onDrift: () => undefined,
+      clock,
+    });
+    await expect(idle.close()).resolves.toBeUndefined();
+  });
 });
