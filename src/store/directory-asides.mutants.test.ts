@@ -8,6 +8,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import { ASIDES_FILE, type AsideEntry, DirectoryAsides } from './directory-asides.js';
+import { DirectorySyncLedger } from './directory-syncs.js';
+import { publishFile } from './durable-writer.js';
 import { TEMP_PREFIX } from './path-guard.js';
 
 const EUID = process.geteuid?.() ?? -1;
@@ -123,5 +125,47 @@ describe('a record whose aside is gone with a directory at its name', () => {
     expect(asides.pending).toBe(0);
     expect(asides.records()).toEqual([other]);
     expect(await readdir(root)).toEqual(['app']);
+  });
+});
+
+describe('two records held in one directory', () => {
+  it('a write below one of them tries that one, not the other', async () => {
+    // top/app and top/web both left aside; app's rename back keeps failing, web's fails only at the start.
+    const app = { rootDir: root, dir: 'top', name: 'app', aside: asideName('e5') };
+    const web = { rootDir: root, dir: 'top', name: 'web', aside: asideName('f6') };
+    for (const entry of [app, web]) {
+      await mkdir(path.join(root, 'top', entry.aside), { recursive: true, mode: 0o755 });
+      await writeFile(path.join(root, 'top', entry.aside, 'old.conf'), `${entry.name}\n`);
+    }
+    await chmod(path.join(root, 'top'), 0o755);
+    await writeFile(path.join(stateDir, ASIDES_FILE), JSON.stringify({ version: 1, asides: [app, web] }));
+    let webFailures = 1;
+    const ledger = new DirectorySyncLedger();
+    const failing: FsPort = {
+      ...fs,
+      directorySyncs: ledger,
+      rename: (async (from: string, to: string) => {
+        const eio = Object.assign(new Error('EIO'), { code: 'EIO' });
+        if (String(from) === path.join(root, 'top', app.aside)) throw eio;
+        if (String(from) === path.join(root, 'top', web.aside) && webFailures > 0) {
+          webFailures -= 1;
+          throw eio;
+        }
+        return nodeFs.rename(from, to);
+      }) as FsPort['rename'],
+    };
+    ledger.keepAsidesIn(
+      await DirectoryAsides.open(failing, stateDir, root, ledger, silentLogger(), {
+        euid: EUID,
+        clock: { now: () => 0 },
+      }),
+    );
+    const write = { data: Buffer.from('new\n'), mode: 0o644, dirMode: 0o755, rootDir: root };
+    await publishFile(failing, { ...write, relativePath: 'top/web/new.conf' });
+    await expect(publishFile(failing, { ...write, relativePath: 'top/app/new.conf' })).rejects.toMatchObject({
+      code: 'disk_error',
+    });
+    expect((await readdir(path.join(root, 'top'))).sort()).toEqual([app.aside, 'web'].sort());
+    expect((await readdir(path.join(root, 'top/web'))).sort()).toEqual(['new.conf', 'old.conf']);
   });
 });
