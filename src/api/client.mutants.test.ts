@@ -3,8 +3,9 @@
 // its first bytes, not a report's scan.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Agent } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
-import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
+import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createClient, type RequestEvent } from './client.js';
 import { InvalidArgumentError, ResponseTooLargeError } from './errors.js';
 
@@ -158,5 +159,38 @@ describe("a report's answer that is no instance", () => {
     }
     expect(read).toEqual([undefined, undefined, undefined, undefined]);
     expect(bodies).toHaveLength(4);
+  });
+});
+
+describe('a request through an undici dispatcher (a proxy, an injected one)', () => {
+  it("ends with the caller's abort, and with an already aborted signal, as on the lane", async () => {
+    const { url, bodies } = await service(() => {
+      // Never answered: only the abort ends the request.
+    });
+    const dispatcher = new Agent();
+    closers.push(() => dispatcher.destroy());
+    const c = createClient({
+      baseUrl: url,
+      apiKey: 'k',
+      timeoutMs: PATIENCE_MS,
+      maxResponseBytes: 1_000_000,
+      dispatcher,
+    });
+    const pass = new AbortController();
+    const reason = new Error('pass stopped');
+    const pending = c.getDevice('dev_1', { signal: pass.signal }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    await waitFor(() => bodies.length === 1, PATIENCE_MS, { what: 'the request at the server' });
+    pass.abort(reason);
+    expect(await pending).toBe(reason);
+    expect(
+      await c.getDevice('dev_1', { signal: AbortSignal.abort(reason) }).then(
+        () => undefined,
+        (e: unknown) => e,
+      ),
+    ).toBe(reason);
+    expect(bodies).toHaveLength(1);
   });
 });
