@@ -17,6 +17,8 @@ export const INTEGRATION = [
   'test/systemd/deb.test.ts',
   // Builds the shipped bundle and runs it against the mock service: its V8 code cache.
   'test/packaging/code-cache.test.ts',
+  // Builds the shipped bundle and runs --once --write-code-cache and first syncs: the install's V8 code cache.
+  'test/packaging/install-code-cache.test.ts',
   // Builds the shipped bundle: without a proxy, --once and the ESM chunks never load undici.
   'test/packaging/transport-chunks.test.ts',
   // Builds the shipped bundle: its pino without transports, a daemon that logs and loads no worker_threads.
