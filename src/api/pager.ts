@@ -108,6 +108,11 @@ export interface PullResult<I extends ConfigInstanceHead = ConfigInstance> {
   instances: I[];
   invalid: InvalidListItem[];
   skipped: SkippedListItem[];
+  /**
+   * Why the listing may have left instances out though it ended consistently (it ended before its own
+   * `total_count`): its instances are used, but no removal may conclude from it that nobody wants a path.
+   */
+  incomplete?: string;
 }
 
 export type PageRetry = <T>(what: string, request: () => Promise<T>, signal: AbortSignal) => Promise<T>;
@@ -190,6 +195,7 @@ interface Listing<I> {
   instances: I[];
   invalid: InvalidListItem[];
   skipped: SkippedListItem[];
+  incomplete?: string;
 }
 
 function itemId(item: PageItem | undefined): string | undefined {
@@ -244,7 +250,9 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
   const invalid = new Map<string, InvalidListItem>();
   const unnamed: InvalidListItem[] = [];
   const skipped = new Map<string, SkippedListItem>();
+  let incomplete: string | undefined;
   const merge = (listing: Listing<I>) => {
+    incomplete ??= listing.incomplete;
     for (const instance of listing.instances) {
       const earlier = byId.get(instance.id);
       if (earlier === undefined) {
@@ -318,6 +326,7 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
     instances: [...byId.values()],
     invalid: [...invalid.values(), ...unnamed],
     skipped: [...skipped.values()],
+    ...(incomplete === undefined ? {} : { incomplete }),
   };
 }
 
@@ -515,7 +524,11 @@ async function listOnce<I>(
         const problem = `the listing ended after ${covered} items, total_count said ${firstTotal}`;
         // Only a boundary the overlap did not check can hide a shift; otherwise the count itself is off.
         if (unanchored) return new Shifted(problem);
+        // The count is off, or the service cut the listing short: the pages read are used, but the instances
+        // past them may want paths, so nothing is removed on the ground that nobody does (adv20: a service that
+        // ended a listing early had the file of an instance it listed `deployed` deleted).
         options.logger?.warn({ covered, totalCount: firstTotal }, problem);
+        listing.incomplete = problem;
       }
       for (const id of duplicated) {
         const { activityStatus, errorStatus } = keptHeads.get(id) ?? {};

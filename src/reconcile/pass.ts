@@ -358,7 +358,12 @@ function planInput(
     ...(settings.fileMeta === undefined ? {} : { fileMeta: settings.fileMeta }),
     restoreDrift: settings.restoreDrift ?? true,
     // An item that could not be used may want any path: only a listing without one tells that nobody does.
-    complete: pulled.mode === 'full' && pulled.invalid.length === 0 && pulled.skipped.length === 0,
+    // A listing that ended before its total_count may have left out the instance that wants a path.
+    complete:
+      pulled.mode === 'full' &&
+      pulled.invalid.length === 0 &&
+      pulled.skipped.length === 0 &&
+      pulled.incomplete === undefined,
     reportEchoes: reportEchoes(dir.state.instances),
     ...(aliases.size === 0 ? {} : { aliases }),
   };

@@ -49,6 +49,8 @@ export interface Pulled<I extends ConfigInstanceHead = ConfigInstance> {
   invalid: InvalidListItem[];
   /** Items with a status value the agent does not know: not acted on. */
   skipped: SkippedListItem[];
+  /** Why the listing may have left instances out (pager.ts `PullResult.incomplete`). */
+  incomplete?: string;
 }
 
 /**
@@ -164,6 +166,7 @@ async function listInstances<I extends ConfigInstanceHead>(
     instances: ofThisDevice(pulled.instances, ctx, (instance) => instance),
     invalid: ofThisDevice(pulled.invalid, ctx, (item) => ({ id: item.id, device_id: item.deviceId })),
     skipped: ofThisDevice(pulled.skipped, ctx, (item) => ({ id: item.id, device_id: item.deviceId })),
+    ...(pulled.incomplete === undefined ? {} : { incomplete: pulled.incomplete }),
   };
 }
 

@@ -1,0 +1,136 @@
+// adv20: a hostile or broken service's listing against runPass: what lands on disk and what the service hears.
+import * as nodeFs from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { FaultRequest } from '../api/admin-schemas.js';
+import { createClient } from '../api/client.js';
+import type { Clock } from '../lib/clock.js';
+import type { Deps } from '../lib/deps.js';
+import { silentLogger } from '../lib/logger.js';
+import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
+import type { ConfigInstanceRecord } from '../mock-server/state.js';
+import type { PassResult } from './pass-runner.js';
+import { Reconciler } from './reconcile.js';
+
+const API_KEY = 'sk_test_adv20_0123456789abcdef';
+const DEVICE = 'dvc_1';
+const T0 = '2026-01-01T00:00:00.000Z';
+const T1 = '2026-02-01T00:00:00.000Z';
+
+const clock: Clock = {
+  now: () => Date.parse('2026-06-01T00:00:00.000Z'),
+  monotonic: () => 1_000,
+  sleep: async () => undefined,
+};
+
+let dir: string;
+let rootDir: string;
+let server: RunningMockServer;
+let reconciler: Reconciler;
+
+async function open(): Promise<void> {
+  await reconciler?.close();
+  const client = createClient({
+    baseUrl: server.url,
+    apiKey: API_KEY,
+    timeoutMs: 10_000,
+    maxResponseBytes: 1 << 20,
+  });
+  const deps: Deps = { fs: nodeFs, clock, random: () => 0.5, logger: silentLogger() };
+  reconciler = await Reconciler.open(
+    deps,
+    {
+      deviceId: DEVICE,
+      rootDir,
+      stateDir: path.join(dir, 'state'),
+      fileMode: 0o640,
+      dirMode: 0o750,
+      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+      requestRetries: 0,
+      maxResponseBytes: 1 << 20,
+    },
+    client,
+  );
+}
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-adv20-'));
+  rootDir = path.join(dir, 'root');
+  await mkdir(rootDir);
+  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
+  server = await startMockServer({ apiKeys: [API_KEY] });
+  await open();
+});
+
+afterEach(async () => {
+  await reconciler.close();
+  await server.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
+  server.state.instances.set(fields.id, {
+    device_id: DEVICE,
+    relative_filepath: `${fields.id}.json`,
+    config_schema_id: `sch_${fields.id}`,
+    config_type_id: 'typ',
+    target_status: 'deployed',
+    activity_status: 'queued',
+    error_status: 'none',
+    content: { owner: fields.id },
+    created_at: T0,
+    updated_at: T0,
+    ...fields,
+  });
+}
+
+const fault = (request: FaultRequest) => server.state.addFault(request);
+const pass = (): Promise<PassResult> => reconciler.runPass({ mode: 'full' });
+const fileAt = (relative: string) => readFile(path.join(rootDir, relative), 'utf8');
+const exists = (relative: string) =>
+  lstat(path.join(rootDir, relative)).then(
+    () => true,
+    () => false,
+  );
+const reports = () =>
+  server.state.reports.map((r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`);
+const LIST = '^/v1/config_instances$';
+
+describe('a listing that ends before its total_count', () => {
+  // A page that says `has_more: false` while `total_count` counts more: the count is off or the listing was cut
+  // short. The file of an instance on the pages never sent (c_w, deployed at the service) was deleted: a
+  // retired instance listed at its path (b_x, whose removal the service has not recorded yet) made the pull look
+  // complete and the path wanted by nobody.
+  it('removes no file on the strength of it', async () => {
+    for (let i = 0; i < 99; i += 1) put({ id: `a_${String(i).padStart(3, '0')}` });
+    // b_x held shared.json first; c_w took it over (a later deploy at the same path).
+    put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T0 });
+    expect((await pass()).converged).toBe(true);
+    put({ id: 'c_w', relative_filepath: 'shared.json', config_schema_id: 'sch_w', updated_at: T1 });
+    const x = server.state.instances.get('b_x')!;
+    server.state.instances.set('b_x', { ...x, target_status: 'removed', activity_status: 'deployed' });
+    await pass();
+    expect(await fileAt('shared.json')).toBe('{\n  "owner": "c_w"\n}\n');
+    // A service that lags: b_x still shows deployed (its removal not recorded), c_w deployed.
+    const x2 = server.state.instances.get('b_x')!;
+    server.state.instances.set('b_x', { ...x2, activity_status: 'deployed', error_status: 'none' });
+    const w = server.state.instances.get('c_w')!;
+    expect(w.activity_status).toBe('deployed');
+    const before = reports().length;
+    // The first page (a_000..a_098, b_x) says there is no more, though total_count counts c_w.
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"has_more":true', with: '"has_more":false' }],
+    });
+    await pass();
+    expect(await exists('shared.json')).toBe(true);
+    expect(await fileAt('shared.json')).toBe('{\n  "owner": "c_w"\n}\n');
+    // c_w, which the service shows deployed, is told nothing; b_x only that it is removed (its file is c_w's).
+    expect(reports().slice(before)).toEqual(['b_x removed/none']);
+    expect(await fileAt('a_000.json')).toBe('{\n  "owner": "a_000"\n}\n');
+  });
+});
