@@ -342,7 +342,15 @@ async function listQuery<I>(
   let evidence = '';
   for (let attempt = 1; attempt <= attempts; attempt++) {
     const before = { items: budget.items, bytes: budget.bytes };
-    const outcome = await listOnce(filters, options, budget, signal, checkDeadline, keep);
+    const outcome = await listOnce(
+      filters,
+      options,
+      budget,
+      signal,
+      checkDeadline,
+      keep,
+      attempt === attempts,
+    );
     if (!(outcome instanceof Shifted)) return outcome;
     evidence = outcome.evidence;
     // A discarded listing's items are not kept, but its bytes were read: only items are given back.
@@ -359,6 +367,8 @@ async function listOnce<I>(
   signal: AbortSignal,
   checkDeadline: () => void,
   keep: Keep<I>,
+  /** The last try: a count that disagrees at the end is the count's fault now, not a shift (see below). */
+  lastTry = false,
 ): Promise<Listing<I> | Shifted | GaveUp> {
   const pageLimit = Math.min(LIMIT_MAX, Math.max(1, options.pageLimit ?? PAGER_DEFAULTS.pageLimit));
   const pageBytes =
@@ -522,8 +532,11 @@ async function listOnce<I>(
     if (!head.has_more) {
       if (firstTotal !== undefined && covered !== firstTotal) {
         const problem = `the listing ended after ${covered} items, total_count said ${firstTotal}`;
-        // Only a boundary the overlap did not check can hide a shift; otherwise the count itself is off.
-        if (unanchored) return new Shifted(problem);
+        // Only a boundary the overlap did not check can hide a shift; otherwise the count itself is off. Every
+        // try ending so (pages of one, over a count that is off) is the count's fault too: a shift the boundary
+        // hid can have left an item out, never listed one twice (that is a shift of its own, above), so the
+        // listing is used as incomplete. It failed every pass with listing_unstable, nothing synced (adv20).
+        if (unanchored && !lastTry) return new Shifted(problem);
         // The count is off, or the service cut the listing short: the pages read are used, but the instances
         // past them may want paths, so nothing is removed on the ground that nobody does (adv20: a service that
         // ended a listing early had the file of an instance it listed `deployed` deleted).
