@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createProxy, type ProxyServer } from 'proxy';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { parseAgentConfig } from '../config/load.js';
 import { createClient } from './client.js';
@@ -165,6 +165,20 @@ describe.skipIf(!hasOpenssl)(
       await client(serviceUrl, { env: { HTTPS_PROXY: proxyUrl, NO_PROXY: '127.0.0.1' } }).getDevice('dvc_1');
       expect(proxySaw).toEqual([]);
       expect(serviceSawKeys).toEqual([KEY, KEY]);
+    });
+
+    it('a proxy variable blank but for spaces is unset for undici too: the other one is used', async () => {
+      // chooseProxy trims and takes a blank value for unset; undici, given no value, read the process's own
+      // environment, took " " for a proxy URL and failed building its agent, so every request failed (exit 3).
+      vi.stubEnv('http_proxy', ' ');
+      vi.stubEnv('https_proxy', proxyUrl);
+      try {
+        expect((await client(serviceUrl, { env: process.env }).getDevice('dvc_1')).id).toBe('dvc_1');
+      } finally {
+        vi.unstubAllEnvs();
+      }
+      expect(proxySaw.map((r) => r.method)).toEqual(['CONNECT']);
+      expect(serviceSawKeys).toEqual([KEY]);
     });
 
     it("a status report direct to an HTTPS service, on the transport's own TLS sockets: trusted CA and name required", async () => {

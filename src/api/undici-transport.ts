@@ -91,9 +91,10 @@ function buildServiceDispatcher(options: ServiceTransportOptions): Dispatcher {
         ...common,
         clientFactory,
         requestTls: { timeout, ...tls },
-        ...(choice.httpsProxy === undefined ? {} : { httpsProxy: choice.httpsProxy }),
-        ...(choice.httpProxy === undefined ? {} : { httpProxy: choice.httpProxy }),
-        // Without NO_PROXY undici would read process.env itself; these settings are the whole truth.
+        // Each given, '' when unset: without one undici reads process.env itself, where a value chooseProxy takes
+        // for unset (blank but for spaces) was taken for a proxy URL and failed every request. These are the truth.
+        httpsProxy: choice.httpsProxy ?? '',
+        httpProxy: choice.httpProxy ?? '',
         noProxy: choice.noProxy ?? '',
       });
   }
