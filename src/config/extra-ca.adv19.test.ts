@@ -33,8 +33,8 @@ function config(baseUrl = 'https://configs.example.com') {
   );
 }
 
-async function refusal(file: string): Promise<ConfigError> {
-  const error = await assertExtraCaCertsUsable(fs, config(), { NODE_EXTRA_CA_CERTS: file }).then(
+async function refusal(file: string, baseUrl?: string): Promise<ConfigError> {
+  const error = await assertExtraCaCertsUsable(fs, config(baseUrl), { NODE_EXTRA_CA_CERTS: file }).then(
     () => undefined,
     (caught: unknown) => caught,
   );
@@ -60,6 +60,12 @@ describe('NODE_EXTRA_CA_CERTS that Node would ignore', () => {
     const file = path.join(dir, 'broken.pem');
     await writeFile(file, '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n');
     expect((await refusal(file)).message).toContain('its first certificate does not parse');
+  });
+
+  it('also for a service whose scheme is written in capitals (HTTPS://), which the config takes as https', async () => {
+    // Judged by the URL's scheme, not the text's first letters: 'HTTPS://' skipped the check before.
+    const error = await refusal(path.join(dir, 'missing.pem'), 'HTTPS://configs.example.com');
+    expect(error.message).toContain('cannot read the file');
   });
 
   it('a directory', async () => {

@@ -400,7 +400,8 @@ export async function assertExtraCaCertsUsable(
   env: NodeJS.ProcessEnv,
 ): Promise<void> {
   const file = env.NODE_EXTRA_CA_CERTS;
-  if (file === undefined || file === '' || !config.server.baseUrl.startsWith('https:')) return;
+  // The URL's scheme, not the text's first letters: the config takes `HTTPS://` as https.
+  if (file === undefined || file === '' || new URL(config.server.baseUrl).protocol !== 'https:') return;
   const fail = (problem: string, cause?: unknown): never => {
     throw new ConfigError(
       'environment',
