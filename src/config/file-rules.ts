@@ -36,14 +36,14 @@ export function parseGroupFile(text: string): Map<string, number> {
   return groups;
 }
 
+/** The largest gid a file can have: (gid_t)-1 above it means "no change" to chown. */
+const MAX_GID = 0xfffffffe;
+
 /**
  * Compiles files.rules once (globs, group names → gids) and checks that every group is one the agent belongs
  * to, so a rule the agent cannot apply stops the start (exit 78) instead of failing every file it matches.
  * Throws ConfigError naming `files.rules[i].group`.
  */
-/** The largest gid a file can have: (gid_t)-1 above it means "no change" to chown. */
-const MAX_GID = 0xfffffffe;
-
 export function compileFileRules(
   files: AgentConfig['files'],
   groups: GroupFacts,
