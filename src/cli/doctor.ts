@@ -11,6 +11,7 @@ import { ExitCode } from './exit-codes.js';
 import { AGENT_ACCOUNT, agentAccount, type InitEnvironment } from './init.js';
 import type { CommandIo } from './io.js';
 import { checkService } from './service-check.js';
+import { rootDirHiddenFromUnit } from './unit-sandbox.js';
 
 export interface DoctorCommand {
   configPath?: string;
@@ -22,7 +23,7 @@ export interface SystemctlResult {
 }
 
 export interface DoctorEnvironment
-  extends Pick<InitEnvironment, 'groupFile' | 'passwdFile' | 'checkTimeoutMs'> {
+  extends Pick<InitEnvironment, 'groupFile' | 'passwdFile' | 'checkTimeoutMs' | 'unitHides'> {
   /** Runs systemctl with these arguments; a missing systemctl resolves with status 127. */
   systemctl: (args: readonly string[]) => Promise<SystemctlResult>;
   now: () => number;
@@ -188,14 +189,20 @@ export async function runDoctor(
         await ownership('key', keyFile, { uid: 0, gid: 0, mode: 0o600, ownerText: 'root:root', dir: false }),
       );
       const agent = `${AGENT_ACCOUNT}:${AGENT_ACCOUNT}`;
+      const hidden =
+        env.unitHides === undefined
+          ? undefined
+          : await rootDirHiddenFromUnit(nodeFs, config.rootDir, env.unitHides);
       report(
-        await ownership('rootDir', config.rootDir, {
-          uid,
-          gid,
-          mode: config.files.dirMode,
-          ownerText: agent,
-          dir: true,
-        }),
+        hidden !== undefined
+          ? { name: 'rootDir', ok: false, detail: hidden }
+          : await ownership('rootDir', config.rootDir, {
+              uid,
+              gid,
+              mode: config.files.dirMode,
+              ownerText: agent,
+              dir: true,
+            }),
       );
       report(
         await ownership(

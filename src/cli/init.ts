@@ -14,6 +14,7 @@ import { DiskError } from '../store/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
 import { checkService, type ServiceCheckResult } from './service-check.js';
+import { type HiddenDir, rootDirHiddenFromUnit, UNIT_HIDDEN_DIRS } from './unit-sandbox.js';
 
 export interface InitCommand {
   configPath?: string;
@@ -38,6 +39,8 @@ export interface InitEnvironment {
   uid: number | undefined;
   /** What init reads and writes through: node's own unless a test passes another (a power-cut model). */
   fs?: InitFs;
+  /** The directories the unit hides from the agent, where no rootDir may go (none judged when absent). */
+  unitHides?: readonly HiddenDir[];
 }
 
 /** The agent's config fs: init gives the directories it makes their owner through a descriptor (fchown). */
@@ -48,6 +51,7 @@ export const SYSTEM_INIT_ENVIRONMENT: Omit<InitEnvironment, 'stdin' | 'stdinIsTt
   passwdFile: '/etc/passwd',
   dropInDir: '/etc/systemd/system/config-agent.service.d',
   checkTimeoutMs: 15_000,
+  unitHides: UNIT_HIDDEN_DIRS,
 };
 
 export const AGENT_ACCOUNT = 'config-agent';
@@ -396,6 +400,13 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
         ExitCode.Config,
       );
     }
+    // The drop-in would name a directory the unit replaces (ProtectHome=, PrivateTmp=): init said `ok`, then the
+    // service exited 78 (EACCES) or failed 226/NAMESPACE every 30 s.
+    const hidden =
+      env.unitHides === undefined
+        ? undefined
+        : await rootDirHiddenFromUnit(fs, config.rootDir, env.unitHides);
+    if (hidden !== undefined) throw new InitFailure(hidden, ExitCode.Config);
 
     const { uid, gid } = await agentAccount(env);
     // What start-up refuses of where things are (exit 78, no restart), refused before anything is written.

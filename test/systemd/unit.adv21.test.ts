@@ -7,15 +7,17 @@ import { describe, expect, it } from 'vitest';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const unitText = readFileSync(path.join(REPO, 'systemd/config-agent.service'), 'utf8');
-const analyzeMissing =
-  spawnSync('systemd-analyze', ['--version'], { encoding: 'utf8' }).error !== undefined;
+const analyzeMissing = spawnSync('systemd-analyze', ['--version'], { encoding: 'utf8' }).error !== undefined;
 
 /** The system calls of a `systemd-analyze syscall-filter` group, nested groups expanded. */
 function expand(group: string, seen = new Set<string>()): Set<string> {
   const calls = new Set<string>();
   if (seen.has(group)) return calls;
   seen.add(group);
-  const result = spawnSync('systemd-analyze', ['syscall-filter', group], { encoding: 'utf8', timeout: 10_000 });
+  const result = spawnSync('systemd-analyze', ['syscall-filter', group], {
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
   if (result.status !== 0) throw new Error(`systemd-analyze syscall-filter ${group}: ${result.stderr}`);
   const entries = result.stdout
     .split('\n')
@@ -59,7 +61,16 @@ describe('the unit lets the agent give files their group (adv21)', () => {
       // failed EPERM: `chown temp file failed ... EPERM`, every instance retrying, then failed (seen on the built
       // daemon under systemd 252). The writer's other calls on descriptors and names are checked with it.
       const allowed = allowedCalls();
-      for (const call of ['fchown', 'fchmod', 'fsync', 'fdatasync', 'openat', 'renameat', 'unlinkat', 'mkdirat']) {
+      for (const call of [
+        'fchown',
+        'fchmod',
+        'fsync',
+        'fdatasync',
+        'openat',
+        'renameat',
+        'unlinkat',
+        'mkdirat',
+      ]) {
         expect([call, allowed.has(call)]).toEqual([call, true]);
       }
       expect(allowed.has('linkat')).toBe(true); // agent.lock is published by link()

@@ -1,0 +1,81 @@
+// The directories the shipped unit hides from the agent (ProtectHome=, PrivateTmp=, PrivateDevices=): no rootDir there.
+import path from 'node:path';
+
+/** What the check reads: node:fs/promises's realpath, or a test's. */
+export interface RealpathFs {
+  realpath?: (file: string) => Promise<string>;
+}
+
+/** A directory the unit replaces in the agent's view, and the directive that does it. */
+export interface HiddenDir {
+  dir: string;
+  directive: string;
+}
+
+/**
+ * systemd/config-agent.service: ProtectHome=yes makes /home, /root and /run/user inaccessible; PrivateTmp=yes gives
+ * the agent its own empty /tmp and /var/tmp; PrivateDevices=yes its own /dev (with its own /dev/shm). A rootDir
+ * below one of them is never the directory the operator and the applications see: the start fails (exit 78 with
+ * EACCES under ProtectHome=, 226/NAMESPACE restarting every 30 s for the private ones, as ReadWritePaths= names a
+ * directory that is not there).
+ */
+export const UNIT_HIDDEN_DIRS: readonly HiddenDir[] = [
+  { dir: '/home', directive: 'ProtectHome=yes' },
+  { dir: '/root', directive: 'ProtectHome=yes' },
+  { dir: '/run/user', directive: 'ProtectHome=yes' },
+  { dir: '/tmp', directive: 'PrivateTmp=yes' },
+  { dir: '/var/tmp', directive: 'PrivateTmp=yes' },
+  { dir: '/dev', directive: 'PrivateDevices=yes' },
+];
+
+function inside(dir: string, parent: string): boolean {
+  return dir === parent || dir.startsWith(`${parent}/`);
+}
+
+/** Why the unit cannot use `dir` as rootDir (on its path as written), or undefined. */
+export function hiddenFromUnit(
+  dir: string,
+  hidden: readonly HiddenDir[] = UNIT_HIDDEN_DIRS,
+): HiddenDir | undefined {
+  return hidden.find((entry) => inside(dir, entry.dir));
+}
+
+/** `dir` with its longest existing part resolved (symlinks followed), or undefined without a realpath. */
+async function resolvedPath(fs: RealpathFs, dir: string): Promise<string | undefined> {
+  const realpath = fs.realpath?.bind(fs);
+  if (realpath === undefined) return undefined;
+  const rest: string[] = [];
+  let current = dir;
+  for (;;) {
+    try {
+      return path.join(await realpath(current), ...rest);
+    } catch {
+      const parent = path.dirname(current);
+      if (parent === current) return undefined;
+      rest.unshift(path.basename(current));
+      current = parent;
+    }
+  }
+}
+
+/**
+ * The message refusing a rootDir the unit hides, on its path as written or where its symlinks lead, or undefined.
+ */
+export async function rootDirHiddenFromUnit(
+  fs: RealpathFs,
+  rootDir: string,
+  hidden: readonly HiddenDir[] = UNIT_HIDDEN_DIRS,
+): Promise<string | undefined> {
+  const real = await resolvedPath(fs, rootDir);
+  for (const candidate of real === undefined || real === rootDir ? [rootDir] : [rootDir, real]) {
+    const entry = hiddenFromUnit(candidate, hidden);
+    if (entry === undefined) continue;
+    const where = candidate === rootDir ? '' : ` (it leads to ${candidate})`;
+    return (
+      `rootDir ${rootDir}${where} is inside ${entry.dir}, which the unit hides from the agent (${entry.directive}): ` +
+      'the service would not see the directory you see, and could not start; choose a rootDir elsewhere ' +
+      '(under /srv, /var/lib, /opt or a data partition)'
+    );
+  }
+  return undefined;
+}
