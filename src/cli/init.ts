@@ -505,6 +505,14 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       io.stderr.write(`config-agent init: ${error.message}\n`);
       return ExitCode.Config;
     }
+    // Ctrl+C or Ctrl+D at a question (readline's AbortError): every question comes before the first write.
+    if (error instanceof Error && error.name === 'AbortError') {
+      const eof = error.message.includes('Ctrl+D');
+      io.stderr.write(
+        `config-agent init: ${eof ? 'no answer (Ctrl+D)' : 'interrupted (Ctrl+C)'}: nothing written\n`,
+      );
+      return eof ? ExitCode.Usage : ExitCode.Interrupted;
+    }
     const code = errnoCode(error);
     if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
       io.stderr.write(`config-agent init: ${errorMessage(error)} (run it as root)\n`);
