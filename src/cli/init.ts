@@ -5,8 +5,15 @@ import path from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { Writable } from 'node:stream';
 import { createServiceTransport } from '../api/transport.js';
-import { ConfigError } from '../config/errors.js';
-import { assertConfigPlaces, type ConfigFs, parseAgentConfig, resolveConfigPath } from '../config/load.js';
+import { ApiKeyError, ConfigError } from '../config/errors.js';
+import {
+  assertConfigPlaces,
+  type ConfigFs,
+  MAX_KEY_FILE_BYTES,
+  parseAgentConfig,
+  readKeyFile,
+  resolveConfigPath,
+} from '../config/load.js';
 import { DEFAULT_CONFIG_PATH } from '../config/schema.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { makeDirectoryDurably, publishFile, removeManagedFile } from '../store/durable-writer.js';
@@ -114,10 +121,35 @@ class Prompter {
   }
 }
 
+/** Standard input whole, up to a key file's limit: `--api-key-file - </dev/zero` read without end before. */
 async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
   const chunks: Buffer[] = [];
-  for await (const chunk of stream) chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
+  let length = 0;
+  for await (const chunk of stream) {
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    length += bytes.length;
+    if (length > MAX_KEY_FILE_BYTES) {
+      throw new InitFailure(
+        `standard input holds more than ${MAX_KEY_FILE_BYTES} bytes: not a key`,
+        ExitCode.Usage,
+      );
+    }
+    chunks.push(bytes);
+  }
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/**
+ * `--api-key-file` read as the agent reads a key file: opened without blocking (a FIFO with no writer hung init for
+ * good), a regular file of at most 64 KiB (`/dev/zero` was read until memory ran out); undefined when missing.
+ */
+async function readKeySource(fs: ConfigFs, file: string): Promise<string | undefined> {
+  try {
+    return await readKeyFile(fs, file, { requirePrivate: false });
+  } catch (error) {
+    if (error instanceof ApiKeyError) throw new InitFailure(error.message, ExitCode.Usage);
+    throw error;
+  }
 }
 
 /** The first line, trimmed: a key file with a trailing newline (or CRLF) is the normal case. */
@@ -374,7 +406,7 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
         ? keyFromText((await prompter?.askHidden('API key')) ?? '', 'the terminal')
         : keyFromText(await readAll(env.stdin), 'standard input');
     } else if (command.apiKeyFile !== undefined) {
-      const text = await readOptional(fs, command.apiKeyFile);
+      const text = await readKeySource(fs, command.apiKeyFile);
       if (text === undefined) throw new InitFailure(`${command.apiKeyFile} does not exist`, ExitCode.Usage);
       apiKey = keyFromText(text, command.apiKeyFile);
     } else if (!keyExists) {

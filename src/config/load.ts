@@ -36,7 +36,7 @@ const ENV_CREDENTIALS_DIRECTORY = 'CREDENTIALS_DIRECTORY';
 export const CREDENTIAL_NAME = 'api-key';
 const STATE_DIR_MODE = 0o700;
 /** A key file bigger than this is not a key file: refuse rather than send megabytes in a header. */
-const MAX_KEY_FILE_BYTES = 64 * 1024;
+export const MAX_KEY_FILE_BYTES = 64 * 1024;
 /** A config file is a few KiB; a bigger one is a mistake (a log, an image), not worth reading into memory. */
 const MAX_CONFIG_FILE_BYTES = 1024 * 1024;
 /** O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; O_NOCTTY: never adopt a tty. */
@@ -263,7 +263,7 @@ export async function loadApiKey(
 }
 
 /** The file's text, or undefined when it does not exist. Never puts the content in an error. */
-async function readKeyFile(
+export async function readKeyFile(
   fs: ConfigFs,
   file: string,
   options: { requirePrivate: boolean },
