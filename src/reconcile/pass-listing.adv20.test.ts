@@ -164,6 +164,33 @@ async function pagesOfOne(): Promise<{ url: string; close(): Promise<void> }> {
   };
 }
 
+describe('a listing cut short, then whole again', () => {
+  // The record of an instance the cut listing did not show (and owning no file) was forgotten as if the service
+  // had deleted it, and with it the echo of the agent's own report: the loser of a path conflict, whose
+  // `retrying` report had moved its updated_at past the winner's, then won the path as the instance updated
+  // last, and its older bytes replaced the winner's file.
+  it('keeps what the agent knows of instances it did not see', async () => {
+    for (let i = 0; i < 99; i += 1) put({ id: `a_${String(i).padStart(3, '0')}` });
+    put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T1 });
+    put({ id: 'c_y', relative_filepath: 'shared.json', config_schema_id: 'sch_y', updated_at: T0 });
+    await pass();
+    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"has_more":true', with: '"has_more":false' }],
+    });
+    await pass();
+    server.state.clearFaults();
+    await pass();
+    await pass();
+    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+  });
+});
+
 describe('pages of one item and a total_count that is off', () => {
   // Pages of one cannot overlap, so a count that disagrees at the end could be a shift and the listing is asked
   // for again; when every try ends the same way the count is off, and the device was never synced (each pass:
