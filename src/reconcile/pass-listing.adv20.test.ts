@@ -246,3 +246,33 @@ describe('ids that name Object.prototype members', () => {
     expect(reports()).toHaveLength(2 * ids.length);
   });
 });
+
+describe('instances that trade paths in one listing', () => {
+  // Each new path is recorded as the other instance's file: a takeover and a moved instance's old path at once.
+  it('leaves each file with its new owner and removes none', async () => {
+    put({ id: 'x', relative_filepath: 'a.json', content: { v: 1 } });
+    put({ id: 'y', relative_filepath: 'b.json', content: { v: 1 } });
+    put({ id: 'z', relative_filepath: 'c.json', content: { v: 1 } });
+    expect((await pass()).converged).toBe(true);
+    const move = (id: string, to: string) => {
+      const record = server.state.instances.get(id)!;
+      server.state.instances.set(id, {
+        ...record,
+        relative_filepath: to,
+        content: { v: 2, at: to },
+        activity_status: 'queued',
+        updated_at: T1,
+      });
+    };
+    move('x', 'b.json');
+    move('y', 'c.json');
+    move('z', 'a.json');
+    for (let i = 0; i < 3; i += 1) await pass();
+    expect(await fileAt('b.json')).toBe('{\n  "v": 2,\n  "at": "b.json"\n}\n');
+    expect(await fileAt('c.json')).toBe('{\n  "v": 2,\n  "at": "c.json"\n}\n');
+    expect(await fileAt('a.json')).toBe('{\n  "v": 2,\n  "at": "a.json"\n}\n');
+    expect(reports().slice(3).sort()).toEqual(['x deployed/none', 'y deployed/none', 'z deployed/none']);
+    expect((await pass()).converged).toBe(true);
+  });
+});
+
