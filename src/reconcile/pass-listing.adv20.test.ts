@@ -276,3 +276,66 @@ describe('instances that trade paths in one listing', () => {
   });
 });
 
+/** A front that answers every status report 204 itself and forwards everything else to the mock. */
+async function reportsSwallowed(): Promise<{ url: string; patches: () => number; close(): Promise<void> }> {
+  const upstream = new URL(server.url);
+  let patches = 0;
+  const front = createServer((incoming, outgoing) => {
+    if (incoming.method === 'PATCH') {
+      patches += 1;
+      incoming.resume();
+      incoming.on('end', () => {
+        outgoing.writeHead(204);
+        outgoing.end();
+      });
+      return;
+    }
+    const forwarded = httpRequest(
+      new URL(incoming.url ?? '/', upstream),
+      { method: incoming.method, headers: { ...incoming.headers, host: upstream.host } },
+      (answer) => {
+        outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(outgoing);
+      },
+    );
+    incoming.pipe(forwarded);
+  });
+  await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(front.address() as AddressInfo).port}`,
+    patches: () => patches,
+    close: () =>
+      new Promise<void>((resolve) => {
+        front.closeAllConnections();
+        front.close(() => resolve());
+      }),
+  };
+}
+
+describe('a status endpoint that answers 204 and records nothing', () => {
+  // Each pass finds the service still showing the instances queued, so it sends their reports again: one
+  // request per instance per pass, never more, none lost, and the first pass against a service that records
+  // settles them for good.
+  it('costs one report per instance per pass, and the reports land once the service records them', async () => {
+    for (let i = 0; i < 5; i += 1) put({ id: `s_${i}` });
+    const front = await reportsSwallowed();
+    try {
+      await open(front.url);
+      const counts: number[] = [];
+      for (let i = 0; i < 4; i += 1) {
+        await reconciler.runPass({ mode: i === 0 ? 'full' : 'incremental' });
+        counts.push(front.patches());
+      }
+      expect(counts).toEqual([5, 10, 15, 20]);
+      expect(reports()).toEqual([]);
+    } finally {
+      await front.close();
+    }
+    await open();
+    await reconciler.runPass({ mode: 'incremental' });
+    expect(reports().sort()).toEqual([0, 1, 2, 3, 4].map((i) => `s_${i} deployed/none`));
+    await reconciler.runPass({ mode: 'incremental' });
+    await reconciler.runPass({ mode: 'full' });
+    expect(reports()).toHaveLength(5);
+  });
+});
