@@ -191,6 +191,25 @@ describe('a listing cut short, then whole again', () => {
   });
 });
 
+describe('an item whose id cannot be read', () => {
+  // Whichever instance that item is, the listing cannot say it is gone: its record (and the echo of the agent's
+  // own report) must not be forgotten, or a path conflict's loser wins the path once the item is readable again.
+  it('keeps what the agent knows of every instance', async () => {
+    put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T1 });
+    put({ id: 'c_y', relative_filepath: 'shared.json', config_schema_id: 'sch_y', updated_at: T0 });
+    await pass();
+    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+    fault({ match: LIST, count: 1000, mode: 'rewrite', replace: [{ find: '"id":"c_y"', with: '"id":7' }] });
+    await pass();
+    server.state.clearFaults();
+    await pass();
+    await pass();
+    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+  });
+});
+
 describe('pages of one item and a total_count that is off', () => {
   // Pages of one cannot overlap, so a count that disagrees at the end could be a shift and the listing is asked
   // for again; when every try ends the same way the count is off, and the device was never synced (each pass:

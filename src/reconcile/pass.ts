@@ -136,10 +136,10 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   // Stopping is not a failure: what landed is recorded in memory, and the daemon's stop persists it.
   signal?.throwIfAborted();
   if (pulled.mode === 'full') {
-    // A listing that may have left instances out (pager.ts `incomplete`) cannot tell which ones the service
-    // deleted: forgetting them dropped the echo of the agent's own reports, and a path conflict's loser then
-    // won the path (adv20).
-    if (pulled.incomplete === undefined) {
+    // A listing that may have left instances out (pager.ts `incomplete`), or holds an item whose id could not be
+    // read (any instance's), cannot tell which ones the service deleted: forgetting them dropped the echo of the
+    // agent's own reports, and a path conflict's loser then won the path (adv20).
+    if (pulled.incomplete === undefined && pulled.invalid.every((item) => item.id !== undefined)) {
       forgetUnseen(state, pulled.instances, unusableIds(pulled));
       outbox.retainRefused(state.instances);
     }
