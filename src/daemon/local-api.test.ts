@@ -269,6 +269,38 @@ describe('LocalApiServer: a client that never reads its answers', () => {
     expect(clock.sleeping).toBe(0);
   });
 
+  it('answers stuck behind one another on a pipelining connection add no listener each to it: no leak warning', async () => {
+    // Each stuck answer's send timeout ends with its connection's close (4bc040b); one 'close' listener a stuck
+    // answer put eleven on one socket for a local client that pipelined requests without reading, and Node printed
+    // a MaxListenersExceededWarning (on stderr, outside the logs) for what any socket user could do.
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning.name);
+    process.on('warning', onWarning);
+    try {
+      const answer = { files: Array.from({ length: 20 }, (_, i) => `${'p'.repeat(100)}/${i}`) };
+      const clock = fakeClock();
+      const sendTimeoutMs = 7_779;
+      const api = await startServer({ ...PATIENT, sendTimeoutMs }, () => answer, clock);
+      const socket = createConnection(socketPath);
+      clients.push(socket);
+      socket.pause();
+      socket.on('error', () => undefined);
+      await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+      socket.write('GET /v1/status HTTP/1.1\r\nHost: agent\r\n\r\n'.repeat(400));
+      await waitFor(() => clock.sleepingFor(sendTimeoutMs) > 20, PATIENCE_MS, {
+        what: 'more than twenty answers stuck',
+      });
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings).toEqual([]);
+      await api.close();
+      await waitFor(() => clock.sleepingFor(sendTimeoutMs) === 0, PATIENCE_MS, {
+        what: 'every send timeout ended by the close',
+      });
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
   it('a client that reads slowly but steadily gets the whole answer', async () => {
     const big = { files: Array.from({ length: 2_000 }, (_, i) => `${'p'.repeat(1000)}/${i}`) };
     await startServer({ ...PATIENT, sendTimeoutMs: 60_000 }, () => big);

@@ -117,6 +117,8 @@ export class LocalApiServer {
   #lastStatusAt = Number.NEGATIVE_INFINITY;
   /** Each connection held: requests in progress on it, and since when it has had none. */
   readonly #connections = new Map<Socket, { inProgress: number; idleSince: number }>();
+  /** Each connection's answers not yet taken (their send timeouts' ends), under one 'close' listener of its own. */
+  readonly #unsent = new WeakMap<Socket, Set<() => void>>();
   /** The socket file bind() made: device, inode and change time (a file made after ours may get its inode). */
   #socketIdentity: string | undefined;
 
@@ -333,14 +335,26 @@ export class LocalApiServer {
       () => response.destroy(),
       () => undefined,
     );
+    // One 'close' listener a connection, not one an answer: a client pipelining requests it never reads left
+    // dozens stuck on one socket, and Node printed a MaxListenersExceededWarning past ten.
     const socket = response.req.socket;
+    let unsent = this.#unsent.get(socket);
+    if (unsent === undefined) {
+      const answers = new Set<() => void>();
+      unsent = answers;
+      this.#unsent.set(socket, answers);
+      socket.once('close', () => {
+        for (const end of [...answers]) end();
+      });
+    }
+    const stuck = unsent;
     const clear = () => {
       taken.abort();
-      socket.off('close', clear);
+      stuck.delete(clear);
     };
+    stuck.add(clear);
     response.once('finish', clear);
     response.once('close', clear);
-    socket.once('close', clear);
   }
 
   /**
