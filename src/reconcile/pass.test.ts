@@ -5,13 +5,15 @@ import * as nodeFs from 'node:fs/promises';
 import { lstat, mkdir, mkdtemp, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { tryMount, unmount } from '../../test/helpers/harness.js';
 import { createClient, type ServiceClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
 import { sha256Hex } from '../lib/hash.js';
-import { silentLogger } from '../lib/logger.js';
+import { createLogger, silentLogger } from '../lib/logger.js';
+import { createSecretRegistry } from '../lib/secrets.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
 import { DirectorySyncLedger } from '../store/directory-syncs.js';
@@ -69,8 +71,9 @@ let world: World;
 async function openReconciler(
   client: ServiceClient,
   extra: Partial<ReconcilerSettings> = {},
+  logger = silentLogger(),
 ): Promise<Reconciler> {
-  const deps: Deps = { fs: world.fs, clock: world.clock, random: () => 0.5, logger: silentLogger() };
+  const deps: Deps = { fs: world.fs, clock: world.clock, random: () => 0.5, logger };
   const settings: ReconcilerSettings = {
     deviceId: DEVICE,
     rootDir: world.rootDir,
@@ -1097,6 +1100,57 @@ describe('runPass: a huge file planted at a managed path', () => {
         .map((o) => o.instanceId)
         .sort(),
     ).toEqual(['cfg_a', 'cfg_c']);
+  });
+});
+
+describe('runPass: a state.json record whose path the path guard refuses (tampered)', () => {
+  it('is dropped with an error naming it, never acted on, and the passes converge', async () => {
+    put({ id: 'cfg_a', relative_filepath: 'a.json', content: { port: 1 } });
+    put({ id: 'cfg_b', relative_filepath: 'app/b.json', content: { port: 2 } });
+    await pass();
+    // Files outside the root, and one at a non-canonical spelling of a managed one, each with the bytes recorded.
+    await writeFile(path.join(world.dir, 'outside.json'), json({ port: 1 }));
+    const stateFile = path.join(world.dir, 'state', 'state.json');
+    const saved = JSON.parse(await readFile(stateFile, 'utf8')) as {
+      files: Record<string, { instanceId: string }>;
+    };
+    const refused = [
+      '../outside.json',
+      path.join(world.dir, 'outside.json'),
+      'app/../app/b.json',
+      'app//b.json',
+    ];
+    for (const bad of refused) saved.files[bad] = { ...saved.files['a.json']!, instanceId: 'cfg_gone' };
+    saved.files['../outside.json']!.instanceId = 'cfg_a';
+    await world.reconciler.close();
+    await writeFile(stateFile, JSON.stringify(saved));
+    const lines: string[] = [];
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
+        done();
+      },
+    });
+    const logger = createLogger({ level: 'info', secrets: createSecretRegistry(), destination });
+    world.reconciler = await openReconciler(world.client, {}, logger);
+
+    // Before: every pass tried to remove '../outside.json' (refused: `waiting`), never converged, `--once` exit 1.
+    for (let i = 0; i < 3; i += 1) {
+      const result = await pass();
+      expect(result.converged).toBe(true);
+      expect(result.steps.filter((step) => step.kind === 'remove')).toEqual([]);
+      world.clock.advance(3_600_000);
+    }
+    expect(await fileAt('../outside.json')).toBe(json({ port: 1 }));
+    expect(await fileAt('a.json')).toBe(json({ port: 1 }));
+    expect(await fileAt('app/b.json')).toBe(json({ port: 2 }));
+    const after = JSON.parse(await readFile(stateFile, 'utf8')) as typeof saved;
+    expect(Object.keys(after.files).sort()).toEqual(['a.json', 'app/b.json']);
+    const dropped = lines
+      .map((line) => JSON.parse(line) as { msg: string; path?: string })
+      .filter((line) => line.msg.includes('the path guard refuses'));
+    expect(dropped.map((line) => line.path).sort()).toEqual([...refused].sort());
+    expect(reportsReceived()).toEqual(['cfg_a deployed/none', 'cfg_b deployed/none']);
   });
 });
 

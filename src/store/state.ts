@@ -10,6 +10,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableText } from './durable-writer.js';
 import { StateDirError } from './errors.js';
+import { validateRelativePath } from './path-guard.js';
 import type { StateSnapshot } from './state-snapshot.js';
 
 export const STATE_FILE = 'state.json';
@@ -334,6 +335,7 @@ export async function loadLocalState(
     );
     return { state: empty(), outcome: 'other_root' };
   }
+  const files = guardedFiles(parsed.files, logger);
   const instances = new Map<string, InstanceRecord>();
   for (const [id, record] of parsed.instances) {
     // Attempts reset on restart: an operator who fixed the cause expects an immediate retry.
@@ -349,7 +351,7 @@ export async function loadLocalState(
     state: {
       deviceId,
       rootDir,
-      files: parsed.files,
+      files,
       instances,
       cooldowns: new Map(),
       pendingHookPaths: new Set(parsed.pendingHookPaths),
@@ -364,6 +366,31 @@ export async function loadLocalState(
       pendingHookPaths: new Set(parsed.pendingHookPaths),
     },
   };
+}
+
+/**
+ * The records of `files` whose path, and every directory they made, the path guard accepts (validateRelativePath).
+ * The agent records only paths it wrote, so any other (`../x`, an absolute path, `a//b`) comes from a state.json
+ * edited by someone: it is dropped with an error naming it, never written, removed or pruned, and the next persist
+ * leaves it out. Kept, it was planned for removal at every full pass and refused there (`waiting`), so no pass
+ * converged again and `--once` exited 1 for good.
+ */
+function guardedFiles(files: Map<string, ManagedFile>, logger: Logger): Map<string, ManagedFile> {
+  let kept: Map<string, ManagedFile> | undefined;
+  for (const [relative, file] of files) {
+    try {
+      validateRelativePath(relative);
+      for (const dir of file.createdDirs) validateRelativePath(dir);
+    } catch (error) {
+      kept ??= new Map(files);
+      kept.delete(relative);
+      logger.error(
+        { err: error, file: STATE_FILE, path: relative, instanceId: file.instanceId },
+        'a record of state.json names a path the path guard refuses: dropped, that path is never written nor removed',
+      );
+    }
+  }
+  return kept ?? files;
 }
 
 /**
