@@ -9,6 +9,7 @@ import { Volume } from 'memfs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
+import { createDeps } from '../cli/compose.js';
 import { callAgent } from '../cli/local-client.js';
 import { parseAgentConfig } from '../config/load.js';
 import { type Clock, systemClock } from '../lib/clock.js';
@@ -214,6 +215,8 @@ async function startAgent(
     metricsTextfile?: string;
     volume?: Volume;
     logger?: Logger;
+    /** The process's directory fsync ledger (cli/compose.ts keeps one across reloads). */
+    directorySyncs?: DirectorySyncLedger;
   } = {},
 ): Promise<Agent> {
   const config = parseAgentConfig(
@@ -233,7 +236,10 @@ async function startAgent(
   const randomness = { value: options.random ?? 1 };
   const daemon = new AgentDaemon({
     deps: {
-      fs: memfsPort(options.volume ?? new Volume()),
+      fs: {
+        ...memfsPort(options.volume ?? new Volume()),
+        ...(options.directorySyncs === undefined ? {} : { directorySyncs: options.directorySyncs }),
+      },
       clock,
       random: () => randomness.value,
       logger: options.logger ?? silentLogger(),
@@ -1233,5 +1239,78 @@ describe('AgentDaemon: a retry due just after the next poll (gaps18)', () => {
     const { clock, reconciler } = agent;
     reconciler.nextRetry = () => clock.monotonic() + 37 * SECOND;
     expect((await nextPass(agent)).waitMs).toBe(24 * SECOND);
+  });
+});
+
+describe('AgentDaemon: the renewal-failure log across reloads (gaps19)', () => {
+  /** A stream whose lines land in `lines`, and a logger at `level` writing to it. */
+  function captured(level: 'info' | 'silent' = 'info') {
+    const lines: string[] = [];
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
+        done();
+      },
+    });
+    return {
+      destination,
+      lines,
+      logger: createLogger({ level, secrets: createSecretRegistry(), destination }),
+    };
+  }
+  const renewalLines = (lines: readonly string[]) =>
+    lines.filter((line) => line.includes('could not write again a directory entry'));
+  const configAt = (level: 'info' | 'silent') =>
+    parseAgentConfig(
+      {
+        deviceId: 'dvc_unit',
+        server: { baseUrl: 'https://dcds.example.com' },
+        rootDir: '/srv/config',
+        stateDir: '/var/lib/config-agent',
+        drift: 'off',
+        log: { level },
+      },
+      'agent.test',
+    );
+  const failure = (code: string) => Object.assign(new Error(`${code}: renewal-asides.json`), { code });
+
+  it('twenty failed reloads leave it with the running configuration: exactly one line per failure', async () => {
+    const ledger = new DirectorySyncLedger();
+    const running = captured();
+    const agent = await startAgent({ logger: running.logger, directorySyncs: ledger });
+    const failed: string[][] = [];
+    for (let i = 0; i < 20; i += 1) {
+      // What compose.ts's builder does: the next deps (their logger, at the new log.level, on the process's one
+      // ledger) first, then something refuses the reload (a files.rules group the agent cannot use, a stateDir
+      // that will not open).
+      const next = captured();
+      failed.push(next.lines);
+      const reload = agent.daemon.reload(async (current) => {
+        await createDeps(
+          configAt(i % 2 === 0 ? 'silent' : 'info'),
+          createSecretRegistry(),
+          next.destination,
+          current.deps,
+        );
+        throw new Error('files.rules: group "nobody-here" is not a group of this system');
+      });
+      await expect(reload).rejects.toThrow(/nobody-here/);
+    }
+    ledger.renewalFailed('/srv/config/top', 'app', failure('ENOSPC'));
+    ledger.renewalFailed('/srv/config/top', 'web', failure('EIO'));
+
+    // Before: both went to the last failed reload's logger (at its level), none to the running one's.
+    expect(renewalLines(running.lines)).toHaveLength(2);
+    expect(failed.flatMap(renewalLines)).toEqual([]);
+
+    // A reload that is applied hands it to the new configuration's logger.
+    const applied = captured();
+    await agent.daemon.reload(async (current) => ({
+      ...current,
+      deps: { ...current.deps, logger: applied.logger },
+    }));
+    ledger.renewalFailed('/srv/config/top', 'app', failure('EIO'));
+    expect(renewalLines(applied.lines)).toHaveLength(1);
+    expect(renewalLines(running.lines)).toHaveLength(2);
   });
 });

@@ -5,6 +5,7 @@ import type { Deps } from '../lib/deps.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import type { InstanceOutcome, PassMode, PassResult, PassRunner } from '../reconcile/pass-runner.js';
+import { renewalFailureLog } from '../store/directory-syncs.js';
 import { DiskError } from '../store/errors.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher, type DriftWatcherOptions } from './drift-watcher.js';
@@ -97,6 +98,17 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   constructor(components: AgentComponents<R>) {
     this.#c = components;
     this.#runner = new SingleFlight(() => this.#pass());
+    this.#logRenewalFailures();
+  }
+
+  /**
+   * The process's directory fsync ledger (one across reloads) tells a failed renewal to the running components'
+   * logger: one listener, whichever reload last was applied, never one of a reload that failed.
+   */
+  #logRenewalFailures(): void {
+    const ledger = this.#c.deps.fs.directorySyncs;
+    if (ledger !== undefined)
+      ledger.onRenewalFailure = renewalFailureLog(this.#c.deps.logger.child({ component: 'writer' }));
   }
 
   /** Derived per use, so a reloaded `log.level` applies to the daemon's own lines too. */
@@ -131,12 +143,21 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   async reload(build: (current: AgentComponents<R>) => Promise<AgentComponents<R>>): Promise<void> {
     await this.#runner.exclusive(async () => {
       if (this.#stop.signal.aborted) return;
-      const next = await build(this.#c);
+      let next: AgentComponents<R>;
+      try {
+        next = await build(this.#c);
+      } catch (error) {
+        // The build makes the next deps first (cli/compose.ts createDeps), which points the process's one fsync
+        // ledger at their logger: a configuration never applied (its log.level, 'silent' perhaps). Taken back.
+        this.#logRenewalFailures();
+        throw error;
+      }
       // Swapped before any await: a start still running for the running components then closes what it made.
       const previous = this.#drift;
       this.#drift = undefined;
       this.#driftDown = undefined;
       this.#c = next;
+      this.#logRenewalFailures();
       await previous?.close();
       this.#startDriftWatcherInBackground();
       this.#pendingMode = 'full';
