@@ -14,14 +14,38 @@ import { callAgent } from './local-client.js';
 
 const KEY = 'sk_test_adv18_sighup_3c9e71';
 
+/** runAgent's own stop deadline is 10 s, after which its exit settles: this is more than enough. */
+const STOP_WAIT_MS = 15_000;
+
 let dir: string;
+/** What a test started, stopped by afterEach whatever became of the test (a failed expectation, its timeout). */
+let agent: { events: EventEmitter; exit: Promise<number> } | undefined;
+let server: RunningMockServer | undefined;
 
 beforeEach(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-adv18-'));
 });
 
 afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
+  // Before: a test that failed left the agent stopping (flushing stateDir) while rm ran: ENOTEMPTY, dir left behind.
+  try {
+    if (agent !== undefined) {
+      agent.events.emit('SIGTERM');
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        agent.exit.catch(() => undefined),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, STOP_WAIT_MS);
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+    await server?.close();
+  } finally {
+    agent = undefined;
+    server = undefined;
+    await rm(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+  }
 });
 
 function bufferedIo(env: NodeJS.ProcessEnv): CommandIo & { err: () => string } {
@@ -49,8 +73,9 @@ describe('runAgent: a storm of SIGHUPs', () => {
   // 3,000 SIGHUPs to the built daemon made about 1,300 reloads, one after another for minutes, each rebuilding
   // the components, walking rootDir again for the drift watcher and running a full pass (a listing each).
   it('makes at most one reload more than the one running, and that one reads the configuration as last written', async () => {
-    const server = await startMockServer({ apiKeys: [KEY] });
-    server.state.instances.set('cfg_a', {
+    const service = await startMockServer({ apiKeys: [KEY] });
+    server = service;
+    service.state.instances.set('cfg_a', {
       id: 'cfg_a',
       device_id: 'dvc_storm',
       relative_filepath: 'a.json',
@@ -70,7 +95,7 @@ describe('runAgent: a storm of SIGHUPs', () => {
         configPath,
         JSON.stringify({
           deviceId,
-          server: { baseUrl: server.url, timeoutSeconds: 5 },
+          server: { baseUrl: service.url, timeoutSeconds: 5 },
           rootDir: path.join(dir, 'root'),
           stateDir: path.join(dir, 'state'),
           socketPath,
@@ -82,49 +107,45 @@ describe('runAgent: a storm of SIGHUPs', () => {
     const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
     const events = new EventEmitter();
     const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
-    try {
-      await waitFor(
-        () =>
-          stat(path.join(dir, 'root', 'a.json')).then(
-            () => true,
-            () => false,
-          ),
-        PATIENCE_MS,
-        {
-          what: 'the first pass',
-        },
-      );
-      await waitFor(() => callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS), PATIENCE_MS, {
-        what: 'the socket',
-      });
-      const onePass = await listRequests(server);
-      expect(onePass).toBeGreaterThan(0);
+    agent = { events, exit };
+    await waitFor(
+      () =>
+        stat(path.join(dir, 'root', 'a.json')).then(
+          () => true,
+          () => false,
+        ),
+      PATIENCE_MS,
+      {
+        what: 'the first pass',
+      },
+    );
+    await waitFor(() => callAgent(socketPath, 'GET', '/v1/health', PATIENCE_MS), PATIENCE_MS, {
+      what: 'the socket',
+    });
+    const onePass = await listRequests(service);
+    expect(onePass).toBeGreaterThan(0);
 
-      for (let i = 0; i < 150; i += 1) events.emit('SIGHUP');
-      await writeConfig('dvc_storm_renamed');
-      for (let i = 0; i < 150; i += 1) events.emit('SIGHUP');
-      await waitFor(
-        () => {
-          const started = count(io.err(), RELOAD_STARTED);
-          return started > 0 && count(io.err(), RELOAD_ENDED) === started;
-        },
-        PATIENCE_MS,
-        { what: 'every reload begun to end' },
-      );
-      // A pass after the reloads: every pass they asked for has run by its end.
-      await callAgent(socketPath, 'POST', '/v1/sync', PATIENCE_MS);
+    for (let i = 0; i < 150; i += 1) events.emit('SIGHUP');
+    await writeConfig('dvc_storm_renamed');
+    for (let i = 0; i < 150; i += 1) events.emit('SIGHUP');
+    await waitFor(
+      () => {
+        const started = count(io.err(), RELOAD_STARTED);
+        return started > 0 && count(io.err(), RELOAD_ENDED) === started;
+      },
+      PATIENCE_MS,
+      { what: 'every reload begun to end' },
+    );
+    // A pass after the reloads: every pass they asked for has run by its end.
+    await callAgent(socketPath, 'POST', '/v1/sync', PATIENCE_MS);
 
-      expect(count(io.err(), RELOAD_STARTED)).toBeLessThanOrEqual(2);
-      // The reloads' full passes and the sync's: a listing each, not one per signal.
-      expect((await listRequests(server)) - onePass).toBeLessThanOrEqual(3 * onePass);
-      expect((await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS)).body).toMatchObject({
-        deviceId: 'dvc_storm_renamed',
-      });
-      events.emit('SIGTERM');
-      expect(await exit).toBe(0);
-    } finally {
-      events.emit('SIGTERM');
-      await server.close();
-    }
+    expect(count(io.err(), RELOAD_STARTED)).toBeLessThanOrEqual(2);
+    // The reloads' full passes and the sync's: a listing each, not one per signal.
+    expect((await listRequests(service)) - onePass).toBeLessThanOrEqual(3 * onePass);
+    expect((await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS)).body).toMatchObject({
+      deviceId: 'dvc_storm_renamed',
+    });
+    events.emit('SIGTERM');
+    expect(await exit).toBe(0);
   });
 });
