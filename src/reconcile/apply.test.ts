@@ -979,6 +979,105 @@ describe('applySteps: disk failures retry with backoff, then fail', () => {
     });
   });
 
+  describe("a file of another user in a sticky directory the agent's user does not own (gaps19)", () => {
+    const AGENT = 1000;
+    const OTHER = 2000;
+    const APP = 3000;
+    /** `shared/` (or the root) of user 3000, mode `mode`; at `file` a file of `owner` with other bytes. */
+    async function stickyWorld(
+      options: { dir?: string; mode?: number; owner?: number; dirOwner?: number } = {},
+    ) {
+      const world = await makeWorld();
+      const dir = options.dir ?? 'shared';
+      const absoluteDir = dir === '' ? ROOT : path.join(ROOT, dir);
+      world.vol.mkdirSync(absoluteDir, { recursive: true });
+      world.vol.chmodSync(absoluteDir, options.mode ?? 0o1777);
+      // Its group the agent's (memfs judges reads by owner, group and other).
+      world.vol.chownSync(absoluteDir, options.dirOwner ?? APP, process.getgid?.() ?? 0);
+      const file = path.posix.join(dir, 'app.json');
+      world.vol.writeFileSync(path.join(ROOT, file), '{"planted": true}\n');
+      world.vol.chownSync(path.join(ROOT, file), options.owner ?? OTHER, OTHER);
+      world.ctx.euid = AGENT;
+      world.ctx.retry = { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 };
+      // What the kernel answers the agent's user for a rename over that file (memfs does not judge owners).
+      world.faults.push({ op: 'rename', match: renameTo(file), code: 'EPERM' });
+      world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: file }));
+      return { world, file };
+    }
+
+    it('a write over it: `retrying` naming the path and its owner, never an attempt; written once it goes', async () => {
+      const { world, file } = await stickyWorld();
+      for (let i = 0; i < 10; i += 1) {
+        const outcome = outcomeOf((await pass(world)).outcomes, 'cfg_1');
+        // Before: `failed` for good at the first pass (maxAttempts 1), an attempt of the instance.
+        expect(outcome.action).toBe('retrying');
+        expect(outcome.message).toMatch(
+          /EPERM.*"shared\/app\.json" belongs to uid 2000, another user, and the directory "shared" is sticky \(mode 1777\).*not counted as an attempt/,
+        );
+        world.clock.advance(300_001);
+      }
+      expect(world.state.instances.get('cfg_1')).toMatchObject({ error: 'retrying', attempts: 0 });
+      expect(text(world, file)).toBe('{"planted": true}\n');
+      world.vol.unlinkSync(path.join(ROOT, file));
+      world.faults.length = 0;
+      expect(outcomeOf((await pass(world)).outcomes, 'cfg_1')).toMatchObject({
+        action: 'written',
+        converged: true,
+      });
+      expect(text(world, file)).toBe(jsonText({ port: 8080 }));
+    });
+
+    it('a 1770 directory of a group, and a sticky rootDir: the same', async () => {
+      for (const options of [{ mode: 0o1770 }, { dir: '' }]) {
+        const { world } = await stickyWorld(options);
+        const outcome = outcomeOf((await pass(world)).outcomes, 'cfg_1');
+        expect(outcome.action).toBe('retrying');
+        expect(outcome.message).toMatch(
+          options.dir === '' ? /and rootDir is sticky \(mode 1777\)/ : /sticky \(mode 1770\)/,
+        );
+      }
+    });
+
+    it("a removal of the agent's file there, now another user's: the file stays, `retrying`; removed once it may", async () => {
+      const world = await makeWorld();
+      world.vol.mkdirSync(`${ROOT}/shared`);
+      world.vol.chmodSync(`${ROOT}/shared`, 0o1777);
+      world.vol.chownSync(`${ROOT}/shared`, APP, APP);
+      world.service.put(makeInstance({ id: 'cfg_1', relative_filepath: 'shared/app.json' }));
+      await pass(world);
+      await world.service.deliver(world.outbox);
+      // Written by an agent that ran as another user (an install's earlier uid): the sticky bit keeps it from this one.
+      world.vol.chownSync(`${ROOT}/shared/app.json`, OTHER, OTHER);
+      world.vol.chmodSync(`${ROOT}/shared/app.json`, 0o644);
+      world.ctx.euid = AGENT;
+      world.ctx.retry = { maxAttempts: 1, baseDelaySeconds: 10, maxDelaySeconds: 60 };
+      world.faults.push({ op: 'unlink', match: renameTo('shared/app.json'), code: 'EPERM' });
+      world.service.update('cfg_1', { target_status: 'removed' });
+      for (let i = 0; i < 3; i += 1) {
+        const outcome = outcomeOf((await pass(world)).outcomes, 'cfg_1');
+        expect(outcome.action).toBe('retrying');
+        expect(outcome.message).toMatch(/belongs to uid 2000, another user/);
+        world.clock.advance(300_001);
+      }
+      expect(exists(world, `${ROOT}/shared/app.json`)).toBe(true);
+      world.faults.length = 0;
+      expect(outcomeOf((await pass(world)).outcomes, 'cfg_1').action).toBe('removed');
+    });
+
+    // What the sticky bit does not explain stays the instance's attempt (docs/reliability.md, the attempt policy):
+    // an attribute only root sets (chattr +i, +a), a directory an operator locked, the agent running as root.
+    it.each([
+      ["the agent's own file (an immutable or append-only attribute)", { owner: AGENT }, AGENT],
+      ["a sticky directory of the agent's own", { dirOwner: AGENT }, AGENT],
+      ['a directory without the sticky bit (the file immutable)', { mode: 0o777 }, AGENT],
+      ['the agent running as root', {}, 0],
+    ] as const)('%s: an attempt, `failed` at maxAttempts', async (_, options, euid) => {
+      const { world } = await stickyWorld(options);
+      world.ctx.euid = euid;
+      expect(outcomeOf((await pass(world)).outcomes, 'cfg_1').action).toBe('failed');
+    });
+  });
+
   it('EROFS on unlink: the removal retries and the file stays until it succeeds', async () => {
     const world = await makeWorld();
     world.service.put(makeInstance({ id: 'cfg_1' }));

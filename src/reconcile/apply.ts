@@ -19,6 +19,7 @@ import {
   type DiskError,
   PathRejectedError,
   permissionDenied,
+  refusedEntryChange,
   rootConditionOf,
   WriteNotDeclaredError,
 } from '../store/errors.js';
@@ -69,7 +70,20 @@ export interface ApplyContext {
    * fail with its error (the device's condition, record.ts) and touch nothing.
    */
   rootMount?: RootMountWatch;
+  /** The agent's effective uid (default `process.geteuid()`): whose files a sticky directory lets it replace. */
+  euid?: number;
   signal?: AbortSignal;
+}
+
+/**
+ * What refused a rename over, or an unlink of, the file at `path`: it belongs to `uid`, another user, in the sticky
+ * directory `directory` (mode `directoryMode`), which is not the agent's user's either (judgeStickyRefusal).
+ */
+export interface StickyHolder {
+  path: string;
+  uid: number;
+  directory: string;
+  directoryMode: number;
 }
 
 /** What one effect did. Handlers never touch local state or the outbox: `record.ts` does, from these. */
@@ -96,7 +110,14 @@ export type EffectResult =
    * `neverFits`: a write that failed for a full disk with more bytes than the whole filesystem holds: it can
    * never be written there, so it counts attempts (record.ts); other full-disk failures wait for space.
    */
-  | { kind: 'failed'; error: unknown; operation: 'write' | 'remove'; neverFits?: true; rootRefuses?: true }
+  | {
+      kind: 'failed';
+      error: unknown;
+      operation: 'write' | 'remove';
+      neverFits?: true;
+      rootRefuses?: true;
+      heldBy?: StickyHolder;
+    }
   /** The step has no disk effect. */
   | { kind: 'none' };
 
@@ -212,7 +233,10 @@ export async function applySteps(
       const before = settling;
       settling = (async () => {
         const done = await judgeRootRefusal(
-          await judgeFullDisk(await judgeMount(await syncBatch(written, ctx, options), ctx), ctx),
+          await judgeStickyRefusal(
+            await judgeFullDisk(await judgeMount(await syncBatch(written, ctx, options), ctx), ctx),
+            ctx,
+          ),
           ctx,
         );
         const complete = await before;
@@ -322,6 +346,7 @@ async function judgeRootRefusal(done: AppliedStep[], ctx: ApplyContext): Promise
   const denied = done.filter(
     ({ result }) =>
       result.kind === 'failed' &&
+      result.heldBy === undefined &&
       rootConditionOf(result.error) === undefined &&
       permissionDenied(result.error),
   );
@@ -336,6 +361,60 @@ async function judgeRootRefusal(done: AppliedStep[], ctx: ApplyContext): Promise
     if (applied.result.kind === 'failed') applied.result = { ...applied.result, rootRefuses: true };
   }
   return done;
+}
+
+/** S_ISVTX, which node's fs.constants does not export. */
+const STICKY_BIT = 0o1000;
+
+/**
+ * Marks the renames and unlinks refused (EPERM, EACCES) by a sticky directory (`heldBy`): the file at the path
+ * belongs to another user, and the directory (mode 1777, or 1770 for a group) is not the agent's user's either, so
+ * the kernel lets only that file's owner (or root) replace or remove it. Another user's doing, which no attempt of
+ * the instance can get past, and one an unprivileged local user could otherwise use to make an instance `failed`
+ * for good: the device's condition (record.ts), `retrying` until the file goes. Judged after the failure by lstat of
+ * the file and its directory. Not marked: the agent running as root (the sticky bit never refuses it), a file or
+ * directory of the agent's own, a directory without the sticky bit: there an EPERM is an attribute only root sets
+ * (`chattr +i`, `+a`) or a directory an operator locked, which stays the instance's attempt.
+ */
+async function judgeStickyRefusal(done: AppliedStep[], ctx: ApplyContext): Promise<AppliedStep[]> {
+  const euid = ctx.euid ?? process.geteuid?.();
+  if (euid === undefined || euid === 0) return done;
+  for (const applied of done) {
+    const { result } = applied;
+    if (result.kind !== 'failed') continue;
+    const refused = refusedEntryChange(result.error);
+    if (refused === undefined) continue;
+    const heldBy = await stickyHolder(ctx, refused.path, euid);
+    if (heldBy !== undefined) applied.result = { ...result, heldBy };
+  }
+  return done;
+}
+
+async function stickyHolder(
+  ctx: ApplyContext,
+  relative: string,
+  euid: number,
+): Promise<StickyHolder | undefined> {
+  if (relative === '') return undefined;
+  const absolute = path.join(ctx.rootDir, relative);
+  try {
+    const [directory, entry] = await Promise.all([
+      ctx.fs.lstat(path.dirname(absolute)),
+      ctx.fs.lstat(absolute),
+    ]);
+    const sticky = directory.isDirectory() && (directory.mode & STICKY_BIT) !== 0;
+    if (!sticky || directory.uid === euid || entry.uid === euid) return undefined;
+    const parent = path.posix.dirname(relative);
+    return {
+      path: relative,
+      uid: entry.uid,
+      directory: parent === '.' ? '' : parent,
+      directoryMode: directory.mode & 0o7777,
+    };
+  } catch {
+    // Gone meanwhile, or out of reach: nothing to tell, and the failure stays as it was judged.
+    return undefined;
+  }
 }
 
 function batchable(step: Step): boolean {

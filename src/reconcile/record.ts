@@ -9,7 +9,7 @@ import { isAgentResourceError, quotaExceeded, type RootCondition, rootConditionO
 import type { StatusOutbox } from '../store/outbox.js';
 import { MAX_PATH_BYTES } from '../store/path-guard.js';
 import type { LocalState } from '../store/state.js';
-import type { AppliedStep, EffectResult } from './apply.js';
+import type { AppliedStep, EffectResult, StickyHolder } from './apply.js';
 import type { InstanceAction, InstanceOutcome, RetryPolicy } from './pass-runner.js';
 import {
   dueReport,
@@ -265,13 +265,16 @@ function recordFailure(
       message: `${operation} postponed: ${errorMessage(error)}; retried next pass`,
     });
   }
+  const heldBy = result.kind === 'failed' ? result.heldBy : undefined;
   const condition =
     result.kind !== 'failed' || result.neverFits === true
       ? undefined
-      : result.rootRefuses === true
-        ? 'not_writable'
-        : rootConditionOf(error);
-  if (condition !== undefined) return recordRootCondition(ctx, instance, operation, error, condition);
+      : heldBy !== undefined
+        ? 'held_by_another_user'
+        : result.rootRefuses === true
+          ? 'not_writable'
+          : rootConditionOf(error);
+  if (condition !== undefined) return recordRootCondition(ctx, instance, operation, error, condition, heldBy);
   const message = `${operation} failed: ${errorMessage(error)}`;
   const permanent = isAgentError(error) && !error.retryable;
   const attempts = (ctx.state.instances.get(instance.id)?.attempts ?? 0) + 1;
@@ -310,6 +313,8 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
     'something on the device is in the way of the path (a symlink, a directory, a FIFO, socket or device, or a file where a directory goes): nothing written or removed through it; retried until it is cleared, not counted as an attempt',
   renamed_aside:
     "a directory on the path is at the temp name a renewal of the agent's renamed it to (its rename back, or the start's, failed): nothing is made at its name; retried, each time putting it back first, not counted as an attempt",
+  held_by_another_user:
+    "the file at the path belongs to another user in a sticky directory that is not the agent's user's either: only its owner or root may replace or remove it; retried until it goes, not counted as an attempt",
 };
 const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   full: 'disk full',
@@ -322,6 +327,7 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   failing: 'disk failing',
   obstructed: 'path obstructed on the device',
   renamed_aside: 'a directory on the path is renamed aside',
+  held_by_another_user: "another user's file in a sticky directory is in the way",
 };
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */
@@ -346,6 +352,7 @@ function recordRootCondition(
   operation: string,
   error: unknown,
   condition: RootCondition,
+  heldBy?: StickyHolder,
 ): InstanceOutcome {
   if (ctx.state.diskWaits === undefined) ctx.state.diskWaits = new Map();
   const waits = ctx.state.diskWaits;
@@ -369,11 +376,14 @@ function recordRootCondition(
     condition === 'obstructed'
       ? nestedRival(ctx.state.files, instance.id, instance.relative_filepath)
       : undefined;
-  const why = quota
-    ? "the agent's disk quota on rootDir's filesystem is used up: retried until it has room (raise the quota if this file is larger than it), not counted as an attempt"
-    : rival !== undefined
-      ? `path conflict: the way is taken by the file of ${rival.instanceId} at ${JSON.stringify(rival.path)}, which the service also targets (a file where the other needs a directory): one of the two paths must change; retried until then, not counted as an attempt`
-      : ROOT_CONDITION_WHY[condition];
+  const why =
+    heldBy !== undefined
+      ? heldByWhy(heldBy)
+      : quota
+        ? "the agent's disk quota on rootDir's filesystem is used up: retried until it has room (raise the quota if this file is larger than it), not counted as an attempt"
+        : rival !== undefined
+          ? `path conflict: the way is taken by the file of ${rival.instanceId} at ${JSON.stringify(rival.path)}, which the service also targets (a file where the other needs a directory): one of the two paths must change; retried until then, not counted as an attempt`
+          : ROOT_CONDITION_WHY[condition];
   const message = `${operation} failed: ${errorMessage(error)}; ${why}`;
   const logged = quota
     ? 'disk quota exceeded'
@@ -381,11 +391,24 @@ function recordRootCondition(
       ? 'path conflict with another instance'
       : ROOT_CONDITION_LOG[condition];
   ctx.logger.error(
-    { err: error, instanceId: instance.id, path: instance.relative_filepath, attempts, condition },
+    {
+      err: error,
+      instanceId: instance.id,
+      path: instance.relative_filepath,
+      attempts,
+      condition,
+      ...(heldBy === undefined ? {} : { owner: heldBy.uid }),
+    },
     `${operation} failed: ${logged}`,
   );
   recordError(ctx, instance, 'retrying', message, attempts, nextAttemptAt);
   return outcomeFor(instance, 'retrying', false, { message });
+}
+
+/** The wait's reason for a file of another user in a sticky directory: the path, its owner and the directory. */
+function heldByWhy(heldBy: StickyHolder): string {
+  const directory = heldBy.directory === '' ? 'rootDir' : `the directory ${JSON.stringify(heldBy.directory)}`;
+  return `${JSON.stringify(heldBy.path)} belongs to uid ${heldBy.uid}, another user, and ${directory} is sticky (mode ${heldBy.directoryMode.toString(8).padStart(4, '0')}) and not the agent's user's either: only that file's owner or root may replace or remove it; retried until it goes (or is given to the agent's user), not counted as an attempt`;
 }
 
 /**

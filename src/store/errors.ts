@@ -127,7 +127,9 @@ export function isAgentResourceError(error: unknown): boolean {
  * disk fails (`failing`: EIO and the like, FAILING_DISK_ERRNOS), or something on the device is in the way of the
  * path (`obstructed`: a PathRejectedError of DISK_STATE_RULES, a symlink, directory, FIFO, socket or device there),
  * or a directory on the path is at a renewal's aside name, which the agent must put back first (`renamed_aside`:
- * `DiskError.renamedAside`, store/directory-asides.ts: its rename back or the start's restore failed).
+ * `DiskError.renamedAside`, store/directory-asides.ts: its rename back or the start's restore failed), or a file of
+ * another user in a sticky directory neither of theirs is the agent's refused the rename over it or its unlink
+ * (`held_by_another_user`: judged by apply.ts, never by rootConditionOf).
  * Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
  */
 export type RootCondition =
@@ -140,7 +142,8 @@ export type RootCondition =
   | 'not_declared'
   | 'failing'
   | 'obstructed'
-  | 'renamed_aside';
+  | 'renamed_aside'
+  | 'held_by_another_user';
 
 /**
  * Errnos of a disk or filesystem failing rather than of one write: an I/O error, the device gone (a card or USB
@@ -190,6 +193,24 @@ export function permissionDenied(error: unknown): boolean {
     current = typeof current === 'object' && 'cause' in current ? current.cause : undefined;
   }
   return false;
+}
+
+/**
+ * The rename or unlink (the first DiskError among an error's causes) that EPERM or EACCES refused: what a sticky
+ * directory answers the agent's user for an entry of another user (apply.ts judges whether that was it).
+ */
+export function refusedEntryChange(error: unknown): DiskError | undefined {
+  let current = error;
+  for (let depth = 0; depth < 8 && current !== undefined && current !== null; depth += 1) {
+    if (current instanceof DiskError) {
+      const refused = current.errno === 'EPERM' || current.errno === 'EACCES';
+      return refused && (current.operation === 'rename' || current.operation === 'unlink')
+        ? current
+        : undefined;
+    }
+    current = typeof current === 'object' && 'cause' in current ? current.cause : undefined;
+  }
+  return undefined;
 }
 
 /** The RootCondition an error (or one of its causes) stands for, if any. */

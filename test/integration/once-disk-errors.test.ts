@@ -407,3 +407,56 @@ describe('config-agent --once: permission denied (EACCES)', () => {
     },
   );
 });
+
+describe("config-agent --once: another user's file in a sticky directory (EPERM, gaps19)", () => {
+  it.skipIf(accessSkip !== undefined)(
+    'the agent cannot replace it: `retrying` naming the path and its owner, never `failed`; written once it goes',
+    async () => {
+      const h = await harness();
+      await h.writeConfig({ retry: { maxAttempts: 1, baseDelaySeconds: 1, maxDelaySeconds: 2 } });
+      // An application's shared directory (uid 1001's, 1777) under the agent's root, and a file put at
+      // the instance's path by another local user (uid 65533): the sticky bit keeps uid 65534 from replacing it.
+      await chmod(h.dir, 0o755);
+      const shared = h.rootPath('shared');
+      await mkdir(shared, { recursive: true });
+      await mkdir(h.stateDir, { recursive: true, mode: 0o700 });
+      spawnSync('chown', ['1001:1001', shared]);
+      await chmod(shared, 0o1777);
+      await writeFile(h.rootPath('shared/app.json'), '{"planted": true}\n', { mode: 0o644 });
+      spawnSync('chown', ['65533:65533', h.rootPath('shared/app.json')]);
+      // rootDir itself is the agent's (as the package makes it): only the sticky directory refuses it.
+      spawnSync('chown', [`${NOBODY}:${NOBODY}`, h.rootDir]);
+      spawnSync('chown', ['-R', `${NOBODY}:${NOBODY}`, h.stateDir]);
+      const b = (await h.createAndDeploy({ relative_filepath: 'shared/app.json', content: SMALL })).deploy;
+      const install = await reachableInstall();
+      cleanups.push(install.remove);
+      const runAsNobody = () =>
+        h.run(['--once'], {
+          uid: NOBODY,
+          gid: NOBODY,
+          bin: install.dist('main.js'),
+          node: install.node,
+          cwd: install.dir,
+          env: { CONFIG_AGENT_API_KEY: TEST_API_KEY },
+        });
+
+      // Two runs with maxAttempts 1: before, the first was `failed` for good at the service (an attempt).
+      for (let run = 0; run < 2; run += 1) {
+        const result = await runAsNobody();
+        expect(result.code).toBe(1);
+        expect(await statuses(h, b.id)).toEqual(['deployed', 'queued', 'retrying']);
+        expect(leaksApiKey(result)).toBe(false);
+      }
+      expect((await h.reportsFor(b.id)).at(-1)?.message).toMatch(
+        /EPERM.*"shared\/app\.json" belongs to uid 65533, another user, and the directory "shared" is sticky \(mode 1777\)/,
+      );
+      expect(await readFile(h.rootPath('shared/app.json'), 'utf8')).toBe('{"planted": true}\n');
+
+      // Its owner takes it away: the next run writes the instance.
+      await rm(h.rootPath('shared/app.json'));
+      expect((await runAsNobody()).code).toBe(0);
+      expect(await readFile(h.rootPath('shared/app.json'), 'utf8')).toBe(json(SMALL));
+      expect(await statuses(h, b.id)).toEqual(['deployed', 'deployed', 'none']);
+    },
+  );
+});
