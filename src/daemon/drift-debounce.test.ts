@@ -1,19 +1,11 @@
 // The drift watcher's debounce runs on the injected clock: a change is judged once the window passed on it, a change
 // within the window starts it again, and close() or judgeNow() ends it; no wall-clock window anywhere.
-import { type FSWatcher, watch } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
-import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { watchedRoot } from '../../test/helpers/drift-watched.js';
 import type { Clock } from '../lib/clock.js';
-import { sha256Hex } from '../lib/hash.js';
-import { silentLogger } from '../lib/logger.js';
-import type { ManagedFile } from '../store/state.js';
-import { DriftWatcher } from './drift-watcher.js';
-import { SingleFlight } from './single-flight.js';
 
-const ORIGINAL = '{"a":1}\n';
 /** Longer than any test here could wait on the wall clock: only the fake clock can end it. */
 const WINDOW_MS = 60_000;
 const cleanups: Array<() => Promise<void>> = [];
@@ -74,43 +66,15 @@ async function eventually(done: () => boolean, what: string): Promise<void> {
 
 /** A root holding a.json and b.json, both managed and both changed by hand, watched under `report`. */
 async function watched() {
-  const rootDir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-debounce-'));
-  const managed = new Map<string, ManagedFile>();
-  for (const name of ['a.json', 'b.json']) {
-    await writeFile(path.join(rootDir, name), '{"changed":true}\n', { mode: 0o644 });
-    managed.set(name, {
-      instanceId: `cfg_${name}`,
-      sha256: sha256Hex(Buffer.from(ORIGINAL)),
-      mode: 0o644,
-      createdDirs: [],
-      writtenAt: '2030-01-01T00:00:00.000Z',
-    });
-  }
   const clock = manualClock();
-  const drifts: string[][] = [];
-  const watcher = new DriftWatcher({
-    fs: nodeFs,
-    rootDir,
-    policy: 'report',
-    logger: silentLogger(),
-    managedFiles: () => managed,
-    passes: new SingleFlight(async () => undefined),
-    onDrift: (paths) => drifts.push(paths),
+  const root = await watchedRoot({
+    prefix: 'config-agent-debounce-',
+    names: ['a.json', 'b.json'],
     clock,
     debounceMs: WINDOW_MS,
-    // The kernel's events are left out: the changes are told by noticeChange alone, at known times.
-    directories: {
-      watch: ((target: string, options: object): FSWatcher =>
-        watch(target, options, () => undefined)) as unknown as typeof watch,
-    },
   });
-  await watcher.start();
-  cleanups.push(async () => {
-    await watcher.close();
-    await rm(rootDir, { recursive: true, force: true });
-  });
-  const notice = (name: string) => watcher.noticeChange(path.join(rootDir, name));
-  return { watcher, clock, drifts, notice };
+  cleanups.push(root.close);
+  return { watcher: root.watcher, clock, drifts: root.drifts, notice: root.notice };
 }
 
 describe("the drift watcher's debounce on the injected clock", () => {

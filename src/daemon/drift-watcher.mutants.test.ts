@@ -1,15 +1,11 @@
 // The drift watcher's debounce where mutation testing found it unpinned: each window's sleep on the injected clock is
 // ended by the next event, judgeNow and close (none left waiting), and a closed watcher starts none.
-import { type FSWatcher, watch } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
-import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { watchedRoot } from '../../test/helpers/drift-watched.js';
 import type { Clock } from '../lib/clock.js';
-import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
-import type { ManagedFile } from '../store/state.js';
 import { DriftWatcher } from './drift-watcher.js';
 import { SingleFlight } from './single-flight.js';
 
@@ -44,45 +40,17 @@ function stoppedClock(): Pick<Clock, 'sleep'> & { waiting(): number } {
   };
 }
 
+/** A root holding a.json, managed and changed by hand, watched under `report` on a clock that never moves. */
 async function watched() {
-  const rootDir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-debounce-mutants-'));
-  await writeFile(path.join(rootDir, 'a.json'), '{"changed":true}\n', { mode: 0o644 });
-  const managed = new Map<string, ManagedFile>([
-    [
-      'a.json',
-      {
-        instanceId: 'cfg_a',
-        sha256: sha256Hex(Buffer.from('{"a":1}\n')),
-        mode: 0o644,
-        createdDirs: [],
-        writtenAt: '2030-01-01T00:00:00.000Z',
-      },
-    ],
-  ]);
   const clock = stoppedClock();
-  const drifts: string[][] = [];
-  const watcher = new DriftWatcher({
-    fs: nodeFs,
-    rootDir,
-    policy: 'report',
-    logger: silentLogger(),
-    managedFiles: () => managed,
-    passes: new SingleFlight(async () => undefined),
-    onDrift: (paths) => drifts.push(paths),
+  const root = await watchedRoot({
+    prefix: 'config-agent-debounce-mutants-',
+    names: ['a.json'],
     clock,
     debounceMs: WINDOW_MS,
-    directories: {
-      watch: ((target: string, options: object): FSWatcher =>
-        watch(target, options, () => undefined)) as unknown as typeof watch,
-    },
   });
-  await watcher.start();
-  cleanups.push(async () => {
-    await watcher.close();
-    await rm(rootDir, { recursive: true, force: true });
-  });
-  const notice = () => watcher.noticeChange(path.join(rootDir, 'a.json'));
-  return { watcher, clock, drifts, notice };
+  cleanups.push(root.close);
+  return { watcher: root.watcher, clock, drifts: root.drifts, notice: () => root.notice('a.json') };
 }
 
 describe("the debounce's sleeps", () => {

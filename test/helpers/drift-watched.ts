@@ -1,0 +1,83 @@
+// A drift watcher over a temp root of managed files changed by hand, its debounce on the test's clock, no kernel events.
+import { type FSWatcher, watch } from 'node:fs';
+import * as nodeFs from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { DriftWatcher } from '../../src/daemon/drift-watcher.js';
+import { SingleFlight } from '../../src/daemon/single-flight.js';
+import type { Clock } from '../../src/lib/clock.js';
+import { sha256Hex } from '../../src/lib/hash.js';
+import { silentLogger } from '../../src/lib/logger.js';
+import type { ManagedFile } from '../../src/store/state.js';
+
+/** What the agent recorded writing at each managed path; every file on disk holds other bytes (drift). */
+const RECORDED = '{"a":1}\n';
+
+export interface WatchedRoot {
+  rootDir: string;
+  watcher: DriftWatcher;
+  /** The paths of each drift the watcher judged, in order. */
+  drifts: string[][];
+  /** Tells the watcher of a change of `name` under the root, as an event of the kernel would. */
+  notice(name: string): void;
+  /** Closes the watcher and removes the root. */
+  close(): Promise<void>;
+}
+
+/**
+ * `names` written under a new temp root (`prefix`) with bytes other than those recorded for them, and a watcher under
+ * `report` whose debounce of `debounceMs` sleeps on `clock`. The kernel's events are left out: changes are told by
+ * `notice` alone, at known times. The caller closes it (afterEach).
+ */
+export async function watchedRoot(options: {
+  prefix: string;
+  names: readonly string[];
+  clock: Pick<Clock, 'sleep'>;
+  debounceMs: number;
+}): Promise<WatchedRoot> {
+  const rootDir = await mkdtemp(path.join(os.tmpdir(), options.prefix));
+  const managed = new Map<string, ManagedFile>();
+  for (const name of options.names) {
+    await writeFile(path.join(rootDir, name), '{"changed":true}\n', { mode: 0o644 });
+    managed.set(name, {
+      instanceId: `cfg_${name}`,
+      sha256: sha256Hex(Buffer.from(RECORDED)),
+      mode: 0o644,
+      createdDirs: [],
+      writtenAt: '2030-01-01T00:00:00.000Z',
+    });
+  }
+  const drifts: string[][] = [];
+  const watcher = new DriftWatcher({
+    fs: nodeFs,
+    rootDir,
+    policy: 'report',
+    logger: silentLogger(),
+    managedFiles: () => managed,
+    passes: new SingleFlight(async () => undefined),
+    onDrift: (paths) => drifts.push(paths),
+    clock: options.clock,
+    debounceMs: options.debounceMs,
+    directories: {
+      watch: ((target: string, watchOptions: object): FSWatcher =>
+        watch(target, watchOptions, () => undefined)) as unknown as typeof watch,
+    },
+  });
+  try {
+    await watcher.start();
+  } catch (error) {
+    await rm(rootDir, { recursive: true, force: true });
+    throw error;
+  }
+  return {
+    rootDir,
+    watcher,
+    drifts,
+    notice: (name) => watcher.noticeChange(path.join(rootDir, name)),
+    close: async () => {
+      await watcher.close();
+      await rm(rootDir, { recursive: true, force: true });
+    },
+  };
+}
