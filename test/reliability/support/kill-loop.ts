@@ -2,9 +2,10 @@
 // a run is let finish, and it must converge with no temp file left.
 import type { ChildProcess } from 'node:child_process';
 import { type FSWatcher, watch as watchDir } from 'node:fs';
-import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { CANARY_KEY, type Fleet, type Violation } from './fleet.js';
+import type { Fleet } from './fleet.js';
+import { describeViolations, openLane, reportOnSignalEnv } from './lane.js';
 import { countFromEnv, type Random, randomInt } from './random.js';
 
 export interface KillLaneFigures {
@@ -86,10 +87,7 @@ async function cpuAndRunnable(pid: number): Promise<{ cpuMs: number; runnable: b
   return { cpuMs: (ticks * 1000) / CLOCK_TICKS_PER_SECOND, runnable };
 }
 
-/** The env of every run: SIGUSR2 makes Node write a diagnostic report (JS stack, handles) into `dir`. */
-export function reportOnSignalEnv(dir: string): NodeJS.ProcessEnv {
-  return { NODE_OPTIONS: `--report-on-signal --report-signal=SIGUSR2 --report-directory=${dir}` };
-}
+export { reportOnSignalEnv };
 
 /** What the kernel says each thread of `pid` is doing: state, CPU ticks, the kernel function it sleeps in. */
 async function threadStates(pid: number): Promise<string> {
@@ -231,10 +229,6 @@ function watchDirs(dirs: readonly string[], onEvent: () => void): () => void {
   };
 }
 
-function describe(violations: readonly Violation[]): string {
-  return violations.map((v) => `${v.path}: ${v.problem}`).join('; ');
-}
-
 /** Runs one lane of the loop on its own fleet; returns the figures and every violation seen. */
 export async function runKillLane(
   fleet: Fleet,
@@ -252,34 +246,24 @@ export async function runKillLane(
     violations: [],
   };
   const maxViolations = options.maxViolations ?? 3;
-  const reportDir = path.join(fleet.dir, 'reports');
-  await mkdir(reportDir, { recursive: true });
-  const runEnv = reportOnSignalEnv(reportDir);
-  const fail = (what: string) => {
-    figures.violations.push(what);
-    // At once, not only at the end: a long run that goes wrong at its 77th kill says so while it still runs.
-    if (options.label !== undefined)
-      process.stderr.write(`${options.label}: violation at kill ${figures.kills}: ${what.slice(0, 4000)}\n`);
-  };
+  const lane = await openLane(fleet, figures.violations, options.label, () => `kill ${figures.kills}`);
+  const { fail } = lane;
 
   /** A run let finish: exit 0, converged world, no temp file. Returns its duration. */
   const finishRun = async (label: string): Promise<number> => {
     const started = performance.now();
-    const exit = await watch(fleet.spawnOnce([], runEnv), reportDir);
+    const exit = await watch(fleet.spawnOnce([], lane.runEnv), lane.reportDir);
     const elapsed = performance.now() - started;
     figures.completedRuns += 1;
     figures.slowestRunMs = Math.max(figures.slowestRunMs, elapsed);
-    if (exit.output.includes(CANARY_KEY)) fail(`${label}: the API key appeared in the output`);
-    if (exit.code !== 0)
-      fail(`${label}: exit ${String(exit.code)} instead of 0: ${exit.output.slice(-1500)}`);
-    const violations = await fleet.checkConverged();
-    if (violations.length > 0) fail(`${label}: not converged: ${describe(violations)}`);
+    await lane.checkFinished(label, exit);
     if (options.powerCut !== undefined && options.cutAfterFinish === true) {
       // Right after a clean exit 0 everything the service was told must already be on the platter.
       await options.powerCut();
       figures.cutsAfterExit += 1;
       const afterCut = await fleet.checkAnyMoment();
-      if (afterCut.length > 0) fail(`power cut right after ${label} (exit 0): ${describe(afterCut)}`);
+      if (afterCut.length > 0)
+        fail(`power cut right after ${label} (exit 0): ${describeViolations(afterCut)}`);
     }
     return elapsed;
   };
@@ -307,12 +291,12 @@ export async function runKillLane(
     const triggered = new Promise<'kill'>((resolve) => {
       trigger = () => resolve('kill');
     });
-    const child = fleet.spawnOnce([], runEnv);
+    const child = fleet.spawnOnce([], lane.runEnv);
     const unwatch = watchDirs(fleet.writtenDirs(), () => {
       events += 1;
       if (onEvent && events === killAtEvent) setTimeout(trigger, delayMs);
     });
-    const exited = watch(child, reportDir);
+    const exited = watch(child, lane.reportDir);
     const timer = onEvent ? undefined : setTimeout(trigger, delayMs);
     const first = await Promise.race([exited.then(() => 'exited' as const), triggered]);
     clearTimeout(timer);
@@ -323,11 +307,7 @@ export async function runKillLane(
       const exit = await exited;
       typicalEvents = Math.max(4, Math.round(typicalEvents * 0.7 + events * 0.3));
       figures.completedRuns += 1;
-      if (exit.output.includes(CANARY_KEY)) fail(`${label}: the API key appeared in the output`);
-      if (exit.code !== 0)
-        fail(`${label} (finished first): exit ${String(exit.code)}: ${exit.output.slice(-1500)}`);
-      const violations = await fleet.checkConverged();
-      if (violations.length > 0) fail(`${label} (finished first): ${describe(violations)}`);
+      await lane.checkFinished(`${label} (finished first)`, exit);
       continue;
     }
     child.kill('SIGKILL');
@@ -341,10 +321,10 @@ export async function runKillLane(
       );
     }
     if (onEvent) figures.killsOnEvent += 1;
-    if (exit.output.includes(CANARY_KEY)) fail(`${label}: the API key appeared in the output`);
+    lane.checkKey(label, exit);
     if ((await fleet.tempFiles()).length > 0) figures.killsInsidePublish += 1;
     const violations = await fleet.checkAnyMoment();
-    if (violations.length > 0) fail(`${label}: ${describe(violations)}`);
+    if (violations.length > 0) fail(`${label}: ${describeViolations(violations)}`);
     sinceFinish += 1;
     if (sinceFinish >= finishAfter) {
       const elapsed = await finishRun(`run after ${label}`);

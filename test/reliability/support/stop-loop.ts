@@ -8,8 +8,9 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { POOL_DRAIN_MS } from '../../../src/cli/process-exit.js';
 import { waitFor } from '../../helpers/wait-for.js';
-import { CANARY_KEY, type Fleet, type Violation } from './fleet.js';
-import { type Exit, HANG_LIMITS, reportOnSignalEnv, watchRun } from './kill-loop.js';
+import type { Fleet } from './fleet.js';
+import { type Exit, HANG_LIMITS, watchRun } from './kill-loop.js';
+import { describeViolations, openLane } from './lane.js';
 import { type Random, randomInt } from './random.js';
 
 /**
@@ -81,9 +82,6 @@ function killMoment(random: Random, hung: boolean, typicalStopMs: number): numbe
   return PASS_STOP_BUDGET_MS - 200 + random() * (POOL_DRAIN_MS + 1_000);
 }
 
-const describe = (violations: readonly Violation[]) =>
-  violations.map((v) => `${v.path}: ${v.problem}`).join('; ');
-
 /** Runs stops of the daemon on `fleet` (its config polls every second); returns the figures and violations. */
 export async function runStopLane(
   fleet: Fleet,
@@ -105,24 +103,14 @@ export async function runStopLane(
     violations: [],
   };
   const maxViolations = options.maxViolations ?? 3;
-  const reportDir = path.join(fleet.dir, 'reports');
-  await mkdir(reportDir, { recursive: true });
-  const runEnv = reportOnSignalEnv(reportDir);
+  const lane = await openLane(fleet, figures.violations, options.label, () => `stop ${figures.stops}`);
+  const { fail, reportDir, runEnv } = lane;
   const hungDir = path.join(fleet.rootDir, HUNG_DIR);
-  const fail = (what: string) => {
-    figures.violations.push(what);
-    if (options.label !== undefined)
-      process.stderr.write(`${options.label}: violation at stop ${figures.stops}: ${what.slice(0, 4000)}\n`);
-  };
   const finishRun = async (label: string): Promise<number> => {
     const started = performance.now();
     const exit = await watchRun(fleet.spawnOnce([], runEnv), HANG_LIMITS, reportDir);
     figures.completedRuns += 1;
-    if (exit.output.includes(CANARY_KEY)) fail(`${label}: the API key appeared in the output`);
-    if (exit.code !== 0)
-      fail(`${label}: exit ${String(exit.code)} instead of 0: ${exit.output.slice(-1500)}`);
-    const violations = await fleet.checkConverged();
-    if (violations.length > 0) fail(`${label}: not converged: ${describe(violations)}`);
+    await lane.checkFinished(label, exit);
     return performance.now() - started;
   };
 
@@ -231,7 +219,7 @@ export async function runStopLane(
     const how = killed
       ? `SIGKILL ${killAfter?.toFixed(0)} ms after the SIGTERM`
       : `ended by itself after ${stopMs.toFixed(0)} ms`;
-    if (exit.output.includes(CANARY_KEY)) fail(`${label}: the API key appeared in the output`);
+    lane.checkKey(label, exit);
     if (exit.output.startsWith('hung (')) fail(`${label}: wedged in its stop: ${exit.output.slice(0, 3000)}`);
     else if (stopMs > WEDGED_AFTER_MS) fail(`${label}: its stop took ${stopMs.toFixed(0)} ms (${how})`);
     else if (!killed) {
@@ -255,7 +243,7 @@ export async function runStopLane(
       }
     }
     const violations = await fleet.checkAnyMoment();
-    if (violations.length > 0) fail(`${label}, ${how}: ${describe(violations)}`);
+    if (violations.length > 0) fail(`${label}, ${how}: ${describeViolations(violations)}`);
     sinceFinish += 1;
     if (sinceFinish >= finishAfter) {
       await finishRun(`run after ${label}`);
