@@ -428,6 +428,63 @@ export function cutListBody(text: string): ListBodyParts {
   return { envelopeText: `${text.slice(0, dataOpen + 1)}${text.slice(dataClose)}`, items };
 }
 
+/**
+ * How many elements of a list body's top-level `data` array begin in `text`, which may be the body's first bytes
+ * only (cut anywhere): a page over the response cap, read for what it proves. Never throws; a text that is not a
+ * list body begins none.
+ */
+export function itemsBegunIn(text: string): number {
+  let depth = 0;
+  let expectKey = false;
+  let rootKey: string | undefined;
+  let inData = false;
+  let begun = 0;
+  let awaitingItem = false;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (isWhitespace(code)) continue;
+    if (inData && depth === 2 && awaitingItem && code !== COMMA && code !== CLOSE_ARRAY) {
+      begun += 1;
+      awaitingItem = false;
+    }
+    switch (code) {
+      case QUOTE: {
+        const end = stringEnd(text, i);
+        if (end === -1) return begun;
+        if (depth === 1 && expectKey) rootKey = keyText(text, i, end);
+        i = end;
+        break;
+      }
+      case OPEN_OBJECT:
+      case OPEN_ARRAY:
+        if (code === OPEN_ARRAY && depth === 1 && rootKey === 'data') {
+          inData = true;
+          awaitingItem = true;
+        }
+        depth += 1;
+        expectKey = code === OPEN_OBJECT;
+        break;
+      case CLOSE_OBJECT:
+      case CLOSE_ARRAY:
+        depth -= 1;
+        if (inData && depth === 1) return begun;
+        expectKey = false;
+        break;
+      case COMMA:
+        if (inData && depth === 2) awaitingItem = true;
+        // Only the root object's keys matter: the one naming `data`.
+        expectKey = depth === 1;
+        break;
+      case COLON:
+        expectKey = false;
+        break;
+      default:
+        break;
+    }
+  }
+  return begun;
+}
+
 export interface ListBytesParts {
   /** The body with its `data` array emptied: the envelope alone, small whatever the items hold. */
   envelope: Buffer;

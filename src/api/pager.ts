@@ -7,7 +7,7 @@ import { combineSignals } from '../lib/signals.js';
 import type { ServiceClient } from './client.js';
 import { ResponseTooLargeError } from './errors.js';
 import { compareInstants, sameInstant } from './instant.js';
-import { peekId, peekStrings } from './json.js';
+import { itemsBegunIn, peekId, peekStrings } from './json.js';
 import type { ConfigInstancePage, ItemWire, KnownItems, PageItem, UnknownStatus } from './list-page.js';
 import type {
   ConfigInstance,
@@ -420,6 +420,14 @@ async function listOnce<I>(
       page = await fetch(offset, limit);
     } catch (error) {
       if (!(error instanceof ResponseTooLargeError)) throw error;
+      // More items than asked for in its first bytes: the service ignores `limit`, so asking for fewer changes
+      // nothing. Halving down to one blamed each item in turn as "larger by itself than the response limit",
+      // some eight requests for each (each a whole listing to the service) until the pull's deadline (adv20).
+      if (error.bodyPrefix !== undefined && itemsBegunIn(error.bodyPrefix) > limit) {
+        throw new ListingRunawayError(
+          `asked for ${limit} item(s) at offset ${offset}, the service answered more, beyond the response limit of ${error.maxBytes} bytes (server.maxResponseBytes): it ignores limit`,
+        );
+      }
       shrunkFrom ??= limit;
       if (limit > 1) {
         limit = Math.floor(limit / 2);

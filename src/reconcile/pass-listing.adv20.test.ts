@@ -32,13 +32,13 @@ let rootDir: string;
 let server: RunningMockServer;
 let reconciler: Reconciler;
 
-async function open(baseUrl?: string): Promise<void> {
+async function open(baseUrl?: string, maxResponseBytes = 1 << 20): Promise<void> {
   await reconciler?.close();
   const client = createClient({
     baseUrl: baseUrl ?? server.url,
     apiKey: API_KEY,
     timeoutMs: 10_000,
-    maxResponseBytes: 1 << 20,
+    maxResponseBytes,
   });
   const deps: Deps = { fs: nodeFs, clock, random: () => 0.5, logger: silentLogger() };
   reconciler = await Reconciler.open(
@@ -51,7 +51,7 @@ async function open(baseUrl?: string): Promise<void> {
       dirMode: 0o750,
       retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
       requestRetries: 0,
-      maxResponseBytes: 1 << 20,
+      maxResponseBytes,
     },
     client,
   );
@@ -356,5 +356,61 @@ describe('a status endpoint that answers 204 and records nothing', () => {
     await reconciler.runPass({ mode: 'incremental' });
     await reconciler.runPass({ mode: 'full' });
     expect(reports()).toHaveLength(5);
+  });
+});
+
+/** A front that asks the mock for 100 items whatever limit it is given: a service that ignores `limit`. */
+async function limitIgnored(): Promise<{ url: string; lists: () => number; close(): Promise<void> }> {
+  const upstream = new URL(server.url);
+  let lists = 0;
+  const front = createServer((incoming, outgoing) => {
+    const url = new URL(incoming.url ?? '/', upstream);
+    if (url.pathname === '/v1/config_instances') {
+      lists += 1;
+      url.searchParams.set('limit', '100');
+    }
+    const forwarded = httpRequest(
+      url,
+      { method: incoming.method, headers: { ...incoming.headers, host: upstream.host } },
+      (answer) => {
+        outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(outgoing);
+      },
+    );
+    incoming.pipe(forwarded);
+  });
+  await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(front.address() as AddressInfo).port}`,
+    lists: () => lists,
+    close: () =>
+      new Promise<void>((resolve) => {
+        front.closeAllConnections();
+        front.close(() => resolve());
+      }),
+  };
+}
+
+describe('a service that ignores limit, its listing larger than server.maxResponseBytes', () => {
+  // Every page over the cap was halved down to one item, and each item in turn blamed as "larger by itself than
+  // the response limit" (retrying), about 8 requests per item (each a whole listing to the service) until the
+  // pull's deadline. A page whose first bytes already hold more items than asked for ends the pull instead.
+  it('is told at once, and no item is blamed for it', async () => {
+    for (let i = 0; i < 100; i += 1) {
+      put({ id: `l_${String(i).padStart(3, '0')}`, content: { pad: 'x'.repeat(1000) } });
+    }
+    const front = await limitIgnored();
+    try {
+      await open(front.url, 64 * 1024);
+      const result = await pass();
+      expect(result.error).toMatchObject({ code: 'listing_runaway' });
+      expect(result.error?.message).toMatch(/it ignores limit/);
+      expect(reports()).toEqual([]);
+      // The first page asked for 100 items, then 50: the page for 50 holds more in its first 64 KiB.
+      expect(front.lists()).toBeLessThanOrEqual(4);
+    } finally {
+      await reconciler.close();
+      await front.close();
+    }
   });
 });
