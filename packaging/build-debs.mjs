@@ -324,7 +324,7 @@ const debs = [
     name: 'config-agent',
     arch: 'all',
     interpreter: '/usr/bin/node',
-    depends: 'nodejs (>= 20.19), systemd',
+    depends: 'nodejs (>= 20.19), systemd (>= 252)',
     relations: ['Conflicts: config-agent-node', 'Replaces: config-agent-node'],
     triggers: true,
   }),
@@ -336,7 +336,7 @@ if (!flags['no-node']) {
         name: 'config-agent-node',
         arch,
         interpreter: `/${LIB}/node/bin/node`,
-        depends: 'libc6 (>= 2.28), libgcc-s1 (>= 3.0), libstdc++6 (>= 5.2), systemd',
+        depends: 'libc6 (>= 2.28), libgcc-s1 (>= 3.0), libstdc++6 (>= 5.2), systemd (>= 252)',
         relations: [
           `Provides: config-agent (= ${debVersion})`,
           'Conflicts: config-agent',

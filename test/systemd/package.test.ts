@@ -49,7 +49,7 @@ describe.skipIf(!haveDpkg || all === undefined)(
     it('depends on Node >= 20.19 and conflicts with config-agent-node', () => {
       const deb = all as string;
       expect(field(deb, 'Architecture')).toBe('all');
-      expect(field(deb, 'Depends')).toBe('nodejs (>= 20.19), systemd');
+      expect(field(deb, 'Depends')).toBe('nodejs (>= 20.19), systemd (>= 252)');
       expect(field(deb, 'Conflicts')).toBe('config-agent-node');
     });
 
