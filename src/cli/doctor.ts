@@ -92,6 +92,42 @@ async function ownership(
   return { name, ok: true, detail: `${file} ${wantText}` };
 }
 
+/** `systemctl show` output → property → value. */
+function showProperties(stdout: string): Record<string, string> {
+  return Object.fromEntries(
+    stdout
+      .split('\n')
+      .filter((line) => line.includes('='))
+      .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+  );
+}
+
+/**
+ * Why the loaded unit cannot write rootDir, or undefined: under ProtectSystem=strict only its ReadWritePaths= (and
+ * its own state and runtime directories) are writable, so a rootDir moved in config.json without the drop-in
+ * `init` writes (or before `systemctl daemon-reload`) failed every write with EROFS while doctor said all ok.
+ */
+async function unitCannotWrite(env: DoctorEnvironment, rootDir: string): Promise<string | undefined> {
+  const shown = await env.systemctl(['show', env.unit, '--property=LoadState,ProtectSystem,ReadWritePaths']);
+  if (shown.status !== 0) return undefined;
+  const props = showProperties(shown.stdout);
+  // A path with a space is shown quoted by systemctl: not judged.
+  if (props.LoadState !== 'loaded' || props.ProtectSystem !== 'strict' || /\s/.test(rootDir))
+    return undefined;
+  const writable = (props.ReadWritePaths ?? '')
+    .split(/\s+/)
+    .filter((entry) => entry !== '')
+    .map((entry) => entry.replace(/^[-+]+/, ''));
+  const real = await nodeFs.realpath(rootDir).catch(() => rootDir);
+  const covered = (dir: string) => writable.some((entry) => dir === entry || dir.startsWith(`${entry}/`));
+  if (covered(rootDir) || covered(real)) return undefined;
+  return (
+    `${rootDir} is read-only for ${env.unit} (ProtectSystem=strict, and no ReadWritePaths= of the loaded unit ` +
+    `covers it: every write fails with EROFS); sudo config-agent init --root-dir ${rootDir} writes the drop-in, ` +
+    'then sudo systemctl daemon-reload && sudo systemctl restart config-agent'
+  );
+}
+
 async function unitCheck(env: DoctorEnvironment): Promise<Check> {
   const name = 'unit';
   const shown = await env.systemctl([
@@ -101,12 +137,7 @@ async function unitCheck(env: DoctorEnvironment): Promise<Check> {
   ]);
   if (shown.status === 127)
     return { name, ok: false, detail: 'systemctl not found: is this a systemd system?' };
-  const props = Object.fromEntries(
-    shown.stdout
-      .split('\n')
-      .filter((line) => line.includes('='))
-      .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
-  );
+  const props = showProperties(shown.stdout);
   if (props.LoadState !== 'loaded') {
     return {
       name,
@@ -190,9 +221,10 @@ export async function runDoctor(
       );
       const agent = `${AGENT_ACCOUNT}:${AGENT_ACCOUNT}`;
       const hidden =
-        env.unitHides === undefined
+        (env.unitHides === undefined
           ? undefined
-          : await rootDirHiddenFromUnit(nodeFs, config.rootDir, env.unitHides);
+          : await rootDirHiddenFromUnit(nodeFs, config.rootDir, env.unitHides)) ??
+        (await unitCannotWrite(env, config.rootDir));
       report(
         hidden !== undefined
           ? { name: 'rootDir', ok: false, detail: hidden }

@@ -1,4 +1,4 @@
-// adv21: init and doctor refuse a rootDir the shipped unit hides from the agent (ProtectHome=, PrivateTmp=, PrivateDevices=).
+// adv21: init and doctor refuse a rootDir the shipped unit hides from the agent or cannot write (ProtectHome=, PrivateTmp=, ProtectSystem=).
 import {
   existsSync,
   mkdirSync,
@@ -161,5 +161,59 @@ describe('a rootDir the unit hides from the agent (adv21)', () => {
       .split('\n')
       .find((entry) => entry.includes(' rootDir '));
     expect(line).toMatch(/^FAIL {2}rootDir {3}rootDir .* is inside .*ProtectHome=yes/);
+  });
+
+  it('doctor fails its rootDir line when no ReadWritePaths= of the loaded unit covers it (ProtectSystem=strict)', async () => {
+    // Before: rootDir moved in config.json without init's drop-in: every write failed EROFS (`retrying`) while
+    // doctor printed `all checks passed` (seen under systemd 252).
+    const run = async (name: string, readWritePaths: string) => {
+      const sys = scratch(name);
+      const rootDir = path.join(sys.dir, 'opt/cfg');
+      mkdirSync(rootDir, { recursive: true });
+      mkdirSync(path.dirname(sys.configPath), { recursive: true });
+      writeFileSync(
+        sys.configPath,
+        JSON.stringify({
+          deviceId: 'dvc_1',
+          server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: path.join(sys.dir, 'etc/key') },
+          rootDir,
+          stateDir: path.join(sys.dir, 'state'),
+        }),
+        { mode: 0o640 },
+      );
+      const out = sink();
+      await runDoctor(
+        { configPath: sys.configPath },
+        { stdout: out.stream, stderr: sink().stream, env: {}, isTty: false },
+        {
+          groupFile: sys.env.groupFile,
+          passwdFile: sys.env.passwdFile,
+          checkTimeoutMs: 2_000,
+          unitHides: [],
+          systemctl: async (args) => ({
+            status: 0,
+            stdout: args.some((arg) => arg.includes('ReadWritePaths'))
+              ? `LoadState=loaded\nProtectSystem=strict\nReadWritePaths=${readWritePaths.replaceAll('ROOT', rootDir)}\n`
+              : 'LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\n',
+          }),
+          now: () => 0,
+          unit: 'config-agent.service',
+        },
+      );
+      return {
+        rootDir,
+        line:
+          out
+            .text()
+            .split('\n')
+            .find((entry) => entry.includes(' rootDir ')) ?? '',
+      };
+    };
+    const uncovered = await run('strict', '/srv/config-agent -/var/lib/prometheus/node-exporter');
+    expect(uncovered.line).toMatch(/^FAIL {2}rootDir {3}/);
+    expect(uncovered.line).toContain(`${uncovered.rootDir} is read-only for config-agent.service`);
+    expect(uncovered.line).toContain(`config-agent init --root-dir ${uncovered.rootDir}`);
+    const covered = await run('covered', '/srv/config-agent -ROOT');
+    expect(covered.line).not.toContain('read-only');
   });
 });
