@@ -9,6 +9,7 @@ import { ApiKeyError, ConfigError } from '../config/errors.js';
 import {
   assertConfigPlaces,
   type ConfigFs,
+  describeJsonError,
   MAX_KEY_FILE_BYTES,
   parseAgentConfig,
   readKeyFile,
@@ -352,14 +353,28 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
     const configPath = resolveConfigPath(command.configPath, io.env);
     const existingText = await readOptional(fs, configPath);
     let existing: Record<string, unknown> = {};
-    if (existingText !== undefined) {
+    // Every key of an existing config is kept, so one that cannot be read is never replaced: a trailing comma
+    // left by a hand edit had init write a new file without the operator's hooks, rules and proxy. An empty one
+    // holds nothing to keep.
+    const existingJson = existingText?.replace(/^\uFEFF/, '');
+    if (existingJson !== undefined && existingJson.trim() !== '') {
+      let parsed: unknown;
       try {
-        const parsed: unknown = JSON.parse(existingText);
-        if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed))
-          existing = parsed as Record<string, unknown>;
-      } catch {
-        io.stderr.write(`config-agent init: ${configPath} is not JSON; writing a new one\n`);
+        parsed = JSON.parse(existingJson);
+      } catch (error) {
+        throw new InitFailure(
+          `${configPath}: ${describeJsonError(existingJson, error)}; init keeps the keys of an existing ` +
+            'configuration and cannot read this one: fix it, or move it aside to start anew (nothing written)',
+          ExitCode.Config,
+        );
       }
+      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+        throw new InitFailure(
+          `${configPath} holds no JSON object; fix it, or move it aside to start anew (nothing written)`,
+          ExitCode.Config,
+        );
+      }
+      existing = parsed as Record<string, unknown>;
     }
     const existingServer =
       typeof existing.server === 'object' && existing.server !== null

@@ -701,7 +701,8 @@ function formatMode(mode: number): string {
  * JSON syntax errors with line and column, always: the position comes from our own scan, since V8 gives one
  * for some errors only. V8's own text can quote the file, so only its first clause is kept.
  */
-function describeJsonError(text: string, error: unknown): string {
+/** A JSON syntax error as `invalid JSON at line L, column C: <reason>`, without the file's text. */
+export function describeJsonError(text: string, error: unknown): string {
   const raw = errorMessage(error);
   const v8Position = /at position (\d+)/.exec(raw)?.[1];
   const position =
