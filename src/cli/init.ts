@@ -49,6 +49,8 @@ export interface InitEnvironment {
   fs?: InitFs;
   /** The directories the unit hides from the agent, where no rootDir may go (none judged when absent). */
   unitHides?: readonly HiddenDir[];
+  /** The configuration the unit runs: only init writing it touches the unit's drop-in (any, when absent). */
+  unitConfigPath?: string;
 }
 
 /** The agent's config fs: init gives the directories it makes their owner through a descriptor (fchown). */
@@ -60,6 +62,7 @@ export const SYSTEM_INIT_ENVIRONMENT: Omit<InitEnvironment, 'stdin' | 'stdinIsTt
   dropInDir: '/etc/systemd/system/config-agent.service.d',
   checkTimeoutMs: 15_000,
   unitHides: UNIT_HIDDEN_DIRS,
+  unitConfigPath: DEFAULT_CONFIG_PATH,
 };
 
 export const AGENT_ACCOUNT = 'config-agent';
@@ -484,7 +487,17 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       );
     let needsReload = false;
     const dropIn = path.join(env.dropInDir, ROOT_DIR_DROP_IN);
-    if (config.rootDir !== DEFAULT_ROOT_DIR) {
+    // The drop-in is the unit's, which runs one configuration: init writing another (a copy to try, a --once
+    // setup) replaced or removed it, and the service lost write access to its own rootDir at the next
+    // daemon-reload (EROFS on every write).
+    const forTheUnit =
+      env.unitConfigPath === undefined || path.resolve(configPath) === path.resolve(env.unitConfigPath);
+    if (!forTheUnit) {
+      io.stdout.write(
+        `left ${dropIn} as it is: the unit runs ${env.unitConfigPath}, not ${configPath} ` +
+          `(a unit running this one needs ReadWritePaths=${rootDirValue})\n`,
+      );
+    } else if (config.rootDir !== DEFAULT_ROOT_DIR) {
       await ensureDir(fs, env.dropInDir, { mode: 0o755 });
       await publishFile(fs, {
         rootDir: env.dropInDir,
