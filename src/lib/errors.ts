@@ -1,4 +1,5 @@
 // Base class of every error the agent raises on purpose: match on `code`, never on message text.
+import { constants as osConstants } from 'node:os';
 
 /**
  * Every `code` the agent's errors carry. A union, so the compiler checks each place that matches on one: a
@@ -59,12 +60,26 @@ export function isAgentError(value: unknown): value is AgentError {
   return value instanceof AgentError;
 }
 
-/** The node errno code (`ENOSPC`, `EACCES`, ...) of an error, if it has one. */
+/**
+ * The node errno code (`ENOSPC`, `EACCES`, ...) of an error, if it has one. An errno libuv has no name for
+ * comes with the code `UNKNOWN` or `Unknown system error -122`: it is named from its number by the system's
+ * own table (`os.constants.errno`). On Node 20 that is EDQUOT (a disk quota exceeded), which went unrecognised
+ * as a full disk: every write or mkdir over a quota counted an attempt and ended `failed` for good (adv20).
+ */
 export function errnoCode(error: unknown): string | undefined {
   if (typeof error === 'object' && error !== null && 'code' in error) {
     const code = (error as { code: unknown }).code;
-    if (typeof code === 'string') return code;
+    if (typeof code !== 'string') return undefined;
+    if (code !== 'UNKNOWN' && !code.startsWith('Unknown system error')) return code;
+    const errno = (error as { errno?: unknown }).errno;
+    return (typeof errno === 'number' && errnoName(-errno)) || code;
   }
+  return undefined;
+}
+
+/** The system's first name for an errno number (only asked for errors libuv could not name: rare). */
+function errnoName(errno: number): string | undefined {
+  for (const [name, value] of Object.entries(osConstants.errno)) if (value === errno) return name;
   return undefined;
 }
 
