@@ -20,6 +20,10 @@ describe('errnoCode', () => {
     });
     expect(errnoCode(promised)).toBe('EDQUOT');
     expect(errnoCode(synchronous)).toBe('EDQUOT');
+    const stale = constants.errno.ESTALE;
+    expect(
+      errnoCode(Object.assign(new Error('x'), { code: `Unknown system error -${stale}`, errno: -stale })),
+    ).toBe('ESTALE');
   });
 
   it('leaves named codes, codes of no known number and codes without one as they are', () => {

@@ -45,6 +45,15 @@ const FAULTS: WriteFault[] = [
     firstSync: false,
   },
   {
+    // A network filesystem's stale handle: libuv has no name for it either (Unknown system error -116).
+    name: 'rename of a new version: stale file handle (ESTALE)',
+    spec: 'rename:error=ESTALE:when=1',
+    aim: 'etc/db/pool.json',
+    viaTemp: true,
+    held: ['etc/db/pool.json'],
+    firstSync: false,
+  },
+  {
     name: 'mkdir of a new directory: quota exceeded (EDQUOT)',
     spec: 'mkdir:error=EDQUOT:when=1',
     aim: 'opt',
@@ -120,7 +129,9 @@ describe.skipIf(SKIP !== undefined)('writes under injected full-disk faults', { 
       const instance = fleet.server.state.instances.get(next!)!;
       expect([instance.activity_status, instance.error_status], p).toEqual(['queued', 'retrying']);
       const told = fleet.server.state.reports.filter((r) => r.config_instance_id === next);
-      expect(told.at(-1)?.message, p).toMatch(/is full|quota on rootDir's filesystem is used up/);
+      expect(told.at(-1)?.message, p).toMatch(
+        /is full|quota on rootDir's filesystem is used up|the disk holding rootDir fails/,
+      );
       const now = await fleet.fileBytes(p);
       const then = bytesBefore.get(p);
       if (then === undefined) expect(now, p).toBeUndefined();
