@@ -80,7 +80,9 @@ export function errnoCode(error: unknown): string | undefined {
 /** The system's first name for an errno number (only asked for errors libuv could not name: rare). */
 function errnoName(errno: number): string | undefined {
   for (const [name, value] of Object.entries(osConstants.errno)) if (value === errno) return name;
-  return undefined;
+  // Node's table lacks it: Linux's EUCLEAN (117 on x86 and arm, asm-generic), which ext4, xfs and btrfs answer
+  // as EFSCORRUPTED, a filesystem that found itself corrupt.
+  return process.platform === 'linux' && errno === 117 ? 'EUCLEAN' : undefined;
 }
 
 /** A misuse of a command line (the agent's or the mock's): printed with the usage hint, exit 2. */

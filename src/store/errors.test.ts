@@ -92,7 +92,7 @@ describe("rootDir's own failures (checkRoot)", () => {
     },
   );
 
-  it.each(['EIO', 'ENXIO', 'ENODEV', 'ENOTCONN', 'ESTALE', 'ETIMEDOUT'])(
+  it.each(['EIO', 'ENXIO', 'ENODEV', 'ENOTCONN', 'ESTALE', 'ETIMEDOUT', 'EUCLEAN', 'EBADMSG'])(
     '%s: the disk failing, the device condition `failing` (never an attempt), not a rootDir replaced',
     async (code) => {
       const error = await rootFailure(code);

@@ -147,8 +147,9 @@ export type RootCondition =
 
 /**
  * Errnos of a disk or filesystem failing rather than of one write: an I/O error, the device gone (a card or USB
- * disk pulled), a FUSE daemon gone, a stale or timed-out network filesystem. None says anything about the
- * instance, and all may clear.
+ * disk pulled), a FUSE daemon gone, a stale or timed-out network filesystem, a filesystem that found itself
+ * corrupt (ext4, xfs and btrfs answer EUCLEAN, their EFSCORRUPTED, and EBADMSG, EFSBADCRC, for a metadata
+ * checksum that does not match: until an fsck). None says anything about the instance, and all may clear.
  */
 const FAILING_DISK_ERRNOS: ReadonlySet<string> = new Set([
   'EIO',
@@ -157,6 +158,8 @@ const FAILING_DISK_ERRNOS: ReadonlySet<string> = new Set([
   'ENOTCONN',
   'ESTALE',
   'ETIMEDOUT',
+  'EUCLEAN',
+  'EBADMSG',
 ]);
 
 /** Steps that add or remove an entry of the directory holding their path. */

@@ -54,6 +54,14 @@ const FAULTS: WriteFault[] = [
     firstSync: false,
   },
   {
+    // ext4's EFSCORRUPTED: the filesystem found itself corrupt (no libuv name either: Unknown system error -117).
+    name: 'mkdir of a new directory: filesystem corrupt (EUCLEAN)',
+    spec: 'mkdir:error=EUCLEAN:when=1',
+    aim: 'opt',
+    held: ['opt/vendor/a/b/c/deep.json'],
+    firstSync: true,
+  },
+  {
     name: 'mkdir of a new directory: quota exceeded (EDQUOT)',
     spec: 'mkdir:error=EDQUOT:when=1',
     aim: 'opt',
