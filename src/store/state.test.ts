@@ -4,12 +4,14 @@ import * as nodeFs from 'node:fs/promises';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { Writable } from 'node:stream';
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
 import { ConfigInstance } from '../api/schemas.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
-import { silentLogger } from '../lib/logger.js';
+import { createLogger, silentLogger } from '../lib/logger.js';
+import { createSecretRegistry } from '../lib/secrets.js';
 import { applySteps } from '../reconcile/apply.js';
 import { planSteps } from '../reconcile/plan.js';
 import { recordStep } from '../reconcile/record.js';
@@ -453,5 +455,37 @@ describe('a state.json that is not a regular file', () => {
     const error = await loadLocalState(failing, STATE_DIR, 'dvc_1', silentLogger()).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'state_dir_unusable' });
     expect(String((error as Error).message).match(/stateDir/g)).toHaveLength(1);
+  });
+});
+
+describe('loadLocalState: the paths waiting for their hooks', () => {
+  it('drops those the path guard refuses, with an error naming each; the next save leaves them out', async () => {
+    const saved = sampleState();
+    const refused = ['../etc/passwd', '/etc/shadow', 'a//b.json', 'app/../x.json', 'a.json\nb.json', ''];
+    const good = ['a.json', 'z/last.json', 'gone/removed.yaml'];
+    for (const relative of [...good, ...refused]) saved.pendingHookPaths.add(relative);
+    const { fs, vol } = memfs();
+    await saveLocalState(fs, STATE_DIR, saved);
+    const lines: Array<{ msg: string; path?: string }> = [];
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const line of chunk.toString('utf8').split('\n').filter(Boolean))
+          lines.push(JSON.parse(line) as { msg: string; path?: string });
+        done();
+      },
+    });
+    const logger = createLogger({ level: 'info', secrets: createSecretRegistry(), destination });
+
+    const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', logger);
+
+    // Before: all nine were loaded and handed to the hooks in CONFIG_AGENT_CHANGED.
+    expect(outcome).toBe('loaded');
+    expect([...state.pendingHookPaths].sort()).toEqual([...good].sort());
+    const dropped = lines.filter((line) => line.msg.includes('waiting for its hooks'));
+    expect(dropped.map((line) => line.path).sort()).toEqual([...refused].sort());
+    expect(state.files.size).toBe(2);
+    await saveLocalState(fs, STATE_DIR, state);
+    const after = JSON.parse(String(vol.readFileSync(STATE_PATH, 'utf8'))) as { pendingHookPaths: string[] };
+    expect(after.pendingHookPaths).toEqual([...good].sort());
   });
 });

@@ -354,7 +354,7 @@ export async function loadLocalState(
       files,
       instances,
       cooldowns: new Map(),
-      pendingHookPaths: new Set(parsed.pendingHookPaths),
+      pendingHookPaths: guardedHookPaths(parsed.pendingHookPaths, logger),
     },
     outcome: 'loaded',
     // What the file holds (attempts and nextAttemptAt as read): a state still equal to it has nothing to write.
@@ -391,6 +391,28 @@ function guardedFiles(files: Map<string, ManagedFile>, logger: Logger): Map<stri
     }
   }
   return kept ?? files;
+}
+
+/**
+ * The paths waiting for their hooks whose form the path guard accepts (validateRelativePath), as `guardedFiles`
+ * judges state.json's records. The agent records only paths it wrote; any other (`../x`, an absolute path, a
+ * line break) comes from a state.json edited by someone and would reach operator hooks in CONFIG_AGENT_CHANGED:
+ * dropped with an error naming it, and the next persist leaves it out. Nothing on disk is touched either way.
+ */
+function guardedHookPaths(paths: readonly string[], logger: Logger): Set<string> {
+  const kept = new Set<string>();
+  for (const relative of paths) {
+    try {
+      validateRelativePath(relative);
+      kept.add(relative);
+    } catch (error) {
+      logger.error(
+        { err: error, file: STATE_FILE, path: relative },
+        'a path of state.json waiting for its hooks is one the path guard refuses: dropped, no hook is told of it',
+      );
+    }
+  }
+  return kept;
 }
 
 /**
