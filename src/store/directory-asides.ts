@@ -43,6 +43,17 @@ function wellFormed(entry: AsideEntry): boolean {
 type RestoreOutcome = 'restored' | 'gone' | 'occupied' | 'kept' | 'failed';
 
 /**
+ * The tries in progress by record (`entryKey`), shared by a DirectoryAsides and every one a reload hands its
+ * records to: a record is tried by one of them at a time, and a try the one before started is joined, never
+ * made twice (two renames of one directory at once; the loser's ENOENT read as a failure).
+ */
+type SharedTries = Map<string, Promise<RestoreOutcome>>;
+
+function entryKey(entry: AsideEntry): string {
+  return JSON.stringify([entry.rootDir, entry.dir, entry.name, entry.aside]);
+}
+
+/**
  * `renewal-asides.json` in the state directory: every directory a renewal renamed aside (or was about to),
  * written durably before the first rename. A record whose rename back a good fsync of its parent covered is
  * dropped at the next record (the ledger says so); the file is rewritten at start, after the restore. Records
@@ -64,6 +75,13 @@ export class DirectoryAsides implements RenewalAsides {
   #held: AsideEntry[] = [];
   /** A record's try in progress: a retry and the writes below its name share it. */
   readonly #trying = new Map<AsideEntry, Promise<RestoreOutcome>>();
+  /** Every try in progress, this one's and those of the records' earlier holders (a reload): see SharedTries. */
+  readonly #tries: SharedTries;
+  /**
+   * A reload's open took the records over (`open`'s `from`): this one starts no try and writes no tidying of its
+   * own until given them back (`takeBack`, that open failed) or handing them over for good (`handOver`).
+   */
+  #lent = false;
   /** The retry of every kept record in progress: one at a time. */
   #retrying: Promise<number> | undefined;
   /** Records whose failure was told at warn or error: a later retry's same answer goes to debug. */
@@ -81,7 +99,9 @@ export class DirectoryAsides implements RenewalAsides {
     logger: Logger,
     kept: AsideEntry[],
     euid: number,
+    tries: SharedTries,
   ) {
+    this.#tries = tries;
     this.#euid = euid;
     this.#fs = fs;
     this.#stateDir = stateDir;
@@ -95,7 +115,12 @@ export class DirectoryAsides implements RenewalAsides {
    * Puts back every directory a run that died between a renewal's two renames left aside under `rootDir`,
    * then returns the record for this process's renewals. See `restoreRenewedDirectory` for what is put back.
    * `carried`: the records of the state directory a reload leaves (`handOver`); they are written durably into
-   * this one before it is used (a failure to write them fails the open, and so the reload).
+   * this one before it is used (a failure to write them fails the open, and so the reload). `from`: the running
+   * process's record that a reload replaces: from now on it tries and tidies nothing (`takeBack` if this open, or
+   * the rest of the reload, fails), its writes in progress end before the record file is read, its records are
+   * `carried` (unless given), and a try of its still in progress (a background `retry`) is not made again here:
+   * that record stays held and kept, and is settled here by that try's answer when it comes (the reload does not
+   * wait for it: a try that hangs on a mount holds no reload).
    */
   static async open(
     fs: FsPort,
@@ -103,7 +128,32 @@ export class DirectoryAsides implements RenewalAsides {
     rootDir: string,
     ledger: DirectorySyncLedger | undefined,
     logger: Logger,
-    options: { euid: number; clock: WallClock; carried?: readonly AsideEntry[] },
+    options: { euid: number; clock: WallClock; carried?: readonly AsideEntry[]; from?: DirectoryAsides },
+  ): Promise<DirectoryAsides> {
+    const { from } = options;
+    if (from === undefined) return DirectoryAsides.#open(fs, stateDir, rootDir, ledger, logger, options);
+    from.#lent = true;
+    try {
+      // Its record file as it last wrote it (a write in progress ends first; none starts after).
+      await from.#last;
+      return await DirectoryAsides.#open(fs, stateDir, rootDir, ledger, logger, {
+        ...options,
+        carried: options.carried ?? from.records(),
+        tries: from.#tries,
+      });
+    } catch (error) {
+      from.takeBack();
+      throw error;
+    }
+  }
+
+  static async #open(
+    fs: FsPort,
+    stateDir: string,
+    rootDir: string,
+    ledger: DirectorySyncLedger | undefined,
+    logger: Logger,
+    options: { euid: number; clock: WallClock; carried?: readonly AsideEntry[]; tries?: SharedTries },
   ): Promise<DirectoryAsides> {
     const { euid, clock } = options;
     const found = await readAsides(fs, stateDir, logger, clock);
@@ -116,10 +166,19 @@ export class DirectoryAsides implements RenewalAsides {
       if (entry.rootDir !== root)
         logger.warn({ ...entry }, 'a directory renamed aside under another root directory is left as it is');
     }
-    const asides = new DirectoryAsides(fs, stateDir, root, ledger, logger, records, euid);
+    const asides = new DirectoryAsides(
+      fs,
+      stateDir,
+      root,
+      ledger,
+      logger,
+      records,
+      euid,
+      options.tries ?? new Map(),
+    );
     // Nothing is written below these names before the restore ends (no pass runs yet): all held meanwhile.
     asides.#held = records.filter((entry) => entry.rootDir === root);
-    const dropped = await asides.#restoreKept();
+    const dropped = await asides.#restoreKept(true);
     if (carried.length > 0) {
       // The records of the state directory left behind: durable here before that one forgets them.
       await asides.#write();
@@ -152,27 +211,51 @@ export class DirectoryAsides implements RenewalAsides {
   }
 
   async #retryNow(): Promise<number> {
-    if (this.pending === 0) return 0;
-    const dropped = await this.#restoreKept();
-    if (dropped > 0) {
-      await this.#write().catch((error: unknown) => {
-        this.#logger.warn({ err: error, file: ASIDES_FILE }, 'could not rewrite the renewal record');
-      });
+    if (this.pending > 0 && !this.#lent) {
+      const dropped = await this.#restoreKept(false);
+      if (dropped > 0) {
+        await this.#write(true).catch((error: unknown) => {
+          this.#logger.warn({ err: error, file: ASIDES_FILE }, 'could not rewrite the renewal record');
+        });
+      }
     }
+    // Answered once the record file says what this one holds (a try settled meanwhile may have rewritten it).
+    await this.#last;
     return this.pending;
+  }
+
+  /**
+   * `open`'s failed (or the reload after it did): the records are this one's again, tried and tidied as before.
+   * Records the failed open put back are found back at their names by the next retry, and dropped.
+   */
+  takeBack(): void {
+    if (!this.#handedOver) this.#lent = false;
+  }
+
+  /** A record of an open that failed (its reload did): it tries nothing more and writes nothing. */
+  discard(): void {
+    this.#lent = true;
+    this.#handedOver = true;
   }
 
   /**
    * Every record of this root tried once (a record inside a directory aside is found once that one is back:
    * rounds until none is), then dropped when back, or gone with something at its name; answers how many were.
+   * Lent to a reload's open meanwhile: no further try (answers 0). `atOpen`: a record whose try an earlier
+   * holder started is not waited for (see `open`); a retry waits for its answer as for its own.
    */
-  async #restoreKept(): Promise<number> {
+  async #restoreKept(atOpen: boolean): Promise<number> {
     let pending = this.#kept.filter((entry) => entry.rootDir === this.#root);
     const dropped = new Set<AsideEntry>();
     for (let restored = true; restored && pending.length > 0; ) {
       restored = false;
       const gone: AsideEntry[] = [];
       for (const entry of pending) {
+        if (this.#lent) return 0;
+        if (atOpen && this.#tries.has(entryKey(entry)) && !this.#trying.has(entry)) {
+          this.#settleLater(entry);
+          continue;
+        }
         const outcome = await this.#tryRestore(entry);
         if (outcome === 'gone') gone.push(entry);
         else if (outcome === 'restored') {
@@ -182,6 +265,7 @@ export class DirectoryAsides implements RenewalAsides {
       }
       pending = gone;
     }
+    if (this.#lent) return 0;
     // Neither at its aside name nor at its name (its file system not mounted yet, a directory on the way
     // renamed): out of sight, not back; kept for a later try that sees it. Something at the name: it is back.
     const back: AsideEntry[] = [];
@@ -222,15 +306,37 @@ export class DirectoryAsides implements RenewalAsides {
     return dropped.size;
   }
 
-  /** One try to put `entry` back (shared by whoever asks meanwhile), its record's hold updated by the answer. */
+  /**
+   * One try to put `entry` back (shared by whoever asks meanwhile, in this one or in the one a reload handed its
+   * records to), its record's hold updated by the answer. Its answer is told once, by the one that started it.
+   */
   #tryRestore(entry: AsideEntry): Promise<RestoreOutcome> {
     let trying = this.#trying.get(entry);
     if (trying === undefined) {
-      trying = restoreRenewedDirectory(this.#fs, entry, this.#euid)
-        .catch((error: unknown) => {
-          this.#tell('warn', entry, 'could not put back a directory renamed aside: tried again later', error);
-          return 'failed' as const;
-        })
+      const key = entryKey(entry);
+      let shared = this.#tries.get(key);
+      if (shared === undefined) {
+        const started = restoreRenewedDirectory(this.#fs, entry, this.#euid)
+          .catch((error: unknown) => {
+            this.#tell(
+              'warn',
+              entry,
+              'could not put back a directory renamed aside: tried again later',
+              error,
+            );
+            return 'failed' as const;
+          })
+          .then((outcome) => {
+            this.#tellOutcome(entry, outcome);
+            return outcome;
+          });
+        this.#tries.set(key, started);
+        void started.finally(() => {
+          if (this.#tries.get(key) === started) this.#tries.delete(key);
+        });
+        shared = started;
+      }
+      trying = shared
         .then((outcome) => {
           this.#settle(entry, outcome);
           return outcome;
@@ -239,6 +345,13 @@ export class DirectoryAsides implements RenewalAsides {
       this.#trying.set(entry, trying);
     }
     return trying;
+  }
+
+  /** The answer of a try an earlier holder of the records started, settled here when it comes (rewritten if back). */
+  #settleLater(entry: AsideEntry): void {
+    void this.#tryRestore(entry).then(async (outcome) => {
+      if (outcome === 'restored') await this.#write(true).catch(() => undefined);
+    });
   }
 
   #settle(entry: AsideEntry, outcome: RestoreOutcome): void {
@@ -250,8 +363,12 @@ export class DirectoryAsides implements RenewalAsides {
       const at = this.#kept.indexOf(entry);
       if (at >= 0) this.#kept.splice(at, 1);
       this.#told.delete(entry);
-      this.#logger.warn({ ...entry }, 'put back a directory a crash left renamed aside');
     }
+  }
+
+  #tellOutcome(entry: AsideEntry, outcome: RestoreOutcome): void {
+    if (outcome === 'restored')
+      this.#logger.warn({ ...entry }, 'put back a directory a crash left renamed aside');
     if (outcome === 'occupied') {
       this.#tell(
         'error',
@@ -293,6 +410,7 @@ export class DirectoryAsides implements RenewalAsides {
    */
   async handOver(nextStateDir: string): Promise<void> {
     if (this.#handedOver) return;
+    this.#lent = true;
     const others = this.#stateDir !== nextStateDir;
     this.#kept = [];
     this.#held = [];
@@ -345,7 +463,7 @@ export class DirectoryAsides implements RenewalAsides {
     const outcome = await this.#tryRestore(entry);
     if (outcome === 'kept' || outcome === 'failed') return true;
     // Only tidying: a record left names an aside that is gone, which the next start drops.
-    if (outcome === 'restored') await this.#write().catch(() => undefined);
+    if (outcome === 'restored') await this.#write(true).catch(() => undefined);
     return false;
   }
 
@@ -359,7 +477,7 @@ export class DirectoryAsides implements RenewalAsides {
     );
     if (entry === undefined) return undefined;
     return this.#tryRestore(entry).then(async (outcome) => {
-      if (outcome === 'restored') await this.#write().catch(() => undefined);
+      if (outcome === 'restored') await this.#write(true).catch(() => undefined);
     });
   }
 
@@ -370,10 +488,13 @@ export class DirectoryAsides implements RenewalAsides {
     );
   }
 
-  /** The records durably (none: the file unlinked; a stale record only names a temp name that is not there). */
-  async #write(): Promise<void> {
+  /**
+   * The records durably (none: the file unlinked; a stale record only names a temp name that is not there).
+   * `tidying` (a record dropped once back): not while lent to a reload's open, which reads and writes the file.
+   */
+  async #write(tidying = false): Promise<void> {
     const run = this.#last.then(async () => {
-      if (this.#handedOver) return;
+      if (this.#handedOver || (tidying && this.#lent)) return;
       const asides = [
         ...this.#kept,
         ...this.#recorded.map(({ rootDir, dir, name, aside }) => ({ rootDir, dir, name, aside })),

@@ -114,7 +114,7 @@ export class StateDir {
           {
             euid: options.euid ?? process.geteuid?.() ?? -1,
             clock,
-            ...(previous === undefined ? {} : { carried: previous.records() }),
+            ...(previous === undefined ? {} : { from: previous }),
           },
         );
         const skipped: Array<SweepSkip & { under: 'rootDir' | 'stateDir' }> = [];
@@ -195,6 +195,9 @@ export class StateDir {
         ...(persisted === undefined ? {} : { persisted }),
       });
     } catch (error) {
+      // The running record acts on its records again; this open's own tries nothing more, nor writes.
+      asides?.discard();
+      previous?.takeBack();
       await lock?.release();
       throw error;
     }
