@@ -6,11 +6,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { exitCodeForStartupError } from '../cli/exit-codes.js';
-import type { FsPort } from '../lib/fs-port.js';
 import { ConfigError } from './errors.js';
-import { assertExtraCaCertsUsable, parseAgentConfig } from './load.js';
+import { assertExtraCaCertsUsable, type ConfigFs, parseAgentConfig } from './load.js';
 
-const fs = nodeFs as unknown as FsPort;
+const fs = nodeFs as unknown as ConfigFs;
 const hasOpenssl = spawnSync('openssl', ['version']).error === undefined;
 let dir = '';
 

@@ -213,10 +213,10 @@ export async function readConfigText(fs: ConfigFs, configPath: string): Promise<
 function whoElseCanChange(
   stats: { uid: number; gid: number; mode: number },
   euid: number | undefined,
+  risk = 'could point the agent at another server (with the API key), another rootDir or other hooks',
 ): string | undefined {
   if (euid === undefined) return undefined;
   const mode = formatMode(stats.mode & 0o7777);
-  const risk = 'could point the agent at another server (with the API key), another rootDir or other hooks';
   if (stats.uid !== 0 && stats.uid !== euid) {
     return `owned by uid ${stats.uid}, neither root nor the agent's user (uid ${euid}): that user ${risk}; make root its owner`;
   }
@@ -385,6 +385,9 @@ function proxyUrlProblem(value: string): string | undefined {
 
 /** A CA bundle is a few hundred KiB (Debian's whole one ~220 KiB): a larger file is not one. */
 const MAX_CA_FILE_BYTES = 4 * 1024 * 1024;
+/** What whoever can change NODE_EXTRA_CA_CERTS can do. */
+const CA_RISK =
+  'could have the agent trust their own certificate authority and send the API key to their server';
 const PEM_BEGIN = '-----BEGIN CERTIFICATE-----';
 const PEM_END = '-----END CERTIFICATE-----';
 
@@ -395,7 +398,7 @@ const PEM_END = '-----END CERTIFICATE-----';
  * while the cause was the setting.
  */
 export async function assertExtraCaCertsUsable(
-  fs: FsPort,
+  fs: ConfigFs,
   config: AgentConfig,
   env: NodeJS.ProcessEnv,
 ): Promise<void> {
@@ -414,6 +417,14 @@ export async function assertExtraCaCertsUsable(
       { cause },
     );
   };
+  // Whoever can change the file (or swap it) adds the authority the agent trusts for the service, so their own
+  // server would be taken for the service and get the API key: judged as the config file is (adv21).
+  const refuse = (problem: string): never => {
+    throw new ConfigError('environment', [{ path: 'NODE_EXTRA_CA_CERTS', message: `${file}: ${problem}` }]);
+  };
+  const euid = process.geteuid?.();
+  const swappable = await whoElseCanSwap(fs, file, euid);
+  if (swappable !== undefined) refuse(swappable);
   let text = '';
   let handle: Awaited<ReturnType<FsPort['open']>>;
   try {
@@ -424,6 +435,8 @@ export async function assertExtraCaCertsUsable(
   try {
     const stats = await handle.stat();
     if (!stats.isFile()) return fail(`not a regular file (${describeFileType(stats)})`);
+    const untrusted = whoElseCanChange(stats, euid, CA_RISK);
+    if (untrusted !== undefined) refuse(untrusted);
     if (stats.size > MAX_CA_FILE_BYTES) return fail(`larger than ${MAX_CA_FILE_BYTES} bytes: not a CA file`);
     text = await handle.readFile({ encoding: 'utf8' });
   } catch (error) {
