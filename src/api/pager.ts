@@ -537,7 +537,17 @@ async function listOnce<I>(
     if (firstTotal !== undefined && covered > firstTotal) {
       throw new ListingRunawayError(`${covered} items listed, more than the total_count of ${firstTotal}`);
     }
-    if (!head.has_more) {
+    // An empty page right past all that total_count counts ends the listing whatever has_more says: a service
+    // whose has_more is always true stopped every pass as a runaway, nothing ever synced (adv20).
+    const pastTheCount =
+      head.has_more && items.length === 0 && firstTotal !== undefined && covered === firstTotal;
+    if (pastTheCount) {
+      options.logger?.warn(
+        { covered, totalCount: firstTotal },
+        'has_more is true past total_count: the listing ends',
+      );
+    }
+    if (!head.has_more || pastTheCount) {
       if (firstTotal !== undefined && covered !== firstTotal) {
         const problem = `the listing ended after ${covered} items, total_count said ${firstTotal}`;
         // Only a boundary the overlap did not check can hide a shift; otherwise the count itself is off. Every

@@ -414,3 +414,33 @@ describe('a service that ignores limit, its listing larger than server.maxRespon
     }
   });
 });
+
+describe('a service whose has_more is always true', () => {
+  // The page after the last item came back empty with has_more still true: a runaway, so every pass stopped
+  // before writing anything. An empty page right past all that total_count counts is the listing's end.
+  it('is listed to its total_count and synced', async () => {
+    for (let i = 0; i < 3; i += 1) put({ id: `h_${i}` });
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"has_more":false', with: '"has_more":true' }],
+    });
+    const result = await pass();
+    expect(result.error?.message).toBeUndefined();
+    expect(reports().sort()).toEqual(['h_0 deployed/none', 'h_1 deployed/none', 'h_2 deployed/none']);
+    for (let i = 0; i < 3; i += 1) expect(await fileAt(`h_${i}.json`)).toBe(`{\n  "owner": "h_${i}"\n}\n`);
+    // Without a count to end it, it stays a runaway (bounded), as before.
+    server.state.clearFaults();
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [
+        { find: '"has_more":false', with: '"has_more":true' },
+        { find: '"total_count":3', with: '"total_count":-1' },
+      ],
+    });
+    expect((await pass()).error).toMatchObject({ code: 'listing_runaway' });
+  });
+});
