@@ -36,6 +36,38 @@ function agentV8Flags(): string[] {
 }
 
 /**
+ * node's builtin modules a `--once` loads that the loader itself does not (a pass, a first sync; `_http_common`
+ * and `_http_incoming` for the socket lane's llhttp), loaded before agentV8Flags are set. node compiles a builtin
+ * from the code cache it embeds only while V8's flags hash as node's defaults: any flag set (the loader's, or
+ * `--max-semi-space-size` on Node 20's command line, which main.cjs sets back to its default) makes V8 reject
+ * every builtin's cache, and node compiled these ~45 modules from source in every `--once` (docs/performance.md
+ * "`--once` with nothing to do"). One missing here is only compiled from source, as before; a name this runtime
+ * does not have is skipped.
+ */
+export const PASS_BUILTINS: readonly string[] = [
+  'node:crypto',
+  'node:net',
+  'node:os',
+  'node:fs/promises',
+  'node:perf_hooks',
+  'node:diagnostics_channel',
+  '_http_common',
+  '_http_incoming',
+];
+
+/** Loads PASS_BUILTINS, and `util.parseArgs` (main.ts's argument parser; node:util loads it on first use). */
+function loadPassBuiltins(): void {
+  for (const name of PASS_BUILTINS) {
+    try {
+      process.getBuiltinModule(name);
+    } catch {
+      // Not a builtin of this runtime: the agent does without it, or loads it itself.
+    }
+  }
+  void process.getBuiltinModule('node:util').parseArgs;
+}
+
+/**
  * The command line the package's postinst runs (through the launcher, so with `--once`'s node flags) to write
  * the install's code cache (`writeInstallCodeCache`). Exactly these words: any other goes to main.ts, which
  * refuses `--write-code-cache` as an unknown option.
@@ -55,6 +87,7 @@ export const WRITE_INSTALL_CACHE_ARGV: readonly string[] = ['--once', '--write-c
 export function runAgentBundle(bundleFile: string, installCacheDir?: string): void {
   const argv = process.argv.slice(2);
   const flags = agentV8Flags();
+  loadPassBuiltins();
   try {
     for (const flag of flags) setFlagsFromString(flag);
   } catch {

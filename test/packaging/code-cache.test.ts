@@ -247,3 +247,65 @@ describe('the code cache of the shipped bundle', () => {
     expect(cacheFiles()).toEqual([]);
   });
 });
+
+/** main.cjs `--once` under node flags `nodeFlags` with NODE_DEBUG_NATIVE=CODE_CACHE: its status and node's lines. */
+function onceShowingBuiltins(
+  nodeFlags: readonly string[],
+): Promise<{ status: number | null; rejected: string[] }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...nodeFlags, mainCjs, '--once', '--config', world.configPath], {
+      env: { PATH: process.env.PATH, HOME: os.tmpdir(), NODE_DEBUG_NATIVE: 'CODE_CACHE' },
+    });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    child.on('error', reject);
+    child.on('close', (status) => resolve({ status, rejected: rejectedBuiltins(stderr) }));
+  });
+}
+
+/** The builtins node compiled from source in a process whose stderr is `stderr` ("Code cache of X (...) is rejected"). */
+function rejectedBuiltins(stderr: string): string[] {
+  return [...stderr.matchAll(/^Code cache of (\S+) .* is rejected$/gm)].map((match) => match[1] as string);
+}
+
+describe("node's builtins under --once's flags", () => {
+  it("are compiled from node's own code cache, but for those main.cjs loads to set the semi-space flag back", async () => {
+    const { ONCE_NODE_FLAGS } = (await import('../../packaging/launcher.mjs')) as {
+      ONCE_NODE_FLAGS: string[];
+    };
+    // What a process under the same flags compiles from source before main.cjs's first line, and for node:v8.
+    const bare = spawnSync(process.execPath, [...ONCE_NODE_FLAGS, '-e', "require('node:v8')"], {
+      encoding: 'utf8',
+      env: { PATH: process.env.PATH, NODE_DEBUG_NATIVE: 'CODE_CACHE' },
+    });
+    const before = new Set([...rejectedBuiltins(bare.stderr), 'internal/main/run_main_module']);
+    const first = await onceShowingBuiltins(ONCE_NODE_FLAGS);
+    expect(first.status).toBe(0);
+    expect(world.server.state.reports).toHaveLength(20);
+    // Before: crypto, net, fs/promises, perf_hooks, _http_common and ~40 more after the loader's flags.
+    expect(first.rejected.filter((name) => !before.has(name))).toEqual([]);
+    const idle = await onceShowingBuiltins(ONCE_NODE_FLAGS);
+    expect(idle.status).toBe(0);
+    expect(idle.rejected.filter((name) => !before.has(name))).toEqual([]);
+  });
+
+  it('setting --max-semi-space-size back to its default keeps the semi-spaces node started with', () => {
+    // main.cjs's reset (packaging/bundle.mjs) relies on V8 sizing the young generation once, at start.
+    const program = [
+      "require('node:v8').setFlagsFromString('--max-semi-space-size=0');",
+      'let max = 0; let keep = [];',
+      'for (let i = 0; i < 2e6; i += 1) {',
+      "  keep.push({ i, s: 'x' + i }); if (keep.length > 200000) keep = [];",
+      "  if (i % 10000 === 0) max = Math.max(max, require('node:v8').getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size);",
+      '}',
+      'process.stdout.write(String(max));',
+    ].join('\n');
+    const run = spawnSync(process.execPath, ['--max-semi-space-size=4', '-e', program], { encoding: 'utf8' });
+    expect(run.status).toBe(0);
+    // Two semi-spaces of at most 4 MiB (V8's default grows them to 16 on Node 20).
+    expect(Number(run.stdout)).toBeGreaterThan(0);
+    expect(Number(run.stdout)).toBeLessThanOrEqual(8 * 1024 * 1024);
+  });
+});
