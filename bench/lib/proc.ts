@@ -1,5 +1,5 @@
 // Child processes for the bench: wall time from spawn to exit, and peak RSS through GNU time when present.
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
@@ -91,6 +91,41 @@ function collect(
   });
 }
 
+export const hasPerf = (() => {
+  try {
+    execFileSync('perf', ['stat', '-x,', '-e', 'task-clock', 'true'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+/**
+ * CPU time of `command args…` (all its threads) from `perf stat -e task-clock`, in ms, or undefined without
+ * perf or when the command fails. GNU time's user + system come in 10 ms steps, each truncated: `node -e 0`'s
+ * ~16–20 ms read as 10 (docs/performance.md, "`--once` with nothing to do").
+ */
+export async function taskClockMs(
+  command: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv = {},
+): Promise<number | undefined> {
+  if (!hasPerf) return undefined;
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'bench-perf-'));
+  try {
+    const out = path.join(dir, 'perf.csv');
+    const run = await runTimed('perf', ['stat', '-x,', '-e', 'task-clock', '-o', out, command, ...args], {
+      env,
+    });
+    if (run.code !== 0) return undefined;
+    const line = (await readFile(out, 'utf8')).split('\n').find((l) => l.includes('task-clock'));
+    const ms = Number(line?.split(',')[0]);
+    return Number.isFinite(ms) ? ms : undefined;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 /** Resident set size of a running process from /proc, in KiB. */
 export async function currentRssKiB(pid: number): Promise<number | undefined> {
   return (await currentMemoryKiB(pid))?.rss;
@@ -123,14 +158,16 @@ export async function unwrittenKiB(): Promise<number | undefined> {
 }
 
 /**
- * Waits until the disk has written back what earlier runs left dirty (`sync`, then /proc/meminfo's Dirty +
- * Writeback under 4 MiB, at most 30 s), so that no timed run pays for its predecessors' writeback. Every
- * contender gets the same settling before each of its timed runs. (The slow-down from one repetition to the next
- * seen on this VM outlives it: docs/performance.md, Method.) Returns the milliseconds waited.
+ * Waits until the disk has written back what earlier runs left dirty (`sync -f` of the file system the worlds are
+ * made on, then /proc/meminfo's Dirty + Writeback under 4 MiB, at most 30 s), so that no timed run pays for its
+ * predecessors' writeback. Every contender gets the same settling before each of its timed runs. (The slow-down
+ * from one repetition to the next seen on this VM outlives it: docs/performance.md, Method.) Not a plain `sync`:
+ * that waits on every mount, and a hung FUSE mount (the hung-mount tests') held each bench run for good. Returns the
+ * milliseconds waited.
  */
 export async function settleDisk(): Promise<number> {
   const started = performance.now();
-  await new Promise<void>((resolve) => execFile('sync', () => resolve()));
+  await new Promise<void>((resolve) => execFile('sync', ['-f', os.tmpdir()], () => resolve()));
   for (;;) {
     const unwritten = await unwrittenKiB();
     if (unwritten === undefined || unwritten < 4096 || performance.now() - started > 30_000) break;

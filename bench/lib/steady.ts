@@ -4,7 +4,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
 import { AGENT_ARGV, AGENT_BIN, AGENT_ENV, REPO_ROOT } from './first-sync.js';
-import { currentMemoryKiB, median, runTimed } from './proc.js';
+import { currentMemoryKiB, median, runTimed, taskClockMs } from './proc.js';
 import { type BenchWorld, changedEntries, snapshotTree, startByteCounter } from './world.js';
 
 export interface NothingToDo {
@@ -22,6 +22,12 @@ export interface NothingToDo {
   reports: number;
   /** Requests of one full pass. */
   requestsPerPass: number;
+  /**
+   * CPU time (task-clock, all threads, ms) of further `--once` runs, each right after a `node -e 0` whose own is in
+   * `nodeTaskClockMs`: the CPU ratio of the same minutes, in steps finer than GNU time's 10 ms. Empty without perf.
+   */
+  taskClockMs: number[];
+  nodeTaskClockMs: number[];
   failures: string[];
 }
 
@@ -33,6 +39,8 @@ export async function onceNothingToDo(world: BenchWorld, reps: number): Promise<
     stateFilesChanged: 0,
     reports: 0,
     requestsPerPass: 0,
+    taskClockMs: [],
+    nodeTaskClockMs: [],
     failures: [],
   };
   const reportsBefore = world.server.state.reports.length;
@@ -53,6 +61,17 @@ export async function onceNothingToDo(world: BenchWorld, reps: number): Promise<
     if (run.code !== 0) result.failures.push(`exit ${run.code}: ${run.stderr.slice(0, 400)}`);
     result.filesChanged += changedEntries(before, await snapshotTree(world.rootDir));
     if (rep > 0) result.stateFilesChanged += changedEntries(stateBefore, await snapshotTree(world.stateDir));
+  }
+  for (let rep = 0; rep < reps; rep += 1) {
+    const node = await taskClockMs(process.execPath, ['-e', '0']);
+    const once = await taskClockMs(
+      process.execPath,
+      [...AGENT_ARGV, '--config', world.configPath, '--once'],
+      AGENT_ENV,
+    );
+    if (node === undefined || once === undefined) break;
+    result.nodeTaskClockMs.push(node);
+    result.taskClockMs.push(once);
   }
   result.reports = world.server.state.reports.length - reportsBefore;
   return result;
