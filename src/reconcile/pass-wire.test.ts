@@ -113,6 +113,34 @@ describe('one bad item never blocks the others', () => {
     expect(second.converged).toBe(true);
   });
 
+  it('its failed report lost by a cut between state.json and outbox.json is sent by the next run', async () => {
+    put({ id: 'cfg_a', content: { n: 1 } });
+    fault({ match: LIST, count: 1000, mode: 'rewrite', replace: [{ find: '"n":1}', with: '"n":1e400}' }] });
+    fault({ match: '^/v1/config_instances/cfg_a$', count: 1 });
+    await pass();
+    expect(reports()).toEqual([]);
+    // persistRecords saves state.json (the instance recorded failed) before outbox.json (its report): a cut
+    // between the two leaves the outbox as it was before the pass, here none.
+    await rm(path.join(dir, 'state', 'outbox.json'));
+    await open();
+    await pass();
+    expect(reports()).toEqual(['cfg_a queued/failed']);
+    expect(server.state.instances.get('cfg_a')?.error_status).toBe('failed');
+  });
+
+  it('reported failed again when an operator redeploys it still invalid (the service shows it queued again)', async () => {
+    put({ id: 'cfg_a', content: { n: 1 } });
+    fault({ match: LIST, count: 1000, mode: 'rewrite', replace: [{ find: '"n":1}', with: '"n":1e400}' }] });
+    await pass();
+    expect(reports()).toEqual(['cfg_a queued/failed']);
+    put({ id: 'cfg_a', content: { n: 1 }, updated_at: '2026-02-01T00:00:00.000Z' });
+    await pass();
+    expect(reports()).toEqual(['cfg_a queued/failed', 'cfg_a queued/failed']);
+    // Once the service holds it, not again.
+    await pass();
+    expect(reports()).toHaveLength(2);
+  });
+
   it('names a megabyte key or number of a bad item by its length, not by its text', async () => {
     const key = 'k'.repeat(1_000_000);
     put({ id: 'cfg_key', content: { n: 1 } });

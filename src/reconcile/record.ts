@@ -558,7 +558,14 @@ export function recordInvalid(items: readonly InvalidListItem[], ctx: RecordCont
       message,
     };
     const pending = ctx.outbox.pendingFor(item.id)?.report;
-    const known = item.errorStatus === error || (record?.error === error && record.message === message);
+    // The service's own error status, when the listing shows it, says whether it has the report: the record says
+    // only that one was queued, and a report lost since (a cut between state.json's save and the outbox's, an
+    // operator's redeploy resetting the status) was never sent again. The record answers for an item whose
+    // statuses could not be read (too large by itself, its content first).
+    const known =
+      item.errorStatus !== undefined
+        ? item.errorStatus === error
+        : record?.error === error && record.message === message;
     const queued = pending?.error_status === error && pending.message === message;
     if (!known && !queued) ctx.outbox.enqueue(item.id, report, new Date(ctx.clock.now()));
     // Recorded even for an instance the agent never knew: an item too large by itself whose statuses come after
