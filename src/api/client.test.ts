@@ -20,7 +20,7 @@ import {
   TimeoutError,
 } from './errors.js';
 import { isJsonContentFile } from './json-file.js';
-import type { Transport, TransportResponse } from './transport.js';
+import type { RequestSignal, Transport, TransportResponse } from './transport.js';
 
 const API_KEY = 'sk-unit-test-0123456789abcdef';
 const T0 = '2025-01-01T00:00:00Z';
@@ -650,6 +650,55 @@ describe('cancellation', () => {
     const reason = new Error('stopped');
     const error = await failure(client(server.url).getDevice('dev_1', { signal: AbortSignal.abort(reason) }));
     expect(error).toBe(reason);
+  });
+
+  it("a request whose abort throws does not keep the caller's abort from the others; the error is thrown after", async () => {
+    // Each request waits for its abort; the first one's transport has a listener that throws.
+    const seen: RequestSignal[] = [];
+    const transport: Transport = {
+      request: (request) =>
+        new Promise<TransportResponse>((_resolve, reject) => {
+          const { signal } = request;
+          seen.push(signal);
+          if (seen.length === 1)
+            signal.addEventListener('abort', () => {
+              throw new Error('a broken abort listener');
+            });
+          signal.addEventListener('abort', () => reject(signal.reason));
+        }),
+      close: async () => undefined,
+      destroy: async () => undefined,
+    };
+    const c = createClient({
+      baseUrl: 'http://127.0.0.1:9',
+      apiKey: API_KEY,
+      timeoutMs: PATIENCE_MS,
+      maxResponseBytes: 1_000_000,
+      transport,
+    });
+    // The caller's signal by hand: a real one reports a listener's throw as an uncaught exception.
+    const listeners: (() => void)[] = [];
+    const pass = { aborted: false, reason: undefined as unknown } as {
+      aborted: boolean;
+      reason: unknown;
+      addEventListener: (type: 'abort', listener: () => void) => void;
+      removeEventListener: (type: 'abort', listener: () => void) => void;
+    };
+    pass.addEventListener = (_type, listener) => listeners.push(listener);
+    pass.removeEventListener = (_type, listener) => {
+      const at = listeners.indexOf(listener);
+      if (at !== -1) listeners.splice(at, 1);
+    };
+    const signal = pass as unknown as AbortSignal;
+    const requests = ['dev_1', 'dev_2', 'dev_3'].map((id) => failure(c.getDevice(id, { signal })));
+    await waitFor(() => seen.length === 3, PATIENCE_MS, { what: 'three requests at the transport' });
+    expect(listeners).toHaveLength(1);
+    const reason = new Error('pass stopped');
+    pass.aborted = true;
+    pass.reason = reason;
+    expect(() => listeners[0]?.()).toThrow('a broken abort listener');
+    expect(seen.map((s) => s.aborted)).toEqual([true, true, true]);
+    for (const error of await Promise.all(requests)) expect(error).toBe(reason);
   });
 });
 

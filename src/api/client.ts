@@ -678,10 +678,19 @@ export function createClient(options: ClientOptions): ServiceClient {
     let following = followers.get(signal);
     if (following === undefined) {
       const requests = new Set<RequestAbort>();
+      // Each request aborted whatever another's abort threw (a transport's listener): the first error after all.
       const onAbort = () => {
         followers.delete(signal);
-        for (const request of requests) request.abort(signal.reason);
+        let failed: { error: unknown } | undefined;
+        for (const request of requests) {
+          try {
+            request.abort(signal.reason);
+          } catch (error) {
+            failed ??= { error };
+          }
+        }
         requests.clear();
+        if (failed !== undefined) throw failed.error;
       };
       following = { signal, requests, onAbort };
       followers.set(signal, following);
