@@ -132,16 +132,21 @@ const exists = (relative: string) =>
   );
 
 describe('runPass: reports of an earlier pass', () => {
-  it('go out before the pull, so they are delivered even when the pull then fails', async () => {
+  it('go out before the pull, so they are delivered even when the pull then fails; deployed ones after it', async () => {
     put('cfg_a');
-    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, status: 503 });
-    expect(await pass()).toMatchObject({ reachable: true, reports: { delivered: 0, pending: 1 } });
-    server.state.addFault({ match: LIST, count: 100, status: 503 });
+    // Never deployed by the agent and no longer wanted: archived, reported removed.
+    put('cfg_b', { target_status: 'removed', activity_status: 'created' });
+    server.state.addFault({ match: '^/v1/config_instances/cfg_[ab]$', count: 2, status: 503 });
+    expect(await pass()).toMatchObject({ reachable: true, reports: { delivered: 0, pending: 2 } });
+    server.state.addFault({ match: LIST, count: 1, status: 503 });
 
     const result = await pass({ mode: 'incremental' });
 
-    expect(result).toMatchObject({ reachable: false, reports: { delivered: 1, pending: 0 } });
-    expect(reports()).toEqual(['cfg_a deployed/none']);
+    expect(result).toMatchObject({ reachable: false, reports: { delivered: 1, pending: 1 } });
+    expect(reports()).toEqual(['cfg_b removed/none']);
+    // A deployed report was made for the version then listed: it goes once a pull shows what the service holds.
+    expect(await pass({ mode: 'incremental' })).toMatchObject({ reachable: true, converged: true });
+    expect(reports()).toEqual(['cfg_b removed/none', 'cfg_a deployed/none']);
   });
 
   it('a delivery that went through, or skipped one report on its own, names no delivery error', async () => {

@@ -9,6 +9,7 @@ import type { Deps } from '../lib/deps.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { remakeMissingRoot } from '../store/durable-writer.js';
+import type { OutboxEntry } from '../store/outbox.js';
 import { findPathAliases, type ObservedIdentity } from '../store/path-aliases.js';
 import type { RootMountWatch } from '../store/root-mount.js';
 import type { StateDir } from '../store/state-dir.js';
@@ -66,8 +67,11 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   const started = deps.clock.monotonic();
   const result = emptyResult(ctx, options);
   const finish = () => finishResult(result, started, ctx);
-  // Reports from an earlier pass go first, so the pull below sees the statuses they carry.
-  if (!result.dryRun && outbox.size > 0) await report(ctx, result, signal);
+  // Reports from an earlier pass go first, so the pull below sees the statuses they carry; but not `deployed`:
+  // made for the version then listed, which an operator may have replaced since (the service would take it for
+  // the new one, not on disk yet). Those go once this pass has written what the service holds now.
+  if (!result.dryRun && outbox.size > 0)
+    await report(ctx, result, signal, new PassReports(reportContext(ctx, signal), undefined, claimsDeployed));
 
   let pulled: Pulled<PlanInstance>;
   try {
@@ -119,9 +123,16 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
 
   if (result.steps.some((step) => step.kind === 'write')) await remakeRoot(ctx);
   const recording = recordContext(ctx);
-  const reports = reportsWhileWriting(ctx, result.steps.length, signal, version);
+  // An instance this pass writes: its queued report waits until the write is recorded (a `deployed` made before
+  // is true only once these bytes are in place; a failure replaces it).
+  const unwritten = new Set<string>();
+  for (const step of result.steps) if (step.kind === 'write') unwritten.add(step.instance.id);
+  const reports = reportsWhileWriting(ctx, result.steps.length, signal, version, (entry) =>
+    unwritten.has(entry.instanceId),
+  );
   await reports.around(() =>
     applySteps(result.steps, applyContext(ctx, signal), (applied) => {
+      if (applied.step.kind === 'write') unwritten.delete(applied.step.instance.id);
       result.outcomes.push(...recordStep(applied, recording));
       releaseWrittenBytes(applied.step);
       reports.queued();
@@ -416,11 +427,21 @@ function reportsWhileWriting(
   steps: number,
   signal: AbortSignal | undefined,
   version: (instanceId: string) => string | undefined,
+  held: (entry: OutboxEntry) => boolean,
 ): PassReports {
-  return new PassReports(reportContext(ctx, signal, version), {
-    persistRecords: () => ctx.dir.persistRecords(),
-    every: Math.max(ctx.settings.batchSteps ?? BATCH_STEPS, Math.ceil(steps / DELIVERIES_WHILE_WRITING)),
-  });
+  return new PassReports(
+    reportContext(ctx, signal, version),
+    {
+      persistRecords: () => ctx.dir.persistRecords(),
+      every: Math.max(ctx.settings.batchSteps ?? BATCH_STEPS, Math.ceil(steps / DELIVERIES_WHILE_WRITING)),
+    },
+    held,
+  );
+}
+
+/** A report that tells the service the instance's file is in place. */
+function claimsDeployed(entry: OutboxEntry): boolean {
+  return entry.report.activity_status === 'deployed';
 }
 
 function reportContext(

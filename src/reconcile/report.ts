@@ -200,11 +200,18 @@ export class PassReports {
   /** Wakes the running loop when reports were queued while it waits for a delivery. */
   #wake: (() => void) | undefined;
   #persistFailed = false;
+  /** Reports this object's deliveries leave queued for now (see the constructor). */
+  readonly #held: ((entry: OutboxEntry) => boolean) | undefined;
 
-  constructor(ctx: ReportContext, whileWriting?: WhileWriting) {
+  /**
+   * `held`: reports none of these deliveries sends while it says so (they stay queued): a `deployed` report made
+   * for a version the service may have replaced since, until the pass has written what the service holds now.
+   */
+  constructor(ctx: ReportContext, whileWriting?: WhileWriting, held?: (entry: OutboxEntry) => boolean) {
     this.#ctx = ctx;
     this.#whileWriting = whileWriting;
     this.#queuedBefore = ctx.outbox.queuedEver;
+    this.#held = held;
   }
 
   /** Reports were queued (their files durable): once `every` have gathered, a delivery starts. */
@@ -301,6 +308,7 @@ export class PassReports {
   async #deliver(persist: boolean, queuedBefore = Number.POSITIVE_INFINITY): Promise<void> {
     const select = (entry: OutboxEntry) => {
       if (entry.seq >= queuedBefore || this.#sent.has(entry.seq)) return false;
+      if (this.#held?.(entry) === true) return false;
       this.#sent.add(entry.seq);
       return true;
     };

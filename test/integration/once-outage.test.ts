@@ -67,7 +67,8 @@ describe('config-agent --once: reports cannot be delivered mid-pass', () => {
       reports: { delivered: number; pending: number };
     };
     expect(summary).toMatchObject({ converged: true, reports: { delivered: 2, pending: 0 } });
-    expect(summary.counts).toMatchObject({ unchanged: 2, written: 0 });
+    // Each deployed report waits for the pull (docs/architecture.md, step 1): the files in place, their reports sent.
+    expect(summary.counts).toMatchObject({ reported: 2, written: 0 });
 
     // Delivered means gone from the outbox: a third pass sends nothing.
     const patches = await h.requestCount(PATCH);
