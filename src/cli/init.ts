@@ -574,8 +574,19 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       return eof ? ExitCode.Usage : ExitCode.Interrupted;
     }
     const code = errnoCode(error);
-    if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
-      io.stderr.write(`config-agent init: ${errorMessage(error)} (run it as root)\n`);
+    // init runs as root only (checked first), so "run it as root" was never the way out.
+    if (code === 'EROFS') {
+      io.stderr.write(
+        `config-agent init: ${errorMessage(error)} (a read-only file system: remount it writable, or write ` +
+          'the configuration elsewhere with --config)\n',
+      );
+      return ExitCode.Config;
+    }
+    if (code === 'EACCES' || code === 'EPERM') {
+      io.stderr.write(
+        `config-agent init: ${errorMessage(error)} (refused to root: an immutable attribute, see lsattr, or a ` +
+          'mount that maps root to another user)\n',
+      );
       return ExitCode.Config;
     }
     throw error;
