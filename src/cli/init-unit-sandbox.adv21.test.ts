@@ -69,12 +69,24 @@ describe('a rootDir the unit hides from the agent (adv21)', () => {
     ]) {
       expect([dir, hiddenFromUnit(dir) !== undefined]).toEqual([dir, true]);
     }
-    for (const dir of ['/srv/config-agent', '/homes/c', '/data/home/c', '/tmpfs/c', '/var/lib/c', '/run/c']) {
+    for (const dir of [
+      '/srv/config-agent',
+      '/homes/c',
+      '/data/home/c',
+      '/tmpfs/c',
+      '/var/lib/c',
+      '/running/c',
+    ]) {
       expect([dir, hiddenFromUnit(dir)]).toEqual([dir, undefined]);
     }
     // The list follows the unit: each directive it names is in systemd/config-agent.service.
     const unit = readFileSync(path.join(REPO, 'systemd/config-agent.service'), 'utf8');
-    for (const { directive } of UNIT_HIDDEN_DIRS) expect(unit).toMatch(new RegExp(`^${directive}$`, 'm'));
+    for (const { directive, reason } of UNIT_HIDDEN_DIRS) {
+      if (reason === undefined) expect(unit).toMatch(new RegExp(`^${directive}$`, 'm'));
+    }
+    // /run is emptied at every boot: the drop-in would name a missing directory after the next reboot.
+    expect(hiddenFromUnit('/run/cfg')?.reason).toContain('226/NAMESPACE');
+    expect(hiddenFromUnit('/run/user/0/c')?.directive).toBe('ProtectHome=yes');
   });
 
   it('init refuses it (exit 78) before writing anything, on its path or where a symlink leads', async () => {

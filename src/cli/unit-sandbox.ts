@@ -1,4 +1,4 @@
-// The directories the shipped unit hides from the agent (ProtectHome=, PrivateTmp=, PrivateDevices=): no rootDir there.
+// The directories the shipped unit hides from the agent (ProtectHome=, PrivateTmp=, ...) or loses at boot: no rootDir there.
 import path from 'node:path';
 
 /** What the check reads: node:fs/promises's realpath, or a test's. */
@@ -6,10 +6,12 @@ export interface RealpathFs {
   realpath?: (file: string) => Promise<string>;
 }
 
-/** A directory the unit replaces in the agent's view, and the directive that does it. */
+/** A directory the unit replaces in the agent's view, and the directive that does it; or why else it cannot be used. */
 export interface HiddenDir {
   dir: string;
   directive: string;
+  /** Why the unit cannot use a rootDir there, when it is not hidden but fails otherwise. */
+  reason?: string;
 }
 
 /**
@@ -26,6 +28,14 @@ export const UNIT_HIDDEN_DIRS: readonly HiddenDir[] = [
   { dir: '/tmp', directive: 'PrivateTmp=yes' },
   { dir: '/var/tmp', directive: 'PrivateTmp=yes' },
   { dir: '/dev', directive: 'PrivateDevices=yes' },
+  // Last: /run/user above is hidden. A tmpfs emptied at every boot, so init's drop-in names a missing directory.
+  {
+    dir: '/run',
+    directive: 'ReadWritePaths=',
+    reason:
+      'is emptied at every boot: the directory init makes is gone after the next reboot, and the unit cannot ' +
+      'start while a ReadWritePaths= directory is missing (226/NAMESPACE, every 30 s)',
+  },
 ];
 
 function inside(dir: string, parent: string): boolean {
@@ -71,9 +81,12 @@ export async function rootDirHiddenFromUnit(
     const entry = hiddenFromUnit(candidate, hidden);
     if (entry === undefined) continue;
     const where = candidate === rootDir ? '' : ` (it leads to ${candidate})`;
+    const why =
+      entry.reason ??
+      `the unit hides from the agent (${entry.directive}): the service would not see the directory you see, ` +
+        'and could not start';
     return (
-      `rootDir ${rootDir}${where} is inside ${entry.dir}, which the unit hides from the agent (${entry.directive}): ` +
-      'the service would not see the directory you see, and could not start; choose a rootDir elsewhere ' +
+      `rootDir ${rootDir}${where} is inside ${entry.dir}, which ${why}; choose a rootDir elsewhere ` +
       '(under /srv, /var/lib, /opt or a data partition)'
     );
   }
