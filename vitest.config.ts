@@ -10,6 +10,13 @@ import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config
  */
 export const SCALE = 'src/**/*.scale.test.ts';
 
+/**
+ * In-process tests that wait on the real clock by design: hooks run as real child processes and killed after their
+ * real timeouts (process groups, setsid, /proc), a daemon over real 1 s polls running a hook program. Seconds of
+ * waiting each, so they run with the integration tier; on Node 24 too (.ci/run).
+ */
+export const REAL_TIME = 'src/**/*.real-time.test.ts';
+
 /** Tests that spawn the compiled binaries (dist/), and the reliability tier that does the same. */
 export const INTEGRATION = [
   'test/integration/**/*.test.ts',
@@ -31,6 +38,7 @@ export const INTEGRATION = [
   // Reads the .deb files and the bundle `npm run package` built, and runs the bundle's command lines.
   'test/systemd/package.test.ts',
   SCALE,
+  REAL_TIME,
 ];
 
 const TMPFS = '/dev/shm';

@@ -1,4 +1,4 @@
-// Hooks with real child processes: matching, env, timeouts (process group), failures, spawn errors, abort.
+// Hooks with real child processes: matching, env, timeouts (process group), failures, spawn errors, abort (integration tier: real kill timeouts).
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
