@@ -5,8 +5,9 @@ import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config
 
 /**
  * In-process tests whose point is a size (150,000 managed files, 200,000 queued reports, a directory of a million
- * entries, items of megabytes): seconds of CPU each, so they run with the integration tier, not the unit tier's
- * 30 s budget. Stryker still runs them (test/vitest.mutation.config.ts).
+ * entries, items of megabytes, YAML wider than the emitter's chunks) or a count (300 generated documents per property
+ * against the YAML oracle): seconds of CPU each, so they run with the integration tier, not the unit tier's 30 s
+ * budget. Stryker still runs them (test/vitest.mutation.config.ts).
  */
 export const SCALE = 'src/**/*.scale.test.ts';
 
