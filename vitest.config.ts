@@ -87,9 +87,10 @@ export const unitTier: TestProjectInlineConfiguration = {
     // One module graph per worker instead of one per file: halves the tier's time (importing is most of it).
     // Unit tests therefore leave no global state behind: no vi.mock, timers restored, servers closed.
     isolate: false,
-    // Two workers even on two cores (vitest's default there is one): the tier waits on sockets, child
-    // processes and fsyncs more than it computes, so a second worker overlaps those waits (30 → 23 s).
-    maxWorkers: Math.max(2, availableParallelism() - 1),
+    // Three workers even on two cores (vitest's default there is one): the tier waits on sockets, timers and
+    // servers' deadlines as well as computing, so a second worker overlapped those waits (30 → 23 s) and a third
+    // overlaps what is left; each worker imports the code once more (~2 s of CPU). test/README.md has the figures.
+    maxWorkers: Math.max(3, availableParallelism() - 1),
     // Projects with different worker counts need groups of their own: the unit tier runs first.
     sequence: { groupOrder: 0 },
   },
