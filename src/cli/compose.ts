@@ -3,12 +3,13 @@ import type { EventEmitter } from 'node:events';
 import * as nodeFs from 'node:fs/promises';
 import { type ClientOptions, createClient, type ServiceClient } from '../api/client.js';
 import { hookProgramProblem } from '../config/hook-programs.js';
-import { ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config/load.js';
+import { type ConfigFs, ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
 import type { AgentComponents } from '../daemon/agent.js';
 import { systemClock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage } from '../lib/errors.js';
+import type { FsPort } from '../lib/fs-port.js';
 import { createLogger } from '../lib/logger.js';
 import { heapCheckpoint, heapReleaser } from '../lib/release-memory.js';
 import type { SecretRegistry } from '../lib/secrets.js';
@@ -19,8 +20,9 @@ import { readRegularFileUpTo } from '../store/durable-writer.js';
 import { StateLockedError } from '../store/lock.js';
 import type { RunningAgent } from './daemon.js';
 import { ExitCode, exitCodeForPass, exitCodeForStartupError, waitsOutAtStart } from './exit-codes.js';
-import { hangSafeFs } from './hang-safe-fs.js';
+import { hangSafeConfigCalls, hangSafeFs } from './hang-safe-fs.js';
 import type { CommandIo } from './io.js';
+import { MountLanes } from './mount-gate.js';
 import { type OnceCommand, printPassResult } from './once.js';
 import { STRAY_SIGNALS, strayCounter } from './stray-signals.js';
 
@@ -56,18 +58,23 @@ async function loadConfiguration(
   configPath: string | undefined,
   env: NodeJS.ProcessEnv,
   secrets: SecretRegistry,
+  lanes: MountLanes,
   servesSocket = false,
 ): Promise<LoadedConfig> {
-  const loaded = await loadAgentConfig(nodeFs, {
+  // Its checks of rootDir and stateDir on a hung NFS or FUSE mount fail after the bound (cli/mount-gate.ts).
+  const calls = await hangSafeConfigCalls(lanes, nodeFs as unknown as FsPort);
+  const loaded = await loadAgentConfig(calls.fs as ConfigFs, {
     ...(configPath === undefined ? {} : { configFlag: configPath }),
     env,
     servesSocket,
+    ownPathsPort: calls.ownPathsPort,
   });
   secrets.add(loaded.apiKey);
   return loaded;
 }
 
 /**
+ * `lanes`: the process's lanes into mounts that may hang (cli/mount-gate.ts), shared with start-up's checks.
  * `running`: the deps a reload replaces. Their directory fsync ledger is kept (store/directory-syncs.ts: one per
  * process): a fresh one would forget the entries a failed fsync dropped, and a file left in place by it would
  * then be confirmed `deployed` on the strength of a later fsync alone.
@@ -77,8 +84,12 @@ export async function createDeps(
   secrets: SecretRegistry,
   stderr: NodeJS.WritableStream,
   running?: Pick<Deps, 'fs'>,
+  lanes?: MountLanes,
 ): Promise<Deps> {
-  const fs = await hangSafeFs(config.rootDir, systemClock, undefined, running?.fs.directorySyncs);
+  const fs = await hangSafeFs(config.rootDir, systemClock, undefined, running?.fs.directorySyncs, {
+    stateDir: config.stateDir,
+    ...(lanes === undefined ? {} : { lanes }),
+  });
   const logger = createLogger({ level: config.log.level, secrets, destination: stderr });
   const ledger = fs.directorySyncs;
   if (ledger !== undefined)
@@ -265,9 +276,11 @@ async function runOncePass(
   secrets: SecretRegistry,
   stop: AbortSignal,
 ): Promise<number> {
-  const loaded = await loadConfiguration(command.configPath, io.env, secrets);
+  // One lane per mount that may hang for the whole run: start-up's checks and the pass share them.
+  const lanes = new MountLanes(systemClock);
+  const loaded = await loadConfiguration(command.configPath, io.env, secrets, lanes);
   const { config } = loaded;
-  const deps = await createDeps(config, secrets, io.stderr);
+  const deps = await createDeps(config, secrets, io.stderr, undefined, lanes);
   const stoppedBy = () => stop.reason as NodeJS.Signals;
   try {
     if (!command.dryRun) await ensureDirectories(deps.fs, config);
@@ -316,10 +329,11 @@ async function buildAgentComponents(
   io: CommandIo,
   secrets: SecretRegistry,
   daemon: DaemonModule,
+  lanes: MountLanes,
   current?: AgentComponents<Reconciler>,
 ): Promise<AgentComponents<Reconciler>> {
   const { config } = loaded;
-  const deps = await createDeps(config, secrets, io.stderr, current?.deps);
+  const deps = await createDeps(config, secrets, io.stderr, current?.deps, lanes);
   // Between polls the daemon gives back what its pass grew; `--once` exits instead.
   const releaseMemory = heapReleaser();
   if (releaseMemory !== undefined) deps.releaseMemory = releaseMemory;
@@ -461,6 +475,9 @@ export async function runAgent(
   events.on('unhandledRejection', fatal('unhandled rejection'));
 
   const daemon = await import('./daemon.js');
+  // One lane per mount that may hang for the life of the process: start attempts, the port and every reload's
+  // share them, so a dead NFS server holds one thread of libuv's pool however often the agent asks.
+  const lanes = new MountLanes(systemClock);
   // Now, not at the first reload with files.rules: the shipped bundle splits into hashed chunks, and after an
   // upgrade replaced them a later import() would not find this version's (packaging/bundle.mjs). The daemon
   // loads the glob matcher for its hooks anyway.
@@ -468,10 +485,11 @@ export async function runAgent(
   const reload = (running: RunningAgent<Reconciler>) =>
     running.reload(async (current) =>
       buildAgentComponents(
-        await loadConfiguration(command.configPath, io.env, secrets, true),
+        await loadConfiguration(command.configPath, io.env, secrets, lanes, true),
         io,
         secrets,
         daemon,
+        lanes,
         current,
       ),
     );
@@ -509,11 +527,11 @@ export async function runAgent(
     for (let attempt = 0; components === undefined; attempt += 1) {
       // Each attempt reads the configuration afresh: a SIGHUP meanwhile asks for nothing more.
       reloadPending = false;
-      const loaded = await loadConfiguration(command.configPath, io.env, secrets, true);
+      const loaded = await loadConfiguration(command.configPath, io.env, secrets, lanes, true);
       // The deadline ran out while the configuration was read (its realpaths hung): create nothing now.
       if (abandoned) return ExitCode.NotConverged;
       try {
-        components = await buildAgentComponents(loaded, io, secrets, daemon);
+        components = await buildAgentComponents(loaded, io, secrets, daemon, lanes);
       } catch (error) {
         const message = secrets.scrub(errorMessage(error));
         if (!waitsOutAtStart(error) && !(error instanceof StateLockedError)) {

@@ -110,6 +110,8 @@ const TRANSIENT_ERRNOS: ReadonlySet<string> = new Set([
   'ENFILE',
   'ENOMEM',
   'ENOBUFS',
+  // A mount that did not answer in time (cli/mount-gate.ts: a dead NFS server, a wedged FUSE daemon).
+  'ETIMEDOUT',
 ]);
 
 /**

@@ -15,7 +15,12 @@ import { sweepTempFiles } from '../store/durable-writer.js';
 import { FileFingerprints } from '../store/fingerprints.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { createDeps } from './compose.js';
-import { hangSafeFs, mountsThatMayHangBelow, mountsUnderRootAreLocal } from './hang-safe-fs.js';
+import {
+  hangSafeFs,
+  mountHoldingThatMayHang,
+  mountsThatMayHangBelow,
+  mountsUnderRootAreLocal,
+} from './hang-safe-fs.js';
 
 const line = (id: number, mountPoint: string, type: string) =>
   `${id} 1 0:${id} / ${mountPoint} rw,relatime shared:${id} - ${type} src rw`;
@@ -57,6 +62,24 @@ describe('mountsThatMayHangBelow', () => {
       new Set(['srv/root/share', 'srv/root/a/my disk', 'srv/rootx/share', 'srv/root']),
     );
     expect(mountsThatMayHangBelow('', '/srv/root')).toEqual(new Set());
+  });
+});
+
+describe('mountHoldingThatMayHang (gate19)', () => {
+  it("names the mount holding a directory when it may hang (rootDir's, stateDir's own), none when it is local", () => {
+    const table = [
+      line(1, '/', 'ext4'),
+      line(2, '/srv/nfs', 'nfs4'),
+      line(3, '/srv/nfs/local', 'ext4'),
+      line(4, '/mnt/my\\040disk', 'fuse.sshfs'),
+      line(5, '/proc', 'proc'),
+    ].join('\n');
+    expect(mountHoldingThatMayHang(table, '/srv/nfs')).toBe('/srv/nfs');
+    expect(mountHoldingThatMayHang(table, '/srv/nfs/root/app')).toBe('/srv/nfs');
+    expect(mountHoldingThatMayHang(table, '/srv/nfs/local/root')).toBeUndefined();
+    expect(mountHoldingThatMayHang(table, '/srv/nfsx')).toBeUndefined();
+    expect(mountHoldingThatMayHang(table, '/mnt/my disk/state')).toBe('/mnt/my disk');
+    expect(mountHoldingThatMayHang('', '/srv/nfs')).toBeUndefined();
   });
 });
 

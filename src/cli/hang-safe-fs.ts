@@ -13,11 +13,12 @@ import {
 } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
+import type { OwnPathsPort } from '../config/own-paths.js';
 import type { Clock } from '../lib/clock.js';
 import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { DirectorySyncLedger } from '../store/directory-syncs.js';
-import { gateMountsThatMayHang } from './mount-gate.js';
+import { gateMountsThatMayHang, type HeldPlace, MountLanes } from './mount-gate.js';
 
 /**
  * Filesystems whose lstat is answered by the kernel from memory or a local disk. Anything else — nfs, cifs,
@@ -99,6 +100,27 @@ export function mountsThatMayHangBelow(mountinfo: string, realRootDir: string): 
   return below;
 }
 
+/**
+ * The mount point holding `realDir` when its filesystem may hang (not in LOCAL_FILESYSTEMS), from
+ * /proc/self/mountinfo's text; undefined when it is local or the table does not say.
+ */
+export function mountHoldingThatMayHang(mountinfo: string, realDir: string): string | undefined {
+  let holding: { mountPoint: string; type: string } | undefined;
+  for (const line of mountinfo.split('\n')) {
+    const fields = line.split(' ');
+    const dash = fields.indexOf('-', 6);
+    const mountPoint = fields[4];
+    const type = dash === -1 ? undefined : fields[dash + 1];
+    if (mountPoint === undefined || type === undefined) continue;
+    const absolute = unescapeMountPath(mountPoint);
+    // The last of equal length wins: a mount made over another at the same point hides it.
+    if (isSameOrInside(realDir, absolute) && absolute.length >= (holding?.mountPoint.length ?? 0)) {
+      holding = { mountPoint: absolute, type };
+    }
+  }
+  return holding === undefined || LOCAL_FILESYSTEMS.has(holding.type) ? undefined : holding.mountPoint;
+}
+
 /** What the port reads: rootDir's real path and the mount table (undefined where there is none). */
 export interface MountTablePort {
   realpath(file: string): Promise<string>;
@@ -121,18 +143,33 @@ export async function hangSafeFs(
   clock: Pick<Clock, 'monotonic'> & Partial<Pick<Clock, 'sleep'>>,
   port: MountTablePort = nodeMountTablePort,
   directorySyncs: DirectorySyncLedger = new DirectorySyncLedger(),
+  places: { stateDir?: string; lanes?: MountLanes } = {},
 ): Promise<FsPort> {
+  const { stateDir } = places;
+  const sleep = clock.sleep;
+  const lanes = places.lanes ?? (sleep === undefined ? undefined : new MountLanes({ sleep }));
   let local = false;
   let mayHang: ReadonlySet<string> = new Set();
+  let held: readonly HeldPlace[] = [];
   let checkedAt = Number.NEGATIVE_INFINITY;
   let checking: Promise<void> | undefined;
   const check = (): Promise<void> => {
     checking ??= (async () => {
       try {
-        const real = await port.realpath(rootDir).catch(() => path.resolve(rootDir));
         const mountinfo = (await port.mountinfo()) ?? '';
+        const realpathOf = (dir: string) => boundedRealpath(port, lanes, mountinfo, dir);
+        const real = await realpathOf(rootDir);
         local = mountsUnderRootAreLocal(mountinfo, real);
         mayHang = mountsThatMayHangBelow(mountinfo, real);
+        const places: HeldPlace[] = [];
+        for (const [dir, realDir] of [
+          [rootDir, real],
+          ...(stateDir === undefined ? [] : [[stateDir, await realpathOf(stateDir)] as const]),
+        ] as const) {
+          const mountPoint = mountHoldingThatMayHang(mountinfo, realDir);
+          if (mountPoint !== undefined) places.push({ dir: path.resolve(dir), mountPoint });
+        }
+        held = places;
       } catch {
         local = false;
       } finally {
@@ -149,11 +186,15 @@ export async function hangSafeFs(
     descriptors: nodeDescriptorCalls,
     directorySyncs,
   };
-  // A managed file in a mount below rootDir that stops answering fails alone, bounded (cli/mount-gate.ts).
+  // A managed file in a mount below rootDir that stops answering fails alone, bounded, and so does every call into
+  // rootDir or stateDir on a mount that may hang (cli/mount-gate.ts).
   const fs =
-    clock.sleep === undefined
+    lanes === undefined
       ? base
-      : gateMountsThatMayHang(base, rootDir, () => mayHang, { sleep: clock.sleep });
+      : gateMountsThatMayHang(base, rootDir, () => mayHang, lanes.clock, lanes.ms, {
+          held: () => held,
+          lanes,
+        });
   Object.defineProperty(fs, 'lstatSync', {
     enumerable: true,
     get() {
@@ -166,6 +207,88 @@ export async function hangSafeFs(
   const sweepPort = synchronousSweepPort(fs);
   fs.sweepPort = (dir) => (dir === rootDir && fs.lstatSync !== undefined ? sweepPort : undefined);
   return fs;
+}
+
+/**
+ * `dir`'s real path, asked through its mount's lane when the mount holding it as written may hang: one that does not
+ * answer (a dead NFS server) gives the path as written, and while it has not come back none is asked again.
+ */
+async function boundedRealpath(
+  port: MountTablePort,
+  lanes: MountLanes | undefined,
+  mountinfo: string,
+  dir: string,
+): Promise<string> {
+  const asWritten = path.resolve(dir);
+  const mount = lanes === undefined ? undefined : mountHoldingThatMayHang(mountinfo, asWritten);
+  const asking = () => port.realpath(dir);
+  try {
+    return await (mount === undefined || lanes === undefined ? asking() : lanes.through(mount, asking));
+  } catch {
+    return asWritten;
+  }
+}
+
+/** Kernel filesystems that are no files' home (and answer from memory): never a mount that may hang. */
+const PSEUDO_FILESYSTEMS = new Set([
+  'proc',
+  'sysfs',
+  'devtmpfs',
+  'devpts',
+  'cgroup',
+  'cgroup2',
+  'mqueue',
+  'securityfs',
+  'debugfs',
+  'tracefs',
+  'pstore',
+  'bpf',
+  'configfs',
+  'hugetlbfs',
+  'binfmt_misc',
+  'fusectl',
+  'efivarfs',
+  'nsfs',
+]);
+
+/**
+ * The checks of start-up (config/load.ts: the configuration's places, rootDir's and stateDir's owners, their
+ * creation) on `fs` and own-paths' port, with every call on a path inside a mount that may hang (a network or FUSE
+ * filesystem, per /proc/self/mountinfo now) through that mount's lane in `lanes`: rootDir on a dead NFS server
+ * fails its check (ETIMEDOUT, MountNotAnswering) after the bound instead of holding start-up for good, and a start
+ * tried again meanwhile sends nothing more into it.
+ */
+export async function hangSafeConfigCalls(
+  lanes: MountLanes,
+  fs: FsPort = nodeFs as unknown as FsPort,
+  port: Pick<MountTablePort, 'mountinfo'> = nodeMountTablePort,
+): Promise<{ fs: FsPort; ownPathsPort: OwnPathsPort }> {
+  const mountinfo = (await port.mountinfo()) ?? '';
+  const held: HeldPlace[] = [];
+  for (const line of mountinfo.split('\n')) {
+    const fields = line.split(' ');
+    const dash = fields.indexOf('-', 6);
+    const mountPoint = fields[4];
+    const type = dash === -1 ? undefined : fields[dash + 1];
+    if (mountPoint === undefined || type === undefined) continue;
+    if (LOCAL_FILESYSTEMS.has(type) || PSEUDO_FILESYSTEMS.has(type)) continue;
+    const absolute = unescapeMountPath(mountPoint);
+    held.push({ dir: absolute, mountPoint: absolute });
+  }
+  const gated =
+    held.length === 0
+      ? fs
+      : gateMountsThatMayHang(fs, '/', () => new Set(), lanes.clock, lanes.ms, { held: () => held, lanes });
+  const readlink = (gated as unknown as { readlink: OwnPathsPort['readlink'] }).readlink;
+  return {
+    fs: gated,
+    ownPathsPort: {
+      realpath: (file) => gated.realpath?.(file) ?? nodeFs.realpath(file),
+      readlink: (file) => readlink(file),
+      stat: (file) => gated.stat(file),
+      mountinfo: () => Promise.resolve(mountinfo),
+    },
+  };
 }
 
 /** The call's result as a settled promise: a synchronous error becomes a rejection, as the promise API gives it. */

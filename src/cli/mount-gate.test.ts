@@ -7,12 +7,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
+import { canPauseFuse, type PausableMount, pausableFuseMount } from '../../test/helpers/pausable-fuse.js';
+import { waitFor } from '../../test/helpers/wait-for.js';
 import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { observeDisk } from '../reconcile/observe.js';
 import { publishFile, removeManagedFile } from '../store/durable-writer.js';
+import { TEMP_PREFIX } from '../store/path-guard.js';
 import { hangSafeFs } from './hang-safe-fs.js';
-import { gateMountsThatMayHang } from './mount-gate.js';
+import { gateMountsThatMayHang, MountLanes } from './mount-gate.js';
 
 const ROOT = '/srv/root';
 
@@ -70,6 +73,63 @@ describe('gateMountsThatMayHang', () => {
     world.answer();
     await new Promise((resolve) => setImmediate(resolve));
     expect(await fs.lstat(`${ROOT}/share/d.json`)).toEqual({ file: `${ROOT}/share/d.json` });
+  });
+});
+
+describe('gateMountsThatMayHang: rootDir (or stateDir) itself on a mount that may hang (gate19)', () => {
+  /** An fs whose lstat of anything under /srv never answers until `answer()`: rootDir's own mount is dead. */
+  function hangingRootMount() {
+    const held: (() => void)[] = [];
+    let hanging = true;
+    const fs = {
+      lstat: (file: string) =>
+        file.startsWith('/srv/') && hanging
+          ? new Promise((resolve) => held.push(() => resolve({ file })))
+          : Promise.resolve({ file }),
+    } as unknown as FsPort;
+    return {
+      fs,
+      answer: () => {
+        hanging = false;
+        for (const finish of held.splice(0)) finish();
+      },
+    };
+  }
+  const held = () => [{ dir: ROOT, mountPoint: '/srv' }];
+
+  // Before, only mounts strictly below rootDir went through a lane: a call on rootDir's own mount waited for good.
+  it('a call on rootDir past the bound fails naming the mount, later ones at once; outside answers; once it answers, calls go in again', async () => {
+    const { clock, expire } = controlledClock();
+    const world = hangingRootMount();
+    const fs = gateMountsThatMayHang(world.fs, ROOT, () => new Set(), clock, 15_000, { held });
+    const first = fs.lstat(ROOT).catch((error: unknown) => error);
+    const queued = fs.lstat(`${ROOT}/app/a.json`).catch((error: unknown) => error);
+    expect(await fs.lstat('/var/lib/agent/state.json')).toEqual({ file: '/var/lib/agent/state.json' });
+    expire();
+    expect(await first).toMatchObject({ code: 'ETIMEDOUT', mountPoint: '/srv' });
+    expect(String(await first)).toMatch(/the mount at \/srv did not answer within 15 s/);
+    expect(await queued).toMatchObject({ code: 'ETIMEDOUT' });
+    await expect(fs.lstat(`${ROOT}/b.json`)).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    world.answer();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(await fs.lstat(`${ROOT}/b.json`)).toEqual({ file: `${ROOT}/b.json` });
+  });
+
+  // Start-up's checks, the daemon's port and each reload's each had their own: every start tried again while the
+  // mount hung would have held one more thread of libuv's pool (of four) for good.
+  it('two gates sharing the process lanes: a call late through one fails the other at once, before any bound passes', async () => {
+    const { clock, expire } = controlledClock();
+    const world = hangingRootMount();
+    const lanes = new MountLanes(clock, 15_000);
+    const startUp = gateMountsThatMayHang(world.fs, '/', () => new Set(), clock, 15_000, { held, lanes });
+    const port = gateMountsThatMayHang(world.fs, ROOT, () => new Set(), clock, 15_000, { held, lanes });
+    const late = startUp.lstat(ROOT).catch((error: unknown) => error);
+    expire();
+    expect(await late).toMatchObject({ code: 'ETIMEDOUT' });
+    await expect(port.lstat(`${ROOT}/app`)).rejects.toMatchObject({ code: 'ETIMEDOUT', mountPoint: '/srv' });
+    world.answer();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(await port.lstat(`${ROOT}/app`)).toEqual({ file: `${ROOT}/app` });
   });
 });
 
@@ -156,5 +216,143 @@ describe.runIf(canMountFuse)('hangSafeFs with a hung FUSE mount below rootDir (g
     expect(await write('app/a.json')).toBeDefined();
     expect(await readFile(path.join(root, 'app/a.json'), 'utf8')).toBe('{}\n');
     expect(mount.exitCode === null && mount.signalCode === null, 'the mount still hangs').toBe(true);
+  }, 60_000);
+});
+
+/** The descriptors of this process open on a file under `dir` (their /proc/self/fd links). */
+async function descriptorsUnder(dir: string): Promise<string[]> {
+  const open: string[] = [];
+  for (const fd of await readdir('/proc/self/fd')) {
+    const target = await nodeFs.readlink(`/proc/self/fd/${fd}`).catch(() => '');
+    if (target.startsWith(`${dir}/`) || target === dir) open.push(target);
+  }
+  return open;
+}
+
+// Root with /dev/fuse and exfat-fuse (Debian's exfat-fuse, exfatprogs; .ci/run installs them): a mount made to hang
+// and come back by stopping and continuing its FUSE daemon.
+describe.runIf(canPauseFuse)('a write given up on in a mount that then answers again (gate19)', () => {
+  let dir: string | undefined;
+  let mount: PausableMount | undefined;
+  afterEach(async () => {
+    mount?.close();
+    if (dir !== undefined) await rm(dir, { recursive: true, force: true, maxRetries: 20, retryDelay: 20 });
+    mount = undefined;
+    dir = undefined;
+  });
+
+  /**
+   * rootDir on a pausable FUSE mount, its port gated as the agent's is, with a fake bound; `pauseAt` stops the
+   * mount just before the named descriptor call on a temp file, so that call is the one that waits.
+   */
+  async function world(pauseAt: 'open' | 'fsync', options: { swapTemp?: boolean } = {}) {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-mount-gate-late-'));
+    const root = path.join(dir, 'root');
+    await mkdir(root);
+    const paused = pausableFuseMount(path.join(dir, 'root.img'), root);
+    mount = await paused;
+    const m = mount;
+    let reached: () => void = () => undefined;
+    const waiting = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    let armed = true;
+    /** Whether the call the mount was stopped before has come back (the mount answered it). */
+    let answered = false;
+    const trip = <T>(call: () => Promise<T>): Promise<T> => {
+      if (!armed) return call();
+      armed = false;
+      m.pause();
+      // The call goes into the kernel in this turn; the test expires the bound once it waits there.
+      setImmediate(reached);
+      return call().finally(() => {
+        answered = true;
+      });
+    };
+    const descriptors = {
+      ...nodeDescriptorCalls,
+      open: (file: string, flags: number, mode: number) =>
+        pauseAt === 'open' && path.basename(file).startsWith(TEMP_PREFIX)
+          ? trip(() => nodeDescriptorCalls.open(file, flags, mode))
+          : nodeDescriptorCalls.open(file, flags, mode),
+      fsync: (fd: number) =>
+        pauseAt === 'fsync' ? trip(() => nodeDescriptorCalls.fsync(fd)) : nodeDescriptorCalls.fsync(fd),
+    };
+    const { clock, expire } = controlledClock();
+    // swapTemp: someone replaces the temp file by another file at its name before the late open's clean-up looks.
+    let swapped = false;
+    const lstat = async (file: string) => {
+      if (options.swapTemp === true && path.basename(file).startsWith(TEMP_PREFIX)) {
+        await nodeFs.unlink(file);
+        await nodeFs.writeFile(file, 'theirs\n');
+        swapped = true;
+      }
+      return nodeFs.lstat(file);
+    };
+    const base = { ...(nodeFs as unknown as FsPort), lstat, descriptors } as FsPort;
+    const fs = gateMountsThatMayHang(base, root, () => new Set(), clock, 15_000, {
+      held: () => [{ dir: root, mountPoint: m.mountPoint }],
+    });
+    const write = (relativePath: string, content: string) =>
+      publishFile(fs, {
+        rootDir: root,
+        relativePath,
+        data: Buffer.from(content),
+        mode: 0o644,
+        dirMode: 0o755,
+      });
+    return {
+      root,
+      mount: m,
+      waiting,
+      expire,
+      write,
+      answered: () => answered,
+      swapped: () => swapped,
+    };
+  }
+
+  for (const pauseAt of ['open', 'fsync'] as const) {
+    // Before: the temp file stayed until a restart's sweep (never: the sweep does not enter such a mount), and its
+    // descriptor (and the pinned parents') until the process ended.
+    it(`a temp file's ${pauseAt} that waited past the bound: once the mount answers, its descriptor is closed and the temp file removed; the mount's files are written again`, async () => {
+      const w = await world(pauseAt);
+      await mkdir(path.join(w.root, 'app'));
+      const writing = w.write('app/a.json', '{"a":1}\n').catch((error: unknown) => error);
+      await w.waiting;
+      w.expire();
+      expect(await writing).toMatchObject({ code: 'disk_error', errno: 'ETIMEDOUT' });
+      w.mount.resume();
+      await waitFor(
+        async () =>
+          w.answered() &&
+          (await descriptorsUnder(w.root)).length === 0 &&
+          !(await readdir(path.join(w.root, 'app'))).some((name) => name.startsWith(TEMP_PREFIX)),
+        30_000,
+        { what: 'the late call cleaned up' },
+      );
+      expect(await readdir(path.join(w.root, 'app'))).toEqual([]);
+      expect(await descriptorsUnder(w.root)).toEqual([]);
+      // The mount's lane is free again: the next write lands.
+      expect(await w.write('app/a.json', '{"a":2}\n')).toMatchObject({ outcome: 'written' });
+      expect(await readFile(path.join(w.root, 'app/a.json'), 'utf8')).toBe('{"a":2}\n');
+      expect(await descriptorsUnder(w.root)).toEqual([]);
+    }, 60_000);
+  }
+
+  it('a file put at the late temp name in its place is never removed: only the file the late open made is', async () => {
+    const w = await world('open', { swapTemp: true });
+    await mkdir(path.join(w.root, 'app'));
+    const writing = w.write('app/a.json', '{"a":1}\n').catch((error: unknown) => error);
+    await w.waiting;
+    w.expire();
+    expect(await writing).toMatchObject({ errno: 'ETIMEDOUT' });
+    w.mount.resume();
+    await waitFor(async () => w.swapped() && (await descriptorsUnder(w.root)).length === 0, 30_000, {
+      what: 'the late descriptor closed after the swap',
+    });
+    const left = (await readdir(path.join(w.root, 'app'))).filter((name) => name.startsWith(TEMP_PREFIX));
+    expect(left).toHaveLength(1);
+    expect(await readFile(path.join(w.root, 'app', left[0] as string), 'utf8')).toBe('theirs\n');
   }, 60_000);
 });

@@ -1,4 +1,5 @@
-// Calls into a mount below rootDir that may hang (NFS, FUSE) one at a time and bounded: one that does not answer fails its file, not the pass.
+// Calls into a mount that may hang (NFS, FUSE: below rootDir, or holding rootDir or stateDir) one at a time and bounded: one that does not answer fails its file, not the pass.
+import { constants } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type { Clock } from '../lib/clock.js';
@@ -25,6 +26,7 @@ const PATH_CALLS = [
   'opendir',
   'access',
   'realpath',
+  'readlink',
 ] as const;
 
 /** A name inside an open directory, as the writer builds it for a pinned parent. */
@@ -58,21 +60,161 @@ export class MountNotAnswering extends Error {
   }
 }
 
-/** One mount's lane: a call at a time; `late` while a call past MOUNT_ANSWER_MS has not come back. */
+/**
+ * A directory the agent works in (rootDir, stateDir) on a mount that may hang, and that mount's point: every call
+ * at or under `dir` takes the mount's lane (a mount below rootDir that `mayHang` names is judged first).
+ */
+export interface HeldPlace {
+  dir: string;
+  mountPoint: string;
+}
+
+/** A call's answer, kept whole: a late answer is looked at after its caller was given up on. */
+type Settled<T> = { value: T } | { error: unknown };
+
+/** A call made again once its lane answers (a close, a removal asked for while it was late). */
+type Deferred = () => Promise<unknown>;
+
+/**
+ * One mount's lane: a call at a time; `late` while a call past MOUNT_ANSWER_MS has not come back. `deferred`:
+ * closes of descriptors opened there and removals of temp files made there, asked for while late, made (in order)
+ * once the late call is back, so the descriptor and the temp file do not outlive the hang.
+ */
 interface Lane {
   busy: boolean;
   late: boolean;
   waiting: (() => void)[];
+  deferred: Deferred[];
+}
+
+/** What a call refused while its lane is late leaves to do, and what a late answer leaves to undo. */
+interface LaneOptions<T> {
+  /** Refused while the lane is late: made once it answers (a close, the removal of a temp file made here). */
+  later?: Deferred;
+  /** Refused while the lane is late, the call answers at once instead of failing (a close, made `later`). */
+  quietWhenRefused?: boolean;
+  /** The call answered after its caller was given up on: undo what it made that nobody will (close, remove). */
+  onLate?: (settled: Settled<T>) => Promise<void>;
+}
+
+/** Flags that make a new file or fail: a file opened with them was made by this call. */
+const CREATING = constants.O_CREAT | constants.O_EXCL;
+
+/** How a gate finds its mounts beyond those below rootDir, and whose lanes it takes. */
+export interface GateOptions {
+  /** Directories (rootDir, stateDir) on a mount that may hang: every call at or under one takes its lane. */
+  held?: () => readonly HeldPlace[];
+  /** The process's lanes, shared by every gate (start-up's, each reload's port): one late call per mount, ever. */
+  lanes?: MountLanes;
 }
 
 /**
- * `fs` with every call into a mount below `rootDir` that `mayHang()` names made one at a time per mount and
- * bounded: a call that has not answered after `ms` fails with MountNotAnswering (ETIMEDOUT), and until it comes
- * back every call into that mount fails at once, with no call made. So a dead server holds one thread of
- * libuv's pool (of four) however many files lie there, the pass goes on with the others and ends, and once the
- * mount answers its files are written again. Calls on a descriptor opened there (a FileHandle, `descriptors`)
- * take the same lane, and so does a name built on such a descriptor (`/proc/self/fd/<fd>/<name>`, the writer's pinned
- * parents), judged by the path the descriptor was opened at. Everything outside such mounts passes as it is.
+ * The lanes of the mounts that may hang, by mount point: one call at a time into each, bounded by `ms` on the
+ * clock. One per process, shared by the gates of its ports (start-up's configuration checks, the daemon's port and
+ * each reload's), so a mount that does not answer holds one thread of libuv's pool whoever asks.
+ */
+export class MountLanes {
+  readonly #lanes = new Map<string, Lane>();
+  readonly clock: Pick<Clock, 'sleep'>;
+  readonly ms: number;
+
+  constructor(clock: Pick<Clock, 'sleep'>, ms = MOUNT_ANSWER_MS) {
+    this.clock = clock;
+    this.ms = ms;
+  }
+
+  #laneOf(mount: string): Lane {
+    let lane = this.#lanes.get(mount);
+    if (lane === undefined) {
+      lane = { busy: false, late: false, waiting: [], deferred: [] };
+      this.#lanes.set(mount, lane);
+    }
+    return lane;
+  }
+
+  /** Made once the lane answers; kept for the next answer when the mount stops answering again meanwhile. */
+  #defer(lane: Lane, later: Deferred): void {
+    const attempt = async () => {
+      try {
+        await later();
+      } catch (error) {
+        if (error instanceof MountNotAnswering) lane.deferred.push(attempt);
+      }
+    };
+    lane.deferred.push(attempt);
+  }
+
+  /** What a call given up on left and the closes and removals asked for meanwhile, in order, once it is back. */
+  async #settleLate<T>(lane: Lane, settled: Settled<T>, onLate: LaneOptions<T>['onLate']): Promise<void> {
+    await onLate?.(settled).catch(() => undefined);
+    for (let next = lane.deferred.shift(); next !== undefined; next = lane.deferred.shift()) {
+      await next().catch(() => undefined);
+      if (lane.late) return;
+    }
+  }
+
+  /**
+   * `call` into `mount`, after the calls before it, bounded: past `ms` it fails with MountNotAnswering, and until
+   * it answers every call into the mount fails at once (or, per `options`, answers and is made later).
+   */
+  async through<T>(mount: string, call: () => Promise<T>, options: LaneOptions<T> = {}): Promise<T> {
+    const lane = this.#laneOf(mount);
+    while (lane.busy && !lane.late) await new Promise<void>((resolve) => lane.waiting.push(resolve));
+    if (lane.late) {
+      if (options.later !== undefined) this.#defer(lane, options.later);
+      if (options.quietWhenRefused === true) return undefined as T;
+      throw new MountNotAnswering(mount, this.ms);
+    }
+    lane.busy = true;
+    const stop = new AbortController();
+    let givenUp = false;
+    const answer: Promise<Settled<T>> = call().then(
+      (value) => ({ value }),
+      (error: unknown) => ({ error }),
+    );
+    void answer.then((settled) => {
+      stop.abort();
+      lane.busy = false;
+      lane.late = false;
+      lane.waiting.shift()?.();
+      if (givenUp) void this.#settleLate(lane, settled, options.onLate);
+    });
+    const late = this.clock.sleep(this.ms, stop.signal).then(
+      () => 'late' as const,
+      () => 'answered' as const,
+    );
+    const first = await Promise.race([answer, late]);
+    if (first === 'late') {
+      givenUp = true;
+      lane.late = true;
+      for (const wake of lane.waiting.splice(0)) wake();
+      throw new MountNotAnswering(mount, this.ms);
+    }
+    const settled = first === 'answered' ? await answer : first;
+    if ('error' in settled) throw settled.error;
+    return settled.value;
+  }
+
+  /** A close into `mount`: refused while it is late, it answers at once and is made once the mount answers. */
+  closing(mount: string, close: () => Promise<void>): Promise<void> {
+    return this.through(mount, close, { later: () => this.through(mount, close), quietWhenRefused: true });
+  }
+}
+
+/**
+ * `fs` with every call into a mount below `rootDir` that `mayHang()` names, or at or under a directory `held()`
+ * names (rootDir or stateDir on such a mount), made one at a time per mount and bounded: a call that has not
+ * answered after `ms` fails with MountNotAnswering (ETIMEDOUT), and until it comes back every call into that mount
+ * fails at once, with no call made. So a dead server holds one thread of libuv's pool (of four) however many files
+ * lie there, the pass goes on with the others and ends, and once the mount answers its files are written again.
+ * Calls on a descriptor opened there (a FileHandle, `descriptors`) take the same lane, and so does a name built on
+ * such a descriptor (`/proc/self/fd/<fd>/<name>`, the writer's pinned parents), judged by the path the descriptor
+ * was opened at. Everything outside such mounts passes as it is.
+ *
+ * What a call given up on leaves is undone when it comes back: a descriptor it opened is closed, and the file it
+ * made (opened O_CREAT|O_EXCL: the writer's temp file) removed when that name is still the file it opened; closes
+ * asked for while the mount was late (the caller's, of a temp file or a pinned parent) are made then, and so are
+ * removals of temp files this port made there. Nothing it did not make is ever removed.
  */
 export function gateMountsThatMayHang(
   fs: FsPort,
@@ -80,9 +222,16 @@ export function gateMountsThatMayHang(
   mayHang: () => ReadonlySet<string>,
   clock: Pick<Clock, 'sleep'>,
   ms = MOUNT_ANSWER_MS,
+  options: GateOptions = {},
 ): FsPort {
   const root = path.resolve(rootDir);
-  const lanes = new Map<string, Lane>();
+  const lanes = options.lanes ?? new MountLanes(clock, ms);
+  const held = options.held ?? (() => []);
+  const through = <T>(mount: string, call: () => Promise<T>, laneOptions?: LaneOptions<T>) =>
+    lanes.through(mount, call, laneOptions);
+  const closing = (mount: string, close: () => Promise<void>) => lanes.closing(mount, close);
+  /** Files made here by an open with O_CREAT|O_EXCL (in a mount that may hang) not yet removed or renamed away. */
+  const created = new Set<string>();
   /**
    * Descriptors opened at or under rootDir while some mount may hang, and the path each names: a name built on
    * one (the writer's pinned parents, `/proc/self/fd/<fd>/<name>`) is judged by that path. Forgotten at close.
@@ -99,62 +248,58 @@ export function gateMountsThatMayHang(
     return base === undefined ? undefined : rest === '' ? base : `${base}/${rest}`;
   };
 
-  /** Whether `absolute` is rootDir or below it: its descriptors are remembered. */
-  const underRoot = (absolute: string | undefined): absolute is string =>
-    absolute !== undefined && (absolute === root || absolute.startsWith(`${root}/`));
+  const inside = (absolute: string, dir: string) => absolute === dir || absolute.startsWith(`${dir}/`);
 
+  /** The mount (its point, the lane's name) a call on `absolute` goes into, when it may hang. */
   const mountOf = (absolute: string | undefined): string | undefined => {
-    if (absolute === undefined || !absolute.startsWith(`${root}/`)) return undefined;
+    if (absolute === undefined) return undefined;
     const mounts = mayHang();
-    if (mounts.size === 0) return undefined;
-    const relative = path.posix.normalize(absolute.slice(root.length + 1));
-    for (const mount of mounts) {
-      if (relative === mount || relative.startsWith(`${mount}/`)) return mount;
+    if (mounts.size > 0 && absolute.startsWith(`${root}/`)) {
+      const relative = path.posix.normalize(absolute.slice(root.length + 1));
+      for (const mount of mounts) {
+        if (relative === mount || relative.startsWith(`${mount}/`)) return path.join(root, mount);
+      }
     }
-    return undefined;
+    let holding: HeldPlace | undefined;
+    for (const place of held()) {
+      if (inside(absolute, place.dir) && place.dir.length > (holding?.dir.length ?? -1)) holding = place;
+    }
+    return holding?.mountPoint;
   };
+
+  /** Whether `absolute` is rootDir or below it, or in a mount that may hang: its descriptors are remembered. */
+  const remembered = (absolute: string | undefined): absolute is string =>
+    absolute !== undefined && (inside(absolute, root) || mountOf(absolute) !== undefined);
+
+  const gating = () => mayHang().size > 0 || held().length > 0;
 
   const mountOfDescriptor = (fd: number): string | undefined => mountOf(descriptorPaths.get(fd));
 
-  const laneOf = (mount: string): Lane => {
-    let lane = lanes.get(mount);
-    if (lane === undefined) {
-      lane = { busy: false, late: false, waiting: [] };
-      lanes.set(mount, lane);
-    }
-    return lane;
+  /**
+   * After a late open that made `absolute` answered with a descriptor nobody holds: removes the file when the
+   * name is still the one opened (same device and inode), so a file someone put there since is never touched.
+   */
+  const removeIfStillMade = async (
+    mount: string,
+    absolute: string,
+    opened: () => Promise<{ dev: number; ino: number }>,
+  ) => {
+    const mine = await through(mount, opened);
+    const there = await through(mount, () => fs.lstat(absolute));
+    if (there.dev === mine.dev && there.ino === mine.ino) await through(mount, () => fs.unlink(absolute));
   };
 
-  const through = async <T>(mount: string, call: () => Promise<T>): Promise<T> => {
-    const lane = laneOf(mount);
-    while (lane.busy && !lane.late) await new Promise<void>((resolve) => lane.waiting.push(resolve));
-    if (lane.late) throw new MountNotAnswering(path.join(root, mount), ms);
-    lane.busy = true;
-    const stop = new AbortController();
-    const answer = call().then(
-      (value) => ({ value }),
-      (error: unknown) => ({ error }),
-    );
-    void answer.then(() => {
-      stop.abort();
-      lane.busy = false;
-      lane.late = false;
-      lane.waiting.shift()?.();
+  /** Removes a file this port made, by the path it was made at, unless it was removed or renamed away since. */
+  const removeMade = async (mount: string, absolute: string) => {
+    if (!created.has(absolute)) return;
+    await through(mount, () => fs.unlink(absolute)).catch((error: unknown) => {
+      if (error instanceof MountNotAnswering) throw error;
     });
-    const late = clock.sleep(ms, stop.signal).then(
-      () => 'late' as const,
-      () => 'answered' as const,
-    );
-    const first = await Promise.race([answer, late]);
-    if (first === 'late') {
-      lane.late = true;
-      for (const wake of lane.waiting.splice(0)) wake();
-      throw new MountNotAnswering(path.join(root, mount), ms);
-    }
-    if (first === 'answered') return ((await answer) as { value: T }).value;
-    if ('error' in first) throw first.error;
-    return first.value;
+    created.delete(absolute);
   };
+
+  /** Whether `flags` (a number, as the writer gives them) make a new file. */
+  const creates = (flags: unknown) => typeof flags === 'number' && (flags & CREATING) === CREATING;
 
   /** A handle whose calls take its mount's lane (none: as they are), its path remembered until its close. */
   const trackHandle = (handle: FileHandle, absolute: string, mount: string | undefined): FileHandle => {
@@ -169,7 +314,8 @@ export function gateMountsThatMayHang(
           // Forgotten whatever the close answers: the number may be reused by the next open.
           if (property === 'close' && descriptorPaths.get(fd) === absolute) descriptorPaths.delete(fd);
           const call = () => method.apply(target, args);
-          return mount === undefined ? call() : through(mount, call);
+          if (mount === undefined) return call();
+          return property === 'close' ? closing(mount, call as () => Promise<void>) : through(mount, call);
         };
       },
     });
@@ -182,17 +328,42 @@ export function gateMountsThatMayHang(
     if (typeof original !== 'function') continue;
     const call = original as (...args: unknown[]) => Promise<unknown>;
     record[name] = (...args: unknown[]) => {
-      if (mayHang().size === 0) return call.apply(fs, args);
+      if (!gating()) return call.apply(fs, args);
       const absolute = resolved(args[0]);
       const mount =
         mountOf(absolute) ?? (name === 'rename' || name === 'link' ? mountOf(resolved(args[1])) : undefined);
-      if (name === 'open' && underRoot(absolute)) {
+      if (name === 'open' && remembered(absolute)) {
         const opening = () => call.apply(fs, args) as Promise<FileHandle>;
-        return (mount === undefined ? opening() : through(mount, opening)).then((handle) =>
-          trackHandle(handle, absolute, mount),
-        );
+        if (mount === undefined) return opening().then((handle) => trackHandle(handle, absolute, mount));
+        const made = creates(args[1]);
+        return through(mount, opening, {
+          onLate: async (settled) => {
+            if (!('value' in settled)) return;
+            const handle = settled.value;
+            if (made) await removeIfStillMade(mount, absolute, () => handle.stat()).catch(() => undefined);
+            await closing(mount, () => handle.close());
+          },
+        }).then((handle) => {
+          if (made) created.add(absolute);
+          return trackHandle(handle, absolute, mount);
+        });
       }
-      return mount === undefined ? call.apply(fs, args) : through(mount, () => call.apply(fs, args));
+      if (mount === undefined) return call.apply(fs, args);
+      if (absolute !== undefined && created.has(absolute) && (name === 'unlink' || name === 'rename')) {
+        // A temp file this port made: removed (or renamed away) it is forgotten; a removal refused while the
+        // mount is late is made once it answers, by the path it was made at (a pinned parent's descriptor named
+        // in `args` may be closed and its number reused by then).
+        return through(mount, () => call.apply(fs, args), {
+          ...(name === 'unlink' ? { later: () => removeMade(mount, absolute) } : {}),
+          onLate: async (settled) => {
+            if ('value' in settled) created.delete(absolute);
+          },
+        }).then((value) => {
+          created.delete(absolute);
+          return value;
+        });
+      }
+      return through(mount, () => call.apply(fs, args));
     };
   }
   const descriptors = fs.descriptors;
@@ -205,13 +376,30 @@ export function gateMountsThatMayHang(
       };
     gated.descriptors = {
       open: (file, flags, mode) => {
-        if (mayHang().size === 0) return descriptors.open(file, flags, mode);
+        if (!gating()) return descriptors.open(file, flags, mode);
         const absolute = resolved(file);
-        if (!underRoot(absolute)) return descriptors.open(file, flags, mode);
+        if (!remembered(absolute)) return descriptors.open(file, flags, mode);
         const mount = mountOf(absolute);
         const opening = () => descriptors.open(file, flags, mode);
-        return (mount === undefined ? opening() : through(mount, opening)).then((fd) => {
+        const made = mount !== undefined && creates(flags);
+        const opened =
+          mount === undefined
+            ? opening()
+            : through(mount, opening, {
+                onLate: async (settled) => {
+                  if (!('value' in settled)) return;
+                  const fd = settled.value;
+                  // The descriptor's own file, through /proc: fstat is not among the descriptor calls.
+                  if (made)
+                    await removeIfStillMade(mount, absolute, () => fs.stat(`/proc/self/fd/${fd}`)).catch(
+                      () => undefined,
+                    );
+                  await closing(mount, () => descriptors.close(fd));
+                },
+              });
+        return opened.then((fd) => {
           descriptorPaths.set(fd, absolute);
+          if (made) created.add(absolute);
           return fd;
         });
       },
@@ -223,7 +411,7 @@ export function gateMountsThatMayHang(
         const mount = mountOfDescriptor(fd);
         // Forgotten whatever the close answers: the number may be reused by the next open.
         descriptorPaths.delete(fd);
-        return mount === undefined ? descriptors.close(fd) : through(mount, () => descriptors.close(fd));
+        return mount === undefined ? descriptors.close(fd) : closing(mount, () => descriptors.close(fd));
       },
     } satisfies DescriptorCalls;
   }

@@ -573,6 +573,9 @@ async function ensureDirectory(
     }
   } catch (error) {
     if (error instanceof ConfigError) throw error;
+    // rootDir on a mount that did not answer in time (cli/mount-gate.ts): the agent starts, and its files are
+    // retried (ETIMEDOUT) until the mount answers, instead of a start that waits on it for good.
+    if (key === 'rootDir' && errnoCode(error) === 'ETIMEDOUT') return;
     fail(`cannot create ${dir}: ${describeFsError(error)}`, error);
   }
 }

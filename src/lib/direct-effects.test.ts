@@ -20,7 +20,12 @@ const ALLOWED: AllowedLine[] = [
   { file: 'lib/clock.ts', text: 'performance.now(', why: 'systemClock itself' },
   { file: 'lib/clock.ts', text: 'systemClock', why: 'systemClock itself' },
   { file: 'lib/logger.ts', text: 'new Date()', why: "the log line's own time: the logger is a dep" },
-  { file: 'cli/compose.ts', text: 'systemClock', count: 3, why: 'the composition root: deps.clock' },
+  {
+    file: 'cli/compose.ts',
+    text: 'systemClock',
+    count: 5,
+    why: 'the composition root: deps.clock, and the lanes of mounts that may hang (MountLanes: start-up needs them before deps)',
+  },
   {
     file: 'api/client.ts',
     text: 'systemClock',

@@ -308,7 +308,7 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
   not_declared:
     'the state directory could not record the write before it (full, failing or read-only): nothing written until it can, so that a crash never leaves a file the agent cannot prove it wrote; retried, not counted as an attempt',
   failing:
-    'the disk holding rootDir fails (an I/O error, its device or filesystem gone): retried until it works again, not counted as an attempt',
+    'the disk holding rootDir fails (an I/O error, its device or filesystem gone, or its network or FUSE mount not answering: ETIMEDOUT): retried until it works again, not counted as an attempt',
   obstructed:
     'something on the device is in the way of the path (a symlink, a directory, a FIFO, socket or device, or a file where a directory goes): nothing written or removed through it; retried until it is cleared, not counted as an attempt',
   renamed_aside:

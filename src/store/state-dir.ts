@@ -7,7 +7,7 @@ import type { Logger } from '../lib/logger.js';
 import { CACHE_DIR, ContentCache } from './content-cache.js';
 import { DirectoryAsides } from './directory-asides.js';
 import { type SweepSkip, sweepTempFiles } from './durable-writer.js';
-import { StateDirError } from './errors.js';
+import { DiskError, StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
 import { IntentJournal, type WriteIntent } from './intent-journal.js';
 import { acquireStateLock, type StateLock } from './lock.js';
@@ -118,9 +118,20 @@ export class StateDir {
           },
         );
         const skipped: Array<SweepSkip & { under: 'rootDir' | 'stateDir' }> = [];
-        swept = await sweepTempFiles(fs.sweepPort?.(settings.rootDir) ?? fs, settings.rootDir, (skip) => {
-          skipped.push({ ...skip, under: 'rootDir' });
-        });
+        try {
+          swept = await sweepTempFiles(fs.sweepPort?.(settings.rootDir) ?? fs, settings.rootDir, (skip) => {
+            skipped.push({ ...skip, under: 'rootDir' });
+          });
+        } catch (error) {
+          // rootDir on a mount that did not answer in time (cli/mount-gate.ts): the agent starts without the sweep,
+          // its files retried until the mount answers; the next start sweeps.
+          if (!(error instanceof DiskError) || error.errno !== 'ETIMEDOUT') throw error;
+          logger.warn(
+            { err: error },
+            'the start-up sweep of rootDir was skipped: its mount did not answer (a dead NFS server, a wedged FUSE ' +
+              "daemon?); a temp file a crash left there stays until the next start's sweep",
+          );
+        }
         if (swept.length > 0)
           logger.warn({ files: swept }, 'removed temp files left by an interrupted write');
         await setAsideCacheUnlessDirectory(fs, settings.stateDir, logger, clock);

@@ -1,0 +1,66 @@
+// A FUSE mount that can be made to hang and come back: exfat-fuse on a loop image, its daemon stopped and continued.
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+
+/** Root with /dev/fuse, exfat-fuse and mkfs.exfat (Debian's exfat-fuse and exfatprogs, which .ci/run installs). */
+export const canPauseFuse =
+  process.geteuid?.() === 0 &&
+  existsSync('/dev/fuse') &&
+  spawnSync('sh', ['-c', 'command -v mount.exfat-fuse && command -v mkfs.exfat']).status === 0;
+
+export interface PausableMount {
+  readonly mountPoint: string;
+  /** Stops the FUSE daemon (SIGSTOP): every call into the mount waits in the kernel, as on a dead NFS server. */
+  pause(): void;
+  /** Continues it (SIGCONT): the waiting calls are answered, as when the server comes back. */
+  resume(): void;
+  /** Continues the daemon and unmounts (lazily if busy); never throws. */
+  close(): void;
+}
+
+/** The pid of the exfat-fuse daemon serving `mountPoint` (its command line names it). */
+async function daemonOf(mountPoint: string): Promise<number> {
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const args = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+    const argv = args.split('\0');
+    if (argv[0]?.endsWith('mount.exfat-fuse') === true && argv.includes(mountPoint)) return Number(entry);
+  }
+  throw new Error(`no exfat-fuse daemon serves ${mountPoint}`);
+}
+
+/**
+ * An exFAT image `image` (made here, 32 MiB) mounted at `mountPoint` by exfat-fuse; throws when that fails. exFAT
+ * keeps no permission bits: every entry shows `umask` taken from 0777 (077: a stateDir's 0700).
+ */
+export async function pausableFuseMount(
+  image: string,
+  mountPoint: string,
+  umask = '022',
+): Promise<PausableMount> {
+  const made = spawnSync('sh', ['-c', 'truncate -s 32M "$1" && mkfs.exfat "$1"', 'sh', image], {
+    encoding: 'utf8',
+  });
+  if (made.status !== 0) throw new Error(`mkfs.exfat: ${made.stderr}`);
+  const mounted = spawnSync('mount', ['-t', 'exfat-fuse', '-o', `loop,umask=${umask}`, image, mountPoint], {
+    encoding: 'utf8',
+  });
+  if (mounted.status !== 0) throw new Error(`mount: ${mounted.stderr}`);
+  const absolute = path.resolve(mountPoint);
+  const pid = await daemonOf(absolute);
+  return {
+    mountPoint: absolute,
+    pause: () => process.kill(pid, 'SIGSTOP'),
+    resume: () => process.kill(pid, 'SIGCONT'),
+    close: () => {
+      try {
+        process.kill(pid, 'SIGCONT');
+      } catch {
+        // Gone already.
+      }
+      if (spawnSync('umount', [absolute]).status !== 0) spawnSync('umount', ['-l', absolute]);
+    },
+  };
+}
