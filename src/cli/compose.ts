@@ -310,6 +310,11 @@ async function runOncePass(
     );
     return exitCodeForPass(result);
   } catch (error) {
+    // Another agent (the daemon) holds stateDir: nothing was done, and that is no crash to log with its stack.
+    if (error instanceof StateLockedError) {
+      io.stderr.write(`config-agent: ${secrets.scrub(error.refusal)}\n`);
+      return ExitCode.NotConverged;
+    }
     // A root or state directory that cannot be created is a configuration problem: the caller prints it.
     if (exitCodeForStartupError(error) !== undefined) throw error;
     if (stop.aborted) return interruptedExitCode(stoppedBy());

@@ -34,7 +34,8 @@ export const EXIT_CODE_MEANINGS: Readonly<Record<ExitCode, string>> = {
   [ExitCode.Converged]:
     'converged: every deployed instance is on disk, every removal done, every report delivered',
   [ExitCode.NotConverged]:
-    'not converged: server reached, but an instance is retrying or failed, or a report is undelivered',
+    'not converged: server reached, but an instance is retrying or failed, or a report is undelivered; or ' +
+    'stateDir in use by a running agent (nothing done)',
   [ExitCode.Usage]: 'usage error',
   [ExitCode.Unreachable]: 'server unreachable, timed out, API key rejected, or a broken answer (304, 3xx)',
   [ExitCode.OutputFailed]:

@@ -36,7 +36,9 @@ let lockContent: ReturnType<typeof buildLockContent> | undefined;
 
 /** Another live agent holds the state directory. */
 export class StateLockedError extends AgentError {
+  /** The holder's pid from the lock; 0 when not known (the lock kept changing hands while it was read). */
   readonly pid: number;
+  readonly stateDir: string;
   constructor(stateDir: string, pid: number) {
     super(
       'state_locked',
@@ -44,6 +46,16 @@ export class StateLockedError extends AgentError {
       { retryable: false },
     );
     this.pid = pid;
+    this.stateDir = stateDir;
+  }
+
+  /** The one line `--once` prints for it: which lock, held by whom. */
+  get refusal(): string {
+    const holder = this.pid > 0 ? `pid ${this.pid}` : 'pid not known';
+    return (
+      `${this.stateDir} is in use: ${path.join(this.stateDir, LOCK_FILE)} is held by another config-agent ` +
+      `(${holder}); nothing was done: ask it with 'config-agent sync', or run --once again once it has stopped`
+    );
   }
 }
 

@@ -141,7 +141,8 @@ describe('one agent per state directory', () => {
 
     const refused = await harness.runOnce();
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/another config-agent \(pid \d+\) is using/);
+    expect(refused.stderr).toMatch(/agent\.lock is held by another config-agent \(pid \d+\)/);
+    expect(refused.stderr).not.toContain('"level"');
     expect(await readFile(harness.rootPath('app/a.json'), 'utf8')).toBe(before);
 
     expect((await daemon.stop()).code).toBe(0);
