@@ -327,6 +327,40 @@ async function removeDurably(fs: InitFs, dir: string): Promise<string> {
   return 'it was removed';
 }
 
+/** The durable writer's temp file names (store/durable-writer.ts): its prefix and 12 random bytes in hex. */
+const WRITER_TEMP_NAME = /^\.config-agent\.tmp-[0-9a-f]{24}$/;
+
+/**
+ * Removes from `dir` (not below it) the temp files a killed init left: names of the writer's pattern only, regular
+ * files (lstat: a symlink is never followed) owned by `uid`. Best effort: what cannot be listed or removed stays.
+ */
+export async function removeStaleTempFiles(
+  fs: InitFs,
+  dir: string,
+  uid: number | undefined,
+): Promise<string[]> {
+  let names: string[];
+  try {
+    names = await fs.readdir(dir);
+  } catch {
+    return [];
+  }
+  const removed: string[] = [];
+  for (const name of names) {
+    if (!WRITER_TEMP_NAME.test(name)) continue;
+    const file = path.join(dir, name);
+    try {
+      const stats = await fs.lstat(file);
+      if (!stats.isFile() || stats.uid !== uid) continue;
+      await fs.unlink(file);
+      removed.push(file);
+    } catch {
+      // Gone meanwhile, or not ours to remove: left as it is.
+    }
+  }
+  return removed.sort();
+}
+
 async function publish(fs: ConfigFs, file: string, text: string, mode: number, gid: number): Promise<void> {
   await publishFile(fs, {
     rootDir: path.dirname(file),
@@ -461,6 +495,15 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
     const { uid, gid } = await agentAccount(env);
     // What start-up refuses of where things are (exit 78, no restart), refused before anything is written.
     await assertConfigPlaces(fs, config, configPath, io.env, uid);
+
+    // An init killed mid-write left its temp file there: removed now, before this run writes its own.
+    const written = new Set([path.dirname(configPath), path.dirname(keyPath), env.dropInDir]);
+    for (const dir of written) {
+      if (dir === config.rootDir || dir === config.stateDir) continue;
+      for (const stale of await removeStaleTempFiles(fs, dir, env.uid)) {
+        io.stdout.write(`removed ${stale} (the temp file of an interrupted write)\n`);
+      }
+    }
 
     await ensureDir(fs, path.dirname(configPath), { mode: 0o750, owner: { uid: 0, gid } });
     if (apiKey !== undefined) {
