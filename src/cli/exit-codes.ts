@@ -34,8 +34,7 @@ export const EXIT_CODE_MEANINGS: Readonly<Record<ExitCode, string>> = {
   [ExitCode.Converged]:
     'converged: every deployed instance is on disk, every removal done, every report delivered',
   [ExitCode.NotConverged]:
-    'not converged: server reached, but an instance is retrying or failed, or a report is undelivered; or ' +
-    'stateDir in use by a running agent (nothing done)',
+    'not converged: an instance retrying or failed, a report undelivered (server reached), or stateDir in use',
   [ExitCode.Usage]: 'usage error',
   [ExitCode.Unreachable]: 'server unreachable, timed out, API key rejected, or a broken answer (304, 3xx)',
   [ExitCode.OutputFailed]:
