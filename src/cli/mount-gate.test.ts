@@ -12,7 +12,7 @@ import { waitFor } from '../../test/helpers/wait-for.js';
 import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { observeDisk } from '../reconcile/observe.js';
-import { publishFile, removeManagedFile } from '../store/durable-writer.js';
+import { publishFile, removeManagedFile, writeDurableJson } from '../store/durable-writer.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { hangSafeFs } from './hang-safe-fs.js';
 import { gateMountsThatMayHang, MountLanes } from './mount-gate.js';
@@ -215,6 +215,43 @@ describe.runIf(canMountFuse)('hangSafeFs with a hung FUSE mount below rootDir (g
     await expect(write('share/b.json')).rejects.toMatchObject({ code: 'disk_error', errno: 'ETIMEDOUT' });
     expect(await write('app/a.json')).toBeDefined();
     expect(await readFile(path.join(root, 'app/a.json'), 'utf8')).toBe('{}\n');
+    expect(mount.exitCode === null && mount.signalCode === null, 'the mount still hangs').toBe(true);
+  }, 60_000);
+
+  // Before (gate19), only mounts below rootDir had a lane: a state file's write on a hung stateDir waited for good.
+  it('stateDir on it (rootDir elsewhere): a state file write fails ETIMEDOUT after the bound naming the mount, rootDir goes on', async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-mount-gate-'));
+    // The mount point is where afterEach unmounts it; rootDir is a sibling on the local disk.
+    const hung = path.join(dir, 'root', 'share');
+    await mkdir(hung, { recursive: true });
+    const rootDir = path.join(dir, 'app-root');
+    await mkdir(rootDir);
+    mount = await hungFuseMount(hung, 120_000);
+    const stateDir = path.join(hung, 'state');
+    const fs = await hangSafeFs(
+      rootDir,
+      { monotonic: () => 0, sleep: () => new Promise<void>((resolve) => setImmediate(resolve)) },
+      undefined,
+      undefined,
+      { stateDir },
+    );
+    await expect(writeDurableJson(fs, stateDir, 'state.json', { v: 1 })).rejects.toMatchObject({
+      code: 'disk_error',
+      errno: 'ETIMEDOUT',
+    });
+    // At once from then on, while the late call has not come back.
+    await expect(fs.readFile(path.join(stateDir, 'state.json'), 'utf8')).rejects.toThrow(
+      `the mount at ${hung} did not answer`,
+    );
+    expect(
+      await publishFile(fs, {
+        rootDir,
+        relativePath: 'app/a.json',
+        data: Buffer.from('{}\n'),
+        mode: 0o644,
+        dirMode: 0o755,
+      }),
+    ).toMatchObject({ outcome: 'written' });
     expect(mount.exitCode === null && mount.signalCode === null, 'the mount still hangs').toBe(true);
   }, 60_000);
 });
