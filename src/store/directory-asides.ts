@@ -178,7 +178,7 @@ export class DirectoryAsides implements RenewalAsides {
     );
     // Nothing is written below these names before the restore ends (no pass runs yet): all held meanwhile.
     asides.#held = records.filter((entry) => entry.rootDir === root);
-    const dropped = await asides.#restoreKept(true);
+    const dropped = await asides.#restoreKept();
     if (carried.length > 0) {
       // The records of the state directory left behind: durable here before that one forgets them.
       await asides.#write();
@@ -212,7 +212,7 @@ export class DirectoryAsides implements RenewalAsides {
 
   async #retryNow(): Promise<number> {
     if (this.pending > 0 && !this.#lent) {
-      const dropped = await this.#restoreKept(false);
+      const dropped = await this.#restoreKept();
       if (dropped > 0) {
         await this.#write(true).catch((error: unknown) => {
           this.#logger.warn({ err: error, file: ASIDES_FILE }, 'could not rewrite the renewal record');
@@ -241,10 +241,10 @@ export class DirectoryAsides implements RenewalAsides {
   /**
    * Every record of this root tried once (a record inside a directory aside is found once that one is back:
    * rounds until none is), then dropped when back, or gone with something at its name; answers how many were.
-   * Lent to a reload's open meanwhile: no further try (answers 0). `atOpen`: a record whose try an earlier
-   * holder started is not waited for (see `open`); a retry waits for its answer as for its own.
+   * Lent to a reload's open meanwhile: no further try (answers 0). A record whose try an earlier holder started
+   * (only an open meets one: none starts once lent) is not waited for (see `open`), but settled by its answer.
    */
-  async #restoreKept(atOpen: boolean): Promise<number> {
+  async #restoreKept(): Promise<number> {
     let pending = this.#kept.filter((entry) => entry.rootDir === this.#root);
     const dropped = new Set<AsideEntry>();
     for (let restored = true; restored && pending.length > 0; ) {
@@ -252,7 +252,7 @@ export class DirectoryAsides implements RenewalAsides {
       const gone: AsideEntry[] = [];
       for (const entry of pending) {
         if (this.#lent) return 0;
-        if (atOpen && this.#tries.has(entryKey(entry)) && !this.#trying.has(entry)) {
+        if (this.#tries.has(entryKey(entry)) && !this.#trying.has(entry)) {
           this.#settleLater(entry);
           continue;
         }
