@@ -159,3 +159,31 @@ describe('a deployed report left queued while the operator changes the instance'
     expect(server.state.instances.get('cfg_a')).toMatchObject({ error_status: 'retrying' });
   });
 });
+
+describe('a failed report left queued while the operator deploys a fixed version', () => {
+  it('does not land on the fixed version (failed is final: the agent would skip it for good); the fix is written', async () => {
+    await open();
+    // A path no device may write: failed at once.
+    put({ id: 'cfg_a', relative_filepath: '../outside.json', content: { v: 1 } });
+    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1 });
+    await pass();
+    expect(server.state.reports).toHaveLength(0);
+    // The operator fixes the path and deploys again.
+    put({
+      id: 'cfg_a',
+      relative_filepath: 'cfg_a.json',
+      content: { v: 2 },
+      updated_at: '2026-02-01T00:00:00.000Z',
+    });
+    await pass();
+
+    expect(await readFile(path.join(rootDir, 'cfg_a.json'), 'utf8')).toBe('{\n  "v": 2\n}\n');
+    expect(server.state.instances.get('cfg_a')).toMatchObject({
+      activity_status: 'deployed',
+      error_status: 'none',
+    });
+    expect(server.state.reports.map((r) => `${r.activity_status}/${r.error_status}`)).toEqual([
+      'deployed/none',
+    ]);
+  });
+});

@@ -67,11 +67,17 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   const started = deps.clock.monotonic();
   const result = emptyResult(ctx, options);
   const finish = () => finishResult(result, started, ctx);
-  // Reports from an earlier pass go first, so the pull below sees the statuses they carry; but not `deployed`:
-  // made for the version then listed, which an operator may have replaced since (the service would take it for
-  // the new one, not on disk yet). Those go once this pass has written what the service holds now.
+  // Reports from an earlier pass go first, so the pull below sees the statuses they carry; but not `deployed` or
+  // `failed` ones: made for the version then listed, which an operator may have replaced since, the service would
+  // take them for the new one (not on disk yet; or failed, which is final: the agent would skip it for good).
+  // Those go once this pass has planned, and written, what the service holds now.
   if (!result.dryRun && outbox.size > 0)
-    await report(ctx, result, signal, new PassReports(reportContext(ctx, signal), undefined, claimsDeployed));
+    await report(
+      ctx,
+      result,
+      signal,
+      new PassReports(reportContext(ctx, signal), undefined, claimsOfVersion),
+    );
 
   let pulled: Pulled<PlanInstance>;
   try {
@@ -439,9 +445,9 @@ function reportsWhileWriting(
   );
 }
 
-/** A report that tells the service the instance's file is in place. */
-function claimsDeployed(entry: OutboxEntry): boolean {
-  return entry.report.activity_status === 'deployed';
+/** A report the service must not apply to another version than it was made for: the file is in place, or never will be. */
+function claimsOfVersion(entry: OutboxEntry): boolean {
+  return entry.report.activity_status === 'deployed' || entry.report.error_status === 'failed';
 }
 
 function reportContext(
