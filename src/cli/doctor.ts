@@ -11,7 +11,7 @@ import { ExitCode } from './exit-codes.js';
 import { AGENT_ACCOUNT, agentAccount, type InitEnvironment } from './init.js';
 import type { CommandIo } from './io.js';
 import { checkService } from './service-check.js';
-import { rootDirHiddenFromUnit } from './unit-sandbox.js';
+import { rootDirHiddenFromUnit, textfileHiddenFromUnit } from './unit-sandbox.js';
 
 export interface DoctorCommand {
   configPath?: string;
@@ -107,7 +107,11 @@ function showProperties(stdout: string): Record<string, string> {
  * its own state and runtime directories) are writable, so a rootDir moved in config.json without the drop-in
  * `init` writes (or before `systemctl daemon-reload`) failed every write with EROFS while doctor said all ok.
  */
-async function unitCannotWrite(env: DoctorEnvironment, rootDir: string): Promise<string | undefined> {
+async function unitCannotWrite(
+  env: DoctorEnvironment,
+  rootDir: string,
+  remedy = `sudo config-agent init --root-dir ${rootDir} writes the drop-in`,
+): Promise<string | undefined> {
   const shown = await env.systemctl(['show', env.unit, '--property=LoadState,ProtectSystem,ReadWritePaths']);
   if (shown.status !== 0) return undefined;
   const props = showProperties(shown.stdout);
@@ -123,8 +127,8 @@ async function unitCannotWrite(env: DoctorEnvironment, rootDir: string): Promise
   if (covered(rootDir) || covered(real)) return undefined;
   return (
     `${rootDir} is read-only for ${env.unit} (ProtectSystem=strict, and no ReadWritePaths= of the loaded unit ` +
-    `covers it: every write fails with EROFS); sudo config-agent init --root-dir ${rootDir} writes the drop-in, ` +
-    'then sudo systemctl daemon-reload && sudo systemctl restart config-agent'
+    `covers it: every write fails with EROFS); ${remedy}, then sudo systemctl daemon-reload && ` +
+    'sudo systemctl restart config-agent'
   );
 }
 
@@ -244,6 +248,21 @@ export async function runDoctor(
           'does not exist yet (the unit creates it at its first start)',
         ),
       );
+      // metrics.textfile: judged as rootDir is (hidden by the unit, or read-only for it), by its directory.
+      const textfile = config.metrics.textfile;
+      if (textfile !== undefined) {
+        const dir = path.dirname(textfile);
+        const problem =
+          (env.unitHides === undefined
+            ? undefined
+            : await textfileHiddenFromUnit(nodeFs, textfile, env.unitHides)) ??
+          (await unitCannotWrite(env, dir, `a drop-in with ReadWritePaths=-${dir} lets it write there`));
+        report(
+          problem !== undefined
+            ? { name: 'metrics', ok: false, detail: `metrics.textfile: ${problem}` }
+            : { name: 'metrics', ok: true, detail: `${textfile}: its directory is one the unit may write` },
+        );
+      }
     }
   }
 

@@ -22,7 +22,12 @@ import { DiskError } from '../store/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
 import { checkService, type ServiceCheckResult } from './service-check.js';
-import { type HiddenDir, rootDirHiddenFromUnit, UNIT_HIDDEN_DIRS } from './unit-sandbox.js';
+import {
+  type HiddenDir,
+  rootDirHiddenFromUnit,
+  textfileHiddenFromUnit,
+  UNIT_HIDDEN_DIRS,
+} from './unit-sandbox.js';
 
 export interface InitCommand {
   configPath?: string;
@@ -491,6 +496,12 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
         ? undefined
         : await rootDirHiddenFromUnit(fs, config.rootDir, env.unitHides);
     if (hidden !== undefined) throw new InitFailure(hidden, ExitCode.Config);
+    const textfile = config.metrics.textfile;
+    const textfileHidden =
+      env.unitHides === undefined || textfile === undefined
+        ? undefined
+        : await textfileHiddenFromUnit(fs, textfile, env.unitHides);
+    if (textfileHidden !== undefined) throw new InitFailure(textfileHidden, ExitCode.Config);
 
     const { uid, gid } = await agentAccount(env);
     // What start-up refuses of where things are (exit 78, no restart), refused before anything is written.

@@ -1,4 +1,4 @@
-// The directories the shipped unit hides from the agent (ProtectHome=, PrivateTmp=, ...) or loses at boot: no rootDir there.
+// The directories the shipped unit hides from the agent (ProtectHome=, PrivateTmp=, ...) or loses at boot: no rootDir (nor textfile) there.
 import path from 'node:path';
 
 /** What the check reads: node:fs/promises's realpath, or a test's. */
@@ -76,19 +76,51 @@ export async function rootDirHiddenFromUnit(
   rootDir: string,
   hidden: readonly HiddenDir[] = UNIT_HIDDEN_DIRS,
 ): Promise<string | undefined> {
-  const real = await resolvedPath(fs, rootDir);
-  for (const candidate of real === undefined || real === rootDir ? [rootDir] : [rootDir, real]) {
+  const entry = await hiddenPath(fs, rootDir, hidden);
+  if (entry === undefined) return undefined;
+  const why =
+    entry.reason ??
+    `the unit hides from the agent (${entry.directive}): the service would not see the directory you see, ` +
+      'and could not start';
+  return (
+    `rootDir ${rootDir}${entry.where} is inside ${entry.dir}, which ${why}; choose a rootDir elsewhere ` +
+    '(under /srv, /var/lib, /opt or a data partition)'
+  );
+}
+
+/**
+ * The message refusing a `metrics.textfile` the unit hides (the same directories as rootDir's but /run, where a
+ * node_exporter's own directory, made again at boot, may be given a drop-in's `ReadWritePaths=-`), or undefined.
+ */
+export async function textfileHiddenFromUnit(
+  fs: RealpathFs,
+  textfile: string,
+  hidden: readonly HiddenDir[] = UNIT_HIDDEN_DIRS,
+): Promise<string | undefined> {
+  const entry = await hiddenPath(
+    fs,
+    textfile,
+    hidden.filter((each) => each.reason === undefined),
+  );
+  if (entry === undefined) return undefined;
+  return (
+    `metrics.textfile ${textfile}${entry.where} is inside ${entry.dir}, which the unit hides from the agent ` +
+    `(${entry.directive}): the service would write it where node_exporter never looks; choose node_exporter's ` +
+    'textfile directory (/var/lib/prometheus/node-exporter)'
+  );
+}
+
+/** The hidden directory `file` is inside, on its path as written or where its symlinks lead (`where` says). */
+async function hiddenPath(
+  fs: RealpathFs,
+  file: string,
+  hidden: readonly HiddenDir[],
+): Promise<(HiddenDir & { where: string }) | undefined> {
+  const real = await resolvedPath(fs, file);
+  for (const candidate of real === undefined || real === file ? [file] : [file, real]) {
     const entry = hiddenFromUnit(candidate, hidden);
-    if (entry === undefined) continue;
-    const where = candidate === rootDir ? '' : ` (it leads to ${candidate})`;
-    const why =
-      entry.reason ??
-      `the unit hides from the agent (${entry.directive}): the service would not see the directory you see, ` +
-        'and could not start';
-    return (
-      `rootDir ${rootDir}${where} is inside ${entry.dir}, which ${why}; choose a rootDir elsewhere ` +
-      '(under /srv, /var/lib, /opt or a data partition)'
-    );
+    if (entry !== undefined)
+      return { ...entry, where: candidate === file ? '' : ` (it leads to ${candidate})` };
   }
   return undefined;
 }
