@@ -1,5 +1,5 @@
 // A FUSE mount that can be made to hang and come back: exfat-fuse on a loop image, its daemon stopped and continued.
-import { spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -31,30 +31,49 @@ async function daemonOf(mountPoint: string): Promise<number> {
   throw new Error(`no exfat-fuse daemon serves ${mountPoint}`);
 }
 
+/** A stopped daemon is continued after this by itself: a test killed while it hung leaves no mount hung for good. */
+const MAX_PAUSE_S = 120;
+
 /**
- * An exFAT image `image` (made here, 32 MiB) mounted at `mountPoint` by exfat-fuse; throws when that fails. exFAT
- * keeps no permission bits: every entry shows `umask` taken from 0777 (077: a stateDir's 0700).
+ * An exFAT image `image` (made here, 32 MiB) mounted at `mountPoint` by exfat-fuse; throws when that fails. Each
+ * pause also starts a detached `sleep; kill -CONT`, stopped by resume or close: if the test process dies while the
+ * mount hangs (a run killed at its timeout), the mount still answers again after MAX_PAUSE_S (a `sync` of every
+ * filesystem, the bench's, would otherwise wait on it for good).
  */
-export async function pausableFuseMount(
-  image: string,
-  mountPoint: string,
-  umask = '022',
-): Promise<PausableMount> {
+export async function pausableFuseMount(image: string, mountPoint: string): Promise<PausableMount> {
   const made = spawnSync('sh', ['-c', 'truncate -s 32M "$1" && mkfs.exfat "$1"', 'sh', image], {
     encoding: 'utf8',
   });
   if (made.status !== 0) throw new Error(`mkfs.exfat: ${made.stderr}`);
-  const mounted = spawnSync('mount', ['-t', 'exfat-fuse', '-o', `loop,umask=${umask}`, image, mountPoint], {
+  const mounted = spawnSync('mount', ['-t', 'exfat-fuse', '-o', 'loop', image, mountPoint], {
     encoding: 'utf8',
   });
   if (mounted.status !== 0) throw new Error(`mount: ${mounted.stderr}`);
   const absolute = path.resolve(mountPoint);
   const pid = await daemonOf(absolute);
+  let resumer: ChildProcess | undefined;
+  const stopResumer = () => {
+    resumer?.kill('SIGKILL');
+    resumer = undefined;
+  };
   return {
     mountPoint: absolute,
-    pause: () => process.kill(pid, 'SIGSTOP'),
-    resume: () => process.kill(pid, 'SIGCONT'),
+    pause: () => {
+      stopResumer();
+      // Detached: a signal to the test's process group does not take it along. Killed, its sleep ends by itself.
+      resumer = spawn('sh', ['-c', 'sleep "$1"; kill -CONT "$2"', 'sh', String(MAX_PAUSE_S), String(pid)], {
+        stdio: 'ignore',
+        detached: true,
+      });
+      resumer.unref();
+      process.kill(pid, 'SIGSTOP');
+    },
+    resume: () => {
+      stopResumer();
+      process.kill(pid, 'SIGCONT');
+    },
     close: () => {
+      stopResumer();
       try {
         process.kill(pid, 'SIGCONT');
       } catch {
