@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_BIN, collect, type RunResult } from '../helpers/harness.js';
+import { startFaultProxy } from './support/fault-proxy.js';
 import { Fleet } from './support/fleet.js';
 import { runSeed, seededRandom } from './support/random.js';
 import { straceUnavailable } from './support/strace.js';
@@ -60,30 +61,37 @@ async function world(name: string, change: boolean): Promise<Fleet> {
 /** The syscalls a kill lands on, each swept from its first call in the run to its last. */
 const POINTS = ['rename', 'fsync', 'unlink', 'rmdir', 'mkdir'] as const;
 /** In the run that carries out a change (`change`), or in a first sync (the state directory made too). */
-const CASES: { name: (typeof POINTS)[number]; change: boolean }[] = [
-  { name: 'rename', change: true },
-  { name: 'fsync', change: true },
-  { name: 'unlink', change: true },
-  { name: 'rmdir', change: true },
-  { name: 'mkdir', change: false },
-  { name: 'rename', change: false },
+const CASES: { name: (typeof POINTS)[number]; change: boolean; reportsDown: boolean }[] = [
+  { name: 'rename', change: true, reportsDown: false },
+  { name: 'fsync', change: true, reportsDown: false },
+  { name: 'unlink', change: true, reportsDown: false },
+  { name: 'rmdir', change: true, reportsDown: false },
+  { name: 'mkdir', change: false, reportsDown: false },
+  { name: 'rename', change: false, reportsDown: false },
+  // Every report answered 503 in the run killed: what it has to tell lives in outbox.json alone.
+  { name: 'rename', change: true, reportsDown: true },
 ];
 /** A bound on each sweep: the run under test makes fewer of each (27 fsyncs, 10 renames, 5 unlinks). */
 const MAX_CALLS = 60;
 
 describe.skipIf(SKIP !== undefined)('SIGKILL at exact syscalls of a pass', { timeout: 900_000 }, () => {
   it.each(CASES)(
-    'at every $name (change: $change): nothing torn or wrongly deleted, nothing told early, converges',
-    async ({ name, change }) => {
+    'at every $name (change: $change, reports refused: $reportsDown): nothing torn or wrongly deleted, nothing told early, converges',
+    async ({ name, change, reportsDown }) => {
       let killed = 0;
       for (let when = 1; when <= MAX_CALLS; when += 1) {
-        const fleet = await world(`${name}-${String(change)}-${when}`, change);
+        const fleet = await world(`${name}-${String(change)}-${String(reportsDown)}-${when}`, change);
+        const proxy = reportsDown === true ? await startFaultProxy(fleet.server.url) : undefined;
         try {
+          if (proxy !== undefined) {
+            proxy.add({ match: /\/config_instances\/[^/]+$/, count: 1_000, status: 503, headers: {} });
+            await fleet.writeConfig(proxy.url);
+          }
           const run = await killedAt(fleet, name, when);
           const hit = run.signal === 'SIGKILL' || run.code === 137;
           const label = `${name} #${when} (exit ${String(run.code)})`;
           expect(await fleet.checkAnyMoment(), label).toEqual([]);
-          if (!hit) {
+          if (!hit && proxy === undefined) {
             // The run made fewer such calls: it ran to its end.
             expect(run.code, `${label}: ${run.stderr.slice(-1500)}`).toBe(0);
             expect(await fleet.checkConverged(), label).toEqual([]);
@@ -94,7 +102,10 @@ describe.skipIf(SKIP !== undefined)('SIGKILL at exact syscalls of a pass', { tim
               ).toBe(false);
             break;
           }
-          killed += 1;
+          if (hit) killed += 1;
+          else expect(proxy?.counts.faulted, `${label}: reports refused`).toBeGreaterThan(0);
+          // The service takes reports again: everything the killed run had to tell reaches it.
+          if (proxy !== undefined) await fleet.writeConfig(fleet.server.url);
           const next = await fleet.runOnce();
           expect(next.code, `${label}, the run after: ${next.stderr.slice(-1500)}`).toBe(0);
           expect(await fleet.checkConverged(), label).toEqual([]);
@@ -103,7 +114,9 @@ describe.skipIf(SKIP !== undefined)('SIGKILL at exact syscalls of a pass', { tim
             expect(await exists(path.join(fleet.rootDir, 'opt/vendor')), `${label}: opt/vendor pruned`).toBe(
               false,
             );
+          if (!hit) break;
         } finally {
+          await proxy?.close();
           await fleet.close();
         }
       }
