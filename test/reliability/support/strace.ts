@@ -420,7 +420,14 @@ export async function runTraced(options: {
     '-e',
     `trace=${TRACED_SYSCALLS.join(',')}`,
   ];
-  for (const spec of options.inject ?? []) straceArgs.push('-e', `inject=${spec}`);
+  for (const spec of options.inject ?? []) {
+    // strace injects only into calls it traces: a fault aimed at another call (rmdir, say) never fires, silently.
+    const untraced = (spec.split(':')[0] ?? '').split(',').filter((name) => !TRACED_SYSCALLS.includes(name));
+    if (untraced.length > 0) {
+      throw new Error(`inject=${spec} names ${untraced.join(', ')}, not in TRACED_SYSCALLS: it would never fire`);
+    }
+    straceArgs.push('-e', `inject=${spec}`);
+  }
   for (const file of options.paths ?? []) straceArgs.push('-P', file);
   const nodeArgs = options.fixedTempNames === true ? ['--import', FIXED_TEMP_NAMES] : [];
   const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>(
