@@ -13,6 +13,7 @@ import {
   removeManagedFile,
   renewDroppedOnTheWay,
   syncDirectories,
+  syncRegularFileIf,
   unsettledEntry,
 } from '../store/durable-writer.js';
 import {
@@ -175,14 +176,45 @@ const noEffect = async (): Promise<Omit<AppliedStep, 'step'>> => ({
 const handlers: { [K in StepKind]: StepHandler<K> } = {
   write: applyWrite,
   remove: async (step, ctx) => ({ result: (await removeFile(step, ctx)).result, displaced: [] }),
-  report: noEffect,
-  confirm: noEffect,
+  report: (step, ctx) => (step.reason === 'already_in_place' ? syncInPlace(step, ctx) : noEffect()),
+  confirm: syncInPlace,
   keep: noEffect,
   skip: noEffect,
   fail: noEffect,
   refuse: noEffect,
   wait: noEffect,
 };
+
+/**
+ * A file found in place with the recorded bytes, about to be reported `deployed` (the service lags): the record
+ * proves the agent's own write was durable, not that the file there now is that write (someone may have put the
+ * same bytes there since, unsynced). Before the report the file (opened O_RDONLY|O_NOFOLLOW under the root, its
+ * bytes checked against the record) and its directories up to the root are fsynced. Nothing when no report is
+ * due (a steady pass costs what it did). `kept` (not reported, no attempt) when the bytes are no longer the
+ * record's: the next pass sees what is there; `failed` when an fsync fails (record.ts, as a write's would).
+ */
+async function syncInPlace(
+  step: Extract<Step, { kind: 'report' | 'confirm' }>,
+  ctx: ApplyContext,
+): Promise<Omit<AppliedStep, 'step'>> {
+  const relativePath = step.instance.relative_filepath;
+  const recorded = ctx.files.get(relativePath);
+  if (step.report === undefined || recorded?.instanceId !== step.instance.id) return noEffect();
+  const found = await syncRegularFileIf(ctx.fs, ctx.rootDir, relativePath, recorded.sha256);
+  if (found !== undefined) return noEffect();
+  const message = 'changed on disk since the pass read it: not reported, the next pass looks again';
+  return { result: { kind: 'kept', message }, displaced: [] };
+}
+
+/** The paths of a batch's files in place that syncInPlace fsyncs before their report. */
+function inPlacePaths(batch: readonly Step[]): string[] {
+  return batch.flatMap((step) =>
+    (step.kind === 'confirm' || (step.kind === 'report' && step.reason === 'already_in_place')) &&
+    step.report !== undefined
+      ? [step.instance.relative_filepath]
+      : [],
+  );
+}
 
 /**
  * Applies the steps in plan order, handing each result to `onApplied` (so local state follows the disk). Plain
@@ -487,7 +519,9 @@ async function writeBatch(
         : options;
   if (stepOptions === options && options.verified !== undefined && options.madeDirectories !== undefined) {
     // After a failed directory fsync only (store/directory-syncs.ts), one at a time, before any write starts.
-    for (const written of writtenPaths(batch)) {
+    // Files reported in place too (syncInPlace): their fsyncs prove nothing through a dropped entry, and with
+    // no write to renew it they were never reported again.
+    for (const written of [...writtenPaths(batch), ...inPlacePaths(batch)]) {
       if (ctx.fs.directorySyncs?.anyDropped !== true) break;
       await renewDroppedOnTheWay(ctx.fs, ctx.rootDir, written, options.verified, options.madeDirectories);
     }

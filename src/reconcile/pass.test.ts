@@ -646,7 +646,7 @@ describe('runPass: the root removed under a running agent', () => {
     expect(await readFile(path.join(world.rootDir, 'other.txt'), 'utf8')).toBe("not the agent's");
   });
 
-  it('made again, its entry not made durable, and the removal failing once: the next pass makes it anew', async () => {
+  it('made again, its entry not made durable, and the removal failing once: never deployed while its entry is unsettled; a restart converges', async () => {
     put({ id: 'cfg_a', relative_filepath: 'app/a.json', content: { v: 1 } });
     await pass();
     await rm(world.rootDir, { recursive: true });
@@ -680,6 +680,19 @@ describe('runPass: the root removed under a running agent', () => {
     await pass();
     expect(onService('cfg_a').error_status).not.toBe('none');
 
+    world.clock.advance(3_600_000);
+    await pass();
+    // The pass before wrote the file into the root it could not remove, so it is not empty now and stays, its
+    // entry in its parent unsettled. Before, the file in place was reported deployed without an fsync of the
+    // chain (review27): the service held deployed/none for a file a power cut could take with the root.
+    expect(await fileAt('app/a.json')).toBe(json({ v: 1 }));
+    expect(onService('cfg_a').error_status).toBe('retrying');
+    expect(world.reconciler.state.instances.get('cfg_a')?.attempts).toBe(0);
+
+    // A restart (a new process: its ledger knows of no failed fsync, as at any start) confirms it deployed.
+    await world.reconciler.close();
+    Object.assign(world.fs, { directorySyncs: new DirectorySyncLedger() });
+    world.reconciler = await openReconciler(world.client);
     world.clock.advance(3_600_000);
     await pass();
     expect(await fileAt('app/a.json')).toBe(json({ v: 1 }));

@@ -100,6 +100,7 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
     case 'remove':
       return [recordRemoval(step, result, ctx)];
     case 'report': {
+      if (result.kind !== 'none') return [notConfirmed(ctx, instance, result)];
       const activity = step.reason === 'already_in_place' ? 'deployed' : 'removed';
       markSucceeded(ctx, instance, activity, step.report);
       const outcome = outcomeFor(instance, activity === 'deployed' ? 'reported' : 'archived', true);
@@ -107,6 +108,7 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
       return [note === undefined ? outcome : Object.assign(outcome, { message: note })];
     }
     case 'confirm': {
+      if (result.kind !== 'none') return [notConfirmed(ctx, instance, result)];
       const file = ctx.state.files.get(instance.relative_filepath);
       if (step.recordSize !== undefined && file?.instanceId === instance.id && file.size === undefined) {
         ctx.state.files.set(instance.relative_filepath, { ...file, size: step.recordSize });
@@ -140,6 +142,21 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
       return [outcomeFor(instance, 'waiting', false, { message: `next attempt in ${seconds}s` })];
     }
   }
+}
+
+/**
+ * A file in place that could not be made durable before its `deployed` report (apply.ts syncInPlace): nothing is
+ * reported. Its bytes changed meanwhile (`kept`): the next pass sees what is there, no attempt counted; an fsync
+ * failed: as a write's fsync would.
+ */
+function notConfirmed(
+  ctx: RecordContext,
+  instance: ConfigInstanceHead,
+  result: EffectResult,
+): InstanceOutcome {
+  if (result.kind !== 'kept') return recordFailure(ctx, instance, result);
+  ctx.logger.warn({ instanceId: instance.id, path: instance.relative_filepath }, result.message);
+  return outcomeFor(instance, 'waiting', false, { message: result.message });
 }
 
 function recordRemoval(step: RemoveStep, result: EffectResult, ctx: RecordContext): InstanceOutcome {
