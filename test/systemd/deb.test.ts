@@ -317,6 +317,73 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
     expect(doctor.status).toBe(0);
   });
 
+  underSystemd(
+    "a files.rules group is given to the file under the shipped unit's sandbox (adv21: SystemCallFilter= took fchown)",
+    async () => {
+      // The documented way: a group the agent joins with a SupplementaryGroups= drop-in, a rule naming it. Before
+      // e6efd22 the unit's SystemCallFilter=~@privileged denied fchown: every write with a rule failed EPERM.
+      const dropIn = '/etc/systemd/system/config-agent.service.d/60-fix21-group.conf';
+      const syncs = async (what: string, check: () => boolean) => {
+        let sync = inside('config-agent sync');
+        await until(
+          what,
+          () => {
+            sync = inside('config-agent sync');
+            return sync.status === 0 && check();
+          },
+          60_000,
+        ).catch((error: unknown) => {
+          const journal = inside(
+            "stat -c '%a %U:%G %u:%g inode %i %y' /srv/config-agent/app/config.json; journalctl -u config-agent -o cat | tail -n 8",
+          ).stdout;
+          throw new Error(`${String(error)}: sync ${sync.status} ${sync.stdout}${sync.stderr}\n${journal}`);
+        });
+      };
+      const before = inside('cat /etc/config-agent/config.json').stdout;
+      const setUp = inside(
+        `groupadd --system fix21app && mkdir -p ${path.dirname(dropIn)} && ` +
+          `printf '[Service]\\nSupplementaryGroups=fix21app\\n' > ${dropIn} && ` +
+          'sed -i \'s/"deviceId"/"files": {"rules": [{"match": "app\\/**", "mode": "0640", "group": "fix21app"}]},\\n  "deviceId"/\' /etc/config-agent/config.json && ' +
+          'systemctl daemon-reload && systemctl restart config-agent',
+      );
+      expect(setUp.status, setUp.stdout + setUp.stderr).toBe(0);
+      await syncs(
+        'the rule applied',
+        () => owner('/srv/config-agent/app/config.json') === '640 config-agent:fix21app',
+      );
+      expect(JSON.parse(inside('cat /srv/config-agent/app/config.json').stdout)).toEqual({
+        port: 8080,
+        mode: 'ci',
+      });
+      expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+
+      // Taken back through a mode-only rule for the file (its group is then the agent's own: fchown again), then
+      // the configuration and unit as the suite found them. Without any rule the agent wants no group, so removing
+      // the last rule at once would leave the file with the removed rule's group (docs/operations.md says so).
+      const modeOnly = inside(
+        'sed -i \'s/"mode": "0640", "group": "fix21app"/"mode": "0644"/\' /etc/config-agent/config.json && ' +
+          'systemctl restart config-agent',
+      );
+      expect(modeOnly.status, modeOnly.stdout + modeOnly.stderr).toBe(0);
+      await syncs(
+        'the group set back',
+        () => owner('/srv/config-agent/app/config.json') === '644 config-agent:config-agent',
+      );
+      const tornDown = inside(
+        `cat > /etc/config-agent/config.json && rm -f ${dropIn} && systemctl daemon-reload && ` +
+          'systemctl restart config-agent && groupdel fix21app',
+        before,
+      );
+      expect(tornDown.status, tornDown.stdout + tornDown.stderr).toBe(0);
+      await syncs(
+        'the rule gone',
+        () => owner('/srv/config-agent/app/config.json') === '644 config-agent:config-agent',
+      );
+      expect(owner('/etc/config-agent/config.json')).toBe('640 root:config-agent');
+    },
+    150_000,
+  );
+
   underSystemd('reloads on systemctl reload without restarting, and stops cleanly', async () => {
     const pidBefore = inside('systemctl show -p MainPID --value config-agent').stdout.trim();
     expect(
