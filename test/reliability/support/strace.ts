@@ -424,7 +424,9 @@ export async function runTraced(options: {
     // strace injects only into calls it traces: a fault aimed at another call (rmdir, say) never fires, silently.
     const untraced = (spec.split(':')[0] ?? '').split(',').filter((name) => !TRACED_SYSCALLS.includes(name));
     if (untraced.length > 0) {
-      throw new Error(`inject=${spec} names ${untraced.join(', ')}, not in TRACED_SYSCALLS: it would never fire`);
+      throw new Error(
+        `inject=${spec} names ${untraced.join(', ')}, not in TRACED_SYSCALLS: it would never fire`,
+      );
     }
     straceArgs.push('-e', `inject=${spec}`);
   }
