@@ -110,7 +110,8 @@ export interface PullResult<I extends ConfigInstanceHead = ConfigInstance> {
   skipped: SkippedListItem[];
   /**
    * Why the listing may have left instances out though it ended consistently (it ended before its own
-   * `total_count`): its instances are used, but no removal may conclude from it that nobody wants a path.
+   * `total_count`, or some page withheld the count it was asked for): its instances are used, but no removal
+   * may conclude from it that nobody wants a path.
    */
   incomplete?: string;
 }
@@ -196,6 +197,9 @@ interface Listing<I> {
   invalid: InvalidListItem[];
   skipped: SkippedListItem[];
   incomplete?: string;
+  /** Pages answered, and of them those whose `total_count` was -1 though every page asks for it. */
+  pages: number;
+  uncounted: number;
 }
 
 function itemId(item: PageItem | undefined): string | undefined {
@@ -251,8 +255,11 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
   const unnamed: InvalidListItem[] = [];
   const skipped = new Map<string, SkippedListItem>();
   let incomplete: string | undefined;
+  const withheld = { pages: 0, uncounted: 0 };
   const merge = (listing: Listing<I>) => {
     incomplete ??= listing.incomplete;
+    withheld.pages += listing.pages;
+    withheld.uncounted += listing.uncounted;
     for (const instance of listing.instances) {
       const earlier = byId.get(instance.id);
       if (earlier === undefined) {
@@ -322,6 +329,15 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
     release();
   }
   for (const id of [...invalid.keys(), ...skipped.keys()]) byId.delete(id);
+  if (withheld.uncounted > 0) {
+    // Every page asks for the count (expand[]=total_count); a page answering -1 breaks the interface, and a
+    // listing it ends early is then told from a whole one by nothing: taken as complete, a retired instance still
+    // listed at a path had the file of the unlisted instance that took the path over deleted. Used, but not
+    // complete (as a listing ending before its count: 40ca7b5); one warning per pull, i.e. per pass.
+    const problem = `the service answered total_count -1 on ${withheld.uncounted} of ${withheld.pages} page(s) though asked for it (expand[]=total_count): whether the listing is whole cannot be told`;
+    options.logger?.warn({ pages: withheld.pages, uncounted: withheld.uncounted }, problem);
+    incomplete ??= problem;
+  }
   return {
     instances: [...byId.values()],
     invalid: [...invalid.values(), ...unnamed],
@@ -381,7 +397,7 @@ async function listOnce<I>(
     budget.itemBytes === 0
       ? pageLimit
       : Math.min(pageLimit, Math.max(2, Math.floor(pageBytes / budget.itemBytes)));
-  const listing: Listing<I> = { instances: [], invalid: [], skipped: [] };
+  const listing: Listing<I> = { instances: [], invalid: [], skipped: [], pages: 0, uncounted: 0 };
   const seen = new Set<string>();
   /** Ids this listing kept an item of, and ids it listed more than once (kept or not): reported, never used. */
   const keptHeads = new Map<string, ItemHead>();
@@ -480,11 +496,15 @@ async function listOnce<I>(
     if (head.offset !== offset) {
       throw new ListingRunawayError(`asked for offset ${offset}, the page says offset ${head.offset}`);
     }
+    listing.pages = pages;
     if (head.total_count >= 0) {
       if (firstTotal === undefined) firstTotal = head.total_count;
       else if (head.total_count !== firstTotal) {
         return new Shifted(`total_count went from ${firstTotal} to ${head.total_count}`);
       }
+    } else {
+      // Asked for on every page: -1 (some pages or all) leaves the listing unproven (pullConfigInstances).
+      listing.uncounted += 1;
     }
     // Items are judged one at a time, as they are taken (api/list-page.ts PageItems), and none is kept here.
     let start = 0;
