@@ -151,6 +151,32 @@ describe('a listing whose total_count is -1 though asked for it', () => {
     expect(withheldWarnings() - warnedBefore).toBe(1);
   });
 
+  // The record of an instance the listing did not show (a path conflict's loser, whose `retrying` report moved
+  // its updated_at past the winner's) was forgotten, with the echo of that report: it then won the path.
+  it('forgets no record of an instance it did not show', async () => {
+    for (let i = 0; i < 99; i += 1) put({ id: `a_${String(i).padStart(3, '0')}` });
+    put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T1 });
+    put({ id: 'c_y', relative_filepath: 'shared.json', config_schema_id: 'sch_y', updated_at: T0 });
+    await pass();
+    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+    fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [
+        { find: '"has_more":true', with: '"has_more":false' },
+        { find: '"total_count":101', with: '"total_count":-1' },
+      ],
+    });
+    await pass();
+    server.state.clearFaults();
+    await pass();
+    await pass();
+    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+  });
+
   it('retires no old path of a moved instance, until the service sends its count again', async () => {
     await movedInstance();
     // A whole listing (every page), each page with total_count -1.
