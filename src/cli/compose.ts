@@ -22,7 +22,7 @@ import type { RunningAgent } from './daemon.js';
 import { ExitCode, exitCodeForPass, exitCodeForStartupError, waitsOutAtStart } from './exit-codes.js';
 import { hangSafeConfigCalls, hangSafeFs } from './hang-safe-fs.js';
 import type { CommandIo } from './io.js';
-import { MountLanes } from './mount-gate.js';
+import { MOUNT_ANSWER_MS, MountLanes } from './mount-gate.js';
 import { type OnceCommand, printPassResult } from './once.js';
 import { STRAY_SIGNALS, strayCounter } from './stray-signals.js';
 
@@ -276,8 +276,9 @@ async function runOncePass(
   secrets: SecretRegistry,
   stop: AbortSignal,
 ): Promise<number> {
-  // One lane per mount that may hang for the whole run: start-up's checks and the pass share them.
-  const lanes = new MountLanes(systemClock);
+  // One lane per mount that may hang for the whole run: start-up's checks and the pass share them. A stop gives up
+  // on a call waiting on a hung mount at once: the pass ends now, not after the mount's 15 s bound.
+  const lanes = new MountLanes(systemClock, MOUNT_ANSWER_MS, stop);
   const loaded = await loadConfiguration(command.configPath, io.env, secrets, lanes);
   const { config } = loaded;
   const deps = await createDeps(config, secrets, io.stderr, undefined, lanes);
@@ -406,6 +407,8 @@ export async function runAgent(
   let wakeStartWait: () => void = () => undefined;
   /** Set when the stop deadline ran out before start-up finished: whatever start-up still opens is closed. */
   let abandoned = false;
+  /** Fired by the stop: the mount lanes give up on the calls waiting on a hung mount. */
+  const stopping = new AbortController();
   const onStop = (signal: NodeJS.Signals) => {
     if (stopSignal !== undefined) return;
     stopSignal = signal;
@@ -427,6 +430,8 @@ export async function runAgent(
     }, stopDeadlineMs);
     deadline.unref();
     if (agent !== undefined) beginStop(agent, signal);
+    // After the pass's abort: a call of it (or of start-up) waiting on a hung mount fails now, and the pass ends.
+    stopping.abort(signal);
   };
   /** Waits `ms` unless a stop or a SIGHUP comes first; true when a stop did. */
   const stopOrDelay = (ms: number) =>
@@ -481,8 +486,9 @@ export async function runAgent(
 
   const daemon = await import('./daemon.js');
   // One lane per mount that may hang for the life of the process: start attempts, the port and every reload's
-  // share them, so a dead NFS server holds one thread of libuv's pool however often the agent asks.
-  const lanes = new MountLanes(systemClock);
+  // share them, so a dead NFS server holds one thread of libuv's pool however often the agent asks. A stop gives up
+  // on the calls waiting on such a mount at once (the pass ends, the stop flushes and exits), not after the bound.
+  const lanes = new MountLanes(systemClock, MOUNT_ANSWER_MS, stopping.signal);
   // Now, not at the first reload with files.rules: the shipped bundle splits into hashed chunks, and after an
   // upgrade replaced them a later import() would not find this version's (packaging/bundle.mjs). The daemon
   // loads the glob matcher for its hooks anyway.

@@ -133,6 +133,108 @@ describe('gateMountsThatMayHang: rootDir (or stateDir) itself on a mount that ma
   });
 });
 
+describe('MountLanes with the process stop: a stop gives up on the calls waiting on a hung mount at once (stop21)', () => {
+  // Before: a stop of the daemon (the pass aborted) left its pass waiting on the mount until the 15 s bound, past
+  // the stop's 7 s budget: the daemon ended by SIGTERM 8-9 s after the signal.
+  it('the call waiting on its bound and the one queued behind it fail at once, no bound passed; the lane is late until the call comes back', async () => {
+    const { clock } = controlledClock();
+    const world = hangingShare();
+    const stop = new AbortController();
+    const lanes = new MountLanes(clock, 15_000, stop.signal);
+    const fs = gateMountsThatMayHang(world.fs, ROOT, () => new Set(['share']), clock, 15_000, { lanes });
+    const first = fs.lstat(`${ROOT}/share/a.json`).catch((error: unknown) => error);
+    const queued = fs.lstat(`${ROOT}/share/b.json`).catch((error: unknown) => error);
+    stop.abort();
+    // The clock's sleeps are never ended: only the stop can have ended these.
+    expect(await first).toMatchObject({ code: 'ETIMEDOUT', mountPoint: `${ROOT}/share` });
+    expect(String(await first)).toMatch(/had not answered when the agent was told to stop/);
+    expect(await queued).toMatchObject({ code: 'ETIMEDOUT', mountPoint: `${ROOT}/share` });
+    // The stop's own calls: at once into the mount still holding a call, as ever elsewhere.
+    await expect(fs.lstat(`${ROOT}/share/c.json`)).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    expect(await fs.lstat(`${ROOT}/app/d.json`)).toEqual({ file: `${ROOT}/app/d.json` });
+    world.answer();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(await fs.lstat(`${ROOT}/share/c.json`)).toEqual({ file: `${ROOT}/share/c.json` });
+  });
+
+  describe('a write held in the kernel when the stop comes', () => {
+    let dir: string | undefined;
+    afterEach(async () => {
+      if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+      dir = undefined;
+    });
+
+    // The held call is a real open (or fsync) on the local disk whose answer the test holds back: what a call into
+    // a hung mount is to the agent, a thread of the pool that has not come back.
+    for (const holdAt of ['open', 'fsync'] as const) {
+      it(`a temp file's ${holdAt}: the write fails at once; once the call comes back its descriptor is closed and the temp file removed`, async () => {
+        dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-mount-gate-stop-'));
+        const root = path.join(dir, 'root');
+        await mkdir(path.join(root, 'app'), { recursive: true });
+        let release: () => void = () => undefined;
+        const released = new Promise<void>((resolve) => {
+          release = resolve;
+        });
+        let reached: () => void = () => undefined;
+        const holding = new Promise<void>((resolve) => {
+          reached = resolve;
+        });
+        let armed = true;
+        let answered = false;
+        const hold = async <T>(call: () => Promise<T>): Promise<T> => {
+          if (!armed) return call();
+          armed = false;
+          const value = await call();
+          reached();
+          await released;
+          answered = true;
+          return value;
+        };
+        const descriptors = {
+          ...nodeDescriptorCalls,
+          open: (file: string, flags: number, mode: number) =>
+            holdAt === 'open' && path.basename(file).startsWith(TEMP_PREFIX)
+              ? hold(() => nodeDescriptorCalls.open(file, flags, mode))
+              : nodeDescriptorCalls.open(file, flags, mode),
+          fsync: (fd: number) =>
+            holdAt === 'fsync' ? hold(() => nodeDescriptorCalls.fsync(fd)) : nodeDescriptorCalls.fsync(fd),
+        };
+        const { clock } = controlledClock();
+        const stop = new AbortController();
+        const lanes = new MountLanes(clock, 15_000, stop.signal);
+        const base = { ...(nodeFs as unknown as FsPort), descriptors } as FsPort;
+        const fs = gateMountsThatMayHang(base, root, () => new Set(), clock, 15_000, {
+          held: () => [{ dir: root, mountPoint: root }],
+          lanes,
+        });
+        const writing = publishFile(fs, {
+          rootDir: root,
+          relativePath: 'app/a.json',
+          data: Buffer.from('{"a":1}\n'),
+          mode: 0o644,
+          dirMode: 0o755,
+        }).catch((error: unknown) => error);
+        await holding;
+        stop.abort();
+        // No bound passed (the clock's sleeps never end): the stop alone ended it.
+        expect(await writing).toMatchObject({ code: 'disk_error', errno: 'ETIMEDOUT' });
+        expect(answered).toBe(false);
+        release();
+        await waitFor(
+          async () =>
+            answered &&
+            (await descriptorsUnder(root)).length === 0 &&
+            !(await readdir(path.join(root, 'app'))).some((name) => name.startsWith(TEMP_PREFIX)),
+          30_000,
+          { what: 'the held call cleaned up' },
+        );
+        expect(await readdir(path.join(root, 'app'))).toEqual([]);
+        expect(await descriptorsUnder(root)).toEqual([]);
+      }, 60_000);
+    }
+  });
+});
+
 describe('gateMountsThatMayHang on a mount that answers', () => {
   let dir: string | undefined;
   afterEach(async () => {

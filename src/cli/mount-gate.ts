@@ -61,6 +61,19 @@ export class MountNotAnswering extends Error {
 }
 
 /**
+ * A call into a mount that had not answered when the process's stop came (SIGTERM, SIGINT: the pass is being
+ * abandoned): given up on at once, not after the bound, so the pass ends and the stop goes on. Still `ETIMEDOUT`
+ * (a mount that does not answer: retried, no attempt), and the call itself is undone when it comes back.
+ */
+export class MountAbandonedAtStop extends MountNotAnswering {
+  constructor(mountPoint: string, ms: number) {
+    super(mountPoint, ms);
+    this.message = `ETIMEDOUT: the mount at ${mountPoint} had not answered when the agent was told to stop (a dead NFS server, a wedged FUSE daemon?): its call is given up on`;
+    this.name = 'MountAbandonedAtStop';
+  }
+}
+
+/**
  * A directory the agent works in (rootDir, stateDir) on a mount that may hang, and that mount's point: every call
  * at or under `dir` takes the mount's lane (a mount below rootDir that `mayHang` names is judged first).
  */
@@ -115,12 +128,35 @@ export interface GateOptions {
  */
 export class MountLanes {
   readonly #lanes = new Map<string, Lane>();
+  /** Gives up on a call in flight, one per call begun before the stop (forgotten when it answers). */
+  readonly #abandons = new Set<() => void>();
+  readonly #stop: AbortSignal | undefined;
   readonly clock: Pick<Clock, 'sleep'>;
   readonly ms: number;
 
-  constructor(clock: Pick<Clock, 'sleep'>, ms = MOUNT_ANSWER_MS) {
+  /**
+   * `stop`: the process's stop (its pass's abort). When it fires, every call waiting on its bound or in a lane's
+   * queue fails at once (MountAbandonedAtStop) instead of after `ms`, its lane counts as late until the call comes
+   * back (then undone as any late call), and calls made after it go in as ever into a lane with nothing in flight.
+   */
+  constructor(clock: Pick<Clock, 'sleep'>, ms = MOUNT_ANSWER_MS, stop?: AbortSignal) {
     this.clock = clock;
     this.ms = ms;
+    this.#stop = stop;
+    stop?.addEventListener(
+      'abort',
+      () => {
+        for (const abandon of [...this.#abandons]) abandon();
+      },
+      { once: true },
+    );
+  }
+
+  /** The refusal of a call into a late lane: named for the stop once the stop came. */
+  #refusal(mount: string): MountNotAnswering {
+    return this.#stop?.aborted === true
+      ? new MountAbandonedAtStop(mount, this.ms)
+      : new MountNotAnswering(mount, this.ms);
   }
 
   #laneOf(mount: string): Lane {
@@ -163,32 +199,42 @@ export class MountLanes {
     if (lane.late) {
       if (options.later !== undefined) this.#defer(lane, options.later);
       if (options.quietWhenRefused === true) return undefined as T;
-      throw new MountNotAnswering(mount, this.ms);
+      throw this.#refusal(mount);
     }
     lane.busy = true;
-    const stop = new AbortController();
+    const bound = new AbortController();
     let givenUp = false;
+    let abandon: () => void = () => undefined;
+    const abandoned = new Promise<'abandoned'>((resolve) => {
+      abandon = () => resolve('abandoned');
+    });
+    // A call begun after the stop (the stop's own flush of state) is bounded as ever.
+    if (this.#stop !== undefined && !this.#stop.aborted) this.#abandons.add(abandon);
     const answer: Promise<Settled<T>> = call().then(
       (value) => ({ value }),
       (error: unknown) => ({ error }),
     );
     void answer.then((settled) => {
-      stop.abort();
+      this.#abandons.delete(abandon);
+      bound.abort();
       lane.busy = false;
       lane.late = false;
       lane.waiting.shift()?.();
       if (givenUp) void this.#settleLate(lane, settled, options.onLate);
     });
-    const late = this.clock.sleep(this.ms, stop.signal).then(
+    const late = this.clock.sleep(this.ms, bound.signal).then(
       () => 'late' as const,
       () => 'answered' as const,
     );
-    const first = await Promise.race([answer, late]);
-    if (first === 'late') {
+    const first = await Promise.race([answer, late, abandoned]);
+    if (first === 'late' || first === 'abandoned') {
       givenUp = true;
       lane.late = true;
+      this.#abandons.delete(abandon);
       for (const wake of lane.waiting.splice(0)) wake();
-      throw new MountNotAnswering(mount, this.ms);
+      if (first === 'late') throw new MountNotAnswering(mount, this.ms);
+      bound.abort();
+      throw new MountAbandonedAtStop(mount, this.ms);
     }
     const settled = first === 'answered' ? await answer : first;
     if ('error' in settled) throw settled.error;

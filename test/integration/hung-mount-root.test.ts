@@ -18,6 +18,16 @@ async function descriptorsUnder(pid: number, dir: string): Promise<string[]> {
   return open;
 }
 
+/** Whether a thread of `pid` waits for the FUSE daemon that does not answer (a call has reached the hang). */
+async function waitsOnFuse(pid: number): Promise<boolean> {
+  for (const task of await readdir(`/proc/${pid}/task`).catch(() => [])) {
+    const wchan = await readFile(`/proc/${pid}/task/${task}/wchan`, 'utf8').catch(() => '');
+    // fuse_* (a mount nobody serves) or FUSE's request_wait_answer (a daemon stopped), by kernel.
+    if (wchan.startsWith('fuse_') || wchan === 'request_wait_answer') return true;
+  }
+  return false;
+}
+
 /** Every name under `dir` that is a temp file of the writer. */
 async function tempFilesUnder(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { recursive: true });
@@ -122,5 +132,34 @@ describe.runIf(canPauseFuse)('the built agent with rootDir on a mount that stops
     expect(JSON.parse(await readFile(h.rootPath('app/b.json'), 'utf8'))).toEqual({ b: 1 });
     expect(await h.instance(b.id)).toMatchObject({ activity_status: 'deployed', error_status: 'none' });
     expect(await tempFilesUnder(h.rootDir)).toEqual([]);
+  }, 600_000);
+
+  // Before (stop21): the pass went on waiting for the call's 15 s bound, the stop's 7 s budget ran out first ("the
+  // current pass did not stop in time"), and the daemon ended by SIGTERM 8-9 s after the signal.
+  it('stopped while its pass waits on the mount: the pass is given up on at once, the stop ends without its budget running out', async () => {
+    harness = await AgentHarness.create({ registerDevice: true, config: POLL });
+    const h = harness;
+    await mkdir(h.rootDir);
+    mount = await pausableFuseMount(path.join(h.dir, 'root.img'), h.rootDir);
+    await h.createAndDeploy({ relative_filepath: 'app/a.json', content: { a: 1 } });
+    const daemon = DaemonProcess.start(h);
+    await daemon.waitForPasses(1, PATIENCE_MS);
+
+    mount.pause();
+    await h.createAndDeploy({
+      relative_filepath: 'app/b.json',
+      content: { b: 1 },
+      config_schema_id: 'cfs_b',
+    });
+    const pid = daemon.child.pid as number;
+    await waitFor(() => waitsOnFuse(pid), HANG_PATIENCE_MS, {
+      what: 'a call of the daemon waiting on the mount',
+    });
+
+    const exit = await daemon.stop('SIGTERM', PATIENCE_MS);
+    // 0, or (the call still in a thread of the pool: endProcess) SIGTERM; never killed by the test.
+    expect(exit.signal === 'SIGTERM' || exit.code === 0, `exit ${exit.code} ${exit.signal}`).toBe(true);
+    expect(daemon.logsWith('shutdown requested')).toHaveLength(1);
+    expect(daemon.logsWith(/did not stop in time|shutdown took too long/)).toEqual([]);
   }, 600_000);
 });
