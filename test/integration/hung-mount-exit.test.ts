@@ -71,7 +71,11 @@ describe.runIf(canMountFuse)('the built agent with rootDir on a hung FUSE mount,
       /exiting now; the next run finishes the job|SIGTERM: stopping after the file in progress/,
     );
     expect({ signal: daemon.signal, code: daemon.code }).toEqual({ signal: 'SIGTERM', code: null });
-    expect(daemon.stderr).toContain('start-up has not finished after 10 s');
+    // Its start-up's call into the mount fails at the stop (stop21: MountAbandonedAtStop), so it ends about 1 s
+    // after the signal; a call the gate does not hold yet still meets the start-up's 10 s stop deadline.
+    expect(daemon.stderr).toMatch(
+      /had not answered when the agent was told to stop|start-up has not finished after 10 s/,
+    );
   }, 60_000);
 });
 
