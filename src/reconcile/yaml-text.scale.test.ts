@@ -1,5 +1,6 @@
 // The agent's YAML emitter against the yaml-package serializer it replaced, on 300 generated documents per property
-// (YAML_DIFF_RUNS) and on wide content past the emitter's chunks: seconds of CPU, so with the integration tier.
+// (YAML_DIFF_RUNS), on wide content past the emitter's chunks and on every token repeated 300 times: seconds of CPU,
+// so with the integration tier.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
@@ -8,9 +9,11 @@ import {
   expectSameStreamed,
   jsonOf,
   objectOf,
+  placements,
   RUNS,
   readBack,
   SEED,
+  TOKENS,
 } from '../../test/helpers/yaml-oracle.js';
 import { parseJson, stringifyJson } from '../api/json.js';
 import { checkContent } from '../api/json-file.js';
@@ -31,6 +34,11 @@ describe('yamlBytes', () => {
       }),
       { numRuns: RUNS, seed: SEED },
     );
+  });
+
+  it('writes what the yaml package wrote for each token repeated 300 times as a value, a key, a list item, at three depths', () => {
+    // The shorter forms of each token: yaml-text.test.ts (unit tier).
+    for (const token of TOKENS) for (const sample of placements(token.repeat(300))) expectSameBytes(sample);
   });
 
   it('writes wide content, in more than one chunk, as before', () => {
@@ -75,6 +83,11 @@ describe('yamlBytesFromJson (a large item streamed to a YAML path)', () => {
       }),
       { numRuns: RUNS, seed: SEED },
     );
+  });
+
+  it('writes what yamlBytes writes for each token repeated 300 times as a value, a key, a list item, at three depths', () => {
+    for (const token of TOKENS)
+      for (const sample of placements(token.repeat(300))) expectSameStreamed(sample);
   });
 
   it('writes wide content, in more than one chunk, as yamlBytes does', () => {

@@ -1,6 +1,7 @@
 // The agent's YAML emitter against the yaml-package serializer it replaced (test/helpers/yaml-oracle.ts): byte for
 // byte on tokens of every class, deep nesting and number forms, so no deployed YAML file is rewritten after an
-// upgrade. The properties over hundreds of generated documents and the wide content: yaml-text.scale.test.ts.
+// upgrade. The properties over hundreds of generated documents, wide content and each token repeated 300 times:
+// yaml-text.scale.test.ts.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
@@ -10,10 +11,12 @@ import {
   expectSameStreamed,
   jsonOf,
   NUMBER_TEXTS,
+  placements,
   RUNS,
   readBack,
   SEED,
   TOKENS,
+  tokenForms,
 } from '../../test/helpers/yaml-oracle.js';
 import { LosslessNumber, parseJson } from '../api/json.js';
 import { checkContent } from '../api/json-file.js';
@@ -27,18 +30,9 @@ describe('yamlBytes', () => {
   });
 
   it('writes what the yaml package wrote for each token as a value, a key, a list item, at three depths', () => {
+    // Each token repeated 300 times (keys over 1024 characters): yaml-text.scale.test.ts.
     for (const token of TOKENS) {
-      const folded = `${token} and then a text long enough to fold ${token}`;
-      // The last two are double-quoted whatever they hold (a control character), so their line breaks fold.
-      for (const long of [token, folded, token.repeat(300), `\u0007${folded}`, `${folded}\u0007${token}`]) {
-        const samples = [
-          { k: long },
-          { [long]: 1 },
-          { [long]: { [long]: [long, [long], { [long]: long }] } },
-          { a: { b: { c: [long, { [long]: [] }, { d: {} }] } } },
-        ] as ConfigContent[];
-        for (const sample of samples) expectSameBytes(sample);
-      }
+      for (const long of tokenForms(token)) for (const sample of placements(long)) expectSameBytes(sample);
     }
   });
 
@@ -107,17 +101,9 @@ describe('yamlBytesFromJson (a large item streamed to a YAML path)', () => {
   });
 
   it('writes what yamlBytes writes for each token as a value, a key, a list item, at three depths', () => {
+    // Each token repeated 300 times (keys over 1024 characters): yaml-text.scale.test.ts.
     for (const token of TOKENS) {
-      const folded = `${token} and then a text long enough to fold ${token}`;
-      for (const long of [token, folded, token.repeat(300), `\u0007${folded}`, `${folded}\u0007${token}`]) {
-        const samples = [
-          { k: long },
-          { [long]: 1 },
-          { [long]: { [long]: [long, [long], { [long]: long }] } },
-          { a: { b: { c: [long, { [long]: [] }, { d: {} }] } } },
-        ] as ConfigContent[];
-        for (const sample of samples) expectSameStreamed(sample);
-      }
+      for (const long of tokenForms(token)) for (const sample of placements(long)) expectSameStreamed(sample);
     }
   });
 

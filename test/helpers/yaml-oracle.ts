@@ -167,6 +167,26 @@ const key = fc.oneof(
     arbitrary: fc.constantFrom('__proto__', '0', '1', '42', '4294967294', '4294967295', '-1', '01'),
   },
 );
+/** A string as a value, a key, a list item, at three depths: where the emitter quotes, folds or escapes it. */
+export function placements(long: string): ConfigContent[] {
+  return [
+    { k: long },
+    { [long]: 1 },
+    { [long]: { [long]: [long, [long], { [long]: long }] } },
+    { a: { b: { c: [long, { [long]: [] }, { d: {} }] } } },
+  ] as ConfigContent[];
+}
+
+/**
+ * Each token short, in a text long enough to fold, and after or before a control character (double-quoted whatever it
+ * holds, so its line breaks fold). The token repeated 300 times, a key over 1024 characters, costs most of the CPU:
+ * yaml-text.scale.test.ts runs those.
+ */
+export function tokenForms(token: string): string[] {
+  const folded = `${token} and then a text long enough to fold ${token}`;
+  return [token, folded, `\u0007${folded}`, `${folded}\u0007${token}`];
+}
+
 export const NUMBER_TEXTS = [
   '12345678901234567891',
   '1.0',
