@@ -72,9 +72,10 @@ describe.runIf(canMountFuse)('the built agent with rootDir on a hung FUSE mount,
     );
     expect({ signal: daemon.signal, code: daemon.code }).toEqual({ signal: 'SIGTERM', code: null });
     // Its start-up's call into the mount fails at the stop (stop21: MountAbandonedAtStop), so it ends about 1 s
-    // after the signal; a call the gate does not hold yet still meets the start-up's 10 s stop deadline.
+    // after the signal; a call the gate does not hold yet still meets the start-up's 10 s stop deadline, and on a
+    // busy machine the signal may come after the call's own 15 s bound (gate19) ran out.
     expect(daemon.stderr).toMatch(
-      /had not answered when the agent was told to stop|start-up has not finished after 10 s/,
+      /had not answered when the agent was told to stop|start-up has not finished after 10 s|did not answer within 15 s/,
     );
   }, 60_000);
 });
