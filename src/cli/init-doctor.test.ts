@@ -15,8 +15,9 @@ import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { textSink } from '../../test/helpers/text-sink.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { type DoctorEnvironment, runDoctor, type SystemctlResult } from './doctor.js';
 import { type InitCommand, type InitEnvironment, runInit } from './init.js';
@@ -41,18 +42,7 @@ afterAll(async () => {
   rmSync(BASE, { recursive: true, force: true });
 });
 
-function capture(): { stream: Writable; text: () => string } {
-  const chunks: string[] = [];
-  return {
-    stream: new Writable({
-      write(chunk, _encoding, done) {
-        chunks.push(String(chunk));
-        done();
-      },
-    }),
-    text: () => chunks.join(''),
-  };
-}
+const capture = textSink;
 
 /** A scratch system: its own etc (passwd, group, config dir) and drop-in directory. */
 function scratch() {

@@ -2,8 +2,9 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
+import { textSink } from '../../test/helpers/text-sink.js';
 import { type InitEnvironment, runInit } from './init.js';
 
 const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-init-drop-in-'));
@@ -11,18 +12,7 @@ afterAll(() => rmSync(BASE, { recursive: true, force: true }));
 const isRoot = process.getuid?.() === 0;
 const PRODUCTION = '# Written by config-agent init\n[Service]\nReadWritePaths=/data/configs\n';
 
-function sink(): { stream: Writable; text: () => string } {
-  let text = '';
-  return {
-    stream: new Writable({
-      write(chunk, _encoding, done) {
-        text += String(chunk);
-        done();
-      },
-    }),
-    text: () => text,
-  };
-}
+const sink = textSink;
 
 async function initWith(name: string, rootDir: (dir: string) => string, unitConfig: (dir: string) => string) {
   const dir = path.join(BASE, name);

@@ -12,8 +12,9 @@ import {
 } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
+import { textSink } from '../../test/helpers/text-sink.js';
 import { type InitEnvironment, runInit } from './init.js';
 
 const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-init-temp-'));
@@ -21,18 +22,7 @@ afterAll(() => rmSync(BASE, { recursive: true, force: true }));
 const isRoot = process.getuid?.() === 0;
 const temp = (c: string) => `.config-agent.tmp-${c.repeat(24)}`;
 
-function sink(): { stream: Writable; text: () => string } {
-  let text = '';
-  return {
-    stream: new Writable({
-      write(chunk, _encoding, done) {
-        text += String(chunk);
-        done();
-      },
-    }),
-    text: () => text,
-  };
-}
+const sink = textSink;
 
 describe.skipIf(!isRoot)(
   "init removes an interrupted init's temp files (adv21; skipped unless root: init chowns)",

@@ -11,9 +11,10 @@ import {
 import * as nodeFs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { textSink } from '../../test/helpers/text-sink.js';
 import { runDoctor } from './doctor.js';
 import { type InitEnvironment, runInit } from './init.js';
 import { type HiddenDir, hiddenFromUnit, rootDirHiddenFromUnit, UNIT_HIDDEN_DIRS } from './unit-sandbox.js';
@@ -22,18 +23,7 @@ const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-sandbox-'));
 afterAll(() => rmSync(BASE, { recursive: true, force: true }));
 
-function sink(): { stream: Writable; text: () => string } {
-  const chunks: string[] = [];
-  return {
-    stream: new Writable({
-      write(chunk, _encoding, done) {
-        chunks.push(String(chunk));
-        done();
-      },
-    }),
-    text: () => chunks.join(''),
-  };
-}
+const sink = textSink;
 
 /** A scratch system whose "hidden" directory stands for /home (the real ones hold the test's own /tmp). */
 function scratch(name: string) {

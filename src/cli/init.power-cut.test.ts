@@ -1,10 +1,11 @@
 // config-agent init under the power-cut model: what it made and wrote survives a cut right after it said so.
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { Volume } from 'memfs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import { textSink } from '../../test/helpers/text-sink.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { type InitEnvironment, type InitFs, runInit } from './init.js';
@@ -26,18 +27,7 @@ afterAll(async () => {
   await server.close();
 });
 
-function capture(): { stream: Writable; text: () => string } {
-  const chunks: string[] = [];
-  return {
-    stream: new Writable({
-      write(chunk, _encoding, done) {
-        chunks.push(String(chunk));
-        done();
-      },
-    }),
-    text: () => chunks.join(''),
-  };
-}
+const capture = textSink;
 
 /** A fresh system in memfs: /etc with the account, a key file to read, and nothing of config-agent yet. */
 async function system() {

@@ -2,8 +2,9 @@
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
+import { Readable } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
+import { textSink } from '../../test/helpers/text-sink.js';
 import { runDoctor } from './doctor.js';
 import { type InitEnvironment, runInit } from './init.js';
 import type { HiddenDir } from './unit-sandbox.js';
@@ -11,18 +12,7 @@ import type { HiddenDir } from './unit-sandbox.js';
 const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-textfile-sandbox-'));
 afterAll(() => rmSync(BASE, { recursive: true, force: true }));
 
-function sink(): { stream: Writable; text: () => string } {
-  const chunks: string[] = [];
-  return {
-    stream: new Writable({
-      write(chunk, _encoding, done) {
-        chunks.push(String(chunk));
-        done();
-      },
-    }),
-    text: () => chunks.join(''),
-  };
-}
+const sink = textSink;
 
 /** A scratch system whose "hidden" directory stands for /tmp (PrivateTmp=), "run" for /run. */
 function scratch(name: string) {
