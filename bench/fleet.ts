@@ -1,4 +1,5 @@
 // Fleet simulation: 10,000 agents' real poll loops (AgentDaemon) on one virtual clock, through a service outage.
+import * as fsp from 'node:fs/promises';
 import { AgentConfigSchema } from '../src/config/schema.js';
 import { type AgentComponents, AgentDaemon } from '../src/daemon/agent.js';
 import type { AgentMetrics } from '../src/daemon/metrics.js';
@@ -287,7 +288,8 @@ export async function simulateFleet(options: FleetOptions = DEFAULT_FLEET): Prom
       },
     );
     const components: AgentComponents = {
-      deps: { fs: undefined as never, clock, random, logger },
+      // The stand-in runner touches no disk; node's own fs is the honest port to hand the daemon all the same.
+      deps: { fs: fsp, clock, random, logger },
       config,
       runner,
       metrics: noMetrics,
