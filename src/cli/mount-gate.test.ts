@@ -235,6 +235,94 @@ describe('MountLanes with the process stop: a stop gives up on the calls waiting
   });
 });
 
+describe('a mkdir that lands after its call was given up on (mount22)', () => {
+  let dir: string | undefined;
+  afterEach(async () => {
+    if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+    dir = undefined;
+  });
+
+  /**
+   * rootDir held on a mount that may hang, over a real temp dir whose first `mkdir` is made and then held back (a
+   * call into a hung mount that lands in the kernel but has not come back) until `release()`.
+   */
+  async function lateMkdirWorld() {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-mount-gate-mkdir-'));
+    const root = path.join(dir, 'root');
+    await mkdir(path.join(root, 'app'), { recursive: true });
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let reached: () => void = () => undefined;
+    const made = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    let armed = true;
+    const base = {
+      ...(nodeFs as unknown as FsPort),
+      mkdir: async (file: string, options?: object) => {
+        const made = await nodeFs.mkdir(file, options);
+        if (armed) {
+          armed = false;
+          reached();
+          await released;
+        }
+        return made;
+      },
+    } as FsPort;
+    const { clock, expire } = controlledClock();
+    const fs = gateMountsThatMayHang(base, root, () => new Set(), clock, 15_000, {
+      held: () => [{ dir: root, mountPoint: root }],
+    });
+    /** Lets the late answer reach the gate (microtasks only: the held mkdir is done in the kernel already). */
+    const answer = async () => {
+      await made;
+      release();
+      await new Promise((resolve) => setImmediate(resolve));
+    };
+    return { root, fs, expire, answer };
+  }
+
+  // Before: the late directory stayed, recorded nowhere (the pass had failed that file), until someone removed it.
+  it('the directory it made is removed once it answers; a call under it made meanwhile waits for that', async () => {
+    const w = await lateMkdirWorld();
+    const making = w.fs.mkdir(path.join(w.root, 'app/new'), { mode: 0o755 }).catch((error: unknown) => error);
+    w.expire();
+    expect(await making).toMatchObject({ code: 'ETIMEDOUT' });
+    await w.answer();
+    await expect(w.fs.lstat(path.join(w.root, 'app/new'))).rejects.toMatchObject({ code: 'ENOENT' });
+    expect(await readdir(path.join(w.root, 'app'))).toEqual([]);
+    // Made again, it stays: only the late call's directory is undone.
+    await w.fs.mkdir(path.join(w.root, 'app/new'), { mode: 0o755 });
+    expect(await readdir(path.join(w.root, 'app'))).toEqual(['new']);
+  });
+
+  it('a recursive one: each directory it made goes, deepest first; the one that was there stays', async () => {
+    const w = await lateMkdirWorld();
+    const making = w.fs
+      .mkdir(path.join(w.root, 'app/a/b/c'), { recursive: true, mode: 0o700 })
+      .catch((error: unknown) => error);
+    w.expire();
+    expect(await making).toMatchObject({ code: 'ETIMEDOUT' });
+    await w.answer();
+    await expect(w.fs.lstat(path.join(w.root, 'app/a'))).rejects.toMatchObject({ code: 'ENOENT' });
+    expect(await readdir(w.root)).toEqual(['app']);
+    expect(await readdir(path.join(w.root, 'app'))).toEqual([]);
+  });
+
+  it('one that holds something by the time it answers is left as it is, with what it holds', async () => {
+    const w = await lateMkdirWorld();
+    const making = w.fs.mkdir(path.join(w.root, 'app/new'), { mode: 0o755 }).catch((error: unknown) => error);
+    w.expire();
+    expect(await making).toMatchObject({ code: 'ETIMEDOUT' });
+    await nodeFs.writeFile(path.join(w.root, 'app/new/theirs.txt'), 'theirs\n');
+    await w.answer();
+    expect(await w.fs.readdir(path.join(w.root, 'app/new'))).toEqual(['theirs.txt']);
+    expect(await readFile(path.join(w.root, 'app/new/theirs.txt'), 'utf8')).toBe('theirs\n');
+  });
+});
+
 describe('gateMountsThatMayHang on a mount that answers', () => {
   let dir: string | undefined;
   afterEach(async () => {

@@ -344,6 +344,35 @@ export function gateMountsThatMayHang(
     created.delete(absolute);
   };
 
+  /**
+   * Directories a late `mkdir` made, each with its clean-up in progress: a call at or under one waits for it, so a
+   * pass that finds the directory (EEXIST) never writes into one about to go.
+   */
+  const cleaning = new Map<string, Promise<void>>();
+
+  /**
+   * After a late `mkdir` answered: the directories it made (`made`, deepest first) removed in that order, each
+   * only while it is still a directory of this process's user and empty (rmdir itself refuses one that is not).
+   * Nothing recorded them: the caller was given up on, and its pass made no file below them. A directory that
+   * holds something, or a name someone put there since, is left as it is.
+   */
+  const removeLateDirectories = async (mount: string, made: readonly string[]) => {
+    const uid = process.geteuid?.();
+    for (const dir of made) {
+      const stats = await through(mount, () => fs.lstat(dir));
+      if (!stats.isDirectory() || (uid !== undefined && stats.uid !== uid)) return;
+      if ((await through(mount, () => fs.readdir(dir))).length > 0) return;
+      await through(mount, () => fs.rmdir(dir));
+    }
+  };
+
+  /** Runs `call` once no late mkdir's clean-up holds `absolute` (at or under a directory being removed). */
+  const afterCleaning = <T>(absolute: string | undefined, call: () => Promise<T>): Promise<T> => {
+    if (cleaning.size === 0 || absolute === undefined) return call();
+    const holding = [...cleaning].filter(([dir]) => inside(absolute, dir)).map(([, done]) => done);
+    return holding.length === 0 ? call() : Promise.all(holding).then(call);
+  };
+
   /** Whether `flags` (a number, as the writer gives them) make a new file. */
   const creates = (flags: unknown) => typeof flags === 'number' && (flags & CREATING) === CREATING;
 
@@ -376,41 +405,69 @@ export function gateMountsThatMayHang(
     record[name] = (...args: unknown[]) => {
       if (!gating()) return call.apply(fs, args);
       const absolute = resolved(args[0]);
-      const mount =
-        mountOf(absolute) ?? (name === 'rename' || name === 'link' ? mountOf(resolved(args[1])) : undefined);
-      if (name === 'open' && remembered(absolute)) {
-        const opening = () => call.apply(fs, args) as Promise<FileHandle>;
-        if (mount === undefined) return opening().then((handle) => trackHandle(handle, absolute, mount));
-        const made = creates(args[1]);
-        return through(mount, opening, {
-          onLate: async (settled) => {
-            if (!('value' in settled)) return;
-            const handle = settled.value;
-            if (made) await removeIfStillMade(mount, absolute, () => handle.stat()).catch(() => undefined);
-            await closing(mount, () => handle.close());
-          },
-        }).then((handle) => {
-          if (made) created.add(absolute);
-          return trackHandle(handle, absolute, mount);
-        });
-      }
-      if (mount === undefined) return call.apply(fs, args);
-      if (absolute !== undefined && created.has(absolute) && (name === 'unlink' || name === 'rename')) {
-        // A temp file this port made: removed (or renamed away) it is forgotten; a removal refused while the
-        // mount is late is made once it answers, by the path it was made at (a pinned parent's descriptor named
-        // in `args` may be closed and its number reused by then).
-        return through(mount, () => call.apply(fs, args), {
-          ...(name === 'unlink' ? { later: () => removeMade(mount, absolute) } : {}),
-          onLate: async (settled) => {
-            if ('value' in settled) created.delete(absolute);
-          },
-        }).then((value) => {
-          created.delete(absolute);
-          return value;
-        });
-      }
-      return through(mount, () => call.apply(fs, args));
+      return afterCleaning(absolute, () => gatedCall(name, call, args, absolute));
     };
+  }
+  function gatedCall(
+    name: (typeof PATH_CALLS)[number],
+    call: (...args: unknown[]) => Promise<unknown>,
+    args: unknown[],
+    absolute: string | undefined,
+  ): Promise<unknown> {
+    const mount =
+      mountOf(absolute) ?? (name === 'rename' || name === 'link' ? mountOf(resolved(args[1])) : undefined);
+    if (name === 'open' && remembered(absolute)) {
+      const opening = () => call.apply(fs, args) as Promise<FileHandle>;
+      if (mount === undefined) return opening().then((handle) => trackHandle(handle, absolute, mount));
+      const made = creates(args[1]);
+      return through(mount, opening, {
+        onLate: async (settled) => {
+          if (!('value' in settled)) return;
+          const handle = settled.value;
+          if (made) await removeIfStillMade(mount, absolute, () => handle.stat()).catch(() => undefined);
+          await closing(mount, () => handle.close());
+        },
+      }).then((handle) => {
+        if (made) created.add(absolute);
+        return trackHandle(handle, absolute, mount);
+      });
+    }
+    if (mount === undefined) return call.apply(fs, args);
+    if (name === 'mkdir' && absolute !== undefined) {
+      // A directory made after its caller was given up on: removed when it comes back, if still empty and ours.
+      return through(mount, () => call.apply(fs, args), {
+        onLate: async (settled) => {
+          if (!('value' in settled)) return;
+          // A recursive mkdir answers the first directory it made: those from there down to `absolute` are its.
+          const first = typeof settled.value === 'string' ? path.resolve(settled.value) : absolute;
+          const made = [absolute];
+          if (first !== absolute && inside(absolute, first)) {
+            for (let dir = path.dirname(absolute); inside(dir, first); dir = path.dirname(dir))
+              made.push(dir);
+          }
+          const top = made.at(-1) ?? absolute;
+          const done = removeLateDirectories(mount, made).catch(() => undefined);
+          cleaning.set(top, done);
+          await done;
+          if (cleaning.get(top) === done) cleaning.delete(top);
+        },
+      });
+    }
+    if (absolute !== undefined && created.has(absolute) && (name === 'unlink' || name === 'rename')) {
+      // A temp file this port made: removed (or renamed away) it is forgotten; a removal refused while the
+      // mount is late is made once it answers, by the path it was made at (a pinned parent's descriptor named
+      // in `args` may be closed and its number reused by then).
+      return through(mount, () => call.apply(fs, args), {
+        ...(name === 'unlink' ? { later: () => removeMade(mount, absolute) } : {}),
+        onLate: async (settled) => {
+          if ('value' in settled) created.delete(absolute);
+        },
+      }).then((value) => {
+        created.delete(absolute);
+        return value;
+      });
+    }
+    return through(mount, () => call.apply(fs, args));
   }
   const descriptors = fs.descriptors;
   if (descriptors !== undefined) {
@@ -428,7 +485,7 @@ export function gateMountsThatMayHang(
         const mount = mountOf(absolute);
         const opening = () => descriptors.open(file, flags, mode);
         const made = mount !== undefined && creates(flags);
-        const opened =
+        const opened = afterCleaning(absolute, () =>
           mount === undefined
             ? opening()
             : through(mount, opening, {
@@ -442,7 +499,8 @@ export function gateMountsThatMayHang(
                     );
                   await closing(mount, () => descriptors.close(fd));
                 },
-              });
+              }),
+        );
         return opened.then((fd) => {
           descriptorPaths.set(fd, absolute);
           if (made) created.add(absolute);
