@@ -39,7 +39,9 @@ import {
   listedVersion,
   PassReports,
   type ReportContext,
+  reportBackoff,
   resolveAwaitedEchoes,
+  type UnrecordedReports,
 } from './report.js';
 import { FileSpill } from './spill.js';
 import type { ToldItems } from './told-items.js';
@@ -58,6 +60,8 @@ export interface PassContext {
   rootMount?: RootMountWatch;
   /** Unusable listed items already logged (told-items.ts); one per reconciler. */
   toldItems?: ToldItems;
+  /** Reports answered without an echo, judged by the next listing (report.ts); one per reconciler. */
+  unrecorded?: UnrecordedReports;
 }
 
 export async function runPass(ctx: PassContext, options: PassOptions): Promise<PassResult> {
@@ -91,7 +95,9 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   result.reachable = true;
   result.mode = pulled.mode;
   for (const instance of pulled.instances) ctx.lastSeenUpdatedAt.set(instance.id, instance.updated_at);
-  resolveAwaitedEchoes(state, pulled.instances);
+  const judged = resolveAwaitedEchoes(state, pulled.instances);
+  if (!result.dryRun)
+    ctx.unrecorded?.judge(judged, outbox, reportBackoff(requestContext(ctx, signal).retry), logger);
   const version = versionIn(ctx, pulled.instances);
   keepQueuedVersions(ctx, version);
 
@@ -462,6 +468,7 @@ function reportContext(
     state: dir.state,
     lastSeenUpdatedAt: ctx.lastSeenUpdatedAt,
     listedVersion: version,
+    ...(ctx.unrecorded === undefined ? {} : { unrecorded: ctx.unrecorded }),
   };
 }
 

@@ -6,6 +6,7 @@ import type { LocalState } from '../store/state.js';
 import { StateDir } from '../store/state-dir.js';
 import { type PassContext, runPass } from './pass.js';
 import type { PassOptions, PassResult, PassRunner, ReconcilerSettings } from './pass-runner.js';
+import { UnrecordedReports } from './report.js';
 import { ToldItems } from './told-items.js';
 
 export class Reconciler implements PassRunner {
@@ -38,6 +39,7 @@ export class Reconciler implements PassRunner {
       listedVersions: new Map(),
       rootMount,
       toldItems: new ToldItems(),
+      unrecorded: new UnrecordedReports(),
     });
   }
 

@@ -57,6 +57,8 @@ export interface ReportContext {
   retry: RequestRetryOptions;
   logger: Logger;
   signal?: AbortSignal;
+  /** Reports answered without an echo, for the next listing to judge (`UnrecordedReports`); one per reconciler. */
+  unrecorded?: UnrecordedReports;
 }
 
 export interface Delivery {
@@ -118,6 +120,7 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
       }
       // A 2xx without a body settles the report too; only the reported instance, returned, can carry an echo
       // (another one in the answer is a service bug, and taken for its echo it would lose a path it wins).
+      if (updated?.id === entry.instanceId) ctx.unrecorded?.recorded();
       echoed =
         (updated?.id === entry.instanceId
           ? recordReportEcho(ctx, updated, listedBefore(entry))
@@ -351,6 +354,7 @@ function recordAwaitedEcho(
     echo !== undefined && sameInstant(echo.updatedAt, before) ? echo.operatorUpdatedAt : before;
   const awaiting = `${report.activity_status}/${report.error_status}`;
   const version = seen === undefined ? listed?.version : ctx.listedVersion?.(instanceId);
+  ctx.unrecorded?.sent(instanceId, report);
   ctx.state.instances.set(instanceId, {
     ...record,
     reportEcho: {
@@ -391,25 +395,38 @@ export function listedVersion(
   );
 }
 
+/** What a listing told of the reports answered without an echo (`resolveAwaitedEchoes`). */
+export interface AwaitedJudgement {
+  /** Shown in the reported statuses (and version): the service recorded those reports. */
+  recorded: number;
+  /** Shown as before the report (its statuses, version and `updated_at`): the service answered 2xx and recorded nothing. */
+  unrecorded: string[];
+}
+
 /**
  * Settles the echoes a report's answer did not give, from a fresh listing: an instance shown in exactly the
  * statuses the agent reported, and of the version it had when reported (`listedVersion`), takes its
  * `updated_at` as the echo; in other statuses or another version (an operator's redeploy, a content edit
  * without one) the listing is not the echo, and its `updated_at` counts as the operator's. An echo awaited
- * without a version (recorded by an agent before versions were kept) goes by the statuses alone.
+ * without a version (recorded by an agent before versions were kept) goes by the statuses alone. An instance
+ * shown exactly as before the report (other statuses, the same version and `updated_at`) tells a service that
+ * answered 2xx and recorded nothing (`AwaitedJudgement.unrecorded`).
  */
 export function resolveAwaitedEchoes(
   state: LocalState,
   instances: readonly (ConfigInstanceHead & { file?: { sha256: string }; content?: unknown })[],
-): void {
+): AwaitedJudgement {
+  const judged: AwaitedJudgement = { recorded: 0, unrecorded: [] };
   for (const instance of instances) {
     const record = state.instances.get(instance.id);
     const echo = record?.reportEcho;
     if (record === undefined || echo?.awaiting === undefined) continue;
     const { updatedAt, operatorUpdatedAt } = echo;
     const shown = `${instance.activity_status}/${instance.error_status}`;
-    const echoed =
-      shown === echo.awaiting && (echo.version === undefined || echo.version === listedVersion(instance));
+    const sameVersion = echo.version === undefined || echo.version === listedVersion(instance);
+    const echoed = shown === echo.awaiting && sameVersion;
+    if (echoed) judged.recorded++;
+    else if (sameVersion && sameInstant(instance.updated_at, updatedAt)) judged.unrecorded.push(instance.id);
     state.instances.set(instance.id, {
       ...record,
       reportEcho: echoed
@@ -417,6 +434,66 @@ export function resolveAwaitedEchoes(
         : { updatedAt, operatorUpdatedAt },
     });
   }
+  return judged;
+}
+
+/** Instances remembered by `UnrecordedReports`; past it the least recently sent is forgotten (sent again at once). */
+const MAX_UNRECORDED_REMEMBERED = 100_000;
+
+/**
+ * The reports a service answered 2xx without an echo (a 204, an empty or unreadable body), until the next listing
+ * judges them (`resolveAwaitedEchoes`). One the listing shows exactly as before it (the service recorded nothing)
+ * is held back when derived again, as a refused report is (`StatusOutbox.holdBack`, REPORT_BACKOFF, doubling while
+ * the service keeps recording nothing): such a service got every queued report again on every poll, for as long as
+ * it did. Queued, never dropped; a restart sends them at once. Logged once per episode: from the first such
+ * report until a listing shows one recorded.
+ */
+export class UnrecordedReports {
+  readonly #sent = new Map<string, { report: StatusReport; times: number }>();
+  #episode = false;
+
+  sent(instanceId: string, report: StatusReport): void {
+    const before = this.#sent.get(instanceId);
+    this.#sent.delete(instanceId);
+    const times = before !== undefined && sameReport(before.report, report) ? before.times : 0;
+    this.#sent.set(instanceId, { report, times });
+    if (this.#sent.size > MAX_UNRECORDED_REMEMBERED) {
+      const oldest = this.#sent.keys().next().value;
+      if (oldest !== undefined) this.#sent.delete(oldest);
+    }
+  }
+
+  /** A report's answer showed the instance in the reported statuses: the episode (if any) is over. */
+  recorded(): void {
+    this.#episode = false;
+  }
+
+  /** Holds back the reports `judged` found unrecorded, for `backoff`'s delay after how often in a row. */
+  judge(judged: AwaitedJudgement, outbox: StatusOutbox, backoff: DeliveryBackoff, logger: Logger): void {
+    if (judged.recorded > 0) this.#episode = false;
+    if (judged.unrecorded.length === 0) return;
+    let longestMs = 0;
+    for (const instanceId of judged.unrecorded) {
+      const sent = this.#sent.get(instanceId);
+      if (sent === undefined) continue;
+      sent.times++;
+      const delayMs = backoff.delayMs(sent.times, undefined);
+      longestMs = Math.max(longestMs, delayMs);
+      outbox.holdBack(instanceId, sent.report, sent.times, backoff.now() + delayMs);
+    }
+    const fields = { reports: judged.unrecorded.length, instanceId: judged.unrecorded[0], heldMs: longestMs };
+    const message =
+      'the service answered status reports 2xx and recorded none of them: each is kept and sent again after a backoff';
+    if (this.#episode) logger.debug(fields, message);
+    else logger.warn(fields, message);
+    this.#episode = true;
+  }
+}
+
+function sameReport(a: StatusReport, b: StatusReport): boolean {
+  return (
+    a.activity_status === b.activity_status && a.error_status === b.error_status && a.message === b.message
+  );
 }
 
 /**

@@ -185,6 +185,19 @@ export class StatusOutbox {
       if (!known.has(instanceId)) this.#refused.delete(instanceId);
   }
 
+  /**
+   * The service answered `report` 2xx and recorded nothing (reconcile/report.ts `UnrecordedReports`): the same
+   * report queued again waits until `notBefore` (monotonic), as a refused one does; queued, never dropped.
+   */
+  holdBack(instanceId: string, report: StatusReport, times: number, notBefore: number): void {
+    this.#refused.delete(instanceId);
+    this.#refused.set(instanceId, { report, refusals: times, notBefore });
+    if (this.#refused.size > MAX_REFUSED_REMEMBERED) {
+      const oldest = this.#refused.keys().next().value;
+      if (oldest !== undefined) this.#refused.delete(oldest);
+    }
+  }
+
   private constructor(fs: FsPort, stateDir: string, logger: Logger) {
     this.#fs = fs;
     this.#stateDir = stateDir;
