@@ -284,25 +284,26 @@ export function planSteps(input: PlanInput): Step[] {
     else others.push({ kind: 'keep', instance: remove.instance, reason: 'awaiting_owner' });
   }
 
-  standaloneRemoves.push(...leftPathRemovals(input, claimedPaths, claimedAlias));
+  const left = leftPathRemovals(input, claimedPaths, claimedAlias, writeById);
+  standaloneRemoves.push(...left.standalone);
+  // An instance's own old file in the way of its new path goes with its write, as a nested loser's does.
+  const wayRemoves = left.makingWay.length === 0 ? nestedRemoves : [...nestedRemoves, ...left.makingWay];
   // A nested loser's file goes with its winner's write, as a swap: put back if that write fails (a full disk, a
   // failing one), so the device never ends up with neither; apply removes nothing while something it must not
   // remove (a local file, a directory of someone else's) would still block the winner (swap-way.ts).
-  for (const remove of withSharedPrune(nestedRemoves, input)) {
+  for (const remove of withSharedPrune(wayRemoves, input)) {
     const winnerId = remove.makesWayFor!.instanceId;
     displaces.set(winnerId, [...(displaces.get(winnerId) ?? []), remove]);
   }
 
   // Object.assign, not `{ ...write, displaces }`: V8 (Node 20) gives every object made by a spread followed by a
   // new key a hidden class of its own, ~300 bytes each, and a pass makes one step per instance.
-  const writes: WriteStep[] = nestedSwapsFirst(
-    winnersFirst([...writeById.values()], input),
-    nestedRemoves,
-  ).map((write) =>
-    Object.assign({}, write, {
-      displaces: displaces.get(write.instance.id) ?? [],
-      supersedes: supersedes.get(write.instance.id) ?? [],
-    }),
+  const writes: WriteStep[] = nestedSwapsFirst(winnersFirst([...writeById.values()], input), wayRemoves).map(
+    (write) =>
+      Object.assign({}, write, {
+        displaces: displaces.get(write.instance.id) ?? [],
+        supersedes: supersedes.get(write.instance.id) ?? [],
+      }),
   );
   // Removals first, so a path freed by one instance can be taken by another in the same pass.
   return [...skipped, ...standaloneRemoves, ...writes, ...others];
@@ -321,8 +322,10 @@ function leftPathRemovals(
   input: PlanInput,
   claimedPaths: ReadonlySet<string>,
   claimedAlias: (path: string) => { path: string; instanceId: string } | undefined,
-): RemoveStep[] {
-  if (!input.complete) return [];
+  writeById: ReadonlyMap<string, unknown>,
+): { standalone: RemoveStep[]; makingWay: RemoveStep[] } {
+  const makingWay: RemoveStep[] = [];
+  if (!input.complete) return { standalone: [], makingWay };
   const byId = new Map<string, PlanInstance>();
   const listedPaths = new Set<string>();
   for (const instance of input.instances) {
@@ -351,11 +354,25 @@ function leftPathRemovals(
       owner.target_status === 'deployed' &&
       input.local.files.get(owner.relative_filepath)?.instanceId !== owner.id
     ) {
+      // Its old file in the way of its new path (`x/a.json` moved to `x`, or `x.json` to `x.json/a.json`): the
+      // new file can never be in place while the old one stands, so it goes with the write, as a swap (put back
+      // if the write fails). Left for after the write, the instance was `retrying` for good (adv23).
+      const to = owner.relative_filepath;
+      if (writeById.has(owner.id) && (path.startsWith(`${to}/`) || to.startsWith(`${path}/`))) {
+        makingWay.push({
+          kind: 'remove',
+          instance: owner,
+          path,
+          report: undefined,
+          leftPath: true,
+          makesWayFor: { path: to, instanceId: owner.id },
+        });
+      }
       continue;
     }
     steps.push({ kind: 'remove', instance: owner, path, report: undefined, leftPath: true });
   }
-  return steps;
+  return { standalone: steps, makingWay };
 }
 
 /**
