@@ -316,5 +316,6 @@ if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(path.reso
     process.stderr.write('usage: node packaging/bundle.mjs <dir>\n');
     process.exit(2);
   }
-  process.stdout.write(`${path.relative(process.cwd(), bundleInto(path.resolve(dir)))}\n`);
+  // On stderr: `npm run bench -- --json` runs this first, and its stdout must be the bench's JSON alone.
+  process.stderr.write(`${path.relative(process.cwd(), bundleInto(path.resolve(dir)))}\n`);
 }
