@@ -36,4 +36,17 @@ describe('createSecretRegistry', () => {
     secrets.add('sk_live_123');
     expect(secrets.scrub('abc sk_live_12 sk_live_1234')).toBe(`abc sk_live_12 ${REDACTED}4`);
   });
+
+  it('scrubs a secret that holds another one whole, whichever was added first', () => {
+    for (const order of [
+      ['pr0xy-s3cret', 'pr0xy-s3cret-2'],
+      ['pr0xy-s3cret-2', 'pr0xy-s3cret'],
+    ]) {
+      const secrets = createSecretRegistry();
+      for (const secret of order) secrets.add(secret);
+      expect(secrets.scrub('a pr0xy-s3cret-2 b pr0xy-s3cret c'), order.join(' then ')).toBe(
+        `a ${REDACTED} b ${REDACTED} c`,
+      );
+    }
+  });
 });

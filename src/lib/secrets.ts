@@ -35,16 +35,21 @@ function spellings(secret: string): string[] {
 }
 
 export function createSecretRegistry(): SecretRegistry {
-  const secrets = new Map<string, string[]>();
+  const secrets = new Set<string>();
+  /**
+   * Every spelling of every secret, longest first across secrets too: one secret inside another (a proxy password
+   * and a longer one) replaced first left the rest of the longer one in the output.
+   */
+  let forms: string[] = [];
   return {
     add(secret) {
-      if (secret.length >= MIN_SECRET_LENGTH && !secrets.has(secret)) secrets.set(secret, spellings(secret));
+      if (secret.length < MIN_SECRET_LENGTH || secrets.has(secret)) return;
+      secrets.add(secret);
+      forms = [...new Set([...forms, ...spellings(secret)])].sort((a, b) => b.length - a.length);
     },
     scrub(text) {
       let out = text;
-      for (const forms of secrets.values()) {
-        for (const form of forms) if (out.includes(form)) out = out.split(form).join(REDACTED);
-      }
+      for (const form of forms) if (out.includes(form)) out = out.split(form).join(REDACTED);
       return out;
     },
   };
