@@ -115,3 +115,80 @@ describe('runAgent: a hook program changed after start', () => {
     }
   });
 });
+
+describe('runAgent: proxy credentials and hooks', () => {
+  // HTTPS_PROXY's user:password reached every hook's environment, and a hook printing it (curl -v does, and its
+  // Proxy-Authorization header) put it in the journal through the logged stderr tail.
+  it('gives a hook the proxy variables without credentials unless configured, and logs none of them', async () => {
+    const server = await startMockServer({ apiKeys: [KEY] });
+    const password = 'pr0xy-s3cret-pw';
+    const proxy = `http://agent-user:${password}@proxy.invalid:3128`;
+    const basic = Buffer.from(`agent-user:${password}`).toString('base64');
+    const seen = (name: string) => path.join(dir, `${name}.env`);
+    // Writes its proxy variables to a file, prints them and the Basic token to stderr, and fails.
+    const hook = (name: string) => [
+      '/bin/sh',
+      '-c',
+      `printf '%s %s' "$HTTPS_PROXY" "$http_proxy" > '${seen(name)}'; echo "proxy $HTTPS_PROXY $http_proxy" >&2; u=\${HTTPS_PROXY#http://}; printf 'Proxy-Authorization: Basic %s\\n' "$(printf '%s' "\${u%@*}" | base64)" >&2; exit 1`,
+    ];
+    server.state.instances.set('cfg_a', {
+      id: 'cfg_a',
+      device_id: 'dvc_compose',
+      relative_filepath: 'a.json',
+      config_schema_id: 'sch_a',
+      config_type_id: 'typ',
+      target_status: 'deployed',
+      activity_status: 'queued',
+      error_status: 'none',
+      content: { version: 1 },
+      created_at: '2026-01-01T00:00:00.000Z',
+      updated_at: '2026-01-01T00:00:00.000Z',
+    });
+    const events = new EventEmitter();
+    try {
+      const configPath = await writeConfig({
+        server: { baseUrl: server.url, timeoutSeconds: 5 },
+        poll: { intervalSeconds: 60, jitterRatio: 0 },
+        hooks: [
+          { match: '**', run: hook('plain'), timeoutSeconds: 30 },
+          { match: '**', run: hook('given'), timeoutSeconds: 30, proxyCredentials: true },
+        ],
+      });
+      const io = bufferedIo({
+        CONFIG_AGENT_API_KEY: KEY,
+        PATH: process.env.PATH ?? '/usr/bin:/bin',
+        HTTPS_PROXY: proxy,
+        http_proxy: `http://other:${password}-2@proxy.invalid:8080`,
+      });
+      const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
+      const failures = () =>
+        io
+          .err()
+          .split('\n')
+          .filter((line) => line.includes('"msg":"hook failed"'));
+      await waitFor(() => failures().length === 2, PATIENCE_MS, { what: 'both hooks to fail' });
+      events.emit('SIGTERM');
+      expect(await exit).toBe(0);
+
+      expect(await readFile(seen('plain'), 'utf8')).toBe(
+        'http://proxy.invalid:3128 http://proxy.invalid:8080',
+      );
+      expect(await readFile(seen('given'), 'utf8')).toBe(
+        `${proxy} http://other:${password}-2@proxy.invalid:8080`,
+      );
+      const tails = failures().map((line) =>
+        String((JSON.parse(line) as { stderrTail: unknown }).stderrTail),
+      );
+      expect(tails[0]).toBe(
+        `proxy http://proxy.invalid:3128 http://proxy.invalid:8080\nProxy-Authorization: Basic ${Buffer.from('proxy.invalid:3128').toString('base64')}\n`,
+      );
+      expect(tails[1]).toBe(
+        'proxy http://[REDACTED]@proxy.invalid:3128 http://[REDACTED]@proxy.invalid:8080\nProxy-Authorization: Basic [REDACTED]\n',
+      );
+      for (const secret of [password, basic]) expect(io.err()).not.toContain(secret);
+    } finally {
+      events.emit('SIGTERM');
+      await server.close();
+    }
+  });
+});

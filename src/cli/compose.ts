@@ -2,6 +2,7 @@
 import type { EventEmitter } from 'node:events';
 import * as nodeFs from 'node:fs/promises';
 import { type ClientOptions, createClient, type ServiceClient } from '../api/client.js';
+import { proxyCredentialSecrets } from '../api/proxy.js';
 import { hookProgramProblem } from '../config/hook-programs.js';
 import { type ConfigFs, ensureDirectories, type LoadedConfig, loadAgentConfig } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
@@ -51,7 +52,8 @@ const START_RETRY: StartRetry = { firstDelayMs: 5_000, maxDelayMs: 300_000 };
 type DaemonModule = typeof import('./daemon.js');
 
 /**
- * Reads the config file, the environment and the API key, and registers the key with `secrets`. Throws
+ * Reads the config file, the environment and the API key, and registers the key and the proxy variables'
+ * credentials with `secrets`. Throws
  * ConfigError or ApiKeyError (exit 78): the caller prints the problem.
  */
 async function loadConfiguration(
@@ -70,6 +72,8 @@ async function loadConfiguration(
     ownPathsPort: calls.ownPathsPort,
   });
   secrets.add(loaded.apiKey);
+  // The proxy variables' credentials too: a hook given them (hooks[].proxyCredentials) may print them.
+  for (const secret of proxyCredentialSecrets(env)) secrets.add(secret);
   return loaded;
 }
 

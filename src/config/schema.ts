@@ -237,6 +237,8 @@ const Hook = z.strictObject({
   timeoutSeconds: seconds(CONFIG_BOUNDS.hookTimeoutSeconds.min, CONFIG_BOUNDS.hookTimeoutSeconds.max).default(
     CONFIG_DEFAULTS.hookTimeoutSeconds,
   ),
+  /** The proxy variables with their credentials; absent or false: without them (daemon/hooks.ts). */
+  proxyCredentials: z.boolean().optional(),
 });
 
 const Server = z.strictObject({

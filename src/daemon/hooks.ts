@@ -1,6 +1,7 @@
 // Post-pass hooks: run each configured command once when a pass changed files matching its glob.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { isProxyVariable, splitProxyCredentials } from '../api/proxy.js';
 import { compileGlob } from '../config/glob-match.js';
 import type { Clock } from '../lib/clock.js';
 import { systemClock } from '../lib/clock.js';
@@ -21,6 +22,8 @@ export interface HookSpec {
   match: string;
   run: readonly [string, ...string[]];
   timeoutSeconds: number;
+  /** The proxy variables with their credentials (`user:password@`); without them when not true. */
+  proxyCredentials?: boolean | undefined;
 }
 
 export interface HookRunResult {
@@ -93,8 +96,16 @@ export function matchingPaths(hook: HookSpec, changedPaths: readonly string[]): 
   return [...new Set(changedPaths)].filter((changed) => isMatch(changed));
 }
 
-/** The environment a hook runs with: the agent's minus anything secret, plus the list of changed paths. */
-function hookEnvironment(env: NodeJS.ProcessEnv, changedPaths: readonly string[]): NodeJS.ProcessEnv {
+/**
+ * The environment a hook runs with: the agent's minus anything secret, plus the list of changed paths. The proxy
+ * variables (HTTPS_PROXY, http_proxy, ...) go without their credentials unless the hook is configured to get
+ * them (`proxyCredentials`): a hook's `curl -v` printed them to its stderr, which the agent logs.
+ */
+function hookEnvironment(
+  env: NodeJS.ProcessEnv,
+  changedPaths: readonly string[],
+  proxyCredentials: boolean,
+): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(env)) {
     if (
@@ -103,7 +114,7 @@ function hookEnvironment(env: NodeJS.ProcessEnv, changedPaths: readonly string[]
       name !== CHANGED_TRUNCATED_ENV &&
       name !== HOOK_RUN_ENV
     )
-      out[name] = value;
+      out[name] = proxyCredentials || !isProxyVariable(name) ? value : splitProxyCredentials(value).value;
   }
   const { list, truncated } = changedList(changedPaths);
   out[CHANGED_ENV] = list;
@@ -178,7 +189,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
       child = spawn(command, args, {
         cwd: options.cwd,
         env: {
-          ...hookEnvironment(options.env, changedPaths),
+          ...hookEnvironment(options.env, changedPaths, hook.proxyCredentials === true),
           [HOOK_RUN_ENV]: runMark.slice(HOOK_RUN_ENV.length + 1),
         },
         stdio: ['ignore', 'pipe', 'pipe'],
