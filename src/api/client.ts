@@ -678,19 +678,19 @@ export function createClient(options: ClientOptions): ServiceClient {
     let following = followers.get(signal);
     if (following === undefined) {
       const requests = new Set<RequestAbort>();
-      // Each request aborted whatever another's abort threw (a transport's listener): the first error after all.
+      // Each request aborted whatever another's abort threw (a transport's listener). Nothing is thrown: this is a
+      // listener of the caller's AbortSignal, where a throw is an uncaught exception (the daemon's fatal exit at a
+      // stop, its state not flushed), and RequestAbort.abort has run every listener of the request that threw.
       const onAbort = () => {
         followers.delete(signal);
-        let failed: { error: unknown } | undefined;
         for (const request of requests) {
           try {
             request.abort(signal.reason);
-          } catch (error) {
-            failed ??= { error };
+          } catch {
+            // Its own listeners all ran; the request ends with the caller's reason like the others.
           }
         }
         requests.clear();
-        if (failed !== undefined) throw failed.error;
       };
       following = { signal, requests, onAbort };
       followers.set(signal, following);
