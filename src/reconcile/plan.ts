@@ -266,14 +266,11 @@ export function planSteps(input: PlanInput): Step[] {
   // for good — the old file stays: a device keeps a working config rather than none.
   const displaces = new Map<string, RemoveStep[]>();
   const standaloneRemoves: RemoveStep[] = [];
+  const bySchema = removes.length === 0 ? undefined : deployedBySchema(input.instances);
   for (const remove of removes) {
-    const successors = input.instances.filter(
-      (candidate) =>
-        candidate.id !== remove.instance.id &&
-        candidate.target_status === 'deployed' &&
-        candidate.device_id === remove.instance.device_id &&
-        candidate.config_schema_id === remove.instance.config_schema_id,
-    );
+    const successors = (
+      bySchema?.get(schemaKey(remove.instance.device_id, remove.instance.config_schema_id)) ?? []
+    ).filter((candidate) => candidate.id !== remove.instance.id);
     const replacement = successors.find((successor) => writeById.has(successor.id));
     const inPlace = successors.some(
       (successor) => input.local.files.get(successor.relative_filepath)?.instanceId === successor.id,
@@ -307,6 +304,28 @@ export function planSteps(input: PlanInput): Step[] {
   );
   // Removals first, so a path freed by one instance can be taken by another in the same pass.
   return [...skipped, ...standaloneRemoves, ...writes, ...others];
+}
+
+/** The key of a device's config schema: ids hold no NUL (a service's ids are tokens; any text works alike). */
+function schemaKey(deviceId: string, schemaId: string): string {
+  return `${deviceId}\u0000${schemaId}`;
+}
+
+/**
+ * The instances targeting `deployed` by device and config schema, in listing order: a removal's successors are
+ * looked up here. Each removal filtered every listed instance, so retiring n instances cost n² (8,000 at once:
+ * 4.3 s of CPU in the plan alone, every pass while they were due; adv23).
+ */
+function deployedBySchema(instances: readonly PlanInstance[]): Map<string, PlanInstance[]> {
+  const bySchema = new Map<string, PlanInstance[]>();
+  for (const instance of instances) {
+    if (instance.target_status !== 'deployed') continue;
+    const key = schemaKey(instance.device_id, instance.config_schema_id);
+    const group = bySchema.get(key);
+    if (group === undefined) bySchema.set(key, [instance]);
+    else group.push(instance);
+  }
+  return bySchema;
 }
 
 /**
