@@ -179,7 +179,10 @@ export async function runOnce(
   keepOwnerBits();
   const interruption = onceInterruption(io, events, stopDeadlineMs);
   try {
-    return await Promise.race([runOncePass(command, io, secrets, interruption.stop), interruption.forced]);
+    return await Promise.race([
+      runOncePass(command, io, secrets, interruption.stop, stopDeadlineMs),
+      interruption.forced,
+    ]);
   } finally {
     interruption.dispose();
   }
@@ -279,10 +282,12 @@ async function runOncePass(
   io: CommandIo,
   secrets: SecretRegistry,
   stop: AbortSignal,
+  stopDeadlineMs: number,
 ): Promise<number> {
   // One lane per mount that may hang for the whole run: start-up's checks and the pass share them. A stop gives up
-  // on a call waiting on a hung mount at once: the pass ends now, not after the mount's 15 s bound.
-  const lanes = new MountLanes(systemClock, MOUNT_ANSWER_MS, stop);
+  // on a call waiting on a hung mount at once: the pass ends now, not after the mount's 15 s bound; the stop's own
+  // flush is bounded by what is left of its deadline.
+  const lanes = new MountLanes(systemClock, MOUNT_ANSWER_MS, stop, stopDeadlineMs);
   const loaded = await loadConfiguration(command.configPath, io.env, secrets, lanes);
   const { config } = loaded;
   const deps = await createDeps(config, secrets, io.stderr, undefined, lanes);
@@ -491,8 +496,9 @@ export async function runAgent(
   const daemon = await import('./daemon.js');
   // One lane per mount that may hang for the life of the process: start attempts, the port and every reload's
   // share them, so a dead NFS server holds one thread of libuv's pool however often the agent asks. A stop gives up
-  // on the calls waiting on such a mount at once (the pass ends, the stop flushes and exits), not after the bound.
-  const lanes = new MountLanes(systemClock, MOUNT_ANSWER_MS, stopping.signal);
+  // on the calls waiting on such a mount at once (the pass ends, the stop flushes and exits), not after the bound,
+  // and bounds the flush's own calls by what is left of the stop deadline.
+  const lanes = new MountLanes(systemClock, MOUNT_ANSWER_MS, stopping.signal, stopDeadlineMs);
   // Now, not at the first reload with files.rules: the shipped bundle splits into hashed chunks, and after an
   // upgrade replaced them a later import() would not find this version's (packaging/bundle.mjs). The daemon
   // loads the glob matcher for its hooks anyway.

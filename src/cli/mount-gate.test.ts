@@ -15,7 +15,7 @@ import { observeDisk } from '../reconcile/observe.js';
 import { publishFile, removeManagedFile, writeDurableJson } from '../store/durable-writer.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
 import { hangSafeFs } from './hang-safe-fs.js';
-import { gateMountsThatMayHang, MountLanes } from './mount-gate.js';
+import { gateMountsThatMayHang, MountLanes, STOP_RESERVE_MS } from './mount-gate.js';
 
 const ROOT = '/srv/root';
 
@@ -34,6 +34,55 @@ function controlledClock() {
       for (const end of pending.splice(0)) end();
     },
   };
+}
+
+/** A monotonic clock the test moves (`advance`): each sleep ends once its time has come, or on its signal. */
+function steppedClock() {
+  let now = 0;
+  const sleeps = new Set<{ at: number; end: () => void }>();
+  return {
+    clock: {
+      monotonic: () => now,
+      sleep: (ms: number, signal?: AbortSignal) =>
+        new Promise<void>((resolve, reject) => {
+          const entry = { at: now + ms, end: resolve };
+          sleeps.add(entry);
+          signal?.addEventListener(
+            'abort',
+            () => {
+              sleeps.delete(entry);
+              reject(signal.reason);
+            },
+            { once: true },
+          );
+        }),
+    },
+    advance: async (ms: number) => {
+      now += ms;
+      for (const entry of [...sleeps]) {
+        if (entry.at > now) continue;
+        sleeps.delete(entry);
+        entry.end();
+      }
+      for (let turn = 0; turn < 3; turn += 1) await new Promise((resolve) => setImmediate(resolve));
+    },
+  };
+}
+
+/** A call's outcome, kept, with whether it has come yet. */
+function settledLater(call: Promise<unknown>) {
+  let done = false;
+  const result = call.then(
+    (value) => {
+      done = true;
+      return value;
+    },
+    (error: unknown) => {
+      done = true;
+      return error;
+    },
+  );
+  return { result, settled: () => done };
 }
 
 /** An fs whose lstat of a path under ROOT/share never answers until `answer()`: a mount nobody serves. */
@@ -155,6 +204,54 @@ describe('MountLanes with the process stop: a stop gives up on the calls waiting
     world.answer();
     await new Promise((resolve) => setImmediate(resolve));
     expect(await fs.lstat(`${ROOT}/share/c.json`)).toEqual({ file: `${ROOT}/share/c.json` });
+  });
+
+  // Before: a call begun after the stop (its flush of state) kept its 15 s bound, and the 10 s stop deadline cut
+  // the process first ("shutdown took too long"), the journal never naming the mount.
+  it('a call made after the stop is bounded by what is left of the stop deadline, less what the stop needs after it', async () => {
+    const time = steppedClock();
+    const world = hangingShare();
+    const stop = new AbortController();
+    const lanes = new MountLanes(time.clock, 15_000, stop.signal, 10_000);
+    const fs = gateMountsThatMayHang(world.fs, ROOT, () => new Set(['share']), time.clock, 15_000, { lanes });
+    stop.abort();
+    // Answering calls go in as ever.
+    expect(await fs.lstat(`${ROOT}/app/a.json`)).toEqual({ file: `${ROOT}/app/a.json` });
+    await time.advance(1_000);
+    const flush = settledLater(fs.lstat(`${ROOT}/share/state.json`));
+    // 10 s from the stop, less the reserve, less the second gone before the call.
+    const left = 10_000 - STOP_RESERVE_MS - 1_000;
+    await time.advance(left - 1);
+    expect(flush.settled()).toBe(false);
+    await time.advance(1);
+    expect(flush.settled()).toBe(true);
+    expect(await flush.result).toMatchObject({ code: 'ETIMEDOUT', mountPoint: `${ROOT}/share` });
+    expect(String(await flush.result)).toContain(`did not answer within ${left / 1000} s`);
+  });
+
+  it('a call made once the stop deadline less the reserve has passed is given up on at once; before the stop, the 15 s bound holds', async () => {
+    const time = steppedClock();
+    const world = hangingShare();
+    const stop = new AbortController();
+    const lanes = new MountLanes(time.clock, 15_000, stop.signal, 10_000);
+    const fs = gateMountsThatMayHang(world.fs, ROOT, () => new Set(['share']), time.clock, 15_000, { lanes });
+    const before = settledLater(fs.lstat(`${ROOT}/share/a.json`));
+    await time.advance(14_999);
+    expect(before.settled()).toBe(false);
+    await time.advance(1);
+    expect(await before.result).toMatchObject({ code: 'ETIMEDOUT' });
+    world.answer();
+    await new Promise((resolve) => setImmediate(resolve));
+    const other = hangingShare();
+    const lanes2 = new MountLanes(time.clock, 15_000, stop.signal, 10_000);
+    const fs2 = gateMountsThatMayHang(other.fs, ROOT, () => new Set(['share']), time.clock, 15_000, {
+      lanes: lanes2,
+    });
+    stop.abort();
+    await time.advance(10_000);
+    const late = settledLater(fs2.lstat(`${ROOT}/share/b.json`));
+    await time.advance(0);
+    expect(await late.result).toMatchObject({ code: 'ETIMEDOUT' });
   });
 
   describe('a write held in the kernel when the stop comes', () => {

@@ -4,9 +4,19 @@ import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type { Clock } from '../lib/clock.js';
 import type { DescriptorCalls, FsPort } from '../lib/fs-port.js';
+import { POOL_DRAIN_MS } from './process-exit.js';
 
 /** How long one call into such a mount may take before the mount counts as not answering. */
 export const MOUNT_ANSWER_MS = 15_000;
+
+/**
+ * What a stop still needs after a call of its own into such a mount gave up (the lock's close, the process's wait
+ * for libuv's pool, POOL_DRAIN_MS, and its end): a call begun after the stop is bounded by its deadline less this.
+ */
+export const STOP_RESERVE_MS = POOL_DRAIN_MS + 1_000;
+
+/** Seconds as a message says them: 15 s, 7.5 s. */
+const seconds = (ms: number) => `${Math.round(ms / 100) / 10} s`;
 
 /** The port's calls that name a path as their first argument (`rename` and `link` name two). */
 const PATH_CALLS = [
@@ -53,7 +63,7 @@ export class MountNotAnswering extends Error {
 
   constructor(mountPoint: string, ms: number) {
     super(
-      `ETIMEDOUT: the mount at ${mountPoint} did not answer within ${ms / 1000} s (a dead NFS server, a wedged FUSE daemon?): its files wait until it answers`,
+      `ETIMEDOUT: the mount at ${mountPoint} did not answer within ${seconds(ms)} (a dead NFS server, a wedged FUSE daemon?): its files wait until it answers`,
     );
     this.name = 'MountNotAnswering';
     this.mountPoint = mountPoint;
@@ -131,25 +141,44 @@ export class MountLanes {
   /** Gives up on a call in flight, one per call begun before the stop (forgotten when it answers). */
   readonly #abandons = new Set<() => void>();
   readonly #stop: AbortSignal | undefined;
-  readonly clock: Pick<Clock, 'sleep'>;
+  /** When the stop's calls must have ended (on `clock.monotonic`), once the stop came with a deadline. */
+  #stopEndsAt: number | undefined;
+  readonly clock: Pick<Clock, 'sleep'> & Partial<Pick<Clock, 'monotonic'>>;
   readonly ms: number;
 
   /**
    * `stop`: the process's stop (its pass's abort). When it fires, every call waiting on its bound or in a lane's
    * queue fails at once (MountAbandonedAtStop) instead of after `ms`, its lane counts as late until the call comes
-   * back (then undone as any late call), and calls made after it go in as ever into a lane with nothing in flight.
+   * back (then undone as any late call), and calls made after it go in as ever into a lane with nothing in flight,
+   * bounded by what is left of `stopDeadlineMs` (from the stop, on `clock.monotonic`) less STOP_RESERVE_MS when
+   * that is shorter than `ms`: the stop's own flush of state gives up before the stop deadline cuts the process.
    */
-  constructor(clock: Pick<Clock, 'sleep'>, ms = MOUNT_ANSWER_MS, stop?: AbortSignal) {
+  constructor(
+    clock: Pick<Clock, 'sleep'> & Partial<Pick<Clock, 'monotonic'>>,
+    ms = MOUNT_ANSWER_MS,
+    stop?: AbortSignal,
+    stopDeadlineMs?: number,
+  ) {
     this.clock = clock;
     this.ms = ms;
     this.#stop = stop;
     stop?.addEventListener(
       'abort',
       () => {
+        const now = clock.monotonic?.();
+        if (stopDeadlineMs !== undefined && now !== undefined)
+          this.#stopEndsAt = now + stopDeadlineMs - STOP_RESERVE_MS;
         for (const abandon of [...this.#abandons]) abandon();
       },
       { once: true },
     );
+  }
+
+  /** A call's bound now: `ms`, or after a stop with a deadline what is left of it (never below 0). */
+  #bound(): number {
+    const now = this.#stopEndsAt === undefined ? undefined : this.clock.monotonic?.();
+    if (this.#stopEndsAt === undefined || now === undefined) return this.ms;
+    return Math.max(0, Math.min(this.ms, this.#stopEndsAt - now));
   }
 
   /** The refusal of a call into a late lane: named for the stop once the stop came. */
@@ -202,6 +231,7 @@ export class MountLanes {
       throw this.#refusal(mount);
     }
     lane.busy = true;
+    const ms = this.#bound();
     const bound = new AbortController();
     let givenUp = false;
     let abandon: () => void = () => undefined;
@@ -222,7 +252,7 @@ export class MountLanes {
       lane.waiting.shift()?.();
       if (givenUp) void this.#settleLate(lane, settled, options.onLate);
     });
-    const late = this.clock.sleep(this.ms, bound.signal).then(
+    const late = this.clock.sleep(ms, bound.signal).then(
       () => 'late' as const,
       () => 'answered' as const,
     );
@@ -232,7 +262,7 @@ export class MountLanes {
       lane.late = true;
       this.#abandons.delete(abandon);
       for (const wake of lane.waiting.splice(0)) wake();
-      if (first === 'late') throw new MountNotAnswering(mount, this.ms);
+      if (first === 'late') throw new MountNotAnswering(mount, ms);
       bound.abort();
       throw new MountAbandonedAtStop(mount, this.ms);
     }

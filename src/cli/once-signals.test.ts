@@ -141,8 +141,10 @@ describe.runIf(canMountFuse)('--once whose pass cannot stop (rootDir on a hung F
     events.emit('SIGTERM');
     expect(await exit).toBe(143);
     expect(child.exitCode === null && child.signalCode === null, 'the mount still hangs').toBe(true);
-    expect(err).toContain(
-      'config-agent: SIGTERM: the pass did not stop within 0.1 s (a hung file system or service?): exiting now; the next run finishes the job\n',
+    // Either the deadline cut it, or (mount22) its calls into the mount made after the signal were bounded by what
+    // is left of that deadline (nothing, at 0.1 s) and the pass ended by itself, naming the mount.
+    expect(err).toMatch(
+      /config-agent: SIGTERM: the pass did not stop within 0\.1 s \(a hung file system or service\?\): exiting now; the next run finishes the job\n|did not answer within 0 s|had not answered when the agent was told to stop/,
     );
   }, 20_000);
 });
