@@ -1,5 +1,5 @@
 // Hooks with real child processes: matching, env, timeouts (process group), failures, spawn errors, abort (integration tier: real kill timeouts).
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
@@ -310,6 +310,29 @@ describe('runHooks', () => {
     expect(failure).toMatchObject({ hook: '**', exitCode: 3, signal: null, timedOut: false });
     expect(String(failure?.stderrTail)).toContain('reload failed: bad config');
     expect(lines().filter((line) => line.msg === 'hook ran')).toHaveLength(1);
+  });
+
+  it('starts a stderr tail cut inside a line at the next line, so no part of a secret printed there is kept', async () => {
+    setup();
+    // The last 4,096 bytes begin 10 bytes into the token: 22 of its bytes, a newline, then 4,073 bytes of lines.
+    const token = 'Zm9vYmFyOnNlY3JldC1wYXNzd29yZA==';
+    const filler = `${'f'.repeat(99)}\n`.repeat(40) + `${'g'.repeat(72)}\n`;
+    const printed = `${'x'.repeat(5000)}\nProxy-Authorization: Basic ${token}\n${filler}`;
+    // Read from a file: the logged argv must not carry the token either.
+    const file = outFile('printed');
+    writeFileSync(file, printed);
+    const script = `process.stderr.write(require('node:fs').readFileSync(process.argv[1]), () => process.exit(1))`;
+    const { logger, lines } = capturingLogger();
+    const [result] = await runHooks(
+      [{ match: '**', run: [node, '-e', script, file], timeoutSeconds: 10 }],
+      ['a.conf'],
+      options({ logger }),
+    );
+    expect(result?.exitCode).toBe(1);
+    expect(result?.stderrTail).toBe(filler);
+    const logged = JSON.stringify(lines());
+    expect(logged).toContain('g'.repeat(72));
+    for (let at = 0; at + 8 <= token.length; at++) expect(logged).not.toContain(token.slice(at, at + 8));
   });
 
   it('reports a command that does not exist, and still runs the next hook', async () => {

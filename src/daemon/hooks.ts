@@ -35,7 +35,7 @@ export interface HookRunResult {
   signal: NodeJS.Signals | null;
   timedOut: boolean;
   durationMs: number;
-  /** Last STDERR_TAIL_BYTES of stderr, decoded as UTF-8. */
+  /** The last STDERR_TAIL_BYTES of stderr at most, from a line start when cut (ByteTail), decoded as UTF-8. */
   stderrTail: string;
   /** Why the hook did not run or was stopped: a spawn failure (`spawn ENOENT: ...`) or an abort. */
   error?: string;
@@ -140,10 +140,16 @@ function changedList(changedPaths: readonly string[]): { list: string; truncated
   return { list: changedPaths.slice(0, count).join('\n'), truncated: count < changedPaths.length };
 }
 
-/** Keeps the last `limit` bytes written to it. */
+/**
+ * Keeps the last `limit` bytes written to it. A tail cut inside a line starts at the next line: the line cut short
+ * could end with the rest of a secret (a proxy's `Basic` token), which the log's scrub, taking whole secrets only,
+ * would not see. Kept from the cut when that line is its last.
+ */
 class ByteTail {
   private chunks: Buffer[] = [];
   private size = 0;
+  /** Whether bytes before the kept chunks were dropped. */
+  private dropped = false;
 
   constructor(private readonly limit: number) {}
 
@@ -152,12 +158,17 @@ class ByteTail {
     this.size += chunk.length;
     while (this.chunks.length > 1 && this.size - this.chunks[0]!.length >= this.limit) {
       this.size -= this.chunks.shift()!.length;
+      this.dropped = true;
     }
   }
 
   text(): string {
     const all = Buffer.concat(this.chunks);
-    let tail = all.subarray(Math.max(0, all.length - this.limit));
+    const start = Math.max(0, all.length - this.limit);
+    let tail = all.subarray(start);
+    const midLine = start > 0 ? all[start - 1] !== 0x0a : this.dropped;
+    const newline = tail.indexOf(0x0a);
+    if (midLine && newline !== -1 && newline < tail.length - 1) tail = tail.subarray(newline + 1);
     // Do not start the tail in the middle of a multi-byte character.
     while (tail.length > 0 && (tail[0]! & 0xc0) === 0x80) tail = tail.subarray(1);
     return tail.toString('utf8');
