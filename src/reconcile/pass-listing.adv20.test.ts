@@ -1,104 +1,19 @@
 // adv20: a hostile or broken service's listing against runPass: what lands on disk and what the service hears.
-import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer, request as httpRequest } from 'node:http';
+import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { FaultRequest } from '../api/admin-schemas.js';
-import { createClient } from '../api/client.js';
-import type { Clock } from '../lib/clock.js';
-import type { Deps } from '../lib/deps.js';
-import { silentLogger } from '../lib/logger.js';
-import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
-import type { ConfigInstanceRecord } from '../mock-server/state.js';
-import type { PassResult } from './pass-runner.js';
-import { Reconciler } from './reconcile.js';
+import { createPassWorld, LIST, type PassWorld } from '../../test/helpers/pass-world.js';
 
-const API_KEY = 'sk_test_adv20_0123456789abcdef';
-const DEVICE = 'dvc_1';
 const T0 = '2026-01-01T00:00:00.000Z';
 const T1 = '2026-02-01T00:00:00.000Z';
 
-const clock: Clock = {
-  now: () => Date.parse('2026-06-01T00:00:00.000Z'),
-  monotonic: () => 1_000,
-  sleep: async () => undefined,
-};
-
-let dir: string;
-let rootDir: string;
-let server: RunningMockServer;
-let reconciler: Reconciler;
-
-async function open(baseUrl?: string, maxResponseBytes = 1 << 20): Promise<void> {
-  await reconciler?.close();
-  const client = createClient({
-    baseUrl: baseUrl ?? server.url,
-    apiKey: API_KEY,
-    timeoutMs: 10_000,
-    maxResponseBytes,
-  });
-  const deps: Deps = { fs: nodeFs, clock, random: () => 0.5, logger: silentLogger() };
-  reconciler = await Reconciler.open(
-    deps,
-    {
-      deviceId: DEVICE,
-      rootDir,
-      stateDir: path.join(dir, 'state'),
-      fileMode: 0o640,
-      dirMode: 0o750,
-      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-      requestRetries: 0,
-      maxResponseBytes,
-    },
-    client,
-  );
-}
+let world: PassWorld;
 
 beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-adv20-'));
-  rootDir = path.join(dir, 'root');
-  await mkdir(rootDir);
-  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
-  server = await startMockServer({ apiKeys: [API_KEY] });
-  await open();
+  world = await createPassWorld({ name: 'adv20', maxResponseBytes: 1 << 20 });
 });
 
-afterEach(async () => {
-  await reconciler.close();
-  await server.close();
-  await rm(dir, { recursive: true, force: true });
-});
-
-function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
-  server.state.instances.set(fields.id, {
-    device_id: DEVICE,
-    relative_filepath: `${fields.id}.json`,
-    config_schema_id: `sch_${fields.id}`,
-    config_type_id: 'typ',
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    content: { owner: fields.id },
-    created_at: T0,
-    updated_at: T0,
-    ...fields,
-  });
-}
-
-const fault = (request: FaultRequest) => server.state.addFault(request);
-const pass = (): Promise<PassResult> => reconciler.runPass({ mode: 'full' });
-const fileAt = (relative: string) => readFile(path.join(rootDir, relative), 'utf8');
-const exists = (relative: string) =>
-  lstat(path.join(rootDir, relative)).then(
-    () => true,
-    () => false,
-  );
-const reports = () =>
-  server.state.reports.map((r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`);
-const LIST = '^/v1/config_instances$';
+afterEach(() => world.close());
 
 describe('a listing that ends before its total_count', () => {
   // A page that says `has_more: false` while `total_count` counts more: the count is off or the listing was cut
@@ -106,49 +21,51 @@ describe('a listing that ends before its total_count', () => {
   // retired instance listed at its path (b_x, whose removal the service has not recorded yet) made the pull look
   // complete and the path wanted by nobody.
   it('removes no file on the strength of it', async () => {
-    for (let i = 0; i < 99; i += 1) put({ id: `a_${String(i).padStart(3, '0')}` });
+    for (let i = 0; i < 99; i += 1) world.put({ id: `a_${String(i).padStart(3, '0')}` });
     // b_x held shared.json first; c_w took it over (a later deploy at the same path).
-    put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T0 });
-    expect((await pass()).converged).toBe(true);
-    put({ id: 'c_w', relative_filepath: 'shared.json', config_schema_id: 'sch_w', updated_at: T1 });
-    const x = server.state.instances.get('b_x')!;
-    server.state.instances.set('b_x', { ...x, target_status: 'removed', activity_status: 'deployed' });
-    await pass();
-    expect(await fileAt('shared.json')).toBe('{\n  "owner": "c_w"\n}\n');
+    world.put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T0 });
+    expect((await world.pass()).converged).toBe(true);
+    world.put({ id: 'c_w', relative_filepath: 'shared.json', config_schema_id: 'sch_w', updated_at: T1 });
+    const x = world.server.state.instances.get('b_x')!;
+    world.server.state.instances.set('b_x', { ...x, target_status: 'removed', activity_status: 'deployed' });
+    await world.pass();
+    expect(await world.fileAt('shared.json')).toBe('{\n  "owner": "c_w"\n}\n');
     // A service that lags: b_x still shows deployed (its removal not recorded), c_w deployed.
-    const x2 = server.state.instances.get('b_x')!;
-    server.state.instances.set('b_x', { ...x2, activity_status: 'deployed', error_status: 'none' });
-    const w = server.state.instances.get('c_w')!;
+    const x2 = world.server.state.instances.get('b_x')!;
+    world.server.state.instances.set('b_x', { ...x2, activity_status: 'deployed', error_status: 'none' });
+    const w = world.server.state.instances.get('c_w')!;
     expect(w.activity_status).toBe('deployed');
-    const before = reports().length;
+    const before = world.reports().length;
     // The first page (a_000..a_098, b_x) says there is no more, though total_count counts c_w.
-    fault({
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"has_more":true', with: '"has_more":false' }],
     });
-    await pass();
-    expect(await exists('shared.json')).toBe(true);
-    expect(await fileAt('shared.json')).toBe('{\n  "owner": "c_w"\n}\n');
+    await world.pass();
+    expect(await world.exists('shared.json')).toBe(true);
+    expect(await world.fileAt('shared.json')).toBe('{\n  "owner": "c_w"\n}\n');
     // c_w, which the service shows deployed, is told nothing; b_x only that it is removed (its file is c_w's).
-    expect(reports().slice(before)).toEqual(['b_x removed/none']);
-    expect(await fileAt('a_000.json')).toBe('{\n  "owner": "a_000"\n}\n');
+    expect(world.reports().slice(before)).toEqual(['b_x removed/none']);
+    expect(await world.fileAt('a_000.json')).toBe('{\n  "owner": "a_000"\n}\n');
   });
 });
 
-/** A service in front of the mock whose pages hold one item each (one that caps a page by its bytes). */
-async function pagesOfOne(): Promise<{ url: string; close(): Promise<void> }> {
-  const upstream = new URL(server.url);
+type Answer = (incoming: IncomingMessage, outgoing: ServerResponse, url: URL) => boolean;
+
+/** A service in front of the mock: `answer` answers a request itself (true) or may change the URL it forwards. */
+async function frontOfMock(answer: Answer): Promise<{ url: string; close(): Promise<void> }> {
+  const upstream = new URL(world.server.url);
   const front = createServer((incoming, outgoing) => {
     const url = new URL(incoming.url ?? '/', upstream);
-    if (url.pathname === '/v1/config_instances') url.searchParams.set('limit', '1');
+    if (answer(incoming, outgoing, url)) return;
     const forwarded = httpRequest(
       url,
       { method: incoming.method, headers: { ...incoming.headers, host: upstream.host } },
-      (answer) => {
-        outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
-        answer.pipe(outgoing);
+      (response) => {
+        outgoing.writeHead(response.statusCode ?? 502, response.headers);
+        response.pipe(outgoing);
       },
     );
     incoming.pipe(forwarded);
@@ -164,30 +81,38 @@ async function pagesOfOne(): Promise<{ url: string; close(): Promise<void> }> {
   };
 }
 
+/** A service in front of the mock whose pages hold one item each (one that caps a page by its bytes). */
+function pagesOfOne(): Promise<{ url: string; close(): Promise<void> }> {
+  return frontOfMock((_incoming, _outgoing, url) => {
+    if (url.pathname === '/v1/config_instances') url.searchParams.set('limit', '1');
+    return false;
+  });
+}
+
 describe('a listing cut short, then whole again', () => {
   // The record of an instance the cut listing did not show (and owning no file) was forgotten as if the service
   // had deleted it, and with it the echo of the agent's own report: the loser of a path conflict, whose
   // `retrying` report had moved its updated_at past the winner's, then won the path as the instance updated
   // last, and its older bytes replaced the winner's file.
   it('keeps what the agent knows of instances it did not see', async () => {
-    for (let i = 0; i < 99; i += 1) put({ id: `a_${String(i).padStart(3, '0')}` });
-    put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T1 });
-    put({ id: 'c_y', relative_filepath: 'shared.json', config_schema_id: 'sch_y', updated_at: T0 });
-    await pass();
-    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
-    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
-    fault({
+    for (let i = 0; i < 99; i += 1) world.put({ id: `a_${String(i).padStart(3, '0')}` });
+    world.put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T1 });
+    world.put({ id: 'c_y', relative_filepath: 'shared.json', config_schema_id: 'sch_y', updated_at: T0 });
+    await world.pass();
+    expect(await world.fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(world.reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"has_more":true', with: '"has_more":false' }],
     });
-    await pass();
-    server.state.clearFaults();
-    await pass();
-    await pass();
-    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
-    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+    await world.pass();
+    world.server.state.clearFaults();
+    await world.pass();
+    await world.pass();
+    expect(await world.fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(world.reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
   });
 });
 
@@ -195,18 +120,23 @@ describe('an item whose id cannot be read', () => {
   // Whichever instance that item is, the listing cannot say it is gone: its record (and the echo of the agent's
   // own report) must not be forgotten, or a path conflict's loser wins the path once the item is readable again.
   it('keeps what the agent knows of every instance', async () => {
-    put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T1 });
-    put({ id: 'c_y', relative_filepath: 'shared.json', config_schema_id: 'sch_y', updated_at: T0 });
-    await pass();
-    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
-    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
-    fault({ match: LIST, count: 1000, mode: 'rewrite', replace: [{ find: '"id":"c_y"', with: '"id":7' }] });
-    await pass();
-    server.state.clearFaults();
-    await pass();
-    await pass();
-    expect(await fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
-    expect(reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+    world.put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T1 });
+    world.put({ id: 'c_y', relative_filepath: 'shared.json', config_schema_id: 'sch_y', updated_at: T0 });
+    await world.pass();
+    expect(await world.fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(world.reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
+    world.fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"id":"c_y"', with: '"id":7' }],
+    });
+    await world.pass();
+    world.server.state.clearFaults();
+    await world.pass();
+    await world.pass();
+    expect(await world.fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
+    expect(world.reports().filter((r) => r.startsWith('c_y'))).toEqual(['c_y queued/retrying']);
   });
 });
 
@@ -215,10 +145,10 @@ describe('pages of one item and a total_count that is off', () => {
   // for again; when every try ends the same way the count is off, and the device was never synced (each pass:
   // listing_unstable after 3 listings, nothing written) for as long as the service counted so.
   it('writes and reports what is listed, after three tries that end alike', async () => {
-    put({ id: 'a_1' });
-    put({ id: 'a_2' });
-    put({ id: 'a_3', target_status: 'removed', activity_status: 'deployed' });
-    fault({
+    world.put({ id: 'a_1' });
+    world.put({ id: 'a_2' });
+    world.put({ id: 'a_3', target_status: 'removed', activity_status: 'deployed' });
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
@@ -226,15 +156,15 @@ describe('pages of one item and a total_count that is off', () => {
     });
     const front = await pagesOfOne();
     try {
-      await open(front.url);
-      const result = await pass();
+      await world.open({ clientOptions: { baseUrl: front.url } });
+      const result = await world.pass();
       expect(result.error?.message).toBeUndefined();
-      expect(await fileAt('a_1.json')).toBe('{\n  "owner": "a_1"\n}\n');
-      expect(await fileAt('a_2.json')).toBe('{\n  "owner": "a_2"\n}\n');
-      expect(reports().sort()).toEqual(['a_1 deployed/none', 'a_2 deployed/none', 'a_3 removed/none']);
+      expect(await world.fileAt('a_1.json')).toBe('{\n  "owner": "a_1"\n}\n');
+      expect(await world.fileAt('a_2.json')).toBe('{\n  "owner": "a_2"\n}\n');
+      expect(world.reports().sort()).toEqual(['a_1 deployed/none', 'a_2 deployed/none', 'a_3 removed/none']);
       expect(result.reachable).toBe(true);
     } finally {
-      await reconciler.close();
+      await world.reconciler.close();
       await front.close();
     }
   });
@@ -246,36 +176,36 @@ describe('ids that name Object.prototype members', () => {
   // written, remembered across a restart, and its file removed when it is retired.
   it('are deployed, remembered across a restart and removed when retired', async () => {
     const ids = ['__proto__', 'constructor', 'toString', 'hasOwnProperty', 'valueOf', '__defineGetter__'];
-    for (const id of ids) put({ id, relative_filepath: `p/${id}.json` });
-    expect((await pass()).converged).toBe(true);
-    for (const id of ids) expect(await fileAt(`p/${id}.json`)).toBe(`{\n  "owner": "${id}"\n}\n`);
-    expect(reports().sort()).toEqual(ids.map((id) => `${id} deployed/none`).sort());
-    await open();
-    expect((await pass()).converged).toBe(true);
-    expect(reports()).toHaveLength(ids.length);
+    for (const id of ids) world.put({ id, relative_filepath: `p/${id}.json` });
+    expect((await world.pass()).converged).toBe(true);
+    for (const id of ids) expect(await world.fileAt(`p/${id}.json`)).toBe(`{\n  "owner": "${id}"\n}\n`);
+    expect(world.reports().sort()).toEqual(ids.map((id) => `${id} deployed/none`).sort());
+    await world.open();
+    expect((await world.pass()).converged).toBe(true);
+    expect(world.reports()).toHaveLength(ids.length);
     for (const id of ids) {
-      const record = server.state.instances.get(id)!;
-      server.state.instances.set(id, { ...record, target_status: 'removed', updated_at: T1 });
+      const record = world.server.state.instances.get(id)!;
+      world.server.state.instances.set(id, { ...record, target_status: 'removed', updated_at: T1 });
     }
-    await pass();
-    for (const id of ids) expect(await exists(`p/${id}.json`)).toBe(false);
-    expect(reports().slice(ids.length).sort()).toEqual(ids.map((id) => `${id} removed/none`).sort());
-    await open();
-    expect((await pass()).converged).toBe(true);
-    expect(reports()).toHaveLength(2 * ids.length);
+    await world.pass();
+    for (const id of ids) expect(await world.exists(`p/${id}.json`)).toBe(false);
+    expect(world.reports().slice(ids.length).sort()).toEqual(ids.map((id) => `${id} removed/none`).sort());
+    await world.open();
+    expect((await world.pass()).converged).toBe(true);
+    expect(world.reports()).toHaveLength(2 * ids.length);
   });
 });
 
 describe('instances that trade paths in one listing', () => {
   // Each new path is recorded as the other instance's file: a takeover and a moved instance's old path at once.
   it('leaves each file with its new owner and removes none', async () => {
-    put({ id: 'x', relative_filepath: 'a.json', content: { v: 1 } });
-    put({ id: 'y', relative_filepath: 'b.json', content: { v: 1 } });
-    put({ id: 'z', relative_filepath: 'c.json', content: { v: 1 } });
-    expect((await pass()).converged).toBe(true);
+    world.put({ id: 'x', relative_filepath: 'a.json', content: { v: 1 } });
+    world.put({ id: 'y', relative_filepath: 'b.json', content: { v: 1 } });
+    world.put({ id: 'z', relative_filepath: 'c.json', content: { v: 1 } });
+    expect((await world.pass()).converged).toBe(true);
     const move = (id: string, to: string) => {
-      const record = server.state.instances.get(id)!;
-      server.state.instances.set(id, {
+      const record = world.server.state.instances.get(id)!;
+      world.server.state.instances.set(id, {
         ...record,
         relative_filepath: to,
         content: { v: 2, at: to },
@@ -286,49 +216,33 @@ describe('instances that trade paths in one listing', () => {
     move('x', 'b.json');
     move('y', 'c.json');
     move('z', 'a.json');
-    for (let i = 0; i < 3; i += 1) await pass();
-    expect(await fileAt('b.json')).toBe('{\n  "v": 2,\n  "at": "b.json"\n}\n');
-    expect(await fileAt('c.json')).toBe('{\n  "v": 2,\n  "at": "c.json"\n}\n');
-    expect(await fileAt('a.json')).toBe('{\n  "v": 2,\n  "at": "a.json"\n}\n');
-    expect(reports().slice(3).sort()).toEqual(['x deployed/none', 'y deployed/none', 'z deployed/none']);
-    expect((await pass()).converged).toBe(true);
+    for (let i = 0; i < 3; i += 1) await world.pass();
+    expect(await world.fileAt('b.json')).toBe('{\n  "v": 2,\n  "at": "b.json"\n}\n');
+    expect(await world.fileAt('c.json')).toBe('{\n  "v": 2,\n  "at": "c.json"\n}\n');
+    expect(await world.fileAt('a.json')).toBe('{\n  "v": 2,\n  "at": "a.json"\n}\n');
+    expect(world.reports().slice(3).sort()).toEqual([
+      'x deployed/none',
+      'y deployed/none',
+      'z deployed/none',
+    ]);
+    expect((await world.pass()).converged).toBe(true);
   });
 });
 
 /** A front that answers every status report 204 itself and forwards everything else to the mock. */
 async function reportsSwallowed(): Promise<{ url: string; patches: () => number; close(): Promise<void> }> {
-  const upstream = new URL(server.url);
   let patches = 0;
-  const front = createServer((incoming, outgoing) => {
-    if (incoming.method === 'PATCH') {
-      patches += 1;
-      incoming.resume();
-      incoming.on('end', () => {
-        outgoing.writeHead(204);
-        outgoing.end();
-      });
-      return;
-    }
-    const forwarded = httpRequest(
-      new URL(incoming.url ?? '/', upstream),
-      { method: incoming.method, headers: { ...incoming.headers, host: upstream.host } },
-      (answer) => {
-        outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
-        answer.pipe(outgoing);
-      },
-    );
-    incoming.pipe(forwarded);
+  const front = await frontOfMock((incoming, outgoing) => {
+    if (incoming.method !== 'PATCH') return false;
+    patches += 1;
+    incoming.resume();
+    incoming.on('end', () => {
+      outgoing.writeHead(204);
+      outgoing.end();
+    });
+    return true;
   });
-  await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(front.address() as AddressInfo).port}`,
-    patches: () => patches,
-    close: () =>
-      new Promise<void>((resolve) => {
-        front.closeAllConnections();
-        front.close(() => resolve());
-      }),
-  };
+  return { ...front, patches: () => patches };
 }
 
 describe('a status endpoint that answers 204 and records nothing', () => {
@@ -336,59 +250,40 @@ describe('a status endpoint that answers 204 and records nothing', () => {
   // report22 held such reports back (the listing shows them unrecorded: as before, same updated_at) as refused
   // ones are, none lost, and the first pass of a new process against a service that records settles them.
   it('costs one report per instance, held back after, and the reports land once the service records them', async () => {
-    for (let i = 0; i < 5; i += 1) put({ id: `s_${i}` });
+    for (let i = 0; i < 5; i += 1) world.put({ id: `s_${i}` });
     const front = await reportsSwallowed();
     try {
-      await open(front.url);
+      await world.open({ clientOptions: { baseUrl: front.url } });
       const counts: number[] = [];
       for (let i = 0; i < 4; i += 1) {
-        await reconciler.runPass({ mode: i === 0 ? 'full' : 'incremental' });
+        await world.reconciler.runPass({ mode: i === 0 ? 'full' : 'incremental' });
         counts.push(front.patches());
       }
       expect(counts).toEqual([5, 5, 5, 5]);
-      expect(reports()).toEqual([]);
+      expect(world.reports()).toEqual([]);
     } finally {
       await front.close();
     }
-    await open();
-    await reconciler.runPass({ mode: 'incremental' });
-    expect(reports().sort()).toEqual([0, 1, 2, 3, 4].map((i) => `s_${i} deployed/none`));
-    await reconciler.runPass({ mode: 'incremental' });
-    await reconciler.runPass({ mode: 'full' });
-    expect(reports()).toHaveLength(5);
+    await world.open();
+    await world.reconciler.runPass({ mode: 'incremental' });
+    expect(world.reports().sort()).toEqual([0, 1, 2, 3, 4].map((i) => `s_${i} deployed/none`));
+    await world.reconciler.runPass({ mode: 'incremental' });
+    await world.reconciler.runPass({ mode: 'full' });
+    expect(world.reports()).toHaveLength(5);
   });
 });
 
 /** A front that asks the mock for 100 items whatever limit it is given: a service that ignores `limit`. */
 async function limitIgnored(): Promise<{ url: string; lists: () => number; close(): Promise<void> }> {
-  const upstream = new URL(server.url);
   let lists = 0;
-  const front = createServer((incoming, outgoing) => {
-    const url = new URL(incoming.url ?? '/', upstream);
+  const front = await frontOfMock((_incoming, _outgoing, url) => {
     if (url.pathname === '/v1/config_instances') {
       lists += 1;
       url.searchParams.set('limit', '100');
     }
-    const forwarded = httpRequest(
-      url,
-      { method: incoming.method, headers: { ...incoming.headers, host: upstream.host } },
-      (answer) => {
-        outgoing.writeHead(answer.statusCode ?? 502, answer.headers);
-        answer.pipe(outgoing);
-      },
-    );
-    incoming.pipe(forwarded);
+    return false;
   });
-  await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(front.address() as AddressInfo).port}`,
-    lists: () => lists,
-    close: () =>
-      new Promise<void>((resolve) => {
-        front.closeAllConnections();
-        front.close(() => resolve());
-      }),
-  };
+  return { ...front, lists: () => lists };
 }
 
 describe('a service that ignores limit, its listing larger than server.maxResponseBytes', () => {
@@ -397,19 +292,19 @@ describe('a service that ignores limit, its listing larger than server.maxRespon
   // pull's deadline. A page whose first bytes already hold more items than asked for ends the pull instead.
   it('is told at once, and no item is blamed for it', async () => {
     for (let i = 0; i < 100; i += 1) {
-      put({ id: `l_${String(i).padStart(3, '0')}`, content: { pad: 'x'.repeat(1000) } });
+      world.put({ id: `l_${String(i).padStart(3, '0')}`, content: { pad: 'x'.repeat(1000) } });
     }
     const front = await limitIgnored();
     try {
-      await open(front.url, 64 * 1024);
-      const result = await pass();
+      await world.open({ clientOptions: { baseUrl: front.url }, maxResponseBytes: 64 * 1024 });
+      const result = await world.pass();
       expect(result.error).toMatchObject({ code: 'listing_runaway' });
       expect(result.error?.message).toMatch(/it ignores limit/);
-      expect(reports()).toEqual([]);
+      expect(world.reports()).toEqual([]);
       // The first page asked for 100 items, then 50: the page for 50 holds more in its first 64 KiB.
       expect(front.lists()).toBeLessThanOrEqual(4);
     } finally {
-      await reconciler.close();
+      await world.reconciler.close();
       await front.close();
     }
   });
@@ -419,20 +314,21 @@ describe('a service whose has_more is always true', () => {
   // The page after the last item came back empty with has_more still true: a runaway, so every pass stopped
   // before writing anything. An empty page right past all that total_count counts is the listing's end.
   it('is listed to its total_count and synced', async () => {
-    for (let i = 0; i < 3; i += 1) put({ id: `h_${i}` });
-    fault({
+    for (let i = 0; i < 3; i += 1) world.put({ id: `h_${i}` });
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"has_more":false', with: '"has_more":true' }],
     });
-    const result = await pass();
+    const result = await world.pass();
     expect(result.error?.message).toBeUndefined();
-    expect(reports().sort()).toEqual(['h_0 deployed/none', 'h_1 deployed/none', 'h_2 deployed/none']);
-    for (let i = 0; i < 3; i += 1) expect(await fileAt(`h_${i}.json`)).toBe(`{\n  "owner": "h_${i}"\n}\n`);
+    expect(world.reports().sort()).toEqual(['h_0 deployed/none', 'h_1 deployed/none', 'h_2 deployed/none']);
+    for (let i = 0; i < 3; i += 1)
+      expect(await world.fileAt(`h_${i}.json`)).toBe(`{\n  "owner": "h_${i}"\n}\n`);
     // Without a count to end it, it stays a runaway (bounded), as before.
-    server.state.clearFaults();
-    fault({
+    world.server.state.clearFaults();
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
@@ -441,6 +337,6 @@ describe('a service whose has_more is always true', () => {
         { find: '"total_count":3', with: '"total_count":-1' },
       ],
     });
-    expect((await pass()).error).toMatchObject({ code: 'listing_runaway' });
+    expect((await world.pass()).error).toMatchObject({ code: 'listing_runaway' });
   });
 });

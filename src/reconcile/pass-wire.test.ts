@@ -1,151 +1,95 @@
 // runPass against a hostile or changing service (issue 8 §1-2): what lands on disk and what the service hears.
 import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { FaultRequest } from '../api/admin-schemas.js';
-import { createClient } from '../api/client.js';
+import { createPassWorld, LIST, type PassWorld } from '../../test/helpers/pass-world.js';
 import { LosslessNumber } from '../api/json.js';
-import type { Clock } from '../lib/clock.js';
-import type { Deps } from '../lib/deps.js';
-import { silentLogger } from '../lib/logger.js';
-import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
-import type { ConfigInstanceRecord } from '../mock-server/state.js';
-import type { PassResult } from './pass-runner.js';
-import { Reconciler } from './reconcile.js';
+import type { Logger } from '../lib/logger.js';
 
-const API_KEY = 'sk_test_wire_0123456789abcdef';
-const DEVICE = 'dvc_1';
 const T0 = '2026-01-01T00:00:00.000Z';
 
-const clock: Clock = {
-  now: () => Date.parse('2026-06-01T00:00:00.000Z'),
-  monotonic: () => 1_000,
-  sleep: async () => undefined,
-};
+let world: PassWorld;
 
-let dir: string;
-let rootDir: string;
-let server: RunningMockServer;
-let reconciler: Reconciler;
-
-async function open(maxResponseBytes = 1 << 20, logger = silentLogger()): Promise<void> {
-  await reconciler?.close();
-  const client = createClient({ baseUrl: server.url, apiKey: API_KEY, timeoutMs: 10_000, maxResponseBytes });
-  const deps: Deps = { fs: nodeFs, clock, random: () => 0.5, logger };
-  reconciler = await Reconciler.open(
-    deps,
-    {
-      deviceId: DEVICE,
-      rootDir,
-      stateDir: path.join(dir, 'state'),
-      fileMode: 0o640,
-      dirMode: 0o750,
-      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-      requestRetries: 0,
-      maxResponseBytes,
-    },
-    client,
-  );
+/** Opens the reconciler again, with this response cap (the client's and the pull's) and logger. */
+function open(maxResponseBytes = 1 << 20, logger?: Logger) {
+  return world.open({ maxResponseBytes, ...(logger === undefined ? {} : { deps: { logger } }) });
 }
 
 beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-wire-'));
-  rootDir = path.join(dir, 'root');
-  await mkdir(rootDir);
-  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
-  server = await startMockServer({ apiKeys: [API_KEY] });
-  await open();
+  world = await createPassWorld({ name: 'wire', maxResponseBytes: 1 << 20 });
 });
 
-afterEach(async () => {
-  await reconciler.close();
-  await server.close();
-  await rm(dir, { recursive: true, force: true });
-});
-
-function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
-  server.state.instances.set(fields.id, {
-    device_id: DEVICE,
-    relative_filepath: `${fields.id}.json`,
-    config_schema_id: `sch_${fields.id}`,
-    config_type_id: 'typ',
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    content: { owner: fields.id },
-    created_at: T0,
-    updated_at: T0,
-    ...fields,
-  });
-}
-
-const fault = (request: FaultRequest) => server.state.addFault(request);
-const pass = (): Promise<PassResult> => reconciler.runPass({ mode: 'full' });
-const fileAt = (relative: string) => readFile(path.join(rootDir, relative), 'utf8');
-const exists = (relative: string) =>
-  lstat(path.join(rootDir, relative)).then(
-    () => true,
-    () => false,
-  );
-const reports = () =>
-  server.state.reports.map((r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`);
-const LIST = '^/v1/config_instances$';
+afterEach(() => world.close());
 
 describe('one bad item never blocks the others', () => {
   it('good instances are written; one with 1e400 is reported failed naming the number, once', async () => {
-    put({ id: 'cfg_a', content: { n: 1 } });
-    put({ id: 'cfg_b' });
-    fault({ match: LIST, count: 1000, mode: 'rewrite', replace: [{ find: '"n":1}', with: '"n":1e400}' }] });
-    const first = await pass();
-    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
-    expect(await exists('cfg_a.json')).toBe(false);
-    expect(reports().sort()).toEqual(['cfg_a queued/failed', 'cfg_b deployed/none']);
-    expect(server.state.reports.find((r) => r.config_instance_id === 'cfg_a')?.message).toBe(
+    world.put({ id: 'cfg_a', content: { n: 1 } });
+    world.put({ id: 'cfg_b' });
+    world.fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"n":1}', with: '"n":1e400}' }],
+    });
+    const first = await world.pass();
+    expect(await world.fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    expect(await world.exists('cfg_a.json')).toBe(false);
+    expect(world.reports().sort()).toEqual(['cfg_a queued/failed', 'cfg_b deployed/none']);
+    expect(world.server.state.reports.find((r) => r.config_instance_id === 'cfg_a')?.message).toBe(
       'invalid instance from the service: content.n: number 1e400 is out of range (beyond ±1.8e308)',
     );
     expect(first.converged).toBe(false);
     // The service now shows it failed: no second report, and nothing else to do.
-    const second = await pass();
-    expect(reports()).toHaveLength(2);
+    const second = await world.pass();
+    expect(world.reports()).toHaveLength(2);
     expect(second.converged).toBe(true);
   });
 
   it('its failed report lost by a cut between state.json and outbox.json is sent by the next run', async () => {
-    put({ id: 'cfg_a', content: { n: 1 } });
-    fault({ match: LIST, count: 1000, mode: 'rewrite', replace: [{ find: '"n":1}', with: '"n":1e400}' }] });
-    fault({ match: '^/v1/config_instances/cfg_a$', count: 1 });
-    await pass();
-    expect(reports()).toEqual([]);
+    world.put({ id: 'cfg_a', content: { n: 1 } });
+    world.fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"n":1}', with: '"n":1e400}' }],
+    });
+    world.fault({ match: '^/v1/config_instances/cfg_a$', count: 1 });
+    await world.pass();
+    expect(world.reports()).toEqual([]);
     // persistRecords saves state.json (the instance recorded failed) before outbox.json (its report): a cut
     // between the two leaves the outbox as it was before the pass, here none.
-    await rm(path.join(dir, 'state', 'outbox.json'));
+    await rm(path.join(world.dir, 'state', 'outbox.json'));
     await open();
-    await pass();
-    expect(reports()).toEqual(['cfg_a queued/failed']);
-    expect(server.state.instances.get('cfg_a')?.error_status).toBe('failed');
+    await world.pass();
+    expect(world.reports()).toEqual(['cfg_a queued/failed']);
+    expect(world.server.state.instances.get('cfg_a')?.error_status).toBe('failed');
   });
 
   it('reported failed again when an operator redeploys it still invalid (the service shows it queued again)', async () => {
-    put({ id: 'cfg_a', content: { n: 1 } });
-    fault({ match: LIST, count: 1000, mode: 'rewrite', replace: [{ find: '"n":1}', with: '"n":1e400}' }] });
-    await pass();
-    expect(reports()).toEqual(['cfg_a queued/failed']);
-    put({ id: 'cfg_a', content: { n: 1 }, updated_at: '2026-02-01T00:00:00.000Z' });
-    await pass();
-    expect(reports()).toEqual(['cfg_a queued/failed', 'cfg_a queued/failed']);
+    world.put({ id: 'cfg_a', content: { n: 1 } });
+    world.fault({
+      match: LIST,
+      count: 1000,
+      mode: 'rewrite',
+      replace: [{ find: '"n":1}', with: '"n":1e400}' }],
+    });
+    await world.pass();
+    expect(world.reports()).toEqual(['cfg_a queued/failed']);
+    world.put({ id: 'cfg_a', content: { n: 1 }, updated_at: '2026-02-01T00:00:00.000Z' });
+    await world.pass();
+    expect(world.reports()).toEqual(['cfg_a queued/failed', 'cfg_a queued/failed']);
     // Once the service holds it, not again.
-    await pass();
-    expect(reports()).toHaveLength(2);
+    await world.pass();
+    expect(world.reports()).toHaveLength(2);
   });
 
   it('names a megabyte key or number of a bad item by its length, not by its text', async () => {
     const key = 'k'.repeat(1_000_000);
-    put({ id: 'cfg_key', content: { n: 1 } });
-    put({ id: 'cfg_num', content: { m: 1 } });
-    fault({
+    world.put({ id: 'cfg_key', content: { n: 1 } });
+    world.put({ id: 'cfg_num', content: { m: 1 } });
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
@@ -154,8 +98,9 @@ describe('one bad item never blocks the others', () => {
         { find: '{"m":1}', with: `{"m":1${'0'.repeat(1_000_000)}}` },
       ],
     });
-    await pass();
-    const message = (id: string) => server.state.reports.find((r) => r.config_instance_id === id)?.message;
+    await world.pass();
+    const message = (id: string) =>
+      world.server.state.reports.find((r) => r.config_instance_id === id)?.message;
     expect(message('cfg_key')).toBe(
       'invalid instance from the service: content.<a key of 1000000 characters>: number 1e400 is out of range (beyond ±1.8e308)',
     );
@@ -166,16 +111,16 @@ describe('one bad item never blocks the others', () => {
 
   it('keeps no path longer than any valid one in state.json', async () => {
     const longPath = `app/${'p'.repeat(1_000_000)}.json`;
-    put({ id: 'cfg_long', relative_filepath: longPath });
-    put({ id: 'cfg_ok' });
-    await pass();
-    expect(reports().sort()).toEqual(['cfg_long queued/failed', 'cfg_ok deployed/none']);
-    const state = await readFile(path.join(dir, 'state', 'state.json'), 'utf8');
+    world.put({ id: 'cfg_long', relative_filepath: longPath });
+    world.put({ id: 'cfg_ok' });
+    await world.pass();
+    expect(world.reports().sort()).toEqual(['cfg_long queued/failed', 'cfg_ok deployed/none']);
+    const state = await readFile(path.join(world.dir, 'state', 'state.json'), 'utf8');
     expect(state.length).toBeLessThan(4_096);
     expect(JSON.parse(state).instances.cfg_long).toMatchObject({ error: 'failed', relativePath: '' });
     // The service shows it failed: nothing more to report.
-    await pass();
-    expect(reports()).toHaveLength(2);
+    await world.pass();
+    expect(world.reports()).toHaveLength(2);
   });
 
   it('tells each unusable item at its level once, not on every pass that lists it', async () => {
@@ -184,10 +129,10 @@ describe('one bad item never blocks the others', () => {
       1 << 20,
       pino({ level: 'debug' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
     );
-    for (let n = 0; n < 5; n += 1) put({ id: `cfg_new_${n}` });
-    put({ id: 'cfg_bad', content: { n: 1 } });
-    put({ id: 'cfg_ok' });
-    fault({
+    for (let n = 0; n < 5; n += 1) world.put({ id: `cfg_new_${n}` });
+    world.put({ id: 'cfg_bad', content: { n: 1 } });
+    world.put({ id: 'cfg_ok' });
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
@@ -199,7 +144,7 @@ describe('one bad item never blocks the others', () => {
         { find: '"n":1}', with: '"n":1e400}' },
       ],
     });
-    for (let n = 0; n < 4; n += 1) await pass();
+    for (let n = 0; n < 4; n += 1) await world.pass();
     const told = (level: number) =>
       lines.filter((line) => line.level === level && line.instanceId !== undefined);
     // pino: 40 warn, 50 error, 20 debug.
@@ -214,30 +159,31 @@ describe('one bad item never blocks the others', () => {
         .map((line) => line.instanceId),
     ).toEqual(['cfg_bad']);
     expect(told(20).filter((line) => line.msg.startsWith('instance skipped'))).toHaveLength(15);
-    expect(await fileAt('cfg_ok.json')).toBe('{\n  "owner": "cfg_ok"\n}\n');
+    expect(await world.fileAt('cfg_ok.json')).toBe('{\n  "owner": "cfg_ok"\n}\n');
   });
 
   it('an unknown target_status skips that instance: nothing written, nothing reported, its file kept', async () => {
-    put({ id: 'cfg_a' });
-    await pass();
-    expect(await exists('cfg_a.json')).toBe(true);
-    const before = reports().length;
-    fault({
+    world.put({ id: 'cfg_a' });
+    await world.pass();
+    expect(await world.exists('cfg_a.json')).toBe(true);
+    const before = world.reports().length;
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"target_status":"deployed"', with: '"target_status":"superseded"' }],
     });
-    put({
+    world.put({
       id: 'cfg_old',
       target_status: 'removed',
       activity_status: 'deployed',
       relative_filepath: 'cfg_a.json',
     });
-    const result = await pass();
-    expect(await fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
+    const result = await world.pass();
+    expect(await world.fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
     expect(
-      reports()
+      world
+        .reports()
         .slice(before)
         .filter((r) => r.startsWith('cfg_a ')),
     ).toEqual([]);
@@ -254,13 +200,13 @@ describe('one bad item never blocks the others', () => {
   });
 
   it("an invalid or unknown-status item of another device is not this device's: never reported, never protects a path", async () => {
-    put({ id: 'cfg_a' });
-    await pass();
+    world.put({ id: 'cfg_a' });
+    await world.pass();
     // A poll lists each changed query on its own: the service (a bug) slips in other devices' broken items.
-    put({ id: 'cfg_bad', content: { n: 1 } });
-    put({ id: 'cfg_odd' });
-    put({ id: 'cfg_new' });
-    fault({
+    world.put({ id: 'cfg_bad', content: { n: 1 } });
+    world.put({ id: 'cfg_odd' });
+    world.put({ id: 'cfg_new' });
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
@@ -280,10 +226,11 @@ describe('one bad item never blocks the others', () => {
         },
       ],
     });
-    const poll = await reconciler.runPass({ mode: 'incremental' });
-    expect(await fileAt('cfg_new.json')).toBe('{\n  "owner": "cfg_new"\n}\n');
+    const poll = await world.reconciler.runPass({ mode: 'incremental' });
+    expect(await world.fileAt('cfg_new.json')).toBe('{\n  "owner": "cfg_new"\n}\n');
     expect(
-      reports()
+      world
+        .reports()
         .filter((r) => !r.startsWith('cfg_a '))
         .sort(),
     ).toEqual(['cfg_new deployed/none']);
@@ -291,40 +238,45 @@ describe('one bad item never blocks the others', () => {
   });
 
   it('an instance with an empty id is invalid: the others are written, and the local state still loads', async () => {
-    put({ id: 'cfg_a' });
-    put({ id: 'cfg_b' });
-    fault({ match: LIST, count: 1, mode: 'rewrite', replace: [{ find: '"id":"cfg_a"', with: '"id":""' }] });
-    const first = await pass();
-    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
-    expect(await exists('cfg_a.json')).toBe(false);
+    world.put({ id: 'cfg_a' });
+    world.put({ id: 'cfg_b' });
+    world.fault({
+      match: LIST,
+      count: 1,
+      mode: 'rewrite',
+      replace: [{ find: '"id":"cfg_a"', with: '"id":""' }],
+    });
+    const first = await world.pass();
+    expect(await world.fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    expect(await world.exists('cfg_a.json')).toBe(false);
     expect(first.converged).toBe(false);
     // The next run (a new process) still knows cfg_b.json is its own: retired, it is deleted. An instance
     // recorded under the id "" made state.json unloadable, so the agent owned nothing any more.
     await open();
-    server.state.removeInstance('cfg_b', T0);
-    const second = await pass();
-    expect(await exists('cfg_b.json')).toBe(false);
-    expect(await fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
-    expect(reports()).toContain('cfg_b removed/none');
+    world.server.state.removeInstance('cfg_b', T0);
+    const second = await world.pass();
+    expect(await world.exists('cfg_b.json')).toBe(false);
+    expect(await world.fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
+    expect(world.reports()).toContain('cfg_b removed/none');
     expect(second.converged).toBe(true);
   });
 
   it('an id holding a lone surrogate (no URL can carry it) is invalid: nothing stuck once the service is fixed', async () => {
-    put({ id: 'cfg_a' });
-    put({ id: 'cfg_b' });
-    fault({
+    world.put({ id: 'cfg_a' });
+    world.put({ id: 'cfg_b' });
+    world.fault({
       match: LIST,
       count: 1,
       mode: 'rewrite',
       replace: [{ find: '"id":"cfg_a"', with: '"id":"cfg_\\ud800"' }],
     });
-    const first = await pass();
-    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    const first = await world.pass();
+    expect(await world.fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
     expect(first.converged).toBe(false);
     // The service lists the id right again: the pass converges. A report queued for the broken id could never
     // be sent (encodeURIComponent throws on it) nor dropped, and kept every later pass from converging.
-    const second = await pass();
-    expect(await fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
+    const second = await world.pass();
+    expect(await world.fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
     expect(second.reports.pending).toBe(0);
     expect(second.converged).toBe(true);
   });
@@ -332,41 +284,41 @@ describe('one bad item never blocks the others', () => {
   it('a path that fits alone but not under rootDir fails at once, naming why; the others are written', async () => {
     // 4,060 bytes: valid as a relative path (at most 4095), over PATH_MAX once rootDir is in front of it.
     const long = `${Array.from({ length: 20 }, () => 'd'.repeat(200)).join('/')}/${'f'.repeat(54)}.json`;
-    put({ id: 'cfg_long', relative_filepath: long });
-    put({ id: 'cfg_b' });
+    world.put({ id: 'cfg_long', relative_filepath: long });
+    world.put({ id: 'cfg_b' });
 
-    const result = await pass();
+    const result = await world.pass();
 
-    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
-    expect(await exists('d'.repeat(200))).toBe(false);
+    expect(await world.fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    expect(await world.exists('d'.repeat(200))).toBe(false);
     // Not `retrying` with ENAMETOOLONG, attempt after attempt for hours, before `failed` anyway.
-    expect(reports().sort()).toEqual(['cfg_b deployed/none', 'cfg_long queued/failed']);
-    expect(server.state.reports.find((r) => r.config_instance_id === 'cfg_long')?.message).toMatch(
+    expect(world.reports().sort()).toEqual(['cfg_b deployed/none', 'cfg_long queued/failed']);
+    expect(world.server.state.reports.find((r) => r.config_instance_id === 'cfg_long')?.message).toMatch(
       /is too long under rootDir/,
     );
     expect(result.converged).toBe(false);
   });
 
   it('an id longer than 512 characters is invalid: nothing recorded under it, no report no server would take', async () => {
-    put({ id: 'cfg_a' });
-    put({ id: 'cfg_b' });
+    world.put({ id: 'cfg_a' });
+    world.put({ id: 'cfg_b' });
     const huge = `cfg_${'x'.repeat(100_000)}`;
-    fault({
+    world.fault({
       match: LIST,
       count: 1,
       mode: 'rewrite',
       replace: [{ find: '"id":"cfg_a"', with: `"id":"${huge}"` }],
     });
-    const first = await pass();
-    expect(await fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
+    const first = await world.pass();
+    expect(await world.fileAt('cfg_b.json')).toBe('{\n  "owner": "cfg_b"\n}\n');
     expect(first.converged).toBe(false);
     // Kept, its report's URL (100 KB) was refused by every server (414) and stayed queued for good, and the id
     // sat in state.json and the outbox. The service lists the id right again: the pass converges.
-    const second = await pass();
-    expect(await fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
+    const second = await world.pass();
+    expect(await world.fileAt('cfg_a.json')).toBe('{\n  "owner": "cfg_a"\n}\n');
     expect(second.reports.pending).toBe(0);
     expect(second.converged).toBe(true);
-    expect(await readFile(path.join(dir, 'state', 'state.json'), 'utf8')).not.toContain('xxxxxxxxxx');
+    expect(await readFile(path.join(world.dir, 'state', 'state.json'), 'utf8')).not.toContain('xxxxxxxxxx');
   });
 
   it('a refusal whose message is over 4096 characters is reported once, not again on every pass', async () => {
@@ -374,14 +326,14 @@ describe('one bad item never blocks the others', () => {
     const long = Array.from({ length: 14 }, (_, i) => `${i}${'p'.repeat(220)}`).join('/');
     const older = `cfg_old_${'o'.repeat(480)}`;
     const newer = `cfg_new_${'n'.repeat(480)}`;
-    put({ id: older, relative_filepath: long, updated_at: '2026-01-01T00:00:00.000Z' });
-    put({ id: newer, relative_filepath: long, updated_at: '2026-01-02T00:00:00.000Z' });
+    world.put({ id: older, relative_filepath: long, updated_at: '2026-01-01T00:00:00.000Z' });
+    world.put({ id: newer, relative_filepath: long, updated_at: '2026-01-02T00:00:00.000Z' });
 
-    await pass();
-    await pass();
-    await pass();
+    await world.pass();
+    await world.pass();
+    await world.pass();
 
-    const refusals = reports().filter((r) => r.startsWith(`${older} `));
+    const refusals = world.reports().filter((r) => r.startsWith(`${older} `));
     // The record kept the whole message, the report the cut one: they never matched, so it went out again.
     expect(refusals).toEqual([`${older} queued/retrying`]);
   });
@@ -389,12 +341,13 @@ describe('one bad item never blocks the others', () => {
   it('large configs sync: pages shrink; only the instance too large alone is reported retrying, by id, until the limit is raised', async () => {
     await open(64 * 1024);
     for (let i = 0; i < 20; i++)
-      put({ id: `cfg_${String(i).padStart(2, '0')}`, content: { blob: 'x'.repeat(8_000) } });
-    put({ id: 'cfg_big', content: { blob: 'y'.repeat(100_000) } });
-    const result = await pass();
-    for (let i = 0; i < 20; i++) expect(await exists(`cfg_${String(i).padStart(2, '0')}.json`)).toBe(true);
-    expect(await exists('cfg_big.json')).toBe(false);
-    const big = server.state.reports.filter((r) => r.config_instance_id === 'cfg_big');
+      world.put({ id: `cfg_${String(i).padStart(2, '0')}`, content: { blob: 'x'.repeat(8_000) } });
+    world.put({ id: 'cfg_big', content: { blob: 'y'.repeat(100_000) } });
+    const result = await world.pass();
+    for (let i = 0; i < 20; i++)
+      expect(await world.exists(`cfg_${String(i).padStart(2, '0')}.json`)).toBe(true);
+    expect(await world.exists('cfg_big.json')).toBe(false);
+    const big = world.server.state.reports.filter((r) => r.config_instance_id === 'cfg_big');
     // Not `failed`: a final status, the instance stayed skipped for good after the operator raised the limit.
     expect(big.map((r) => `${r.activity_status}/${r.error_status}`)).toEqual(['queued/retrying']);
     expect(big[0]?.message).toMatch(
@@ -406,16 +359,18 @@ describe('one bad item never blocks the others', () => {
     });
     expect(result.converged).toBe(false);
     // Passes under the same limit report nothing more.
-    await pass();
-    expect(server.state.reports.filter((r) => r.config_instance_id === 'cfg_big')).toHaveLength(1);
+    await world.pass();
+    expect(world.server.state.reports.filter((r) => r.config_instance_id === 'cfg_big')).toHaveLength(1);
 
     await open(1 << 20);
-    expect(await pass()).toMatchObject({ converged: true });
-    expect(await exists('cfg_big.json')).toBe(true);
-    expect(server.state.reports.filter((r) => r.config_instance_id === 'cfg_big').at(-1)).toMatchObject({
-      activity_status: 'deployed',
-      error_status: 'none',
-    });
+    expect(await world.pass()).toMatchObject({ converged: true });
+    expect(await world.exists('cfg_big.json')).toBe(true);
+    expect(world.server.state.reports.filter((r) => r.config_instance_id === 'cfg_big').at(-1)).toMatchObject(
+      {
+        activity_status: 'deployed',
+        error_status: 'none',
+      },
+    );
   });
 });
 
@@ -424,65 +379,65 @@ describe('report answers and oversize items over server.maxResponseBytes', () =>
 
   it("a report's answer over the cap still records its new updated_at: two instances at one path do not take turns", async () => {
     await open(64 * 1024);
-    put({ id: 'cfg_old', relative_filepath: 'app.json', updated_at: '2026-01-01T00:00:00.000Z' });
-    put({ id: 'cfg_new', relative_filepath: 'app.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    world.put({ id: 'cfg_old', relative_filepath: 'app.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    world.put({ id: 'cfg_new', relative_filepath: 'app.json', updated_at: '2026-01-02T00:00:00.000Z' });
     // Every report's answer is padded past the cap after the instance's head (id, statuses, updated_at).
     const pad = `"pad":"${'p'.repeat(70 * 1024)}","content":`;
-    fault({ match: PATCH, count: 1000, mode: 'rewrite', replace: [{ find: '"content":', with: pad }] });
+    world.fault({ match: PATCH, count: 1000, mode: 'rewrite', replace: [{ find: '"content":', with: pad }] });
 
-    await pass();
-    expect(await fileAt('app.json')).toBe(`${JSON.stringify({ owner: 'cfg_new' }, null, 2)}\n`);
-    expect(reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
+    await world.pass();
+    expect(await world.fileAt('app.json')).toBe(`${JSON.stringify({ owner: 'cfg_new' }, null, 2)}\n`);
+    expect(world.reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
     // cfg_old's own report moved its updated_at past cfg_new's: only the recorded echo says it was the agent's.
-    await pass();
-    await pass();
+    await world.pass();
+    await world.pass();
 
-    expect(await fileAt('app.json')).toBe(`${JSON.stringify({ owner: 'cfg_new' }, null, 2)}\n`);
-    expect(reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
+    expect(await world.fileAt('app.json')).toBe(`${JSON.stringify({ owner: 'cfg_new' }, null, 2)}\n`);
+    expect(world.reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
   });
 
   it("the same with the answer's head after 70 KiB (nested, with quotes and brackets in its strings): scanned for it", async () => {
     await open(64 * 1024);
-    put({ id: 'cfg_old', relative_filepath: 'app.json', updated_at: '2026-01-01T00:00:00.000Z' });
-    put({ id: 'cfg_new', relative_filepath: 'app.json', updated_at: '2026-01-02T00:00:00.000Z' });
+    world.put({ id: 'cfg_old', relative_filepath: 'app.json', updated_at: '2026-01-01T00:00:00.000Z' });
+    world.put({ id: 'cfg_new', relative_filepath: 'app.json', updated_at: '2026-01-02T00:00:00.000Z' });
     // Before the id, statuses and updated_at: past the 64 KiB of the answer that were all it read of it.
     const nested = `{"updated_at":"1999-01-01T00:00:00.000Z","a":["\\"}]","${'p'.repeat(70 * 1024)}"]}`;
     const pad = `"object":"config_instance","pad":${nested},`;
-    fault({
+    world.fault({
       match: PATCH,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"object":"config_instance",', with: pad }],
     });
 
-    await pass();
-    await pass();
-    await pass();
+    await world.pass();
+    await world.pass();
+    await world.pass();
 
-    expect(await fileAt('app.json')).toBe(`${JSON.stringify({ owner: 'cfg_new' }, null, 2)}\n`);
-    expect(reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
+    expect(await world.fileAt('app.json')).toBe(`${JSON.stringify({ owner: 'cfg_new' }, null, 2)}\n`);
+    expect(world.reports().sort()).toEqual(['cfg_new deployed/none', 'cfg_old queued/retrying']);
   });
 
   it('an instance too large by itself whose content comes before its statuses is reported retrying once, not on every pass', async () => {
     await open(64 * 1024);
-    put({ id: 'cfg_a' });
-    put({ id: 'cfg_big', content: { blob: 'y'.repeat(100_000) } });
+    world.put({ id: 'cfg_a' });
+    world.put({ id: 'cfg_big', content: { blob: 'y'.repeat(100_000) } });
     // The service's field order: the content first, its statuses past the 64 KiB the agent reads of it.
     const first = `"object":"config_instance","id":"cfg_big","content":{"blob":"${'y'.repeat(100_000)}"},`;
-    fault({
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"object":"config_instance","id":"cfg_big",', with: first }],
     });
 
-    await pass();
-    await pass();
-    await pass();
+    await world.pass();
+    await world.pass();
+    await world.pass();
 
-    expect(reports().filter((r) => r.startsWith('cfg_big '))).toEqual(['cfg_big queued/retrying']);
-    expect(await exists('cfg_a.json')).toBe(true);
-    expect(await exists('cfg_big.json')).toBe(false);
+    expect(world.reports().filter((r) => r.startsWith('cfg_big '))).toEqual(['cfg_big queued/retrying']);
+    expect(await world.exists('cfg_a.json')).toBe(true);
+    expect(await world.exists('cfg_big.json')).toBe(false);
   });
 });
 
@@ -491,53 +446,53 @@ describe('an id the service lists twice', () => {
     'invalid instance from the service: listed more than once in one listing by the service (ambiguous: no copy is used)';
 
   it('with other content and path, in one page: neither copy is written, the file on disk stays, it is reported retrying once', async () => {
-    put({ id: 'cfg_a', content: { v: 'A' } });
-    put({ id: 'cfg_c' });
-    await pass();
-    const before = reports().length;
-    put({ id: 'cfg_b', content: { v: 'B' } });
+    world.put({ id: 'cfg_a', content: { v: 'A' } });
+    world.put({ id: 'cfg_c' });
+    await world.pass();
+    const before = world.reports().length;
+    world.put({ id: 'cfg_b', content: { v: 'B' } });
     // cfg_b's item comes out as a second cfg_a (other content, other path) in every listing.
-    fault({
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"id":"cfg_b"', with: '"id":"cfg_a"' }],
     });
-    const first = await pass();
-    const second = await pass();
+    const first = await world.pass();
+    const second = await world.pass();
 
-    expect(await fileAt('cfg_a.json')).toBe('{\n  "v": "A"\n}\n');
-    expect(await exists('cfg_b.json')).toBe(false);
-    expect(reports().slice(before)).toEqual(['cfg_a deployed/retrying']);
-    expect(server.state.reports.at(-1)?.message).toBe(DUPLICATED);
+    expect(await world.fileAt('cfg_a.json')).toBe('{\n  "v": "A"\n}\n');
+    expect(await world.exists('cfg_b.json')).toBe(false);
+    expect(world.reports().slice(before)).toEqual(['cfg_a deployed/retrying']);
+    expect(world.server.state.reports.at(-1)?.message).toBe(DUPLICATED);
     expect(first.error).toBeUndefined();
     // Not converged while the service still lists it twice; reported once, not again on every pass.
     expect(first.converged).toBe(false);
     expect(second.converged).toBe(false);
     // One listing per pass: no relisting, and the rest of the device is not held up (it was: listing_unstable).
-    expect(server.state.stats.get('GET /v1/config_instances')).toBe(3);
+    expect(world.server.state.stats.get('GET /v1/config_instances')).toBe(3);
   });
 
   it("the service stops listing it twice: the instance converges (a duplicate is the listing's fault, not the instance's: retrying, never failed)", async () => {
-    put({ id: 'cfg_a', content: { v: 'A' } });
-    put({ id: 'cfg_b', content: { v: 'B' } });
-    fault({
+    world.put({ id: 'cfg_a', content: { v: 'A' } });
+    world.put({ id: 'cfg_b', content: { v: 'B' } });
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"id":"cfg_b"', with: '"id":"cfg_a"' }],
     });
-    await pass();
-    await pass();
-    expect(await exists('cfg_a.json')).toBe(false);
-    expect(reports()).toEqual(['cfg_a queued/retrying']);
-    server.state.clearFaults();
+    await world.pass();
+    await world.pass();
+    expect(await world.exists('cfg_a.json')).toBe(false);
+    expect(world.reports()).toEqual(['cfg_a queued/retrying']);
+    world.server.state.clearFaults();
 
-    const clean = await pass();
+    const clean = await world.pass();
 
-    expect(await fileAt('cfg_a.json')).toBe('{\n  "v": "A"\n}\n');
-    expect(await fileAt('cfg_b.json')).toBe('{\n  "v": "B"\n}\n');
-    expect(server.state.instance('cfg_a')).toMatchObject({
+    expect(await world.fileAt('cfg_a.json')).toBe('{\n  "v": "A"\n}\n');
+    expect(await world.fileAt('cfg_b.json')).toBe('{\n  "v": "B"\n}\n');
+    expect(world.server.state.instance('cfg_a')).toMatchObject({
       activity_status: 'deployed',
       error_status: 'none',
     });
@@ -546,19 +501,19 @@ describe('an id the service lists twice', () => {
 
   it('on two pages: the others are written, the id is reported retrying and written nowhere', async () => {
     const ids = Array.from({ length: 150 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
-    for (const id of ids) put({ id, content: { owner: id } });
+    for (const id of ids) world.put({ id, content: { owner: id } });
     // The last item (page 2) comes out as a second cfg_000 (page 1).
-    fault({
+    world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"id":"cfg_149"', with: '"id":"cfg_000"' }],
     });
-    const result = await pass();
-    for (const id of ids.slice(1, 149)) expect(await exists(`${id}.json`), id).toBe(true);
-    expect(await exists('cfg_000.json')).toBe(false);
-    expect(await exists('cfg_149.json')).toBe(false);
-    expect(reports().filter((r) => !r.endsWith('deployed/none'))).toEqual(['cfg_000 queued/retrying']);
+    const result = await world.pass();
+    for (const id of ids.slice(1, 149)) expect(await world.exists(`${id}.json`), id).toBe(true);
+    expect(await world.exists('cfg_000.json')).toBe(false);
+    expect(await world.exists('cfg_149.json')).toBe(false);
+    expect(world.reports().filter((r) => !r.endsWith('deployed/none'))).toEqual(['cfg_000 queued/retrying']);
     expect(result.error).toBeUndefined();
   });
 });
@@ -567,8 +522,8 @@ describe('one id given by two queries of one pull, with other fields', () => {
   // A poll lists `activity_status=queued`, then `target_status=removed&activity_status=deployed`; the second
   // answer is made to carry cfg_a again (cfg_z's item renamed), at another path.
   const secondQueryGivesCfgAAt = (updatedAt: string) => {
-    put({ id: 'cfg_a', relative_filepath: 'a.json', content: { v: 'old' } });
-    put({
+    world.put({ id: 'cfg_a', relative_filepath: 'a.json', content: { v: 'old' } });
+    world.put({
       id: 'cfg_z',
       relative_filepath: 'b.json',
       target_status: 'removed',
@@ -576,7 +531,7 @@ describe('one id given by two queries of one pull, with other fields', () => {
       content: { v: 'new' },
       updated_at: updatedAt,
     });
-    fault({
+    world.fault({
       match: LIST,
       count: 1,
       skip: 1,
@@ -590,25 +545,25 @@ describe('one id given by two queries of one pull, with other fields', () => {
 
   it('the copy updated last is used, whichever query gave it', async () => {
     secondQueryGivesCfgAAt('2026-02-01T00:00:00.000Z');
-    await reconciler.runPass({ mode: 'incremental' });
-    expect(await exists('a.json')).toBe(false);
-    expect(await fileAt('b.json')).toBe('{\n  "v": "new"\n}\n');
+    await world.reconciler.runPass({ mode: 'incremental' });
+    expect(await world.exists('a.json')).toBe(false);
+    expect(await world.fileAt('b.json')).toBe('{\n  "v": "new"\n}\n');
   });
 
   it('updated a microsecond later: that copy is used (Date.parse alone took them for the same time)', async () => {
     secondQueryGivesCfgAAt('2026-01-01T00:00:00.000002Z');
-    server.state.instances.set('cfg_a', {
-      ...server.state.instance('cfg_a'),
+    world.server.state.instances.set('cfg_a', {
+      ...world.server.state.instance('cfg_a'),
       updated_at: '2026-01-01T00:00:00.000001Z',
     });
-    await reconciler.runPass({ mode: 'incremental' });
-    expect(await exists('a.json')).toBe(false);
-    expect(await fileAt('b.json')).toBe('{\n  "v": "new"\n}\n');
+    await world.reconciler.runPass({ mode: 'incremental' });
+    expect(await world.exists('a.json')).toBe(false);
+    expect(await world.fileAt('b.json')).toBe('{\n  "v": "new"\n}\n');
   });
 
   it('the same copy with updated_at written another way (+00:00 for Z) is one copy: used, not ambiguous', async () => {
-    put({ id: 'cfg_a', relative_filepath: 'a.json', content: { v: 'same' } });
-    put({
+    world.put({ id: 'cfg_a', relative_filepath: 'a.json', content: { v: 'same' } });
+    world.put({
       id: 'cfg_z',
       relative_filepath: 'a.json',
       config_schema_id: 'sch_cfg_a',
@@ -617,7 +572,7 @@ describe('one id given by two queries of one pull, with other fields', () => {
       content: { v: 'same' },
       updated_at: '2026-01-01T00:00:00+00:00',
     });
-    fault({
+    world.fault({
       match: LIST,
       count: 1,
       skip: 1,
@@ -629,34 +584,34 @@ describe('one id given by two queries of one pull, with other fields', () => {
         { find: '"status":"deployed"', with: '"status":"queued"' },
       ],
     });
-    const result = await reconciler.runPass({ mode: 'incremental' });
-    expect(await fileAt('a.json')).toBe('{\n  "v": "same"\n}\n');
-    expect(reports()).toEqual(['cfg_a deployed/none']);
+    const result = await world.reconciler.runPass({ mode: 'incremental' });
+    expect(await world.fileAt('a.json')).toBe('{\n  "v": "same"\n}\n');
+    expect(world.reports()).toEqual(['cfg_a deployed/none']);
     expect(result.converged).toBe(true);
   });
 
   it('updated at the same time: ambiguous, no copy is used and it is reported retrying', async () => {
     secondQueryGivesCfgAAt(T0);
-    const result = await reconciler.runPass({ mode: 'incremental' });
-    expect(await exists('a.json')).toBe(false);
-    expect(await exists('b.json')).toBe(false);
-    expect(reports()).toEqual(['cfg_a queued/retrying']);
+    const result = await world.reconciler.runPass({ mode: 'incremental' });
+    expect(await world.exists('a.json')).toBe(false);
+    expect(await world.exists('b.json')).toBe(false);
+    expect(world.reports()).toEqual(['cfg_a queued/retrying']);
     expect(result.converged).toBe(false);
   });
 });
 
 describe('the owner a poll fetches by id', () => {
   it('answered with another instance (a broken service): that answer is not taken, nothing is written at its path', async () => {
-    put({ id: 'cfg_old', relative_filepath: 'a.json', content: { v: 'old' } });
-    await pass();
-    put({
+    world.put({ id: 'cfg_old', relative_filepath: 'a.json', content: { v: 'old' } });
+    await world.pass();
+    world.put({
       id: 'cfg_new',
       relative_filepath: 'a.json',
       content: { v: 'new' },
       updated_at: '2026-02-01T00:00:00.000Z',
     });
     // The poll's third request fetches cfg_old, the recorded owner of a.json; it is answered with cfg_new at b.json.
-    fault({
+    world.fault({
       match: LIST,
       count: 1,
       skip: 2,
@@ -666,36 +621,37 @@ describe('the owner a poll fetches by id', () => {
         { find: '"relative_filepath":"a.json"', with: '"relative_filepath":"b.json"' },
       ],
     });
-    const poll = await reconciler.runPass({ mode: 'incremental' });
-    expect(await exists('b.json')).toBe(false);
+    const poll = await world.reconciler.runPass({ mode: 'incremental' });
+    expect(await world.exists('b.json')).toBe(false);
     // Taken, it was a second cfg_new: a file was written at each copy's path. The owner given back by nobody
     // counts as gone, as before: the newcomer (updated later anyway) takes the path.
-    expect(await fileAt('a.json')).toBe('{\n  "v": "new"\n}\n');
+    expect(await world.fileAt('a.json')).toBe('{\n  "v": "new"\n}\n');
     expect(poll.outcomes.filter((o) => o.instanceId === 'cfg_new')).toHaveLength(1);
   });
 });
 
 describe('a pull is bounded', () => {
   it('has_more forever while ignoring offset: the pass fails with a typed error after a few requests, disk untouched', async () => {
-    for (let i = 0; i < 120; i++) put({ id: `cfg_${String(i).padStart(3, '0')}` });
-    fault({ match: LIST, count: 100_000, mode: 'paging', ignore_offset: true, has_more: true });
-    const result = await pass();
+    for (let i = 0; i < 120; i++) world.put({ id: `cfg_${String(i).padStart(3, '0')}` });
+    world.fault({ match: LIST, count: 100_000, mode: 'paging', ignore_offset: true, has_more: true });
+    const result = await world.pass();
     expect(result.reachable).toBe(false);
     expect(result.error).toMatchObject({ code: 'listing_unstable', retryable: true });
     expect(result.converged).toBe(false);
-    expect(await nodeFs.readdir(rootDir)).toEqual([]);
-    expect(server.state.stats.get('GET /v1/config_instances')).toBe(6);
+    expect(await nodeFs.readdir(world.rootDir)).toEqual([]);
+    expect(world.server.state.stats.get('GET /v1/config_instances')).toBe(6);
   });
 });
 
 describe('offset paging under change', () => {
   it('an instance removed between page 1 and page 2: the boundary instance is still written', async () => {
     const ids = Array.from({ length: 150 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
-    for (const id of ids) put({ id });
+    for (const id of ids) world.put({ id });
     // Page 2 of the first query finds cfg_001 gone: without the re-pull cfg_100 would land on neither page.
-    fault({ match: LIST, count: 1, skip: 1, mode: 'mutate', remove_instances: ['cfg_001'] });
-    const result = await pass();
-    for (const id of ids.filter((id) => id !== 'cfg_001')) expect(await exists(`${id}.json`), id).toBe(true);
+    world.fault({ match: LIST, count: 1, skip: 1, mode: 'mutate', remove_instances: ['cfg_001'] });
+    const result = await world.pass();
+    for (const id of ids.filter((id) => id !== 'cfg_001'))
+      expect(await world.exists(`${id}.json`), id).toBe(true);
     expect(result.converged).toBe(true);
   });
 });
@@ -703,49 +659,51 @@ describe('offset paging under change', () => {
 describe('what is written means what the service sent', () => {
   it('a 64-bit integer is written byte-faithfully, in JSON and in YAML; YAML strings every reader reads back', async () => {
     const serial = new LosslessNumber('12345678901234567891');
-    put({ id: 'cfg_j', content: { serial } });
-    put({
+    world.put({ id: 'cfg_j', content: { serial } });
+    world.put({
       id: 'cfg_y',
       relative_filepath: 'cfg_y.yaml',
       content: { serial, mode: 'off', answer: 'NO', at: '1:20' },
     });
-    await pass();
-    expect(await fileAt('cfg_j.json')).toBe('{\n  "serial": 12345678901234567891\n}\n');
-    expect(await fileAt('cfg_y.yaml')).toBe(
+    await world.pass();
+    expect(await world.fileAt('cfg_j.json')).toBe('{\n  "serial": 12345678901234567891\n}\n');
+    expect(await world.fileAt('cfg_y.yaml')).toBe(
       'serial: 12345678901234567891\nmode: "off"\nanswer: "NO"\nat: "1:20"\n',
     );
   });
 
   it('keys in another order are another file (consumers may read keys in order): written once, nothing reported, no churn', async () => {
-    put({ id: 'cfg_a', content: { a: 1, b: { c: 2, d: 3 } } });
-    await pass();
-    const before = reports();
+    world.put({ id: 'cfg_a', content: { a: 1, b: { c: 2, d: 3 } } });
+    await world.pass();
+    const before = world.reports();
     const reordered = () =>
-      fault({
+      world.fault({
         match: LIST,
         count: 1,
         mode: 'rewrite',
         replace: [{ find: '{"a":1,"b":{"c":2,"d":3}}', with: '{"b":{"d":3,"c":2},"a":1}' }],
       });
     reordered();
-    const first = await pass();
-    expect(await fileAt('cfg_a.json')).toBe('{\n  "b": {\n    "d": 3,\n    "c": 2\n  },\n  "a": 1\n}\n');
+    const first = await world.pass();
+    expect(await world.fileAt('cfg_a.json')).toBe(
+      '{\n  "b": {\n    "d": 3,\n    "c": 2\n  },\n  "a": 1\n}\n',
+    );
     expect(first.outcomes.map((o) => o.action)).toEqual(['written']);
     // The same order again: nothing to write. The service already holds deployed: nothing reported either time.
     reordered();
-    const again = await pass();
+    const again = await world.pass();
     expect(again.outcomes.map((o) => o.action)).toEqual(['unchanged']);
-    expect(reports()).toEqual(before);
+    expect(world.reports()).toEqual(before);
     expect(first.converged && again.converged).toBe(true);
   });
 
   it('a status report answered 204 is settled: not re-sent, and the pass converges', async () => {
-    put({ id: 'cfg_a' });
-    fault({ match: '^/v1/config_instances/[^/]+$', count: 1, mode: 'rewrite', status: 204 });
-    const result = await pass();
+    world.put({ id: 'cfg_a' });
+    world.fault({ match: '^/v1/config_instances/[^/]+$', count: 1, mode: 'rewrite', status: 204 });
+    const result = await world.pass();
     expect(result.reports).toMatchObject({ delivered: 1, pending: 0 });
     expect(result.converged).toBe(true);
-    await pass();
-    expect(reports()).toEqual(['cfg_a deployed/none']);
+    await world.pass();
+    expect(world.reports()).toEqual(['cfg_a deployed/none']);
   });
 });
