@@ -1,24 +1,15 @@
 // Full passes with nothing to do, in-process against the mock on loopback and a real temp dir: once the files'
 // fingerprints are recorded, such a pass writes nothing anywhere, and a drifted file is still restored.
-import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { lstat, readdir, readFile, utimes, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createClient } from '../api/client.js';
+import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
 import type { Clock } from '../lib/clock.js';
-import { silentLogger } from '../lib/logger.js';
-import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { FINGERPRINTS_FILE, RACY_MARGIN_MS } from '../store/fingerprints.js';
-import { Reconciler } from './reconcile.js';
 
-const API_KEY = 'sk_test_prints_0123456789abcdef';
-const DEVICE = 'dvc_1';
-const T0 = '2026-01-01T00:00:00.000Z';
 const COUNT = 20;
 
-let dir: string;
-let server: RunningMockServer;
+let world: PassWorld;
 /** Wall clock ahead of the files' ctimes by more than the racy margin: what a later pass sees. */
 let wallOffset: number;
 /** When set, the wall clock stands still at this ms (a pass that runs the instant the files were written). */
@@ -32,32 +23,8 @@ function clock(): Clock {
   };
 }
 
-async function runPass() {
-  const client = createClient({
-    baseUrl: server.url,
-    apiKey: API_KEY,
-    timeoutMs: 10_000,
-    maxResponseBytes: 1 << 20,
-  });
-  const reconciler = await Reconciler.open(
-    { fs: nodeFs, clock: clock(), random: () => 0.5, logger: silentLogger() },
-    {
-      deviceId: DEVICE,
-      rootDir: path.join(dir, 'root'),
-      stateDir: path.join(dir, 'state'),
-      fileMode: 0o640,
-      dirMode: 0o750,
-      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-      requestRetries: 0,
-    },
-    client,
-  );
-  try {
-    return await reconciler.runPass({ mode: 'full' });
-  } finally {
-    await reconciler.close();
-  }
-}
+/** A run of `--once`: a Reconciler opened, one full pass, closed. */
+const runPass = () => world.runOnce();
 
 /** Every entry under `top` (files and directories): path → inode, size, mtime and ctime in ns. */
 async function snapshot(top: string): Promise<Map<string, string>> {
@@ -79,33 +46,20 @@ async function newestCtimeMs(top: string): Promise<number> {
 }
 
 beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-prints-'));
-  await mkdir(path.join(dir, 'root'));
-  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
-  server = await startMockServer({ apiKeys: [API_KEY] });
+  world = await createPassWorld({ name: 'prints', open: false, deps: { clock: clock() } });
   wallOffset = 0;
   pinnedNow = undefined;
   for (let i = 0; i < COUNT; i += 1) {
-    server.state.instances.set(`cfg_${i}`, {
+    world.put({
       id: `cfg_${i}`,
-      device_id: DEVICE,
       relative_filepath: `d${i % 3}/conf${i}.json`,
       config_schema_id: `sch_${i}`,
-      config_type_id: 'typ',
-      target_status: 'deployed',
-      activity_status: 'queued',
-      error_status: 'none',
       content: { index: i, enabled: i % 2 === 0 },
-      created_at: T0,
-      updated_at: T0,
     });
   }
 });
 
-afterEach(async () => {
-  await server.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterEach(() => world.close());
 
 describe('a full pass with nothing to do', () => {
   it('records the fingerprints once, then writes nothing in the root or the state dir, with no report sent', async () => {
@@ -114,33 +68,39 @@ describe('a full pass with nothing to do', () => {
     expect(first.converged).toBe(true);
     // The files were just written: within the racy margin, so none is fingerprinted yet. The clock stands at
     // the newest file's ctime, so however slowly this pass runs on a busy machine, it is within the margin.
-    pinnedNow = await newestCtimeMs(path.join(dir, 'root'));
+    pinnedNow = await newestCtimeMs(path.join(world.dir, 'root'));
     await runPass();
     // The items are known by their text since the first pass; no file is fingerprinted yet.
-    const racy = JSON.parse(await readFile(path.join(dir, 'state', FINGERPRINTS_FILE), 'utf8'));
+    const racy = JSON.parse(await readFile(path.join(world.dir, 'state', FINGERPRINTS_FILE), 'utf8'));
     expect(Object.keys(racy.files)).toHaveLength(0);
     expect(Object.keys(racy.items.byId)).toHaveLength(COUNT);
 
     pinnedNow = undefined;
     wallOffset = RACY_MARGIN_MS + 1_000;
     await runPass();
-    const prints = JSON.parse(await readFile(path.join(dir, 'state', FINGERPRINTS_FILE), 'utf8'));
+    const prints = JSON.parse(await readFile(path.join(world.dir, 'state', FINGERPRINTS_FILE), 'utf8'));
     expect(Object.keys(prints.files)).toHaveLength(COUNT);
 
-    const reports = server.state.reports.length;
-    const before = [await snapshot(path.join(dir, 'root')), await snapshot(path.join(dir, 'state'))];
+    const reports = world.server.state.reports.length;
+    const before = [
+      await snapshot(path.join(world.dir, 'root')),
+      await snapshot(path.join(world.dir, 'state')),
+    ];
     const idle = await runPass();
     expect(idle.converged).toBe(true);
     expect(idle.outcomes.every((o) => o.action === 'unchanged')).toBe(true);
-    expect([await snapshot(path.join(dir, 'root')), await snapshot(path.join(dir, 'state'))]).toEqual(before);
-    expect(server.state.reports.length).toBe(reports);
+    expect([
+      await snapshot(path.join(world.dir, 'root')),
+      await snapshot(path.join(world.dir, 'state')),
+    ]).toEqual(before);
+    expect(world.server.state.reports.length).toBe(reports);
   });
 
   it('still restores a fingerprinted file edited behind its back with the size and mtime kept', async () => {
     await runPass();
     wallOffset = RACY_MARGIN_MS + 1_000;
     await runPass();
-    const file = path.join(dir, 'root', 'd1/conf1.json');
+    const file = path.join(world.dir, 'root', 'd1/conf1.json');
     const original = await readFile(file, 'utf8');
     const stats = await lstat(file);
     await writeFile(file, original.replace('"index": 1', '"index": 7'));

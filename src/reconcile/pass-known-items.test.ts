@@ -2,31 +2,24 @@
 // and a real temp dir: only the very same text skips the content check and the serialization; a changed byte, a
 // hostile item, a drifted or deleted file are each met as if nothing were known.
 import { createHash } from 'node:crypto';
-import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readdir, readFile, rm, unlink, utimes, writeFile } from 'node:fs/promises';
+import { lstat, readdir, readFile, unlink, utimes, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createClient } from '../api/client.js';
+import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
 import { parseCompactListBody } from '../api/json.js';
 import { ITEM_RULES_VERSION, itemKey } from '../api/list-page.js';
 import type { Clock } from '../lib/clock.js';
-import { silentLogger } from '../lib/logger.js';
-import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
 import { CACHE_DIR } from '../store/content-cache.js';
 import { FINGERPRINTS_FILE, RACY_MARGIN_MS } from '../store/fingerprints.js';
-import { Reconciler } from './reconcile.js';
 
 const API_KEY = 'sk_test_known_0123456789abcdef';
 const DEVICE = 'dvc_1';
-const T0 = '2026-01-01T00:00:00.000Z';
 const COUNT = 12;
 
-let dir: string;
-let server: RunningMockServer;
+let world: PassWorld;
 /** In front of the mock (which only ever sends what its schema allows): rewrites list bodies as a hostile service. */
 let proxy: http.Server;
 let proxyUrl: string;
@@ -38,7 +31,7 @@ async function startProxy(): Promise<void> {
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
       const upstream = http.request(
-        `${server.url}${request.url}`,
+        `${world.server.url}${request.url}`,
         { method: request.method, headers: request.headers },
         (answer) => {
           const parts: Buffer[] = [];
@@ -71,49 +64,22 @@ function clock(): Clock {
   };
 }
 
-async function runPass(settings: { inMemoryFileBytes?: number } = {}, heapCheckpoint?: () => void) {
-  const client = createClient({
-    baseUrl: proxyUrl,
-    apiKey: API_KEY,
-    timeoutMs: 10_000,
-    maxResponseBytes: 1 << 20,
+/** A run of `--once` through the proxy, with the settings given (the content cache off) and heapCheckpoint. */
+function runPass(settings: { inMemoryFileBytes?: number } = {}, heapCheckpoint?: () => void) {
+  return world.runOnce({
+    clientOptions: { baseUrl: proxyUrl },
+    settings,
+    ...(heapCheckpoint === undefined ? {} : { deps: { heapCheckpoint } }),
   });
-  const reconciler = await Reconciler.open(
-    {
-      fs: nodeFs,
-      clock: clock(),
-      random: () => 0.5,
-      logger: silentLogger(),
-      ...(heapCheckpoint === undefined ? {} : { heapCheckpoint }),
-    },
-    {
-      deviceId: DEVICE,
-      rootDir: path.join(dir, 'root'),
-      stateDir: path.join(dir, 'state'),
-      fileMode: 0o640,
-      dirMode: 0o750,
-      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-      requestRetries: 0,
-      // As --once runs: no content-cache copies, so a known item's bytes can come only from its text.
-      cacheWrittenFiles: false,
-      ...settings,
-    },
-    client,
-  );
-  try {
-    return await reconciler.runPass({ mode: 'full' });
-  } finally {
-    await reconciler.close();
-  }
 }
 
-const rootFile = (relative: string) => path.join(dir, 'root', relative);
+const rootFile = (relative: string) => path.join(world.dir, 'root', relative);
 
 /** The instance's content on the service changed in place: same `updated_at`, as a broken service could do. */
 function changeContentQuietly(id: string, content: ConfigInstanceRecord['content']): void {
-  const record = server.state.instances.get(id);
+  const record = world.server.state.instances.get(id);
   if (record === undefined) throw new Error(`no ${id}`);
-  server.state.instances.set(id, { ...record, content });
+  world.server.state.instances.set(id, { ...record, content });
 }
 
 /** A hostile service: `id`'s listed content is replaced by `content` (text), all else as the mock listed it. */
@@ -137,7 +103,7 @@ const DEEP = `${'{"a":'.repeat(69)}{}${'}'.repeat(69)}`;
 async function settledWorld(): Promise<void> {
   expect((await runPass()).converged).toBe(true);
   expect((await runPass()).converged).toBe(true);
-  const prints = JSON.parse(await readFile(path.join(dir, 'state', FINGERPRINTS_FILE), 'utf8'));
+  const prints = JSON.parse(await readFile(path.join(world.dir, 'state', FINGERPRINTS_FILE), 'utf8'));
   expect(Object.keys(prints.items.byId)).toHaveLength(COUNT);
   expect(Object.keys(prints.files)).toHaveLength(COUNT);
   // The one page of the listing, known by its items' text: an idle pass makes no key per item; recorded with its
@@ -150,7 +116,7 @@ async function settledWorld(): Promise<void> {
 
 /** fingerprints.json's one page record, changed by `edit`. */
 async function editPageRecord(edit: (record: unknown[]) => unknown): Promise<void> {
-  const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+  const printsFile = path.join(world.dir, 'state', FINGERPRINTS_FILE);
   const prints = JSON.parse(await readFile(printsFile, 'utf8'));
   const [pageKey] = Object.keys(prints.items.pages);
   prints.items.pages[pageKey as string] = edit(prints.items.pages[pageKey as string]);
@@ -184,25 +150,22 @@ async function expectFingerprintsSettle(printsFile: string): Promise<void> {
 }
 
 beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-known-'));
-  await mkdir(path.join(dir, 'root'));
-  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
-  server = await startMockServer({ apiKeys: [API_KEY] });
+  world = await createPassWorld({
+    name: 'known',
+    apiKey: API_KEY,
+    open: false,
+    deps: { clock: clock() },
+    // As --once runs: no content-cache copies, so a known item's bytes can come only from its text.
+    settings: { cacheWrittenFiles: false },
+  });
   rewriteList = (body) => body;
   await startProxy();
   for (let i = 0; i < COUNT; i += 1) {
-    server.state.instances.set(`cfg_${i}`, {
+    world.put({
       id: `cfg_${i}`,
-      device_id: DEVICE,
       relative_filepath: i % 4 === 3 ? `d${i % 3}/conf${i}.yaml` : `d${i % 3}/conf${i}.json`,
       config_schema_id: `sch_${i}`,
-      config_type_id: 'typ',
-      target_status: 'deployed',
-      activity_status: 'queued',
-      error_status: 'none',
       content: { index: i, enabled: i % 2 === 0, name: `service ${i}` },
-      created_at: T0,
-      updated_at: T0,
     });
   }
 });
@@ -210,25 +173,24 @@ beforeEach(async () => {
 afterEach(async () => {
   proxy.closeAllConnections();
   await new Promise((resolve) => proxy.close(resolve));
-  await server.close();
-  await rm(dir, { recursive: true, force: true });
+  await world.close();
 });
 
 describe('items known by their exact text', () => {
   it('a pass with nothing changed writes nothing, reports nothing, and still converges', async () => {
     await settledWorld();
-    const reports = server.state.reports.length;
+    const reports = world.server.state.reports.length;
     const before = await readFile(rootFile('d1/conf1.json'));
     const idle = await runPass();
     expect(idle.converged).toBe(true);
     expect(idle.outcomes.every((o) => o.action === 'unchanged')).toBe(true);
-    expect(server.state.reports.length).toBe(reports);
+    expect(world.server.state.reports.length).toBe(reports);
     expect(await readFile(rootFile('d1/conf1.json'))).toEqual(before);
   });
 
   it('an idle pass over a known page leaves the fingerprints as they were, byte for byte', async () => {
     await settledWorld();
-    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const printsFile = path.join(world.dir, 'state', FINGERPRINTS_FILE);
     const before = await readFile(printsFile, 'utf8');
     expect((await runPass()).converged).toBe(true);
     expect(await readFile(printsFile, 'utf8')).toBe(before);
@@ -238,10 +200,10 @@ describe('items known by their exact text', () => {
     // The page's record is trusted only with the keys its items had then: cfg_1's record now holds its later text,
     // whose file is on disk, so taking cfg_1 by its record would leave the later file in place of this one.
     await settledWorld();
-    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const printsFile = path.join(world.dir, 'state', FINGERPRINTS_FILE);
     const pagesThen = JSON.parse(await readFile(printsFile, 'utf8')).items.pages;
     const original = await readFile(rootFile('d1/conf1.json'), 'utf8');
-    const content = server.state.instances.get('cfg_1')!.content;
+    const content = world.server.state.instances.get('cfg_1')!.content;
     changeContentQuietly('cfg_1', { index: 1, enabled: true, name: 'later' });
     expect((await runPass()).converged).toBe(true);
     expect(await readFile(rootFile('d1/conf1.json'), 'utf8')).toContain('later');
@@ -312,7 +274,7 @@ describe('items known by their exact text', () => {
     listHostile('cfg_2', DEEP);
     const result = await runPass();
     expect(result.converged).toBe(false);
-    const failed = server.state.reports.filter((r) => r.config_instance_id === 'cfg_2').at(-1);
+    const failed = world.server.state.reports.filter((r) => r.config_instance_id === 'cfg_2').at(-1);
     expect(failed?.error_status).toBe('failed');
     expect(failed?.message).toMatch(/content/);
     expect(await readFile(rootFile('d2/conf2.json'))).toEqual(before);
@@ -342,7 +304,7 @@ describe('items known by their exact text', () => {
 
   it('a page record whose lengths cut elsewhere (damaged) is proven as before: files written back right, lengths mended', async () => {
     await settledWorld();
-    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const printsFile = path.join(world.dir, 'state', FINGERPRINTS_FILE);
     const recorded = JSON.parse(await readFile(printsFile, 'utf8')).items.pages;
     // Two neighbours' lengths swapped (the total kept), and one shortened and the next lengthened by one.
     await editPageRecord((record) => {
@@ -378,8 +340,8 @@ describe('items known by their exact text', () => {
       return parseCompactListBody(await response.text())?.texts ?? [];
     };
     const setContent = (id: string, content: ConfigInstanceRecord['content']) => {
-      const record = server.state.instances.get(id)!;
-      server.state.instances.set(id, { ...record, content });
+      const record = world.server.state.instances.get(id)!;
+      world.server.state.instances.set(id, { ...record, content });
     };
     setContent('cfg_1', { index: 1, pad: 'p'.repeat(400) });
     setContent('cfg_0', { note: '' });
@@ -391,20 +353,20 @@ describe('items known by their exact text', () => {
     const [first] = await listed();
     expect(first!.slice(second!.length - 1, second!.length + 2)).toBe('},{');
     await settledWorld();
-    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const printsFile = path.join(world.dir, 'state', FINGERPRINTS_FILE);
     const recorded = JSON.parse(await readFile(printsFile, 'utf8')).items.pages;
     expect((Object.values(recorded)[0] as number[]).slice(1, 3)).toEqual([first!.length, second!.length]);
     await editPageRecord((record) => [record[0], record[2], record[1], ...record.slice(3)]);
     const files = ['d0/conf0.json', 'd1/conf1.json'];
     const before = await Promise.all(files.map((file) => readFile(rootFile(file), 'utf8')));
     await Promise.all(files.map((file) => unlink(rootFile(file))));
-    const reportsBefore = server.state.reports.length;
+    const reportsBefore = world.server.state.reports.length;
     const result = await runPass();
     expect(result.converged).toBe(true);
     // Judged from the page's own texts: written back byte for byte, reported deployed, nothing failed.
     expect(await Promise.all(files.map((file) => readFile(rootFile(file), 'utf8')))).toEqual(before);
     expect(
-      server.state.reports.slice(reportsBefore).map((r) => [r.config_instance_id, r.error_status]),
+      world.server.state.reports.slice(reportsBefore).map((r) => [r.config_instance_id, r.error_status]),
     ).toEqual([]);
     expect(JSON.parse(await readFile(printsFile, 'utf8')).items.pages).toEqual(recorded);
     await expectFingerprintsSettle(printsFile);
@@ -412,7 +374,7 @@ describe('items known by their exact text', () => {
 
   it('a page recorded before lengths were kept (a key alone) is made again on the next pass, files written back right', async () => {
     await settledWorld();
-    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const printsFile = path.join(world.dir, 'state', FINGERPRINTS_FILE);
     const withLengths = JSON.parse(await readFile(printsFile, 'utf8')).items.pages;
     await editPageRecord((record) => record[0]);
     const { original, yaml } = await driftTwoFiles();
@@ -424,7 +386,7 @@ describe('items known by their exact text', () => {
 
   it('a record of the format before the lengths were bound, one cut short or with a corrupt key, is made again, never used', async () => {
     await settledWorld();
-    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const printsFile = path.join(world.dir, 'state', FINGERPRINTS_FILE);
     const { byId, pages } = JSON.parse(await readFile(printsFile, 'utf8')).items;
     // The listing's order (by id), in which the page's items' keys were joined.
     const ids = Object.keys(byId as Record<string, unknown>).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
@@ -438,10 +400,10 @@ describe('items known by their exact text', () => {
     for (const [what, edit] of edits) {
       await editPageRecord(edit);
       const { original, yaml } = await driftTwoFiles();
-      const reportsBefore = server.state.reports.length;
+      const reportsBefore = world.server.state.reports.length;
       expect([what, (await runPass()).converged]).toEqual([what, true]);
       await expectWrittenBack({ original, yaml });
-      expect([what, server.state.reports.length]).toEqual([what, reportsBefore]);
+      expect([what, world.server.state.reports.length]).toEqual([what, reportsBefore]);
       expect([what, JSON.parse(await readFile(printsFile, 'utf8')).items.pages]).toEqual([what, pages]);
     }
     await expectFingerprintsSettle(printsFile);
@@ -449,7 +411,7 @@ describe('items known by their exact text', () => {
 
   it('past the budget of bytes a pass holds, a known item is judged and set aside as any other, not held as text', async () => {
     await settledWorld();
-    const cache = path.join(dir, 'state', CACHE_DIR);
+    const cache = path.join(world.dir, 'state', CACHE_DIR);
     expect(await readdir(cache).catch(() => [])).toEqual([]);
     const idle = await runPass({ inMemoryFileBytes: 1 });
     expect(idle.converged).toBe(true);
@@ -462,7 +424,7 @@ describe('items known by their exact text', () => {
   async function editItems(
     edit: (items: { rules: number; byId: Record<string, [string, string, number]> }) => void,
   ) {
-    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const printsFile = path.join(world.dir, 'state', FINGERPRINTS_FILE);
     const prints = JSON.parse(await readFile(printsFile, 'utf8'));
     edit(prints.items);
     await writeFile(printsFile, JSON.stringify(prints));
@@ -490,7 +452,7 @@ describe('items known by their exact text', () => {
     // Nothing but that record vouches for the text: its content goes unchecked (the file is left, nothing failed).
     const result = await runPass();
     expect(result.converged).toBe(true);
-    expect(server.state.reports.filter((r) => r.error_status === 'failed')).toEqual([]);
+    expect(world.server.state.reports.filter((r) => r.error_status === 'failed')).toEqual([]);
   });
 
   it('a text recorded for another id is judged in full', async () => {
@@ -501,9 +463,9 @@ describe('items known by their exact text', () => {
       items.byId.cfg_6![0] = key;
     });
     await runPass();
-    expect(server.state.reports.filter((r) => r.config_instance_id === 'cfg_5').at(-1)?.error_status).toBe(
-      'failed',
-    );
+    expect(
+      world.server.state.reports.filter((r) => r.config_instance_id === 'cfg_5').at(-1)?.error_status,
+    ).toBe('failed');
   });
 
   it('a text recorded under other item rules (an older agent) is judged in full', async () => {
@@ -515,14 +477,14 @@ describe('items known by their exact text', () => {
       items.rules = ITEM_RULES_VERSION + 1;
     });
     await runPass();
-    expect(server.state.reports.filter((r) => r.config_instance_id === 'cfg_5').at(-1)?.error_status).toBe(
-      'failed',
-    );
+    expect(
+      world.server.state.reports.filter((r) => r.config_instance_id === 'cfg_5').at(-1)?.error_status,
+    ).toBe('failed');
   });
 
   it('a record of other bytes under the very key (a corrupt fingerprints.json) is written over by the pass that judges it', async () => {
     await settledWorld();
-    const printsFile = path.join(dir, 'state', FINGERPRINTS_FILE);
+    const printsFile = path.join(world.dir, 'state', FINGERPRINTS_FILE);
     const good = JSON.parse(await readFile(printsFile, 'utf8')).items.byId;
     await editItems((items) => {
       items.byId.cfg_1![1] = '0'.repeat(64);
@@ -539,8 +501,8 @@ describe('items known by their exact text', () => {
     // Between ca34b7e (rules 1) and bef34e6 the YAML emitter wrote '.' plain (read back as NaN by a YAML 1.1
     // reader); an agent of that range recorded that file's bytes for the item's text under rules 1. Trusted
     // under the same rules after an upgrade, the file stayed so for good: the bump makes it serialized again.
-    const record = server.state.instances.get('cfg_3')!;
-    server.state.instances.set('cfg_3', { ...record, content: { v: '.' } });
+    const record = world.server.state.instances.get('cfg_3')!;
+    world.server.state.instances.set('cfg_3', { ...record, content: { v: '.' } });
     await settledWorld();
     const yamlPath = rootFile('d0/conf3.yaml');
     const current = await readFile(yamlPath, 'utf8');
@@ -554,7 +516,7 @@ describe('items known by their exact text', () => {
       items.rules = 1;
     });
     // That agent's state.json recorded the bytes it wrote.
-    const statePath = path.join(dir, 'state', 'state.json');
+    const statePath = path.join(world.dir, 'state', 'state.json');
     const state = JSON.parse(await readFile(statePath, 'utf8'));
     state.files['d0/conf3.yaml'].sha256 = createHash('sha256').update(old).digest('hex');
     state.files['d0/conf3.yaml'].size = old.length;

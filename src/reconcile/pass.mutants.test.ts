@@ -1,33 +1,23 @@
 // runPass's own decisions, in-process against the mock service: reports before the pull, stopping at each
 // stage, what the pass hands the planner, the recorder and the writer, and what a full pass forgets and prunes.
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
-import os from 'node:os';
+import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { mockRecord } from '../../test/helpers/instances.js';
-import { createClient, type ServiceClient } from '../api/client.js';
+import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
+import type { ServiceClient } from '../api/client.js';
 import { NetworkError } from '../api/errors.js';
 import type { Clock } from '../lib/clock.js';
-import type { Deps } from '../lib/deps.js';
 import type { FsPort } from '../lib/fs-port.js';
-import { silentLogger } from '../lib/logger.js';
-import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
 import { CACHE_DIR } from '../store/content-cache.js';
 import { TEMP_PREFIX } from '../store/path-guard.js';
-import type { PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
-import { Reconciler } from './reconcile.js';
 import { REPORT_BACKOFF } from './report.js';
 
-const API_KEY = 'sk_test_pass_mutants_0123456789abcdef';
 const LIST = '^/v1/config_instances$';
 
-let dir: string;
-let rootDir: string;
-let server: RunningMockServer;
-let client: ServiceClient;
-let reconciler: Reconciler;
+let world: PassWorld;
 /** Runs before each fs call the agent makes (its name, first argument and the rest): where a test stops it. */
 let onFsCall: (name: string, target: string, args: readonly unknown[]) => void;
 /** Every wait the pass asked the clock for, in ms. */
@@ -72,61 +62,25 @@ function watchedFs(): FsPort {
   };
 }
 
-async function open(
-  extra: Partial<ReconcilerSettings> = {},
-  options: { readOnly?: boolean; client?: ServiceClient } = {},
-): Promise<void> {
-  await reconciler?.close();
-  const deps: Deps = { fs: watchedFs(), clock, random: () => 0.5, logger: silentLogger() };
-  const settings: ReconcilerSettings = {
-    deviceId: 'dvc_1',
-    rootDir,
-    stateDir: path.join(dir, 'state'),
-    fileMode: 0o640,
-    dirMode: 0o750,
-    retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-    requestRetries: 0,
-    ...extra,
-  };
-  reconciler = await Reconciler.open(deps, settings, options.client ?? client, {
-    readOnly: options.readOnly ?? false,
-  });
-}
-
 beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-pass-mutants-'));
-  rootDir = path.join(dir, 'root');
-  await mkdir(rootDir);
-  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
-  server = await startMockServer({ apiKeys: [API_KEY] });
-  client = createClient({
-    baseUrl: server.url,
-    apiKey: API_KEY,
-    // Only bounds a failing run: a first request under a loaded Stryker dry run has taken more than 10 s.
-    timeoutMs: 60_000,
-    maxResponseBytes: 1 << 20,
-  });
   onFsCall = () => undefined;
   slept.length = 0;
-  await open();
+  world = await createPassWorld({
+    name: 'pass-mutants',
+    // Only bounds a failing run: a first request under a loaded Stryker dry run has taken more than 10 s.
+    clientOptions: { timeoutMs: 60_000 },
+    deps: { fs: watchedFs(), clock },
+  });
 });
 
-afterEach(async () => {
-  await reconciler.close();
-  await server.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterEach(() => world.close());
 
 function put(id: string, fields: Partial<ConfigInstanceRecord> = {}): void {
-  server.state.instances.set(id, mockRecord(id, fields));
+  world.server.state.instances.set(id, mockRecord(id, fields));
 }
 
-const pass = (options: Partial<PassOptions> = {}): Promise<PassResult> =>
-  reconciler.runPass({ mode: 'full', ...options });
-const reports = () =>
-  server.state.reports.map((r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`);
 const exists = (relative: string) =>
-  stat(path.join(rootDir, relative)).then(
+  stat(path.join(world.rootDir, relative)).then(
     () => true,
     () => false,
   );
@@ -136,55 +90,57 @@ describe('runPass: reports of an earlier pass', () => {
     put('cfg_a');
     // Never deployed by the agent and no longer wanted: archived, reported removed.
     put('cfg_b', { target_status: 'removed', activity_status: 'created' });
-    server.state.addFault({ match: '^/v1/config_instances/cfg_[ab]$', count: 2, status: 503 });
-    expect(await pass()).toMatchObject({ reachable: true, reports: { delivered: 0, pending: 2 } });
-    server.state.addFault({ match: LIST, count: 1, status: 503 });
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_[ab]$', count: 2, status: 503 });
+    expect(await world.pass()).toMatchObject({ reachable: true, reports: { delivered: 0, pending: 2 } });
+    world.server.state.addFault({ match: LIST, count: 1, status: 503 });
 
-    const result = await pass({ mode: 'incremental' });
+    const result = await world.pass({ mode: 'incremental' });
 
     expect(result).toMatchObject({ reachable: false, reports: { delivered: 1, pending: 1 } });
-    expect(reports()).toEqual(['cfg_b removed/none']);
+    expect(world.reports()).toEqual(['cfg_b removed/none']);
     // A deployed report was made for the version then listed: it goes once a pull shows what the service holds.
-    expect(await pass({ mode: 'incremental' })).toMatchObject({ reachable: true, converged: true });
-    expect(reports()).toEqual(['cfg_b removed/none', 'cfg_a deployed/none']);
+    expect(await world.pass({ mode: 'incremental' })).toMatchObject({ reachable: true, converged: true });
+    expect(world.reports()).toEqual(['cfg_b removed/none', 'cfg_a deployed/none']);
   });
 
   it('a delivery that went through, or skipped one report on its own, names no delivery error', async () => {
     put('cfg_a');
     put('cfg_b');
     // A 500 is this report's own failure: skipped and kept; delivery goes on and was not deferred.
-    server.state.addFault({ match: '^/v1/config_instances/cfg_b$', count: 1, status: 500 });
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_b$', count: 1, status: 500 });
 
-    const skipped = await pass();
+    const skipped = await world.pass();
 
     expect(skipped.reports).toStrictEqual({ delivered: 1, rejected: 0, pending: 1 });
     // It waits out its backoff (report.ts REPORT_BACKOFF), then goes.
-    expect(await pass()).toMatchObject({ converged: false, reports: { delivered: 0, pending: 1 } });
+    expect(await world.pass()).toMatchObject({ converged: false, reports: { delivered: 0, pending: 1 } });
     clock.advance(REPORT_BACKOFF.baseMs);
-    expect(await pass()).toMatchObject({ converged: true });
-    expect(reports().sort()).toEqual(['cfg_a deployed/none', 'cfg_b deployed/none']);
+    expect(await world.pass()).toMatchObject({ converged: true });
+    expect(world.reports().sort()).toEqual(['cfg_a deployed/none', 'cfg_b deployed/none']);
   });
 
   it('are not delivered by a dry run (of a reconciler that could deliver them)', async () => {
     put('cfg_a');
-    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, status: 503 });
-    await pass();
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 1, status: 503 });
+    await world.pass();
 
-    const result = await pass({ dryRun: true });
+    const result = await world.pass({ dryRun: true });
 
     expect(result.reports).toMatchObject({ delivered: 0, pending: 1 });
-    expect(reports()).toEqual([]);
+    expect(world.reports()).toEqual([]);
   });
 });
 
 let stop: AbortController;
-/** A client that stops the agent as soon as a listing request has been answered (or failed). */
+/** A world.client that stops the agent as soon as a listing request has been answered (or failed). */
 function stoppingAfterListing(): ServiceClient {
   stop = new AbortController();
   return {
-    ...client,
+    ...world.client,
     listConfigInstancePage: (query, options) =>
-      client.listConfigInstancePage(query, options).finally(() => stop.abort(new Error('agent stopping'))),
+      world.client
+        .listConfigInstancePage(query, options)
+        .finally(() => stop.abort(new Error('agent stopping'))),
   };
 }
 
@@ -193,36 +149,36 @@ describe('runPass: stopping', () => {
     put('cfg_a');
     const controller = new AbortController();
     const stopping: ServiceClient = {
-      ...client,
+      ...world.client,
       listConfigInstancePage: (query, options) => {
         controller.abort(new Error('agent stopping'));
-        return client.listConfigInstancePage(query, options);
+        return world.client.listConfigInstancePage(query, options);
       },
     };
-    await open({}, { client: stopping });
+    await world.open({ client: stopping });
 
-    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    await expect(world.pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
     expect(await exists('cfg_a.json')).toBe(false);
-    expect(reports()).toEqual([]);
+    expect(world.reports()).toEqual([]);
     // The listing request was never sent: the stop reached the client.
-    expect(server.state.statsSnapshot().total).toBe(0);
+    expect(world.server.state.statsSnapshot().total).toBe(0);
   });
 
   it('a stop that cuts a report off (the connection drops as the agent stops): the pass rejects with the stop', async () => {
     put('cfg_a');
     const controller = new AbortController();
     const stopping: ServiceClient = {
-      ...client,
+      ...world.client,
       reportConfigInstanceStatus: async () => {
         controller.abort(new Error('agent stopping'));
         throw new NetworkError({ method: 'PATCH', route: '/v1/config_instances/{id}' }, 'socket closed');
       },
     };
-    await open({}, { client: stopping });
+    await world.open({ client: stopping });
 
-    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    await expect(world.pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
     expect(await exists('cfg_a.json')).toBe(true);
-    expect(reconciler.pendingReports).toBe(1);
+    expect(world.reconciler.pendingReports).toBe(1);
   });
 
   it('a stop that aborts a report in flight (the client throws the stop itself): the pass rejects with the stop', async () => {
@@ -230,19 +186,19 @@ describe('runPass: stopping', () => {
     put('cfg_b');
     const controller = new AbortController();
     const stopping: ServiceClient = {
-      ...client,
+      ...world.client,
       reportConfigInstanceStatus: (id, report, options) => {
         controller.abort(new Error('agent stopping'));
-        return client.reportConfigInstanceStatus(id, report, options);
+        return world.client.reportConfigInstanceStatus(id, report, options);
       },
     };
-    await open({}, { client: stopping });
+    await world.open({ client: stopping });
 
-    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    await expect(world.pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
     expect(await exists('cfg_a.json')).toBe(true);
     expect(await exists('cfg_b.json')).toBe(true);
-    expect(reports()).toEqual([]);
-    expect(reconciler.pendingReports).toBe(2);
+    expect(world.reports()).toEqual([]);
+    expect(world.reconciler.pendingReports).toBe(2);
   });
 
   it('a stop while state is saved (the save fails as the agent stops): the pass rejects with the stop', async () => {
@@ -255,16 +211,16 @@ describe('runPass: stopping', () => {
       }
     };
 
-    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
-    expect(reports()).toEqual([]);
+    await expect(world.pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    expect(world.reports()).toEqual([]);
   });
 
   it('a stop during a request retry ends the wait: no backoff is slept, the pass rejects with the stop', async () => {
-    await open({ requestRetries: 3 }, { client: stoppingAfterListing() });
+    await world.open({ settings: { requestRetries: 3 }, client: stoppingAfterListing() });
     put('cfg_a');
-    server.state.addFault({ match: LIST, count: 3, status: 503 });
+    world.server.state.addFault({ match: LIST, count: 3, status: 503 });
 
-    await expect(pass({ signal: stop.signal })).rejects.toThrow('agent stopping');
+    await expect(world.pass({ signal: stop.signal })).rejects.toThrow('agent stopping');
     expect(slept).toEqual([]);
     expect(await exists('cfg_a.json')).toBe(false);
   });
@@ -272,54 +228,58 @@ describe('runPass: stopping', () => {
   it("a stop during a report's retry wait ends the wait: no backoff is slept, the report stays queued", async () => {
     const controller = new AbortController();
     const stopping: ServiceClient = {
-      ...client,
+      ...world.client,
       reportConfigInstanceStatus: (id, report, options) =>
-        client
+        world.client
           .reportConfigInstanceStatus(id, report, options)
           .finally(() => controller.abort(new Error('agent stopping'))),
     };
-    await open({ requestRetries: 3 }, { client: stopping });
+    await world.open({ settings: { requestRetries: 3 }, client: stopping });
     put('cfg_a');
-    server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 3, status: 503 });
+    world.server.state.addFault({ match: '^/v1/config_instances/cfg_a$', count: 3, status: 503 });
 
-    await pass({ signal: controller.signal }).catch(() => undefined);
+    await world.pass({ signal: controller.signal }).catch(() => undefined);
 
     expect(slept).toEqual([]);
-    expect(reports()).toEqual([]);
-    expect(reconciler.pendingReports).toBe(1);
+    expect(world.reports()).toEqual([]);
+    expect(world.reconciler.pendingReports).toBe(1);
   });
 
   it('a stop while a file is written: that file is not put in place and the pass rejects with the stop', async () => {
     put('cfg_a');
     const controller = new AbortController();
     onFsCall = (name, target) => {
-      if (name === 'open' && path.basename(target).startsWith(TEMP_PREFIX) && target.startsWith(rootDir))
+      if (
+        name === 'open' &&
+        path.basename(target).startsWith(TEMP_PREFIX) &&
+        target.startsWith(world.rootDir)
+      )
         controller.abort(new Error('agent stopping'));
     };
 
-    await expect(pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
+    await expect(world.pass({ signal: controller.signal })).rejects.toThrow('agent stopping');
     expect(await exists('cfg_a.json')).toBe(false);
-    expect(reports()).toEqual([]);
+    expect(world.reports()).toEqual([]);
   });
 });
 
 describe('runPass: settings handed on', () => {
   it('files.rules (fileMeta) give each written file its mode and group', async () => {
-    await open({ fileMeta: () => ({ mode: 0o604, gid: 65534 }) });
+    await world.open({ settings: { fileMeta: () => ({ mode: 0o604, gid: 65534 }) } });
     put('cfg_a');
 
-    await pass();
+    await world.pass();
 
-    const stats = await stat(path.join(rootDir, 'cfg_a.json'));
+    const stats = await stat(path.join(world.rootDir, 'cfg_a.json'));
     expect({ mode: stats.mode & 0o7777, gid: stats.gid }).toEqual({ mode: 0o604, gid: 65534 });
   });
 
   it('without trackHookPaths, written paths are not kept for hooks', async () => {
     put('cfg_a');
 
-    await pass();
+    await world.pass();
 
-    expect(reconciler.pendingHookPaths()).toEqual([]);
+    expect(world.reconciler.pendingHookPaths()).toEqual([]);
   });
 });
 
@@ -328,39 +288,39 @@ describe('runPass: what a full pass forgets and prunes', () => {
   async function archived(): Promise<void> {
     put('cfg_a');
     put('cfg_b', { target_status: 'removed', activity_status: 'created' });
-    await pass();
-    expect(reconciler.state.instances.get('cfg_b')).toMatchObject({ activity: 'removed' });
+    await world.pass();
+    expect(world.reconciler.state.instances.get('cfg_b')).toMatchObject({ activity: 'removed' });
   }
 
   it('a poll keeps the record of an instance it did not list; a full pass that does not list it forgets it', async () => {
     await archived();
 
-    await pass({ mode: 'incremental' });
-    expect(reconciler.state.instances.has('cfg_b')).toBe(true);
+    await world.pass({ mode: 'incremental' });
+    expect(world.reconciler.state.instances.has('cfg_b')).toBe(true);
 
-    await pass();
-    expect(reconciler.state.instances.has('cfg_b')).toBe(false);
-    expect(reconciler.state.instances.has('cfg_a')).toBe(true);
+    await world.pass();
+    expect(world.reconciler.state.instances.has('cfg_b')).toBe(false);
+    expect(world.reconciler.state.instances.has('cfg_a')).toBe(true);
   });
 
   it('an instance listed but invalid keeps its record (with no file) through a full pass', async () => {
     put('cfg_a', { content: { n: 1 } });
     onFsCall = (name, target) => {
-      if (name === 'rename' && target.startsWith(rootDir))
+      if (name === 'rename' && target.startsWith(world.rootDir))
         throw Object.assign(new Error('EINVAL: invalid argument'), { code: 'EINVAL' });
     };
-    await pass();
-    expect(reconciler.state.instances.get('cfg_a')).toMatchObject({ attempts: 1, error: 'retrying' });
-    server.state.addFault({
+    await world.pass();
+    expect(world.reconciler.state.instances.get('cfg_a')).toMatchObject({ attempts: 1, error: 'retrying' });
+    world.server.state.addFault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"n":1}', with: '"n":1e400}' }],
     });
 
-    await pass();
+    await world.pass();
 
-    expect(reconciler.state.instances.get('cfg_a')).toMatchObject({
+    expect(world.reconciler.state.instances.get('cfg_a')).toMatchObject({
       attempts: 1,
       error: 'failed',
       message: expect.stringMatching(/^invalid instance from the service: content\.n/),
@@ -369,17 +329,17 @@ describe('runPass: what a full pass forgets and prunes', () => {
 
   it('a full pass drops the cached content of a file it removed', async () => {
     put('cfg_a', { content: { only: 'a' } });
-    await pass();
-    const cache = path.join(dir, 'state', CACHE_DIR);
+    await world.pass();
+    const cache = path.join(world.dir, 'state', CACHE_DIR);
     const cached = await readdir(cache, { recursive: true });
     expect(cached.length).toBeGreaterThan(0);
-    server.state.instances.set('cfg_a', {
-      ...server.state.instance('cfg_a'),
+    world.server.state.instances.set('cfg_a', {
+      ...world.server.state.instance('cfg_a'),
       target_status: 'removed',
       activity_status: 'deployed',
     });
 
-    await pass();
+    await world.pass();
 
     expect(await exists('cfg_a.json')).toBe(false);
     expect(await readdir(cache, { recursive: true })).toEqual(
@@ -390,48 +350,52 @@ describe('runPass: what a full pass forgets and prunes', () => {
 
 describe('runPass: requests and what reporting persists', () => {
   it('in-pass request retries: full jitter from 500 ms doubling to a 10 s cap; the pass lasts what it slept', async () => {
-    await open({ requestRetries: 6 });
+    await world.open({ settings: { requestRetries: 6 } });
     put('cfg_a');
-    server.state.addFault({ match: LIST, count: 6, status: 503 });
+    world.server.state.addFault({ match: LIST, count: 6, status: 503 });
 
-    const result = await pass();
+    const result = await world.pass();
 
     // random() is 0.5: half of each ceiling.
     expect(slept).toEqual([250, 500, 1000, 2000, 4000, 5000]);
     expect(result).toMatchObject({ reachable: true, converged: true, durationMs: 12_750 });
-    expect(reports()).toEqual(['cfg_a deployed/none']);
+    expect(world.reports()).toEqual(['cfg_a deployed/none']);
   });
 
   it('requestRetryBaseMs sets the first ceiling', async () => {
-    await open({ requestRetries: 2, requestRetryBaseMs: 2_000 });
+    await world.open({ settings: { requestRetries: 2, requestRetryBaseMs: 2_000 } });
     put('cfg_a');
-    server.state.addFault({ match: LIST, count: 2, status: 503 });
+    world.server.state.addFault({ match: LIST, count: 2, status: 503 });
 
-    expect((await pass()).reachable).toBe(true);
+    expect((await world.pass()).reachable).toBe(true);
     expect(slept).toEqual([1_000, 2_000]);
   });
 
   it('the echo of a delivered report is saved: a restarted agent still knows it', async () => {
     put('cfg_a');
-    await pass();
-    expect(reconciler.state.instances.get('cfg_a')?.reportEcho).toBeDefined();
-    const echo = reconciler.state.instances.get('cfg_a')?.reportEcho;
+    await world.pass();
+    expect(world.reconciler.state.instances.get('cfg_a')?.reportEcho).toBeDefined();
+    const echo = world.reconciler.state.instances.get('cfg_a')?.reportEcho;
 
-    await open();
+    await world.open();
 
-    expect(reconciler.state.instances.get('cfg_a')?.reportEcho).toEqual(echo);
+    expect(world.reconciler.state.instances.get('cfg_a')?.reportEcho).toEqual(echo);
   });
 
   it('an outbox that cannot be rewritten after delivery: the pass says persistError and does not converge', async () => {
     put('cfg_a');
     onFsCall = (name, _target, args) => {
-      if (name === 'rename' && String(args[1]).endsWith('outbox.json') && server.state.reports.length > 0)
+      if (
+        name === 'rename' &&
+        String(args[1]).endsWith('outbox.json') &&
+        world.server.state.reports.length > 0
+      )
         throw Object.assign(new Error('EIO: i/o error'), { code: 'EIO' });
     };
 
-    const result = await pass();
+    const result = await world.pass();
 
-    expect(reports()).toEqual(['cfg_a deployed/none']);
+    expect(world.reports()).toEqual(['cfg_a deployed/none']);
     expect(result.persistError).toMatchObject({ code: expect.any(String), message: expect.any(String) });
     expect(result.converged).toBe(false);
   });
@@ -441,22 +405,22 @@ describe('runPass: a listing with unusable items is not complete', () => {
   /** p.json written for cfg_old, which the service no longer lists; cfg_x, at the same path, is being removed. */
   async function orphanedFile(): Promise<void> {
     put('cfg_old', { relative_filepath: 'p.json' });
-    await pass();
-    server.state.instances.delete('cfg_old');
+    await world.pass();
+    world.server.state.instances.delete('cfg_old');
     put('cfg_x', { relative_filepath: 'p.json', target_status: 'removed', activity_status: 'deployed' });
   }
 
   it('an invalid item (which may want the path) keeps a recorded file that no usable item wants', async () => {
     await orphanedFile();
     put('cfg_bad', { relative_filepath: 'p.json', content: { n: 1 } });
-    server.state.addFault({
+    world.server.state.addFault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"n":1}', with: '"n":1e400}' }],
     });
 
-    await pass();
+    await world.pass();
 
     expect(await exists('p.json')).toBe(true);
   });
@@ -464,14 +428,14 @@ describe('runPass: a listing with unusable items is not complete', () => {
   it('a skipped item (a status this agent does not know) keeps it too', async () => {
     await orphanedFile();
     put('cfg_new', { relative_filepath: 'p.json' });
-    server.state.addFault({
+    world.server.state.addFault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
       replace: [{ find: '"target_status":"deployed"', with: '"target_status":"superseded"' }],
     });
 
-    await pass();
+    await world.pass();
 
     expect(await exists('p.json')).toBe(true);
   });
@@ -479,7 +443,7 @@ describe('runPass: a listing with unusable items is not complete', () => {
   it('with every item usable and none wanting the path, the file goes', async () => {
     await orphanedFile();
 
-    await pass();
+    await world.pass();
 
     expect(await exists('p.json')).toBe(false);
   });

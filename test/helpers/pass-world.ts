@@ -37,7 +37,7 @@ export interface OpenOptions {
   /** The response cap of the client and the settings' (the pull's byte budget) alike; unset: the client's 1 MiB. */
   maxResponseBytes?: number;
   clientOptions?: WorldClientOptions;
-  /** A ready client, used as it is (clientOptions and wrapClient are then not used). */
+  /** A ready client, used as it is (clientOptions and wrapClient are then not used); default world.client. */
   client?: ServiceClient;
   /** Wraps the client made from clientOptions (a test that watches or fails reports). */
   wrapClient?: (client: ServiceClient) => ServiceClient;
@@ -63,6 +63,8 @@ export interface PassWorld {
   readonly stateDir: string;
   readonly server: RunningMockServer;
   readonly apiKey: string;
+  /** The client of the world's clientOptions (unwrapped): what open uses unless told other client options. */
+  readonly client: ServiceClient;
   /** The Reconciler last opened (throws when none is open). */
   readonly reconciler: Reconciler;
   /** Closes the open Reconciler, if any, and opens one with `options` over the world's defaults. */
@@ -94,9 +96,8 @@ export async function createPassWorld(options: PassWorldOptions): Promise<PassWo
   const server = await startMockServer({ apiKeys: [apiKey] });
   let current: Reconciler | undefined;
 
-  function clientFor(open: OpenOptions): ServiceClient {
-    if (open.client !== undefined) return open.client;
-    const client = createClient({
+  const makeClient = (open: OpenOptions) =>
+    createClient({
       baseUrl: server.url,
       apiKey,
       timeoutMs: 10_000,
@@ -104,8 +105,14 @@ export async function createPassWorld(options: PassWorldOptions): Promise<PassWo
       ...options.clientOptions,
       ...open.clientOptions,
     });
+  const client = makeClient({});
+
+  function clientFor(open: OpenOptions): ServiceClient {
+    if (open.client !== undefined) return open.client;
+    const made =
+      open.clientOptions === undefined && open.maxResponseBytes === undefined ? client : makeClient(open);
     const wrap = open.wrapClient ?? options.wrapClient;
-    return wrap === undefined ? client : wrap(client);
+    return wrap === undefined ? made : wrap(made);
   }
 
   async function openReconciler(open: OpenOptions = {}): Promise<Reconciler> {
@@ -139,6 +146,7 @@ export async function createPassWorld(options: PassWorldOptions): Promise<PassWo
     stateDir,
     server,
     apiKey,
+    client,
     get reconciler(): Reconciler {
       if (current === undefined) throw new Error('no Reconciler is open in this world');
       return current;
