@@ -172,7 +172,24 @@ export interface ServiceClient {
  * What a report's answer tells: the head of the instance as the service now holds it, all a delivery reads. An
  * answer is read only for these fields (answerHead), one over the cap from its first bytes or its skeleton.
  */
-export type ReportAnswer = Pick<ConfigInstance, 'id' | 'activity_status' | 'error_status' | 'updated_at'>;
+export type ReportAnswer = Pick<ConfigInstance, 'id' | 'activity_status' | 'error_status' | 'updated_at'> & {
+  /**
+   * The answer's own fields as it gave them (the parsed object, or the strings read from a large answer's bytes),
+   * unchecked: reconcile/report.ts compares the instance's place with the one reported, and judges them as a
+   * listing's only where they differ.
+   */
+  fields?: Readonly<Record<string, unknown>>;
+};
+
+/** What a large answer is read for besides its head: its place, compared with the version reported. */
+const ANSWER_PLACE_KEYS = [
+  'relative_filepath',
+  'target_status',
+  'device_id',
+  'config_schema_id',
+  'config_type_id',
+  'created_at',
+] as const;
 
 /**
  * The id, statuses and `updated_at` of the instance a report's answer over the cap holds, read from its first
@@ -183,20 +200,27 @@ export type ReportAnswer = Pick<ConfigInstance, 'id' | 'activity_status' | 'erro
  */
 function reportAnswerHead(prefix: Buffer): ReportAnswer | undefined {
   const text = prefix.toString('utf8');
-  const fields = peekStrings(text, 1, ['activity_status', 'error_status', 'updated_at']);
-  return answerHead(peekId(text, 1), fields.activity_status, fields.error_status, fields.updated_at);
+  const fields = peekStrings(text, 1, [
+    'activity_status',
+    'error_status',
+    'updated_at',
+    ...ANSWER_PLACE_KEYS,
+  ]);
+  return answerHead(peekId(text, 1), fields.activity_status, fields.error_status, fields.updated_at, fields);
 }
 
 /**
  * What a delivery reads of a report's answer (ReportAnswer), judged by the wire schema's rules for those four
  * fields (ConfigInstance's own id, statuses and Timestamp, as list-page.ts quickInstance checks them by hand);
- * undefined unless all four are there and valid. The rest of the instance is not read: no one uses it.
+ * undefined unless all four are there and valid. The rest of the instance is passed on unchecked (`fields`),
+ * for the one comparison a delivery makes with it.
  */
 function answerHead(
   id: unknown,
   activity: unknown,
   error: unknown,
   updatedAt: unknown,
+  fields: Readonly<Record<string, unknown>>,
 ): ReportAnswer | undefined {
   if (
     !isUsableInstanceId(id) ||
@@ -211,6 +235,7 @@ function answerHead(
     activity_status: activity as ReportAnswer['activity_status'],
     error_status: error as ReportAnswer['error_status'],
     updated_at: updatedAt,
+    fields,
   };
 }
 
@@ -865,7 +890,7 @@ export function createClient(options: ClientOptions): ServiceClient {
     }
     if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
     const answer = value as Record<string, unknown>;
-    return answerHead(answer.id, answer.activity_status, answer.error_status, answer.updated_at);
+    return answerHead(answer.id, answer.activity_status, answer.error_status, answer.updated_at, answer);
   }
 
   async function call<T>(spec: CallSpec<T>): Promise<T> {

@@ -1,6 +1,7 @@
-// report22: report-truth gaps against runPass and the mock: a status endpoint that answers 2xx and records nothing.
+// report22: report-truth gaps against runPass and the mock: a status endpoint that answers 2xx and records nothing,
+// a report that lands on an instance an operator moved or retired between the listing and the report.
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -15,6 +16,7 @@ import { Reconciler } from './reconcile.js';
 const API_KEY = 'sk_test_report22_0123456789abcdef';
 const DEVICE = 'dvc_1';
 const T0 = '2026-01-01T00:00:00.000Z';
+const T1 = '2026-02-01T00:00:00.000Z';
 const PATCH = '^/v1/config_instances/[^/]+$';
 const UNRECORDED = 'recorded none of them';
 
@@ -34,12 +36,17 @@ let reconciler: Reconciler;
 let patches: number;
 /** The warnings the agent logged, one JSON line each. */
 let warnings: string[];
+/** What an operator does at the service just before the next report reaches it (once). */
+let beforeNextReport: ((id: string) => void) | undefined;
 
 function counting(client: ServiceClient): ServiceClient {
   return {
     ...client,
     reportConfigInstanceStatus: (id, report, opts) => {
       patches += 1;
+      const operator = beforeNextReport;
+      beforeNextReport = undefined;
+      operator?.(id);
       return client.reportConfigInstanceStatus(id, report, opts);
     },
   };
@@ -54,6 +61,7 @@ beforeEach(async () => {
   monotonic = 1_000;
   patches = 0;
   warnings = [];
+  beforeNextReport = undefined;
   const logger = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(line) });
   const client = createClient({
     baseUrl: server.url,
@@ -104,6 +112,13 @@ const reports = () =>
   server.state.reports.map((r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`);
 const unrecordedWarnings = () => warnings.filter((line) => line.includes(UNRECORDED)).length;
 const fileAt = (relative: string) => readFile(path.join(rootDir, relative), 'utf8');
+const exists = (relative: string) =>
+  lstat(path.join(rootDir, relative)).then(
+    () => true,
+    () => false,
+  );
+/** The pass the daemon runs next: full when the reconciler says one is due. */
+const daemonPass = () => reconciler.runPass({ mode: reconciler.hasDueRetries() ? 'full' : 'incremental' });
 
 describe('a status endpoint that answers 2xx and records nothing', () => {
   // It answered every report 200 (a body that is no instance: no echo) and changed nothing. Each poll found the
@@ -153,5 +168,74 @@ describe('a status endpoint that answers 2xx and records nothing', () => {
     monotonic += 1_000;
     await reconciler.runPass({ mode: 'incremental' });
     expect(unrecordedWarnings()).toBe(2);
+  });
+});
+
+describe('a report that lands on an instance placed otherwise since the listing', () => {
+  // The PATCH names no version: an operator's move between the pull and the report had the service record the
+  // moved instance `deployed`, while the new path held nothing. The answer shows the new path, but was read for
+  // its statuses only: the pass said converged, and incremental polls do not list a `deployed` instance, so the
+  // new file waited for the next full pass (up to poll.fullResyncSeconds).
+  // A large answer (300 KB) is read from its bytes without a tree: its place is read with its head.
+  it.each([
+    ['small', { owner: 'u_m' }],
+    ['large', { owner: 'u_m', pad: 'x'.repeat(300_000) }],
+  ])(
+    'makes a full pass due at once, which writes the new path (moved, a %s answer)',
+    async (_size, content) => {
+      put({ id: 'u_m', relative_filepath: 'a.json', content });
+      beforeNextReport = (id) => {
+        const record = server.state.instances.get(id)!;
+        server.state.instances.set(id, { ...record, relative_filepath: 'b/moved.json', updated_at: T1 });
+      };
+      const first = await reconciler.runPass({ mode: 'full' });
+      expect(JSON.parse(await fileAt('a.json'))).toEqual(content);
+      expect(first.converged).toBe(false);
+      expect(reconciler.hasDueRetries()).toBe(true);
+      expect(reconciler.nextRetryAt()).toBeLessThanOrEqual(monotonic);
+      expect(warnings.filter((line) => line.includes('landed on the instance changed'))).toHaveLength(1);
+      monotonic += 1_000;
+      const next = await daemonPass();
+      expect(next.mode).toBe('full');
+      expect(JSON.parse(await fileAt('b/moved.json'))).toEqual(content);
+      expect(reconciler.hasDueRetries()).toBe(false);
+      expect(server.state.instances.get('u_m')).toMatchObject({
+        activity_status: 'deployed',
+        error_status: 'none',
+      });
+    },
+  );
+
+  it('makes a full pass due at once, which retires it (redeployed as another instance at its path)', async () => {
+    put({ id: 'u_old', relative_filepath: 'shared.json', config_schema_id: 'sch_shared' });
+    // The operator deploys a new version, u_new, at the path: the service queues u_old for removal.
+    beforeNextReport = (id) => {
+      const record = server.state.instances.get(id)!;
+      server.state.instances.set(id, { ...record, target_status: 'removed', updated_at: T1 });
+      put({ id: 'u_new', relative_filepath: 'shared.json', config_schema_id: 'sch_shared', updated_at: T1 });
+    };
+    const first = await reconciler.runPass({ mode: 'full' });
+    expect(first.converged).toBe(false);
+    expect(reconciler.hasDueRetries()).toBe(true);
+    monotonic += 1_000;
+    const next = await daemonPass();
+    expect(next.mode).toBe('full');
+    expect(await fileAt('shared.json')).toBe('{\n  "owner": "u_new"\n}\n');
+    expect(reports().sort()).toEqual(['u_new deployed/none', 'u_old deployed/none', 'u_old removed/none']);
+    expect(next.converged).toBe(true);
+  });
+
+  it('is not acted on when the place it shows would not pass a listing (the path guard)', async () => {
+    put({ id: 'u_h', relative_filepath: 'h.json' });
+    server.state.addFault({
+      match: PATCH,
+      count: 1,
+      mode: 'rewrite',
+      replace: [{ find: '"relative_filepath":"h.json"', with: '"relative_filepath":"../escape.json"' }],
+    });
+    const first = await reconciler.runPass({ mode: 'full' });
+    expect(first.converged).toBe(true);
+    expect(reconciler.hasDueRetries()).toBe(false);
+    expect(await exists('h.json')).toBe(true);
   });
 });

@@ -62,6 +62,11 @@ export interface PassContext {
   toldItems?: ToldItems;
   /** Reports answered without an echo, judged by the next listing (report.ts); one per reconciler. */
   unrecorded?: UnrecordedReports;
+  /**
+   * Set when a report's answer showed its instance placed otherwise than listed (report.ts `placeChanged`): the
+   * next pass is a full one (Reconciler `hasDueRetries`), which clears it.
+   */
+  followUp?: { fullPassDue: boolean };
 }
 
 export async function runPass(ctx: PassContext, options: PassOptions): Promise<PassResult> {
@@ -98,8 +103,11 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   const judged = resolveAwaitedEchoes(state, pulled.instances);
   if (!result.dryRun)
     ctx.unrecorded?.judge(judged, outbox, reportBackoff(requestContext(ctx, signal).retry), logger);
-  const version = versionIn(ctx, pulled.instances);
+  const listed = listedIn(pulled.instances);
+  const version = versionIn(ctx, listed);
   keepQueuedVersions(ctx, version);
+  if (pulled.mode === 'full' && !result.dryRun && ctx.followUp !== undefined)
+    ctx.followUp.fullPassDue = false;
 
   if (!result.dryRun) await adoptDeclaredWrites(ctx);
   const identities = new Map<string, ObservedIdentity>();
@@ -139,7 +147,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   // is true only once these bytes are in place; a failure replaces it).
   const unwritten = new Set<string>();
   for (const step of result.steps) if (step.kind === 'write') unwritten.add(step.instance.id);
-  const reports = reportsWhileWriting(ctx, result.steps.length, signal, version, (entry) =>
+  const reports = reportsWhileWriting(ctx, result.steps.length, signal, version, listed, (entry) =>
     unwritten.has(entry.instanceId),
   );
   await reports.around(() =>
@@ -439,10 +447,11 @@ function reportsWhileWriting(
   steps: number,
   signal: AbortSignal | undefined,
   version: (instanceId: string) => string | undefined,
+  listed: (instanceId: string) => PlanInstance | undefined,
   held: (entry: OutboxEntry) => boolean,
 ): PassReports {
   return new PassReports(
-    reportContext(ctx, signal, version),
+    { ...reportContext(ctx, signal, version), listedHead: listed, superseded: supersededBy(ctx) },
     {
       persistRecords: () => ctx.dir.persistRecords(),
       every: Math.max(ctx.settings.batchSteps ?? BATCH_STEPS, Math.ceil(steps / DELIVERIES_WHILE_WRITING)),
@@ -472,20 +481,44 @@ function reportContext(
   };
 }
 
-/**
- * An instance's listed version (report.ts `listedVersion`) in this pass's listing, else as kept from an earlier
- * one: the listing its `lastSeenUpdatedAt` came from. Indexed on first use: only an answer without an echo, or a
- * report still queued, asks.
- */
-function versionIn(
-  ctx: PassContext,
-  instances: readonly PlanInstance[],
-): (instanceId: string) => string | undefined {
+/** This pass's listed instances by id, indexed on first use: only a report's delivery asks. */
+function listedIn(instances: readonly PlanInstance[]): (instanceId: string) => PlanInstance | undefined {
   let index: Map<string, PlanInstance> | undefined;
   return (id) => {
     index ??= new Map(instances.map((instance) => [instance.id, instance]));
-    const instance = index.get(id);
+    return index.get(id);
+  };
+}
+
+/**
+ * An instance's listed version (report.ts `listedVersion`) in this pass's listing, else as kept from an earlier
+ * one: the listing its `lastSeenUpdatedAt` came from. Only an answer without an echo, or a report still queued,
+ * asks.
+ */
+function versionIn(
+  ctx: PassContext,
+  listed: (instanceId: string) => PlanInstance | undefined,
+): (instanceId: string) => string | undefined {
+  return (id) => {
+    const instance = listed(id);
     return instance === undefined ? ctx.listedVersions.get(id) : listedVersion(instance);
+  };
+}
+
+/**
+ * A report that landed on another version than the one it was made for (moved or retired between the listing
+ * and the report): the service now holds that version with the reported statuses, while the disk holds the one
+ * listed. A full pass is made due at once (the daemon runs it within a second, docs/reliability.md), which lists
+ * the instance whatever its statuses (an incremental one would not: it shows `deployed`) and writes, removes and
+ * reports what the service holds; until then this pass is not converged.
+ */
+function supersededBy(ctx: PassContext): (instanceId: string, fields: readonly string[]) => void {
+  return (instanceId, fields) => {
+    if (ctx.followUp !== undefined) ctx.followUp.fullPassDue = true;
+    ctx.logger.warn(
+      { instanceId, changed: fields },
+      'a status report landed on the instance changed since it was listed: a full pass follows to write what the service holds',
+    );
   };
 }
 
@@ -584,6 +617,7 @@ function finishResult(result: PassResult, started: number, ctx: PassContext): Pa
     result.reports.pending === 0 &&
     result.reports.rejected === 0 &&
     result.persistError === undefined &&
+    ctx.followUp?.fullPassDue !== true &&
     !result.dryRun;
   return result;
 }

@@ -40,6 +40,7 @@ export class Reconciler implements PassRunner {
       rootMount,
       toldItems: new ToldItems(),
       unrecorded: new UnrecordedReports(),
+      followUp: { fullPassDue: false },
     });
   }
 
@@ -91,6 +92,8 @@ export class Reconciler implements PassRunner {
   }
 
   hasDueRetries(): boolean {
+    // A report landed on another version (pass.ts `supersededBy`): a full pass writes what the service holds.
+    if (this.#ctx.followUp?.fullPassDue === true) return true;
     const now = this.#ctx.deps.clock.monotonic();
     for (const until of this.#ctx.dir.state.cooldowns.values()) if (until <= now) return true;
     return false;
@@ -98,7 +101,9 @@ export class Reconciler implements PassRunner {
 
   nextRetryAt(): number | undefined {
     // Reports held by the service's Retry-After go when it ends, not with the next poll after it.
-    let earliest = this.#ctx.dir.outbox.heldUntil(this.#ctx.deps.clock.monotonic());
+    const now = this.#ctx.deps.clock.monotonic();
+    if (this.#ctx.followUp?.fullPassDue === true) return now;
+    let earliest = this.#ctx.dir.outbox.heldUntil(now);
     for (const until of this.#ctx.dir.state.cooldowns.values()) {
       if (earliest === undefined || until < earliest) earliest = until;
     }

@@ -1,10 +1,11 @@
 // Report: delivers the outbox in order; each failed delivery is judged by the one status classifier.
 import { hash } from 'node:crypto';
+import type * as z from 'zod';
 import type { ReportAnswer, ServiceClient } from '../api/client.js';
 import { deliveryVerdict, HttpStatusError, ReportContradictedError } from '../api/errors.js';
 import { sameInstant } from '../api/instant.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
-import type { ConfigInstanceHead, StatusReport } from '../api/schemas.js';
+import { ConfigInstance, type ConfigInstanceHead, type StatusReport } from '../api/schemas.js';
 import { type Backoff, backoffCeilingMs, clampRetryAfterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Logger } from '../lib/logger.js';
 import {
@@ -14,6 +15,7 @@ import {
   SharedSends,
   type StatusOutbox,
 } from '../store/outbox.js';
+import { validateRelativePath } from '../store/path-guard.js';
 import type { LocalState } from '../store/state.js';
 
 /**
@@ -59,6 +61,14 @@ export interface ReportContext {
   signal?: AbortSignal;
   /** Reports answered without an echo, for the next listing to judge (`UnrecordedReports`); one per reconciler. */
   unrecorded?: UnrecordedReports;
+  /** The instance as listed by this pass (its reports were made from it), when it was. */
+  listedHead?: (instanceId: string) => ConfigInstanceHead | undefined;
+  /**
+   * A report's answer showed the instance placed otherwise than listed (`placeChanged`: the fields named): the
+   * report landed on another version. It settles (it cannot be taken back), records no echo, and the caller
+   * makes a full pass due.
+   */
+  superseded?: (instanceId: string, fields: readonly string[]) => void;
 }
 
 export interface Delivery {
@@ -120,7 +130,17 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
       }
       // A 2xx without a body settles the report too; only the reported instance, returned, can carry an echo
       // (another one in the answer is a service bug, and taken for its echo it would lose a path it wins).
-      if (updated?.id === entry.instanceId) ctx.unrecorded?.recorded();
+      if (updated?.id === entry.instanceId) {
+        ctx.unrecorded?.recorded();
+        // Landed on another version than the one reported (moved or retired between the listing and the
+        // report): not the echo of a report of what is on disk, and a full pass must write what the service holds.
+        const listed = ctx.listedHead?.(entry.instanceId);
+        const moved = listed === undefined ? undefined : placeChanged(listed, updated.fields);
+        if (moved !== undefined) {
+          ctx.superseded?.(entry.instanceId, moved);
+          return;
+        }
+      }
       echoed =
         (updated?.id === entry.instanceId
           ? recordReportEcho(ctx, updated, listedBefore(entry))
@@ -435,6 +455,59 @@ export function resolveAwaitedEchoes(
     });
   }
   return judged;
+}
+
+/** The fields of an instance's place: all of `listedVersion` but the content (issue 9: no answer's content is judged). */
+const PLACE_FIELDS = [
+  'relative_filepath',
+  'target_status',
+  'device_id',
+  'config_schema_id',
+  'config_type_id',
+  'created_at',
+] as const;
+
+let answerPlace: z.ZodType | undefined;
+/** The place's fields as the wire schema (ConfigInstance) takes them in a listing, built on first use. */
+function answerPlaceSchema(): z.ZodType {
+  answerPlace ??= ConfigInstance.unwrap().pick({
+    relative_filepath: true,
+    target_status: true,
+    device_id: true,
+    config_schema_id: true,
+    config_type_id: true,
+    created_at: true,
+  });
+  return answerPlace;
+}
+
+/**
+ * The fields of its place in which a report's answer shows the instance otherwise than `listed`, or undefined:
+ * the same place, or an answer that would not pass as a listing's item (the wire schema, and the path guard for
+ * its path: an answer is trusted no further than a listing) or gives no place. Compared as they come (a string
+ * comparison each); judged only when one differs.
+ */
+export function placeChanged(
+  listed: ConfigInstanceHead,
+  fields: Readonly<Record<string, unknown>> | undefined,
+): string[] | undefined {
+  if (fields === undefined) return undefined;
+  let changed: string[] | undefined;
+  for (const field of PLACE_FIELDS) {
+    const shown = fields[field];
+    if (shown === listed[field]) continue;
+    if (field === 'created_at' && typeof shown === 'string' && sameInstant(shown, listed.created_at))
+      continue;
+    changed ??= [];
+    changed.push(field);
+  }
+  if (changed === undefined || !answerPlaceSchema().safeParse(fields).success) return undefined;
+  try {
+    validateRelativePath(fields.relative_filepath as string);
+  } catch {
+    return undefined;
+  }
+  return changed;
 }
 
 /** Instances remembered by `UnrecordedReports`; past it the least recently sent is forgotten (sent again at once). */
