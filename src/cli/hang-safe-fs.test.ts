@@ -236,6 +236,33 @@ describe('hangSafeFs: the start-up sweep of rootDir on the calling thread (sweep
   });
 });
 
+describe('hangSafeFs.mayHangAt (mount22: where the drift watcher sets no fs.watch)', () => {
+  it('names rootDir and stateDir on a mount that may hang, and a mount below rootDir, and nothing local', async () => {
+    const table = [
+      line(1, '/', 'ext4'),
+      line(2, '/srv/root/share', 'fuse.sshfs'),
+      line(3, '/srv/nfs', 'nfs4'),
+    ].join('\n');
+    const port = { realpath: async (file: string) => file, mountinfo: async () => table };
+    const local = await hangSafeFs('/srv/root', { monotonic: () => 0, sleep: async () => undefined }, port);
+    expect(local.mayHangAt?.('/srv/root')).toBe(false);
+    expect(local.mayHangAt?.('/srv/root/app/a.json')).toBe(false);
+    expect(local.mayHangAt?.('/srv/root/share')).toBe(true);
+    expect(local.mayHangAt?.('/srv/root/share/a/b.json')).toBe(true);
+    expect(local.mayHangAt?.('/srv/root/shared/b.json')).toBe(false);
+    const held = await hangSafeFs(
+      '/srv/nfs/root',
+      { monotonic: () => 0, sleep: async () => undefined },
+      port,
+      undefined,
+      { stateDir: '/var/lib/agent' },
+    );
+    expect(held.mayHangAt?.('/srv/nfs/root')).toBe(true);
+    expect(held.mayHangAt?.('/srv/nfs/root/app/a.json')).toBe(true);
+    expect(held.mayHangAt?.('/var/lib/agent/state.json')).toBe(false);
+  });
+});
+
 describe('createDeps on a reload (SIGHUP)', () => {
   it('keeps what a failed directory fsync of the process dropped: a file it left in place is not confirmed on a later fsync alone', async () => {
     const config = parseAgentConfig(

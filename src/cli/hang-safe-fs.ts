@@ -203,6 +203,15 @@ export async function hangSafeFs(
     },
   });
   fs.mountsThatMayHangBelow = (dir) => (dir === rootDir ? mayHang : new Set());
+  const root = path.resolve(rootDir);
+  fs.mayHangAt = (file) => {
+    const absolute = path.resolve(file);
+    if (held.some((place) => isSameOrInside(absolute, place.dir))) return true;
+    if (mayHang.size === 0 || !absolute.startsWith(`${root}/`)) return false;
+    const relative = absolute.slice(root.length + 1);
+    for (const mount of mayHang) if (relative === mount || relative.startsWith(`${mount}/`)) return true;
+    return false;
+  };
   // Only for rootDir as configured, whose mounts the check judged: the state directory may be elsewhere.
   const sweepPort = synchronousSweepPort(fs);
   fs.sweepPort = (dir) => (dir === rootDir && fs.lstatSync !== undefined ? sweepPort : undefined);

@@ -517,6 +517,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       logger: c.deps.logger.child({ component: 'drift' }),
       managedFiles: () => this.#c.runner.state.files,
       passes: this.#runner,
+      // Files on a mount that may hang get no watch: judged every poll interval instead.
+      pollMs: c.config.poll.intervalSeconds * 1000,
       ...(c.driftDirectories === undefined ? {} : { directories: c.driftDirectories }),
       // Restores come from the content cache, not a pass: a local drift fight costs the service nothing.
       restore: {

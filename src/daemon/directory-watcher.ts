@@ -6,7 +6,8 @@ import { DiskError } from '../store/errors.js';
 
 export interface DirectoryWatcherOptions {
   /** `readFile`: for the kernel's `max_queued_events` (see `maxQueuedEvents`). */
-  fs: Pick<FsPort, 'lstat' | 'readdir'> & Partial<Pick<FsPort, 'readFile' | 'mountsThatMayHangBelow'>>;
+  fs: Pick<FsPort, 'lstat' | 'readdir'> &
+    Partial<Pick<FsPort, 'readFile' | 'mountsThatMayHangBelow' | 'mayHangAt'>>;
   rootDir: string;
   /**
    * A name in a watched directory was created, written, re-moded, removed or renamed: `file` is its absolute
@@ -134,9 +135,11 @@ export class DirectoryWatcher {
         rootItself: true,
       });
     }
-    this.#add(this.#options.rootDir, root.ino, true);
+    const watched = this.#add(this.#options.rootDir, root.ino, true);
     this.#rootId = { dev: root.dev, ino: root.ino };
     this.#started = true;
+    // rootDir on a mount that may hang: nothing under it is watched (see #add).
+    if (!watched) return;
     // The priority directories first: a flood of others met earlier by the walk cannot take their room.
     await this.#watchPriority(false);
     await this.#watchBelow(this.#options.rootDir);
@@ -188,6 +191,10 @@ export class DirectoryWatcher {
       if (existing.ino === ino) return true;
       this.#unwatch(dir);
     }
+    // On a mount that may hang (FsPort.mayHangAt): `fs.watch` looks the path up on the calling thread, so a mount
+    // that stopped answering since its lstat would hold the event loop for good. Not watched, nor anything below:
+    // the drift watcher judges the files there on its poll, through the mount gate.
+    if (this.#options.fs.mayHangAt?.(dir) === true) return false;
     const priority = this.#isPriority(dir);
     if (!priority && this.#others.size >= this.#maxOthers()) {
       this.#othersMissed = true;

@@ -2,6 +2,7 @@
 import path from 'node:path';
 import type { DriftPolicy } from '../config/schema.js';
 import type { Clock } from '../lib/clock.js';
+import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { ContentCache } from '../store/content-cache.js';
@@ -69,6 +70,11 @@ interface DriftWatcherFields {
    */
   clock?: Pick<Clock, 'sleep'>;
   debounceMs?: number;
+  /**
+   * How often the managed files on a mount that may hang (FsPort.mayHangAt: no `fs.watch` is set there) are judged:
+   * the poll interval. Without it (or without `fs.mayHangAt`) they are left to the passes.
+   */
+  pollMs?: number;
   /** The directory watcher's cap and node:fs `watch` (tests: a small cap, watches counted, ENOSPC). */
   directories?: Pick<DirectoryWatcherOptions, 'maxDirectories' | 'watch' | 'maxQueuedEvents'>;
 }
@@ -101,6 +107,12 @@ export class DriftWatcher {
   }
 
   async start(): Promise<void> {
+    const { fs, rootDir } = this.#options;
+    // rootDir on a mount that may hang: no watch at all (DirectoryWatcher sets none there), its files are polled.
+    if (fs.mayHangAt?.(rootDir) === true) {
+      void this.#pollWhereUnwatched();
+      return;
+    }
     const watcher = new DirectoryWatcher({
       fs: this.#options.fs,
       rootDir: this.#options.rootDir,
@@ -126,6 +138,34 @@ export class DriftWatcher {
       throw error;
     }
     this.#watcher = watcher;
+    // Started once watching: a start that failed leaves nothing running (the daemon tries a new one later).
+    void this.#pollWhereUnwatched();
+  }
+
+  /**
+   * Every `pollMs`, the managed files on a mount that may hang (no `fs.watch` there: a synchronous lookup on a mount
+   * that stops answering would hold the event loop) are judged as an event would have them judged, through the
+   * mount gate: one that does not answer is no drift (left to the pass, which reports it `retrying`).
+   */
+  async #pollWhereUnwatched(): Promise<void> {
+    const { fs, rootDir, pollMs } = this.#options;
+    const mayHangAt = fs.mayHangAt;
+    if (mayHangAt === undefined || pollMs === undefined || pollMs <= 0) return;
+    const clock = this.#options.clock ?? (this.#options.restore as LocalRestore).clock;
+    for (;;) {
+      const slept = await clock.sleep(pollMs, this.#closing.signal).then(
+        () => true,
+        () => false,
+      );
+      if (!slept || this.#closed) return;
+      let any = false;
+      for (const relative of this.#options.managedFiles().keys()) {
+        if (!mayHangAt(path.join(rootDir, relative))) continue;
+        this.#pending.add(relative);
+        any = true;
+      }
+      if (any) this.#schedule();
+    }
   }
 
   async close(): Promise<void> {
@@ -266,7 +306,10 @@ export class DriftWatcher {
         this.#options.rootDir,
         relative,
         onlySizes,
-      ).catch(() => null);
+      ).catch((error: unknown) => (notAnswering(error) ? 'not answering' : null));
+      // Its mount did not answer (the gate's ETIMEDOUT): nothing is known of it, so it is no drift; the pass
+      // reports it `retrying`, and the next poll judges it again.
+      if (current === 'not answering') continue;
       if (
         current !== undefined &&
         current !== null &&
@@ -377,4 +420,9 @@ export class DriftWatcher {
     if (restored.length > 0) restore.onRestored(restored);
     return needPass;
   }
+}
+
+/** A mount that did not answer in time (cli/mount-gate.ts: `ETIMEDOUT`), as itself or as the writer's DiskError. */
+function notAnswering(error: unknown): boolean {
+  return errnoCode(error) === 'ETIMEDOUT' || (error as { errno?: unknown } | null)?.errno === 'ETIMEDOUT';
 }

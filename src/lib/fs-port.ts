@@ -68,6 +68,12 @@ export type FsPort = Pick<
    */
   mountsThatMayHangBelow?: (dir: string) => ReadonlySet<string>;
   /**
+   * Optional: whether `file` (absolute) lies on a filesystem that may hang: rootDir or stateDir on one, or a mount
+   * below rootDir that may hang (cli/hang-safe-fs.ts). The drift watcher sets no `fs.watch` there (a synchronous
+   * lookup that would hold the event loop) and judges those files on its poll instead. Without it: none may.
+   */
+  mayHangAt?: (file: string) => boolean;
+  /**
    * Optional: calls on raw descriptors (node:fs's callback API in production, lib/descriptor-calls.ts), for the
    * writer's temp files and directory fsyncs: the same syscalls through the same thread pool as `open` and its
    * `FileHandle`, with less JavaScript per call. Without it (tests' ports, memfs) those go through `open`.

@@ -1,0 +1,188 @@
+// The drift watcher on a mount that may hang (NFS, FUSE): no synchronous fs.watch there, its files judged on the poll.
+import type { watch } from 'node:fs';
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Clock } from '../lib/clock.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { sha256Hex } from '../lib/hash.js';
+import { silentLogger } from '../lib/logger.js';
+import type { ManagedFile } from '../store/state.js';
+import { DriftWatcher } from './drift-watcher.js';
+import { SingleFlight } from './single-flight.js';
+
+const POLL_MS = 60_000;
+const DEBOUNCE_MS = 300;
+const RECORDED = '{"a":1}\n';
+const cleanups: Array<() => Promise<void>> = [];
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** Time moves only when told; a sleep ends once its deadline is passed, or rejects when its signal aborts. */
+function manualClock(): Pick<Clock, 'sleep'> & { advance(ms: number): void } {
+  let now = 0;
+  const sleepers = new Set<{ until: number; resolve: () => void }>();
+  return {
+    sleep: (ms, signal) =>
+      new Promise<void>((resolve, reject) => {
+        if (signal?.aborted) {
+          reject(signal.reason);
+          return;
+        }
+        const sleeper = { until: now + ms, resolve };
+        sleepers.add(sleeper);
+        signal?.addEventListener(
+          'abort',
+          () => {
+            sleepers.delete(sleeper);
+            reject(signal.reason);
+          },
+          { once: true },
+        );
+      }),
+    advance(ms) {
+      now += ms;
+      for (const sleeper of [...sleepers]) {
+        if (sleeper.until > now) continue;
+        sleepers.delete(sleeper);
+        sleeper.resolve();
+      }
+    },
+  };
+}
+
+/** Lets what is under way finish (turns of the event loop and round trips of the thread pool); asserts nothing. */
+async function settle(): Promise<void> {
+  for (let turn = 0; turn < 20; turn += 1) {
+    await new Promise((resolve) => setImmediate(resolve));
+    await nodeFs.stat(os.tmpdir());
+  }
+}
+
+/**
+ * `names` under a new temp root, each holding bytes other than those recorded (drift), watched under `report` on a
+ * manual clock. `fs` says which paths lie on a mount that may hang (`mayHangAt`); `watch` stands in for node:fs's,
+ * and throws for those paths: a real one there could hold the event loop for good, which no test can wait out.
+ */
+async function world(options: {
+  names: readonly string[];
+  mayHangAt: (rootDir: string, file: string) => boolean;
+  fs?: (base: FsPort, rootDir: string) => FsPort;
+}) {
+  const rootDir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-drift-hang-'));
+  const managed = new Map<string, ManagedFile>();
+  for (const name of options.names) {
+    await mkdir(path.dirname(path.join(rootDir, name)), { recursive: true });
+    await writeFile(path.join(rootDir, name), '{"changed":true}\n', { mode: 0o644 });
+    managed.set(name, {
+      instanceId: `cfg_${name}`,
+      sha256: sha256Hex(Buffer.from(RECORDED)),
+      mode: 0o644,
+      createdDirs: [],
+      writtenAt: '2030-01-01T00:00:00.000Z',
+    });
+  }
+  const mayHangAt = (file: string) => options.mayHangAt(rootDir, file);
+  const base: FsPort = { ...(nodeFs as unknown as FsPort), mayHangAt };
+  const fs = options.fs?.(base, rootDir) ?? base;
+  const clock = manualClock();
+  const drifts: string[][] = [];
+  const watchStandIn = ((target: string) => {
+    if (mayHangAt(target))
+      throw new Error(`fs.watch on ${target}, a mount that may hang: the event loop held`);
+    return { on: () => undefined, close: () => undefined };
+  }) as unknown as typeof watch;
+  const watcher = new DriftWatcher({
+    fs,
+    rootDir,
+    policy: 'report',
+    logger: silentLogger(),
+    managedFiles: () => managed,
+    passes: new SingleFlight(async () => undefined),
+    onDrift: (paths) => drifts.push(paths),
+    clock,
+    debounceMs: DEBOUNCE_MS,
+    pollMs: POLL_MS,
+    directories: { watch: watchStandIn, maxQueuedEvents: 16_384 },
+  });
+  cleanups.push(async () => {
+    await watcher.close();
+    await rm(rootDir, { recursive: true, force: true });
+  });
+  return { rootDir, watcher, clock, drifts };
+}
+
+/** One poll and its debounce passed on the clock, and what they started finished. */
+async function onePoll(clock: ReturnType<typeof manualClock>): Promise<void> {
+  clock.advance(POLL_MS);
+  await settle();
+  clock.advance(DEBOUNCE_MS);
+  await settle();
+}
+
+describe('the drift watcher on a mount that may hang (mount22)', () => {
+  // Before: DirectoryWatcher called fs.watch on rootDir (a synchronous lookup there: a mount that started hanging
+  // after its lstat held the event loop); the stand-in's throw failed the start, and no drift was ever seen.
+  it('rootDir on one: it starts with no fs.watch there, and a drifted file is judged on the next poll, not before', async () => {
+    const w = await world({ names: ['app/a.json'], mayHangAt: () => true });
+    await w.watcher.start();
+    w.clock.advance(POLL_MS - 1);
+    await settle();
+    expect(w.drifts).toEqual([]);
+    w.clock.advance(1);
+    await settle();
+    w.clock.advance(DEBOUNCE_MS);
+    await settle();
+    expect(w.drifts).toEqual([['app/a.json']]);
+  });
+
+  // Before: the priority directory share/ got its fs.watch (the stand-in's throw only logged), and the file there
+  // was never judged between passes.
+  it('a mount below rootDir: its file is judged on the poll, the local one by its events as ever', async () => {
+    const w = await world({
+      names: ['share/s.json', 'app/a.json'],
+      mayHangAt: (rootDir, file) =>
+        file === path.join(rootDir, 'share') || file.startsWith(`${rootDir}/share/`),
+    });
+    await w.watcher.start();
+    await onePoll(w.clock);
+    expect(w.drifts).toEqual([['share/s.json']]);
+    w.watcher.noticeChange(path.join(w.rootDir, 'app/a.json'));
+    w.clock.advance(DEBOUNCE_MS);
+    await settle();
+    expect(w.drifts).toEqual([['share/s.json'], ['app/a.json']]);
+  });
+
+  it('a file whose mount does not answer (ETIMEDOUT) is no drift; judged again on the poll once it answers', async () => {
+    let answering = false;
+    const w = await world({
+      names: ['app/a.json'],
+      mayHangAt: () => true,
+      fs: (base, rootDir) => {
+        const timedOut = (file: unknown) =>
+          !answering && typeof file === 'string' && file.startsWith(`${rootDir}/`)
+            ? Promise.reject(
+                Object.assign(new Error('ETIMEDOUT: the mount did not answer'), { code: 'ETIMEDOUT' }),
+              )
+            : undefined;
+        return {
+          ...base,
+          open: ((file: string, ...rest: unknown[]) =>
+            timedOut(file) ?? (base.open as (...a: unknown[]) => unknown)(file, ...rest)) as FsPort['open'],
+          lstat: ((file: string, ...rest: unknown[]) =>
+            timedOut(file) ?? (base.lstat as (...a: unknown[]) => unknown)(file, ...rest)) as FsPort['lstat'],
+        };
+      },
+    });
+    await w.watcher.start();
+    await onePoll(w.clock);
+    expect(w.drifts).toEqual([]);
+    answering = true;
+    await onePoll(w.clock);
+    expect(w.drifts).toEqual([['app/a.json']]);
+  });
+});
