@@ -1,51 +1,25 @@
 // adv21: init and doctor refuse a rootDir the shipped unit hides from the agent or cannot write (ProtectHome=, PrivateTmp=, ProtectSystem=).
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
-import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { scratchDoctor, scratchSystems, writeScratchConfig } from '../../test/helpers/scratch-system.js';
 import { textSink } from '../../test/helpers/text-sink.js';
-import { runDoctor } from './doctor.js';
-import { type InitEnvironment, runInit } from './init.js';
-import { type HiddenDir, hiddenFromUnit, rootDirHiddenFromUnit, UNIT_HIDDEN_DIRS } from './unit-sandbox.js';
+import { runInit } from './init.js';
+import { hiddenFromUnit, rootDirHiddenFromUnit, UNIT_HIDDEN_DIRS } from './unit-sandbox.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-sandbox-'));
-afterAll(() => rmSync(BASE, { recursive: true, force: true }));
+/** Scratch systems whose "hidden" directory stands for /home (the real ones hold the test's own /tmp). */
+const systems = scratchSystems('sandbox', {
+  hiddenSubdir: 'ops',
+  hides: (dir) => [{ dir: path.join(dir, 'hidden'), directive: 'ProtectHome=yes' }],
+  apiKey: 'sk_test_sandbox_0123456789abcdef',
+});
+afterAll(() => systems.remove());
+const scratch = systems.make;
 
 const sink = textSink;
-
-/** A scratch system whose "hidden" directory stands for /home (the real ones hold the test's own /tmp). */
-function scratch(name: string) {
-  const dir = path.join(BASE, name);
-  mkdirSync(path.join(dir, 'etc'), { recursive: true });
-  mkdirSync(path.join(dir, 'hidden/ops'), { recursive: true });
-  writeFileSync(path.join(dir, 'etc/passwd'), 'root:x:0:0::/root:/bin/sh\nconfig-agent:x:4241:4242::/:/x\n');
-  writeFileSync(path.join(dir, 'etc/group'), 'root:x:0:\nconfig-agent:x:4242:\n');
-  const hides: HiddenDir[] = [{ dir: path.join(dir, 'hidden'), directive: 'ProtectHome=yes' }];
-  const env: InitEnvironment = {
-    stdin: Readable.from(['sk_test_sandbox_0123456789abcdef\n']),
-    stdinIsTty: false,
-    groupFile: path.join(dir, 'etc/group'),
-    passwdFile: path.join(dir, 'etc/passwd'),
-    dropInDir: path.join(dir, 'etc/systemd/system/config-agent.service.d'),
-    checkTimeoutMs: 2_000,
-    // Refused before init writes or chowns anything, so no root is needed.
-    uid: 0,
-    unitHides: hides,
-  };
-  return { dir, env, configPath: path.join(dir, 'etc/config-agent/config.json') };
-}
 
 describe('a rootDir the unit hides from the agent (adv21)', () => {
   it('is named for every directory the unit replaces, and only inside them', () => {
@@ -132,36 +106,10 @@ describe('a rootDir the unit hides from the agent (adv21)', () => {
   it('doctor fails its rootDir line for it', async () => {
     const sys = scratch('doctor');
     const rootDir = path.join(sys.dir, 'hidden/ops/configs');
-    mkdirSync(path.dirname(sys.configPath), { recursive: true });
-    writeFileSync(
-      sys.configPath,
-      JSON.stringify({
-        deviceId: 'dvc_1',
-        server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: path.join(sys.dir, 'etc/key') },
-        rootDir,
-        stateDir: path.join(sys.dir, 'state'),
-      }),
-      { mode: 0o640 },
-    );
-    const out = sink();
-    const code = await runDoctor(
-      { configPath: sys.configPath },
-      { stdout: out.stream, stderr: sink().stream, env: {}, isTty: false },
-      {
-        groupFile: sys.env.groupFile,
-        passwdFile: sys.env.passwdFile,
-        checkTimeoutMs: 2_000,
-        unitHides: sys.env.unitHides ?? [],
-        systemctl: async () => ({ status: 127, stdout: '' }),
-        now: () => 0,
-        unit: 'config-agent.service',
-      },
-    );
+    writeScratchConfig(sys, rootDir);
+    const { code, text } = await scratchDoctor(sys, { unitHides: sys.env.unitHides ?? [] });
     expect(code).not.toBe(0);
-    const line = out
-      .text()
-      .split('\n')
-      .find((entry) => entry.includes(' rootDir '));
+    const line = text.split('\n').find((entry) => entry.includes(' rootDir '));
     expect(line).toMatch(/^FAIL {2}rootDir {3}rootDir .* is inside .*ProtectHome=yes/);
   });
 
@@ -172,43 +120,14 @@ describe('a rootDir the unit hides from the agent (adv21)', () => {
       const sys = scratch(name);
       const rootDir = path.join(sys.dir, 'opt/cfg');
       mkdirSync(rootDir, { recursive: true });
-      mkdirSync(path.dirname(sys.configPath), { recursive: true });
-      writeFileSync(
-        sys.configPath,
-        JSON.stringify({
-          deviceId: 'dvc_1',
-          server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: path.join(sys.dir, 'etc/key') },
-          rootDir,
-          stateDir: path.join(sys.dir, 'state'),
-        }),
-        { mode: 0o640 },
-      );
-      const out = sink();
-      await runDoctor(
-        { configPath: sys.configPath },
-        { stdout: out.stream, stderr: sink().stream, env: {}, isTty: false },
-        {
-          groupFile: sys.env.groupFile,
-          passwdFile: sys.env.passwdFile,
-          checkTimeoutMs: 2_000,
-          unitHides: [],
-          systemctl: async (args) => ({
-            status: 0,
-            stdout: args.some((arg) => arg.includes('ReadWritePaths'))
-              ? `LoadState=loaded\nProtectSystem=strict\nReadWritePaths=${readWritePaths.replaceAll('ROOT', rootDir)}\n`
-              : 'LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\n',
-          }),
-          now: () => 0,
-          unit: 'config-agent.service',
-        },
-      );
+      writeScratchConfig(sys, rootDir);
+      const { text } = await scratchDoctor(sys, {
+        unitHides: [],
+        readWritePaths: readWritePaths.replaceAll('ROOT', rootDir),
+      });
       return {
         rootDir,
-        line:
-          out
-            .text()
-            .split('\n')
-            .find((entry) => entry.includes(' rootDir ')) ?? '',
+        line: text.split('\n').find((entry) => entry.includes(' rootDir ')) ?? '',
       };
     };
     const uncovered = await run('strict', '/srv/config-agent -/var/lib/prometheus/node-exporter');

@@ -1,43 +1,24 @@
 // adv21: init and doctor judge metrics.textfile as they judge rootDir: not where the unit hides it, not read-only for it.
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { Readable } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
+import { scratchDoctor, scratchSystems, writeScratchConfig } from '../../test/helpers/scratch-system.js';
 import { textSink } from '../../test/helpers/text-sink.js';
-import { runDoctor } from './doctor.js';
-import { type InitEnvironment, runInit } from './init.js';
-import type { HiddenDir } from './unit-sandbox.js';
+import { runInit } from './init.js';
 
-const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-textfile-sandbox-'));
-afterAll(() => rmSync(BASE, { recursive: true, force: true }));
-
-const sink = textSink;
-
-/** A scratch system whose "hidden" directory stands for /tmp (PrivateTmp=), "run" for /run. */
-function scratch(name: string) {
-  const dir = path.join(BASE, name);
-  mkdirSync(path.join(dir, 'etc'), { recursive: true });
-  mkdirSync(path.join(dir, 'hidden/node-exporter'), { recursive: true });
-  writeFileSync(path.join(dir, 'etc/passwd'), 'root:x:0:0::/root:/bin/sh\nconfig-agent:x:4241:4242::/:/x\n');
-  writeFileSync(path.join(dir, 'etc/group'), 'root:x:0:\nconfig-agent:x:4242:\n');
-  const hides: HiddenDir[] = [
+/** Scratch systems whose "hidden" directory stands for /tmp (PrivateTmp=), "run" for /run. */
+const systems = scratchSystems('textfile-sandbox', {
+  hiddenSubdir: 'node-exporter',
+  hides: (dir) => [
     { dir: path.join(dir, 'hidden'), directive: 'PrivateTmp=yes' },
     { dir: path.join(dir, 'run'), directive: 'ReadWritePaths=', reason: 'is emptied at every boot' },
-  ];
-  const env: InitEnvironment = {
-    stdin: Readable.from(['sk_test_textfile_0123456789abcdef\n']),
-    stdinIsTty: false,
-    groupFile: path.join(dir, 'etc/group'),
-    passwdFile: path.join(dir, 'etc/passwd'),
-    dropInDir: path.join(dir, 'etc/systemd/system/config-agent.service.d'),
-    checkTimeoutMs: 2_000,
-    // Refused before init writes or chowns anything, so no root is needed.
-    uid: 0,
-    unitHides: hides,
-  };
-  return { dir, env, hides, configPath: path.join(dir, 'etc/config-agent/config.json') };
-}
+  ],
+  apiKey: 'sk_test_textfile_0123456789abcdef',
+});
+afterAll(() => systems.remove());
+const scratch = systems.make;
+
+const sink = textSink;
 
 describe('metrics.textfile where the unit hides it or cannot write (adv21)', () => {
   it('init refuses it (exit 78) before writing anything', async () => {
@@ -76,44 +57,14 @@ describe('metrics.textfile where the unit hides it or cannot write (adv21)', () 
     const textfile = path.join(textfileDir(sys.dir), 'config-agent.prom');
     const rootDir = path.join(sys.dir, 'srv');
     mkdirSync(rootDir, { recursive: true });
-    mkdirSync(path.dirname(sys.configPath), { recursive: true });
-    writeFileSync(
-      sys.configPath,
-      JSON.stringify({
-        deviceId: 'dvc_1',
-        server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: path.join(sys.dir, 'etc/key') },
-        rootDir,
-        stateDir: path.join(sys.dir, 'state'),
-        metrics: { textfile },
-      }),
-      { mode: 0o640 },
-    );
-    const out = sink();
-    await runDoctor(
-      { configPath: sys.configPath },
-      { stdout: out.stream, stderr: sink().stream, env: {}, isTty: false },
-      {
-        groupFile: sys.env.groupFile,
-        passwdFile: sys.env.passwdFile,
-        checkTimeoutMs: 2_000,
-        unitHides: sys.hides,
-        systemctl: async (args) => ({
-          status: 0,
-          stdout: args.some((arg) => arg.includes('ReadWritePaths'))
-            ? `LoadState=loaded\nProtectSystem=strict\nReadWritePaths=${rootDir} ${readWritePaths.replaceAll('DIR', path.dirname(textfile))}\n`
-            : 'LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\n',
-        }),
-        now: () => 0,
-        unit: 'config-agent.service',
-      },
-    );
+    writeScratchConfig(sys, rootDir, { metrics: { textfile } });
+    const { text } = await scratchDoctor(sys, {
+      unitHides: sys.hides,
+      readWritePaths: `${rootDir} ${readWritePaths.replaceAll('DIR', path.dirname(textfile))}`,
+    });
     return {
       textfile,
-      line:
-        out
-          .text()
-          .split('\n')
-          .find((entry) => /^\S+ +metrics /.test(entry)) ?? '',
+      line: text.split('\n').find((entry) => /^\S+ +metrics /.test(entry)) ?? '',
     };
   };
 
