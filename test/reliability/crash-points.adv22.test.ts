@@ -5,7 +5,7 @@
 // on disk with its bytes; the next run converges and every status reaches the service.
 
 import { spawn } from 'node:child_process';
-import { lstat, mkdtemp, rm } from 'node:fs/promises';
+import { lstat, mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -58,10 +58,11 @@ async function world(name: string, change: boolean): Promise<Fleet> {
   return fleet;
 }
 
-/** The syscalls a kill lands on, each swept from its first call in the run to its last. */
+/** The syscalls a kill lands on. */
 const POINTS = ['rename', 'fsync', 'unlink', 'rmdir', 'mkdir'] as const;
+type Point = (typeof POINTS)[number];
 /** In the run that carries out a change (`change`), or in a first sync (the state directory made too). */
-const CASES: { name: (typeof POINTS)[number]; change: boolean; reportsDown: boolean }[] = [
+const CASES: { name: Point; change: boolean; reportsDown: boolean }[] = [
   { name: 'rename', change: true, reportsDown: false },
   { name: 'fsync', change: true, reportsDown: false },
   { name: 'unlink', change: true, reportsDown: false },
@@ -71,60 +72,160 @@ const CASES: { name: (typeof POINTS)[number]; change: boolean; reportsDown: bool
   // Every report answered 503 in the run killed: what it has to tell lives in outbox.json alone.
   { name: 'rename', change: true, reportsDown: true },
 ];
-/** A bound on each sweep: the run under test makes fewer of each (27 fsyncs, 10 renames, 5 unlinks). */
-const MAX_CALLS = 60;
+
+/**
+ * Of the calls that are not the first at their site, the share struck too (drawn from the run's seed). Each case
+ * first runs its pass once traced, with nothing injected, and names the site of each of its calls: the call and
+ * what it acts on (a managed file or its temp, a directory of rootDir, state.json, outbox.json, intent.json,
+ * fingerprints.json or their temps, the state directory, the lock), after the call before it on that thread. A
+ * site's first call is always struck, and the run's last: so every kind of step at every place in the pass's order
+ * is (a file's temp fsynced after a mkdir or after another file's rename, a directory fsynced after an unlink, an
+ * rmdir, a mkdir or a batch of renames, each state file's saves and the state directory's fsync after each, the
+ * first and the last rmdir of a pruned chain, the lock made and removed). What the share leaves out is a repeat of a
+ * site in a run of the same steps, and those leave what their struck neighbours leave: a SIGKILL keeps the page
+ * cache, so the state it leaves is set by the writes, renames, unlinks, rmdirs and mkdirs done before it, and the
+ * directory fsyncs of a batch follow one another with none of those between them (the third of six leaves what the
+ * first does); a chain of mkdirs or rmdirs differs only in how deep it got, its first and last link struck. The
+ * seed differs from run to run (RELIABILITY_SEED replays one), so over runs every call is struck. Striking every
+ * call took ~100 agent runs under strace, 3.5 of CI's minutes at the last count; this strikes ~60.
+ */
+const REPEATS_STRUCK = 0.25;
 
 describe.skipIf(SKIP !== undefined)('SIGKILL at exact syscalls of a pass', { timeout: 900_000 }, () => {
   it.each(CASES)(
-    'at every $name (change: $change, reports refused: $reportsDown): nothing torn or wrongly deleted, nothing told early, converges',
+    'at each site of a $name (change: $change, reports refused: $reportsDown): nothing torn or wrongly deleted, nothing told early, converges',
     async ({ name, change, reportsDown }) => {
-      let killed = 0;
-      for (let when = 1; when <= MAX_CALLS; when += 1) {
-        const fleet = await world(`${name}-${String(change)}-${String(reportsDown)}-${when}`, change);
-        const proxy = reportsDown === true ? await startFaultProxy(fleet.server.url) : undefined;
-        try {
-          if (proxy !== undefined) {
-            proxy.add({ match: /\/config_instances\/[^/]+$/, count: 1_000, status: 503, headers: {} });
-            await fleet.writeConfig(proxy.url);
-          }
-          const run = await killedAt(fleet, name, when);
-          const hit = run.signal === 'SIGKILL' || run.code === 137;
-          const label = `${name} #${when} (exit ${String(run.code)})`;
-          expect(await fleet.checkAnyMoment(), label).toEqual([]);
-          if (!hit && proxy === undefined) {
-            // The run made fewer such calls: it ran to its end.
-            expect(run.code, `${label}: ${run.stderr.slice(-1500)}`).toBe(0);
-            expect(await fleet.checkConverged(), label).toEqual([]);
-            if (change)
-              expect(
-                await exists(path.join(fleet.rootDir, 'opt/vendor')),
-                `${label}: opt/vendor pruned`,
-              ).toBe(false);
-            break;
-          }
-          if (hit) killed += 1;
-          else expect(proxy?.counts.faulted, `${label}: reports refused`).toBeGreaterThan(0);
-          // The service takes reports again: everything the killed run had to tell reaches it.
-          if (proxy !== undefined) await fleet.writeConfig(fleet.server.url);
-          const next = await fleet.runOnce();
-          expect(next.code, `${label}, the run after: ${next.stderr.slice(-1500)}`).toBe(0);
-          expect(await fleet.checkConverged(), label).toEqual([]);
-          expect(await fleet.tempFiles(), label).toEqual([]);
-          if (change)
-            expect(await exists(path.join(fleet.rootDir, 'opt/vendor')), `${label}: opt/vendor pruned`).toBe(
-              false,
-            );
-          if (!hit) break;
-        } finally {
-          await proxy?.close();
-          await fleet.close();
-        }
-      }
-      process.stderr.write(`crash-points.adv22: ${killed} kills at ${name} (change: ${String(change)})\n`);
-      expect(killed).toBeGreaterThan(0);
+      const label = `${name}-${String(change)}-${String(reportsDown)}`;
+      // The pass run to its end under strace, nothing injected: its calls of `name`, in the order when=N reaches them.
+      const calls = await strike({ name, change, reportsDown }, `${label}-traced`, undefined);
+      const random = seededRandom(
+        SEED ^
+          CASES.findIndex((c) => c.name === name && c.change === change && c.reportsDown === reportsDown),
+      );
+      const struck = chooseStrikes(calls, random);
+      process.stderr.write(
+        `crash-points.adv22: ${name} (change: ${String(change)}, reports refused: ${String(reportsDown)}): ` +
+          `${calls.length} calls at ${new Set(calls.map((call) => call.site)).size} sites, striking #${struck.join(', #')}\n`,
+      );
+      expect(calls.length, `${label}: the traced pass made no ${name}`).toBeGreaterThan(0);
+      for (const when of struck) await strike({ name, change, reportsDown }, `${label}-${when}`, when);
     },
   );
 });
+
+/** One call of `name` in a traced pass: the N of `when=N` that strikes it, and its site. */
+interface TracedCall {
+  when: number;
+  site: string;
+  text: string;
+}
+
+/** Every site's first call, the last call, and a seeded share of the rest, in order. */
+function chooseStrikes(calls: readonly TracedCall[], random: () => number): number[] {
+  const seen = new Set<string>();
+  const struck: number[] = [];
+  for (const call of calls) {
+    const first = !seen.has(call.site);
+    seen.add(call.site);
+    // The draw is made for every call, so which repeats a seed strikes does not hang on which sites came first.
+    const drawn = random() < REPEATS_STRUCK;
+    if (first || drawn || call.when === calls.length) struck.push(call.when);
+  }
+  return struck;
+}
+
+/**
+ * Runs the case's pass killed at its `when`-th `name` (or traced to its end, `when` undefined), checks what it left,
+ * and runs the next pass, which must converge. Returns the traced pass's calls of `name` (none when killed).
+ */
+async function strike(
+  { name, change, reportsDown }: { name: Point; change: boolean; reportsDown: boolean },
+  dirName: string,
+  when: number | undefined,
+): Promise<TracedCall[]> {
+  const fleet = await world(dirName, change);
+  const proxy = reportsDown ? await startFaultProxy(fleet.server.url) : undefined;
+  try {
+    if (proxy !== undefined) {
+      proxy.add({ match: /\/config_instances\/[^/]+$/, count: 1_000, status: 503, headers: {} });
+      await fleet.writeConfig(proxy.url);
+    }
+    const traceFile = path.join(fleet.dir, 'strace.txt');
+    const run = await strace(fleet, when === undefined ? { traceFile } : { name, when });
+    const hit = run.signal === 'SIGKILL' || run.code === 137;
+    const label = `${name} #${when ?? 'none'} (exit ${String(run.code)})`;
+    expect(await fleet.checkAnyMoment(), label).toEqual([]);
+    // A chosen call is one the traced pass made: the kill lands (UV_THREADPOOL_SIZE=1 keeps the count).
+    expect(hit, `${label}: killed, ${run.stderr.slice(-1500)}`).toBe(when !== undefined);
+    if (proxy === undefined && when === undefined) {
+      expect(run.code, `${label}: ${run.stderr.slice(-1500)}`).toBe(0);
+      expect(await fleet.checkConverged(), label).toEqual([]);
+      if (change)
+        expect(await exists(path.join(fleet.rootDir, 'opt/vendor')), `${label}: opt/vendor pruned`).toBe(
+          false,
+        );
+    } else {
+      if (!hit) expect(proxy?.counts.faulted, `${label}: reports refused`).toBeGreaterThan(0);
+      // The service takes reports again: everything the killed run had to tell reaches it.
+      if (proxy !== undefined) await fleet.writeConfig(fleet.server.url);
+      const next = await fleet.runOnce();
+      expect(next.code, `${label}, the run after: ${next.stderr.slice(-1500)}`).toBe(0);
+      expect(await fleet.checkConverged(), label).toEqual([]);
+      expect(await fleet.tempFiles(), label).toEqual([]);
+      if (change)
+        expect(await exists(path.join(fleet.rootDir, 'opt/vendor')), `${label}: opt/vendor pruned`).toBe(
+          false,
+        );
+    }
+    if (when !== undefined) return [];
+    return tracedCalls(await readFile(traceFile, 'utf8'), name, fleet);
+  } finally {
+    await proxy?.close();
+    await fleet.close();
+  }
+}
+
+/**
+ * The calls of `name` in a trace (`strace -f -y`), each with the N of `when=N` that strikes it (strace counts per
+ * syscall and per thread: the N-th is the first call in time that is some thread's N-th) and its site: the call and
+ * what it acts on, after the call before it on the same thread.
+ */
+function tracedCalls(trace: string, name: Point, fleet: Fleet): TracedCall[] {
+  const lines = trace
+    .split('\n')
+    .map((line) => /^(\d+) +(rename|fsync|unlink|rmdir|mkdir)\((?:\d+<([^>]*)>|"([^"]*)")/.exec(line))
+    .filter((match) => match !== null);
+  // A temp file's name is read as the file it becomes.
+  const renamed = new Map<string, string>();
+  for (const line of trace.split('\n')) {
+    const match = /^\d+ +rename\("([^"]*)", "([^"]*)"\)/.exec(line);
+    if (match?.[1] !== undefined && match[2] !== undefined) renamed.set(match[1], match[2]);
+  }
+  const managed = new Set(fleet.paths);
+  const place = (call: string, raw: string): string => {
+    const file = renamed.get(raw) ?? raw;
+    if (file === fleet.stateDir) return `${call} the state directory`;
+    if (file.startsWith(`${fleet.stateDir}/`))
+      return `${call} ${path.basename(file).includes('agent.lock') ? 'the lock' : path.basename(file)}`;
+    if (managed.has(path.relative(fleet.rootDir, file))) return `${call} a managed file`;
+    if (file === fleet.rootDir || file.startsWith(`${fleet.rootDir}/`))
+      return `${call} a directory of rootDir`;
+    return `${call} another directory`;
+  };
+  const last = new Map<string, string>();
+  const counts = new Map<string, number>();
+  const calls: TracedCall[] = [];
+  for (const [text, thread = '', call = '', fd, quoted] of lines) {
+    const here = place(call, fd ?? quoted ?? '');
+    const site = `${last.get(thread) ?? 'start'}, then ${here}`;
+    last.set(thread, here);
+    if (call !== name) continue;
+    const count = (counts.get(thread) ?? 0) + 1;
+    counts.set(thread, count);
+    if (count > calls.length) calls.push({ when: count, site, text });
+  }
+  return calls;
+}
 
 async function exists(file: string): Promise<boolean> {
   return lstat(file).then(
@@ -134,21 +235,23 @@ async function exists(file: string): Promise<boolean> {
 }
 
 /**
- * The built `--once` under strace, killed (SIGKILL) as it enters its `when`-th call of `name`. strace injects only
- * into syscalls it traces (an rmdir outside `-e trace` is never struck), so each is traced; one pool thread
- * (`UV_THREADPOOL_SIZE=1`) makes the count the same from run to run.
+ * The built `--once` under strace: killed (SIGKILL) as it enters its `when`-th call of `name`, or traced to its end
+ * into `traceFile` (`-y`: each descriptor with its path). strace injects only into syscalls it traces (an rmdir
+ * outside `-e trace` is never struck), so each is traced; one pool thread (`UV_THREADPOOL_SIZE=1`) makes the count
+ * the same from run to run.
  */
-function killedAt(fleet: Fleet, name: string, when: number): Promise<RunResult> {
+function strace(
+  fleet: Fleet,
+  how: { name: Point; when: number } | { traceFile: string },
+): Promise<RunResult> {
   const child = spawn(
     'strace',
     [
       '-f',
-      '-o',
-      '/dev/null',
+      ...('traceFile' in how ? ['-y', '-o', how.traceFile] : ['-o', '/dev/null']),
       '-e',
       `trace=${POINTS.join(',')}`,
-      '-e',
-      `inject=${name}:signal=KILL:when=${when}`,
+      ...('traceFile' in how ? [] : ['-e', `inject=${how.name}:signal=KILL:when=${how.when}`]),
       process.execPath,
       AGENT_BIN,
       '--config',
