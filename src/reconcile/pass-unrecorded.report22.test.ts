@@ -198,11 +198,19 @@ describe('a report that lands on an instance placed otherwise since the listing'
       const next = await daemonPass();
       expect(next.mode).toBe('full');
       expect(JSON.parse(await fileAt('b/moved.json'))).toEqual(content);
-      expect(reconciler.hasDueRetries()).toBe(false);
       expect(server.state.instances.get('u_m')).toMatchObject({
         activity_status: 'deployed',
         error_status: 'none',
       });
+      // Its old file goes with the pass after the one that recorded the new one (list21, below), at once.
+      expect(await exists('a.json')).toBe(true);
+      expect(next.converged).toBe(false);
+      monotonic += 1_000;
+      const last = await daemonPass();
+      expect(last.mode).toBe('full');
+      expect(await exists('a.json')).toBe(false);
+      expect(last.converged).toBe(true);
+      expect(reconciler.hasDueRetries()).toBe(false);
     },
   );
 
@@ -237,5 +245,38 @@ describe('a report that lands on an instance placed otherwise since the listing'
     expect(first.converged).toBe(true);
     expect(reconciler.hasDueRetries()).toBe(false);
     expect(await exists('h.json')).toBe(true);
+  });
+});
+
+describe('an instance moved to another path (list21)', () => {
+  // The pass that writes the new path leaves the old file (removed only once the new one is recorded, so never
+  // before it is durable) and said converged; incremental polls never remove a left path (only a complete
+  // listing can tell nobody else wants it), so the old file stayed until the next scheduled full pass.
+  it('has its old file removed by the pass right after the one that writes the new path', async () => {
+    put({ id: 'u_v', relative_filepath: 'old/u_v.json' });
+    expect((await reconciler.runPass({ mode: 'full' })).converged).toBe(true);
+    const record = server.state.instances.get('u_v')!;
+    server.state.instances.set('u_v', {
+      ...record,
+      relative_filepath: 'new/u_v.json',
+      activity_status: 'queued',
+      updated_at: T1,
+    });
+    monotonic += 30_000;
+    const moved = await daemonPass();
+    expect(moved.mode).toBe('incremental');
+    expect(await fileAt('new/u_v.json')).toBe('{\n  "owner": "u_v"\n}\n');
+    expect(await exists('old/u_v.json')).toBe(true);
+    expect(moved.converged).toBe(false);
+    expect(reconciler.hasDueRetries()).toBe(true);
+    monotonic += 1_000;
+    const next = await daemonPass();
+    expect(next.mode).toBe('full');
+    expect(await exists('old/u_v.json')).toBe(false);
+    expect(await fileAt('new/u_v.json')).toBe('{\n  "owner": "u_v"\n}\n');
+    expect(next.converged).toBe(true);
+    expect(reports()).toEqual(['u_v deployed/none', 'u_v deployed/none']);
+    monotonic += 30_000;
+    expect((await daemonPass()).mode).toBe('incremental');
   });
 });

@@ -166,6 +166,11 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   for (const outcome of skippedOutcomes(pulled.skipped)) result.outcomes.push(outcome);
   // Stopping is not a failure: what landed is recorded in memory, and the daemon's stop persists it.
   signal?.throwIfAborted();
+  if (ctx.followUp !== undefined && leftBehind(result.steps, state.files)) {
+    // A moved instance's new file is recorded now; its old one goes only then, in a complete pull (plan.ts
+    // leftPathRemovals): the next pass is a full one, at once, not the next scheduled full pass.
+    ctx.followUp.fullPassDue = true;
+  }
   if (pulled.mode === 'full') {
     // A listing that may have left instances out (pager.ts `incomplete`), or holds an item whose id could not be
     // read (any instance's), cannot tell which ones the service deleted: forgetting them dropped the echo of the
@@ -458,6 +463,29 @@ function reportsWhileWriting(
     },
     held,
   );
+}
+
+/**
+ * Whether this pass recorded a file at an instance's new path while its file at a path it left is still recorded:
+ * plan.ts removes such a file only once the new one is in place (never before it is durable), so not in the pass
+ * that writes it. Before, that removal waited for the next full pass (up to poll.fullResyncSeconds), and the pass
+ * said converged with the old file there (list21). Only passes that write look.
+ */
+function leftBehind(steps: readonly Step[], files: PassContext['dir']['state']['files']): boolean {
+  let moved: Map<string, string> | undefined;
+  for (const step of steps) {
+    if (step.kind !== 'write') continue;
+    const { id, relative_filepath: path } = step.instance;
+    if (files.get(path)?.instanceId !== id) continue;
+    moved ??= new Map();
+    moved.set(id, path);
+  }
+  if (moved === undefined) return false;
+  for (const [path, file] of files) {
+    const to = moved.get(file.instanceId);
+    if (to !== undefined && to !== path) return true;
+  }
+  return false;
 }
 
 /** A report the service must not apply to another version than it was made for: the file is in place, or never will be. */
