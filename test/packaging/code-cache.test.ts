@@ -297,21 +297,28 @@ describe("node's builtins under --once's flags", () => {
     expect(idle.rejected.filter((name) => !before.has(name))).toEqual([]);
   });
 
-  it('setting --max-semi-space-size back to its default keeps the semi-spaces node started with', () => {
-    // main.cjs's reset (packaging/bundle.mjs) relies on V8 sizing the young generation once, at start.
-    const program = [
-      "require('node:v8').setFlagsFromString('--max-semi-space-size=0');",
-      'let max = 0; let keep = [];',
-      'for (let i = 0; i < 2e6; i += 1) {',
-      "  keep.push({ i, s: 'x' + i }); if (keep.length > 200000) keep = [];",
-      "  if (i % 10000 === 0) max = Math.max(max, require('node:v8').getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size);",
-      '}',
-      'process.stdout.write(String(max));',
-    ].join('\n');
-    const run = spawnSync(process.execPath, ['--max-semi-space-size=4', '-e', program], { encoding: 'utf8' });
-    expect(run.status).toBe(0);
-    // Two semi-spaces of at most 4 MiB (V8's default grows them to 16 on Node 20).
-    expect(Number(run.stdout)).toBeGreaterThan(0);
-    expect(Number(run.stdout)).toBeLessThanOrEqual(8 * 1024 * 1024);
-  });
+  // main.cjs sets the flag back on V8 11 (Node 20) alone. V8 13 (Node 24) does let new space grow after such a
+  // reset (8.25-8.5 MiB against 8.0 without it): this test failed there, on a reset main.cjs never makes on it.
+  it.runIf(process.versions.v8.startsWith('11.'))(
+    'setting --max-semi-space-size back to its default keeps the semi-spaces node started with',
+    () => {
+      // main.cjs's reset (packaging/bundle.mjs) relies on V8 sizing the young generation once, at start.
+      const program = [
+        "require('node:v8').setFlagsFromString('--max-semi-space-size=0');",
+        'let max = 0; let keep = [];',
+        'for (let i = 0; i < 2e6; i += 1) {',
+        "  keep.push({ i, s: 'x' + i }); if (keep.length > 200000) keep = [];",
+        "  if (i % 10000 === 0) max = Math.max(max, require('node:v8').getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size);",
+        '}',
+        'process.stdout.write(String(max));',
+      ].join('\n');
+      const run = spawnSync(process.execPath, ['--max-semi-space-size=4', '-e', program], {
+        encoding: 'utf8',
+      });
+      expect(run.status).toBe(0);
+      // Two semi-spaces of at most 4 MiB (V8's default grows them to 16 on Node 20).
+      expect(Number(run.stdout)).toBeGreaterThan(0);
+      expect(Number(run.stdout)).toBeLessThanOrEqual(8 * 1024 * 1024);
+    },
+  );
 });
