@@ -2,23 +2,16 @@
 // outbox are durable; deliveries never outlive the pass; a stop or an outage ends delivery for it and loses nothing.
 import { constants, existsSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createClient, type ServiceClient } from '../api/client.js';
+import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
+import type { ServiceClient } from '../api/client.js';
 import { HttpStatusError, NetworkError } from '../api/errors.js';
-import type { Deps } from '../lib/deps.js';
 import type { FsPort } from '../lib/fs-port.js';
-import { silentLogger } from '../lib/logger.js';
-import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
-import type { ReconcilerSettings } from './pass-runner.js';
-import { Reconciler } from './reconcile.js';
 import { REPORT_CONCURRENCY } from './report.js';
 
-const API_KEY = 'sk_test_pass_reports_0123456789abcdef';
-const DEVICE = 'dvc_1';
-const T0 = '2026-01-01T00:00:00.000Z';
 /** Plain writes per batch (256 in production: the same code, fewer files to make the point). */
 const BATCH = 16;
 /** Three batches: the first one's reports are delivered while the others are written. */
@@ -34,11 +27,7 @@ type Event =
   | { kind: 'state'; files: Map<string, string> }
   | { kind: 'outbox'; ids: Set<string> };
 
-interface World {
-  dir: string;
-  rootDir: string;
-  stateDir: string;
-  server: RunningMockServer;
+interface World extends PassWorld {
   events: Event[];
   /** Makes the next report requests fail (from the n-th on, counted from 1) until set back to undefined. */
   failReports?: { from: number; error: () => Error } | undefined;
@@ -47,7 +36,6 @@ interface World {
   reportCalls: number;
   /** Report requests started and not yet settled. */
   reportsInFlight: number;
-  reconciler: Reconciler;
 }
 
 let world: World;
@@ -134,69 +122,29 @@ function wrappedClient(client: ServiceClient, onFirstReport: () => void): Servic
 }
 
 beforeEach(async () => {
-  const dir = await mkdtemp(path.join(scratchParent(), 'config-agent-pass-reports-'));
-  const rootDir = path.join(dir, 'root');
-  const stateDir = path.join(dir, 'state');
-  await mkdir(rootDir);
-  await mkdir(stateDir, { mode: 0o700 });
-  const server = await startMockServer({ apiKeys: [API_KEY] });
   const events: Event[] = [];
   let reported: () => void = () => undefined;
   const firstReport = new Promise<void>((resolve) => {
     reported = resolve;
   });
-  const client = wrappedClient(
-    createClient({ baseUrl: server.url, apiKey: API_KEY, timeoutMs: 10_000, maxResponseBytes: 8 << 20 }),
-    () => reported(),
-  );
-  const deps: Deps = {
-    fs: recordingFs(dir, events, firstReport),
-    clock: {
-      now: () => Date.parse('2026-06-01T00:00:00.000Z'),
-      monotonic: () => 1_000,
-      sleep: async () => undefined,
-    },
-    random: () => 0.5,
-    logger: silentLogger(),
-  };
-  const settings: ReconcilerSettings = {
-    deviceId: DEVICE,
-    rootDir,
-    stateDir,
-    fileMode: 0o644,
-    dirMode: 0o755,
-    retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-    requestRetries: 0,
-    batchSteps: BATCH,
-  };
-  world = { dir, rootDir, stateDir, server, events, reportCalls: 0, reportsInFlight: 0 } as World;
-  world.reconciler = await Reconciler.open(deps, settings, client);
+  const passWorld = await createPassWorld({ name: 'pass-reports', parent: scratchParent(), open: false });
+  world = Object.assign(passWorld, { events, reportCalls: 0, reportsInFlight: 0 });
+  await world.open({
+    deps: { fs: recordingFs(world.dir, events, firstReport) },
+    clientOptions: { maxResponseBytes: 8 << 20 },
+    wrapClient: (client) => wrappedClient(client, () => reported()),
+    settings: { fileMode: 0o644, dirMode: 0o755, batchSteps: BATCH },
+  });
   putInstances();
 });
 
-afterEach(async () => {
-  await world.reconciler.close();
-  await world.server.close();
-  await rm(world.dir, { recursive: true, force: true });
-});
+afterEach(() => world.close());
 
 /** COUNT instances in four directories, ids in plan order (the plan sorts by path). */
 function putInstances(): void {
   for (let i = 0; i < COUNT; i += 1) {
     const id = `cfg_${String(i).padStart(4, '0')}`;
-    world.server.state.instances.set(id, {
-      id,
-      device_id: DEVICE,
-      relative_filepath: `d${i % 4}/c${i}.json`,
-      config_schema_id: `sch_${id}`,
-      config_type_id: 'typ',
-      target_status: 'deployed',
-      activity_status: 'queued',
-      error_status: 'none',
-      content: { id },
-      created_at: T0,
-      updated_at: T0,
-    });
+    world.put({ id, relative_filepath: `d${i % 4}/c${i}.json`, content: { id } });
   }
 }
 

@@ -2,12 +2,13 @@
 
 import { spawnSync } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { lstat, mkdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { tryMount, unmount } from '../../test/helpers/harness.js';
+import { mockRecord } from '../../test/helpers/instances.js';
+import { createPassWorld, worldSettings } from '../../test/helpers/pass-world.js';
 import { createClient, type ServiceClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
@@ -72,32 +73,20 @@ async function openReconciler(
   client: ServiceClient,
   extra: Partial<ReconcilerSettings> = {},
   logger = silentLogger(),
+  readOnly = false,
 ): Promise<Reconciler> {
   const deps: Deps = { fs: world.fs, clock: world.clock, random: () => 0.5, logger };
-  const settings: ReconcilerSettings = {
-    deviceId: DEVICE,
-    rootDir: world.rootDir,
-    stateDir: path.join(world.dir, 'state'),
-    fileMode: 0o640,
-    dirMode: 0o750,
-    retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-    requestRetries: 0,
-    ...extra,
-  };
-  return Reconciler.open(deps, settings, client);
+  const settings = { ...worldSettings(world.rootDir, path.join(world.dir, 'state')), ...extra };
+  return Reconciler.open(deps, settings, client, { readOnly });
 }
 
+// The mock, dirs and client of a pass world; tests swap world's server, rootDir and fs, so afterEach below closes
+// and removes what world holds then rather than calling the pass world's close.
 beforeEach(async () => {
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-pass-'));
-  const rootDir = path.join(dir, 'root');
-  await mkdir(rootDir);
-  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
-  const server = await startMockServer({ apiKeys: [API_KEY] });
-  const client = createClient({
-    baseUrl: server.url,
+  const { dir, rootDir, server, client } = await createPassWorld({
+    name: 'pass',
     apiKey: API_KEY,
-    timeoutMs: 10_000,
-    maxResponseBytes: 1 << 20,
+    open: false,
   });
   world = { fs: faultyFs(), dir, rootDir, server, clock: manualClock(), client } as World;
   world.reconciler = await openReconciler(client);
@@ -111,19 +100,7 @@ afterEach(async () => {
 
 /** Puts an instance on the service exactly as given (statuses included), as if operators and reports had. */
 function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
-  world.server.state.instances.set(fields.id, {
-    device_id: DEVICE,
-    relative_filepath: `${fields.id}.json`,
-    config_schema_id: `sch_${fields.id}`,
-    config_type_id: 'typ',
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    content: { owner: fields.id },
-    created_at: T0,
-    updated_at: T0,
-    ...fields,
-  });
+  world.server.state.instances.set(fields.id, mockRecord(fields.id, fields));
 }
 
 function onService(id: string): ConfigInstanceRecord {
@@ -2115,17 +2092,7 @@ describe('runPass: dry runs', () => {
   it('plans against the service and the disk, writes, records and reports nothing', async () => {
     put({ id: 'cfg_a' });
     await world.reconciler.close();
-    const deps: Deps = { fs: world.fs, clock: world.clock, random: () => 0.5, logger: silentLogger() };
-    const settings: ReconcilerSettings = {
-      deviceId: DEVICE,
-      rootDir: world.rootDir,
-      stateDir: path.join(world.dir, 'state'),
-      fileMode: 0o640,
-      dirMode: 0o750,
-      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-      requestRetries: 0,
-    };
-    world.reconciler = await Reconciler.open(deps, settings, world.client, { readOnly: true });
+    world.reconciler = await openReconciler(world.client, {}, silentLogger(), true);
 
     expect(() => world.reconciler.runPass({ mode: 'full' })).toThrow(/dry-run/);
     const result = await world.reconciler.runPass({ mode: 'full', dryRun: true });

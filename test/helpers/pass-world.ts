@@ -26,6 +26,19 @@ export function fixedClock(): Clock {
   };
 }
 
+/** The settings every world's Reconciler opens with unless told otherwise: dvc_1, 0640/0750, 3 attempts, no request retries. */
+export function worldSettings(rootDir: string, stateDir: string): ReconcilerSettings {
+  return {
+    deviceId: 'dvc_1',
+    rootDir,
+    stateDir,
+    fileMode: 0o640,
+    dirMode: 0o750,
+    retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
+    requestRetries: 0,
+  };
+}
+
 /** The client's options a test may change: where it sends (a proxy in front of the mock), its caps. */
 export type WorldClientOptions = Partial<Pick<ClientOptions, 'baseUrl' | 'timeoutMs' | 'maxResponseBytes'>>;
 
@@ -126,13 +139,7 @@ export async function createPassWorld(options: PassWorldOptions): Promise<PassWo
       ...open.deps,
     };
     const settings: ReconcilerSettings = {
-      deviceId: 'dvc_1',
-      rootDir,
-      stateDir,
-      fileMode: 0o640,
-      dirMode: 0o750,
-      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-      requestRetries: 0,
+      ...worldSettings(rootDir, stateDir),
       ...(cap === undefined ? {} : { maxResponseBytes: cap }),
       ...options.settings,
       ...open.settings,
