@@ -28,7 +28,21 @@ export interface DoctorEnvironment
   systemctl: (args: readonly string[]) => Promise<SystemctlResult>;
   now: () => number;
   unit: string;
+  /**
+   * Where the unit's StateDirectory=, CacheDirectory=, LogsDirectory= and RuntimeDirectory= names live (systemd's
+   * /var/lib, /var/cache, /var/log, /run for a system unit); tests point them at scratch directories.
+   */
+  unitDirectoryBases?: Readonly<Record<UnitDirectoryKind, string>>;
 }
+
+/** The unit's own directories, writable under ProtectSystem=strict without a ReadWritePaths= line. */
+type UnitDirectoryKind = 'StateDirectory' | 'CacheDirectory' | 'LogsDirectory' | 'RuntimeDirectory';
+const SYSTEM_UNIT_DIRECTORY_BASES: Readonly<Record<UnitDirectoryKind, string>> = {
+  StateDirectory: '/var/lib',
+  CacheDirectory: '/var/cache',
+  LogsDirectory: '/var/log',
+  RuntimeDirectory: '/run',
+};
 
 /** More skew than this breaks TLS validity windows and Retry-After dates; NTP keeps devices well within it. */
 const MAX_CLOCK_SKEW_MS = 60_000;
@@ -112,16 +126,27 @@ async function unitCannotWrite(
   rootDir: string,
   remedy = `sudo config-agent init --root-dir ${rootDir} writes the drop-in`,
 ): Promise<string | undefined> {
-  const shown = await env.systemctl(['show', env.unit, '--property=LoadState,ProtectSystem,ReadWritePaths']);
+  const bases = env.unitDirectoryBases ?? SYSTEM_UNIT_DIRECTORY_BASES;
+  const kinds = Object.keys(bases) as UnitDirectoryKind[];
+  const shown = await env.systemctl([
+    'show',
+    env.unit,
+    `--property=LoadState,ProtectSystem,ReadWritePaths,${kinds.join(',')}`,
+  ]);
   if (shown.status !== 0) return undefined;
   const props = showProperties(shown.stdout);
   // A path with a space is shown quoted by systemctl: not judged.
   if (props.LoadState !== 'loaded' || props.ProtectSystem !== 'strict' || /\s/.test(rootDir))
     return undefined;
-  const writable = (props.ReadWritePaths ?? '')
-    .split(/\s+/)
-    .filter((entry) => entry !== '')
-    .map((entry) => entry.replace(/^[-+]+/, ''));
+  const entries = (value: string | undefined) => (value ?? '').split(/\s+/).filter((entry) => entry !== '');
+  const writable = [
+    ...entries(props.ReadWritePaths).map((entry) => entry.replace(/^[-+]+/, '')),
+    // StateDirectory=config-agent is /var/lib/config-agent, writable for the unit (a `name:link` entry names a
+    // symlink systemd makes to it: the directory is the part before the colon).
+    ...kinds.flatMap((kind) =>
+      entries(props[kind]).map((entry) => path.join(bases[kind], entry.split(':')[0] ?? entry)),
+    ),
+  ];
   const real = await nodeFs.realpath(rootDir).catch(() => rootDir);
   const covered = (dir: string) => writable.some((entry) => dir === entry || dir.startsWith(`${entry}/`));
   if (covered(rootDir) || covered(real)) return undefined;

@@ -137,4 +137,26 @@ describe('a rootDir the unit hides from the agent (adv21)', () => {
     const covered = await run('covered', '/srv/config-agent -ROOT');
     expect(covered.line).not.toContain('read-only');
   });
+
+  it("does not fail a rootDir inside the unit's own StateDirectory= (writable without ReadWritePaths=)", async () => {
+    // Before (review28): only ReadWritePaths= counted, so a rootDir under /var/lib/config-agent failed doctor
+    // although systemd makes the unit's StateDirectory= writable under ProtectSystem=strict.
+    const sys = scratch('state-directory');
+    const rootDir = path.join(sys.dir, 'var/lib/config-agent/files');
+    mkdirSync(rootDir, { recursive: true });
+    writeScratchConfig(sys, rootDir);
+    const line = async (stateDirectory: string) => {
+      const { text } = await scratchDoctor(sys, {
+        unitHides: [],
+        readWritePaths: '/srv/config-agent',
+        stateDirectory,
+      });
+      return text.split('\n').find((entry) => entry.includes(' rootDir ')) ?? '';
+    };
+    expect(await line('config-agent')).not.toContain('read-only');
+    expect(await line('config-agent:config-agent-link')).not.toContain('read-only');
+    // Another unit directory's name, or a sibling that only starts alike, still fails.
+    expect(await line('config-agent-other')).toContain(`${rootDir} is read-only for config-agent.service`);
+    expect(await line('')).toMatch(/^FAIL {2}rootDir {3}/);
+  });
 });

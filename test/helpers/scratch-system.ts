@@ -87,7 +87,12 @@ export function writeScratchConfig(
  */
 export async function scratchDoctor(
   sys: ScratchSystem,
-  options: { unitHides: readonly HiddenDir[]; readWritePaths?: string },
+  options: {
+    unitHides: readonly HiddenDir[];
+    readWritePaths?: string;
+    /** The unit's StateDirectory= (with readWritePaths): named below the scratch system's var/lib. */
+    stateDirectory?: string;
+  },
 ): Promise<{ code: number; text: string }> {
   const out = textSink();
   const { readWritePaths } = options;
@@ -105,11 +110,18 @@ export async function scratchDoctor(
           : {
               status: 0,
               stdout: args.some((arg) => arg.includes('ReadWritePaths'))
-                ? `LoadState=loaded\nProtectSystem=strict\nReadWritePaths=${readWritePaths}\n`
+                ? `LoadState=loaded\nProtectSystem=strict\nReadWritePaths=${readWritePaths}\n` +
+                  `StateDirectory=${options.stateDirectory ?? ''}\nRuntimeDirectory=config-agent\n`
                 : 'LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\n',
             },
       now: () => 0,
       unit: 'config-agent.service',
+      unitDirectoryBases: {
+        StateDirectory: path.join(sys.dir, 'var/lib'),
+        CacheDirectory: path.join(sys.dir, 'var/cache'),
+        LogsDirectory: path.join(sys.dir, 'var/log'),
+        RuntimeDirectory: path.join(sys.dir, 'run'),
+      },
     },
   );
   return { code, text: out.text() };
