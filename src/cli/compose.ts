@@ -45,6 +45,8 @@ export interface StartRetry {
   maxDelayMs: number;
   /** How long a stop may take from its signal, start-up included (STOP_DEADLINE_MS; shorter in tests). */
   stopDeadlineMs?: number;
+  /** The bound of a call into a mount that may hang (MOUNT_ANSWER_MS; shorter in tests). */
+  mountAnswerMs?: number;
 }
 const START_RETRY: StartRetry = { firstDelayMs: 5_000, maxDelayMs: 300_000 };
 
@@ -498,7 +500,12 @@ export async function runAgent(
   // share them, so a dead NFS server holds one thread of libuv's pool however often the agent asks. A stop gives up
   // on the calls waiting on such a mount at once (the pass ends, the stop flushes and exits), not after the bound,
   // and bounds the flush's own calls by what is left of the stop deadline.
-  const lanes = new MountLanes(systemClock, MOUNT_ANSWER_MS, stopping.signal, stopDeadlineMs);
+  const lanes = new MountLanes(
+    systemClock,
+    startRetry.mountAnswerMs ?? MOUNT_ANSWER_MS,
+    stopping.signal,
+    stopDeadlineMs,
+  );
   // Now, not at the first reload with files.rules: the shipped bundle splits into hashed chunks, and after an
   // upgrade replaced them a later import() would not find this version's (packaging/bundle.mjs). The daemon
   // loads the glob matcher for its hooks anyway.
@@ -545,7 +552,13 @@ export async function runAgent(
   async function startAndServe(): Promise<number> {
     // An invalid configuration throws to the caller (exit 78); a failure to start on a valid one is told here.
     let components: AgentComponents<Reconciler> | undefined;
+    /** The mounts not answering that the last start attempt was told to wait for (said once per episode). */
+    let waitingFor: string | undefined;
     for (let attempt = 0; components === undefined; attempt += 1) {
+      if (waitingFor !== undefined && lanes.lateMounts().join(', ') !== waitingFor) {
+        io.stderr.write(`config-agent: the mount at ${waitingFor} answers again: trying to start now\n`);
+        waitingFor = undefined;
+      }
       // Each attempt reads the configuration afresh: a SIGHUP meanwhile asks for nothing more.
       reloadPending = false;
       const loaded = await loadConfiguration(command.configPath, io.env, secrets, lanes, true);
@@ -562,8 +575,32 @@ export async function runAgent(
         // A stop asked for while this attempt ran: nothing was opened, so there is nothing to flush.
         if (stopSignal !== undefined) return ExitCode.Converged;
         const delayMs = Math.min(startRetry.firstDelayMs * 2 ** attempt, startRetry.maxDelayMs);
-        io.stderr.write(`config-agent: cannot start yet: ${message}; trying again in ${delayMs / 1000} s\n`);
-        if (await stopOrDelay(delayMs)) return ExitCode.Converged;
+        const late = lanes.lateMounts().join(', ');
+        if (late === '') {
+          waitingFor = undefined;
+          io.stderr.write(
+            `config-agent: cannot start yet: ${message}; trying again in ${delayMs / 1000} s\n`,
+          );
+          if (await stopOrDelay(delayMs)) return ExitCode.Converged;
+          continue;
+        }
+        // A mount that does not answer (stateDir's: its lock, state and outbox out of reach, so nothing is polled
+        // or reported): said once, and tried again the moment it answers (or, with nothing sent into it, on the
+        // back-off: each such attempt is refused at once).
+        if (waitingFor !== late) {
+          io.stderr.write(
+            `config-agent: cannot start yet: ${message}; nothing is polled or reported until the mount at ${late} ` +
+              'answers: starting as soon as it does\n',
+          );
+          waitingFor = late;
+        }
+        const answered = new AbortController();
+        void lanes.nextAnswer(answered.signal).then(() => {
+          if (!answered.signal.aborted) wakeStartWait();
+        });
+        const stopped = await stopOrDelay(delayMs);
+        answered.abort();
+        if (stopped) return ExitCode.Converged;
       }
     }
     if (abandoned) {

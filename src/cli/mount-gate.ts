@@ -140,6 +140,8 @@ export class MountLanes {
   readonly #lanes = new Map<string, Lane>();
   /** Gives up on a call in flight, one per call begun before the stop (forgotten when it answers). */
   readonly #abandons = new Set<() => void>();
+  /** Told when a call given up on comes back (its mount answers again): `nextAnswer`'s waiters. */
+  readonly #answerWaiters = new Set<() => void>();
   readonly #stop: AbortSignal | undefined;
   /** When the stop's calls must have ended (on `clock.monotonic`), once the stop came with a deadline. */
   #stopEndsAt: number | undefined;
@@ -172,6 +174,28 @@ export class MountLanes {
       },
       { once: true },
     );
+  }
+
+  /** The mounts whose call given up on has not come back: every call into them is refused meanwhile. */
+  lateMounts(): string[] {
+    return [...this.#lanes].filter(([, lane]) => lane.late).map(([mount]) => mount);
+  }
+
+  /**
+   * Settles when a call given up on comes back (its mount answers again: a start waiting on it tries now), or at
+   * once when `signal` aborts; either way nothing of it is kept.
+   */
+  nextAnswer(signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        this.#answerWaiters.delete(done);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      if (signal?.aborted === true) return resolve();
+      this.#answerWaiters.add(done);
+      signal?.addEventListener('abort', done, { once: true });
+    });
   }
 
   /** A call's bound now: `ms`, or after a stop with a deadline what is left of it (never below 0). */
@@ -250,7 +274,10 @@ export class MountLanes {
       lane.busy = false;
       lane.late = false;
       lane.waiting.shift()?.();
-      if (givenUp) void this.#settleLate(lane, settled, options.onLate);
+      if (givenUp) {
+        void this.#settleLate(lane, settled, options.onLate);
+        for (const tell of [...this.#answerWaiters]) tell();
+      }
     });
     const late = this.clock.sleep(ms, bound.signal).then(
       () => 'late' as const,

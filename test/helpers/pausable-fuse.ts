@@ -46,14 +46,23 @@ const MAX_PAUSE_S = 120;
  * mount hangs (a run killed at its timeout), the mount still answers again after MAX_PAUSE_S (a `sync` of every
  * filesystem, the bench's, would otherwise wait on it for good).
  */
-export async function pausableFuseMount(image: string, mountPoint: string): Promise<PausableMount> {
+export async function pausableFuseMount(
+  image: string,
+  mountPoint: string,
+  /** More mount options (`umask=077`: exFAT has no modes, and stateDir must be no one else's to write). */
+  options = '',
+): Promise<PausableMount> {
   const made = spawnSync('sh', ['-c', 'truncate -s 32M "$1" && mkfs.exfat "$1"', 'sh', image], {
     encoding: 'utf8',
   });
   if (made.status !== 0) throw new Error(`mkfs.exfat: ${made.stderr}`);
-  const mounted = spawnSync('mount', ['-t', 'exfat-fuse', '-o', 'loop', image, mountPoint], {
-    encoding: 'utf8',
-  });
+  const mounted = spawnSync(
+    'mount',
+    ['-t', 'exfat-fuse', '-o', options === '' ? 'loop' : `loop,${options}`, image, mountPoint],
+    {
+      encoding: 'utf8',
+    },
+  );
   if (mounted.status !== 0) throw new Error(`mount: ${mounted.stderr}`);
   const absolute = path.resolve(mountPoint);
   const pid = await daemonOf(absolute);

@@ -1,0 +1,91 @@
+// A daemon started while stateDir's mount already hangs (exfat-fuse stopped): said once, tried the moment it answers.
+import { EventEmitter } from 'node:events';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { canPauseFuse, type PausableMount, pausableFuseMount } from '../../test/helpers/pausable-fuse.js';
+import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
+import { createSecretRegistry } from '../lib/secrets.js';
+import { runAgent } from './compose.js';
+
+const KEY = 'sk_test_hung_state_4f2a9c';
+
+let dir: string | undefined;
+let mount: PausableMount | undefined;
+afterEach(async () => {
+  mount?.close();
+  mount = undefined;
+  if (dir !== undefined) await rm(dir, { recursive: true, force: true, maxRetries: 20, retryDelay: 20 });
+  dir = undefined;
+});
+
+// Root with /dev/fuse and exfat-fuse (pausable-fuse.ts): about 2 s, the mount's bound shortened to 1 s.
+describe.runIf(canPauseFuse)(
+  'runAgent with stateDir on a mount that already hangs at start (mount22)',
+  () => {
+    // Before: each attempt said "cannot start yet ... trying again in N s", and the start waited out its back-off (up
+    // to 5 min; an hour here) after the mount answered again: the test's wait for that attempt ran out.
+    it('says so once, naming the mount, and tries to start as soon as it answers, not at the next back-off', async () => {
+      dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-hung-state-'));
+      const mountPoint = path.join(dir, 'mnt');
+      await mkdir(mountPoint);
+      mount = await pausableFuseMount(path.join(dir, 'state.img'), mountPoint, 'umask=077');
+      const stateDir = path.join(mount.mountPoint, 'state');
+      await mkdir(stateDir, { mode: 0o700 });
+      const configPath = path.join(dir, 'config.json');
+      await writeFile(
+        configPath,
+        JSON.stringify({
+          deviceId: 'dvc_hung_state',
+          server: { baseUrl: 'http://127.0.0.1:9', timeoutSeconds: 1 },
+          rootDir: path.join(dir, 'root'),
+          stateDir,
+          socketPath: path.join(dir, 'agent.sock'),
+          drift: 'off',
+        }),
+      );
+      const stderr = new PassThrough();
+      let err = '';
+      stderr.on('data', (chunk: Buffer) => {
+        err += chunk.toString();
+      });
+      const events = new EventEmitter();
+      mount.pause();
+      const exit = runAgent(
+        { configPath },
+        { stdout: new PassThrough(), stderr, env: { CONFIG_AGENT_API_KEY: KEY }, isTty: false },
+        createSecretRegistry(),
+        events,
+        // The back-off alone would wait an hour: only the mount's answer (or a SIGHUP) can start it sooner.
+        { firstDelayMs: 3_600_000, maxDelayMs: 3_600_000, mountAnswerMs: 1_000 },
+      );
+      try {
+        await waitFor(() => err.includes('cannot start yet'), PATIENCE_MS, { what: 'a first attempt' });
+        expect(err).toContain('stateDir: cannot create');
+        expect(err).toContain('ETIMEDOUT');
+        expect(err).toContain(`until the mount at ${mount.mountPoint} answers`);
+        // Attempts asked for meanwhile (an operator's SIGHUP each) are refused at once, with nothing more said.
+        for (let hup = 0; hup < 3; hup += 1) {
+          events.emit('SIGHUP');
+          await new Promise((resolve) => setTimeout(resolve, 100));
+        }
+        expect(err.split('cannot start yet')).toHaveLength(2);
+        expect(err).not.toContain('"agent started"');
+        mount.resume();
+        await waitFor(() => err.includes('answers again'), PATIENCE_MS, {
+          what: 'an attempt once it answers',
+        });
+        expect(err).toContain(`the mount at ${mount.mountPoint} answers again: trying to start now`);
+        expect(err.split('cannot start yet')).toHaveLength(2);
+      } finally {
+        events.emit('SIGTERM');
+      }
+      // The attempt may still be under way at the SIGTERM (0), or have reached stateDir, where exFAT, this test's
+      // stand-in for a network filesystem, refuses the lock's hard link (78); an NFS or sshfs stateDir starts.
+      expect([0, 78]).toContain(await exit);
+      expect(err).not.toContain(KEY);
+    }, 30_000);
+  },
+);
