@@ -22,6 +22,8 @@ export interface LlhttpParserClass {
   kOnBody: number;
   kOnMessageComplete: number;
   kOnExecute: number;
+  /** Called as a message's first byte is parsed (Node 20 and 24; not in the shape check: used when there). */
+  kOnMessageBegin?: number;
 }
 
 const PARSER_CALLBACKS = ['kOnHeaders', 'kOnHeadersComplete', 'kOnBody', 'kOnMessageComplete'] as const;
@@ -383,6 +385,8 @@ export class SocketLane {
       const onData = (chunk: Buffer) => {
         anyByte = true;
         const result = parser.execute(chunk);
+        // Bytes past the whole answer the parser refused: the socket is not fit for another request.
+        if (result instanceof Error && settled) keepMs = 0;
         if (result instanceof Error) fail(result);
         // The head came and the answer is not whole by the end of this read: handed on as a stream.
         else if (answerHead !== undefined && !handedOn && !settled) stream(answerHead);
@@ -398,6 +402,13 @@ export class SocketLane {
       };
       const onClose = () => fail(closedError(reused, anyByte));
 
+      // The start of another message past the answer (a head cut short, in the answer's read): not fit for reuse.
+      if (this.#Parser.kOnMessageBegin !== undefined) {
+        parser[this.#Parser.kOnMessageBegin] = () => {
+          if (settled) keepMs = 0;
+          return 0;
+        };
+      }
       parser[this.#Parser.kOnHeaders] = (headers: string[]) => {
         rawHeaders.push(...headers);
       };
