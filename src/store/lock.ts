@@ -1,4 +1,4 @@
-// One agent per state directory: a pid lock file, so `--once` never sweeps a running daemon's temp files.
+// One agent per state directory (a pid lock file) and per rootDir (an abstract socket), so none sweeps another's temp files.
 
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
@@ -55,6 +55,30 @@ export class StateLockedError extends AgentError {
     return (
       `${this.stateDir} is in use: ${path.join(this.stateDir, LOCK_FILE)} is held by another config-agent ` +
       `(${holder}); nothing was done: ask it with 'config-agent sync', or run --once again once it has stopped`
+    );
+  }
+}
+
+/**
+ * Another live agent, with another stateDir, writes the same rootDir (two configs copied from one, a --once with
+ * another --config beside the daemon): each would sweep the other's temp files and overwrite its files.
+ */
+export class RootLockedError extends StateLockedError {
+  readonly rootDir: string;
+  readonly holderStateDir: string | undefined;
+  constructor(rootDir: string, stateDir: string, pid: number, holderStateDir: string | undefined) {
+    super(stateDir, pid);
+    this.rootDir = rootDir;
+    this.holderStateDir = holderStateDir;
+    this.message = this.refusal;
+  }
+
+  override get refusal(): string {
+    const holder = this.pid > 0 ? `pid ${this.pid}` : 'pid not known';
+    const its = this.holderStateDir === undefined ? '' : `, stateDir ${this.holderStateDir}`;
+    return (
+      `${this.rootDir} is in use: another config-agent (${holder}${its}) writes it; nothing was done: one rootDir ` +
+      `takes one agent (give each config its own rootDir, or run --once with the daemon's --config)`
     );
   }
 }
@@ -336,3 +360,98 @@ export const linuxProcessProbe: ProcessProbe = {
     return (await procStart(content.pid)) === content.procStart;
   },
 };
+
+/** This process's rootDir locks by name: a reload reopening the same rootDir shares its lock, not takes it again. */
+const rootLocks = new Map<string, { server: import('node:net').Server; holders: number }>();
+
+/** How long a refused agent waits for the holder to say who it is. */
+const ROOT_HOLDER_ANSWER_MS = 2000;
+
+/**
+ * One agent per rootDir, whatever its stateDir: an abstract Unix socket named after rootDir's device and inode
+ * (Linux; no file anywhere, so nothing for consumers to see in rootDir, and gone with the process however it ends,
+ * so never stale). The holder answers a connection with its pid and stateDir, which the refusal names. Abstract
+ * names are per network namespace: agents in two containers with their own networks sharing rootDir by a bind
+ * mount are not told apart (docs/reliability.md). `keyOf` gives a directory's `${dev}:${ino}`, undefined when it
+ * cannot be had (then no lock: a mount that does not answer).
+ */
+export async function acquireRootLock(
+  rootDir: string,
+  keyOf: (dir: string) => Promise<string | undefined>,
+  stateDir: string,
+): Promise<{ release(): Promise<void> }> {
+  const key = await keyOf(rootDir);
+  if (key === undefined) return { release: async () => {} };
+  const name = `\0config-agent-root-${key}`;
+  const release = async () => {
+    const held = rootLocks.get(name);
+    if (held === undefined) return;
+    held.holders -= 1;
+    if (held.holders > 0) return;
+    rootLocks.delete(name);
+    await new Promise<void>((resolve) => held.server.close(() => resolve()));
+  };
+  const ours = rootLocks.get(name);
+  if (ours !== undefined) {
+    ours.holders += 1;
+    return { release };
+  }
+  const net = process.getBuiltinModule('node:net');
+  const answer = JSON.stringify({ pid: process.pid, stateDir, rootDir });
+  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt += 1) {
+    const server = net.createServer((socket) => {
+      socket.on('error', () => {});
+      socket.end(answer);
+    });
+    const bound = await new Promise<Error | undefined>((resolve) => {
+      server.once('error', resolve);
+      server.listen({ path: name }, () => resolve(undefined));
+    });
+    if (bound === undefined) {
+      server.unref();
+      rootLocks.set(name, { server, holders: 1 });
+      return { release };
+    }
+    // Not Linux, or sockets refused (a sandbox without AF_UNIX): no lock, as before it existed.
+    if (errnoCode(bound) !== 'EADDRINUSE') return { release: async () => {} };
+    const holder = await askRootHolder(name);
+    // The holder ended between the bind and the connection: bind again.
+    if (holder === 'gone') continue;
+    // The holder's rootDir is another directory now (removed, its inode number given to this one): not this one's.
+    if (holder?.rootDir !== undefined && (await keyOf(holder.rootDir)) !== key)
+      return { release: async () => {} };
+    throw new RootLockedError(rootDir, stateDir, holder?.pid ?? 0, holder?.stateDir);
+  }
+  throw new RootLockedError(rootDir, stateDir, 0, undefined);
+}
+
+/** The holder's answer: its pid and stateDir; undefined when it does not say; 'gone' when nobody holds the name. */
+async function askRootHolder(
+  name: string,
+): Promise<{ pid: number; stateDir: string; rootDir?: string | undefined } | undefined | 'gone'> {
+  const net = process.getBuiltinModule('node:net');
+  return await new Promise((resolve) => {
+    let text = '';
+    let connected = false;
+    const socket = net.connect({ path: name }, () => {
+      connected = true;
+    });
+    socket.setTimeout(ROOT_HOLDER_ANSWER_MS, () => socket.destroy());
+    socket.on('data', (chunk: Buffer) => {
+      text += chunk.toString('utf8');
+      if (text.length > MAX_LOCK_BYTES) socket.destroy();
+    });
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      if (!connected) return resolve('gone');
+      try {
+        const parsed = z
+          .object({ pid: z.number().int().positive(), stateDir: z.string(), rootDir: z.string().optional() })
+          .safeParse(JSON.parse(text), { jitless: true });
+        resolve(parsed.success ? parsed.data : undefined);
+      } catch {
+        resolve(undefined);
+      }
+    });
+  });
+}

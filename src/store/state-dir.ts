@@ -10,7 +10,7 @@ import { type SweepSkip, sweepTempFiles } from './durable-writer.js';
 import { DiskError, StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
 import { IntentJournal, type WriteIntent } from './intent-journal.js';
-import { acquireStateLock, type StateLock } from './lock.js';
+import { acquireRootLock, acquireStateLock, type StateLock } from './lock.js';
 import { StatusOutbox } from './outbox.js';
 import { emptyState, type LocalState, loadLocalState, STATE_FILE, saveLocalState } from './state.js';
 import { type StateSnapshot, sameAsSnapshot, snapshotState } from './state-snapshot.js';
@@ -102,7 +102,17 @@ export class StateDir {
     try {
       if (!readOnly) {
         // Before the sweep: the temp files of another agent's write in progress are not leftovers.
-        lock = await acquireStateLock(fs, settings.stateDir);
+        const stateLock = await acquireStateLock(fs, settings.stateDir);
+        lock = stateLock;
+        // And rootDir, whatever the other agent's stateDir (lock.ts): before the sweep, for the same reason.
+        const rootLock = await lockRootDir(fs, settings);
+        lock = {
+          ensureHeld: () => stateLock.ensureHeld(),
+          release: async () => {
+            await rootLock.release();
+            await stateLock.release();
+          },
+        };
         // Before any pass: a directory a renewal left renamed aside is put back before its files are written anew.
         // A reload to another stateDir carries the running process's records over, durably, before it forgets them.
         asides = await DirectoryAsides.open(
@@ -419,4 +429,20 @@ async function setAsideCacheUnlessDirectory(
   } catch (error) {
     logger.warn({ err: error }, 'could not move the content cache aside (not a directory)');
   }
+}
+
+/**
+ * rootDir's lock (acquireRootLock), keyed by its device and inode; none when rootDir cannot be stat()ed (a mount
+ * that does not answer: the sweep, which follows, says so).
+ */
+async function lockRootDir(fs: FsPort, settings: StateDirSettings): Promise<{ release(): Promise<void> }> {
+  const keyOf = async (dir: string) => {
+    try {
+      const stats = await (fs.sweepPort?.(dir) ?? fs).stat(dir);
+      return `${stats.dev}:${stats.ino}`;
+    } catch {
+      return undefined;
+    }
+  };
+  return await acquireRootLock(settings.rootDir, keyOf, settings.stateDir);
 }

@@ -1,0 +1,97 @@
+// Two agents on one rootDir with different stateDirs (adv24): the second refuses to start, naming the holder, and sweeps nothing.
+import { spawn } from 'node:child_process';
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { silentLogger } from '../lib/logger.js';
+import { RootLockedError, StateLockedError } from './lock.js';
+import { StateDir } from './state-dir.js';
+
+let dir: string;
+let rootDir: string;
+const children: Array<ReturnType<typeof spawn>> = [];
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'root-lock-adv24-'));
+  rootDir = path.join(dir, 'root');
+  await mkdir(rootDir);
+});
+
+afterEach(async () => {
+  for (const child of children.splice(0)) child.kill('SIGKILL');
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function stateDirAt(name: string) {
+  const stateDir = path.join(dir, name);
+  await mkdir(stateDir, { mode: 0o700 });
+  return { stateDir, rootDir, deviceId: 'dvc_adv24' };
+}
+
+/**
+ * Another process holding rootDir as an agent does (lock.ts's abstract socket), its stateDir `/srv/other/state`,
+ * its rootDir `holderRootDir` (another path when the holder's rootDir was removed and its inode number reused).
+ */
+async function otherAgent(holderRootDir = rootDir): Promise<{ pid: number; exited: Promise<void> }> {
+  const { dev, ino } = await stat(rootDir);
+  const answer = JSON.stringify({ stateDir: '/srv/other/state', rootDir: holderRootDir });
+  const script = `
+    const net = require('node:net');
+    const server = net.createServer((s) => s.end(JSON.stringify({ pid: process.pid, ...${answer} })));
+    server.listen({ path: '\\0config-agent-root-${dev}:${ino}' }, () => process.stdout.write('held\\n'));
+    process.stdin.on('end', () => process.exit(0)); process.stdin.resume();`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
+  children.push(child);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  await new Promise<void>((resolve, reject) => {
+    child.stdout?.once('data', () => resolve());
+    child.once('exit', () => reject(new Error('the stand-in agent did not start')));
+  });
+  return { pid: child.pid ?? 0, exited };
+}
+
+const open = (settings: { stateDir: string; rootDir: string; deviceId: string }) =>
+  StateDir.open(nodeFs, settings, silentLogger(), { clock: { now: () => 0 } });
+
+describe('one rootDir, two stateDirs (adv24)', () => {
+  it('refused while another agent holds rootDir: its in-flight temp file is kept, the refusal names it', async () => {
+    const other = await otherAgent();
+    const inFlight = path.join(rootDir, `.config-agent.tmp-${'ab'.repeat(12)}`);
+    await writeFile(inFlight, '{"half":');
+    const refused = await open(await stateDirAt('mine')).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(RootLockedError);
+    // Handled where a held stateDir is: --once prints the one line, the daemon waits for it.
+    expect(refused).toBeInstanceOf(StateLockedError);
+    const line = (refused as RootLockedError).refusal;
+    expect(line).toContain(rootDir);
+    expect(line).toContain(`pid ${other.pid}`);
+    expect(line).toContain('/srv/other/state');
+    expect(await readdir(rootDir)).toEqual([path.basename(inFlight)]);
+    // Nothing left in the refused agent's stateDir either: its lock released.
+    expect(await readdir(path.join(dir, 'mine'))).toEqual([]);
+  });
+
+  it('taken once the other agent has ended; released at close, for the next', async () => {
+    const other = await otherAgent();
+    await expect(open(await stateDirAt('mine'))).rejects.toBeInstanceOf(RootLockedError);
+    children[0]?.stdin?.end();
+    await other.exited;
+    const mine = await open({ stateDir: path.join(dir, 'mine'), rootDir, deviceId: 'dvc_adv24' });
+    // The same process reopening rootDir (a reload to another stateDir) shares its lock.
+    const reload = await open(await stateDirAt('reloaded'));
+    await mine.close();
+    await reload.close();
+    const next = await open(await stateDirAt('next'));
+    await next.close();
+    expect(await readdir(rootDir)).toEqual([]);
+  });
+
+  it('a holder whose rootDir is another directory now (its inode number reused by this one) does not hold this one', async () => {
+    await otherAgent(path.join(dir, 'removed-long-ago'));
+    const mine = await open(await stateDirAt('mine'));
+    await mine.close();
+    expect(await readdir(path.join(dir, 'mine'))).not.toContain('agent.lock');
+  });
+});
