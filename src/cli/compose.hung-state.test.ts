@@ -1,6 +1,7 @@
 // A daemon started while stateDir's mount already hangs (exfat-fuse stopped): said once, tried the moment it answers.
 import { EventEmitter } from 'node:events';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { request as httpRequest } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -11,6 +12,21 @@ import { createSecretRegistry } from '../lib/secrets.js';
 import { runAgent } from './compose.js';
 
 const KEY = 'sk_test_hung_state_4f2a9c';
+
+/** A GET over the unix socket at `socketPath`: its status and body. */
+function get(socketPath: string, route: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest({ socketPath, path: route, method: 'GET' }, (response) => {
+      let body = '';
+      response.on('data', (chunk: Buffer) => {
+        body += chunk.toString();
+      });
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+    });
+    request.on('error', reject);
+    request.end();
+  });
+}
 
 let dir: string | undefined;
 let mount: PausableMount | undefined;
@@ -73,6 +89,11 @@ describe.runIf(canPauseFuse)(
         }
         expect(err.split('cannot start yet')).toHaveLength(2);
         expect(err).not.toContain('"agent started"');
+        // Health says why, over the socket, while it waits (before: nothing listened there).
+        const health = await get(path.join(dir, 'agent.sock'), '/v1/health');
+        expect(health.status).toBe(503);
+        expect(JSON.parse(health.body)).toMatchObject({ healthy: false });
+        expect(JSON.parse(health.body).reason).toContain(`the mount at ${mount.mountPoint} does not answer`);
         mount.resume();
         await waitFor(() => err.includes('answers again'), PATIENCE_MS, {
           what: 'an attempt once it answers',

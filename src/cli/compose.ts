@@ -500,8 +500,9 @@ export async function runAgent(
   // share them, so a dead NFS server holds one thread of libuv's pool however often the agent asks. A stop gives up
   // on the calls waiting on such a mount at once (the pass ends, the stop flushes and exits), not after the bound,
   // and bounds the flush's own calls by what is left of the stop deadline.
+  const clock = systemClock;
   const lanes = new MountLanes(
-    systemClock,
+    clock,
     startRetry.mountAnswerMs ?? MOUNT_ANSWER_MS,
     stopping.signal,
     stopDeadlineMs,
@@ -551,58 +552,92 @@ export async function runAgent(
 
   async function startAndServe(): Promise<number> {
     // An invalid configuration throws to the caller (exit 78); a failure to start on a valid one is told here.
-    let components: AgentComponents<Reconciler> | undefined;
     /** The mounts not answering that the last start attempt was told to wait for (said once per episode). */
     let waitingFor: string | undefined;
-    for (let attempt = 0; components === undefined; attempt += 1) {
-      if (waitingFor !== undefined && lanes.lateMounts().join(', ') !== waitingFor) {
-        io.stderr.write(`config-agent: the mount at ${waitingFor} answers again: trying to start now\n`);
-        waitingFor = undefined;
-      }
-      // Each attempt reads the configuration afresh: a SIGHUP meanwhile asks for nothing more.
-      reloadPending = false;
-      const loaded = await loadConfiguration(command.configPath, io.env, secrets, lanes, true);
-      // The deadline ran out while the configuration was read (its realpaths hung): create nothing now.
-      if (abandoned) return ExitCode.NotConverged;
-      try {
-        components = await buildAgentComponents(loaded, io, secrets, daemon, lanes);
-      } catch (error) {
-        const message = secrets.scrub(errorMessage(error));
-        if (!waitsOutAtStart(error) && !(error instanceof StateLockedError)) {
-          io.stderr.write(`config-agent: cannot start: ${message}\n`);
-          return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
-        }
-        // A stop asked for while this attempt ran: nothing was opened, so there is nothing to flush.
-        if (stopSignal !== undefined) return ExitCode.Converged;
-        const delayMs = Math.min(startRetry.firstDelayMs * 2 ** attempt, startRetry.maxDelayMs);
-        const late = lanes.lateMounts().join(', ');
-        if (late === '') {
+    /** The local API while waiting on them: health 503 saying why (closed before the start opens its own). */
+    let waitingApi: { close(): Promise<void> } | undefined;
+    const closeWaitingApi = async () => {
+      await waitingApi?.close().catch(() => undefined);
+      waitingApi = undefined;
+    };
+    let started: AgentComponents<Reconciler> | number;
+    try {
+      started = await attempts();
+    } finally {
+      await closeWaitingApi();
+    }
+    return typeof started === 'number' ? started : serve(started);
+
+    async function attempts(): Promise<AgentComponents<Reconciler> | number> {
+      for (let attempt = 0; ; attempt += 1) {
+        if (waitingFor !== undefined && lanes.lateMounts().join(', ') !== waitingFor) {
+          io.stderr.write(`config-agent: the mount at ${waitingFor} answers again: trying to start now\n`);
           waitingFor = undefined;
-          io.stderr.write(
-            `config-agent: cannot start yet: ${message}; trying again in ${delayMs / 1000} s\n`,
-          );
-          if (await stopOrDelay(delayMs)) return ExitCode.Converged;
-          continue;
+          await closeWaitingApi();
         }
-        // A mount that does not answer (stateDir's: its lock, state and outbox out of reach, so nothing is polled
-        // or reported): said once, and tried again the moment it answers (or, with nothing sent into it, on the
-        // back-off: each such attempt is refused at once).
-        if (waitingFor !== late) {
-          io.stderr.write(
-            `config-agent: cannot start yet: ${message}; nothing is polled or reported until the mount at ${late} ` +
-              'answers: starting as soon as it does\n',
-          );
-          waitingFor = late;
+        // Each attempt reads the configuration afresh: a SIGHUP meanwhile asks for nothing more.
+        reloadPending = false;
+        const loaded = await loadConfiguration(command.configPath, io.env, secrets, lanes, true);
+        // The deadline ran out while the configuration was read (its realpaths hung): create nothing now.
+        if (abandoned) return ExitCode.NotConverged;
+        try {
+          return await buildAgentComponents(loaded, io, secrets, daemon, lanes);
+        } catch (error) {
+          const message = secrets.scrub(errorMessage(error));
+          if (!waitsOutAtStart(error) && !(error instanceof StateLockedError)) {
+            io.stderr.write(`config-agent: cannot start: ${message}\n`);
+            return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
+          }
+          // A stop asked for while this attempt ran: nothing was opened, so there is nothing to flush.
+          if (stopSignal !== undefined) return ExitCode.Converged;
+          const delayMs = Math.min(startRetry.firstDelayMs * 2 ** attempt, startRetry.maxDelayMs);
+          const late = lanes.lateMounts().join(', ');
+          if (late === '') {
+            waitingFor = undefined;
+            io.stderr.write(
+              `config-agent: cannot start yet: ${message}; trying again in ${delayMs / 1000} s\n`,
+            );
+            if (await stopOrDelay(delayMs)) return ExitCode.Converged;
+            continue;
+          }
+          // A mount that does not answer (stateDir's: its lock, state and outbox out of reach, so nothing is polled
+          // or reported): said once, and tried again the moment it answers (or, with nothing sent into it, on the
+          // back-off: each such attempt is refused at once).
+          if (waitingFor !== late) {
+            io.stderr.write(
+              `config-agent: cannot start yet: ${message}; nothing is polled or reported until the mount at ${late} ` +
+                'answers: starting as soon as it does\n',
+            );
+            waitingFor = late;
+          }
+          // Its socket on the mount itself would hold the event loop (a unix socket's bind runs on its thread).
+          const socketPath = loaded.config.socketPath;
+          const onLate = lanes.lateMounts().some((mount) => socketPath.startsWith(`${mount}/`));
+          if (waitingApi === undefined && !onLate) {
+            const logger = createLogger({ level: loaded.config.log.level, secrets, destination: io.stderr });
+            const mounts = late;
+            waitingApi = await daemon.startWaitingApi(
+              socketPath,
+              () =>
+                `not started: the mount at ${mounts} does not answer (ETIMEDOUT): nothing is polled or reported until it answers`,
+              logger.child({ component: 'local-api' }),
+              (text) => secrets.scrub(text),
+              clock,
+            );
+          }
+          const answered = new AbortController();
+          void lanes.nextAnswer(answered.signal).then(() => {
+            if (!answered.signal.aborted) wakeStartWait();
+          });
+          const stopped = await stopOrDelay(delayMs);
+          answered.abort();
+          if (stopped) return ExitCode.Converged;
         }
-        const answered = new AbortController();
-        void lanes.nextAnswer(answered.signal).then(() => {
-          if (!answered.signal.aborted) wakeStartWait();
-        });
-        const stopped = await stopOrDelay(delayMs);
-        answered.abort();
-        if (stopped) return ExitCode.Converged;
       }
     }
+  }
+
+  async function serve(components: AgentComponents<Reconciler>): Promise<number> {
     if (abandoned) {
       // The process is exiting already (the deadline ran out): the lock is given back, nothing is started.
       await components.runner.close().catch(() => undefined);

@@ -3,10 +3,11 @@ import type { AgentConfig } from '../config/schema.js';
 import { type AgentComponents, AgentDaemon } from '../daemon/agent.js';
 import { LocalApiServer } from '../daemon/local-api.js';
 import { AgentMetrics } from '../daemon/metrics.js';
+import type { Clock } from '../lib/clock.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import type { PassRunner } from '../reconcile/pass-runner.js';
-import { exitCodeForPass } from './exit-codes.js';
+import { ExitCode, exitCodeForPass } from './exit-codes.js';
 import { renderHumanSummary } from './summary.js';
 
 export interface RunningAgent<R extends PassRunner> {
@@ -121,6 +122,43 @@ async function startLocalApi<R extends PassRunner>(
   } catch (error) {
     // Apps lose the socket, but the device keeps converging: the agent's main job does not depend on it.
     logger.error({ err: error, socketPath: components.config.socketPath }, 'local API unavailable');
+    return undefined;
+  }
+}
+
+/**
+ * The local API of a daemon that cannot start yet (stateDir's mount not answering): `/v1/health` answers 503 with
+ * `why()`, `status` says it has not started, and a sync runs nothing. Closed before the start opens its own; undefined
+ * when the socket could not be served (logged), which costs only the answer.
+ */
+export async function startWaitingApi(
+  socketPath: string,
+  why: () => string,
+  logger: Logger,
+  scrub: (text: string) => string,
+  clock: Pick<Clock, 'monotonic' | 'sleep'>,
+): Promise<{ close(): Promise<void> } | undefined> {
+  const server = new LocalApiServer(
+    socketPath,
+    {
+      health: () => ({ healthy: false, reason: why(), lastLoopAt: null }),
+      status: () => ({ started: false, reason: why() }),
+      sync: async () => ({
+        converged: false,
+        exitCode: ExitCode.NotConverged,
+        result: { started: false, reason: why() },
+      }),
+      scrub,
+    },
+    logger,
+    {},
+    clock,
+  );
+  try {
+    await server.start();
+    return server;
+  } catch (error) {
+    logger.error({ err: error, socketPath }, 'local API unavailable while waiting to start');
     return undefined;
   }
 }
