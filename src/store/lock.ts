@@ -420,9 +420,48 @@ export async function acquireRootLock(
     // The holder's rootDir is another directory now (removed, its inode number given to this one): not this one's.
     if (holder?.rootDir !== undefined && (await keyOf(holder.rootDir)) !== key)
       return { release: async () => {} };
-    throw new RootLockedError(rootDir, stateDir, holder?.pid ?? 0, holder?.stateDir);
+    // Anyone may bind an abstract name: a holder that does not answer as an agent, or names a process that does
+    // not hold the name, is a local user's squat, which must not keep the agent from starting (no lock then).
+    if (holder === undefined || !(await holdsName(name, holder.pid))) return { release: async () => {} };
+    throw new RootLockedError(rootDir, stateDir, holder.pid, holder.stateDir);
   }
   throw new RootLockedError(rootDir, stateDir, 0, undefined);
+}
+
+/**
+ * Whether process `pid` holds the abstract socket `name` (a socket of that name among its descriptors, by inode in
+ * /proc/net/unix). Another user's process, whose descriptors this one may not list, is believed when root's (a
+ * `--once` run by hand); not another's. Believed when /proc cannot tell (no /proc/net/unix).
+ */
+async function holdsName(name: string, pid: number): Promise<boolean> {
+  const { readdir, readlink, stat } = process.getBuiltinModule('node:fs/promises');
+  let table: string;
+  try {
+    table = await readFile('/proc/net/unix', 'utf8');
+  } catch {
+    return true;
+  }
+  const shown = `@${name.slice(1)}`;
+  const inodes = new Set<string>();
+  for (const line of table.split('\n')) {
+    const fields = line.trim().split(/\s+/);
+    // Node binds an abstract name padded with NULs to the whole sun_path (shown as trailing '@').
+    if (fields[7]?.replace(/@+$/, '') === shown && fields[6] !== undefined)
+      inodes.add(`socket:[${fields[6]}]`);
+  }
+  if (inodes.size === 0) return true;
+  let descriptors: string[];
+  try {
+    descriptors = await readdir(`/proc/${pid}/fd`);
+  } catch (error) {
+    if (errnoCode(error) !== 'EACCES') return false;
+    return (await stat(`/proc/${pid}`).catch(() => undefined))?.uid === 0;
+  }
+  for (const fd of descriptors) {
+    const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => undefined);
+    if (target !== undefined && inodes.has(target)) return true;
+  }
+  return false;
 }
 
 /** The holder's answer: its pid and stateDir; undefined when it does not say; 'gone' when nobody holds the name. */

@@ -94,4 +94,27 @@ describe('one rootDir, two stateDirs (adv24)', () => {
     await mine.close();
     expect(await readdir(path.join(dir, 'mine'))).not.toContain('agent.lock');
   });
+
+  it.each([
+    [
+      'answers naming another process (not the holder of the name)',
+      () => JSON.stringify({ pid: process.pid, stateDir: '/x', rootDir }),
+    ],
+    ['answers nothing an agent would', () => ''],
+  ])(
+    'a local process squatting the name that %s does not keep the agent from starting',
+    async (_name, answer) => {
+      const { dev, ino } = await stat(rootDir);
+      const script = `
+      const net = require('node:net');
+      net.createServer((s) => s.end(${JSON.stringify(answer())})).listen({ path: '\\0config-agent-root-${dev}:${ino}' }, () => process.stdout.write('held\\n'));
+      process.stdin.resume();`;
+      const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
+      children.push(child);
+      await new Promise<void>((resolve) => child.stdout?.once('data', () => resolve()));
+      const mine = await open(await stateDirAt('mine'));
+      await mine.close();
+      expect(await readdir(rootDir)).toEqual([]);
+    },
+  );
 });
