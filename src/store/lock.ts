@@ -379,7 +379,7 @@ export async function acquireRootLock(
   rootDir: string,
   keyOf: (dir: string) => Promise<string | undefined>,
   stateDir: string,
-): Promise<{ release(): Promise<void> }> {
+): Promise<{ release(): Promise<void>; unproven?: string }> {
   const key = await keyOf(rootDir);
   if (key === undefined) return { release: async () => {} };
   const name = `\0config-agent-root-${key}`;
@@ -422,25 +422,31 @@ export async function acquireRootLock(
       return { release: async () => {} };
     // Anyone may bind an abstract name: a holder that does not answer as an agent, or names a process that does
     // not hold the name, is a local user's squat, which must not keep the agent from starting (no lock then).
-    if (holder === undefined || !(await holdsName(name, holder.pid))) return { release: async () => {} };
+    if (holder === undefined || !(await holdsName(name, holder.pid))) {
+      const who = holder === undefined ? 'it does not say who it is' : `it says pid ${holder.pid}`;
+      return {
+        release: async () => {},
+        unproven: `${rootDir}'s lock name is held by a process not shown to be another config-agent (${who}): started without the lock`,
+      };
+    }
     throw new RootLockedError(rootDir, stateDir, holder.pid, holder.stateDir);
   }
   throw new RootLockedError(rootDir, stateDir, 0, undefined);
 }
 
+/** /proc/<pid>/fd entries looked at, at most: an agent holds a few dozen descriptors. */
+const MAX_HOLDER_DESCRIPTORS = 4096;
+
 /**
- * Whether process `pid` holds the abstract socket `name` (a socket of that name among its descriptors, by inode in
- * /proc/net/unix). Another user's process, whose descriptors this one may not list, is believed when root's (a
- * `--once` run by hand); not another's. Believed when /proc cannot tell (no /proc/net/unix).
+ * Whether process `pid` is shown to hold the abstract socket `name`: a socket of that name (by inode, from
+ * /proc/net/unix, this network namespace's as the name is) among its descriptors. Not shown, and so not given way
+ * to, when /proc cannot tell: another user's process this one may not list (the unit's ProtectProc=invisible hides
+ * them all), or no /proc/net/unix. A squatter could name such a process, so believing it would let any local user
+ * keep the agent from starting; the price is that the service may start beside a `--once` run by root.
  */
-async function holdsName(name: string, pid: number): Promise<boolean> {
-  const { readdir, readlink, stat } = process.getBuiltinModule('node:fs/promises');
-  let table: string;
-  try {
-    table = await readFile('/proc/net/unix', 'utf8');
-  } catch {
-    return true;
-  }
+export async function holdsName(name: string, pid: number, proc = '/proc'): Promise<boolean> {
+  const { readdir, readlink } = process.getBuiltinModule('node:fs/promises');
+  const table = await readFile(`${proc}/net/unix`, 'utf8').catch(() => '');
   const shown = `@${name.slice(1)}`;
   const inodes = new Set<string>();
   for (const line of table.split('\n')) {
@@ -449,16 +455,10 @@ async function holdsName(name: string, pid: number): Promise<boolean> {
     if (fields[7]?.replace(/@+$/, '') === shown && fields[6] !== undefined)
       inodes.add(`socket:[${fields[6]}]`);
   }
-  if (inodes.size === 0) return true;
-  let descriptors: string[];
-  try {
-    descriptors = await readdir(`/proc/${pid}/fd`);
-  } catch (error) {
-    if (errnoCode(error) !== 'EACCES') return false;
-    return (await stat(`/proc/${pid}`).catch(() => undefined))?.uid === 0;
-  }
-  for (const fd of descriptors) {
-    const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => undefined);
+  if (inodes.size === 0) return false;
+  const descriptors = await readdir(`${proc}/${pid}/fd`).catch(() => [] as string[]);
+  for (const fd of descriptors.slice(0, MAX_HOLDER_DESCRIPTORS)) {
+    const target = await readlink(`${proc}/${pid}/fd/${fd}`).catch(() => undefined);
     if (target !== undefined && inodes.has(target)) return true;
   }
   return false;

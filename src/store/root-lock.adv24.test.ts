@@ -1,12 +1,14 @@
 // Two agents on one rootDir with different stateDirs (adv24): the second refuses to start, naming the holder, and sweeps nothing.
 import { spawn } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { silentLogger } from '../lib/logger.js';
-import { RootLockedError, StateLockedError } from './lock.js';
+import { createLogger, silentLogger } from '../lib/logger.js';
+import { createSecretRegistry } from '../lib/secrets.js';
+import { holdsName, RootLockedError, StateLockedError } from './lock.js';
 import { StateDir } from './state-dir.js';
 
 let dir: string;
@@ -112,9 +114,53 @@ describe('one rootDir, two stateDirs (adv24)', () => {
       const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
       children.push(child);
       await new Promise<void>((resolve) => child.stdout?.once('data', () => resolve()));
-      const mine = await open(await stateDirAt('mine'));
+      const lines: Array<{ msg: string }> = [];
+      const destination = new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line));
+          done();
+        },
+      });
+      const logger = createLogger({ level: 'info', secrets: createSecretRegistry(), destination });
+      const mine = await StateDir.open(nodeFs, await stateDirAt('mine'), logger, { clock: { now: () => 0 } });
       await mine.close();
       expect(await readdir(rootDir)).toEqual([]);
+      // Said, naming rootDir: the operator learns that something holds its lock name.
+      const said = lines.find((line) => line.msg.includes('not shown to be another config-agent'));
+      expect(said?.msg).toContain(rootDir);
     },
   );
+});
+
+describe('holdsName: is the process that names itself the one listening on the name', () => {
+  /** A /proc stand-in: net/unix lists the name at inode 4242 (NUL-padded, as Node binds it), process 7's fds. */
+  async function fakeProc(links: string[]): Promise<string> {
+    const proc = path.join(dir, `proc-${links.length}-${links.join('').length}`);
+    await mkdir(path.join(proc, 'net'), { recursive: true });
+    await mkdir(path.join(proc, '7/fd'), { recursive: true });
+    await writeFile(
+      path.join(proc, 'net/unix'),
+      'Num       RefCount Protocol Flags    Type St Inode Path\n' +
+        '0000000000000000: 00000002 00000000 00010000 0001 01 4242 @config-agent-root-1:2@@@@\n' +
+        '0000000000000000: 00000002 00000000 00010000 0001 01 5151 @config-agent-root-1:20@@@\n',
+    );
+    for (const [fd, link] of links.entries()) await symlink(link, path.join(proc, `7/fd/${fd}`));
+    return proc;
+  }
+  const name = '\0config-agent-root-1:2';
+
+  it("only with the name's own socket among its descriptors", async () => {
+    expect(await holdsName(name, 7, await fakeProc(['/dev/null', 'socket:[4242]']))).toBe(true);
+    // A longer name's socket, a socket of nothing listed, no such process, a name nobody lists.
+    const other = await fakeProc(['socket:[5151]', 'socket:[424]']);
+    expect(await holdsName(name, 7, other)).toBe(false);
+    expect(await holdsName(name, 8, other)).toBe(false);
+    expect(await holdsName('\0config-agent-root-9:9', 7, other)).toBe(false);
+  });
+
+  it('not when /proc cannot tell (a squatter could name a process this one may not look at)', async () => {
+    const proc = await fakeProc(['socket:[4242]']);
+    await rm(path.join(proc, 'net/unix'));
+    expect(await holdsName(name, 7, proc)).toBe(false);
+  });
 });

@@ -106,6 +106,7 @@ export class StateDir {
         lock = stateLock;
         // And rootDir, whatever the other agent's stateDir (lock.ts): before the sweep, for the same reason.
         const rootLock = await lockRootDir(fs, settings);
+        if (rootLock.unproven !== undefined) logger.warn({ rootDir: settings.rootDir }, rootLock.unproven);
         lock = {
           ensureHeld: () => stateLock.ensureHeld(),
           release: async () => {
@@ -435,7 +436,10 @@ async function setAsideCacheUnlessDirectory(
  * rootDir's lock (acquireRootLock), keyed by its device and inode; none when rootDir cannot be stat()ed (a mount
  * that does not answer: the sweep, which follows, says so).
  */
-async function lockRootDir(fs: FsPort, settings: StateDirSettings): Promise<{ release(): Promise<void> }> {
+async function lockRootDir(
+  fs: FsPort,
+  settings: StateDirSettings,
+): Promise<{ release(): Promise<void>; unproven?: string }> {
   const keyOf = async (dir: string) => {
     try {
       const stats = await (fs.sweepPort?.(dir) ?? fs).stat(dir);
