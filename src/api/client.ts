@@ -54,6 +54,7 @@ import {
   type DeviceFilters,
   DeviceList,
   ErrorBody,
+  INSTANCE_PLACE_FIELDS,
   type ListEnvelope,
   type ListExpand,
   type Release,
@@ -181,16 +182,6 @@ export type ReportAnswer = Pick<ConfigInstance, 'id' | 'activity_status' | 'erro
   fields?: Readonly<Record<string, unknown>>;
 };
 
-/** What a large answer is read for besides its head: its place, compared with the version reported. */
-const ANSWER_PLACE_KEYS = [
-  'relative_filepath',
-  'target_status',
-  'device_id',
-  'config_schema_id',
-  'config_type_id',
-  'created_at',
-] as const;
-
 /**
  * The id, statuses and `updated_at` of the instance a report's answer over the cap holds, read from its first
  * bytes as the pager reads a lone oversize item's (json.ts `peekStrings`: the object's own keys, each given once);
@@ -204,7 +195,8 @@ function reportAnswerHead(prefix: Buffer): ReportAnswer | undefined {
     'activity_status',
     'error_status',
     'updated_at',
-    ...ANSWER_PLACE_KEYS,
+    // Its place besides its head, compared with the version reported.
+    ...INSTANCE_PLACE_FIELDS,
   ]);
   return answerHead(peekId(text, 1), fields.activity_status, fields.error_status, fields.updated_at, fields);
 }

@@ -255,6 +255,19 @@ export type ConfigInstance = z.infer<typeof ConfigInstance>;
 export type ConfigInstanceHead = Omit<ConfigInstance, 'content'>;
 
 /**
+ * The fields of an instance's place: all of what a deployed version is (`listedVersion`) but the content. A report's
+ * answer is read for them (client.ts, even past the answer cap) and compared with the listing's (report.ts).
+ */
+export const INSTANCE_PLACE_FIELDS = [
+  'relative_filepath',
+  'target_status',
+  'device_id',
+  'config_schema_id',
+  'config_type_id',
+  'created_at',
+] as const satisfies readonly (keyof ConfigInstanceHead)[];
+
+/**
  * A status the agent reads but never acts on: a value added by the service later (the real product renamed its
  * deployment statuses within weeks) is accepted as a string instead of failing the whole response.
  */

@@ -5,7 +5,12 @@ import type { ReportAnswer, ServiceClient } from '../api/client.js';
 import { deliveryVerdict, HttpStatusError, ReportContradictedError } from '../api/errors.js';
 import { sameInstant } from '../api/instant.js';
 import { type RequestRetryOptions, withRequestRetry } from '../api/retry.js';
-import { ConfigInstance, type ConfigInstanceHead, type StatusReport } from '../api/schemas.js';
+import {
+  ConfigInstance,
+  type ConfigInstanceHead,
+  INSTANCE_PLACE_FIELDS,
+  type StatusReport,
+} from '../api/schemas.js';
 import { type Backoff, backoffCeilingMs, clampRetryAfterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Logger } from '../lib/logger.js';
 import {
@@ -457,27 +462,13 @@ export function resolveAwaitedEchoes(
   return judged;
 }
 
-/** The fields of an instance's place: all of `listedVersion` but the content (issue 9: no answer's content is judged). */
-const PLACE_FIELDS = [
-  'relative_filepath',
-  'target_status',
-  'device_id',
-  'config_schema_id',
-  'config_type_id',
-  'created_at',
-] as const;
-
+type PlaceField = (typeof INSTANCE_PLACE_FIELDS)[number];
 let answerPlace: z.ZodType | undefined;
 /** The place's fields as the wire schema (ConfigInstance) takes them in a listing, built on first use. */
 function answerPlaceSchema(): z.ZodType {
-  answerPlace ??= ConfigInstance.unwrap().pick({
-    relative_filepath: true,
-    target_status: true,
-    device_id: true,
-    config_schema_id: true,
-    config_type_id: true,
-    created_at: true,
-  });
+  answerPlace ??= ConfigInstance.unwrap().pick(
+    Object.fromEntries(INSTANCE_PLACE_FIELDS.map((field) => [field, true])) as Record<PlaceField, true>,
+  );
   return answerPlace;
 }
 
@@ -493,7 +484,7 @@ export function placeChanged(
 ): string[] | undefined {
   if (fields === undefined) return undefined;
   let changed: string[] | undefined;
-  for (const field of PLACE_FIELDS) {
+  for (const field of INSTANCE_PLACE_FIELDS) {
     const shown = fields[field];
     if (shown === listed[field]) continue;
     if (field === 'created_at' && typeof shown === 'string' && sameInstant(shown, listed.created_at))
