@@ -1,10 +1,5 @@
-// The drift watcher's debounce runs on the injected clock: a change is judged once the window passed on it, a change
-// within the window starts it again, and close() or judgeNow() ends it; no wall-clock window anywhere.
-import * as nodeFs from 'node:fs/promises';
-import os from 'node:os';
 import { afterEach, describe, expect, it } from 'vitest';
-import { watchedRoot } from '../../test/helpers/drift-watched.js';
-import type { Clock } from '../lib/clock.js';
+import { manualClock, settle, watchedRoot } from '../../test/helpers/drift-watched.js';
 
 /** Longer than any test here could wait on the wall clock: only the fake clock can end it. */
 const WINDOW_MS = 60_000;
@@ -13,47 +8,6 @@ const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
-
-/** Time moves only when told; a sleep ends once its deadline is passed, or rejects when its signal aborts. */
-function manualClock(): Pick<Clock, 'sleep'> & { advance(ms: number): void } {
-  let now = 0;
-  const sleepers = new Set<{ until: number; resolve: () => void }>();
-  return {
-    sleep: (ms, signal) =>
-      new Promise<void>((resolve, reject) => {
-        const sleeper = { until: now + ms, resolve };
-        if (signal?.aborted) {
-          reject(signal.reason);
-          return;
-        }
-        sleepers.add(sleeper);
-        signal?.addEventListener(
-          'abort',
-          () => {
-            sleepers.delete(sleeper);
-            reject(signal.reason);
-          },
-          { once: true },
-        );
-      }),
-    advance(ms) {
-      now += ms;
-      for (const sleeper of [...sleepers]) {
-        if (sleeper.until > now) continue;
-        sleepers.delete(sleeper);
-        sleeper.resolve();
-      }
-    },
-  };
-}
-
-/** Lets what is under way finish (turns of the event loop and round trips of the thread pool); asserts nothing. */
-async function settle(): Promise<void> {
-  for (let turn = 0; turn < 20; turn += 1) {
-    await new Promise((resolve) => setImmediate(resolve));
-    await nodeFs.stat(os.tmpdir());
-  }
-}
 
 /** Settles until `done` holds; bounded, and it asserts nothing about how long that took. */
 async function eventually(done: () => boolean, what: string): Promise<void> {

@@ -1,67 +1,23 @@
 // The drift watcher on a mount that may hang (NFS, FUSE): no synchronous fs.watch there, its files judged on the poll.
 import type { watch } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Clock } from '../lib/clock.js';
+import { driftedFiles, manualClock, settle } from '../../test/helpers/drift-watched.js';
 import type { FsPort } from '../lib/fs-port.js';
-import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
-import type { ManagedFile } from '../store/state.js';
 import { DriftWatcher } from './drift-watcher.js';
 import { SingleFlight } from './single-flight.js';
 
 const POLL_MS = 60_000;
 const DEBOUNCE_MS = 300;
-const RECORDED = '{"a":1}\n';
 const cleanups: Array<() => Promise<void>> = [];
 
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
-
-/** Time moves only when told; a sleep ends once its deadline is passed, or rejects when its signal aborts. */
-function manualClock(): Pick<Clock, 'sleep'> & { advance(ms: number): void } {
-  let now = 0;
-  const sleepers = new Set<{ until: number; resolve: () => void }>();
-  return {
-    sleep: (ms, signal) =>
-      new Promise<void>((resolve, reject) => {
-        if (signal?.aborted) {
-          reject(signal.reason);
-          return;
-        }
-        const sleeper = { until: now + ms, resolve };
-        sleepers.add(sleeper);
-        signal?.addEventListener(
-          'abort',
-          () => {
-            sleepers.delete(sleeper);
-            reject(signal.reason);
-          },
-          { once: true },
-        );
-      }),
-    advance(ms) {
-      now += ms;
-      for (const sleeper of [...sleepers]) {
-        if (sleeper.until > now) continue;
-        sleepers.delete(sleeper);
-        sleeper.resolve();
-      }
-    },
-  };
-}
-
-/** Lets what is under way finish (turns of the event loop and round trips of the thread pool); asserts nothing. */
-async function settle(): Promise<void> {
-  for (let turn = 0; turn < 20; turn += 1) {
-    await new Promise((resolve) => setImmediate(resolve));
-    await nodeFs.stat(os.tmpdir());
-  }
-}
 
 /**
  * `names` under a new temp root, each holding bytes other than those recorded (drift), watched under `report` on a
@@ -74,18 +30,7 @@ async function world(options: {
   fs?: (base: FsPort, rootDir: string) => FsPort;
 }) {
   const rootDir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-drift-hang-'));
-  const managed = new Map<string, ManagedFile>();
-  for (const name of options.names) {
-    await mkdir(path.dirname(path.join(rootDir, name)), { recursive: true });
-    await writeFile(path.join(rootDir, name), '{"changed":true}\n', { mode: 0o644 });
-    managed.set(name, {
-      instanceId: `cfg_${name}`,
-      sha256: sha256Hex(Buffer.from(RECORDED)),
-      mode: 0o644,
-      createdDirs: [],
-      writtenAt: '2030-01-01T00:00:00.000Z',
-    });
-  }
+  const managed = await driftedFiles(rootDir, options.names);
   const mayHangAt = (file: string) => options.mayHangAt(rootDir, file);
   const base: FsPort = { ...(nodeFs as unknown as FsPort), mayHangAt };
   const fs = options.fs?.(base, rootDir) ?? base;

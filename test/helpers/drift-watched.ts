@@ -1,7 +1,7 @@
 // A drift watcher over a temp root of managed files changed by hand, its debounce on the test's clock, no kernel events.
 import { type FSWatcher, watch } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { DriftWatcher } from '../../src/daemon/drift-watcher.js';
@@ -13,6 +13,70 @@ import type { ManagedFile } from '../../src/store/state.js';
 
 /** What the agent recorded writing at each managed path; every file on disk holds other bytes (drift). */
 const RECORDED = '{"a":1}\n';
+
+/**
+ * `names` written under `rootDir` (their directories made) with bytes other than those recorded for them: the
+ * managed files' records, every one drifted.
+ */
+export async function driftedFiles(
+  rootDir: string,
+  names: readonly string[],
+): Promise<Map<string, ManagedFile>> {
+  const managed = new Map<string, ManagedFile>();
+  for (const name of names) {
+    await mkdir(path.dirname(path.join(rootDir, name)), { recursive: true });
+    await writeFile(path.join(rootDir, name), '{"changed":true}\n', { mode: 0o644 });
+    managed.set(name, {
+      instanceId: `cfg_${name}`,
+      sha256: sha256Hex(Buffer.from(RECORDED)),
+      mode: 0o644,
+      createdDirs: [],
+      writtenAt: '2030-01-01T00:00:00.000Z',
+    });
+  }
+  return managed;
+}
+
+/** Time moves only when told; a sleep ends once its deadline is passed, or rejects when its signal aborts. */
+export function manualClock(): Pick<Clock, 'sleep'> & { advance(ms: number): void } {
+  let now = 0;
+  const sleepers = new Set<{ until: number; resolve: () => void }>();
+  return {
+    sleep: (ms, signal) =>
+      new Promise<void>((resolve, reject) => {
+        if (signal?.aborted) {
+          reject(signal.reason);
+          return;
+        }
+        const sleeper = { until: now + ms, resolve };
+        sleepers.add(sleeper);
+        signal?.addEventListener(
+          'abort',
+          () => {
+            sleepers.delete(sleeper);
+            reject(signal.reason);
+          },
+          { once: true },
+        );
+      }),
+    advance(ms) {
+      now += ms;
+      for (const sleeper of [...sleepers]) {
+        if (sleeper.until > now) continue;
+        sleepers.delete(sleeper);
+        sleeper.resolve();
+      }
+    },
+  };
+}
+
+/** Lets what is under way finish (turns of the event loop and round trips of the thread pool); asserts nothing. */
+export async function settle(): Promise<void> {
+  for (let turn = 0; turn < 20; turn += 1) {
+    await new Promise((resolve) => setImmediate(resolve));
+    await nodeFs.stat(os.tmpdir());
+  }
+}
 
 export interface WatchedRoot {
   rootDir: string;
@@ -37,17 +101,7 @@ export async function watchedRoot(options: {
   debounceMs: number;
 }): Promise<WatchedRoot> {
   const rootDir = await mkdtemp(path.join(os.tmpdir(), options.prefix));
-  const managed = new Map<string, ManagedFile>();
-  for (const name of options.names) {
-    await writeFile(path.join(rootDir, name), '{"changed":true}\n', { mode: 0o644 });
-    managed.set(name, {
-      instanceId: `cfg_${name}`,
-      sha256: sha256Hex(Buffer.from(RECORDED)),
-      mode: 0o644,
-      createdDirs: [],
-      writtenAt: '2030-01-01T00:00:00.000Z',
-    });
-  }
+  const managed = await driftedFiles(rootDir, options.names);
   const drifts: string[][] = [];
   const watcher = new DriftWatcher({
     fs: nodeFs,
