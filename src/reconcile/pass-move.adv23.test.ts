@@ -2,22 +2,14 @@
 // old file is in the way of its new one, which was retried for good (`retrying`, "something on the device is in the
 // way") since the old file went only once the new one was in place.
 import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { lstat, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createClient } from '../api/client.js';
+import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
 import type { Clock } from '../lib/clock.js';
-import type { Deps } from '../lib/deps.js';
-import { silentLogger } from '../lib/logger.js';
-import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
 import type { PassResult } from './pass-runner.js';
-import { Reconciler } from './reconcile.js';
 
-const API_KEY = 'sk_test_adv23_0123456789abcdef';
-const DEVICE = 'dvc_1';
-const T0 = '2026-01-01T00:00:00.000Z';
 const T1 = '2026-02-01T00:00:00.000Z';
 
 let monotonic = 1_000;
@@ -39,79 +31,35 @@ const fs = {
   },
 };
 
-let dir: string;
+let world: PassWorld;
 let rootDir: string;
-let server: RunningMockServer;
-let reconciler: Reconciler;
 
 beforeEach(async () => {
   monotonic = 1_000;
   fs.failRenameTo = () => false;
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-adv23-'));
-  rootDir = path.join(dir, 'root');
-  await mkdir(rootDir);
-  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
-  server = await startMockServer({ apiKeys: [API_KEY] });
-  const client = createClient({
-    baseUrl: server.url,
-    apiKey: API_KEY,
-    timeoutMs: 10_000,
-    maxResponseBytes: 1 << 20,
-  });
-  const deps: Deps = { fs, clock, random: () => 0.5, logger: silentLogger() };
-  reconciler = await Reconciler.open(
-    deps,
-    {
-      deviceId: DEVICE,
-      rootDir,
-      stateDir: path.join(dir, 'state'),
-      fileMode: 0o640,
-      dirMode: 0o750,
-      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-      requestRetries: 0,
-      maxResponseBytes: 1 << 20,
-    },
-    client,
-  );
+  world = await createPassWorld({ name: 'adv23', deps: { fs, clock }, maxResponseBytes: 1 << 20 });
+  rootDir = world.rootDir;
 });
 
-afterEach(async () => {
-  await reconciler.close();
-  await server.close();
-  await rm(dir, { recursive: true, force: true });
-});
+afterEach(() => world.close());
 
+/** Puts the instance over what the service has for it (a move keeps its other fields). */
 function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
-  const before = server.state.instances.get(fields.id);
-  server.state.instances.set(fields.id, {
-    device_id: DEVICE,
-    relative_filepath: `${fields.id}.json`,
-    config_schema_id: `sch_${fields.id}`,
-    config_type_id: 'typ',
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    content: { owner: fields.id },
-    created_at: T0,
-    updated_at: T0,
-    ...(before ?? {}),
-    ...fields,
-  });
+  world.put({ ...world.server.state.instances.get(fields.id), ...fields });
 }
 
 /** A full pass past every cooldown (a minute of the monotonic clock later). */
 const pass = (): Promise<PassResult> => {
   monotonic += 3_600_000;
-  return reconciler.runPass({ mode: 'full' });
+  return world.pass();
 };
-const fileAt = (relative: string) => readFile(path.join(rootDir, relative), 'utf8');
+const fileAt = (relative: string) => world.fileAt(relative);
 const isFile = (relative: string) =>
   lstat(path.join(rootDir, relative)).then(
     (stats) => stats.isFile(),
     () => false,
   );
-const reports = () =>
-  server.state.reports.map((r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`);
+const reports = () => world.reports();
 
 const json = (value: unknown) => `${JSON.stringify(value, null, 2)}\n`;
 const MOVES = [
@@ -139,7 +87,7 @@ describe('an instance moved to a path that nests with its own old file', () => {
       expect(await isFile(from)).toBe(false);
       expect(moved.converged).toBe(true);
       expect(reports()).toEqual(['cfg_a deployed/none', 'cfg_a deployed/none']);
-      const state = JSON.parse(await readFile(path.join(dir, 'state', 'state.json'), 'utf8'));
+      const state = JSON.parse(await readFile(path.join(world.stateDir, 'state.json'), 'utf8'));
       expect(Object.keys(state.files)).toEqual([to]);
       const again = await pass();
       expect(again.converged).toBe(true);

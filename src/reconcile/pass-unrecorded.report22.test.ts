@@ -1,21 +1,13 @@
 // report22: report-truth gaps against runPass and the mock: a status endpoint that answers 2xx and records nothing,
 // a report that lands on an instance an operator moved or retired between the listing and the report.
-import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createClient, type ServiceClient } from '../api/client.js';
+import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
+import type { ServiceClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
-import type { Deps } from '../lib/deps.js';
-import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import type { ConfigInstanceRecord } from '../mock-server/state.js';
-import { Reconciler } from './reconcile.js';
+import type { Reconciler } from './reconcile.js';
 
-const API_KEY = 'sk_test_report22_0123456789abcdef';
-const DEVICE = 'dvc_1';
-const T0 = '2026-01-01T00:00:00.000Z';
 const T1 = '2026-02-01T00:00:00.000Z';
 const PATCH = '^/v1/config_instances/[^/]+$';
 const UNRECORDED = 'recorded none of them';
@@ -28,9 +20,8 @@ const clock: Clock = {
   sleep: async () => undefined,
 };
 
-let dir: string;
-let rootDir: string;
-let server: RunningMockServer;
+let world: PassWorld;
+let server: PassWorld['server'];
 let reconciler: Reconciler;
 /** Every status report the agent sent (the requests, whatever the service did with them). */
 let patches: number;
@@ -53,70 +44,28 @@ function counting(client: ServiceClient): ServiceClient {
 }
 
 beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-report22-'));
-  rootDir = path.join(dir, 'root');
-  await mkdir(rootDir);
-  await mkdir(path.join(dir, 'state'), { mode: 0o700 });
-  server = await startMockServer({ apiKeys: [API_KEY] });
   monotonic = 1_000;
   patches = 0;
   warnings = [];
   beforeNextReport = undefined;
   const logger = pino({ level: 'warn' }, { write: (line: string) => void warnings.push(line) });
-  const client = createClient({
-    baseUrl: server.url,
-    apiKey: API_KEY,
-    timeoutMs: 10_000,
-    maxResponseBytes: 1 << 20,
-  });
   // random 1: each backoff is its whole ceiling (REPORT_BACKOFF: 30 s, then 60 s, ...).
-  const deps: Deps = { fs: nodeFs, clock, random: () => 1, logger };
-  reconciler = await Reconciler.open(
-    deps,
-    {
-      deviceId: DEVICE,
-      rootDir,
-      stateDir: path.join(dir, 'state'),
-      fileMode: 0o640,
-      dirMode: 0o750,
-      retry: { maxAttempts: 3, baseDelaySeconds: 10, maxDelaySeconds: 60 },
-      requestRetries: 0,
-    },
-    counting(client),
-  );
-});
-
-afterEach(async () => {
-  await reconciler.close();
-  await server.close();
-  await rm(dir, { recursive: true, force: true });
-});
-
-function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
-  server.state.instances.set(fields.id, {
-    device_id: DEVICE,
-    relative_filepath: `${fields.id}.json`,
-    config_schema_id: `sch_${fields.id}`,
-    config_type_id: 'typ',
-    target_status: 'deployed',
-    activity_status: 'queued',
-    error_status: 'none',
-    content: { owner: fields.id },
-    created_at: T0,
-    updated_at: T0,
-    ...fields,
+  world = await createPassWorld({
+    name: 'report22',
+    deps: { clock, random: () => 1, logger },
+    wrapClient: counting,
   });
-}
+  server = world.server;
+  reconciler = world.reconciler;
+});
 
-const reports = () =>
-  server.state.reports.map((r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`);
+afterEach(() => world.close());
+
+const put = (fields: Partial<ConfigInstanceRecord> & { id: string }): void => world.put(fields);
+const reports = () => world.reports();
 const unrecordedWarnings = () => warnings.filter((line) => line.includes(UNRECORDED)).length;
-const fileAt = (relative: string) => readFile(path.join(rootDir, relative), 'utf8');
-const exists = (relative: string) =>
-  lstat(path.join(rootDir, relative)).then(
-    () => true,
-    () => false,
-  );
+const fileAt = (relative: string) => world.fileAt(relative);
+const exists = (relative: string) => world.exists(relative);
 /** The pass the daemon runs next: full when the reconciler says one is due. */
 const daemonPass = () => reconciler.runPass({ mode: reconciler.hasDueRetries() ? 'full' : 'incremental' });
 
