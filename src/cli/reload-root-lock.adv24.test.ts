@@ -1,12 +1,12 @@
 // SIGHUP to a rootDir another agent holds (adv24): the reload fails half-way (new deps made, the old state flushed), nothing of the new one is held, the running configuration goes on; once the holder ends, the reload takes it.
-import { spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, expect, it } from 'vitest';
+import { holdRootName, killRootHolders } from '../../test/helpers/root-lock-holder.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { LOCK_FILE } from '../store/lock.js';
@@ -16,14 +16,13 @@ import type { CommandIo } from './io.js';
 const KEY = 'sk_test_reload_root_7e1f0a2b9c';
 
 let dir: string;
-const children: Array<ReturnType<typeof spawn>> = [];
 
 beforeEach(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-reload-root-adv24-'));
 });
 
 afterEach(async () => {
-  for (const child of children.splice(0)) child.kill('SIGKILL');
+  killRootHolders();
   await rm(dir, { recursive: true, force: true });
 });
 
@@ -51,30 +50,6 @@ async function writeConfig(configPath: string, rootDir: string, stateDir: string
   );
 }
 
-/** Another agent's hold on `rootDir` (lock.ts's abstract socket) in a child process; ends when its stdin does. */
-async function holdRoot(rootDir: string): Promise<{ pid: number; end: () => Promise<void> }> {
-  const { dev, ino } = await stat(rootDir);
-  const script = `
-    const net = require('node:net');
-    const answer = JSON.stringify({ pid: process.pid, stateDir: '/srv/other/state', rootDir: ${JSON.stringify(rootDir)} });
-    net.createServer((s) => s.end(answer)).listen({ path: '\\0config-agent-root-${dev}:${ino}' }, () => process.stdout.write('held\\n'));
-    process.stdin.on('end', () => process.exit(0)); process.stdin.resume();`;
-  const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
-  children.push(child);
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  await new Promise<void>((resolve, reject) => {
-    child.stdout?.once('data', () => resolve());
-    child.once('exit', () => reject(new Error('the stand-in agent did not start')));
-  });
-  return {
-    pid: child.pid ?? 0,
-    end: async () => {
-      child.stdin?.end();
-      await exited;
-    },
-  };
-}
-
 it('SIGHUP to a rootDir another agent holds: refused naming it, the running configuration kept; taken once it ends', async () => {
   const configPath = path.join(dir, 'config.json');
   const oldRoot = path.join(dir, 'root');
@@ -91,7 +66,7 @@ it('SIGHUP to a rootDir another agent holds: refused naming it, the running conf
   const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
   try {
     await waitFor(() => io.err().includes('"agent started"'), PATIENCE_MS, { what: 'the agent started' });
-    const holder = await holdRoot(newRoot);
+    const holder = await holdRootName(newRoot);
     await writeConfig(configPath, newRoot, newState);
     events.emit('SIGHUP');
     await waitFor(() => io.err().includes('configuration reload failed'), PATIENCE_MS, {

@@ -1,11 +1,11 @@
 // Two agents on one rootDir with different stateDirs (adv24): the second refuses to start, naming the holder, and sweeps nothing.
-import { spawn } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { holdRootName, killRootHolders } from '../../test/helpers/root-lock-holder.js';
 import { createLogger, silentLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { holdsName, RootLockedError, StateLockedError } from './lock.js';
@@ -13,7 +13,6 @@ import { StateDir } from './state-dir.js';
 
 let dir: string;
 let rootDir: string;
-const children: Array<ReturnType<typeof spawn>> = [];
 
 beforeEach(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'root-lock-adv24-'));
@@ -22,7 +21,7 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
-  for (const child of children.splice(0)) child.kill('SIGKILL');
+  killRootHolders();
   await rm(dir, { recursive: true, force: true });
 });
 
@@ -36,23 +35,7 @@ async function stateDirAt(name: string) {
  * Another process holding rootDir as an agent does (lock.ts's abstract socket), its stateDir `/srv/other/state`,
  * its rootDir `holderRootDir` (another path when the holder's rootDir was removed and its inode number reused).
  */
-async function otherAgent(holderRootDir = rootDir): Promise<{ pid: number; exited: Promise<void> }> {
-  const { dev, ino } = await stat(rootDir);
-  const answer = JSON.stringify({ stateDir: '/srv/other/state', rootDir: holderRootDir });
-  const script = `
-    const net = require('node:net');
-    const server = net.createServer((s) => s.end(JSON.stringify({ pid: process.pid, ...${answer} })));
-    server.listen({ path: '\\0config-agent-root-${dev}:${ino}' }, () => process.stdout.write('held\\n'));
-    process.stdin.on('end', () => process.exit(0)); process.stdin.resume();`;
-  const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
-  children.push(child);
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  await new Promise<void>((resolve, reject) => {
-    child.stdout?.once('data', () => resolve());
-    child.once('exit', () => reject(new Error('the stand-in agent did not start')));
-  });
-  return { pid: child.pid ?? 0, exited };
-}
+const otherAgent = (holderRootDir = rootDir) => holdRootName(rootDir, { holderRootDir });
 
 const open = (settings: { stateDir: string; rootDir: string; deviceId: string }) =>
   StateDir.open(nodeFs, settings, silentLogger(), { clock: { now: () => 0 } });
@@ -78,8 +61,7 @@ describe('one rootDir, two stateDirs (adv24)', () => {
   it('taken once the other agent has ended; released at close, for the next', async () => {
     const other = await otherAgent();
     await expect(open(await stateDirAt('mine'))).rejects.toBeInstanceOf(RootLockedError);
-    children[0]?.stdin?.end();
-    await other.exited;
+    await other.end();
     const mine = await open({ stateDir: path.join(dir, 'mine'), rootDir, deviceId: 'dvc_adv24' });
     // The same process reopening rootDir (a reload to another stateDir) shares its lock.
     const reload = await open(await stateDirAt('reloaded'));
@@ -106,14 +88,7 @@ describe('one rootDir, two stateDirs (adv24)', () => {
   ])(
     'a local process squatting the name that %s does not keep the agent from starting',
     async (_name, answer) => {
-      const { dev, ino } = await stat(rootDir);
-      const script = `
-      const net = require('node:net');
-      net.createServer((s) => s.end(${JSON.stringify(answer())})).listen({ path: '\\0config-agent-root-${dev}:${ino}' }, () => process.stdout.write('held\\n'));
-      process.stdin.resume();`;
-      const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
-      children.push(child);
-      await new Promise<void>((resolve) => child.stdout?.once('data', () => resolve()));
+      await holdRootName(rootDir, { answer: answer() });
       const lines: Array<{ msg: string }> = [];
       const destination = new Writable({
         write(chunk: Buffer, _encoding, done) {

@@ -1,0 +1,58 @@
+// A stand-in for another agent holding a rootDir's lock name (lock.ts's abstract socket), in a child process.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { stat } from 'node:fs/promises';
+
+export interface RootHolder {
+  readonly pid: number;
+  /** Ends its stdin (the process then exits) and waits for it to exit. */
+  end(): Promise<void>;
+}
+
+export interface RootHolderOptions {
+  /** The rootDir its answer names (default the one it holds; another path when that was removed and its inode reused). */
+  holderRootDir?: string;
+  /** What it answers verbatim in place of an agent's `{pid, stateDir: '/srv/other/state', rootDir}` (a squatter). */
+  answer?: string;
+}
+
+const running = new Set<ChildProcess>();
+
+/** Listens on `rootDir`'s lock name, as its dev:ino are now, answering as an agent does; resolves once it listens. */
+export async function holdRootName(rootDir: string, options: RootHolderOptions = {}): Promise<RootHolder> {
+  const { dev, ino } = await stat(rootDir);
+  const named = JSON.stringify({ stateDir: '/srv/other/state', rootDir: options.holderRootDir ?? rootDir });
+  const answer =
+    options.answer === undefined
+      ? `JSON.stringify({ pid: process.pid, ...${named} })`
+      : JSON.stringify(options.answer);
+  const script = `
+    const net = require('node:net');
+    const answer = ${answer};
+    net.createServer((s) => s.end(answer)).listen({ path: '\\0config-agent-root-${dev}:${ino}' }, () => process.stdout.write('held\\n'));
+    process.stdin.on('end', () => process.exit(0)); process.stdin.resume();`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
+  running.add(child);
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', () => {
+      running.delete(child);
+      resolve();
+    }),
+  );
+  await new Promise<void>((resolve, reject) => {
+    child.stdout?.once('data', () => resolve());
+    child.once('exit', () => reject(new Error('the stand-in agent did not start')));
+  });
+  return {
+    pid: child.pid ?? 0,
+    end: async () => {
+      child.stdin?.end();
+      await exited;
+    },
+  };
+}
+
+/** Kills every stand-in still running (a test's afterEach). */
+export function killRootHolders(): void {
+  for (const child of running) child.kill('SIGKILL');
+  running.clear();
+}
