@@ -1,3 +1,5 @@
+// The drift watcher's debounce runs on the injected clock: a change is judged once the window passed on it, a change
+// within the window starts it again, and close() or judgeNow() ends it; no wall-clock window anywhere.
 import { afterEach, describe, expect, it } from 'vitest';
 import { manualClock, settle, watchedRoot } from '../../test/helpers/drift-watched.js';
 
