@@ -53,6 +53,9 @@ export const PASS_BUILTINS: readonly string[] = [
   'node:diagnostics_channel',
   '_http_common',
   '_http_incoming',
+  // rootDir's lock listens on an abstract socket (store/lock.ts), and net's first listen loads cluster, which
+  // loads child_process, dgram and eight internal modules.
+  'node:cluster',
 ];
 
 /** Loads PASS_BUILTINS, and `util.parseArgs` (main.ts's argument parser; node:util loads it on first use). */
