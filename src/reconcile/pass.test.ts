@@ -7,8 +7,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { tryMount, unmount } from '../../test/helpers/harness.js';
-import { mockRecord } from '../../test/helpers/instances.js';
-import { createPassWorld, worldSettings } from '../../test/helpers/pass-world.js';
+import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
 import { createClient, type ServiceClient } from '../api/client.js';
 import type { Clock } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
@@ -20,7 +19,7 @@ import type { ConfigInstanceRecord } from '../mock-server/state.js';
 import { DirectorySyncLedger } from '../store/directory-syncs.js';
 import { ROOT_MOUNT_FILE } from '../store/root-mount.js';
 import type { PassMode, PassResult, ReconcilerSettings } from './pass-runner.js';
-import { Reconciler } from './reconcile.js';
+import type { Reconciler } from './reconcile.js';
 
 const API_KEY = 'sk_test_pass_0123456789abcdef';
 const DEVICE = 'dvc_1';
@@ -59,49 +58,44 @@ function faultyFs() {
 
 interface World {
   fs: ReturnType<typeof faultyFs>;
-  dir: string;
+  readonly dir: string;
   rootDir: string;
-  server: RunningMockServer;
+  readonly server: RunningMockServer;
   clock: ReturnType<typeof manualClock>;
-  client: ServiceClient;
+  readonly client: ServiceClient;
   reconciler: Reconciler;
 }
 
 let world: World;
+let pw: PassWorld;
 
-async function openReconciler(
+/** Opens the pass world's Reconciler (closing the one open) on world's fs, clock and rootDir as they are then. */
+function openReconciler(
   client: ServiceClient,
   extra: Partial<ReconcilerSettings> = {},
   logger = silentLogger(),
   readOnly = false,
 ): Promise<Reconciler> {
-  const deps: Deps = { fs: world.fs, clock: world.clock, random: () => 0.5, logger };
-  const settings = { ...worldSettings(world.rootDir, path.join(world.dir, 'state')), ...extra };
-  return Reconciler.open(deps, settings, client, { readOnly });
+  return pw.open({
+    client,
+    deps: { fs: world.fs, clock: world.clock, logger },
+    settings: { rootDir: world.rootDir, ...extra },
+    readOnly,
+  });
 }
 
-// The mock, dirs and client of a pass world; tests swap world's server, rootDir and fs, so afterEach below closes
-// and removes what world holds then rather than calling the pass world's close.
+// A pass world whose Reconciler opens on world's fs, clock and rootDir, which tests swap before they reopen it.
 beforeEach(async () => {
-  const { dir, rootDir, server, client } = await createPassWorld({
-    name: 'pass',
-    apiKey: API_KEY,
-    open: false,
-  });
+  pw = await createPassWorld({ name: 'pass', apiKey: API_KEY, open: false });
+  const { dir, rootDir, server, client } = pw;
   world = { fs: faultyFs(), dir, rootDir, server, clock: manualClock(), client } as World;
   world.reconciler = await openReconciler(client);
 });
 
-afterEach(async () => {
-  await world.reconciler.close();
-  await world.server.close();
-  await rm(world.dir, { recursive: true, force: true });
-});
+afterEach(() => pw.close());
 
 /** Puts an instance on the service exactly as given (statuses included), as if operators and reports had. */
-function put(fields: Partial<ConfigInstanceRecord> & { id: string }): void {
-  world.server.state.instances.set(fields.id, mockRecord(fields.id, fields));
-}
+const put = (fields: Partial<ConfigInstanceRecord> & { id: string }): void => pw.put(fields);
 
 function onService(id: string): ConfigInstanceRecord {
   return world.server.state.instance(id);
@@ -112,11 +106,7 @@ function pass(mode: PassMode = 'full'): Promise<PassResult> {
 }
 
 /** The reports the service received, as `id activity/error`. */
-function reportsReceived(): string[] {
-  return world.server.state.reports.map(
-    (r) => `${r.config_instance_id} ${r.activity_status}/${r.error_status}`,
-  );
-}
+const reportsReceived = (): string[] => pw.reports();
 
 function fileAt(relative: string): Promise<string> {
   return readFile(path.join(world.rootDir, relative), 'utf8');
@@ -2005,9 +1995,10 @@ describe('runPass: the result', () => {
   });
 
   it('a failure that is not an HTTP status: its code and retryability, no status', async () => {
-    const port = Number(new URL(world.server.url).port);
-    await world.server.close();
-    world.server = await startMockServer({ apiKeys: [API_KEY] });
+    // A loopback port nothing listens on: a mock's, closed.
+    const gone = await startMockServer({ apiKeys: [API_KEY] });
+    const port = Number(new URL(gone.url).port);
+    await gone.close();
     const unreachable = createClient({
       baseUrl: `http://127.0.0.1:${port}`,
       apiKey: API_KEY,
