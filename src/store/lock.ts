@@ -431,7 +431,12 @@ export async function acquireRootLock(
     }
     throw new RootLockedError(rootDir, stateDir, holder.pid, holder.stateDir);
   }
-  throw new RootLockedError(rootDir, stateDir, 0, undefined);
+  // Bound each time and never connected to: a socket bound without listen(), or a full backlog (EAGAIN), which
+  // no live agent's would be for five attempts in a row: a squat too, not a reason to refuse (review29).
+  return {
+    release: async () => {},
+    unproven: `${rootDir}'s lock name is held by a process not shown to be another config-agent (it accepts no connection): started without the lock`,
+  };
 }
 
 /** /proc/<pid>/fd entries looked at, at most: an agent holds a few dozen descriptors. */
