@@ -408,6 +408,20 @@ describe('a mkdir that lands after its call was given up on (mount22)', () => {
     expect(await readdir(path.join(w.root, 'app'))).toEqual([]);
   });
 
+  // review29: a recursive mkdir of a directory that was there answers undefined (it made nothing), which was taken
+  // for "made `absolute`": an operator's empty directory (the agent's user's: root's when the agent runs as root) went.
+  it('a recursive one that made nothing (the directory was there) removes nothing', async () => {
+    const w = await lateMkdirWorld();
+    const making = w.fs
+      .mkdir(path.join(w.root, 'app'), { recursive: true, mode: 0o755 })
+      .catch((error: unknown) => error);
+    w.expire();
+    expect(await making).toMatchObject({ code: 'ETIMEDOUT' });
+    await w.answer();
+    // Through the gate: it waits for a clean-up of the directory, if one began.
+    expect((await w.fs.lstat(path.join(w.root, 'app'))).isDirectory()).toBe(true);
+  });
+
   it('one that holds something by the time it answers is left as it is, with what it holds', async () => {
     const w = await lateMkdirWorld();
     const making = w.fs.mkdir(path.join(w.root, 'app/new'), { mode: 0o755 }).catch((error: unknown) => error);

@@ -495,7 +495,10 @@ export function gateMountsThatMayHang(
       return through(mount, () => call.apply(fs, args), {
         onLate: async (settled) => {
           if (!('value' in settled)) return;
-          // A recursive mkdir answers the first directory it made: those from there down to `absolute` are its.
+          // A recursive mkdir answers the first directory it made: those from there down to `absolute` are its;
+          // undefined when it made none (all were there: removing `absolute` took someone's directory, review29).
+          const recursive = (args[1] as { recursive?: unknown } | undefined)?.recursive === true;
+          if (recursive && typeof settled.value !== 'string') return;
           const first = typeof settled.value === 'string' ? path.resolve(settled.value) : absolute;
           const made = [absolute];
           if (first !== absolute && inside(absolute, first)) {
