@@ -66,7 +66,13 @@ export interface PassContext {
    * Set when a report's answer showed its instance placed otherwise than listed (report.ts `placeChanged`): the
    * next pass is a full one (Reconciler `hasDueRetries`), which clears it.
    */
-  followUp?: { fullPassDue: boolean };
+  followUp?: {
+    fullPassDue: boolean;
+    /** The pass due was made so by such an answer: one meeting another is not followed at once (`supersededBy`). */
+    supersededDue?: boolean;
+    /** Instances whose answers such a follow-up met again: theirs are not followed at once any more. */
+    doubted?: Set<string>;
+  };
 }
 
 export async function runPass(ctx: PassContext, options: PassOptions): Promise<PassResult> {
@@ -106,8 +112,12 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   const listed = listedIn(pulled.instances);
   const version = versionIn(ctx, listed);
   keepQueuedVersions(ctx, version);
-  if (pulled.mode === 'full' && !result.dryRun && ctx.followUp !== undefined)
+  let followsSuperseded = false;
+  if (pulled.mode === 'full' && !result.dryRun && ctx.followUp !== undefined) {
+    followsSuperseded = ctx.followUp.supersededDue === true;
     ctx.followUp.fullPassDue = false;
+    ctx.followUp.supersededDue = false;
+  }
 
   if (!result.dryRun) await adoptDeclaredWrites(ctx);
   const identities = new Map<string, ObservedIdentity>();
@@ -147,8 +157,14 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
   // is true only once these bytes are in place; a failure replaces it).
   const unwritten = new Set<string>();
   for (const step of result.steps) if (step.kind === 'write') unwritten.add(step.instance.id);
-  const reports = reportsWhileWriting(ctx, result.steps.length, signal, version, listed, (entry) =>
-    unwritten.has(entry.instanceId),
+  const reports = reportsWhileWriting(
+    ctx,
+    result.steps.length,
+    signal,
+    version,
+    listed,
+    followsSuperseded,
+    (entry) => unwritten.has(entry.instanceId),
   );
   await reports.around(() =>
     applySteps(result.steps, applyContext(ctx, signal), (applied) => {
@@ -453,10 +469,15 @@ function reportsWhileWriting(
   signal: AbortSignal | undefined,
   version: (instanceId: string) => string | undefined,
   listed: (instanceId: string) => PlanInstance | undefined,
+  followsSuperseded: boolean,
   held: (entry: OutboxEntry) => boolean,
 ): PassReports {
   return new PassReports(
-    { ...reportContext(ctx, signal, version), listedHead: listed, superseded: supersededBy(ctx) },
+    {
+      ...reportContext(ctx, signal, version),
+      listedHead: listed,
+      superseded: supersededBy(ctx, followsSuperseded),
+    },
     {
       persistRecords: () => ctx.dir.persistRecords(),
       every: Math.max(ctx.settings.batchSteps ?? BATCH_STEPS, Math.ceil(steps / DELIVERIES_WHILE_WRITING)),
@@ -533,6 +554,9 @@ function versionIn(
   };
 }
 
+/** Instances remembered as answering placed otherwise than listed, again (`supersededBy`); past it, forgotten. */
+const MAX_DOUBTED = 10_000;
+
 /**
  * A report that landed on another version than the one it was made for (moved or retired between the listing
  * and the report): the service now holds that version with the reported statuses, while the disk holds the one
@@ -540,9 +564,30 @@ function versionIn(
  * the instance whatever its statuses (an incremental one would not: it shows `deployed`) and writes, removes and
  * reports what the service holds; until then this pass is not converged.
  */
-function supersededBy(ctx: PassContext): (instanceId: string, fields: readonly string[]) => void {
+function supersededBy(
+  ctx: PassContext,
+  followsSuperseded: boolean,
+): (instanceId: string, fields: readonly string[]) => void {
   return (instanceId, fields) => {
-    if (ctx.followUp !== undefined) ctx.followUp.fullPassDue = true;
+    // In the full pass such an answer made due, another one is the service's answers disagreeing with its own
+    // listing (made seconds ago), not a move: followed at once, each pass made the next due, a full listing and a
+    // report every second for as long as it answered so (review29). The poll's own schedule runs the next.
+    const followUp = ctx.followUp;
+    if (followUp !== undefined && (followsSuperseded || followUp.doubted?.has(instanceId) === true)) {
+      followUp.doubted ??= new Set();
+      if (followUp.doubted.size >= MAX_DOUBTED) followUp.doubted.clear();
+      if (!followUp.doubted.has(instanceId))
+        ctx.logger.warn(
+          { instanceId, changed: fields },
+          "the service's answers to this instance's reports place it otherwise than its listings do: no full pass follows them at once any more",
+        );
+      followUp.doubted.add(instanceId);
+      return;
+    }
+    if (followUp !== undefined) {
+      followUp.fullPassDue = true;
+      followUp.supersededDue = true;
+    }
     ctx.logger.warn(
       { instanceId, changed: fields },
       'a status report landed on the instance changed since it was listed: a full pass follows to write what the service holds',
