@@ -364,8 +364,10 @@ export const linuxProcessProbe: ProcessProbe = {
 /** This process's rootDir locks by name: a reload reopening the same rootDir shares its lock, not takes it again. */
 const rootLocks = new Map<string, { server: import('node:net').Server; holders: number }>();
 
-/** How long a refused agent waits for the holder to say who it is. */
+/** How long a refused agent waits for the holder to say who it is (silent that long: it does not say). */
 const ROOT_HOLDER_ANSWER_MS = 2000;
+/** Reads of the holder's answer, at most: an agent's is one write of a few hundred bytes. */
+const MAX_ANSWER_CHUNKS = 16;
 
 /**
  * One agent per rootDir, whatever its stateDir: an abstract Unix socket named after rootDir's device and inode
@@ -481,9 +483,12 @@ async function askRootHolder(
       connected = true;
     });
     socket.setTimeout(ROOT_HOLDER_ANSWER_MS, () => socket.destroy());
+    let chunks = 0;
     socket.on('data', (chunk: Buffer) => {
       text += chunk.toString('utf8');
-      if (text.length > MAX_LOCK_BYTES) socket.destroy();
+      // The timeout is one of silence: a squatter trickling a byte at a time held the start for hours (review29).
+      chunks += 1;
+      if (text.length > MAX_LOCK_BYTES || chunks > MAX_ANSWER_CHUNKS) socket.destroy();
     });
     socket.on('error', () => {});
     socket.on('close', () => {

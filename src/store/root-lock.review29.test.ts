@@ -70,3 +70,29 @@ it('a squatter whose backlog is full does not keep the agent from starting, and 
   const said = lines.find((line) => line.msg.includes('not shown to be another config-agent'));
   expect(said?.msg).toContain(rootDir);
 });
+
+// The holder's answer was bounded by 2 s of silence and 4 KiB, not in time: a squatter writing a byte every 1.9 s
+// held the start (and --once) for over two hours. Here a byte every 50 ms: 205 s before, well under 5 s now.
+it('a squatter trickling its answer a byte at a time does not hold the start', async () => {
+  const { dev, ino } = await stat(rootDir);
+  const name = `\0config-agent-root-${dev}:${ino}`;
+  const script = `
+    require('node:net').createServer((s) => {
+      s.on('error', () => {});
+      const timer = setInterval(() => s.write('x'), 50);
+      s.on('close', () => clearInterval(timer));
+    }).listen({ path: ${JSON.stringify(name)} }, () => process.stdout.write('held\\n'));`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+  children.push(child);
+  await new Promise<void>((resolve) => child.stdout?.once('data', () => resolve()));
+  const settings = { stateDir: path.join(dir, 'mine'), rootDir, deviceId: 'dvc_review29' };
+  await mkdir(settings.stateDir, { mode: 0o700 });
+  const logger = createLogger({
+    level: 'info',
+    secrets: createSecretRegistry(),
+    destination: new Writable({ write: (_c, _e, done) => done() }),
+  });
+  const mine = await StateDir.open(nodeFs, settings, logger, { clock: { now: () => 0 } });
+  await mine.close();
+  expect(await readdir(settings.stateDir)).toEqual([]);
+}, 10_000);
