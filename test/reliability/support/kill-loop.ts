@@ -42,6 +42,11 @@ export interface KillLaneOptions {
   maxViolations?: number;
   /** A long run's time budget (epoch ms): no new kill starts after it; `stoppedByTime` says it ended the lane. */
   until?: number;
+  /**
+   * Kills the budget cannot cut: `until` ends the lane only after this many (default 0). On a machine too busy
+   * for them within the budget the lane runs longer instead of failing a floor of kills set in wall time.
+   */
+  minKills?: number;
 }
 
 export interface Exit {
@@ -275,7 +280,11 @@ export async function runKillLane(
   let sinceFinish = 0;
   let finishAfter = 1 + randomInt(random, options.finishEvery);
   while (figures.kills < options.kills && figures.violations.length < maxViolations) {
-    if (options.until !== undefined && Date.now() >= options.until) {
+    if (
+      options.until !== undefined &&
+      figures.kills >= (options.minKills ?? 0) &&
+      Date.now() >= options.until
+    ) {
       figures.stoppedByTime = true;
       break;
     }

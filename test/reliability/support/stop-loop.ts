@@ -38,6 +38,8 @@ export interface StopLaneOptions {
   hungShare: number;
   label?: string;
   until?: number;
+  /** Stops the budget cannot cut: `until` ends the lane only after this many (default 0). */
+  minStops?: number;
   maxViolations?: number;
 }
 
@@ -122,7 +124,11 @@ export async function runStopLane(
   let sinceFinish = 0;
   let finishAfter = 1 + randomInt(random, options.finishEvery);
   while (figures.stops < options.stops && figures.violations.length < maxViolations) {
-    if (options.until !== undefined && Date.now() >= options.until) {
+    if (
+      options.until !== undefined &&
+      figures.stops >= (options.minStops ?? 0) &&
+      Date.now() >= options.until
+    ) {
       figures.stoppedByTime = true;
       break;
     }
