@@ -2,7 +2,7 @@
 // pull ends, bounded in requests, and one bad or oversize item costs only itself.
 import { createServer, request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { isJsonContentFile } from '../../src/api/json-file.js';
 import {
   ListingRunawayError,
@@ -16,6 +16,7 @@ import type { ConfigContent, ConfigInstance } from '../../src/api/schemas.js';
 import { type Clock, systemClock } from '../../src/lib/clock.js';
 import { fileOf, type PlanInstance, withFile } from '../../src/reconcile/plan.js';
 import { serializeContent } from '../../src/reconcile/serialize.js';
+import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
 import { type Contract, collect, failure, startContract } from './harness.js';
 
 const DEVICE = 'dvc_gateway_01';
@@ -176,8 +177,32 @@ describe('paging ends whatever the service says', () => {
   it('the deadline also cuts a page request that hangs', async () => {
     await seed(numbered(10));
     await contract.admin.addFault({ match: LIST, count: 1, skip: 1, mode: 'hang' });
-    const error = await failure(pull({ deadlineMs: 300 }));
-    expect(error).toBeInstanceOf(PullDeadlineError);
+    // The pull's real timer (AbortSignal.timeout(deadlineMs)) fires when the test says: once the hanging second
+    // request has reached the service. With a real 300 ms, a busy machine (load ~20) ran it out before the first
+    // request was even served (0 requests). The pager's own clock check never fires: deadlineMs is an hour.
+    const deadlineMs = 3_600_001;
+    const timer = new AbortController();
+    const timeout = AbortSignal.timeout.bind(AbortSignal);
+    const spy = vi
+      .spyOn(AbortSignal, 'timeout')
+      .mockImplementation((ms) => (ms === deadlineMs ? timer.signal : timeout(ms)));
+    try {
+      const pulling = failure(
+        pullConfigInstances([{ device_id: DEVICE }], {
+          // No request timeout of its own before the deadline's.
+          client: contract.client({ maxResponseBytes: BIG_CAP, timeoutMs: deadlineMs + 1 }),
+          clock: systemClock,
+          maxResponseBytes: BIG_CAP,
+          pageLimit: 4,
+          deadlineMs,
+        }),
+      );
+      await waitFor(async () => (await listRequests()) >= 2, PATIENCE_MS, { what: 'the hanging request' });
+      timer.abort(new DOMException('the deadline', 'TimeoutError'));
+      expect(await pulling).toBeInstanceOf(PullDeadlineError);
+    } finally {
+      spy.mockRestore();
+    }
     expect(await listRequests()).toBe(2);
   });
 });
