@@ -3,7 +3,11 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
 import { createServer as createHttpsServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import {
+  type AddressInfo,
+  getDefaultAutoSelectFamilyAttemptTimeout,
+  setDefaultAutoSelectFamilyAttemptTimeout,
+} from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createProxy, type ProxyServer } from 'proxy';
@@ -59,6 +63,16 @@ function startProxy(authenticate: boolean): ProxyServer {
   server.authenticate = () => authenticate;
   return server;
 }
+
+/**
+ * `localhost` is 127.0.0.1 and ::1 (loopback-name.ts) and the services listen on 127.0.0.1: Node gives each address
+ * 250 ms before it tries the next, so on a busy machine (load ~20) a connect that waited longer for the event loop
+ * was dropped, ::1 refused, and the request failed "ETIMEDOUT" instead of the certificate's name error. Here each
+ * address gets the test's patience (restored after).
+ */
+const attemptTimeout = getDefaultAutoSelectFamilyAttemptTimeout();
+beforeAll(() => setDefaultAutoSelectFamilyAttemptTimeout(PATIENCE_MS));
+afterAll(() => setDefaultAutoSelectFamilyAttemptTimeout(attemptTimeout));
 
 beforeAll(async () => {
   if (!hasOpenssl) return;
