@@ -74,9 +74,17 @@ describe('runAgent: SIGHUPs one after another', () => {
     stdout.resume();
     const io: CommandIo = { stdout, stderr, env: { CONFIG_AGENT_API_KEY: KEY }, isTty: false };
     const events = new EventEmitter();
+    // A connection the local API closes with the request unread (one of its idle or head timeouts firing first
+    // when the process is starved, load ~20) fails the call with ECONNRESET: asked again, like health below. A
+    // wrong answer is not retried.
     const deviceId = async () =>
-      ((await callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS)).body as { deviceId?: string })
-        .deviceId;
+      (
+        (
+          await waitFor(() => callAgent(socketPath, 'GET', '/v1/status', PATIENCE_MS), PATIENCE_MS, {
+            what: 'the status',
+          })
+        ).body as { deviceId?: string }
+      ).deviceId;
     await writeConfig('dvc_first');
     const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
     try {
