@@ -136,7 +136,7 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
       // A 2xx without a body settles the report too; only the reported instance, returned, can carry an echo
       // (another one in the answer is a service bug, and taken for its echo it would lose a path it wins).
       if (updated?.id === entry.instanceId) {
-        ctx.unrecorded?.recorded();
+        ctx.unrecorded?.recorded(entry.instanceId);
         // Landed on another version than the one reported (moved or retired between the listing and the
         // report): not the echo of a report of what is on disk, and a full pass must write what the service holds.
         const listed = ctx.listedHead?.(entry.instanceId);
@@ -422,8 +422,8 @@ export function listedVersion(
 
 /** What a listing told of the reports answered without an echo (`resolveAwaitedEchoes`). */
 export interface AwaitedJudgement {
-  /** Shown in the reported statuses (and version): the service recorded those reports. */
-  recorded: number;
+  /** Shown in the reported statuses (and version): the service recorded those reports (their instances). */
+  recorded: string[];
   /** Shown as before the report (its statuses, version and `updated_at`): the service answered 2xx and recorded nothing. */
   unrecorded: string[];
 }
@@ -441,7 +441,7 @@ export function resolveAwaitedEchoes(
   state: LocalState,
   instances: readonly (ConfigInstanceHead & { file?: { sha256: string }; content?: unknown })[],
 ): AwaitedJudgement {
-  const judged: AwaitedJudgement = { recorded: 0, unrecorded: [] };
+  const judged: AwaitedJudgement = { recorded: [], unrecorded: [] };
   for (const instance of instances) {
     const record = state.instances.get(instance.id);
     const echo = record?.reportEcho;
@@ -450,7 +450,7 @@ export function resolveAwaitedEchoes(
     const shown = `${instance.activity_status}/${instance.error_status}`;
     const sameVersion = echo.version === undefined || echo.version === listedVersion(instance);
     const echoed = shown === echo.awaiting && sameVersion;
-    if (echoed) judged.recorded++;
+    if (echoed) judged.recorded.push(instance.id);
     else if (sameVersion && sameInstant(instance.updated_at, updatedAt)) judged.unrecorded.push(instance.id);
     state.instances.set(instance.id, {
       ...record,
@@ -516,6 +516,11 @@ export class UnrecordedReports {
   readonly #sent = new Map<string, { report: StatusReport; times: number }>();
   #episode = false;
 
+  /** How many instances' last reports are remembered (held back again should a listing show them unrecorded). */
+  get remembered(): number {
+    return this.#sent.size;
+  }
+
   sent(instanceId: string, report: StatusReport): void {
     const before = this.#sent.get(instanceId);
     this.#sent.delete(instanceId);
@@ -528,13 +533,16 @@ export class UnrecordedReports {
   }
 
   /** A report's answer showed the instance in the reported statuses: the episode (if any) is over. */
-  recorded(): void {
+  recorded(instanceId: string): void {
+    this.#sent.delete(instanceId);
     this.#episode = false;
   }
 
   /** Holds back the reports `judged` found unrecorded, for `backoff`'s delay after how often in a row. */
   judge(judged: AwaitedJudgement, outbox: StatusOutbox, backoff: DeliveryBackoff, logger: Logger): void {
-    if (judged.recorded > 0) this.#episode = false;
+    // Recorded: nothing of theirs to hold back any more (kept, they stayed until 100,000 others were sent).
+    for (const instanceId of judged.recorded) this.#sent.delete(instanceId);
+    if (judged.recorded.length > 0) this.#episode = false;
     if (judged.unrecorded.length === 0) return;
     let longestMs = 0;
     for (const instanceId of judged.unrecorded) {
