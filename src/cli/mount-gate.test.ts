@@ -97,6 +97,8 @@ function hangingShare() {
   } as unknown as FsPort;
   return {
     fs,
+    /** Calls made into the share and not answered yet. */
+    pending: () => held.length,
     answer: () => {
       hanging = false;
       for (const finish of held.splice(0)) finish();
@@ -252,6 +254,8 @@ describe('MountLanes with the process stop: a stop gives up on the calls waiting
     const late = settledLater(fs2.lstat(`${ROOT}/share/b.json`));
     await time.advance(0);
     expect(await late.result).toMatchObject({ code: 'ETIMEDOUT' });
+    // Not made at all (review29): made, it held a pool thread in the hung mount until the process ended.
+    expect(other.pending()).toBe(0);
   });
 
   describe('a write held in the kernel when the stop comes', () => {

@@ -254,8 +254,13 @@ export class MountLanes {
       if (options.quietWhenRefused === true) return undefined as T;
       throw this.#refusal(mount);
     }
-    lane.busy = true;
     const ms = this.#bound();
+    if (ms <= 0 && options.later === undefined) {
+      // Nothing left of the stop deadline: the call is not made, so no pool thread waits in a hung mount until exit.
+      if (options.quietWhenRefused === true) return undefined as T;
+      throw new MountAbandonedAtStop(mount, this.ms);
+    }
+    lane.busy = true;
     const bound = new AbortController();
     let givenUp = false;
     let abandon: () => void = () => undefined;
