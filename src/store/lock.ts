@@ -374,15 +374,15 @@ const MAX_ANSWER_CHUNKS = 16;
  * (Linux; no file anywhere, so nothing for consumers to see in rootDir, and gone with the process however it ends,
  * so never stale). The holder answers a connection with its pid and stateDir, which the refusal names. Abstract
  * names are per network namespace: agents in two containers with their own networks sharing rootDir by a bind
- * mount are not told apart (docs/reliability.md). `keyOf` gives a directory's `${dev}:${ino}`, undefined when it
- * cannot be had (then no lock: a mount that does not answer).
+ * mount are not told apart (docs/reliability.md). `keyOf` gives a directory's `${dev}:${ino}` and owner, undefined
+ * when they cannot be had (then no lock: a mount that does not answer).
  */
 export async function acquireRootLock(
   rootDir: string,
-  keyOf: (dir: string) => Promise<string | undefined>,
+  keyOf: (dir: string) => Promise<{ key: string; uid: number } | undefined>,
   stateDir: string,
 ): Promise<{ release(): Promise<void>; unproven?: string }> {
-  const key = await keyOf(rootDir);
+  const { key, uid: owner } = (await keyOf(rootDir)) ?? {};
   if (key === undefined) return { release: async () => {} };
   const name = `\0config-agent-root-${key}`;
   const release = async () => {
@@ -419,18 +419,20 @@ export async function acquireRootLock(
     const holder = await askRootHolder(name);
     // The holder ended between the bind and the connection: bind again.
     if (holder === 'gone') continue;
-    // The holder's rootDir is another directory now (removed, its inode number given to this one): not this one's.
-    if (holder?.rootDir !== undefined && (await keyOf(holder.rootDir)) !== key)
-      return { release: async () => {} };
-    // Anyone may bind an abstract name: a holder that does not answer as an agent, or names a process that does
-    // not hold the name, is a local user's squat, which must not keep the agent from starting (no lock then).
-    if (holder === undefined || !(await holdsName(name, holder.pid))) {
+    // Anyone may bind an abstract name: a holder that does not answer as an agent, names a process that does not
+    // hold the name, or is another user's (not root, this process's or rootDir's owner: a squatter naming itself,
+    // which root's agent can see holds it; review30) is a local user's squat, which must not keep the agent from
+    // starting (no lock then). Judged before its rootDir, which a squatter may name as it likes.
+    if (holder === undefined || !(await holdsName(name, holder.pid)) || !(await trusted(holder.pid, owner))) {
       const who = holder === undefined ? 'it does not say who it is' : `it says pid ${holder.pid}`;
       return {
         release: async () => {},
         unproven: `${rootDir}'s lock name is held by a process not shown to be another config-agent (${who}): started without the lock`,
       };
     }
+    // The holder's rootDir is another directory now (removed, its inode number given to this one): not this one's.
+    if (holder.rootDir !== undefined && (await keyOf(holder.rootDir))?.key !== key)
+      return { release: async () => {} };
     throw new RootLockedError(rootDir, stateDir, holder.pid, holder.stateDir);
   }
   // Bound each time and never connected to: a socket bound without listen(), or a full backlog (EAGAIN), which
@@ -469,6 +471,17 @@ export async function holdsName(name: string, pid: number, proc = '/proc'): Prom
     if (target !== undefined && inodes.has(target)) return true;
   }
   return false;
+}
+
+/**
+ * Whether process `pid` runs as a user that could write rootDir anyway: root, this process's user, or rootDir's
+ * owner (the service's user, seen by a root `--once`). Read from /proc/<pid>/status (its effective uid); not
+ * trusted when that cannot be read.
+ */
+async function trusted(pid: number, owner: number | undefined, proc = '/proc'): Promise<boolean> {
+  const status = await readFile(`${proc}/${pid}/status`, 'utf8').catch(() => '');
+  const effective = Number(/^Uid:\s+\d+\s+(\d+)/m.exec(status)?.[1] ?? Number.NaN);
+  return effective === 0 || effective === process.geteuid?.() || effective === owner;
 }
 
 /** The holder's answer: its pid and stateDir; undefined when it does not say; 'gone' when nobody holds the name. */

@@ -443,7 +443,7 @@ async function lockRootDir(
   const keyOf = async (dir: string) => {
     try {
       const stats = await (fs.sweepPort?.(dir) ?? fs).stat(dir);
-      return `${stats.dev}:${stats.ino}`;
+      return { key: `${stats.dev}:${stats.ino}`, uid: stats.uid };
     } catch {
       return undefined;
     }

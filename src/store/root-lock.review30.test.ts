@@ -1,0 +1,90 @@
+// rootDir's lock against a local user squatting its name and naming itself (review30): it holds the name, but it is no agent.
+import { spawn } from 'node:child_process';
+import * as nodeFs from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { createLogger } from '../lib/logger.js';
+import { createSecretRegistry } from '../lib/secrets.js';
+import { StateDir } from './state-dir.js';
+
+let dir: string;
+let rootDir: string;
+const children: Array<ReturnType<typeof spawn>> = [];
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'root-lock-review30-'));
+  await chmod(dir, 0o755);
+  rootDir = path.join(dir, 'root');
+  await mkdir(rootDir);
+});
+
+afterEach(async () => {
+  for (const child of children.splice(0)) child.kill('SIGKILL');
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** Another user's process (nobody) on rootDir's lock name, answering as an agent with its own pid. */
+async function squatAsNobody(answerRootDir: string): Promise<number> {
+  const { dev, ino } = await stat(rootDir);
+  const name = `\0config-agent-root-${dev}:${ino}`;
+  const script = `
+    const answer = JSON.stringify({ pid: process.pid, stateDir: '/home/mallory/state', rootDir: ${JSON.stringify(answerRootDir)} });
+    require('node:net').createServer((s) => { s.on('error', () => {}); s.end(answer); })
+      .listen({ path: ${JSON.stringify(name)} }, () => process.stdout.write('held\\n'));`;
+  const child = spawn(process.execPath, ['-e', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    uid: 65534,
+    gid: 65534,
+    cwd: '/',
+  });
+  children.push(child);
+  await new Promise<void>((resolve, reject) => {
+    child.stdout?.once('data', () => resolve());
+    child.once('exit', () => reject(new Error('the squatter did not start')));
+  });
+  return child.pid ?? 0;
+}
+
+async function openLogged(): Promise<string[]> {
+  const lines: string[] = [];
+  const destination = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString().split('\n').filter(Boolean))
+        lines.push((JSON.parse(line) as { msg: string }).msg);
+      done();
+    },
+  });
+  const logger = createLogger({ level: 'info', secrets: createSecretRegistry(), destination });
+  const settings = { stateDir: path.join(dir, 'mine'), rootDir, deviceId: 'dvc_review30' };
+  await mkdir(settings.stateDir, { mode: 0o700 });
+  const mine = await StateDir.open(nodeFs, settings, logger, { clock: { now: () => 0 } });
+  await mine.close();
+  expect(await readdir(settings.stateDir)).toEqual([]);
+  return lines;
+}
+
+// An agent run as root (a root --once, a device whose service runs as root) can list any process's descriptors,
+// so a squatter naming its own pid was shown to hold the name and believed: RootLockedError, --once exit 1 and
+// the service waiting for good, for as long as any local user liked. Only root needs to run this (it makes
+// the squatter another user); as another user holdsName cannot list the squatter at all.
+it.skipIf(process.getuid?.() !== 0)(
+  "a squatter of another user naming its own pid does not keep root's agent from starting, and is named",
+  async () => {
+    const pid = await squatAsNobody(rootDir);
+    const lines = await openLogged();
+    const said = lines.find((line) => line.includes('not shown to be another config-agent'));
+    expect(said).toContain(rootDir);
+    expect(said).toContain(`pid ${pid}`);
+  },
+);
+
+// A squatter naming a rootDir that is gone was taken for an agent whose rootDir was removed (its inode reused):
+// no lock and not a word, before anything showed it to be an agent.
+it.skipIf(process.getuid?.() !== 0)('a squatter naming a rootDir that is gone is still named', async () => {
+  await squatAsNobody(path.join(dir, 'gone'));
+  const lines = await openLogged();
+  expect(lines.find((line) => line.includes('not shown to be another config-agent'))).toContain(rootDir);
+});
