@@ -374,16 +374,17 @@ const MAX_ANSWER_CHUNKS = 16;
  * (Linux; no file anywhere, so nothing for consumers to see in rootDir, and gone with the process however it ends,
  * so never stale). The holder answers a connection with its pid and stateDir, which the refusal names. Abstract
  * names are per network namespace: agents in two containers with their own networks sharing rootDir by a bind
- * mount are not told apart (docs/reliability.md). `keyOf` gives a directory's `${dev}:${ino}` and owner, undefined
+ * mount are not told apart (docs/reliability.md). `keyOf` gives a directory's `${dev}:${ino}` and owner, group and mode, undefined
  * when they cannot be had (then no lock: a mount that does not answer).
  */
 export async function acquireRootLock(
   rootDir: string,
-  keyOf: (dir: string) => Promise<{ key: string; uid: number } | undefined>,
+  keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
   stateDir: string,
 ): Promise<{ release(): Promise<void>; unproven?: string }> {
-  const { key, uid: owner } = (await keyOf(rootDir)) ?? {};
-  if (key === undefined) return { release: async () => {} };
+  const keyed = await keyOf(rootDir);
+  if (keyed === undefined) return { release: async () => {} };
+  const { key } = keyed;
   const name = `\0config-agent-root-${key}`;
   const release = async () => {
     const held = rootLocks.get(name);
@@ -420,10 +421,10 @@ export async function acquireRootLock(
     // The holder ended between the bind and the connection: bind again.
     if (holder === 'gone') continue;
     // Anyone may bind an abstract name: a holder that does not answer as an agent, names a process that does not
-    // hold the name, or is another user's (not root, this process's or rootDir's owner: a squatter naming itself,
+    // hold the name, or is another user's (not root, this process's or one that may write rootDir: a squatter naming itself,
     // which root's agent can see holds it; review30) is a local user's squat, which must not keep the agent from
     // starting (no lock then). Judged before its rootDir, which a squatter may name as it likes.
-    if (holder === undefined || !(await holdsName(name, holder.pid)) || !(await trusted(holder.pid, owner))) {
+    if (holder === undefined || !(await holdsName(name, holder.pid)) || !(await trusted(holder.pid, keyed))) {
       const who = holder === undefined ? 'it does not say who it is' : `it says pid ${holder.pid}`;
       return {
         release: async () => {},
@@ -473,15 +474,34 @@ export async function holdsName(name: string, pid: number, proc = '/proc'): Prom
   return false;
 }
 
+/** rootDir's owner, group and mode bits (stat), which tell who may write it. */
+export interface RootOwner {
+  uid: number;
+  gid: number;
+  mode: number;
+}
+
 /**
- * Whether process `pid` runs as a user that could write rootDir anyway: root, this process's user, or rootDir's
- * owner (the service's user, seen by a root `--once`). Read from /proc/<pid>/status (its effective uid); not
- * trusted when that cannot be read.
+ * Whether process `pid` runs as a user that may write rootDir anyway (so its squat costs nothing it could not do):
+ * root, this process's user, or one rootDir's mode lets write (its owner, the service's user a root `--once` sees;
+ * a member of its group when group-writable). From /proc/<pid>/status (effective uid and gid, supplementary
+ * groups); not trusted when that cannot be read.
  */
-async function trusted(pid: number, owner: number | undefined, proc = '/proc'): Promise<boolean> {
+async function trusted(pid: number, root: RootOwner, proc = '/proc'): Promise<boolean> {
   const status = await readFile(`${proc}/${pid}/status`, 'utf8').catch(() => '');
-  const effective = Number(/^Uid:\s+\d+\s+(\d+)/m.exec(status)?.[1] ?? Number.NaN);
-  return effective === 0 || effective === process.geteuid?.() || effective === owner;
+  const field = (name: string) =>
+    (status.split('\n').find((line) => line.startsWith(`${name}:`)) ?? '')
+      .slice(name.length + 1)
+      .split(/\s+/)
+      .filter((value) => value !== '')
+      .map(Number);
+  const uid = field('Uid')[1];
+  if (uid === undefined || Number.isNaN(uid)) return false;
+  if (uid === 0 || uid === process.geteuid?.()) return true;
+  if (uid === root.uid) return (root.mode & 0o200) !== 0;
+  const groups = [field('Gid')[1], ...field('Groups')];
+  if (groups.includes(root.gid)) return (root.mode & 0o020) !== 0;
+  return (root.mode & 0o002) !== 0;
 }
 
 /** The holder's answer: its pid and stateDir; undefined when it does not say; 'gone' when nobody holds the name. */

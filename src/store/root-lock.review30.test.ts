@@ -1,13 +1,14 @@
 // rootDir's lock against a local user squatting its name and naming itself (review30): it holds the name, but it is no agent.
 import { spawn } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
-import { chmod, mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { createLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
+import { RootLockedError } from './lock.js';
 import { StateDir } from './state-dir.js';
 
 let dir: string;
@@ -87,4 +88,15 @@ it.skipIf(process.getuid?.() !== 0)('a squatter naming a rootDir that is gone is
   await squatAsNobody(path.join(dir, 'gone'));
   const lines = await openLogged();
   expect(lines.find((line) => line.includes('not shown to be another config-agent'))).toContain(rootDir);
+});
+
+// The other side: a holder whose user may write rootDir anyway (here its group, rootDir group-writable; the
+// service's user as a root --once sees it, rootDir being that user's) is believed: the open is refused.
+it.skipIf(process.getuid?.() !== 0)('a holder of a user that may write rootDir is believed', async () => {
+  await chown(rootDir, 0, 65534);
+  await chmod(rootDir, 0o775);
+  const pid = await squatAsNobody(rootDir);
+  const refused = await openLogged().catch((error: unknown) => error);
+  expect(refused).toBeInstanceOf(RootLockedError);
+  expect((refused as RootLockedError).refusal).toContain(`pid ${pid}`);
 });

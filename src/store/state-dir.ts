@@ -443,7 +443,7 @@ async function lockRootDir(
   const keyOf = async (dir: string) => {
     try {
       const stats = await (fs.sweepPort?.(dir) ?? fs).stat(dir);
-      return { key: `${stats.dev}:${stats.ino}`, uid: stats.uid };
+      return { key: `${stats.dev}:${stats.ino}`, uid: stats.uid, gid: stats.gid, mode: stats.mode };
     } catch {
       return undefined;
     }
