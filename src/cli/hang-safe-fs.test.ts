@@ -18,6 +18,7 @@ import { createDeps } from './compose.js';
 import {
   hangSafeFs,
   mountHoldingThatMayHang,
+  mountsKeepingNoChangeTime,
   mountsThatMayHangBelow,
   mountsUnderRootAreLocal,
 } from './hang-safe-fs.js';
@@ -260,6 +261,40 @@ describe('hangSafeFs.mayHangAt (mount22: where the drift watcher sets no fs.watc
     expect(held.mayHangAt?.('/srv/nfs/root')).toBe(true);
     expect(held.mayHangAt?.('/srv/nfs/root/app/a.json')).toBe(true);
     expect(held.mayHangAt?.('/var/lib/agent/state.json')).toBe(false);
+  });
+});
+
+describe('hangSafeFs.keepsNoChangeTimeAt (where a fingerprint proves nothing)', () => {
+  it('names a rootDir on FAT, exFAT or FUSE, and such mounts below it; nothing on ext4, tmpfs or NFS', async () => {
+    const table = [
+      line(1, '/', 'ext4'),
+      line(2, '/media/card', 'vfat'),
+      line(3, '/srv/root/usb', 'exfat'),
+      line(4, '/srv/root/ntfs', 'fuseblk'),
+      line(5, '/srv/root/net', 'nfs4'),
+      line(6, '/srv/root/ssh', 'fuse.sshfs'),
+      line(7, '/srv/rootx', 'vfat'),
+    ].join('\n');
+    expect(mountsKeepingNoChangeTime(table, '/srv/root')).toEqual(new Set(['usb', 'ntfs', 'ssh']));
+    expect(mountsKeepingNoChangeTime(table, '/media/card/app')).toEqual(new Set(['']));
+    expect(mountsKeepingNoChangeTime(table, '/srv/other')).toEqual(new Set());
+    const clock = { monotonic: () => 0, sleep: async () => undefined };
+    const port = { realpath: async (file: string) => file, mountinfo: async () => table };
+    const root = await hangSafeFs('/srv/root', clock, port);
+    expect(root.keepsNoChangeTimeAt?.('/srv/root/app/a.json')).toBe(false);
+    expect(root.keepsNoChangeTimeAt?.('/srv/root/net/a.json')).toBe(false);
+    expect(root.keepsNoChangeTimeAt?.('/srv/root/usb/a.json')).toBe(true);
+    expect(root.keepsNoChangeTimeAt?.('/srv/root/ntfs/x/a.json')).toBe(true);
+    expect(root.keepsNoChangeTimeAt?.('/srv/root/ssh')).toBe(true);
+    expect(root.keepsNoChangeTimeAt?.('/srv/root/usbx/a.json')).toBe(false);
+    const card = await hangSafeFs('/media/card/app', clock, port);
+    expect(card.keepsNoChangeTimeAt?.('/media/card/app/a.json')).toBe(true);
+    // A rootDir configured through a symlink is judged where it resolves.
+    const linked = await hangSafeFs('/srv/link', clock, {
+      ...port,
+      realpath: async (file: string) => (file === '/srv/link' ? '/media/card/app' : file),
+    });
+    expect(linked.keepsNoChangeTimeAt?.('/srv/link/a.json')).toBe(true);
   });
 });
 

@@ -52,6 +52,48 @@ const LOCAL_FILESYSTEMS = new Set([
   'hfsplus',
 ]);
 
+/**
+ * Filesystems whose ctime is no change time: FAT keeps none (the kernel gives the modification or creation time
+ * read back from disk), nor do exFAT and FUSE filesystems in general (exfat-fuse, ntfs-3g as `fuseblk`, sshfs's
+ * server times). A rewrite there that puts the mtime back (`cp -p`, `rsync -t --inplace`) keeps every field of a
+ * file's identity once the inode was evicted, so a fingerprint (store/fingerprints.ts) proves nothing.
+ */
+export function keepsNoChangeTime(type: string): boolean {
+  return (
+    type === 'vfat' ||
+    type === 'msdos' ||
+    type === 'exfat' ||
+    type === 'fuse' ||
+    type.startsWith('fuse.') ||
+    type === 'fuseblk'
+  );
+}
+
+/**
+ * The mount points at or below `realRootDir` of filesystems that keep no change time (keepsNoChangeTime): the one
+ * holding it (as '') and those strictly below it, relative to it ('/'-separated), from /proc/self/mountinfo's text.
+ */
+export function mountsKeepingNoChangeTime(mountinfo: string, realRootDir: string): Set<string> {
+  const found = new Set<string>();
+  let holding: { mountPoint: string; type: string } | undefined;
+  for (const line of mountinfo.split('\n')) {
+    const fields = line.split(' ');
+    const dash = fields.indexOf('-', 6);
+    const mountPoint = fields[4];
+    const type = dash === -1 ? undefined : fields[dash + 1];
+    if (mountPoint === undefined || type === undefined) continue;
+    const absolute = unescapeMountPath(mountPoint);
+    if (isSameOrInside(realRootDir, absolute) && absolute.length >= (holding?.mountPoint.length ?? 0)) {
+      holding = { mountPoint: absolute, type };
+    }
+    if (keepsNoChangeTime(type) && absolute !== realRootDir && isSameOrInside(absolute, realRootDir)) {
+      found.add(realRootDir === '/' ? absolute.slice(1) : absolute.slice(realRootDir.length + 1));
+    }
+  }
+  if (holding !== undefined && keepsNoChangeTime(holding.type)) found.add('');
+  return found;
+}
+
 /** How old the mount table may get before the next lstat asks for it again (a mount made under rootDir). */
 const RECHECK_MS = 10_000;
 
@@ -150,6 +192,7 @@ export async function hangSafeFs(
   const lanes = places.lanes ?? (sleep === undefined ? undefined : new MountLanes({ sleep }));
   let local = false;
   let mayHang: ReadonlySet<string> = new Set();
+  let noChangeTime: ReadonlySet<string> = new Set();
   let held: readonly HeldPlace[] = [];
   let checkedAt = Number.NEGATIVE_INFINITY;
   let checking: Promise<void> | undefined;
@@ -161,6 +204,7 @@ export async function hangSafeFs(
         const real = await realpathOf(rootDir);
         local = mountsUnderRootAreLocal(mountinfo, real);
         mayHang = mountsThatMayHangBelow(mountinfo, real);
+        noChangeTime = mountsKeepingNoChangeTime(mountinfo, real);
         const places: HeldPlace[] = [];
         for (const [dir, realDir] of [
           [rootDir, real],
@@ -210,6 +254,15 @@ export async function hangSafeFs(
     if (mayHang.size === 0 || !absolute.startsWith(`${root}/`)) return false;
     const relative = absolute.slice(root.length + 1);
     for (const mount of mayHang) if (relative === mount || relative.startsWith(`${mount}/`)) return true;
+    return false;
+  };
+  fs.keepsNoChangeTimeAt = (file) => {
+    if (noChangeTime.size === 0) return false;
+    if (noChangeTime.has('')) return true;
+    const absolute = path.resolve(file);
+    if (!absolute.startsWith(`${root}/`)) return false;
+    const relative = absolute.slice(root.length + 1);
+    for (const mount of noChangeTime) if (relative === mount || relative.startsWith(`${mount}/`)) return true;
     return false;
   };
   // Only for rootDir as configured, whose mounts the check judged: the state directory may be elsewhere.

@@ -74,6 +74,12 @@ export type FsPort = Pick<
    */
   mayHangAt?: (file: string) => boolean;
   /**
+   * Optional: whether `file` (absolute, under rootDir) lies on a filesystem whose ctime is no change time (FAT,
+   * exFAT, FUSE: cli/hang-safe-fs.ts `keepsNoChangeTime`), where a file's fingerprint is not trusted and its bytes
+   * are read on every pass. Without it: every filesystem keeps one.
+   */
+  keepsNoChangeTimeAt?: (file: string) => boolean;
+  /**
    * Optional: calls on raw descriptors (node:fs's callback API in production, lib/descriptor-calls.ts), for the
    * writer's temp files and directory fsyncs: the same syscalls through the same thread pool as `open` and its
    * `FileHandle`, with less JavaScript per call. Without it (tests' ports, memfs) those go through `open`.

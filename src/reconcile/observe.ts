@@ -138,7 +138,9 @@ async function observeWithFingerprint(
     store.forget(relative);
     return { kind: 'absent' };
   }
-  if (before !== undefined) {
+  // Where ctime is no change time (FAT, exFAT, FUSE) an identity proves nothing: the bytes are read every pass.
+  const trusted = fs.keepsNoChangeTimeAt?.(`${rootDir}/${relative}`) !== true;
+  if (before !== undefined && trusted) {
     const sha256 = store.lookup(relative, identityOf(before), readFrom);
     if (sha256 !== undefined) {
       identities?.set(relative, { dev: before.dev, ino: before.ino, nlink: before.nlink });
@@ -146,7 +148,7 @@ async function observeWithFingerprint(
     }
   }
   const observation = await observePath(fs, rootDir, relative, identities, onlySizes);
-  if (observation.kind !== 'file' || before === undefined || observation.sha256 === NOT_HASHED) {
+  if (!trusted || observation.kind !== 'file' || before === undefined || observation.sha256 === NOT_HASHED) {
     store.forget(relative);
     return observation;
   }
