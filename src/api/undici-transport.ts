@@ -12,6 +12,7 @@ import Pool from 'undici/lib/dispatcher/pool.js';
 import ProxyAgent from 'undici/lib/dispatcher/proxy-agent.js';
 import { answerScanLimit } from './answer-scan.js';
 import { chooseProxy } from './proxy.js';
+import { abortError } from './socket-lane.js';
 import { markIfStale } from './stale-connection.js';
 import {
   CONNECT_TIMEOUT_MAX_MS,
@@ -29,12 +30,58 @@ function abortSignalOf(signal: RequestSignal): AbortSignal {
   return controller.signal;
 }
 
+/**
+ * `sent`, or node's AbortError as soon as `signal` aborts. undici only notes an abort that comes before the request
+ * is on a connection (its handler has no abort yet), so a request queued behind a connect that never ends (a proxy
+ * that takes the TCP connection and never answers the CONNECT) did not settle at its deadline (adv25): the pull's
+ * and the request's deadlines waited on undici's own 300 s. What `sent` settles to later is dropped.
+ */
+function settledByAbort<T extends { body: { destroy(): unknown } }>(
+  sent: Promise<T>,
+  signal: RequestSignal,
+): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let done = false;
+    const onAbort = () => {
+      if (done) return;
+      done = true;
+      reject(abortError(signal.reason));
+      sent.then(
+        (late) => late.body.destroy(),
+        () => {},
+      );
+    };
+    if (signal.aborted) {
+      onAbort();
+      return;
+    }
+    signal.addEventListener('abort', onAbort, { once: true });
+    sent.then(
+      (response) => {
+        signal.removeEventListener('abort', onAbort);
+        if (done) response.body.destroy();
+        else {
+          done = true;
+          resolve(response);
+        }
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        if (!done) {
+          done = true;
+          reject(error);
+        }
+      },
+    );
+  });
+}
+
 /** `dispatcher` as a Transport; `fresh` builds a like one with no connection yet (a stale connection's resend). */
 export function undiciTransport(dispatcher: Dispatcher, fresh?: () => Transport): Transport {
   return {
     async request(request) {
       // dispatcher.request with a raw path: undici.request(url) would run the path through URL normalisation.
-      const response = await requestThrough.call(dispatcher, {
+      const sent = requestThrough.call(dispatcher, {
         origin: request.origin,
         path: request.path,
         method: request.method as Dispatcher.HttpMethod,
@@ -44,6 +91,7 @@ export function undiciTransport(dispatcher: Dispatcher, fresh?: () => Transport)
         body: request.body,
         signal: abortSignalOf(request.signal),
       });
+      const response = await settledByAbort(sent, request.signal);
       return { statusCode: response.statusCode, headers: response.headers, body: response.body };
     },
     ...(fresh === undefined ? {} : { fresh }),
@@ -78,8 +126,12 @@ function buildServiceDispatcher(options: ServiceTransportOptions): Dispatcher {
   const choice = chooseProxy(options.baseUrl, options.proxy);
   // ProxyAgent opens its tunnels with `connect()` on its pool to the proxy, a method undici's index installs on
   // every dispatcher; without the index (undici-parts.d.ts) the pool gets it here, and only this pool.
+  // Its CONNECT's answer bounded by the request's deadline: left at undici's 300 s default, each request meeting a
+  // proxy that never answers one held a connection to it for 5 minutes (adv25).
   const clientFactory = (origin: URL, opts: object): Dispatcher =>
-    Object.assign(new Pool(origin, opts), { connect: connectThrough });
+    Object.assign(new Pool(origin, { ...opts, headersTimeout: options.timeoutMs }), {
+      connect: connectThrough,
+    });
   switch (choice.kind) {
     case 'direct':
       return new Agent(common);
