@@ -545,6 +545,7 @@ export class UnrecordedReports {
     if (judged.recorded.length > 0) this.#episode = false;
     if (judged.unrecorded.length === 0) return;
     let longestMs = 0;
+    const held: string[] = [];
     for (const instanceId of judged.unrecorded) {
       const sent = this.#sent.get(instanceId);
       if (sent === undefined) continue;
@@ -552,8 +553,11 @@ export class UnrecordedReports {
       const delayMs = backoff.delayMs(sent.times, undefined);
       longestMs = Math.max(longestMs, delayMs);
       outbox.holdBack(instanceId, sent.report, sent.times, backoff.now() + delayMs);
+      held.push(instanceId);
     }
-    const fields = { reports: judged.unrecorded.length, instanceId: judged.unrecorded[0], heldMs: longestMs };
+    // None held (not sent by this process: a restart keeps the awaited echo, not this memory): nothing to say.
+    if (held.length === 0) return;
+    const fields = { reports: held.length, instanceId: held[0], heldMs: longestMs };
     const message =
       'the service answered status reports 2xx and recorded none of them: each is kept and sent again after a backoff';
     if (this.#episode) logger.debug(fields, message);
