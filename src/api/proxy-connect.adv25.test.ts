@@ -33,14 +33,14 @@ afterEach(async () => {
   await new Promise((resolve) => proxy.close(resolve));
 });
 
-function client(timeoutMs: number) {
+function client(timeoutMs: number, from: 'config' | 'environment' = 'config') {
   return createClient({
     // Nothing listens there: nothing but the proxy is ever reached.
     baseUrl: 'https://127.0.0.1:9',
     apiKey: KEY,
     timeoutMs,
     maxResponseBytes: 1024 * 1024,
-    proxy: { url: proxyUrl, env: {} },
+    proxy: from === 'config' ? { url: proxyUrl, env: {} } : { env: { HTTPS_PROXY: proxyUrl } },
   });
 }
 
@@ -53,6 +53,11 @@ it(
       .getDevice('dvc_1')
       .catch((thrown: unknown) => thrown);
     expect(error).toBeInstanceOf(TimeoutError);
+    // The same through HTTPS_PROXY (undici's EnvHttpProxyAgent builds the same proxy agent).
+    const fromEnvironment = await client(500, 'environment')
+      .getDevice('dvc_1')
+      .catch((thrown: unknown) => thrown);
+    expect(fromEnvironment).toBeInstanceOf(TimeoutError);
     expect(String((error as Error).message)).not.toContain(KEY);
     // On a busy machine the deadline can pass before the CONNECT is written: it still goes, and is what the proxy saw.
     await waitFor(
