@@ -1,0 +1,220 @@
+// MountLanes and the gate against the mutants Stryker left alive (mut23): late mounts and their next answer, the stop's bound, closes deferred over two hangs.
+import type { FileHandle } from 'node:fs/promises';
+import { describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
+import { gateMountsThatMayHang, MountLanes } from './mount-gate.js';
+
+/** Sleeps that end only when the test says: `expire()` ends every sleep begun so far (the bound has passed). */
+function controlledClock() {
+  const pending: (() => void)[] = [];
+  return {
+    clock: {
+      sleep: (_ms: number, signal?: AbortSignal) =>
+        new Promise<void>((resolve, reject) => {
+          pending.push(resolve);
+          signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
+        }),
+    },
+    expire: () => {
+      for (const end of pending.splice(0)) end();
+    },
+  };
+}
+
+/** A monotonic clock the test moves: each sleep ends once its time has come, or on its signal. */
+function steppedClock() {
+  let now = 0;
+  const sleeps = new Set<{ at: number; end: () => void }>();
+  return {
+    clock: {
+      monotonic: () => now,
+      sleep: (ms: number, signal?: AbortSignal) =>
+        new Promise<void>((resolve, reject) => {
+          const entry = { at: now + ms, end: resolve };
+          sleeps.add(entry);
+          signal?.addEventListener(
+            'abort',
+            () => {
+              sleeps.delete(entry);
+              reject(signal.reason);
+            },
+            { once: true },
+          );
+        }),
+    },
+    advance: async (ms: number) => {
+      now += ms;
+      for (const entry of [...sleeps]) {
+        if (entry.at > now) continue;
+        sleeps.delete(entry);
+        entry.end();
+      }
+      await turns();
+    },
+  };
+}
+
+const turns = async () => {
+  for (let turn = 0; turn < 5; turn += 1) await new Promise((resolve) => setImmediate(resolve));
+};
+
+/** A call into the mount that answers only when the test says (`answer`), counted once made (`made`). */
+function heldCall() {
+  let finish: (() => void) | undefined;
+  const held = {
+    made: 0,
+    done: 0,
+    call: () =>
+      new Promise<void>((resolve) => {
+        held.made += 1;
+        finish = () => {
+          held.done += 1;
+          resolve();
+        };
+      }),
+    answer: () => finish?.(),
+  };
+  return held;
+}
+
+describe('MountLanes: which mounts are late, and their next answer', () => {
+  it('names a mount while its call given up on has not come back; nextAnswer settles when it does', async () => {
+    const { clock, expire } = controlledClock();
+    const lanes = new MountLanes(clock, 15_000);
+    const hung = heldCall();
+    const late = lanes.through('/srv/nfs', hung.call).catch((error: unknown) => error);
+    await lanes.through('/srv/other', async () => undefined);
+    expect(lanes.lateMounts()).toEqual([]);
+    expire();
+    expect(await late).toMatchObject({ code: 'ETIMEDOUT', name: 'MountNotAnswering' });
+    expect(lanes.lateMounts()).toEqual(['/srv/nfs']);
+
+    let told = false;
+    void lanes.nextAnswer().then(() => {
+      told = true;
+    });
+    await turns();
+    expect(told).toBe(false);
+    hung.answer();
+    await turns();
+    expect(told).toBe(true);
+    expect(lanes.lateMounts()).toEqual([]);
+  });
+
+  it('nextAnswer settles at once for an aborted signal, and when its signal aborts while waiting', async () => {
+    const { clock } = controlledClock();
+    const lanes = new MountLanes(clock, 15_000);
+    await lanes.nextAnswer(AbortSignal.abort());
+    const waiting = new AbortController();
+    let told = false;
+    void lanes.nextAnswer(waiting.signal).then(() => {
+      told = true;
+    });
+    await turns();
+    expect(told).toBe(false);
+    waiting.abort();
+    await turns();
+    expect(told).toBe(true);
+  });
+});
+
+describe('MountLanes after the stop', () => {
+  it('a stop without a deadline leaves a call made after it its whole bound', async () => {
+    const time = steppedClock();
+    const stop = new AbortController();
+    const lanes = new MountLanes(time.clock, 15_000, stop.signal);
+    stop.abort();
+    let settled: unknown;
+    const hung = heldCall();
+    void lanes.through('/srv/nfs', hung.call).catch((error: unknown) => {
+      settled = error;
+    });
+    await time.advance(14_999);
+    expect(settled).toBeUndefined();
+    await time.advance(1);
+    expect(settled).toMatchObject({ code: 'ETIMEDOUT', name: 'MountNotAnswering' });
+  });
+
+  it('a call into a mount still late when the stop came is refused as given up on at the stop', async () => {
+    const { clock, expire } = controlledClock();
+    const stop = new AbortController();
+    const lanes = new MountLanes(clock, 15_000, stop.signal);
+    const late = lanes.through('/srv/nfs', heldCall().call).catch((error: unknown) => error);
+    expire();
+    expect(await late).toMatchObject({ name: 'MountNotAnswering' });
+    await expect(lanes.through('/srv/nfs', async () => 1)).rejects.toMatchObject({
+      name: 'MountNotAnswering',
+    });
+    stop.abort();
+    await expect(lanes.through('/srv/nfs', async () => 1)).rejects.toMatchObject({
+      code: 'ETIMEDOUT',
+      name: 'MountAbandonedAtStop',
+    });
+  });
+});
+
+describe('MountLanes: closes deferred while a mount is late, over a second hang', () => {
+  it('a deferred close that hangs again is made once more at the next answer; the ones behind it wait; one that failed otherwise is not', async () => {
+    const { clock, expire } = controlledClock();
+    const lanes = new MountLanes(clock, 15_000);
+    const first = heldCall();
+    const late = lanes.through('/srv/nfs', first.call).catch((error: unknown) => error);
+    expire();
+    await late;
+    // Asked for while late: each answers at once, to be made once the mount answers.
+    const closeA = heldCall();
+    let closeB = 0;
+    let closeC = 0;
+    await lanes.closing('/srv/nfs', closeA.call);
+    await lanes.closing('/srv/nfs', async () => {
+      closeC += 1;
+      throw Object.assign(new Error('EBADF: bad file descriptor'), { code: 'EBADF' });
+    });
+    await lanes.closing('/srv/nfs', async () => {
+      closeB += 1;
+    });
+
+    // The mount answers: close A goes in, and hangs past its bound (late again).
+    first.answer();
+    await turns();
+    expect(closeA.made).toBe(1);
+    expire();
+    await turns();
+    expect(lanes.lateMounts()).toEqual(['/srv/nfs']);
+    // Nothing more goes into the mount while it is late.
+    expect({ closeB, closeC }).toEqual({ closeB: 0, closeC: 0 });
+
+    // Close A answers: the rest go in, in order; A, given up on, is made again; C, failed with EBADF, is not.
+    closeA.answer();
+    await turns();
+    expect(lanes.lateMounts()).toEqual([]);
+    expect({ closeB, closeC }).toEqual({ closeB: 1, closeC: 1 });
+    expect(closeA.made).toBe(2);
+    closeA.answer();
+    await turns();
+    expect(closeA.done).toBe(2);
+    // Another episode: nothing deferred is left to make.
+    const again = lanes.through('/srv/nfs', heldCall().call).catch((error: unknown) => error);
+    expire();
+    await again;
+    expect({ closeB, closeC, closeA: closeA.made }).toEqual({ closeB: 1, closeC: 1, closeA: 2 });
+  });
+});
+
+describe('gateMountsThatMayHang: a descriptor opened in stateDir on a mount that may hang (rootDir elsewhere)', () => {
+  it("the handle's calls are bounded as the open was: its sync past the bound fails ETIMEDOUT naming the mount", async () => {
+    const { clock, expire } = controlledClock();
+    const syncs = heldCall();
+    const handle = { fd: 42, sync: syncs.call, close: async () => undefined } as unknown as FileHandle;
+    const fs = { open: async () => handle } as unknown as FsPort;
+    const gated = gateMountsThatMayHang(fs, '/srv/root', () => new Set(), clock, 15_000, {
+      held: () => [{ dir: '/var/lib/agent', mountPoint: '/var' }],
+    });
+    const opened = await gated.open('/var/lib/agent/state.json', 0);
+    const sync = opened.sync().catch((error: unknown) => error);
+    await turns();
+    expect(syncs.made).toBe(1);
+    expire();
+    expect(await sync).toMatchObject({ code: 'ETIMEDOUT', mountPoint: '/var' });
+  });
+});
