@@ -13,7 +13,7 @@ import {
 } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
-import type { OwnPathsPort } from '../config/own-paths.js';
+import { KERNEL_FILESYSTEMS, type OwnPathsPort } from '../config/own-paths.js';
 import type { Clock } from '../lib/clock.js';
 import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
@@ -291,28 +291,6 @@ async function boundedRealpath(
   }
 }
 
-/** Kernel filesystems that are no files' home (and answer from memory): never a mount that may hang. */
-const PSEUDO_FILESYSTEMS = new Set([
-  'proc',
-  'sysfs',
-  'devtmpfs',
-  'devpts',
-  'cgroup',
-  'cgroup2',
-  'mqueue',
-  'securityfs',
-  'debugfs',
-  'tracefs',
-  'pstore',
-  'bpf',
-  'configfs',
-  'hugetlbfs',
-  'binfmt_misc',
-  'fusectl',
-  'efivarfs',
-  'nsfs',
-]);
-
 /**
  * The checks of start-up (config/load.ts: the configuration's places, rootDir's and stateDir's owners, their
  * creation) on `fs` and own-paths' port, with every call on a path inside a mount that may hang (a network or FUSE
@@ -333,7 +311,8 @@ export async function hangSafeConfigCalls(
     const mountPoint = fields[4];
     const type = dash === -1 ? undefined : fields[dash + 1];
     if (mountPoint === undefined || type === undefined) continue;
-    if (LOCAL_FILESYSTEMS.has(type) || PSEUDO_FILESYSTEMS.has(type)) continue;
+    // Kernel filesystems (config/own-paths.ts) are no files' home and answer from memory: never a mount that may hang.
+    if (LOCAL_FILESYSTEMS.has(type) || KERNEL_FILESYSTEMS.has(type)) continue;
     const absolute = unescapeMountPath(mountPoint);
     held.push({ dir: absolute, mountPoint: absolute });
   }

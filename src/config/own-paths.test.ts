@@ -234,6 +234,7 @@ describe('bind mounts judged from mountinfo alone (no mount needed)', () => {
       device: '8:1',
       root: '/srv/with space',
       mountPoint: '/mnt/sp',
+      type: 'ext4',
     });
   });
 

@@ -95,8 +95,18 @@ export async function assertOwnPathsOutsideRoot(
   const mounts = parseMountinfo((await port.mountinfo()) ?? '');
   const root = await realLocation(port, config.rootDir, mounts);
   const issues: ConfigIssue[] = [];
+  kernelFilesystemIssue(issues, 'rootDir', config.rootDir, root);
+  // stateDir is among `paths` at start-up; judged here too, so a caller's own list cannot leave it out.
+  if (!paths.some((own) => own.key === 'stateDir'))
+    kernelFilesystemIssue(
+      issues,
+      'stateDir',
+      config.stateDir,
+      await realLocation(port, config.stateDir, mounts),
+    );
   for (const own of paths) {
     const where = await realLocation(port, own.file, mounts);
+    if (own.key === 'stateDir') kernelFilesystemIssue(issues, own.key, own.file, where);
     const inside =
       isInside(where, root) ||
       (own.key === 'stateDir' && isInside(root, where)) ||
@@ -120,6 +130,47 @@ interface Location {
   /** The filesystem (major:minor) and the path inside it, when mountinfo is known: bind mounts resolved. */
   device?: string;
   inFs?: string;
+  /** The type of that filesystem (`ext4`, `proc`), when mountinfo is known. */
+  type?: string;
+}
+
+/**
+ * Kernel filesystems whose entries are the kernel's own objects (processes, devices, control groups, tracing and
+ * security knobs), never anyone's files. rootDir or stateDir there is a slip (`/proc`, a symlink into `/sys`):
+ * the start-up sweep walked all of `/proc`, every call went through a mount lane (not a local filesystem: it may
+ * hang), and as root each directory the service named was made there (in cgroup2, a control group; in
+ * devtmpfs, beside the device nodes) while every file failed `retrying`. Refused at start and reload instead.
+ */
+export const KERNEL_FILESYSTEMS: ReadonlySet<string> = new Set([
+  'proc',
+  'sysfs',
+  'devtmpfs',
+  'devpts',
+  'cgroup',
+  'cgroup2',
+  'mqueue',
+  'securityfs',
+  'debugfs',
+  'tracefs',
+  'pstore',
+  'bpf',
+  'configfs',
+  'hugetlbfs',
+  'binfmt_misc',
+  'fusectl',
+  'efivarfs',
+  'nsfs',
+]);
+
+function kernelFilesystemIssue(issues: ConfigIssue[], key: string, dir: string, where: Location): void {
+  if (where.type === undefined || !KERNEL_FILESYSTEMS.has(where.type)) return;
+  const shown = where.real === dir ? '' : ` (really ${where.real})`;
+  issues.push({
+    path: key,
+    message:
+      `${dir}${shown} is on ${where.type}, a kernel filesystem whose entries are the kernel's objects, ` +
+      'not a place for files: choose a directory on a disk or a tmpfs',
+  });
 }
 
 function isInside(inner: Location, outer: Location): boolean {
@@ -182,6 +233,8 @@ export interface Mount {
   /** The mounted directory's path inside its filesystem. */
   root: string;
   mountPoint: string;
+  /** The filesystem's type, after the ` - ` separator (`ext4`, `proc`); '' when the line has none. */
+  type: string;
 }
 
 /** /proc/self/mountinfo lines: `id parent major:minor root mountpoint options ... - type source superoptions`. */
@@ -191,7 +244,9 @@ export function parseMountinfo(text: string): Mount[] {
     const fields = line.split(' ');
     const [, , device, root, mountPoint] = fields;
     if (device === undefined || root === undefined || mountPoint === undefined) continue;
-    mounts.push({ device, root: unescapeMountPath(root), mountPoint: unescapeMountPath(mountPoint) });
+    const dash = fields.indexOf('-', 6);
+    const type = (dash === -1 ? undefined : fields[dash + 1]) ?? '';
+    mounts.push({ device, root: unescapeMountPath(root), mountPoint: unescapeMountPath(mountPoint), type });
   }
   return mounts;
 }
@@ -203,7 +258,10 @@ function unescapeMountPath(value: string): string {
 }
 
 /** The filesystem holding `real` and the path inside it; the last mount on a mount point is the visible one. */
-function fsLocation(real: string, mounts: readonly Mount[]): { device?: string; inFs?: string } {
+function fsLocation(
+  real: string,
+  mounts: readonly Mount[],
+): { device?: string; inFs?: string; type?: string } {
   let best: Mount | undefined;
   for (const mount of mounts) {
     if (!isSameOrInside(real, mount.mountPoint)) continue;
@@ -211,5 +269,5 @@ function fsLocation(real: string, mounts: readonly Mount[]): { device?: string; 
   }
   if (best === undefined) return {};
   const relative = best.mountPoint === '/' ? real.slice(1) : real.slice(best.mountPoint.length + 1);
-  return { device: best.device, inFs: path.posix.join(best.root, relative) };
+  return { device: best.device, inFs: path.posix.join(best.root, relative), type: best.type };
 }
