@@ -76,6 +76,25 @@ export interface PassContext {
 }
 
 export async function runPass(ctx: PassContext, options: PassOptions): Promise<PassResult> {
+  // A full pass clears the follow-up it runs as it begins (its answers may make the next one due): when it does
+  // not get as far as recording what it applied (it threw, or returned early), that follow-up stays due.
+  const due = { ...ctx.followUp };
+  const progress = { recorded: false };
+  try {
+    return await passOnce(ctx, options, progress);
+  } finally {
+    if (ctx.followUp !== undefined && due.fullPassDue === true && !progress.recorded) {
+      ctx.followUp.fullPassDue = true;
+      ctx.followUp.supersededDue = ctx.followUp.supersededDue === true || due.supersededDue === true;
+    }
+  }
+}
+
+async function passOnce(
+  ctx: PassContext,
+  options: PassOptions,
+  progress: { recorded: boolean },
+): Promise<PassResult> {
   const { deps, settings, dir, logger } = ctx;
   const { state, outbox } = dir;
   const { signal } = options;
@@ -197,6 +216,7 @@ export async function runPass(ctx: PassContext, options: PassOptions): Promise<P
     }
     dir.fingerprints.retainSeenPages();
   }
+  progress.recorded = true;
 
   try {
     await dir.persist();
