@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { HELP_TEXT, parseCliArgs } from './cli/args.js';
 import { ExitCode, exitCodeForStartupError } from './cli/exit-codes.js';
 import { type CommandIo, checkedOutput, finishOutput, wholeLinesOutput } from './cli/io.js';
-import { endProcess, nodeProcessEnd } from './cli/process-exit.js';
+import { endProcess, LOOKUP_DRAIN_MS, nodeProcessEnd } from './cli/process-exit.js';
 import { STRAY_SIGNALS } from './cli/stray-signals.js';
 import { errorMessage, UsageError } from './lib/errors.js';
 import { createSecretRegistry } from './lib/secrets.js';
@@ -159,7 +159,10 @@ export function runProcess(): void {
     isTty: process.stdout.isTTY === true,
   };
   // Exits once stdout has drained, so piped output is never cut short, and not with 0 when it was not written.
-  const exit = (code: number): void => void endProcess(code, nodeProcessEnd);
+  // A command's exit code waits out a name lookup still in flight (a DNS that never answered); the daemon's stop,
+  // which systemd gives 15 s and takes SIGTERM's end as clean, does not (adv25).
+  const drain = runsTheDaemon(argv) ? {} : { lookupDrainMs: LOOKUP_DRAIN_MS };
+  const exit = (code: number): void => void endProcess(code, nodeProcessEnd, drain);
   const exitAfterFlush = (code: number): void => {
     if (stdout === undefined) {
       process.stdout.write('', () => exit(code));

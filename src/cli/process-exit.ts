@@ -15,8 +15,19 @@ function isPoolWork(kind: string): boolean {
   );
 }
 
+/** A name lookup (getaddrinfo, getnameinfo), which ends within the resolver's timeouts, unlike a hung mount's call. */
+function isNameLookup(kind: string): boolean {
+  return kind.startsWith('GetAddrInfo') || kind.startsWith('GetNameInfo');
+}
+
 /** How long an exit waits for pool work in flight to end before it takes the signal instead. */
 export const POOL_DRAIN_MS = 1000;
+/**
+ * How long a command's exit waits for name lookups alone (`endProcess`'s `lookupDrainMs`): glibc's defaults (5 s,
+ * 2 attempts) over its 3 name servers at most. A service whose DNS never answered left the last try's lookup in a
+ * pool thread, and `--once` ended by SIGTERM (143, "Terminated") instead of exiting 3 (adv25).
+ */
+export const LOOKUP_DRAIN_MS = 30_000;
 const POOL_POLL_MS = 20;
 
 export interface ProcessEnd {
@@ -34,10 +45,24 @@ export interface ProcessEnd {
  * (a FUSE or NFS wait ends on a fatal signal). The signal is the one `code` names as 128 + n (143: SIGTERM, 130:
  * SIGINT, 129: SIGHUP: a shell sees the same status), else SIGTERM. Before, a stop past its deadline (rootDir on a
  * hung mount) said "exiting now" and the process stayed until the mount answered or systemd's SIGKILL.
+ * Name lookups alone, which end by themselves, are waited for up to `lookupDrainMs` before the signal (not for a
+ * stop's code), so a command whose service's DNS never answered exits with its own code.
  */
-export async function endProcess(code: number, end: ProcessEnd): Promise<void> {
-  for (let waited = 0; end.activeResources().some(isPoolWork); waited += POOL_POLL_MS) {
-    if (waited >= POOL_DRAIN_MS) {
+export async function endProcess(
+  code: number,
+  end: ProcessEnd,
+  options: { lookupDrainMs?: number } = {},
+): Promise<void> {
+  // A stop's code (130, 143, 129) is what its signal gives a shell too: a Ctrl+C never waits on a lookup.
+  const lookupDrainMs = isStopCode(code)
+    ? POOL_DRAIN_MS
+    : Math.max(POOL_DRAIN_MS, options.lookupDrainMs ?? POOL_DRAIN_MS);
+  for (let waited = 0; ; waited += POOL_POLL_MS) {
+    const inFlight = end.activeResources().filter(isPoolWork);
+    if (inFlight.length === 0) break;
+    // Lookups alone are waited for longer when asked (a command's exit code is its answer); a mount's call is not.
+    const drainMs = inFlight.every(isNameLookup) ? lookupDrainMs : POOL_DRAIN_MS;
+    if (waited >= drainMs) {
       end.endBySignal(signalOfExitCode(code));
       return;
     }
@@ -46,10 +71,16 @@ export async function endProcess(code: number, end: ProcessEnd): Promise<void> {
   end.exit(code);
 }
 
+const STOP_SIGNALS = ['SIGHUP', 'SIGINT', 'SIGTERM'] as const;
+
 /** The stop signal an exit code of 128 + n stands for (SIGHUP, SIGINT, SIGTERM), else SIGTERM. */
 export function signalOfExitCode(code: number): NodeJS.Signals {
-  const stops = ['SIGHUP', 'SIGINT', 'SIGTERM'] as const;
-  return stops.find((signal) => constants.signals[signal] === code - 128) ?? 'SIGTERM';
+  return STOP_SIGNALS.find((signal) => constants.signals[signal] === code - 128) ?? 'SIGTERM';
+}
+
+/** Whether `code` is 128 + a stop signal's number: ending by that signal gives a shell the same status. */
+function isStopCode(code: number): boolean {
+  return STOP_SIGNALS.some((signal) => constants.signals[signal] === code - 128);
 }
 
 /** The real process's end. */
