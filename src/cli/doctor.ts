@@ -157,7 +157,20 @@ async function unitCannotWrite(
   );
 }
 
-async function unitCheck(env: DoctorEnvironment): Promise<Check> {
+/** What a device that was never configured needs: the command that writes config.json and the key. */
+const INIT_COMMAND =
+  'sudo config-agent init --device-id <id> --base-url <url> --api-key-file <file> writes it';
+
+/** Whether `file` exists; an error other than ENOENT (EACCES) counts as there, for the check that reads it. */
+async function exists(file: string): Promise<boolean> {
+  return nodeFs.access(file).then(
+    () => true,
+    (error: unknown) => errnoCode(error) !== 'ENOENT',
+  );
+}
+
+/** `missing`: config.json or the key, absent now (the unit's ConditionPathExists= files), if one is. */
+async function unitCheck(env: DoctorEnvironment, missing: string | undefined): Promise<Check> {
   const name = 'unit';
   const shown = await env.systemctl([
     'show',
@@ -186,9 +199,11 @@ async function unitCheck(env: DoctorEnvironment): Promise<Check> {
     };
   }
   const why =
-    props.ConditionResult === 'no'
-      ? 'a start condition failed: config.json or the key was missing at the last start (sudo systemctl restart config-agent)'
-      : `last result ${props.Result}: see journalctl -u ${env.unit} -o cat -n 20`;
+    props.ConditionResult === 'no' && missing !== undefined
+      ? `a start condition failed: ${missing} does not exist (${INIT_COMMAND}, then sudo systemctl restart config-agent)`
+      : props.ConditionResult === 'no'
+        ? 'a start condition failed: config.json or the key was missing at the last start (sudo systemctl restart config-agent)'
+        : `last result ${props.Result}: see journalctl -u ${env.unit} -o cat -n 20`;
   return { name, ok: false, detail: `${env.unit} ${state}; ${why}` };
 }
 
@@ -205,18 +220,23 @@ export async function runDoctor(
 
   const configPath = resolveConfigPath(command.configPath, io.env);
   let config: AgentConfig | undefined;
-  try {
-    config = await loadConfigFile(nodeFs, configPath);
-    // The rest of start-up's judgement (exit 78): the places, for the agent's user when it exists.
-    const agentUid = await agentAccount(env).then(
-      (found) => found.uid,
-      () => process.geteuid?.(),
-    );
-    await assertConfigPlaces(nodeFs, config, configPath, io.env, agentUid);
-    report({ name: 'config', ok: true, detail: `${configPath} valid (device ${config.deviceId})` });
-  } catch (error) {
-    report({ name: 'config', ok: false, detail: errorMessage(error) });
-  }
+  // Never configured (the package installed, init not run yet): one line saying so and what writes it.
+  const configMissing = !(await exists(configPath));
+  if (configMissing)
+    report({ name: 'config', ok: false, detail: `${configPath} does not exist: ${INIT_COMMAND}` });
+  else
+    try {
+      config = await loadConfigFile(nodeFs, configPath);
+      // The rest of start-up's judgement (exit 78): the places, for the agent's user when it exists.
+      const agentUid = await agentAccount(env).then(
+        (found) => found.uid,
+        () => process.geteuid?.(),
+      );
+      await assertConfigPlaces(nodeFs, config, configPath, io.env, agentUid);
+      report({ name: 'config', ok: true, detail: `${configPath} valid (device ${config.deviceId})` });
+    } catch (error) {
+      report({ name: 'config', ok: false, detail: errorMessage(error) });
+    }
 
   let account: { uid: number; gid: number } | undefined;
   try {
@@ -242,7 +262,10 @@ export async function runDoctor(
         dir: true,
       }),
     );
-    report(await ownership('config', configPath, { uid: 0, gid, mode: 0o640, ownerText: group, dir: false }));
+    if (!configMissing)
+      report(
+        await ownership('config', configPath, { uid: 0, gid, mode: 0o640, ownerText: group, dir: false }),
+      );
     if (config !== undefined) {
       const keyFile = config.server.apiKeyFile;
       report(
@@ -291,7 +314,8 @@ export async function runDoctor(
     }
   }
 
-  report(await unitCheck(env));
+  const keyFile = config?.server.apiKeyFile ?? path.join(path.dirname(configPath), 'api-key');
+  report(await unitCheck(env, configMissing ? configPath : (await exists(keyFile)) ? undefined : keyFile));
 
   if (config !== undefined) {
     let apiKey: string | undefined;

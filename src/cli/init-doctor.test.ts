@@ -310,6 +310,25 @@ async function doctor(sys: ReturnType<typeof scratch>, systemctlOut: string, ske
 }
 
 describe.skipIf(!isRoot)('config-agent doctor (skipped unless root)', () => {
+  it('on a device never configured (the package installed, init not run) says init writes the config, once (ux23)', async () => {
+    const sys = scratch();
+    mkdirSync(path.dirname(sys.configPath), { recursive: true, mode: 0o750 });
+    chownSync(path.dirname(sys.configPath), 0, GID);
+    const skipped = await doctor(
+      sys,
+      'LoadState=loaded\nActiveState=inactive\nSubState=dead\nUnitFileState=enabled\nConditionResult=no\nResult=success\n',
+    );
+    const init = 'sudo config-agent init --device-id <id> --base-url <url> --api-key-file <file> writes it';
+    // Before: the missing file twice ("cannot read the file: ... (ENOENT)", "does not exist") and a unit line
+    // whose fix was `sudo systemctl restart config-agent`, which is skipped again until init has run.
+    expect(skipped.lines.filter((line) => line.startsWith('FAIL'))).toEqual([
+      `FAIL  config    ${sys.configPath} does not exist: ${init}`,
+      `FAIL  unit      config-agent.service inactive/dead, enabled; a start condition failed: ${sys.configPath} does not exist (${init}, then sudo systemctl restart config-agent)`,
+    ]);
+    expect(skipped.lines.at(-1)).toBe('2 check(s) failed');
+    expect(skipped.code).toBe(1);
+  });
+
   it('passes every check on a configured device, one line each, and fails the ones that break', async () => {
     const sys = scratch();
     const made = await init(

@@ -107,11 +107,11 @@ describe('loadConfigFile', () => {
     );
   });
 
-  it('names the file when it is missing', async () => {
+  it('names the file when it is missing, and init, which writes it (ux23: a device never configured)', async () => {
     const { fs } = memfs({ '/etc/other': '' });
     const error = await rejected(loadConfigFile(fs, '/etc/c.json'), ConfigError);
     expect(error.message).toBe(
-      'config /etc/c.json: cannot read the file: no such file or directory (ENOENT)',
+      'config /etc/c.json: cannot read the file: no such file or directory (ENOENT): sudo config-agent init --device-id <id> --base-url <url> --api-key-file <file> writes it (or give --config <file>)',
     );
     expect(error.code).toBe('invalid_config');
   });

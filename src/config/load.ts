@@ -186,7 +186,9 @@ export async function readConfigText(fs: ConfigFs, configPath: string): Promise<
     const hint =
       code === 'EACCES' || code === 'EPERM'
         ? ": run the command as root (sudo) or as a member of the file's group (the packages make it group config-agent's: sudo usermod -aG config-agent <user>, then log in again)"
-        : '';
+        : code === 'ENOENT'
+          ? ': sudo config-agent init --device-id <id> --base-url <url> --api-key-file <file> writes it (or give --config <file>)'
+          : '';
     return fail(`cannot read the file: ${describeFsError(error)}${hint}`, error);
   }
   try {
