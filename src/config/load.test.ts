@@ -232,6 +232,23 @@ describe('loadApiKey', () => {
     });
   });
 
+  it("tells a user who may not read the key file (0600 root:root) what to run instead (ux23: --once as the agent's user)", async () => {
+    const { fs } = memfs(
+      { '/etc/config-agent/api-key': 'from-file\n' },
+      { '/etc/config-agent/api-key': 0o600 },
+    );
+    const denied = {
+      ...fs,
+      open: async () => {
+        throw Object.assign(new Error('EACCES: permission denied'), { code: 'EACCES' });
+      },
+    } as typeof fs;
+    const error = await rejected(loadApiKey(denied, config(), {}), ApiKeyError);
+    expect(error.message).toBe(
+      "cannot open the API key file /etc/config-agent/api-key: permission denied (EACCES): the key is root's alone: run the command as root (sudo), or ask the running agent with 'config-agent sync'",
+    );
+  });
+
   it('then server.apiKeyFile', async () => {
     const { fs } = allSources();
     expect(await loadApiKey(fs, config(), {})).toEqual({ apiKey: 'from-file', source: 'file' });

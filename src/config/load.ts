@@ -279,8 +279,15 @@ export async function readKeyFile(
   try {
     handle = await fs.open(file, NONBLOCKING_READ);
   } catch (error) {
-    if (errnoCode(error) === 'ENOENT') return undefined;
-    throw new ApiKeyError(`cannot open the API key file ${file}: ${describeFsError(error)}`, {
+    const code = errnoCode(error);
+    if (code === 'ENOENT') return undefined;
+    // The packaged key is 0600 root:root (the service reads it through LoadCredential=): a command run as the
+    // agent's user, or as an application's, lands here.
+    const hint =
+      code === 'EACCES' || code === 'EPERM'
+        ? ": the key is root's alone: run the command as root (sudo), or ask the running agent with 'config-agent sync'"
+        : '';
+    throw new ApiKeyError(`cannot open the API key file ${file}: ${describeFsError(error)}${hint}`, {
       cause: error,
     });
   }
