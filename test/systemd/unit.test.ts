@@ -88,6 +88,9 @@ describe('systemd/config-agent.service: directives the agent and the docs rely o
     expect(value('RuntimeDirectory')).toBe('config-agent');
     expect(value('RuntimeDirectoryMode')).toBe('0750');
     expect(path.dirname(CONFIG_DEFAULTS.socketPath)).toBe(`/run/${value('RuntimeDirectory')}`);
+    // Readiness (ux23): `systemctl start` returns once the default socket is there, or the agent has exited.
+    expect(value('ExecStartPost')).toContain(`[ ! -S ${CONFIG_DEFAULTS.socketPath} ]`);
+    expect(value('ExecStartPost')).toContain('kill -0 "$$MAINPID"');
     const writable = service.get('ReadWritePaths') ?? [];
     expect(writable).toContain(EXAMPLE_CONFIG.rootDir);
     // Optional ("-"): a device without node_exporter must still start.
