@@ -2,6 +2,7 @@
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
+import { AgentError } from './errors.js';
 import { createLogger, type Logger, scrubbingStream } from './logger.js';
 import { createSecretRegistry, REDACTED, type SecretRegistry } from './secrets.js';
 
@@ -270,5 +271,41 @@ describe('scrubbingStream: a line longer than journald takes', () => {
     expect(typeof line?.time).toBe('string');
     expect(line?.msg).toContain('was made shorter');
     expect(line?.f0).toBeUndefined();
+  });
+});
+
+describe("createLogger: the agent's own errors carry no stack below debug (ux23: a 401 logged 12 lines of chunk names per pass)", () => {
+  const logged = (level: 'info' | 'debug', error: Error) => {
+    const chunks: string[] = [];
+    const destination = new Writable({
+      write(chunk: Buffer | string, _encoding, callback) {
+        chunks.push(chunk.toString());
+        callback();
+      },
+    });
+    createLogger({ level, secrets: createSecretRegistry(), destination }).warn({ err: error }, 'failed');
+    return (JSON.parse(chunks.join('')) as { err: Record<string, unknown> }).err;
+  };
+  const typed = () =>
+    new AgentError('network_error', 'GET /v1/config_instances failed: network error (ECONNREFUSED)', {
+      retryable: true,
+    });
+
+  it('an AgentError at info: type, message, code and retryable, no stack', () => {
+    const err = logged('info', typed());
+    expect(err).toEqual({
+      type: 'AgentError',
+      message: 'GET /v1/config_instances failed: network error (ECONNREFUSED)',
+      code: 'network_error',
+      retryable: true,
+      name: 'AgentError',
+    });
+  });
+
+  it('the same at debug keeps its stack; an unexpected error (no code and retryable) keeps it at info', () => {
+    expect(logged('debug', typed()).stack).toMatch(/^AgentError: GET \/v1\/config_instances failed/);
+    expect(logged('info', new TypeError('x is undefined')).stack).toMatch(
+      /^TypeError: x is undefined\n {4}at /,
+    );
   });
 });

@@ -128,6 +128,29 @@ function boundLines(text: string): string {
     .join('');
 }
 
+/**
+ * One of the agent's own errors: a stable string `code` and a `retryable` flag (docs/architecture.md). They name
+ * conditions an operator meets (a rejected key, an unreachable service, a full disk), whose stack, a dozen lines
+ * of bundled chunk names in every journal line, says nothing to the operator.
+ */
+function isTypedError(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  const { code, retryable } = value as { code?: unknown; retryable?: unknown };
+  return typeof code === 'string' && typeof retryable === 'boolean';
+}
+
+/** pino's `err` serializer, without the stack of the agent's own errors unless the level is debug or trace. */
+function errSerializer(level: LogLevel): (error: unknown) => unknown {
+  const withStacks = level === 'debug' || level === 'trace';
+  return (error) => {
+    const serialized: unknown = pino.stdSerializers.err(error as Error);
+    if (withStacks || !isTypedError(error) || typeof serialized !== 'object' || serialized === null)
+      return serialized;
+    const { stack: _stack, ...rest } = serialized as Record<string, unknown>;
+    return rest;
+  };
+}
+
 export interface LoggerOptions {
   level: LogLevel;
   secrets: SecretRegistry;
@@ -155,6 +178,7 @@ export function createLogger(options: LoggerOptions): Logger {
         censor: REDACTED,
       },
       formatters: { level: (label) => ({ level: label }) },
+      serializers: { err: errSerializer(options.level) },
     },
     scrubbingStream(options.secrets, options.destination ?? process.stderr),
   );
