@@ -2,7 +2,7 @@
 import type { AgentConfig } from '../config/schema.js';
 import { fullJitterMs, honourRetryAfter } from '../lib/backoff.js';
 import type { Deps } from '../lib/deps.js';
-import { errnoCode, errorMessage } from '../lib/errors.js';
+import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import type { InstanceOutcome, PassMode, PassResult, PassRunner } from '../reconcile/pass-runner.js';
 import { renewalFailureLog } from '../store/directory-syncs.js';
@@ -173,7 +173,9 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
    * hooks, and flushes state and the outbox — within `budgetMs`, so the process can exit in time.
    */
   async stop(budgetMs = STOP_BUDGET_MS): Promise<void> {
-    const reason = new Error('agent stopping');
+    // An AgentError: the lines that log it as the reason a report or a pass ended (at a plain `systemctl stop`)
+    // carry no stack below debug (lib/logger.ts); a plain Error put one in the journal at every stop.
+    const reason = new AgentError('stopping', 'agent stopping', { retryable: true });
     this.#stop.abort(reason);
     this.#passAbort?.abort(reason);
     this.#wake?.();

@@ -36,6 +36,8 @@ export type ErrorCode =
   | 'state_dir_unusable'
   /** A write's bytes set aside in the content cache by the pull were gone when written (reconcile/apply.ts). */
   | 'set_aside_bytes_lost'
+  /** The daemon is stopping (daemon/agent.ts): the reason its requests and pass are aborted with; no failure. */
+  | 'stopping'
   /** socketPath is taken (daemon/local-api.ts): the agent runs on without its local API. */
   | 'socket_path_taken'
   /** The mock service's fixtures (mock-server/fixtures.ts). */

@@ -59,11 +59,6 @@ const ALLOWED: AllowedLine[] = [
   { file: 'cli/mount-gate.ts', text: 'class MountNotAnswering extends Error', why: ERRNO_SHAPED },
   { file: 'config/glob-match.ts', text: 'class GlobSyntaxError extends Error', why: CAUGHT_IN_MODULE },
   {
-    file: 'daemon/agent.ts',
-    text: "new Error('agent stopping')",
-    why: 'the reason of the stop AbortSignal: an abort is recognised by the signal, never by its reason',
-  },
-  {
     file: 'demo/demo.ts',
     text: 'new Error(`creating the demo instance failed',
     why: 'the demo script, not the agent',
