@@ -444,7 +444,8 @@ export class StatusOutbox {
     // A skipped report's attempts are persisted too: they are what its backoff and its warning go by.
     if (settled.size > 0 || result.skipped.length > 0) {
       if (settled.size > 0) {
-        this.#entries = this.#live().filter((entry) => !settled.has(entry.seq));
+        // Not compacted here: `#index()` does it, with the index it replaces.
+        this.#entries = this.#entries.filter((entry) => !settled.has(entry.seq));
         for (const seq of settled) this.#notBefore.delete(seq);
         this.#index();
       }
@@ -478,9 +479,14 @@ export class StatusOutbox {
     return this.#entries;
   }
 
+  /**
+   * Rebuilds the index from the queue, compacted first: `#live()` keeps a replaced instance's entry only when
+   * the index names it, so an index emptied before it would drop the newest reports too (whatever the caller).
+   */
   #index(): void {
+    const live = this.#live();
     this.#byInstance = new Map();
-    for (const entry of this.#live()) {
+    for (const entry of live) {
       if (!this.#byInstance.has(entry.instanceId)) this.#byInstance.set(entry.instanceId, entry);
     }
   }
