@@ -227,7 +227,8 @@ export class MountLanes {
       try {
         await later();
       } catch (error) {
-        if (error instanceof MountNotAnswering) lane.deferred.push(attempt);
+        // Only while the mount is late again: one refused past the stop deadline, tried again, looped for ever.
+        if (error instanceof MountNotAnswering && lane.late) lane.deferred.push(attempt);
       }
     };
     lane.deferred.push(attempt);
@@ -255,8 +256,10 @@ export class MountLanes {
       throw this.#refusal(mount);
     }
     const ms = this.#bound();
-    if (ms <= 0 && options.later === undefined) {
-      // Nothing left of the stop deadline: the call is not made, so no pool thread waits in a hung mount until exit.
+    if (ms <= 0) {
+      // Nothing left of the stop deadline: the call is not made, so no pool thread waits in a hung mount until exit;
+      // a close or a removal neither (the exit closes the descriptor, the next start's sweep removes the temp file):
+      // raced against a 0 ms bound, a healthy mount's lost and that mount was judged late.
       if (options.quietWhenRefused === true) return undefined as T;
       throw new MountAbandonedAtStop(mount, this.ms);
     }
