@@ -88,6 +88,25 @@ export class NetworkError extends AgentError {
   }
 }
 
+/**
+ * TLS's verdicts that depend on the device's clock: a certificate not valid yet (a device booted at 1970 or at its
+ * image's build date, before NTP steps the clock) or expired (a clock that ran ahead). The device's condition, not
+ * the service's: the clock can be set right any moment, so a pull failing so waits one poll, not an outage's backoff.
+ */
+const CLOCK_CERTIFICATE_CODES = new Set(['CERT_NOT_YET_VALID', 'CERT_HAS_EXPIRED']);
+
+/** True when `error` is a network error whose cause (or a cause of it, a few deep) is such a TLS verdict. */
+export function isCertificateClockError(error: unknown): boolean {
+  if (!(error instanceof NetworkError)) return false;
+  let cause: unknown = error.cause;
+  for (let depth = 0; depth < 4 && typeof cause === 'object' && cause !== null; depth += 1) {
+    const code = (cause as { code?: unknown }).code;
+    if (typeof code === 'string' && CLOCK_CERTIFICATE_CODES.has(code)) return true;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /** The request's total deadline, or a connect/headers/body timeout, expired. */
 export class TimeoutError extends AgentError {
   readonly method: string;

@@ -288,7 +288,10 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     if (result === undefined || !result.reachable) {
       // Full jitter over an exponential ceiling, so a fleet recovering from an outage spreads out; never
       // sooner than a normal poll would be.
-      const backoff = { baseMs: intervalMs, maxMs: MAX_OUTAGE_BACKOFF_MS };
+      // A certificate refused by its dates is the device's clock (booted at 1970, before NTP): no outage's backoff,
+      // which reached 15 minutes while the clock was wrong and kept the device waiting that long after NTP set it.
+      const maxMs = result?.error?.certificateClock === true ? intervalMs : MAX_OUTAGE_BACKOFF_MS;
+      const backoff = { baseMs: intervalMs, maxMs };
       delay = Math.max(intervalMs * (1 - jitterRatio), fullJitterMs(backoff, this.#failures + 1, random));
       delay = honourRetryAfter(delay, result?.error?.retryAfterMs);
     } else {

@@ -64,6 +64,8 @@ export interface PassError {
   retryAfterMs?: number;
   /** The HTTP status, when the service answered with an error status. */
   status?: number;
+  /** TLS refused the service's certificate by its dates (api/errors.ts isCertificateClockError): the clock's fault. */
+  certificateClock?: true;
 }
 
 /** What happened to one instance in a pass: the summary, the exit code and the tests all read this. */

@@ -1,6 +1,6 @@
 // One reconcile pass: pull → observe → plan → apply → record → persist → report.
 import type { ServiceClient } from '../api/client.js';
-import { HttpStatusError } from '../api/errors.js';
+import { HttpStatusError, isCertificateClockError } from '../api/errors.js';
 import { type ItemWire, itemKey, judgeConfigInstance } from '../api/list-page.js';
 import type { InvalidListItem } from '../api/pager.js';
 import type { RequestRetryOptions } from '../api/retry.js';
@@ -724,6 +724,9 @@ export function toPassError(error: unknown): PassError {
       status: error.status,
       ...(error.retryAfterMs === undefined ? {} : { retryAfterMs: error.retryAfterMs }),
     };
+  }
+  if (isCertificateClockError(error)) {
+    return { code: 'network_error', message: errorMessage(error), retryable: true, certificateClock: true };
   }
   if (isAgentError(error)) return { code: error.code, message: error.message, retryable: error.retryable };
   return { code: 'internal', message: errorMessage(error), retryable: false };
