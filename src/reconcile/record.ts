@@ -366,6 +366,7 @@ const ROOT_CONDITION_WHY: Record<RootCondition, string> = {
     "a directory on the path is at the temp name a renewal of the agent's renamed it to (its rename back, or the start's, failed): nothing is made at its name; retried, each time putting it back first, not counted as an attempt",
   held_by_another_user:
     "the file at the path belongs to another user in a sticky directory that is not the agent's user's either: only its owner or root may replace or remove it; retried until it goes, not counted as an attempt",
+  busy: "the file at the path, or its filesystem, answered 'try again' (EAGAIN: a lease another process holds on the file; EINTR: a call a network or FUSE filesystem interrupted): retried, not counted as an attempt",
 };
 const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   full: 'disk full',
@@ -379,6 +380,7 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   obstructed: 'path obstructed on the device',
   renamed_aside: 'a directory on the path is renamed aside',
   held_by_another_user: "another user's file in a sticky directory is in the way",
+  busy: "the file or its filesystem said 'try again'",
 };
 
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */

@@ -129,7 +129,8 @@ export function isAgentResourceError(error: unknown): boolean {
  * or a directory on the path is at a renewal's aside name, which the agent must put back first (`renamed_aside`:
  * `DiskError.renamedAside`, store/directory-asides.ts: its rename back or the start's restore failed), or a file of
  * another user in a sticky directory neither of theirs is the agent's refused the rename over it or its unlink
- * (`held_by_another_user`: judged by apply.ts, never by rootConditionOf).
+ * (`held_by_another_user`: judged by apply.ts, never by rootConditionOf), or the file or its filesystem answered
+ * "try again" (`busy`: TRY_AGAIN_ERRNOS, a lease held on the file).
  * Such a failure is no attempt of the instance (record.ts): it waits, `retrying`, until the condition ends; only a file larger than the whole filesystem (judged by apply.ts) counts attempts as before.
  */
 export type RootCondition =
@@ -143,7 +144,8 @@ export type RootCondition =
   | 'failing'
   | 'obstructed'
   | 'renamed_aside'
-  | 'held_by_another_user';
+  | 'held_by_another_user'
+  | 'busy';
 
 /**
  * Errnos of a disk or filesystem failing rather than of one write: an I/O error, the device gone (a card or USB
@@ -161,6 +163,14 @@ const FAILING_DISK_ERRNOS: ReadonlySet<string> = new Set([
   'EUCLEAN',
   'EBADMSG',
 ]);
+
+/**
+ * Errnos that say "try again" (adv26): EAGAIN (EWOULDBLOCK), which an O_NONBLOCK open of a file another process
+ * holds a write lease on answers until the lease is given up (Samba's kernel oplocks, nfsd's delegations, the
+ * owner of a file in a sticky directory), and EINTR, which libuv passes on for a read (a network or FUSE
+ * filesystem's interrupted call). Nothing about the instance: `busy`, retried, never an attempt.
+ */
+const TRY_AGAIN_ERRNOS: ReadonlySet<string> = new Set(['EAGAIN', 'EWOULDBLOCK', 'EINTR']);
 
 /** Steps that add or remove an entry of the directory holding their path. */
 const ENTRY_OPERATIONS = new Set([
@@ -232,6 +242,7 @@ export function rootConditionOf(error: unknown): RootCondition | undefined {
     if (code === 'ENOSPC' || code === 'EDQUOT') return 'full';
     if (code === 'EROFS') return 'read_only';
     if (current instanceof DiskError && code !== undefined && FAILING_DISK_ERRNOS.has(code)) return 'failing';
+    if (current instanceof DiskError && code !== undefined && TRY_AGAIN_ERRNOS.has(code)) return 'busy';
     if (current instanceof DiskError) return undefined;
     current = typeof current === 'object' && 'cause' in current ? current.cause : undefined;
   }
