@@ -37,4 +37,23 @@ describe('renderHumanSummary', () => {
         '  unchanged etc/b.json (cfg_b) — changed on disk by someone else: kept (drift policy is not "restore")\n',
     );
   });
+
+  it('names the way out of a rejected key (ux23: sync said only "HTTP 401 (unauthorized)")', () => {
+    const text = renderHumanSummary({
+      ...result([]),
+      reachable: false,
+      converged: false,
+      error: {
+        code: 'http_status',
+        message: 'GET /v1/config_instances failed with HTTP 401 (unauthorized)',
+        retryable: false,
+        status: 401,
+      },
+    });
+    expect(text).toBe(
+      'The service could not be used: GET /v1/config_instances failed with HTTP 401 (unauthorized)\n' +
+        'The service rejected the API key (wrong, revoked, or for another workspace): sudo config-agent init --api-key-file <file> replaces it (then, for the service, sudo systemctl restart config-agent).\n' +
+        'No file was changed.\n',
+    );
+  });
 });

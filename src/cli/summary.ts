@@ -85,10 +85,18 @@ function unicodeEscape(codePoint: number): string {
   return codePoint > 0xffff ? `\\u{${hex}}` : `\\u${hex.padStart(4, '0')}`;
 }
 
+/** The way out of the service's refusals an operator can fix on the device (`--once`, `sync`): the key. */
+const FIX_FOR_STATUS: Readonly<Record<number, string>> = {
+  401: 'The service rejected the API key (wrong, revoked, or for another workspace): sudo config-agent init --api-key-file <file> replaces it (then, for the service, sudo systemctl restart config-agent).',
+  403: "The API key may not read this device's instances: check the key's workspace and the deviceId in the configuration (sudo config-agent doctor).",
+};
+
 export function renderHumanSummary(result: PassResult): string {
   const lines: string[] = [];
   if (!result.reachable) {
     lines.push(`The service could not be used: ${terminalSafe(result.error?.message ?? 'unknown error')}`);
+    const fix = result.error?.status === undefined ? undefined : FIX_FOR_STATUS[result.error.status];
+    if (fix !== undefined) lines.push(fix);
     lines.push('No file was changed.');
     if (result.reports.pending > 0) lines.push(`${result.reports.pending} status report(s) kept for later.`);
     return `${lines.join('\n')}\n`;
