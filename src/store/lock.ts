@@ -424,8 +424,24 @@ export async function acquireRootLock(
     // hold the name, or is another user's (not root, this process's or one that may write rootDir: a squatter naming itself,
     // which root's agent can see holds it; review30) is a local user's squat, which must not keep the agent from
     // starting (no lock then). Judged before its rootDir, which a squatter may name as it likes.
-    if (holder === undefined || !(await holdsName(name, holder.pid)) || !(await trusted(holder.pid, keyed))) {
-      const who = holder === undefined ? 'it does not say who it is' : `it says pid ${holder.pid}`;
+    if (holder === 'silent') {
+      // Not a byte before the wait ran out, the connection kept open: a squatter, or an agent that cannot answer
+      // now (stopped, its event loop blocked). One of a user who may write rootDir anyway is believed, as an
+      // answering holder is: two agents on one rootDir is what the lock is for (adv26).
+      const pid = await silentHolder(name);
+      if (pid !== undefined && (await trusted(pid, keyed)))
+        throw new RootLockedError(rootDir, stateDir, pid, undefined);
+    }
+    if (
+      holder === undefined ||
+      holder === 'silent' ||
+      !(await holdsName(name, holder.pid)) ||
+      !(await trusted(holder.pid, keyed))
+    ) {
+      const who =
+        holder === undefined || holder === 'silent'
+          ? 'it does not say who it is'
+          : `it says pid ${holder.pid}`;
       return {
         release: async () => {},
         unproven: `${rootDir}'s lock name is held by a process not shown to be another config-agent (${who}): started without the lock`,
@@ -455,7 +471,12 @@ const MAX_HOLDER_DESCRIPTORS = 4096;
  * keep the agent from starting; the price is that the service may start beside a `--once` run by root.
  */
 export async function holdsName(name: string, pid: number, proc = '/proc'): Promise<boolean> {
-  const { readdir, readlink } = process.getBuiltinModule('node:fs/promises');
+  const inodes = await nameInodes(name, proc);
+  return inodes.size > 0 && (await holdsAny(inodes, pid, proc));
+}
+
+/** The sockets (`socket:[inode]`, as /proc/<pid>/fd links show them) bound to the abstract name, from /proc/net/unix. */
+async function nameInodes(name: string, proc: string): Promise<Set<string>> {
   const table = await readFile(`${proc}/net/unix`, 'utf8').catch(() => '');
   const shown = `@${name.slice(1)}`;
   const inodes = new Set<string>();
@@ -465,13 +486,39 @@ export async function holdsName(name: string, pid: number, proc = '/proc'): Prom
     if (fields[7]?.replace(/@+$/, '') === shown && fields[6] !== undefined)
       inodes.add(`socket:[${fields[6]}]`);
   }
-  if (inodes.size === 0) return false;
+  return inodes;
+}
+
+async function holdsAny(inodes: ReadonlySet<string>, pid: number, proc: string): Promise<boolean> {
+  const { readdir, readlink } = process.getBuiltinModule('node:fs/promises');
   const descriptors = await readdir(`${proc}/${pid}/fd`).catch(() => [] as string[]);
   for (const fd of descriptors.slice(0, MAX_HOLDER_DESCRIPTORS)) {
     const target = await readlink(`${proc}/${pid}/fd/${fd}`).catch(() => undefined);
     if (target !== undefined && inodes.has(target)) return true;
   }
   return false;
+}
+
+/** Processes looked at, at most, for the holder of a name that does not answer: a device runs a few hundred. */
+const MAX_HOLDER_PROCESSES = 8192;
+
+/**
+ * The process holding the abstract socket `name` when its holder did not answer (adv26): an agent stopped
+ * (`kill -STOP`, a debugger) or whose event loop is blocked past ROOT_HOLDER_ANSWER_MS still holds the name, and
+ * the kernel still queues a connection in its backlog, but nothing answers. Found among the processes /proc lets
+ * this one list (every one as root; the agent's own user's otherwise: the only holders it would believe); undefined
+ * when none is shown, as for a squatter whose process cannot be listed.
+ */
+async function silentHolder(name: string, proc = '/proc'): Promise<number | undefined> {
+  const inodes = await nameInodes(name, proc);
+  if (inodes.size === 0) return undefined;
+  const { readdir } = process.getBuiltinModule('node:fs/promises');
+  const entries = await readdir(proc).catch(() => [] as string[]);
+  const pids = entries.filter((entry) => /^[1-9][0-9]*$/.test(entry)).map(Number);
+  for (const pid of pids.slice(0, MAX_HOLDER_PROCESSES)) {
+    if (pid !== process.pid && (await holdsAny(inodes, pid, proc))) return pid;
+  }
+  return undefined;
 }
 
 /** rootDir's owner, group and mode bits (stat), which tell who may write it. */
@@ -504,10 +551,13 @@ async function trusted(pid: number, root: RootOwner, proc = '/proc'): Promise<bo
   return (root.mode & 0o002) !== 0;
 }
 
-/** The holder's answer: its pid and stateDir; undefined when it does not say; 'gone' when nobody holds the name. */
+/**
+ * The holder's answer: its pid and stateDir; undefined when it does not say; 'gone' when nobody holds the name;
+ * 'silent' when it sent nothing at all before the wait ran out, the connection still open (a stopped agent's).
+ */
 async function askRootHolder(
   name: string,
-): Promise<{ pid: number; stateDir: string; rootDir?: string | undefined } | undefined | 'gone'> {
+): Promise<{ pid: number; stateDir: string; rootDir?: string | undefined } | undefined | 'gone' | 'silent'> {
   const net = process.getBuiltinModule('node:net');
   return await new Promise((resolve) => {
     let text = '';
@@ -515,7 +565,11 @@ async function askRootHolder(
     const socket = net.connect({ path: name }, () => {
       connected = true;
     });
-    socket.setTimeout(ROOT_HOLDER_ANSWER_MS, () => socket.destroy());
+    let silent = false;
+    socket.setTimeout(ROOT_HOLDER_ANSWER_MS, () => {
+      silent = connected && text === '';
+      socket.destroy();
+    });
     let chunks = 0;
     socket.on('data', (chunk: Buffer) => {
       text += chunk.toString('utf8');
@@ -526,6 +580,7 @@ async function askRootHolder(
     socket.on('error', () => {});
     socket.on('close', () => {
       if (!connected) return resolve('gone');
+      if (silent) return resolve('silent');
       try {
         const parsed = z
           .object({ pid: z.number().int().positive(), stateDir: z.string(), rootDir: z.string().optional() })

@@ -28,7 +28,7 @@ export async function holdRootName(rootDir: string, options: RootHolderOptions =
   const script = `
     const net = require('node:net');
     const answer = ${answer};
-    net.createServer((s) => s.end(answer)).listen({ path: '\\0config-agent-root-${dev}:${ino}' }, () => process.stdout.write('held\\n'));
+    net.createServer((s) => { s.on('error', () => {}); s.end(answer); }).listen({ path: '\\0config-agent-root-${dev}:${ino}' }, () => process.stdout.write('held\\n'));
     process.stdin.on('end', () => process.exit(0)); process.stdin.resume();`;
   const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
   running.add(child);
