@@ -1,4 +1,5 @@
 // MountLanes and the gate against the mutants Stryker left alive (mut23): late mounts and their next answer, the stop's bound, closes deferred over two hangs.
+import { constants } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
@@ -216,5 +217,59 @@ describe('gateMountsThatMayHang: a descriptor opened in stateDir on a mount that
     expect(syncs.made).toBe(1);
     expire();
     expect(await sync).toMatchObject({ code: 'ETIMEDOUT', mountPoint: '/var' });
+  });
+});
+
+describe('gateMountsThatMayHang: an open (a FileHandle) into a mount that may hang answering after its caller gave up', () => {
+  /** Files by path on a stand-in mount; each open waits until the test answers it. */
+  function lateOpens() {
+    const files = new Set<string>(['/srv/root/share/kept.json']);
+    const closed: string[] = [];
+    const held: (() => void)[] = [];
+    const fs = {
+      open: (file: string, flags: number) =>
+        new Promise<FileHandle>((resolve) => {
+          held.push(() => {
+            if ((flags & constants.O_CREAT) !== 0) files.add(file);
+            resolve({
+              fd: 7,
+              stat: async () => ({ dev: 1, ino: file.length }),
+              close: async () => {
+                closed.push(file);
+              },
+            } as unknown as FileHandle);
+          });
+        }),
+      lstat: async (file: string) => ({ dev: 1, ino: file.length }),
+      unlink: async (file: string) => {
+        files.delete(file);
+      },
+    } as unknown as FsPort;
+    return { fs, files, closed, answer: () => held.shift()?.() };
+  }
+
+  it('the file it made is removed and its handle closed; a file it only opened is kept, its handle closed', async () => {
+    const { clock, expire } = controlledClock();
+    const world = lateOpens();
+    const gated = gateMountsThatMayHang(world.fs, '/srv/root', () => new Set(['share']), clock, 15_000);
+    const made = gated
+      .open('/srv/root/share/.tmp-a.json', constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600)
+      .catch((error: unknown) => error);
+    expire();
+    expect(await made).toMatchObject({ code: 'ETIMEDOUT' });
+    world.answer();
+    await turns();
+    expect([...world.files]).toEqual(['/srv/root/share/kept.json']);
+    expect(world.closed).toEqual(['/srv/root/share/.tmp-a.json']);
+
+    const opened = gated
+      .open('/srv/root/share/kept.json', constants.O_RDONLY)
+      .catch((error: unknown) => error);
+    expire();
+    expect(await opened).toMatchObject({ code: 'ETIMEDOUT' });
+    world.answer();
+    await turns();
+    expect([...world.files]).toEqual(['/srv/root/share/kept.json']);
+    expect(world.closed).toEqual(['/srv/root/share/.tmp-a.json', '/srv/root/share/kept.json']);
   });
 });
