@@ -78,8 +78,13 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   #passAbort: AbortController | undefined;
   /** Hooks run here, one after another, outside the pass: a slow hook never holds up polls or `sync`. */
   #hooks: Promise<void> = Promise.resolve();
-  /** Changed paths whose hook run is queued or running, so a later pass does not queue them twice. */
+  /** Changed paths whose hook run is queued and not started yet, so a later pass does not queue them twice. */
   readonly #hookPathsQueued = new Set<string>();
+  /**
+   * Changed paths whose hook run has started: written again meanwhile, they are queued again (the run may have read
+   * the version before), and not settled when that run ends.
+   */
+  readonly #hookPathsRunning = new Set<string>();
   /** The last failure to write the metrics textfile, while it lasts. */
   #metricsFailure: string | undefined;
   /** Why the drift watcher could not start (an errno or message), while it cannot: tried again after each pass. */
@@ -378,7 +383,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       (outcome) => outcome.action === 'written' && outcome.reason === 'drift',
     );
     if (drifted.length > 0) c.metrics.recordDriftRepair(drifted.length);
-    if (c.config.hooks.length > 0) this.#queueHooks(c);
+    if (c.config.hooks.length > 0) this.#queueHooks(c, result.outcomes);
     c.metrics.recordPass({
       durationMs: result.durationMs,
       converged: result.converged,
@@ -396,12 +401,27 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
    * Queues one hook run for the changed paths not queued yet. The paths live in state.json until their hooks
    * ran, so a run cut short by a stop or a crash happens after the next start.
    */
-  #queueHooks(c: AgentComponents<R>): void {
-    const changed = c.runner.pendingHookPaths().filter((path) => !this.#hookPathsQueued.has(path));
+  #queueHooks(c: AgentComponents<R>, outcomes: readonly InstanceOutcome[]): void {
+    // A path whose run has started is pending until that run ends: queued again only when this pass changed it.
+    const changedNow = new Set(
+      outcomes
+        .filter((outcome) => outcome.action === 'written' || outcome.action === 'removed')
+        .map((outcome) => outcome.path),
+    );
+    const changed = c.runner
+      .pendingHookPaths()
+      .filter(
+        (path) =>
+          !this.#hookPathsQueued.has(path) && (!this.#hookPathsRunning.has(path) || changedNow.has(path)),
+      );
     if (changed.length === 0) return;
     for (const path of changed) this.#hookPathsQueued.add(path);
     this.#hooks = this.#hooks.then(async () => {
       if (this.#stop.signal.aborted) return;
+      for (const path of changed) {
+        this.#hookPathsQueued.delete(path);
+        this.#hookPathsRunning.add(path);
+      }
       const runs = await runHooks(c.config.hooks, changed, {
         cwd: c.config.rootDir,
         env: c.hookEnv,
@@ -411,9 +431,10 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       });
       // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.
       for (const run of runs) c.metrics.recordHookRun(run);
+      for (const path of changed) this.#hookPathsRunning.delete(path);
       if (!this.#stop.signal.aborted) {
-        c.runner.settleHookPaths(changed);
-        for (const path of changed) this.#hookPathsQueued.delete(path);
+        // One written again while this run went on is queued again: it stays pending for that run.
+        c.runner.settleHookPaths(changed.filter((path) => !this.#hookPathsQueued.has(path)));
       }
       await this.#writeMetrics(c);
     });

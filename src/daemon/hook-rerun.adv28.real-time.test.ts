@@ -1,0 +1,164 @@
+// A file written again while its hook runs gets another run of the hook (adv28): real hook processes, fake poll clock.
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Volume } from 'memfs';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
+import { parseAgentConfig } from '../config/load.js';
+import type { Clock } from '../lib/clock.js';
+import { silentLogger } from '../lib/logger.js';
+import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
+import { emptyState } from '../store/state.js';
+import { AgentDaemon } from './agent.js';
+import { AgentMetrics } from './metrics.js';
+
+/** Poll waits end only when the test releases them; anything else (drift debounce) ends at once. */
+class HeldClock implements Clock {
+  mono = 1_000_000;
+  readonly waits: (() => void)[] = [];
+  now(): number {
+    return Date.parse('2030-06-01T12:00:00Z');
+  }
+  monotonic(): number {
+    return this.mono;
+  }
+  sleep(_ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => reject(signal?.reason);
+      this.waits.push(() => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      });
+      if (signal?.aborted) onAbort();
+      else signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}
+
+/** Each pass writes the next scripted content of `a.json` into a real rootDir and says so, as record.ts does. */
+class WritingRunner implements PassRunner {
+  readonly state = emptyState('dvc_unit', '/unused');
+  readonly pending = new Set<string>();
+  readonly contents: string[] = [];
+  passes = 0;
+  pendingReports = 0;
+  constructor(private readonly rootDir: string) {}
+
+  async runPass(options: PassOptions): Promise<PassResult> {
+    const content = this.contents.shift();
+    this.passes += 1;
+    const outcomes: PassResult['outcomes'] = [];
+    if (content !== undefined) {
+      await writeFile(path.join(this.rootDir, 'a.json'), content);
+      this.pending.add('a.json');
+      outcomes.push({
+        instanceId: 'ins_a',
+        path: 'a.json',
+        action: 'written',
+        converged: true,
+        reason: 'new',
+      });
+    }
+    return {
+      mode: options.mode,
+      dryRun: false,
+      startedAt: '2030-06-01T12:00:00.000Z',
+      durationMs: 1,
+      reachable: true,
+      steps: [],
+      outcomes,
+      reports: { delivered: 0, rejected: 0, pending: 0 },
+      sweptTempFiles: [],
+      converged: true,
+    };
+  }
+  hasDueRetries(): boolean {
+    return false;
+  }
+  nextRetryAt(): number | undefined {
+    return undefined;
+  }
+  pendingHookPaths(): string[] {
+    return [...this.pending];
+  }
+  settleHookPaths(paths: readonly string[]): void {
+    for (const changed of paths) this.pending.delete(changed);
+  }
+  async flushState(): Promise<void> {}
+  async close(): Promise<void> {}
+}
+
+let dir: string;
+const daemons: AgentDaemon[] = [];
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-hook-rerun-'));
+});
+
+afterEach(async () => {
+  await Promise.all(daemons.splice(0).map((daemon) => daemon.stop(3_000)));
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function settle(done: () => boolean, what: string): Promise<void> {
+  await waitFor(done, PATIENCE_MS, { what, intervalMs: 5 });
+}
+
+describe('a managed file written again while its hook runs (adv28)', () => {
+  it('runs the hook again after that run, which sees the new version', async () => {
+    const log = path.join(dir, 'runs.log');
+    const release = path.join(dir, 'release');
+    // The hook reads the file (as `nginx -t` would), then waits until the test lets it end.
+    const script = `cat a.json >> '${log}'; echo >> '${log}'; while [ ! -e '${release}' ]; do sleep 0.02; done`;
+    const config = parseAgentConfig(
+      {
+        deviceId: 'dvc_unit',
+        server: { baseUrl: 'https://dcds.example.com' },
+        rootDir: dir,
+        stateDir: '/var/lib/config-agent',
+        drift: 'off',
+        hooks: [{ match: '*.json', run: ['/bin/sh', '-c', script], timeoutSeconds: 20 }],
+      },
+      'adv28',
+    );
+    const clock = new HeldClock();
+    const runner = new WritingRunner(dir);
+    runner.contents.push('{"v":1}', '{"v":2}');
+    const metrics = new AgentMetrics({ deviceId: 'dvc_unit' });
+    const daemon = new AgentDaemon({
+      deps: { fs: memfsPort(new Volume()), clock, random: () => 0, logger: silentLogger() },
+      config,
+      runner,
+      metrics,
+      hookEnv: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+      scrub: (text) => text,
+    });
+    daemons.push(daemon as AgentDaemon);
+    await daemon.start();
+    const runs = async () => (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
+
+    await settle(() => clock.waits.length === 1, 'the boot wait');
+    clock.waits.shift()?.();
+    // Pass 1 wrote v1; its hook run started and read it.
+    await waitFor(async () => (await runs()).length === 1, PATIENCE_MS, { what: 'the first run' });
+    expect(await runs()).toEqual(['{"v":1}']);
+    // Pass 2 writes v2 while that run is still going.
+    await settle(() => clock.waits.length === 1, 'the wait after pass 1');
+    clock.waits.shift()?.();
+    await settle(() => runner.passes === 2 && clock.waits.length === 1, 'pass 2');
+    await writeFile(release, '');
+
+    // The hook must hear of v2: either a second run that saw it, or a.json still pending for the next one.
+    await waitFor(
+      async () => (await runs()).length === 2 || (runner.passes === 2 && !runner.pending.has('a.json')),
+      PATIENCE_MS,
+      { what: 'a second run, or the first one settled' },
+    );
+    await waitFor(async () => (await runs()).length === 2, 2_000, {
+      what: 'a second run of the hook for v2',
+    }).catch(() => undefined);
+    expect(await runs()).toEqual(['{"v":1}', '{"v":2}']);
+  }, 60_000);
+});
