@@ -174,6 +174,27 @@ describe('a report the service answers 500 every time', () => {
     expect(lines.some((line) => /^error .*still not accepted/.test(line))).toBe(true);
   });
 
+  it('many reports failing in one delivery make one log line naming how many, not one each (ux23)', async () => {
+    server.state.addFault({ match: '^/v1/config_instances/', count: 1_000, status: 500 });
+    const outbox = await StatusOutbox.open(nodeFs, dir, silentLogger(), { now: () => 0 });
+    for (const id of ['cfg_a', 'cfg_b', 'cfg_c']) outbox.enqueue(id, deployed, NOW);
+    const fields: Record<string, unknown>[] = [];
+    const recorded = recordingLogger();
+    const logger = {
+      ...recorded.logger,
+      warn: (obj: Record<string, unknown>, msg: string) => {
+        fields.push(obj);
+        recorded.logger.warn(obj, msg);
+      },
+    } as Logger;
+    await deliverReports(await context(outbox, logger));
+    expect(patches()).toBe(3);
+    expect(outbox.size).toBe(3);
+    // Before: three warn lines, one per report.
+    expect(recorded.lines).toEqual(['warn status report failed: kept, sent again after a backoff']);
+    expect(fields[0]).toMatchObject({ failed: 3, stillNotAccepted: 0, pending: 3 });
+  });
+
   it('Retry-After longer than the backoff is honoured', async () => {
     server.state.addFault({
       match: '^/v1/config_instances/cfg_a$',

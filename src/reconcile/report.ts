@@ -156,11 +156,26 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
     (error) => (ctx.signal?.aborted === true ? 'stop' : deliveryVerdict(error)),
     { concurrency: REPORT_CONCURRENCY, backoff: reportBackoff(ctx.retry), ...options },
   );
-  for (const { entry, error } of flushed.skipped) {
-    const attempts = entry.attempts ?? 0;
-    const fields = { err: error, instanceId: entry.instanceId, attempts, pending: ctx.outbox.size };
-    // Never dropped: a report lost here may never be derived again (a `failed` the state already records).
-    if (attempts >= REPORT_ATTEMPTS_ALARM)
+  // Never dropped: a report lost here may never be derived again (a `failed` the state already records). One
+  // line per delivery, naming the first report and how many failed (ux23; each report's own line is at debug): a
+  // line per report put 1,048 warn lines (633 KB) in the journal in 150 s for 300 reports a service answered 500.
+  const skipped = flushed.skipped;
+  for (const { entry, error } of skipped) {
+    const fields = { err: error, instanceId: entry.instanceId, attempts: entry.attempts ?? 0 };
+    ctx.logger.debug(fields, 'status report failed: kept, sent again after a backoff');
+  }
+  const alarmed = skipped.filter(({ entry }) => (entry.attempts ?? 0) >= REPORT_ATTEMPTS_ALARM);
+  const first = alarmed[0] ?? skipped[0];
+  if (first !== undefined) {
+    const fields = {
+      err: first.error,
+      instanceId: first.entry.instanceId,
+      attempts: first.entry.attempts ?? 0,
+      failed: skipped.length,
+      stillNotAccepted: alarmed.length,
+      pending: ctx.outbox.size,
+    };
+    if (alarmed.length > 0)
       ctx.logger.error(fields, 'status report still not accepted by the service: kept, sent again later');
     else ctx.logger.warn(fields, 'status report failed: kept, sent again after a backoff');
   }
