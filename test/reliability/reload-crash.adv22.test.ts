@@ -45,7 +45,13 @@ describe('a reload that moves stateDir, killed after the signal', { timeout: 600
         // The service's next change, then the move: a copy of the state directory, the config pointed at it.
         fleet.mutate(random, 0.5);
         const moved = path.join(dir, 'state-moved');
-        const copy = spawnSync('cp', ['-a', fleet.stateDir, moved]);
+        // The running agent may still be writing into it (a temp file of its code cache or of state gone between
+        // cp's listing and its copy): copied again until one copy is whole.
+        let copy = spawnSync('cp', ['-a', fleet.stateDir, moved]);
+        for (let again = 0; again < 5 && copy.status !== 0; again += 1) {
+          spawnSync('rm', ['-rf', moved]);
+          copy = spawnSync('cp', ['-a', fleet.stateDir, moved]);
+        }
         expect(copy.status, String(copy.stderr)).toBe(0);
         await fleet.writeConfig(fleet.server.url, {
           stateDir: moved,
