@@ -2,14 +2,21 @@
 import { describe, expect, it } from 'vitest';
 import { endProcess, POOL_DRAIN_MS, type ProcessEnd, signalOfExitCode } from './process-exit.js';
 
-/** A process whose pool work ends after `busyMs` (never: Infinity), on a fake clock; `ended` is how it ended. */
-function fakeProcess(busyMs: number) {
-  let now = 0;
+/**
+ * A process whose pool work ends after `busyMs` (never: Infinity), or after `busyTurns` turns of its loop, on a fake
+ * clock; `ended` is how it ended, `clock.now` when.
+ */
+function fakeProcess(busyMs: number, busyTurns = Number.POSITIVE_INFINITY) {
+  let turns = 0;
+  const clock = { now: 0 };
   const world = {
+    clock,
     ended: undefined as { code: number } | { signal: NodeJS.Signals } | undefined,
     end: {
       activeResources: () =>
-        now < busyMs ? ['FSReqPromise', 'Timeout', 'PipeWrap'] : ['Timeout', 'PipeWrap'],
+        clock.now < busyMs && turns < busyTurns
+          ? ['FSReqPromise', 'Timeout', 'PipeWrap']
+          : ['Timeout', 'PipeWrap'],
       exit: (code) => {
         world.ended = { code };
       },
@@ -17,7 +24,8 @@ function fakeProcess(busyMs: number) {
         world.ended = { signal };
       },
       sleep: async (ms) => {
-        now += ms;
+        clock.now += ms;
+        turns += 1;
       },
     } satisfies ProcessEnd,
   };
@@ -31,6 +39,14 @@ describe('endProcess', () => {
       await endProcess(143, world.end);
       expect(world.ended).toEqual({ code: 143 });
     }
+  });
+
+  it('exits at once when the pool work listed is the request whose callback is still returning', async () => {
+    // The last awaited fs call before the exit is listed until one turn of the loop has passed.
+    const world = fakeProcess(Number.POSITIVE_INFINITY, 1);
+    await endProcess(0, world.end);
+    expect(world.ended).toEqual({ code: 0 });
+    expect(world.clock.now).toBe(0);
   });
 
   it('ends by the signal the code stands for when pool work never ends (a hung mount)', async () => {
