@@ -31,6 +31,125 @@ export interface ObserveOptions {
    * read (its sha256 is NOT_HASHED, which equals no digest). A path absent from the map is read whatever its size.
    */
   sizes?: ReadonlyMap<string, ReadonlySet<number>>;
+  /** Paths observed while the listing arrived (ObservationAhead, made with the same `fingerprints`). */
+  ahead?: ObservationAhead;
+}
+
+/** What a path observed ahead was found to be: its fingerprinted file, or nothing there. */
+type AheadVerdict =
+  | typeof ABSENT
+  | { sha256: string; mode: number; gid: number; identity: ObservedIdentity }
+  | undefined;
+
+/** Paths a turn of ObservationAhead observes before it yields to the event loop (a page may have come). */
+const AHEAD_TURN = 64;
+
+/**
+ * Observation of the paths the listing names while the rest of it is still on its way: the pager waits for each
+ * next page, and an idle pass's lstats (~1,000 of them, the largest part of what follows the pull) run in those
+ * waits instead of after the last page. Each path added is looked at in a later turn of the event loop (`defer`),
+ * after the pager has asked for its next page. Only the two quick verdicts are kept: a regular file under real
+ * directories whose identity is the fingerprinted one (its recorded sha256, as observeWithFingerprint would take
+ * it, never where the filesystem keeps no change time), and a path known absent. Anything else (no fingerprint,
+ * another identity, a symlink, an error) is
+ * observed by observeDisk as before, with the sizes the whole listing wants. A file changed between its lstat
+ * here and the plan is the race an observation made just before the plan has too: the next pass sees it.
+ */
+export class ObservationAhead {
+  readonly #fs: FsPort;
+  readonly #fingerprints: NonNullable<ObserveOptions['fingerprints']>;
+  readonly #defer: (run: () => void) => void;
+  readonly #signal: AbortSignal | undefined;
+  readonly directories: DirectoryCheck;
+  readonly #rootDir: string;
+  readonly #queue: string[] = [];
+  readonly #verdicts = new Map<string, AheadVerdict | Promise<AheadVerdict>>();
+  #scheduled = false;
+  #stopped = false;
+
+  constructor(
+    fs: FsPort,
+    rootDir: string,
+    fingerprints: NonNullable<ObserveOptions['fingerprints']>,
+    defer: (run: () => void) => void,
+    signal?: AbortSignal,
+  ) {
+    this.#fs = fs;
+    this.#rootDir = rootDir;
+    this.#fingerprints = fingerprints;
+    this.#defer = defer;
+    this.#signal = signal;
+    this.directories = new DirectoryCheck(fs, rootDir);
+  }
+
+  /** A path the listing names: observed in a later turn. */
+  add(relative: string): void {
+    if (this.#stopped) return;
+    this.#queue.push(relative);
+    this.#schedule();
+  }
+
+  /** Stops observing ahead (the listing is whole): what was observed, by path. */
+  stop(): ReadonlyMap<string, AheadVerdict | Promise<AheadVerdict>> {
+    this.#stopped = true;
+    this.#queue.length = 0;
+    return this.#verdicts;
+  }
+
+  #schedule(): void {
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    this.#defer(() => this.#turn());
+  }
+
+  #turn(): void {
+    this.#scheduled = false;
+    if (this.#stopped || this.#signal?.aborted === true) return;
+    for (const relative of this.#queue.splice(0, AHEAD_TURN)) {
+      if (this.#verdicts.has(relative)) continue;
+      // Without a promise where the lstat is synchronous and the path's directories are judged already.
+      try {
+        const readFrom = this.#fingerprints.now();
+        const now = regularFileStatsNow(this.#fs, this.#rootDir, relative, this.directories);
+        this.#verdicts.set(
+          relative,
+          now === NOT_YET ? this.#observe(relative) : this.#verdict(now, relative, readFrom),
+        );
+      } catch {
+        this.#verdicts.set(relative, undefined);
+      }
+    }
+    if (this.#queue.length > 0) this.#schedule();
+  }
+
+  async #observe(relative: string): Promise<AheadVerdict> {
+    try {
+      const readFrom = this.#fingerprints.now();
+      const before = await regularFileStats(this.#fs, this.#rootDir, relative, this.directories);
+      return this.#verdict(before, relative, readFrom);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** What `before` (the path's lstat, or why there is none) says with the fingerprints; `readFrom`: before it. */
+  #verdict(
+    before: BigIntStats | typeof ABSENT | undefined,
+    relative: string,
+    readFrom: number,
+  ): AheadVerdict {
+    if (before === ABSENT || before === undefined) return before;
+    // Where ctime is no change time (FAT, exFAT, FUSE) an identity proves nothing: observeDisk reads the bytes.
+    if (this.#fs.keepsNoChangeTimeAt?.(`${this.#rootDir}/${relative}`) === true) return undefined;
+    const sha256 = this.#fingerprints.store.lookup(relative, identityOf(before), readFrom);
+    if (sha256 === undefined) return undefined;
+    return {
+      sha256,
+      mode: Number(before.mode) & PERMISSION_BITS,
+      gid: Number(before.gid),
+      identity: { dev: before.dev, ino: before.ino, nlink: before.nlink },
+    };
+  }
 }
 
 /**
@@ -64,10 +183,11 @@ export async function observeDisk(
   instances: readonly Pick<ConfigInstance, 'relative_filepath'>[],
   options: ObserveOptions = {},
 ): Promise<Map<string, DiskObservation>> {
-  const { signal, fingerprints, identities, sizes } = options;
+  const { signal, fingerprints, identities, sizes, ahead } = options;
   const paths = [...new Set(instances.map((instance) => instance.relative_filepath))];
   const observed = new Array<DiskObservation>(paths.length);
-  const directories = new DirectoryCheck(fs, rootDir);
+  const directories = ahead?.directories ?? new DirectoryCheck(fs, rootDir);
+  const verdicts = ahead?.stop();
   let next = 0;
   const worker = async (): Promise<void> => {
     while (next < paths.length) {
@@ -75,6 +195,18 @@ export async function observeDisk(
       const index = next++;
       const relative = paths[index]!;
       const onlySizes = sizes?.get(relative);
+      const early = fingerprints === undefined ? undefined : verdicts?.get(relative);
+      const verdict = early instanceof Promise ? await early : early;
+      if (verdict === ABSENT) {
+        fingerprints?.store.forget(relative);
+        observed[index] = { kind: 'absent' };
+        continue;
+      }
+      if (verdict !== undefined) {
+        identities?.set(relative, verdict.identity);
+        observed[index] = { kind: 'file', sha256: verdict.sha256, mode: verdict.mode, gid: verdict.gid };
+        continue;
+      }
       observed[index] =
         fingerprints === undefined
           ? await observePath(fs, rootDir, relative, identities, onlySizes)
@@ -188,6 +320,38 @@ async function regularFileStats(
   return stats?.isFile() ? stats : undefined;
 }
 
+/** Not known without waiting: the root not judged yet, or no synchronous lstat. */
+const NOT_YET = 'not yet';
+
+/** regularFileStats when it needs no wait (the root judged, a synchronous lstat), else NOT_YET. */
+function regularFileStatsNow(
+  fs: FsPort,
+  rootDir: string,
+  relative: string,
+  directories: DirectoryCheck,
+): BigIntStats | typeof ABSENT | undefined | typeof NOT_YET {
+  const lstatSync = fs.lstatSync;
+  if (lstatSync === undefined) return NOT_YET;
+  try {
+    validateRelativePath(relative);
+  } catch {
+    return undefined;
+  }
+  const parent = path.posix.dirname(relative);
+  const chain = directories.judgedNow(parent === '.' ? '' : parent);
+  if (chain === undefined) return NOT_YET;
+  if (chain === ABSENT) return fitsUnderRoot(path.resolve(rootDir), relative) ? ABSENT : undefined;
+  if (chain !== 'directory') return undefined;
+  let stats: BigIntStats | typeof ABSENT | undefined;
+  try {
+    stats = lstatSync(directories.absolute(relative), { bigint: true, throwIfNoEntry: false }) ?? ABSENT;
+  } catch (error) {
+    stats = errnoCode(error) === 'ENOENT' ? ABSENT : undefined;
+  }
+  if (stats === ABSENT) return fitsUnderRoot(path.resolve(rootDir), relative) ? ABSENT : undefined;
+  return stats?.isFile() ? stats : undefined;
+}
+
 /**
  * lstat, never following a symlink; ABSENT for ENOENT, undefined when it fails otherwise. Synchronous where the
  * port offers it: a pass with nothing to do is mostly these, and a thread-pool round trip costs several
@@ -224,6 +388,8 @@ class DirectoryCheck {
   readonly #fs: FsPort;
   readonly #root: string;
   readonly #known = new Map<string, Promise<DirectoryState>>();
+  /** The states settled so far (ObservationAhead judges a path without waiting once its directory is here). */
+  readonly #judged = new Map<string, DirectoryState>();
 
   constructor(fs: FsPort, rootDir: string) {
     this.#fs = fs;
@@ -238,10 +404,40 @@ class DirectoryCheck {
   state(relative: string): Promise<DirectoryState> {
     let known = this.#known.get(relative);
     if (known === undefined) {
-      known = this.#check(relative);
+      known = this.#check(relative).then((state) => {
+        this.#judged.set(relative, state);
+        return state;
+      });
       this.#known.set(relative, known);
     }
     return known;
+  }
+
+  /**
+   * The state of `relative` without waiting: settled already, or judged now by a synchronous lstat once its
+   * parent's is (the root is only ever asked through `state`, once); undefined when it cannot be told yet.
+   */
+  judgedNow(relative: string): DirectoryState | undefined {
+    const judged = this.#judged.get(relative);
+    if (judged !== undefined || relative === '' || this.#known.has(relative)) return judged;
+    const lstatSync = this.#fs.lstatSync;
+    if (lstatSync === undefined) return undefined;
+    const parent = path.posix.dirname(relative);
+    const above = this.judgedNow(parent === '.' ? '' : parent);
+    if (above === undefined) return undefined;
+    let state: DirectoryState = above;
+    if (above === 'directory') {
+      // As #check judges it: ABSENT for ENOENT, a real directory, or 'other' (anything else, an error).
+      try {
+        const stats = lstatSync(this.absolute(relative), { bigint: true, throwIfNoEntry: false });
+        state = stats === undefined ? ABSENT : stats.isDirectory() ? 'directory' : 'other';
+      } catch (error) {
+        state = errnoCode(error) === 'ENOENT' ? ABSENT : 'other';
+      }
+    }
+    this.#judged.set(relative, state);
+    this.#known.set(relative, Promise.resolve(state));
+    return state;
   }
 
   async #check(relative: string): Promise<DirectoryState> {

@@ -14,7 +14,7 @@ import { findPathAliases, type ObservedIdentity } from '../store/path-aliases.js
 import type { RootMountWatch } from '../store/root-mount.js';
 import type { StateDir } from '../store/state-dir.js';
 import { type ApplyContext, applySteps, BATCH_STEPS } from './apply.js';
-import { observeDisk, wantedSizes } from './observe.js';
+import { ObservationAhead, observeDisk, wantedSizes } from './observe.js';
 import type { PassError, PassOptions, PassResult, ReconcilerSettings } from './pass-runner.js';
 import {
   type DiskObservation,
@@ -114,9 +114,13 @@ async function passOnce(
     );
 
   let pulled: Pulled<PlanInstance>;
+  // The listed paths' lstats run while the next page is awaited (observe.ts ObservationAhead).
+  const fingerprints = { store: dir.fingerprints, now: () => deps.clock.now() };
+  const ahead = new ObservationAhead(deps.fs, settings.rootDir, fingerprints, setImmediate, signal);
   try {
-    pulled = await pullInstances(options.mode, pullContext(ctx, signal, result.dryRun));
+    pulled = await pullInstances(options.mode, pullContext(ctx, signal, result.dryRun, ahead));
   } catch (error) {
+    ahead.stop();
     signal?.throwIfAborted();
     result.error = toPassError(error);
     logger.warn({ err: error }, 'could not pull config instances: files left as they are');
@@ -142,8 +146,9 @@ async function passOnce(
   const identities = new Map<string, ObservedIdentity>();
   const disk = await observeDisk(deps.fs, settings.rootDir, pulled.instances, {
     ...(signal === undefined ? {} : { signal }),
-    fingerprints: { store: dir.fingerprints, now: () => deps.clock.now() },
+    fingerprints,
     identities,
+    ahead,
     sizes: wantedSizes(pulled.instances),
   });
   let aliases: Map<string, string>;
@@ -275,6 +280,7 @@ function pullContext(
   ctx: PassContext,
   signal: AbortSignal | undefined,
   dryRun: boolean,
+  ahead: ObservationAhead,
 ): PullContext<PlanInstance> {
   const { maxResponseBytes } = ctx.settings;
   const { fingerprints } = ctx.dir;
@@ -285,7 +291,7 @@ function pullContext(
     files: ctx.dir.state.files,
     clock: ctx.deps.clock,
     ...(ctx.toldItems === undefined ? {} : { told: ctx.toldItems }),
-    prepare: afterHeapCheckpoint(spill?.prepare ?? withFile, ctx.deps.heapCheckpoint),
+    prepare: observedAhead(afterHeapCheckpoint(spill?.prepare ?? withFile, ctx.deps.heapCheckpoint), ahead),
     // An item whose exact text was judged and serialized before is not again (api/list-page.ts KnownItems), while
     // its text fits in the spill's budget. Not in a dry run, whose `withFile` would serialize unchecked content.
     ...(spill === undefined
@@ -316,6 +322,14 @@ function fileSpill(ctx: PassContext): FileSpill {
 
 function pullPrepare(ctx: PassContext, dryRun: boolean): Prepare {
   return dryRun ? withFile : fileSpill(ctx).prepare;
+}
+
+/** `prepare`, and the item's path observed ahead (ObservationAhead: in a later turn, while the next page comes). */
+function observedAhead(prepare: Prepare, ahead: ObservationAhead): Prepare {
+  return (instance, wire) => {
+    ahead.add(instance.relative_filepath);
+    return prepare(instance, wire);
+  };
 }
 
 /**
