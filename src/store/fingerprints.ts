@@ -6,6 +6,7 @@ import type { WallClock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableText } from './durable-writer.js';
+import { sameRoot } from './same-root.js';
 import { readStateDirFileOrSetAside } from './state.js';
 
 export const FINGERPRINTS_FILE = 'fingerprints.json';
@@ -316,7 +317,7 @@ export class FileFingerprints implements KnownPages {
       let storedItems: unknown;
       if (version === FINGERPRINTS_VERSION_1) {
         const header = fingerprintSchemas().HeaderV1.parse(parsed);
-        if (header.rootDir !== rootDir) return FileFingerprints.empty(rootDir);
+        if (!(await sameRoot(fs, header.rootDir, rootDir))) return FileFingerprints.empty(rootDir);
         ({ files, items: storedItems } = header);
         migrated = true;
       } else {
@@ -328,7 +329,7 @@ export class FileFingerprints implements KnownPages {
         ) {
           throw new TypeError(`not a version ${FINGERPRINTS_VERSION} header`);
         }
-        if (parsed.rootDir !== rootDir) return FileFingerprints.empty(rootDir);
+        if (!(await sameRoot(fs, parsed.rootDir, rootDir))) return FileFingerprints.empty(rootDir);
         files = parsed.files;
         storedItems = parsed.items;
       }

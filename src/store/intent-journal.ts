@@ -9,6 +9,7 @@ import type { Logger } from '../lib/logger.js';
 import { syncRegularFileIf, writeDurableJson } from './durable-writer.js';
 import { PathRejectedError } from './errors.js';
 import { inspectPath, lstatOrUndefined, validateRelativePath } from './path-guard.js';
+import { sameRoot } from './same-root.js';
 import { type LocalState, type ManagedFile, readStateDirFileOrSetAside } from './state.js';
 
 export const INTENT_FILE = 'intent.json';
@@ -111,7 +112,7 @@ export class IntentJournal {
     journal.#onDisk = true;
     try {
       const parsed = intentFileSchema().parse(JSON.parse(raw));
-      if (parsed.rootDir !== rootDir) return journal;
+      if (!(await sameRoot(fs, parsed.rootDir, rootDir))) return journal;
       for (const intent of parsed.intents) {
         validateRelativePath(intent.path);
         for (const dir of intent.dirs ?? []) validateRelativePath(dir);

@@ -11,6 +11,7 @@ import type { Logger } from '../lib/logger.js';
 import { writeDurableText } from './durable-writer.js';
 import { StateDirError } from './errors.js';
 import { validateRelativePath } from './path-guard.js';
+import { sameRoot } from './same-root.js';
 import type { StateSnapshot } from './state-snapshot.js';
 
 export const STATE_FILE = 'state.json';
@@ -328,7 +329,7 @@ export async function loadLocalState(
     );
     return { state: empty(), outcome: 'other_device' };
   }
-  if (parsed.rootDir !== rootDir) {
+  if (!(await sameRoot(fs, parsed.rootDir, rootDir))) {
     logger.warn(
       { stateRootDir: parsed.rootDir, rootDir },
       'local state was recorded for another root directory: starting empty, no file will be deleted',
