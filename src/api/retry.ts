@@ -35,6 +35,9 @@ export async function withRequestRetry<T>(
     try {
       result = await request();
     } catch (thrown) {
+      // The stop itself (its reason: the signal's name compose aborts with) goes up unchanged, so every caller
+      // knows it for the stop; wrapped, it was logged as a failure ("non-error thrown: SIGINT").
+      if (signal?.aborted === true && thrown === signal.reason) throw thrown;
       const error = thrown instanceof Error ? thrown : new TypeError(`non-error thrown: ${String(thrown)}`);
       // `retries` retries after the first try; only retryable errors, and only a Retry-After this layer may honour.
       if (attempt > options.retries || !isRetryableError(error)) throw error;

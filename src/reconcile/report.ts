@@ -179,7 +179,17 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
       ctx.logger.error(fields, 'status report still not accepted by the service: kept, sent again later');
     else ctx.logger.warn(fields, 'status report failed: kept, sent again after a backoff');
   }
-  if (flushed.deferredBy !== undefined) {
+  if (
+    flushed.deferredBy !== undefined &&
+    ctx.signal?.aborted === true &&
+    flushed.deferredBy === ctx.signal.reason
+  ) {
+    // The agent's own stop (Ctrl-C, SIGTERM) is no failure of the service's: said, not warned of.
+    ctx.logger.info(
+      { stop: String(flushed.deferredBy), pending: ctx.outbox.size },
+      'stopped: status reports kept',
+    );
+  } else if (flushed.deferredBy !== undefined) {
     ctx.logger.warn({ err: flushed.deferredBy, pending: ctx.outbox.size }, 'status reports kept for later');
   }
   return {
