@@ -538,8 +538,8 @@ const MAX_UNRECORDED_REMEMBERED = 100_000;
  * report until a listing shows one recorded.
  */
 export class UnrecordedReports {
-  readonly #sent = new Map<string, { report: StatusReport; times: number }>();
-  #episode = false;
+  /** `warned`: its episode (unrecorded since it was last recorded) was warned of: once per instance. */
+  readonly #sent = new Map<string, { report: StatusReport; times: number; warned: boolean }>();
 
   /** How many instances' last reports are remembered (held back again should a listing show them unrecorded). */
   get remembered(): number {
@@ -550,27 +550,26 @@ export class UnrecordedReports {
     const before = this.#sent.get(instanceId);
     this.#sent.delete(instanceId);
     const times = before !== undefined && sameReport(before.report, report) ? before.times : 0;
-    this.#sent.set(instanceId, { report, times });
+    this.#sent.set(instanceId, { report, times, warned: before?.warned === true });
     if (this.#sent.size > MAX_UNRECORDED_REMEMBERED) {
       const oldest = this.#sent.keys().next().value;
       if (oldest !== undefined) this.#sent.delete(oldest);
     }
   }
 
-  /** A report's answer showed the instance in the reported statuses: the episode (if any) is over. */
+  /** A report's answer showed the instance in the reported statuses: its episode (if any) is over. */
   recorded(instanceId: string): void {
     this.#sent.delete(instanceId);
-    this.#episode = false;
   }
 
   /** Holds back the reports `judged` found unrecorded, for `backoff`'s delay after how often in a row. */
   judge(judged: AwaitedJudgement, outbox: StatusOutbox, backoff: DeliveryBackoff, logger: Logger): void {
     // Recorded: nothing of theirs to hold back any more (kept, they stayed until 100,000 others were sent).
     for (const instanceId of judged.recorded) this.#sent.delete(instanceId);
-    if (judged.recorded.length > 0) this.#episode = false;
     if (judged.unrecorded.length === 0) return;
     let longestMs = 0;
     const held: string[] = [];
+    let unwarned = false;
     for (const instanceId of judged.unrecorded) {
       const sent = this.#sent.get(instanceId);
       if (sent === undefined) continue;
@@ -579,15 +578,17 @@ export class UnrecordedReports {
       longestMs = Math.max(longestMs, delayMs);
       outbox.holdBack(instanceId, sent.report, sent.times, backoff.now() + delayMs);
       held.push(instanceId);
+      unwarned ||= !sent.warned;
+      sent.warned = true;
     }
     // None held (not sent by this process: a restart keeps the awaited echo, not this memory): nothing to say.
     if (held.length === 0) return;
     const fields = { reports: held.length, instanceId: held[0], heldMs: longestMs };
     const message =
       'the service answered status reports 2xx and recorded none of them: each is kept and sent again after a backoff';
-    if (this.#episode) logger.debug(fields, message);
-    else logger.warn(fields, message);
-    this.#episode = true;
+    // Once per instance's episode: another instance recorded meanwhile ends none but its own (fix30).
+    if (unwarned) logger.warn(fields, message);
+    else logger.debug(fields, message);
   }
 }
 
