@@ -75,3 +75,28 @@ it('keeps the full pass due when the follow-up pass throws during apply', async 
   expect(await world.fileAt('a.json')).toContain('u_f');
   expect(world.reconciler.hasDueRetries()).toBe(false);
 });
+
+// An instance once doubted (its answers placing it otherwise in the full pass they made due) stayed doubted until
+// 10,000 others were or a restart: after the service's answers agreed with its listings again, a genuine move
+// (made between the listing and the report) waited for the scheduled full resync, not followed at once.
+it('forgets the doubt once an answer places the instance as listed: a later move is followed at once', async () => {
+  world.put({ id: 'u_d', relative_filepath: 'a.json', content: { v: 1 } });
+  await world.pass({ mode: 'full' });
+  monotonic += 1_000;
+  await world.pass({ mode: 'full' });
+  // The follow-up met the same answer: doubted, nothing due.
+  expect(world.reconciler.hasDueRetries()).toBe(false);
+  // The service answers as it lists again; the instance is reported (its next version written) and recorded.
+  answeredAt = undefined;
+  world.put({ id: 'u_d', relative_filepath: 'a.json', content: { v: 2 } });
+  monotonic += 1_000;
+  await world.pass({ mode: 'full' });
+  expect(await world.fileAt('a.json')).toMatch(/"v":\s*2/);
+  expect(world.reconciler.hasDueRetries()).toBe(false);
+  // A genuine move made as the next report reaches the service: followed at once.
+  answeredAt = 'moved.json';
+  world.put({ id: 'u_d', relative_filepath: 'a.json', content: { v: 3 } });
+  monotonic += 1_000;
+  await world.pass({ mode: 'full' });
+  expect(world.reconciler.hasDueRetries()).toBe(true);
+});

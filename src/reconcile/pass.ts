@@ -70,7 +70,7 @@ export interface PassContext {
     fullPassDue: boolean;
     /** The pass due was made so by such an answer: one meeting another is not followed at once (`supersededBy`). */
     supersededDue?: boolean;
-    /** Instances whose answers such a follow-up met again: theirs are not followed at once any more. */
+    /** Instances whose answers such a follow-up met again: not followed at once until one places it as listed. */
     doubted?: Set<string>;
   };
 }
@@ -511,6 +511,8 @@ function reportsWhileWriting(
       ...reportContext(ctx, signal, version),
       listedHead: listed,
       superseded: supersededBy(ctx, followsSuperseded),
+      // The service's answers agree with its listing again: a later answer placing it otherwise is followed.
+      placedAsListed: (instanceId) => ctx.followUp?.doubted?.delete(instanceId),
     },
     {
       persistRecords: () => ctx.dir.persistRecords(),

@@ -74,6 +74,8 @@ export interface ReportContext {
    * makes a full pass due.
    */
   superseded?: (instanceId: string, fields: readonly string[]) => void;
+  /** A report's answer showed the instance placed as listed: the caller's doubt of its answers ends. */
+  placedAsListed?: (instanceId: string) => void;
 }
 
 export interface Delivery {
@@ -145,6 +147,7 @@ export async function deliverReports(ctx: ReportContext, options: DeliveryOption
           ctx.superseded?.(entry.instanceId, moved);
           return;
         }
+        if (listed !== undefined && updated.fields !== undefined) ctx.placedAsListed?.(entry.instanceId);
       }
       echoed =
         (updated?.id === entry.instanceId
