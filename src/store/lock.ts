@@ -361,8 +361,15 @@ export const linuxProcessProbe: ProcessProbe = {
   },
 };
 
-/** This process's rootDir locks by name: a reload reopening the same rootDir shares its lock, not takes it again. */
-const rootLocks = new Map<string, { server: import('node:net').Server; holders: number }>();
+/**
+ * This process's rootDir locks by name: a reload reopening the same rootDir shares its lock, not takes it again.
+ * `holders`: each sharer's rootDir and stateDir, newest last: the holder's answer names the newest (a reload to
+ * another stateDir answered with the old one until fix30).
+ */
+const rootLocks = new Map<
+  string,
+  { server: import('node:net').Server; holders: { rootDir: string; stateDir: string }[] }
+>();
 
 /** How long a refused agent waits for the holder to say who it is (silent that long: it does not say). */
 const ROOT_HOLDER_ANSWER_MS = 2000;
@@ -386,25 +393,28 @@ export async function acquireRootLock(
   if (keyed === undefined) return { release: async () => {} };
   const { key } = keyed;
   const name = `\0config-agent-root-${key}`;
+  const mine = { rootDir, stateDir };
   const release = async () => {
     const held = rootLocks.get(name);
     if (held === undefined) return;
-    held.holders -= 1;
-    if (held.holders > 0) return;
+    const at = held.holders.lastIndexOf(mine);
+    if (at >= 0) held.holders.splice(at, 1);
+    if (held.holders.length > 0) return;
     rootLocks.delete(name);
     await new Promise<void>((resolve) => held.server.close(() => resolve()));
   };
   const ours = rootLocks.get(name);
   if (ours !== undefined) {
-    ours.holders += 1;
+    ours.holders.push(mine);
     return { release };
   }
   const net = process.getBuiltinModule('node:net');
-  const answer = JSON.stringify({ pid: process.pid, stateDir, rootDir });
+  const holders = [mine];
   for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt += 1) {
     const server = net.createServer((socket) => {
       socket.on('error', () => {});
-      socket.end(answer);
+      const newest = holders.at(-1) ?? mine;
+      socket.end(JSON.stringify({ pid: process.pid, stateDir: newest.stateDir, rootDir: newest.rootDir }));
     });
     const bound = await new Promise<Error | undefined>((resolve) => {
       server.once('error', resolve);
@@ -412,7 +422,7 @@ export async function acquireRootLock(
     });
     if (bound === undefined) {
       server.unref();
-      rootLocks.set(name, { server, holders: 1 });
+      rootLocks.set(name, { server, holders });
       return { release };
     }
     // Not Linux, or sockets refused (a sandbox without AF_UNIX): no lock, as before it existed.
@@ -471,31 +481,61 @@ const MAX_HOLDER_DESCRIPTORS = 4096;
  * keep the agent from starting; the price is that the service may start beside a `--once` run by root.
  */
 export async function holdsName(name: string, pid: number, proc = '/proc'): Promise<boolean> {
-  const inodes = await nameInodes(name, proc);
-  return inodes.size > 0 && (await holdsAny(inodes, pid, proc));
+  const held = await socketsOf(pid, proc);
+  if (held.size === 0) return false;
+  // Left at the first of the holder's sockets of that name.
+  for await (const inode of nameSockets(name, proc)) if (held.has(inode)) return true;
+  return false;
 }
 
-/** The sockets (`socket:[inode]`, as /proc/<pid>/fd links show them) bound to the abstract name, from /proc/net/unix. */
-async function nameInodes(name: string, proc: string): Promise<Set<string>> {
-  const table = await readFile(`${proc}/net/unix`, 'utf8').catch(() => '');
+/**
+ * The sockets (`socket:[inode]`, as /proc/<pid>/fd links show them) bound to the abstract name, from /proc/net/unix
+ * read a line at a time: the whole table (a line per socket of every process) was read into memory until fix30.
+ * None when there is no table or it cannot be read.
+ */
+async function* nameSockets(name: string, proc: string): AsyncGenerator<string> {
+  const { createReadStream } = process.getBuiltinModule('node:fs');
+  const { createInterface } = process.getBuiltinModule('node:readline');
   const shown = `@${name.slice(1)}`;
-  const inodes = new Set<string>();
-  for (const line of table.split('\n')) {
-    const fields = line.trim().split(/\s+/);
-    // Node binds an abstract name padded with NULs to the whole sun_path (shown as trailing '@').
-    if (fields[7]?.replace(/@+$/, '') === shown && fields[6] !== undefined)
-      inodes.add(`socket:[${fields[6]}]`);
+  const table = createReadStream(`${proc}/net/unix`, { encoding: 'utf8' });
+  const lines = createInterface({ input: table, crlfDelay: Number.POSITIVE_INFINITY });
+  table.on('error', () => lines.close());
+  try {
+    for await (const line of lines) {
+      const fields = line.trim().split(/\s+/);
+      // Node binds an abstract name padded with NULs to the whole sun_path (shown as trailing '@').
+      if (fields[7]?.replace(/@+$/, '') === shown && fields[6] !== undefined) yield `socket:[${fields[6]}]`;
+    }
+  } catch {
+    // Unreadable: none shown.
+  } finally {
+    lines.close();
+    table.destroy();
   }
+}
+
+/** The sockets bound to the abstract name (`nameSockets`), all of them. */
+async function nameInodes(name: string, proc: string): Promise<Set<string>> {
+  const inodes = new Set<string>();
+  for await (const inode of nameSockets(name, proc)) inodes.add(inode);
   return inodes;
 }
 
-async function holdsAny(inodes: ReadonlySet<string>, pid: number, proc: string): Promise<boolean> {
+/** The sockets among process `pid`'s descriptors (none when /proc does not show them). */
+async function socketsOf(pid: number, proc: string): Promise<Set<string>> {
   const { readdir, readlink } = process.getBuiltinModule('node:fs/promises');
   const descriptors = await readdir(`${proc}/${pid}/fd`).catch(() => [] as string[]);
+  const held = new Set<string>();
   for (const fd of descriptors.slice(0, MAX_HOLDER_DESCRIPTORS)) {
     const target = await readlink(`${proc}/${pid}/fd/${fd}`).catch(() => undefined);
-    if (target !== undefined && inodes.has(target)) return true;
+    if (target?.startsWith('socket:[') === true) held.add(target);
   }
+  return held;
+}
+
+async function holdsAny(inodes: ReadonlySet<string>, pid: number, proc: string): Promise<boolean> {
+  const held = await socketsOf(pid, proc);
+  for (const inode of inodes) if (held.has(inode)) return true;
   return false;
 }
 
