@@ -50,6 +50,19 @@ export interface StartRetry {
 }
 const START_RETRY: StartRetry = { firstDelayMs: 5_000, maxDelayMs: 300_000 };
 
+/**
+ * The line said when mounts a start waited for answer again: only those of `waited` not in `stillLate` (another
+ * mount late instead is said by the next refusal); none answering, nothing (it named the waited ones until fix30).
+ */
+export function answersAgainLine(
+  waited: readonly string[],
+  stillLate: readonly string[],
+): string | undefined {
+  const answering = waited.filter((mount) => !stillLate.includes(mount));
+  if (answering.length === 0) return undefined;
+  return `config-agent: the mount at ${answering.join(', ')} answers again: trying to start now\n`;
+}
+
 /** Loaded only by the daemon: `--once` never pays for the drift watcher, prom-client, the socket server or hooks. */
 type DaemonModule = typeof import('./daemon.js');
 
@@ -554,6 +567,7 @@ export async function runAgent(
     // An invalid configuration throws to the caller (exit 78); a failure to start on a valid one is told here.
     /** The mounts not answering that the last start attempt was told to wait for (said once per episode). */
     let waitingFor: string | undefined;
+    let waitingMounts: string[] = [];
     /** The local API while waiting on them: health 503 saying why (closed before the start opens its own). */
     let waitingApi: { close(): Promise<void> } | undefined;
     const closeWaitingApi = async () => {
@@ -570,8 +584,10 @@ export async function runAgent(
 
     async function attempts(): Promise<AgentComponents<Reconciler> | number> {
       for (let attempt = 0; ; attempt += 1) {
-        if (waitingFor !== undefined && lanes.lateMounts().join(', ') !== waitingFor) {
-          io.stderr.write(`config-agent: the mount at ${waitingFor} answers again: trying to start now\n`);
+        const stillLate = lanes.lateMounts();
+        if (waitingFor !== undefined && stillLate.join(', ') !== waitingFor) {
+          const line = answersAgainLine(waitingMounts, stillLate);
+          if (line !== undefined) io.stderr.write(line);
           waitingFor = undefined;
           await closeWaitingApi();
         }
@@ -591,7 +607,8 @@ export async function runAgent(
           // A stop asked for while this attempt ran: nothing was opened, so there is nothing to flush.
           if (stopSignal !== undefined) return ExitCode.Converged;
           const delayMs = Math.min(startRetry.firstDelayMs * 2 ** attempt, startRetry.maxDelayMs);
-          const late = lanes.lateMounts().join(', ');
+          const lateMounts = lanes.lateMounts();
+          const late = lateMounts.join(', ');
           if (late === '') {
             waitingFor = undefined;
             io.stderr.write(
@@ -609,6 +626,7 @@ export async function runAgent(
                 'answers: starting as soon as it does\n',
             );
             waitingFor = late;
+            waitingMounts = lateMounts;
           }
           // Its socket on the mount itself would hold the event loop (a unix socket's bind runs on its thread).
           const socketPath = loaded.config.socketPath;
