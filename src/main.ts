@@ -3,7 +3,7 @@
 import type { EventEmitter } from 'node:events';
 import { readFileSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { HELP_TEXT, parseCliArgs } from './cli/args.js';
 import { ExitCode, exitCodeForStartupError } from './cli/exit-codes.js';
 import { type CommandIo, checkedOutput, finishOutput, wholeLinesOutput } from './cli/io.js';
@@ -15,6 +15,23 @@ import { createSecretRegistry } from './lib/secrets.js';
 function packageVersion(): string {
   const text = readFileSync(new URL('../package.json', import.meta.url), 'utf8');
   return (JSON.parse(text) as { version: string }).version;
+}
+
+/**
+ * The version in the package.json one directory above the running entry (`dist/../package.json`: the repository's,
+ * or the one packaging/bundle.mjs installs beside the bundle's dist/), for the daemon's 'agent started' line;
+ * undefined when there is none to read.
+ */
+function runningVersion(): string | undefined {
+  const entry = process.argv[1];
+  if (entry === undefined) return undefined;
+  try {
+    const text = readFileSync(new URL('../package.json', pathToFileURL(realpathSync(entry))), 'utf8');
+    const { version } = JSON.parse(text) as { version?: unknown };
+    return typeof version === 'string' ? version : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -47,7 +64,8 @@ export async function main(argv: readonly string[], io: CommandIo, events: Event
       }
       case 'run': {
         const { runAgent } = await import('./cli/compose.js');
-        return await runAgent(command, io, secrets, events);
+        const version = runningVersion();
+        return await runAgent(version === undefined ? command : { ...command, version }, io, secrets, events);
       }
       case 'init': {
         const { runInit, SYSTEM_INIT_ENVIRONMENT } = await import('./cli/init.js');

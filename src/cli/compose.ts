@@ -401,7 +401,7 @@ async function buildAgentComponents(
  * that hangs (rootDir on a dead mount) returns 1 when it runs out (the process then ends by SIGTERM: endProcess).
  */
 export async function runAgent(
-  command: { configPath?: string },
+  command: { configPath?: string; version?: string },
   io: CommandIo,
   secrets: SecretRegistry,
   events: EventEmitter,
@@ -662,7 +662,7 @@ export async function runAgent(
       return ExitCode.NotConverged;
     }
     try {
-      agent = await daemon.startAgent(components);
+      agent = await daemon.startAgent(components, command.version);
     } catch (error) {
       io.stderr.write(`config-agent: cannot start: ${secrets.scrub(errorMessage(error))}\n`);
       await components.runner.close().catch(() => undefined);

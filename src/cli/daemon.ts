@@ -30,6 +30,8 @@ export function metricsFor(config: AgentConfig, current?: AgentComponents<PassRu
 
 export async function startAgent<R extends PassRunner>(
   components: AgentComponents<R>,
+  /** The running program's version, for the journal's 'agent started' line (after an upgrade: which one runs). */
+  version?: string,
 ): Promise<RunningAgent<R>> {
   const logger = components.deps.logger.child({ component: 'main' });
   const daemon = new AgentDaemon(components);
@@ -39,6 +41,7 @@ export async function startAgent<R extends PassRunner>(
   await daemon.start();
   logger.info(
     {
+      ...(version === undefined ? {} : { version }),
       deviceId: components.config.deviceId,
       rootDir: components.config.rootDir,
       socketPath: components.config.socketPath,

@@ -12,6 +12,11 @@ import { AGENT_BIN, AgentHarness, REPO_ROOT } from '../helpers/harness.js';
 import { LIST_PATH } from '../helpers/outage.js';
 import { PATIENCE_MS, waitFor } from '../helpers/wait-for.js';
 
+/** package.json's version: what `dist/main.js`, the entry these tests start, reads beside it. */
+const PACKAGE_VERSION = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
+
 /** systemd SIGKILLs a unit that has not stopped after TimeoutStopSec: the agent must exit on its own before. */
 const STOP_TIMEOUT_MS =
   Number(
@@ -319,7 +324,13 @@ describe('unhandled errors', () => {
       });
       harness = h;
       const daemon = DaemonProcess.start(h, await crashingPreload(h.dir, body));
-      await daemon.waitForLog((line) => line.msg === 'agent started', PATIENCE_MS, 'the agent started');
+      const started = await daemon.waitForLog(
+        (line) => line.msg === 'agent started',
+        PATIENCE_MS,
+        'the agent started',
+      );
+      // The journal names the version that runs (after an upgrade: which one), read beside the entry as installed.
+      expect(started.version).toBe(PACKAGE_VERSION);
       await daemon.waitForPasses(1, PATIENCE_MS);
 
       daemon.signal('SIGUSR2');
