@@ -13,7 +13,7 @@ import { errorMessage } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { createLogger } from '../lib/logger.js';
 import { heapCheckpoint, heapReleaser } from '../lib/release-memory.js';
-import type { SecretRegistry } from '../lib/secrets.js';
+import { createSecretRegistry, type SecretRegistry } from '../lib/secrets.js';
 import type { PassResult, ReconcilerSettings } from '../reconcile/pass-runner.js';
 import { Reconciler } from '../reconcile/reconcile.js';
 import { renewalFailureLog } from '../store/directory-syncs.js';
@@ -160,9 +160,13 @@ export function reconcilerSettings(
   requestRetries: number,
   forDaemon: boolean,
   fileMeta: ReconcilerSettings['fileMeta'],
+  apiKey?: string,
 ): ReconcilerSettings {
+  const key = apiKey === undefined ? undefined : createSecretRegistry();
+  if (apiKey !== undefined) key?.add(apiKey);
   return {
     ...(fileMeta === undefined ? {} : { fileMeta }),
+    ...(key === undefined ? {} : { holdsApiKey: (text: string) => key.scrub(text) !== text }),
     deviceId: config.deviceId,
     rootDir: config.rootDir,
     stateDir: config.stateDir,
@@ -309,7 +313,13 @@ async function runOncePass(
   const stoppedBy = () => stop.reason as NodeJS.Signals;
   try {
     if (!command.dryRun) await ensureDirectories(deps.fs, config);
-    const settings = reconcilerSettings(config, ONCE_REQUEST_RETRIES, false, await fileMetaFor(config));
+    const settings = reconcilerSettings(
+      config,
+      ONCE_REQUEST_RETRIES,
+      false,
+      await fileMetaFor(config),
+      loaded.apiKey,
+    );
     const runner = await Reconciler.open(deps, settings, createServiceClient(loaded, deps, io.env), {
       readOnly: command.dryRun,
     });
@@ -370,7 +380,13 @@ async function buildAgentComponents(
   await ensureDirectories(deps.fs, config);
   const metrics = daemon.metricsFor(config, current);
   const client = createServiceClient(loaded, deps, io.env, (event) => metrics.recordRequest(event));
-  const settings = reconcilerSettings(config, DAEMON_REQUEST_RETRIES, true, await fileMetaFor(config));
+  const settings = reconcilerSettings(
+    config,
+    DAEMON_REQUEST_RETRIES,
+    true,
+    await fileMetaFor(config),
+    loaded.apiKey,
+  );
   let runner: Reconciler;
   if (current?.runner.reconfigure(deps, settings, client)) {
     runner = current.runner;

@@ -16,6 +16,11 @@ export interface RetryPolicy {
 }
 
 export interface ReconcilerSettings {
+  /**
+   * Whether a text holds the agent's API key (verbatim or in a spelling the log scrubber knows): an instance whose
+   * `relative_filepath` does is refused as invalid (pass.ts `refuseKeyPaths`). Absent: none is.
+   */
+  holdsApiKey?: (text: string) => boolean;
   deviceId: string;
   rootDir: string;
   stateDir: string;

@@ -128,6 +128,7 @@ async function passOnce(
   }
   result.reachable = true;
   result.mode = pulled.mode;
+  if (ctx.settings.holdsApiKey !== undefined) refuseKeyPaths(pulled, ctx.settings.holdsApiKey);
   for (const instance of pulled.instances) ctx.lastSeenUpdatedAt.set(instance.id, instance.updated_at);
   const judged = resolveAwaitedEchoes(state, pulled.instances);
   if (!result.dryRun)
@@ -588,6 +589,31 @@ function versionIn(
     const instance = listed(id);
     return instance === undefined ? ctx.listedVersions.get(id) : listedVersion(instance);
   };
+}
+
+/**
+ * An instance whose `relative_filepath` holds the agent's API key is refused as an invalid item (reported `failed`,
+ * no file written): its file's name would show the key to every local user who can list rootDir (adv25). The
+ * problem names the field, never the key. Content holding it is written as any other (an operator's decision).
+ */
+function refuseKeyPaths(pulled: Pulled<PlanInstance>, holdsApiKey: (text: string) => boolean): void {
+  if (!pulled.instances.some((instance) => holdsApiKey(instance.relative_filepath))) return;
+  const kept: PlanInstance[] = [];
+  for (const instance of pulled.instances) {
+    if (!holdsApiKey(instance.relative_filepath)) {
+      kept.push(instance);
+      continue;
+    }
+    pulled.invalid.push({
+      id: instance.id,
+      deviceId: instance.device_id,
+      activityStatus: instance.activity_status,
+      errorStatus: instance.error_status,
+      problem:
+        "relative_filepath holds the agent's API key: no file is written (its name would show the key to any local user who can list rootDir)",
+    });
+  }
+  pulled.instances = kept;
 }
 
 /** Instances remembered as answering placed otherwise than listed, again (`supersededBy`); past it, forgotten. */
