@@ -360,6 +360,19 @@ async function runOncePass(
 }
 
 /**
+ * The environment hooks inherit, without every variable whose value holds the API key: the hook runner drops
+ * variables by name (`API_KEY`, `CREDENTIALS_DIRECTORY`), not the key set under another (an `EnvironmentFile=`'s
+ * `DCDS_TOKEN`, a wrapper's `--key=...`), which reached every hook (adv28).
+ */
+function withoutKeyValues(env: NodeJS.ProcessEnv, apiKey: string): NodeJS.ProcessEnv {
+  return Object.fromEntries(
+    Object.entries(env).filter(
+      ([, value]) => apiKey === '' || value === undefined || !value.includes(apiKey),
+    ),
+  );
+}
+
+/**
  * The components of the daemon for the configuration on disk now. `current` (a reload) keeps what the new
  * configuration does not change: the runner with its cooldowns and outbox (unless the device, root or state
  * directory moved), and the metrics (unless the device did).
@@ -403,7 +416,7 @@ async function buildAgentComponents(
     config,
     runner,
     metrics,
-    hookEnv: io.env,
+    hookEnv: withoutKeyValues(io.env, loaded.apiKey),
     scrub: (text) => secrets.scrub(text),
     vetHookProgram: (program) => hookProgramProblem(nodeFs, program, io.env),
   };
