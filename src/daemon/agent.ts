@@ -78,13 +78,12 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   #passAbort: AbortController | undefined;
   /** Hooks run here, one after another, outside the pass: a slow hook never holds up polls or `sync`. */
   #hooks: Promise<void> = Promise.resolve();
-  /** Changed paths whose hook run is queued and not started yet, so a later pass does not queue them twice. */
-  readonly #hookPathsQueued = new Set<string>();
-  /**
-   * Changed paths whose hook run has started: written again meanwhile, they are queued again (the run may have read
-   * the version before), and not settled when that run ends.
-   */
+  /** Whether a hook run is queued and not started yet: it takes every path pending when it starts. */
+  #hookRunQueued = false;
+  /** The paths of the hook run in progress. */
   readonly #hookPathsRunning = new Set<string>();
+  /** Paths of the run in progress written or removed again meanwhile: that run may have read the version before. */
+  readonly #hookPathsRewritten = new Set<string>();
   /** The last failure to write the metrics textfile, while it lasts. */
   #metricsFailure: string | undefined;
   /** Why the drift watcher could not start (an errno or message), while it cannot: tried again after each pass. */
@@ -383,7 +382,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       (outcome) => outcome.action === 'written' && outcome.reason === 'drift',
     );
     if (drifted.length > 0) c.metrics.recordDriftRepair(drifted.length);
-    if (c.config.hooks.length > 0) this.#queueHooks(c, result.outcomes);
+    if (c.config.hooks.length > 0) this.#queueHooks(result.outcomes);
     c.metrics.recordPass({
       durationMs: result.durationMs,
       converged: result.converged,
@@ -398,30 +397,34 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   }
 
   /**
-   * Queues one hook run for the changed paths not queued yet. The paths live in state.json until their hooks
-   * ran, so a run cut short by a stop or a crash happens after the next start.
+   * Queues one hook run, unless one is queued already: a run takes every changed path pending when it starts, so
+   * changes that arrive while a hook runs coalesce into one run after it. The paths live in state.json until their
+   * hooks ran, so a run cut short by a stop or a crash happens after the next start.
    */
-  #queueHooks(c: AgentComponents<R>, outcomes: readonly InstanceOutcome[]): void {
-    // A path whose run has started is pending until that run ends: queued again only when this pass changed it.
-    const changedNow = new Set(
-      outcomes
-        .filter((outcome) => outcome.action === 'written' || outcome.action === 'removed')
-        .map((outcome) => outcome.path),
-    );
-    const changed = c.runner
+  #queueHooks(outcomes: readonly InstanceOutcome[]): void {
+    // A path of the run in progress is pending until that run ends: run again only when this pass changed it.
+    for (const outcome of outcomes) {
+      if (
+        (outcome.action === 'written' || outcome.action === 'removed') &&
+        this.#hookPathsRunning.has(outcome.path)
+      )
+        this.#hookPathsRewritten.add(outcome.path);
+    }
+    if (this.#hookRunQueued) return;
+    const due = this.#c.runner
       .pendingHookPaths()
-      .filter(
-        (path) =>
-          !this.#hookPathsQueued.has(path) && (!this.#hookPathsRunning.has(path) || changedNow.has(path)),
-      );
-    if (changed.length === 0) return;
-    for (const path of changed) this.#hookPathsQueued.add(path);
+      .some((path) => !this.#hookPathsRunning.has(path) || this.#hookPathsRewritten.has(path));
+    if (!due) return;
+    this.#hookRunQueued = true;
     this.#hooks = this.#hooks.then(async () => {
+      this.#hookRunQueued = false;
       if (this.#stop.signal.aborted) return;
-      for (const path of changed) {
-        this.#hookPathsQueued.delete(path);
-        this.#hookPathsRunning.add(path);
-      }
+      // The components of now: a reload since the run was queued applies (its hooks, its rootDir).
+      const c = this.#c;
+      const changed = c.runner.pendingHookPaths();
+      if (changed.length === 0 || c.config.hooks.length === 0) return;
+      this.#hookPathsRewritten.clear();
+      for (const path of changed) this.#hookPathsRunning.add(path);
       const runs = await runHooks(c.config.hooks, changed, {
         cwd: c.config.rootDir,
         env: c.hookEnv,
@@ -431,11 +434,12 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       });
       // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.
       for (const run of runs) c.metrics.recordHookRun(run);
-      for (const path of changed) this.#hookPathsRunning.delete(path);
+      this.#hookPathsRunning.clear();
       if (!this.#stop.signal.aborted) {
-        // One written again while this run went on is queued again: it stays pending for that run.
-        c.runner.settleHookPaths(changed.filter((path) => !this.#hookPathsQueued.has(path)));
+        // One written again while this run went on stays pending for the run queued after it.
+        c.runner.settleHookPaths(changed.filter((path) => !this.#hookPathsRewritten.has(path)));
       }
+      this.#hookPathsRewritten.clear();
       await this.#writeMetrics(c);
     });
   }

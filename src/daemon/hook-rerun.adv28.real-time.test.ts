@@ -41,21 +41,23 @@ class HeldClock implements Clock {
 class WritingRunner implements PassRunner {
   readonly state = emptyState('dvc_unit', '/unused');
   readonly pending = new Set<string>();
-  readonly contents: string[] = [];
+  /** What each pass writes: `[path, content]`. */
+  readonly writes: [string, string][] = [];
   passes = 0;
   pendingReports = 0;
   constructor(private readonly rootDir: string) {}
 
   async runPass(options: PassOptions): Promise<PassResult> {
-    const content = this.contents.shift();
+    const write = this.writes.shift();
     this.passes += 1;
     const outcomes: PassResult['outcomes'] = [];
-    if (content !== undefined) {
-      await writeFile(path.join(this.rootDir, 'a.json'), content);
-      this.pending.add('a.json');
+    if (write !== undefined) {
+      const [file, content] = write;
+      await writeFile(path.join(this.rootDir, file), content);
+      this.pending.add(file);
       outcomes.push({
-        instanceId: 'ins_a',
-        path: 'a.json',
+        instanceId: `ins_${file}`,
+        path: file,
         action: 'written',
         converged: true,
         reason: 'new',
@@ -106,48 +108,58 @@ async function settle(done: () => boolean, what: string): Promise<void> {
   await waitFor(done, PATIENCE_MS, { what, intervalMs: 5 });
 }
 
+/** A daemon over `runner` with one hook running `/bin/sh -c script` in `dir` for every `*.json`. */
+async function startDaemon(runner: WritingRunner, script: string): Promise<HeldClock> {
+  const config = parseAgentConfig(
+    {
+      deviceId: 'dvc_unit',
+      server: { baseUrl: 'https://dcds.example.com' },
+      rootDir: dir,
+      stateDir: '/var/lib/config-agent',
+      drift: 'off',
+      hooks: [{ match: '*.json', run: ['/bin/sh', '-c', script], timeoutSeconds: 20 }],
+    },
+    'adv28',
+  );
+  const clock = new HeldClock();
+  const daemon = new AgentDaemon({
+    deps: { fs: memfsPort(new Volume()), clock, random: () => 0, logger: silentLogger() },
+    config,
+    runner,
+    metrics: new AgentMetrics({ deviceId: 'dvc_unit' }),
+    hookEnv: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+    scrub: (text) => text,
+  });
+  daemons.push(daemon as AgentDaemon);
+  await daemon.start();
+  await settle(() => clock.waits.length === 1, 'the boot wait');
+  return clock;
+}
+
+/** Ends the poll wait; the daemon runs its next pass and waits again. */
+async function nextPass(clock: HeldClock, runner: WritingRunner): Promise<void> {
+  const passes = runner.passes;
+  clock.waits.shift()?.();
+  await settle(() => runner.passes === passes + 1 && clock.waits.length === 1, `pass ${passes + 1}`);
+}
+
 describe('a managed file written again while its hook runs (adv28)', () => {
   it('runs the hook again after that run, which sees the new version', async () => {
     const log = path.join(dir, 'runs.log');
     const release = path.join(dir, 'release');
     // The hook reads the file (as `nginx -t` would), then waits until the test lets it end.
     const script = `cat a.json >> '${log}'; echo >> '${log}'; while [ ! -e '${release}' ]; do sleep 0.02; done`;
-    const config = parseAgentConfig(
-      {
-        deviceId: 'dvc_unit',
-        server: { baseUrl: 'https://dcds.example.com' },
-        rootDir: dir,
-        stateDir: '/var/lib/config-agent',
-        drift: 'off',
-        hooks: [{ match: '*.json', run: ['/bin/sh', '-c', script], timeoutSeconds: 20 }],
-      },
-      'adv28',
-    );
-    const clock = new HeldClock();
     const runner = new WritingRunner(dir);
-    runner.contents.push('{"v":1}', '{"v":2}');
-    const metrics = new AgentMetrics({ deviceId: 'dvc_unit' });
-    const daemon = new AgentDaemon({
-      deps: { fs: memfsPort(new Volume()), clock, random: () => 0, logger: silentLogger() },
-      config,
-      runner,
-      metrics,
-      hookEnv: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
-      scrub: (text) => text,
-    });
-    daemons.push(daemon as AgentDaemon);
-    await daemon.start();
+    runner.writes.push(['a.json', '{"v":1}'], ['a.json', '{"v":2}']);
+    const clock = await startDaemon(runner, script);
     const runs = async () => (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
 
-    await settle(() => clock.waits.length === 1, 'the boot wait');
-    clock.waits.shift()?.();
+    await nextPass(clock, runner);
     // Pass 1 wrote v1; its hook run started and read it.
     await waitFor(async () => (await runs()).length === 1, PATIENCE_MS, { what: 'the first run' });
     expect(await runs()).toEqual(['{"v":1}']);
     // Pass 2 writes v2 while that run is still going.
-    await settle(() => clock.waits.length === 1, 'the wait after pass 1');
-    clock.waits.shift()?.();
-    await settle(() => runner.passes === 2 && clock.waits.length === 1, 'pass 2');
+    await nextPass(clock, runner);
     await writeFile(release, '');
 
     // The hook must hear of v2: either a second run that saw it, or a.json still pending for the next one.
@@ -160,5 +172,25 @@ describe('a managed file written again while its hook runs (adv28)', () => {
       what: 'a second run of the hook for v2',
     }).catch(() => undefined);
     expect(await runs()).toEqual(['{"v":1}', '{"v":2}']);
+  }, 60_000);
+
+  it('changes that arrive while a hook runs coalesce into one run after it', async () => {
+    const log = path.join(dir, 'runs.log');
+    const release = path.join(dir, 'release');
+    // Logs the paths it was given on one line, then waits until the test lets it end.
+    const script = `echo "$CONFIG_AGENT_CHANGED" | sort | paste -sd, - >> '${log}'; while [ ! -e '${release}' ]; do sleep 0.02; done`;
+    const runner = new WritingRunner(dir);
+    runner.writes.push(['a.json', '1'], ['b.json', '1'], ['c.json', '1'], ['d.json', '1']);
+    const clock = await startDaemon(runner, script);
+    const runs = async () => (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
+    await nextPass(clock, runner);
+    await waitFor(async () => (await runs()).length === 1, PATIENCE_MS, { what: 'the first run' });
+    // Three more passes, each writing one file, while the first run goes on.
+    for (let pass = 0; pass < 3; pass += 1) await nextPass(clock, runner);
+    await writeFile(release, '');
+    await waitFor(async () => (await runs()).length >= 2 && runner.pending.size === 0, PATIENCE_MS, {
+      what: 'the runs after the first',
+    });
+    expect(await runs()).toEqual(['a.json', 'b.json,c.json,d.json']);
   }, 60_000);
 });
