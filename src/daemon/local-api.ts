@@ -85,8 +85,6 @@ const DEFAULT_LOCAL_API_LIMITS: LocalApiLimits = {
   minStatusIntervalMs: 200,
 };
 
-type SyncOutcome = Awaited<ReturnType<LocalApiHandlers['sync']>>;
-
 /**
  * socketPath holds what the local API may not replace: another program's file, a live agent's socket, or one it
  * cannot remove. `retryable` when another program took the path while this one started (a reload may win it).
@@ -107,8 +105,8 @@ export class LocalApiServer {
   readonly #limits: LocalApiLimits;
   readonly #clock: Pick<Clock, 'monotonic' | 'sleep'>;
   #server: Server | undefined;
-  /** The sync waiting to start, shared by every request that arrives before it starts. */
-  #pendingSync: Promise<SyncOutcome> | undefined;
+  /** The sync waiting to start (its answer, encoded once), shared by every request that arrives before it starts. */
+  #pendingSync: Promise<Buffer> | undefined;
   #runningSync: Promise<unknown> = Promise.resolve();
   #lastSyncEndedAt = Number.NEGATIVE_INFINITY;
   #dropped = 0;
@@ -292,7 +290,7 @@ export class LocalApiServer {
    * Runs a pass that starts after this request arrived (never answers with an older pass), at most one per
    * minSyncIntervalMs: requests arriving while one waits to start share it.
    */
-  #sync(): Promise<SyncOutcome> {
+  #sync(): Promise<Buffer> {
     if (this.#pendingSync !== undefined) return this.#pendingSync;
     const pending = (async () => {
       await this.#runningSync;
@@ -311,7 +309,11 @@ export class LocalApiServer {
         () => undefined,
         () => undefined,
       );
-      return run;
+      // Serialised, scrubbed and encoded once for every request sharing the pass: a full pass's answer is
+      // megabytes, and a member of the socket's group pipelining a thousand syncs had a copy made for each.
+      const outcome = await run;
+      const scrub = this.#handlers.scrub ?? ((text: string) => text);
+      return Buffer.from(scrub(JSON.stringify(outcome)), 'utf8');
     })();
     this.#pendingSync = pending;
     return pending;
@@ -405,8 +407,7 @@ export class LocalApiServer {
         this.#answerStatus(response);
         return;
       case 'POST /v1/sync': {
-        const outcome = await this.#sync();
-        this.#send(response, 200, outcome);
+        this.#sendText(response, 200, await this.#sync());
         return;
       }
       default:
