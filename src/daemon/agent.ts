@@ -84,6 +84,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   readonly #hookPathsRunning = new Set<string>();
   /** Paths of the run in progress written or removed again meanwhile: that run may have read the version before. */
   readonly #hookPathsRewritten = new Set<string>();
+  /** The metrics textfile's writes, one after another (`#writeMetrics`); never rejects. */
+  #metricsWrites: Promise<void> = Promise.resolve();
   /** The last failure to write the metrics textfile, while it lasts. */
   #metricsFailure: string | undefined;
   /** Why the drift watcher could not start (an errno or message), while it cannot: tried again after each pass. */
@@ -450,6 +452,14 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
    * with its stack after every pass and every hook run, thousands of lines a day.
    */
   async #writeMetrics(c: AgentComponents<R>): Promise<void> {
+    // One at a time, each rendered when its turn comes: a pass's write and a hook run's used to overlap, and one
+    // rendered first but renamed last left the older text (its counters going backwards: a reset to Prometheus).
+    const turn = this.#metricsWrites.then(() => this.#writeMetricsNow(c));
+    this.#metricsWrites = turn;
+    return turn;
+  }
+
+  async #writeMetricsNow(c: AgentComponents<R>): Promise<void> {
     const textfile = c.config.metrics.textfile;
     if (textfile === undefined) return;
     try {

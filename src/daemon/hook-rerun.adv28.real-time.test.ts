@@ -8,6 +8,7 @@ import { memfsPort } from '../../test/helpers/memfs.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { parseAgentConfig } from '../config/load.js';
 import type { Clock } from '../lib/clock.js';
+import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
 import { emptyState } from '../store/state.js';
@@ -109,7 +110,11 @@ async function settle(done: () => boolean, what: string): Promise<void> {
 }
 
 /** A daemon over `runner` with one hook running `/bin/sh -c script` in `dir` for every `*.json`. */
-async function startDaemon(runner: WritingRunner, script: string): Promise<HeldClock> {
+async function startDaemon(
+  runner: WritingRunner,
+  script: string,
+  metrics?: { textfile: string; fs: FsPort },
+): Promise<HeldClock> {
   const config = parseAgentConfig(
     {
       deviceId: 'dvc_unit',
@@ -118,12 +123,13 @@ async function startDaemon(runner: WritingRunner, script: string): Promise<HeldC
       stateDir: '/var/lib/config-agent',
       drift: 'off',
       hooks: [{ match: '*.json', run: ['/bin/sh', '-c', script], timeoutSeconds: 20 }],
+      ...(metrics === undefined ? {} : { metrics: { textfile: metrics.textfile } }),
     },
     'adv28',
   );
   const clock = new HeldClock();
   const daemon = new AgentDaemon({
-    deps: { fs: memfsPort(new Volume()), clock, random: () => 0, logger: silentLogger() },
+    deps: { fs: metrics?.fs ?? memfsPort(new Volume()), clock, random: () => 0, logger: silentLogger() },
     config,
     runner,
     metrics: new AgentMetrics({ deviceId: 'dvc_unit' }),
@@ -192,5 +198,47 @@ describe('a managed file written again while its hook runs (adv28)', () => {
       what: 'the runs after the first',
     });
     expect(await runs()).toEqual(['a.json', 'b.json,c.json,d.json']);
+  }, 60_000);
+});
+
+describe('the metrics textfile, written after a pass and after a hook run (adv28)', () => {
+  // Both wrote it on their own: a write rendered before another but renamed after it left the older text, and its
+  // counters went backwards (config_agent_passes_total 2 -> 1), which Prometheus reads as a counter reset.
+  it('never ends with an older rendering than the last one written', async () => {
+    const volume = new Volume();
+    volume.mkdirSync('/metrics', { recursive: true });
+    const port = memfsPort(volume);
+    let holdNext = false;
+    let held: (() => void) | undefined;
+    const fs: FsPort = {
+      ...port,
+      rename: async (from, to) => {
+        if (holdNext && String(to) === '/metrics/agent.prom') {
+          holdNext = false;
+          await new Promise<void>((resolve) => (held = resolve));
+        }
+        return port.rename(from, to);
+      },
+    };
+    const runner = new WritingRunner(dir);
+    runner.writes.push(['a.json', '1']);
+    const clock = await startDaemon(runner, 'exit 0', { textfile: '/metrics/agent.prom', fs });
+    const passes = () => {
+      const text = String(volume.readFileSync('/metrics/agent.prom', 'utf8'));
+      return Number(/^config_agent_passes_total\{[^}]*result="converged"[^}]*\} (\d+)$/m.exec(text)?.[1]);
+    };
+    // Pass 1 writes a.json and the textfile; the hook run after it writes the textfile again, held at its rename.
+    holdNext = false;
+    await nextPass(clock, runner);
+    expect(passes()).toBe(1);
+    holdNext = true;
+    await waitFor(() => held !== undefined, PATIENCE_MS, { what: "the hook run's textfile write" });
+    // Pass 2 writes the textfile meanwhile; then the hook run's write goes on.
+    clock.waits.shift()?.();
+    await waitFor(() => runner.passes === 2, PATIENCE_MS, { what: 'pass 2' });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    held?.();
+    await settle(() => clock.waits.length === 1, 'the wait after pass 2');
+    expect(passes()).toBe(2);
   }, 60_000);
 });
