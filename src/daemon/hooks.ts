@@ -105,6 +105,7 @@ function hookEnvironment(
   env: NodeJS.ProcessEnv,
   changedPaths: readonly string[],
   proxyCredentials: boolean,
+  listRoom: number,
 ): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(env)) {
@@ -116,7 +117,7 @@ function hookEnvironment(
     )
       out[name] = proxyCredentials || !isProxyVariable(name) ? value : splitProxyCredentials(value).value;
   }
-  const { list, truncated } = changedList(changedPaths);
+  const { list, truncated } = changedList(changedPaths, listRoom);
   out[CHANGED_ENV] = list;
   if (truncated) out[CHANGED_TRUNCATED_ENV] = '1';
   return out;
@@ -126,9 +127,12 @@ function hookEnvironment(
  * The changed paths, one per line, as many whole paths as one environment string can carry: a hook must run
  * even when the list is too long for exec, and it is then told the list is incomplete.
  */
-function changedList(changedPaths: readonly string[]): { list: string; truncated: boolean } {
+function changedList(
+  changedPaths: readonly string[],
+  listRoom: number,
+): { list: string; truncated: boolean } {
   // `NAME=` before the value and the terminating NUL after it count too.
-  const room = MAX_ENV_STRING_BYTES - Buffer.byteLength(CHANGED_ENV) - 2;
+  const room = Math.min(listRoom, MAX_ENV_STRING_BYTES - Buffer.byteLength(CHANGED_ENV) - 2);
   let bytes = 0;
   let count = 0;
   for (const changed of changedPaths) {
@@ -176,6 +180,8 @@ class ByteTail {
 }
 
 interface RunOneOptions {
+  /** The most bytes the list of changed paths may take (less than one environment string allows: see runHooks). */
+  listRoom: number;
   cwd: string;
   env: NodeJS.ProcessEnv;
   logger: Logger;
@@ -200,7 +206,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
       child = spawn(command, args, {
         cwd: options.cwd,
         env: {
-          ...hookEnvironment(options.env, changedPaths, hook.proxyCredentials === true),
+          ...hookEnvironment(options.env, changedPaths, hook.proxyCredentials === true, options.listRoom),
           [HOOK_RUN_ENV]: runMark.slice(HOOK_RUN_ENV.length + 1),
         },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -424,6 +430,7 @@ export async function runHooks(
 ): Promise<HookRunResult[]> {
   const results: HookRunResult[] = [];
   const runOptions: RunOneOptions = {
+    listRoom: MAX_ENV_STRING_BYTES,
     cwd: options.cwd,
     env: options.env,
     logger: options.logger,
@@ -443,10 +450,14 @@ export async function runHooks(
     const refused = await options
       .vetProgram?.(hook.run[0])
       .catch((error: unknown) => `its check failed: ${errorMessage(error)}`);
-    const result =
+    let result =
       refused === undefined
         ? await runOne(hook, matched, runOptions)
         : refusedRun(hook, matched, `not run: ${hook.run[0]}: ${refused}`);
+    // exec refused argv and environment together as too large (E2BIG: past ARG_MAX, a quarter of the stack limit,
+    // 128 KiB at least, which the list alone may fill): run once more without the list, told it is cut short.
+    if (refused === undefined && /\bE2BIG\b/.test(result.error ?? ''))
+      result = await runOne(hook, matched, { ...runOptions, listRoom: 0 });
     results.push(result);
     const fields = {
       hook: hook.match,
