@@ -3,6 +3,7 @@ import { constants } from 'node:fs';
 import type { FsPort } from '../lib/fs-port.js';
 import { writeDurableJson } from './durable-writer.js';
 import { DiskError } from './errors.js';
+import { sameRoot } from './same-root.js';
 
 /** In stateDir: rootDir was seen as a mount point (`{"rootDir": ..., "mountPoint": true}`). */
 export const ROOT_MOUNT_FILE = 'root-mount.json';
@@ -74,7 +75,10 @@ export class RootMountWatch {
       const text = await this.#readRecord();
       const value: unknown = text === undefined ? undefined : JSON.parse(text);
       const record = value as { rootDir?: unknown; mountPoint?: unknown } | null | undefined;
-      this.#recorded = record?.rootDir === this.#rootDir && record.mountPoint === true;
+      this.#recorded =
+        record?.mountPoint === true &&
+        typeof record.rootDir === 'string' &&
+        (await sameRoot(this.#fs, record.rootDir, this.#rootDir));
     } catch {
       // Absent or unreadable: no record (the in-memory watch still holds while this process runs).
       this.#recorded = false;
