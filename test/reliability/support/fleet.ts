@@ -207,6 +207,30 @@ export class Fleet {
     return record.id;
   }
 
+  /**
+   * The service moves the instances deployed at `a` and `b` each to the other's path (fix31's swap), queued again:
+   * each path may then hold either one's bytes, and the service hears `deployed` only for the one now listed there.
+   */
+  swapPaths(a: string, b: string): void {
+    const at = new Date().toISOString();
+    const moves = [
+      [this.instancesAt(a).find((i) => i.target_status === 'deployed'), b],
+      [this.instancesAt(b).find((i) => i.target_status === 'deployed'), a],
+    ] as const;
+    for (const [instance, to] of moves) {
+      if (instance === undefined) throw new Error(`swapPaths: nothing deployed at ${a} or ${b}`);
+      const bytes = this.#expected.get(instance.id);
+      if (bytes !== undefined) this.#versions.get(to)?.add(sha(bytes));
+      this.server.state.instances.set(instance.id, {
+        ...instance,
+        relative_filepath: to,
+        activity_status: 'queued',
+        error_status: 'none',
+        updated_at: at,
+      });
+    }
+  }
+
   /** The operator retires an instance (the service queues its removal). */
   retire(instanceId: string): void {
     this.server.state.removeInstance(instanceId, new Date().toISOString());
