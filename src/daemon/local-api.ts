@@ -219,6 +219,10 @@ export class LocalApiServer {
         });
       },
     );
+    // A client that half-closes after its request (`nc -N -U`, a script's shutdown(SHUT_WR)) still gets its answer:
+    // node's HTTP server otherwise aborts the request at the client's FIN, and a sync, answered once its pass
+    // ended, got nothing. Node's own switch (http.Server's httpAllowHalfOpen, in node since 0.x, not typed).
+    (server as typeof server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     server.on('connection', (socket: Socket) => this.#admit(socket));
     // Bound under a name of its own, then linked at socketPath: libuv's close of a listening pipe unlinks the
     // path it was bound to by name, whatever file is there by then, so bound at socketPath the agent's close (a
