@@ -107,7 +107,8 @@ describe.runIf(canPauseFuse)(
       }
       // The attempt may still be under way at the SIGTERM (0), or have reached stateDir, where exFAT, this test's
       // stand-in for a network filesystem, refuses the lock's hard link (78); an NFS or sshfs stateDir starts.
-      expect([0, 78]).toContain(await exit);
+      // Its stderr on failure: an exit code alone said nothing of why (adv28 saw 1 in three loaded unit-tier runs).
+      expect([0, 78], err).toContain(await exit);
       expect(err).not.toContain(KEY);
     }, 90_000);
   },
