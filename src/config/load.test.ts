@@ -543,6 +543,9 @@ describe('ensureDirectories', () => {
       '/var/lib/config-agent/root-mount.json': '{}',
       '/var/lib/config-agent/cache/abc': 'x',
       '/var/lib/config-agent/cache.not-a-directory-1732412345678': 'x',
+      // A second set aside at the same ms (a clock at 1970 each boot): `-<n>` added (store/state.ts).
+      '/var/lib/config-agent/cache.not-a-directory-1732412345678-1': 'x',
+      '/var/lib/config-agent/outbox.json.not-regular-1732412345678-2/x': '',
       '/var/lib/config-agent/code-cache/x': 'x',
       '/var/lib/config-agent/.config-agent.tmp-0123abcd': 'x',
       '/var/lib/config-agent/lost+found/x': '',

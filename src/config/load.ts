@@ -594,7 +594,7 @@ async function ensureDirectory(
  * copies, the lock, the caches, temp files; `lost+found` for a stateDir that is its own filesystem.
  */
 const AGENT_STATE_ENTRY =
-  /^(?:\.config-agent\.tmp-.*|(?:state|outbox|intent|fingerprints|renewal-asides)\.json(?:\.corrupt|\.not-regular-\d+)?|root-mount\.json|agent\.lock(?:\.not-regular-\d+)?|cache(?:\.not-a-directory-\d+)?|code-cache|lost\+found)$/;
+  /^(?:\.config-agent\.tmp-.*|(?:state|outbox|intent|fingerprints|renewal-asides)\.json(?:\.corrupt|\.not-regular-\d+(?:-\d+)?)?|root-mount\.json|agent\.lock(?:\.not-regular-\d+(?:-\d+)?)?|cache(?:\.not-a-directory-\d+(?:-\d+)?)?|code-cache|lost\+found)$/;
 
 /** At most this many foreign entries are named when stateDir is refused. */
 const FOREIGN_ENTRIES_NAMED = 5;

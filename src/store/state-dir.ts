@@ -12,7 +12,14 @@ import { FileFingerprints } from './fingerprints.js';
 import { IntentJournal, type WriteIntent } from './intent-journal.js';
 import { acquireRootLock, acquireStateLock, type StateLock } from './lock.js';
 import { StatusOutbox } from './outbox.js';
-import { emptyState, type LocalState, loadLocalState, STATE_FILE, saveLocalState } from './state.js';
+import {
+  emptyState,
+  type LocalState,
+  loadLocalState,
+  renameAsideUnique,
+  STATE_FILE,
+  saveLocalState,
+} from './state.js';
 import { type StateSnapshot, sameAsSnapshot, snapshotState } from './state-snapshot.js';
 
 /** A junk tree of unreadable directories must not make one log line of megabytes. */
@@ -411,7 +418,7 @@ async function keepCorruptState(fs: FsPort, stateDir: string, logger: Logger): P
 
 /**
  * `cache` that is not a real directory (a file, FIFO, or a symlink, which the cache's writes would follow) is
- * renamed aside to `cache.not-a-directory-<ms>`: every put and prune failed (a warning each full pass) and a
+ * renamed aside to `cache.not-a-directory-<ms>` (`-<n>` added when taken: renameAsideUnique): every put and prune failed (a warning each full pass) and a
  * symlink took the entries wherever it pointed. A cache costs a pass when lost, so a failure here only warns.
  */
 async function setAsideCacheUnlessDirectory(
@@ -423,9 +430,15 @@ async function setAsideCacheUnlessDirectory(
   const at = path.join(stateDir, CACHE_DIR);
   const stats = await fs.lstat(at).catch(() => undefined);
   if (stats === undefined || stats.isDirectory()) return;
-  const aside = `${at}.not-a-directory-${clock.now()}`;
   try {
-    await fs.rename(at, aside);
+    const aside = await renameAsideUnique(fs, at, `${at}.not-a-directory-${clock.now()}`);
+    if (aside === undefined) {
+      logger.warn(
+        { file: CACHE_DIR },
+        'could not move the content cache aside (not a directory): no free name',
+      );
+      return;
+    }
     logger.warn({ file: CACHE_DIR, aside }, 'the content cache was not a directory: moved aside');
   } catch (error) {
     logger.warn({ err: error }, 'could not move the content cache aside (not a directory)');

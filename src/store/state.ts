@@ -476,7 +476,8 @@ function entryKind(stats: {
 /**
  * A state file that may be lost without harm to a promise (the write journal, the outbox, the fingerprints) as
  * text, undefined when absent; anything but a regular file at its name (a directory, FIFO, socket, device, a
- * symlink — never followed, never opened blocking: lstat first) is renamed aside to `<name>.not-regular-<ms>`,
+ * symlink — never followed, never opened blocking: lstat first) is renamed aside to `<name>.not-regular-<ms>`
+ * (`-<n>` added when that name is taken: renameAsideUnique),
  * logged, and read as absent, as garbage inside such a file is. It stopped start-up with exit 78 for good.
  * `salvageSymlink`: a symlink's target is read (non-blocking) when it is a regular file of at most `maxBytes`
  * owned by `euid` and writable by nobody else — the agent's own bytes, e.g. queued reports; any other is not
@@ -517,17 +518,58 @@ export async function readStateDirFileOrSetAside(
       ? await readOwnedTarget(fs, file, options.salvageSymlink)
       : undefined;
   if (options.setAside === false) return salvaged;
-  const aside = `${file}.not-regular-${options.clock.now()}`;
+  let aside: string | undefined;
   try {
-    await fs.rename(file, aside);
+    aside = await renameAsideUnique(fs, file, `${file}.not-regular-${options.clock.now()}`);
   } catch (error) {
     throw new StateDirError(stateDir, `cannot move ${name} (${entryKind(stats)}) aside`, error);
+  }
+  if (aside === undefined) {
+    const refusal = `${ASIDE_NAME_TRIES} entries already set aside under its name: remove them`;
+    throw new StateDirError(stateDir, `cannot move ${name} (${entryKind(stats)}) aside`, undefined, refusal);
   }
   logger.warn(
     { file: name, found: entryKind(stats), aside, salvaged: salvaged !== undefined },
     `${name} was not a regular file: moved aside`,
   );
   return salvaged;
+}
+
+/** Names after `<stamp>` tried before a rename aside gives up: `<stamp>-1` … `<stamp>-999`. */
+export const ASIDE_NAME_TRIES = 1000;
+
+/**
+ * Renames `from` to `stamp` (`<name>.not-regular-<ms>` and the like), or to the first of `<stamp>-1`, `<stamp>-2`
+ * … that nothing holds, and answers the name used; undefined when all of them are taken. The `<ms>` alone does not make a name unique: a device that
+ * boots at 1970 (no RTC, before NTP) stamps the same ms each boot, and rename(2) replaced an earlier entry set
+ * aside (a file: its evidence lost) or failed (a non-empty directory: start-up failed once). Judged by lstat
+ * first (rename replaces a file silently); a name taken between the lstat and the rename is passed over too.
+ * stateDir is the agent's alone under its lock, so that window is its own.
+ */
+export async function renameAsideUnique(
+  fs: FsPort,
+  from: string,
+  stamp: string,
+): Promise<string | undefined> {
+  for (let n = 0; n < ASIDE_NAME_TRIES; n += 1) {
+    const aside = n === 0 ? stamp : `${stamp}-${n}`;
+    const taken = await fs.lstat(aside).then(
+      () => true,
+      (error: unknown) => {
+        if (errnoCode(error) === 'ENOENT') return false;
+        throw error;
+      },
+    );
+    if (taken) continue;
+    try {
+      await fs.rename(from, aside);
+      return aside;
+    } catch (error) {
+      const code = errnoCode(error);
+      if (code !== 'EEXIST' && code !== 'ENOTEMPTY' && code !== 'ENOTDIR' && code !== 'EISDIR') throw error;
+    }
+  }
+  return undefined;
 }
 
 async function readOwnedTarget(
