@@ -93,6 +93,11 @@ export interface InvalidListItem {
    * status: the instance would stay skipped after the service lists it properly again, or the limit is raised).
    */
   listingFault?: true;
+  /**
+   * Its id holds the agent's API key (reconcile/pass.ts refuseKeyPaths): counted as `failed` but neither reported
+   * nor recorded, since either keeps the id (the key) in stateDir's files.
+   */
+  idHoldsKey?: true;
 }
 
 /** An item with a status value the agent does not know: not acted on, warned about. */

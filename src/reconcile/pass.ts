@@ -594,14 +594,27 @@ function versionIn(
 /**
  * An instance whose `relative_filepath` holds the agent's API key is refused as an invalid item (reported `failed`,
  * no file written): its file's name would show the key to every local user who can list rootDir (adv25). The
- * problem names the field, never the key. Content holding it is written as any other (an operator's decision).
+ * problem names the field, never the key. One whose `id` holds it is refused too, and counted `failed` without a
+ * report or a record: the outbox (until sent) and state.json would keep the id, and a hook's changed paths the
+ * file's (misc25). Content holding it is written as any other (an operator's decision).
  */
 function refuseKeyPaths(pulled: Pulled<PlanInstance>, holdsApiKey: (text: string) => boolean): void {
-  if (!pulled.instances.some((instance) => holdsApiKey(instance.relative_filepath))) return;
+  const refused = (instance: PlanInstance) =>
+    holdsApiKey(instance.id) || holdsApiKey(instance.relative_filepath);
+  if (!pulled.instances.some(refused)) return;
   const kept: PlanInstance[] = [];
   for (const instance of pulled.instances) {
-    if (!holdsApiKey(instance.relative_filepath)) {
+    if (!refused(instance)) {
       kept.push(instance);
+      continue;
+    }
+    if (holdsApiKey(instance.id)) {
+      pulled.invalid.push({
+        id: instance.id,
+        idHoldsKey: true,
+        problem:
+          "its id holds the agent's API key: no file is written and nothing reported or recorded (stateDir would keep the key)",
+      });
       continue;
     }
     pulled.invalid.push({

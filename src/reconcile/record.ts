@@ -600,7 +600,8 @@ function outcomeFor(
 export function recordInvalid(items: readonly InvalidListItem[], ctx: RecordContext): InstanceOutcome[] {
   return items.map((item) => {
     const message = statusMessage(`invalid instance from the service: ${item.problem}`);
-    if (item.id === undefined)
+    // An id holding the API key is neither reported nor recorded (reconcile/pass.ts refuseKeyPaths), nor shown.
+    if (item.id === undefined || item.idHoldsKey === true)
       return { instanceId: '', path: '', action: 'failed', converged: false, message };
     const record = ctx.state.instances.get(item.id);
     // A fault of the listing (an id listed twice) is not final: the instance converges once it is listed right.
