@@ -154,6 +154,24 @@ async function fileMetaFor(config: AgentConfig): Promise<ReconcilerSettings['fil
   });
 }
 
+/**
+ * Below this length the API key is not looked for in listed paths nor in the values of hooks' variables: a short key
+ * (the configuration takes 4 characters) would match ordinary text, refusing `production/...` for a key `prod` or
+ * dropping a hook's PATH; the log's scrub still takes it whole.
+ */
+export const KEY_MATCH_MIN_LENGTH = 12;
+
+/**
+ * Whether a text holds the API key as written, escaped or percent-encoded (the log scrub's spellings); undefined
+ * without a key or with one shorter than KEY_MATCH_MIN_LENGTH.
+ */
+export function apiKeyMatcher(apiKey: string | undefined): ((text: string) => boolean) | undefined {
+  if (apiKey === undefined || apiKey.length < KEY_MATCH_MIN_LENGTH) return undefined;
+  const key = createSecretRegistry();
+  key.add(apiKey);
+  return (text) => key.scrub(text) !== text;
+}
+
 /** `forDaemon`: the daemon runs hooks, so changed paths are kept for them until they ran. */
 export function reconcilerSettings(
   config: AgentConfig,
@@ -162,11 +180,10 @@ export function reconcilerSettings(
   fileMeta: ReconcilerSettings['fileMeta'],
   apiKey?: string,
 ): ReconcilerSettings {
-  const key = apiKey === undefined ? undefined : createSecretRegistry();
-  if (apiKey !== undefined) key?.add(apiKey);
+  const holdsApiKey = apiKeyMatcher(apiKey);
   return {
     ...(fileMeta === undefined ? {} : { fileMeta }),
-    ...(key === undefined ? {} : { holdsApiKey: (text: string) => key.scrub(text) !== text }),
+    ...(holdsApiKey === undefined ? {} : { holdsApiKey }),
     deviceId: config.deviceId,
     rootDir: config.rootDir,
     stateDir: config.stateDir,
@@ -364,11 +381,10 @@ async function runOncePass(
  * variables by name (`API_KEY`, `CREDENTIALS_DIRECTORY`), not the key set under another (an `EnvironmentFile=`'s
  * `DCDS_TOKEN`, a wrapper's `--key=...`), which reached every hook (adv28).
  */
-function withoutKeyValues(env: NodeJS.ProcessEnv, apiKey: string): NodeJS.ProcessEnv {
+export function withoutKeyValues(env: NodeJS.ProcessEnv, apiKey: string): NodeJS.ProcessEnv {
+  if (apiKey.length < KEY_MATCH_MIN_LENGTH) return env;
   return Object.fromEntries(
-    Object.entries(env).filter(
-      ([, value]) => apiKey === '' || value === undefined || !value.includes(apiKey),
-    ),
+    Object.entries(env).filter(([, value]) => value === undefined || !value.includes(apiKey)),
   );
 }
 
