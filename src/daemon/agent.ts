@@ -9,7 +9,7 @@ import { renewalFailureLog } from '../store/directory-syncs.js';
 import { DiskError } from '../store/errors.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher, type DriftWatcherOptions } from './drift-watcher.js';
-import { runHooks } from './hooks.js';
+import { hookHangs, runHooks } from './hooks.js';
 import type { HealthReport } from './local-api.js';
 import { type AgentMetrics, writeMetricsTextfile } from './metrics.js';
 import { SingleFlight } from './single-flight.js';
@@ -84,6 +84,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   readonly #hookPathsRunning = new Set<string>();
   /** Paths of the run in progress written or removed again meanwhile: that run may have read the version before. */
   readonly #hookPathsRewritten = new Set<string>();
+  /** Hook processes given up on and program checks not answered, across runs (a hung mount). */
+  readonly #hookHangs = hookHangs();
   /** The metrics textfile's writes, one after another (`#writeMetrics`); never rejects. */
   #metricsWrites: Promise<void> = Promise.resolve();
   /** The last failure to write the metrics textfile, while it lasts. */
@@ -432,6 +434,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
         env: c.hookEnv,
         logger: c.deps.logger.child({ component: 'hooks' }),
         signal: this.#stop.signal,
+        hangs: this.#hookHangs,
         ...(c.vetHookProgram === undefined ? {} : { vetProgram: c.vetHookProgram }),
       });
       // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.

@@ -1,5 +1,5 @@
 // Post-pass hooks: run each configured command once when a pass changed files matching its glob.
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, type SpawnOptions, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { isProxyVariable, splitProxyCredentials } from '../api/proxy.js';
 import { compileGlob } from '../config/glob-match.js';
@@ -41,6 +41,30 @@ export interface HookRunResult {
   error?: string;
   /** Processes it started that were still running when it ended: each was sent SIGTERM, then SIGKILL. */
   leftovers: { pid: number; command: string }[];
+  /**
+   * Its own process when SIGKILL had not ended it a kill grace later (uninterruptible sleep on a hung mount): the
+   * run was given up on and left behind, so the hooks after it could run.
+   */
+  abandoned?: { pid: number; command: string };
+}
+
+/** Starts a hook's process: child_process.spawn; a stand-in in tests. */
+export type SpawnHook = (command: string, args: string[], options: SpawnOptions) => ChildProcess;
+
+/**
+ * What earlier runs left hanging, kept across runs by the caller (the daemon keeps one for its life): a hook whose
+ * process was given up on does not run again while that process is there, and a program whose check has not
+ * answered is not checked again (each hung check holds one of libuv's four pool threads) until it answers.
+ */
+export interface HookHangs {
+  /** By hook (`hookKey`): the process of a run given up on after SIGKILL. */
+  processes: Map<string, ProcessEntry>;
+  /** Programs (`run[0]`) whose check before a run has not answered yet. */
+  checks: Set<string>;
+}
+
+export function hookHangs(): HookHangs {
+  return { processes: new Map(), checks: new Set() };
 }
 
 export interface RunHooksOptions {
@@ -61,6 +85,12 @@ export interface RunHooksOptions {
    * have changed it since start), or undefined. Such a hook is not started; it counts as failed.
    */
   vetProgram?: (program: string) => Promise<string | undefined>;
+  /** How long `vetProgram` may take (a `stat` on a hung mount never answers): then the run counts as failed. */
+  programCheckMs?: number;
+  /** What earlier runs left hanging; a fresh one (nothing) by default. */
+  hangs?: HookHangs;
+  /** child_process.spawn by default. */
+  spawn?: SpawnHook;
 }
 
 export const CHANGED_ENV = 'CONFIG_AGENT_CHANGED';
@@ -79,6 +109,7 @@ const MAX_ENV_STRING_BYTES = 32 * 4096;
 export const STDERR_TAIL_BYTES = 4096;
 const STDOUT_TAIL_BYTES = 1024;
 const DEFAULT_KILL_GRACE_MS = 2000;
+const DEFAULT_PROGRAM_CHECK_MS = 10_000;
 /**
  * After the hook's own process exits, how long to wait for its pipes to close. A grandchild it left running
  * in the background may hold them open forever; waiting on that would stall every later pass.
@@ -189,6 +220,7 @@ interface RunOneOptions {
   killGraceMs: number;
   clock: Pick<Clock, 'monotonic'>;
   processes: ProcessTable;
+  spawn: SpawnHook;
 }
 
 function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions): Promise<HookRunResult> {
@@ -203,7 +235,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
   return new Promise<HookRunResult>((resolve) => {
     let child: ChildProcess;
     try {
-      child = spawn(command, args, {
+      child = options.spawn(command, args, {
         cwd: options.cwd,
         env: {
           ...hookEnvironment(options.env, changedPaths, hook.proxyCredentials === true, options.listRoom),
@@ -240,6 +272,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
     let stderrClosed = false;
     let drained = false;
     let leftoversEnded = false;
+    let abandoned: ProcessEntry | undefined;
     const leftovers: ProcessEntry[] = [];
     // The hook's processes seen so far, each with its start time: a pid handed out again is never taken for one.
     const known = new Map<number, ProcessEntry>();
@@ -290,6 +323,18 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
       return running;
     };
 
+    /**
+     * SIGKILL did not end it within the grace (uninterruptible sleep: a read on a hung NFS or FUSE mount): no
+     * 'exit' may ever come, and waiting on it would hold every later hook. The run ends here, failed.
+     */
+    const giveUp = (): void => {
+      if (exit !== undefined || settled) return;
+      abandoned = leader === undefined ? undefined : processes.get(leader);
+      const gaveUp = `gave up: pid ${leader} did not end within ${killGraceMs} ms of SIGKILL (uninterruptible sleep on a hung mount?): left behind`;
+      stopReason = stopReason === undefined ? gaveUp : `${stopReason}; ${gaveUp}`;
+      finish();
+    };
+
     const stop = (why: 'timeout' | 'abort'): void => {
       if (exit !== undefined || killTimer !== undefined) return;
       if (why === 'timeout') timedOut = true;
@@ -300,6 +345,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
         if (exit !== undefined) return;
         lookAround();
         signalHook('SIGKILL', true);
+        killTimer = setTimeout(giveUp, killGraceMs);
       }, killGraceMs);
     };
 
@@ -353,6 +399,8 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
       };
       const error = spawnError ?? stopReason;
       if (error !== undefined) result.error = error;
+      if (leader !== undefined && exit === undefined)
+        result.abandoned = { pid: leader, command: abandoned?.comm ?? command };
       const out = stdout.text();
       if (out !== '') options.logger.debug({ hook: hook.match, stdoutTail: out }, 'hook output');
       resolve(result);
@@ -373,6 +421,14 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
       maybeFinish();
     });
     child.on('exit', (code, exitSignal) => {
+      if (settled) {
+        // Only a run given up on (giveUp) settles before its exit.
+        options.logger.info(
+          { hook: hook.match, pid: leader },
+          'the process of a hook run given up on has ended',
+        );
+        return;
+      }
       exit = { code, signal: exitSignal };
       clearTimeout(killTimer);
       // In the same turn as the reap: the session id cannot have been handed out again yet.
@@ -413,6 +469,40 @@ function refusedRun(hook: HookSpec, changedPaths: string[], error: string): Hook
   };
 }
 
+/** Which hook a run is of, for HookHangs: its glob and its command. */
+function hookKey(hook: HookSpec): string {
+  return JSON.stringify([hook.match, hook.run]);
+}
+
+/**
+ * The program check with a deadline: a `stat` on a hung mount never answers, and waiting on it would hold every
+ * later hook. Never rejects. While it has not answered, the program is in `hangs.checks`.
+ */
+function boundedCheck(
+  vet: (program: string) => Promise<string | undefined>,
+  program: string,
+  ms: number,
+  hangs: HookHangs,
+): Promise<string | undefined> {
+  hangs.checks.add(program);
+  const check = Promise.resolve()
+    .then(() => vet(program))
+    // A check that cannot be made refuses too: never a rejection here, which would stop every later hook run.
+    .catch((error: unknown) => `its check failed: ${errorMessage(error)}`)
+    .finally(() => hangs.checks.delete(program));
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<string>((resolve) => {
+    timer = setTimeout(
+      () =>
+        resolve(
+          `its check (a stat of the program and the directories on its way) did not answer within ${ms} ms (a hung mount?)`,
+        ),
+      ms,
+    );
+  });
+  return Promise.race([check, deadline]).finally(() => clearTimeout(timer));
+}
+
 /** True when a hook run did not end on its own with exit code 0. */
 export function hookFailed(result: HookRunResult): boolean {
   return result.error !== undefined || result.timedOut || result.exitCode !== 0 || result.signal !== null;
@@ -438,7 +528,10 @@ export async function runHooks(
     killGraceMs: options.killGraceMs ?? DEFAULT_KILL_GRACE_MS,
     clock: options.clock ?? systemClock,
     processes: options.processes ?? procProcessTable(),
+    spawn: options.spawn ?? ((command, args, spawnOptions) => spawn(command, args, spawnOptions)),
   };
+  const hangs = options.hangs ?? hookHangs();
+  const checkMs = options.programCheckMs ?? DEFAULT_PROGRAM_CHECK_MS;
   for (const hook of hooks) {
     const matched = matchingPaths(hook, changedPaths);
     if (matched.length === 0) continue;
@@ -446,10 +539,19 @@ export async function runHooks(
       options.logger.info({ hook: hook.match }, 'hook skipped: the agent is shutting down');
       continue;
     }
-    // A check that cannot be made refuses too: never a rejection here, which would stop every later hook run.
-    const refused = await options
-      .vetProgram?.(hook.run[0])
-      .catch((error: unknown) => `its check failed: ${errorMessage(error)}`);
+    const key = hookKey(hook);
+    const left = hangs.processes.get(key);
+    const stillThere = left === undefined ? undefined : stillRunning(runOptions.processes, left);
+    if (left !== undefined && stillThere === undefined) hangs.processes.delete(key);
+    const program = hook.run[0];
+    const refused =
+      stillThere !== undefined
+        ? `its run before was given up on and its process (pid ${stillThere.pid}, ${stillThere.comm}) is still there: SIGKILL has not ended it (a hung mount?)`
+        : options.vetProgram === undefined
+          ? undefined
+          : hangs.checks.has(program)
+            ? `an earlier check of it has not answered yet (a hung mount?): not checked again until it does`
+            : await boundedCheck(options.vetProgram, program, checkMs, hangs);
     let result =
       refused === undefined
         ? await runOne(hook, matched, runOptions)
@@ -459,6 +561,11 @@ export async function runHooks(
     if (refused === undefined && /\bE2BIG\b/.test(result.error ?? ''))
       result = await runOne(hook, matched, { ...runOptions, listRoom: 0 });
     results.push(result);
+    if (result.abandoned !== undefined) {
+      // Its pid cannot be handed out again before it is reaped: what is there now is that process.
+      const entry = runOptions.processes.get(result.abandoned.pid);
+      if (entry !== undefined && !entry.exited) hangs.processes.set(key, entry);
+    }
     const fields = {
       hook: hook.match,
       argv: result.argv,
@@ -471,11 +578,13 @@ export async function runHooks(
     if (hookFailed(result)) {
       options.logger.warn(
         { ...fields, stderrTail: result.stderrTail, error: result.error },
-        result.timedOut
-          ? `hook killed after ${hook.timeoutSeconds}s timeout`
-          : result.error !== undefined
-            ? `hook failed: ${result.error}`
-            : 'hook failed',
+        result.abandoned !== undefined
+          ? `hook given up on: its process (pid ${result.abandoned.pid}, ${result.abandoned.command}) did not end after SIGKILL and is left behind; the next hooks go on`
+          : result.timedOut
+            ? `hook killed after ${hook.timeoutSeconds}s timeout`
+            : result.error !== undefined
+              ? `hook failed: ${result.error}`
+              : 'hook failed',
       );
     } else {
       options.logger.info(fields, 'hook ran');
