@@ -1,41 +1,9 @@
 // fix30: closes past the stop deadline less the reserve: not made, no mount judged late by them, no endless retry.
 import { expect, it } from 'vitest';
+import { steppedClock } from '../../test/helpers/gate-clocks.js';
 import { MountLanes, STOP_RESERVE_MS } from './mount-gate.js';
 
 const MOUNT = '/srv/root/share';
-
-/** A monotonic clock the test moves (`advance`): each sleep ends once its time has come, or on its signal. */
-function steppedClock() {
-  let now = 0;
-  const sleeps = new Set<{ at: number; end: () => void }>();
-  return {
-    clock: {
-      monotonic: () => now,
-      sleep: (ms: number, signal?: AbortSignal) =>
-        new Promise<void>((resolve, reject) => {
-          const entry = { at: now + ms, end: resolve };
-          sleeps.add(entry);
-          signal?.addEventListener(
-            'abort',
-            () => {
-              sleeps.delete(entry);
-              reject(signal.reason);
-            },
-            { once: true },
-          );
-        }),
-    },
-    advance: async (ms: number) => {
-      now += ms;
-      for (const entry of [...sleeps]) {
-        if (entry.at > now) continue;
-        sleeps.delete(entry);
-        entry.end();
-      }
-      for (let turn = 0; turn < 3; turn += 1) await new Promise((resolve) => setImmediate(resolve));
-    },
-  };
-}
 
 /** A stand-in call into the mount: counts how often it was made; each answers only when the test says. */
 function standIn() {

@@ -2,62 +2,9 @@
 import { constants } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
+import { controlledClock, steppedClock, settleTurns as turns } from '../../test/helpers/gate-clocks.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { gateMountsThatMayHang, MountLanes } from './mount-gate.js';
-
-/** Sleeps that end only when the test says: `expire()` ends every sleep begun so far (the bound has passed). */
-function controlledClock() {
-  const pending: (() => void)[] = [];
-  return {
-    clock: {
-      sleep: (_ms: number, signal?: AbortSignal) =>
-        new Promise<void>((resolve, reject) => {
-          pending.push(resolve);
-          signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
-        }),
-    },
-    expire: () => {
-      for (const end of pending.splice(0)) end();
-    },
-  };
-}
-
-/** A monotonic clock the test moves: each sleep ends once its time has come, or on its signal. */
-function steppedClock() {
-  let now = 0;
-  const sleeps = new Set<{ at: number; end: () => void }>();
-  return {
-    clock: {
-      monotonic: () => now,
-      sleep: (ms: number, signal?: AbortSignal) =>
-        new Promise<void>((resolve, reject) => {
-          const entry = { at: now + ms, end: resolve };
-          sleeps.add(entry);
-          signal?.addEventListener(
-            'abort',
-            () => {
-              sleeps.delete(entry);
-              reject(signal.reason);
-            },
-            { once: true },
-          );
-        }),
-    },
-    advance: async (ms: number) => {
-      now += ms;
-      for (const entry of [...sleeps]) {
-        if (entry.at > now) continue;
-        sleeps.delete(entry);
-        entry.end();
-      }
-      await turns();
-    },
-  };
-}
-
-const turns = async () => {
-  for (let turn = 0; turn < 5; turn += 1) await new Promise((resolve) => setImmediate(resolve));
-};
 
 /** A call into the mount that answers only when the test says (`answer`), counted once made (`made`). */
 function heldCall() {

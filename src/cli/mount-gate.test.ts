@@ -6,6 +6,7 @@ import { chmod, mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { controlledClock, steppedClock } from '../../test/helpers/gate-clocks.js';
 import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
 import { canPauseFuse, type PausableMount, pausableFuseMount } from '../../test/helpers/pausable-fuse.js';
 import { waitFor } from '../../test/helpers/wait-for.js';
@@ -18,56 +19,6 @@ import { hangSafeFs } from './hang-safe-fs.js';
 import { gateMountsThatMayHang, MountLanes, STOP_RESERVE_MS } from './mount-gate.js';
 
 const ROOT = '/srv/root';
-
-/** Sleeps that end only when the test says: `expire()` ends every sleep begun so far (the bound has passed). */
-function controlledClock() {
-  const pending: (() => void)[] = [];
-  return {
-    clock: {
-      sleep: (_ms: number, signal?: AbortSignal) =>
-        new Promise<void>((resolve, reject) => {
-          pending.push(resolve);
-          signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
-        }),
-    },
-    expire: () => {
-      for (const end of pending.splice(0)) end();
-    },
-  };
-}
-
-/** A monotonic clock the test moves (`advance`): each sleep ends once its time has come, or on its signal. */
-function steppedClock() {
-  let now = 0;
-  const sleeps = new Set<{ at: number; end: () => void }>();
-  return {
-    clock: {
-      monotonic: () => now,
-      sleep: (ms: number, signal?: AbortSignal) =>
-        new Promise<void>((resolve, reject) => {
-          const entry = { at: now + ms, end: resolve };
-          sleeps.add(entry);
-          signal?.addEventListener(
-            'abort',
-            () => {
-              sleeps.delete(entry);
-              reject(signal.reason);
-            },
-            { once: true },
-          );
-        }),
-    },
-    advance: async (ms: number) => {
-      now += ms;
-      for (const entry of [...sleeps]) {
-        if (entry.at > now) continue;
-        sleeps.delete(entry);
-        entry.end();
-      }
-      for (let turn = 0; turn < 3; turn += 1) await new Promise((resolve) => setImmediate(resolve));
-    },
-  };
-}
 
 /** A call's outcome, kept, with whether it has come yet. */
 function settledLater(call: Promise<unknown>) {
