@@ -52,6 +52,40 @@ const LOCAL_FILESYSTEMS = new Set([
   'hfsplus',
 ]);
 
+/** One mount of /proc/self/mountinfo: its mount point (escapes undone) and its filesystem type. */
+interface MountEntry {
+  mountPoint: string;
+  type: string;
+}
+
+/** /proc/self/mountinfo's text as its mounts, in the table's order; lines without a mount point or a type are skipped. */
+function parseMountTable(mountinfo: string): MountEntry[] {
+  const mounts: MountEntry[] = [];
+  for (const line of mountinfo.split('\n')) {
+    const fields = line.split(' ');
+    const dash = fields.indexOf('-', 6);
+    const mountPoint = fields[4];
+    const type = dash === -1 ? undefined : fields[dash + 1];
+    if (mountPoint === undefined || type === undefined) continue;
+    mounts.push({ mountPoint: unescapeMountPath(mountPoint), type });
+  }
+  return mounts;
+}
+
+/** The mount holding `realDir`: the longest mount point at or above it; of equal ones the last, which hides the others. */
+function mountHolding(mounts: readonly MountEntry[], realDir: string): MountEntry | undefined {
+  let holding: MountEntry | undefined;
+  for (const mount of mounts) {
+    if (
+      isSameOrInside(realDir, mount.mountPoint) &&
+      mount.mountPoint.length >= (holding?.mountPoint.length ?? 0)
+    ) {
+      holding = mount;
+    }
+  }
+  return holding;
+}
+
 /**
  * Filesystems whose ctime is no change time: FAT keeps none (the kernel gives the modification or creation time
  * read back from disk), nor do exFAT and FUSE filesystems in general (exfat-fuse, ntfs-3g as `fuseblk`, sshfs's
@@ -75,21 +109,13 @@ export function keepsNoChangeTime(type: string): boolean {
  */
 export function mountsKeepingNoChangeTime(mountinfo: string, realRootDir: string): Set<string> {
   const found = new Set<string>();
-  let holding: { mountPoint: string; type: string } | undefined;
-  for (const line of mountinfo.split('\n')) {
-    const fields = line.split(' ');
-    const dash = fields.indexOf('-', 6);
-    const mountPoint = fields[4];
-    const type = dash === -1 ? undefined : fields[dash + 1];
-    if (mountPoint === undefined || type === undefined) continue;
-    const absolute = unescapeMountPath(mountPoint);
-    if (isSameOrInside(realRootDir, absolute) && absolute.length >= (holding?.mountPoint.length ?? 0)) {
-      holding = { mountPoint: absolute, type };
-    }
-    if (keepsNoChangeTime(type) && absolute !== realRootDir && isSameOrInside(absolute, realRootDir)) {
-      found.add(realRootDir === '/' ? absolute.slice(1) : absolute.slice(realRootDir.length + 1));
+  const mounts = parseMountTable(mountinfo);
+  for (const { mountPoint, type } of mounts) {
+    if (keepsNoChangeTime(type) && mountPoint !== realRootDir && isSameOrInside(mountPoint, realRootDir)) {
+      found.add(realRootDir === '/' ? mountPoint.slice(1) : mountPoint.slice(realRootDir.length + 1));
     }
   }
+  const holding = mountHolding(mounts, realRootDir);
   if (holding !== undefined && keepsNoChangeTime(holding.type)) found.add('');
   return found;
 }
@@ -102,15 +128,7 @@ const RECHECK_MS = 10_000;
  * judged from /proc/self/mountinfo's text; false when any may hang, or when the table says nothing.
  */
 export function mountsUnderRootAreLocal(mountinfo: string, realRootDir: string): boolean {
-  const mounts: { mountPoint: string; type: string }[] = [];
-  for (const line of mountinfo.split('\n')) {
-    const fields = line.split(' ');
-    const dash = fields.indexOf('-', 6);
-    const mountPoint = fields[4];
-    const type = dash === -1 ? undefined : fields[dash + 1];
-    if (mountPoint === undefined || type === undefined) continue;
-    mounts.push({ mountPoint: unescapeMountPath(mountPoint), type });
-  }
+  const mounts = parseMountTable(mountinfo);
   let holding = '';
   for (const { mountPoint } of mounts) {
     if (isSameOrInside(realRootDir, mountPoint) && mountPoint.length > holding.length) holding = mountPoint;
@@ -128,15 +146,10 @@ export function mountsUnderRootAreLocal(mountinfo: string, realRootDir: string):
  */
 export function mountsThatMayHangBelow(mountinfo: string, realRootDir: string): Set<string> {
   const below = new Set<string>();
-  for (const line of mountinfo.split('\n')) {
-    const fields = line.split(' ');
-    const dash = fields.indexOf('-', 6);
-    const mountPoint = fields[4];
-    const type = dash === -1 ? undefined : fields[dash + 1];
-    if (mountPoint === undefined || type === undefined || LOCAL_FILESYSTEMS.has(type)) continue;
-    const absolute = unescapeMountPath(mountPoint);
-    if (absolute !== realRootDir && isSameOrInside(absolute, realRootDir)) {
-      below.add(realRootDir === '/' ? absolute.slice(1) : absolute.slice(realRootDir.length + 1));
+  for (const { mountPoint, type } of parseMountTable(mountinfo)) {
+    if (LOCAL_FILESYSTEMS.has(type)) continue;
+    if (mountPoint !== realRootDir && isSameOrInside(mountPoint, realRootDir)) {
+      below.add(realRootDir === '/' ? mountPoint.slice(1) : mountPoint.slice(realRootDir.length + 1));
     }
   }
   return below;
@@ -147,19 +160,7 @@ export function mountsThatMayHangBelow(mountinfo: string, realRootDir: string): 
  * /proc/self/mountinfo's text; undefined when it is local or the table does not say.
  */
 export function mountHoldingThatMayHang(mountinfo: string, realDir: string): string | undefined {
-  let holding: { mountPoint: string; type: string } | undefined;
-  for (const line of mountinfo.split('\n')) {
-    const fields = line.split(' ');
-    const dash = fields.indexOf('-', 6);
-    const mountPoint = fields[4];
-    const type = dash === -1 ? undefined : fields[dash + 1];
-    if (mountPoint === undefined || type === undefined) continue;
-    const absolute = unescapeMountPath(mountPoint);
-    // The last of equal length wins: a mount made over another at the same point hides it.
-    if (isSameOrInside(realDir, absolute) && absolute.length >= (holding?.mountPoint.length ?? 0)) {
-      holding = { mountPoint: absolute, type };
-    }
-  }
+  const holding = mountHolding(parseMountTable(mountinfo), realDir);
   return holding === undefined || LOCAL_FILESYSTEMS.has(holding.type) ? undefined : holding.mountPoint;
 }
 
@@ -305,16 +306,10 @@ export async function hangSafeConfigCalls(
 ): Promise<{ fs: FsPort; ownPathsPort: OwnPathsPort }> {
   const mountinfo = (await port.mountinfo()) ?? '';
   const held: HeldPlace[] = [];
-  for (const line of mountinfo.split('\n')) {
-    const fields = line.split(' ');
-    const dash = fields.indexOf('-', 6);
-    const mountPoint = fields[4];
-    const type = dash === -1 ? undefined : fields[dash + 1];
-    if (mountPoint === undefined || type === undefined) continue;
+  for (const { mountPoint, type } of parseMountTable(mountinfo)) {
     // Kernel filesystems (config/own-paths.ts) are no files' home and answer from memory: never a mount that may hang.
     if (LOCAL_FILESYSTEMS.has(type) || KERNEL_FILESYSTEMS.has(type)) continue;
-    const absolute = unescapeMountPath(mountPoint);
-    held.push({ dir: absolute, mountPoint: absolute });
+    held.push({ dir: mountPoint, mountPoint });
   }
   const gated =
     held.length === 0
