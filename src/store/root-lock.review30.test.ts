@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, expect, it } from 'vitest';
+import { nodeOthersCanRun } from '../../test/helpers/reachable-install.js';
 import { createLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { RootLockedError } from './lock.js';
@@ -35,7 +36,8 @@ async function squatAsNobody(answerRootDir: string): Promise<number> {
     const answer = JSON.stringify({ pid: process.pid, stateDir: '/home/mallory/state', rootDir: ${JSON.stringify(answerRootDir)} });
     require('node:net').createServer((s) => { s.on('error', () => {}); s.end(answer); })
       .listen({ path: ${JSON.stringify(name)} }, () => process.stdout.write('held\\n'));`;
-  const child = spawn(process.execPath, ['-e', script], {
+  // A node nobody can run: the CI's Node 24 sits in the clone's .cache, out of nobody's reach in a 0700 dir.
+  const child = spawn(await nodeOthersCanRun(), ['-e', script], {
     stdio: ['ignore', 'pipe', 'inherit'],
     uid: 65534,
     gid: 65534,
@@ -45,6 +47,7 @@ async function squatAsNobody(answerRootDir: string): Promise<number> {
   await new Promise<void>((resolve, reject) => {
     child.stdout?.once('data', () => resolve());
     child.once('exit', () => reject(new Error('the squatter did not start')));
+    child.once('error', (error) => reject(new Error(`the squatter did not start: ${error.message}`)));
   });
   return child.pid ?? 0;
 }

@@ -60,6 +60,28 @@ export async function reachableInstall(): Promise<ReachableInstall> {
   };
 }
 
+let nodeForOthers: Promise<string> | undefined;
+
+/**
+ * This process's node binary as another user (nobody) can run it, for a small script of a test's: itself when it is
+ * in reach, else a copy in a fresh 0755 temp dir (made once per process). The Node 24 of a CI run lives in the
+ * clone's dist-pkg, out of reach when the clone is in a 0700 dir. Not the system's node instead: Node 20 binds an
+ * abstract socket name padded with NULs to the whole sun_path and Node 24 does not, so a script on another Node
+ * would hold another name than the agent's lock (docs/reliability.md, Known gaps).
+ */
+export function nodeOthersCanRun(): Promise<string> {
+  nodeForOthers ??= (async () => {
+    if (await reachableByOthers(process.execPath).catch(() => false)) return process.execPath;
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-node-'));
+    await chmod(dir, 0o755);
+    const node = path.join(dir, 'node');
+    await cp(process.execPath, node);
+    await chmod(node, 0o755);
+    return node;
+  })();
+  return nodeForOthers;
+}
+
 /** Whether a user other than the owner can traverse every ancestor of `file` and execute it. */
 async function reachableByOthers(file: string): Promise<boolean> {
   if (((await stat(file)).mode & 0o001) === 0) return false;
