@@ -192,3 +192,52 @@ describe('runAgent: proxy credentials and hooks', () => {
     }
   });
 });
+
+describe('runAgent: the API key under another variable name (adv28)', () => {
+  // The hook runner drops variables by name (API_KEY, CREDENTIALS_DIRECTORY): the key set for the operator's own
+  // scripts under another name (an EnvironmentFile's DCDS_TOKEN, a wrapper's argument list) reached every hook.
+  it('passes no variable whose value holds the key to a hook', async () => {
+    const server = await startMockServer({ apiKeys: [KEY] });
+    const seen = path.join(dir, 'hook.env');
+    server.state.instances.set('cfg_a', {
+      id: 'cfg_a',
+      device_id: 'dvc_compose',
+      relative_filepath: 'a.json',
+      config_schema_id: 'sch_a',
+      config_type_id: 'typ',
+      target_status: 'deployed',
+      activity_status: 'queued',
+      error_status: 'none',
+      content: { version: 1 },
+      created_at: '2026-01-01T00:00:00.000Z',
+      updated_at: '2026-01-01T00:00:00.000Z',
+    });
+    const events = new EventEmitter();
+    try {
+      const configPath = await writeConfig({
+        server: { baseUrl: server.url, timeoutSeconds: 5 },
+        poll: { intervalSeconds: 60, jitterRatio: 0 },
+        hooks: [{ match: '**', run: ['/bin/sh', '-c', `env > '${seen}'; echo "$DCDS_TOKEN" >&2; exit 1`] }],
+      });
+      const io = bufferedIo({
+        CONFIG_AGENT_API_KEY: KEY,
+        PATH: process.env.PATH ?? '/usr/bin:/bin',
+        DCDS_TOKEN: KEY,
+        WRAPPER_ARGS: `--verbose --key=${KEY}`,
+        KEEP_ME: 'yes',
+      });
+      const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
+      await waitFor(() => io.err().includes('"msg":"hook failed"'), PATIENCE_MS, { what: 'the hook to run' });
+      events.emit('SIGTERM');
+      expect(await exit).toBe(0);
+      const env = await readFile(seen, 'utf8');
+      expect(env).toContain('KEEP_ME=yes');
+      expect(env).not.toContain(KEY);
+      expect(env).not.toContain('DCDS_TOKEN=');
+      expect(io.err()).not.toContain(KEY);
+    } finally {
+      events.emit('SIGTERM');
+      await server.close();
+    }
+  });
+});
