@@ -49,12 +49,12 @@ it(
   async () => {
     // Before: undici noted the abort but settled nothing while the request waited for its connection, and the
     // connection waited on the proxy's answer for undici's own 300 s: the request (and a pull's deadline) hung.
-    const error = await client(500)
+    const error = await client(200)
       .getDevice('dvc_1')
       .catch((thrown: unknown) => thrown);
     expect(error).toBeInstanceOf(TimeoutError);
     // The same through HTTPS_PROXY (undici's EnvHttpProxyAgent builds the same proxy agent).
-    const fromEnvironment = await client(500, 'environment')
+    const fromEnvironment = await client(200, 'environment')
       .getDevice('dvc_1')
       .catch((thrown: unknown) => thrown);
     expect(fromEnvironment).toBeInstanceOf(TimeoutError);
@@ -93,7 +93,7 @@ it(
 it(
   'each tunnel the proxy never answers is closed by the agent at the deadline, not held for 5 minutes',
   async () => {
-    const agent = client(500);
+    const agent = client(200);
     for (let i = 0; i < 3; i += 1) {
       const error = await agent.getDevice('dvc_1').catch((thrown: unknown) => thrown);
       expect(error).toBeInstanceOf(TimeoutError);
