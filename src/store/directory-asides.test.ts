@@ -309,6 +309,18 @@ describe('a directory renewal cut off between its two renames', () => {
     expect(await tree()).toEqual(KEPT);
   });
 
+  it('a record of this root spelled another way (a symlink to it, a trailing slash) is put back', async () => {
+    await renew(diesBetweenTheRenames(await processAfterFailedFsync(nodeFs as unknown as FsPort)));
+    const link = path.join(dir, 'root-link');
+    await symlink(root, link);
+    settings = { ...settings, rootDir: `${link}/` };
+    await start();
+    expect(await tree()).toEqual(KEPT);
+    await expect(readFile(path.join(settings.stateDir, ASIDES_FILE))).rejects.toMatchObject({
+      code: 'ENOENT',
+    });
+  });
+
   it('without a record (the state directory not open), no directory is renamed aside', async () => {
     const ledger = new DirectorySyncLedger();
     ledger.changed(path.join(root, 'top'), 'app');

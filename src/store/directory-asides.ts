@@ -8,6 +8,7 @@ import type { Logger } from '../lib/logger.js';
 import type { DirectorySyncLedger, RenewalAside, RenewalAsides } from './directory-syncs.js';
 import { restoreRenewedDirectory, writeDurableJson } from './durable-writer.js';
 import { TEMP_PREFIX, validateRelativePath } from './path-guard.js';
+import { sameRoot } from './same-root.js';
 import { readStateDirFileOrSetAside } from './state.js';
 
 export const ASIDES_FILE = 'renewal-asides.json';
@@ -156,12 +157,16 @@ export class DirectoryAsides implements RenewalAsides {
     options: { euid: number; clock: WallClock; carried?: readonly AsideEntry[]; tries?: SharedTries },
   ): Promise<DirectoryAsides> {
     const { euid, clock } = options;
-    const found = await readAsides(fs, stateDir, logger, clock);
-    const carried = (options.carried ?? []).filter(
-      (entry) => wellFormed(entry) && !found.some((other) => sameEntry(other, entry)),
-    );
-    const records = [...found, ...carried];
     const root = path.resolve(rootDir);
+    const found = await spelledAs(fs, root, await readAsides(fs, stateDir, logger, clock));
+    const carried = (
+      await spelledAs(
+        fs,
+        root,
+        (options.carried ?? []).filter((entry) => wellFormed(entry)),
+      )
+    ).filter((entry) => !found.some((other) => sameEntry(other, entry)));
+    const records = [...found, ...carried];
     for (const entry of records) {
       if (entry.rootDir !== root)
         logger.warn({ ...entry }, 'a directory renamed aside under another root directory is left as it is');
@@ -519,6 +524,26 @@ function sameEntry(one: AsideEntry, other: AsideEntry): boolean {
     one.name === other.name &&
     one.aside === other.aside
   );
+}
+
+/**
+ * `entries` with each `rootDir` that names `root` another way (a symlink to it, a bind mount of it: `sameRoot`)
+ * spelled as `root`, so every later comparison with this root (a plain `===`) counts them as its own. Before,
+ * a record of a rootDir respelled in config.json was left aside for good ("another root directory"). One
+ * `sameRoot` per distinct spelling.
+ */
+async function spelledAs(fs: FsPort, root: string, entries: readonly AsideEntry[]): Promise<AsideEntry[]> {
+  const same = new Map<string, boolean>();
+  const out: AsideEntry[] = [];
+  for (const entry of entries) {
+    let isRoot = same.get(entry.rootDir);
+    if (isRoot === undefined) {
+      isRoot = await sameRoot(fs, entry.rootDir, root);
+      same.set(entry.rootDir, isRoot);
+    }
+    out.push(isRoot && entry.rootDir !== root ? { ...entry, rootDir: root } : entry);
+  }
+  return out;
 }
 
 /** Whether `entry`'s parent is `outer`'s directory or lies below it, under the same root. */
