@@ -106,6 +106,8 @@ interface Scripted {
   retryAfterMs?: number;
   hold?: boolean;
   crash?: boolean;
+  /** The pass wrote a file. */
+  wrote?: boolean;
 }
 
 /** The PassRunner the daemon drives, scripted: it records what it was asked and answers what the test says. */
@@ -185,7 +187,10 @@ function passResult(mode: PassMode, scripted: Scripted): PassResult {
     reachable: scripted.reachable,
     ...(error === undefined ? {} : { error }),
     steps: [],
-    outcomes: [],
+    outcomes:
+      scripted.wrote === true
+        ? [{ instanceId: 'cfg_1', path: 'app.json', action: 'written', converged: true }]
+        : [],
     reports: { delivered: 0, rejected: 0, pending: 0 },
     sweptTempFiles: [],
     converged: scripted.reachable,
@@ -301,6 +306,38 @@ async function passes(agent: Agent, count: number): Promise<{ modes: PassMode[];
 
 const unreachable = (retryAfterMs?: number): Scripted =>
   retryAfterMs === undefined ? { reachable: false } : { reachable: false, retryAfterMs };
+
+describe('AgentDaemon: the pass summary (cit24)', () => {
+  it('an idle poll is summarised at debug; a change, a recovery and an hourly heartbeat at info', async () => {
+    let text = '';
+    const destination = new Writable({
+      write(chunk, _encoding, done) {
+        text += String(chunk);
+        done();
+      },
+    });
+    const logger = createLogger({ level: 'debug', secrets: createSecretRegistry(), destination });
+    const summaries = () =>
+      text
+        .split('\n')
+        .filter((line) => line.includes('"msg":"pass'))
+        .map((line) => JSON.parse(line) as { level: string; msg: string; quietPasses?: number });
+    const levels = () => summaries().map((line) => line.level);
+    const agent = await startAgent({ logger });
+    await passes(agent, 4);
+    // The first pass of the process, then three idle polls.
+    expect(levels()).toEqual(['info', 'debug', 'debug', 'debug']);
+    agent.reconciler.script({ reachable: true, wrote: true }, { reachable: false }, { reachable: true });
+    await passes(agent, 4);
+    expect(levels().slice(4)).toEqual(['info', 'warn', 'info', 'debug']);
+    expect(summaries()[4]?.quietPasses).toBe(3);
+    // An hour of idle polls later, one summary at info says how many went to debug.
+    agent.clock.mono += HOUR;
+    await passes(agent, 2);
+    expect(levels().slice(8)).toEqual(['info', 'debug']);
+    expect(summaries()[8]).toMatchObject({ msg: 'pass finished', quietPasses: 1 });
+  });
+});
 
 describe('AgentDaemon: the metrics textfile', () => {
   it('a failure that lasts is warned about once, again once it changes, and its end is told', async () => {

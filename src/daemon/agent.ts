@@ -12,6 +12,7 @@ import { DriftWatcher, type DriftWatcherOptions } from './drift-watcher.js';
 import { hookHangs, runHooks } from './hooks.js';
 import type { HealthReport } from './local-api.js';
 import { type AgentMetrics, writeMetricsTextfile } from './metrics.js';
+import { PassLogPolicy } from './pass-log.js';
 import { SingleFlight } from './single-flight.js';
 
 /** Bounds of the outage backoff: it starts at the poll interval and doubles up to this. */
@@ -102,6 +103,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   #asidesRetryDelayMs = ASIDES_RETRY_FIRST_MS;
   /** A retry of those in progress: never awaited by a pass (a hung mount holds it), one at a time. */
   #asidesRetrying = false;
+  /** Which level each pass's summary is logged at. */
+  readonly #passLog = new PassLogPolicy();
 
   constructor(components: AgentComponents<R>) {
     this.#c = components;
@@ -169,6 +172,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       await previous?.close();
       this.#startDriftWatcherInBackground();
       this.#pendingMode = 'full';
+      this.#passLog.reloaded();
       // An operator who fixed what kept a directory aside (a mount, a parent's mode) reloads: tried now.
       this.#asidesRetryDelayMs = ASIDES_RETRY_FIRST_MS;
       this.#retryAsides(true);
@@ -497,8 +501,11 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       pendingReports: result.reports.pending,
       ...(result.error === undefined ? {} : { error: result.error.message }),
     };
-    if (!result.reachable) this.#logger.warn(fields, 'pass could not reach the service');
-    else this.#logger.info(fields, 'pass finished');
+    // Idle passes at debug, with one at info an hour (daemon/pass-log.ts): the journal is not a poll counter.
+    const { level, quietPasses } = this.#passLog.next(result, this.#c.deps.clock.monotonic());
+    const logged = level === 'debug' || quietPasses === 0 ? fields : { ...fields, quietPasses };
+    if (level === 'warn') this.#logger.warn(logged, 'pass could not reach the service');
+    else this.#logger[level](logged, 'pass finished');
   }
 
   /**

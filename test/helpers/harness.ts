@@ -108,7 +108,8 @@ export class AgentHarness {
       rootDir: this.rootDir,
       stateDir: this.stateDir,
       retry: { maxAttempts: 3, baseDelaySeconds: 1, maxDelaySeconds: 2 },
-      log: { level: 'info' },
+      // debug: an idle pass's summary is logged there (daemon/pass-log.ts), and DaemonProcess counts every pass.
+      log: { level: 'debug' },
       socketPath: path.join(this.dir, 'agent.sock'),
       ...this.#config,
       ...overrides,
