@@ -5,7 +5,7 @@ import type https from 'node:https';
 import type { Socket } from 'node:net';
 import { isLoopbackName, loopbackLookup } from './loopback-name.js';
 import { abortError, llhttpParserFrom, nodeHttpCommon, SocketLane } from './socket-lane.js';
-import { markIfStale } from './stale-connection.js';
+import { markIfStale, staleTimeoutError } from './stale-connection.js';
 import {
   CONNECT_TIMEOUT_MAX_MS,
   type Transport,
@@ -218,6 +218,13 @@ export class HttpTransport implements Transport {
       });
       req.on('response', (res) => {
         clearTimeout(connectTimer);
+        // A 408 on a reused connection: the request was never read; failed stale, so a GET or PATCH is resent.
+        const timedOut = staleTimeoutError(res.statusCode ?? 0, req.reusedSocket, request.method);
+        if (timedOut !== undefined) {
+          res.destroy();
+          reject(timedOut);
+          return;
+        }
         response = res;
         // The reader attaches its own listeners; this one keeps an error nobody reads from being thrown.
         res.on('error', () => {});

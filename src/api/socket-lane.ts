@@ -3,7 +3,7 @@
 import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import { isLoopbackName, loopbackLookup } from './loopback-name.js';
-import { markIfStale } from './stale-connection.js';
+import { markIfStale, staleTimeoutError } from './stale-connection.js';
 import type { RequestSignal } from './transport.js';
 
 /** node:http's own parser binding (llhttp), as node:http drives it; internal, present on Node 20 and 24. */
@@ -434,6 +434,13 @@ export class SocketLane {
         if (statusCode >= 100 && statusCode < 200 && statusCode !== 101) return 1;
         if (upgrade || statusCode === 101) {
           queueMicrotask(() => fail(requestError('the service answered with an upgrade', 'ECONNRESET')));
+          return 1;
+        }
+        // A 408 on a reused connection (cit24): the request was never read; failed stale, so a GET or PATCH is resent.
+        const timedOut = staleTimeoutError(statusCode, reused, request.method);
+        if (timedOut !== undefined) {
+          // At once: the bytes after it in this read (its body, past `Connection: close`) fail the parse.
+          fail(timedOut);
           return 1;
         }
         const answered = headersOf(all);

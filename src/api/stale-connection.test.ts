@@ -5,7 +5,7 @@ import { Agent } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { instanceFactory } from '../../test/helpers/instances.js';
 import { type ClientOptions, createClient, type RequestEvent } from './client.js';
-import { MalformedResponseError, NetworkError } from './errors.js';
+import { HttpStatusError, MalformedResponseError, NetworkError } from './errors.js';
 import { HttpTransport } from './http-transport.js';
 import { createServiceTransport, type ServiceTransportOptions, type Transport } from './transport.js';
 import { createUndiciTransport } from './undici-transport.js';
@@ -243,6 +243,62 @@ describe.each(TRANSPORTS)('%s', (_name, build) => {
       }
       expect(events.map((e) => e.outcome)).toEqual(Array(5).fill('ok'));
       expect(server.seen).toHaveLength(5);
+    });
+  });
+
+  describe('a 408 on a kept-alive connection (the service timed it out as the request came; cit24)', () => {
+    /** Node's http server answers a request it timed out this way: 408, then the connection closed. */
+    const timeOut = (res: ServerResponse) => res.writeHead(408, { connection: 'close' }).end();
+
+    it('GET: sent again at once on a new connection, no failure', async () => {
+      const server = await serve((_req, res, seen) => {
+        if (seen.nthOnConnection > 1) return timeOut(res);
+        json(res, 200, device('dev_1'));
+      });
+      const events: RequestEvent[] = [];
+      const c = client(server.url, events);
+      for (let i = 0; i < 8; i += 1) expect((await c.getDevice('dev_1')).id).toBe('dev_1');
+      const killed = resent(server.seen);
+      expect(killed.length).toBeGreaterThan(0);
+      expect(server.seen).toHaveLength(8 + killed.length);
+      expect(events.map((e) => e.outcome)).toEqual(Array(8).fill('ok'));
+    });
+
+    it('the status PATCH: sent again with the same body; each report recorded once', async () => {
+      const server = await serve((_req, res, seen) => {
+        if (seen.nthOnConnection > 1) return timeOut(res);
+        res.writeHead(204).end();
+      });
+      const c = client(server.url);
+      const reports = [];
+      for (let i = 0; i < 8; i += 1) {
+        const report = { activity_status: 'deployed', error_status: 'none', message: `report ${i}` } as const;
+        reports.push(report);
+        await expect(c.reportConfigInstanceStatus(`ci_${i}`, report)).resolves.toBeUndefined();
+      }
+      expect(resent(server.seen).length).toBeGreaterThan(0);
+      const answered = server.seen.filter((s) => s.nthOnConnection === 1);
+      expect(answered.map((s) => JSON.parse(s.body) as unknown)).toEqual(reports);
+    });
+
+    it("a 408 on a new connection is the service's answer: one request, the 408 goes up", async () => {
+      const server = await serve((_req, res) => timeOut(res));
+      const error = await failure(client(server.url).getDevice('dev_1'));
+      expect(error).toBeInstanceOf(HttpStatusError);
+      expect((error as HttpStatusError).status).toBe(408);
+      expect(server.seen).toHaveLength(1);
+    });
+
+    it('the deploy POST (not idempotent) met by a 408 on a reused connection is sent once: the 408 goes up', async () => {
+      const server = await serve((_req, res, seen) => {
+        if (seen.nthOnConnection > 1) return timeOut(res);
+        json(res, 200, { deploy: configInstance('ci_1'), remove: [] });
+      });
+      const c = client(server.url);
+      const { error, calls } = await firstFailure(() => c.deployConfigInstance('ci_1'));
+      expect((error as HttpStatusError).status).toBe(408);
+      expect(server.seen).toHaveLength(calls);
+      expect(server.seen.at(-1)?.nthOnConnection).toBeGreaterThan(1);
     });
   });
 

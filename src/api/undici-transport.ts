@@ -13,7 +13,7 @@ import ProxyAgent from 'undici/lib/dispatcher/proxy-agent.js';
 import { answerScanLimit } from './answer-scan.js';
 import { chooseProxy } from './proxy.js';
 import { abortError } from './socket-lane.js';
-import { markIfStale } from './stale-connection.js';
+import { markIfStale, staleTimeoutError } from './stale-connection.js';
 import {
   CONNECT_TIMEOUT_MAX_MS,
   type RequestSignal,
@@ -163,22 +163,54 @@ function watch(socket: Socket): void {
   let requests = 0;
   /** A request was written and no byte of its response has been read yet. */
   let awaitingResponse = false;
+  /** The method of the request on the socket (its head's first word). */
+  let method = '';
   const write = socket.write;
   socket.write = function (this: Socket, ...args: unknown[]) {
     if (!awaitingResponse) {
       requests += 1;
       awaitingResponse = true;
+      method = methodOf(args[0]);
     }
     return (write as (...a: unknown[]) => boolean).apply(this, args);
   } as Socket['write'];
   const read = socket.read;
   socket.read = function (this: Socket, size?: number) {
     const chunk: unknown = read.call(this, size);
-    if (chunk !== null && chunk !== undefined) awaitingResponse = false;
-    return chunk;
+    if (chunk === null || chunk === undefined) return chunk;
+    // The first bytes of the answer: a 408 on a reused connection fails the request stale (stale-connection.ts),
+    // the socket destroyed before undici parses it, so a GET or PATCH is sent again on a new connection.
+    const timedOut = awaitingResponse ? staleTimeoutError(statusOf(chunk), requests > 1, method) : undefined;
+    awaitingResponse = false;
+    if (timedOut === undefined) return chunk;
+    this.destroy(timedOut);
+    return null;
   } as Socket['read'];
   // Registered before undici's own listener: the error is marked before undici fails the request with it.
   socket.on('error', (error: unknown) => markIfStale(error, requests > 1, awaitingResponse));
+}
+
+/** The method a request's first written chunk starts with ('' when it is not text). */
+function methodOf(chunk: unknown): string {
+  const head =
+    typeof chunk === 'string'
+      ? chunk.slice(0, 8)
+      : Buffer.isBuffer(chunk)
+        ? chunk.toString('latin1', 0, 8)
+        : '';
+  return head.split(' ', 1)[0] ?? '';
+}
+
+/** The status code an answer's first bytes carry (`HTTP/1.1 408 …`), 0 when they do not hold one whole. */
+function statusOf(chunk: unknown): number {
+  const head =
+    typeof chunk === 'string'
+      ? chunk.slice(0, 13)
+      : Buffer.isBuffer(chunk)
+        ? chunk.toString('latin1', 0, 13)
+        : '';
+  const match = /^HTTP\/1\.[01] (\d{3}) /.exec(head);
+  return match === null ? 0 : Number(match[1]);
 }
 
 function watching(connect: Connectors.connector): Connectors.connector {

@@ -51,6 +51,7 @@ const ALLOWED: AllowedLine[] = [
     text: "new Error('The operation was aborted'",
     why: "node:http's AbortError (ABORT_ERR), the shape every abort is recognised by",
   },
+  { file: 'api/stale-connection.ts', text: 'new Error(message)', why: ERRNO_SHAPED },
   { file: 'api/transport.ts', text: "new Error('this transport cannot make a fresh one')", why: INVARIANT },
   { file: 'cli/agent-loader.ts', text: 'new Error(`${bundleFile}: no runProcess()`)', why: BEFORE_THE_AGENT },
   { file: 'cli/code-cache.ts', text: 'new Error(`too large', why: BEFORE_THE_AGENT },
