@@ -2,6 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { describe, expect, it } from 'vitest';
+import { rootNameOf } from '../../test/helpers/root-lock-holder.js';
 import { acquireRootLock, RootLockedError, StateLockedError } from './lock.js';
 
 /** A key no other test process uses: the abstract name is per network namespace, shared by parallel test files. */
@@ -13,7 +14,7 @@ const keyed = (key: string) => async () => ({ key, uid: process.getuid?.() ?? 0,
 function ask(key: string): Promise<{ answer: string } | { refused: string }> {
   return new Promise((resolve) => {
     let text = '';
-    const socket = net.connect({ path: `\0config-agent-root-${key}` });
+    const socket = net.connect({ path: rootNameOf(key) });
     socket.on('data', (chunk: Buffer) => {
       text += chunk.toString('utf8');
     });

@@ -364,17 +364,38 @@ export const linuxProcessProbe: ProcessProbe = {
 /**
  * This process's rootDir locks by name: a reload reopening the same rootDir shares its lock, not takes it again.
  * `holders`: each sharer's rootDir and stateDir, newest last: the holder's answer names the newest (a reload to
- * another stateDir answered with the old one until fix30).
+ * another stateDir answered with the old one until fix30). `servers`: the name's, and the legacy name's where
+ * this Node binds that one apart (rootLockNames).
  */
 const rootLocks = new Map<
   string,
-  { server: import('node:net').Server; holders: { rootDir: string; stateDir: string }[] }
+  { servers: import('node:net').Server[]; holders: { rootDir: string; stateDir: string }[] }
 >();
 
 /** How long a refused agent waits for the holder to say who it is (silent that long: it does not say). */
 const ROOT_HOLDER_ANSWER_MS = 2000;
 /** Reads of the holder's answer, at most: an agent's is one write of a few hundred bytes. */
 const MAX_ANSWER_CHUNKS = 16;
+/** Linux's sockaddr_un.sun_path: an abstract name is that many bytes at most, its leading NUL included. */
+const SUN_PATH_BYTES = 108;
+
+/**
+ * rootDir's lock names for the key (`${dev}:${ino}`): `name`, padded with NULs to the whole sun_path, and
+ * `legacy`, the name agents before lock24 bound. Node 20 binds an abstract name padded with NULs to the whole
+ * sun_path and Node 24 at its own length, so the unpadded name was two names (an agent of `config-agent`, the
+ * system's Node 20, and one of `config-agent-node`, its Node 24, did not see each other); padded, both bind the same
+ * bytes. `legacy` is undefined on Node 20, where it is `name` already.
+ */
+export function rootLockNames(
+  key: string,
+  nodeMajor = Number(process.versions.node.split('.')[0]),
+): { name: string; legacy: string | undefined } {
+  const legacy = `\0config-agent-root-${key}`;
+  return { name: legacy.padEnd(SUN_PATH_BYTES, '\0'), legacy: nodeMajor === 20 ? undefined : legacy };
+}
+
+/** What judging a name's holder came to: bind again ('gone'), refuse (thrown), or start without the lock. */
+type HolderVerdict = 'gone' | RootLockedError | { unproven?: string };
 
 /**
  * One agent per rootDir, whatever its stateDir: an abstract Unix socket named after rootDir's device and inode
@@ -382,7 +403,8 @@ const MAX_ANSWER_CHUNKS = 16;
  * so never stale). The holder answers a connection with its pid and stateDir, which the refusal names. Abstract
  * names are per network namespace: agents in two containers with their own networks sharing rootDir by a bind
  * mount are not told apart (docs/reliability.md). `keyOf` gives a directory's `${dev}:${ino}` and owner, group and mode, undefined
- * when they cannot be had (then no lock: a mount that does not answer).
+ * when they cannot be had (then no lock: a mount that does not answer). Off Node 20 the legacy name
+ * (rootLockNames) is held too, so an agent before lock24 on Node 24 sees this one, and this one sees it.
  */
 export async function acquireRootLock(
   rootDir: string,
@@ -391,8 +413,7 @@ export async function acquireRootLock(
 ): Promise<{ release(): Promise<void>; unproven?: string }> {
   const keyed = await keyOf(rootDir);
   if (keyed === undefined) return { release: async () => {} };
-  const { key } = keyed;
-  const name = `\0config-agent-root-${key}`;
+  const { name, legacy } = rootLockNames(keyed.key);
   const mine = { rootDir, stateDir };
   const release = async () => {
     const held = rootLocks.get(name);
@@ -401,66 +422,40 @@ export async function acquireRootLock(
     if (at >= 0) held.holders.splice(at, 1);
     if (held.holders.length > 0) return;
     rootLocks.delete(name);
-    await new Promise<void>((resolve) => held.server.close(() => resolve()));
+    await closeServers(held.servers);
   };
   const ours = rootLocks.get(name);
   if (ours !== undefined) {
     ours.holders.push(mine);
     return { release };
   }
-  const net = process.getBuiltinModule('node:net');
   const holders = [mine];
+  const answer = () => {
+    const newest = holders.at(-1) ?? mine;
+    return JSON.stringify({ pid: process.pid, stateDir: newest.stateDir, rootDir: newest.rootDir });
+  };
   for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt += 1) {
-    const server = net.createServer((socket) => {
-      socket.on('error', () => {});
-      const newest = holders.at(-1) ?? mine;
-      socket.end(JSON.stringify({ pid: process.pid, stateDir: newest.stateDir, rootDir: newest.rootDir }));
-    });
-    const bound = await new Promise<Error | undefined>((resolve) => {
-      server.once('error', resolve);
-      server.listen({ path: name }, () => resolve(undefined));
-    });
-    if (bound === undefined) {
-      server.unref();
-      rootLocks.set(name, { server, holders });
-      return { release };
+    const bound = await bindName(name, answer);
+    if (bound instanceof Error) {
+      // Not Linux, or sockets refused (a sandbox without AF_UNIX): no lock, as before it existed.
+      if (errnoCode(bound) !== 'EADDRINUSE') return { release: async () => {} };
+      const verdict = await judgeHolder(name, rootDir, keyed, keyOf, stateDir);
+      if (verdict === 'gone') continue;
+      if (verdict instanceof RootLockedError) throw verdict;
+      return { release: async () => {}, ...verdict };
     }
-    // Not Linux, or sockets refused (a sandbox without AF_UNIX): no lock, as before it existed.
-    if (errnoCode(bound) !== 'EADDRINUSE') return { release: async () => {} };
-    const holder = await askRootHolder(name);
-    // The holder ended between the bind and the connection: bind again.
-    if (holder === 'gone') continue;
-    // Anyone may bind an abstract name: a holder that does not answer as an agent, names a process that does not
-    // hold the name, or is another user's (not root, this process's or one that may write rootDir: a squatter naming itself,
-    // which root's agent can see holds it; review30) is a local user's squat, which must not keep the agent from
-    // starting (no lock then). Judged before its rootDir, which a squatter may name as it likes.
-    if (holder === 'silent') {
-      // Not a byte before the wait ran out, the connection kept open: a squatter, or an agent that cannot answer
-      // now (stopped, its event loop blocked). One of a user who may write rootDir anyway is believed, as an
-      // answering holder is: two agents on one rootDir is what the lock is for (adv26).
-      const pid = await silentHolder(name);
-      if (pid !== undefined && (await trusted(pid, keyed)))
-        throw new RootLockedError(rootDir, stateDir, pid, undefined);
+    const servers = [bound];
+    if (legacy !== undefined) {
+      const old = await holdLegacyName(legacy, answer, rootDir, keyed, keyOf, stateDir);
+      if (old instanceof RootLockedError) {
+        await closeServers(servers);
+        throw old;
+      }
+      if (old !== undefined) servers.push(old);
     }
-    if (
-      holder === undefined ||
-      holder === 'silent' ||
-      !(await holdsName(name, holder.pid)) ||
-      !(await trusted(holder.pid, keyed))
-    ) {
-      const who =
-        holder === undefined || holder === 'silent'
-          ? 'it does not say who it is'
-          : `it says pid ${holder.pid}`;
-      return {
-        release: async () => {},
-        unproven: `${rootDir}'s lock name is held by a process not shown to be another config-agent (${who}): started without the lock`,
-      };
-    }
-    // The holder's rootDir is another directory now (removed, its inode number given to this one): not this one's.
-    if (holder.rootDir !== undefined && (await keyOf(holder.rootDir))?.key !== key)
-      return { release: async () => {} };
-    throw new RootLockedError(rootDir, stateDir, holder.pid, holder.stateDir);
+    for (const server of servers) server.unref();
+    rootLocks.set(name, { servers, holders });
+    return { release };
   }
   // Bound each time and never connected to: a socket bound without listen(), or a full backlog (EAGAIN), which
   // no live agent's would be for five attempts in a row: a squat too, not a reason to refuse (review29).
@@ -468,6 +463,88 @@ export async function acquireRootLock(
     release: async () => {},
     unproven: `${rootDir}'s lock name is held by a process not shown to be another config-agent (it accepts no connection): started without the lock`,
   };
+}
+
+/** Listens on the abstract `name`, answering each connection with `answer()`; the error when it cannot. */
+async function bindName(name: string, answer: () => string): Promise<import('node:net').Server | Error> {
+  const net = process.getBuiltinModule('node:net');
+  const server = net.createServer((socket) => {
+    socket.on('error', () => {});
+    socket.end(answer());
+  });
+  const bound = await new Promise<Error | undefined>((resolve) => {
+    server.once('error', resolve);
+    server.listen({ path: name }, () => resolve(undefined));
+  });
+  return bound ?? server;
+}
+
+async function closeServers(servers: readonly import('node:net').Server[]): Promise<void> {
+  await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
+}
+
+/**
+ * The legacy name held beside the padded one (rootLockNames): its server, or the refusal when an agent before
+ * lock24 holds it (believed as any holder), or undefined when it cannot be held (a squat, or this Node binds it as
+ * the padded name: then this process's own server answers, and the padded name is the lock).
+ */
+async function holdLegacyName(
+  legacy: string,
+  answer: () => string,
+  rootDir: string,
+  keyed: { key: string } & RootOwner,
+  keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
+  stateDir: string,
+): Promise<import('node:net').Server | RootLockedError | undefined> {
+  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt += 1) {
+    const bound = await bindName(legacy, answer);
+    if (!(bound instanceof Error)) return bound;
+    if (errnoCode(bound) !== 'EADDRINUSE') return undefined;
+    const verdict = await judgeHolder(legacy, rootDir, keyed, keyOf, stateDir);
+    if (verdict instanceof RootLockedError) return verdict.pid === process.pid ? undefined : verdict;
+    if (verdict !== 'gone') return undefined;
+  }
+  return undefined;
+}
+
+/** The holder of a name found bound (EADDRINUSE): asked, then believed, or not (a squat), or gone meanwhile. */
+async function judgeHolder(
+  name: string,
+  rootDir: string,
+  keyed: { key: string } & RootOwner,
+  keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
+  stateDir: string,
+): Promise<HolderVerdict> {
+  const holder = await askRootHolder(name);
+  // The holder ended between the bind and the connection: bind again.
+  if (holder === 'gone') return 'gone';
+  // Anyone may bind an abstract name: a holder that does not answer as an agent, names a process that does not
+  // hold the name, or is another user's (not root, this process's or one that may write rootDir: a squatter naming itself,
+  // which root's agent can see holds it; review30) is a local user's squat, which must not keep the agent from
+  // starting (no lock then). Judged before its rootDir, which a squatter may name as it likes.
+  if (holder === 'silent') {
+    // Not a byte before the wait ran out, the connection kept open: a squatter, or an agent that cannot answer
+    // now (stopped, its event loop blocked). One of a user who may write rootDir anyway is believed, as an
+    // answering holder is: two agents on one rootDir is what the lock is for (adv26).
+    const pid = await silentHolder(name);
+    if (pid !== undefined && (await trusted(pid, keyed)))
+      return new RootLockedError(rootDir, stateDir, pid, undefined);
+  }
+  if (
+    holder === undefined ||
+    holder === 'silent' ||
+    !(await holdsName(name, holder.pid)) ||
+    !(await trusted(holder.pid, keyed))
+  ) {
+    const who =
+      holder === undefined || holder === 'silent' ? 'it does not say who it is' : `it says pid ${holder.pid}`;
+    return {
+      unproven: `${rootDir}'s lock name is held by a process not shown to be another config-agent (${who}): started without the lock`,
+    };
+  }
+  // The holder's rootDir is another directory now (removed, its inode number given to this one): not this one's.
+  if (holder.rootDir !== undefined && (await keyOf(holder.rootDir))?.key !== keyed.key) return {};
+  return new RootLockedError(rootDir, stateDir, holder.pid, holder.stateDir);
 }
 
 /** /proc/<pid>/fd entries looked at, at most: an agent holds a few dozen descriptors. */
@@ -496,14 +573,16 @@ export async function holdsName(name: string, pid: number, proc = '/proc'): Prom
 async function* nameSockets(name: string, proc: string): AsyncGenerator<string> {
   const { createReadStream } = process.getBuiltinModule('node:fs');
   const { createInterface } = process.getBuiltinModule('node:readline');
-  const shown = `@${name.slice(1)}`;
+  // Shown with '@' for each NUL; compared without the trailing ones, so the padded name and the legacy one
+  // (rootLockNames) both match either's sockets.
+  const shown = `@${name.slice(1).replace(/\0+$/, '')}`;
   const table = createReadStream(`${proc}/net/unix`, { encoding: 'utf8' });
   const lines = createInterface({ input: table, crlfDelay: Number.POSITIVE_INFINITY });
   table.on('error', () => lines.close());
   try {
     for await (const line of lines) {
       const fields = line.trim().split(/\s+/);
-      // Node binds an abstract name padded with NULs to the whole sun_path (shown as trailing '@').
+      // Node 20 binds an abstract name padded with NULs to the whole sun_path (shown as trailing '@').
       if (fields[7]?.replace(/@+$/, '') === shown && fields[6] !== undefined) yield `socket:[${fields[6]}]`;
     }
   } catch {

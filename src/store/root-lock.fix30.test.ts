@@ -6,6 +6,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
+import { rootNameOf } from '../../test/helpers/root-lock-holder.js';
 import { acquireRootLock, holdsName } from './lock.js';
 
 let dir: string;
@@ -39,7 +40,7 @@ function askHolder(name: string): Promise<{ pid: number; stateDir: string; rootD
 it('answers with the stateDir of the newest open sharing it, and the older one once that is released', async () => {
   const key = `fix30-${randomBytes(6).toString('hex')}`;
   const keyOf = async () => ({ key, uid: process.getuid?.() ?? 0, gid: 0, mode: 0o755 });
-  const name = `\0config-agent-root-${key}`;
+  const name = rootNameOf(key);
   const first = await acquireRootLock('/srv/root', keyOf, '/var/lib/a');
   closers.push(() => first.release());
   expect(await askHolder(name)).toMatchObject({ pid: process.pid, stateDir: '/var/lib/a' });

@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, expect, it } from 'vitest';
+import { rootNameOf } from '../../test/helpers/root-lock-holder.js';
 import { createLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { StateDir } from './state-dir.js';
@@ -34,7 +35,7 @@ afterEach(async () => {
 // 'pid not known'): any local user kept every agent on that rootDir from starting, for good.
 it('a squatter whose backlog is full does not keep the agent from starting, and is named', async () => {
   const { dev, ino } = await stat(rootDir);
-  const name = `\0config-agent-root-${dev}:${ino}`;
+  const name = rootNameOf(`${dev}:${ino}`);
   const script = `
     const server = require('node:net').createServer(() => {});
     server.listen({ path: ${JSON.stringify(name)}, backlog: 1 }, () => {
@@ -75,7 +76,7 @@ it('a squatter whose backlog is full does not keep the agent from starting, and 
 // held the start (and --once) for over two hours. Here a byte every 50 ms: 205 s before, well under 5 s now.
 it('a squatter trickling its answer a byte at a time does not hold the start', async () => {
   const { dev, ino } = await stat(rootDir);
-  const name = `\0config-agent-root-${dev}:${ino}`;
+  const name = rootNameOf(`${dev}:${ino}`);
   const script = `
     require('node:net').createServer((s) => {
       s.on('error', () => {});

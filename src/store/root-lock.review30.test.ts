@@ -7,6 +7,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { nodeOthersCanRun } from '../../test/helpers/reachable-install.js';
+import { rootNameOf } from '../../test/helpers/root-lock-holder.js';
 import { createLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { RootLockedError } from './lock.js';
@@ -31,7 +32,7 @@ afterEach(async () => {
 /** Another user's process (nobody) on rootDir's lock name, answering as an agent with its own pid. */
 async function squatAsNobody(answerRootDir: string): Promise<number> {
   const { dev, ino } = await stat(rootDir);
-  const name = `\0config-agent-root-${dev}:${ino}`;
+  const name = rootNameOf(`${dev}:${ino}`);
   const script = `
     const answer = JSON.stringify({ pid: process.pid, stateDir: '/home/mallory/state', rootDir: ${JSON.stringify(answerRootDir)} });
     require('node:net').createServer((s) => { s.on('error', () => {}); s.end(answer); })

@@ -67,7 +67,7 @@ let nodeForOthers: Promise<string> | undefined;
  * in reach, else a copy in a fresh 0755 temp dir (made once per process). The Node 24 of a CI run lives in the
  * clone's dist-pkg, out of reach when the clone is in a 0700 dir. Not the system's node instead: Node 20 binds an
  * abstract socket name padded with NULs to the whole sun_path and Node 24 does not, so a script on another Node
- * would hold another name than the agent's lock (docs/reliability.md, Known gaps).
+ * binding a name unpadded holds another name than the agent's lock (which is padded since lock24).
  */
 export function nodeOthersCanRun(): Promise<string> {
   nodeForOthers ??= (async () => {

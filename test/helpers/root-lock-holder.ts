@@ -13,6 +13,19 @@ export interface RootHolderOptions {
   holderRootDir?: string;
   /** What it answers verbatim in place of an agent's `{pid, stateDir: '/srv/other/state', rootDir}` (a squatter). */
   answer?: string;
+  /** The node binary it runs on (default this process's): another Node than the agent's (lock24). */
+  node?: string;
+  /**
+   * Binds the name as agents before lock24 did, unpadded (Node 24 binds it at its own length, Node 20 pads it
+   * itself), not padded with NULs to the whole sun_path as agents bind it now.
+   */
+  legacy?: boolean;
+}
+
+/** rootDir's lock name for `dev:ino` as an agent binds it: padded with NULs to sun_path's 108 bytes unless `legacy`. */
+export function rootNameOf(key: string, legacy = false): string {
+  const name = `\0config-agent-root-${key}`;
+  return legacy ? name : name.padEnd(108, '\0');
 }
 
 const running = new Set<ChildProcess>();
@@ -28,9 +41,11 @@ export async function holdRootName(rootDir: string, options: RootHolderOptions =
   const script = `
     const net = require('node:net');
     const answer = ${answer};
-    net.createServer((s) => { s.on('error', () => {}); s.end(answer); }).listen({ path: '\\0config-agent-root-${dev}:${ino}' }, () => process.stdout.write('held\\n'));
+    net.createServer((s) => { s.on('error', () => {}); s.end(answer); }).listen({ path: ${JSON.stringify(rootNameOf(`${dev}:${ino}`, options.legacy))} }, () => process.stdout.write('held\\n'));
     process.stdin.on('end', () => process.exit(0)); process.stdin.resume();`;
-  const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawn(options.node ?? process.execPath, ['-e', script], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   running.add(child);
   const exited = new Promise<void>((resolve) =>
     child.once('exit', () => {
@@ -41,6 +56,7 @@ export async function holdRootName(rootDir: string, options: RootHolderOptions =
   await new Promise<void>((resolve, reject) => {
     child.stdout?.once('data', () => resolve());
     child.once('exit', () => reject(new Error('the stand-in agent did not start')));
+    child.once('error', (error) => reject(new Error(`the stand-in agent did not start: ${error.message}`)));
   });
   return {
     pid: child.pid ?? 0,
