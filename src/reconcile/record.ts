@@ -86,7 +86,9 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
         instanceId: instance.id,
         sha256: result.sha256,
         mode: step.mode ?? ctx.fileMode,
-        createdDirs: [...new Set([...(previous?.createdDirs ?? []), ...result.createdDirs])],
+        createdDirs: [
+          ...new Set([...(previous?.createdDirs ?? []), ...slicesOf(step.path, result.createdDirs)]),
+        ],
         writtenAt: new Date(ctx.clock.now()).toISOString(),
         ...(result.keptMode === undefined ? {} : { keptMode: result.keptMode }),
         ...(writtenSize === undefined ? {} : { size: writtenSize }),
@@ -255,6 +257,19 @@ function handDownCreatedDirs(ctx: RecordContext, removedPath: string): void {
       break;
     }
   }
+}
+
+/**
+ * `dirs` above `path` as slices of it, which V8 keeps as views of `path` (no copy): the writer joins each
+ * directory's path afresh, so a file 2,000 levels deep held ~4 MB of paths in its record until the next start
+ * (which reads them back as slices: state.ts `withCreatedDepths`). Any other directory is kept as it is.
+ */
+function slicesOf(path: string, dirs: readonly string[]): string[] {
+  return dirs.map((dir) =>
+    dir.length < path.length && path.charCodeAt(dir.length) === 0x2f && path.startsWith(dir)
+      ? path.slice(0, dir.length)
+      : dir,
+  );
 }
 
 /** The record of the file at `path` goes (and its count, when counted). */

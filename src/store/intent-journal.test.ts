@@ -187,6 +187,21 @@ describe('IntentJournal', () => {
       expect(createdDirs).toEqual(['keep/made', 'keep/made/deeper']);
     });
 
+    it('a chain 300 deep is declared by its first depth (not a path per level), and claimed whole (state24)', async () => {
+      const chain = Array.from({ length: 300 }, (_, index) => `keep/${'d/'.repeat(index + 1).slice(0, -1)}`);
+      const relative = `${chain.at(-1)}/a.json`;
+      let journal = '';
+      const createdDirs = await adoptedAfter(relative, async () => {
+        journal = await readFile(path.join(stateDir(), INTENT_FILE), 'utf8');
+        await mkdir(path.join(rootDir(), chain.at(-1)!), { recursive: true });
+      });
+      const [entry] = (JSON.parse(journal) as { intents: Record<string, unknown>[] }).intents;
+      expect(entry).toEqual({ path: relative, instanceId: 'cfg_a', sha256: sha, dirsFrom: 2 });
+      // 90 KB as paths.
+      expect(journal.length).toBeLessThan(2 * relative.length);
+      expect(createdDirs).toEqual(chain);
+    });
+
     it('the same through the synchronous lstat of a port that offers it', async () => {
       const fs: FsPort = { ...nodeFs, lstatSync: lstatSync as NonNullable<FsPort['lstatSync']> };
       const createdDirs = await adoptedAfter(

@@ -10,7 +10,7 @@ import { syncRegularFileIf, writeDurableJson } from './durable-writer.js';
 import { PathRejectedError } from './errors.js';
 import { inspectPath, lstatOrUndefined, validateRelativePath } from './path-guard.js';
 import { sameRoot } from './same-root.js';
-import { type LocalState, type ManagedFile, readStateDirFileOrSetAside } from './state.js';
+import { COMPACT_DIRS_OVER, type LocalState, type ManagedFile, readStateDirFileOrSetAside } from './state.js';
 
 export const INTENT_FILE = 'intent.json';
 
@@ -31,18 +31,75 @@ interface DeclaredWrite extends WriteIntent {
   dirs?: string[];
 }
 
+/**
+ * A declared write as intent.json holds it: its missing parents (always the chain from one depth down to the
+ * file's parent) as `dirsFrom`, that first depth, instead of `dirs` when their paths add up to more than
+ * COMPACT_DIRS_OVER characters: a path per level cost the square of the depth (a batch of files 2,000 levels deep
+ * made a journal of 4 MB a file, state24). An older agent ignores `dirsFrom`: it then prunes none of them.
+ */
+function journalEntry(intent: DeclaredWrite): WriteIntent & { dirs?: string[]; dirsFrom?: number } {
+  const { dirs } = intent;
+  if (dirs === undefined || dirs.length === 0) return intent;
+  let length = 0;
+  for (const dir of dirs) length += dir.length;
+  if (length <= COMPACT_DIRS_OVER) return intent;
+  // Judged once per declared write (each declaration rewrites every pending one; the check reads every path).
+  let entry = journalEntries.get(intent);
+  if (entry === undefined) {
+    const from = chainStart(intent.path, dirs);
+    const { dirs: _dirs, ...write } = intent;
+    entry = from === undefined ? intent : { ...write, dirsFrom: from };
+    journalEntries.set(intent, entry);
+  }
+  return entry;
+}
+
+const journalEntries = new WeakMap<DeclaredWrite, WriteIntent & { dirs?: string[]; dirsFrom?: number }>();
+
+/** The depth of `dirs[0]` when `dirs` are the ancestors of `relative` from it down to its parent, else undefined. */
+function chainStart(relative: string, dirs: readonly string[]): number | undefined {
+  const ends = slashes(relative);
+  const from = ends.length - dirs.length + 1;
+  if (from < 1) return undefined;
+  for (let index = 0; index < dirs.length; index += 1) {
+    const end = ends[from - 1 + index]!;
+    const dir = dirs[index]!;
+    if (dir.length !== end || !relative.startsWith(dir)) return undefined;
+  }
+  return from;
+}
+
+/** `dirsFrom` read back (the schema checked it names a directory): the ancestors of `relative` from that depth down to its parent, slices of it. */
+function chainFrom(relative: string, from: number): string[] {
+  return slashes(relative)
+    .slice(from - 1)
+    .map((end) => relative.slice(0, end));
+}
+
+function slashes(relative: string): number[] {
+  const ends: number[] = [];
+  for (let slash = relative.indexOf('/'); slash !== -1; slash = relative.indexOf('/', slash + 1))
+    ends.push(slash);
+  return ends;
+}
+
 /** `intent.json`'s schema, built the first time a journal is read: most starts find none (a clean stop leaves none). */
 function buildIntentFile() {
   return z.object({
     version: z.literal(1),
     rootDir: z.string(),
     intents: z.array(
-      z.object({
-        path: z.string(),
-        instanceId: z.string().min(1),
-        sha256: z.string().regex(/^[0-9a-f]{64}$/),
-        dirs: z.array(z.string()).optional(),
-      }),
+      z
+        .object({
+          path: z.string(),
+          instanceId: z.string().min(1),
+          sha256: z.string().regex(/^[0-9a-f]{64}$/),
+          dirs: z.array(z.string()).optional(),
+          dirsFrom: z.number().int().min(1).optional(),
+        })
+        .refine((intent) => intent.dirsFrom === undefined || intent.dirsFrom <= slashes(intent.path).length, {
+          message: 'dirsFrom names no directory above the path',
+        }),
     ),
   });
 }
@@ -116,7 +173,9 @@ export class IntentJournal {
       for (const intent of parsed.intents) {
         validateRelativePath(intent.path);
         for (const dir of intent.dirs ?? []) validateRelativePath(dir);
-        const { dirs, ...write } = intent;
+        const { dirs: listed, dirsFrom, ...write } = intent;
+        const dirs =
+          dirsFrom === undefined ? listed : [...(listed ?? []), ...chainFrom(intent.path, dirsFrom)];
         journal.#pending.set(intentKey(intent), dirs === undefined ? write : { ...write, dirs });
       }
     } catch (error) {
@@ -148,7 +207,7 @@ export class IntentJournal {
         await writeDurableJson(this.#fs, this.#stateDir, INTENT_FILE, {
           version: 1,
           rootDir: this.#rootDir,
-          intents: [...this.#pending.values()],
+          intents: [...this.#pending.values()].map(journalEntry),
         });
       });
     } catch (error) {

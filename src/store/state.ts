@@ -22,23 +22,100 @@ export const STATE_VERSION = 1;
  * key `__proto__` (a path the guard accepts, or an instance id) sets the prototype instead of a property and
  * is silently lost — its file would then never be removed. Object.entries of JSON.parse's output keeps it.
  */
-function keyedBy<T extends z.ZodType>(value: T) {
-  return z.unknown().transform((input, ctx): Map<string, z.output<T>> => {
-    const map = new Map<string, z.output<T>>();
+function keyedBy<T extends z.ZodType, U = z.output<T>>(
+  value: T,
+  finish: (key: string, item: z.output<T>) => U | undefined = (_key, item) => item as U,
+) {
+  return z.unknown().transform((input, ctx): Map<string, U> => {
+    const map = new Map<string, U>();
     if (typeof input !== 'object' || input === null || Array.isArray(input)) {
       ctx.addIssue({ code: 'custom', message: 'expected an object' });
       return map;
     }
     for (const [key, item] of Object.entries(input)) {
       const parsed = value.safeParse(item);
-      if (!parsed.success) {
-        ctx.addIssue({ code: 'custom', path: [key], message: parsed.error.message });
+      const finished = parsed.success ? finish(key, parsed.data) : undefined;
+      if (finished === undefined) {
+        const message = parsed.success
+          ? 'createdDepths names no directory above the file'
+          : parsed.error.message;
+        ctx.addIssue({ code: 'custom', path: [key], message });
         continue;
       }
-      map.set(key, parsed.data);
+      map.set(key, finished);
     }
     return map;
   });
+}
+
+/** Above this many characters, a record's made ancestors are written as `createdDepths`, not as paths. */
+export const COMPACT_DIRS_OVER = 1024;
+
+/**
+ * A parsed record of `relative` as the agent holds it: `createdDepths` gone, each depth turned into its ancestor's
+ * path (a slice of `relative`, which V8 keeps as a view of it: no copy) after the paths of `createdDirs`;
+ * undefined when a depth names no directory above the file (a hand edit: the whole file is then judged corrupt,
+ * like any malformed field).
+ */
+function withCreatedDepths<F extends { createdDirs: string[]; createdDepths?: number[] | undefined }>(
+  relative: string,
+  file: F,
+): Omit<F, 'createdDepths'> | undefined {
+  const { createdDepths, ...rest } = file;
+  if (createdDepths === undefined) return rest;
+  const ends: number[] = [];
+  for (let slash = relative.indexOf('/'); slash !== -1; slash = relative.indexOf('/', slash + 1))
+    ends.push(slash);
+  const dirs = [...rest.createdDirs];
+  for (let index = 0; index < createdDepths.length; index += 1) {
+    const end = ends[createdDepths[index]! - 1];
+    if (end === undefined) return undefined;
+    dirs.push(relative.slice(0, end));
+  }
+  if (rest.createdDirs.length > 0) dirs.sort((a, b) => segmentCount(a) - segmentCount(b));
+  rest.createdDirs = dirs;
+  return rest;
+}
+
+function segmentCount(dir: string): number {
+  let count = 1;
+  for (let at = dir.indexOf('/'); at !== -1; at = dir.indexOf('/', at + 1)) count += 1;
+  return count;
+}
+
+/** The record as state.json holds it: JSON text, made once per record object (records are replaced, never changed). */
+const persistedText = new WeakMap<ManagedFile, string>();
+
+/**
+ * `file`'s JSON text in state.json: as it is, unless its made directories' paths add up to more than
+ * `COMPACT_DIRS_OVER` characters; then those above the file are written as `createdDepths`, the others (none
+ * the agent makes, but a hand may write one) stay in `createdDirs`. A file 2,000 levels deep cost 4 MB of paths,
+ * ~10 KB of depths now (adv27).
+ */
+export function persistedFile(relative: string, file: ManagedFile): string {
+  const known = persistedText.get(file);
+  if (known !== undefined) return known;
+  let length = 0;
+  for (const dir of file.createdDirs) length += dir.length;
+  let text: string;
+  if (length <= COMPACT_DIRS_OVER) text = JSON.stringify(file);
+  else {
+    const createdDirs: string[] = [];
+    const createdDepths: number[] = [];
+    for (const dir of file.createdDirs) {
+      const above =
+        dir.length < relative.length && relative.charCodeAt(dir.length) === 0x2f && relative.startsWith(dir);
+      if (above) createdDepths.push(segmentCount(dir));
+      else createdDirs.push(dir);
+    }
+    createdDepths.sort((a, b) => a - b);
+    const { createdDirs: _paths, ...rest } = file;
+    const persisted: ManagedFile & { createdDepths?: number[] } = { ...rest, createdDirs };
+    if (createdDepths.length > 0) persisted.createdDepths = createdDepths;
+    text = JSON.stringify(persisted);
+  }
+  persistedText.set(file, text);
+  return text;
 }
 
 /**
@@ -52,8 +129,18 @@ function buildStateSchemas() {
     instanceId: z.string().min(1),
     sha256: z.string().regex(/^[0-9a-f]{64}$/),
     mode: z.number().int().min(0).max(0o7777),
-    /** Directories this agent created for the file, parent-first: pruned when they become empty. */
+    /**
+     * Directories this agent created for the file, parent-first: pruned when they become empty. In the file, those
+     * that are ancestors of the file are written as `createdDepths` instead when their paths are long
+     * (`persistedFile`); loaded, both are here, each ancestor a slice of the file's path.
+     */
     createdDirs: z.array(z.string()),
+    /**
+     * The ancestors of the file this agent created, by depth (`a/b/c.json`: 1 is `a`, 2 is `a/b`), written instead
+     * of their paths in `createdDirs` when those would cost more than `COMPACT_DIRS_OVER` characters: whole paths
+     * cost the square of the depth (adv27). Older agents ignore it (they then prune none of these directories).
+     */
+    createdDepths: z.array(z.number().int().min(1)).optional(),
     writtenAt: z.string(),
     /**
      * The permission bits the file kept when the agent's fchmod to `mode` changed nothing (exFAT, vfat: the
@@ -100,7 +187,7 @@ function buildStateSchemas() {
     /** The root the recorded paths are relative to: a record proves nothing about another root. */
     rootDir: z.string(),
     /** Keyed by relative path: a path has at most one owner at a time. */
-    files: keyedBy(ManagedFile),
+    files: keyedBy(ManagedFile, withCreatedDepths),
     instances: keyedBy(InstanceRecord),
     /** Paths written or removed whose hooks have not run yet: replayed after a restart. */
     pendingHookPaths: z.array(z.string()).default([]),
@@ -114,7 +201,8 @@ export function stateSchemas(): StateSchemas {
   return builtStateSchemas;
 }
 
-export type ManagedFile = z.infer<StateSchemas['ManagedFile']>;
+/** A record as the agent holds it: `createdDepths` of the file turned into paths (`withCreatedDepths`). */
+export type ManagedFile = Omit<z.infer<StateSchemas['ManagedFile']>, 'createdDepths'>;
 export type InstanceRecord = z.infer<StateSchemas['InstanceRecord']>;
 type ParsedStateFile = z.infer<StateSchemas['LocalStateFile']>;
 
@@ -170,9 +258,9 @@ function isStringArray(value: unknown): value is string[] {
 }
 
 /** ManagedFile checked by hand: what `ManagedFile.parse` returns (same fields, same order), or undefined. */
-function quickManagedFile(value: unknown, held: HeldStrings): ManagedFile | undefined {
+function quickManagedFile(value: unknown, held: HeldStrings, key: string): ManagedFile | undefined {
   if (!isPlainObject(value)) return undefined;
-  const { instanceId, sha256, mode, createdDirs, writtenAt, keptMode, size } = value;
+  const { instanceId, sha256, mode, createdDirs, writtenAt, keptMode, size, createdDepths } = value;
   if (
     typeof instanceId !== 'string' ||
     instanceId.length === 0 ||
@@ -183,7 +271,8 @@ function quickManagedFile(value: unknown, held: HeldStrings): ManagedFile | unde
     !isStringArray(createdDirs) ||
     typeof writtenAt !== 'string' ||
     (keptMode !== undefined && (!isCount(keptMode) || keptMode > 0o7777)) ||
-    (size !== undefined && !isCount(size))
+    (size !== undefined && !isCount(size)) ||
+    (createdDepths !== undefined && !isDepthArray(createdDepths))
   ) {
     return undefined;
   }
@@ -192,7 +281,15 @@ function quickManagedFile(value: unknown, held: HeldStrings): ManagedFile | unde
   const file: ManagedFile = { instanceId, sha256, mode, createdDirs, writtenAt: held(writtenAt) };
   if (keptMode !== undefined) file.keptMode = keptMode;
   if (size !== undefined) file.size = size;
-  return file;
+  return createdDepths === undefined ? file : withCreatedDepths(key, { ...file, createdDepths });
+}
+
+function isDepthArray(value: unknown): value is number[] {
+  if (!Array.isArray(value)) return false;
+  for (let index = 0; index < value.length; index += 1) {
+    if (!Number.isSafeInteger(value[index]) || (value[index] as number) < 1) return false;
+  }
+  return true;
 }
 
 /** InstanceRecord checked by hand: what `InstanceRecord.parse` returns (same fields, same order), or undefined. */
@@ -255,7 +352,7 @@ function heldStrings(): HeldStrings {
 
 function quickKeyedBy<T>(
   value: unknown,
-  quick: (item: unknown, held: HeldStrings) => T | undefined,
+  quick: (item: unknown, held: HeldStrings, key: string) => T | undefined,
   held: HeldStrings,
 ): Map<string, T> | undefined {
   if (!isPlainObject(value)) return undefined;
@@ -265,9 +362,10 @@ function quickKeyedBy<T>(
   // maps of a state of 1,000 cost ~2.9 ms of CPU cold against ~0.4 (docs/performance-history.md "`--once`, twelfth round").
   for (const key in value) {
     if (!Object.hasOwn(value, key)) continue;
-    const checked = quick(value[key], held);
+    const name = held(key);
+    const checked = quick(value[key], held, name);
     if (checked === undefined) return undefined;
-    map.set(held(key), checked);
+    map.set(name, checked);
   }
   return map;
 }
@@ -606,7 +704,12 @@ export function serializeLocalState(state: LocalState): LocalStateFile {
     version: STATE_VERSION,
     deviceId: state.deviceId,
     rootDir: state.rootDir,
-    files: Object.fromEntries(sortedEntries(state.files)),
+    files: Object.fromEntries(
+      sortedEntries(state.files).map(([relative, file]) => [
+        relative,
+        JSON.parse(persistedFile(relative, file)),
+      ]),
+    ),
     instances: Object.fromEntries(sortedEntries(state.instances)),
     pendingHookPaths: [...state.pendingHookPaths].sort(),
   };
@@ -628,17 +731,20 @@ export function stateFilePieces(state: LocalState): () => Iterable<string> {
   const tail = `,"pendingHookPaths":${JSON.stringify([...state.pendingHookPaths].sort())}}\n`;
   return function* pieces() {
     yield head;
-    yield* objectPieces(files);
+    yield* objectPieces(files, persistedFile);
     yield ',"instances":';
     yield* objectPieces(instances);
     yield tail;
   };
 }
 
-function* objectPieces(entries: readonly [string, unknown][]): Generator<string> {
+function* objectPieces<T>(
+  entries: readonly [string, T][],
+  text: (key: string, value: T) => string = (_key, value) => JSON.stringify(value),
+): Generator<string> {
   let separator = '{';
   for (const [key, value] of entries) {
-    yield `${separator}${JSON.stringify(key)}:${JSON.stringify(value)}`;
+    yield `${separator}${JSON.stringify(key)}:${text(key, value)}`;
     separator = ',';
   }
   yield separator === '{' ? '{}' : '}';

@@ -76,8 +76,9 @@ const managedFile = record(
     writtenAt: mostly(fc.constant('2026-11-23T05:05:55.514Z')),
     keptMode: mostly(fc.integer({ min: 0, max: 0o7777 })),
     size: mostly(fc.integer({ min: 0, max: 2 ** 40 })),
+    createdDepths: mostly(fc.array(fc.integer({ min: 0, max: 3 }), { maxLength: 3 })),
   },
-  ['keptMode', 'size'],
+  ['keptMode', 'size', 'createdDepths'],
 );
 
 const instanceRecord = record(
