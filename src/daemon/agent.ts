@@ -9,7 +9,7 @@ import { renewalFailureLog } from '../store/directory-syncs.js';
 import { DiskError } from '../store/errors.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher, type DriftWatcherOptions } from './drift-watcher.js';
-import { hookHangs, runHooks } from './hooks.js';
+import { hookHangs, hookPathsOwed, runHooks } from './hooks.js';
 import type { HealthReport } from './local-api.js';
 import { type AgentMetrics, writeMetricsTextfile } from './metrics.js';
 import { PassLogPolicy } from './pass-log.js';
@@ -109,6 +109,9 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   constructor(components: AgentComponents<R>) {
     this.#c = components;
     this.#runner = new SingleFlight(() => this.#pass());
+    // A hook process given up on has ended, or a hung program check answered: the paths of the runs they refused
+    // are run now, without waiting for another change.
+    this.#hookHangs.onCleared = () => this.#queueHooks([], true);
     this.#logRenewalFailures();
   }
 
@@ -409,7 +412,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
    * changes that arrive while a hook runs coalesce into one run after it. The paths live in state.json until their
    * hooks ran, so a run cut short by a stop or a crash happens after the next start.
    */
-  #queueHooks(outcomes: readonly InstanceOutcome[]): void {
+  #queueHooks(outcomes: readonly InstanceOutcome[], owedDue = false): void {
     // A path of the run in progress is pending until that run ends: run again only when this pass changed it.
     for (const outcome of outcomes) {
       if (
@@ -419,9 +422,11 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
         this.#hookPathsRewritten.add(outcome.path);
     }
     if (this.#hookRunQueued) return;
-    const due = this.#c.runner
-      .pendingHookPaths()
-      .some((path) => !this.#hookPathsRunning.has(path) || this.#hookPathsRewritten.has(path));
+    const due =
+      (owedDue && hookPathsOwed(this.#hookHangs)) ||
+      this.#c.runner
+        .pendingHookPaths()
+        .some((path) => !this.#hookPathsRunning.has(path) || this.#hookPathsRewritten.has(path));
     if (!due) return;
     this.#hookRunQueued = true;
     this.#hooks = this.#hooks.then(async () => {
@@ -430,7 +435,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       // The components of now: a reload since the run was queued applies (its hooks, its rootDir).
       const c = this.#c;
       const changed = c.runner.pendingHookPaths();
-      if (changed.length === 0 || c.config.hooks.length === 0) return;
+      // Paths owed by runs not started (a hook process left behind, a hung check) run even when nothing changed.
+      if ((changed.length === 0 && !hookPathsOwed(this.#hookHangs)) || c.config.hooks.length === 0) return;
       this.#hookPathsRewritten.clear();
       for (const path of changed) this.#hookPathsRunning.add(path);
       const runs = await runHooks(c.config.hooks, changed, {

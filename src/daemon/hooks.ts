@@ -51,20 +51,61 @@ export interface HookRunResult {
 /** Starts a hook's process: child_process.spawn; a stand-in in tests. */
 export type SpawnHook = (command: string, args: string[], options: SpawnOptions) => ChildProcess;
 
+/** A hook's process given up on after SIGKILL, still there (in uninterruptible sleep) as far as the runner knows. */
+export interface LeftBehind {
+  /** The hook's glob, which names it in logs and health. */
+  match: string;
+  process: ProcessEntry;
+}
+
+/** Changed paths of runs of one hook that were not started, for its next run that starts. */
+export interface OwedPaths {
+  paths: Set<string>;
+  /** More than MAX_OWED_PATHS were owed: the next run is told its list is incomplete (CHANGED_TRUNCATED_ENV). */
+  truncated: boolean;
+}
+
 /**
  * What earlier runs left hanging, kept across runs by the caller (the daemon keeps one for its life): a hook whose
- * process was given up on does not run again while that process is there, and a program whose check has not
- * answered is not checked again (each hung check holds one of libuv's four pool threads) until it answers.
+ * process was given up on does not run again while that process is there, a program whose check has not
+ * answered is not checked again (each hung check holds one of libuv's four pool threads) until it answers. The
+ * paths of a run not started wait for the next run of that hook that starts.
  */
 export interface HookHangs {
   /** By hook (`hookKey`): the process of a run given up on after SIGKILL. */
-  processes: Map<string, ProcessEntry>;
+  processes: Map<string, LeftBehind>;
   /** Programs (`run[0]`) whose check before a run has not answered yet. */
   checks: Set<string>;
+  /** By hook (`hookKey`): the paths of its runs not started (refused), bounded by MAX_OWED_PATHS. */
+  owed: Map<string, OwedPaths>;
+  /**
+   * Called when something that refused runs has gone: a process given up on has ended, a hung check answered.
+   * The daemon queues a hook run then, so the paths owed are run without waiting for another change.
+   */
+  onCleared?: (() => void) | undefined;
 }
 
 export function hookHangs(): HookHangs {
-  return { processes: new Map(), checks: new Set() };
+  return { processes: new Map(), checks: new Set(), owed: new Map() };
+}
+
+/** The hook processes given up on that are still there (pid and start time): for health and metrics. */
+export function hooksLeftBehind(
+  hangs: HookHangs,
+  processes: ProcessTable = procProcessTable(),
+): { hook: string; pid: number; command: string }[] {
+  const out: { hook: string; pid: number; command: string }[] = [];
+  for (const [key, left] of hangs.processes) {
+    const now = stillRunning(processes, left.process);
+    if (now === undefined) hangs.processes.delete(key);
+    else out.push({ hook: left.match, pid: now.pid, command: now.comm });
+  }
+  return out;
+}
+
+/** Whether some hook has paths waiting from a run that was not started. */
+export function hookPathsOwed(hangs: HookHangs): boolean {
+  return hangs.owed.size > 0;
 }
 
 export interface RunHooksOptions {
@@ -110,6 +151,8 @@ export const STDERR_TAIL_BYTES = 4096;
 const STDOUT_TAIL_BYTES = 1024;
 const DEFAULT_KILL_GRACE_MS = 2000;
 const DEFAULT_PROGRAM_CHECK_MS = 10_000;
+/** The most paths one hook keeps from runs not started; past it the run is told its list is incomplete. */
+export const MAX_OWED_PATHS = 4096;
 /**
  * After the hook's own process exits, how long to wait for its pipes to close. A grandchild it left running
  * in the background may hold them open forever; waiting on that would stall every later pass.
@@ -137,6 +180,7 @@ function hookEnvironment(
   changedPaths: readonly string[],
   proxyCredentials: boolean,
   listRoom: number,
+  cutShort: boolean,
 ): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(env)) {
@@ -150,7 +194,7 @@ function hookEnvironment(
   }
   const { list, truncated } = changedList(changedPaths, listRoom);
   out[CHANGED_ENV] = list;
-  if (truncated) out[CHANGED_TRUNCATED_ENV] = '1';
+  if (truncated || cutShort) out[CHANGED_TRUNCATED_ENV] = '1';
   return out;
 }
 
@@ -221,6 +265,10 @@ interface RunOneOptions {
   clock: Pick<Clock, 'monotonic'>;
   processes: ProcessTable;
   spawn: SpawnHook;
+  /** The list is known to be incomplete already (paths owed past MAX_OWED_PATHS). */
+  cutShort: boolean;
+  /** Called when the process of a run given up on ends at last. */
+  onLeftBehindEnded: (pid: number) => void;
 }
 
 function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions): Promise<HookRunResult> {
@@ -238,7 +286,13 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
       child = options.spawn(command, args, {
         cwd: options.cwd,
         env: {
-          ...hookEnvironment(options.env, changedPaths, hook.proxyCredentials === true, options.listRoom),
+          ...hookEnvironment(
+            options.env,
+            changedPaths,
+            hook.proxyCredentials === true,
+            options.listRoom,
+            options.cutShort,
+          ),
           [HOOK_RUN_ENV]: runMark.slice(HOOK_RUN_ENV.length + 1),
         },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -427,6 +481,7 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
           { hook: hook.match, pid: leader },
           'the process of a hook run given up on has ended',
         );
+        if (leader !== undefined) options.onLeftBehindEnded(leader);
         return;
       }
       exit = { code, signal: exitSignal };
@@ -485,22 +540,67 @@ function boundedCheck(
   hangs: HookHangs,
 ): Promise<string | undefined> {
   hangs.checks.add(program);
+  let late = false;
   const check = Promise.resolve()
     .then(() => vet(program))
     // A check that cannot be made refuses too: never a rejection here, which would stop every later hook run.
     .catch((error: unknown) => `its check failed: ${errorMessage(error)}`)
-    .finally(() => hangs.checks.delete(program));
+    .finally(() => {
+      hangs.checks.delete(program);
+      // Runs were refused while it hung: the paths they owe can run now.
+      if (late) hangs.onCleared?.();
+    });
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<string>((resolve) => {
-    timer = setTimeout(
-      () =>
-        resolve(
-          `its check (a stat of the program and the directories on its way) did not answer within ${ms} ms (a hung mount?)`,
-        ),
-      ms,
-    );
+    timer = setTimeout(() => {
+      late = true;
+      resolve(
+        `its check (a stat of the program and the directories on its way) did not answer within ${ms} ms (a hung mount?)`,
+      );
+    }, ms);
   });
   return Promise.race([check, deadline]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Why `hook` is not to be started now, or undefined: its process given up on before is still there, its program's
+ * check hangs, or the check found a problem (or did not answer in time).
+ */
+async function whyNotRun(
+  hook: HookSpec,
+  key: string,
+  hangs: HookHangs,
+  processes: ProcessTable,
+  vet: ((program: string) => Promise<string | undefined>) | undefined,
+  checkMs: number,
+): Promise<string | undefined> {
+  const left = hangs.processes.get(key);
+  const stillThere = left === undefined ? undefined : stillRunning(processes, left.process);
+  if (left !== undefined && stillThere === undefined) hangs.processes.delete(key);
+  if (stillThere !== undefined)
+    return `its run before was given up on and its process (pid ${stillThere.pid}, ${stillThere.comm}) is still there: SIGKILL has not ended it (a hung mount?)`;
+  if (vet === undefined) return undefined;
+  const program = hook.run[0];
+  if (hangs.checks.has(program))
+    return `an earlier check of it has not answered yet (a hung mount?): not checked again until it does`;
+  return boundedCheck(vet, program, checkMs, hangs);
+}
+
+/** Keeps `paths` for the hook's next run that starts: at most MAX_OWED_PATHS, then the list is marked cut short. */
+function owePaths(hangs: HookHangs, key: string, paths: readonly string[]): void {
+  let owed = hangs.owed.get(key);
+  if (owed === undefined) {
+    owed = { paths: new Set(), truncated: false };
+    hangs.owed.set(key, owed);
+  }
+  for (const changed of paths) {
+    if (owed.paths.has(changed)) continue;
+    if (owed.paths.size >= MAX_OWED_PATHS) {
+      owed.truncated = true;
+      break;
+    }
+    owed.paths.add(changed);
+  }
 }
 
 /** True when a hook run did not end on its own with exit code 0. */
@@ -519,6 +619,7 @@ export async function runHooks(
   options: RunHooksOptions,
 ): Promise<HookRunResult[]> {
   const results: HookRunResult[] = [];
+  const hangs = options.hangs ?? hookHangs();
   const runOptions: RunOneOptions = {
     listRoom: MAX_ENV_STRING_BYTES,
     cwd: options.cwd,
@@ -529,47 +630,58 @@ export async function runHooks(
     clock: options.clock ?? systemClock,
     processes: options.processes ?? procProcessTable(),
     spawn: options.spawn ?? ((command, args, spawnOptions) => spawn(command, args, spawnOptions)),
+    cutShort: false,
+    onLeftBehindEnded: (pid) => {
+      for (const [key, left] of hangs.processes) if (left.process.pid === pid) hangs.processes.delete(key);
+      hangs.onCleared?.();
+    },
   };
-  const hangs = options.hangs ?? hookHangs();
   const checkMs = options.programCheckMs ?? DEFAULT_PROGRAM_CHECK_MS;
+  // Paths owed to a hook no longer configured (a reload removed or changed it) are owed to nobody.
+  const configured = new Set(hooks.map(hookKey));
+  for (const key of hangs.owed.keys()) if (!configured.has(key)) hangs.owed.delete(key);
   for (const hook of hooks) {
+    const key = hookKey(hook);
     const matched = matchingPaths(hook, changedPaths);
-    if (matched.length === 0) continue;
+    const owed = hangs.owed.get(key);
+    if (matched.length === 0 && owed === undefined) continue;
     if (options.signal?.aborted) {
       options.logger.info({ hook: hook.match }, 'hook skipped: the agent is shutting down');
       continue;
     }
-    const key = hookKey(hook);
-    const left = hangs.processes.get(key);
-    const stillThere = left === undefined ? undefined : stillRunning(runOptions.processes, left);
-    if (left !== undefined && stillThere === undefined) hangs.processes.delete(key);
-    const program = hook.run[0];
-    const refused =
-      stillThere !== undefined
-        ? `its run before was given up on and its process (pid ${stillThere.pid}, ${stillThere.comm}) is still there: SIGKILL has not ended it (a hung mount?)`
-        : options.vetProgram === undefined
-          ? undefined
-          : hangs.checks.has(program)
-            ? `an earlier check of it has not answered yet (a hung mount?): not checked again until it does`
-            : await boundedCheck(options.vetProgram, program, checkMs, hangs);
+    // The paths of its runs not started first, then this batch's: one run hears of all of them.
+    const paths = owed === undefined ? matched : [...new Set([...owed.paths, ...matched])];
+    const refused = await whyNotRun(hook, key, hangs, runOptions.processes, options.vetProgram, checkMs);
+    if (refused !== undefined) {
+      owePaths(hangs, key, matched);
+      // Only paths owed from before: refused again for what refused them then, counted and logged then.
+      if (matched.length === 0) {
+        options.logger.debug({ hook: hook.match, owed: paths.length, why: refused }, 'hook still held back');
+        continue;
+      }
+    } else {
+      hangs.owed.delete(key);
+    }
+    const cutShort = owed?.truncated === true;
     let result =
       refused === undefined
-        ? await runOne(hook, matched, runOptions)
-        : refusedRun(hook, matched, `not run: ${hook.run[0]}: ${refused}`);
+        ? await runOne(hook, paths, { ...runOptions, cutShort })
+        : refusedRun(hook, paths, `not run: ${hook.run[0]}: ${refused}`);
     // exec refused argv and environment together as too large (E2BIG: past ARG_MAX, a quarter of the stack limit,
     // 128 KiB at least, which the list alone may fill): run once more without the list, told it is cut short.
     if (refused === undefined && /\bE2BIG\b/.test(result.error ?? ''))
-      result = await runOne(hook, matched, { ...runOptions, listRoom: 0 });
+      result = await runOne(hook, paths, { ...runOptions, cutShort, listRoom: 0 });
     results.push(result);
     if (result.abandoned !== undefined) {
       // Its pid cannot be handed out again before it is reaped: what is there now is that process.
       const entry = runOptions.processes.get(result.abandoned.pid);
-      if (entry !== undefined && !entry.exited) hangs.processes.set(key, entry);
+      if (entry !== undefined && !entry.exited)
+        hangs.processes.set(key, { match: hook.match, process: entry });
     }
     const fields = {
       hook: hook.match,
       argv: result.argv,
-      changed: matched.length,
+      changed: paths.length,
       exitCode: result.exitCode,
       signal: result.signal,
       timedOut: result.timedOut,
