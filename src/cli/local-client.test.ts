@@ -118,6 +118,24 @@ describe('config-agent status', () => {
   });
 });
 
+describe('config-agent status: degraded (hook26)', () => {
+  it('says first what the agent says is degraded (a hook process left behind), its exit code unchanged', async () => {
+    const why =
+      'hook nfs/**: its process (pid 1001, reload) did not end after SIGKILL and is still there (a hung mount?); the hook does not run until it ends';
+    const configPath = await agentAnswering({
+      deviceId: 'dvc_1',
+      pendingReports: 0,
+      errors: [],
+      degraded: [why],
+    });
+    const io = bufferedIo();
+
+    expect(await runStatus({ configPath, json: false }, io)).toBe(0);
+
+    expect(io.out().split('\n')[0]).toBe(`Degraded:           ${why}`);
+  });
+});
+
 describe('config-agent status: text of a megabyte', () => {
   it('names a path, id or message over 10,000 characters by its length', async () => {
     const longPath = `app/${'p'.repeat(1_000_000)}.json`;

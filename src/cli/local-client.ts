@@ -224,6 +224,7 @@ interface StatusView {
   pendingReports?: number;
   managedFiles?: { path: string; instanceId: string; status: string }[];
   errors?: { instanceId: string; path: string; status: string; message?: string }[];
+  degraded?: string[];
 }
 
 function renderStatus(status: StatusView): string {
@@ -236,6 +237,9 @@ function renderStatus(status: StatusView): string {
     `Pending reports:    ${status.pendingReports ?? 0}`,
     `Managed files (${status.managedFiles?.length ?? 0}):`,
   ];
+  // A hook process left behind (SIGKILL could not end it): said first, it holds that hook's runs back.
+  if ((status.degraded?.length ?? 0) > 0)
+    lines.unshift(...(status.degraded ?? []).map((why) => `Degraded:           ${terminalSafe(why)}`));
   // Paths, ids and messages came from the service: shown the way --once shows them (cli/summary.ts).
   for (const file of status.managedFiles ?? [])
     lines.push(

@@ -9,7 +9,8 @@ import { renewalFailureLog } from '../store/directory-syncs.js';
 import { DiskError } from '../store/errors.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher, type DriftWatcherOptions } from './drift-watcher.js';
-import { hookHangs, hookPathsOwed, runHooks } from './hooks.js';
+import type { ProcessTable } from './hook-processes.js';
+import { hookHangs, hookPathsOwed, hooksLeftBehind, runHooks, type SpawnHook } from './hooks.js';
 import type { HealthReport } from './local-api.js';
 import { type AgentMetrics, writeMetricsTextfile } from './metrics.js';
 import { PassLogPolicy } from './pass-log.js';
@@ -43,6 +44,9 @@ export interface AgentComponents<R extends PassRunner = PassRunner> {
   scrub: (text: string) => string;
   /** Why a hook's program may not run now (another user could change it), asked before each run. */
   vetHookProgram?: (program: string) => Promise<string | undefined>;
+  /** Where hook processes are looked up and how they start: /proc and child_process.spawn unless a test stands in. */
+  hookProcesses?: ProcessTable;
+  hookSpawn?: SpawnHook;
   /** The drift watcher's watch cap and `fs.watch` (tests stand in for a flood at a small cap); defaults otherwise. */
   driftDirectories?: DriftWatcherOptions['directories'];
 }
@@ -58,6 +62,8 @@ export interface AgentStatus {
   managedFiles: { path: string; instanceId: string; sha256: string; status: string; message?: string }[];
   pendingReports: number;
   errors: { instanceId: string; path: string; status: string; message?: string; nextAttemptAt?: string }[];
+  /** What works but not fully (a hook process left behind), while it lasts; absent when nothing is. */
+  degraded?: string[];
 }
 
 export class AgentDaemon<R extends PassRunner = PassRunner> {
@@ -110,8 +116,12 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     this.#c = components;
     this.#runner = new SingleFlight(() => this.#pass());
     // A hook process given up on has ended, or a hung program check answered: the paths of the runs they refused
-    // are run now, without waiting for another change.
-    this.#hookHangs.onCleared = () => this.#queueHooks([], true);
+    // are run now, and the metrics say so, without waiting for another change.
+    this.#hookHangs.onCleared = () => {
+      this.#queueHooks([], true);
+      this.#c.metrics.setHooksLeftBehind(this.#hooksLeftBehind().length);
+      void this.#writeMetrics(this.#c);
+    };
     this.#logRenewalFailures();
   }
 
@@ -226,7 +236,24 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     if (!this.#runner.busy && this.#nextPollAt !== undefined && now - this.#nextPollAt > LOOP_LATE_MS) {
       return { healthy: false, reason: 'the poll loop did not wake up when due', lastLoopAt };
     }
-    return { healthy: true, lastLoopAt };
+    const degraded = this.#degraded();
+    return degraded.length === 0 ? { healthy: true, lastLoopAt } : { healthy: true, degraded, lastLoopAt };
+  }
+
+  /** The hook processes given up on after SIGKILL that are still there (uninterruptible sleep on a hung mount). */
+  #hooksLeftBehind(): { hook: string; pid: number; command: string }[] {
+    return hooksLeftBehind(this.#hookHangs, this.#c.hookProcesses);
+  }
+
+  /**
+   * What works but not fully: still healthy (a restart would not end a process SIGKILL cannot end, so a watchdog
+   * must not restart on it), said in health and status while it lasts.
+   */
+  #degraded(): string[] {
+    return this.#hooksLeftBehind().map(
+      (left) =>
+        `hook ${left.hook}: its process (pid ${left.pid}, ${left.command}) did not end after SIGKILL and is still there (a hung mount?); the hook does not run until it ends`,
+    );
   }
 
   status(): AgentStatus {
@@ -253,6 +280,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
         ...(record.nextAttemptAt === undefined ? {} : { nextAttemptAt: record.nextAttemptAt }),
       }));
     const last = this.#lastResult;
+    const degraded = this.#degraded();
     return {
       deviceId: this.#c.config.deviceId,
       running: !this.#stop.signal.aborted,
@@ -272,6 +300,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       managedFiles,
       pendingReports: this.#c.runner.pendingReports,
       errors,
+      ...(degraded.length === 0 ? {} : { degraded }),
     };
   }
 
@@ -445,10 +474,13 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
         logger: c.deps.logger.child({ component: 'hooks' }),
         signal: this.#stop.signal,
         hangs: this.#hookHangs,
+        ...(c.hookProcesses === undefined ? {} : { processes: c.hookProcesses }),
+        ...(c.hookSpawn === undefined ? {} : { spawn: c.hookSpawn }),
         ...(c.vetHookProgram === undefined ? {} : { vetProgram: c.vetHookProgram }),
       });
       // The hook runner logs each failure with its exit code and stderr tail; here it is only counted.
       for (const run of runs) c.metrics.recordHookRun(run);
+      c.metrics.setHooksLeftBehind(this.#hooksLeftBehind().length);
       this.#hookPathsRunning.clear();
       if (!this.#stop.signal.aborted) {
         // One written again while this run went on stays pending for the run queued after it.

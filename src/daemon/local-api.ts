@@ -20,6 +20,8 @@ export interface HealthReport {
   healthy: boolean;
   /** Why it is unhealthy, when it is. */
   reason?: string;
+  /** Healthy but not fully working (a hook process left behind, named with its pid), while it lasts. */
+  degraded?: string[];
   lastLoopAt: string | null;
 }
 

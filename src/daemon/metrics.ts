@@ -75,6 +75,7 @@ export class AgentMetrics {
   private readonly driftDetected: Counter;
   private readonly hookRuns: Counter;
   private readonly hookFailures: Counter;
+  private readonly hooksLeftBehindGauge: Gauge;
   private readonly requests: Counter<'method' | 'route' | 'outcome'>;
   private readonly requestDuration: Histogram<'method' | 'route'>;
 
@@ -144,6 +145,11 @@ export class AgentMetrics {
       help: 'Hook commands that failed: non-zero exit, killed, timed out or not started.',
       registers,
     });
+    this.hooksLeftBehindGauge = new GaugeClass({
+      name: 'config_agent_hook_processes_left_behind',
+      help: 'Hook processes SIGKILL did not end (uninterruptible sleep on a hung mount), still there; their hooks do not run meanwhile.',
+      registers,
+    });
     this.requests = new CounterClass({
       name: 'config_agent_requests_total',
       help: 'Requests to the service by route and outcome.',
@@ -193,6 +199,11 @@ export class AgentMetrics {
 
   recordDriftDetected(n?: number): void {
     this.driftDetected.inc(count(n));
+  }
+
+  /** Hook processes given up on after SIGKILL and still there (uninterruptible sleep on a hung mount). */
+  setHooksLeftBehind(count: number): void {
+    this.hooksLeftBehindGauge.set(count);
   }
 
   recordHookRun(result: HookRunResult): void {

@@ -1,0 +1,161 @@
+// The daemon while a hook process SIGKILL could not end is left behind: health and status say degraded naming the
+// hook and pid, the metrics count it, and once it ends the paths its refused runs owed are run without a new change.
+import { Volume } from 'memfs';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { fakeSystem } from '../../test/helpers/hook-system.js';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import { parseAgentConfig } from '../config/load.js';
+import type { Clock } from '../lib/clock.js';
+import { silentLogger } from '../lib/logger.js';
+import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
+import { emptyState } from '../store/state.js';
+import { AgentDaemon } from './agent.js';
+import { AgentMetrics } from './metrics.js';
+
+/** Poll waits end only when the test releases them. */
+class HeldClock implements Clock {
+  readonly waits: (() => void)[] = [];
+  now(): number {
+    return Date.parse('2030-06-01T12:00:00Z');
+  }
+  monotonic(): number {
+    return Date.now();
+  }
+  sleep(_ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => reject(signal?.reason);
+      this.waits.push(() => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      });
+      if (signal?.aborted) onAbort();
+      else signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}
+
+/** Each pass "writes" the next scripted path: pending for its hooks, as record.ts keeps it in state.json. */
+class ScriptedRunner implements PassRunner {
+  readonly state = emptyState('dvc_unit', '/unused');
+  readonly pending = new Set<string>();
+  readonly writes: string[] = [];
+  passes = 0;
+  pendingReports = 0;
+  async runPass(options: PassOptions): Promise<PassResult> {
+    this.passes += 1;
+    const file = this.writes.shift();
+    if (file !== undefined) this.pending.add(file);
+    return {
+      mode: options.mode,
+      dryRun: false,
+      startedAt: '2030-06-01T12:00:00.000Z',
+      durationMs: 1,
+      reachable: true,
+      steps: [],
+      outcomes:
+        file === undefined
+          ? []
+          : [{ instanceId: `ins_${file}`, path: file, action: 'written', converged: true, reason: 'new' }],
+      reports: { delivered: 0, rejected: 0, pending: 0 },
+      sweptTempFiles: [],
+      converged: true,
+    };
+  }
+  hasDueRetries(): boolean {
+    return false;
+  }
+  nextRetryAt(): number | undefined {
+    return undefined;
+  }
+  pendingHookPaths(): string[] {
+    return [...this.pending];
+  }
+  settleHookPaths(paths: readonly string[]): void {
+    for (const changed of paths) this.pending.delete(changed);
+  }
+  async flushState(): Promise<void> {}
+  async close(): Promise<void> {}
+}
+
+/** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
+async function until(done: () => boolean, ms = 10_000): Promise<void> {
+  for (let spent = 0; !done() && spent < ms; spent += 10) await vi.advanceTimersByTimeAsync(10);
+  expect(done()).toBe(true);
+}
+
+beforeEach(() => {
+  vi.useFakeTimers();
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('a hook process left behind (hook26)', () => {
+  it('makes health and status degraded, naming the hook and pid, and counts it; its end recovers them and runs what it held back', async () => {
+    // Only the first process is stuck (in uninterruptible sleep); the hook's later runs end at once.
+    const system = fakeSystem((_command, pid) => pid === 1001);
+    const config = parseAgentConfig(
+      {
+        deviceId: 'dvc_unit',
+        server: { baseUrl: 'https://dcds.example.com' },
+        rootDir: '/srv/root',
+        stateDir: '/var/lib/config-agent',
+        drift: 'off',
+        hooks: [{ match: 'nfs/**', run: ['/usr/bin/reload'], timeoutSeconds: 1 }],
+      },
+      'hook26',
+    );
+    const clock = new HeldClock();
+    const runner = new ScriptedRunner();
+    runner.writes.push('nfs/a.json', 'nfs/b.json');
+    const metrics = new AgentMetrics({ deviceId: 'dvc_unit' });
+    const daemon = new AgentDaemon({
+      deps: { fs: memfsPort(new Volume()), clock, random: () => 0, logger: silentLogger() },
+      config,
+      runner,
+      metrics,
+      hookEnv: {},
+      scrub: (text) => text,
+      hookProcesses: system.processes,
+      hookSpawn: system.spawn,
+    });
+    const leftGauge = async () =>
+      /config_agent_hook_processes_left_behind\{[^}]*\} (\d+)/.exec(await metrics.render())?.[1];
+    try {
+      await daemon.start();
+      await until(() => clock.waits.length === 1);
+      // Pass 1 writes nfs/a.json; its hook's process never ends: given up on after 1 s + 2 s + 2 s.
+      clock.waits.shift()?.();
+      await until(() => runner.passes === 1 && system.started.length === 1);
+      await until(() => runner.pending.size === 0);
+      const health = daemon.health();
+      expect(health.healthy).toBe(true);
+      expect(health.degraded).toHaveLength(1);
+      expect(health.degraded?.[0]).toMatch(/^hook nfs\/\*\*: its process \(pid 1001, \/usr\/bin\/reload\)/);
+      expect(daemon.status().degraded).toEqual(health.degraded);
+      expect(await leftGauge()).toBe('1');
+
+      // Pass 2 writes nfs/b.json: refused while pid 1001 is there, and settled in state; still degraded.
+      await until(() => clock.waits.length === 1);
+      clock.waits.shift()?.();
+      await until(() => runner.passes === 2 && runner.pending.size === 0);
+      expect(system.started).toHaveLength(1);
+      expect(daemon.health().degraded).toHaveLength(1);
+
+      // The mount comes back and pid 1001 ends: healthy without a word, the gauge 0, and the hook runs for
+      // nfs/b.json with no pass in between.
+      system.release(1001);
+      await until(() => system.started.length === 2);
+      expect(system.changed.get(1002)).toEqual({ list: ['nfs/b.json'], truncated: false });
+      expect(runner.passes).toBe(2);
+      expect(daemon.health()).toEqual({ healthy: true, lastLoopAt: expect.any(String) });
+      expect(daemon.status().degraded).toBeUndefined();
+      await until(() => system.started.length === 2);
+      expect(await leftGauge()).toBe('0');
+    } finally {
+      const stopped = daemon.stop(1_000);
+      await vi.advanceTimersByTimeAsync(1_000);
+      await stopped;
+    }
+  });
+});
