@@ -119,7 +119,11 @@ export class ContentCache {
     return undefined;
   }
 
-  /** Deletes every entry not in `keep`; returns how many it deleted. */
+  /**
+   * Deletes every entry not in `keep`; returns how many it deleted. One that cannot be deleted (a directory at its
+   * name, an unlink failing EIO) costs only itself: the rest are still deleted, then the first failure is thrown
+   * (the caller warns). It stopped at the first, so every later name in readdir's order stayed for good (adv29).
+   */
   async prune(keep: ReadonlySet<string>): Promise<number> {
     let names: string[];
     try {
@@ -129,11 +133,18 @@ export class ContentCache {
       throw error;
     }
     let deleted = 0;
+    let failure: { error: unknown } | undefined;
     for (const name of names) {
       if (!SHA256_HEX.test(name) || keep.has(name)) continue;
-      await this.#fs.unlink(path.join(this.#dir, name));
-      deleted += 1;
+      try {
+        await this.#fs.unlink(path.join(this.#dir, name));
+        deleted += 1;
+      } catch (error) {
+        // Gone meanwhile (removed by other hands): nothing left to delete.
+        if (errnoCode(error) !== 'ENOENT') failure ??= { error };
+      }
     }
+    if (failure !== undefined) throw failure.error;
     return deleted;
   }
 }
