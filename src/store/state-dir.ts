@@ -7,7 +7,7 @@ import type { Logger } from '../lib/logger.js';
 import { CACHE_DIR, ContentCache } from './content-cache.js';
 import { DirectoryAsides } from './directory-asides.js';
 import { type SweepSkip, sweepTempFiles } from './durable-writer.js';
-import { DiskError, StateDirError } from './errors.js';
+import { DiskError, rootConditionOf, StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
 import { IntentJournal, type WriteIntent } from './intent-journal.js';
 import { acquireRootLock, acquireStateLock, type StateLock } from './lock.js';
@@ -258,7 +258,45 @@ export class StateDir {
   async persistRecords(): Promise<void> {
     if (this.readOnly) return;
     await this.#saveState();
-    await this.#durably((ensureDurable) => this.outbox.persist({ ensureDurable }));
+    await this.#durably((ensureDurable) =>
+      this.#withRoom('outbox.json', () => this.outbox.persist({ ensureDurable })),
+    );
+  }
+
+  /**
+   * `save` of a state file, once more after emptying the content cache when the disk holding stateDir is full
+   * (ENOSPC, EDQUOT). The daemon copies every file it writes into the cache, so on a stateDir smaller than
+   * rootDir's disk the copies took the last free bytes and no state.json, outbox.json or intent.json could be
+   * written again (the copies of managed files are kept by the prune): no pass converged and no new version was
+   * written, for good (adv29). The cache is only a shortcut: a drift restore without its copy runs a pass, and a
+   * write whose set-aside bytes went is postponed to the next pass (content-cache.ts).
+   */
+  async #withRoom<T>(file: string, save: () => Promise<T>): Promise<T> {
+    try {
+      return await save();
+    } catch (error) {
+      if (rootConditionOf(error) !== 'full') throw error;
+      let emptied = 0;
+      let failure: unknown;
+      await this.cache.prune(new Set()).then(
+        (deleted) => {
+          emptied = deleted;
+        },
+        (pruneError: unknown) => {
+          failure = pruneError;
+        },
+      );
+      this.#logger.warn(
+        {
+          err: error,
+          file,
+          cacheEntriesDeleted: emptied,
+          ...(failure === undefined ? {} : { pruneError: failure }),
+        },
+        'the disk holding stateDir is full: emptied the content cache to make room for the state files',
+      );
+      return save();
+    }
   }
 
   /** A cache: written only when it changed, and a failure costs the next pass some reads, nothing more. */
@@ -301,7 +339,9 @@ export class StateDir {
     this.#stateDurable = false;
     // Taken in the same synchronous step as saveLocalState serialises the state.
     const snapshot = snapshotState(this.state);
-    await saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable, compare: !changed });
+    await this.#withRoom('state.json', () =>
+      saveLocalState(this.#fs, this.#settings.stateDir, this.state, { ensureDurable, compare: !changed }),
+    );
     this.#persisted = snapshot;
     this.#stateDurable = true;
     await this.intents.settle(recorded);
@@ -320,7 +360,7 @@ export class StateDir {
    */
   async declareWrites(intents: readonly WriteIntent[]): Promise<void> {
     if (this.readOnly || intents.length === 0) return;
-    await this.intents.declare(intents);
+    await this.#withRoom('intent.json', () => this.intents.declare(intents));
   }
 
   /**
