@@ -259,6 +259,31 @@ describe('readCodeCache and writeCodeCache', () => {
     );
   });
 
+  it('after a clock step back the cache just written is kept and read, and prunes go by order of writes (cit24)', () => {
+    // Four caches written before the clock stepped back an hour: their times are ahead of every later write's.
+    const ahead = Date.now() + 3_600_000;
+    const before = Array.from({ length: MAX_CODE_CACHE_FILES }, (_, i) => ({
+      ...KEY,
+      runtime: `before${i}`,
+    }));
+    before.forEach((key, i) => {
+      writeCodeCache(dir, key, PAYLOAD);
+      utimesSync(cacheFile(key), new Date(ahead + i * 1000), new Date(ahead + i * 1000));
+    });
+    const daemon = { ...KEY, runtime: 'daemon' };
+    const once = { ...KEY, runtime: 'once' };
+    writeCodeCache(dir, daemon, PAYLOAD);
+    expect(readCodeCache(dir, daemon, euid)).toEqual({ found: PAYLOAD });
+    writeCodeCache(dir, once, PAYLOAD);
+    // Both written since the step are kept; the two written first of the four before it are gone.
+    expect(readCodeCache(dir, once, euid)).toEqual({ found: PAYLOAD });
+    expect(readCodeCache(dir, daemon, euid)).toEqual({ found: PAYLOAD });
+    const kept = readdirSync(dir).filter((name) => name.endsWith('.v8cache'));
+    expect(kept.sort()).toEqual(
+      [daemon, once, ...before.slice(2)].map((key) => codeCacheFileName(key)).sort(),
+    );
+  });
+
   it("a crashed write's temp file of the same pid does not stop the next write (a container's --once is pid 1)", () => {
     const crashed = path.join(dir, `.${codeCacheFileName(KEY)}.tmp-${process.pid}`);
     writeFileSync(crashed, 'half a cache', { mode: 0o600 });

@@ -15,6 +15,7 @@ import {
   type Stats,
   statSync,
   unlinkSync,
+  utimesSync,
   writeSync,
 } from 'node:fs';
 import path from 'node:path';
@@ -279,6 +280,17 @@ function pruneCodeCaches(dir: string, key: CodeCacheKey, now: number): void {
     } catch {
       // Gone meanwhile, or another writer's: the next write tries again.
     }
+  }
+  // The one just written is the newest whatever the clock says (cit24): after a clock step back it was older than
+  // the others and pruned at once, rewritten by every run and never read. Its mtime is put past theirs, so the
+  // order kept is the order of writes (a generation), not of wall-clock times.
+  const written = ours.find((cache) => cache.name === codeCacheFileName(key));
+  const newest = Math.max(...ours.filter((cache) => cache !== written).map((cache) => cache.mtimeMs));
+  if (written !== undefined && newest >= written.mtimeMs) {
+    written.mtimeMs = newest + 1;
+    try {
+      utimesSync(path.join(dir, written.name), written.mtimeMs / 1000, written.mtimeMs / 1000);
+    } catch {}
   }
   ours.sort((a, b) => b.mtimeMs - a.mtimeMs);
   for (const { name } of ours.slice(MAX_CODE_CACHE_FILES)) {
