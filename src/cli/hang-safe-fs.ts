@@ -195,15 +195,20 @@ export async function hangSafeFs(
   let mayHang: ReadonlySet<string> = new Set();
   let noChangeTime: ReadonlySet<string> = new Set();
   let held: readonly HeldPlace[] = [];
+  /** The mount table as last read, and the mount holding rootDir's real path if it may hang (mountThatMayHangAt). */
+  let mountTable = '';
+  let rootMount: string | undefined;
   let checkedAt = Number.NEGATIVE_INFINITY;
   let checking: Promise<void> | undefined;
   const check = (): Promise<void> => {
     checking ??= (async () => {
       try {
         const mountinfo = (await port.mountinfo()) ?? '';
+        mountTable = mountinfo;
         const realpathOf = (dir: string) => boundedRealpath(port, lanes, mountinfo, dir);
         const real = await realpathOf(rootDir);
         local = mountsUnderRootAreLocal(mountinfo, real);
+        rootMount = mountHoldingThatMayHang(mountinfo, real);
         mayHang = mountsThatMayHangBelow(mountinfo, real);
         noChangeTime = mountsKeepingNoChangeTime(mountinfo, real);
         const places: HeldPlace[] = [];
@@ -249,6 +254,11 @@ export async function hangSafeFs(
   });
   fs.mountsThatMayHangBelow = (dir) => (dir === rootDir ? mayHang : new Set());
   const root = path.resolve(rootDir);
+  // rootDir as configured by its real path (a symlink to a mount that may hang is on that mount); the rest as written.
+  fs.mountThatMayHangAt = (file) => {
+    const absolute = path.resolve(file);
+    return absolute === root ? rootMount : mountHoldingThatMayHang(mountTable, absolute);
+  };
   fs.mayHangAt = (file) => {
     const absolute = path.resolve(file);
     if (held.some((place) => isSameOrInside(absolute, place.dir))) return true;

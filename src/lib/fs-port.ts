@@ -74,6 +74,13 @@ export type FsPort = Pick<
    */
   mayHangAt?: (file: string) => boolean;
   /**
+   * Optional: the mount point of the filesystem holding `file` (absolute, anywhere; judged as written, a symlink on
+   * its way not followed) when that filesystem may hang (NFS, CIFS, FUSE, ...), undefined when it is local
+   * (cli/hang-safe-fs.ts). store/same-root.ts does not stat a former rootDir on such a mount that is not rootDir's
+   * own: nothing bounds that call. Without it: every path is taken as local.
+   */
+  mountThatMayHangAt?: (file: string) => string | undefined;
+  /**
    * Optional: whether `file` (absolute, under rootDir) lies on a filesystem whose ctime is no change time (FAT,
    * exFAT, FUSE: cli/hang-safe-fs.ts `keepsNoChangeTime`), where a file's fingerprint is not trusted and its bytes
    * are read on every pass. Without it: every filesystem keeps one.
