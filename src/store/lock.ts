@@ -10,6 +10,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import { makeDirectoryDurably } from './durable-writer.js';
 import { StateDirError } from './errors.js';
 import { TEMP_PREFIX } from './path-guard.js';
+import { STATE_FILE } from './state.js';
 
 export { StateDirError };
 
@@ -527,14 +528,17 @@ async function judgeHolder(
     // now (stopped, its event loop blocked). One of a user who may write rootDir anyway is believed, as an
     // answering holder is: two agents on one rootDir is what the lock is for (adv26).
     const pid = await silentHolder(name);
-    if (pid !== undefined && (await trusted(pid, keyed)))
+    if (pid !== undefined && (await trusted(pid, keyed, { ...NO_EVIDENCE, acl: () => rootAcl(rootDir) })))
       return new RootLockedError(rootDir, stateDir, pid, undefined);
   }
   if (
     holder === undefined ||
     holder === 'silent' ||
     !(await holdsName(name, holder.pid)) ||
-    !(await trusted(holder.pid, keyed))
+    !(await trusted(holder.pid, keyed, {
+      acl: () => rootAcl(rootDir),
+      ownsRecorded: (uid) => ownsRecordedFile(uid, holder.stateDir, rootDir, keyed.key, keyOf),
+    }))
   ) {
     const who =
       holder === undefined || holder === 'silent' ? 'it does not say who it is' : `it says pid ${holder.pid}`;
@@ -647,13 +651,36 @@ export interface RootOwner {
   mode: number;
 }
 
+/** One entry of rootDir's POSIX ACL (getfacl): `user:<uid>`, `group:<gid>` and `mask` are the ones the mode lacks. */
+export interface AclEntry {
+  tag: 'user' | 'group' | 'mask' | 'other';
+  /** The named user's or group's id; undefined for the owner's, owning group's, mask and other entries. */
+  id: number | undefined;
+  write: boolean;
+}
+
 /**
- * Whether process `pid` runs as a user that may write rootDir anyway (so its squat costs nothing it could not do):
- * root, this process's user, or one rootDir's mode lets write (its owner, the service's user a root `--once` sees;
- * a member of its group when group-writable). From /proc/<pid>/status (effective uid and gid, supplementary
- * groups); not trusted when that cannot be read.
+ * What shows a holder's user may write rootDir besides its mode bits (review31): rootDir's ACL, and files the
+ * holder recorded as written in rootDir that its user owns. Injected so tests need no ACL tools nor other users.
  */
-async function trusted(pid: number, root: RootOwner, proc = '/proc'): Promise<boolean> {
+export interface HolderEvidence {
+  /** rootDir's ACL entries; undefined when they cannot be read (no getfacl, no ACL support). */
+  acl(): Promise<readonly AclEntry[] | undefined>;
+  /** Whether `uid` owns a file the holder recorded (its state.json) as written in rootDir. */
+  ownsRecorded(uid: number): Promise<boolean>;
+}
+
+/** No evidence beyond the mode bits. */
+const NO_EVIDENCE: HolderEvidence = { acl: async () => undefined, ownsRecorded: async () => false };
+
+/** A user's identity from /proc/<pid>/status: its effective uid and every group it is in. */
+export interface ProcessUser {
+  uid: number;
+  groups: readonly number[];
+}
+
+/** The effective uid, effective gid and supplementary groups of process `pid`; undefined when not shown. */
+export async function processUser(pid: number, proc = '/proc'): Promise<ProcessUser | undefined> {
   const status = await readFile(`${proc}/${pid}/status`, 'utf8').catch(() => '');
   const field = (name: string) =>
     (status.split('\n').find((line) => line.startsWith(`${name}:`)) ?? '')
@@ -662,12 +689,149 @@ async function trusted(pid: number, root: RootOwner, proc = '/proc'): Promise<bo
       .filter((value) => value !== '')
       .map(Number);
   const uid = field('Uid')[1];
-  if (uid === undefined || Number.isNaN(uid)) return false;
-  if (uid === 0 || uid === process.geteuid?.()) return true;
-  if (uid === root.uid) return (root.mode & 0o200) !== 0;
-  const groups = [field('Gid')[1], ...field('Groups')];
-  if (groups.includes(root.gid)) return (root.mode & 0o020) !== 0;
+  if (uid === undefined || Number.isNaN(uid)) return undefined;
+  const groups = [field('Gid')[1], ...field('Groups')].filter(
+    (gid): gid is number => gid !== undefined && !Number.isNaN(gid),
+  );
+  return { uid, groups };
+}
+
+/**
+ * Whether rootDir's mode bits let `user` write it: its owner when owner-writable, a member of its group when
+ * group-writable (the ACL's mask when it has one), anyone when other-writable.
+ */
+export function modeLetsWrite(user: ProcessUser, root: RootOwner): boolean {
+  if (user.uid === root.uid) return (root.mode & 0o200) !== 0;
+  if (user.groups.includes(root.gid)) return (root.mode & 0o020) !== 0;
   return (root.mode & 0o002) !== 0;
+}
+
+/**
+ * Whether rootDir's ACL lets `user` write it through a named entry (`setfacl -m u:svc:rwx`, or `g:<group>:rwx` of
+ * one of its groups), masked by the ACL's mask as the kernel does. The owner's, owning group's and other entries
+ * are the mode bits (modeLetsWrite). A named user entry decides alone: the kernel looks no further.
+ */
+export function aclLetsWrite(user: ProcessUser, root: RootOwner, acl: readonly AclEntry[]): boolean {
+  if (user.uid === root.uid) return false;
+  const mask = acl.find((entry) => entry.tag === 'mask');
+  const masked = (entry: AclEntry) => entry.write && (mask === undefined || mask.write);
+  const named = acl.find((entry) => entry.tag === 'user' && entry.id === user.uid);
+  if (named !== undefined) return masked(named);
+  return acl.some(
+    (entry) =>
+      entry.tag === 'group' && entry.id !== undefined && user.groups.includes(entry.id) && masked(entry),
+  );
+}
+
+/** getfacl's text (`user:998:rwx`, `mask::rwx`, ...; `-n`: numeric ids) as entries; comments and blanks skipped. */
+export function parseAcl(text: string): AclEntry[] {
+  const entries: AclEntry[] = [];
+  for (const line of text.split('\n')) {
+    const match = /^(user|group|mask|other):([0-9]*):([r-][w-][xX-])/.exec(line.trim());
+    if (match === null) continue;
+    const [, tag, id, perms] = match;
+    entries.push({
+      tag: tag as AclEntry['tag'],
+      id: id === '' || id === undefined ? undefined : Number(id),
+      write: perms?.[1] === 'w',
+    });
+  }
+  return entries;
+}
+
+/** How long getfacl may take on rootDir (a mount that answered its stat a moment ago). */
+const GETFACL_TIMEOUT_MS = 2000;
+
+/** rootDir's ACL entries from getfacl (package `acl`); undefined without it or when it fails. */
+async function rootAcl(rootDir: string): Promise<AclEntry[] | undefined> {
+  const { execFile } = process.getBuiltinModule('node:child_process');
+  return await new Promise((resolve) => {
+    execFile(
+      'getfacl',
+      ['-n', '-p', '--', rootDir],
+      { timeout: GETFACL_TIMEOUT_MS, maxBuffer: 64 * 1024, encoding: 'utf8' },
+      (error, stdout) => resolve(error === null ? parseAcl(stdout) : undefined),
+    );
+  });
+}
+
+/** A state.json larger than this is not read to trust its holder (an agent's of ~50,000 files). */
+const MAX_RECORDED_STATE_BYTES = 16 * 1024 * 1024;
+/** Recorded files looked at, at most, for one owned by the holder's user. */
+const MAX_RECORDED_FILES_LOOKED_AT = 32;
+
+/**
+ * Whether `uid` owns a regular file that the state.json in `stateDir` (the holder's, as it answered) records as
+ * written in rootDir: that state must be of this rootDir (its recorded root keyed as rootDir is), and each file is
+ * looked up where it resolves inside rootDir (no `..`, no symlink out of it). A squatter may name any stateDir, its
+ * own with any records, but cannot own a file inside rootDir without writing there.
+ */
+export async function ownsRecordedFile(
+  uid: number,
+  stateDir: string,
+  rootDir: string,
+  key: string,
+  keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
+): Promise<boolean> {
+  const fsp = process.getBuiltinModule('node:fs/promises');
+  let text: string;
+  try {
+    const handle = await fsp.open(path.join(stateDir, STATE_FILE), LOCK_READ_FLAGS);
+    try {
+      const stats = await handle.stat();
+      if (!stats.isFile() || stats.size > MAX_RECORDED_STATE_BYTES) return false;
+      text = await handle.readFile({ encoding: 'utf8' });
+    } finally {
+      await handle.close().catch(() => undefined);
+    }
+  } catch {
+    return false;
+  }
+  let recorded: { rootDir?: unknown; files?: unknown };
+  try {
+    recorded = JSON.parse(text) as typeof recorded;
+  } catch {
+    return false;
+  }
+  const { files } = recorded;
+  if (typeof recorded.rootDir !== 'string' || typeof files !== 'object' || files === null) return false;
+  if ((await keyOf(recorded.rootDir))?.key !== key) return false;
+  const realRoot = await fsp.realpath(rootDir).catch(() => undefined);
+  if (realRoot === undefined) return false;
+  for (const relative of Object.keys(files).slice(0, MAX_RECORDED_FILES_LOOKED_AT)) {
+    if (path.isAbsolute(relative) || relative.split('/').includes('..')) continue;
+    const file = path.join(realRoot, relative);
+    const parent = await fsp.realpath(path.dirname(file)).catch(() => undefined);
+    if (parent === undefined || (parent !== realRoot && !parent.startsWith(`${realRoot}/`))) continue;
+    const stats = await fsp.lstat(path.join(parent, path.basename(file))).catch(() => undefined);
+    if (stats?.isFile() === true && stats.uid === uid) return true;
+  }
+  return false;
+}
+
+/**
+ * Whether process `pid` runs as a user that may write rootDir anyway (so its squat costs nothing it could not do):
+ * root, this process's user, one rootDir's mode lets write (its owner, the service's user a root `--once` sees;
+ * a member of its group when group-writable), one a named entry of rootDir's ACL lets write (review31), or one
+ * owning a file the holder recorded as written in rootDir (a service writing only in directories of its own under
+ * a rootDir it cannot write: `/etc` with `/etc/app` its own; review31). From /proc/<pid>/status (effective uid and
+ * gid, supplementary groups); not trusted when that cannot be read. The evidence is looked at last, and only when
+ * the mode bits do not already tell.
+ */
+export async function trusted(
+  pid: number,
+  root: RootOwner,
+  evidence: HolderEvidence = NO_EVIDENCE,
+  proc = '/proc',
+  selfUid = process.geteuid?.(),
+): Promise<boolean> {
+  const user = await processUser(pid, proc);
+  if (user === undefined) return false;
+  if (user.uid === 0 || user.uid === selfUid) return true;
+  if (modeLetsWrite(user, root)) return true;
+  const acl = await evidence.acl();
+  if (acl !== undefined && aclLetsWrite(user, root, acl)) return true;
+  return await evidence.ownsRecorded(user.uid);
 }
 
 /**

@@ -1,6 +1,7 @@
 // A stand-in for another agent holding a rootDir's lock name (lock.ts's abstract socket), in a child process.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
+import { nodeOthersCanRun } from './reachable-install.js';
 
 export interface RootHolder {
   readonly pid: number;
@@ -20,6 +21,10 @@ export interface RootHolderOptions {
    * itself), not padded with NULs to the whole sun_path as agents bind it now.
    */
   legacy?: boolean;
+  /** The stateDir its answer names (default `/srv/other/state`). */
+  stateDir?: string;
+  /** Runs as this user (and group), on a node that user can run (nodeOthersCanRun); this process's by default. */
+  asUser?: number;
 }
 
 /** rootDir's lock name for `dev:ino` as an agent binds it: padded with NULs to sun_path's 108 bytes unless `legacy`. */
@@ -33,7 +38,10 @@ const running = new Set<ChildProcess>();
 /** Listens on `rootDir`'s lock name, as its dev:ino are now, answering as an agent does; resolves once it listens. */
 export async function holdRootName(rootDir: string, options: RootHolderOptions = {}): Promise<RootHolder> {
   const { dev, ino } = await stat(rootDir);
-  const named = JSON.stringify({ stateDir: '/srv/other/state', rootDir: options.holderRootDir ?? rootDir });
+  const named = JSON.stringify({
+    stateDir: options.stateDir ?? '/srv/other/state',
+    rootDir: options.holderRootDir ?? rootDir,
+  });
   const answer =
     options.answer === undefined
       ? `JSON.stringify({ pid: process.pid, ...${named} })`
@@ -43,9 +51,9 @@ export async function holdRootName(rootDir: string, options: RootHolderOptions =
     const answer = ${answer};
     net.createServer((s) => { s.on('error', () => {}); s.end(answer); }).listen({ path: ${JSON.stringify(rootNameOf(`${dev}:${ino}`, options.legacy))} }, () => process.stdout.write('held\\n'));
     process.stdin.on('end', () => process.exit(0)); process.stdin.resume();`;
-  const child = spawn(options.node ?? process.execPath, ['-e', script], {
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
+  const asUser = options.asUser === undefined ? {} : { uid: options.asUser, gid: options.asUser, cwd: '/' };
+  const node = options.node ?? (options.asUser === undefined ? process.execPath : await nodeOthersCanRun());
+  const child = spawn(node, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'], ...asUser });
   running.add(child);
   const exited = new Promise<void>((resolve) =>
     child.once('exit', () => {
