@@ -68,8 +68,9 @@ export interface OwedPaths {
 /**
  * What earlier runs left hanging, kept across runs by the caller (the daemon keeps one for its life): a hook whose
  * process was given up on does not run again while that process is there, a program whose check has not
- * answered is not checked again (each hung check holds one of libuv's four pool threads) until it answers. The
- * paths of a run not started wait for the next run of that hook that starts.
+ * answered is not checked again (each hung check holds one of libuv's four pool threads) until it answers, and no
+ * check starts while MAX_UNANSWERED_CHECKS have not answered. The paths of a run not started wait for the next
+ * run of that hook that starts.
  */
 export interface HookHangs {
   /** By hook (`hookKey`): the process of a run given up on after SIGKILL. */
@@ -151,6 +152,11 @@ export const STDERR_TAIL_BYTES = 4096;
 const STDOUT_TAIL_BYTES = 1024;
 const DEFAULT_KILL_GRACE_MS = 2000;
 const DEFAULT_PROGRAM_CHECK_MS = 10_000;
+/**
+ * The most program checks (of different programs) left unanswered at once: each hung `stat` holds one of libuv's
+ * four pool threads, which every fs call of the agent shares; two leave the writer two.
+ */
+export const MAX_UNANSWERED_CHECKS = 2;
 /** The most paths one hook keeps from runs not started; past it the run is told its list is incomplete. */
 export const MAX_OWED_PATHS = 4096;
 /**
@@ -564,7 +570,7 @@ function boundedCheck(
 
 /**
  * Why `hook` is not to be started now, or undefined: its process given up on before is still there, its program's
- * check hangs, or the check found a problem (or did not answer in time).
+ * check hangs or too many checks hang, or the check found a problem (or did not answer in time).
  */
 async function whyNotRun(
   hook: HookSpec,
@@ -583,6 +589,8 @@ async function whyNotRun(
   const program = hook.run[0];
   if (hangs.checks.has(program))
     return `an earlier check of it has not answered yet (a hung mount?): not checked again until it does`;
+  if (hangs.checks.size >= MAX_UNANSWERED_CHECKS)
+    return `not checked: the checks of ${[...hangs.checks].join(', ')} have not answered yet (a hung mount?), and each holds one of the agent's four fs threads: no other check starts until one answers`;
   return boundedCheck(vet, program, checkMs, hangs);
 }
 
