@@ -343,8 +343,8 @@ async function judgeMount(done: AppliedStep[], ctx: ApplyContext): Promise<Appli
 
 /**
  * Marks the writes that failed for a full disk (ENOSPC, EDQUOT) with more bytes than the filesystem holding the
- * root has in all (statfs): those can never be written, and count attempts. Without statfs, or when it fails,
- * nothing is marked: a full disk is taken for the disk's condition, which ends when space returns.
+ * root has in all (statfs): those can never be written, and count attempts. Without statfs, when it fails or
+ * tells no size (0 blocks), nothing is marked: a full disk is taken for the disk's condition, which ends when space returns.
  */
 async function judgeFullDisk(done: AppliedStep[], ctx: ApplyContext): Promise<AppliedStep[]> {
   const full = done.filter(
@@ -359,6 +359,8 @@ async function judgeFullDisk(done: AppliedStep[], ctx: ApplyContext): Promise<Ap
   } catch {
     return done;
   }
+  // No size told (0 blocks: libfuse's answer for a file system that implements no statfs): nothing never fits.
+  if (!(capacity > 0)) return done;
   for (const applied of full) {
     const step = applied.step as WriteStep;
     const bytes = step.data?.length ?? step.size;
