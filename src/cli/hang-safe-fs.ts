@@ -17,6 +17,7 @@ import { KERNEL_FILESYSTEMS, type OwnPathsPort } from '../config/own-paths.js';
 import type { Clock } from '../lib/clock.js';
 import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { lstatFieldsSync } from '../lib/lstat-fields.js';
 import { DirectorySyncLedger } from '../store/directory-syncs.js';
 import { gateMountsThatMayHang, type HeldPlace, MountLanes } from './mount-gate.js';
 
@@ -251,6 +252,11 @@ export async function hangSafeFs(
       if (checking === undefined && clock.monotonic() - checkedAt > RECHECK_MS) void check();
       return local ? lstatSync : undefined;
     },
+  });
+  const fieldsSync = lstatFieldsSync('/');
+  Object.defineProperty(fs, 'lstatFieldsSync', {
+    enumerable: true,
+    get: () => (fs.lstatSync === undefined ? undefined : fieldsSync),
   });
   fs.mountsThatMayHangBelow = (dir) => (dir === rootDir ? mayHang : new Set());
   const root = path.resolve(rootDir);

@@ -2,6 +2,7 @@
 import type { BigIntStats, Stats } from 'node:fs';
 import type * as fsp from 'node:fs/promises';
 import type { DirectorySyncLedger } from '../store/directory-syncs.js';
+import type { LstatFieldsSync } from './lstat-fields.js';
 
 export type FsPort = Pick<
   typeof fsp,
@@ -24,6 +25,11 @@ export type FsPort = Pick<
    * `lstat` is used; tests that inject faults into `lstat` leave this out.
    */
   lstatSync?: (file: string, options: { bigint: true; throwIfNoEntry: false }) => BigIntStats | undefined;
+  /**
+   * Optional, offered with `lstatSync` (while it is): the same lstat answering only the fields observation reads,
+   * without building a Stats (lib/lstat-fields.ts); observation's lstats ahead of the pass use it.
+   */
+  lstatFieldsSync?: LstatFieldsSync;
   /**
    * Optional: lstat through the thread pool that answers undefined where nothing is (ENOENT) and rejects with the
    * errno error otherwise, whose Error carries no JavaScript stack (node:fs's callback lstat). The writer's path

@@ -4,6 +4,7 @@ import path from 'node:path';
 import type { ConfigInstance } from '../api/schemas.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import type { LstatFields, LstatFieldsSync } from '../lib/lstat-fields.js';
 import { hashRegularFile, NOT_HASHED } from '../store/durable-writer.js';
 import { DiskError, PathRejectedError } from '../store/errors.js';
 import { type FileFingerprints, identityOf, sameIdentity } from '../store/fingerprints.js';
@@ -134,7 +135,7 @@ export class ObservationAhead {
 
   /** What `before` (the path's lstat, or why there is none) says with the fingerprints; `readFrom`: before it. */
   #verdict(
-    before: BigIntStats | typeof ABSENT | undefined,
+    before: LstatFields | typeof ABSENT | undefined,
     relative: string,
     readFrom: number,
   ): AheadVerdict {
@@ -320,6 +321,19 @@ async function regularFileStats(
   return stats?.isFile() ? stats : undefined;
 }
 
+/**
+ * The port's synchronous lstat of the fields observation reads (no Stats built: lib/lstat-fields.ts), else its
+ * lstatSync (a BigIntStats has those fields); undefined without a synchronous lstat.
+ */
+function fieldsLstat(fs: FsPort): LstatFieldsSync | undefined {
+  const fields = fs.lstatFieldsSync;
+  if (fields !== undefined) return fields;
+  const lstatSync = fs.lstatSync;
+  return lstatSync === undefined
+    ? undefined
+    : (file) => lstatSync(file, { bigint: true, throwIfNoEntry: false });
+}
+
 /** Not known without waiting: the root not judged yet, or no synchronous lstat. */
 const NOT_YET = 'not yet';
 
@@ -329,8 +343,8 @@ function regularFileStatsNow(
   rootDir: string,
   relative: string,
   directories: DirectoryCheck,
-): BigIntStats | typeof ABSENT | undefined | typeof NOT_YET {
-  const lstatSync = fs.lstatSync;
+): LstatFields | typeof ABSENT | undefined | typeof NOT_YET {
+  const lstatSync = fieldsLstat(fs);
   if (lstatSync === undefined) return NOT_YET;
   try {
     validateRelativePath(relative);
@@ -342,9 +356,9 @@ function regularFileStatsNow(
   if (chain === undefined) return NOT_YET;
   if (chain === ABSENT) return fitsUnderRoot(path.resolve(rootDir), relative) ? ABSENT : undefined;
   if (chain !== 'directory') return undefined;
-  let stats: BigIntStats | typeof ABSENT | undefined;
+  let stats: LstatFields | typeof ABSENT | undefined;
   try {
-    stats = lstatSync(directories.absolute(relative), { bigint: true, throwIfNoEntry: false }) ?? ABSENT;
+    stats = lstatSync(directories.absolute(relative)) ?? ABSENT;
   } catch (error) {
     stats = errnoCode(error) === 'ENOENT' ? ABSENT : undefined;
   }
@@ -420,7 +434,7 @@ class DirectoryCheck {
   judgedNow(relative: string): DirectoryState | undefined {
     const judged = this.#judged.get(relative);
     if (judged !== undefined || relative === '' || this.#known.has(relative)) return judged;
-    const lstatSync = this.#fs.lstatSync;
+    const lstatSync = fieldsLstat(this.#fs);
     if (lstatSync === undefined) return undefined;
     const parent = path.posix.dirname(relative);
     const above = this.judgedNow(parent === '.' ? '' : parent);
@@ -429,7 +443,7 @@ class DirectoryCheck {
     if (above === 'directory') {
       // As #check judges it: ABSENT for ENOENT, a real directory, or 'other' (anything else, an error).
       try {
-        const stats = lstatSync(this.absolute(relative), { bigint: true, throwIfNoEntry: false });
+        const stats = lstatSync(this.absolute(relative));
         state = stats === undefined ? ABSENT : stats.isDirectory() ? 'directory' : 'other';
       } catch (error) {
         state = errnoCode(error) === 'ENOENT' ? ABSENT : 'other';

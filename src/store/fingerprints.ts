@@ -229,7 +229,9 @@ function checkedEntry(
   return { dev, ino, size, mtimeNs, ctimeNs, sha256, verifiedAt };
 }
 
-export function identityOf(stats: BigIntStats): FileIdentity {
+export function identityOf(
+  stats: Pick<BigIntStats, 'dev' | 'ino' | 'size' | 'mtimeNs' | 'ctimeNs'>,
+): FileIdentity {
   return {
     dev: stats.dev,
     ino: stats.ino,
