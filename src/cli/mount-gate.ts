@@ -142,6 +142,11 @@ export class MountLanes {
   readonly #abandons = new Set<() => void>();
   /** Told when a call given up on comes back (its mount answers again): `nextAnswer`'s waiters. */
   readonly #answerWaiters = new Set<() => void>();
+  /**
+   * The refusals of calls never made (their lane late when they came): a deferred call refused so is made at the
+   * next answer, one made that went late is not (it ends by itself: a close made twice could close a number reused).
+   */
+  readonly #refusals = new WeakSet<object>();
   readonly #stop: AbortSignal | undefined;
   /** When the stop's calls must have ended (on `clock.monotonic`), once the stop came with a deadline. */
   #stopEndsAt: number | undefined;
@@ -207,9 +212,12 @@ export class MountLanes {
 
   /** The refusal of a call into a late lane: named for the stop once the stop came. */
   #refusal(mount: string): MountNotAnswering {
-    return this.#stop?.aborted === true
-      ? new MountAbandonedAtStop(mount, this.ms)
-      : new MountNotAnswering(mount, this.ms);
+    const refusal =
+      this.#stop?.aborted === true
+        ? new MountAbandonedAtStop(mount, this.ms)
+        : new MountNotAnswering(mount, this.ms);
+    this.#refusals.add(refusal);
+    return refusal;
   }
 
   #laneOf(mount: string): Lane {
@@ -227,8 +235,10 @@ export class MountLanes {
       try {
         await later();
       } catch (error) {
-        // Only while the mount is late again: one refused past the stop deadline, tried again, looped for ever.
-        if (error instanceof MountNotAnswering && lane.late) lane.deferred.push(attempt);
+        // Only one refused unmade while the mount is late again: one refused past the stop deadline, tried again,
+        // looped for ever; and one made that went late is in flight still, and ends by itself: a close made again
+        // after it closed whatever descriptor had its number by then (review32).
+        if (this.#refusals.has(error as object) && lane.late) lane.deferred.push(attempt);
       }
     };
     lane.deferred.push(attempt);
@@ -403,7 +413,11 @@ export function gateMountsThatMayHang(
   /** Removes a file this port made, by the path it was made at, unless it was removed or renamed away since. */
   const removeMade = async (mount: string, absolute: string) => {
     if (!created.has(absolute)) return;
-    await through(mount, () => fs.unlink(absolute)).catch((error: unknown) => {
+    // Made and late, it is not made again (MountLanes #defer): forgotten once it comes back.
+    const forget = async (settled: Settled<void>) => {
+      if ('value' in settled) created.delete(absolute);
+    };
+    await through(mount, () => fs.unlink(absolute), { onLate: forget }).catch((error: unknown) => {
       if (error instanceof MountNotAnswering) throw error;
     });
     created.delete(absolute);
