@@ -9,6 +9,7 @@ import type { Deps } from '../lib/deps.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { remakeMissingRoot } from '../store/durable-writer.js';
+import { formerRootLeftovers } from '../store/former-root.js';
 import type { OutboxEntry } from '../store/outbox.js';
 import { findPathAliases, type ObservedIdentity } from '../store/path-aliases.js';
 import type { RootMountWatch } from '../store/root-mount.js';
@@ -164,13 +165,17 @@ async function passOnce(
     );
     return finish();
   }
-  result.steps = planSteps(planInput(ctx, pulled, disk, aliases));
+  const formerRoot = await formerRootLeftovers(deps.fs, state, pulled.instances, {
+    complete: listingComplete(pulled),
+    dryRun: result.dryRun,
+  });
+  result.steps = planSteps(planInput(ctx, pulled, disk, aliases, formerRoot));
   const unmade = unmadeWrites(result.steps);
   if (unmade.size > 0) {
     // Known items whose file this pass writes after all: judged in full from their text, their bytes made, and
     // the plan made again with them (plan is pure; this happens only when something on disk must change).
     pulled = await makeKnownFiles(pulled, unmade, pullPrepare(ctx, result.dryRun));
-    result.steps = planSteps(planInput(ctx, pulled, disk, aliases));
+    result.steps = planSteps(planInput(ctx, pulled, disk, aliases, formerRoot));
   }
   if (result.dryRun) return finish();
   handBytesToSteps(pulled.instances);
@@ -438,6 +443,7 @@ function planInput(
   pulled: Pulled<PlanInstance>,
   disk: Map<string, DiskObservation>,
   aliases: ReadonlyMap<string, string>,
+  formerRoot: PlanInput['formerRoot'],
 ): PlanInput {
   const { settings, dir } = ctx;
   return {
@@ -451,14 +457,20 @@ function planInput(
     restoreDrift: settings.restoreDrift ?? true,
     // An item that could not be used may want any path: only a listing without one tells that nobody does.
     // A listing that ended before its total_count may have left out the instance that wants a path.
-    complete:
-      pulled.mode === 'full' &&
-      pulled.invalid.length === 0 &&
-      pulled.skipped.length === 0 &&
-      pulled.incomplete === undefined,
+    complete: listingComplete(pulled),
     reportEchoes: reportEchoes(dir.state.instances),
     ...(aliases.size === 0 ? {} : { aliases }),
+    ...(formerRoot === undefined || formerRoot.size === 0 ? {} : { formerRoot }),
   };
+}
+
+function listingComplete(pulled: Pulled<PlanInstance>): boolean {
+  return (
+    pulled.mode === 'full' &&
+    pulled.invalid.length === 0 &&
+    pulled.skipped.length === 0 &&
+    pulled.incomplete === undefined
+  );
 }
 
 function applyContext(ctx: PassContext, signal: AbortSignal | undefined): ApplyContext {

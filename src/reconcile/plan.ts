@@ -88,6 +88,12 @@ export interface PlanInput {
    * twice), each mapped to a key its aliases share; a path not in the map names a file of its own.
    */
   aliases?: ReadonlyMap<string, string>;
+  /**
+   * Per retired instance the service still shows `deployed`, its file in the agent's former root (a rootDir truly
+   * moved: store/former-root.ts): where it is and whether the agent's bytes are still there. Never deleted (it is
+   * outside rootDir): reported `retrying`, naming it, while they are.
+   */
+  formerRoot?: ReadonlyMap<string, { at: string; present: boolean }>;
 }
 
 export interface WriteStep {
@@ -171,7 +177,12 @@ export type Step =
   | { kind: 'refuse'; instance: ConfigInstanceHead; message: string; forgetFile?: string }
   | { kind: 'wait'; instance: ConfigInstanceHead; until: number };
 
-export type ReportReason = 'archive' | 'already_in_place' | 'replaced_by_owner' | 'not_ours';
+export type ReportReason =
+  | 'archive'
+  | 'already_in_place'
+  | 'replaced_by_owner'
+  | 'not_ours'
+  | 'gone_from_former_root';
 
 export type StepKind = Step['kind'];
 
@@ -766,8 +777,21 @@ function planRemoval(instance: PlanInstance, facts: RemovalFacts): Step | { take
     // complete pull can tell that nobody wants the path.
     return remove();
   }
+  const former = winner === undefined && owned === undefined ? input.formerRoot?.get(instance.id) : undefined;
+  if (former?.present === true) {
+    // Written by us in the root used before rootDir moved: outside rootDir, so never deleted; not removed either.
+    return { kind: 'refuse', instance, message: formerRootMessage(former.at) };
+  }
+  // Its bytes gone from the former root, and nothing at its path here: removed, truly.
+  if (former !== undefined && input.disk.get(path)?.kind !== 'file')
+    return report('gone_from_former_root', undefined);
   // Deployed per the service but not recorded as written by us (lost state, another owner): never delete.
   return report(winner !== undefined || owned !== undefined ? 'replaced_by_owner' : 'not_ours');
+}
+
+/** Why a retired instance whose file is in the agent's former root is not removed. */
+export function formerRootMessage(at: string): string {
+  return `file left in place outside rootDir: ${at} (written there before rootDir moved; the agent deletes nothing outside rootDir): remove it by hand`;
 }
 
 function planDeployed(

@@ -12,6 +12,8 @@ export interface StateSnapshot {
   files: ReadonlyMap<string, ManagedFile>;
   instances: ReadonlyMap<string, InstanceRecord>;
   pendingHookPaths: ReadonlySet<string>;
+  /** The former root's directory and its count of records: they only ever go, so the count tells a change. */
+  formerRoot?: { rootDir: string; size: number };
 }
 
 /** The state as it is now; taken in the same synchronous step as its serialisation. */
@@ -22,6 +24,9 @@ export function snapshotState(state: LocalState): StateSnapshot {
     files: new Map(state.files),
     instances: new Map(state.instances),
     pendingHookPaths: new Set(state.pendingHookPaths),
+    ...(state.formerRoot === undefined
+      ? {}
+      : { formerRoot: { rootDir: state.formerRoot.rootDir, size: state.formerRoot.files.size } }),
   };
 }
 
@@ -33,7 +38,9 @@ export function sameAsSnapshot(state: LocalState, snapshot: StateSnapshot): bool
     sameEntries(state.files, snapshot.files) &&
     sameEntries(state.instances, snapshot.instances) &&
     state.pendingHookPaths.size === snapshot.pendingHookPaths.size &&
-    [...state.pendingHookPaths].every((path) => snapshot.pendingHookPaths.has(path))
+    [...state.pendingHookPaths].every((path) => snapshot.pendingHookPaths.has(path)) &&
+    state.formerRoot?.rootDir === snapshot.formerRoot?.rootDir &&
+    state.formerRoot?.files.size === snapshot.formerRoot?.size
   );
 }
 

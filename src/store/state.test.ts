@@ -232,7 +232,11 @@ describe('saveLocalState / loadLocalState', () => {
     await saveLocalState(fs, STATE_DIR, { ...sampleState(), rootDir: '/srv/old-root' });
     const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger(), '/srv/new-root');
     expect(outcome).toBe('other_root');
-    expect(state).toEqual(emptyState('dvc_1', '/srv/new-root'));
+    // Nothing owned; the old root's files kept only as a former root's (path, sha256): never removed (state24).
+    const { formerRoot, ...rest } = state;
+    expect(rest).toEqual(emptyState('dvc_1', '/srv/new-root'));
+    expect(formerRoot?.rootDir).toBe('/srv/old-root');
+    expect([...(formerRoot?.files.keys() ?? [])].sort()).toEqual(['a.json', 'z/last.json']);
     const same = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger(), '/srv/old-root');
     expect(same.outcome).toBe('loaded');
   });

@@ -181,6 +181,12 @@ function buildStateSchemas() {
       .optional(),
   });
 
+  /** A file the agent wrote in its former root (`FormerRoot`): enough to tell whether its bytes are still there. */
+  const FormerFile = z.object({
+    instanceId: z.string().min(1),
+    sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  });
+
   const LocalStateFile = z.object({
     version: z.literal(STATE_VERSION),
     deviceId: z.string(),
@@ -191,8 +197,10 @@ function buildStateSchemas() {
     instances: keyedBy(InstanceRecord),
     /** Paths written or removed whose hooks have not run yet: replayed after a restart. */
     pendingHookPaths: z.array(z.string()).default([]),
+    /** The root the agent last recorded files in before rootDir moved (`FormerRoot`). Older agents ignore it. */
+    formerRoot: z.object({ rootDir: z.string().min(1), files: keyedBy(FormerFile) }).optional(),
   });
-  return { ManagedFile, InstanceRecord, LocalStateFile };
+  return { ManagedFile, InstanceRecord, FormerFile, LocalStateFile };
 }
 type StateSchemas = ReturnType<typeof buildStateSchemas>;
 let builtStateSchemas: StateSchemas | undefined;
@@ -204,12 +212,26 @@ export function stateSchemas(): StateSchemas {
 /** A record as the agent holds it: `createdDepths` of the file turned into paths (`withCreatedDepths`). */
 export type ManagedFile = Omit<z.infer<StateSchemas['ManagedFile']>, 'createdDepths'>;
 export type InstanceRecord = z.infer<StateSchemas['InstanceRecord']>;
+export type FormerFile = z.infer<StateSchemas['FormerFile']>;
 type ParsedStateFile = z.infer<StateSchemas['LocalStateFile']>;
 
+/**
+ * The files the agent recorded in the root it used before `rootDir` truly moved (another directory, not another
+ * spelling: `sameRoot`), by path under that root. The agent never deletes outside `rootDir`: an instance retired
+ * since is reported `retrying`, naming `<rootDir>/<path>` there, while its bytes are there, and `removed` once they
+ * are gone (former-root.ts). Records only go (never added or changed: state-snapshot.ts counts them); one former
+ * root at a time: a second move makes the root it leaves the former one (when it recorded any file).
+ */
+export interface FormerRoot {
+  rootDir: string;
+  files: Map<string, FormerFile>;
+}
+
 /** The file as written: plain objects, whose own `__proto__` key JSON.stringify writes like any other. */
-export type LocalStateFile = Omit<ParsedStateFile, 'files' | 'instances'> & {
+export type LocalStateFile = Omit<ParsedStateFile, 'files' | 'instances' | 'formerRoot'> & {
   files: Record<string, ManagedFile>;
   instances: Record<string, InstanceRecord>;
+  formerRoot?: { rootDir: string; files: Record<string, FormerFile> };
 };
 
 export interface LocalState {
@@ -225,6 +247,7 @@ export interface LocalState {
    */
   diskWaits?: Map<string, number>;
   pendingHookPaths: Set<string>;
+  formerRoot?: FormerRoot;
 }
 
 export function emptyState(deviceId: string, rootDir = ''): LocalState {
@@ -377,7 +400,7 @@ function quickKeyedBy<T>(
  */
 export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   if (!isPlainObject(value)) return undefined;
-  const { version, deviceId, rootDir, pendingHookPaths } = value;
+  const { version, deviceId, rootDir, pendingHookPaths, formerRoot } = value;
   if (
     version !== STATE_VERSION ||
     typeof deviceId !== 'string' ||
@@ -390,7 +413,30 @@ export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   const files = quickKeyedBy(value.files, quickManagedFile, held);
   const instances = quickKeyedBy(value.instances, quickInstanceRecord, held);
   if (files === undefined || instances === undefined) return undefined;
-  return { version, deviceId, rootDir, files, instances, pendingHookPaths: pendingHookPaths ?? [] };
+  const parsed: ParsedStateFile = {
+    version,
+    deviceId,
+    rootDir,
+    files,
+    instances,
+    pendingHookPaths: pendingHookPaths ?? [],
+  };
+  if (formerRoot === undefined) return parsed;
+  if (!isPlainObject(formerRoot) || typeof formerRoot.rootDir !== 'string' || formerRoot.rootDir === '') {
+    return undefined;
+  }
+  const formerFiles = quickKeyedBy(formerRoot.files, quickFormerFile, held);
+  if (formerFiles === undefined) return undefined;
+  parsed.formerRoot = { rootDir: formerRoot.rootDir, files: formerFiles };
+  return parsed;
+}
+
+function quickFormerFile(value: unknown, held: HeldStrings): FormerFile | undefined {
+  if (!isPlainObject(value)) return undefined;
+  const { instanceId, sha256 } = value;
+  if (typeof instanceId !== 'string' || instanceId.length === 0) return undefined;
+  if (typeof sha256 !== 'string' || !SHA256_HEX.test(sha256)) return undefined;
+  return { instanceId: held(instanceId), sha256 };
 }
 
 export type StateLoadOutcome = 'loaded' | 'missing' | 'corrupt' | 'other_device' | 'other_root';
@@ -432,7 +478,10 @@ export async function loadLocalState(
       { stateRootDir: parsed.rootDir, rootDir },
       'local state was recorded for another root directory: starting empty, no file will be deleted',
     );
-    return { state: empty(), outcome: 'other_root' };
+    const state = empty();
+    const former = await formerRootAfterMove(fs, parsed, rootDir, logger);
+    if (former !== undefined) state.formerRoot = former;
+    return { state, outcome: 'other_root' };
   }
   const files = guardedFiles(parsed.files, logger);
   const instances = new Map<string, InstanceRecord>();
@@ -446,15 +495,19 @@ export async function loadLocalState(
     const { nextAttemptAt: _dropped, ...rest } = record;
     instances.set(id, { ...rest, attempts: 0 });
   }
+  const state: LocalState = {
+    deviceId,
+    rootDir,
+    files,
+    instances,
+    cooldowns: new Map(),
+    pendingHookPaths: guardedHookPaths(parsed.pendingHookPaths, logger),
+  };
+  // Counted before the guard: a record it drops is left out by the next persist.
+  const formerSize = parsed.formerRoot?.files.size ?? 0;
+  if (parsed.formerRoot !== undefined) state.formerRoot = guardedFormerRoot(parsed.formerRoot, logger);
   return {
-    state: {
-      deviceId,
-      rootDir,
-      files,
-      instances,
-      cooldowns: new Map(),
-      pendingHookPaths: guardedHookPaths(parsed.pendingHookPaths, logger),
-    },
+    state,
     outcome: 'loaded',
     // What the file holds (attempts and nextAttemptAt as read): a state still equal to it has nothing to write.
     persisted: {
@@ -463,8 +516,60 @@ export async function loadLocalState(
       files: new Map(parsed.files),
       instances: parsed.instances,
       pendingHookPaths: new Set(parsed.pendingHookPaths),
+      ...(parsed.formerRoot === undefined
+        ? {}
+        : { formerRoot: { rootDir: parsed.formerRoot.rootDir, size: formerSize } }),
     },
   };
+}
+
+/**
+ * The former root of a state recorded for another root (a true move): the root it records, when it recorded any
+ * file (the former root it held before, if any, is then dropped: one at a time, logged), else the former root it
+ * held; none when that is the configured root again (a move back: its files are under rootDir, where a record of
+ * another root proves nothing, as before).
+ */
+async function formerRootAfterMove(
+  fs: FsPort,
+  parsed: ParsedStateFile,
+  rootDir: string,
+  logger: Logger,
+): Promise<FormerRoot | undefined> {
+  let former: FormerRoot | undefined;
+  if (parsed.files.size > 0 && parsed.rootDir !== '') {
+    const files = new Map<string, FormerFile>();
+    for (const [relative, file] of parsed.files)
+      files.set(relative, { instanceId: file.instanceId, sha256: file.sha256 });
+    former = { rootDir: parsed.rootDir, files };
+    if (parsed.formerRoot !== undefined && parsed.formerRoot.files.size > 0) {
+      logger.warn(
+        {
+          formerRootDir: parsed.formerRoot.rootDir,
+          files: parsed.formerRoot.files.size,
+          stateRootDir: parsed.rootDir,
+        },
+        'rootDir moved again: the records of the root before the last one are dropped (its retired files are reported removed, as not recorded)',
+      );
+    }
+  } else former = parsed.formerRoot;
+  if (former === undefined || (await sameRoot(fs, former.rootDir, rootDir))) return undefined;
+  return guardedFormerRoot(former, logger);
+}
+
+/** The former root's records whose path the path guard accepts (as `guardedFiles`: a hand edit, dropped with an error). */
+function guardedFormerRoot(former: FormerRoot, logger: Logger): FormerRoot {
+  for (const relative of former.files.keys()) {
+    try {
+      validateRelativePath(relative);
+    } catch (error) {
+      former.files.delete(relative);
+      logger.error(
+        { err: error, file: STATE_FILE, path: relative, formerRootDir: former.rootDir },
+        'a record of the former root in state.json names a path the path guard refuses: dropped',
+      );
+    }
+  }
+  return former;
 }
 
 /**
@@ -712,6 +817,14 @@ export function serializeLocalState(state: LocalState): LocalStateFile {
     ),
     instances: Object.fromEntries(sortedEntries(state.instances)),
     pendingHookPaths: [...state.pendingHookPaths].sort(),
+    ...(state.formerRoot === undefined
+      ? {}
+      : {
+          formerRoot: {
+            rootDir: state.formerRoot.rootDir,
+            files: Object.fromEntries(sortedEntries(state.formerRoot.files)),
+          },
+        }),
   };
 }
 
@@ -728,13 +841,21 @@ export function stateFilePieces(state: LocalState): () => Iterable<string> {
     `"rootDir":${JSON.stringify(state.rootDir)},"files":`;
   const files = sortedEntries(state.files);
   const instances = sortedEntries(state.instances);
-  const tail = `,"pendingHookPaths":${JSON.stringify([...state.pendingHookPaths].sort())}}\n`;
+  const hooks = `,"pendingHookPaths":${JSON.stringify([...state.pendingHookPaths].sort())}`;
+  const former = state.formerRoot;
+  const formerFiles = former === undefined ? [] : sortedEntries(former.files);
   return function* pieces() {
     yield head;
     yield* objectPieces(files, persistedFile);
     yield ',"instances":';
     yield* objectPieces(instances);
-    yield tail;
+    yield hooks;
+    if (former !== undefined) {
+      yield `,"formerRoot":{"rootDir":${JSON.stringify(former.rootDir)},"files":`;
+      yield* objectPieces(formerFiles);
+      yield '}';
+    }
+    yield '}\n';
   };
 }
 

@@ -124,8 +124,20 @@ export const stateFile = record(
     files: mostly(keyed(managedFile)),
     instances: mostly(keyed(instanceRecord)),
     pendingHookPaths: mostly(fc.array(fc.string({ maxLength: 6 }), { maxLength: 3 })),
+    // Seldom wrong (a wrong field anywhere leaves the whole file to zod): the hand check still takes enough.
+    formerRoot: mostly(
+      fc.record({
+        rootDir: fc.constantFrom('/srv/old', '/srv/old', '/srv/old', '/srv/old', ''),
+        files: keyed(
+          fc.record({
+            instanceId: fc.constantFrom('cfg_1', 'cfg_2'),
+            sha256: fc.constantFrom(SHA, SHA, SHA, SHA, SHA, 'A'.repeat(64)),
+          }),
+        ),
+      }),
+    ),
   },
-  ['pendingHookPaths'],
+  ['pendingHookPaths', 'formerRoot'],
 );
 
 const digits = fc.bigInt({ min: 0n, max: 2n ** 64n }).map(String);
