@@ -344,13 +344,15 @@ describe('runHooks', () => {
       ['a.conf'],
       options(),
     );
+    // The shell that enters rootDir execs it (spawnThroughShell): its exit 127, its reason in the stderr tail.
     expect(results[0]).toMatchObject({
-      exitCode: null,
+      exitCode: 127,
       signal: null,
       timedOut: false,
       argv: [missing, '--flag'],
     });
-    expect(results[0]!.error).toContain('ENOENT');
+    expect(results[0]!.stderrTail).toBe(`config-agent-hook: 1: exec: ${missing}: not found\n`);
+    expect(hookFailed(results[0]!)).toBe(true);
     expect(results[1]!.exitCode).toBe(0);
     expect(runs(nextLog)).toHaveLength(1);
   });

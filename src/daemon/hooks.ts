@@ -37,7 +37,10 @@ export interface HookRunResult {
   durationMs: number;
   /** The last STDERR_TAIL_BYTES of stderr at most, from a line start when cut (ByteTail), decoded as UTF-8. */
   stderrTail: string;
-  /** Why the hook did not run or was stopped: a spawn failure (`spawn ENOENT: ...`) or an abort. */
+  /**
+   * Why the hook did not run or was stopped: a spawn failure (`spawn /bin/sh E2BIG`), a refusal (`not run: ...`),
+   * a give-up or an abort. A program that is not there is the shell's exit 127 instead (`spawnThroughShell`).
+   */
   error?: string;
   /** Processes it started that were still running when it ended: each was sent SIGTERM, then SIGKILL. */
   leftovers: { pid: number; command: string }[];
@@ -48,8 +51,31 @@ export interface HookRunResult {
   abandoned?: { pid: number; command: string };
 }
 
-/** Starts a hook's process: child_process.spawn; a stand-in in tests. */
+/** Starts a hook's process: `spawnThroughShell` by default; a stand-in in tests. */
 export type SpawnHook = (command: string, args: string[], options: SpawnOptions) => ChildProcess;
+
+/**
+ * Enters the hook's directory and execs its program (searching PATH as execvp does) in the child. Its name is
+ * `$0`, which prefixes the shell's own errors (`config-agent-hook: 1: exec: /x: not found`, exit 127).
+ */
+const CHILD_ENTRY = 'cd -- "$1" || exit 126; shift; exec "$@"';
+
+/**
+ * child_process.spawn of `/bin/sh` (a local file), which changes to `options.cwd` and execs the hook's program
+ * itself. libuv's spawn holds the agent's one thread until the child has exec'd or failed to: a chdir to a
+ * directory on a hung NFS or FUSE mount (rootDir), or an exec of a program there, never returns, and the whole
+ * agent stopped (no pass, no local API, no SIGTERM handled; seen with a FUSE mount nobody serves). Now only the
+ * shell's exec is waited on; what hangs after it hangs in the hook's own process, which its timeout ends (FUSE
+ * waits end on SIGKILL) or gives up on (NFS). A program that cannot be run is the shell's exit 127 (not found) or
+ * 126 (not executable, or the directory cannot be entered) with its reason in stderr, not a spawn error.
+ */
+export function spawnThroughShell(command: string, args: string[], options: SpawnOptions): ChildProcess {
+  const cwd = options.cwd === undefined ? '.' : String(options.cwd);
+  return spawn('/bin/sh', ['-c', CHILD_ENTRY, 'config-agent-hook', cwd, command, ...args], {
+    ...options,
+    cwd: '/',
+  });
+}
 
 /** A hook's process given up on after SIGKILL, still there (in uninterruptible sleep) as far as the runner knows. */
 export interface LeftBehind {
@@ -131,7 +157,7 @@ export interface RunHooksOptions {
   programCheckMs?: number;
   /** What earlier runs left hanging; a fresh one (nothing) by default. */
   hangs?: HookHangs;
-  /** child_process.spawn by default. */
+  /** spawnThroughShell by default. */
   spawn?: SpawnHook;
 }
 
@@ -637,7 +663,7 @@ export async function runHooks(
     killGraceMs: options.killGraceMs ?? DEFAULT_KILL_GRACE_MS,
     clock: options.clock ?? systemClock,
     processes: options.processes ?? procProcessTable(),
-    spawn: options.spawn ?? ((command, args, spawnOptions) => spawn(command, args, spawnOptions)),
+    spawn: options.spawn ?? spawnThroughShell,
     cutShort: false,
     onLeftBehindEnded: (pid) => {
       for (const [key, left] of hangs.processes) if (left.process.pid === pid) hangs.processes.delete(key);
