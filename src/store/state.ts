@@ -83,8 +83,12 @@ function segmentCount(dir: string): number {
   return count;
 }
 
-/** The record as state.json holds it: JSON text, made once per record object (records are replaced, never changed). */
-const persistedText = new WeakMap<ManagedFile, string>();
+/**
+ * The text of each record written with depths, made once per record object (records are replaced, never changed):
+ * telling its directories above the file reads each path. Only those are kept: a text per record held an idle
+ * daemon's state twice.
+ */
+const compactText = new WeakMap<ManagedFile, string>();
 
 /**
  * `file`'s JSON text in state.json: as it is, unless its made directories' paths add up to more than
@@ -93,28 +97,25 @@ const persistedText = new WeakMap<ManagedFile, string>();
  * ~10 KB of depths now (adv27).
  */
 export function persistedFile(relative: string, file: ManagedFile): string {
-  const known = persistedText.get(file);
-  if (known !== undefined) return known;
   let length = 0;
   for (const dir of file.createdDirs) length += dir.length;
-  let text: string;
-  if (length <= COMPACT_DIRS_OVER) text = JSON.stringify(file);
-  else {
-    const createdDirs: string[] = [];
-    const createdDepths: number[] = [];
-    for (const dir of file.createdDirs) {
-      const above =
-        dir.length < relative.length && relative.charCodeAt(dir.length) === 0x2f && relative.startsWith(dir);
-      if (above) createdDepths.push(segmentCount(dir));
-      else createdDirs.push(dir);
-    }
-    createdDepths.sort((a, b) => a - b);
-    const { createdDirs: _paths, ...rest } = file;
-    const persisted: ManagedFile & { createdDepths?: number[] } = { ...rest, createdDirs };
-    if (createdDepths.length > 0) persisted.createdDepths = createdDepths;
-    text = JSON.stringify(persisted);
+  if (length <= COMPACT_DIRS_OVER) return JSON.stringify(file);
+  const known = compactText.get(file);
+  if (known !== undefined) return known;
+  const createdDirs: string[] = [];
+  const createdDepths: number[] = [];
+  for (const dir of file.createdDirs) {
+    const above =
+      dir.length < relative.length && relative.charCodeAt(dir.length) === 0x2f && relative.startsWith(dir);
+    if (above) createdDepths.push(segmentCount(dir));
+    else createdDirs.push(dir);
   }
-  persistedText.set(file, text);
+  createdDepths.sort((a, b) => a - b);
+  const { createdDirs: _paths, ...rest } = file;
+  const persisted: ManagedFile & { createdDepths?: number[] } = { ...rest, createdDirs };
+  if (createdDepths.length > 0) persisted.createdDepths = createdDepths;
+  const text = JSON.stringify(persisted);
+  compactText.set(file, text);
   return text;
 }
 
