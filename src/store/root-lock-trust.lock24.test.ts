@@ -270,6 +270,24 @@ describe.skipIf(!AS_ROOT)('a root agent beside a holder of another user (review3
     expect((refused as RootLockedError).refusal).toContain(stateDir);
   });
 
+  // A holder that says nothing is looked for among the processes (adv26) and judged by its user and the ACL alone
+  // (its stateDir unknown). ~4.5 s: two waits of the 2 s the agent gives a holder to answer.
+  it('a silent holder of another user: a squat unless the ACL lets it write', async (ctx) => {
+    if (!HAS_SETFACL) {
+      ctx.skip(skipWithoutRoot('setfacl/getfacl missing (apt package acl): the ACL case is NOT tested'));
+      return;
+    }
+    const holder = await holdRootName(rootDir, { asUser: NOBODY, silent: true });
+    expect((await processUser(holder.pid))?.uid).toBe(NOBODY);
+    const lock = await open();
+    await lock.release();
+    expect(lock.unproven).toContain('it does not say who it is');
+    expect(spawnSync('setfacl', ['-m', `u:${NOBODY}:rwx`, rootDir]).status).toBe(0);
+    const refused = await open().catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(RootLockedError);
+    expect((refused as RootLockedError).refusal).toContain(`pid ${holder.pid}`);
+  });
+
   // The squatter defence kept: a user that merely binds the name, naming a stateDir whose records are files of
   // another user (the real service's), or with an ACL entry of another user only, is not believed.
   it('a squatter naming records of files it does not own, or beside an ACL for another user, is not believed', async () => {

@@ -21,6 +21,8 @@ export interface RootHolderOptions {
    * itself), not padded with NULs to the whole sun_path as agents bind it now.
    */
   legacy?: boolean;
+  /** Accepts each connection and says nothing (a stopped agent, or a squatter that does not answer). */
+  silent?: boolean;
   /** The stateDir its answer names (default `/srv/other/state`). */
   stateDir?: string;
   /** Runs as this user (and group), on a node that user can run (nodeOthersCanRun); this process's by default. */
@@ -49,7 +51,7 @@ export async function holdRootName(rootDir: string, options: RootHolderOptions =
   const script = `
     const net = require('node:net');
     const answer = ${answer};
-    net.createServer((s) => { s.on('error', () => {}); s.end(answer); }).listen({ path: ${JSON.stringify(rootNameOf(`${dev}:${ino}`, options.legacy))} }, () => process.stdout.write('held\\n'));
+    net.createServer((s) => { s.on('error', () => {}); if (!${options.silent === true}) s.end(answer); }).listen({ path: ${JSON.stringify(rootNameOf(`${dev}:${ino}`, options.legacy))} }, () => process.stdout.write('held\\n'));
     process.stdin.on('end', () => process.exit(0)); process.stdin.resume();`;
   const asUser = options.asUser === undefined ? {} : { uid: options.asUser, gid: options.asUser, cwd: '/' };
   const node = options.node ?? (options.asUser === undefined ? process.execPath : await nodeOthersCanRun());
