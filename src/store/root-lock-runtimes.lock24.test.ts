@@ -133,6 +133,16 @@ describe('one name on Node 20 and Node 24 (lock24)', () => {
     }
   });
 
+  // An answer without rootDir (agents before they named it) is of this rootDir: only a named other one is not.
+  it('a holder whose answer names no rootDir is believed', async () => {
+    const other = await holdRootName(rootDir, { holderRootDir: null });
+    const refused = await acquireRootLock(rootDir, keyOf, path.join(dir, 'mine')).catch(
+      (error: unknown) => error,
+    );
+    expect(refused).toBeInstanceOf(RootLockedError);
+    expect((refused as RootLockedError).refusal).toContain(`pid ${other.pid}`);
+  });
+
   for (const holder of NODES) {
     // Node 20 bound the unpadded name padded to 108 bytes, Node 24 at its 30-odd bytes: an agent of each on one
     // rootDir each took its own lock, and both wrote it (fails before on Node 24: opened).

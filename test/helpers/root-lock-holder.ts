@@ -11,7 +11,7 @@ export interface RootHolder {
 
 export interface RootHolderOptions {
   /** The rootDir its answer names (default the one it holds; another path when that was removed and its inode reused). */
-  holderRootDir?: string;
+  holderRootDir?: string | null;
   /** What it answers verbatim in place of an agent's `{pid, stateDir: '/srv/other/state', rootDir}` (a squatter). */
   answer?: string;
   /** The node binary it runs on (default this process's): another Node than the agent's (lock24). */
@@ -42,7 +42,8 @@ export async function holdRootName(rootDir: string, options: RootHolderOptions =
   const { dev, ino } = await stat(rootDir);
   const named = JSON.stringify({
     stateDir: options.stateDir ?? '/srv/other/state',
-    rootDir: options.holderRootDir ?? rootDir,
+    // null: an answer without rootDir, as agents gave before they named it.
+    rootDir: options.holderRootDir === null ? undefined : (options.holderRootDir ?? rootDir),
   });
   const answer =
     options.answer === undefined
