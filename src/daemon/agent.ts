@@ -97,6 +97,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   #metricsWrites: Promise<void> = Promise.resolve();
   /** The last failure to write the metrics textfile, while it lasts. */
   #metricsFailure: string | undefined;
+  /** Whether a write's turn threw past its own handling (#metricsTurnFailure), until one ends well. */
+  #metricsTurnFailed = false;
   /** Why the drift watcher could not start (an errno or message), while it cannot: tried again after each pass. */
   #driftDown: string | undefined;
   /**
@@ -489,6 +491,17 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#hookPathsRewritten.clear();
       await this.#writeMetrics(c);
     });
+    // Held settled, as the metrics writes are: a run that threw (its runner's state) skipped every later run and
+    // made stop() throw before it flushed state (fix32). Its paths stay pending: the next pass's run takes them.
+    this.#hooks = this.#hooks.catch((error: unknown) => {
+      this.#hookPathsRunning.clear();
+      this.#hookPathsRewritten.clear();
+      try {
+        this.#logger.error({ err: error }, 'hook run failed: its paths stay pending for the next run');
+      } catch {
+        // The logger is what threw: nothing left to tell it with.
+      }
+    });
   }
 
   /**
@@ -499,9 +512,32 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   async #writeMetrics(c: AgentComponents<R>): Promise<void> {
     // One at a time, each rendered when its turn comes: a pass's write and a hook run's used to overlap, and one
     // rendered first but renamed last left the older text (its counters going backwards: a reset to Prometheus).
-    const turn = this.#metricsWrites.then(() => this.#writeMetricsNow(c));
+    // The chain holds each turn settled: a turn that rejected (its logger threw) skipped every later write for the
+    // life of the process, silently (fix32).
+    const turn = this.#metricsWrites
+      .then(() => this.#writeMetricsNow(c))
+      .then(
+        () => {
+          this.#metricsTurnFailed = false;
+        },
+        (error: unknown) => this.#metricsTurnFailure(error),
+      );
     this.#metricsWrites = turn;
     return turn;
+  }
+
+  /** A write's turn that threw past its own handling: told once until a turn ends well again; never throws. */
+  #metricsTurnFailure(error: unknown): void {
+    if (this.#metricsTurnFailed) return;
+    this.#metricsTurnFailed = true;
+    try {
+      this.#logger.error(
+        { err: error },
+        'metrics textfile write failed (told again only after one succeeds)',
+      );
+    } catch {
+      // The logger is what threw: nothing left to tell it with.
+    }
   }
 
   async #writeMetricsNow(c: AgentComponents<R>): Promise<void> {
