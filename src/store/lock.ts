@@ -697,11 +697,12 @@ export async function processUser(pid: number, proc = '/proc'): Promise<ProcessU
 }
 
 /**
- * Whether rootDir's mode bits let `user` write it: its owner when owner-writable, a member of its group when
- * group-writable (the ACL's mask when it has one), anyone when other-writable.
+ * Whether rootDir's mode lets `user` write it: its owner always (it may chmod the bits: as good as the agent's
+ * user, fix32), a member of its group when group-writable (the ACL's mask when it has one), anyone when
+ * other-writable.
  */
 export function modeLetsWrite(user: ProcessUser, root: RootOwner): boolean {
-  if (user.uid === root.uid) return (root.mode & 0o200) !== 0;
+  if (user.uid === root.uid) return true;
   if (user.groups.includes(root.gid)) return (root.mode & 0o020) !== 0;
   return (root.mode & 0o002) !== 0;
 }

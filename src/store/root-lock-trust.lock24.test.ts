@@ -80,7 +80,8 @@ describe('the pure core', () => {
   it('modeLetsWrite: the owner by its bits, a member of the group by its bits, anyone else by the others', () => {
     const root = { uid: 10, gid: 20, mode: 0o40755 };
     expect(modeLetsWrite({ uid: 10, groups: [] }, root)).toBe(true);
-    expect(modeLetsWrite({ uid: 10, groups: [] }, { ...root, mode: 0o40577 })).toBe(false);
+    // Its owner whatever its bits say: it may chmod them (fix32).
+    expect(modeLetsWrite({ uid: 10, groups: [] }, { ...root, mode: 0o40577 })).toBe(true);
     expect(modeLetsWrite({ uid: 11, groups: [20] }, root)).toBe(false);
     expect(modeLetsWrite({ uid: 11, groups: [20] }, { ...root, mode: 0o40775 })).toBe(true);
     // A member of the group is judged by the group bits alone, as the kernel does.
