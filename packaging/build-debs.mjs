@@ -252,6 +252,8 @@ function stage({ name, arch, interpreter, depends, relations, node, triggers = f
     path.join(root, 'lib/systemd/system/config-agent.service'),
     0o644,
   );
+  // The unit's ExecStart= wrapper: the agent's socket to systemd's watchdog (perl-base is Essential).
+  install(path.join(REPO, 'systemd/config-agent-notify'), path.join(root, LIB, 'config-agent-notify'), 0o755);
   install(
     path.join(REPO, 'systemd/config-agent.sysusers'),
     path.join(root, 'usr/lib/sysusers.d/config-agent.conf'),

@@ -559,6 +559,17 @@ export async function runAgent(
   // on the calls waiting on such a mount at once (the pass ends, the stop flushes and exits), not after the bound,
   // and bounds the flush's own calls by what is left of the stop deadline.
   const clock = systemClock;
+  // systemd's watchdog, from the first moment: a start-up that waits on a mount still turns the event loop.
+  const watchdogStop = new AbortController();
+  void exit.then(() => watchdogStop.abort());
+  stopping.signal.addEventListener('abort', () => watchdogStop.abort(), { once: true });
+  daemon.startWatchdog({
+    env: io.env,
+    pid: process.pid,
+    clock,
+    logger: createLogger({ level: 'info', secrets, destination: io.stderr }).child({ component: 'main' }),
+    signal: watchdogStop.signal,
+  });
   const lanes = new MountLanes(
     clock,
     startRetry.mountAnswerMs ?? MOUNT_ANSWER_MS,

@@ -3,12 +3,16 @@ import type { AgentConfig } from '../config/schema.js';
 import { type AgentComponents, AgentDaemon } from '../daemon/agent.js';
 import { LocalApiServer } from '../daemon/local-api.js';
 import { AgentMetrics } from '../daemon/metrics.js';
+
 import type { Clock } from '../lib/clock.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import type { PassRunner } from '../reconcile/pass-runner.js';
 import { ExitCode, exitCodeForPass } from './exit-codes.js';
 import { renderHumanSummary } from './summary.js';
+
+/** systemd's watchdog: started by compose.ts before start-up, which may wait on a mount (daemon/watchdog.ts). */
+export { startWatchdog } from '../daemon/watchdog.js';
 
 export interface RunningAgent<R extends PassRunner> {
   readonly logger: Logger;

@@ -324,6 +324,54 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
   });
 
   underSystemd(
+    'the watchdog: a healthy agent is pinged and kept, a stopped one (SIGSTOP) is restarted (cit24)',
+    async () => {
+      // The shipped WatchdogSec=2min shortened to 3 s, and the 30 s before a restart to 1 s, so this takes seconds.
+      const dropIn = '/etc/systemd/system/config-agent.service.d/60-cit24-watchdog.conf';
+      const setUp = inside(
+        `mkdir -p ${path.dirname(dropIn)} && ` +
+          `printf '[Service]\\nWatchdogSec=3s\\nRestartSec=1s\\nTimeoutStopSec=3s\\n' > ${dropIn} && ` +
+          'systemctl daemon-reload && systemctl restart config-agent',
+      );
+      expect(setUp.status, setUp.stdout + setUp.stderr).toBe(0);
+      const watched = () => unitProps('MainPID,NRestarts,ActiveState,WatchdogTimestampMonotonic');
+      const first = watched();
+      expect(first.ActiveState).toBe('active');
+      expect(unitProps('NotifyAccess,WatchdogUSec')).toEqual({ NotifyAccess: 'main', WatchdogUSec: '3s' });
+      // Healthy: its pings (from its own pid, through config-agent-notify's socket) reach systemd across more than
+      // two watchdog periods, and the same process runs on.
+      let now = first;
+      await until(
+        'pings across two watchdog periods',
+        () => {
+          now = watched();
+          return (
+            Number(now.WatchdogTimestampMonotonic) - Number(first.WatchdogTimestampMonotonic) > 6_000_000
+          );
+        },
+        30_000,
+      );
+      expect(now.MainPID).toBe(first.MainPID);
+      expect(now.NRestarts).toBe(first.NRestarts);
+      // Stopped: no more pings; systemd kills it and Restart=on-failure starts another.
+      expect(inside(`kill -STOP ${first.MainPID}`).status).toBe(0);
+      await until(
+        'the watchdog to restart the stopped agent',
+        () => {
+          now = watched();
+          return now.MainPID !== first.MainPID && now.MainPID !== '0' && now.ActiveState === 'active';
+        },
+        60_000,
+      );
+      expect(Number(now.NRestarts)).toBe(Number(first.NRestarts) + 1);
+      const tornDown = inside(`rm -f ${dropIn} && systemctl daemon-reload && systemctl restart config-agent`);
+      expect(tornDown.status, tornDown.stdout + tornDown.stderr).toBe(0);
+      expect(unitProps('WatchdogUSec')).toEqual({ WatchdogUSec: '2min' });
+    },
+    120_000,
+  );
+
+  underSystemd(
     "a files.rules group is given to the file under the shipped unit's sandbox (adv21: SystemCallFilter= took fchown)",
     async () => {
       // The documented way: a group the agent joins with a SupplementaryGroups= drop-in, a rule naming it. Before

@@ -61,6 +61,8 @@ describe.skipIf(!haveDpkg || all === undefined)(
         '/usr/lib/config-agent/dist/main.js',
         '/usr/lib/config-agent/package.json',
         '/lib/systemd/system/config-agent.service',
+        // The unit's ExecStart= wrapper: the watchdog's socket (cit24).
+        '/usr/lib/config-agent/config-agent-notify',
         '/usr/lib/sysusers.d/config-agent.conf',
         '/usr/lib/tmpfiles.d/config-agent.conf',
         '/usr/share/doc/config-agent/examples/config.json',

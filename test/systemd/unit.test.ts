@@ -66,7 +66,10 @@ const value = (key: string): string | undefined => service.get(key)?.at(-1);
 
 describe('systemd/config-agent.service: directives the agent and the docs rely on', () => {
   it('runs the installed binary as the dedicated user, with the default config path', () => {
-    expect(value('ExecStart')).toBe(`/usr/bin/config-agent --config ${DEFAULT_CONFIG_PATH}`);
+    // Through the watchdog's wrapper (systemd/config-agent-notify, installed beside dist/ by build-debs.mjs).
+    expect(value('ExecStart')).toBe(
+      `/usr/lib/config-agent/config-agent-notify /usr/bin/config-agent --config ${DEFAULT_CONFIG_PATH}`,
+    );
     // exec: a program that cannot be started (missing binary, user, credential) fails `systemctl start`.
     expect(value('Type')).toBe('exec');
     expect(value('User')).toBe('config-agent');
@@ -140,6 +143,13 @@ describe('systemd/config-agent.service: directives the agent and the docs rely o
     expect(service.get('SystemCallFilter')?.[0]).toBe('@system-service');
   });
 
+  it('a watchdog the agent pings from its own pid: WatchdogSec= set, NotifyAccess= left at main (cit24)', () => {
+    expect(value('WatchdogSec')).toBe('2min');
+    // all would let any hook send READY=1, STOPPING=1 or MAINPID= for the agent (and cost 0.2 of exposure).
+    expect(service.has('NotifyAccess')).toBe(false);
+    expect(statSync(path.join(REPO, 'systemd/config-agent-notify')).mode & 0o111).toBe(0o111);
+  });
+
   it('is enabled by multi-user.target', () => {
     expect(unit.get('Install')?.get('WantedBy')).toEqual(['multi-user.target']);
   });
@@ -158,7 +168,7 @@ describe('systemd-analyze on the unit', () => {
       const dir = mkdtempSync(path.join(SCRATCH, 'verify-'));
       const copy = path.join(dir, 'config-agent.service');
       const rewritten = unitText.replace(
-        /^ExecStart=\/usr\/bin\/config-agent /m,
+        /^ExecStart=\/usr\/lib\/config-agent\/config-agent-notify \/usr\/bin\/config-agent /m,
         `ExecStart=${process.execPath} `,
       );
       expect(rewritten).not.toBe(unitText);
