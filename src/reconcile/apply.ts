@@ -351,7 +351,17 @@ async function judgeFullDisk(done: AppliedStep[], ctx: ApplyContext): Promise<Ap
     ({ step, result }) =>
       step.kind === 'write' && result.kind === 'failed' && rootConditionOf(result.error) === 'full',
   );
-  if (full.length === 0 || ctx.fs.statfs === undefined) return done;
+  if (full.length === 0) return done;
+  const emptied = await ctx.cache.makeRoomFor(ctx.rootDir);
+  if (emptied > 0) {
+    // Retried after the hold-off like any full disk, now without the copies in its way.
+    ctx.logger.warn(
+      { cacheEntriesDeleted: emptied },
+      'the disk holding rootDir is full and holds the content cache: emptied it, and copies no more written files ' +
+        'there until a restart (a drift is then repaired by a pass)',
+    );
+  }
+  if (ctx.fs.statfs === undefined) return done;
   let capacity: number;
   try {
     const stats = await ctx.fs.statfs(ctx.rootDir);
@@ -723,7 +733,7 @@ async function applyWrite(
   // Alongside the publish: the copy is not durable (see content-cache.ts), so it waits for nothing. Bytes
   // set aside by the pull are in the cache already.
   const caching =
-    step.data === undefined || ctx.cacheWrittenFiles === false
+    step.data === undefined || ctx.cacheWrittenFiles === false || !ctx.cache.keepsCopies
       ? Promise.resolve()
       : cacheContent(ctx, step, step.data);
   try {

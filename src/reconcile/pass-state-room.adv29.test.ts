@@ -32,7 +32,12 @@ function quotaFs(stateDir: string, quota: number): FsPort {
         const value = Reflect.get(target, key, target);
         if (key === 'write' || key === 'writeFile') {
           return (data: Uint8Array | string, ...rest: unknown[]) => {
-            const length = typeof data === 'string' ? Buffer.byteLength(data) : data.byteLength;
+            const length =
+              typeof data === 'string'
+                ? Buffer.byteLength(data)
+                : typeof rest[1] === 'number'
+                  ? rest[1]
+                  : data.byteLength;
             if (bytesUnder(stateDir) + length > quota) return Promise.reject(full());
             return (value as (...a: unknown[]) => unknown).call(target, data, ...rest);
           };

@@ -25,6 +25,7 @@ export class ContentCache {
   readonly #fs: FsPort;
   readonly #dir: string;
   #made: Promise<unknown> | undefined;
+  #keepsCopies = true;
 
   constructor(fs: FsPort, stateDir: string) {
     this.#fs = fs;
@@ -117,6 +118,32 @@ export class ContentCache {
     if (sha256Hex(data) === sha256) return data;
     await this.#fs.unlink(entry).catch(() => undefined);
     return undefined;
+  }
+
+  /**
+   * Empties the cache when it lies on the file system holding `dir` (rootDir, found full): the daemon's copy of
+   * every file it wrote there doubles what those files take, so on one disk the copies alone kept a version that
+   * fits out for good (adv29). Returns how many entries it deleted (0 on another file system, or when it cannot
+   * tell). Never rejects.
+   */
+  async makeRoomFor(dir: string): Promise<number> {
+    try {
+      const [cache, other] = await Promise.all([this.#fs.stat(this.#dir), this.#fs.stat(dir)]);
+      if (cache.dev !== other.dev) return 0;
+      // Each write's copy is put alongside the write itself: left on, they would take the room again each pass.
+      this.#keepsCopies = false;
+      return await this.prune(new Set());
+    } catch {
+      return 0;
+    }
+  }
+
+  /**
+   * Whether copies of written files are still wanted: false for the rest of the process once the disk holding
+   * rootDir was found full with the cache on it (makeRoomFor). A drift restore then runs a pass.
+   */
+  get keepsCopies(): boolean {
+    return this.#keepsCopies;
   }
 
   /**
