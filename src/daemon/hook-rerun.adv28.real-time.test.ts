@@ -109,11 +109,25 @@ async function settle(done: () => boolean, what: string): Promise<void> {
   await waitFor(done, PATIENCE_MS, { what, intervalMs: 5 });
 }
 
+/** The daemon's metrics, counting the passes recorded and the renderings made (each write renders once). */
+class CountedMetrics extends AgentMetrics {
+  passesRecorded = 0;
+  renders = 0;
+  override recordPass(...summary: Parameters<AgentMetrics['recordPass']>): void {
+    this.passesRecorded += 1;
+    super.recordPass(...summary);
+  }
+  override render(): Promise<string> {
+    this.renders += 1;
+    return super.render();
+  }
+}
+
 /** A daemon over `runner` with one hook running `/bin/sh -c script` in `dir` for every `*.json`. */
 async function startDaemon(
   runner: WritingRunner,
   script: string,
-  metrics?: { textfile: string; fs: FsPort },
+  metrics?: { textfile: string; fs: FsPort; counted?: CountedMetrics },
 ): Promise<HeldClock> {
   const config = parseAgentConfig(
     {
@@ -132,7 +146,7 @@ async function startDaemon(
     deps: { fs: metrics?.fs ?? memfsPort(new Volume()), clock, random: () => 0, logger: silentLogger() },
     config,
     runner,
-    metrics: new AgentMetrics({ deviceId: 'dvc_unit' }),
+    metrics: metrics?.counted ?? new AgentMetrics({ deviceId: 'dvc_unit' }),
     hookEnv: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
     scrub: (text) => text,
   });
@@ -222,7 +236,8 @@ describe('the metrics textfile, written after a pass and after a hook run (adv28
     };
     const runner = new WritingRunner(dir);
     runner.writes.push(['a.json', '1']);
-    const clock = await startDaemon(runner, 'exit 0', { textfile: '/metrics/agent.prom', fs });
+    const counted = new CountedMetrics({ deviceId: 'dvc_unit' });
+    const clock = await startDaemon(runner, 'exit 0', { textfile: '/metrics/agent.prom', fs, counted });
     const passes = () => {
       const text = String(volume.readFileSync('/metrics/agent.prom', 'utf8'));
       return Number(/^config_agent_passes_total\{[^}]*result="converged"[^}]*\} (\d+)$/m.exec(text)?.[1]);
@@ -235,8 +250,14 @@ describe('the metrics textfile, written after a pass and after a hook run (adv28
     await waitFor(() => held !== undefined, PATIENCE_MS, { what: "the hook run's textfile write" });
     // Pass 2 writes the textfile meanwhile; then the hook run's write goes on.
     clock.waits.shift()?.();
-    await waitFor(() => runner.passes === 2, PATIENCE_MS, { what: 'pass 2' });
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    // Held until pass 2's own write, if it is not queued behind the held one (rendered already: the two renderings
+    // of pass 1 and its hook run are all there were), has landed: a fixed 200 ms sleep here let a slow machine
+    // release the held rename before pass 2's, and the test passed without the fix (fix32).
+    await waitFor(
+      () => runner.passes === 2 && counted.passesRecorded === 2 && (counted.renders === 2 || passes() === 2),
+      PATIENCE_MS,
+      { what: "pass 2's write queued, or landed" },
+    );
     held?.();
     await settle(() => clock.waits.length === 1, 'the wait after pass 2');
     expect(passes()).toBe(2);

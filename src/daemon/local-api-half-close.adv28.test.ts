@@ -1,6 +1,7 @@
 // A local API client that half-closes after its request still gets its answer (adv28): a real unix socket in-process.
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createConnection } from 'node:net';
+import { createConnection, type Socket } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -43,6 +44,20 @@ describe('a client that half-closes after its request (adv28)', () => {
       systemClock,
     );
     await server.start();
+    // The server's side of the connection, seen as node's HTTP server takes the request: whether it has the FIN.
+    let serverSide: Socket | undefined;
+    let finSeen = false;
+    const onRequest = (message: unknown) => {
+      const { request, socket } = message as {
+        request: { headers: Record<string, unknown> };
+        socket: Socket;
+      };
+      if (request.headers['x-test'] !== 'half-close-fix32') return;
+      serverSide = socket;
+      if (socket.readableEnded) finSeen = true;
+      else socket.once('end', () => (finSeen = true));
+    };
+    subscribe('http.server.request.start', onRequest);
     const client = createConnection(socketPath);
     let received = '';
     let closed = false;
@@ -55,10 +70,18 @@ describe('a client that half-closes after its request (adv28)', () => {
     });
     client.on('error', () => undefined);
     await new Promise<void>((resolve) => client.once('connect', () => resolve()));
-    client.end('POST /v1/sync HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n');
-    await waitFor(() => finishPass !== undefined, PATIENCE_MS, { what: 'the pass to start' });
-    // The server has the FIN before the pass ends.
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    try {
+      client.end(
+        'POST /v1/sync HTTP/1.1\r\nHost: a\r\nX-Test: half-close-fix32\r\nContent-Length: 0\r\n\r\n',
+      );
+      await waitFor(() => finishPass !== undefined, PATIENCE_MS, { what: 'the pass to start' });
+      // The server has the FIN before the pass ends: seen on its side, not waited for (a fixed sleep let a slow
+      // machine end the pass before the FIN arrived, and the test passed without the fix; fix32).
+      await waitFor(() => finSeen, PATIENCE_MS, { what: "the server to see the client's FIN" });
+    } finally {
+      unsubscribe('http.server.request.start', onRequest);
+    }
+    expect(serverSide).toBeDefined();
     finishPass?.();
     await waitFor(() => closed, PATIENCE_MS, { what: 'the connection to end' });
     expect(received).toMatch(/^HTTP\/1\.1 200 /);
