@@ -84,5 +84,11 @@ describe('a stateDir the content cache filled (adv29)', () => {
     const third = await world.pass();
     expect(third.converged).toBe(true);
     expect(await world.fileAt('big/new.json')).toContain('n'.repeat(12_000));
+    // And its copy was not put: once the disk was found full the daemon keeps no copies (each put would take the
+    // room again, and warn once per file, pass after pass).
+    const copies = readdirSync(path.join(world.stateDir, 'cache')).filter((name) =>
+      /^[0-9a-f]{64}$/.test(name),
+    );
+    expect(copies).toEqual([]);
   });
 });

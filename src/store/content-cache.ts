@@ -130,17 +130,25 @@ export class ContentCache {
     try {
       const [cache, other] = await Promise.all([this.#fs.stat(this.#dir), this.#fs.stat(dir)]);
       if (cache.dev !== other.dev) return 0;
-      // Each write's copy is put alongside the write itself: left on, they would take the room again each pass.
-      this.#keepsCopies = false;
-      return await this.prune(new Set());
+      return await this.giveWay();
     } catch {
       return 0;
     }
   }
 
   /**
-   * Whether copies of written files are still wanted: false for the rest of the process once the disk holding
-   * rootDir was found full with the cache on it (makeRoomFor). A drift restore then runs a pass.
+   * Empties the cache and keeps no more copies of written files for the rest of the process: its disk was found
+   * full. Each write's copy is put alongside the write itself, so left on they would take the room again each
+   * pass (and warn once per file). Rejects as prune does.
+   */
+  giveWay(): Promise<number> {
+    this.#keepsCopies = false;
+    return this.prune(new Set());
+  }
+
+  /**
+   * Whether copies of written files are still wanted: false for the rest of the process once the cache's disk was
+   * found full (giveWay: stateDir's, or rootDir's holding the cache). A drift restore then runs a pass.
    */
   get keepsCopies(): boolean {
     return this.#keepsCopies;

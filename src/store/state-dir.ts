@@ -278,7 +278,7 @@ export class StateDir {
       if (rootConditionOf(error) !== 'full') throw error;
       let emptied = 0;
       let failure: unknown;
-      await this.cache.prune(new Set()).then(
+      await this.cache.giveWay().then(
         (deleted) => {
           emptied = deleted;
         },
@@ -293,7 +293,7 @@ export class StateDir {
           cacheEntriesDeleted: emptied,
           ...(failure === undefined ? {} : { pruneError: failure }),
         },
-        'the disk holding stateDir is full: emptied the content cache to make room for the state files',
+        'the disk holding stateDir is full: emptied the content cache to make room for the state files, and copies no more written files there until a restart',
       );
       return save();
     }
