@@ -379,12 +379,15 @@ async function runOncePass(
 /**
  * The environment hooks inherit, without every variable whose value holds the API key: the hook runner drops
  * variables by name (`API_KEY`, `CREDENTIALS_DIRECTORY`), not the key set under another (an `EnvironmentFile=`'s
- * `DCDS_TOKEN`, a wrapper's `--key=...`), which reached every hook (adv28).
+ * `DCDS_TOKEN`, a wrapper's `--key=...`), which reached every hook (adv28). In any spelling the log scrub knows
+ * (escaped, percent-encoded: a URL's `?key=`, a JSON text), not only as written (fix32). A reload passes the
+ * environment the hooks had, so a key held before (a rotated one, maybe still valid) stays out too.
  */
 export function withoutKeyValues(env: NodeJS.ProcessEnv, apiKey: string): NodeJS.ProcessEnv {
-  if (apiKey.length < KEY_MATCH_MIN_LENGTH) return env;
+  const holdsKey = apiKeyMatcher(apiKey);
+  if (holdsKey === undefined) return env;
   return Object.fromEntries(
-    Object.entries(env).filter(([, value]) => value === undefined || !value.includes(apiKey)),
+    Object.entries(env).filter(([, value]) => value === undefined || !holdsKey(value)),
   );
 }
 
@@ -432,7 +435,7 @@ async function buildAgentComponents(
     config,
     runner,
     metrics,
-    hookEnv: withoutKeyValues(io.env, loaded.apiKey),
+    hookEnv: withoutKeyValues(current?.hookEnv ?? io.env, loaded.apiKey),
     scrub: (text) => secrets.scrub(text),
     vetHookProgram: (program) => hookProgramProblem(nodeFs, program, io.env),
   };
