@@ -101,6 +101,10 @@ describe('the pure core', () => {
       { tag: 'mask', id: undefined, write: true },
       { tag: 'other', id: undefined, write: false },
     ]);
+    // A directory's default ACL (what files made in it inherit) lets nobody write the directory itself.
+    expect(parseAcl(`${GETFACL}default:user::rwx\ndefault:user:996:rwx\ndefault:mask::rwx\n`)).toStrictEqual(
+      parseAcl(GETFACL),
+    );
     expect(parseAcl('user:998:-w-\n  mask::-wx  \ngarbage:1:rwx\nuser:x:rwx\n')).toStrictEqual([
       { tag: 'user', id: 998, write: true },
       { tag: 'mask', id: undefined, write: true },
@@ -127,6 +131,10 @@ describe('the pure core', () => {
     // The owner is its mode bits, never a named entry.
     expect(aclLetsWrite({ uid: 998, groups: [] }, { ...root, uid: 998 }, acl)).toBe(false);
     expect(aclLetsWrite({ uid: 998, groups: [] }, root, [])).toBe(false);
+    // Entries are told apart by tag, not by id alone: a user's id among a process's groups, a group's id equal to its uid.
+    expect(aclLetsWrite({ uid: 996, groups: [998] }, root, acl)).toBe(false);
+    const sameIds = parseAcl('group:60:r-x\ngroup:50:rwx\nmask::rwx\n');
+    expect(aclLetsWrite({ uid: 60, groups: [50] }, root, sameIds)).toBe(true);
   });
 
   it('trusted: root, this user, the mode, then the ACL, then owned recorded files; nothing else', async () => {
@@ -219,6 +227,16 @@ describe('ownsRecordedFile: a file the holder recorded in rootDir, owned by its 
     await writeFile(path.join(rootDir, 'in.json'), '{}');
     await record(['../outside.json', 'link/x.json', 'file-link', 'a-dir', 'in.json']);
     expect(await owns()).toBe(true);
+  });
+
+  it('a state.json of up to 16 MiB is read, a larger one is not', async () => {
+    await writeFile(path.join(rootDir, 'in.json'), '{}');
+    const json = JSON.stringify({ rootDir, files: { 'in.json': {} } });
+    const limit = 16 * 1024 * 1024;
+    await writeFile(path.join(stateDir, 'state.json'), json.padEnd(limit, ' '));
+    expect(await owns()).toBe(true);
+    await writeFile(path.join(stateDir, 'state.json'), json.padEnd(limit + 1, ' '));
+    expect(await owns()).toBe(false);
   });
 
   it('a state.json that is not a regular file is not read', async () => {
