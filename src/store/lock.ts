@@ -800,7 +800,7 @@ export async function ownsRecordedFile(
   const realRoot = await fsp.realpath(rootDir).catch(() => undefined);
   if (realRoot === undefined) return false;
   for (const relative of Object.keys(files).slice(0, MAX_RECORDED_FILES_LOOKED_AT)) {
-    if (path.isAbsolute(relative) || relative.split('/').includes('..')) continue;
+    // `..` and symlinks are resolved here: what lands outside rootDir proves nothing.
     const file = path.join(realRoot, relative);
     const parent = await fsp.realpath(path.dirname(file)).catch(() => undefined);
     if (parent === undefined || (parent !== realRoot && !parent.startsWith(`${realRoot}/`))) continue;

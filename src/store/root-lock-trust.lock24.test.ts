@@ -143,6 +143,10 @@ describe('the pure core', () => {
     const judge = async (status: string, evidence = none, selfUid = 1000) =>
       await trusted(7, root, evidence, await fakeProc(7, status), selfUid);
     expect(await judge(statusOf(0, 0))).toBe(true);
+    // Root is believed whatever the mode says of it.
+    expect(
+      await trusted(7, { uid: 5, gid: 5, mode: 0o40555 }, none, await fakeProc(7, statusOf(0, 0)), 1000),
+    ).toBe(true);
     expect(await judge(statusOf(1000, 1000))).toBe(true);
     expect(await judge(statusOf(998, 998))).toBe(false);
     expect(await judge('garbage')).toBe(false);
@@ -188,9 +192,15 @@ describe('ownsRecordedFile: a file the holder recorded in rootDir, owned by its 
     await mkdir(path.join(rootDir, 'app'));
     await writeFile(path.join(rootDir, 'app', 'x.json'), '{}');
     expect(await owns()).toBe(false);
-    await record(['gone.json', 'app/x.json']);
+    await record(['gone.json', 'no-dir/x.json', 'app/x.json']);
     expect(await owns()).toBe(true);
     expect(await owns(me + 1)).toBe(false);
+    // The first 32 records are looked at, no more.
+    const others = Array.from({ length: 32 }, (_, at) => `gone-${at}.json`);
+    await record([...others.slice(1), 'app/x.json']);
+    expect(await owns()).toBe(true);
+    await record([...others, 'app/x.json']);
+    expect(await owns()).toBe(false);
     // The state of another root proves nothing here, nor one of a root that is gone.
     await mkdir(path.join(dir, 'other-root'));
     await record(['app/x.json'], path.join(dir, 'other-root'));
