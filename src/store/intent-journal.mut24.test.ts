@@ -76,4 +76,41 @@ describe('a declared write in intent.json (mut24)', () => {
     expect(createdDirs(exact.relative)).toEqual(exact.chain);
     expect(createdDirs(over.relative)).toEqual(over.chain);
   });
+
+  it('writes a missing parent alone, its path long, as the depth of the parent itself, and reads it back', async () => {
+    const there = ['p', 'q', 'r', 's'].map((letter) => letter.repeat(250)).join('/');
+    await mkdir(path.join(rootDir(), there), { recursive: true });
+    const parent = `${there}/${'t'.repeat(100)}`;
+    const relative = `${parent}/x.json`;
+    const { entries, createdDirs } = await declaredThenAdopted([relative]);
+    expect(entries).toEqual([{ path: relative, instanceId: 'cfg_a', sha256: sha, dirsFrom: 5 }]);
+    expect(createdDirs(relative)).toEqual([parent]);
+  });
+
+  it('ignores a journal whose dirsFrom names no directory above its path (0, or deeper than the parent)', async () => {
+    for (const dirsFrom of [0, 2, 1.5]) {
+      await writeFile(
+        path.join(stateDir(), INTENT_FILE),
+        JSON.stringify({
+          version: 1,
+          rootDir: rootDir(),
+          intents: [{ path: 'a/x.json', instanceId: 'cfg_a', sha256: sha, dirsFrom }],
+        }),
+      );
+      const journal = await IntentJournal.open(nodeFs, stateDir(), rootDir(), silentLogger(), {
+        now: () => 0,
+      });
+      expect(journal.size).toBe(0);
+    }
+    await writeFile(
+      path.join(stateDir(), INTENT_FILE),
+      JSON.stringify({
+        version: 1,
+        rootDir: rootDir(),
+        intents: [{ path: 'a/x.json', instanceId: 'cfg_a', sha256: sha, dirsFrom: 1 }],
+      }),
+    );
+    const journal = await IntentJournal.open(nodeFs, stateDir(), rootDir(), silentLogger(), { now: () => 0 });
+    expect(journal.size).toBe(1);
+  });
 });
