@@ -5,7 +5,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import { createConnection, type Socket } from 'node:net';
 import path from 'node:path';
-import type { Clock } from '../lib/clock.js';
+import { type Clock, laterTurn } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 
@@ -105,7 +105,7 @@ export class LocalApiServer {
   readonly #handlers: LocalApiHandlers;
   readonly #logger: Logger;
   readonly #limits: LocalApiLimits;
-  readonly #clock: Pick<Clock, 'monotonic' | 'sleep'>;
+  readonly #clock: Pick<Clock, 'monotonic' | 'sleep' | 'defer'>;
   #server: Server | undefined;
   /** The sync waiting to start (its answer, encoded once), shared by every request that arrives before it starts. */
   #pendingSync: Promise<Buffer> | undefined;
@@ -127,7 +127,7 @@ export class LocalApiServer {
     handlers: LocalApiHandlers,
     logger: Logger,
     limits: Partial<LocalApiLimits>,
-    clock: Pick<Clock, 'monotonic' | 'sleep'>,
+    clock: Pick<Clock, 'monotonic' | 'sleep' | 'defer'>,
   ) {
     this.#socketPath = socketPath;
     this.#handlers = handlers;
@@ -380,7 +380,8 @@ export class LocalApiServer {
     const waiters = [response];
     this.#statusWaiters = waiters;
     const wait = this.#lastStatusAt + this.#limits.minStatusIntervalMs - this.#clock.monotonic();
-    const due = wait > 0 ? this.#clock.sleep(wait) : new Promise<void>((resolve) => setImmediate(resolve));
+    const due =
+      wait > 0 ? this.#clock.sleep(wait) : new Promise<void>((resolve) => laterTurn(this.#clock)(resolve));
     void due.then(() => {
       this.#statusWaiters = undefined;
       this.#lastStatusAt = this.#clock.monotonic();

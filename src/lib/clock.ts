@@ -6,6 +6,22 @@ export interface Clock {
   monotonic(): number;
   /** Resolves after `ms`, or rejects with the signal's reason when it aborts first. */
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
+  /**
+   * Runs `run` in a later turn of the event loop (setImmediate: after the I/O already due), for work spread over
+   * turns. Optional: a clock without it (most fakes) has the event loop's own (`laterTurn`).
+   */
+  defer?(run: () => void): void;
+}
+
+/** The event loop's next turn: systemClock's `defer`. */
+function nextImmediate(run: () => void): void {
+  setImmediate(run);
+}
+
+/** `clock`'s later turn (`Clock.defer`), else the event loop's own. */
+export function laterTurn(clock: Pick<Clock, 'defer'>): (run: () => void) => void {
+  const defer = clock.defer;
+  return defer === undefined ? nextImmediate : (run) => defer.call(clock, run);
 }
 
 /** The wall clock alone: what a timestamp shown to people needs. */
@@ -28,6 +44,7 @@ function longTimer(ms: number, done: () => void): { cancel(): void } {
 }
 
 export const systemClock: Clock = {
+  defer: nextImmediate,
   now: () => Date.now(),
   monotonic: () => performance.now(),
   sleep: (ms, signal) =>

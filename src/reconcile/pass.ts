@@ -5,6 +5,7 @@ import { type ItemWire, itemKey, judgeConfigInstance } from '../api/list-page.js
 import type { InvalidListItem } from '../api/pager.js';
 import type { RequestRetryOptions } from '../api/retry.js';
 import type { ConfigInstance, ConfigInstanceHead } from '../api/schemas.js';
+import { laterTurn } from '../lib/clock.js';
 import type { Deps } from '../lib/deps.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -117,7 +118,7 @@ async function passOnce(
   let pulled: Pulled<PlanInstance>;
   // The listed paths' lstats run while the next page is awaited (observe.ts ObservationAhead).
   const fingerprints = { store: dir.fingerprints, now: () => deps.clock.now() };
-  const ahead = new ObservationAhead(deps.fs, settings.rootDir, fingerprints, setImmediate, signal);
+  const ahead = new ObservationAhead(deps.fs, settings.rootDir, fingerprints, laterTurn(deps.clock), signal);
   try {
     pulled = await pullInstances(options.mode, pullContext(ctx, signal, result.dryRun, ahead));
   } catch (error) {
