@@ -406,6 +406,14 @@ async function buildAgentComponents(
 ): Promise<AgentComponents<Reconciler>> {
   const { config } = loaded;
   const deps = await createDeps(config, secrets, io.stderr, current?.deps, lanes);
+  for (const { hook, program, why } of loaded.hookChecksUnanswered ?? []) {
+    deps.logger
+      .child({ component: 'hooks' })
+      .warn(
+        { hook, program, why },
+        `${hook} (${program}) not judged: its check did not answer (a hung mount?); each run is checked first and refused while the check does not answer`,
+      );
+  }
   // Between polls the daemon gives back what its pass grew; `--once` exits instead.
   const releaseMemory = heapReleaser();
   if (releaseMemory !== undefined) deps.releaseMemory = releaseMemory;

@@ -1,5 +1,6 @@
 // Hook programs run as the agent's user: refuse one that another local user could change, swap or shadow.
 import path from 'node:path';
+import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { ConfigError, type ConfigIssue } from './errors.js';
 import { type PathChainFs, whoElseCanCreateIn, whoElseCanSwap } from './path-chain.js';
@@ -22,15 +23,52 @@ export async function assertHookProgramsTrusted(
   configPath: string,
   env: NodeJS.ProcessEnv,
   euid: number | undefined = process.geteuid?.(),
-): Promise<void> {
-  if (euid === undefined) return;
+): Promise<HookCheckUnanswered[]> {
+  if (euid === undefined) return [];
   const issues: ConfigIssue[] = [];
+  const unanswered: HookCheckUnanswered[] = [];
   for (const [i, hook] of config.hooks.entries()) {
     const program = hook.run[0];
-    const problem = await hookProgramProblem(fs, program, env, euid);
+    const late: unknown[] = [];
+    const problem = await hookProgramProblem(noticingTimeouts(fs, late), program, env, euid);
     if (problem !== undefined) issues.push({ path: `hooks[${i}].run[0]`, message: `${program}: ${problem}` });
+    else if (late.length > 0)
+      unanswered.push({ hook: `hooks[${i}].run[0]`, program, why: errorMessage(late[0]) });
   }
   if (issues.length > 0) throw new ConfigError(configPath, issues);
+  return unanswered;
+}
+
+/**
+ * A hook whose program check at start or reload did not answer: a call on its way hit a mount that does not answer
+ * (the start-up port's gate, cli/mount-gate.ts, fails such a call after its bound with `ETIMEDOUT`). The check
+ * treats an entry it cannot read as missing, so it found no problem without having judged the program: the
+ * configuration is taken (a hung NFS share holding one hook's script must not keep the agent from delivering
+ * config, nor leave it down at exit 78), the caller says so naming the hook, and each run is checked again just
+ * before it starts (the daemon's vetProgram, bounded: refused while it does not answer).
+ */
+export interface HookCheckUnanswered {
+  /** `hooks[<i>].run[0]` */
+  hook: string;
+  program: string;
+  /** The first call that did not answer, as its error says it (the mount and the bound). */
+  why: string;
+}
+
+/** `fs` that records in `late` each call failing with ETIMEDOUT (a mount that did not answer), then fails it as before. */
+function noticingTimeouts(
+  fs: PathChainFs & Pick<FsPort, 'stat'>,
+  late: unknown[],
+): PathChainFs & Pick<FsPort, 'stat'> {
+  const notice = (error: unknown): never => {
+    if (errnoCode(error) === 'ETIMEDOUT') late.push(error);
+    throw error;
+  };
+  return {
+    lstat: ((file: string) => fs.lstat(file).catch(notice)) as FsPort['lstat'],
+    stat: ((file: string) => fs.stat(file).catch(notice)) as FsPort['stat'],
+    readlink: (file: string) => fs.readlink(file).catch(notice),
+  };
 }
 
 /**

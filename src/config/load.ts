@@ -10,7 +10,7 @@ import type { FsPort } from '../lib/fs-port.js';
 import { MIN_SECRET_LENGTH } from '../lib/secrets.js';
 import { resolveConfigPath } from './config-path.js';
 import { ApiKeyError, ConfigError, type ConfigIssue } from './errors.js';
-import { assertHookProgramsTrusted } from './hook-programs.js';
+import { assertHookProgramsTrusted, type HookCheckUnanswered } from './hook-programs.js';
 import { firstDuplicateKey, jsonSyntaxErrorOffset, lineAndColumn } from './json-position.js';
 import { assertOwnPathsOutsideRoot, type OwnPathsPort, ownPaths } from './own-paths.js';
 import { type PathChainFs, whoElseCanCreateIn, whoElseCanSwap } from './path-chain.js';
@@ -28,6 +28,8 @@ export interface LoadedConfig {
   apiKey: string;
   configPath: string;
   apiKeySource: ApiKeySource;
+  /** Hooks whose program check hit a mount that did not answer: taken unjudged, for the caller to say so. */
+  hookChecksUnanswered?: HookCheckUnanswered[];
 }
 
 const ENV_API_KEY = 'CONFIG_AGENT_API_KEY';
@@ -486,7 +488,7 @@ export async function loadAgentConfig(
     options.ownPathsPort,
   );
   await assertExtraCaCertsUsable(fs, config, options.env);
-  await assertHookProgramsTrusted(fs, config, configPath, options.env);
+  const hookChecksUnanswered = await assertHookProgramsTrusted(fs, config, configPath, options.env);
   await assertDirectoriesUnswappable(
     fs,
     config,
@@ -495,7 +497,13 @@ export async function loadAgentConfig(
     options.servesSocket === true,
   );
   const { apiKey, source } = await loadApiKey(fs, config, options.env);
-  return { config, apiKey, configPath, apiKeySource: source };
+  return {
+    config,
+    apiKey,
+    configPath,
+    apiKeySource: source,
+    ...(hookChecksUnanswered.length === 0 ? {} : { hookChecksUnanswered }),
+  };
 }
 
 /**
