@@ -10,7 +10,14 @@ import { DiskError } from '../store/errors.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher, type DriftWatcherOptions } from './drift-watcher.js';
 import type { ProcessTable } from './hook-processes.js';
-import { hookHangs, hookPathsOwed, hooksLeftBehind, runHooks, type SpawnHook } from './hooks.js';
+import {
+  hookHangs,
+  hookPathsOwed,
+  hooksLeftBehind,
+  owedPathList,
+  runHooks,
+  type SpawnHook,
+} from './hooks.js';
 import type { HealthReport } from './local-api.js';
 import { type AgentMetrics, writeMetricsTextfile } from './metrics.js';
 import { PassLogPolicy } from './pass-log.js';
@@ -216,6 +223,10 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     if ((await Promise.race([settled.then(() => 'done' as const), timer])) === 'late') {
       this.#logger.warn('the current pass did not stop in time: flushing state as it is');
     }
+    // Paths owed to hooks held back live in memory (hooks.ts): pending again in state.json, so the first run after a
+    // restart has them; a hook that heard of them already runs once more with them (hook27).
+    const owed = owedPathList(this.#hookHangs);
+    if (owed.length > 0) this.#c.runner.keepHookPaths?.(owed);
     await this.#c.runner.flushState().catch((error: unknown) => {
       this.#logger.error({ err: error }, 'could not flush state at shutdown');
     });

@@ -130,6 +130,16 @@ export function hooksLeftBehind(
   return out;
 }
 
+/**
+ * Every path some hook is owed, once each: at most MAX_OWED_PATHS a hook. In memory only; the daemon's stop hands
+ * them back to state.json's pending paths so the first run after a restart has them.
+ */
+export function owedPathList(hangs: HookHangs): string[] {
+  const all = new Set<string>();
+  for (const owed of hangs.owed.values()) for (const changed of owed.paths) all.add(changed);
+  return [...all];
+}
+
 /** Whether some hook has paths waiting from a run that was not started. */
 export function hookPathsOwed(hangs: HookHangs): boolean {
   return hangs.owed.size > 0;
@@ -706,6 +716,10 @@ export async function runHooks(
     if (refused === undefined && /\bE2BIG\b/.test(result.error ?? ''))
       result = await runOne(hook, paths, { ...runOptions, cutShort, listRoom: 0 });
     results.push(result);
+    // Stopped by the agent's stop before it ended on its own: its owed paths are owed still (the pass's own stay
+    // pending in state.json, which the daemon does not settle at a stop).
+    if (refused === undefined && options.signal?.aborted === true && owed !== undefined)
+      owePaths(hangs, key, [...owed.paths]);
     if (result.abandoned !== undefined) {
       // Its pid cannot be handed out again before it is reaped: what is there now is that process.
       const entry = runOptions.processes.get(result.abandoned.pid);

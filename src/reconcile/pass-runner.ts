@@ -135,6 +135,11 @@ export interface PassRunner {
   /** The hooks for `paths` ran (or failed and were logged): forget them; persisted with the next save. */
   settleHookPaths(paths: readonly string[]): void;
   /**
+   * `paths` are pending for hooks again (settled before, owed to a hook held back: the daemon's stop hands them
+   * back so the first run after a restart has them); persisted with the next save.
+   */
+  keepHookPaths?(paths: readonly string[]): void;
+  /**
    * The mode and group `files.rules` give `path`, when rules apply (a local restore must put a file back with
    * the group a pass gives it).
    */

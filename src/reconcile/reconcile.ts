@@ -91,6 +91,11 @@ export class Reconciler implements PassRunner {
     for (const path of paths) this.#ctx.dir.state.pendingHookPaths.delete(path);
   }
 
+  /** Persisted with the next pass or at shutdown, as settleHookPaths. */
+  keepHookPaths(paths: readonly string[]): void {
+    for (const path of paths) this.#ctx.dir.state.pendingHookPaths.add(path);
+  }
+
   hasDueRetries(): boolean {
     // A report landed on another version (pass.ts `supersededBy`): a full pass writes what the service holds.
     if (this.#ctx.followUp?.fullPassDue === true) return true;
