@@ -204,7 +204,10 @@ describe('one name on Node 20 and Node 24 (lock24)', () => {
     );
   }
 
-  it.skipIf(OTHER !== undefined)(`Node 20 against Node 24: ${WITHOUT_OTHER}`, (ctx) => {
-    ctx.skip(skipWithoutPackages(WITHOUT_OTHER));
-  });
+  // Only without the other Node: skipped saying so (a failure under .ci/run, which has both).
+  if (OTHER === undefined) {
+    it(`Node 20 against Node 24: ${WITHOUT_OTHER}`, (ctx) => {
+      ctx.skip(skipWithoutPackages(WITHOUT_OTHER));
+    });
+  }
 });
