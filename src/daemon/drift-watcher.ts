@@ -392,7 +392,7 @@ export class DriftWatcher {
         if (managed === undefined) continue;
         try {
           const parent = path.posix.dirname(relative);
-          const data = await cache.get(managed.sha256);
+          const data = await cache.get(managed.sha256, managed.size);
           const parentThere =
             parent === '.' ||
             (await lstatOrUndefined(fs, path.join(rootDir, parent), parent))?.isDirectory() === true;

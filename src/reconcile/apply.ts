@@ -950,7 +950,7 @@ async function cacheContent(ctx: ApplyContext, step: WriteStep, data: Buffer): P
 async function setAsideBytes(ctx: ApplyContext, step: WriteStep): Promise<Buffer> {
   let data: Buffer | undefined;
   try {
-    data = await ctx.cache.get(step.sha256);
+    data = await ctx.cache.get(step.sha256, step.size);
   } catch (error) {
     // The state directory's trouble (EIO, EACCES on the entry), not the instance's: lost like a torn entry.
     throw new SetAsideBytesLostError(step.sha256, error);

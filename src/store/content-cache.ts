@@ -92,9 +92,11 @@ export class ContentCache {
   /**
    * The cached bytes, or undefined when absent or when they no longer hash to their name. An entry that no
    * longer hashes to its name (a power cut tore it, or it was edited) is deleted, so the next put writes it
-   * again instead of a check by `holds` trusting it forever.
+   * again instead of a check by `holds` trusting it forever. `size`, when the caller knows the length it wants
+   * (the managed file's record, the set-aside bytes'), bounds the read: an entry of another length holds other
+   * bytes and is deleted unread, so a corrupt or planted entry of a terabyte costs no memory (adv30).
    */
-  async get(sha256: string): Promise<Buffer | undefined> {
+  async get(sha256: string, size?: number): Promise<Buffer | undefined> {
     if (!SHA256_HEX.test(sha256)) return undefined;
     const entry = path.join(this.#dir, sha256);
     let handle: Awaited<ReturnType<FsPort['open']>>;
@@ -106,16 +108,17 @@ export class ContentCache {
       if (code === 'ENOENT' || code === 'ELOOP') return undefined;
       throw error;
     }
-    let data: Buffer;
+    let data: Buffer | undefined;
     try {
       const stats = await handle.stat();
       // A FIFO, socket or device is not an entry: reading one would wait for a writer, or never end.
       if (!stats.isFile() && !stats.isDirectory()) return undefined;
-      data = await handle.readFile();
+      if (size === undefined || !stats.isFile()) data = await handle.readFile();
+      else if (stats.size === size) data = await readAtMost(handle, size);
     } finally {
       await handle.close().catch(() => undefined);
     }
-    if (sha256Hex(data) === sha256) return data;
+    if (data !== undefined && sha256Hex(data) === sha256) return data;
     await this.#fs.unlink(entry).catch(() => undefined);
     return undefined;
   }
@@ -182,4 +185,16 @@ export class ContentCache {
     if (failure !== undefined) throw failure.error;
     return deleted;
   }
+}
+
+/** Up to `size` bytes from the start (fewer when the entry shrank meanwhile): what grew meanwhile is not read. */
+async function readAtMost(handle: Awaited<ReturnType<FsPort['open']>>, size: number): Promise<Buffer> {
+  const buffer = Buffer.allocUnsafe(size);
+  let filled = 0;
+  while (filled < size) {
+    const { bytesRead } = await handle.read(buffer, filled, size - filled, filled);
+    if (bytesRead === 0) break;
+    filled += bytesRead;
+  }
+  return buffer.subarray(0, filled);
 }
