@@ -411,11 +411,25 @@ export const AgentConfigSchema = z
         ['socketPath', config.socketPath],
         ['metrics.textfile', (config.metrics as AgentConfig['metrics'] | undefined)?.textfile],
       ];
+      const taken = new Map<string, string>();
       for (const [key, value] of own) {
         const p = validPath(value);
         if (p !== undefined && isSameOrInside(p, rootDir)) {
           ctx.addIssue({ code: 'custom', path: key.split('.'), message: 'must not be inside rootDir' });
         }
+        if (p === undefined) continue;
+        // One path for two of the agent's own files: each write of one replaces the other (adv30).
+        const other = taken.get(p);
+        if (other !== undefined) {
+          ctx.addIssue({
+            code: 'custom',
+            path: key.split('.'),
+            message: `must not be the same path as ${other}`,
+          });
+        }
+        taken.set(p, key);
+        const clash = stateDir === undefined ? undefined : stateDirClash(p, stateDir);
+        if (clash !== undefined) ctx.addIssue({ code: 'custom', path: key.split('.'), message: clash });
       }
     },
     {
@@ -423,6 +437,36 @@ export const AgentConfigSchema = z
         typeof payload.value === 'object' && payload.value !== null && !Array.isArray(payload.value),
     },
   );
+
+/**
+ * What the agent keeps directly in stateDir (store/*.ts, cli/code-cache.ts; state-names.adv30.test.ts holds them
+ * to those modules), also under `<name>.<suffix>` (asides of a damaged one, the writer's temp files).
+ */
+export const STATE_DIR_NAMES: readonly string[] = [
+  'state.json',
+  'outbox.json',
+  'intent.json',
+  'fingerprints.json',
+  'renewal-asides.json',
+  'root-mount.json',
+  'agent.lock',
+  'cache',
+  'code-cache',
+];
+
+/**
+ * Why `file` (the socket, the metrics textfile, the key) may not lie where it does in stateDir: stateDir itself,
+ * or a name the agent keeps there, whose writes would replace it (a socket at `state.json` was replaced by the
+ * first pass's record, and the next start refused the regular file at socketPath); undefined when it may.
+ */
+function stateDirClash(file: string, stateDir: string): string | undefined {
+  if (file === stateDir) return 'must not be stateDir itself';
+  if (!file.startsWith(`${stateDir}/`)) return undefined;
+  const first = file.slice(stateDir.length + 1).split('/')[0] ?? '';
+  const name = STATE_DIR_NAMES.find((own) => first === own || first.startsWith(`${own}.`));
+  if (name === undefined) return undefined;
+  return `must not be ${stateDir}/${first}${first === file.slice(stateDir.length + 1) ? '' : '/...'}: the agent keeps its ${name} there`;
+}
 
 /** The path as the schema would output it, or undefined when it is invalid (its own issue reports why). */
 function validPath(value: unknown): string | undefined {
