@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
-import { emptyState, loadLocalState, STATE_FILE, saveLocalState } from './state.js';
+import { COMPACT_DIRS_OVER, emptyState, loadLocalState, STATE_FILE, saveLocalState } from './state.js';
 
 const STATE_DIR = '/var/lib/config-agent';
 const SHA = sha256Hex(Buffer.from('a'));
@@ -33,7 +33,7 @@ describe('createdDepths read back (mut24)', () => {
   });
 
   it('a depth past the parent, 0 or not a whole number makes state.json unreadable', async () => {
-    for (const createdDepths of [[3], [0], [1.5], ['1']]) {
+    for (const createdDepths of [[3], [0], [1.5], ['1'], {}]) {
       const { state, outcome } = await loaded({ createdDirs: [], createdDepths });
       expect(outcome).toBe('corrupt');
       expect(state.files.size).toBe(0);
@@ -69,5 +69,33 @@ describe('createdDepths read back (mut24)', () => {
     expect([...(back.state.files.get(relative)?.createdDirs ?? [])].sort()).toEqual(
       [...above, ...notAbove].sort(),
     );
+  });
+
+  it('writes paths adding up to exactly COMPACT_DIRS_OVER characters as paths, one more as depths', async () => {
+    for (const [last, compact] of [
+      [COMPACT_DIRS_OVER - 953, false],
+      [COMPACT_DIRS_OVER - 952, true],
+    ] as const) {
+      // Parents of 250, 250 + 1 + 100 and 250 + 1 + 100 + 1 + `last` characters: 953 + `last` in all.
+      const a = 'p'.repeat(250);
+      const chain = [a, `${a}/${'b'.repeat(100)}`, `${a}/${'b'.repeat(100)}/${'c'.repeat(last)}`];
+      const relative = `${chain[2]}/x.json`;
+      const vol = Volume.fromJSON({});
+      const fs = createFsFromVolume(vol).promises as unknown as FsPort;
+      const state = emptyState('dvc_1', '/srv/config');
+      state.files.set(relative, {
+        instanceId: 'cfg_1',
+        sha256: SHA,
+        mode: 0o640,
+        createdDirs: chain,
+        writtenAt: 'w',
+      });
+      await saveLocalState(fs, STATE_DIR, state);
+      const written = JSON.parse(vol.readFileSync(`${STATE_DIR}/${STATE_FILE}`, 'utf8') as string).files[
+        relative
+      ];
+      expect(written.createdDirs).toEqual(compact ? [] : chain);
+      expect(written.createdDepths).toEqual(compact ? [1, 2, 3] : undefined);
+    }
   });
 });
