@@ -1,5 +1,7 @@
 // The processes of a hook's session, found in /proc, and signals that reach only them (never a reused pid).
 import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from 'node:worker_threads';
 
 /** One process as `/proc/<pid>/stat` shows it. `startTime` (clock ticks since boot) tells a reused pid apart. */
 export interface ProcessEntry {
@@ -23,6 +25,8 @@ export interface ProcessTable {
   environ(pid: number): Buffer | undefined;
   /** `process.kill`: throws ESRCH when nothing has that pid (or group, for a negative one). */
   kill(pid: number, signal: NodeJS.Signals): void;
+  /** Lets go of what reading took (procProcessTable's reader thread); a read after it starts another. */
+  close?(): void;
 }
 
 export function parseStat(text: string): ProcessEntry | undefined {
@@ -55,8 +59,122 @@ function readStat(procDir: string, pid: number): ProcessEntry | undefined {
   }
 }
 
-/** Synchronous on purpose: /proc never waits on a disk, and a scan is a few ms for a few hundred processes. */
-export function procProcessTable(procDir = '/proc'): ProcessTable {
+/**
+ * How long one read of `/proc/<pid>/environ` may hold the agent's thread: that read takes the process's `mmap_lock`,
+ * which a process stuck on a hung mount can keep taken (`ps` hangs on its `cmdline` the same way).
+ */
+export const ENVIRON_READ_MS = 500;
+/** How long the reader thread may take to start (once per table). */
+const READER_START_MS = 5_000;
+/** Reader threads left stuck in a read at most; past them environ is not read (its process is not taken as marked). */
+export const MAX_STUCK_READERS = 2;
+
+/** The reader thread's code: reads each file it is sent and answers on its port, then wakes the waiting thread. */
+const READER_SOURCE = `
+const { workerData } = require('node:worker_threads');
+const { readFileSync } = require('node:fs');
+const { port, flag } = workerData;
+port.on('message', ({ id, file }) => {
+  let bytes = null;
+  try { bytes = readFileSync(file); } catch {}
+  port.postMessage({ id, bytes });
+  Atomics.store(flag, 0, id);
+  Atomics.notify(flag, 0);
+});
+Atomics.store(flag, 0, -1);
+Atomics.notify(flag, 0);
+`;
+
+interface Reader {
+  worker: Worker;
+  port: MessagePort;
+  flag: Int32Array;
+}
+
+/**
+ * Reads files synchronously with a deadline: a thread of its own reads, the caller's thread waits for its answer
+ * at most `ms` (Atomics.wait). A read past it is given up on ('late'): its thread stays stuck in the kernel, is left
+ * (unref'd), and the next read starts another, at most MAX_STUCK_READERS stuck at once. When a stuck one's read
+ * answers after all (a busy machine, a mount back), it ends and `freed` is told the file.
+ */
+export function boundedFileReader(
+  ms = ENVIRON_READ_MS,
+  freed: (file: string) => void = () => undefined,
+): {
+  read(file: string): Buffer | undefined | 'late';
+  close(): void;
+} {
+  let reader: Reader | undefined;
+  let stuck = 0;
+  let next = 0;
+  const start = (): Reader | undefined => {
+    const flag = new Int32Array(new SharedArrayBuffer(4));
+    const { port1, port2 } = new MessageChannel();
+    const worker = new Worker(READER_SOURCE, {
+      eval: true,
+      workerData: { port: port2, flag },
+      transferList: [port2],
+      stdout: false,
+      stderr: false,
+    });
+    worker.unref();
+    port1.unref();
+    worker.on('error', () => undefined);
+    if (Atomics.wait(flag, 0, 0, READER_START_MS) === 'timed-out' && Atomics.load(flag, 0) === 0) {
+      void worker.terminate();
+      return undefined;
+    }
+    return { worker, port: port1, flag };
+  };
+  return {
+    read(file) {
+      if (stuck >= MAX_STUCK_READERS) return 'late';
+      reader ??= start();
+      if (reader === undefined) return 'late';
+      next += 1;
+      const id = next;
+      Atomics.store(reader.flag, 0, 0);
+      reader.port.postMessage({ id, file });
+      // The answer is on the port before the flag is set: one wait, and one more look should a wake come early.
+      for (let tries = 0; tries < 2; tries += 1) {
+        const waited = Atomics.wait(reader.flag, 0, 0, ms);
+        const answer = receiveMessageOnPort(reader.port)?.message as
+          | { id: number; bytes: Uint8Array | null }
+          | undefined;
+        if (answer?.id === id)
+          return answer.bytes === null
+            ? undefined
+            : Buffer.from(answer.bytes.buffer, answer.bytes.byteOffset, answer.bytes.byteLength);
+        if (waited === 'timed-out') break;
+      }
+      // Stuck in the kernel: left as it is (it cannot be ended while in the read), and no longer used.
+      stuck += 1;
+      reader.worker.once('exit', () => {
+        stuck -= 1;
+        freed(file);
+      });
+      void reader.worker.terminate();
+      reader.port.close();
+      reader = undefined;
+      return 'late';
+    },
+    close() {
+      if (reader === undefined) return;
+      void reader.worker.terminate();
+      reader.port.close();
+      reader = undefined;
+    },
+  };
+}
+
+/**
+ * /proc, synchronously: `stat` takes none of the process's locks and answers from memory. `environ` takes its
+ * `mmap_lock` and is read through `boundedFileReader`: a process whose read does not answer in ENVIRON_READ_MS is
+ * not read again (its environ is unknown: undefined).
+ */
+export function procProcessTable(procDir = '/proc', environMs = ENVIRON_READ_MS): ProcessTable {
+  let reader: ReturnType<typeof boundedFileReader> | undefined;
+  const unreadable = new Set<number>();
   return {
     list() {
       let names: string[];
@@ -75,15 +193,21 @@ export function procProcessTable(procDir = '/proc'): ProcessTable {
     },
     get: (pid) => readStat(procDir, pid),
     environ: (pid) => {
-      try {
-        return readFileSync(`${procDir}/${pid}/environ`);
-      } catch {
-        return undefined;
-      }
+      if (unreadable.has(pid)) return undefined;
+      reader ??= boundedFileReader(environMs, (file) =>
+        unreadable.delete(Number(path.basename(path.dirname(file)))),
+      );
+      const bytes = reader.read(`${procDir}/${pid}/environ`);
+      if (bytes !== 'late') return bytes;
+      unreadable.add(pid);
+      return undefined;
     },
     kill: (pid, signal) => {
       process.kill(pid, signal);
     },
+    // Ends the reader thread (~10 MiB, ~30 ms of CPU to start): kept only while a hook batch runs. What stays stuck
+    // still counts against MAX_STUCK_READERS.
+    close: () => reader?.close(),
   };
 }
 

@@ -110,6 +110,8 @@ export interface HookHangs {
    * The daemon queues a hook run then, so the paths owed are run without waiting for another change.
    */
   onCleared?: (() => void) | undefined;
+  /** /proc as runHooks reads it when given no table: one for the daemon's life (processes whose environ hung). */
+  table?: ProcessTable;
 }
 
 export function hookHangs(): HookHangs {
@@ -664,6 +666,7 @@ export async function runHooks(
 ): Promise<HookRunResult[]> {
   const results: HookRunResult[] = [];
   const hangs = options.hangs ?? hookHangs();
+  hangs.table ??= procProcessTable();
   const runOptions: RunOneOptions = {
     listRoom: MAX_ENV_STRING_BYTES,
     cwd: options.cwd,
@@ -672,7 +675,7 @@ export async function runHooks(
     signal: options.signal,
     killGraceMs: options.killGraceMs ?? DEFAULT_KILL_GRACE_MS,
     clock: options.clock ?? systemClock,
-    processes: options.processes ?? procProcessTable(),
+    processes: options.processes ?? hangs.table,
     spawn: options.spawn ?? spawnThroughShell,
     cutShort: false,
     onLeftBehindEnded: (pid) => {
@@ -756,5 +759,7 @@ export async function runHooks(
       );
     }
   }
+  // The environ reader's thread (hook-processes.ts) is not kept between batches: ~10 MiB idle.
+  if (options.processes === undefined) runOptions.processes.close?.();
   return results;
 }
