@@ -3,7 +3,7 @@ import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import { errnoCode } from '../lib/errors.js';
 import { ConfigError, type ConfigIssue } from './errors.js';
-import type { AgentConfig } from './schema.js';
+import { type AgentConfig, stateDirClash } from './schema.js';
 
 /** What the check reads; injected so tests can describe mounts without mounting. */
 export interface OwnPathsPort {
@@ -104,9 +104,18 @@ export async function assertOwnPathsOutsideRoot(
       config.stateDir,
       await realLocation(port, config.stateDir, mounts),
     );
+  const state = await realLocation(port, config.stateDir, mounts);
   for (const own of paths) {
     const where = await realLocation(port, own.file, mounts);
     if (own.key === 'stateDir') kernelFilesystemIssue(issues, own.key, own.file, where);
+    // The schema's lexical rule on real paths: a symlink on the way may still lead onto a state file (adv30).
+    const clash = CLASHING_KEYS.has(own.key) ? stateDirClash(where.real, state.real) : undefined;
+    if (clash !== undefined) {
+      const really = where.real === own.file ? '' : ` (really ${where.real})`;
+      const stateReally =
+        state.real === config.stateDir ? '' : ` (stateDir ${config.stateDir} is really ${state.real})`;
+      issues.push({ path: own.key, message: `${own.file}${really}${stateReally} ${clash}` });
+    }
     const inside =
       isInside(where, root) ||
       (own.key === 'stateDir' && isInside(root, where)) ||
@@ -123,6 +132,9 @@ export async function assertOwnPathsOutsideRoot(
   }
   if (issues.length > 0) throw new ConfigError(configPath, issues);
 }
+
+/** The own paths that may not take a name the agent keeps in stateDir (schema.ts `stateDirClash`). */
+const CLASHING_KEYS: ReadonlySet<string> = new Set(['socketPath', 'metrics.textfile', 'server.apiKeyFile']);
 
 interface Location {
   /** The path with every symlink resolved. */

@@ -459,7 +459,7 @@ export const STATE_DIR_NAMES: readonly string[] = [
  * or a name the agent keeps there, whose writes would replace it (a socket at `state.json` was replaced by the
  * first pass's record, and the next start refused the regular file at socketPath); undefined when it may.
  */
-function stateDirClash(file: string, stateDir: string): string | undefined {
+export function stateDirClash(file: string, stateDir: string): string | undefined {
   if (file === stateDir) return 'must not be stateDir itself';
   if (!file.startsWith(`${stateDir}/`)) return undefined;
   const first = file.slice(stateDir.length + 1).split('/')[0] ?? '';
