@@ -311,8 +311,12 @@ interface AimedCase {
   where: 'root' | 'state' | 'cache';
   /** EMFILE and the like are the agent's own trouble: no attempt counted, nothing reported for the instance. */
   resource?: boolean;
-  /** Which of the aimed files' calls of that kind to strike (1 by default); the pool thread makes them in order. */
-  when?: number;
+  /** Which of the aimed files' calls of that kind to strike (1 by default; strace's `when=`, `'1..2'` a range); the pool thread makes them in order. */
+  when?: number | string;
+  /** How many calls that strikes (1 by default). */
+  strikes?: number;
+  /** The state file's write is tried once more after the content cache is emptied (state-dir.ts), and that one lands. */
+  landsOnRetry?: boolean;
   /** The state-dir file whose write the fault broke, as the agent's error names it. */
   failedFile?: string;
   /** A file of this size in the world (0: none). */
@@ -333,13 +337,26 @@ const AIMED: AimedCase[] = [
   },
   {
     // intent.json (the batch's declared writes) is the first publish in the state dir. Undeclared, a file a
-    // crash left behind would be provable by nothing: the batch is not written at all.
+    // crash left behind would be provable by nothing: the batch is not written at all. A state file's write that
+    // fails ENOSPC is tried once more after emptying the content cache (adv29, 334a1ce): both are struck here.
     name: 'write of intent.json: disk full (ENOSPC)',
     syscall: 'write',
     errno: 'ENOSPC',
     where: 'state',
+    when: '1..2',
+    strikes: 2,
     failedFile: 'intent.json',
     nothingWritten: true,
+  },
+  {
+    // The same, the disk full for the first try only (the emptied cache made room): the batch is declared and
+    // written as usual.
+    name: 'write of intent.json: disk full once (ENOSPC), room made',
+    syscall: 'write',
+    errno: 'ENOSPC',
+    where: 'state',
+    failedFile: 'intent.json',
+    landsOnRetry: true,
   },
   {
     // intent.json (the batch's declared writes) is published first, then state.json, then the outbox.
@@ -423,20 +440,27 @@ describe.skipIf(SKIP !== undefined)(
           },
         );
 
-        // The fault struck exactly one call, of its kind, on one of the aimed temp files; nothing else was hit.
+        // The fault struck exactly the calls it aimed at, of its kind, on the aimed temp files; nothing else was hit.
         const hits = run.calls.filter(injected);
-        expect(hits.map((c) => `${c.name}(${c.args.slice(0, 160)})`)).toHaveLength(1);
-        const hit = hits[0]!;
-        expect(hit.name).toBe(fault.syscall);
-        const hitFile = fileOf(hit) ?? '';
-        expect(aimedAt, `the fault landed on ${hitFile}`).toContain(hitFile);
-        // The temp file it struck was never renamed into place.
-        expect(
-          run.calls.some(
-            (c) => c.name.startsWith('rename') && quoted(c.args)[0] === hitFile && !c.result.startsWith('-1'),
-          ),
-          `${hitFile} was renamed after its ${fault.syscall} failed`,
-        ).toBe(false);
+        expect(hits.map((c) => `${c.name}(${c.args.slice(0, 160)})`)).toHaveLength(fault.strikes ?? 1);
+        const hitFile = fileOf(hits[0]!) ?? '';
+        for (const hit of hits) {
+          expect(hit.name).toBe(fault.syscall);
+          const struck = fileOf(hit) ?? '';
+          expect(aimedAt, `the fault landed on ${struck}`).toContain(struck);
+          // The temp file it struck was never renamed into place.
+          expect(
+            run.calls.some(
+              (c) =>
+                c.name.startsWith('rename') && quoted(c.args)[0] === struck && !c.result.startsWith('-1'),
+            ),
+            `${struck} was renamed after its ${fault.syscall} failed`,
+          ).toBe(false);
+        }
+        if (fault.landsOnRetry === true)
+          expect(run.stderr, 'the state file tried once more after emptying the cache').toContain(
+            'emptied the content cache',
+          );
         expect(run.code === 0 || run.code === 1, `exit ${String(run.code)}: ${run.stderr.slice(-2000)}`).toBe(
           true,
         );
@@ -469,6 +493,8 @@ describe.skipIf(SKIP !== undefined)(
             ).toBe(true);
           }
         }
+        if (fault.landsOnRetry === true)
+          expect(kept, 'files left old though the retry declared them').toEqual([]);
         if (fault.nothingWritten === true) {
           expect(kept.sort(), 'files written though their declaration failed').toEqual(
             [...fleet.paths].sort(),
