@@ -98,4 +98,14 @@ describe('createdDepths read back (mut24)', () => {
       expect(written.createdDepths).toEqual(compact ? [1, 2, 3] : undefined);
     }
   });
+
+  it("the hand check refuses what zod refuses in a record's other fields: a mode or keptMode past 0o7777, an empty id", async () => {
+    for (const wrong of [{ mode: 0o10000 }, { keptMode: 0o10000 }, { instanceId: '' }, { size: -1 }]) {
+      const { state, outcome } = await loaded({ createdDirs: [], ...wrong });
+      expect(outcome).toBe('corrupt');
+      expect(state.files.size).toBe(0);
+    }
+    const { state } = await loaded({ createdDirs: [], mode: 0o7777, keptMode: 0o7777 });
+    expect(state.files.get('a/b/c.json')).toMatchObject({ mode: 0o7777, keptMode: 0o7777 });
+  });
 });
