@@ -17,6 +17,13 @@ import { createServiceTransport, type ServiceTransportOptions, type Transport } 
 import { createUndiciTransport } from './undici-transport.js';
 
 const API_KEY = 'sk-hostile-test-0123456789abcdef';
+/**
+ * The request deadline of every case that does not test the deadline itself: past the test's own timeout (adv30).
+ * Connect, accept and the stand-in's answer all run in this one process, so on a loaded machine a deadline of a
+ * few seconds could win the race and turn the failure under test into a TimeoutError (the 101 case's 300 ms did);
+ * a request the client leaves unsettled then fails as the test's timeout instead.
+ */
+const NO_DEADLINE = 3_600_000;
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -50,7 +57,7 @@ async function serve(
 }
 
 function client(baseUrl: string) {
-  return createClient({ baseUrl, apiKey: API_KEY, timeoutMs: 5_000, maxResponseBytes: 1 << 20 });
+  return createClient({ baseUrl, apiKey: API_KEY, timeoutMs: NO_DEADLINE, maxResponseBytes: 1 << 20 });
 }
 
 const deployed = { activity_status: 'deployed', error_status: 'none' } as const;
@@ -244,7 +251,7 @@ const TRANSPORTS: [string, (options: ServiceTransportOptions) => Transport][] = 
 
 describe.each(TRANSPORTS)('malformed HTTP on the wire, through %s', (_name, build) => {
   function clientOn(baseUrl: string, overrides: { timeoutMs?: number; maxResponseBytes?: number } = {}) {
-    const options = { baseUrl, timeoutMs: 2_000, maxResponseBytes: 64 * 1024, ...overrides };
+    const options = { baseUrl, timeoutMs: NO_DEADLINE, maxResponseBytes: 64 * 1024, ...overrides };
     const transport = build(options);
     cleanups.push(() => transport.destroy());
     return createClient({ ...options, apiKey: API_KEY, transport });
@@ -277,10 +284,8 @@ describe.each(TRANSPORTS)('malformed HTTP on the wire, through %s', (_name, buil
     const service = await serveRaw((socket) => {
       socket.write('HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n{}');
     });
-    // Only the client's own classification may settle it (adv30): the stand-in holds the connection open and the
-    // deadline lies past the test's own timeout, so a wedge fails as that timeout, and a loaded machine (connect,
-    // accept and the answer all in this one process) can no longer turn it into a TimeoutError (300 ms could).
-    expectFailure(await listPage(service.url, { timeoutMs: 3_600_000 }), NetworkError, true);
+    // Only the client's own classification may settle it: the stand-in holds the connection open (NO_DEADLINE).
+    expectFailure(await listPage(service.url), NetworkError, true);
   });
 
   it('a body shorter than its content-length, then the connection closed: a network error', async () => {
@@ -356,6 +361,6 @@ describe.each(TRANSPORTS)('malformed HTTP on the wire, through %s', (_name, buil
       }, 1);
       socket.on('close', () => clearInterval(drip));
     });
-    expectFailure(await listPage(service.url, { timeoutMs: 10_000 }), NetworkError, true);
+    expectFailure(await listPage(service.url), NetworkError, true);
   });
 });
