@@ -98,7 +98,7 @@ describe.runIf(canPauseFuse)(
         expect(JSON.parse(health.body).reason).toContain(`the mount at ${mount.mountPoint} does not answer`);
         mount.resume();
         await waitFor(() => err.includes('answers again'), PATIENCE_MS, {
-          what: 'an attempt once it answers',
+          what: `an attempt once it answers (stderr so far: ${JSON.stringify(err)})`,
         });
         expect(err).toContain(`the mount at ${mount.mountPoint} answers again: trying to start now`);
         expect(err.split('cannot start yet')).toHaveLength(2);
@@ -108,7 +108,8 @@ describe.runIf(canPauseFuse)(
       // The attempt may still be under way at the SIGTERM (0), or have reached stateDir, where exFAT, this test's
       // stand-in for a network filesystem, refuses the lock's hard link (78); an NFS or sshfs stateDir starts.
       // Its stderr on failure: an exit code alone said nothing of why (adv28 saw 1 in three loaded unit-tier runs).
-      expect([0, 78], err).toContain(await exit);
+      const code = await exit;
+      expect([0, 78], err).toContain(code);
       expect(err).not.toContain(KEY);
     }, 90_000);
   },

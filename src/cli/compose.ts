@@ -649,25 +649,37 @@ export async function runAgent(
     }
     return typeof started === 'number' ? started : serve(started);
 
+    /**
+     * Says once that the mounts waited for answer again. Before each attempt, and after one that got past them: an
+     * attempt begun while they hung (a SIGHUP's) may find them answering midway, and its outcome (started, or
+     * another reason not to) must not come without the line that the wait is over.
+     */
+    async function tellAnswered(): Promise<void> {
+      const stillLate = lanes.lateMounts();
+      if (waitingFor !== undefined && stillLate.join(', ') !== waitingFor) {
+        const line = answersAgainLine(waitingMounts, stillLate);
+        if (line !== undefined) io.stderr.write(line);
+        waitingFor = undefined;
+        await closeWaitingApi();
+      }
+    }
+
     async function attempts(): Promise<AgentComponents<Reconciler> | number> {
       for (let attempt = 0; ; attempt += 1) {
-        const stillLate = lanes.lateMounts();
-        if (waitingFor !== undefined && stillLate.join(', ') !== waitingFor) {
-          const line = answersAgainLine(waitingMounts, stillLate);
-          if (line !== undefined) io.stderr.write(line);
-          waitingFor = undefined;
-          await closeWaitingApi();
-        }
+        await tellAnswered();
         // Each attempt reads the configuration afresh: a SIGHUP meanwhile asks for nothing more.
         reloadPending = false;
         const loaded = await loadConfiguration(command.configPath, io.env, secrets, lanes, true);
         // The deadline ran out while the configuration was read (its realpaths hung): create nothing now.
         if (abandoned) return ExitCode.NotConverged;
         try {
-          return await buildAgentComponents(loaded, io, secrets, daemon, lanes);
+          const components = await buildAgentComponents(loaded, io, secrets, daemon, lanes);
+          await tellAnswered();
+          return components;
         } catch (error) {
           const message = secrets.scrub(errorMessage(error));
           if (!waitsOutAtStart(error) && !(error instanceof StateLockedError)) {
+            await tellAnswered();
             io.stderr.write(`config-agent: cannot start: ${message}\n`);
             return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
           }
