@@ -2,80 +2,13 @@
 // hook and pid, the metrics count it, and once it ends the paths its refused runs owed are run without a new change.
 import { Volume } from 'memfs';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { HeldClock, ScriptedRunner } from '../../test/helpers/held-daemon.js';
 import { fakeSystem } from '../../test/helpers/hook-system.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { parseAgentConfig } from '../config/load.js';
-import type { Clock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
-import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
-import { emptyState } from '../store/state.js';
 import { AgentDaemon } from './agent.js';
 import { AgentMetrics } from './metrics.js';
-
-/** Poll waits end only when the test releases them. */
-class HeldClock implements Clock {
-  readonly waits: (() => void)[] = [];
-  now(): number {
-    return Date.parse('2030-06-01T12:00:00Z');
-  }
-  monotonic(): number {
-    return Date.now();
-  }
-  sleep(_ms: number, signal?: AbortSignal): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const onAbort = () => reject(signal?.reason);
-      this.waits.push(() => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      });
-      if (signal?.aborted) onAbort();
-      else signal?.addEventListener('abort', onAbort, { once: true });
-    });
-  }
-}
-
-/** Each pass "writes" the next scripted path: pending for its hooks, as record.ts keeps it in state.json. */
-class ScriptedRunner implements PassRunner {
-  readonly state = emptyState('dvc_unit', '/unused');
-  readonly pending = new Set<string>();
-  readonly writes: string[] = [];
-  passes = 0;
-  pendingReports = 0;
-  async runPass(options: PassOptions): Promise<PassResult> {
-    this.passes += 1;
-    const file = this.writes.shift();
-    if (file !== undefined) this.pending.add(file);
-    return {
-      mode: options.mode,
-      dryRun: false,
-      startedAt: '2030-06-01T12:00:00.000Z',
-      durationMs: 1,
-      reachable: true,
-      steps: [],
-      outcomes:
-        file === undefined
-          ? []
-          : [{ instanceId: `ins_${file}`, path: file, action: 'written', converged: true, reason: 'new' }],
-      reports: { delivered: 0, rejected: 0, pending: 0 },
-      sweptTempFiles: [],
-      converged: true,
-    };
-  }
-  hasDueRetries(): boolean {
-    return false;
-  }
-  nextRetryAt(): number | undefined {
-    return undefined;
-  }
-  pendingHookPaths(): string[] {
-    return [...this.pending];
-  }
-  settleHookPaths(paths: readonly string[]): void {
-    for (const changed of paths) this.pending.delete(changed);
-  }
-  async flushState(): Promise<void> {}
-  async close(): Promise<void> {}
-}
 
 /** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
 async function until(done: () => boolean, ms = 10_000): Promise<void> {

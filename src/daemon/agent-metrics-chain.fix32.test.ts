@@ -2,74 +2,15 @@
 import { Volume } from 'memfs';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { HeldClock, ScriptedRunner } from '../../test/helpers/held-daemon.js';
 import { fakeSystem } from '../../test/helpers/hook-system.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { parseAgentConfig } from '../config/load.js';
-import type { Clock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
-import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
-import { emptyState } from '../store/state.js';
 import { AgentDaemon } from './agent.js';
 import { AgentMetrics } from './metrics.js';
 
-/** Every wait ends only when the test releases it. */
-class HeldClock implements Clock {
-  mono = 1_000_000;
-  readonly waits: (() => void)[] = [];
-  now(): number {
-    return Date.parse('2030-06-01T12:00:00Z');
-  }
-  monotonic(): number {
-    return this.mono;
-  }
-  sleep(_ms: number, signal?: AbortSignal): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const onAbort = () => reject(signal?.reason);
-      this.waits.push(() => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      });
-      if (signal?.aborted) onAbort();
-      else signal?.addEventListener('abort', onAbort, { once: true });
-    });
-  }
-}
-
-/** Passes that change nothing and say so. */
-class IdleRunner implements PassRunner {
-  readonly state = emptyState('dvc_unit', '/unused');
-  pendingReports = 0;
-  passes = 0;
-  async runPass(options: PassOptions): Promise<PassResult> {
-    this.passes += 1;
-    return {
-      mode: options.mode,
-      dryRun: false,
-      startedAt: '2030-06-01T12:00:00.000Z',
-      durationMs: 1,
-      reachable: true,
-      steps: [],
-      outcomes: [],
-      reports: { delivered: 0, rejected: 0, pending: 0 },
-      sweptTempFiles: [],
-      converged: true,
-    };
-  }
-  hasDueRetries(): boolean {
-    return false;
-  }
-  nextRetryAt(): number | undefined {
-    return undefined;
-  }
-  pendingHookPaths(): string[] {
-    return [];
-  }
-  settleHookPaths(_paths: readonly string[]): void {}
-  async flushState(): Promise<void> {}
-  async close(): Promise<void> {}
-}
-
-const daemons: AgentDaemon<IdleRunner>[] = [];
+const daemons: AgentDaemon<ScriptedRunner>[] = [];
 
 afterEach(async () => {
   await Promise.all(daemons.splice(0).map((daemon) => daemon.stop()));
@@ -115,7 +56,8 @@ describe('the metrics textfile after a write that threw (fix32)', () => {
       'fix32',
     );
     const clock = new HeldClock();
-    const runner = new IdleRunner();
+    clock.mono = 1_000_000;
+    const runner = new ScriptedRunner();
     const daemon = new AgentDaemon({
       deps: { fs: memfsPort(volume), clock, random: () => 0, logger },
       config,
@@ -147,30 +89,15 @@ describe('the metrics textfile after a write that threw (fix32)', () => {
   });
 });
 
-/** Each pass writes the next scripted path, pending for its hooks; settling them throws `throwOnSettle` times. */
-class HookedRunner extends IdleRunner {
-  readonly pending = new Set<string>();
-  readonly writes: string[] = [];
+/** A scripted runner whose settling of hook paths throws `throwOnSettle` times (state.json not writable). */
+class HookedRunner extends ScriptedRunner {
   throwOnSettle = 0;
-  override async runPass(options: PassOptions): Promise<PassResult> {
-    const result = await super.runPass(options);
-    const file = this.writes.shift();
-    if (file === undefined) return result;
-    this.pending.add(file);
-    return {
-      ...result,
-      outcomes: [{ instanceId: `ins_${file}`, path: file, action: 'written', converged: true }],
-    };
-  }
-  override pendingHookPaths(): string[] {
-    return [...this.pending];
-  }
   override settleHookPaths(paths: readonly string[]): void {
     if (this.throwOnSettle > 0) {
       this.throwOnSettle -= 1;
       throw new Error('state not writable');
     }
-    for (const changed of paths) this.pending.delete(changed);
+    super.settleHookPaths(paths);
   }
 }
 
@@ -202,6 +129,7 @@ describe('the hook runs after a run that threw (fix32)', () => {
       'fix32',
     );
     const clock = new HeldClock();
+    clock.mono = 1_000_000;
     const runner = new HookedRunner();
     runner.writes.push('a.json', 'b.json');
     runner.throwOnSettle = 1;

@@ -1,0 +1,77 @@
+// A daemon's clock and pass runner held by a unit test: poll waits released by hand, each pass's writes scripted.
+import type { Clock } from '../../src/lib/clock.js';
+import type { PassOptions, PassResult, PassRunner } from '../../src/reconcile/pass-runner.js';
+import { emptyState } from '../../src/store/state.js';
+
+/** Every wait ends only when the test releases it (`waits.shift()?.()`). */
+export class HeldClock implements Clock {
+  readonly waits: (() => void)[] = [];
+  /** The monotonic time: moved by hand when a test sets it, the real one otherwise. */
+  mono: number | undefined;
+  now(): number {
+    return Date.parse('2030-06-01T12:00:00Z');
+  }
+  monotonic(): number {
+    return this.mono ?? Date.now();
+  }
+  sleep(_ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => reject(signal?.reason);
+      this.waits.push(() => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      });
+      if (signal?.aborted) onAbort();
+      else signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}
+
+/**
+ * Each pass "writes" the next path of `writes` (none: a pass that changes nothing): pending for its hooks, as
+ * record.ts keeps it in state.json, until the daemon settles it; paths kept back at a stop are pending again.
+ */
+export class ScriptedRunner implements PassRunner {
+  readonly state = emptyState('dvc_unit', '/unused');
+  readonly pending = new Set<string>();
+  readonly writes: string[] = [];
+  passes = 0;
+  pendingReports = 0;
+  async runPass(options: PassOptions): Promise<PassResult> {
+    this.passes += 1;
+    const file = this.writes.shift();
+    if (file !== undefined) this.pending.add(file);
+    return {
+      mode: options.mode,
+      dryRun: false,
+      startedAt: '2030-06-01T12:00:00.000Z',
+      durationMs: 1,
+      reachable: true,
+      steps: [],
+      outcomes:
+        file === undefined
+          ? []
+          : [{ instanceId: `ins_${file}`, path: file, action: 'written', converged: true, reason: 'new' }],
+      reports: { delivered: 0, rejected: 0, pending: 0 },
+      sweptTempFiles: [],
+      converged: true,
+    };
+  }
+  hasDueRetries(): boolean {
+    return false;
+  }
+  nextRetryAt(): number | undefined {
+    return undefined;
+  }
+  pendingHookPaths(): string[] {
+    return [...this.pending];
+  }
+  settleHookPaths(paths: readonly string[]): void {
+    for (const changed of paths) this.pending.delete(changed);
+  }
+  keepHookPaths(paths: readonly string[]): void {
+    for (const changed of paths) this.pending.add(changed);
+  }
+  async flushState(): Promise<void> {}
+  async close(): Promise<void> {}
+}
