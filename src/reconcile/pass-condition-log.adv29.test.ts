@@ -1,45 +1,18 @@
 // A full rootDir logs each waiting file once per episode at error, not once per retry: the journal is not flooded.
-import * as nodeFs from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
 import { textSink } from '../../test/helpers/text-sink.js';
-import type { Clock } from '../lib/clock.js';
+import { movingClock, writeFaultFs } from '../../test/helpers/write-fault-fs.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { createLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 
 /** node:fs/promises whose writes under `rootDir` fail with `disk.code` while it is set. */
 function failingRootFs(rootDir: string, disk: { code: string | undefined }): FsPort {
-  const open = async (...args: Parameters<typeof nodeFs.open>) => {
-    const handle = await nodeFs.open(...args);
-    if (!String(args[0]).startsWith(`${rootDir}/`)) return handle;
-    return new Proxy(handle, {
-      get(target, key) {
-        const value = Reflect.get(target, key, target);
-        if (key === 'write' || key === 'writeFile') {
-          return (...rest: unknown[]) => {
-            const code = disk.code;
-            if (code === undefined) return (value as (...a: unknown[]) => unknown).apply(target, rest);
-            return Promise.reject(Object.assign(new Error(`${code}: simulated, write`), { code }));
-          };
-        }
-        return typeof value === 'function' ? value.bind(target) : value;
-      },
-    });
-  };
-  return { ...(nodeFs as unknown as FsPort), open: open as unknown as FsPort['open'] };
-}
-
-function movingClock(): Clock & { advance(ms: number): void } {
-  let at = 1_000;
-  return {
-    now: () => Date.parse('2026-06-01T00:00:00.000Z') + at,
-    monotonic: () => at,
-    sleep: async () => undefined,
-    advance(ms: number) {
-      at += ms;
-    },
-  };
+  return writeFaultFs(rootDir, () => {
+    const code = disk.code;
+    return code === undefined ? undefined : Object.assign(new Error(`${code}: simulated, write`), { code });
+  });
 }
 
 let world: PassWorld | undefined;
