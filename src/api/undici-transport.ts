@@ -190,26 +190,20 @@ function watch(socket: Socket): void {
   socket.on('error', (error: unknown) => markIfStale(error, requests > 1, awaitingResponse));
 }
 
+/** The first `length` characters of a chunk written or read on a socket ('' when it is neither text nor bytes). */
+function headOf(chunk: unknown, length: number): string {
+  if (typeof chunk === 'string') return chunk.slice(0, length);
+  return Buffer.isBuffer(chunk) ? chunk.toString('latin1', 0, length) : '';
+}
+
 /** The method a request's first written chunk starts with ('' when it is not text). */
 function methodOf(chunk: unknown): string {
-  const head =
-    typeof chunk === 'string'
-      ? chunk.slice(0, 8)
-      : Buffer.isBuffer(chunk)
-        ? chunk.toString('latin1', 0, 8)
-        : '';
-  return head.split(' ', 1)[0] ?? '';
+  return headOf(chunk, 8).split(' ', 1)[0] ?? '';
 }
 
 /** The status code an answer's first bytes carry (`HTTP/1.1 408 …`), 0 when they do not hold one whole. */
 function statusOf(chunk: unknown): number {
-  const head =
-    typeof chunk === 'string'
-      ? chunk.slice(0, 13)
-      : Buffer.isBuffer(chunk)
-        ? chunk.toString('latin1', 0, 13)
-        : '';
-  const match = /^HTTP\/1\.[01] (\d{3}) /.exec(head);
+  const match = /^HTTP\/1\.[01] (\d{3}) /.exec(headOf(chunk, 13));
   return match === null ? 0 : Number(match[1]);
 }
 
