@@ -288,6 +288,14 @@ describe.each(TRANSPORTS)('malformed HTTP on the wire, through %s', (_name, buil
     expectFailure(await listPage(service.url), NetworkError, true);
   });
 
+  it('a 101 with no Upgrade header (small32): a network error on every transport, never an HTTP status', async () => {
+    const service = await serveRaw((socket) => {
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nconnection: close\r\n\r\n{}');
+    });
+    // node:http gave it to 'response' as a status (HttpStatusError 'unexpected'); the other transports fail it.
+    expectFailure(await listPage(service.url), NetworkError, true);
+  });
+
   it('a body shorter than its content-length, then the connection closed: a network error', async () => {
     const service = await serveRaw((socket) => {
       socket.end(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n${PAGE}`);

@@ -47,6 +47,10 @@ export interface HttpTransportOptions {
   httpCommon?: () => unknown;
 }
 
+/** A 101 (an upgrade the agent never asks for), with or without an Upgrade header: a reset, as the lane fails it. */
+const upgradeError = () =>
+  Object.assign(new Error('the service answered with an upgrade'), { code: 'ECONNRESET' });
+
 /** Where requests go, parsed once per origin (a client has one). */
 interface Endpoint {
   origin: string;
@@ -207,7 +211,7 @@ export class HttpTransport implements Transport {
       req.on('upgrade', (_res: IncomingMessage, socket: Socket) => {
         clearTimeout(connectTimer);
         socket.destroy();
-        reject(Object.assign(new Error('the service answered with an upgrade'), { code: 'ECONNRESET' }));
+        reject(upgradeError());
       });
       // Whatever else closes the request before its answer without an error: never left unsettled.
       req.once('close', () => {
@@ -218,6 +222,13 @@ export class HttpTransport implements Transport {
       });
       req.on('response', (res) => {
         clearTimeout(connectTimer);
+        // A 101 without an Upgrade header is no upgrade to node:http but an answer: failed as the 101 above (and
+        // as the other transports fail it), never an HTTP status (small32).
+        if (res.statusCode === 101) {
+          res.destroy();
+          reject(upgradeError());
+          return;
+        }
         // A 408 on a reused connection: the request was never read; failed stale, so a GET or PATCH is resent.
         const timedOut = staleTimeoutError(res.statusCode ?? 0, req.reusedSocket, request.method);
         if (timedOut !== undefined) {
