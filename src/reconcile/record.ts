@@ -142,7 +142,12 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
       if (step.forgetFile !== undefined && ctx.state.files.get(step.forgetFile)?.instanceId === instance.id) {
         forgetFile(ctx, step.forgetFile);
       }
-      ctx.logger.warn({ instanceId: instance.id, path: instance.relative_filepath }, step.message);
+      // At warn when the refusal begins or its reason changes, then at debug while its record says the same: a
+      // file left in a former rootDir was one warning every pass for as long as it stayed (small32).
+      ctx.logger[refusalLasts(ctx, instance, step.message) ? 'debug' : 'warn'](
+        { instanceId: instance.id, path: instance.relative_filepath },
+        step.message,
+      );
       recordError(ctx, instance, 'retrying', step.message, 0);
       return [outcomeFor(instance, 'refused', false, { message: step.message })];
     case 'wait': {
@@ -150,6 +155,12 @@ function outcomesOf({ step, result, displaced }: AppliedStep, ctx: RecordContext
       return [outcomeFor(instance, 'waiting', false, { message: `next attempt in ${seconds}s` })];
     }
   }
+}
+
+/** Whether the instance's record already holds this refusal (the same message, retrying): it was told before. */
+function refusalLasts(ctx: RecordContext, instance: ConfigInstanceHead, message: string): boolean {
+  const before = ctx.state.instances.get(instance.id);
+  return before?.error === 'retrying' && before.message === statusMessage(message);
 }
 
 /**
