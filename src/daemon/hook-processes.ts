@@ -1,7 +1,7 @@
 // The processes of a hook's session, found in /proc, and signals that reach only them (never a reused pid).
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from 'node:worker_threads';
+import type { MessagePort, Worker } from 'node:worker_threads';
 
 /** One process as `/proc/<pid>/stat` shows it. `startTime` (clock ticks since boot) tells a reused pid apart. */
 export interface ProcessEntry {
@@ -107,7 +107,10 @@ export function boundedFileReader(
   let reader: Reader | undefined;
   let stuck = 0;
   let next = 0;
+  // node:worker_threads only once a read is asked for: a daemon without hooks never loads it (pino-bundle.test.ts).
+  const threads = () => process.getBuiltinModule('node:worker_threads');
   const start = (): Reader | undefined => {
+    const { MessageChannel, Worker } = threads();
     const flag = new Int32Array(new SharedArrayBuffer(4));
     const { port1, port2 } = new MessageChannel();
     const worker = new Worker(READER_SOURCE, {
@@ -138,7 +141,7 @@ export function boundedFileReader(
       // The answer is on the port before the flag is set: one wait, and one more look should a wake come early.
       for (let tries = 0; tries < 2; tries += 1) {
         const waited = Atomics.wait(reader.flag, 0, 0, ms);
-        const answer = receiveMessageOnPort(reader.port)?.message as
+        const answer = threads().receiveMessageOnPort(reader.port)?.message as
           | { id: number; bytes: Uint8Array | null }
           | undefined;
         if (answer?.id === id)
