@@ -57,7 +57,10 @@ describe('the daemon started while inotify is used up', () => {
         const daemon = DaemonProcess.start(h, undefined, { node: wrapper });
         await daemon.waitForPasses(1, PATIENCE_MS, { predicate: (p) => p.converged });
         expect(await readFile(h.rootPath(MANAGED), 'utf8')).toBe(BYTES);
-        expect(daemon.logsWith(/could not watch the root directory/)).toHaveLength(1);
+        // Said once at error; each later attempt at debug, which test daemons log since cit24 (harness.ts).
+        expect(
+          daemon.logsWith(/could not watch the root directory/).filter((entry) => entry.level !== 'debug'),
+        ).toHaveLength(1);
 
         // The other processes let go: the limit is raised inside the daemon's namespace.
         const raise = spawnSync(
