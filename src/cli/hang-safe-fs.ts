@@ -265,6 +265,15 @@ export async function hangSafeFs(
     const absolute = path.resolve(file);
     return absolute === root ? rootMount : mountHoldingThatMayHang(mountTable, absolute);
   };
+  fs.throughMountAt = (file, call) => {
+    const absolute = path.resolve(file);
+    const mount = fs.mountThatMayHangAt?.(absolute);
+    // At, under or above rootDir (holding it), some of its calls are gated one by one already: one lane call around
+    // them would wait on its own lane until the bound.
+    if (mount === undefined || lanes === undefined) return call();
+    if (isSameOrInside(absolute, root) || isSameOrInside(root, absolute)) return call();
+    return lanes.through(mount, call);
+  };
   fs.mayHangAt = (file) => {
     const absolute = path.resolve(file);
     if (held.some((place) => isSameOrInside(absolute, place.dir))) return true;

@@ -87,6 +87,14 @@ export type FsPort = Pick<
    */
   mountThatMayHangAt?: (file: string) => string | undefined;
   /**
+   * Optional: `call` (calls on `file`, absolute, outside rootDir: a former root's) made as one call into the lane of
+   * the mount that may hang holding `file` (mountThatMayHangAt), bounded as the mount gate bounds rootDir's
+   * (cli/mount-gate.ts: MountNotAnswering, ETIMEDOUT, past the bound, and at once while that call has not come
+   * back); made as it is where that mount is local, or `file` is rootDir, under it or above it (gated call by call).
+   * Without it: made as it is.
+   */
+  throughMountAt?: <T>(file: string, call: () => Promise<T>) => Promise<T>;
+  /**
    * Optional: whether `file` (absolute, under rootDir) lies on a filesystem whose ctime is no change time (FAT,
    * exFAT, FUSE: cli/hang-safe-fs.ts `keepsNoChangeTime`), where a file's fingerprint is not trusted and its bytes
    * are read on every pass. Without it: every filesystem keeps one.
