@@ -405,7 +405,8 @@ type HolderVerdict = 'gone' | RootLockedError | { unproven?: string };
  * names are per network namespace: agents in two containers with their own networks sharing rootDir by a bind
  * mount are not told apart (docs/reliability.md). `keyOf` gives a directory's `${dev}:${ino}` and owner, group and mode, undefined
  * when they cannot be had (then no lock: a mount that does not answer). Off Node 20 the legacy name
- * (rootLockNames) is held too, so an agent before lock24 on Node 24 sees this one, and this one sees it.
+ * (rootLockNames) is held too, so an agent before lock24 on Node 24 sees this one, and this one sees it. On Node 20
+ * such an agent is looked for in /proc/net/unix (unreachableLegacyHolder): this one sees it, not it this one.
  */
 export async function acquireRootLock(
   rootDir: string,
@@ -446,14 +447,17 @@ export async function acquireRootLock(
       return { release: async () => {}, ...verdict };
     }
     const servers = [bound];
-    if (legacy !== undefined) {
-      const old = await holdLegacyName(legacy, answer, rootDir, keyed, keyOf, stateDir);
-      if (old instanceof RootLockedError) {
-        await closeServers(servers);
-        throw old;
-      }
-      if (old !== undefined) servers.push(old);
+    // On Node 20 the legacy name can be neither held nor asked: an agent before lock24 holding it is looked for
+    // in /proc/net/unix (lock25).
+    const old =
+      legacy === undefined
+        ? await unreachableLegacyHolder(name.replace(/\0+$/, ''), rootDir, keyed, stateDir)
+        : await holdLegacyName(legacy, answer, rootDir, keyed, keyOf, stateDir);
+    if (old instanceof RootLockedError) {
+      await closeServers(servers);
+      throw old;
     }
+    if (old !== undefined) servers.push(old);
     for (const server of servers) server.unref();
     rootLocks.set(name, { servers, holders });
     return { release };
@@ -506,6 +510,32 @@ async function holdLegacyName(
     if (verdict !== 'gone') return undefined;
   }
   return undefined;
+}
+
+/**
+ * On Node 20, which pads every abstract name to the whole sun_path and so can neither bind nor connect to a shorter
+ * one: the agent before lock24 on Node 24 (`config-agent-node` before its upgrade) holding the unpadded `legacy`
+ * name, which would not see this one nor be seen by its bind (lock25). Found by its exact name in /proc/net/unix
+ * (trailing '@' there are the padded name's NULs, so none is the old agent's), then the process holding that
+ * socket among those /proc lets this one list, judged as a silent holder is: by its user and rootDir's ACL (its
+ * stateDir is not known: it cannot be asked). Undefined (the lock is this one's) when no such name is bound, when
+ * /proc/net/unix cannot be read (no /proc, another network namespace's table is not this one's anyway), when its
+ * process is not shown (another user's under hidepid or ProtectProc=invisible) or not trusted (a squat).
+ */
+export async function unreachableLegacyHolder(
+  legacy: string,
+  rootDir: string,
+  root: RootOwner,
+  stateDir: string,
+  proc = '/proc',
+  acl: () => Promise<readonly AclEntry[] | undefined> = () => rootAcl(rootDir),
+): Promise<RootLockedError | undefined> {
+  if (!tableShows(` @${legacy.slice(1)}\n`, proc)) return undefined;
+  const inodes = await nameInodes(legacy, proc, true);
+  if (inodes.size === 0) return undefined;
+  const pid = await processHolding(inodes, proc);
+  if (pid === undefined || !(await trusted(pid, root, { ...NO_EVIDENCE, acl }, proc))) return undefined;
+  return new RootLockedError(rootDir, stateDir, pid, undefined);
 }
 
 /** The holder of a name found bound (EADDRINUSE): asked, then believed, or not (a squat), or gone meanwhile. */
@@ -574,12 +604,13 @@ export async function holdsName(name: string, pid: number, proc = '/proc'): Prom
  * read a line at a time: the whole table (a line per socket of every process) was read into memory until fix30.
  * None when there is no table or it cannot be read.
  */
-async function* nameSockets(name: string, proc: string): AsyncGenerator<string> {
+async function* nameSockets(name: string, proc: string, exact = false): AsyncGenerator<string> {
   const { createReadStream } = process.getBuiltinModule('node:fs');
   const { createInterface } = process.getBuiltinModule('node:readline');
   // Shown with '@' for each NUL; compared without the trailing ones, so the padded name and the legacy one
-  // (rootLockNames) both match either's sockets.
+  // (rootLockNames) both match either's sockets; `exact`: only a socket bound to `name` unpadded.
   const shown = `@${name.slice(1).replace(/\0+$/, '')}`;
+  const matches = (field: string) => (exact ? field === shown : field.replace(/@+$/, '') === shown);
   const table = createReadStream(`${proc}/net/unix`, { encoding: 'utf8' });
   const lines = createInterface({ input: table, crlfDelay: Number.POSITIVE_INFINITY });
   table.on('error', () => lines.close());
@@ -587,7 +618,8 @@ async function* nameSockets(name: string, proc: string): AsyncGenerator<string> 
     for await (const line of lines) {
       const fields = line.trim().split(/\s+/);
       // Node 20 binds an abstract name padded with NULs to the whole sun_path (shown as trailing '@').
-      if (fields[7]?.replace(/@+$/, '') === shown && fields[6] !== undefined) yield `socket:[${fields[6]}]`;
+      if (fields[7] !== undefined && matches(fields[7]) && fields[6] !== undefined)
+        yield `socket:[${fields[6]}]`;
     }
   } catch {
     // Unreadable: none shown.
@@ -597,10 +629,42 @@ async function* nameSockets(name: string, proc: string): AsyncGenerator<string> 
   }
 }
 
+/**
+ * Whether /proc/net/unix holds `text` (false when it cannot be read): read in 64 KiB reads on this thread, as every
+ * start on Node 20 asks it (unreachableLegacyHolder), ~0.2 ms for a few hundred sockets, where nameSockets' stream
+ * and readline took ~20 ms at their first use in a process.
+ */
+function tableShows(text: string, proc: string): boolean {
+  const { openSync, readSync, closeSync } = process.getBuiltinModule('node:fs');
+  const needle = Buffer.from(text);
+  const buffer = Buffer.allocUnsafe(64 * 1024);
+  let fd: number;
+  try {
+    fd = openSync(`${proc}/net/unix`, 'r');
+  } catch {
+    return false;
+  }
+  try {
+    // `kept`: the previous read's last bytes, which may begin a match the next read ends.
+    for (let kept = 0; ; ) {
+      const read = readSync(fd, buffer, kept, buffer.length - kept, null);
+      if (read === 0) return false;
+      const end = kept + read;
+      if (buffer.subarray(0, end).includes(needle)) return true;
+      kept = Math.min(needle.length - 1, end);
+      buffer.copy(buffer, 0, end - kept, end);
+    }
+  } catch {
+    return false;
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** The sockets bound to the abstract name (`nameSockets`), all of them. */
-async function nameInodes(name: string, proc: string): Promise<Set<string>> {
+async function nameInodes(name: string, proc: string, exact = false): Promise<Set<string>> {
   const inodes = new Set<string>();
-  for await (const inode of nameSockets(name, proc)) inodes.add(inode);
+  for await (const inode of nameSockets(name, proc, exact)) inodes.add(inode);
   return inodes;
 }
 
@@ -634,7 +698,11 @@ const MAX_HOLDER_PROCESSES = 8192;
  */
 async function silentHolder(name: string, proc = '/proc'): Promise<number | undefined> {
   const inodes = await nameInodes(name, proc);
-  if (inodes.size === 0) return undefined;
+  return inodes.size === 0 ? undefined : await processHolding(inodes, proc);
+}
+
+/** The first process but this one /proc shows holding one of the sockets `inodes`; undefined when none is shown. */
+async function processHolding(inodes: ReadonlySet<string>, proc: string): Promise<number | undefined> {
   const { readdir } = process.getBuiltinModule('node:fs/promises');
   const entries = await readdir(proc).catch(() => [] as string[]);
   const pids = entries.filter((entry) => /^[1-9][0-9]*$/.test(entry)).map(Number);

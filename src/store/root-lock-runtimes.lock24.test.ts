@@ -171,37 +171,45 @@ describe('one name on Node 20 and Node 24 (lock24)', () => {
     });
 
     // The upgrade: an agent before lock24 bound the unpadded name (Node 20 padding it itself). Beside a new one they
-    // see each other, except an old agent on Node 24 beside a new one on Node 20, whose Node cannot bind nor reach
-    // a name shorter than 108 bytes (docs/reliability.md, Known gaps).
+    // see each other. An old agent on Node 24 beside a new one on Node 20, whose Node can neither bind nor reach a
+    // name shorter than 108 bytes, is found in /proc/net/unix (lock25; opened beside it before), but does not see
+    // the new one (docs/reliability.md, Known gaps).
     const unreachable = holder.major !== 20 && THIS_MAJOR === 20;
-    it.skipIf(unreachable)(
-      `an agent before lock24 holding rootDir on Node ${holder.major} refuses this one on Node ${THIS_MAJOR}`,
-      async () => {
-        const other = await holdRootName(rootDir, { node: holder.binary, legacy: true });
-        const refused = await acquireRootLock(rootDir, keyOf, path.join(dir, 'mine')).catch(
-          (error: unknown) => error,
-        );
-        expect(refused).toBeInstanceOf(RootLockedError);
-        expect((refused as RootLockedError).refusal).toContain(`pid ${other.pid}`);
-      },
-    );
+    it(`an agent before lock24 holding rootDir on Node ${holder.major} refuses this one on Node ${THIS_MAJOR}`, async () => {
+      const other = await holdRootName(rootDir, { node: holder.binary, legacy: true });
+      const refused = await acquireRootLock(rootDir, keyOf, path.join(dir, 'mine')).catch(
+        (error: unknown) => error,
+      );
+      expect(refused).toBeInstanceOf(RootLockedError);
+      expect((refused as RootLockedError).refusal).toContain(`pid ${other.pid}`);
+    });
 
-    it.skipIf(unreachable)(
-      `this one holding rootDir on Node ${THIS_MAJOR}, an agent before lock24 on Node ${holder.major} finds it held`,
-      async () => {
+    if (unreachable) {
+      it(`this one holding rootDir on Node 20, an agent before lock24 on Node 24 binds its own name (Known gaps)`, async () => {
         const lock = await acquireRootLock(rootDir, keyOf, path.join(dir, 'mine'));
         try {
           const met = await contend(holder.binary, rootNameOf(await keyOfRoot(), true));
-          expect(met.bind).toBe('in use');
-          expect(JSON.parse(met.answer)).toMatchObject({ pid: process.pid, rootDir });
+          expect(met).toStrictEqual({ bind: 'bound', answer: 'ECONNREFUSED' });
         } finally {
           await lock.release();
         }
-        // Released: both names are free again.
-        const after = await contend(holder.binary, rootNameOf(await keyOfRoot(), true));
-        expect(after).toStrictEqual({ bind: 'bound', answer: 'ECONNREFUSED' });
-      },
-    );
+      });
+      continue;
+    }
+
+    it(`this one holding rootDir on Node ${THIS_MAJOR}, an agent before lock24 on Node ${holder.major} finds it held`, async () => {
+      const lock = await acquireRootLock(rootDir, keyOf, path.join(dir, 'mine'));
+      try {
+        const met = await contend(holder.binary, rootNameOf(await keyOfRoot(), true));
+        expect(met.bind).toBe('in use');
+        expect(JSON.parse(met.answer)).toMatchObject({ pid: process.pid, rootDir });
+      } finally {
+        await lock.release();
+      }
+      // Released: both names are free again.
+      const after = await contend(holder.binary, rootNameOf(await keyOfRoot(), true));
+      expect(after).toStrictEqual({ bind: 'bound', answer: 'ECONNREFUSED' });
+    });
   }
 
   // Only without the other Node: skipped saying so (a failure under .ci/run, which has both).
