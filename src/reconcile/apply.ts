@@ -343,8 +343,11 @@ async function judgeMount(done: AppliedStep[], ctx: ApplyContext): Promise<Appli
 
 /**
  * Marks the writes that failed for a full disk (ENOSPC, EDQUOT) with more bytes than the filesystem holding the
- * root has in all (statfs): those can never be written, and count attempts. Without statfs, when it fails or
- * tells no size (0 blocks), nothing is marked: a full disk is taken for the disk's condition, which ends when space returns.
+ * file has in all (statfs of its deepest existing directory, which may be a mount below rootDir): those can never
+ * be written, and count attempts. Without statfs, when it fails or tells no size (0 blocks), nothing is marked: a
+ * full disk is taken for the disk's condition, which ends when space returns. Judged by rootDir's filesystem
+ * instead, a file larger than a small mount below the root waited for good, and one that fits a large mount below
+ * a small root was `failed` for good (adv31).
  */
 async function judgeFullDisk(done: AppliedStep[], ctx: ApplyContext): Promise<AppliedStep[]> {
   const full = done.filter(
@@ -352,7 +355,20 @@ async function judgeFullDisk(done: AppliedStep[], ctx: ApplyContext): Promise<Ap
       step.kind === 'write' && result.kind === 'failed' && rootConditionOf(result.error) === 'full',
   );
   if (full.length === 0) return done;
-  const emptied = await ctx.cache.makeRoomFor(ctx.rootDir);
+  const holders = new Map<string, Promise<string>>();
+  const holderOf = (relative: string): Promise<string> => {
+    const dir = path.dirname(relative);
+    let found = holders.get(dir);
+    if (found === undefined) {
+      found = holdingDirectory(ctx, dir);
+      holders.set(dir, found);
+    }
+    return found;
+  };
+  let emptied = 0;
+  for (const dir of new Set(await Promise.all(full.map(({ step }) => holderOf((step as WriteStep).path))))) {
+    emptied += await ctx.cache.makeRoomFor(dir);
+  }
   if (emptied > 0) {
     // Retried after the hold-off like any full disk, now without the copies in its way.
     ctx.logger.warn(
@@ -361,23 +377,44 @@ async function judgeFullDisk(done: AppliedStep[], ctx: ApplyContext): Promise<Ap
         'there until a restart (a drift is then repaired by a pass)',
     );
   }
-  if (ctx.fs.statfs === undefined) return done;
-  let capacity: number;
-  try {
-    const stats = await ctx.fs.statfs(ctx.rootDir);
-    capacity = stats.blocks * stats.bsize;
-  } catch {
-    return done;
-  }
-  // No size told (0 blocks: libfuse's answer for a file system that implements no statfs): nothing never fits.
-  if (!(capacity > 0)) return done;
+  const statfs = ctx.fs.statfs;
+  if (statfs === undefined) return done;
+  const capacities = new Map<string, Promise<number>>();
+  const capacityOf = (dir: string): Promise<number> => {
+    let capacity = capacities.get(dir);
+    if (capacity === undefined) {
+      capacity = statfs(dir).then(
+        (stats) => stats.blocks * stats.bsize,
+        () => 0,
+      );
+      capacities.set(dir, capacity);
+    }
+    return capacity;
+  };
   for (const applied of full) {
     const step = applied.step as WriteStep;
+    const capacity = await capacityOf(await holderOf(step.path));
+    // No size told (0 blocks: libfuse's answer for a file system that implements no statfs): nothing never fits.
+    if (!(capacity > 0)) continue;
     const bytes = step.data?.length ?? step.size;
     if (bytes !== undefined && bytes > capacity && applied.result.kind === 'failed')
       applied.result = { ...applied.result, neverFits: true };
   }
   return done;
+}
+
+/**
+ * The deepest directory of `relative` (a path below rootDir) that is there as a directory, rootDir at the least:
+ * the one whose filesystem a write below it lands on. A symlink on the way is not followed (the writer refuses
+ * those): the directory above it is taken.
+ */
+async function holdingDirectory(ctx: ApplyContext, relative: string): Promise<string> {
+  for (let dir = relative; dir !== '.' && dir !== '/' && dir !== ''; dir = path.dirname(dir)) {
+    const absolute = path.join(ctx.rootDir, dir);
+    const stats = await ctx.fs.lstat(absolute).catch(() => undefined);
+    if (stats?.isDirectory() === true) return absolute;
+  }
+  return ctx.rootDir;
 }
 
 /**
