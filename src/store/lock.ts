@@ -732,7 +732,7 @@ export interface AclEntry {
  * holder recorded as written in rootDir that its user owns. Injected so tests need no ACL tools nor other users.
  */
 export interface HolderEvidence {
-  /** rootDir's ACL entries; undefined when they cannot be read (no getfacl, no ACL support). */
+  /** rootDir's ACL entries; undefined when they cannot be read (rootAcl: neither perl nor getfacl could). */
   acl(): Promise<readonly AclEntry[] | undefined>;
   /** Whether `uid` owns a file the holder recorded (its state.json) as written in rootDir. */
   ownsRecorded(uid: number): Promise<boolean>;
@@ -808,20 +808,101 @@ export function parseAcl(text: string): AclEntry[] {
   return entries;
 }
 
-/** How long getfacl may take on rootDir (a mount that answered its stat a moment ago). */
+/** How long getfacl (or perl) may take on rootDir (a mount that answered its stat a moment ago). */
 const GETFACL_TIMEOUT_MS = 2000;
 
-/** rootDir's ACL entries from getfacl (package `acl`); undefined without it or when it fails. */
-async function rootAcl(rootDir: string): Promise<AclEntry[] | undefined> {
+/**
+ * getxattr(2)'s number where it is known for sure (x86-64, i386 and arm's tables, and the generic table of arm64,
+ * riscv64 and loong64): perl's `syscall` calls it by number, and a wrong number would be another system call.
+ */
+const GETXATTR_SYSCALL: Partial<Record<NodeJS.Architecture, number>> = {
+  x64: 191,
+  ia32: 229,
+  arm: 229,
+  arm64: 8,
+  riscv64: 8,
+  loong64: 8,
+};
+
+/**
+ * Prints rootDir's `system.posix_acl_access` xattr as hex, nothing when it has none (ENODATA: its mode is its ACL)
+ * or its filesystem keeps no ACLs (EOPNOTSUPP); exit 1 on any other error. Perl's own `syscall` (perl-base, which
+ * Debian marks Essential: on every system the packages install on), since Node reads no xattrs.
+ */
+const PERL_ACL_SCRIPT =
+  'my ($path, $name, $buf) = ($ARGV[1], "system.posix_acl_access", "\\0" x 65536);' +
+  'my $n = syscall($ARGV[0] + 0, $path, $name, $buf, 65536);' +
+  'if ($n < 0) { exit($!{ENODATA} || $!{EOPNOTSUPP} ? 0 : 1) }' +
+  'print unpack("H*", substr($buf, 0, $n))';
+
+/** The tags of the kernel's ACL xattr (include/uapi/linux/posix_acl.h) as AclEntry tags, named or not. */
+const XATTR_TAGS = new Map<number, { tag: AclEntry['tag']; named: boolean }>([
+  [0x01, { tag: 'user', named: false }],
+  [0x02, { tag: 'user', named: true }],
+  [0x04, { tag: 'group', named: false }],
+  [0x08, { tag: 'group', named: true }],
+  [0x10, { tag: 'mask', named: false }],
+  [0x20, { tag: 'other', named: false }],
+]);
+
+/**
+ * The `system.posix_acl_access` xattr's bytes (a little-endian u32 version 2, then per entry u16 tag, u16 perms,
+ * u32 id) as entries; none for no bytes (no ACL); undefined when it is not that format.
+ */
+export function parseAclXattr(bytes: Buffer): AclEntry[] | undefined {
+  if (bytes.length === 0) return [];
+  if (bytes.length < 4 || (bytes.length - 4) % 8 !== 0 || bytes.readUInt32LE(0) !== 2) return undefined;
+  const entries: AclEntry[] = [];
+  for (let at = 4; at < bytes.length; at += 8) {
+    const kind = XATTR_TAGS.get(bytes.readUInt16LE(at));
+    if (kind === undefined) return undefined;
+    entries.push({
+      tag: kind.tag,
+      id: kind.named ? bytes.readUInt32LE(at + 4) : undefined,
+      write: (bytes.readUInt16LE(at + 2) & 0o2) !== 0,
+    });
+  }
+  return entries;
+}
+
+/** Where rootAcl finds its tools: perl at Debian's path, getfacl on PATH (tests give others). */
+export interface AclTools {
+  perl: string;
+  getfacl: string;
+}
+
+const ACL_TOOLS: AclTools = { perl: '/usr/bin/perl', getfacl: 'getfacl' };
+
+/**
+ * rootDir's ACL entries: its `system.posix_acl_access` xattr read by perl's getxattr(2) (lock25: no package to
+ * install), else from getfacl (package `acl`: where this arch's getxattr number is not known, or there is no perl);
+ * undefined when neither can read it.
+ */
+export async function rootAcl(rootDir: string, tools: AclTools = ACL_TOOLS): Promise<AclEntry[] | undefined> {
   const { execFile } = process.getBuiltinModule('node:child_process');
-  return await new Promise((resolve) => {
-    execFile(
-      'getfacl',
-      ['-n', '-p', '--', rootDir],
-      { timeout: GETFACL_TIMEOUT_MS, maxBuffer: 64 * 1024, encoding: 'utf8' },
-      (error, stdout) => resolve(error === null ? parseAcl(stdout) : undefined),
-    );
-  });
+  const run = async (file: string, args: string[]) =>
+    await new Promise<string | undefined>((resolve) => {
+      try {
+        execFile(
+          file,
+          args,
+          { timeout: GETFACL_TIMEOUT_MS, maxBuffer: 256 * 1024, encoding: 'utf8' },
+          (error, out) => resolve(error === null ? out : undefined),
+        );
+      } catch {
+        // Arguments it refuses (a NUL in rootDir): not read, rather than a throw out of trusted().
+        resolve(undefined);
+      }
+    });
+  const syscall = GETXATTR_SYSCALL[process.arch];
+  if (syscall !== undefined) {
+    const hex = await run(tools.perl, ['-e', PERL_ACL_SCRIPT, '--', String(syscall), rootDir]);
+    const entries =
+      hex === undefined || !/^[0-9a-f]*$/.test(hex) ? undefined : parseAclXattr(Buffer.from(hex, 'hex'));
+    if (entries !== undefined) return entries;
+  }
+  const text = await run(tools.getfacl, ['-n', '-p', '--', rootDir]);
+  return text === undefined ? undefined : parseAcl(text);
 }
 
 /** A state.json larger than this is not read to trust its holder (an agent's of ~50,000 files). */
