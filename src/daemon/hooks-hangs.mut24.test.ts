@@ -1,20 +1,11 @@
 // mut24: what the hook runner keeps between runs (hook26: paths owed by refused runs, processes left behind, program
 // checks), pinned where mutants of it survived hook26's own tests: stand-in processes and checks under fake timers.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { capturedLogger, fakeSystem } from '../../test/helpers/hook-system.js';
-import {
-  type HookSpec,
-  hookHangs,
-  hookPathsOwed,
-  hooksLeftBehind,
-  MAX_OWED_PATHS,
-  runHooks,
-} from './hooks.js';
+import { fakeSystem, GIVE_UP_MS, hookWorld as world } from '../../test/helpers/hook-system.js';
+import { type HookSpec, hookHangs, hookPathsOwed, hooksLeftBehind, MAX_OWED_PATHS } from './hooks.js';
 
 const stuckA: HookSpec = { match: 'a/**', run: ['stuck'], timeoutSeconds: 1 };
 const stuckB: HookSpec = { match: 'b/**', run: ['stuck', 'b'], timeoutSeconds: 1 };
-/** The hook's 1 s timeout, SIGTERM's 100 ms grace, SIGKILL's: a stuck run is given up on by then. */
-const GIVE_UP_MS = 1000 + 100 + 100 + 10;
 
 beforeEach(() => {
   vi.useFakeTimers();
@@ -22,29 +13,6 @@ beforeEach(() => {
 afterEach(() => {
   vi.useRealTimers();
 });
-
-function world() {
-  const system = fakeSystem();
-  const log = capturedLogger();
-  const hangs = hookHangs();
-  const options = {
-    cwd: '/',
-    env: {},
-    logger: log.logger,
-    killGraceMs: 100,
-    clock: { monotonic: () => Date.now() },
-    processes: system.processes,
-    spawn: system.spawn,
-    hangs,
-  };
-  /** Runs `hooks` for `changed`, letting fake time run for `ms`. */
-  const run = async (hooks: HookSpec[], changed: string[], ms = 10, extra: object = {}) => {
-    const running = runHooks(hooks, changed, { ...options, ...extra });
-    await vi.advanceTimersByTimeAsync(ms);
-    return await running;
-  };
-  return { system, hangs, run };
-}
 
 describe('the hook runner between runs (mut24)', () => {
   it("one hook's process left behind ending frees that hook only: another's, still there, keeps it refused", async () => {

@@ -1,13 +1,11 @@
 // The changed paths of a hook run that was not started (its process before still stuck, its program's check hung)
 // are handed to that hook's next run that starts, bounded: stand-in processes and checks under fake timers.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { capturedLogger, fakeSystem } from '../../test/helpers/hook-system.js';
-import { type HookSpec, hookHangs, MAX_OWED_PATHS, runHooks } from './hooks.js';
+import { GIVE_UP_MS, hookWorld as world } from '../../test/helpers/hook-system.js';
+import { type HookSpec, MAX_OWED_PATHS, runHooks } from './hooks.js';
 
 const stuckHook: HookSpec = { match: 'nfs/**', run: ['stuck'], timeoutSeconds: 1 };
 const nextHook: HookSpec = { match: '**', run: ['next'], timeoutSeconds: 1 };
-/** The hook's 1 s timeout, SIGTERM's 100 ms grace, SIGKILL's: a stuck run is given up on by then. */
-const GIVE_UP_MS = 1000 + 100 + 100 + 10;
 
 beforeEach(() => {
   vi.useFakeTimers();
@@ -15,27 +13,6 @@ beforeEach(() => {
 afterEach(() => {
   vi.useRealTimers();
 });
-
-function world() {
-  const system = fakeSystem();
-  const log = capturedLogger();
-  const hangs = hookHangs();
-  let cleared = 0;
-  hangs.onCleared = () => {
-    cleared += 1;
-  };
-  const options = {
-    cwd: '/',
-    env: {},
-    logger: log.logger,
-    killGraceMs: 100,
-    clock: { monotonic: () => Date.now() },
-    processes: system.processes,
-    spawn: system.spawn,
-    hangs,
-  };
-  return { system, log, hangs, options, cleared: () => cleared };
-}
 
 describe('a run refused while the hook process before it is stuck', () => {
   it('keeps its paths and hands them to the next run that starts, once that process has ended, with no new change', async () => {

@@ -1,8 +1,8 @@
 // A hook SIGKILL cannot end (uninterruptible sleep on a hung mount) or whose program check hangs no longer holds the
 // hook queue: stand-in processes and checks under fake timers, asserting which runs happened and what was logged.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { capturedLogger, fakeSystem } from '../../test/helpers/hook-system.js';
-import { type HookHangs, type HookSpec, hookHangs, runHooks } from './hooks.js';
+import { GIVE_UP_MS, hookWorld } from '../../test/helpers/hook-system.js';
+import { type HookSpec, runHooks } from './hooks.js';
 
 const stuckHook: HookSpec = { match: 'nfs/**', run: ['stuck'], timeoutSeconds: 1 };
 const nextHook: HookSpec = { match: '**', run: ['next'], timeoutSeconds: 1 };
@@ -16,22 +16,10 @@ afterEach(() => {
 
 describe('a hook SIGKILL cannot end', () => {
   it('is given up on a kill grace after SIGKILL, logged with its pid, and the next hook runs; it does not run again while its process is there', async () => {
-    const system = fakeSystem();
-    const log = capturedLogger();
-    const hangs: HookHangs = hookHangs();
-    const options = {
-      cwd: '/',
-      env: {},
-      logger: log.logger,
-      killGraceMs: 100,
-      clock: { monotonic: () => Date.now() },
-      processes: system.processes,
-      spawn: system.spawn,
-      hangs,
-    };
+    const { system, log, options } = hookWorld();
     const first = runHooks([stuckHook, nextHook], ['nfs/a.conf'], options);
     // Timeout (1 s), SIGTERM, the grace, SIGKILL, the grace again: given up on.
-    await vi.advanceTimersByTimeAsync(1000 + 100 + 100 + 10);
+    await vi.advanceTimersByTimeAsync(GIVE_UP_MS);
     const [stuck, next] = await first;
     expect(stuck?.abandoned).toEqual({ pid: 1001, command: 'stuck' });
     expect(stuck?.timedOut).toBe(true);
@@ -57,7 +45,7 @@ describe('a hook SIGKILL cannot end', () => {
       true,
     );
     const third = runHooks([stuckHook], ['nfs/c.conf'], options);
-    await vi.advanceTimersByTimeAsync(1000 + 100 + 100 + 10);
+    await vi.advanceTimersByTimeAsync(GIVE_UP_MS);
     const [again] = await third;
     expect(again?.abandoned?.pid).toBe(1004);
     expect(system.started.at(-1)).toBe('stuck:1004');
@@ -66,19 +54,11 @@ describe('a hook SIGKILL cannot end', () => {
 
 describe('a program check that never answers', () => {
   it('fails the run after its deadline, the next hook runs, and it is not checked again until it answers', async () => {
-    const system = fakeSystem();
-    const log = capturedLogger();
-    const hangs = hookHangs();
+    const { system, log, options: world } = hookWorld();
     let answer: ((problem: string | undefined) => void) | undefined;
     const hungProgram: HookSpec = { match: 'nfs/**', run: ['/mnt/nfs/reload'], timeoutSeconds: 1 };
     const options = {
-      cwd: '/',
-      env: {},
-      logger: log.logger,
-      clock: { monotonic: () => Date.now() },
-      processes: system.processes,
-      spawn: system.spawn,
-      hangs,
+      ...world,
       programCheckMs: 500,
       vetProgram: (program: string) =>
         program === '/mnt/nfs/reload'

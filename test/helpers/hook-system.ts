@@ -1,9 +1,17 @@
 // Stand-ins for the hook runner's processes and logs: a spawn over a fake process table (a process named `stuck`
-// ignores every signal, as one in uninterruptible sleep does) and a logger whose lines a test can read.
+// ignores every signal, as one in uninterruptible sleep does), a logger whose lines a test can read, and the world
+// of runHooks over them under fake timers.
 import { EventEmitter } from 'node:events';
 import { PassThrough, Writable } from 'node:stream';
+import { vi } from 'vitest';
 import type { ProcessEntry, ProcessTable } from '../../src/daemon/hook-processes.js';
-import type { SpawnHook } from '../../src/daemon/hooks.js';
+import {
+  type HookSpec,
+  hookHangs,
+  type RunHooksOptions,
+  runHooks,
+  type SpawnHook,
+} from '../../src/daemon/hooks.js';
 import { createLogger } from '../../src/lib/logger.js';
 import { createSecretRegistry } from '../../src/lib/secrets.js';
 
@@ -99,4 +107,38 @@ export function capturedLogger() {
         .filter((line) => line !== '')
         .map((line) => JSON.parse(line) as { msg: string; hook?: string; pid?: number }),
   };
+}
+
+/** The hook's 1 s timeout, SIGTERM's 100 ms grace, SIGKILL's: a stuck run is given up on by then (fake time). */
+export const GIVE_UP_MS = 1000 + 100 + 100 + 10;
+
+/**
+ * A hook runner's world under fake timers (vi.useFakeTimers): the stand-in processes, a logger whose lines can be
+ * read, the hangs kept between runs (`cleared()` counts the daemon being told one ended), runHooks' options over
+ * them (a 100 ms kill grace) and `run`, which runs `hooks` for `changed` letting fake time go on for `ms`.
+ */
+export function hookWorld() {
+  const system = fakeSystem();
+  const log = capturedLogger();
+  const hangs = hookHangs();
+  let cleared = 0;
+  hangs.onCleared = () => {
+    cleared += 1;
+  };
+  const options = {
+    cwd: '/',
+    env: {},
+    logger: log.logger,
+    killGraceMs: 100,
+    clock: { monotonic: () => Date.now() },
+    processes: system.processes,
+    spawn: system.spawn,
+    hangs,
+  };
+  const run = async (hooks: HookSpec[], changed: string[], ms = 10, extra: Partial<RunHooksOptions> = {}) => {
+    const running = runHooks(hooks, changed, { ...options, ...extra });
+    await vi.advanceTimersByTimeAsync(ms);
+    return await running;
+  };
+  return { system, log, hangs, options, run, cleared: () => cleared };
 }
