@@ -4,94 +4,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { Volume } from 'memfs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { HeldClock, ScriptedRunner } from '../../test/helpers/held-daemon.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { parseAgentConfig } from '../config/load.js';
-import type { Clock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
-import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
-import { emptyState } from '../store/state.js';
 import { AgentDaemon } from './agent.js';
 import { AgentMetrics } from './metrics.js';
-
-/** Poll waits end only when the test releases them; anything else (drift debounce) ends at once. */
-class HeldClock implements Clock {
-  mono = 1_000_000;
-  readonly waits: (() => void)[] = [];
-  now(): number {
-    return Date.parse('2030-06-01T12:00:00Z');
-  }
-  monotonic(): number {
-    return this.mono;
-  }
-  sleep(_ms: number, signal?: AbortSignal): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const onAbort = () => reject(signal?.reason);
-      this.waits.push(() => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      });
-      if (signal?.aborted) onAbort();
-      else signal?.addEventListener('abort', onAbort, { once: true });
-    });
-  }
-}
-
-/** Each pass writes the next scripted content of `a.json` into a real rootDir and says so, as record.ts does. */
-class WritingRunner implements PassRunner {
-  readonly state = emptyState('dvc_unit', '/unused');
-  readonly pending = new Set<string>();
-  /** What each pass writes: `[path, content]`. */
-  readonly writes: [string, string][] = [];
-  passes = 0;
-  pendingReports = 0;
-  constructor(private readonly rootDir: string) {}
-
-  async runPass(options: PassOptions): Promise<PassResult> {
-    const write = this.writes.shift();
-    this.passes += 1;
-    const outcomes: PassResult['outcomes'] = [];
-    if (write !== undefined) {
-      const [file, content] = write;
-      await writeFile(path.join(this.rootDir, file), content);
-      this.pending.add(file);
-      outcomes.push({
-        instanceId: `ins_${file}`,
-        path: file,
-        action: 'written',
-        converged: true,
-        reason: 'new',
-      });
-    }
-    return {
-      mode: options.mode,
-      dryRun: false,
-      startedAt: '2030-06-01T12:00:00.000Z',
-      durationMs: 1,
-      reachable: true,
-      steps: [],
-      outcomes,
-      reports: { delivered: 0, rejected: 0, pending: 0 },
-      sweptTempFiles: [],
-      converged: true,
-    };
-  }
-  hasDueRetries(): boolean {
-    return false;
-  }
-  nextRetryAt(): number | undefined {
-    return undefined;
-  }
-  pendingHookPaths(): string[] {
-    return [...this.pending];
-  }
-  settleHookPaths(paths: readonly string[]): void {
-    for (const changed of paths) this.pending.delete(changed);
-  }
-  async flushState(): Promise<void> {}
-  async close(): Promise<void> {}
-}
 
 let dir: string;
 const daemons: AgentDaemon[] = [];
@@ -125,7 +45,7 @@ class CountedMetrics extends AgentMetrics {
 
 /** A daemon over `runner` with one hook running `/bin/sh -c script` in `dir` for every `*.json`. */
 async function startDaemon(
-  runner: WritingRunner,
+  runner: ScriptedRunner,
   script: string,
   metrics?: { textfile: string; fs: FsPort; counted?: CountedMetrics },
 ): Promise<HeldClock> {
@@ -141,7 +61,7 @@ async function startDaemon(
     },
     'adv28',
   );
-  const clock = new HeldClock();
+  const clock = new HeldClock(1_000_000);
   const daemon = new AgentDaemon({
     deps: { fs: metrics?.fs ?? memfsPort(new Volume()), clock, random: () => 0, logger: silentLogger() },
     config,
@@ -157,7 +77,7 @@ async function startDaemon(
 }
 
 /** Ends the poll wait; the daemon runs its next pass and waits again. */
-async function nextPass(clock: HeldClock, runner: WritingRunner): Promise<void> {
+async function nextPass(clock: HeldClock, runner: ScriptedRunner): Promise<void> {
   const passes = runner.passes;
   clock.waits.shift()?.();
   await settle(() => runner.passes === passes + 1 && clock.waits.length === 1, `pass ${passes + 1}`);
@@ -169,7 +89,7 @@ describe('a managed file written again while its hook runs (adv28)', () => {
     const release = path.join(dir, 'release');
     // The hook reads the file (as `nginx -t` would), then waits until the test lets it end.
     const script = `cat a.json >> '${log}'; echo >> '${log}'; while [ ! -e '${release}' ]; do sleep 0.02; done`;
-    const runner = new WritingRunner(dir);
+    const runner = new ScriptedRunner(dir);
     runner.writes.push(['a.json', '{"v":1}'], ['a.json', '{"v":2}']);
     const clock = await startDaemon(runner, script);
     const runs = async () => (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
@@ -199,7 +119,7 @@ describe('a managed file written again while its hook runs (adv28)', () => {
     const release = path.join(dir, 'release');
     // Logs the paths it was given on one line, then waits until the test lets it end.
     const script = `echo "$CONFIG_AGENT_CHANGED" | sort | paste -sd, - >> '${log}'; while [ ! -e '${release}' ]; do sleep 0.02; done`;
-    const runner = new WritingRunner(dir);
+    const runner = new ScriptedRunner(dir);
     runner.writes.push(['a.json', '1'], ['b.json', '1'], ['c.json', '1'], ['d.json', '1']);
     const clock = await startDaemon(runner, script);
     const runs = async () => (await readFile(log, 'utf8').catch(() => '')).split('\n').filter(Boolean);
@@ -234,7 +154,7 @@ describe('the metrics textfile, written after a pass and after a hook run (adv28
         return port.rename(from, to);
       },
     };
-    const runner = new WritingRunner(dir);
+    const runner = new ScriptedRunner(dir);
     runner.writes.push(['a.json', '1']);
     const counted = new CountedMetrics({ deviceId: 'dvc_unit' });
     const clock = await startDaemon(runner, 'exit 0', { textfile: '/metrics/agent.prom', fs, counted });
