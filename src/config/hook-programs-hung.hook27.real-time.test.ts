@@ -1,35 +1,20 @@
 // A hook program on a real FUSE mount nobody serves: start-up's check is bounded and names the hook (root only).
-import { type ChildProcess, spawnSync } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
+import { canMountFuse, hungFuseDir } from '../../test/helpers/hung-fuse.js';
 import { hangSafeConfigCalls } from '../cli/hang-safe-fs.js';
 import { MountLanes } from '../cli/mount-gate.js';
 import { systemClock } from '../lib/clock.js';
 import { type ConfigFs, loadAgentConfig } from './load.js';
 
-let dir: string | undefined;
-let fuse: ChildProcess | undefined;
-
-afterEach(async () => {
-  fuse?.kill('SIGKILL');
-  fuse = undefined;
-  if (dir !== undefined) {
-    spawnSync('umount', ['-l', path.join(dir, 'hung')]);
-    await rm(dir, { recursive: true, force: true });
-  }
-  dir = undefined;
-});
+const hung = hungFuseDir('config-agent-hookprog-fuse-');
+afterEach(() => hung.clean());
 
 describe.runIf(canMountFuse)('a hook program on a hung mount at start (hook27)', () => {
   it('loads the configuration within the bound, naming the hook as not judged', async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-hookprog-fuse-'));
-    const mountPoint = path.join(dir, 'hung');
-    await mkdir(mountPoint);
     // Unserved for 30 s: far past the 0.3 s bound; the test ends it sooner (afterEach).
-    fuse = await hungFuseMount(mountPoint, 30_000);
+    const { dir, mountPoint, fuse } = await hung.make(30_000);
     const configFile = path.join(dir, 'config.json');
     const program = path.join(mountPoint, 'reload');
     await writeFile(

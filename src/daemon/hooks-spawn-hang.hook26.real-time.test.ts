@@ -1,36 +1,21 @@
 // A hook whose directory (rootDir) is on a mount that does not answer no longer stops the agent: libuv's spawn
 // waited in the agent's one thread for the child's chdir, for good. A real hung FUSE mount (root only).
-import { type ChildProcess, spawnSync } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
+import { canMountFuse, hungFuseDir } from '../../test/helpers/hung-fuse.js';
 import { silentLogger } from '../lib/logger.js';
 import { runHooks } from './hooks.js';
 
-let dir: string | undefined;
-let fuse: ChildProcess | undefined;
-
-afterEach(async () => {
-  fuse?.kill('SIGKILL');
-  fuse = undefined;
-  if (dir !== undefined) {
-    spawnSync('umount', ['-l', path.join(dir, 'hung')]);
-    await rm(dir, { recursive: true, force: true });
-  }
-  dir = undefined;
-});
+const hung = hungFuseDir('config-agent-hook-hung-cwd-');
+afterEach(() => hung.clean());
 
 describe.runIf(canMountFuse)('a hook run in a directory on a hung mount (hook26)', () => {
   it('leaves the agent running: its own reads go on, and the hook ends at its timeout', async () => {
-    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-hook-hung-cwd-'));
-    const mountPoint = path.join(dir, 'hung');
-    spawnSync('mkdir', [mountPoint]);
+    // Unserved for 30 s: far past the hook's 1 s timeout; the test ends it sooner (afterEach).
+    const { dir, mountPoint, fuse } = await hung.make(30_000);
     const local = path.join(dir, 'local.json');
     await writeFile(local, '{}');
-    // Unserved for 30 s: far past the hook's 1 s timeout; the test ends it sooner (afterEach).
-    fuse = await hungFuseMount(mountPoint, 30_000);
     const events: string[] = [];
     const running = runHooks([{ match: '**', run: ['/bin/true'], timeoutSeconds: 1 }], ['a.conf'], {
       cwd: path.join(mountPoint, 'root'),

@@ -1,6 +1,9 @@
 // A FUSE mount nobody serves: every lookup below it waits in the kernel, as on a dead NFS server.
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { skipWithoutRoot } from './built-packages.js';
 
 /**
@@ -27,4 +30,31 @@ export function hungFuseMount(mountPoint: string, hangMs: number): Promise<Child
       String(data).startsWith('mounted') ? resolve(child) : reject(new Error('mount failed')),
     );
   });
+}
+
+/**
+ * A temp dir (named after `prefix`) holding `hung`, a FUSE mount nobody serves for `hangMs`: `make()` makes it,
+ * `clean()` (afterEach) kills the child, unmounts lazily and removes the dir, whatever became of the test.
+ */
+export function hungFuseDir(prefix: string) {
+  let dir: string | undefined;
+  let fuse: ChildProcess | undefined;
+  return {
+    async make(hangMs: number): Promise<{ dir: string; mountPoint: string; fuse: ChildProcess }> {
+      dir = await mkdtemp(path.join(os.tmpdir(), prefix));
+      const mountPoint = path.join(dir, 'hung');
+      await mkdir(mountPoint);
+      fuse = await hungFuseMount(mountPoint, hangMs);
+      return { dir, mountPoint, fuse };
+    },
+    async clean(): Promise<void> {
+      fuse?.kill('SIGKILL');
+      fuse = undefined;
+      if (dir !== undefined) {
+        spawnSync('umount', ['-l', path.join(dir, 'hung')]);
+        await rm(dir, { recursive: true, force: true });
+      }
+      dir = undefined;
+    },
+  };
 }
