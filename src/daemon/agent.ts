@@ -15,6 +15,8 @@ import {
   hookPathsOwed,
   hooksLeftBehind,
   owedPathList,
+  owedRecords,
+  restoreOwed,
   runHooks,
   type SpawnHook,
 } from './hooks.js';
@@ -100,6 +102,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   readonly #hookPathsRewritten = new Set<string>();
   /** Hook processes given up on and program checks not answered, across runs (a hung mount). */
   readonly #hookHangs = hookHangs();
+  /** Paths owed to hooks that state.json kept from before this start: run with the first pass's hook run. */
+  #owedFromBefore = false;
   /** The metrics textfile's writes, one after another (`#writeMetrics`); never rejects. */
   #metricsWrites: Promise<void> = Promise.resolve();
   /** The last failure to write the metrics textfile, while it lasts. */
@@ -131,6 +135,9 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#c.metrics.setHooksLeftBehind(this.#hooksLeftBehind().length);
       void this.#writeMetrics(this.#c);
     };
+    // What hooks were owed when the last process ended, a crash or a power cut included (hook28).
+    restoreOwed(this.#hookHangs, components.runner.state.owedHookPaths ?? []);
+    this.#owedFromBefore = hookPathsOwed(this.#hookHangs);
     this.#logRenewalFailures();
   }
 
@@ -190,6 +197,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#drift = undefined;
       this.#driftDown = undefined;
       this.#c = next;
+      // A reconciler of its own (another stateDir or rootDir) records them from now on.
+      next.runner.recordOwedHookPaths?.(owedRecords(this.#hookHangs));
       this.#logRenewalFailures();
       await previous?.close();
       this.#startDriftWatcherInBackground();
@@ -223,10 +232,14 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     if ((await Promise.race([settled.then(() => 'done' as const), timer])) === 'late') {
       this.#logger.warn('the current pass did not stop in time: flushing state as it is');
     }
-    // Paths owed to hooks held back live in memory (hooks.ts): pending again in state.json, so the first run after a
-    // restart has them; a hook that heard of them already runs once more with them (hook27).
-    const owed = owedPathList(this.#hookHangs);
-    if (owed.length > 0) this.#c.runner.keepHookPaths?.(owed);
+    // Paths owed to hooks held back are recorded per hook after each hook run (hook28): again now, for a run the stop
+    // cut short. A runner that keeps no such record has them pending again instead (every matching hook reruns).
+    if (this.#c.runner.recordOwedHookPaths !== undefined)
+      this.#c.runner.recordOwedHookPaths(owedRecords(this.#hookHangs));
+    else {
+      const owed = owedPathList(this.#hookHangs);
+      if (owed.length > 0) this.#c.runner.keepHookPaths?.(owed);
+    }
     await this.#c.runner.flushState().catch((error: unknown) => {
       this.#logger.error({ err: error }, 'could not flush state at shutdown');
     });
@@ -465,7 +478,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     }
     if (this.#hookRunQueued) return;
     const due =
-      (owedDue && hookPathsOwed(this.#hookHangs)) ||
+      ((owedDue || this.#owedFromBefore) && hookPathsOwed(this.#hookHangs)) ||
       this.#c.runner
         .pendingHookPaths()
         .some((path) => !this.#hookPathsRunning.has(path) || this.#hookPathsRewritten.has(path));
@@ -473,6 +486,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     this.#hookRunQueued = true;
     this.#hooks = this.#hooks.then(async () => {
       this.#hookRunQueued = false;
+      this.#owedFromBefore = false;
       if (this.#stop.signal.aborted) return;
       // The components of now: a reload since the run was queued applies (its hooks, its rootDir).
       const c = this.#c;
@@ -495,6 +509,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       for (const run of runs) c.metrics.recordHookRun(run);
       c.metrics.setHooksLeftBehind(this.#hooksLeftBehind().length);
       this.#hookPathsRunning.clear();
+      // In the same turn as the settling below: any state.json written holds each path pending or owed.
+      c.runner.recordOwedHookPaths?.(owedRecords(this.#hookHangs));
       if (!this.#stop.signal.aborted) {
         // One written again while this run went on stays pending for the run queued after it.
         c.runner.settleHookPaths(changed.filter((path) => !this.#hookPathsRewritten.has(path)));

@@ -7,6 +7,7 @@ import type { Clock } from '../lib/clock.js';
 import { systemClock } from '../lib/clock.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+import type { OwedHookPaths } from '../store/state.js';
 import {
   environHolds,
   hookProcesses,
@@ -86,6 +87,9 @@ export interface LeftBehind {
 
 /** Changed paths of runs of one hook that were not started, for its next run that starts. */
 export interface OwedPaths {
+  /** The hook's glob and command, which name it in state.json (`OwedHookPaths`). */
+  match: string;
+  run: readonly string[];
   paths: Set<string>;
   /** More than MAX_OWED_PATHS were owed: the next run is told its list is incomplete (CHANGED_TRUNCATED_ENV). */
   truncated: boolean;
@@ -133,13 +137,40 @@ export function hooksLeftBehind(
 }
 
 /**
- * Every path some hook is owed, once each: at most MAX_OWED_PATHS a hook. In memory only; the daemon's stop hands
- * them back to state.json's pending paths so the first run after a restart has them.
+ * Every path some hook is owed, once each: at most MAX_OWED_PATHS a hook. For a runner that keeps no per-hook record
+ * (`owedRecords`): the daemon's stop hands them back to its pending paths then.
  */
 export function owedPathList(hangs: HookHangs): string[] {
   const all = new Set<string>();
   for (const owed of hangs.owed.values()) for (const changed of owed.paths) all.add(changed);
   return [...all];
+}
+
+/**
+ * Each hook's owed paths as state.json keeps them (sorted, the cut-short mark): the daemon records them after each
+ * hook run, in the same turn as it settles the pending paths that run took, so whatever state.json a crash or power
+ * cut leaves holds every path either pending or owed to the hooks that have not heard of it.
+ */
+export function owedRecords(hangs: HookHangs): OwedHookPaths[] {
+  const out: OwedHookPaths[] = [];
+  for (const owed of hangs.owed.values()) {
+    if (owed.paths.size === 0 && !owed.truncated) continue;
+    const record = { match: owed.match, run: owed.run, paths: [...owed.paths].sort() };
+    out.push(owed.truncated ? { ...record, truncated: true } : record);
+  }
+  return out.sort((a, b) => (hookKey(a) < hookKey(b) ? -1 : hookKey(a) > hookKey(b) ? 1 : 0));
+}
+
+/** Takes back what state.json kept (`owedRecords`) into `hangs`, as a start finds it; the next run prunes hooks gone. */
+export function restoreOwed(hangs: HookHangs, records: readonly OwedHookPaths[]): void {
+  for (const record of records) {
+    hangs.owed.set(hookKey(record), {
+      match: record.match,
+      run: [...record.run],
+      paths: new Set(record.paths),
+      truncated: record.truncated === true,
+    });
+  }
 }
 
 /** Whether some hook has paths waiting from a run that was not started. */
@@ -569,7 +600,7 @@ function refusedRun(hook: HookSpec, changedPaths: string[], error: string): Hook
 }
 
 /** Which hook a run is of, for HookHangs: its glob and its command. */
-function hookKey(hook: HookSpec): string {
+function hookKey(hook: Pick<HookSpec, 'match'> & { run: readonly string[] }): string {
   return JSON.stringify([hook.match, hook.run]);
 }
 
@@ -633,10 +664,10 @@ async function whyNotRun(
 }
 
 /** Keeps `paths` for the hook's next run that starts: at most MAX_OWED_PATHS, then the list is marked cut short. */
-function owePaths(hangs: HookHangs, key: string, paths: readonly string[]): void {
+function owePaths(hangs: HookHangs, hook: HookSpec, key: string, paths: readonly string[]): OwedPaths {
   let owed = hangs.owed.get(key);
   if (owed === undefined) {
-    owed = { paths: new Set(), truncated: false };
+    owed = { match: hook.match, run: [...hook.run], paths: new Set(), truncated: false };
     hangs.owed.set(key, owed);
   }
   for (const changed of paths) {
@@ -647,6 +678,7 @@ function owePaths(hangs: HookHangs, key: string, paths: readonly string[]): void
     }
     owed.paths.add(changed);
   }
+  return owed;
 }
 
 /** True when a hook run did not end on its own with exit code 0. */
@@ -700,7 +732,7 @@ export async function runHooks(
     const paths = owed === undefined ? matched : [...new Set([...owed.paths, ...matched])];
     const refused = await whyNotRun(hook, key, hangs, runOptions.processes, options.vetProgram, checkMs);
     if (refused !== undefined) {
-      owePaths(hangs, key, matched);
+      owePaths(hangs, hook, key, matched);
       // Only paths owed from before: refused again for what refused them then, counted and logged then.
       if (matched.length === 0) {
         options.logger.debug({ hook: hook.match, owed: paths.length, why: refused }, 'hook still held back');
@@ -721,8 +753,10 @@ export async function runHooks(
     results.push(result);
     // Stopped by the agent's stop before it ended on its own: its owed paths are owed still (the pass's own stay
     // pending in state.json, which the daemon does not settle at a stop).
-    if (refused === undefined && options.signal?.aborted === true && owed !== undefined)
-      owePaths(hangs, key, [...owed.paths]);
+    if (refused === undefined && options.signal?.aborted === true && owed !== undefined) {
+      owePaths(hangs, hook, key, [...owed.paths]);
+      if (owed.truncated) owePaths(hangs, hook, key, []).truncated = true;
+    }
     if (result.abandoned !== undefined) {
       // Its pid cannot be handed out again before it is reaped: what is there now is that process.
       const entry = runOptions.processes.get(result.abandoned.pid);

@@ -2,7 +2,7 @@
 import type { ServiceClient } from '../api/client.js';
 import type { Deps } from '../lib/deps.js';
 import { RootMountWatch } from '../store/root-mount.js';
-import type { LocalState } from '../store/state.js';
+import type { LocalState, OwedHookPaths } from '../store/state.js';
 import { StateDir } from '../store/state-dir.js';
 import { type PassContext, runPass } from './pass.js';
 import type { PassOptions, PassResult, PassRunner, ReconcilerSettings } from './pass-runner.js';
@@ -94,6 +94,13 @@ export class Reconciler implements PassRunner {
   /** Persisted with the next pass or at shutdown, as settleHookPaths. */
   keepHookPaths(paths: readonly string[]): void {
     for (const path of paths) this.#ctx.dir.state.pendingHookPaths.add(path);
+  }
+
+  /** Persisted with the next pass or at shutdown, as settleHookPaths: both change in the same turn. */
+  recordOwedHookPaths(owed: readonly OwedHookPaths[]): void {
+    const state = this.#ctx.dir.state;
+    if (owed.length > 0) state.owedHookPaths = owed;
+    else delete state.owedHookPaths;
   }
 
   hasDueRetries(): boolean {

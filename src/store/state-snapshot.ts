@@ -1,5 +1,5 @@
 // What state.json holds, record by record: a persist whose state equals it has nothing to write.
-import type { InstanceRecord, LocalState, ManagedFile } from './state.js';
+import type { InstanceRecord, LocalState, ManagedFile, OwedHookPaths } from './state.js';
 
 /**
  * The records state.json holds, by reference: records are replaced in the state's maps, never changed in place
@@ -12,6 +12,8 @@ export interface StateSnapshot {
   files: ReadonlyMap<string, ManagedFile>;
   instances: ReadonlyMap<string, InstanceRecord>;
   pendingHookPaths: ReadonlySet<string>;
+  /** By reference: replaced whole when it changes (state.ts `OwedHookPaths`). */
+  owedHookPaths?: readonly OwedHookPaths[];
   /** The former root's directory and its count of records: they only ever go, so the count tells a change. */
   formerRoot?: { rootDir: string; size: number };
 }
@@ -24,6 +26,7 @@ export function snapshotState(state: LocalState): StateSnapshot {
     files: new Map(state.files),
     instances: new Map(state.instances),
     pendingHookPaths: new Set(state.pendingHookPaths),
+    ...(state.owedHookPaths === undefined ? {} : { owedHookPaths: state.owedHookPaths }),
     ...(state.formerRoot === undefined
       ? {}
       : { formerRoot: { rootDir: state.formerRoot.rootDir, size: state.formerRoot.files.size } }),
@@ -39,8 +42,16 @@ export function sameAsSnapshot(state: LocalState, snapshot: StateSnapshot): bool
     sameEntries(state.instances, snapshot.instances) &&
     state.pendingHookPaths.size === snapshot.pendingHookPaths.size &&
     [...state.pendingHookPaths].every((path) => snapshot.pendingHookPaths.has(path)) &&
+    sameOwed(state.owedHookPaths ?? [], snapshot.owedHookPaths ?? []) &&
     state.formerRoot?.rootDir === snapshot.formerRoot?.rootDir &&
     state.formerRoot?.files.size === snapshot.formerRoot?.size
+  );
+}
+
+/** Owed hook paths equal as written: none and an empty list alike (neither is written). */
+function sameOwed(current: readonly OwedHookPaths[], persisted: readonly OwedHookPaths[]): boolean {
+  return (
+    current === persisted || (current.length === 0 && persisted.length === 0) || sameJson(current, persisted)
   );
 }
 

@@ -198,6 +198,20 @@ function buildStateSchemas() {
     instances: keyedBy(InstanceRecord),
     /** Paths written or removed whose hooks have not run yet: replayed after a restart. */
     pendingHookPaths: z.array(z.string()).default([]),
+    /**
+     * Per hook, the paths its runs not started owe (`OwedHookPaths`); absent when none are. An older agent (before
+     * hook28) ignores the field and drops it with its next write: those paths are then lost, as they were at a crash.
+     */
+    owedHookPaths: z
+      .array(
+        z.object({
+          match: z.string(),
+          run: z.array(z.string()).min(1),
+          paths: z.array(z.string()),
+          truncated: z.literal(true).optional(),
+        }),
+      )
+      .optional(),
     /** The root the agent last recorded files in before rootDir moved (`FormerRoot`). Older agents ignore it. */
     formerRoot: z.object({ rootDir: z.string().min(1), files: keyedBy(FormerFile) }).optional(),
   });
@@ -214,6 +228,21 @@ export function stateSchemas(): StateSchemas {
 export type ManagedFile = Omit<z.infer<StateSchemas['ManagedFile']>, 'createdDepths'>;
 export type InstanceRecord = z.infer<StateSchemas['InstanceRecord']>;
 export type FormerFile = z.infer<StateSchemas['FormerFile']>;
+
+/**
+ * The paths one hook's runs not started (refused: its process left behind on a hung mount, its program's check
+ * not answering) owe its next run that starts (daemon/hooks.ts `OwedPaths`), kept in state.json so that a crash, an
+ * OOM kill or a power cut does not lose them. Per hook (its glob and command): a path owed to one hook never runs
+ * another again. Replaced whole when it changes, never changed in place (state-snapshot.ts compares it so).
+ */
+export interface OwedHookPaths {
+  match: string;
+  run: readonly string[];
+  /** Sorted; at most daemon/hooks.ts MAX_OWED_PATHS. */
+  paths: readonly string[];
+  /** More were owed than were kept: the run is told its list is incomplete. */
+  truncated?: true | undefined;
+}
 type ParsedStateFile = z.infer<StateSchemas['LocalStateFile']>;
 
 /**
@@ -248,6 +277,8 @@ export interface LocalState {
    */
   diskWaits?: Map<string, number>;
   pendingHookPaths: Set<string>;
+  /** Absent or empty when no hook is owed paths. */
+  owedHookPaths?: readonly OwedHookPaths[];
   formerRoot?: FormerRoot;
 }
 
@@ -401,7 +432,7 @@ function quickKeyedBy<T>(
  */
 export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   if (!isPlainObject(value)) return undefined;
-  const { version, deviceId, rootDir, pendingHookPaths, formerRoot } = value;
+  const { version, deviceId, rootDir, pendingHookPaths, formerRoot, owedHookPaths } = value;
   if (
     version !== STATE_VERSION ||
     typeof deviceId !== 'string' ||
@@ -422,6 +453,11 @@ export function quickStateFile(value: unknown): ParsedStateFile | undefined {
     instances,
     pendingHookPaths: pendingHookPaths ?? [],
   };
+  if (owedHookPaths !== undefined) {
+    const owed = quickOwedHookPaths(owedHookPaths);
+    if (owed === undefined) return undefined;
+    parsed.owedHookPaths = owed;
+  }
   if (formerRoot === undefined) return parsed;
   if (!isPlainObject(formerRoot) || typeof formerRoot.rootDir !== 'string' || formerRoot.rootDir === '') {
     return undefined;
@@ -430,6 +466,20 @@ export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   if (formerFiles === undefined) return undefined;
   parsed.formerRoot = { rootDir: formerRoot.rootDir, files: formerFiles };
   return parsed;
+}
+
+function quickOwedHookPaths(value: unknown): ParsedStateFile['owedHookPaths'] {
+  if (!Array.isArray(value)) return undefined;
+  const out: NonNullable<ParsedStateFile['owedHookPaths']> = [];
+  for (const owed of value as unknown[]) {
+    if (!isPlainObject(owed)) return undefined;
+    const { match, run, paths, truncated } = owed;
+    if (typeof match !== 'string' || !isStringArray(run) || run.length === 0 || !isStringArray(paths))
+      return undefined;
+    if (truncated !== undefined && truncated !== true) return undefined;
+    out.push(truncated === true ? { match, run, paths, truncated } : { match, run, paths });
+  }
+  return out;
 }
 
 function quickFormerFile(value: unknown, held: HeldStrings): FormerFile | undefined {
@@ -504,6 +554,8 @@ export async function loadLocalState(
     cooldowns: new Map(),
     pendingHookPaths: guardedHookPaths(parsed.pendingHookPaths, logger),
   };
+  const owed = guardedOwedHookPaths(parsed.owedHookPaths ?? [], logger);
+  if (owed.length > 0) state.owedHookPaths = owed;
   // Counted before the guard: a record it drops is left out by the next persist.
   const formerSize = parsed.formerRoot?.files.size ?? 0;
   if (parsed.formerRoot !== undefined) state.formerRoot = guardedFormerRoot(parsed.formerRoot, logger);
@@ -517,6 +569,7 @@ export async function loadLocalState(
       files: new Map(parsed.files),
       instances: parsed.instances,
       pendingHookPaths: new Set(parsed.pendingHookPaths),
+      ...(parsed.owedHookPaths === undefined ? {} : { owedHookPaths: parsed.owedHookPaths }),
       ...(parsed.formerRoot === undefined
         ? {}
         : { formerRoot: { rootDir: parsed.formerRoot.rootDir, size: formerSize } }),
@@ -604,6 +657,16 @@ function guardedFiles(files: Map<string, ManagedFile>, logger: Logger): Map<stri
  * line break) comes from a state.json edited by someone and would reach operator hooks in CONFIG_AGENT_CHANGED:
  * dropped with an error naming it, and the next persist leaves it out. Nothing on disk is touched either way.
  */
+/** Each hook's owed paths through the path guard (`guardedHookPaths`); a hook left with none is dropped. */
+function guardedOwedHookPaths(owed: readonly OwedHookPaths[], logger: Logger): OwedHookPaths[] {
+  const kept: OwedHookPaths[] = [];
+  for (const hook of owed) {
+    const paths = [...guardedHookPaths(hook.paths, logger)].sort();
+    if (paths.length > 0) kept.push({ ...hook, paths });
+  }
+  return kept;
+}
+
 function guardedHookPaths(paths: readonly string[], logger: Logger): Set<string> {
   const kept = new Set<string>();
   for (const relative of paths) {
@@ -818,6 +881,9 @@ export function serializeLocalState(state: LocalState): LocalStateFile {
     ),
     instances: Object.fromEntries(sortedEntries(state.instances)),
     pendingHookPaths: [...state.pendingHookPaths].sort(),
+    ...(state.owedHookPaths === undefined || state.owedHookPaths.length === 0
+      ? {}
+      : { owedHookPaths: state.owedHookPaths.map(owedRecord) }),
     ...(state.formerRoot === undefined
       ? {}
       : {
@@ -827,6 +893,12 @@ export function serializeLocalState(state: LocalState): LocalStateFile {
           },
         }),
   };
+}
+
+/** A hook's owed paths as state.json holds them: its fields in one order, whatever object the agent built. */
+function owedRecord(owed: OwedHookPaths): NonNullable<LocalStateFile['owedHookPaths']>[number] {
+  const record = { match: owed.match, run: [...owed.run], paths: [...owed.paths] };
+  return owed.truncated === true ? { ...record, truncated: true } : record;
 }
 
 /**
@@ -842,7 +914,11 @@ export function stateFilePieces(state: LocalState): () => Iterable<string> {
     `"rootDir":${JSON.stringify(state.rootDir)},"files":`;
   const files = sortedEntries(state.files);
   const instances = sortedEntries(state.instances);
-  const hooks = `,"pendingHookPaths":${JSON.stringify([...state.pendingHookPaths].sort())}`;
+  // Written only when some hook is owed paths: every other state.json keeps its bytes (no write at an upgrade).
+  const owed = state.owedHookPaths ?? [];
+  const hooks =
+    `,"pendingHookPaths":${JSON.stringify([...state.pendingHookPaths].sort())}` +
+    (owed.length === 0 ? '' : `,"owedHookPaths":${JSON.stringify(owed.map(owedRecord))}`);
   const former = state.formerRoot;
   const formerFiles = former === undefined ? [] : sortedEntries(former.files);
   return function* pieces() {

@@ -1,0 +1,337 @@
+// Paths owed to a hook held back survive a crash and a power cut, per hook: state.json records them with the pass's
+// own write (no write of their own), and the first run after the restart runs only the hook that is owed them.
+import { Volume } from 'memfs';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { HeldClock } from '../../test/helpers/held-daemon.js';
+import { fakeSystem } from '../../test/helpers/hook-system.js';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import { parseAgentConfig } from '../config/load.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
+import type { OwedHookPaths } from '../store/state.js';
+import {
+  type LocalState,
+  loadLocalState,
+  quickStateFile,
+  STATE_FILE,
+  saveLocalState,
+  stateSchemas,
+} from '../store/state.js';
+import { sameAsSnapshot, snapshotState } from '../store/state-snapshot.js';
+import { AgentDaemon } from './agent.js';
+import { AgentMetrics } from './metrics.js';
+
+const ROOT = '/srv/root';
+const STATE_DIR = '/var/lib/config-agent';
+const STATE_PATH = `${STATE_DIR}/${STATE_FILE}`;
+
+/** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
+async function until(done: () => boolean, ms = 10_000): Promise<void> {
+  for (let spent = 0; !done() && spent < ms; spent += 10) await vi.advanceTimersByTimeAsync(10);
+  expect(done()).toBe(true);
+}
+
+/**
+ * state.json as the reconciler keeps it: loaded at open, each pass's writes pending for their hooks and the state
+ * saved after the pass (compared with the file first: an unchanged state writes nothing), as pass.ts persists.
+ * Owed paths are recorded as Reconciler.recordOwedHookPaths records them.
+ */
+class StateFileRunner implements PassRunner {
+  /** Each pass's written paths (one path, or a batch). */
+  readonly writes: (string | string[])[] = [];
+  passes = 0;
+  /** Saves of state.json that wrote bytes. */
+  stateWrites = 0;
+  pendingReports = 0;
+
+  private constructor(
+    private readonly fs: FsPort,
+    readonly state: LocalState,
+  ) {}
+
+  static async open(fs: FsPort): Promise<StateFileRunner> {
+    const { state } = await loadLocalState(fs, STATE_DIR, 'dvc_unit', silentLogger(), ROOT);
+    return new StateFileRunner(fs, state);
+  }
+
+  async runPass(options: PassOptions): Promise<PassResult> {
+    this.passes += 1;
+    const next = this.writes.shift();
+    const files = next === undefined ? [] : typeof next === 'string' ? [next] : next;
+    for (const file of files) this.state.pendingHookPaths.add(file);
+    await this.flushState();
+    return {
+      mode: options.mode,
+      dryRun: false,
+      startedAt: '2030-06-01T12:00:00.000Z',
+      durationMs: 1,
+      reachable: true,
+      steps: [],
+      outcomes: files.map((file) => ({
+        instanceId: `ins_${file}`,
+        path: file,
+        action: 'written',
+        converged: true,
+        reason: 'new',
+      })),
+      reports: { delivered: 0, rejected: 0, pending: 0 },
+      sweptTempFiles: [],
+      converged: true,
+    };
+  }
+  hasDueRetries(): boolean {
+    return false;
+  }
+  nextRetryAt(): number | undefined {
+    return undefined;
+  }
+  pendingHookPaths(): string[] {
+    return [...this.state.pendingHookPaths];
+  }
+  settleHookPaths(paths: readonly string[]): void {
+    for (const changed of paths) this.state.pendingHookPaths.delete(changed);
+  }
+  keepHookPaths(paths: readonly string[]): void {
+    for (const changed of paths) this.state.pendingHookPaths.add(changed);
+  }
+  recordOwedHookPaths(owed: readonly OwedHookPaths[]): void {
+    if (owed.length > 0) this.state.owedHookPaths = owed;
+    else delete this.state.owedHookPaths;
+  }
+  async flushState(): Promise<void> {
+    if (await saveLocalState(this.fs, STATE_DIR, this.state)) this.stateWrites += 1;
+  }
+  async close(): Promise<void> {}
+}
+
+const config = parseAgentConfig(
+  {
+    deviceId: 'dvc_unit',
+    server: { baseUrl: 'https://dcds.example.com' },
+    rootDir: ROOT,
+    stateDir: STATE_DIR,
+    drift: 'off',
+    hooks: [
+      { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], timeoutSeconds: 1 },
+      { match: '**', run: ['/usr/bin/every'], timeoutSeconds: 1 },
+    ],
+  },
+  'hook28',
+);
+
+function daemonOver(
+  fs: FsPort,
+  runner: StateFileRunner,
+  clock: HeldClock,
+  system: ReturnType<typeof fakeSystem>,
+): AgentDaemon {
+  return new AgentDaemon({
+    deps: { fs, clock, random: () => 0, logger: silentLogger() },
+    config,
+    runner,
+    metrics: new AgentMetrics({ deviceId: 'dvc_unit' }),
+    hookEnv: {},
+    scrub: (text) => text,
+    hookProcesses: system.processes,
+    hookSpawn: system.spawn,
+  });
+}
+
+/** A memfs holding what `model` says a power cut now would leave under `/`. */
+function volumeAfterPowerCut(model: PowerCutFs): FsPort {
+  const vol = new Volume();
+  for (const [relative, what] of Object.entries(model.afterPowerCut()).sort(([a], [b]) => (a < b ? -1 : 1))) {
+    const absolute = `/${relative}`;
+    if (what === 'dir') vol.mkdirSync(absolute, { recursive: true });
+    else if (what !== 'symlink') {
+      const space = what.indexOf(' ');
+      vol.writeFileSync(absolute, what.slice(space + 1), { mode: Number.parseInt(what.slice(0, space), 8) });
+    }
+  }
+  return memfsPort(vol);
+}
+
+beforeEach(() => {
+  vi.useFakeTimers();
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('paths owed to a hook held back, across a crash and a power cut (hook28)', () => {
+  it('are in state.json with the next pass, and after a power cut only the hook owed them runs', async () => {
+    const vol = new Volume();
+    vol.mkdirSync(ROOT, { recursive: true });
+    vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
+    const model = await PowerCutFs.over(memfsPort(vol), '/');
+    const runner = await StateFileRunner.open(model.fs);
+    runner.writes.push('nfs/a.json', 'nfs/b.json');
+
+    // reload's first process never ends (uninterruptible sleep): given up on; pass 2's nfs/b.json is refused to it
+    // and owed, while `every` runs with it.
+    const first = fakeSystem((command, pid) => command === '/usr/bin/reload' && pid === 1001);
+    const clock = new HeldClock();
+    const daemon = daemonOver(model.fs, runner, clock, first);
+    await daemon.start();
+    await until(() => clock.waits.length === 1);
+    clock.waits.shift()?.();
+    await until(
+      () => runner.passes === 1 && first.started.length === 2 && runner.state.pendingHookPaths.size === 0,
+    );
+    await until(() => clock.waits.length === 1);
+    clock.waits.shift()?.();
+    await until(
+      () => runner.passes === 2 && first.started.length === 3 && runner.state.pendingHookPaths.size === 0,
+    );
+    expect(first.started).toEqual(['/usr/bin/reload:1001', '/usr/bin/every:1002', '/usr/bin/every:1003']);
+    // Pass 3 changes nothing but what the hook run after pass 2 settled and owed: one write of state.json.
+    const writesBefore = runner.stateWrites;
+    await until(() => clock.waits.length === 1);
+    clock.waits.shift()?.();
+    await until(() => runner.passes === 3);
+    expect(runner.stateWrites).toBe(writesBefore + 1);
+    // Pass 4 changes nothing at all: state.json is not written again.
+    await until(() => clock.waits.length === 1);
+    clock.waits.shift()?.();
+    await until(() => runner.passes === 4);
+    expect(runner.stateWrites).toBe(writesBefore + 1);
+
+    // The power cut (no stop: the process is gone with pid 1001 still there): what is durable is all there is.
+    const after = volumeAfterPowerCut(model);
+    const kept = JSON.parse(String(await after.readFile(STATE_PATH, 'utf8'))) as Record<string, unknown>;
+    expect(kept.pendingHookPaths).toEqual([]);
+    expect(kept.owedHookPaths).toEqual([
+      { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], paths: ['nfs/b.json'] },
+    ]);
+
+    // The next daemon: no pass writes anything; its first hook run hands nfs/b.json to reload, and to reload only.
+    const next = fakeSystem(() => false);
+    const nextRunner = await StateFileRunner.open(after);
+    const nextClock = new HeldClock();
+    const restarted = daemonOver(after, nextRunner, nextClock, next);
+    try {
+      await restarted.start();
+      await until(() => nextClock.waits.length === 1);
+      nextClock.waits.shift()?.();
+      await until(() => nextRunner.passes === 1 && next.started.length === 1);
+      await until(() => nextClock.waits.length === 1);
+      nextClock.waits.shift()?.();
+      await until(() => nextRunner.passes === 2);
+      expect(next.started).toEqual(['/usr/bin/reload:1001']);
+      expect(next.changed.get(1001)).toEqual({ list: ['nfs/b.json'], truncated: false });
+      // Run: owed to nobody now, and state.json says so after the next pass's write.
+      const settled = JSON.parse(String(await after.readFile(STATE_PATH, 'utf8'))) as Record<string, unknown>;
+      expect(settled.owedHookPaths).toBeUndefined();
+    } finally {
+      const stopping = restarted.stop(1_000);
+      await vi.advanceTimersByTimeAsync(1_000);
+      await stopping;
+    }
+  });
+
+  it('keep their cut-short mark across a clean stop, and a hook not owed them does not run again', async () => {
+    const vol = new Volume();
+    vol.mkdirSync(ROOT, { recursive: true });
+    vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
+    const fs = memfsPort(vol);
+    const runner = await StateFileRunner.open(fs);
+    // Pass 2 writes one more file than a hook keeps owed (MAX_OWED_PATHS).
+    const many = Array.from({ length: 4097 }, (_, i) => `nfs/${String(i).padStart(4, '0')}.json`);
+    runner.writes.push(['nfs/a.json'], many);
+    const first = fakeSystem((command) => command === '/usr/bin/reload');
+    const clock = new HeldClock();
+    const daemon = daemonOver(fs, runner, clock, first);
+    await daemon.start();
+    await until(() => clock.waits.length === 1);
+    clock.waits.shift()?.();
+    await until(
+      () => runner.passes === 1 && first.started.length === 2 && runner.state.pendingHookPaths.size === 0,
+    );
+    await until(() => clock.waits.length === 1);
+    clock.waits.shift()?.();
+    await until(
+      () => runner.passes === 2 && first.started.length === 3 && runner.state.pendingHookPaths.size === 0,
+    );
+    const stopped = daemon.stop(1_000);
+    await vi.advanceTimersByTimeAsync(1_000);
+    await stopped;
+    const kept = JSON.parse(String(await fs.readFile(STATE_PATH, 'utf8'))) as {
+      pendingHookPaths: string[];
+      owedHookPaths: { match: string; paths: string[]; truncated?: boolean }[];
+    };
+    // hook27's handback at the stop made them pending for every hook (`every` ran again with them), unmarked.
+    expect(kept.pendingHookPaths).toEqual([]);
+    expect(kept.owedHookPaths.map((owed) => [owed.match, owed.paths.length, owed.truncated])).toEqual([
+      ['nfs/**', 4096, true],
+    ]);
+
+    const next = fakeSystem(() => false);
+    const nextRunner = await StateFileRunner.open(fs);
+    const nextClock = new HeldClock();
+    const restarted = daemonOver(fs, nextRunner, nextClock, next);
+    try {
+      await restarted.start();
+      await until(() => nextClock.waits.length === 1);
+      nextClock.waits.shift()?.();
+      await until(() => nextRunner.passes === 1 && next.started.length === 1);
+      expect(next.started).toEqual(['/usr/bin/reload:1001']);
+      expect(next.changed.get(1001)?.truncated).toBe(true);
+      expect(next.changed.get(1001)?.list).toHaveLength(4096);
+    } finally {
+      const stopping = restarted.stop(1_000);
+      await vi.advanceTimersByTimeAsync(1_000);
+      await stopping;
+    }
+  });
+});
+
+describe("state.json's owedHookPaths (hook28)", () => {
+  const file = {
+    version: 1,
+    deviceId: 'dvc_unit',
+    rootDir: ROOT,
+    files: {},
+    instances: {},
+    pendingHookPaths: [],
+    owedHookPaths: [
+      { match: 'nfs/**', run: ['/usr/bin/reload'], paths: ['nfs/a.json', '../etc/passwd'] },
+      { match: '**', run: ['/usr/bin/every', '-q'], paths: ['x.json'], truncated: true },
+    ],
+  };
+
+  it('is read alike by the quick check and the schema, and its paths go through the path guard', async () => {
+    expect(quickStateFile(file)).toEqual(stateSchemas().LocalStateFile.parse(file));
+    const vol = new Volume();
+    vol.mkdirSync(STATE_DIR, { recursive: true });
+    vol.writeFileSync(STATE_PATH, JSON.stringify(file));
+    const { state } = await loadLocalState(memfsPort(vol), STATE_DIR, 'dvc_unit', silentLogger(), ROOT);
+    expect(state.owedHookPaths).toEqual([
+      { match: 'nfs/**', run: ['/usr/bin/reload'], paths: ['nfs/a.json'] },
+      { match: '**', run: ['/usr/bin/every', '-q'], paths: ['x.json'], truncated: true },
+    ]);
+  });
+
+  it('counts as a change of state only when its contents change', () => {
+    const state = { ...emptyStateOf(), owedHookPaths: [{ match: 'a', run: ['b'], paths: ['x'] }] };
+    const snapshot = snapshotState(state);
+    state.owedHookPaths = [{ match: 'a', run: ['b'], paths: ['x'] }];
+    expect(sameAsSnapshot(state, snapshot)).toBe(true);
+    state.owedHookPaths = [{ match: 'a', run: ['b'], paths: ['x', 'y'] }];
+    expect(sameAsSnapshot(state, snapshot)).toBe(false);
+    state.owedHookPaths = [];
+    expect(sameAsSnapshot(state, snapshotState({ ...emptyStateOf() }))).toBe(true);
+  });
+});
+
+function emptyStateOf(): LocalState {
+  return {
+    deviceId: 'dvc_unit',
+    rootDir: ROOT,
+    files: new Map(),
+    instances: new Map(),
+    cooldowns: new Map(),
+    pendingHookPaths: new Set(),
+  };
+}
