@@ -510,7 +510,8 @@ export async function loadAgentConfig(
  * What start-up (loadAgentConfig) judges of a parsed configuration's places beyond its file: the agent's own
  * paths outside rootDir on real paths, hook programs no other user could change (`PATH` from `env`), and rootDir
  * and stateDir that no other user could swap, for the user `euid` (doctor runs as root and judges for
- * config-agent). Throws the ConfigError start-up exits 78 with.
+ * config-agent). Throws the ConfigError start-up exits 78 with. Returns the hooks whose program check did not
+ * answer (on `fs` gated as start-up's: `hangSafeConfigCalls`), which start-up takes unjudged.
  */
 export async function assertConfigPlaces(
   fs: ConfigFs,
@@ -518,10 +519,12 @@ export async function assertConfigPlaces(
   configPath: string,
   env: NodeJS.ProcessEnv,
   euid: number | undefined,
-): Promise<void> {
-  await assertOwnPathsOutsideRoot(config, configPath, ownPaths(config, configPath, env));
-  await assertHookProgramsTrusted(fs, config, configPath, env, euid);
+  ownPathsPort?: OwnPathsPort,
+): Promise<HookCheckUnanswered[]> {
+  await assertOwnPathsOutsideRoot(config, configPath, ownPaths(config, configPath, env), ownPathsPort);
+  const unanswered = await assertHookProgramsTrusted(fs, config, configPath, env, euid);
   await assertDirectoriesUnswappable(fs, config, configPath, euid, true);
+  return unanswered;
 }
 
 /**

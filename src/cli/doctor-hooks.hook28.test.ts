@@ -1,0 +1,104 @@
+// `config-agent doctor` judges hook programs as start-up does, bounded: one on a mount that does not answer is
+// reported as not judged (a FAIL line, exit 1) instead of holding doctor for good, and no more than two such checks
+// are left unanswered. A port whose calls under the "dead" directories never answer stands in for the mounts.
+
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import * as nodeFs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
+import { type DoctorEnvironment, runDoctor } from './doctor.js';
+import { ExitCode } from './exit-codes.js';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+/** node:fs/promises, except that a call naming a path under one of `dead` never answers; counted by directory. */
+function deadBelow(dead: readonly string[]): { fs: FsPort; calls: Map<string, number> } {
+  const calls = new Map<string, number>();
+  const fs = new Proxy(nodeFs as unknown as FsPort, {
+    get(target, name, receiver) {
+      const value: unknown = Reflect.get(target, name, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        const first = args[0];
+        const under = dead.find(
+          (dir) => typeof first === 'string' && (first === dir || first.startsWith(`${dir}/`)),
+        );
+        if (under === undefined) return Reflect.apply(value, target, args);
+        calls.set(under, (calls.get(under) ?? 0) + 1);
+        return new Promise(() => undefined);
+      };
+    },
+  });
+  return { fs, calls };
+}
+
+describe('doctor: hook programs on mounts that do not answer (hook28)', () => {
+  it('reports each as not judged, within the bound, and leaves at most two checks unanswered', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'config-agent-doctor-hooks-'));
+    dirs.push(dir);
+    const dead = ['nfs1', 'nfs2', 'nfs3'].map((name) => path.join(dir, name));
+    for (const mount of dead) mkdirSync(mount);
+    mkdirSync(path.join(dir, 'root'));
+    const keyPath = path.join(dir, 'api-key');
+    writeFileSync(keyPath, 'sk-doctor-hooks-test-key\n', { mode: 0o600 });
+    const configPath = path.join(dir, 'config.json');
+    writeFileSync(
+      configPath,
+      JSON.stringify({
+        deviceId: 'dvc_hooks',
+        // Nothing listens on the discard port: the service check fails at once, which this test does not look at.
+        server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: keyPath, timeoutSeconds: 1 },
+        rootDir: path.join(dir, 'root'),
+        stateDir: path.join(dir, 'state'),
+        socketPath: path.join(dir, 'agent.sock'),
+        hooks: dead.map((mount, i) => ({ match: `app${i}/**`, run: [path.join(mount, 'reload')] })),
+      }),
+      { mode: 0o600 },
+    );
+    const { fs, calls } = deadBelow(dead);
+    let out = '';
+    const stdout = new Writable({
+      write(chunk, _encoding, done) {
+        out += String(chunk);
+        done();
+      },
+    });
+    const env: DoctorEnvironment = {
+      groupFile: path.join(dir, 'no-group'),
+      passwdFile: path.join(dir, 'no-passwd'),
+      checkTimeoutMs: 1_000,
+      systemctl: async () => ({ status: 127, stdout: '' }),
+      now: () => Date.now(),
+      unit: 'config-agent.service',
+      placesFs: fs,
+      mountTable: {
+        mountinfo: async () =>
+          dead.map((mount, i) => `${90 + i} 27 0:${60 + i} / ${mount} rw - fuse dead${i} rw`).join('\n'),
+      },
+      mountAnswerMs: 50,
+    };
+    const code = await runDoctor(
+      { configPath },
+      { stdout, stderr: new Writable({ write: (_c, _e, d) => d() }), env: {}, isTty: false },
+      env,
+    );
+    const lines = out.split('\n');
+    expect(lines[0]).toMatch(/^ok {4}config/);
+    const hooks = lines.filter((line) => /^FAIL {2}hooks/.test(line));
+    expect(hooks).toHaveLength(3);
+    for (const [i, mount] of dead.entries())
+      expect(hooks[i]).toContain(`hooks[${i}].run[0] (${path.join(mount, 'reload')}) not judged`);
+    // The first two mounts' calls (the agent's own paths are resolved first) went unanswered: nothing more is asked.
+    expect(hooks[0]).toContain(`not checked: the mounts at ${dead[0]}, ${dead[1]} have not answered`);
+    // One call into each of two mounts, none into the third: two threads of the pool held at most.
+    expect([...calls.values()]).toEqual([1, 1]);
+    expect(calls.has(dead[2] ?? '')).toBe(false);
+    expect(code).toBe(ExitCode.NotConverged);
+  }, 20_000);
+});
