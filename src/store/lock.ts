@@ -939,7 +939,9 @@ export async function ownsRecordedFile(
   }
   let recorded: { rootDir?: unknown; files?: unknown };
   try {
-    recorded = JSON.parse(text) as typeof recorded;
+    // `?? {}`: JSON `null` threw reading its fields, out of trusted(), so a squatter naming such a state.json kept
+    // the agent from starting (lock25). Other JSON that is no object has neither field.
+    recorded = (JSON.parse(text) ?? {}) as typeof recorded;
   } catch {
     return false;
   }
