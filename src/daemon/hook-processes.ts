@@ -91,15 +91,21 @@ interface Reader {
   flag: Int32Array;
 }
 
+/** node:worker_threads as the reader takes it: only once a read is asked for; a stand-in in tests. */
+export type WorkerThreads = () => typeof import('node:worker_threads');
+
 /**
  * Reads files synchronously with a deadline: a thread of its own reads, the caller's thread waits for its answer
  * at most `ms` (Atomics.wait). A read past it is given up on ('late'): its thread stays stuck in the kernel, is left
  * (unref'd), and the next read starts another, at most MAX_STUCK_READERS stuck at once. When a stuck one's read
- * answers after all (a busy machine, a mount back), it ends and `freed` is told the file.
+ * answers after all (a busy machine, a mount back), it ends and `freed` is told the file. A file not read at all
+ * (MAX_STUCK_READERS stuck, or no thread to read with) is undefined, not 'late': nothing of it hung.
  */
 export function boundedFileReader(
   ms = ENVIRON_READ_MS,
   freed: (file: string) => void = () => undefined,
+  // node:worker_threads only once a read is asked for: a daemon without hooks never loads it (pino-bundle.test.ts).
+  threads: WorkerThreads = () => process.getBuiltinModule('node:worker_threads'),
 ): {
   read(file: string): Buffer | undefined | 'late';
   close(): void;
@@ -107,33 +113,41 @@ export function boundedFileReader(
   let reader: Reader | undefined;
   let stuck = 0;
   let next = 0;
-  // node:worker_threads only once a read is asked for: a daemon without hooks never loads it (pino-bundle.test.ts).
-  const threads = () => process.getBuiltinModule('node:worker_threads');
   const start = (): Reader | undefined => {
     const { MessageChannel, Worker } = threads();
     const flag = new Int32Array(new SharedArrayBuffer(4));
     const { port1, port2 } = new MessageChannel();
-    const worker = new Worker(READER_SOURCE, {
-      eval: true,
-      workerData: { port: port2, flag },
-      transferList: [port2],
-      stdout: false,
-      stderr: false,
-    });
+    let worker: Worker;
+    try {
+      worker = new Worker(READER_SOURCE, {
+        eval: true,
+        workerData: { port: port2, flag },
+        transferList: [port2],
+        stdout: false,
+        stderr: false,
+      });
+    } catch {
+      // No thread to be had (ERR_WORKER_INIT_FAILED, EAGAIN: the service's TasksMax= or the user's RLIMIT_NPROC
+      // reached, as by a hook's processes): it threw out of the hook's 'exit' listener and ended the agent (review33).
+      port1.close();
+      return undefined;
+    }
     worker.unref();
     port1.unref();
     worker.on('error', () => undefined);
     if (Atomics.wait(flag, 0, 0, READER_START_MS) === 'timed-out' && Atomics.load(flag, 0) === 0) {
       void worker.terminate();
+      port1.close();
       return undefined;
     }
     return { worker, port: port1, flag };
   };
   return {
     read(file) {
-      if (stuck >= MAX_STUCK_READERS) return 'late';
+      // Not read, nothing of it hung: unknown now, read again later (a 'late' pid was never read again; review33).
+      if (stuck >= MAX_STUCK_READERS) return undefined;
       reader ??= start();
-      if (reader === undefined) return 'late';
+      if (reader === undefined) return undefined;
       next += 1;
       const id = next;
       Atomics.store(reader.flag, 0, 0);
@@ -175,7 +189,11 @@ export function boundedFileReader(
  * `mmap_lock` and is read through `boundedFileReader`: a process whose read does not answer in ENVIRON_READ_MS is
  * not read again (its environ is unknown: undefined).
  */
-export function procProcessTable(procDir = '/proc', environMs = ENVIRON_READ_MS): ProcessTable {
+export function procProcessTable(
+  procDir = '/proc',
+  environMs = ENVIRON_READ_MS,
+  threads?: WorkerThreads,
+): ProcessTable {
   let reader: ReturnType<typeof boundedFileReader> | undefined;
   const unreadable = new Set<number>();
   return {
@@ -197,8 +215,10 @@ export function procProcessTable(procDir = '/proc', environMs = ENVIRON_READ_MS)
     get: (pid) => readStat(procDir, pid),
     environ: (pid) => {
       if (unreadable.has(pid)) return undefined;
-      reader ??= boundedFileReader(environMs, (file) =>
-        unreadable.delete(Number(path.basename(path.dirname(file)))),
+      reader ??= boundedFileReader(
+        environMs,
+        (file) => unreadable.delete(Number(path.basename(path.dirname(file)))),
+        threads,
       );
       const bytes = reader.read(`${procDir}/${pid}/environ`);
       if (bytes !== 'late') return bytes;
