@@ -7,6 +7,7 @@ import {
   opendirSync,
   openSync,
   readdirSync,
+  readlinkSync,
   type Stats,
   statSync,
   unlinkSync,
@@ -165,6 +166,52 @@ export function mountHoldingThatMayHang(mountinfo: string, realDir: string): str
   return holding === undefined || LOCAL_FILESYSTEMS.has(holding.type) ? undefined : holding.mountPoint;
 }
 
+/** Symlinks followed at most on one path's way (the kernel's MAXSYMLINKS). */
+const MAX_SYMLINK_HOPS = 40;
+
+/**
+ * The mount that may hang which a lookup of `absolute` goes into: the one holding it as written, or one that a
+ * symlink on its way leads into (a rootDir recorded as `/srv/config`, a symlink to `/mnt/nfs/config`). Symlinks are
+ * read with lstat and readlink on local mounts only, each component judged before it is looked up: never a call
+ * into a mount that may hang. A component that cannot be read (gone) ends the walk: the rest is judged as written.
+ */
+export function mountOnTheWay(mountinfo: string, absolute: string): string | undefined {
+  let at = '/';
+  let rest = absolute.split('/');
+  let hops = 0;
+  for (;;) {
+    if (at === '/') {
+      const holding = mountHoldingThatMayHang(mountinfo, at);
+      if (holding !== undefined) return holding;
+    }
+    const name = rest.shift();
+    if (name === undefined) return undefined;
+    if (name === '' || name === '.') continue;
+    if (name === '..') {
+      at = path.dirname(at);
+      continue;
+    }
+    const next = path.join(at, name);
+    // A mount point's own lstat is answered by the filesystem mounted there.
+    const mounted = mountHoldingThatMayHang(mountinfo, next);
+    if (mounted !== undefined) return mounted;
+    let target: string | undefined;
+    try {
+      target = lstatSync(next).isSymbolicLink() ? readlinkSync(next) : undefined;
+    } catch {
+      return mountHoldingThatMayHang(mountinfo, path.join(next, ...rest));
+    }
+    if (target === undefined) {
+      at = next;
+      continue;
+    }
+    hops += 1;
+    if (hops > MAX_SYMLINK_HOPS) return undefined;
+    rest = [...target.split('/'), ...rest];
+    if (target.startsWith('/')) at = '/';
+  }
+}
+
 /** What the port reads: rootDir's real path and the mount table (undefined where there is none). */
 export interface MountTablePort {
   realpath(file: string): Promise<string>;
@@ -260,10 +307,11 @@ export async function hangSafeFs(
   });
   fs.mountsThatMayHangBelow = (dir) => (dir === rootDir ? mayHang : new Set());
   const root = path.resolve(rootDir);
-  // rootDir as configured by its real path (a symlink to a mount that may hang is on that mount); the rest as written.
+  // rootDir as configured by its real path (a symlink to a mount that may hang is on that mount); the rest through
+  // the symlinks on their way too (review33: a former root spelled through one into a dead NFS mount was local).
   fs.mountThatMayHangAt = (file) => {
     const absolute = path.resolve(file);
-    return absolute === root ? rootMount : mountHoldingThatMayHang(mountTable, absolute);
+    return absolute === root ? rootMount : mountOnTheWay(mountTable, absolute);
   };
   fs.throughMountAt = (file, call) => {
     const absolute = path.resolve(file);

@@ -80,8 +80,8 @@ export type FsPort = Pick<
    */
   mayHangAt?: (file: string) => boolean;
   /**
-   * Optional: the mount point of the filesystem holding `file` (absolute, anywhere; judged as written, a symlink on
-   * its way not followed) when that filesystem may hang (NFS, CIFS, FUSE, ...), undefined when it is local
+   * Optional: the mount point of the filesystem holding `file` (absolute, anywhere; through the symlinks on its way,
+   * read on local mounts only) when that filesystem may hang (NFS, CIFS, FUSE, ...), undefined when it is local
    * (cli/hang-safe-fs.ts). store/same-root.ts does not stat a former rootDir on such a mount that is not rootDir's
    * own: nothing bounds that call. Without it: every path is taken as local.
    */
