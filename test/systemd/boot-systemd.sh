@@ -4,7 +4,8 @@
 # copied to /opt/ci inside (never /tmp: Debian's tmpfiles empties it at boot). Usage:
 #   boot-systemd.sh <scratch dir> [file to copy into /opt/ci]...
 # Runs in the foreground until systemd powers off (SIGRTMIN+4 to the systemd process, whose host pid is the
-# only child of this script's unshare). Needs root.
+# only child of this script's unshare). Needs root. BOOT_LOWER (default /) is the overlay's lower directory: another
+# distribution's root file system, such as a debootstrapped Debian 13 (scripts/trixie-systemd-check.sh).
 set -euo pipefail
 
 scratch=$1
@@ -31,7 +32,7 @@ top="$scratch/top"
 mkdir -p "$top"
 mount -t tmpfs -o size=512m tmpfs "$top"
 mkdir -p "$top/upper" "$top/work" "$top/root"
-mount -t overlay overlay -o "lowerdir=/,upperdir=$top/upper,workdir=$top/work" "$top/root"
+mount -t overlay overlay -o "lowerdir=${BOOT_LOWER:-/},upperdir=$top/upper,workdir=$top/work" "$top/root"
 root="$top/root"
 
 mkdir -p "$root/opt/ci"

@@ -76,7 +76,8 @@ describe('systemd/config-agent.service: directives the agent and the docs rely o
     expect(value('Group')).toBe('config-agent');
     // A dynamic user gets a new uid per start and would lose ownership of the files it wrote.
     expect(service.has('DynamicUser')).toBe(false);
-    expect(value('ExecReload')).toBe('kill -HUP $MAINPID');
+    // The shell's builtin kill: /bin/kill is procps's, not Essential, and a minimal Debian 13 has none (cit25).
+    expect(value('ExecReload')).toBe(`/bin/sh -c 'kill -HUP "$$MAINPID"'`);
   });
 
   it('hands the key over as the credential the config loader looks for, from the documented file', () => {
