@@ -178,7 +178,8 @@ beforeAll(async () => {
       'the system bus',
       () => {
         running = inside('systemctl is-system-running --wait');
-        return !/Failed to connect to bus/.test(running.stderr);
+        // 252 says "Failed to connect to bus", 257 "Failed to connect to system scope bus".
+        return !/Failed to connect to (system scope )?bus/.test(running.stderr);
       },
       60_000,
     );
