@@ -237,6 +237,7 @@ function stage({ name, arch, interpreter, depends, relations, node, triggers = f
       runtime: node ? 'its own Node.js runtime' : 'the system Node.js',
       runtimeFlags: node ? BUNDLED_RUNTIME_NODE_FLAGS : [],
       daemonRuntimeFlags: node ? BUNDLED_RUNTIME_DAEMON_NODE_FLAGS : [],
+      notifyWrapper: `/${LIB}/config-agent-notify`,
     }),
     0o755,
   );

@@ -6,12 +6,14 @@ export const ONCE_NODE_FLAGS: string[];
 export const BUNDLED_RUNTIME_NODE_FLAGS: string[];
 export const BUNDLED_RUNTIME_DAEMON_NODE_FLAGS: string[];
 export const REAL_TIME_SIGNALS: number[];
+export const NOTIFY_FD_VARIABLE: string;
 export function launcherScript(options: {
   interpreter: string;
   mainJs: string;
   runtime: string;
   runtimeFlags?: string[];
   daemonRuntimeFlags?: string[];
+  notifyWrapper?: string;
 }): string;
 export const DAEMON_MALLOC_ARENA_MAX: string;
 export const DAEMON_MALLOC_MMAP_THRESHOLD: string;

@@ -106,16 +106,42 @@ export const BUNDLED_RUNTIME_DAEMON_NODE_FLAGS = ['--no-maglev', '--no-opt'];
 export const REAL_TIME_SIGNALS = Array.from({ length: 31 }, (_, index) => 34 + index);
 
 /**
+ * The variable systemd/config-agent-notify sets to the descriptor of its socket to systemd (src/daemon/watchdog.ts
+ * NOTIFY_FD_VARIABLE). Set, even empty, it means the wrapper already ran: the launcher does not run it again.
+ */
+export const NOTIFY_FD_VARIABLE = 'CONFIG_AGENT_NOTIFY_FD';
+
+/**
  * The launcher: unsets those variables, then `exec`s the interpreter with the daemon's or `--once`'s flags, or
  * none, on main.cjs (exec keeps the process id: under Type=exec the agent itself is the unit's main process);
  * `runtimeFlags` go first on every command's line (BUNDLED_RUNTIME_NODE_FLAGS for the bundled runtime),
- * `daemonRuntimeFlags` last on the daemon's (BUNDLED_RUNTIME_DAEMON_NODE_FLAGS).
+ * `daemonRuntimeFlags` last on the daemon's (BUNDLED_RUNTIME_DAEMON_NODE_FLAGS). With `notifyWrapper` (the packages'
+ * config-agent-notify), a daemon started under systemd's watchdog (WATCHDOG_USEC and NOTIFY_SOCKET set) without the
+ * wrapper in front (NOTIFY_FD_VARIABLE unset: an `ExecStart=` drop-in naming this launcher alone) is run through it,
+ * so the drop-in's agent pings instead of being restarted every WatchdogSec=.
  * Shell builtins only (`export -p`, `read`, `case`, `unset`): the caller's PATH chooses no program. A value holding a newline can only make it unset one
  * more variable, never keep one.
  */
-export function launcherScript({ interpreter, mainJs, runtime, runtimeFlags = [], daemonRuntimeFlags = [] }) {
+export function launcherScript({
+  interpreter,
+  mainJs,
+  runtime,
+  runtimeFlags = [],
+  daemonRuntimeFlags = [],
+  notifyWrapper,
+}) {
   const node = [interpreter, ...runtimeFlags].join(' ');
   const daemonFlags = [...DAEMON_NODE_FLAGS, ...daemonRuntimeFlags].join(' ');
+  const watchdog =
+    notifyWrapper === undefined
+      ? []
+      : [
+          "    # Under systemd's watchdog (WatchdogSec=) without the unit's wrapper in front (an ExecStart= drop-in naming",
+          '    # only this launcher): the wrapper, so the agent has its socket to ping on (docs/operations.md, "The watchdog").',
+          `    if [ -n "\${WATCHDOG_USEC-}" ] && [ -n "\${NOTIFY_SOCKET-}" ] && [ -z "\${${NOTIFY_FD_VARIABLE}+set}" ] && [ -x ${notifyWrapper} ]; then`,
+          `      exec ${notifyWrapper} ${node} ${daemonFlags} ${mainJs} "$@"`,
+          '    fi',
+        ];
   return [
     '#!/bin/sh',
     `# config-agent: runs the bundled CLI with ${runtime}.`,
@@ -140,6 +166,7 @@ export function launcherScript({ interpreter, mainJs, runtime, runtimeFlags = []
     '    # Real-time signals (kill -RTMIN ... -RTMAX) ignored: Node can neither listen to them nor ignore them, and',
     "    # their default action ended the daemon. SIG_IGN survives the exec; Node's start-up resets 1-31 only.",
     `    trap '' ${REAL_TIME_SIGNALS.join(' ')}`,
+    ...watchdog,
     `    exec ${node} ${daemonFlags} ${mainJs} "$@" ;;`,
     'esac',
     '# Every other command prints: started with its standard output closed (`>&-`), Node would put /dev/null there',

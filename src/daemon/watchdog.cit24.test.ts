@@ -108,6 +108,29 @@ describe('startWatchdog (cit24)', () => {
     w.close();
   });
 
+  it('names both fixes, the period, and whether the wrapper ran but could not connect (cit25)', () => {
+    for (const [value, cause] of [
+      [undefined, 'without /usr/lib/config-agent/config-agent-notify'],
+      ['', 'config-agent-notify could not connect to $NOTIFY_SOCKET'],
+    ] as const) {
+      const w = world();
+      const env = { WATCHDOG_USEC, WATCHDOG_PID: String(PID), [NOTIFY_FD_VARIABLE]: value };
+      expect(startWatchdog({ env, pid: PID, clock: w.clock, logger: w.logger, signal: w.stop.signal })).toBe(
+        false,
+      );
+      const lines = w.log().trim().split('\n');
+      expect(lines).toHaveLength(1);
+      const line = JSON.parse(lines[0] as string) as { msg: string; wrapperRan: boolean };
+      expect(line.wrapperRan).toBe(value !== undefined);
+      expect(line.msg).toContain('every 120 s');
+      expect(line.msg).toContain(cause);
+      expect(line.msg).toContain('WatchdogSec=0');
+      expect(line.msg).toContain('/usr/bin/config-agent');
+      expect(w.clock.sleeps).toEqual([]);
+      w.close();
+    }
+  });
+
   it('a descriptor that is not writable is logged once and the pings end', async () => {
     const w = world();
     w.close();

@@ -35,11 +35,17 @@ export function startWatchdog(options: WatchdogOptions): boolean {
   if (!Number.isFinite(usec) || usec <= 0) return false;
   if (env.WATCHDOG_PID !== undefined && Number(env.WATCHDOG_PID) !== options.pid) return false;
   if (!Number.isInteger(fd) || fd < 3) {
-    // An ExecStart= drop-in that runs the agent (or node) without the wrapper: systemd restarts it each time.
+    // No socket: systemd kills the agent each time WatchdogSec= passes. One line saying which start it is and the
+    // fixes; the wrapper (when it ran) already said why it could not connect.
+    const wrapperFailed = env[NOTIFY_FD_VARIABLE] !== undefined;
     logger.error(
-      { watchdogSeconds: usec / 1_000_000 },
-      'WatchdogSec= is set but the agent has no socket to ping it on (ExecStart= does not run it through ' +
-        '/usr/lib/config-agent/config-agent-notify): systemd will restart the agent when it passes',
+      { watchdogSeconds: usec / 1_000_000, wrapperRan: wrapperFailed },
+      `WatchdogSec= is set but the agent has no socket to ping it on: systemd will kill and restart it every ${usec / 1_000_000} s. ` +
+        (wrapperFailed
+          ? 'config-agent-notify could not connect to $NOTIFY_SOCKET (its line above says why). '
+          : 'ExecStart= runs it without /usr/lib/config-agent/config-agent-notify (a drop-in naming node): ') +
+        'put /usr/lib/config-agent/config-agent-notify first in ExecStart= (or run /usr/bin/config-agent, which ' +
+        'does), or set WatchdogSec=0 in the drop-in (docs/operations.md, "The watchdog")',
     );
     return false;
   }

@@ -12,9 +12,11 @@ import {
   DAEMON_MALLOC_MMAP_THRESHOLD,
   DAEMON_NODE_FLAGS,
   launcherScript,
+  NOTIFY_FD_VARIABLE,
   ONCE_MALLOC_ENV,
   ONCE_NODE_FLAGS,
 } from '../../packaging/launcher.mjs';
+import { NOTIFY_FD_VARIABLE as AGENT_NOTIFY_FD_VARIABLE } from '../../src/daemon/watchdog.js';
 import { skipWithoutPackages } from '../helpers/built-packages.js';
 
 const REPO = path.resolve(import.meta.dirname, '../..');
@@ -36,7 +38,12 @@ async function launch(
   env: NodeJS.ProcessEnv,
   args: string[] = [],
   shell = '/bin/sh',
-  runtime: { interpreter: string; runtimeFlags: string[]; daemonRuntimeFlags?: string[] } = {
+  runtime: {
+    interpreter: string;
+    runtimeFlags: string[];
+    daemonRuntimeFlags?: string[];
+    notifyWrapper?: string;
+  } = {
     interpreter: process.execPath,
     runtimeFlags: [],
   },
@@ -285,6 +292,49 @@ describe('the launcher', () => {
         NO_PROXY: 'localhost',
       });
       expect(existsSync(path.join(dir, 'coverage'))).toBe(false);
+    },
+  );
+  it.each(['/bin/sh', 'bash'])(
+    "runs the daemon through the notify wrapper under systemd's watchdog when nothing in front did (cit25, %s)",
+    async (shell) => {
+      if (shell === 'bash' && spawnSync('bash', ['-c', 'true']).error !== undefined) return;
+      expect(NOTIFY_FD_VARIABLE).toBe(AGENT_NOTIFY_FD_VARIABLE);
+      // A stand-in for config-agent-notify: names a descriptor, as the real one does once connected.
+      const wrapper = path.join(dir, 'notify');
+      await writeFile(wrapper, `#!/bin/sh\nexport ${NOTIFY_FD_VARIABLE}=wrapped\nexec "$@"\n`, {
+        mode: 0o755,
+      });
+      const runtime = { interpreter: process.execPath, runtimeFlags: [], notifyWrapper: wrapper };
+      const watchdog = { WATCHDOG_USEC: '120000000', NOTIFY_SOCKET: '/run/systemd/notify' };
+      const config = ['--config', '/etc/a b.json'];
+      // An ExecStart= drop-in naming the launcher alone: wrapped, the daemon's flags and arguments intact.
+      for (const args of [[], config, ['--config=/etc/a.json']]) {
+        const out = await launch(watchdog, args, shell, runtime);
+        expect(out.env[NOTIFY_FD_VARIABLE]).toBe('wrapped');
+        expect(out.execArgv).toEqual(DAEMON_NODE_FLAGS);
+        expect(out.argv).toEqual(args);
+      }
+      // The unit's ExecStart= (the wrapper already ran, connected or not), no watchdog, no notify socket,
+      // another command, or no wrapper installed: run as before.
+      const kept = [
+        [{ ...watchdog, [NOTIFY_FD_VARIABLE]: '3' }, config, '3'],
+        [{ ...watchdog, [NOTIFY_FD_VARIABLE]: '' }, config, ''],
+        [{ NOTIFY_SOCKET: watchdog.NOTIFY_SOCKET }, config, undefined],
+        [{ WATCHDOG_USEC: watchdog.WATCHDOG_USEC }, config, undefined],
+        [watchdog, ['--once'], undefined],
+        [watchdog, ['status'], undefined],
+      ] as const;
+      for (const [env, args, fd] of kept) {
+        const out = await launch(env, [...args], shell, runtime);
+        expect(out.env[NOTIFY_FD_VARIABLE]).toBe(fd);
+        expect(out.argv).toEqual(args);
+      }
+      const missing = await launch(watchdog, config, shell, {
+        ...runtime,
+        notifyWrapper: path.join(dir, 'absent'),
+      });
+      expect(missing.env[NOTIFY_FD_VARIABLE]).toBeUndefined();
+      expect(missing.execArgv).toEqual(DAEMON_NODE_FLAGS);
     },
   );
 });

@@ -386,6 +386,56 @@ describe('config-agent-node .deb under a real systemd (skipped with the reason w
   );
 
   underSystemd(
+    'an ExecStart= drop-in naming the launcher alone is still pinged; one naming Node says at error how to fix it (cit25)',
+    async () => {
+      const dropIn = '/etc/systemd/system/config-agent.service.d/60-cit25-execstart.conf';
+      const run = (execStart: string) =>
+        inside(
+          `mkdir -p ${path.dirname(dropIn)} && ` +
+            `printf '[Service]\\nExecStart=\\nExecStart=%s\\nWatchdogSec=3s\\nRestartSec=1s\\nTimeoutStopSec=3s\\n' '${execStart}' > ${dropIn} && ` +
+            'systemctl daemon-reload && systemctl restart config-agent',
+        );
+      const watched = () => unitProps('MainPID,NRestarts,ActiveState,WatchdogTimestampMonotonic');
+      // The launcher alone: it runs the daemon through config-agent-notify itself (before, restarted every 3 s here).
+      const setUp = run('/usr/bin/config-agent --config /etc/config-agent/config.json');
+      expect(setUp.status, setUp.stdout + setUp.stderr).toBe(0);
+      const first = watched();
+      expect(first.ActiveState).toBe('active');
+      let now = first;
+      await until(
+        'pings across two watchdog periods',
+        () => {
+          now = watched();
+          return (
+            Number(now.WatchdogTimestampMonotonic) - Number(first.WatchdogTimestampMonotonic) > 6_000_000 ||
+            now.MainPID !== first.MainPID
+          );
+        },
+        30_000,
+      );
+      expect(now.MainPID).toBe(first.MainPID);
+      expect(now.NRestarts).toBe(first.NRestarts);
+      // Node named in ExecStart=: nothing can give it a socket; one error line names both fixes.
+      const since = inside('date +%s').stdout.trim();
+      const naked = run(
+        '/usr/lib/config-agent/node/bin/node /usr/lib/config-agent/dist/main.cjs --config /etc/config-agent/config.json',
+      );
+      expect(naked.status, naked.stdout + naked.stderr).toBe(0);
+      const errors = () =>
+        inside(`journalctl -u config-agent -o cat --since @${since}`)
+          .stdout.split('\n')
+          .filter((line) => line.includes('no socket to ping it on'));
+      await until('the error line', () => errors().length > 0, 30_000);
+      expect(errors()[0]).toContain('WatchdogSec=0');
+      expect(errors()[0]).toContain('config-agent-notify first in ExecStart=');
+      const tornDown = inside(`rm -f ${dropIn} && systemctl daemon-reload && systemctl restart config-agent`);
+      expect(tornDown.status, tornDown.stdout + tornDown.stderr).toBe(0);
+      expect(inside('systemctl is-active config-agent').stdout.trim()).toBe('active');
+    },
+    120_000,
+  );
+
+  underSystemd(
     "a files.rules group is given to the file under the shipped unit's sandbox (adv21: SystemCallFilter= took fchown)",
     async () => {
       // The documented way: a group the agent joins with a SupplementaryGroups= drop-in, a rule naming it. Before
