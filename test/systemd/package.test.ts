@@ -121,8 +121,12 @@ describe.skipIf(!haveDpkg || bundled === undefined)(
       ].join(' ')} /usr/lib/config-agent/dist/main.cjs "$@" ;;`;
       const lines = launcherOf(bundled as string);
       expect(lines.map((line) => line.trim())).toContain(daemonLine);
-      // Only the daemon's line: --once and the other commands keep the compilers.
-      expect(lines.filter((line) => line.includes('--no-opt'))).toHaveLength(1);
+      // Only the daemon's lines (as it is, and through config-agent-notify when a drop-in left the wrapper out:
+      // cit25): --once and the other commands keep the compilers.
+      expect(lines.filter((line) => line.includes('--no-opt')).map((line) => line.trim())).toEqual([
+        daemonLine.replace('exec ', 'exec /usr/lib/config-agent/config-agent-notify ').replace(' ;;', ''),
+        daemonLine,
+      ]);
       if (all !== undefined) {
         expect(
           launcherOf(all).filter((line) => line.includes('--no-opt') || line.includes('--no-maglev')),
