@@ -5,23 +5,13 @@ import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import { createServiceTransport } from '../api/transport.js';
 import type { HookCheckUnanswered } from '../config/hook-programs.js';
-import {
-  assertConfigPlaces,
-  type ConfigFs,
-  loadApiKey,
-  loadConfigFile,
-  resolveConfigPath,
-} from '../config/load.js';
+import { assertConfigPlaces, loadApiKey, loadConfigFile, resolveConfigPath } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
-import { MAX_UNANSWERED_CHECKS } from '../daemon/hooks.js';
-import { systemClock } from '../lib/clock.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
-import type { FsPort } from '../lib/fs-port.js';
+import { boundedPlaces, notJudgedText, type PlacesBounds } from './doctor-bounds.js';
 import { ExitCode } from './exit-codes.js';
-import { hangSafeConfigCalls, type MountTablePort } from './hang-safe-fs.js';
 import { AGENT_ACCOUNT, agentAccount, type InitEnvironment } from './init.js';
 import type { CommandIo } from './io.js';
-import { MOUNT_ANSWER_MS, MountLanes, MountNotAnswering } from './mount-gate.js';
 import { checkService } from './service-check.js';
 import { rootDirHiddenFromUnit, textfileHiddenFromUnit } from './unit-sandbox.js';
 
@@ -35,7 +25,8 @@ export interface SystemctlResult {
 }
 
 export interface DoctorEnvironment
-  extends Pick<InitEnvironment, 'groupFile' | 'passwdFile' | 'checkTimeoutMs' | 'unitHides'> {
+  extends Pick<InitEnvironment, 'groupFile' | 'passwdFile' | 'checkTimeoutMs' | 'unitHides'>,
+    PlacesBounds {
   /** Runs systemctl with these arguments; a missing systemctl resolves with status 127. */
   systemctl: (args: readonly string[]) => Promise<SystemctlResult>;
   now: () => number;
@@ -45,77 +36,6 @@ export interface DoctorEnvironment
    * /var/lib, /var/cache, /var/log, /run for a system unit); tests point them at scratch directories.
    */
   unitDirectoryBases?: Readonly<Record<UnitDirectoryKind, string>>;
-  /**
-   * What the checks of places (hook programs, rootDir, stateDir) are made on, as start-up's are: every call into a
-   * mount that may hang (per `mountTable`) bounded by `mountAnswerMs` (MOUNT_ANSWER_MS). Tests stand in for a dead
-   * mount; node:fs/promises and /proc/self/mountinfo otherwise.
-   */
-  placesFs?: FsPort;
-  mountTable?: Pick<MountTablePort, 'mountinfo'>;
-  mountAnswerMs?: number;
-}
-
-/** A check not made: MAX_UNANSWERED_CHECKS calls into mounts that may hang have not answered (each holds a thread). */
-class ChecksNotAnswering extends MountNotAnswering {
-  constructor(mounts: readonly string[]) {
-    super(mounts.join(', '), 0);
-    this.message = `ETIMEDOUT: not checked: the mounts at ${mounts.join(', ')} have not answered (a dead NFS server, a wedged FUSE daemon?), and each holds one of the process's four fs threads`;
-    this.name = 'ChecksNotAnswering';
-  }
-}
-
-/**
- * The port doctor judges places on: start-up's gated calls (`hangSafeConfigCalls`: one call at a time into each
- * mount that may hang, failing with ETIMEDOUT after the bound), and no call at all once MAX_UNANSWERED_CHECKS
- * mounts have a call unanswered, as the daemon's hook checks stop there: doctor's own later calls (the key, the
- * service's name lookup) need a thread of libuv's pool too.
- */
-async function boundedPlaces(env: DoctorEnvironment) {
-  const lanes = new MountLanes(systemClock, env.mountAnswerMs ?? MOUNT_ANSWER_MS);
-  const calls = await hangSafeConfigCalls(
-    lanes,
-    env.placesFs ?? (nodeFs as unknown as FsPort),
-    ...(env.mountTable === undefined ? [] : [env.mountTable]),
-  );
-  const refuse = (): void => {
-    const late = lanes.lateMounts();
-    if (late.length >= MAX_UNANSWERED_CHECKS) throw new ChecksNotAnswering(late);
-  };
-  const fs = new Proxy(calls.fs, {
-    get(target, name, receiver) {
-      const value: unknown = Reflect.get(target, name, receiver);
-      if (typeof value !== 'function') return value;
-      return (...args: unknown[]) => {
-        try {
-          refuse();
-        } catch (error) {
-          return Promise.reject(error);
-        }
-        return Reflect.apply(value, target, args);
-      };
-    },
-  });
-  const own = calls.ownPathsPort;
-  const capped =
-    <A extends unknown[], T>(call: (...args: A) => Promise<T>) =>
-    (...args: A): Promise<T> => {
-      try {
-        refuse();
-      } catch (error) {
-        return Promise.reject(error);
-      }
-      return call(...args);
-    };
-  return {
-    fs: fs as ConfigFs,
-    // The agent's own paths are resolved first (a hook program among them): as bounded, as capped.
-    ownPathsPort: {
-      ...own,
-      realpath: capped((file: string) => own.realpath(file)),
-      readlink: capped((file: string) => own.readlink(file)),
-      stat: capped((file: string) => own.stat(file)),
-    },
-  };
 }
 
 /** A hook program whose check did not answer: not judged, which doctor cannot call ok. */
@@ -123,7 +43,7 @@ function unjudgedHook(unanswered: HookCheckUnanswered): Check {
   return {
     name: 'hooks',
     ok: false,
-    detail: `${unanswered.hook} (${unanswered.program}) not judged: its check did not answer (${unanswered.why}); the agent takes it unjudged and refuses each run while the check does not answer`,
+    detail: notJudgedText(unanswered),
   };
 }
 

@@ -19,6 +19,7 @@ import { DEFAULT_CONFIG_PATH } from '../config/schema.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { makeDirectoryDurably, publishFile, removeManagedFile } from '../store/durable-writer.js';
 import { DiskError } from '../store/errors.js';
+import { boundedPlaces, notJudgedText, type PlacesBounds } from './doctor-bounds.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
 import { checkService, type ServiceCheckResult } from './service-check.js';
@@ -39,7 +40,7 @@ export interface InitCommand {
 }
 
 /** Where init looks and writes besides the config path; tests point these into a scratch directory. */
-export interface InitEnvironment {
+export interface InitEnvironment extends PlacesBounds {
   stdin: NodeJS.ReadableStream;
   stdinIsTty: boolean;
   groupFile: string;
@@ -504,8 +505,18 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
     if (textfileHidden !== undefined) throw new InitFailure(textfileHidden, ExitCode.Config);
 
     const { uid, gid } = await agentAccount(env);
-    // What start-up refuses of where things are (exit 78, no restart), refused before anything is written.
-    await assertConfigPlaces(fs, config, configPath, io.env, uid);
+    // What start-up refuses of where things are (exit 78, no restart), refused before anything is written. Bounded
+    // as start-up's checks: a hook program on a dead mount held init for good; such a one is taken, as start-up does.
+    const places = await boundedPlaces({ ...env, placesFs: env.placesFs ?? fs });
+    const unjudged = await assertConfigPlaces(
+      places.fs,
+      config,
+      configPath,
+      io.env,
+      uid,
+      places.ownPathsPort,
+    );
+    for (const unanswered of unjudged) io.stdout.write(`warning: ${notJudgedText(unanswered)}\n`);
 
     // An init killed mid-write left its temp file there: removed now, before this run writes its own.
     const written = new Set([path.dirname(configPath), path.dirname(keyPath), env.dropInDir]);
