@@ -1,6 +1,6 @@
 // lock25: rootDir's ACL read from its xattr by perl's getxattr(2), so trusting a holder by it needs no getfacl.
 import { spawnSync } from 'node:child_process';
-import { chmod, mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -81,6 +81,17 @@ describe("rootDir's ACL without getfacl (lock25)", () => {
     // Neither can read it (no such directory; no tools): not known.
     expect(await rootAcl(path.join(dir, 'gone'))).toBeUndefined();
     expect(await rootAcl(rootDir, { perl: NOWHERE, getfacl: NOWHERE })).toBeUndefined();
+  });
+
+  // Where getxattr's number is known (lock.ts's table): elsewhere perl is not asked.
+  const PERL_ASKED = ['x64', 'ia32', 'arm', 'arm64', 'riscv64', 'loong64'].includes(process.arch);
+  it.skipIf(!PERL_ASKED)("perl's answer that is not hex is no answer: getfacl is asked instead", async () => {
+    const fakePerl = path.join(dir, 'perl');
+    await writeFile(fakePerl, "#!/bin/sh\nprintf '02000000zz'\n", { mode: 0o755 });
+    expect(await rootAcl(rootDir, { perl: fakePerl, getfacl: NOWHERE })).toBeUndefined();
+    // The same bytes in hex: an ACL of no entries.
+    await writeFile(fakePerl, "#!/bin/sh\nprintf '02000000'\n", { mode: 0o755 });
+    expect(await rootAcl(rootDir, { perl: fakePerl, getfacl: NOWHERE })).toStrictEqual([]);
   });
 
   // getfacl was the only reader: on a device without the acl package (neither package depends on it) a root

@@ -1,10 +1,13 @@
 // lock25: on Node 20, an agent before lock24 on Node 24 (the unpadded lock name) is found in /proc/net/unix.
-import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { spawnSync } from 'node:child_process';
+import { mkdir, mkdtemp, readdir, readlink, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type AclEntry, RootLockedError, unreachableLegacyHolder } from './lock.js';
 
+/** setfacl (package acl, which .ci/run installs) to give rootDir an ACL entry. */
+const HAS_SETFACL = spawnSync('setfacl', ['--version']).status === 0;
 let dir: string;
 
 beforeEach(async () => {
@@ -59,6 +62,10 @@ describe('an agent before lock24 on Node 24, seen from Node 20 (lock25)', () => 
       ],
     );
     const refused = await judge(proc);
+    // Its table read synchronously and closed: no descriptor left on it.
+    const fds = await readdir('/proc/self/fd');
+    const targets = await Promise.all(fds.map((fd) => readlink(`/proc/self/fd/${fd}`).catch(() => '')));
+    expect(targets.filter((target) => target === path.join(proc, 'net/unix'))).toStrictEqual([]);
     expect(refused).toBeInstanceOf(RootLockedError);
     expect(refused?.pid).toBe(7);
     expect(refused?.rootDir).toBe('/srv/root');
@@ -86,6 +93,21 @@ describe('an agent before lock24 on Node 24, seen from Node 20 (lock25)', () => 
     expect(await judge(proc)).toBeUndefined();
   });
 
+  // Both in the table: only the unpadded name's socket is the old agent's; the padded one is a Node 20 agent's.
+  it("the padded name's holder is not taken for the old agent's when both names are bound", async () => {
+    const proc = await fakeProc(
+      [line(4242, `@config-agent-root-1:2${'@'.repeat(86)}`), line(4343, '@config-agent-root-1:2')],
+      [{ pid: 7, sockets: [4242], uid: 0 }],
+    );
+    expect(await judge(proc)).toBeUndefined();
+  });
+
+  it('a table that cannot be read (a directory there): not seen, not thrown', async () => {
+    const proc = await fakeProc(undefined, [{ pid: 7, sockets: [4242], uid: 0 }]);
+    await mkdir(path.join(proc, 'net/unix'));
+    await expect(judge(proc)).resolves.toBeUndefined();
+  });
+
   it('not when /proc cannot tell: no table, or no process shown holding the socket (hidepid)', async () => {
     const holder = { pid: 7, sockets: [4242], uid: 0 };
     expect(await judge(await fakeProc(undefined, [holder]))).toBeUndefined();
@@ -110,6 +132,14 @@ describe('an agent before lock24 on Node 24, seen from Node 20 (lock25)', () => 
     // Masked, the entry does not let it write.
     const masked = acl.map((entry) => (entry.tag === 'mask' ? { ...entry, write: false } : entry));
     expect(await judge(proc, async () => masked)).toBeUndefined();
+    // By default rootDir's own ACL is read (rootAcl): an entry for uid 4242 on a real directory.
+    if (HAS_SETFACL) {
+      const rootDir = path.join(dir, 'root');
+      await mkdir(rootDir, { mode: 0o755 });
+      expect(await unreachableLegacyHolder(LEGACY, rootDir, ROOT, '/s', proc)).toBeUndefined();
+      expect(spawnSync('setfacl', ['-m', 'u:4242:rwx', rootDir]).status).toBe(0);
+      expect((await unreachableLegacyHolder(LEGACY, rootDir, ROOT, '/s', proc))?.pid).toBe(7);
+    }
     // rootDir other-writable: anyone may write it anyway, and its lock is believed.
     expect(
       (await unreachableLegacyHolder(LEGACY, '/srv/root', { ...ROOT, mode: 0o40777 }, '/s', proc, NO_ACL))
