@@ -17,6 +17,7 @@ import {
   signalQuietly,
   stillRunning,
 } from './hook-processes.js';
+import { NOTIFY_FD_VARIABLE } from './watchdog.js';
 
 /** Same shape as the config's `hooks` entries (HookConfig in src/config/schema.ts). */
 export interface HookSpec {
@@ -238,6 +239,13 @@ const LEFTOVER_POLL_MS = 50;
 
 // A hook must never see the API key: not the variable, not the credentials directory that holds the file.
 const SECRET_ENV = /API_?KEY|CREDENTIALS_DIRECTORY/i;
+/**
+ * systemd's notify and watchdog variables and the wrapper's descriptor (daemon/watchdog.ts) are the agent's own: a
+ * hook's program that speaks sd_notify sent its READY=1 or WATCHDOG=1 as the agent's unit (refused and logged by
+ * systemd under NotifyAccess=main; taken under a drop-in's NotifyAccess=all), and one that checks NOTIFY_SOCKET
+ * took itself for a service systemd watches (review33).
+ */
+const SUPERVISOR_ENV = new Set(['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID', NOTIFY_FD_VARIABLE]);
 
 /** The changed paths (relative to rootDir) that the hook's glob matches, dot files included, in input order. */
 export function matchingPaths(hook: HookSpec, changedPaths: readonly string[]): string[] {
@@ -262,6 +270,7 @@ function hookEnvironment(
     if (
       value !== undefined &&
       !SECRET_ENV.test(name) &&
+      !SUPERVISOR_ENV.has(name) &&
       name !== CHANGED_TRUNCATED_ENV &&
       name !== HOOK_RUN_ENV
     )
