@@ -84,6 +84,11 @@ export async function boundedPlaces(
   };
 }
 
+/** Whether `error` is a bounded call that did not answer (or was not made while two mounts have not): not judged. */
+export function notAnswered(error: unknown): error is MountNotAnswering {
+  return error instanceof MountNotAnswering;
+}
+
 /** What doctor and init say of a hook program whose check did not answer: the agent takes it unjudged. */
 export function notJudgedText(unanswered: HookCheckUnanswered): string {
   return `${unanswered.hook} (${unanswered.program}) not judged: its check did not answer (${unanswered.why}); the agent takes it unjudged and refuses each run while the check does not answer`;

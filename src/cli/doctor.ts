@@ -1,14 +1,13 @@
 // `config-agent doctor`: checks config, key, directories, the unit, the service and the clock; one line per check.
 import { execFile } from 'node:child_process';
 import type { Stats } from 'node:fs';
-import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import { createServiceTransport } from '../api/transport.js';
 import type { HookCheckUnanswered } from '../config/hook-programs.js';
 import { assertConfigPlaces, loadApiKey, loadConfigFile, resolveConfigPath } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
-import { boundedPlaces, notJudgedText, type PlacesBounds } from './doctor-bounds.js';
+import { boundedPlaces, notAnswered, notJudgedText, type PlacesBounds } from './doctor-bounds.js';
 import { ExitCode } from './exit-codes.js';
 import { AGENT_ACCOUNT, agentAccount, type InitEnvironment } from './init.js';
 import type { CommandIo } from './io.js';
@@ -78,9 +77,12 @@ function modeText(stats: Stats): string {
   return (stats.mode & 0o7777).toString(8).padStart(4, '0');
 }
 
-async function statOrUndefined(file: string): Promise<Stats | undefined> {
+/** The stat of doctor's judgements of configured places: bounded on mounts that may hang (doctor-bounds.ts). */
+type PlaceStat = (file: string) => Promise<Stats>;
+
+async function statOrUndefined(stat: PlaceStat, file: string): Promise<Stats | undefined> {
   try {
-    return await nodeFs.stat(file);
+    return await stat(file);
   } catch (error) {
     if (errnoCode(error) === 'ENOENT') return undefined;
     throw error;
@@ -89,6 +91,7 @@ async function statOrUndefined(file: string): Promise<Stats | undefined> {
 
 /** Owner, group and mode of a path against what the unit and docs expect. */
 async function ownership(
+  stat: PlaceStat,
   name: string,
   file: string,
   want: { uid: number; gid: number; mode: number; ownerText: string; dir: boolean },
@@ -96,8 +99,10 @@ async function ownership(
 ): Promise<Check> {
   let stats: Stats | undefined;
   try {
-    stats = await statOrUndefined(file);
+    stats = await statOrUndefined(stat, file);
   } catch (error) {
+    // A mount that did not answer within the bound (or two that have not): not judged, the mount named.
+    if (notAnswered(error)) return { name, ok: false, detail: `${file} not judged: ${errorMessage(error)}` };
     return { name, ok: false, detail: `${file}: cannot stat: ${errorMessage(error)}` };
   }
   if (stats === undefined) {
@@ -135,6 +140,7 @@ function showProperties(stdout: string): Record<string, string> {
  */
 async function unitCannotWrite(
   env: DoctorEnvironment,
+  realpath: (file: string) => Promise<string>,
   rootDir: string,
   remedy = `sudo config-agent init --root-dir ${rootDir} writes the drop-in`,
 ): Promise<string | undefined> {
@@ -159,7 +165,13 @@ async function unitCannotWrite(
       entries(props[kind]).map((entry) => path.join(bases[kind], entry.split(':')[0] ?? entry)),
     ),
   ];
-  const real = await nodeFs.realpath(rootDir).catch(() => rootDir);
+  let real = rootDir;
+  try {
+    real = await realpath(rootDir);
+  } catch (error) {
+    // Bounded (doctor-bounds.ts): a dead mount on the way is said, not waited on for good nor taken as covered.
+    if (notAnswered(error)) return `${rootDir} not judged: ${errorMessage(error)}`;
+  }
   const covered = (dir: string) => writable.some((entry) => dir === entry || dir.startsWith(`${entry}/`));
   if (covered(rootDir) || covered(real)) return undefined;
   return (
@@ -174,8 +186,8 @@ const INIT_COMMAND =
   'sudo config-agent init --device-id <id> --base-url <url> --api-key-file <file> writes it';
 
 /** Whether `file` exists; an error other than ENOENT (EACCES) counts as there, for the check that reads it. */
-async function exists(file: string): Promise<boolean> {
-  return nodeFs.access(file).then(
+async function exists(stat: PlaceStat, file: string): Promise<boolean> {
+  return stat(file).then(
     () => true,
     (error: unknown) => errnoCode(error) !== 'ENOENT',
   );
@@ -234,19 +246,23 @@ export async function runDoctor(
   let config: AgentConfig | undefined;
   let unjudged: HookCheckUnanswered[] = [];
   // Never configured (the package installed, init not run yet): one line saying so and what writes it.
-  const configMissing = !(await exists(configPath));
+  // Every place judged below through start-up's bounds: a dead NFS or unserved FUSE mount under rootDir, stateDir,
+  // the key or the config held doctor for good in node:fs (hook28, hook29).
+  const places = await boundedPlaces(env);
+  const stat: PlaceStat = (file) => places.fs.stat(file);
+  const realpath = (file: string) => places.ownPathsPort.realpath(file);
+  const configMissing = !(await exists(stat, configPath));
   if (configMissing)
     report({ name: 'config', ok: false, detail: `${configPath} does not exist: ${INIT_COMMAND}` });
   else
     try {
-      config = await loadConfigFile(nodeFs, configPath);
+      config = await loadConfigFile(places.fs, configPath);
       // The rest of start-up's judgement (exit 78): the places, for the agent's user when it exists.
       const agentUid = await agentAccount(env).then(
         (found) => found.uid,
         () => process.geteuid?.(),
       );
       // Bounded as start-up's checks: a hook program on a dead mount held doctor for good (hook28).
-      const places = await boundedPlaces(env);
       unjudged = await assertConfigPlaces(
         places.fs,
         config,
@@ -277,7 +293,7 @@ export async function runDoctor(
     const { uid, gid } = account;
     const group = `root:${AGENT_ACCOUNT}`;
     report(
-      await ownership('confdir', path.dirname(configPath), {
+      await ownership(stat, 'confdir', path.dirname(configPath), {
         uid: 0,
         gid,
         mode: 0o750,
@@ -287,23 +303,35 @@ export async function runDoctor(
     );
     if (!configMissing)
       report(
-        await ownership('config', configPath, { uid: 0, gid, mode: 0o640, ownerText: group, dir: false }),
+        await ownership(stat, 'config', configPath, {
+          uid: 0,
+          gid,
+          mode: 0o640,
+          ownerText: group,
+          dir: false,
+        }),
       );
     if (config !== undefined) {
       const keyFile = config.server.apiKeyFile;
       report(
-        await ownership('key', keyFile, { uid: 0, gid: 0, mode: 0o600, ownerText: 'root:root', dir: false }),
+        await ownership(stat, 'key', keyFile, {
+          uid: 0,
+          gid: 0,
+          mode: 0o600,
+          ownerText: 'root:root',
+          dir: false,
+        }),
       );
       const agent = `${AGENT_ACCOUNT}:${AGENT_ACCOUNT}`;
       const hidden =
         (env.unitHides === undefined
           ? undefined
-          : await rootDirHiddenFromUnit(nodeFs, config.rootDir, env.unitHides)) ??
-        (await unitCannotWrite(env, config.rootDir));
+          : await rootDirHiddenFromUnit({ realpath }, config.rootDir, env.unitHides)) ??
+        (await unitCannotWrite(env, realpath, config.rootDir));
       report(
         hidden !== undefined
           ? { name: 'rootDir', ok: false, detail: hidden }
-          : await ownership('rootDir', config.rootDir, {
+          : await ownership(stat, 'rootDir', config.rootDir, {
               uid,
               gid,
               mode: config.files.dirMode,
@@ -313,6 +341,7 @@ export async function runDoctor(
       );
       report(
         await ownership(
+          stat,
           'stateDir',
           config.stateDir,
           { uid, gid, mode: 0o700, ownerText: agent, dir: true },
@@ -326,8 +355,13 @@ export async function runDoctor(
         const problem =
           (env.unitHides === undefined
             ? undefined
-            : await textfileHiddenFromUnit(nodeFs, textfile, env.unitHides)) ??
-          (await unitCannotWrite(env, dir, `a drop-in with ReadWritePaths=-${dir} lets it write there`));
+            : await textfileHiddenFromUnit({ realpath }, textfile, env.unitHides)) ??
+          (await unitCannotWrite(
+            env,
+            realpath,
+            dir,
+            `a drop-in with ReadWritePaths=-${dir} lets it write there`,
+          ));
         report(
           problem !== undefined
             ? { name: 'metrics', ok: false, detail: `metrics.textfile: ${problem}` }
@@ -338,13 +372,15 @@ export async function runDoctor(
   }
 
   const keyFile = config?.server.apiKeyFile ?? path.join(path.dirname(configPath), 'api-key');
-  report(await unitCheck(env, configMissing ? configPath : (await exists(keyFile)) ? undefined : keyFile));
+  report(
+    await unitCheck(env, configMissing ? configPath : (await exists(stat, keyFile)) ? undefined : keyFile),
+  );
 
   if (config !== undefined) {
     let apiKey: string | undefined;
     try {
       // The unit's view: the key file (the credential systemd copies from it), not this shell's environment.
-      apiKey = (await loadApiKey(nodeFs, config, {})).apiKey;
+      apiKey = (await loadApiKey(places.fs, config, {})).apiKey;
     } catch (error) {
       report({ name: 'service', ok: false, detail: `not checked: ${errorMessage(error)}` });
     }

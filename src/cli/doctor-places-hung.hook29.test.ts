@@ -1,0 +1,136 @@
+// `config-agent doctor` judges rootDir and stateDir (owner and mode, whether the unit can write rootDir) through
+// start-up's bounds: a directory on a mount that does not answer is a FAIL line naming the mount (exit 1), never a
+// doctor held for good. A port whose calls under the "dead" directories never answer stands in for the mounts.
+
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import * as nodeFs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
+import { type DoctorEnvironment, runDoctor } from './doctor.js';
+import { ExitCode } from './exit-codes.js';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+/** node:fs/promises, except that a call naming a path under one of `dead` never answers; counted by directory. */
+function deadBelow(dead: readonly string[]): { fs: FsPort; calls: Map<string, number> } {
+  const calls = new Map<string, number>();
+  const fs = new Proxy(nodeFs as unknown as FsPort, {
+    get(target, name, receiver) {
+      const value: unknown = Reflect.get(target, name, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        const first = args[0];
+        const under = dead.find(
+          (dir) => typeof first === 'string' && (first === dir || first.startsWith(`${dir}/`)),
+        );
+        if (under === undefined) return Reflect.apply(value, target, args);
+        calls.set(under, (calls.get(under) ?? 0) + 1);
+        return new Promise(() => undefined);
+      };
+    },
+  });
+  return { fs, calls };
+}
+
+/** doctor's output for a config whose rootDir and stateDir are where `place` puts them, under a strict unit. */
+async function doctorWith(place: (dir: string) => { rootDir: string; stateDir: string; dead: string[] }) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'config-agent-doctor-places-hung-'));
+  dirs.push(dir);
+  const { rootDir, stateDir, dead } = place(dir);
+  for (const mount of dead) mkdirSync(path.join(mount, 'sub'), { recursive: true });
+  const keyPath = path.join(dir, 'api-key');
+  writeFileSync(keyPath, 'sk-doctor-places-test-key\n', { mode: 0o600 });
+  writeFileSync(
+    path.join(dir, 'passwd'),
+    'root:x:0:0::/root:/bin/sh\nconfig-agent:x:4242:4242::/:/usr/sbin/nologin\n',
+  );
+  writeFileSync(path.join(dir, 'group'), 'root:x:0:\nconfig-agent:x:4242:\n');
+  const configPath = path.join(dir, 'config.json');
+  writeFileSync(
+    configPath,
+    JSON.stringify({
+      deviceId: 'dvc_places',
+      // Nothing listens on the discard port: the service check fails at once, which this test does not look at.
+      server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: keyPath, timeoutSeconds: 1 },
+      rootDir,
+      stateDir,
+      socketPath: path.join(dir, 'agent.sock'),
+    }),
+    { mode: 0o600 },
+  );
+  const { fs, calls } = deadBelow(dead);
+  let out = '';
+  const stdout = new Writable({
+    write(chunk, _encoding, done) {
+      out += String(chunk);
+      done();
+    },
+  });
+  const env: DoctorEnvironment = {
+    groupFile: path.join(dir, 'group'),
+    passwdFile: path.join(dir, 'passwd'),
+    checkTimeoutMs: 1_000,
+    // A loaded unit under ProtectSystem=strict with no ReadWritePaths=: doctor resolves rootDir to judge it.
+    systemctl: async () => ({
+      status: 0,
+      stdout:
+        'LoadState=loaded\nProtectSystem=strict\nReadWritePaths=\nActiveState=active\nSubState=running\nUnitFileState=enabled\n',
+    }),
+    now: () => Date.now(),
+    unit: 'config-agent.service',
+    placesFs: fs,
+    mountTable: {
+      mountinfo: async () =>
+        dead.map((mount, i) => `${90 + i} 27 0:${60 + i} / ${mount} rw - fuse dead${i} rw`).join('\n'),
+    },
+    mountAnswerMs: 50,
+  };
+  const code = await runDoctor(
+    { configPath },
+    { stdout, stderr: new Writable({ write: (_c, _e, d) => d() }), env: {}, isTty: false },
+    env,
+  );
+  const line = (name: string) => out.split('\n').find((each) => each.slice(6).startsWith(`${name} `)) ?? '';
+  return { code, line, calls };
+}
+
+describe('doctor: rootDir and stateDir on mounts that do not answer (hook29)', () => {
+  it('says each is not judged, naming its mount, with at most one call into each', async () => {
+    let mounts: string[] = [];
+    const { code, line, calls } = await doctorWith((dir) => {
+      mounts = [path.join(dir, 'nfs-root'), path.join(dir, 'nfs-state')];
+      return {
+        rootDir: path.join(mounts[0] ?? '', 'sub'),
+        stateDir: path.join(mounts[1] ?? '', 'sub'),
+        dead: mounts,
+      };
+    });
+    const [rootMount = '', stateMount = ''] = mounts;
+    expect(line('rootDir')).toMatch(/^FAIL {2}rootDir {3}\S+ not judged: ETIMEDOUT/);
+    expect(line('rootDir')).toContain(rootMount);
+    expect(line('stateDir')).toMatch(/^FAIL {2}stateDir {2}\S+ not judged: ETIMEDOUT/);
+    expect(line('stateDir')).toContain(stateMount);
+    expect([...calls.values()].every((count) => count === 1)).toBe(true);
+    expect(code).toBe(ExitCode.NotConverged);
+  }, 20_000);
+
+  it('does not take a rootDir it could not resolve as one the unit may write, nor wait on it', async () => {
+    let mount = '';
+    const { code, line, calls } = await doctorWith((dir) => {
+      mount = path.join(dir, 'fuse-root');
+      // stateDir local: only rootDir's mount is dead, so its realpath is asked (and refused at once: its lane late).
+      return { rootDir: path.join(mount, 'sub'), stateDir: path.join(dir, 'state'), dead: [mount] };
+    });
+    expect(line('rootDir')).toMatch(/^FAIL {2}rootDir {3}\S+ not judged: ETIMEDOUT: the mount at /);
+    expect(line('rootDir')).toContain(mount);
+    expect(line('stateDir')).not.toContain('not judged');
+    expect(calls.get(mount)).toBe(1);
+    expect(code).toBe(ExitCode.NotConverged);
+  }, 20_000);
+});
