@@ -260,6 +260,9 @@ async function adoptDeclaredWrites(ctx: PassContext): Promise<void> {
   if ((await ctx.rootMount?.check()) !== undefined) return;
   try {
     const adopted = await ctx.dir.adoptDeclaredWrites(new Date(ctx.deps.clock.now()).toISOString());
+    // Their hooks never heard of them: the run that wrote them died before state.json kept them pending (adv32).
+    if (ctx.settings.trackHookPaths === true)
+      for (const written of adopted) ctx.dir.state.pendingHookPaths.add(written);
     if (adopted.length > 0)
       ctx.logger.warn({ paths: adopted }, 'recorded files an interrupted run wrote and did not record');
   } catch (error) {

@@ -1,4 +1,4 @@
-// adv32: a power cut at every distinct durable state of a pass (PowerCutFs over memfs): nothing told that a cut loses, and the next runs converge.
+// adv32: a power cut at every distinct durable state of a pass (PowerCutFs over memfs): nothing told is lost, the next runs converge, hooks hear of all.
 import path from 'node:path';
 import { Volume } from 'memfs';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -100,7 +100,7 @@ function secondPass(w: PassWorld, scenario: Scenario): Record<string, string> {
 
 describe('a power cut at each durable state of a pass (adv32)', () => {
   it.each<Scenario>(['changes', 'reports refused', 'paths swapped', 'rootDir moved'])(
-    '%s: every report told survives the cut, and two runs after it end as the uncut run did',
+    '%s: every report told survives the cut; two runs after it end as the uncut run did, hooks told of every change',
     async (scenario) => {
       world = await createPassWorld({ name: 'adv32-cuts', parent: '/dev/shm', open: false });
       const w = world;
@@ -121,11 +121,14 @@ describe('a power cut at each durable state of a pass (adv32)', () => {
       w.put({ id: 'cfg_b', relative_filepath: 'deep/x/y/b.json', content: { b: 2 } });
       w.put({ id: 'cfg_c', relative_filepath: 'c/c.json', content: { c: 3 } });
       w.put({ id: 'cfg_e', relative_filepath: 'e/e.json', content: { e: 5 } });
-      await w.open({ deps: { fs } });
+      // A daemon with hooks: the paths each pass changes are kept pending in state.json until a hook run settles them.
+      await w.open({ deps: { fs }, settings: { trackHookPaths: true } });
       await w.pass();
+      w.reconciler.settleHookPaths(w.reconciler.pendingHookPaths());
+      await w.reconciler.flushState();
       const toldBefore = w.server.state.reports.length;
       const where = secondPass(w, scenario);
-      const settings = scenario === 'rootDir moved' ? { rootDir: root2 } : {};
+      const settings = { trackHookPaths: true, ...(scenario === 'rootDir moved' ? { rootDir: root2 } : {}) };
       if (scenario === 'rootDir moved') await w.open({ deps: { fs }, settings });
       if (scenario === 'reports refused')
         w.fault({ match: '^/v1/config_instances/[^/]+$', count: 1e5, status: 503 });
@@ -137,6 +140,12 @@ describe('a power cut at each durable state of a pass (adv32)', () => {
       watching = false;
       await w.pass();
       const final = model.afterPowerCut();
+      const pendingIn = (disk: Record<string, string>): string[] => {
+        const text = disk['state/state.json'] ?? ' {"pendingHookPaths":[]}';
+        return (JSON.parse(text.slice(text.indexOf(' ') + 1)) as { pendingHookPaths: string[] })
+          .pendingHookPaths;
+      };
+      const finalPending = pendingIn(final);
       const statuses = () =>
         [...w.server.state.instances.values()]
           .map((i) => `${i.id} ${i.activity_status}/${i.error_status}`)
@@ -173,6 +182,9 @@ describe('a power cut at each durable state of a pass (adv32)', () => {
         await w.runOnce({ deps: { fs: memfsPort(after) }, settings });
         await w.runOnce({ deps: { fs: memfsPort(after) }, settings });
         const disk = (await PowerCutFs.over(memfsPort(after), w.dir)).afterPowerCut();
+        // No hook runs here: every path the uncut run left for the hooks is still pending for them.
+        const untold = finalPending.filter((changed) => !pendingIn(disk).includes(changed));
+        if (untold.length > 0) diverged.push(`${cut.call}: hooks never told of ${untold.join(', ')}`);
         const files = JSON.stringify(rootFiles(disk));
         if (files !== JSON.stringify(rootFiles(final))) diverged.push(`${cut.call}: files ${files}`);
         if (JSON.stringify(statuses()) !== JSON.stringify(finalStatuses))
