@@ -31,7 +31,7 @@ describe('/proc/<pid>/environ that does not answer (hook27)', () => {
     // gives the empty environment. With the bound, the test lets the stuck reader go itself.
     writer = spawn('sh', ['-c', 'sleep 10; exec 3>"$1"', 'sh', fifo], { stdio: 'ignore' });
 
-    const table = procProcessTable(procDir, 200);
+    const table = procProcessTable(procDir, 400);
     try {
       expect(table.environ(4242)).toBeUndefined();
       expect(table.environ(4343)?.toString('latin1')).toBe('A=1\0CONFIG_AGENT_HOOK_RUN=x\0');

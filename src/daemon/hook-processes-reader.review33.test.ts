@@ -5,7 +5,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { MAX_STUCK_READERS, procProcessTable, type WorkerThreads } from './hook-processes.js';
+import { type ChildProcesses, MAX_STUCK_READERS, procProcessTable } from './hook-processes.js';
 
 let dir: string | undefined;
 
@@ -32,19 +32,26 @@ async function standInProc(regular: number[], hanging: number[]): Promise<string
 }
 
 describe('the environ reader (review33)', () => {
-  it('with no thread to be had (ERR_WORKER_INIT_FAILED) answers unknown, and reads once one can be had', async () => {
+  it('with no process to be had (EAGAIN) answers unknown, and reads once one can be had', async () => {
     const procDir = await standInProc([4343], []);
-    const real = process.getBuiltinModule('node:worker_threads');
+    const real = process.getBuiltinModule('node:child_process');
     let refuse = true;
-    // What Node throws when pthread_create fails (EAGAIN: TasksMax= or RLIMIT_NPROC reached by a hook's processes).
-    const Refused = class {
-      constructor() {
-        throw Object.assign(new Error('Worker initialization failure: EAGAIN'), {
-          code: 'ERR_WORKER_INIT_FAILED',
-        });
-      }
-    };
-    const threads = (() => (refuse ? { ...real, Worker: Refused } : real)) as unknown as WorkerThreads;
+    // What spawnSync answers when fork fails (EAGAIN: TasksMax= or RLIMIT_NPROC reached by a hook's processes).
+    // (review33's case was a worker thread that could not start; fix33 reads in a process instead.)
+    const threads: ChildProcesses = () =>
+      refuse
+        ? {
+            spawnSync: (() => ({
+              pid: 0,
+              output: [],
+              stdout: null,
+              stderr: null,
+              status: null,
+              signal: null,
+              error: Object.assign(new Error('spawnSync /bin/sh EAGAIN'), { code: 'EAGAIN' }),
+            })) as unknown as typeof real.spawnSync,
+          }
+        : real;
     const table = procProcessTable(procDir, 2_000, threads);
     try {
       // Before: the throw left environ(), and the hook's 'exit' listener that asked, ending the agent.
@@ -58,7 +65,7 @@ describe('the environ reader (review33)', () => {
 
   it('a process asked while readers are stuck is read once they have answered', async () => {
     const procDir = await standInProc([4343], [4242, 4244]);
-    const table = procProcessTable(procDir, 100);
+    const table = procProcessTable(procDir, 400);
     const fifos = [4242, 4244].map((pid) => path.join(procDir, String(pid), 'environ'));
     try {
       expect(table.environ(4242)).toBeUndefined();

@@ -1,7 +1,6 @@
 // The processes of a hook's session, found in /proc, and signals that reach only them (never a reused pid).
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { MessagePort, Worker } from 'node:worker_threads';
 
 /** One process as `/proc/<pid>/stat` shows it. `startTime` (clock ticks since boot) tells a reused pid apart. */
 export interface ProcessEntry {
@@ -25,7 +24,7 @@ export interface ProcessTable {
   environ(pid: number): Buffer | undefined;
   /** `process.kill`: throws ESRCH when nothing has that pid (or group, for a negative one). */
   kill(pid: number, signal: NodeJS.Signals): void;
-  /** Lets go of what reading took (procProcessTable's reader thread); a read after it starts another. */
+  /** Lets go of what reading took; a read after it starts again. */
   close?(): void;
 }
 
@@ -64,122 +63,75 @@ function readStat(procDir: string, pid: number): ProcessEntry | undefined {
  * which a process stuck on a hung mount can keep taken (`ps` hangs on its `cmdline` the same way).
  */
 export const ENVIRON_READ_MS = 500;
-/** How long the reader thread may take to start (once per table). */
-const READER_START_MS = 5_000;
-/** Reader threads left stuck in a read at most; past them environ is not read (its process is not taken as marked). */
+/** Reader processes left stuck in a read at most; past them environ is not read (its process is not taken as marked). */
 export const MAX_STUCK_READERS = 2;
-
-/** The reader thread's code: reads each file it is sent and answers on its port, then wakes the waiting thread. */
-const READER_SOURCE = `
-const { workerData } = require('node:worker_threads');
-const { readFileSync } = require('node:fs');
-const { port, flag } = workerData;
-port.on('message', ({ id, file }) => {
-  let bytes = null;
-  try { bytes = readFileSync(file); } catch {}
-  port.postMessage({ id, bytes });
-  Atomics.store(flag, 0, id);
-  Atomics.notify(flag, 0);
-});
-Atomics.store(flag, 0, -1);
-Atomics.notify(flag, 0);
-`;
-
-interface Reader {
-  worker: Worker;
-  port: MessagePort;
-  flag: Int32Array;
-}
-
-/** node:worker_threads as the reader takes it: only once a read is asked for; a stand-in in tests. */
-export type WorkerThreads = () => typeof import('node:worker_threads');
+/** The most bytes one read may answer (an environment is at most a quarter of the stack limit). */
+const READ_MAX_BYTES = 32 * 1024 * 1024;
 
 /**
- * Reads files synchronously with a deadline: a thread of its own reads, the caller's thread waits for its answer
- * at most `ms` (Atomics.wait). A read past it is given up on ('late'): its thread stays stuck in the kernel, is left
- * (unref'd), and the next read starts another, at most MAX_STUCK_READERS stuck at once. When a stuck one's read
- * answers after all (a busy machine, a mount back), it ends and `freed` is told the file. A file not read at all
- * (MAX_STUCK_READERS stuck, or no thread to read with) is undefined, not 'late': nothing of it hung.
+ * The reader: `sh` starts a subshell that copies the file to the pipe and tells how that went, prints the
+ * subshell's pid and exits at once. What stays stuck is that subshell and its `cat`, which are not the agent's
+ * children (orphaned, init reaps them), so nothing of them is waited for when the agent exits.
+ */
+const READER_SCRIPT = '(/bin/cat -- "$1" 2>/dev/null && printf ok >&2 || printf no >&2) & echo "pid $!" >&2';
+
+/** node:child_process as the reader takes it: only once a read is asked for; a stand-in in tests. */
+export type ChildProcesses = () => Pick<typeof import('node:child_process'), 'spawnSync'>;
+
+/**
+ * Reads files synchronously with a deadline, each in a short-lived process of its own (`spawnSync` of `/bin/sh`,
+ * cwd `/`: its program and cwd on the root filesystem, so the spawn itself does not wait on a hung mount), whose
+ * pipes are closed after `ms`. A read past it is given up on ('late'): its reader is left where it is, counted
+ * stuck until its process ends (looked for in /proc at each later read: then `freed` is told the file), at most
+ * MAX_STUCK_READERS at once. Before, the reader was a worker thread, which Node joins at exit even after
+ * `terminate()`: a thread stuck in the read held the agent's exit until systemd's SIGKILL (review33, fix33).
+ * A file not read at all (MAX_STUCK_READERS stuck, no process to be had, a reader too slow to say its pid) is
+ * undefined, not 'late': nothing of it is known to hang.
  */
 export function boundedFileReader(
   ms = ENVIRON_READ_MS,
   freed: (file: string) => void = () => undefined,
-  // node:worker_threads only once a read is asked for: a daemon without hooks never loads it (pino-bundle.test.ts).
-  threads: WorkerThreads = () => process.getBuiltinModule('node:worker_threads'),
+  // node:child_process only once a read is asked for (pino-bundle.test.ts: a daemon without hooks stays lean).
+  processes: ChildProcesses = () => process.getBuiltinModule('node:child_process'),
 ): {
   read(file: string): Buffer | undefined | 'late';
-  close(): void;
+  /** Tells `freed` of each stuck read that has ended since. */
+  settle(): void;
 } {
-  let reader: Reader | undefined;
-  let stuck = 0;
-  let next = 0;
-  const start = (): Reader | undefined => {
-    const { MessageChannel, Worker } = threads();
-    const flag = new Int32Array(new SharedArrayBuffer(4));
-    const { port1, port2 } = new MessageChannel();
-    let worker: Worker;
-    try {
-      worker = new Worker(READER_SOURCE, {
-        eval: true,
-        workerData: { port: port2, flag },
-        transferList: [port2],
-        stdout: false,
-        stderr: false,
-      });
-    } catch {
-      // No thread to be had (ERR_WORKER_INIT_FAILED, EAGAIN: the service's TasksMax= or the user's RLIMIT_NPROC
-      // reached, as by a hook's processes): it threw out of the hook's 'exit' listener and ended the agent (review33).
-      port1.close();
-      return undefined;
+  const stuck: { pid: number; startTime: string | undefined; file: string }[] = [];
+  const settle = (): void => {
+    for (let at = stuck.length - 1; at >= 0; at -= 1) {
+      const left = stuck[at];
+      if (left === undefined) continue;
+      const now = readStat('/proc', left.pid);
+      if (now !== undefined && !now.exited && now.startTime === left.startTime) continue;
+      stuck.splice(at, 1);
+      freed(left.file);
     }
-    worker.unref();
-    port1.unref();
-    worker.on('error', () => undefined);
-    if (Atomics.wait(flag, 0, 0, READER_START_MS) === 'timed-out' && Atomics.load(flag, 0) === 0) {
-      void worker.terminate();
-      port1.close();
-      return undefined;
-    }
-    return { worker, port: port1, flag };
   };
   return {
+    settle,
     read(file) {
+      settle();
       // Not read, nothing of it hung: unknown now, read again later (a 'late' pid was never read again; review33).
-      if (stuck >= MAX_STUCK_READERS) return undefined;
-      reader ??= start();
-      if (reader === undefined) return undefined;
-      next += 1;
-      const id = next;
-      Atomics.store(reader.flag, 0, 0);
-      reader.port.postMessage({ id, file });
-      // The answer is on the port before the flag is set: one wait, and one more look should a wake come early.
-      for (let tries = 0; tries < 2; tries += 1) {
-        const waited = Atomics.wait(reader.flag, 0, 0, ms);
-        const answer = threads().receiveMessageOnPort(reader.port)?.message as
-          | { id: number; bytes: Uint8Array | null }
-          | undefined;
-        if (answer?.id === id)
-          return answer.bytes === null
-            ? undefined
-            : Buffer.from(answer.bytes.buffer, answer.bytes.byteOffset, answer.bytes.byteLength);
-        if (waited === 'timed-out') break;
-      }
-      // Stuck in the kernel: left as it is (it cannot be ended while in the read), and no longer used.
-      stuck += 1;
-      reader.worker.once('exit', () => {
-        stuck -= 1;
-        freed(file);
+      if (stuck.length >= MAX_STUCK_READERS) return undefined;
+      const result = processes().spawnSync('/bin/sh', ['-c', READER_SCRIPT, 'sh', file], {
+        cwd: '/',
+        env: {},
+        stdio: ['ignore', 'pipe', 'pipe'],
+        timeout: ms,
+        killSignal: 'SIGKILL',
+        maxBuffer: READ_MAX_BYTES,
       });
-      void reader.worker.terminate();
-      reader.port.close();
-      reader = undefined;
+      const told = result.stderr?.toString('latin1') ?? '';
+      if (result.error === undefined) {
+        return told.includes('ok') && result.stdout !== null ? result.stdout : undefined;
+      }
+      const pid = /pid ([0-9]+)/.exec(told)?.[1];
+      // Not started (EAGAIN: TasksMax= or RLIMIT_NPROC reached), too large, or too slow to say what to wait for.
+      if ((result.error as NodeJS.ErrnoException).code !== 'ETIMEDOUT' || pid === undefined) return undefined;
+      stuck.push({ pid: Number(pid), startTime: readStat('/proc', Number(pid))?.startTime, file });
       return 'late';
-    },
-    close() {
-      if (reader === undefined) return;
-      void reader.worker.terminate();
-      reader.port.close();
-      reader = undefined;
     },
   };
 }
@@ -187,12 +139,12 @@ export function boundedFileReader(
 /**
  * /proc, synchronously: `stat` takes none of the process's locks and answers from memory. `environ` takes its
  * `mmap_lock` and is read through `boundedFileReader`: a process whose read does not answer in ENVIRON_READ_MS is
- * not read again (its environ is unknown: undefined).
+ * not read again until that read has ended (its environ is unknown meanwhile: undefined).
  */
 export function procProcessTable(
   procDir = '/proc',
   environMs = ENVIRON_READ_MS,
-  threads?: WorkerThreads,
+  processes?: ChildProcesses,
 ): ProcessTable {
   let reader: ReturnType<typeof boundedFileReader> | undefined;
   const unreadable = new Set<number>();
@@ -214,12 +166,14 @@ export function procProcessTable(
     },
     get: (pid) => readStat(procDir, pid),
     environ: (pid) => {
-      if (unreadable.has(pid)) return undefined;
       reader ??= boundedFileReader(
         environMs,
         (file) => unreadable.delete(Number(path.basename(path.dirname(file)))),
-        threads,
+        processes,
       );
+      // Reads that have ended since free their pids first (a stuck read's pid is not read again until then).
+      reader.settle();
+      if (unreadable.has(pid)) return undefined;
       const bytes = reader.read(`${procDir}/${pid}/environ`);
       if (bytes !== 'late') return bytes;
       unreadable.add(pid);
@@ -228,9 +182,6 @@ export function procProcessTable(
     kill: (pid, signal) => {
       process.kill(pid, signal);
     },
-    // Ends the reader thread (~10 MiB, ~30 ms of CPU to start): kept only while a hook batch runs. What stays stuck
-    // still counts against MAX_STUCK_READERS.
-    close: () => reader?.close(),
   };
 }
 
