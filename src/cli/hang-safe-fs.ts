@@ -143,6 +143,20 @@ export function mountsUnderRootAreLocal(mountinfo: string, realRootDir: string):
 }
 
 /**
+ * Every mount point strictly below `realRootDir`, as paths relative to it ('/'-separated), from
+ * /proc/self/mountinfo's text (store/root-mount.ts watches them: one gone leaves a bare directory).
+ */
+export function mountPointsBelow(mountinfo: string, realRootDir: string): Set<string> {
+  const below = new Set<string>();
+  for (const { mountPoint } of parseMountTable(mountinfo)) {
+    if (mountPoint !== realRootDir && isSameOrInside(mountPoint, realRootDir)) {
+      below.add(realRootDir === '/' ? mountPoint.slice(1) : mountPoint.slice(realRootDir.length + 1));
+    }
+  }
+  return below;
+}
+
+/**
  * The mount points strictly below `realRootDir` whose filesystem may hang (not in LOCAL_FILESYSTEMS), as paths
  * relative to it ('/'-separated), from /proc/self/mountinfo's text.
  */
@@ -241,6 +255,7 @@ export async function hangSafeFs(
   const lanes = places.lanes ?? (sleep === undefined ? undefined : new MountLanes({ sleep }));
   let local = false;
   let mayHang: ReadonlySet<string> = new Set();
+  let mountPoints: ReadonlySet<string> = new Set();
   let noChangeTime: ReadonlySet<string> = new Set();
   let held: readonly HeldPlace[] = [];
   /** The mount table as last read, and the mount holding rootDir's real path if it may hang (mountThatMayHangAt). */
@@ -258,6 +273,7 @@ export async function hangSafeFs(
         local = mountsUnderRootAreLocal(mountinfo, real);
         rootMount = mountHoldingThatMayHang(mountinfo, real);
         mayHang = mountsThatMayHangBelow(mountinfo, real);
+        mountPoints = mountPointsBelow(mountinfo, real);
         noChangeTime = mountsKeepingNoChangeTime(mountinfo, real);
         const places: HeldPlace[] = [];
         for (const [dir, realDir] of [
@@ -306,6 +322,7 @@ export async function hangSafeFs(
     get: () => (fs.lstatSync === undefined ? undefined : fieldsSync),
   });
   fs.mountsThatMayHangBelow = (dir) => (dir === rootDir ? mayHang : new Set());
+  fs.mountsBelow = (dir) => (dir === rootDir ? mountPoints : new Set());
   const root = path.resolve(rootDir);
   // rootDir as configured by its real path (a symlink to a mount that may hang is on that mount); the rest through
   // the symlinks on their way too (review33: a former root spelled through one into a dead NFS mount was local).

@@ -74,6 +74,12 @@ export type FsPort = Pick<
    */
   mountsThatMayHangBelow?: (dir: string) => ReadonlySet<string>;
   /**
+   * Optional: every mount point strictly below `dir` (rootDir), relative to it ('/'-separated), from the mount table
+   * as last read (cli/hang-safe-fs.ts: at start and reload, then at most every 10 s). store/root-mount.ts remembers
+   * them, so that one gone is not written into. Without it: none known.
+   */
+  mountsBelow?: (dir: string) => ReadonlySet<string>;
+  /**
    * Optional: whether `file` (absolute) lies on a filesystem that may hang: rootDir or stateDir on one, or a mount
    * below rootDir that may hang (cli/hang-safe-fs.ts). The drift watcher sets no `fs.watch` there (a synchronous
    * lookup that would hold the event loop) and judges those files on its poll instead. Without it: none may.

@@ -332,9 +332,14 @@ async function judgeMount(done: AppliedStep[], ctx: ApplyContext): Promise<Appli
       (result.kind === 'written' || result.kind === 'metadata' || result.kind === 'removed'),
   );
   if (landed.length === 0 || ctx.rootMount === undefined) return done;
-  const gone = await ctx.rootMount.check();
-  if (gone === undefined) return done;
+  const rootGone = await ctx.rootMount.check();
   for (const applied of landed) {
+    // A mount below rootDir gone holds only the files under it (mount26).
+    const { step } = applied;
+    const gone =
+      rootGone ??
+      (step.kind === 'write' || step.kind === 'remove' ? ctx.rootMount.goneAt(step.path) : undefined);
+    if (gone === undefined) continue;
     const operation = applied.step.kind === 'remove' ? 'remove' : 'write';
     applied.result = { kind: 'failed', error: gone, operation };
   }
@@ -726,9 +731,12 @@ async function applyOne(
   options: HandlerOptions,
 ): Promise<AppliedStep | undefined> {
   const handler = handlers[step.kind] as StepHandler<typeof step.kind>;
-  if (options.mountGone !== undefined && (step.kind === 'write' || step.kind === 'remove')) {
+  if (step.kind === 'write' || step.kind === 'remove') {
+    // rootDir's mount gone, or the one below it holding this path (mount26): nothing into the bare directory.
+    const mountGone = options.mountGone ?? ctx.rootMount?.goneAt(step.path);
     const operation = step.kind === 'remove' ? 'remove' : 'write';
-    return { step, result: { kind: 'failed', error: options.mountGone, operation }, displaced: [] };
+    if (mountGone !== undefined)
+      return { step, result: { kind: 'failed', error: mountGone, operation }, displaced: [] };
   }
   if (options.undeclared !== undefined && step.kind === 'write') {
     return { step, result: { kind: 'failed', error: options.undeclared, operation: 'write' }, displaced: [] };

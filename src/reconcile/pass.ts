@@ -257,7 +257,7 @@ async function passOnce(
  */
 async function adoptDeclaredWrites(ctx: PassContext): Promise<void> {
   // Bytes found in the bare mountpoint prove nothing about the mount's files: the declarations wait for it.
-  if ((await ctx.rootMount?.check()) !== undefined) return;
+  if ((await ctx.rootMount?.check()) !== undefined || ctx.rootMount?.anyGoneBelow() === true) return;
   try {
     const adopted = await ctx.dir.adoptDeclaredWrites(new Date(ctx.deps.clock.now()).toISOString());
     // Their hooks never heard of them: the run that wrote them died before state.json kept them pending (adv32).
@@ -506,6 +506,9 @@ function recordContext(ctx: PassContext): RecordContext {
     retry: settings.retry,
     trackHookPaths: settings.trackHookPaths ?? false,
     listedUpdatedAt: (id) => ctx.lastSeenUpdatedAt.get(id),
+    ...(ctx.rootMount === undefined
+      ? {}
+      : { mountHolding: (relative) => ctx.rootMount?.mountHolding(relative) }),
   };
 }
 

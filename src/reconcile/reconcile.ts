@@ -123,7 +123,8 @@ export class Reconciler implements PassRunner {
   }
 
   async rootMountGone(): Promise<boolean> {
-    return (await this.#ctx.rootMount?.check()) !== undefined;
+    // A mount below rootDir gone too (mount26): the pass judges each path, the restore none.
+    return (await this.#ctx.rootMount?.check()) !== undefined || this.#ctx.rootMount?.anyGoneBelow() === true;
   }
 
   fileMeta(path: string): { mode: number; gid: number } | undefined {

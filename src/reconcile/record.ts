@@ -5,7 +5,13 @@ import { fullJitterMs } from '../lib/backoff.js';
 import type { Clock } from '../lib/clock.js';
 import { errorMessage, isAgentError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
-import { isAgentResourceError, quotaExceeded, type RootCondition, rootConditionOf } from '../store/errors.js';
+import {
+  DiskError,
+  isAgentResourceError,
+  quotaExceeded,
+  type RootCondition,
+  rootConditionOf,
+} from '../store/errors.js';
 import type { StatusOutbox } from '../store/outbox.js';
 import { MAX_PATH_BYTES } from '../store/path-guard.js';
 import type { LocalState } from '../store/state.js';
@@ -32,6 +38,11 @@ export interface RecordContext {
   trackHookPaths: boolean;
   /** The instance's `updated_at` in the listing its report is made from: kept with the report (outbox.ts `listed`). */
   listedUpdatedAt?: (instanceId: string) => string | undefined;
+  /**
+   * The mount point below rootDir holding a file's path (absolute), when one does (store/root-mount.ts): a read-only
+   * condition there is that mount's, not rootDir's.
+   */
+  mountHolding?: (relative: string) => string | undefined;
   /**
    * How many recorded files lie below each directory, made at the first removal recorded with this context (one
    * per pass) and kept up to date by this module's changes to `state.files` (see `handDownCreatedDirs`).
@@ -409,6 +420,28 @@ const ROOT_CONDITION_LOG: Record<RootCondition, string> = {
   busy: "the file or its filesystem said 'try again'",
 };
 
+/**
+ * A read-only filesystem or a mount gone that is a mount's below rootDir, not rootDir's own (mount26): named. Before,
+ * a read-only mount at `rootDir/ro` was reported as "rootDir is on a read-only filesystem".
+ */
+function belowWhy(
+  ctx: RecordContext,
+  relative: string,
+  condition: RootCondition,
+  error: unknown,
+): string | undefined {
+  if (condition === 'mount_gone') {
+    return error instanceof DiskError && error.mountGone !== undefined && error.path !== ''
+      ? 'the filesystem mounted there is gone (unmounted, its device removed): nothing written to or removed from the bare directory; retried until it is mounted again, not counted as an attempt'
+      : undefined;
+  }
+  if (condition !== 'read_only') return undefined;
+  const mount = ctx.mountHolding?.(relative);
+  return mount === undefined
+    ? undefined
+    : `the filesystem mounted at ${mount} (below rootDir) is read-only: retried until it is writable, not counted as an attempt`;
+}
+
 /** The longest hold-off between two attempts on a full or read-only root (as the start-up's disk wait). */
 const DISK_WAIT_MAX_SECONDS = 300;
 /**
@@ -463,7 +496,7 @@ function recordRootCondition(
         ? "the agent's disk quota on rootDir's filesystem is used up: retried until it has room (raise the quota if this file is larger than it), not counted as an attempt"
         : rival !== undefined
           ? `path conflict: the way is taken by the file of ${rival.instanceId} at ${JSON.stringify(rival.path)}, which the service also targets (a file where the other needs a directory): one of the two paths must change; retried until then, not counted as an attempt`
-          : ROOT_CONDITION_WHY[condition];
+          : (belowWhy(ctx, instance.relative_filepath, condition, error) ?? ROOT_CONDITION_WHY[condition]);
   const message = `${operation} failed: ${errorMessage(error)}; ${why}`;
   const logged = quota
     ? 'disk quota exceeded'

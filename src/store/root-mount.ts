@@ -1,16 +1,30 @@
-// rootDir's mount and real path, remembered per process: a mount point that stops being one, or a rootDir swapped for a symlink, is waited out.
+// rootDir's mount, the mounts below it and its real path, remembered: a mount point that stops being one, or a rootDir swapped for a symlink, is waited out.
 import { constants } from 'node:fs';
 import type { FsPort } from '../lib/fs-port.js';
 import { writeDurableJson } from './durable-writer.js';
 import { DiskError } from './errors.js';
 import { sameRoot } from './same-root.js';
 
-/** In stateDir: rootDir was seen as a mount point (`{"rootDir": ..., "mountPoint": true}`). */
+/**
+ * In stateDir: rootDir was seen as a mount point (`{"rootDir": ..., "mountPoint": true}`), and the mount points seen
+ * below it (`"below": ["data", ...]`, relative to rootDir; `"mountPoint": false` when rootDir is none). An agent
+ * before `below` reads only the first two.
+ */
 export const ROOT_MOUNT_FILE = 'root-mount.json';
 
 /** A record is a rootDir (at most PATH_MAX) and a flag: anything far larger at its name is not one. */
 const MAX_RECORD_BYTES = 64 * 1024;
 const RECORD_READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW;
+/** At most this many mount points below rootDir are remembered (a record is small, its checks few). */
+const MAX_BELOW = 256;
+
+/** A mount point below rootDir as this process knows it. */
+interface MountBelow {
+  /** Its `st_dev` when last seen as a mount point; undefined while not seen by this process (from the record). */
+  dev: number | bigint | undefined;
+  /** The device's condition while it is no mount point any more; undefined while it is one (or not judged). */
+  gone: DiskError | undefined;
+}
 
 /** Where RootMountWatch remembers across restarts that rootDir is a mount point; readOnly: it only reads. */
 export interface MountMemory {
@@ -41,6 +55,17 @@ export interface MountMemory {
  * the symlink's target. Before, `stat` followed the symlink and every file went there. Removed and made again
  * where it was (an operator's `rm -rf`, the agent's own remake) it resolves as before and is accepted; a
  * rootDir configured as a symlink is taken where it points at the first check.
+ *
+ * The mount points below rootDir (a data disk at `rootDir/data`, an SD card, a tmpfs for one directory) are held to
+ * the same rule, each for the files under it (mount26): each one the mount table lists (`FsPort.mountsBelow`,
+ * read by cli/hang-safe-fs.ts at start and reload and at most every 10 s: no read of it here) is remembered, in the
+ * record too, and judged at every check by its `st_dev` against its parent's (two stats each, and none at all while
+ * there are no mounts below rootDir); one of its parent's device is asked of `/proc/self/mountinfo` (a bind mount),
+ * one that may hang (NFS, FUSE) of the mount table as last read (a stat of it could wait for good). One that is a
+ * plain directory again, or not there at all, is the device's condition for every write and removal under it
+ * (`goneAt`): `retrying` naming that mount, nothing written into or removed from the bare directory; a mount point
+ * again (any device) is accepted. An agent (re)started while it is gone finds it in the record and waits too; an
+ * operator gives it up by deleting its entry from the record's `below` (or the whole file) and restarting.
  */
 export class RootMountWatch {
   readonly #fs: FsPort;
@@ -57,6 +82,10 @@ export class RootMountWatch {
   readonly #memory: MountMemory | undefined;
   /** The record says rootDir was a mount point; undefined until read. Absent once, absent for good: only we write it. */
   #recorded: boolean | undefined;
+  /** The mount points seen below rootDir (relative to it), by this process or the record. */
+  readonly #below = new Map<string, MountBelow>();
+  /** Whether the record's `below` has been read (once, at the first check). */
+  #belowRecalled = false;
 
   constructor(fs: FsPort, rootDir: string, memory?: MountMemory) {
     this.#fs = fs;
@@ -108,13 +137,37 @@ export class RootMountWatch {
     if (this.#memory === undefined || this.#memory.readOnly || this.#recorded === true) return;
     if (await this.#recall()) return;
     try {
-      await writeDurableJson(this.#fs, this.#memory.stateDir, ROOT_MOUNT_FILE, {
-        rootDir: this.#rootDir,
-        mountPoint: true,
-      });
+      await this.#writeRecord(true);
       this.#recorded = true;
     } catch {
       this.#recorded = undefined;
+    }
+  }
+
+  /** The record as this process knows it: rootDir a mount point or not, and the mount points below it. */
+  async #writeRecord(mountPoint: boolean): Promise<void> {
+    if (this.#memory === undefined) return;
+    await writeDurableJson(this.#fs, this.#memory.stateDir, ROOT_MOUNT_FILE, {
+      rootDir: this.#rootDir,
+      mountPoint,
+      ...(this.#below.size === 0 ? {} : { below: [...this.#below.keys()] }),
+    });
+  }
+
+  /** The record's `below` for this rootDir (well-formed relative paths only); empty when there is none. */
+  async #recallBelow(): Promise<string[]> {
+    if (this.#memory === undefined) return [];
+    try {
+      const text = await this.#readRecord();
+      const record = (text === undefined ? undefined : JSON.parse(text)) as
+        | { rootDir?: unknown; below?: unknown }
+        | null
+        | undefined;
+      if (!Array.isArray(record?.below) || typeof record.rootDir !== 'string') return [];
+      if (!(await sameRoot(this.#fs, record.rootDir, this.#rootDir))) return [];
+      return record.below.filter(isMountBelowPath).slice(0, MAX_BELOW);
+    } catch {
+      return [];
     }
   }
 
@@ -123,7 +176,122 @@ export class RootMountWatch {
    * that fails is left to the writes.
    */
   async check(): Promise<DiskError | undefined> {
-    return (await this.#checkMoved()) ?? (await this.#checkMount());
+    if (!this.#belowRecalled) {
+      // Before any record is written: rootDir's own would otherwise drop what the record holds below it.
+      this.#belowRecalled = true;
+      for (const relative of await this.#recallBelow())
+        this.#below.set(relative, { dev: undefined, gone: undefined });
+    }
+    const root = (await this.#checkMoved()) ?? (await this.#checkMount());
+    // rootDir's own condition holds every write already.
+    if (root === undefined) await this.#checkBelow();
+    return root;
+  }
+
+  /**
+   * The condition of the mount point below rootDir holding `relative` (a file's path, relative to rootDir) as the
+   * last check found it: undefined while it is mounted (or no mount below rootDir holds it).
+   */
+  goneAt(relative: string): DiskError | undefined {
+    if (this.#below.size === 0) return undefined;
+    for (const [mountPoint, known] of this.#below) {
+      if (known.gone !== undefined && isSameOrBelow(relative, mountPoint)) return known.gone;
+    }
+    return undefined;
+  }
+
+  /** Whether the last check found any mount point below rootDir gone. */
+  anyGoneBelow(): boolean {
+    for (const known of this.#below.values()) if (known.gone !== undefined) return true;
+    return false;
+  }
+
+  /**
+   * The mount point below rootDir (as `<rootDir>/<relative>`) holding `relative` (a file's path), the deepest of
+   * those known; undefined when the file is on rootDir's own filesystem as far as the agent knows.
+   */
+  mountHolding(relative: string): string | undefined {
+    let holding: string | undefined;
+    for (const mountPoint of this.#below.keys()) {
+      if (isSameOrBelow(relative, mountPoint) && mountPoint.length > (holding?.length ?? -1))
+        holding = mountPoint;
+    }
+    return holding === undefined ? undefined : `${this.#rootDir}/${holding}`;
+  }
+
+  /** Takes in the mount points the mount table lists below rootDir, then judges each one known. */
+  async #checkBelow(): Promise<void> {
+    const listed = this.#fs.mountsBelow?.(this.#rootDir);
+    let added = false;
+    for (const relative of listed ?? []) {
+      if (this.#below.has(relative) || this.#below.size >= MAX_BELOW || !isMountBelowPath(relative)) continue;
+      this.#below.set(relative, { dev: undefined, gone: undefined });
+      added = true;
+    }
+    if (this.#below.size === 0) return;
+    if (added && this.#memory !== undefined && !this.#memory.readOnly) {
+      // A failure leaves the in-memory watch only, as for rootDir's own record.
+      await this.#writeRecord(this.#mountDev !== undefined).catch(() => undefined);
+      if (this.#mountDev !== undefined) this.#recorded = true;
+    }
+    let table: Promise<string | undefined> | undefined;
+    const mountTable = () => {
+      table ??= this.#fs.readFile(MOUNTINFO, 'utf8').catch(() => undefined);
+      return table;
+    };
+    for (const [relative, known] of this.#below) {
+      const at = `${this.#rootDir}/${relative}`;
+      if (this.#fs.mayHangAt?.(at) === true) {
+        // A stat there could wait for good: the table as last read says whether it is mounted.
+        this.#judgeBelow(relative, known, listed?.has(relative) === true ? (known.dev ?? 0) : undefined);
+        continue;
+      }
+      let own: { dev: number | bigint };
+      let parent: { dev: number | bigint };
+      try {
+        [own, parent] = await Promise.all([this.#fs.stat(at), this.#fs.stat(`${at}/..`)]);
+      } catch (error) {
+        // Not there at all (a mount point cannot be removed while mounted): gone. Anything else is left to the writes.
+        const code = (error as { code?: unknown } | undefined)?.code;
+        if (code === 'ENOENT' || code === 'ENOTDIR') this.#judgeBelow(relative, known, undefined);
+        continue;
+      }
+      if (own.dev !== parent.dev) {
+        this.#judgeBelow(relative, known, own.dev);
+        continue;
+      }
+      // Of its parent's device: a bind mount if the kernel's table lists it now.
+      const text = await mountTable();
+      const real = `${this.#realRoot ?? this.#rootDir}/${relative}`;
+      this.#judgeBelow(
+        relative,
+        known,
+        text !== undefined && listsMountPoint(text, real) ? own.dev : undefined,
+      );
+    }
+  }
+
+  /** Records what a check found of one mount point below rootDir: mounted on `dev`, or gone (undefined). */
+  #judgeBelow(relative: string, known: MountBelow, dev: number | bigint | undefined): void {
+    if (dev !== undefined) {
+      const anew = known.gone !== undefined || (known.dev !== undefined && known.dev !== dev);
+      known.gone = undefined;
+      known.dev = dev;
+      const asides = this.#fs.directorySyncs?.asides;
+      if (anew && asides !== undefined && asides.pending > 0) void asides.retry();
+      return;
+    }
+    const at = `${this.#rootDir}/${relative}`;
+    const seen =
+      known.dev === undefined
+        ? `was one when the agent last saw it (${this.#recordPath}): mount it again, or delete ${JSON.stringify(relative)} from that file's "below" and restart the agent to use the directory as it is`
+        : `was one, st_dev ${known.dev}`;
+    known.gone = new DiskError({
+      operation: 'check mount',
+      path: relative,
+      errno: 'ENODEV',
+      mountGone: `${at} is no mount point any more (a filesystem below rootDir ${this.#rootDir}; it ${seen})`,
+    });
   }
 
   async #checkMoved(): Promise<DiskError | undefined> {
@@ -219,16 +387,37 @@ export class RootMountWatch {
     } catch {
       return false;
     }
-    for (const line of text.split('\n')) {
-      const mountPoint = line.split(' ')[4];
-      if (mountPoint === undefined) continue;
-      const unescaped = mountPoint.replace(/\\([0-7]{3})/g, (_, octal: string) =>
-        String.fromCharCode(Number.parseInt(octal, 8)),
-      );
-      if (unescaped === real) return true;
-    }
-    return false;
+    return listsMountPoint(text, real);
   }
+}
+
+/** Whether mountinfo's text lists `real` as a mount point (its fifth field, `\040`-style escapes undone). */
+function listsMountPoint(text: string, real: string): boolean {
+  for (const line of text.split('\n')) {
+    const mountPoint = line.split(' ')[4];
+    if (mountPoint === undefined) continue;
+    const unescaped = mountPoint.replace(/\\([0-7]{3})/g, (_, octal: string) =>
+      String.fromCharCode(Number.parseInt(octal, 8)),
+    );
+    if (unescaped === real) return true;
+  }
+  return false;
+}
+
+/** A mount point's path relative to rootDir as the record may hold it: no empty, `.` or `..` segment, no NUL. */
+function isMountBelowPath(value: unknown): value is string {
+  return (
+    typeof value === 'string' &&
+    value.length > 0 &&
+    value.length <= 4096 &&
+    !value.includes('\0') &&
+    value.split('/').every((segment) => segment !== '' && segment !== '.' && segment !== '..')
+  );
+}
+
+/** Whether `relative` is `mountPoint` or lies below it (both relative to rootDir, '/'-separated). */
+function isSameOrBelow(relative: string, mountPoint: string): boolean {
+  return relative === mountPoint || relative.startsWith(`${mountPoint}/`);
 }
 
 /** The kernel's table of this process's mounts (proc(5)). */
