@@ -67,6 +67,8 @@ describe('a filesystem mounted below rootDir gone under the agent (mount26)', ()
       clock.advance(3_600_000);
     }
     expect(await readdir(path.join(world.rootDir, 'data'))).toEqual([]);
+    // The drift watcher's local restores ask the same rule: none while it is gone, a pass judges each path.
+    expect(await world.reconciler.rootMountGone()).toBe(true);
     expect(world.reports().filter((r) => r.endsWith('/failed'))).toEqual([]);
     expect(world.reports().filter((r) => r.startsWith('cfg_r removed'))).toEqual([]);
     for (const id of ['cfg_a', 'cfg_c', 'cfg_r']) expect(lastReportOf(id)?.error_status).toBe('retrying');
@@ -82,6 +84,7 @@ describe('a filesystem mounted below rootDir gone under the agent (mount26)', ()
     await writeFile(path.join(world.rootDir, 'data/a.json'), json({ v: 1 }));
     await writeFile(path.join(world.rootDir, 'data/r.json'), json({ v: 9 }));
     expect((await world.pass()).converged).toBe(true);
+    expect(await world.reconciler.rootMountGone()).toBe(false);
     expect(await world.fileAt('data/sub/c.json')).toBe(json({ v: 3 }));
     expect(await world.exists('data/r.json')).toBe(false);
     expect(world.reports()).toContain('cfg_c deployed/none');
