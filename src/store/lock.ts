@@ -412,6 +412,7 @@ export async function acquireRootLock(
   rootDir: string,
   keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
   stateDir: string,
+  deadline?: EvidenceBound,
 ): Promise<{ release(): Promise<void>; unproven?: string }> {
   const keyed = await keyOf(rootDir);
   if (keyed === undefined) return { release: async () => {} };
@@ -441,7 +442,7 @@ export async function acquireRootLock(
     if (bound instanceof Error) {
       // Not Linux, or sockets refused (a sandbox without AF_UNIX): no lock, as before it existed.
       if (errnoCode(bound) !== 'EADDRINUSE') return { release: async () => {} };
-      const verdict = await judgeHolder(name, rootDir, keyed, keyOf, stateDir);
+      const verdict = await judgeHolder(name, rootDir, keyed, keyOf, stateDir, deadline);
       if (verdict === 'gone') continue;
       if (verdict instanceof RootLockedError) throw verdict;
       return { release: async () => {}, ...verdict };
@@ -452,7 +453,7 @@ export async function acquireRootLock(
     const old =
       legacy === undefined
         ? await unreachableLegacyHolder(name.replace(/\0+$/, ''), rootDir, keyed, stateDir)
-        : await holdLegacyName(legacy, answer, rootDir, keyed, keyOf, stateDir);
+        : await holdLegacyName(legacy, answer, rootDir, keyed, keyOf, stateDir, deadline);
     if (old instanceof RootLockedError) {
       await closeServers(servers);
       throw old;
@@ -500,12 +501,13 @@ async function holdLegacyName(
   keyed: { key: string } & RootOwner,
   keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
   stateDir: string,
+  deadline?: EvidenceBound,
 ): Promise<import('node:net').Server | RootLockedError | undefined> {
   for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt += 1) {
     const bound = await bindName(legacy, answer);
     if (!(bound instanceof Error)) return bound;
     if (errnoCode(bound) !== 'EADDRINUSE') return undefined;
-    const verdict = await judgeHolder(legacy, rootDir, keyed, keyOf, stateDir);
+    const verdict = await judgeHolder(legacy, rootDir, keyed, keyOf, stateDir, deadline);
     if (verdict instanceof RootLockedError) return verdict.pid === process.pid ? undefined : verdict;
     if (verdict !== 'gone') return undefined;
   }
@@ -545,6 +547,7 @@ async function judgeHolder(
   keyed: { key: string } & RootOwner,
   keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
   stateDir: string,
+  bound?: EvidenceBound,
 ): Promise<HolderVerdict> {
   const holder = await askRootHolder(name);
   // The holder ended between the bind and the connection: bind again.
@@ -567,7 +570,7 @@ async function judgeHolder(
     !(await holdsName(name, holder.pid)) ||
     !(await trusted(holder.pid, keyed, {
       acl: () => rootAcl(rootDir),
-      ownsRecorded: (uid) => ownsRecordedFile(uid, holder.stateDir, rootDir, keyed.key, keyOf),
+      ownsRecorded: (uid) => ownsRecordedFile(uid, holder.stateDir, rootDir, keyed.key, keyOf, bound),
     }))
   ) {
     const who =
@@ -577,7 +580,15 @@ async function judgeHolder(
     };
   }
   // The holder's rootDir is another directory now (removed, its inode number given to this one): not this one's.
-  if (holder.rootDir !== undefined && (await keyOf(holder.rootDir))?.key !== keyed.key) return {};
+  if (holder.rootDir !== undefined) {
+    // A path the holder names: a late answer (a dead mount there) is not taken as this rootDir (fix33).
+    const theirs = await withinBound(keyOf(holder.rootDir), bound, 'late' as const);
+    if (theirs === 'late')
+      return {
+        unproven: `${rootDir}'s lock name is held by a process whose rootDir did not answer in time: started without the lock`,
+      };
+    if (theirs?.key !== keyed.key) return {};
+  }
   return new RootLockedError(rootDir, stateDir, holder.pid, holder.stateDir);
 }
 
@@ -911,6 +922,38 @@ const MAX_RECORDED_STATE_BYTES = 16 * 1024 * 1024;
 const MAX_RECORDED_FILES_LOOKED_AT = 32;
 
 /**
+ * How long the paths a holder names (its stateDir's state.json, the rootDir recorded there, the files it lists, the
+ * rootDir it answers) may take to tell anything: they are the holder's to choose, a squatter's too, and may lie on a
+ * mount that does not answer. A late answer trusts nothing (fix33).
+ */
+export const HOLDER_EVIDENCE_MS = 2_000;
+
+/** The injected clock's sleep and the bound it sets; without it (stand-in clocks of tests) no bound. */
+export interface EvidenceBound {
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+  ms: number;
+}
+
+/** `work`'s answer, or `late` once `bound.ms` has passed first (its timer dropped when `work` answers). */
+export async function withinBound<T, L>(
+  work: Promise<T>,
+  bound: EvidenceBound | undefined,
+  late: L,
+): Promise<T | L> {
+  if (bound === undefined) return await work;
+  const stop = new AbortController();
+  const timer = bound.sleep(bound.ms, stop.signal).then(
+    () => late,
+    () => late,
+  );
+  try {
+    return await Promise.race([work, timer]);
+  } finally {
+    stop.abort();
+  }
+}
+
+/**
  * Whether `uid` owns a regular file that the state.json in `stateDir` (the holder's, as it answered) records as
  * written in rootDir: that state must be of this rootDir (its recorded root keyed as rootDir is), and each file is
  * looked up where it resolves inside rootDir (no `..`, no symlink out of it). A squatter may name any stateDir, its
@@ -922,8 +965,24 @@ export async function ownsRecordedFile(
   rootDir: string,
   key: string,
   keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
+  bound?: EvidenceBound,
+  fsp: RecordedFs = process.getBuiltinModule('node:fs/promises'),
 ): Promise<boolean> {
-  const fsp = process.getBuiltinModule('node:fs/promises');
+  // Every path here is the holder's to name: a late answer is no evidence (fix33).
+  return await withinBound(recordedFileOwned(uid, stateDir, rootDir, key, keyOf, fsp), bound, false);
+}
+
+/** The node:fs/promises calls ownsRecordedFile makes; a stand-in in tests. */
+export type RecordedFs = Pick<typeof import('node:fs/promises'), 'open' | 'realpath' | 'lstat'>;
+
+async function recordedFileOwned(
+  uid: number,
+  stateDir: string,
+  rootDir: string,
+  key: string,
+  keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
+  fsp: RecordedFs,
+): Promise<boolean> {
   let text: string;
   try {
     const handle = await fsp.open(path.join(stateDir, STATE_FILE), LOCK_READ_FLAGS);

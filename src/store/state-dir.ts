@@ -1,6 +1,6 @@
 // The state directory: its lock, the sweep of temp files a crash left, and loading and persisting what is in it.
 import path from 'node:path';
-import type { WallClock } from '../lib/clock.js';
+import type { Clock, WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
@@ -10,7 +10,7 @@ import { type SweepSkip, sweepTempFiles } from './durable-writer.js';
 import { DiskError, rootConditionOf, StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
 import { IntentJournal, type WriteIntent } from './intent-journal.js';
-import { acquireRootLock, acquireStateLock, type StateLock } from './lock.js';
+import { acquireRootLock, acquireStateLock, HOLDER_EVIDENCE_MS, type StateLock } from './lock.js';
 import { StatusOutbox } from './outbox.js';
 import {
   emptyState,
@@ -94,7 +94,7 @@ export class StateDir {
     fs: FsPort,
     settings: StateDirSettings,
     logger: Logger,
-    options: { clock: WallClock; readOnly?: boolean; euid?: number },
+    options: { clock: WallClock & Partial<Pick<Clock, 'sleep'>>; readOnly?: boolean; euid?: number },
   ): Promise<StateDir> {
     const { clock } = options;
     const readOnly = options.readOnly ?? false;
@@ -112,7 +112,7 @@ export class StateDir {
         const stateLock = await acquireStateLock(fs, settings.stateDir);
         lock = stateLock;
         // And rootDir, whatever the other agent's stateDir (lock.ts): before the sweep, for the same reason.
-        const rootLock = await lockRootDir(fs, settings);
+        const rootLock = await lockRootDir(fs, settings, clock);
         if (rootLock.unproven !== undefined) logger.warn({ rootDir: settings.rootDir }, rootLock.unproven);
         lock = {
           ensureHeld: () => stateLock.ensureHeld(),
@@ -492,6 +492,7 @@ async function setAsideCacheUnlessDirectory(
 async function lockRootDir(
   fs: FsPort,
   settings: StateDirSettings,
+  clock: Partial<Pick<Clock, 'sleep'>>,
 ): Promise<{ release(): Promise<void>; unproven?: string }> {
   const keyOf = async (dir: string) => {
     try {
@@ -501,5 +502,8 @@ async function lockRootDir(
       return undefined;
     }
   };
-  return await acquireRootLock(settings.rootDir, keyOf, settings.stateDir);
+  // The holder's paths answer within HOLDER_EVIDENCE_MS or trust nothing (fix33); a stand-in clock without sleep: unbounded.
+  const sleep = clock.sleep?.bind(clock);
+  const bound = sleep === undefined ? undefined : { sleep, ms: HOLDER_EVIDENCE_MS };
+  return await acquireRootLock(settings.rootDir, keyOf, settings.stateDir, bound);
 }
