@@ -18,6 +18,22 @@ export const SCALE = 'src/**/*.scale.test.ts';
  */
 export const REAL_TIME = 'src/**/*.real-time.test.ts';
 
+/**
+ * In-process tests of the rootDir lock against real holders: other processes (as user nobody, on the other Node,
+ * stopped with SIGSTOP) bound to the lock's abstract name, each judged after the 2 s the agent gives a holder to
+ * answer. Seconds of waiting on real processes each (12 s of the unit tier's file time), so they run with the
+ * integration tier; on Node 24 too (.ci/run). The lock's logic against stand-ins stays in the unit tier
+ * (lock.test.ts, root-lock-legacy.lock25, root-lock-owns.lock25, ...).
+ */
+export const LOCK_HOLDERS = [
+  'src/store/root-lock-trust.lock24.test.ts',
+  'src/store/root-lock-stopped.adv26.test.ts',
+  'src/store/root-lock.review29.test.ts',
+  'src/store/root-lock-runtimes.lock24.test.ts',
+  'src/store/root-lock.adv24.test.ts',
+  'src/store/root-lock.review30.test.ts',
+];
+
 /** Tests that spawn the compiled binaries (dist/), and the reliability tier that does the same. */
 export const INTEGRATION = [
   'test/integration/**/*.test.ts',
@@ -40,6 +56,7 @@ export const INTEGRATION = [
   'test/systemd/package.test.ts',
   SCALE,
   REAL_TIME,
+  ...LOCK_HOLDERS,
 ];
 
 const TMPFS = '/dev/shm';

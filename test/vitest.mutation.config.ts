@@ -1,7 +1,7 @@
 // The vitest config Stryker runs (stryker.config.mjs): the unit tier only, rooted at the repository.
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
-import { INTEGRATION, SCALE, unitTier } from '../vitest.config.js';
+import { INTEGRATION, LOCK_HOLDERS, SCALE, unitTier } from '../vitest.config.js';
 
 /**
  * `MUTATION_TESTS=src/api/http-transport.test.ts,src/api/client.test.ts` narrows the tests Stryker runs to those
@@ -29,9 +29,9 @@ export default defineConfig({
         test: {
           ...unitTier.test,
           ...(narrowed === undefined || narrowed.length === 0 ? {} : { include: narrowed }),
-          // The scale tests run with the integration tier in CI, but in-process: mutants of what they cover are
-          // judged by them too.
-          exclude: INTEGRATION.filter((pattern) => pattern !== SCALE),
+          // The scale tests and the lock's tests against real holders run with the integration tier in CI, but
+          // in-process: mutants of what they cover are judged by them too.
+          exclude: INTEGRATION.filter((pattern) => pattern !== SCALE && !LOCK_HOLDERS.includes(pattern)),
           maxWorkers: 1,
         },
       },
