@@ -9,16 +9,19 @@ import { renewalFailureLog } from '../store/directory-syncs.js';
 import { DiskError } from '../store/errors.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher, type DriftWatcherOptions } from './drift-watcher.js';
-import type { ProcessTable } from './hook-processes.js';
+import { type ProcessTable, procProcessTable } from './hook-processes.js';
 import {
   hookHangs,
   hookPathsOwed,
   hooksLeftBehind,
+  leftBehindRecords,
   owedPathList,
   owedRecords,
+  restoreLeftBehind,
   restoreOwed,
   runHooks,
   type SpawnHook,
+  watchRestoredLeftBehind,
 } from './hooks.js';
 import type { HealthReport } from './local-api.js';
 import { type AgentMetrics, writeMetricsTextfile } from './metrics.js';
@@ -131,6 +134,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     // A hook process given up on has ended, or a hung program check answered: the paths of the runs they refused
     // are run now, and the metrics say so, without waiting for another change.
     this.#hookHangs.onCleared = () => {
+      this.#c.runner.recordHookProcessesLeftBehind?.(leftBehindRecords(this.#hookHangs));
       this.#queueHooks([], true);
       this.#c.metrics.setHooksLeftBehind(this.#hooksLeftBehind().length);
       void this.#writeMetrics(this.#c);
@@ -138,6 +142,15 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     // What hooks were owed when the last process ended, a crash or a power cut included (hook28).
     restoreOwed(this.#hookHangs, components.runner.state.owedHookPaths ?? []);
     this.#owedFromBefore = hookPathsOwed(this.#hookHangs);
+    // A hook's process left behind before this start and still there (same pid and start time) holds it back (hook30).
+    const kept = components.runner.state.hookProcessesLeftBehind ?? [];
+    const restored = restoreLeftBehind(this.#hookHangs, kept, this.#hookProcessTable());
+    for (const left of restored)
+      this.#logger.warn(
+        { hook: left.match, pid: left.pid },
+        'a hook process left behind before this start is still there: the hook does not run until it ends',
+      );
+    if (restored.length > 0) components.metrics.setHooksLeftBehind(restored.length);
     this.#logRenewalFailures();
   }
 
@@ -165,6 +178,13 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   }
 
   async start(): Promise<void> {
+    const { clock, logger } = this.#c.deps;
+    void watchRestoredLeftBehind(this.#hookHangs, {
+      clock,
+      signal: this.#stop.signal,
+      processes: this.#hookProcessTable(),
+      logger: logger.child({ component: 'hooks' }),
+    });
     await this.#startDriftWatcher();
     this.#loop = this.#runLoop();
   }
@@ -199,6 +219,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#c = next;
       // A reconciler of its own (another stateDir or rootDir) records them from now on.
       next.runner.recordOwedHookPaths?.(owedRecords(this.#hookHangs));
+      next.runner.recordHookProcessesLeftBehind?.(leftBehindRecords(this.#hookHangs));
       this.#logRenewalFailures();
       await previous?.close();
       this.#startDriftWatcherInBackground();
@@ -240,6 +261,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       const owed = owedPathList(this.#hookHangs);
       if (owed.length > 0) this.#c.runner.keepHookPaths?.(owed);
     }
+    this.#c.runner.recordHookProcessesLeftBehind?.(leftBehindRecords(this.#hookHangs));
     await this.#c.runner.flushState().catch((error: unknown) => {
       this.#logger.error({ err: error }, 'could not flush state at shutdown');
     });
@@ -264,6 +286,13 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     }
     const degraded = this.#degraded();
     return degraded.length === 0 ? { healthy: true, lastLoopAt } : { healthy: true, degraded, lastLoopAt };
+  }
+
+  /** Where hook processes are looked up: the injected table, or /proc as runHooks reads it (one for the daemon). */
+  #hookProcessTable(): ProcessTable {
+    if (this.#c.hookProcesses !== undefined) return this.#c.hookProcesses;
+    this.#hookHangs.table ??= procProcessTable();
+    return this.#hookHangs.table;
   }
 
   /** The hook processes given up on after SIGKILL that are still there (uninterruptible sleep on a hung mount). */
@@ -511,6 +540,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#hookPathsRunning.clear();
       // In the same turn as the settling below: any state.json written holds each path pending or owed.
       c.runner.recordOwedHookPaths?.(owedRecords(this.#hookHangs));
+      c.runner.recordHookProcessesLeftBehind?.(leftBehindRecords(this.#hookHangs));
       if (!this.#stop.signal.aborted) {
         // One written again while this run went on stays pending for the run queued after it.
         c.runner.settleHookPaths(changed.filter((path) => !this.#hookPathsRewritten.has(path)));

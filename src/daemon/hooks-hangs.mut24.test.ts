@@ -100,6 +100,7 @@ describe('the hook runner between runs (mut24)', () => {
     const { hangs } = world();
     hangs.processes.set('k', {
       match: 'x/**',
+      run: ['/x'],
       process: { pid: 4242, ppid: 1, pgrp: 4242, session: 4242, startTime: '7', comm: 'gone', exited: false },
     });
     const table = { ...fakeSystem().processes, get: () => undefined };

@@ -7,7 +7,7 @@ import type { Clock } from '../lib/clock.js';
 import { systemClock } from '../lib/clock.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
-import type { OwedHookPaths } from '../store/state.js';
+import type { HookProcessLeftBehind, OwedHookPaths } from '../store/state.js';
 import {
   environHolds,
   hookProcesses,
@@ -83,6 +83,8 @@ export function spawnThroughShell(command: string, args: string[], options: Spaw
 export interface LeftBehind {
   /** The hook's glob, which names it in logs and health. */
   match: string;
+  /** The hook's command: with its glob, it names the hook in state.json (`HookProcessLeftBehind`). */
+  run: readonly string[];
   process: ProcessEntry;
 }
 
@@ -117,6 +119,11 @@ export interface HookHangs {
   onCleared?: (() => void) | undefined;
   /** /proc as runHooks reads it when given no table: one for the daemon's life (processes whose environ hung). */
   table?: ProcessTable;
+  /**
+   * By hook: the processes left behind that state.json kept from before this start (`restoreLeftBehind`). No exit
+   * event comes for them (not this agent's children): `pollRestoredLeftBehind` looks for their end.
+   */
+  restored?: Map<string, ProcessEntry>;
 }
 
 export function hookHangs(): HookHangs {
@@ -171,6 +178,85 @@ export function restoreOwed(hangs: HookHangs, records: readonly OwedHookPaths[])
       paths: new Set(record.paths),
       truncated: record.truncated === true,
     });
+  }
+}
+
+/**
+ * Each hook's process left behind as state.json keeps it (pid and start time), sorted: recorded with the owed paths,
+ * so an agent started after a crash or a power cut still holds that hook back while the process is there (hook30).
+ */
+export function leftBehindRecords(hangs: HookHangs): HookProcessLeftBehind[] {
+  const out: HookProcessLeftBehind[] = [];
+  for (const left of hangs.processes.values())
+    out.push({ match: left.match, run: left.run, pid: left.process.pid, startTime: left.process.startTime });
+  const key = (left: HookProcessLeftBehind) => JSON.stringify([left.match, left.run, left.pid]);
+  return out.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
+}
+
+/**
+ * Takes back what state.json kept (`leftBehindRecords`) as a start finds it: a record whose pid runs with the same
+ * start time (`/proc/<pid>/stat` field 22; another start time is a pid handed out again) is that process, still
+ * there: its hook is held back as before, and `pollRestoredLeftBehind` watches for its end. Returns those taken.
+ */
+export function restoreLeftBehind(
+  hangs: HookHangs,
+  records: readonly HookProcessLeftBehind[],
+  processes: ProcessTable,
+): HookProcessLeftBehind[] {
+  const taken: HookProcessLeftBehind[] = [];
+  for (const record of records) {
+    const now = stillRunning(processes, { ...record, ppid: 0, pgrp: 0, session: 0, comm: '', exited: false });
+    if (now === undefined) continue;
+    const key = hookKey(record);
+    hangs.processes.set(key, { match: record.match, run: [...record.run], process: now });
+    hangs.restored ??= new Map();
+    hangs.restored.set(key, now);
+    taken.push(record);
+  }
+  return taken;
+}
+
+/**
+ * Looks once for the end of each restored process left behind (no exit event comes for them); any that ended is no
+ * longer left behind, and `onCleared` is called so the paths owed run. Returns whether any is still watched.
+ */
+export function pollRestoredLeftBehind(hangs: HookHangs, processes: ProcessTable, logger: Logger): boolean {
+  const restored = hangs.restored;
+  if (restored === undefined) return false;
+  let cleared = false;
+  for (const [key, entry] of restored) {
+    if (stillRunning(processes, entry) !== undefined) continue;
+    restored.delete(key);
+    if (hangs.processes.get(key)?.process === entry) hangs.processes.delete(key);
+    logger.info({ pid: entry.pid }, 'the process of a hook run given up on before this start has ended');
+    cleared = true;
+  }
+  if (cleared) hangs.onCleared?.();
+  return restored.size > 0;
+}
+
+/** How often a restored process left behind is looked for (one read of `/proc/<pid>/stat` each). */
+export const LEFT_BEHIND_POLL_MS = 5_000;
+
+/**
+ * Polls the restored processes left behind on `clock` until none is left or `signal` aborts. Never rejects.
+ */
+export async function watchRestoredLeftBehind(
+  hangs: HookHangs,
+  options: { clock: Pick<Clock, 'sleep'>; signal: AbortSignal; processes: ProcessTable; logger: Logger },
+): Promise<void> {
+  while ((hangs.restored?.size ?? 0) > 0 && !options.signal.aborted) {
+    try {
+      await options.clock.sleep(LEFT_BEHIND_POLL_MS, options.signal);
+    } catch {
+      return;
+    }
+    if (options.signal.aborted) return;
+    try {
+      pollRestoredLeftBehind(hangs, options.processes, options.logger);
+    } catch (error) {
+      options.logger.error({ err: error }, 'could not look for a hook process left behind');
+    }
   }
 }
 
@@ -770,7 +856,7 @@ export async function runHooks(
       // Its pid cannot be handed out again before it is reaped: what is there now is that process.
       const entry = runOptions.processes.get(result.abandoned.pid);
       if (entry !== undefined && !entry.exited)
-        hangs.processes.set(key, { match: hook.match, process: entry });
+        hangs.processes.set(key, { match: hook.match, run: [...hook.run], process: entry });
     }
     const fields = {
       hook: hook.match,

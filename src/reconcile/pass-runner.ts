@@ -1,6 +1,6 @@
 // What a reconcile pass takes and returns, and the `PassRunner` the daemon and the CLI drive it through.
 import type { ErrorCode } from '../lib/errors.js';
-import type { LocalState, OwedHookPaths } from '../store/state.js';
+import type { HookProcessLeftBehind, LocalState, OwedHookPaths } from '../store/state.js';
 import type { Step } from './plan.js';
 
 export interface RetryPolicy {
@@ -144,6 +144,11 @@ export interface PassRunner {
    * the next save, so a crash or a power cut keeps them (state.ts `OwedHookPaths`).
    */
   recordOwedHookPaths?(owed: readonly OwedHookPaths[]): void;
+  /**
+   * The hook processes left behind, as they are now (replacing what was recorded): persisted with the next save,
+   * so an agent started after a crash still holds their hooks back (state.ts `HookProcessLeftBehind`).
+   */
+  recordHookProcessesLeftBehind?(left: readonly HookProcessLeftBehind[]): void;
   /**
    * The mode and group `files.rules` give `path`, when rules apply (a local restore must put a file back with
    * the group a pass gives it).

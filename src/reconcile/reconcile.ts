@@ -2,7 +2,7 @@
 import type { ServiceClient } from '../api/client.js';
 import type { Deps } from '../lib/deps.js';
 import { RootMountWatch } from '../store/root-mount.js';
-import type { LocalState, OwedHookPaths } from '../store/state.js';
+import type { HookProcessLeftBehind, LocalState, OwedHookPaths } from '../store/state.js';
 import { StateDir } from '../store/state-dir.js';
 import { type PassContext, runPass } from './pass.js';
 import type { PassOptions, PassResult, PassRunner, ReconcilerSettings } from './pass-runner.js';
@@ -101,6 +101,13 @@ export class Reconciler implements PassRunner {
     const state = this.#ctx.dir.state;
     if (owed.length > 0) state.owedHookPaths = owed;
     else delete state.owedHookPaths;
+  }
+
+  /** Persisted with the next pass or at shutdown, as recordOwedHookPaths. */
+  recordHookProcessesLeftBehind(left: readonly HookProcessLeftBehind[]): void {
+    const state = this.#ctx.dir.state;
+    if (left.length > 0) state.hookProcessesLeftBehind = left;
+    else delete state.hookProcessesLeftBehind;
   }
 
   hasDueRetries(): boolean {

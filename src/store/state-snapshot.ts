@@ -1,5 +1,11 @@
 // What state.json holds, record by record: a persist whose state equals it has nothing to write.
-import type { InstanceRecord, LocalState, ManagedFile, OwedHookPaths } from './state.js';
+import type {
+  HookProcessLeftBehind,
+  InstanceRecord,
+  LocalState,
+  ManagedFile,
+  OwedHookPaths,
+} from './state.js';
 
 /**
  * The records state.json holds, by reference: records are replaced in the state's maps, never changed in place
@@ -14,6 +20,8 @@ export interface StateSnapshot {
   pendingHookPaths: ReadonlySet<string>;
   /** By reference: replaced whole when it changes (state.ts `OwedHookPaths`). */
   owedHookPaths?: readonly OwedHookPaths[];
+  /** By reference, as owedHookPaths (state.ts `HookProcessLeftBehind`). */
+  hookProcessesLeftBehind?: readonly HookProcessLeftBehind[];
   /** The former root's directory and its count of records: they only ever go, so the count tells a change. */
   formerRoot?: { rootDir: string; size: number };
 }
@@ -27,6 +35,9 @@ export function snapshotState(state: LocalState): StateSnapshot {
     instances: new Map(state.instances),
     pendingHookPaths: new Set(state.pendingHookPaths),
     ...(state.owedHookPaths === undefined ? {} : { owedHookPaths: state.owedHookPaths }),
+    ...(state.hookProcessesLeftBehind === undefined
+      ? {}
+      : { hookProcessesLeftBehind: state.hookProcessesLeftBehind }),
     ...(state.formerRoot === undefined
       ? {}
       : { formerRoot: { rootDir: state.formerRoot.rootDir, size: state.formerRoot.files.size } }),
@@ -43,13 +54,14 @@ export function sameAsSnapshot(state: LocalState, snapshot: StateSnapshot): bool
     state.pendingHookPaths.size === snapshot.pendingHookPaths.size &&
     [...state.pendingHookPaths].every((path) => snapshot.pendingHookPaths.has(path)) &&
     sameOwed(state.owedHookPaths ?? [], snapshot.owedHookPaths ?? []) &&
+    sameOwed(state.hookProcessesLeftBehind ?? [], snapshot.hookProcessesLeftBehind ?? []) &&
     state.formerRoot?.rootDir === snapshot.formerRoot?.rootDir &&
     state.formerRoot?.files.size === snapshot.formerRoot?.size
   );
 }
 
 /** Owed hook paths equal as written: none and an empty list alike (neither is written). */
-function sameOwed(current: readonly OwedHookPaths[], persisted: readonly OwedHookPaths[]): boolean {
+function sameOwed<T>(current: readonly T[], persisted: readonly T[]): boolean {
   return (
     current === persisted || (current.length === 0 && persisted.length === 0) || sameJson(current, persisted)
   );

@@ -212,6 +212,20 @@ function buildStateSchemas() {
         }),
       )
       .optional(),
+    /**
+     * Per hook, its process given up on after SIGKILL and still there when recorded (`HookProcessLeftBehind`);
+     * absent when none is. An older agent (before hook30) ignores the field and drops it with its next write.
+     */
+    hookProcessesLeftBehind: z
+      .array(
+        z.object({
+          match: z.string(),
+          run: z.array(z.string()).min(1),
+          pid: z.number().int().positive(),
+          startTime: z.string().min(1),
+        }),
+      )
+      .optional(),
     /** The root the agent last recorded files in before rootDir moved (`FormerRoot`). Older agents ignore it. */
     formerRoot: z.object({ rootDir: z.string().min(1), files: keyedBy(FormerFile) }).optional(),
   });
@@ -242,6 +256,19 @@ export interface OwedHookPaths {
   paths: readonly string[];
   /** More were owed than were kept: the run is told its list is incomplete. */
   truncated?: true | undefined;
+}
+
+/**
+ * A hook's process given up on after SIGKILL (uninterruptible sleep on a hung mount), kept in state.json so that an
+ * agent started after a crash, an OOM kill or a power cut still holds that hook back while the process is there:
+ * its pid and its start time (`/proc/<pid>/stat` field 22), so a pid handed out again is not taken for it
+ * (daemon/hooks.ts `restoreLeftBehind`). Replaced whole when it changes (state-snapshot.ts compares it so).
+ */
+export interface HookProcessLeftBehind {
+  match: string;
+  run: readonly string[];
+  pid: number;
+  startTime: string;
 }
 type ParsedStateFile = z.infer<StateSchemas['LocalStateFile']>;
 
@@ -279,6 +306,8 @@ export interface LocalState {
   pendingHookPaths: Set<string>;
   /** Absent or empty when no hook is owed paths. */
   owedHookPaths?: readonly OwedHookPaths[];
+  /** Absent or empty when no hook's process is left behind. */
+  hookProcessesLeftBehind?: readonly HookProcessLeftBehind[];
   formerRoot?: FormerRoot;
 }
 
@@ -432,7 +461,8 @@ function quickKeyedBy<T>(
  */
 export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   if (!isPlainObject(value)) return undefined;
-  const { version, deviceId, rootDir, pendingHookPaths, formerRoot, owedHookPaths } = value;
+  const { version, deviceId, rootDir, pendingHookPaths, formerRoot, owedHookPaths, hookProcessesLeftBehind } =
+    value;
   if (
     version !== STATE_VERSION ||
     typeof deviceId !== 'string' ||
@@ -458,6 +488,11 @@ export function quickStateFile(value: unknown): ParsedStateFile | undefined {
     if (owed === undefined) return undefined;
     parsed.owedHookPaths = owed;
   }
+  if (hookProcessesLeftBehind !== undefined) {
+    const left = quickLeftBehind(hookProcessesLeftBehind);
+    if (left === undefined) return undefined;
+    parsed.hookProcessesLeftBehind = left;
+  }
   if (formerRoot === undefined) return parsed;
   if (!isPlainObject(formerRoot) || typeof formerRoot.rootDir !== 'string' || formerRoot.rootDir === '') {
     return undefined;
@@ -478,6 +513,20 @@ function quickOwedHookPaths(value: unknown): ParsedStateFile['owedHookPaths'] {
       return undefined;
     if (truncated !== undefined && truncated !== true) return undefined;
     out.push(truncated === true ? { match, run, paths, truncated } : { match, run, paths });
+  }
+  return out;
+}
+
+function quickLeftBehind(value: unknown): ParsedStateFile['hookProcessesLeftBehind'] {
+  if (!Array.isArray(value)) return undefined;
+  const out: NonNullable<ParsedStateFile['hookProcessesLeftBehind']> = [];
+  for (const left of value as unknown[]) {
+    if (!isPlainObject(left)) return undefined;
+    const { match, run, pid, startTime } = left;
+    if (typeof match !== 'string' || !isStringArray(run) || run.length === 0) return undefined;
+    if (typeof pid !== 'number' || !Number.isInteger(pid) || pid <= 0) return undefined;
+    if (typeof startTime !== 'string' || startTime === '') return undefined;
+    out.push({ match, run, pid, startTime });
   }
   return out;
 }
@@ -556,6 +605,8 @@ export async function loadLocalState(
   };
   const owed = guardedOwedHookPaths(parsed.owedHookPaths ?? [], logger);
   if (owed.length > 0) state.owedHookPaths = owed;
+  const leftBehind = parsed.hookProcessesLeftBehind ?? [];
+  if (leftBehind.length > 0) state.hookProcessesLeftBehind = leftBehind;
   // Counted before the guard: a record it drops is left out by the next persist.
   const formerSize = parsed.formerRoot?.files.size ?? 0;
   if (parsed.formerRoot !== undefined) state.formerRoot = guardedFormerRoot(parsed.formerRoot, logger);
@@ -570,6 +621,9 @@ export async function loadLocalState(
       instances: parsed.instances,
       pendingHookPaths: new Set(parsed.pendingHookPaths),
       ...(parsed.owedHookPaths === undefined ? {} : { owedHookPaths: parsed.owedHookPaths }),
+      ...(parsed.hookProcessesLeftBehind === undefined
+        ? {}
+        : { hookProcessesLeftBehind: parsed.hookProcessesLeftBehind }),
       ...(parsed.formerRoot === undefined
         ? {}
         : { formerRoot: { rootDir: parsed.formerRoot.rootDir, size: formerSize } }),
@@ -884,6 +938,9 @@ export function serializeLocalState(state: LocalState): LocalStateFile {
     ...(state.owedHookPaths === undefined || state.owedHookPaths.length === 0
       ? {}
       : { owedHookPaths: state.owedHookPaths.map(owedRecord) }),
+    ...(state.hookProcessesLeftBehind === undefined || state.hookProcessesLeftBehind.length === 0
+      ? {}
+      : { hookProcessesLeftBehind: state.hookProcessesLeftBehind.map(leftBehindRecord) }),
     ...(state.formerRoot === undefined
       ? {}
       : {
@@ -901,6 +958,13 @@ function owedRecord(owed: OwedHookPaths): NonNullable<LocalStateFile['owedHookPa
   return owed.truncated === true ? { ...record, truncated: true } : record;
 }
 
+/** A hook process left behind as state.json holds it: its fields in one order. */
+function leftBehindRecord(
+  left: HookProcessLeftBehind,
+): NonNullable<LocalStateFile['hookProcessesLeftBehind']>[number] {
+  return { match: left.match, run: [...left.run], pid: left.pid, startTime: left.startTime };
+}
+
 /**
  * state.json's text, a record at a time: `JSON.stringify(serializeLocalState(state))` without indentation
  * (which was ~30 % of its bytes), keys in code-unit order, then a newline. Any version's `JSON.parse` reads it
@@ -916,9 +980,13 @@ export function stateFilePieces(state: LocalState): () => Iterable<string> {
   const instances = sortedEntries(state.instances);
   // Written only when some hook is owed paths: every other state.json keeps its bytes (no write at an upgrade).
   const owed = state.owedHookPaths ?? [];
+  const leftBehind = state.hookProcessesLeftBehind ?? [];
   const hooks =
     `,"pendingHookPaths":${JSON.stringify([...state.pendingHookPaths].sort())}` +
-    (owed.length === 0 ? '' : `,"owedHookPaths":${JSON.stringify(owed.map(owedRecord))}`);
+    (owed.length === 0 ? '' : `,"owedHookPaths":${JSON.stringify(owed.map(owedRecord))}`) +
+    (leftBehind.length === 0
+      ? ''
+      : `,"hookProcessesLeftBehind":${JSON.stringify(leftBehind.map(leftBehindRecord))}`);
   const former = state.formerRoot;
   const formerFiles = former === undefined ? [] : sortedEntries(former.files);
   return function* pieces() {

@@ -1,0 +1,329 @@
+// A hook's process left behind (SIGKILL could not end it) is still held against its hook after the agent restarts
+// from a crash or a power cut: state.json keeps its pid and start time, a start takes it back while that process
+// runs (not a pid handed out again), health says so, and its end is polled for on the injected clock.
+import { Volume } from 'memfs';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { HeldClock } from '../../test/helpers/held-daemon.js';
+import { fakeSystem } from '../../test/helpers/hook-system.js';
+import { memfsPort } from '../../test/helpers/memfs.js';
+import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import { parseAgentConfig } from '../config/load.js';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
+import {
+  type HookProcessLeftBehind,
+  type LocalState,
+  loadLocalState,
+  type OwedHookPaths,
+  quickStateFile,
+  STATE_FILE,
+  saveLocalState,
+  stateSchemas,
+} from '../store/state.js';
+import { AgentDaemon } from './agent.js';
+import type { ProcessTable } from './hook-processes.js';
+import { LEFT_BEHIND_POLL_MS } from './hooks.js';
+import { AgentMetrics } from './metrics.js';
+
+const ROOT = '/srv/root';
+const STATE_DIR = '/var/lib/config-agent';
+const STATE_PATH = `${STATE_DIR}/${STATE_FILE}`;
+
+/** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
+async function until(done: () => boolean, ms = 10_000): Promise<void> {
+  for (let spent = 0; !done() && spent < ms; spent += 10) await vi.advanceTimersByTimeAsync(10);
+  expect(done()).toBe(true);
+}
+
+/** state.json as the reconciler keeps it (hooks-owed-crash.hook28.test.ts's runner), left-behind records too. */
+class StateFileRunner implements PassRunner {
+  readonly writes: string[] = [];
+  passes = 0;
+  stateWrites = 0;
+  pendingReports = 0;
+
+  private constructor(
+    private readonly fs: FsPort,
+    readonly state: LocalState,
+  ) {}
+
+  static async open(fs: FsPort): Promise<StateFileRunner> {
+    const { state } = await loadLocalState(fs, STATE_DIR, 'dvc_unit', silentLogger(), ROOT);
+    return new StateFileRunner(fs, state);
+  }
+
+  async runPass(options: PassOptions): Promise<PassResult> {
+    this.passes += 1;
+    const file = this.writes.shift();
+    if (file !== undefined) this.state.pendingHookPaths.add(file);
+    await this.flushState();
+    return {
+      mode: options.mode,
+      dryRun: false,
+      startedAt: '2030-06-01T12:00:00.000Z',
+      durationMs: 1,
+      reachable: true,
+      steps: [],
+      outcomes:
+        file === undefined
+          ? []
+          : [{ instanceId: `ins_${file}`, path: file, action: 'written', converged: true, reason: 'new' }],
+      reports: { delivered: 0, rejected: 0, pending: 0 },
+      sweptTempFiles: [],
+      converged: true,
+    };
+  }
+  hasDueRetries(): boolean {
+    return false;
+  }
+  nextRetryAt(): number | undefined {
+    return undefined;
+  }
+  pendingHookPaths(): string[] {
+    return [...this.state.pendingHookPaths];
+  }
+  settleHookPaths(paths: readonly string[]): void {
+    for (const changed of paths) this.state.pendingHookPaths.delete(changed);
+  }
+  keepHookPaths(paths: readonly string[]): void {
+    for (const changed of paths) this.state.pendingHookPaths.add(changed);
+  }
+  recordOwedHookPaths(owed: readonly OwedHookPaths[]): void {
+    if (owed.length > 0) this.state.owedHookPaths = owed;
+    else delete this.state.owedHookPaths;
+  }
+  recordHookProcessesLeftBehind(left: readonly HookProcessLeftBehind[]): void {
+    if (left.length > 0) this.state.hookProcessesLeftBehind = left;
+    else delete this.state.hookProcessesLeftBehind;
+  }
+  async flushState(): Promise<void> {
+    if (await saveLocalState(this.fs, STATE_DIR, this.state)) this.stateWrites += 1;
+  }
+  async close(): Promise<void> {}
+}
+
+const config = parseAgentConfig(
+  {
+    deviceId: 'dvc_unit',
+    server: { baseUrl: 'https://dcds.example.com' },
+    rootDir: ROOT,
+    stateDir: STATE_DIR,
+    drift: 'off',
+    hooks: [
+      { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], timeoutSeconds: 1 },
+      { match: '**', run: ['/usr/bin/every'], timeoutSeconds: 1 },
+    ],
+  },
+  'hook30',
+);
+
+function daemonOver(
+  fs: FsPort,
+  runner: StateFileRunner,
+  clock: HeldClock,
+  system: ReturnType<typeof fakeSystem>,
+) {
+  return daemonWith(fs, runner, clock, system, system.processes);
+}
+
+function daemonWith(
+  fs: FsPort,
+  runner: StateFileRunner,
+  clock: HeldClock,
+  system: ReturnType<typeof fakeSystem>,
+  processes: ProcessTable,
+): AgentDaemon {
+  return new AgentDaemon({
+    deps: { fs, clock, random: () => 0, logger: silentLogger() },
+    config,
+    runner,
+    metrics: new AgentMetrics({ deviceId: 'dvc_unit' }),
+    hookEnv: {},
+    scrub: (text) => text,
+    hookProcesses: processes,
+    hookSpawn: system.spawn,
+  });
+}
+
+/** Ends the daemon's wait before its next pass (not the left-behind poll's). */
+async function nextPass(clock: HeldClock): Promise<void> {
+  await until(() => clock.waits.some((wait) => wait.ms !== LEFT_BEHIND_POLL_MS));
+  const index = clock.waits.findIndex((wait) => wait.ms !== LEFT_BEHIND_POLL_MS);
+  clock.waits.splice(index, 1)[0]?.();
+}
+
+/** Ends the left-behind poll's wait. */
+async function nextPoll(clock: HeldClock): Promise<void> {
+  await until(() => clock.waits.some((wait) => wait.ms === LEFT_BEHIND_POLL_MS));
+  const index = clock.waits.findIndex((wait) => wait.ms === LEFT_BEHIND_POLL_MS);
+  clock.waits.splice(index, 1)[0]?.();
+}
+
+/** A memfs holding what `model` says a power cut now would leave under `/`. */
+function volumeAfterPowerCut(model: PowerCutFs): FsPort {
+  const vol = new Volume();
+  for (const [relative, what] of Object.entries(model.afterPowerCut()).sort(([a], [b]) => (a < b ? -1 : 1))) {
+    const absolute = `/${relative}`;
+    if (what === 'dir') vol.mkdirSync(absolute, { recursive: true });
+    else if (what !== 'symlink') {
+      const space = what.indexOf(' ');
+      vol.writeFileSync(absolute, what.slice(space + 1), { mode: Number.parseInt(what.slice(0, space), 8) });
+    }
+  }
+  return memfsPort(vol);
+}
+
+const RELOAD_LEFT = { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], pid: 1001, startTime: '1001' };
+
+/**
+ * A daemon whose `reload` run (pid 1001) is given up on, pass 2's nfs/b.json refused to it, then a power cut with no
+ * stop: what is durable afterwards.
+ */
+async function leftBehindThenPowerCut(): Promise<FsPort> {
+  const vol = new Volume();
+  vol.mkdirSync(ROOT, { recursive: true });
+  vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
+  const model = await PowerCutFs.over(memfsPort(vol), '/');
+  const runner = await StateFileRunner.open(model.fs);
+  runner.writes.push('nfs/a.json', 'nfs/b.json');
+  const first = fakeSystem((command, pid) => command === '/usr/bin/reload' && pid === 1001);
+  const clock = new HeldClock();
+  const daemon = daemonOver(model.fs, runner, clock, first);
+  await daemon.start();
+  await nextPass(clock);
+  await until(
+    () => runner.passes === 1 && first.started.length === 2 && runner.state.pendingHookPaths.size === 0,
+  );
+  await nextPass(clock);
+  await until(
+    () => runner.passes === 2 && first.started.length === 3 && runner.state.pendingHookPaths.size === 0,
+  );
+  // Pass 3 writes what pass 2's hook run settled and owed; pass 4 changes nothing and writes nothing.
+  const writesBefore = runner.stateWrites;
+  await nextPass(clock);
+  await until(() => runner.passes === 3);
+  expect(runner.stateWrites).toBe(writesBefore + 1);
+  await nextPass(clock);
+  await until(() => runner.passes === 4);
+  expect(runner.stateWrites).toBe(writesBefore + 1);
+  const after = volumeAfterPowerCut(model);
+  const kept = JSON.parse(String(await after.readFile(STATE_PATH, 'utf8'))) as Record<string, unknown>;
+  expect(kept.hookProcessesLeftBehind).toEqual([RELOAD_LEFT]);
+  expect(kept.owedHookPaths).toEqual([
+    { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], paths: ['nfs/b.json'] },
+  ]);
+  return after;
+}
+
+async function stopped(daemon: AgentDaemon): Promise<void> {
+  const stopping = daemon.stop(1_000);
+  await vi.advanceTimersByTimeAsync(1_000);
+  await stopping;
+}
+
+beforeEach(() => {
+  vi.useFakeTimers();
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('a hook process left behind, across a crash or a power cut (hook30)', () => {
+  it('holds its hook back after the restart, health degraded, until it ends; then the owed run happens', async () => {
+    const after = await leftBehindThenPowerCut();
+    // The next daemon's machine: pid 1001 still there, started when it was (stuck on the hung mount).
+    const next = fakeSystem((command) => command === 'leftover');
+    next.spawn('leftover', [], {});
+    const runner = await StateFileRunner.open(after);
+    const clock = new HeldClock();
+    const restarted = daemonOver(after, runner, clock, next);
+    try {
+      await restarted.start();
+      await nextPass(clock);
+      await until(() => runner.passes === 1);
+      await nextPass(clock);
+      await until(() => runner.passes === 2);
+      await vi.advanceTimersByTimeAsync(100);
+      // reload is not run beside it, and nothing else runs.
+      expect(next.started).toEqual(['leftover:1001']);
+      const degraded = restarted.health().degraded ?? [];
+      expect(degraded).toHaveLength(1);
+      expect(degraded[0]).toContain('hook nfs/**: its process (pid 1001, leftover)');
+      // Still there at the first look: still held back.
+      await nextPoll(clock);
+      await vi.advanceTimersByTimeAsync(100);
+      expect(next.started).toEqual(['leftover:1001']);
+
+      // The mount comes back and the process ends: at the next look the owed paths run, with no pass in between.
+      next.release(1001);
+      await nextPoll(clock);
+      await until(() => next.started.length === 2);
+      expect(next.started).toEqual(['leftover:1001', '/usr/bin/reload:1002']);
+      expect(next.changed.get(1002)).toEqual({ list: ['nfs/b.json'], truncated: false });
+      expect(restarted.health().degraded).toBeUndefined();
+      expect(runner.passes).toBe(2);
+      // Neither owed nor left behind any more, and state.json says so after the next pass's write.
+      await nextPass(clock);
+      await until(() => runner.passes === 3);
+      const settled = JSON.parse(String(await after.readFile(STATE_PATH, 'utf8'))) as Record<string, unknown>;
+      expect(settled.owedHookPaths).toBeUndefined();
+      expect(settled.hookProcessesLeftBehind).toBeUndefined();
+    } finally {
+      await stopped(restarted);
+    }
+  });
+
+  it('a pid handed out again (another start time) is not taken for it: the hook runs at once', async () => {
+    const after = await leftBehindThenPowerCut();
+    const next = fakeSystem((command) => command === 'leftover');
+    next.spawn('leftover', [], {});
+    // pid 1001 is another process now: started at another time than the one recorded.
+    const processes: ProcessTable = {
+      ...next.processes,
+      get: (pid) => {
+        const entry = next.processes.get(pid);
+        return entry === undefined || pid !== 1001 ? entry : { ...entry, startTime: '987654' };
+      },
+    };
+    const runner = await StateFileRunner.open(after);
+    const clock = new HeldClock();
+    const restarted = daemonWith(after, runner, clock, next, processes);
+    try {
+      await restarted.start();
+      await nextPass(clock);
+      await until(() => runner.passes === 1 && next.started.length === 2);
+      expect(next.started).toEqual(['leftover:1001', '/usr/bin/reload:1002']);
+      expect(next.changed.get(1002)).toEqual({ list: ['nfs/b.json'], truncated: false });
+      expect(restarted.health().degraded).toBeUndefined();
+      // Nothing is polled for: no wait of the left-behind poll.
+      expect(clock.waits.some((wait) => wait.ms === LEFT_BEHIND_POLL_MS)).toBe(false);
+    } finally {
+      await stopped(restarted);
+    }
+  });
+
+  it('quickStateFile and the schema read the field alike; a bad record is refused by both', () => {
+    const file = {
+      version: 1,
+      deviceId: 'dvc_unit',
+      rootDir: ROOT,
+      files: {},
+      instances: {},
+      pendingHookPaths: [],
+      hookProcessesLeftBehind: [RELOAD_LEFT],
+    };
+    const quick = quickStateFile(file);
+    expect(quick?.hookProcessesLeftBehind).toEqual([RELOAD_LEFT]);
+    expect(stateSchemas().LocalStateFile.parse(file).hookProcessesLeftBehind).toEqual([RELOAD_LEFT]);
+    for (const bad of [
+      { ...RELOAD_LEFT, pid: 0 },
+      { ...RELOAD_LEFT, startTime: '' },
+      { ...RELOAD_LEFT, run: [] },
+    ]) {
+      const wrong = { ...file, hookProcessesLeftBehind: [bad] };
+      expect(quickStateFile(wrong)).toBeUndefined();
+      expect(stateSchemas().LocalStateFile.safeParse(wrong).success).toBe(false);
+    }
+  });
+});
