@@ -320,28 +320,33 @@ async function declareWrites(
 }
 
 /**
- * rootDir's mount asked again once a batch has written or removed: gone by now, what landed may have landed on the
- * filesystem under the bare mountpoint, so none of it counts (`failed` with the mount's error, recorded as the
+ * rootDir's mount asked again once a batch has written, removed or confirmed a file in place (syncInPlace): gone by
+ * now, what landed (or was found) may have been the bare mountpoint's filesystem, so none of it counts (`failed` with the mount's error, recorded as the
  * device's condition: retrying, never `deployed` nor `removed`); the next pass after the mount is back judges the
  * disk again. Swaps (with displaced files) are left as they are.
  */
 async function judgeMount(done: AppliedStep[], ctx: ApplyContext): Promise<AppliedStep[]> {
   const landed = done.filter(
-    ({ result, displaced }) =>
+    ({ step, result, displaced }) =>
       displaced.length === 0 &&
-      (result.kind === 'written' || result.kind === 'metadata' || result.kind === 'removed'),
+      (result.kind === 'written' ||
+        result.kind === 'metadata' ||
+        result.kind === 'removed' ||
+        // A file confirmed in place from its bytes, its report due (mount27); none due: no check added.
+        (result.kind === 'none' &&
+          (step.kind === 'confirm' || step.kind === 'report') &&
+          step.report !== undefined &&
+          judgedOnDisk(step) !== undefined)),
   );
   if (landed.length === 0 || ctx.rootMount === undefined) return done;
   const rootGone = await ctx.rootMount.check();
   for (const applied of landed) {
     // A mount below rootDir gone holds only the files under it (mount26).
-    const { step } = applied;
-    const gone =
-      rootGone ??
-      (step.kind === 'write' || step.kind === 'remove' ? ctx.rootMount.goneAt(step.path) : undefined);
+    const onDisk = judgedOnDisk(applied.step);
+    if (onDisk === undefined) continue;
+    const gone = rootGone ?? ctx.rootMount.goneAt(onDisk.path);
     if (gone === undefined) continue;
-    const operation = applied.step.kind === 'remove' ? 'remove' : 'write';
-    applied.result = { kind: 'failed', error: gone, operation };
+    applied.result = { kind: 'failed', error: gone, operation: onDisk.operation };
   }
   return done;
 }
@@ -724,6 +729,30 @@ function directoryOf(relativePath: string): string {
   return dir === '.' ? '' : dir;
 }
 
+/**
+ * The path a step writes or removes, or whose `deployed`/`removed` it judges from what is on disk there (a file
+ * confirmed in place; one gone from the former root): such a step means nothing while the mount holding the path is
+ * gone. Undefined for the steps that touch no file and judge none.
+ */
+function judgedOnDisk(step: Step): { path: string; operation: 'write' | 'remove' } | undefined {
+  switch (step.kind) {
+    case 'write':
+      return { path: step.path, operation: 'write' };
+    case 'remove':
+      return { path: step.path, operation: 'remove' };
+    case 'confirm':
+      return { path: step.instance.relative_filepath, operation: 'write' };
+    case 'report':
+      if (step.reason === 'already_in_place')
+        return { path: step.instance.relative_filepath, operation: 'write' };
+      if (step.reason === 'gone_from_former_root')
+        return { path: step.instance.relative_filepath, operation: 'remove' };
+      return undefined;
+    default:
+      return undefined;
+  }
+}
+
 /** One step through its handler; undefined when an abort cut it short. */
 async function applyOne(
   step: Step,
@@ -731,12 +760,17 @@ async function applyOne(
   options: HandlerOptions,
 ): Promise<AppliedStep | undefined> {
   const handler = handlers[step.kind] as StepHandler<typeof step.kind>;
-  if (step.kind === 'write' || step.kind === 'remove') {
-    // rootDir's mount gone, or the one below it holding this path (mount26): nothing into the bare directory.
-    const mountGone = options.mountGone ?? ctx.rootMount?.goneAt(step.path);
-    const operation = step.kind === 'remove' ? 'remove' : 'write';
+  const onDisk = judgedOnDisk(step);
+  if (onDisk !== undefined) {
+    // rootDir's mount gone, or the one below it holding this path (mount26): nothing into the bare directory, and
+    // nothing judged from what lies there (mount27: a stale copy with the recorded bytes is not the mount's file).
+    const mountGone = options.mountGone ?? ctx.rootMount?.goneAt(onDisk.path);
     if (mountGone !== undefined)
-      return { step, result: { kind: 'failed', error: mountGone, operation }, displaced: [] };
+      return {
+        step,
+        result: { kind: 'failed', error: mountGone, operation: onDisk.operation },
+        displaced: [],
+      };
   }
   if (options.undeclared !== undefined && step.kind === 'write') {
     return { step, result: { kind: 'failed', error: options.undeclared, operation: 'write' }, displaced: [] };
