@@ -224,6 +224,37 @@ describe('a drift fight', () => {
     expect(server.state.instance('cfg_app')).toMatchObject({ error_status: 'retrying' });
   });
 
+  it('a mount below rootDir gone: the file deleted from the bare directory is not restored there, the repair is a pass (mount27)', async () => {
+    const rootDir = path.join(dir, 'root');
+    const at = path.join(rootDir, 'app');
+    await mkdir(at);
+    // A filesystem at rootDir/app (its own st_dev, listed in the mount table) while `mounted`: then unmounted.
+    let mounted = true;
+    const fs = {
+      ...nodeFs,
+      stat: (async (target: string, opts?: unknown) => {
+        const stats = await nodeFs.stat(target, opts as never);
+        if (mounted && target === at) Object.assign(stats, { dev: Number(stats.dev) + 1 });
+        return stats;
+      }) as typeof nodeFs.stat,
+      mountsBelow: (of: string) => new Set(of === rootDir && mounted ? ['app'] : []),
+    };
+    const { target, restored, repairPasses, passes } = await setUp({ cached: true, fs });
+    mounted = false;
+    // The lazy unmount leaves the bare directory, without the file: a deletion the watcher sees.
+    await rm(at, { recursive: true });
+    await mkdir(at);
+
+    watcher.noticeChange(target);
+    await watcher.judgeNow();
+    await passes.idle();
+
+    expect(restored).toEqual([]);
+    expect(repairPasses).toEqual([[FILE]]);
+    expect(await nodeFs.readdir(at)).toEqual([]);
+    expect(server.state.instance('cfg_app')).toMatchObject({ error_status: 'retrying' });
+  });
+
   it.skipIf(process.getuid?.() !== 0)(
     "a file of a files.rules group is restored in that group, not the agent's (root only: chown to any gid)",
     async () => {
