@@ -134,7 +134,9 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     // A hook process given up on has ended, or a hung program check answered: the paths of the runs they refused
     // are run now, and the metrics say so, without waiting for another change.
     this.#hookHangs.onCleared = () => {
-      this.#c.runner.recordHookProcessesLeftBehind?.(leftBehindRecords(this.#hookHangs));
+      this.#c.runner.recordHookProcessesLeftBehind?.(
+        leftBehindRecords(this.#hookHangs, this.#hookProcessTable()),
+      );
       this.#queueHooks([], true);
       this.#c.metrics.setHooksLeftBehind(this.#hooksLeftBehind().length);
       void this.#writeMetrics(this.#c);
@@ -219,7 +221,9 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#c = next;
       // A reconciler of its own (another stateDir or rootDir) records them from now on.
       next.runner.recordOwedHookPaths?.(owedRecords(this.#hookHangs));
-      next.runner.recordHookProcessesLeftBehind?.(leftBehindRecords(this.#hookHangs));
+      next.runner.recordHookProcessesLeftBehind?.(
+        leftBehindRecords(this.#hookHangs, this.#hookProcessTable()),
+      );
       this.#logRenewalFailures();
       await previous?.close();
       this.#startDriftWatcherInBackground();
@@ -261,7 +265,9 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       const owed = owedPathList(this.#hookHangs);
       if (owed.length > 0) this.#c.runner.keepHookPaths?.(owed);
     }
-    this.#c.runner.recordHookProcessesLeftBehind?.(leftBehindRecords(this.#hookHangs));
+    this.#c.runner.recordHookProcessesLeftBehind?.(
+      leftBehindRecords(this.#hookHangs, this.#hookProcessTable()),
+    );
     await this.#c.runner.flushState().catch((error: unknown) => {
       this.#logger.error({ err: error }, 'could not flush state at shutdown');
     });
@@ -540,7 +546,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#hookPathsRunning.clear();
       // In the same turn as the settling below: any state.json written holds each path pending or owed.
       c.runner.recordOwedHookPaths?.(owedRecords(this.#hookHangs));
-      c.runner.recordHookProcessesLeftBehind?.(leftBehindRecords(this.#hookHangs));
+      c.runner.recordHookProcessesLeftBehind?.(leftBehindRecords(this.#hookHangs, this.#hookProcessTable()));
       if (!this.#stop.signal.aborted) {
         // One written again while this run went on stays pending for the run queued after it.
         c.runner.settleHookPaths(changed.filter((path) => !this.#hookPathsRewritten.has(path)));

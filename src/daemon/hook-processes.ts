@@ -26,6 +26,8 @@ export interface ProcessTable {
   kill(pid: number, signal: NodeJS.Signals): void;
   /** Lets go of what reading took; a read after it starts again. */
   close?(): void;
+  /** This boot's id (`/proc/sys/kernel/random/boot_id`), or undefined where it cannot be read. */
+  bootId?(): string | undefined;
 }
 
 export function parseStat(text: string): ProcessEntry | undefined {
@@ -48,6 +50,15 @@ export function parseStat(text: string): ProcessEntry | undefined {
     comm: text.slice(open + 1, close),
     exited: state === 'Z' || state === 'X' || state === 'x',
   };
+}
+
+function readBootId(procDir: string): string | undefined {
+  try {
+    const id = readFileSync(`${procDir}/sys/kernel/random/boot_id`, 'latin1').trim();
+    return id === '' ? undefined : id;
+  } catch {
+    return undefined;
+  }
 }
 
 function readStat(procDir: string, pid: number): ProcessEntry | undefined {
@@ -165,6 +176,7 @@ export function procProcessTable(
       return entries;
     },
     get: (pid) => readStat(procDir, pid),
+    bootId: () => readBootId(procDir),
     environ: (pid) => {
       reader ??= boundedFileReader(
         environMs,

@@ -180,7 +180,7 @@ const RELOAD_LEFT = { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], pid: 1
  * A daemon whose `reload` run (pid 1001) is given up on, pass 2's nfs/b.json refused to it, then a power cut with no
  * stop: what is durable afterwards.
  */
-async function leftBehindThenPowerCut(): Promise<FsPort> {
+async function leftBehindThenPowerCut(bootId?: string): Promise<FsPort> {
   const vol = new Volume();
   vol.mkdirSync(ROOT, { recursive: true });
   vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
@@ -189,7 +189,10 @@ async function leftBehindThenPowerCut(): Promise<FsPort> {
   runner.writes.push('nfs/a.json', 'nfs/b.json');
   const first = fakeSystem((command, pid) => command === '/usr/bin/reload' && pid === 1001);
   const clock = new HeldClock();
-  const daemon = daemonOver(model.fs, runner, clock, first);
+  const daemon =
+    bootId === undefined
+      ? daemonOver(model.fs, runner, clock, first)
+      : daemonWith(model.fs, runner, clock, first, { ...first.processes, bootId: () => bootId });
   await daemon.start();
   await nextPass(clock);
   await until(
@@ -209,7 +212,9 @@ async function leftBehindThenPowerCut(): Promise<FsPort> {
   expect(runner.stateWrites).toBe(writesBefore + 1);
   const after = volumeAfterPowerCut(model);
   const kept = JSON.parse(String(await after.readFile(STATE_PATH, 'utf8'))) as Record<string, unknown>;
-  expect(kept.hookProcessesLeftBehind).toEqual([RELOAD_LEFT]);
+  expect(kept.hookProcessesLeftBehind).toEqual([
+    bootId === undefined ? RELOAD_LEFT : { ...RELOAD_LEFT, bootId },
+  ]);
   expect(kept.owedHookPaths).toEqual([
     { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], paths: ['nfs/b.json'] },
   ]);
@@ -303,6 +308,46 @@ describe('a hook process left behind, across a crash or a power cut (hook30)', (
     }
   });
 
+  it('a record of another boot is not taken, though a process of this boot has its pid and start time', async () => {
+    const after = await leftBehindThenPowerCut('boot-1');
+    // A power cut and a boot: pid 1001 handed out again, by chance at the very tick the old one started.
+    const next = fakeSystem((command) => command === 'leftover');
+    next.spawn('leftover', [], {});
+    const runner = await StateFileRunner.open(after);
+    const clock = new HeldClock();
+    const restarted = daemonWith(after, runner, clock, next, { ...next.processes, bootId: () => 'boot-2' });
+    try {
+      await restarted.start();
+      await nextPass(clock);
+      await until(() => runner.passes === 1 && next.started.length === 2);
+      expect(next.started).toEqual(['leftover:1001', '/usr/bin/reload:1002']);
+      expect(next.changed.get(1002)).toEqual({ list: ['nfs/b.json'], truncated: false });
+      expect(restarted.health().degraded).toBeUndefined();
+    } finally {
+      await stopped(restarted);
+    }
+    // The same boot: taken back, as in the first case.
+    const again = await leftBehindThenPowerCut('boot-1');
+    const same = fakeSystem((command) => command === 'leftover');
+    same.spawn('leftover', [], {});
+    const sameRunner = await StateFileRunner.open(again);
+    const sameClock = new HeldClock();
+    const resumed = daemonWith(again, sameRunner, sameClock, same, {
+      ...same.processes,
+      bootId: () => 'boot-1',
+    });
+    try {
+      await resumed.start();
+      await nextPass(sameClock);
+      await until(() => sameRunner.passes === 1);
+      await vi.advanceTimersByTimeAsync(100);
+      expect(same.started).toEqual(['leftover:1001']);
+      expect(resumed.health().degraded ?? []).toHaveLength(1);
+    } finally {
+      await stopped(resumed);
+    }
+  });
+
   it('quickStateFile and the schema read the field alike; a bad record is refused by both', () => {
     const file = {
       version: 1,
@@ -316,10 +361,17 @@ describe('a hook process left behind, across a crash or a power cut (hook30)', (
     const quick = quickStateFile(file);
     expect(quick?.hookProcessesLeftBehind).toEqual([RELOAD_LEFT]);
     expect(stateSchemas().LocalStateFile.parse(file).hookProcessesLeftBehind).toEqual([RELOAD_LEFT]);
+    const booted = { ...file, hookProcessesLeftBehind: [{ ...RELOAD_LEFT, bootId: 'boot-1' }] };
+    expect(quickStateFile(booted)?.hookProcessesLeftBehind).toEqual([{ ...RELOAD_LEFT, bootId: 'boot-1' }]);
+    expect(stateSchemas().LocalStateFile.parse(booted).hookProcessesLeftBehind).toEqual([
+      { ...RELOAD_LEFT, bootId: 'boot-1' },
+    ]);
     for (const bad of [
       { ...RELOAD_LEFT, pid: 0 },
       { ...RELOAD_LEFT, startTime: '' },
       { ...RELOAD_LEFT, run: [] },
+      { ...RELOAD_LEFT, bootId: '' },
+      { ...RELOAD_LEFT, bootId: 7 },
     ]) {
       const wrong = { ...file, hookProcessesLeftBehind: [bad] };
       expect(quickStateFile(wrong)).toBeUndefined();

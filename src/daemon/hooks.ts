@@ -182,20 +182,28 @@ export function restoreOwed(hangs: HookHangs, records: readonly OwedHookPaths[])
 }
 
 /**
- * Each hook's process left behind as state.json keeps it (pid and start time), sorted: recorded with the owed paths,
+ * Each hook's process left behind as state.json keeps it (pid, start time and the boot, from `processes`), sorted: recorded with the owed paths,
  * so an agent started after a crash or a power cut still holds that hook back while the process is there (hook30).
  */
-export function leftBehindRecords(hangs: HookHangs): HookProcessLeftBehind[] {
+export function leftBehindRecords(hangs: HookHangs, processes: ProcessTable): HookProcessLeftBehind[] {
   const out: HookProcessLeftBehind[] = [];
+  const bootId = hangs.processes.size === 0 ? undefined : processes.bootId?.();
   for (const left of hangs.processes.values())
-    out.push({ match: left.match, run: left.run, pid: left.process.pid, startTime: left.process.startTime });
+    out.push({
+      match: left.match,
+      run: left.run,
+      pid: left.process.pid,
+      startTime: left.process.startTime,
+      ...(bootId === undefined ? {} : { bootId }),
+    });
   const key = (left: HookProcessLeftBehind) => JSON.stringify([left.match, left.run, left.pid]);
   return out.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
 }
 
 /**
  * Takes back what state.json kept (`leftBehindRecords`) as a start finds it: a record whose pid runs with the same
- * start time (`/proc/<pid>/stat` field 22; another start time is a pid handed out again) is that process, still
+ * start time (`/proc/<pid>/stat` field 22; another start time is a pid handed out again) in the same boot (a record
+ * of another boot is stale: `HookProcessLeftBehind.bootId`) is that process, still
  * there: its hook is held back as before, and `pollRestoredLeftBehind` watches for its end. Returns those taken.
  */
 export function restoreLeftBehind(
@@ -204,7 +212,10 @@ export function restoreLeftBehind(
   processes: ProcessTable,
 ): HookProcessLeftBehind[] {
   const taken: HookProcessLeftBehind[] = [];
+  const bootId = records.length === 0 ? undefined : processes.bootId?.();
   for (const record of records) {
+    // Recorded in another boot: every process of that boot is gone, whichever now has its pid and start time.
+    if (record.bootId !== undefined && bootId !== undefined && record.bootId !== bootId) continue;
     const now = stillRunning(processes, { ...record, ppid: 0, pgrp: 0, session: 0, comm: '', exited: false });
     if (now === undefined) continue;
     const key = hookKey(record);

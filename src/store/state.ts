@@ -223,6 +223,7 @@ function buildStateSchemas() {
           run: z.array(z.string()).min(1),
           pid: z.number().int().positive(),
           startTime: z.string().min(1),
+          bootId: z.string().min(1).optional(),
         }),
       )
       .optional(),
@@ -269,6 +270,11 @@ export interface HookProcessLeftBehind {
   run: readonly string[];
   pid: number;
   startTime: string;
+  /**
+   * The boot it was recorded in (`/proc/sys/kernel/random/boot_id`): no process outlives a reboot, so a record of
+   * another boot is never a process still there, whatever pid and start time a process of this boot has.
+   */
+  bootId?: string | undefined;
 }
 type ParsedStateFile = z.infer<StateSchemas['LocalStateFile']>;
 
@@ -522,11 +528,12 @@ function quickLeftBehind(value: unknown): ParsedStateFile['hookProcessesLeftBehi
   const out: NonNullable<ParsedStateFile['hookProcessesLeftBehind']> = [];
   for (const left of value as unknown[]) {
     if (!isPlainObject(left)) return undefined;
-    const { match, run, pid, startTime } = left;
+    const { match, run, pid, startTime, bootId } = left;
     if (typeof match !== 'string' || !isStringArray(run) || run.length === 0) return undefined;
     if (typeof pid !== 'number' || !Number.isInteger(pid) || pid <= 0) return undefined;
     if (typeof startTime !== 'string' || startTime === '') return undefined;
-    out.push({ match, run, pid, startTime });
+    if (bootId !== undefined && (typeof bootId !== 'string' || bootId === '')) return undefined;
+    out.push({ match, run, pid, startTime, ...(bootId === undefined ? {} : { bootId }) });
   }
   return out;
 }
@@ -962,7 +969,13 @@ function owedRecord(owed: OwedHookPaths): NonNullable<LocalStateFile['owedHookPa
 function leftBehindRecord(
   left: HookProcessLeftBehind,
 ): NonNullable<LocalStateFile['hookProcessesLeftBehind']>[number] {
-  return { match: left.match, run: [...left.run], pid: left.pid, startTime: left.startTime };
+  return {
+    match: left.match,
+    run: [...left.run],
+    pid: left.pid,
+    startTime: left.startTime,
+    ...(left.bootId === undefined ? {} : { bootId: left.bootId }),
+  };
 }
 
 /**
