@@ -31,9 +31,12 @@ describe('rootDir and stateDir on one disk that the files fill (adv29)', () => {
     }
     for (const id of ids) expect(await world.fileAt(`k/${id}.json`)).toContain(id.repeat(5000));
     expect(world.reports().filter((r) => r.endsWith('deployed/none')).length).toBe(ids.length);
-    // Written by the second pass (the first one's copies raced the files), then left alone: before, every pass
-    // put the copies again beside the files and no file was ever written.
-    expect(outcomes[1]).toBe('cfg_k1:written cfg_k2:written cfg_k3:written');
+    // Each written once (by the first pass or, where its copies raced the files for the room, the second: which
+    // depends on how the writes interleave), then left alone: before, every pass put the copies again beside the
+    // files and a file was never written.
+    for (const id of ids)
+      expect(outcomes.join(' ').split(' ').filter((outcome) => outcome === `${id}:written`)).toHaveLength(1);
+    expect(outcomes.slice(2).join(' ')).not.toContain(':written');
     expect((await world.pass()).converged).toBe(true);
   });
 });
