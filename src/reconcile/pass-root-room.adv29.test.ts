@@ -35,7 +35,12 @@ describe('rootDir and stateDir on one disk that the files fill (adv29)', () => {
     // depends on how the writes interleave), then left alone: before, every pass put the copies again beside the
     // files and a file was never written.
     for (const id of ids)
-      expect(outcomes.join(' ').split(' ').filter((outcome) => outcome === `${id}:written`)).toHaveLength(1);
+      expect(
+        outcomes
+          .join(' ')
+          .split(' ')
+          .filter((outcome) => outcome === `${id}:written`),
+      ).toHaveLength(1);
     expect(outcomes.slice(2).join(' ')).not.toContain(':written');
     expect((await world.pass()).converged).toBe(true);
   });
