@@ -101,8 +101,11 @@ describe('daemon: per-instance retries across passes', () => {
       expect(boot).toMatchObject({ mode: 'full', converged: false });
       expect(boot?.counts.retrying).toBe(1);
 
-      // Writable again: nothing on the service changes, so only the agent's own cooldown brings the retry.
-      unmountAll();
+      // Writable again: nothing on the service changes, so only the agent's own cooldown brings the retry. Remounted
+      // read-write, not unmounted: a mount below rootDir that goes away is the device's condition (mount26), and
+      // nothing is written into the bare directory it leaves.
+      const writable = tryMount(['-o', 'remount,rw,bind', lockedDir]);
+      if (writable !== undefined) throw new Error(writable);
       const target = h.rootPath('locked/app.json');
       await waitFor(() => readFile(target, 'utf8'), DEADLINE_MS, { what: 'the retried file on disk' });
       expect(await readFile(target, 'utf8')).toBe(`${JSON.stringify(content, null, 2)}\n`);
