@@ -7,100 +7,29 @@ import { HeldClock } from '../../test/helpers/held-daemon.js';
 import { fakeSystem } from '../../test/helpers/hook-system.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import {
+  RUNNER_ROOT,
+  RUNNER_STATE_DIR,
+  StateFileRunner,
+  volumeAfterPowerCut,
+} from '../../test/helpers/state-file-runner.js';
 import { parseAgentConfig } from '../config/load.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
-import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
-import {
-  type HookProcessLeftBehind,
-  type LocalState,
-  loadLocalState,
-  type OwedHookPaths,
-  quickStateFile,
-  STATE_FILE,
-  saveLocalState,
-  stateSchemas,
-} from '../store/state.js';
+import { quickStateFile, STATE_FILE, stateSchemas } from '../store/state.js';
 import { AgentDaemon } from './agent.js';
 import type { ProcessTable } from './hook-processes.js';
 import { LEFT_BEHIND_POLL_MS } from './hooks.js';
 import { AgentMetrics } from './metrics.js';
 
-const ROOT = '/srv/root';
-const STATE_DIR = '/var/lib/config-agent';
+const ROOT = RUNNER_ROOT;
+const STATE_DIR = RUNNER_STATE_DIR;
 const STATE_PATH = `${STATE_DIR}/${STATE_FILE}`;
 
 /** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
 async function until(done: () => boolean, ms = 10_000): Promise<void> {
   for (let spent = 0; !done() && spent < ms; spent += 10) await vi.advanceTimersByTimeAsync(10);
   expect(done()).toBe(true);
-}
-
-/** state.json as the reconciler keeps it (hooks-owed-crash.hook28.test.ts's runner), left-behind records too. */
-class StateFileRunner implements PassRunner {
-  readonly writes: string[] = [];
-  passes = 0;
-  stateWrites = 0;
-  pendingReports = 0;
-
-  private constructor(
-    private readonly fs: FsPort,
-    readonly state: LocalState,
-  ) {}
-
-  static async open(fs: FsPort): Promise<StateFileRunner> {
-    const { state } = await loadLocalState(fs, STATE_DIR, 'dvc_unit', silentLogger(), ROOT);
-    return new StateFileRunner(fs, state);
-  }
-
-  async runPass(options: PassOptions): Promise<PassResult> {
-    this.passes += 1;
-    const file = this.writes.shift();
-    if (file !== undefined) this.state.pendingHookPaths.add(file);
-    await this.flushState();
-    return {
-      mode: options.mode,
-      dryRun: false,
-      startedAt: '2030-06-01T12:00:00.000Z',
-      durationMs: 1,
-      reachable: true,
-      steps: [],
-      outcomes:
-        file === undefined
-          ? []
-          : [{ instanceId: `ins_${file}`, path: file, action: 'written', converged: true, reason: 'new' }],
-      reports: { delivered: 0, rejected: 0, pending: 0 },
-      sweptTempFiles: [],
-      converged: true,
-    };
-  }
-  hasDueRetries(): boolean {
-    return false;
-  }
-  nextRetryAt(): number | undefined {
-    return undefined;
-  }
-  pendingHookPaths(): string[] {
-    return [...this.state.pendingHookPaths];
-  }
-  settleHookPaths(paths: readonly string[]): void {
-    for (const changed of paths) this.state.pendingHookPaths.delete(changed);
-  }
-  keepHookPaths(paths: readonly string[]): void {
-    for (const changed of paths) this.state.pendingHookPaths.add(changed);
-  }
-  recordOwedHookPaths(owed: readonly OwedHookPaths[]): void {
-    if (owed.length > 0) this.state.owedHookPaths = owed;
-    else delete this.state.owedHookPaths;
-  }
-  recordHookProcessesLeftBehind(left: readonly HookProcessLeftBehind[]): void {
-    if (left.length > 0) this.state.hookProcessesLeftBehind = left;
-    else delete this.state.hookProcessesLeftBehind;
-  }
-  async flushState(): Promise<void> {
-    if (await saveLocalState(this.fs, STATE_DIR, this.state)) this.stateWrites += 1;
-  }
-  async close(): Promise<void> {}
 }
 
 const config = parseAgentConfig(
@@ -158,20 +87,6 @@ async function nextPoll(clock: HeldClock): Promise<void> {
   await until(() => clock.waits.some((wait) => wait.ms === LEFT_BEHIND_POLL_MS));
   const index = clock.waits.findIndex((wait) => wait.ms === LEFT_BEHIND_POLL_MS);
   clock.waits.splice(index, 1)[0]?.();
-}
-
-/** A memfs holding what `model` says a power cut now would leave under `/`. */
-function volumeAfterPowerCut(model: PowerCutFs): FsPort {
-  const vol = new Volume();
-  for (const [relative, what] of Object.entries(model.afterPowerCut()).sort(([a], [b]) => (a < b ? -1 : 1))) {
-    const absolute = `/${relative}`;
-    if (what === 'dir') vol.mkdirSync(absolute, { recursive: true });
-    else if (what !== 'symlink') {
-      const space = what.indexOf(' ');
-      vol.writeFileSync(absolute, what.slice(space + 1), { mode: Number.parseInt(what.slice(0, space), 8) });
-    }
-  }
-  return memfsPort(vol);
 }
 
 const RELOAD_LEFT = { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], pid: 1001, startTime: '1001' };

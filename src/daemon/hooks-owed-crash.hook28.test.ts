@@ -6,104 +6,28 @@ import { HeldClock } from '../../test/helpers/held-daemon.js';
 import { fakeSystem } from '../../test/helpers/hook-system.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
+import {
+  RUNNER_ROOT,
+  RUNNER_STATE_DIR,
+  StateFileRunner,
+  volumeAfterPowerCut,
+} from '../../test/helpers/state-file-runner.js';
 import { parseAgentConfig } from '../config/load.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
-import type { PassOptions, PassResult, PassRunner } from '../reconcile/pass-runner.js';
-import type { OwedHookPaths } from '../store/state.js';
-import {
-  type LocalState,
-  loadLocalState,
-  quickStateFile,
-  STATE_FILE,
-  saveLocalState,
-  stateSchemas,
-} from '../store/state.js';
+import { type LocalState, loadLocalState, quickStateFile, STATE_FILE, stateSchemas } from '../store/state.js';
 import { sameAsSnapshot, snapshotState } from '../store/state-snapshot.js';
 import { AgentDaemon } from './agent.js';
 import { AgentMetrics } from './metrics.js';
 
-const ROOT = '/srv/root';
-const STATE_DIR = '/var/lib/config-agent';
+const ROOT = RUNNER_ROOT;
+const STATE_DIR = RUNNER_STATE_DIR;
 const STATE_PATH = `${STATE_DIR}/${STATE_FILE}`;
 
 /** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
 async function until(done: () => boolean, ms = 10_000): Promise<void> {
   for (let spent = 0; !done() && spent < ms; spent += 10) await vi.advanceTimersByTimeAsync(10);
   expect(done()).toBe(true);
-}
-
-/**
- * state.json as the reconciler keeps it: loaded at open, each pass's writes pending for their hooks and the state
- * saved after the pass (compared with the file first: an unchanged state writes nothing), as pass.ts persists.
- * Owed paths are recorded as Reconciler.recordOwedHookPaths records them.
- */
-class StateFileRunner implements PassRunner {
-  /** Each pass's written paths (one path, or a batch). */
-  readonly writes: (string | string[])[] = [];
-  passes = 0;
-  /** Saves of state.json that wrote bytes. */
-  stateWrites = 0;
-  pendingReports = 0;
-
-  private constructor(
-    private readonly fs: FsPort,
-    readonly state: LocalState,
-  ) {}
-
-  static async open(fs: FsPort): Promise<StateFileRunner> {
-    const { state } = await loadLocalState(fs, STATE_DIR, 'dvc_unit', silentLogger(), ROOT);
-    return new StateFileRunner(fs, state);
-  }
-
-  async runPass(options: PassOptions): Promise<PassResult> {
-    this.passes += 1;
-    const next = this.writes.shift();
-    const files = next === undefined ? [] : typeof next === 'string' ? [next] : next;
-    for (const file of files) this.state.pendingHookPaths.add(file);
-    await this.flushState();
-    return {
-      mode: options.mode,
-      dryRun: false,
-      startedAt: '2030-06-01T12:00:00.000Z',
-      durationMs: 1,
-      reachable: true,
-      steps: [],
-      outcomes: files.map((file) => ({
-        instanceId: `ins_${file}`,
-        path: file,
-        action: 'written',
-        converged: true,
-        reason: 'new',
-      })),
-      reports: { delivered: 0, rejected: 0, pending: 0 },
-      sweptTempFiles: [],
-      converged: true,
-    };
-  }
-  hasDueRetries(): boolean {
-    return false;
-  }
-  nextRetryAt(): number | undefined {
-    return undefined;
-  }
-  pendingHookPaths(): string[] {
-    return [...this.state.pendingHookPaths];
-  }
-  settleHookPaths(paths: readonly string[]): void {
-    for (const changed of paths) this.state.pendingHookPaths.delete(changed);
-  }
-  keepHookPaths(paths: readonly string[]): void {
-    for (const changed of paths) this.state.pendingHookPaths.add(changed);
-  }
-  recordOwedHookPaths(owed: readonly OwedHookPaths[]): void {
-    if (owed.length > 0) this.state.owedHookPaths = owed;
-    else delete this.state.owedHookPaths;
-  }
-  async flushState(): Promise<void> {
-    if (await saveLocalState(this.fs, STATE_DIR, this.state)) this.stateWrites += 1;
-  }
-  async close(): Promise<void> {}
 }
 
 const config = parseAgentConfig(
@@ -137,20 +61,6 @@ function daemonOver(
     hookProcesses: system.processes,
     hookSpawn: system.spawn,
   });
-}
-
-/** A memfs holding what `model` says a power cut now would leave under `/`. */
-function volumeAfterPowerCut(model: PowerCutFs): FsPort {
-  const vol = new Volume();
-  for (const [relative, what] of Object.entries(model.afterPowerCut()).sort(([a], [b]) => (a < b ? -1 : 1))) {
-    const absolute = `/${relative}`;
-    if (what === 'dir') vol.mkdirSync(absolute, { recursive: true });
-    else if (what !== 'symlink') {
-      const space = what.indexOf(' ');
-      vol.writeFileSync(absolute, what.slice(space + 1), { mode: Number.parseInt(what.slice(0, space), 8) });
-    }
-  }
-  return memfsPort(vol);
 }
 
 beforeEach(() => {
