@@ -3,12 +3,11 @@
 // doctor held for good. A port whose calls under the "dead" directories never answer stands in for the mounts.
 
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import * as nodeFs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { FsPort } from '../lib/fs-port.js';
+import { deadBelow } from '../../test/helpers/dead-below-fs.js';
 import { type DoctorEnvironment, runDoctor } from './doctor.js';
 import { ExitCode } from './exit-codes.js';
 
@@ -16,27 +15,6 @@ const dirs: string[] = [];
 afterEach(() => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
-
-/** node:fs/promises, except that a call naming a path under one of `dead` never answers; counted by directory. */
-function deadBelow(dead: readonly string[]): { fs: FsPort; calls: Map<string, number> } {
-  const calls = new Map<string, number>();
-  const fs = new Proxy(nodeFs as unknown as FsPort, {
-    get(target, name, receiver) {
-      const value: unknown = Reflect.get(target, name, receiver);
-      if (typeof value !== 'function') return value;
-      return (...args: unknown[]) => {
-        const first = args[0];
-        const under = dead.find(
-          (dir) => typeof first === 'string' && (first === dir || first.startsWith(`${dir}/`)),
-        );
-        if (under === undefined) return Reflect.apply(value, target, args);
-        calls.set(under, (calls.get(under) ?? 0) + 1);
-        return new Promise(() => undefined);
-      };
-    },
-  });
-  return { fs, calls };
-}
 
 /** doctor's output for a config whose rootDir and stateDir are where `place` puts them, under a strict unit. */
 async function doctorWith(place: (dir: string) => { rootDir: string; stateDir: string; dead: string[] }) {
