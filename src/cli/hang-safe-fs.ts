@@ -19,6 +19,7 @@ import type { Clock } from '../lib/clock.js';
 import { nodeDescriptorCalls } from '../lib/descriptor-calls.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { lstatFieldsSync } from '../lib/lstat-fields.js';
+import { ownMountPoints } from '../lib/own-mounts.js';
 import { DirectorySyncLedger } from '../store/directory-syncs.js';
 import { gateMountsThatMayHang, type HeldPlace, MountLanes } from './mount-gate.js';
 
@@ -143,12 +144,13 @@ export function mountsUnderRootAreLocal(mountinfo: string, realRootDir: string):
 }
 
 /**
- * Every mount point strictly below `realRootDir`, as paths relative to it ('/'-separated), from
- * /proc/self/mountinfo's text (store/root-mount.ts watches them: one gone leaves a bare directory).
+ * Every mount point of its own (`ownMountPoints`) strictly below `realRootDir`, as paths relative to it
+ * ('/'-separated), from /proc/self/mountinfo's text (store/root-mount.ts watches them: one gone leaves a bare directory).
  */
 export function mountPointsBelow(mountinfo: string, realRootDir: string): Set<string> {
   const below = new Set<string>();
-  for (const { mountPoint } of parseMountTable(mountinfo)) {
+  // Not a directory bound onto itself (a unit's ReadWritePaths=): gone, it leaves the same directory.
+  for (const mountPoint of ownMountPoints(mountinfo)) {
     if (mountPoint !== realRootDir && isSameOrInside(mountPoint, realRootDir)) {
       below.add(realRootDir === '/' ? mountPoint.slice(1) : mountPoint.slice(realRootDir.length + 1));
     }

@@ -1,6 +1,7 @@
 // rootDir's mount, the mounts below it and its real path, remembered: a mount point that stops being one, or a rootDir swapped for a symlink, is waited out.
 import { constants } from 'node:fs';
 import type { FsPort } from '../lib/fs-port.js';
+import { ownMountPoints } from '../lib/own-mounts.js';
 import { writeDurableJson } from './durable-writer.js';
 import { DiskError } from './errors.js';
 import { sameRoot } from './same-root.js';
@@ -391,17 +392,13 @@ export class RootMountWatch {
   }
 }
 
-/** Whether mountinfo's text lists `real` as a mount point (its fifth field, `\040`-style escapes undone). */
+/**
+ * Whether mountinfo's text lists `real` as a mount point of its own (`ownMountPoints`): not a directory bound onto
+ * itself, as systemd's `ReadWritePaths=` does in the unit's namespace. Such a bind mount was recorded as rootDir's
+ * mount by the daemon, and every agent outside the unit (an operator's `--once`) then found the mount "gone".
+ */
 function listsMountPoint(text: string, real: string): boolean {
-  for (const line of text.split('\n')) {
-    const mountPoint = line.split(' ')[4];
-    if (mountPoint === undefined) continue;
-    const unescaped = mountPoint.replace(/\\([0-7]{3})/g, (_, octal: string) =>
-      String.fromCharCode(Number.parseInt(octal, 8)),
-    );
-    if (unescaped === real) return true;
-  }
-  return false;
+  return ownMountPoints(text).has(real);
 }
 
 /** A mount point's path relative to rootDir as the record may hold it: no empty, `.` or `..` segment, no NUL. */
