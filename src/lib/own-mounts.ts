@@ -15,6 +15,15 @@ export function unescapeMountPath(value: string): string {
  * is the mount's own root (fields 1–5: id, parent id, major:minor, root, mount point).
  */
 export function ownMountPoints(mountinfo: string): Set<string> {
+  return classifyMounts(mountinfo).own;
+}
+
+/** The mount points of mountinfo's text where a directory is bound onto itself (`ownMountPoints` leaves them out). */
+export function selfBoundMountPoints(mountinfo: string): Set<string> {
+  return classifyMounts(mountinfo).selfBound;
+}
+
+function classifyMounts(mountinfo: string): { own: Set<string>; selfBound: Set<string> } {
   const mounts = new Map<string, { device: string; root: string; mountPoint: string; parent: string }>();
   for (const line of mountinfo.split('\n')) {
     const [id, parent, device, root, mountPoint] = line.split(' ');
@@ -28,6 +37,7 @@ export function ownMountPoints(mountinfo: string): Set<string> {
     });
   }
   const own = new Set<string>();
+  const selfBound = new Set<string>();
   for (const mount of mounts.values()) {
     const above = mounts.get(mount.parent);
     if (above !== undefined && above.device === mount.device && above !== mount) {
@@ -43,9 +53,12 @@ export function ownMountPoints(mountinfo: string): Set<string> {
         inside !== undefined &&
         mount.root ===
           (inside === '' ? above.root : above.root === '/' ? `/${inside}` : `${above.root}/${inside}`);
-      if (boundOntoItself) continue;
+      if (boundOntoItself) {
+        selfBound.add(mount.mountPoint);
+        continue;
+      }
     }
     own.add(mount.mountPoint);
   }
-  return own;
+  return { own, selfBound };
 }

@@ -1,7 +1,7 @@
 // rootDir's mount, the mounts below it and its real path, remembered: a mount point that stops being one, or a rootDir swapped for a symlink, is waited out.
 import { constants } from 'node:fs';
 import type { FsPort } from '../lib/fs-port.js';
-import { ownMountPoints } from '../lib/own-mounts.js';
+import { ownMountPoints, selfBoundMountPoints } from '../lib/own-mounts.js';
 import { writeDurableJson } from './durable-writer.js';
 import { DiskError } from './errors.js';
 import { sameRoot } from './same-root.js';
@@ -143,6 +143,13 @@ export class RootMountWatch {
     } catch {
       this.#recorded = undefined;
     }
+  }
+
+  /** The record no longer says rootDir is a mount point (the mounts below it kept); in memory only when read-only. */
+  async #forget(): Promise<void> {
+    this.#recorded = false;
+    if (this.#memory === undefined || this.#memory.readOnly) return;
+    await this.#writeRecord(false).catch(() => undefined);
   }
 
   /** The record as this process knows it: rootDir a mount point or not, and the mount points below it. */
@@ -343,6 +350,12 @@ export class RootMountWatch {
         this.#mounted(root.dev);
         return undefined;
       }
+      if (await this.#boundOntoItself()) {
+        // A record an agent before ownMountPoints made of its unit's ReadWritePaths= bind of rootDir onto itself:
+        // this is the very directory it saw. Forgotten, so an agent outside the unit is not held back by it.
+        await this.#forget();
+        return undefined;
+      }
       this.#gone = true;
       return new DiskError({
         operation: 'check mount',
@@ -375,9 +388,19 @@ export class RootMountWatch {
     if (anew && asides !== undefined && asides.pending > 0) void asides.retry();
   }
 
+  /** Whether `/proc/self/mountinfo` shows rootDir's real path bound onto itself (`selfBoundMountPoints`). */
+  async #boundOntoItself(): Promise<boolean> {
+    const real = this.#realRoot ?? this.#rootDir;
+    try {
+      return selfBoundMountPoints(await this.#fs.readFile(MOUNTINFO, 'utf8')).has(real);
+    } catch {
+      return false;
+    }
+  }
+
   /**
-   * Whether `/proc/self/mountinfo` lists rootDir's real path as a mount point (its fifth field, with `\040`-style
-   * escapes for spaces, tabs, newlines and backslashes). False where it cannot be read (no /proc).
+   * Whether `/proc/self/mountinfo` lists rootDir's real path as a mount point of its own (its fifth field, with
+   * `\040`-style escapes undone; `ownMountPoints`). False where it cannot be read (no /proc).
    */
   async #listedAsMountPoint(): Promise<boolean> {
     // Where rootDir resolved at the first check: `check` has just found it resolving there still.
