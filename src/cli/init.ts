@@ -19,12 +19,14 @@ import { DEFAULT_CONFIG_PATH } from '../config/schema.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { makeDirectoryDurably, publishFile, removeManagedFile } from '../store/durable-writer.js';
 import { DiskError } from '../store/errors.js';
-import { boundedPlaces, notJudgedText, type PlacesBounds } from './doctor-bounds.js';
+import { boundedPlaces, notAnswered, notJudgedText, type PlacesBounds } from './doctor-bounds.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
+import type { MountNotAnswering } from './mount-gate.js';
 import { checkService, type ServiceCheckResult } from './service-check.js';
 import {
   type HiddenDir,
+  type RealpathFs,
   rootDirHiddenFromUnit,
   textfileHiddenFromUnit,
   UNIT_HIDDEN_DIRS,
@@ -378,6 +380,68 @@ async function publish(fs: ConfigFs, file: string, text: string, mode: number, g
   });
 }
 
+/** A call on one of init's places (rootDir, stateDir, the textfile) that its mount did not answer in time. */
+interface LateCall {
+  key: string;
+  dir: string;
+  error: MountNotAnswering;
+}
+
+/**
+ * The stop at a place on a mount that does not answer (exit 78, as for a disk init cannot make durable): before
+ * any write, nothing written; at rootDir's making, the config and key are written and rootDir is not (a mkdir
+ * the mount carries out after init ended leaves it empty and root's, which the next init settles).
+ */
+function lateFailure(late: LateCall, written: boolean): InitFailure {
+  const outcome = written
+    ? `the configuration and the key are written, ${late.dir} is not made`
+    : 'nothing written';
+  return new InitFailure(
+    `${late.key} ${late.dir}: ${late.error.message}; init stops here: ${outcome}. Run config-agent init again once ` +
+      `the mount answers, or choose a ${late.key} elsewhere`,
+    ExitCode.Config,
+  );
+}
+
+function throwIfLate(late: readonly LateCall[], written: boolean): void {
+  const first = late[0];
+  if (first !== undefined) throw lateFailure(first, written);
+}
+
+/**
+ * `fs`'s realpath for unit-sandbox's checks, the calls that did not answer noted in `late`: that walk takes any
+ * failure for a part not there yet and goes on to the parent, so a dead mount would pass for a missing directory.
+ */
+function realpathNotingLate(fs: ConfigFs, late: LateCall[]): (key: string) => RealpathFs {
+  return (key) => ({
+    realpath: async (file) => {
+      try {
+        if (fs.realpath === undefined) return await nodeFs.realpath(file);
+        return await fs.realpath(file);
+      } catch (error) {
+        if (notAnswered(error)) late.push({ key, dir: file, error });
+        throw error;
+      }
+    },
+  });
+}
+
+/**
+ * An lstat of `dir`, or of its nearest parent that is there, through the bounded port: InitFailure (nothing
+ * written) when its mount does not answer; any other answer (there, missing, refused) is left to the steps after.
+ */
+async function probeAnswering(fs: ConfigFs, key: string, dir: string): Promise<void> {
+  for (let current = path.resolve(dir); ; current = path.dirname(current)) {
+    try {
+      await fs.lstat(current);
+      return;
+    } catch (error) {
+      if (notAnswered(error)) throw lateFailure({ key, dir, error }, false);
+      if (errnoCode(error) !== 'ENOENT' || path.dirname(current) === current) return;
+    }
+  }
+}
+
 function failureExit(result: ServiceCheckResult): number {
   if (result.ok) return ExitCode.Converged;
   return result.kind === 'not_found' ? ExitCode.Config : ExitCode.Unreachable;
@@ -490,24 +554,30 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
         ExitCode.Config,
       );
     }
+    // Every call on rootDir and stateDir (and the textfile's way) goes through start-up's bounds: on a dead NFS or
+    // FUSE mount init held there for good (hook29's gap); now it stops naming the directory and the mount.
+    const places = await boundedPlaces({ ...env, placesFs: env.placesFs ?? fs });
+    const late: LateCall[] = [];
+    const resolving = realpathNotingLate(places.fs, late);
     // The drop-in would name a directory the unit replaces (ProtectHome=, PrivateTmp=): init said `ok`, then the
     // service exited 78 (EACCES) or failed 226/NAMESPACE every 30 s.
     const hidden =
       env.unitHides === undefined
         ? undefined
-        : await rootDirHiddenFromUnit(fs, config.rootDir, env.unitHides);
+        : await rootDirHiddenFromUnit(resolving('rootDir'), config.rootDir, env.unitHides);
+    throwIfLate(late, false);
     if (hidden !== undefined) throw new InitFailure(hidden, ExitCode.Config);
     const textfile = config.metrics.textfile;
     const textfileHidden =
       env.unitHides === undefined || textfile === undefined
         ? undefined
-        : await textfileHiddenFromUnit(fs, textfile, env.unitHides);
+        : await textfileHiddenFromUnit(resolving('metrics.textfile'), textfile, env.unitHides);
+    throwIfLate(late, false);
     if (textfileHidden !== undefined) throw new InitFailure(textfileHidden, ExitCode.Config);
 
     const { uid, gid } = await agentAccount(env);
     // What start-up refuses of where things are (exit 78, no restart), refused before anything is written. Bounded
     // as start-up's checks: a hook program on a dead mount held init for good; such a one is taken, as start-up does.
-    const places = await boundedPlaces({ ...env, placesFs: env.placesFs ?? fs });
     const unjudged = await assertConfigPlaces(
       places.fs,
       config,
@@ -517,6 +587,9 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       places.ownPathsPort,
     );
     for (const unanswered of unjudged) io.stdout.write(`warning: ${notJudgedText(unanswered)}\n`);
+    // rootDir and stateDir answer (or are not there yet) before anything is written: a dead mount writes nothing.
+    await probeAnswering(places.fs, 'rootDir', config.rootDir);
+    await probeAnswering(places.fs, 'stateDir', config.stateDir);
 
     // An init killed mid-write left its temp file there: removed now, before this run writes its own.
     const written = new Set([path.dirname(configPath), path.dirname(keyPath), env.dropInDir]);
@@ -538,9 +611,12 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
     await publish(fs, configPath, `${JSON.stringify(raw, null, 2)}\n`, 0o640, gid);
     io.stdout.write(`wrote ${configPath} (0640 root:${AGENT_ACCOUNT})\n`);
 
-    const createdRoot = await ensureDir(fs, config.rootDir, {
+    const createdRoot = await ensureDir(places.fs, config.rootDir, {
       mode: config.files.dirMode,
       owner: { uid, gid },
+    }).catch((error: unknown) => {
+      if (notAnswered(error)) throw lateFailure({ key: 'rootDir', dir: config.rootDir, error }, true);
+      throw error;
     });
     if (createdRoot === 'settled')
       io.stdout.write(

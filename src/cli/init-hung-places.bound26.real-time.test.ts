@@ -1,0 +1,62 @@
+// `config-agent init` with rootDir on a real FUSE mount nobody serves (root only): it ends within the bound, naming
+// rootDir and the mount (exit 78), with nothing written. Before, its calls on rootDir waited in the kernel for good.
+import { existsSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Readable, Writable } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { canMountFuse, hungFuseDir } from '../../test/helpers/hung-fuse.js';
+import { ExitCode } from './exit-codes.js';
+import { runInit } from './init.js';
+
+const hung = hungFuseDir('config-agent-init-fuse-');
+afterEach(() => hung.clean());
+
+describe.runIf(canMountFuse)('init: rootDir on a hung mount (bound26)', () => {
+  it('ends naming rootDir and the mount, exit 78, nothing written', async () => {
+    // Unserved for 30 s: far past the 0.3 s bound; the test ends it sooner (afterEach).
+    const { dir, mountPoint, fuse } = await hung.make(30_000);
+    await writeFile(path.join(dir, 'passwd'), 'config-agent:x:4245:4245::/:/usr/sbin/nologin\n');
+    await writeFile(path.join(dir, 'group'), 'config-agent:x:4245:\n');
+    await mkdir(path.join(dir, 'etc'));
+    const configPath = path.join(dir, 'etc/config.json');
+    const rootDir = path.join(mountPoint, 'configs');
+    let err = '';
+    const quiet = new Writable({ write: (_c, _e, done) => done() });
+    const code = await runInit(
+      { configPath, deviceId: 'dvc_1', baseUrl: 'http://127.0.0.1:9', rootDir, apiKeyFile: '-' },
+      {
+        stdout: quiet,
+        stderr: new Writable({
+          write(chunk, _encoding, done) {
+            err += String(chunk);
+            done();
+          },
+        }),
+        env: {},
+        isTty: false,
+      },
+      {
+        stdin: Readable.from(['sk-init-fuse-test-key-0123\n']),
+        stdinIsTty: false,
+        groupFile: path.join(dir, 'group'),
+        passwdFile: path.join(dir, 'passwd'),
+        dropInDir: path.join(dir, 'dropin'),
+        checkTimeoutMs: 1_000,
+        uid: 0,
+        // The unit's hidden directories judged too: their realpath of rootDir goes into the mount first.
+        unitHides: [{ dir: '/home', directive: 'ProtectHome=yes' }],
+        mountAnswerMs: 300,
+      },
+    );
+    expect(err).toContain(
+      `rootDir ${rootDir}: ETIMEDOUT: the mount at ${mountPoint} did not answer within 0.3 s`,
+    );
+    expect(err).toContain('nothing written');
+    expect(code).toBe(ExitCode.Config);
+    expect(existsSync(configPath)).toBe(false);
+    expect(existsSync(path.join(dir, 'etc/api-key'))).toBe(false);
+    expect(existsSync(path.join(dir, 'dropin'))).toBe(false);
+    expect(fuse.exitCode, 'the mount still hangs').toBeNull();
+  }, 20_000);
+});
