@@ -1,5 +1,6 @@
 // rootDir's mount, the mounts below it and its real path, remembered: a mount point that stops being one, or a rootDir swapped for a symlink, is waited out.
 import { constants } from 'node:fs';
+import path from 'node:path';
 import type { FsPort } from '../lib/fs-port.js';
 import { ownMountPoints, selfBoundMountPoints } from '../lib/own-mounts.js';
 import { writeDurableJson } from './durable-writer.js';
@@ -254,10 +255,13 @@ export class RootMountWatch {
         this.#judgeBelow(relative, known, listed?.has(relative) === true ? (known.dev ?? 0) : undefined);
         continue;
       }
-      let own: { dev: number | bigint };
+      let own: { dev: number | bigint; isDirectory(): boolean };
       let parent: { dev: number | bigint };
       try {
-        [own, parent] = await Promise.all([this.#fs.stat(at), this.#fs.stat(`${at}/..`)]);
+        own = await this.#fs.stat(at);
+        // A file bound there (`mount --bind`, a container's secret): its directory is its parent; `..` of a file is
+        // ENOTDIR, which judged it gone from the first check on and held restores and adoption for good (review34).
+        parent = await this.#fs.stat(own.isDirectory() ? `${at}/..` : path.dirname(at));
       } catch (error) {
         // Not there at all (a mount point cannot be removed while mounted): gone. Anything else is left to the writes.
         const code = (error as { code?: unknown } | undefined)?.code;
