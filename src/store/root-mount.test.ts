@@ -133,6 +133,7 @@ describe('RootMountWatch with a MountMemory in stateDir', () => {
     expect(JSON.parse(await readFile(path.join(dir, record), 'utf8'))).toEqual({
       rootDir: root,
       mountPoint: true,
+      ownMount: true,
     });
 
     mounted = false;
@@ -199,7 +200,11 @@ describe('RootMountWatch: something other than its own record at root-mount.json
         // The writer never replaces a FIFO, symlink or directory (the watch then holds in memory only); a file it does.
         const left = await lstat(record);
         if (kind === 'huge file') {
-          expect(JSON.parse(await readFile(record, 'utf8'))).toEqual({ rootDir: root, mountPoint: true });
+          expect(JSON.parse(await readFile(record, 'utf8'))).toEqual({
+            rootDir: root,
+            mountPoint: true,
+            ownMount: true,
+          });
         } else {
           expect(left.isFile(), kind).toBe(false);
         }

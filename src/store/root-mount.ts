@@ -8,9 +8,10 @@ import { DiskError } from './errors.js';
 import { sameRoot } from './same-root.js';
 
 /**
- * In stateDir: rootDir was seen as a mount point (`{"rootDir": ..., "mountPoint": true}`), and the mount points seen
- * below it (`"below": ["data", ...]`, relative to rootDir; `"mountPoint": false` when rootDir is none). An agent
- * before `below` reads only the first two.
+ * In stateDir: rootDir was seen as a mount point (`{"rootDir": ..., "mountPoint": true, "ownMount": true}`), and the
+ * mount points seen below it (`"below": ["data", ...]`, relative to rootDir; `"mountPoint": false` when rootDir is
+ * none). An agent before `below` reads only the first two. `ownMount` (review34): seen as a mount of its own, so
+ * never the unit's bind of rootDir onto itself that agents before ownMountPoints recorded (those are forgotten).
  */
 export const ROOT_MOUNT_FILE = 'root-mount.json';
 
@@ -84,6 +85,11 @@ export class RootMountWatch {
   readonly #memory: MountMemory | undefined;
   /** The record says rootDir was a mount point; undefined until read. Absent once, absent for good: only we write it. */
   #recorded: boolean | undefined;
+  /**
+   * The record says so as an agent since review34 writes it (`ownMount`): seen as a mount of its own, never a
+   * directory bound onto itself. Only a record without it may be the one an older agent made of its unit's self-bind.
+   */
+  #recordedOwn = false;
   /** The mount points seen below rootDir (relative to it), by this process or the record. */
   readonly #below = new Map<string, MountBelow>();
   /** Whether the record's `below` has been read (once, at the first check). */
@@ -105,11 +111,15 @@ export class RootMountWatch {
     try {
       const text = await this.#readRecord();
       const value: unknown = text === undefined ? undefined : JSON.parse(text);
-      const record = value as { rootDir?: unknown; mountPoint?: unknown } | null | undefined;
+      const record = value as
+        | { rootDir?: unknown; mountPoint?: unknown; ownMount?: unknown }
+        | null
+        | undefined;
       this.#recorded =
         record?.mountPoint === true &&
         typeof record.rootDir === 'string' &&
         (await sameRoot(this.#fs, record.rootDir, this.#rootDir));
+      this.#recordedOwn = this.#recorded && record?.ownMount === true;
     } catch {
       // Absent or unreadable: no record (the in-memory watch still holds while this process runs).
       this.#recorded = false;
@@ -134,13 +144,18 @@ export class RootMountWatch {
     }
   }
 
-  /** Records that rootDir is a mount point, once; a failure leaves the in-memory watch only. */
+  /**
+   * Records that rootDir is a mount point of its own, once (an older agent's record without `ownMount` is written
+   * again); a failure leaves the in-memory watch only.
+   */
   async #record(): Promise<void> {
-    if (this.#memory === undefined || this.#memory.readOnly || this.#recorded === true) return;
-    if (await this.#recall()) return;
+    if (this.#memory === undefined || this.#memory.readOnly || (this.#recorded === true && this.#recordedOwn))
+      return;
+    if ((await this.#recall()) && this.#recordedOwn) return;
     try {
       await this.#writeRecord(true);
       this.#recorded = true;
+      this.#recordedOwn = true;
     } catch {
       this.#recorded = undefined;
     }
@@ -149,6 +164,7 @@ export class RootMountWatch {
   /** The record no longer says rootDir is a mount point (the mounts below it kept); in memory only when read-only. */
   async #forget(): Promise<void> {
     this.#recorded = false;
+    this.#recordedOwn = false;
     if (this.#memory === undefined || this.#memory.readOnly) return;
     await this.#writeRecord(false).catch(() => undefined);
   }
@@ -159,6 +175,8 @@ export class RootMountWatch {
     await writeDurableJson(this.#fs, this.#memory.stateDir, ROOT_MOUNT_FILE, {
       rootDir: this.#rootDir,
       mountPoint,
+      // Only ever written true by a process that saw rootDir a mount of its own (never a self-bind: ownMountPoints).
+      ...(mountPoint ? { ownMount: true } : {}),
       ...(this.#below.size === 0 ? {} : { below: [...this.#below.keys()] }),
     });
   }
@@ -241,7 +259,10 @@ export class RootMountWatch {
     if (added && this.#memory !== undefined && !this.#memory.readOnly) {
       // A failure leaves the in-memory watch only, as for rootDir's own record.
       await this.#writeRecord(this.#mountDev !== undefined).catch(() => undefined);
-      if (this.#mountDev !== undefined) this.#recorded = true;
+      if (this.#mountDev !== undefined) {
+        this.#recorded = true;
+        this.#recordedOwn = true;
+      }
     }
     let table: Promise<string | undefined> | undefined;
     const mountTable = () => {
@@ -354,9 +375,11 @@ export class RootMountWatch {
         this.#mounted(root.dev);
         return undefined;
       }
-      if (await this.#boundOntoItself()) {
+      if (!this.#recordedOwn && (await this.#boundOntoItself())) {
         // A record an agent before ownMountPoints made of its unit's ReadWritePaths= bind of rootDir onto itself:
-        // this is the very directory it saw. Forgotten, so an agent outside the unit is not held back by it.
+        // this is the very directory it saw. Forgotten, so an agent outside the unit is not held back by it. Not one
+        // marked `ownMount`: in the unit a data disk gone leaves the bare directory bound onto itself just the same,
+        // and that one was forgotten and written into (review34).
         await this.#forget();
         return undefined;
       }
