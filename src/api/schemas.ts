@@ -1,11 +1,17 @@
 // Wire shapes of the service (spec/interface.md), one zod schema each, shared by the client and the mock.
 import * as z from 'zod';
 import { SHOWN_KEY_CHARS } from '../lib/field-path.js';
+import { ISO_DATE_TIME } from './instant.js';
 import { isLosslessNumber, isUsableInstanceId, type LosslessNumber, MAX_INSTANCE_ID_LENGTH } from './json.js';
 
 export { isUsableInstanceId };
 
-export const Timestamp = z.iso.datetime({ offset: true });
+/**
+ * Every ISO 8601 date-time a service writes (instant.ts `ISO_DATE_TIME`: no offset, `+0000`, `+00`, `t`/`z`, a
+ * space), not RFC 3339's strict form alone: an item whose `updated_at` a service wrote without an offset was
+ * invalid, and reported `failed`, final, its file never written (adv33).
+ */
+export const Timestamp = z.stringFormat('date-time', ISO_DATE_TIME, { error: 'Invalid ISO 8601 date-time' });
 
 /**
  * The schema `build` makes, built the first time something parses with it (or unwraps it) and kept: the object
