@@ -89,6 +89,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   #nextFullAt = Number.NEGATIVE_INFINITY;
   #lastLoopAt: number | undefined;
   #lastAttemptAt: number | undefined;
+  /** The runner's progress mark as last seen, and when it was first seen so (health's stall judgement). */
+  #progress: { mark: string; at: number } | undefined;
   #lastSuccessAt: number | undefined;
   #nextPollAt: number | undefined;
   #lastResult: PassResult | undefined;
@@ -284,7 +286,11 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     const lastLoopAt = this.#wallTime(this.#lastLoopAt);
     if (this.#lastLoopAt === undefined) return { healthy: true, reason: 'starting', lastLoopAt };
     const passBudgetMs = Math.max(PASS_STALL_MS, this.#c.config.server.timeoutSeconds * 1000 * 20);
-    if (this.#runner.busy && this.#lastAttemptAt !== undefined && now - this.#lastAttemptAt > passBudgetMs) {
+    if (
+      this.#runner.busy &&
+      this.#lastAttemptAt !== undefined &&
+      now - this.#progressSeenAt(now) > passBudgetMs
+    ) {
       return { healthy: false, reason: 'a reconcile pass has been running far too long', lastLoopAt };
     }
     if (!this.#runner.busy && this.#nextPollAt !== undefined && now - this.#nextPollAt > LOOP_LATE_MS) {
@@ -292,6 +298,22 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     }
     const degraded = this.#degraded();
     return degraded.length === 0 ? { healthy: true, lastLoopAt } : { healthy: true, degraded, lastLoopAt };
+  }
+
+  /**
+   * When the running pass was last seen to make progress (a report queued or delivered: a file written or removed,
+   * a status told), as health checks see it: a pass on a slow disk (fsyncs of seconds on a worn SD card) that keeps
+   * writing is not stalled however long it runs, and one that stops is told stalled within the budget after the
+   * first check that finds it still (adv34).
+   */
+  #progressSeenAt(now: number): number {
+    const mark = this.#progressMark();
+    if (this.#progress?.mark !== mark) this.#progress = { mark, at: now };
+    return this.#progress.at;
+  }
+
+  #progressMark(): string {
+    return `${this.#c.runner.progress ?? ''}/${this.#c.runner.pendingReports}`;
   }
 
   /** Where hook processes are looked up: the injected table, or /proc as runHooks reads it (one for the daemon). */
@@ -450,6 +472,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
     const mode: PassMode = fullDue ? 'full' : 'incremental';
     this.#pendingMode = 'incremental';
     this.#lastAttemptAt = now;
+    this.#progress = { mark: this.#progressMark(), at: now };
     const abort = new AbortController();
     this.#passAbort = abort;
     let result: PassResult;

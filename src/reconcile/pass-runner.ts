@@ -126,6 +126,11 @@ export interface PassRunner {
   readonly state: Readonly<LocalState>;
   /** Status reports queued and not yet delivered. */
   readonly pendingReports: number;
+  /**
+   * A count that changes as passes record what they do (every report queued: a file written or removed, a
+   * failure): the daemon's health takes a change as progress of the running pass (adv34). Absent: pendingReports.
+   */
+  readonly progress?: number;
   /** Whether some instance waits for a cooldown that has now elapsed (the daemon then runs a full pass). */
   hasDueRetries(): boolean;
   /** The earliest monotonic time at which a cooling-down instance may be retried, or held reports may go. */

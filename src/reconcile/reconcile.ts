@@ -82,6 +82,10 @@ export class Reconciler implements PassRunner {
     return this.#ctx.dir.outbox.size;
   }
 
+  get progress(): number {
+    return this.#ctx.dir.outbox.queuedEver;
+  }
+
   pendingHookPaths(): string[] {
     return [...this.#ctx.dir.state.pendingHookPaths];
   }
