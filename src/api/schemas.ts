@@ -250,9 +250,12 @@ export const ConfigInstance = onFirstUse(() =>
     device_id: z.string(),
     config_schema_id: z.string(),
     config_type_id: z.string(),
-    device: Device.unwrap().nullable(),
-    config_schema: ConfigSchemaRef.unwrap().nullable(),
-    config_type: ConfigTypeRef.unwrap().nullable(),
+    // "null unless expanded", and the agent expands none: a service that leaves out its null fields (Go's
+    // omitempty, a serializer that drops nulls) gives them absent. Read as null; they were invalid, and every
+    // instance was reported `failed`, final (adv33).
+    device: Device.unwrap().nullable().default(null),
+    config_schema: ConfigSchemaRef.unwrap().nullable().default(null),
+    config_type: ConfigTypeRef.unwrap().nullable().default(null),
     content: ConfigContent,
   }),
 );

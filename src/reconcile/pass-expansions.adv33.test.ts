@@ -1,0 +1,46 @@
+// A service that leaves out an instance's null expansions (device, config_schema, config_type) has its instances written, not reported failed (adv33).
+import { afterEach, describe, expect, it } from 'vitest';
+import { createPassWorld, LIST, type PassWorld } from '../../test/helpers/pass-world.js';
+
+/** The mock's null expansions, each left out as a serializer that drops null fields (Go's omitempty) does. */
+const LEFT_OUT = [
+  { find: '"device":null,', with: '' },
+  { find: '"config_schema":null,', with: '' },
+  { find: '"config_type":null,', with: '' },
+];
+
+describe('a service that leaves out null expansions (adv33)', () => {
+  let world: PassWorld | undefined;
+  afterEach(async () => {
+    await world?.close();
+    world = undefined;
+  });
+
+  // "null unless expanded", and the agent expands none of them. Each item was invalid: reported `failed` (final:
+  // skipped for good, also once the service sent the fields again) and never written.
+  it.each([
+    ['small items (checked by hand, then by zod)', 1],
+    ['items of 300 KB', 300_000],
+  ])('%s: written and reported deployed, and the next pass changes nothing', async (_, padding) => {
+    world = await createPassWorld({ name: 'adv33-expand' });
+    const content = (owner: string) => (padding > 1 ? { owner, pad: 'x'.repeat(padding) } : { owner });
+    world.put({ id: 'a', content: content('a') });
+    world.put({ id: 'b', relative_filepath: 'etc/b.json', content: content('b') });
+    world.fault({ match: LIST, count: 100, mode: 'rewrite', replace: LEFT_OUT });
+    await world.pass();
+    expect(world.reports().sort()).toEqual(['a deployed/none', 'b deployed/none']);
+    expect(JSON.parse(await world.fileAt('a.json'))).toEqual(content('a'));
+    expect(JSON.parse(await world.fileAt('etc/b.json'))).toEqual(content('b'));
+    await world.pass();
+    expect(world.reports()).toHaveLength(2);
+  });
+
+  it('one of the three left out is enough to have been failed', async () => {
+    world = await createPassWorld({ name: 'adv33-expand-one' });
+    world.put({ id: 'a' });
+    world.fault({ match: LIST, count: 100, mode: 'rewrite', replace: [LEFT_OUT[1]!] });
+    await world.pass();
+    expect(world.reports()).toEqual(['a deployed/none']);
+    expect(await world.fileAt('a.json')).toBe('{\n  "owner": "a"\n}\n');
+  });
+});
