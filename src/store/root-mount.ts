@@ -20,6 +20,12 @@ const MAX_RECORD_BYTES = 64 * 1024;
 const RECORD_READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW;
 /** At most this many mount points below rootDir are remembered (a record is small, its checks few). */
 const MAX_BELOW = 256;
+/**
+ * And at most this many bytes of them as the record holds them (JSON): with rootDir (PATH_MAX) the record stays
+ * under MAX_RECORD_BYTES. 256 long ones were ~260 KiB, which the reader then refused whole, rootDir's own mount
+ * with it (review34).
+ */
+const MAX_BELOW_BYTES = 32 * 1024;
 
 /** A mount point below rootDir as this process knows it. */
 interface MountBelow {
@@ -94,6 +100,8 @@ export class RootMountWatch {
   readonly #below = new Map<string, MountBelow>();
   /** Whether the record's `below` has been read (once, at the first check). */
   #belowRecalled = false;
+  /** The bytes `#below`'s keys take in the record (MAX_BELOW_BYTES). */
+  #belowBytes = 0;
 
   constructor(fs: FsPort, rootDir: string, memory?: MountMemory) {
     this.#fs = fs;
@@ -206,8 +214,7 @@ export class RootMountWatch {
     if (!this.#belowRecalled) {
       // Before any record is written: rootDir's own would otherwise drop what the record holds below it.
       this.#belowRecalled = true;
-      for (const relative of await this.#recallBelow())
-        this.#below.set(relative, { dev: undefined, gone: undefined });
+      for (const relative of await this.#recallBelow()) this.#remember(relative);
     }
     const root = (await this.#checkMoved()) ?? (await this.#checkMount());
     // rootDir's own condition holds every write already.
@@ -251,9 +258,8 @@ export class RootMountWatch {
     const listed = this.#fs.mountsBelow?.(this.#rootDir);
     let added = false;
     for (const relative of listed ?? []) {
-      if (this.#below.has(relative) || this.#below.size >= MAX_BELOW || !isMountBelowPath(relative)) continue;
-      this.#below.set(relative, { dev: undefined, gone: undefined });
-      added = true;
+      if (this.#below.has(relative) || !isMountBelowPath(relative)) continue;
+      if (this.#remember(relative)) added = true;
     }
     if (this.#below.size === 0) return;
     if (added && this.#memory !== undefined && !this.#memory.readOnly) {
@@ -302,6 +308,15 @@ export class RootMountWatch {
         text !== undefined && listsMountPoint(text, real) ? own.dev : undefined,
       );
     }
+  }
+
+  /** Takes a mount point below rootDir in, unless MAX_BELOW or MAX_BELOW_BYTES is reached; whether it did. */
+  #remember(relative: string): boolean {
+    const bytes = JSON.stringify(relative).length + 1;
+    if (this.#below.size >= MAX_BELOW || this.#belowBytes + bytes > MAX_BELOW_BYTES) return false;
+    this.#below.set(relative, { dev: undefined, gone: undefined });
+    this.#belowBytes += bytes;
+    return true;
   }
 
   /** Records what a check found of one mount point below rootDir: mounted on `dev`, or gone (undefined). */
