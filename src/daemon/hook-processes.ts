@@ -22,6 +22,8 @@ export interface ProcessTable {
   get(pid: number): ProcessEntry | undefined;
   /** The environment a process was started with (`/proc/<pid>/environ`), or undefined when it cannot be read. */
   environ(pid: number): Buffer | undefined;
+  /** `environ` of each pid, read together (one reader for all: bound26); a table without it is asked pid by pid. */
+  environs?(pids: readonly number[]): Map<number, Buffer | undefined>;
   /** `process.kill`: throws ESRCH when nothing has that pid (or group, for a negative one). */
   kill(pid: number, signal: NodeJS.Signals): void;
   /** Lets go of what reading took; a read after it starts again. */
@@ -79,25 +81,61 @@ export const MAX_STUCK_READERS = 2;
 /** The most bytes one read may answer (an environment is at most a quarter of the stack limit). */
 const READ_MAX_BYTES = 32 * 1024 * 1024;
 
+/** Read between each file and the next: one record (it holds no NUL) that never waits, telling where a file ended. */
+const SEPARATOR_FILE = '/proc/version';
+
 /**
- * The reader: `sh` starts a subshell that copies the file to the pipe and tells how that went, prints the
- * subshell's pid and exits at once. What stays stuck is that subshell and its `cat`, which are not the agent's
- * children (orphaned, init reaps them), so nothing of them is waited for when the agent exits.
+ * The reader: `sh` starts grep in the background on every file, each followed by SEPARATOR_FILE, prints grep's pid
+ * and exits at once. grep prints each NUL-terminated record of each file as `<file>:<record>` and a NUL (`-z -H`,
+ * `-a`: bytes as they are), so a record, which holds no NUL, can never pass for another file's or for a separator.
+ * What stays stuck is that grep, which is not the agent's child (orphaned, init reaps it), so nothing of it is
+ * waited for when the agent exits.
  */
-const READER_SCRIPT = '(/bin/cat -- "$1" 2>/dev/null && printf ok >&2 || printf no >&2) & echo "pid $!" >&2';
+const READER_SCRIPT = '/bin/grep --line-buffered -a -s -H -z "" -- "$@" & echo "pid $!" >&2';
 
 /** node:child_process as the reader takes it: only once a read is asked for; a stand-in in tests. */
 export type ChildProcesses = () => Pick<typeof import('node:child_process'), 'spawnSync'>;
 
 /**
- * Reads files synchronously with a deadline, each in a short-lived process of its own (`spawnSync` of `/bin/sh`,
- * cwd `/`: its program and cwd on the root filesystem, so the spawn itself does not wait on a hung mount), whose
- * pipes are closed after `ms`. A read past it is given up on ('late'): its reader is left where it is, counted
- * stuck until its process ends (looked for in /proc at each later read: then `freed` is told the file), at most
- * MAX_STUCK_READERS at once. Before, the reader was a worker thread, which Node joins at exit even after
- * `terminate()`: a thread stuck in the read held the agent's exit until systemd's SIGKILL (review33, fix33).
- * A file not read at all (MAX_STUCK_READERS stuck, no process to be had, a reader too slow to say its pid) is
- * undefined, not 'late': nothing of it is known to hang.
+ * What the reader's output says: each file's records (joined back with their NULs) up to where it stopped, and how
+ * many files it finished (their separators seen).
+ */
+function parseReadOut(
+  out: Buffer,
+  files: readonly string[],
+): { read: Map<string, Buffer[]>; finished: number } {
+  const read = new Map<string, Buffer[]>();
+  const separator = Buffer.from(`${SEPARATOR_FILE}:`, 'latin1');
+  let finished = 0;
+  let at = 0;
+  for (let end = out.indexOf(0, at); end >= 0; at = end + 1, end = out.indexOf(0, at)) {
+    const piece = out.subarray(at, end);
+    if (piece.subarray(0, separator.length).equals(separator)) {
+      finished += 1;
+      continue;
+    }
+    const file = files[finished];
+    if (file === undefined) break;
+    const prefix = Buffer.from(`${file}:`, 'latin1');
+    if (!piece.subarray(0, prefix.length).equals(prefix)) continue;
+    const records = read.get(file) ?? [];
+    records.push(piece.subarray(prefix.length), Buffer.alloc(1));
+    read.set(file, records);
+  }
+  return { read, finished };
+}
+
+/**
+ * Reads files synchronously with a deadline, all of one call in one short-lived process (`spawnSync` of `/bin/sh`,
+ * cwd `/`: its program and cwd on the root filesystem, so the spawn itself does not wait on a hung mount, which
+ * starts one grep reading every file: bound26, where fix33 started a reader per file, two forks and two execs each),
+ * whose pipes are closed after `ms`. A file whose read is past it is given up on ('late'): its reader is left where
+ * it is, counted stuck until its process ends (looked for in /proc at each later read: then `freed` is told the
+ * file), at most MAX_STUCK_READERS at once; the files after it are read by another reader. Before fix33, the reader
+ * was a worker thread, which Node joins at exit even after `terminate()`: a thread stuck in the read held the
+ * agent's exit until systemd's SIGKILL (review33). A file not read at all (MAX_STUCK_READERS stuck, no process to
+ * be had, a reader too slow to say its pid) is undefined, not 'late': nothing of it is known to hang; so is one
+ * that cannot be read or is empty.
  */
 export function boundedFileReader(
   ms = ENVIRON_READ_MS,
@@ -106,6 +144,8 @@ export function boundedFileReader(
   processes: ChildProcesses = () => process.getBuiltinModule('node:child_process'),
 ): {
   read(file: string): Buffer | undefined | 'late';
+  /** Every file of `files` (distinct), read by one reader while none is late. */
+  readAll(files: readonly string[]): Map<string, Buffer | undefined | 'late'>;
   /** Tells `freed` of each stuck read that has ended since. */
   settle(): void;
 } {
@@ -120,13 +160,14 @@ export function boundedFileReader(
       freed(left.file);
     }
   };
-  return {
-    settle,
-    read(file) {
-      settle();
-      // Not read, nothing of it hung: unknown now, read again later (a 'late' pid was never read again; review33).
-      if (stuck.length >= MAX_STUCK_READERS) return undefined;
-      const result = processes().spawnSync('/bin/sh', ['-c', READER_SCRIPT, 'sh', file], {
+  const readAll = (files: readonly string[]): Map<string, Buffer | undefined | 'late'> => {
+    const answers = new Map<string, Buffer | undefined | 'late'>(files.map((file) => [file, undefined]));
+    let left = [...files];
+    settle();
+    // Not read, nothing of it hung: unknown now, read again later (a 'late' pid was never read again; review33).
+    while (left.length > 0 && stuck.length < MAX_STUCK_READERS) {
+      const args = left.flatMap((file) => [file, SEPARATOR_FILE]);
+      const result = processes().spawnSync('/bin/sh', ['-c', READER_SCRIPT, 'sh', ...args], {
         cwd: '/',
         env: {},
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -134,16 +175,31 @@ export function boundedFileReader(
         killSignal: 'SIGKILL',
         maxBuffer: READ_MAX_BYTES,
       });
-      const told = result.stderr?.toString('latin1') ?? '';
-      if (result.error === undefined) {
-        return told.includes('ok') && result.stdout !== null ? result.stdout : undefined;
+      const { read, finished } = parseReadOut(result.stdout ?? Buffer.alloc(0), left);
+      for (const file of left.slice(0, finished)) {
+        const records = read.get(file);
+        answers.set(file, records === undefined ? undefined : Buffer.concat(records));
       }
-      const pid = /pid ([0-9]+)/.exec(told)?.[1];
+      if (result.error === undefined || finished >= left.length) return answers;
+      const pid = /pid ([0-9]+)/.exec(result.stderr?.toString('latin1') ?? '')?.[1];
+      const late = left[finished];
       // Not started (EAGAIN: TasksMax= or RLIMIT_NPROC reached), too large, or too slow to say what to wait for.
-      if ((result.error as NodeJS.ErrnoException).code !== 'ETIMEDOUT' || pid === undefined) return undefined;
-      stuck.push({ pid: Number(pid), startTime: readStat('/proc', Number(pid))?.startTime, file });
-      return 'late';
-    },
+      if (
+        (result.error as NodeJS.ErrnoException).code !== 'ETIMEDOUT' ||
+        pid === undefined ||
+        late === undefined
+      )
+        return answers;
+      stuck.push({ pid: Number(pid), startTime: readStat('/proc', Number(pid))?.startTime, file: late });
+      answers.set(late, 'late');
+      left = left.slice(finished + 1);
+    }
+    return answers;
+  };
+  return {
+    settle,
+    readAll,
+    read: (file) => readAll([file]).get(file),
   };
 }
 
@@ -159,6 +215,27 @@ export function procProcessTable(
 ): ProcessTable {
   let reader: ReturnType<typeof boundedFileReader> | undefined;
   const unreadable = new Set<number>();
+  /** Each pid's environ, all read by one reader (a stuck one's pid not read again until its read has ended). */
+  const environs = (pids: readonly number[]): Map<number, Buffer | undefined> => {
+    reader ??= boundedFileReader(
+      environMs,
+      (file) => unreadable.delete(Number(path.basename(path.dirname(file)))),
+      processes,
+    );
+    // Reads that have ended since free their pids first.
+    reader.settle();
+    const answers = new Map<number, Buffer | undefined>();
+    const asked = [...new Set(pids)].filter((pid) => !unreadable.has(pid));
+    for (const pid of pids) answers.set(pid, undefined);
+    if (asked.length === 0) return answers;
+    const read = reader.readAll(asked.map((pid) => `${procDir}/${pid}/environ`));
+    for (const pid of asked) {
+      const bytes = read.get(`${procDir}/${pid}/environ`);
+      if (bytes === 'late') unreadable.add(pid);
+      else answers.set(pid, bytes);
+    }
+    return answers;
+  };
   return {
     list() {
       let names: string[];
@@ -177,20 +254,8 @@ export function procProcessTable(
     },
     get: (pid) => readStat(procDir, pid),
     bootId: () => readBootId(procDir),
-    environ: (pid) => {
-      reader ??= boundedFileReader(
-        environMs,
-        (file) => unreadable.delete(Number(path.basename(path.dirname(file)))),
-        processes,
-      );
-      // Reads that have ended since free their pids first (a stuck read's pid is not read again until then).
-      reader.settle();
-      if (unreadable.has(pid)) return undefined;
-      const bytes = reader.read(`${procDir}/${pid}/environ`);
-      if (bytes !== 'late') return bytes;
-      unreadable.add(pid);
-      return undefined;
-    },
+    environ: (pid) => environs([pid]).get(pid),
+    environs,
     kill: (pid, signal) => {
       process.kill(pid, signal);
     },

@@ -514,11 +514,29 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
     const leader = child.pid;
     // Its start time (read while it cannot have been reaped): what carries the mark started no earlier.
     const leaderStart = leader === undefined ? undefined : Number(processes.get(leader)?.startTime);
-    const marked = (entry: ProcessEntry): boolean => {
-      if (leaderStart === undefined || Number.isNaN(leaderStart) || Number(entry.startTime) < leaderStart)
-        return false;
-      const environ = processes.environ(entry.pid);
-      return environ !== undefined && environHolds(environ, runMark);
+    /**
+     * The pids of `table` that carry the run's mark: those the session and group do not tie to the hook, started no
+     * earlier than it, their environ read all at once (one reader per look: bound26; pid by pid for a table without).
+     */
+    const markedIn = (table: readonly ProcessEntry[]): Set<number> => {
+      if (leader === undefined || leaderStart === undefined || Number.isNaN(leaderStart)) return new Set();
+      const asked = table
+        .filter(
+          (entry) =>
+            entry.pid !== process.pid &&
+            !entry.exited &&
+            entry.session !== leader &&
+            entry.pgrp !== leader &&
+            Number(entry.startTime) >= leaderStart,
+        )
+        .map((entry) => entry.pid);
+      if (asked.length === 0) return new Set();
+      const environs =
+        processes.environs?.(asked) ?? new Map(asked.map((pid) => [pid, processes.environ(pid)]));
+      const marked = new Set<number>();
+      for (const [pid, environ] of environs)
+        if (environ !== undefined && environHolds(environ, runMark)) marked.add(pid);
+      return marked;
     };
 
     /**
@@ -528,7 +546,9 @@ function runOne(hook: HookSpec, changedPaths: string[], options: RunOneOptions):
      */
     const lookAround = (): void => {
       if (leader === undefined) return;
-      for (const entry of hookProcesses(processes.list() ?? [], leader, marked)) {
+      const table = processes.list() ?? [];
+      const marked = markedIn(table);
+      for (const entry of hookProcesses(table, leader, (each) => marked.has(each.pid))) {
         // A pid seen before with another start time was handed out again, here to another of the hook's.
         if (entry.pid !== leader && known.get(entry.pid)?.startTime !== entry.startTime)
           known.set(entry.pid, entry);
