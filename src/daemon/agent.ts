@@ -143,6 +143,8 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#c.metrics.setHooksLeftBehind(this.#hooksLeftBehind().length);
       void this.#writeMetrics(this.#c);
     };
+    // A hook process given up on is in state.json from when it is found, not from the next pass's write (bound26).
+    this.#hookHangs.onLeftBehind = () => this.#recordLeftBehindNow();
     // What hooks were owed when the last process ended, a crash or a power cut included (hook28).
     restoreOwed(this.#hookHangs, components.runner.state.owedHookPaths ?? []);
     this.#owedFromBefore = hookPathsOwed(this.#hookHangs);
@@ -236,6 +238,30 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
       this.#retryAsides(true);
     });
     this.#wake?.();
+  }
+
+  /**
+   * Records the hook processes left behind and writes state.json once, durably, as soon as no pass runs (a pass
+   * running writes state.json at its end anyway, and two writes at once could land the older last): a crash or a
+   * power cut right after a hook was given up on no longer forgets its process, and the next agent holds the hook
+   * back. Not awaited by the hook run; bounded as every write of state.json is (the mount gate on stateDir); a
+   * stop meanwhile writes it itself. Nothing changed since the last write: nothing written (sameAsSnapshot).
+   */
+  #recordLeftBehindNow(): void {
+    this.#c.runner.recordHookProcessesLeftBehind?.(
+      leftBehindRecords(this.#hookHangs, this.#hookProcessTable()),
+    );
+    this.#runner
+      .exclusive(async () => {
+        if (this.#stop.signal.aborted) return;
+        await this.#c.runner.flushState();
+      })
+      .catch((error: unknown) => {
+        this.#logger.warn(
+          { err: error },
+          'could not write state.json with the hook process left behind: the next write of state.json holds it',
+        );
+      });
   }
 
   /**

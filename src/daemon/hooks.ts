@@ -117,6 +117,11 @@ export interface HookHangs {
    * The daemon queues a hook run then, so the paths owed are run without waiting for another change.
    */
   onCleared?: (() => void) | undefined;
+  /**
+   * Called when a run is given up on and its process left behind (now in `processes`): the daemon records it in
+   * state.json at once (bound26), so a crash before the next pass's write still holds the hook back after it.
+   */
+  onLeftBehind?: (() => void) | undefined;
   /** /proc as runHooks reads it when given no table: one for the daemon's life (processes whose environ hung). */
   table?: ProcessTable;
   /**
@@ -886,8 +891,10 @@ export async function runHooks(
     if (result.abandoned !== undefined) {
       // Its pid cannot be handed out again before it is reaped: what is there now is that process.
       const entry = runOptions.processes.get(result.abandoned.pid);
-      if (entry !== undefined && !entry.exited)
+      if (entry !== undefined && !entry.exited) {
         hangs.processes.set(key, { match: hook.match, run: [...hook.run], process: entry });
+        hangs.onLeftBehind?.();
+      }
     }
     const fields = {
       hook: hook.match,
