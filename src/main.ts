@@ -7,6 +7,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { HELP_TEXT, parseCliArgs } from './cli/args.js';
 import { ExitCode, exitCodeForStartupError } from './cli/exit-codes.js';
 import { type CommandIo, checkedOutput, finishOutput, wholeLinesOutput } from './cli/io.js';
+import { holdOnceSignals } from './cli/once-early-signals.js';
 import { endProcess, LOOKUP_DRAIN_MS, nodeProcessEnd } from './cli/process-exit.js';
 import { STRAY_SIGNALS } from './cli/stray-signals.js';
 import { errorMessage, UsageError } from './lib/errors.js';
@@ -181,6 +182,8 @@ export function runProcess(): void {
   // which systemd gives 15 s and takes SIGTERM's end as clean, does not (adv25).
   const drain = runsTheDaemon(argv) ? {} : { lookupDrainMs: LOOKUP_DRAIN_MS };
   const exit = (code: number): void => void endProcess(code, nodeProcessEnd, drain);
+  // --once's stop and stray signals outside its pass (its modules loading, its output flushed): an exit code (adv33).
+  if (runsOnce(argv)) holdOnceSignals(process, exit);
   const exitAfterFlush = (code: number): void => {
     if (stdout === undefined) {
       process.stdout.write('', () => exit(code));
@@ -196,6 +199,14 @@ export function runProcess(): void {
       );
       exitAfterFlush(ExitCode.NotConverged);
     });
+}
+
+function runsOnce(argv: readonly string[]): boolean {
+  try {
+    return parseCliArgs(argv).kind === 'once';
+  } catch {
+    return false;
+  }
 }
 
 function runsTheDaemon(argv: readonly string[]): boolean {
