@@ -340,7 +340,7 @@ async function runOncePass(
     const runner = await Reconciler.open(deps, settings, createServiceClient(loaded, deps, io.env), {
       readOnly: command.dryRun,
     });
-    let result: PassResult;
+    let result: PassResult | undefined;
     try {
       if (stop.aborted) return interruptedExitCode(stoppedBy());
       result = await runner.runPass({ mode: 'full', dryRun: command.dryRun, signal: stop });
@@ -353,7 +353,14 @@ async function runOncePass(
       deps.logger.child({ component: 'once' }).warn({ signal: stoppedBy() }, 'pass stopped by a signal');
       return interruptedExitCode(stoppedBy());
     } finally {
-      await runner.close();
+      // A pass that planned no write nor removal and converged made no temp file in rootDir: the next start may
+      // skip its sweep (store/clean-exit.ts).
+      const clean =
+        result?.converged === true &&
+        result.error === undefined &&
+        !stop.aborted &&
+        result.steps.every((step) => step.kind !== 'write' && step.kind !== 'remove');
+      await runner.close({ clean });
     }
     // Ids, paths and messages come from the service, which may echo the key back: scrubbed like the logs.
     const scrubbed = { write: (text: string) => io.stdout.write(secrets.scrub(text)) };

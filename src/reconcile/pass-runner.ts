@@ -163,6 +163,9 @@ export interface PassRunner {
   rootMountGone?(): Promise<boolean>;
   /** Makes state and queued reports durable (after a pass and at shutdown). */
   flushState(): Promise<void>;
-  /** Releases the state directory; the runner must not be used afterwards. */
-  close(): Promise<void>;
+  /**
+   * Releases the state directory; the runner must not be used afterwards. `clean`: this process wrote nothing
+   * into rootDir (StateDir.close: the next start may then skip rootDir's sweep).
+   */
+  close(options?: { clean?: boolean }): Promise<void>;
 }

@@ -148,7 +148,7 @@ export class Reconciler implements PassRunner {
     return this.#ctx.dir.holdLock().then(() => this.#ctx.dir.persist());
   }
 
-  close(): Promise<void> {
-    return this.#ctx.dir.close();
+  close(options?: { clean?: boolean }): Promise<void> {
+    return this.#ctx.dir.close(options);
   }
 }

@@ -4,6 +4,7 @@ import type { Clock, WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
+import { type CleanExitScope, cleanExitScope, leaveCleanExit, takeCleanExit } from './clean-exit.js';
 import { CACHE_DIR, ContentCache } from './content-cache.js';
 import { DirectoryAsides } from './directory-asides.js';
 import { type SweepSkip, sweepTempFiles } from './durable-writer.js';
@@ -56,6 +57,11 @@ export class StateDir {
   #stateDurable = false;
   /** Temp files swept from the root at open, handed to the first pass's result once. */
   #sweptTempFiles: string[];
+  /**
+   * rootDir held no temp file of this agent at open (swept with nothing left over, or skipped on a clean-exit
+   * marker): the scope and last real sweep a clean end's marker carries.
+   */
+  readonly #cleanAtOpen: { scope: CleanExitScope; sweptAt: number } | undefined;
 
   private constructor(
     fs: FsPort,
@@ -70,6 +76,7 @@ export class StateDir {
       swept: string[];
       lock?: StateLock;
       persisted?: StateSnapshot;
+      cleanAtOpen?: { scope: CleanExitScope; sweptAt: number };
     },
   ) {
     this.#fs = fs;
@@ -84,6 +91,7 @@ export class StateDir {
     this.#sweptTempFiles = parts.swept;
     this.#lock = parts.lock;
     this.#persisted = parts.persisted;
+    this.#cleanAtOpen = parts.cleanAtOpen;
   }
 
   /**
@@ -104,6 +112,7 @@ export class StateDir {
     const running = fs.directorySyncs?.asides;
     const previous = !readOnly && running instanceof DirectoryAsides ? running : undefined;
     let swept: string[] = [];
+    let cleanAtOpen: { scope: CleanExitScope; sweptAt: number } | undefined;
     if (!readOnly)
       await refuseRootInForeignStateDir(fs, settings.stateDir, options.euid ?? process.geteuid?.());
     try {
@@ -136,10 +145,20 @@ export class StateDir {
           },
         );
         const skipped: Array<SweepSkip & { under: 'rootDir' | 'stateDir' }> = [];
+        const rootFs = fs.sweepPort?.(settings.rootDir) ?? fs;
+        // The last run ended cleanly with no temp file of its own left in rootDir (store/clean-exit.ts): no sweep.
+        const scope = await cleanExitScope(fs, rootFs, settings.stateDir, settings.rootDir);
+        const sweptAt = await takeCleanExit(fs, settings.stateDir, scope, clock);
         try {
-          swept = await sweepTempFiles(fs.sweepPort?.(settings.rootDir) ?? fs, settings.rootDir, (skip) => {
-            skipped.push({ ...skip, under: 'rootDir' });
-          });
+          if (sweptAt === undefined) {
+            swept = await sweepTempFiles(rootFs, settings.rootDir, (skip) => {
+              skipped.push({ ...skip, under: 'rootDir' });
+            });
+            const leftOver = skipped.some((skip) => skip.operation !== 'not entered');
+            if (scope !== undefined && !leftOver) cleanAtOpen = { scope, sweptAt: clock.now() };
+          } else if (scope !== undefined) {
+            cleanAtOpen = { scope, sweptAt };
+          }
         } catch (error) {
           // rootDir on a mount that did not answer in time (cli/mount-gate.ts): the agent starts without the sweep,
           // its files retried until the mount answers; the next start sweeps.
@@ -220,6 +239,7 @@ export class StateDir {
         intents,
         readOnly,
         swept,
+        ...(cleanAtOpen === undefined ? {} : { cleanAtOpen }),
         ...(lock === undefined ? {} : { lock }),
         ...(persisted === undefined ? {} : { persisted }),
       });
@@ -400,8 +420,15 @@ export class StateDir {
     }
   }
 
-  /** Releases the directory for another agent; nothing may be persisted afterwards. */
-  async close(): Promise<void> {
+  /**
+   * Releases the directory for another agent; nothing may be persisted afterwards. `clean`: this process wrote
+   * nothing into rootDir (`--once`: its pass planned no write nor removal and converged), so no temp file of its
+   * own can be there; with none there at open either, the next start may skip rootDir's sweep (clean-exit.ts).
+   */
+  async close(options: { clean?: boolean } = {}): Promise<void> {
+    const clean = this.#cleanAtOpen;
+    if (options.clean === true && clean !== undefined && this.#lock !== undefined)
+      await leaveCleanExit(this.#fs, clean.scope, clean.sweptAt);
     await this.#lock?.release();
     this.#lock = undefined;
   }

@@ -2,6 +2,7 @@
 import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { CLEAN_EXIT_FILE } from '../../src/store/clean-exit.js';
 import { FINGERPRINTS_FILE } from '../../src/store/fingerprints.js';
 import { TEMP_PREFIX } from '../../src/store/path-guard.js';
 import { AgentHarness, leaksApiKey, snapshotTree } from '../helpers/harness.js';
@@ -240,8 +241,9 @@ describe('config-agent --once: idempotence', () => {
  * RACY_MARGIN_MS (3 s) after the files were last written (src/store/fingerprints.ts) — a matter of the machine's
  * load, not of what these tests check.
  */
+/** Without the caches: the fingerprints, and the marker an idle run leaves for the next (store/clean-exit.ts). */
 function withoutFingerprints(snapshot: Record<string, string>): Record<string, string> {
-  const { [FINGERPRINTS_FILE]: _cache, ...rest } = snapshot;
+  const { [FINGERPRINTS_FILE]: _cache, [CLEAN_EXIT_FILE]: _marker, ...rest } = snapshot;
   return rest;
 }
 
