@@ -442,7 +442,7 @@ async function buildAgentComponents(
     // order: a flush that fails fails the reload with nothing of the new one held (its lock, and the record of
     // renewal asides it hands the process's fsync ledger), and the running reconciler goes on as it was.
     await current?.runner.flushState();
-    runner = await Reconciler.open(deps, settings, client);
+    runner = await Reconciler.open(deps, settings, client, { legacyLockHelper: true });
     await current?.runner.close();
   }
   return {

@@ -16,12 +16,15 @@ export class Reconciler implements PassRunner {
     this.#ctx = ctx;
   }
 
-  /** Opens the state directory (see `StateDir.open`); `readOnly` reconcilers only dry-run. */
+  /**
+   * Opens the state directory (see `StateDir.open`); `readOnly` reconcilers only dry-run; `legacyLockHelper`: the
+   * daemon's (rootDir's lock name as old agents on Node 24 bound it, held on Node 20 too).
+   */
   static async open(
     deps: Deps,
     settings: ReconcilerSettings,
     client: ServiceClient,
-    options: { readOnly?: boolean } = {},
+    options: { readOnly?: boolean; legacyLockHelper?: boolean } = {},
   ): Promise<Reconciler> {
     const logger = deps.logger.child({ component: 'reconcile' });
     const dir = await StateDir.open(deps.fs, settings, logger, { ...options, clock: deps.clock });

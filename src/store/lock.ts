@@ -370,7 +370,12 @@ export const linuxProcessProbe: ProcessProbe = {
  */
 const rootLocks = new Map<
   string,
-  { servers: import('node:net').Server[]; holders: { rootDir: string; stateDir: string }[] }
+  {
+    servers: import('node:net').Server[];
+    holders: { rootDir: string; stateDir: string }[];
+    /** On Node 20, for the daemon: the perl process holding the unpadded name (legacyNameHelper). */
+    helper?: LegacyNameHelper;
+  }
 >();
 
 /** How long a refused agent waits for the holder to say who it is (silent that long: it does not say). */
@@ -413,6 +418,7 @@ export async function acquireRootLock(
   keyOf: (dir: string) => Promise<({ key: string } & RootOwner) | undefined>,
   stateDir: string,
   deadline?: EvidenceBound,
+  legacyHelper?: string,
 ): Promise<{ release(): Promise<void>; unproven?: string }> {
   const keyed = await keyOf(rootDir);
   if (keyed === undefined) return { release: async () => {} };
@@ -423,19 +429,23 @@ export async function acquireRootLock(
     if (held === undefined) return;
     const at = held.holders.lastIndexOf(mine);
     if (at >= 0) held.holders.splice(at, 1);
-    if (held.holders.length > 0) return;
+    if (held.holders.length > 0) {
+      held.helper?.tell();
+      return;
+    }
     rootLocks.delete(name);
-    await closeServers(held.servers);
+    await Promise.all([closeServers(held.servers), held.helper?.stop()]);
   };
   const ours = rootLocks.get(name);
   if (ours !== undefined) {
     ours.holders.push(mine);
+    ours.helper?.tell();
     return { release };
   }
   const holders = [mine];
-  const answer = () => {
+  const answer = (pid = process.pid) => {
     const newest = holders.at(-1) ?? mine;
-    return JSON.stringify({ pid: process.pid, stateDir: newest.stateDir, rootDir: newest.rootDir });
+    return JSON.stringify({ pid, stateDir: newest.stateDir, rootDir: newest.rootDir });
   };
   for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt += 1) {
     const bound = await bindName(name, answer);
@@ -460,7 +470,13 @@ export async function acquireRootLock(
     }
     if (old !== undefined) servers.push(old);
     for (const server of servers) server.unref();
-    rootLocks.set(name, { servers, holders });
+    // An agent before lock24 on Node 24 started after this one would bind the unpadded name, which this Node
+    // cannot: the daemon has perl hold it (not awaited: its start is not slowed; a --once asks for none).
+    const helper =
+      legacy === undefined && legacyHelper !== undefined
+        ? legacyNameHelper(name, answer, legacyHelper)
+        : undefined;
+    rootLocks.set(name, { servers, holders, ...(helper === undefined ? {} : { helper }) });
     return { release };
   }
   // Bound each time and never connected to: a socket bound without listen(), or a full backlog (EAGAIN), which
@@ -468,6 +484,97 @@ export async function acquireRootLock(
   return {
     release: async () => {},
     unproven: `${rootDir}'s lock name is held by a process not shown to be another config-agent (it accepts no connection): started without the lock`,
+  };
+}
+
+/** The perl the daemon on Node 20 runs as its legacyNameHelper (Debian's perl-base: Essential). */
+export const LEGACY_HELPER_PERL = '/usr/bin/perl';
+
+/**
+ * Binds the abstract name `"\0" . $ARGV[0]` at its own length (perl's pack_sockaddr_un), prints `bound` (or `in
+ * use`, or `error`, and exits), then answers each connection with the last line read from stdin; exits at stdin's
+ * end, which is the agent's end however it ends (its pipe closed by the kernel). Signals of a terminal's process
+ * group are ignored: the agent ends it.
+ */
+export const LEGACY_HELPER_SCRIPT =
+  'use Socket; $| = 1; $SIG{$_} = "IGNORE" for qw(PIPE INT HUP QUIT TERM);' +
+  'socket(my $s, AF_UNIX, SOCK_STREAM, 0) or do { print "error\\n"; exit 1 };' +
+  'bind($s, pack_sockaddr_un("\\0" . $ARGV[0])) or do { print $!{EADDRINUSE} ? "in use\\n" : "error\\n"; exit 1 };' +
+  'listen($s, 16) or do { print "error\\n"; exit 1 };' +
+  'print "bound\\n"; my ($answer, $in) = ("", "");' +
+  'while (1) {' +
+  ' my $r = ""; vec($r, fileno(STDIN), 1) = 1; vec($r, fileno($s), 1) = 1;' +
+  ' if (select($r, undef, undef, undef) < 0) { next if $!{EINTR}; exit 1 }' +
+  ' if (vec($r, fileno(STDIN), 1)) {' +
+  '  my $n = sysread(STDIN, $in, 65536, length $in); exit 0 unless $n;' +
+  '  $answer = $1 while $in =~ s/^([^\\n]*)\\n//;' +
+  ' }' +
+  ' if (vec($r, fileno($s), 1) && accept(my $c, $s)) { syswrite($c, $answer); close($c) }' +
+  '}';
+
+/** The perl process holding the unpadded lock name for an agent on Node 20. */
+export interface LegacyNameHelper {
+  /** Tells it the newest answer (a reload's stateDir). */
+  tell(): void;
+  /** Ends it (SIGKILL) and resolves once it has exited: the name is free then. */
+  stop(): Promise<void>;
+  /** What it printed first: `bound` (it holds the name), `in use`, `error`; undefined when it ended without a word. */
+  readonly started: Promise<string | undefined>;
+}
+
+/**
+ * On Node 20, which pads every abstract name to the whole sun_path: the unpadded name (`name` without its trailing
+ * NULs), which an agent before lock24 on Node 24 binds, held by perl (perl-base: on every Debian system; no
+ * package's Node can bind it) and answered as this agent answers, with the helper's own pid, which the old agent
+ * finds holding the name in /proc and believes as the same user's: refused, it names that pid and this agent's
+ * stateDir (mut26). Its environment is empty (no key in it); its pipes and process do not keep this one alive.
+ * Without perl it ends at once and nothing changes (the gap as it was).
+ */
+export function legacyNameHelper(
+  name: string,
+  answer: (pid?: number) => string,
+  perl: string = LEGACY_HELPER_PERL,
+): LegacyNameHelper {
+  const { spawn } = process.getBuiltinModule('node:child_process');
+  const unpadded = name.replace(/\0+$/, '').slice(1);
+  const child = spawn(perl, ['-e', LEGACY_HELPER_SCRIPT, '--', unpadded], {
+    stdio: ['pipe', 'pipe', 'ignore'],
+    env: {},
+  });
+  const exited = new Promise<void>((resolve) => {
+    // Its end frees the name (the kernel closes its socket); stdout's end may come later.
+    child.once('exit', () => resolve());
+    // Never spawned (no perl): no 'exit' follows.
+    child.once('error', () => resolve());
+  });
+  const started = new Promise<string | undefined>((resolve) => {
+    let out = '';
+    child.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk.toString('utf8');
+      const line = out.indexOf('\n');
+      if (line >= 0) resolve(out.slice(0, line));
+    });
+    child.stdout?.once('close', () => resolve(undefined));
+    child.once('error', () => resolve(undefined));
+  });
+  child.stdin?.on('error', () => undefined);
+  const tell = () => {
+    if (child.pid !== undefined && child.stdin?.writable === true)
+      child.stdin.write(`${answer(child.pid)}\n`);
+  };
+  tell();
+  child.unref();
+  (child.stdin as { unref?: () => void } | null)?.unref?.();
+  (child.stdout as { unref?: () => void } | null)?.unref?.();
+  return {
+    tell,
+    started,
+    stop: async () => {
+      // Held by its own handle again: awaited at a stop whose event loop holds nothing else, it must not end first.
+      child.ref();
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    },
   };
 }
 

@@ -11,7 +11,13 @@ import { type SweepSkip, sweepTempFiles } from './durable-writer.js';
 import { DiskError, rootConditionOf, StateDirError } from './errors.js';
 import { FileFingerprints } from './fingerprints.js';
 import { IntentJournal, type WriteIntent } from './intent-journal.js';
-import { acquireRootLock, acquireStateLock, HOLDER_EVIDENCE_MS, type StateLock } from './lock.js';
+import {
+  acquireRootLock,
+  acquireStateLock,
+  HOLDER_EVIDENCE_MS,
+  LEGACY_HELPER_PERL,
+  type StateLock,
+} from './lock.js';
 import { StatusOutbox } from './outbox.js';
 import {
   emptyState,
@@ -102,7 +108,13 @@ export class StateDir {
     fs: FsPort,
     settings: StateDirSettings,
     logger: Logger,
-    options: { clock: WallClock & Partial<Pick<Clock, 'sleep'>>; readOnly?: boolean; euid?: number },
+    options: {
+      clock: WallClock & Partial<Pick<Clock, 'sleep'>>;
+      readOnly?: boolean;
+      euid?: number;
+      /** The daemon: on Node 20 also hold rootDir's lock name as agents before lock24 on Node 24 bound it (mut26). */
+      legacyLockHelper?: boolean;
+    },
   ): Promise<StateDir> {
     const { clock } = options;
     const readOnly = options.readOnly ?? false;
@@ -121,7 +133,7 @@ export class StateDir {
         const stateLock = await acquireStateLock(fs, settings.stateDir);
         lock = stateLock;
         // And rootDir, whatever the other agent's stateDir (lock.ts): before the sweep, for the same reason.
-        const rootLock = await lockRootDir(fs, settings, clock);
+        const rootLock = await lockRootDir(fs, settings, clock, options.legacyLockHelper === true);
         if (rootLock.unproven !== undefined) logger.warn({ rootDir: settings.rootDir }, rootLock.unproven);
         lock = {
           ensureHeld: () => stateLock.ensureHeld(),
@@ -520,6 +532,7 @@ async function lockRootDir(
   fs: FsPort,
   settings: StateDirSettings,
   clock: Partial<Pick<Clock, 'sleep'>>,
+  legacyLockHelper = false,
 ): Promise<{ release(): Promise<void>; unproven?: string }> {
   const keyOf = async (dir: string) => {
     try {
@@ -532,5 +545,11 @@ async function lockRootDir(
   // The holder's paths answer within HOLDER_EVIDENCE_MS or trust nothing (fix33); a stand-in clock without sleep: unbounded.
   const sleep = clock.sleep?.bind(clock);
   const bound = sleep === undefined ? undefined : { sleep, ms: HOLDER_EVIDENCE_MS };
-  return await acquireRootLock(settings.rootDir, keyOf, settings.stateDir, bound);
+  return await acquireRootLock(
+    settings.rootDir,
+    keyOf,
+    settings.stateDir,
+    bound,
+    legacyLockHelper ? LEGACY_HELPER_PERL : undefined,
+  );
 }

@@ -1,0 +1,223 @@
+// rootDir's lock, the reverse upgrade (mut26): an agent on Node 20 holds the unpadded name an agent before lock24 binds.
+import { spawn } from 'node:child_process';
+import * as nodeFs from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { FsPort } from '../lib/fs-port.js';
+import { silentLogger } from '../lib/logger.js';
+import { acquireRootLock, holdsName, LEGACY_HELPER_SCRIPT, legacyNameHelper, rootLockNames } from './lock.js';
+import { StateDir } from './state-dir.js';
+
+const PERL = '/usr/bin/perl';
+const ON_NODE_20 = process.versions.node.startsWith('20.');
+
+/**
+ * An agent before lock24 on Node 24 as it meets rootDir's lock: it binds the unpadded name at its own length (here
+ * by perl, which this Node cannot do), and when that name is in use asks its holder. 'bound': it does not see the
+ * holder (and lets the name go at once).
+ */
+async function oldAgentMeets(legacy: string): Promise<{ bind: string; answer: string }> {
+  const script = `use Socket; $| = 1; my $addr = pack_sockaddr_un("\\0" . $ARGV[0]);
+    socket(my $s, AF_UNIX, SOCK_STREAM, 0) or die;
+    if (bind($s, $addr)) { print "bound\\n"; exit 0 }
+    $!{EADDRINUSE} or do { print "error $!\\n"; exit 0 };
+    socket(my $c, AF_UNIX, SOCK_STREAM, 0) or die;
+    connect($c, $addr) or do { print "in use\\nrefused\\n"; exit 0 };
+    local $/; my $answer = <$c>; print "in use\\n", $answer;`;
+  const child = spawn(PERL, ['-e', script, '--', legacy.slice(1)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    out += chunk.toString('utf8');
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', () => resolve());
+  });
+  const [bind = '', ...rest] = out.split('\n');
+  return { bind, answer: rest.join('\n') };
+}
+
+/** Whether /proc/net/unix shows a socket bound to exactly `legacy` (no padding). */
+async function tableHasExactly(legacy: string): Promise<boolean> {
+  const shown = `@${legacy.slice(1)}`;
+  const table = await readFile('/proc/net/unix', 'utf8');
+  return table.split('\n').some((line) => line.trim().split(/\s+/)[7] === shown);
+}
+
+/** Waits (a bounded number of looks) until /proc/net/unix shows `legacy` bound or not, as `held` says. */
+async function untilTable(legacy: string, held: boolean): Promise<boolean> {
+  for (let look = 0; look < 400; look += 1) {
+    if ((await tableHasExactly(legacy)) === held) return true;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  return false;
+}
+
+/** The parent pid of `pid` (/proc/<pid>/status), undefined once it is gone. */
+async function parentOf(pid: number): Promise<number | undefined> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => undefined);
+  const match = status?.match(/^PPid:\s+(\d+)$/m);
+  return match?.[1] === undefined ? undefined : Number(match[1]);
+}
+
+let dir: string;
+let rootDir: string;
+const keyOf = async (at: string) => {
+  const stats = await stat(at);
+  return { key: `${stats.dev}:${stats.ino}`, uid: stats.uid, gid: stats.gid, mode: stats.mode };
+};
+const legacyName = async () => `\0config-agent-root-${(await keyOf(rootDir)).key}`;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'root-lock-mut26-'));
+  rootDir = path.join(dir, 'root');
+  await mkdir(rootDir);
+});
+
+afterEach(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe.runIf(ON_NODE_20)(
+  "rootDir's lock on Node 20: an agent before lock24 started after this one (mut26)",
+  () => {
+    it('finds the unpadded name held and is answered with the helper pid (a child of this agent) and this stateDir', async () => {
+      const stateDir = path.join(dir, 'state');
+      const lock = await acquireRootLock(rootDir, keyOf, stateDir, undefined, PERL);
+      const legacy = await legacyName();
+      try {
+        expect(await untilTable(legacy, true)).toBe(true);
+        const met = await oldAgentMeets(legacy);
+        expect(met.bind).toBe('in use');
+        const answer = JSON.parse(met.answer) as { pid: number; stateDir: string; rootDir: string };
+        expect(answer).toStrictEqual({ pid: answer.pid, stateDir, rootDir });
+        // What the old agent believes: the pid it was given holds the name, and it runs as the agent's own user
+        // (it is the agent's child).
+        expect(await parentOf(answer.pid)).toBe(process.pid);
+        expect(await holdsName(legacy, answer.pid)).toBe(true);
+        // A reload sharing the lock with another stateDir: the helper answers with the newest.
+        const reload = await acquireRootLock(rootDir, keyOf, path.join(dir, 'state2'), undefined, PERL);
+        let again = JSON.parse((await oldAgentMeets(legacy)).answer) as { stateDir: string };
+        for (let look = 0; look < 400 && again.stateDir !== path.join(dir, 'state2'); look += 1) {
+          await new Promise((resolve) => setTimeout(resolve, 25));
+          again = JSON.parse((await oldAgentMeets(legacy)).answer) as { stateDir: string };
+        }
+        expect(again.stateDir).toBe(path.join(dir, 'state2'));
+        await reload.release();
+      } finally {
+        await lock.release();
+      }
+      // Released: the helper is gone (awaited by release) and both names are free.
+      expect(await tableHasExactly(legacy)).toBe(false);
+      expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
+      const again = await acquireRootLock(rootDir, keyOf, stateDir);
+      await again.release();
+    });
+
+    it('an open that asks for no helper (a --once) leaves the unpadded name free, as before', async () => {
+      const lock = await acquireRootLock(rootDir, keyOf, path.join(dir, 'state'));
+      const legacy = await legacyName();
+      try {
+        expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
+      } finally {
+        await lock.release();
+      }
+      expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
+    });
+
+    it('without perl the lock is taken as before (the gap as it was), and released', async () => {
+      const lock = await acquireRootLock(
+        rootDir,
+        keyOf,
+        path.join(dir, 'state'),
+        undefined,
+        path.join(dir, 'no-perl'),
+      );
+      const legacy = await legacyName();
+      const { name } = rootLockNames((await keyOf(rootDir)).key);
+      const helper = legacyNameHelper(name, () => '{}', path.join(dir, 'no-perl'));
+      expect(await helper.started).toBeUndefined();
+      await helper.stop();
+      expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
+      await lock.release();
+    });
+  },
+);
+
+describe.runIf(ON_NODE_20)('StateDir.open (mut26)', () => {
+  it("the daemon's open (legacyLockHelper) holds the unpadded name until close; an open without it does not", async () => {
+    const settings = { stateDir: path.join(dir, 'state'), rootDir, deviceId: 'dev-1' };
+    await mkdir(settings.stateDir, { mode: 0o700 });
+    const legacy = await legacyName();
+    const once = await StateDir.open(nodeFs as unknown as FsPort, settings, silentLogger(), {
+      clock: { now: () => 0 },
+    });
+    expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
+    await once.close();
+    const daemon = await StateDir.open(nodeFs as unknown as FsPort, settings, silentLogger(), {
+      clock: { now: () => 0 },
+      legacyLockHelper: true,
+    });
+    try {
+      expect(await untilTable(legacy, true)).toBe(true);
+      const met = await oldAgentMeets(legacy);
+      expect(met.bind).toBe('in use');
+      expect(JSON.parse(met.answer)).toMatchObject({ stateDir: settings.stateDir, rootDir });
+    } finally {
+      await daemon.close();
+    }
+    expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
+  });
+});
+
+describe('the helper itself (legacyNameHelper)', () => {
+  it('binds the name at its own length, says "in use" when it is taken, and ends when stopped', async () => {
+    const { name } = rootLockNames('mut26:1');
+    const legacy = name.replace(/\0+$/, '');
+    const first = legacyNameHelper(name, (pid) => JSON.stringify({ pid }), PERL);
+    expect(await first.started).toBe('bound');
+    expect(await tableHasExactly(legacy)).toBe(true);
+    const second = legacyNameHelper(name, () => '{}', PERL);
+    expect(await second.started).toBe('in use');
+    await second.stop();
+    const met = await oldAgentMeets(legacy);
+    expect(met.bind).toBe('in use');
+    expect(await parentOf((JSON.parse(met.answer) as { pid: number }).pid)).toBe(process.pid);
+    await first.stop();
+    expect(await tableHasExactly(legacy)).toBe(false);
+  });
+
+  it('ends with its agent however the agent ends (SIGKILL): its stdin closed, the name free', async () => {
+    const legacy = '\0config-agent-root-mut26:2';
+    // An agent stand-in that starts the helper as legacyNameHelper does (stdin a pipe it holds), then is killed.
+    const agent = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const { spawn } = require('node:child_process');
+         const helper = spawn(${JSON.stringify(PERL)}, ['-e', ${JSON.stringify(LEGACY_HELPER_SCRIPT)}, '--', ${JSON.stringify(legacy.slice(1))}], { stdio: ['pipe', 'pipe', 'ignore'], env: {} });
+         helper.stdin.write('{"pid":' + helper.pid + '}\\n');
+         helper.stdout.once('data', (line) => process.stdout.write(helper.pid + ' ' + line));
+         setInterval(() => {}, 1000);`,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    const said = await new Promise<string>((resolve) =>
+      agent.stdout.once('data', (chunk: Buffer) => resolve(String(chunk))),
+    );
+    const [helperPid = '', word] = said.trim().split(' ');
+    expect(word).toBe('bound');
+    expect((await oldAgentMeets(legacy)).bind).toBe('in use');
+    const gone = new Promise<void>((resolve) => agent.once('close', () => resolve()));
+    agent.kill('SIGKILL');
+    await gone;
+    expect(await untilTable(legacy, false)).toBe(true);
+    // Not left behind: the helper process ended too.
+    for (let look = 0; look < 400 && (await parentOf(Number(helperPid))) !== undefined; look += 1)
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    expect(await parentOf(Number(helperPid))).toBeUndefined();
+    expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
+  });
+});
