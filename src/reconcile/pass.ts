@@ -618,6 +618,7 @@ function versionIn(
  * file's (misc25). Content holding it is written as any other (an operator's decision).
  */
 function refuseKeyPaths(pulled: Pulled<PlanInstance>, holdsApiKey: (text: string) => boolean): void {
+  keylessProblems(pulled.invalid, holdsApiKey);
   const refused = (instance: PlanInstance) =>
     holdsApiKey(instance.id) || holdsApiKey(instance.relative_filepath);
   if (!pulled.instances.some(refused)) return;
@@ -646,6 +647,26 @@ function refuseKeyPaths(pulled: Pulled<PlanInstance>, holdsApiKey: (text: string
     });
   }
   pulled.instances = kept;
+}
+
+/**
+ * Invalid items whose id or problem holds the agent's API key. A problem names the field at fault, and a content
+ * key spelling the API key (`{"<key>": 1e400}` from a service that echoes it) was named in the `failed` report the
+ * service stores and shows, and in state.json (adv33): such a problem is said without the field. An id holding it
+ * (an id listed twice, an item the schema refused) is neither reported nor recorded, as refuseKeyPaths does.
+ */
+function keylessProblems(invalid: InvalidListItem[], holdsApiKey: (text: string) => boolean): void {
+  for (const item of invalid) {
+    if (item.idHoldsKey === true) continue;
+    if (item.id !== undefined && holdsApiKey(item.id)) {
+      item.idHoldsKey = true;
+      item.problem =
+        "its id holds the agent's API key: no file is written and nothing reported or recorded (stateDir would keep the key)";
+    } else if (holdsApiKey(item.problem)) {
+      item.problem =
+        "a field's name or value holds the agent's API key (a service echoing it): not valid, and not named here";
+    }
+  }
 }
 
 /** Instances remembered as answering placed otherwise than listed, again (`supersededBy`); past it, forgotten. */
