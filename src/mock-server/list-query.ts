@@ -10,11 +10,18 @@ export interface Page {
 
 const INTEGER = /^[+-]?\d+$/;
 
-/** Out-of-range values are clamped (spec: Pagination rules 3-4); only a non-integer is an error. */
+/**
+ * Out-of-range values are clamped (spec: Pagination rules 3-4); only a non-integer is an error. An offset past
+ * 2^53 - 1 becomes that (no list is that long: the page is empty): echoed unclamped it failed the envelope's
+ * integer check and the mock answered 500 (spec35).
+ */
 export function parsePage(rawLimit: string | undefined, rawOffset: string | undefined): Page {
   const limit = parseInteger('limit', rawLimit, LIMIT_DEFAULT);
   const offset = parseInteger('offset', rawOffset, 0);
-  return { limit: Math.min(LIMIT_MAX, Math.max(LIMIT_MIN, limit)), offset: Math.max(0, offset) };
+  return {
+    limit: Math.min(LIMIT_MAX, Math.max(LIMIT_MIN, limit)),
+    offset: Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, offset)),
+  };
 }
 
 function parseInteger(name: string, raw: string | undefined, fallback: number): number {
