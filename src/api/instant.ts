@@ -71,6 +71,17 @@ export function sameInstant(a: string, b: string): boolean {
   return compareInstants(a, b) === 0;
 }
 
+/**
+ * A text whose order as a string is the order of the instants (`compareInstants`): a fixed-width count of ms, then
+ * the digits past the ms. For a sort by a timestamp (the mock's lists); a text that is no date-time sorts last.
+ */
+export function instantSortKey(text: string): string {
+  const instant = instantOf(text);
+  if (instant === undefined) return `~${text}`;
+  // Years 0000-9999 lie within ±3e14 ms of 1970: shifted by 1e15, a positive number of at most 16 digits.
+  return `${String(instant.ms + 1e15).padStart(16, '0')}.${instant.finer}`;
+}
+
 /** Newest first for a sort: an unreadable time sorts as equal, so a comparator never returns NaN. */
 export function newestFirst(a: string, b: string): number {
   return compareInstants(b, a) ?? 0;

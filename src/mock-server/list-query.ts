@@ -1,4 +1,5 @@
 // Query parameters shared by the list endpoints: paging (clamped), order_by, expand[] and enum filters.
+import { instantSortKey } from '../api/instant.js';
 import { OrderByError, type OrderTerm, parseOrderBy } from '../api/order-by.js';
 import { LIMIT_DEFAULT, LIMIT_MAX, LIMIT_MIN, type ListEnvelope } from '../api/schemas.js';
 import { invalidRequest } from './errors.js';
@@ -84,7 +85,7 @@ export function parseEnumFilter<T extends string>(
 
 export type SortKey<T> = (item: T) => string | number;
 
-/** Sorts by the terms in order; timestamps should be given as numbers so differing offsets compare right. */
+/** Sorts by the terms in order; timestamps should be given as `timestampKey`s so differing offsets compare right. */
 export function sortItems<T>(
   items: readonly T[],
   terms: readonly OrderTerm[],
@@ -117,6 +118,10 @@ export function pageOf<T>(items: readonly T[], page: Page, withTotal: boolean): 
   };
 }
 
-export function timestampKey(value: string): number {
-  return Date.parse(value);
+/**
+ * The sort key of a timestamp: the instant it names, to the last digit. Date.parse read `+00` and leap seconds
+ * as NaN and dropped the digits past the millisecond (spec35).
+ */
+export function timestampKey(value: string): string {
+  return instantSortKey(value);
 }
