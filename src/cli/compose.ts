@@ -750,6 +750,12 @@ export async function runAgent(
     try {
       agent = await daemon.startAgent(components, command.version);
     } catch (error) {
+      // A stop asked for while the start waited on a mount that does not answer: the stop is what happens (0), as
+      // when it comes during an attempt (attempts()). Before, the call given up at the stop ended the daemon with 1.
+      if (stopSignal !== undefined && waitsOutAtStart(error)) {
+        await components.runner.close().catch(() => undefined);
+        return ExitCode.Converged;
+      }
       io.stderr.write(`config-agent: cannot start: ${secrets.scrub(errorMessage(error))}\n`);
       await components.runner.close().catch(() => undefined);
       return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
