@@ -8,6 +8,7 @@ import { CONFIG_DEFAULTS } from '../config/schema.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
+import { AnswerWeigher } from './local-answer-weight.js';
 import { terminalSafe } from './summary.js';
 
 // Through require, as in daemon/local-api.ts: on Node 24 an ESM import of node:http reads every export, whose lazy
@@ -23,12 +24,17 @@ export interface LocalResponse {
 const SYNC_TIMEOUT_MS = 15 * 60 * 1000;
 const STATUS_TIMEOUT_MS = 10_000;
 /**
- * The largest answer read from the socket: about 18 times the status at 10,000 managed files (1.8 MB). Whatever
- * sits at socketPath (a broken daemon, another user's socket) cannot make the CLI allocate without bound.
+ * The largest answer read from the socket: about 9 times the status at 10,000 managed files (1.8 MB), a status of
+ * ~90,000 such files, near the agent's listing limit (100,000 instances, ITERATOR_MAX_ITEMS in src/api/client.ts);
+ * parsed, a status of this size peaks the CLI at ~165 MB of RSS. Whatever sits at socketPath (a broken daemon, another user's socket) cannot make the CLI allocate
+ * without bound; what parsing it builds is bounded too (AnswerWeigher). 32 MiB until mem35.
  */
-export const MAX_LOCAL_ANSWER_BYTES = 32 * 1024 * 1024;
+export const MAX_LOCAL_ANSWER_BYTES = 16 * 1024 * 1024;
 
-/** An answer from the socket that is not read: over the size cap, or not complete by the deadline. Exit 3. */
+/**
+ * An answer from the socket that is not read: over the size cap, more than any status to parse, or not complete by
+ * the deadline. Exit 3.
+ */
 export class LocalAnswerError extends AgentError {
   constructor(code: 'response_too_large' | 'timeout', message: string) {
     super(code, message, { retryable: code === 'timeout' });
@@ -51,40 +57,59 @@ export function callAgent(
   maxBytes: number = MAX_LOCAL_ANSWER_BYTES,
 ): Promise<LocalResponse> {
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
+    let chunks: Buffer[] = [];
+    // The agent says its answer's length: read into one buffer of it, not into chunks and then a copy of them all.
+    let whole: Buffer | undefined;
     let received = 0;
+    const weigher = new AnswerWeigher();
     const req = request({ socketPath, method, path: route, timeout: timeoutMs }, (res) => {
       const declared = Number(res.headers['content-length']);
       if (declared > maxBytes) {
         fail(tooLarge(maxBytes));
         return;
       }
+      if (Number.isSafeInteger(declared) && declared > 0) whole = Buffer.allocUnsafe(declared);
       res.on('data', (chunk: Buffer) => {
         received += chunk.length;
         if (received > maxBytes) {
           fail(tooLarge(maxBytes));
           return;
         }
-        chunks.push(chunk);
+        // Counted as it comes: an answer that would build a tree no status builds stops the read here.
+        const why = weigher.add(chunk);
+        if (why !== undefined) {
+          fail(new LocalAnswerError('response_too_large', why));
+          return;
+        }
+        // Node's parser ends the body at its content-length: received never passes whole's length.
+        if (whole !== undefined) chunk.copy(whole, received - chunk.length);
+        else chunks.push(chunk);
       });
       res.on('end', () => {
         clearTimeout(deadline);
         try {
-          resolve({
-            status: res.statusCode ?? 0,
-            body: JSON.parse(Buffer.concat(chunks, received).toString('utf8')),
-          });
+          // Each copy let go of once the next is made: the bytes and the text are not both beside the tree.
+          const text = answerText();
+          resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) });
         } catch (error) {
           reject(error);
         }
       });
       res.on('error', fail);
     });
+    const answerText = (): string => {
+      const bytes = whole !== undefined ? whole.subarray(0, received) : Buffer.concat(chunks, received);
+      whole = undefined;
+      chunks = [];
+      return bytes.toString('utf8');
+    };
     // Rejected with the cause first: destroying the request makes the response fail with a plain "aborted" too.
+    // Destroyed without it: an answer already whole has let go of its socket's error listener, so the cause
+    // passed on would be thrown as uncaught.
     const fail = (error: Error) => {
       clearTimeout(deadline);
       reject(error);
-      req.destroy(error);
+      req.destroy();
     };
     const noAnswer = () =>
       fail(new LocalAnswerError('timeout', `no whole answer within ${Math.round(timeoutMs / 1000)}s`));

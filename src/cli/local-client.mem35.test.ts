@@ -1,0 +1,121 @@
+// `status` and `sync` against answers that are small in bytes but would build a huge tree: refused before parsing.
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { CommandIo } from './io.js';
+import { AnswerWeigher, MAX_ANSWER_DEPTH, MAX_ANSWER_TOKENS } from './local-answer-weight.js';
+import { MAX_LOCAL_ANSWER_BYTES, runStatus, runSync } from './local-client.js';
+
+let dir: string;
+let server: Server | undefined;
+
+beforeEach(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-mem35-'));
+});
+
+afterEach(async () => {
+  server?.closeAllConnections();
+  await new Promise((resolve) => (server === undefined ? resolve(undefined) : server.close(resolve)));
+  server = undefined;
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** A socket answering `body` in 64 KiB writes, each after the last drained; `sent` counts what the socket took. */
+async function serving(body: Buffer): Promise<{ configPath: string; sent: () => number }> {
+  let sent = 0;
+  const socketPath = path.join(dir, 'agent.sock');
+  server = createServer((_request, response: ServerResponse) => {
+    response.writeHead(200, { 'content-type': 'application/json' });
+    const more = () => {
+      while (sent < body.length && !response.destroyed) {
+        const piece = body.subarray(sent, sent + 64 * 1024);
+        sent += piece.length;
+        if (!response.write(piece)) return void response.once('drain', more);
+      }
+      if (!response.destroyed) response.end();
+    };
+    more();
+  });
+  await new Promise<void>((resolve) => server?.listen(socketPath, resolve));
+  const configPath = path.join(dir, 'config.json');
+  await writeFile(configPath, JSON.stringify({ socketPath }));
+  return { configPath, sent: () => sent };
+}
+
+function bufferedIo(): CommandIo & { out: () => string; err: () => string } {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let out = '';
+  let err = '';
+  stdout.on('data', (chunk: Buffer) => {
+    out += chunk.toString();
+  });
+  stderr.on('data', (chunk: Buffer) => {
+    err += chunk.toString();
+  });
+  return { stdout, stderr, env: {}, isTty: true, out: () => out, err: () => err };
+}
+
+describe('mem35: an answer at socketPath is weighed before it is parsed', () => {
+  it('three times the values any status holds, well under the byte cap: exit 3, the rest never read', async () => {
+    // `[],` a value: 6.6 million empty arrays in 20 MB cost ~1 GB of RSS to parse (exit 1 after it, before).
+    const count = 3 * MAX_ANSWER_TOKENS;
+    const body = Buffer.from(`[${'0,'.repeat(count)}0]`);
+    expect(body.length).toBeLessThan(MAX_LOCAL_ANSWER_BYTES);
+    const answer = await serving(body);
+    const io = bufferedIo();
+
+    expect(await runStatus({ configPath: answer.configPath, json: true }, io)).toBe(3);
+
+    expect(io.err()).toContain(`its answer holds more than ${MAX_ANSWER_TOKENS} values`);
+    expect(io.out()).toBe('');
+    expect(answer.sent()).toBeLessThan(body.length / 2);
+  });
+
+  it('nested deeper than a status nests: exit 3 for sync too', async () => {
+    const answer = await serving(
+      Buffer.from(`${'['.repeat(MAX_ANSWER_DEPTH + 1)}${']'.repeat(MAX_ANSWER_DEPTH + 1)}`),
+    );
+    const io = bufferedIo();
+
+    expect(await runSync({ configPath: answer.configPath }, io)).toBe(3);
+
+    expect(io.err()).toContain(`its answer nests deeper than ${MAX_ANSWER_DEPTH} levels: not parsed`);
+  });
+
+  it("a status's own shape at the bound's edge is parsed, its strings' brackets and commas not counted", async () => {
+    const file = {
+      path: 'a/[x],{y}:"z".json',
+      instanceId: 'cfg_\\"[',
+      sha256: 'a'.repeat(64),
+      status: 'deployed',
+    };
+    const status = {
+      deviceId: 'dvc_1',
+      pendingReports: 0,
+      managedFiles: [file, file],
+      errors: [],
+      lastResult: { converged: true },
+    };
+    const answer = await serving(Buffer.from(JSON.stringify(status)));
+    const io = bufferedIo();
+
+    expect(await runStatus({ configPath: answer.configPath, json: true }, io)).toBe(0);
+    expect(JSON.parse(io.out())).toEqual(status);
+  });
+
+  it('counts across chunk boundaries: an escape or a quote split between two reads', () => {
+    const text = Buffer.from(JSON.stringify({ a: 'x\\",[[[[[[[[[[', b: [[1, 2]] }));
+    for (let cut = 0; cut <= text.length; cut++) {
+      const weigher = new AnswerWeigher(7, 3);
+      expect(weigher.add(text.subarray(0, cut))).toBeUndefined();
+      expect(weigher.add(text.subarray(cut))).toBeUndefined();
+    }
+    // One token more than the bound, one level deeper: refused wherever it is cut.
+    expect(new AnswerWeigher(6, 3).add(text)).toContain('more than 6 values');
+    expect(new AnswerWeigher(7, 2).add(text)).toContain('deeper than 2 levels');
+  });
+});
