@@ -34,7 +34,8 @@ export type CreateConfigInstanceRequest = z.infer<typeof CreateConfigInstanceReq
  * reset: the socket is destroyed without a response. hang: no answer until the client or the server gives up.
  * truncate: 200, close-delimited (no content-length) body cut in the middle of the real JSON, then close.
  * malformed: 200 with a body that is not JSON. slow: the real body, `chunk_bytes` every `interval_ms`.
- * Without a mode the fault answers `status` (default 503) with the standard error body and `Retry-After`.
+ * Without a mode the fault answers `status` (default 503) with the standard error body, and `Retry-After` when
+ * `retry_after` is given.
  * Extensions for hostile-service tests:
  * rewrite: the request is served for real (its effects happen), then the answer's status becomes `status`
  *   (any 2xx-5xx) and its body `body`, or the real body with each `replace` substitution applied (literal text,
