@@ -359,10 +359,14 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
    * must not restart on it), said in health and status while it lasts.
    */
   #degraded(): string[] {
-    return this.#hooksLeftBehind().map(
-      (left) =>
-        `hook ${left.hook}: its process (pid ${left.pid}, ${left.command}) did not end after SIGKILL and is still there (a hung mount?); the hook does not run until it ends`,
-    );
+    return [
+      ...this.#hooksLeftBehind().map(
+        (left) =>
+          `hook ${left.hook}: its process (pid ${left.pid}, ${left.command}) did not end after SIGKILL and is still there (a hung mount?); the hook does not run until it ends`,
+      ),
+      // Writes and removals under it wait, retrying, while the rest of rootDir goes on (fix34).
+      ...(this.#c.runner.mountsGoneBelow?.() ?? []).map((gone) => `${gone}: the files under it wait`),
+    ];
   }
 
   status(): AgentStatus {
@@ -768,7 +772,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
           this.#c.metrics.recordDriftRepair(paths.length);
         },
         fileMeta: (relative) => this.#c.runner.fileMeta?.(relative),
-        rootMountGone: async () => (await this.#c.runner.rootMountGone?.()) === true,
+        rootMountGone: async (relative) => (await this.#c.runner.rootMountGone?.(relative)) === true,
       },
       onDrift: (paths) => {
         this.#c.metrics.recordDriftDetected(paths.length);

@@ -38,8 +38,11 @@ export interface LocalRestore {
   onRestored: (paths: string[]) => void;
   /** The group `files.rules` give a path: a restored file gets it, as a pass's write does. */
   fileMeta?: (path: string) => { gid: number } | undefined;
-  /** Whether rootDir's mount is gone (store/root-mount.ts): then nothing is restored, a pass judges instead. */
-  rootMountGone?: () => Promise<boolean>;
+  /**
+   * Whether rootDir's mount, or one below it holding `relative`, is gone (store/root-mount.ts): then that path is
+   * not restored, a pass judges it instead.
+   */
+  rootMountGone?: (relative: string) => Promise<boolean>;
 }
 
 /** How long the watcher waits for a file's events to stop before judging it (on its clock). */
@@ -380,13 +383,14 @@ export class DriftWatcher {
     const needPass: string[] = [];
     const restored: string[] = [];
     await this.#options.passes.exclusive(async () => {
-      // Into the bare mountpoint they would land on the filesystem underneath: the pass reports them retrying.
-      if (await restore.rootMountGone?.()) {
-        needPass.push(...paths);
-        return;
-      }
       for (const relative of paths) {
         if (this.#closed) return;
+        // Into the bare mountpoint it would land on the filesystem underneath: the pass reports it retrying. Only
+        // the mounts holding this path count: one gone elsewhere below rootDir holds nothing here back (fix34).
+        if (await restore.rootMountGone?.(relative)) {
+          needPass.push(relative);
+          continue;
+        }
         // Judged again inside the exclusive section: a pass that ran meanwhile may have changed the record.
         const managed = this.#options.managedFiles().get(relative);
         if (managed === undefined) continue;

@@ -159,8 +159,13 @@ export interface PassRunner {
    * the group a pass gives it).
    */
   fileMeta?(path: string): { mode: number; gid: number } | undefined;
-  /** Whether rootDir's mount went away under this process (store/root-mount.ts): nothing may be written there. */
-  rootMountGone?(): Promise<boolean>;
+  /**
+   * Whether rootDir's mount went away under this process (store/root-mount.ts), or one below it holding `relative`
+   * (any, without it): nothing may be written there.
+   */
+  rootMountGone?(relative?: string): Promise<boolean>;
+  /** The mounts below rootDir the last check found gone, each as its condition's message (health's `degraded`). */
+  mountsGoneBelow?(): readonly string[];
   /** Makes state and queued reports durable (after a pass and at shutdown). */
   flushState(): Promise<void>;
   /**

@@ -256,10 +256,17 @@ async function passOnce(
  * are the agent's by their declared bytes: recorded before planning, so a retired instance's file is removed.
  */
 async function adoptDeclaredWrites(ctx: PassContext): Promise<void> {
-  // Bytes found in the bare mountpoint prove nothing about the mount's files: the declarations wait for it.
-  if ((await ctx.rootMount?.check()) !== undefined || ctx.rootMount?.anyGoneBelow() === true) return;
+  // Bytes found in the bare mountpoint prove nothing about the mount's files: the declarations wait for it, those
+  // under a mount below rootDir that is gone for it alone (fix34).
+  const watch = ctx.rootMount;
+  if ((await watch?.check()) !== undefined) return;
+  const adoptable =
+    watch?.anyGoneBelow() === true ? (relative: string) => watch.goneAt(relative) === undefined : undefined;
   try {
-    const adopted = await ctx.dir.adoptDeclaredWrites(new Date(ctx.deps.clock.now()).toISOString());
+    const adopted = await ctx.dir.adoptDeclaredWrites(
+      new Date(ctx.deps.clock.now()).toISOString(),
+      adoptable,
+    );
     // Their hooks never heard of them: the run that wrote them died before state.json kept them pending (adv32).
     if (ctx.settings.trackHookPaths === true)
       for (const written of adopted) ctx.dir.state.pendingHookPaths.add(written);

@@ -31,6 +31,7 @@ export class Reconciler implements PassRunner {
     const rootMount = new RootMountWatch(deps.fs, settings.rootDir, {
       stateDir: settings.stateDir,
       readOnly: options.readOnly === true,
+      holdsManaged: (mountPoint) => dir.holdsUnder(mountPoint),
     });
     return new Reconciler({
       deps,
@@ -136,9 +137,16 @@ export class Reconciler implements PassRunner {
     return earliest;
   }
 
-  async rootMountGone(): Promise<boolean> {
-    // A mount below rootDir gone too (mount26): the pass judges each path, the restore none.
-    return (await this.#ctx.rootMount?.check()) !== undefined || this.#ctx.rootMount?.anyGoneBelow() === true;
+  async rootMountGone(relative?: string): Promise<boolean> {
+    const watch = this.#ctx.rootMount;
+    if (watch === undefined) return false;
+    if ((await watch.check()) !== undefined) return true;
+    // Only the mounts below rootDir holding the path (fix34): one gone elsewhere holds nothing here back.
+    return relative === undefined ? watch.anyGoneBelow() : watch.goneAt(relative) !== undefined;
+  }
+
+  mountsGoneBelow(): string[] {
+    return this.#ctx.rootMount?.goneBelow() ?? [];
   }
 
   fileMeta(path: string): { mode: number; gid: number } | undefined {

@@ -190,6 +190,12 @@ export class IntentJournal {
     return this.#pending.size;
   }
 
+  /** Whether a pending intent's path passes `test` (a mount below rootDir holding a declared write: fix34). */
+  declares(test: (path: string) => boolean): boolean {
+    for (const intent of this.#pending.values()) if (test(intent.path)) return true;
+    return false;
+  }
+
   /** Makes the intents durable, with every earlier one not settled yet; call before any of their renames. */
   async declare(intents: readonly WriteIntent[]): Promise<void> {
     const missing = new Map<string, boolean>();
@@ -329,11 +335,13 @@ export class IntentJournal {
    * (fsynced first, with its directory): a run died after the rename and before `state.json` recorded it, or
    * the write's directory fsync failed. An intent whose file is absent or holds other bytes is dropped: its
    * rename never happened, or the file changed since. One that cannot be checked (EIO) stays for the next pass.
-   * Run before a pass plans, never while writes are in flight. Returns the paths adopted.
+   * Run before a pass plans, never while writes are in flight. Returns the paths adopted. One whose path fails
+   * `adoptable` (under a mount below rootDir that is gone: fix34) stays pending, unjudged.
    */
-  async adopt(state: LocalState, now: string): Promise<string[]> {
+  async adopt(state: LocalState, now: string, adoptable?: (path: string) => boolean): Promise<string[]> {
     const adopted: string[] = [];
     for (const intent of [...this.#pending.values()]) {
+      if (adoptable?.(intent.path) === false) continue;
       const file = state.files.get(intent.path);
       if (file?.instanceId === intent.instanceId && file.sha256 === intent.sha256) continue;
       let found: { mode: number } | undefined;

@@ -39,6 +39,12 @@ interface MountBelow {
 export interface MountMemory {
   stateDir: string;
   readOnly: boolean;
+  /**
+   * Whether a file the agent manages, or an instance or declared write it records, lies at or below a mount point
+   * below rootDir (relative to it): one gone that holds none is forgotten (fix34), so a transient mount once seen
+   * (a USB stick, a user's FUSE mount) neither keeps a slot nor says "gone" for good.
+   */
+  holdsManaged?: (mountPoint: string) => boolean;
 }
 
 /**
@@ -240,6 +246,13 @@ export class RootMountWatch {
     return false;
   }
 
+  /** What the last check found of each mount point below rootDir that is gone (health's `degraded`). */
+  goneBelow(): string[] {
+    const gone: string[] = [];
+    for (const known of this.#below.values()) if (known.gone !== undefined) gone.push(known.gone.message);
+    return gone;
+  }
+
   /**
    * The mount point below rootDir (as `<rootDir>/<relative>`) holding `relative` (a file's path), the deepest of
    * those known; undefined when the file is on rootDir's own filesystem as far as the agent knows.
@@ -308,6 +321,25 @@ export class RootMountWatch {
         text !== undefined && listsMountPoint(text, real) ? own.dev : undefined,
       );
     }
+    await this.#expireBelow(listed);
+  }
+
+  /**
+   * Forgets each mount point below rootDir that is gone, not in the mount table, and holds nothing the agent
+   * manages (`holdsManaged`): it holds nothing back and takes no slot (fix34). Mounted again, it is taken in anew.
+   */
+  async #expireBelow(listed: ReadonlySet<string> | undefined): Promise<void> {
+    const holdsManaged = this.#memory?.holdsManaged;
+    if (holdsManaged === undefined) return;
+    let expired = false;
+    for (const [relative, known] of this.#below) {
+      if (known.gone === undefined || listed?.has(relative) === true || holdsManaged(relative)) continue;
+      this.#below.delete(relative);
+      this.#belowBytes -= JSON.stringify(relative).length + 1;
+      expired = true;
+    }
+    if (expired && this.#memory !== undefined && !this.#memory.readOnly)
+      await this.#writeRecord(this.#mountDev !== undefined).catch(() => undefined);
   }
 
   /** Takes a mount point below rootDir in, unless MAX_BELOW or MAX_BELOW_BYTES is reached; whether it did. */

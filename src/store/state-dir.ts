@@ -398,10 +398,23 @@ export class StateDir {
   /**
    * Records the declared writes whose exact bytes are at their paths and that state.json does not record yet
    * (a run died between a rename and the persist), each fsynced first; before a pass plans. Returns the paths.
+   * Those whose path fails `adoptable` (a mount below rootDir gone holds them: fix34) wait, still declared.
    */
-  async adoptDeclaredWrites(now: string): Promise<string[]> {
+  async adoptDeclaredWrites(now: string, adoptable?: (path: string) => boolean): Promise<string[]> {
     if (this.readOnly || this.intents.size === 0) return [];
-    return this.intents.adopt(this.state, now);
+    return this.intents.adopt(this.state, now, adoptable);
+  }
+
+  /**
+   * Whether a managed file, an instance's recorded path or a declared write lies at or below `mountPoint`
+   * (relative to rootDir, compared segment by segment): a mount below rootDir that is gone and holds none of them
+   * is forgotten (root-mount.ts `holdsManaged`, fix34).
+   */
+  holdsUnder(mountPoint: string): boolean {
+    const under = (relative: string) => relative === mountPoint || relative.startsWith(`${mountPoint}/`);
+    for (const relative of this.state.files.keys()) if (under(relative)) return true;
+    for (const record of this.state.instances.values()) if (under(record.relativePath)) return true;
+    return this.intents.declares(under);
   }
 
   /** Drops cached contents no managed file references any more (after a full pass). */
