@@ -1,59 +1,37 @@
 // A hook's process left behind (SIGKILL could not end it) is still held against its hook after the agent restarts
 // from a crash or a power cut: state.json keeps its pid and start time, a start takes it back while that process
 // runs (not a pid handed out again), health says so, and its end is polled for on the injected clock.
-import { Volume } from 'memfs';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { HeldClock } from '../../test/helpers/held-daemon.js';
+import {
+  crashTestConfig,
+  crashTestDaemon,
+  runnerVolume,
+  RUNNER_STATE_PATH as STATE_PATH,
+  startThroughTwoPasses,
+  stopFaked as stopped,
+  untilFaked as until,
+} from '../../test/helpers/hook-crash-daemon.js';
 import { fakeSystem } from '../../test/helpers/hook-system.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
-import {
-  RUNNER_ROOT,
-  RUNNER_STATE_DIR,
-  StateFileRunner,
-  volumeAfterPowerCut,
-} from '../../test/helpers/state-file-runner.js';
-import { parseAgentConfig } from '../config/load.js';
+import { RUNNER_ROOT, StateFileRunner, volumeAfterPowerCut } from '../../test/helpers/state-file-runner.js';
 import type { FsPort } from '../lib/fs-port.js';
-import { silentLogger } from '../lib/logger.js';
-import { quickStateFile, STATE_FILE, stateSchemas } from '../store/state.js';
-import { AgentDaemon } from './agent.js';
+import { quickStateFile, stateSchemas } from '../store/state.js';
+import type { AgentDaemon } from './agent.js';
 import type { ProcessTable } from './hook-processes.js';
 import { LEFT_BEHIND_POLL_MS } from './hooks.js';
-import { AgentMetrics } from './metrics.js';
 
 const ROOT = RUNNER_ROOT;
-const STATE_DIR = RUNNER_STATE_DIR;
-const STATE_PATH = `${STATE_DIR}/${STATE_FILE}`;
-
-/** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
-async function until(done: () => boolean, ms = 10_000): Promise<void> {
-  for (let spent = 0; !done() && spent < ms; spent += 10) await vi.advanceTimersByTimeAsync(10);
-  expect(done()).toBe(true);
-}
-
-const config = parseAgentConfig(
-  {
-    deviceId: 'dvc_unit',
-    server: { baseUrl: 'https://dcds.example.com' },
-    rootDir: ROOT,
-    stateDir: STATE_DIR,
-    drift: 'off',
-    hooks: [
-      { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], timeoutSeconds: 1 },
-      { match: '**', run: ['/usr/bin/every'], timeoutSeconds: 1 },
-    ],
-  },
-  'hook30',
-);
+const config = crashTestConfig('hook30');
 
 function daemonOver(
   fs: FsPort,
   runner: StateFileRunner,
   clock: HeldClock,
   system: ReturnType<typeof fakeSystem>,
-) {
-  return daemonWith(fs, runner, clock, system, system.processes);
+): AgentDaemon {
+  return crashTestDaemon({ config, fs, runner, clock, system });
 }
 
 function daemonWith(
@@ -63,16 +41,7 @@ function daemonWith(
   system: ReturnType<typeof fakeSystem>,
   processes: ProcessTable,
 ): AgentDaemon {
-  return new AgentDaemon({
-    deps: { fs, clock, random: () => 0, logger: silentLogger() },
-    config,
-    runner,
-    metrics: new AgentMetrics({ deviceId: 'dvc_unit' }),
-    hookEnv: {},
-    scrub: (text) => text,
-    hookProcesses: processes,
-    hookSpawn: system.spawn,
-  });
+  return crashTestDaemon({ config, fs, runner, clock, system, processes });
 }
 
 /** Ends the daemon's wait before its next pass (not the left-behind poll's). */
@@ -96,10 +65,7 @@ const RELOAD_LEFT = { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], pid: 1
  * stop: what is durable afterwards.
  */
 async function leftBehindThenPowerCut(bootId?: string): Promise<FsPort> {
-  const vol = new Volume();
-  vol.mkdirSync(ROOT, { recursive: true });
-  vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
-  const model = await PowerCutFs.over(memfsPort(vol), '/');
+  const model = await PowerCutFs.over(memfsPort(runnerVolume()), '/');
   const runner = await StateFileRunner.open(model.fs);
   runner.writes.push('nfs/a.json', 'nfs/b.json');
   const first = fakeSystem((command, pid) => command === '/usr/bin/reload' && pid === 1001);
@@ -108,15 +74,7 @@ async function leftBehindThenPowerCut(bootId?: string): Promise<FsPort> {
     bootId === undefined
       ? daemonOver(model.fs, runner, clock, first)
       : daemonWith(model.fs, runner, clock, first, { ...first.processes, bootId: () => bootId });
-  await daemon.start();
-  await nextPass(clock);
-  await until(
-    () => runner.passes === 1 && first.started.length === 2 && runner.state.pendingHookPaths.size === 0,
-  );
-  await nextPass(clock);
-  await until(
-    () => runner.passes === 2 && first.started.length === 3 && runner.state.pendingHookPaths.size === 0,
-  );
+  await startThroughTwoPasses(daemon, runner, first, () => nextPass(clock));
   // Pass 3 writes what pass 2's hook run settled and owed; pass 4 changes nothing and writes nothing.
   const writesBefore = runner.stateWrites;
   await nextPass(clock);
@@ -134,12 +92,6 @@ async function leftBehindThenPowerCut(bootId?: string): Promise<FsPort> {
     { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], paths: ['nfs/b.json'] },
   ]);
   return after;
-}
-
-async function stopped(daemon: AgentDaemon): Promise<void> {
-  const stopping = daemon.stop(1_000);
-  await vi.advanceTimersByTimeAsync(1_000);
-  await stopping;
 }
 
 beforeEach(() => {

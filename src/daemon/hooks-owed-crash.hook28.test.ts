@@ -3,6 +3,15 @@
 import { Volume } from 'memfs';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { HeldClock } from '../../test/helpers/held-daemon.js';
+import {
+  crashTestConfig,
+  crashTestDaemon,
+  runnerVolume,
+  RUNNER_STATE_PATH as STATE_PATH,
+  startThroughTwoPasses,
+  stopFaked,
+  untilFaked as until,
+} from '../../test/helpers/hook-crash-daemon.js';
 import { fakeSystem } from '../../test/helpers/hook-system.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
@@ -12,38 +21,15 @@ import {
   StateFileRunner,
   volumeAfterPowerCut,
 } from '../../test/helpers/state-file-runner.js';
-import { parseAgentConfig } from '../config/load.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
-import { type LocalState, loadLocalState, quickStateFile, STATE_FILE, stateSchemas } from '../store/state.js';
+import { type LocalState, loadLocalState, quickStateFile, stateSchemas } from '../store/state.js';
 import { sameAsSnapshot, snapshotState } from '../store/state-snapshot.js';
-import { AgentDaemon } from './agent.js';
-import { AgentMetrics } from './metrics.js';
+import type { AgentDaemon } from './agent.js';
 
 const ROOT = RUNNER_ROOT;
 const STATE_DIR = RUNNER_STATE_DIR;
-const STATE_PATH = `${STATE_DIR}/${STATE_FILE}`;
-
-/** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
-async function until(done: () => boolean, ms = 10_000): Promise<void> {
-  for (let spent = 0; !done() && spent < ms; spent += 10) await vi.advanceTimersByTimeAsync(10);
-  expect(done()).toBe(true);
-}
-
-const config = parseAgentConfig(
-  {
-    deviceId: 'dvc_unit',
-    server: { baseUrl: 'https://dcds.example.com' },
-    rootDir: ROOT,
-    stateDir: STATE_DIR,
-    drift: 'off',
-    hooks: [
-      { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], timeoutSeconds: 1 },
-      { match: '**', run: ['/usr/bin/every'], timeoutSeconds: 1 },
-    ],
-  },
-  'hook28',
-);
+const config = crashTestConfig('hook28');
 
 function daemonOver(
   fs: FsPort,
@@ -51,16 +37,13 @@ function daemonOver(
   clock: HeldClock,
   system: ReturnType<typeof fakeSystem>,
 ): AgentDaemon {
-  return new AgentDaemon({
-    deps: { fs, clock, random: () => 0, logger: silentLogger() },
-    config,
-    runner,
-    metrics: new AgentMetrics({ deviceId: 'dvc_unit' }),
-    hookEnv: {},
-    scrub: (text) => text,
-    hookProcesses: system.processes,
-    hookSpawn: system.spawn,
-  });
+  return crashTestDaemon({ config, fs, runner, clock, system });
+}
+
+/** Ends the daemon's one wait (before its next pass). */
+async function releaseWait(clock: HeldClock): Promise<void> {
+  await until(() => clock.waits.length === 1);
+  clock.waits.shift()?.();
 }
 
 beforeEach(() => {
@@ -72,10 +55,7 @@ afterEach(() => {
 
 describe('paths owed to a hook held back, across a crash and a power cut (hook28)', () => {
   it('are in state.json with the next pass, and after a power cut only the hook owed them runs', async () => {
-    const vol = new Volume();
-    vol.mkdirSync(ROOT, { recursive: true });
-    vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
-    const model = await PowerCutFs.over(memfsPort(vol), '/');
+    const model = await PowerCutFs.over(memfsPort(runnerVolume()), '/');
     const runner = await StateFileRunner.open(model.fs);
     runner.writes.push('nfs/a.json', 'nfs/b.json');
 
@@ -84,27 +64,15 @@ describe('paths owed to a hook held back, across a crash and a power cut (hook28
     const first = fakeSystem((command, pid) => command === '/usr/bin/reload' && pid === 1001);
     const clock = new HeldClock();
     const daemon = daemonOver(model.fs, runner, clock, first);
-    await daemon.start();
-    await until(() => clock.waits.length === 1);
-    clock.waits.shift()?.();
-    await until(
-      () => runner.passes === 1 && first.started.length === 2 && runner.state.pendingHookPaths.size === 0,
-    );
-    await until(() => clock.waits.length === 1);
-    clock.waits.shift()?.();
-    await until(
-      () => runner.passes === 2 && first.started.length === 3 && runner.state.pendingHookPaths.size === 0,
-    );
+    await startThroughTwoPasses(daemon, runner, first, () => releaseWait(clock));
     expect(first.started).toEqual(['/usr/bin/reload:1001', '/usr/bin/every:1002', '/usr/bin/every:1003']);
     // Pass 3 changes nothing but what the hook run after pass 2 settled and owed: one write of state.json.
     const writesBefore = runner.stateWrites;
-    await until(() => clock.waits.length === 1);
-    clock.waits.shift()?.();
+    await releaseWait(clock);
     await until(() => runner.passes === 3);
     expect(runner.stateWrites).toBe(writesBefore + 1);
     // Pass 4 changes nothing at all: state.json is not written again.
-    await until(() => clock.waits.length === 1);
-    clock.waits.shift()?.();
+    await releaseWait(clock);
     await until(() => runner.passes === 4);
     expect(runner.stateWrites).toBe(writesBefore + 1);
 
@@ -123,11 +91,9 @@ describe('paths owed to a hook held back, across a crash and a power cut (hook28
     const restarted = daemonOver(after, nextRunner, nextClock, next);
     try {
       await restarted.start();
-      await until(() => nextClock.waits.length === 1);
-      nextClock.waits.shift()?.();
+      await releaseWait(nextClock);
       await until(() => nextRunner.passes === 1 && next.started.length === 1);
-      await until(() => nextClock.waits.length === 1);
-      nextClock.waits.shift()?.();
+      await releaseWait(nextClock);
       await until(() => nextRunner.passes === 2);
       expect(next.started).toEqual(['/usr/bin/reload:1001']);
       expect(next.changed.get(1001)).toEqual({ list: ['nfs/b.json'], truncated: false });
@@ -135,17 +101,12 @@ describe('paths owed to a hook held back, across a crash and a power cut (hook28
       const settled = JSON.parse(String(await after.readFile(STATE_PATH, 'utf8'))) as Record<string, unknown>;
       expect(settled.owedHookPaths).toBeUndefined();
     } finally {
-      const stopping = restarted.stop(1_000);
-      await vi.advanceTimersByTimeAsync(1_000);
-      await stopping;
+      await stopFaked(restarted);
     }
   });
 
   it('keep their cut-short mark across a clean stop, and a hook not owed them does not run again', async () => {
-    const vol = new Volume();
-    vol.mkdirSync(ROOT, { recursive: true });
-    vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
-    const fs = memfsPort(vol);
+    const fs = memfsPort(runnerVolume());
     const runner = await StateFileRunner.open(fs);
     // Pass 2 writes one more file than a hook keeps owed (MAX_OWED_PATHS).
     const many = Array.from({ length: 4097 }, (_, i) => `nfs/${String(i).padStart(4, '0')}.json`);
@@ -153,20 +114,8 @@ describe('paths owed to a hook held back, across a crash and a power cut (hook28
     const first = fakeSystem((command) => command === '/usr/bin/reload');
     const clock = new HeldClock();
     const daemon = daemonOver(fs, runner, clock, first);
-    await daemon.start();
-    await until(() => clock.waits.length === 1);
-    clock.waits.shift()?.();
-    await until(
-      () => runner.passes === 1 && first.started.length === 2 && runner.state.pendingHookPaths.size === 0,
-    );
-    await until(() => clock.waits.length === 1);
-    clock.waits.shift()?.();
-    await until(
-      () => runner.passes === 2 && first.started.length === 3 && runner.state.pendingHookPaths.size === 0,
-    );
-    const stopped = daemon.stop(1_000);
-    await vi.advanceTimersByTimeAsync(1_000);
-    await stopped;
+    await startThroughTwoPasses(daemon, runner, first, () => releaseWait(clock));
+    await stopFaked(daemon);
     const kept = JSON.parse(String(await fs.readFile(STATE_PATH, 'utf8'))) as {
       pendingHookPaths: string[];
       owedHookPaths: { match: string; paths: string[]; truncated?: boolean }[];
@@ -183,16 +132,13 @@ describe('paths owed to a hook held back, across a crash and a power cut (hook28
     const restarted = daemonOver(fs, nextRunner, nextClock, next);
     try {
       await restarted.start();
-      await until(() => nextClock.waits.length === 1);
-      nextClock.waits.shift()?.();
+      await releaseWait(nextClock);
       await until(() => nextRunner.passes === 1 && next.started.length === 1);
       expect(next.started).toEqual(['/usr/bin/reload:1001']);
       expect(next.changed.get(1001)?.truncated).toBe(true);
       expect(next.changed.get(1001)?.list).toHaveLength(4096);
     } finally {
-      const stopping = restarted.stop(1_000);
-      await vi.advanceTimersByTimeAsync(1_000);
-      await stopping;
+      await stopFaked(restarted);
     }
   });
 });
