@@ -1,23 +1,12 @@
 // review33: the former root's files are read through its mount's bounded lane: a dead old root must not hold a pass.
-import type { ChildProcess } from 'node:child_process';
-import { spawnSync } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { afterEach, expect, it } from 'vitest';
-import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
-import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
+import { hungFormerRoots } from '../../test/helpers/hung-former-root.js';
+import { canMountFuse } from '../../test/helpers/hung-fuse.js';
 import { hangSafeFs } from '../cli/hang-safe-fs.js';
 
-let world: PassWorld | undefined;
-let hung: ChildProcess | undefined;
-
-afterEach(async () => {
-  hung?.kill('SIGKILL');
-  hung = undefined;
-  if (world !== undefined) spawnSync('umount', ['-l', world.rootDir]);
-  await world?.close();
-  world = undefined;
-});
+const worlds = hungFormerRoots();
+afterEach(() => worlds.close());
 
 // review32 bounded sameRoot's stat of a former rootDir on a mount that may hang, but state24's formerRootLeftovers
 // stat'ed and hashed files there with nothing bounding them: a root moved off a dead NFS server (the operator's way
@@ -25,12 +14,7 @@ afterEach(async () => {
 it.runIf(canMountFuse)(
   'a retired instance whose file is in a former root that hangs: the pass ends, retrying, naming the file',
   async () => {
-    world = await createPassWorld({ name: 'review33-hung-former', open: false });
-    world.put({ id: 'cfg_a' });
-    await world.runOnce();
-    hung = await hungFuseMount(world.rootDir, 60_000);
-    const moved = path.join(world.dir, 'moved');
-    await mkdir(moved);
+    const { world, hung, moved } = await worlds.make('review33-hung-former');
     world.put({ id: 'cfg_a', target_status: 'removed', activity_status: 'deployed' });
     // A bound that passes at once: the lane's call into the hung mount is given up on, never answered.
     const clock = { monotonic: () => 0, sleep: () => Promise.resolve() };

@@ -1,36 +1,18 @@
 // review32: a rootDir moved off a mount that no longer answers: the former root's stat must not hold the start-up.
-import type { ChildProcess } from 'node:child_process';
-import { spawnSync } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
-import path from 'node:path';
 import { afterEach, expect, it } from 'vitest';
-import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
-import { createPassWorld, type PassWorld } from '../../test/helpers/pass-world.js';
+import { hungFormerRoots } from '../../test/helpers/hung-former-root.js';
+import { canMountFuse } from '../../test/helpers/hung-fuse.js';
 import { hangSafeFs } from '../cli/hang-safe-fs.js';
 
-let world: PassWorld | undefined;
-let hung: ChildProcess | undefined;
-
-afterEach(async () => {
-  hung?.kill('SIGKILL');
-  hung = undefined;
-  if (world !== undefined) spawnSync('umount', ['-l', world.rootDir]);
-  await world?.close();
-  world = undefined;
-});
+const worlds = hungFormerRoots();
+afterEach(() => worlds.close());
 
 // fix31's sameRoot stat'ed the rootDir each record in stateDir names (state, intents, fingerprints, root-mount):
 // one on a dead NFS server's mount waited in the kernel, and the agent never started while it stayed dead.
 it.runIf(canMountFuse)(
   'a pass after rootDir moved off a hung mount ends while that mount still hangs',
   async () => {
-    world = await createPassWorld({ name: 'review32-hung-old-root', open: false });
-    world.put({ id: 'cfg_a' });
-    await world.runOnce();
-    // The old root's filesystem stops answering (a dead NFS server); the operator moves rootDir elsewhere.
-    hung = await hungFuseMount(world.rootDir, 60_000);
-    const moved = path.join(world.dir, 'moved');
-    await mkdir(moved);
+    const { world, hung, moved } = await worlds.make('review32-hung-old-root');
     const fs = await hangSafeFs(moved, { monotonic: () => 0 }, undefined, undefined, {
       stateDir: world.stateDir,
     });
