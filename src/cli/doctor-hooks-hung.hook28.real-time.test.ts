@@ -1,13 +1,12 @@
 // `config-agent doctor` with a hook program on a real FUSE mount nobody serves: it ends within the bound, the hook
 // reported as not judged (root only). Before, its stat waited in the kernel and doctor never ended.
 import { type ChildProcess, spawnSync } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
+import { doctorEnvironment, doctorOutput, writeDoctorConfig } from '../../test/helpers/doctor-config.js';
 import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
-import { runDoctor } from './doctor.js';
 import { ExitCode } from './exit-codes.js';
 
 let dir: string | undefined;
@@ -30,43 +29,17 @@ describe.runIf(canMountFuse)('doctor: a hook program on a hung mount (hook28)', 
     await mkdir(mountPoint);
     // Unserved for 30 s: far past the 0.3 s bound; the test ends it sooner (afterEach).
     fuse = await hungFuseMount(mountPoint, 30_000);
-    const keyPath = path.join(dir, 'api-key');
-    await writeFile(keyPath, 'sk-doctor-hung-hook-key\n', { mode: 0o600 });
-    const configPath = path.join(dir, 'config.json');
     const program = path.join(mountPoint, 'reload');
-    await writeFile(
-      configPath,
-      JSON.stringify({
-        deviceId: 'dvc_1',
-        // Nothing listens on the discard port: the service check fails at once.
-        server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: keyPath, timeoutSeconds: 1 },
+    const configPath = writeDoctorConfig(
+      dir,
+      { deviceId: 'dvc_1', key: 'sk-doctor-hung-hook-key\n' },
+      {
         rootDir: path.join(dir, 'root'),
         stateDir: path.join(dir, 'state'),
-        socketPath: path.join(dir, 'agent.sock'),
         hooks: [{ match: '**', run: [program] }],
-      }),
-      { mode: 0o600 },
-    );
-    let out = '';
-    const stdout = new Writable({
-      write(chunk, _encoding, done) {
-        out += String(chunk);
-        done();
-      },
-    });
-    const code = await runDoctor(
-      { configPath },
-      { stdout, stderr: new Writable({ write: (_c, _e, d) => d() }), env: {}, isTty: false },
-      {
-        groupFile: path.join(dir, 'no-group'),
-        passwdFile: path.join(dir, 'no-passwd'),
-        checkTimeoutMs: 1_000,
-        systemctl: async () => ({ status: 127, stdout: '' }),
-        now: () => Date.now(),
-        unit: 'config-agent.service',
-        mountAnswerMs: 300,
       },
     );
+    const { code, out } = await doctorOutput(configPath, doctorEnvironment(dir, { mountAnswerMs: 300 }));
     const hooks = out.split('\n').filter((line) => /^FAIL {2}hooks/.test(line));
     expect(hooks).toEqual([expect.stringContaining(`hooks[0].run[0] (${program}) not judged`)]);
     expect(hooks[0]).toContain(`the mount at ${mountPoint} did not answer within 0.3 s`);

@@ -9,7 +9,7 @@ import { Readable, Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { skipWithoutRoot } from '../../test/helpers/built-packages.js';
 import { deadBelow } from '../../test/helpers/dead-below-fs.js';
-import { type DoctorEnvironment, runDoctor } from './doctor.js';
+import { doctorEnvironment, doctorOutput, writeDoctorConfig } from '../../test/helpers/doctor-config.js';
 import { ExitCode } from './exit-codes.js';
 import { runInit } from './init.js';
 
@@ -25,48 +25,26 @@ describe('doctor: hook programs on mounts that do not answer (hook28)', () => {
     const dead = ['nfs1', 'nfs2', 'nfs3'].map((name) => path.join(dir, name));
     for (const mount of dead) mkdirSync(mount);
     mkdirSync(path.join(dir, 'root'));
-    const keyPath = path.join(dir, 'api-key');
-    writeFileSync(keyPath, 'sk-doctor-hooks-test-key\n', { mode: 0o600 });
-    const configPath = path.join(dir, 'config.json');
-    writeFileSync(
-      configPath,
-      JSON.stringify({
-        deviceId: 'dvc_hooks',
-        // Nothing listens on the discard port: the service check fails at once, which this test does not look at.
-        server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: keyPath, timeoutSeconds: 1 },
+    const configPath = writeDoctorConfig(
+      dir,
+      { deviceId: 'dvc_hooks', key: 'sk-doctor-hooks-test-key\n' },
+      {
         rootDir: path.join(dir, 'root'),
         stateDir: path.join(dir, 'state'),
-        socketPath: path.join(dir, 'agent.sock'),
         hooks: dead.map((mount, i) => ({ match: `app${i}/**`, run: [path.join(mount, 'reload')] })),
-      }),
-      { mode: 0o600 },
+      },
     );
     const { fs, calls } = deadBelow(dead);
-    let out = '';
-    const stdout = new Writable({
-      write(chunk, _encoding, done) {
-        out += String(chunk);
-        done();
-      },
-    });
-    const env: DoctorEnvironment = {
-      groupFile: path.join(dir, 'no-group'),
-      passwdFile: path.join(dir, 'no-passwd'),
-      checkTimeoutMs: 1_000,
-      systemctl: async () => ({ status: 127, stdout: '' }),
-      now: () => Date.now(),
-      unit: 'config-agent.service',
-      placesFs: fs,
-      mountTable: {
-        mountinfo: async () =>
-          dead.map((mount, i) => `${90 + i} 27 0:${60 + i} / ${mount} rw - fuse dead${i} rw`).join('\n'),
-      },
-      mountAnswerMs: 50,
-    };
-    const code = await runDoctor(
-      { configPath },
-      { stdout, stderr: new Writable({ write: (_c, _e, d) => d() }), env: {}, isTty: false },
-      env,
+    const { code, out } = await doctorOutput(
+      configPath,
+      doctorEnvironment(dir, {
+        placesFs: fs,
+        mountTable: {
+          mountinfo: async () =>
+            dead.map((mount, i) => `${90 + i} 27 0:${60 + i} / ${mount} rw - fuse dead${i} rw`).join('\n'),
+        },
+        mountAnswerMs: 50,
+      }),
     );
     const lines = out.split('\n');
     expect(lines[0]).toMatch(/^ok {4}config/);

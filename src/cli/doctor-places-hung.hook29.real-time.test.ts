@@ -4,10 +4,9 @@ import { type ChildProcess, spawnSync } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
+import { doctorEnvironment, doctorOutput, writeDoctorConfig } from '../../test/helpers/doctor-config.js';
 import { canMountFuse, hungFuseMount } from '../../test/helpers/hung-fuse.js';
-import { runDoctor } from './doctor.js';
 import { ExitCode } from './exit-codes.js';
 
 let dir: string | undefined;
@@ -30,43 +29,21 @@ describe.runIf(canMountFuse)('doctor: rootDir on a hung mount (hook29)', () => {
     await mkdir(mountPoint);
     // Unserved for 30 s: far past the 0.3 s bound; the test ends it sooner (afterEach).
     fuse = await hungFuseMount(mountPoint, 30_000);
-    const keyPath = path.join(dir, 'api-key');
-    await writeFile(keyPath, 'sk-doctor-hung-hook-key\n', { mode: 0o600 });
-    const configPath = path.join(dir, 'config.json');
     // The agent's account, so that the owner and mode lines are made.
     await writeFile(path.join(dir, 'passwd'), 'config-agent:x:4242:4242::/:/usr/sbin/nologin\n');
     await writeFile(path.join(dir, 'group'), 'config-agent:x:4242:\n');
-    await writeFile(
-      configPath,
-      JSON.stringify({
-        deviceId: 'dvc_1',
-        // Nothing listens on the discard port: the service check fails at once.
-        server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: keyPath, timeoutSeconds: 1 },
-        rootDir: path.join(mountPoint, 'root'),
-        stateDir: path.join(dir, 'state'),
-        socketPath: path.join(dir, 'agent.sock'),
-      }),
-      { mode: 0o600 },
+    const configPath = writeDoctorConfig(
+      dir,
+      { deviceId: 'dvc_1', key: 'sk-doctor-hung-hook-key\n' },
+      { rootDir: path.join(mountPoint, 'root'), stateDir: path.join(dir, 'state') },
     );
-    let out = '';
-    const stdout = new Writable({
-      write(chunk, _encoding, done) {
-        out += String(chunk);
-        done();
-      },
-    });
-    const code = await runDoctor(
-      { configPath },
-      { stdout, stderr: new Writable({ write: (_c, _e, d) => d() }), env: {}, isTty: false },
-      {
+    const { code, out } = await doctorOutput(
+      configPath,
+      doctorEnvironment(dir, {
         groupFile: path.join(dir, 'group'),
         passwdFile: path.join(dir, 'passwd'),
-        checkTimeoutMs: 1_000,
-        systemctl: async () => ({ status: 127, stdout: '' }),
-        now: () => Date.now(),
-        unit: 'config-agent.service',
         mountAnswerMs: 300,
-      },
+      }),
     );
     const rootDir = out.split('\n').filter((line) => /^FAIL {2}rootDir/.test(line));
     expect(rootDir).toEqual([

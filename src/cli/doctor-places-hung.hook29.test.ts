@@ -5,10 +5,9 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { deadBelow } from '../../test/helpers/dead-below-fs.js';
-import { type DoctorEnvironment, runDoctor } from './doctor.js';
+import { doctorEnvironment, doctorOutput, writeDoctorConfig } from '../../test/helpers/doctor-config.js';
 import { ExitCode } from './exit-codes.js';
 
 const dirs: string[] = [];
@@ -22,57 +21,35 @@ async function doctorWith(place: (dir: string) => { rootDir: string; stateDir: s
   dirs.push(dir);
   const { rootDir, stateDir, dead } = place(dir);
   for (const mount of dead) mkdirSync(path.join(mount, 'sub'), { recursive: true });
-  const keyPath = path.join(dir, 'api-key');
-  writeFileSync(keyPath, 'sk-doctor-places-test-key\n', { mode: 0o600 });
   writeFileSync(
     path.join(dir, 'passwd'),
     'root:x:0:0::/root:/bin/sh\nconfig-agent:x:4242:4242::/:/usr/sbin/nologin\n',
   );
   writeFileSync(path.join(dir, 'group'), 'root:x:0:\nconfig-agent:x:4242:\n');
-  const configPath = path.join(dir, 'config.json');
-  writeFileSync(
-    configPath,
-    JSON.stringify({
-      deviceId: 'dvc_places',
-      // Nothing listens on the discard port: the service check fails at once, which this test does not look at.
-      server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: keyPath, timeoutSeconds: 1 },
-      rootDir,
-      stateDir,
-      socketPath: path.join(dir, 'agent.sock'),
-    }),
-    { mode: 0o600 },
+  const configPath = writeDoctorConfig(
+    dir,
+    { deviceId: 'dvc_places', key: 'sk-doctor-places-test-key\n' },
+    { rootDir, stateDir },
   );
   const { fs, calls } = deadBelow(dead);
-  let out = '';
-  const stdout = new Writable({
-    write(chunk, _encoding, done) {
-      out += String(chunk);
-      done();
-    },
-  });
-  const env: DoctorEnvironment = {
-    groupFile: path.join(dir, 'group'),
-    passwdFile: path.join(dir, 'passwd'),
-    checkTimeoutMs: 1_000,
-    // A loaded unit under ProtectSystem=strict with no ReadWritePaths=: doctor resolves rootDir to judge it.
-    systemctl: async () => ({
-      status: 0,
-      stdout:
-        'LoadState=loaded\nProtectSystem=strict\nReadWritePaths=\nActiveState=active\nSubState=running\nUnitFileState=enabled\n',
+  const { code, out } = await doctorOutput(
+    configPath,
+    doctorEnvironment(dir, {
+      groupFile: path.join(dir, 'group'),
+      passwdFile: path.join(dir, 'passwd'),
+      // A loaded unit under ProtectSystem=strict with no ReadWritePaths=: doctor resolves rootDir to judge it.
+      systemctl: async () => ({
+        status: 0,
+        stdout:
+          'LoadState=loaded\nProtectSystem=strict\nReadWritePaths=\nActiveState=active\nSubState=running\nUnitFileState=enabled\n',
+      }),
+      placesFs: fs,
+      mountTable: {
+        mountinfo: async () =>
+          dead.map((mount, i) => `${90 + i} 27 0:${60 + i} / ${mount} rw - fuse dead${i} rw`).join('\n'),
+      },
+      mountAnswerMs: 50,
     }),
-    now: () => Date.now(),
-    unit: 'config-agent.service',
-    placesFs: fs,
-    mountTable: {
-      mountinfo: async () =>
-        dead.map((mount, i) => `${90 + i} 27 0:${60 + i} / ${mount} rw - fuse dead${i} rw`).join('\n'),
-    },
-    mountAnswerMs: 50,
-  };
-  const code = await runDoctor(
-    { configPath },
-    { stdout, stderr: new Writable({ write: (_c, _e, d) => d() }), env: {}, isTty: false },
-    env,
   );
   const line = (name: string) => out.split('\n').find((each) => each.slice(6).startsWith(`${name} `)) ?? '';
   return { code, line, calls };

@@ -5,8 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { Readable, Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
+import { doctorEnvironment, doctorOutput, writeDoctorConfig } from '../../test/helpers/doctor-config.js';
 import { loadAgentConfig } from '../config/load.js';
-import { type DoctorEnvironment, runDoctor } from './doctor.js';
 import { runInit } from './init.js';
 
 const dirs: string[] = [];
@@ -22,41 +22,11 @@ function scratch(): string {
 
 /** Writes config.json (0600) and its key in `dir` with `places` (rootDir, stateDir) and returns its path. */
 function configIn(dir: string, places: { rootDir: string; stateDir: string; hooks?: unknown[] }): string {
-  const keyPath = path.join(dir, 'api-key');
-  writeFileSync(keyPath, 'sk-doctor-places-test\n', { mode: 0o600 });
-  const configPath = path.join(dir, 'config.json');
-  const config = {
-    deviceId: 'dvc_places',
-    // Nothing listens on the discard port: the service check fails at once, which this test does not look at.
-    server: { baseUrl: 'http://127.0.0.1:9', apiKeyFile: keyPath, timeoutSeconds: 1 },
-    socketPath: path.join(dir, 'agent.sock'),
-    ...places,
-  };
-  writeFileSync(configPath, JSON.stringify(config), { mode: 0o600 });
-  return configPath;
+  return writeDoctorConfig(dir, { deviceId: 'dvc_places', key: 'sk-doctor-places-test\n' }, places);
 }
 
 async function doctorConfigLine(configPath: string, dir: string): Promise<string | undefined> {
-  let out = '';
-  const stdout = new Writable({
-    write(chunk, _encoding, done) {
-      out += String(chunk);
-      done();
-    },
-  });
-  const env: DoctorEnvironment = {
-    groupFile: path.join(dir, 'no-group'),
-    passwdFile: path.join(dir, 'no-passwd'),
-    checkTimeoutMs: 1_000,
-    systemctl: async () => ({ status: 127, stdout: '' }),
-    now: () => Date.now(),
-    unit: 'config-agent.service',
-  };
-  await runDoctor(
-    { configPath },
-    { stdout, stderr: new Writable({ write: (_c, _e, d) => d() }), env: {}, isTty: false },
-    env,
-  );
+  const { out } = await doctorOutput(configPath, doctorEnvironment(dir));
   return out.split('\n')[0];
 }
 
