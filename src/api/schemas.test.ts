@@ -59,7 +59,7 @@ describe('wire schemas', () => {
     const instanceSchema = ConfigInstance.unwrap();
     expect(ConfigInstance.unwrap()).toBe(instanceSchema);
     expect(ConfigInstanceList.unwrap().shape.data.element).toBe(instanceSchema);
-    expect(Deployment.unwrap().shape.config_instances.unwrap().element).toBe(instanceSchema);
+    expect(Deployment.unwrap().shape.config_instances.unwrap().unwrap().element).toBe(instanceSchema);
     expect(DeployResponse.unwrap().shape.deploy).toBe(instanceSchema);
     expect(DeployResponse.unwrap().shape.remove.element.shape.config_instance).toBe(instanceSchema);
     // What a parse through the lazy export refuses, and how, is the built schema's own verdict.

@@ -298,9 +298,10 @@ export const Deployment = onFirstUse(() =>
     release_id: z.string(),
     created_at: Timestamp,
     updated_at: Timestamp,
-    device: Device.unwrap().nullable(),
-    release: Release.unwrap().nullable(),
-    config_instances: z.array(ConfigInstance.unwrap()).nullable(),
+    // "null unless expanded": left out by a serializer that drops nulls, read as null, as an instance's (spec35).
+    device: Device.unwrap().nullable().default(null),
+    release: Release.unwrap().nullable().default(null),
+    config_instances: z.array(ConfigInstance.unwrap()).nullable().default(null),
   }),
 );
 export type Deployment = z.infer<typeof Deployment>;
