@@ -243,7 +243,8 @@ export const ConfigInstance = onFirstUse(() =>
     target_status: ConfigInstanceTargetStatus,
     activity_status: ConfigInstanceActivityStatus,
     error_status: ErrorStatus,
-    status: ConfigInstanceStatus,
+    // The merged status, which the agent never acts on: any value, or none (null, left out), is read as null (adv33).
+    status: ConfigInstanceStatus.nullable().catch(null),
     relative_filepath: z.string(),
     created_at: Timestamp,
     updated_at: Timestamp,

@@ -35,6 +35,26 @@ describe('a service that leaves out null expansions (adv33)', () => {
     expect(world.reports()).toHaveLength(2);
   });
 
+  // The merged `status` the agent never acts on: its unknown string values were tolerated, but null, none at all
+  // or another type made the item invalid, reported `failed` (final) and never written.
+  it.each([
+    ['null', '"status":null,'],
+    ['left out', ''],
+    ['a number', '"status":3,'],
+  ])('a merged status that is %s: written and reported deployed', async (_, status) => {
+    world = await createPassWorld({ name: 'adv33-status' });
+    world.put({ id: 'a' });
+    world.fault({
+      match: LIST,
+      count: 100,
+      mode: 'rewrite',
+      replace: [{ find: '"status":"queued",', with: status }],
+    });
+    await world.pass();
+    expect(world.reports()).toEqual(['a deployed/none']);
+    expect(await world.fileAt('a.json')).toBe('{\n  "owner": "a"\n}\n');
+  });
+
   it('one of the three left out is enough to have been failed', async () => {
     world = await createPassWorld({ name: 'adv33-expand-one' });
     world.put({ id: 'a' });
