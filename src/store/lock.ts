@@ -910,6 +910,21 @@ export function aclLetsWrite(user: ProcessUser, root: RootOwner, acl: readonly A
   );
 }
 
+/**
+ * Whether rootDir's ACL (entries beyond its mode) lets `user` write it as the kernel judges (acl(5)), for any user
+ * but rootDir's owner: a named user entry decides alone; else the owning group's entry (`group::`, not the mode's
+ * group bits, which are the mask) and the named groups' of the user's groups, masked, any of them; else `other`.
+ * modeLetsWrite took the mask for the owning group's rights: a member whose `group::` lacks write was trusted (fix34).
+ */
+function aclDecides(user: ProcessUser, root: RootOwner, acl: readonly AclEntry[]): boolean {
+  if (acl.some((entry) => entry.tag === 'user' && entry.id === user.uid))
+    return aclLetsWrite(user, root, acl);
+  const mask = acl.find((entry) => entry.tag === 'mask');
+  const groups = acl.filter((entry) => entry.tag === 'group' && user.groups.includes(entry.id ?? root.gid));
+  if (groups.length > 0) return groups.some((entry) => entry.write && (mask === undefined || mask.write));
+  return acl.find((entry) => entry.tag === 'other')?.write ?? (root.mode & 0o002) !== 0;
+}
+
 /** getfacl's text (`user:998:rwx`, `mask::rwx`, ...; `-n`: numeric ids) as entries; comments and blanks skipped. */
 export function parseAcl(text: string): AclEntry[] {
   const entries: AclEntry[] = [];
@@ -1137,8 +1152,9 @@ async function recordedFileOwned(
  * a member of its group when group-writable), one a named entry of rootDir's ACL lets write (review31), or one
  * owning a file the holder recorded as written in rootDir (a service writing only in directories of its own under
  * a rootDir it cannot write: `/etc` with `/etc/app` its own; review31). From /proc/<pid>/status (effective uid and
- * gid, supplementary groups); not trusted when that cannot be read. The evidence is looked at last, and only when
- * the mode bits do not already tell.
+ * gid, supplementary groups); not trusted when that cannot be read. Past root, this user and rootDir's owner, an
+ * ACL (entries beyond the mode) decides instead of the mode bits, whose group bits are then its mask (fix34); the
+ * recorded files are looked at last.
  */
 export async function trusted(
   pid: number,
@@ -1150,9 +1166,11 @@ export async function trusted(
   const user = await processUser(pid, proc);
   if (user === undefined) return false;
   if (user.uid === 0 || user.uid === selfUid) return true;
-  if (modeLetsWrite(user, root)) return true;
+  if (user.uid === root.uid) return true;
+  // With an ACL the mode's group bits are its mask, not the owning group's rights: the ACL decides (fix34).
   const acl = await evidence.acl();
-  if (acl !== undefined && aclLetsWrite(user, root, acl)) return true;
+  if (acl !== undefined && acl.length > 0 ? aclDecides(user, root, acl) : modeLetsWrite(user, root))
+    return true;
   return await evidence.ownsRecorded(user.uid);
 }
 
