@@ -76,6 +76,14 @@ function readStat(procDir: string, pid: number): ProcessEntry | undefined {
  * which a process stuck on a hung mount can keep taken (`ps` hangs on its `cmdline` the same way).
  */
 export const ENVIRON_READ_MS = 500;
+/**
+ * Added to a reader's bound for starting it: the bound is for the read, but `spawnSync`'s deadline also runs while
+ * `sh` and grep are forked and exec'd, which on a loaded device takes hundreds of milliseconds (at a load of ~37 on
+ * two cores, readers of answering files ran past 0.4-0.5 s: their environs taken for unknown, a hook's leftover
+ * process not known for the hook's). A read stuck for good now holds the thread this much longer, at most
+ * MAX_STUCK_READERS times until they end.
+ */
+export const READER_START_MS = 1_000;
 /** Reader processes left stuck in a read at most; past them environ is not read (its process is not taken as marked). */
 export const MAX_STUCK_READERS = 2;
 /** The most bytes one read may answer (an environment is at most a quarter of the stack limit). */
@@ -171,7 +179,7 @@ export function boundedFileReader(
         cwd: '/',
         env: {},
         stdio: ['ignore', 'pipe', 'pipe'],
-        timeout: ms,
+        timeout: ms + READER_START_MS,
         killSignal: 'SIGKILL',
         maxBuffer: READ_MAX_BYTES,
       });
