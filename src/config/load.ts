@@ -602,10 +602,10 @@ async function ensureDirectory(
 
 /**
  * The names the agent itself makes in stateDir (store/, cli/code-cache.ts): its state files, their set-aside
- * copies, the lock, the caches, temp files; `lost+found` for a stateDir that is its own filesystem.
+ * copies, the lock, the caches, the clean-exit marker, temp files; `lost+found` for a stateDir that is its own filesystem.
  */
 const AGENT_STATE_ENTRY =
-  /^(?:\.config-agent\.tmp-.*|(?:state|outbox|intent|fingerprints|renewal-asides)\.json(?:\.corrupt|\.not-regular-\d+(?:-\d+)?)?|root-mount\.json|agent\.lock(?:\.not-regular-\d+(?:-\d+)?)?|cache(?:\.not-a-directory-\d+(?:-\d+)?)?|code-cache|lost\+found)$/;
+  /^(?:\.config-agent\.tmp-.*|(?:state|outbox|intent|fingerprints|renewal-asides)\.json(?:\.corrupt|\.not-regular-\d+(?:-\d+)?)?|root-mount\.json|clean-exit\.json|agent\.lock(?:\.not-regular-\d+(?:-\d+)?)?|cache(?:\.not-a-directory-\d+(?:-\d+)?)?|code-cache|lost\+found)$/;
 
 /** At most this many foreign entries are named when stateDir is refused. */
 const FOREIGN_ENTRIES_NAMED = 5;

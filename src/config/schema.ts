@@ -449,6 +449,7 @@ export const STATE_DIR_NAMES: readonly string[] = [
   'fingerprints.json',
   'renewal-asides.json',
   'root-mount.json',
+  'clean-exit.json',
   'agent.lock',
   'cache',
   'code-cache',

@@ -1,6 +1,7 @@
 // The socket, the metrics textfile and the key may not take a name the agent keeps in stateDir, nor one another's.
 import { describe, expect, it } from 'vitest';
 import { CODE_CACHE_DIR } from '../cli/code-cache.js';
+import { CLEAN_EXIT_FILE } from '../store/clean-exit.js';
 import { CACHE_DIR } from '../store/content-cache.js';
 import { ASIDES_FILE } from '../store/directory-asides.js';
 import { FINGERPRINTS_FILE } from '../store/fingerprints.js';
@@ -45,6 +46,7 @@ describe('own paths that clash with stateDir or with one another (adv30)', () =>
         FINGERPRINTS_FILE,
         ASIDES_FILE,
         ROOT_MOUNT_FILE,
+        CLEAN_EXIT_FILE,
         LOCK_FILE,
         CACHE_DIR,
         CODE_CACHE_DIR,
