@@ -24,12 +24,13 @@ export interface LocalResponse {
 const SYNC_TIMEOUT_MS = 15 * 60 * 1000;
 const STATUS_TIMEOUT_MS = 10_000;
 /**
- * The largest answer read from the socket: about 9 times the status at 10,000 managed files (1.8 MB), a status of
- * ~90,000 such files, near the agent's listing limit (100,000 instances, ITERATOR_MAX_ITEMS in src/api/client.ts);
- * parsed, a status of this size peaks the CLI at ~165 MB of RSS. Whatever sits at socketPath (a broken daemon, another user's socket) cannot make the CLI allocate
- * without bound; what parsing it builds is bounded too (AnswerWeigher). 32 MiB until mem35.
+ * The largest answer read from the socket: about 18 times the status at 10,000 managed files (1.8 MB), so a status
+ * at the agent's listing limit (100,000 instances, ITERATOR_MAX_ITEMS in src/api/client.ts; ~18 MB) is read with
+ * room for long paths. mem35 had lowered it to 16 MiB, under that limit's status (~90,000 files: `status` exited 3 on
+ * a device the agent serves; review35). What parsing it builds is bounded by AnswerWeigher, not by this: whatever
+ * sits at socketPath (a broken daemon, another user's socket) cannot make the CLI allocate without bound.
  */
-export const MAX_LOCAL_ANSWER_BYTES = 16 * 1024 * 1024;
+export const MAX_LOCAL_ANSWER_BYTES = 32 * 1024 * 1024;
 
 /**
  * An answer from the socket that is not read: over the size cap, more than any status to parse, or not complete by
