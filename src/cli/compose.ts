@@ -23,7 +23,7 @@ import type { RunningAgent } from './daemon.js';
 import { ExitCode, exitCodeForPass, exitCodeForStartupError, waitsOutAtStart } from './exit-codes.js';
 import { hangSafeConfigCalls, hangSafeFs } from './hang-safe-fs.js';
 import type { CommandIo } from './io.js';
-import { MOUNT_ANSWER_MS, MountLanes } from './mount-gate.js';
+import { MOUNT_ANSWER_MS, MountLanes, mountDidNotAnswer } from './mount-gate.js';
 import { type OnceCommand, printPassResult } from './once.js';
 import { STRAY_SIGNALS, strayCounter } from './stray-signals.js';
 
@@ -457,6 +457,16 @@ async function buildAgentComponents(
 }
 
 /**
+ * Whether the daemon waits out a start-up failure (tries again in-process) rather than exit: waitsOutAtStart's
+ * errors, and a mount that did not answer, whichever step of the start reached it and however it was wrapped (or
+ * not). Before, a step that let the lane's error through bare ended the daemon with 1 (with 1 at a stop, too: the
+ * CI rehearsal at fad40d3). Here, not in exit-codes.ts: --help and --version load that one, and not the lanes.
+ */
+export function startWaitsOut(error: unknown): boolean {
+  return waitsOutAtStart(error) || mountDidNotAnswer(error);
+}
+
+/**
  * `config-agent` without --once: starts the daemon and serves until SIGTERM/SIGINT (exit 0 once state is
  * flushed, 1 past the deadline); SIGHUP reloads the configuration. Handlers go in before start-up: a SIGHUP's
  * default action would end the process, and systemd counts that as a clean exit it does not restart. Signals
@@ -685,7 +695,7 @@ export async function runAgent(
           return components;
         } catch (error) {
           const message = secrets.scrub(errorMessage(error));
-          if (!waitsOutAtStart(error) && !(error instanceof StateLockedError)) {
+          if (!startWaitsOut(error) && !(error instanceof StateLockedError)) {
             await tellAnswered();
             io.stderr.write(`config-agent: cannot start: ${message}\n`);
             return exitCodeForStartupError(error) ?? ExitCode.NotConverged;
@@ -752,7 +762,7 @@ export async function runAgent(
     } catch (error) {
       // A stop asked for while the start waited on a mount that does not answer: the stop is what happens (0), as
       // when it comes during an attempt (attempts()). Before, the call given up at the stop ended the daemon with 1.
-      if (stopSignal !== undefined && waitsOutAtStart(error)) {
+      if (stopSignal !== undefined && startWaitsOut(error)) {
         await components.runner.close().catch(() => undefined);
         return ExitCode.Converged;
       }

@@ -2,7 +2,6 @@
 import { isServiceUnusableStatus } from '../api/http-status.js';
 import { errnoCode, isAgentError } from '../lib/errors.js';
 import type { PassError, PassResult } from '../reconcile/pass-runner.js';
-import { MountNotAnswering } from './mount-gate.js';
 
 export const ExitCode = {
   /** Converged: every instance targeting deployed is on disk, every removal done, every report delivered. */
@@ -122,9 +121,6 @@ const TRANSIENT_ERRNOS: ReadonlySet<string> = new Set([
  * had, a disk full for a minute at boot left it failed for good); waiting in-process starts as soon as it passes.
  */
 export function waitsOutAtStart(error: unknown): boolean {
-  // A mount that did not answer, whichever step of the start reached it and however it was wrapped (or not): the
-  // daemon waits for the mount. Before, a step that let the lane's error through bare ended the daemon with 1.
-  if (mountDidNotAnswer(error)) return true;
   if (!isAgentError(error)) return false;
   const from = error.code === 'invalid_config' ? (error as { source?: unknown }).source : undefined;
   if (error.code !== 'state_dir_unusable' && error.code !== 'disk_error' && from !== 'directories') {
@@ -135,17 +131,6 @@ export function waitsOutAtStart(error: unknown): boolean {
   for (let depth = 0; depth < 8 && typeof current === 'object' && current !== null; depth += 1) {
     const code = errnoCode(current);
     if (code !== undefined && TRANSIENT_ERRNOS.has(code)) return true;
-    current = 'cause' in current ? current.cause : undefined;
-  }
-  return false;
-}
-
-/** Whether a call into a mount that did not answer (cli/mount-gate.ts) is in the error's chain of causes. */
-export function mountDidNotAnswer(error: unknown): boolean {
-  let current: unknown = error;
-  // Causes form a chain; a bound keeps a cyclic one from looping.
-  for (let depth = 0; depth < 8 && typeof current === 'object' && current !== null; depth += 1) {
-    if (current instanceof MountNotAnswering) return true;
     current = 'cause' in current ? current.cause : undefined;
   }
   return false;

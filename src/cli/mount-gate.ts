@@ -603,3 +603,14 @@ export function gateMountsThatMayHang(
   }
   return gated;
 }
+
+/** Whether a call into a mount that did not answer (cli/mount-gate.ts) is in the error's chain of causes. */
+export function mountDidNotAnswer(error: unknown): boolean {
+  let current: unknown = error;
+  // Causes form a chain; a bound keeps a cyclic one from looping.
+  for (let depth = 0; depth < 8 && typeof current === 'object' && current !== null; depth += 1) {
+    if (current instanceof MountNotAnswering) return true;
+    current = 'cause' in current ? current.cause : undefined;
+  }
+  return false;
+}

@@ -67,11 +67,12 @@ describe('modules loaded per command', () => {
       expect([...packages], flag).toEqual([]);
       // cli/io: the check that their output was written (exit 74 when not); cli/stray-signals: the signals every
       // command ignores from its start (main.ts, ee83783), a list with no import of its own; cli/process-exit: how
-      // every command's process ends (endProcess, imports only node:os).
+      // every command's process ends (endProcess, imports only node:os); cli/once-early-signals: --once's signals
+      // from its first line (adv33, af0a9af), importing only exit-codes and stray-signals.
       expect(
         [...modules].filter(
           (module) =>
-            !/^(main|cli\/(args|exit-codes|io|stray-signals|process-exit)|lib\/\w+|api\/http-status)\.js$/.test(
+            !/^(main|cli\/(args|exit-codes|io|stray-signals|once-early-signals|process-exit)|lib\/\w+|api\/http-status)\.js$/.test(
               module,
             ),
         ),
