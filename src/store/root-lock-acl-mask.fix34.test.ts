@@ -37,7 +37,12 @@ async function procOf(uid: number, gid: number): Promise<string> {
 }
 
 describe("rootDir's group bits under an ACL (fix34)", () => {
-  it.skipIf(!AS_ROOT)("a member of rootDir's group is trusted by group::, not by the mask", async (ctx) => {
+  it("a member of rootDir's group is trusted by group::, not by the mask", async (ctx) => {
+    // At run time, not collection: under .ci/run (root) a lost root fails the run instead of hiding the case.
+    if (!AS_ROOT) {
+      ctx.skip(skipWithoutRoot('setfacl needs root here'));
+      return;
+    }
     if (!HAS_SETFACL) {
       ctx.skip(skipWithoutRoot(NO_SETFACL));
       return;
