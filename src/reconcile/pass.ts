@@ -228,6 +228,8 @@ async function passOnce(
     }
     dir.fingerprints.retainSeenPages();
   }
+  // Only now, what the service lists recorded: a gone mount below rootDir holding none of it is forgotten (review36).
+  await ctx.rootMount?.forgetUnheld();
   progress.recorded = true;
 
   try {

@@ -91,6 +91,8 @@ export class RootMountWatch {
   #mountinfoRead = false;
   /** Whether the last check found the mount gone: a mount point seen after that is a mount come back. */
   #gone = false;
+  /** The mount table's mount points below rootDir as the last check that judged them read it (forgetUnheld's). */
+  #expiryDue: { listed: ReadonlySet<string> | undefined } | undefined;
   /** Where rootDir first resolved; undefined until a realpath of it succeeded. */
   #realRoot: string | undefined;
 
@@ -321,7 +323,19 @@ export class RootMountWatch {
         text !== undefined && listsMountPoint(text, real) ? own.dev : undefined,
       );
     }
-    await this.#expireBelow(listed);
+    this.#expiryDue = { listed };
+  }
+
+  /**
+   * Forgets each mount point below rootDir the last check found gone that the mount table no longer lists and that
+   * holds nothing the agent manages (fix34). Called by a pass once it has recorded what the service lists: at the
+   * check itself (the pass's first, before any record of it) the first instance listed under a data disk missing
+   * at a boot was not recorded yet, the mount was forgotten and that file written into the bare directory (review36).
+   */
+  async forgetUnheld(): Promise<void> {
+    const due = this.#expiryDue;
+    this.#expiryDue = undefined;
+    if (due !== undefined) await this.#expireBelow(due.listed);
   }
 
   /**
