@@ -1,89 +1,25 @@
 // State files that are not regular files (a directory, FIFO, symlink at intent.json, outbox.json or
 // fingerprints.json) are moved aside at start-up, through `--once` against the mock: they exited 78 for good.
 import { execFileSync } from 'node:child_process';
-import { EventEmitter } from 'node:events';
 import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { lstat, mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { CommandIo } from '../cli/io.js';
+import { describe, expect, it } from 'vitest';
+import { onceInstance, onceWorldEachTest } from '../../test/helpers/once-world.js';
 import { silentLogger } from '../lib/logger.js';
-import { main } from '../main.js';
-import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { StatusOutbox } from './outbox.js';
 import { StateDir } from './state-dir.js';
 
 const KEY = 'sk_test_state_files_aside_0123';
 const DEVICE = 'dvc_aside';
 
-let dir: string;
-let server: RunningMockServer;
-
-beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-aside-'));
-  server = await startMockServer({
-    apiKeys: [KEY],
-    fixtures: {
-      devices: [{ id: DEVICE, name: 'robot' }],
-      config_instances: [
-        {
-          id: 'cfg_a',
-          device_id: DEVICE,
-          relative_filepath: 'a.json',
-          content: { a: 1 },
-          target_status: 'deployed',
-          activity_status: 'queued',
-        },
-        // Retired before this device's first run: no pass reports anything of it.
-        {
-          id: 'cfg_gone',
-          device_id: DEVICE,
-          relative_filepath: 'gone.json',
-          content: {},
-          target_status: 'removed',
-          activity_status: 'removed',
-        },
-      ],
-    },
-  });
-});
-
-afterEach(async () => {
-  await server.close();
-  await rm(dir, { recursive: true, force: true });
-});
-
-function bufferedIo(): CommandIo & { err: () => string } {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let err = '';
-  stdout.resume();
-  stderr.on('data', (chunk: Buffer) => {
-    err += chunk.toString();
-  });
-  return { stdout, stderr, env: { CONFIG_AGENT_API_KEY: KEY }, isTty: false, err: () => err };
-}
-
-async function once(): Promise<{ code: number; err: string }> {
-  const file = path.join(dir, 'config.json');
-  await writeFile(
-    file,
-    JSON.stringify({
-      deviceId: DEVICE,
-      server: { baseUrl: server.url, timeoutSeconds: 5 },
-      rootDir: path.join(dir, 'root'),
-      stateDir: path.join(dir, 'state'),
-      socketPath: path.join(dir, 'agent.sock'),
-    }),
-  );
-  const io = bufferedIo();
-  const code = await main(['--once', '--config', file], io, new EventEmitter());
-  return { code, err: io.err() };
-}
-
-const stateDir = () => path.join(dir, 'state');
+const world = onceWorldEachTest(KEY, DEVICE, 'config-agent-aside-', [
+  onceInstance(DEVICE, 'cfg_a', 'a.json', { a: 1 }),
+  // Retired before this device's first run: no pass reports anything of it.
+  onceInstance(DEVICE, 'cfg_gone', 'gone.json', {}, { target_status: 'removed', activity_status: 'removed' }),
+]);
+const once = () => world().once();
+const stateDir = () => path.join(world().dir, 'state');
 
 /** Plants `kind` at stateDir/name. */
 async function plant(name: string, kind: 'directory' | 'FIFO' | 'dangling symlink'): Promise<void> {
@@ -91,12 +27,12 @@ async function plant(name: string, kind: 'directory' | 'FIFO' | 'dangling symlin
   const at = path.join(stateDir(), name);
   if (kind === 'directory') await mkdir(path.join(at, 'inside'), { recursive: true });
   else if (kind === 'FIFO') execFileSync('mkfifo', [at]);
-  else await symlink(path.join(dir, 'nowhere'), at);
+  else await symlink(path.join(world().dir, 'nowhere'), at);
 }
 
 async function expectSynced(name: string): Promise<void> {
-  expect(JSON.parse(await readFile(path.join(dir, 'root', 'a.json'), 'utf8'))).toEqual({ a: 1 });
-  expect(server.state.reports.map((r) => [r.config_instance_id, r.activity_status])).toContainEqual([
+  expect(JSON.parse(await readFile(path.join(world().dir, 'root', 'a.json'), 'utf8'))).toEqual({ a: 1 });
+  expect(world().server.state.reports.map((r) => [r.config_instance_id, r.activity_status])).toContainEqual([
     'cfg_a',
     'deployed',
   ]);
@@ -147,18 +83,18 @@ async function queuedOutbox(at: string, mode: number): Promise<void> {
 describe('outbox.json as a symlink to a regular file', () => {
   it("the agent's own 0600 file: its queued reports are kept and sent", async () => {
     await mkdir(stateDir(), { recursive: true, mode: 0o700 });
-    const target = path.join(dir, 'own-outbox.json');
+    const target = path.join(world().dir, 'own-outbox.json');
     await queuedOutbox(target, 0o600);
     await symlink(target, path.join(stateDir(), 'outbox.json'));
     const { code } = await once();
     expect(code).toBe(0);
-    expect(server.state.reports.map((r) => r.message)).toContain('salvaged report');
+    expect(world().server.state.reports.map((r) => r.message)).toContain('salvaged report');
     await expectSynced('outbox.json');
   });
 
   it("another user's file is not trusted: nothing of it is kept, the link is set aside", async () => {
     await mkdir(stateDir(), { recursive: true, mode: 0o700 });
-    const target = path.join(dir, 'their-outbox.json');
+    const target = path.join(world().dir, 'their-outbox.json');
     await queuedOutbox(target, 0o600);
     await symlink(target, path.join(stateDir(), 'outbox.json'));
     // The agent's user as StatusOutbox.open takes it: the file's owner is someone else (no chown, any user).
@@ -181,12 +117,12 @@ describe('outbox.json as a symlink to a regular file', () => {
 
   it('a file others can write is not trusted either', async () => {
     await mkdir(stateDir(), { recursive: true, mode: 0o700 });
-    const target = path.join(dir, 'shared-outbox.json');
+    const target = path.join(world().dir, 'shared-outbox.json');
     await queuedOutbox(target, 0o600);
     execFileSync('chmod', ['0666', target]);
     await symlink(target, path.join(stateDir(), 'outbox.json'));
     expect((await once()).code).toBe(0);
-    expect(server.state.reports.map((r) => r.message)).not.toContain('salvaged report');
+    expect(world().server.state.reports.map((r) => r.message)).not.toContain('salvaged report');
     await expectSynced('outbox.json');
   });
 });
@@ -196,7 +132,7 @@ describe('stateDir/cache that is not a real directory is moved aside', () => {
     it(`cache as a ${kind}: set aside, nothing written through it`, async () => {
       await mkdir(stateDir(), { recursive: true, mode: 0o700 });
       const at = path.join(stateDir(), 'cache');
-      const elsewhere = path.join(dir, 'elsewhere');
+      const elsewhere = path.join(world().dir, 'elsewhere');
       await mkdir(elsewhere);
       if (kind === 'file') await writeFile(at, 'x');
       else if (kind === 'FIFO') execFileSync('mkfifo', [at]);
@@ -220,8 +156,8 @@ describe('the time in a name set aside is the injected clock', () => {
     await plant('outbox.json', 'FIFO');
     await plant('fingerprints.json', 'dangling symlink');
     await writeFile(path.join(stateDir(), 'cache'), 'x');
-    await mkdir(path.join(dir, 'root'));
-    const settings = { stateDir: stateDir(), rootDir: path.join(dir, 'root'), deviceId: DEVICE };
+    await mkdir(path.join(world().dir, 'root'));
+    const settings = { stateDir: stateDir(), rootDir: path.join(world().dir, 'root'), deviceId: DEVICE };
     const clock = { now: () => 1_732_412_345_678 };
     await (await StateDir.open(nodeFs, settings, silentLogger(), { clock })).close();
     const aside = (await readdir(stateDir())).filter((e) => e.includes('.not-')).sort();
