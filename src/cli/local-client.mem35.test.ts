@@ -1,62 +1,17 @@
 // `status` and `sync` against answers that are small in bytes but would build a huge tree: refused before parsing.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, type Server, type ServerResponse } from 'node:http';
-import os from 'node:os';
-import path from 'node:path';
-import { PassThrough } from 'node:stream';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { CommandIo } from './io.js';
+import { describe, expect, it } from 'vitest';
+import { bufferedIo, localSocketEachTest, streamedAnswer } from '../../test/helpers/local-socket.js';
 import { AnswerWeigher, MAX_ANSWER_DEPTH, MAX_ANSWER_TOKENS } from './local-answer-weight.js';
 import { MAX_LOCAL_ANSWER_BYTES, runStatus, runSync } from './local-client.js';
 
-let dir: string;
-let server: Server | undefined;
-
-beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-mem35-'));
-});
-
-afterEach(async () => {
-  server?.closeAllConnections();
-  await new Promise((resolve) => (server === undefined ? resolve(undefined) : server.close(resolve)));
-  server = undefined;
-  await rm(dir, { recursive: true, force: true });
-});
+const socket = localSocketEachTest('config-agent-mem35-');
 
 /** A socket answering `body` in 64 KiB writes, each after the last drained; `sent` counts what the socket took. */
 async function serving(body: Buffer): Promise<{ configPath: string; sent: () => number }> {
-  let sent = 0;
-  const socketPath = path.join(dir, 'agent.sock');
-  server = createServer((_request, response: ServerResponse) => {
-    response.writeHead(200, { 'content-type': 'application/json' });
-    const more = () => {
-      while (sent < body.length && !response.destroyed) {
-        const piece = body.subarray(sent, sent + 64 * 1024);
-        sent += piece.length;
-        if (!response.write(piece)) return void response.once('drain', more);
-      }
-      if (!response.destroyed) response.end();
-    };
-    more();
-  });
-  await new Promise<void>((resolve) => server?.listen(socketPath, resolve));
-  const configPath = path.join(dir, 'config.json');
-  await writeFile(configPath, JSON.stringify({ socketPath }));
-  return { configPath, sent: () => sent };
-}
-
-function bufferedIo(): CommandIo & { out: () => string; err: () => string } {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (chunk: Buffer) => {
-    out += chunk.toString();
-  });
-  stderr.on('data', (chunk: Buffer) => {
-    err += chunk.toString();
-  });
-  return { stdout, stderr, env: {}, isTty: true, out: () => out, err: () => err };
+  const answer = streamedAnswer((sent) =>
+    sent < body.length ? body.subarray(sent, sent + 64 * 1024) : undefined,
+  );
+  return { configPath: await socket.serve(answer.handler), sent: answer.sent };
 }
 
 describe('mem35: an answer at socketPath is weighed before it is parsed', () => {

@@ -1,26 +1,9 @@
 // `config-agent status` against a stand-in agent on a real unix socket: what reaches the operator's terminal.
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import os from 'node:os';
-import path from 'node:path';
-import { PassThrough } from 'node:stream';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { CommandIo } from './io.js';
+import { describe, expect, it } from 'vitest';
+import { bufferedIo, localSocketEachTest, streamedAnswer } from '../../test/helpers/local-socket.js';
 import { MAX_LOCAL_ANSWER_BYTES, runStatus, runSync } from './local-client.js';
 
-let dir: string;
-let server: Server | undefined;
-
-beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-status-'));
-});
-
-afterEach(async () => {
-  server?.closeAllConnections();
-  await new Promise((resolve) => (server === undefined ? resolve(undefined) : server.close(resolve)));
-  server = undefined;
-  await rm(dir, { recursive: true, force: true });
-});
+const socket = localSocketEachTest('config-agent-status-');
 
 /** An agent whose status holds `body`, listening where the config written beside it says. */
 function agentAnswering(body: unknown): Promise<string> {
@@ -31,62 +14,22 @@ function agentAnswering(body: unknown): Promise<string> {
 }
 
 /** Whatever answers on the socket the config written beside it names. */
-async function socketServing(
-  handler: (request: IncomingMessage, response: ServerResponse) => void,
-): Promise<string> {
-  const socketPath = path.join(dir, 'agent.sock');
-  server = createServer(handler);
-  await new Promise<void>((resolve) => server?.listen(socketPath, resolve));
-  const configPath = path.join(dir, 'config.json');
-  await writeFile(
-    configPath,
-    JSON.stringify({
-      deviceId: 'dvc_1',
-      server: { baseUrl: 'https://configs.example.com' },
-      rootDir: path.join(dir, 'root'),
-      stateDir: path.join(dir, 'state'),
-      socketPath,
-    }),
-  );
-  return configPath;
-}
-
-function bufferedIo(): CommandIo & { out: () => string; err: () => string } {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (chunk: Buffer) => {
-    out += chunk.toString();
+function socketServing(handler: Parameters<typeof socket.serve>[0]): Promise<string> {
+  return socket.serve(handler, {
+    deviceId: 'dvc_1',
+    server: { baseUrl: 'https://configs.example.com' },
+    rootDir: `${socket.dir}/root`,
+    stateDir: `${socket.dir}/state`,
   });
-  stderr.on('data', (chunk: Buffer) => {
-    err += chunk.toString();
-  });
-  return { stdout, stderr, env: {}, isTty: true, out: () => out, err: () => err };
 }
 
 /**
  * A socket answering `limit` bytes of a JSON string in 64 KiB writes, each after the last drained: endless to a
  * client that keeps reading; stops writing when the client goes. `sent` counts what the socket took.
  */
-function endlessAnswer(limit: number): { sent: () => number; handler: Parameters<typeof socketServing>[0] } {
-  let sent = 0;
+function endlessAnswer(limit: number): ReturnType<typeof streamedAnswer> {
   const piece = Buffer.alloc(64 * 1024, 'a');
-  return {
-    sent: () => sent,
-    handler: (_request, response) => {
-      response.writeHead(200, { 'content-type': 'application/json' });
-      response.write('"');
-      const more = () => {
-        while (sent < limit && !response.destroyed) {
-          sent += piece.length;
-          if (!response.write(piece)) return void response.once('drain', more);
-        }
-        if (!response.destroyed) response.end('"');
-      };
-      more();
-    },
-  };
+  return streamedAnswer((sent) => (sent < limit ? piece : undefined), '"', '"');
 }
 
 describe('config-agent status', () => {
