@@ -1013,10 +1013,11 @@ const ACL_TOOLS: AclTools = { perl: '/usr/bin/perl', getfacl: 'getfacl' };
  */
 export async function rootAcl(rootDir: string, tools: AclTools = ACL_TOOLS): Promise<AclEntry[] | undefined> {
   const { execFile } = process.getBuiltinModule('node:child_process');
-  // The tools' whole environment: PATH (getfacl is looked up on it) and the C locale. Not the agent's: perl takes
-  // code from PERL5OPT/PERL5LIB/PERL5DB, which an environment handed on by `su` or `doas keepenv` may hold, as the
-  // launcher drops NODE_* for (review34); nor the API key, when it came in CONFIG_AGENT_API_KEY.
-  const env = { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin', LC_ALL: 'C' };
+  // The tools' whole environment: the system's PATH (getfacl is looked up on it) and the C locale. Not the agent's:
+  // perl takes code from PERL5OPT/PERL5LIB/PERL5DB, which an environment handed on by `su` or `doas keepenv` may
+  // hold, as the launcher drops NODE_* for (review34), and that environment's PATH chose getfacl (a user's
+  // ~/bin/getfacl ran as root; review36); nor the API key, when it came in CONFIG_AGENT_API_KEY.
+  const env = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', LC_ALL: 'C' };
   const run = async (file: string, args: string[]) =>
     await new Promise<string | undefined>((resolve) => {
       try {
