@@ -59,9 +59,14 @@ export function exitCodeForStartupError(error: unknown): ExitCode | undefined {
     case 'invalid_config':
       // rootDir or stateDir that could not be created on a full or failing disk (ENOSPC, EIO, ...) may clear
       // like the same errno on stateDir's files: exit 1, not "fix the configuration" (the daemon waits it out).
-      return waitsOutAtStart(error) ? undefined : ExitCode.Config;
+      // The config file, the key file or another file the configuration names that could not be read for a reason
+      // that may pass (EIO of a failing disk, no descriptors, no memory, a mount that did not answer): exit 1,
+      // which systemd restarts (Restart=on-failure), not 78, which it never does (RestartPreventExitStatus=): one
+      // I/O error at boot left the device unmanaged for good (adv35). Its contents, mode or absence stay 78.
+      if (waitsOutAtStart(error)) return undefined;
+      return transientErrnoIn(error) ? ExitCode.NotConverged : ExitCode.Config;
     case 'api_key_unavailable':
-      return ExitCode.Config;
+      return transientErrnoIn(error) ? ExitCode.NotConverged : ExitCode.Config;
     case 'state_dir_unusable':
       // A read-only or foreign-owned stateDir needs an operator; a full disk may clear up (exit 1; the daemon
       // waits instead: see waitsOutAtStart).
@@ -126,6 +131,11 @@ export function waitsOutAtStart(error: unknown): boolean {
   if (error.code !== 'state_dir_unusable' && error.code !== 'disk_error' && from !== 'directories') {
     return false;
   }
+  return transientErrnoIn(error);
+}
+
+/** Whether `error` or one of its causes carries an errno of TRANSIENT_ERRNOS. */
+function transientErrnoIn(error: unknown): boolean {
   let current: unknown = error;
   // Causes form a chain; a bound keeps a cyclic one from looping.
   for (let depth = 0; depth < 8 && typeof current === 'object' && current !== null; depth += 1) {
