@@ -33,6 +33,11 @@ interface MountBelow {
   dev: number | bigint | undefined;
   /** The device's condition while it is no mount point any more; undefined while it is one (or not judged). */
   gone: DiskError | undefined;
+  /**
+   * Gone and nothing at all at its path (the directory removed, as an automounter removes a card's): only such a
+   * one may be forgotten (mount27). A bare directory left there is where the mount comes back.
+   */
+  absent: boolean;
 }
 
 /** Where RootMountWatch remembers across restarts that rootDir is a mount point; readOnly: it only reads. */
@@ -41,8 +46,9 @@ export interface MountMemory {
   readOnly: boolean;
   /**
    * Whether a file the agent manages, or an instance or declared write it records, lies at or below a mount point
-   * below rootDir (relative to it): one gone that holds none is forgotten (fix34), so a transient mount once seen
-   * (a USB stick, a user's FUSE mount) neither keeps a slot nor says "gone" for good.
+   * below rootDir (relative to it): one gone that holds none and is not there at all any more is forgotten (fix34,
+   * mount27), so a transient mount once seen (a USB stick whose directory went with it) neither keeps a slot nor
+   * says "gone" for good.
    */
   holdsManaged?: (mountPoint: string) => boolean;
 }
@@ -307,7 +313,7 @@ export class RootMountWatch {
       } catch (error) {
         // Not there at all (a mount point cannot be removed while mounted): gone. Anything else is left to the writes.
         const code = (error as { code?: unknown } | undefined)?.code;
-        if (code === 'ENOENT' || code === 'ENOTDIR') this.#judgeBelow(relative, known, undefined);
+        if (code === 'ENOENT' || code === 'ENOTDIR') this.#judgeBelow(relative, known, undefined, true);
         continue;
       }
       if (own.dev !== parent.dev) {
@@ -339,15 +345,21 @@ export class RootMountWatch {
   }
 
   /**
-   * Forgets each mount point below rootDir that is gone, not in the mount table, and holds nothing the agent
-   * manages (`holdsManaged`): it holds nothing back and takes no slot (fix34). Mounted again, it is taken in anew.
+   * Forgets each mount point below rootDir that is gone, not in the mount table, holds nothing the agent manages
+   * (`holdsManaged`) and is not there at all any more: it holds nothing back and takes no slot (fix34). Mounted
+   * again, it is taken in anew. One whose bare directory is still there is kept (mount27): fix34 forgot it too, and
+   * an instance the service placed under it afterwards was written into that directory, on the filesystem beneath
+   * (review35); a directory left where a mount was is where it comes back (fstab, a mount unit), so what lands under
+   * it waits, `retrying` naming the mount and said in health and status, until it is mounted again or an operator
+   * deletes its entry from the record.
    */
   async #expireBelow(listed: ReadonlySet<string> | undefined): Promise<void> {
     const holdsManaged = this.#memory?.holdsManaged;
     if (holdsManaged === undefined) return;
     let expired = false;
     for (const [relative, known] of this.#below) {
-      if (known.gone === undefined || listed?.has(relative) === true || holdsManaged(relative)) continue;
+      // Absent is gone too (`#judgeBelow`).
+      if (!known.absent || listed?.has(relative) === true || holdsManaged(relative)) continue;
       this.#below.delete(relative);
       this.#belowBytes -= JSON.stringify(relative).length + 1;
       expired = true;
@@ -360,13 +372,17 @@ export class RootMountWatch {
   #remember(relative: string): boolean {
     const bytes = JSON.stringify(relative).length + 1;
     if (this.#below.size >= MAX_BELOW || this.#belowBytes + bytes > MAX_BELOW_BYTES) return false;
-    this.#below.set(relative, { dev: undefined, gone: undefined });
+    this.#below.set(relative, { dev: undefined, gone: undefined, absent: false });
     this.#belowBytes += bytes;
     return true;
   }
 
-  /** Records what a check found of one mount point below rootDir: mounted on `dev`, or gone (undefined). */
-  #judgeBelow(relative: string, known: MountBelow, dev: number | bigint | undefined): void {
+  /**
+   * Records what a check found of one mount point below rootDir: mounted on `dev`, or gone (undefined), `absent`
+   * when nothing at all is at its path.
+   */
+  #judgeBelow(relative: string, known: MountBelow, dev: number | bigint | undefined, absent = false): void {
+    known.absent = absent;
     if (dev !== undefined) {
       const anew = known.gone !== undefined || (known.dev !== undefined && known.dev !== dev);
       known.gone = undefined;
