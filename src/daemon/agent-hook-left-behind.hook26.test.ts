@@ -1,57 +1,26 @@
 // The daemon while a hook process SIGKILL could not end is left behind: health and status say degraded naming the
 // hook and pid, the metrics count it, and once it ends the paths its refused runs owed are run without a new change.
-import { Volume } from 'memfs';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { HeldClock, ScriptedRunner } from '../../test/helpers/held-daemon.js';
+import { stopFaked, untilFaked as until } from '../../test/helpers/hook-crash-daemon.js';
 import { fakeSystem } from '../../test/helpers/hook-system.js';
-import { memfsPort } from '../../test/helpers/memfs.js';
-import { parseAgentConfig } from '../config/load.js';
-import { silentLogger } from '../lib/logger.js';
-import { AgentDaemon } from './agent.js';
+import { fakeTimersEachTest, unitDaemon, unitDaemonConfig } from '../../test/helpers/unit-daemon.js';
 import { AgentMetrics } from './metrics.js';
 
-/** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
-async function until(done: () => boolean, ms = 10_000): Promise<void> {
-  for (let spent = 0; !done() && spent < ms; spent += 10) await vi.advanceTimersByTimeAsync(10);
-  expect(done()).toBe(true);
-}
-
-beforeEach(() => {
-  vi.useFakeTimers();
-});
-afterEach(() => {
-  vi.useRealTimers();
-});
+fakeTimersEachTest();
 
 describe('a hook process left behind (hook26)', () => {
   it('makes health and status degraded, naming the hook and pid, and counts it; its end recovers them and runs what it held back', async () => {
     // Only the first process is stuck (in uninterruptible sleep); the hook's later runs end at once.
     const system = fakeSystem((_command, pid) => pid === 1001);
-    const config = parseAgentConfig(
-      {
-        deviceId: 'dvc_unit',
-        server: { baseUrl: 'https://dcds.example.com' },
-        rootDir: '/srv/root',
-        stateDir: '/var/lib/config-agent',
-        drift: 'off',
-        hooks: [{ match: 'nfs/**', run: ['/usr/bin/reload'], timeoutSeconds: 1 }],
-      },
-      'hook26',
-    );
+    const config = unitDaemonConfig('hook26', {
+      hooks: [{ match: 'nfs/**', run: ['/usr/bin/reload'], timeoutSeconds: 1 }],
+    });
     const clock = new HeldClock();
     const runner = new ScriptedRunner();
     runner.writes.push('nfs/a.json', 'nfs/b.json');
     const metrics = new AgentMetrics({ deviceId: 'dvc_unit' });
-    const daemon = new AgentDaemon({
-      deps: { fs: memfsPort(new Volume()), clock, random: () => 0, logger: silentLogger() },
-      config,
-      runner,
-      metrics,
-      hookEnv: {},
-      scrub: (text) => text,
-      hookProcesses: system.processes,
-      hookSpawn: system.spawn,
-    });
+    const daemon = unitDaemon({ config, runner, clock, metrics, system });
     const leftGauge = async () =>
       /config_agent_hook_processes_left_behind\{[^}]*\} (\d+)/.exec(await metrics.render())?.[1];
     try {
@@ -86,9 +55,7 @@ describe('a hook process left behind (hook26)', () => {
       await until(() => system.started.length === 2);
       expect(await leftGauge()).toBe('0');
     } finally {
-      const stopped = daemon.stop(1_000);
-      await vi.advanceTimersByTimeAsync(1_000);
-      await stopped;
+      await stopFaked(daemon);
     }
   });
 });

@@ -1,113 +1,34 @@
 // A hook's process left behind (SIGKILL could not end it) is in state.json from when it is given up on (bound26): a
 // power cut right after, before any later pass wrote state.json, still has the next agent hold the hook back. Before,
 // it was kept in memory until the next write of state.json (hook30), and a crash before that forgot it.
-import { Volume } from 'memfs';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { HeldClock } from '../../test/helpers/held-daemon.js';
+import {
+  crashTestConfig,
+  crashTestDaemon,
+  runnerVolume,
+  RUNNER_STATE_PATH as STATE_PATH,
+  stopFaked as stopped,
+  untilFaked as until,
+} from '../../test/helpers/hook-crash-daemon.js';
 import { fakeSystem } from '../../test/helpers/hook-system.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
-import {
-  RUNNER_ROOT,
-  RUNNER_STATE_DIR,
-  StateFileRunner,
-  volumeAfterPowerCut,
-} from '../../test/helpers/state-file-runner.js';
-import { parseAgentConfig } from '../config/load.js';
-import type { FsPort } from '../lib/fs-port.js';
-import { silentLogger } from '../lib/logger.js';
-import { STATE_FILE } from '../store/state.js';
-import { AgentDaemon } from './agent.js';
-import type { ProcessTable } from './hook-processes.js';
-import { LEFT_BEHIND_POLL_MS } from './hooks.js';
-import { AgentMetrics } from './metrics.js';
+import { StateFileRunner, volumeAfterPowerCut } from '../../test/helpers/state-file-runner.js';
+import { fakeTimersEachTest, nextPass, RELOAD_LEFT } from '../../test/helpers/unit-daemon.js';
 
-const ROOT = RUNNER_ROOT;
-const STATE_DIR = RUNNER_STATE_DIR;
-const STATE_PATH = `${STATE_DIR}/${STATE_FILE}`;
+const config = crashTestConfig('bound26');
 
-/** Lets timers and promises run in 10 ms steps until `done` (at most `ms` of fake time). */
-async function until(done: () => boolean, ms = 10_000): Promise<void> {
-  for (let spent = 0; !done() && spent < ms; spent += 10) await vi.advanceTimersByTimeAsync(10);
-  expect(done()).toBe(true);
-}
-
-const config = parseAgentConfig(
-  {
-    deviceId: 'dvc_unit',
-    server: { baseUrl: 'https://dcds.example.com' },
-    rootDir: ROOT,
-    stateDir: STATE_DIR,
-    drift: 'off',
-    hooks: [
-      { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], timeoutSeconds: 1 },
-      { match: '**', run: ['/usr/bin/every'], timeoutSeconds: 1 },
-    ],
-  },
-  'bound26',
-);
-
-function daemonOver(
-  fs: FsPort,
-  runner: StateFileRunner,
-  clock: HeldClock,
-  system: ReturnType<typeof fakeSystem>,
-) {
-  return daemonWith(fs, runner, clock, system, system.processes);
-}
-
-function daemonWith(
-  fs: FsPort,
-  runner: StateFileRunner,
-  clock: HeldClock,
-  system: ReturnType<typeof fakeSystem>,
-  processes: ProcessTable,
-): AgentDaemon {
-  return new AgentDaemon({
-    deps: { fs, clock, random: () => 0, logger: silentLogger() },
-    config,
-    runner,
-    metrics: new AgentMetrics({ deviceId: 'dvc_unit' }),
-    hookEnv: {},
-    scrub: (text) => text,
-    hookProcesses: processes,
-    hookSpawn: system.spawn,
-  });
-}
-
-/** Ends the daemon's wait before its next pass (not the left-behind poll's). */
-async function nextPass(clock: HeldClock): Promise<void> {
-  await until(() => clock.waits.some((wait) => wait.ms !== LEFT_BEHIND_POLL_MS));
-  const index = clock.waits.findIndex((wait) => wait.ms !== LEFT_BEHIND_POLL_MS);
-  clock.waits.splice(index, 1)[0]?.();
-}
-
-const RELOAD_LEFT = { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], pid: 1001, startTime: '1001' };
-
-async function stopped(daemon: AgentDaemon): Promise<void> {
-  const stopping = daemon.stop(1_000);
-  await vi.advanceTimersByTimeAsync(1_000);
-  await stopping;
-}
-
-beforeEach(() => {
-  vi.useFakeTimers();
-});
-afterEach(() => {
-  vi.useRealTimers();
-});
+fakeTimersEachTest();
 
 describe('a hook process left behind, recorded when found (bound26)', () => {
   it('is durable in state.json right after it is given up on, and the next agent holds its hook back', async () => {
-    const vol = new Volume();
-    vol.mkdirSync(ROOT, { recursive: true });
-    vol.mkdirSync(STATE_DIR, { recursive: true, mode: 0o700 });
-    const model = await PowerCutFs.over(memfsPort(vol), '/');
+    const model = await PowerCutFs.over(memfsPort(runnerVolume()), '/');
     const runner = await StateFileRunner.open(model.fs);
     runner.writes.push('nfs/a.json');
     const first = fakeSystem((command, pid) => command === '/usr/bin/reload' && pid === 1001);
     const clock = new HeldClock();
-    const daemon = daemonOver(model.fs, runner, clock, first);
+    const daemon = crashTestDaemon({ config, fs: model.fs, runner, clock, system: first });
     await daemon.start();
     await nextPass(clock);
     // reload (pid 1001) given up on, and `every` started after it: the hook run goes on (every's 1 s), no pass since.
@@ -128,7 +49,13 @@ describe('a hook process left behind, recorded when found (bound26)', () => {
     next.spawn('leftover', [], {});
     const restartedRunner = await StateFileRunner.open(after);
     const restartedClock = new HeldClock();
-    const restarted = daemonOver(after, restartedRunner, restartedClock, next);
+    const restarted = crashTestDaemon({
+      config,
+      fs: after,
+      runner: restartedRunner,
+      clock: restartedClock,
+      system: next,
+    });
     try {
       await restarted.start();
       await nextPass(restartedClock);

@@ -1,7 +1,7 @@
 // A hook's process left behind (SIGKILL could not end it) is still held against its hook after the agent restarts
 // from a crash or a power cut: state.json keeps its pid and start time, a start takes it back while that process
 // runs (not a pid handed out again), health says so, and its end is polled for on the injected clock.
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { HeldClock } from '../../test/helpers/held-daemon.js';
 import {
   crashTestConfig,
@@ -16,6 +16,7 @@ import { fakeSystem } from '../../test/helpers/hook-system.js';
 import { memfsPort } from '../../test/helpers/memfs.js';
 import { PowerCutFs } from '../../test/helpers/power-cut-fs.js';
 import { RUNNER_ROOT, StateFileRunner, volumeAfterPowerCut } from '../../test/helpers/state-file-runner.js';
+import { fakeTimersEachTest, nextPass, nextPoll, RELOAD_LEFT } from '../../test/helpers/unit-daemon.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { quickStateFile, stateSchemas } from '../store/state.js';
 import type { AgentDaemon } from './agent.js';
@@ -43,22 +44,6 @@ function daemonWith(
 ): AgentDaemon {
   return crashTestDaemon({ config, fs, runner, clock, system, processes });
 }
-
-/** Ends the daemon's wait before its next pass (not the left-behind poll's). */
-async function nextPass(clock: HeldClock): Promise<void> {
-  await until(() => clock.waits.some((wait) => wait.ms !== LEFT_BEHIND_POLL_MS));
-  const index = clock.waits.findIndex((wait) => wait.ms !== LEFT_BEHIND_POLL_MS);
-  clock.waits.splice(index, 1)[0]?.();
-}
-
-/** Ends the left-behind poll's wait. */
-async function nextPoll(clock: HeldClock): Promise<void> {
-  await until(() => clock.waits.some((wait) => wait.ms === LEFT_BEHIND_POLL_MS));
-  const index = clock.waits.findIndex((wait) => wait.ms === LEFT_BEHIND_POLL_MS);
-  clock.waits.splice(index, 1)[0]?.();
-}
-
-const RELOAD_LEFT = { match: 'nfs/**', run: ['/usr/bin/reload', '--all'], pid: 1001, startTime: '1001' };
 
 /**
  * A daemon whose `reload` run (pid 1001) is given up on, pass 2's nfs/b.json refused to it, then a power cut with no
@@ -94,12 +79,7 @@ async function leftBehindThenPowerCut(bootId?: string): Promise<FsPort> {
   return after;
 }
 
-beforeEach(() => {
-  vi.useFakeTimers();
-});
-afterEach(() => {
-  vi.useRealTimers();
-});
+fakeTimersEachTest();
 
 describe('a hook process left behind, across a crash or a power cut (hook30)', () => {
   it('holds its hook back after the restart, health degraded, until it ends; then the owed run happens', async () => {

@@ -1,7 +1,7 @@
 // Paths owed to a hook held back survive a crash and a power cut, per hook: state.json records them with the pass's
 // own write (no write of their own), and the first run after the restart runs only the hook that is owed them.
 import { Volume } from 'memfs';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { HeldClock } from '../../test/helpers/held-daemon.js';
 import {
   crashTestConfig,
@@ -21,6 +21,7 @@ import {
   StateFileRunner,
   volumeAfterPowerCut,
 } from '../../test/helpers/state-file-runner.js';
+import { fakeTimersEachTest } from '../../test/helpers/unit-daemon.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import { type LocalState, loadLocalState, quickStateFile, stateSchemas } from '../store/state.js';
@@ -46,12 +47,7 @@ async function releaseWait(clock: HeldClock): Promise<void> {
   clock.waits.shift()?.();
 }
 
-beforeEach(() => {
-  vi.useFakeTimers();
-});
-afterEach(() => {
-  vi.useRealTimers();
-});
+fakeTimersEachTest();
 
 describe('paths owed to a hook held back, across a crash and a power cut (hook28)', () => {
   it('are in state.json with the next pass, and after a power cut only the hook owed them runs', async () => {
