@@ -64,6 +64,12 @@ export interface ApplyContext {
    * fails none of the batch's writes is made (`WriteNotDeclaredError`: the device's condition, never an attempt).
    */
   declareWrites?: (intents: readonly { path: string; instanceId: string; sha256: string }[]) => Promise<void>;
+  /**
+   * Marks, durably, the declared writes not yet recorded at the paths a removal or swap is about to remove (the
+   * write journal's `declareRemovals`): a crash after the removal still tells the hooks. When it fails the step is
+   * not made (`WriteNotDeclaredError`, as for writes).
+   */
+  declareRemovals?: (paths: readonly string[]) => Promise<void>;
   /** Steps per batch (default BATCH_STEPS). */
   batchSteps?: number;
   /**
@@ -320,6 +326,33 @@ async function declareWrites(
 }
 
 /**
+ * The files a removal or swap (run alone) is about to remove, marked in the write journal first
+ * (ApplyContext.declareRemovals); the error when that could not be made durable, and then none is removed.
+ */
+async function declareRemovals(
+  batch: readonly Step[],
+  ctx: ApplyContext,
+): Promise<WriteNotDeclaredError | undefined> {
+  if (ctx.declareRemovals === undefined || ctx.signal?.aborted) return undefined;
+  const paths: string[] = [];
+  for (const step of batch) {
+    if (step.kind === 'remove') paths.push(step.path);
+    else if (step.kind === 'write') for (const displaced of step.displaces) paths.push(displaced.path);
+  }
+  if (paths.length === 0) return undefined;
+  try {
+    await ctx.declareRemovals(paths);
+    return undefined;
+  } catch (error) {
+    ctx.logger.error(
+      { err: error, removals: paths.length },
+      'could not mark the removals of declared writes (stateDir/intent.json): none of them removed',
+    );
+    return new WriteNotDeclaredError(error, 'removal');
+  }
+}
+
+/**
  * rootDir's mount asked again once a batch has written, removed or confirmed a file in place (syncInPlace): gone by
  * now, what landed (or was found) may have been the bare mountpoint's filesystem, so none of it counts (`failed` with the mount's error, recorded as the
  * device's condition: retrying, never `deployed` nor `removed`); the next pass after the mount is back judges the
@@ -569,7 +602,10 @@ async function writeBatch(
   options: HandlerOptions,
 ): Promise<AppliedStep[]> {
   const mountGone = await ctx.rootMount?.check();
-  const undeclared = mountGone === undefined ? await declareWrites(batch, ctx) : undefined;
+  const undeclared =
+    mountGone === undefined
+      ? ((await declareWrites(batch, ctx)) ?? (await declareRemovals(batch, ctx)))
+      : undefined;
   const stepOptions =
     mountGone !== undefined
       ? { ...options, mountGone }
@@ -772,8 +808,9 @@ async function applyOne(
         displaced: [],
       };
   }
-  if (options.undeclared !== undefined && step.kind === 'write') {
-    return { step, result: { kind: 'failed', error: options.undeclared, operation: 'write' }, displaced: [] };
+  if (options.undeclared !== undefined && (step.kind === 'write' || step.kind === 'remove')) {
+    const operation = step.kind === 'remove' ? 'remove' : 'write';
+    return { step, result: { kind: 'failed', error: options.undeclared, operation }, displaced: [] };
   }
   try {
     return { step, ...(await handler(step as never, ctx, options)) };

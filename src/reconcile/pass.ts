@@ -265,13 +265,15 @@ async function adoptDeclaredWrites(ctx: PassContext): Promise<void> {
   const adoptable =
     watch?.anyGoneBelow() === true ? (relative: string) => watch.goneAt(relative) === undefined : undefined;
   try {
+    const tracked = ctx.settings.trackHookPaths === true;
     const adopted = await ctx.dir.adoptDeclaredWrites(
       new Date(ctx.deps.clock.now()).toISOString(),
       adoptable,
+      // Removed after a rename no durable state.json recorded: the hooks may have heard of the write (intent27).
+      tracked ? (removed) => ctx.dir.state.pendingHookPaths.add(removed) : undefined,
     );
     // Their hooks never heard of them: the run that wrote them died before state.json kept them pending (adv32).
-    if (ctx.settings.trackHookPaths === true)
-      for (const written of adopted) ctx.dir.state.pendingHookPaths.add(written);
+    if (tracked) for (const written of adopted) ctx.dir.state.pendingHookPaths.add(written);
     if (adopted.length > 0)
       ctx.logger.warn({ paths: adopted }, 'recorded files an interrupted run wrote and did not record');
   } catch (error) {
@@ -497,6 +499,7 @@ function applyContext(ctx: PassContext, signal: AbortSignal | undefined): ApplyC
     files: dir.state.files,
     cache: dir.cache,
     declareWrites: (intents) => dir.declareWrites(intents),
+    declareRemovals: (paths) => dir.declareRemovals(paths),
     ...(ctx.rootMount === undefined ? {} : { rootMount: ctx.rootMount }),
     ...(settings.batchSteps === undefined ? {} : { batchSteps: settings.batchSteps }),
     ...(settings.cacheWrittenFiles === undefined ? {} : { cacheWrittenFiles: settings.cacheWrittenFiles }),

@@ -384,10 +384,11 @@ function stateDirMessage(stateDir: string, operation: string, errno: string | un
  * that nothing proves the agent's: never removed when retired, never claimed. `cause`: the publish's error.
  */
 export class WriteNotDeclaredError extends AgentError {
-  constructor(cause: unknown) {
+  /** `what`: a removal of a file whose write is declared and not yet recorded (intent-journal.ts declareRemovals). */
+  constructor(cause: unknown, what: 'write' | 'removal' = 'write') {
     super(
       'disk_error',
-      `could not declare the write in stateDir/intent.json first (${errorMessage(cause)})`,
+      `could not declare the ${what} in stateDir/intent.json first (${errorMessage(cause)})`,
       {
         retryable: true,
         cause,

@@ -29,7 +29,15 @@ export interface WriteIntent {
 interface DeclaredWrite extends WriteIntent {
   /** Parent-first; the write's publish (or another of its batch) will make them. Absent in older journals. */
   dirs?: string[];
+  /**
+   * A removal of its path was about to be made while no durable state.json recorded the write (`declareRemovals`):
+   * its file found absent at adoption was removed, and the hooks are owed the path. Absent in journals before intent27.
+   */
+  removed?: true;
 }
+
+/** What intent.json holds of a declared write. */
+type JournalEntry = WriteIntent & { dirs?: string[]; dirsFrom?: number; removed?: true };
 
 /**
  * A declared write as intent.json holds it: its missing parents (always the chain from one depth down to the
@@ -37,7 +45,7 @@ interface DeclaredWrite extends WriteIntent {
  * COMPACT_DIRS_OVER characters: a path per level cost the square of the depth (a batch of files 2,000 levels deep
  * made a journal of 4 MB a file, state24). An older agent ignores `dirsFrom`: it then prunes none of them.
  */
-function journalEntry(intent: DeclaredWrite): WriteIntent & { dirs?: string[]; dirsFrom?: number } {
+function journalEntry(intent: DeclaredWrite): JournalEntry {
   const { dirs } = intent;
   if (dirs === undefined || dirs.length === 0) return intent;
   let length = 0;
@@ -54,7 +62,7 @@ function journalEntry(intent: DeclaredWrite): WriteIntent & { dirs?: string[]; d
   return entry;
 }
 
-const journalEntries = new WeakMap<DeclaredWrite, WriteIntent & { dirs?: string[]; dirsFrom?: number }>();
+const journalEntries = new WeakMap<DeclaredWrite, JournalEntry>();
 
 /** The depth of `dirs[0]` when `dirs` are the ancestors of `relative` from it down to its parent, else undefined. */
 function chainStart(relative: string, dirs: readonly string[]): number | undefined {
@@ -96,6 +104,7 @@ function buildIntentFile() {
           sha256: z.string().regex(/^[0-9a-f]{64}$/),
           dirs: z.array(z.string()).optional(),
           dirsFrom: z.number().int().min(1).optional(),
+          removed: z.literal(true).optional(),
         })
         .refine((intent) => intent.dirsFrom === undefined || intent.dirsFrom <= slashes(intent.path).length, {
           message: 'dirsFrom names no directory above the path',
@@ -173,10 +182,11 @@ export class IntentJournal {
       for (const intent of parsed.intents) {
         validateRelativePath(intent.path);
         for (const dir of intent.dirs ?? []) validateRelativePath(dir);
-        const { dirs: listed, dirsFrom, ...write } = intent;
+        const { dirs: listed, dirsFrom, removed, ...write } = intent;
         const dirs =
           dirsFrom === undefined ? listed : [...(listed ?? []), ...chainFrom(intent.path, dirsFrom)];
-        journal.#pending.set(intentKey(intent), dirs === undefined ? write : { ...write, dirs });
+        const declared: DeclaredWrite = dirs === undefined ? write : { ...write, dirs };
+        journal.#pending.set(intentKey(intent), removed === true ? { ...declared, removed } : declared);
       }
     } catch (error) {
       // Torn it cannot be (published whole); edited or of another version: it proves nothing.
@@ -208,19 +218,49 @@ export class IntentJournal {
       this.#pending.set(key, dirs.length === 0 ? intent : { ...intent, dirs });
     }
     try {
-      await this.#serially(async () => {
-        this.#onDisk = true;
-        await writeDurableJson(this.#fs, this.#stateDir, INTENT_FILE, {
-          version: 1,
-          rootDir: this.#rootDir,
-          intents: [...this.#pending.values()].map(journalEntry),
-        });
-      });
+      await this.#publish();
     } catch (error) {
       // Not durable, so not declared: the caller writes none of them (apply.ts), and nothing would settle them.
       for (const key of added) this.#pending.delete(key);
       throw error;
     }
+  }
+
+  /**
+   * Marks the pending declarations at `paths` as about to be removed, durably, before the removals: a declared
+   * write no durable state.json records yet (its persist failed: EIO, ENOSPC) that a removal then takes away
+   * leaves nothing but its declaration, and a file absent at its declared path proves no removal (the rename may
+   * never have happened). With the mark, adoption after a crash or power cut owes the removed path to the hooks
+   * (intent27). Paths without a pending declaration cost nothing: their record, or none, is state.json's.
+   */
+  async declareRemovals(paths: readonly string[]): Promise<void> {
+    if (this.#pending.size === 0 || paths.length === 0) return;
+    const removing = new Set(paths);
+    const marked = new Map<string, DeclaredWrite>();
+    for (const [key, intent] of this.#pending)
+      if (intent.removed !== true && removing.has(intent.path)) marked.set(key, intent);
+    if (marked.size === 0) return;
+    for (const [key, intent] of marked) this.#pending.set(key, { ...intent, removed: true });
+    try {
+      await this.#publish();
+    } catch (error) {
+      // Not durable: the caller removes none of them (apply.ts). Those settled meanwhile stay settled.
+      for (const [key, intent] of marked)
+        if (this.#pending.get(key)?.removed === true) this.#pending.set(key, intent);
+      throw error;
+    }
+  }
+
+  /** Publishes every pending declaration, durably, after the journal's disk operations queued before. */
+  #publish(): Promise<void> {
+    return this.#serially(async () => {
+      this.#onDisk = true;
+      await writeDurableJson(this.#fs, this.#stateDir, INTENT_FILE, {
+        version: 1,
+        rootDir: this.#rootDir,
+        intents: [...this.#pending.values()].map(journalEntry),
+      });
+    });
   }
 
   /**
@@ -288,8 +328,11 @@ export class IntentJournal {
   }
 
   /**
-   * The pending intents `files` records as written, or that `adopt` recorded: taken just before `state.json` is serialized, they are
-   * settled once that persist succeeded (`settle`). Intents declared or recorded later stay pending.
+   * The pending intents `files` records as written, or that `adopt` recorded, or marked removed: taken just before
+   * `state.json` is serialized, they are settled once that persist succeeded (`settle`). Intents declared or
+   * recorded later stay pending. A removal marked before this state was taken is in it: either its file is still
+   * recorded (the removal not yet recorded: the next start removes it again, and tells), or its record is gone and
+   * its path pending for the hooks (or told already).
    */
   recordedIn(files: ReadonlyMap<string, ManagedFile>): WriteIntent[] {
     if (this.#pending.size === 0) return [];
@@ -297,7 +340,7 @@ export class IntentJournal {
     for (const intent of this.#pending.values()) {
       const file = files.get(intent.path);
       const inFiles = file?.instanceId === intent.instanceId && file.sha256 === intent.sha256;
-      if (inFiles || this.#adopted.has(intent)) recorded.push(intent);
+      if (inFiles || intent.removed === true || this.#adopted.has(intent)) recorded.push(intent);
     }
     return recorded;
   }
@@ -336,14 +379,31 @@ export class IntentJournal {
    * the write's directory fsync failed. An intent whose file is absent or holds other bytes is dropped: its
    * rename never happened, or the file changed since. One that cannot be checked (EIO) stays for the next pass.
    * Run before a pass plans, never while writes are in flight. Returns the paths adopted. One whose path fails
-   * `adoptable` (under a mount below rootDir that is gone: fix34) stays pending, unjudged.
+   * `adoptable` (under a mount below rootDir that is gone: fix34) stays pending, unjudged. One marked removed
+   * (`declareRemovals`) whose path is absent was removed after its rename: `removed` is told its path, once per
+   * process (the mark settles with the next durable state.json); present, it is judged as any other.
    */
-  async adopt(state: LocalState, now: string, adoptable?: (path: string) => boolean): Promise<string[]> {
+  async adopt(
+    state: LocalState,
+    now: string,
+    adoptable?: (path: string) => boolean,
+    removed?: (path: string) => void,
+  ): Promise<string[]> {
     const adopted: string[] = [];
     for (const intent of [...this.#pending.values()]) {
       if (adoptable?.(intent.path) === false) continue;
       const file = state.files.get(intent.path);
       if (file?.instanceId === intent.instanceId && file.sha256 === intent.sha256) continue;
+      if (intent.removed === true) {
+        if (this.#adopted.has(intent)) continue;
+        const absent = await this.#absentUnderRoot(intent.path);
+        if (absent === undefined) continue;
+        if (absent) {
+          this.#adopted.add(intent);
+          removed?.(intent.path);
+          continue;
+        }
+      }
       let found: { mode: number } | undefined;
       try {
         found = await syncRegularFileIf(this.#fs, this.#rootDir, intent.path, intent.sha256);
@@ -371,6 +431,18 @@ export class IntentJournal {
       adopted.push(intent.path);
     }
     return adopted;
+  }
+
+  /** Whether nothing is at `relative` under the root (a parent gone too); undefined when that cannot be told (EIO). */
+  async #absentUnderRoot(relative: string): Promise<boolean | undefined> {
+    try {
+      return (await inspectPath(this.#fs, this.#rootDir, relative)).final === undefined;
+    } catch (error) {
+      // A symlink or other non-regular entry on the way: something is there, not the removed file's absence.
+      if (error instanceof PathRejectedError) return false;
+      this.#logger.warn({ err: error, path: relative }, 'could not check a declared write');
+      return undefined;
+    }
   }
 }
 

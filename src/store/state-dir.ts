@@ -400,9 +400,22 @@ export class StateDir {
    * (a run died between a rename and the persist), each fsynced first; before a pass plans. Returns the paths.
    * Those whose path fails `adoptable` (a mount below rootDir gone holds them: fix34) wait, still declared.
    */
-  async adoptDeclaredWrites(now: string, adoptable?: (path: string) => boolean): Promise<string[]> {
+  async adoptDeclaredWrites(
+    now: string,
+    adoptable?: (path: string) => boolean,
+    removed?: (path: string) => void,
+  ): Promise<string[]> {
     if (this.readOnly || this.intents.size === 0) return [];
-    return this.intents.adopt(this.state, now, adoptable);
+    return this.intents.adopt(this.state, now, adoptable, removed);
+  }
+
+  /**
+   * Marks the declared writes at `paths` not yet recorded by a durable state.json as about to be removed, durably,
+   * before their removals (intent-journal.ts `declareRemovals`): nothing written when none is declared there.
+   */
+  async declareRemovals(paths: readonly string[]): Promise<void> {
+    if (this.readOnly || paths.length === 0) return;
+    await this.#withRoom('intent.json', () => this.intents.declareRemovals(paths));
   }
 
   /**
