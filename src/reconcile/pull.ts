@@ -162,12 +162,38 @@ async function listInstances<I extends ConfigInstanceHead>(
       'the service sent an instance this agent cannot accept',
     );
   }
-  return {
-    instances: ofThisDevice(pulled.instances, ctx, (instance) => instance),
-    invalid: ofThisDevice(pulled.invalid, ctx, (item) => ({ id: item.id, device_id: item.deviceId })),
-    skipped: ofThisDevice(pulled.skipped, ctx, (item) => ({ id: item.id, device_id: item.deviceId })),
-    ...(pulled.incomplete === undefined ? {} : { incomplete: pulled.incomplete }),
+  const foreign: string[] = [];
+  const kept = {
+    instances: ofThisDevice(pulled.instances, ctx.deviceId, foreign, (instance) => instance),
+    invalid: ofThisDevice(pulled.invalid, ctx.deviceId, foreign, (item) => ({
+      id: item.id,
+      device_id: item.deviceId,
+    })),
+    skipped: ofThisDevice(pulled.skipped, ctx.deviceId, foreign, (item) => ({
+      id: item.id,
+      device_id: item.deviceId,
+    })),
   };
+  if (foreign.length > 0) tellForeign(foreign, ctx);
+  return { ...kept, ...(pulled.incomplete === undefined ? {} : { incomplete: pulled.incomplete }) };
+}
+
+/** How many of the other devices' instance ids the line about them names. */
+const FOREIGN_IDS_NAMED = 10;
+
+/**
+ * One line per listing for the other devices' instances in it, at `error` the first time this process sees that
+ * listing of them (ToldItems), at `debug` while the service keeps sending the same. A line each, at `error` on
+ * every poll, was a service that ignores the `device_id` filter (the fleet's whole listing): 500 lines a poll from
+ * 500 instances of other devices (adv35).
+ */
+function tellForeign(foreign: readonly string[], ctx: { logger: Logger; told?: ToldItems }): void {
+  const said = `${foreign.length} ${foreign[0]} ${foreign[foreign.length - 1]}`;
+  const level = ctx.told?.firstTime('(instances of another device)', said) === false ? 'debug' : 'error';
+  ctx.logger[level](
+    { count: foreign.length, instanceIds: foreign.slice(0, FOREIGN_IDS_NAMED) },
+    `service returned ${foreign.length} instance(s) of another device: ignored`,
+  );
 }
 
 /**
@@ -186,13 +212,14 @@ function knownItemsFor(mode: PassMode | 'owners', known: KnownItems): KnownItems
  */
 function ofThisDevice<T>(
   items: readonly T[],
-  ctx: { deviceId: string; logger: Logger },
+  deviceId: string,
+  foreign: string[],
   head: (item: T) => { id?: string | undefined; device_id?: string | undefined },
 ): T[] {
   return items.filter((item) => {
     const { id, device_id } = head(item);
-    if (device_id === undefined || device_id === ctx.deviceId) return true;
-    ctx.logger.error({ instanceId: id }, 'service returned an instance of another device: ignored');
+    if (device_id === undefined || device_id === deviceId) return true;
+    foreign.push(id ?? '(no id)');
     return false;
   });
 }
