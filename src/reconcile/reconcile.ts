@@ -32,6 +32,7 @@ export class Reconciler implements PassRunner {
       stateDir: settings.stateDir,
       readOnly: options.readOnly === true,
       holdsManaged: (mountPoint) => dir.holdsUnder(mountPoint),
+      managedDevices: () => dir.fingerprints.loadedDevices,
     });
     return new Reconciler({
       deps,

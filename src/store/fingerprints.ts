@@ -275,6 +275,11 @@ export class FileFingerprints implements KnownPages {
   readonly #pagesSeen = new Set<string>();
   readonly #rootDir: string;
   #changed = false;
+  /**
+   * The devices (`st_dev`, decimal) the fingerprinted files lay on when this was loaded, before this process read
+   * any: root-mount.ts tells by them an older agent's record of rootDir's self-bind from a data disk missing (mount27).
+   */
+  readonly loadedDevices: ReadonlySet<string>;
 
   private constructor(
     rootDir: string,
@@ -284,6 +289,9 @@ export class FileFingerprints implements KnownPages {
   ) {
     this.#rootDir = rootDir;
     this.#entries = entries;
+    const devices = new Set<string>();
+    for (const entry of entries.values()) devices.add(entry.dev);
+    this.loadedDevices = devices;
     this.#items = items;
     this.#pages = pages;
   }

@@ -51,6 +51,12 @@ export interface MountMemory {
    * says "gone" for good.
    */
   holdsManaged?: (mountPoint: string) => boolean;
+  /**
+   * The devices (`st_dev`, decimal) the agent's files lay on as stateDir recorded them before this process read any
+   * (its file fingerprints): an older record found with rootDir bound onto itself is the unit's self-bind only when
+   * they lay on rootDir's device now (mount27).
+   */
+  managedDevices?: () => ReadonlySet<string>;
 }
 
 /**
@@ -181,6 +187,22 @@ export class RootMountWatch {
     } catch {
       this.#recorded = undefined;
     }
+  }
+
+  /**
+   * Whether the agent's files lay on `dev` (rootDir's device now) before this process read any, or nothing tells (no
+   * fingerprints: an install without files, an agent before them), as before mount27.
+   */
+  #filesLayOn(dev: number | bigint): boolean {
+    const devices = this.#memory?.managedDevices?.();
+    return devices === undefined || devices.size === 0 || devices.has(String(dev));
+  }
+
+  /** An older record judged a real mount's: written again with `ownMount` (in memory only when read-only). */
+  async #markOwn(): Promise<void> {
+    this.#recordedOwn = true;
+    if (this.#memory === undefined || this.#memory.readOnly) return;
+    await this.#writeRecord(true).catch(() => undefined);
   }
 
   /** The record no longer says rootDir is a mount point (the mounts below it kept); in memory only when read-only. */
@@ -456,9 +478,14 @@ export class RootMountWatch {
         // A record an agent before ownMountPoints made of its unit's ReadWritePaths= bind of rootDir onto itself:
         // this is the very directory it saw. Forgotten, so an agent outside the unit is not held back by it. Not one
         // marked `ownMount`: in the unit a data disk gone leaves the bare directory bound onto itself just the same,
-        // and that one was forgotten and written into (review34).
-        await this.#forget();
-        return undefined;
+        // and that one was forgotten and written into (review34). Nor one whose files lay on another device than
+        // this directory's: they were on the disk, which is missing (mount27); it is marked so from now on, so a
+        // later start whose fingerprints hold copies found in the bare directory does not take it for the bind.
+        if (this.#filesLayOn(root.dev)) {
+          await this.#forget();
+          return undefined;
+        }
+        await this.#markOwn();
       }
       this.#gone = true;
       return new DiskError({
