@@ -1,14 +1,5 @@
 // What parsing an answer from the agent's socket would build, counted on its bytes as they arrive (no tree).
-import {
-  BACKSLASH,
-  CLOSE_ARRAY,
-  CLOSE_OBJECT,
-  COLON,
-  COMMA,
-  OPEN_ARRAY,
-  OPEN_OBJECT,
-  QUOTE,
-} from '../api/json-bytes.js';
+import { JsonWeigher } from '../lib/json-weigher.js';
 
 /**
  * Items the agent's status can list: its listing of instances is refused past 100,000 (ITERATOR_MAX_ITEMS,
@@ -28,46 +19,18 @@ export const MAX_ANSWER_DEPTH = 8;
 
 /** Why an answer would cost more to parse than any answer of the agent can, or undefined while it would not. */
 export class AnswerWeigher {
-  #tokens = 0;
-  #depth = 0;
-  #inString = false;
-  #escaped = false;
+  readonly #weigher: JsonWeigher;
 
-  constructor(
-    private readonly maxTokens: number = MAX_ANSWER_TOKENS,
-    private readonly maxDepth: number = MAX_ANSWER_DEPTH,
-  ) {}
+  constructor(maxTokens: number = MAX_ANSWER_TOKENS, maxDepth: number = MAX_ANSWER_DEPTH) {
+    this.#weigher = new JsonWeigher({ maxTokens, maxDepth });
+  }
 
   /** Reads the next bytes; a reason to refuse once the answer is past either bound (then read no further). */
   add(chunk: Buffer): string | undefined {
-    let tokens = this.#tokens;
-    let depth = this.#depth;
-    let inString = this.#inString;
-    let escaped = this.#escaped;
-    // `"` and `\` never occur inside a UTF-8 sequence of several bytes: a byte at a time reads strings right.
-    for (let i = 0; i < chunk.length; i++) {
-      const byte = chunk[i];
-      if (inString) {
-        if (escaped) escaped = false;
-        else if (byte === BACKSLASH) escaped = true;
-        else if (byte === QUOTE) inString = false;
-        continue;
-      }
-      if (byte === QUOTE) inString = true;
-      else if (byte === OPEN_OBJECT || byte === OPEN_ARRAY) {
-        tokens++;
-        if (++depth > this.maxDepth)
-          return `its answer nests deeper than ${this.maxDepth} levels: not parsed`;
-      } else if (byte === CLOSE_OBJECT || byte === CLOSE_ARRAY) depth--;
-      else if (byte === COMMA || byte === COLON) tokens++;
-      else continue;
-      if (tokens > this.maxTokens)
-        return `its answer holds more than ${this.maxTokens} values, more than any status of the agent: not parsed`;
-    }
-    this.#tokens = tokens;
-    this.#depth = depth;
-    this.#inString = inString;
-    this.#escaped = escaped;
-    return undefined;
+    const over = this.#weigher.add(chunk);
+    if (over === undefined) return undefined;
+    return over.over === 'depth'
+      ? `its answer nests deeper than ${over.bound} levels: not parsed`
+      : `its answer holds more than ${over.bound} values, more than any status of the agent: not parsed`;
   }
 }

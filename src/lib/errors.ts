@@ -34,6 +34,8 @@ export type ErrorCode =
   | 'state_locked'
   /** stateDir read-only, not writable or failing (store/errors.ts); exit 78 when not retryable. */
   | 'state_dir_unusable'
+  /** A file of stateDir heavier to parse than any the agent writes (store/errors.ts): read as corrupt, never parsed. */
+  | 'state_file_overweight'
   /** A write's bytes set aside in the content cache by the pull were gone when written (reconcile/apply.ts). */
   | 'set_aside_bytes_lost'
   /** The daemon is stopping (daemon/agent.ts): the reason its requests and pass are aborted with; no failure. */

@@ -4,14 +4,23 @@ import * as z from 'zod';
 import type { WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import type { JsonWeight } from '../lib/json-weigher.js';
 import type { Logger } from '../lib/logger.js';
 import type { DirectorySyncLedger, RenewalAside, RenewalAsides } from './directory-syncs.js';
 import { restoreRenewedDirectory, writeDurableJson } from './durable-writer.js';
 import { TEMP_PREFIX, validateRelativePath } from './path-guard.js';
 import { sameRoot } from './same-root.js';
-import { readStateDirFileOrSetAside } from './state.js';
+import {
+  MAX_STATE_FILE_DEPTH,
+  parseStateFile,
+  readStateDirFileOrSetAside,
+  WEIGHED_INSTANCES,
+} from './state.js';
 
 export const ASIDES_FILE = 'renewal-asides.json';
+
+/** Its bounds (state.ts `readStateDirFile`): a record's four members and the comma after it (9) per instance. */
+const ASIDES_WEIGHT: JsonWeight = { maxTokens: 9 * WEIGHED_INSTANCES + 16, maxDepth: MAX_STATE_FILE_DEPTH };
 
 /** The only names a renewal gives a directory aside: the temp prefix and 24 hex digits. */
 const ASIDE_NAME = new RegExp(`^${TEMP_PREFIX.replaceAll('.', '\\.')}[0-9a-f]{24}$`);
@@ -559,10 +568,13 @@ async function readAsides(
   logger: Logger,
   clock: WallClock,
 ): Promise<AsideEntry[]> {
-  const raw = await readStateDirFileOrSetAside(fs, stateDir, ASIDES_FILE, logger, { clock });
+  const raw = await readStateDirFileOrSetAside(fs, stateDir, ASIDES_FILE, logger, {
+    clock,
+    weight: ASIDES_WEIGHT,
+  });
   if (raw === undefined) return [];
   try {
-    const entries = asidesFile.parse(JSON.parse(raw)).asides;
+    const entries = asidesFile.parse(parseStateFile(raw)).asides;
     const formed = entries.filter(wellFormed);
     if (formed.length < entries.length) {
       logger.warn(

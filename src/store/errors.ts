@@ -354,6 +354,30 @@ export class StateDirError extends AgentError {
   }
 }
 
+/**
+ * A file of stateDir that would cost more to read or parse than any the agent writes (`readStateDirFile`: its tokens
+ * or depth weighed on its bytes before any parse, or longer than a string can be): not parsed, and taken as each
+ * file takes one that is corrupt (state.json kept aside, the others started empty). Returned by the read, thrown
+ * by `parseStateFile` into the caller's handling of a corrupt file, so the log says why.
+ */
+export class StateFileOverweightError extends AgentError {
+  readonly file: string;
+  readonly over: 'tokens' | 'depth' | 'bytes';
+  readonly bound: number;
+  constructor(file: string, over: 'tokens' | 'depth' | 'bytes', bound: number) {
+    const why =
+      over === 'tokens'
+        ? `holds more than ${bound} JSON values, more than any ${file} the agent writes`
+        : over === 'depth'
+          ? `nests deeper than ${bound} levels, deeper than any ${file} the agent writes`
+          : `is longer than any string can be (${bound} characters)`;
+    super('state_file_overweight', `${file} ${why}: not parsed`, { retryable: false });
+    this.file = file;
+    this.over = over;
+    this.bound = bound;
+  }
+}
+
 /** Errors only an operator can fix; anything else (ENOSPC, EIO, EMFILE) may pass by itself. */
 const OPERATOR_ERRNOS = new Set(['EROFS', 'EACCES', 'EPERM', 'ENOTDIR', 'ELOOP', 'ENAMETOOLONG', 'EISDIR']);
 

@@ -4,10 +4,17 @@ import * as z from 'zod';
 import { ITEM_RULES_VERSION, type KnownItem, type KnownPages } from '../api/list-page.js';
 import type { WallClock } from '../lib/clock.js';
 import type { FsPort } from '../lib/fs-port.js';
+import type { JsonWeight } from '../lib/json-weigher.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableText } from './durable-writer.js';
 import { sameRoot } from './same-root.js';
-import { readStateDirFileOrSetAside } from './state.js';
+import {
+  MAX_STATE_FILE_DEPTH,
+  parseStateFile,
+  readStateDirFileOrSetAside,
+  type StateFileText,
+  WEIGHED_INSTANCES,
+} from './state.js';
 
 export const FINGERPRINTS_FILE = 'fingerprints.json';
 /**
@@ -17,6 +24,16 @@ export const FINGERPRINTS_FILE = 'fingerprints.json';
  * as version 2 by the next save; an older agent reads a version-2 file as corrupt: an empty cache, read again.
  */
 const FINGERPRINTS_VERSION = 2;
+
+/**
+ * The file's bounds (state.ts `readStateDirFile`). Per instance: its file's entry as version 1 wrote it (an object
+ * of seven members, its key and the comma after it: 16; version 2's array takes 9), its item's (5) and its share of
+ * a page's (a text length, and a page's four of its own for a page of one: 4).
+ */
+const FINGERPRINTS_WEIGHT: JsonWeight = {
+  maxTokens: 25 * WEIGHED_INSTANCES + 256,
+  maxDepth: MAX_STATE_FILE_DEPTH,
+};
 const FINGERPRINTS_VERSION_1 = 1;
 
 /**
@@ -307,10 +324,13 @@ export class FileFingerprints implements KnownPages {
     logger: Logger,
     options: { clock: WallClock; setAside?: boolean; sharingWith?: HeldState },
   ): Promise<FileFingerprints> {
-    let raw: string | undefined;
+    let raw: StateFileText | undefined;
     try {
       // Not a regular file: moved aside (unless a dry run), or every save of every pass failed with a warning.
-      raw = await readStateDirFileOrSetAside(fs, stateDir, FINGERPRINTS_FILE, logger, options);
+      raw = await readStateDirFileOrSetAside(fs, stateDir, FINGERPRINTS_FILE, logger, {
+        ...options,
+        weight: FINGERPRINTS_WEIGHT,
+      });
     } catch (error) {
       // Debug: a dry run by a user who cannot read stateDir meets this, and loses nothing but speed.
       logger.debug({ err: error }, 'cannot read the file fingerprints: every managed file is read');
@@ -321,7 +341,7 @@ export class FileFingerprints implements KnownPages {
     let items: ReturnType<typeof loadItems>;
     let migrated = false;
     try {
-      const parsed: unknown = JSON.parse(raw);
+      const parsed = parseStateFile(raw);
       const version = isObject(parsed) ? parsed.version : undefined;
       let files: Record<string, unknown>;
       let storedItems: unknown;

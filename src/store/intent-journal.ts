@@ -5,12 +5,21 @@ import * as z from 'zod';
 import type { WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import type { JsonWeight } from '../lib/json-weigher.js';
 import type { Logger } from '../lib/logger.js';
 import { syncRegularFileIf, writeDurableJson } from './durable-writer.js';
 import { PathRejectedError } from './errors.js';
 import { inspectPath, lstatOrUndefined, validateRelativePath } from './path-guard.js';
 import { sameRoot } from './same-root.js';
-import { COMPACT_DIRS_OVER, type LocalState, type ManagedFile, readStateDirFileOrSetAside } from './state.js';
+import {
+  COMPACT_DIRS_OVER,
+  type LocalState,
+  MAX_STATE_FILE_DEPTH,
+  type ManagedFile,
+  parseStateFile,
+  readStateDirFileOrSetAside,
+  WEIGHED_INSTANCES,
+} from './state.js';
 
 export const INTENT_FILE = 'intent.json';
 
@@ -90,6 +99,12 @@ function slashes(relative: string): number[] {
     ends.push(slash);
   return ends;
 }
+
+/**
+ * `intent.json`'s bounds (state.ts `readStateDirFile`): per instance, a write declared with every member (`{`, five
+ * members, `dirs`' array, the comma after it: 12) and two directories made (2).
+ */
+const INTENT_WEIGHT: JsonWeight = { maxTokens: 14 * WEIGHED_INSTANCES + 16, maxDepth: MAX_STATE_FILE_DEPTH };
 
 /** `intent.json`'s schema, built the first time a journal is read: most starts find none (a clean stop leaves none). */
 function buildIntentFile() {
@@ -173,11 +188,14 @@ export class IntentJournal {
     clock: WallClock,
   ): Promise<IntentJournal> {
     const journal = new IntentJournal(fs, stateDir, rootDir, logger);
-    const raw = await readStateDirFileOrSetAside(fs, stateDir, INTENT_FILE, logger, { clock });
+    const raw = await readStateDirFileOrSetAside(fs, stateDir, INTENT_FILE, logger, {
+      clock,
+      weight: INTENT_WEIGHT,
+    });
     if (raw === undefined) return journal;
     journal.#onDisk = true;
     try {
-      const parsed = intentFileSchema().parse(JSON.parse(raw));
+      const parsed = intentFileSchema().parse(parseStateFile(raw));
       if (!(await sameRoot(fs, parsed.rootDir, rootDir))) return journal;
       for (const intent of parsed.intents) {
         validateRelativePath(intent.path);

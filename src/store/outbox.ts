@@ -1,15 +1,34 @@
 // Durable queue of status reports: written before they are sent, sent in order, dropped once acknowledged.
+import path from 'node:path';
 import * as z from 'zod';
 import { StatusReport } from '../api/schemas.js';
 import type { WallClock } from '../lib/clock.js';
+import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import type { JsonWeight } from '../lib/json-weigher.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';
-import { readStateDirFileOrSetAside } from './state.js';
+import {
+  MAX_STATE_FILE_DEPTH,
+  readStateDirFileOrSetAside,
+  renameAsideUnique,
+  WEIGHED_INSTANCES,
+} from './state.js';
 
 export const OUTBOX_FILE = 'outbox.json';
 /** A symlinked outbox's target larger than this is not read (~200 bytes a report: 300,000 reports). */
 const MAX_SALVAGED_OUTBOX_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The file's bounds (state.ts `readStateDirFile`): a report with every member (`{`, seven members, its report's
+ * `{` and three, the comma after it: 21 tokens), two for each instance (the file keeps one an instance, the newest;
+ * twice that for the instances of earlier listings whose reports wait). A real outbox of 200,000 reports holds 3.6
+ * million (18 each); parsed, it peaked at ~250 MB (docs/performance-history.md, weigh27).
+ */
+const OUTBOX_WEIGHT: JsonWeight = {
+  maxTokens: 21 * 2 * WEIGHED_INSTANCES + 16,
+  maxDepth: MAX_STATE_FILE_DEPTH,
+};
 
 /**
  * The outbox file's zod schemas, built the first time a file with queued reports is read: most starts find an
@@ -495,8 +514,13 @@ export class StatusOutbox {
     const raw = await readStateDirFileOrSetAside(this.#fs, this.#stateDir, OUTBOX_FILE, this.#logger, {
       clock,
       salvageSymlink: { euid, maxBytes: MAX_SALVAGED_OUTBOX_BYTES },
+      weight: OUTBOX_WEIGHT,
     });
     if (raw === undefined) return;
+    if (typeof raw !== 'string') {
+      await this.#setAsideOverweight(raw, clock);
+      return;
+    }
     const parsed = parseOutboxFile(safeJsonParse(raw));
     if (!parsed.success) {
       // Losing queued reports is recoverable: the next full pass re-derives every status from disk and server.
@@ -509,6 +533,29 @@ export class StatusOutbox {
     let nextSeq = parsed.data.nextSeq;
     for (const entry of this.#entries) if (entry.seq >= nextSeq) nextSeq = entry.seq + 1;
     this.#nextSeq = nextSeq;
+  }
+
+  /**
+   * An outbox heavier than any the agent writes (more reports than it queues, or nested deeper): never parsed,
+   * which could cost more memory than the device has at every start. Its reports are not sent: the file is kept
+   * aside as `outbox.json.overweight-<ms>` for an operator (never read again), and the agent starts with an empty
+   * queue, as with a corrupt one. The next full pass reports every instance the service lists again from disk and
+   * server; reports of instances it no longer lists are lost (docs/operations.md).
+   */
+  async #setAsideOverweight(refusal: unknown, clock: WallClock): Promise<void> {
+    const file = path.join(this.#stateDir, OUTBOX_FILE);
+    let aside: string | undefined;
+    let setAsideError: unknown;
+    try {
+      aside = await renameAsideUnique(this.#fs, file, `${file}.overweight-${clock.now()}`);
+    } catch (error) {
+      // ENOENT: a symlink's target was weighed; the symlink is moved aside already, its target left where it is.
+      if (errnoCode(error) !== 'ENOENT') setAsideError = error;
+    }
+    this.#logger.error(
+      { err: refusal, file: OUTBOX_FILE, aside, ...(setAsideError === undefined ? {} : { setAsideError }) },
+      'status outbox is heavier than any the agent writes: its reports are not sent (kept aside when named), starting empty; the next full pass reports every listed instance again, reports of instances no longer listed are lost',
+    );
   }
 }
 

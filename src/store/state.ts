@@ -7,15 +7,39 @@ import { ConfigInstanceActivityStatus, ErrorStatus } from '../api/schemas.js';
 import type { WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { JsonWeigher, type JsonWeight } from '../lib/json-weigher.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableText } from './durable-writer.js';
-import { StateDirError } from './errors.js';
+import { StateDirError, StateFileOverweightError } from './errors.js';
 import { validateRelativePath } from './path-guard.js';
 import { sameRoot } from './same-root.js';
 import type { StateSnapshot } from './state-snapshot.js';
 
 export const STATE_FILE = 'state.json';
 export const STATE_VERSION = 1;
+
+/**
+ * The instances whose records a file of stateDir is weighed for (`readStateDirFile`): a listing is refused past
+ * 100,000 (ITERATOR_MAX_ITEMS, src/api/client.ts), and half as many again for the files of retired instances not
+ * removed yet and the instances of earlier listings whose reports wait. Each file's bound is its records' most
+ * tokens (every optional field written) times this: a file heavier than that was not written by the agent.
+ */
+export const WEIGHED_INSTANCES = 150_000;
+
+/** How deep a file of stateDir may nest: the deepest the agent writes nest 4 levels; room for a newer agent. */
+export const MAX_STATE_FILE_DEPTH = 8;
+
+/**
+ * state.json's bounds. Per instance, every optional field written: its file's record (`"path":{…}` with eight
+ * members, two arrays and the comma after it: 20 tokens) with two directories made (2), its instance's record (seven
+ * members and `reportEcho`'s four: 24), a former root's record (6) and a path waiting for its hooks (1): 53. Room for
+ * hooks' owed paths (4,096 a hook, daemon/hooks.ts MAX_OWED_PATHS) of 64 hooks. A real state.json of 100,000
+ * instances holds 3.1 million (31 each); parsed, it peaked at ~300 MB (docs/performance-history.md, weigh27).
+ */
+export const STATE_WEIGHT: JsonWeight = {
+  maxTokens: 53 * WEIGHED_INSTANCES + 64 * 4096,
+  maxDepth: MAX_STATE_FILE_DEPTH,
+};
 
 /**
  * A JSON object keyed by arbitrary strings, parsed into a Map. Not z.record: it builds a plain object, where a
@@ -560,11 +584,11 @@ export async function loadLocalState(
   rootDir = '',
 ): Promise<{ state: LocalState; outcome: StateLoadOutcome; persisted?: StateSnapshot }> {
   const empty = () => emptyState(deviceId, rootDir);
-  const raw = await readStateDirFile(fs, stateDir, STATE_FILE);
+  const raw = await readStateDirFile(fs, stateDir, STATE_FILE, STATE_WEIGHT);
   if (raw === undefined) return { state: empty(), outcome: 'missing' };
   let parsed: ParsedStateFile;
   try {
-    const value: unknown = JSON.parse(raw);
+    const value = parseStateFile(raw);
     parsed = quickStateFile(value) ?? stateSchemas().LocalStateFile.parse(value);
   } catch (error) {
     logger.error(
@@ -744,15 +768,27 @@ function guardedHookPaths(paths: readonly string[], logger: Logger): Set<string>
   return kept;
 }
 
+/** A file of stateDir as read: its text, or why it was not read whole (parseStateFile throws it). */
+export type StateFileText = string | StateFileOverweightError;
+
+/** The JSON of a file of stateDir as read; throws the refusal a weighed read returned, as JSON.parse throws. */
+export function parseStateFile(text: StateFileText): unknown {
+  if (typeof text !== 'string') throw text;
+  return JSON.parse(text);
+}
+
 /**
  * A file of stateDir as text, undefined when it does not exist. Opened non-blocking and fstat-checked: a FIFO
- * or device in its place must not hang start-up. Any other failure names stateDir (StateDirError).
+ * or device in its place must not hang start-up. Any other failure names stateDir (StateDirError). With `weight`,
+ * its bytes are weighed before they are kept (`readWeighed`): a file heavier than any the agent writes comes back
+ * as a StateFileOverweightError, never parsed, which each caller takes as it takes a corrupt file.
  */
 export async function readStateDirFile(
   fs: FsPort,
   stateDir: string,
   name: string,
-): Promise<string | undefined> {
+  weight?: JsonWeight,
+): Promise<StateFileText | undefined> {
   let handle: Awaited<ReturnType<FsPort['open']>>;
   try {
     handle = await fs.open(path.join(stateDir, name), STATE_READ_FLAGS);
@@ -773,10 +809,11 @@ export async function readStateDirFile(
     }
     // Longer than any text the agent writes (a string cannot be): a runaway or sparse file of a broken disk or a
     // hand's `truncate`. Read, it failed every start for good (over 2 GiB before reading, else after reading it
-    // all), "stateDir is not usable"; as empty text it is unreadable like any that does not parse: state.json
+    // all), "stateDir is not usable"; refused unread it is unreadable like any that does not parse: state.json
     // kept aside as corrupt, the others started empty.
-    if (stats.size > bufferConstants.MAX_STRING_LENGTH) return '';
-    return await handle.readFile({ encoding: 'utf8' });
+    if (stats.size > bufferConstants.MAX_STRING_LENGTH) return overLength(name);
+    if (weight === undefined) return await handle.readFile({ encoding: 'utf8' });
+    return await readWeighed(handle, name, stats.size, weight);
   } catch (error) {
     if (error instanceof StateDirError) throw error;
     throw new StateDirError(stateDir, `cannot read ${name}`, error);
@@ -786,6 +823,58 @@ export async function readStateDirFile(
 }
 
 const STATE_READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW;
+
+function overLength(name: string): StateFileOverweightError {
+  return new StateFileOverweightError(name, 'bytes', bufferConstants.MAX_STRING_LENGTH);
+}
+
+/** The bytes weighed at a time: a file refused is never held, whatever its size (one buffer of this). */
+const WEIGH_CHUNK_BYTES = 256 * 1024;
+
+/**
+ * A file of at most this many bytes is parsed unweighed: whatever its shape, parsing it builds at most ~45 MB (the
+ * worst per byte measured, `[[[[`, built ~43 bytes a byte: 32 MiB, 1.4 GB). Weighing a real state.json of 1,000
+ * instances (440 KB) cost more CPU in a fresh process (~30 ms under load) than parsing it (2–5 ms).
+ */
+export const UNWEIGHED_BYTES = 1024 * 1024;
+
+/**
+ * The text of an open file of stateDir once its bytes weigh within `weight` (tokens and depth: what JSON.parse
+ * would build, lib/json-weigher.ts), else why not; files of at most UNWEIGHED_BYTES are read at once. Read in two
+ * passes over the one descriptor (positional reads): the first weighs a chunk at a time in one buffer, so a
+ * refused file is never held (500 MiB of `[[[[` is refused at its ninth byte, of `[],` after 12 MB); the second
+ * reads as many bytes as the first weighed into one buffer of their length, as readFile did. stateDir's files
+ * are published by rename, never written in place, so both passes read the same bytes. Unweighed, 32 MiB of
+ * `[[[[` cost 1.4 GB and 500 MiB many times any device's memory; the agent's own largest files cost what they
+ * did (~290 MB at 100,000 instances: docs/performance-history.md, weigh27).
+ */
+async function readWeighed(
+  handle: Awaited<ReturnType<FsPort['open']>>,
+  name: string,
+  size: number,
+  weight: JsonWeight,
+): Promise<StateFileText> {
+  if (size <= UNWEIGHED_BYTES) return await handle.readFile({ encoding: 'utf8' });
+  const weigher = new JsonWeigher(weight);
+  const chunk = Buffer.allocUnsafe(WEIGH_CHUNK_BYTES);
+  let total = 0;
+  for (;;) {
+    const { bytesRead } = await handle.read(chunk, 0, chunk.length, total);
+    if (bytesRead === 0) break;
+    const over = weigher.add(chunk.subarray(0, bytesRead));
+    if (over !== undefined) return new StateFileOverweightError(name, over.over, over.bound);
+    total += bytesRead;
+    if (total > bufferConstants.MAX_STRING_LENGTH) return overLength(name);
+  }
+  const bytes = Buffer.allocUnsafe(total);
+  let filled = 0;
+  while (filled < total) {
+    const { bytesRead } = await handle.read(bytes, filled, total - filled, filled);
+    if (bytesRead === 0) break;
+    filled += bytesRead;
+  }
+  return bytes.toString('utf8', 0, filled);
+}
 
 /** What a state file's name held instead of a regular file, in words for the log. */
 function entryKind(stats: {
@@ -819,10 +908,12 @@ export async function readStateDirFileOrSetAside(
   options: {
     /** Stamps the name set aside (deps.clock). */
     clock: WallClock;
+    /** The file's bounds (`readStateDirFile`); a symlink's target salvaged is weighed by them too. */
+    weight: JsonWeight;
     setAside?: boolean;
     salvageSymlink?: { euid: number | undefined; maxBytes: number };
   },
-): Promise<string | undefined> {
+): Promise<StateFileText | undefined> {
   const file = path.join(stateDir, name);
   let stats: Awaited<ReturnType<FsPort['lstat']>>;
   try {
@@ -833,7 +924,7 @@ export async function readStateDirFileOrSetAside(
   }
   if (stats.isFile()) {
     try {
-      return await readStateDirFile(fs, stateDir, name);
+      return await readStateDirFile(fs, stateDir, name, options.weight);
     } catch (error) {
       // Swapped for something else between the lstat and the open: judged again below.
       const again = await fs.lstat(file).catch(() => undefined);
@@ -843,7 +934,7 @@ export async function readStateDirFileOrSetAside(
   }
   const salvaged =
     stats.isSymbolicLink() && options.salvageSymlink !== undefined
-      ? await readOwnedTarget(fs, file, options.salvageSymlink)
+      ? await readOwnedTarget(fs, file, name, options.salvageSymlink, options.weight)
       : undefined;
   if (options.setAside === false) return salvaged;
   let aside: string | undefined;
@@ -903,8 +994,10 @@ export async function renameAsideUnique(
 async function readOwnedTarget(
   fs: FsPort,
   file: string,
+  name: string,
   trust: { euid: number | undefined; maxBytes: number },
-): Promise<string | undefined> {
+  weight: JsonWeight,
+): Promise<StateFileText | undefined> {
   if (trust.euid === undefined) return undefined;
   let handle: Awaited<ReturnType<FsPort['open']>>;
   try {
@@ -916,7 +1009,7 @@ async function readOwnedTarget(
     const target = await handle.stat();
     if (!target.isFile() || target.uid !== trust.euid || (target.mode & 0o022) !== 0) return undefined;
     if (target.size > trust.maxBytes) return undefined;
-    return await handle.readFile({ encoding: 'utf8' });
+    return await readWeighed(handle, name, target.size, weight);
   } catch {
     return undefined;
   } finally {
