@@ -7,10 +7,11 @@ import path from 'node:path';
 import * as z from 'zod';
 import { AgentError, errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { JsonWeigher } from '../lib/json-weigher.js';
 import { makeDirectoryDurably } from './durable-writer.js';
 import { StateDirError } from './errors.js';
 import { TEMP_PREFIX } from './path-guard.js';
-import { STATE_FILE } from './state.js';
+import { MAX_STATE_FILE_DEPTH, STATE_FILE } from './state.js';
 
 export { StateDirError };
 
@@ -1045,6 +1046,11 @@ export async function rootAcl(rootDir: string, tools: AclTools = ACL_TOOLS): Pro
 
 /** A state.json larger than this is not read to trust its holder (an agent's of ~50,000 files). */
 const MAX_RECORDED_STATE_BYTES = 16 * 1024 * 1024;
+/**
+ * What parsing that state.json may build, weighed on its bytes first (lib/json-weigher.ts): a squatter's file of
+ * 16 MiB of `[[[[` would build ~700 MB. An agent's of 50,000 files at state.json's 53 tokens an instance (STATE_WEIGHT).
+ */
+const RECORDED_STATE_WEIGHT = { maxTokens: 53 * 50_000, maxDepth: MAX_STATE_FILE_DEPTH };
 /** Recorded files looked at, at most, for one owned by the holder's user. */
 const MAX_RECORDED_FILES_LOOKED_AT = 32;
 
@@ -1116,7 +1122,9 @@ async function recordedFileOwned(
     try {
       const stats = await handle.stat();
       if (!stats.isFile() || stats.size > MAX_RECORDED_STATE_BYTES) return false;
-      text = await handle.readFile({ encoding: 'utf8' });
+      const bytes = await handle.readFile();
+      if (new JsonWeigher(RECORDED_STATE_WEIGHT).add(bytes) !== undefined) return false;
+      text = bytes.toString('utf8');
     } finally {
       await handle.close().catch(() => undefined);
     }
