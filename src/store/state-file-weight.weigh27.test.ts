@@ -1,6 +1,6 @@
 // stateDir's files weighed before they are parsed: a file heavier than the agent writes is taken as corrupt, unparsed.
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -103,6 +103,25 @@ describe('stateDir files heavier than any the agent writes', () => {
     expect(again.outbox.size).toBe(0);
     await again.close();
     expect(await readdir(settings.stateDir)).toEqual(expect.arrayContaining([CORRUPT_STATE_FILE, aside]));
+  });
+
+  it("a symlinked outbox's own target past the bound is not salvaged: the symlink moved aside, the target left as it is", async () => {
+    const target = path.join(dir, 'reports.json');
+    await writeFile(target, NESTED, { mode: 0o600 });
+    await symlink(target, path.join(settings.stateDir, OUTBOX_FILE));
+    const { logger, lines } = capturedLogger();
+
+    const outbox = await StatusOutbox.open(nodeFs, settings.stateDir, logger, clock, process.geteuid?.());
+    expect(outbox.size).toBe(0);
+    expect(await readdir(settings.stateDir)).toEqual([`${OUTBOX_FILE}.not-regular-7`]);
+    expect(await readFile(target, 'utf8')).toBe(NESTED);
+    expect(lines()).toContainEqual(
+      expect.objectContaining({
+        level: 'error',
+        file: OUTBOX_FILE,
+        err: expect.objectContaining({ code: 'state_file_overweight' }),
+      }),
+    );
   });
 
   it('one value past the token bound: not parsed, named for its weight; at the bound it is read whole', async () => {
