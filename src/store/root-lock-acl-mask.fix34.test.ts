@@ -1,10 +1,10 @@
 // fix34: with an ACL on rootDir, the mode's group bits are its mask: a member of rootDir's group whose `group::` entry lacks write is not trusted.
 import { spawnSync } from 'node:child_process';
-import { chmod, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { chmod, mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { skipWithoutRoot } from '../../test/helpers/built-packages.js';
+import { tempDirEachTest } from '../../test/helpers/temp-dir.js';
 import { rootAcl, trusted } from './lock.js';
 
 const HAS_SETFACL = spawnSync('setfacl', ['--version']).status === 0;
@@ -12,22 +12,11 @@ const NO_SETFACL = 'setfacl missing (apt package acl): an ACL cannot be set, and
 const AS_ROOT = process.getuid?.() === 0;
 const PID = 4242;
 
-let dir: string;
-let rootDir: string;
-
-beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'root-lock-acl-mask-'));
-  rootDir = path.join(dir, 'root');
-  await mkdir(rootDir);
-});
-
-afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
+const temp = tempDirEachTest('root-lock-acl-mask-', { root: undefined });
 
 /** A stand-in /proc where process PID runs as `uid` with primary group `gid`. */
 async function procOf(uid: number, gid: number): Promise<string> {
-  const proc = path.join(dir, 'proc');
+  const proc = path.join(temp.dir, 'proc');
   await mkdir(path.join(proc, String(PID)), { recursive: true });
   await writeFile(
     path.join(proc, String(PID), 'status'),
@@ -48,27 +37,27 @@ describe("rootDir's group bits under an ACL (fix34)", () => {
       return;
     }
     const member = { uid: 54321, gid: 4343 };
-    spawnSync('chown', [`0:${member.gid}`, rootDir]);
-    await chmod(rootDir, 0o775);
+    spawnSync('chown', [`0:${member.gid}`, temp.at('root')]);
+    await chmod(temp.at('root'), 0o775);
     // A named user's rwx makes the mask rwx (the mode's group bits show it); the owning group keeps r-x.
-    expect(spawnSync('setfacl', ['-m', 'u:65534:rwx,g::r-x', rootDir]).status).toBe(0);
-    const { uid, gid, mode } = await stat(rootDir);
+    expect(spawnSync('setfacl', ['-m', 'u:65534:rwx,g::r-x', temp.at('root')]).status).toBe(0);
+    const { uid, gid, mode } = await stat(temp.at('root'));
     expect(mode & 0o070).toBe(0o070);
     const proc = await procOf(member.uid, member.gid);
-    const evidence = { acl: () => rootAcl(rootDir), ownsRecorded: async () => false };
+    const evidence = { acl: () => rootAcl(temp.at('root')), ownsRecorded: async () => false };
     // Before: trusted by the group bits.
     expect(await trusted(PID, { uid, gid, mode }, evidence, proc, 0)).toBe(false);
     // group:: with write: trusted, as the kernel lets it write.
-    expect(spawnSync('setfacl', ['-m', 'g::rwx', rootDir]).status).toBe(0);
+    expect(spawnSync('setfacl', ['-m', 'g::rwx', temp.at('root')]).status).toBe(0);
     expect(await trusted(PID, { uid, gid, mode }, evidence, proc, 0)).toBe(true);
     // The mask without write masks group:: too.
-    expect(spawnSync('setfacl', ['-m', 'm::r-x', rootDir]).status).toBe(0);
-    const masked = await stat(rootDir);
+    expect(spawnSync('setfacl', ['-m', 'm::r-x', temp.at('root')]).status).toBe(0);
+    const masked = await stat(temp.at('root'));
     expect(await trusted(PID, { uid, gid, mode: masked.mode }, evidence, proc, 0)).toBe(false);
     // No ACL at all: the mode's group bits are the group's, as before.
-    expect(spawnSync('setfacl', ['-b', rootDir]).status).toBe(0);
-    await chmod(rootDir, 0o775);
-    const plain = await stat(rootDir);
+    expect(spawnSync('setfacl', ['-b', temp.at('root')]).status).toBe(0);
+    await chmod(temp.at('root'), 0o775);
+    const plain = await stat(temp.at('root'));
     expect(await trusted(PID, { uid, gid, mode: plain.mode }, evidence, proc, 0)).toBe(true);
   });
 

@@ -1,10 +1,10 @@
 // rootDir's lock, the reverse upgrade (mut26): an agent on Node 20 holds the unpadded name an agent before lock24 binds.
 import { spawn } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
-import os from 'node:os';
+import { mkdir, readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { tempDirEachTest } from '../../test/helpers/temp-dir.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
 import { acquireRootLock, holdsName, LEGACY_HELPER_SCRIPT, legacyNameHelper, rootLockNames } from './lock.js';
@@ -62,49 +62,44 @@ async function parentOf(pid: number): Promise<number | undefined> {
   return match?.[1] === undefined ? undefined : Number(match[1]);
 }
 
-let dir: string;
-let rootDir: string;
+const temp = tempDirEachTest('root-lock-mut26-', { root: undefined });
 const keyOf = async (at: string) => {
   const stats = await stat(at);
   return { key: `${stats.dev}:${stats.ino}`, uid: stats.uid, gid: stats.gid, mode: stats.mode };
 };
-const legacyName = async () => `\0config-agent-root-${(await keyOf(rootDir)).key}`;
-
-beforeEach(async () => {
-  dir = await mkdtemp(path.join(os.tmpdir(), 'root-lock-mut26-'));
-  rootDir = path.join(dir, 'root');
-  await mkdir(rootDir);
-});
-
-afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
+const legacyName = async () => `\0config-agent-root-${(await keyOf(temp.at('root'))).key}`;
 
 describe.runIf(ON_NODE_20)(
   "rootDir's lock on Node 20: an agent before lock24 started after this one (mut26)",
   () => {
     it('finds the unpadded name held and is answered with the helper pid (a child of this agent) and this stateDir', async () => {
-      const stateDir = path.join(dir, 'state');
-      const lock = await acquireRootLock(rootDir, keyOf, stateDir, undefined, PERL);
+      const stateDir = path.join(temp.dir, 'state');
+      const lock = await acquireRootLock(temp.at('root'), keyOf, stateDir, undefined, PERL);
       const legacy = await legacyName();
       try {
         expect(await untilTable(legacy, true)).toBe(true);
         const met = await oldAgentMeets(legacy);
         expect(met.bind).toBe('in use');
         const answer = JSON.parse(met.answer) as { pid: number; stateDir: string; rootDir: string };
-        expect(answer).toStrictEqual({ pid: answer.pid, stateDir, rootDir });
+        expect(answer).toStrictEqual({ pid: answer.pid, stateDir, rootDir: temp.at('root') });
         // What the old agent believes: the pid it was given holds the name, and it runs as the agent's own user
         // (it is the agent's child).
         expect(await parentOf(answer.pid)).toBe(process.pid);
         expect(await holdsName(legacy, answer.pid)).toBe(true);
         // A reload sharing the lock with another stateDir: the helper answers with the newest.
-        const reload = await acquireRootLock(rootDir, keyOf, path.join(dir, 'state2'), undefined, PERL);
+        const reload = await acquireRootLock(
+          temp.at('root'),
+          keyOf,
+          path.join(temp.dir, 'state2'),
+          undefined,
+          PERL,
+        );
         let again = JSON.parse((await oldAgentMeets(legacy)).answer) as { stateDir: string };
-        for (let look = 0; look < 400 && again.stateDir !== path.join(dir, 'state2'); look += 1) {
+        for (let look = 0; look < 400 && again.stateDir !== path.join(temp.dir, 'state2'); look += 1) {
           await new Promise((resolve) => setTimeout(resolve, 25));
           again = JSON.parse((await oldAgentMeets(legacy)).answer) as { stateDir: string };
         }
-        expect(again.stateDir).toBe(path.join(dir, 'state2'));
+        expect(again.stateDir).toBe(path.join(temp.dir, 'state2'));
         await reload.release();
       } finally {
         await lock.release();
@@ -112,12 +107,12 @@ describe.runIf(ON_NODE_20)(
       // Released: the helper is gone (awaited by release) and both names are free.
       expect(await tableHasExactly(legacy)).toBe(false);
       expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
-      const again = await acquireRootLock(rootDir, keyOf, stateDir);
+      const again = await acquireRootLock(temp.at('root'), keyOf, stateDir);
       await again.release();
     });
 
     it('an open that asks for no helper (a --once) leaves the unpadded name free, as before', async () => {
-      const lock = await acquireRootLock(rootDir, keyOf, path.join(dir, 'state'));
+      const lock = await acquireRootLock(temp.at('root'), keyOf, path.join(temp.dir, 'state'));
       const legacy = await legacyName();
       try {
         expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
@@ -129,15 +124,15 @@ describe.runIf(ON_NODE_20)(
 
     it('without perl the lock is taken as before (the gap as it was), and released', async () => {
       const lock = await acquireRootLock(
-        rootDir,
+        temp.at('root'),
         keyOf,
-        path.join(dir, 'state'),
+        path.join(temp.dir, 'state'),
         undefined,
-        path.join(dir, 'no-perl'),
+        path.join(temp.dir, 'no-perl'),
       );
       const legacy = await legacyName();
-      const { name } = rootLockNames((await keyOf(rootDir)).key);
-      const helper = legacyNameHelper(name, () => '{}', path.join(dir, 'no-perl'));
+      const { name } = rootLockNames((await keyOf(temp.at('root'))).key);
+      const helper = legacyNameHelper(name, () => '{}', path.join(temp.dir, 'no-perl'));
       expect(await helper.started).toBeUndefined();
       await helper.stop();
       expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
@@ -148,7 +143,7 @@ describe.runIf(ON_NODE_20)(
 
 describe.runIf(ON_NODE_20)('StateDir.open (mut26)', () => {
   it("the daemon's open (legacyLockHelper) holds the unpadded name until close; an open without it does not", async () => {
-    const settings = { stateDir: path.join(dir, 'state'), rootDir, deviceId: 'dev-1' };
+    const settings = { stateDir: path.join(temp.dir, 'state'), rootDir: temp.at('root'), deviceId: 'dev-1' };
     await mkdir(settings.stateDir, { mode: 0o700 });
     const legacy = await legacyName();
     const once = await StateDir.open(nodeFs as unknown as FsPort, settings, silentLogger(), {
@@ -164,7 +159,7 @@ describe.runIf(ON_NODE_20)('StateDir.open (mut26)', () => {
       expect(await untilTable(legacy, true)).toBe(true);
       const met = await oldAgentMeets(legacy);
       expect(met.bind).toBe('in use');
-      expect(JSON.parse(met.answer)).toMatchObject({ stateDir: settings.stateDir, rootDir });
+      expect(JSON.parse(met.answer)).toMatchObject({ stateDir: settings.stateDir, rootDir: temp.at('root') });
     } finally {
       await daemon.close();
     }
