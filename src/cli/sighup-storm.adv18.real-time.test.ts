@@ -1,15 +1,16 @@
 // A burst of SIGHUPs to the daemon (runAgent in-process, the mock service on loopback): one reload more, not one each.
 import { EventEmitter } from 'node:events';
-import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { PassThrough } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { mockRecord } from '../../test/helpers/instances.js';
+import { bufferedIo } from '../../test/helpers/local-socket.js';
+import { writeAgentConfig } from '../../test/helpers/once-world.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createSecretRegistry } from '../lib/secrets.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { runAgent } from './compose.js';
-import type { CommandIo } from './io.js';
 import { callAgent } from './local-client.js';
 
 const KEY = 'sk_test_adv18_sighup_3c9e71';
@@ -48,17 +49,6 @@ afterEach(async () => {
   }
 });
 
-function bufferedIo(env: NodeJS.ProcessEnv): CommandIo & { err: () => string } {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let err = '';
-  stdout.resume();
-  stderr.on('data', (chunk: Buffer) => {
-    err += chunk.toString();
-  });
-  return { stdout, stderr, env, isTty: false, err: () => err };
-}
-
 async function listRequests(server: RunningMockServer): Promise<number> {
   const response = await fetch(`${server.url}/_admin/stats`, { headers: { 'X-API-Key': KEY } });
   const stats = (await response.json()) as { requests: Record<string, number> };
@@ -75,36 +65,24 @@ describe('runAgent: a storm of SIGHUPs', () => {
   it('makes at most one reload more than the one running, and that one reads the configuration as last written', async () => {
     const service = await startMockServer({ apiKeys: [KEY] });
     server = service;
-    service.state.instances.set('cfg_a', {
-      id: 'cfg_a',
-      device_id: 'dvc_storm',
-      relative_filepath: 'a.json',
-      config_schema_id: 'sch_a',
-      config_type_id: 'typ',
-      target_status: 'deployed',
-      activity_status: 'queued',
-      error_status: 'none',
-      content: { a: 1 },
-      created_at: '2026-01-01T00:00:00.000Z',
-      updated_at: '2026-01-01T00:00:00.000Z',
-    });
+    service.state.instances.set(
+      'cfg_a',
+      mockRecord('cfg_a', {
+        device_id: 'dvc_storm',
+        relative_filepath: 'a.json',
+        config_schema_id: 'sch_a',
+        content: { a: 1 },
+      }),
+    );
     const configPath = path.join(dir, 'config.json');
     const socketPath = path.join(dir, 'agent.sock');
     const writeConfig = (deviceId: string) =>
-      writeFile(
-        configPath,
-        JSON.stringify({
-          deviceId,
-          server: { baseUrl: service.url, timeoutSeconds: 5 },
-          rootDir: path.join(dir, 'root'),
-          stateDir: path.join(dir, 'state'),
-          socketPath,
-          drift: 'off',
-          poll: { intervalSeconds: 3600, jitterRatio: 0, fullResyncSeconds: 3600 },
-        }),
-      );
+      writeAgentConfig(dir, deviceId, service.url, {
+        drift: 'off',
+        poll: { intervalSeconds: 3600, jitterRatio: 0, fullResyncSeconds: 3600 },
+      });
     await writeConfig('dvc_storm');
-    const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY });
+    const io = bufferedIo({ CONFIG_AGENT_API_KEY: KEY }, false);
     const events = new EventEmitter();
     const exit = runAgent({ configPath }, io, createSecretRegistry(), events);
     agent = { events, exit };

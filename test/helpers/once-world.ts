@@ -39,6 +39,29 @@ export const readable = (file: string): Promise<boolean> =>
     () => false,
   );
 
+/**
+ * Writes dir/config.json for device `deviceId` of the service at `baseUrl` (5 s timeouts), rootDir, stateDir and
+ * socketPath in dir (root, state, agent.sock), `fields` over them: its path.
+ */
+export async function writeAgentConfig(
+  dir: string,
+  deviceId: string,
+  baseUrl: string,
+  fields: Record<string, unknown> = {},
+): Promise<string> {
+  const file = path.join(dir, 'config.json');
+  const config = {
+    deviceId,
+    server: { baseUrl, timeoutSeconds: 5 },
+    rootDir: path.join(dir, 'root'),
+    stateDir: path.join(dir, 'state'),
+    socketPath: path.join(dir, 'agent.sock'),
+    ...fields,
+  };
+  await writeFile(file, JSON.stringify(config));
+  return file;
+}
+
 export interface OnceWorld {
   /** The temp dir: config.json, root/, state/ and agent.sock are in it. */
   readonly dir: string;
@@ -112,17 +135,11 @@ export async function openOnceWorld(
       return body.data.filter((r) => r.config_instance_id === id).map((r) => r.activity_status);
     },
     async once() {
-      const file = path.join(dir, 'config.json');
-      await writeFile(
-        file,
-        JSON.stringify({
-          deviceId: device,
-          server: { baseUrl: world.server.url, timeoutSeconds: 5 },
-          rootDir: world.rootDir,
-          stateDir: world.stateDir,
-          socketPath: path.join(dir, 'agent.sock'),
-          ...(options.logLevel === undefined ? {} : { log: { level: options.logLevel } }),
-        }),
+      const file = await writeAgentConfig(
+        dir,
+        device,
+        world.server.url,
+        options.logLevel === undefined ? {} : { log: { level: options.logLevel } },
       );
       const err = textSink();
       const io: CommandIo = {
