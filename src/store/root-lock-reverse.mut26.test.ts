@@ -167,9 +167,12 @@ describe.runIf(ON_NODE_20)('StateDir.open (mut26)', () => {
   });
 });
 
+/** Names of this process alone: another run of this file on the machine (abstract names are machine-wide) binds its own. */
+const OWN = `mut26:${process.pid}`;
+
 describe('the helper itself (legacyNameHelper)', () => {
   it('binds the name at its own length, says "in use" when it is taken, and ends when stopped', async () => {
-    const { name } = rootLockNames('mut26:1');
+    const { name } = rootLockNames(`${OWN}:1`);
     const legacy = name.replace(/\0+$/, '');
     const first = legacyNameHelper(name, (pid) => JSON.stringify({ pid }), PERL);
     expect(await first.started).toBe('bound');
@@ -185,7 +188,7 @@ describe('the helper itself (legacyNameHelper)', () => {
   });
 
   it('ends with its agent however the agent ends (SIGKILL): its stdin closed, the name free', async () => {
-    const legacy = '\0config-agent-root-mut26:2';
+    const legacy = `\0config-agent-root-${OWN}:2`;
     // An agent stand-in that starts the helper as legacyNameHelper does (stdin a pipe it holds), then is killed.
     const agent = spawn(
       process.execPath,
