@@ -1,6 +1,7 @@
 // The reconciler-against-the-mock world of the runPass tests: a temp root and state dir, the mock service, a Reconciler.
+import { rmSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { lstat, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { lstat, mkdir, mkdtemp, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { FaultRequest } from '../../src/api/admin-schemas.js';
@@ -193,7 +194,9 @@ export async function createPassWorld(options: PassWorldOptions): Promise<PassWo
       } finally {
         current = undefined;
         await server.close();
-        await rm(dir, { recursive: true, force: true });
+        // On the calling thread: the promise rm is a pool round trip for each entry (a world of 100 files, ~300
+        // entries with the content cache: 6.8 ms of CPU against 2.6 ms; one file: 0.8 against 0.2 ms).
+        rmSync(dir, { recursive: true, force: true });
       }
     },
   };
