@@ -10,7 +10,7 @@ import { ContentCache } from '../store/content-cache.js';
 import type { RootMountWatch } from '../store/root-mount.js';
 import type { ManagedFile } from '../store/state.js';
 import { type ApplyContext, applySteps } from './apply.js';
-import { deployedReport, type Step } from './plan.js';
+import { deployedReport, type RemoveStep, type Step, type WriteStep } from './plan.js';
 
 const ROOT = '/srv/config';
 const STATE_DIR = '/var/lib/config-agent';
@@ -168,6 +168,26 @@ describe('steps judged from the disk under a gone mount (mut27)', () => {
     );
     expect(results).toStrictEqual({ 'data/a.json': 'failed/write', 'other/d.json': 'none' });
     expect(errors).toStrictEqual([BELOW_GONE]);
+  });
+
+  it("rootDir's own mount gone once a removal or a change of mode landed: failed as a removal, as a write", async () => {
+    const removed = await apply(
+      [remove('data/r.json')],
+      watch([undefined, ROOT_GONE], Number.POSITIVE_INFINITY),
+    );
+    expect(removed).toStrictEqual({ results: { 'data/r.json': 'failed/remove' }, errors: [ROOT_GONE] });
+    const chmod = { ...(write('data/a.json') as WriteStep), reason: 'metadata', mode: 0o600 } as const;
+    const changed = await apply([chmod], watch([undefined, ROOT_GONE], Number.POSITIVE_INFINITY));
+    expect(changed).toStrictEqual({ results: { 'data/a.json': 'failed/write' }, errors: [ROOT_GONE] });
+    // A swap (a write with the files it displaced) is left as it is (mount26).
+    const swap = { ...(write('data/w.json') as WriteStep), displaces: [remove('data/e.json') as RemoveStep] };
+    const swapped = await apply([swap], watch([undefined, ROOT_GONE], Number.POSITIVE_INFINITY));
+    expect(swapped.results).toStrictEqual({ 'data/w.json': 'written' });
+    expect(vol.existsSync(path.join(ROOT, 'data/e.json'))).toBe(false);
+    // Without the mount going: a change of mode, as its handler has it.
+    const other = { ...(write('data/b.json') as WriteStep), reason: 'metadata', mode: 0o600 } as const;
+    const steady = await apply([other], watch([undefined], Number.POSITIVE_INFINITY));
+    expect(steady.results).toStrictEqual({ 'data/b.json': 'metadata' });
   });
 
   it('nothing gone: each as its handler has it', async () => {
