@@ -88,18 +88,29 @@ export const READER_START_MS = 1_000;
 export const MAX_STUCK_READERS = 2;
 /** The most bytes one read may answer (an environment is at most a quarter of the stack limit). */
 const READ_MAX_BYTES = 32 * 1024 * 1024;
+/**
+ * The most records read of one file (grep's `-m`, per file): an environ of empty records (rewritten with NULs) grew
+ * ~21-fold in the reader's output and passed READ_MAX_BYTES alone, and every file after it went unread (fix36).
+ */
+export const READ_MAX_RECORDS = 4096;
+/**
+ * Readers started again in one look after a reader's output passed READ_MAX_BYTES (many processes, or a few with
+ * 6 MiB environs): each goes on from the file the last one was reading. Bounds a look's time; its memory is one
+ * reader's output at a time.
+ */
+export const MAX_OVERFLOW_READERS = 2;
 
 /** Read between each file and the next: one record (it holds no NUL) that never waits, telling where a file ended. */
 const SEPARATOR_FILE = '/proc/version';
 
 /**
  * The reader: `sh` starts grep in the background on every file, each followed by SEPARATOR_FILE, prints grep's pid
- * and exits at once. grep prints each NUL-terminated record of each file as `<file>:<record>` and a NUL (`-z -H`,
+ * and exits at once. grep prints each NUL-terminated record of each file (its first READ_MAX_RECORDS) as `<file>:<record>` and a NUL (`-z -H`,
  * `-a`: bytes as they are), so a record, which holds no NUL, can never pass for another file's or for a separator.
  * What stays stuck is that grep, which is not the agent's child (orphaned, init reaps it), so nothing of it is
  * waited for when the agent exits.
  */
-const READER_SCRIPT = '/bin/grep --line-buffered -a -s -H -z "" -- "$@" & echo "pid $!" >&2';
+const READER_SCRIPT = `/bin/grep --line-buffered -a -s -H -z -m ${READ_MAX_RECORDS} "" -- "$@" & echo "pid $!" >&2`;
 
 /** node:child_process as the reader takes it: only once a read is asked for; a stand-in in tests. */
 export type ChildProcesses = () => Pick<typeof import('node:child_process'), 'spawnSync'>;
@@ -192,6 +203,7 @@ export function boundedFileReader(
   const readAll = (files: readonly string[]): Map<string, Buffer | undefined | 'late'> => {
     const answers = new Map<string, Buffer | undefined | 'late'>(files.map((file) => [file, undefined]));
     let left = [...files];
+    let overflows = 0;
     settle();
     // Not read, nothing of it hung: unknown now, read again later (a 'late' pid was never read again; review33).
     while (left.length > 0 && stuck.length < MAX_STUCK_READERS) {
@@ -207,6 +219,13 @@ export function boundedFileReader(
       const { read, finished } = parseReadOut(result.stdout ?? Buffer.alloc(0), left);
       for (const file of left.slice(0, finished)) answers.set(file, read.get(file));
       if (result.error === undefined || finished >= left.length) return answers;
+      // Its output passed READ_MAX_BYTES: a fresh reader goes on from the file it was reading, or after it when
+      // that file was its first (it alone passed the cap: left unknown), so no file after it goes unread (fix36).
+      if ((result.error as NodeJS.ErrnoException).code === 'ENOBUFS' && overflows < MAX_OVERFLOW_READERS) {
+        overflows += 1;
+        left = left.slice(Math.max(finished, 1));
+        continue;
+      }
       const pid = /pid ([0-9]+)/.exec(result.stderr?.toString('latin1') ?? '')?.[1];
       const late = left[finished];
       // Not started (EAGAIN: TasksMax= or RLIMIT_NPROC reached), too large, or too slow to say what to wait for.
