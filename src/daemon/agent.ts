@@ -772,7 +772,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
           this.#c.metrics.recordDriftRepair(paths.length);
         },
         fileMeta: (relative) => this.#c.runner.fileMeta?.(relative),
-        rootMountGone: async (relative) => (await this.#c.runner.rootMountGone?.(relative)) === true,
+        rootMountsGone: async () => (await this.#c.runner.rootMountJudge?.()) ?? (() => false),
       },
       onDrift: (paths) => {
         this.#c.metrics.recordDriftDetected(paths.length);

@@ -43,6 +43,11 @@ export interface LocalRestore {
    * not restored, a pass judges it instead.
    */
   rootMountGone?: (relative: string) => Promise<boolean>;
+  /**
+   * The same for a batch, taken before `rootMountGone` when given: the mounts checked once, then each path judged
+   * (a burst of 10,000 drifted files read the mount table 10,000 times: fix36).
+   */
+  rootMountsGone?: () => Promise<(relative: string) => boolean>;
 }
 
 /** How long the watcher waits for a file's events to stop before judging it (on its clock). */
@@ -383,11 +388,13 @@ export class DriftWatcher {
     const needPass: string[] = [];
     const restored: string[] = [];
     await this.#options.passes.exclusive(async () => {
+      // The mounts checked once for the batch, each path judged after (fix36).
+      const gone = await restore.rootMountsGone?.();
       for (const relative of paths) {
         if (this.#closed) return;
         // Into the bare mountpoint it would land on the filesystem underneath: the pass reports it retrying. Only
         // the mounts holding this path count: one gone elsewhere below rootDir holds nothing here back (fix34).
-        if (await restore.rootMountGone?.(relative)) {
+        if (gone !== undefined ? gone(relative) : await restore.rootMountGone?.(relative)) {
           needPass.push(relative);
           continue;
         }

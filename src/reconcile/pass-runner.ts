@@ -164,6 +164,8 @@ export interface PassRunner {
    * (any, without it): nothing may be written there.
    */
   rootMountGone?(relative?: string): Promise<boolean>;
+  /** rootDir's mounts checked once, then `rootMountGone` of each path without another check (a batch: fix36). */
+  rootMountJudge?(): Promise<(relative: string) => boolean>;
   /** The mounts below rootDir the last check found gone, each as its condition's message (health's `degraded`). */
   mountsGoneBelow?(): readonly string[];
   /** Makes state and queued reports durable (after a pass and at shutdown). */

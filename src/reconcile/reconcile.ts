@@ -146,6 +146,17 @@ export class Reconciler implements PassRunner {
     return relative === undefined ? watch.anyGoneBelow() : watch.goneAt(relative) !== undefined;
   }
 
+  /**
+   * rootDir's mounts checked once, then a judge of each path as `rootMountGone(relative)` answers it: a batch of the
+   * drift watcher's restores costs one read of the mount table, not one per path (fix36).
+   */
+  async rootMountJudge(): Promise<(relative: string) => boolean> {
+    const watch = this.#ctx.rootMount;
+    if (watch === undefined) return () => false;
+    if ((await watch.check()) !== undefined) return () => true;
+    return (relative) => watch.goneAt(relative) !== undefined;
+  }
+
   mountsGoneBelow(): string[] {
     return this.#ctx.rootMount?.goneBelow() ?? [];
   }
