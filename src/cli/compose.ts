@@ -162,14 +162,30 @@ async function fileMetaFor(config: AgentConfig): Promise<ReconcilerSettings['fil
 export const KEY_MATCH_MIN_LENGTH = 12;
 
 /**
- * Whether a text holds the API key as written, escaped or percent-encoded (the log scrub's spellings); undefined
- * without a key or with one shorter than KEY_MATCH_MIN_LENGTH.
+ * Whether a text holds the API key (any of `apiKeys`) as written, escaped or percent-encoded (the log scrub's
+ * spellings); undefined without a key of KEY_MATCH_MIN_LENGTH or more.
  */
-export function apiKeyMatcher(apiKey: string | undefined): ((text: string) => boolean) | undefined {
-  if (apiKey === undefined || apiKey.length < KEY_MATCH_MIN_LENGTH) return undefined;
+export function apiKeyMatcher(
+  apiKeys: string | readonly string[] | undefined,
+): ((text: string) => boolean) | undefined {
+  const long = (typeof apiKeys === 'string' ? [apiKeys] : (apiKeys ?? [])).filter(
+    (apiKey) => apiKey.length >= KEY_MATCH_MIN_LENGTH,
+  );
+  if (long.length === 0) return undefined;
   const key = createSecretRegistry();
-  key.add(apiKey);
+  for (const apiKey of long) key.add(apiKey);
   return (text) => key.scrub(text) !== text;
+}
+
+/** The API keys a daemon keeps looking for: the one it holds and those it held before reloads (fix36). */
+export const HELD_API_KEYS = 4;
+
+/**
+ * `held` with `apiKey` last (once), the oldest dropped past HELD_API_KEYS: a key rotated away is still a secret
+ * until the service revokes it, so a service echoing it is refused as for the key held now (fix36).
+ */
+export function heldApiKeys(held: readonly string[], apiKey: string): string[] {
+  return [...held.filter((key) => key !== apiKey), apiKey].slice(-HELD_API_KEYS);
 }
 
 /** `forDaemon`: the daemon runs hooks, so changed paths are kept for them until they ran. */
@@ -178,7 +194,7 @@ export function reconcilerSettings(
   requestRetries: number,
   forDaemon: boolean,
   fileMeta: ReconcilerSettings['fileMeta'],
-  apiKey?: string,
+  apiKey?: string | readonly string[],
 ): ReconcilerSettings {
   const holdsApiKey = apiKeyMatcher(apiKey);
   return {
@@ -401,7 +417,8 @@ export function withoutKeyValues(env: NodeJS.ProcessEnv, apiKey: string): NodeJS
 /**
  * The components of the daemon for the configuration on disk now. `current` (a reload) keeps what the new
  * configuration does not change: the runner with its cooldowns and outbox (unless the device, root or state
- * directory moved), and the metrics (unless the device did).
+ * directory moved), and the metrics (unless the device did). `held`: the API keys this process has held, the loaded
+ * one added (heldApiKeys).
  */
 async function buildAgentComponents(
   loaded: LoadedConfig,
@@ -409,9 +426,11 @@ async function buildAgentComponents(
   secrets: SecretRegistry,
   daemon: DaemonModule,
   lanes: MountLanes,
+  held: { apiKeys: string[] },
   current?: AgentComponents<Reconciler>,
 ): Promise<AgentComponents<Reconciler>> {
   const { config } = loaded;
+  held.apiKeys = heldApiKeys(held.apiKeys, loaded.apiKey);
   const deps = await createDeps(config, secrets, io.stderr, current?.deps, lanes);
   for (const { hook, program, why } of loaded.hookChecksUnanswered ?? []) {
     deps.logger
@@ -432,7 +451,7 @@ async function buildAgentComponents(
     DAEMON_REQUEST_RETRIES,
     true,
     await fileMetaFor(config),
-    loaded.apiKey,
+    held.apiKeys,
   );
   let runner: Reconciler;
   if (current?.runner.reconfigure(deps, settings, client)) {
@@ -608,6 +627,8 @@ export async function runAgent(
   // upgrade replaced them a later import() would not find this version's (packaging/bundle.mjs). The daemon
   // loads the glob matcher for its hooks anyway.
   await import('../config/file-rules.js');
+  // The keys held so far: a reload's new one does not end the search for the one it replaced (fix36).
+  const held = { apiKeys: [] as string[] };
   const reload = (running: RunningAgent<Reconciler>) =>
     running.reload(async (current) =>
       buildAgentComponents(
@@ -616,6 +637,7 @@ export async function runAgent(
         secrets,
         daemon,
         lanes,
+        held,
         current,
       ),
     );
@@ -690,7 +712,7 @@ export async function runAgent(
         // The deadline ran out while the configuration was read (its realpaths hung): create nothing now.
         if (abandoned) return ExitCode.NotConverged;
         try {
-          const components = await buildAgentComponents(loaded, io, secrets, daemon, lanes);
+          const components = await buildAgentComponents(loaded, io, secrets, daemon, lanes, held);
           await tellAnswered();
           return components;
         } catch (error) {
