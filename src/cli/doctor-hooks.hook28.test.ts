@@ -5,11 +5,12 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { skipWithoutRoot } from '../../test/helpers/built-packages.js';
 import { deadBelow } from '../../test/helpers/dead-below-fs.js';
 import { doctorEnvironment, doctorOutput, writeDoctorConfig } from '../../test/helpers/doctor-config.js';
+import { initEnvironment, initUsers } from '../../test/helpers/init-scratch.js';
+import { bufferedIo } from '../../test/helpers/local-socket.js';
 import { ExitCode } from './exit-codes.js';
 import { runInit } from './init.js';
 
@@ -69,20 +70,14 @@ describe('init: a kept hook program on a mount that does not answer (hook28; roo
     dirs.push(dir);
     const dead = path.join(dir, 'nfs');
     mkdirSync(dead);
-    mkdirSync(path.join(dir, 'etc/config-agent'), { recursive: true });
-    writeFileSync(
-      path.join(dir, 'passwd'),
-      'root:x:0:0::/root:/bin/sh\nconfig-agent:x:4243:4243::/:/bin/false\n',
-    );
-    writeFileSync(path.join(dir, 'group'), 'root:x:0:\nconfig-agent:x:4243:\n');
-    const configPath = path.join(dir, 'etc/config-agent/config.json');
+    const configPath = initUsers(dir, 4243);
     const program = path.join(dead, 'reload');
     // An existing configuration's hooks are kept by init: the one here lives on the dead mount.
     writeFileSync(configPath, JSON.stringify({ hooks: [{ match: '**', run: [program] }] }), {
       mode: 0o640,
     });
     const { fs, calls } = deadBelow([dead]);
-    let out = '';
+    const io = bufferedIo({}, false);
     const code = await runInit(
       {
         configPath,
@@ -91,30 +86,15 @@ describe('init: a kept hook program on a mount that does not answer (hook28; roo
         rootDir: path.join(dir, 'root'),
         apiKeyFile: '-',
       },
+      io,
       {
-        stdout: new Writable({
-          write(chunk, _encoding, done) {
-            out += String(chunk);
-            done();
-          },
-        }),
-        stderr: new Writable({ write: (_c, _e, d) => d() }),
-        env: {},
-        isTty: false,
-      },
-      {
-        stdin: Readable.from(['sk-init-hooks-test-key-0123\n']),
-        stdinIsTty: false,
-        groupFile: path.join(dir, 'group'),
-        passwdFile: path.join(dir, 'passwd'),
-        dropInDir: path.join(dir, 'dropin'),
-        checkTimeoutMs: 1_000,
-        uid: 0,
+        ...initEnvironment(dir, 'sk-init-hooks-test-key-0123'),
         placesFs: fs,
         mountTable: { mountinfo: async () => `90 27 0:60 / ${dead} rw - fuse dead rw` },
         mountAnswerMs: 50,
       },
     );
+    const out = io.out();
     expect(out).toContain(`warning: hooks[0].run[0] (${program}) not judged`);
     expect(out).toContain(`the mount at ${dead} did not answer within 0.1 s`);
     expect(calls.get(dead)).toBe(1);

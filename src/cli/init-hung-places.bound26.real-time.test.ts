@@ -3,9 +3,10 @@
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { canMountFuse, hungFuseDir } from '../../test/helpers/hung-fuse.js';
+import { initEnvironment } from '../../test/helpers/init-scratch.js';
+import { bufferedIo } from '../../test/helpers/local-socket.js';
 import { ExitCode } from './exit-codes.js';
 import { runInit } from './init.js';
 
@@ -21,34 +22,18 @@ describe.runIf(canMountFuse)('init: rootDir on a hung mount (bound26)', () => {
     await mkdir(path.join(dir, 'etc'));
     const configPath = path.join(dir, 'etc/config.json');
     const rootDir = path.join(mountPoint, 'configs');
-    let err = '';
-    const quiet = new Writable({ write: (_c, _e, done) => done() });
+    const io = bufferedIo({}, false);
     const code = await runInit(
       { configPath, deviceId: 'dvc_1', baseUrl: 'http://127.0.0.1:9', rootDir, apiKeyFile: '-' },
+      io,
       {
-        stdout: quiet,
-        stderr: new Writable({
-          write(chunk, _encoding, done) {
-            err += String(chunk);
-            done();
-          },
-        }),
-        env: {},
-        isTty: false,
-      },
-      {
-        stdin: Readable.from(['sk-init-fuse-test-key-0123\n']),
-        stdinIsTty: false,
-        groupFile: path.join(dir, 'group'),
-        passwdFile: path.join(dir, 'passwd'),
-        dropInDir: path.join(dir, 'dropin'),
-        checkTimeoutMs: 1_000,
-        uid: 0,
+        ...initEnvironment(dir, 'sk-init-fuse-test-key-0123'),
         // The unit's hidden directories judged too: their realpath of rootDir goes into the mount first.
         unitHides: [{ dir: '/home', directive: 'ProtectHome=yes' }],
         mountAnswerMs: 300,
       },
     );
+    const err = io.err();
     expect(err).toContain(
       `rootDir ${rootDir}: ETIMEDOUT: the mount at ${mountPoint} did not answer within 0.3 s`,
     );

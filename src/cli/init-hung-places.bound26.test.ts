@@ -5,9 +5,10 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Readable, Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { deadBelow } from '../../test/helpers/dead-below-fs.js';
+import { initEnvironment, initUsers } from '../../test/helpers/init-scratch.js';
+import { bufferedIo } from '../../test/helpers/local-socket.js';
 import { ExitCode } from './exit-codes.js';
 import { type InitFs, runInit } from './init.js';
 
@@ -22,51 +23,30 @@ async function initWith(place: (dir: string) => { rootDir: string; stateDir?: st
   dirs.push(dir);
   const { rootDir, stateDir, dead } = place(dir);
   mkdirSync(dead);
-  mkdirSync(path.join(dir, 'etc/config-agent'), { recursive: true });
-  writeFileSync(
-    path.join(dir, 'passwd'),
-    'root:x:0:0::/root:/bin/sh\nconfig-agent:x:4244:4244::/:/bin/false\n',
-  );
-  writeFileSync(path.join(dir, 'group'), 'root:x:0:\nconfig-agent:x:4244:\n');
-  const configPath = path.join(dir, 'etc/config-agent/config.json');
+  const configPath = initUsers(dir, 4244);
   if (stateDir !== undefined) writeFileSync(configPath, JSON.stringify({ stateDir }), { mode: 0o640 });
   const { fs, calls } = deadBelow([dead]);
-  let out = '';
-  let err = '';
-  const sink = (append: (text: string) => void) =>
-    new Writable({
-      write(chunk, _encoding, done) {
-        append(String(chunk));
-        done();
-      },
-    });
+  const io = bufferedIo({}, false);
   const code = await runInit(
     { configPath, deviceId: 'dvc_hung', baseUrl: 'http://127.0.0.1:9', rootDir, apiKeyFile: '-' },
+    io,
     {
-      stdout: sink((text) => {
-        out += text;
-      }),
-      stderr: sink((text) => {
-        err += text;
-      }),
-      env: {},
-      isTty: false,
-    },
-    {
-      stdin: Readable.from(['sk-init-hung-test-key-0123\n']),
-      stdinIsTty: false,
-      groupFile: path.join(dir, 'group'),
-      passwdFile: path.join(dir, 'passwd'),
-      dropInDir: path.join(dir, 'dropin'),
-      checkTimeoutMs: 1_000,
-      uid: 0,
+      ...initEnvironment(dir, 'sk-init-hung-test-key-0123'),
       fs: fs as InitFs,
       placesFs: fs,
       mountTable: { mountinfo: async () => `90 27 0:60 / ${dead} rw - fuse dead rw` },
       mountAnswerMs: 50,
     },
   );
-  return { code, out, err, calls, configPath, keyPath: path.join(dir, 'etc/config-agent/api-key'), dead };
+  return {
+    code,
+    out: io.out(),
+    err: io.err(),
+    calls,
+    configPath,
+    keyPath: path.join(dir, 'etc/config-agent/api-key'),
+    dead,
+  };
 }
 
 describe('init: rootDir or stateDir on a mount that does not answer (bound26)', () => {
