@@ -71,6 +71,31 @@ interface Check {
   name: string;
   ok: boolean;
   detail: string;
+  /** Worth an operator's look but no failure: printed `warn`, not counted. */
+  warn?: true;
+}
+
+/**
+ * Hook arguments inside rootDir that start-up accepts (data for a program that is no interpreter, or for a script
+ * outside rootDir): the service decides their bytes, which the program must treat as data, never run as code.
+ */
+function hookArgumentsInRoot(config: AgentConfig): Check[] {
+  const checks: Check[] = [];
+  for (const [i, hook] of config.hooks.entries())
+    for (const [j, arg] of hook.run.entries()) {
+      if (j === 0 || !path.isAbsolute(arg)) continue;
+      const relative = path.relative(config.rootDir, arg);
+      if (relative.startsWith('..') || path.isAbsolute(relative)) continue;
+      checks.push({
+        name: 'hooks',
+        ok: true,
+        warn: true,
+        detail:
+          `hooks[${i}].run[${j}] ${arg} is inside rootDir, whose files the service writes: ${hook.run[0]} must ` +
+          'read it as data only, never run it as code',
+      });
+    }
+  return checks;
 }
 
 function modeText(stats: Stats): string {
@@ -239,7 +264,8 @@ export async function runDoctor(
   const checks: Check[] = [];
   const report = (check: Check) => {
     checks.push(check);
-    io.stdout.write(`${check.ok ? 'ok  ' : 'FAIL'}  ${check.name.padEnd(9)} ${check.detail}\n`);
+    const label = check.warn === true ? 'warn' : check.ok ? 'ok  ' : 'FAIL';
+    io.stdout.write(`${label}  ${check.name.padEnd(9)} ${check.detail}\n`);
   };
 
   const configPath = resolveConfigPath(command.configPath, io.env);
@@ -272,6 +298,7 @@ export async function runDoctor(
         places.ownPathsPort,
       );
       report({ name: 'config', ok: true, detail: `${configPath} valid (device ${config.deviceId})` });
+      for (const check of hookArgumentsInRoot(config)) report(check);
     } catch (error) {
       report({ name: 'config', ok: false, detail: errorMessage(error) });
     }

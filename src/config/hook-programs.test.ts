@@ -50,7 +50,8 @@ describe.runIf(process.geteuid?.() === 0)('hook programs another user could chan
   it('a root-owned program in root-owned directories loads, by absolute path and through PATH', async () => {
     expect(await load(path.join(dir, 'bin', 'reload'))).toBe('loaded');
     expect(await load('reload', `${dir}/early:${dir}/bin`)).toBe('loaded');
-    expect(await load('sh', '/usr/bin:/bin')).toBe('loaded');
+    // (`sh now` would run <rootDir>/now as a script: refused since fix37, hook-code-args.fix37.test.ts.)
+    expect(await load('true', '/usr/bin:/bin')).toBe('loaded');
   });
 
   it('a program others or another group can write, or another user owns, is refused', async () => {

@@ -3,6 +3,7 @@ import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import { errnoCode } from '../lib/errors.js';
 import { ConfigError, type ConfigIssue } from './errors.js';
+import { codeMentions, hookCodeArguments } from './hook-code-args.js';
 import { type AgentConfig, stateDirClash } from './schema.js';
 
 /** What the check reads; injected so tests can describe mounts without mounting. */
@@ -60,6 +61,11 @@ export function ownPaths(
     else if (program.includes('/'))
       paths.push({ key: `hooks[${i}].run[0]`, file: path.join(config.rootDir, program) });
     else bareProgram = true;
+    // An interpreter runs its script argument as code: a script the service delivers would run as the hook.
+    const code = hookCodeArguments(hook.run, config.rootDir);
+    for (const { index, file } of [...code.programs, ...code.files])
+      paths.push({ key: `hooks[${i}].run[${index}]`, file });
+    if (code.barePrograms) bareProgram = true;
   }
   // Unset, PATH is the C library's default (/bin:/usr/bin), never relative.
   if (bareProgram && env.PATH !== undefined) {
@@ -129,6 +135,18 @@ export async function assertOwnPathsOutsideRoot(
         `${root.real === config.rootDir ? '' : ` (really ${root.real})`}, ` +
         'where the service decides what is written: move it out of rootDir',
     });
+  }
+  for (const [i, hook] of config.hooks.entries()) {
+    for (const { index, text } of hookCodeArguments(hook.run, config.rootDir).code) {
+      const named = codeMentions(text, [config.rootDir, root.real]);
+      if (named === undefined) continue;
+      issues.push({
+        path: `hooks[${i}].run[${index}]`,
+        message:
+          `code given to an interpreter names ${named} (rootDir ${config.rootDir}), where the service decides ` +
+          'what is written: a file it delivers there would run as the hook; move the script out of rootDir',
+      });
+    }
   }
   if (issues.length > 0) throw new ConfigError(configPath, issues);
 }
