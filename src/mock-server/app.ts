@@ -2,6 +2,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { type Context, Hono } from 'hono';
 import { routePath } from 'hono/route';
+import { LinearRouter } from 'hono/router/linear-router';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { z } from 'zod';
 import {
@@ -98,7 +99,10 @@ export function createMockService(options: MockServiceOptions): MockService {
     options.state ?? (options.fixtures ? stateFromFixtures(options.fixtures, at()) : new MockState());
   const keys = options.apiKeys.map((key) => Buffer.from(key));
 
-  const app = new Hono();
+  // Hono's default router compiles its routes into one RegExp at the first request of each app: ~1 ms of CPU for
+  // every mock a test starts (2.8-3.3 ms for a start, one listing and a close; 1.9-2.0 ms with this one), against
+  // a few microseconds more per request matching ~40 routes one by one.
+  const app = new Hono({ router: new LinearRouter() });
 
   app.use('*', async (c, next) => {
     const started = performance.now();
