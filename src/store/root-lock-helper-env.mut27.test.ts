@@ -1,4 +1,4 @@
-// The perl that holds the unpadded lock name for a daemon on Node 20 runs with an empty environment (mut27): none of the agent's.
+// The perl that holds the unpadded lock name for a daemon on Node 20 (mut27): an empty environment, and a helper that says nothing.
 import { readFile } from 'node:fs/promises';
 import { expect, it } from 'vitest';
 import { LEGACY_HELPER_PERL, legacyNameHelper, rootLockNames } from './lock.js';
@@ -24,4 +24,11 @@ it("the helper's environment is empty, whatever the agent's holds", async () => 
   } finally {
     await helper.stop();
   }
+});
+
+it('a helper program that ends without a word (perl broken) resolves started with nothing, and stops', async () => {
+  const { name } = rootLockNames(`mut27-silent:${process.pid}`);
+  const helper = legacyNameHelper(name, () => '{}', '/bin/true');
+  expect(await helper.started).toBeUndefined();
+  await expect(helper.stop()).resolves.toBeUndefined();
 });
