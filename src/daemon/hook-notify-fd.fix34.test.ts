@@ -6,8 +6,8 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build } from 'esbuild';
 import { afterEach, describe, expect, it } from 'vitest';
+import { bundleScript } from '../../test/helpers/bundled-script.js';
 
 const WRAPPER = fileURLToPath(new URL('../../systemd/config-agent-notify', import.meta.url));
 const HOOKS = fileURLToPath(new URL('./hooks.ts', import.meta.url));
@@ -79,19 +79,12 @@ async function runUnderWrapper(
   hookFds: string[];
 }> {
   const outfile = path.join(work, 'agent.mjs');
-  await build({
-    stdin: {
-      contents: `import { runHooks } from ${JSON.stringify(HOOKS)};\nimport { boundedFileReader } from ${JSON.stringify(READER)};\n${AGENT}`,
-      sourcefile: path.join(work, 'agent.ts'),
-      resolveDir: work,
-      loader: 'ts',
-    },
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
+  await bundleScript(
+    `import { runHooks } from ${JSON.stringify(HOOKS)};\nimport { boundedFileReader } from ${JSON.stringify(READER)};\n${AGENT}`,
+    work,
+    path.join(work, 'agent.ts'),
     outfile,
-    logLevel: 'silent',
-  });
+  );
   const out = path.join(work, `seen-${extraFds}.json`);
   const hookOut = path.join(work, `hook-${extraFds}.txt`);
   const child = spawn('perl', [WRAPPER, process.execPath, outfile, out, hookOut], {

@@ -5,8 +5,8 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build } from 'esbuild';
 import { afterEach, describe, expect, it } from 'vitest';
+import { bundleScript } from '../../test/helpers/bundled-script.js';
 
 let dir: string | undefined;
 let fifo: string | undefined;
@@ -34,19 +34,12 @@ async function runTo(
   const entry = path.join(dir, 'entry.ts');
   const outfile = path.join(dir, 'entry.mjs');
   const module = fileURLToPath(new URL('./hook-processes.ts', import.meta.url));
-  await build({
-    stdin: {
-      contents: `import { procProcessTable } from ${JSON.stringify(module)};\n${script}`,
-      sourcefile: entry,
-      resolveDir: dir,
-      loader: 'ts',
-    },
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
+  await bundleScript(
+    `import { procProcessTable } from ${JSON.stringify(module)};\n${script}`,
+    dir,
+    entry,
     outfile,
-    logLevel: 'silent',
-  });
+  );
   const child = spawn(process.execPath, [outfile], { stdio: ['ignore', 'pipe', 'inherit'] });
   let out = '';
   child.stdout.on('data', (chunk: Buffer) => {

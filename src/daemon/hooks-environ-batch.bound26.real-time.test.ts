@@ -5,23 +5,14 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+import { strayPidsEachTest } from '../../test/helpers/stray-pids.js';
 import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { silentLogger } from '../lib/logger.js';
 import { type ChildProcesses, procProcessTable } from './hook-processes.js';
 import { runHooks } from './hooks.js';
 
 const BASE = mkdtempSync(path.join(os.tmpdir(), 'config-agent-hooks-bound26-'));
-const strays: number[] = [];
-
-afterEach(() => {
-  for (const pid of strays.splice(0)) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // Already gone.
-    }
-  }
-});
+const strays = strayPidsEachTest();
 afterAll(() => rmSync(BASE, { recursive: true, force: true }));
 
 /** Running and not a zombie. */

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { strayPidsEachTest } from '../../test/helpers/stray-pids.js';
 import { PATIENCE_MS } from '../../test/helpers/wait-for.js';
 import { createLogger, type Logger, silentLogger } from '../lib/logger.js';
 import { createSecretRegistry } from '../lib/secrets.js';
@@ -23,17 +24,7 @@ const ROOT = path.join(BASE, 'root');
 const OUT = path.join(BASE, 'out');
 const node = process.execPath;
 let counter = 0;
-const strays: number[] = [];
-
-afterEach(() => {
-  for (const pid of strays.splice(0)) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // Already gone.
-    }
-  }
-});
+const strays = strayPidsEachTest();
 
 afterAll(() => {
   rmSync(BASE, { recursive: true, force: true });
