@@ -141,6 +141,12 @@ export interface PagerOptions {
   /** Items judged valid before, by the key of their exact text: their content is not checked again (list-page.ts). */
   knownItems?: KnownItems;
   logger?: Logger;
+  /**
+   * Whether a warning about how the service answers (`cause`) is told at its level this time: true the first time
+   * `what` is said of it in this process (pull.ts: ToldItems), so a service answering so on every poll is told
+   * once, then at `debug`. Absent: always told.
+   */
+  tellOnce?: (cause: string, what: string) => boolean;
   pageLimit?: number;
   /** Bytes a page aims at once items' sizes are known (default: half of `maxResponseBytes`). */
   pageBytes?: number;
@@ -149,6 +155,10 @@ export interface PagerOptions {
   maxBytes?: number;
   maxListingAttempts?: number;
 }
+
+/** The causes of tellOnce: a count withheld (-1) on some page, has_more true past the count. */
+const WITHHELD_COUNT = '(service: total_count -1)';
+const PAST_THE_COUNT = '(service: has_more past total_count)';
 
 const DUPLICATED = 'listed more than once in one listing by the service (ambiguous: no copy is used)';
 const GIVEN_TWICE =
@@ -338,9 +348,11 @@ export async function pullConfigInstances<I extends ConfigInstanceHead = ConfigI
     // Every page asks for the count (expand[]=total_count); a page answering -1 breaks the interface, and a
     // listing it ends early is then told from a whole one by nothing: taken as complete, a retired instance still
     // listed at a path had the file of the unlisted instance that took the path over deleted. Used, but not
-    // complete (as a listing ending before its count: 40ca7b5); one warning per pull, i.e. per pass.
+    // complete (as a listing ending before its count: 40ca7b5); one warning per pull, told once per process
+    // while the service keeps withholding it (tellOnce), at debug after: a line every poll otherwise (adv35).
     const problem = `the service answered total_count -1 on ${withheld.uncounted} of ${withheld.pages} page(s) though asked for it (expand[]=total_count): whether the listing is whole cannot be told`;
-    options.logger?.warn({ pages: withheld.pages, uncounted: withheld.uncounted }, problem);
+    const level = options.tellOnce?.(WITHHELD_COUNT, 'withheld') === false ? 'debug' : 'warn';
+    options.logger?.[level]({ pages: withheld.pages, uncounted: withheld.uncounted }, problem);
     incomplete ??= problem;
   }
   return {
@@ -569,7 +581,9 @@ async function listOnce<I>(
     const pastTheCount =
       head.has_more && items.length === 0 && firstTotal !== undefined && covered === firstTotal;
     if (pastTheCount) {
-      options.logger?.warn(
+      // Once per process while the service keeps doing so (tellOnce), then at debug: a line every poll (adv35).
+      const level = options.tellOnce?.(PAST_THE_COUNT, 'past') === false ? 'debug' : 'warn';
+      options.logger?.[level](
         { covered, totalCount: firstTotal },
         'has_more is true past total_count: the listing ends',
       );

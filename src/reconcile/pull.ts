@@ -139,6 +139,7 @@ async function listInstances<I extends ConfigInstanceHead>(
     client: ctx.client,
     clock: ctx.clock,
     logger: ctx.logger,
+    ...(ctx.told === undefined ? {} : { tellOnce: told(ctx.told) }),
     retry: (what, request, signal) => withRequestRetry(what, request, { ...ctx.retry, signal }),
     ...(ctx.maxResponseBytes === undefined ? {} : { maxResponseBytes: ctx.maxResponseBytes }),
     ...(ctx.prepare === undefined ? {} : { prepare: ctx.prepare }),
@@ -176,6 +177,11 @@ async function listInstances<I extends ConfigInstanceHead>(
   };
   if (foreign.length > 0) tellForeign(foreign, ctx);
   return { ...kept, ...(pulled.incomplete === undefined ? {} : { incomplete: pulled.incomplete }) };
+}
+
+/** The pager's warnings about how the service answers, told once per process and cause (ToldItems). */
+function told(items: ToldItems): (cause: string, what: string) => boolean {
+  return (cause, what) => items.firstTime(cause, what);
 }
 
 /** How many of the other devices' instance ids the line about them names. */
