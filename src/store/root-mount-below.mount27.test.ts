@@ -329,6 +329,14 @@ describe('mounts below rootDir (mount27)', () => {
     expect(watch.mountHolding(`${names[0]}/f.json`)).toBeUndefined();
     expect(watch.mountHolding(`${names[1]}/f.json`)).toBe(`${table.root}/${names[1]}`);
     expect(watch.mountHolding(`${names[2]}/f.json`)).toBe(`${table.root}/${names[2]}`);
+    // Written at once without it, rootDir's own mount still in (a restart now would find rootDir's mount recorded).
+    const forgotten = JSON.parse(await readFile(recordPath(), 'utf8')) as {
+      mountPoint?: unknown;
+      below?: unknown[];
+    };
+    expect(forgotten.mountPoint).toBe(true);
+    expect(forgotten.below).not.toContain(names[0]);
+    expect(forgotten.below).toContain(names[2]);
     // names[0]'s bytes are free again: one of the same length fits, nothing more.
     const again = `999${'n'.repeat(250)}`;
     mountAll(below, [again, 'z']);
