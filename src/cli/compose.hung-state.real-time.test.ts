@@ -1,11 +1,12 @@
 // A daemon started while stateDir's mount already hangs (exfat-fuse stopped): said once, tried the moment it answers.
 import { EventEmitter } from 'node:events';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
+import { writeAgentConfig } from '../../test/helpers/once-world.js';
 import { canPauseFuse, type PausableMount, pausableFuseMount } from '../../test/helpers/pausable-fuse.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { createSecretRegistry } from '../lib/secrets.js';
@@ -52,18 +53,11 @@ describe.runIf(canPauseFuse)(
       mount = await pausableFuseMount(path.join(dir, 'state.img'), mountPoint, 'umask=077');
       const stateDir = path.join(mount.mountPoint, 'state');
       await mkdir(stateDir, { mode: 0o700 });
-      const configPath = path.join(dir, 'config.json');
-      await writeFile(
-        configPath,
-        JSON.stringify({
-          deviceId: 'dvc_hung_state',
-          server: { baseUrl: 'http://127.0.0.1:9', timeoutSeconds: 1 },
-          rootDir: path.join(dir, 'root'),
-          stateDir,
-          socketPath: path.join(dir, 'agent.sock'),
-          drift: 'off',
-        }),
-      );
+      const configPath = await writeAgentConfig(dir, 'dvc_hung_state', 'http://127.0.0.1:9', {
+        server: { baseUrl: 'http://127.0.0.1:9', timeoutSeconds: 1 },
+        stateDir,
+        drift: 'off',
+      });
       const stderr = new PassThrough();
       let err = '';
       stderr.on('data', (chunk: Buffer) => {
