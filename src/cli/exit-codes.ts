@@ -13,8 +13,9 @@ export const ExitCode = {
   /** The server was unreachable, timed out, rejected the API key, or answered what no working service sends. */
   Unreachable: 3,
   /**
-   * The command's output could not be written to stdout (a full disk, an I/O error, stdout closed) where it would
-   * otherwise have exited 0 (EX_IOERR of sysexits.h). A reader that went away (EPIPE) is not this.
+   * The command's output could not be written to stdout (a full disk, an I/O error) where it would otherwise have
+   * exited 0 (EX_IOERR of sysexits.h). A reader that went away (EPIPE) is not this, nor a stdout closed at start
+   * (`>&-`): Node opens /dev/null on it before the agent runs, so the output is written there (fix37).
    */
   OutputFailed: 74,
   /** Invalid configuration: config file, API key, environment, or an unusable stateDir (EX_CONFIG of sysexits.h). */
@@ -38,7 +39,7 @@ export const EXIT_CODE_MEANINGS: Readonly<Record<ExitCode, string>> = {
   [ExitCode.Usage]: 'usage error',
   [ExitCode.Unreachable]: 'server unreachable, timed out, API key rejected, or a broken answer (304, 3xx)',
   [ExitCode.OutputFailed]:
-    'the output could not be written to stdout (full disk, I/O error, stdout closed); otherwise it would be 0',
+    'output not written to stdout (full disk, I/O error), else 0; a reader gone (EPIPE) or >&- keeps the code',
   [ExitCode.Config]:
     'invalid configuration (config file, API key, environment), or a read-only or unwritable stateDir',
   [ExitCode.HungUp]: 'stopped by SIGHUP (--once: its terminal closed), as for SIGINT',
