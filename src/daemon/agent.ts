@@ -9,7 +9,7 @@ import { renewalFailureLog } from '../store/directory-syncs.js';
 import { DiskError } from '../store/errors.js';
 import type { InstanceRecord } from '../store/state.js';
 import { DriftWatcher, type DriftWatcherOptions } from './drift-watcher.js';
-import { type ProcessTable, procProcessTable } from './hook-processes.js';
+import { hookRunProcessTable, type ProcessTable } from './hook-processes.js';
 import {
   hookHangs,
   hookPathsOwed,
@@ -345,7 +345,7 @@ export class AgentDaemon<R extends PassRunner = PassRunner> {
   /** Where hook processes are looked up: the injected table, or /proc as runHooks reads it (one for the daemon). */
   #hookProcessTable(): ProcessTable {
     if (this.#c.hookProcesses !== undefined) return this.#c.hookProcesses;
-    this.#hookHangs.table ??= procProcessTable();
+    this.#hookHangs.table ??= hookRunProcessTable();
     return this.#hookHangs.table;
   }
 

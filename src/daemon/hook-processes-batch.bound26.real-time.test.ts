@@ -1,13 +1,14 @@
 // The environ reader reads every pid asked at once in one process (bound26): fix33's reader cost two forks and two
 // execs per pid. A stand-in /proc (regular files, a FIFO nobody writes for a read that hangs) and a spawnSync that
 // counts the readers started.
-import { spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { closeSync, constants, openSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type ChildProcesses, procProcessTable } from './hook-processes.js';
+import { type ChildProcesses, environHolds, HOOK_RUN_RECORD, procProcessTable } from './hook-processes.js';
 
 let dir: string | undefined;
 const fifos: string[] = [];
@@ -95,4 +96,28 @@ describe('the environ reader, batched (bound26)', () => {
     expect(table.environs?.([4242]).get(4242)).toBeUndefined();
     expect(started()).toBe(2);
   }, 20_000);
+
+  it("real processes through GNU grep with HOOK_RUN_RECORD: only a whole record shaped as a hook run's mark (fix38)", async () => {
+    const mark = `CONFIG_AGENT_HOOK_RUN=${randomUUID()}`;
+    // 1.5 MiB of other variables beside the mark (the most a default 8 MiB stack lets exec take is 2 MiB).
+    const big = Object.fromEntries(
+      Array.from({ length: 12 }, (_, i) => [`V${i}`, 'x'.repeat(128 * 1024 - 8)]),
+    );
+    const started: ChildProcess[] = [
+      { ...big, CONFIG_AGENT_HOOK_RUN: mark.slice(22) },
+      { ...big, CONFIG_AGENT_HOOK_RUN: `${mark.slice(22)}x`, XCONFIG_AGENT_HOOK_RUN: mark.slice(22) },
+      { CONFIG_AGENT_HOOK_RUN: mark.slice(22).toUpperCase(), A: mark },
+    ].map((env) => spawn('/bin/sleep', ['30'], { env, stdio: 'ignore' }));
+    try {
+      const pids = started.map((child) => child.pid ?? 0);
+      const read = procProcessTable('/proc', 2_000, undefined, HOOK_RUN_RECORD).environs?.(pids);
+      expect(read?.get(pids[0] ?? 0)?.toString('latin1')).toBe(`${mark}\0`);
+      expect(environHolds(read?.get(pids[0] ?? 0) ?? Buffer.alloc(0), mark)).toBe(true);
+      // Near misses: a longer value, another name ending so, upper case, the mark inside another value.
+      expect(read?.get(pids[1] ?? 0)).toBeUndefined();
+      expect(read?.get(pids[2] ?? 0)).toBeUndefined();
+    } finally {
+      for (const child of started) child.kill('SIGKILL');
+    }
+  });
 });

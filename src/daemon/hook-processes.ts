@@ -102,15 +102,42 @@ export const MAX_OVERFLOW_READERS = 2;
 
 /** Read between each file and the next: one record (it holds no NUL) that never waits, telling where a file ended. */
 const SEPARATOR_FILE = '/proc/version';
+/**
+ * SEPARATOR_FILE of a reader given `records`: its one record, `Linux` and a newline, is matched whole by `Linux.`
+ * (GNU grep's `.` takes a newline under `-z`), so a record of another file passing for it is six bytes at most.
+ */
+const RECORDS_SEPARATOR_FILE = '/proc/sys/kernel/ostype';
+/**
+ * The most records read of one file when the reader is given `records` (grep's `-m`): a hook run's mark is once in an
+ * environ, so a process forging marks costs the output at most ~1 KB (fix38).
+ */
+export const READ_MAX_MARKS = 8;
+
+/**
+ * A hook run's mark as a whole record (`CONFIG_AGENT_HOOK_RUN=` and a `randomUUID()`, as hooks.ts makes it): a POSIX
+ * basic regular expression for grep's `-x` (GNU grep at /bin/grep, C locale: the reader's environment is empty).
+ * procProcessTable's `records` for the hook runner: each process then answers ~100 bytes of the reader's output
+ * whatever its environ holds, so no environ (6 MiB ones, or rewritten with NULs) brings the output near its cap (fix38).
+ */
+export const HOOK_RUN_RECORD =
+  'CONFIG_AGENT_HOOK_RUN=[0-9a-f]\\{8\\}-[0-9a-f]\\{4\\}-[0-9a-f]\\{4\\}-[0-9a-f]\\{4\\}-[0-9a-f]\\{12\\}';
 
 /**
  * The reader: `sh` starts grep in the background on every file, each followed by SEPARATOR_FILE, prints grep's pid
  * and exits at once. grep prints each NUL-terminated record of each file (its first READ_MAX_RECORDS) as `<file>:<record>` and a NUL (`-z -H`,
  * `-a`: bytes as they are), so a record, which holds no NUL, can never pass for another file's or for a separator.
- * What stays stuck is that grep, which is not the agent's child (orphaned, init reaps it), so nothing of it is
- * waited for when the agent exits.
+ * Given `records` (a basic regular expression), only records it matches whole (`-x`) are printed, and counted by
+ * `-m` (READ_MAX_MARKS), each file followed by RECORDS_SEPARATOR_FILE, whose record `Linux.` matches. What stays stuck is that grep, which is not the agent's child
+ * (orphaned, init reaps it), so nothing of it is waited for when the agent exits.
  */
-const READER_SCRIPT = `/bin/grep --line-buffered -a -s -H -z -m ${READ_MAX_RECORDS} "" -- "$@" & echo "pid $!" >&2`;
+function readerScript(records: string | undefined): string {
+  // Between single quotes (one inside closed, escaped, opened again): the shell hands grep the pattern as it is.
+  const pattern =
+    records === undefined
+      ? `-m ${READ_MAX_RECORDS} ""`
+      : `-m ${READ_MAX_MARKS} -x -e '${records.replaceAll("'", "'\\''")}' -e 'Linux.'`;
+  return `/bin/grep --line-buffered -a -s -H -z ${pattern} -- "$@" & echo "pid $!" >&2`;
+}
 
 /** node:child_process as the reader takes it: only once a read is asked for; a stand-in in tests. */
 export type ChildProcesses = () => Pick<typeof import('node:child_process'), 'spawnSync'>;
@@ -126,8 +153,9 @@ export type ChildProcesses = () => Pick<typeof import('node:child_process'), 'sp
 function parseReadOut(
   out: Buffer,
   files: readonly string[],
+  separatorFile: string,
 ): { read: Map<string, Buffer>; finished: number } {
-  const separator = Buffer.from(`${SEPARATOR_FILE}:`, 'latin1');
+  const separator = Buffer.from(`${separatorFile}:`, 'latin1');
   const prefixes = files.map((file) => Buffer.from(`${file}:`, 'latin1'));
   const startsWith = (at: number, end: number, prefix: Buffer) =>
     end - at >= prefix.length && out.compare(prefix, 0, prefix.length, at, at + prefix.length) === 0;
@@ -182,6 +210,8 @@ export function boundedFileReader(
   freed: (file: string) => void = () => undefined,
   // node:child_process only once a read is asked for (pino-bundle.test.ts: a daemon without hooks stays lean).
   processes: ChildProcesses = () => process.getBuiltinModule('node:child_process'),
+  /** Only the records this basic regular expression matches whole (HOOK_RUN_RECORD); every record when undefined. */
+  records?: string,
 ): {
   read(file: string): Buffer | undefined | 'late';
   /** Every file of `files` (distinct), read by one reader while none is late. */
@@ -189,6 +219,8 @@ export function boundedFileReader(
   /** Tells `freed` of each stuck read that has ended since. */
   settle(): void;
 } {
+  const script = readerScript(records);
+  const separatorFile = records === undefined ? SEPARATOR_FILE : RECORDS_SEPARATOR_FILE;
   const stuck: { pid: number; startTime: string | undefined; file: string }[] = [];
   const settle = (): void => {
     for (let at = stuck.length - 1; at >= 0; at -= 1) {
@@ -207,8 +239,8 @@ export function boundedFileReader(
     settle();
     // Not read, nothing of it hung: unknown now, read again later (a 'late' pid was never read again; review33).
     while (left.length > 0 && stuck.length < MAX_STUCK_READERS) {
-      const args = left.flatMap((file) => [file, SEPARATOR_FILE]);
-      const result = processes().spawnSync('/bin/sh', ['-c', READER_SCRIPT, 'sh', ...args], {
+      const args = left.flatMap((file) => [file, separatorFile]);
+      const result = processes().spawnSync('/bin/sh', ['-c', script, 'sh', ...args], {
         cwd: '/',
         env: {},
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -216,7 +248,7 @@ export function boundedFileReader(
         killSignal: 'SIGKILL',
         maxBuffer: READ_MAX_BYTES,
       });
-      const { read, finished } = parseReadOut(result.stdout ?? Buffer.alloc(0), left);
+      const { read, finished } = parseReadOut(result.stdout ?? Buffer.alloc(0), left, separatorFile);
       for (const file of left.slice(0, finished)) answers.set(file, read.get(file));
       if (result.error === undefined || finished >= left.length) return answers;
       // Its output passed READ_MAX_BYTES: a fresh reader goes on from the file it was reading, or after it when
@@ -257,6 +289,8 @@ export function procProcessTable(
   procDir = '/proc',
   environMs = ENVIRON_READ_MS,
   processes?: ChildProcesses,
+  /** Read only these records of each environ (HOOK_RUN_RECORD: all the hook runner needs); every one when undefined. */
+  records?: string,
 ): ProcessTable {
   let reader: ReturnType<typeof boundedFileReader> | undefined;
   const unreadable = new Set<number>();
@@ -266,6 +300,7 @@ export function procProcessTable(
       environMs,
       (file) => unreadable.delete(Number(path.basename(path.dirname(file)))),
       processes,
+      records,
     );
     // Reads that have ended since free their pids first.
     reader.settle();
@@ -305,6 +340,11 @@ export function procProcessTable(
       process.kill(pid, signal);
     },
   };
+}
+
+/** /proc as the hook runner reads it: of each process's environ only a hook run's mark (HOOK_RUN_RECORD: fix38). */
+export function hookRunProcessTable(): ProcessTable {
+  return procProcessTable('/proc', ENVIRON_READ_MS, undefined, HOOK_RUN_RECORD);
 }
 
 /**

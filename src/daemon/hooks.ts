@@ -11,6 +11,7 @@ import type { HookProcessLeftBehind, OwedHookPaths } from '../store/state.js';
 import {
   environHolds,
   hookProcesses,
+  hookRunProcessTable,
   type ProcessEntry,
   type ProcessTable,
   procProcessTable,
@@ -829,7 +830,7 @@ export async function runHooks(
 ): Promise<HookRunResult[]> {
   const results: HookRunResult[] = [];
   const hangs = options.hangs ?? hookHangs();
-  hangs.table ??= procProcessTable();
+  hangs.table ??= hookRunProcessTable();
   const runOptions: RunOneOptions = {
     listRoom: MAX_ENV_STRING_BYTES,
     cwd: options.cwd,
