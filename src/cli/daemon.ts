@@ -5,7 +5,7 @@ import { LocalApiServer } from '../daemon/local-api.js';
 import { AgentMetrics } from '../daemon/metrics.js';
 
 import type { Clock } from '../lib/clock.js';
-import { errorMessage } from '../lib/errors.js';
+import { errnoCode, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import type { PassRunner } from '../reconcile/pass-runner.js';
 import { ExitCode, exitCodeForPass } from './exit-codes.js';
@@ -39,9 +39,43 @@ export async function startAgent<R extends PassRunner>(
 ): Promise<RunningAgent<R>> {
   const logger = components.deps.logger.child({ component: 'main' });
   const daemon = new AgentDaemon(components);
-  let api = await startLocalApi(daemon, components, logger);
+  /** The last reason the local API could not start, told once (errno or message), for the retries. */
+  let apiCause: string | undefined;
+  const listen = async (current: AgentComponents<R>) => {
+    const started = await startLocalApi(daemon, current, logger, apiCause);
+    apiCause = started.cause;
+    return started.server;
+  };
+  let api = await listen(components);
   /** Set by stop(): a SIGHUP during or after it must not listen again. */
   let stopping = false;
+  const stopRetries = new AbortController();
+  /** Set while a start of the local API (a retry's or a reload's) is under way: never two at once. */
+  let starting: Promise<unknown> | undefined;
+  // A local API that could not start (/run full, the socket's directory missing, a squatter that later leaves) is
+  // tried again every poll interval, until it listens or the agent stops; before, it stayed closed until a SIGHUP.
+  const retryApi = async () => {
+    const clock = components.deps.clock;
+    while (!stopping) {
+      try {
+        await clock.sleep(daemon.components.config.poll.intervalSeconds * 1000, stopRetries.signal);
+      } catch {
+        return;
+      }
+      if (stopping || api !== undefined || starting !== undefined) continue;
+      const attempt = listen(daemon.components);
+      starting = attempt;
+      const server = await attempt.finally(() => {
+        starting = undefined;
+      });
+      if (stopping) await server?.close();
+      else if (server !== undefined) {
+        api = server;
+        logger.info({ socketPath: daemon.components.config.socketPath }, 'local API listening');
+      }
+    }
+  };
+  void retryApi();
   await daemon.start();
   logger.info(
     {
@@ -58,6 +92,8 @@ export async function startAgent<R extends PassRunner>(
     async stop() {
       logger.info('stopping');
       stopping = true;
+      stopRetries.abort();
+      await starting;
       await api?.close();
       await daemon.stop();
       logger.info('stopped');
@@ -78,8 +114,14 @@ export async function startAgent<R extends PassRunner>(
       // not reach it again until a restart.
       if (stopping) return logger.info('SIGHUP while stopping: the local API stays closed');
       if (after.config.socketPath !== before.config.socketPath || !(await api?.reachable())) {
+        await starting;
         await api?.close();
-        const next = await startLocalApi(daemon, after, logger);
+        api = undefined;
+        const attempt = listen(after);
+        starting = attempt;
+        const next = await attempt.finally(() => {
+          starting = undefined;
+        });
         if (stopping) {
           await next?.close();
           return logger.info('SIGHUP while stopping: the local API stays closed');
@@ -95,7 +137,9 @@ async function startLocalApi<R extends PassRunner>(
   daemon: AgentDaemon<R>,
   components: AgentComponents<R>,
   logger: Logger,
-): Promise<LocalApiServer | undefined> {
+  /** Why the last start failed: the same cause again is logged at debug (the retries of every poll). */
+  lastCause?: string,
+): Promise<{ server?: LocalApiServer; cause?: string }> {
   const server = new LocalApiServer(
     components.config.socketPath,
     {
@@ -125,11 +169,17 @@ async function startLocalApi<R extends PassRunner>(
   );
   try {
     await server.start();
-    return server;
+    return { server };
   } catch (error) {
-    // Apps lose the socket, but the device keeps converging: the agent's main job does not depend on it.
-    logger.error({ err: error, socketPath: components.config.socketPath }, 'local API unavailable');
-    return undefined;
+    // Apps lose the socket, but the device keeps converging: the agent's main job does not depend on it. Tried
+    // again every poll interval; told at error once per cause, at debug while the same cause holds.
+    const cause = `${components.config.socketPath} ${errnoCode(error) ?? errorMessage(error)}`;
+    const level = cause === lastCause ? 'debug' : 'error';
+    logger[level](
+      { err: error, socketPath: components.config.socketPath },
+      'local API unavailable: tried again every poll interval',
+    );
+    return { cause };
   }
 }
 
