@@ -1,4 +1,4 @@
-// Which of a hook's arguments an interpreter (sh, python3, node, ... or `env` before one) runs as code: pure.
+// Which of a hook's arguments an interpreter (sh, python3, node, ... or env, timeout, sudo... before one) runs as code: pure.
 import path from 'node:path';
 
 /** What an interpreter does with the argument after one of its options. */
@@ -41,7 +41,7 @@ const LUA: Grammar = { code: new Set(['-e']), codeFile: new Set(['-l']), value: 
 /** Programs (by base name) that run a file or a string from their arguments as code. */
 function grammarOf(program: string): Grammar | undefined {
   const name = path.basename(program);
-  if (/^(?:sh|bash|dash|ash|zsh|ksh|mksh|pdksh|yash|posh|busybox)$/.test(name)) return SHELL;
+  if (/^(?:sh|bash|dash|ash|zsh|ksh|mksh|pdksh|yash|posh)$/.test(name)) return SHELL;
   if (/^(?:python|pypy)[0-9.]*$/.test(name)) return PYTHON;
   if (/^perl[0-9.]*$/.test(name)) return PERL;
   if (/^(?:node|nodejs)$/.test(name)) return NODE;
@@ -51,9 +51,228 @@ function grammarOf(program: string): Grammar | undefined {
   return undefined;
 }
 
-/** `env`'s options whose next argument is a value (`-u NAME`, `-C DIR`); `-S` takes a command line. */
-const ENV_VALUE = new Set(['-u', '--unset', '-C', '--chdir']);
-const ENV_SPLIT = new Set(['-S', '--split-string']);
+/** How a program that starts another one (`env`, `timeout 5`, `sudo -u u`) reads its own arguments first. */
+interface Wrapper {
+  /** Options whose next argument is a value (`-u NAME`, `-n 5`); `-n5` and `--adjustment=5` carry it inline. */
+  value: ReadonlySet<string>;
+  /** Operands before the program: timeout's duration, flock's lock file, chrt's priority, taskset's mask. */
+  operands: number;
+  /** Options whose next argument is a command line a shell runs (`flock -c`, `runuser -c`, `env -S`). */
+  code?: ReadonlySet<string>;
+  /** NAME=value arguments before the program are environment assignments (env, sudo). */
+  assignments?: boolean;
+  /** The program is one of its own applets (busybox), not a file looked up in PATH. */
+  applet?: boolean;
+  /** The first operand is a root directory the program is taken from (chroot): judged as run[0] is. */
+  newRoot?: boolean;
+  /**
+   * Options that make the first operand the program (`runuser -u USER cmd`); without one the operands are a user
+   * and the arguments of that user's shell (`runuser USER x.sh` runs `$SHELL x.sh`), read as a shell's.
+   */
+  userMode?: ReadonlySet<string>;
+}
+
+const set = (...names: string[]): ReadonlySet<string> => new Set(names);
+/** The common exec-wrappers (coreutils, util-linux, sudo, findutils, systemd, busybox), by base name. */
+const WRAPPERS: ReadonlyMap<string, Wrapper> = new Map<string, Wrapper>([
+  [
+    'env',
+    {
+      value: set('-u', '--unset', '-C', '--chdir'),
+      operands: 0,
+      code: set('-S', '--split-string'),
+      assignments: true,
+    },
+  ],
+  ['timeout', { value: set('-s', '--signal', '-k', '--kill-after'), operands: 1 }],
+  ['nice', { value: set('-n', '--adjustment'), operands: 0 }],
+  [
+    'ionice',
+    {
+      value: set('-c', '--class', '-n', '--classdata', '-p', '--pid', '-P', '--pgid', '-u', '--uid'),
+      operands: 0,
+    },
+  ],
+  ['nohup', { value: set(), operands: 0 }],
+  ['setsid', { value: set(), operands: 0 }],
+  ['stdbuf', { value: set('-i', '--input', '-o', '--output', '-e', '--error'), operands: 0 }],
+  [
+    'chrt',
+    { value: set('-T', '--sched-runtime', '-P', '--sched-period', '-D', '--sched-deadline'), operands: 1 },
+  ],
+  ['taskset', { value: set(), operands: 1 }],
+  [
+    'flock',
+    {
+      value: set('-w', '--timeout', '-E', '--conflict-exit-code'),
+      operands: 1,
+      code: set('-c', '--command'),
+    },
+  ],
+  [
+    'sudo',
+    {
+      value: set(
+        '-u',
+        '--user',
+        '-g',
+        '--group',
+        '-C',
+        '--close-from',
+        '-D',
+        '--chdir',
+        '-p',
+        '--prompt',
+        '-r',
+        '--role',
+        '-t',
+        '--type',
+        '-T',
+        '--command-timeout',
+        '-U',
+        '--other-user',
+        '-R',
+        '--chroot',
+      ),
+      operands: 0,
+      assignments: true,
+    },
+  ],
+  ['doas', { value: set('-u', '-C'), operands: 0 }],
+  [
+    'runuser',
+    {
+      value: set(
+        '-u',
+        '--user',
+        '-g',
+        '--group',
+        '-G',
+        '--supp-group',
+        '-s',
+        '--shell',
+        '-w',
+        '--whitelist-environment',
+      ),
+      operands: 0,
+      code: set('-c', '--command', '--session-command'),
+      userMode: set('-u', '--user'),
+    },
+  ],
+  [
+    'setpriv',
+    {
+      value: set(
+        '--reuid',
+        '--regid',
+        '--ruid',
+        '--rgid',
+        '--euid',
+        '--egid',
+        '--groups',
+        '--inh-caps',
+        '--ambient-caps',
+        '--bounding-set',
+        '--securebits',
+        '--pdeathsig',
+        '--selinux-label',
+        '--apparmor-profile',
+        '--landlock-access',
+        '--landlock-rule',
+      ),
+      operands: 0,
+    },
+  ],
+  [
+    'xargs',
+    {
+      value: set(
+        '-a',
+        '--arg-file',
+        '-d',
+        '--delimiter',
+        '-E',
+        '-I',
+        '-L',
+        '--max-lines',
+        '-n',
+        '--max-args',
+        '-P',
+        '--max-procs',
+        '-s',
+        '--max-chars',
+        '--process-slot-var',
+      ),
+      operands: 0,
+    },
+  ],
+  [
+    'systemd-run',
+    {
+      value: set(
+        '-u',
+        '--unit',
+        '-p',
+        '--property',
+        '-E',
+        '--setenv',
+        '-H',
+        '--host',
+        '-M',
+        '--machine',
+        '-s',
+        '--service-type',
+        '--description',
+        '--slice',
+        '--uid',
+        '--gid',
+        '--nice',
+        '--working-directory',
+        '--on-active',
+        '--on-boot',
+        '--on-startup',
+        '--on-unit-active',
+        '--on-unit-inactive',
+        '--on-calendar',
+        '--timer-property',
+        '--path-property',
+        '--socket-property',
+      ),
+      operands: 0,
+    },
+  ],
+  [
+    'unshare',
+    {
+      value: set(
+        '-S',
+        '--setuid',
+        '-G',
+        '--setgid',
+        '-R',
+        '--root',
+        '-w',
+        '--wd',
+        '--map-user',
+        '--map-group',
+        '--map-users',
+        '--map-groups',
+        '--propagation',
+        '--setgroups',
+      ),
+      operands: 0,
+    },
+  ],
+  ['chroot', { value: set(), operands: 1, newRoot: true }],
+  ['prlimit', { value: set('-p', '--pid'), operands: 0 }],
+  ['cgexec', { value: set('-g'), operands: 0 }],
+  ['time', { value: set('-f', '--format', '-o', '--output'), operands: 0 }],
+  ['busybox', { value: set(), operands: 0, applet: true }],
+  ['exec', { value: set('-a'), operands: 0 }],
+]);
+
+/** How many wrappers deep a hook's program is looked for (`sudo timeout 5 nice env sh`); deeper is refused. */
+export const MAX_WRAPPERS = 8;
 
 export interface HookCodeArguments {
   /** Arguments run as code files: absolute, or relative to the hook's working directory (rootDir). */
@@ -62,8 +281,10 @@ export interface HookCodeArguments {
   code: { index: number; text: string }[];
   /** Arguments run as programs after `env`: judged as run[0] is. */
   programs: { index: number; file: string }[];
-  /** Whether `env` runs a bare program name (looked up in PATH). */
+  /** Whether a wrapper runs a bare program name (looked up in PATH). */
   barePrograms: boolean;
+  /** The index of a wrapper nested deeper than MAX_WRAPPERS: not looked through, so refused. */
+  tooDeep?: number;
 }
 
 /**
@@ -76,28 +297,30 @@ export function hookCodeArguments(run: readonly string[], rootDir: string): Hook
   const out: HookCodeArguments = { files: [], code: [], programs: [], barePrograms: false };
   let start = 1;
   let grammar = grammarOf(run[0] ?? '');
-  if (grammar === undefined && path.basename(run[0] ?? '') === 'env') {
-    let i = 1;
-    for (; i < run.length; i++) {
-      const arg = run[i] ?? '';
-      if (arg === '--') {
-        i++;
-        break;
-      }
-      if (ENV_VALUE.has(arg)) i++;
-      else if (ENV_SPLIT.has(arg)) {
-        out.code.push({ index: i + 1, text: run[i + 1] ?? '' });
-        i++;
-      } else if (arg.startsWith('-S') || arg.startsWith('--split-string='))
-        out.code.push({ index: i, text: arg });
-      else if (!arg.startsWith('-') && !/^[^=/]+=/.test(arg)) break;
+  let wrapper = WRAPPERS.get(path.basename(run[0] ?? ''));
+  for (let depth = 0; grammar === undefined && wrapper !== undefined; depth++) {
+    if (depth === MAX_WRAPPERS) {
+      out.tooDeep = start - 1;
+      return out;
+    }
+    const selected = { program: false };
+    let i = skipWrapperArguments(run, start, wrapper, rootDir, out, selected);
+    if (wrapper.userMode !== undefined && !selected.program) {
+      // su's form: [-] USER [shell arguments]; the shell is the user's login shell, outside the hook's config.
+      if (run[i] === '-') i++;
+      grammar = SHELL;
+      start = i + 1;
+      break;
     }
     const program = run[i];
     if (program === undefined) return out;
-    if (path.isAbsolute(program)) out.programs.push({ index: i, file: program });
+    if (wrapper.applet === true) {
+      // busybox's applet is its own code, not a file; a path runs the applet of its base name.
+    } else if (path.isAbsolute(program)) out.programs.push({ index: i, file: program });
     else if (program.includes('/')) out.programs.push({ index: i, file: path.join(rootDir, program) });
     else out.barePrograms = true;
     grammar = grammarOf(program);
+    wrapper = WRAPPERS.get(path.basename(program));
     start = i + 1;
   }
   if (grammar === undefined) return out;
@@ -143,6 +366,84 @@ export function hookCodeArguments(run: readonly string[], rootDir: string): Hook
     if (path.isAbsolute(arg)) out.files.push({ index: i, file: arg });
   }
   return out;
+}
+
+/**
+ * Skips a wrapper's options and operands from `start`, collecting the command lines it gives a shell (`flock -c`)
+ * and chroot's root; returns the index of the program it runs (run.length when none). Options are read up to the
+ * first operand, as getopt with a leading `+` (POSIXLY_CORRECT) does; an unknown option is taken as a flag.
+ */
+function skipWrapperArguments(
+  run: readonly string[],
+  start: number,
+  wrapper: Wrapper,
+  rootDir: string,
+  out: HookCodeArguments,
+  selected: { program: boolean },
+): number {
+  const operands = wrapper.operands;
+  let i = start;
+  for (; i < run.length; i++) {
+    const arg = run[i] ?? '';
+    if (arg === '--')
+      return operands === 0 ? i + 1 : skipOperands(run, i + 1, operands, wrapper, rootDir, out);
+    if (arg.startsWith('--')) {
+      const eq = arg.indexOf('=');
+      const name = eq > 0 ? arg.slice(0, eq) : arg;
+      const inline = eq > 0 ? arg.slice(eq + 1) : undefined;
+      if (wrapper.userMode?.has(name) === true) selected.program = true;
+      if (wrapper.code?.has(name) === true) {
+        out.code.push(
+          inline === undefined ? { index: i + 1, text: run[i + 1] ?? '' } : { index: i, text: inline },
+        );
+        if (inline === undefined) i++;
+      } else if (wrapper.value.has(name) && inline === undefined) i++;
+      continue;
+    }
+    if (arg.startsWith('-') && arg !== '-') {
+      // A cluster of one-letter options as getopt reads it: the first that takes a value ends it (`-oL`, `-nu u`).
+      for (let k = 1; k < arg.length; k++) {
+        const name = `-${arg[k]}`;
+        const rest = k + 1 < arg.length ? arg.slice(k + 1) : undefined;
+        const isCode = wrapper.code?.has(name) === true;
+        if (wrapper.userMode?.has(name) === true) selected.program = true;
+        if (!isCode && !wrapper.value.has(name)) continue;
+        if (isCode)
+          out.code.push(
+            rest === undefined ? { index: i + 1, text: run[i + 1] ?? '' } : { index: i, text: rest },
+          );
+        if (rest === undefined) i++;
+        break;
+      }
+      continue;
+    }
+    if (wrapper.assignments === true && /^[^=/]+=/.test(arg)) continue;
+    if (operands === 0) return i;
+    return skipOperands(run, i, operands, wrapper, rootDir, out);
+  }
+  return i;
+}
+
+/** Skips a wrapper's operands (timeout's duration, flock's file) and returns the program's index. */
+function skipOperands(
+  run: readonly string[],
+  at: number,
+  operands: number,
+  wrapper: Wrapper,
+  rootDir: string,
+  out: HookCodeArguments,
+): number {
+  const first = run[at];
+  if (wrapper.newRoot === true && first !== undefined)
+    out.programs.push({ index: at, file: path.isAbsolute(first) ? first : path.join(rootDir, first) });
+  let i = at + operands;
+  // `flock FILE -c CMD` (util-linux): options may follow the lock file.
+  const next = run[i];
+  if (next !== undefined && wrapper.code?.has(next) === true) {
+    out.code.push({ index: i + 1, text: run[i + 1] ?? '' });
+    i = run.length;
+  }
+  return i;
 }
 
 /** Whether code text names rootDir (as written, or its real path) as a path or a path's start. */

@@ -3,7 +3,7 @@ import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
 import { errnoCode } from '../lib/errors.js';
 import { ConfigError, type ConfigIssue } from './errors.js';
-import { codeMentions, hookCodeArguments } from './hook-code-args.js';
+import { codeMentions, hookCodeArguments, MAX_WRAPPERS } from './hook-code-args.js';
 import { type AgentConfig, stateDirClash } from './schema.js';
 
 /** What the check reads; injected so tests can describe mounts without mounting. */
@@ -137,7 +137,13 @@ export async function assertOwnPathsOutsideRoot(
     });
   }
   for (const [i, hook] of config.hooks.entries()) {
-    for (const { index, text } of hookCodeArguments(hook.run, config.rootDir).code) {
+    const code = hookCodeArguments(hook.run, config.rootDir);
+    if (code.tooDeep !== undefined)
+      issues.push({
+        path: `hooks[${i}].run[${code.tooDeep}]`,
+        message: `more than ${MAX_WRAPPERS} wrappers (env, timeout, sudo, ...) in a row: what they run cannot be judged`,
+      });
+    for (const { index, text } of code.code) {
       const named = codeMentions(text, [config.rootDir, root.real]);
       if (named === undefined) continue;
       issues.push({
