@@ -1,4 +1,5 @@
 // Which of a hook's arguments an interpreter (sh, python3, node, ... or env, timeout, sudo... before one) runs as code: pure.
+import { builtinModules } from 'node:module';
 import path from 'node:path';
 
 /** What an interpreter does with the argument after one of its options. */
@@ -11,6 +12,8 @@ interface Grammar {
   value: ReadonlySet<string>;
   /** A cluster of one-letter flags containing this letter takes code (`sh -ec '...'`). */
   clusterCode?: string;
+  /** How the interpreter finds code in its working directory (rootDir), when it does: `codeFromWorkingDirectory`. */
+  loads?: 'python' | 'node' | 'perl';
 }
 
 const SHELL: Grammar = {
@@ -20,21 +23,29 @@ const SHELL: Grammar = {
   clusterCode: 'c',
 };
 const PYTHON: Grammar = {
+  loads: 'python',
   code: new Set(['-c']),
   codeFile: new Set(),
   value: new Set(['-W', '-X', '-Q']),
 };
 const PERL: Grammar = {
+  loads: 'perl',
   code: new Set(['-e', '-E']),
   codeFile: new Set(),
   value: new Set(['-I', '-M', '-m']),
 };
 const NODE: Grammar = {
+  loads: 'node',
   code: new Set(['-e', '--eval', '-p', '--print']),
   codeFile: new Set(['-r', '--require', '--import', '--loader', '--experimental-loader']),
   value: new Set(['--input-type', '--title', '--stack-size']),
 };
-const RUBY: Grammar = { code: new Set(['-e']), codeFile: new Set(['-r']), value: new Set(['-I', '-E']) };
+const RUBY: Grammar = {
+  code: new Set(['-e']),
+  codeFile: new Set(['-r']),
+  value: new Set(['-I', '-E']),
+  loads: 'perl',
+};
 const PHP: Grammar = { code: new Set(['-r']), codeFile: new Set(['-f']), value: new Set(['-d', '-c']) };
 const LUA: Grammar = { code: new Set(['-e']), codeFile: new Set(['-l']), value: new Set() };
 
@@ -285,6 +296,8 @@ export interface HookCodeArguments {
   barePrograms: boolean;
   /** The index of a wrapper nested deeper than MAX_WRAPPERS: not looked through, so refused. */
   tooDeep?: number;
+  /** Arguments that make the interpreter load code from its working directory, rootDir (`python3 -m`). */
+  workingDirectory: { index: number; why: string }[];
 }
 
 /**
@@ -294,7 +307,13 @@ export interface HookCodeArguments {
  * hook runs there. Programs that are not interpreters are not judged here: their arguments are data.
  */
 export function hookCodeArguments(run: readonly string[], rootDir: string): HookCodeArguments {
-  const out: HookCodeArguments = { files: [], code: [], programs: [], barePrograms: false };
+  const out: HookCodeArguments = {
+    files: [],
+    code: [],
+    programs: [],
+    barePrograms: false,
+    workingDirectory: [],
+  };
   let start = 1;
   let grammar = grammarOf(run[0] ?? '');
   let wrapper = WRAPPERS.get(path.basename(run[0] ?? ''));
@@ -325,9 +344,36 @@ export function hookCodeArguments(run: readonly string[], rootDir: string): Hook
   }
   if (grammar === undefined) return out;
   let scriptSeen = false;
+  // python3 -I or -P (3.11) does not put the working directory first in sys.path.
+  let isolated = false;
   for (let i = start; i < run.length; i++) {
     const arg = run[i] ?? '';
     const relative = (file: string) => (path.isAbsolute(file) ? file : path.join(rootDir, file));
+    if (!scriptSeen && grammar.loads === 'python' && /^-[A-Za-z]/.test(arg)) {
+      const flags = /^-[bBdEhiIOPqRsSuvx]*[IP]/.test(arg);
+      if (flags) isolated = true;
+      const m = /^-[bBdEhiIOPqRsSuvx]*m(.*)$/.exec(arg);
+      if (m !== null) {
+        const module = m[1] !== '' ? m[1] : run[i + 1];
+        const index = m[1] !== '' ? i : i + 1;
+        if (!isolated && module !== undefined)
+          out.workingDirectory.push({
+            index,
+            why: `python -m ${module} looks the module up in its working directory first (add -I or -P)`,
+          });
+        scriptSeen = true;
+        if (m[1] === '') i++;
+        continue;
+      }
+    }
+    if (!scriptSeen && grammar.loads === 'perl' && arg.startsWith('-I')) {
+      // perl -Ilib, ruby -I lib: a relative directory in @INC / $LOAD_PATH is one in rootDir.
+      const dir = arg.length > 2 ? arg.slice(2) : run[i + 1];
+      const index = arg.length > 2 ? i : i + 1;
+      if (dir !== undefined) out.files.push({ index, file: relative(dir) });
+      if (arg.length === 2) i++;
+      continue;
+    }
     if (!scriptSeen && arg.startsWith('-') && arg !== '-' && arg !== '--') {
       const eq = arg.indexOf('=');
       const name = eq > 0 ? arg.slice(0, eq) : arg;
@@ -335,8 +381,13 @@ export function hookCodeArguments(run: readonly string[], rootDir: string): Hook
       const cluster =
         grammar.clusterCode !== undefined && /^[-+][A-Za-z]+$/.test(arg) && arg.includes(grammar.clusterCode);
       if (grammar.code.has(name) || cluster) {
-        if (inline !== undefined) out.code.push({ index: i, text: inline });
-        else if (i + 1 < run.length) out.code.push({ index: i + 1, text: run[i + 1] ?? '' });
+        const index = inline !== undefined ? i : i + 1;
+        const text = inline ?? run[i + 1];
+        if (text !== undefined) {
+          out.code.push({ index, text });
+          const why = codeFromWorkingDirectory(grammar, text, isolated);
+          if (why !== undefined) out.workingDirectory.push({ index, why });
+        }
         // What follows the code is its positional arguments ($0, $1, sys.argv): data.
         scriptSeen = true;
         i++;
@@ -444,6 +495,44 @@ function skipOperands(
     i = run.length;
   }
   return i;
+}
+
+/** Node's own modules, which `require('fs')` loads before any node_modules directory. */
+const NODE_BUILTINS: ReadonlySet<string> = new Set(builtinModules);
+
+/**
+ * Why code text given to an interpreter would load code from its working directory (rootDir), or undefined. What is
+ * looked for, on the text as written: python's `import` (sys.path[0] is the working directory for -c, unless -I or
+ * -P); a require()/import() or `from`/`import` specifier in node code that is relative (`./x`) or a package that is
+ * not node's own (looked up in rootDir/node_modules first); perl's and ruby's require/do/load/`use lib` of a
+ * `./` or `../` path. Not looked for: code built at run time (string concatenation, eval of a variable), a chdir
+ * before the load, python's imp/runpy given a computed name.
+ */
+function codeFromWorkingDirectory(grammar: Grammar, text: string, isolated: boolean): string | undefined {
+  if (grammar.loads === 'python') {
+    if (isolated || !/\bimport\b|__import__|import_module|runpy/.test(text)) return undefined;
+    return 'python -c code that imports looks modules up in its working directory first (add -I or -P)';
+  }
+  if (grammar.loads === 'node') {
+    const specifiers = /\b(?:require|import)\s*\(\s*(['"`])([^'"`]+)\1|\b(?:from|import)\s*(['"])([^'"]+)\3/g;
+    for (const match of text.matchAll(specifiers)) {
+      const specifier = match[2] ?? match[4] ?? '';
+      if (specifier.startsWith('node:') || NODE_BUILTINS.has(specifier) || path.isAbsolute(specifier))
+        continue;
+      return specifier.startsWith('.')
+        ? `node code loads ${specifier} from its working directory`
+        : `node code loads ${specifier}, looked up in its working directory's node_modules first`;
+    }
+    return undefined;
+  }
+  if (grammar.loads === 'perl') {
+    // require "./x.pl", do '../x', load './x.rb'; use lib '.', use lib qw(. lib), push @INC, '.'.
+    const relativeFile = /\b(?:require|do|load)\s*\(?\s*['"]\.\.?\//;
+    const relativeDir = /\b(?:use\s+lib|@INC|\$LOAD_PATH|\$:)[^;]*?[\s'"(,]\.\.?(?:\/|[\s'"),;]|$)/;
+    const relative = { test: (code: string) => relativeFile.test(code) || relativeDir.test(code) };
+    if (relative.test(text)) return 'code loads a ./ or ../ path from its working directory';
+  }
+  return undefined;
 }
 
 /** Whether code text names rootDir (as written, or its real path) as a path or a path's start. */

@@ -143,6 +143,13 @@ export async function assertOwnPathsOutsideRoot(
         path: `hooks[${i}].run[${code.tooDeep}]`,
         message: `more than ${MAX_WRAPPERS} wrappers (env, timeout, sudo, ...) in a row: what they run cannot be judged`,
       });
+    for (const { index, why } of code.workingDirectory)
+      issues.push({
+        path: `hooks[${i}].run[${index}]`,
+        message:
+          `${why}: hooks run with rootDir ${config.rootDir} as their working directory, where the service ` +
+          'decides what is written: a file it delivers there would run as the hook',
+      });
     for (const { index, text } of code.code) {
       const named = codeMentions(text, [config.rootDir, root.real]);
       if (named === undefined) continue;
