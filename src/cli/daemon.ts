@@ -44,6 +44,8 @@ export async function startAgent<R extends PassRunner>(
   const listen = async (current: AgentComponents<R>) => {
     const started = await startLocalApi(daemon, current, logger, apiCause);
     apiCause = started.cause;
+    // config_agent_local_api_up: nothing else shows a local API that could not start (its /v1/health is down too).
+    current.metrics.setLocalApiUp(started.server !== undefined);
     return started.server;
   };
   let api = await listen(components);
@@ -128,6 +130,8 @@ export async function startAgent<R extends PassRunner>(
         }
         api = next;
       }
+      // Metrics of another device start afresh (metricsFor): they learn the local API's state here.
+      after.metrics.setLocalApiUp(api !== undefined);
       logger.info('configuration reloaded');
     },
   };

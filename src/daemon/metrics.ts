@@ -76,6 +76,7 @@ export class AgentMetrics {
   private readonly hookRuns: Counter;
   private readonly hookFailures: Counter;
   private readonly hooksLeftBehindGauge: Gauge;
+  private readonly localApiUp: Gauge;
   private readonly requests: Counter<'method' | 'route' | 'outcome'>;
   private readonly requestDuration: Histogram<'method' | 'route'>;
 
@@ -150,6 +151,11 @@ export class AgentMetrics {
       help: 'Hook processes SIGKILL did not end (uninterruptible sleep on a hung mount), still there; their hooks do not run meanwhile.',
       registers,
     });
+    this.localApiUp = new GaugeClass({
+      name: 'config_agent_local_api_up',
+      help: 'Whether the local API (socketPath) listens: 1, or 0 while it could not start and is tried again every poll interval.',
+      registers,
+    });
     this.requests = new CounterClass({
       name: 'config_agent_requests_total',
       help: 'Requests to the service by route and outcome.',
@@ -202,6 +208,11 @@ export class AgentMetrics {
   }
 
   /** Hook processes given up on after SIGKILL and still there (uninterruptible sleep on a hung mount). */
+  /** The local API's last start: listening (1) or not (0, tried again every poll interval). */
+  setLocalApiUp(up: boolean): void {
+    this.localApiUp.set(up ? 1 : 0);
+  }
+
   setHooksLeftBehind(count: number): void {
     this.hooksLeftBehindGauge.set(count);
   }
