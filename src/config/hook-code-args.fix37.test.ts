@@ -1,54 +1,11 @@
 // A hook whose interpreter (sh, python3, node, `env sh`, `sh -c`) would run a file or text from rootDir is refused.
-import { mkdir, mkdtemp, realpath, rm } from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { doctorEnvironment, doctorOutput, writeDoctorConfig } from '../../test/helpers/doctor-config.js';
-import { exitCodeForStartupError } from '../cli/exit-codes.js';
-import { ConfigError } from './errors.js';
-import { parseAgentConfig } from './load.js';
-import { assertOwnPathsOutsideRoot, type OwnPath, ownPaths } from './own-paths.js';
+import { useHookJudgeWorld } from '../../test/helpers/hook-judge.js';
 
-let dir: string;
-let root: string;
-
-beforeEach(async () => {
-  dir = await realpath(await mkdtemp(path.join(os.tmpdir(), 'config-agent-fix37-')));
-  root = path.join(dir, 'root');
-  await mkdir(path.join(root, 'etc'), { recursive: true });
-  await mkdir(path.join(dir, 'outside'));
-});
-
-afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
-
-const NO_CODE: OwnPath[] = [];
-const ENV = { PATH: '/usr/bin:/bin' };
-
-/** The refusal's message for a config with one hook running `run` (with `<root>` replaced), or 'accepted'. */
-async function judge(run: string[]): Promise<string> {
-  const cfg = parseAgentConfig(
-    {
-      deviceId: 'dvc_1',
-      server: { baseUrl: 'https://x.example.com', apiKeyFile: path.join(dir, 'outside', 'api-key') },
-      rootDir: root,
-      stateDir: path.join(dir, 'outside', 'state'),
-      socketPath: path.join(dir, 'outside', 'agent.sock'),
-      hooks: [{ match: '**', run: run.map((arg) => arg.replaceAll('<root>', root)) }],
-    },
-    'test',
-  );
-  const configPath = path.join(dir, 'outside', 'c.json');
-  try {
-    await assertOwnPathsOutsideRoot(cfg, configPath, ownPaths(cfg, configPath, ENV, NO_CODE));
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    expect(exitCodeForStartupError(error)).toBe(78);
-    return error.message.replaceAll(root, '<root>');
-  }
-  return 'accepted';
-}
+const world = useHookJudgeWorld('fix37');
+const judge = world.judge;
 
 describe('hook arguments an interpreter runs as code (fix37)', () => {
   it.each([
@@ -95,16 +52,16 @@ describe('hook arguments an interpreter runs as code (fix37)', () => {
 describe('doctor on hook arguments inside rootDir (fix37)', () => {
   async function doctorLines(run: string[]): Promise<string[]> {
     const configPath = writeDoctorConfig(
-      dir,
+      world.dir,
       { deviceId: 'dvc_args', key: 'sk-doctor-args-test-key\n' },
       {
-        rootDir: root,
-        stateDir: path.join(dir, 'outside', 'state'),
-        hooks: [{ match: '**', run: run.map((arg) => arg.replaceAll('<root>', root)) }],
+        rootDir: world.root,
+        stateDir: path.join(world.dir, 'outside', 'state'),
+        hooks: [{ match: '**', run: run.map((arg) => arg.replaceAll('<root>', world.root)) }],
       },
     );
-    const { out } = await doctorOutput(configPath, doctorEnvironment(dir));
-    return out.split('\n').map((line) => line.replaceAll(root, '<root>'));
+    const { out } = await doctorOutput(configPath, doctorEnvironment(world.dir));
+    return out.split('\n').map((line) => line.replaceAll(world.root, '<root>'));
   }
 
   it('warns (not a failure) on data inside rootDir given to a program that is no interpreter', async () => {

@@ -1,54 +1,11 @@
 // A hook whose interpreter behind a wrapper (timeout, nice, sudo, flock, busybox, ...) would run rootDir's code is refused.
-import { mkdir, mkdtemp, realpath, rm } from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { exitCodeForStartupError } from '../cli/exit-codes.js';
-import { ConfigError } from './errors.js';
+import { describe, expect, it } from 'vitest';
+import { useHookJudgeWorld } from '../../test/helpers/hook-judge.js';
 import { MAX_WRAPPERS } from './hook-code-args.js';
-import { parseAgentConfig } from './load.js';
-import { assertOwnPathsOutsideRoot, type OwnPath, ownPaths } from './own-paths.js';
 
-let dir: string;
-let root: string;
-
-beforeEach(async () => {
-  dir = await realpath(await mkdtemp(path.join(os.tmpdir(), 'config-agent-fix39-')));
-  root = path.join(dir, 'root');
-  await mkdir(path.join(root, 'etc'), { recursive: true });
-  await mkdir(path.join(dir, 'outside'));
-});
-
-afterEach(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
-
-const NO_CODE: OwnPath[] = [];
-const ENV = { PATH: '/usr/bin:/bin' };
-
-/** The refusal's message for a config with one hook running `run` (with `<root>` replaced), or 'accepted'. */
-async function judge(run: string[]): Promise<string> {
-  const cfg = parseAgentConfig(
-    {
-      deviceId: 'dvc_1',
-      server: { baseUrl: 'https://x.example.com', apiKeyFile: path.join(dir, 'outside', 'api-key') },
-      rootDir: root,
-      stateDir: path.join(dir, 'outside', 'state'),
-      socketPath: path.join(dir, 'outside', 'agent.sock'),
-      hooks: [{ match: '**', run: run.map((arg) => arg.replaceAll('<root>', root)) }],
-    },
-    'test',
-  );
-  const configPath = path.join(dir, 'outside', 'c.json');
-  try {
-    await assertOwnPathsOutsideRoot(cfg, configPath, ownPaths(cfg, configPath, ENV, NO_CODE));
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    expect(exitCodeForStartupError(error)).toBe(78);
-    return error.message.replaceAll(root, '<root>');
-  }
-  return 'accepted';
-}
+const world = useHookJudgeWorld('fix39');
+const judge = world.judge;
 
 describe('wrappers looked through to the interpreter they start (fix39)', () => {
   it.each([
