@@ -96,10 +96,17 @@ describe('quickStateFile', () => {
     ]) {
       expect(stateAgreesWithZod(bad)).toBe('zod');
     }
-    const seen = stateFilesAgreeWithZod(600);
     // Both paths were exercised. About one generated file in 29 is wholly valid (69.8 of 2,000 on average over 100
-    // seeds): 20.9 of 600 on average, and at most 2 about once in five million runs (Poisson). 2,000 files with a
-    // bound of 20: state-quick.scale.test.ts.
+    // seeds): 20.9 of 600 on average, but a seed's share varies more than independent draws would (fast-check sizes
+    // its values by the run's index): a CI rehearsal on Node 24 met 2 of 600, which Poisson put at once in five
+    // million. A batch that few is topped up with more batches of 600 (at most five in all), the property judged on
+    // every file of each. 2,000 files with a bound of 20: state-quick.scale.test.ts.
+    const seen = { quick: 0, zod: 0 };
+    for (let batch = 0; batch < 5 && seen.quick <= 2; batch += 1) {
+      const more = stateFilesAgreeWithZod(600);
+      seen.quick += more.quick;
+      seen.zod += more.zod;
+    }
     expect(seen.quick).toBeGreaterThan(2);
     expect(seen.zod).toBeGreaterThan(50);
   });
