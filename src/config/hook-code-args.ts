@@ -540,10 +540,11 @@ export function codeMentions(text: string, dirs: readonly string[]): string | un
   for (const dir of dirs) {
     const trimmed = dir.length > 1 ? dir.replace(/\/+$/, '') : dir;
     if (trimmed === '/') continue;
-    const at = text.indexOf(trimmed);
-    if (at < 0) continue;
-    const after = text[at + trimmed.length];
-    if (after === undefined || !/[A-Za-z0-9_.-]/.test(after)) return trimmed;
+    // Every mention, not only the first: `cp <rootDir>.bak/x /tmp; sh <rootDir>/x.sh` names rootDir second.
+    for (let at = text.indexOf(trimmed); at >= 0; at = text.indexOf(trimmed, at + 1)) {
+      const after = text[at + trimmed.length];
+      if (after === undefined || !/[A-Za-z0-9_.-]/.test(after)) return trimmed;
+    }
   }
   return undefined;
 }
