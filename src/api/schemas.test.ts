@@ -85,11 +85,41 @@ describe('wire schemas', () => {
     ['content', [1, 2]],
     ['content', 'text'],
     ['object', 'deployment'],
-    ['device', 'dvc_1'],
   ])('rejects a config instance whose %s is %j, naming the field', (field, value) => {
     const result = ConfigInstance.safeParse(instance({ [field]: value }));
     expect(result.success).toBe(false);
     expect(result.error?.issues[0]?.path[0]).toBe(field);
+  });
+
+  // The agent expands none of them and reads none: an expansion it did not ask for, in a shape other than the
+  // spec's, costs the item nothing (it was invalid: reported `failed`, final). The spec's shape is kept.
+  it.each([
+    ['device', 'dvc_1'],
+    ['device', { object: 'device', id: 'dvc_1', last_connected_at: null }],
+    ['config_schema', 'cs_1'],
+    ['config_type', { object: 'config_type' }],
+  ])('reads an unasked %s expansion of another shape (%j) as null', (field, value) => {
+    expect(ConfigInstance.parse(instance({ [field]: value }))[field as 'device']).toBeNull();
+  });
+
+  it('keeps an expansion of the spec shape', () => {
+    const device = {
+      object: 'device',
+      id: 'dvc_1',
+      name: 'robot',
+      status: 'online',
+      last_connected_at: '2026-11-01T10:00:00Z',
+      last_disconnected_at: '2026-11-01T09:00:00Z',
+      created_at: '2026-11-01T08:00:00Z',
+      updated_at: '2026-11-01T10:00:00Z',
+    };
+    expect(ConfigInstance.parse(instance({ device })).device).toEqual(device);
+    expect(
+      ConfigInstance.parse(instance({ config_schema: { object: 'config_schema', id: 'cs' } })).config_schema,
+    ).toEqual({
+      object: 'config_schema',
+      id: 'cs',
+    });
   });
 
   it('keeps every key of the content as the service sent it, __proto__ included', () => {

@@ -251,12 +251,13 @@ export const ConfigInstance = onFirstUse(() =>
     device_id: z.string(),
     config_schema_id: z.string(),
     config_type_id: z.string(),
-    // "null unless expanded", and the agent expands none: a service that leaves out its null fields (Go's
-    // omitempty, a serializer that drops nulls) gives them absent. Read as null; they were invalid, and every
-    // instance was reported `failed`, final (adv33).
-    device: Device.unwrap().nullable().default(null),
-    config_schema: ConfigSchemaRef.unwrap().nullable().default(null),
-    config_type: ConfigTypeRef.unwrap().nullable().default(null),
+    // "null unless expanded", and the agent expands none and reads none: a service that leaves out its null
+    // fields (Go's omitempty, a serializer that drops nulls) gives them absent, and one that expands them unasked
+    // may send any shape (a device whose last_connected_at is null). Each is read as null unless it is the spec's
+    // shape; before, the item was invalid and reported `failed`, final, never written (adv33, lead23).
+    device: Device.unwrap().nullable().catch(null),
+    config_schema: ConfigSchemaRef.unwrap().nullable().catch(null),
+    config_type: ConfigTypeRef.unwrap().nullable().catch(null),
     content: ConfigContent,
   }),
 );

@@ -55,6 +55,31 @@ describe('a service that leaves out null expansions (adv33)', () => {
     expect(await world.fileAt('a.json')).toBe('{\n  "owner": "a"\n}\n');
   });
 
+  // An expansion the agent did not ask for, sent in another shape than the spec's (a device whose
+  // last_connected_at is null, a config_schema as its bare id): the agent reads none of them. The item was invalid,
+  // reported `failed` (final) and never written (lead23).
+  it.each([
+    ['a device with a null timestamp', '"device":{"object":"device","id":"dvc_1","last_connected_at":null},'],
+    ['a config_schema as its id', '"config_schema":"cs_1",'],
+    ['a config_type of another object', '"config_type":{"object":"config_schema","id":7},'],
+  ])('an unasked expansion, %s: written and reported deployed', async (_, expansion) => {
+    world = await createPassWorld({ name: 'lead23-expand' });
+    world.put({ id: 'a' });
+    world.put({ id: 'b', relative_filepath: 'b.json' });
+    const field = expansion.slice(1, expansion.indexOf('"', 1));
+    world.fault({
+      match: LIST,
+      count: 100,
+      mode: 'rewrite',
+      replace: [{ find: `"${field}":null,`, with: expansion }],
+    });
+    await world.pass();
+    expect(world.reports().sort()).toEqual(['a deployed/none', 'b deployed/none']);
+    expect(await world.fileAt('a.json')).toBe('{\n  "owner": "a"\n}\n');
+    await world.pass();
+    expect(world.reports()).toHaveLength(2);
+  });
+
   it('one of the three left out is enough to have been failed', async () => {
     world = await createPassWorld({ name: 'adv33-expand-one' });
     world.put({ id: 'a' });
