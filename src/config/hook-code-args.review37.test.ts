@@ -23,3 +23,33 @@ describe('code text naming rootDir after a path that only begins like it (review
     },
   );
 });
+
+describe('shells besides the sh family judged as shells (review37)', () => {
+  it.each([
+    [['tcsh', '<root>/x.csh'], 'hooks[0].run[1]', 'is inside rootDir'],
+    [['/bin/csh', '-f', 'etc/x.csh'], 'hooks[0].run[2]', 'is inside rootDir'],
+    [['csh', '-c', 'source <root>/x'], 'hooks[0].run[2]', 'code given to an interpreter names <root>'],
+    [['fish', '<root>/x.fish'], 'hooks[0].run[1]', 'is inside rootDir'],
+    [['fish', '--no-config', '-c', 'source <root>/x'], 'hooks[0].run[3]', 'code given to an interpreter'],
+    [['fish', '-C', 'source <root>/x', '/opt/y.fish'], 'hooks[0].run[2]', 'code given to an interpreter'],
+    [['fish', '--init-command=source <root>/x'], 'hooks[0].run[1]', 'code given to an interpreter'],
+    [['fish', '-d', '3', 'x.fish'], 'hooks[0].run[3]', 'is inside rootDir'],
+    [['rbash', '<root>/x.sh'], 'hooks[0].run[1]', 'is inside rootDir'],
+    [['ksh93', '<root>/x.sh'], 'hooks[0].run[1]', 'is inside rootDir'],
+    [['/usr/bin/zsh-5.9', '<root>/x.zsh'], 'hooks[0].run[1]', 'is inside rootDir'],
+    [['timeout', '5', 'tcsh', '<root>/x.csh'], 'hooks[0].run[3]', 'is inside rootDir'],
+  ])('refuses %j, naming %s', async (run, key, why) => {
+    const message = await judge(run);
+    expect(message).toContain(`${key}: `);
+    expect(message).toContain(why);
+  });
+
+  it.each([
+    [['fish', '-c', 'echo hi', '/etc/hostname']],
+    [['tcsh', '/opt/x.csh']],
+    [['fish', '-d', '3', '/opt/y.fish']],
+    [['shellcheck', '<root>/x.sh']],
+  ])('accepts %j (code outside rootDir, or no shell)', async (run) => {
+    expect(await judge(run)).toBe('accepted');
+  });
+});

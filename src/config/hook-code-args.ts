@@ -46,13 +46,37 @@ const RUBY: Grammar = {
   value: new Set(['-I', '-E']),
   loads: 'perl',
 };
+/** fish: `-c`/`--command` and `-C`/`--init-command` take code (fish's getopt: `+hPilNnvc:C:p:d:f:D:o:`). */
+const FISH: Grammar = {
+  code: new Set(['-c', '--command', '-C', '--init-command']),
+  codeFile: new Set(),
+  value: new Set([
+    '-p',
+    '--profile',
+    '--profile-startup',
+    '-d',
+    '--debug',
+    '-o',
+    '--debug-output',
+    '-f',
+    '--features',
+  ]),
+  clusterCode: 'c',
+};
 const PHP: Grammar = { code: new Set(['-r']), codeFile: new Set(['-f']), value: new Set(['-d', '-c']) };
 const LUA: Grammar = { code: new Set(['-e']), codeFile: new Set(['-l']), value: new Set() };
 
 /** Programs (by base name) that run a file or a string from their arguments as code. */
 function grammarOf(program: string): Grammar | undefined {
   const name = path.basename(program);
-  if (/^(?:sh|bash|dash|ash|zsh|ksh|mksh|pdksh|yash|posh)$/.test(name)) return SHELL;
+  // With a version as some install them beside the plain name (ksh93, zsh-5.9); csh and tcsh read -c as sh does.
+  if (
+    /^(?:sh|bash|rbash|dash|ash|zsh|ksh|mksh|lksh|oksh|loksh|pdksh|yash|posh|csh|tcsh)(?:-?[0-9][0-9.]*)?$/.test(
+      name,
+    )
+  )
+    return SHELL;
+  if (/^fish$/.test(name)) return FISH;
   if (/^(?:python|pypy)[0-9.]*$/.test(name)) return PYTHON;
   if (/^perl[0-9.]*$/.test(name)) return PERL;
   if (/^(?:node|nodejs)$/.test(name)) return NODE;
