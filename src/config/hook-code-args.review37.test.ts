@@ -53,3 +53,52 @@ describe('shells besides the sh family judged as shells (review37)', () => {
     expect(await judge(run)).toBe('accepted');
   });
 });
+
+describe('code and files in option clusters and joined to their letter (review37)', () => {
+  it.each([
+    [
+      ['python3', "-cexec(open('<root>/x').read())"],
+      'hooks[0].run[1]',
+      'code given to an interpreter names <root>',
+    ],
+    [['python3', '-cimport mod'], 'hooks[0].run[1]', 'python -c code that imports'],
+    [['python3', '-Sc', 'import mod'], 'hooks[0].run[2]', 'python -c code that imports'],
+    [['perl', '-edo "<root>/x"'], 'hooks[0].run[1]', 'code given to an interpreter names <root>'],
+    [['perl', '-wedo "./x"'], 'hooks[0].run[1]', 'code loads a ./ or ../ path'],
+    [['perl', '-lne', 'do "<root>/x"', '/etc/hostname'], 'hooks[0].run[2]', 'code given to an interpreter'],
+    [['perl', '-wIlib', '/opt/x.pl'], 'hooks[0].run[1]', '<root>/lib is inside rootDir'],
+    [['perl', '-pie', 's/a/b/', '/etc/x'], 'hooks[0].run[2]', 'is inside rootDir'],
+    [['ruby', '-eload "<root>/x.rb"'], 'hooks[0].run[1]', 'code given to an interpreter names <root>'],
+    [['ruby', '-ne', 'load "<root>/x.rb"', '/etc/x'], 'hooks[0].run[2]', 'code given to an interpreter'],
+    [['ruby', '-r./x', '-e', 'p 1'], 'hooks[0].run[1]', '<root>/x is inside rootDir'],
+    [['lua', '-edofile("<root>/x.lua")'], 'hooks[0].run[1]', 'code given to an interpreter names <root>'],
+    [['lua', '-lmod', '/opt/x.lua'], 'hooks[0].run[1]', '<root>/mod is inside rootDir'],
+    [['php', '-rinclude "<root>/x.php";'], 'hooks[0].run[1]', 'code given to an interpreter names <root>'],
+    [
+      ['php', '-B', 'include "<root>/x.php";', '-R', 'echo 1;'],
+      'hooks[0].run[2]',
+      'code given to an interpreter',
+    ],
+    [['php', '-F', 'x.php'], 'hooks[0].run[2]', '<root>/x.php is inside rootDir'],
+  ])('refuses %j, naming %s', async (run, key, why) => {
+    const message = await judge(run);
+    expect(message).toContain(`${key}: `);
+    expect(message).toContain(why);
+  });
+
+  it.each([
+    [['perl', '-ne', 'print', '/etc/hostname']],
+    [['perl', '-lne', 'print if /x/', '/etc/hostname']],
+    [['perl', '-0777', '-pe', 's/a/b/', '/etc/x']],
+    [['perl', '-l0pe', '1', '/etc/x']],
+    [['perl', '-MJSON::PP', '-e', 'print 1']],
+    [['python3', '-Sc', 'print(1)']],
+    [['python3', '-Ic', 'import json']],
+    [['python3', '-Wignore', '-c', 'print(1)']],
+    [['ruby', '-ne', 'puts $_', '/etc/hostname']],
+    [['ruby', '-rjson', '-e', 'p JSON']],
+    [['php', '-r', 'echo 1;']],
+  ])('accepts %j (code outside rootDir, data after it)', async (run) => {
+    expect(await judge(run)).toBe('accepted');
+  });
+});

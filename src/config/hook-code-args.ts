@@ -14,6 +14,28 @@ interface Grammar {
   clusterCode?: string;
   /** How the interpreter finds code in its working directory (rootDir), when it does: `codeFromWorkingDirectory`. */
   loads?: 'python' | 'node' | 'perl';
+  /**
+   * How the interpreter reads a cluster of one-letter options (`perl -lne CODE`, `python3 -Sc CODE`) and a value
+   * joined to its letter (`python3 -cCODE`, `perl -eCODE`, `perl -Ilib`): letter by letter, the first that takes a
+   * value ending the cluster with the rest of it, or with the next argument when nothing is left.
+   */
+  short?: ShortOptions;
+}
+
+/** One-letter options, by what each letter takes (`Grammar.short`); a letter in none of these is a flag. */
+interface ShortOptions {
+  /** Code text (`-c`, `-e`). */
+  code: string;
+  /** A file or directory code is loaded from (perl -I, lua -l): resolved against rootDir when relative. */
+  files: string;
+  /** A library name (ruby -r): judged as a file when it is a path (`./x`, `/x`), else looked up elsewhere. */
+  libraries?: string;
+  /** A plain value (python -W, perl -M, ruby -C). */
+  value: string;
+  /** Optional digits only (perl -l0, -0777): the cluster goes on after them. */
+  digits?: string;
+  /** Flags that keep the working directory out of the module path (python -I, -P). */
+  isolating?: string;
 }
 
 const SHELL: Grammar = {
@@ -27,12 +49,15 @@ const PYTHON: Grammar = {
   code: new Set(['-c']),
   codeFile: new Set(),
   value: new Set(['-W', '-X', '-Q']),
+  short: { code: 'c', files: '', value: 'WXQ', isolating: 'IP' },
 };
 const PERL: Grammar = {
   loads: 'perl',
   code: new Set(['-e', '-E']),
   codeFile: new Set(),
   value: new Set(['-I', '-M', '-m']),
+  // -i[ext], -x[dir], -C[n], -d[:mod], -D[flags] and -F[pattern] take the rest of the cluster: `perl -pie` is -i "e".
+  short: { code: 'eE', files: 'I', value: 'MmixCdDF', digits: 'l0' },
 };
 const NODE: Grammar = {
   loads: 'node',
@@ -45,6 +70,7 @@ const RUBY: Grammar = {
   codeFile: new Set(['-r']),
   value: new Set(['-I', '-E']),
   loads: 'perl',
+  short: { code: 'e', files: 'I', libraries: 'r', value: 'ECxFKTW', digits: '0' },
 };
 /** fish: `-c`/`--command` and `-C`/`--init-command` take code (fish's getopt: `+hPilNnvc:C:p:d:f:D:o:`). */
 const FISH: Grammar = {
@@ -63,8 +89,19 @@ const FISH: Grammar = {
   ]),
   clusterCode: 'c',
 };
-const PHP: Grammar = { code: new Set(['-r']), codeFile: new Set(['-f']), value: new Set(['-d', '-c']) };
-const LUA: Grammar = { code: new Set(['-e']), codeFile: new Set(['-l']), value: new Set() };
+/** php: `-B`, `-R` and `-E` are code run before, for each line of and after the input, as `-r` is; `-F` a file so run. */
+const PHP: Grammar = {
+  code: new Set(['-r', '-B', '-R', '-E']),
+  codeFile: new Set(['-f', '-F', '-z']),
+  value: new Set(['-d', '-c']),
+  short: { code: 'rBRE', files: 'fFz', value: 'dcS', digits: '' },
+};
+const LUA: Grammar = {
+  code: new Set(['-e']),
+  codeFile: new Set(['-l']),
+  value: new Set(),
+  short: { code: 'e', files: 'l', value: '' },
+};
 
 /** Programs (by base name) that run a file or a string from their arguments as code. */
 function grammarOf(program: string): Grammar | undefined {
@@ -396,6 +433,50 @@ export function hookCodeArguments(run: readonly string[], rootDir: string): Hook
       const index = arg.length > 2 ? i : i + 1;
       if (dir !== undefined) out.files.push({ index, file: relative(dir) });
       if (arg.length === 2) i++;
+      continue;
+    }
+    const short = grammar.short;
+    if (
+      !scriptSeen &&
+      short !== undefined &&
+      /^-[^-]./.test(arg) &&
+      !grammar.code.has(arg) &&
+      !grammar.codeFile.has(arg) &&
+      !grammar.value.has(arg)
+    ) {
+      // A cluster, or a letter with its value joined (`-lne`, `-cCODE`, `-Ilib`), read letter by letter.
+      for (let k = 1; k < arg.length; k++) {
+        const letter = arg[k] ?? '';
+        if (short.isolating?.includes(letter) === true) isolated = true;
+        if (short.digits?.includes(letter) === true) {
+          while (/[0-9]/.test(arg[k + 1] ?? '')) k++;
+          continue;
+        }
+        const takes = short.code.includes(letter)
+          ? 'code'
+          : short.files.includes(letter)
+            ? 'file'
+            : short.libraries?.includes(letter) === true
+              ? 'library'
+              : short.value.includes(letter)
+                ? 'value'
+                : undefined;
+        if (takes === undefined) continue;
+        const joined = k + 1 < arg.length ? arg.slice(k + 1) : undefined;
+        const index = joined === undefined ? i + 1 : i;
+        const given = joined ?? run[i + 1];
+        if (joined === undefined) i++;
+        if (given !== undefined && takes === 'code') {
+          out.code.push({ index, text: given });
+          const why = codeFromWorkingDirectory(grammar, given, isolated);
+          if (why !== undefined) out.workingDirectory.push({ index, why });
+        } else if (given !== undefined && takes === 'file') out.files.push({ index, file: relative(given) });
+        else if (given !== undefined && takes === 'library' && (given.startsWith('.') || given.includes('/')))
+          out.files.push({ index, file: relative(given) });
+        // What follows code is its positional arguments (sys.argv, @ARGV): data.
+        if (takes === 'code') scriptSeen = true;
+        break;
+      }
       continue;
     }
     if (!scriptSeen && arg.startsWith('-') && arg !== '-' && arg !== '--') {
