@@ -80,7 +80,20 @@ function makeCerts(into: string): void {
     },
   );
   const name = ['-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'];
-  run(['req', '-new', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'key.pem', ...name, '-out', 'req.csr']);
+  run([
+    'req',
+    '-new',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:P-256',
+    '-nodes',
+    '-keyout',
+    'key.pem',
+    ...name,
+    '-out',
+    'req.csr',
+  ]);
   run(
     ['ca', '-batch', '-config', 'ca.cnf', '-selfsign', '-keyfile', 'key.pem', '-in', 'req.csr'].concat([
       '-startdate',
