@@ -58,9 +58,17 @@ const SYSTEM_UNIT_DIRECTORY_BASES: Readonly<Record<UnitDirectoryKind, string>> =
 /** More skew than this breaks TLS validity windows and Retry-After dates; NTP keeps devices well within it. */
 const MAX_CLOCK_SKEW_MS = 60_000;
 
+/**
+ * systemctl looked up on the system's PATH, not the caller's: doctor is run as root, often from `su` or `sudo -E`,
+ * whose environment's PATH (a user's ~/bin first) would choose the program run as root (review37; as rootAcl's
+ * getfacl, review36). The rest of the environment is kept (SYSTEMD_*, the bus's address).
+ */
+const SYSTEM_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
+
 export function runSystemctl(args: readonly string[]): Promise<SystemctlResult> {
   return new Promise((resolve) => {
-    execFile('systemctl', [...args], { timeout: 10_000 }, (error, stdout) => {
+    const env = { ...process.env, PATH: SYSTEM_PATH };
+    execFile('systemctl', [...args], { timeout: 10_000, env }, (error, stdout) => {
       if (error && errnoCode(error) === 'ENOENT') resolve({ status: 127, stdout: '' });
       else resolve({ status: error ? Number((error as { code?: unknown }).code ?? 1) || 1 : 0, stdout });
     });
