@@ -102,3 +102,35 @@ describe('code and files in option clusters and joined to their letter (review37
     expect(await judge(run)).toBe('accepted');
   });
 });
+
+describe("code loaded from the working directory, rootDir, by perl's -Mlib, php and lua (review37)", () => {
+  it.each([
+    [['perl', '-Mlib=.', '-MFoo', '-e', 'Foo::x()'], 'hooks[0].run[1]', '<root> is inside rootDir'],
+    [['perl', '-Mlib=/opt/lib,lib', '/opt/x.pl'], 'hooks[0].run[1]', '<root>/lib is inside rootDir'],
+    [['perl', '-mlib=lib/perl5', '/opt/x.pl'], 'hooks[0].run[1]', '<root>/lib/perl5 is inside rootDir'],
+    [['perl', '-Mlib "."', '-e', '1'], 'hooks[0].run[1]', 'code loads a ./ or ../ path'],
+    [
+      ['php', '-r', 'require "vendor/autoload.php"; App::run();'],
+      'hooks[0].run[2]',
+      'php code includes a relative',
+    ],
+    [['php', '-r', "include_once('lib/x.php');"], 'hooks[0].run[2]', 'php code includes a relative'],
+    [['lua', '-e', 'require "mod"'], 'hooks[0].run[2]', 'lua code requires mod'],
+    [['lua', '-e', 'local cjson = require("cjson")'], 'hooks[0].run[2]', 'lua code requires cjson'],
+    [['lua', '-e', 'dofile("x.lua")'], 'hooks[0].run[2]', 'lua code loads a relative path'],
+  ])('refuses %j, naming %s', async (run, key, why) => {
+    const message = await judge(run);
+    expect(message).toContain(`${key}: `);
+    expect(message).toContain(why);
+  });
+
+  it.each([
+    [['perl', '-Mlib=/opt/lib', '-MFoo', '-e', 'Foo::x()']],
+    [['perl', '-Mstrict', '-MJSON::PP=decode_json', '-e', 'print 1']],
+    [['php', '-r', 'require "/opt/app/vendor/autoload.php"; echo 1;']],
+    [['lua', '-e', 'local s = require("string"); print(os.time())']],
+    [['lua', '-e', 'dofile("/opt/x.lua")']],
+  ])("accepts %j (absolute outside rootDir, or the language's own)", async (run) => {
+    expect(await judge(run)).toBe('accepted');
+  });
+});

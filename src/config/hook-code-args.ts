@@ -13,7 +13,7 @@ interface Grammar {
   /** A cluster of one-letter flags containing this letter takes code (`sh -ec '...'`). */
   clusterCode?: string;
   /** How the interpreter finds code in its working directory (rootDir), when it does: `codeFromWorkingDirectory`. */
-  loads?: 'python' | 'node' | 'perl';
+  loads?: 'python' | 'node' | 'perl' | 'php' | 'lua';
   /**
    * How the interpreter reads a cluster of one-letter options (`perl -lne CODE`, `python3 -Sc CODE`) and a value
    * joined to its letter (`python3 -cCODE`, `perl -eCODE`, `perl -Ilib`): letter by letter, the first that takes a
@@ -89,14 +89,16 @@ const FISH: Grammar = {
   ]),
   clusterCode: 'c',
 };
-/** php: `-B`, `-R` and `-E` are code run before, for each line of and after the input, as `-r` is; `-F` a file so run. */
+/** php: `-B`, `-R` and `-E` are code run before, for each line of and after the input, as `-r` is; `-F`: a file so. */
 const PHP: Grammar = {
+  loads: 'php',
   code: new Set(['-r', '-B', '-R', '-E']),
   codeFile: new Set(['-f', '-F', '-z']),
   value: new Set(['-d', '-c']),
   short: { code: 'rBRE', files: 'fFz', value: 'dcS', digits: '' },
 };
 const LUA: Grammar = {
+  loads: 'lua',
   code: new Set(['-e']),
   codeFile: new Set(['-l']),
   value: new Set(),
@@ -473,6 +475,8 @@ export function hookCodeArguments(run: readonly string[], rootDir: string): Hook
         } else if (given !== undefined && takes === 'file') out.files.push({ index, file: relative(given) });
         else if (given !== undefined && takes === 'library' && (given.startsWith('.') || given.includes('/')))
           out.files.push({ index, file: relative(given) });
+        else if (given !== undefined && grammar === PERL && (letter === 'M' || letter === 'm'))
+          perlUseLib(given, index, relative, out);
         // What follows code is its positional arguments (sys.argv, @ARGV): data.
         if (takes === 'code') scriptSeen = true;
         break;
@@ -602,6 +606,42 @@ function skipOperands(
   return i;
 }
 
+/**
+ * perl's `-Mlib=DIR,...` (`use lib split(/,/, q{DIR,...})`): each directory joins @INC as `-IDIR` does, so each is
+ * judged as a file (relative ones in rootDir, the working directory). `-M'lib "."'` is `use lib "."`, read as code
+ * text. Other modules are looked up in @INC, which holds no relative directory unless told to.
+ */
+function perlUseLib(
+  module: string,
+  index: number,
+  relative: (file: string) => string,
+  out: HookCodeArguments,
+): void {
+  const listed = /^lib=(.*)$/s.exec(module);
+  if (listed !== null) {
+    for (const dir of (listed[1] ?? '').split(',')) out.files.push({ index, file: relative(dir) });
+    return;
+  }
+  if (!/^lib\s/.test(module)) return;
+  const why = codeFromWorkingDirectory(PERL, `use ${module};`, false);
+  if (why !== undefined) out.workingDirectory.push({ index, why });
+}
+
+/** Lua's own library, which `require` finds preloaded before any search. */
+const LUA_LIBRARIES: ReadonlySet<string> = new Set([
+  '_G',
+  'coroutine',
+  'debug',
+  'io',
+  'math',
+  'os',
+  'package',
+  'string',
+  'table',
+  'utf8',
+  'bit32',
+]);
+
 /** Node's own modules, which `require('fs')` loads before any node_modules directory. */
 const NODE_BUILTINS: ReadonlySet<string> = new Set(builtinModules);
 
@@ -636,6 +676,23 @@ function codeFromWorkingDirectory(grammar: Grammar, text: string, isolated: bool
     const relativeDir = /\b(?:use\s+lib|@INC|\$LOAD_PATH|\$:)[^;]*?[\s'"(,]\.\.?(?:\/|[\s'"),;]|$)/;
     const relative = { test: (code: string) => relativeFile.test(code) || relativeDir.test(code) };
     if (relative.test(text)) return 'code loads a ./ or ../ path from its working directory';
+  }
+  if (grammar.loads === 'php') {
+    // include_path is `.` first (then the system's): a relative include of -r/-B/-R/-E code is looked up in rootDir.
+    if (/\b(?:include|require)(?:_once)?\s*\(?\s*['"](?!\/)/.test(text))
+      return 'php code includes a relative path, looked up in its working directory first (include_path .)';
+    return undefined;
+  }
+  if (grammar.loads === 'lua') {
+    // package.path ends in ./?.lua, searched before any C module (package.cpath): a module not of Lua's own library
+    // is loaded from rootDir when no system directory has a .lua of its name. dofile/loadfile of a relative path.
+    for (const match of text.matchAll(/\brequire\s*\(?\s*(['"])([^'"]+)\1/g)) {
+      const module = match[2] ?? '';
+      if (!LUA_LIBRARIES.has(module))
+        return `lua code requires ${module}, looked up in its working directory (./?.lua)`;
+    }
+    if (/\b(?:dofile|loadfile)\s*\(?\s*['"](?!\/)/.test(text))
+      return 'lua code loads a relative path from its working directory';
   }
   return undefined;
 }
