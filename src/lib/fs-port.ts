@@ -4,6 +4,10 @@ import type * as fsp from 'node:fs/promises';
 import type { DirectorySyncLedger } from '../store/directory-syncs.js';
 import type { LstatFieldsSync } from './lstat-fields.js';
 
+/**
+ * The promise calls' contract is theirs whatever thread answers: the production port (cli/hang-safe-fs.ts) answers
+ * some of them on the calling thread, settled as promises, where the mount is local (synchronousWhereLocal).
+ */
 export type FsPort = Pick<
   typeof fsp,
   | 'open'
