@@ -1,13 +1,13 @@
 // The hand checks of everyday list items against zod and the full content walk: never a different verdict, only a faster one.
-import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   agreesWithZod,
+  cleanAgreesWithLocate,
   item,
   parsedItemJudgedAsText,
   quickInstanceAgreesWithZod,
 } from '../../test/helpers/list-item-oracle.js';
-import { cutListBody, LosslessNumber, parseCompactListBody, parseJson } from './json.js';
+import { cutListBody, parseCompactListBody, parseJson } from './json.js';
 import {
   itemKey,
   judgeConfigInstance,
@@ -27,6 +27,10 @@ const QUICK_LEAST = 60;
 const ZOD_LEAST = 60;
 const VALID_LEAST = 40;
 const OTHER_LEAST = 40;
+// isCleanContent against locateContentProblem: 300 generated contents here, 2,000 in list-page.scale.test.ts. Each kind
+// (clean, not) took 120-149 of 300 in 60 runs (mean 138, sd 8; 2026-11-25): the bound is ten deviations below.
+const CLEAN_RUNS = 300;
+const CLEAN_LEAST = 60;
 
 describe('quickInstance', () => {
   it('a textbook item is taken by the hand check, and zod agrees', () => {
@@ -112,37 +116,8 @@ describe('isCleanContent', () => {
   }
 
   it('says clean exactly when locateContentProblem finds nothing', () => {
-    const odd = fc.constantFrom<unknown>(
-      Number.NaN,
-      Number.POSITIVE_INFINITY,
-      new LosslessNumber('1e400'),
-      new LosslessNumber('12345678901234567891'),
-      new Date(0),
-      new Map(),
-      Object.create(null),
-      undefined,
-      () => 1,
-      Symbol('s'),
-      10n,
-    );
-    const value = fc.letrec((tie) => ({
-      node: fc.oneof(
-        { arbitrary: fc.jsonValue({ maxDepth: 2 }), weight: 6 },
-        { arbitrary: odd, weight: 1 },
-        { arbitrary: fc.array(tie('node'), { maxLength: 3 }), weight: 2 },
-        { arbitrary: fc.dictionary(fc.string({ maxLength: 4 }), tie('node'), { maxKeys: 3 }), weight: 2 },
-      ),
-    })).node;
-    const outcomes = { clean: 0, not: 0 };
-    fc.assert(
-      fc.property(fc.oneof(value, fc.dictionary(fc.string({ maxLength: 4 }), value)), (content) => {
-        const clean = isCleanContent(content);
-        expect(clean).toBe(locateContentProblem(content) === undefined);
-        outcomes[clean ? 'clean' : 'not'] += 1;
-      }),
-      { numRuns: 2_000 },
-    );
-    expect(Math.min(outcomes.clean, outcomes.not)).toBeGreaterThan(200);
+    const outcomes = cleanAgreesWithLocate(CLEAN_RUNS);
+    expect(Math.min(outcomes.clean, outcomes.not)).toBeGreaterThan(CLEAN_LEAST);
     for (const levels of [62, 63, 64, 65, 66]) {
       const content = { top: nested(levels) };
       expect(isCleanContent(content)).toBe(locateContentProblem(content) === undefined);

@@ -2,8 +2,9 @@
 // list-page.test.ts runs the properties over a few hundred items, list-page.scale.test.ts over thousands.
 import fc from 'fast-check';
 import { expect } from 'vitest';
+import { LosslessNumber } from '../../src/api/json.js';
 import { judgeConfigInstance, judgeParsedItem, quickInstance } from '../../src/api/list-page.js';
-import { ConfigInstance } from '../../src/api/schemas.js';
+import { ConfigInstance, isCleanContent, locateContentProblem } from '../../src/api/schemas.js';
 
 export const T0 = '2025-01-01T00:00:00Z';
 
@@ -155,4 +156,43 @@ export function parsedItemJudgedAsText(runs: number): { valid: number; other: nu
     { numRuns: runs },
   );
   return kinds;
+}
+
+/**
+ * isCleanContent says clean exactly when locateContentProblem finds nothing, on `runs` generated contents: JSON
+ * values, values no JSON text holds (NaN, a LosslessNumber out of range, a Date, a function, ...) and nestings of
+ * both. Returns how many were clean and how many not.
+ */
+export function cleanAgreesWithLocate(runs: number): { clean: number; not: number } {
+  const odd = fc.constantFrom<unknown>(
+    Number.NaN,
+    Number.POSITIVE_INFINITY,
+    new LosslessNumber('1e400'),
+    new LosslessNumber('12345678901234567891'),
+    new Date(0),
+    new Map(),
+    Object.create(null),
+    undefined,
+    () => 1,
+    Symbol('s'),
+    10n,
+  );
+  const value = fc.letrec((tie) => ({
+    node: fc.oneof(
+      { arbitrary: fc.jsonValue({ maxDepth: 2 }), weight: 6 },
+      { arbitrary: odd, weight: 1 },
+      { arbitrary: fc.array(tie('node'), { maxLength: 3 }), weight: 2 },
+      { arbitrary: fc.dictionary(fc.string({ maxLength: 4 }), tie('node'), { maxKeys: 3 }), weight: 2 },
+    ),
+  })).node;
+  const outcomes = { clean: 0, not: 0 };
+  fc.assert(
+    fc.property(fc.oneof(value, fc.dictionary(fc.string({ maxLength: 4 }), value)), (content) => {
+      const clean = isCleanContent(content);
+      expect(clean).toBe(locateContentProblem(content) === undefined);
+      outcomes[clean ? 'clean' : 'not'] += 1;
+    }),
+    { numRuns: runs },
+  );
+  return outcomes;
 }
