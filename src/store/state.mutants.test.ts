@@ -3,6 +3,7 @@
 import { execFileSync } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -17,9 +18,20 @@ beforeEach(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'state-mutants-'));
 });
 
+/** Unix sockets bound at a state file's name, kept listening while the test runs (closing one unlinks it). */
+const listening: net.Server[] = [];
+
 afterEach(async () => {
+  for (const server of listening.splice(0)) await new Promise((done) => server.close(done));
   await rm(dir, { recursive: true, force: true });
 });
+
+/** A unix socket at `at`, as a local user's server could leave one (open(2) answers ENXIO). */
+async function bindSocket(at: string): Promise<void> {
+  const server = net.createServer();
+  listening.push(server);
+  await new Promise<void>((done, fail) => server.once('error', fail).listen(at, done));
+}
 
 /**
  * The real fs, keeping every handle it opened until that handle is closed: `handles.size` is the number of
@@ -59,6 +71,8 @@ describe('readStateDirFile', () => {
   it.each([
     ['a directory', (at: string) => mkdir(at)],
     ['a FIFO', async (at: string) => void execFileSync('mkfifo', [at])],
+    // open(2) refuses a socket before any fstat (ENXIO): it was retried for good as a failing disk, exit 1 (adv36).
+    ['a socket', bindSocket],
   ])(
     '%s in its place: named as such, not retryable (an operator must fix it), nothing left open',
     async (kind, make) => {
@@ -89,6 +103,23 @@ describe('readStateDirFile', () => {
       message: `stateDir ${dir} is not usable: cannot read ${STATE_FILE}: input/output error (EIO)`,
     });
     expect(fs.handles.size).toBe(0);
+  });
+
+  it('ENXIO opening a regular file (its disk gone) is still a failing disk: retryable, named by its errno', async () => {
+    await writeFile(path.join(dir, STATE_FILE), '{}');
+    const fs = {
+      ...nodeFs,
+      open: (async () => {
+        throw Object.assign(new Error('ENXIO: simulated'), { code: 'ENXIO' });
+      }) as FsPort['open'],
+    };
+    const error = await loadLocalState(fs, dir, 'dvc_1', silentLogger()).catch((e: unknown) => e);
+    expect(error).toMatchObject({
+      code: 'state_dir_unusable',
+      errno: 'ENXIO',
+      retryable: true,
+      stateDir: dir,
+    });
   });
 
   it('many loads in a row leave no descriptor open', async () => {

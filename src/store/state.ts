@@ -794,19 +794,15 @@ export async function readStateDirFile(
     handle = await fs.open(path.join(stateDir, name), STATE_READ_FLAGS);
   } catch (error) {
     if (errnoCode(error) === 'ENOENT') return undefined;
+    // A socket (or a device without its driver) cannot be opened at all: ENXIO, which also says a disk went away
+    // (retried). Named by what is there, as a FIFO is below: "ENXIO" alone, retried for good, hid it (adv36).
+    if (errnoCode(error) === 'ENXIO') await refuseNotRegular(fs, stateDir, name);
     throw new StateDirError(stateDir, `cannot read ${name}`, error);
   }
   try {
     const stats = await handle.stat();
-    if (!stats.isFile()) {
-      // Named by what is there: "EISDIR" alone misled operators who found a FIFO or a device at the name.
-      throw new StateDirError(
-        stateDir,
-        `cannot read ${name}`,
-        Object.assign(new Error('not a regular file'), { code: 'EISDIR' }),
-        `it is ${entryKind(stats)}, not a regular file (remove it or move it aside)`,
-      );
-    }
+    // Named by what is there: "EISDIR" alone misled operators who found a FIFO or a device at the name.
+    if (!stats.isFile()) throw notRegular(stateDir, name, stats);
     // Longer than any text the agent writes (a string cannot be): a runaway or sparse file of a broken disk or a
     // hand's `truncate`. Read, it failed every start for good (over 2 GiB before reading, else after reading it
     // all), "stateDir is not usable"; refused unread it is unreadable like any that does not parse: state.json
@@ -823,6 +819,22 @@ export async function readStateDirFile(
 }
 
 const STATE_READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW;
+
+/** The refusal of a state file that is not a regular file: for an operator to remove (exit 78), never retried. */
+function notRegular(stateDir: string, name: string, stats: Parameters<typeof entryKind>[0]): StateDirError {
+  return new StateDirError(
+    stateDir,
+    `cannot read ${name}`,
+    Object.assign(new Error('not a regular file'), { code: 'EISDIR' }),
+    `it is ${entryKind(stats)}, not a regular file (remove it or move it aside)`,
+  );
+}
+
+/** Throws notRegular when what is at `name` (not followed) is not a regular file; returns when it is one, or gone. */
+async function refuseNotRegular(fs: FsPort, stateDir: string, name: string): Promise<void> {
+  const stats = await fs.lstat(path.join(stateDir, name)).catch(() => undefined);
+  if (stats !== undefined && !stats.isFile()) throw notRegular(stateDir, name, stats);
+}
 
 function overLength(name: string): StateFileOverweightError {
   return new StateFileOverweightError(name, 'bytes', bufferConstants.MAX_STRING_LENGTH);
