@@ -1,15 +1,16 @@
-// The port's metadata calls and small reads on the calling thread only where the mount is local (syncfs28): proven with the pool held busy and with a hung FUSE mount.
+// The port's metadata calls and small reads on the calling thread only where the mount is local, and kernel filesystems never taken to hang (syncfs28): with the pool held busy and a hung FUSE mount.
 import { spawnSync } from 'node:child_process';
 import { closeSync, constants, openSync, readFileSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { canMountFuse, hungFuseDir } from '../../test/helpers/hung-fuse.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { sameRoot } from '../store/same-root.js';
 import { readStateDirFile } from '../store/state.js';
-import { hangSafeConfigCalls, hangSafeFs } from './hang-safe-fs.js';
+import { hangSafeConfigCalls, hangSafeFs, mountHoldingThatMayHang } from './hang-safe-fs.js';
 import { MountLanes } from './mount-gate.js';
 
 const line = (id: number, mountPoint: string, type: string) =>
@@ -182,4 +183,39 @@ describe.runIf(canMountFuse)('stateDir on a hung FUSE mount (syncfs28)', () => {
     expect((await fs.stat(rootDir)).isDirectory()).toBe(true);
     expect(fuse.exitCode === null && fuse.signalCode === null, 'the mount still hangs').toBe(true);
   }, 60_000);
+});
+
+describe('kernel filesystems on the way never may hang (syncfs28)', () => {
+  let dir: string | undefined;
+  afterEach(async () => {
+    if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+    dir = undefined;
+  });
+
+  it('a former root under /dev/shm (devtmpfs on its way) is the same root as a symlink to it', async () => {
+    dir = await mkdtemp('/dev/shm/config-agent-syncfs28-');
+    const root = path.join(dir, 'root');
+    const link = path.join(dir, 'root-link');
+    await mkdir(root);
+    await symlink(root, link);
+    const table = [
+      line(1, '/', 'ext4'),
+      line(2, '/dev', 'devtmpfs'),
+      line(3, '/dev/shm', 'tmpfs'),
+      line(4, '/proc', 'proc'),
+      line(5, '/sys', 'sysfs'),
+      line(6, '/srv/nfs', 'nfs4'),
+    ].join('\n');
+    expect(mountHoldingThatMayHang(table, '/dev')).toBeUndefined();
+    expect(mountHoldingThatMayHang(table, '/proc/self')).toBeUndefined();
+    expect(mountHoldingThatMayHang(table, '/srv/nfs/root')).toBe('/srv/nfs');
+    const fs = await hangSafeFs(
+      link,
+      { monotonic: () => 0 },
+      { realpath: async (file) => file, mountinfo: async () => table },
+    );
+    // Before: '/dev', and the root recorded as `root` was taken for another one (its file left, `retrying`).
+    expect(fs.mountThatMayHangAt?.(root)).toBeUndefined();
+    expect(await sameRoot(fs, root, link)).toBe(true);
+  });
 });

@@ -183,12 +183,16 @@ export function mountsThatMayHangBelow(mountinfo: string, realRootDir: string): 
 }
 
 /**
- * The mount point holding `realDir` when its filesystem may hang (not in LOCAL_FILESYSTEMS), from
- * /proc/self/mountinfo's text; undefined when it is local or the table does not say.
+ * The mount point holding `realDir` when its filesystem may hang (neither in LOCAL_FILESYSTEMS nor a kernel
+ * filesystem, which answers from memory: config/own-paths.ts), from /proc/self/mountinfo's text; undefined when it is
+ * local or the table does not say. Kernel ones were taken to hang (syncfs28): /dev (devtmpfs) on the way to a root
+ * under /dev/shm made a former root there "on a mount that may hang", compared as a string only (store/same-root.ts).
  */
 export function mountHoldingThatMayHang(mountinfo: string, realDir: string): string | undefined {
   const holding = mountHolding(parseMountTable(mountinfo), realDir);
-  return holding === undefined || LOCAL_FILESYSTEMS.has(holding.type) ? undefined : holding.mountPoint;
+  return holding === undefined || LOCAL_FILESYSTEMS.has(holding.type) || KERNEL_FILESYSTEMS.has(holding.type)
+    ? undefined
+    : holding.mountPoint;
 }
 
 /** Symlinks followed at most on one path's way (the kernel's MAXSYMLINKS). */
