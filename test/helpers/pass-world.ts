@@ -1,11 +1,11 @@
 // The reconciler-against-the-mock world of the runPass tests: a temp root and state dir, the mock service, a Reconciler.
 import { rmSync } from 'node:fs';
-import * as nodeFs from 'node:fs/promises';
 import { lstat, mkdir, mkdtemp, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { FaultRequest } from '../../src/api/admin-schemas.js';
 import { type ClientOptions, createClient, type ServiceClient } from '../../src/api/client.js';
+import { hangSafeFs } from '../../src/cli/hang-safe-fs.js';
 import type { Clock } from '../../src/lib/clock.js';
 import type { Deps } from '../../src/lib/deps.js';
 import { silentLogger } from '../../src/lib/logger.js';
@@ -13,6 +13,7 @@ import { type RunningMockServer, startMockServer } from '../../src/mock-server/s
 import type { ConfigInstanceRecord } from '../../src/mock-server/state.js';
 import type { PassOptions, PassResult, ReconcilerSettings } from '../../src/reconcile/pass-runner.js';
 import { Reconciler } from '../../src/reconcile/reconcile.js';
+import { DirectorySyncLedger } from '../../src/store/directory-syncs.js';
 import { mockRecord } from './instances.js';
 
 /** The listing route, for faults on the pull. */
@@ -45,7 +46,10 @@ export type WorldClientOptions = Partial<Pick<ClientOptions, 'baseUrl' | 'timeou
 
 /** What one Reconciler.open takes: each part over the world's defaults (settings merged key by key). */
 export interface OpenOptions {
-  /** fs (node:fs/promises), clock (fixedClock), random (0.5), logger (silent), heapCheckpoint... */
+  /**
+   * fs (the production port's local form, hangSafeFs without lanes, for the open's rootDir and stateDir: what ships;
+   * a test injecting faults gives its own), clock (fixedClock), random (0.5), logger (silent), heapCheckpoint...
+   */
   deps?: Partial<Deps>;
   settings?: Partial<ReconcilerSettings>;
   /** The response cap of the client and the settings' (the pull's byte budget) alike; unset: the client's 1 MiB. */
@@ -129,21 +133,29 @@ export async function createPassWorld(options: PassWorldOptions): Promise<PassWo
     return wrap === undefined ? made : wrap(made);
   }
 
+  // One per world, as one per process (cli/compose.ts keeps it across reloads).
+  const directorySyncs = new DirectorySyncLedger();
+
   async function openReconciler(open: OpenOptions = {}): Promise<Reconciler> {
     const cap = open.maxResponseBytes ?? options.maxResponseBytes;
-    const deps: Deps = {
-      fs: nodeFs,
-      clock: fixedClock(),
-      random: () => 0.5,
-      logger: silentLogger(),
-      ...options.deps,
-      ...open.deps,
-    };
     const settings: ReconcilerSettings = {
       ...worldSettings(rootDir, stateDir),
       ...(cap === undefined ? {} : { maxResponseBytes: cap }),
       ...options.settings,
       ...open.settings,
+    };
+    const given = open.deps?.fs ?? options.deps?.fs;
+    const deps: Deps = {
+      fs:
+        given ??
+        (await hangSafeFs(settings.rootDir, { monotonic: () => 1_000 }, undefined, directorySyncs, {
+          stateDir: settings.stateDir,
+        })),
+      clock: fixedClock(),
+      random: () => 0.5,
+      logger: silentLogger(),
+      ...options.deps,
+      ...open.deps,
     };
     return Reconciler.open(deps, settings, clientFor(open), { readOnly: open.readOnly ?? false });
   }
