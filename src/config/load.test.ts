@@ -2,6 +2,7 @@
 import { execFileSync } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
 import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Volume } from 'memfs';
@@ -583,13 +584,18 @@ describe('ensureDirectories', () => {
 describe('inputs that are not regular files, on the real file system', () => {
   // A FIFO blocks open() and read() until a writer comes: these would hang without O_NONBLOCK and fstat.
   let dir: string;
+  /** A unix socket at `sock`, listening while the test runs (closing it unlinks it): open(2) answers ENXIO. */
+  let server: net.Server;
   beforeEach(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-special-'));
     execFileSync('mkfifo', [path.join(dir, 'fifo')]);
     await mkdir(path.join(dir, 'dir'));
     await writeFile(path.join(dir, 'config.json'), CONFIG_JSON);
+    server = net.createServer();
+    await new Promise<void>((done, fail) => server.once('error', fail).listen(path.join(dir, 'sock'), done));
   });
   afterEach(async () => {
+    await new Promise((done) => server.close(done));
     await rm(dir, { recursive: true, force: true });
   });
 
@@ -597,6 +603,8 @@ describe('inputs that are not regular files, on the real file system', () => {
     ['fifo', 'a FIFO'],
     ['dir', 'a directory'],
     ['/dev/null', 'a character device'],
+    // open(2) refuses a socket before any fstat (ENXIO): it said only "cannot read the file: ENXIO" (adv36).
+    ['sock', 'a socket'],
   ])('--config %s: ConfigError "not a regular file (%s)", without blocking', async (name, what) => {
     const file = name.startsWith('/') ? name : path.join(dir, name);
     const error = await rejected(loadAgentConfig(nodeFs, { configFlag: file, env: {} }), ConfigError);
@@ -608,6 +616,7 @@ describe('inputs that are not regular files, on the real file system', () => {
     ['fifo', 'a FIFO'],
     ['dir', 'a directory'],
     ['/dev/null', 'a character device'],
+    ['sock', 'a socket'],
   ])('server.apiKeyFile %s: ApiKeyError "not a regular file (%s)", without blocking', async (name, what) => {
     const file = name.startsWith('/') ? name : path.join(dir, name);
     const cfg = config({ server: { ...config().server, apiKeyFile: file } });

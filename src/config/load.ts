@@ -191,6 +191,8 @@ export async function readConfigText(fs: ConfigFs, configPath: string): Promise<
         : code === 'ENOENT'
           ? ': sudo config-agent init --device-id <id> --base-url <url> --api-key-file <file> writes it (or give --config <file>)'
           : '';
+    const kind = await unopenableKind(fs, configPath, error);
+    if (kind !== undefined) return fail(`not a regular file (${kind})`, error);
     return fail(`cannot read the file: ${describeFsError(error)}${hint}`, error);
   }
   try {
@@ -289,6 +291,10 @@ export async function readKeyFile(
       code === 'EACCES' || code === 'EPERM'
         ? ": the key is root's alone: run the command as root (sudo), or ask the running agent with 'config-agent sync'"
         : '';
+    const kind = await unopenableKind(fs, file, error);
+    if (kind !== undefined) {
+      throw new ApiKeyError(`the API key file ${file} is not a regular file (${kind})`, { cause: error });
+    }
     throw new ApiKeyError(`cannot open the API key file ${file}: ${describeFsError(error)}${hint}`, {
       cause: error,
     });
@@ -441,6 +447,8 @@ export async function assertExtraCaCertsUsable(
   try {
     handle = await fs.open(file, NONBLOCKING_READ);
   } catch (error) {
+    const kind = await unopenableKind(fs, file, error);
+    if (kind !== undefined) return fail(`not a regular file (${kind})`, error);
     return fail(`cannot read the file: ${describeFsError(error)}`, error);
   }
   try {
@@ -709,6 +717,17 @@ function describeFsError(error: unknown): string {
   if (code === undefined) return errorMessage(error);
   const text = FS_ERRORS[code];
   return text === undefined ? code : `${text} (${code})`;
+}
+
+/**
+ * What is at `file` when opening it failed with ENXIO, in words (a socket, a device without its driver: open(2)
+ * refuses them before any fstat could say so); undefined for anything else, a regular file there included (a disk
+ * gone away). Followed as the open follows it. Before, a socket given as the config or key said only "ENXIO" (adv36).
+ */
+async function unopenableKind(fs: FsPort, file: string, error: unknown): Promise<string | undefined> {
+  if (errnoCode(error) !== 'ENXIO') return undefined;
+  const stats = await fs.stat(file).catch(() => undefined);
+  return stats === undefined || stats.isFile() ? undefined : describeFileType(stats);
 }
 
 /** What a non-regular file is, in words, for "not a regular file (...)". */
