@@ -134,3 +134,39 @@ describe("code loaded from the working directory, rootDir, by perl's -Mlib, php 
     expect(await judge(run)).toBe('accepted');
   });
 });
+
+describe('su, and the shell runuser and su are given (review37)', () => {
+  it.each([
+    [['su', 'app', '-c', 'sh <root>/x.sh'], 'hooks[0].run[3]', 'code given to an interpreter names <root>'],
+    [
+      ['su', '-', 'app', '-c', '. <root>/env'],
+      'hooks[0].run[4]',
+      'code given to an interpreter names <root>',
+    ],
+    [['su', '-c', 'sh <root>/x.sh', 'app'], 'hooks[0].run[2]', 'code given to an interpreter names <root>'],
+    [
+      ['su', '--command=sh <root>/x.sh', 'app'],
+      'hooks[0].run[1]',
+      'code given to an interpreter names <root>',
+    ],
+    [['su', '-l', 'app', '<root>/x.sh'], 'hooks[0].run[3]', 'is inside rootDir'],
+    [['timeout', '5', 'su', 'app', 'x.sh'], 'hooks[0].run[4]', 'is inside rootDir'],
+    [['su', '-s', '<root>/sh', 'app'], 'hooks[0].run[2]', 'is inside rootDir'],
+    [['runuser', '-s', '<root>/sh', 'app'], 'hooks[0].run[2]', 'is inside rootDir'],
+    [['runuser', '--shell=<root>/sh', '-u', 'app', '/opt/x'], 'hooks[0].run[1]', 'is inside rootDir'],
+    [['runuser', '-s', 'bin/sh', 'app'], 'hooks[0].run[2]', 'is inside rootDir'],
+  ])('refuses %j, naming %s', async (run, key, why) => {
+    const message = await judge(run);
+    expect(message).toContain(`${key}: `);
+    expect(message).toContain(why);
+  });
+
+  it.each([
+    [['su', 'app', '-c', '/opt/x.sh']],
+    [['su', '-s', '/bin/bash', 'app', '-c', 'echo hi']],
+    [['su', '-', 'app', '/opt/x.sh']],
+    [['runuser', '-s', '/bin/sh', '-u', 'app', '/opt/x']],
+  ])('accepts %j (code and shells outside rootDir)', async (run) => {
+    expect(await judge(run)).toBe('accepted');
+  });
+});

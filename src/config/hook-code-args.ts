@@ -144,6 +144,8 @@ interface Wrapper {
    * and the arguments of that user's shell (`runuser USER x.sh` runs `$SHELL x.sh`), read as a shell's.
    */
   userMode?: ReadonlySet<string>;
+  /** Options whose value is a program the wrapper runs (`runuser -s SHELL`, `su --shell=SHELL`), judged as run[0]. */
+  programs?: ReadonlySet<string>;
 }
 
 const set = (...names: string[]): ReadonlySet<string> => new Set(names);
@@ -231,6 +233,18 @@ const WRAPPERS: ReadonlyMap<string, Wrapper> = new Map<string, Wrapper>([
       operands: 0,
       code: set('-c', '--command', '--session-command'),
       userMode: set('-u', '--user'),
+      programs: set('-s', '--shell'),
+    },
+  ],
+  [
+    // util-linux su: `su [options] [-] [USER [ARG...]]`, the ARGs given to USER's shell (or -s's), as runuser's.
+    'su',
+    {
+      value: set('-g', '--group', '-G', '--supp-group', '-s', '--shell', '-w', '--whitelist-environment'),
+      operands: 0,
+      code: set('-c', '--command', '-C', '--session-command'),
+      userMode: set(),
+      programs: set('-s', '--shell'),
     },
   ],
   [
@@ -552,6 +566,10 @@ function skipWrapperArguments(
       const name = eq > 0 ? arg.slice(0, eq) : arg;
       const inline = eq > 0 ? arg.slice(eq + 1) : undefined;
       if (wrapper.userMode?.has(name) === true) selected.program = true;
+      if (wrapper.programs?.has(name) === true) {
+        const program = inline ?? run[i + 1];
+        if (program !== undefined) judgeProgram(program, inline === undefined ? i + 1 : i, rootDir, out);
+      }
       if (wrapper.code?.has(name) === true) {
         out.code.push(
           inline === undefined ? { index: i + 1, text: run[i + 1] ?? '' } : { index: i, text: inline },
@@ -568,6 +586,10 @@ function skipWrapperArguments(
         const isCode = wrapper.code?.has(name) === true;
         if (wrapper.userMode?.has(name) === true) selected.program = true;
         if (!isCode && !wrapper.value.has(name)) continue;
+        if (wrapper.programs?.has(name) === true) {
+          const program = rest ?? run[i + 1];
+          if (program !== undefined) judgeProgram(program, rest === undefined ? i + 1 : i, rootDir, out);
+        }
         if (isCode)
           out.code.push(
             rest === undefined ? { index: i + 1, text: run[i + 1] ?? '' } : { index: i, text: rest },
@@ -582,6 +604,13 @@ function skipWrapperArguments(
     return skipOperands(run, i, operands, wrapper, rootDir, out);
   }
   return i;
+}
+
+/** A program a wrapper's option names (`runuser -s SHELL`), judged as run[0] is: by path, or looked up in PATH. */
+function judgeProgram(program: string, index: number, rootDir: string, out: HookCodeArguments): void {
+  if (path.isAbsolute(program)) out.programs.push({ index, file: program });
+  else if (program.includes('/')) out.programs.push({ index, file: path.join(rootDir, program) });
+  else out.barePrograms = true;
 }
 
 /** Skips a wrapper's operands (timeout's duration, flock's file) and returns the program's index. */
