@@ -170,3 +170,37 @@ describe('su, and the shell runuser and su are given (review37)', () => {
     expect(await judge(run)).toBe('accepted');
   });
 });
+
+describe('nsenter and strace looked through as wrappers (review37)', () => {
+  it.each([
+    [
+      ['nsenter', '-t', '1', '-m', '-u', '-i', '-n', '-p', 'sh', '<root>/x.sh'],
+      'hooks[0].run[9]',
+      'is inside rootDir',
+    ],
+    [['nsenter', '--target=1', '--mount', '--', 'python3', '-m', 'mod'], 'hooks[0].run[6]', 'python -m mod'],
+    [
+      ['nsenter', '-a', '-t1', 'bash', '-c', '. <root>/env'],
+      'hooks[0].run[5]',
+      'code given to an interpreter',
+    ],
+    [['strace', '-f', '-o', '/tmp/trace', 'sh', '<root>/x.sh'], 'hooks[0].run[5]', 'is inside rootDir'],
+    [
+      ['strace', '-e', 'trace=file', '--output=/tmp/t', 'node', 'x.js'],
+      'hooks[0].run[5]',
+      'is inside rootDir',
+    ],
+    [['strace', '-ff', 'etc/run.sh'], 'hooks[0].run[2]', 'is inside rootDir'],
+  ])('refuses %j, naming %s', async (run, key, why) => {
+    const message = await judge(run);
+    expect(message).toContain(`${key}: `);
+    expect(message).toContain(why);
+  });
+
+  it.each([
+    [['nsenter', '-t', '1', '-m', 'sh', '/opt/x.sh']],
+    [['strace', '-f', '-o', '/tmp/trace', '/usr/sbin/nginx', '-t']],
+  ])('accepts %j (code outside rootDir)', async (run) => {
+    expect(await judge(run)).toBe('accepted');
+  });
+});
