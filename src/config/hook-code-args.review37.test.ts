@@ -204,3 +204,21 @@ describe('nsenter and strace looked through as wrappers (review37)', () => {
     expect(await judge(run)).toBe('accepted');
   });
 });
+
+describe("ruby's -r given apart, as -rNAME is (review37)", () => {
+  it.each([
+    [['ruby', '-r', './x', '-e', 'p 1'], 'hooks[0].run[2]', '<root>/x is inside rootDir'],
+    [['ruby', '-r', 'lib/x', '/opt/x.rb'], 'hooks[0].run[2]', '<root>/lib/x is inside rootDir'],
+  ])('refuses %j, naming %s', async (run, key, why) => {
+    const message = await judge(run);
+    expect(message).toContain(`${key}: `);
+    expect(message).toContain(why);
+  });
+
+  it.each([[['ruby', '-r', 'json', '-e', 'p JSON']], [['ruby', '-r', 'yaml', '/opt/x.rb']]])(
+    'accepts %j (a library looked up in the load path)',
+    async (run) => {
+      expect(await judge(run)).toBe('accepted');
+    },
+  );
+});

@@ -566,7 +566,9 @@ export function hookCodeArguments(run: readonly string[], rootDir: string): Hook
       }
       if (grammar.codeFile.has(name)) {
         const file = inline ?? run[i + 1];
-        if (file !== undefined)
+        // A library name (ruby -r json) is looked up in the load path, not the working directory: judged if a path.
+        const library = name.length === 2 && grammar.short?.libraries?.includes(name[1] ?? '') === true;
+        if (file !== undefined && (!library || file.startsWith('.') || file.includes('/')))
           out.files.push({ index: inline === undefined ? i + 1 : i, file: relative(file) });
         if (inline === undefined) i++;
         continue;
