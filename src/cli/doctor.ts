@@ -7,6 +7,13 @@ import type { HookCheckUnanswered } from '../config/hook-programs.js';
 import { assertConfigPlaces, loadApiKey, loadConfigFile, resolveConfigPath } from '../config/load.js';
 import type { AgentConfig } from '../config/schema.js';
 import { errnoCode, errorMessage } from '../lib/errors.js';
+import {
+  type Check,
+  LOCAL_API_ANSWER_MS,
+  localApiCheck,
+  mountChecks,
+  type UnitRunning,
+} from './doctor-agent.js';
 import { boundedPlaces, notAnswered, notJudgedText, type PlacesBounds } from './doctor-bounds.js';
 import { ExitCode } from './exit-codes.js';
 import { AGENT_ACCOUNT, agentAccount, type InitEnvironment } from './init.js';
@@ -35,6 +42,8 @@ export interface DoctorEnvironment
    * /var/lib, /var/cache, /var/log, /run for a system unit); tests point them at scratch directories.
    */
   unitDirectoryBases?: Readonly<Record<UnitDirectoryKind, string>>;
+  /** How long the agent's local API may take to answer `GET /v1/health`: LOCAL_API_ANSWER_MS unless given. */
+  localApiAnswerMs?: number;
 }
 
 /** A hook program whose check did not answer: not judged, which doctor cannot call ok. */
@@ -73,14 +82,6 @@ export function runSystemctl(args: readonly string[]): Promise<SystemctlResult> 
       else resolve({ status: error ? Number((error as { code?: unknown }).code ?? 1) || 1 : 0, stdout });
     });
   });
-}
-
-interface Check {
-  name: string;
-  ok: boolean;
-  detail: string;
-  /** Worth an operator's look but no failure: printed `warn`, not counted. */
-  warn?: true;
 }
 
 /**
@@ -227,20 +228,25 @@ async function exists(stat: PlaceStat, file: string): Promise<boolean> {
 }
 
 /** `missing`: config.json or the key, absent now (the unit's ConditionPathExists= files), if one is. */
-async function unitCheck(env: DoctorEnvironment, missing: string | undefined): Promise<Check> {
+async function unitCheck(
+  env: DoctorEnvironment,
+  missing: string | undefined,
+): Promise<Check & { running: UnitRunning }> {
   const name = 'unit';
+  const running: UnitRunning = 'unknown';
   const shown = await env.systemctl([
     'show',
     env.unit,
     '--property=LoadState,ActiveState,SubState,UnitFileState,ConditionResult,Result',
   ]);
   if (shown.status === 127)
-    return { name, ok: false, detail: 'systemctl not found: is this a systemd system?' };
+    return { name, ok: false, running, detail: 'systemctl not found: is this a systemd system?' };
   const props = showProperties(shown.stdout);
   if (props.LoadState !== 'loaded') {
     return {
       name,
       ok: false,
+      running,
       detail: `${env.unit} is ${props.LoadState ?? 'unknown'}: is the package installed?`,
     };
   }
@@ -249,6 +255,7 @@ async function unitCheck(env: DoctorEnvironment, missing: string | undefined): P
     return {
       name,
       ok: props.UnitFileState === 'enabled',
+      running: 'running',
       detail:
         props.UnitFileState === 'enabled'
           ? `${env.unit} ${state}`
@@ -261,7 +268,14 @@ async function unitCheck(env: DoctorEnvironment, missing: string | undefined): P
       : props.ConditionResult === 'no'
         ? 'a start condition failed: config.json or the key was missing at the last start (sudo systemctl restart config-agent)'
         : `last result ${props.Result}: see journalctl -u ${env.unit} -o cat -n 20`;
-  return { name, ok: false, detail: `${env.unit} ${state}; ${why}` };
+  // Starting (activating) or reloading: the agent may answer; inactive or failed: it does not run.
+  const stopped = props.ActiveState === 'inactive' || props.ActiveState === 'failed';
+  return {
+    name,
+    ok: false,
+    running: stopped ? 'stopped' : 'unknown',
+    detail: `${env.unit} ${state}; ${why}`,
+  };
 }
 
 export async function runDoctor(
@@ -407,9 +421,23 @@ export async function runDoctor(
   }
 
   const keyFile = config?.server.apiKeyFile ?? path.join(path.dirname(configPath), 'api-key');
-  report(
-    await unitCheck(env, configMissing ? configPath : (await exists(stat, keyFile)) ? undefined : keyFile),
+  const { running, ...unit } = await unitCheck(
+    env,
+    configMissing ? configPath : (await exists(stat, keyFile)) ? undefined : keyFile,
   );
+  report(unit);
+  if (config !== undefined) {
+    // The running agent as applications and operators reach it (its socket), and the mounts it keeps as gone.
+    report(
+      await localApiCheck(
+        places.fs,
+        config,
+        { name: env.unit, running },
+        env.localApiAnswerMs ?? LOCAL_API_ANSWER_MS,
+      ),
+    );
+    for (const check of await mountChecks(places.fs, places.ownPathsPort, config)) report(check);
+  }
 
   if (config !== undefined) {
     let apiKey: string | undefined;

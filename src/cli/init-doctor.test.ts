@@ -11,12 +11,13 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { textSink } from '../../test/helpers/text-sink.js';
 import { type RunningMockServer, startMockServer } from '../mock-server/server.js';
 import { type DoctorEnvironment, runDoctor, type SystemctlResult } from './doctor.js';
@@ -346,6 +347,16 @@ describe.skipIf(!isRoot)('config-agent doctor (skipped unless root)', () => {
     expect(made.code).toBe(0);
     // stateDir of the written config is /var/lib/config-agent; point it into the scratch tree.
     spawnSync('sh', ['-c', `sed -i 's#"/var/lib/config-agent"#"${sys.stateDir}"#' ${sys.configPath}`]);
+    // The running agent's local API, in the scratch tree: a stand-in answering /v1/health as the agent does.
+    const socketPath = path.join(sys.dir, 'agent.sock');
+    const edited = JSON.parse(readFileSync(sys.configPath, 'utf8')) as Record<string, unknown>;
+    writeFileSync(sys.configPath, JSON.stringify({ ...edited, socketPath }));
+    const agent = createHttpServer((_request, response) => {
+      response.setHeader('content-type', 'application/json');
+      response.end(JSON.stringify({ healthy: true, lastLoopAt: null }));
+    });
+    await new Promise<void>((resolve) => agent.listen(socketPath, resolve));
+    onTestFinished(() => new Promise<void>((resolve) => agent.close(() => resolve())));
 
     const fresh = await doctor(sys, ACTIVE);
     expect(fresh.lines.map((line) => line.slice(0, 16))).toEqual([
@@ -357,6 +368,7 @@ describe.skipIf(!isRoot)('config-agent doctor (skipped unless root)', () => {
       'ok    rootDir   ',
       'ok    stateDir  ',
       'ok    unit      ',
+      'ok    localApi  ',
       'ok    service   ',
       'ok    clock     ',
       'all checks passe',

@@ -284,6 +284,19 @@ export class RootMountWatch {
   }
 
   /**
+   * Every mount point below rootDir this watch knows (the record's and the mount table's), relative to rootDir, as
+   * the last check found it: `gone` (its condition) while it is no mount point, `absent` when nothing at all is at
+   * its path. For `config-agent doctor`, which says which are kept as gone and what to do.
+   */
+  belowConditions(): { mountPoint: string; gone: DiskError | undefined; absent: boolean }[] {
+    return [...this.#below].map(([mountPoint, known]) => ({
+      mountPoint,
+      gone: known.gone,
+      absent: known.absent,
+    }));
+  }
+
+  /**
    * The mount point below rootDir (as `<rootDir>/<relative>`) holding `relative` (a file's path), the deepest of
    * those known; undefined when the file is on rootDir's own filesystem as far as the agent knows.
    */
