@@ -152,7 +152,7 @@ describe('doctor: the local API (doctor28)', () => {
     const hung = scratch();
     const dead = path.join(hung, 'run');
     mkdirSync(dead);
-    const { fs, calls } = deadBelow([dead]);
+    const { fs, calls, ask, asks } = deadBelow([dead]);
     const result = await doctorIn(
       hung,
       ACTIVE,
@@ -160,6 +160,7 @@ describe('doctor: the local API (doctor28)', () => {
         placesFs: fs,
         mountTable: { mountinfo: async () => `90 27 0:60 / ${dead} rw - fuse dead rw` },
         mountAnswerMs: 50,
+        askElsewhere: ask,
       },
       { socketPath: path.join(dead, 'agent.sock') },
     );
@@ -167,7 +168,8 @@ describe('doctor: the local API (doctor28)', () => {
       `FAIL  localApi  ${dead}/agent.sock not judged: ETIMEDOUT: the mount at ${dead} did not answer within 0.1 s ` +
         '(a dead NFS server, a wedged FUSE daemon?): its files wait until it answers',
     );
-    expect(calls.get(dead)).toBe(1);
+    expect(asks.get(dead)).toBe(1);
+    expect(calls.has(dead)).toBe(false);
   });
 });
 

@@ -35,7 +35,7 @@ describe('doctor: hook programs on mounts that do not answer (hook28)', () => {
         hooks: dead.map((mount, i) => ({ match: `app${i}/**`, run: [path.join(mount, 'reload')] })),
       },
     );
-    const { fs, calls } = deadBelow(dead);
+    const { fs, calls, ask, asks } = deadBelow(dead);
     const { code, out } = await doctorOutput(
       configPath,
       doctorEnvironment(dir, {
@@ -45,6 +45,7 @@ describe('doctor: hook programs on mounts that do not answer (hook28)', () => {
             dead.map((mount, i) => `${90 + i} 27 0:${60 + i} / ${mount} rw - fuse dead${i} rw`).join('\n'),
         },
         mountAnswerMs: 50,
+        askElsewhere: ask,
       }),
     );
     const lines = out.split('\n');
@@ -55,9 +56,11 @@ describe('doctor: hook programs on mounts that do not answer (hook28)', () => {
       expect(hooks[i]).toContain(`hooks[${i}].run[0] (${path.join(mount, 'reload')}) not judged`);
     // The first two mounts' calls (the agent's own paths are resolved first) went unanswered: nothing more is asked.
     expect(hooks[0]).toContain(`not checked: the mounts at ${dead[0]}, ${dead[1]} have not answered`);
-    // One call into each of two mounts, none into the third: two threads of the pool held at most.
-    expect([...calls.values()]).toEqual([1, 1]);
-    expect(calls.has(dead[2] ?? '')).toBe(false);
+    // Each of two mounts asked once from "another process" (doctor28), the third not at all; doctor itself called
+    // none of them: no thread of its pool is held.
+    expect([...asks.values()]).toEqual([1, 1]);
+    expect(asks.has(dead[2] ?? '')).toBe(false);
+    expect(calls.size).toBe(0);
     expect(code).toBe(ExitCode.NotConverged);
   }, 20_000);
 });
@@ -76,7 +79,7 @@ describe('init: a kept hook program on a mount that does not answer (hook28; roo
     writeFileSync(configPath, JSON.stringify({ hooks: [{ match: '**', run: [program] }] }), {
       mode: 0o640,
     });
-    const { fs, calls } = deadBelow([dead]);
+    const { fs, calls, ask, asks } = deadBelow([dead]);
     const io = bufferedIo({}, false);
     const code = await runInit(
       {
@@ -92,12 +95,14 @@ describe('init: a kept hook program on a mount that does not answer (hook28; roo
         placesFs: fs,
         mountTable: { mountinfo: async () => `90 27 0:60 / ${dead} rw - fuse dead rw` },
         mountAnswerMs: 50,
+        askElsewhere: ask,
       },
     );
     const out = io.out();
     expect(out).toContain(`warning: hooks[0].run[0] (${program}) not judged`);
     expect(out).toContain(`the mount at ${dead} did not answer within 0.1 s`);
-    expect(calls.get(dead)).toBe(1);
+    expect(asks.get(dead)).toBe(1);
+    expect(calls.has(dead)).toBe(false);
     expect(code).not.toBe(ExitCode.Config);
     expect(JSON.parse(readFileSync(configPath, 'utf8')).hooks).toEqual([{ match: '**', run: [program] }]);
   }, 20_000);

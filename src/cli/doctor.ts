@@ -283,6 +283,23 @@ export async function runDoctor(
   io: CommandIo,
   env: DoctorEnvironment,
 ): Promise<number> {
+  // Every place judged through start-up's bounds: a dead NFS or unserved FUSE mount under rootDir, stateDir, the key
+  // or the config held doctor for good in node:fs (hook28, hook29). Each such mount is asked from another process
+  // first (doctor28), and those still asking at the end are given up.
+  const places = await boundedPlaces(env);
+  try {
+    return await doctorChecks(command, io, env, places);
+  } finally {
+    places.close();
+  }
+}
+
+async function doctorChecks(
+  command: DoctorCommand,
+  io: CommandIo,
+  env: DoctorEnvironment,
+  places: Awaited<ReturnType<typeof boundedPlaces>>,
+): Promise<number> {
   const checks: Check[] = [];
   const report = (check: Check) => {
     checks.push(check);
@@ -294,9 +311,6 @@ export async function runDoctor(
   let config: AgentConfig | undefined;
   let unjudged: HookCheckUnanswered[] = [];
   // Never configured (the package installed, init not run yet): one line saying so and what writes it.
-  // Every place judged below through start-up's bounds: a dead NFS or unserved FUSE mount under rootDir, stateDir,
-  // the key or the config held doctor for good in node:fs (hook28, hook29).
-  const places = await boundedPlaces(env);
   const stat: PlaceStat = (file) => places.fs.stat(file);
   const realpath = (file: string) => places.ownPathsPort.realpath(file);
   const configMissing = !(await exists(stat, configPath));

@@ -22,7 +22,7 @@ import { DiskError } from '../store/errors.js';
 import { boundedPlaces, notAnswered, notJudgedText, type PlacesBounds } from './doctor-bounds.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
-import type { MountNotAnswering } from './mount-gate.js';
+import { MountNotAnswering, mountDidNotAnswer } from './mount-gate.js';
 import { checkService, type ServiceCheckResult } from './service-check.js';
 import {
   type HiddenDir,
@@ -93,7 +93,32 @@ async function readOptional(fs: ConfigFs, file: string): Promise<string | undefi
     return await fs.readFile(file, 'utf8');
   } catch (error) {
     if (errnoCode(error) === 'ENOENT') return undefined;
+    // A mount that did not answer (bounded: doctor-bounds.ts): said as such, with what to do.
+    if (mountDidNotAnswer(error))
+      throw new InitFailure(unansweredText(file, error, 'nothing written'), ExitCode.Config);
     throw new InitFailure(`cannot read ${file}: ${errorMessage(error)}`, ExitCode.Config);
+  }
+}
+
+/**
+ * What init says when a call on `file` (the config directory, the key, config.json, the drop-in, /etc/passwd: its own
+ * places under /etc, or `--api-key-file`) did not answer within the bound: the path, the mount, what is written.
+ */
+function unansweredText(file: string, error: unknown, written: string): string {
+  const why = error instanceof MountNotAnswering ? error.message : errorMessage(error);
+  return (
+    `${file}: ${why.startsWith('ETIMEDOUT') ? why : `ETIMEDOUT: ${why}`}; init stops here: ${written}. Run ` +
+    'config-agent init again once the mount answers'
+  );
+}
+
+/** `step` on `file`, a mount that did not answer there stopping init (exit 78) with what is `written` so far. */
+async function stepOn<T>(file: string, written: string, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (error) {
+    if (error instanceof InitFailure || !mountDidNotAnswer(error)) throw error;
+    throw new InitFailure(unansweredText(file, error, written), ExitCode.Config);
   }
 }
 
@@ -159,6 +184,8 @@ async function readKeySource(fs: ConfigFs, file: string): Promise<string | undef
   try {
     return await readKeyFile(fs, file, { requirePrivate: false });
   } catch (error) {
+    if (mountDidNotAnswer(error))
+      throw new InitFailure(unansweredText(file, error, 'nothing written'), ExitCode.Config);
     if (error instanceof ApiKeyError) throw new InitFailure(error.message, ExitCode.Usage);
     throw error;
   }
@@ -448,8 +475,8 @@ function failureExit(result: ServiceCheckResult): number {
 }
 
 export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvironment): Promise<number> {
-  const fs = env.fs ?? nodeFs;
   let prompter: Prompter | undefined;
+  let places: Awaited<ReturnType<typeof boundedPlaces>> | undefined;
   try {
     if (env.uid !== 0) {
       throw new InitFailure(
@@ -457,6 +484,12 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
         ExitCode.Config,
       );
     }
+    // Every call init makes on a file goes through start-up's bounds: rootDir and stateDir on a dead NFS or FUSE
+    // mount held init for good (hook29's gap, bound26), and so did its own places under /etc (an NFS root); each such
+    // mount is asked from another process first, so a call that does not answer holds none of this process's
+    // threads and init exits 78, not by SIGTERM (doctor28).
+    places = await boundedPlaces({ ...env, placesFs: env.placesFs ?? env.fs ?? nodeFs });
+    const fs = places.fs;
     const configPath = resolveConfigPath(command.configPath, io.env);
     const existingText = await readOptional(fs, configPath);
     let existing: Record<string, unknown> = {};
@@ -554,9 +587,8 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
         ExitCode.Config,
       );
     }
-    // Every call on rootDir and stateDir (and the textfile's way) goes through start-up's bounds: on a dead NFS or
-    // FUSE mount init held there for good (hook29's gap); now it stops naming the directory and the mount.
-    const places = await boundedPlaces({ ...env, placesFs: env.placesFs ?? fs });
+    // Calls on rootDir and stateDir (and the textfile's way) that do not answer stop init naming the directory and
+    // the mount.
     const late: LateCall[] = [];
     const resolving = realpathNotingLate(places.fs, late);
     // The drop-in would name a directory the unit replaces (ProtectHome=, PrivateTmp=): init said `ok`, then the
@@ -575,7 +607,7 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
     throwIfLate(late, false);
     if (textfileHidden !== undefined) throw new InitFailure(textfileHidden, ExitCode.Config);
 
-    const { uid, gid } = await agentAccount(env);
+    const { uid, gid } = await agentAccount({ ...env, fs });
     // What start-up refuses of where things are (exit 78, no restart), refused before anything is written. Bounded
     // as start-up's checks: a hook program on a dead mount held init for good; such a one is taken, as start-up does.
     const unjudged = await assertConfigPlaces(
@@ -600,15 +632,23 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       }
     }
 
-    await ensureDir(fs, path.dirname(configPath), { mode: 0o750, owner: { uid: 0, gid } });
+    const confDir = path.dirname(configPath);
+    await stepOn(confDir, 'nothing written', () =>
+      ensureDir(fs, confDir, { mode: 0o750, owner: { uid: 0, gid } }),
+    );
     if (apiKey !== undefined) {
-      await publish(fs, keyPath, `${apiKey}\n`, 0o600, 0);
+      const key = apiKey;
+      await stepOn(keyPath, 'nothing written (an interrupted write is removed by the next init)', () =>
+        publish(fs, keyPath, `${key}\n`, 0o600, 0),
+      );
       io.stdout.write(`wrote ${keyPath} (0600 root:root)\n`);
     } else {
       apiKey = keyFromText((await readOptional(fs, keyPath)) ?? '', keyPath);
       io.stdout.write(`kept ${keyPath}\n`);
     }
-    await publish(fs, configPath, `${JSON.stringify(raw, null, 2)}\n`, 0o640, gid);
+    await stepOn(configPath, `${keyPath} is written or kept, ${configPath} is not`, () =>
+      publish(fs, configPath, `${JSON.stringify(raw, null, 2)}\n`, 0o640, gid),
+    );
     io.stdout.write(`wrote ${configPath} (0640 root:${AGENT_ACCOUNT})\n`);
 
     const createdRoot = await ensureDir(places.fs, config.rootDir, {
@@ -628,6 +668,7 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       );
     let needsReload = false;
     const dropIn = path.join(env.dropInDir, ROOT_DIR_DROP_IN);
+    const dropInUnwritten = `the configuration, the key and ${config.rootDir} are, ${dropIn} is not as it should be`;
     // The drop-in is the unit's, which runs one configuration: init writing another (a copy to try, a --once
     // setup) replaced or removed it, and the service lost write access to its own rootDir at the next
     // daemon-reload (EROFS on every write).
@@ -639,27 +680,42 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
           `(a unit running this one needs ReadWritePaths=${rootDirValue})\n`,
       );
     } else if (config.rootDir !== DEFAULT_ROOT_DIR) {
-      await ensureDir(fs, env.dropInDir, { mode: 0o755 });
-      await publishFile(fs, {
-        rootDir: env.dropInDir,
-        relativePath: ROOT_DIR_DROP_IN,
-        data: Buffer.from(
-          `# Written by config-agent init: the unit may write rootDir (ProtectSystem=strict).\n[Service]\nReadWritePaths=${rootDirValue}\n`,
-        ),
-        mode: 0o644,
-        dirMode: 0o755,
+      await stepOn(dropIn, dropInUnwritten, async () => {
+        await ensureDir(fs, env.dropInDir, { mode: 0o755 });
+        await publishFile(fs, {
+          rootDir: env.dropInDir,
+          relativePath: ROOT_DIR_DROP_IN,
+          data: Buffer.from(
+            `# Written by config-agent init: the unit may write rootDir (ProtectSystem=strict).\n[Service]\nReadWritePaths=${rootDirValue}\n`,
+          ),
+          mode: 0o644,
+          dirMode: 0o755,
+        });
       });
       io.stdout.write(`wrote ${dropIn} (ReadWritePaths=${rootDirValue})\n`);
       needsReload = true;
-    } else if ((await readOptional(fs, dropIn)) !== undefined) {
+    } else if (
+      await stepOn(dropIn, dropInUnwritten, () =>
+        fs.readFile(dropIn, 'utf8').then(
+          () => true,
+          (error: unknown) => {
+            if (errnoCode(error) === 'ENOENT') return false;
+            if (mountDidNotAnswer(error)) throw error;
+            throw new InitFailure(`cannot read ${dropIn}: ${errorMessage(error)}`, ExitCode.Config);
+          },
+        ),
+      )
+    ) {
       // Its removal made durable: a drop-in a power cut brought back names the old rootDir, and systemd fails the
       // unit (226/NAMESPACE) once that directory is gone.
       const removal = { rootDir: env.dropInDir, relativePath: ROOT_DIR_DROP_IN, pruneDirs: [] };
-      if ((await removeManagedFile(fs, removal)) === 'refused') {
-        // Not a regular file (a symlink put there): unlinked as before; the second call fsyncs its directory.
-        await fs.unlink(dropIn);
-        await removeManagedFile(fs, removal);
-      }
+      await stepOn(dropIn, dropInUnwritten, async () => {
+        if ((await removeManagedFile(fs, removal)) === 'refused') {
+          // Not a regular file (a symlink put there): unlinked as before; the second call fsyncs its directory.
+          await fs.unlink(dropIn);
+          await removeManagedFile(fs, removal);
+        }
+      });
       io.stdout.write(`removed ${dropIn} (rootDir is the default again)\n`);
       needsReload = true;
     }
@@ -714,6 +770,11 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       );
       return eof ? ExitCode.Usage : ExitCode.Interrupted;
     }
+    // A call the bounds gave up on that no step above named (belt and braces): still exit 78, the mount named.
+    if (mountDidNotAnswer(error)) {
+      io.stderr.write(`config-agent init: ${errorMessage(error)}; init stops here\n`);
+      return ExitCode.Config;
+    }
     const code = errnoCode(error);
     // init runs as root only (checked first), so "run it as root" was never the way out.
     if (code === 'EROFS') {
@@ -731,5 +792,8 @@ export async function runInit(command: InitCommand, io: CommandIo, env: InitEnvi
       return ExitCode.Config;
     }
     throw error;
+  } finally {
+    // Askings of mounts still waiting in the kernel are given up: their processes killed, none left behind.
+    places?.close();
   }
 }

@@ -383,7 +383,10 @@ export function gateMountsThatMayHang(
     }
     let holding: HeldPlace | undefined;
     for (const place of held()) {
-      if (inside(absolute, place.dir) && place.dir.length > (holding?.dir.length ?? -1)) holding = place;
+      // `/` held (an NFS root: start-up's, doctor's and init's checks hold every mount that may hang) holds every path
+      // that no longer held place does: `inside` alone took it for none, and such calls went unbounded (doctor28).
+      const within = place.dir === '/' || inside(absolute, place.dir);
+      if (within && place.dir.length > (holding?.dir.length ?? -1)) holding = place;
     }
     return holding?.mountPoint;
   };
