@@ -41,7 +41,11 @@ export type CreateConfigInstanceRequest = z.infer<typeof CreateConfigInstanceReq
  *   (any 2xx-5xx) and its body `body`, or the real body with each `replace` substitution applied (literal text,
  *   every occurrence), e.g. to put `1e400` or an unknown `target_status` into one item of a list.
  * paging (list routes): `ignore_offset` serves every page from offset 0 while echoing the offset asked for;
- *   `has_more` forces the envelope's has_more.
+ *   `has_more` forces the envelope's has_more; `limit` cuts each page to at most that many items and answers
+ *   it as the envelope's limit (has_more as the shorter page leaves it), as a service whose maximum page is below
+ *   the interface's 100 would (the interface clamps only to 1-100, so this is a deviation: it lets a test page
+ *   4 instances as it would 100). A paging fault applies together with another fault taking the same request
+ *   (a rewrite of that page, a mutate before it): the first armed paging fault and the first armed other one.
  * mutate: before the request is served, `remove_instances` are deleted from the service (no longer listed)
  *   and `add_instances` created, as an operator acting between two pages of a pull would.
  */
@@ -83,6 +87,7 @@ const FaultFields = z.strictObject({
   /** Extension for `paging`. */
   ignore_offset: z.boolean().optional(),
   has_more: z.boolean().optional(),
+  limit: z.int().min(1).max(100).optional(),
   /** Extension for `mutate`. */
   remove_instances: z.array(z.string().min(1)).optional(),
   add_instances: z.array(CreateConfigInstanceRequest).optional(),

@@ -125,7 +125,13 @@ export function createMockService(options: MockServiceOptions): MockService {
   function listPage<T>(c: Context, sorted: readonly T[], page: Page, withTotal: boolean): ListEnvelope<T> {
     const fault = pagingFaults.get(c.req.raw);
     if (fault === undefined) return pageOf(sorted, page, withTotal);
-    const envelope = pageOf(sorted, fault.ignore_offset === true ? { ...page, offset: 0 } : page, withTotal);
+    // A limit imposed below the one asked is what the envelope says: data and has_more follow it.
+    const limit = Math.min(page.limit, fault.limit ?? page.limit);
+    const envelope = pageOf(
+      sorted,
+      { limit, offset: fault.ignore_offset === true ? 0 : page.offset },
+      withTotal,
+    );
     return {
       ...envelope,
       offset: page.offset,

@@ -39,7 +39,14 @@ export interface FaultContext {
 export function faultMiddleware({ state, logger, pagingFaults, at }: FaultContext): MiddlewareHandler {
   return async (c, next) => {
     if (isAdminPath(c.req.path)) return next();
-    const fault = state.takeFault(c.req.path);
+    const { fault, paging } = state.takeFaults(c.req.path);
+    if (paging !== undefined) {
+      logger.info(
+        { fault: paging.id, mode: 'paging', method: c.req.method, path: c.req.path },
+        'injecting fault',
+      );
+      pagingFaults.set(c.req.raw, paging);
+    }
     if (fault === undefined) return next();
     const mode = fault.mode ?? 'status';
     logger.info({ fault: fault.id, mode, method: c.req.method, path: c.req.path }, 'injecting fault');
@@ -84,7 +91,7 @@ export function faultMiddleware({ state, logger, pagingFaults, at }: FaultContex
         return;
       }
       case 'paging':
-        pagingFaults.set(c.req.raw, fault);
+        // Taken apart (as `paging` above), so that it applies together with another fault.
         return next();
       case 'mutate':
         for (const id of fault.remove_instances ?? []) state.deleteInstance(id);

@@ -345,22 +345,38 @@ export class MockState {
   }
 
   /**
-   * Picks the fault for a request to `path`: the first registered fault matching it that skips no more
-   * requests, consuming one of its matches (exhausted faults are dropped). Every matching fault still
-   * skipping counts this request as one of the ones it lets through.
+   * Picks the faults for a request to `path`: the first registered fault matching it that skips no more
+   * requests, and apart from it the first such `paging` fault (which only bends how a list page is cut, so it
+   * applies together with a rewrite, mutate, slow... fault on the same request), consuming one of each one's
+   * matches (exhausted faults are dropped). Every matching fault still skipping counts this request as one of
+   * the ones it lets through.
    */
-  takeFault(path: string): ActiveFault | undefined {
+  takeFaults(path: string): { fault?: ActiveFault; paging?: ActiveFault } {
     let index = -1;
+    let pagingIndex = -1;
     this.faults.forEach((fault, position) => {
       if (!new RegExp(fault.match).test(path)) return;
       if ((fault.skip_remaining ?? 0) > 0) fault.skip_remaining = (fault.skip_remaining ?? 0) - 1;
-      else if (index === -1) index = position;
+      else if (fault.mode === 'paging') {
+        if (pagingIndex === -1) pagingIndex = position;
+      } else if (index === -1) index = position;
     });
-    const fault = this.faults[index];
-    if (fault === undefined) return undefined;
-    fault.remaining -= 1;
-    if (fault.remaining <= 0) this.faults.splice(index, 1);
-    return { ...fault };
+    const take = (at: number): ActiveFault | undefined => {
+      const fault = this.faults[at];
+      if (fault === undefined) return undefined;
+      fault.remaining -= 1;
+      return { ...fault };
+    };
+    const fault = take(index);
+    const paging = take(pagingIndex);
+    // Exhausted ones go, the later first so that the earlier's index still holds.
+    for (const at of [index, pagingIndex].sort((a, b) => b - a)) {
+      if (at !== -1 && (this.faults[at]?.remaining ?? 1) <= 0) this.faults.splice(at, 1);
+    }
+    return {
+      ...(fault === undefined ? {} : { fault }),
+      ...(paging === undefined ? {} : { paging }),
+    };
   }
 
   clearFaults(): number {

@@ -20,15 +20,35 @@ beforeEach(async () => {
     deps: { logger },
     maxResponseBytes: 1 << 20,
   });
+  pageByFour();
 });
 
 afterEach(() => world.close());
 
+/**
+ * The service pages by 4 (a `paging` fault with a limit, applying together with each test's own faults), so
+ * that 3 instances put the page boundary where 99 did under the agent's page of 100: each page is cut, counted
+ * and announced (has_more, total_count) as a page of 100 would be, for 25 times fewer files written.
+ */
+const PAGE = 4;
+function pageByFour(): void {
+  world.fault({ match: LIST, count: 100_000, mode: 'paging', limit: PAGE });
+}
+/** The test's own faults gone, the service still paging by 4. */
+function clearFaults(): void {
+  world.server.state.clearFaults();
+  pageByFour();
+}
+/** The instances that fill a page up to the one after them. */
+function fillers(): void {
+  for (let i = 0; i < PAGE - 1; i += 1) world.put({ id: `a_${String(i).padStart(3, '0')}` });
+}
+
 const withheldWarnings = () => warnings.filter((line) => line.includes(WITHHELD)).length;
 
-/** 99 instances before b_x (a page of 100 ends on b_x), b_x at moved.json having left shared.json (still there). */
+/** 3 instances before b_x (a page of 4 ends on b_x), b_x at moved.json having left shared.json (still there). */
 async function movedInstance(): Promise<void> {
-  for (let i = 0; i < 99; i += 1) world.put({ id: `a_${String(i).padStart(3, '0')}` });
+  fillers();
   world.put({ id: 'b_x', relative_filepath: 'shared.json', updated_at: T0 });
   world.put({ id: 'z_z' });
   expect((await world.pass()).converged).toBe(true);
@@ -46,7 +66,7 @@ describe('a listing whose total_count is -1 though asked for it', () => {
   // c_w (on the page never sent, deployed at the service) was deleted, since b_x (retired, its removal not yet
   // recorded by the service) was still listed at its path and the listing looked complete.
   it('removes no file on the strength of it', async () => {
-    for (let i = 0; i < 99; i += 1) world.put({ id: `a_${String(i).padStart(3, '0')}` });
+    fillers();
     world.put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T0 });
     expect((await world.pass()).converged).toBe(true);
     world.put({ id: 'c_w', relative_filepath: 'shared.json', config_schema_id: 'sch_w', updated_at: T1 });
@@ -65,7 +85,7 @@ describe('a listing whose total_count is -1 though asked for it', () => {
       mode: 'rewrite',
       replace: [
         { find: '"has_more":true', with: '"has_more":false' },
-        { find: '"total_count":101', with: '"total_count":-1' },
+        { find: '"total_count":5', with: '"total_count":-1' },
       ],
     });
     await world.pass();
@@ -80,7 +100,7 @@ describe('a listing whose total_count is -1 though asked for it', () => {
   // The record of an instance the listing did not show (a path conflict's loser, whose `retrying` report moved
   // its updated_at past the winner's) was forgotten, with the echo of that report: it then won the path.
   it('forgets no record of an instance it did not show', async () => {
-    for (let i = 0; i < 99; i += 1) world.put({ id: `a_${String(i).padStart(3, '0')}` });
+    fillers();
     world.put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T1 });
     world.put({ id: 'c_y', relative_filepath: 'shared.json', config_schema_id: 'sch_y', updated_at: T0 });
     await world.pass();
@@ -92,11 +112,11 @@ describe('a listing whose total_count is -1 though asked for it', () => {
       mode: 'rewrite',
       replace: [
         { find: '"has_more":true', with: '"has_more":false' },
-        { find: '"total_count":101', with: '"total_count":-1' },
+        { find: '"total_count":5', with: '"total_count":-1' },
       ],
     });
     await world.pass();
-    world.server.state.clearFaults();
+    clearFaults();
     await world.pass();
     await world.pass();
     expect(await world.fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');
@@ -110,14 +130,14 @@ describe('a listing whose total_count is -1 though asked for it', () => {
       match: LIST,
       count: 1000,
       mode: 'rewrite',
-      replace: [{ find: '"total_count":101', with: '"total_count":-1' }],
+      replace: [{ find: '"total_count":5', with: '"total_count":-1' }],
     });
     await world.pass();
     expect(await world.fileAt('moved.json')).toBe('{\n  "owner": "b_x"\n}\n');
     expect(await world.exists('shared.json')).toBe(true);
     expect(withheldWarnings()).toBe(1);
     // A conformant service (the count sent as asked) has the old path retired.
-    world.server.state.clearFaults();
+    clearFaults();
     expect((await world.pass()).converged).toBe(true);
     expect(await world.exists('shared.json')).toBe(false);
     expect(await world.fileAt('moved.json')).toBe('{\n  "owner": "b_x"\n}\n');
@@ -126,13 +146,13 @@ describe('a listing whose total_count is -1 though asked for it', () => {
 
   it('on one page only is not proof either', async () => {
     await movedInstance();
-    // The first page counts 101, the second (offset 99: b_x, z_z) says -1.
+    // The first page counts 5, the second (offset 3: b_x, z_z) says -1.
     world.fault({
       match: LIST,
       skip: 1,
       count: 1,
       mode: 'rewrite',
-      replace: [{ find: '"total_count":101', with: '"total_count":-1' }],
+      replace: [{ find: '"total_count":5', with: '"total_count":-1' }],
     });
     await world.pass();
     expect(await world.fileAt('moved.json')).toBe('{\n  "owner": "b_x"\n}\n');
@@ -144,18 +164,18 @@ describe('a listing whose total_count is -1 though asked for it', () => {
 
   it('missing or not an integer of -1 or more, fails the pull: nothing is removed', async () => {
     await movedInstance();
-    for (const replacement of ['', '"total_count":"101",', '"total_count":1.5,', '"total_count":-2,']) {
-      world.server.state.clearFaults();
+    for (const replacement of ['', '"total_count":"5",', '"total_count":1.5,', '"total_count":-2,']) {
+      clearFaults();
       world.fault({
         match: LIST,
         count: 1000,
         mode: 'rewrite',
-        replace: [{ find: '"total_count":101,', with: replacement }],
+        replace: [{ find: '"total_count":5,', with: replacement }],
       });
       expect((await world.pass()).error, replacement).toBeDefined();
       expect(await world.exists('shared.json'), replacement).toBe(true);
     }
-    world.server.state.clearFaults();
+    clearFaults();
     await world.pass();
     expect(await world.exists('shared.json')).toBe(false);
   });
@@ -169,18 +189,18 @@ describe('a listing whose total_count is -1 though asked for it', () => {
         skip,
         count: 1,
         mode: 'rewrite',
-        replace: [{ find: '"total_count":101', with: '"total_count":102' }],
+        replace: [{ find: '"total_count":5', with: '"total_count":6' }],
       });
     }
     expect((await world.pass()).error).toMatchObject({ code: 'listing_unstable' });
     expect(await world.exists('shared.json')).toBe(true);
-    // From page 2 on, for good: the second try counts 102 throughout and ends after 101, a listing cut short.
+    // From page 2 on, for good: the second try counts 6 throughout and ends after 5, a listing cut short.
     world.fault({
       match: LIST,
       skip: 1,
       count: 1000,
       mode: 'rewrite',
-      replace: [{ find: '"total_count":101', with: '"total_count":102' }],
+      replace: [{ find: '"total_count":5', with: '"total_count":6' }],
     });
     expect((await world.pass()).error).toBeUndefined();
     expect(await world.fileAt('moved.json')).toBe('{\n  "owner": "b_x"\n}\n');

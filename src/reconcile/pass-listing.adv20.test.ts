@@ -15,13 +15,23 @@ beforeEach(async () => {
 
 afterEach(() => world.close());
 
+/**
+ * The service pages by 4 (a `paging` fault with a limit, applying together with a test's own faults): 3
+ * instances before b_x put the page boundary where 99 did under the agent's page of 100, each page cut and
+ * announced as a page of 100 would be, for 25 times fewer files written.
+ */
+function fillPageOfFour(): void {
+  world.fault({ match: LIST, count: 100_000, mode: 'paging', limit: 4 });
+  for (let i = 0; i < 3; i += 1) world.put({ id: `a_${String(i).padStart(3, '0')}` });
+}
+
 describe('a listing that ends before its total_count', () => {
   // A page that says `has_more: false` while `total_count` counts more: the count is off or the listing was cut
   // short. The file of an instance on the pages never sent (c_w, deployed at the service) was deleted: a
   // retired instance listed at its path (b_x, whose removal the service has not recorded yet) made the pull look
   // complete and the path wanted by nobody.
   it('removes no file on the strength of it', async () => {
-    for (let i = 0; i < 99; i += 1) world.put({ id: `a_${String(i).padStart(3, '0')}` });
+    fillPageOfFour();
     // b_x held shared.json first; c_w took it over (a later deploy at the same path).
     world.put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T0 });
     expect((await world.pass()).converged).toBe(true);
@@ -36,7 +46,7 @@ describe('a listing that ends before its total_count', () => {
     const w = world.server.state.instances.get('c_w')!;
     expect(w.activity_status).toBe('deployed');
     const before = world.reports().length;
-    // The first page (a_000..a_098, b_x) says there is no more, though total_count counts c_w.
+    // The first page (a_000..a_002, b_x) says there is no more, though total_count counts c_w.
     world.fault({
       match: LIST,
       count: 1000,
@@ -95,7 +105,7 @@ describe('a listing cut short, then whole again', () => {
   // `retrying` report had moved its updated_at past the winner's, then won the path as the instance updated
   // last, and its older bytes replaced the winner's file.
   it('keeps what the agent knows of instances it did not see', async () => {
-    for (let i = 0; i < 99; i += 1) world.put({ id: `a_${String(i).padStart(3, '0')}` });
+    fillPageOfFour();
     world.put({ id: 'b_x', relative_filepath: 'shared.json', config_schema_id: 'sch_x', updated_at: T1 });
     world.put({ id: 'c_y', relative_filepath: 'shared.json', config_schema_id: 'sch_y', updated_at: T0 });
     await world.pass();
@@ -109,6 +119,7 @@ describe('a listing cut short, then whole again', () => {
     });
     await world.pass();
     world.server.state.clearFaults();
+    world.fault({ match: LIST, count: 100_000, mode: 'paging', limit: 4 });
     await world.pass();
     await world.pass();
     expect(await world.fileAt('shared.json')).toBe('{\n  "owner": "b_x"\n}\n');

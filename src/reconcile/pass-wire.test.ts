@@ -500,19 +500,21 @@ describe('an id the service lists twice', () => {
   });
 
   it('on two pages: the others are written, the id is reported retrying and written nowhere', async () => {
-    const ids = Array.from({ length: 150 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
+    // The service pages by 4 (as it would by 100, for 25 times fewer files): pages cfg_000-003 and cfg_003-005.
+    world.fault({ match: LIST, count: 100_000, mode: 'paging', limit: 4 });
+    const ids = Array.from({ length: 6 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
     for (const id of ids) world.put({ id, content: { owner: id } });
     // The last item (page 2) comes out as a second cfg_000 (page 1).
     world.fault({
       match: LIST,
       count: 1000,
       mode: 'rewrite',
-      replace: [{ find: '"id":"cfg_149"', with: '"id":"cfg_000"' }],
+      replace: [{ find: '"id":"cfg_005"', with: '"id":"cfg_000"' }],
     });
     const result = await world.pass();
-    for (const id of ids.slice(1, 149)) expect(await world.exists(`${id}.json`), id).toBe(true);
+    for (const id of ids.slice(1, 5)) expect(await world.exists(`${id}.json`), id).toBe(true);
     expect(await world.exists('cfg_000.json')).toBe(false);
-    expect(await world.exists('cfg_149.json')).toBe(false);
+    expect(await world.exists('cfg_005.json')).toBe(false);
     expect(world.reports().filter((r) => !r.endsWith('deployed/none'))).toEqual(['cfg_000 queued/retrying']);
     expect(result.error).toBeUndefined();
   });
@@ -632,8 +634,16 @@ describe('the owner a poll fetches by id', () => {
 
 describe('a pull is bounded', () => {
   it('has_more forever while ignoring offset: the pass fails with a typed error after a few requests, disk untouched', async () => {
-    for (let i = 0; i < 120; i++) world.put({ id: `cfg_${String(i).padStart(3, '0')}` });
-    world.fault({ match: LIST, count: 100_000, mode: 'paging', ignore_offset: true, has_more: true });
+    // Pages of 4 (as of 100, for fewer items listed): the second page of each listing begins on cfg_000 again.
+    for (let i = 0; i < 6; i++) world.put({ id: `cfg_${String(i).padStart(3, '0')}` });
+    world.fault({
+      match: LIST,
+      count: 100_000,
+      mode: 'paging',
+      ignore_offset: true,
+      has_more: true,
+      limit: 4,
+    });
     const result = await world.pass();
     expect(result.reachable).toBe(false);
     expect(result.error).toMatchObject({ code: 'listing_unstable', retryable: true });
@@ -645,9 +655,11 @@ describe('a pull is bounded', () => {
 
 describe('offset paging under change', () => {
   it('an instance removed between page 1 and page 2: the boundary instance is still written', async () => {
-    const ids = Array.from({ length: 150 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
+    // The service pages by 4 (as it would by 100, for 25 times fewer files): page 1 is cfg_000-003.
+    world.fault({ match: LIST, count: 100_000, mode: 'paging', limit: 4 });
+    const ids = Array.from({ length: 6 }, (_, i) => `cfg_${String(i).padStart(3, '0')}`);
     for (const id of ids) world.put({ id });
-    // Page 2 of the first query finds cfg_001 gone: without the re-pull cfg_100 would land on neither page.
+    // Page 2 of the first query finds cfg_001 gone: without the re-pull cfg_004 would land on neither page.
     world.fault({ match: LIST, count: 1, skip: 1, mode: 'mutate', remove_instances: ['cfg_001'] });
     const result = await world.pass();
     for (const id of ids.filter((id) => id !== 'cfg_001'))

@@ -438,6 +438,48 @@ describe('extension faults for hostile-service tests: rewrite, paging, mutate', 
     expect(honest.has_more).toBe(false);
   });
 
+  it('paging limit: pages of at most that many items, the envelope saying that limit, stepped by it', async () => {
+    await addFault({ match: '^/v1/config_instances$', count: 100, mode: 'paging', limit: 2 });
+    const all = (await get(server, '/v1/config_instances?limit=100&order_by=id:asc&expand[]=total_count'))
+      .body as { data: { id: string }[]; limit: number; total_count: number; has_more: boolean };
+    expect(all.data).toHaveLength(2);
+    expect(all).toMatchObject({ limit: 2, has_more: true });
+    const ids: string[] = [];
+    for (let offset = 0; ; ) {
+      const page = (await get(server, `/v1/config_instances?limit=100&offset=${offset}&order_by=id:asc`))
+        .body as { data: { id: string }[]; limit: number; offset: number; has_more: boolean };
+      expect(page.offset).toBe(offset);
+      ids.push(...page.data.map((item) => item.id));
+      if (!page.has_more) break;
+      offset += page.limit;
+    }
+    await call(server, 'DELETE', '/_admin/faults');
+    const whole = (await get(server, '/v1/config_instances?limit=100&order_by=id:asc')).body as {
+      data: { id: string }[];
+    };
+    expect(ids).toEqual(whole.data.map((item) => item.id));
+    expect(ids.length).toBe(all.total_count);
+    expect(ids.length).toBeGreaterThan(2);
+  });
+
+  it('a paging fault and a rewrite fault on the same request both apply, each counting it', async () => {
+    await addFault({ match: '^/v1/config_instances$', count: 2, mode: 'paging', limit: 1 });
+    await addFault({
+      match: '^/v1/config_instances$',
+      count: 1,
+      mode: 'rewrite',
+      replace: [{ find: '"has_more":true', with: '"has_more":false' }],
+    });
+    const first = (await get(server, '/v1/config_instances?limit=100')).body as Record<string, unknown>;
+    expect(first).toMatchObject({ limit: 1, has_more: false });
+    expect(first.data).toHaveLength(1);
+    const second = (await get(server, '/v1/config_instances?limit=100')).body as Record<string, unknown>;
+    expect(second).toMatchObject({ limit: 1, has_more: true });
+    const third = (await get(server, '/v1/config_instances?limit=100')).body as Record<string, unknown>;
+    expect(third.limit).toBe(100);
+    expect((await get(server, '/_admin/faults')).body).toMatchObject({ data: [] });
+  });
+
   it('mutate removes and adds instances before serving the request', async () => {
     await addFault({
       match: '^/v1/config_instances$',
