@@ -1,66 +1,22 @@
 // rootDir's lock, the reverse upgrade (mut26): an agent on Node 20 holds the unpadded name an agent before lock24 binds.
-import { spawn } from 'node:child_process';
 import * as nodeFs from 'node:fs/promises';
-import { mkdir, readFile, stat } from 'node:fs/promises';
+import { mkdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import {
+  oldAgentMeets,
+  PERL,
+  parentOf,
+  tableHasExactly,
+  untilTable,
+} from '../../test/helpers/legacy-lock-name.js';
 import { tempDirEachTest } from '../../test/helpers/temp-dir.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
-import { acquireRootLock, holdsName, LEGACY_HELPER_SCRIPT, legacyNameHelper, rootLockNames } from './lock.js';
+import { acquireRootLock, holdsName, legacyNameHelper, rootLockNames } from './lock.js';
 import { StateDir } from './state-dir.js';
 
-const PERL = '/usr/bin/perl';
 const ON_NODE_20 = process.versions.node.startsWith('20.');
-
-/**
- * An agent before lock24 on Node 24 as it meets rootDir's lock: it binds the unpadded name at its own length (here
- * by perl, which this Node cannot do), and when that name is in use asks its holder. 'bound': it does not see the
- * holder (and lets the name go at once).
- */
-async function oldAgentMeets(legacy: string): Promise<{ bind: string; answer: string }> {
-  const script = `use Socket; $| = 1; my $addr = pack_sockaddr_un("\\0" . $ARGV[0]);
-    socket(my $s, AF_UNIX, SOCK_STREAM, 0) or die;
-    if (bind($s, $addr)) { print "bound\\n"; exit 0 }
-    $!{EADDRINUSE} or do { print "error $!\\n"; exit 0 };
-    socket(my $c, AF_UNIX, SOCK_STREAM, 0) or die;
-    connect($c, $addr) or do { print "in use\\nrefused\\n"; exit 0 };
-    local $/; my $answer = <$c>; print "in use\\n", $answer;`;
-  const child = spawn(PERL, ['-e', script, '--', legacy.slice(1)], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  child.stdout.on('data', (chunk: Buffer) => {
-    out += chunk.toString('utf8');
-  });
-  await new Promise<void>((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', () => resolve());
-  });
-  const [bind = '', ...rest] = out.split('\n');
-  return { bind, answer: rest.join('\n') };
-}
-
-/** Whether /proc/net/unix shows a socket bound to exactly `legacy` (no padding). */
-async function tableHasExactly(legacy: string): Promise<boolean> {
-  const shown = `@${legacy.slice(1)}`;
-  const table = await readFile('/proc/net/unix', 'utf8');
-  return table.split('\n').some((line) => line.trim().split(/\s+/)[7] === shown);
-}
-
-/** Waits (a bounded number of looks) until /proc/net/unix shows `legacy` bound or not, as `held` says. */
-async function untilTable(legacy: string, held: boolean): Promise<boolean> {
-  for (let look = 0; look < 400; look += 1) {
-    if ((await tableHasExactly(legacy)) === held) return true;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-  return false;
-}
-
-/** The parent pid of `pid` (/proc/<pid>/status), undefined once it is gone. */
-async function parentOf(pid: number): Promise<number | undefined> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => undefined);
-  const match = status?.match(/^PPid:\s+(\d+)$/m);
-  return match?.[1] === undefined ? undefined : Number(match[1]);
-}
 
 const temp = tempDirEachTest('root-lock-mut26-', { root: undefined });
 const keyOf = async (at: string) => {
@@ -167,7 +123,10 @@ describe.runIf(ON_NODE_20)('StateDir.open (mut26)', () => {
   });
 });
 
-/** Names of this process alone: another run of this file on the machine (abstract names are machine-wide) binds its own. */
+/**
+ * Names of this process alone: another run of this file on the machine (abstract names are machine-wide) binds its
+ * own. The helper's end with a SIGKILLed agent (~2.4 s of real waiting) is root-lock-reverse-kill.mut26.real-time.
+ */
 const OWN = `mut26:${process.pid}`;
 
 describe('the helper itself (legacyNameHelper)', () => {
@@ -185,37 +144,5 @@ describe('the helper itself (legacyNameHelper)', () => {
     expect(await parentOf((JSON.parse(met.answer) as { pid: number }).pid)).toBe(process.pid);
     await first.stop();
     expect(await tableHasExactly(legacy)).toBe(false);
-  });
-
-  it('ends with its agent however the agent ends (SIGKILL): its stdin closed, the name free', async () => {
-    const legacy = `\0config-agent-root-${OWN}:2`;
-    // An agent stand-in that starts the helper as legacyNameHelper does (stdin a pipe it holds), then is killed.
-    const agent = spawn(
-      process.execPath,
-      [
-        '-e',
-        `const { spawn } = require('node:child_process');
-         const helper = spawn(${JSON.stringify(PERL)}, ['-e', ${JSON.stringify(LEGACY_HELPER_SCRIPT)}, '--', ${JSON.stringify(legacy.slice(1))}], { stdio: ['pipe', 'pipe', 'ignore'], env: {} });
-         helper.stdin.write('{"pid":' + helper.pid + '}\\n');
-         helper.stdout.once('data', (line) => process.stdout.write(helper.pid + ' ' + line));
-         setInterval(() => {}, 1000);`,
-      ],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    const said = await new Promise<string>((resolve) =>
-      agent.stdout.once('data', (chunk: Buffer) => resolve(String(chunk))),
-    );
-    const [helperPid = '', word] = said.trim().split(' ');
-    expect(word).toBe('bound');
-    expect((await oldAgentMeets(legacy)).bind).toBe('in use');
-    const gone = new Promise<void>((resolve) => agent.once('close', () => resolve()));
-    agent.kill('SIGKILL');
-    await gone;
-    expect(await untilTable(legacy, false)).toBe(true);
-    // Not left behind: the helper process ended too.
-    for (let look = 0; look < 400 && (await parentOf(Number(helperPid))) !== undefined; look += 1)
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    expect(await parentOf(Number(helperPid))).toBeUndefined();
-    expect(await oldAgentMeets(legacy)).toStrictEqual({ bind: 'bound', answer: '' });
   });
 });
