@@ -188,16 +188,21 @@ export function heldApiKeys(held: readonly string[], apiKey: string): string[] {
   return [...held.filter((key) => key !== apiKey), apiKey].slice(-HELD_API_KEYS);
 }
 
-/** `forDaemon`: the daemon runs hooks, so changed paths are kept for them until they ran. */
+/**
+ * `forDaemon`: the daemon runs hooks, so changed paths are kept for them until they ran. `requestRetryBaseMs`:
+ * the in-pass request retry's first wait, a test seam (CommandIo.requestRetryBaseMs); unset, the pass's 500 ms.
+ */
 export function reconcilerSettings(
   config: AgentConfig,
   requestRetries: number,
   forDaemon: boolean,
   fileMeta: ReconcilerSettings['fileMeta'],
   apiKey?: string | readonly string[],
+  requestRetryBaseMs?: number,
 ): ReconcilerSettings {
   const holdsApiKey = apiKeyMatcher(apiKey);
   return {
+    ...(requestRetryBaseMs === undefined ? {} : { requestRetryBaseMs }),
     ...(fileMeta === undefined ? {} : { fileMeta }),
     ...(holdsApiKey === undefined ? {} : { holdsApiKey }),
     deviceId: config.deviceId,
@@ -352,6 +357,7 @@ async function runOncePass(
       false,
       await fileMetaFor(config),
       loaded.apiKey,
+      io.requestRetryBaseMs,
     );
     const runner = await Reconciler.open(deps, settings, createServiceClient(loaded, deps, io.env), {
       readOnly: command.dryRun,

@@ -11,6 +11,12 @@ export interface CommandIo {
   env: NodeJS.ProcessEnv;
   /** Whether stdout is a terminal (human output) rather than a pipe. */
   isTty: boolean;
+  /**
+   * Tests only (main.ts never sets it): the first wait of `--once`'s in-pass request retries, in ms, instead of
+   * the production 500 ms (reconcile/pass.ts), so that an in-process `--once` against an unreachable service does
+   * not hold a test worker its retries' real waits (jittered: ~0.45 s a run measured). Count and doubling unchanged.
+   */
+  requestRetryBaseMs?: number;
 }
 
 /**

@@ -82,6 +82,8 @@ export interface OnceWorldOptions {
   logLevel?: 'silent' | 'info';
   /** Remove the dir with `rm -rf` (see `OnceWorld.close`). */
   deep?: boolean;
+  /** `--once`'s first request-retry wait in ms (CommandIo.requestRetryBaseMs; default the production 500 ms). */
+  requestRetryBaseMs?: number;
 }
 
 /**
@@ -147,6 +149,9 @@ export async function openOnceWorld(
         stderr: err.stream,
         env: { CONFIG_AGENT_API_KEY: key },
         isTty: false,
+        ...(options.requestRetryBaseMs === undefined
+          ? {}
+          : { requestRetryBaseMs: options.requestRetryBaseMs }),
       };
       const code = await main(['--once', '--config', file], io, new EventEmitter());
       return { code, err: err.text() };
