@@ -1,12 +1,12 @@
 // The port's metadata calls and small reads on the calling thread only where the mount is local, and kernel filesystems never taken to hang (syncfs28): with the pool held busy and a hung FUSE mount.
-import { spawnSync } from 'node:child_process';
-import { closeSync, constants, openSync, readFileSync } from 'node:fs';
+import { constants, readFileSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { canMountFuse, hungFuseDir } from '../../test/helpers/hung-fuse.js';
+import { type HeldPool, holdPool as holdThreadPool } from '../../test/helpers/pool-hold.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sameRoot } from '../store/same-root.js';
 import { readStateDirFile } from '../store/state.js';
@@ -29,35 +29,22 @@ async function settledSoon<T>(call: Promise<T>): Promise<T | typeof PENDING> {
 
 describe('hangSafeFs: stateDir and rootDir answered on the calling thread while local (syncfs28)', () => {
   let dir: string | undefined;
-  /** FIFOs whose readers hold the pool's threads: their writing ends opened here, so a failed test frees them. */
-  let fifos: string[] = [];
-  let readers: Promise<unknown>[] = [];
+  /** The pool held by the test, released after it whatever became of it. */
+  let pool: HeldPool | undefined;
   afterEach(async () => {
-    releasePool();
-    await Promise.all(readers);
-    readers = [];
+    await releasePool();
     if (dir !== undefined) await rm(dir, { recursive: true, force: true });
     dir = undefined;
   });
 
   /** Every thread of the pool held in an open of a FIFO for reading, until releasePool. */
   function holdPool(at: string): void {
-    fifos = Array.from({ length: Number(process.env.UV_THREADPOOL_SIZE ?? 4) }, (_, i) =>
-      path.join(at, `fifo${i}`),
-    );
-    for (const fifo of fifos) spawnSync('mkfifo', [fifo]);
-    readers = fifos.map((fifo) => nodeFs.readFile(fifo).catch(() => undefined));
+    pool = holdThreadPool(at);
   }
 
-  function releasePool(): void {
-    for (const fifo of fifos) {
-      try {
-        closeSync(openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK));
-      } catch {
-        // ENXIO: no reader holds it any more.
-      }
-    }
-    fifos = [];
+  async function releasePool(): Promise<void> {
+    await pool?.release();
+    pool = undefined;
   }
 
   async function world(table: (root: string, state: string) => string) {
@@ -98,7 +85,7 @@ describe('hangSafeFs: stateDir and rootDir answered on the calling thread while 
     // Below rootDir, and anywhere else, through the pool: nothing answers while it is held.
     expect(await settledSoon(fs.stat(path.join(root, 'a.json')))).toBe(PENDING);
     expect(await settledSoon(fs.stat(dir!))).toBe(PENDING);
-    releasePool();
+    await releasePool();
     // A directory opened for reading on the calling thread: its chmod, chown and fsync (the pool's) still apply.
     const handle = await fs.open(state, constants.O_RDONLY | constants.O_DIRECTORY);
     await handle.chmod(0o710);
