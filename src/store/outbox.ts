@@ -5,6 +5,7 @@ import { StatusReport } from '../api/schemas.js';
 import type { WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import { JsonRecordWalker, type RecordShape } from '../lib/json-records.js';
 import type { JsonWeight } from '../lib/json-weigher.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableJson } from './durable-writer.js';
@@ -12,6 +13,9 @@ import {
   MAX_STATE_FILE_DEPTH,
   readStateDirFileOrSetAside,
   renameAsideUnique,
+  type StateFileWalk,
+  WALKED,
+  WALKED_BYTES,
   WEIGHED_INSTANCES,
 } from './state.js';
 
@@ -25,7 +29,7 @@ const MAX_SALVAGED_OUTBOX_BYTES = 64 * 1024 * 1024;
  * twice that for the instances of earlier listings whose reports wait). A real outbox of 200,000 reports holds 3.6
  * million (18 each); parsed, it peaked at ~250 MB (docs/performance-history.md, weigh27).
  */
-const OUTBOX_WEIGHT: JsonWeight = {
+export const OUTBOX_WEIGHT: JsonWeight = {
   maxTokens: 21 * 2 * WEIGHED_INSTANCES + 16,
   maxDepth: MAX_STATE_FILE_DEPTH,
 };
@@ -88,6 +92,57 @@ function parseOutboxFile(value: unknown): z.ZodSafeParseResult<OutboxFile> {
   const empty = emptyOutboxFile(value);
   if (empty !== undefined) return { success: true, data: empty };
   return outboxSchemas().OutboxFile.safeParse(value);
+}
+
+/**
+ * outbox.json read a report at a time (`JsonRecordWalker`): each entry parsed alone and judged by zod's
+ * `OutboxEntry` as `OutboxFile` judges it, only its output kept; the file's other members judged as before once
+ * it ended. `parsed` is what `parseOutboxFile(JSON.parse(text))` gives; an entry refused (or anything the walk
+ * does not take) gives the walk up, and the text is read and judged as before. Parsed whole, an outbox of
+ * 200,000 reports peaked at ~230 MB (the text, its tree and the entries together); walked, ~130 MB (stream28).
+ */
+export function outboxFileWalk(
+  fromBytes = WALKED_BYTES,
+): StateFileWalk & { parsed(): OutboxFile | undefined } {
+  let entries: OutboxEntry[] = [];
+  let parsed: OutboxFile | undefined;
+  const leaf: RecordShape = { kind: 'leaf' };
+  const walker = new JsonRecordWalker({
+    kind: 'object',
+    members: new Map<string, RecordShape>([
+      ['version', leaf],
+      ['nextSeq', leaf],
+      [
+        'entries',
+        {
+          kind: 'items',
+          item: (value) => {
+            const entry = outboxSchemas().OutboxEntry.safeParse(value);
+            if (!entry.success) return false;
+            entries.push(entry.data);
+            return true;
+          },
+        },
+      ],
+    ]),
+  });
+  return {
+    fromBytes,
+    walker,
+    release: () => {
+      entries = [];
+      parsed = undefined;
+    },
+    parsed: () => parsed,
+    accept() {
+      const top = walker.top;
+      if (top.get('entries') !== true) return false;
+      const file = parseOutboxFile({ version: top.get('version'), nextSeq: top.get('nextSeq'), entries: [] });
+      if (!file.success) return false;
+      parsed = { ...file.data, entries };
+      return true;
+    },
+  };
 }
 
 /** How a failed delivery is judged; see `StatusOutbox.flush`. */
@@ -511,17 +566,23 @@ export class StatusOutbox {
   }
 
   async #load(clock: WallClock, euid: number | undefined): Promise<void> {
+    const walk = outboxFileWalk();
     const raw = await readStateDirFileOrSetAside(this.#fs, this.#stateDir, OUTBOX_FILE, this.#logger, {
       clock,
       salvageSymlink: { euid, maxBytes: MAX_SALVAGED_OUTBOX_BYTES },
       weight: OUTBOX_WEIGHT,
+      walk,
     });
     if (raw === undefined) return;
-    if (typeof raw !== 'string') {
+    const walked = raw === WALKED ? walk.parsed() : undefined;
+    if (raw !== WALKED && typeof raw !== 'string') {
       await this.#setAsideOverweight(raw, clock);
       return;
     }
-    const parsed = parseOutboxFile(safeJsonParse(raw));
+    const parsed: z.ZodSafeParseResult<OutboxFile> =
+      walked !== undefined
+        ? { success: true, data: walked }
+        : parseOutboxFile(typeof raw === 'string' ? safeJsonParse(raw) : undefined);
     if (!parsed.success) {
       // Losing queued reports is recoverable: the next full pass re-derives every status from disk and server.
       this.#logger.error({ file: OUTBOX_FILE }, 'status outbox is corrupt: starting empty');

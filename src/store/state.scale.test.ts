@@ -1,10 +1,18 @@
-// A state.json of 150,000 managed files loads whole: nothing in loading is bounded by the call stack (integration tier: seconds of CPU).
+// A state.json of 150,000 managed files loads whole, walked a record at a time as the whole text parses: nothing in loading is bounded by the call stack (integration tier: seconds of CPU).
 import { createFsFromVolume, Volume } from 'memfs';
 import { describe, expect, it } from 'vitest';
+import { comparable } from '../../test/helpers/record-walk-oracle.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { silentLogger } from '../lib/logger.js';
-import { emptyState, loadLocalState, saveLocalState } from './state.js';
+import {
+  emptyState,
+  loadLocalState,
+  quickStateFile,
+  STATE_FILE,
+  saveLocalState,
+  WALKED_BYTES,
+} from './state.js';
 
 const STATE_DIR = '/var/lib/config-agent';
 const SHA_A = sha256Hex(Buffer.from('a'));
@@ -35,5 +43,9 @@ describe('a large state at start-up', () => {
     const { state, outcome } = await loadLocalState(fs, STATE_DIR, 'dvc_1', silentLogger());
     expect(outcome).toBe('loaded');
     expect(state.files.size).toBe(150_000);
+    // Over WALKED_BYTES, so walked a record at a time: the records the whole text parses to, in its order.
+    const text = (await fs.readFile(`${STATE_DIR}/${STATE_FILE}`, 'utf8')) as string;
+    expect(text.length).toBeGreaterThan(WALKED_BYTES);
+    expect(comparable(state.files)).toStrictEqual(comparable(quickStateFile(JSON.parse(text))?.files));
   });
 });

@@ -7,6 +7,12 @@ import { ConfigInstanceActivityStatus, ErrorStatus } from '../api/schemas.js';
 import type { WallClock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
+import {
+  inObjectKeyOrder,
+  isArrayIndexKey,
+  JsonRecordWalker,
+  type RecordShape,
+} from '../lib/json-records.js';
 import { JsonWeigher, type JsonWeight } from '../lib/json-weigher.js';
 import type { Logger } from '../lib/logger.js';
 import { writeDurableText } from './durable-writer.js';
@@ -491,6 +497,23 @@ function quickKeyedBy<T>(
  */
 export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   if (!isPlainObject(value)) return undefined;
+  const held = heldStrings();
+  return quickStateTop(value, {
+    files: () => quickKeyedBy(value.files, quickManagedFile, held),
+    instances: () => quickKeyedBy(value.instances, quickInstanceRecord, held),
+    formerFiles: (former) => quickKeyedBy(former.files, quickFormerFile, held),
+  });
+}
+
+/** The records of a state file checked by hand (`quickStateFile`), or as a walk kept them (`stateFileWalk`). */
+interface QuickRecords {
+  files(): Map<string, ManagedFile> | undefined;
+  instances(): Map<string, InstanceRecord> | undefined;
+  formerFiles(former: Record<string, unknown>): Map<string, FormerFile> | undefined;
+}
+
+/** `quickStateFile` but for its records, which `records` gives checked. */
+function quickStateTop(value: Record<string, unknown>, records: QuickRecords): ParsedStateFile | undefined {
   const { version, deviceId, rootDir, pendingHookPaths, formerRoot, owedHookPaths, hookProcessesLeftBehind } =
     value;
   if (
@@ -501,9 +524,8 @@ export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   ) {
     return undefined;
   }
-  const held = heldStrings();
-  const files = quickKeyedBy(value.files, quickManagedFile, held);
-  const instances = quickKeyedBy(value.instances, quickInstanceRecord, held);
+  const files = records.files();
+  const instances = records.instances();
   if (files === undefined || instances === undefined) return undefined;
   const parsed: ParsedStateFile = {
     version,
@@ -527,10 +549,127 @@ export function quickStateFile(value: unknown): ParsedStateFile | undefined {
   if (!isPlainObject(formerRoot) || typeof formerRoot.rootDir !== 'string' || formerRoot.rootDir === '') {
     return undefined;
   }
-  const formerFiles = quickKeyedBy(formerRoot.files, quickFormerFile, held);
+  const formerFiles = records.formerFiles(formerRoot);
   if (formerFiles === undefined) return undefined;
   parsed.formerRoot = { rootDir: formerRoot.rootDir, files: formerFiles };
   return parsed;
+}
+
+/**
+ * Files of stateDir over this many bytes are walked (`StateFileWalk`), smaller ones parsed whole as before. Parsed
+ * whole, a file costs ~2.2 bytes of peak memory a byte more than walked (~18 MB at 8 MiB, a state of ~17,000
+ * instances), and its records' parse is cheaper cold: a state of 10,000 records (1.4 MB) took ~55 ms of CPU in a
+ * fresh process parsed whole, ~190 ms walked (docs/performance-history.md, stream28).
+ */
+export const WALKED_BYTES = 8 * 1024 * 1024;
+
+/**
+ * A file of stateDir read by a walk as its bytes arrive (`readStateDirFile`): `walker` keeps each record as it
+ * completes, `accept` (after the walker took the whole file) says whether what it kept is the file's value; when
+ * the walker gives up, or `accept` refuses, the walk is `release`d and the file is read as text, as before.
+ */
+export interface StateFileWalk {
+  /** Files of more bytes than this are walked; smaller ones are read as text (WALKED_BYTES). */
+  readonly fromBytes: number;
+  readonly walker: JsonRecordWalker;
+  accept(): boolean;
+  release(): void;
+}
+
+/**
+ * state.json read a record at a time (`JsonRecordWalker`): each record of `files`, `instances` and
+ * `formerRoot.files` parsed alone and checked by hand as `quickStateFile` checks it, only the checked record
+ * kept. `parsed` is what `quickStateFile(JSON.parse(text))` gives; anything it would refuse (and a key twice)
+ * gives the walk up, for the text to be parsed and judged as before (zod names the problem).
+ * JSON.parse of the whole text held the text, its tree and the records together: a real state of 150,000
+ * instances (69 MB) peaked at ~400 MB, ~190 MB walked (docs/performance-history.md, stream28).
+ */
+export function stateFileWalk(
+  fromBytes = WALKED_BYTES,
+): StateFileWalk & { parsed(): ParsedStateFile | undefined } {
+  let held = heldStrings();
+  let files = new Map<string, ManagedFile>();
+  let instances = new Map<string, InstanceRecord>();
+  let formerFiles = new Map<string, FormerFile>();
+  const indices = { files: 0, instances: 0, formerFiles: 0 };
+  let parsed: ParsedStateFile | undefined;
+  function records<T>(
+    map: () => Map<string, T>,
+    kind: keyof typeof indices,
+    quick: (item: unknown, held: HeldStrings, key: string) => T | undefined,
+  ): RecordShape {
+    return {
+      kind: 'records',
+      record: (key, value) => {
+        const kept = map();
+        if (kept.has(key)) return false;
+        const name = held(key);
+        const checked = quick(value, held, name);
+        if (checked === undefined) return false;
+        kept.set(name, checked);
+        if (isArrayIndexKey(name)) indices[kind] += 1;
+        return true;
+      },
+    };
+  }
+  const leaf: RecordShape = { kind: 'leaf' };
+  const walker = new JsonRecordWalker({
+    kind: 'object',
+    members: new Map<string, RecordShape>([
+      ['version', leaf],
+      ['deviceId', leaf],
+      ['rootDir', leaf],
+      ['files', records(() => files, 'files', quickManagedFile)],
+      ['instances', records(() => instances, 'instances', quickInstanceRecord)],
+      ['pendingHookPaths', leaf],
+      ['owedHookPaths', leaf],
+      ['hookProcessesLeftBehind', leaf],
+      [
+        'formerRoot',
+        {
+          kind: 'object',
+          members: new Map<string, RecordShape>([
+            ['rootDir', leaf],
+            ['files', records(() => formerFiles, 'formerFiles', quickFormerFile)],
+          ]),
+        },
+      ],
+    ]),
+  });
+  const release = () => {
+    held = heldStrings();
+    files = new Map();
+    instances = new Map();
+    formerFiles = new Map();
+    parsed = undefined;
+  };
+  return {
+    fromBytes,
+    walker,
+    release,
+    parsed: () => parsed,
+    accept() {
+      const top = walker.top;
+      const former = top.get('formerRoot') as Map<string, unknown> | undefined;
+      const value: Record<string, unknown> = {
+        version: top.get('version'),
+        deviceId: top.get('deviceId'),
+        rootDir: top.get('rootDir'),
+        pendingHookPaths: top.get('pendingHookPaths'),
+        owedHookPaths: top.get('owedHookPaths'),
+        hookProcessesLeftBehind: top.get('hookProcessesLeftBehind'),
+        formerRoot: former === undefined ? undefined : { rootDir: former.get('rootDir') },
+      };
+      parsed = quickStateTop(value, {
+        files: () => (top.get('files') === true ? inObjectKeyOrder(files, indices.files) : undefined),
+        instances: () =>
+          top.get('instances') === true ? inObjectKeyOrder(instances, indices.instances) : undefined,
+        formerFiles: () =>
+          former?.get('files') === true ? inObjectKeyOrder(formerFiles, indices.formerFiles) : undefined,
+      });
+      return parsed !== undefined;
+    },
+  };
 }
 
 function quickOwedHookPaths(value: unknown): ParsedStateFile['owedHookPaths'] {
@@ -584,12 +723,17 @@ export async function loadLocalState(
   rootDir = '',
 ): Promise<{ state: LocalState; outcome: StateLoadOutcome; persisted?: StateSnapshot }> {
   const empty = () => emptyState(deviceId, rootDir);
-  const raw = await readStateDirFile(fs, stateDir, STATE_FILE, STATE_WEIGHT);
+  const walk = stateFileWalk();
+  const raw = await readStateDirFile(fs, stateDir, STATE_FILE, STATE_WEIGHT, walk);
   if (raw === undefined) return { state: empty(), outcome: 'missing' };
   let parsed: ParsedStateFile;
   try {
-    const value = parseStateFile(raw);
-    parsed = quickStateFile(value) ?? stateSchemas().LocalStateFile.parse(value);
+    const walked = raw === WALKED ? walk.parsed() : undefined;
+    if (walked !== undefined) parsed = walked;
+    else {
+      const value = parseStateFile(raw as StateFileText);
+      parsed = quickStateFile(value) ?? stateSchemas().LocalStateFile.parse(value);
+    }
   } catch (error) {
     logger.error(
       { err: error, file: STATE_FILE },
@@ -771,6 +915,9 @@ function guardedHookPaths(paths: readonly string[], logger: Logger): Set<string>
 /** A file of stateDir as read: its text, or why it was not read whole (parseStateFile throws it). */
 export type StateFileText = string | StateFileOverweightError;
 
+/** A file of stateDir taken whole by the walk given to `readStateDirFile` (`StateFileWalk`): no text was kept. */
+export const WALKED: unique symbol = Symbol('walked');
+
 /** The JSON of a file of stateDir as read; throws the refusal a weighed read returned, as JSON.parse throws. */
 export function parseStateFile(text: StateFileText): unknown {
   if (typeof text !== 'string') throw text;
@@ -781,14 +928,29 @@ export function parseStateFile(text: StateFileText): unknown {
  * A file of stateDir as text, undefined when it does not exist. Opened non-blocking and fstat-checked: a FIFO
  * or device in its place must not hang start-up. Any other failure names stateDir (StateDirError). With `weight`,
  * its bytes are weighed before they are kept (`readWeighed`): a file heavier than any the agent writes comes back
- * as a StateFileOverweightError, never parsed, which each caller takes as it takes a corrupt file.
+ * as a StateFileOverweightError, never parsed, which each caller takes as it takes a corrupt file. With `walk`
+ * too, a file read weighed is walked as it is weighed (`readWeighed`): WALKED when the walk took it whole.
  */
 export async function readStateDirFile(
   fs: FsPort,
   stateDir: string,
   name: string,
   weight?: JsonWeight,
-): Promise<StateFileText | undefined> {
+): Promise<StateFileText | undefined>;
+export async function readStateDirFile(
+  fs: FsPort,
+  stateDir: string,
+  name: string,
+  weight: JsonWeight,
+  walk: StateFileWalk | undefined,
+): Promise<StateFileText | typeof WALKED | undefined>;
+export async function readStateDirFile(
+  fs: FsPort,
+  stateDir: string,
+  name: string,
+  weight?: JsonWeight,
+  walk?: StateFileWalk,
+): Promise<StateFileText | typeof WALKED | undefined> {
   let handle: Awaited<ReturnType<FsPort['open']>>;
   try {
     handle = await fs.open(path.join(stateDir, name), STATE_READ_FLAGS);
@@ -809,7 +971,7 @@ export async function readStateDirFile(
     // kept aside as corrupt, the others started empty.
     if (stats.size > bufferConstants.MAX_STRING_LENGTH) return overLength(name);
     if (weight === undefined) return await handle.readFile({ encoding: 'utf8' });
-    return await readWeighed(handle, name, stats.size, weight);
+    return await readWeighed(handle, name, stats.size, weight, walk);
   } catch (error) {
     if (error instanceof StateDirError) throw error;
     throw new StateDirError(stateDir, `cannot read ${name}`, error);
@@ -859,24 +1021,59 @@ export const UNWEIGHED_BYTES = 1024 * 1024;
  * are published by rename, never written in place, so both passes read the same bytes. Unweighed, 32 MiB of
  * `[[[[` cost 1.4 GB and 500 MiB many times any device's memory; the agent's own largest files cost what they
  * did (~290 MB at 100,000 instances: docs/performance-history.md, weigh27).
+ * With `walk`, the first pass also hands each chunk weighed to the walk, which keeps each record as it
+ * completes: a file it takes whole, within the weight, is WALKED and never held as text (a real state.json of
+ * 150,000 instances peaked at ~400 MB parsed whole, ~190 MB walked: stream28). A walk that gives up is released
+ * and the pass goes on weighing alone; then the text is read as without it. Refusals are the same either way:
+ * the weight and length are judged on every byte before a walk is taken.
  */
 async function readWeighed(
   handle: Awaited<ReturnType<FsPort['open']>>,
   name: string,
   size: number,
   weight: JsonWeight,
-): Promise<StateFileText> {
+): Promise<StateFileText>;
+async function readWeighed(
+  handle: Awaited<ReturnType<FsPort['open']>>,
+  name: string,
+  size: number,
+  weight: JsonWeight,
+  walk: StateFileWalk | undefined,
+): Promise<StateFileText | typeof WALKED>;
+async function readWeighed(
+  handle: Awaited<ReturnType<FsPort['open']>>,
+  name: string,
+  size: number,
+  weight: JsonWeight,
+  walk?: StateFileWalk,
+): Promise<StateFileText | typeof WALKED> {
   if (size <= UNWEIGHED_BYTES) return await handle.readFile({ encoding: 'utf8' });
   const weigher = new JsonWeigher(weight);
   const chunk = Buffer.allocUnsafe(WEIGH_CHUNK_BYTES);
+  let walking = walk !== undefined && size > walk.fromBytes ? walk : undefined;
   let total = 0;
   for (;;) {
     const { bytesRead } = await handle.read(chunk, 0, chunk.length, total);
     if (bytesRead === 0) break;
-    const over = weigher.add(chunk.subarray(0, bytesRead));
-    if (over !== undefined) return new StateFileOverweightError(name, over.over, over.bound);
+    const read = chunk.subarray(0, bytesRead);
+    const over = weigher.add(read);
+    if (over !== undefined) {
+      walking?.release();
+      return new StateFileOverweightError(name, over.over, over.bound);
+    }
+    if (walking !== undefined && !walking.walker.push(read)) {
+      walking.release();
+      walking = undefined;
+    }
     total += bytesRead;
-    if (total > bufferConstants.MAX_STRING_LENGTH) return overLength(name);
+    if (total > bufferConstants.MAX_STRING_LENGTH) {
+      walking?.release();
+      return overLength(name);
+    }
+  }
+  if (walking !== undefined) {
+    if (walking.walker.end() && walking.accept()) return WALKED;
+    walking.release();
   }
   const bytes = Buffer.allocUnsafe(total);
   let filled = 0;
@@ -902,6 +1099,16 @@ function entryKind(stats: {
   return 'a device';
 }
 
+/** How `readStateDirFileOrSetAside` reads. */
+interface SetAsideReadOptions {
+  /** Stamps the name set aside (deps.clock). */
+  clock: WallClock;
+  /** The file's bounds (`readStateDirFile`); a symlink's target salvaged is weighed by them too. */
+  weight: JsonWeight;
+  setAside?: boolean;
+  salvageSymlink?: { euid: number | undefined; maxBytes: number };
+}
+
 /**
  * A state file that may be lost without harm to a promise (the write journal, the outbox, the fingerprints) as
  * text, undefined when absent; anything but a regular file at its name (a directory, FIFO, socket, device, a
@@ -917,15 +1124,22 @@ export async function readStateDirFileOrSetAside(
   stateDir: string,
   name: string,
   logger: Logger,
-  options: {
-    /** Stamps the name set aside (deps.clock). */
-    clock: WallClock;
-    /** The file's bounds (`readStateDirFile`); a symlink's target salvaged is weighed by them too. */
-    weight: JsonWeight;
-    setAside?: boolean;
-    salvageSymlink?: { euid: number | undefined; maxBytes: number };
-  },
-): Promise<StateFileText | undefined> {
+  options: SetAsideReadOptions,
+): Promise<StateFileText | undefined>;
+export async function readStateDirFileOrSetAside(
+  fs: FsPort,
+  stateDir: string,
+  name: string,
+  logger: Logger,
+  options: SetAsideReadOptions & { walk: StateFileWalk },
+): Promise<StateFileText | typeof WALKED | undefined>;
+export async function readStateDirFileOrSetAside(
+  fs: FsPort,
+  stateDir: string,
+  name: string,
+  logger: Logger,
+  options: SetAsideReadOptions & { walk?: StateFileWalk },
+): Promise<StateFileText | typeof WALKED | undefined> {
   const file = path.join(stateDir, name);
   let stats: Awaited<ReturnType<FsPort['lstat']>>;
   try {
@@ -936,7 +1150,7 @@ export async function readStateDirFileOrSetAside(
   }
   if (stats.isFile()) {
     try {
-      return await readStateDirFile(fs, stateDir, name, options.weight);
+      return await readStateDirFile(fs, stateDir, name, options.weight, options.walk);
     } catch (error) {
       // Swapped for something else between the lstat and the open: judged again below.
       const again = await fs.lstat(file).catch(() => undefined);
