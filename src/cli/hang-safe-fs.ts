@@ -324,7 +324,8 @@ export async function hangSafeFs(
   const answeredHere: SynchronousPlaces = (absolute) => {
     fresh();
     if (absolute === root) return local;
-    return stateLocal && stateRoot !== undefined && isSameOrInside(absolute, stateRoot);
+    if (!stateLocal || stateRoot === undefined || !isSameOrInside(absolute, stateRoot)) return false;
+    return absolute === stateRoot || plainWayInside(stateRoot, absolute);
   };
   const base: FsPort = {
     ...nodeFs,
@@ -471,6 +472,30 @@ function settled<T>(call: () => T): Promise<T> {
 type SynchronousPlaces = (absolute: string) => boolean;
 
 /**
+ * Whether every entry on the way from `dir` (judged local) down to `absolute` inside it is a directory or, the last,
+ * a regular file, by lstat on the calling thread (each is in a local directory: never waits). A symlink may lead onto
+ * any mount (a cache directory moved onto NFS) and a FIFO's open or read waits for a writer: on the calling thread
+ * either held the whole event loop for good (review38), so such a call goes through the pool. An entry that is not
+ * there (ENOENT, ENOTDIR) is answered here: the call fails or creates at once. A symlink put in the way after this
+ * lstat and before the call (root's hand, in a 0700 stateDir) is not seen.
+ */
+function plainWayInside(dir: string, absolute: string): boolean {
+  let at = dir === '/' ? '' : dir;
+  for (const name of absolute.slice(at.length + 1).split('/')) {
+    at = `${at}/${name}`;
+    let stats: Stats;
+    try {
+      stats = lstatSync(at);
+    } catch {
+      return true;
+    }
+    if (stats.isDirectory()) continue;
+    return stats.isFile() && at === absolute;
+  }
+  return true;
+}
+
+/**
  * The files of /proc the agent reads whole: the kernel's own memory, never a mount that may hang. Not /proc/<pid>/fd,
  * cwd or root, whose names lead into any filesystem.
  */
@@ -521,7 +546,7 @@ function pooled(call: (done: (error: NodeJS.ErrnoException | null) => void) => v
 
 /**
  * node:fs/promises's metadata calls and small reads answered on the calling thread where `here` says the path's mount
- * is local (rootDir itself, stateDir and what is in it: hangSafeFs), through the thread pool everywhere else: `stat`,
+ * is local (rootDir itself, stateDir and what is in it through directories only, to a directory or regular file: hangSafeFs, plainWayInside), through the thread pool everywhere else: `stat`,
  * `lstat`, `realpath`, `access`, `readdir`, `mkdir`, `unlink`, `readFile` (also of PROC_TEXT, anywhere) and `open` for
  * reading. On this VM a pool round trip costs ~20 µs of CPU (futex wake-ups) against ~2 µs for the synchronous call,
  * and an idle `--once` made ~100 of them on these places. Writes of content, renames and fsyncs stay on the pool.
