@@ -724,7 +724,7 @@ describe('pagination', () => {
     });
   }
 
-  it('the iterator visits every page with offset += limit and stops when has_more is false', async () => {
+  it('the iterator visits every page with offset += limit (full pages) and stops when has_more is false', async () => {
     const server = await pagedServer();
     const seen: string[] = [];
     for await (const d of client(server.url).iterateDevices({}, { limit: 10 })) seen.push(d.id);
@@ -733,6 +733,23 @@ describe('pagination', () => {
       '/v1/devices?offset=0&limit=10',
       '/v1/devices?offset=10&limit=10',
       '/v1/devices?offset=20&limit=10',
+    ]);
+  });
+
+  it('the iterator steps past only what a page held: a service cutting pages shorter than their limit loses no item', async () => {
+    // At most 3 items a page though the envelope says limit 10, has_more while any are left (lead23).
+    const server = await serve((req, res) => {
+      const url = new URL(req.url ?? '', 'http://x');
+      const offset = Math.max(0, Number(url.searchParams.get('offset') ?? 0));
+      json(res, 200, envelope(all.slice(offset, offset + 3), offset, 10, offset + 3 < all.length));
+    });
+    const seen: string[] = [];
+    for await (const d of client(server.url).iterateDevices({}, { limit: 10 })) seen.push(d.id);
+    expect(seen).toEqual(all.map((d) => d.id));
+    expect(server.requests.map((r) => r.url).slice(0, 3)).toEqual([
+      '/v1/devices?offset=0&limit=10',
+      '/v1/devices?offset=3&limit=10',
+      '/v1/devices?offset=6&limit=10',
     ]);
   });
 

@@ -1035,8 +1035,11 @@ export function createClient(options: ClientOptions): ServiceClient {
             { path: 'has_more', problem: `true on an empty page at offset ${offset}` },
           ]);
         }
-        // The envelope's limit is the clamped one: the next page starts where this one was allowed to end.
-        offset += envelope.limit;
+        // The next page starts after the items this one held: as many as the clamped limit (the interface's
+        // offset + limit), or fewer where the service cut the page shorter (its data holds at most `limit` items;
+        // one capping pages by bytes does, as the pull's pager allows, api/pager.ts). Stepping by `limit` skipped
+        // the items between, silently.
+        offset += envelope.data.length;
       }
     };
   }
