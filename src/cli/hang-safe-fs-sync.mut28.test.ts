@@ -1,12 +1,13 @@
 // The production port's calling-thread answers (synchronousWhereLocal, readsOnly, readHandle, a failed mount check) pinned by their results, for mut28's surviving mutants.
-import { constants } from 'node:fs';
+import { constants, fstatSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type HeldPool, holdPool as holdThreadPool } from '../../test/helpers/pool-hold.js';
 import { readStateDirFile } from '../store/state.js';
-import { hangSafeFs, type MountTablePort } from './hang-safe-fs.js';
+import { hangSafeConfigCalls, hangSafeFs, type MountTablePort } from './hang-safe-fs.js';
+import { MountLanes } from './mount-gate.js';
 
 const ext4 = '1 1 0:1 / / rw,relatime shared:1 - ext4 src rw';
 
@@ -80,6 +81,19 @@ describe('hangSafeFs answering on the calling thread (mut28)', () => {
     await numeric.writeFile('{}');
     await numeric.close();
     expect(await readFile(file, 'utf8')).toBe('{}');
+    const writeOnly = await fs.open(file, constants.O_WRONLY);
+    await writeOnly.write(Buffer.from('[]'), 0, 2, 0);
+    await writeOnly.close();
+    expect(await readFile(file, 'utf8')).toBe('[]');
+    // A read handle's close closes its descriptor.
+    const read = await fs.open(file, constants.O_RDONLY);
+    await read.close();
+    expect(() => fstatSync(read.fd)).toThrow(expect.objectContaining({ code: 'EBADF' }));
+    // An open that may create a file goes through the pool, as every write.
+    holdPool(dir!);
+    expect(
+      await settledSoon(fs.open(path.join(state, 'made.json'), constants.O_RDONLY | constants.O_CREAT)),
+    ).toBe(PENDING);
   }, 10_000);
 
   it('readFile with an aborted signal is refused as node refuses it; with null options it reads the bytes', async () => {
@@ -132,4 +146,43 @@ describe('hangSafeFs answering on the calling thread (mut28)', () => {
     expect(await settledSoon(fs.stat(root))).toBe(PENDING);
     expect(await settledSoon(readStateDirFile(fs, state, 'state.json'))).toBe(PENDING);
   }, 10_000);
+
+  it('no recheck until more than RECHECK_MS have passed since the last one (10 s exactly is not more)', async () => {
+    let now = 100_000;
+    let readable = true;
+    const { fs } = await world(
+      {
+        realpath: async (file) => file,
+        mountinfo: () => (readable ? Promise.resolve(ext4) : Promise.reject(new Error('no table'))),
+      },
+      { monotonic: () => now },
+    );
+    readable = false;
+    for (const later of [100_001, 110_000]) {
+      now = later;
+      void fs.lstatSync;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(fs.lstatSync, `at ${later}`).toBeDefined();
+    }
+  });
+
+  it("start-up's checks with a table given: ownPathsPort's calls answer, its table is the one read", async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-mut28-'));
+    const file = path.join(dir, 'config.json');
+    await writeFile(file, '{}');
+    const table = [
+      readFileSync('/proc/self/mountinfo', 'utf8'),
+      '99 1 0:99 / /srv/nfs rw - nfs4 src rw',
+    ].join('\n');
+    const { fs, ownPathsPort } = await hangSafeConfigCalls(
+      new MountLanes({ sleep: async () => undefined }),
+      undefined,
+      { mountinfo: async () => table },
+    );
+    expect((await fs.stat(file)).size).toBe(2);
+    expect(await ownPathsPort.realpath(file)).toBe(file);
+    await expect(ownPathsPort.readlink(file)).rejects.toMatchObject({ code: 'EINVAL' });
+    expect((await ownPathsPort.stat(file)).ino).toBe(statSync(file).ino);
+    expect(await ownPathsPort.mountinfo()).toBe(table);
+  });
 });
