@@ -5,6 +5,7 @@ import path from 'node:path';
 import { ConfigError } from '../config/errors.js';
 import { loadConfigFile, readConfigText, resolveConfigPath } from '../config/load.js';
 import { CONFIG_DEFAULTS } from '../config/schema.js';
+import { type Clock, systemClock } from '../lib/clock.js';
 import { AgentError, errnoCode, errorMessage } from '../lib/errors.js';
 import { ExitCode } from './exit-codes.js';
 import type { CommandIo } from './io.js';
@@ -23,6 +24,17 @@ export interface LocalResponse {
 /** How long `sync` waits for the pass it asked for; a pass is bounded by request timeouts well below this. */
 const SYNC_TIMEOUT_MS = 15 * 60 * 1000;
 const STATUS_TIMEOUT_MS = 10_000;
+/**
+ * How long `sync` waits for the agent to take its request: an agent answers `102 Processing` as it takes it (the
+ * pass's answer follows when the pass ends), so one that is stopped (SIGSTOP) or wedged is told in the 10 s that
+ * bound `status`, not after SYNC_TIMEOUT_MS.
+ */
+const SYNC_HEARD_WITHIN_MS = STATUS_TIMEOUT_MS;
+/**
+ * Without a 102 by then, `/v1/health` is asked beside the sync: an agent older than the 102 answers a sync only when
+ * its pass ends, and its health answer (within SYNC_HEARD_WITHIN_MS of the sync) tells it is there.
+ */
+const SYNC_PROBE_AFTER_MS = 1_000;
 /**
  * The largest answer read from the socket: about 18 times the status at 10,000 managed files (1.8 MB), so a status
  * at the agent's listing limit (100,000 instances, ITERATOR_MAX_ITEMS in src/api/client.ts; ~18 MB) is read with
@@ -56,6 +68,7 @@ export function callAgent(
   route: string,
   timeoutMs: number,
   maxBytes: number = MAX_LOCAL_ANSWER_BYTES,
+  options: ExchangeOptions = {},
 ): Promise<LocalResponse> {
   return new Promise((resolve, reject) => {
     let chunks: Buffer[] = [];
@@ -64,6 +77,7 @@ export function callAgent(
     let received = 0;
     const weigher = new AnswerWeigher();
     const req = request({ socketPath, method, path: route, timeout: timeoutMs }, (res) => {
+      options.onHeard?.();
       const declared = Number(res.headers['content-length']);
       if (declared > maxBytes) {
         fail(tooLarge(maxBytes));
@@ -118,9 +132,30 @@ export function callAgent(
     const deadline = setTimeout(noAnswer, timeoutMs);
     req.on('timeout', noAnswer);
     req.on('error', fail);
+    // An interim answer (102 Processing: the agent took the request and runs its pass) before the final one.
+    req.on('information', () => options.onHeard?.());
+    const signal = options.signal;
+    if (signal !== undefined) {
+      if (signal.aborted) fail(abortReason(signal));
+      else signal.addEventListener('abort', () => fail(abortReason(signal)), { once: true });
+    }
     req.on('close', () => clearTimeout(deadline));
     req.end();
   });
+}
+
+/** What else one exchange with the agent is told. */
+export interface ExchangeOptions {
+  /** Called when the agent's first answer to the request arrives: an interim one (102) or the final head. */
+  onHeard?: () => void;
+  /** Ends the exchange, rejected with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+function abortReason(signal: AbortSignal): Error {
+  return signal.reason instanceof Error
+    ? signal.reason
+    : new LocalAnswerError('timeout', String(signal.reason));
 }
 
 /** The socket of the agent this config file describes; throws ConfigError (exit 78) when there is none to ask. */
@@ -180,6 +215,8 @@ function explainUnreachable(socketPath: string, error: unknown, io: CommandIo): 
 export interface LocalAnswerLimits {
   timeoutMs?: number;
   maxBytes?: number;
+  /** What `sync` times its wait for the agent to take the request by (SYNC_HEARD_WITHIN_MS); tests move it. */
+  clock?: Pick<Clock, 'sleep'>;
 }
 
 export async function runStatus(
@@ -216,13 +253,7 @@ export async function runSync(
   const socketPath = await socketPathFor(command.configPath, io);
   let response: LocalResponse;
   try {
-    response = await callAgent(
-      socketPath,
-      'POST',
-      '/v1/sync',
-      limits.timeoutMs ?? SYNC_TIMEOUT_MS,
-      limits.maxBytes,
-    );
+    response = await syncExchange(socketPath, limits);
   } catch (error) {
     return explainUnreachable(socketPath, error, io);
   }
@@ -239,6 +270,72 @@ export async function runSync(
   // The agent classifies the pass exactly as `--once` would.
   if (typeof body.exitCode === 'number') return body.exitCode;
   return body.converged === true ? ExitCode.Converged : ExitCode.NotConverged;
+}
+
+/**
+ * The sync's answer, given up (LocalAnswerError 'timeout') when within SYNC_HEARD_WITHIN_MS the agent has answered
+ * neither the sync (its 102, or the final answer) nor the `/v1/health` asked beside it after SYNC_PROBE_AFTER_MS:
+ * the kernel accepts connections for an agent that is stopped (SIGSTOP) or wedged, which never answers, and the
+ * sync waited the whole SYNC_TIMEOUT_MS for it (adv36). An agent that answers either has the pass's answer awaited
+ * up to SYNC_TIMEOUT_MS, as before: one older than the 102 answers only when its pass ends.
+ */
+async function syncExchange(socketPath: string, limits: LocalAnswerLimits): Promise<LocalResponse> {
+  const clock = limits.clock ?? systemClock;
+  const done = new AbortController();
+  const abandon = new AbortController();
+  let heard!: () => void;
+  const heardOf = new Promise<void>((resolve) => {
+    heard = resolve;
+  });
+  const answer = callAgent(
+    socketPath,
+    'POST',
+    '/v1/sync',
+    limits.timeoutMs ?? SYNC_TIMEOUT_MS,
+    limits.maxBytes,
+    {
+      onHeard: () => heard(),
+      signal: abandon.signal,
+    },
+  );
+  // Settled either way (a refused connection ends the wait at once); its outcome is awaited below.
+  const ended = answer.then(
+    () => undefined,
+    () => undefined,
+  );
+  const probe = clock.sleep(SYNC_PROBE_AFTER_MS, done.signal).then(() =>
+    callAgent(socketPath, 'GET', '/v1/health', SYNC_HEARD_WITHIN_MS - SYNC_PROBE_AFTER_MS, 64 * 1024, {
+      signal: done.signal,
+    }),
+  );
+  const probeAnswered = new Promise<void>((resolve) => {
+    // A health answer of any status (a 503 is an agent there too); a failed probe tells nothing.
+    probe.then(
+      () => resolve(),
+      () => undefined,
+    );
+  });
+  const gaveUp = clock.sleep(SYNC_HEARD_WITHIN_MS, done.signal).then(
+    () => true,
+    () => false,
+  );
+  const silent = await Promise.race([
+    heardOf.then(() => false),
+    probeAnswered.then(() => false),
+    ended.then(() => false),
+    gaveUp,
+  ]);
+  done.abort();
+  if (silent) {
+    abandon.abort(
+      new LocalAnswerError(
+        'timeout',
+        `no answer within ${Math.round(SYNC_HEARD_WITHIN_MS / 1000)}s: the agent takes connections but answers ` +
+          'nothing (stopped with SIGSTOP, or wedged? `systemctl status config-agent`)',
+      ),
+    );
+  }
+  return answer;
 }
 
 interface StatusView {

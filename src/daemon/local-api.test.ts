@@ -136,9 +136,14 @@ describe('LocalApiServer limits', () => {
     await waitFor(() => late.closed, PATIENCE_MS, { what: 'the late connection closed' });
     expect(busy.every((c) => !c.closed)).toBe(true);
     release();
-    await waitFor(() => busy.every((c) => c.received.startsWith('HTTP/1.1 200')), PATIENCE_MS, {
-      what: 'both syncs answered',
-    });
+    // Each taken at once (102), answered when the pass ends (200).
+    await waitFor(
+      () => busy.every((c) => c.received.startsWith('HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200')),
+      PATIENCE_MS,
+      {
+        what: 'both syncs answered',
+      },
+    );
   });
 
   it('closes idle connections that send nothing (408) and frees their slots for real requests', async () => {

@@ -28,7 +28,7 @@ export interface HealthReport {
 export interface LocalApiHandlers {
   health(): HealthReport;
   status(): unknown;
-  /** Runs a pass now and answers when it ends. */
+  /** Runs a pass now and answers when it ends (after a `102 Processing` sent as the request is taken). */
   sync(): Promise<{ converged: boolean; exitCode: number; result: unknown }>;
   /**
    * Every answer's text passes through this before it is sent: ids, paths and messages come from the service,
@@ -414,6 +414,11 @@ export class LocalApiServer {
         this.#answerStatus(response);
         return;
       case 'POST /v1/sync': {
+        // Taken: said at once (102 Processing), the answer follows when the pass ends. A client cannot tell an agent
+        // running a long pass from one stopped (SIGSTOP) or wedged, whose connections the kernel accepts all the
+        // same: `config-agent sync` waited its whole 15 min for one (adv36); it now gives up after 10 s without it.
+        // Not to an HTTP/1.0 client, which cannot read an interim answer (RFC 9110 15.2).
+        if (request.httpVersionMajor === 1 && request.httpVersionMinor >= 1) response.writeProcessing();
         this.#sendText(response, 200, await this.#sync());
         return;
       }
