@@ -4,7 +4,7 @@ import path from 'node:path';
 import { AgentError, errorMessage } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
-import type { ContentCache } from '../store/content-cache.js';
+import { type ContentCache, holdOffText } from '../store/content-cache.js';
 import {
   hashRegularFile,
   publishFile,
@@ -417,7 +417,7 @@ async function judgeFullDisk(done: AppliedStep[], ctx: ApplyContext): Promise<Ap
     ctx.logger.warn(
       { cacheEntriesDeleted: emptied },
       'the disk holding rootDir is full and holds the content cache: emptied it, and copies no more written files ' +
-        'there until a restart (a drift is then repaired by a pass)',
+        `there for ${holdOffText(ctx.cache.holdOffCopies())} (a drift is then repaired by a pass)`,
     );
   }
   const statfs = ctx.fs.statfs;

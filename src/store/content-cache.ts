@@ -1,13 +1,25 @@
 // Bytes of files by sha256: for the drift watcher's local restores, and a pass's large files set aside until apply.
 import { constants } from 'node:fs';
 import path from 'node:path';
+import type { Clock } from '../lib/clock.js';
 import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sha256Hex } from '../lib/hash.js';
 import { publishFile } from './durable-writer.js';
-import { DiskError, PathRejectedError } from './errors.js';
+import { DiskError, PathRejectedError, rootConditionOf } from './errors.js';
 
 export const CACHE_DIR = 'cache';
+/**
+ * How long copies of written files stay off once the cache's disk was found full (giveWay, or a put failing
+ * ENOSPC/EDQUOT): doubled each time it is found full again, up to COPIES_HOLD_OFF_MAX_MS. Then the next written
+ * file is copied again: when space returned the cache fills again as files are written (a drift repair's pass
+ * writes its file, so copies come back for drifting files first); on a disk still full that one put fails, warns
+ * once and holds copies off again, longer. Where rootDir shares the full disk, the first files written after a
+ * hold-off may race their copies for the room again (their writes `retrying` for one pass, adv29's fight): hours
+ * apart, so that costs at most one pass a hold-off. They stayed off until a restart.
+ */
+export const COPIES_HOLD_OFF_MS = 60 * 60 * 1000;
+export const COPIES_HOLD_OFF_MAX_MS = 24 * 60 * 60 * 1000;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 /** O_NONBLOCK: a FIFO planted at an entry's name must not hang a restore or a pass waiting for a writer. */
 const ENTRY_READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
@@ -24,12 +36,18 @@ const ENTRY_READ_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O
 export class ContentCache {
   readonly #fs: FsPort;
   readonly #dir: string;
+  readonly #clock: Pick<Clock, 'monotonic'> | undefined;
   #made: Promise<unknown> | undefined;
-  #keepsCopies = true;
+  /** Monotonic time from which copies are kept again; undefined while they never stopped. */
+  #copiesFrom: number | undefined;
+  /** The next hold-off's length. */
+  #holdOffMs = COPIES_HOLD_OFF_MS;
 
-  constructor(fs: FsPort, stateDir: string) {
+  /** Without `clock`, copies once stopped stay off for the process (nothing to time a hold-off by). */
+  constructor(fs: FsPort, stateDir: string, clock?: Pick<Clock, 'monotonic'>) {
     this.#fs = fs;
     this.#dir = path.join(stateDir, CACHE_DIR);
+    this.#clock = clock;
   }
 
   /** Stores `data` under its sha256 (replacing whatever else an entry of that name held); returns the sha256. */
@@ -48,6 +66,8 @@ export class ContentCache {
         });
         return sha256;
       } catch (error) {
+        // Its disk full: no more copies for a while (each would fail and warn alike); the caller warns of this one.
+        if (rootConditionOf(error) === 'full') this.holdOffCopies();
         if (attempt > 0) throw error;
         if (error instanceof PathRejectedError) {
           // Something else than a file at the entry's name (a planted symlink): removed, not followed.
@@ -140,21 +160,43 @@ export class ContentCache {
   }
 
   /**
-   * Empties the cache and keeps no more copies of written files for the rest of the process: its disk was found
+   * Empties the cache and keeps no more copies of written files for a while (holdOffCopies): its disk was found
    * full. Each write's copy is put alongside the write itself, so left on they would take the room again each
    * pass (and warn once per file). Rejects as prune does.
    */
   giveWay(): Promise<number> {
-    this.#keepsCopies = false;
+    this.holdOffCopies();
     return this.prune(new Set());
   }
 
   /**
-   * Whether copies of written files are still wanted: false for the rest of the process once the cache's disk was
-   * found full (giveWay: stateDir's, or rootDir's holding the cache). A drift restore then runs a pass.
+   * Keeps no copies of written files for the next hold-off (COPIES_HOLD_OFF_MS, doubled at each call up to
+   * COPIES_HOLD_OFF_MAX_MS; for good without a clock); returns its length in ms (Infinity for good). A call while
+   * one runs (the other puts of a batch failing alike, the state write that failed beside them) keeps that one.
+   */
+  holdOffCopies(): number {
+    const now = this.#clock?.monotonic();
+    if (now === undefined) {
+      this.#copiesFrom = Number.POSITIVE_INFINITY;
+      return Number.POSITIVE_INFINITY;
+    }
+    if (this.#copiesFrom !== undefined && now < this.#copiesFrom) return this.#copiesFrom - now;
+    const holdOff = this.#holdOffMs;
+    this.#copiesFrom = now + holdOff;
+    this.#holdOffMs = Math.min(holdOff * 2, COPIES_HOLD_OFF_MAX_MS);
+    return holdOff;
+  }
+
+  /**
+   * Whether copies of written files are wanted now: false while a hold-off runs, after the cache's disk was found
+   * full (giveWay: stateDir's, or rootDir's holding the cache; a put failing for room). A drift restore then runs a
+   * pass.
    */
   get keepsCopies(): boolean {
-    return this.#keepsCopies;
+    const from = this.#copiesFrom;
+    if (from === undefined) return true;
+    const now = this.#clock?.monotonic();
+    return now !== undefined && now >= from;
   }
 
   /**
@@ -185,6 +227,14 @@ export class ContentCache {
     if (failure !== undefined) throw failure.error;
     return deleted;
   }
+}
+
+/** A hold-off of copies as the log says it: `1 h`, `45 min`, or `the rest of the process` (no clock to time it by). */
+export function holdOffText(ms: number): string {
+  if (!Number.isFinite(ms)) return 'the rest of the process';
+  return ms >= 60 * 60_000
+    ? `${Math.round(ms / (60 * 60_000))} h`
+    : `${Math.max(1, Math.round(ms / 60_000))} min`;
 }
 
 /** Up to `size` bytes from the start (fewer when the entry shrank meanwhile): what grew meanwhile is not read. */

@@ -5,7 +5,7 @@ import { errnoCode } from '../lib/errors.js';
 import type { FsPort } from '../lib/fs-port.js';
 import type { Logger } from '../lib/logger.js';
 import { type CleanExitScope, cleanExitScope, leaveCleanExit, takeCleanExit } from './clean-exit.js';
-import { CACHE_DIR, ContentCache } from './content-cache.js';
+import { CACHE_DIR, ContentCache, holdOffText } from './content-cache.js';
 import { DirectoryAsides } from './directory-asides.js';
 import { type SweepSkip, sweepTempFiles } from './durable-writer.js';
 import { DiskError, rootConditionOf, StateDirError } from './errors.js';
@@ -83,6 +83,8 @@ export class StateDir {
       lock?: StateLock;
       persisted?: StateSnapshot;
       cleanAtOpen?: { scope: CleanExitScope; sweptAt: number };
+      /** What the content cache times its hold-off of copies by (ContentCache.holdOffCopies). */
+      clock?: Pick<Clock, 'monotonic'>;
     },
   ) {
     this.#fs = fs;
@@ -92,7 +94,7 @@ export class StateDir {
     this.outbox = parts.outbox;
     this.fingerprints = parts.fingerprints;
     this.intents = parts.intents;
-    this.cache = new ContentCache(fs, settings.stateDir);
+    this.cache = new ContentCache(fs, settings.stateDir, parts.clock);
     this.readOnly = parts.readOnly;
     this.#sweptTempFiles = parts.swept;
     this.#lock = parts.lock;
@@ -109,7 +111,7 @@ export class StateDir {
     settings: StateDirSettings,
     logger: Logger,
     options: {
-      clock: WallClock & Partial<Pick<Clock, 'sleep'>>;
+      clock: WallClock & Partial<Pick<Clock, 'sleep' | 'monotonic'>>;
       readOnly?: boolean;
       euid?: number;
       /** The daemon: on Node 20 also hold rootDir's lock name as agents before lock24 on Node 24 bound it (mut26). */
@@ -254,6 +256,7 @@ export class StateDir {
         ...(cleanAtOpen === undefined ? {} : { cleanAtOpen }),
         ...(lock === undefined ? {} : { lock }),
         ...(persisted === undefined ? {} : { persisted }),
+        ...(clock.monotonic === undefined ? {} : { clock: clock as Pick<Clock, 'monotonic'> }),
       });
     } catch (error) {
       // The running record acts on its records again; this open's own tries nothing more, nor writes.
@@ -310,6 +313,7 @@ export class StateDir {
       if (rootConditionOf(error) !== 'full') throw error;
       let emptied = 0;
       let failure: unknown;
+      const holdOff = this.cache.holdOffCopies();
       await this.cache.giveWay().then(
         (deleted) => {
           emptied = deleted;
@@ -325,7 +329,7 @@ export class StateDir {
           cacheEntriesDeleted: emptied,
           ...(failure === undefined ? {} : { pruneError: failure }),
         },
-        'the disk holding stateDir is full: emptied the content cache to make room for the state files, and copies no more written files there until a restart',
+        `the disk holding stateDir is full: emptied the content cache to make room for the state files, and copies no more written files there for ${holdOffText(holdOff)}`,
       );
       return save();
     }
