@@ -14,7 +14,7 @@ import {
   mountHoldingThatMayHang,
   mountOnTheWay,
 } from './hang-safe-fs.js';
-import { MOUNT_ANSWER_MS, MountLanes, MountNotAnswering } from './mount-gate.js';
+import { MOUNT_ANSWER_MS, MountLanes, MountNotAnswering, PATH_CALLS } from './mount-gate.js';
 
 /** A check not made: MAX_UNANSWERED_CHECKS calls into mounts that may hang have not answered (each holds a thread). */
 class ChecksNotAnswering extends MountNotAnswering {
@@ -65,25 +65,7 @@ export const askInChild: AskElsewhere = (file) => {
 };
 
 /** The port's calls on a path (its first argument) that ask its mount first: the mount gate's, which all return promises. */
-const ASKED_FIRST = new Set([
-  'open',
-  'rename',
-  'unlink',
-  'link',
-  'lstat',
-  'stat',
-  'mkdir',
-  'readdir',
-  'readFile',
-  'rmdir',
-  'chmod',
-  'lstatOrAbsent',
-  'statfs',
-  'opendir',
-  'access',
-  'realpath',
-  'readlink',
-]);
+const ASKED_FIRST: ReadonlySet<string> = new Set(PATH_CALLS);
 
 /** The mount points of mountinfo's text whose filesystems may hang and hold files (not local, not the kernel's). */
 function mountsToAsk(mountinfo: string): Set<string> {

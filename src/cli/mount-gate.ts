@@ -19,7 +19,7 @@ export const STOP_RESERVE_MS = POOL_DRAIN_MS + 1_000;
 const seconds = (ms: number) => `${Math.round(ms / 100) / 10} s`;
 
 /** The port's calls that name a path as their first argument (`rename` and `link` name two). */
-const PATH_CALLS = [
+export const PATH_CALLS = [
   'open',
   'rename',
   'unlink',
