@@ -4,43 +4,22 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type HeldPool, holdPool as holdThreadPool } from '../../test/helpers/pool-hold.js';
+import { PENDING, settledSoon, usePoolHolds } from '../../test/helpers/pool-hold.js';
 import { readStateDirFile } from '../store/state.js';
 import { hangSafeConfigCalls, hangSafeFs, type MountTablePort } from './hang-safe-fs.js';
 import { MountLanes } from './mount-gate.js';
 
 const ext4 = '1 1 0:1 / / rw,relatime shared:1 - ext4 src rw';
 
-const PENDING = Symbol('pending');
-
-/** What `call` settled to within a few turns of the event loop and a 50 ms timer, or PENDING. */
-async function settledSoon<T>(call: Promise<T>): Promise<T | typeof PENDING> {
-  const outcome = call.then(
-    (value) => value,
-    (error: unknown) => error as T,
-  );
-  return Promise.race([outcome, new Promise<typeof PENDING>((resolve) => setTimeout(resolve, 50, PENDING))]);
-}
-
 describe('hangSafeFs answering on the calling thread (mut28)', () => {
   let dir: string | undefined;
-  /** The pool held by the test, released after it whatever became of it. */
-  let pool: HeldPool | undefined;
   afterEach(async () => {
-    await releasePool();
     if (dir !== undefined) await rm(dir, { recursive: true, force: true });
     dir = undefined;
   });
-
-  /** Every thread of the pool held in an open of a FIFO for reading, until releasePool. */
-  function holdPool(at: string): void {
-    pool = holdThreadPool(at);
-  }
-
-  async function releasePool(): Promise<void> {
-    await pool?.release();
-    pool = undefined;
-  }
+  // Registered after the removal of dir, so that (after-hooks run last first) it is released before its FIFOs go.
+  /** The pool held by a test, released after it (before dir goes) whatever became of it. */
+  const pool = usePoolHolds();
 
   async function world(port: MountTablePort, clock: { monotonic: () => number } = { monotonic: () => 0 }) {
     dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-mut28-'));
@@ -58,7 +37,7 @@ describe('hangSafeFs answering on the calling thread (mut28)', () => {
   it('open with no flags or "r" reads on the calling thread; a handle opened for writing writes', async () => {
     const { state, fs } = await world(localTable);
     const file = path.join(state, 'state.json');
-    holdPool(dir!);
+    pool.hold(dir!);
     for (const flags of [undefined, 'r'] as const) {
       const opened = await settledSoon(fs.open(file, flags));
       expect(opened).not.toBe(PENDING);
@@ -71,7 +50,7 @@ describe('hangSafeFs answering on the calling thread (mut28)', () => {
       expect(((await settledSoon(handle.stat({ bigint: true }))) as { size: bigint }).size).toBe(13n);
       await handle.close();
     }
-    await releasePool();
+    await pool.release();
     // Opened for writing (a string flag, as numeric ones): a handle that writes, through the pool.
     const written = await fs.open(path.join(state, 'new.json'), 'w');
     await written.writeFile('{"w":1}');
@@ -90,7 +69,7 @@ describe('hangSafeFs answering on the calling thread (mut28)', () => {
     await read.close();
     expect(() => fstatSync(read.fd)).toThrow(expect.objectContaining({ code: 'EBADF' }));
     // An open that may create a file goes through the pool, as every write.
-    holdPool(dir!);
+    pool.hold(dir!);
     expect(
       await settledSoon(fs.open(path.join(state, 'made.json'), constants.O_RDONLY | constants.O_CREAT)),
     ).toBe(PENDING);
@@ -120,7 +99,7 @@ describe('hangSafeFs answering on the calling thread (mut28)', () => {
       mountinfo: () => Promise.reject(new Error('no table')),
     });
     expect(fs.lstatSync).toBeUndefined();
-    holdPool(dir!);
+    pool.hold(dir!);
     expect(await settledSoon(fs.stat(root))).toBe(PENDING);
     expect(await settledSoon(readStateDirFile(fs, state, 'state.json'))).toBe(PENDING);
   }, 10_000);
@@ -142,7 +121,7 @@ describe('hangSafeFs answering on the calling thread (mut28)', () => {
     void fs.lstatSync;
     await new Promise((resolve) => setTimeout(resolve, 10));
     expect(fs.lstatSync).toBeUndefined();
-    holdPool(dir!);
+    pool.hold(dir!);
     expect(await settledSoon(fs.stat(root))).toBe(PENDING);
     expect(await settledSoon(readStateDirFile(fs, state, 'state.json'))).toBe(PENDING);
   }, 10_000);

@@ -6,18 +6,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { canMountFuse, hungFuseDir } from '../../test/helpers/hung-fuse.js';
+import { PENDING, settledSoon } from '../../test/helpers/pool-hold.js';
 import { hangSafeFs } from './hang-safe-fs.js';
-
-const PENDING = Symbol('pending');
-
-/** What `call` settled to within a few turns of the event loop and a 50 ms timer, or PENDING. */
-async function settledSoon<T>(call: Promise<T>): Promise<T | typeof PENDING> {
-  const outcome = call.then(
-    (value) => value,
-    (error: unknown) => error as T,
-  );
-  return Promise.race([outcome, new Promise<typeof PENDING>((resolve) => setTimeout(resolve, 50, PENDING))]);
-}
 
 /** hangSafeFs over `root` and `state`, every mount local (one ext4 at /). */
 function localFs(root: string, state: string) {

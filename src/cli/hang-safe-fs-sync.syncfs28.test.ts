@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { canMountFuse, hungFuseDir } from '../../test/helpers/hung-fuse.js';
-import { type HeldPool, holdPool as holdThreadPool } from '../../test/helpers/pool-hold.js';
+import { PENDING, settledSoon, usePoolHolds } from '../../test/helpers/pool-hold.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { sameRoot } from '../store/same-root.js';
 import { readStateDirFile } from '../store/state.js';
@@ -16,36 +16,15 @@ import { MountLanes } from './mount-gate.js';
 const line = (id: number, mountPoint: string, type: string) =>
   `${id} 1 0:${id} / ${mountPoint} rw,relatime shared:${id} - ${type} src rw`;
 
-const PENDING = Symbol('pending');
-
-/** What `call` settled to within a few turns of the event loop and a 50 ms timer, or PENDING. */
-async function settledSoon<T>(call: Promise<T>): Promise<T | typeof PENDING> {
-  const outcome = call.then(
-    (value) => value,
-    (error: unknown) => error as T,
-  );
-  return Promise.race([outcome, new Promise<typeof PENDING>((resolve) => setTimeout(resolve, 50, PENDING))]);
-}
-
 describe('hangSafeFs: stateDir and rootDir answered on the calling thread while local (syncfs28)', () => {
   let dir: string | undefined;
-  /** The pool held by the test, released after it whatever became of it. */
-  let pool: HeldPool | undefined;
   afterEach(async () => {
-    await releasePool();
     if (dir !== undefined) await rm(dir, { recursive: true, force: true });
     dir = undefined;
   });
-
-  /** Every thread of the pool held in an open of a FIFO for reading, until releasePool. */
-  function holdPool(at: string): void {
-    pool = holdThreadPool(at);
-  }
-
-  async function releasePool(): Promise<void> {
-    await pool?.release();
-    pool = undefined;
-  }
+  // Registered after the removal of dir, so that (after-hooks run last first) it is released before its FIFOs go.
+  /** The pool held by a test, released after it (before dir goes) whatever became of it. */
+  const pool = usePoolHolds();
 
   async function world(table: (root: string, state: string) => string) {
     dir = await mkdtemp(path.join(os.tmpdir(), 'config-agent-syncfs28-'));
@@ -67,7 +46,7 @@ describe('hangSafeFs: stateDir and rootDir answered on the calling thread while 
   it('with every pool thread busy, stateDir reads, stats, listings and unlinks and rootDir stat/realpath answer, alike', async () => {
     const { root, state, fs } = await world(() => line(1, '/', 'ext4'));
     await writeFile(path.join(state, 'gone.json'), 'x');
-    holdPool(dir!);
+    pool.hold(dir!);
     expect(await settledSoon(readStateDirFile(fs, state, 'state.json'))).toBe('{"version":1}');
     expect(await settledSoon(readStateDirFile(fs, state, 'intent.json'))).toBeUndefined();
     expect(await settledSoon(fs.readFile(path.join(state, 'state.json'), 'utf8'))).toBe('{"version":1}');
@@ -85,7 +64,7 @@ describe('hangSafeFs: stateDir and rootDir answered on the calling thread while 
     // Below rootDir, and anywhere else, through the pool: nothing answers while it is held.
     expect(await settledSoon(fs.stat(path.join(root, 'a.json')))).toBe(PENDING);
     expect(await settledSoon(fs.stat(dir!))).toBe(PENDING);
-    await releasePool();
+    await pool.release();
     // A directory opened for reading on the calling thread: its chmod, chown and fsync (the pool's) still apply.
     const handle = await fs.open(state, constants.O_RDONLY | constants.O_DIRECTORY);
     await handle.chmod(0o710);
@@ -100,7 +79,7 @@ describe('hangSafeFs: stateDir and rootDir answered on the calling thread while 
     const { root, state, fs } = await world((_root, at) =>
       [line(1, '/', 'ext4'), line(2, at, 'nfs4')].join('\n'),
     );
-    holdPool(dir!);
+    pool.hold(dir!);
     expect(await settledSoon(readStateDirFile(fs, state, 'state.json'))).toBe(PENDING);
     expect(await settledSoon(fs.stat(state))).toBe(PENDING);
     expect(((await settledSoon(fs.stat(root))) as { isDirectory(): boolean }).isDirectory()).toBe(true);
@@ -110,7 +89,7 @@ describe('hangSafeFs: stateDir and rootDir answered on the calling thread while 
     const { root, state, fs } = await world((at) =>
       [line(1, '/', 'ext4'), line(2, path.join(at, 'share'), 'nfs4')].join('\n'),
     );
-    holdPool(dir!);
+    pool.hold(dir!);
     expect(await settledSoon(fs.stat(root))).toBe(PENDING);
     expect(await settledSoon(fs.realpath!(root))).toBe(PENDING);
     expect(await settledSoon(readStateDirFile(fs, state, 'state.json'))).toBe('{"version":1}');
@@ -127,7 +106,7 @@ describe('hangSafeFs: stateDir and rootDir answered on the calling thread while 
     const held = await hangSafeConfigCalls(lanes, nodeFs as unknown as FsPort, {
       mountinfo: async () => [table, line(99, '/srv/nfs', 'nfs4')].join('\n'),
     });
-    holdPool(dir);
+    pool.hold(dir);
     const stat = await settledSoon(local.fs.stat(file));
     if (anyHangs) expect(stat).toBe(PENDING);
     else expect((stat as { size: number }).size).toBe(2);

@@ -5,10 +5,10 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { manualClock } from '../../test/helpers/drift-watched.js';
 import { bufferedIo } from '../../test/helpers/local-socket.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
 import { LocalApiServer } from '../daemon/local-api.js';
-import type { Clock } from '../lib/clock.js';
 import { systemClock } from '../lib/clock.js';
 import { silentLogger } from '../lib/logger.js';
 import { ExitCode } from './exit-codes.js';
@@ -39,37 +39,6 @@ afterEach(async () => {
   for (const close of closers.splice(0).reverse()) await close();
   await rm(dir, { recursive: true, force: true });
 });
-
-/** Time moves only when told; `sleeping` counts the sleeps not yet ended (a sync point, not an assertion). */
-function manualClock(): Pick<Clock, 'sleep'> & { advance(ms: number): void; sleeping(): number } {
-  let now = 0;
-  const sleepers = new Set<{ until: number; resolve: () => void }>();
-  return {
-    sleep: (ms, signal) =>
-      new Promise<void>((resolve, reject) => {
-        if (signal?.aborted) return reject(signal.reason);
-        const sleeper = { until: now + ms, resolve };
-        sleepers.add(sleeper);
-        signal?.addEventListener(
-          'abort',
-          () => {
-            sleepers.delete(sleeper);
-            reject(signal.reason);
-          },
-          { once: true },
-        );
-      }),
-    advance(ms) {
-      now += ms;
-      for (const sleeper of [...sleepers]) {
-        if (sleeper.until > now) continue;
-        sleepers.delete(sleeper);
-        sleeper.resolve();
-      }
-    },
-    sleeping: () => sleepers.size,
-  };
-}
 
 /** A command still running, or its exit code once it ended. */
 function watched(run: Promise<number>): { code: () => number | undefined } {

@@ -37,8 +37,11 @@ export async function driftedFiles(
   return managed;
 }
 
-/** Time moves only when told; a sleep ends once its deadline is passed, or rejects when its signal aborts. */
-export function manualClock(): Pick<Clock, 'sleep'> & { advance(ms: number): void } {
+/**
+ * Time moves only when told; a sleep ends once its deadline is passed, or rejects when its signal aborts; `sleeping`
+ * counts the sleeps not yet ended (a sync point, not an assertion).
+ */
+export function manualClock(): Pick<Clock, 'sleep'> & { advance(ms: number): void; sleeping(): number } {
   let now = 0;
   const sleepers = new Set<{ until: number; resolve: () => void }>();
   return {
@@ -67,6 +70,7 @@ export function manualClock(): Pick<Clock, 'sleep'> & { advance(ms: number): voi
         sleeper.resolve();
       }
     },
+    sleeping: () => sleepers.size,
   };
 }
 

@@ -3,6 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { closeSync, constants, openSync } from 'node:fs';
 import * as nodeFs from 'node:fs/promises';
 import path from 'node:path';
+import { afterEach } from 'vitest';
 
 /** The pool held: `release` ends every reader (bounded), whatever became of the test. */
 export interface HeldPool {
@@ -52,4 +53,33 @@ export function holdPool(dir: string, size = Number(process.env.UV_THREADPOOL_SI
       return released;
     },
   };
+}
+
+/** A test's held pool: `hold` in the test, released by afterEach whatever became of it (and by `release`). */
+export function usePoolHolds(): { hold(dir: string): void; release(): Promise<void> } {
+  let held: HeldPool | undefined;
+  const release = async () => {
+    const now = held;
+    held = undefined;
+    await now?.release();
+  };
+  afterEach(release);
+  return {
+    hold: (dir) => {
+      held = holdPool(dir);
+    },
+    release,
+  };
+}
+
+/** What a call not yet settled reads as (settledSoon). */
+export const PENDING = Symbol('pending');
+
+/** What `call` settled to (its value, or its error) within a few turns of the event loop and a 50 ms timer, or PENDING. */
+export async function settledSoon<T>(call: Promise<T>): Promise<T | typeof PENDING> {
+  const outcome = call.then(
+    (value) => value,
+    (error: unknown) => error as T,
+  );
+  return Promise.race([outcome, new Promise<typeof PENDING>((resolve) => setTimeout(resolve, 50, PENDING))]);
 }
