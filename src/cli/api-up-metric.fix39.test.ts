@@ -5,9 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import { HeldClock, ScriptedRunner } from '../../test/helpers/held-daemon.js';
+import { HeldClock, heldDaemonConfig, ScriptedRunner } from '../../test/helpers/held-daemon.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
-import { parseAgentConfig } from '../config/load.js';
 import { AgentMetrics } from '../daemon/metrics.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { startAgent } from './daemon.js';
@@ -25,18 +24,7 @@ afterEach(async () => {
 
 it('reads 0 while the socket directory is missing and 1 once the retry listens', async () => {
   const socketPath = path.join(dir, 'run', 'agent.sock');
-  const config = parseAgentConfig(
-    {
-      deviceId: 'dvc_up',
-      server: { baseUrl: 'https://dcds.example.com' },
-      rootDir: '/srv/config',
-      stateDir: '/var/lib/config-agent',
-      socketPath,
-      poll: { intervalSeconds: 60 },
-      drift: 'off',
-    },
-    'api-up-metric.fix39.test',
-  );
+  const config = heldDaemonConfig('dvc_up', socketPath, 'api-up-metric.fix39.test');
   const lines: { level: number; msg: string }[] = [];
   const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
   const clock = new HeldClock(1_000_000);

@@ -4,9 +4,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import { HeldClock, ScriptedRunner } from '../../test/helpers/held-daemon.js';
+import { HeldClock, heldDaemonConfig, ScriptedRunner } from '../../test/helpers/held-daemon.js';
 import { PATIENCE_MS, waitFor } from '../../test/helpers/wait-for.js';
-import { parseAgentConfig } from '../config/load.js';
 import { AgentMetrics } from '../daemon/metrics.js';
 import type { FsPort } from '../lib/fs-port.js';
 import { silentLogger } from '../lib/logger.js';
@@ -25,18 +24,7 @@ afterEach(async () => {
 
 it("a second sync within the local API's interval waits on deps.clock, and runs its own pass once that wait ends", async () => {
   const socketPath = path.join(dir, 'agent.sock');
-  const config = parseAgentConfig(
-    {
-      deviceId: 'dvc_clock',
-      server: { baseUrl: 'https://dcds.example.com' },
-      rootDir: '/srv/config',
-      stateDir: '/var/lib/config-agent',
-      socketPath,
-      poll: { intervalSeconds: 60 },
-      drift: 'off',
-    },
-    'daemon-clock.test',
-  );
+  const config = heldDaemonConfig('dvc_clock', socketPath, 'daemon-clock.test');
   // Time stands still; each wait lasts until the test ends it. Passes change nothing: what is counted is how many ran.
   const clock = new HeldClock(1_000_000);
   const runner = new ScriptedRunner();

@@ -1,6 +1,8 @@
 // A daemon's clock and pass runner held by a unit test: poll waits released by hand, each pass's writes scripted.
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { parseAgentConfig } from '../../src/config/load.js';
+import type { AgentConfig } from '../../src/config/schema.js';
 import type { Clock } from '../../src/lib/clock.js';
 import type { PassOptions, PassResult, PassRunner } from '../../src/reconcile/pass-runner.js';
 import { emptyState } from '../../src/store/state.js';
@@ -91,4 +93,23 @@ export class ScriptedRunner implements PassRunner {
   }
   async flushState(): Promise<void> {}
   async close(): Promise<void> {}
+}
+
+/**
+ * The config of an in-process daemon on a held clock (startAgent): its local API at `socketPath`, 60 s polls, no drift
+ * watch; rootDir and stateDir are named only (the ScriptedRunner touches neither).
+ */
+export function heldDaemonConfig(deviceId: string, socketPath: string, source: string): AgentConfig {
+  return parseAgentConfig(
+    {
+      deviceId,
+      server: { baseUrl: 'https://dcds.example.com' },
+      rootDir: '/srv/config',
+      stateDir: '/var/lib/config-agent',
+      socketPath,
+      poll: { intervalSeconds: 60 },
+      drift: 'off',
+    },
+    source,
+  );
 }
